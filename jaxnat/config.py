@@ -1,0 +1,188 @@
+"""Run configuration: Python config files returning an `ml_collections.ConfigDict`, command-line overrides
+(`--config.a.b=value`) and validation.
+
+Every problem is a `ConfigError` with one line naming the key (and, for an unknown key, the nearest valid
+one), raised before anything is trained.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import os
+
+import ml_collections
+
+from jaxnat.errors import ConfigError
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+# key -> allowed values, for the string-valued switches.
+CHOICES = {
+    "model.name": ("ar",),
+    "model.positions": ("sinusoidal", "learned"),
+    "model.dtype": ("float32", "bfloat16"),
+    "data.source": ("synthetic", "text", "tfds"),
+    "data.spm_model_type": ("unigram", "bpe"),
+}
+
+
+def default_config() -> ml_collections.ConfigDict:
+    """Every key a run understands, with defaults; config files start from this and change what they need."""
+    c = ml_collections.ConfigDict()
+    c.model = dict(
+        name="ar", d_model=512, ffn_dim=2048, num_heads=8, enc_layers=6, dec_layers=6,
+        dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, pre_norm=False,
+        positions="sinusoidal", max_len=256, share_embeddings=True, tie_output=True, bert_init=False,
+        dtype="float32",
+    )
+    c.data = dict(
+        source="synthetic",  # synthetic | text | tfds
+        dir="", src_lang="en", tgt_lang="de",
+        train_split="train", valid_split="valid", test_splits="test",  # test_splits: comma-separated
+        synthetic_seed=0, synthetic_train=40000, synthetic_valid=500, synthetic_test=500,
+        tfds_name="", tfds_data_dir="",
+        vocab_size=8000, joint_vocab=True, spm_model_type="unigram",
+        max_len=128, truncate=False,  # pairs longer than max_len tokens (BOS/EOS included) are dropped or cut
+        batch_tokens=4096,  # padded tokens per batch and side
+    )
+    c.train = dict(
+        steps=100000, lr=5e-4, warmup_steps=4000, warmup_init_lr=1e-7,
+        adam_b1=0.9, adam_b2=0.98, adam_eps=1e-8, weight_decay=0.0, clip_norm=0.0,  # clip_norm 0: off
+        label_smoothing=0.1, seed=0,
+        log_every=100, eval_every=2000, checkpoint_every=1000, keep_checkpoints=3,
+        max_bad_steps=5,  # consecutive non-finite steps before the run stops
+        valid_bleu_sentences=1000,  # sentences of the valid split decoded for validation BLEU
+    )
+    c.eval = dict(
+        beam_size=4, length_penalty=1.0, max_len_a=1.2, max_len_b=10, batch_size=64,
+        valid_beam_size=1,  # beam used for periodic validation BLEU (greedy is faster)
+        latency_sentences=100, throughput_batch=64,
+    )
+    return c
+
+
+def load_config(path: str) -> ml_collections.ConfigDict:
+    """Executes a config file and returns its `get_config()`."""
+    if not os.path.isfile(path):
+        raise ConfigError(f"config file not found: {path}")
+    spec = importlib.util.spec_from_file_location("_jaxnat_config", path)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as e:  # a user's file: report, don't dump a traceback
+        raise ConfigError(f"config file {path} failed to load: {type(e).__name__}: {e}") from e
+    if not hasattr(module, "get_config"):
+        raise ConfigError(f"config file {path} defines no get_config()")
+    config = module.get_config()
+    if not isinstance(config, ml_collections.ConfigDict):
+        raise ConfigError(f"get_config() in {path} must return an ml_collections.ConfigDict")
+    return config
+
+
+def leaf_keys(config: ml_collections.ConfigDict, prefix: str = "") -> list[str]:
+    """Dotted names of every leaf, e.g. ['data.dir', 'model.d_model', ...]."""
+    keys = []
+    for name, value in config.items():
+        if isinstance(value, ml_collections.ConfigDict):
+            keys += leaf_keys(value, f"{prefix}{name}.")
+        else:
+            keys.append(prefix + name)
+    return keys
+
+
+def _parse_value(key: str, text: str, current):
+    """Parses `text` into the type of the current value of `key`."""
+    kind = type(current)
+    try:
+        if kind is bool:
+            low = text.lower()
+            if low in _TRUE | _FALSE:
+                return low in _TRUE
+            raise ValueError
+        if kind is int:
+            return int(text)
+        if kind is float:
+            return float(text)
+        if kind is str:
+            return text
+        if current is None:
+            return text
+    except ValueError:
+        pass
+    else:
+        raise ConfigError(f"config key {key} holds a {kind.__name__}; it cannot be overridden from the command line")
+    raise ConfigError(f"bad value for {key}: {text!r} is not a {kind.__name__}")
+
+
+def apply_override(config: ml_collections.ConfigDict, key: str, text: str) -> None:
+    """Sets `config.<key>` from its command-line text, with the type of the existing value."""
+    keys = leaf_keys(config)
+    if key not in keys:
+        near = difflib.get_close_matches(key, keys, n=1, cutoff=0.0)
+        hint = f"; did you mean {near[0]}?" if near else ""
+        raise ConfigError(f"unknown config key {key}{hint}")
+    *parents, leaf = key.split(".")
+    node = config
+    for p in parents:
+        node = node[p]
+    node[leaf] = _parse_value(key, text, node[leaf])
+
+
+def parse_overrides(args: list[str]) -> list[tuple[str, str]]:
+    """['--config.a.b=1', '--config.c', '2'] -> [('a.b', '1'), ('c', '2')]; anything else is an error."""
+    pairs, i = [], 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--config."):
+            raise ConfigError(f"unrecognised argument {arg} (overrides look like --config.train.steps=100)")
+        body = arg[len("--config."):]
+        if "=" in body:
+            key, value = body.split("=", 1)
+        elif i + 1 < len(args):
+            key, value = body, args[i + 1]
+            i += 1
+        else:
+            raise ConfigError(f"override {arg} has no value")
+        pairs.append((key, value))
+        i += 1
+    return pairs
+
+
+def validate(config: ml_collections.ConfigDict) -> None:
+    """Checks values that a type check cannot: choices, positivity, divisibility."""
+    for key, allowed in CHOICES.items():
+        node, *rest = key.split(".")
+        if node in config and rest[0] in config[node] and config[node][rest[0]] not in allowed:
+            raise ConfigError(f"{key} must be one of {', '.join(allowed)}, not {config[node][rest[0]]!r}")
+    m, t, d = config.model, config.train, config.data
+    for key, value in [("model.d_model", m.d_model), ("model.num_heads", m.num_heads), ("model.ffn_dim", m.ffn_dim),
+                       ("model.enc_layers", m.enc_layers), ("model.dec_layers", m.dec_layers),
+                       ("data.max_len", d.max_len), ("data.batch_tokens", d.batch_tokens),
+                       ("data.vocab_size", d.vocab_size), ("train.steps", t.steps), ("eval.beam_size", config.eval.beam_size)]:
+        if value <= 0:
+            raise ConfigError(f"{key} must be positive, got {value}")
+    if m.d_model % m.num_heads:
+        raise ConfigError(f"model.d_model ({m.d_model}) must be divisible by model.num_heads ({m.num_heads})")
+    for key in ("model.dropout", "model.attention_dropout", "model.activation_dropout", "train.label_smoothing"):
+        section, name = key.split(".")
+        if not 0.0 <= config[section][name] < 1.0:
+            raise ConfigError(f"{key} must be in [0, 1), got {config[section][name]}")
+    if d.max_len > m.max_len:
+        raise ConfigError(f"data.max_len ({d.max_len}) exceeds model.max_len ({m.max_len})")
+    if d.batch_tokens < d.max_len:
+        raise ConfigError(f"data.batch_tokens ({d.batch_tokens}) must be at least data.max_len ({d.max_len})")
+    if m.share_embeddings and not d.joint_vocab:
+        raise ConfigError("model.share_embeddings needs data.joint_vocab=true (one vocabulary for both sides)")
+    if d.source == "text" and not d.dir:
+        raise ConfigError("data.source=text needs data.dir (a directory of {split}.{lang}[.gz] files)")
+
+
+def build_config(path: str, overrides: list[str]) -> ml_collections.ConfigDict:
+    """Loads a config file, applies command-line overrides and validates the result."""
+    config = load_config(path)
+    for key, value in parse_overrides(overrides):
+        apply_override(config, key, value)
+    validate(config)
+    return config

@@ -1,0 +1,364 @@
+"""Token-budget batching into a few fixed (batch, length) shapes, with a resumable deterministic order.
+
+Every training batch has one of a handful of shapes `(B_L, L)`, one per bucket length L, so that a jitted
+step compiles a few times only. The order of batches depends only on `(seed, step)`: epoch `e` uses
+`np.random.default_rng([seed, e])` to permute the examples of each bucket and then the batches, so a run
+resumed at step `s` sees exactly the batch it would have seen without the interruption.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.errors import ConfigError, DataError
+
+
+def _round_up(x: float, m: int) -> int:
+    return int(math.ceil(x / m) * m)
+
+
+def bucket_lengths(max_len: int, min_len: int = 8, growth: float = 1.4, multiple: int = 8) -> list[int]:
+    """A handful of increasing lengths: multiples of `multiple` growing about `growth`x, ending at max_len.
+
+    E.g. bucket_lengths(256) == [8, 16, 24, 40, 56, 80, 112, 160, 224, 256].
+    """
+    if int(max_len) != max_len or max_len < 1:
+        raise ConfigError(f"max_len must be a positive integer, got {max_len!r}")
+    if int(min_len) != min_len or min_len < 1:
+        raise ConfigError(f"min_len must be a positive integer, got {min_len!r}")
+    if growth <= 1.0:
+        raise ConfigError(f"bucket growth must be > 1, got {growth}")
+    max_len, min_len = int(max_len), int(min_len)
+    out: list[int] = []
+    length = _round_up(min_len, multiple)
+    while length < max_len:
+        out.append(length)
+        length = max(length + multiple, _round_up(length * growth, multiple))
+    if out and max_len < out[-1] * (1 + (growth - 1) / 4):
+        out.pop()  # max_len is barely longer than the previous bucket: one compilation fewer
+    out.append(max_len)
+    return out
+
+
+def _wrap(pieces: Sequence[int], max_len: int, truncate: bool) -> tuple[np.ndarray | None, bool]:
+    """[BOS] + pieces + [EOS] as int32, or (None, False) if too long and not truncating."""
+    n = len(pieces) + 2
+    truncated = False
+    if n > max_len:
+        if not truncate:
+            return None, False
+        pieces = pieces[: max_len - 2]
+        n = max_len
+        truncated = True
+    arr = np.empty(n, dtype=np.int32)
+    arr[0] = BOS_ID
+    arr[1:-1] = pieces
+    arr[-1] = EOS_ID
+    return arr, truncated
+
+
+def prepare_examples(
+    src_ids: Sequence[Sequence[int]],
+    tgt_ids: Sequence[Sequence[int]] | None,
+    max_len: int,
+    truncate: bool,
+    drop_empty: bool = True,
+) -> tuple[list[np.ndarray], list[np.ndarray] | None, dict[str, int]]:
+    """Wraps each side in [BOS ... EOS] (int32 arrays) and filters or truncates to `max_len` tokens.
+
+    A pair is dropped if a side is empty (when `drop_empty`), or if a side is longer than `max_len` including
+    BOS/EOS (when not `truncate`); with `truncate` it is cut to `max_len`, EOS kept. For evaluation use
+    `truncate=True, drop_empty=False`: then output i always corresponds to input i. `tgt_ids=None` (translate
+    mode) prepares the source side only and returns None for the target.
+
+    Returns:
+      (src, tgt, counts) with counts {'kept', 'too_long', 'truncated', 'empty'} (pairs).
+    """
+    if int(max_len) != max_len or max_len < 3:
+        raise ConfigError(f"max_len must be an integer >= 3 (BOS, a piece, EOS), got {max_len!r}")
+    if tgt_ids is not None and len(src_ids) != len(tgt_ids):
+        raise DataError(f"{len(src_ids)} source but {len(tgt_ids)} target sentences; they must be aligned")
+    counts = {"kept": 0, "too_long": 0, "truncated": 0, "empty": 0}
+    out_src: list[np.ndarray] = []
+    out_tgt: list[np.ndarray] = []
+    for i, s in enumerate(src_ids):
+        t = tgt_ids[i] if tgt_ids is not None else None
+        if drop_empty and (len(s) == 0 or (t is not None and len(t) == 0)):
+            counts["empty"] += 1
+            continue
+        s_arr, s_cut = _wrap(s, max_len, truncate)
+        t_arr, t_cut = _wrap(t, max_len, truncate) if t is not None else (None, False)
+        if s_arr is None or (t is not None and t_arr is None):
+            counts["too_long"] += 1
+            continue
+        counts["truncated"] += int(s_cut or t_cut)
+        counts["kept"] += 1
+        out_src.append(s_arr)
+        if t is not None:
+            out_tgt.append(t_arr)
+    return out_src, (out_tgt if tgt_ids is not None else None), counts
+
+
+def _lengths(seqs: Sequence[np.ndarray] | None, n: int) -> np.ndarray:
+    if seqs is None:
+        return np.zeros(n, dtype=np.int64)
+    return np.fromiter((len(x) for x in seqs), dtype=np.int64, count=n)
+
+
+def _fill(seqs: Sequence[np.ndarray], rows: np.ndarray, length: int) -> np.ndarray:
+    out = np.full((len(rows), length), PAD_ID, dtype=np.int32)
+    for r, i in enumerate(rows):
+        if i >= 0:
+            x = seqs[i]
+            out[r, : len(x)] = x
+    return out
+
+
+def num_tokens(batch: dict[str, np.ndarray], side: str = "tgt") -> int:
+    """Number of non-PAD tokens of one side of a batch."""
+    return int(np.count_nonzero(np.asarray(batch[side]) != PAD_ID))
+
+
+class TrainBatcher:
+    """Deterministic, resumable token-budget batches of fixed shapes.
+
+    Each pair goes to the smallest bucket length L >= max(len(src), len(tgt)); a batch of that bucket has
+    shape [B_L, L] with B_L = max(multiple_of, floor(batch_tokens / L) rounded down to a multiple of
+    multiple_of). Per epoch every example appears exactly once; the last, partial batch of a bucket is
+    completed with all-PAD rows (which carry no loss), so nothing is dropped and `steps_per_epoch` is the same
+    every epoch. `batch(step)` depends only on (seed, step); the current epoch's plan is cached.
+    """
+
+    def __init__(
+        self,
+        src: Sequence[np.ndarray],
+        tgt: Sequence[np.ndarray],
+        batch_tokens: int,
+        buckets: Sequence[int],
+        seed: int,
+        multiple_of: int = 1,
+    ):
+        if len(src) != len(tgt):
+            raise DataError(f"{len(src)} source but {len(tgt)} target examples; they must be aligned")
+        if len(src) == 0:
+            raise DataError("no training examples left after filtering; check the data and max_len")
+        if int(batch_tokens) != batch_tokens or batch_tokens < 1:
+            raise ConfigError(f"batch_tokens must be a positive integer, got {batch_tokens!r}")
+        if int(multiple_of) != multiple_of or multiple_of < 1:
+            raise ConfigError(f"multiple_of must be a positive integer, got {multiple_of!r}")
+        if int(seed) != seed or seed < 0:
+            raise ConfigError(f"data seed must be a non-negative integer, got {seed!r}")
+        buckets = [int(b) for b in buckets]
+        if not buckets or any(b < 1 for b in buckets) or sorted(set(buckets)) != buckets:
+            raise ConfigError(f"buckets must be strictly increasing positive lengths, got {buckets}")
+        self.src, self.tgt = src, tgt
+        self.seed = int(seed)
+        self.batch_tokens = int(batch_tokens)
+        self.multiple_of = int(multiple_of)
+        self.buckets = buckets
+
+        n = len(src)
+        lengths = np.maximum(_lengths(src, n), _lengths(tgt, n))
+        if lengths.max() > buckets[-1]:
+            raise DataError(
+                f"{int((lengths > buckets[-1]).sum())} examples are longer than the largest bucket "
+                f"({buckets[-1]}); filter or truncate them with prepare_examples first"
+            )
+        which = np.searchsorted(np.asarray(buckets), lengths, side="left")
+        # Only non-empty buckets get a shape (and thus a compilation).
+        self._bucket_members: list[np.ndarray] = []
+        self._bucket_len: list[int] = []
+        self._bucket_bs: list[int] = []
+        for b, length in enumerate(buckets):
+            members = np.flatnonzero(which == b)
+            if members.size == 0:
+                continue
+            bs = max(self.multiple_of, (self.batch_tokens // length) // self.multiple_of * self.multiple_of)
+            self._bucket_members.append(members)
+            self._bucket_len.append(length)
+            self._bucket_bs.append(bs)
+        self._bucket_batches = [
+            -(-m.size // bs) for m, bs in zip(self._bucket_members, self._bucket_bs)
+        ]
+        self.steps_per_epoch = int(sum(self._bucket_batches))
+        self.num_examples = n
+        self._lock = threading.Lock()
+        self._plan_epoch: int | None = None
+        self._plan: list[tuple[int, np.ndarray]] = []
+
+    @property
+    def shapes(self) -> set[tuple[int, int]]:
+        """The (batch, length) shapes batches can have."""
+        return set(zip(self._bucket_bs, self._bucket_len))
+
+    def epoch_of(self, step: int) -> int:
+        return int(step) // self.steps_per_epoch
+
+    def _make_plan(self, epoch: int) -> list[tuple[int, np.ndarray]]:
+        rng = np.random.default_rng([self.seed, epoch])
+        plan: list[tuple[int, np.ndarray]] = []
+        for b, members in enumerate(self._bucket_members):
+            bs = self._bucket_bs[b]
+            perm = members[rng.permutation(members.size)]
+            padded = np.full(self._bucket_batches[b] * bs, -1, dtype=np.int64)
+            padded[: perm.size] = perm
+            for rows in padded.reshape(-1, bs):
+                plan.append((b, rows))
+        order = rng.permutation(len(plan))
+        return [plan[i] for i in order]
+
+    def plan(self, epoch: int) -> list[tuple[int, np.ndarray]]:
+        """The epoch's batches as (bucket index, example indices with -1 for PAD rows)."""
+        if int(epoch) != epoch or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+        with self._lock:
+            if self._plan_epoch != epoch:
+                self._plan = self._make_plan(int(epoch))
+                self._plan_epoch = int(epoch)
+            return self._plan
+
+    def batch_indices(self, step: int) -> np.ndarray:
+        """Example indices of the rows of batch `step` (-1 for PAD rows)."""
+        epoch, within = divmod(int(step), self.steps_per_epoch)
+        return self.plan(epoch)[within][1]
+
+    def batch(self, step: int) -> dict[str, np.ndarray]:
+        """{'src': int32[B, L], 'tgt': int32[B, L]} of global step `step` (>= 0)."""
+        if int(step) != step or step < 0:
+            raise ValueError(f"step must be a non-negative integer, got {step!r}")
+        epoch, within = divmod(int(step), self.steps_per_epoch)
+        b, rows = self.plan(epoch)[within]
+        length = self._bucket_len[b]
+        return {"src": _fill(self.src, rows, length), "tgt": _fill(self.tgt, rows, length)}
+
+
+class Prefetcher:
+    """Iterator over fn(start_step), fn(start_step + 1), ... computed ahead in a background thread.
+
+    At most `size` results wait in the queue. An exception raised by `fn` is re-raised by `next`. The worker
+    is a daemon thread and stops soon after `close()` (also called by `with` and when garbage-collected), so
+    neither an abandoned iterator nor interpreter exit hangs.
+    """
+
+    _POLL_S = 0.1
+
+    def __init__(self, fn: Callable[[int], Any], start_step: int, size: int = 2):
+        if size < 1:
+            raise ValueError(f"prefetch size must be >= 1, got {size}")
+        self._queue: queue.Queue = queue.Queue(maxsize=size)
+        self._stop = threading.Event()
+        self._done = False
+        self._thread = threading.Thread(
+            target=self._work, args=(fn, int(start_step), self._queue, self._stop), daemon=True,
+            name="jaxnat-prefetch",
+        )
+        self._thread.start()
+
+    @staticmethod
+    def _work(fn, step, q, stop) -> None:
+        # A static method holding no reference to the iterator, so dropping the iterator lets it be collected.
+        while not stop.is_set():
+            try:
+                item = (True, fn(step))
+            except BaseException as e:  # handed to the consumer
+                item = (False, e)
+            while not stop.is_set():
+                try:
+                    q.put(item, timeout=Prefetcher._POLL_S)
+                    break
+                except queue.Full:
+                    continue
+            if not item[0]:
+                return
+            step += 1
+
+    def __iter__(self) -> "Prefetcher":
+        return self
+
+    def __next__(self) -> Any:
+        if self._done:
+            raise StopIteration
+        while True:
+            try:
+                ok, value = self._queue.get(timeout=self._POLL_S)
+                break
+            except queue.Empty:
+                if not self._thread.is_alive() and self._queue.empty():
+                    self._done = True
+                    raise StopIteration from None
+        if not ok:
+            self.close()
+            raise value
+        return value
+
+    def close(self) -> None:
+        self._done = True
+        self._stop.set()
+
+    def __enter__(self) -> "Prefetcher":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        stop = getattr(self, "_stop", None)
+        if stop is not None:
+            stop.set()
+
+
+def prefetch(fn: Callable[[int], Any], start_step: int, size: int = 2) -> Prefetcher:
+    """Iterator yielding fn(step) for step = start_step, start_step + 1, ... computed in a background thread.
+
+    Use `it.close()` (or `with prefetch(...) as it:`) when done; see `Prefetcher`.
+    """
+    return Prefetcher(fn, start_step, size)
+
+
+def eval_batches(
+    src: Sequence[np.ndarray],
+    tgt: Sequence[np.ndarray] | None,
+    batch_size: int,
+    buckets: Sequence[int],
+) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
+    """Batches for evaluation/translation, sorted by length, of fixed shapes [batch_size, L] per bucket.
+
+    Yields (indices, batch): `indices[r]` is the position in `src` of row r, or -1 for a PAD row that fills
+    the last batch of a bucket, so outputs can be scattered back: `out[indices[indices >= 0]] = ...`.
+    `batch` has 'src' and, unless `tgt` is None, 'tgt'. Each example appears exactly once.
+    """
+    if int(batch_size) != batch_size or batch_size < 1:
+        raise ConfigError(f"eval batch_size must be a positive integer, got {batch_size!r}")
+    batch_size = int(batch_size)
+    buckets = [int(b) for b in buckets]
+    n = len(src)
+    if tgt is not None and len(tgt) != n:
+        raise DataError(f"{n} source but {len(tgt)} target examples; they must be aligned")
+    if n == 0:
+        return
+    lengths = _lengths(src, n)
+    if tgt is not None:
+        lengths = np.maximum(lengths, _lengths(tgt, n))
+    if lengths.max() > buckets[-1]:
+        raise DataError(
+            f"{int((lengths > buckets[-1]).sum())} evaluation examples are longer than the largest bucket "
+            f"({buckets[-1]}); truncate them with prepare_examples(..., truncate=True) first"
+        )
+    order = np.argsort(lengths, kind="stable")
+    which = np.searchsorted(np.asarray(buckets), lengths[order], side="left")
+    for b, length in enumerate(buckets):
+        members = order[which == b]
+        for start in range(0, members.size, batch_size):
+            rows = np.full(batch_size, -1, dtype=np.int64)
+            chunk = members[start : start + batch_size]
+            rows[: chunk.size] = chunk
+            batch = {"src": _fill(src, rows, length)}
+            if tgt is not None:
+                batch["tgt"] = _fill(tgt, rows, length)
+            yield rows, batch

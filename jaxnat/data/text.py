@@ -1,0 +1,96 @@
+"""Reading plain-text parallel corpora (one sentence per line, optionally gzip-compressed).
+
+Every problem with a file is reported as a one-line `DataError` that names the file, so that `jaxnat.main`
+can print it and exit without a traceback.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import zlib
+
+from jaxnat.errors import DataError
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_MAX_LISTED = 30
+
+
+def _read_bytes(path: str) -> bytes:
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise DataError(f"{path}: file not found")
+    if os.path.isdir(path):
+        raise DataError(f"{path}: is a directory, expected a text file")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        # Decide by content, not by name: a `.gz` name on a plain file (or the reverse) still works.
+        if data[:2] == _GZIP_MAGIC:
+            data = gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as e:
+        raise DataError(f"{path}: cannot read file ({type(e).__name__}: {_one_line(e)})") from None
+    return data
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split())
+
+
+def read_lines(path: str) -> list[str]:
+    """Returns the lines of a UTF-8 text file (plain or gzip), without surrounding whitespace.
+
+    Lines are split on "\\n" only (a stray form feed or U+2028 inside a sentence does not split it) and a
+    UTF-8 byte-order mark is ignored. Blank lines are kept so that parallel files stay aligned.
+
+    Raises:
+      DataError: the file is missing, unreadable, empty, or not valid UTF-8 (the message gives the line).
+    """
+    data = _read_bytes(path)
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line_no = data.count(b"\n", 0, e.start) + 1
+        raise DataError(
+            f"{path}: line {line_no} is not valid UTF-8 (byte 0x{data[e.start]:02x}); re-encode the file as UTF-8"
+        ) from None
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()  # the newline that ends the last line, not an extra empty sentence
+    if not lines or all(not line.strip() for line in lines):
+        raise DataError(f"{path}: file is empty")
+    return [line.strip() for line in lines]
+
+
+def read_parallel(src_path: str, tgt_path: str) -> tuple[list[str], list[str]]:
+    """Reads two line-aligned files; raises DataError (one line) if either is bad or the line counts differ."""
+    src = read_lines(src_path)
+    tgt = read_lines(tgt_path)
+    if len(src) != len(tgt):
+        raise DataError(
+            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; parallel files must be line-aligned"
+        )
+    return src, tgt
+
+
+def find_split_file(directory: str, split: str, lang: str) -> str:
+    """Resolves `{directory}/{split}.{lang}` or `{directory}/{split}.{lang}.gz` (plain preferred)."""
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        raise DataError(f"{directory}: data directory not found")
+    for name in (f"{split}.{lang}", f"{split}.{lang}.gz"):
+        candidate = os.path.join(directory, name)
+        if os.path.isfile(candidate):
+            return candidate
+    existing = sorted(n for n in os.listdir(directory) if not n.startswith("."))
+    listed = ", ".join(existing[:_MAX_LISTED]) + (", ..." if len(existing) > _MAX_LISTED else "")
+    raise DataError(
+        f"{directory}: no file {split}.{lang} or {split}.{lang}.gz (found: {listed or 'nothing'})"
+    )
+
+
+def find_split_files(directory: str, split: str, src_lang: str, tgt_lang: str) -> tuple[str, str]:
+    """Returns (src_path, tgt_path) of a split; DataError listing the directory's files if one is missing."""
+    return (find_split_file(directory, split, src_lang), find_split_file(directory, split, tgt_lang))

@@ -1,0 +1,321 @@
+"""SentencePiece tokenization with the reserved ids of `jaxnat.data.vocab`.
+
+Models live in `{workdir}/spm/`: `joint.model` (one vocabulary shared by both sides) or `src.model` +
+`tgt.model`. `Tokenizer.train_or_load` trains them once and afterwards always loads what is on disk, so a
+resumed run uses exactly the vocabulary its checkpoints were trained with (the files are the truth, whatever
+the config now says).
+
+Training is deterministic: the input is subsampled with a seeded numpy generator, SentencePiece's own
+generator is seeded, and it runs on one thread (its result depends on the thread count). Normalization is
+"identity" by default and every character of the training data is covered, so `decode(encode(x)) == x` for
+training sentences up to whitespace (runs of spaces collapse to one; leading/trailing spaces are dropped).
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import tempfile
+from typing import Iterable, Sequence
+
+import numpy as np
+import sentencepiece as spm
+
+from jaxnat.data import vocab
+from jaxnat.errors import ConfigError, DataError
+
+SIDES = ("src", "tgt")
+MODEL_TYPES = ("unigram", "bpe", "char", "word")
+WORD_BOUNDARY = "\u2581"  # "▁", SentencePiece's word-start marker
+SPM_SUBDIR = "spm"
+
+_RESERVED_PIECES = (
+    vocab.PAD_PIECE,
+    vocab.BOS_PIECE,
+    vocab.EOS_PIECE,
+    vocab.UNK_PIECE,
+    vocab.PLH_PIECE,
+    vocab.MASK_PIECE,
+)
+# Ids `decode` drops: every reserved id except UNK (which SentencePiece renders as " ⁇ ").
+_DROPPED_IDS = frozenset(range(vocab.NUM_RESERVED)) - {vocab.UNK_ID}
+
+log = logging.getLogger(__name__)
+
+
+def _check_side(side: str) -> None:
+    if side not in SIDES:
+        raise ValueError(f"side must be 'src' or 'tgt', got {side!r}")
+
+
+def _check_reserved(sp: spm.SentencePieceProcessor, where: str) -> None:
+    pieces = tuple(sp.id_to_piece(i) for i in range(min(vocab.NUM_RESERVED, sp.get_piece_size())))
+    ids = (sp.pad_id(), sp.bos_id(), sp.eos_id(), sp.unk_id())
+    expected_ids = (vocab.PAD_ID, vocab.BOS_ID, vocab.EOS_ID, vocab.UNK_ID)
+    if pieces != _RESERVED_PIECES or ids != expected_ids:
+        raise DataError(
+            f"{where}: reserved pieces are {list(pieces)} (pad/bos/eos/unk ids {list(ids)}), expected "
+            f"{list(_RESERVED_PIECES)} at ids 0..{vocab.NUM_RESERVED - 1}; delete it to retrain"
+        )
+
+
+def _load_processor(path: str) -> spm.SentencePieceProcessor:
+    sp = spm.SentencePieceProcessor()
+    try:
+        with open(path, "rb") as f:
+            sp.LoadFromSerializedProto(f.read())
+    except (OSError, RuntimeError) as e:
+        raise DataError(f"{path}: cannot load SentencePiece model ({' '.join(str(e).split())})") from None
+    _check_reserved(sp, path)
+    return sp
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    directory = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def _subsample(texts: Sequence[str], max_sentences: int, seed: int) -> list[str]:
+    texts = [t for t in texts if t and t.strip()]
+    if max_sentences > 0 and len(texts) > max_sentences:
+        keep = np.sort(np.random.default_rng([seed, 17]).choice(len(texts), size=max_sentences, replace=False))
+        texts = [texts[i] for i in keep]
+    return texts
+
+
+def _train_model(
+    sentences: list[str],
+    vocab_size: int,
+    model_type: str,
+    seed: int,
+    character_coverage: float,
+    normalization: str,
+    max_sentences: int,
+    where: str,
+) -> bytes:
+    if not sentences:
+        raise DataError(f"{where}: no non-empty sentences to train the SentencePiece model on")
+    spm.set_random_generator_seed(seed)
+    out = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(sentences),
+            model_writer=out,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            pad_id=vocab.PAD_ID,
+            bos_id=vocab.BOS_ID,
+            eos_id=vocab.EOS_ID,
+            unk_id=vocab.UNK_ID,
+            pad_piece=vocab.PAD_PIECE,
+            bos_piece=vocab.BOS_PIECE,
+            eos_piece=vocab.EOS_PIECE,
+            unk_piece=vocab.UNK_PIECE,
+            user_defined_symbols=[vocab.PLH_PIECE, vocab.MASK_PIECE],
+            hard_vocab_limit=False,
+            character_coverage=character_coverage,
+            normalization_rule_name=normalization,
+            input_sentence_size=max_sentences if max_sentences > 0 else 0,
+            shuffle_input_sentence=True,
+            num_threads=1,
+            minloglevel=2,
+        )
+    except RuntimeError as e:
+        raise DataError(f"{where}: SentencePiece training failed ({' '.join(str(e).split())})") from None
+    return out.getvalue()
+
+
+class Tokenizer:
+    """Encodes text to piece ids and back, for the source and target side (possibly one shared model)."""
+
+    def __init__(self, src_sp: spm.SentencePieceProcessor, tgt_sp: spm.SentencePieceProcessor, joint: bool):
+        self._sp = {"src": src_sp, "tgt": tgt_sp}
+        self.joint = joint
+        self._word_start = {side: self._build_word_start_table(sp) for side, sp in self._sp.items()}
+
+    # ---------------------------------------------------------------- construction
+
+    @staticmethod
+    def model_paths(workdir: str) -> dict[str, str]:
+        d = os.path.join(os.fspath(workdir), SPM_SUBDIR)
+        return {name: os.path.join(d, f"{name}.model") for name in ("joint", "src", "tgt")}
+
+    @classmethod
+    def exists(cls, workdir: str) -> bool:
+        p = cls.model_paths(workdir)
+        return os.path.isfile(p["joint"]) or (os.path.isfile(p["src"]) and os.path.isfile(p["tgt"]))
+
+    @classmethod
+    def load(cls, workdir: str) -> "Tokenizer":
+        """Loads `{workdir}/spm/joint.model`, else `src.model` + `tgt.model`; DataError if there is none."""
+        p = cls.model_paths(workdir)
+        if os.path.isfile(p["joint"]):
+            sp = _load_processor(p["joint"])
+            return cls(sp, sp, joint=True)
+        if os.path.isfile(p["src"]) and os.path.isfile(p["tgt"]):
+            return cls(_load_processor(p["src"]), _load_processor(p["tgt"]), joint=False)
+        raise DataError(
+            f"{os.path.dirname(p['joint'])}: no SentencePiece model (joint.model, or src.model and tgt.model)"
+        )
+
+    @classmethod
+    def train_or_load(
+        cls,
+        workdir: str,
+        src_texts: Sequence[str],
+        tgt_texts: Sequence[str],
+        vocab_size: int,
+        joint: bool = True,
+        model_type: str = "unigram",
+        seed: int = 0,
+        character_coverage: float = 1.0,
+        normalization: str = "identity",
+        max_sentences: int = 1_000_000,
+    ) -> "Tokenizer":
+        """Loads the models in `{workdir}/spm/` if present, else trains them there (deterministically).
+
+        `max_sentences` caps the training sentences per model (a seeded random subset; for a joint model
+        the cap applies to src+tgt together). `vocab_size` is a soft limit: a small corpus gives fewer pieces.
+        """
+        if cls.exists(workdir):
+            tok = cls.load(workdir)
+            if tok.joint != joint:
+                log.warning(
+                    "%s: using the existing %s SentencePiece model(s) although joint=%s was requested",
+                    os.path.join(workdir, SPM_SUBDIR), "joint" if tok.joint else "separate", joint,
+                )
+            return tok
+        if model_type not in MODEL_TYPES:
+            raise ConfigError(f"tokenizer model_type must be one of {', '.join(MODEL_TYPES)}, got {model_type!r}")
+        if not isinstance(vocab_size, (int, np.integer)) or vocab_size <= vocab.NUM_RESERVED:
+            raise ConfigError(f"vocab_size must be an integer > {vocab.NUM_RESERVED}, got {vocab_size!r}")
+        if not 0.0 < character_coverage <= 1.0:
+            raise ConfigError(f"character_coverage must be in (0, 1], got {character_coverage!r}")
+        if seed < 0:
+            raise ConfigError(f"tokenizer seed must be >= 0, got {seed}")
+
+        p = cls.model_paths(workdir)
+        os.makedirs(os.path.dirname(p["joint"]), exist_ok=True)
+        common = dict(
+            vocab_size=int(vocab_size), model_type=model_type, seed=int(seed),
+            character_coverage=character_coverage, normalization=normalization, max_sentences=max_sentences,
+        )
+        if joint:
+            sentences = _subsample(list(src_texts) + list(tgt_texts), max_sentences, seed)
+            models = {"joint": _train_model(sentences, where=p["joint"], **common)}
+        else:
+            models = {
+                "src": _train_model(_subsample(src_texts, max_sentences, seed), where=p["src"], **common),
+                "tgt": _train_model(_subsample(tgt_texts, max_sentences, seed + 1), where=p["tgt"], **common),
+            }
+        processors = {}
+        for name, proto in models.items():
+            sp = spm.SentencePieceProcessor(model_proto=proto)
+            _check_reserved(sp, p[name])
+            processors[name] = sp
+        # Each file is written atomically, and for separate models tgt before src, so that `exists` (which
+        # needs both) never sees a half-written pair after a crash.
+        for name in sorted(models, reverse=True):
+            _atomic_write(p[name][: -len(".model")] + ".vocab", _vocab_text(processors[name]).encode("utf-8"))
+            _atomic_write(p[name], models[name])
+        log.info("trained SentencePiece model(s) %s", ", ".join(p[n] for n in models))
+        return cls.load(workdir)
+
+    # ---------------------------------------------------------------- queries
+
+    def processor(self, side: str) -> spm.SentencePieceProcessor:
+        _check_side(side)
+        return self._sp[side]
+
+    def vocab_size(self, side: str) -> int:
+        """Number of ids of that side (the model's output size), reserved ids included."""
+        return self.processor(side).get_piece_size()
+
+    def id_to_piece(self, i: int, side: str) -> str:
+        return self.processor(side).id_to_piece(int(i))
+
+    # ---------------------------------------------------------------- encode / decode
+
+    def encode(self, texts: Sequence[str], side: str) -> list[list[int]]:
+        """Piece ids of each text, without BOS/EOS."""
+        if isinstance(texts, str):
+            raise TypeError("encode takes a list of strings; wrap a single sentence in a list")
+        texts = list(texts)
+        if not texts:
+            return []
+        return self.processor(side).encode(texts, out_type=int)
+
+    def _clean(self, ids: Iterable[int], n: int) -> list[int]:
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == vocab.EOS_ID:
+                break
+            if i in _DROPPED_IDS or i < 0 or i >= n:
+                continue
+            out.append(i)
+        return out
+
+    def decode(self, ids: Sequence[int] | np.ndarray, side: str) -> str:
+        """Text of one id sequence: stops at the first EOS, drops PAD/BOS/PLH/MASK and out-of-range ids.
+
+        UNK is kept and rendered by SentencePiece as " ⁇ ".
+        """
+        sp = self.processor(side)
+        return sp.decode(self._clean(np.asarray(ids).reshape(-1).tolist(), sp.get_piece_size()))
+
+    def decode_batch(self, ids: np.ndarray, side: str) -> list[str]:
+        """Texts of the rows of an int array [B, L] (see `decode`)."""
+        sp = self.processor(side)
+        arr = np.asarray(ids)
+        if arr.ndim != 2:
+            raise ValueError(f"decode_batch expects a [batch, length] array, got shape {arr.shape}")
+        n = sp.get_piece_size()
+        rows = [self._clean(row, n) for row in arr.tolist()]
+        if not rows:
+            return []
+        return sp.decode(rows)
+
+    # ---------------------------------------------------------------- word structure
+
+    @staticmethod
+    def _build_word_start_table(sp: spm.SentencePieceProcessor) -> np.ndarray:
+        n = sp.get_piece_size()
+        table = np.zeros(n, dtype=bool)
+        for i in range(n):
+            if i < vocab.NUM_RESERVED or sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i):
+                table[i] = True
+            else:
+                table[i] = sp.id_to_piece(i).startswith(WORD_BOUNDARY) or sp.is_user_defined(i)
+        return table
+
+    def word_start_table(self, side: str) -> np.ndarray:
+        """bool[vocab_size]: True for ids that begin a word (see `word_start_mask`). Do not modify."""
+        _check_side(side)
+        return self._word_start[side]
+
+    def word_start_mask(self, ids: Sequence[int] | np.ndarray, side: str) -> list[bool]:
+        """True where a piece begins a new word ("▁"-prefixed piece).
+
+        Reserved ids (PAD, BOS, EOS, UNK, PLH, MASK) and other special/user-defined pieces count as word
+        starts: each forms a unit of its own. Out-of-range ids also count as word starts.
+        """
+        table = self.word_start_table(side)
+        arr = np.asarray(ids, dtype=np.int64).reshape(-1)
+        inside = (arr >= 0) & (arr < table.shape[0])
+        out = np.ones(arr.shape, dtype=bool)
+        out[inside] = table[arr[inside]]
+        return out.tolist()
+
+
+def _vocab_text(sp: spm.SentencePieceProcessor) -> str:
+    return "".join(f"{sp.id_to_piece(i)}\t{sp.get_score(i):g}\n" for i in range(sp.get_piece_size()))

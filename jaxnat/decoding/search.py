@@ -1,0 +1,220 @@
+"""Greedy and beam search for the autoregressive Transformer, batched and jit-compatible.
+
+Both searches run one `lax.while_loop` over target positions, feeding one token per step through the model's
+KV cache (`ARTransformer.step`); nothing syncs with the host inside the loop. Conventions (fairseq's):
+
+* The output rows are `[BOS, y_1 .. y_m, EOS, PAD ..]`. A hypothesis has `n = m + 1` generated tokens (EOS
+  included, BOS excluded) and its score is `sum_logprob / n ** length_penalty`, where `sum_logprob` is the sum
+  of the model's log-probabilities of the n generated tokens (EOS included).
+* A sentence may generate at most `max_len = decode_length(...)` tokens between BOS and EOS; at that point
+  EOS is forced (every other id is given -inf; EOS keeps the model's log-probability, unrenormalised).
+* PAD, BOS, PLH and MASK are never generated (their log-probabilities are set to -inf); UNK may be.
+
+Shapes: `B` batch, `S` source length, `K` beam size, `V` target vocabulary, `T = max_out` output capacity.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID
+from jaxnat.errors import ConfigError
+
+FORBIDDEN_IDS = (PAD_ID, BOS_ID, PLH_ID, MASK_ID)
+NEG_INF = -jnp.inf
+
+
+def decode_length(src_len, max_len_a, max_len_b, cap: int) -> jnp.ndarray:
+    """Most tokens each sentence may generate between BOS and EOS (neither counted).
+
+    src_len: int32[B], the source's real tokens (BOS and EOS included). Returns int32[B]:
+
+        clip(floor(max_len_a * src_len + max_len_b + 1e-4), 0, cap)
+
+    computed in float32; the 1e-4 slack absorbs float32 rounding (0.7 * 10 gives 7, not 6). A hypothesis then
+    holds at most `max_len + 1` generated tokens (EOS included) and its output row `max_len + 2` tokens, so
+    `ar_search` uses `cap = max_out - 2`. max_len_a and max_len_b may be traced values; cap is a Python int.
+    """
+    raw = jnp.asarray(max_len_a, jnp.float32) * jnp.asarray(src_len, jnp.float32) + max_len_b
+    return jnp.clip(jnp.floor(raw + 1e-4), 0, cap).astype(jnp.int32)
+
+
+def _restrict(logp: jnp.ndarray, index, max_len: jnp.ndarray) -> jnp.ndarray:
+    """logp: float32[N, V] for the token at position index + 1; max_len: int32[N].
+
+    Sets the reserved ids to -inf, and every id but EOS where `index >= max_len` (EOS forced).
+    """
+    ids = jnp.arange(logp.shape[-1])
+    banned = jnp.isin(ids, jnp.asarray(FORBIDDEN_IDS))[None, :]
+    banned = banned | ((index >= max_len)[:, None] & (ids != EOS_ID)[None, :])
+    return jnp.where(banned, NEG_INF, logp)
+
+
+def _normalise(logp_sum: jnp.ndarray, n, length_penalty) -> jnp.ndarray:
+    """`logp_sum / n ** length_penalty` (n: generated tokens, EOS included)."""
+    return logp_sum / jnp.power(jnp.asarray(n, jnp.float32), length_penalty)
+
+
+def _prepare(model, params, src, copies: int, max_out: int, max_len_a, max_len_b):
+    """Encodes src int32[B, S] once, repeats it `copies` times per sentence (row b * copies + k).
+
+    Returns (max_len int32[B], src_mask bool[B * copies, S], cache for B * copies rows).
+    """
+    if max_out < 2:
+        raise ConfigError(f"max_out={max_out} must be at least 2 (room for BOS and EOS)")
+    pos_limit = getattr(getattr(model, "cfg", None), "max_len", None)
+    if pos_limit is not None and max_out - 1 > pos_limit:
+        raise ConfigError(f"max_out={max_out} needs {max_out - 1} target positions; the model has max_len={pos_limit}")
+    src_mask = src != PAD_ID
+    max_len = decode_length(src_mask.sum(axis=1), max_len_a, max_len_b, max_out - 2)
+    memory = model.apply(params, src, method=model.encode)
+    memory, src_mask = jnp.repeat(memory, copies, axis=0), jnp.repeat(src_mask, copies, axis=0)
+    # Positions 0 .. max_out - 2 are fed (the last token, at max_out - 1, is never fed back).
+    cache = model.apply(params, memory, max_out - 1, method=model.init_cache)
+    return max_len, src_mask, cache
+
+
+def _result(tokens: jnp.ndarray, score: jnp.ndarray) -> dict:
+    return {"tokens": tokens, "score": score, "length": (tokens != PAD_ID).sum(axis=-1).astype(jnp.int32)}
+
+
+@struct.dataclass
+class GreedyState:
+    index: jnp.ndarray  # int32 scalar: position of the token fed at the next step
+    tokens: jnp.ndarray  # int32[B, T]
+    logp_sum: jnp.ndarray  # float32[B]: sum of the generated tokens' log-probabilities
+    finished: jnp.ndarray  # bool[B]: EOS generated
+    cache: Any  # the model's cache, B rows
+
+
+def _greedy(model, params, src, length_penalty, max_len_a, max_len_b, max_out: int) -> dict:
+    batch = src.shape[0]
+    max_len, src_mask, cache = _prepare(model, params, src, 1, max_out, max_len_a, max_len_b)
+    tokens = jnp.full((batch, max_out), PAD_ID, jnp.int32).at[:, 0].set(BOS_ID)
+    init = GreedyState(jnp.int32(0), tokens, jnp.zeros(batch, jnp.float32), jnp.zeros(batch, bool), cache)
+
+    def cond(s: GreedyState):
+        return ~jnp.all(s.finished) & (s.index < max_out - 1)
+
+    def body(s: GreedyState):
+        logp, cache = model.apply(params, s.tokens[:, s.index], s.cache, s.index, src_mask, method=model.step)
+        logp = _restrict(logp, s.index, max_len)
+        best = jnp.argmax(logp, axis=-1).astype(jnp.int32)
+        gain = jnp.take_along_axis(logp, best[:, None], axis=-1)[:, 0]
+        best = jnp.where(s.finished, PAD_ID, best)
+        return GreedyState(
+            index=s.index + 1,
+            tokens=s.tokens.at[:, s.index + 1].set(best),
+            logp_sum=s.logp_sum + jnp.where(s.finished, 0.0, gain),
+            finished=s.finished | (best == EOS_ID),
+            cache=cache,
+        )
+
+    s = jax.lax.while_loop(cond, body, init)
+    n = (s.tokens != PAD_ID).sum(axis=-1) - 1
+    return _result(s.tokens, _normalise(s.logp_sum, n, length_penalty))
+
+
+@struct.dataclass
+class BeamState:
+    index: jnp.ndarray  # int32 scalar: position of the tokens fed at the next step
+    alive_tokens: jnp.ndarray  # int32[B, K, T]: unfinished hypotheses (no EOS yet), PAD after `index`
+    alive_logp: jnp.ndarray  # float32[B, K]: their summed log-probabilities; -inf for empty/dead beams
+    fin_tokens: jnp.ndarray  # int32[B, K, T]: best finished hypotheses, sorted by score
+    fin_score: jnp.ndarray  # float32[B, K]: their normalised scores, descending; -inf for empty slots
+    done: jnp.ndarray  # bool[B]: no alive beam can beat the worst finished hypothesis any more
+    cache: Any  # the model's cache, B * K rows (row b * K + k)
+
+
+def _beam(model, params, src, beam_size: int, length_penalty, max_len_a, max_len_b, max_out: int) -> dict:
+    batch, k = src.shape[0], beam_size
+    max_len, src_mask, cache = _prepare(model, params, src, k, max_out, max_len_a, max_len_b)
+    max_len_rows = jnp.repeat(max_len, k)
+    tokens = jnp.full((batch, k, max_out), PAD_ID, jnp.int32).at[:, :, 0].set(BOS_ID)
+    # Only beam 0 is live at first, so that the K identical BOS prefixes do not produce duplicates.
+    alive_logp = jnp.full((batch, k), NEG_INF, jnp.float32).at[:, 0].set(0.0)
+    init = BeamState(
+        index=jnp.int32(0),
+        alive_tokens=tokens,
+        alive_logp=alive_logp,
+        fin_tokens=tokens,
+        fin_score=jnp.full((batch, k), NEG_INF, jnp.float32),
+        done=jnp.zeros(batch, bool),
+        cache=cache,
+    )
+    row_offset = (jnp.arange(batch) * k)[:, None]  # [B, 1]
+
+    def cond(s: BeamState):
+        return ~jnp.all(s.done) & (s.index < max_out - 1)
+
+    def body(s: BeamState):
+        i = s.index
+        fed = s.alive_tokens[:, :, i].reshape(batch * k)
+        logp, cache = model.apply(params, fed, s.cache, i, src_mask, method=model.step)
+        vocab = logp.shape[-1]
+        logp = _restrict(logp, i, max_len_rows).reshape(batch, k, vocab)
+        cand = s.alive_logp[:, :, None] + logp  # [B, K, V]: every one-token extension
+
+        # Extensions by EOS compete with the finished hypotheses (n = i + 1 generated tokens).
+        eos_score = _normalise(cand[:, :, EOS_ID], i + 1, length_penalty)
+        eos_tokens = s.alive_tokens.at[:, :, i + 1].set(EOS_ID)
+        fin_score, pick = jax.lax.top_k(jnp.concatenate([s.fin_score, eos_score], axis=1), k)
+        fin_tokens = jnp.take_along_axis(jnp.concatenate([s.fin_tokens, eos_tokens], axis=1), pick[:, :, None], 1)
+
+        # The K best other extensions stay alive; the cache follows their parent beams.
+        alive_logp, flat = jax.lax.top_k(cand.at[:, :, EOS_ID].set(NEG_INF).reshape(batch, k * vocab), k)
+        parent, token = flat // vocab, (flat % vocab).astype(jnp.int32)
+        alive_tokens = jnp.take_along_axis(s.alive_tokens, parent[:, :, None], 1).at[:, :, i + 1].set(token)
+        rows = (parent + row_offset).reshape(-1)
+        cache = jax.tree_util.tree_map(lambda x: x[rows], cache)
+
+        # An alive beam (i + 1 generated tokens) ends with n in [i + 2, max_len + 1] tokens and a log-prob sum
+        # <= its current one (<= 0), so its best reachable score is logp / max over n of n ** length_penalty.
+        n_lo = jnp.asarray(i + 2, jnp.float32)
+        n_hi = (max_len + 1).astype(jnp.float32)[:, None]
+        best_reachable = alive_logp / jnp.maximum(n_lo**length_penalty, n_hi**length_penalty)
+        done = s.done | (jnp.max(best_reachable, axis=1) <= jnp.min(fin_score, axis=1))
+        # Freeze finished sentences, so that a sentence decodes the same alone or inside a batch.
+        alive_logp = jnp.where(done[:, None], NEG_INF, alive_logp)
+        return BeamState(i + 1, alive_tokens, alive_logp, fin_tokens, fin_score, done, cache)
+
+    s = jax.lax.while_loop(cond, body, init)
+    return _result(s.fin_tokens[:, 0], s.fin_score[:, 0])
+
+
+def ar_search(
+    model,
+    params,
+    src: jnp.ndarray,
+    *,
+    beam_size: int = 1,
+    length_penalty: float = 1.0,
+    max_len_a: float = 1.2,
+    max_len_b: int = 10,
+    max_out: int,
+) -> dict:
+    """Greedy (beam_size=1) or beam search (beam_size > 1) with an `ARTransformer`, for a batch of sources.
+
+    src: int32[B, S], `[BOS .. EOS]` rows right-padded with PAD. beam_size and max_out are static (Python
+    ints): jit with `jax.jit(functools.partial(ar_search, model, beam_size=K, max_out=T))`; length_penalty,
+    max_len_a and max_len_b may be traced. max_out: capacity of the output rows (BOS and EOS included); each
+    sentence generates at most `decode_length(src_len, max_len_a, max_len_b, max_out - 2)` tokens before EOS.
+
+    Returns {'tokens': int32[B, max_out] `[BOS .. EOS]` right-padded with PAD (exactly one EOS),
+             'score': float32[B] sum of log-probabilities / n ** length_penalty (n: generated tokens incl. EOS),
+             'length': int32[B] non-PAD tokens of each row (BOS and EOS included, so n = length - 1)}.
+
+    Greedy takes the most probable allowed token at each step and stops at EOS. Beam search keeps K alive
+    hypotheses and the K best finished ones per sentence, and stops a sentence once no alive hypothesis can
+    beat the worst finished one (exact bound, so with K at least the number of distinct prefixes it is exact
+    search); it returns the best finished hypothesis. Note beam_size=1 is greedy, not a one-beam search.
+    """
+    if beam_size < 1:
+        raise ConfigError(f"beam_size={beam_size} must be at least 1")
+    if beam_size == 1:
+        return _greedy(model, params, src, length_penalty, max_len_a, max_len_b, max_out)
+    return _beam(model, params, src, beam_size, length_penalty, max_len_a, max_len_b, max_out)

@@ -1,0 +1,73 @@
+"""Evaluation of a trained workdir: translate every test split with the best checkpoint, score it, measure
+speed, and write `hyps/<split>.txt` and `metrics.json` = {split: {metric: value}}."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxnat.data.sources import load_corpus
+from jaxnat.data.tokenizer import Tokenizer
+from jaxnat.data.vocab import BOS_ID, EOS_ID
+from jaxnat.decoding.translator import Translator
+from jaxnat.errors import JaxnatError
+from jaxnat.evaluation.metrics import bleu, corpus_metrics, format_table
+from jaxnat.models import build_model
+from jaxnat.training.checkpoint import Checkpoints
+
+log = logging.getLogger("jaxnat")
+
+
+def load_translator(config, workdir: str) -> Translator:
+    """The best parameters of a workdir (or the newest training state if no validation ran yet)."""
+    if not os.path.isdir(os.path.join(workdir, "spm")):
+        raise JaxnatError(f"{workdir} holds no trained run (no spm/ directory); train first with --mode train")
+    tokenizer = Tokenizer.load(workdir)
+    spec = build_model(config, tokenizer.vocab_size("src"), tokenizer.vocab_size("tgt"))
+    example = {"src": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32), "tgt": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32)}
+    target = jax.jit(spec.init)(jax.random.PRNGKey(0), example)
+    ckpt = Checkpoints(workdir, config.train.keep_checkpoints)
+    params = ckpt.restore_best(target)
+    if params is None:
+        if ckpt.latest_step() is None:
+            raise JaxnatError(f"{workdir} has no checkpoint yet; train first with --mode train")
+        log.warning("no best checkpoint (no validation ran yet): using the newest training state")
+        import optax  # noqa: F401  (optimizer state structure comes from the trainer)
+        from jaxnat.training.optim import make_optimizer
+
+        opt, _ = make_optimizer(config.train)
+        state = {"step": jnp.zeros((), jnp.int32), "params": target, "opt_state": opt.init(target)}
+        params = ckpt.restore_state(state)["params"]
+    ckpt.close()
+    return Translator(spec, params, tokenizer, config)
+
+
+def evaluate(config, workdir: str) -> dict:
+    corpus = load_corpus(config.data)
+    translator = load_translator(config, workdir)
+    e = config.eval
+    os.makedirs(os.path.join(workdir, "hyps"), exist_ok=True)
+    results = {}
+    test_splits = [s for s in corpus if s not in ("train", "valid")]
+    for i, split in enumerate(test_splits):
+        srcs, refs = corpus[split]
+        outs = translator.translate(srcs, e.beam_size, e.batch_size)
+        hyps = [o["hyp"] for o in outs]
+        with open(os.path.join(workdir, "hyps", f"{split}.txt"), "w", encoding="utf-8") as f:
+            f.writelines(h + "\n" for h in hyps)
+        metrics = corpus_metrics(hyps, refs)
+        metrics["copy_source_bleu"] = bleu(srcs, refs)[0]
+        metrics["mean_score"] = float(np.mean([o["score"] for o in outs]))
+        if i == 0 and e.latency_sentences > 0:
+            metrics.update(translator.speed(srcs, e.beam_size, e.latency_sentences, e.throughput_batch))
+        results[split] = metrics
+        log.info("%s: BLEU %.2f (%s)", split, metrics["bleu"], metrics["bleu_signature"])
+    with open(os.path.join(workdir, "metrics.json"), "w") as f:
+        json.dump(results, f, indent=2, sort_keys=True)
+    print(format_table(results))
+    return results

@@ -1,0 +1,458 @@
+"""Corpus-level translation metrics, computed the way MT papers report them.
+
+Pure Python (no JAX). Every function takes *detokenized* strings, one per sentence, with exactly one
+reference per hypothesis. Scales:
+
+* ``bleu``, ``tokenized_bleu``, ``chrf``, ``ter``, ``constraint_preservation``, ``term_usage`` and
+  ``repetition_rate`` return values in 0-100 (TER can exceed 100).
+* ``ribes`` returns a value in [0, 1] (it is NOT multiplied by 100), as the official RIBES script and NLTK
+  print it; ``corpus_metrics`` multiplies it by 100 so that every number in a results table is in 0-100.
+
+Where a metric needs words, the text is split with sacreBLEU's ``13a`` tokenizer (the mteval-v13a
+tokenization WMT uses: punctuation is split off, case is kept) and then on whitespace; see ``tokenize``.
+
+Input errors (an empty hypothesis list, lists of different lengths, a string where a list of strings is
+expected, an empty constraint) raise ``jaxnat.errors.DataError``. Empty hypothesis *strings* are fine: they
+just score 0 wherever a sentence contributes.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+from collections import Counter
+from collections.abc import Sequence
+
+from sacrebleu.metrics import BLEU, CHRF, TER
+from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
+
+from jaxnat.errors import DataError
+
+__all__ = [
+    "bleu",
+    "chrf",
+    "constraint_preservation",
+    "corpus_metrics",
+    "format_table",
+    "repetition_rate",
+    "ribes",
+    "ter",
+    "term_usage",
+    "tokenize",
+    "tokenized_bleu",
+]
+
+_TOKENIZER_13A = Tokenizer13a()
+
+RIBES_VARIANTS = ("official", "nltk")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Input checks and tokenization
+# ----------------------------------------------------------------------------------------------------------
+
+
+def tokenize(text: str) -> list[str]:
+    """Words of a detokenized sentence: sacreBLEU's 13a tokenization, then a whitespace split.
+
+    13a splits punctuation off words (``"Hello, world!"`` -> ``["Hello", ",", "world", "!"]``), keeps
+    case, and unescapes ``&quot; &amp; &lt; &gt;``.
+    """
+    return _TOKENIZER_13A(text).split()
+
+
+def _string_list(values, what: str) -> list[str]:
+    """``values`` as a non-empty list of strings, or a one-line ``DataError``."""
+    if isinstance(values, str) or not isinstance(values, Sequence):
+        raise DataError(f"{what} must be a list of strings (one per sentence), got {type(values).__name__}")
+    if len(values) == 0:
+        raise DataError(f"no {what} to score: the list is empty")
+    for i, value in enumerate(values):
+        if not isinstance(value, str):
+            raise DataError(f"{what}[{i}] is a {type(value).__name__}, not a string")
+    return list(values)
+
+
+def _parallel(hyps, refs) -> tuple[list[str], list[str]]:
+    hyps = _string_list(hyps, "hypotheses")
+    refs = _string_list(refs, "references")
+    if len(hyps) != len(refs):
+        raise DataError(
+            f"{len(hyps)} hypotheses but {len(refs)} references: give exactly one reference per hypothesis"
+        )
+    return hyps, refs
+
+
+def _constraint_lists(constraints, n_hyps: int) -> list[list[str]]:
+    """``constraints`` as one list of non-empty strings per hypothesis, or a one-line ``DataError``."""
+    if isinstance(constraints, str) or not isinstance(constraints, Sequence):
+        raise DataError(
+            f"constraints must be a list with one list of strings per hypothesis, got {type(constraints).__name__}"
+        )
+    if len(constraints) != n_hyps:
+        raise DataError(
+            f"{n_hyps} hypotheses but {len(constraints)} constraint lists: give one (possibly empty) list per hypothesis"
+        )
+    out = []
+    for i, sentence_constraints in enumerate(constraints):
+        if isinstance(sentence_constraints, str) or not isinstance(sentence_constraints, Sequence):
+            raise DataError(
+                f"constraints[{i}] must be a list of strings, got {type(sentence_constraints).__name__}"
+            )
+        for j, constraint in enumerate(sentence_constraints):
+            if not isinstance(constraint, str):
+                raise DataError(f"constraints[{i}][{j}] is a {type(constraint).__name__}, not a string")
+            if not constraint.strip():
+                raise DataError(f"constraints[{i}][{j}] is empty: remove empty constraints from the data")
+        out.append(list(sentence_constraints))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------------------
+# sacreBLEU metrics
+# ----------------------------------------------------------------------------------------------------------
+
+
+def bleu(hyps: list[str], refs: list[str]) -> tuple[float, str]:
+    """sacreBLEU corpus BLEU (0-100) on detokenized text, and its signature string.
+
+    Exactly ``sacrebleu.corpus_bleu(hyps, [refs])``: default ``13a`` tokenizer, case-sensitive, ``exp``
+    smoothing, one reference. The signature looks like
+    ``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0``.
+    """
+    hyps, refs = _parallel(hyps, refs)
+    metric = BLEU()
+    score = metric.corpus_score(hyps, [refs]).score
+    return float(score), str(metric.get_signature())
+
+
+def tokenized_bleu(hyps: list[str], refs: list[str]) -> float:
+    """Tokenized BLEU (0-100) as NAT papers report it, in the style of Moses' ``multi-bleu.perl``.
+
+    Exact definition: every hypothesis and reference is tokenized with sacreBLEU's ``13a`` tokenizer
+    (``tokenize``; punctuation split off, case kept) and re-joined with single spaces; then corpus BLEU is
+    computed by sacreBLEU with ``tokenize='none'`` (whitespace tokens), ``lowercase=False``, 4-gram
+    precisions, the standard brevity penalty and NO smoothing (``smooth_method='none'``), as in
+    ``multi-bleu.perl``: the score is 0 when some n-gram order has no match in the whole corpus.
+
+    Because 13a is also sacreBLEU's default tokenizer, this differs from ``bleu`` only through smoothing
+    (which matters only when some n-gram order has zero matches corpus-wide) and, on rare inputs, through
+    13a not being idempotent. It is *not* the same as BLEU on Moses-tokenized text (Moses also splits
+    hyphens and apostrophes differently), so compare it only with numbers computed the same way.
+    """
+    hyps, refs = _parallel(hyps, refs)
+    metric = BLEU(tokenize="none", smooth_method="none", force=True)
+    tok_hyps = [" ".join(tokenize(h)) for h in hyps]
+    tok_refs = [" ".join(tokenize(r)) for r in refs]
+    return float(metric.corpus_score(tok_hyps, [tok_refs]).score)
+
+
+def chrf(hyps: list[str], refs: list[str]) -> float:
+    """sacreBLEU corpus chrF (0-100) with its defaults (chrF2: character 6-grams, beta=2, no word n-grams)."""
+    hyps, refs = _parallel(hyps, refs)
+    return float(CHRF().corpus_score(hyps, [refs]).score)
+
+
+def ter(hyps: list[str], refs: list[str]) -> float:
+    """sacreBLEU corpus TER (0-100, lower is better, may exceed 100) with its defaults (case-sensitive)."""
+    hyps, refs = _parallel(hyps, refs)
+    return float(TER().corpus_score(hyps, [refs]).score)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# RIBES
+# ----------------------------------------------------------------------------------------------------------
+
+
+class _NgramIndex:
+    """Occurrence count and first start position of every n-gram of a token list, built per length on demand."""
+
+    def __init__(self, tokens: list[str]):
+        self._tokens = tokens
+        self._tables: dict[int, dict[tuple[str, ...], list[int]]] = {}
+
+    def lookup(self, ngram: tuple[str, ...]) -> tuple[int, int]:
+        """``(count, first_start)`` of ``ngram`` (overlapping occurrences count); ``(0, -1)`` if absent."""
+        n = len(ngram)
+        table = self._tables.get(n)
+        if table is None:
+            table = {}
+            tokens = self._tokens
+            for start in range(len(tokens) - n + 1):
+                key = tuple(tokens[start : start + n])
+                entry = table.get(key)
+                if entry is None:
+                    table[key] = [1, start]
+                else:
+                    entry[0] += 1
+            self._tables[n] = table
+        entry = table.get(ngram)
+        return (0, -1) if entry is None else (entry[0], entry[1])
+
+
+def _ribes_alignment(ref: list[str], hyp: list[str], variant: str) -> list[int]:
+    """For each alignable hypothesis word, in hypothesis order, the reference position it aligns to.
+
+    A hypothesis word that occurs exactly once in both sentences aligns to its reference occurrence. A
+    word absent from the reference is skipped. Otherwise context n-grams are tried with growing window
+    ``w = 1, 2, ...``: the left context ``hyp[i-w : i+1]`` and the right context ``hyp[i : i+w+1]``; the
+    first that occurs exactly once in both sentences fixes the position. ``variant='official'`` tries left
+    before right and lets the left window reach the sentence start (RIBES.py 1.03.1); ``variant='nltk'``
+    tries right before left and stops the windows below ``max(i, len(hyp) - i + 1)``, so that for words in
+    the second half of the hypothesis the left context covering the whole prefix is never tried (NLTK).
+    """
+    ref_counts = Counter(ref)
+    hyp_counts = Counter(hyp)
+    first_in_ref: dict[str, int] = {}
+    for j, word in enumerate(ref):
+        first_in_ref.setdefault(word, j)
+    ref_index = _NgramIndex(ref)
+    hyp_index = _NgramIndex(hyp)
+    hyp_len = len(hyp)
+    sides = ("left", "right") if variant == "official" else ("right", "left")
+
+    order: list[int] = []
+    for i, word in enumerate(hyp):
+        if word not in ref_counts:
+            continue
+        if ref_counts[word] == 1 and hyp_counts[word] == 1:
+            order.append(first_in_ref[word])
+            continue
+        right_max = hyp_len - 1 - i
+        left_max = i if variant == "official" else min(i, max(i - 1, hyp_len - i))
+        # Once a context n-gram is absent from the reference, every longer context on that side contains
+        # it and is absent too, so that side can never match again: stop trying it (saves time only).
+        left_alive = right_alive = True
+        for window in range(1, max(left_max, right_max) + 1):
+            position = None
+            for side in sides:
+                if side == "left":
+                    if not left_alive or window > left_max:
+                        continue
+                    ngram = tuple(hyp[i - window : i + 1])
+                else:
+                    if not right_alive or window > right_max:
+                        continue
+                    ngram = tuple(hyp[i : i + window + 1])
+                ref_count, ref_start = ref_index.lookup(ngram)
+                if ref_count == 0:
+                    if side == "left":
+                        left_alive = False
+                    else:
+                        right_alive = False
+                    continue
+                if ref_count == 1 and hyp_index.lookup(ngram)[0] == 1:
+                    position = ref_start + window if side == "left" else ref_start
+                    break
+            if position is not None:
+                order.append(position)
+                break
+            if (not left_alive or window >= left_max) and (not right_alive or window >= right_max):
+                break
+    return order
+
+
+def _ascending_pairs(order: list[int], size: int) -> int:
+    """Number of pairs ``a < b`` with ``order[a] < order[b]`` (values in ``[0, size)``), in O(n log size)."""
+    tree = [0] * (size + 1)  # Fenwick tree of counts of values seen so far
+    ascending = 0
+    for value in order:
+        k = value  # count of seen values <= value - 1, i.e. strictly smaller
+        while k > 0:
+            ascending += tree[k]
+            k -= k & -k
+        k = value + 1
+        while k <= size:
+            tree[k] += 1
+            k += k & -k
+    return ascending
+
+
+def _sentence_ribes(ref: list[str], hyp: list[str], alpha: float, beta: float, variant: str) -> float:
+    if not hyp or not ref:
+        return 0.0
+    order = _ribes_alignment(ref, hyp, variant)
+    n = len(order)
+    if n >= 2:
+        nkt = _ascending_pairs(order, len(ref)) / (n * (n - 1) / 2)
+    elif n == 1 and len(ref) == 1 and variant == "official":
+        nkt = 1.0  # RIBES.py: a one-word reference matched by one hypothesis word is perfectly ordered
+    else:
+        return 0.0  # fewer than two aligned words: no rank correlation
+    precision = n / len(hyp)
+    brevity_penalty = min(1.0, math.exp(1.0 - len(ref) / len(hyp)))
+    return nkt * precision**alpha * brevity_penalty**beta
+
+
+def ribes(
+    hyps: list[str], refs: list[str], alpha: float = 0.25, beta: float = 0.10, *, variant: str = "official"
+) -> float:
+    """Corpus RIBES (Isozaki et al., 2010) in [0, 1] -- NOT multiplied by 100 (``corpus_metrics`` does that).
+
+    Our own implementation. Sentences are split into words with ``tokenize`` (13a, case-sensitive). Per
+    sentence: ``NKT * P**alpha * BP**beta`` where
+
+    * the word alignment maps each hypothesis word to a reference position: a word occurring exactly once in
+      both sentences is matched directly; a repeated word is disambiguated by the shortest left/right
+      context n-gram that occurs exactly once in both (see ``_ribes_alignment``); unmatched words are
+      dropped;
+    * NKT (normalized Kendall's tau) = fraction of pairs of aligned words whose reference positions are in
+      increasing order; with fewer than two aligned words the sentence scores 0 (except, in the official
+      variant, a one-word reference matched by one hypothesis word: NKT = 1);
+    * P = aligned words / hypothesis words (unigram precision);
+    * BP = min(1, exp(1 - len(ref) / len(hyp))) (brevity penalty).
+
+    An empty hypothesis or reference scores 0. The corpus score is the plain mean over sentences.
+
+    ``variant='official'`` (default) follows the official RIBES.py 1.03.1 alignment; ``variant='nltk'``
+    reproduces ``nltk.translate.ribes_score.corpus_ribes`` (NLTK >= 3.9, single reference). They differ only
+    in (1) which context is tried first for a repeated word (official: left, NLTK: right), (2) NLTK never
+    trying the left context that spans the whole prefix for words in the second half of the hypothesis and
+    (3) the one-word-reference case above (NLTK scores it 0). Unlike RIBES.py (which lowercases unless
+    run with ``-c``), case is kept, as in sacreBLEU's BLEU.
+    """
+    hyps, refs = _parallel(hyps, refs)
+    if variant not in RIBES_VARIANTS:
+        raise ValueError(f"unknown RIBES variant {variant!r}; expected one of {RIBES_VARIANTS}")
+    scores = [_sentence_ribes(tokenize(r), tokenize(h), alpha, beta, variant) for h, r in zip(hyps, refs)]
+    return math.fsum(scores) / len(scores)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Constraint and repetition metrics
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _contains_sequence(tokens: list[str], pattern: list[str]) -> bool:
+    n = len(pattern)
+    return any(tokens[start : start + n] == pattern for start in range(len(tokens) - n + 1))
+
+
+def constraint_preservation(hyps: list[str], constraints: list[list[str]]) -> float:
+    """Constraint preservation rate (CPR), in percent.
+
+    ``constraints[i]`` lists the word-level constraints (sub-word marks already removed) of hypothesis
+    ``i``. A constraint counts as preserved when its words -- after the same ``tokenize`` (13a) as the
+    hypothesis -- occur in the tokenized hypothesis as a contiguous word sequence (case-sensitive).
+    Micro-average: preserved constraints / all constraints over the corpus; each listed constraint is
+    checked once (a constraint listed twice is preserved twice by one occurrence). Returns ``nan`` when there
+    are no constraints at all. An empty constraint string raises ``DataError``.
+    """
+    hyps = _string_list(hyps, "hypotheses")
+    constraints = _constraint_lists(constraints, len(hyps))
+    total = preserved = 0
+    for hyp, sentence_constraints in zip(hyps, constraints):
+        if not sentence_constraints:
+            continue
+        words = tokenize(hyp)
+        for constraint in sentence_constraints:
+            total += 1
+            preserved += _contains_sequence(words, tokenize(constraint))
+    return float("nan") if total == 0 else 100.0 * preserved / total
+
+
+def term_usage(hyps: list[str], constraints: list[list[str]]) -> float:
+    """Term usage rate, in percent.
+
+    A term (leading/trailing whitespace stripped) counts as used in hypothesis ``i`` when the regular
+    expression ``(\\W|^)<term>(\\W|$)`` (term escaped literally, case-sensitive) matches the detokenized
+    hypothesis. Micro-averaged over all terms of the corpus; ``nan`` when there are none. An empty term
+    raises ``DataError``.
+    """
+    hyps = _string_list(hyps, "hypotheses")
+    constraints = _constraint_lists(constraints, len(hyps))
+    total = used = 0
+    for hyp, terms in zip(hyps, constraints):
+        for term in terms:
+            total += 1
+            pattern = r"(\W|^)" + re.escape(term.strip()) + r"(\W|$)"
+            used += re.search(pattern, hyp) is not None
+    return float("nan") if total == 0 else 100.0 * used / total
+
+
+def repetition_rate(token_lists: list[list[str]]) -> float:
+    """Share of output tokens equal to the token right before them in the same sentence, in percent.
+
+    ``sum_s #{t : s[t] == s[t-1], t >= 1} / sum_s len(s) * 100`` -- so ``a a a b`` has 2 repeats in 4
+    tokens (50%). Tokens can be any comparable values (strings or ids). Returns 0.0 when there are no
+    tokens at all (every sentence empty).
+    """
+    if isinstance(token_lists, str) or not isinstance(token_lists, Sequence):
+        raise DataError(f"token_lists must be a list of token lists, got {type(token_lists).__name__}")
+    if len(token_lists) == 0:
+        raise DataError("no hypotheses to score: the list of token lists is empty")
+    repeats = total = 0
+    for i, tokens in enumerate(token_lists):
+        if isinstance(tokens, str) or not isinstance(tokens, Sequence):
+            raise DataError(f"token_lists[{i}] must be a list of tokens, got {type(tokens).__name__}")
+        total += len(tokens)
+        repeats += sum(1 for a, b in zip(tokens, tokens[1:]) if a == b)
+    return 0.0 if total == 0 else 100.0 * repeats / total
+
+
+# ----------------------------------------------------------------------------------------------------------
+# All metrics and a table
+# ----------------------------------------------------------------------------------------------------------
+
+
+def corpus_metrics(hyps: list[str], refs: list[str], constraints: list[list[str]] | None = None) -> dict[str, float | str]:
+    """Every metric of this module for one system output.
+
+    Keys: ``bleu`` (sacreBLEU), ``bleu_signature`` (str), ``tok_bleu`` (``tokenized_bleu``), ``chrf``,
+    ``ter``, ``ribes``, ``repetition`` (``repetition_rate`` of the 13a words of each hypothesis) and, when
+    ``constraints`` is given, ``cpr`` and ``term_usage``. All numbers are in 0-100: here RIBES is
+    ``100 * ribes(...)``, unlike the [0, 1] value ``ribes`` returns. ``cpr``/``term_usage`` are ``nan`` when
+    ``constraints`` holds no constraint.
+    """
+    hyps, refs = _parallel(hyps, refs)
+    bleu_score, signature = bleu(hyps, refs)
+    out: dict[str, float | str] = {
+        "bleu": bleu_score,
+        "bleu_signature": signature,
+        "tok_bleu": tokenized_bleu(hyps, refs),
+        "chrf": chrf(hyps, refs),
+        "ter": ter(hyps, refs),
+        "ribes": 100.0 * ribes(hyps, refs),
+        "repetition": repetition_rate([tokenize(h) for h in hyps]),
+    }
+    if constraints is not None:
+        out["cpr"] = constraint_preservation(hyps, constraints)
+        out["term_usage"] = term_usage(hyps, constraints)
+    return out
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def format_table(rows: dict[str, dict[str, float]], columns: list[str] | None = None) -> str:
+    """A plain-text table: one line per row (split or system), one column per metric.
+
+    ``columns`` defaults to every key that holds a number in some row, in order of first appearance, so
+    non-numeric values such as ``bleu_signature`` are skipped. Numbers are printed with 2 decimals; a
+    missing or non-numeric cell prints ``-``. Columns are separated by two spaces, numbers right-aligned.
+    """
+    if columns is None:
+        columns = []
+        for metrics in rows.values():
+            for key, value in metrics.items():
+                if key not in columns and _is_number(value):
+                    columns.append(key)
+    header = ["", *columns]
+    body = []
+    for name, metrics in rows.items():
+        cells = [str(name)]
+        for column in columns:
+            value = metrics.get(column)
+            cells.append(f"{float(value):.2f}" if _is_number(value) else "-")
+        body.append(cells)
+    widths = [max(len(line[k]) for line in [header, *body]) for k in range(len(header))]
+
+    def render(cells: list[str]) -> str:
+        parts = [cells[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(cells[1:], widths[1:])]
+        return "  ".join(parts).rstrip()
+
+    lines = [render(header), "  ".join("-" * w for w in widths)]
+    lines += [render(cells) for cells in body]
+    return "\n".join(lines)

@@ -1,0 +1,69 @@
+"""Command line: `python -m jaxnat.main --config configs/<model>/<name>.py --workdir DIR
+[--mode train|eval|translate] [--input F] [--output F] [--config.a.b=value ...]`.
+
+train (default): trains, checkpoints, then evaluates the best checkpoint on the test splits.
+eval: evaluates a trained workdir.  translate: plain or JSON lines in, JSON lines out.
+User errors (config, data, files) print one line and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from jaxnat.errors import JaxnatError
+
+log = logging.getLogger("jaxnat")
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m jaxnat.main", description=__doc__.split("\n")[0],
+                                     allow_abbrev=False)
+    parser.add_argument("--config", required=True, help="a config file, e.g. configs/ar/demo.py")
+    parser.add_argument("--workdir", required=True, help="run directory (created; resumed if it exists)")
+    parser.add_argument("--mode", choices=("train", "eval", "translate"), default="train")
+    parser.add_argument("--input", help="translate: input file (default stdin)")
+    parser.add_argument("--output", help="translate: output file (default stdout)")
+    return parser.parse_known_args(argv)
+
+
+def run(argv=None) -> int:
+    args, rest = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    from jaxnat.config import build_config
+
+    config = build_config(args.config, rest)
+    from jaxnat.training.mesh import maybe_initialize_distributed
+
+    maybe_initialize_distributed()
+    if args.mode == "train":
+        from jaxnat.evaluation.evaluate import evaluate
+        from jaxnat.training.trainer import Trainer
+
+        Trainer(config, args.workdir).train()
+        evaluate(config, args.workdir)
+    elif args.mode == "eval":
+        from jaxnat.evaluation.evaluate import evaluate
+
+        evaluate(config, args.workdir)
+    else:
+        from jaxnat.decoding.translate_io import translate_stream
+
+        translate_stream(config, args.workdir, args.input, args.output)
+    return 0
+
+
+def main(argv=None) -> int:
+    try:
+        return run(argv)
+    except JaxnatError as e:
+        print(f"jaxnat: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("jaxnat: interrupted; the newest checkpoint is kept and the run resumes from it", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,307 @@
+"""Transformer layers shared by every jaxnat model (Vaswani et al. 2017; fairseq's conventions).
+
+Everything here is a Flax Linen module whose parameters are a plain pytree, so training steps, sharding
+rules and checkpoints deal only with dicts of arrays. The autoregressive model (`ar.py`) and the
+non-autoregressive ones reuse `Embedder`, `Encoder` and `Decoder`; a decoder is causal or bidirectional by a
+flag, and can hand back the hidden states of every layer (early exit in LevT/EDITOR).
+
+Shapes: `B` batch, `S` source length, `T` target length, `D` model width, `H` heads, `K = D // H`.
+Masks are boolean, True where a position holds a real token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxnat.data.vocab import PAD_ID
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+    """Static hyper-parameters of an encoder-decoder (hashable, so it can live inside jit'd closures)."""
+
+    src_vocab_size: int
+    tgt_vocab_size: int
+    d_model: int = 512
+    ffn_dim: int = 2048
+    num_heads: int = 8
+    enc_layers: int = 6
+    dec_layers: int = 6
+    dropout: float = 0.1
+    attention_dropout: float = 0.0
+    activation_dropout: float = 0.0
+    pre_norm: bool = False
+    positions: str = "sinusoidal"  # or "learned"
+    max_len: int = 256
+    share_embeddings: bool = True  # one matrix for source and target tokens (needs a joint vocabulary)
+    tie_output: bool = True  # output projection = target embedding matrix, transposed
+    bert_init: bool = False  # N(0, 0.02) for every weight, as in the LevT/EDITOR recipes
+    dtype: str = "float32"  # compute dtype; parameters stay float32
+
+    @property
+    def compute_dtype(self):
+        return jnp.dtype(self.dtype)
+
+    def kernel_init(self):
+        if self.bert_init:
+            return nn.initializers.normal(0.02)
+        return nn.initializers.xavier_uniform()
+
+    def embed_init(self):
+        if self.bert_init:
+            return nn.initializers.normal(0.02)
+        return nn.initializers.normal(self.d_model**-0.5)
+
+
+def sinusoidal_positions(length: int, dim: int) -> jnp.ndarray:
+    """float32[length, dim]: fairseq's layout (sines in the first half, cosines in the second)."""
+    half = dim // 2
+    freq = jnp.exp(jnp.arange(half, dtype=jnp.float32) * -(math.log(10000.0) / max(half - 1, 1)))
+    angles = jnp.arange(length, dtype=jnp.float32)[:, None] * freq[None, :]
+    table = jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=1)
+    if dim % 2:
+        table = jnp.pad(table, ((0, 0), (0, 1)))
+    return table
+
+
+def attention_bias(query_mask: jnp.ndarray | None, key_mask: jnp.ndarray, causal: bool = False) -> jnp.ndarray:
+    """Additive float32[B, 1, Q, K] bias: 0 where a query may attend to a key, a large negative number elsewhere.
+
+    key_mask: bool[B, K]; query_mask is unused for the bias (padded queries produce ignored outputs) but kept
+    in the signature for readability at call sites. causal adds the lower-triangular constraint (Q == K).
+    """
+    del query_mask
+    allowed = key_mask[:, None, None, :]
+    if causal:
+        q = key_mask.shape[1]
+        allowed = allowed & jnp.tril(jnp.ones((q, q), dtype=bool))[None, None]
+    return jnp.where(allowed, 0.0, -1e9).astype(jnp.float32)
+
+
+class MultiHeadAttention(nn.Module):
+    """Scaled dot-product attention with separate q/k/v/out projections.
+
+    `project_kv` and `attend` are exposed separately so that decoders can cache keys and values.
+    """
+
+    cfg: TransformerConfig
+
+    def setup(self):
+        c = self.cfg
+        dense = lambda name: nn.DenseGeneral(  # noqa: E731
+            (c.num_heads, c.d_model // c.num_heads), kernel_init=c.kernel_init(), dtype=c.compute_dtype, name=name
+        )
+        self.query, self.key, self.value = dense("query"), dense("key"), dense("value")
+        self.out = nn.DenseGeneral(
+            c.d_model, axis=(-2, -1), kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="out"
+        )
+        self.attn_dropout = nn.Dropout(c.attention_dropout)
+
+    def project_kv(self, x: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
+        """x: float[B, L, D] -> keys, values: float[B, L, H, K]."""
+        return self.key(x), self.value(x)
+
+    def attend(self, x: jnp.ndarray, k: jnp.ndarray, v: jnp.ndarray, bias: jnp.ndarray, train: bool) -> jnp.ndarray:
+        """x: float[B, Q, D] queries; k, v: float[B, L, H, K]; bias: float32[B, 1|H, Q, L] -> float[B, Q, D]."""
+        q = self.query(x)
+        q = q * (q.shape[-1] ** -0.5)
+        logits = jnp.einsum("bqhk,blhk->bhql", q, k).astype(jnp.float32) + bias
+        weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+        weights = self.attn_dropout(weights, deterministic=not train)
+        return self.out(jnp.einsum("bhql,blhk->bqhk", weights, v))
+
+    def __call__(self, x, memory, bias, train: bool):
+        k, v = self.project_kv(memory)
+        return self.attend(x, k, v, bias, train)
+
+
+class FeedForward(nn.Module):
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, x, train: bool):
+        c = self.cfg
+        h = nn.Dense(c.ffn_dim, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="fc1")(x)
+        h = nn.Dropout(c.activation_dropout)(nn.relu(h), deterministic=not train)
+        return nn.Dense(c.d_model, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="fc2")(h)
+
+
+class Residual(nn.Module):
+    """`x + dropout(f(norm(x)))` (pre-norm) or `norm(x + dropout(f(x)))` (post-norm), around one sublayer."""
+
+    cfg: TransformerConfig
+
+    def setup(self):
+        self.norm = nn.LayerNorm(dtype=self.cfg.compute_dtype)
+        self.drop = nn.Dropout(self.cfg.dropout)
+
+    def __call__(self, x, sublayer, train: bool):
+        if self.cfg.pre_norm:
+            return x + self.drop(sublayer(self.norm(x)), deterministic=not train)
+        return self.norm(x + self.drop(sublayer(x), deterministic=not train))
+
+
+class EncoderLayer(nn.Module):
+    cfg: TransformerConfig
+
+    def setup(self):
+        self.self_attn = MultiHeadAttention(self.cfg)
+        self.ffn = FeedForward(self.cfg)
+        self.res_attn, self.res_ffn = Residual(self.cfg), Residual(self.cfg)
+
+    def __call__(self, x, bias, train: bool):
+        x = self.res_attn(x, lambda h: self.self_attn(h, h, bias, train), train)
+        return self.res_ffn(x, lambda h: self.ffn(h, train), train)
+
+
+class DecoderLayer(nn.Module):
+    """Self-attention (causal or bidirectional) -> cross-attention -> feed-forward."""
+
+    cfg: TransformerConfig
+
+    def setup(self):
+        self.self_attn = MultiHeadAttention(self.cfg)
+        self.cross_attn = MultiHeadAttention(self.cfg)
+        self.ffn = FeedForward(self.cfg)
+        self.res_self, self.res_cross, self.res_ffn = Residual(self.cfg), Residual(self.cfg), Residual(self.cfg)
+
+    def __call__(self, x, self_bias, memory_kv, cross_bias, train: bool):
+        x = self.res_self(x, lambda h: self.self_attn(h, h, self_bias, train), train)
+        x = self.res_cross(x, lambda h: self.cross_attn.attend(h, *memory_kv, cross_bias, train), train)
+        return self.res_ffn(x, lambda h: self.ffn(h, train), train)
+
+    def cross_kv(self, memory):
+        return self.cross_attn.project_kv(memory)
+
+    def step(self, x, cache: dict, index, cross_bias):
+        """One cached causal step. x: float[B, 1, D]; cache['k'|'v']: float[B, T, H, K]; index: int32 scalar.
+
+        Writes this position's key/value at `index` and attends to positions <= index.
+        """
+        attn = self.self_attn
+
+        def self_sublayer(h):
+            k_new, v_new = attn.project_kv(h)
+            k = jax.lax.dynamic_update_slice_in_dim(cache["k"], k_new.astype(cache["k"].dtype), index, axis=1)
+            v = jax.lax.dynamic_update_slice_in_dim(cache["v"], v_new.astype(cache["v"].dtype), index, axis=1)
+            cache.update(k=k, v=v)
+            visible = jnp.arange(k.shape[1]) <= index
+            bias = jnp.where(visible, 0.0, -1e9).astype(jnp.float32)[None, None, None, :]
+            return attn.attend(h, k, v, bias, False)
+
+        x = self.res_self(x, self_sublayer, False)
+        x = self.res_cross(x, lambda h: self.cross_attn.attend(h, cache["ck"], cache["cv"], cross_bias, False), False)
+        return self.res_ffn(x, lambda h: self.ffn(h, False), False), cache
+
+
+class Embedder(nn.Module):
+    """Token embedding (scaled by sqrt(D), as fairseq) + positions + dropout; also the tied output projection."""
+
+    cfg: TransformerConfig
+    vocab_size: int
+
+    def setup(self):
+        c = self.cfg
+        self.tokens = nn.Embed(self.vocab_size, c.d_model, embedding_init=c.embed_init(), name="tokens")
+        if c.positions == "learned":
+            self.pos_table = self.param("positions", c.embed_init(), (c.max_len, c.d_model))
+        self.drop = nn.Dropout(c.dropout)
+
+    def positions(self, length: int, offset=0) -> jnp.ndarray:
+        """float32[length, D] position encodings for positions offset .. offset+length-1."""
+        c = self.cfg
+        table = self.pos_table if c.positions == "learned" else sinusoidal_positions(c.max_len, c.d_model)
+        return jax.lax.dynamic_slice_in_dim(table, offset, length, axis=0)
+
+    def __call__(self, ids: jnp.ndarray, train: bool, offset=0) -> jnp.ndarray:
+        """ids: int32[B, L] -> float[B, L, D]."""
+        x = self.tokens(ids) * math.sqrt(self.cfg.d_model) + self.positions(ids.shape[1], offset)[None]
+        return self.drop(x.astype(self.cfg.compute_dtype), deterministic=not train)
+
+    def attend(self, x: jnp.ndarray) -> jnp.ndarray:
+        """float[..., D] -> float32[..., V] logits against the embedding matrix."""
+        return self.tokens.attend(x.astype(jnp.float32))
+
+
+class Encoder(nn.Module):
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, x: jnp.ndarray, mask: jnp.ndarray, train: bool) -> jnp.ndarray:
+        """x: float[B, S, D] embedded source; mask: bool[B, S] -> float[B, S, D]."""
+        bias = attention_bias(mask, mask)
+        for i in range(self.cfg.enc_layers):
+            x = EncoderLayer(self.cfg, name=f"layer_{i}")(x, bias, train)
+        if self.cfg.pre_norm:
+            x = nn.LayerNorm(dtype=self.cfg.compute_dtype, name="final_norm")(x)
+        return x
+
+
+class Decoder(nn.Module):
+    """A stack of decoder layers; `causal` selects AR (True) or NAT (False) self-attention."""
+
+    cfg: TransformerConfig
+    num_layers: int
+    causal: bool
+
+    def setup(self):
+        self.layers = [DecoderLayer(self.cfg, name=f"layer_{i}") for i in range(self.num_layers)]
+        if self.cfg.pre_norm:
+            self.final_norm = nn.LayerNorm(dtype=self.cfg.compute_dtype)
+
+    def _finish(self, x):
+        return self.final_norm(x) if self.cfg.pre_norm else x
+
+    def __call__(self, x, mask, memory, memory_mask, train: bool, all_layers: bool = False):
+        """x: float[B, T, D]; mask: bool[B, T]; memory: float[B, S, D]; memory_mask: bool[B, S].
+
+        Returns float[B, T, D], or with all_layers a list of the (normalised) output of every layer.
+        """
+        self_bias = attention_bias(mask, mask, causal=self.causal)
+        cross_bias = attention_bias(mask, memory_mask)
+        outputs = []
+        for layer in self.layers:
+            x = layer(x, self_bias, layer.cross_kv(memory), cross_bias, train)
+            outputs.append(x)
+        if all_layers:
+            return [self._finish(h) for h in outputs]
+        return self._finish(x)
+
+    def init_cache(self, memory: jnp.ndarray, max_len: int) -> list[dict[str, jnp.ndarray]]:
+        """Per layer: empty self-attention keys/values float[B, max_len, H, K] and the cross-attention ones."""
+        c = self.cfg
+        batch = memory.shape[0]
+        shape = (batch, max_len, c.num_heads, c.d_model // c.num_heads)
+        cache = []
+        for layer in self.layers:
+            ck, cv = layer.cross_kv(memory)
+            zeros = jnp.zeros(shape, c.compute_dtype)
+            cache.append(dict(k=zeros, v=zeros, ck=ck, cv=cv))
+        return cache
+
+    def step(self, x, cache, index, memory_mask):
+        """x: float[B, 1, D] embedded current token; returns (float[B, 1, D], new cache)."""
+        cross_bias = jnp.where(memory_mask, 0.0, -1e9).astype(jnp.float32)[:, None, None, :]
+        new_cache = []
+        for layer, layer_cache in zip(self.layers, cache):
+            x, layer_cache = layer.step(x, dict(layer_cache), index, cross_bias)
+            new_cache.append(layer_cache)
+        return self._finish(x), new_cache
+
+
+def token_mask(ids: jnp.ndarray) -> jnp.ndarray:
+    """bool[B, L]: True at non-padding positions."""
+    return ids != PAD_ID
+
+
+def config_from(model_cfg: Any, src_vocab_size: int, tgt_vocab_size: int) -> TransformerConfig:
+    """Builds the static TransformerConfig from the `model` section of a run config."""
+    fields = {f.name for f in dataclasses.fields(TransformerConfig)}
+    values = {k: v for k, v in dict(model_cfg).items() if k in fields}
+    return TransformerConfig(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **values)

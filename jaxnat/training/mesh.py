@@ -1,0 +1,48 @@
+"""Data parallelism over a device mesh with `NamedSharding` (what "pjit" means in current JAX).
+
+One mesh axis, `data`: batches are split along their first dimension, parameters and optimizer state are
+replicated. Every process builds the same global batch from (seed, step) and contributes its own rows.
+"""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+
+def make_mesh() -> jax.sharding.Mesh:
+    return jax.make_mesh((jax.device_count(),), ("data",))
+
+
+def replicated(mesh) -> NamedSharding:
+    return NamedSharding(mesh, P())
+
+
+def batch_sharding(mesh) -> NamedSharding:
+    return NamedSharding(mesh, P("data"))
+
+
+def shard_batch(batch: dict[str, np.ndarray], mesh) -> dict[str, jax.Array]:
+    """Global host batch (identical on every process) -> arrays sharded along `data`.
+
+    Each process passes only its own contiguous block of rows, as `make_array_from_process_local_data` wants.
+    """
+    sharding = batch_sharding(mesh)
+    n, p = jax.process_count(), jax.process_index()
+
+    def put(x):
+        rows = x.shape[0] // n
+        return jax.make_array_from_process_local_data(sharding, x[p * rows:(p + 1) * rows], x.shape)
+
+    return {k: put(v) for k, v in batch.items()}
+
+
+def maybe_initialize_distributed() -> None:
+    """Calls `jax.distributed.initialize()` when launched as one process of several (SLURM or explicit env)."""
+    import os
+
+    explicit = "JAX_COORDINATOR_ADDRESS" in os.environ
+    slurm = int(os.environ.get("SLURM_NTASKS", "1")) > 1
+    if explicit or slurm:
+        jax.distributed.initialize()

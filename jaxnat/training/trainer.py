@@ -1,0 +1,228 @@
+"""The training loop: data -> jit'd data-parallel train step -> validation -> checkpoints -> final evaluation.
+
+Reproducibility contract: the batch of step t is a function of (data.seed, t) and the dropout key of step t
+is `fold_in(root_key, t)`, so a run resumed from the checkpoint of step t continues exactly as the
+uninterrupted run would have (bit-identical parameters on CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from tqdm import tqdm
+
+from jaxnat.data.batching import TrainBatcher, bucket_lengths, eval_batches, prefetch, prepare_examples
+from jaxnat.data.sources import load_corpus
+from jaxnat.data.tokenizer import Tokenizer
+from jaxnat.errors import JaxnatError
+from jaxnat.evaluation.metrics import bleu
+from jaxnat.models import build_model, count_params
+from jaxnat.training import mesh as mesh_lib
+from jaxnat.training.checkpoint import Checkpoints
+from jaxnat.training.optim import make_optimizer
+
+log = logging.getLogger("jaxnat")
+
+
+class TrainingError(JaxnatError):
+    """Training cannot go on (e.g. the loss stayed non-finite)."""
+
+
+def make_train_step(spec, optimizer, schedule):
+    """Returns step(state, batch, root_key) -> (state, metrics), to be jit'd with donation.
+
+    state: {'step': int32[], 'params': pytree, 'opt_state': pytree}. A step whose loss or gradient is not
+    finite leaves params and optimizer state unchanged (metrics['finite'] = False).
+    """
+
+    def step(state, batch, root_key):
+        rng = jax.random.fold_in(root_key, state["step"])
+
+        def objective(params):
+            loss_sum, aux = spec.loss(params, batch, rng, train=True)
+            return loss_sum / jnp.maximum(aux["count"], 1.0), aux
+
+        (loss, aux), grads = jax.value_and_grad(objective, has_aux=True)(state["params"])
+        grad_norm = optax.global_norm(grads)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
+        params = optax.apply_updates(state["params"], updates)
+        choose = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
+        new_state = {
+            "step": state["step"] + 1,
+            "params": choose(params, state["params"]),
+            "opt_state": choose(opt_state, state["opt_state"]),
+        }
+        metrics = {
+            "loss": loss, "nll": aux["nll"] / jnp.maximum(aux["count"], 1.0), "tokens": aux["count"],
+            "grad_norm": grad_norm, "lr": schedule(state["step"]), "finite": finite,
+        }
+        return new_state, metrics
+
+    return step
+
+
+def make_eval_step(spec):
+    def step(params, batch):
+        loss_sum, aux = spec.loss(params, batch, jax.random.PRNGKey(0), train=False)
+        return {"loss": loss_sum, "nll": aux["nll"], "count": aux["count"]}
+
+    return step
+
+
+class Trainer:
+    """Holds one run: config, workdir, data, model, optimizer, checkpoints."""
+
+    def __init__(self, config, workdir: str):
+        self.config, self.workdir = config, workdir
+        os.makedirs(workdir, exist_ok=True)
+        with open(os.path.join(workdir, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+        d = config.data
+        self.corpus = load_corpus(d)
+        train_src, train_tgt = self.corpus["train"]
+        self.tokenizer = Tokenizer.train_or_load(workdir, train_src, train_tgt, d.vocab_size, joint=d.joint_vocab,
+                                                 model_type=d.spm_model_type, seed=config.train.seed)
+        self.spec = build_model(config, self.tokenizer.vocab_size("src"), self.tokenizer.vocab_size("tgt"))
+        self.mesh = mesh_lib.make_mesh()
+        self.optimizer, self.schedule = make_optimizer(config.train)
+        self.ckpt = Checkpoints(workdir, config.train.keep_checkpoints)
+        self.buckets = bucket_lengths(d.max_len)
+
+    # -- data ------------------------------------------------------------------------------------------
+    def encoded_split(self, split: str):
+        src, tgt = self.corpus[split]
+        src_ids = self.tokenizer.encode(src, "src")
+        tgt_ids = self.tokenizer.encode(tgt, "tgt")
+        return prepare_examples(src_ids, tgt_ids, self.config.data.max_len, self.config.data.truncate)
+
+    def make_batcher(self) -> TrainBatcher:
+        src, tgt, counts = self.encoded_split("train")
+        log.info("train pairs: %s", counts)
+        if not src:
+            raise TrainingError("no training pair is left after filtering; raise data.max_len or set data.truncate=true")
+        return TrainBatcher(src, tgt, self.config.data.batch_tokens, self.buckets, self.config.train.seed,
+                            multiple_of=jax.device_count())
+
+    # -- state -----------------------------------------------------------------------------------------
+    def init_state(self, example_batch):
+        rng = jax.random.PRNGKey(self.config.train.seed)
+        replicated = mesh_lib.replicated(self.mesh)
+
+        def init():
+            params = self.spec.init(rng, {k: jnp.asarray(v[:1]) for k, v in example_batch.items()})
+            return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": self.optimizer.init(params)}
+
+        return jax.jit(init, out_shardings=replicated)()
+
+    # -- validation --------------------------------------------------------------------------------------
+    def validate(self, params, valid_data, translator) -> dict:
+        src, tgt = valid_data
+        totals = {"loss": 0.0, "nll": 0.0, "count": 0.0}
+        for _, batch in eval_batches(src, tgt, self.config.eval.batch_size, self.buckets):
+            out = jax.device_get(self._eval_step(params, batch))
+            for k in totals:
+                totals[k] += float(out[k])
+        n = max(totals["count"], 1.0)
+        result = {"valid_loss": totals["loss"] / n, "valid_nll": totals["nll"] / n}
+        k = self.config.train.valid_bleu_sentences
+        srcs, refs = self.corpus["valid"][0][:k], self.corpus["valid"][1][:k]
+        translator.params = params
+        hyps = [o["hyp"] for o in translator.translate(srcs, self.config.eval.valid_beam_size, self.config.eval.batch_size)]
+        result["valid_bleu"] = bleu(hyps, refs)[0]
+        return result
+
+    # -- the loop ----------------------------------------------------------------------------------------
+    def train(self) -> None:
+        from tensorboardX import SummaryWriter
+
+        from jaxnat.decoding.translator import Translator
+
+        cfg = self.config
+        t = cfg.train
+        batcher = self.make_batcher()
+        state = self.init_state(batcher.batch(0))
+        log.info("model %s: %.2fM parameters; batch shapes %s", cfg.model.name,
+                 count_params(state["params"]) / 1e6, sorted(batcher.shapes))
+        start = self.ckpt.latest_step()
+        if start is not None:
+            state = self.ckpt.restore_state(state, start)
+            log.info("resumed from step %d", start)
+        start = int(state["step"])
+        best = self.ckpt.best_meta() or {"bleu": -1.0, "step": -1}
+
+        valid_src, valid_tgt, _ = self.encoded_split("valid")
+        translator = Translator(self.spec, state["params"], self.tokenizer, cfg)
+        self._eval_step = jax.jit(make_eval_step(self.spec))
+        train_step = jax.jit(make_train_step(self.spec, self.optimizer, self.schedule), donate_argnums=(0,))
+        root_key = jax.random.PRNGKey(t.seed + 1)
+        writer = SummaryWriter(os.path.join(self.workdir, "tensorboard")) if jax.process_index() == 0 else None
+
+        consecutive_bad, skipped, window = 0, 0, []
+        pending = None  # metrics of the previous step, read one step late so the device never idles
+        bar = tqdm(total=t.steps, initial=start, desc="train", dynamic_ncols=True, disable=None)
+        tick, window_tokens = time.perf_counter(), 0.0
+
+        def drain(metrics, step):
+            nonlocal consecutive_bad, skipped, window_tokens
+            m = jax.device_get(metrics)
+            if not m["finite"]:
+                consecutive_bad, skipped = consecutive_bad + 1, skipped + 1
+                log.warning("step %d: non-finite loss or gradient, update skipped (%d in a row)", step, consecutive_bad)
+                if consecutive_bad >= t.max_bad_steps:
+                    raise TrainingError(f"loss was not finite for {consecutive_bad} consecutive steps (last: step "
+                                        f"{step}); lower train.lr or check the data")
+            else:
+                consecutive_bad = 0
+            window.append(m)
+            window_tokens += float(m["tokens"])
+
+        try:
+            for step, batch in zip(range(start, t.steps), prefetch(batcher.batch, start)):
+                state, metrics = train_step(state, mesh_lib.shard_batch(batch, self.mesh), root_key)
+                if pending is not None:
+                    drain(*pending)
+                pending = (metrics, step)
+                done = step + 1
+                bar.update(1)
+                if done % t.log_every == 0 or done == t.steps:
+                    drain(*pending)
+                    pending = None
+                    elapsed = time.perf_counter() - tick
+                    summary = {k: float(np.mean([m[k] for m in window])) for k in ("loss", "nll", "grad_norm", "lr")}
+                    summary["tokens_per_s"] = window_tokens / max(elapsed, 1e-9)
+                    bar.set_postfix(loss=f"{summary['loss']:.3f}", tok_s=f"{summary['tokens_per_s']:.0f}",
+                                    lr=f"{summary['lr']:.2e}")
+                    log.info("step %d: loss %.4f nll %.4f lr %.3g %.0f tok/s skipped %d", done, summary["loss"],
+                             summary["nll"], summary["lr"], summary["tokens_per_s"], skipped)
+                    if writer:
+                        for k, v in summary.items():
+                            writer.add_scalar(f"train/{k}", v, done)
+                        writer.add_scalar("train/skipped_steps", skipped, done)
+                    window.clear()
+                    window_tokens, tick = 0.0, time.perf_counter()
+                if done % t.eval_every == 0 or done == t.steps:
+                    result = self.validate(state["params"], (valid_src, valid_tgt), translator)
+                    log.info("step %d: %s", done, " ".join(f"{k} {v:.3f}" for k, v in result.items()))
+                    if writer:
+                        for k, v in result.items():
+                            writer.add_scalar(f"valid/{k[6:]}", v, done)
+                    if result["valid_bleu"] > best["bleu"]:
+                        best = {"bleu": result["valid_bleu"], "step": done}
+                        self.ckpt.save_best(done, state["params"], result["valid_bleu"])
+                    tick = time.perf_counter()
+                if done % t.checkpoint_every == 0 or done == t.steps:
+                    self.ckpt.save_state(done, state)
+        finally:
+            bar.close()
+            self.ckpt.wait()
+            if writer:
+                writer.close()
+        log.info("training done; best valid BLEU %.2f at step %d", best["bleu"], best["step"])

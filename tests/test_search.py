@@ -1,0 +1,190 @@
+"""Greedy and beam search (`jaxnat/decoding/search.py`) against plain-Python references on a tiny model."""
+
+import itertools
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID, UNK_ID
+from jaxnat.decoding.search import ar_search, decode_length
+from jaxnat.errors import ConfigError
+from jaxnat.models.ar import ARTransformer
+from jaxnat.models.transformer import TransformerConfig
+
+V = 8  # ids 0..5 reserved: UNK (3), 6 and 7 can be generated besides EOS
+GENERABLE = (UNK_ID, 6, 7)
+FORBIDDEN = (PAD_ID, BOS_ID, PLH_ID, MASK_ID)
+CFG = TransformerConfig(
+    src_vocab_size=V, tgt_vocab_size=V, d_model=16, ffn_dim=32, num_heads=2, enc_layers=1, dec_layers=1,
+    max_len=16, dropout=0.0,
+)
+MODEL = ARTransformer(CFG)
+MAX_OUT = 8
+
+
+def make_params(seed, scale=3.0):
+    src, tgt = jnp.ones((1, 4), jnp.int32), jnp.ones((1, 3), jnp.int32)
+    params = MODEL.init(jax.random.PRNGKey(seed), src, tgt)
+    return jax.tree_util.tree_map(lambda x: x * scale, params)
+
+
+def make_src(rng, lengths, width=None):
+    """[BOS w .. EOS] rows with `lengths` real tokens each, right-padded with PAD."""
+    width = width or max(lengths)
+    out = np.full((len(lengths), width), PAD_ID, np.int32)
+    for row, n in enumerate(lengths):
+        out[row, :n] = [BOS_ID, *rng.integers(3, V, n - 2), EOS_ID]
+    return out
+
+
+@partial(jax.jit, static_argnames=("beam_size", "max_out"))
+def search(params, src, length_penalty, max_len_a, max_len_b, beam_size, max_out=MAX_OUT):
+    return ar_search(MODEL, params, src, beam_size=beam_size, length_penalty=length_penalty,
+                     max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out)
+
+
+@jax.jit
+def _sequence_logprobs(params, src, tgt):
+    """src: int32[N, S]; tgt: int32[N, T] full rows -> float32[N] summed log-probs of tgt[:, 1:] (non-PAD)."""
+    logp = jax.nn.log_softmax(MODEL.apply(params, src, tgt[:, :-1]))
+    gold = jnp.take_along_axis(logp, tgt[:, 1:, None], axis=-1)[..., 0]
+    return jnp.where(tgt[:, 1:] != PAD_ID, gold, 0.0).sum(axis=1)
+
+
+def rescore(params, src_row, rows, length_penalty):
+    """Teacher-forced normalised scores of `rows` (lists [BOS .. EOS]) for one source row."""
+    width = max(len(r) for r in rows)
+    tgt = np.array([r + [PAD_ID] * (width - len(r)) for r in rows], np.int32)
+    src = np.repeat(np.asarray(src_row)[None], len(rows), axis=0)
+    sums = np.asarray(_sequence_logprobs(params, src, tgt), np.float64)
+    n = np.array([len(r) - 1 for r in rows], np.float64)
+    return sums / n**length_penalty
+
+
+def as_list(row):
+    row = list(np.asarray(row))
+    return row[: row.index(EOS_ID) + 1]
+
+
+def check_well_formed(out, limits):
+    for row, length, limit in zip(np.asarray(out["tokens"]), np.asarray(out["length"]), np.asarray(limits)):
+        assert row[0] == BOS_ID
+        assert (row == EOS_ID).sum() == 1
+        eos = int(np.argmax(row == EOS_ID))
+        assert (row[eos + 1 :] == PAD_ID).all() and (row[1:eos] != PAD_ID).all()
+        assert not np.isin(row[1:eos], FORBIDDEN).any()
+        assert length == eos + 1 and length <= limit + 2
+
+
+# --- decode_length -------------------------------------------------------------------------------------
+
+
+def test_decode_length_edges():
+    src_len = jnp.array([0, 3, 10, 100], jnp.int32)
+    np.testing.assert_array_equal(decode_length(src_len, 1.2, 10, 50), [10, 13, 22, 50])
+    np.testing.assert_array_equal(decode_length(src_len, 0.0, 0, 50), [0, 0, 0, 0])
+    np.testing.assert_array_equal(decode_length(src_len, 0.7, 0, 1000), [0, 2, 7, 70])  # 0.7 * 10 is 7, not 6
+    np.testing.assert_array_equal(decode_length(src_len, 0.5, -3, 9), [0, 0, 2, 9])  # clipped at 0 and at cap
+    assert decode_length(src_len, 1.0, 0, 5).dtype == jnp.int32
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 300), st.integers(0, 30), st.integers(0, 40), st.integers(0, 200))
+def test_decode_length_formula(src_len, a_tenths, b, cap):
+    got = int(decode_length(jnp.array([src_len]), a_tenths / 10, b, cap)[0])
+    assert got == min(cap, (a_tenths * src_len) // 10 + b)
+
+
+def test_rejects_bad_static_args():
+    params, src = make_params(0), make_src(np.random.default_rng(0), [4])
+    with pytest.raises(ConfigError):
+        ar_search(MODEL, params, src, beam_size=0, max_out=8)
+    with pytest.raises(ConfigError):
+        ar_search(MODEL, params, src, max_out=CFG.max_len + 2)
+
+
+# --- exactness ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_beam_equals_exhaustive_search(seed):
+    params = make_params(seed)
+    max_len = 3  # content tokens; 3 ** 3 = 27 distinct alive prefixes at most, so K = 27 is exact search
+    src = make_src(np.random.default_rng(seed), [5, 3, 7], width=7)
+    candidates = [
+        [BOS_ID, *body, EOS_ID] for m in range(max_len + 1) for body in itertools.product(GENERABLE, repeat=m)
+    ]
+    for lp in (0.0, 1.0, 2.0):
+        out = search(params, src, lp, 0.0, max_len, beam_size=27)
+        check_well_formed(out, [max_len] * 3)
+        for b in range(src.shape[0]):
+            scores = rescore(params, src[b], candidates, lp)
+            best = int(np.argmax(scores))
+            assert np.sort(scores)[-1] - np.sort(scores)[-2] > 1e-5  # no near-ties in the reference
+            assert as_list(out["tokens"][b]) == candidates[best], (seed, lp, b)
+            np.testing.assert_allclose(float(out["score"][b]), scores[best], atol=1e-4)
+
+
+def python_greedy(params, src_row, max_len, length_penalty):
+    """Plain-Python greedy decoding with a full teacher-forced forward pass per step."""
+    tokens, total = [BOS_ID], 0.0
+    while tokens[-1] != EOS_ID:
+        logits = MODEL.apply(params, jnp.asarray(src_row)[None], jnp.array([tokens], jnp.int32))
+        logp = np.array(jax.nn.log_softmax(logits[0, -1]), np.float64)
+        logp[list(FORBIDDEN)] = -np.inf
+        if len(tokens) - 1 >= max_len:
+            logp[np.arange(V) != EOS_ID] = -np.inf
+        nxt = int(np.argmax(logp))
+        tokens.append(nxt)
+        total += logp[nxt]
+    return tokens, total / (len(tokens) - 1) ** length_penalty
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+def test_greedy_equals_python_loop(seed):
+    params = make_params(seed)
+    src = make_src(np.random.default_rng(seed), [6, 4, 3, 5])
+    lengths = (src != PAD_ID).sum(1)
+    limits = np.asarray(decode_length(lengths, 0.5, 2, MAX_OUT - 2))
+    out = search(params, src, 1.0, 0.5, 2, beam_size=1)
+    check_well_formed(out, limits)
+    for b in range(src.shape[0]):
+        tokens, score = python_greedy(params, src[b, : lengths[b]], limits[b], 1.0)
+        assert as_list(out["tokens"][b]) == tokens
+        np.testing.assert_allclose(float(out["score"][b]), score, atol=1e-4)
+
+
+# --- batching, well-formedness, jit ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_batch_equals_single(beam_size):
+    params = make_params(4)
+    src = make_src(np.random.default_rng(4), [7, 3, 5])
+    lengths = (src != PAD_ID).sum(1)
+    batched = search(params, src, 1.0, 1.0, 1, beam_size=beam_size)
+    for b in range(src.shape[0]):
+        alone = search(params, src[b : b + 1, : lengths[b]], 1.0, 1.0, 1, beam_size=beam_size)
+        np.testing.assert_array_equal(alone["tokens"][0], batched["tokens"][b])
+        np.testing.assert_array_equal(alone["length"][0], batched["length"][b])
+        np.testing.assert_allclose(alone["score"][0], batched["score"][b], atol=1e-5)
+
+
+def test_beam4_jit_well_formed_and_scored():
+    params = make_params(5)
+    src = make_src(np.random.default_rng(5), [3, 8, 5, 4, 6, 7])
+    run = jax.jit(partial(ar_search, MODEL, beam_size=4, max_out=MAX_OUT))
+    for a, b, lp in [(1.2, 10, 1.0), (0.5, 0, 0.0), (0.0, 0, 1.0)]:
+        out = run(params, src, length_penalty=lp, max_len_a=a, max_len_b=b)
+        assert out["tokens"].shape == (6, MAX_OUT) and out["tokens"].dtype == jnp.int32
+        assert out["score"].shape == (6,) and out["length"].dtype == jnp.int32
+        limits = decode_length((src != PAD_ID).sum(1), a, b, MAX_OUT - 2)
+        check_well_formed(out, limits)
+        for row in range(src.shape[0]):
+            want = rescore(params, src[row], [as_list(out["tokens"][row])], lp)[0]
+            np.testing.assert_allclose(float(out["score"][row]), want, atol=1e-4)
