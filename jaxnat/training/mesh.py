@@ -39,10 +39,16 @@ def shard_batch(batch: dict[str, np.ndarray], mesh) -> dict[str, jax.Array]:
 
 
 def maybe_initialize_distributed() -> None:
-    """Calls `jax.distributed.initialize()` when launched as one process of several (SLURM or explicit env)."""
+    """Calls `jax.distributed.initialize()` when this is one process of several.
+
+    Explicit: JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and JAX_PROCESS_ID (launch/multiprocess.sh).
+    SLURM: more than one task (launch/slurm.sbatch); JAX reads the rest from SLURM's environment.
+    """
     import os
 
-    explicit = "JAX_COORDINATOR_ADDRESS" in os.environ
-    slurm = int(os.environ.get("SLURM_NTASKS", "1")) > 1
-    if explicit or slurm:
+    env = os.environ
+    if "JAX_COORDINATOR_ADDRESS" in env:
+        jax.distributed.initialize(env["JAX_COORDINATOR_ADDRESS"], int(env["JAX_NUM_PROCESSES"]),
+                                   int(env["JAX_PROCESS_ID"]))
+    elif int(env.get("SLURM_NTASKS", "1")) > 1:
         jax.distributed.initialize()

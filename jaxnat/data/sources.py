@@ -1,0 +1,165 @@
+"""Loads the corpus a config asks for: synthetic, local text files, or a TFDS dataset.
+
+Config fields (`config.data`): `source` ('synthetic' | 'text' | 'tfds'), `dir`, `src_lang`, `tgt_lang`,
+`train_split`, `valid_split`, `test_splits` (comma-separated), `synthetic_seed`, `synthetic_train`,
+`synthetic_valid`, `synthetic_test`, `tfds_name`, `tfds_data_dir`.
+
+* synthetic: `jaxnat.data.synthetic.generate_corpus`; the test split is called 'test'.
+* text: `{dir}/{split}.{lang}[.gz]`. A test split whose target file is missing is loaded with target None
+  (translate only); train and valid need both sides.
+* tfds: with `dir` set, the text files of `dir` are first turned into the ArrayRecord dataset `tfds_name` in
+  `tfds_data_dir` (reused if already built from the same files); without `dir`, `tfds_name` must already be
+  prepared there (e.g. `wmt14_translate/de-en`, see `jaxnat.data.tfds_builder`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from jaxnat.errors import ConfigError, DataError
+
+SOURCES = ("synthetic", "text", "tfds")
+
+Corpus = dict[str, tuple[list[str], "list[str] | None"]]
+
+_MISSING = object()
+
+
+def _get(cfg: Any, key: str, default: Any = _MISSING) -> Any:
+    if hasattr(cfg, "get"):  # ConfigDict, dict
+        value = cfg.get(key, _MISSING)
+    else:
+        value = getattr(cfg, key, _MISSING)
+    if value is _MISSING:
+        if default is _MISSING:
+            raise ConfigError(f"config.data.{key} is required")
+        return default
+    return value
+
+
+def _str(cfg: Any, key: str, default: Any = _MISSING) -> str:
+    value = _get(cfg, key, default)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ConfigError(f"config.data.{key} must be a string, got {value!r}")
+    return value.strip()
+
+
+def _int(cfg: Any, key: str, minimum: int) -> int:
+    value = _get(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"config.data.{key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def named_test_splits(data_cfg: Any) -> list[str]:
+    """The test splits a config names (for 'synthetic': ['test'])."""
+    if _str(data_cfg, "source") == "synthetic":
+        return ["test"]
+    names = [s.strip() for s in _str(data_cfg, "test_splits", "").split(",")]
+    names = [s for s in names if s]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"config.data.test_splits names a split twice: {_str(data_cfg, 'test_splits')!r}")
+    for name in names:
+        if name in ("train", "valid"):
+            raise ConfigError(f"config.data.test_splits: {name!r} is reserved for the train/valid corpus")
+    return names
+
+
+def _langs(cfg: Any) -> tuple[str, str]:
+    src_lang, tgt_lang = _str(cfg, "src_lang"), _str(cfg, "tgt_lang")
+    if not src_lang or not tgt_lang or src_lang == tgt_lang:
+        raise ConfigError(
+            f"config.data.src_lang and tgt_lang must be two different codes, got {src_lang!r} and {tgt_lang!r}"
+        )
+    return src_lang, tgt_lang
+
+
+def _load_synthetic(cfg: Any) -> Corpus:
+    from jaxnat.data import synthetic  # written separately; imported only when asked for
+
+    sizes = {
+        "train": _int(cfg, "synthetic_train", 1),
+        "valid": _int(cfg, "synthetic_valid", 1),
+        "test": _int(cfg, "synthetic_test", 1),
+    }
+    corpus = synthetic.generate_corpus(seed=_int(cfg, "synthetic_seed", 0), sizes=sizes)
+    return {k: (list(corpus[k][0]), list(corpus[k][1])) for k in ("train", "valid", "test")}
+
+
+def _load_text(cfg: Any) -> Corpus:
+    from jaxnat.data.text import find_split_file, find_split_files, read_lines, read_parallel
+
+    directory = _data_dir(cfg)
+    src_lang, tgt_lang = _langs(cfg)
+    out: Corpus = {}
+    for key in ("train", "valid"):
+        out[key] = read_parallel(*find_split_files(directory, _split(cfg, key), src_lang, tgt_lang))
+    for name in named_test_splits(cfg):
+        src_path = find_split_file(directory, name, src_lang)
+        try:
+            tgt_path = find_split_file(directory, name, tgt_lang)
+        except DataError:
+            out[name] = (read_lines(src_path), None)  # no reference: translate only
+        else:
+            out[name] = read_parallel(src_path, tgt_path)
+    return out
+
+
+def _load_tfds(cfg: Any) -> Corpus:
+    from jaxnat.data import tfds_builder
+    from jaxnat.data.text import find_split_files
+
+    name = _str(cfg, "tfds_name", "")
+    if not name:
+        raise ConfigError("config.data.tfds_name is required when config.data.source is 'tfds'")
+    data_dir = _str(cfg, "tfds_data_dir", "") or None
+    src_lang, tgt_lang = _langs(cfg)
+    splits = {"train": _split(cfg, "train"), "valid": _split(cfg, "valid")}
+    splits.update({name_: name_ for name_ in named_test_splits(cfg)})
+    if _str(cfg, "dir", ""):
+        directory = _data_dir(cfg)
+        files = {
+            split: find_split_files(directory, split, src_lang, tgt_lang) for split in dict.fromkeys(splits.values())
+        }
+        tfds_builder.build_parallel_tfds(name, data_dir, files, src_lang, tgt_lang)
+    loaded = tfds_builder.load_tfds_splits(name, data_dir, list(dict.fromkeys(splits.values())), src_lang, tgt_lang)
+    return {key: loaded[split] for key, split in splits.items()}
+
+
+def _data_dir(cfg: Any) -> str:
+    directory = os.path.expanduser(_str(cfg, "dir", ""))
+    if not directory:
+        raise ConfigError(f"config.data.dir is required for data source {_str(cfg, 'source')!r}")
+    if not os.path.isdir(directory):
+        raise DataError(f"{directory}: data directory not found (config.data.dir)")
+    return directory
+
+
+def _split(cfg: Any, key: str) -> str:
+    split = _str(cfg, f"{key}_split", "")
+    if not split:
+        raise ConfigError(f"config.data.{key}_split must name a split")
+    return split
+
+
+def load_corpus(data_cfg: Any) -> Corpus:
+    """Returns {'train': (src, tgt), 'valid': (src, tgt), <test split>: (src, tgt or None), ...}.
+
+    Raises:
+      ConfigError: unknown source or invalid fields.
+      DataError: missing directory/files or unreadable data.
+    """
+    source = _str(data_cfg, "source", "")
+    loaders = {"synthetic": _load_synthetic, "text": _load_text, "tfds": _load_tfds}
+    if source not in loaders:
+        raise ConfigError(f"config.data.source must be one of {', '.join(SOURCES)}, got {source!r}")
+    corpus = loaders[source](data_cfg)
+    for key, (src, tgt) in corpus.items():
+        if not src:
+            raise DataError(f"{source} corpus: split {key!r} is empty")
+        if tgt is not None and len(tgt) != len(src):
+            raise DataError(f"{source} corpus: split {key!r} has {len(src)} sources but {len(tgt)} targets")
+    return corpus

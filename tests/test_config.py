@@ -1,0 +1,95 @@
+"""Config loading, command-line overrides and every error path of the CLI."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jaxnat.config import apply_override, build_config, default_config, leaf_keys, parse_overrides, validate
+from jaxnat.errors import ConfigError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIGS = sorted(
+    os.path.join(d, f) for d, _, fs in os.walk(os.path.join(ROOT, "configs")) for f in fs if f.endswith(".py")
+)
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: os.path.relpath(p, ROOT))
+def test_shipped_configs_load_and_validate(path):
+    config = build_config(path, [])
+    assert set(leaf_keys(config)) == set(leaf_keys(default_config()))
+
+
+def test_overrides_are_typed():
+    c = default_config()
+    for key, value in parse_overrides(["--config.train.steps=7", "--config.train.lr", "0.5",
+                                       "--config.model.pre_norm=true", "--config.data.dir=/x"]):
+        apply_override(c, key, value)
+    assert (c.train.steps, c.train.lr, c.model.pre_norm, c.data.dir) == (7, 0.5, True, "/x")
+    assert isinstance(c.train.lr, float)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--config.train.stepz=3"], "unknown config key train.stepz; did you mean train.steps?"),
+        (["--config.model.d_modle=3"], "did you mean model.d_model?"),
+        (["--config.train.steps=abc"], "bad value for train.steps: 'abc' is not a int"),
+        (["--config.model.pre_norm=maybe"], "is not a bool"),
+        (["--config.train.steps"], "has no value"),
+        (["--steps=3"], "unrecognised argument --steps=3"),
+        (["--config.model.positions=rotary"], "model.positions must be one of sinusoidal, learned"),
+        (["--config.model.num_heads=3"], "must be divisible by model.num_heads"),
+        (["--config.train.steps=0"], "train.steps must be positive"),
+        (["--config.model.dropout=1.5"], "model.dropout must be in [0, 1)"),
+    ],
+)
+def test_bad_overrides(args, message):
+    with pytest.raises(ConfigError, match=None) as err:
+        build_config(os.path.join(ROOT, "configs/ar/demo.py"), args)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_missing_and_broken_config_files(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        build_config(str(tmp_path / "nope.py"), [])
+    bad = tmp_path / "bad.py"
+    bad.write_text("def get_config(:\n")
+    with pytest.raises(ConfigError, match="failed to load: SyntaxError"):
+        build_config(str(bad), [])
+    empty = tmp_path / "empty.py"
+    empty.write_text("x = 1\n")
+    with pytest.raises(ConfigError, match="defines no get_config"):
+        build_config(str(empty), [])
+
+
+def test_text_source_needs_dir():
+    c = default_config()
+    c.data.source = "text"
+    with pytest.raises(ConfigError, match="needs data.dir"):
+        validate(c)
+
+
+def _cli(*args, cwd=ROOT, stdin=None):
+    return subprocess.run([sys.executable, "-m", "jaxnat.main", *args], cwd=cwd, capture_output=True, text=True,
+                          input=stdin, timeout=300)
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--config", "configs/ar/demo.py", "--config.train.lrr=1"], "unknown config key train.lrr; did you mean train.lr?"),
+        (["--config", "configs/ar/nope.py"], "config file not found: configs/ar/nope.py"),
+        (["--config", "configs/ar/demo.py", "--config.train.steps=x"], "bad value for train.steps"),
+        (["--config", "configs/ar/multi30k.py", "--config.data.dir=/nonexistent/m30k"], "/nonexistent/m30k"),
+    ],
+)
+def test_cli_errors_are_one_line_exit_2(tmp_path, args, message):
+    result = _cli(*args, "--workdir", str(tmp_path / "run"))
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("jaxnat: error: ") and message in lines[-1], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "run" / "checkpoints").exists()

@@ -1,0 +1,459 @@
+"""Tests of jaxnat.evaluation.metrics against sacreBLEU, NLTK and hand-computed values."""
+
+import math
+
+import pytest
+import sacrebleu
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from nltk.translate.ribes_score import corpus_ribes, kendall_tau
+
+from jaxnat.errors import DataError
+from jaxnat.evaluation import metrics
+from jaxnat.evaluation.metrics import (
+    bleu,
+    chrf,
+    constraint_preservation,
+    corpus_metrics,
+    format_table,
+    repetition_rate,
+    ribes,
+    ter,
+    term_usage,
+    tokenize,
+    tokenized_bleu,
+)
+
+HYPS = [
+    "The cat sat on the mat.",
+    "Hello, world! It's a nice day.",
+    "",
+    "the the the dog barked at the moon",
+    "Machine translation is hard, isn't it?",
+]
+REFS = [
+    "The cat sat on a mat.",
+    "Hello world, it is a nice day!",
+    "Nothing was produced here.",
+    "The dog barked at the moon.",
+    "Machine translation is difficult, is it not?",
+]
+
+FAST = settings(max_examples=40, deadline=None)
+
+# Recent NLTK counts every increasing pair in Kendall's tau, as RIBES.py does; old releases (<= 3.8) only
+# counted pairs inside runs of consecutive positions, so they cannot be compared with.
+NLTK_KENDALL_OK = kendall_tau([2, 1, 0, 3]) == 0.5
+needs_fixed_nltk = pytest.mark.skipif(not NLTK_KENDALL_OK, reason="this NLTK has the old Kendall's tau")
+
+# Sentences as random strings: letters, digits, spaces and punctuation.
+sentence_text = st.text(alphabet="abcdeXYZ 019.,!?'-", max_size=30)
+# Sentences as word lists over a tiny vocabulary, so that repeated words (the hard alignment case) occur.
+word_lists = st.lists(st.sampled_from(["a", "b", "c", "d"]), max_size=10)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# sacreBLEU metrics
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_bleu_chrf_ter_equal_sacrebleu_on_fixed_strings():
+    score, signature = bleu(HYPS, REFS)
+    assert score == sacrebleu.corpus_bleu(HYPS, [REFS]).score
+    assert signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
+    assert chrf(HYPS, REFS) == sacrebleu.corpus_chrf(HYPS, [REFS]).score
+    assert ter(HYPS, REFS) == sacrebleu.corpus_ter(HYPS, [REFS]).score
+
+
+@FAST
+@given(st.lists(st.tuples(sentence_text, sentence_text), min_size=1, max_size=5))
+def test_bleu_chrf_ter_equal_sacrebleu_on_random_strings(pairs):
+    hyps = [h for h, _ in pairs]
+    refs = [r for _, r in pairs]
+    assert bleu(hyps, refs)[0] == sacrebleu.corpus_bleu(hyps, [refs]).score
+    assert chrf(hyps, refs) == sacrebleu.corpus_chrf(hyps, [refs]).score
+    assert ter(hyps, refs) == sacrebleu.corpus_ter(hyps, [refs]).score
+
+
+def test_bleu_hand_computed():
+    assert bleu(["the cat sat on the mat"], ["the cat sat on the mat"])[0] == pytest.approx(100.0)
+    assert bleu(["a b c d e"], ["v w x y z"])[0] == 0.0
+    # One substituted last word of five: precisions 4/5, 3/4, 2/3, 1/2, no brevity penalty.
+    expected = 100 * (4 / 5 * 3 / 4 * 2 / 3 * 1 / 2) ** 0.25
+    assert bleu(["a b c d e"], ["a b c d f"])[0] == pytest.approx(expected)
+    assert tokenized_bleu(["a b c d e"], ["a b c d f"]) == pytest.approx(expected)
+    # Brevity penalty: 4 of 5 reference words, all n-grams correct.
+    assert bleu(["a b c d"], ["a b c d e"])[0] == pytest.approx(100 * math.exp(1 - 5 / 4))
+    assert chrf(["same words here"], ["same words here"]) == pytest.approx(100.0)
+    assert ter(["a b c d"], ["a b c d"]) == 0.0
+    assert ter(["a b x d"], ["a b c d"]) == pytest.approx(25.0)  # one substitution in 4 words
+
+
+def test_tokenized_bleu_definition():
+    tok_hyps = [" ".join(tokenize(h)) for h in HYPS]
+    tok_refs = [" ".join(tokenize(r)) for r in REFS]
+    expected = sacrebleu.corpus_bleu(tok_hyps, [tok_refs], tokenize="none", smooth_method="none").score
+    assert tokenized_bleu(HYPS, REFS) == expected
+    # Punctuation is split off before counting n-grams.
+    assert tokenized_bleu(["Hello, world!"], ["Hello , world !"]) == pytest.approx(100.0)
+    # No smoothing (multi-bleu.perl): no 4-gram match anywhere -> 0, while sacreBLEU's exp smoothing is > 0.
+    assert tokenized_bleu(["a b c x e f"], ["a b c d e f"]) == 0.0
+    assert bleu(["a b c x e f"], ["a b c d e f"])[0] > 0.0
+
+
+def test_tokenize_splits_punctuation_and_keeps_case():
+    assert tokenize("Hello, World! (ok)") == ["Hello", ",", "World", "!", "(", "ok", ")"]
+    assert tokenize("") == []
+
+
+# ----------------------------------------------------------------------------------------------------------
+# RIBES
+# ----------------------------------------------------------------------------------------------------------
+
+
+def _nltk_ribes(hyps, refs):
+    return corpus_ribes([[tokenize(r)] for r in refs], [tokenize(h) for h in hyps])
+
+
+RIBES_HYPS = [
+    "he read the book because he was interested in world history",
+    "Bob hit John yesterday",
+    "the book was read by the boy",
+    "It is a guide to action which ensures that the military always obeys the commands of the party",
+    "the cat sat on the mat , the cat sat",
+    "completely unrelated words",
+    "",
+]
+RIBES_REFS = [
+    "he was interested in world history because he read the book",
+    "John hit Bob yesterday",
+    "the boy read the book",
+    "It is a guide to action that ensures that the military will forever heed Party commands",
+    "the cat sat on the mat",
+    "nothing in common here",
+    "an empty hypothesis scores zero",
+]
+
+
+@needs_fixed_nltk
+def test_ribes_equals_nltk_on_fixed_sentences():
+    expected = _nltk_ribes(RIBES_HYPS, RIBES_REFS)
+    assert ribes(RIBES_HYPS, RIBES_REFS, variant="nltk") == pytest.approx(expected, rel=1e-12)
+    # The default variant agrees except on the first pair (see test_ribes_difference_paper_example).
+    assert ribes(RIBES_HYPS[1:], RIBES_REFS[1:]) == pytest.approx(
+        _nltk_ribes(RIBES_HYPS[1:], RIBES_REFS[1:]), rel=1e-12
+    )
+    assert ribes(RIBES_HYPS, RIBES_REFS, alpha=0.5, beta=0.3, variant="nltk") == pytest.approx(
+        corpus_ribes([[tokenize(r)] for r in RIBES_REFS], [tokenize(h) for h in RIBES_HYPS], 0.5, 0.3),
+        rel=1e-12,
+    )
+
+
+def test_ribes_hand_computed():
+    # Paper's (H1, R1): alignment [2, 1, 0, 3]: 3 of 6 pairs increasing; P = 1, BP = 1.
+    assert ribes(["Bob hit John yesterday"], ["John hit Bob yesterday"]) == pytest.approx(0.5)
+    assert ribes(["the cat sat"], ["the cat sat"]) == pytest.approx(1.0)
+    assert ribes(["x y z"], ["the cat sat"]) == 0.0
+    assert ribes([""], ["the cat sat"]) == 0.0
+    assert ribes(["the cat sat"], [""]) == 0.0
+    # Two words aligned in order out of 4 hypothesis words, reference of 2 words: P = 1/2, BP = 1.
+    assert ribes(["the cat x y"], ["the cat"]) == pytest.approx(0.5**0.25)
+    # Short hypothesis: NKT = 1, P = 1, BP = exp(1 - 4/2).
+    assert ribes(["the cat"], ["the cat sat down"]) == pytest.approx(math.exp(1 - 4 / 2) ** 0.10)
+    # The corpus score is the mean of the sentence scores.
+    assert ribes(["Bob hit John yesterday", "the cat sat"], ["John hit Bob yesterday", "the cat sat"]) == (
+        pytest.approx(0.75)
+    )
+
+
+@needs_fixed_nltk
+@FAST
+@given(st.lists(st.tuples(word_lists, word_lists), min_size=1, max_size=6))
+def test_ribes_nltk_variant_equals_nltk_on_random_word_lists(pairs):
+    hyps = [" ".join(h) for h, _ in pairs]
+    refs = [" ".join(r) for _, r in pairs]
+    assert ribes(hyps, refs, variant="nltk") == pytest.approx(_nltk_ribes(hyps, refs), rel=1e-12, abs=1e-15)
+
+
+def _count(seq, ngram):
+    return sum(tuple(seq[s : s + len(ngram)]) == ngram for s in range(len(seq) - len(ngram) + 1))
+
+
+def _first(seq, ngram):
+    return next(s for s in range(len(seq) - len(ngram) + 1) if tuple(seq[s : s + len(ngram)]) == ngram)
+
+
+def _naive_alignment(ref, hyp, variant):
+    """Brute-force word alignment written from the RIBES.py / NLTK loops, without any shortcut."""
+    out = []
+    for i, word in enumerate(hyp):
+        if word not in ref:
+            continue
+        if ref.count(word) == 1 and hyp.count(word) == 1:
+            out.append(ref.index(word))
+            continue
+        if variant == "official":
+            windows, sides = range(1, max(i + 1, len(hyp) - i + 1)), ("left", "right")
+        else:
+            windows, sides = range(1, max(i, len(hyp) - i + 1)), ("right", "left")
+        for window in windows:
+            found = None
+            for side in sides:
+                if side == "left" and window <= i:
+                    ngram = tuple(hyp[i - window : i + 1])
+                    if _count(ref, ngram) == 1 and _count(hyp, ngram) == 1:
+                        found = _first(ref, ngram) + window
+                        break
+                if side == "right" and i + window < len(hyp):
+                    ngram = tuple(hyp[i : i + window + 1])
+                    if _count(ref, ngram) == 1 and _count(hyp, ngram) == 1:
+                        found = _first(ref, ngram)
+                        break
+            if found is not None:
+                out.append(found)
+                break
+    return out
+
+
+@FAST
+@given(word_lists, word_lists)
+def test_ribes_alignment_equals_naive_loops(ref, hyp):
+    for variant in ("official", "nltk"):
+        assert metrics._ribes_alignment(ref, hyp, variant) == _naive_alignment(ref, hyp, variant)
+
+
+@FAST
+@given(st.lists(st.integers(0, 6), max_size=12))
+def test_ascending_pairs_equals_quadratic_count(order):
+    expected = sum(order[a] < order[b] for a in range(len(order)) for b in range(a + 1, len(order)))
+    assert metrics._ascending_pairs(order, 7) == expected
+
+
+@FAST
+@given(st.lists(st.tuples(word_lists, word_lists), min_size=1, max_size=4))
+def test_ribes_in_unit_interval(pairs):
+    score = ribes([" ".join(h) for h, _ in pairs], [" ".join(r) for _, r in pairs])
+    assert 0.0 <= score <= 1.0
+
+
+# Intentional differences between the default (RIBES.py 1.03.1) and NLTK, each shown on one sentence.
+
+
+@needs_fixed_nltk
+def test_ribes_difference_one_word_reference():
+    # RIBES.py: a one-word reference matched by the one-word hypothesis is perfectly ordered (NKT = 1);
+    # NLTK needs two aligned words for Kendall's tau and scores 0.
+    assert ribes(["yes"], ["yes"]) == 1.0
+    assert ribes(["yes", "yes"], ["yes", "no"]) == 0.5
+    assert ribes(["yes"], ["yes"], variant="nltk") == 0.0 == _nltk_ribes(["yes"], ["yes"])
+    # "ok" is repeated in the hypothesis and no context of it occurs in the reference: nothing aligned.
+    assert ribes(["ok ok"], ["ok"]) == 0.0
+    # One aligned word of two: NKT = 1, P = 1/2, BP = 1.
+    assert ribes(["ok x"], ["ok"]) == pytest.approx(0.5**0.25)
+
+
+@needs_fixed_nltk
+def test_ribes_difference_left_window_reaching_sentence_start():
+    # Hypothesis "x a b", reference "x a b a b". "b" (i = 2) is ambiguous; "a b" occurs twice in the
+    # reference, the full prefix "x a b" once. RIBES.py tries that window (w = 2 <= i) and aligns "b" to
+    # position 2: order [0, 1, 2]. NLTK stops at w < max(i, len - i + 1) = 2 and drops "b": order [0, 1].
+    hyp, ref = "x a b", "x a b a b"
+    brevity = math.exp(1 - 5 / 3) ** 0.10
+    assert metrics._ribes_alignment(ref.split(), hyp.split(), "official") == [0, 1, 2]
+    assert metrics._ribes_alignment(ref.split(), hyp.split(), "nltk") == [0, 1]
+    assert ribes([hyp], [ref]) == pytest.approx(brevity)
+    assert ribes([hyp], [ref], variant="nltk") == pytest.approx((2 / 3) ** 0.25 * brevity)
+    assert _nltk_ribes([hyp], [ref]) == pytest.approx((2 / 3) ** 0.25 * brevity)
+
+
+@needs_fixed_nltk
+def test_ribes_difference_paper_example():
+    # (H0, R0) of Isozaki et al. (2010). The second hypothesis "he" (position 5) has a unique left context
+    # "because he" (reference 6-7) and a unique right context "he was" (reference 0-1). RIBES.py tries the
+    # left context first and aligns it to 7 -- the same reference word as the first "he" ("he read") --
+    # while NLTK, trying the right context first, reproduces the paper's alignment with 0.
+    hyp = "he read the book because he was interested in world history"
+    ref = "he was interested in world history because he read the book"
+    official = [7, 8, 9, 10, 6, 7, 1, 2, 3, 4, 5]
+    paper = [7, 8, 9, 10, 6, 0, 1, 2, 3, 4, 5]
+    assert metrics._ribes_alignment(ref.split(), hyp.split(), "official") == official
+    assert metrics._ribes_alignment(ref.split(), hyp.split(), "nltk") == paper
+    # P = BP = 1, so RIBES = NKT = increasing pairs / 55.
+    assert ribes([hyp], [ref]) == pytest.approx(17 / 55)
+    assert ribes([hyp], [ref], variant="nltk") == pytest.approx(21 / 55) == _nltk_ribes([hyp], [ref])
+
+
+@needs_fixed_nltk
+def test_ribes_difference_left_context_tried_first():
+    # Hypothesis "a b a a", reference "a a b a". For hypothesis position 2 both bigrams "b a" (left, at
+    # reference 2) and "a a" (right, at reference 0) are unique in both sentences. RIBES.py takes the left
+    # one -> reference position 3; NLTK the right one -> 0. Orders [1, 2, 3, 1] (3/6 pairs increasing) and
+    # [1, 2, 0, 1] (2/6); P = BP = 1.
+    hyp, ref = "a b a a", "a a b a"
+    assert metrics._ribes_alignment(ref.split(), hyp.split(), "official") == [1, 2, 3, 1]
+    assert metrics._ribes_alignment(ref.split(), hyp.split(), "nltk") == [1, 2, 0, 1]
+    assert ribes([hyp], [ref]) == pytest.approx(0.5)
+    assert ribes([hyp], [ref], variant="nltk") == pytest.approx(1 / 3)
+    assert _nltk_ribes([hyp], [ref]) == pytest.approx(1 / 3)
+
+
+def test_ribes_is_case_sensitive_and_tokenizes_punctuation():
+    assert ribes(["The cat, sat"], ["The cat , sat"]) == pytest.approx(1.0)
+    assert ribes(["the cat sat"], ["The Cat Sat"]) == 0.0
+
+
+def test_ribes_rejects_unknown_variant():
+    with pytest.raises(ValueError, match="variant"):
+        ribes(["a"], ["a"], variant="moses")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Constraints and repetition
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_constraint_preservation_hand_made():
+    hyps = ["The New York Times reported it.", "I like new york.", "Nothing here"]
+    constraints = [["New York", "reported it."], ["New York", "like"], []]
+    # Preserved: "New York" and "reported it ." in sentence 1, "like" in sentence 2; lowercase "new york"
+    # does not preserve "New York".
+    assert constraint_preservation(hyps, constraints) == pytest.approx(75.0)
+    # Whole words only, in order and contiguous.
+    assert constraint_preservation(["Yorkshire pudding"], [["York"]]) == 0.0
+    assert constraint_preservation(["York big city"], [["York city"]]) == 0.0
+    assert constraint_preservation(["city York"], [["York city"]]) == 0.0
+    assert constraint_preservation(["hello, world"], [["hello", "world", "hello,"]]) == pytest.approx(100.0)
+    # Every listed constraint is checked once.
+    assert constraint_preservation(["a b"], [["a", "a", "c"]]) == pytest.approx(200 / 3)
+
+
+def test_constraint_metrics_without_constraints_are_nan():
+    assert math.isnan(constraint_preservation(["a b", "c"], [[], []]))
+    assert math.isnan(term_usage(["a b", "c"], [[], []]))
+
+
+def test_term_usage_hand_made():
+    hyps = ["The New York Times reported it.", "Yorkshire is not York's", "x-ray machine"]
+    constraints = [["New York", "Times", "report"], ["York"], ["ray", "x-ray", "machine"]]
+    # Sentence 1: "New York" and "Times" used, "report" only inside "reported". Sentence 2: "York" is
+    # followed by an apostrophe (a non-word character) in "York's" -> used. Sentence 3: "ray" is preceded by
+    # "-" -> used; "x-ray" and "machine" used. 6 of 7.
+    assert term_usage(hyps, constraints) == pytest.approx(600 / 7)
+    # Regex metacharacters in terms are literal.
+    assert term_usage(["costs 3.50 (net)"], [["3.50", "(net)", "3x50"]]) == pytest.approx(200 / 3)
+    # CPR and term usage disagree on "York's": 13a keeps "York's" as one word.
+    assert constraint_preservation(["not York's"], [["York"]]) == 0.0
+    assert term_usage(["not York's"], [["York"]]) == 100.0
+
+
+def test_repetition_rate_hand_made():
+    assert repetition_rate([["a", "a", "a", "b"], ["c"], []]) == pytest.approx(40.0)
+    assert repetition_rate([["a", "b", "a", "b"]]) == 0.0
+    assert repetition_rate([[1, 1, 2, 2]]) == pytest.approx(50.0)
+    assert repetition_rate([[], []]) == 0.0
+    # Repeats do not cross sentence boundaries.
+    assert repetition_rate([["a"], ["a"]]) == 0.0
+
+
+@FAST
+@given(st.lists(st.lists(st.sampled_from(["a", "b", "c"]), max_size=8), min_size=1, max_size=5))
+def test_repetition_rate_matches_reference(token_lists):
+    repeats = 0
+    total = 0
+    for tokens in token_lists:
+        total += len(tokens)
+        for t in range(1, len(tokens)):
+            if tokens[t] == tokens[t - 1]:
+                repeats += 1
+    expected = 100.0 * repeats / total if total else 0.0
+    assert repetition_rate(token_lists) == pytest.approx(expected)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# corpus_metrics and format_table
+# ----------------------------------------------------------------------------------------------------------
+
+
+def test_corpus_metrics_keys_and_scales():
+    out = corpus_metrics(HYPS, REFS)
+    assert set(out) == {"bleu", "bleu_signature", "tok_bleu", "chrf", "ter", "ribes", "repetition"}
+    assert out["bleu"] == bleu(HYPS, REFS)[0]
+    assert out["bleu_signature"] == bleu(HYPS, REFS)[1]
+    assert out["tok_bleu"] == tokenized_bleu(HYPS, REFS)
+    assert out["chrf"] == chrf(HYPS, REFS)
+    assert out["ter"] == ter(HYPS, REFS)
+    assert out["ribes"] == pytest.approx(100 * ribes(HYPS, REFS))  # 0-100 in the table
+    assert out["repetition"] == pytest.approx(repetition_rate([tokenize(h) for h in HYPS]))
+    assert out["repetition"] == pytest.approx(100 * 2 / 32)  # "the the the": 2 repeats in 32 13a words
+
+    constraints = [["cat"], [], [], ["moon", "sun"], []]
+    out = corpus_metrics(HYPS, REFS, constraints)
+    assert out["cpr"] == pytest.approx(200 / 3)
+    assert out["term_usage"] == pytest.approx(200 / 3)
+
+
+def test_format_table():
+    rows = {
+        "valid": {"bleu": 27.456, "bleu_signature": "nrefs:1|tok:13a", "ribes": 80.0},
+        "test": {"bleu": 5.0, "ter": 101.234},
+    }
+    assert format_table(rows) == (
+        "        bleu  ribes     ter\n"
+        "-----  -----  -----  ------\n"
+        "valid  27.46  80.00       -\n"
+        "test    5.00      -  101.23"
+    )
+    assert format_table(rows, columns=["ter", "bleu_signature"]) == (
+        "          ter  bleu_signature\n"
+        "-----  ------  --------------\n"
+        "valid       -               -\n"
+        "test   101.23               -"
+    )
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Error paths
+# ----------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fn", [bleu, tokenized_bleu, chrf, ter, ribes, corpus_metrics])
+def test_parallel_metrics_reject_bad_input(fn):
+    with pytest.raises(DataError, match="empty"):
+        fn([], [])
+    with pytest.raises(DataError, match="2 hypotheses but 1 references"):
+        fn(["a", "b"], ["a"])
+    with pytest.raises(DataError, match="list of strings"):
+        fn("a b", "a b")
+    with pytest.raises(DataError, match=r"references\[1\]"):
+        fn(["a", "b"], ["a", None])
+
+
+@pytest.mark.parametrize("fn", [constraint_preservation, term_usage])
+def test_constraint_metrics_reject_bad_input(fn):
+    with pytest.raises(DataError, match="empty"):
+        fn([], [])
+    with pytest.raises(DataError, match="2 hypotheses but 1 constraint lists"):
+        fn(["a", "b"], [["a"]])
+    with pytest.raises(DataError, match=r"constraints\[0\] must be a list"):
+        fn(["a"], ["a"])  # a list of strings instead of a list of lists
+    with pytest.raises(DataError, match=r"constraints\[0\]\[1\] is empty"):
+        fn(["a"], [["a", "  "]])
+
+
+def test_corpus_metrics_checks_constraints():
+    with pytest.raises(DataError, match="constraint lists"):
+        corpus_metrics(["a"], ["a"], [])
+
+
+def test_repetition_rate_rejects_bad_input():
+    with pytest.raises(DataError, match="empty"):
+        repetition_rate([])
+    with pytest.raises(DataError, match=r"token_lists\[0\]"):
+        repetition_rate(["a a b"])
+
+
+def test_error_messages_are_one_line():
+    for call in (lambda: bleu([], []), lambda: ribes(["a"], ["a", "b"]), lambda: term_usage(["a"], [[""]])):
+        with pytest.raises(DataError) as info:
+            call()
+        assert "\n" not in str(info.value)
