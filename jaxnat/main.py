@@ -31,6 +31,8 @@ def parse_args(argv):
 def run(argv=None) -> int:
     args, rest = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("absl", "orbax", "jax._src"):  # Orbax logs every save and restore at INFO
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     from jaxnat.config import build_config
 
     config = build_config(args.config, rest)

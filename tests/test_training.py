@@ -92,7 +92,7 @@ SHARDED = textwrap.dedent(
     params = spec.init(jax.random.PRNGKey(0), {k: jnp.asarray(v) for k, v in batch.items()})
     results = []
     for devices in (jax.devices()[:1], jax.devices()):
-        mesh = jax.make_mesh((len(devices),), ("data",), devices=devices)
+        mesh = mesh_lib.make_mesh(devices)
         state = jax.device_put({"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": opt.init(params)},
                                mesh_lib.replicated(mesh))
         step = jax.jit(make_train_step(spec, opt, schedule))

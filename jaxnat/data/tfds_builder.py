@@ -269,7 +269,9 @@ def load_tfds_splits(
         ) from None
     except ModuleNotFoundError as e:
         raise DataError(f"{where} is not prepared and loading its builder needs {e.name!r}; {prepare_hint}") from None
-    except (OSError, ValueError, AssertionError) as e:
+    except AssertionError as e:  # a registered builder (TensorFlow installed) without prepared data
+        raise DataError(f"{where} is not prepared ({' '.join(str(e).split())[:200]}); {prepare_hint}") from None
+    except (OSError, ValueError) as e:
         raise DataError(f"{where} cannot be opened ({type(e).__name__}: {' '.join(str(e).split())[:300]})") from None
 
     out: dict[str, tuple[list[str], list[str]]] = {}

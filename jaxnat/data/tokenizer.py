@@ -295,7 +295,7 @@ class Tokenizer:
             if i < vocab.NUM_RESERVED or sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i):
                 table[i] = True
             else:
-                table[i] = sp.id_to_piece(i).startswith(WORD_BOUNDARY) or sp.is_user_defined(i)
+                table[i] = sp.id_to_piece(i).startswith(WORD_BOUNDARY)
         return table
 
     def word_start_table(self, side: str) -> np.ndarray:
@@ -306,7 +306,7 @@ class Tokenizer:
     def word_start_mask(self, ids: Sequence[int] | np.ndarray, side: str) -> list[bool]:
         """True where a piece begins a new word ("▁"-prefixed piece).
 
-        Reserved ids (PAD, BOS, EOS, UNK, PLH, MASK) and other special/user-defined pieces count as word
+        Reserved ids (PAD, BOS, EOS, UNK, PLH, MASK) and other control/unused pieces count as word
         starts: each forms a unit of its own. Out-of-range ids also count as word starts.
         """
         table = self.word_start_table(side)

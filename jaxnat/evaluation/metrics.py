@@ -88,11 +88,13 @@ def _constraint_lists(constraints, n_hyps: int) -> list[list[str]]:
     """``constraints`` as one list of non-empty strings per hypothesis, or a one-line ``DataError``."""
     if isinstance(constraints, str) or not isinstance(constraints, Sequence):
         raise DataError(
-            f"constraints must be a list with one list of strings per hypothesis, got {type(constraints).__name__}"
+            "constraints must be a list with one list of strings per hypothesis, "
+            f"got {type(constraints).__name__}"
         )
     if len(constraints) != n_hyps:
         raise DataError(
-            f"{n_hyps} hypotheses but {len(constraints)} constraint lists: give one (possibly empty) list per hypothesis"
+            f"{n_hyps} hypotheses but {len(constraints)} constraint lists: "
+            "give one (possibly empty) list per hypothesis"
         )
     out = []
     for i, sentence_constraints in enumerate(constraints):
@@ -166,7 +168,7 @@ def ter(hyps: list[str], refs: list[str]) -> float:
 
 
 class _NgramIndex:
-    """Occurrence count and first start position of every n-gram of a token list, built per length on demand."""
+    """Count and first start of every n-gram of a token list; the table of one length is built on demand."""
 
     def __init__(self, tokens: list[str]):
         self._tokens = tokens
@@ -306,11 +308,13 @@ def ribes(
     An empty hypothesis or reference scores 0. The corpus score is the plain mean over sentences.
 
     ``variant='official'`` (default) follows the official RIBES.py 1.03.1 alignment; ``variant='nltk'``
-    reproduces ``nltk.translate.ribes_score.corpus_ribes`` (NLTK >= 3.9, single reference). They differ only
-    in (1) which context is tried first for a repeated word (official: left, NLTK: right), (2) NLTK never
-    trying the left context that spans the whole prefix for words in the second half of the hypothesis and
-    (3) the one-word-reference case above (NLTK scores it 0). Unlike RIBES.py (which lowercases unless
-    run with ``-c``), case is kept, as in sacreBLEU's BLEU.
+    reproduces ``nltk.translate.ribes_score.corpus_ribes`` with one reference per sentence (recent NLTK,
+    checked with 3.10; releases <= 3.8 computed Kendall's tau from runs of consecutive positions only).
+    They differ only in (1) which context is tried first for a repeated word (official: left, NLTK: right;
+    on the paper's own (H0, R0) example only NLTK reproduces the printed alignment, RIBES.py gives NKT
+    17/55 instead of 21/55), (2) NLTK never trying the left context that spans the whole prefix for words
+    in the second half of the hypothesis and (3) the one-word-reference case above (NLTK scores it 0).
+    Unlike RIBES.py (which lowercases unless run with ``-c``), case is kept, as in sacreBLEU's BLEU.
     """
     hyps, refs = _parallel(hyps, refs)
     if variant not in RIBES_VARIANTS:
@@ -396,7 +400,9 @@ def repetition_rate(token_lists: list[list[str]]) -> float:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def corpus_metrics(hyps: list[str], refs: list[str], constraints: list[list[str]] | None = None) -> dict[str, float | str]:
+def corpus_metrics(
+    hyps: list[str], refs: list[str], constraints: list[list[str]] | None = None
+) -> dict[str, float | str]:
     """Every metric of this module for one system output.
 
     Keys: ``bleu`` (sacreBLEU), ``bleu_signature`` (str), ``tok_bleu`` (``tokenized_bleu``), ``chrf``,

@@ -11,8 +11,10 @@ import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 
-def make_mesh() -> jax.sharding.Mesh:
-    return jax.make_mesh((jax.device_count(),), ("data",))
+def make_mesh(devices=None) -> jax.sharding.Mesh:
+    """A 1-D `data` mesh over `devices` (default: all). Auto axis types: XLA propagates shardings itself."""
+    devices = jax.devices() if devices is None else devices
+    return jax.make_mesh((len(devices),), ("data",), axis_types=(jax.sharding.AxisType.Auto,), devices=devices)
 
 
 def replicated(mesh) -> NamedSharding:

@@ -82,11 +82,11 @@ class Trainer:
 
     def __init__(self, config, workdir: str):
         self.config, self.workdir = config, workdir
+        d = config.data
+        self.corpus = load_corpus(d)  # first: a bad data path fails before anything is written
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=2, sort_keys=True))
-        d = config.data
-        self.corpus = load_corpus(d)
         train_src, train_tgt = self.corpus["train"]
         self.tokenizer = Tokenizer.train_or_load(workdir, train_src, train_tgt, d.vocab_size, joint=d.joint_vocab,
                                                  model_type=d.spm_model_type, seed=config.train.seed)
@@ -95,6 +95,7 @@ class Trainer:
         self.optimizer, self.schedule = make_optimizer(config.train)
         self.ckpt = Checkpoints(workdir, config.train.keep_checkpoints)
         self.buckets = bucket_lengths(d.max_len)
+        self.history: list[dict] = []  # one entry per log window and per validation, for notebooks and benches
 
     # -- data ------------------------------------------------------------------------------------------
     def encoded_split(self, split: str):
@@ -200,6 +201,7 @@ class Trainer:
                     summary["tokens_per_s"] = window_tokens / max(elapsed, 1e-9)
                     bar.set_postfix(loss=f"{summary['loss']:.3f}", tok_s=f"{summary['tokens_per_s']:.0f}",
                                     lr=f"{summary['lr']:.2e}")
+                    self.history.append({"step": done, **summary})
                     log.info("step %d: loss %.4f nll %.4f lr %.3g %.0f tok/s skipped %d", done, summary["loss"],
                              summary["nll"], summary["lr"], summary["tokens_per_s"], skipped)
                     if writer:
@@ -210,6 +212,7 @@ class Trainer:
                     window_tokens, tick = 0.0, time.perf_counter()
                 if done % t.eval_every == 0 or done == t.steps:
                     result = self.validate(state["params"], (valid_src, valid_tgt), translator)
+                    self.history.append({"step": done, **result})
                     log.info("step %d: %s", done, " ".join(f"{k} {v:.3f}" for k, v in result.items()))
                     if writer:
                         for k, v in result.items():

@@ -1,0 +1,142 @@
+"""Reading text corpora (jaxnat.data.text) and choosing a corpus from the config (jaxnat.data.sources)."""
+
+import gzip
+import sys
+import types
+
+import ml_collections
+import pytest
+
+from jaxnat.data import sources, text
+from jaxnat.errors import ConfigError, DataError
+
+
+def _write(path, content: bytes, gz: bool = False):
+    path.write_bytes(gzip.compress(content) if gz else content)
+    return str(path)
+
+
+def _assert_one_line(err: pytest.ExceptionInfo, *fragments: str):
+    msg = str(err.value)
+    assert "\n" not in msg
+    for fragment in fragments:
+        assert fragment in msg, msg
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_read_lines_plain_and_gz(tmp_path, gz):
+    path = _write(tmp_path / ("a.en.gz" if gz else "a.en"), "héllo wörld \r\n\n日本語\tx\x0cy\n".encode(), gz)
+    assert text.read_lines(path) == ["héllo wörld", "", "日本語\tx\x0cy"]
+
+
+def test_read_lines_no_final_newline_and_bom(tmp_path):
+    path = _write(tmp_path / "a.txt", b"\xef\xbb\xbfone\ntwo")
+    assert text.read_lines(path) == ["one", "two"]
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(DataError) as e:
+        text.read_lines(str(tmp_path / "nope.en"))
+    _assert_one_line(e, "nope.en", "not found")
+
+
+@pytest.mark.parametrize("content", [b"", b"\n\n  \n"])
+@pytest.mark.parametrize("gz", [False, True])
+def test_empty_file(tmp_path, content, gz):
+    path = _write(tmp_path / "empty.de", content, gz)
+    with pytest.raises(DataError) as e:
+        text.read_lines(path)
+    _assert_one_line(e, "empty.de", "empty")
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_non_utf8_names_line(tmp_path, gz):
+    path = _write(tmp_path / "latin1.de", "gut\nschön\n".encode("latin-1"), gz)
+    with pytest.raises(DataError) as e:
+        text.read_lines(path)
+    _assert_one_line(e, "latin1.de", "line 2", "UTF-8")
+
+
+def test_corrupt_gzip(tmp_path):
+    path = _write(tmp_path / "bad.en.gz", gzip.compress(b"hello\n" * 100)[:30])
+    with pytest.raises(DataError) as e:
+        text.read_lines(path)
+    _assert_one_line(e, "bad.en.gz")
+
+
+def test_read_parallel_mismatch(tmp_path):
+    src = _write(tmp_path / "x.en", b"a\nb\nc\n")
+    tgt = _write(tmp_path / "x.de.gz", b"a\nb\n", gz=True)
+    with pytest.raises(DataError) as e:
+        text.read_parallel(src, tgt)
+    _assert_one_line(e, "x.en", "x.de.gz", "3", "2")
+    assert text.read_parallel(src, src) == (["a", "b", "c"], ["a", "b", "c"])
+
+
+def test_find_split_files(tmp_path):
+    _write(tmp_path / "train.en.gz", b"a\n", gz=True)
+    _write(tmp_path / "train.de", b"b\n")
+    assert text.find_split_files(str(tmp_path), "train", "en", "de") == (
+        str(tmp_path / "train.en.gz"),
+        str(tmp_path / "train.de"),
+    )
+    with pytest.raises(DataError) as e:
+        text.find_split_files(str(tmp_path), "val", "en", "de")
+    _assert_one_line(e, "val.en", "train.de", "train.en.gz")
+    with pytest.raises(DataError) as e:
+        text.find_split_files(str(tmp_path / "nodir"), "train", "en", "de")
+    _assert_one_line(e, "nodir")
+
+
+def _cfg(**kw):
+    base = dict(
+        source="text", dir="", src_lang="en", tgt_lang="de", train_split="train", valid_split="val",
+        test_splits="", synthetic_seed=0, synthetic_train=5, synthetic_valid=2, synthetic_test=3,
+        tfds_name="", tfds_data_dir="",
+    )
+    base.update(kw)
+    return ml_collections.ConfigDict(base)
+
+
+def test_load_corpus_text(tmp_path):
+    for split, n in (("train", 3), ("val", 2), ("test_a", 1), ("test_b", 2)):
+        _write(tmp_path / f"{split}.en.gz", "".join(f"{split} en {i}\n" for i in range(n)).encode(), gz=True)
+        if split != "test_b":
+            _write(tmp_path / f"{split}.de", "".join(f"{split} de {i}\n" for i in range(n)).encode())
+    corpus = sources.load_corpus(_cfg(dir=str(tmp_path), test_splits="test_a, test_b"))
+    assert sorted(corpus) == ["test_a", "test_b", "train", "valid"]
+    assert corpus["train"] == (["train en 0", "train en 1", "train en 2"], ["train de 0", "train de 1", "train de 2"])
+    assert corpus["valid"][1] == ["val de 0", "val de 1"]
+    assert corpus["test_b"] == (["test_b en 0", "test_b en 1"], None)
+
+
+def test_load_corpus_errors(tmp_path):
+    with pytest.raises(ConfigError):
+        sources.load_corpus(_cfg(source="csv"))
+    with pytest.raises(DataError) as e:
+        sources.load_corpus(_cfg(dir=str(tmp_path / "missing")))
+    _assert_one_line(e, "missing")
+    with pytest.raises(DataError) as e:  # dir exists but has no train files
+        sources.load_corpus(_cfg(dir=str(tmp_path)))
+    _assert_one_line(e, "train.en")
+    with pytest.raises(ConfigError):
+        sources.load_corpus(_cfg(dir=str(tmp_path), tgt_lang="en"))
+
+
+def test_load_corpus_synthetic(monkeypatch):
+    calls = []
+
+    def generate_corpus(seed=0, sizes=None):
+        calls.append((seed, dict(sizes)))
+        return {k: ([f"s{i}" for i in range(n)], [f"t{i}" for i in range(n)]) for k, n in sizes.items()}
+
+    fake = types.ModuleType("jaxnat.data.synthetic")
+    fake.generate_corpus = generate_corpus
+    monkeypatch.setitem(sys.modules, "jaxnat.data.synthetic", fake)
+    import jaxnat.data
+
+    monkeypatch.setattr(jaxnat.data, "synthetic", fake, raising=False)
+    corpus = sources.load_corpus(_cfg(source="synthetic", synthetic_seed=7, test_splits="ignored"))
+    assert calls == [(7, {"train": 5, "valid": 2, "test": 3})]
+    assert sorted(corpus) == ["test", "train", "valid"]
+    assert corpus["test"] == (["s0", "s1", "s2"], ["t0", "t1", "t2"])

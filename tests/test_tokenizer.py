@@ -1,0 +1,121 @@
+"""SentencePiece tokenizer: reserved ids, round trip, determinism, reuse of the files in the workdir."""
+
+import os
+
+import numpy as np
+import pytest
+
+from jaxnat.data import vocab
+from jaxnat.data.tokenizer import Tokenizer
+from jaxnat.errors import ConfigError, DataError
+
+SRC = [
+    "the quick brown fox jumps over the lazy dog",
+    "héllo wörld, ça va? naïve café",
+    "a man rides a bike down the street",
+    "emoji 🙂 and CJK 日本語のテキスト",
+    "two dogs play in the snow",
+    "Ελληνικά κείμενα και русский текст",
+] * 5
+TGT = [
+    "der schnelle braune fuchs springt über den faulen hund",
+    "Grüße aus Köln — „Anführungszeichen“",
+    "ein mann fährt mit dem fahrrad die straße hinunter",
+    "zwei hunde spielen im schnee",
+    "straße, größe, süß",
+    "ärger über öl",
+] * 5
+RESERVED = [vocab.PAD_PIECE, vocab.BOS_PIECE, vocab.EOS_PIECE, vocab.UNK_PIECE, vocab.PLH_PIECE, vocab.MASK_PIECE]
+
+
+@pytest.fixture(scope="module")
+def joint_dir(tmp_path_factory):
+    d = str(tmp_path_factory.mktemp("joint"))
+    Tokenizer.train_or_load(d, SRC, TGT, vocab_size=120)
+    return d
+
+
+def test_reserved_ids_and_files(joint_dir):
+    tok = Tokenizer.load(joint_dir)
+    assert tok.joint
+    assert os.path.isfile(os.path.join(joint_dir, "spm", "joint.model"))
+    for side in ("src", "tgt"):
+        assert [tok.id_to_piece(i, side) for i in range(vocab.NUM_RESERVED)] == RESERVED
+        sp = tok.processor(side)
+        assert (sp.pad_id(), sp.bos_id(), sp.eos_id(), sp.unk_id()) == (0, 1, 2, 3)
+        assert vocab.NUM_RESERVED < tok.vocab_size(side) <= 120
+
+
+def test_round_trip(joint_dir):
+    tok = Tokenizer.load(joint_dir)
+    for side, texts in (("src", SRC), ("tgt", TGT)):
+        ids = tok.encode(texts, side)
+        assert all(ids_ and min(ids_) >= vocab.NUM_RESERVED for ids_ in ids)  # no UNK, no BOS/EOS
+        assert [tok.decode(x, side) for x in ids] == texts
+        width = max(map(len, ids)) + 3
+        arr = np.zeros((len(ids), width), np.int32)
+        for r, x in enumerate(ids):  # BOS x EOS garbage-after-EOS PAD...
+            arr[r, : len(x) + 3] = [vocab.BOS_ID, *x, vocab.EOS_ID, ids[0][0]]
+        assert tok.decode_batch(arr, side) == texts
+
+
+def test_decode_drops_special_ids(joint_dir):
+    tok = Tokenizer.load(joint_dir)
+    x = tok.encode(["two dogs"], "src")[0]
+    noisy = [vocab.BOS_ID, vocab.PLH_ID, *x[:1], vocab.MASK_ID, vocab.PAD_ID, *x[1:], vocab.EOS_ID, *x]
+    assert tok.decode(noisy, "src") == "two dogs"
+    assert tok.decode([vocab.EOS_ID, *x], "src") == ""
+
+
+def test_word_start_mask(joint_dir):
+    tok = Tokenizer.load(joint_dir)
+    sent = "the quick brown fox jumps over the lazy dog"
+    ids = tok.encode([sent], "src")[0]
+    mask = tok.word_start_mask(ids, "src")
+    assert len(mask) == len(ids) and mask[0]
+    assert sum(mask) == len(sent.split())
+    words = []
+    for i, start in zip(ids, mask):
+        piece = tok.id_to_piece(i, "src")
+        if start:
+            words.append(piece)
+        else:
+            words[-1] += piece
+    assert [w.lstrip("\u2581") for w in words] == sent.split()
+    assert tok.word_start_mask([vocab.BOS_ID, vocab.EOS_ID, vocab.PAD_ID, vocab.PLH_ID], "src") == [True] * 4
+
+
+def test_deterministic_and_reused(tmp_path, joint_dir):
+    d = str(tmp_path / "again")
+    Tokenizer.train_or_load(d, SRC, TGT, vocab_size=120)
+    a = open(os.path.join(joint_dir, "spm", "joint.model"), "rb").read()
+    b = open(os.path.join(d, "spm", "joint.model"), "rb").read()
+    assert a == b
+    # Existing files win over the arguments (resume): nothing is retrained.
+    tok = Tokenizer.train_or_load(d, ["completely different"], ["data"], vocab_size=50, model_type="bpe")
+    assert open(os.path.join(d, "spm", "joint.model"), "rb").read() == a
+    assert tok.vocab_size("src") == Tokenizer.load(joint_dir).vocab_size("src")
+
+
+def test_separate_vocabularies(tmp_path):
+    d = str(tmp_path)
+    tok = Tokenizer.train_or_load(d, SRC, TGT, vocab_size=100, joint=False, model_type="bpe")
+    assert not tok.joint
+    assert sorted(os.listdir(os.path.join(d, "spm"))) == ["src.model", "src.vocab", "tgt.model", "tgt.vocab"]
+    assert [tok.decode(x, "tgt") for x in tok.encode(TGT, "tgt")] == TGT
+    assert [tok.id_to_piece(i, "tgt") for i in range(vocab.NUM_RESERVED)] == RESERVED
+    assert not Tokenizer.load(d).joint
+
+
+def test_errors(tmp_path):
+    with pytest.raises(DataError):
+        Tokenizer.load(str(tmp_path))
+    with pytest.raises(ConfigError):
+        Tokenizer.train_or_load(str(tmp_path / "a"), SRC, TGT, vocab_size=100, model_type="wordpiece")
+    with pytest.raises(DataError):
+        Tokenizer.train_or_load(str(tmp_path / "b"), ["", " "], [""], vocab_size=100)
+    os.makedirs(tmp_path / "c" / "spm")
+    (tmp_path / "c" / "spm" / "joint.model").write_bytes(b"not a model")
+    with pytest.raises(DataError) as e:
+        Tokenizer.load(str(tmp_path / "c"))
+    assert "joint.model" in str(e.value) and "\n" not in str(e.value)
