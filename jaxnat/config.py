@@ -46,6 +46,7 @@ def default_config() -> ml_collections.ConfigDict:
         vocab_size=8000, joint_vocab=True, spm_model_type="unigram",
         max_len=128, truncate=False,  # pairs longer than max_len tokens (BOS/EOS included) are dropped or cut
         batch_tokens=4096,  # padded tokens per batch and side
+        bucket_growth=1.2, bucket_multiple=4,  # bucket lengths: multiples of 4 growing ~1.2x (fewer: less compiling, more padding)
     )
     c.train = dict(
         steps=100000, lr=5e-4, warmup_steps=4000, warmup_init_lr=1e-7,

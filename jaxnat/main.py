@@ -28,12 +28,29 @@ def parse_args(argv):
     return parser.parse_known_args(argv)
 
 
+def enable_compilation_cache() -> None:
+    """XLA's persistent compilation cache: a resumed or repeated run skips recompiling its shapes.
+
+    JAXNAT_COMPILATION_CACHE=DIR moves it (default ~/.cache/jaxnat/xla); =off disables it.
+    """
+    import os
+
+    import jax
+
+    where = os.environ.get("JAXNAT_COMPILATION_CACHE", os.path.expanduser("~/.cache/jaxnat/xla"))
+    if where != "off":
+        jax.config.update("jax_compilation_cache_dir", where)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+
+
 def run(argv=None) -> int:
     args, rest = parse_args(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("absl", "orbax", "jax._src"):  # Orbax logs every save and restore at INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)
     from jaxnat.config import build_config
+
+    enable_compilation_cache()
 
     config = build_config(args.config, rest)
     from jaxnat.training.mesh import maybe_initialize_distributed

@@ -15,7 +15,7 @@ def get_config():
     c.data.update(source="text", dir="../shared/data/multi30k", src_lang="en", tgt_lang="de",
                   train_split="train", valid_split="val", test_splits="test_2016_flickr",
                   vocab_size=8000, max_len=100, batch_tokens=4096)
-    c.train.update(steps=12000, lr=1e-3, warmup_steps=2000, weight_decay=0.0001, label_smoothing=0.1,
-                   log_every=100, eval_every=1000, checkpoint_every=500, valid_bleu_sentences=1014)
+    c.train.update(steps=4000, lr=1e-3, warmup_steps=1000, weight_decay=0.0001, label_smoothing=0.1,
+                   log_every=100, eval_every=500, checkpoint_every=250, valid_bleu_sentences=1014)
     c.eval.update(beam_size=4, length_penalty=1.0, latency_sentences=100)
     return c

@@ -19,7 +19,8 @@ class Translator:
     def __init__(self, spec, params, tokenizer, config):
         self.spec, self.params, self.tokenizer, self.config = spec, params, tokenizer, config
         self.max_len = config.data.max_len
-        self.buckets = bucket_lengths(self.max_len)
+        d = config.data
+        self.buckets = bucket_lengths(self.max_len, growth=d.bucket_growth, multiple=d.bucket_multiple)
         self._compiled = {}
 
     def encode(self, texts: list[str]) -> tuple[list[np.ndarray], int]:

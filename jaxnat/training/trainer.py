@@ -94,7 +94,7 @@ class Trainer:
         self.mesh = mesh_lib.make_mesh()
         self.optimizer, self.schedule = make_optimizer(config.train)
         self.ckpt = Checkpoints(workdir, config.train.keep_checkpoints)
-        self.buckets = bucket_lengths(d.max_len)
+        self.buckets = bucket_lengths(d.max_len, growth=d.bucket_growth, multiple=d.bucket_multiple)
         self.history: list[dict] = []  # one entry per log window and per validation, for notebooks and benches
 
     # -- data ------------------------------------------------------------------------------------------
@@ -122,6 +122,18 @@ class Trainer:
             return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": self.optimizer.init(params)}
 
         return jax.jit(init, out_shardings=replicated)()
+
+    def compile_train_steps(self, state, shapes, root_key) -> dict:
+        """Compiles the train step for every (batch, length) shape up front, so that no compilation lands in
+        the middle of training (and tokens/s in the log is the steady-state speed)."""
+        step = jax.jit(make_train_step(self.spec, self.optimizer, self.schedule), donate_argnums=(0,))
+        sharding = mesh_lib.batch_sharding(self.mesh)
+        compiled = {}
+        for shape in tqdm(sorted(shapes), desc="compile", disable=None):
+            batch = {k: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=sharding) for k in ("src", "tgt")}
+            compiled[shape] = step.lower(state, batch, root_key).compile()
+        log.info("compiled the train step for %d batch shapes", len(compiled))
+        return compiled
 
     # -- validation --------------------------------------------------------------------------------------
     def validate(self, params, valid_data, translator) -> dict:
@@ -162,8 +174,8 @@ class Trainer:
         valid_src, valid_tgt, _ = self.encoded_split("valid")
         translator = Translator(self.spec, state["params"], self.tokenizer, cfg)
         self._eval_step = jax.jit(make_eval_step(self.spec))
-        train_step = jax.jit(make_train_step(self.spec, self.optimizer, self.schedule), donate_argnums=(0,))
         root_key = jax.random.PRNGKey(t.seed + 1)
+        train_steps = self.compile_train_steps(state, batcher.shapes, root_key)
         writer = SummaryWriter(os.path.join(self.workdir, "tensorboard")) if jax.process_index() == 0 else None
 
         consecutive_bad, skipped, window = 0, 0, []
@@ -187,7 +199,7 @@ class Trainer:
 
         try:
             for step, batch in zip(range(start, t.steps), prefetch(batcher.batch, start)):
-                state, metrics = train_step(state, mesh_lib.shard_batch(batch, self.mesh), root_key)
+                state, metrics = train_steps[batch["tgt"].shape](state, mesh_lib.shard_batch(batch, self.mesh), root_key)
                 if pending is not None:
                     drain(*pending)
                 pending = (metrics, step)

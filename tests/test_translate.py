@@ -1,0 +1,82 @@
+"""`--mode translate` and `--mode eval` on a trained tiny workdir: round trip, JSON lines, and bad inputs."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
+
+
+def _main(workdir, *args, stdin=None):
+    cmd = [sys.executable, "-m", "jaxnat.main", "--config", TINY, "--workdir", str(workdir), *args]
+    return subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), input=stdin,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("tiny") / "run"
+    result = _main(workdir, "--config.train.steps=8", "--config.train.eval_every=8", "--config.eval.latency_sentences=0")
+    assert result.returncode == 0, result.stderr
+    return workdir
+
+
+def test_workdir_contents(trained):
+    for name in ("config.json", "metrics.json", "spm/joint.model", "hyps/test.txt", "tensorboard"):
+        assert (trained / name).exists(), name
+    metrics = json.load(open(trained / "metrics.json"))
+    assert {"bleu", "bleu_signature", "chrf", "ter", "ribes"} <= set(metrics["test"])
+    assert len((trained / "hyps" / "test.txt").read_text().splitlines()) == 40
+
+
+def test_translate_plain_and_json_lines_round_trip(trained, tmp_path):
+    lines = ["the dog sees the cat .", '{"src": "a small house .", "id": 7}', ""]
+    src = tmp_path / "in.txt"
+    src.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out.jsonl"
+    result = _main(trained, "--mode", "translate", "--input", str(src), "--output", str(out))
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["src"] for r in rows] == ["the dog sees the cat .", "a small house .", ""]
+    assert rows[1]["id"] == 7
+    assert all(isinstance(r["hyp"], str) and isinstance(r["score"], float) for r in rows)
+    # stdin -> stdout gives the same translations
+    piped = _main(trained, "--mode", "translate", stdin="\n".join(lines) + "\n")
+    assert piped.returncode == 0, piped.stderr
+    assert [json.loads(line) for line in piped.stdout.splitlines()] == rows
+
+
+def test_eval_mode_rewrites_metrics(trained):
+    os.remove(trained / "metrics.json")
+    result = _main(trained, "--mode", "eval", "--config.eval.latency_sentences=0")
+    assert result.returncode == 0, result.stderr
+    assert "bleu" in json.load(open(trained / "metrics.json"))["test"]
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b'{"src": 1}\n', 'in.txt:1: a JSON line needs a string "src" field'),
+        (b'{"src": "x"\n', "in.txt:1: invalid JSON"),
+        (b"caf\xe9\n", "in.txt: line 1 is not valid UTF-8"),
+        (b"", "is empty"),
+    ],
+)
+def test_bad_translate_input(trained, tmp_path, content, message):
+    src = tmp_path / "in.txt"
+    src.write_bytes(content)
+    result = _main(trained, "--mode", "translate", "--input", str(src))
+    assert result.returncode == 2
+    assert message in result.stderr.strip().splitlines()[-1], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_translate_missing_input_and_untrained_workdir(trained, tmp_path):
+    result = _main(trained, "--mode", "translate", "--input", str(tmp_path / "nope.txt"))
+    assert result.returncode == 2 and "nope.txt" in result.stderr
+    result = _main(tmp_path / "empty", "--mode", "translate", stdin="hello\n")
+    assert result.returncode == 2 and "holds no trained run" in result.stderr
