@@ -46,7 +46,11 @@ def read_lines(path: str) -> list[str]:
     Raises:
       DataError: the file is missing, unreadable, empty, or not valid UTF-8 (the message gives the line).
     """
-    data = _read_bytes(path)
+    return split_lines(_read_bytes(path), path)
+
+
+def split_lines(data: bytes, path: str) -> list[str]:
+    """Decodes UTF-8 bytes (from a file or stdin, named `path` in errors) into stripped lines; see read_lines."""
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
     try:

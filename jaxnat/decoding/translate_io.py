@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 
-from jaxnat.data.text import read_lines
+from jaxnat.data.text import read_lines, split_lines
 from jaxnat.errors import DataError
 
 
@@ -37,11 +37,7 @@ def translate_stream(config, workdir: str, input_path: str | None, output_path: 
     if input_path:
         lines, where = read_lines(input_path), input_path
     else:
-        try:
-            lines = [line.rstrip("\n") for line in sys.stdin]
-        except UnicodeDecodeError:
-            raise DataError("stdin: input is not valid UTF-8") from None
-        where = "stdin"
+        lines, where = split_lines(sys.stdin.buffer.read(), "stdin"), "stdin"
     requests = parse_requests(lines, where)
     translator = load_translator(config, workdir)
     outs = translator.translate([r["src"] for r in requests], config.eval.beam_size, config.eval.batch_size)
