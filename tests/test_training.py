@@ -118,3 +118,59 @@ def test_data_parallel_step_on_8_devices_equals_1_device(tmp_path):
     # far below 1e-5 in absolute terms (parameters are O(0.1)).
     assert diff < 1e-5, diff
     assert abs(loss1 - loss8) < 1e-5
+
+
+def _tiny_step_setup():
+    import jax
+    import jax.numpy as jnp
+
+    from jaxnat.config import build_config
+    from jaxnat.models import build_model
+    from jaxnat.training.optim import make_optimizer
+    from jaxnat.training.trainer import make_train_step
+
+    config = build_config(TINY, ["--config.model.dropout=0.0", "--config.train.lr=3e-3", "--config.train.warmup_steps=1"])
+    spec = build_model(config, 32, 32)
+    opt, schedule = make_optimizer(config.train)
+    rng = np.random.default_rng(0)
+    tokens = np.concatenate([np.ones((8, 1)), rng.integers(6, 32, (8, 6)), np.full((8, 1), 2)], 1).astype(np.int32)
+    batch = {"src": jnp.asarray(tokens), "tgt": jnp.asarray(tokens)}  # learn to copy
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    state = {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": opt.init(params)}
+    return jax.jit(make_train_step(spec, opt, schedule)), state, batch
+
+
+def test_loss_falls_on_a_tiny_model():
+    import jax
+
+    step, state, batch = _tiny_step_setup()
+    losses = []
+    for _ in range(30):
+        state, metrics = step(state, batch, jax.random.PRNGKey(0))
+        losses.append(float(metrics["loss"]))
+    assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_non_finite_step_is_skipped():
+    import jax
+    import jax.numpy as jnp
+
+    step, state, batch = _tiny_step_setup()
+    poisoned = jax.tree_util.tree_map(lambda x: x, state)
+    emb = poisoned["params"]["params"]["src_embed"]["tokens"]["embedding"]
+    poisoned["params"]["params"]["src_embed"]["tokens"]["embedding"] = emb.at[6].set(jnp.nan)
+    new, metrics = step(poisoned, batch, jax.random.PRNGKey(0))
+    assert not bool(metrics["finite"])
+    assert int(new["step"]) == 1  # the step counts, the update does not happen
+    for a, b in zip(jax.tree_util.tree_leaves(poisoned["params"]), jax.tree_util.tree_leaves(new["params"])):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_run_stops_after_consecutive_non_finite_steps(tmp_path):
+    # lr 1e12 blows the parameters up after the first update; every later step is non-finite and skipped.
+    run = _train(tmp_path / "nan", "--config.train.lr=1e12", "--config.train.warmup_steps=1",
+                 "--config.train.max_bad_steps=3")
+    out, _ = run.communicate(timeout=600)
+    assert run.returncode == 2, out
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("jaxnat: error: loss was not finite for 3 consecutive steps"), last

@@ -60,13 +60,16 @@ def evaluate(config, workdir: str) -> dict:
         hyps = [o["hyp"] for o in outs]
         with open(os.path.join(workdir, "hyps", f"{split}.txt"), "w", encoding="utf-8") as f:
             f.writelines(h + "\n" for h in hyps)
-        metrics = corpus_metrics(hyps, refs)
-        metrics["copy_source_bleu"] = bleu(srcs, refs)[0]
+        metrics = {}
+        if refs is not None:  # a test split without references is only translated
+            metrics = corpus_metrics(hyps, refs)
+            metrics["copy_source_bleu"] = bleu(srcs, refs)[0]
         metrics["mean_score"] = float(np.mean([o["score"] for o in outs]))
         if i == 0 and e.latency_sentences > 0:
             metrics.update(translator.speed(srcs, e.beam_size, e.latency_sentences, e.throughput_batch))
         results[split] = metrics
-        log.info("%s: BLEU %.2f (%s)", split, metrics["bleu"], metrics["bleu_signature"])
+        if refs is not None:
+            log.info("%s: BLEU %.2f (%s)", split, metrics["bleu"], metrics["bleu_signature"])
     with open(os.path.join(workdir, "metrics.json"), "w") as f:
         json.dump(results, f, indent=2, sort_keys=True)
     print(format_table(results))
