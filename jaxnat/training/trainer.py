@@ -197,8 +197,9 @@ class Trainer:
             window.append(m)
             window_tokens += float(m["tokens"])
 
+        batches = prefetch(batcher.batch, start)
         try:
-            for step, batch in zip(range(start, t.steps), prefetch(batcher.batch, start)):
+            for step, batch in zip(range(start, t.steps), batches):
                 state, metrics = train_steps[batch["tgt"].shape](state, mesh_lib.shard_batch(batch, self.mesh), root_key)
                 if pending is not None:
                     drain(*pending)
@@ -236,6 +237,7 @@ class Trainer:
                 if done % t.checkpoint_every == 0 or done == t.steps:
                     self.ckpt.save_state(done, state)
         finally:
+            batches.close()
             bar.close()
             self.ckpt.wait()
             if writer:
