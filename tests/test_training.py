@@ -152,7 +152,7 @@ def test_loss_falls_on_a_tiny_model():
     for _ in range(30):
         state, metrics = step(state, batch, jax.random.PRNGKey(0))
         losses.append(float(metrics["loss"]))
-    assert losses[-1] < 0.5 * losses[0], losses
+    assert losses[-1] < 0.7 * losses[0] and losses[-1] < min(losses[:10]), losses
 
 
 def test_non_finite_step_is_skipped():

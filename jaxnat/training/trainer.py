@@ -50,7 +50,7 @@ def make_train_step(spec, optimizer, schedule):
             return loss_sum / jnp.maximum(aux["count"], 1.0), aux
 
         (loss, aux), grads = jax.value_and_grad(objective, has_aux=True)(state["params"])
-        grad_norm = optax.global_norm(grads)
+        grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
