@@ -37,7 +37,6 @@ def load_translator(config, workdir: str) -> Translator:
         if ckpt.latest_step() is None:
             raise JaxnatError(f"{workdir} has no checkpoint yet; train first with --mode train")
         log.warning("no best checkpoint (no validation ran yet): using the newest training state")
-        import optax  # noqa: F401  (optimizer state structure comes from the trainer)
         from jaxnat.training.optim import make_optimizer
 
         opt, _ = make_optimizer(config.train)

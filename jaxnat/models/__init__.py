@@ -5,7 +5,6 @@ trainer, evaluator and translator rely on, so that adding a model means adding o
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, Callable
 
 import jax
@@ -47,8 +46,10 @@ def _ar_spec(config, cfg: TransformerConfig) -> ModelSpec:
         return ar_search(module, params, src, beam_size=beam_size, length_penalty=e.length_penalty,
                          max_len_a=e.max_len_a, max_len_b=e.max_len_b, max_out=max_out)
 
-    loss = functools.partial(ar_loss, module, label_smoothing=config.train.label_smoothing)
-    return ModelSpec("ar", cfg, module, init, lambda p, b, r, train=True: loss(p, b, r, train=train), generate)
+    def loss(params, batch, rng, train=True):
+        return ar_loss(module, params, batch, rng, config.train.label_smoothing, train)
+
+    return ModelSpec("ar", cfg, module, init, loss, generate)
 
 
 _BUILDERS = {"ar": _ar_spec}

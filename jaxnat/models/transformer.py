@@ -70,13 +70,12 @@ def sinusoidal_positions(length: int, dim: int) -> jnp.ndarray:
     return table
 
 
-def attention_bias(query_mask: jnp.ndarray | None, key_mask: jnp.ndarray, causal: bool = False) -> jnp.ndarray:
-    """Additive float32[B, 1, Q, K] bias: 0 where a query may attend to a key, a large negative number elsewhere.
+def attention_bias(key_mask: jnp.ndarray, causal: bool = False) -> jnp.ndarray:
+    """Additive float32[B, 1, Q|1, K] bias: 0 where a query may attend to a key, a large negative number elsewhere.
 
-    key_mask: bool[B, K]; query_mask is unused for the bias (padded queries produce ignored outputs) but kept
-    in the signature for readability at call sites. causal adds the lower-triangular constraint (Q == K).
+    key_mask: bool[B, K]. Padded queries are not masked (their outputs are ignored downstream). causal adds
+    the lower-triangular constraint (then Q == K).
     """
-    del query_mask
     allowed = key_mask[:, None, None, :]
     if causal:
         q = key_mask.shape[1]
@@ -235,7 +234,7 @@ class Encoder(nn.Module):
     @nn.compact
     def __call__(self, x: jnp.ndarray, mask: jnp.ndarray, train: bool) -> jnp.ndarray:
         """x: float[B, S, D] embedded source; mask: bool[B, S] -> float[B, S, D]."""
-        bias = attention_bias(mask, mask)
+        bias = attention_bias(mask)
         for i in range(self.cfg.enc_layers):
             x = EncoderLayer(self.cfg, name=f"layer_{i}")(x, bias, train)
         if self.cfg.pre_norm:
@@ -263,8 +262,8 @@ class Decoder(nn.Module):
 
         Returns float[B, T, D], or with all_layers a list of the (normalised) output of every layer.
         """
-        self_bias = attention_bias(mask, mask, causal=self.causal)
-        cross_bias = attention_bias(mask, memory_mask)
+        self_bias = attention_bias(mask, causal=self.causal)
+        cross_bias = attention_bias(memory_mask)
         outputs = []
         for layer in self.layers:
             x = layer(x, self_bias, layer.cross_kv(memory), cross_bias, train)

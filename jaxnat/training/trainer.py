@@ -7,7 +7,6 @@ uninterrupted run would have (bit-identical parameters on CPU).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
