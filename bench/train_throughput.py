@@ -25,6 +25,7 @@ import jax.numpy as jnp
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from jaxnat.config import build_config  # noqa: E402
+from jaxnat.main import enable_compilation_cache  # noqa: E402
 from jaxnat.training import mesh as mesh_lib  # noqa: E402
 from jaxnat.training.trainer import Trainer, make_train_step  # noqa: E402
 
@@ -63,6 +64,7 @@ def main():
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    enable_compilation_cache()  # repeats after the first skip compilation
     overrides = [f"--config.data.dir={args.data_dir}", "--config.train.eval_every=1000000",
                  "--config.train.checkpoint_every=1000000", "--config.train.valid_bleu_sentences=10"]
     bare, full = [], []
