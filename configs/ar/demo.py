@@ -1,4 +1,4 @@
-"""AR Transformer on the embedded synthetic corpus: the quick demo (a few minutes on a 2-core CPU).
+"""AR Transformer on the embedded synthetic corpus: the quick demo (about 10 minutes on a 2-core CPU).
 
 python -m jaxnat.main --config configs/ar/demo.py --workdir runs/ar-demo
 """
