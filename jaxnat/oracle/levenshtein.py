@@ -75,12 +75,12 @@ def edit_path(x: jax.Array, y: jax.Array, substitutable: jax.Array, pad_id: int)
     n = jnp.sum(x != pad_id, axis=1, dtype=jnp.int32)
     m = jnp.sum(y != pad_id, axis=1, dtype=jnp.int32)
     y_real = y != pad_id
-    equal = bitvec.pack((x[:, :, None] == y[:, None, :]) & y_real[:, None, :])     # uint32[B, Lx, W]
     no_sub = ~bitvec.pack(substitutable & y_real)                                   # uint32[B, W]
 
-    def dp_row(prev, eq):
+    def dp_row(prev, x_i):
         """prev: (+1, -1) horizontal differences of row i-1 → the same for row i, plus backtrace bits."""
         plus_h, minus_h = prev
+        eq = bitvec.pack((x_i[:, None] == y) & y_real)  # packed here, not up front: 4× faster on CPU
         minus_in = bitvec.carries_into(plus_h, plus_h & eq, 0)              # a_{j-1} = -1, at bit j
         zero_h = ~(plus_h | minus_h)
         generate = minus_h | (zero_h & ~eq & ~minus_in)
@@ -94,7 +94,7 @@ def edit_path(x: jax.Array, y: jax.Array, substitutable: jax.Array, pad_id: int)
         return (new_plus_h, new_minus_h), (new_plus_h, plus_v, diag0)
 
     first_row = (jnp.full((b, w), 0xFFFFFFFF, jnp.uint32), jnp.zeros((b, w), jnp.uint32))  # d[0][j] = j
-    _, (plus_h, plus_v, diag0) = lax.scan(dp_row, first_row, jnp.swapaxes(equal, 0, 1))
+    _, (plus_h, plus_v, diag0) = lax.scan(dp_row, first_row, x.T)
 
     def back_row(col, inputs):
         """At row i (1-based i = step + 1), entering at column ``col``: inserts, then one x_i operation."""
@@ -141,6 +141,19 @@ def ed2_labels(x: jax.Array, y: jax.Array, pad_id: int = PAD_ID) -> Ed2Labels:
     return Ed2Labels(deletion, _slot_labels(path), insert_mask, distance)
 
 
+def _first_occurrence(x: jax.Array, y: jax.Array, pad_id: int) -> jax.Array:
+    """int32[B, Ly]: the first position of ``y[:, j]`` in ``x`` (Lx if absent), scanning x backwards."""
+    lx = x.shape[1]
+
+    def step(first, inputs):
+        x_i, i = inputs
+        return jnp.where((x_i[:, None] == y) & (x_i != pad_id)[:, None], i, first), None
+
+    first, _ = lax.scan(step, jnp.full(y.shape, lx, jnp.int32), (x.T, jnp.arange(lx, dtype=jnp.int32)),
+                        reverse=True)
+    return first
+
+
 def ed3_labels(x: jax.Array, y: jax.Array, pad_id: int = PAD_ID) -> Ed3Labels:
     """EDITOR oracle labels turning ``x`` into ``y`` by repositions (move/copy/delete) and insertions.
 
@@ -149,10 +162,9 @@ def ed3_labels(x: jax.Array, y: jax.Array, pad_id: int = PAD_ID) -> Ed3Labels:
     pure reorderings tie with delete + insert and are labelled delete + insert.
     x: int32[B, Lx], y: int32[B, Ly]; right-padded ``[BOS … EOS]`` rows. Padded outputs are 0 / False.
     """
-    same = (x[:, :, None] == y[:, None, :]) & (x != pad_id)[:, :, None]           # [B, Lx, Ly]
-    path = edit_path(x, y, jnp.any(same, axis=1), pad_id)
     lx = x.shape[1]
-    first_occurrence = jnp.argmax(same, axis=1).astype(jnp.int32)                    # [B, Ly]
+    first_occurrence = _first_occurrence(x, y, pad_id)                              # int32[B, Ly]
+    path = edit_path(x, y, first_occurrence < lx, pad_id)
     pointer = jnp.take_along_axis(first_occurrence, jnp.maximum(path.column - 1, 0), axis=1)
     own = jnp.broadcast_to(jnp.arange(lx, dtype=jnp.int32), x.shape)
     reposition = jnp.where(path.consumed, jnp.where(path.substituted, pointer, own), 0)

@@ -1,0 +1,125 @@
+"""Edit ops against their plain-Python references (tests/reference.py) on random rows, incl. empty rows,
+length-1 rows, rows at full capacity and all-padding rows; plus jit/vmap use and shape preservation."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxnat import edit_ops
+from tests import reference as ref
+
+L = 8
+PAD, PLH = 0, 4
+FAST = settings(max_examples=200, deadline=None)
+
+
+def _row(seq, length=L, pad=PAD):
+    return list(seq) + [pad] * (length - len(seq))
+
+
+def rows(size=5):
+    """Right-padded rows of 0 … L non-pad tokens (1 = BOS-like, 2 = EOS-like, small ids repeat often)."""
+    return st.lists(st.lists(st.integers(1, 9), max_size=L), min_size=size, max_size=size)
+
+
+def flags(size=5):
+    return st.lists(st.lists(st.booleans(), min_size=L, max_size=L), min_size=size, max_size=size)
+
+
+def ints(lo, hi, width, size=5):
+    return st.lists(st.lists(st.integers(lo, hi), min_size=width, max_size=width), min_size=size, max_size=size)
+
+
+def _tokens(seqs):
+    return jnp.array([_row(s) for s in seqs], jnp.int32)
+
+
+_delete = jax.jit(lambda t, d, p, s: edit_ops.delete_tokens(t, d, PAD, protect=p, sides=s))
+_insert = jax.jit(lambda t, c, cap, s: edit_ops.insert_placeholders(t, c, PAD, PLH, max_length=cap, sides=s))
+_reposition = jax.jit(lambda t, i, s: edit_ops.reposition(t, i, PAD, sides=s))
+
+
+@FAST
+@given(rows(), flags(), flags())
+def test_delete_matches_reference(seqs, delete, protect):
+    tokens = _tokens(seqs)
+    scores = tokens.astype(jnp.float32) * 0.5
+    out = _delete(tokens, jnp.array(delete), jnp.array(protect), {"score": scores})
+    for b, seq in enumerate(seqs):
+        want = ref.delete(seq, delete[b], protect[b])
+        assert out.tokens[b].tolist() == _row(want)
+        assert out.sides["score"][b].tolist() == _row([t * 0.5 for t in want], pad=0.0)
+        assert int(out.num_deleted[b]) == len(seq) - len(want)
+        assert out.keep[b].tolist() == _row(ref.kept_after_delete(seq, delete[b], protect[b]), pad=False)
+
+
+@FAST
+@given(rows(), ints(-1, 4, L - 1), st.lists(st.integers(0, L + 2), min_size=5, max_size=5))
+def test_insert_placeholders_matches_reference(seqs, counts, caps):
+    tokens = _tokens(seqs)
+    marks = tokens == 3
+    out = _insert(tokens, jnp.array(counts), jnp.array(caps), marks)
+    for b, seq in enumerate(seqs):
+        want, applied, dropped = ref.insert_placeholders(seq, counts[b], PLH, min(caps[b], L))
+        assert out.tokens[b].tolist() == _row(want)
+        assert out.counts[b].tolist() == _row(applied, L - 1, 0)
+        assert int(out.dropped[b]) == dropped
+        assert out.sides[b].tolist() == _row([t == 3 for t in want], pad=False)
+
+
+@FAST
+@given(rows(), ints(0, 9, L))
+def test_fill_writes_placeholders_only(seqs, values):
+    seqs = [[PLH if t == 5 else t for t in s] for s in seqs]
+    out = edit_ops.fill_placeholders(_tokens(seqs), jnp.array(values), PLH)
+    for b, seq in enumerate(seqs):
+        assert out[b].tolist() == _row(ref.fill(seq, values[b], PLH))
+
+
+@FAST
+@given(rows(), ints(-1, L + 1, L))
+def test_reposition_matches_reference(seqs, index):
+    tokens = _tokens(seqs)
+    out = _reposition(tokens, jnp.array(index), (tokens * 10,))
+    for b, seq in enumerate(seqs):
+        want, keep = ref.reposition(seq, index[b])
+        assert out.tokens[b].tolist() == _row(want)
+        assert out.sides[0][b].tolist() == _row([t * 10 for t in want])
+        assert out.keep[b].tolist() == _row(keep, pad=False)
+        assert int(out.num_deleted[b]) == len(seq) - len(want)
+
+
+@FAST
+@given(ints(0, 5, L - 1), flags(), st.lists(st.integers(0, L), min_size=5, max_size=5))
+def test_carry_slots_matches_reference(counts, keep, lengths):
+    # keep a prefix-of-length-n row with BOS and EOS kept, as after a deletion
+    keep = [[k < n and (k in (0, n - 1) or keep[b][k]) for k in range(L)] for b, n in enumerate(lengths)]
+    counts = [[c if k < n - 1 else 0 for k, c in enumerate(row)] for row, n in zip(counts, lengths)]
+    new_length = jnp.array([sum(k) for k in keep])
+    out = edit_ops.carry_slots(jnp.array(counts), jnp.array(keep), new_length)
+    for b in range(len(counts)):
+        assert out[b].tolist() == _row(ref.carry_slots(counts[b], keep[b]), L - 1, 0)
+
+
+def test_edge_rows():
+    tokens = jnp.array([_row([]), _row([1]), _row([1, 2]), _row([1, 7, 7, 7, 7, 7, 7, 2])])
+    everything = jnp.ones((4, L), bool)
+    deleted = edit_ops.delete_tokens(tokens, everything, PAD)
+    assert deleted.tokens.tolist() == [_row([]), _row([1]), _row([1, 2]), _row([1, 2])]
+    grown = edit_ops.insert_placeholders(tokens, jnp.full((4, L - 1), 3), PAD, PLH)
+    assert grown.tokens.tolist()[:3] == [_row([]), _row([1]), _row([1, PLH, PLH, PLH, 2])]
+    assert grown.tokens.tolist()[3] == [1, 7, 7, 7, 7, 7, 7, 2] and int(grown.dropped[3]) == 21
+    moved = edit_ops.reposition(tokens, jnp.zeros((4, L), jnp.int32), PAD)
+    assert moved.tokens.tolist() == [_row([]), _row([1]), _row([1, 2]), _row([1, 2])]
+
+
+def test_ops_keep_shapes_and_vmap():
+    tokens = jnp.array([_row([1, 7, 8, 2])] * 3)
+    counts = jnp.ones((3, L - 1), jnp.int32)
+    single = jax.vmap(lambda t, c: edit_ops.insert_placeholders(t[None], c[None], PAD, PLH).tokens[0])
+    batched = edit_ops.insert_placeholders(tokens, counts, PAD, PLH).tokens
+    np.testing.assert_array_equal(single(tokens, counts), batched)
+    assert batched.shape == tokens.shape
+    assert batched[0].tolist() == [1, PLH, 7, PLH, 8, PLH, 2, 0]
