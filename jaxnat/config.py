@@ -20,7 +20,7 @@ _FALSE = {"false", "0", "no", "off"}
 
 # key -> allowed values, for the string-valued switches.
 CHOICES = {
-    "model.name": ("ar",),
+    "model.name": ("ar", "levt"),
     "model.positions": ("sinusoidal", "learned"),
     "model.dtype": ("float32", "bfloat16"),
     "data.source": ("synthetic", "text", "tfds"),
@@ -36,6 +36,9 @@ def default_config() -> ml_collections.ConfigDict:
         dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, pre_norm=False,
         positions="sinusoidal", max_len=256, share_embeddings=True, tie_output=True, bert_init=False,
         dtype="float32",
+        # edit-based models (levt)
+        early_exit="",  # "d,p,t": decoder layers read by the deletion, placeholder and token heads ("" = all)
+        separate_deletion=False, separate_placeholder=False,  # own layer stacks (LevT Table 2a)
     )
     c.data = dict(
         source="synthetic",  # synthetic | text | tfds
@@ -55,11 +58,17 @@ def default_config() -> ml_collections.ConfigDict:
         log_every=100, eval_every=2000, checkpoint_every=1000, keep_checkpoints=3,
         max_bad_steps=5,  # consecutive non-finite steps before the run stops
         valid_bleu_sentences=1000,  # sentences of the valid split decoded for validation BLEU
+        # edit-based models: roll-in mixtures of the LevT paper's Algorithm 1 (0, 0 = the reference code's)
+        roll_in_alpha=0.0, roll_in_beta=0.0, placeholder_smoothing=0.01,
     )
     c.eval = dict(
         beam_size=4, length_penalty=1.0, max_len_a=1.2, max_len_b=10, batch_size=64,
         valid_beam_size=1,  # beam used for periodic validation BLEU (greedy is faster)
         latency_sentences=100, throughput_batch=64,
+        # refinement decoding (levt)
+        max_iter=9, placeholder_penalty=0.0, length_cap_min=10, length_cap_ratio=2.0, run_all_iterations=False,
+        constraints="",  # comma list of soft,hard: also evaluate each test split with a constraint set (§12)
+        constraint_seed=1,
     )
     return c
 
@@ -176,8 +185,33 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"data.batch_tokens ({d.batch_tokens}) must be at least data.max_len ({d.max_len})")
     if m.share_embeddings and not d.joint_vocab:
         raise ConfigError("model.share_embeddings needs data.joint_vocab=true (one vocabulary for both sides)")
+    for key in ("train.roll_in_alpha", "train.roll_in_beta", "train.placeholder_smoothing"):
+        section, name = key.split(".")
+        if not 0.0 <= config[section][name] <= 1.0:
+            raise ConfigError(f"{key} must be in [0, 1], got {config[section][name]}")
+    if config.eval.max_iter < 0:
+        raise ConfigError(f"eval.max_iter must be >= 0, got {config.eval.max_iter}")
+    for mode in filter(None, config.eval.constraints.split(",")):
+        if mode not in ("soft", "hard"):
+            raise ConfigError(f"eval.constraints is a comma list of soft,hard; got {config.eval.constraints!r}")
+    early_exit(m)
     if d.source == "text" and not d.dir:
         raise ConfigError("data.source=text needs data.dir (a directory of {split}.{lang}[.gz] files)")
+
+
+def early_exit(model_cfg) -> tuple[int, int, int]:
+    """model.early_exit "d,p,t" → (deletion, placeholder, token) decoder layers; "" → all dec_layers."""
+    text = model_cfg.early_exit.strip()
+    if not text:
+        return (model_cfg.dec_layers,) * 3
+    try:
+        exits = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        exits = ()
+    if len(exits) != 3 or not all(1 <= e <= model_cfg.dec_layers for e in exits):
+        raise ConfigError(f"model.early_exit must be three layer counts 'd,p,t' between 1 and model.dec_layers "
+                          f"({model_cfg.dec_layers}), got {text!r}")
+    return exits
 
 
 def build_config(path: str, overrides: list[str]) -> ml_collections.ConfigDict:

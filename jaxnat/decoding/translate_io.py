@@ -1,7 +1,10 @@
 """`--mode translate`: plain lines or JSON lines (`{"src": ...}`) in, JSON lines (`{"src", "hyp", "score"}`) out.
 
 Each input line is either a JSON object with at least "src", or plain text (a line that does not start with
-'{'). Output keeps the input order; extra input keys are echoed back.
+'{'). Refining models (LevT) also read, per line, "init" (a target-side hypothesis to refine: post-editing)
+or "constraints" (a list of target phrases, the initial hypothesis in the given order) with "hard": true to
+guarantee them; they add "iterations" and their edit counts to the output. Output keeps the input order;
+extra input keys are echoed back.
 """
 
 from __future__ import annotations
@@ -23,6 +26,15 @@ def parse_requests(lines: list[str], where: str) -> list[dict]:
                 raise DataError(f"{where}:{n}: invalid JSON ({e.msg})") from None
             if not isinstance(obj, dict) or not isinstance(obj.get("src"), str):
                 raise DataError(f'{where}:{n}: a JSON line needs a string "src" field')
+            if "init" in obj and not isinstance(obj["init"], str):
+                raise DataError(f'{where}:{n}: "init" must be a string (a hypothesis to refine)')
+            phrases = obj.get("constraints", [])
+            if not isinstance(phrases, list) or not all(isinstance(p, str) and p.strip() for p in phrases):
+                raise DataError(f'{where}:{n}: "constraints" must be a list of non-empty strings')
+            if not isinstance(obj.get("hard", False), bool):
+                raise DataError(f'{where}:{n}: "hard" must be true or false')
+            if "init" in obj and phrases:
+                raise DataError(f'{where}:{n}: give either "init" or "constraints", not both')
             requests.append(obj)
         else:
             requests.append({"src": line})
@@ -40,7 +52,13 @@ def translate_stream(config, workdir: str, input_path: str | None, output_path: 
         lines, where = split_lines(sys.stdin.buffer.read(), "stdin"), "stdin"
     requests = parse_requests(lines, where)
     translator = load_translator(config, workdir)
-    outs = translator.translate([r["src"] for r in requests], config.eval.beam_size, config.eval.batch_size)
+    options = {}
+    if any("init" in r or r.get("constraints") for r in requests):
+        options = dict(inits=[r.get("init") for r in requests],
+                       constraints=[r.get("constraints") or None for r in requests],
+                       hard=[bool(r.get("hard", False)) for r in requests])
+    outs = translator.translate([r["src"] for r in requests], config.eval.beam_size, config.eval.batch_size,
+                                **options)
     sink = open(output_path, "w", encoding="utf-8") if output_path else sys.stdout
     try:
         for request, out in zip(requests, outs):

@@ -21,6 +21,8 @@ class ModelSpec:
     init(rng, batch) -> params
     loss(params, batch, rng, train) -> (loss_sum: float32[], aux: {'nll': float32[], 'count': float32[], ...})
     generate(params, src: int32[B, S], **options) -> {'tokens': int32[B, T], 'score': float32[B], ...}
+    capacity(src_len) -> output length (BOS/EOS included) for sources padded to src_len; None: the AR rule
+    refines: generate also takes an initial hypothesis (canvas=int32[B, T], phrase=int32[B, T], trace=bool)
     """
 
     name: str
@@ -29,6 +31,8 @@ class ModelSpec:
     init: Callable
     loss: Callable
     generate: Callable
+    capacity: Callable | None = None
+    refines: bool = False
 
 
 def _ar_spec(config, cfg: TransformerConfig) -> ModelSpec:
@@ -52,7 +56,47 @@ def _ar_spec(config, cfg: TransformerConfig) -> ModelSpec:
     return ModelSpec("ar", cfg, module, init, loss, generate)
 
 
-_BUILDERS = {"ar": _ar_spec}
+def _levt_spec(config, cfg: TransformerConfig) -> ModelSpec:
+    from jaxnat.config import early_exit
+    from jaxnat.decoding.refine import Heads, RefineOptions, initial_hypotheses, length_cap, levt_delete, refine
+    from jaxnat.models.levt import LevenshteinTransformer, empty_canvas, forbid_reserved, levt_loss
+    from jaxnat.models.transformer import token_mask
+
+    m, t, e = config.model, config.train, config.eval
+    module = LevenshteinTransformer(cfg, early_exit(m), m.separate_deletion, m.separate_placeholder)
+    options = RefineOptions(e.max_iter, e.placeholder_penalty, e.length_cap_min, e.length_cap_ratio,
+                            e.run_all_iterations)
+
+    def init(rng, batch):
+        return module.init(rng, batch["src"][:1], batch["tgt"][:1])
+
+    def loss(params, batch, rng, train=True):
+        return levt_loss(module, params, batch, rng, label_smoothing=t.label_smoothing,
+                         placeholder_smoothing=t.placeholder_smoothing, alpha=t.roll_in_alpha,
+                         beta=t.roll_in_beta, train=train)
+
+    def generate(params, src, beam_size=1, max_out=None, canvas=None, phrase=None, trace=False):
+        del beam_size  # greedy edits: the paper finds no gain from search
+        memory, src_mask = module.apply(params, src, method="encode"), token_mask(src)
+
+        def head(method):
+            return lambda tokens: module.apply(params, tokens, memory, src_mask, method=method)
+
+        heads = Heads(head("deletion_logits"), head("placeholder_logits"),
+                      lambda tokens: forbid_reserved(head("token_logits")(tokens)))
+        if canvas is None:
+            canvas = empty_canvas(jnp.zeros((src.shape[0], max_out or capacity(src.shape[1])), jnp.int32))
+        cap = length_cap(src, canvas.shape[1], options)
+        return refine(heads, levt_delete, initial_hypotheses(canvas, phrase), cap, options._replace(trace=trace),
+                      ("deletions",))
+
+    def capacity(src_len: int) -> int:
+        return int(min(cfg.max_len, max(e.length_cap_min, int(e.length_cap_ratio * src_len))))
+
+    return ModelSpec("levt", cfg, module, init, loss, generate, capacity, refines=True)
+
+
+_BUILDERS = {"ar": _ar_spec, "levt": _levt_spec}
 
 
 def build_model(config, src_vocab_size: int, tgt_vocab_size: int) -> ModelSpec:

@@ -257,19 +257,16 @@ class Decoder(nn.Module):
     def _finish(self, x):
         return self.final_norm(x) if self.cfg.pre_norm else x
 
-    def __call__(self, x, mask, memory, memory_mask, train: bool, all_layers: bool = False):
+    def __call__(self, x, mask, memory, memory_mask, train: bool, num_layers: int | None = None):
         """x: float[B, T, D]; mask: bool[B, T]; memory: float[B, S, D]; memory_mask: bool[B, S].
 
-        Returns float[B, T, D], or with all_layers a list of the (normalised) output of every layer.
+        Returns float[B, T, D]. num_layers runs only the first layers ("early exit": the layers above are
+        not computed), then the final norm.
         """
         self_bias = attention_bias(mask, causal=self.causal)
         cross_bias = attention_bias(memory_mask)
-        outputs = []
-        for layer in self.layers:
+        for layer in self.layers[:num_layers]:
             x = layer(x, self_bias, layer.cross_kv(memory), cross_bias, train)
-            outputs.append(x)
-        if all_layers:
-            return [self._finish(h) for h in outputs]
         return self._finish(x)
 
     def init_cache(self, memory: jnp.ndarray, max_len: int) -> list[dict[str, jnp.ndarray]]:

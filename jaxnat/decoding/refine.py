@@ -1,0 +1,164 @@
+"""Iterative refinement decoding for edit-based models, as one jit'd ``lax.while_loop``.
+
+One iteration = a first edit (LevT: delete; EDITOR: reposition) → insert placeholders → fill them
+(reference-semantics §5). The whole batch lives at a fixed capacity ``[B, L]``; a sentence stops when an
+iteration leaves it unchanged (unless ``run_all``) and the loop stops when every sentence has stopped or after
+``max_iter + 1`` iterations. Finished rows are frozen by masking, so no shape ever changes and no value goes
+back to the host until the loop ends.
+
+Per token the loop carries a score (the log-probability its fill had; 0 for the initial tokens) and a
+hard-constraint phrase id (0 = an ordinary token). Phrase tokens are never deleted and no placeholder is
+opened between two tokens of the same phrase (Susanto et al. 2020), so every hard constraint comes out
+contiguous and in order whatever the model predicts.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxnat import edit_ops
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, PLH_ID
+
+
+class Hypotheses(NamedTuple):
+    tokens: jax.Array   # int32[B, L] right-padded [BOS … EOS] rows
+    scores: jax.Array   # float32[B, L] per-token log-probability (0 for BOS/EOS and initial tokens)
+    phrase: jax.Array   # int32[B, L] hard-constraint phrase id, 0 = free token
+
+
+class RefineOptions(NamedTuple):
+    max_iter: int = 9                  # at most max_iter + 1 iterations (fairseq's --iter-decode-max-iter)
+    placeholder_penalty: float = 0.0   # γ, subtracted from the "no placeholder" class of every slot
+    cap_min: int = 10                  # length cap max(cap_min, cap_ratio · source length incl. BOS/EOS)
+    cap_ratio: float = 2.0
+    run_all: bool = False              # run every iteration even when nothing changes
+    trace: bool = False                # also return every intermediate hypothesis
+
+
+class Heads(NamedTuple):
+    """The model's heads with the source already encoded: each maps tokens int32[B, L] to logits."""
+    first: Callable      # LevT: deletion logits [B, L, 2]; EDITOR: reposition logits [B, L, L]
+    placeholder: Callable  # [B, L-1, 256]
+    token: Callable      # [B, L, V], reserved ids already at -inf
+
+
+FirstEdit = Callable  # (hyps, logits, active bool[B]) -> (hyps, {name: int32[B]} counts)
+
+
+def initial_hypotheses(tokens: jax.Array, phrase: jax.Array | None = None) -> Hypotheses:
+    phrase = jnp.zeros_like(tokens) if phrase is None else phrase
+    return Hypotheses(tokens, jnp.zeros(tokens.shape, jnp.float32), phrase)
+
+
+def length_cap(src: jax.Array, capacity: int, options: RefineOptions) -> jax.Array:
+    """int32[B]: max(cap_min, cap_ratio · src_len) tokens, never above the capacity (src_len counts BOS/EOS).
+
+    Computed per sentence from its own source length, so a sentence decodes the same alone or in a batch.
+    """
+    src_len = edit_ops.lengths(src, PAD_ID)
+    cap = jnp.maximum(options.cap_min, jnp.floor(options.cap_ratio * src_len).astype(jnp.int32))
+    return jnp.minimum(cap, capacity)
+
+
+def inside_phrase(phrase: jax.Array) -> jax.Array:
+    """bool[B, L-1]: slot k lies between two tokens of the same hard-constraint phrase."""
+    return (phrase[:, :-1] == phrase[:, 1:]) & (phrase[:, :-1] > 0)
+
+
+def levt_delete(hyps: Hypotheses, logits: jax.Array, active: jax.Array):
+    """LevT's first edit: argmax deletion, only in sentences longer than [BOS, EOS]; phrases protected."""
+    n = edit_ops.lengths(hyps.tokens, PAD_ID)
+    delete = (jnp.argmax(logits, axis=-1) == 1) & (active & (n > 2))[:, None]
+    out = edit_ops.delete_tokens(hyps.tokens, delete, PAD_ID, protect=hyps.phrase > 0,
+                                 sides=(hyps.scores, hyps.phrase))
+    return Hypotheses(out.tokens, *out.sides), {"deletions": out.num_deleted}
+
+
+def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.Array, penalty: float):
+    """Placeholders (argmax per slot after the γ penalty, none inside a phrase, row capped at ``cap``), then
+    every placeholder filled with the token head's argmax. Returns (placeholder hyps, filled hyps, count)."""
+    logits = heads.placeholder(hyps.tokens)
+    logits = logits.at[..., 0].add(-penalty)
+    counts = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    counts = jnp.where(inside_phrase(hyps.phrase) | ~active[:, None], 0, counts)
+    ins = edit_ops.insert_placeholders(hyps.tokens, counts, PAD_ID, PLH_ID, max_length=cap,
+                                       sides=(hyps.scores, hyps.phrase))
+    with_plh = Hypotheses(ins.tokens, *ins.sides)
+    logp = jax.nn.log_softmax(heads.token(with_plh.tokens), axis=-1)
+    best = jnp.argmax(logp, axis=-1).astype(jnp.int32)
+    is_plh = with_plh.tokens == PLH_ID
+    filled = Hypotheses(jnp.where(is_plh, best, with_plh.tokens),
+                        jnp.where(is_plh, jnp.max(logp, axis=-1), with_plh.scores), with_plh.phrase)
+    return with_plh, filled, jnp.sum(ins.counts, axis=1)
+
+
+def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Array, options: RefineOptions,
+           count_names: tuple[str, ...]) -> dict:
+    """Runs the refinement loop from ``start``; returns per sentence ``tokens`` int32[B, L], ``score``
+    float32[B] (mean token score, BOS/EOS included), ``iterations`` and the edit counts int32[B]
+    (``count_names`` from the first edit, plus ``insertions``), and with ``options.trace`` the
+    ``trace`` int32[B, max_iter + 1, 3, L] of hypotheses after each step (first edit, placeholders, fill;
+    iterations past the loop's last one repeat the final state)."""
+    b, l = start.tokens.shape
+    steps = options.max_iter + 1
+    zeros = jnp.zeros((b,), jnp.int32)
+    state = {
+        "hyps": start, "done": jnp.zeros((b,), bool), "iteration": jnp.zeros((), jnp.int32),
+        "iterations": zeros, "insertions": zeros, **{name: zeros for name in count_names},
+    }
+    if options.trace:
+        state["trace"] = jnp.zeros((steps, 3, b, l), jnp.int32)
+
+    def cond(s):
+        return (s["iteration"] < steps) & ~jnp.all(s["done"])
+
+    def body(s):
+        active = ~s["done"]
+        before = s["hyps"]
+        edited, counts = first_edit(before, heads.first(before.tokens), active)
+        with_plh, filled, inserted = insert_and_fill(edited, heads, cap, active, options.placeholder_penalty)
+        changed = jnp.any(filled.tokens != before.tokens, axis=1)
+        new = dict(s)
+        new["hyps"] = filled
+        new["done"] = s["done"] | (active & ~changed & (not options.run_all))
+        new["iteration"] = s["iteration"] + 1
+        new["iterations"] = s["iterations"] + active
+        new["insertions"] = s["insertions"] + inserted
+        for name in count_names:
+            new[name] = s[name] + counts[name]
+        if options.trace:
+            snapshot = jnp.stack([edited.tokens, with_plh.tokens, filled.tokens])
+            new["trace"] = s["trace"].at[s["iteration"]].set(snapshot)
+        return new
+
+    final = lax.while_loop(cond, body, state)
+    hyps = final["hyps"]
+    real = hyps.tokens != PAD_ID
+    out = {
+        "tokens": hyps.tokens,
+        "score": jnp.sum(jnp.where(real, hyps.scores, 0.0), axis=1) / jnp.maximum(jnp.sum(real, axis=1), 1),
+        "iterations": final["iterations"], "insertions": final["insertions"],
+        **{name: final[name] for name in count_names},
+    }
+    if options.trace:
+        # iterations that did not run repeat the final hypothesis, so every row of the trace is readable
+        ran = jnp.arange(steps)[:, None, None, None] < final["iteration"]
+        out["trace"] = jnp.moveaxis(jnp.where(ran, final["trace"], hyps.tokens[None, None]), 2, 0)
+    return out
+
+
+def canvas_from_pieces(rows: list[list[int]], phrase_rows: list[list[int]] | None, capacity: int):
+    """Host helper: piece-id lists (without BOS/EOS) → (tokens, phrase) int32[B, capacity] numpy arrays."""
+    import numpy as np
+
+    tokens = np.full((len(rows), capacity), PAD_ID, np.int32)
+    phrase = np.zeros((len(rows), capacity), np.int32)
+    for r, ids in enumerate(rows):
+        tokens[r, : len(ids) + 2] = [BOS_ID, *ids, EOS_ID]
+        if phrase_rows is not None:
+            phrase[r, 1: len(ids) + 1] = phrase_rows[r]
+    return tokens, phrase

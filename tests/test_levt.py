@@ -1,0 +1,235 @@
+"""Levenshtein Transformer: the loss falls; the jit'd refinement loop equals a plain-Python loop applying the
+reference edit ops to the same model outputs; stop conditions; batch-1 = in-batch decoding; hard constraints
+survive any model output; post-editing; capacity overflow."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxnat.config import build_config
+from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PLH_ID
+from jaxnat.decoding.refine import Heads, RefineOptions, initial_hypotheses, length_cap, levt_delete, refine
+from jaxnat.models import build_model
+from jaxnat.models.levt import NOT_PREDICTED
+from tests import reference as ref
+
+TINY = "tests/configs/tiny.py"
+V = 40
+
+
+@pytest.fixture(scope="module")
+def spec():
+    return build_model(build_config(TINY, ["--config.model.name=levt"]), V, V)
+
+
+def _pad(rows, length, value=PAD_ID):
+    return np.array([list(r) + [value] * (length - len(r)) for r in rows])
+
+
+def _batch(seed, b=6, s=9, t=12):
+    rng = np.random.default_rng(seed)
+    src = [[BOS_ID, *rng.integers(NUM_RESERVED, V, rng.integers(1, s - 1)), EOS_ID] for _ in range(b)]
+    tgt = [[BOS_ID, *rng.integers(NUM_RESERVED, V, rng.integers(1, t - 1)), EOS_ID] for _ in range(b)]
+    return {"src": jnp.asarray(_pad(src, s)), "tgt": jnp.asarray(_pad(tgt, t))}
+
+
+def test_loss_falls(spec):
+    batch = _batch(0)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    opt = optax.adam(3e-3)
+    state = opt.init(params)
+
+    @jax.jit
+    def step(params, state, key):
+        (loss, _), grads = jax.value_and_grad(lambda p: spec.loss(p, batch, key, False), has_aux=True)(params)
+        updates, state = opt.update(grads, state)
+        return optax.apply_updates(params, updates), state, loss / 1.0
+
+    losses = []
+    for i in range(30):
+        params, state, loss = step(params, state, jax.random.PRNGKey(i))
+        losses.append(float(loss))
+    assert np.mean(losses[-5:]) < 0.6 * np.mean(losses[:5]), losses
+
+
+# --------------------------------------------------------------------------------- the loop vs plain Python
+
+def _heads(spec, params, src):
+    module = spec.module
+    memory = module.apply(params, src, method="encode")
+    mask = src != PAD_ID
+
+    def head(method):
+        return lambda tokens: module.apply(params, tokens, memory, mask, method=method)
+
+    token = head("token_logits")
+    return Heads(head("deletion_logits"), head("placeholder_logits"),
+                 lambda t: token(t).at[..., jnp.asarray(NOT_PREDICTED)].set(-jnp.inf))
+
+
+def python_refine(heads, tokens, phrase, caps, options):
+    """Reference loop: model calls on the batch, every edit applied per sentence with tests/reference.py."""
+    length = tokens.shape[1]
+    rows = [[int(t) for t in r if t != PAD_ID] for r in np.asarray(tokens)]
+    marks = [list(np.asarray(phrase)[b, :len(r)]) for b, r in enumerate(rows)]
+    scores = [[0.0] * len(r) for r in rows]
+    n = len(rows)
+    done, iters, dels, inss = [False] * n, [0] * n, [0] * n, [0] * n
+    for _ in range(options.max_iter + 1):
+        if all(done):
+            break
+        before = [r[:] for r in rows]
+        logits = np.asarray(heads.first(jnp.asarray(_pad(rows, length))))
+        for b in range(n):
+            if done[b] or len(rows[b]) <= 2:
+                continue
+            flags = list(logits[b, :len(rows[b])].argmax(-1) == 1)
+            protect = [m > 0 for m in marks[b]]
+            keep = ref.kept_after_delete(rows[b], flags, protect)
+            dels[b] += keep.count(False)
+            rows[b], marks[b], scores[b] = ([v for v, k in zip(seq, keep) if k] for seq in (rows[b], marks[b], scores[b]))
+        plh = np.array(heads.placeholder(jnp.asarray(_pad(rows, length))))
+        plh[..., 0] -= options.placeholder_penalty
+        for b in range(n):
+            if done[b]:
+                continue
+            counts = [int(c) if not (marks[b][k] == marks[b][k + 1] > 0) else 0
+                      for k, c in enumerate(plh[b].argmax(-1)[:len(rows[b]) - 1])]
+            rows[b], applied, _ = ref.insert_placeholders(rows[b], counts, PLH_ID, int(caps[b]))
+            inss[b] += sum(applied)
+            grow = lambda seq, fill: [x for k, v in enumerate(seq) for x in [v] + [fill] * (applied[k] if k < len(applied) else 0)]  # noqa: E731
+            marks[b], scores[b] = grow(marks[b], 0), grow(scores[b], 0.0)
+        logp = np.asarray(jax.nn.log_softmax(heads.token(jnp.asarray(_pad(rows, length)))))
+        for b in range(n):
+            if done[b]:
+                continue
+            best = logp[b].argmax(-1)
+            scores[b] = [float(logp[b, k, best[k]]) if t == PLH_ID else s for k, (t, s) in enumerate(zip(rows[b], scores[b]))]
+            rows[b] = ref.fill(rows[b], list(best), PLH_ID)
+            iters[b] += 1
+            if rows[b] == before[b] and not options.run_all:
+                done[b] = True
+    return rows, iters, dels, inss, [float(np.mean(s)) for s in scores]
+
+
+@pytest.mark.parametrize("seed, penalty, run_all", [(0, 0.0, False), (1, 1.5, False), (2, 0.0, True)])
+def test_jit_loop_equals_python_loop(spec, seed, penalty, run_all):
+    batch = _batch(seed)
+    params = spec.init(jax.random.PRNGKey(seed), batch)
+    src = batch["src"]
+    options = RefineOptions(max_iter=4, placeholder_penalty=penalty, run_all=run_all)
+    capacity = 24
+    rng = np.random.default_rng(seed)
+    canvas = [[BOS_ID, EOS_ID], [BOS_ID, 7, 8, 9, EOS_ID], [BOS_ID, 10, 11, 12, 13, EOS_ID],
+              [BOS_ID, *rng.integers(NUM_RESERVED, V, 8), EOS_ID], [BOS_ID, 20, EOS_ID], [BOS_ID, 9, 9, EOS_ID]]
+    phrase = [[0, 0], [0, 1, 1, 0, 0], [0, 1, 1, 2, 0, 0], [0] * 10, [0, 0, 0], [0, 1, 2, 0]]
+    tokens, marks = jnp.asarray(_pad(canvas, capacity)), jnp.asarray(_pad(phrase, capacity, 0))
+    heads = _heads(spec, params, src)
+    cap = length_cap(src, capacity, options)
+    got = jax.jit(lambda t, m: refine(heads, levt_delete, initial_hypotheses(t, m), cap, options, ("deletions",)))(
+        tokens, marks)
+    rows, iters, dels, inss, scores = python_refine(heads, tokens, marks, np.asarray(cap), options)
+    assert [[int(t) for t in r if t != PAD_ID] for r in np.asarray(got["tokens"])] == rows
+    assert got["iterations"].tolist() == iters
+    assert got["deletions"].tolist() == dels
+    assert got["insertions"].tolist() == inss
+    np.testing.assert_allclose(got["score"], scores, rtol=1e-5, atol=1e-5)
+    if run_all:
+        assert iters == [options.max_iter + 1] * len(iters)
+    assert max(iters) <= options.max_iter + 1
+
+
+def test_length_cap_uses_each_sentence_own_source():
+    src = jnp.asarray(_pad([[BOS_ID, *[7] * 28, EOS_ID], [BOS_ID, 7, EOS_ID]], 30))
+    cap = length_cap(src, 128, RefineOptions())
+    assert cap.tolist() == [60, 10]
+    assert length_cap(src[:1], 128, RefineOptions()).tolist() == [60]  # batch size 1: no 10-token cap
+
+
+# --------------------------------------------------------------------------------- stub heads
+
+def _stub_heads(seed, vocab=V, plh_boost=0.0):
+    """Random logits that change with the hypothesis: 'whatever the model predicts'. seed: int or int32[]."""
+    def logits(tokens, shape, salt):
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), salt), jnp.sum(tokens * 7919))
+        return jax.random.normal(key, shape)
+
+    def placeholder(t):
+        out = logits(t, t.shape[:1] + (t.shape[1] - 1, 256), 1)
+        return out.at[..., 1:4].add(plh_boost)
+
+    def token(t):
+        return logits(t, t.shape + (vocab,), 2).at[..., jnp.asarray(NOT_PREDICTED)].set(-jnp.inf)
+
+    return Heads(lambda t: logits(t, t.shape + (2,), 0), placeholder, token)
+
+
+@jax.jit
+def _random_model_refine(seed, tokens, phrase, src):
+    options = RefineOptions(max_iter=5)
+    return refine(_stub_heads(seed, plh_boost=3.0), levt_delete, initial_hypotheses(tokens, phrase),
+                  length_cap(src, tokens.shape[1], options), options, ("deletions",))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 10_000), st.lists(st.lists(st.integers(NUM_RESERVED, V - 1), min_size=1, max_size=3),
+                                        min_size=1, max_size=3))
+def test_hard_constraints_survive_random_models(seed, phrases):
+    capacity = 20
+    ids = [t for p in phrases for t in p]
+    marks = [k + 1 for k, p in enumerate(phrases) for _ in p]
+    tokens = jnp.asarray(_pad([[BOS_ID, *ids, EOS_ID]] * 2, capacity))
+    phrase = jnp.asarray(_pad([[0, *marks, 0]] * 2, capacity, 0))
+    src = jnp.asarray(_pad([[BOS_ID, 7, 8, EOS_ID], [BOS_ID, *[7] * 12, EOS_ID]], 14))
+    out = _random_model_refine(jnp.int32(seed), tokens, phrase, src)
+    for row in np.asarray(out["tokens"]):
+        real = [int(t) for t in row if t != PAD_ID]
+        assert real[0] == BOS_ID and real[-1] == EOS_ID and PAD_ID not in real and PLH_ID not in real
+        text = " " + " ".join(map(str, real)) + " "
+        positions = [text.find(" " + " ".join(map(str, p)) + " ") for p in phrases]
+        assert all(p >= 0 for p in positions), (real, phrases)  # contiguous
+        # in order: each phrase found after the previous one
+        start = 0
+        for p in phrases:
+            found = text.find(" " + " ".join(map(str, p)) + " ", start)
+            assert found >= 0, (real, phrases)
+            start = found + 1
+
+
+def test_capacity_overflow_is_capped():
+    capacity = 16
+    tokens = jnp.asarray(_pad([[BOS_ID, EOS_ID]] * 3, capacity))
+    src = jnp.asarray(_pad([[BOS_ID, 7, EOS_ID], [BOS_ID, *[7] * 10, EOS_ID], [BOS_ID, *[7] * 5, EOS_ID]], 12))
+    options = RefineOptions(max_iter=3)
+    heads = _stub_heads(0)
+    greedy = Heads(heads.first, lambda t: jnp.zeros(t.shape[:1] + (t.shape[1] - 1, 256)).at[..., 255].set(9.0),
+                   heads.token)
+    out = refine(greedy, levt_delete, initial_hypotheses(tokens), length_cap(src, capacity, options), options,
+                 ("deletions",))
+    lengths = (np.asarray(out["tokens"]) != PAD_ID).sum(1)
+    assert lengths.tolist() == [10, 16, 14]  # max(10, 2·src_len), never above the capacity
+    for row in np.asarray(out["tokens"]):
+        n = (row != PAD_ID).sum()
+        assert (row[:n] != PAD_ID).all() and row[0] == BOS_ID and row[n - 1] == EOS_ID
+
+
+def test_post_editing_starts_from_the_given_hypothesis():
+    capacity = 12
+    init = [BOS_ID, 7, 8, 9, 10, EOS_ID]
+    tokens = jnp.asarray(_pad([init], capacity))
+    src = jnp.asarray(_pad([[BOS_ID, 7, 8, EOS_ID]], 4))
+    # a model that deletes every 8 and inserts nothing: post-editing = the initial hypothesis minus 8
+    heads = Heads(lambda t: jnp.stack([jnp.zeros(t.shape), jnp.where(t == 8, 1.0, -1.0)], -1),
+                  lambda t: jnp.zeros(t.shape[:1] + (t.shape[1] - 1, 256)).at[..., 0].set(1.0),
+                  _stub_heads(0).token)
+    options = RefineOptions(max_iter=3, trace=True)
+    out = refine(heads, levt_delete, initial_hypotheses(tokens), length_cap(src, capacity, options), options,
+                 ("deletions",))
+    assert [int(t) for t in out["tokens"][0] if t != PAD_ID] == [BOS_ID, 7, 9, 10, EOS_ID]
+    assert out["deletions"].tolist() == [1] and out["iterations"].tolist() == [2]
+    assert out["trace"].shape == (1, 4, 3, capacity)
+    assert [int(t) for t in out["trace"][0, 0, 0] if t != PAD_ID] == [BOS_ID, 7, 9, 10, EOS_ID]
