@@ -18,6 +18,8 @@ from jaxnat.errors import ConfigError
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
+REFINING_MODELS = ("levt",)  # models that start from a given hypothesis and take lexical constraints
+
 # key -> allowed values, for the string-valued switches.
 CHOICES = {
     "model.name": ("ar", "levt"),
@@ -194,6 +196,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
     for mode in filter(None, config.eval.constraints.split(",")):
         if mode not in ("soft", "hard"):
             raise ConfigError(f"eval.constraints is a comma list of soft,hard; got {config.eval.constraints!r}")
+        if m.name not in REFINING_MODELS:
+            raise ConfigError(f"eval.constraints needs a model that takes constraints ({', '.join(REFINING_MODELS)}); "
+                              f"model.name is {m.name!r}")
     early_exit(m)
     if d.source == "text" and not d.dir:
         raise ConfigError("data.source=text needs data.dir (a directory of {split}.{lang}[.gz] files)")

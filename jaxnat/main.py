@@ -1,8 +1,9 @@
 """Command line: `python -m jaxnat.main --config configs/<model>/<name>.py --workdir DIR
-[--mode train|eval|translate] [--input F] [--output F] [--config.a.b=value ...]`.
+[--mode train|eval|translate|distill] [--input F] [--output F] [--config.a.b=value ...]`.
 
 train (default): trains, checkpoints, then evaluates the best checkpoint on the test splits.
 eval: evaluates a trained workdir.  translate: plain or JSON lines in, JSON lines out.
+distill: the trained (AR) workdir translates the training sources into the text corpus --output DIR.
 User errors (config, data, files) print one line and exit with code 2.
 """
 
@@ -12,7 +13,7 @@ import argparse
 import logging
 import sys
 
-from jaxnat.errors import JaxnatError
+from jaxnat.errors import ConfigError, JaxnatError
 
 log = logging.getLogger("jaxnat")
 
@@ -21,10 +22,12 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m jaxnat.main", description=__doc__.split("\n")[0],
                                      allow_abbrev=False)
     parser.add_argument("--config", required=True, help="a config file, e.g. configs/ar/demo.py")
-    parser.add_argument("--workdir", required=True, help="run directory (created; resumed if it exists)")
-    parser.add_argument("--mode", choices=("train", "eval", "translate"), default="train")
+    parser.add_argument("--workdir", required=True,
+                        help="run directory (train: created, resumed if it exists; other modes: a trained run)")
+    parser.add_argument("--mode", choices=("train", "eval", "translate", "distill"), default="train")
     parser.add_argument("--input", help="translate: input file (default stdin)")
-    parser.add_argument("--output", help="translate: output file (default stdout)")
+    parser.add_argument("--output",
+                        help="translate: output file (default stdout); distill: output directory (required)")
     return parser.parse_known_args(argv)
 
 
@@ -45,6 +48,8 @@ def enable_compilation_cache() -> None:
 
 def run(argv=None) -> int:
     args, rest = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.mode == "distill" and not args.output:  # checked first: nothing is loaded for a malformed command
+        raise ConfigError("--mode distill needs --output DIR, the directory to write the distilled corpus to")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("absl", "orbax", "jax._src"):  # Orbax logs every save and restore at INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -66,6 +71,10 @@ def run(argv=None) -> int:
         from jaxnat.evaluation.evaluate import evaluate
 
         evaluate(config, args.workdir)
+    elif args.mode == "distill":
+        from jaxnat.distill import distill
+
+        distill(config, args.workdir, args.output, config_path=args.config, overrides=rest)
     else:
         from jaxnat.decoding.translate_io import translate_stream
 
@@ -80,7 +89,8 @@ def main(argv=None) -> int:
         print(f"jaxnat: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("jaxnat: interrupted; the newest checkpoint is kept and the run resumes from it", file=sys.stderr)
+        print("jaxnat: interrupted; the same command resumes (training from the newest checkpoint, distillation "
+              "from the last finished chunk)", file=sys.stderr)
         return 130
 
 

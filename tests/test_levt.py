@@ -168,11 +168,14 @@ def _stub_heads(seed, vocab=V, plh_boost=0.0):
     return Heads(lambda t: logits(t, t.shape + (2,), 0), placeholder, token)
 
 
+WORD_START = (np.arange(V) % 3 != 0) | (np.arange(V) < NUM_RESERVED)  # a third of the pieces continue a word
+
+
 @jax.jit
 def _random_model_refine(seed, tokens, phrase, src):
     options = RefineOptions(max_iter=5)
     return refine(_stub_heads(seed, plh_boost=3.0), levt_delete, initial_hypotheses(tokens, phrase),
-                  length_cap(src, tokens.shape[1], options), options, ("deletions",))
+                  length_cap(src, tokens.shape[1], options), options, ("deletions",), jnp.asarray(WORD_START))
 
 
 @settings(max_examples=100, deadline=None)
@@ -186,7 +189,7 @@ def test_hard_constraints_survive_random_models(seed, phrases):
     phrase = jnp.asarray(_pad([[0, *marks, 0]] * 2, capacity, 0))
     src = jnp.asarray(_pad([[BOS_ID, 7, 8, EOS_ID], [BOS_ID, *[7] * 12, EOS_ID]], 14))
     out = _random_model_refine(jnp.int32(seed), tokens, phrase, src)
-    for row in np.asarray(out["tokens"]):
+    for row, marks in zip(np.asarray(out["tokens"]), np.asarray(out["phrase"])):
         real = [int(t) for t in row if t != PAD_ID]
         assert real[0] == BOS_ID and real[-1] == EOS_ID and PAD_ID not in real and PLH_ID not in real
         text = " " + " ".join(map(str, real)) + " "
@@ -198,6 +201,11 @@ def test_hard_constraints_survive_random_models(seed, phrases):
             found = text.find(" " + " ".join(map(str, p)) + " ", start)
             assert found >= 0, (real, phrases)
             start = found + 1
+        # the piece after each phrase begins a new word: no sub-word glued onto a constraint
+        assert [t for t, m in zip(real, marks) if m] == ids  # the constraint tokens, each once, in order
+        for k in range(1, len(real) - 1):
+            if marks[k] and not marks[k + 1]:
+                assert WORD_START[real[k + 1]], (real, phrases)
 
 
 def test_capacity_overflow_is_capped():

@@ -46,7 +46,7 @@ class Heads(NamedTuple):
     token: Callable      # [B, L, V], reserved ids already at -inf
 
 
-FirstEdit = Callable  # (hyps, logits, active bool[B]) -> (hyps, {name: int32[B]} counts)
+FirstEdit = Callable  # (hyps, logits, active bool[B], word_start) -> (hyps, {name: int32[B]} counts)
 
 
 def initial_hypotheses(tokens: jax.Array, phrase: jax.Array | None = None) -> Hypotheses:
@@ -69,18 +69,39 @@ def inside_phrase(phrase: jax.Array) -> jax.Array:
     return (phrase[:, :-1] == phrase[:, 1:]) & (phrase[:, :-1] > 0)
 
 
-def levt_delete(hyps: Hypotheses, logits: jax.Array, active: jax.Array):
+def keep_word_boundaries(tokens: jax.Array, phrase: jax.Array, delete: jax.Array,
+                         word_start: jax.Array | None) -> jax.Array:
+    """bool[B, L]: ``delete`` without the deletions that would glue a sub-word piece onto a hard constraint.
+
+    Invariant (with the fill rule of `insert_and_fill`): the token right after a phrase begins a word. It may
+    only be deleted when its successor begins a word and survives, so the invariant holds after the deletion.
+    """
+    if word_start is None:
+        return delete
+    guard = jnp.pad((phrase[:, :-1] > 0) & (phrase[:, 1:] == 0), ((0, 0), (1, 0)))
+    successor_ok = jnp.pad(word_start[tokens[:, 1:]] & ~delete[:, 1:], ((0, 0), (0, 1)))
+    return delete & ~(guard & ~successor_ok)
+
+
+def levt_delete(hyps: Hypotheses, logits: jax.Array, active: jax.Array, word_start: jax.Array | None = None):
     """LevT's first edit: argmax deletion, only in sentences longer than [BOS, EOS]; phrases protected."""
     n = edit_ops.lengths(hyps.tokens, PAD_ID)
     delete = (jnp.argmax(logits, axis=-1) == 1) & (active & (n > 2))[:, None]
+    delete = keep_word_boundaries(hyps.tokens, hyps.phrase, delete, word_start)
     out = edit_ops.delete_tokens(hyps.tokens, delete, PAD_ID, protect=hyps.phrase > 0,
                                  sides=(hyps.scores, hyps.phrase))
     return Hypotheses(out.tokens, *out.sides), {"deletions": out.num_deleted}
 
 
-def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.Array, penalty: float):
+def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.Array, penalty: float,
+                    word_start: jax.Array | None = None):
     """Placeholders (argmax per slot after the γ penalty, none inside a phrase, row capped at ``cap``), then
-    every placeholder filled with the token head's argmax. Returns (placeholder hyps, filled hyps, count)."""
+    every placeholder filled with the token head's argmax. Returns (placeholder hyps, filled hyps, count).
+
+    word_start: bool[V] (True for pieces that begin a word) or None. When given, a placeholder right after a
+    hard-constraint phrase may only take a word-initial piece, so that no sub-word piece glues onto the
+    constraint's last word: the constraint then survives at the word level too, not just as pieces.
+    """
     logits = heads.placeholder(hyps.tokens)
     logits = logits.at[..., 0].add(-penalty)
     counts = jnp.argmax(logits, axis=-1).astype(jnp.int32)
@@ -88,7 +109,11 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
     ins = edit_ops.insert_placeholders(hyps.tokens, counts, PAD_ID, PLH_ID, max_length=cap,
                                        sides=(hyps.scores, hyps.phrase))
     with_plh = Hypotheses(ins.tokens, *ins.sides)
-    logp = jax.nn.log_softmax(heads.token(with_plh.tokens), axis=-1)
+    logits = heads.token(with_plh.tokens)
+    if word_start is not None:
+        after_phrase = jnp.pad(with_plh.phrase[:, :-1] > 0, ((0, 0), (1, 0))) & (with_plh.tokens == PLH_ID)
+        logits = jnp.where(after_phrase[..., None] & ~word_start, -jnp.inf, logits)
+    logp = jax.nn.log_softmax(logits, axis=-1)
     best = jnp.argmax(logp, axis=-1).astype(jnp.int32)
     is_plh = with_plh.tokens == PLH_ID
     filled = Hypotheses(jnp.where(is_plh, best, with_plh.tokens),
@@ -97,10 +122,11 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
 
 
 def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Array, options: RefineOptions,
-           count_names: tuple[str, ...]) -> dict:
-    """Runs the refinement loop from ``start``; returns per sentence ``tokens`` int32[B, L], ``score``
+           count_names: tuple[str, ...], word_start: jax.Array | None = None) -> dict:
+    """Runs the refinement loop from ``start``; returns per sentence ``tokens`` and ``phrase`` int32[B, L], ``score``
     float32[B] (mean token score, BOS/EOS included), ``iterations`` and the edit counts int32[B]
-    (``count_names`` from the first edit, plus ``insertions``), and with ``options.trace`` the
+    (``count_names`` from the first edit, plus ``insertions``; word_start as in `insert_and_fill`), and with
+    ``options.trace`` the
     ``trace`` int32[B, max_iter + 1, 3, L] of hypotheses after each step (first edit, placeholders, fill;
     iterations past the loop's last one repeat the final state)."""
     b, l = start.tokens.shape
@@ -119,8 +145,9 @@ def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Arra
     def body(s):
         active = ~s["done"]
         before = s["hyps"]
-        edited, counts = first_edit(before, heads.first(before.tokens), active)
-        with_plh, filled, inserted = insert_and_fill(edited, heads, cap, active, options.placeholder_penalty)
+        edited, counts = first_edit(before, heads.first(before.tokens), active, word_start)
+        with_plh, filled, inserted = insert_and_fill(edited, heads, cap, active, options.placeholder_penalty,
+                                                     word_start)
         changed = jnp.any(filled.tokens != before.tokens, axis=1)
         new = dict(s)
         new["hyps"] = filled
@@ -139,7 +166,7 @@ def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Arra
     hyps = final["hyps"]
     real = hyps.tokens != PAD_ID
     out = {
-        "tokens": hyps.tokens,
+        "tokens": hyps.tokens, "phrase": hyps.phrase,
         "score": jnp.sum(jnp.where(real, hyps.scores, 0.0), axis=1) / jnp.maximum(jnp.sum(real, axis=1), 1),
         "iterations": final["iterations"], "insertions": final["insertions"],
         **{name: final[name] for name in count_names},

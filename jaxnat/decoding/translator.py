@@ -82,7 +82,8 @@ class Translator:
         if key not in self._compiled:
             gen = self.spec.generate
             if with_canvas:
-                fn = lambda p, s, c, m: gen(p, s, canvas=c, phrase=m, trace=trace)  # noqa: E731
+                word_start = jax.numpy.asarray(self.tokenizer.word_start_table("tgt"))
+                fn = lambda p, s, c, m: gen(p, s, canvas=c, phrase=m, trace=trace, word_start=word_start)  # noqa: E731
             else:
                 fn = lambda p, s: gen(p, s, beam_size=beam_size, max_out=max_out)  # noqa: E731
             self._compiled[key] = jax.jit(fn)

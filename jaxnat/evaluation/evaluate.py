@@ -1,5 +1,6 @@
 """Evaluation of a trained workdir: translate every test split with the best checkpoint, score it, measure
-speed, and write `hyps/<split>.txt` and `metrics.json` = {split: {metric: value}}."""
+speed, and write `hyps/<split>.txt` and `metrics.json` = {split: {metric: value}} (constrained runs under
+`<split>+soft` / `<split>+hard`)."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ import numpy as np
 from jaxnat.data.sources import load_corpus
 from jaxnat.data.tokenizer import Tokenizer
 from jaxnat.data.vocab import BOS_ID, EOS_ID
-from jaxnat.decoding.translator import Translator
+from jaxnat.decoding.translator import EDIT_COUNTS, Translator
 from jaxnat.errors import JaxnatError
+from jaxnat.evaluation.constraints import make_constraints, write_constraints
 from jaxnat.evaluation.metrics import bleu, corpus_metrics, format_table
 from jaxnat.models import build_model
 from jaxnat.training.checkpoint import Checkpoints
@@ -46,10 +48,23 @@ def load_translator(config, workdir: str) -> Translator:
     return Translator(spec, params, tokenizer, config)
 
 
+def _edit_counts(outs: list[dict]) -> dict[str, float]:
+    """Means per sentence of the refinement counts (iterations, deletions, insertions, repositions)."""
+    return {f"mean_{k}": float(np.mean([o[k] for o in outs])) for k in EDIT_COUNTS if k in outs[0]}
+
+
+def _write_lines(path: str, lines: list[str]) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in lines)
+
+
 def evaluate(config, workdir: str) -> dict:
+    """Translates every test split (and, with eval.constraints, again with soft/hard constraint sets built
+    from its references as in Post & Vilar 2018), writes hyps/ and metrics.json, prints the table."""
     corpus = load_corpus(config.data)
     translator = load_translator(config, workdir)
     e = config.eval
+    modes = [m for m in e.constraints.split(",") if m]  # config validation checked the model takes them
     os.makedirs(os.path.join(workdir, "hyps"), exist_ok=True)
     results = {}
     test_splits = [s for s in corpus if s not in ("train", "valid")]
@@ -57,18 +72,30 @@ def evaluate(config, workdir: str) -> dict:
         srcs, refs = corpus[split]
         outs = translator.translate(srcs, e.beam_size, e.batch_size)
         hyps = [o["hyp"] for o in outs]
-        with open(os.path.join(workdir, "hyps", f"{split}.txt"), "w", encoding="utf-8") as f:
-            f.writelines(h + "\n" for h in hyps)
+        _write_lines(os.path.join(workdir, "hyps", f"{split}.txt"), hyps)
         metrics = {}
         if refs is not None:  # a test split without references is only translated
             metrics = corpus_metrics(hyps, refs)
             metrics["copy_source_bleu"] = bleu(srcs, refs)[0]
         metrics["mean_score"] = float(np.mean([o["score"] for o in outs]))
+        metrics.update(_edit_counts(outs))
         if i == 0 and e.latency_sentences > 0:
             metrics.update(translator.speed(srcs, e.beam_size, e.latency_sentences, e.throughput_batch))
         results[split] = metrics
         if refs is not None:
             log.info("%s: BLEU %.2f (%s)", split, metrics["bleu"], metrics["bleu_signature"])
+        if refs is None or not modes:
+            continue
+        constraints = make_constraints(refs, e.constraint_seed)
+        write_constraints(os.path.join(workdir, "hyps", f"{split}.constraints.jsonl"), constraints)
+        for mode in modes:
+            outs = translator.translate(srcs, e.beam_size, e.batch_size, constraints=constraints,
+                                        hard=[mode == "hard"] * len(srcs))
+            hyps = [o["hyp"] for o in outs]
+            _write_lines(os.path.join(workdir, "hyps", f"{split}.{mode}.txt"), hyps)
+            results[f"{split}+{mode}"] = {**corpus_metrics(hyps, refs, constraints), **_edit_counts(outs)}
+            log.info("%s with %s constraints: BLEU %.2f, CPR %.1f", split, mode,
+                     results[f"{split}+{mode}"]["bleu"], results[f"{split}+{mode}"]["cpr"])
     with open(os.path.join(workdir, "metrics.json"), "w") as f:
         json.dump(results, f, indent=2, sort_keys=True)
     print(format_table(results))

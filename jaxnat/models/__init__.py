@@ -22,7 +22,8 @@ class ModelSpec:
     loss(params, batch, rng, train) -> (loss_sum: float32[], aux: {'nll': float32[], 'count': float32[], ...})
     generate(params, src: int32[B, S], **options) -> {'tokens': int32[B, T], 'score': float32[B], ...}
     capacity(src_len) -> output length (BOS/EOS included) for sources padded to src_len; None: the AR rule
-    refines: generate also takes an initial hypothesis (canvas=int32[B, T], phrase=int32[B, T], trace=bool)
+    refines: generate also takes an initial hypothesis (canvas=int32[B, T], phrase=int32[B, T], trace=bool,
+      word_start=bool[V]: the target pieces that begin a word, to keep hard constraints whole words)
     """
 
     name: str
@@ -75,7 +76,7 @@ def _levt_spec(config, cfg: TransformerConfig) -> ModelSpec:
                          placeholder_smoothing=t.placeholder_smoothing, alpha=t.roll_in_alpha,
                          beta=t.roll_in_beta, train=train)
 
-    def generate(params, src, beam_size=1, max_out=None, canvas=None, phrase=None, trace=False):
+    def generate(params, src, beam_size=1, max_out=None, canvas=None, phrase=None, trace=False, word_start=None):
         del beam_size  # greedy edits: the paper finds no gain from search
         memory, src_mask = module.apply(params, src, method="encode"), token_mask(src)
 
@@ -88,7 +89,7 @@ def _levt_spec(config, cfg: TransformerConfig) -> ModelSpec:
             canvas = empty_canvas(jnp.zeros((src.shape[0], max_out or capacity(src.shape[1])), jnp.int32))
         cap = length_cap(src, canvas.shape[1], options)
         return refine(heads, levt_delete, initial_hypotheses(canvas, phrase), cap, options._replace(trace=trace),
-                      ("deletions",))
+                      ("deletions",), word_start)
 
     def capacity(src_len: int) -> int:
         return int(min(cfg.max_len, max(e.length_cap_min, int(e.length_cap_ratio * src_len))))

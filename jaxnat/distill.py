@@ -1,0 +1,369 @@
+"""Sequence-level knowledge distillation (Kim & Rush 2016): a trained AR teacher translates the training
+sources with beam search, and the (source, teacher translation) pairs become a new training set.
+
+`python -m jaxnat.main --mode distill --config CONFIG --workdir TEACHER_WORKDIR --output OUT_DIR` writes
+OUT_DIR as a complete `data.source=text` directory (`--config.data.dir=OUT_DIR` trains a student on it):
+
+  {train_split}.{src_lang}   the training sources, as read
+  {train_split}.{tgt_lang}   the teacher's translations (beam eval.beam_size, batches of eval.batch_size)
+  {valid_split}.{lang}, {test split}.{lang}   copies of the other splits with their original references
+  distill.json               the manifest: teacher, checkpoint, decoding settings, counts, timing ('seconds':
+                             translation time summed over chunks, across resumed runs)
+
+All files are UTF-8 plain text, one sentence per line. Work is done in chunks of `CHUNK_SIZE` sentences, each
+written atomically to OUT_DIR/.distill_parts/ as soon as it is translated, so an interrupted run re-run with
+the same command skips the finished chunks. The manifest is written last: a directory with one is finished.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+
+import numpy as np
+
+from jaxnat.data.sources import load_corpus
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.errors import ConfigError, DataError, JaxnatError
+
+log = logging.getLogger("jaxnat")
+
+CHUNK_SIZE = 1024  # sentences per resumable chunk: small enough to lose little on a crash, big enough to batch well
+PARTS_DIR = ".distill_parts"
+MANIFEST = "distill.json"
+_PARTS_META = "meta.json"
+# Manifest keys that must agree for an existing distillation to count as "this one".
+_IDENTITY_KEYS = ("teacher_workdir", "checkpoint", "decoding", "sentences", "sources_sha256")
+
+
+# -- small file helpers ------------------------------------------------------------------------------
+def _write_atomic(path: str, text: str) -> None:
+    """Writes `text` to `path` via a temporary file and os.replace, so `path` is either absent or whole."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _write_lines(path: str, lines: list[str]) -> None:
+    _write_atomic(path, "".join(line + "\n" for line in lines))
+
+
+def _read_json(path: str) -> dict | None:
+    """The JSON object in `path`, or None if the file is absent or not a whole JSON object."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (OSError, ValueError):  # absent, unreadable or cut short: not a record of finished work
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def sources_fingerprint(sources: list[str]) -> str:
+    """sha256 of the sources, one per line: tells two corpora of the same size apart."""
+    h = hashlib.sha256()
+    for line in sources:
+        h.update(line.encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+# -- what to write -----------------------------------------------------------------------------------
+def split_file_names(config, corpus: dict) -> dict[str, str]:
+    """Corpus key -> split name used in OUT_DIR's file names (the names a text config with the same
+    data.train_split / valid_split / test_splits looks for)."""
+    d = config.data
+    names = {"train": d.train_split, "valid": d.valid_split}
+    names.update({key: key for key in corpus if key not in ("train", "valid")})  # test splits keep their names
+    for key, name in names.items():
+        if key != "train" and name == names["train"]:
+            # The copy would overwrite the distilled training targets.
+            raise ConfigError(f"split {key!r} is named {name!r} like the training split; distillation needs "
+                              "distinct split names")
+    return names
+
+
+def planned_files(names: dict[str, str], corpus: dict, src_lang: str, tgt_lang: str) -> list[str]:
+    """File names written into OUT_DIR (a test split without references gets only its source file)."""
+    files = []
+    for key, name in names.items():
+        files.append(f"{name}.{src_lang}")
+        if key == "train" or corpus[key][1] is not None:
+            files.append(f"{name}.{tgt_lang}")
+    return list(dict.fromkeys(files))
+
+
+def checkpoint_used(config, workdir: str) -> dict:
+    """Which checkpoint `load_translator` restores: {'kind': 'best', 'step', 'valid_bleu'} or {'kind': 'last',
+    'step'} (the newest training state when no validation ran yet)."""
+    if not os.path.isdir(os.path.join(workdir, "spm")):
+        raise JaxnatError(f"{workdir} holds no trained run (no spm/ directory); train first with --mode train")
+    if not os.path.isdir(os.path.join(workdir, "checkpoints")):
+        raise JaxnatError(f"{workdir} has no checkpoint yet; train first with --mode train")
+    from jaxnat.training.checkpoint import Checkpoints
+
+    ckpt = Checkpoints(workdir, config.train.keep_checkpoints)
+    try:
+        meta = ckpt.best_meta()
+        if meta is not None:
+            return {"kind": "best", "step": int(meta["step"]), "valid_bleu": float(meta["bleu"])}
+        step = ckpt.latest_step()
+        if step is None:
+            raise JaxnatError(f"{workdir} has no checkpoint yet; train first with --mode train")
+        return {"kind": "last", "step": int(step)}
+    finally:
+        ckpt.close()
+
+
+def decoding_settings(config) -> dict:
+    """The settings that change the teacher's output (batch size does not)."""
+    e = config.eval
+    return {"beam_size": int(e.beam_size), "length_penalty": float(e.length_penalty), "max_len_a": float(e.max_len_a),
+            "max_len_b": int(e.max_len_b), "max_len": int(config.data.max_len)}
+
+
+# -- guarding a user's data ----------------------------------------------------------------------------
+def _describe_difference(old: dict, new: dict) -> str:
+    for key in _IDENTITY_KEYS:
+        if old.get(key) != new[key]:
+            if key == "sources_sha256":
+                return "the training sources differ"
+            return f"{key} {old.get(key)!r} there, {new[key]!r} now"
+    return "unknown difference"
+
+
+def _same_identity(old: dict, new: dict) -> bool:
+    return all(old.get(key) == new[key] for key in _IDENTITY_KEYS)
+
+
+def check_output_dir(out_dir: str, identity: dict, files: list[str]) -> dict | None:
+    """Returns the manifest if OUT_DIR already holds this very distillation (nothing to do), None if the work
+    may go on (fresh directory, or our own unfinished parts). Raises DataError rather than overwrite anything
+    else: another distillation, or files not written by one."""
+    manifest = _read_json(os.path.join(out_dir, MANIFEST))
+    if manifest is not None:
+        if _same_identity(manifest, identity):
+            return manifest
+        difference = _describe_difference(manifest, identity)
+        raise DataError(f"{out_dir} already holds a different distillation ({difference}); choose another --output "
+                        "or delete that directory")
+    parts_meta = _read_json(os.path.join(out_dir, PARTS_DIR, _PARTS_META))
+    if parts_meta is not None:
+        if not _same_identity(parts_meta, identity):
+            raise DataError(f"{os.path.join(out_dir, PARTS_DIR)} holds an unfinished distillation of a different run "
+                            f"({_describe_difference(parts_meta, identity)}); delete it or choose another --output")
+        return None  # ours: finished files from a crash while finalising may be overwritten
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise DataError(f"{out_dir} exists and is not a directory (--output)")
+    if os.path.isdir(out_dir):
+        existing = [f for name in files for f in (name, name + ".gz") if os.path.exists(os.path.join(out_dir, f))]
+        if existing:
+            raise DataError(f"{out_dir} already holds {', '.join(existing[:3])}{', ...' if len(existing) > 3 else ''}"
+                            f" not written by a distillation (no {MANIFEST}); choose an empty or new --output")
+    return None
+
+
+# -- chunks ------------------------------------------------------------------------------------------
+class Parts:
+    """The finished chunks in OUT_DIR/.distill_parts/: `meta.json` (identity + chunk size) and one
+    `NNNNNN.json` per chunk = {'start', 'end', 'hyps': [str], 'seconds', 'cut', 'ratio_sum', 'ratio_count',
+    'ref_ratio_sum', 'ref_ratio_count'}."""
+
+    def __init__(self, out_dir: str, identity: dict, chunk_size: int):
+        self.dir = os.path.join(out_dir, PARTS_DIR)
+        meta_path = os.path.join(self.dir, _PARTS_META)
+        meta = _read_json(meta_path)
+        if meta is not None and meta.get("chunk_size") != chunk_size:
+            # Chunk i must cover the same sentences on every run, or the parts would not line up.
+            log.warning("resuming with the chunk size of the unfinished run (%s, not %d)", meta.get("chunk_size"),
+                        chunk_size)
+            chunk_size = int(meta["chunk_size"])
+        if meta is None:
+            os.makedirs(self.dir, exist_ok=True)
+            _write_atomic(meta_path, json.dumps({**identity, "chunk_size": chunk_size}, indent=2, sort_keys=True))
+        self.chunk_size = chunk_size
+
+    def path(self, index: int) -> str:
+        return os.path.join(self.dir, f"{index:06d}.json")
+
+    def load(self, index: int, start: int, end: int) -> dict | None:
+        """The finished chunk, or None if absent or unusable (then it is simply translated again)."""
+        part = _read_json(self.path(index))
+        if part is None:
+            return None
+        hyps = part.get("hyps")
+        if (part.get("start"), part.get("end")) != (start, end) or not isinstance(hyps, list) \
+                or len(hyps) != end - start:
+            log.warning("%s does not match sentences %d-%d; translating that chunk again", self.path(index), start, end)
+            return None
+        return part
+
+    def save(self, index: int, part: dict) -> None:
+        _write_atomic(self.path(index), json.dumps(part, ensure_ascii=False))
+
+    def remove(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _generated_length(tokens: np.ndarray) -> int:
+    """Tokens of one output row other than BOS, EOS and padding."""
+    t = np.asarray(tokens)
+    return int(np.count_nonzero((t != PAD_ID) & (t != BOS_ID) & (t != EOS_ID)))
+
+
+def _one_line(text: str) -> str:
+    # A newline in a hypothesis would shift every later line of the parallel file (the text loader splits
+    # on "\n" only and strips each line).
+    return text.replace("\n", " ").strip()
+
+
+def translate_chunk(translator, sources: list[str], references: list[str], beam_size: int, batch_size: int) -> dict:
+    """Translates one chunk. Returns {'hyps': [str], 'cut', 'ratio_sum', 'ratio_count', 'ref_ratio_sum',
+    'ref_ratio_count'}: length ratios (target / source, in subword tokens) summed over the sentences with a
+    non-empty source, for the teacher's output and for the original references."""
+    src_ids, cut = translator.encode(sources)  # cut: sources longer than data.max_len, shortened
+    outs = translator.translate_ids(src_ids, beam_size, batch_size)
+    tok = translator.tokenizer
+    hyps = [_one_line(tok.decode(list(o["tokens"]), "tgt")) for o in outs]
+    src_lens = [len(ids) - 2 for ids in src_ids]  # without BOS/EOS
+    out_lens = [_generated_length(o["tokens"]) for o in outs]
+    ref_lens = [len(ids) for ids in tok.encode(references, "tgt")]
+    ratios = [o / s for o, s in zip(out_lens, src_lens) if s > 0]
+    ref_ratios = [r / s for r, s in zip(ref_lens, src_lens) if s > 0]
+    return {"hyps": hyps, "cut": cut, "ratio_sum": float(sum(ratios)), "ratio_count": len(ratios),
+            "ref_ratio_sum": float(sum(ref_ratios)), "ref_ratio_count": len(ref_ratios)}
+
+
+def run_chunks(translator, parts: Parts, sources: list[str], references: list[str], beam_size: int,
+               batch_size: int) -> list[dict]:
+    """Translates every chunk not already in `parts`; returns all chunks' parts, in order."""
+    from tqdm import tqdm
+
+    n, size = len(sources), parts.chunk_size
+    bounds = [(i, s, min(s + size, n)) for i, s in enumerate(range(0, n, size))]
+    done = {i: parts.load(i, s, e) for i, s, e in bounds}
+    done = {i: p for i, p in done.items() if p is not None}
+    finished = sum(e - s for i, s, e in bounds if i in done)
+    if done:
+        log.info("resuming: %d of %d chunks (%d sentences) already translated", len(done), len(bounds), finished)
+    bar = tqdm(total=n, initial=finished, unit="sent", desc="distill", dynamic_ncols=True, disable=None)
+    try:
+        for i, start, end in bounds:
+            if i in done:
+                continue
+            t0 = time.perf_counter()
+            part = translate_chunk(translator, sources[start:end], references[start:end], beam_size, batch_size)
+            part.update(start=start, end=end, seconds=time.perf_counter() - t0)
+            parts.save(i, part)
+            done[i] = part
+            bar.update(end - start)
+            log.info("chunk %d/%d: sentences %d-%d in %.1f s (%.1f sentences/s)", i + 1, len(bounds), start, end - 1,
+                     part["seconds"], (end - start) / max(part["seconds"], 1e-9))
+    finally:
+        bar.close()
+    return [done[i] for i, _, _ in bounds]
+
+
+# -- the command ---------------------------------------------------------------------------------------
+def summarize(chunks: list[dict], sentences: int) -> dict:
+    seconds = sum(p["seconds"] for p in chunks)
+
+    def mean(key):
+        count = sum(p[f"{key}_count"] for p in chunks)
+        return sum(p[f"{key}_sum"] for p in chunks) / count if count else None
+
+    return {"seconds": seconds, "sentences_per_s": sentences / max(seconds, 1e-9),
+            "length_ratio": mean("ratio"), "reference_length_ratio": mean("ref_ratio"),
+            "cut_sources": sum(p["cut"] for p in chunks)}
+
+
+def write_outputs(out_dir: str, names: dict[str, str], corpus: dict, hyps: list[str], src_lang: str,
+                  tgt_lang: str) -> None:
+    """The text directory: distilled train split, and copies of the other splits with original references."""
+    for key, name in names.items():
+        src, tgt = corpus[key]
+        _write_lines(os.path.join(out_dir, f"{name}.{src_lang}"), src)
+        if key == "train":
+            _write_lines(os.path.join(out_dir, f"{name}.{tgt_lang}"), hyps)
+        elif tgt is not None:
+            _write_lines(os.path.join(out_dir, f"{name}.{tgt_lang}"), tgt)
+
+
+def distill(config, teacher_workdir: str, out_dir: str, *, config_path: str = "", overrides: list[str] = (),
+            chunk_size: int = CHUNK_SIZE) -> dict:
+    """Distils the training split of `config`'s corpus with the teacher in `teacher_workdir` into `out_dir`
+    (see the module docstring). Returns the manifest (also written to OUT_DIR/distill.json).
+
+    Raises:
+      JaxnatError: no trained teacher, OUT_DIR holds other data or another distillation, bad config.
+    """
+    import jax
+
+    if chunk_size < 1:
+        raise ConfigError(f"chunk size must be positive, got {chunk_size}")
+    if jax.process_count() > 1:
+        raise ConfigError("distillation runs in a single process; start it without the multi-process launcher")
+    corpus = load_corpus(config.data)
+    src_lang, tgt_lang = config.data.src_lang, config.data.tgt_lang
+    names = split_file_names(config, corpus)
+    files = planned_files(names, corpus, src_lang, tgt_lang)
+    sources, references = corpus["train"]
+    identity = {
+        "teacher_workdir": os.path.realpath(teacher_workdir),
+        "checkpoint": checkpoint_used(config, teacher_workdir),
+        "decoding": decoding_settings(config),
+        "sentences": len(sources),
+        "sources_sha256": sources_fingerprint(sources),
+    }
+    finished = check_output_dir(out_dir, identity, files)
+    if finished is not None:
+        shutil.rmtree(os.path.join(out_dir, PARTS_DIR), ignore_errors=True)  # left if a crash followed the manifest
+        log.info("%s already holds this distillation (%d sentences, teacher %s, %s checkpoint of step %d); nothing "
+                 "to do", out_dir, finished["sentences"], finished["teacher_workdir"], finished["checkpoint"]["kind"],
+                 finished["checkpoint"]["step"])
+        return finished
+
+    from jaxnat.evaluation.evaluate import load_translator
+
+    translator = load_translator(config, teacher_workdir)
+    parts = Parts(out_dir, identity, chunk_size)
+    e = config.eval
+    log.info("distilling %d training sentences with %s (%s checkpoint of step %d), beam %d, chunks of %d", len(sources),
+             teacher_workdir, identity["checkpoint"]["kind"], identity["checkpoint"]["step"], e.beam_size,
+             parts.chunk_size)
+    chunks = run_chunks(translator, parts, sources, references, e.beam_size, e.batch_size)
+    hyps = [h for p in chunks for h in p["hyps"]]
+    write_outputs(out_dir, names, corpus, hyps, src_lang, tgt_lang)
+    stats = summarize(chunks, len(sources))
+    manifest = {
+        **identity,
+        "config": os.path.abspath(config_path) if config_path else "",
+        "overrides": list(overrides),
+        "beam_size": int(e.beam_size),
+        "chunk_size": parts.chunk_size,
+        "src_lang": src_lang,
+        "tgt_lang": tgt_lang,
+        "splits": {"train": names["train"], "valid": names["valid"],
+                   "test": [n for k, n in names.items() if k not in ("train", "valid")]},
+        "files": files,
+        **stats,
+        "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    _write_atomic(os.path.join(out_dir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    parts.remove()  # after the manifest: a crash in between leaves a finished directory plus stale parts
+    log.info("distilled %d sentences in %.1f s of translation (%.1f sentences/s) into %s", len(sources),
+             stats["seconds"], stats["sentences_per_s"], out_dir)
+    if stats["length_ratio"] is not None:
+        log.info("mean output/input length ratio %.3f (the original references: %.3f), in subword tokens",
+                 stats["length_ratio"], stats["reference_length_ratio"])
+    if stats["cut_sources"]:
+        log.warning("%d sources were longer than data.max_len (%d tokens) and were cut before translation: their "
+                    "targets translate only the beginning", stats["cut_sources"], config.data.max_len)
+    return manifest

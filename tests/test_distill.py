@@ -1,0 +1,170 @@
+"""`--mode distill`: the output is a complete text corpus, an interrupted run resumes to the same result, a
+finished one is not redone, and nothing that is not this distillation's is overwritten.
+
+The teacher is the tiny config trained for 4 steps with a single bucket shape (data.max_len 24), so that it
+compiles one train step; its translations are poor, which does not matter here, and about a third of the
+sources are longer than 24 tokens, which exercises the count of cut sources.
+"""
+
+import filecmp
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import jaxnat.distill as distill_mod
+from jaxnat.config import build_config
+from jaxnat.data.sources import load_corpus
+from jaxnat.errors import DataError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
+OVERRIDES = [
+    "--config.data.synthetic_train=300", "--config.data.synthetic_valid=10", "--config.data.synthetic_test=12",
+    "--config.data.max_len=24", "--config.data.bucket_multiple=24",  # one bucket: one shape to compile
+    "--config.train.steps=4", "--config.train.eval_every=4", "--config.eval.latency_sentences=0",
+]
+CHUNK = 128  # 300 sentences: chunks of 128, 128 and 44
+FILES = ["train.en", "train.de", "valid.en", "valid.de", "test.en", "test.de"]
+
+
+def _config(*extra):
+    return build_config(TINY, [*OVERRIDES, *extra])
+
+
+def _lines(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read().split("\n")[:-1]
+
+
+@pytest.fixture(scope="module")
+def teacher(tmp_path_factory):
+    from jaxnat.main import enable_compilation_cache
+    from jaxnat.training.trainer import Trainer
+
+    enable_compilation_cache()  # the session's cache (conftest): later distillations skip compiling
+    workdir = str(tmp_path_factory.mktemp("teacher") / "run")
+    Trainer(_config(), workdir).train()
+    return workdir
+
+
+@pytest.fixture(scope="module")
+def distilled(teacher, tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("distilled") / "out")
+    manifest = distill_mod.distill(_config(), teacher, out, config_path=TINY, chunk_size=CHUNK)
+    return out, manifest
+
+
+def test_output_is_a_complete_text_corpus(teacher, distilled):
+    out, manifest = distilled
+    corpus = load_corpus(_config().data)
+    assert sorted(os.listdir(out)) == sorted(FILES + ["distill.json"])  # parts removed
+    assert _lines(os.path.join(out, "train.en")) == corpus["train"][0]
+    hyps = _lines(os.path.join(out, "train.de"))
+    assert len(hyps) == 300 and all("\n" not in h for h in hyps)
+    for split, n in (("valid", 10), ("test", 12)):
+        assert _lines(os.path.join(out, f"{split}.en")) == corpus[split][0]
+        assert _lines(os.path.join(out, f"{split}.de")) == corpus[split][1]  # original references
+        assert len(corpus[split][1]) == n
+    # Another config reads it back as data.source=text, with the teacher's translations as targets.
+    student = _config("--config.data.source=text", f"--config.data.dir={out}").data
+    text = load_corpus(student)
+    assert text["train"] == (corpus["train"][0], hyps)
+    assert text["valid"] == corpus["valid"] and text["test"] == corpus["test"]
+
+    assert manifest["teacher_workdir"] == os.path.realpath(teacher)
+    assert manifest["checkpoint"] == {"kind": "best", "step": 4, "valid_bleu": manifest["checkpoint"]["valid_bleu"]}
+    assert manifest["beam_size"] == 2 and manifest["sentences"] == 300 and manifest["chunk_size"] == CHUNK
+    assert manifest["config"] == TINY and manifest["seconds"] > 0 and manifest["length_ratio"] > 0
+    # Sources cut by Translator.encode: more than data.max_len tokens with BOS and EOS.
+    from jaxnat.data.tokenizer import Tokenizer
+
+    ids = Tokenizer.load(teacher).encode(corpus["train"][0], "src")
+    assert manifest["cut_sources"] == sum(len(x) + 2 > 24 for x in ids) > 0
+
+
+def test_interrupted_run_resumes_to_the_same_result(teacher, distilled, tmp_path, monkeypatch):
+    out = str(tmp_path / "out")
+    real = distill_mod.translate_chunk
+    calls = []
+
+    def crash_after_first(*args, **kwargs):
+        if calls:
+            raise KeyboardInterrupt  # what Ctrl-C does in the middle of the second chunk
+        calls.append(len(args[1]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(distill_mod, "translate_chunk", crash_after_first)
+    with pytest.raises(KeyboardInterrupt):
+        distill_mod.distill(_config(), teacher, out, chunk_size=CHUNK)
+    parts = os.path.join(out, ".distill_parts")
+    assert sorted(os.listdir(parts)) == ["000000.json", "meta.json"]
+    assert not os.path.exists(os.path.join(out, "train.de")) and not os.path.exists(os.path.join(out, "distill.json"))
+
+    def count(*args, **kwargs):
+        calls.append(len(args[1]))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(distill_mod, "translate_chunk", count)
+    # A different chunk size on resume must not misalign the parts: the unfinished run's size is kept.
+    manifest = distill_mod.distill(_config(), teacher, out, chunk_size=50)
+    assert calls == [128, 128, 44]  # only the two missing chunks were translated on resume
+    assert manifest["chunk_size"] == CHUNK and not os.path.exists(parts)
+    for name in FILES:
+        assert filecmp.cmp(os.path.join(out, name), os.path.join(distilled[0], name), shallow=False), name
+
+
+def test_finished_output_is_not_redone(teacher, distilled, monkeypatch):
+    out, manifest = distilled
+    before = {name: os.stat(os.path.join(out, name)).st_mtime_ns for name in FILES + ["distill.json"]}
+    monkeypatch.setattr(distill_mod, "translate_chunk", lambda *a, **k: pytest.fail("translated again"))
+    assert distill_mod.distill(_config(), teacher, out, chunk_size=CHUNK) == manifest
+    assert before == {name: os.stat(os.path.join(out, name)).st_mtime_ns for name in before}
+
+
+def test_command_line_on_a_finished_output(teacher, distilled):
+    cmd = [sys.executable, "-m", "jaxnat.main", "--mode", "distill", "--config", TINY, "--workdir", teacher,
+           "--output", distilled[0], *OVERRIDES]
+    result = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
+                            timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "already holds this distillation" in result.stderr
+
+
+def test_refuses_another_teacher_or_other_sources(teacher, distilled, tmp_path):
+    out = distilled[0]
+    before = {name: open(os.path.join(out, name), "rb").read() for name in FILES + ["distill.json"]}
+    other = str(tmp_path / "other-teacher")
+    shutil.copytree(teacher, other)
+    with pytest.raises(DataError, match="already holds a different distillation .teacher_workdir"):
+        distill_mod.distill(_config(), other, out, chunk_size=CHUNK)
+    with pytest.raises(DataError, match="sentences 300 there, 200 now"):
+        distill_mod.distill(_config("--config.data.synthetic_train=200"), teacher, out, chunk_size=CHUNK)
+    assert before == {name: open(os.path.join(out, name), "rb").read() for name in before}
+
+
+def test_refuses_to_overwrite_other_data(teacher, tmp_path):
+    # A directory of the user's own files (say, the corpus itself), not written by a distillation.
+    out = tmp_path / "corpus"
+    out.mkdir()
+    (out / "train.de").write_text("mine\n")
+    with pytest.raises(DataError, match="train.de not written by a distillation"):
+        distill_mod.distill(_config(), teacher, str(out), chunk_size=CHUNK)
+    assert (out / "train.de").read_text() == "mine\n" and sorted(os.listdir(out)) == ["train.de"]
+    # Unfinished parts of another run are not mixed in either.
+    out = tmp_path / "parts"
+    (out / ".distill_parts").mkdir(parents=True)
+    (out / ".distill_parts" / "meta.json").write_text('{"teacher_workdir": "/elsewhere"}')
+    with pytest.raises(DataError, match="holds an unfinished distillation of a different run"):
+        distill_mod.distill(_config(), teacher, str(out), chunk_size=CHUNK)
+
+
+def test_missing_output_is_a_one_line_error(tmp_path):
+    cmd = [sys.executable, "-m", "jaxnat.main", "--mode", "distill", "--config", TINY, "--workdir", str(tmp_path)]
+    result = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("jaxnat: error: --mode distill needs --output"), result.stderr

@@ -1,0 +1,86 @@
+"""LevT end to end on a tiny workdir: training, evaluation with soft/hard constraint sets (metrics.json), and
+`--mode translate` JSON lines with "init", "constraints" and "hard"."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
+LEVT = ("--config.model.name=levt", "--config.eval.max_iter=3")
+
+
+def _main(workdir, *args, stdin=None):
+    cmd = [sys.executable, "-m", "jaxnat.main", "--config", TINY, "--workdir", str(workdir), *LEVT, *args]
+    return subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), input=stdin,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("tiny-levt") / "run"
+    result = _main(workdir, "--config.train.steps=8", "--config.train.eval_every=8",
+                   "--config.eval.latency_sentences=0", "--config.eval.constraints=soft,hard")
+    assert result.returncode == 0, result.stderr
+    return workdir
+
+
+def test_metrics_include_constraints_and_edit_counts(trained):
+    metrics = json.load(open(trained / "metrics.json"))
+    assert {"test", "test+soft", "test+hard"} <= set(metrics)
+    for key in ("mean_iterations", "mean_deletions", "mean_insertions"):
+        assert key in metrics["test"]
+    assert 1 <= metrics["test"]["mean_iterations"] <= 4
+    # hard constraints are guaranteed whatever the (barely trained) model does
+    assert metrics["test+hard"]["cpr"] == 100.0
+    assert metrics["test+hard"]["term_usage"] == 100.0
+    assert (trained / "hyps" / "test.constraints.jsonl").exists()
+    assert len((trained / "hyps" / "test.hard.txt").read_text().splitlines()) == 40
+
+
+def test_translate_with_init_and_constraints(trained, tmp_path):
+    lines = [
+        json.dumps({"src": "do girls go to a garden ?"}),
+        json.dumps({"src": "do girls go to a garden ?", "constraints": ["baste", "ka dvai"], "hard": True, "id": 3}),
+        json.dumps({"src": "do girls go to a garden ?", "init": "ka dvai nilaen idan ad unan baste ?"}),
+    ]
+    result = _main(trained, "--mode", "translate", stdin="\n".join(lines) + "\n")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(rows) == 3 and rows[1]["id"] == 3
+    assert all({"hyp", "score", "iterations", "deletions", "insertions"} <= set(r) for r in rows)
+    hyp = " " + rows[1]["hyp"] + " "  # hard constraints: whole words, in the given order, however barely trained
+    assert " baste " in hyp and " ka dvai " in hyp and hyp.index(" baste ") < hyp.index(" ka dvai "), hyp
+
+
+@pytest.mark.parametrize("line, message", [
+    ({"src": "x", "init": 3}, '"init" must be a string'),
+    ({"src": "x", "constraints": "Hund"}, '"constraints" must be a list of non-empty strings'),
+    ({"src": "x", "constraints": ["Hund"], "hard": "yes"}, '"hard" must be true or false'),
+    ({"src": "x", "init": "a", "constraints": ["b"]}, 'give either "init" or "constraints"'),
+])
+def test_bad_constraint_requests(trained, line, message):
+    result = _main(trained, "--mode", "translate", stdin=json.dumps(line) + "\n")
+    assert result.returncode == 2
+    assert message in result.stderr.strip().splitlines()[-1], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("override, message", [
+    ("--config.eval.constraints=firm", "eval.constraints is a comma list of soft,hard"),
+    ("--config.model.early_exit=1,9,1", "model.early_exit must be three layer counts"),
+])
+def test_bad_levt_config(tmp_path, override, message):
+    result = _main(tmp_path / "x", override)
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+def test_constraints_need_a_refining_model(tmp_path):
+    cmd = [sys.executable, "-m", "jaxnat.main", "--config", TINY, "--workdir", str(tmp_path / "x"),
+           "--config.eval.constraints=hard"]
+    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"),
+                            timeout=120)
+    assert result.returncode == 2 and "needs a model that takes constraints" in result.stderr, result.stderr
