@@ -1,11 +1,14 @@
-"""AR decoding speed of a trained workdir: latency at batch 1 and throughput at batch 64, greedy and beam 4.
+"""Decoding speed of trained workdirs, side by side: latency at batch 1 and throughput at batch 64.
 
-    python bench/decode_speed.py --config configs/ar/multi30k.py --workdir runs/ar-multi30k \
+    python bench/decode_speed.py --run configs/ar/multi30k.py:runs/ar-multi30k \
+        --run configs/levt/multi30k.py:runs/levt-kd-multi30k \
         --config.data.dir=../shared/data/multi30k [--repeats 3] [--sentences 100]
 
-Uses the workdir's best checkpoint and the first test split. Every shape is compiled before timing (model
-loading and compilation excluded); each figure is the median of --repeats timed passes, and greedy and
-beam runs alternate inside each repeat so that both see the same machine load.
+Each --run is CONFIG:WORKDIR (overrides after the flags apply to every run). AR models are timed greedy and
+with beam 4, refining models (LevT) with their refinement loop. All use the workdir's best checkpoint and the
+first test split of the first run's corpus. Every shape is compiled before timing (model loading and
+compilation excluded); each figure is the median of --repeats timed passes, and all runs and modes
+alternate inside each repeat so that they see the same machine load.
 """
 
 from __future__ import annotations
@@ -25,30 +28,38 @@ from jaxnat.evaluation.evaluate import load_translator  # noqa: E402
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--run", action="append", required=True, help="CONFIG:WORKDIR (repeatable)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sentences", type=int, default=100, help="sentences timed at batch 1")
     parser.add_argument("--batch", type=int, default=64)
     args, overrides = parser.parse_known_args()
     logging.basicConfig(level=logging.WARNING)
-    config = build_config(args.config, overrides)
-    corpus = load_corpus(config.data)
-    split = [s for s in corpus if s not in ("train", "valid")][0]
-    srcs = corpus[split][0]
-    translator = load_translator(config, args.workdir)
-    results = {beam: [] for beam in (1, 4)}
+    modes, srcs, split = [], None, None
+    for run in args.run:
+        config_path, _, workdir = run.partition(":")
+        config = build_config(config_path, overrides)
+        if srcs is None:
+            corpus = load_corpus(config.data)
+            split = [s for s in corpus if s not in ("train", "valid")][0]
+            srcs = corpus[split][0]
+        translator = load_translator(config, workdir)
+        name = f"{translator.spec.name} ({workdir})"
+        beams = (1,) if translator.spec.refines else (1, 4)
+        for beam in beams:
+            label = f"{name}, refinement loop" if translator.spec.refines else (
+                f"{name}, greedy" if beam == 1 else f"{name}, beam {beam}")
+            modes.append((label, translator, beam))
+    results = {label: [] for label, _, _ in modes}
     for _ in range(args.repeats):
-        for beam in results:
-            results[beam].append(translator.speed(srcs, beam, args.sentences, args.batch))
+        for label, translator, beam in modes:
+            results[label].append(translator.speed(srcs, beam, args.sentences, args.batch))
     print(f"| decoding ({split}, {len(srcs)} sentences) | latency, batch 1 (ms/sentence) | "
           f"throughput, batch {args.batch} (sentences/s) |")
     print("|---|---|---|")
-    for beam, runs in results.items():
-        name = "greedy" if beam == 1 else f"beam {beam}"
+    for label, runs in results.items():
         lat = statistics.median(r["latency_ms"] for r in runs)
         thr = statistics.median(r["sentences_per_s"] for r in runs)
-        print(f"| {name} | {lat:.1f} | {thr:.1f} |")
+        print(f"| {label} | {lat:.1f} | {thr:.1f} |")
     print(f"\nmedian of {args.repeats} repeats; batch-1 latency over the first {args.sentences} sentences")
 
 

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Multi30k En→De, the whole edit-model pipeline, every stage resumable (re-run the script after a kill):
+#   1. the AR teacher (configs/ar/multi30k.py)
+#   2. its beam-4 translations of the training sources: a distilled training set
+#   3. the Levenshtein Transformer on the distilled targets, evaluated plain, with soft and with hard
+#      constraints (BLEU, RIBES, CPR, term usage, iterations and edit counts in its metrics.json)
+#   4. decoding speed of both, side by side, and the refinement loop's overhead over its decoder passes
+# Usage: launch/multi30k_edit_models.sh [DATA_DIR] [RUNS_DIR]      (about 20 min on one GPU; hours on a CPU)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DATA=${1:-../shared/data/multi30k}
+RUNS=${2:-runs}
+
+python -m jaxnat.main --config configs/ar/multi30k.py --workdir "$RUNS/ar-multi30k" --config.data.dir="$DATA"
+python -m jaxnat.main --mode distill --config configs/ar/multi30k.py --workdir "$RUNS/ar-multi30k" \
+    --config.data.dir="$DATA" --output "$RUNS/kd-multi30k"
+python -m jaxnat.main --config configs/levt/multi30k.py --workdir "$RUNS/levt-kd-multi30k" \
+    --config.data.dir="$RUNS/kd-multi30k"
+python bench/decode_speed.py --run "configs/ar/multi30k.py:$RUNS/ar-multi30k" \
+    --run "configs/levt/multi30k.py:$RUNS/levt-kd-multi30k" --config.data.dir="$RUNS/kd-multi30k"
+python bench/refine_overhead.py --config configs/levt/multi30k.py --workdir "$RUNS/levt-kd-multi30k" \
+    --config.data.dir="$RUNS/kd-multi30k"
