@@ -27,7 +27,6 @@ CHOICES = {
     "model.dtype": ("float32", "bfloat16"),
     "data.source": ("synthetic", "text", "tfds"),
     "data.spm_model_type": ("unigram", "bpe"),
-    "train.rng_impl": ("rbg", "threefry2x32", "unsafe_rbg"),
 }
 
 
@@ -58,9 +57,6 @@ def default_config() -> ml_collections.ConfigDict:
         steps=100000, lr=5e-4, warmup_steps=4000, warmup_init_lr=1e-7,
         adam_b1=0.9, adam_b2=0.98, adam_eps=1e-8, weight_decay=0.0, clip_norm=0.0,  # clip_norm 0: off
         label_smoothing=0.1, seed=0,
-        # PRNG behind dropout and roll-in noise: XLA's RngBitGenerator ("rbg") draws dropout masks about 1.8x
-        # faster than threefry on a CPU (docs/benchmarks.md); runs stay deterministic on a given backend
-        rng_impl="rbg",
         log_every=100, eval_every=2000, checkpoint_every=1000, keep_checkpoints=3,
         max_bad_steps=5,  # consecutive non-finite steps before the run stops
         valid_bleu_sentences=1000,  # sentences of the valid split decoded for validation BLEU

@@ -173,7 +173,7 @@ class Trainer:
         valid_src, valid_tgt, _ = self.encoded_split("valid")
         translator = Translator(self.spec, state["params"], self.tokenizer, cfg)
         self._eval_step = jax.jit(make_eval_step(self.spec))
-        root_key = jax.random.key(t.seed + 1, impl=t.rng_impl)
+        root_key = jax.random.PRNGKey(t.seed + 1)
         train_steps = self.compile_train_steps(state, batcher.shapes, root_key)
         writer = SummaryWriter(os.path.join(self.workdir, "tensorboard")) if jax.process_index() == 0 else None
 
