@@ -113,11 +113,12 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
     if word_start is not None:
         after_phrase = jnp.pad(with_plh.phrase[:, :-1] > 0, ((0, 0), (1, 0))) & (with_plh.tokens == PLH_ID)
         logits = jnp.where(after_phrase[..., None] & ~word_start, -jnp.inf, logits)
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    best = jnp.argmax(logp, axis=-1).astype(jnp.int32)
+    # the argmax's log-probability, max - logsumexp, without materialising a log_softmax of [B, L, V]
+    best = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    best_logp = jnp.max(logits, axis=-1) - jax.nn.logsumexp(logits, axis=-1)
     is_plh = with_plh.tokens == PLH_ID
     filled = Hypotheses(jnp.where(is_plh, best, with_plh.tokens),
-                        jnp.where(is_plh, jnp.max(logp, axis=-1), with_plh.scores), with_plh.phrase)
+                        jnp.where(is_plh, best_logp, with_plh.scores), with_plh.phrase)
     return with_plh, filled, jnp.sum(ins.counts, axis=1)
 
 

@@ -30,8 +30,10 @@ NOT_PREDICTED = (PAD_ID, BOS_ID, EOS_ID, PLH_ID, MASK_ID)  # ids the token head 
 
 def forbid_reserved(logits: jax.Array) -> jax.Array:
     """float32[..., V] → the same with PAD/BOS/EOS/PLH/MASK at -inf: a filled slot always holds a real token
-    (a PAD or EOS in the middle of a row would break every fixed-shape edit op)."""
-    return logits.at[..., jnp.asarray(NOT_PREDICTED)].set(-jnp.inf)
+    (a PAD or EOS in the middle of a row would break every fixed-shape edit op). A broadcast add of a [V]
+    mask rather than a scatter into the logits, so XLA fuses it into whatever reads them next."""
+    mask = jnp.zeros(logits.shape[-1], logits.dtype).at[jnp.asarray(NOT_PREDICTED)].set(-jnp.inf)
+    return logits + mask
 
 
 class LevenshteinTransformer(nn.Module):
