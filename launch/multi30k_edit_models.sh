@@ -5,7 +5,7 @@
 #   3. the Levenshtein Transformer on the distilled targets, evaluated plain, with soft and with hard
 #      constraints (BLEU, RIBES, CPR, term usage, iterations and edit counts in its metrics.json)
 #   4. decoding speed of both, side by side, and the refinement loop's overhead over its decoder passes
-# Usage: launch/multi30k_edit_models.sh [DATA_DIR] [RUNS_DIR]      (about 20 min on one GPU; hours on a CPU)
+# Usage: launch/multi30k_edit_models.sh [DATA_DIR] [RUNS_DIR]      (on the 2-core dev CPU: over 3 hours; not timed on a GPU)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${1:-../shared/data/multi30k}
