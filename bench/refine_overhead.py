@@ -35,7 +35,7 @@ from jaxnat.data.sources import load_corpus  # noqa: E402
 from jaxnat.decoding.refine import (  # noqa: E402
     Heads, RefineOptions, initial_hypotheses, length_cap, levt_delete, refine)
 from jaxnat.evaluation.evaluate import load_translator  # noqa: E402
-from jaxnat.models.levt import empty_canvas, forbid_reserved  # noqa: E402
+from jaxnat.models.insertion import empty_canvas, forbid_reserved  # noqa: E402
 from jaxnat.models.transformer import token_mask  # noqa: E402
 
 

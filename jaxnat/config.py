@@ -18,11 +18,11 @@ from jaxnat.errors import ConfigError
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
-REFINING_MODELS = ("levt",)  # models that start from a given hypothesis and take lexical constraints
+REFINING_MODELS = ("levt", "editor")  # models that start from a given hypothesis and take lexical constraints
 
 # key -> allowed values, for the string-valued switches.
 CHOICES = {
-    "model.name": ("ar", "levt"),
+    "model.name": ("ar", "levt", "editor"),
     "model.positions": ("sinusoidal", "learned"),
     "model.dtype": ("float32", "bfloat16"),
     "data.source": ("synthetic", "text", "tfds"),
@@ -38,9 +38,10 @@ def default_config() -> ml_collections.ConfigDict:
         dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, pre_norm=False,
         positions="sinusoidal", max_len=256, share_embeddings=True, tie_output=True, bert_init=False,
         dtype="float32",
-        # edit-based models (levt)
-        early_exit="",  # "d,p,t": decoder layers read by the deletion, placeholder and token heads ("" = all)
+        # edit-based models (levt, editor)
+        early_exit="",  # "f,p,t": decoder layers read by the first-edit (deletion / reposition), placeholder and token heads ("" = all)
         separate_deletion=False, separate_placeholder=False,  # own layer stacks (LevT Table 2a)
+        separate_reposition=False,  # EDITOR: the reposition head on its own layer stack (the authors' recipe sets it)
     )
     c.data = dict(
         source="synthetic",  # synthetic | text | tfds
@@ -60,15 +61,19 @@ def default_config() -> ml_collections.ConfigDict:
         log_every=100, eval_every=2000, checkpoint_every=1000, keep_checkpoints=3,
         max_bad_steps=5,  # consecutive non-finite steps before the run stops
         valid_bleu_sentences=1000,  # sentences of the valid split decoded for validation BLEU
-        # edit-based models: roll-in mixtures of the LevT paper's Algorithm 1 (0, 0 = the reference code's)
+        # edit-based models: roll-in mixtures (LevT: Algorithm 1, 0, 0 = the reference code's; EDITOR: eqs. 6-7,
+        # used when dual_path is off: α = P(insertion sees y0), β = P(reposition sees y0))
         roll_in_alpha=0.0, roll_in_beta=0.0, placeholder_smoothing=0.01,
+        dual_path=True,  # EDITOR: one coin per batch between insert-then-reposition and reposition-then-insert
     )
     c.eval = dict(
         beam_size=4, length_penalty=1.0, max_len_a=1.2, max_len_b=10, batch_size=64,
         valid_beam_size=1,  # beam used for periodic validation BLEU (greedy is faster)
         latency_sentences=100, throughput_batch=64,
-        # refinement decoding (levt)
+        # refinement decoding (levt, editor)
         max_iter=9, placeholder_penalty=0.0, length_cap_min=10, length_cap_ratio=2.0, run_all_iterations=False,
+        deletion_reward=0.0,  # EDITOR: added to the delete column of the reposition scores
+        trace_sentences=0,  # refining models: after evaluation, write trace.html with this many sentences' edits
         constraints="",  # comma list of soft,hard: also evaluate each test split with a constraint set (§12)
         constraint_seed=1,
     )
@@ -205,7 +210,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
 
 
 def early_exit(model_cfg) -> tuple[int, int, int]:
-    """model.early_exit "d,p,t" → (deletion, placeholder, token) decoder layers; "" → all dec_layers."""
+    """model.early_exit "f,p,t" → (first edit, placeholder, token) decoder layers; "" → all dec_layers."""
     text = model_cfg.early_exit.strip()
     if not text:
         return (model_cfg.dec_layers,) * 3
@@ -214,7 +219,7 @@ def early_exit(model_cfg) -> tuple[int, int, int]:
     except ValueError:
         exits = ()
     if len(exits) != 3 or not all(1 <= e <= model_cfg.dec_layers for e in exits):
-        raise ConfigError(f"model.early_exit must be three layer counts 'd,p,t' between 1 and model.dec_layers "
+        raise ConfigError(f"model.early_exit must be three layer counts 'f,p,t' between 1 and model.dec_layers "
                           f"({model_cfg.dec_layers}), got {text!r}")
     return exits
 

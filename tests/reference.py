@@ -63,6 +63,31 @@ def reposition(seq, index):
     return out, keep
 
 
+def reposition_phrases(seq, index, anchor, phrase):
+    """Reposition keeping hard-constraint phrases whole (see edit_ops.reposition_phrases), written as blocks:
+    free slots take free interior tokens; each phrase goes, whole, just before what its anchor slot emits."""
+    n = len(seq)
+    if n <= 2:
+        return list(seq)
+    interior = range(1, n - 1)
+    blocks = {}  # phrase start -> its tokens
+    for k in interior:
+        if phrase[k] and (k == 1 or phrase[k - 1] != phrase[k]):
+            blocks[k] = [seq[j] for j in range(k, n - 1) if phrase[j] == phrase[k] and
+                         all(phrase[m] == phrase[k] for m in range(k, j + 1))]
+    out = [seq[0]]
+    for slot in range(1, n):
+        for start in sorted(blocks):  # phrases anchored here, in input order
+            if min(max(anchor[start], 1), n - 1) == slot:
+                out.extend(blocks[start])
+        if slot == n - 1:
+            break
+        j = index[slot]
+        if not phrase[slot] and 1 <= j < n - 1 and not phrase[j]:
+            out.append(seq[j])
+    return out + [seq[-1]]
+
+
 def carry_slots(counts, keep):
     """Counts of slots closed by deleted tokens move to the next surviving token's slot."""
     survivors = [k for k, kept in enumerate(keep) if kept]

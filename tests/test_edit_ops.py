@@ -123,3 +123,51 @@ def test_ops_keep_shapes_and_vmap():
     np.testing.assert_array_equal(single(tokens, counts), batched)
     assert batched.shape == tokens.shape
     assert batched[0].tolist() == [1, PLH, 7, PLH, 8, PLH, 2, 0]
+
+
+def _phrase_marks(seqs, runs):
+    """Phrase ids for random rows: runs[b] is a list of (start, length) turned into contiguous phrases 1, 2, …"""
+    marks = []
+    for seq, row_runs in zip(seqs, runs):
+        m = [0] * len(seq)
+        k = 1
+        for pid, (start, length) in enumerate(row_runs, 1):
+            start = max(start, k)
+            for j in range(start, min(start + length, len(seq) - 1)):
+                m[j] = pid
+            k = start + length  # phrases may touch (as in a canvas of several constraints)
+        marks.append(m)
+    return marks
+
+
+_reposition_phrases = jax.jit(lambda t, i, a, p, s: edit_ops.reposition_phrases(t, i, a, p, PAD, sides=s))
+
+
+@FAST
+@given(rows(), ints(-1, L + 1, L), ints(-1, L + 1, L),
+       st.lists(st.lists(st.tuples(st.integers(1, L), st.integers(1, 3)), max_size=3), min_size=5, max_size=5))
+def test_reposition_phrases_matches_reference(seqs, index, anchor, runs):
+    marks = _phrase_marks(seqs, runs)
+    tokens = _tokens(seqs)
+    phrase = jnp.array([_row(m) for m in marks], jnp.int32)
+    out = _reposition_phrases(tokens, jnp.array(index), jnp.array(anchor), phrase, (tokens * 10, phrase))
+    for b, seq in enumerate(seqs):
+        want = ref.reposition_phrases(seq, index[b], anchor[b], marks[b])
+        assert out.tokens[b].tolist() == _row(want), (seq, index[b], anchor[b], marks[b])
+        assert out.sides[0][b].tolist() == _row([t * 10 for t in want])
+        # every phrase token survives exactly once, phrases stay whole and in their own order
+        got_marks = [int(m) for m in out.sides[1][b][:len(want)]]
+        for pid in set(marks[b][1:-1]) - {0}:
+            where = [k for k, m in enumerate(got_marks) if m == pid]
+            assert where == list(range(where[0], where[0] + len(where)))
+            assert [want[k] for k in where] == [t for t, m in zip(seq, marks[b]) if m == pid]
+
+
+def test_reposition_phrases_without_phrases_is_reposition():
+    tokens = jnp.array([_row([1, 5, 6, 7, 2]), _row([1, 2]), _row([])])
+    index = jnp.array([[0, 3, 3, 0, 1, 0, 0, 0], [0] * L, [0] * L])
+    plain = edit_ops.reposition(tokens, index, PAD)
+    kept = edit_ops.reposition_phrases(tokens, index, jnp.zeros_like(index), jnp.zeros_like(index), PAD)
+    assert kept.tokens.tolist() == plain.tokens.tolist()
+    assert kept.num_deleted.tolist() == plain.num_deleted.tolist()
+    assert kept.num_moved.tolist() == plain.num_moved.tolist()

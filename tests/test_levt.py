@@ -14,7 +14,7 @@ from jaxnat.config import build_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PLH_ID
 from jaxnat.decoding.refine import Heads, RefineOptions, initial_hypotheses, length_cap, levt_delete, refine
 from jaxnat.models import build_model
-from jaxnat.models.levt import NOT_PREDICTED
+from jaxnat.models.insertion import NOT_PREDICTED
 from tests import reference as ref
 
 TINY = "tests/configs/tiny.py"

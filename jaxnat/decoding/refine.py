@@ -1,15 +1,16 @@
 """Iterative refinement decoding for edit-based models, as one jit'd ``lax.while_loop``.
 
-One iteration = a first edit (LevT: delete; EDITOR: reposition) → insert placeholders → fill them
+One iteration = a first edit (LevT: delete, `levt_delete`; EDITOR: reposition, `editor_reposition`) → insert placeholders → fill them
 (reference-semantics §5). The whole batch lives at a fixed capacity ``[B, L]``; a sentence stops when an
 iteration leaves it unchanged (unless ``run_all``) and the loop stops when every sentence has stopped or after
 ``max_iter + 1`` iterations. Finished rows are frozen by masking, so no shape ever changes and no value goes
 back to the host until the loop ends.
 
 Per token the loop carries a score (the log-probability its fill had; 0 for the initial tokens) and a
-hard-constraint phrase id (0 = an ordinary token). Phrase tokens are never deleted and no placeholder is
-opened between two tokens of the same phrase (Susanto et al. 2020), so every hard constraint comes out
-contiguous and in order whatever the model predicts.
+hard-constraint phrase id (0 = an ordinary token). Phrase tokens are never deleted, a reposition moves a phrase
+only as a whole, and no placeholder is opened between two tokens of the same phrase (Susanto et al. 2020), so
+every hard constraint comes out exactly once and contiguous whatever the model predicts (LevT also keeps
+their order; EDITOR may reorder whole phrases).
 """
 
 from __future__ import annotations
@@ -91,6 +92,45 @@ def levt_delete(hyps: Hypotheses, logits: jax.Array, active: jax.Array, word_sta
     out = edit_ops.delete_tokens(hyps.tokens, delete, PAD_ID, protect=hyps.phrase > 0,
                                  sides=(hyps.scores, hyps.phrase))
     return Hypotheses(out.tokens, *out.sides), {"deletions": out.num_deleted}
+
+
+def glued_to_phrase(tokens: jax.Array, phrase: jax.Array, word_start: jax.Array) -> jax.Array:
+    """bool[B, L]: free sub-word pieces that directly follow a hard-constraint phrase (through other such
+    pieces), i.e. that would glue onto the constraint's last word. word_start: bool[V]."""
+    pos = edit_ops.positions(tokens)
+    free = phrase == 0
+    anchor = ~free | word_start[tokens] | (pos == 0) | (tokens == EOS_ID) | (tokens == PAD_ID)
+    run_start = lax.cummax(jnp.where(anchor, pos, 0), axis=1)
+    return ~anchor & (jnp.take_along_axis(phrase, run_start, axis=1) > 0)
+
+
+def editor_reposition(hyps: Hypotheses, logits: jax.Array, active: jax.Array, word_start: jax.Array | None = None,
+                      deletion_reward: float = 0.0):
+    """EDITOR's first edit: every slot takes the input token it scores highest (column 0, BOS, deletes; the
+    deletion reward is added to it first); BOS/EOS pinned; finished rows left as they are.
+
+    Hard constraints stay whole (`edit_ops.reposition_phrases`): each phrase moves as one block to the slot
+    most likely to take its first token (argmax over slots of log π_rps(first token | slot)), which is its own
+    slot unless the model wants it elsewhere; and with ``word_start`` the free sub-word pieces that would then
+    follow a phrase are deleted, as LevT's boundary rule would. Counts: repositions (slots holding another
+    token, deletions excluded) and deletions.
+    """
+    n = edit_ops.lengths(hyps.tokens, PAD_ID)[:, None]
+    pos = edit_ops.positions(hyps.tokens)
+    logits = logits.at[..., 0].add(deletion_reward)
+    index = jnp.where(active[:, None], jnp.argmax(logits, axis=-1).astype(jnp.int32), pos)
+    interior_slot = ((pos > 0) & (pos < n - 1))[:, :, None]
+    anchor = jnp.argmax(jnp.where(interior_slot, jax.nn.log_softmax(logits, axis=-1), -jnp.inf), axis=1)
+    anchor = jnp.where(active[:, None], anchor.astype(jnp.int32), pos)
+    out = edit_ops.reposition_phrases(hyps.tokens, index, anchor, hyps.phrase, PAD_ID,
+                                      sides=(hyps.scores, hyps.phrase))
+    moved = Hypotheses(out.tokens, *out.sides)
+    deletions = out.num_deleted
+    if word_start is not None:
+        glued = glued_to_phrase(moved.tokens, moved.phrase, word_start)
+        cut = edit_ops.delete_tokens(moved.tokens, glued, PAD_ID, sides=(moved.scores, moved.phrase))
+        moved, deletions = Hypotheses(cut.tokens, *cut.sides), deletions + cut.num_deleted
+    return moved, {"repositions": out.num_moved, "deletions": deletions}
 
 
 def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.Array, penalty: float,

@@ -223,6 +223,10 @@ class Embedder(nn.Module):
         x = self.tokens(ids) * math.sqrt(self.cfg.d_model) + self.positions(ids.shape[1], offset)[None]
         return self.drop(x.astype(self.cfg.compute_dtype), deterministic=not train)
 
+    def lookup(self, ids: jnp.ndarray) -> jnp.ndarray:
+        """ids: int32[B, L] -> float32[B, L, D], the raw token embeddings (no scaling, positions or dropout)."""
+        return self.tokens(ids).astype(jnp.float32)
+
     def attend(self, x: jnp.ndarray) -> jnp.ndarray:
         """float[..., D] -> float32[..., V] logits against the embedding matrix."""
         return self.tokens.attend(x.astype(jnp.float32))

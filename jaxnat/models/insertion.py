@@ -1,0 +1,122 @@
+"""What the two edit-based models share: an encoder, a bidirectional decoder, and the insertion half of an
+edit (Gu et al. 2019, reused unchanged by EDITOR):
+
+* **placeholders** — ``π_plh(p_i | i, y)``: for every pair of adjacent tokens, how many (0 … 255) placeholders
+  to open between them, read from the concatenation of the two tokens' features;
+* **tokens** — ``π_tok(t_i | i, y)``: the tied output projection at every placeholder.
+
+`EditTransformer` holds these plus a decoder stack for the model's *first* edit (LevT: deletion, EDITOR:
+reposition), shared with the main decoder or separate; `insertion_losses` is their imitation-learning loss
+on a roll-in sequence. Options: *early exit* (each head reads the output of its own number of decoder
+layers, and the layers above are not computed) and separate layer stacks (LevT's Table 2a).
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID
+from jaxnat.models.transformer import Decoder, Embedder, Encoder, TransformerConfig, token_mask
+from jaxnat.oracle import MAX_INSERTIONS
+from jaxnat.training.losses import smoothed_cross_entropy
+
+NOT_PREDICTED = (PAD_ID, BOS_ID, EOS_ID, PLH_ID, MASK_ID)  # ids the token head may never write
+
+
+def forbid_reserved(logits: jax.Array) -> jax.Array:
+    """float32[..., V] → the same with PAD/BOS/EOS/PLH/MASK at -inf: a filled slot always holds a real token
+    (a PAD or EOS in the middle of a row would break every fixed-shape edit op). A broadcast add of a [V]
+    mask rather than a scatter into the logits, so XLA fuses it into whatever reads them next."""
+    mask = jnp.zeros(logits.shape[-1], logits.dtype).at[jnp.asarray(NOT_PREDICTED)].set(-jnp.inf)
+    return logits + mask
+
+
+def empty_canvas(like: jax.Array) -> jax.Array:
+    """int32[B, L] rows ``[BOS, EOS, PAD …]`` (the initial hypothesis of plain translation)."""
+    row = jnp.zeros(like.shape[1:], like.dtype).at[0].set(BOS_ID).at[1].set(EOS_ID)
+    return jnp.broadcast_to(row, like.shape)
+
+
+class EditTransformer(nn.Module):
+    """Encoder + bidirectional decoder with the placeholder and token heads; subclasses add their first edit.
+
+    exits: (first edit, placeholder, token) — how many decoder layers each head reads.
+    first_name: the first edit's name ("deletion", "reposition"); its own stack is ``<first_name>_decoder``.
+    """
+
+    cfg: TransformerConfig
+    exits: tuple[int, int, int]
+    separate_first: bool = False
+    separate_placeholder: bool = False
+    first_name = "first"
+
+    def setup(self):
+        c = self.cfg
+        self.src_embed = Embedder(c, c.src_vocab_size, name="src_embed")
+        self.tgt_embed = self.src_embed if c.share_embeddings else Embedder(c, c.tgt_vocab_size, name="tgt_embed")
+        self.encoder = Encoder(c, name="encoder")
+        self.decoder = Decoder(c, c.dec_layers, causal=False, name="decoder")
+        self.first_decoder = (Decoder(c, self.exits[0], causal=False, name=f"{self.first_name}_decoder")
+                              if self.separate_first else self.decoder)
+        self.placeholder_decoder = (Decoder(c, self.exits[1], causal=False, name="placeholder_decoder")
+                                    if self.separate_placeholder else self.decoder)
+        self.placeholder_head = self.dense(MAX_INSERTIONS + 1, "placeholder_head")
+        if not c.tie_output:
+            self.output = self.dense(c.tgt_vocab_size, "output")
+
+    def dense(self, n: int, name: str) -> nn.Dense:
+        return nn.Dense(n, use_bias=False, kernel_init=self.cfg.kernel_init(), name=name)
+
+    def encode(self, src: jax.Array, train: bool = False) -> jax.Array:
+        """src: int32[B, S] → memory float[B, S, D]."""
+        return self.encoder(self.src_embed(src, train), token_mask(src), train)
+
+    def features(self, decoder, layers, tokens, memory, src_mask, train):
+        """tokens: int32[B, L] → float[B, L, D], the output of the first ``layers`` layers of ``decoder``."""
+        x = self.tgt_embed(tokens, train)
+        return decoder(x, token_mask(tokens), memory, src_mask, train, num_layers=layers)
+
+    def first_features(self, tokens, memory, src_mask, train: bool = False) -> jax.Array:
+        """tokens: int32[B, L] → float[B, L, D], what the first edit's head reads."""
+        return self.features(self.first_decoder, self.exits[0], tokens, memory, src_mask, train)
+
+    def placeholder_logits(self, tokens, memory, src_mask, train: bool = False) -> jax.Array:
+        """tokens: int32[B, L] → float32[B, L-1, 256]: slot k (between tokens k and k+1) reads both tokens."""
+        h = self.features(self.placeholder_decoder, self.exits[1], tokens, memory, src_mask, train)
+        pairs = jnp.concatenate([h[:, :-1], h[:, 1:]], axis=-1)
+        return self.placeholder_head(pairs).astype(jnp.float32)
+
+    def token_logits(self, tokens, memory, src_mask, train: bool = False) -> jax.Array:
+        """tokens: int32[B, L] (placeholders to fill) → float32[B, L, V]."""
+        h = self.features(self.decoder, self.exits[2], tokens, memory, src_mask, train)
+        return self.tgt_embed.attend(h) if self.cfg.tie_output else self.output(h).astype(jnp.float32)
+
+
+def mean_loss(total, count):
+    return total / jnp.maximum(count, 1.0)
+
+
+def insertion_losses(apply, y_ins: jax.Array, tgt: jax.Array, labels, memory, src_mask, keys, *,
+                     label_smoothing: float, placeholder_smoothing: float):
+    """Learning to insert on the roll-in ``y_ins`` (int32[B, L]): placeholder CE against the oracle's slot
+    counts, then token CE on the reference with the oracle's placeholders (``labels``: Ed2Labels or Ed3Labels
+    of ``y_ins`` → ``tgt``). apply(method, *args, key) runs one head; keys: (placeholder key, token key).
+
+    Returns (placeholder loss, token loss, token nll, token logits float32[B, T, V]), losses as means.
+    """
+    plh_logits = apply("placeholder_logits", y_ins, memory, src_mask, key=keys[0])
+    slots = jnp.arange(y_ins.shape[1] - 1)[None, :] < jnp.sum(token_mask(y_ins), axis=1, keepdims=True) - 1
+    plh_loss, _, plh_count = smoothed_cross_entropy(plh_logits, labels.insertion, slots, placeholder_smoothing)
+    masked_tgt = jnp.where(labels.insert_mask, PLH_ID, tgt)
+    tok_logits = apply("token_logits", masked_tgt, memory, src_mask, key=keys[1])
+    tok_loss, tok_nll, tok_count = smoothed_cross_entropy(tok_logits, tgt, labels.insert_mask, label_smoothing)
+    return (mean_loss(plh_loss, plh_count), mean_loss(tok_loss, tok_count), mean_loss(tok_nll, tok_count),
+            tok_logits)
+
+
+def model_fills(tok_logits: jax.Array, tgt: jax.Array, insert_mask: jax.Array) -> jax.Array:
+    """The reference with the token head's argmax at the inserted positions (no gradient): int32[B, T]."""
+    fills = jnp.argmax(forbid_reserved(jax.lax.stop_gradient(tok_logits)), axis=-1).astype(tgt.dtype)
+    return jnp.where(insert_mask, fills, tgt)
