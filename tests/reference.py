@@ -65,27 +65,29 @@ def reposition(seq, index):
 
 def reposition_phrases(seq, index, anchor, phrase):
     """Reposition keeping hard-constraint phrases whole (see edit_ops.reposition_phrases), written as blocks:
-    free slots take free interior tokens; each phrase goes, whole, just before what its anchor slot emits."""
+    free slots take free interior tokens; each phrase goes, whole, just before what its anchor slot emits.
+    Returns the input position of every output token."""
     n = len(seq)
     if n <= 2:
-        return list(seq)
-    interior = range(1, n - 1)
-    blocks = {}  # phrase start -> its tokens
-    for k in interior:
-        if phrase[k] and (k == 1 or phrase[k - 1] != phrase[k]):
-            blocks[k] = [seq[j] for j in range(k, n - 1) if phrase[j] == phrase[k] and
-                         all(phrase[m] == phrase[k] for m in range(k, j + 1))]
-    out = [seq[0]]
+        return list(range(n))
+    starts = [k for k in range(1, n - 1) if phrase[k] and (k == 1 or phrase[k - 1] != phrase[k])]
+    blocks = {}
+    for k in starts:
+        end = k
+        while end + 1 < n - 1 and phrase[end + 1] == phrase[k]:
+            end += 1
+        blocks[k] = list(range(k, end + 1))
+    out = [0]
     for slot in range(1, n):
-        for start in sorted(blocks):  # phrases anchored here, in input order
+        for start in starts:  # phrases anchored here, in input order
             if min(max(anchor[start], 1), n - 1) == slot:
                 out.extend(blocks[start])
         if slot == n - 1:
             break
         j = index[slot]
         if not phrase[slot] and 1 <= j < n - 1 and not phrase[j]:
-            out.append(seq[j])
-    return out + [seq[-1]]
+            out.append(j)
+    return out + [n - 1]
 
 
 def carry_slots(counts, keep):

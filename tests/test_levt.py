@@ -14,8 +14,7 @@ from jaxnat.config import build_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PLH_ID
 from jaxnat.decoding.refine import Heads, RefineOptions, initial_hypotheses, length_cap, levt_delete, refine
 from jaxnat.models import build_model
-from jaxnat.models.insertion import NOT_PREDICTED
-from tests import reference as ref
+from tests.refine_reference import levt_first, model_heads, pad, python_refine, stub_heads
 
 TINY = "tests/configs/tiny.py"
 V = 40
@@ -26,8 +25,7 @@ def spec():
     return build_model(build_config(TINY, ["--config.model.name=levt"]), V, V)
 
 
-def _pad(rows, length, value=PAD_ID):
-    return np.array([list(r) + [value] * (length - len(r)) for r in rows])
+_pad = pad
 
 
 def _batch(seed, b=6, s=9, t=12):
@@ -58,64 +56,6 @@ def test_loss_falls(spec):
 
 # --------------------------------------------------------------------------------- the loop vs plain Python
 
-def _heads(spec, params, src):
-    module = spec.module
-    memory = module.apply(params, src, method="encode")
-    mask = src != PAD_ID
-
-    def head(method):
-        return lambda tokens: module.apply(params, tokens, memory, mask, method=method)
-
-    token = head("token_logits")
-    return Heads(head("deletion_logits"), head("placeholder_logits"),
-                 lambda t: token(t).at[..., jnp.asarray(NOT_PREDICTED)].set(-jnp.inf))
-
-
-def python_refine(heads, tokens, phrase, caps, options):
-    """Reference loop: model calls on the batch, every edit applied per sentence with tests/reference.py."""
-    length = tokens.shape[1]
-    rows = [[int(t) for t in r if t != PAD_ID] for r in np.asarray(tokens)]
-    marks = [list(np.asarray(phrase)[b, :len(r)]) for b, r in enumerate(rows)]
-    scores = [[0.0] * len(r) for r in rows]
-    n = len(rows)
-    done, iters, dels, inss = [False] * n, [0] * n, [0] * n, [0] * n
-    for _ in range(options.max_iter + 1):
-        if all(done):
-            break
-        before = [r[:] for r in rows]
-        logits = np.asarray(heads.first(jnp.asarray(_pad(rows, length))))
-        for b in range(n):
-            if done[b] or len(rows[b]) <= 2:
-                continue
-            flags = list(logits[b, :len(rows[b])].argmax(-1) == 1)
-            protect = [m > 0 for m in marks[b]]
-            keep = ref.kept_after_delete(rows[b], flags, protect)
-            dels[b] += keep.count(False)
-            rows[b], marks[b], scores[b] = ([v for v, k in zip(seq, keep) if k] for seq in (rows[b], marks[b], scores[b]))
-        plh = np.array(heads.placeholder(jnp.asarray(_pad(rows, length))))
-        plh[..., 0] -= options.placeholder_penalty
-        for b in range(n):
-            if done[b]:
-                continue
-            counts = [int(c) if not (marks[b][k] == marks[b][k + 1] > 0) else 0
-                      for k, c in enumerate(plh[b].argmax(-1)[:len(rows[b]) - 1])]
-            rows[b], applied, _ = ref.insert_placeholders(rows[b], counts, PLH_ID, int(caps[b]))
-            inss[b] += sum(applied)
-            grow = lambda seq, fill: [x for k, v in enumerate(seq) for x in [v] + [fill] * (applied[k] if k < len(applied) else 0)]  # noqa: E731
-            marks[b], scores[b] = grow(marks[b], 0), grow(scores[b], 0.0)
-        logp = np.asarray(jax.nn.log_softmax(heads.token(jnp.asarray(_pad(rows, length)))))
-        for b in range(n):
-            if done[b]:
-                continue
-            best = logp[b].argmax(-1)
-            scores[b] = [float(logp[b, k, best[k]]) if t == PLH_ID else s for k, (t, s) in enumerate(zip(rows[b], scores[b]))]
-            rows[b] = ref.fill(rows[b], list(best), PLH_ID)
-            iters[b] += 1
-            if rows[b] == before[b] and not options.run_all:
-                done[b] = True
-    return rows, iters, dels, inss, [float(np.mean(s)) for s in scores]
-
-
 @pytest.mark.parametrize("seed, penalty, run_all", [(0, 0.0, False), (1, 1.5, False), (2, 0.0, True)])
 def test_jit_loop_equals_python_loop(spec, seed, penalty, run_all):
     batch = _batch(seed)
@@ -128,11 +68,12 @@ def test_jit_loop_equals_python_loop(spec, seed, penalty, run_all):
               [BOS_ID, *rng.integers(NUM_RESERVED, V, 8), EOS_ID], [BOS_ID, 20, EOS_ID], [BOS_ID, 9, 9, EOS_ID]]
     phrase = [[0, 0], [0, 1, 1, 0, 0], [0, 1, 1, 2, 0, 0], [0] * 10, [0, 0, 0], [0, 1, 2, 0]]
     tokens, marks = jnp.asarray(_pad(canvas, capacity)), jnp.asarray(_pad(phrase, capacity, 0))
-    heads = _heads(spec, params, src)
+    heads = model_heads(spec, params, src, "deletion_logits")
     cap = length_cap(src, capacity, options)
     got = jax.jit(lambda t, m: refine(heads, levt_delete, initial_hypotheses(t, m), cap, options, ("deletions",)))(
         tokens, marks)
-    rows, iters, dels, inss, scores = python_refine(heads, tokens, marks, np.asarray(cap), options)
+    rows, iters, counts, inss, scores = python_refine(heads, tokens, marks, np.asarray(cap), options, levt_first)
+    dels = counts["deletions"]
     assert [[int(t) for t in r if t != PAD_ID] for r in np.asarray(got["tokens"])] == rows
     assert got["iterations"].tolist() == iters
     assert got["deletions"].tolist() == dels
@@ -152,20 +93,8 @@ def test_length_cap_uses_each_sentence_own_source():
 
 # --------------------------------------------------------------------------------- stub heads
 
-def _stub_heads(seed, vocab=V, plh_boost=0.0):
-    """Random logits that change with the hypothesis: 'whatever the model predicts'. seed: int or int32[]."""
-    def logits(tokens, shape, salt):
-        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), salt), jnp.sum(tokens * 7919))
-        return jax.random.normal(key, shape)
-
-    def placeholder(t):
-        out = logits(t, t.shape[:1] + (t.shape[1] - 1, 256), 1)
-        return out.at[..., 1:4].add(plh_boost)
-
-    def token(t):
-        return logits(t, t.shape + (vocab,), 2).at[..., jnp.asarray(NOT_PREDICTED)].set(-jnp.inf)
-
-    return Heads(lambda t: logits(t, t.shape + (2,), 0), placeholder, token)
+def _stub_heads(seed, plh_boost=0.0):
+    return stub_heads(seed, V, "deletion", plh_boost)
 
 
 WORD_START = (np.arange(V) % 3 != 0) | (np.arange(V) < NUM_RESERVED)  # a third of the pieces continue a word
@@ -253,7 +182,7 @@ def test_sentence_alone_equals_sentence_in_batch(spec):
 
     @jax.jit
     def decode(src):
-        heads = _heads(spec, params, src)
+        heads = model_heads(spec, params, src, "deletion_logits")
         start = initial_hypotheses(jnp.asarray(_pad([[BOS_ID, EOS_ID]] * src.shape[0], capacity)))
         return refine(heads, levt_delete, start, length_cap(src, capacity, options), options, ("deletions",))
 

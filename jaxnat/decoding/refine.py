@@ -117,7 +117,8 @@ def editor_reposition(hyps: Hypotheses, logits: jax.Array, active: jax.Array, wo
     """
     n = edit_ops.lengths(hyps.tokens, PAD_ID)[:, None]
     pos = edit_ops.positions(hyps.tokens)
-    logits = logits.at[..., 0].add(deletion_reward)
+    # padding columns can never be pointed at, whatever the head says (finite: an empty row must not give NaN)
+    logits = jnp.where(pos[:, None, :] < n[:, :, None], logits.at[..., 0].add(deletion_reward), -1e9)
     index = jnp.where(active[:, None], jnp.argmax(logits, axis=-1).astype(jnp.int32), pos)
     interior_slot = ((pos > 0) & (pos < n - 1))[:, :, None]
     anchor = jnp.argmax(jnp.where(interior_slot, jax.nn.log_softmax(logits, axis=-1), -jnp.inf), axis=1)

@@ -132,16 +132,22 @@ class Translator:
             results.append(r)
         return results
 
+    def latency(self, texts: list[str], beam_size: int, constraints: list | None = None,
+                hard: list | None = None) -> float:
+        """ms per sentence at batch 1 (with the given constraints, if any), after a warm-up pass that compiles
+        every shape: model loading and compilation are excluded."""
+        src, _ = self.encode(texts)
+        canvases = self.canvases(None, constraints, hard) if constraints else None
+        self.translate_ids(src, beam_size, 1, canvases)
+        t0 = time.perf_counter()
+        self.translate_ids(src, beam_size, 1, canvases)
+        return (time.perf_counter() - t0) / max(len(src), 1) * 1000.0
+
     def speed(self, texts: list[str], beam_size: int, latency_sentences: int, batch_size: int) -> dict:
         """Latency (ms/sentence at batch 1, over the first sentences) and throughput (sentences/s at
-        batch_size, over all), after a warm-up pass that compiles every shape: model loading and compilation
-        are excluded."""
+        batch_size, over all), both after a warm-up pass (compilation excluded)."""
+        latency = self.latency(texts[:latency_sentences], beam_size)
         src, _ = self.encode(texts)
-        first = src[:latency_sentences]
-        self.translate_ids(first, beam_size, 1)  # compile batch-1 shapes
-        t0 = time.perf_counter()
-        self.translate_ids(first, beam_size, 1)
-        latency = (time.perf_counter() - t0) / max(len(first), 1) * 1000.0
         self.translate_ids(src, beam_size, batch_size)
         t0 = time.perf_counter()
         self.translate_ids(src, beam_size, batch_size)

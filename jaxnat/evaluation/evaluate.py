@@ -84,9 +84,14 @@ def evaluate(config, workdir: str) -> dict:
         results[split] = metrics
         if refs is not None:
             log.info("%s: BLEU %.2f (%s)", split, metrics["bleu"], metrics["bleu_signature"])
+        constraints = make_constraints(refs, e.constraint_seed) if refs is not None else None
+        if i == 0 and e.trace_sentences > 0 and translator.spec.refines:
+            n = e.trace_sentences
+            path = write_trace(translator, os.path.join(workdir, "trace.html"), srcs[:n],
+                               refs[:n] if refs else None, constraints[:n] if constraints else None, modes)
+            log.info("edit trace of %d sentences: %s", min(n, len(srcs)), path)
         if refs is None or not modes:
             continue
-        constraints = make_constraints(refs, e.constraint_seed)
         write_constraints(os.path.join(workdir, "hyps", f"{split}.constraints.jsonl"), constraints)
         for mode in modes:
             outs = translator.translate(srcs, e.beam_size, e.batch_size, constraints=constraints,
@@ -94,9 +99,49 @@ def evaluate(config, workdir: str) -> dict:
             hyps = [o["hyp"] for o in outs]
             _write_lines(os.path.join(workdir, "hyps", f"{split}.{mode}.txt"), hyps)
             results[f"{split}+{mode}"] = {**corpus_metrics(hyps, refs, constraints), **_edit_counts(outs)}
+            if i == 0 and e.latency_sentences > 0:
+                n = e.latency_sentences
+                results[f"{split}+{mode}"]["latency_ms"] = translator.latency(
+                    srcs[:n], e.beam_size, constraints[:n], [mode == "hard"] * min(n, len(srcs)))
             log.info("%s with %s constraints: BLEU %.2f, CPR %.1f", split, mode,
                      results[f"{split}+{mode}"]["bleu"], results[f"{split}+{mode}"]["cpr"])
     with open(os.path.join(workdir, "metrics.json"), "w") as f:
         json.dump(results, f, indent=2, sort_keys=True)
-    print(format_table(results))
+    print(format_table(results, summary_columns(results)))
+    log.info("all metrics: %s", os.path.join(workdir, "metrics.json"))
     return results
+
+
+SUMMARY = ("bleu", "chrf", "ribes", "ter", "cpr", "term_usage", "latency_ms", "sentences_per_s", "mean_iterations",
+           "mean_repositions", "mean_deletions", "mean_insertions")
+
+
+def summary_columns(results: dict) -> list[str]:
+    """The printed table's columns: the papers' headline metrics that some row has (metrics.json has all)."""
+    return [c for c in SUMMARY if any(c in row for row in results.values())]
+
+
+def write_trace(translator: Translator, path: str, srcs: list[str], refs: list[str] | None,
+                constraints: list[list[str]] | None, modes: list[str]) -> str:
+    """Decodes ``srcs`` with the edit trace on, without constraints and in each of ``modes`` (soft, hard),
+    and writes the HTML page of `trace_html` to ``path``."""
+    from jaxnat.evaluation.trace_html import TracedSentence, render_page
+
+    tok = translator.tokenizer
+    src_ids, _ = translator.encode(srcs)
+    runs = [("plain", None)] + [(mode, constraints) for mode in modes if constraints is not None]
+    traced = {}
+    for mode, phrases in runs:
+        canvases = translator.canvases(None, phrases, [mode == "hard"] * len(srcs)) if phrases else [None] * len(srcs)
+        outs = translator.translate_ids(src_ids, 1, len(srcs), canvases, trace=True)
+        for k, (out, canvas) in enumerate(zip(outs, canvases)):
+            initial = [BOS_ID, *(canvas.ids if canvas else []), EOS_ID]
+            traced[k, mode] = TracedSentence(
+                srcs[k], refs[k] if refs else None, mode, list(phrases[k]) if phrases else [], initial,
+                np.asarray(out["trace"]), int(out["iterations"]), tok.decode(list(out["tokens"]), "tgt"))
+    sentences = [traced[k, mode] for k in range(len(srcs)) for mode, _ in runs]
+    page = render_page(f"jaxnat {translator.spec.name}: edit trace", translator.spec.name, sentences,
+                       lambda i: tok.id_to_piece(i, "tgt"), lambda phrases: tok.encode(phrases, "tgt"))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(page)
+    return path

@@ -64,7 +64,7 @@ def apply_model_reposition(tokens: jax.Array, logits: jax.Array) -> jax.Array:
 
 def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Array | None, label_smoothing: float,
                 placeholder_smoothing: float = 0.01, dual_path: bool = True, alpha: float = 0.0, beta: float = 0.0,
-                train: bool = True):
+                train: bool = True, keep_roll_in: bool = False):
     """Dual-path imitation learning with the ed3 oracle, computed on device (reference-semantics §6).
 
     Roll-in starts from ``y0 = random_delete_shuffle(y*)`` (word-level shuffle; ``word_start``: bool[V], the
@@ -81,7 +81,8 @@ def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Arra
     pass and matches eq. 6 whenever that roll-in is ``y0``.
 
     Loss = placeholder CE (smoothing 0.01) + token CE (smoothing ε) + reposition CE (none), each the mean over
-    its own positions. Returns ``(loss · n, aux)`` like `levt_loss`.
+    its own positions. Returns ``(loss · n, aux)`` like `levt_loss`; with ``keep_roll_in``, aux['roll_in'] holds
+    the roll-in sequences (y0, y_ins, y_rps: int32[B, T]) and the per-sentence choices (for tests).
     """
     src, tgt = batch["src"], batch["tgt"]
     b = tgt.shape[0]
@@ -122,5 +123,7 @@ def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Arra
     rps_loss = mean_loss(rps_sum, rps_count)
 
     n = jnp.sum(token_mask(tgt), dtype=jnp.float32)
-    return (plh_loss + tok_loss + rps_loss) * n, {"nll": tok_nll * n, "count": n, "placeholder_loss": plh_loss,
-                                                  "reposition_loss": rps_loss}
+    aux = {"nll": tok_nll * n, "count": n, "placeholder_loss": plh_loss, "reposition_loss": rps_loss}
+    if keep_roll_in:
+        aux["roll_in"] = {"y0": y0, "y_ins": y_ins, "y_rps": y_rps, "ins_on_y0": ins_on_y0, "rps_on_y0": rps_on_y0}
+    return (plh_loss + tok_loss + rps_loss) * n, aux

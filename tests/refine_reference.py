@@ -1,0 +1,139 @@
+"""The refinement loop in plain Python, for checking `jaxnat.decoding.refine` against: the model's heads are
+called on the padded batch as in the jit'd loop, and every edit is applied per sentence with the list-based
+references of tests/reference.py. Also stub heads: random logits that change with the hypothesis."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, PLH_ID
+from jaxnat.decoding.refine import Heads
+from jaxnat.models.insertion import NOT_PREDICTED
+from tests import reference as ref
+
+
+def pad(rows, length, value=PAD_ID):
+    return np.array([list(r) + [value] * (length - len(r)) for r in rows])
+
+
+def levt_first(row, marks, scores, logits):
+    """LevT's deletion on one sentence; logits: [L, 2]. Returns (row, marks, scores, counts)."""
+    if len(row) <= 2:
+        return row, marks, scores, {"deletions": 0}
+    flags = list(logits[:len(row)].argmax(-1) == 1)
+    keep = ref.kept_after_delete(row, flags, [m > 0 for m in marks])
+    row, marks, scores = ([v for v, k in zip(seq, keep) if k] for seq in (row, marks, scores))
+    return row, marks, scores, {"deletions": keep.count(False)}
+
+
+def glued(row, marks, word_start):
+    """Free pieces that continue a word right after a phrase (through other such pieces)."""
+    out, after_phrase = [], False
+    for t, m in zip(row, marks):
+        free_continuation = not m and not word_start[t] and t not in (BOS_ID, EOS_ID)
+        out.append(after_phrase and free_continuation)
+        after_phrase = bool(m) or (after_phrase and free_continuation)
+    return out
+
+
+def editor_first(row, marks, scores, logits, deletion_reward=0.0, word_start=None):
+    """EDITOR's reposition on one sentence; logits: [L, L] (slot, input token)."""
+    n = len(row)
+    lg = np.array(logits[:n, :n], np.float32)
+    lg[:, 0] += deletion_reward
+    index = list(lg.argmax(-1))
+    logp = np.asarray(jax.nn.log_softmax(jnp.asarray(lg), axis=-1))
+    anchor = [int(logp[1:n - 1, j].argmax()) + 1 if n > 2 else 0 for j in range(n)]
+    source = ref.reposition_phrases(row, index, anchor, marks)
+    free_moved = sum(1 for i in range(1, n - 1) if not marks[i] and 1 <= index[i] < n - 1 and not marks[index[i]]
+                     and index[i] != i)
+    phrase_moved = 0
+    for k in range(1, n - 1):
+        if marks[k] and marks[k - 1] != marks[k]:
+            length = 1
+            while k + length < n - 1 and marks[k + length] == marks[k]:
+                length += 1
+            phrase_moved += length * (min(max(anchor[k], 1), n - 1) != k)
+    deleted = sum(1 for i in range(1, n - 1) if not marks[i]) - sum(1 for p in source[1:-1] if not marks[p])
+    row, marks, scores = ([seq[p] for p in source] for seq in (row, marks, scores))
+    if word_start is not None:
+        cut = glued(row, marks, word_start)
+        deleted += sum(cut)
+        row, marks, scores = ([v for v, c in zip(seq, cut) if not c] for seq in (row, marks, scores))
+    return row, marks, scores, {"repositions": free_moved + phrase_moved, "deletions": deleted}
+
+
+def python_refine(heads, tokens, phrase, caps, options, first_edit):
+    """Reference loop. first_edit(row, marks, scores, logits of the row) -> (row, marks, scores, counts).
+    Returns (rows, iterations, {count name: per sentence}, insertions, scores)."""
+    length = tokens.shape[1]
+    rows = [[int(t) for t in r if t != PAD_ID] for r in np.asarray(tokens)]
+    marks = [[int(m) for m in np.asarray(phrase)[b, :len(r)]] for b, r in enumerate(rows)]
+    scores = [[0.0] * len(r) for r in rows]
+    n = len(rows)
+    done, iters, inss, counts = [False] * n, [0] * n, [0] * n, {}
+    for _ in range(options.max_iter + 1):
+        if all(done):
+            break
+        before = [r[:] for r in rows]
+        logits = np.asarray(heads.first(jnp.asarray(pad(rows, length))))
+        for b in range(n):
+            if done[b]:
+                continue
+            rows[b], marks[b], scores[b], c = first_edit(rows[b], marks[b], scores[b], logits[b])
+            for name, v in c.items():
+                counts.setdefault(name, [0] * n)[b] += v
+        plh = np.array(heads.placeholder(jnp.asarray(pad(rows, length))))
+        plh[..., 0] -= options.placeholder_penalty
+        for b in range(n):
+            if done[b]:
+                continue
+            want = [int(c) if not (marks[b][k] == marks[b][k + 1] > 0) else 0
+                    for k, c in enumerate(plh[b].argmax(-1)[:len(rows[b]) - 1])]
+            rows[b], applied, _ = ref.insert_placeholders(rows[b], want, PLH_ID, int(caps[b]))
+            inss[b] += sum(applied)
+            grow = lambda seq, fill: [x for k, v in enumerate(seq) for x in [v] + [fill] * (applied[k] if k < len(applied) else 0)]  # noqa: E731
+            marks[b], scores[b] = grow(marks[b], 0), grow(scores[b], 0.0)
+        logp = np.asarray(jax.nn.log_softmax(heads.token(jnp.asarray(pad(rows, length)))))
+        for b in range(n):
+            if done[b]:
+                continue
+            best = logp[b].argmax(-1)
+            scores[b] = [float(logp[b, k, best[k]]) if t == PLH_ID else s for k, (t, s) in enumerate(zip(rows[b], scores[b]))]
+            rows[b] = ref.fill(rows[b], list(best), PLH_ID)
+            iters[b] += 1
+            if rows[b] == before[b] and not options.run_all:
+                done[b] = True
+    return rows, iters, counts, inss, [float(np.mean(s)) for s in scores]
+
+
+def model_heads(spec, params, src, first_method):
+    """A trained-or-not model's heads on an encoded source, as `refine` receives them."""
+    module = spec.module
+    memory = module.apply(params, src, method="encode")
+    mask = src != PAD_ID
+
+    def head(method):
+        return lambda tokens: module.apply(params, tokens, memory, mask, method=method)
+
+    token = head("token_logits")
+    return Heads(head(first_method), head("placeholder_logits"),
+                 lambda t: token(t).at[..., jnp.asarray(NOT_PREDICTED)].set(-jnp.inf))
+
+
+def stub_heads(seed, vocab, first="deletion", plh_boost=0.0):
+    """Random logits that change with the hypothesis: 'whatever the model predicts'. seed: int or int32[].
+    first: "deletion" ([B, L, 2]) or "reposition" ([B, L, L])."""
+    def logits(tokens, shape, salt):
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.key(seed), salt), jnp.sum(tokens * 7919))
+        return jax.random.normal(key, shape)
+
+    def placeholder(t):
+        out = logits(t, t.shape[:1] + (t.shape[1] - 1, 256), 1)
+        return out.at[..., 1:4].add(plh_boost)
+
+    def token(t):
+        return logits(t, t.shape + (vocab,), 2).at[..., jnp.asarray(NOT_PREDICTED)].set(-jnp.inf)
+
+    width = 2 if first == "deletion" else None
+    return Heads(lambda t: logits(t, t.shape + (width or t.shape[1],), 0), placeholder, token)
