@@ -1,13 +1,15 @@
-"""Cost of one LevT refinement iteration against its three bare decoder passes, at batch 1 and batch 64.
+"""Cost of one refinement iteration (LevT or EDITOR) against its three bare decoder passes, at batch 1 and 64.
 
     python bench/refine_overhead.py --config configs/levt/demo.py --workdir runs/levt-demo [--repeats 5]
+    python bench/refine_overhead.py --config configs/editor/demo.py --workdir runs/editor-demo
 
 For a batch of test sources and the hypotheses the model actually produces, it times (all jit'd, compiled
 before timing, the two programs alternating inside each repeat):
 
-* loop: the real decoding loop (`jaxnat.decoding.refine.refine`: deletion → placeholders → fill with the edit
-  ops, length caps, stop bookkeeping, all inside one `lax.while_loop`), forced to run K iterations;
-* bare: K repetitions of just the three decoder passes (deletion, placeholder and token logits) on a
+* loop: the model's real decoding (`jaxnat.decoding.refine.refine`: deletion or reposition → placeholders →
+  fill with the edit ops, length caps, stop bookkeeping, all inside one `lax.while_loop`), forced to run K
+  iterations;
+* bare: K repetitions of just the three decoder passes (first-edit, placeholder and token logits) on a
   hypothesis of the same shape, in a `lax.fori_loop` (a data dependence keeps XLA from hoisting them).
 
 Their ratio is the implementation's overhead per iteration (edit operations, oracle-free bookkeeping, loop
@@ -26,40 +28,35 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
 from jax import lax  # noqa: E402
 
 from jaxnat.config import build_config  # noqa: E402
 from jaxnat.data.batching import eval_batches  # noqa: E402
 from jaxnat.data.sources import load_corpus  # noqa: E402
-from jaxnat.decoding.refine import (  # noqa: E402
-    Heads, RefineOptions, initial_hypotheses, length_cap, levt_delete, refine)
 from jaxnat.evaluation.evaluate import load_translator  # noqa: E402
 from jaxnat.models.insertion import empty_canvas, forbid_reserved  # noqa: E402
 from jaxnat.models.transformer import token_mask  # noqa: E402
 
 
-def programs(module, iterations: int):
-    options = RefineOptions(max_iter=iterations - 1, run_all=True)
+FIRST_HEAD = {"levt": "deletion_logits", "editor": "reposition_logits"}
 
-    def heads(params, src):
-        memory, mask = module.apply(params, src, method="encode"), token_mask(src)
-        head = lambda m: (lambda t: module.apply(params, t, memory, mask, method=m))  # noqa: E731
-        return Heads(head("deletion_logits"), head("placeholder_logits"),
-                     lambda t: forbid_reserved(head("token_logits")(t)))
+
+def programs(spec, iterations: int):
+    """(loop, bare): the model's own decoding (config forced to run ``iterations``) and the bare passes."""
+    module = spec.module
 
     @jax.jit
     def loop(params, src, canvas):
-        h = heads(params, src)
-        return refine(h, levt_delete, initial_hypotheses(canvas), length_cap(src, canvas.shape[1], options),
-                      options, ("deletions",))["tokens"]
+        return spec.generate(params, src, canvas=canvas)["tokens"]
 
     @jax.jit
     def bare(params, src, tokens):
-        h = heads(params, src)
+        memory, mask = module.apply(params, src, method="encode"), token_mask(src)
+        head = lambda m: (lambda t: module.apply(params, t, memory, mask, method=m))  # noqa: E731
+        first, placeholder, token = head(FIRST_HEAD[spec.name]), head("placeholder_logits"), head("token_logits")
 
         def body(_, t):
-            total = h.first(t).max() + h.placeholder(t).max() + h.token(t).max()
+            total = first(t).max() + placeholder(t).max() + forbid_reserved(token(t)).max()
             return jnp.where(total > 1e30, t + 1, t)  # never true; keeps the passes inside the loop
 
         return lax.fori_loop(0, iterations, body, tokens)
@@ -81,12 +78,13 @@ def main():
     parser.add_argument("--iterations", type=int, default=4, help="K, iterations per timed call")
     parser.add_argument("--single", type=int, default=20, help="sentences timed one by one at batch 1")
     args, overrides = parser.parse_known_args()
-    config = build_config(args.config, overrides)
+    config = build_config(args.config, [*overrides, f"--config.eval.max_iter={args.iterations - 1}",
+                                        "--config.eval.run_all_iterations=true"])
     corpus = load_corpus(config.data)
     split = [s for s in corpus if s not in ("train", "valid")][0]
     translator = load_translator(config, args.workdir)
-    module, params = translator.spec.module, translator.params
-    loop, bare = programs(module, args.iterations)
+    params = translator.params
+    loop, bare = programs(translator.spec, args.iterations)
     src, _ = translator.encode(corpus[split][0])
     rows = []
     for batch_size, sources in ((1, src[:args.single]), (64, src[:64])):
@@ -103,7 +101,7 @@ def main():
             t_bare.append(sum(time_it(bare, params, s, h) for s, _, h in work))
         per_iter = lambda ts: statistics.median(ts) / (len(work) * args.iterations) * 1000  # noqa: E731
         rows.append((batch_size, per_iter(t_loop), per_iter(t_bare)))
-    print(f"| batch | one iteration, full loop (ms) | three bare decoder passes (ms) | loop / bare |")
+    print("| batch | one iteration, full loop (ms) | three bare decoder passes (ms) | loop / bare |")
     print("|---|---|---|---|")
     for batch_size, lp, bp in rows:
         print(f"| {batch_size} | {lp:.2f} | {bp:.2f} | {lp / bp:.3f} |")

@@ -26,7 +26,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from jaxnat.config import build_config  # noqa: E402
 from jaxnat.main import enable_compilation_cache  # noqa: E402
-from jaxnat.training import mesh as mesh_lib  # noqa: E402
 from jaxnat.training.trainer import Trainer, make_train_step  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

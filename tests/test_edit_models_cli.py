@@ -1,5 +1,6 @@
-"""LevT end to end on a tiny workdir: training, evaluation with soft/hard constraint sets (metrics.json), and
-`--mode translate` JSON lines with "init", "constraints" and "hard"."""
+"""The edit-based models (LevT, EDITOR) end to end on a tiny workdir: training, evaluation with soft/hard
+constraint sets (metrics.json, the summary table, trace.html), and `--mode translate` JSON lines with "init",
+"constraints" and "hard"."""
 
 import json
 import os
@@ -10,50 +11,66 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
-LEVT = ("--config.model.name=levt", "--config.eval.max_iter=3")
+COUNTS = {"levt": ("iterations", "deletions", "insertions"),
+          "editor": ("iterations", "repositions", "deletions", "insertions")}
 
 
-def _main(workdir, *args, stdin=None):
-    cmd = [sys.executable, "-m", "jaxnat.main", "--config", TINY, "--workdir", str(workdir), *LEVT, *args]
+def _main(workdir, *args, stdin=None, model="levt"):
+    cmd = [sys.executable, "-m", "jaxnat.main", "--config", TINY, "--workdir", str(workdir),
+           f"--config.model.name={model}", "--config.eval.max_iter=3", *args]
     return subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), input=stdin,
                           capture_output=True, text=True, timeout=600)
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("tiny-levt") / "run"
+@pytest.fixture(scope="module", params=["levt", "editor"])
+def trained(request, tmp_path_factory):
+    model = request.param
+    workdir = tmp_path_factory.mktemp(f"tiny-{model}") / "run"
     result = _main(workdir, "--config.train.steps=8", "--config.train.eval_every=8",
-                   "--config.eval.latency_sentences=0", "--config.eval.constraints=soft,hard")
+                   "--config.eval.latency_sentences=3", "--config.eval.constraints=soft,hard",
+                   "--config.eval.trace_sentences=2", model=model)
     assert result.returncode == 0, result.stderr
-    return workdir
+    return model, workdir, result.stdout
 
 
 def test_metrics_include_constraints_and_edit_counts(trained):
+    model, trained, stdout = trained
     metrics = json.load(open(trained / "metrics.json"))
     assert {"test", "test+soft", "test+hard"} <= set(metrics)
-    for key in ("mean_iterations", "mean_deletions", "mean_insertions"):
-        assert key in metrics["test"]
+    for key in COUNTS[model]:
+        assert f"mean_{key}" in metrics["test"] and f"mean_{key}" in metrics["test+hard"]
+    for row in ("test", "test+soft", "test+hard"):
+        assert metrics[row]["latency_ms"] > 0
+    header = stdout.splitlines()[0].split()  # the printed summary table
+    assert {"bleu", "ribes", "cpr", "latency_ms", "mean_iterations", "mean_insertions"} <= set(header)
     assert 1 <= metrics["test"]["mean_iterations"] <= 4
     # hard constraints are guaranteed whatever the (barely trained) model does
     assert metrics["test+hard"]["cpr"] == 100.0
     assert metrics["test+hard"]["term_usage"] == 100.0
     assert (trained / "hyps" / "test.constraints.jsonl").exists()
     assert len((trained / "hyps" / "test.hard.txt").read_text().splitlines()) == 40
+    page = (trained / "trace.html").read_text()
+    assert page.startswith("<!doctype html>") and page.count("<h2>Sentence") == 2
+    assert page.count("<h3>plain") == page.count("<h3>soft") == page.count("<h3>hard") == 2
+    assert ("1: reposition" if model == "editor" else "1: delete") in page
 
 
 def test_translate_with_init_and_constraints(trained, tmp_path):
+    model, trained, _ = trained
     lines = [
         json.dumps({"src": "do girls go to a garden ?"}),
         json.dumps({"src": "do girls go to a garden ?", "constraints": ["baste", "ka dvai"], "hard": True, "id": 3}),
         json.dumps({"src": "do girls go to a garden ?", "init": "ka dvai nilaen idan ad unan baste ?"}),
     ]
-    result = _main(trained, "--mode", "translate", stdin="\n".join(lines) + "\n")
+    result = _main(trained, "--mode", "translate", stdin="\n".join(lines) + "\n", model=model)
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(rows) == 3 and rows[1]["id"] == 3
-    assert all({"hyp", "score", "iterations", "deletions", "insertions"} <= set(r) for r in rows)
-    hyp = " " + rows[1]["hyp"] + " "  # hard constraints: whole words, in the given order, however barely trained
-    assert " baste " in hyp and " ka dvai " in hyp and hyp.index(" baste ") < hyp.index(" ka dvai "), hyp
+    assert all({"hyp", "score", *COUNTS[model]} <= set(r) for r in rows)
+    hyp = " " + rows[1]["hyp"] + " "  # hard constraints: whole words, however barely trained
+    assert " baste " in hyp and " ka dvai " in hyp, hyp
+    if model == "levt":  # LevT also keeps their order; EDITOR may move a whole constraint
+        assert hyp.index(" baste ") < hyp.index(" ka dvai "), hyp
 
 
 @pytest.mark.parametrize("line, message", [
@@ -63,7 +80,8 @@ def test_translate_with_init_and_constraints(trained, tmp_path):
     ({"src": "x", "init": "a", "constraints": ["b"]}, 'give either "init" or "constraints"'),
 ])
 def test_bad_constraint_requests(trained, line, message):
-    result = _main(trained, "--mode", "translate", stdin=json.dumps(line) + "\n")
+    model, trained, _ = trained
+    result = _main(trained, "--mode", "translate", stdin=json.dumps(line) + "\n", model=model)
     assert result.returncode == 2
     assert message in result.stderr.strip().splitlines()[-1], result.stderr
     assert "Traceback" not in result.stderr
