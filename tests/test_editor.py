@@ -209,3 +209,41 @@ def test_sentence_alone_equals_sentence_in_batch(spec):
         for key in ("tokens", "iterations", "insertions", *COUNTS):
             np.testing.assert_array_equal(alone[key][0], together[key][b])
         np.testing.assert_allclose(alone["score"][0], together["score"][b], rtol=1e-5)
+
+
+def test_capacity_overflow_is_capped():
+    capacity = 16
+    tokens = jnp.asarray(pad([[BOS_ID, EOS_ID]] * 3, capacity))
+    src = jnp.asarray(pad([[BOS_ID, 7, EOS_ID], [BOS_ID, *[7] * 10, EOS_ID], [BOS_ID, *[7] * 5, EOS_ID]], 12))
+    options = RefineOptions(max_iter=3)
+    heads = stub_heads(0, V, "reposition")
+    greedy = heads._replace(placeholder=lambda t: jnp.zeros(t.shape[:1] + (t.shape[1] - 1, 256)).at[..., 255].set(9.0))
+    out = refine(greedy, editor_reposition, initial_hypotheses(tokens), length_cap(src, capacity, options), options,
+                 COUNTS)
+    lengths = (np.asarray(out["tokens"]) != PAD_ID).sum(1)
+    assert lengths.max() <= capacity and (lengths <= [10, 16, 14]).all()
+    for row in np.asarray(out["tokens"]):
+        n = (row != PAD_ID).sum()
+        assert (row[:n] != PAD_ID).all() and row[0] == BOS_ID and row[n - 1] == EOS_ID
+
+
+def test_post_editing_moves_and_deletes_from_the_given_hypothesis():
+    """A reposition head that wants [8 7 10] (slot i points at the token the target has at i) and no
+    insertions: post-editing the given hypothesis [7 8 9 10] takes one iteration, then nothing changes."""
+    capacity = 12
+    tokens = jnp.asarray(pad([[BOS_ID, 7, 8, 9, 10, EOS_ID]], capacity))
+    src = jnp.asarray(pad([[BOS_ID, 7, 8, EOS_ID]], 4))
+    target = jnp.asarray(pad([[BOS_ID, 8, 7, 10, EOS_ID]], capacity))
+
+    def reposition(t):
+        return (t[:, None, :] == target[:, :, None]).astype(jnp.float32) * 5.0
+
+    heads = stub_heads(0, V, "reposition")._replace(
+        first=reposition, placeholder=lambda t: jnp.zeros(t.shape[:1] + (t.shape[1] - 1, 256)).at[..., 0].set(1.0))
+    options = RefineOptions(max_iter=3, trace=True)
+    out = refine(heads, editor_reposition, initial_hypotheses(tokens), length_cap(src, capacity, options), options,
+                 COUNTS)
+    assert [int(t) for t in out["tokens"][0] if t != PAD_ID] == [BOS_ID, 8, 7, 10, EOS_ID]
+    assert out["repositions"].tolist() == [3] and out["deletions"].tolist() == [1]  # 8, 7, 10 moved; slot 4 emptied
+    assert out["iterations"].tolist() == [2] and out["insertions"].tolist() == [0]
+    assert [int(t) for t in out["trace"][0, 0, 0] if t != PAD_ID] == [BOS_ID, 8, 7, 10, EOS_ID]
