@@ -1,7 +1,7 @@
 """Iterative refinement decoding for edit-based models, as one jit'd ``lax.while_loop``.
 
-One iteration = a first edit (LevT: delete, `levt_delete`; EDITOR: reposition, `editor_reposition`) → insert placeholders → fill them
-(reference-semantics §5). The whole batch lives at a fixed capacity ``[B, L]``; a sentence stops when an
+One iteration = a first edit (LevT: delete, `levt_delete`; EDITOR: reposition, `editor_reposition`) → insert
+placeholders → fill them (reference-semantics §5, 6). The whole batch lives at a fixed capacity ``[B, L]``; a sentence stops when an
 iteration leaves it unchanged (unless ``run_all``) and the loop stops when every sentence has stopped or after
 ``max_iter + 1`` iterations. Finished rows are frozen by masking, so no shape ever changes and no value goes
 back to the host until the loop ends.
