@@ -39,7 +39,8 @@ def default_config() -> ml_collections.ConfigDict:
         positions="sinusoidal", max_len=256, share_embeddings=True, tie_output=True, bert_init=False,
         dtype="float32",
         # edit-based models (levt, editor)
-        early_exit="",  # "f,p,t": decoder layers read by the first-edit (deletion / reposition), placeholder and token heads ("" = all)
+        # "f,p,t": decoder layers read by the first-edit (deletion / reposition), placeholder and token heads
+        early_exit="",  # "" = all
         separate_deletion=False, separate_placeholder=False,  # own layer stacks (LevT Table 2a)
         separate_reposition=False,  # EDITOR: the reposition head on its own layer stack (the authors' recipe sets it)
     )
@@ -196,6 +197,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
         section, name = key.split(".")
         if not 0.0 <= config[section][name] <= 1.0:
             raise ConfigError(f"{key} must be in [0, 1], got {config[section][name]}")
+    if config.eval.trace_sentences < 0:
+        raise ConfigError(f"eval.trace_sentences must be >= 0, got {config.eval.trace_sentences}")
+    if config.eval.trace_sentences and m.name not in REFINING_MODELS:
+        raise ConfigError(f"eval.trace_sentences traces refining models ({', '.join(REFINING_MODELS)}); "
+                          f"model.name is {m.name!r}")
     if config.eval.max_iter < 0:
         raise ConfigError(f"eval.max_iter must be >= 0, got {config.eval.max_iter}")
     for mode in filter(None, config.eval.constraints.split(",")):

@@ -90,8 +90,9 @@ def test_bad_constraint_requests(trained, line, message):
 @pytest.mark.parametrize("override, message", [
     ("--config.eval.constraints=firm", "eval.constraints is a comma list of soft,hard"),
     ("--config.model.early_exit=1,9,1", "model.early_exit must be three layer counts"),
+    ("--config.eval.trace_sentences=-1", "eval.trace_sentences must be >= 0"),
 ])
-def test_bad_levt_config(tmp_path, override, message):
+def test_bad_edit_model_config(tmp_path, override, message):
     result = _main(tmp_path / "x", override)
     assert result.returncode == 2 and message in result.stderr, result.stderr
 

@@ -1,10 +1,10 @@
 """Iterative refinement decoding for edit-based models, as one jit'd ``lax.while_loop``.
 
 One iteration = a first edit (LevT: delete, `levt_delete`; EDITOR: reposition, `editor_reposition`) → insert
-placeholders → fill them (reference-semantics §5, 6). The whole batch lives at a fixed capacity ``[B, L]``; a sentence stops when an
-iteration leaves it unchanged (unless ``run_all``) and the loop stops when every sentence has stopped or after
-``max_iter + 1`` iterations. Finished rows are frozen by masking, so no shape ever changes and no value goes
-back to the host until the loop ends.
+placeholders → fill them (reference-semantics §5, 6). The whole batch lives at a fixed capacity ``[B, L]``; a
+sentence stops when an iteration leaves it unchanged (unless ``run_all``) and the loop stops when every
+sentence has stopped or after ``max_iter + 1`` iterations. Finished rows are frozen by masking, so no shape
+ever changes and no value goes back to the host until the loop ends.
 
 Per token the loop carries a score (the log-probability its fill had; 0 for the initial tokens) and a
 hard-constraint phrase id (0 = an ordinary token). Phrase tokens are never deleted, a reposition moves a phrase
