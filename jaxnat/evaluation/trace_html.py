@@ -3,7 +3,7 @@ sentences and each decoding mode, the initial hypothesis (empty or the constrain
 hypothesis after the first edit (LevT: deletion, EDITOR: reposition), after placeholder insertion and after
 filling the placeholders.
 
-Pieces are shown as sub-word boxes: constraint pieces highlighted, placeholders as empty boxes, pieces that a
+Pieces are shown as sub-word boxes: pieces of the constraints highlighted (by value, wherever they occur), placeholders as empty boxes, pieces that a
 step wrote (filled placeholders) in green, and after the first edit the pieces that moved or were copied in
 blue, with the deleted ones listed struck through.
 """
@@ -111,7 +111,7 @@ def render_sentence(s: TracedSentence, piece, constraint_pieces: set[int], step_
     return (f'<h3>{html.escape(s.mode)} — constraints: {cons}</h3>'
             f'<div class="meta">source: {html.escape(s.src)}</div>{ref}'
             f'<table>{body}</table><div>output: <b>{html.escape(s.hyp)}</b> '
-            f'<span class="meta">({s.iterations} iterations)</span></div>')
+            f'<span class="meta">({s.iterations} iteration{"" if s.iterations == 1 else "s"})</span></div>')
 
 
 def render_page(title: str, model_name: str, sentences: list[TracedSentence], piece, encode_pieces) -> str:
