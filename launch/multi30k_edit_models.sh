@@ -2,9 +2,10 @@
 # Multi30k En→De, the whole edit-model pipeline, every stage resumable (re-run the script after a kill):
 #   1. the AR teacher (configs/ar/multi30k.py)
 #   2. its beam-4 translations of the training sources: a distilled training set
-#   3. the Levenshtein Transformer on the distilled targets, evaluated plain, with soft and with hard
-#      constraints (BLEU, RIBES, CPR, term usage, iterations and edit counts in its metrics.json)
-#   4. decoding speed of both, side by side, and the refinement loop's overhead over its decoder passes
+#   3. the Levenshtein Transformer and EDITOR on the distilled targets, each evaluated plain, with soft and with
+#      hard constraints (BLEU, RIBES, CPR, term usage, latency, iterations and edit counts in its metrics.json;
+#      EDITOR's edit trace of 8 sentences in its trace.html)
+#   4. decoding speed of the three, side by side, and each refinement loop's overhead over its decoder passes
 # Usage: launch/multi30k_edit_models.sh [DATA_DIR] [RUNS_DIR]      (on the 2-core dev CPU: over 3 hours; not timed on a GPU)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,7 +17,12 @@ python -m jaxnat.main --mode distill --config configs/ar/multi30k.py --workdir "
     --config.data.dir="$DATA" --output "$RUNS/kd-multi30k"
 python -m jaxnat.main --config configs/levt/multi30k.py --workdir "$RUNS/levt-kd-multi30k" \
     --config.data.dir="$RUNS/kd-multi30k"
-python bench/decode_speed.py --run "configs/ar/multi30k.py:$RUNS/ar-multi30k" \
-    --run "configs/levt/multi30k.py:$RUNS/levt-kd-multi30k" --config.data.dir="$RUNS/kd-multi30k"
-python bench/refine_overhead.py --config configs/levt/multi30k.py --workdir "$RUNS/levt-kd-multi30k" \
+python -m jaxnat.main --config configs/editor/multi30k.py --workdir "$RUNS/editor-kd-multi30k" \
     --config.data.dir="$RUNS/kd-multi30k"
+python bench/decode_speed.py --run "configs/ar/multi30k.py:$RUNS/ar-multi30k" \
+    --run "configs/levt/multi30k.py:$RUNS/levt-kd-multi30k" --run "configs/editor/multi30k.py:$RUNS/editor-kd-multi30k" \
+    --config.data.dir="$RUNS/kd-multi30k"
+for model in levt editor; do
+    python bench/refine_overhead.py --config "configs/$model/multi30k.py" --workdir "$RUNS/$model-kd-multi30k" \
+        --config.data.dir="$RUNS/kd-multi30k"
+done
