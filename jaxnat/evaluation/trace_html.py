@@ -3,9 +3,9 @@ sentences and each decoding mode, the initial hypothesis (empty or the constrain
 hypothesis after the first edit (LevT: deletion, EDITOR: reposition), after placeholder insertion and after
 filling the placeholders.
 
-Pieces are shown as sub-word boxes: pieces of the constraints highlighted (by value, wherever they occur), placeholders as empty boxes, pieces that a
-step wrote (filled placeholders) in green, and after the first edit the pieces that moved or were copied in
-blue, with the deleted ones listed struck through.
+Pieces are shown as sub-word boxes: pieces of the constraints highlighted (by value, wherever they occur),
+placeholders as empty boxes, pieces that a step wrote (filled placeholders) in green, and after the first edit
+the pieces that moved or were copied in blue, with the deleted ones listed struck through.
 """
 
 from __future__ import annotations
