@@ -92,14 +92,16 @@ def python_refine(heads, tokens, phrase, caps, options, first_edit):
                     for k, c in enumerate(plh[b].argmax(-1)[:len(rows[b]) - 1])]
             rows[b], applied, _ = ref.insert_placeholders(rows[b], want, PLH_ID, int(caps[b]))
             inss[b] += sum(applied)
-            grow = lambda seq, fill: [x for k, v in enumerate(seq) for x in [v] + [fill] * (applied[k] if k < len(applied) else 0)]  # noqa: E731
-            marks[b], scores[b] = grow(marks[b], 0), grow(scores[b], 0.0)
+            after = applied + [0]  # placeholders opened after each token (none after EOS)
+            marks[b], scores[b] = ([x for v, k in zip(seq, after) for x in [v] + [fill] * k]
+                                   for seq, fill in ((marks[b], 0), (scores[b], 0.0)))
         logp = np.asarray(jax.nn.log_softmax(heads.token(jnp.asarray(pad(rows, length)))))
         for b in range(n):
             if done[b]:
                 continue
             best = logp[b].argmax(-1)
-            scores[b] = [float(logp[b, k, best[k]]) if t == PLH_ID else s for k, (t, s) in enumerate(zip(rows[b], scores[b]))]
+            scores[b] = [float(logp[b, k, best[k]]) if t == PLH_ID else s
+                         for k, (t, s) in enumerate(zip(rows[b], scores[b]))]
             rows[b] = ref.fill(rows[b], list(best), PLH_ID)
             iters[b] += 1
             if rows[b] == before[b] and not options.run_all:
