@@ -1,13 +1,14 @@
 """The refinement loop in plain Python, for checking `jaxnat.decoding.refine` against: the model's heads are
 called on the padded batch as in the jit'd loop, and every edit is applied per sentence with the list-based
-references of tests/reference.py. Also stub heads: random logits that change with the hypothesis."""
+references of tests/reference.py. Also stub heads (random logits that change with the hypothesis), random
+batches, and the loop-vs-reference check both edit models run."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, PLH_ID
-from jaxnat.decoding.refine import Heads
+from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PLH_ID
+from jaxnat.decoding.refine import Heads, initial_hypotheses, length_cap, refine
 from jaxnat.models.insertion import NOT_PREDICTED
 from tests import reference as ref
 
@@ -139,3 +140,39 @@ def stub_heads(seed, vocab, first="deletion", plh_boost=0.0):
 
     width = 2 if first == "deletion" else None
     return Heads(lambda t: logits(t, t.shape + (width or t.shape[1],), 0), placeholder, token)
+
+
+def random_batch(seed, vocab, b=6, s=9, t=12):
+    """{'src': int32[b, s], 'tgt': int32[b, t]} of random [BOS … EOS] rows of random lengths."""
+    rng = np.random.default_rng(seed)
+    src = [[BOS_ID, *rng.integers(NUM_RESERVED, vocab, rng.integers(1, s - 1)), EOS_ID] for _ in range(b)]
+    tgt = [[BOS_ID, *rng.integers(NUM_RESERVED, vocab, rng.integers(1, t - 1)), EOS_ID] for _ in range(b)]
+    return {"src": jnp.asarray(pad(src, s)), "tgt": jnp.asarray(pad(tgt, t))}
+
+
+def check_loop_against_python(spec, seed, options, first_method, first_edit, first_py, count_names, vocab):
+    """Decodes six canvases (empty, with one- and multi-token phrases, random) with the jit'd `refine` of an
+    untrained model and with `python_refine`, and asserts they agree on tokens, counts and scores."""
+    batch = random_batch(seed, vocab)
+    params = spec.init(jax.random.PRNGKey(seed), batch)
+    src = batch["src"]
+    capacity = 24
+    rng = np.random.default_rng(seed)
+    canvas = [[BOS_ID, EOS_ID], [BOS_ID, 7, 8, 9, EOS_ID], [BOS_ID, 10, 11, 12, 13, EOS_ID],
+              [BOS_ID, *rng.integers(NUM_RESERVED, vocab, 8), EOS_ID], [BOS_ID, 20, EOS_ID], [BOS_ID, 9, 9, EOS_ID]]
+    phrase = [[0, 0], [0, 1, 1, 0, 0], [0, 1, 1, 2, 0, 0], [0] * 10, [0, 0, 0], [0, 1, 2, 0]]
+    tokens, marks = jnp.asarray(pad(canvas, capacity)), jnp.asarray(pad(phrase, capacity, 0))
+    heads = model_heads(spec, params, src, first_method)
+    cap = length_cap(src, capacity, options)
+    got = jax.jit(lambda t, m: refine(heads, first_edit, initial_hypotheses(t, m), cap, options, count_names))(
+        tokens, marks)
+    rows, iters, counts, inss, scores = python_refine(heads, tokens, marks, np.asarray(cap), options, first_py)
+    assert [[int(t) for t in r if t != PAD_ID] for r in np.asarray(got["tokens"])] == rows
+    assert got["iterations"].tolist() == iters
+    for name in count_names:
+        assert got[name].tolist() == counts[name], name
+    assert got["insertions"].tolist() == inss
+    np.testing.assert_allclose(got["score"], scores, rtol=1e-5, atol=1e-5)
+    assert max(iters) <= options.max_iter + 1
+    if options.run_all:
+        assert iters == [options.max_iter + 1] * len(iters)

@@ -17,7 +17,7 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, NUM_RESERVED, PAD_ID, PLH
 from jaxnat.decoding.refine import (RefineOptions, editor_reposition, initial_hypotheses, length_cap, refine)
 from jaxnat.models import build_model
 from jaxnat.models.editor import editor_loss
-from tests.refine_reference import editor_first, model_heads, pad, python_refine, stub_heads
+from tests.refine_reference import check_loop_against_python, editor_first, pad, random_batch, stub_heads
 
 TINY = "tests/configs/tiny.py"
 V = 40
@@ -37,10 +37,7 @@ def spec():
 
 
 def _batch(seed, b=6, s=9, t=12):
-    rng = np.random.default_rng(seed)
-    src = [[BOS_ID, *rng.integers(NUM_RESERVED, V, rng.integers(1, s - 1)), EOS_ID] for _ in range(b)]
-    tgt = [[BOS_ID, *rng.integers(NUM_RESERVED, V, rng.integers(1, t - 1)), EOS_ID] for _ in range(b)]
-    return {"src": jnp.asarray(pad(src, s)), "tgt": jnp.asarray(pad(tgt, t))}
+    return random_batch(seed, V, b, s, t)
 
 
 @pytest.mark.parametrize("overrides", [(), ("--config.train.dual_path=false", "--config.train.roll_in_alpha=0.5",
@@ -112,33 +109,15 @@ def test_dual_path_roll_in_gives_valid_inputs(spec, path_a):
 @pytest.mark.parametrize("seed, penalty, reward, run_all", [(0, 0.0, 0.0, False), (1, 1.5, 2.0, False),
                                                             (2, 0.0, -1.0, True)])
 def test_jit_loop_equals_python_loop(spec, seed, penalty, reward, run_all):
-    batch = _batch(seed)
-    params = spec.init(jax.random.PRNGKey(seed), batch)
-    src = batch["src"]
     options = RefineOptions(max_iter=4, placeholder_penalty=penalty, run_all=run_all)
-    capacity = 24
-    rng = np.random.default_rng(seed)
-    canvas = [[BOS_ID, EOS_ID], [BOS_ID, 7, 8, 9, EOS_ID], [BOS_ID, 10, 11, 12, 13, EOS_ID],
-              [BOS_ID, *rng.integers(NUM_RESERVED, V, 8), EOS_ID], [BOS_ID, 20, EOS_ID], [BOS_ID, 9, 9, EOS_ID]]
-    phrase = [[0, 0], [0, 1, 1, 0, 0], [0, 1, 1, 2, 0, 0], [0] * 10, [0, 0, 0], [0, 1, 2, 0]]
-    tokens, marks = jnp.asarray(pad(canvas, capacity)), jnp.asarray(pad(phrase, capacity, 0))
-    heads = model_heads(spec, params, src, "reposition_logits")
-    cap = length_cap(src, capacity, options)
 
     def first(h, logits, active, word_start):
         return editor_reposition(h, logits, active, word_start, deletion_reward=reward)
 
-    got = jax.jit(lambda t, m: refine(heads, first, initial_hypotheses(t, m), cap, options, COUNTS))(tokens, marks)
-    rows, iters, counts, inss, scores = python_refine(
-        heads, tokens, marks, np.asarray(cap), options,
-        lambda r, m, s, lg: editor_first(r, m, s, lg, deletion_reward=reward))
-    assert [[int(t) for t in r if t != PAD_ID] for r in np.asarray(got["tokens"])] == rows
-    assert got["iterations"].tolist() == iters
-    for name in COUNTS:
-        assert got[name].tolist() == counts[name], name
-    assert got["insertions"].tolist() == inss
-    np.testing.assert_allclose(got["score"], scores, rtol=1e-5, atol=1e-5)
-    assert max(iters) <= options.max_iter + 1
+    def first_py(row, marks, scores, logits):
+        return editor_first(row, marks, scores, logits, deletion_reward=reward)
+
+    check_loop_against_python(spec, seed, options, "reposition_logits", first, first_py, COUNTS, V)
 
 
 def test_reposition_step_with_word_boundaries_matches_python():

@@ -14,7 +14,7 @@ from jaxnat.config import build_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PLH_ID
 from jaxnat.decoding.refine import Heads, RefineOptions, initial_hypotheses, length_cap, levt_delete, refine
 from jaxnat.models import build_model
-from tests.refine_reference import levt_first, model_heads, pad, python_refine, stub_heads
+from tests.refine_reference import check_loop_against_python, levt_first, model_heads, pad, random_batch, stub_heads
 
 TINY = "tests/configs/tiny.py"
 V = 40
@@ -29,10 +29,7 @@ _pad = pad
 
 
 def _batch(seed, b=6, s=9, t=12):
-    rng = np.random.default_rng(seed)
-    src = [[BOS_ID, *rng.integers(NUM_RESERVED, V, rng.integers(1, s - 1)), EOS_ID] for _ in range(b)]
-    tgt = [[BOS_ID, *rng.integers(NUM_RESERVED, V, rng.integers(1, t - 1)), EOS_ID] for _ in range(b)]
-    return {"src": jnp.asarray(_pad(src, s)), "tgt": jnp.asarray(_pad(tgt, t))}
+    return random_batch(seed, V, b, s, t)
 
 
 def test_loss_falls(spec):
@@ -58,30 +55,8 @@ def test_loss_falls(spec):
 
 @pytest.mark.parametrize("seed, penalty, run_all", [(0, 0.0, False), (1, 1.5, False), (2, 0.0, True)])
 def test_jit_loop_equals_python_loop(spec, seed, penalty, run_all):
-    batch = _batch(seed)
-    params = spec.init(jax.random.PRNGKey(seed), batch)
-    src = batch["src"]
     options = RefineOptions(max_iter=4, placeholder_penalty=penalty, run_all=run_all)
-    capacity = 24
-    rng = np.random.default_rng(seed)
-    canvas = [[BOS_ID, EOS_ID], [BOS_ID, 7, 8, 9, EOS_ID], [BOS_ID, 10, 11, 12, 13, EOS_ID],
-              [BOS_ID, *rng.integers(NUM_RESERVED, V, 8), EOS_ID], [BOS_ID, 20, EOS_ID], [BOS_ID, 9, 9, EOS_ID]]
-    phrase = [[0, 0], [0, 1, 1, 0, 0], [0, 1, 1, 2, 0, 0], [0] * 10, [0, 0, 0], [0, 1, 2, 0]]
-    tokens, marks = jnp.asarray(_pad(canvas, capacity)), jnp.asarray(_pad(phrase, capacity, 0))
-    heads = model_heads(spec, params, src, "deletion_logits")
-    cap = length_cap(src, capacity, options)
-    got = jax.jit(lambda t, m: refine(heads, levt_delete, initial_hypotheses(t, m), cap, options, ("deletions",)))(
-        tokens, marks)
-    rows, iters, counts, inss, scores = python_refine(heads, tokens, marks, np.asarray(cap), options, levt_first)
-    dels = counts["deletions"]
-    assert [[int(t) for t in r if t != PAD_ID] for r in np.asarray(got["tokens"])] == rows
-    assert got["iterations"].tolist() == iters
-    assert got["deletions"].tolist() == dels
-    assert got["insertions"].tolist() == inss
-    np.testing.assert_allclose(got["score"], scores, rtol=1e-5, atol=1e-5)
-    if run_all:
-        assert iters == [options.max_iter + 1] * len(iters)
-    assert max(iters) <= options.max_iter + 1
+    check_loop_against_python(spec, seed, options, "deletion_logits", levt_delete, levt_first, ("deletions",), V)
 
 
 def test_length_cap_uses_each_sentence_own_source():

@@ -57,8 +57,9 @@ def reposition_phrases(tokens: jax.Array, index: jax.Array, anchor: jax.Array, p
     the row never grows). Each phrase is then placed, in order, just before whatever slot ``anchor`` names
     emits; phrases sharing an anchor keep their input order. The output is a stable sort of the emitted
     elements by the key (slot, phrases first, input position), compacted.
-    Counts: num_deleted = free slots that emit nothing; num_moved = free slots holding a token other than
-    their own plus the tokens of phrases that moved.
+    Returns a `Repositioned` whose ``keep`` marks the emitted *input positions* (free slots that emit a token,
+    phrase tokens, BOS, EOS). Counts: num_deleted = free slots that emit nothing; num_moved = free slots
+    holding a token other than their own plus the tokens of phrases that moved.
     """
     l = tokens.shape[1]
     n = lengths(tokens, pad_id)[:, None]

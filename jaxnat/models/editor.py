@@ -25,7 +25,7 @@ from jax import lax
 
 from jaxnat import edit_ops
 from jaxnat.data.vocab import PAD_ID
-from jaxnat.models.insertion import EditTransformer, insertion_losses, mean_loss, model_fills
+from jaxnat.models.insertion import EditTransformer, head_runner, insertion_losses, mean_loss, model_fills
 from jaxnat.models.transformer import token_mask
 from jaxnat.oracle import ed3_labels, random_delete_shuffle
 from jaxnat.training.losses import smoothed_cross_entropy
@@ -88,9 +88,7 @@ def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Arra
     b = tgt.shape[0]
     k_noise, k_mix, k_enc, k_roll, k_plh, k_tok, k_rps = jax.random.split(rng, 7)
 
-    def apply(method, *args, key):
-        return model.apply(params, *args, train=train, method=method, rngs={"dropout": key})
-
+    apply = head_runner(model, params, train)
     memory, src_mask = apply("encode", src, key=k_enc), token_mask(src)
     starts = jnp.ones(tgt.shape, bool) if word_start is None else word_start[tgt]
     y0 = random_delete_shuffle(k_noise, tgt, starts)

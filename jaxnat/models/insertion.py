@@ -94,6 +94,14 @@ class EditTransformer(nn.Module):
         return self.tgt_embed.attend(h) if self.cfg.tie_output else self.output(h).astype(jnp.float32)
 
 
+def head_runner(model: EditTransformer, params, train: bool):
+    """apply(method, *args, key): runs one of the model's methods, with dropout drawn from ``key``."""
+    def apply(method, *args, key):
+        return model.apply(params, *args, train=train, method=method, rngs={"dropout": key})
+
+    return apply
+
+
 def mean_loss(total, count):
     return total / jnp.maximum(count, 1.0)
 
@@ -102,7 +110,7 @@ def insertion_losses(apply, y_ins: jax.Array, tgt: jax.Array, labels, memory, sr
                      label_smoothing: float, placeholder_smoothing: float):
     """Learning to insert on the roll-in ``y_ins`` (int32[B, L]): placeholder CE against the oracle's slot
     counts, then token CE on the reference with the oracle's placeholders (``labels``: Ed2Labels or Ed3Labels
-    of ``y_ins`` → ``tgt``). apply(method, *args, key) runs one head; keys: (placeholder key, token key).
+    of ``y_ins`` → ``tgt``). apply: a `head_runner`; keys: (placeholder key, token key).
 
     Returns (placeholder loss, token loss, token nll, token logits float32[B, T, V]), losses as means.
     """

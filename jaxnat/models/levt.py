@@ -17,7 +17,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxnat.models.insertion import (EditTransformer, empty_canvas, insertion_losses, mean_loss, model_fills)
+from jaxnat.models.insertion import (EditTransformer, empty_canvas, head_runner, insertion_losses, mean_loss,
+                                     model_fills)
 from jaxnat.models.transformer import token_mask
 from jaxnat.oracle import ed2_labels, random_delete
 from jaxnat.training.losses import smoothed_cross_entropy
@@ -65,9 +66,7 @@ def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_
     src, tgt = batch["src"], batch["tgt"]
     k_noise, k_mix, k_enc, k_plh, k_tok, k_del = jax.random.split(rng, 6)
 
-    def apply(method, *args, key):
-        return model.apply(params, *args, train=train, method=method, rngs={"dropout": key})
-
+    apply = head_runner(model, params, train)
     memory, src_mask = apply("encode", src, key=k_enc), token_mask(src)
     start = empty_canvas(tgt)
     use_start_ins, use_start_del = (jax.random.uniform(k_mix, (2, tgt.shape[0])) < jnp.array([[beta], [alpha]]))
