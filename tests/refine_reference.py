@@ -6,6 +6,7 @@ batches, and the loop-vs-reference check both edit models run."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PLH_ID
 from jaxnat.decoding.refine import Heads, initial_hypotheses, length_cap, refine
@@ -176,3 +177,22 @@ def check_loop_against_python(spec, seed, options, first_method, first_edit, fir
     assert max(iters) <= options.max_iter + 1
     if options.run_all:
         assert iters == [options.max_iter + 1] * len(iters)
+
+
+def fit_briefly(spec, batch, steps=30, lr=3e-3):
+    """Adam on one fixed batch (dropout off): the per-step (loss, aux) of an edit model, to see it learn."""
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    opt = optax.adam(lr)
+    state = opt.init(params)
+
+    @jax.jit
+    def step(params, state, key):
+        (loss, aux), grads = jax.value_and_grad(lambda p: spec.loss(p, batch, key, False), has_aux=True)(params)
+        updates, state = opt.update(grads, state)
+        return optax.apply_updates(params, updates), state, loss, aux
+
+    history = []
+    for i in range(steps):
+        params, state, loss, aux = step(params, state, jax.random.PRNGKey(i))
+        history.append((float(loss), {k: float(v) for k, v in aux.items()}))
+    return history

@@ -7,7 +7,6 @@ from collections import Counter
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,7 +16,7 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, NUM_RESERVED, PAD_ID, PLH
 from jaxnat.decoding.refine import (RefineOptions, editor_reposition, initial_hypotheses, length_cap, refine)
 from jaxnat.models import build_model
 from jaxnat.models.editor import editor_loss
-from tests.refine_reference import check_loop_against_python, editor_first, pad, random_batch, stub_heads
+from tests.refine_reference import check_loop_against_python, fit_briefly, editor_first, pad, random_batch, stub_heads
 
 TINY = "tests/configs/tiny.py"
 V = 40
@@ -44,22 +43,8 @@ def _batch(seed, b=6, s=9, t=12):
                                             "--config.train.roll_in_beta=0.5")])
 def test_loss_falls(overrides):
     spec = _spec(*overrides)
-    batch = _batch(0)
-    params = spec.init(jax.random.PRNGKey(0), batch)
-    opt = optax.adam(3e-3)
-    state = opt.init(params)
-
-    @jax.jit
-    def step(params, state, key):
-        (loss, aux), grads = jax.value_and_grad(lambda p: spec.loss(p, batch, key, False), has_aux=True)(params)
-        updates, state = opt.update(grads, state)
-        return optax.apply_updates(params, updates), state, loss, aux["reposition_loss"]
-
-    losses, rps = [], []
-    for i in range(30):
-        params, state, loss, rps_loss = step(params, state, jax.random.PRNGKey(i))
-        losses.append(float(loss))
-        rps.append(float(rps_loss))
+    history = fit_briefly(spec, _batch(0))
+    losses, rps = [loss for loss, _ in history], [aux["reposition_loss"] for _, aux in history]
     assert np.all(np.isfinite(losses))
     assert np.mean(losses[-5:]) < 0.6 * np.mean(losses[:5]), losses
     assert np.mean(rps[-5:]) < np.mean(rps[:5]), rps

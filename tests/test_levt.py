@@ -5,7 +5,6 @@ survive any model output; post-editing; capacity overflow."""
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -14,7 +13,8 @@ from jaxnat.config import build_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PLH_ID
 from jaxnat.decoding.refine import Heads, RefineOptions, initial_hypotheses, length_cap, levt_delete, refine
 from jaxnat.models import build_model
-from tests.refine_reference import check_loop_against_python, levt_first, model_heads, pad, random_batch, stub_heads
+from tests.refine_reference import (check_loop_against_python, fit_briefly, levt_first, model_heads, pad,
+                                    random_batch, stub_heads)
 
 TINY = "tests/configs/tiny.py"
 V = 40
@@ -33,21 +33,7 @@ def _batch(seed, b=6, s=9, t=12):
 
 
 def test_loss_falls(spec):
-    batch = _batch(0)
-    params = spec.init(jax.random.PRNGKey(0), batch)
-    opt = optax.adam(3e-3)
-    state = opt.init(params)
-
-    @jax.jit
-    def step(params, state, key):
-        (loss, _), grads = jax.value_and_grad(lambda p: spec.loss(p, batch, key, False), has_aux=True)(params)
-        updates, state = opt.update(grads, state)
-        return optax.apply_updates(params, updates), state, loss / 1.0
-
-    losses = []
-    for i in range(30):
-        params, state, loss = step(params, state, jax.random.PRNGKey(i))
-        losses.append(float(loss))
+    losses = [loss for loss, _ in fit_briefly(spec, _batch(0))]
     assert np.mean(losses[-5:]) < 0.6 * np.mean(losses[:5]), losses
 
 
