@@ -27,20 +27,26 @@ def kept_after_delete(seq, delete_flags, protect=None):
             for k in range(len(seq))]
 
 
+def fair_share(requested, budget):
+    """Take one placeholder at a time from the largest request (the rightmost of equals) until the total fits."""
+    applied = list(requested)
+    while sum(applied) > budget:
+        top = max(applied)
+        k = max(i for i, a in enumerate(applied) if a == top)
+        applied[k] -= 1
+    return applied
+
+
 def insert_placeholders(seq, counts, plh, cap):
-    """Insert counts[k] placeholders after seq[k] (k < len-1), left to right while the row fits in ``cap``."""
-    budget = max(cap - len(seq), 0)
-    out, applied = [], []
+    """Insert counts[k] placeholders after seq[k] (k < len-1), cut by `fair_share` to fit the row in ``cap``."""
+    requested = [max(c, 0) for c in counts[:max(len(seq) - 1, 0)]]
+    applied = fair_share(requested, max(cap - len(seq), 0))
+    out = []
     for k, tok in enumerate(seq):
         out.append(tok)
         if k < len(seq) - 1:
-            want = max(counts[k], 0)
-            take = min(want, budget)
-            budget -= take
-            applied.append(take)
-            out.extend([plh] * take)
-    requested = sum(max(c, 0) for c in counts[:max(len(seq) - 1, 0)])
-    return out, applied, requested - sum(applied)
+            out.extend([plh] * applied[k])
+    return out, applied, sum(requested) - sum(applied)
 
 
 def fill(seq, values, plh):

@@ -171,3 +171,15 @@ def test_reposition_phrases_without_phrases_is_reposition():
     assert kept.tokens.tolist() == plain.tokens.tolist()
     assert kept.num_deleted.tolist() == plain.num_deleted.tolist()
     assert kept.num_moved.tolist() == plain.num_moved.tolist()
+
+
+def test_capped_insertions_reach_the_end_of_the_sentence():
+    """An overflowing row (every slot asks for 3, room for 6) gives each slot its share, the last ones too,
+    instead of serving the first slots and starving the rest."""
+    tokens = jnp.array([_row([1, 5, 6, 7, 8, 9, 2], 16)], jnp.int32)
+    out = edit_ops.insert_placeholders(tokens, jnp.full((1, 15), 3, jnp.int32), PAD, PLH, max_length=13)
+    assert out.counts[0, :6].tolist() == [1, 1, 1, 1, 1, 1]
+    assert int(out.dropped[0]) == 12
+    big = edit_ops.insert_placeholders(tokens, jnp.array([[9, 0, 0, 0, 0, 1] + [0] * 9], jnp.int32), PAD, PLH,
+                                       max_length=10)
+    assert big.counts[0, :6].tolist() == [2, 0, 0, 0, 0, 1]  # the big request is cut, the small one kept
