@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from jaxnat.config import build_config  # noqa: E402
 from jaxnat.data.sources import load_corpus  # noqa: E402
-from jaxnat.evaluation.evaluate import load_translator  # noqa: E402
+from jaxnat.evaluate import load_translator  # noqa: E402
 
 
 def main():

@@ -33,7 +33,7 @@ from jax import lax  # noqa: E402
 from jaxnat.config import build_config  # noqa: E402
 from jaxnat.data.batching import eval_batches  # noqa: E402
 from jaxnat.data.sources import load_corpus  # noqa: E402
-from jaxnat.evaluation.evaluate import load_translator  # noqa: E402
+from jaxnat.evaluate import load_translator  # noqa: E402
 from jaxnat.models.insertion import empty_canvas, forbid_reserved  # noqa: E402
 from jaxnat.models.transformer import token_mask  # noqa: E402
 

@@ -62,13 +62,13 @@ def run(argv=None) -> int:
 
     maybe_initialize_distributed()
     if args.mode == "train":
-        from jaxnat.evaluation.evaluate import evaluate
+        from jaxnat.evaluate import evaluate
         from jaxnat.training.trainer import Trainer
 
         Trainer(config, args.workdir).train()
         evaluate(config, args.workdir)
     elif args.mode == "eval":
-        from jaxnat.evaluation.evaluate import evaluate
+        from jaxnat.evaluate import evaluate
 
         evaluate(config, args.workdir)
     elif args.mode == "distill":

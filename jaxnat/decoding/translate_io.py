@@ -44,7 +44,7 @@ def parse_requests(lines: list[str], where: str) -> list[dict]:
 
 
 def translate_stream(config, workdir: str, input_path: str | None, output_path: str | None) -> None:
-    from jaxnat.evaluation.evaluate import load_translator
+    from jaxnat.evaluate import load_translator
 
     if input_path:
         lines, where = read_lines(input_path), input_path

@@ -1,0 +1,89 @@
+"""The model-neutral decode request every model's ``generate`` takes, and what a model declares it supports.
+
+A request carries, for a batch of sentences, everything a user can ask of a translation: the source, an
+optional initial hypothesis to refine (post-editing), optional target-side constraint phrases (soft, or hard =
+guaranteed, per sentence) and whether to record an edit trace. Each model family turns it into its own form
+(the edit models: a starting canvas; a mask-predict model: a partly masked canvas; constrained beam search:
+its banks), and a model that cannot honour part of a request says so in one line (`check_supported`), before
+anything runs.
+
+    DecodeRequest(src: int32[B, S],
+                  init: int32[B, T0] | None,        [BOS … EOS] rows; an all-PAD row = no initial hypothesis
+                  constraints: int32[B, C, P] | None, target piece ids of up to C phrases, PAD-padded
+                  hard: bool[B] | None,              the constraints of sentence b must appear (else soft)
+                  max_out, beam_size, trace)         static: output capacity, beam, edit trace on/off
+
+A sentence takes an initial hypothesis or constraints, not both (the translator checks it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import numpy as np
+from flax import struct
+
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.errors import DataError
+
+
+@struct.dataclass
+class DecodeRequest:
+    src: jax.Array
+    init: jax.Array | None = None
+    constraints: jax.Array | None = None
+    hard: jax.Array | None = None
+    max_out: int = struct.field(pytree_node=False, default=0)
+    beam_size: int = struct.field(pytree_node=False, default=1)
+    trace: bool = struct.field(pytree_node=False, default=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class Supports:
+    """What a model's ``generate`` can honour, and the per-sentence counts it reports beside tokens and score.
+
+    counts: e.g. ("iterations", "deletions", "insertions"); every name is an int32[B] in generate's output.
+    """
+
+    init: bool = False
+    soft_constraints: bool = False
+    hard_constraints: bool = False
+    trace: bool = False
+    beam: bool = False
+    counts: tuple[str, ...] = ()
+
+
+def check_supported(model_name: str, supports: Supports, *, init: bool = False, soft: bool = False,
+                    hard: bool = False, trace: bool = False, beam_size: int = 1) -> None:
+    """Raises a one-line DataError naming the first thing the model cannot do."""
+    asked = [(init, supports.init, "initial hypotheses (post-editing)"),
+             (soft, supports.soft_constraints, "soft constraints"),
+             (hard, supports.hard_constraints, "hard constraints"),
+             (trace, supports.trace, "edit traces"),
+             (beam_size > 1, supports.beam, f"beam search (beam size {beam_size})")]
+    for wanted, can, what in asked:
+        if wanted and not can:
+            raise DataError(f"model {model_name!r} does not take {what}")
+
+
+def pad_hypotheses(rows: list[list[int]], width: int) -> np.ndarray:
+    """Target piece-id lists (no BOS/EOS; None = no hypothesis) → int32[B, width] [BOS … EOS] rows, all-PAD for
+    None. width must fit the longest row plus BOS and EOS."""
+    out = np.full((len(rows), width), PAD_ID, np.int32)
+    for r, ids in enumerate(rows):
+        if ids is not None:
+            out[r, : len(ids) + 2] = [BOS_ID, *ids, EOS_ID]
+    return out
+
+
+def pad_phrases(sentences: list[list[list[int]] | None]) -> np.ndarray:
+    """Per sentence a list of phrases (each a list of piece ids; None = no constraints) → int32[B, C, P],
+    PAD-padded, C and P the largest phrase count and length (at least 1)."""
+    c = max([len(s) for s in sentences if s] + [1])
+    p = max([len(ph) for s in sentences if s for ph in s] + [1])
+    out = np.full((len(sentences), c, p), PAD_ID, np.int32)
+    for b, phrases in enumerate(sentences):
+        for k, ids in enumerate(phrases or []):
+            out[b, k, : len(ids)] = ids
+    return out

@@ -1,0 +1,51 @@
+"""`ModelSpec`: the small interface the trainer, the evaluator and the translator rely on. Each model file
+builds its own (`build_spec(config, cfg, pieces)`); `jaxnat.models.build_model` picks the file by name."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from jaxnat.decoding.request import Supports
+from jaxnat.models.transformer import TransformerConfig
+
+
+class PieceTables(NamedTuple):
+    """Facts about the target vocabulary some models need (numpy bool[V] each):
+
+    word_start: the pieces that begin a word (EDITOR's training noise shuffles whole words);
+    continues: the pieces that would extend the word before them (letters, digits, hyphens, apostrophes; not
+      punctuation), never put right after a hard constraint, so that it stays a word.
+    """
+
+    word_start: np.ndarray
+    continues: np.ndarray
+
+    @classmethod
+    def every_piece_a_word(cls, vocab_size: int) -> "PieceTables":
+        """For vocabularies without word structure (tests, untokenised ids): no piece glues onto another."""
+        return cls(np.ones(vocab_size, bool), np.zeros(vocab_size, bool))
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """What the training loop and the decoders need to know about one model.
+
+    init(rng, batch) -> params
+    loss(params, batch, rng, train) -> (loss_sum: float32[], aux: {'nll': float32[], 'count': float32[], ...})
+    generate(params, request: DecodeRequest) -> {'tokens': int32[B, T], 'score': float32[B], and one int32[B]
+      per name in supports.counts (with request.trace also 'trace')}
+    capacity(src_len) -> the output length (BOS/EOS included) for sources padded to src_len
+    supports: what generate honours (initial hypotheses, soft/hard constraints, traces, beams) and counts
+    """
+
+    name: str
+    cfg: TransformerConfig
+    module: Any
+    init: Callable
+    loss: Callable
+    generate: Callable
+    capacity: Callable
+    supports: Supports
