@@ -23,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from jaxnat.config import build_config  # noqa: E402
 from jaxnat.data.sources import load_corpus  # noqa: E402
-from jaxnat.evaluate import load_translator  # noqa: E402
+from jaxnat.restore import load_translator  # noqa: E402
 
 
 def main():
@@ -44,10 +44,9 @@ def main():
             srcs = corpus[split][0]
         translator = load_translator(config, workdir)
         name = f"{translator.spec.name} ({workdir})"
-        beams = (1,) if translator.spec.refines else (1, 4)
+        beams = (1, 4) if translator.spec.supports.beam else (1,)
         for beam in beams:
-            label = f"{name}, refinement loop" if translator.spec.refines else (
-                f"{name}, greedy" if beam == 1 else f"{name}, beam {beam}")
+            label = f"{name}, beam {beam}" if beam > 1 else f"{name}, {'greedy' if len(beams) > 1 else 'decoding'}"
             modes.append((label, translator, beam))
     results = {label: [] for label, _, _ in modes}
     for _ in range(args.repeats):

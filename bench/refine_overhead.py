@@ -19,6 +19,7 @@ control); the issue's bar is at most 1.2.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -33,8 +34,9 @@ from jax import lax  # noqa: E402
 from jaxnat.config import build_config  # noqa: E402
 from jaxnat.data.batching import eval_batches  # noqa: E402
 from jaxnat.data.sources import load_corpus  # noqa: E402
-from jaxnat.evaluate import load_translator  # noqa: E402
-from jaxnat.models.insertion import empty_canvas, forbid_reserved  # noqa: E402
+from jaxnat.restore import load_translator  # noqa: E402
+from jaxnat.decoding.request import DecodeRequest  # noqa: E402
+from jaxnat.models.insertion import forbid_reserved  # noqa: E402
 from jaxnat.models.transformer import token_mask  # noqa: E402
 
 
@@ -45,9 +47,9 @@ def programs(spec, iterations: int):
     """(loop, bare): the model's own decoding (config forced to run ``iterations``) and the bare passes."""
     module = spec.module
 
-    @jax.jit
-    def loop(params, src, canvas):
-        return spec.generate(params, src, canvas=canvas)["tokens"]
+    @functools.partial(jax.jit, static_argnums=2)
+    def loop(params, src, capacity):
+        return spec.generate(params, DecodeRequest(src, max_out=capacity))["tokens"]
 
     @jax.jit
     def bare(params, src, tokens):
@@ -91,10 +93,10 @@ def main():
         batches = [b["src"] for _, b in eval_batches(sources, None, batch_size, translator.buckets)]
         work = []
         for s in batches:
-            canvas = empty_canvas(jnp.zeros((s.shape[0], translator.output_capacity(s.shape[1])), jnp.int32))
-            hyps = loop(params, s, canvas)  # compiles; its output is the realistic hypothesis for `bare`
+            capacity = translator.output_capacity(s.shape[1])
+            hyps = loop(params, s, capacity)  # compiles; its output is the realistic hypothesis for `bare`
             jax.block_until_ready(bare(params, s, hyps))
-            work.append((s, canvas, hyps))
+            work.append((s, capacity, hyps))
         t_loop, t_bare = [], []
         for _ in range(args.repeats):
             t_loop.append(sum(time_it(loop, params, s, c) for s, c, _ in work))

@@ -13,16 +13,15 @@ import os
 
 import ml_collections
 
-from jaxnat.errors import ConfigError
+from jaxnat.errors import ConfigError, JaxnatError
+from jaxnat.models import MODELS
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
-REFINING_MODELS = ("levt", "editor")  # models that start from a given hypothesis and take lexical constraints
-
 # key -> allowed values, for the string-valued switches.
 CHOICES = {
-    "model.name": ("ar", "levt", "editor"),
+    "model.name": tuple(MODELS),
     "model.positions": ("sinusoidal", "learned"),
     "model.dtype": ("float32", "bfloat16"),
     "data.source": ("synthetic", "text", "tfds"),
@@ -199,35 +198,23 @@ def validate(config: ml_collections.ConfigDict) -> None:
             raise ConfigError(f"{key} must be in [0, 1], got {config[section][name]}")
     if config.eval.trace_sentences < 0:
         raise ConfigError(f"eval.trace_sentences must be >= 0, got {config.eval.trace_sentences}")
-    if config.eval.trace_sentences and m.name not in REFINING_MODELS:
-        raise ConfigError(f"eval.trace_sentences traces refining models ({', '.join(REFINING_MODELS)}); "
-                          f"model.name is {m.name!r}")
     if config.eval.max_iter < 0:
         raise ConfigError(f"eval.max_iter must be >= 0, got {config.eval.max_iter}")
-    for mode in filter(None, config.eval.constraints.split(",")):
-        if mode not in ("soft", "hard"):
-            raise ConfigError(f"eval.constraints is a comma list of soft,hard; got {config.eval.constraints!r}")
-        if m.name not in REFINING_MODELS:
-            raise ConfigError(f"eval.constraints needs a model that takes constraints ({', '.join(REFINING_MODELS)}); "
-                              f"model.name is {m.name!r}")
+    modes = [mode for mode in config.eval.constraints.split(",") if mode]
+    if any(mode not in ("soft", "hard") for mode in modes):
+        raise ConfigError(f"eval.constraints is a comma list of soft,hard; got {config.eval.constraints!r}")
+    from jaxnat.decoding.request import check_supported
+    from jaxnat.models import supports
+    from jaxnat.models.insertion import early_exit
+
+    try:  # what the evaluation will ask of the model, checked before anything is trained
+        check_supported(m.name, supports(m.name), soft="soft" in modes, hard="hard" in modes,
+                        trace=config.eval.trace_sentences > 0, beam_size=config.eval.beam_size)
+    except JaxnatError as e:
+        raise ConfigError(f"{e} (asked by eval.constraints, eval.trace_sentences or eval.beam_size)") from None
     early_exit(m)
     if d.source == "text" and not d.dir:
         raise ConfigError("data.source=text needs data.dir (a directory of {split}.{lang}[.gz] files)")
-
-
-def early_exit(model_cfg) -> tuple[int, int, int]:
-    """model.early_exit "f,p,t" → (first edit, placeholder, token) decoder layers; "" → all dec_layers."""
-    text = model_cfg.early_exit.strip()
-    if not text:
-        return (model_cfg.dec_layers,) * 3
-    try:
-        exits = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        exits = ()
-    if len(exits) != 3 or not all(1 <= e <= model_cfg.dec_layers for e in exits):
-        raise ConfigError(f"model.early_exit must be three layer counts 'f,p,t' between 1 and model.dec_layers "
-                          f"({model_cfg.dec_layers}), got {text!r}")
-    return exits
 
 
 def build_config(path: str, overrides: list[str]) -> ml_collections.ConfigDict:

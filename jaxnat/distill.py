@@ -330,7 +330,7 @@ def distill(config, teacher_workdir: str, out_dir: str, *, config_path: str = ""
                  finished["checkpoint"]["step"])
         return finished
 
-    from jaxnat.evaluate import load_translator
+    from jaxnat.restore import load_translator
 
     translator = load_translator(config, teacher_workdir)
     parts = Parts(out_dir, identity, chunk_size)

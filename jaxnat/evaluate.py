@@ -8,49 +8,21 @@ import json
 import logging
 import os
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 from jaxnat.data.sources import load_corpus
-from jaxnat.data.tokenizer import Tokenizer
 from jaxnat.data.vocab import BOS_ID, EOS_ID
-from jaxnat.decoding.translator import EDIT_COUNTS, Translator
-from jaxnat.errors import JaxnatError
+from jaxnat.decoding.translator import Translator
 from jaxnat.evaluation.constraints import make_constraints, write_constraints
 from jaxnat.evaluation.metrics import bleu, corpus_metrics, format_table
-from jaxnat.models import build_model
-from jaxnat.training.checkpoint import Checkpoints
+from jaxnat.restore import load_translator
 
 log = logging.getLogger("jaxnat")
 
 
-def load_translator(config, workdir: str) -> Translator:
-    """The best parameters of a workdir (or the newest training state if no validation ran yet)."""
-    if not os.path.isdir(os.path.join(workdir, "spm")):
-        raise JaxnatError(f"{workdir} holds no trained run (no spm/ directory); train first with --mode train")
-    tokenizer = Tokenizer.load(workdir)
-    spec = build_model(config, tokenizer.vocab_size("src"), tokenizer.vocab_size("tgt"))
-    example = {"src": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32), "tgt": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32)}
-    target = jax.jit(spec.init)(jax.random.PRNGKey(0), example)
-    ckpt = Checkpoints(workdir, config.train.keep_checkpoints)
-    params = ckpt.restore_best(target)
-    if params is None:
-        if ckpt.latest_step() is None:
-            raise JaxnatError(f"{workdir} has no checkpoint yet; train first with --mode train")
-        log.warning("no best checkpoint (no validation ran yet): using the newest training state")
-        from jaxnat.training.optim import make_optimizer
-
-        opt, _ = make_optimizer(config.train)
-        state = {"step": jnp.zeros((), jnp.int32), "params": target, "opt_state": opt.init(target)}
-        params = ckpt.restore_state(state)["params"]
-    ckpt.close()
-    return Translator(spec, params, tokenizer, config)
-
-
-def _edit_counts(outs: list[dict]) -> dict[str, float]:
-    """Means per sentence of the refinement counts (iterations, deletions, insertions, repositions)."""
-    return {f"mean_{k}": float(np.mean([o[k] for o in outs])) for k in EDIT_COUNTS if k in outs[0]}
+def _edit_counts(outs: list[dict], names: tuple[str, ...]) -> dict[str, float]:
+    """Means per sentence of the model's counts (refining models: iterations, deletions, insertions, …)."""
+    return {f"mean_{k}": float(np.mean([o[k] for o in outs])) for k in names}
 
 
 def _write_lines(path: str, lines: list[str]) -> None:
@@ -78,14 +50,14 @@ def evaluate(config, workdir: str) -> dict:
             metrics = corpus_metrics(hyps, refs)
             metrics["copy_source_bleu"] = bleu(srcs, refs)[0]
         metrics["mean_score"] = float(np.mean([o["score"] for o in outs]))
-        metrics.update(_edit_counts(outs))
+        metrics.update(_edit_counts(outs, translator.spec.supports.counts))
         if i == 0 and e.latency_sentences > 0:
             metrics.update(translator.speed(srcs, e.beam_size, e.latency_sentences, e.throughput_batch))
         results[split] = metrics
         if refs is not None:
             log.info("%s: BLEU %.2f (%s)", split, metrics["bleu"], metrics["bleu_signature"])
         constraints = make_constraints(refs, e.constraint_seed) if refs is not None else None
-        if i == 0 and e.trace_sentences > 0 and translator.spec.refines:
+        if i == 0 and e.trace_sentences > 0:  # config validation checked the model traces
             n = e.trace_sentences
             path = write_trace(translator, os.path.join(workdir, "trace.html"), srcs[:n],
                                refs[:n] if refs else None, constraints[:n] if constraints else None, modes)
@@ -98,7 +70,7 @@ def evaluate(config, workdir: str) -> dict:
                                         hard=[mode == "hard"] * len(srcs))
             hyps = [o["hyp"] for o in outs]
             _write_lines(os.path.join(workdir, "hyps", f"{split}.{mode}.txt"), hyps)
-            results[f"{split}+{mode}"] = {**corpus_metrics(hyps, refs, constraints), **_edit_counts(outs)}
+            results[f"{split}+{mode}"] = {**corpus_metrics(hyps, refs, constraints), **_edit_counts(outs, translator.spec.supports.counts)}
             if i == 0 and e.latency_sentences > 0:
                 n = e.latency_sentences
                 results[f"{split}+{mode}"]["latency_ms"] = translator.latency(
@@ -132,10 +104,10 @@ def write_trace(translator: Translator, path: str, srcs: list[str], refs: list[s
     runs = [("plain", None)] + [(mode, constraints) for mode in modes if constraints is not None]
     traced = {}
     for mode, phrases in runs:
-        canvases = translator.canvases(None, phrases, [mode == "hard"] * len(srcs)) if phrases else [None] * len(srcs)
-        outs = translator.translate_ids(src_ids, 1, len(srcs), canvases, trace=True)
-        for k, (out, canvas) in enumerate(zip(outs, canvases)):
-            initial = [BOS_ID, *(canvas.ids if canvas else []), EOS_ID]
+        starts = translator.starts(None, phrases, [mode == "hard"] * len(srcs)) if phrases else None
+        outs = translator.translate_ids(src_ids, 1, len(srcs), starts, trace=True)
+        for k, out in enumerate(outs):
+            initial = [BOS_ID, *(starts[k].pieces() if starts else []), EOS_ID]
             traced[k, mode] = TracedSentence(
                 srcs[k], refs[k] if refs else None, mode, list(phrases[k]) if phrases else [], initial,
                 np.asarray(out["trace"]), int(out["iterations"]), tok.decode(list(out["tokens"]), "tgt"))

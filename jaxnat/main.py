@@ -77,8 +77,9 @@ def run(argv=None) -> int:
         distill(config, args.workdir, args.output, config_path=args.config, overrides=rest)
     else:
         from jaxnat.decoding.translate_io import translate_stream
+        from jaxnat.restore import load_translator
 
-        translate_stream(config, args.workdir, args.input, args.output)
+        translate_stream(lambda: load_translator(config, args.workdir), config, args.input, args.output)
     return 0
 
 

@@ -18,27 +18,33 @@ def pad(rows, length, value=PAD_ID):
     return np.array([list(r) + [value] * (length - len(r)) for r in rows])
 
 
-def levt_first(row, marks, scores, logits):
-    """LevT's deletion on one sentence; logits: [L, 2]. Returns (row, marks, scores, counts)."""
+def levt_first(row, marks, scores, logits, continues=None):
+    """LevT's deletion on one sentence; logits: [L, 2]. Returns (row, marks, scores, counts). With
+    ``continues`` (bool[V]), the free token right after a phrase is only deleted when the token after it does
+    not continue a word and is not marked for deletion itself (so nothing ends up glued onto the phrase)."""
     if len(row) <= 2:
         return row, marks, scores, {"deletions": 0}
     flags = list(logits[:len(row)].argmax(-1) == 1)
+    if continues is not None:
+        flags = [f and not (0 < k < len(row) - 1 and marks[k - 1] and not marks[k]
+                            and (continues[row[k + 1]] or flags[k + 1]))
+                 for k, f in enumerate(flags)]
     keep = ref.kept_after_delete(row, flags, [m > 0 for m in marks])
     row, marks, scores = ([v for v, k in zip(seq, keep) if k] for seq in (row, marks, scores))
     return row, marks, scores, {"deletions": keep.count(False)}
 
 
-def glued(row, marks, word_start):
+def glued(row, marks, continues):
     """Free pieces that continue a word right after a phrase (through other such pieces)."""
     out, after_phrase = [], False
     for t, m in zip(row, marks):
-        free_continuation = not m and not word_start[t] and t not in (BOS_ID, EOS_ID)
+        free_continuation = not m and continues[t] and t not in (BOS_ID, EOS_ID)
         out.append(after_phrase and free_continuation)
         after_phrase = bool(m) or (after_phrase and free_continuation)
     return out
 
 
-def editor_first(row, marks, scores, logits, deletion_reward=0.0, word_start=None):
+def editor_first(row, marks, scores, logits, deletion_reward=0.0, continues=None):
     """EDITOR's reposition on one sentence; logits: [L, L] (slot, input token)."""
     n = len(row)
     lg = np.array(logits[:n, :n], np.float32)
@@ -58,16 +64,18 @@ def editor_first(row, marks, scores, logits, deletion_reward=0.0, word_start=Non
             phrase_moved += length * (min(max(anchor[k], 1), n - 1) != k)
     deleted = sum(1 for i in range(1, n - 1) if not marks[i]) - sum(1 for p in source[1:-1] if not marks[p])
     row, marks, scores = ([seq[p] for p in source] for seq in (row, marks, scores))
-    if word_start is not None:
-        cut = glued(row, marks, word_start)
+    if continues is not None:
+        cut = glued(row, marks, continues)
         deleted += sum(cut)
         row, marks, scores = ([v for v, c in zip(seq, cut) if not c] for seq in (row, marks, scores))
     return row, marks, scores, {"repositions": free_moved + phrase_moved, "deletions": deleted}
 
 
-def python_refine(heads, tokens, phrase, caps, options, first_edit):
-    """Reference loop. first_edit(row, marks, scores, logits of the row) -> (row, marks, scores, counts).
-    Returns (rows, iterations, {count name: per sentence}, insertions, scores)."""
+def python_refine(heads, tokens, phrase, caps, options, first_edit, continues=None):
+    """Reference loop. first_edit(row, marks, scores, logits of the row, continues) -> (row, marks, scores,
+    counts). With ``continues`` (bool[V]) a placeholder right after a phrase is filled with the best piece
+    that does not continue a word, scored among those. Returns (rows, iterations, {count name: per sentence},
+    insertions, scores)."""
     length = tokens.shape[1]
     rows = [[int(t) for t in r if t != PAD_ID] for r in np.asarray(tokens)]
     marks = [[int(m) for m in np.asarray(phrase)[b, :len(r)]] for b, r in enumerate(rows)]
@@ -82,7 +90,7 @@ def python_refine(heads, tokens, phrase, caps, options, first_edit):
         for b in range(n):
             if done[b]:
                 continue
-            rows[b], marks[b], scores[b], c = first_edit(rows[b], marks[b], scores[b], logits[b])
+            rows[b], marks[b], scores[b], c = first_edit(rows[b], marks[b], scores[b], logits[b], continues)
             for name, v in c.items():
                 counts.setdefault(name, [0] * n)[b] += v
         plh = np.array(heads.placeholder(jnp.asarray(pad(rows, length))))
@@ -97,14 +105,21 @@ def python_refine(heads, tokens, phrase, caps, options, first_edit):
             after = applied + [0]  # placeholders opened after each token (none after EOS)
             marks[b], scores[b] = ([x for v, k in zip(seq, after) for x in [v] + [fill] * k]
                                    for seq, fill in ((marks[b], 0), (scores[b], 0.0)))
-        logp = np.asarray(jax.nn.log_softmax(heads.token(jnp.asarray(pad(rows, length)))))
+        token_logits = np.asarray(heads.token(jnp.asarray(pad(rows, length))))
         for b in range(n):
             if done[b]:
                 continue
-            best = logp[b].argmax(-1)
-            scores[b] = [float(logp[b, k, best[k]]) if t == PLH_ID else s
-                         for k, (t, s) in enumerate(zip(rows[b], scores[b]))]
-            rows[b] = ref.fill(rows[b], list(best), PLH_ID)
+            best, new_scores = [], []
+            for k, (t, sc) in enumerate(zip(rows[b], scores[b])):
+                allowed = np.ones(token_logits.shape[-1], bool)
+                if continues is not None and t == PLH_ID and k > 0 and marks[b][k - 1]:
+                    allowed = ~np.asarray(continues)
+                lg = np.where(allowed, token_logits[b, k].astype(np.float64), -np.inf)
+                logp = lg - np.log(np.sum(np.exp(lg - lg.max()))) - lg.max()
+                best.append(int(logp.argmax()))
+                new_scores.append(float(logp[best[-1]]) if t == PLH_ID else sc)
+            scores[b] = new_scores
+            rows[b] = ref.fill(rows[b], best, PLH_ID)
             iters[b] += 1
             if rows[b] == before[b] and not options.run_all:
                 done[b] = True
@@ -151,9 +166,11 @@ def random_batch(seed, vocab, b=6, s=9, t=12):
     return {"src": jnp.asarray(pad(src, s)), "tgt": jnp.asarray(pad(tgt, t))}
 
 
-def check_loop_against_python(spec, seed, options, first_method, first_edit, first_py, count_names, vocab):
+def check_loop_against_python(spec, seed, options, first_method, first_edit, first_py, count_names, vocab,
+                              continues=None):
     """Decodes six canvases (empty, with one- and multi-token phrases, random) with the jit'd `refine` of an
-    untrained model and with `python_refine`, and asserts they agree on tokens, counts and scores."""
+    untrained model and with `python_refine`, and asserts they agree on tokens, counts and scores (with the
+    word-boundary rules of ``continues``, bool[V], when given)."""
     batch = random_batch(seed, vocab)
     params = spec.init(jax.random.PRNGKey(seed), batch)
     src = batch["src"]
@@ -165,9 +182,11 @@ def check_loop_against_python(spec, seed, options, first_method, first_edit, fir
     tokens, marks = jnp.asarray(pad(canvas, capacity)), jnp.asarray(pad(phrase, capacity, 0))
     heads = model_heads(spec, params, src, first_method)
     cap = length_cap(src, capacity, options)
-    got = jax.jit(lambda t, m: refine(heads, first_edit, initial_hypotheses(t, m), cap, options, count_names))(
-        tokens, marks)
-    rows, iters, counts, inss, scores = python_refine(heads, tokens, marks, np.asarray(cap), options, first_py)
+    table = None if continues is None else jnp.asarray(continues)
+    got = jax.jit(lambda t, m: refine(heads, first_edit, initial_hypotheses(t, m), cap, options, count_names,
+                                      table))(tokens, marks)
+    rows, iters, counts, inss, scores = python_refine(heads, tokens, marks, np.asarray(cap), options, first_py,
+                                                      continues)
     assert [[int(t) for t in r if t != PAD_ID] for r in np.asarray(got["tokens"])] == rows
     assert got["iterations"].tolist() == iters
     for name in count_names:

@@ -12,22 +12,24 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxnat.config import build_config
-from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, NUM_RESERVED, PAD_ID, PLH_ID
-from jaxnat.decoding.refine import (RefineOptions, editor_reposition, initial_hypotheses, length_cap, refine)
+from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, NUM_RESERVED, PAD_ID, PLH_ID, PieceTables
+from jaxnat.decoding.refine import RefineOptions, initial_hypotheses, length_cap, refine
+from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models import build_model
-from jaxnat.models.editor import editor_loss
+from jaxnat.models.editor import editor_loss, editor_reposition
 from tests.refine_reference import check_loop_against_python, fit_briefly, editor_first, pad, random_batch, stub_heads
 
 TINY = "tests/configs/tiny.py"
 V = 40
 WORD_START = (np.arange(V) % 3 != 0) | (np.arange(V) < NUM_RESERVED)  # a third of the pieces continue a word
+CONTINUES = ~WORD_START
 COUNTS = ("repositions", "deletions")
 
 
 def _spec(*overrides):
-    config = build_config(TINY, ["--config.model.name=editor", "--config.model.separate_reposition=true",
+    config = build_config(TINY, ["--config.model.name=editor", "--config.eval.beam_size=1", "--config.model.separate_reposition=true",
                                  *overrides])
-    return build_model(config, V, V, WORD_START)
+    return build_model(config, V, V, PieceTables(WORD_START, CONTINUES))
 
 
 @pytest.fixture(scope="module")
@@ -96,13 +98,13 @@ def test_dual_path_roll_in_gives_valid_inputs(spec, path_a):
 def test_jit_loop_equals_python_loop(spec, seed, penalty, reward, run_all):
     options = RefineOptions(max_iter=4, placeholder_penalty=penalty, run_all=run_all)
 
-    def first(h, logits, active, word_start):
-        return editor_reposition(h, logits, active, word_start, deletion_reward=reward)
+    def first(h, logits, active, continues):
+        return editor_reposition(h, logits, active, continues, deletion_reward=reward)
 
-    def first_py(row, marks, scores, logits):
-        return editor_first(row, marks, scores, logits, deletion_reward=reward)
+    def first_py(row, marks, scores, logits, continues):
+        return editor_first(row, marks, scores, logits, deletion_reward=reward, continues=continues)
 
-    check_loop_against_python(spec, seed, options, "reposition_logits", first, first_py, COUNTS, V)
+    check_loop_against_python(spec, seed, options, "reposition_logits", first, first_py, COUNTS, V, CONTINUES)
 
 
 def test_reposition_step_with_word_boundaries_matches_python():
@@ -116,9 +118,9 @@ def test_reposition_step_with_word_boundaries_matches_python():
         marks = [0, 0, 1, 1, 0, 0, 2, 0, 0, 3, 3, 0]
         logits = rng.normal(size=(1, capacity, capacity)).astype(np.float32)
         hyps = initial_hypotheses(jnp.asarray(pad([row], capacity)), jnp.asarray(pad([marks], capacity, 0)))
-        got, counts = editor_reposition(hyps, jnp.asarray(logits), jnp.array([True]), jnp.asarray(WORD_START))
+        got, counts = editor_reposition(hyps, jnp.asarray(logits), jnp.array([True]), jnp.asarray(CONTINUES))
         want_row, want_marks, _, want_counts = editor_first(row, marks, [0.0] * len(row), logits[0],
-                                                            word_start=WORD_START)
+                                                            continues=CONTINUES)
         assert [int(t) for t in got.tokens[0] if t != PAD_ID] == want_row, trial
         assert got.phrase[0, :len(want_row)].tolist() == want_marks
         assert {k: int(v[0]) for k, v in counts.items()} == want_counts
@@ -129,7 +131,7 @@ def _random_model_refine(seed, tokens, phrase, src):
     options = RefineOptions(max_iter=5)
     return refine(stub_heads(seed, V, "reposition", plh_boost=3.0), editor_reposition,
                   initial_hypotheses(tokens, phrase), length_cap(src, tokens.shape[1], options), options, COUNTS,
-                  jnp.asarray(WORD_START))
+                  jnp.asarray(CONTINUES))
 
 
 @settings(max_examples=100, deadline=None)
@@ -155,7 +157,7 @@ def test_hard_constraints_survive_random_models(seed, phrases):
             assert where == list(range(where[0], where[0] + len(p))), (real, got_marks, phrases)
             assert [real[k] for k in where] == p
             after = where[-1] + 1
-            assert got_marks[after] or WORD_START[real[after]], (real, got_marks)
+            assert got_marks[after] or not CONTINUES[real[after]], (real, got_marks)
 
 
 def test_sentence_alone_equals_sentence_in_batch(spec):
@@ -165,7 +167,7 @@ def test_sentence_alone_equals_sentence_in_batch(spec):
 
     @jax.jit
     def decode(src):
-        return spec.generate(params, src, max_out=32)
+        return spec.generate(params, DecodeRequest(src, max_out=32))
 
     together = decode(src)
     for b in range(src.shape[0]):

@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID, UNK_ID
-from jaxnat.decoding.search import ar_search, decode_length
+from jaxnat.decoding.search import decode_length
 from jaxnat.errors import ConfigError
-from jaxnat.models.ar import ARTransformer
+from jaxnat.models.ar import ARTransformer, ar_generate
 from jaxnat.models.transformer import TransformerConfig
 
 V = 8  # ids 0..5 reserved: UNK (3), 6 and 7 can be generated besides EOS
@@ -48,7 +48,7 @@ def make_src(rng, lengths, width=None):
 
 @partial(jax.jit, static_argnames=("beam_size", "max_out"))
 def search(params, src, length_penalty, max_len_a, max_len_b, beam_size, max_out=MAX_OUT):
-    return ar_search(MODEL, params, src, beam_size=beam_size, length_penalty=length_penalty,
+    return ar_generate(MODEL, params, src, beam_size=beam_size, length_penalty=length_penalty,
                      max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out)
 
 
@@ -107,9 +107,9 @@ def test_decode_length_formula(src_len, a_tenths, b, cap):
 def test_rejects_bad_static_args():
     params, src = make_params(0), make_src(np.random.default_rng(0), [4])
     with pytest.raises(ConfigError):
-        ar_search(MODEL, params, src, beam_size=0, max_out=8)
+        ar_generate(MODEL, params, src, beam_size=0, max_out=8)
     with pytest.raises(ConfigError):
-        ar_search(MODEL, params, src, max_out=CFG.max_len + 2)
+        ar_generate(MODEL, params, src, max_out=CFG.max_len + 2)
 
 
 # --- exactness ------------------------------------------------------------------------------------------
@@ -191,7 +191,7 @@ def test_batch_equals_single(beam_size):
 def test_beam4_jit_well_formed_and_scored():
     params = make_params(5)
     src = make_src(np.random.default_rng(5), [3, 8, 5, 4, 6, 7])
-    run = jax.jit(partial(ar_search, MODEL, beam_size=4, max_out=MAX_OUT))
+    run = jax.jit(partial(ar_generate, MODEL, beam_size=4, max_out=MAX_OUT))
     for a, b, lp in [(1.2, 10, 1.0), (0.5, 0, 0.0), (0.0, 0, 1.0)]:
         out = run(params, src, length_penalty=lp, max_len_a=a, max_len_b=b)
         assert out["tokens"].shape == (6, MAX_OUT) and out["tokens"].dtype == jnp.int32

@@ -20,5 +20,5 @@ def get_config():
                   bucket_multiple=8)
     c.train.update(steps=2000, lr=3e-3, warmup_steps=200, log_every=100, eval_every=1000, checkpoint_every=250,
                    valid_bleu_sentences=200, weight_decay=0.01)
-    c.eval.update(latency_sentences=30, max_iter=9, constraints="soft,hard", trace_sentences=5)
+    c.eval.update(latency_sentences=30, beam_size=1, max_iter=9, constraints="soft,hard", trace_sentences=5)
     return c

@@ -21,5 +21,5 @@ def get_config():
     c.train.update(steps=300000, lr=5e-4, warmup_steps=10000, weight_decay=0.01, label_smoothing=0.1,
                    placeholder_smoothing=0.01, log_every=100, eval_every=5000, checkpoint_every=2000,
                    valid_bleu_sentences=1000)
-    c.eval.update(max_iter=9, batch_size=128, constraints="soft,hard")
+    c.eval.update(beam_size=1, max_iter=9, batch_size=128, constraints="soft,hard")
     return c

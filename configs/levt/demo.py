@@ -14,5 +14,5 @@ def get_config():
     c.data.update(source="synthetic", vocab_size=1000, max_len=40, batch_tokens=2048)
     c.train.update(steps=600, lr=1.5e-3, warmup_steps=200, log_every=50, eval_every=300, checkpoint_every=200,
                    valid_bleu_sentences=200, weight_decay=0.01)
-    c.eval.update(latency_sentences=50, max_iter=9, constraints="soft,hard")
+    c.eval.update(latency_sentences=50, beam_size=1, max_iter=9, constraints="soft,hard")
     return c

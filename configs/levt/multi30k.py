@@ -23,5 +23,5 @@ def get_config():
                   vocab_size=8000, max_len=100, batch_tokens=4096)
     c.train.update(steps=8000, lr=1e-3, warmup_steps=1000, weight_decay=0.01, label_smoothing=0.1,
                    log_every=100, eval_every=500, checkpoint_every=250, valid_bleu_sentences=1014)
-    c.eval.update(max_iter=9, latency_sentences=100, constraints="soft,hard")
+    c.eval.update(beam_size=1, max_iter=9, latency_sentences=100, constraints="soft,hard")
     return c

@@ -17,6 +17,7 @@ import io
 import logging
 import os
 import tempfile
+import unicodedata
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -28,6 +29,19 @@ from jaxnat.errors import ConfigError, DataError
 SIDES = ("src", "tgt")
 MODEL_TYPES = ("unigram", "bpe", "char", "word")
 WORD_BOUNDARY = "\u2581"  # "▁", SentencePiece's word-start marker
+# Characters that join two word parts into one word ("T-Shirt", "l'homme", "snake_case"): a piece starting with
+# one changes the word before it, like a letter would.
+JOINERS = frozenset("-\u2010\u2011'\u2019\u02bc_")
+
+
+def continues_word(piece: str) -> bool:
+    """True for a SentencePiece piece that, written right after a word, would make it another word: it does
+    not start a word itself ("▁…") and begins with a letter, digit, combining mark or joiner. Punctuation and
+    symbols (".", ",", '"', ")", "!") leave the word intact, so a hard constraint may be followed by them."""
+    if not piece or piece.startswith(WORD_BOUNDARY):
+        return False
+    first = piece[0]
+    return unicodedata.category(first)[0] in "LNM" or first in JOINERS
 SPM_SUBDIR = "spm"
 
 _RESERVED_PIECES = (
@@ -141,6 +155,7 @@ class Tokenizer:
         self._sp = {"src": src_sp, "tgt": tgt_sp}
         self.joint = joint
         self._word_start = {side: self._build_word_start_table(sp) for side, sp in self._sp.items()}
+        self._continues = {side: self._build_continues_table(sp) for side, sp in self._sp.items()}
 
     # ---------------------------------------------------------------- construction
 
@@ -297,6 +312,22 @@ class Tokenizer:
             else:
                 table[i] = sp.id_to_piece(i).startswith(WORD_BOUNDARY)
         return table
+
+    @staticmethod
+    def _build_continues_table(sp: spm.SentencePieceProcessor) -> np.ndarray:
+        table = np.zeros(sp.get_piece_size(), dtype=bool)
+        for i in range(vocab.NUM_RESERVED, sp.get_piece_size()):
+            if not (sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i)):
+                table[i] = sp.is_byte(i) or continues_word(sp.id_to_piece(i))
+        return table
+
+    def continues_table(self, side: str) -> np.ndarray:
+        """bool[vocab_size]: True for pieces that would extend the word before them (`continues_word`)."""
+        _check_side(side)
+        return self._continues[side]
+
+    def piece_tables(self, side: str) -> vocab.PieceTables:
+        return vocab.PieceTables(self.word_start_table(side), self.continues_table(side))
 
     def word_start_table(self, side: str) -> np.ndarray:
         """bool[vocab_size]: True for ids that begin a word (see `word_start_mask`). Do not modify."""

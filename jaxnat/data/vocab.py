@@ -4,6 +4,10 @@ Unlike fairseq, the placeholder (PLH) and mask (MASK) tokens are dedicated ids, 
 model can never confuse "unknown word" with "position to fill".
 """
 
+from typing import NamedTuple
+
+import numpy as np
+
 PAD_ID = 0
 BOS_ID = 1
 EOS_ID = 2
@@ -14,3 +18,20 @@ NUM_RESERVED = 6
 
 PAD_PIECE, BOS_PIECE, EOS_PIECE, UNK_PIECE = "<pad>", "<s>", "</s>", "<unk>"
 PLH_PIECE, MASK_PIECE = "<plh>", "<mask>"
+
+
+class PieceTables(NamedTuple):
+    """Facts about the target vocabulary some models need (numpy bool[V] each):
+
+    word_start: the pieces that begin a word (EDITOR's training noise shuffles whole words);
+    continues: the pieces that would extend the word before them (letters, digits, hyphens, apostrophes; not
+      punctuation), never put right after a hard constraint, so that it stays a word.
+    """
+
+    word_start: np.ndarray
+    continues: np.ndarray
+
+    @classmethod
+    def every_piece_a_word(cls, vocab_size: int) -> "PieceTables":
+        """For vocabularies without word structure (tests, untokenised ids): no piece glues onto another."""
+        return cls(np.ones(vocab_size, bool), np.zeros(vocab_size, bool))

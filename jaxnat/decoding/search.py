@@ -1,7 +1,10 @@
 """Greedy and beam search for the autoregressive Transformer, batched and jit-compatible.
 
-Both searches run one `lax.while_loop` over target positions, feeding one token per step through the model's
-KV cache (`ARTransformer.step`); nothing syncs with the host inside the loop. Conventions (fairseq's):
+Both searches run one `lax.while_loop` over target positions, feeding one token per step through a
+``tokens_to_logprobs(tokens, cache, index)`` callback: the model behind it (an `ARTransformer` with its KV
+cache, see `jaxnat.models.ar.ar_generate`, or a model with constraint memories) is the caller's business, so
+constrained searches reuse the same loops. Nothing syncs with the host inside the loop. Conventions
+(fairseq's):
 
 * The output rows are `[BOS, y_1 .. y_m, EOS, PAD ..]`. A hypothesis has `n = m + 1` generated tokens (EOS
   included, BOS excluded) and its score is `sum_logprob / n ** length_penalty`, where `sum_logprob` is the sum
@@ -59,23 +62,11 @@ def _normalise(logp_sum: jnp.ndarray, n, length_penalty) -> jnp.ndarray:
     return logp_sum / jnp.power(jnp.asarray(n, jnp.float32), length_penalty)
 
 
-def _prepare(model, params, src, copies: int, max_out: int, max_len_a, max_len_b):
-    """Encodes src int32[B, S] once, repeats it `copies` times per sentence (row b * copies + k).
-
-    Returns (max_len int32[B], src_mask bool[B * copies, S], cache for B * copies rows).
-    """
+def _check_static(beam_size: int, max_out: int) -> None:
+    if beam_size < 1:
+        raise ConfigError(f"beam_size={beam_size} must be at least 1")
     if max_out < 2:
         raise ConfigError(f"max_out={max_out} must be at least 2 (room for BOS and EOS)")
-    pos_limit = getattr(getattr(model, "cfg", None), "max_len", None)
-    if pos_limit is not None and max_out - 1 > pos_limit:
-        raise ConfigError(f"max_out={max_out} needs {max_out - 1} target positions; the model has max_len={pos_limit}")
-    src_mask = src != PAD_ID
-    max_len = decode_length(src_mask.sum(axis=1), max_len_a, max_len_b, max_out - 2)
-    memory = model.apply(params, src, method=model.encode)
-    memory, src_mask = jnp.repeat(memory, copies, axis=0), jnp.repeat(src_mask, copies, axis=0)
-    # Positions 0 .. max_out - 2 are fed (the last token, at max_out - 1, is never fed back).
-    cache = model.apply(params, memory, max_out - 1, method=model.init_cache)
-    return max_len, src_mask, cache
 
 
 def _result(tokens: jnp.ndarray, score: jnp.ndarray) -> dict:
@@ -91,9 +82,8 @@ class GreedyState:
     cache: Any  # the model's cache, B rows
 
 
-def _greedy(model, params, src, length_penalty, max_len_a, max_len_b, max_out: int) -> dict:
-    batch = src.shape[0]
-    max_len, src_mask, cache = _prepare(model, params, src, 1, max_out, max_len_a, max_len_b)
+def _greedy(tokens_to_logprobs, cache, max_len, length_penalty, max_out: int) -> dict:
+    batch = max_len.shape[0]
     tokens = jnp.full((batch, max_out), PAD_ID, jnp.int32).at[:, 0].set(BOS_ID)
     init = GreedyState(jnp.int32(0), tokens, jnp.zeros(batch, jnp.float32), jnp.zeros(batch, bool), cache)
 
@@ -101,7 +91,7 @@ def _greedy(model, params, src, length_penalty, max_len_a, max_len_b, max_out: i
         return ~jnp.all(s.finished) & (s.index < max_out - 1)
 
     def body(s: GreedyState):
-        logp, cache = model.apply(params, s.tokens[:, s.index], s.cache, s.index, src_mask, method=model.step)
+        logp, cache = tokens_to_logprobs(s.tokens[:, s.index], s.cache, s.index)
         logp = _restrict(logp, s.index, max_len)
         best = jnp.argmax(logp, axis=-1).astype(jnp.int32)
         gain = jnp.take_along_axis(logp, best[:, None], axis=-1)[:, 0]
@@ -130,9 +120,8 @@ class BeamState:
     cache: Any  # the model's cache, B * K rows (row b * K + k)
 
 
-def _beam(model, params, src, beam_size: int, length_penalty, max_len_a, max_len_b, max_out: int) -> dict:
-    batch, k = src.shape[0], beam_size
-    max_len, src_mask, cache = _prepare(model, params, src, k, max_out, max_len_a, max_len_b)
+def _beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, max_out: int) -> dict:
+    batch, k = max_len.shape[0], beam_size
     max_len_rows = jnp.repeat(max_len, k)
     tokens = jnp.full((batch, k, max_out), PAD_ID, jnp.int32).at[:, :, 0].set(BOS_ID)
     # Only beam 0 is live at first, so that the K identical BOS prefixes do not produce duplicates.
@@ -154,7 +143,7 @@ def _beam(model, params, src, beam_size: int, length_penalty, max_len_a, max_len
     def body(s: BeamState):
         i = s.index
         fed = s.alive_tokens[:, :, i].reshape(batch * k)
-        logp, cache = model.apply(params, fed, s.cache, i, src_mask, method=model.step)
+        logp, cache = tokens_to_logprobs(fed, s.cache, i)
         vocab = logp.shape[-1]
         logp = _restrict(logp, i, max_len_rows).reshape(batch, k, vocab)
         cand = s.alive_logp[:, :, None] + logp  # [B, K, V]: every one-token extension
@@ -187,9 +176,9 @@ def _beam(model, params, src, beam_size: int, length_penalty, max_len_a, max_len
 
 
 def ar_search(
-    model,
-    params,
-    src: jnp.ndarray,
+    tokens_to_logprobs,
+    cache,
+    src_len: jnp.ndarray,
     *,
     beam_size: int = 1,
     length_penalty: float = 1.0,
@@ -197,12 +186,16 @@ def ar_search(
     max_len_b: int = 10,
     max_out: int,
 ) -> dict:
-    """Greedy (beam_size=1) or beam search (beam_size > 1) with an `ARTransformer`, for a batch of sources.
+    """Greedy (beam_size=1) or beam search (beam_size > 1) for a batch of B sentences.
 
-    src: int32[B, S], `[BOS .. EOS]` rows right-padded with PAD. beam_size and max_out are static (Python
-    ints): jit with `jax.jit(functools.partial(ar_search, model, beam_size=K, max_out=T))`; length_penalty,
-    max_len_a and max_len_b may be traced. max_out: capacity of the output rows (BOS and EOS included); each
-    sentence generates at most `decode_length(src_len, max_len_a, max_len_b, max_out - 2)` tokens before EOS.
+    tokens_to_logprobs(tokens: int32[N], cache, index: int32[]) -> (log-probabilities float32[N, V], cache):
+    the next-token distribution of N = B * beam_size rows (row b * beam_size + k), given the token each row
+    holds at position ``index``; ``cache`` is its decoding state for those rows (any pytree whose leaves lead
+    with N: beam search reorders them as beams are re-ranked). src_len: int32[B], the sources' real tokens
+    (BOS and EOS included), for the length limit. beam_size and max_out are static (Python ints);
+    length_penalty, max_len_a and max_len_b may be traced. max_out: capacity of the output rows (BOS and EOS
+    included); each sentence generates at most `decode_length(src_len, max_len_a, max_len_b, max_out - 2)`
+    tokens before EOS.
 
     Returns {'tokens': int32[B, max_out] `[BOS .. EOS]` right-padded with PAD (exactly one EOS),
              'score': float32[B] sum of log-probabilities / n ** length_penalty (n: generated tokens incl. EOS),
@@ -213,8 +206,8 @@ def ar_search(
     beat the worst finished one (exact bound, so with K at least the number of distinct prefixes it is exact
     search); it returns the best finished hypothesis. Note beam_size=1 is greedy, not a one-beam search.
     """
-    if beam_size < 1:
-        raise ConfigError(f"beam_size={beam_size} must be at least 1")
+    _check_static(beam_size, max_out)
+    max_len = decode_length(src_len, max_len_a, max_len_b, max_out - 2)
     if beam_size == 1:
-        return _greedy(model, params, src, length_penalty, max_len_a, max_len_b, max_out)
-    return _beam(model, params, src, beam_size, length_penalty, max_len_a, max_len_b, max_out)
+        return _greedy(tokens_to_logprobs, cache, max_len, length_penalty, max_out)
+    return _beam(tokens_to_logprobs, cache, max_len, beam_size, length_penalty, max_out)

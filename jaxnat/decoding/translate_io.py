@@ -3,7 +3,8 @@
 Each input line is either a JSON object with at least "src", or plain text (a line that does not start with
 '{'). Refining models (LevT) also read, per line, "init" (a target-side hypothesis to refine: post-editing)
 or "constraints" (a list of target phrases, the initial hypothesis in the given order) with "hard": true to
-guarantee them; they add "iterations" and their edit counts to the output. Output keeps the input order;
+guarantee them; they add "iterations" and their edit counts to the output. A model that cannot honour what
+a line asks says so in one line, before anything is translated. Output keeps the input order;
 extra input keys are echoed back.
 """
 
@@ -43,15 +44,15 @@ def parse_requests(lines: list[str], where: str) -> list[dict]:
     return requests
 
 
-def translate_stream(config, workdir: str, input_path: str | None, output_path: str | None) -> None:
-    from jaxnat.evaluate import load_translator
-
+def translate_stream(load_translator, config, input_path: str | None, output_path: str | None) -> None:
+    """load_translator() -> the `Translator` to use; called once the input has been read and checked, so a
+    malformed input fails before the model is loaded."""
     if input_path:
         lines, where = read_lines(input_path), input_path
     else:
         lines, where = split_lines(sys.stdin.buffer.read(), "stdin"), "stdin"
     requests = parse_requests(lines, where)
-    translator = load_translator(config, workdir)
+    translator = load_translator()
     options = {}
     if any("init" in r or r.get("constraints") for r in requests):
         options = dict(inits=[r.get("init") for r in requests],

@@ -1,8 +1,8 @@
 """The autoregressive Transformer (Vaswani et al. 2017): baseline, distillation teacher and rescorer.
 
 Training is teacher forcing with a causal decoder: the decoder reads `tgt[:, :-1]` (starting with BOS) and
-predicts `tgt[:, 1:]`. Decoding feeds one token at a time with cached keys/values (`init_cache`, `step`);
-the search procedures live in `jaxnat/decoding/`.
+predicts `tgt[:, 1:]`. Decoding feeds one token at a time with cached keys/values (`init_cache`, `step`) to
+the searches of `jaxnat.decoding.search` (`ar_generate`).
 """
 
 from __future__ import annotations
@@ -10,8 +10,12 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
+from jaxnat.decoding.request import DecodeRequest, Supports
+from jaxnat.decoding.search import ar_search
+from jaxnat.errors import ConfigError
+from jaxnat.models.losses import smoothed_cross_entropy
+from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import Decoder, Embedder, Encoder, TransformerConfig, token_mask
-from jaxnat.training.losses import smoothed_cross_entropy
 
 
 class ARTransformer(nn.Module):
@@ -61,3 +65,54 @@ def ar_loss(model: ARTransformer, params, batch: dict, rng, label_smoothing: flo
     logits = model.apply(params, batch["src"], tgt[:, :-1], train=train, rngs={"dropout": rng})
     loss, nll, count = smoothed_cross_entropy(logits, tgt[:, 1:], token_mask(tgt[:, 1:]), label_smoothing)
     return loss, {"nll": nll, "count": count}
+
+
+# ----------------------------------------------------------------------------------------------- decoding
+
+SUPPORTS = Supports(beam=True)
+
+
+def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: int = 1, length_penalty=1.0,
+                max_len_a=1.2, max_len_b=10, max_out: int) -> dict:
+    """Greedy or beam search (`jaxnat.decoding.search.ar_search`) with the model's KV cache.
+
+    src: int32[B, S]; beam_size and max_out static. The source is encoded once and its memory repeated per
+    beam (row b * beam_size + k). Returns ar_search's {'tokens', 'score', 'length'}.
+    """
+    if max_out - 1 > model.cfg.max_len:
+        raise ConfigError(f"max_out={max_out} needs {max_out - 1} target positions; the model has "
+                          f"max_len={model.cfg.max_len}")
+    if beam_size < 1:
+        raise ConfigError(f"beam_size={beam_size} must be at least 1")
+    src_mask = jnp.repeat(token_mask(src), beam_size, axis=0)
+    memory = jnp.repeat(model.apply(params, src, method=model.encode), beam_size, axis=0)
+    # positions 0 .. max_out - 2 are fed (the last token, at max_out - 1, is never fed back)
+    cache = model.apply(params, memory, max_out - 1, method=model.init_cache)
+
+    def tokens_to_logprobs(tokens, cache, index):
+        return model.apply(params, tokens, cache, index, src_mask, method=model.step)
+
+    return ar_search(tokens_to_logprobs, cache, token_mask(src).sum(axis=1), beam_size=beam_size,
+                     length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out)
+
+
+def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
+    del pieces  # no word-level rules
+    module, e = ARTransformer(cfg), config.eval
+
+    def init(rng, batch):
+        return module.init(rng, batch["src"][:1], batch["tgt"][:1, :-1])
+
+    def generate(params, request: DecodeRequest) -> dict:
+        return ar_generate(module, params, request.src, beam_size=request.beam_size,
+                           length_penalty=e.length_penalty, max_len_a=e.max_len_a, max_len_b=e.max_len_b,
+                           max_out=request.max_out or capacity(request.src.shape[1]))
+
+    def loss(params, batch, rng, train=True):
+        return ar_loss(module, params, batch, rng, config.train.label_smoothing, train)
+
+    def capacity(src_len: int) -> int:
+        """The output rows for sources padded to src_len: room for max_len_a · src_len + max_len_b tokens."""
+        return int(min(cfg.max_len, int(e.max_len_a * src_len + e.max_len_b) + 2))
+
+    return ModelSpec("ar", cfg, module, init, loss, generate, capacity, SUPPORTS)

@@ -9,8 +9,8 @@ with ``e_j`` the raw embedding of input token ``j``. As in the authors' code, co
 pointing at it deletes the slot (the paper writes a separate vector ``b``); BOS and EOS are pinned at decode
 time. A token may be copied to several slots, and a token nobody points at disappears. Placeholder insertion
 and token prediction are LevT's (`jaxnat.models.insertion`). One decoding iteration = reposition →
-placeholders → fill (`jaxnat.decoding.refine`); the reference recipe gives the reposition head its own layer
-stack.
+placeholders → fill (`editor_reposition`, run by `jaxnat.decoding.refine`); the reference recipe gives the
+reposition head its own layer stack. docs/editor.md explains what this follows.
 
 Training is *dual-path imitation learning* with the ed3 oracle (Levenshtein distance where substituting a
 token that occurs in the input costs 1): the reposition and insertion heads are each trained on what the
@@ -19,16 +19,22 @@ other one produces from the noised reference ``y0 = random_delete_shuffle(y*)`` 
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from jax import lax
 
 from jaxnat import edit_ops
 from jaxnat.data.vocab import PAD_ID
-from jaxnat.models.insertion import EditTransformer, head_runner, insertion_losses, mean_loss, model_fills
+from jaxnat.decoding.refine import Hypotheses
+from jaxnat.decoding.request import Supports
+from jaxnat.models.insertion import (EditTransformer, early_exit, edit_model_spec, head_runner, insertion_losses,
+                                     mean_loss, model_fills)
+from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import token_mask
 from jaxnat.oracle import ed3_labels, random_delete_shuffle
-from jaxnat.training.losses import smoothed_cross_entropy
+from jaxnat.models.losses import smoothed_cross_entropy
 
 NOT_A_TOKEN = -1e9  # the logit of pointing at padding (finite: an all-padding row must not give NaN)
 
@@ -65,7 +71,7 @@ def apply_model_reposition(tokens: jax.Array, logits: jax.Array) -> jax.Array:
 def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Array | None, label_smoothing: float,
                 placeholder_smoothing: float = 0.01, dual_path: bool = True, alpha: float = 0.0, beta: float = 0.0,
                 train: bool = True, keep_roll_in: bool = False):
-    """Dual-path imitation learning with the ed3 oracle, computed on device (reference-semantics §6).
+    """Dual-path imitation learning with the ed3 oracle, computed on device (docs/editor.md).
 
     Roll-in starts from ``y0 = random_delete_shuffle(y*)`` (word-level shuffle; ``word_start``: bool[V], the
     pieces that begin a word, None = every piece). The paper's mixtures (its eqs. 6–7), per sentence:
@@ -125,3 +131,62 @@ def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Arra
     if keep_roll_in:
         aux["roll_in"] = {"y0": y0, "y_ins": y_ins, "y_rps": y_rps, "ins_on_y0": ins_on_y0, "rps_on_y0": rps_on_y0}
     return (plh_loss + tok_loss + rps_loss) * n, aux
+
+
+# ----------------------------------------------------------------------------------------------- decoding
+
+SUPPORTS = Supports(init=True, soft_constraints=True, hard_constraints=True, trace=True,
+                    counts=("iterations", "repositions", "deletions", "insertions"))
+
+
+def glued_to_phrase(tokens: jax.Array, phrase: jax.Array, continues: jax.Array) -> jax.Array:
+    """bool[B, L]: free pieces that would extend a hard constraint's last word — those right after a phrase
+    that continue a word (``continues``: bool[V]), and the continuing pieces after them."""
+    pos = edit_ops.positions(tokens)
+    anchor = (phrase > 0) | ~continues[tokens] | (pos == 0)
+    run_start = lax.cummax(jnp.where(anchor, pos, 0), axis=1)
+    return ~anchor & (jnp.take_along_axis(phrase, run_start, axis=1) > 0)
+
+
+def editor_reposition(hyps: Hypotheses, logits: jax.Array, active: jax.Array, continues: jax.Array | None = None,
+                      deletion_reward: float = 0.0):
+    """EDITOR's first edit: every slot takes the input token it scores highest (column 0 deletes; the deletion
+    reward is added to it first); BOS/EOS pinned; finished rows left as they are. logits: float32[B, L, L].
+
+    Hard constraints stay whole (`edit_ops.reposition_phrases`): each phrase moves as one block to the slot
+    most likely to take its first token (argmax over slots of log π_rps(first token | slot)), which is its own
+    slot unless the model wants it elsewhere; and with ``continues`` the free pieces that would then extend a
+    phrase's last word are deleted. Counts: repositions (slots holding another token, deletions excluded) and
+    deletions.
+    """
+    n = edit_ops.lengths(hyps.tokens, PAD_ID)[:, None]
+    pos = edit_ops.positions(hyps.tokens)
+    # padding columns can never be pointed at, whatever the head says (finite: an empty row must not give NaN)
+    logits = jnp.where(pos[:, None, :] < n[:, :, None], logits.at[..., 0].add(deletion_reward), NOT_A_TOKEN)
+    index = jnp.where(active[:, None], jnp.argmax(logits, axis=-1).astype(jnp.int32), pos)
+    interior_slot = ((pos > 0) & (pos < n - 1))[:, :, None]
+    anchor = jnp.argmax(jnp.where(interior_slot, jax.nn.log_softmax(logits, axis=-1), -jnp.inf), axis=1)
+    anchor = jnp.where(active[:, None], anchor.astype(jnp.int32), pos)
+    out = edit_ops.reposition_phrases(hyps.tokens, index, anchor, hyps.phrase, PAD_ID,
+                                      sides=(hyps.scores, hyps.phrase))
+    moved = Hypotheses(out.tokens, *out.sides)
+    deletions = out.num_deleted
+    if continues is not None:
+        glued = glued_to_phrase(moved.tokens, moved.phrase, continues)
+        cut = edit_ops.delete_tokens(moved.tokens, glued, PAD_ID, sides=(moved.scores, moved.phrase))
+        moved, deletions = Hypotheses(cut.tokens, *cut.sides), deletions + cut.num_deleted
+    return moved, {"repositions": out.num_moved, "deletions": deletions}
+
+
+def build_spec(config, cfg, pieces) -> ModelSpec:
+    m, t = config.model, config.train
+    module = Editor(cfg, early_exit(m), m.separate_reposition, m.separate_placeholder)
+    word_start = jnp.asarray(pieces.word_start)
+
+    def loss(params, batch, rng, train=True):
+        return editor_loss(module, params, batch, rng, word_start=word_start, label_smoothing=t.label_smoothing,
+                           placeholder_smoothing=t.placeholder_smoothing, dual_path=t.dual_path,
+                           alpha=t.roll_in_alpha, beta=t.roll_in_beta, train=train)
+
+    first_edit = functools.partial(editor_reposition, deletion_reward=config.eval.deletion_reward)
+    return edit_model_spec(config, cfg, "editor", module, loss, "reposition_logits", first_edit, pieces, SUPPORTS)

@@ -7,7 +7,7 @@ edit (Gu et al. 2019, reused unchanged by EDITOR):
 
 `EditTransformer` holds these plus a decoder stack for the model's *first* edit (LevT: deletion, EDITOR:
 reposition), shared with the main decoder or separate; `insertion_losses` is their imitation-learning loss
-on a roll-in sequence. Options: *early exit* (each head reads the output of its own number of decoder
+on a roll-in sequence, and `edit_model_spec` the decoding both models share (`jaxnat.decoding.refine`). Options: *early exit* (each head reads the output of its own number of decoder
 layers, and the layers above are not computed) and separate layer stacks (LevT's Table 2a).
 """
 
@@ -17,10 +17,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxnat.errors import ConfigError
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID
+from jaxnat.decoding.refine import Heads, RefineOptions, length_cap, refine, start_from_request
+from jaxnat.decoding.request import DecodeRequest
+from jaxnat.models.losses import smoothed_cross_entropy
+from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import Decoder, Embedder, Encoder, TransformerConfig, token_mask
 from jaxnat.oracle import MAX_INSERTIONS
-from jaxnat.training.losses import smoothed_cross_entropy
 
 NOT_PREDICTED = (PAD_ID, BOS_ID, EOS_ID, PLH_ID, MASK_ID)  # ids the token head may never write
 
@@ -94,6 +98,21 @@ class EditTransformer(nn.Module):
         return self.tgt_embed.attend(h) if self.cfg.tie_output else self.output(h).astype(jnp.float32)
 
 
+def early_exit(model_cfg) -> tuple[int, int, int]:
+    """model.early_exit "f,p,t" → (first edit, placeholder, token) decoder layers; "" → all dec_layers."""
+    text = model_cfg.early_exit.strip()
+    if not text:
+        return (model_cfg.dec_layers,) * 3
+    try:
+        exits = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        exits = ()
+    if len(exits) != 3 or not all(1 <= e <= model_cfg.dec_layers for e in exits):
+        raise ConfigError(f"model.early_exit must be three layer counts 'f,p,t' between 1 and model.dec_layers "
+                          f"({model_cfg.dec_layers}), got {text!r}")
+    return exits
+
+
 def head_runner(model: EditTransformer, params, train: bool):
     """apply(method, *args, key): runs one of the model's methods, with dropout drawn from ``key``."""
     def apply(method, *args, key):
@@ -122,6 +141,41 @@ def insertion_losses(apply, y_ins: jax.Array, tgt: jax.Array, labels, memory, sr
     tok_loss, tok_nll, tok_count = smoothed_cross_entropy(tok_logits, tgt, labels.insert_mask, label_smoothing)
     return (mean_loss(plh_loss, plh_count), mean_loss(tok_loss, tok_count), mean_loss(tok_nll, tok_count),
             tok_logits)
+
+
+def edit_model_spec(config, cfg: TransformerConfig, name: str, module: EditTransformer, loss, first_head: str,
+                    first_edit, pieces, supports) -> ModelSpec:
+    """The `ModelSpec` of an edit-based model: its first edit (``first_head``: the module method giving its
+    logits; ``first_edit``: a `refine.FirstEdit`) and the shared insertion heads, run by `refine` from the
+    request's starting hypotheses (`start_from_request`). supports.counts: "iterations", the first edit's
+    counts, "insertions"."""
+    e = config.eval
+    options = RefineOptions(e.max_iter, e.placeholder_penalty, e.length_cap_min, e.length_cap_ratio,
+                            e.run_all_iterations)
+    continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None
+    count_names = tuple(c for c in supports.counts if c not in ("iterations", "insertions"))
+
+    def init(rng, batch):
+        return module.init(rng, batch["src"][:1], batch["tgt"][:1])
+
+    def generate(params, request: DecodeRequest) -> dict:
+        src = request.src
+        memory, src_mask = module.apply(params, src, method="encode"), token_mask(src)
+
+        def head(method):
+            return lambda tokens: module.apply(params, tokens, memory, src_mask, method=method)
+
+        heads = Heads(head(first_head), head("placeholder_logits"),
+                      lambda tokens: forbid_reserved(head("token_logits")(tokens)))
+        capacity = request.max_out or capacity_for(src.shape[1])
+        start = start_from_request(request, capacity)
+        return refine(heads, first_edit, start, length_cap(src, capacity, options),
+                      options._replace(trace=request.trace), count_names, continues)
+
+    def capacity_for(src_len: int) -> int:
+        return int(min(cfg.max_len, max(e.length_cap_min, int(e.length_cap_ratio * src_len))))
+
+    return ModelSpec(name, cfg, module, init, loss, generate, capacity_for, supports)
 
 
 def model_fills(tok_logits: jax.Array, tgt: jax.Array, insert_mask: jax.Array) -> jax.Array:

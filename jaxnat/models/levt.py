@@ -9,7 +9,8 @@ on the shared decoder (reference-semantics §4–5):
 
 Options from the paper: early exit and separate layer stacks for the deletion and/or placeholder heads (the
 weight-sharing variants of its Table 2a). The training objective (dual-policy imitation learning with the
-ed2 oracle, `levt_loss`) sits below the module; the refinement loop is `jaxnat.decoding.refine`.
+ed2 oracle, `levt_loss`) sits below the module, then the deletion edit the refinement loop
+(`jaxnat.decoding.refine`) runs with it. docs/levt.md explains what this follows.
 """
 
 from __future__ import annotations
@@ -17,11 +18,16 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxnat.models.insertion import (EditTransformer, empty_canvas, head_runner, insertion_losses, mean_loss,
-                                     model_fills)
+from jaxnat import edit_ops
+from jaxnat.data.vocab import PAD_ID
+from jaxnat.decoding.refine import Hypotheses
+from jaxnat.decoding.request import Supports
+from jaxnat.models.insertion import (EditTransformer, early_exit, edit_model_spec, empty_canvas, head_runner,
+                                     insertion_losses, mean_loss, model_fills)
+from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import token_mask
 from jaxnat.oracle import ed2_labels, random_delete
-from jaxnat.training.losses import smoothed_cross_entropy
+from jaxnat.models.losses import smoothed_cross_entropy
 
 
 class LevenshteinTransformer(EditTransformer):
@@ -88,3 +94,47 @@ def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_
     n = jnp.sum(token_mask(tgt), dtype=jnp.float32)
     return (plh_loss + tok_loss + del_loss) * n, {"nll": tok_nll * n, "count": n, "placeholder_loss": plh_loss,
                                                   "deletion_loss": del_loss}
+
+
+# ----------------------------------------------------------------------------------------------- decoding
+
+SUPPORTS = Supports(init=True, soft_constraints=True, hard_constraints=True, trace=True,
+                    counts=("iterations", "deletions", "insertions"))
+
+
+def keep_word_boundaries(tokens: jax.Array, phrase: jax.Array, delete: jax.Array,
+                         continues: jax.Array | None) -> jax.Array:
+    """bool[B, L]: ``delete`` without the deletions that would glue a piece onto a hard constraint's last word.
+
+    Invariant (with the fill rule of `refine.insert_and_fill`): the token right after a phrase does not
+    continue a word (``continues``: bool[V]). It may only be deleted when its successor does not continue a
+    word either and survives, so the invariant holds after the deletion.
+    """
+    if continues is None:
+        return delete
+    guard = jnp.pad((phrase[:, :-1] > 0) & (phrase[:, 1:] == 0), ((0, 0), (1, 0)))
+    successor_ok = jnp.pad(~continues[tokens[:, 1:]] & ~delete[:, 1:], ((0, 0), (0, 1)))
+    return delete & ~(guard & ~successor_ok)
+
+
+def levt_delete(hyps: Hypotheses, logits: jax.Array, active: jax.Array, continues: jax.Array | None = None):
+    """LevT's first edit: argmax deletion, only in sentences longer than [BOS, EOS]; phrases protected.
+    logits: float32[B, L, 2]; active: bool[B] (finished rows are left as they are)."""
+    n = edit_ops.lengths(hyps.tokens, PAD_ID)
+    delete = (jnp.argmax(logits, axis=-1) == 1) & (active & (n > 2))[:, None]
+    delete = keep_word_boundaries(hyps.tokens, hyps.phrase, delete, continues)
+    out = edit_ops.delete_tokens(hyps.tokens, delete, PAD_ID, protect=hyps.phrase > 0,
+                                 sides=(hyps.scores, hyps.phrase))
+    return Hypotheses(out.tokens, *out.sides), {"deletions": out.num_deleted}
+
+
+def build_spec(config, cfg, pieces) -> ModelSpec:
+    m, t = config.model, config.train
+    module = LevenshteinTransformer(cfg, early_exit(m), m.separate_deletion, m.separate_placeholder)
+
+    def loss(params, batch, rng, train=True):
+        return levt_loss(module, params, batch, rng, label_smoothing=t.label_smoothing,
+                         placeholder_smoothing=t.placeholder_smoothing, alpha=t.roll_in_alpha,
+                         beta=t.roll_in_beta, train=train)
+
+    return edit_model_spec(config, cfg, "levt", module, loss, "deletion_logits", levt_delete, pieces, SUPPORTS)

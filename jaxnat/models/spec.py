@@ -4,29 +4,11 @@ builds its own (`build_spec(config, cfg, pieces)`); `jaxnat.models.build_model` 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable
 
-import numpy as np
-
+from jaxnat.data.vocab import PieceTables  # noqa: F401  (re-exported: the spec builders take one)
 from jaxnat.decoding.request import Supports
 from jaxnat.models.transformer import TransformerConfig
-
-
-class PieceTables(NamedTuple):
-    """Facts about the target vocabulary some models need (numpy bool[V] each):
-
-    word_start: the pieces that begin a word (EDITOR's training noise shuffles whole words);
-    continues: the pieces that would extend the word before them (letters, digits, hyphens, apostrophes; not
-      punctuation), never put right after a hard constraint, so that it stays a word.
-    """
-
-    word_start: np.ndarray
-    continues: np.ndarray
-
-    @classmethod
-    def every_piece_a_word(cls, vocab_size: int) -> "PieceTables":
-        """For vocabularies without word structure (tests, untokenised ids): no piece glues onto another."""
-        return cls(np.ones(vocab_size, bool), np.zeros(vocab_size, bool))
 
 
 @dataclasses.dataclass(frozen=True)

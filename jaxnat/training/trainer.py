@@ -90,7 +90,7 @@ class Trainer:
         self.tokenizer = Tokenizer.train_or_load(workdir, train_src, train_tgt, d.vocab_size, joint=d.joint_vocab,
                                                  model_type=d.spm_model_type, seed=config.train.seed)
         self.spec = build_model(config, self.tokenizer.vocab_size("src"), self.tokenizer.vocab_size("tgt"),
-                               self.tokenizer.word_start_table("tgt"))
+                               self.tokenizer.piece_tables("tgt"))
         self.mesh = mesh_lib.make_mesh()
         self.optimizer, self.schedule = make_optimizer(config.train)
         self.ckpt = Checkpoints(workdir, config.train.keep_checkpoints)

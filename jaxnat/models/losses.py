@@ -1,4 +1,4 @@
-"""Label-smoothed cross-entropy as in fairseq (reference-semantics §4).
+"""Label-smoothed cross-entropy as in fairseq (docs/levt.md).
 
 Per token: `(1 - eps) * nll - eps * mean_v log p_v` (uniform smoothing over the vocabulary). Functions
 return *sums* and a token count, so that a data-parallel step can normalise by the global count and give

@@ -1,0 +1,42 @@
+"""Restoring a trained workdir for decoding: its tokenizer, its model and its best parameters, as a
+`Translator`. Used by evaluation, `--mode translate`, distillation and the benchmarks."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import jax
+import jax.numpy as jnp
+
+from jaxnat.data.tokenizer import Tokenizer
+from jaxnat.data.vocab import BOS_ID, EOS_ID
+from jaxnat.decoding.translator import Translator
+from jaxnat.errors import JaxnatError
+from jaxnat.models import build_model
+from jaxnat.training.checkpoint import Checkpoints
+
+log = logging.getLogger("jaxnat")
+
+
+def load_translator(config, workdir: str) -> Translator:
+    """The best parameters of a workdir (or the newest training state if no validation ran yet)."""
+    if not os.path.isdir(os.path.join(workdir, "spm")):
+        raise JaxnatError(f"{workdir} holds no trained run (no spm/ directory); train first with --mode train")
+    tokenizer = Tokenizer.load(workdir)
+    spec = build_model(config, tokenizer.vocab_size("src"), tokenizer.vocab_size("tgt"), tokenizer.piece_tables("tgt"))
+    example = {"src": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32), "tgt": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32)}
+    target = jax.jit(spec.init)(jax.random.PRNGKey(0), example)
+    ckpt = Checkpoints(workdir, config.train.keep_checkpoints)
+    params = ckpt.restore_best(target)
+    if params is None:
+        if ckpt.latest_step() is None:
+            raise JaxnatError(f"{workdir} has no checkpoint yet; train first with --mode train")
+        log.warning("no best checkpoint (no validation ran yet): using the newest training state")
+        from jaxnat.training.optim import make_optimizer
+
+        opt, _ = make_optimizer(config.train)
+        state = {"step": jnp.zeros((), jnp.int32), "params": target, "opt_state": opt.init(target)}
+        params = ckpt.restore_state(state)["params"]
+    ckpt.close()
+    return Translator(spec, params, tokenizer, config)

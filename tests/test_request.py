@@ -1,0 +1,103 @@
+"""The decode request: its starting hypotheses (a vectorised kernel) against a plain-Python reference on random
+requests (empty, single-piece, full-capacity, all-PAD phrases, mixed soft/hard/init rows), the host-side
+padding helpers, and the one-line refusals of a model that cannot honour a request."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxnat.config import build_config
+from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID
+from jaxnat.decoding.refine import start_from_request
+from jaxnat.decoding.request import DecodeRequest, Supports, check_supported, pad_hypotheses, pad_phrases
+from jaxnat.errors import DataError
+from jaxnat.models import MODELS, build_model, supports
+
+C, P = 3, 3
+CAPACITY = C * P + 2  # room for every phrase at full length: the tightest capacity allowed
+
+
+def python_start(init, phrases, hard):
+    """(tokens, phrase ids) of one sentence as lists without padding; phrase k (from 1) is the k-th given,
+    empty ones included."""
+    if init is not None:
+        return init, [0] * len(init)
+    tokens, marks = [BOS_ID], [0]
+    for k, ph in enumerate(phrases or [], 1):
+        tokens += ph
+        marks += [k if hard else 0] * len(ph)
+    return tokens + [EOS_ID], marks + [0]
+
+
+piece = st.integers(NUM_RESERVED, 30)
+sentence = st.one_of(
+    st.tuples(st.lists(piece, max_size=CAPACITY - 2).map(lambda ids: [BOS_ID, *ids, EOS_ID]), st.none(),
+              st.just(False)),
+    st.tuples(st.none(), st.lists(st.lists(piece, max_size=P), max_size=C), st.booleans()),
+    st.tuples(st.none(), st.none(), st.just(False)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(sentence, min_size=1, max_size=5))
+def test_start_from_request_matches_python(sentences):
+    b = len(sentences)
+    inits = [s[0] for s in sentences]
+    init = None
+    if any(i is not None for i in inits):
+        init = np.full((b, CAPACITY), PAD_ID, np.int32)
+        for r, row in enumerate(inits):
+            if row is not None:
+                init[r, :len(row)] = row
+    constraints = np.full((b, C, P), PAD_ID, np.int32)
+    for r, (_, phrases, _) in enumerate(sentences):
+        for k, ph in enumerate(phrases or []):
+            constraints[r, k, :len(ph)] = ph
+    hard = np.array([s[2] for s in sentences])
+    request = DecodeRequest(jnp.zeros((b, 4), jnp.int32), init, constraints, hard)
+    got = jax.jit(start_from_request, static_argnums=1)(request, CAPACITY)
+    for r, (row_init, phrases, is_hard) in enumerate(sentences):
+        tokens, marks = python_start(row_init, phrases, is_hard)
+        n = len(tokens)
+        assert got.tokens[r].tolist() == tokens + [PAD_ID] * (CAPACITY - n)
+        assert got.phrase[r].tolist() == marks + [0] * (CAPACITY - n)
+        assert not np.asarray(got.scores[r]).any()
+
+
+def test_plain_request_starts_empty_and_too_small_capacity_is_refused():
+    out = start_from_request(DecodeRequest(jnp.zeros((2, 3), jnp.int32)), 5)
+    assert out.tokens.tolist() == [[BOS_ID, EOS_ID, PAD_ID, PAD_ID, PAD_ID]] * 2
+    with pytest.raises(ValueError, match="capacity"):
+        start_from_request(DecodeRequest(jnp.zeros((1, 3), jnp.int32), constraints=jnp.full((1, 2, 3), 7)), 7)
+
+
+def test_padding_helpers():
+    assert pad_hypotheses([[7, 8], None], 5).tolist() == [[BOS_ID, 7, 8, EOS_ID, PAD_ID], [PAD_ID] * 5]
+    out = pad_phrases([[[7], [8, 9, 10]], None, [[11, 12]]])
+    assert out.shape == (3, 2, 3)
+    assert out[0].tolist() == [[7, PAD_ID, PAD_ID], [8, 9, 10]] and not out[1].any()
+
+
+def test_what_each_model_supports_is_checked_in_one_line():
+    check_supported("levt", supports("levt"), init=True, soft=True, hard=True, trace=True)
+    for kwargs, what in [({"init": True}, "initial hypotheses"), ({"hard": True}, "hard constraints"),
+                         ({"soft": True}, "soft constraints"), ({"trace": True}, "edit traces")]:
+        with pytest.raises(DataError, match=f"model 'ar' does not take {what}"):
+            check_supported("ar", supports("ar"), **kwargs)
+    with pytest.raises(DataError, match="beam search"):
+        check_supported("editor", supports("editor"), beam_size=4)
+    check_supported("x", Supports(beam=True), beam_size=4)
+
+
+def test_every_model_declares_its_counts_and_generate_reports_them():
+    """Each registered model builds, and generate returns tokens, score and exactly the counts it declares."""
+    for name in MODELS:
+        config = build_config("tests/configs/tiny.py", [f"--config.model.name={name}", "--config.eval.beam_size=1"])
+        spec = build_model(config, 40, 40)
+        src = jnp.asarray([[BOS_ID, 7, 8, EOS_ID]], jnp.int32)
+        params = spec.init(jax.random.PRNGKey(0), {"src": src, "tgt": src})
+        out = spec.generate(params, DecodeRequest(src, max_out=spec.capacity(4)))
+        assert set(out) >= {"tokens", "score", *spec.supports.counts}, name
+        assert set(out) - {"tokens", "score", "phrase", "length"} == set(spec.supports.counts), name
