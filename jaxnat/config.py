@@ -53,6 +53,7 @@ def default_config() -> ml_collections.ConfigDict:
         max_len=128, truncate=False,  # pairs longer than max_len tokens (BOS/EOS included) are dropped or cut
         batch_tokens=4096,  # padded tokens per batch and side
         bucket_growth=1.2, bucket_multiple=4,  # bucket lengths: multiples of 4 growing ~1.2x (fewer: less compiling, more padding)
+        init_lang="",  # e.g. "mt": refining models train (and evaluate) from {split}.mt[.gz], initial hypotheses y0
     )
     c.train = dict(
         steps=100000, lr=5e-4, warmup_steps=4000, warmup_init_lr=1e-7,
@@ -215,6 +216,17 @@ def validate(config: ml_collections.ConfigDict) -> None:
     early_exit(m)
     if d.source == "text" and not d.dir:
         raise ConfigError("data.source=text needs data.dir (a directory of {split}.{lang}[.gz] files)")
+    if d.init_lang:  # post-editing data: a third file per split, refined by the model from y0 = its line
+        if not supports(m.name).init:
+            refining = ", ".join(name for name in MODELS if supports(name).init)
+            raise ConfigError(f"data.init_lang trains a refining model ({refining}) from initial hypotheses; "
+                              f"model.name is {m.name!r}")
+        if d.source != "text":
+            raise ConfigError(f"data.init_lang needs data.source=text (the {{split}}.{d.init_lang} files are read "
+                              f"from data.dir); data.source is {d.source!r}")
+        if d.init_lang in (d.src_lang, d.tgt_lang):
+            raise ConfigError(f"data.init_lang ({d.init_lang!r}) must differ from data.src_lang and data.tgt_lang: "
+                              f"it names the initial-hypothesis files, e.g. 'mt' for train.mt")
 
 
 def build_config(path: str, overrides: list[str]) -> ml_collections.ConfigDict:

@@ -1,6 +1,6 @@
 """Evaluation of a trained workdir: translate every test split with the best checkpoint, score it, measure
 speed, and write `hyps/<split>.txt` and `metrics.json` = {split: {metric: value}} (constrained runs under
-`<split>+soft` / `<split>+hard`)."""
+`<split>+soft` / `<split>+hard`, post-editing from the data's initial hypotheses under `<split>+init`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from jaxnat.data.sources import load_corpus
+from jaxnat.data.sources import load_corpus, load_inits
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.translator import Translator
 from jaxnat.evaluation.constraints import make_constraints, write_constraints
@@ -77,11 +77,34 @@ def evaluate(config, workdir: str) -> dict:
                     srcs[:n], e.beam_size, constraints[:n], [mode == "hard"] * min(n, len(srcs)))
             log.info("%s with %s constraints: BLEU %.2f, CPR %.1f", split, mode,
                      results[f"{split}+{mode}"]["bleu"], results[f"{split}+{mode}"]["cpr"])
+    results.update(post_edit_rows(config, corpus, translator, workdir))
     with open(os.path.join(workdir, "metrics.json"), "w") as f:
         json.dump(results, f, indent=2, sort_keys=True)
     print(format_table(results, summary_columns(results)))
     log.info("all metrics: %s", os.path.join(workdir, "metrics.json"))
     return results
+
+
+def post_edit_rows(config, corpus, translator: Translator, workdir: str) -> dict:
+    """`<split>+init` rows: every test split with initial hypotheses (`{split}.{data.init_lang}`) decoded again
+    starting from them (post-editing, LevT §5), hyps in `hyps/<split>.init.txt`. With references the row also
+    has `init_bleu`, the BLEU of the initial hypotheses themselves: what the refinement starts from."""
+    e = config.eval
+    rows = {}
+    for split, inits in load_inits(config.data, corpus).items():
+        if split in ("train", "valid"):
+            continue
+        srcs, refs = corpus[split]
+        outs = translator.translate(srcs, e.beam_size, e.batch_size, inits=inits)
+        hyps = [o["hyp"] for o in outs]
+        _write_lines(os.path.join(workdir, "hyps", f"{split}.init.txt"), hyps)
+        row = {"mean_score": float(np.mean([o["score"] for o in outs])), **_edit_counts(outs, translator.spec.supports.counts)}
+        if refs is not None:  # a test split without references is only post-edited
+            row.update(corpus_metrics(hyps, refs), init_bleu=bleu(inits, refs)[0])
+            log.info("%s post-edited from %s: BLEU %.2f (initial hypotheses: %.2f)", split, config.data.init_lang,
+                     row["bleu"], row["init_bleu"])
+        rows[f"{split}+init"] = row
+    return rows
 
 
 SUMMARY = ("bleu", "chrf", "ribes", "ter", "cpr", "term_usage", "latency_ms", "sentences_per_s", "mean_iterations",

@@ -80,29 +80,57 @@ def prepare_examples(
     Returns:
       (src, tgt, counts) with counts {'kept', 'too_long', 'truncated', 'empty'} (pairs).
     """
+    src, tgt, _, counts = prepare_with_init(src_ids, tgt_ids, None, max_len, truncate, drop_empty)
+    return src, tgt, counts
+
+
+def prepare_with_init(
+    src_ids: Sequence[Sequence[int]],
+    tgt_ids: Sequence[Sequence[int]] | None,
+    init_ids: Sequence[Sequence[int]] | None,
+    max_len: int,
+    truncate: bool,
+    drop_empty: bool = True,
+) -> tuple[list[np.ndarray], list[np.ndarray] | None, list[np.ndarray] | None, dict[str, int]]:
+    """`prepare_examples` with a third, optional side: the initial hypothesis y0 (target pieces) of each pair.
+
+    The init side is wrapped, dropped-if-too-long or truncated exactly like src and tgt, so `max_len` bounds
+    all three. An empty init does not drop its pair: [BOS, EOS] is a refining model's ordinary start.
+
+    Returns:
+      (src, tgt, init, counts): init is None when `init_ids` is None; counts as in `prepare_examples`.
+    """
     if int(max_len) != max_len or max_len < 3:
         raise ConfigError(f"max_len must be an integer >= 3 (BOS, a piece, EOS), got {max_len!r}")
     if tgt_ids is not None and len(src_ids) != len(tgt_ids):
         raise DataError(f"{len(src_ids)} source but {len(tgt_ids)} target sentences; they must be aligned")
+    if init_ids is not None and len(src_ids) != len(init_ids):
+        raise DataError(f"{len(src_ids)} source but {len(init_ids)} initial hypotheses; they must be aligned")
     counts = {"kept": 0, "too_long": 0, "truncated": 0, "empty": 0}
     out_src: list[np.ndarray] = []
     out_tgt: list[np.ndarray] = []
+    out_init: list[np.ndarray] = []
     for i, s in enumerate(src_ids):
         t = tgt_ids[i] if tgt_ids is not None else None
+        y0 = init_ids[i] if init_ids is not None else None
         if drop_empty and (len(s) == 0 or (t is not None and len(t) == 0)):
             counts["empty"] += 1
             continue
         s_arr, s_cut = _wrap(s, max_len, truncate)
         t_arr, t_cut = _wrap(t, max_len, truncate) if t is not None else (None, False)
-        if s_arr is None or (t is not None and t_arr is None):
+        y0_arr, y0_cut = _wrap(y0, max_len, truncate) if y0 is not None else (None, False)
+        if s_arr is None or (t is not None and t_arr is None) or (y0 is not None and y0_arr is None):
             counts["too_long"] += 1
             continue
-        counts["truncated"] += int(s_cut or t_cut)
+        counts["truncated"] += int(s_cut or t_cut or y0_cut)
         counts["kept"] += 1
         out_src.append(s_arr)
         if t is not None:
             out_tgt.append(t_arr)
-    return out_src, (out_tgt if tgt_ids is not None else None), counts
+        if y0 is not None:
+            out_init.append(y0_arr)
+    return (out_src, out_tgt if tgt_ids is not None else None, out_init if init_ids is not None else None,
+            counts)
 
 
 def _lengths(seqs: Sequence[np.ndarray] | None, n: int) -> np.ndarray:
@@ -128,11 +156,14 @@ def num_tokens(batch: dict[str, np.ndarray], side: str = "tgt") -> int:
 class TrainBatcher:
     """Deterministic, resumable token-budget batches of fixed shapes.
 
-    Each pair goes to the smallest bucket length L >= max(len(src), len(tgt)); a batch of that bucket has
-    shape [B_L, L] with B_L = max(multiple_of, floor(batch_tokens / L) rounded down to a multiple of
+    Each pair goes to the smallest bucket length L >= max(len(src), len(tgt), len(init)); a batch of that
+    bucket has shape [B_L, L] with B_L = max(multiple_of, floor(batch_tokens / L) rounded down to a multiple of
     multiple_of). Per epoch every example appears exactly once; the last, partial batch of a bucket is
     completed with all-PAD rows (which carry no loss), so nothing is dropped and `steps_per_epoch` is the same
     every epoch. `batch(step)` depends only on (seed, step); the current epoch's plan is cached.
+
+    `init` (optional, aligned with src/tgt): each pair's initial hypothesis y0 for training a refining model
+    from data (post-editing); batches then carry it as 'init', shaped like 'tgt'.
     """
 
     def __init__(
@@ -143,9 +174,12 @@ class TrainBatcher:
         buckets: Sequence[int],
         seed: int,
         multiple_of: int = 1,
+        init: Sequence[np.ndarray] | None = None,
     ):
         if len(src) != len(tgt):
             raise DataError(f"{len(src)} source but {len(tgt)} target examples; they must be aligned")
+        if init is not None and len(init) != len(src):
+            raise DataError(f"{len(src)} source but {len(init)} initial hypotheses; they must be aligned")
         if len(src) == 0:
             raise DataError("no training examples left after filtering; check the data and max_len")
         if int(batch_tokens) != batch_tokens or batch_tokens < 1:
@@ -157,7 +191,7 @@ class TrainBatcher:
         buckets = [int(b) for b in buckets]
         if not buckets or any(b < 1 for b in buckets) or sorted(set(buckets)) != buckets:
             raise ConfigError(f"buckets must be strictly increasing positive lengths, got {buckets}")
-        self.src, self.tgt = src, tgt
+        self.src, self.tgt, self.init = src, tgt, init
         self.seed = int(seed)
         self.batch_tokens = int(batch_tokens)
         self.multiple_of = int(multiple_of)
@@ -165,6 +199,8 @@ class TrainBatcher:
 
         n = len(src)
         lengths = np.maximum(_lengths(src, n), _lengths(tgt, n))
+        if init is not None:
+            lengths = np.maximum(lengths, _lengths(init, n))  # 'init' shares the tgt columns
         if lengths.max() > buckets[-1]:
             raise DataError(
                 f"{int((lengths > buckets[-1]).sum())} examples are longer than the largest bucket "
@@ -196,6 +232,11 @@ class TrainBatcher:
     def shapes(self) -> set[tuple[int, int]]:
         """The (batch, length) shapes batches can have."""
         return set(zip(self._bucket_bs, self._bucket_len))
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The keys of every batch, all int32[B, L] of the same shape: ('src', 'tgt'[, 'init'])."""
+        return ("src", "tgt") if self.init is None else ("src", "tgt", "init")
 
     def epoch_of(self, step: int) -> int:
         return int(step) // self.steps_per_epoch
@@ -229,13 +270,19 @@ class TrainBatcher:
         return self.plan(epoch)[within][1]
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
-        """{'src': int32[B, L], 'tgt': int32[B, L]} of global step `step` (>= 0)."""
+        """{'src': int32[B, L], 'tgt': int32[B, L][, 'init': int32[B, L]]} of global step `step` (>= 0).
+
+        Rows are [BOS … EOS] right-padded with PAD; filler rows (index -1) are all PAD on every side.
+        """
         if int(step) != step or step < 0:
             raise ValueError(f"step must be a non-negative integer, got {step!r}")
         epoch, within = divmod(int(step), self.steps_per_epoch)
         b, rows = self.plan(epoch)[within]
         length = self._bucket_len[b]
-        return {"src": _fill(self.src, rows, length), "tgt": _fill(self.tgt, rows, length)}
+        batch = {"src": _fill(self.src, rows, length), "tgt": _fill(self.tgt, rows, length)}
+        if self.init is not None:
+            batch["init"] = _fill(self.init, rows, length)
+        return batch
 
 
 class Prefetcher:
@@ -326,12 +373,14 @@ def eval_batches(
     tgt: Sequence[np.ndarray] | None,
     batch_size: int,
     buckets: Sequence[int],
+    init: Sequence[np.ndarray] | None = None,
 ) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
     """Batches for evaluation/translation, sorted by length, of fixed shapes [batch_size, L] per bucket.
 
     Yields (indices, batch): `indices[r]` is the position in `src` of row r, or -1 for a PAD row that fills
     the last batch of a bucket, so outputs can be scattered back: `out[indices[indices >= 0]] = ...`.
-    `batch` has 'src' and, unless `tgt` is None, 'tgt'. Each example appears exactly once.
+    `batch` has 'src' and, unless `tgt` is None, 'tgt' (and 'init' if `init` is given), all int32[batch_size,
+    L]. Each example appears exactly once.
     """
     if int(batch_size) != batch_size or batch_size < 1:
         raise ConfigError(f"eval batch_size must be a positive integer, got {batch_size!r}")
@@ -340,11 +389,15 @@ def eval_batches(
     n = len(src)
     if tgt is not None and len(tgt) != n:
         raise DataError(f"{n} source but {len(tgt)} target examples; they must be aligned")
+    if init is not None and len(init) != n:
+        raise DataError(f"{n} source but {len(init)} initial hypotheses; they must be aligned")
     if n == 0:
         return
     lengths = _lengths(src, n)
     if tgt is not None:
         lengths = np.maximum(lengths, _lengths(tgt, n))
+    if init is not None:
+        lengths = np.maximum(lengths, _lengths(init, n))
     if lengths.max() > buckets[-1]:
         raise DataError(
             f"{int((lengths > buckets[-1]).sum())} evaluation examples are longer than the largest bucket "
@@ -361,4 +414,6 @@ def eval_batches(
             batch = {"src": _fill(src, rows, length)}
             if tgt is not None:
                 batch["tgt"] = _fill(tgt, rows, length)
+            if init is not None:
+                batch["init"] = _fill(init, rows, length)
             yield rows, batch

@@ -2,7 +2,7 @@
 
 Config fields (`config.data`): `source` ('synthetic' | 'text' | 'tfds'), `dir`, `src_lang`, `tgt_lang`,
 `train_split`, `valid_split`, `test_splits` (comma-separated), `synthetic_seed`, `synthetic_train`,
-`synthetic_valid`, `synthetic_test`, `tfds_name`, `tfds_data_dir`.
+`synthetic_valid`, `synthetic_test`, `tfds_name`, `tfds_data_dir`, `init_lang`.
 
 * synthetic: `jaxnat.data.synthetic.generate_corpus`; the test split is called 'test'.
 * text: `{dir}/{split}.{lang}[.gz]`. A test split whose target file is missing is loaded with target None
@@ -10,6 +10,9 @@ Config fields (`config.data`): `source` ('synthetic' | 'text' | 'tfds'), `dir`, 
 * tfds: with `dir` set, the text files of `dir` are first turned into the ArrayRecord dataset `tfds_name` in
   `tfds_data_dir` (reused if already built from the same files); without `dir`, `tfds_name` must already be
   prepared there (e.g. `wmt14_translate/de-en`, see `jaxnat.data.tfds_builder`).
+
+`init_lang` (text source only) names a third, optional side: initial hypotheses y⁰ to refine, e.g. MT output
+for post-editing (LevT §5); `load_inits` reads them.
 """
 
 from __future__ import annotations
@@ -143,6 +146,48 @@ def _split(cfg: Any, key: str) -> str:
     if not split:
         raise ConfigError(f"config.data.{key}_split must name a split")
     return split
+
+
+def load_inits(data_cfg: Any, corpus: Corpus) -> dict[str, list[str]]:
+    """Initial hypotheses y⁰ of the splits of `corpus` that have them: {corpus key: lines}; {} without init_lang.
+
+    With `data.init_lang` set, `{dir}/{split}.{init_lang}[.gz]` holds one target-language hypothesis per line,
+    line-aligned with the split's source. Train and valid must have one (their batches carry it); a test split
+    may (evaluation then also post-edits from it).
+
+    Raises:
+      ConfigError: init_lang is set but the source is not 'text'.
+      DataError: the train or valid file is missing (naming its path), or a file is bad or not line-aligned
+        with its source (naming both files and counts).
+    """
+    from jaxnat.data.text import find_split_file, read_aligned
+
+    lang = _str(data_cfg, "init_lang", "")
+    if not lang:
+        return {}
+    source = _str(data_cfg, "source", "")
+    if source != "text":
+        raise ConfigError(
+            f"config.data.init_lang needs data.source=text (the {{split}}.{lang} files are read from data.dir), "
+            f"got source {source!r}"
+        )
+    directory = _data_dir(data_cfg)
+    src_lang, _ = _langs(data_cfg)
+    out: dict[str, list[str]] = {}
+    for key, (src, _) in corpus.items():
+        split = _split(data_cfg, key) if key in ("train", "valid") else key
+        src_path = find_split_file(directory, split, src_lang)
+        try:
+            path = find_split_file(directory, split, lang)
+        except DataError:
+            if key not in ("train", "valid"):
+                continue  # a test split without initial hypotheses is only translated from scratch
+            raise DataError(
+                f"{os.path.join(directory, f'{split}.{lang}')}[.gz]: file not found; data.init_lang={lang!r} needs "
+                f"the initial hypotheses of the {key} split, line-aligned with {os.path.basename(src_path)}"
+            ) from None
+        out[key] = read_aligned(path, src_path, len(src))
+    return out
 
 
 def load_corpus(data_cfg: Any) -> Corpus:

@@ -71,12 +71,21 @@ def split_lines(data: bytes, path: str) -> list[str]:
 def read_parallel(src_path: str, tgt_path: str) -> tuple[list[str], list[str]]:
     """Reads two line-aligned files; raises DataError (one line) if either is bad or the line counts differ."""
     src = read_lines(src_path)
-    tgt = read_lines(tgt_path)
-    if len(src) != len(tgt):
+    return src, read_aligned(tgt_path, src_path, len(src))
+
+
+def read_aligned(path: str, other_path: str, other_lines: int) -> list[str]:
+    """Reads `path`, which must have as many lines as `other_path` (already read: `other_lines`).
+
+    Raises:
+      DataError: `path` is bad, or (one line naming both files and counts) the line counts differ.
+    """
+    lines = read_lines(path)
+    if len(lines) != other_lines:
         raise DataError(
-            f"{src_path} has {len(src)} lines but {tgt_path} has {len(tgt)}; parallel files must be line-aligned"
+            f"{other_path} has {other_lines} lines but {path} has {len(lines)}; parallel files must be line-aligned"
         )
-    return src, tgt
+    return lines
 
 
 def find_split_file(directory: str, split: str, lang: str) -> str:

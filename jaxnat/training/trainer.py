@@ -17,8 +17,8 @@ import numpy as np
 import optax
 from tqdm import tqdm
 
-from jaxnat.data.batching import TrainBatcher, bucket_lengths, eval_batches, prefetch, prepare_examples
-from jaxnat.data.sources import load_corpus
+from jaxnat.data.batching import TrainBatcher, bucket_lengths, eval_batches, prefetch, prepare_with_init
+from jaxnat.data.sources import load_corpus, load_inits
 from jaxnat.data.tokenizer import Tokenizer
 from jaxnat.errors import JaxnatError
 from jaxnat.evaluation.metrics import bleu
@@ -83,6 +83,7 @@ class Trainer:
         self.config, self.workdir = config, workdir
         d = config.data
         self.corpus = load_corpus(d)  # first: a bad data path fails before anything is written
+        self.inits = load_inits(d, self.corpus)  # {split: initial hypotheses}; {} without data.init_lang
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=2, sort_keys=True))
@@ -99,18 +100,24 @@ class Trainer:
 
     # -- data ------------------------------------------------------------------------------------------
     def encoded_split(self, split: str):
+        """(src, tgt, init, counts): [BOS … EOS] int32 arrays filtered by data.max_len (see prepare_with_init).
+
+        init is None without data.init_lang; it is tokenized with the target model, as it is a target-language
+        hypothesis that the model edits into the reference.
+        """
         src, tgt = self.corpus[split]
         src_ids = self.tokenizer.encode(src, "src")
         tgt_ids = self.tokenizer.encode(tgt, "tgt")
-        return prepare_examples(src_ids, tgt_ids, self.config.data.max_len, self.config.data.truncate)
+        init_ids = self.tokenizer.encode(self.inits[split], "tgt") if split in self.inits else None
+        return prepare_with_init(src_ids, tgt_ids, init_ids, self.config.data.max_len, self.config.data.truncate)
 
     def make_batcher(self) -> TrainBatcher:
-        src, tgt, counts = self.encoded_split("train")
+        src, tgt, init, counts = self.encoded_split("train")
         log.info("train pairs: %s", counts)
         if not src:
             raise TrainingError("no training pair is left after filtering; raise data.max_len or set data.truncate=true")
         return TrainBatcher(src, tgt, self.config.data.batch_tokens, self.buckets, self.config.train.seed,
-                            multiple_of=jax.device_count())
+                            multiple_of=jax.device_count(), init=init)
 
     # -- state -----------------------------------------------------------------------------------------
     def init_state(self, example_batch):
@@ -123,23 +130,26 @@ class Trainer:
 
         return jax.jit(init, out_shardings=replicated)()
 
-    def compile_train_steps(self, state, shapes, root_key) -> dict:
+    def compile_train_steps(self, state, shapes, keys, root_key) -> dict:
         """Compiles the train step for every (batch, length) shape up front, so that no compilation lands in
-        the middle of training (and tokens/s in the log is the steady-state speed)."""
+        the middle of training (and tokens/s in the log is the steady-state speed). `keys` are the batches'
+        keys (`TrainBatcher.keys`): a batch with another key set would not match the compiled program."""
         step = jax.jit(make_train_step(self.spec, self.optimizer, self.schedule), donate_argnums=(0,))
         sharding = mesh_lib.batch_sharding(self.mesh)
         compiled = {}
         for shape in tqdm(sorted(shapes), desc="compile", disable=None):
-            batch = {k: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=sharding) for k in ("src", "tgt")}
+            batch = {k: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=sharding) for k in keys}
             compiled[shape] = step.lower(state, batch, root_key).compile()
         log.info("compiled the train step for %d batch shapes", len(compiled))
         return compiled
 
     # -- validation --------------------------------------------------------------------------------------
     def validate(self, params, valid_data, translator) -> dict:
-        src, tgt = valid_data
+        """valid_loss and valid_nll of valid_data = (src, tgt, init or None) from `encoded_split`, and
+        valid_bleu of the first train.valid_bleu_sentences valid sentences decoded from scratch."""
+        src, tgt, init = valid_data
         totals = {"loss": 0.0, "nll": 0.0, "count": 0.0}
-        for _, batch in eval_batches(src, tgt, self.config.eval.batch_size, self.buckets):
+        for _, batch in eval_batches(src, tgt, self.config.eval.batch_size, self.buckets, init=init):
             out = jax.device_get(self._eval_step(params, batch))
             for k in totals:
                 totals[k] += float(out[k])
@@ -171,11 +181,11 @@ class Trainer:
         start = int(state["step"])
         best = self.ckpt.best_meta() or {"bleu": -1.0, "step": -1}
 
-        valid_src, valid_tgt, _ = self.encoded_split("valid")
+        valid_data = self.encoded_split("valid")[:3]  # (src, tgt, init or None)
         translator = Translator(self.spec, state["params"], self.tokenizer, cfg)
         self._eval_step = jax.jit(make_eval_step(self.spec))
         root_key = jax.random.PRNGKey(t.seed + 1)
-        train_steps = self.compile_train_steps(state, batcher.shapes, root_key)
+        train_steps = self.compile_train_steps(state, batcher.shapes, batcher.keys, root_key)
         writer = SummaryWriter(os.path.join(self.workdir, "tensorboard")) if jax.process_index() == 0 else None
 
         consecutive_bad, skipped, window = 0, 0, []
@@ -224,7 +234,7 @@ class Trainer:
                     window.clear()
                     window_tokens, tick = 0.0, time.perf_counter()
                 if done % t.eval_every == 0 or done == t.steps:
-                    result = self.validate(state["params"], (valid_src, valid_tgt), translator)
+                    result = self.validate(state["params"], valid_data, translator)
                     self.history.append({"step": done, **result})
                     log.info("step %d: %s", done, " ".join(f"{k} {v:.3f}" for k, v in result.items()))
                     if writer:
