@@ -4,11 +4,18 @@ sources with beam search, and the (source, teacher translation) pairs become a n
 `python -m jaxnat.main --mode distill --config CONFIG --workdir TEACHER_WORKDIR --output OUT_DIR` writes
 OUT_DIR as a complete `data.source=text` directory (`--config.data.dir=OUT_DIR` trains a student on it):
 
-  {train_split}.{src_lang}   the training sources, as read
+  {train_split}.{src_lang}   the training sources that fit the teacher, as read
   {train_split}.{tgt_lang}   the teacher's translations (beam eval.beam_size, batches of eval.batch_size)
   {valid_split}.{lang}, {test split}.{lang}   copies of the other splits with their original references
   distill.json               the manifest: teacher, checkpoint, decoding settings, counts, timing ('seconds':
                              translation time summed over chunks, across resumed runs)
+
+A source whose sub-word ids with BOS and EOS are more than data.max_len is dropped, source and target: the
+teacher could only translate its cut beginning, and that translation written beside the whole line would
+teach the student to leave the rest of a sentence out. Writing the cut source instead would leave a training
+line that stops mid-sentence (or mid-word), so the pair is not written at all; a student with the same
+data.max_len would leave such a pair out of its batches anyway (or cut it, with data.truncate).
+'dropped_too_long' in distill.json counts them; the train files have 'sentences' - 'dropped_too_long' lines.
 
 All files are UTF-8 plain text, one sentence per line. Work is done in chunks of `CHUNK_SIZE` sentences, each
 written atomically to OUT_DIR/.distill_parts/ as soon as it is translated, so an interrupted run re-run with
@@ -38,7 +45,10 @@ PARTS_DIR = ".distill_parts"
 MANIFEST = "distill.json"
 _PARTS_META = "meta.json"
 # Manifest keys that must agree for an existing distillation to count as "this one".
-_IDENTITY_KEYS = ("teacher_workdir", "checkpoint", "decoding", "sentences", "sources_sha256")
+_IDENTITY_KEYS = ("teacher_workdir", "checkpoint", "decoding", "sentences", "sources_sha256", "too_long_sources")
+# Identity value of what happens to sources longer than data.max_len; distillations without it (older jaxnat)
+# wrote the translation of their cut beginning beside the whole source, and are not resumed or reused.
+TOO_LONG_SOURCES = "dropped"
 
 
 # -- small file helpers ------------------------------------------------------------------------------
@@ -135,6 +145,8 @@ def _describe_difference(old: dict, new: dict) -> str:
         if old.get(key) != new[key]:
             if key == "sources_sha256":
                 return "the training sources differ"
+            if key == "too_long_sources":
+                return "that one kept sources longer than data.max_len, translating only their beginning"
             return f"{key} {old.get(key)!r} there, {new[key]!r} now"
     return "unknown difference"
 
@@ -173,8 +185,8 @@ def check_output_dir(out_dir: str, identity: dict, files: list[str]) -> dict | N
 # -- chunks ------------------------------------------------------------------------------------------
 class Parts:
     """The finished chunks in OUT_DIR/.distill_parts/: `meta.json` (identity + chunk size) and one
-    `NNNNNN.json` per chunk = {'start', 'end', 'hyps': [str], 'seconds', 'cut', 'ratio_sum', 'ratio_count',
-    'ref_ratio_sum', 'ref_ratio_count'}."""
+    `NNNNNN.json` per chunk = {'start', 'end', 'hyps': [str | None] (None: source dropped as too long),
+    'seconds', 'dropped', 'ratio_sum', 'ratio_count', 'ref_ratio_sum', 'ref_ratio_count'}."""
 
     def __init__(self, out_dir: str, identity: dict, chunk_size: int):
         self.dir = os.path.join(out_dir, PARTS_DIR)
@@ -200,7 +212,7 @@ class Parts:
             return None
         hyps = part.get("hyps")
         if (part.get("start"), part.get("end")) != (start, end) or not isinstance(hyps, list) \
-                or len(hyps) != end - start:
+                or len(hyps) != end - start or part.get("dropped") != hyps.count(None):
             log.warning("%s does not match sentences %d-%d; translating that chunk again", self.path(index), start, end)
             return None
         return part
@@ -225,20 +237,26 @@ def _one_line(text: str) -> str:
 
 
 def translate_chunk(translator, sources: list[str], references: list[str], beam_size: int, batch_size: int) -> dict:
-    """Translates one chunk. Returns {'hyps': [str], 'cut', 'ratio_sum', 'ratio_count', 'ref_ratio_sum',
-    'ref_ratio_count'}: length ratios (target / source, in subword tokens) summed over the sentences with a
-    non-empty source, for the teacher's output and for the original references."""
-    src_ids, cut = translator.encode(sources)  # cut: sources longer than data.max_len, shortened
-    outs = translator.translate_ids(src_ids, beam_size, batch_size)
+    """Translates the sources of one chunk that fit data.max_len (with BOS and EOS) and drops the others
+    (module docstring). Returns {'hyps': [str | None] (one per source, None = dropped), 'dropped' (how many),
+    'ratio_sum', 'ratio_count', 'ref_ratio_sum', 'ref_ratio_count'}: length ratios (target / source, in
+    subword tokens) summed over the translated sentences with a non-empty source, for the teacher's output
+    and for the original references."""
     tok = translator.tokenizer
-    hyps = [_one_line(tok.decode(list(o["tokens"]), "tgt")) for o in outs]
-    src_lens = [len(ids) - 2 for ids in src_ids]  # without BOS/EOS
+    pieces = tok.encode(sources, "src")
+    kept = [k for k, ids in enumerate(pieces) if len(ids) + 2 <= translator.max_len]
+    src_ids, _ = translator.encode([sources[k] for k in kept])  # all fit: nothing is cut
+    outs = translator.translate_ids(src_ids, beam_size, batch_size) if kept else []
+    hyps: list[str | None] = [None] * len(sources)
+    for k, out in zip(kept, outs):
+        hyps[k] = _one_line(tok.decode(list(out["tokens"]), "tgt"))
+    src_lens = [len(pieces[k]) for k in kept]
     out_lens = [_generated_length(o["tokens"]) for o in outs]
-    ref_lens = [len(ids) for ids in tok.encode(references, "tgt")]
+    ref_lens = [len(ids) for ids in tok.encode([references[k] for k in kept], "tgt")]
     ratios = [o / s for o, s in zip(out_lens, src_lens) if s > 0]
     ref_ratios = [r / s for r, s in zip(ref_lens, src_lens) if s > 0]
-    return {"hyps": hyps, "cut": cut, "ratio_sum": float(sum(ratios)), "ratio_count": len(ratios),
-            "ref_ratio_sum": float(sum(ref_ratios)), "ref_ratio_count": len(ref_ratios)}
+    return {"hyps": hyps, "dropped": len(sources) - len(kept), "ratio_sum": float(sum(ratios)),
+            "ratio_count": len(ratios), "ref_ratio_sum": float(sum(ref_ratios)), "ref_ratio_count": len(ref_ratios)}
 
 
 def run_chunks(translator, parts: Parts, sources: list[str], references: list[str], beam_size: int,
@@ -273,26 +291,29 @@ def run_chunks(translator, parts: Parts, sources: list[str], references: list[st
 
 # -- the command ---------------------------------------------------------------------------------------
 def summarize(chunks: list[dict], sentences: int) -> dict:
+    """Manifest statistics over all chunks (finished in this run or an earlier one): 'sentences_per_s' counts
+    the translated sentences, 'dropped_too_long' the sources left out."""
     seconds = sum(p["seconds"] for p in chunks)
+    dropped = sum(p["dropped"] for p in chunks)
 
     def mean(key):
         count = sum(p[f"{key}_count"] for p in chunks)
         return sum(p[f"{key}_sum"] for p in chunks) / count if count else None
 
-    return {"seconds": seconds, "sentences_per_s": sentences / max(seconds, 1e-9),
-            "length_ratio": mean("ratio"), "reference_length_ratio": mean("ref_ratio"),
-            "cut_sources": sum(p["cut"] for p in chunks)}
+    return {"seconds": seconds, "sentences_per_s": (sentences - dropped) / max(seconds, 1e-9),
+            "length_ratio": mean("ratio"), "reference_length_ratio": mean("ref_ratio"), "dropped_too_long": dropped}
 
 
-def write_outputs(out_dir: str, names: dict[str, str], corpus: dict, hyps: list[str], src_lang: str,
+def write_outputs(out_dir: str, names: dict[str, str], corpus: dict, hyps: list[str | None], src_lang: str,
                   tgt_lang: str) -> None:
-    """The text directory: distilled train split, and copies of the other splits with original references."""
+    """The text directory: the distilled train split (the pairs whose hyp is not None), and copies of the other
+    splits with their original references."""
     for key, name in names.items():
         src, tgt = corpus[key]
-        _write_lines(os.path.join(out_dir, f"{name}.{src_lang}"), src)
         if key == "train":
-            _write_lines(os.path.join(out_dir, f"{name}.{tgt_lang}"), hyps)
-        elif tgt is not None:
+            src, tgt = [s for s, h in zip(src, hyps) if h is not None], [h for h in hyps if h is not None]
+        _write_lines(os.path.join(out_dir, f"{name}.{src_lang}"), src)
+        if tgt is not None:
             _write_lines(os.path.join(out_dir, f"{name}.{tgt_lang}"), tgt)
 
 
@@ -321,6 +342,7 @@ def distill(config, teacher_workdir: str, out_dir: str, *, config_path: str = ""
         "decoding": decoding_settings(config),
         "sentences": len(sources),
         "sources_sha256": sources_fingerprint(sources),
+        "too_long_sources": TOO_LONG_SOURCES,
     }
     finished = check_output_dir(out_dir, identity, files)
     if finished is not None:
@@ -358,12 +380,12 @@ def distill(config, teacher_workdir: str, out_dir: str, *, config_path: str = ""
     }
     _write_atomic(os.path.join(out_dir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     parts.remove()  # after the manifest: a crash in between leaves a finished directory plus stale parts
-    log.info("distilled %d sentences in %.1f s of translation (%.1f sentences/s) into %s", len(sources),
-             stats["seconds"], stats["sentences_per_s"], out_dir)
+    log.info("distilled %d sentences in %.1f s of translation (%.1f sentences/s) into %s",
+             len(sources) - stats["dropped_too_long"], stats["seconds"], stats["sentences_per_s"], out_dir)
     if stats["length_ratio"] is not None:
         log.info("mean output/input length ratio %.3f (the original references: %.3f), in subword tokens",
                  stats["length_ratio"], stats["reference_length_ratio"])
-    if stats["cut_sources"]:
-        log.warning("%d sources were longer than data.max_len (%d tokens) and were cut before translation: their "
-                    "targets translate only the beginning", stats["cut_sources"], config.data.max_len)
+    if stats["dropped_too_long"]:
+        log.warning("%d of %d sources were longer than data.max_len (%d tokens with BOS and EOS) and were left out "
+                    "of the distilled training set", stats["dropped_too_long"], len(sources), config.data.max_len)
     return manifest

@@ -56,7 +56,8 @@ def evaluate(config, workdir: str) -> dict:
         results[split] = metrics
         if refs is not None:
             log.info("%s: BLEU %.2f (%s)", split, metrics["bleu"], metrics["bleu_signature"])
-        constraints = make_constraints(refs, e.constraint_seed) if refs is not None else None
+        constraints = (make_constraints(refs, e.constraint_seed, lang=config.data.tgt_lang)
+                       if refs is not None else None)
         if i == 0 and e.trace_sentences > 0:  # config validation checked the model traces
             n = e.trace_sentences
             path = write_trace(translator, os.path.join(workdir, "trace.html"), srcs[:n],
@@ -70,7 +71,8 @@ def evaluate(config, workdir: str) -> dict:
                                         hard=[mode == "hard"] * len(srcs))
             hyps = [o["hyp"] for o in outs]
             _write_lines(os.path.join(workdir, "hyps", f"{split}.{mode}.txt"), hyps)
-            results[f"{split}+{mode}"] = {**corpus_metrics(hyps, refs, constraints), **_edit_counts(outs, translator.spec.supports.counts)}
+            results[f"{split}+{mode}"] = {**corpus_metrics(hyps, refs, constraints, lang=config.data.tgt_lang),
+                                         **_edit_counts(outs, translator.spec.supports.counts)}
             if i == 0 and e.latency_sentences > 0:
                 n = e.latency_sentences
                 results[f"{split}+{mode}"]["latency_ms"] = translator.latency(

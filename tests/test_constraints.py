@@ -1,16 +1,25 @@
-"""Constraint test sets (Post & Vilar 2018): random reference words, deterministic per sentence, and their
-JSON lines file format and command line."""
+"""Constraint test sets (Post & Vilar 2018): random words of the Moses-tokenized reference (never punctuation),
+deterministic per sentence, and their JSON lines file format and command line."""
 
 import gzip
 import json
 import os
 import subprocess
 import sys
+import unicodedata
 
 import pytest
 
 from jaxnat.errors import ConfigError, DataError
-from jaxnat.evaluation.constraints import is_punctuation, make_constraints, read_constraints, write_constraints
+from jaxnat.evaluation import constraints as constraints_mod
+from jaxnat.evaluation.constraints import (
+    is_word,
+    make_constraints,
+    moses_tokenize,
+    read_constraints,
+    reference_words,
+    write_constraints,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFS = [
@@ -20,7 +29,22 @@ REFS = [
     "? ! ...",
     "one",
     "a b c d e f g h i j k l",
+    "Ein Mann, der läuft.",
+    '„Hallo“, sagte sie: "Komm her!"',
 ] * 20
+
+# Untokenized references, their language and the words a constraint may be (Moses tokens, no punctuation).
+REAL = [
+    ("Ein Mann, der läuft.", "de", ["Ein", "Mann", "der", "läuft"]),
+    ("„Hallo“, sagte sie.", "de", ["Hallo", "sagte", "sie"]),
+    ('"Stop", he said.', "en", ["Stop", "he", "said"]),
+    ("Sie sagte 'nein' und ging.", "de", ["Sie", "sagte", "nein", "und", "ging"]),
+    ("Er trägt ein T-Shirt und eine blau-weiß gestreifte Mütze.", "de",
+     ["Er", "trägt", "ein", "T-Shirt", "und", "eine", "blau-weiß", "gestreifte", "Mütze"]),
+    ("L'homme mange.", "fr", ["homme", "mange"]),  # the elided article keeps its apostrophe: not a word
+    ("I don't know Peter's dog.", "en", ["I", "don", "know", "Peter", "dog"]),  # "'t", "'s": clitics
+    ("Ein T @-@ Shirt , bitte !", "de", ["Ein", "T", "Shirt", "bitte"]),  # already tokenized: "@-@" is no word
+]
 
 
 def test_deterministic_and_independent_of_the_other_sentences():
@@ -37,7 +61,7 @@ def test_words_come_from_the_reference_within_bounds():
     for min_words, max_words in ((1, 4), (2, 2), (0, 3)):
         counts = set()
         for ref, cons in zip(REFS, make_constraints(REFS, seed=0, min_words=min_words, max_words=max_words)):
-            words = [w for w in ref.split() if not is_punctuation(w)]
+            words = reference_words(ref, "en")
             assert min(min_words, len(words)) <= len(cons) <= min(max_words, len(words))
             # distinct positions: no word is used more often than it occurs
             assert all(cons.count(w) <= words.count(w) for w in cons)
@@ -50,7 +74,41 @@ def test_words_come_from_the_reference_within_bounds():
 def test_punctuation_and_empty_references():
     cons = make_constraints(["", "   ", ". , ? « » --", "word ."], seed=0, min_words=4, max_words=4)
     assert cons == [[], [], [], ["word"]]
-    assert is_punctuation("...") and is_punctuation("«") and not is_punctuation("a.") and not is_punctuation("3")
+    assert all(is_word(w) for w in ("Mann", "3", "3.50", "T-Shirt", "dit-il", "हिंदी"))  # Hindi ends in a vowel sign
+    assert not any(is_word(w) for w in ("", "...", "«", "--", "@-@", "Mann,", "'s", "l'", "„Hallo"))
+
+
+@pytest.mark.parametrize("ref, lang, words", REAL)
+def test_words_of_real_text(ref, lang, words):
+    assert reference_words(ref, lang) == words
+    # Asking for more constraints than the sentence has words gives each word once.
+    (cons,) = make_constraints([ref], seed=0, min_words=20, max_words=20, lang=lang)
+    assert sorted(cons) == sorted(words)
+
+
+def test_chosen_words_are_reference_tokens_without_punctuation():
+    refs = [ref for ref, _, _ in REAL] * 5
+    for lang in ("de", "en", "fr"):
+        chosen = make_constraints(refs, seed=1, lang=lang)
+        assert sum(len(c) for c in chosen) > len(refs)  # enough words drawn for the checks below to mean something
+        for ref, cons in zip(refs, chosen):
+            tokens = moses_tokenize(ref, lang)
+            for word in cons:
+                assert word in tokens, (ref, lang, word)
+                assert word == word.strip() and not any(unicodedata.category(ch).startswith("P") and ch != "-"
+                                                        for ch in word), (ref, lang, word)
+
+
+def test_moses_tokens_are_not_html_escaped():
+    # The decoder is given these strings: "&quot;" would be a constraint no translation contains.
+    assert moses_tokenize('Sie sagte: "Tom & Jerry".', "de") == ["Sie", "sagte", ":", '"', "Tom", "&", "Jerry", '"', "."]
+
+
+def test_language_picks_the_tokenization_rules():
+    # French splits an elided article off with its apostrophe, German splits the apostrophe off alone.
+    assert make_constraints(["L'homme"], seed=0, min_words=2, max_words=2, lang="fr") == [["homme"]]
+    assert sorted(make_constraints(["L'homme"], seed=0, min_words=2, max_words=2, lang="de")[0]) == ["L", "homme"]
+    assert constraints_mod._moses_tokenizer("de") is constraints_mod._moses_tokenizer("de")  # built once
 
 
 def test_order_is_shuffled_sometimes():
@@ -109,6 +167,14 @@ def test_command_line(tmp_path):
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert rows == make_constraints(REFS[:6], seed=7)
+
+    french = tmp_path / "refs.fr"
+    french.write_text("L'homme mange.\nLa femme lit.\n", encoding="utf-8")
+    result = _cli("--refs", str(french), "--output", str(out), "--lang", "fr", "--min-words", "3", "--max-words", "3")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert sorted(rows[0]) == ["homme", "mange"] and sorted(rows[1]) == ["La", "femme", "lit"]
+    assert rows == make_constraints(["L'homme mange.", "La femme lit."], 0, 3, 3, lang="fr")
 
     for args, message in [
         (["--refs", str(tmp_path / "nope"), "--output", str(out)], "nope: file not found"),

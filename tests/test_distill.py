@@ -3,10 +3,11 @@ finished one is not redone, and nothing that is not this distillation's is overw
 
 The teacher is the tiny config trained for 4 steps with a single bucket shape (data.max_len 24), so that it
 compiles one train step; its translations are poor, which does not matter here, and about a third of the
-sources are longer than 24 tokens, which exercises the count of cut sources.
+sources are longer than 24 tokens, which exercises the dropping of sources too long for the teacher.
 """
 
 import filecmp
+import json
 import os
 import shutil
 import subprocess
@@ -39,6 +40,15 @@ def _lines(path):
         return f.read().split("\n")[:-1]
 
 
+def _fitting_sources(teacher, sources):
+    """The sources whose ids with BOS and EOS fit data.max_len (24), and how many do not."""
+    from jaxnat.data.tokenizer import Tokenizer
+
+    ids = Tokenizer.load(teacher).encode(sources, "src")
+    kept = [s for s, x in zip(sources, ids) if len(x) + 2 <= 24]
+    return kept, len(sources) - len(kept)
+
+
 @pytest.fixture(scope="module")
 def teacher(tmp_path_factory):
     from jaxnat.main import enable_compilation_cache
@@ -61,9 +71,12 @@ def test_output_is_a_complete_text_corpus(teacher, distilled):
     out, manifest = distilled
     corpus = load_corpus(_config().data)
     assert sorted(os.listdir(out)) == sorted(FILES + ["distill.json"])  # parts removed
-    assert _lines(os.path.join(out, "train.en")) == corpus["train"][0]
+    # Sources too long for the teacher (more than data.max_len ids with BOS and EOS) are left out.
+    kept, dropped = _fitting_sources(teacher, corpus["train"][0])
+    assert 0 < dropped < 300 and manifest["dropped_too_long"] == dropped
+    assert _lines(os.path.join(out, "train.en")) == kept
     hyps = _lines(os.path.join(out, "train.de"))
-    assert len(hyps) == 300 and all("\n" not in h for h in hyps)
+    assert len(hyps) == 300 - dropped and all("\n" not in h for h in hyps)
     for split, n in (("valid", 10), ("test", 12)):
         assert _lines(os.path.join(out, f"{split}.en")) == corpus[split][0]
         assert _lines(os.path.join(out, f"{split}.de")) == corpus[split][1]  # original references
@@ -71,18 +84,30 @@ def test_output_is_a_complete_text_corpus(teacher, distilled):
     # Another config reads it back as data.source=text, with the teacher's translations as targets.
     student = _config("--config.data.source=text", f"--config.data.dir={out}").data
     text = load_corpus(student)
-    assert text["train"] == (corpus["train"][0], hyps)
+    assert text["train"] == (kept, hyps)
     assert text["valid"] == corpus["valid"] and text["test"] == corpus["test"]
 
     assert manifest["teacher_workdir"] == os.path.realpath(teacher)
     assert manifest["checkpoint"] == {"kind": "best", "step": 4, "valid_bleu": manifest["checkpoint"]["valid_bleu"]}
     assert manifest["beam_size"] == 2 and manifest["sentences"] == 300 and manifest["chunk_size"] == CHUNK
     assert manifest["config"] == TINY and manifest["seconds"] > 0 and manifest["length_ratio"] > 0
-    # Sources cut by Translator.encode: more than data.max_len tokens with BOS and EOS.
-    from jaxnat.data.tokenizer import Tokenizer
+    assert manifest["too_long_sources"] == "dropped" and "cut_sources" not in manifest
 
-    ids = Tokenizer.load(teacher).encode(corpus["train"][0], "src")
-    assert manifest["cut_sources"] == sum(len(x) + 2 > 24 for x in ids) > 0
+
+def test_each_target_translates_the_whole_source_beside_it(teacher, tmp_path, monkeypatch):
+    # A teacher that copies its input ids: each written target must then be the whole source next to it, which
+    # fails if a cut source were translated or if the targets were shifted against the kept sources.
+    from jaxnat.data.tokenizer import Tokenizer
+    from jaxnat.decoding.translator import Translator
+
+    monkeypatch.setattr(Translator, "translate_ids", lambda self, src, *a, **k: [{"tokens": ids} for ids in src])
+    out = str(tmp_path / "out")
+    manifest = distill_mod.distill(_config(), teacher, out, chunk_size=CHUNK)
+    tok = Tokenizer.load(teacher)
+    sources, targets = _lines(os.path.join(out, "train.en")), _lines(os.path.join(out, "train.de"))
+    kept, dropped = _fitting_sources(teacher, load_corpus(_config().data)["train"][0])
+    assert sources == kept and manifest["dropped_too_long"] == dropped > 0
+    assert targets == [tok.decode(ids, "tgt").strip() for ids in tok.encode(sources, "src")]
 
 
 def test_interrupted_run_resumes_to_the_same_result(teacher, distilled, tmp_path, monkeypatch):
@@ -112,6 +137,8 @@ def test_interrupted_run_resumes_to_the_same_result(teacher, distilled, tmp_path
     manifest = distill_mod.distill(_config(), teacher, out, chunk_size=50)
     assert calls == [128, 128, 44]  # only the two missing chunks were translated on resume
     assert manifest["chunk_size"] == CHUNK and not os.path.exists(parts)
+    # The first chunk's dropped sources, read back from its part, are counted with the others.
+    assert manifest["dropped_too_long"] == distilled[1]["dropped_too_long"] > 0
     for name in FILES:
         assert filecmp.cmp(os.path.join(out, name), os.path.join(distilled[0], name), shallow=False), name
 
@@ -143,6 +170,14 @@ def test_refuses_another_teacher_or_other_sources(teacher, distilled, tmp_path):
     with pytest.raises(DataError, match="sentences 300 there, 200 now"):
         distill_mod.distill(_config("--config.data.synthetic_train=200"), teacher, out, chunk_size=CHUNK)
     assert before == {name: open(os.path.join(out, name), "rb").read() for name in before}
+    # A distillation written before too-long sources were dropped holds inconsistent pairs: not reused.
+    old = tmp_path / "old"
+    shutil.copytree(out, old)
+    manifest = json.loads((old / "distill.json").read_text())
+    del manifest["too_long_sources"]
+    (old / "distill.json").write_text(json.dumps(manifest))
+    with pytest.raises(DataError, match="kept sources longer than data.max_len"):
+        distill_mod.distill(_config(), teacher, str(old), chunk_size=CHUNK)
 
 
 def test_refuses_to_overwrite_other_data(teacher, tmp_path):

@@ -10,6 +10,7 @@ from nltk.translate.ribes_score import corpus_ribes, kendall_tau
 
 from jaxnat.errors import DataError
 from jaxnat.evaluation import metrics
+from jaxnat.evaluation.constraints import make_constraints
 from jaxnat.evaluation.metrics import (
     bleu,
     chrf,
@@ -335,15 +336,54 @@ def test_constraint_metrics_without_constraints_are_nan():
 def test_term_usage_hand_made():
     hyps = ["The New York Times reported it.", "Yorkshire is not York's", "x-ray machine"]
     constraints = [["New York", "Times", "report"], ["York"], ["ray", "x-ray", "machine"]]
-    # Sentence 1: "New York" and "Times" used, "report" only inside "reported". Sentence 2: "York" is
-    # followed by an apostrophe (a non-word character) in "York's" -> used. Sentence 3: "ray" is preceded by
-    # "-" -> used; "x-ray" and "machine" used. 6 of 7.
-    assert term_usage(hyps, constraints) == pytest.approx(600 / 7)
-    # Regex metacharacters in terms are literal.
+    # Sentence 1: "New York" and "Times" used, "report" only inside "reported". Sentence 2: English Moses
+    # splits "York's" into "York" "'s" -> used. Sentence 3: "x-ray" is one Moses token, so "ray" is not used
+    # on its own; "x-ray" and "machine" are. 5 of 7.
+    assert term_usage(hyps, constraints) == pytest.approx(500 / 7)
+    assert constraint_preservation(hyps, constraints) == pytest.approx(500 / 7)
+    # Punctuation in a term is matched as Moses tokens too: "(net)" is "( net )".
     assert term_usage(["costs 3.50 (net)"], [["3.50", "(net)", "3x50"]]) == pytest.approx(200 / 3)
-    # CPR and term usage disagree on "York's": 13a keeps "York's" as one word.
-    assert constraint_preservation(["not York's"], [["York"]]) == 0.0
+    # One rule for both: they agree on "York's" (13a used to keep it as one word for CPR only).
+    assert constraint_preservation(["not York's"], [["York"]]) == 100.0
     assert term_usage(["not York's"], [["York"]]) == 100.0
+
+
+@pytest.mark.parametrize(
+    "hyp, constraint, lang, found",
+    [
+        ("Ein Mann, der läuft.", "Mann", "de", True),
+        ("Ein Mann, der läuft.", "läuft", "de", True),
+        ("Ein Mann, der läuft.", "mann", "de", False),  # same case only
+        ("Die Mannschaft gewinnt.", "Mann", "de", False),
+        ("ein rotes T-Shirt.", "T-Shirt", "de", True),
+        ("ein rotes T-Shirt.", "Shirt", "de", False),  # a hyphenated word is one token
+        ("ein rotes T-Shirt.", "rotes T-Shirt", "de", True),
+        ("ein rotes T-Shirt.", "T-Shirt rotes", "de", False),
+        ("ein rotes und ein T-Shirt.", "rotes T-Shirt", "de", False),  # contiguous only
+        ("eine blau-weiß gestreifte Mütze", "blau-weiß", "de", True),
+        ("eine blau-weiß gestreifte Mütze", "weiß", "de", False),
+        ("„Hallo“, sagte sie.", "Hallo", "de", True),
+        ('"Stop", he said.', "Stop", "en", True),
+        ("Sie sagte 'nein'.", "nein", "de", True),
+        ("I saw Peter's dog.", "Peter", "en", True),
+        ("I don't know.", "know", "en", True),
+        ("L'homme mange.", "homme", "fr", True),
+        ("L'homme mange.", "homme", "en", False),  # English Moses keeps "'homme" as one token
+    ],
+)
+def test_constraints_are_found_as_whole_moses_tokens(hyp, constraint, lang, found):
+    expected = 100.0 if found else 0.0
+    assert constraint_preservation([hyp], [[constraint]], lang=lang) == expected
+    assert term_usage([hyp], [[constraint]], lang=lang) == expected
+
+
+def test_words_chosen_from_a_reference_are_found_in_it():
+    refs = ["Ein Mann, der läuft.", "„Hallo“, sagte sie: 'Komm her!'", "Ein rotes T-Shirt kostet 3.50 €.",
+            "L'homme, dit-il, a 1,000 e-mails.", "The U.S. Army; don't stop (now)!", "Er trägt ein blau-weiß Hemd."]
+    for lang in ("de", "en", "fr"):
+        constraints = make_constraints(refs, seed=2, min_words=20, max_words=20, lang=lang)
+        assert all(len(c) >= 2 for c in constraints)
+        assert constraint_preservation(refs, constraints, lang=lang) == 100.0
 
 
 def test_repetition_rate_hand_made():
@@ -390,6 +430,10 @@ def test_corpus_metrics_keys_and_scales():
     out = corpus_metrics(HYPS, REFS, constraints)
     assert out["cpr"] == pytest.approx(200 / 3)
     assert out["term_usage"] == pytest.approx(200 / 3)
+    # The language reaches the constraint metrics: French Moses splits "L'" off "homme", English does not.
+    for lang, expected in (("fr", 100.0), ("en", 0.0)):
+        out = corpus_metrics(["L'homme mange."], ["L'homme mange."], [["homme"]], lang=lang)
+        assert out["cpr"] == out["term_usage"] == expected
 
 
 def test_format_table():
@@ -438,6 +482,8 @@ def test_constraint_metrics_reject_bad_input(fn):
         fn(["a"], ["a"])  # a list of strings instead of a list of lists
     with pytest.raises(DataError, match=r"constraints\[0\]\[1\] is empty"):
         fn(["a"], [["a", "  "]])
+    with pytest.raises(DataError, match=r"constraints\[0\]\[0\] = '\\x01' has no word"):
+        fn(["a"], [["\x01"]])  # Moses deletes control characters
 
 
 def test_corpus_metrics_checks_constraints():

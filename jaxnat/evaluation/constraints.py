@@ -1,40 +1,77 @@
 """Constraint test sets built from references (Post & Vilar 2018): for each reference, a few of its words
 in random order, to be given to a lexically constrained decoder.
 
-    make_constraints(refs, seed) -> [[word, ...], ...]     one list per reference
+    make_constraints(refs, seed, lang=...) -> [[word, ...], ...]     one list per reference
     write_constraints(path, constraints) / read_constraints(path)   JSON lines: one list of strings a line
 
-Command line: `python -m jaxnat.evaluation.constraints --refs FILE --output FILE [--seed N]
+Words, as in Post & Vilar and EDITOR (Xu & Carpuat 2021), are tokens of the Moses-tokenized reference
+(`moses_tokenize`: sacremoses with the rules of the target language `lang`, no HTML escaping, no aggressive
+hyphen splitting) that pass `is_word`: they start with a letter or digit and end with a letter, digit or
+combining mark. So "Ein Mann, der läuft." offers "Ein", "Mann", "der", "läuft"; "T-Shirt" and "blau-weiß"
+stay whole words; punctuation, Moses's split markers ("@-@") and clitics that keep their apostrophe ("'s"
+in English, "l'" in French) are never chosen. The decoder is given the words as they are, and
+`jaxnat.evaluation.metrics.constraint_preservation` looks for them with the same tokenizer.
+
+Command line: `python -m jaxnat.evaluation.constraints --refs FILE --output FILE [--lang en] [--seed N]
 [--min-words 1] [--max-words 4]`; errors print one line and exit with code 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import sys
 import unicodedata
 
+from sacremoses import MosesTokenizer
+
 from jaxnat.errors import ConfigError, DataError, JaxnatError
 
 
-def is_punctuation(token: str) -> bool:
-    """True for a token made only of Unicode punctuation (".", "--", "«", "?!"): not a useful constraint."""
-    return all(unicodedata.category(ch).startswith("P") for ch in token)
+@functools.lru_cache(maxsize=None)
+def _moses_tokenizer(lang: str) -> MosesTokenizer:
+    # Building one loads the language's non-breaking prefix list: once per language, not once per sentence.
+    return MosesTokenizer(lang=lang)
 
 
-def sentence_constraints(ref: str, rng: random.Random, min_words: int, max_words: int) -> list[str]:
-    """k ~ U{min_words..max_words} (capped by the number of words) words of `ref` at distinct positions,
-    in random order. Words are the whitespace-separated tokens that are not pure punctuation."""
-    words = [w for w in ref.split() if not is_punctuation(w)]
+def moses_tokenize(text: str, lang: str) -> list[str]:
+    """Moses tokens of one detokenized sentence, with the rules of language `lang` (ISO code such as "de";
+    a language Moses has no rules for gets its language-independent ones).
+
+    Punctuation is split off words ("Mann," -> "Mann" ","), apostrophes are split by the language's rule
+    ("Peter's" -> "Peter" "'s" in English, "l'homme" -> "l'" "homme" in French), hyphenated words stay
+    whole ("T-Shirt"; no `-a`), and nothing is HTML-escaped, so quotes and "&" stay as written.
+    """
+    return _moses_tokenizer(lang).tokenize(text, aggressive_dash_splits=False, escape=False)
+
+
+def is_word(token: str) -> bool:
+    """True for a token that may be a constraint: its first character is a letter or digit and its last a
+    letter, digit or combining mark (so that words of scripts written with vowel signs, such as Hindi, count).
+    False for punctuation (".", "„", "--"), Moses's markers ("@-@") and apostrophe clitics ("'s", "l'")."""
+    return bool(token) and unicodedata.category(token[0])[0] in "LN" and unicodedata.category(token[-1])[0] in "LNM"
+
+
+def reference_words(ref: str, lang: str) -> list[str]:
+    """The tokens of `ref` (`moses_tokenize`) that pass `is_word`, in sentence order, repeats kept."""
+    return [token for token in moses_tokenize(ref, lang) if is_word(token)]
+
+
+def sentence_constraints(ref: str, rng: random.Random, min_words: int, max_words: int, lang: str) -> list[str]:
+    """k ~ U{min_words..max_words} (capped by the number of words) words of `ref` (`reference_words`) at
+    distinct positions, in random order."""
+    words = reference_words(ref, lang)
     k = min(rng.randint(min_words, max_words), len(words))
     # sample() returns the chosen positions in random order: that order is the shuffle of the constraints.
     return [words[p] for p in rng.sample(range(len(words)), k)]
 
 
-def make_constraints(refs: list[str], seed: int, min_words: int = 1, max_words: int = 4) -> list[list[str]]:
-    """One constraint list (single-word strings) per reference; see `sentence_constraints`.
+def make_constraints(refs: list[str], seed: int, min_words: int = 1, max_words: int = 4, *,
+                     lang: str = "en") -> list[list[str]]:
+    """One constraint list (single-word strings) per reference; see `sentence_constraints`. `lang` is the
+    language of the references (the target language), which picks Moses's tokenization rules.
 
     Sentence i draws from its own generator seeded by (seed, i), so its constraints do not depend on the
     other sentences: a subset or an extended corpus gives the same constraints for the sentences it shares.
@@ -44,7 +81,8 @@ def make_constraints(refs: list[str], seed: int, min_words: int = 1, max_words: 
     if isinstance(max_words, bool) or not isinstance(max_words, int) or max_words < min_words:
         raise ConfigError(f"max_words must be an integer >= min_words ({min_words}), got {max_words!r}")
     # A string seed is hashed by Random (sha512), independent of PYTHONHASHSEED and process.
-    return [sentence_constraints(ref, random.Random(f"{seed}:{i}"), min_words, max_words) for i, ref in enumerate(refs)]
+    return [sentence_constraints(ref, random.Random(f"{seed}:{i}"), min_words, max_words, lang)
+            for i, ref in enumerate(refs)]
 
 
 def write_constraints(path: str, constraints: list[list[str]]) -> None:
@@ -86,6 +124,8 @@ def run(argv=None) -> int:
                      description="Builds a constraint test set from a reference file (Post & Vilar 2018).")
     parser.add_argument("--refs", required=True, help="reference file, one sentence a line (plain or .gz)")
     parser.add_argument("--output", required=True, help="output: one JSON list of words a line")
+    parser.add_argument("--lang", default="en",
+                        help="language of the references, for Moses's tokenization rules (default en)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     parser.add_argument("--min-words", type=int, default=1, help="fewest constraints per sentence (default 1)")
     parser.add_argument("--max-words", type=int, default=4, help="most constraints per sentence (default 4)")
@@ -93,7 +133,7 @@ def run(argv=None) -> int:
     from jaxnat.data.text import read_lines
 
     refs = read_lines(args.refs)
-    constraints = make_constraints(refs, args.seed, args.min_words, args.max_words)
+    constraints = make_constraints(refs, args.seed, args.min_words, args.max_words, lang=args.lang)
     try:
         write_constraints(args.output, constraints)
     except OSError as e:

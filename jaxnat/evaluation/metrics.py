@@ -8,8 +8,18 @@ reference per hypothesis. Scales:
 * ``ribes`` returns a value in [0, 1] (it is NOT multiplied by 100), as the official RIBES script and NLTK
   print it; ``corpus_metrics`` multiplies it by 100 so that every number in a results table is in 0-100.
 
-Where a metric needs words, the text is split with sacreBLEU's ``13a`` tokenizer (the mteval-v13a
-tokenization WMT uses: punctuation is split off, case is kept) and then on whitespace; see ``tokenize``.
+Where BLEU, RIBES and the repetition rate need words, the text is split with sacreBLEU's ``13a`` tokenizer
+(the mteval-v13a tokenization WMT uses: punctuation is split off, case is kept) and then on whitespace; see
+``tokenize``.
+
+The constraint metrics (``constraint_preservation``, ``term_usage``) use the words constraints are chosen
+from instead (``jaxnat.evaluation.constraints``): Moses tokens, ``moses_tokenize(text, lang)`` with the
+target language ``lang``. The rule, for both: a constraint is found in a hypothesis when the Moses tokens of
+the constraint occur in the Moses tokens of the detokenized hypothesis as a contiguous run, same case -- for a
+single word, when the word is a whole token. So ``"Mann"`` is found in ``"Ein Mann, der läuft."`` (tokens
+``Ein Mann , der läuft .``) but not in ``"Die Mannschaft"``, ``"T-Shirt"`` is found in ``"ein rotes
+T-Shirt."`` but ``"Shirt"`` is not (Moses keeps hyphenated words whole), and ``"New York"`` is found in
+``"New York, 1999"`` but not in ``"new York"`` or ``"York New"``.
 
 Input errors (an empty hypothesis list, lists of different lengths, a string where a list of strings is
 expected, an empty constraint) raise ``jaxnat.errors.DataError``. Empty hypothesis *strings* are fine: they
@@ -20,7 +30,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import re
 from collections import Counter
 from collections.abc import Sequence
 
@@ -28,6 +37,7 @@ from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from jaxnat.errors import DataError
+from jaxnat.evaluation.constraints import moses_tokenize
 
 __all__ = [
     "bleu",
@@ -333,46 +343,42 @@ def _contains_sequence(tokens: list[str], pattern: list[str]) -> bool:
     return any(tokens[start : start + n] == pattern for start in range(len(tokens) - n + 1))
 
 
-def constraint_preservation(hyps: list[str], constraints: list[list[str]]) -> float:
+def constraint_preservation(hyps: list[str], constraints: list[list[str]], *, lang: str = "en") -> float:
     """Constraint preservation rate (CPR), in percent.
 
     ``constraints[i]`` lists the word-level constraints (sub-word marks already removed) of hypothesis
-    ``i``. A constraint counts as preserved when its words -- after the same ``tokenize`` (13a) as the
-    hypothesis -- occur in the tokenized hypothesis as a contiguous word sequence (case-sensitive).
-    Micro-average: preserved constraints / all constraints over the corpus; each listed constraint is
-    checked once (a constraint listed twice is preserved twice by one occurrence). Returns ``nan`` when there
-    are no constraints at all. An empty constraint string raises ``DataError``.
+    ``i``, ``lang`` is the target language. A constraint is preserved when its Moses tokens occur in the
+    Moses tokens of the hypothesis as a contiguous run, same case (module docstring). Micro-average:
+    preserved constraints / all constraints over the corpus; each listed constraint is checked once (a
+    constraint listed twice is preserved twice by one occurrence). Returns ``nan`` when there are no
+    constraints at all. An empty constraint string raises ``DataError``.
     """
     hyps = _string_list(hyps, "hypotheses")
     constraints = _constraint_lists(constraints, len(hyps))
     total = preserved = 0
-    for hyp, sentence_constraints in zip(hyps, constraints):
+    for i, (hyp, sentence_constraints) in enumerate(zip(hyps, constraints)):
         if not sentence_constraints:
             continue
-        words = tokenize(hyp)
-        for constraint in sentence_constraints:
+        tokens = moses_tokenize(hyp, lang)
+        for j, constraint in enumerate(sentence_constraints):
+            pattern = moses_tokenize(constraint, lang)
+            if not pattern:  # Moses drops control characters; an empty pattern would be found everywhere
+                raise DataError(f"constraints[{i}][{j}] = {constraint!r} has no word: remove it from the data")
             total += 1
-            preserved += _contains_sequence(words, tokenize(constraint))
+            preserved += _contains_sequence(tokens, pattern)
     return float("nan") if total == 0 else 100.0 * preserved / total
 
 
-def term_usage(hyps: list[str], constraints: list[list[str]]) -> float:
-    """Term usage rate, in percent.
+def term_usage(hyps: list[str], constraints: list[list[str]], *, lang: str = "en") -> float:
+    """Term usage rate, in percent: the share of terms (constraints) used in their hypothesis,
+    micro-averaged over all terms of the corpus; ``nan`` when there are none.
 
-    A term (leading/trailing whitespace stripped) counts as used in hypothesis ``i`` when the regular
-    expression ``(\\W|^)<term>(\\W|$)`` (term escaped literally, case-sensitive) matches the detokenized
-    hypothesis. Micro-averaged over all terms of the corpus; ``nan`` when there are none. An empty term
-    raises ``DataError``.
+    A term is used when it is found by the same rule as ``constraint_preservation`` -- whole Moses tokens,
+    contiguous, same case -- so the two numbers are equal. Both are reported because papers use both names
+    (term usage for terminology test sets, CPR for constraints drawn from references); one rule keeps them
+    from disagreeing on where a word ends.
     """
-    hyps = _string_list(hyps, "hypotheses")
-    constraints = _constraint_lists(constraints, len(hyps))
-    total = used = 0
-    for hyp, terms in zip(hyps, constraints):
-        for term in terms:
-            total += 1
-            pattern = r"(\W|^)" + re.escape(term.strip()) + r"(\W|$)"
-            used += re.search(pattern, hyp) is not None
-    return float("nan") if total == 0 else 100.0 * used / total
+    return constraint_preservation(hyps, constraints, lang=lang)
 
 
 def repetition_rate(token_lists: list[list[str]]) -> float:
@@ -401,15 +407,15 @@ def repetition_rate(token_lists: list[list[str]]) -> float:
 
 
 def corpus_metrics(
-    hyps: list[str], refs: list[str], constraints: list[list[str]] | None = None
+    hyps: list[str], refs: list[str], constraints: list[list[str]] | None = None, *, lang: str = "en"
 ) -> dict[str, float | str]:
     """Every metric of this module for one system output.
 
     Keys: ``bleu`` (sacreBLEU), ``bleu_signature`` (str), ``tok_bleu`` (``tokenized_bleu``), ``chrf``,
     ``ter``, ``ribes``, ``repetition`` (``repetition_rate`` of the 13a words of each hypothesis) and, when
-    ``constraints`` is given, ``cpr`` and ``term_usage``. All numbers are in 0-100: here RIBES is
-    ``100 * ribes(...)``, unlike the [0, 1] value ``ribes`` returns. ``cpr``/``term_usage`` are ``nan`` when
-    ``constraints`` holds no constraint.
+    ``constraints`` is given, ``cpr`` and ``term_usage`` (Moses tokens of ``lang``, the target language).
+    All numbers are in 0-100: here RIBES is ``100 * ribes(...)``, unlike the [0, 1] value ``ribes`` returns.
+    ``cpr``/``term_usage`` are ``nan`` when ``constraints`` holds no constraint.
     """
     hyps, refs = _parallel(hyps, refs)
     bleu_score, signature = bleu(hyps, refs)
@@ -423,8 +429,8 @@ def corpus_metrics(
         "repetition": repetition_rate([tokenize(h) for h in hyps]),
     }
     if constraints is not None:
-        out["cpr"] = constraint_preservation(hyps, constraints)
-        out["term_usage"] = term_usage(hyps, constraints)
+        out["cpr"] = constraint_preservation(hyps, constraints, lang=lang)
+        out["term_usage"] = term_usage(hyps, constraints, lang=lang)
     return out
 
 
