@@ -108,7 +108,7 @@ def carry_slots(counts, keep):
 # ----------------------------------------------------------------------------------------------- oracles
 
 def dp_table(x, y, reposition_costs_one):
-    """d[i][j] per reference-semantics §2 (ed2) or §3 (ed3, ``reposition_costs_one``)."""
+    """d[i][j] as docs/levt.md (ed2) and docs/editor.md (ed3, ``reposition_costs_one``) define it."""
     in_x = set(x)
     d = [[0] * (len(y) + 1) for _ in range(len(x) + 1)]
     for i in range(len(x) + 1):

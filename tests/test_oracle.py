@@ -1,4 +1,4 @@
-"""The ed2/ed3 oracles: reference-semantics test vectors, agreement with the plain-Python DP/backtrace on
+"""The ed2/ed3 oracles: the worked examples of docs/levt.md and docs/editor.md, agreement with the plain-Python DP/backtrace on
 random inputs (small vocabularies so ties are frequent), and the round-trip invariants through the edit ops."""
 
 import jax
@@ -13,7 +13,7 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, PLH_ID
 from jaxnat.oracle import ed2_labels, ed3_labels
 from tests import reference as ref
 
-# Reference-semantics tables use BOS=0, EOS=2; pad those rows with -1.
+# The docs' tables use BOS=0, EOS=2; pad those rows with -1.
 ED2_VECTORS = [
     ([0, 5, 6, 2], [0, 4, 5, 7, 6, 8, 2], [0, 0, 0, 0], [1, 1, 1], [0, 1, 0, 1, 0, 1, 0]),
     ([0, 5, 2], [0, 5, 5, 2], [0, 0, 0], [0, 1], [0, 0, 1, 0]),

@@ -1,7 +1,7 @@
 """Levenshtein Transformer (Gu, Wang and Zhao, 2019): a bidirectional decoder with three policies.
 
 One decoding iteration edits the current hypothesis ``y`` in three parallel steps, each read off its own head
-on the shared decoder (reference-semantics §4–5):
+on the shared decoder (docs/levt.md):
 
 1. **delete** — ``π_del(d_i | i, y)``: a two-class classifier on every token;
 2. **insert placeholders** — ``π_plh(p_i | i, y)`` and 3. **fill** — ``π_tok(t_i | i, y)``, as in

@@ -1,4 +1,4 @@
-"""The LevT ("ed2") and EDITOR ("ed3") oracles as batched, bit-parallel XLA scans (reference-semantics §2–3).
+"""The LevT ("ed2") and EDITOR ("ed3") oracles as batched, bit-parallel XLA scans (docs/levt.md, docs/editor.md).
 
 Both oracles share one dynamic programme over input ``x`` (rows i) and reference ``y`` (columns j):
 ``d[i][j] = min(d[i-1][j] + 1, d[i][j-1] + 1, d[i-1][j-1] + c)`` with ``c = 0`` on a match, ``1`` when the
@@ -39,7 +39,7 @@ from jax import lax
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.oracle import bitvec
 
-MAX_INSERTIONS = 255  # placeholder-count classes are 0 … 255 (reference-semantics §2)
+MAX_INSERTIONS = 255  # placeholder-count classes are 0 … 255 (docs/levt.md)
 
 
 class Ed2Labels(NamedTuple):
