@@ -17,7 +17,7 @@ from jaxnat.errors import DataError
 from jaxnat.models import MODELS, build_model, supports
 
 C, P = 3, 3
-CAPACITY = C * P + 2  # room for every phrase at full length: the tightest capacity allowed
+CAPACITY = C * P + 2  # room for every phrase at full length
 
 
 def python_start(init, phrases, hard):
@@ -41,8 +41,9 @@ sentence = st.one_of(
 
 
 @settings(max_examples=150, deadline=None)
-@given(st.lists(sentence, min_size=1, max_size=5))
-def test_start_from_request_matches_python(sentences):
+@given(st.lists(sentence, min_size=1, max_size=5), st.integers(0, 4))
+def test_start_from_request_matches_python(sentences, slack):
+    """At every capacity from the longest start (which may be less than C·P + 2) up."""
     b = len(sentences)
     inits = [s[0] for s in sentences]
     init = None
@@ -57,20 +58,21 @@ def test_start_from_request_matches_python(sentences):
             constraints[r, k, :len(ph)] = ph
     hard = np.array([s[2] for s in sentences])
     request = DecodeRequest(jnp.zeros((b, 4), jnp.int32), init, constraints, hard)
-    got = jax.jit(start_from_request, static_argnums=1)(request, CAPACITY)
-    for r, (row_init, phrases, is_hard) in enumerate(sentences):
-        tokens, marks = python_start(row_init, phrases, is_hard)
+    want = [python_start(*s) for s in sentences]
+    capacity = max([len(t) for t, _ in want] + [CAPACITY if init is not None else 0]) + slack
+    got = jax.jit(start_from_request, static_argnums=1)(request, capacity)
+    for r, (tokens, marks) in enumerate(want):
         n = len(tokens)
-        assert got.tokens[r].tolist() == tokens + [PAD_ID] * (CAPACITY - n)
-        assert got.phrase[r].tolist() == marks + [0] * (CAPACITY - n)
+        assert got.tokens[r].tolist() == tokens + [PAD_ID] * (capacity - n)
+        assert got.phrase[r].tolist() == marks + [0] * (capacity - n)
         assert not np.asarray(got.scores[r]).any()
 
 
-def test_plain_request_starts_empty_and_too_small_capacity_is_refused():
+def test_plain_request_starts_empty_and_too_wide_init_is_refused():
     out = start_from_request(DecodeRequest(jnp.zeros((2, 3), jnp.int32)), 5)
     assert out.tokens.tolist() == [[BOS_ID, EOS_ID, PAD_ID, PAD_ID, PAD_ID]] * 2
     with pytest.raises(ValueError, match="capacity"):
-        start_from_request(DecodeRequest(jnp.zeros((1, 3), jnp.int32), constraints=jnp.full((1, 2, 3), 7)), 7)
+        start_from_request(DecodeRequest(jnp.zeros((1, 3), jnp.int32), init=jnp.full((1, 8), 7)), 7)
 
 
 def test_padding_helpers():

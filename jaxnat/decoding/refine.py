@@ -67,7 +67,8 @@ def start_from_request(request, capacity: int) -> Hypotheses:
       piece marked with its phrase's number (1, 2, …) when the sentence's constraints are hard;
     * else from ``[BOS, EOS]``.
 
-    Empty (all-PAD) phrases are skipped. The caller makes ``capacity`` large enough (a ValueError otherwise).
+    Empty (all-PAD) phrases are skipped. ``capacity`` must hold every sentence's start with BOS and EOS (the
+    translator sees to it); it may be less than the C·P + 2 of full-length phrases.
     """
     b = request.src.shape[0]
     pos = jnp.arange(capacity, dtype=jnp.int32)[None, :]
@@ -75,18 +76,15 @@ def start_from_request(request, capacity: int) -> Hypotheses:
     phrase = jnp.zeros((b, capacity), jnp.int32)
     if request.constraints is not None:
         _, c, p = request.constraints.shape
-        if c * p + 2 > capacity:
-            raise ValueError(f"{c} constraint phrases of up to {p} pieces need a capacity of {c * p + 2}, "
-                             f"not {capacity}")
         pieces = request.constraints.reshape(b, c * p)
         hard = jnp.zeros((b,), bool) if request.hard is None else request.hard
         number = jnp.where(hard[:, None], jnp.repeat(jnp.arange(1, c + 1, dtype=jnp.int32), p)[None, :], 0)
         packed, number = edit_ops.compact(pieces, pieces != PAD_ID, PAD_ID, sides=number)
         n = edit_ops.lengths(packed, PAD_ID)[:, None]
-        width = capacity - c * p - 1
-        body = jnp.pad(packed, ((0, 0), (1, width)), constant_values=PAD_ID).at[:, 0].set(BOS_ID)
+        widen = ((0, 0), (1, max(capacity - c * p - 1, 0)))  # [BOS slot, pieces, room for EOS], then cut to fit
+        body = jnp.pad(packed, widen, constant_values=PAD_ID)[:, :capacity].at[:, 0].set(BOS_ID)
         tokens = jnp.where(pos == n + 1, EOS_ID, body)
-        phrase = jnp.pad(number, ((0, 0), (1, width)))
+        phrase = jnp.pad(number, widen)[:, :capacity]
     if request.init is not None:
         if request.init.shape[1] > capacity:
             raise ValueError(f"initial hypotheses of {request.init.shape[1]} tokens exceed the capacity {capacity}")

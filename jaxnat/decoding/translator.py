@@ -84,25 +84,22 @@ class Translator:
     def request(self, src: np.ndarray, starts: list[Start], beam_size: int, trace: bool) -> DecodeRequest:
         """The request for one bucket: src int32[B, S]; starts: one per row (filler rows: Start())."""
         init = constraints = hard = None
-        needed = 0
         if any(s.init is not None for s in starts):
             width = _round_up(max(len(s.init) for s in starts if s.init is not None) + 2, 8)
             init = pad_hypotheses([s.init for s in starts], width)
-            needed = width
         if any(s.phrases for s in starts):
             phrases = pad_phrases([s.phrases for s in starts])
             c, p = phrases.shape[1:]
             constraints = np.pad(phrases, ((0, 0), (0, _round_up(c, 2) - c), (0, _round_up(p, 4) - p)))
             hard = np.asarray([s.hard for s in starts], bool)
-            needed = max(needed, _round_up(len(max((s.pieces() for s in starts), key=len)) + 2, 8),
-                         constraints.shape[1] * constraints.shape[2] + 2)
-        capacity = max(self.output_capacity(src.shape[1]), needed)
+        needed = max(len(s.pieces()) for s in starts) + 2
         limit = self.spec.cfg.max_len
         if needed > limit:
             raise DataError(f"an initial hypothesis or constraint set needs {needed} tokens with BOS/EOS, more "
                             f"than the model's maximum length {limit}")
-        return DecodeRequest(src, init, constraints, hard, max_out=min(capacity, limit), beam_size=beam_size,
-                             trace=trace)
+        capacity = min(max(self.output_capacity(src.shape[1]), _round_up(needed, 8),
+                           0 if init is None else init.shape[1]), limit)
+        return DecodeRequest(src, init, constraints, hard, max_out=capacity, beam_size=beam_size, trace=trace)
 
     def translate_ids(self, src: list[np.ndarray], beam_size: int, batch_size: int,
                       starts: list[Start] | None = None, trace: bool = False) -> list[dict]:
