@@ -77,6 +77,9 @@ def default_config() -> ml_collections.ConfigDict:
         trace_sentences=0,  # refining models: after evaluation, write trace.html with this many sentences' edits
         constraints="",  # comma list of soft,hard: also evaluate each test split with a constraint set (§12)
         constraint_seed=1,
+        # refining models: also decode each test split from other starting sequences (docs/editor.md): the
+        # constraints in reference order, every second reference word, the model's own output, the reference
+        diagnostic=True,
     )
     return c
 

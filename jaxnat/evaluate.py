@@ -13,6 +13,7 @@ import numpy as np
 from jaxnat.data.sources import load_corpus, load_inits
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.translator import Translator
+from jaxnat.evaluation import diagnostic
 from jaxnat.evaluation.constraints import make_constraints, write_constraints
 from jaxnat.evaluation.metrics import bleu, corpus_metrics, format_table
 from jaxnat.restore import load_translator
@@ -43,11 +44,11 @@ def evaluate(config, workdir: str) -> dict:
     for i, split in enumerate(test_splits):
         srcs, refs = corpus[split]
         outs = translator.translate(srcs, e.beam_size, e.batch_size)
-        hyps = [o["hyp"] for o in outs]
+        hyps = hyps_plain = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.txt"), hyps)
-        metrics = {}
+        metrics = {"mean_length": mean_length(hyps)}
         if refs is not None:  # a test split without references is only translated
-            metrics = corpus_metrics(hyps, refs)
+            metrics.update(corpus_metrics(hyps, refs), reference_length=mean_length(refs))
             metrics["copy_source_bleu"] = bleu(srcs, refs)[0]
         metrics["mean_score"] = float(np.mean([o["score"] for o in outs]))
         metrics.update(_edit_counts(outs, translator.spec.supports.counts))
@@ -63,15 +64,17 @@ def evaluate(config, workdir: str) -> dict:
             path = write_trace(translator, os.path.join(workdir, "trace.html"), srcs[:n],
                                refs[:n] if refs else None, constraints[:n] if constraints else None, modes)
             log.info("edit trace of %d sentences: %s", min(n, len(srcs)), path)
-        if refs is None or not modes:
+        if refs is None:
             continue
-        write_constraints(os.path.join(workdir, "hyps", f"{split}.constraints.jsonl"), constraints)
+        if modes:
+            write_constraints(os.path.join(workdir, "hyps", f"{split}.constraints.jsonl"), constraints)
         for mode in modes:
             outs = translator.translate(srcs, e.beam_size, e.batch_size, constraints=constraints,
                                         hard=[mode == "hard"] * len(srcs))
             hyps = [o["hyp"] for o in outs]
             _write_lines(os.path.join(workdir, "hyps", f"{split}.{mode}.txt"), hyps)
             results[f"{split}+{mode}"] = {**corpus_metrics(hyps, refs, constraints, lang=config.data.tgt_lang),
+                                         "mean_length": mean_length(hyps),
                                          **_edit_counts(outs, translator.spec.supports.counts)}
             if i == 0 and e.latency_sentences > 0:
                 n = e.latency_sentences
@@ -79,12 +82,38 @@ def evaluate(config, workdir: str) -> dict:
                     srcs[:n], e.beam_size, constraints[:n], [mode == "hard"] * min(n, len(srcs)))
             log.info("%s with %s constraints: BLEU %.2f, CPR %.1f", split, mode,
                      results[f"{split}+{mode}"]["bleu"], results[f"{split}+{mode}"]["cpr"])
+        if e.diagnostic and translator.spec.supports.init:
+            results.update(diagnostic_rows(translator, split, srcs, refs, constraints, hyps_plain, config, workdir))
     results.update(post_edit_rows(config, corpus, translator, workdir))
     with open(os.path.join(workdir, "metrics.json"), "w") as f:
         json.dump(results, f, indent=2, sort_keys=True)
     print(format_table(results, summary_columns(results)))
     log.info("all metrics: %s", os.path.join(workdir, "metrics.json"))
     return results
+
+
+def mean_length(texts: list[str]) -> float:
+    """Mean number of whitespace-separated words per sentence."""
+    return float(np.mean([len(t.split()) for t in texts])) if texts else 0.0
+
+
+def diagnostic_rows(translator: Translator, split: str, srcs: list[str], refs: list[str],
+                    constraints: list[list[str]], plain_hyps: list[str], config, workdir: str) -> dict:
+    """The refinement diagnostic (`jaxnat.evaluation.diagnostic`): rows `<split>+from_<start>` with BLEU, mean
+    length, iterations and edit counts (CPR where the start is constraints); hyps in
+    `hyps/<split>.from_<start>.txt`."""
+    e, lang = config.eval, config.data.tgt_lang
+    rows = {}
+    for name, kwargs in diagnostic.starts(refs, constraints, plain_hyps, lang).items():
+        outs = translator.translate(srcs, e.beam_size, e.batch_size, **kwargs)
+        hyps = [o["hyp"] for o in outs]
+        _write_lines(os.path.join(workdir, "hyps", f"{split}.from_{name}.txt"), hyps)
+        row = corpus_metrics(hyps, refs, kwargs.get("constraints"), lang=lang)
+        row.update(mean_length=mean_length(hyps), **_edit_counts(outs, translator.spec.supports.counts))
+        rows[f"{split}+from_{name}"] = row
+        log.info("%s from %s: BLEU %.2f, %.2f words, %.2f iterations", split, name, row["bleu"],
+                 row["mean_length"], row.get("mean_iterations", float("nan")))
+    return rows
 
 
 def post_edit_rows(config, corpus, translator: Translator, workdir: str) -> dict:
@@ -109,8 +138,8 @@ def post_edit_rows(config, corpus, translator: Translator, workdir: str) -> dict
     return rows
 
 
-SUMMARY = ("bleu", "chrf", "ribes", "ter", "cpr", "term_usage", "latency_ms", "sentences_per_s", "mean_iterations",
-           "mean_repositions", "mean_deletions", "mean_insertions")
+SUMMARY = ("bleu", "chrf", "ribes", "ter", "cpr", "term_usage", "mean_length", "latency_ms", "sentences_per_s",
+           "mean_iterations", "mean_repositions", "mean_deletions", "mean_insertions")
 
 
 def summary_columns(results: dict) -> list[str]:
