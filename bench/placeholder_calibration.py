@@ -1,0 +1,111 @@
+"""How well a trained LevT or EDITOR's placeholder head counts on partial sequences: for canvases that keep a
+fraction d of each reference's words (in order), the placeholders it opens (argmax per slot, γ = 0) against
+the oracle's counts (the reference's missing pieces), by density.
+
+    python bench/placeholder_calibration.py --config configs/editor/demo.py --workdir runs/editor-demo \
+        [--sentences 500] [--densities 0,0.1,0.25,0.5,0.75,0.9] [--shuffled]
+
+Columns: predicted / oracle placeholders in total (1.0 = calibrated; below = under-insertion), the share of
+slots whose count is exactly right, and the share of sentences where the head opens fewer than the oracle.
+With --shuffled the kept words are also put in random order (the soft-constraint case; the oracle then counts
+what the ed3/ed2 oracle inserts after its deletions or repositions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+from jaxnat.config import build_config  # noqa: E402
+from jaxnat.data.batching import eval_batches  # noqa: E402
+from jaxnat.data.sources import load_corpus  # noqa: E402
+from jaxnat.data.vocab import PAD_ID  # noqa: E402
+from jaxnat.decoding.request import pad_hypotheses  # noqa: E402
+from jaxnat.models.transformer import token_mask  # noqa: E402
+from jaxnat.oracle import ed2_labels, ed3_labels  # noqa: E402
+from jaxnat.restore import load_translator  # noqa: E402
+
+
+def partial_canvases(refs_ids: list[list[int]], word_start: np.ndarray, density: float, shuffled: bool,
+                     rng: np.random.Generator) -> list[list[int]]:
+    """Keep round(density · words) whole words of each reference (pieces of a word stay together)."""
+    out = []
+    for ids in refs_ids:
+        words, cur = [], []
+        for t in ids:
+            if word_start[t] and cur:
+                words.append(cur)
+                cur = []
+            cur.append(t)
+        if cur:
+            words.append(cur)
+        k = int(round(density * len(words)))
+        keep = sorted(rng.choice(len(words), size=k, replace=False).tolist())
+        if shuffled:
+            rng.shuffle(keep)
+        out.append([t for w in keep for t in words[w]])
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--workdir", required=True)
+    parser.add_argument("--sentences", type=int, default=500)
+    parser.add_argument("--densities", default="0,0.1,0.25,0.5,0.75,0.9")
+    parser.add_argument("--shuffled", action="store_true")
+    parser.add_argument("--seed", type=int, default=0)
+    args, overrides = parser.parse_known_args()
+    config = build_config(args.config, overrides)
+    corpus = load_corpus(config.data)
+    split = [s for s in corpus if s not in ("train", "valid")][0]
+    srcs, refs = corpus[split][0][:args.sentences], corpus[split][1][:args.sentences]
+    translator = load_translator(config, args.workdir)
+    spec, params, tok = translator.spec, translator.params, translator.tokenizer
+    module = spec.module
+    oracle = ed3_labels if spec.name == "editor" else ed2_labels
+    src_ids, _ = translator.encode(srcs)
+    ref_ids = tok.encode(refs, "tgt")
+
+    @jax.jit
+    def counts(src, canvas, ref):
+        memory = module.apply(params, src, method="encode")
+        logits = module.apply(params, canvas, memory, token_mask(src), method="placeholder_logits")
+        slots = jnp.arange(canvas.shape[1] - 1)[None, :] < jnp.sum(canvas != PAD_ID, axis=1, keepdims=True) - 1
+        predicted = jnp.where(slots, jnp.argmax(logits, axis=-1), 0)
+        want = oracle(canvas, ref).insertion
+        return predicted, want, slots
+
+    print(f"{spec.name} ({args.workdir}), {split}, {len(srcs)} sentences, {'shuffled' if args.shuffled else 'ordered'} "
+          f"subsets of the reference's words")
+    print("| density | predicted / oracle placeholders | slots exactly right | sentences under-inserting |")
+    print("|---|---|---|---|")
+    width = max(len(r) for r in ref_ids) + 2
+    ref_rows = pad_hypotheses(ref_ids, width)
+    for density in [float(d) for d in args.densities.split(",")]:
+        rng = np.random.default_rng(args.seed)
+        canvases = pad_hypotheses(partial_canvases(ref_ids, tok.word_start_table("tgt"), density, args.shuffled,
+                                                   rng), width)
+        pred_total = want_total = exact = slots_total = under = 0
+        for idx, batch in eval_batches(src_ids, None, 64, translator.buckets):
+            rows = np.where(idx >= 0, idx, 0)
+            p, w, s = jax.device_get(counts(batch["src"], jnp.asarray(canvases[rows]), jnp.asarray(ref_rows[rows])))
+            real = idx >= 0
+            pred_total += int(p[real].sum())
+            want_total += int(w[real].sum())
+            exact += int(((p == w) & s)[real].sum())
+            slots_total += int(s[real].sum())
+            under += int((p.sum(1) < w.sum(1))[real].sum())
+        print(f"| {density:.2f} | {pred_total / max(want_total, 1):.3f} | {exact / max(slots_total, 1):.3f} | "
+              f"{under / len(srcs):.3f} |")
+
+
+if __name__ == "__main__":
+    main()
