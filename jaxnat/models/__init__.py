@@ -104,7 +104,7 @@ def _levt_spec(config, cfg: TransformerConfig, word_start) -> ModelSpec:
     def loss(params, batch, rng, train=True):
         return levt_loss(module, params, batch, rng, label_smoothing=t.label_smoothing,
                          placeholder_smoothing=t.placeholder_smoothing, alpha=t.roll_in_alpha,
-                         beta=t.roll_in_beta, train=train)
+                         beta=t.roll_in_beta, sampling_for_deletion=t.sampling_for_deletion, train=train)
 
     return _refining_spec(config, cfg, "levt", module, loss, "deletion_logits", levt_delete, ("deletions",))
 
@@ -115,13 +115,13 @@ def _editor_spec(config, cfg: TransformerConfig, word_start) -> ModelSpec:
     from jaxnat.models.editor import Editor, editor_loss
 
     m, t = config.model, config.train
-    module = Editor(cfg, early_exit(m), m.separate_reposition, m.separate_placeholder)
+    module = Editor(cfg, early_exit(m), m.separate_reposition, m.separate_placeholder, m.reposition_deletion)
     starts = None if word_start is None else jnp.asarray(word_start, bool)
 
     def loss(params, batch, rng, train=True):
         return editor_loss(module, params, batch, rng, word_start=starts, label_smoothing=t.label_smoothing,
                            placeholder_smoothing=t.placeholder_smoothing, dual_path=t.dual_path,
-                           alpha=t.roll_in_alpha, beta=t.roll_in_beta, train=train)
+                           alpha=t.roll_in_alpha, beta=t.roll_in_beta, sampling=t.roll_in_sampling, train=train)
 
     first_edit = functools.partial(editor_reposition, deletion_reward=config.eval.deletion_reward)
     return _refining_spec(config, cfg, "editor", module, loss, "reposition_logits", first_edit,
