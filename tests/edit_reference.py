@@ -4,8 +4,8 @@ A reference rebuilds, sentence by sentence with lists and loops, what each head 
 EDITOR (the authors' dual path, and eqs. 6–7) is trained on: its input, its oracle labels (tests/reference.py),
 the positions it learns on, label smoothing ``(1 − ε)·nll − ε·mean_v log p`` and the mean over its own
 positions. It shares nothing with the jit'd losses except the model's heads, called on the reference's own
-inputs, and the random numbers the loss drew (``aux['roll_in']['draws']``), read as the papers define them:
-subset sizes and scores, shuffle shifts, coins, and Gumbel noise that turns an argmax into a sample.
+inputs, and the random numbers the loss drew (``aux['roll_in']['draws']``): subset sizes and scores, shuffle
+shifts, coins, and the Gumbel noise that turns an argmax into a sample.
 
 Sequences are lists of ints without padding, ``[BOS, …, EOS]``; a batch row whose target is empty (all PAD)
 is a filler row and has no positions at all.
@@ -49,11 +49,11 @@ class Heads:
 # A hand-made batch with an initial sequence y⁰ per sentence (post-editing data) and a filler row last.
 HAND = {
     "src": [[BOS_ID, 7, 8, EOS_ID], [BOS_ID, 9, EOS_ID], [BOS_ID, 10, 11, 12, EOS_ID], [BOS_ID, 13, EOS_ID], []],
-    "tgt": [[BOS_ID, 7, 8, 9, 10, EOS_ID], [BOS_ID, 11, 12, 13, EOS_ID], [BOS_ID, 14, 15, EOS_ID],
+    "tgt": [[BOS_ID, 7, 8, 9, 10, EOS_ID], [BOS_ID, 11, 12, 13, EOS_ID], [BOS_ID, 14, 15, 26, 27, EOS_ID],
             [BOS_ID, 16, 17, 18, 19, 20, EOS_ID], []],
     "init": [[BOS_ID, 7, 9, 8, 21, EOS_ID],             # a swap and a wrong word
              [BOS_ID, 11, 13, EOS_ID],                  # a subsequence of the reference
-             [BOS_ID, 22, 23, 24, 25, EOS_ID],          # all wrong
+             [BOS_ID, 22, 23, 24, 25, EOS_ID],          # all wrong: with the oracle's 4 placeholders, 10 > 8 tokens
              [BOS_ID, 20, 19, 18, 17, 16, EOS_ID],      # reversed
              []],
 }
@@ -276,7 +276,7 @@ def layers_read(module, params, src, tokens, method: str) -> set[tuple[str, str]
     read = set()
     for n, (stack, layer) in enumerate(decoder_layers(params)):
         def bump(path, x, n=n):
-            if path[1].key == stack and path[2].key == layer:
+            if tuple(p.key for p in path[1:3]) == (stack, layer):
                 return x + 0.5 * jax.random.normal(jax.random.PRNGKey(n), x.shape, x.dtype)
             return x
         out = logits(jax.tree_util.tree_map_with_path(bump, params))

@@ -120,7 +120,7 @@ def test_dual_path_roll_in(spec, path_a):
     (True, True, 0.0, 0.0, False, False),     # the authors' dual path, path A
     (True, False, 0.0, 0.0, False, False),    # path B
     (True, False, 0.0, 0.0, True, False),     # path B with a sampled reposition
-    (False, None, 0.3, 0.7, True, False),     # eqs. 6–7 per sentence (α ≠ β, so a swap shows), sampled r̃ and t̃
+    (False, None, 0.3, 0.7, True, False),     # eqs. 6–7 per sentence (α ≠ β, so a swap shows), sampled r̃, t̃
     (False, None, 1.0, 0.0, False, True),     # Gu et al.'s roll-in (the "−dual-path" ablation), y0 from the data
     (False, None, 0.0, 1.0, False, True),     # the reposition head always on y0, insertion on its reposition
 ])

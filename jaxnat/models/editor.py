@@ -15,7 +15,8 @@ fill (`jaxnat.decoding.refine`); the reference recipe gives the reposition head 
 
 Training is *dual-path imitation learning* with the ed3 oracle (Levenshtein distance where substituting a
 token that occurs in the input costs 1): the reposition and insertion heads are each trained on what the
-other one produces from the noised reference ``y0 = random_delete_shuffle(y*)`` (`editor_loss`).
+other one produces from the noised reference ``y0 = random_delete_shuffle(y*)`` (or the data's initial
+sequence), with the authors' per-batch schedule or the paper's per-sentence mixtures (`editor_loss`).
 """
 
 from __future__ import annotations
@@ -118,7 +119,9 @@ def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Arra
     """
     src, tgt = batch["src"], batch["tgt"]
     b, t = tgt.shape
-    k_noise, k_mix, k_enc, k_roll, k_plh, k_tok, k_fill, k_rps, k_pick_r, k_pick_t = jax.random.split(rng, 10)
+    # New keys go last: the first keys of a split do not depend on how many are split, so runs with the
+    # earlier options keep their random numbers.
+    k_noise, k_mix, k_enc, k_roll, k_plh, k_tok, k_rps, k_fill, k_pick_r, k_pick_t = jax.random.split(rng, 10)
 
     apply = head_runner(model, params, train)
     memory, src_mask = apply("encode", src, key=k_enc), token_mask(src)

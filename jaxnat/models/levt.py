@@ -55,8 +55,8 @@ def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_
               sampling_for_deletion: bool = False, train: bool = True, keep_roll_in: bool = False):
     """Dual-policy imitation learning (the paper's Algorithm 1) with the ed2 oracle, computed on device.
 
-    The initial sequence y⁰ is ``batch['init']`` (int32[B, T], ``[BOS … EOS]`` rows: post-editing, §5) when
-    the data gives one, else ``[BOS, EOS]``. Per sentence, two coins u, v ~ U[0, 1):
+    The initial sequence y⁰ is ``batch['init']`` (int32[B, T], ``[BOS … EOS]`` rows: the paper's post-editing)
+    when the data gives one, else ``[BOS, EOS]``. Per sentence, two coins u, v ~ U[0, 1):
 
     * **insertion heads**: if u < β, y⁰ minus the ed2 oracle's deletions; else ``random_delete(y*)``. The
       placeholder head learns the oracle's slot counts on it, the token head the reference tokens at the
@@ -78,6 +78,8 @@ def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_
     of the roll-in (for tests).
     """
     src, tgt = batch["src"], batch["tgt"]
+    # New keys go last: the first keys of a split do not depend on how many are split, so runs with the
+    # earlier options keep their random numbers.
     k_noise, k_mix, k_enc, k_plh, k_tok, k_del, k_pick = jax.random.split(rng, 7)
 
     apply = head_runner(model, params, train)
