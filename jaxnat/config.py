@@ -24,6 +24,7 @@ CHOICES = {
     "model.name": tuple(MODELS),
     "model.positions": ("sinusoidal", "learned"),
     "model.dtype": ("float32", "bfloat16"),
+    "model.reposition_deletion": ("vector", "bos"),
     "data.source": ("synthetic", "text", "tfds"),
     "data.spm_model_type": ("unigram", "bpe"),
 }
@@ -35,6 +36,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.model = dict(
         name="ar", d_model=512, ffn_dim=2048, num_heads=8, enc_layers=6, dec_layers=6,
         dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, pre_norm=False,
+        embed_dropout=-1.0,  # dropout on the embedded inputs; -1 = model.dropout (one rate, as fairseq and the papers)
         positions="sinusoidal", max_len=256, share_embeddings=True, tie_output=True, bert_init=False,
         dtype="float32",
         # edit-based models (levt, editor)
@@ -42,6 +44,9 @@ def default_config() -> ml_collections.ConfigDict:
         early_exit="",  # "" = all
         separate_deletion=False, separate_placeholder=False,  # own layer stacks (LevT Table 2a)
         separate_reposition=False,  # EDITOR: the reposition head on its own layer stack (the authors' recipe sets it)
+        # EDITOR: the key of the reposition head's delete column (eq. 1): "vector" = a learned vector b (the
+        # paper), "bos" = BOS's embedding (the authors' code)
+        reposition_deletion="vector",
     )
     c.data = dict(
         source="synthetic",  # synthetic | text | tfds
@@ -62,10 +67,17 @@ def default_config() -> ml_collections.ConfigDict:
         log_every=100, eval_every=2000, checkpoint_every=1000, keep_checkpoints=3,
         max_bad_steps=5,  # consecutive non-finite steps before the run stops
         valid_bleu_sentences=1000,  # sentences of the valid split decoded for validation BLEU
-        # edit-based models: roll-in mixtures (LevT: Algorithm 1, 0, 0 = the reference code's; EDITOR: eqs. 6-7,
-        # used when dual_path is off: α = P(insertion sees y0), β = P(reposition sees y0))
+        # edit-based models: roll-in mixtures, per sentence. LevT (Algorithm 1; 0, 0 = the reference code's):
+        # α = P(deletion sees y0), β = P(insertion sees the oracle-deleted y0). EDITOR (eqs. 7 and 6, used when
+        # dual_path is off): α = P(insertion sees y0), β = P(reposition sees y0)
         roll_in_alpha=0.0, roll_in_beta=0.0, placeholder_smoothing=0.01,
         dual_path=True,  # EDITOR: one coin per batch between insert-then-reposition and reposition-then-insert
+        # LevT: the deletion head's roll-in fills are samples from the token head, not its argmax (the note to
+        # the paper's eq. 6; off as in Algorithm 1 and fairseq)
+        sampling_for_deletion=False,
+        # EDITOR: the roll-in's model repositions r~ and fills t~ are samples, not argmaxes (eqs. 6-7 write
+        # samples; off as in the authors' code, whose dual-path roll-in is the default)
+        roll_in_sampling=False,
     )
     c.eval = dict(
         beam_size=4, length_penalty=1.0, max_len_a=1.2, max_len_b=10, batch_size=64,
@@ -190,6 +202,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
         section, name = key.split(".")
         if not 0.0 <= config[section][name] < 1.0:
             raise ConfigError(f"{key} must be in [0, 1), got {config[section][name]}")
+    if m.embed_dropout != -1.0 and not 0.0 <= m.embed_dropout < 1.0:
+        raise ConfigError(f"model.embed_dropout must be -1 (= model.dropout) or in [0, 1), got {m.embed_dropout}")
     if d.max_len > m.max_len:
         raise ConfigError(f"data.max_len ({d.max_len}) exceeds model.max_len ({m.max_len})")
     if d.batch_tokens < d.max_len:

@@ -83,7 +83,9 @@ def evaluate(config, workdir: str) -> dict:
             log.info("%s with %s constraints: BLEU %.2f, CPR %.1f", split, mode,
                      results[f"{split}+{mode}"]["bleu"], results[f"{split}+{mode}"]["cpr"])
         if e.diagnostic and translator.spec.supports.init:
-            results.update(diagnostic_rows(translator, split, srcs, refs, constraints, hyps_plain, config, workdir))
+            known = {"plain": results[split], "soft": results.get(f"{split}+soft")}
+            results.update(diagnostic_rows(translator, split, srcs, refs, constraints, hyps_plain, config, workdir,
+                                           known))
     results.update(post_edit_rows(config, corpus, translator, workdir))
     with open(os.path.join(workdir, "metrics.json"), "w") as f:
         json.dump(results, f, indent=2, sort_keys=True)
@@ -97,14 +99,22 @@ def mean_length(texts: list[str]) -> float:
     return float(np.mean([len(t.split()) for t in texts])) if texts else 0.0
 
 
+NOT_ABOUT_THE_START = ("latency_ms", "sentences_per_s", "copy_source_bleu", "reference_length")
+
+
 def diagnostic_rows(translator: Translator, split: str, srcs: list[str], refs: list[str],
-                    constraints: list[list[str]], plain_hyps: list[str], config, workdir: str) -> dict:
+                    constraints: list[list[str]], plain_hyps: list[str], config, workdir: str,
+                    known: dict | None = None) -> dict:
     """The refinement diagnostic (`jaxnat.evaluation.diagnostic`): rows `<split>+from_<start>` with BLEU, mean
     length, iterations and edit counts (CPR where the start is constraints); hyps in
-    `hyps/<split>.from_<start>.txt`."""
+    `hyps/<split>.from_<start>.txt`. known: rows already measured for some starts (the plain and soft
+    evaluations), copied instead of decoded again."""
     e, lang = config.eval, config.data.tgt_lang
     rows = {}
     for name, kwargs in diagnostic.starts(refs, constraints, plain_hyps, lang).items():
+        if (known or {}).get(name) is not None:
+            rows[f"{split}+from_{name}"] = {k: v for k, v in known[name].items() if k not in NOT_ABOUT_THE_START}
+            continue
         outs = translator.translate(srcs, e.beam_size, e.batch_size, **kwargs)
         hyps = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.from_{name}.txt"), hyps)

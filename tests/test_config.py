@@ -43,6 +43,8 @@ def test_overrides_are_typed():
         (["--config.model.num_heads=3"], "must be divisible by model.num_heads"),
         (["--config.train.steps=0"], "train.steps must be positive"),
         (["--config.model.dropout=1.5"], "model.dropout must be in [0, 1)"),
+        (["--config.model.embed_dropout=-0.5"], "model.embed_dropout must be -1 (= model.dropout) or in [0, 1)"),
+        (["--config.model.reposition_deletion=bias"], "model.reposition_deletion must be one of vector, bos"),
     ],
 )
 def test_bad_overrides(args, message):

@@ -1,7 +1,12 @@
-"""EDITOR: the loss falls on both roll-in schemes; dual-path roll-in gives valid inputs on both paths; the
-jit'd refinement loop equals a plain-Python loop applying the reference edit ops (repositioning, hard phrases,
-deletion reward); hard constraints survive any model output; a sentence decodes the same alone and in a batch."""
+"""EDITOR: the loss falls on both roll-in schemes; every loss term equals a plain-Python reference (the input
+each head sees, its labels, mask, smoothing and mean) on both dual paths and under the paper's eqs. 6–7;
+α and β mix what the paper says; filler rows carry no loss; each head reads exactly its layers; the delete
+column is a learned vector (or BOS's embedding); the "−dual-path" ablation config; the jit'd refinement loop
+equals a plain-Python loop applying the reference edit ops (repositioning, hard phrases, deletion reward); hard
+constraints survive any model output; a sentence decodes the same alone and in a batch."""
 
+import functools
+import os
 from collections import Counter
 
 import jax
@@ -11,12 +16,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jaxnat.config import build_config
+from jaxnat.config import build_config, leaf_keys
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, NUM_RESERVED, PAD_ID, PLH_ID, PieceTables
 from jaxnat.decoding.refine import RefineOptions, initial_hypotheses, length_cap, refine
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models import build_model
 from jaxnat.models.editor import editor_loss, editor_reposition
+from tests import edit_reference as er
+from tests import reference as ref
 from tests.refine_reference import check_loop_against_python, fit_briefly, editor_first, pad, random_batch, stub_heads
 
 TINY = "tests/configs/tiny.py"
@@ -61,36 +68,200 @@ def _valid_rows(tokens, width):
         assert len(row) == width
 
 
+@functools.lru_cache(maxsize=None)
+def _loss_fn(module, dual_path=True, alpha=0.0, beta=0.0, sampling=False):
+    return jax.jit(functools.partial(editor_loss, module, word_start=jnp.asarray(WORD_START), label_smoothing=0.1,
+                                     dual_path=dual_path, alpha=alpha, beta=beta, sampling=sampling, train=False,
+                                     keep_roll_in=True))
+
+
+def _rows(tokens):
+    return [er.unpad(r) for r in np.asarray(tokens)]
+
+
+def _on_path(loss_fn, params, batch, path_a):
+    """The first seed whose batch coin picks the wanted path, and the loss there."""
+    for seed in range(20):
+        loss, aux = loss_fn(params, batch, jax.random.PRNGKey(seed))
+        if bool(aux["roll_in"]["draws"]["path_a"]) == path_a:
+            return loss, aux
+    raise AssertionError("no batch took this path in 20 coin flips")
+
+
 @pytest.mark.parametrize("path_a", [True, False])
-def test_dual_path_roll_in_gives_valid_inputs(spec, path_a):
-    """Path A: insertion on y0, reposition on the model's fills; path B: reposition on y0, insertion on the
-    model's reposition of y0. Whatever the (untrained) model predicts, every roll-in is a valid hypothesis."""
+def test_dual_path_roll_in(spec, path_a):
+    """Path A: insertion on y0, reposition on the reference with the model's fills wherever the oracle (y0 → y*)
+    inserts; path B: reposition on y0, insertion on the model's argmax reposition of y0. Whatever the
+    (untrained) model predicts, every roll-in is a valid hypothesis."""
     batch = _batch(3, b=8)
     params = spec.init(jax.random.PRNGKey(3), batch)
-    tgt = batch["tgt"]
-    seen = set()
-    for seed in range(12):
-        _, aux = editor_loss(spec.module, params, batch, jax.random.PRNGKey(seed), word_start=jnp.asarray(WORD_START),
-                             label_smoothing=0.1, dual_path=True, train=True, keep_roll_in=True)
-        roll = aux["roll_in"]
-        if bool(np.all(roll["ins_on_y0"])) != path_a:
-            continue
-        seen.add(seed)
-        for name in ("y0", "y_ins", "y_rps"):
-            _valid_rows(roll[name], tgt.shape[1])
-        y0 = np.asarray(roll["y0"])
-        if path_a:
-            np.testing.assert_array_equal(roll["y_ins"], y0)
-            # the fills keep the reference everywhere the oracle does not insert
-            assert ((np.asarray(roll["y_rps"]) != PAD_ID).sum(1) == (np.asarray(tgt) != PAD_ID).sum(1)).all()
-        else:
-            np.testing.assert_array_equal(roll["y_rps"], y0)
-            # a reposition only moves, copies and deletes tokens of y0
-            for row, src_row in zip(np.asarray(roll["y_ins"]), y0):
-                assert set(row.tolist()) <= set(src_row.tolist())
-        for row, ref_row in zip(y0, np.asarray(tgt)):  # y0 = a shuffled subsample of the reference
-            assert not Counter(row[row != PAD_ID].tolist()) - Counter(ref_row[ref_row != PAD_ID].tolist())
-    assert seen, "no batch took this path in 12 coin flips"
+    tgt = _rows(batch["tgt"])
+    _, aux = _on_path(_loss_fn(spec.module), params, batch, path_a)
+    roll = aux["roll_in"]
+    for name in ("y0", "y_ins", "y_rps"):
+        _valid_rows(roll[name], batch["tgt"].shape[1])
+    y0, y_ins, y_rps = _rows(roll["y0"]), _rows(roll["y_ins"]), _rows(roll["y_rps"])
+    if path_a:
+        assert y_ins == y0
+        for x, got, y in zip(y0, y_rps, tgt):
+            inserted = ref.ed3_labels(x, y)[2]
+            assert len(got) == len(y)
+            assert [g for g, m in zip(got, inserted) if not m] == [t for t, m in zip(y, inserted) if not m]
+    else:
+        assert y_rps == y0
+        heads = er.Heads(spec.module, params, batch["src"], batch["tgt"].shape[1])
+        logits = heads("reposition_logits", y0)
+        want = [ref.reposition(x, [int(np.argmax(logits[b, i, :len(x)])) for i in range(len(x))])[0]
+                for b, x in enumerate(y0)]
+        assert y_ins == want
+    for row, ref_row in zip(y0, tgt):  # y0 = a shuffled subsample of the reference
+        assert not Counter(row) - Counter(ref_row)
+
+
+@pytest.mark.parametrize("dual_path, path_a, alpha, beta, sampling, with_init", [
+    (True, True, 0.0, 0.0, False, False),     # the authors' dual path, path A
+    (True, False, 0.0, 0.0, False, False),    # path B
+    (True, False, 0.0, 0.0, True, False),     # path B with a sampled reposition
+    (False, None, 0.3, 0.7, True, False),     # eqs. 6–7 per sentence (α ≠ β, so a swap shows), sampled r̃, t̃
+    (False, None, 1.0, 0.0, False, True),     # Gu et al.'s roll-in (the "−dual-path" ablation), y0 from the data
+    (False, None, 0.0, 1.0, False, True),     # the reposition head always on y0, insertion on its reposition
+])
+def test_loss_terms_match_plain_reference(spec, dual_path, path_a, alpha, beta, sampling, with_init):
+    if with_init:
+        batch = er.hand_batch()
+    else:  # random sentences, the last one a filler row
+        batch = _batch(7)
+        batch["tgt"] = batch["tgt"].at[-1].set(PAD_ID)
+    params = spec.init(jax.random.PRNGKey(1), batch)
+    loss_fn = _loss_fn(spec.module, dual_path, alpha, beta, sampling)
+    if dual_path:
+        loss, aux = _on_path(loss_fn, params, batch, path_a)
+    else:
+        loss, aux = loss_fn(params, batch, jax.random.PRNGKey(2))
+    heads = er.Heads(spec.module, params, batch["src"], batch["tgt"].shape[1])
+    draws = aux["roll_in"]["draws"]
+    want = er.editor_reference(heads, batch, draws, WORD_START, dual_path=dual_path, alpha=alpha, beta=beta,
+                               eps=0.1)
+    for name in ("y0", "y_ins", "y_rps"):
+        got = _rows(aux["roll_in"][name])
+        assert [got[b] for b in want["live"]] == want[name], name
+    for term in ("placeholder_loss", "token_loss", "reposition_loss"):
+        np.testing.assert_allclose(aux[term], want[term], rtol=2e-5, err_msg=term)
+    n = sum(len(r) for r in _rows(batch["tgt"]))
+    np.testing.assert_allclose(aux["nll"], want["token_nll"] * n, rtol=2e-5)
+    np.testing.assert_allclose(loss, (want["placeholder_loss"] + want["token_loss"] + want["reposition_loss"]) * n,
+                               rtol=2e-5)
+    if sampling:  # the samples are not the argmax: the model's choices really come from the noise
+        argmax = er.editor_reference(heads, batch, {k: v for k, v in draws.items() if not k.endswith("_noise")},
+                                     WORD_START, dual_path=dual_path, alpha=alpha, beta=beta, eps=0.1)
+        assert (argmax["y_ins"], argmax["y_rps"]) != (want["y_ins"], want["y_rps"])
+
+
+def test_alpha_mixes_the_insertion_input_and_beta_the_reposition_input(spec):
+    """Eq. 7: α = P(insertion heads see y0); eq. 6: β = P(reposition head sees y0), else y0 itself — order and
+    surplus tokens untouched — with the oracle's placeholders filled by the model. With y0 from the data,
+    swapped roles would show."""
+    batch = er.hand_batch()
+    params = spec.init(jax.random.PRNGKey(1), batch)
+    init, tgt = _rows(batch["init"])[:4], _rows(batch["tgt"])[:4]
+
+    def is_subsequence(short, long):
+        it = iter(long)
+        return all(t in it for t in short)
+
+    _, aux = _loss_fn(spec.module, False, 1.0, 0.0)(params, batch, jax.random.PRNGKey(3))
+    y_ins, y_rps = _rows(aux["roll_in"]["y_ins"]), _rows(aux["roll_in"]["y_rps"])
+    assert y_ins[:4] == init and y_ins[4] == [] and y_rps[4] == []
+    for x, got, y in zip(init, y_rps, tgt):
+        assert is_subsequence(x, got) and len(got) == len(x) + sum(ref.ed3_labels(x, y)[2])
+
+    _, aux = _loss_fn(spec.module, False, 0.0, 1.0)(params, batch, jax.random.PRNGKey(3))
+    y_ins, y_rps = _rows(aux["roll_in"]["y_ins"]), _rows(aux["roll_in"]["y_rps"])
+    assert y_rps[:4] == init and y_rps[4] == [] and y_ins[4] == []
+    assert all(set(y) <= set(x) for y, x in zip(y_ins, init))  # a reposition only moves, copies, deletes
+
+
+@pytest.mark.parametrize("dual_path, alpha, beta, sampling", [(True, 0.0, 0.0, False), (False, 0.5, 0.5, True)])
+def test_filler_rows_carry_no_loss(spec, dual_path, alpha, beta, sampling):
+    """Appending an all-PAD row (as the batcher pads a bucket's last batch) changes no loss term and no
+    gradient, in training mode (dropout on), on either dual path and under eqs. 6–7. (The reference tests
+    above also hold a filler row, which their references skip.)"""
+    batch = er.hand_batch(with_init=False)
+    params = spec.init(jax.random.PRNGKey(1), batch)
+
+    def objective(params, batch, key):  # what the trainer differentiates
+        loss, aux = editor_loss(spec.module, params, batch, key, word_start=jnp.asarray(WORD_START),
+                                label_smoothing=0.1, dual_path=dual_path, alpha=alpha, beta=beta, sampling=sampling,
+                                train=True, keep_roll_in=True)
+        return loss / aux["count"], aux
+
+    terms_and_grad = jax.jit(jax.value_and_grad(objective, has_aux=True))
+    without = {k: v[:4] for k, v in batch.items()}
+    assert _rows(batch["tgt"])[4] == []
+    paths = set()
+    for seed in range(4 if dual_path else 1):
+        key = jax.random.PRNGKey(seed)
+        (_, aux_with), grads_with = terms_and_grad(params, batch, key)
+        (_, aux_without), grads_without = terms_and_grad(params, without, key)
+        paths.add(bool(aux_with["roll_in"]["draws"].get("path_a", False)))
+        for term in ("nll", "count", "placeholder_loss", "token_loss", "reposition_loss"):
+            np.testing.assert_allclose(aux_with[term], aux_without[term], rtol=1e-5, err_msg=term)
+        for a, b in zip(jax.tree_util.tree_leaves(grads_with), jax.tree_util.tree_leaves(grads_without)):
+            np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
+    assert not dual_path or paths == {True, False}
+
+
+def test_each_head_reads_exactly_its_layers():
+    """Early exit "2,1,2" with the reposition head on its own stack and the placeholder head on the shared one."""
+    spec = _spec("--config.model.dec_layers=3", "--config.model.early_exit=2,1,2")
+    batch = _batch(4)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    expected = {"reposition_logits": {("reposition_decoder", 0), ("reposition_decoder", 1)},
+                "placeholder_logits": {("decoder", 0)},
+                "token_logits": {("decoder", 0), ("decoder", 1)}}
+    for method, layers in expected.items():
+        got = er.layers_read(spec.module, params, batch["src"], batch["tgt"], method)
+        assert got == {(stack, f"layer_{i}") for stack, i in layers}, method
+
+
+@pytest.mark.parametrize("option", ["vector", "bos"])
+def test_reposition_delete_column(option):
+    """Eq. 1: column 0 scores h_i · b with b a learned vector (trained by the loss); with "bos", h_i · e_BOS.
+    Every other column j scores h_i · e_j, e_j the raw embedding of token j."""
+    spec = _spec(f"--config.model.reposition_deletion={option}")
+    batch = _batch(2)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    module, tokens = spec.module, batch["tgt"]
+    memory, mask = module.apply(params, batch["src"], method="encode"), batch["src"] != PAD_ID
+    logits = np.asarray(module.apply(params, tokens, memory, mask, method="reposition_logits"))
+    h = np.asarray(module.apply(params, tokens, memory, mask, method="first_features"))
+    table = np.asarray(params["params"]["src_embed"]["tokens"]["embedding"])  # shared embeddings
+    want = np.einsum("bid,bjd->bij", h, table[np.asarray(tokens)])
+    real = np.asarray(tokens) != PAD_ID
+    for b in range(tokens.shape[0]):
+        n = real[b].sum()
+        np.testing.assert_allclose(logits[b, :n, 1:n], want[b, :n, 1:n], rtol=1e-5, atol=1e-5)
+    if option == "vector":
+        vector = np.asarray(params["params"]["deletion_vector"])
+        assert vector.shape == (32,)
+        np.testing.assert_allclose(logits[..., 0], h @ vector, rtol=1e-5, atol=1e-5)
+        grads = jax.jit(jax.grad(lambda p: spec.loss(p, batch, jax.random.PRNGKey(0), False)[0]))(params)
+        assert np.abs(np.asarray(grads["params"]["deletion_vector"])).max() > 0
+    else:
+        assert "deletion_vector" not in params["params"]
+        np.testing.assert_allclose(logits[..., 0], h @ table[BOS_ID], rtol=1e-5, atol=1e-5)
+
+
+def test_ablation_config_is_multi30k_with_gu_et_al_roll_in():
+    """configs/editor/ablation_no_dual_path.py = configs/editor/multi30k.py with the "−dual-path" roll-in of
+    the paper's Table 5 (eqs. 6–7 with α = 1, β = 0) and nothing else changed."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    base = build_config(os.path.join(root, "configs/editor/multi30k.py"), [])
+    ablation = build_config(os.path.join(root, "configs/editor/ablation_no_dual_path.py"), [])
+    changed = {k for k in leaf_keys(base) if base[k.split(".")[0]][k.split(".")[1]]
+               != ablation[k.split(".")[0]][k.split(".")[1]]}
+    assert changed <= {"train.dual_path", "train.roll_in_alpha", "train.roll_in_beta"}
+    assert (ablation.train.dual_path, ablation.train.roll_in_alpha, ablation.train.roll_in_beta) == (False, 1.0, 0.0)
 
 
 @pytest.mark.parametrize("seed, penalty, reward, run_all", [(0, 0.0, 0.0, False), (1, 1.5, 2.0, False),

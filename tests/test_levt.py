@@ -1,6 +1,11 @@
-"""Levenshtein Transformer: the loss falls; the jit'd refinement loop equals a plain-Python loop applying the
-reference edit ops to the same model outputs; stop conditions; batch-1 = in-batch decoding; hard constraints
-survive any model output; post-editing; capacity overflow."""
+"""Levenshtein Transformer: the loss falls; every loss term equals a plain-Python reference of Algorithm 1 (the
+input each head sees, its labels, mask, smoothing and mean) under every roll-in; α and β mix what the paper
+says; filler rows carry no loss; each head reads exactly its layers; sampled fills are samples; the jit'd
+refinement loop equals a plain-Python loop applying the reference edit ops to the same model outputs; stop
+conditions; batch-1 = in-batch decoding; hard constraints survive any model output; post-editing; capacity
+overflow."""
+
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -13,7 +18,9 @@ from jaxnat.config import build_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PLH_ID
 from jaxnat.decoding.refine import Heads, RefineOptions, initial_hypotheses, length_cap, refine
 from jaxnat.models import build_model
-from jaxnat.models.levt import levt_delete
+from jaxnat.models.insertion import model_choice
+from jaxnat.models.levt import levt_delete, levt_loss
+from tests import edit_reference as er
 from tests.refine_reference import (check_loop_against_python, fit_briefly, levt_first, model_heads, pad,
                                     random_batch, stub_heads)
 
@@ -36,6 +43,136 @@ def _batch(seed, b=6, s=9, t=12):
 def test_loss_falls(spec):
     losses = [loss for loss, _ in fit_briefly(spec, _batch(0))]
     assert np.mean(losses[-5:]) < 0.6 * np.mean(losses[:5]), losses
+
+
+# --------------------------------------------------------------------------------- the loss vs plain Python
+
+HAND_LCS = [4, 4, 2, 3]  # what the ed2 oracle keeps of each y⁰ of er.HAND: its longest common subsequence with y*
+
+
+@functools.lru_cache(maxsize=None)
+def _loss_fn(module, alpha, beta, sampling=False, train=False):
+    return jax.jit(functools.partial(levt_loss, module, label_smoothing=0.1, alpha=alpha, beta=beta,
+                                     sampling_for_deletion=sampling, train=train, keep_roll_in=True))
+
+
+def _rows(tokens):
+    return [er.unpad(r) for r in np.asarray(tokens)]
+
+
+@pytest.mark.parametrize("alpha, beta, sampling, with_init", [
+    (0.0, 0.0, False, False),   # the reference code's roll-in
+    (0.3, 0.7, True, False),    # per-sentence mixtures (α ≠ β, so a swap shows), sampled fills
+    (1.0, 0.0, False, True),    # y⁰ from the data, the deletion head always on it
+    (0.0, 1.0, False, True),    # the insertion heads always on what the oracle keeps of y⁰
+])
+def test_loss_terms_match_plain_reference(spec, alpha, beta, sampling, with_init):
+    if with_init:
+        batch = er.hand_batch()
+    else:  # random sentences, the last one a filler row
+        batch = _batch(7)
+        batch["tgt"] = batch["tgt"].at[-1].set(PAD_ID)
+    params = spec.init(jax.random.PRNGKey(1), batch)
+    loss, aux = _loss_fn(spec.module, alpha, beta, sampling)(params, batch, jax.random.PRNGKey(2))
+    heads = er.Heads(spec.module, params, batch["src"], batch["tgt"].shape[1])
+    draws = aux["roll_in"]["draws"]
+    want = er.levt_reference(heads, batch, draws, alpha=alpha, beta=beta, eps=0.1)
+    got_ins, got_del = _rows(aux["roll_in"]["y_ins"]), _rows(aux["roll_in"]["y_del"])
+    assert [got_ins[b] for b in want["live"]] == want["y_ins"]
+    assert [got_del[b] for b in want["live"]] == want["y_del"]
+    for term in ("placeholder_loss", "token_loss", "deletion_loss"):
+        np.testing.assert_allclose(aux[term], want[term], rtol=2e-5, err_msg=term)
+    n = sum(len(r) for r in _rows(batch["tgt"]))
+    assert float(aux["count"]) == n
+    np.testing.assert_allclose(aux["nll"], want["token_nll"] * n, rtol=2e-5)
+    np.testing.assert_allclose(loss, (want["placeholder_loss"] + want["token_loss"] + want["deletion_loss"]) * n,
+                               rtol=2e-5)
+    if sampling:  # the samples are not the argmax: the fills really come from the noise
+        argmax = er.levt_reference(heads, batch, {k: v for k, v in draws.items() if k != "token_noise"},
+                                   alpha=alpha, beta=beta, eps=0.1)
+        assert argmax["fills"] != want["fills"]
+
+
+def test_alpha_mixes_the_deletion_input_and_beta_the_insertion_input(spec):
+    """Algorithm 1: α = P(deletion head sees y⁰), β = P(insertion heads see y⁰ minus the oracle's deletions).
+    With y⁰ from the data, swapped roles would show: y⁰ is neither a subsequence of y* nor the model's fills."""
+    batch = er.hand_batch()
+    params = spec.init(jax.random.PRNGKey(1), batch)
+    init, tgt = _rows(batch["init"])[:4], _rows(batch["tgt"])[:4]
+
+    def is_subsequence(short, long):
+        it = iter(long)
+        return all(t in it for t in short)
+
+    _, aux = _loss_fn(spec.module, 1.0, 0.0)(params, batch, jax.random.PRNGKey(3))
+    y_ins, y_del = _rows(aux["roll_in"]["y_ins"]), _rows(aux["roll_in"]["y_del"])
+    assert y_del[:4] == init and y_del[4] == []
+    assert all(is_subsequence(y, t) for y, t in zip(y_ins, tgt))   # random_delete(y*)
+
+    _, aux = _loss_fn(spec.module, 0.0, 1.0)(params, batch, jax.random.PRNGKey(3))
+    y_ins, y_del = _rows(aux["roll_in"]["y_ins"]), _rows(aux["roll_in"]["y_del"])
+    assert [len(y) for y in y_ins[:4]] == HAND_LCS and y_ins[4] == []
+    assert all(is_subsequence(y, i) and is_subsequence(y, t) for y, i, t in zip(y_ins, init, tgt))
+    assert [len(y) for y in y_del[:4]] == [len(t) for t in tgt]      # the reference with the model's fills
+
+
+@pytest.mark.parametrize("alpha, beta, sampling", [(0.0, 0.0, True), (1.0, 1.0, False)])
+def test_filler_rows_carry_no_loss(spec, alpha, beta, sampling):
+    """Appending an all-PAD row (as the batcher pads a bucket's last batch) changes no loss term and no
+    gradient, in training mode (dropout on), whether the heads roll in from y* (α = β = 0) or from y⁰
+    (α = β = 1, where a filler row once got a [BOS, EOS] start). (The reference tests above also hold a filler
+    row, which their references skip.)"""
+    batch = er.hand_batch(with_init=False)
+    params = spec.init(jax.random.PRNGKey(1), batch)
+
+    def objective(params, batch):  # what the trainer differentiates
+        loss, aux = levt_loss(spec.module, params, batch, jax.random.PRNGKey(4), label_smoothing=0.1, alpha=alpha,
+                              beta=beta, sampling_for_deletion=sampling, train=True)
+        return loss / aux["count"], aux
+
+    terms_and_grad = jax.jit(jax.value_and_grad(objective, has_aux=True))
+    without = {k: v[:4] for k, v in batch.items()}
+    assert _rows(batch["tgt"])[4] == []
+    (_, aux_with), grads_with = terms_and_grad(params, batch)
+    (_, aux_without), grads_without = terms_and_grad(params, without)
+    for term in aux_with:
+        np.testing.assert_allclose(aux_with[term], aux_without[term], rtol=1e-5, err_msg=term)
+    for a, b in zip(jax.tree_util.tree_leaves(grads_with), jax.tree_util.tree_leaves(grads_without)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-7)
+
+
+# --------------------------------------------------------------------------------- which layers each head reads
+
+@pytest.mark.parametrize("early_exit, separate_deletion, separate_placeholder, expected", [
+    ("1,2,3", False, False, {"deletion_logits": {("decoder", 0)},
+                             "placeholder_logits": {("decoder", 0), ("decoder", 1)},
+                             "token_logits": {("decoder", 0), ("decoder", 1), ("decoder", 2)}}),
+    ("2,1,2", True, True, {"deletion_logits": {("deletion_decoder", 0), ("deletion_decoder", 1)},
+                           "placeholder_logits": {("placeholder_decoder", 0)},
+                           "token_logits": {("decoder", 0), ("decoder", 1)}}),
+])
+def test_each_head_reads_exactly_its_layers(early_exit, separate_deletion, separate_placeholder, expected):
+    """Early exit (a head reads the first k layers of its stack) and separate stacks (LevT's Table 2a)."""
+    config = build_config(TINY, ["--config.model.name=levt", "--config.eval.beam_size=1", "--config.model.dec_layers=3",
+                                 f"--config.model.early_exit={early_exit}",
+                                 f"--config.model.separate_deletion={separate_deletion}",
+                                 f"--config.model.separate_placeholder={separate_placeholder}"])
+    spec = build_model(config, V, V)
+    batch = _batch(4)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    for method, layers in expected.items():
+        got = er.layers_read(spec.module, params, batch["src"], batch["tgt"], method)
+        assert got == {(stack, f"layer_{i}") for stack, i in layers}, method
+
+
+def test_model_choice_samples_from_the_softmax():
+    """With Gumbel noise, the choice is a sample from softmax(logits): frequencies match the probabilities."""
+    probs = np.array([0.6, 0.3, 0.1])
+    n = 20000
+    logits = jnp.broadcast_to(jnp.log(jnp.asarray(probs)), (n, 3))
+    picks = np.asarray(model_choice(logits, jax.random.gumbel(jax.random.PRNGKey(0), (n, 3))))
+    np.testing.assert_allclose(np.bincount(picks, minlength=3) / n, probs, atol=0.015)  # ~5 std devs
+    assert (np.asarray(model_choice(logits)) == 0).all()
 
 
 # --------------------------------------------------------------------------------- the loop vs plain Python

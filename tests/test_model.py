@@ -1,4 +1,5 @@
-"""The Transformer: cached one-token decoding equals the full teacher-forced pass, for every layout option."""
+"""The Transformer: cached one-token decoding equals the full teacher-forced pass, for every layout option;
+padding changes nothing; the embedding dropout rate."""
 
 import itertools
 
@@ -7,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxnat.models.ar import ARTransformer
-from jaxnat.models.transformer import TransformerConfig
+from jaxnat.models.ar import ARTransformer, ar_loss
+from jaxnat.models.transformer import Embedder, TransformerConfig
 
 
 @pytest.mark.parametrize("pre_norm, positions, shared", list(itertools.product([False, True], ["sinusoidal", "learned"], [True, False])))
@@ -41,3 +42,34 @@ def test_padding_does_not_change_outputs():
     short = model.apply(params, src, tgt)
     padded = model.apply(params, jnp.pad(src, ((0, 0), (0, 3))), jnp.pad(tgt, ((0, 0), (0, 2))))
     np.testing.assert_allclose(np.asarray(padded[:, :3]), np.asarray(short), atol=1e-5)
+
+
+def test_embedding_dropout_rate():
+    """model.embed_dropout: -1 (unset) is model.dropout, so the AR loss is unchanged bit for bit; set, it is the
+    rate on the embedded inputs alone (0: the embeddings are not dropped while the sublayers still are)."""
+    base = dict(src_vocab_size=30, tgt_vocab_size=30, d_model=64, ffn_dim=32, num_heads=2, enc_layers=1,
+                dec_layers=1, max_len=16, dropout=0.3)
+    ids = jnp.full((4, 16), 7)
+    key = {"dropout": jax.random.PRNGKey(1)}
+
+    def embedded(train, **options):
+        embedder = Embedder(TransformerConfig(**base, **options), 30)
+        params = embedder.init(jax.random.PRNGKey(0), ids, False)
+        return np.asarray(embedder.apply(params, ids, train, rngs=key))
+
+    clean = embedded(False)
+    dropped = embedded(True) == 0
+    assert 0.25 < dropped.mean() < 0.35                                 # model.dropout applies when unset
+    assert (embedded(True, embed_dropout=0.3) == embedded(True)).all()
+    np.testing.assert_array_equal(embedded(True, embed_dropout=0.0), clean)
+    assert 0.05 < (embedded(True, embed_dropout=0.1) == 0).mean() < 0.15
+
+    batch = {"src": jnp.array([[1, 7, 8, 9, 2, 0]]), "tgt": jnp.array([[1, 12, 13, 14, 2, 0]])}
+
+    def loss(**options):
+        model = ARTransformer(TransformerConfig(**base, **options))
+        params = model.init(jax.random.PRNGKey(0), batch["src"], batch["tgt"][:, :-1])
+        return float(ar_loss(model, params, batch, jax.random.PRNGKey(2), 0.1, train=True)[0])
+
+    assert loss() == loss(embed_dropout=0.3)
+    assert loss() != loss(embed_dropout=0.0)  # the option reaches the model's embedders

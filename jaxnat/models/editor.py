@@ -3,18 +3,21 @@
 EDITOR replaces LevT's deletion with a reposition: every output slot ``i`` of the current hypothesis
 ``y_1..n`` points at the input token it takes (paper eq. 1),
 
-    π_rps(r | i, y) = softmax_r(h_i · [e_1, …, e_n]),
+    π_rps(r | i, y) = softmax_r(h_i · [b, e_1, …, e_n]),
 
-with ``e_j`` the raw embedding of input token ``j``. As in the authors' code, column 0 is BOS's embedding and
-pointing at it deletes the slot (the paper writes a separate vector ``b``); BOS and EOS are pinned at decode
-time. A token may be copied to several slots, and a token nobody points at disappears. Placeholder insertion
-and token prediction are LevT's (`jaxnat.models.insertion`). One decoding iteration = reposition →
-placeholders → fill (`editor_reposition`, run by `jaxnat.decoding.refine`); the reference recipe gives the
-reposition head its own layer stack. docs/editor.md explains what this follows.
+with ``e_j`` the raw embedding of input token ``j`` and ``b`` a learned deletion vector: pointing at ``b``
+deletes the slot. Column 0 is the delete column; it would be BOS's, but BOS is pinned to slot 0 and a slot
+pointing at it is deleted anyway, so ``b`` takes its place (``reposition_deletion="vector"``, the default).
+``"bos"`` keeps BOS's embedding there, as the authors' code does. BOS and EOS are pinned at decode time. A
+token may be copied to several slots, and a token nobody points at disappears. Placeholder insertion and
+token prediction are LevT's (`jaxnat.models.insertion`). One decoding iteration = reposition → placeholders →
+fill (`editor_reposition`, run by `jaxnat.decoding.refine`); the reference recipe gives the reposition
+head its own layer stack. docs/editor.md explains what this follows.
 
 Training is *dual-path imitation learning* with the ed3 oracle (Levenshtein distance where substituting a
 token that occurs in the input costs 1): the reposition and insertion heads are each trained on what the
-other one produces from the noised reference ``y0 = random_delete_shuffle(y*)`` (`editor_loss`).
+other one produces from the noised reference ``y0 = random_delete_shuffle(y*)`` (or the data's initial
+sequence), with the authors' per-batch schedule or the paper's per-sentence mixtures (`editor_loss`).
 """
 
 from __future__ import annotations
@@ -26,15 +29,15 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxnat import edit_ops
-from jaxnat.data.vocab import PAD_ID
+from jaxnat.data.vocab import PAD_ID, PLH_ID
 from jaxnat.decoding.refine import Hypotheses
 from jaxnat.decoding.request import Supports
-from jaxnat.models.insertion import (EditTransformer, early_exit, edit_model_spec, head_runner, insertion_losses,
-                                     mean_loss, model_fills)
+from jaxnat.models.insertion import (EditTransformer, blank_fillers, early_exit, edit_model_spec, forbid_reserved,
+                                     head_runner, insertion_losses, mean_loss, model_choice, model_fills)
+from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import token_mask
-from jaxnat.oracle import ed3_labels, random_delete_shuffle
-from jaxnat.models.losses import smoothed_cross_entropy
+from jaxnat.oracle import apply_delete_shuffle, draw_delete_shuffle, ed3_labels
 
 NOT_A_TOKEN = -1e9  # the logit of pointing at padding (finite: an all-padding row must not give NaN)
 
@@ -43,15 +46,25 @@ class Editor(EditTransformer):
     """Encoder + bidirectional decoder with reposition, placeholder and token heads.
 
     exits: (reposition, placeholder, token) — how many decoder layers each head reads.
+    reposition_deletion: the delete column's key, "vector" (a learned b ∈ R^D, eq. 1) or "bos" (BOS's embedding).
     """
 
+    reposition_deletion: str = "vector"
     first_name = "reposition"
 
+    def setup(self):
+        super().setup()
+        if self.reposition_deletion == "vector":
+            self.deletion_vector = self.param("deletion_vector", self.cfg.embed_init(), (self.cfg.d_model,))
+
     def reposition_logits(self, tokens, memory, src_mask, train: bool = False) -> jax.Array:
-        """tokens: int32[B, L] → float32[B, L, L]: slot i's score for taking input token j (h_i · e_j);
-        column 0 (BOS) = delete; padding columns at a large negative value."""
+        """tokens: int32[B, L] → float32[B, L, L]: slot i's score for taking input token j (h_i · e_j); column
+        0 = delete (h_i · b, or h_i · e_BOS with "bos"); padding columns at a large negative value."""
         h = self.first_features(tokens, memory, src_mask, train).astype(jnp.float32)
-        logits = jnp.einsum("bid,bjd->bij", h, self.tgt_embed.lookup(tokens))
+        keys = self.tgt_embed.lookup(tokens)                                     # float32[B, L, D]
+        if self.reposition_deletion == "vector":
+            keys = keys.at[:, 0].set(self.deletion_vector)
+        logits = jnp.einsum("bid,bjd->bij", h, keys)
         return jnp.where(token_mask(tokens)[:, None, :], logits, NOT_A_TOKEN)
 
     def __call__(self, src, tokens, train: bool = False):
@@ -62,74 +75,121 @@ class Editor(EditTransformer):
                 self.token_logits(tokens, memory, src_mask, train))
 
 
-def apply_model_reposition(tokens: jax.Array, logits: jax.Array) -> jax.Array:
-    """The model's argmax reposition of ``tokens`` (int32[B, L]) with no gradient: int32[B, L]."""
-    index = jnp.argmax(lax.stop_gradient(logits), axis=-1).astype(jnp.int32)
-    return edit_ops.reposition(tokens, index, PAD_ID).tokens
+def apply_model_reposition(tokens: jax.Array, logits: jax.Array, noise: jax.Array | None = None) -> jax.Array:
+    """The model's reposition of ``tokens`` (int32[B, L]), with no gradient: int32[B, L]. logits: float32[B, L, L];
+    noise: None (argmax) or Gumbel draws of the same shape (a sample, `model_choice`)."""
+    return edit_ops.reposition(tokens, model_choice(logits, noise), PAD_ID).tokens
+
+
+def oracle_placeholders(y0: jax.Array, tgt: jax.Array, width: int) -> jax.Array:
+    """``E(y0, p*)`` of eq. 6: y0 (int32[B, T]) with the ed3 oracle's placeholders (for y0 → tgt) inserted and
+    nothing else applied — no deletion, no reposition — on a canvas int32[B, width].
+
+    Every token of y0 stays, so a row can grow to |y0| + |y*| − 2 tokens: ``width`` = 2T holds any row; a
+    narrower canvas drops the placeholders that do not fit, serving slots left to right."""
+    pad = width - y0.shape[1]
+    counts = jnp.pad(ed3_labels(y0, tgt).insertion, ((0, 0), (0, pad)))
+    canvas = jnp.pad(y0, ((0, 0), (0, pad)), constant_values=PAD_ID)
+    return edit_ops.insert_placeholders(canvas, counts, PAD_ID, PLH_ID).tokens
 
 
 def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Array | None, label_smoothing: float,
                 placeholder_smoothing: float = 0.01, dual_path: bool = True, alpha: float = 0.0, beta: float = 0.0,
-                train: bool = True, keep_roll_in: bool = False):
+                sampling: bool = False, train: bool = True, keep_roll_in: bool = False):
     """Dual-path imitation learning with the ed3 oracle, computed on device (docs/editor.md).
 
-    Roll-in starts from ``y0 = random_delete_shuffle(y*)`` (word-level shuffle; ``word_start``: bool[V], the
-    pieces that begin a word, None = every piece). The paper's mixtures (its eqs. 6–7), per sentence:
+    Roll-in starts from y0: ``batch['init']`` (int32[B, T], ``[BOS … EOS]`` rows) when the data gives one, else
+    ``random_delete_shuffle(y*)`` (word-level shuffle; ``word_start``: bool[V], the pieces that begin a word,
+    None = every piece). Two schedules:
 
-    * the insertion heads see ``y0`` with probability α, else the model's reposition of ``y0``;
-    * the reposition head sees ``y0`` with probability β, else the model's fills of the oracle's placeholders
-      (the reference with the token head's argmax where the oracle inserts).
+    * ``dual_path`` (the authors' code, default): one coin per batch picks **path A** — the insertion heads on
+      y0, the reposition head on the reference with the token head's fills at the oracle's placeholders — or
+      **path B** — the reposition head on y0, the insertion heads on the model's reposition of y0. A path
+      costs three decoder passes; ``lax.cond`` skips the one the other path would need.
+    * otherwise the paper's eqs. 6–7, per sentence: the insertion heads see y0 with probability α, else the
+      model's reposition ``E(y0, r̃)`` (eq. 7); the reposition head sees y0 with probability β, else
+      ``E(E(y0, p*), t̃)`` (eq. 6): y0 itself, its order and surplus tokens untouched, with the oracle's
+      placeholders filled by the token head (`oracle_placeholders`, on a 2T-wide canvas capped at the model's
+      max_len). α = 1, β = 0 is Gu et al.'s roll-in (only the model's insertion policy rolls in), the
+      "−dual-path" ablation of the paper's Table 5. Up to five decoder passes (two of them 2T wide); α = 1
+      skips the reposition of y0, β = 1 the fill pass.
 
-    ``dual_path`` (the authors' code, default): one coin per batch picks path A (insert on ``y0``, reposition
-    on the fills: α = 1, β = 0) or path B (reposition on ``y0``, insert on its output: α = 0, β = 1). Each path
-    costs three decoder passes; the layers a path does not need are skipped with ``lax.cond``.
-    With independent α/β, the fills come from the insertion roll-in (``y0`` or its reposition), which saves a
-    pass and matches eq. 6 whenever that roll-in is ``y0``.
+    r̃ and t̃ are the argmax of the heads, or with ``sampling`` samples from them (eqs. 6–7 write samples; the
+    authors' code takes the argmax). No gradient flows through them. Filler rows (target all PAD) get a blank
+    y0 and carry no loss; every random number has the batch as its leading axis (or is one per batch).
 
     Loss = placeholder CE (smoothing 0.01) + token CE (smoothing ε) + reposition CE (none), each the mean over
     its own positions. Returns ``(loss · n, aux)`` like `levt_loss`; with ``keep_roll_in``, aux['roll_in'] holds
-    the roll-in sequences (y0, y_ins, y_rps: int32[B, T]) and the per-sentence choices (for tests).
+    the head inputs (y0, y_ins: int32[B, T], y_rps: int32[B, T] or, eq. 6, int32[B, 2T]), the per-sentence
+    choices and aux['roll_in']['draws'], every random number of the roll-in (for tests).
     """
     src, tgt = batch["src"], batch["tgt"]
-    b = tgt.shape[0]
-    k_noise, k_mix, k_enc, k_roll, k_plh, k_tok, k_rps = jax.random.split(rng, 7)
+    b, t = tgt.shape
+    # New keys go last: the first keys of a split do not depend on how many are split, so runs with the
+    # earlier options keep their random numbers.
+    k_noise, k_mix, k_enc, k_roll, k_plh, k_tok, k_rps, k_fill, k_pick_r, k_pick_t = jax.random.split(rng, 10)
 
     apply = head_runner(model, params, train)
     memory, src_mask = apply("encode", src, key=k_enc), token_mask(src)
-    starts = jnp.ones(tgt.shape, bool) if word_start is None else word_start[tgt]
-    y0 = random_delete_shuffle(k_noise, tgt, starts)
-    if dual_path:
-        path_a = jax.random.bernoulli(k_mix, 0.5)
-        ins_on_y0, rps_on_y0 = jnp.full((b,), path_a), jnp.full((b,), ~path_a)
+    draws = {}
+    if "init" in batch:
+        y0 = batch["init"]
     else:
-        u = jax.random.uniform(k_mix, (2, b))
-        ins_on_y0, rps_on_y0 = u[0] < alpha, u[1] < beta
+        draws["noise"] = draw_delete_shuffle(k_noise, tgt.shape)
+        starts = jnp.ones(tgt.shape, bool) if word_start is None else word_start[tgt]
+        y0 = apply_delete_shuffle(tgt, starts, *draws["noise"])
+    y0 = blank_fillers(y0, tgt)
+    if sampling:
+        draws["reposition_noise"] = jax.random.gumbel(k_pick_r, (b, t, t))
 
-    # The reposition head on y0: its training input where rps_on_y0, the insertion roll-in where not ins_on_y0.
     def reposition_on(tokens, key):
         return lambda: apply("reposition_logits", tokens, memory, src_mask, key=key)
 
-    no_logits = lambda: jnp.zeros(tgt.shape + tgt.shape[1:], jnp.float32)  # noqa: E731
-    rps_y0 = lax.cond(jnp.any(rps_on_y0) | ~jnp.all(ins_on_y0), reposition_on(y0, k_roll), no_logits)
+    no_logits = lambda: jnp.zeros((b, t, t), jnp.float32)  # noqa: E731
+    if dual_path:
+        draws["path_a"] = jax.random.bernoulli(k_mix, 0.5)
+        ins_on_y0, rps_on_y0 = jnp.full((b,), draws["path_a"]), jnp.full((b,), ~draws["path_a"])
+        rps_y0 = lax.cond(draws["path_a"], no_logits, reposition_on(y0, k_roll))
+    else:
+        draws["coins"] = jax.random.uniform(k_mix, (b, 2))
+        ins_on_y0, rps_on_y0 = draws["coins"][:, 0] < alpha, draws["coins"][:, 1] < beta
+        rps_y0 = reposition_on(y0, k_roll)() if alpha < 1 else no_logits()
 
     # Learning to insert, on y0 or on the model's reposition of it.
-    y_ins = jnp.where(ins_on_y0[:, None], y0, apply_model_reposition(y0, rps_y0))
+    y_ins = jnp.where(ins_on_y0[:, None], y0, apply_model_reposition(y0, rps_y0, draws.get("reposition_noise")))
     ins = ed3_labels(y_ins, tgt)
     plh_loss, tok_loss, tok_nll, tok_logits = insertion_losses(
         apply, y_ins, tgt, ins, memory, src_mask, (k_plh, k_tok), label_smoothing=label_smoothing,
         placeholder_smoothing=placeholder_smoothing)
 
     # Learning to reposition, on y0 or on the model's fills.
-    y_rps = jnp.where(rps_on_y0[:, None], y0, model_fills(tok_logits, tgt, ins.insert_mask))
-    rps_logits = lax.cond(jnp.all(rps_on_y0), lambda: rps_y0, reposition_on(y_rps, k_rps))
+    if dual_path:  # path A: the fills of the token head's own roll-in (the reference with placeholders)
+        if sampling:
+            draws["token_noise"] = jax.random.gumbel(k_pick_t, tok_logits.shape)
+        y_rps = jnp.where(rps_on_y0[:, None], y0, model_fills(tok_logits, tgt, ins.insert_mask,
+                                                              draws.get("token_noise")))
+        rps_logits = lax.cond(draws["path_a"], reposition_on(y_rps, k_rps), lambda: rps_y0)
+    else:  # eq. 6: the fills of y0's own placeholders, one more token-head pass on a wider canvas
+        width = min(2 * t, model.cfg.max_len)
+        y_rps = jnp.pad(y0, ((0, 0), (0, width - t)), constant_values=PAD_ID)
+        if beta < 1:  # static: with β = 1 no sentence needs the fills
+            canvas = oracle_placeholders(y0, tgt, width)
+            fill_logits = forbid_reserved(apply("token_logits", canvas, memory, src_mask, key=k_fill))
+            if sampling:
+                draws["token_noise"] = jax.random.gumbel(k_pick_t, fill_logits.shape)
+            filled = edit_ops.fill_placeholders(canvas, model_choice(fill_logits, draws.get("token_noise")), PLH_ID)
+            y_rps = jnp.where(rps_on_y0[:, None], y_rps, filled)
+        rps_logits = reposition_on(y_rps, k_rps)()
     rps_sum, _, rps_count = smoothed_cross_entropy(rps_logits, ed3_labels(y_rps, tgt).reposition,
                                                    token_mask(y_rps), 0.0)
     rps_loss = mean_loss(rps_sum, rps_count)
 
     n = jnp.sum(token_mask(tgt), dtype=jnp.float32)
-    aux = {"nll": tok_nll * n, "count": n, "placeholder_loss": plh_loss, "reposition_loss": rps_loss}
+    aux = {"nll": tok_nll * n, "count": n, "placeholder_loss": plh_loss, "token_loss": tok_loss,
+           "reposition_loss": rps_loss}
     if keep_roll_in:
-        aux["roll_in"] = {"y0": y0, "y_ins": y_ins, "y_rps": y_rps, "ins_on_y0": ins_on_y0, "rps_on_y0": rps_on_y0}
+        aux["roll_in"] = {"y0": y0, "y_ins": y_ins, "y_rps": y_rps, "ins_on_y0": ins_on_y0, "rps_on_y0": rps_on_y0,
+                          "draws": draws}
     return (plh_loss + tok_loss + rps_loss) * n, aux
 
 
@@ -180,13 +240,13 @@ def editor_reposition(hyps: Hypotheses, logits: jax.Array, active: jax.Array, co
 
 def build_spec(config, cfg, pieces) -> ModelSpec:
     m, t = config.model, config.train
-    module = Editor(cfg, early_exit(m), m.separate_reposition, m.separate_placeholder)
+    module = Editor(cfg, early_exit(m), m.separate_reposition, m.separate_placeholder, m.reposition_deletion)
     word_start = jnp.asarray(pieces.word_start)
 
     def loss(params, batch, rng, train=True):
         return editor_loss(module, params, batch, rng, word_start=word_start, label_smoothing=t.label_smoothing,
                            placeholder_smoothing=t.placeholder_smoothing, dual_path=t.dual_path,
-                           alpha=t.roll_in_alpha, beta=t.roll_in_beta, train=train)
+                           alpha=t.roll_in_alpha, beta=t.roll_in_beta, sampling=t.roll_in_sampling, train=train)
 
     first_edit = functools.partial(editor_reposition, deletion_reward=config.eval.deletion_reward)
     return edit_model_spec(config, cfg, "editor", module, loss, "reposition_logits", first_edit, pieces, SUPPORTS)

@@ -178,7 +178,29 @@ def edit_model_spec(config, cfg: TransformerConfig, name: str, module: EditTrans
     return ModelSpec(name, cfg, module, init, loss, generate, capacity_for, supports)
 
 
-def model_fills(tok_logits: jax.Array, tgt: jax.Array, insert_mask: jax.Array) -> jax.Array:
-    """The reference with the token head's argmax at the inserted positions (no gradient): int32[B, T]."""
-    fills = jnp.argmax(forbid_reserved(jax.lax.stop_gradient(tok_logits)), axis=-1).astype(tgt.dtype)
+def blank_fillers(tokens: jax.Array, tgt: jax.Array) -> jax.Array:
+    """tokens: int32[B, L] with every row whose target (tgt: int32[B, T]) is all PAD — a batch's filler rows —
+    set to PAD. A roll-in that starts from such a blank row stays blank (every edit of an all-PAD row is
+    all-PAD, and the oracles ask for nothing there), so no head has a position to learn on in a filler row."""
+    real = jnp.any(tgt != PAD_ID, axis=1, keepdims=True)
+    return jnp.where(real, tokens, PAD_ID)
+
+
+def model_choice(logits: jax.Array, noise: jax.Array | None = None) -> jax.Array:
+    """The model's choice at every position, with no gradient: float32[..., K] → int32[...].
+
+    noise None: the argmax. noise float32[..., K] of i.i.d. standard Gumbel draws: a sample from
+    softmax(logits), since argmax(logits + g) is distributed as the softmax (the Gumbel-max trick). The noise
+    is an argument rather than drawn here so that a test can hand the same draws to a reference."""
+    logits = jax.lax.stop_gradient(logits)
+    if noise is not None:
+        logits = logits + noise
+    return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+
+def model_fills(tok_logits: jax.Array, tgt: jax.Array, insert_mask: jax.Array,
+                noise: jax.Array | None = None) -> jax.Array:
+    """The reference with the token head's choice (`model_choice`: argmax, or a sample given Gumbel ``noise``
+    float32[B, T, V]) at the inserted positions, never a reserved id: int32[B, T]."""
+    fills = model_choice(forbid_reserved(tok_logits), noise).astype(tgt.dtype)
     return jnp.where(insert_mask, fills, tgt)

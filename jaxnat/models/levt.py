@@ -22,12 +22,12 @@ from jaxnat import edit_ops
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.decoding.refine import Hypotheses
 from jaxnat.decoding.request import Supports
-from jaxnat.models.insertion import (EditTransformer, early_exit, edit_model_spec, empty_canvas, head_runner,
-                                     insertion_losses, mean_loss, model_fills)
+from jaxnat.models.insertion import (EditTransformer, blank_fillers, early_exit, edit_model_spec, empty_canvas,
+                                     head_runner, insertion_losses, mean_loss, model_fills)
+from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import token_mask
-from jaxnat.oracle import ed2_labels, random_delete
-from jaxnat.models.losses import smoothed_cross_entropy
+from jaxnat.oracle import apply_random_delete, draw_subset, ed2_labels
 
 
 class LevenshteinTransformer(EditTransformer):
@@ -55,45 +55,71 @@ class LevenshteinTransformer(EditTransformer):
 
 
 def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_smoothing: float,
-              placeholder_smoothing: float = 0.01, alpha: float = 0.0, beta: float = 0.0, train: bool = True):
-    """Dual-policy imitation learning with the ed2 oracle, computed on device.
+              placeholder_smoothing: float = 0.01, alpha: float = 0.0, beta: float = 0.0,
+              sampling_for_deletion: bool = False, train: bool = True, keep_roll_in: bool = False):
+    """Dual-policy imitation learning (the paper's Algorithm 1) with the ed2 oracle, computed on device.
 
-    Roll-in as the reference code does it (α = β = 0): the placeholder head sees ``random_delete(y*)``, the
-    token head the reference with the oracle's placeholders, the deletion head the model's own argmax fills
-    (gold tokens elsewhere). With α/β > 0, the paper's Algorithm 1 mixtures: per sentence, with probability β
-    the insertion heads see the initial sequence ``[BOS, EOS]`` instead, and with probability α so does the
-    deletion head.
+    The initial sequence y⁰ is ``batch['init']`` (int32[B, T], ``[BOS … EOS]`` rows: the paper's post-editing)
+    when the data gives one, else ``[BOS, EOS]``. Per sentence, two coins u, v ~ U[0, 1):
+
+    * **insertion heads**: if u < β, y⁰ minus the ed2 oracle's deletions; else ``random_delete(y*)``. The
+      placeholder head learns the oracle's slot counts on it, the token head the reference tokens at the
+      oracle's placeholders (its input: the reference with PLH there);
+    * **deletion head**: if v < α, y⁰; else the reference with the token head's fills at those placeholders
+      (no gradient through them): its argmax, as Algorithm 1 and fairseq do, or with
+      ``sampling_for_deletion`` a sample from it, as the note to eq. 6 and fairseq's
+      ``--sampling-for-deletion`` do.
+
+    α = β = 0 is the reference code's roll-in (the default). A filler row (target all PAD) starts from a blank
+    y⁰, so every head input is blank there and the row carries no loss (`blank_fillers`). Every random number is
+    drawn with the batch as its leading axis, so a row's draws do not depend on how many rows follow it.
 
     Loss = placeholder CE (smoothing 0.01) + token CE (smoothing ε) + deletion CE (none), each the mean over its
     own positions. batch['src']: int32[B, S], batch['tgt']: int32[B, T]. Returns
     ``(loss · n, {'nll': token nll · n, 'count': n, ...})`` with n the target's real tokens, so that the
-    trainer's ``loss_sum / count`` is the loss.
+    trainer's ``loss_sum / count`` is the loss. With ``keep_roll_in``, aux['roll_in'] holds the head inputs
+    (y0, y_ins, y_del: int32[B, T]), the per-sentence choices and aux['roll_in']['draws'], every random number
+    of the roll-in (for tests).
     """
     src, tgt = batch["src"], batch["tgt"]
-    k_noise, k_mix, k_enc, k_plh, k_tok, k_del = jax.random.split(rng, 6)
+    # New keys go last: the first keys of a split do not depend on how many are split, so runs with the
+    # earlier options keep their random numbers.
+    k_noise, k_mix, k_enc, k_plh, k_tok, k_del, k_pick = jax.random.split(rng, 7)
 
     apply = head_runner(model, params, train)
     memory, src_mask = apply("encode", src, key=k_enc), token_mask(src)
-    start = empty_canvas(tgt)
-    use_start_ins, use_start_del = (jax.random.uniform(k_mix, (2, tgt.shape[0])) < jnp.array([[beta], [alpha]]))
+    y0 = blank_fillers(batch["init"] if "init" in batch else empty_canvas(tgt), tgt)
+    draws = {"subset": draw_subset(k_noise, tgt.shape), "coins": jax.random.uniform(k_mix, (tgt.shape[0], 2))}
+    ins_on_y0, del_on_y0 = draws["coins"][:, 0] < beta, draws["coins"][:, 1] < alpha
 
-    # Learning to insert: placeholders on a random subsequence of y*, then tokens into the oracle's placeholders.
-    y_ins = jnp.where(use_start_ins[:, None], start, random_delete(k_noise, tgt))
+    # Learning to insert: placeholders on a random subsequence of y* (or on what the oracle keeps of y⁰), then
+    # tokens into the oracle's placeholders.
+    y_ins, _ = apply_random_delete(tgt, *draws["subset"])
+    if beta > 0:  # static: without it no sentence takes this branch, and the oracle scan is skipped
+        kept = edit_ops.delete_tokens(y0, ed2_labels(y0, tgt).deletion, PAD_ID).tokens
+        y_ins = jnp.where(ins_on_y0[:, None], kept, y_ins)
     ins = ed2_labels(y_ins, tgt)
     plh_loss, tok_loss, tok_nll, tok_logits = insertion_losses(
         apply, y_ins, tgt, ins, memory, src_mask, (k_plh, k_tok), label_smoothing=label_smoothing,
         placeholder_smoothing=placeholder_smoothing)
 
-    # Learning to delete: the model's own fills (no gradient through the argmax), gold tokens elsewhere.
-    y_del = jnp.where(use_start_del[:, None], start, model_fills(tok_logits, tgt, ins.insert_mask))
+    # Learning to delete: y⁰, or the model's own fills with gold tokens elsewhere.
+    if sampling_for_deletion:
+        draws["token_noise"] = jax.random.gumbel(k_pick, tok_logits.shape)
+    fills = model_fills(tok_logits, tgt, ins.insert_mask, draws.get("token_noise"))
+    y_del = jnp.where(del_on_y0[:, None], y0, fills)
     dels = ed2_labels(y_del, tgt)
     del_logits = apply("deletion_logits", y_del, memory, src_mask, key=k_del)
     del_sum, _, del_count = smoothed_cross_entropy(del_logits, dels.deletion, token_mask(y_del), 0.0)
     del_loss = mean_loss(del_sum, del_count)
 
     n = jnp.sum(token_mask(tgt), dtype=jnp.float32)
-    return (plh_loss + tok_loss + del_loss) * n, {"nll": tok_nll * n, "count": n, "placeholder_loss": plh_loss,
-                                                  "deletion_loss": del_loss}
+    aux = {"nll": tok_nll * n, "count": n, "placeholder_loss": plh_loss, "token_loss": tok_loss,
+           "deletion_loss": del_loss}
+    if keep_roll_in:
+        aux["roll_in"] = {"y0": y0, "y_ins": y_ins, "y_del": y_del, "ins_on_y0": ins_on_y0, "del_on_y0": del_on_y0,
+                          "draws": draws}
+    return (plh_loss + tok_loss + del_loss) * n, aux
 
 
 # ----------------------------------------------------------------------------------------------- decoding
@@ -135,6 +161,6 @@ def build_spec(config, cfg, pieces) -> ModelSpec:
     def loss(params, batch, rng, train=True):
         return levt_loss(module, params, batch, rng, label_smoothing=t.label_smoothing,
                          placeholder_smoothing=t.placeholder_smoothing, alpha=t.roll_in_alpha,
-                         beta=t.roll_in_beta, train=train)
+                         beta=t.roll_in_beta, sampling_for_deletion=t.sampling_for_deletion, train=train)
 
     return edit_model_spec(config, cfg, "levt", module, loss, "deletion_logits", levt_delete, pieces, SUPPORTS)

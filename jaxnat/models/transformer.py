@@ -34,6 +34,7 @@ class TransformerConfig:
     enc_layers: int = 6
     dec_layers: int = 6
     dropout: float = 0.1
+    embed_dropout: float = -1.0  # on the embedded inputs (tokens + positions); -1: the same as dropout
     attention_dropout: float = 0.0
     activation_dropout: float = 0.0
     pre_norm: bool = False
@@ -200,7 +201,10 @@ class DecoderLayer(nn.Module):
 
 
 class Embedder(nn.Module):
-    """Token embedding (scaled by sqrt(D), as fairseq) + positions + dropout; also the tied output projection."""
+    """Token embedding (scaled by sqrt(D), as fairseq) + positions + dropout; also the tied output projection.
+
+    The dropout rate is ``embed_dropout``, or ``dropout`` when that is negative (fairseq and the papers use one
+    rate for the embeddings and the sublayers)."""
 
     cfg: TransformerConfig
     vocab_size: int
@@ -210,7 +214,7 @@ class Embedder(nn.Module):
         self.tokens = nn.Embed(self.vocab_size, c.d_model, embedding_init=c.embed_init(), name="tokens")
         if c.positions == "learned":
             self.pos_table = self.param("positions", c.embed_init(), (c.max_len, c.d_model))
-        self.drop = nn.Dropout(c.dropout)
+        self.drop = nn.Dropout(c.dropout if c.embed_dropout < 0 else c.embed_dropout)
 
     def positions(self, length: int, offset=0) -> jnp.ndarray:
         """float32[length, D] position encodings for positions offset .. offset+length-1."""
