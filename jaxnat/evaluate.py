@@ -115,7 +115,8 @@ def diagnostic_rows(translator: Translator, split: str, srcs: list[str], refs: l
         if (known or {}).get(name) is not None:
             rows[f"{split}+from_{name}"] = {k: v for k, v in known[name].items() if k not in NOT_ABOUT_THE_START}
             continue
-        outs = translator.translate(srcs, e.beam_size, e.batch_size, **kwargs)
+        # a start re-tokenised from text (an output, a reference) may be longer than the model holds: cut it
+        outs = translator.translate(srcs, e.beam_size, e.batch_size, cut_long_inits=True, **kwargs)
         hyps = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.from_{name}.txt"), hyps)
         row = corpus_metrics(hyps, refs, kwargs.get("constraints"), lang=lang)

@@ -66,3 +66,14 @@ def test_every_start_reaches_the_loop_as_given(keeping_translator):
     assert rows["test+from_reference"]["bleu"] == pytest.approx(100.0) and rows["test+from_reference"]["mean_iterations"] == 1
     assert rows["test+from_soft"]["cpr"] == 100.0 and "cpr" not in rows["test+from_reference"]
     assert rows["test+from_every_second_word"]["mean_length"] == pytest.approx(8 / 3)
+
+
+def test_a_start_longer_than_the_model_is_refused_or_cut(keeping_translator):
+    from jaxnat.errors import DataError
+
+    translator = keeping_translator[0]
+    long_init = " ".join(["Schnee"] * 200)
+    with pytest.raises(DataError, match="sentence 1: the initial hypothesis has .* more than the 62"):
+        translator.translate(SRCS[:1], 1, 4, inits=[long_init])
+    out = translator.translate(SRCS[:1], 1, 4, inits=[long_init], cut_long_inits=True)
+    assert len(translator.tokenizer.encode([out[0]["hyp"]], "tgt")[0]) == 62  # kept as cut: the model keeps all

@@ -54,25 +54,32 @@ class Translator:
         return out, cut
 
     def starts(self, inits: list | None = None, constraints: list | None = None,
-               hard: list | None = None) -> list[Start]:
+               hard: list | None = None, cut_long_inits: bool = False) -> list[Start]:
         """Per sentence, what it asks beyond the source, tokenised; checks the model can honour it.
 
         inits[i]: a target-side text to refine (post-editing), or None. constraints[i]: a list of phrases, or
         None; with hard[i] they must appear in the output (else they are soft: a starting point). A sentence
-        takes an initial hypothesis or constraints, not both.
+        takes an initial hypothesis or constraints, not both. A start longer than the model's maximum length
+        (BOS/EOS included) is an error, or with ``cut_long_inits`` an initial hypothesis is cut to fit.
         """
         n = len(inits if inits is not None else constraints or [])
         inits, constraints, hard = inits or [None] * n, constraints or [None] * n, hard or [False] * n
+        room = self.spec.cfg.max_len - 2
         out = []
         for i, (init, phrases, is_hard) in enumerate(zip(inits, constraints, hard)):
             if init is not None and phrases:
                 raise DataError(f"sentence {i + 1}: give either an initial hypothesis or constraints, not both")
             if init is not None:
-                out.append(Start(init=self.tokenizer.encode([init], "tgt")[0]))
+                ids = self.tokenizer.encode([init], "tgt")[0]
+                out.append(Start(init=ids[:room] if cut_long_inits else ids))
             elif phrases:
                 out.append(Start(phrases=self.tokenizer.encode(list(phrases), "tgt"), hard=bool(is_hard)))
             else:
                 out.append(Start())
+            if len(out[-1].pieces()) > room:
+                what = "initial hypothesis" if init is not None else "constraint set"
+                raise DataError(f"sentence {i + 1}: the {what} has {len(out[-1].pieces())} target pieces, more than "
+                                f"the {room} the model can hold (model.max_len {self.spec.cfg.max_len} with BOS/EOS)")
         check_supported(self.spec.name, self.spec.supports, init=any(s.init is not None for s in out),
                         soft=any(s.phrases and not s.hard for s in out), hard=any(s.phrases and s.hard for s in out))
         return out
@@ -92,13 +99,9 @@ class Translator:
             c, p = phrases.shape[1:]
             constraints = np.pad(phrases, ((0, 0), (0, _round_up(c, 2) - c), (0, _round_up(p, 4) - p)))
             hard = np.asarray([s.hard for s in starts], bool)
-        needed = max(len(s.pieces()) for s in starts) + 2
-        limit = self.spec.cfg.max_len
-        if needed > limit:
-            raise DataError(f"an initial hypothesis or constraint set needs {needed} tokens with BOS/EOS, more "
-                            f"than the model's maximum length {limit}")
+        needed = max(len(s.pieces()) for s in starts) + 2  # `starts` checked it fits the model
         capacity = min(max(self.output_capacity(src.shape[1]), _round_up(needed, 8),
-                           0 if init is None else init.shape[1]), limit)
+                           0 if init is None else init.shape[1]), self.spec.cfg.max_len)
         return DecodeRequest(src, init, constraints, hard, max_out=capacity, beam_size=beam_size, trace=trace)
 
     def translate_ids(self, src: list[np.ndarray], beam_size: int, batch_size: int,
@@ -117,10 +120,12 @@ class Translator:
         return results
 
     def translate(self, texts: list[str], beam_size: int, batch_size: int, inits: list | None = None,
-                  constraints: list | None = None, hard: list | None = None) -> list[dict]:
-        """Texts -> [{'hyp': str, 'score': float, and the model's counts}] in input order."""
+                  constraints: list | None = None, hard: list | None = None,
+                  cut_long_inits: bool = False) -> list[dict]:
+        """Texts -> [{'hyp': str, 'score': float, and the model's counts}] in input order (`starts` for the
+        other arguments)."""
         src, _ = self.encode(texts)
-        starts = self.starts(inits, constraints, hard) if (inits or constraints) else None
+        starts = self.starts(inits, constraints, hard, cut_long_inits) if (inits or constraints) else None
         outs = self.translate_ids(src, beam_size, batch_size, starts)
         results = []
         for o in outs:
