@@ -285,3 +285,9 @@ def layers_read(module, params, src, tokens, method: str) -> set[tuple[str, str]
         assert np.abs(out - base).max() > 1e-4, (method, stack, layer)  # a real change, not rounding
         read.add((stack, layer))
     return read
+
+
+def is_subsequence(short, long) -> bool:
+    """True if ``short`` is ``long`` with some items removed (order kept)."""
+    it = iter(long)
+    return all(t in it for t in short)

@@ -165,15 +165,11 @@ def test_alpha_mixes_the_insertion_input_and_beta_the_reposition_input(spec):
     params = spec.init(jax.random.PRNGKey(1), batch)
     init, tgt = _rows(batch["init"])[:4], _rows(batch["tgt"])[:4]
 
-    def is_subsequence(short, long):
-        it = iter(long)
-        return all(t in it for t in short)
-
     _, aux = _loss_fn(spec.module, False, 1.0, 0.0)(params, batch, jax.random.PRNGKey(3))
     y_ins, y_rps = _rows(aux["roll_in"]["y_ins"]), _rows(aux["roll_in"]["y_rps"])
     assert y_ins[:4] == init and y_ins[4] == [] and y_rps[4] == []
     for x, got, y in zip(init, y_rps, tgt):
-        assert is_subsequence(x, got) and len(got) == len(x) + sum(ref.ed3_labels(x, y)[2])
+        assert er.is_subsequence(x, got) and len(got) == len(x) + sum(ref.ed3_labels(x, y)[2])
 
     _, aux = _loss_fn(spec.module, False, 0.0, 1.0)(params, batch, jax.random.PRNGKey(3))
     y_ins, y_rps = _rows(aux["roll_in"]["y_ins"]), _rows(aux["roll_in"]["y_rps"])

@@ -100,19 +100,15 @@ def test_alpha_mixes_the_deletion_input_and_beta_the_insertion_input(spec):
     params = spec.init(jax.random.PRNGKey(1), batch)
     init, tgt = _rows(batch["init"])[:4], _rows(batch["tgt"])[:4]
 
-    def is_subsequence(short, long):
-        it = iter(long)
-        return all(t in it for t in short)
-
     _, aux = _loss_fn(spec.module, 1.0, 0.0)(params, batch, jax.random.PRNGKey(3))
     y_ins, y_del = _rows(aux["roll_in"]["y_ins"]), _rows(aux["roll_in"]["y_del"])
     assert y_del[:4] == init and y_del[4] == []
-    assert all(is_subsequence(y, t) for y, t in zip(y_ins, tgt))   # random_delete(y*)
+    assert all(er.is_subsequence(y, t) for y, t in zip(y_ins, tgt))   # random_delete(y*)
 
     _, aux = _loss_fn(spec.module, 0.0, 1.0)(params, batch, jax.random.PRNGKey(3))
     y_ins, y_del = _rows(aux["roll_in"]["y_ins"]), _rows(aux["roll_in"]["y_del"])
     assert [len(y) for y in y_ins[:4]] == HAND_LCS and y_ins[4] == []
-    assert all(is_subsequence(y, i) and is_subsequence(y, t) for y, i, t in zip(y_ins, init, tgt))
+    assert all(er.is_subsequence(y, i) and er.is_subsequence(y, t) for y, i, t in zip(y_ins, init, tgt))
     assert [len(y) for y in y_del[:4]] == [len(t) for t in tgt]      # the reference with the model's fills
 
 
