@@ -291,3 +291,8 @@ def is_subsequence(short, long) -> bool:
     """True if ``short`` is ``long`` with some items removed (order kept)."""
     it = iter(long)
     return all(t in it for t in short)
+
+
+def with_filler_row(batch: dict) -> dict:
+    """The batch with its last row's target blanked: a filler row, which must carry no loss."""
+    return {**batch, "tgt": batch["tgt"].at[-1].set(PAD_ID)}

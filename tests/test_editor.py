@@ -127,11 +127,7 @@ def test_dual_path_roll_in(spec, path_a):
     (False, None, 0.0, 1.0, False, True),     # the reposition head always on y0, insertion on its reposition
 ])
 def test_loss_terms_match_plain_reference(spec, dual_path, path_a, alpha, beta, sampling, with_init):
-    if with_init:
-        batch = er.hand_batch()
-    else:  # random sentences, the last one a filler row
-        batch = _batch(7)
-        batch["tgt"] = batch["tgt"].at[-1].set(PAD_ID)
+    batch = er.hand_batch() if with_init else er.with_filler_row(_batch(7))
     params = spec.init(jax.random.PRNGKey(1), batch)
     loss_fn = _loss_fn(spec.module, dual_path, alpha, beta, sampling)
     if dual_path:

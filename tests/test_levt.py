@@ -67,11 +67,7 @@ def _rows(tokens):
     (0.0, 1.0, False, True),    # the insertion heads always on what the oracle keeps of y⁰
 ])
 def test_loss_terms_match_plain_reference(spec, alpha, beta, sampling, with_init):
-    if with_init:
-        batch = er.hand_batch()
-    else:  # random sentences, the last one a filler row
-        batch = _batch(7)
-        batch["tgt"] = batch["tgt"].at[-1].set(PAD_ID)
+    batch = er.hand_batch() if with_init else er.with_filler_row(_batch(7))
     params = spec.init(jax.random.PRNGKey(1), batch)
     loss, aux = _loss_fn(spec.module, alpha, beta, sampling)(params, batch, jax.random.PRNGKey(2))
     heads = er.Heads(spec.module, params, batch["src"], batch["tgt"].shape[1])
