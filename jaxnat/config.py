@@ -78,6 +78,12 @@ def default_config() -> ml_collections.ConfigDict:
         # EDITOR: the roll-in's model repositions r~ and fills t~ are samples, not argmaxes (eqs. 6-7 write
         # samples; off as in the authors' code, whose dual-path roll-in is the default)
         roll_in_sampling=False,
+        # EDITOR, beyond the paper: the share of roll-in rows whose kept words are shuffled globally (a uniform
+        # order) instead of the paper's local shuffle: starts like shuffled soft constraints (docs/editor.md)
+        global_shuffle=0.0,
+        # LevT and EDITOR, beyond the papers: the share of batches whose insertion heads learn on what the
+        # model's own insertion leaves of their roll-in (the oracle's deletions applied): docs/editor.md
+        own_insertion_roll_in=0.0,
     )
     c.eval = dict(
         beam_size=4, length_penalty=1.0, max_len_a=1.2, max_len_b=10, batch_size=64,
@@ -210,7 +216,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"data.batch_tokens ({d.batch_tokens}) must be at least data.max_len ({d.max_len})")
     if m.share_embeddings and not d.joint_vocab:
         raise ConfigError("model.share_embeddings needs data.joint_vocab=true (one vocabulary for both sides)")
-    for key in ("train.roll_in_alpha", "train.roll_in_beta", "train.placeholder_smoothing"):
+    for key in ("train.roll_in_alpha", "train.roll_in_beta", "train.placeholder_smoothing", "train.global_shuffle",
+                "train.own_insertion_roll_in"):
         section, name = key.split(".")
         if not 0.0 <= config[section][name] <= 1.0:
             raise ConfigError(f"{key} must be in [0, 1], got {config[section][name]}")

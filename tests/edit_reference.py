@@ -147,13 +147,25 @@ def reference_fills(refs, masks, tok_logits, noise=None):
              for j, t in enumerate(y)] for b, (y, mask) in enumerate(zip(refs, masks))]
 
 
+def own_insertion(heads, y_rows, refs, width):
+    """`own_insertion`: argmax placeholders on each row (cut by fair share to ``width``) and argmax fills
+    (``filled``), and what the ed2 oracle keeps of that for its reference (``kept``)."""
+    plh = heads("placeholder_logits", y_rows)
+    canvases = [ref.insert_placeholders(y, [choose(plh[k, i], list(range(plh.shape[-1]))) for i in range(len(y) - 1)],
+                                        PLH_ID, width)[0] for k, y in enumerate(y_rows)]
+    tok = heads("token_logits", canvases)
+    filled = [[fill_choice(tok[k, j]) if t == PLH_ID else t for j, t in enumerate(c)] for k, c in enumerate(canvases)]
+    return filled, [[t for t, d in zip(f, ref.ed2_labels(f, y)[0]) if not d] for f, y in zip(filled, refs)]
+
+
 # ------------------------------------------------------------------------------------------ LevT
 
 def levt_reference(heads, batch, draws, *, alpha, beta, eps):
     """Algorithm 1 of Gu et al. with the reference code's α = β = 0 case: y⁰ = batch['init'] or [BOS, EOS];
     insertion on y⁰ minus the oracle's deletions if u < β, else on random_delete(y*); deletion on y⁰ if v < α,
     else on the reference with the token head's fills (argmax, or a sample when the draws hold token noise).
-    Returns the per-row inputs and the three mean losses (+ the token nll)."""
+    When the draws' own-insertion coin is on, the insertion heads learn on what the oracle keeps of the model's
+    own insertion of their input, and the deletion head on that insertion itself. Returns the per-row inputs and the three mean losses (+ the token nll)."""
     tgt = np.asarray(batch["tgt"])
     refs = [unpad(r) for r in tgt]
     live = [b for b, y in enumerate(refs) if y]
@@ -170,11 +182,14 @@ def levt_reference(heads, batch, draws, *, alpha, beta, eps):
             y_ins.append([t for t, d in zip(init[k], deletion) if not d])
         else:
             y_ins.append(random_delete(refs[k], v[b], scores[b])[0])
-    labels = [ref.ed2_labels(x, y)[1:3] for x, y in zip(y_ins, refs)]
     heads_live = _rows_of(heads, live, len(tgt))
+    own = draws.get("own_insertion", False)
+    if own:
+        own_filled, y_ins = own_insertion(heads_live, y_ins, refs, tgt.shape[1])
+    labels = [ref.ed2_labels(x, y)[1:3] for x, y in zip(y_ins, refs)]
     plh_loss, tok_loss, tok_nll, tok = insertion_terms(heads_live, y_ins, refs, labels, eps)
 
-    fills = reference_fills(refs, [m for _, m in labels], tok, noise)
+    fills = own_filled if own else reference_fills(refs, [m for _, m in labels], tok, noise)
     y_del = [init[k] if coins[b, 1] < alpha else fills[k] for k, b in enumerate(live)]
     dels = heads_live("deletion_logits", y_del)
     del_terms = [smoothed_nll(dels[k, i], d, 0.0)[0]
@@ -223,12 +238,15 @@ def editor_reference(heads, batch, draws, word_start, *, dual_path, alpha, beta,
         index = [choose(rps0[k, i], list(range(len(x))), None if r_noise is None else r_noise[k, i])
                  for i in range(len(x))]
         y_ins.append(ref.reposition(x, index)[0])
+    own = draws.get("own_insertion", False)
+    if own:
+        own_filled, y_ins = own_insertion(heads_live, y_ins, refs, tgt.shape[1])
     labels = [ref.ed3_labels(x, y)[1:3] for x, y in zip(y_ins, refs)]
     plh_loss, tok_loss, tok_nll, tok = insertion_terms(heads_live, y_ins, refs, labels, eps)
 
     # reposition roll-in
     if dual_path:
-        fills = reference_fills(refs, [m for _, m in labels], tok, t_noise)
+        fills = own_filled if own else reference_fills(refs, [m for _, m in labels], tok, t_noise)
     else:
         canvases = [ref.insert_placeholders(x, ref.ed3_labels(x, y)[1], PLH_ID, UNLIMITED)[0]
                     for x, y in zip(y0, refs)]

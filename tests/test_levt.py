@@ -51,25 +51,27 @@ HAND_LCS = [4, 4, 2, 3]  # what the ed2 oracle keeps of each y⁰ of er.HAND: it
 
 
 @functools.lru_cache(maxsize=None)
-def _loss_fn(module, alpha, beta, sampling=False, train=False):
+def _loss_fn(module, alpha, beta, sampling=False, train=False, own=0.0):
     return jax.jit(functools.partial(levt_loss, module, label_smoothing=0.1, alpha=alpha, beta=beta,
-                                     sampling_for_deletion=sampling, train=train, keep_roll_in=True))
+                                     sampling_for_deletion=sampling, own_insertion_roll_in=own, train=train,
+                                     keep_roll_in=True))
 
 
 def _rows(tokens):
     return [er.unpad(r) for r in np.asarray(tokens)]
 
 
-@pytest.mark.parametrize("alpha, beta, sampling, with_init", [
-    (0.0, 0.0, False, False),   # the reference code's roll-in
-    (0.3, 0.7, True, False),    # per-sentence mixtures (α ≠ β, so a swap shows), sampled fills
-    (1.0, 0.0, False, True),    # y⁰ from the data, the deletion head always on it
-    (0.0, 1.0, False, True),    # the insertion heads always on what the oracle keeps of y⁰
+@pytest.mark.parametrize("alpha, beta, sampling, with_init, own", [
+    (0.0, 0.0, False, False, 0.0),   # the reference code's roll-in
+    (0.3, 0.7, True, False, 0.0),    # per-sentence mixtures (α ≠ β, so a swap shows), sampled fills
+    (1.0, 0.0, False, True, 0.0),    # y⁰ from the data, the deletion head always on it
+    (0.0, 1.0, False, True, 0.0),    # the insertion heads always on what the oracle keeps of y⁰
+    (0.0, 0.0, False, False, 1.0),   # the insertion heads on what their own insertion leaves
 ])
-def test_loss_terms_match_plain_reference(spec, alpha, beta, sampling, with_init):
+def test_loss_terms_match_plain_reference(spec, alpha, beta, sampling, with_init, own):
     batch = er.hand_batch() if with_init else er.with_filler_row(_batch(7))
     params = spec.init(jax.random.PRNGKey(1), batch)
-    loss, aux = _loss_fn(spec.module, alpha, beta, sampling)(params, batch, jax.random.PRNGKey(2))
+    loss, aux = _loss_fn(spec.module, alpha, beta, sampling, own=own)(params, batch, jax.random.PRNGKey(2))
     heads = er.Heads(spec.module, params, batch["src"], batch["tgt"].shape[1])
     draws = aux["roll_in"]["draws"]
     want = er.levt_reference(heads, batch, draws, alpha=alpha, beta=beta, eps=0.1)

@@ -324,3 +324,16 @@ def test_random_delete_shuffle_rates():
     p = 1 / 27
     assert abs(reversed_pair.mean() - p) < 4.5 * math.sqrt(p * (1 - p) / ROWS)
     assert not reversed_pair[~shuffle].any()
+
+
+def test_global_shuffle_gives_a_uniform_order():
+    """p_global = 1: every row is shuffled globally, so the kept words come out in a uniformly random order (the
+    24 orders of 4 kept words equally likely: no trace of the local shuffle's bias to stay near home)."""
+    tokens = one_length_batch(5)
+    word_start = jnp.ones(tokens.shape, bool)
+    shuffle = jax.jit(partial(N.random_delete_shuffle, p_shuffle=0.0, p_global=1.0))
+    out = np.asarray(shuffle(jax.random.key(3), tokens, word_start))
+    four_kept = out[out[:, 5] == 2, 1:5]                      # EOS at position 5: 4 of the 5 words kept
+    orders = Counter(tuple(np.argsort(r).tolist()) for r in four_kept)
+    assert len(orders) == 24
+    assert chi_square(orders, {o: len(four_kept) / 24 for o in itertools.permutations(range(4))}) < 49.728

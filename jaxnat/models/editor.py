@@ -33,7 +33,8 @@ from jaxnat.data.vocab import PAD_ID, PLH_ID
 from jaxnat.decoding.refine import Hypotheses
 from jaxnat.decoding.request import Supports
 from jaxnat.models.insertion import (EditTransformer, blank_fillers, early_exit, edit_model_spec, forbid_reserved,
-                                     head_runner, insertion_losses, mean_loss, model_choice, model_fills)
+                                     head_runner, insertion_losses, mean_loss, model_choice, model_fills,
+                                     roll_in_own_insertion)
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import token_mask
@@ -95,12 +96,14 @@ def oracle_placeholders(y0: jax.Array, tgt: jax.Array, width: int) -> jax.Array:
 
 def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Array | None, label_smoothing: float,
                 placeholder_smoothing: float = 0.01, dual_path: bool = True, alpha: float = 0.0, beta: float = 0.0,
-                sampling: bool = False, train: bool = True, keep_roll_in: bool = False):
+                sampling: bool = False, global_shuffle: float = 0.0, own_insertion_roll_in: float = 0.0,
+                train: bool = True, keep_roll_in: bool = False):
     """Dual-path imitation learning with the ed3 oracle, computed on device (docs/editor.md).
 
     Roll-in starts from y0: ``batch['init']`` (int32[B, T], ``[BOS … EOS]`` rows) when the data gives one, else
     ``random_delete_shuffle(y*)`` (word-level shuffle; ``word_start``: bool[V], the pieces that begin a word,
-    None = every piece). Two schedules:
+    None = every piece); ``global_shuffle``: the share of rows shuffled globally instead (`draw_delete_shuffle`'s
+    p_global). Two schedules:
 
     * ``dual_path`` (the authors' code, default): one coin per batch picks **path A** — the insertion heads on
       y0, the reposition head on the reference with the token head's fills at the oracle's placeholders — or
@@ -113,6 +116,10 @@ def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Arra
       max_len). α = 1, β = 0 is Gu et al.'s roll-in (only the model's insertion policy rolls in), the
       "−dual-path" ablation of the paper's Table 5. Up to five decoder passes (two of them 2T wide); α = 1
       skips the reposition of y0, β = 1 the fill pass.
+
+    With probability ``own_insertion_roll_in`` (one coin per batch, beyond the paper) the roll-in follows the
+    model's own insertion (`own_insertion`): the insertion heads learn on what the oracle keeps of it, and on
+    path A the reposition head on the insertion itself, instead of on the oracle's placeholders filled.
 
     r̃ and t̃ are the argmax of the heads, or with ``sampling`` samples from them (eqs. 6–7 write samples; the
     authors' code takes the argmax). No gradient flows through them. Filler rows (target all PAD) get a blank
@@ -127,7 +134,7 @@ def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Arra
     b, t = tgt.shape
     # New keys go last: the first keys of a split do not depend on how many are split, so runs with the
     # earlier options keep their random numbers.
-    k_noise, k_mix, k_enc, k_roll, k_plh, k_tok, k_rps, k_fill, k_pick_r, k_pick_t = jax.random.split(rng, 10)
+    k_noise, k_mix, k_enc, k_roll, k_plh, k_tok, k_rps, k_fill, k_pick_r, k_pick_t, k_own = jax.random.split(rng, 11)
 
     apply = head_runner(model, params, train)
     memory, src_mask = apply("encode", src, key=k_enc), token_mask(src)
@@ -135,7 +142,7 @@ def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Arra
     if "init" in batch:
         y0 = batch["init"]
     else:
-        draws["noise"] = draw_delete_shuffle(k_noise, tgt.shape)
+        draws["noise"] = draw_delete_shuffle(k_noise, tgt.shape, p_global=global_shuffle)
         starts = jnp.ones(tgt.shape, bool) if word_start is None else word_start[tgt]
         y0 = apply_delete_shuffle(tgt, starts, *draws["noise"])
     y0 = blank_fillers(y0, tgt)
@@ -157,6 +164,7 @@ def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Arra
 
     # Learning to insert, on y0 or on the model's reposition of it.
     y_ins = jnp.where(ins_on_y0[:, None], y0, apply_model_reposition(y0, rps_y0, draws.get("reposition_noise")))
+    y_ins, own = roll_in_own_insertion(apply, y_ins, tgt, memory, src_mask, k_own, own_insertion_roll_in, draws)
     ins = ed3_labels(y_ins, tgt)
     plh_loss, tok_loss, tok_nll, tok_logits = insertion_losses(
         apply, y_ins, tgt, ins, memory, src_mask, (k_plh, k_tok), label_smoothing=label_smoothing,
@@ -166,8 +174,10 @@ def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Arra
     if dual_path:  # path A: the fills of the token head's own roll-in (the reference with placeholders)
         if sampling:
             draws["token_noise"] = jax.random.gumbel(k_pick_t, tok_logits.shape)
-        y_rps = jnp.where(rps_on_y0[:, None], y0, model_fills(tok_logits, tgt, ins.insert_mask,
-                                                              draws.get("token_noise")))
+        fills = model_fills(tok_logits, tgt, ins.insert_mask, draws.get("token_noise"))
+        if own is not None:  # the model's own insertion of y0, surplus and repeated words included
+            fills = jnp.where(draws["own_insertion"], own, fills)
+        y_rps = jnp.where(rps_on_y0[:, None], y0, fills)
         rps_logits = lax.cond(draws["path_a"], reposition_on(y_rps, k_rps), lambda: rps_y0)
     else:  # eq. 6: the fills of y0's own placeholders, one more token-head pass on a wider canvas
         width = min(2 * t, model.cfg.max_len)
@@ -246,7 +256,9 @@ def build_spec(config, cfg, pieces) -> ModelSpec:
     def loss(params, batch, rng, train=True):
         return editor_loss(module, params, batch, rng, word_start=word_start, label_smoothing=t.label_smoothing,
                            placeholder_smoothing=t.placeholder_smoothing, dual_path=t.dual_path,
-                           alpha=t.roll_in_alpha, beta=t.roll_in_beta, sampling=t.roll_in_sampling, train=train)
+                           alpha=t.roll_in_alpha, beta=t.roll_in_beta, sampling=t.roll_in_sampling,
+                           global_shuffle=t.global_shuffle, own_insertion_roll_in=t.own_insertion_roll_in,
+                           train=train)
 
     first_edit = functools.partial(editor_reposition, deletion_reward=config.eval.deletion_reward)
     return edit_model_spec(config, cfg, "editor", module, loss, "reposition_logits", first_edit, pieces, SUPPORTS)

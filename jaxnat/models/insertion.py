@@ -17,6 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxnat import edit_ops
 from jaxnat.errors import ConfigError
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID
 from jaxnat.decoding.refine import Heads, RefineOptions, length_cap, refine, start_from_request
@@ -24,7 +25,7 @@ from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import Decoder, Embedder, Encoder, TransformerConfig, token_mask
-from jaxnat.oracle import MAX_INSERTIONS
+from jaxnat.oracle import MAX_INSERTIONS, ed2_labels
 
 NOT_PREDICTED = (PAD_ID, BOS_ID, EOS_ID, PLH_ID, MASK_ID)  # ids the token head may never write
 
@@ -141,6 +142,42 @@ def insertion_losses(apply, y_ins: jax.Array, tgt: jax.Array, labels, memory, sr
     tok_loss, tok_nll, tok_count = smoothed_cross_entropy(tok_logits, tgt, labels.insert_mask, label_smoothing)
     return (mean_loss(plh_loss, plh_count), mean_loss(tok_loss, tok_count), mean_loss(tok_nll, tok_count),
             tok_logits)
+
+
+def own_insertion(apply, y: jax.Array, tgt: jax.Array, memory, src_mask, keys) -> tuple[jax.Array, jax.Array]:
+    """The model's own insertion on ``y`` (int32[B, T]) and what the oracle keeps of it, with no gradient:
+
+    * ``filled``: the argmax placeholders (a row grows to at most T; `fair_share` cuts the excess) filled with
+      the token head's argmax — with the model's own surplus, missing and repeated words, which the first edit
+      (deletion, reposition) must learn to clean up;
+    * ``kept``: ``filled`` minus the ed2 oracle's deletions for ``tgt`` (int32[B, T]) — an in-order
+      subsequence of the reference holding what the model inserted correctly, so the gaps left are the ones it
+      missed: the canvas the next iteration's insertion heads see after a perfect first edit.
+
+    A roll-in beyond the papers (``train.own_insertion_roll_in``, docs/editor.md): both train their insertion
+    heads only on noised or oracle-deleted references with the oracle's placeholder counts, never on what the
+    model's own placeholder counts produce. keys: (placeholder key, token key) for dropout.
+    """
+    counts = model_choice(apply("placeholder_logits", y, memory, src_mask, key=keys[0]))
+    canvas = edit_ops.insert_placeholders(y, counts, PAD_ID, PLH_ID).tokens
+    fills = model_choice(forbid_reserved(apply("token_logits", canvas, memory, src_mask, key=keys[1])))
+    filled = edit_ops.fill_placeholders(canvas, fills.astype(canvas.dtype), PLH_ID)
+    return filled, edit_ops.delete_tokens(filled, ed2_labels(filled, tgt).deletion, PAD_ID).tokens
+
+
+def roll_in_own_insertion(apply, y_ins, tgt, memory, src_mask, key, probability: float, draws: dict):
+    """With probability ``probability`` (one coin per batch, recorded in draws['own_insertion']):
+    ``(kept, filled)`` of `own_insertion` on ``y_ins`` — the insertion heads' new input and the model's own
+    insertion for the first edit's head; else ``(y_ins, None)``, and with probability 0 (static) nothing is
+    drawn or computed. Callers pick with the coin: ``filled`` is ``y_ins`` when it is off."""
+    if probability <= 0:
+        return y_ins, None
+    k_coin, k_plh, k_tok = jax.random.split(key, 3)
+    draws["own_insertion"] = jax.random.bernoulli(k_coin, probability)
+    filled, kept = jax.lax.cond(draws["own_insertion"],
+                                lambda: own_insertion(apply, y_ins, tgt, memory, src_mask, (k_plh, k_tok)),
+                                lambda: (y_ins, y_ins))
+    return kept, filled
 
 
 def edit_model_spec(config, cfg: TransformerConfig, name: str, module: EditTransformer, loss, first_head: str,

@@ -23,7 +23,7 @@ from jaxnat.data.vocab import PAD_ID
 from jaxnat.decoding.refine import Hypotheses
 from jaxnat.decoding.request import Supports
 from jaxnat.models.insertion import (EditTransformer, blank_fillers, early_exit, edit_model_spec, empty_canvas,
-                                     head_runner, insertion_losses, mean_loss, model_fills)
+                                     head_runner, insertion_losses, mean_loss, model_fills, roll_in_own_insertion)
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import token_mask
@@ -56,7 +56,8 @@ class LevenshteinTransformer(EditTransformer):
 
 def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_smoothing: float,
               placeholder_smoothing: float = 0.01, alpha: float = 0.0, beta: float = 0.0,
-              sampling_for_deletion: bool = False, train: bool = True, keep_roll_in: bool = False):
+              sampling_for_deletion: bool = False, own_insertion_roll_in: float = 0.0, train: bool = True,
+              keep_roll_in: bool = False):
     """Dual-policy imitation learning (the paper's Algorithm 1) with the ed2 oracle, computed on device.
 
     The initial sequence y⁰ is ``batch['init']`` (int32[B, T], ``[BOS … EOS]`` rows: the paper's post-editing)
@@ -70,9 +71,11 @@ def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_
       ``sampling_for_deletion`` a sample from it, as the note to eq. 6 and fairseq's
       ``--sampling-for-deletion`` do.
 
-    α = β = 0 is the reference code's roll-in (the default). A filler row (target all PAD) starts from a blank
-    y⁰, so every head input is blank there and the row carries no loss (`blank_fillers`). Every random number is
-    drawn with the batch as its leading axis, so a row's draws do not depend on how many rows follow it.
+    α = β = 0 is the reference code's roll-in (the default). With probability ``own_insertion_roll_in`` (one coin
+    per batch, beyond the paper) the roll-in follows the model's own insertion (`own_insertion`): the insertion
+    heads learn on what the oracle keeps of it, the deletion head (unless on y⁰) on the insertion itself. A filler row (target all PAD) starts from a blank y⁰, so every head input is blank there and the
+    row carries no loss (`blank_fillers`). Every random number is drawn with the batch as its leading axis, so a
+    row's draws do not depend on how many rows follow it.
 
     Loss = placeholder CE (smoothing 0.01) + token CE (smoothing ε) + deletion CE (none), each the mean over its
     own positions. batch['src']: int32[B, S], batch['tgt']: int32[B, T]. Returns
@@ -84,7 +87,7 @@ def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_
     src, tgt = batch["src"], batch["tgt"]
     # New keys go last: the first keys of a split do not depend on how many are split, so runs with the
     # earlier options keep their random numbers.
-    k_noise, k_mix, k_enc, k_plh, k_tok, k_del, k_pick = jax.random.split(rng, 7)
+    k_noise, k_mix, k_enc, k_plh, k_tok, k_del, k_pick, k_own = jax.random.split(rng, 8)
 
     apply = head_runner(model, params, train)
     memory, src_mask = apply("encode", src, key=k_enc), token_mask(src)
@@ -98,6 +101,7 @@ def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_
     if beta > 0:  # static: without it no sentence takes this branch, and the oracle scan is skipped
         kept = edit_ops.delete_tokens(y0, ed2_labels(y0, tgt).deletion, PAD_ID).tokens
         y_ins = jnp.where(ins_on_y0[:, None], kept, y_ins)
+    y_ins, own = roll_in_own_insertion(apply, y_ins, tgt, memory, src_mask, k_own, own_insertion_roll_in, draws)
     ins = ed2_labels(y_ins, tgt)
     plh_loss, tok_loss, tok_nll, tok_logits = insertion_losses(
         apply, y_ins, tgt, ins, memory, src_mask, (k_plh, k_tok), label_smoothing=label_smoothing,
@@ -107,6 +111,8 @@ def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_
     if sampling_for_deletion:
         draws["token_noise"] = jax.random.gumbel(k_pick, tok_logits.shape)
     fills = model_fills(tok_logits, tgt, ins.insert_mask, draws.get("token_noise"))
+    if own is not None:  # the model's own insertion of y_ins, surplus and repeated words included
+        fills = jnp.where(draws["own_insertion"], own, fills)
     y_del = jnp.where(del_on_y0[:, None], y0, fills)
     dels = ed2_labels(y_del, tgt)
     del_logits = apply("deletion_logits", y_del, memory, src_mask, key=k_del)
@@ -161,6 +167,7 @@ def build_spec(config, cfg, pieces) -> ModelSpec:
     def loss(params, batch, rng, train=True):
         return levt_loss(module, params, batch, rng, label_smoothing=t.label_smoothing,
                          placeholder_smoothing=t.placeholder_smoothing, alpha=t.roll_in_alpha,
-                         beta=t.roll_in_beta, sampling_for_deletion=t.sampling_for_deletion, train=train)
+                         beta=t.roll_in_beta, sampling_for_deletion=t.sampling_for_deletion,
+                         own_insertion_roll_in=t.own_insertion_roll_in, train=train)
 
     return edit_model_spec(config, cfg, "levt", module, loss, "deletion_logits", levt_delete, pieces, SUPPORTS)

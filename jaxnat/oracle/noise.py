@@ -14,7 +14,8 @@ With n the number of real tokens of a row:
 * ``random_delete_shuffle`` (EDITOR): ``random_delete``, then with probability ``p_shuffle`` a word-level local
   shuffle (Lample et al., 2018): word w gets the key w + U[0, d) and the words are stably sorted by key. Word j
   can only pass word i if |j − i| < d, so no word moves d or more words (at most 2 for the default d = 3).
-  Sub-word pieces move with their word, in order.
+  Sub-word pieces move with their word, in order. With ``p_global`` > 0 a share of rows is shuffled globally
+  instead (an option beyond the paper, for starts such as shuffled lexical constraints).
 
 Each noise is a ``draw_*`` of its random numbers from a PRNG key plus a deterministic ``apply_*`` kernel, so the
 tests can feed the same numbers to a plain-Python reference. Counts are ⌊n·v⌋ with n·v rounded to float32,
@@ -29,6 +30,10 @@ import jax.numpy as jnp
 
 from jaxnat.data.vocab import MASK_ID, PAD_ID
 from jaxnat.edit_ops.compaction import Sides, compact, lengths, positions
+
+
+# A shift range so much wider than any sentence that a word's index hardly moves its key: a uniform order.
+GLOBAL_DISTANCE = 1e6
 
 
 def real_mask(tokens: jax.Array, pad_id: int = PAD_ID) -> jax.Array:
@@ -129,13 +134,23 @@ def apply_word_shuffle(tokens: jax.Array, word_start: jax.Array, shift: jax.Arra
 
 
 def draw_delete_shuffle(key: jax.Array, shape: tuple[int, int], p_shuffle: float = 0.5,
-                        max_distance: float = 3.0):
+                        max_distance: float = 3.0, p_global: float = 0.0):
     """Random numbers of ``random_delete_shuffle``: ``(v, scores, shuffle, shift)`` with v f32[B] and
-    scores f32[B, L] as in ``draw_subset``, shuffle bool[B] ~ Bernoulli(p_shuffle), shift f32[B, L] ~ U[0, d)."""
-    k_delete, k_coin, k_shift = jax.random.split(key, 3)
+    scores f32[B, L] as in ``draw_subset``, shuffle bool[B] ~ Bernoulli(p_shuffle), shift f32[B, L] ~ U[0, d).
+
+    ``p_global`` (not in the paper; 0 draws exactly the paper's numbers): each row, with this probability, is
+    shuffled *globally* instead — shift ~ U[0, GLOBAL_DISTANCE), so the word index no longer matters and the kept
+    words come out in a uniformly random order, like shuffled lexical constraints (docs/editor.md).
+    """
+    k_delete, k_coin, k_shift, k_global = jax.random.split(key, 4)
     v, scores = draw_subset(k_delete, shape)
     shuffle = jax.random.bernoulli(k_coin, p_shuffle, shape[:1])
-    return v, scores, shuffle, jax.random.uniform(k_shift, shape, maxval=max_distance)
+    shift = jax.random.uniform(k_shift, shape, maxval=max_distance)
+    if p_global > 0:
+        spread = jax.random.bernoulli(k_global, p_global, shape[:1])
+        shuffle = shuffle | spread
+        shift = jnp.where(spread[:, None], shift * (GLOBAL_DISTANCE / max_distance), shift)
+    return v, scores, shuffle, shift
 
 
 def apply_delete_shuffle(tokens: jax.Array, word_start: jax.Array, v: jax.Array, scores: jax.Array,
@@ -150,10 +165,10 @@ def apply_delete_shuffle(tokens: jax.Array, word_start: jax.Array, v: jax.Array,
 
 
 def random_delete_shuffle(key: jax.Array, tokens: jax.Array, word_start: jax.Array, pad_id: int = PAD_ID,
-                          p_shuffle: float = 0.5, max_distance: float = 3.0) -> jax.Array:
+                          p_shuffle: float = 0.5, max_distance: float = 3.0, p_global: float = 0.0) -> jax.Array:
     """EDITOR noise: ``random_delete``, then a local word shuffle (max distance d) with probability p_shuffle.
 
     tokens: int32[B, L]; word_start: bool[B, L]. Returns int32[B, L].
     """
-    draws = draw_delete_shuffle(key, tokens.shape, p_shuffle, max_distance)
+    draws = draw_delete_shuffle(key, tokens.shape, p_shuffle, max_distance, p_global)
     return apply_delete_shuffle(tokens, word_start, *draws, pad_id=pad_id)
