@@ -45,6 +45,8 @@ def test_overrides_are_typed():
         (["--config.model.dropout=1.5"], "model.dropout must be in [0, 1)"),
         (["--config.model.embed_dropout=-0.5"], "model.embed_dropout must be -1 (= model.dropout) or in [0, 1)"),
         (["--config.model.reposition_deletion=bias"], "model.reposition_deletion must be one of vector, bos"),
+        (["--config.train.global_shuffle=1.5"], "train.global_shuffle must be in [0, 1], got 1.5"),
+        (["--config.train.own_insertion_roll_in=-0.1"], "train.own_insertion_roll_in must be in [0, 1], got -0.1"),
     ],
 )
 def test_bad_overrides(args, message):

@@ -37,6 +37,7 @@ UNIT = st.one_of(st.floats(0.0, 1.0, exclude_max=True, width=32, allow_subnormal
                  st.sampled_from([0.0, 0.5, ALMOST_ONE]))
 SHIFT = st.one_of(st.floats(0.0, 3.0, exclude_max=True, width=32, allow_subnormal=False),
                   st.sampled_from([0.0, 1.0, 2.5]))
+GLOBAL_SHIFT = st.floats(0.0, N.GLOBAL_DISTANCE, exclude_max=True, width=32, allow_subnormal=False)  # p_global rows
 ROW_LENGTH = st.one_of(st.sampled_from([0, 1, 2, 3, L]), st.integers(0, L))
 
 
@@ -169,7 +170,7 @@ def test_apply_word_shuffle_matches_reference(data):
 @given(st.data())
 def test_apply_delete_shuffle_matches_reference(data):
     tokens = data.draw(batches())
-    word_start, shift = bools(data.draw, (B, L)), floats(data.draw, SHIFT, (B, L))
+    word_start, shift = bools(data.draw, (B, L)), floats(data.draw, st.one_of(SHIFT, GLOBAL_SHIFT), (B, L))
     v, scores = floats(data.draw, UNIT, (B,)), floats(data.draw, UNIT, (B, L))
     shuffle = bools(data.draw, (B,))
     out = np.asarray(apply_delete_shuffle(tokens, word_start, v, scores, shuffle, shift))
@@ -247,6 +248,18 @@ def random_and_kernel_outputs(key, tokens, word_start):
             (N.random_mask(key, tokens)[0], N.apply_random_mask(tokens, v, scores)[0]),
             (N.random_delete_shuffle(key, tokens, word_start), N.apply_delete_shuffle(tokens, word_start, *draws)),
             draws[3])
+
+
+@SEVERAL
+@given(batches(), st.integers(0, 2**32 - 1))
+def test_global_shuffle_is_its_kernel_on_its_draws(tokens, seed):
+    key, word_start = jax.random.key(seed), tokens % 2 == 0
+    draws = N.draw_delete_shuffle(key, tokens.shape, p_global=0.5)
+    out = N.random_delete_shuffle(key, tokens, word_start, p_global=0.5)
+    assert rows(out) == rows(N.apply_delete_shuffle(tokens, word_start, *draws))
+    paper = N.draw_delete_shuffle(key, tokens.shape)  # p_global = 0 draws the paper's numbers, whatever else
+    np.testing.assert_array_equal(draws[0], paper[0])
+    np.testing.assert_array_equal(draws[1], paper[1])
 
 
 @SEVERAL
