@@ -81,8 +81,8 @@ def default_config() -> ml_collections.ConfigDict:
         # EDITOR, beyond the paper: the share of roll-in rows whose kept words are shuffled globally (a uniform
         # order) instead of the paper's local shuffle: starts like shuffled soft constraints (docs/editor.md)
         global_shuffle=0.0,
-        # LevT and EDITOR, beyond the papers: the share of batches whose insertion heads learn on what the
-        # model's own insertion leaves of their roll-in (the oracle's deletions applied): docs/editor.md
+        # LevT and EDITOR, beyond the papers: the share of batches whose roll-in follows the model's own
+        # insertion (insertion heads on what the oracle keeps of it, the first edit on it): docs/editor.md
         own_insertion_roll_in=0.0,
     )
     c.eval = dict(
