@@ -156,7 +156,8 @@ def own_insertion(apply, y: jax.Array, tgt: jax.Array, memory, src_mask, keys) -
 
     A roll-in beyond the papers (``train.own_insertion_roll_in``, docs/editor.md): both train their insertion
     heads only on noised or oracle-deleted references with the oracle's placeholder counts, never on what the
-    model's own placeholder counts produce. keys: (placeholder key, token key) for dropout.
+    model's own placeholder counts produce. It takes the argmax of both heads, as decoding does, whatever
+    ``train.roll_in_sampling`` says. keys: (placeholder key, token key) for dropout.
     """
     counts = model_choice(apply("placeholder_logits", y, memory, src_mask, key=keys[0]))
     canvas = edit_ops.insert_placeholders(y, counts, PAD_ID, PLH_ID).tokens
