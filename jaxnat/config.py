@@ -27,6 +27,7 @@ CHOICES = {
     "model.reposition_deletion": ("vector", "bos"),
     "data.source": ("synthetic", "text", "tfds"),
     "data.spm_model_type": ("unigram", "bpe"),
+    "train.lr_schedule": ("inverse_sqrt", "linear"),
 }
 
 
@@ -62,6 +63,9 @@ def default_config() -> ml_collections.ConfigDict:
     )
     c.train = dict(
         steps=100000, lr=5e-4, warmup_steps=4000, warmup_init_lr=1e-7,
+        # after the warm-up: "inverse_sqrt" (fairseq's, the papers') or "linear" decay to 0 at train.steps (for
+        # short runs, which end on a small learning rate instead of a large one)
+        lr_schedule="inverse_sqrt",
         adam_b1=0.9, adam_b2=0.98, adam_eps=1e-8, weight_decay=0.0, clip_norm=0.0,  # clip_norm 0: off
         label_smoothing=0.1, seed=0,
         log_every=100, eval_every=2000, checkpoint_every=1000, keep_checkpoints=3,
@@ -78,8 +82,9 @@ def default_config() -> ml_collections.ConfigDict:
         # EDITOR: the roll-in's model repositions r~ and fills t~ are samples, not argmaxes (eqs. 6-7 write
         # samples; off as in the authors' code, whose dual-path roll-in is the default)
         roll_in_sampling=False,
-        # EDITOR, beyond the paper: the share of roll-in rows whose kept words are shuffled globally (a uniform
-        # order) instead of the paper's local shuffle: starts like shuffled soft constraints (docs/editor.md)
+        # beyond the papers: the share of roll-in rows that are a random subset of the reference in a uniformly
+        # random order, like shuffled soft constraints. EDITOR: instead of the local shuffle (docs/editor.md);
+        # LevT: as the deletion head's input, instead of the model's fills (docs/levt.md)
         global_shuffle=0.0,
         # LevT and EDITOR, beyond the papers: the share of batches whose roll-in follows the model's own
         # insertion (insertion heads on what the oracle keeps of it, the first edit on it): docs/editor.md

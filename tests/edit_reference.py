@@ -165,7 +165,8 @@ def levt_reference(heads, batch, draws, *, alpha, beta, eps):
     insertion on y⁰ minus the oracle's deletions if u < β, else on random_delete(y*); deletion on y⁰ if v < α,
     else on the reference with the token head's fills (argmax, or a sample when the draws hold token noise).
     When the draws' own-insertion coin is on, the insertion heads learn on what the oracle keeps of the model's
-    own insertion of their input, and the deletion head on that insertion itself. Returns the per-row inputs and the three mean losses (+ the token nll)."""
+    own insertion of their input, and the deletion head on that insertion itself; with the draws' "shuffle"
+    (global_shuffle), the deletion head of a shuffled row on a random subset of y* in a random order. Returns the per-row inputs and the three mean losses (+ the token nll)."""
     tgt = np.asarray(batch["tgt"])
     refs = [unpad(r) for r in tgt]
     live = [b for b, y in enumerate(refs) if y]
@@ -190,6 +191,10 @@ def levt_reference(heads, batch, draws, *, alpha, beta, eps):
     plh_loss, tok_loss, tok_nll, tok = insertion_terms(heads_live, y_ins, refs, labels, eps)
 
     fills = own_filled if own else reference_fills(refs, [m for _, m in labels], tok, noise)
+    if "shuffle" in draws:  # global_shuffle: some rows' deletion input is a subset of y* in a random order
+        sv, sscores, shuffled, shift = (np.asarray(a) for a in draws["shuffle"])
+        fills = [delete_shuffle(refs[k], [True] * len(refs[k]), sv[b], sscores[b], True, shift[b])
+                 if shuffled[b] else fills[k] for k, b in enumerate(live)]
     y_del = [init[k] if coins[b, 1] < alpha else fills[k] for k, b in enumerate(live)]
     dels = heads_live("deletion_logits", y_del)
     del_terms = [smoothed_nll(dels[k, i], d, 0.0)[0]

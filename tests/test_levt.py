@@ -51,27 +51,28 @@ HAND_LCS = [4, 4, 2, 3]  # what the ed2 oracle keeps of each y⁰ of er.HAND: it
 
 
 @functools.lru_cache(maxsize=None)
-def _loss_fn(module, alpha, beta, sampling=False, train=False, own=0.0):
+def _loss_fn(module, alpha, beta, sampling=False, train=False, own=0.0, spread=0.0):
     return jax.jit(functools.partial(levt_loss, module, label_smoothing=0.1, alpha=alpha, beta=beta,
-                                     sampling_for_deletion=sampling, own_insertion_roll_in=own, train=train,
-                                     keep_roll_in=True))
+                                     sampling_for_deletion=sampling, own_insertion_roll_in=own,
+                                     global_shuffle=spread, train=train, keep_roll_in=True))
 
 
 def _rows(tokens):
     return [er.unpad(r) for r in np.asarray(tokens)]
 
 
-@pytest.mark.parametrize("alpha, beta, sampling, with_init, own", [
-    (0.0, 0.0, False, False, 0.0),   # the reference code's roll-in
-    (0.3, 0.7, True, False, 0.0),    # per-sentence mixtures (α ≠ β, so a swap shows), sampled fills
-    (1.0, 0.0, False, True, 0.0),    # y⁰ from the data, the deletion head always on it
-    (0.0, 1.0, False, True, 0.0),    # the insertion heads always on what the oracle keeps of y⁰
-    (0.0, 0.0, False, False, 1.0),   # the insertion heads on what their own insertion leaves
+@pytest.mark.parametrize("alpha, beta, sampling, with_init, own, spread", [
+    (0.0, 0.0, False, False, 0.0, 0.0),   # the reference code's roll-in
+    (0.3, 0.7, True, False, 0.0, 0.0),    # per-sentence mixtures (α ≠ β, so a swap shows), sampled fills
+    (1.0, 0.0, False, True, 0.0, 0.0),    # y⁰ from the data, the deletion head always on it
+    (0.0, 1.0, False, True, 0.0, 0.0),    # the insertion heads always on what the oracle keeps of y⁰
+    (0.0, 0.0, False, False, 1.0, 0.5),   # own insertion; half the deletion inputs shuffled subsets of y*
 ])
-def test_loss_terms_match_plain_reference(spec, alpha, beta, sampling, with_init, own):
+def test_loss_terms_match_plain_reference(spec, alpha, beta, sampling, with_init, own, spread):
     batch = er.hand_batch() if with_init else er.with_filler_row(_batch(7))
     params = spec.init(jax.random.PRNGKey(1), batch)
-    loss, aux = _loss_fn(spec.module, alpha, beta, sampling, own=own)(params, batch, jax.random.PRNGKey(2))
+    loss, aux = _loss_fn(spec.module, alpha, beta, sampling, own=own, spread=spread)(params, batch,
+                                                                                      jax.random.PRNGKey(2))
     heads = er.Heads(spec.module, params, batch["src"], batch["tgt"].shape[1])
     draws = aux["roll_in"]["draws"]
     want = er.levt_reference(heads, batch, draws, alpha=alpha, beta=beta, eps=0.1)
@@ -85,6 +86,9 @@ def test_loss_terms_match_plain_reference(spec, alpha, beta, sampling, with_init
     np.testing.assert_allclose(aux["nll"], want["token_nll"] * n, rtol=2e-5)
     np.testing.assert_allclose(loss, (want["placeholder_loss"] + want["token_loss"] + want["deletion_loss"]) * n,
                                rtol=2e-5)
+    if spread:  # some rows really took a shuffled subset, out of order
+        shuffled = np.asarray(aux["roll_in"]["draws"]["shuffle"][2])
+        assert any(shuffled[b] and not er.is_subsequence(got_del[b], er.unpad(batch["tgt"][b])) for b in want["live"])
     if sampling:  # the samples are not the argmax: the fills really come from the noise
         argmax = er.levt_reference(heads, batch, {k: v for k, v in draws.items() if k != "token_noise"},
                                    alpha=alpha, beta=beta, eps=0.1)

@@ -177,3 +177,14 @@ def test_run_stops_after_consecutive_non_finite_steps(tmp_path):
     assert run.returncode == 2, out
     last = out.strip().splitlines()[-1]
     assert last.startswith("jaxnat: error: loss was not finite for 3 consecutive steps"), last
+
+
+def test_learning_rate_schedules():
+    from jaxnat.training.optim import warmed_up_schedule
+
+    # fairseq's: linear warm-up, then lr * sqrt(warmup / step), with optax's step 0 as fairseq's update 1
+    inv = warmed_up_schedule(1.0, 4, 0.0, "inverse_sqrt")
+    np.testing.assert_allclose([float(inv(s)) for s in (0, 3, 15)], [0.25, 1.0, 0.5], rtol=1e-6)
+    # linear: the same warm-up, then a straight line to 0 at the last step
+    lin = warmed_up_schedule(1.0, 4, 0.0, "linear", total_steps=12)
+    np.testing.assert_allclose([float(lin(s)) for s in (0, 3, 7, 11, 20)], [0.25, 1.0, 0.5, 0.0, 0.0], atol=1e-6)

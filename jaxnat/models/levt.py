@@ -27,7 +27,7 @@ from jaxnat.models.insertion import (EditTransformer, blank_fillers, early_exit,
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import token_mask
-from jaxnat.oracle import apply_random_delete, draw_subset, ed2_labels
+from jaxnat.oracle import apply_delete_shuffle, apply_random_delete, draw_delete_shuffle, draw_subset, ed2_labels
 
 
 class LevenshteinTransformer(EditTransformer):
@@ -56,8 +56,8 @@ class LevenshteinTransformer(EditTransformer):
 
 def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_smoothing: float,
               placeholder_smoothing: float = 0.01, alpha: float = 0.0, beta: float = 0.0,
-              sampling_for_deletion: bool = False, own_insertion_roll_in: float = 0.0, train: bool = True,
-              keep_roll_in: bool = False):
+              sampling_for_deletion: bool = False, own_insertion_roll_in: float = 0.0, global_shuffle: float = 0.0,
+              word_start: jax.Array | None = None, train: bool = True, keep_roll_in: bool = False):
     """Dual-policy imitation learning (the paper's Algorithm 1) with the ed2 oracle, computed on device.
 
     The initial sequence y⁰ is ``batch['init']`` (int32[B, T], ``[BOS … EOS]`` rows: the paper's post-editing)
@@ -74,6 +74,10 @@ def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_
     α = β = 0 is the reference code's roll-in (the default). With probability ``own_insertion_roll_in`` (one coin
     per batch, beyond the paper) the roll-in follows the model's own insertion (`own_insertion`): the insertion
     heads learn on what the oracle keeps of it, the deletion head (unless on y⁰) on the insertion itself. A
+    With probability ``global_shuffle`` per sentence (beyond the paper) the deletion head (unless on y⁰) sees a
+    random subset of y* in a uniformly random word order instead (`draw_delete_shuffle`'s p_global;
+    ``word_start``: bool[V], the pieces that begin a word, None = every piece): the starts that shuffled soft
+    constraints give, whose out-of-order words the oracle deletes. A
     filler row (target all PAD) starts from a blank y⁰, so every head input is blank there and the row carries
     no loss (`blank_fillers`). Every random number is drawn with the batch as its leading axis, so a row's draws
     do not depend on how many rows follow it.
@@ -88,7 +92,7 @@ def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_
     src, tgt = batch["src"], batch["tgt"]
     # New keys go last: the first keys of a split do not depend on how many are split, so runs with the
     # earlier options keep their random numbers.
-    k_noise, k_mix, k_enc, k_plh, k_tok, k_del, k_pick, k_own = jax.random.split(rng, 8)
+    k_noise, k_mix, k_enc, k_plh, k_tok, k_del, k_pick, k_own, k_shuffle = jax.random.split(rng, 9)
 
     apply = head_runner(model, params, train)
     memory, src_mask = apply("encode", src, key=k_enc), token_mask(src)
@@ -114,6 +118,11 @@ def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_
     fills = model_fills(tok_logits, tgt, ins.insert_mask, draws.get("token_noise"))
     if own is not None:  # the model's own insertion of y_ins, surplus and repeated words included
         fills = jnp.where(draws["own_insertion"], own, fills)
+    if global_shuffle > 0:  # static: without it nothing is drawn
+        draws["shuffle"] = draw_delete_shuffle(k_shuffle, tgt.shape, p_shuffle=0.0, p_global=global_shuffle)
+        starts = jnp.ones(tgt.shape, bool) if word_start is None else word_start[tgt]
+        shuffled = apply_delete_shuffle(tgt, starts, *draws["shuffle"])
+        fills = jnp.where(draws["shuffle"][2][:, None], shuffled, fills)  # a filler row stays all PAD
     y_del = jnp.where(del_on_y0[:, None], y0, fills)
     dels = ed2_labels(y_del, tgt)
     del_logits = apply("deletion_logits", y_del, memory, src_mask, key=k_del)
@@ -164,11 +173,13 @@ def levt_delete(hyps: Hypotheses, logits: jax.Array, active: jax.Array, continue
 def build_spec(config, cfg, pieces) -> ModelSpec:
     m, t = config.model, config.train
     module = LevenshteinTransformer(cfg, early_exit(m), m.separate_deletion, m.separate_placeholder)
+    word_start = jnp.asarray(pieces.word_start)
 
     def loss(params, batch, rng, train=True):
         return levt_loss(module, params, batch, rng, label_smoothing=t.label_smoothing,
                          placeholder_smoothing=t.placeholder_smoothing, alpha=t.roll_in_alpha,
                          beta=t.roll_in_beta, sampling_for_deletion=t.sampling_for_deletion,
-                         own_insertion_roll_in=t.own_insertion_roll_in, train=train)
+                         own_insertion_roll_in=t.own_insertion_roll_in, global_shuffle=t.global_shuffle,
+                         word_start=word_start, train=train)
 
     return edit_model_spec(config, cfg, "levt", module, loss, "deletion_logits", levt_delete, pieces, SUPPORTS)

@@ -1,4 +1,5 @@
-"""Adam with fairseq's inverse-square-root schedule, decoupled weight decay and gradient clipping."""
+"""Adam with a warmed-up learning-rate schedule (fairseq's inverse square root, or linear decay), decoupled
+weight decay and gradient clipping."""
 
 from __future__ import annotations
 
@@ -6,22 +7,31 @@ import jax.numpy as jnp
 import optax
 
 
-def inverse_sqrt_schedule(lr: float, warmup_steps: int, warmup_init_lr: float):
-    """Linear warm-up from warmup_init_lr to lr over warmup_steps, then lr * sqrt(warmup_steps / step)."""
+def warmed_up_schedule(lr: float, warmup_steps: int, warmup_init_lr: float, decay: str = "inverse_sqrt",
+                       total_steps: int = 0):
+    """Linear warm-up from warmup_init_lr to lr over warmup_steps, then either lr * sqrt(warmup_steps / step)
+    (decay "inverse_sqrt") or a straight line from lr to 0 at total_steps (decay "linear")."""
     warmup_steps = max(warmup_steps, 1)
+    if decay not in ("inverse_sqrt", "linear"):
+        raise ValueError(f"unknown learning-rate decay {decay!r}")
 
     def schedule(step):
         step = jnp.asarray(step, jnp.float32) + 1.0  # optax counts from 0; fairseq's first update is 1
         warm = warmup_init_lr + (lr - warmup_init_lr) * step / warmup_steps
-        decay = lr * jnp.sqrt(warmup_steps / step)
-        return jnp.where(step < warmup_steps, warm, decay)
+        if decay == "inverse_sqrt":
+            after = lr * jnp.sqrt(warmup_steps / step)
+        else:
+            span = max(total_steps - warmup_steps, 1)
+            after = lr * jnp.clip((total_steps - step) / span, 0.0, 1.0)
+        return jnp.where(step < warmup_steps, warm, after)
 
     return schedule
 
 
 def make_optimizer(train_cfg) -> tuple[optax.GradientTransformation, callable]:
     """Returns (optimizer, learning-rate schedule) from the `train` section of a config."""
-    schedule = inverse_sqrt_schedule(train_cfg.lr, train_cfg.warmup_steps, train_cfg.warmup_init_lr)
+    schedule = warmed_up_schedule(train_cfg.lr, train_cfg.warmup_steps, train_cfg.warmup_init_lr,
+                                  train_cfg.lr_schedule, train_cfg.steps)
     parts = []
     if train_cfg.clip_norm > 0:
         parts.append(optax.clip_by_global_norm(train_cfg.clip_norm))
