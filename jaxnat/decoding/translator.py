@@ -1,9 +1,9 @@
 """Batched translation of raw text with any model: tokenise, bucket into fixed shapes, build each bucket's
 `DecodeRequest`, run the model's jit'd `generate`, detokenise, restore the input order.
 
-One compiled program per request shape (bucket, initial-hypothesis width, constraint shape, beam, trace);
-each runs its whole search on the device. Constraint shapes are rounded up so that a test set compiles a few
-programs, not one per batch.
+One compiled program per request shape (bucket, constraint shape, beam, trace); each runs its whole search on
+the device. Constraint shapes are rounded up, and a refining model's plain, post-editing and constrained
+requests share one shape, so that a test set compiles a few programs, not one per batch or kind of start.
 """
 
 from __future__ import annotations
@@ -89,19 +89,25 @@ class Translator:
         return self.spec.capacity(src_len)
 
     def request(self, src: np.ndarray, starts: list[Start], beam_size: int, trace: bool) -> DecodeRequest:
-        """The request for one bucket: src int32[B, S]; starts: one per row (filler rows: Start())."""
+        """The request for one bucket: src int32[B, S]; starts: one per row (filler rows: Start()).
+
+        A model that takes every kind of start (the refining models) gets the same request shape whatever the
+        rows ask — initial hypotheses as wide as the output, constraints at least 4 × 4, PAD where a row has
+        none (which starts it from [BOS, EOS]) — so that plain, post-editing and constrained decoding of a
+        bucket share one compiled program. Other models get only what the rows ask for.
+        """
+        sup = self.spec.supports
+        uniform = sup.init and sup.soft_constraints and sup.hard_constraints
+        needed = max(len(s.pieces()) for s in starts) + 2  # `starts` checked it fits the model
+        capacity = min(max(self.output_capacity(src.shape[1]), _round_up(needed, 8)), self.spec.cfg.max_len)
         init = constraints = hard = None
-        if any(s.init is not None for s in starts):
-            width = _round_up(max(len(s.init) for s in starts if s.init is not None) + 2, 8)
-            init = pad_hypotheses([s.init for s in starts], width)
-        if any(s.phrases for s in starts):
+        if uniform or any(s.init is not None for s in starts):
+            init = pad_hypotheses([s.init for s in starts], capacity)
+        if uniform or any(s.phrases for s in starts):
             phrases = pad_phrases([s.phrases for s in starts])
             c, p = phrases.shape[1:]
-            constraints = np.pad(phrases, ((0, 0), (0, _round_up(c, 2) - c), (0, _round_up(p, 4) - p)))
+            constraints = np.pad(phrases, ((0, 0), (0, _round_up(c, 4) - c), (0, _round_up(p, 4) - p)))
             hard = np.asarray([s.hard for s in starts], bool)
-        needed = max(len(s.pieces()) for s in starts) + 2  # `starts` checked it fits the model
-        capacity = min(max(self.output_capacity(src.shape[1]), _round_up(needed, 8),
-                           0 if init is None else init.shape[1]), self.spec.cfg.max_len)
         return DecodeRequest(src, init, constraints, hard, max_out=capacity, beam_size=beam_size, trace=trace)
 
     def translate_ids(self, src: list[np.ndarray], beam_size: int, batch_size: int,
