@@ -26,9 +26,10 @@ def _main(workdir, *args, stdin=None, model="levt"):
 def trained(request, tmp_path_factory):
     model = request.param
     workdir = tmp_path_factory.mktemp(f"tiny-{model}") / "run"
+    # one bucket (48 tokens) and one latency sentence: a third of the programs to compile
     result = _main(workdir, "--config.train.steps=8", "--config.train.eval_every=8",
-                   "--config.eval.latency_sentences=3", "--config.eval.constraints=soft,hard",
-                   "--config.eval.trace_sentences=2", model=model)
+                   "--config.data.bucket_multiple=48", "--config.eval.latency_sentences=1",
+                   "--config.eval.constraints=soft,hard", "--config.eval.trace_sentences=2", model=model)
     assert result.returncode == 0, result.stderr
     return model, workdir, result.stdout
 

@@ -69,7 +69,7 @@ def test_kill9_resume_reproduces_uninterrupted_run(tmp_path):
 SHARDED = textwrap.dedent(
     """
     import os
-    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
+    os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
     import jax, jax.numpy as jnp, numpy as np
     from jaxnat.config import build_config
     from jaxnat.models import build_model
