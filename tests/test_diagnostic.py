@@ -53,6 +53,11 @@ def test_every_start_reaches_the_loop_as_given(keeping_translator):
     os.makedirs(os.path.join(workdir, "hyps"), exist_ok=True)
     constraints = [["läuft", "Mann"], ["Schnee"], ["Buch", "Frau", "liest"]]
     plain = ["Ein Mann", "Hunde", "Eine Frau"]
+    translator._generate.clear_cache()
+    translator.translate(SRCS, 1, config.eval.batch_size)
+    programs = translator._generate._cache_size()  # one per source bucket
+    translator.translate(SRCS, 1, config.eval.batch_size, inits=REFS)
+    assert translator._generate._cache_size() == programs  # post-editing runs in the plain programs
     rows = diagnostic_rows(translator, "test", SRCS, REFS, constraints, plain, config, workdir)
     assert set(rows) == {f"test+from_{name}" for name in STARTS}
     hyps = {name: open(os.path.join(workdir, "hyps", f"test.from_{name}.txt")).read().splitlines()
