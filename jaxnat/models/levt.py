@@ -73,14 +73,14 @@ def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_
 
     α = β = 0 is the reference code's roll-in (the default). With probability ``own_insertion_roll_in`` (one coin
     per batch, beyond the paper) the roll-in follows the model's own insertion (`own_insertion`): the insertion
-    heads learn on what the oracle keeps of it, the deletion head (unless on y⁰) on the insertion itself. A
-    With probability ``global_shuffle`` per sentence (beyond the paper) the deletion head (unless on y⁰) sees a
+    heads learn on what the oracle keeps of it, the deletion head (unless on y⁰) on the insertion itself. With
+    probability ``global_shuffle`` per sentence (beyond the paper) the deletion head (unless on y⁰) sees a
     random subset of y* in a uniformly random word order instead (`draw_delete_shuffle`'s p_global;
     ``word_start``: bool[V], the pieces that begin a word, None = every piece): the starts that shuffled soft
-    constraints give, whose out-of-order words the oracle deletes. A
-    filler row (target all PAD) starts from a blank y⁰, so every head input is blank there and the row carries
-    no loss (`blank_fillers`). Every random number is drawn with the batch as its leading axis, so a row's draws
-    do not depend on how many rows follow it.
+    constraints give, whose out-of-order words the oracle deletes. A filler row (target all PAD) starts from a
+    blank y⁰, so every head input is blank there and the row carries no loss (`blank_fillers`). Every random
+    number is drawn with the batch as its leading axis, so a row's draws do not depend on how many rows follow
+    it.
 
     Loss = placeholder CE (smoothing 0.01) + token CE (smoothing ε) + deletion CE (none), each the mean over its
     own positions. batch['src']: int32[B, S], batch['tgt']: int32[B, T]. Returns
