@@ -166,7 +166,8 @@ def levt_reference(heads, batch, draws, *, alpha, beta, eps):
     else on the reference with the token head's fills (argmax, or a sample when the draws hold token noise).
     When the draws' own-insertion coin is on, the insertion heads learn on what the oracle keeps of the model's
     own insertion of their input, and the deletion head on that insertion itself; with the draws' "shuffle"
-    (global_shuffle), the deletion head of a shuffled row on a random subset of y* in a random order. Returns the per-row inputs and the three mean losses (+ the token nll)."""
+    (global_shuffle), the deletion head of a shuffled row on a random subset of y* in a random order. Returns
+    the per-row inputs and the three mean losses (+ the token nll)."""
     tgt = np.asarray(batch["tgt"])
     refs = [unpad(r) for r in tgt]
     live = [b for b, y in enumerate(refs) if y]

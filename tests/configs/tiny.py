@@ -11,5 +11,6 @@ def get_config():
                   bucket_growth=2.0, bucket_multiple=16)  # 3 shapes: little compiling
     c.train.update(steps=24, lr=2e-3, warmup_steps=10, log_every=4, eval_every=12, checkpoint_every=4,
                    valid_bleu_sentences=20)
-    c.eval.update(beam_size=2, latency_sentences=4, throughput_batch=16, batch_size=16)  # one batch size: fewer programs
+    # throughput measured at the evaluation batch size: one batch size, fewer programs to compile
+    c.eval.update(beam_size=2, latency_sentences=4, throughput_batch=16, batch_size=16)
     return c
