@@ -31,6 +31,43 @@ CHOICES = {
 }
 
 
+# key -> (low, high) for numeric values: "(0" / "[0" / "1)" / "1]" say whether a bound is open or closed;
+# None = unbounded. Keys of one model family only are checked where the config has them.
+RANGES = {
+    **{k: ("(0", None) for k in (
+        "model.d_model", "model.num_heads", "model.ffn_dim", "model.enc_layers", "model.dec_layers",
+        "model.max_len", "data.max_len", "data.batch_tokens", "data.vocab_size", "data.bucket_multiple",
+        "data.synthetic_train", "data.synthetic_valid", "data.synthetic_test", "train.steps", "train.lr",
+        "train.adam_eps", "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
+        "train.max_bad_steps", "eval.beam_size", "eval.batch_size", "eval.throughput_batch",
+        "eval.length_cap_ratio", "eval.valid_beam_size")},
+    **{k: ("[0", "1)") for k in (
+        "model.dropout", "model.attention_dropout", "model.activation_dropout", "train.label_smoothing",
+        "train.adam_b1", "train.adam_b2")},
+    **{k: ("[0", "1]") for k in (
+        "train.roll_in_alpha", "train.roll_in_beta", "train.placeholder_smoothing", "train.global_shuffle",
+        "train.own_insertion_roll_in")},
+    **{k: ("[0", None) for k in (
+        "train.warmup_steps", "train.warmup_init_lr", "train.weight_decay", "train.clip_norm",
+        "train.valid_bleu_sentences", "eval.length_penalty", "eval.max_len_a", "eval.max_len_b",
+        "eval.latency_sentences", "eval.max_iter", "eval.placeholder_penalty", "eval.length_cap_min",
+        "eval.trace_sentences")},
+    "data.bucket_growth": ("[1", None),
+}
+
+
+def _in_range(value, low: str | None, high: str | None) -> bool:
+    if low is not None and not (value > float(low[1:]) if low[0] == "(" else value >= float(low[1:])):
+        return False
+    return high is None or (value < float(high[:-1]) if high[-1] == ")" else value <= float(high[:-1]))
+
+
+def _range_text(low: str | None, high: str | None) -> str:
+    if high is None:
+        return "positive" if low == "(0" else f">= {low[1:]}" if low[0] == "[" else f"> {low[1:]}"
+    return f"in {low}, {high}"
+
+
 def default_config() -> ml_collections.ConfigDict:
     """Every key a run understands, with defaults; config files start from this and change what they need."""
     c = ml_collections.ConfigDict()
@@ -54,6 +91,8 @@ def default_config() -> ml_collections.ConfigDict:
         dir="", src_lang="en", tgt_lang="de",
         train_split="train", valid_split="valid", test_splits="test",  # test_splits: comma-separated
         synthetic_seed=0, synthetic_train=40000, synthetic_valid=500, synthetic_test=500,
+        # the synthetic corpus's sentence kinds, e.g. "simple,question" or "simple:3,question:1"; "" = all
+        synthetic_kinds="",
         tfds_name="", tfds_data_dir="",
         vocab_size=8000, joint_vocab=True, spm_model_type="unigram",
         max_len=128, truncate=False,  # pairs longer than max_len tokens (BOS/EOS included) are dropped or cut
@@ -119,7 +158,10 @@ def load_config(path: str) -> ml_collections.ConfigDict:
         raise ConfigError(f"config file {path} failed to load: {type(e).__name__}: {e}") from e
     if not hasattr(module, "get_config"):
         raise ConfigError(f"config file {path} defines no get_config()")
-    config = module.get_config()
+    try:
+        config = module.get_config()
+    except Exception as e:  # reported like a file that fails to load
+        raise ConfigError(f"get_config() in {path} failed: {type(e).__name__}: {e}") from e
     if not isinstance(config, ml_collections.ConfigDict):
         raise ConfigError(f"get_config() in {path} must return an ml_collections.ConfigDict")
     return config
@@ -201,18 +243,15 @@ def validate(config: ml_collections.ConfigDict) -> None:
         if node in config and rest[0] in config[node] and config[node][rest[0]] not in allowed:
             raise ConfigError(f"{key} must be one of {', '.join(allowed)}, not {config[node][rest[0]]!r}")
     m, t, d = config.model, config.train, config.data
-    for key, value in [("model.d_model", m.d_model), ("model.num_heads", m.num_heads), ("model.ffn_dim", m.ffn_dim),
-                       ("model.enc_layers", m.enc_layers), ("model.dec_layers", m.dec_layers),
-                       ("data.max_len", d.max_len), ("data.batch_tokens", d.batch_tokens),
-                       ("data.vocab_size", d.vocab_size), ("train.steps", t.steps), ("eval.beam_size", config.eval.beam_size)]:
-        if value <= 0:
-            raise ConfigError(f"{key} must be positive, got {value}")
+    for key, (low, high) in RANGES.items():
+        section, name = key.split(".")
+        if section in config and name in config[section] and not _in_range(config[section][name], low, high):
+            raise ConfigError(f"{key} must be {_range_text(low, high)}, got {config[section][name]}")
     if m.d_model % m.num_heads:
         raise ConfigError(f"model.d_model ({m.d_model}) must be divisible by model.num_heads ({m.num_heads})")
-    for key in ("model.dropout", "model.attention_dropout", "model.activation_dropout", "train.label_smoothing"):
-        section, name = key.split(".")
-        if not 0.0 <= config[section][name] < 1.0:
-            raise ConfigError(f"{key} must be in [0, 1), got {config[section][name]}")
+    if t.lr_schedule == "linear" and t.warmup_steps >= t.steps:
+        raise ConfigError(f"train.warmup_steps ({t.warmup_steps}) must be below train.steps ({t.steps}) with "
+                          f"train.lr_schedule=linear, which decays to 0 at the last step")
     if m.embed_dropout != -1.0 and not 0.0 <= m.embed_dropout < 1.0:
         raise ConfigError(f"model.embed_dropout must be -1 (= model.dropout) or in [0, 1), got {m.embed_dropout}")
     if d.max_len > m.max_len:
@@ -221,15 +260,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"data.batch_tokens ({d.batch_tokens}) must be at least data.max_len ({d.max_len})")
     if m.share_embeddings and not d.joint_vocab:
         raise ConfigError("model.share_embeddings needs data.joint_vocab=true (one vocabulary for both sides)")
-    for key in ("train.roll_in_alpha", "train.roll_in_beta", "train.placeholder_smoothing", "train.global_shuffle",
-                "train.own_insertion_roll_in"):
-        section, name = key.split(".")
-        if not 0.0 <= config[section][name] <= 1.0:
-            raise ConfigError(f"{key} must be in [0, 1], got {config[section][name]}")
-    if config.eval.trace_sentences < 0:
-        raise ConfigError(f"eval.trace_sentences must be >= 0, got {config.eval.trace_sentences}")
-    if config.eval.max_iter < 0:
-        raise ConfigError(f"eval.max_iter must be >= 0, got {config.eval.max_iter}")
     modes = [mode for mode in config.eval.constraints.split(",") if mode]
     if any(mode not in ("soft", "hard") for mode in modes):
         raise ConfigError(f"eval.constraints is a comma list of soft,hard; got {config.eval.constraints!r}")
@@ -256,6 +286,40 @@ def validate(config: ml_collections.ConfigDict) -> None:
         if d.init_lang in (d.src_lang, d.tgt_lang):
             raise ConfigError(f"data.init_lang ({d.init_lang!r}) must differ from data.src_lang and data.tgt_lang: "
                               f"it names the initial-hypothesis files, e.g. 'mt' for train.mt")
+
+
+# The keys that define a trained model's parameters, vocabulary and the meaning of its heads: a workdir is
+# resumed, evaluated or translated only with the values it was trained with. Everything else (dropout, steps,
+# learning rate, decoding settings) may change between runs on one workdir.
+MODEL_KEYS = tuple(f"model.{k}" for k in (
+    "name", "d_model", "ffn_dim", "num_heads", "enc_layers", "dec_layers", "pre_norm", "positions", "max_len",
+    "share_embeddings", "tie_output", "early_exit", "separate_deletion", "separate_placeholder",
+    "separate_reposition", "reposition_deletion")) + ("data.vocab_size", "data.joint_vocab", "data.spm_model_type")
+
+
+def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str) -> None:
+    """Raises a one-line `ConfigError` naming every `MODEL_KEYS` value that differs from the one recorded in
+    ``workdir/config.json`` (nothing to compare with: a new workdir). Keys the recorded config lacks (added to
+    jaxnat after that run) are not compared."""
+    import json
+
+    path = os.path.join(workdir, "config.json")
+    if not os.path.isfile(path):
+        return
+    try:
+        with open(path, encoding="utf-8") as f:
+            recorded = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path} is unreadable ({type(e).__name__}); it records the config the run was trained "
+                          f"with") from None
+    differ = []
+    for key in MODEL_KEYS:
+        section, name = key.split(".")
+        if name in recorded.get(section, {}) and recorded[section][name] != config[section][name]:
+            differ.append(f"{key}={config[section][name]!r} (trained: {recorded[section][name]!r})")
+    if differ:
+        raise ConfigError(f"the config does not match the run in {workdir}: {'; '.join(differ)}; use the config it "
+                          f"was trained with, or another --workdir")
 
 
 def build_config(path: str, overrides: list[str]) -> ml_collections.ConfigDict:

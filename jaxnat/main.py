@@ -18,9 +18,17 @@ from jaxnat.errors import ConfigError, JaxnatError
 log = logging.getLogger("jaxnat")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's own rejections (unknown --mode, missing --workdir) read like every other jaxnat error."""
+
+    def error(self, message):
+        sys.stderr.write(f"jaxnat: error: {message}\nusage: {self.prog} --config FILE --workdir DIR "
+                         f"[--mode train|eval|translate|distill] [--config.KEY=VALUE ...] (--help for more)\n")
+        sys.exit(2)
+
+
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m jaxnat.main", description=__doc__.split("\n")[0],
-                                     allow_abbrev=False)
+    parser = _Parser(prog="python -m jaxnat.main", description=__doc__.split("\n")[0], allow_abbrev=False)
     parser.add_argument("--config", required=True, help="a config file, e.g. configs/ar/demo.py")
     parser.add_argument("--workdir", required=True,
                         help="run directory (train: created, resumed if it exists; other modes: a trained run)")
@@ -46,10 +54,25 @@ def enable_compilation_cache() -> None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
+def check_paths(args) -> None:
+    """Every path the command will write or read as a run, checked before anything is loaded or computed."""
+    from jaxnat.paths import check_creatable_dir, check_existing_dir, check_writable_file
+
+    if args.mode == "train":
+        check_creatable_dir(args.workdir, "--workdir")
+    else:
+        check_existing_dir(args.workdir, "--workdir")
+    if args.mode == "distill":
+        if not args.output:
+            raise ConfigError("--mode distill needs --output DIR, the directory to write the distilled corpus to")
+        check_creatable_dir(args.output, "--output")
+    elif args.mode == "translate" and args.output:
+        check_writable_file(args.output, "--output")
+
+
 def run(argv=None) -> int:
     args, rest = parse_args(sys.argv[1:] if argv is None else argv)
-    if args.mode == "distill" and not args.output:  # checked first: nothing is loaded for a malformed command
-        raise ConfigError("--mode distill needs --output DIR, the directory to write the distilled corpus to")
+    check_paths(args)  # first: nothing is loaded for a command that could not save its results
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("absl", "orbax", "jax._src"):  # Orbax logs every save and restore at INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)

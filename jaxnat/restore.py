@@ -9,6 +9,7 @@ import os
 import jax
 import jax.numpy as jnp
 
+from jaxnat.config import check_matches_workdir
 from jaxnat.data.tokenizer import Tokenizer
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.translator import Translator
@@ -23,6 +24,7 @@ def load_translator(config, workdir: str) -> Translator:
     """The best parameters of a workdir (or the newest training state if no validation ran yet)."""
     if not os.path.isdir(os.path.join(workdir, "spm")):
         raise JaxnatError(f"{workdir} holds no trained run (no spm/ directory); train first with --mode train")
+    check_matches_workdir(config, workdir)
     tokenizer = Tokenizer.load(workdir)
     spec = build_model(config, tokenizer.vocab_size("src"), tokenizer.vocab_size("tgt"), tokenizer.piece_tables("tgt"))
     example = {"src": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32), "tgt": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32)}

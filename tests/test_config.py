@@ -6,10 +6,11 @@ import sys
 
 import pytest
 
-from jaxnat.config import apply_override, build_config, default_config, leaf_keys, parse_overrides, validate
+from jaxnat.config import apply_override, build_config, check_matches_workdir, default_config, leaf_keys, parse_overrides, validate
 from jaxnat.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, "configs/ar/demo.py")
 CONFIGS = sorted(
     os.path.join(d, f) for d, _, fs in os.walk(os.path.join(ROOT, "configs")) for f in fs if f.endswith(".py")
 )
@@ -47,6 +48,13 @@ def test_overrides_are_typed():
         (["--config.model.reposition_deletion=bias"], "model.reposition_deletion must be one of vector, bos"),
         (["--config.train.global_shuffle=1.5"], "train.global_shuffle must be in [0, 1], got 1.5"),
         (["--config.train.own_insertion_roll_in=-0.1"], "train.own_insertion_roll_in must be in [0, 1], got -0.1"),
+        (["--config.train.lr=-1"], "train.lr must be positive, got -1.0"),
+        (["--config.eval.beam_size=0"], "eval.beam_size must be positive, got 0"),
+        (["--config.train.adam_b2=1"], "train.adam_b2 must be in [0, 1), got 1.0"),
+        (["--config.data.bucket_growth=0.5"], "data.bucket_growth must be >= 1, got 0.5"),
+        (["--config.train.warmup_steps=-5"], "train.warmup_steps must be >= 0, got -5"),
+        (["--config.train.lr_schedule=linear", "--config.train.steps=100", "--config.train.warmup_steps=100"],
+         "train.warmup_steps (100) must be below train.steps (100) with train.lr_schedule=linear"),
     ],
 )
 def test_bad_overrides(args, message):
@@ -63,6 +71,10 @@ def test_missing_and_broken_config_files(tmp_path):
     bad.write_text("def get_config(:\n")
     with pytest.raises(ConfigError, match="failed to load: SyntaxError"):
         build_config(str(bad), [])
+    raising = tmp_path / "raising.py"
+    raising.write_text("def get_config():\n    return {}['model']\n")
+    with pytest.raises(ConfigError, match=r"get_config\(\) in .*raising.py failed: KeyError: 'model'"):
+        build_config(str(raising), [])
     empty = tmp_path / "empty.py"
     empty.write_text("x = 1\n")
     with pytest.raises(ConfigError, match="defines no get_config"):
@@ -84,9 +96,9 @@ def _cli(*args, cwd=ROOT, stdin=None):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--config", "configs/ar/demo.py", "--config.train.lrr=1"], "unknown config key train.lrr; did you mean train.lr?"),
+        (["--config", CONFIG, "--config.train.lrr=1"], "unknown config key train.lrr; did you mean train.lr?"),
         (["--config", "configs/ar/nope.py"], "config file not found: configs/ar/nope.py"),
-        (["--config", "configs/ar/demo.py", "--config.train.steps=x"], "bad value for train.steps"),
+        (["--config", CONFIG, "--config.train.steps=x"], "bad value for train.steps"),
         (["--config", "configs/ar/multi30k.py", "--config.data.dir=/nonexistent/m30k"], "/nonexistent/m30k"),
     ],
 )
@@ -97,3 +109,61 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, args, message):
     assert lines[-1].startswith("jaxnat: error: ") and message in lines[-1], result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--config", CONFIG, "--mode", "serve", "--workdir", "W"], "argument --mode: invalid choice"),
+        (["--config", CONFIG], "the following arguments are required: --workdir"),
+        (["--config", CONFIG, "--workdir", "W", "--stray"], "unrecognised argument --stray"),
+        (["--config", CONFIG, "--workdir", "FILE"], "--workdir FILE is a file, not a directory"),
+        (["--config", CONFIG, "--workdir", "FILE/run"], "lies under"),
+        (["--config", CONFIG, "--workdir", "W", "--mode", "eval"], "--workdir W does not exist"),
+        (["--config", CONFIG, "--workdir", "FILE", "--mode", "translate"], "is a file, not a directory"),
+        (["--config", CONFIG, "--workdir", ".", "--mode", "translate", "--output", "nodir/out.jsonl"],
+         "--output nodir/out.jsonl cannot be written: the directory"),
+        (["--config", CONFIG, "--workdir", ".", "--mode", "translate", "--output", "."],
+         "--output . is a directory, not a file"),
+        (["--config", CONFIG, "--workdir", ".", "--mode", "distill", "--output", "FILE"],
+         "--output FILE is a file, not a directory"),
+    ],
+)
+def test_command_line_and_paths_fail_in_one_line(tmp_path, args, message):
+    """Rejected before anything is loaded: one line (argparse's may add a usage line), exit 2, nothing written."""
+    (tmp_path / "FILE").write_text("not a directory\n")
+    result = _cli(*args, cwd=tmp_path, stdin="")
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[0] == f"jaxnat: error: {message}" or lines[0].startswith("jaxnat: error: ") and message in lines[0]
+    assert len(lines) <= 2 and (len(lines) == 1 or lines[1].startswith("usage: ")), result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["FILE"]
+
+
+@pytest.mark.parametrize("mode", ["train", "eval", "translate"])
+def test_a_workdir_refuses_another_model(tmp_path, mode):
+    """The config is compared with the workdir's recorded one before anything there is written."""
+    workdir = tmp_path / "run"
+    (workdir / "spm").mkdir(parents=True)
+    trained = build_config(CONFIG, ["--config.model.d_model=128", "--config.model.name=levt",
+                                    "--config.eval.beam_size=1"])
+    recorded = trained.to_json_best_effort(indent=2, sort_keys=True)
+    (workdir / "config.json").write_text(recorded)
+    result = _cli("--config", CONFIG, "--workdir", str(workdir), "--mode", mode, stdin="a b c\n")
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith(f"jaxnat: error: the config does not match the run in {workdir}: "
+                                f"model.name='ar' (trained: 'levt'); model.d_model=256 (trained: 128)"), lines
+    assert "Traceback" not in result.stderr
+    assert (workdir / "config.json").read_text() == recorded
+    assert sorted(p.name for p in workdir.iterdir()) == ["config.json", "spm"]
+
+
+def test_workdir_check_ignores_settings_that_may_change(tmp_path):
+    config = build_config(CONFIG, [])
+    (tmp_path / "config.json").write_text(config.to_json_best_effort())
+    check_matches_workdir(build_config(CONFIG, ["--config.train.steps=7", "--config.model.dropout=0.2",
+                                                "--config.eval.beam_size=1"]), str(tmp_path))
+    check_matches_workdir(config, str(tmp_path / "new"))  # nothing recorded: nothing to compare
+    with pytest.raises(ConfigError, match="data.vocab_size=8 "):
+        check_matches_workdir(build_config(CONFIG, ["--config.data.vocab_size=8"]), str(tmp_path))

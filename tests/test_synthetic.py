@@ -82,6 +82,20 @@ def test_split_sizes_and_disjointness(corpus):
         0, {"train": 1000, "valid": 7})["train"]
 
 
+def test_sentence_kinds(corpus):
+    assert S.parse_kinds("") == S.KINDS
+    assert S.parse_kinds("simple, question") == {"simple": 52.0, "question": 12.0}
+    assert S.parse_kinds("complex:1") == {"complex": 1.0}
+    # default kinds reproduce the default corpus; a subset draws only its kinds
+    assert S.generate_corpus(0, {"train": 200}, S.parse_kinds(""))["train"] == (
+        corpus["train"][0][:200], corpus["train"][1][:200])
+    questions = S.generate_corpus(0, {"train": 200, "valid": 20}, S.parse_kinds("question"))
+    assert all(src.endswith("?") for split in questions.values() for src in split[0])
+    for bad in ("poem", "simple:0", "simple:x"):
+        with pytest.raises(ConfigError, match="synthetic sentence kind"):
+            S.parse_kinds(bad)
+
+
 def test_invalid_sizes_raise():
     with pytest.raises(ConfigError):
         S.generate_corpus(0, {"train": -1})

@@ -88,7 +88,8 @@ def _load_synthetic(cfg: Any) -> Corpus:
         "valid": _int(cfg, "synthetic_valid", 1),
         "test": _int(cfg, "synthetic_test", 1),
     }
-    corpus = synthetic.generate_corpus(seed=_int(cfg, "synthetic_seed", 0), sizes=sizes)
+    kinds = synthetic.parse_kinds(str(cfg.get("synthetic_kinds", "")))
+    corpus = synthetic.generate_corpus(seed=_int(cfg, "synthetic_seed", 0), sizes=sizes, kinds=kinds)
     return {k: (list(corpus[k][0]), list(corpus[k][1])) for k in ("train", "valid", "test")}
 
 

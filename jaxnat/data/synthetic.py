@@ -36,6 +36,9 @@ MAX_LEN = 30
 
 DEFAULT_SIZES = {"train": 40000, "valid": 500, "test": 500}
 
+# Sentence kinds and their default weights (see `parse_kinds` for choosing others).
+KINDS = {"simple": 52, "question": 12, "complex": 23, "complement": 13}
+
 PUNCT = (".", ",", "?")
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -434,9 +437,10 @@ def _indef_article(next_word: str) -> str:
 class _Generator:
     """Draws content from `rng`; the multimodal choices alone come from `choice_rng`."""
 
-    def __init__(self, seed: int, choice_seed: int):
+    def __init__(self, seed: int, choice_seed: int, kinds: dict[str, float] | None = None):
         self.rng = random.Random(seed)
         self.choice_rng = random.Random(choice_seed)
+        self.kinds = dict(KINDS if kinds is None else kinds)
         self.tags: set = set()
 
     # -- noun phrases -------------------------------------------------------------------------------------------
@@ -745,7 +749,7 @@ class _Generator:
     def example(self) -> Example:
         while True:
             self.tags = set()
-            kind = self.rng.choices(["simple", "question", "complex", "complement"], [52, 12, 23, 13])[0]
+            kind = self.rng.choices(list(self.kinds), list(self.kinds.values()))[0]
             src, tgt = getattr(self, "_" + kind)()
             if MIN_LEN <= len(src) <= MAX_LEN and MIN_LEN <= len(tgt) <= MAX_LEN:
                 if any(w in _ACC_WORDS for w in tgt):
@@ -758,30 +762,54 @@ class _Generator:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def iter_annotated(seed: int, choice_seed: int | None = None) -> Iterator[Example]:
+def parse_kinds(spec: str) -> dict[str, float]:
+    """The sentence kinds to draw, from a config string: "" = every kind at its default weight (`KINDS`);
+    "simple,question" = those kinds at their default weights; "simple:3,question:1" = those weights."""
+    if not spec.strip():
+        return dict(KINDS)
+    kinds: dict[str, float] = {}
+    for item in spec.split(","):
+        name, _, weight = item.strip().partition(":")
+        if name not in KINDS:
+            raise ConfigError(f"synthetic sentence kind {name!r} is not one of {', '.join(KINDS)}")
+        try:
+            kinds[name] = float(weight) if weight else float(KINDS[name])
+        except ValueError:
+            raise ConfigError(f"synthetic sentence kind {name!r}: weight {weight!r} is not a number") from None
+        if not kinds[name] > 0:
+            raise ConfigError(f"synthetic sentence kind {name!r}: weight must be > 0, got {weight}")
+    return kinds
+
+
+def iter_annotated(seed: int, choice_seed: int | None = None, kinds: dict[str, float] | None = None
+                   ) -> Iterator[Example]:
     """Endless stream of annotated examples. `choice_seed` (default: derived from `seed`) drives only the
-    multimodal choices: changing it keeps every source sentence and changes only the free target choices."""
+    multimodal choices: changing it keeps every source sentence and changes only the free target choices.
+    `kinds`: sentence kind -> weight (default `KINDS`)."""
     gen = _Generator(_derive_seed(seed, "content"),
-                     _derive_seed(seed if choice_seed is None else choice_seed, "choice"))
+                     _derive_seed(seed if choice_seed is None else choice_seed, "choice"), kinds)
     while True:
         yield gen.example()
 
 
-def generate_annotated(n: int, seed: int, choice_seed: int | None = None) -> list[Example]:
-    """The first `n` examples of `iter_annotated(seed, choice_seed)` (sources, targets and phenomenon tags)."""
+def generate_annotated(n: int, seed: int, choice_seed: int | None = None, kinds: dict[str, float] | None = None
+                       ) -> list[Example]:
+    """The first `n` examples of `iter_annotated(seed, choice_seed, kinds)` (sources, targets and tags)."""
     if n < 0:
         raise ConfigError(f"synthetic corpus size must be >= 0, got {n}")
-    stream = iter_annotated(seed, choice_seed)
+    stream = iter_annotated(seed, choice_seed, kinds)
     return [next(stream) for _ in range(n)]
 
 
-def generate_pairs(n: int, seed: int) -> list[tuple[str, str]]:
+def generate_pairs(n: int, seed: int, kinds: dict[str, float] | None = None) -> list[tuple[str, str]]:
     """n (source, target) sentence pairs, deterministic in seed (a prefix of the pairs for any larger n)."""
-    return [(e.src, e.tgt) for e in generate_annotated(n, seed)]
+    return [(e.src, e.tgt) for e in generate_annotated(n, seed, kinds=kinds)]
 
 
-def generate_corpus(seed: int = 0, sizes: dict[str, int] | None = None) -> dict[str, tuple[list[str], list[str]]]:
-    """Splits -> (sources, targets). Default sizes {'train': 40000, 'valid': 500, 'test': 500}.
+def generate_corpus(seed: int = 0, sizes: dict[str, int] | None = None, kinds: dict[str, float] | None = None
+                    ) -> dict[str, tuple[list[str], list[str]]]:
+    """Splits -> (sources, targets). Default sizes {'train': 40000, 'valid': 500, 'test': 500}; `kinds`: the
+    sentence kinds drawn, with their weights (default `KINDS`, see `parse_kinds`).
 
     Each split draws from its own seed derived from (seed, split name). 'train' is generated first and may
     repeat sentences; every other split (in the order of `sizes`) keeps only sources that occur neither in
@@ -798,10 +826,10 @@ def generate_corpus(seed: int = 0, sizes: dict[str, int] | None = None) -> dict[
         n = sizes[name]
         split_seed = _derive_seed(seed, "split:" + name)
         if name == "train":
-            pairs = generate_pairs(n, split_seed)
+            pairs = generate_pairs(n, split_seed, kinds)
         else:
             pairs = []
-            stream = iter_annotated(split_seed)
+            stream = iter_annotated(split_seed, kinds=kinds)
             budget = 1000 * n + 1000
             while len(pairs) < n:
                 budget -= 1

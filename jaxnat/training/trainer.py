@@ -17,6 +17,7 @@ import numpy as np
 import optax
 from tqdm import tqdm
 
+from jaxnat.config import check_matches_workdir
 from jaxnat.data.batching import TrainBatcher, bucket_lengths, eval_batches, prefetch, prepare_with_init
 from jaxnat.data.sources import load_corpus, load_inits
 from jaxnat.data.tokenizer import Tokenizer
@@ -84,6 +85,7 @@ class Trainer:
         d = config.data
         self.corpus = load_corpus(d)  # first: a bad data path fails before anything is written
         self.inits = load_inits(d, self.corpus)  # {split: initial hypotheses}; {} without data.init_lang
+        check_matches_workdir(config, workdir)  # before anything in the workdir is written
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=2, sort_keys=True))

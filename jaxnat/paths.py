@@ -1,0 +1,52 @@
+"""Checks that a path given on the command line can be used, made before any work starts.
+
+Each raises a `ConfigError` with one line naming the flag and the path, so a run that could never save its
+results fails in a second instead of after hours of training or translating.
+"""
+
+from __future__ import annotations
+
+import os
+
+from jaxnat.errors import ConfigError
+
+
+def _nearest_existing(path: str) -> str:
+    """The path itself or its closest ancestor that exists."""
+    path = os.path.abspath(path)
+    while not os.path.lexists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def check_creatable_dir(path: str, flag: str) -> None:
+    """`path` is a writable directory, or one that can be created (no file in the way, a writable parent)."""
+    existing = _nearest_existing(path)
+    if not os.path.isdir(existing):
+        where = "is a file" if existing == os.path.abspath(path) else f"lies under {existing}, which is a file"
+        raise ConfigError(f"{flag} {path} {where}, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path} cannot be written: {existing} is not writable")
+
+
+def check_existing_dir(path: str, flag: str) -> None:
+    """`path` is a directory that exists (a trained run)."""
+    if not os.path.exists(path):
+        raise ConfigError(f"{flag} {path} does not exist; train a model there first with --mode train")
+    if not os.path.isdir(path):
+        raise ConfigError(f"{flag} {path} is a file, not a directory")
+
+
+def check_writable_file(path: str, flag: str) -> None:
+    """`path` can be written as a file: it is not a directory, and it or its directory is writable."""
+    if os.path.isdir(path):
+        raise ConfigError(f"{flag} {path} is a directory, not a file")
+    if os.path.exists(path):
+        if not os.access(path, os.W_OK):
+            raise ConfigError(f"{flag} {path} cannot be written: the file is not writable")
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ConfigError(f"{flag} {path} cannot be written: the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {path} cannot be written: the directory {parent} is not writable")
