@@ -95,6 +95,9 @@ def default_config() -> ml_collections.ConfigDict:
         synthetic_kinds="",
         tfds_name="", tfds_data_dir="",
         vocab_size=8000, joint_vocab=True, spm_model_type="unigram",
+        # characters unseen in training become UTF-8 byte pieces, not UNK: any text (emoji, CJK, a term in a
+        # hard constraint) is translated as given. Needs vocab_size > 256 + the corpus's characters.
+        byte_fallback=True,
         max_len=128, truncate=False,  # pairs longer than max_len tokens (BOS/EOS included) are dropped or cut
         batch_tokens=4096,  # padded tokens per batch and side
         bucket_growth=1.2, bucket_multiple=4,  # bucket lengths: multiples of 4 growing ~1.2x (fewer: less compiling, more padding)

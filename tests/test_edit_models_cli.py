@@ -62,11 +62,18 @@ def test_translate_with_init_and_constraints(trained, tmp_path):
         json.dumps({"src": "do girls go to a garden ?"}),
         json.dumps({"src": "do girls go to a garden ?", "constraints": ["baste", "ka dvai"], "hard": True, "id": 3}),
         json.dumps({"src": "do girls go to a garden ?", "init": "ka dvai nilaen idan ad unan baste ?"}),
+        # text the tiny vocabulary (no byte fallback) cannot hold, and a source longer than data.max_len
+        json.dumps({"src": "do girls go to a 東京 garden ?", "constraints": ["baste 🦜"]}, ensure_ascii=False),
+        json.dumps({"src": "do girls go to a garden " * 10}),
     ]
     result = _main(trained, "--mode", "translate", stdin="\n".join(lines) + "\n", model=model)
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
-    assert len(rows) == 3 and rows[1]["id"] == 3
+    assert len(rows) == 5 and rows[1]["id"] == 3
+    assert rows[3]["unknown_characters"] == "東京🦜" and rows[4]["source_truncated"] is True
+    assert not {"unknown_characters", "source_truncated"} & {k for r in rows[:3] for k in r}
+    assert "1 of 5 sources are longer than data.max_len=48" in result.stderr
+    assert "1 of 5 sentences have characters the vocabulary holds only as UNK" in result.stderr
     assert all({"hyp", "score", *COUNTS[model]} <= set(r) for r in rows)
     hyp = " " + rows[1]["hyp"] + " "  # hard constraints: whole words, however barely trained
     assert " baste " in hyp and " ka dvai " in hyp, hyp
@@ -79,6 +86,8 @@ def test_translate_with_init_and_constraints(trained, tmp_path):
     ({"src": "x", "constraints": "Hund"}, '"constraints" must be a list of non-empty strings'),
     ({"src": "x", "constraints": ["Hund"], "hard": "yes"}, '"hard" must be true or false'),
     ({"src": "x", "init": "a", "constraints": ["b"]}, 'give either "init" or "constraints"'),
+    ({"src": "x", "constraints": ["baste 🦜"], "hard": True},
+     "sentence 1: the hard constraint 'baste 🦜' has characters the vocabulary cannot represent (🦜)"),
 ])
 def test_bad_constraint_requests(trained, line, message):
     model, trained, _ = trained

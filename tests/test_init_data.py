@@ -106,7 +106,7 @@ def _config(directory, **data):
     c = default_config()
     c.model.update(name="levt", d_model=16, ffn_dim=32, num_heads=2, enc_layers=1, dec_layers=1, max_len=64)
     c.data.update(source="text", dir=str(directory), src_lang="en", tgt_lang="de", train_split="train",
-                  valid_split="val", test_splits="test", init_lang="mt", vocab_size=60, max_len=56,
+                  valid_split="val", test_splits="test", init_lang="mt", vocab_size=60, max_len=56, byte_fallback=False,
                   batch_tokens=112, bucket_growth=2.0, bucket_multiple=8)
     c.data.update(**data)
     c.eval.beam_size = 1  # refinement is greedy

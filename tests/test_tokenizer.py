@@ -119,3 +119,25 @@ def test_errors(tmp_path):
     with pytest.raises(DataError) as e:
         Tokenizer.load(str(tmp_path / "c"))
     assert "joint.model" in str(e.value) and "\n" not in str(e.value)
+
+
+# emoji, CJK, a combining accent, a zero-width joiner and space, a control character, a right-to-left mark
+UNSEEN = ["🦜 términos", "東京都", "cafe\u0301", "a\u200db\u200bc", "tab\tbell\x07", "\u200fשלום"]
+
+
+def test_byte_fallback_represents_every_text_exactly(tmp_path):
+    tok = Tokenizer.train_or_load(str(tmp_path), SRC, TGT, vocab_size=400, byte_fallback=True)
+    for text in UNSEEN:
+        for side in ("src", "tgt"):
+            ids = tok.encode([text], side)[0]
+            assert vocab.UNK_ID not in ids and tok.decode(ids, side) == text
+            assert tok.unrepresentable(text, side) == []
+
+
+def test_without_byte_fallback_the_unrepresentable_characters_are_named(joint_dir, tmp_path):
+    tok = Tokenizer.load(joint_dir)
+    assert tok.unrepresentable("the dog 🦜 東京 dog", "tgt") == ["🦜", "東", "京"]
+    assert tok.unrepresentable("the lazy dog", "src") == []
+    with pytest.raises(ConfigError, match="data.vocab_size=200 is too small: the corpus's characters and the 256 "
+                                          "byte pieces need"):
+        Tokenizer.train_or_load(str(tmp_path), SRC, TGT, vocab_size=200, byte_fallback=True)

@@ -21,6 +21,8 @@ def get_config():
     # 3 batch shapes (8, 16, 32 tokens): less compiling, which is a good part of a 10-minute budget
     c.data.update(source="synthetic", spm_model_type="bpe", vocab_size=1500, max_len=40, batch_tokens=1024,
                   bucket_growth=2.0, bucket_multiple=8)
+    # a closed alphabet, every word one piece; text outside it is refused or reported, never silently changed
+    c.data.byte_fallback = False
     c.train.update(steps=1000, lr=3e-3, warmup_steps=200, log_every=100, eval_every=1000, checkpoint_every=250,
                    valid_bleu_sentences=200, weight_decay=0.01, own_insertion_roll_in=0.5, global_shuffle=0.25)
     c.eval.update(latency_sentences=30, beam_size=1, max_iter=9, constraints="soft,hard", trace_sentences=5)

@@ -115,6 +115,7 @@ def _train_model(
     normalization: str,
     max_sentences: int,
     where: str,
+    byte_fallback: bool = False,
 ) -> bytes:
     if not sentences:
         raise DataError(f"{where}: no non-empty sentences to train the SentencePiece model on")
@@ -136,6 +137,7 @@ def _train_model(
             unk_piece=vocab.UNK_PIECE,
             user_defined_symbols=[vocab.PLH_PIECE, vocab.MASK_PIECE],
             hard_vocab_limit=False,
+            byte_fallback=byte_fallback,
             character_coverage=character_coverage,
             normalization_rule_name=normalization,
             input_sentence_size=max_sentences if max_sentences > 0 else 0,
@@ -144,6 +146,11 @@ def _train_model(
             minloglevel=2,
         )
     except RuntimeError as e:
+        if "required_chars" in str(e):  # the characters (and bytes) alone need more entries than vocab_size
+            need = str(e).split(" vs ")[-1].split(".")[0]
+            raise ConfigError(f"data.vocab_size={vocab_size} is too small: the corpus's characters"
+                              f"{' and the 256 byte pieces' if byte_fallback else ''} need {need}; raise it"
+                              f"{' or set data.byte_fallback=false' if byte_fallback else ''}") from None
         raise DataError(f"{where}: SentencePiece training failed ({' '.join(str(e).split())})") from None
     return out.getvalue()
 
@@ -195,11 +202,14 @@ class Tokenizer:
         character_coverage: float = 1.0,
         normalization: str = "identity",
         max_sentences: int = 1_000_000,
+        byte_fallback: bool = False,
     ) -> "Tokenizer":
         """Loads the models in `{workdir}/spm/` if present, else trains them there (deterministically).
 
         `max_sentences` caps the training sentences per model (a seeded random subset; for a joint model
         the cap applies to src+tgt together). `vocab_size` is a soft limit: a small corpus gives fewer pieces.
+        `byte_fallback`: characters outside the vocabulary become UTF-8 byte pieces instead of UNK, so every text
+        is represented exactly (256 of the vocabulary's entries are the bytes).
         """
         if cls.exists(workdir):
             tok = cls.load(workdir)
@@ -223,6 +233,7 @@ class Tokenizer:
         common = dict(
             vocab_size=int(vocab_size), model_type=model_type, seed=int(seed),
             character_coverage=character_coverage, normalization=normalization, max_sentences=max_sentences,
+            byte_fallback=byte_fallback,
         )
         if joint:
             sentences = _subsample(list(src_texts) + list(tgt_texts), max_sentences, seed)
@@ -268,6 +279,14 @@ class Tokenizer:
         if not texts:
             return []
         return self.processor(side).encode(texts, out_type=int)
+
+    def unrepresentable(self, text: str, side: str) -> list[str]:
+        """The characters of `text` that this vocabulary can only encode as UNK (none with byte fallback), in
+        order of first appearance."""
+        sp = self.processor(side)
+        if vocab.UNK_ID not in sp.encode(text, out_type=int):
+            return []
+        return [c for c in dict.fromkeys(text) if not c.isspace() and vocab.UNK_ID in sp.encode(c, out_type=int)]
 
     def _clean(self, ids: Iterable[int], n: int) -> list[int]:
         out = []

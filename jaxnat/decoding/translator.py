@@ -8,6 +8,7 @@ requests share one shape, so that a test set compiles a few programs, not one pe
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import NamedTuple
 
@@ -18,6 +19,8 @@ from jaxnat.data.batching import bucket_lengths, eval_batches
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.request import DecodeRequest, check_supported, pad_hypotheses, pad_phrases
 from jaxnat.errors import DataError
+
+log = logging.getLogger("jaxnat")
 
 
 class Start(NamedTuple):
@@ -44,14 +47,40 @@ class Translator:
         self.buckets = bucket_lengths(self.max_len, growth=d.bucket_growth, multiple=d.bucket_multiple)
         self._generate = jax.jit(spec.generate)
 
-    def encode(self, texts: list[str]) -> tuple[list[np.ndarray], int]:
-        """Source texts -> [BOS … EOS] id arrays (cut to data.max_len) and how many had to be cut."""
-        out, cut = [], 0
+    def encode(self, texts: list[str]) -> tuple[list[np.ndarray], list[bool]]:
+        """Source texts -> [BOS … EOS] id arrays (cut to data.max_len) and, per text, whether it was cut."""
+        out, cut = [], []
         for ids in self.tokenizer.encode(texts, "src"):
-            if len(ids) + 2 > self.max_len:
-                ids, cut = ids[: self.max_len - 2], cut + 1
-            out.append(np.asarray([BOS_ID, *ids, EOS_ID], np.int32))
+            cut.append(len(ids) + 2 > self.max_len)
+            out.append(np.asarray([BOS_ID, *ids[: self.max_len - 2], EOS_ID], np.int32))
         return out, cut
+
+    def input_notes(self, texts: list[str], cut: list[bool], inits: list | None, constraints: list | None,
+                    hard: list | None) -> list[dict]:
+        """Per sentence, what the model could not take as written, for the output and a warning: the source
+        cut to data.max_len ('source_truncated'), characters of the source, an initial hypothesis or soft
+        constraints that the vocabulary holds only as UNK ('unknown_characters'). (Hard constraints with such
+        characters are refused by `starts`.)"""
+        n = len(texts)
+        inits, constraints, hard = inits or [None] * n, constraints or [None] * n, hard or [False] * n
+        notes = []
+        for text, was_cut, init, phrases, is_hard in zip(texts, cut, inits, constraints, hard):
+            chars = self.tokenizer.unrepresentable(text, "src")
+            for target_text in ([init] if init is not None else []) + ([] if is_hard else list(phrases or [])):
+                chars += self.tokenizer.unrepresentable(target_text, "tgt")
+            note = {"source_truncated": True} if was_cut else {}
+            if chars:
+                note["unknown_characters"] = "".join(dict.fromkeys(chars))
+            notes.append(note)
+        if any(cut):
+            log.warning("%d of %d sources are longer than data.max_len=%d pieces and were cut (marked "
+                        "\"source_truncated\" in the output)", sum(cut), n, self.max_len)
+        unknown = sum("unknown_characters" in note for note in notes)
+        if unknown:
+            log.warning("%d of %d sentences have characters the vocabulary holds only as UNK (marked "
+                        "\"unknown_characters\" in the output; train with data.byte_fallback=true to keep them)",
+                        unknown, n)
+        return notes
 
     def starts(self, inits: list | None = None, constraints: list | None = None,
                hard: list | None = None, cut_long_inits: bool = False) -> list[Start]:
@@ -73,6 +102,11 @@ class Translator:
                 ids = self.tokenizer.encode([init], "tgt")[0]
                 out.append(Start(init=ids[:room] if cut_long_inits else ids))
             elif phrases:
+                for phrase in phrases if is_hard else []:  # a guaranteed constraint is never changed
+                    if chars := self.tokenizer.unrepresentable(phrase, "tgt"):
+                        raise DataError(f"sentence {i + 1}: the hard constraint {phrase!r} has characters the "
+                                        f"vocabulary cannot represent ({''.join(chars)}); the model was trained "
+                                        f"without data.byte_fallback")
                 out.append(Start(phrases=self.tokenizer.encode(list(phrases), "tgt"), hard=bool(is_hard)))
             else:
                 out.append(Start())
@@ -130,14 +164,15 @@ class Translator:
                   cut_long_inits: bool = False) -> list[dict]:
         """Texts -> [{'hyp': str, 'score': float, and the model's counts}] in input order (`starts` for the
         other arguments)."""
-        src, _ = self.encode(texts)
+        src, cut = self.encode(texts)
         starts = self.starts(inits, constraints, hard, cut_long_inits) if (inits or constraints) else None
+        notes = self.input_notes(texts, cut, inits, constraints, hard)
         outs = self.translate_ids(src, beam_size, batch_size, starts)
         results = []
-        for o in outs:
+        for o, note in zip(outs, notes):
             r = {"hyp": self.tokenizer.decode(list(o["tokens"]), "tgt"), "score": float(o["score"])}
             r.update({k: int(o[k]) for k in self.spec.supports.counts})
-            results.append(r)
+            results.append({**r, **note})
         return results
 
     def latency(self, texts: list[str], beam_size: int, constraints: list | None = None,

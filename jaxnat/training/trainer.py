@@ -91,7 +91,8 @@ class Trainer:
             f.write(config.to_json_best_effort(indent=2, sort_keys=True))
         train_src, train_tgt = self.corpus["train"]
         self.tokenizer = Tokenizer.train_or_load(workdir, train_src, train_tgt, d.vocab_size, joint=d.joint_vocab,
-                                                 model_type=d.spm_model_type, seed=config.train.seed)
+                                                 model_type=d.spm_model_type, seed=config.train.seed,
+                                                 byte_fallback=d.byte_fallback)
         self.spec = build_model(config, self.tokenizer.vocab_size("src"), self.tokenizer.vocab_size("tgt"),
                                self.tokenizer.piece_tables("tgt"))
         self.mesh = mesh_lib.make_mesh()
