@@ -76,6 +76,8 @@ def run(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("absl", "orbax", "jax._src"):  # Orbax logs every save and restore at INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # sacreBLEU warns at every call that a corpus with "." as its own token looks tokenized (the embedded one is)
+    logging.getLogger("sacrebleu").setLevel(logging.ERROR)
     from jaxnat.config import build_config
 
     enable_compilation_cache()

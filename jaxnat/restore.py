@@ -38,7 +38,10 @@ def load_translator(config, workdir: str) -> Translator:
         from jaxnat.training.optim import make_optimizer
 
         opt, _ = make_optimizer(config.train)
-        state = {"step": jnp.zeros((), jnp.int32), "params": target, "opt_state": opt.init(target)}
-        params = ckpt.restore_state(state)["params"]
+        fresh = {"step": jnp.zeros((), jnp.int32), "params": target, "opt_state": opt.init(target)}
+        state = ckpt.restore_state(fresh)
+        if state is None:
+            raise JaxnatError(f"{workdir}: no checkpoint there is readable (see the warnings above)")
+        params = state["params"]
     ckpt.close()
     return Translator(spec, params, tokenizer, config)

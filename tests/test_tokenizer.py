@@ -141,3 +141,10 @@ def test_without_byte_fallback_the_unrepresentable_characters_are_named(joint_di
     with pytest.raises(ConfigError, match="data.vocab_size=200 is too small: the corpus's characters and the 256 "
                                           "byte pieces need"):
         Tokenizer.train_or_load(str(tmp_path), SRC, TGT, vocab_size=200, byte_fallback=True)
+
+
+def test_only_overlong_lines_are_reported(tmp_path):
+    """Lines SentencePiece would skip (a corpus without line breaks): named, not its internal check."""
+    long_line = " ".join(["word"] * 1000)
+    with pytest.raises(DataError, match="every training line is longer than 4192 bytes"):
+        Tokenizer.train_or_load(str(tmp_path), [long_line], [long_line], vocab_size=100)

@@ -36,7 +36,7 @@ def _final_params(workdir, step):
     return restored["params"]
 
 
-def test_kill9_resume_reproduces_uninterrupted_run(tmp_path):
+def test_kill9_and_a_damaged_checkpoint_resume_reproduces_uninterrupted_run(tmp_path):
     steps = 24
     full = _train(tmp_path / "full", "--config.eval.latency_sentences=0")
     out, _ = full.communicate(timeout=600)
@@ -56,10 +56,16 @@ def test_kill9_resume_reproduces_uninterrupted_run(tmp_path):
     killed.send_signal(signal.SIGKILL)
     killed.communicate()
     assert killed.returncode == -signal.SIGKILL
+    # ... and its newest checkpoint damaged afterwards (a truncated file): resume falls back to the one before
+    newest = max(int(d) for d in os.listdir(ckpt_dir) if d.isdigit())
+    for path in (ckpt_dir / str(newest) / "state").rglob("*"):
+        if path.is_file():
+            path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
     resumed = _train(tmp_path / "resumed", "--config.eval.latency_sentences=0")
     out, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, out
-    assert "resumed from step" in out
+    assert f"the last checkpoint of step {newest} is unreadable" in out and f"resumed from step {newest - 4}" in out
+    assert (tmp_path / "resumed" / "checkpoints" / "unreadable" / f"last-{newest}").is_dir()  # kept, not deleted
 
     a, b = _final_params(tmp_path / "full", steps), _final_params(tmp_path / "resumed", steps)
     import jax

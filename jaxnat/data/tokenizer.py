@@ -98,6 +98,9 @@ def _atomic_write(path: str, data: bytes) -> None:
         raise
 
 
+MAX_SENTENCE_BYTES = 4192  # SentencePiece's default: longer lines are left out of the vocabulary's training
+
+
 def _subsample(texts: Sequence[str], max_sentences: int, seed: int) -> list[str]:
     texts = [t for t in texts if t and t.strip()]
     if max_sentences > 0 and len(texts) > max_sentences:
@@ -119,6 +122,9 @@ def _train_model(
 ) -> bytes:
     if not sentences:
         raise DataError(f"{where}: no non-empty sentences to train the SentencePiece model on")
+    if not any(len(t.encode("utf-8")) <= MAX_SENTENCE_BYTES for t in sentences):
+        raise DataError(f"{where}: every training line is longer than {MAX_SENTENCE_BYTES} bytes, which SentencePiece "
+                        f"skips (and data.max_len would drop); the files should hold one sentence per line")
     spm.set_random_generator_seed(seed)
     out = io.BytesIO()
     try:
@@ -137,6 +143,7 @@ def _train_model(
             unk_piece=vocab.UNK_PIECE,
             user_defined_symbols=[vocab.PLH_PIECE, vocab.MASK_PIECE],
             hard_vocab_limit=False,
+            max_sentence_length=MAX_SENTENCE_BYTES,
             byte_fallback=byte_fallback,
             character_coverage=character_coverage,
             normalization_rule_name=normalization,

@@ -177,10 +177,10 @@ class Trainer:
         state = self.init_state(batcher.batch(0))
         log.info("model %s: %.2fM parameters; batch shapes %s", cfg.model.name,
                  count_params(state["params"]) / 1e6, sorted(batcher.shapes))
-        start = self.ckpt.latest_step()
-        if start is not None:
-            state = self.ckpt.restore_state(state, start)
-            log.info("resumed from step %d", start)
+        restored = self.ckpt.restore_state(state)  # None: a new run, or no checkpoint readable (warned)
+        if restored is not None:
+            state = restored
+            log.info("resumed from step %d", int(state["step"]))
         start = int(state["step"])
         best = self.ckpt.best_meta() or {"bleu": -1.0, "step": -1}
 
