@@ -53,6 +53,7 @@ RANGES = {
         "eval.latency_sentences", "eval.max_iter", "eval.placeholder_penalty", "eval.length_cap_min",
         "eval.trace_sentences")},
     "data.bucket_growth": ("[1", None),
+    "data.synthetic_lexicon": ("(0", "1]"),
 }
 
 
@@ -93,6 +94,7 @@ def default_config() -> ml_collections.ConfigDict:
         synthetic_seed=0, synthetic_train=40000, synthetic_valid=500, synthetic_test=500,
         # the synthetic corpus's sentence kinds, e.g. "simple,question" or "simple:3,question:1"; "" = all
         synthetic_kinds="",
+        synthetic_lexicon=1.0,  # the share of each of its word lists drawn from (e.g. 0.4: a quicker demo)
         tfds_name="", tfds_data_dir="",
         vocab_size=8000, joint_vocab=True, spm_model_type="unigram",
         # characters unseen in training become UTF-8 byte pieces, not UNK: any text (emoji, CJK, a term in a

@@ -1,6 +1,7 @@
 """Tests of the embedded synthetic corpus (jaxnat.data.synthetic)."""
 
 import hashlib
+import math
 import re
 import subprocess
 import sys
@@ -94,6 +95,20 @@ def test_sentence_kinds(corpus):
     for bad in ("poem", "simple:0", "simple:x"):
         with pytest.raises(ConfigError, match="synthetic sentence kind"):
             S.parse_kinds(bad)
+
+
+def test_lexicon_share(corpus):
+    sizes = {"train": 300, "valid": 20}
+    assert S.generate_corpus(0, sizes, lexicon=1.0)["train"] == (corpus["train"][0][:300], corpus["train"][1][:300])
+    small = S.generate_corpus(0, sizes, lexicon=0.3)
+    words = lambda c: {w for s in c["train"][1] for w in s.split()}  # noqa: E731
+    assert len(words(small)) < 0.7 * len(words(S.generate_corpus(0, sizes)))
+    nouns = {n.src_sg for n in S.NOUNS}
+    kept = {w for s in small["train"][0] for w in s.split() if w in nouns}
+    assert kept and kept <= {n.src_sg for c in S.NOUN_CLASSES for n in S._NOUNS_BY_CLASS[c][:math.ceil(
+        0.3 * len(S._NOUNS_BY_CLASS[c]))]} | {n.src_sg for n in S.NOUNS if n.term}
+    with pytest.raises(ConfigError, match=r"lexicon share must be in \(0, 1\]"):
+        S.generate_pairs(3, 0, lexicon=0.0)
 
 
 def test_invalid_sizes_raise():

@@ -89,7 +89,8 @@ def _load_synthetic(cfg: Any) -> Corpus:
         "test": _int(cfg, "synthetic_test", 1),
     }
     kinds = synthetic.parse_kinds(str(cfg.get("synthetic_kinds", "")))
-    corpus = synthetic.generate_corpus(seed=_int(cfg, "synthetic_seed", 0), sizes=sizes, kinds=kinds)
+    lexicon = float(cfg.get("synthetic_lexicon", 1.0))
+    corpus = synthetic.generate_corpus(seed=_int(cfg, "synthetic_seed", 0), sizes=sizes, kinds=kinds, lexicon=lexicon)
     return {k: (list(corpus[k][0]), list(corpus[k][1])) for k in ("train", "valid", "test")}
 
 

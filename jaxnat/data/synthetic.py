@@ -22,6 +22,7 @@ output is identical across runs, processes and ``PYTHONHASHSEED`` values.
 from __future__ import annotations
 
 import hashlib
+import math
 import random
 from dataclasses import dataclass
 from typing import Iterator
@@ -437,11 +438,22 @@ def _indef_article(next_word: str) -> str:
 class _Generator:
     """Draws content from `rng`; the multimodal choices alone come from `choice_rng`."""
 
-    def __init__(self, seed: int, choice_seed: int, kinds: dict[str, float] | None = None):
+    def __init__(self, seed: int, choice_seed: int, kinds: dict[str, float] | None = None, lexicon: float = 1.0):
         self.rng = random.Random(seed)
         self.choice_rng = random.Random(choice_seed)
         self.kinds = dict(KINDS if kinds is None else kinds)
         self.tags: set = set()
+        # The lexicon drawn from: the first share of every list (at least one entry where the list has one),
+        # so that every class and verb kind stays; lexicon = 1 is the whole lexicon, in the same order.
+        keep = lambda entries: entries[:max(1, math.ceil(lexicon * len(entries)))] if entries else []  # noqa: E731
+        self.nouns = {c: keep(v) for c, v in _NOUNS_BY_CLASS.items()}
+        self.terms = {c: keep(v) for c, v in _TERMS_BY_CLASS.items()}
+        self.adjectives = {c: keep(v) for c, v in _ADJ_BY_CLASS.items()}
+        self.names = keep(_NAME_LIST)
+        self.clause_verbs = [v for kind in ("tr", "intr", "motion") for v in keep([v for v in _CLAUSE_VERBS
+                                                                                   if v.kind == kind])]
+        self.clause_verbs.sort(key=_CLAUSE_VERBS.index)  # the lexicon's order: lexicon = 1 draws as before
+        self.clause_verb_weights = [v.weight for v in self.clause_verbs]
 
     # -- noun phrases -------------------------------------------------------------------------------------------
 
@@ -453,10 +465,10 @@ class _Generator:
 
     def noun_np(self, cls: str, term_p: float = 0.18, adj_p: float = 0.25, plural_p: float = 0.3) -> _NP:
         r = self.rng
-        if _TERMS_BY_CLASS[cls] and r.random() < term_p:
-            noun = r.choice(_TERMS_BY_CLASS[cls])
+        if self.terms[cls] and r.random() < term_p:
+            noun = r.choice(self.terms[cls])
         else:
-            noun = r.choice(_NOUNS_BY_CLASS[cls])
+            noun = r.choice(self.nouns[cls])
         if noun.term:
             self.tags.add("term")
         plural = noun.src_pl is not None and r.random() < plural_p
@@ -474,8 +486,8 @@ class _Generator:
         if det == "poss":
             det = r.choice(_POSSESSIVES)
         adj = None
-        if not noun.term and _ADJ_BY_CLASS[cls] and r.random() < adj_p:
-            adj = r.choice(_ADJ_BY_CLASS[cls])
+        if not noun.term and self.adjectives[cls] and r.random() < adj_p:
+            adj = r.choice(self.adjectives[cls])
             self.tags.add("adj_after_noun")
         if plural:
             self.tags.add("plural")
@@ -504,7 +516,7 @@ class _Generator:
         return _NP(src, tgt_nom, tgt_acc, person, cls, noun.gender, noun=noun)
 
     def name_np(self) -> _NP:
-        name = self.rng.choice(_NAME_LIST)
+        name = self.rng.choice(self.names)
         g = NAMES[name]
         self.tags.add("tgt_only_fw")
         return _NP([name], [NAME_PARTICLE["nom"], name], [NAME_PARTICLE["acc"], name], "3sg_" + g, "person", g)
@@ -562,13 +574,13 @@ class _Generator:
             self.tags.add("negation")
         if r.random() < copula_p:
             subj = self._copula_subject()
-            adj = r.choice(_ADJ_BY_CLASS[subj.cls])
+            adj = r.choice(self.adjectives[subj.cls])
             g = subj.gender
             num = "pl" if subj.person == "3pl" else "sg"
             self.tags.add("pred_adj")
             return _Clause(subj, self._tense(False), neg, None, pred_src=adj.src,
                            pred_tgt=adj_form(self._adjective_stem(adj), g, num))
-        verb = r.choices(_CLAUSE_VERBS, _CLAUSE_VERB_WEIGHTS)[0]
+        verb = r.choices(self.clause_verbs, self.clause_verb_weights)[0]
         subj = self.subject(verb.subj)
         tense = self._tense(verb.stative)
         # English "read" has one form for present and past: "they read" is kept unambiguous (past only).
@@ -781,35 +793,40 @@ def parse_kinds(spec: str) -> dict[str, float]:
     return kinds
 
 
-def iter_annotated(seed: int, choice_seed: int | None = None, kinds: dict[str, float] | None = None
-                   ) -> Iterator[Example]:
+def iter_annotated(seed: int, choice_seed: int | None = None, kinds: dict[str, float] | None = None,
+                   lexicon: float = 1.0) -> Iterator[Example]:
     """Endless stream of annotated examples. `choice_seed` (default: derived from `seed`) drives only the
     multimodal choices: changing it keeps every source sentence and changes only the free target choices.
-    `kinds`: sentence kind -> weight (default `KINDS`)."""
+    `kinds`: sentence kind -> weight (default `KINDS`); `lexicon`: the share of each word list drawn from (the
+    first ones, at least one per list), in (0, 1]."""
+    if not 0.0 < lexicon <= 1.0:
+        raise ConfigError(f"synthetic lexicon share must be in (0, 1], got {lexicon}")
     gen = _Generator(_derive_seed(seed, "content"),
-                     _derive_seed(seed if choice_seed is None else choice_seed, "choice"), kinds)
+                     _derive_seed(seed if choice_seed is None else choice_seed, "choice"), kinds, lexicon)
     while True:
         yield gen.example()
 
 
-def generate_annotated(n: int, seed: int, choice_seed: int | None = None, kinds: dict[str, float] | None = None
-                       ) -> list[Example]:
-    """The first `n` examples of `iter_annotated(seed, choice_seed, kinds)` (sources, targets and tags)."""
+def generate_annotated(n: int, seed: int, choice_seed: int | None = None, kinds: dict[str, float] | None = None,
+                       lexicon: float = 1.0) -> list[Example]:
+    """The first `n` examples of `iter_annotated(seed, choice_seed, kinds, lexicon)` (sources, targets, tags)."""
     if n < 0:
         raise ConfigError(f"synthetic corpus size must be >= 0, got {n}")
-    stream = iter_annotated(seed, choice_seed, kinds)
+    stream = iter_annotated(seed, choice_seed, kinds, lexicon)
     return [next(stream) for _ in range(n)]
 
 
-def generate_pairs(n: int, seed: int, kinds: dict[str, float] | None = None) -> list[tuple[str, str]]:
+def generate_pairs(n: int, seed: int, kinds: dict[str, float] | None = None, lexicon: float = 1.0
+                   ) -> list[tuple[str, str]]:
     """n (source, target) sentence pairs, deterministic in seed (a prefix of the pairs for any larger n)."""
-    return [(e.src, e.tgt) for e in generate_annotated(n, seed, kinds=kinds)]
+    return [(e.src, e.tgt) for e in generate_annotated(n, seed, kinds=kinds, lexicon=lexicon)]
 
 
-def generate_corpus(seed: int = 0, sizes: dict[str, int] | None = None, kinds: dict[str, float] | None = None
-                    ) -> dict[str, tuple[list[str], list[str]]]:
+def generate_corpus(seed: int = 0, sizes: dict[str, int] | None = None, kinds: dict[str, float] | None = None,
+                    lexicon: float = 1.0) -> dict[str, tuple[list[str], list[str]]]:
     """Splits -> (sources, targets). Default sizes {'train': 40000, 'valid': 500, 'test': 500}; `kinds`: the
-    sentence kinds drawn, with their weights (default `KINDS`, see `parse_kinds`).
+    sentence kinds drawn, with their weights (default `KINDS`, see `parse_kinds`); `lexicon`: the share of each
+    word list drawn from (see `iter_annotated`).
 
     Each split draws from its own seed derived from (seed, split name). 'train' is generated first and may
     repeat sentences; every other split (in the order of `sizes`) keeps only sources that occur neither in
@@ -826,10 +843,10 @@ def generate_corpus(seed: int = 0, sizes: dict[str, int] | None = None, kinds: d
         n = sizes[name]
         split_seed = _derive_seed(seed, "split:" + name)
         if name == "train":
-            pairs = generate_pairs(n, split_seed, kinds)
+            pairs = generate_pairs(n, split_seed, kinds, lexicon)
         else:
             pairs = []
-            stream = iter_annotated(split_seed, kinds=kinds)
+            stream = iter_annotated(split_seed, kinds=kinds, lexicon=lexicon)
             budget = 1000 * n + 1000
             while len(pairs) < n:
                 budget -= 1
