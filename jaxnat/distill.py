@@ -209,6 +209,8 @@ class Parts:
         """The finished chunk, or None if absent or unusable (then it is simply translated again)."""
         part = _read_json(self.path(index))
         if part is None:
+            if os.path.exists(self.path(index)):  # a file cut short or damaged: say so, then redo the chunk
+                log.warning("%s is unreadable; translating that chunk again", self.path(index))
             return None
         hyps = part.get("hyps")
         if (part.get("start"), part.get("end")) != (start, end) or not isinstance(hyps, list) \

@@ -167,3 +167,18 @@ def test_workdir_check_ignores_settings_that_may_change(tmp_path):
     check_matches_workdir(config, str(tmp_path / "new"))  # nothing recorded: nothing to compare
     with pytest.raises(ConfigError, match="data.vocab_size=8 "):
         check_matches_workdir(build_config(CONFIG, ["--config.data.vocab_size=8"]), str(tmp_path))
+
+
+
+def test_unwritable_workdir_and_output(tmp_path, monkeypatch):
+    """(Permission bits do not stop root, who runs CI: os.access stands in for them.)"""
+    from jaxnat.paths import check_creatable_dir, check_writable_file
+
+    monkeypatch.setattr(os, "access", lambda path, mode: False)
+    with pytest.raises(ConfigError, match=f"--workdir {tmp_path}/run cannot be written: {tmp_path} is not writable"):
+        check_creatable_dir(str(tmp_path / "run"), "--workdir")
+    with pytest.raises(ConfigError, match=f"--output {tmp_path}/o.jsonl cannot be written: the directory"):
+        check_writable_file(str(tmp_path / "o.jsonl"), "--output")
+    (tmp_path / "o.jsonl").write_text("")
+    with pytest.raises(ConfigError, match="the file is not writable"):
+        check_writable_file(str(tmp_path / "o.jsonl"), "--output")

@@ -143,6 +143,17 @@ def test_interrupted_run_resumes_to_the_same_result(teacher, distilled, tmp_path
         assert filecmp.cmp(os.path.join(out, name), os.path.join(distilled[0], name), shallow=False), name
 
 
+def test_a_damaged_chunk_is_translated_again(tmp_path, caplog):
+    parts = distill_mod.Parts(str(tmp_path), {"teacher": "t"}, chunk_size=2)
+    part = {"start": 0, "end": 2, "hyps": ["a", None], "dropped": 1}
+    parts.save(0, part)
+    assert parts.load(0, 0, 2) == part
+    with open(parts.path(0), "r+b") as f:  # cut short, as by a full disk
+        f.truncate(10)
+    assert parts.load(0, 0, 2) is None
+    assert "000000.json is unreadable; translating that chunk again" in caplog.text
+
+
 def test_finished_output_is_not_redone(teacher, distilled, monkeypatch):
     out, manifest = distilled
     before = {name: os.stat(os.path.join(out, name)).st_mtime_ns for name in FILES + ["distill.json"]}

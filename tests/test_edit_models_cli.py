@@ -65,15 +65,17 @@ def test_translate_with_init_and_constraints(trained, tmp_path):
         # text the tiny vocabulary (no byte fallback) cannot hold, and a source longer than data.max_len
         json.dumps({"src": "do girls go to a 東京 garden ?", "constraints": ["baste 🦜"]}, ensure_ascii=False),
         json.dumps({"src": "do girls go to a garden " * 10}),
+        json.dumps({"src": "do girls go to a garden ?", "init": "ka dvai\u0301 nilaen\u200b idan\x07 ?"}),
     ]
     result = _main(trained, "--mode", "translate", stdin="\n".join(lines) + "\n", model=model)
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
-    assert len(rows) == 5 and rows[1]["id"] == 3
+    assert len(rows) == 6 and rows[1]["id"] == 3
     assert rows[3]["unknown_characters"] == "東京🦜" and rows[4]["source_truncated"] is True
+    assert rows[5]["unknown_characters"] == "\u0301\u200b\x07"  # combining accent, zero-width, control
     assert not {"unknown_characters", "source_truncated"} & {k for r in rows[:3] for k in r}
-    assert "1 of 5 sources are longer than data.max_len=48" in result.stderr
-    assert "1 of 5 sentences have characters the vocabulary holds only as UNK" in result.stderr
+    assert "1 of 6 sources are longer than data.max_len=48" in result.stderr
+    assert "2 of 6 sentences have characters the vocabulary holds only as UNK" in result.stderr
     assert all({"hyp", "score", *COUNTS[model]} <= set(r) for r in rows)
     hyp = " " + rows[1]["hyp"] + " "  # hard constraints: whole words, however barely trained
     assert " baste " in hyp and " ka dvai " in hyp, hyp
