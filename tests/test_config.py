@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from jaxnat.config import apply_override, build_config, check_matches_workdir, default_config, leaf_keys, parse_overrides, validate
+from jaxnat.config import (apply_override, build_config, check_matches_workdir, default_config, leaf_keys,
+                           parse_overrides, validate)
 from jaxnat.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
