@@ -88,9 +88,9 @@ def test_sentence_kinds(corpus):
     assert S.parse_kinds("simple, question") == {"simple": 52.0, "question": 12.0}
     assert S.parse_kinds("complex:1") == {"complex": 1.0}
     # default kinds reproduce the default corpus; a subset draws only its kinds
-    assert S.generate_corpus(0, {"train": 200}, S.parse_kinds(""))["train"] == (
+    assert S.generate_corpus(0, {"train": 200}, S.Variant(S.parse_kinds("")))["train"] == (
         corpus["train"][0][:200], corpus["train"][1][:200])
-    questions = S.generate_corpus(0, {"train": 200, "valid": 20}, S.parse_kinds("question"))
+    questions = S.generate_corpus(0, {"train": 200, "valid": 20}, S.Variant(S.parse_kinds("question")))
     assert all(src.endswith("?") for split in questions.values() for src in split[0])
     for bad in ("poem", "simple:0", "simple:x"):
         with pytest.raises(ConfigError, match="synthetic sentence kind"):
@@ -99,8 +99,9 @@ def test_sentence_kinds(corpus):
 
 def test_lexicon_share(corpus):
     sizes = {"train": 300, "valid": 20}
-    assert S.generate_corpus(0, sizes, lexicon=1.0)["train"] == (corpus["train"][0][:300], corpus["train"][1][:300])
-    small = S.generate_corpus(0, sizes, lexicon=0.3)
+    assert S.generate_corpus(0, sizes, S.Variant(lexicon=1.0))["train"] == (
+        corpus["train"][0][:300], corpus["train"][1][:300])
+    small = S.generate_corpus(0, sizes, S.Variant(lexicon=0.3))
     words = lambda c: {w for s in c["train"][1] for w in s.split()}  # noqa: E731
     assert len(words(small)) < 0.7 * len(words(S.generate_corpus(0, sizes)))
     nouns = {n.src_sg for n in S.NOUNS}
@@ -108,7 +109,15 @@ def test_lexicon_share(corpus):
     assert kept and kept <= {n.src_sg for c in S.NOUN_CLASSES for n in S._NOUNS_BY_CLASS[c][:math.ceil(
         0.3 * len(S._NOUNS_BY_CLASS[c]))]} | {n.src_sg for n in S.NOUNS if n.term}
     with pytest.raises(ConfigError, match=r"lexicon share must be in \(0, 1\]"):
-        S.generate_pairs(3, 0, lexicon=0.0)
+        S.Variant(lexicon=0.0)
+
+
+def test_without_multimodality_each_source_has_one_translation():
+    one = S.generate_annotated(3000, 0, variant=S.Variant(multimodal=False))
+    other = S.generate_annotated(3000, 0, choice_seed=5, variant=S.Variant(multimodal=False))
+    assert one == other and not any("multimodal" in e.tags for e in one)
+    assert [e.src for e in one] == [e.src for e in S.generate_annotated(3000, 0)]  # the same sources
+    assert sum(a.tgt != b.tgt for a, b in zip(one, S.generate_annotated(3000, 0))) > 300
 
 
 def test_invalid_sizes_raise():

@@ -438,9 +438,11 @@ def _indef_article(next_word: str) -> str:
 class _Generator:
     """Draws content from `rng`; the multimodal choices alone come from `choice_rng`."""
 
-    def __init__(self, seed: int, choice_seed: int, kinds: dict[str, float] | None = None, lexicon: float = 1.0):
+    def __init__(self, seed: int, choice_seed: int, kinds: dict[str, float] | None = None, lexicon: float = 1.0,
+                 multimodal: bool = True):
         self.rng = random.Random(seed)
         self.choice_rng = random.Random(choice_seed)
+        self.multimodal = multimodal
         self.kinds = dict(KINDS if kinds is None else kinds)
         self.tags: set = set()
         # The lexicon drawn from: the first share of every list (at least one entry where the list has one),
@@ -457,11 +459,16 @@ class _Generator:
 
     # -- noun phrases -------------------------------------------------------------------------------------------
 
-    def _adjective_stem(self, adj: Adjective) -> str:
-        if len(adj.tgt) == 1:
-            return adj.tgt[0]
+    def _free_choice(self, alternatives: int) -> int:
+        """Which of several equally valid target alternatives is written: drawn from `choice_rng`, or without
+        multimodality always the first."""
+        if not self.multimodal:
+            return 0
         self.tags.add("multimodal")
-        return adj.tgt[self.choice_rng.randrange(len(adj.tgt))]
+        return self.choice_rng.randrange(alternatives)
+
+    def _adjective_stem(self, adj: Adjective) -> str:
+        return adj.tgt[0] if len(adj.tgt) == 1 else adj.tgt[self._free_choice(len(adj.tgt))]
 
     def noun_np(self, cls: str, term_p: float = 0.18, adj_p: float = 0.25, plural_p: float = 0.3) -> _NP:
         r = self.rng
@@ -703,12 +710,15 @@ class _Generator:
         if r.random() < 0.5:  # fronted in the source: always V2 in the target
             self.tags.add("v2")
             return adv_src + self.src_decl(c) + ["."], adv_tgt + self.tgt(c, "v2") + ["."]
-        self.tags.add("multimodal")  # final in the source: final or fronted (+V2) in the target
-        src = self.src_decl(c) + adv_src + ["."]
-        if self.choice_rng.random() < 0.5:
+        src = self.src_decl(c) + adv_src + ["."]  # final in the source: final or fronted (+V2) in the target
+        if not self.multimodal or self._final_adverb():
             return src, self.tgt(c, "svo") + adv_tgt + ["."]
         self.tags.add("v2")
         return src, adv_tgt + self.tgt(c, "v2") + ["."]
+
+    def _final_adverb(self) -> bool:
+        self.tags.add("multimodal")
+        return self.choice_rng.random() < 0.5
 
     def _question(self) -> tuple[list, list]:
         c = self.clause(neg_p=0.0, copula_p=0.25, pp_scale=0.7)
@@ -718,10 +728,7 @@ class _Generator:
 
     def _conj(self, conj: str) -> str:
         alts = CONJUNCTIONS[conj]
-        if len(alts) == 1:
-            return alts[0]
-        self.tags.add("multimodal")
-        return alts[self.choice_rng.randrange(len(alts))]
+        return alts[0] if len(alts) == 1 else alts[self._free_choice(len(alts))]
 
     def _complex(self) -> tuple[list, list]:
         r = self.rng
@@ -793,40 +800,50 @@ def parse_kinds(spec: str) -> dict[str, float]:
     return kinds
 
 
-def iter_annotated(seed: int, choice_seed: int | None = None, kinds: dict[str, float] | None = None,
-                   lexicon: float = 1.0) -> Iterator[Example]:
+@dataclass
+class Variant:
+    """Which part of the language a corpus draws from; the default is all of it (the default corpus).
+
+    kinds: sentence kind -> weight (`KINDS`; see `parse_kinds`). lexicon: the share of each word list drawn
+    from (the first entries, at least one per list), in (0, 1]. multimodal: False writes the first of several
+    equally valid target alternatives every time (no free choices)."""
+    kinds: dict[str, float] | None = None
+    lexicon: float = 1.0
+    multimodal: bool = True
+
+    def __post_init__(self):
+        if not 0.0 < self.lexicon <= 1.0:
+            raise ConfigError(f"synthetic lexicon share must be in (0, 1], got {self.lexicon}")
+
+
+def iter_annotated(seed: int, choice_seed: int | None = None, variant: Variant | None = None) -> Iterator[Example]:
     """Endless stream of annotated examples. `choice_seed` (default: derived from `seed`) drives only the
-    multimodal choices: changing it keeps every source sentence and changes only the free target choices.
-    `kinds`: sentence kind -> weight (default `KINDS`); `lexicon`: the share of each word list drawn from (the
-    first ones, at least one per list), in (0, 1]."""
-    if not 0.0 < lexicon <= 1.0:
-        raise ConfigError(f"synthetic lexicon share must be in (0, 1], got {lexicon}")
-    gen = _Generator(_derive_seed(seed, "content"),
-                     _derive_seed(seed if choice_seed is None else choice_seed, "choice"), kinds, lexicon)
+    multimodal choices: changing it keeps every source sentence and changes only the free target choices."""
+    v = variant or Variant()
+    choice = _derive_seed(seed if choice_seed is None else choice_seed, "choice")
+    gen = _Generator(_derive_seed(seed, "content"), choice, v.kinds, v.lexicon, v.multimodal)
     while True:
         yield gen.example()
 
 
-def generate_annotated(n: int, seed: int, choice_seed: int | None = None, kinds: dict[str, float] | None = None,
-                       lexicon: float = 1.0) -> list[Example]:
-    """The first `n` examples of `iter_annotated(seed, choice_seed, kinds, lexicon)` (sources, targets, tags)."""
+def generate_annotated(n: int, seed: int, choice_seed: int | None = None, variant: Variant | None = None
+                       ) -> list[Example]:
+    """The first `n` examples of `iter_annotated(seed, choice_seed, variant)` (sources, targets and tags)."""
     if n < 0:
         raise ConfigError(f"synthetic corpus size must be >= 0, got {n}")
-    stream = iter_annotated(seed, choice_seed, kinds, lexicon)
+    stream = iter_annotated(seed, choice_seed, variant)
     return [next(stream) for _ in range(n)]
 
 
-def generate_pairs(n: int, seed: int, kinds: dict[str, float] | None = None, lexicon: float = 1.0
-                   ) -> list[tuple[str, str]]:
+def generate_pairs(n: int, seed: int, variant: Variant | None = None) -> list[tuple[str, str]]:
     """n (source, target) sentence pairs, deterministic in seed (a prefix of the pairs for any larger n)."""
-    return [(e.src, e.tgt) for e in generate_annotated(n, seed, kinds=kinds, lexicon=lexicon)]
+    return [(e.src, e.tgt) for e in generate_annotated(n, seed, variant=variant)]
 
 
-def generate_corpus(seed: int = 0, sizes: dict[str, int] | None = None, kinds: dict[str, float] | None = None,
-                    lexicon: float = 1.0) -> dict[str, tuple[list[str], list[str]]]:
-    """Splits -> (sources, targets). Default sizes {'train': 40000, 'valid': 500, 'test': 500}; `kinds`: the
-    sentence kinds drawn, with their weights (default `KINDS`, see `parse_kinds`); `lexicon`: the share of each
-    word list drawn from (see `iter_annotated`).
+def generate_corpus(seed: int = 0, sizes: dict[str, int] | None = None, variant: Variant | None = None
+                    ) -> dict[str, tuple[list[str], list[str]]]:
+    """Splits -> (sources, targets). Default sizes {'train': 40000, 'valid': 500, 'test': 500}; `variant`: the
+    part of the language drawn from (default: all of it).
 
     Each split draws from its own seed derived from (seed, split name). 'train' is generated first and may
     repeat sentences; every other split (in the order of `sizes`) keeps only sources that occur neither in
@@ -843,10 +860,10 @@ def generate_corpus(seed: int = 0, sizes: dict[str, int] | None = None, kinds: d
         n = sizes[name]
         split_seed = _derive_seed(seed, "split:" + name)
         if name == "train":
-            pairs = generate_pairs(n, split_seed, kinds, lexicon)
+            pairs = generate_pairs(n, split_seed, variant)
         else:
             pairs = []
-            stream = iter_annotated(split_seed, kinds=kinds, lexicon=lexicon)
+            stream = iter_annotated(split_seed, variant=variant)
             budget = 1000 * n + 1000
             while len(pairs) < n:
                 budget -= 1
