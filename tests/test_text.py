@@ -126,17 +126,19 @@ def test_load_corpus_errors(tmp_path):
 def test_load_corpus_synthetic(monkeypatch):
     calls = []
 
-    def generate_corpus(seed=0, sizes=None):
-        calls.append((seed, dict(sizes)))
+    def generate_corpus(seed=0, sizes=None, variant=None):
+        calls.append((seed, dict(sizes), variant))
         return {k: ([f"s{i}" for i in range(n)], [f"t{i}" for i in range(n)]) for k, n in sizes.items()}
 
+    from jaxnat.data import synthetic as real
+
     fake = types.ModuleType("jaxnat.data.synthetic")
-    fake.generate_corpus = generate_corpus
+    fake.generate_corpus, fake.parse_kinds, fake.Variant = generate_corpus, real.parse_kinds, real.Variant
     monkeypatch.setitem(sys.modules, "jaxnat.data.synthetic", fake)
     import jaxnat.data
 
     monkeypatch.setattr(jaxnat.data, "synthetic", fake, raising=False)
     corpus = sources.load_corpus(_cfg(source="synthetic", synthetic_seed=7, test_splits="ignored"))
-    assert calls == [(7, {"train": 5, "valid": 2, "test": 3})]
+    assert calls == [(7, {"train": 5, "valid": 2, "test": 3}, real.Variant(real.KINDS, 1.0, True))]
     assert sorted(corpus) == ["test", "train", "valid"]
     assert corpus["test"] == (["s0", "s1", "s2"], ["t0", "t1", "t2"])

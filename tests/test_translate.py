@@ -78,5 +78,8 @@ def test_bad_translate_input(trained, tmp_path, content, message):
 def test_translate_missing_input_and_untrained_workdir(trained, tmp_path):
     result = _main(trained, "--mode", "translate", "--input", str(tmp_path / "nope.txt"))
     assert result.returncode == 2 and "nope.txt" in result.stderr
+    result = _main(tmp_path / "missing", "--mode", "translate", stdin="hello\n")
+    assert result.returncode == 2 and "missing does not exist" in result.stderr
+    (tmp_path / "empty").mkdir()
     result = _main(tmp_path / "empty", "--mode", "translate", stdin="hello\n")
     assert result.returncode == 2 and "holds no trained run" in result.stderr
