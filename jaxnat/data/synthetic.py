@@ -284,7 +284,6 @@ VERBS: tuple[Verb, ...] = (
     _V(("know", "knows", "knew", "knowing"), {"*": "zna"}, "comp", stative=True),
 )
 _CLAUSE_VERBS = [v for v in VERBS if v.kind != "comp"]
-_CLAUSE_VERB_WEIGHTS = [v.weight for v in _CLAUSE_VERBS]
 _COMP_VERBS = [v for v in VERBS if v.kind == "comp"]
 COPULA_STEM = "est"  # present-tense copula is dropped in the target
 
