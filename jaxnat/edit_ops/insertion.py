@@ -53,6 +53,10 @@ def fair_share(requested: jax.Array, budget: jax.Array) -> jax.Array:
     level ``c`` that fits, and the budget left over at that level goes one placeholder each to the first
     (leftmost) slots that asked for more. Rows that fit are unchanged. Returns int32[B, K].
 
+    Needs ``budget <= K`` wherever a slot requests anything (the levels searched stop at K), which holds in
+    `insert_placeholders`: a row of n >= 1 tokens in width L has at most L - n <= K = L - 1 free places, and an
+    empty row requests nothing.
+
     Why not fairseq's rule: fairseq caps each slot at the length limit but lets the row grow past it; at a fixed
     capacity the row must fit, and serving slots left to right would give an undertrained model's many
     requests to the start of the sentence and none to its end.
