@@ -58,6 +58,7 @@ from jaxnat.edit_ops.insertion import fair_share  # noqa: E402
 from jaxnat.oracle import ed2_labels, ed3_labels  # noqa: E402
 from jaxnat.oracle import noise as N  # noqa: E402
 from tests import edit_reference as noise_ref  # noqa: E402
+from tests.edit_reference import unpad  # noqa: E402
 from tests import reference as ref  # noqa: E402
 from tests.test_edit_ops import _phrase_marks  # noqa: E402
 from tests.test_noise import ALMOST_ONE, ref_mask, ref_real  # noqa: E402
@@ -156,10 +157,6 @@ def shifts(rng, rows: int, width: int, global_share: float = 0.0) -> np.ndarray:
     spread = rng.random(rows) < global_share
     out[spread] = rng.random((spread.sum(), width), dtype=np.float32) * np.float32(N.GLOBAL_DISTANCE)
     return out
-
-
-def unpad(row) -> list[int]:
-    return [int(t) for t in row if t != PAD_ID]
 
 
 # ------------------------------------------------------------------------------------------------ oracles

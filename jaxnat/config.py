@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import importlib.util
+import json
 import os
 
 import ml_collections
@@ -307,8 +308,6 @@ def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str) -> No
     """Raises a one-line `ConfigError` naming every `MODEL_KEYS` value that differs from the one recorded in
     ``workdir/config.json`` (nothing to compare with: a new workdir). Keys the recorded config lacks (added to
     jaxnat after that run) are not compared."""
-    import json
-
     path = os.path.join(workdir, "config.json")
     if not os.path.isfile(path):
         return

@@ -716,6 +716,7 @@ class _Generator:
         return src, adv_tgt + self.tgt(c, "v2") + ["."]
 
     def _final_adverb(self) -> bool:
+        # random() < 0.5, not _free_choice(2): the default corpus's draws stay what they were
         self.tags.add("multimodal")
         return self.choice_rng.random() < 0.5
 
