@@ -97,6 +97,7 @@ def default_config() -> ml_collections.ConfigDict:
         synthetic_kinds="",
         synthetic_lexicon=1.0,  # the share of each of its word lists drawn from (e.g. 0.4: a quicker demo)
         synthetic_multimodal=True,  # False: no free target choices (one valid translation per source)
+        synthetic_free_order=True,  # False: free word choices only (a final time adverb stays final)
         tfds_name="", tfds_data_dir="",
         vocab_size=8000, joint_vocab=True, spm_model_type="unigram",
         # characters unseen in training become UTF-8 byte pieces, not UNK: any text (emoji, CJK, a term in a
@@ -135,6 +136,9 @@ def default_config() -> ml_collections.ConfigDict:
         # LevT and EDITOR, beyond the papers: the share of batches whose roll-in follows the model's own
         # insertion (insertion heads on what the oracle keeps of it, the first edit on it): docs/editor.md
         own_insertion_roll_in=0.0,
+        # EDITOR, beyond the paper: the insertion heads' y0 rows see y0 after the ed3 oracle's reposition (the
+        # canvas decoding inserts into), not y0 with its misplaced words: docs/editor.md
+        insert_after_oracle_reposition=False,
     )
     c.eval = dict(
         beam_size=4, length_penalty=1.0, max_len_a=1.2, max_len_b=10, batch_size=64,

@@ -206,12 +206,13 @@ def levt_reference(heads, batch, draws, *, alpha, beta, eps):
 
 # ------------------------------------------------------------------------------------------ EDITOR
 
-def editor_reference(heads, batch, draws, word_start, *, dual_path, alpha, beta, eps):
+def editor_reference(heads, batch, draws, word_start, *, dual_path, alpha, beta, eps, after_oracle=False):
     """EDITOR's roll-in. y0 = batch['init'] or random_delete_shuffle(y*). Dual path (one coin per batch):
     path A = insertion on y0, reposition on the reference with the token head's fills; path B = reposition on
     y0, insertion on the model's reposition of y0. Otherwise eqs. 6–7 per sentence: insertion on y0 if u < α
     else on E(y0, r̃); reposition on y0 if u' < β else on E(E(y0, p*), t̃), y0 with the oracle's placeholders
-    (nothing else applied) filled by the token head. r̃, t̃: argmax, or samples when the draws hold noise."""
+    (nothing else applied) filled by the token head. r̃, t̃: argmax, or samples when the draws hold noise.
+    after_oracle: the insertion heads' y0 rows are y0 after the oracle's reposition for y*."""
     tgt = np.asarray(batch["tgt"])
     refs = [unpad(r) for r in tgt]
     live = [b for b, y in enumerate(refs) if y]
@@ -239,7 +240,7 @@ def editor_reference(heads, batch, draws, word_start, *, dual_path, alpha, beta,
     y_ins = []
     for k, x in enumerate(y0):
         if ins_on_y0[k]:
-            y_ins.append(list(x))
+            y_ins.append(ref.reposition(x, ref.ed3_labels(x, refs[k])[0])[0] if after_oracle else list(x))
             continue
         index = [choose(rps0[k, i], list(range(len(x))), None if r_noise is None else r_noise[k, i])
                  for i in range(len(x))]

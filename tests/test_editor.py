@@ -69,11 +69,11 @@ def _valid_rows(tokens, width):
 
 
 @functools.lru_cache(maxsize=None)
-def _loss_fn(module, dual_path=True, alpha=0.0, beta=0.0, sampling=False, own=0.0, spread=0.0):
+def _loss_fn(module, dual_path=True, alpha=0.0, beta=0.0, sampling=False, own=0.0, spread=0.0, after=False):
     return jax.jit(functools.partial(editor_loss, module, word_start=jnp.asarray(WORD_START), label_smoothing=0.1,
                                      dual_path=dual_path, alpha=alpha, beta=beta, sampling=sampling,
-                                     own_insertion_roll_in=own, global_shuffle=spread, train=False,
-                                     keep_roll_in=True))
+                                     own_insertion_roll_in=own, global_shuffle=spread,
+                                     insert_after_oracle_reposition=after, train=False, keep_roll_in=True))
 
 
 def _rows(tokens):
@@ -119,20 +119,22 @@ def test_dual_path_roll_in(spec, path_a):
         assert not Counter(row) - Counter(ref_row)
 
 
-@pytest.mark.parametrize("dual_path, path_a, alpha, beta, sampling, with_init, own, spread", [
-    (True, True, 0.0, 0.0, False, False, 0.0, 0.0),     # the authors' dual path, path A
-    (True, False, 0.0, 0.0, False, False, 0.0, 0.0),    # path B
-    (True, False, 0.0, 0.0, True, False, 0.0, 0.0),     # path B with a sampled reposition
-    (False, None, 0.3, 0.7, True, False, 0.0, 0.0),     # eqs. 6–7 per sentence (α ≠ β, so a swap shows), sampled
-    (False, None, 1.0, 0.0, False, True, 0.0, 0.0),     # Gu et al.'s roll-in (the "−dual-path" ablation), data y0
-    (False, None, 0.0, 1.0, False, True, 0.0, 0.0),     # the reposition head always on y0, insertion on its reposition
-    (True, True, 0.0, 0.0, False, False, 1.0, 0.5),     # path A, insertion on its own insertion, global shuffles
-    (False, None, 0.5, 0.5, False, False, 1.0, 0.5),    # the same under eqs. 6–7
+@pytest.mark.parametrize("dual_path, path_a, alpha, beta, sampling, with_init, own, spread, after", [
+    (True, True, 0.0, 0.0, False, False, 0.0, 0.0, False),   # the authors' dual path, path A
+    (True, False, 0.0, 0.0, False, False, 0.0, 0.0, False),  # path B
+    (True, False, 0.0, 0.0, True, False, 0.0, 0.0, False),   # path B with a sampled reposition
+    (False, None, 0.3, 0.7, True, False, 0.0, 0.0, False),   # eqs. 6–7 per sentence (α ≠ β, so a swap shows), sampled
+    (False, None, 1.0, 0.0, False, True, 0.0, 0.0, False),   # Gu et al.'s roll-in (the "−dual-path" ablation), data y0
+    (False, None, 0.0, 1.0, False, True, 0.0, 0.0, False),   # reposition head always on y0, insertion on its reposition
+    # path A with global shuffles, the insertion heads after the oracle's reposition of y0, then on their own insertion
+    (True, True, 0.0, 0.0, False, False, 1.0, 0.5, True),
+    (False, None, 0.5, 0.5, False, False, 1.0, 0.5, True),   # the same under eqs. 6–7
 ])
-def test_loss_terms_match_plain_reference(spec, dual_path, path_a, alpha, beta, sampling, with_init, own, spread):
+def test_loss_terms_match_plain_reference(spec, dual_path, path_a, alpha, beta, sampling, with_init, own, spread,
+                                          after):
     batch = er.hand_batch() if with_init else er.with_filler_row(_batch(7))
     params = spec.init(jax.random.PRNGKey(1), batch)
-    loss_fn = _loss_fn(spec.module, dual_path, alpha, beta, sampling, own, spread)
+    loss_fn = _loss_fn(spec.module, dual_path, alpha, beta, sampling, own, spread, after)
     if dual_path:
         loss, aux = _on_path(loss_fn, params, batch, path_a)
     else:
@@ -140,10 +142,14 @@ def test_loss_terms_match_plain_reference(spec, dual_path, path_a, alpha, beta, 
     heads = er.Heads(spec.module, params, batch["src"], batch["tgt"].shape[1])
     draws = aux["roll_in"]["draws"]
     want = er.editor_reference(heads, batch, draws, WORD_START, dual_path=dual_path, alpha=alpha, beta=beta,
-                               eps=0.1)
+                               eps=0.1, after_oracle=after)
     for name in ("y0", "y_ins", "y_rps"):
         got = _rows(aux["roll_in"][name])
         assert [got[b] for b in want["live"]] == want[name], name
+    if after:  # some y0 row held a misplaced word, so the oracle's reposition changed what the heads saw
+        refs = [_rows(batch["tgt"])[b] for b in want["live"]]
+        moved = [ref.reposition(x, ref.ed3_labels(x, y)[0])[0] for x, y in zip(want["y0"], refs)]
+        assert any(m != x for m, x, on in zip(moved, want["y0"], want["ins_on_y0"]) if on)
     assert bool(draws.get("own_insertion", False)) == (own == 1.0)
     for term in ("placeholder_loss", "token_loss", "reposition_loss"):
         np.testing.assert_allclose(aux[term], want[term], rtol=2e-5, err_msg=term)

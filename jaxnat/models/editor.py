@@ -97,7 +97,7 @@ def oracle_placeholders(y0: jax.Array, tgt: jax.Array, width: int) -> jax.Array:
 def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Array | None, label_smoothing: float,
                 placeholder_smoothing: float = 0.01, dual_path: bool = True, alpha: float = 0.0, beta: float = 0.0,
                 sampling: bool = False, global_shuffle: float = 0.0, own_insertion_roll_in: float = 0.0,
-                train: bool = True, keep_roll_in: bool = False):
+                insert_after_oracle_reposition: bool = False, train: bool = True, keep_roll_in: bool = False):
     """Dual-path imitation learning with the ed3 oracle, computed on device (docs/editor.md).
 
     Roll-in starts from y0: ``batch['init']`` (int32[B, T], ``[BOS … EOS]`` rows) when the data gives one, else
@@ -116,6 +116,11 @@ def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Arra
       max_len). α = 1, β = 0 is Gu et al.'s roll-in (only the model's insertion policy rolls in), the
       "−dual-path" ablation of the paper's Table 5. Up to five decoder passes (two of them 2T wide); α = 1
       skips the reposition of y0, β = 1 the fill pass.
+
+    With ``insert_after_oracle_reposition`` (beyond the paper) the insertion heads' y0 rows are y0 after the ed3
+    oracle's reposition for y*: decoding inserts after repositioning, so a misplaced word is gone (or moved) by the
+    time the insertion heads run, while on y0 itself they would learn to insert a second copy of it where it
+    belongs. y0 rows without misplaced words are unchanged.
 
     With probability ``own_insertion_roll_in`` (one coin per batch, beyond the paper) the roll-in follows the
     model's own insertion (`own_insertion`): the insertion heads learn on what the oracle keeps of it, and on
@@ -162,8 +167,10 @@ def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Arra
         ins_on_y0, rps_on_y0 = draws["coins"][:, 0] < alpha, draws["coins"][:, 1] < beta
         rps_y0 = reposition_on(y0, k_roll)() if alpha < 1 else no_logits()
 
-    # Learning to insert, on y0 or on the model's reposition of it.
-    y_ins = jnp.where(ins_on_y0[:, None], y0, apply_model_reposition(y0, rps_y0, draws.get("reposition_noise")))
+    # Learning to insert, on y0 (or the oracle's reposition of it) or on the model's reposition of it.
+    y0_ins = edit_ops.reposition(y0, ed3_labels(y0, tgt).reposition, PAD_ID).tokens if insert_after_oracle_reposition \
+        else y0
+    y_ins = jnp.where(ins_on_y0[:, None], y0_ins, apply_model_reposition(y0, rps_y0, draws.get("reposition_noise")))
     y_ins, own = roll_in_own_insertion(apply, y_ins, tgt, memory, src_mask, k_own, own_insertion_roll_in, draws)
     ins = ed3_labels(y_ins, tgt)
     plh_loss, tok_loss, tok_nll, tok_logits = insertion_losses(
@@ -258,7 +265,7 @@ def build_spec(config, cfg, pieces) -> ModelSpec:
                            placeholder_smoothing=t.placeholder_smoothing, dual_path=t.dual_path,
                            alpha=t.roll_in_alpha, beta=t.roll_in_beta, sampling=t.roll_in_sampling,
                            global_shuffle=t.global_shuffle, own_insertion_roll_in=t.own_insertion_roll_in,
-                           train=train)
+                           insert_after_oracle_reposition=t.insert_after_oracle_reposition, train=train)
 
     first_edit = functools.partial(editor_reposition, deletion_reward=config.eval.deletion_reward)
     return edit_model_spec(config, cfg, "editor", module, loss, "reposition_logits", first_edit, pieces, SUPPORTS)
