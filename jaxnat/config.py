@@ -97,7 +97,6 @@ def default_config() -> ml_collections.ConfigDict:
         synthetic_kinds="",
         synthetic_lexicon=1.0,  # the share of each of its word lists drawn from (e.g. 0.4: a quicker demo)
         synthetic_multimodal=True,  # False: no free target choices (one valid translation per source)
-        synthetic_free_order=True,  # False: free word choices only (a final time adverb stays final)
         tfds_name="", tfds_data_dir="",
         vocab_size=8000, joint_vocab=True, spm_model_type="unigram",
         # characters unseen in training become UTF-8 byte pieces, not UNK: any text (emoji, CJK, a term in a

@@ -438,11 +438,10 @@ class _Generator:
     """Draws content from `rng`; the multimodal choices alone come from `choice_rng`."""
 
     def __init__(self, seed: int, choice_seed: int, kinds: dict[str, float] | None = None, lexicon: float = 1.0,
-                 multimodal: bool = True, free_order: bool = True):
+                 multimodal: bool = True):
         self.rng = random.Random(seed)
         self.choice_rng = random.Random(choice_seed)
         self.multimodal = multimodal
-        self.free_order = multimodal and free_order
         self.kinds = dict(KINDS if kinds is None else kinds)
         self.tags: set = set()
         # The lexicon drawn from: the first share of every list (at least one entry where the list has one),
@@ -711,7 +710,7 @@ class _Generator:
             self.tags.add("v2")
             return adv_src + self.src_decl(c) + ["."], adv_tgt + self.tgt(c, "v2") + ["."]
         src = self.src_decl(c) + adv_src + ["."]  # final in the source: final or fronted (+V2) in the target
-        if not self.free_order or self._final_adverb():
+        if not self.multimodal or self._final_adverb():
             return src, self.tgt(c, "svo") + adv_tgt + ["."]
         self.tags.add("v2")
         return src, adv_tgt + self.tgt(c, "v2") + ["."]
@@ -807,13 +806,10 @@ class Variant:
 
     kinds: sentence kind -> weight (`KINDS`; see `parse_kinds`). lexicon: the share of each word list drawn
     from (the first entries, at least one per list), in (0, 1]. multimodal: False writes the first of several
-    equally valid target alternatives every time (no free choices). free_order: False keeps only the free word
-    choices: a sentence-final time adverb stays final (no free V2 fronting), so word order follows from the
-    source."""
+    equally valid target alternatives every time (no free choices)."""
     kinds: dict[str, float] | None = None
     lexicon: float = 1.0
     multimodal: bool = True
-    free_order: bool = True
 
     def __post_init__(self):
         if not 0.0 < self.lexicon <= 1.0:
@@ -825,7 +821,7 @@ def iter_annotated(seed: int, choice_seed: int | None = None, variant: Variant |
     multimodal choices: changing it keeps every source sentence and changes only the free target choices."""
     v = variant or Variant()
     choice = _derive_seed(seed if choice_seed is None else choice_seed, "choice")
-    gen = _Generator(_derive_seed(seed, "content"), choice, v.kinds, v.lexicon, v.multimodal, v.free_order)
+    gen = _Generator(_derive_seed(seed, "content"), choice, v.kinds, v.lexicon, v.multimodal)
     while True:
         yield gen.example()
 
