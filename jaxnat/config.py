@@ -136,7 +136,7 @@ def default_config() -> ml_collections.ConfigDict:
         # insertion (insertion heads on what the oracle keeps of it, the first edit on it): docs/editor.md
         own_insertion_roll_in=0.0,
         # EDITOR, beyond the paper: the insertion heads' y0 rows see y0 after the ed3 oracle's reposition (the
-        # canvas decoding inserts into), not y0 with its misplaced words: docs/editor.md
+        # canvas decoding inserts into), not y0 with its misplaced words; measured worse: docs/editor.md item 10
         insert_after_oracle_reposition=False,
     )
     c.eval = dict(

@@ -123,8 +123,8 @@ def test_dual_path_roll_in(spec, path_a):
     (True, True, 0.0, 0.0, False, False, 0.0, 0.0, False),   # the authors' dual path, path A
     (True, False, 0.0, 0.0, False, False, 0.0, 0.0, False),  # path B
     (True, False, 0.0, 0.0, True, False, 0.0, 0.0, False),   # path B with a sampled reposition
-    (False, None, 0.3, 0.7, True, False, 0.0, 0.0, False),   # eqs. 6–7 per sentence (α ≠ β, so a swap shows), sampled
-    (False, None, 1.0, 0.0, False, True, 0.0, 0.0, False),   # Gu et al.'s roll-in (the "−dual-path" ablation), data y0
+    (False, None, 0.3, 0.7, True, False, 0.0, 0.0, False),   # eqs. 6–7 per sentence (α ≠ β: a swap shows), sampled
+    (False, None, 1.0, 0.0, False, True, 0.0, 0.0, False),   # Gu et al.'s roll-in ("−dual-path" ablation), init
     (False, None, 0.0, 1.0, False, True, 0.0, 0.0, False),   # reposition head always on y0, insertion on its reposition
     # path A with global shuffles, the insertion heads after the oracle's reposition of y0, then on their own insertion
     (True, True, 0.0, 0.0, False, False, 1.0, 0.5, True),

@@ -10,9 +10,9 @@ small model (d 128, 2+2 layers, its own 2-layer reposition stack) for many cheap
 part of the language it can learn in 2000 of them: simple sentences and questions, drawn from 30% of the
 lexicon, in a fixed word order (a free word order is what shuffled soft constraints cannot inform, and this
 part of the language has no free word choice either, so each source has one translation: docs/editor.md
-item 11). A BPE vocabulary of 1500 makes every word one piece. Two
-roll-in options beyond the paper, measured in docs/editor.md ("Soft constraints"), let the model learn from its
-own insertions and from globally shuffled starts like shuffled soft constraints.
+item 11). A BPE vocabulary of 1500 makes every word one piece. Two roll-in options beyond the paper, measured
+in docs/editor.md ("Soft constraints"), let the model learn from its own insertions and from globally shuffled
+starts like shuffled soft constraints.
 """
 
 from jaxnat.config import default_config

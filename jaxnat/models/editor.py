@@ -168,8 +168,9 @@ def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Arra
         rps_y0 = reposition_on(y0, k_roll)() if alpha < 1 else no_logits()
 
     # Learning to insert, on y0 (or the oracle's reposition of it) or on the model's reposition of it.
-    y0_ins = edit_ops.reposition(y0, ed3_labels(y0, tgt).reposition, PAD_ID).tokens if insert_after_oracle_reposition \
-        else y0
+    y0_ins = y0
+    if insert_after_oracle_reposition:  # static
+        y0_ins = edit_ops.reposition(y0, ed3_labels(y0, tgt).reposition, PAD_ID).tokens
     y_ins = jnp.where(ins_on_y0[:, None], y0_ins, apply_model_reposition(y0, rps_y0, draws.get("reposition_noise")))
     y_ins, own = roll_in_own_insertion(apply, y_ins, tgt, memory, src_mask, k_own, own_insertion_roll_in, draws)
     ins = ed3_labels(y_ins, tgt)
