@@ -54,7 +54,7 @@ RANGES = {
         "eval.latency_sentences", "eval.max_iter", "eval.placeholder_penalty", "eval.length_cap_min",
         "eval.trace_sentences")},
     "data.bucket_growth": ("[1", None),
-    "data.synthetic_lexicon": ("(0", "1]"),
+    "data.synthetic_lexicon": ("(0", "1]"), "data.synthetic_synonyms": ("[0", "1]"),
 }
 
 
@@ -97,6 +97,7 @@ def default_config() -> ml_collections.ConfigDict:
         synthetic_kinds="",
         synthetic_lexicon=1.0,  # the share of each of its word lists drawn from (e.g. 0.4: a quicker demo)
         synthetic_multimodal=True,  # False: no free target choices (one valid translation per source)
+        synthetic_synonyms=0.0,  # the share of nouns with a second, freely chosen target stem
         tfds_name="", tfds_data_dir="",
         vocab_size=8000, joint_vocab=True, spm_model_type="unigram",
         # characters unseen in training become UTF-8 byte pieces, not UNK: any text (emoji, CJK, a term in a

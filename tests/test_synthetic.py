@@ -120,6 +120,28 @@ def test_without_multimodality_each_source_has_one_translation():
     assert sum(a.tgt != b.tgt for a, b in zip(one, S.generate_annotated(3000, 0))) > 300
 
 
+def test_synonyms_are_a_free_choice_of_noun_stem():
+    assert S.generate_annotated(300, 0, variant=S.Variant(synonyms=0.0)) == S.generate_annotated(300, 0)
+    v = S.Variant(multimodal=False, synonyms=1.0)
+    one, other = S.generate_annotated(2000, 0, variant=v), S.generate_annotated(2000, 0, choice_seed=3, variant=v)
+    assert [e.src for e in one] == [e.src for e in S.generate_annotated(2000, 0)]  # the same sources
+    stems = {n.tgt: S.synonym_stem(n) for n in S.NOUNS if not n.term}
+    swaps = {pair for t, s in stems.items() for end in ("", "i", "en")
+             for pair in ((t + end, s + end), (s + end, t + end))}
+    differ = [(a, b) for a, b in zip(one, other) if a.tgt != b.tgt]
+    assert len(differ) > 500
+    for a, b in differ:  # only nouns differ, each word the other's synonym in the same form
+        assert all(x == y or (x, y) in swaps for x, y in zip(a.tgt.split(), b.tgt.split(), strict=True))
+    # no synonym is a word of the language already
+    words = {w for e in S.generate_annotated(5000, 0) for w in e.tgt.split()}
+    assert not set(stems.values()) & words and len(set(stems.values())) == len(stems)
+    half = S.Variant(synonyms=0.5)
+    assert 0 < len(S._Generator(1, 2, synonyms=0.5).with_synonym) < len(S._Generator(1, 2, synonyms=1.0).with_synonym)
+    with pytest.raises(ConfigError, match=r"synonym share must be in \[0, 1\]"):
+        S.Variant(synonyms=1.5)
+    assert half.synonyms == 0.5
+
+
 def test_invalid_sizes_raise():
     with pytest.raises(ConfigError):
         S.generate_corpus(0, {"train": -1})

@@ -90,7 +90,8 @@ def _load_synthetic(cfg: Any) -> Corpus:
     }
     variant = synthetic.Variant(kinds=synthetic.parse_kinds(str(cfg.get("synthetic_kinds", ""))),
                                 lexicon=float(cfg.get("synthetic_lexicon", 1.0)),
-                                multimodal=bool(cfg.get("synthetic_multimodal", True)))
+                                multimodal=bool(cfg.get("synthetic_multimodal", True)),
+                                synonyms=float(cfg.get("synthetic_synonyms", 0.0)))
     corpus = synthetic.generate_corpus(seed=_int(cfg, "synthetic_seed", 0), sizes=sizes, variant=variant)
     return {k: (list(corpus[k][0]), list(corpus[k][1])) for k in ("train", "valid", "test")}
 

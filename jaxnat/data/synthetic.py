@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterator
 
 from jaxnat.errors import ConfigError
@@ -434,11 +434,20 @@ def _indef_article(next_word: str) -> str:
     return "an" if next_word[0] in "aeiou" else "a"
 
 
+_VOWEL_SHIFT = str.maketrans("aeiou", "eioua")
+
+
+def synonym_stem(noun: Noun) -> str:
+    """The second, equally valid target stem of a noun in a corpus with synonyms (`Variant.synonyms`): its
+    vowels shifted (a→e→i→o→u→a), e.g. kelo → kilu, mirka → morke. No other target word has that form."""
+    return noun.tgt.translate(_VOWEL_SHIFT)
+
+
 class _Generator:
     """Draws content from `rng`; the multimodal choices alone come from `choice_rng`."""
 
     def __init__(self, seed: int, choice_seed: int, kinds: dict[str, float] | None = None, lexicon: float = 1.0,
-                 multimodal: bool = True):
+                 multimodal: bool = True, synonyms: float = 0.0):
         self.rng = random.Random(seed)
         self.choice_rng = random.Random(choice_seed)
         self.multimodal = multimodal
@@ -454,6 +463,8 @@ class _Generator:
         self.clause_verbs = [v for kind in ("tr", "intr", "motion") for v in keep([v for v in _CLAUSE_VERBS
                                                                                    if v.kind == kind])]
         self.clause_verbs.sort(key=_CLAUSE_VERBS.index)  # the lexicon's order: lexicon = 1 draws as before
+        # nouns with a second stem: the first share of each class's (kept) nouns, terms excluded
+        self.with_synonym = {n for v in self.nouns.values() for n in v[:math.ceil(synonyms * len(v))]}
         self.clause_verb_weights = [v.weight for v in self.clause_verbs]
 
     # -- noun phrases -------------------------------------------------------------------------------------------
@@ -514,6 +525,8 @@ class _Generator:
         kind = {"game": "def"}.get(det, det)
         if det in ("part", "game"):
             self.tags.add("tgt_only_fw")
+        if noun in self.with_synonym and self.choice_rng.random() < 0.5:  # a free choice, whatever `multimodal` says
+            noun = replace(noun, tgt=synonym_stem(noun))
         tgt_noun = (noun.tgt_pl if plural else noun.tgt).split()
         tgt_adj = [adj_form(self._adjective_stem(adj), noun.gender, number)] if adj else []
         tgt_nom = [det_form(kind, noun.gender, number, "nom")] + tgt_noun + tgt_adj
@@ -806,14 +819,20 @@ class Variant:
 
     kinds: sentence kind -> weight (`KINDS`; see `parse_kinds`). lexicon: the share of each word list drawn
     from (the first entries, at least one per list), in (0, 1]. multimodal: False writes the first of several
-    equally valid target alternatives every time (no free choices)."""
+    equally valid target alternatives every time (no free choices). synonyms: the share of each class's nouns
+    (the first ones; terms excluded) that have a second, equally valid target stem (`synonym_stem`), picked at
+    random per occurrence even without `multimodal`: a free lexical choice the source does not decide, like a
+    terminology or style preference, which a constraint from the reference can settle."""
     kinds: dict[str, float] | None = None
     lexicon: float = 1.0
     multimodal: bool = True
+    synonyms: float = 0.0
 
     def __post_init__(self):
         if not 0.0 < self.lexicon <= 1.0:
             raise ConfigError(f"synthetic lexicon share must be in (0, 1], got {self.lexicon}")
+        if not 0.0 <= self.synonyms <= 1.0:
+            raise ConfigError(f"synthetic synonym share must be in [0, 1], got {self.synonyms}")
 
 
 def iter_annotated(seed: int, choice_seed: int | None = None, variant: Variant | None = None) -> Iterator[Example]:
@@ -821,7 +840,7 @@ def iter_annotated(seed: int, choice_seed: int | None = None, variant: Variant |
     multimodal choices: changing it keeps every source sentence and changes only the free target choices."""
     v = variant or Variant()
     choice = _derive_seed(seed if choice_seed is None else choice_seed, "choice")
-    gen = _Generator(_derive_seed(seed, "content"), choice, v.kinds, v.lexicon, v.multimodal)
+    gen = _Generator(_derive_seed(seed, "content"), choice, v.kinds, v.lexicon, v.multimodal, v.synonyms)
     while True:
         yield gen.example()
 
