@@ -8,9 +8,10 @@ python -m jaxnat.main --config configs/editor/demo.py --workdir runs/editor-demo
 Sized for that budget: an edit-based model needs many more updates than an AR one, so the demo trains a
 small model (d 128, 2+2 layers, its own 2-layer reposition stack) for many cheap steps of 1024 tokens, on a
 part of the language it can learn in 2000 of them: simple sentences and questions, drawn from 30% of the
-lexicon, in a fixed word order (a free word order is what shuffled soft constraints cannot inform, and this
-part of the language has no free word choice either, so each source has one translation: docs/editor.md
-item 11). A BPE vocabulary of 1500 makes every word one piece. Two roll-in options beyond the paper, measured
+lexicon, in a fixed word order (a free word order is what shuffled soft constraints cannot inform:
+docs/editor.md item 11), where every noun has two equally valid target stems picked at random (kelo or kilu
+for "dog"): a lexical choice the source does not decide and a constraint from the reference settles, as in real
+MT (docs/editor.md item 13). A BPE vocabulary of 1500 makes every word one piece. Two roll-in options beyond the paper, measured
 in docs/editor.md ("Soft constraints"), let the model learn from its own insertions and from globally shuffled
 starts like shuffled soft constraints.
 """
@@ -25,7 +26,7 @@ def get_config():
     # 3 batch shapes (8, 16, 32 tokens): less compiling, which is a good part of a 10-minute budget
     c.data.update(source="synthetic", spm_model_type="bpe", vocab_size=1500, max_len=40, batch_tokens=1024,
                   bucket_growth=2.0, bucket_multiple=8, synthetic_kinds="simple,question", synthetic_lexicon=0.3,
-                  synthetic_multimodal=False)
+                  synthetic_multimodal=False, synthetic_synonyms=1.0)
     # a closed alphabet, every word one piece; text outside it is refused or reported, never silently changed
     c.data.byte_fallback = False
     c.train.update(steps=2000, lr=3e-3, warmup_steps=200, log_every=100, eval_every=2000, checkpoint_every=250,
