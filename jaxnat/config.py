@@ -29,6 +29,11 @@ CHOICES = {
     "data.source": ("synthetic", "text", "tfds"),
     "data.spm_model_type": ("unigram", "bpe"),
     "train.lr_schedule": ("inverse_sqrt", "linear"),
+    "model.length_prediction": ("token", "pooled"),
+    "train.correction_count": ("bernoulli", "fixed"),
+    "train.correction_combine": ("sum", "mean"),
+    "eval.length_beam_mode": ("top", "centred"),
+    "eval.constraint_order": ("any", "given"),
 }
 
 
@@ -41,18 +46,18 @@ RANGES = {
         "data.synthetic_train", "data.synthetic_valid", "data.synthetic_test", "train.steps", "train.lr",
         "train.adam_eps", "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
         "train.max_bad_steps", "eval.beam_size", "eval.batch_size", "eval.throughput_batch",
-        "eval.length_cap_ratio", "eval.valid_beam_size")},
+        "eval.length_cap_ratio", "eval.valid_beam_size", "eval.mask_predict_iter", "eval.length_beam")},
     **{k: ("[0", "1)") for k in (
         "model.dropout", "model.attention_dropout", "model.activation_dropout", "train.label_smoothing",
         "train.adam_b1", "train.adam_b2")},
     **{k: ("[0", "1]") for k in (
         "train.roll_in_alpha", "train.roll_in_beta", "train.placeholder_smoothing", "train.global_shuffle",
-        "train.own_insertion_roll_in")},
+        "train.own_insertion_roll_in", "train.correction_p")},
     **{k: ("[0", None) for k in (
         "train.warmup_steps", "train.warmup_init_lr", "train.weight_decay", "train.clip_norm",
         "train.valid_bleu_sentences", "eval.length_penalty", "eval.max_len_a", "eval.max_len_b",
         "eval.latency_sentences", "eval.max_iter", "eval.placeholder_penalty", "eval.length_cap_min",
-        "eval.trace_sentences")},
+        "eval.trace_sentences", "train.length_loss_weight")},
     "data.bucket_growth": ("[1", None),
     "data.synthetic_lexicon": ("(0", "1]"), "data.synthetic_synonyms": ("[0", "1]"),
 }
@@ -87,6 +92,11 @@ def default_config() -> ml_collections.ConfigDict:
         # EDITOR: the key of the reposition head's delete column (eq. 1): "vector" = a learned vector b (the
         # paper), "bos" = BOS's embedding (the authors' code)
         reposition_deletion="vector",
+        # CMLM / CMLMC (docs/cmlm.md): the target length from a LENGTH token appended to the source ("token",
+        # Mask-Predict and CMLMC) or from the mean-pooled encoder ("pooled", fairseq); optionally as an offset
+        # from the source length. RevealPosition (CMLMC §3.1) = masked_attn (a causal sublayer in every decoder
+        # layer) + concat_pe (token and position embeddings combined by a linear map of their concatenation)
+        length_prediction="token", length_offset=False, masked_attn=False, concat_pe=False,
     )
     c.data = dict(
         source="synthetic",  # synthetic | text | tfds
@@ -139,6 +149,12 @@ def default_config() -> ml_collections.ConfigDict:
         # EDITOR, beyond the paper: the insertion heads' y0 rows see y0 after the ed3 oracle's reposition (the
         # canvas decoding inserts into), not y0 with its misplaced words; measured worse: docs/editor.md item 10
         insert_after_oracle_reposition=False,
+        # CMLM / CMLMC: the length loss's weight; CMLMC's correction loss (§3.2): each observed token replaced
+        # with probability correction_p by the fully masked pass's prediction ("bernoulli", the paper) or exactly
+        # ⌊p · #observed⌋ of them ("fixed", the authors' code); token loss = L_mask + L_corr ("sum", eq. 3) or
+        # their mean ("mean", the authors' code)
+        length_loss_weight=0.1, correction=False, correction_p=0.3, correction_count="bernoulli",
+        correction_combine="sum",
     )
     c.eval = dict(
         beam_size=4, length_penalty=1.0, max_len_a=1.2, max_len_b=10, batch_size=64,
@@ -153,6 +169,10 @@ def default_config() -> ml_collections.ConfigDict:
         # refining models: also decode each test split from other starting sequences (docs/editor.md): the
         # constraints in reference order, every second reference word, the model's own output, the reference
         diagnostic=True,
+        # mask-predict (cmlm): T passes, ℓ candidate lengths ("top": the ℓ most probable, "centred": fairseq's
+        # argmax ± ⌊ℓ/2⌋), constraint phrases placed in any order or the given one. eval.run_all_iterations=false
+        # stops a candidate at a pass that changes nothing
+        mask_predict_iter=10, length_beam=3, length_beam_mode="top", constraint_order="any",
     )
     return c
 
@@ -305,7 +325,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
 MODEL_KEYS = tuple(f"model.{k}" for k in (
     "name", "d_model", "ffn_dim", "num_heads", "enc_layers", "dec_layers", "pre_norm", "positions", "max_len",
     "share_embeddings", "tie_output", "early_exit", "separate_deletion", "separate_placeholder",
-    "separate_reposition", "reposition_deletion")) + ("data.vocab_size", "data.joint_vocab", "data.spm_model_type")
+    "separate_reposition", "reposition_deletion", "length_prediction", "length_offset", "masked_attn",
+    "concat_pe")) + ("data.vocab_size", "data.joint_vocab", "data.spm_model_type")
 
 
 def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str) -> None:

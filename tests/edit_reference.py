@@ -164,9 +164,10 @@ def levt_reference(heads, batch, draws, *, alpha, beta, eps):
     """Algorithm 1 of Gu et al. with the reference code's α = β = 0 case: y⁰ = batch['init'] or [BOS, EOS];
     insertion on y⁰ minus the oracle's deletions if u < β, else on random_delete(y*); deletion on y⁰ if v < α,
     else on the reference with the token head's fills (argmax, or a sample when the draws hold token noise).
-    When the draws' own-insertion coin is on, the insertion heads learn on what the oracle keeps of the model's
-    own insertion of their input, and the deletion head on that insertion itself; with the draws' "shuffle"
-    (global_shuffle), the deletion head of a shuffled row on a random subset of y* in a random order. Returns
+    With the draws' "shuffle" (global_shuffle), a shuffled row's deletion head sees a random subset of y* in a
+    random order. When the draws' own-insertion coin is on, the model's own insertion runs on that subset (other
+    rows: on the insertion input): the insertion heads learn on what the oracle keeps of it, the deletion head
+    on the insertion itself. Returns
     the per-row inputs and the three mean losses (+ the token nll)."""
     tgt = np.asarray(batch["tgt"])
     refs = [unpad(r) for r in tgt]
@@ -185,17 +186,21 @@ def levt_reference(heads, batch, draws, *, alpha, beta, eps):
         else:
             y_ins.append(random_delete(refs[k], v[b], scores[b])[0])
     heads_live = _rows_of(heads, live, len(tgt))
+    shuffled = {}  # global_shuffle: row k's subset of y* in a random order
+    if "shuffle" in draws:
+        sv, sscores, is_shuffled, shift = (np.asarray(a) for a in draws["shuffle"])
+        shuffled = {k: delete_shuffle(refs[k], [True] * len(refs[k]), sv[b], sscores[b], True, shift[b])
+                    for k, b in enumerate(live) if is_shuffled[b]}
     own = draws.get("own_insertion", False)
-    if own:
-        own_filled, y_ins = own_insertion(heads_live, y_ins, refs, tgt.shape[1])
+    if own:  # on the shuffled subset where a row has one
+        own_filled, y_ins_own = own_insertion(heads_live, [shuffled.get(k, y) for k, y in enumerate(y_ins)], refs,
+                                              tgt.shape[1])
+        y_ins = y_ins_own
     labels = [ref.ed2_labels(x, y)[1:3] for x, y in zip(y_ins, refs)]
     plh_loss, tok_loss, tok_nll, tok = insertion_terms(heads_live, y_ins, refs, labels, eps)
 
-    fills = own_filled if own else reference_fills(refs, [m for _, m in labels], tok, noise)
-    if "shuffle" in draws:  # global_shuffle: some rows' deletion input is a subset of y* in a random order
-        sv, sscores, shuffled, shift = (np.asarray(a) for a in draws["shuffle"])
-        fills = [delete_shuffle(refs[k], [True] * len(refs[k]), sv[b], sscores[b], True, shift[b])
-                 if shuffled[b] else fills[k] for k, b in enumerate(live)]
+    fills = own_filled if own else [shuffled.get(k, f) for k, f in enumerate(
+        reference_fills(refs, [m for _, m in labels], tok, noise))]
     y_del = [init[k] if coins[b, 1] < alpha else fills[k] for k, b in enumerate(live)]
     dels = heads_live("deletion_logits", y_del)
     del_terms = [smoothed_nll(dels[k, i], d, 0.0)[0]

@@ -66,7 +66,8 @@ def _rows(tokens):
     (0.3, 0.7, True, False, 0.0, 0.0),    # per-sentence mixtures (α ≠ β, so a swap shows), sampled fills
     (1.0, 0.0, False, True, 0.0, 0.0),    # y⁰ from the data, the deletion head always on it
     (0.0, 1.0, False, True, 0.0, 0.0),    # the insertion heads always on what the oracle keeps of y⁰
-    (0.0, 0.0, False, False, 1.0, 0.5),   # own insertion; half the deletion inputs shuffled subsets of y*
+    (0.0, 0.0, False, False, 0.0, 0.5),   # half the deletion inputs shuffled subsets of y*
+    (0.0, 0.0, False, False, 1.0, 0.5),   # own insertion, on the shuffled subsets where a row has one
 ])
 def test_loss_terms_match_plain_reference(spec, alpha, beta, sampling, with_init, own, spread):
     batch = er.hand_batch() if with_init else er.with_filler_row(_batch(7))

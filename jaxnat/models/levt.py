@@ -106,7 +106,20 @@ def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_
     if beta > 0:  # static: without it no sentence takes this branch, and the oracle scan is skipped
         kept = edit_ops.delete_tokens(y0, ed2_labels(y0, tgt).deletion, PAD_ID).tokens
         y_ins = jnp.where(ins_on_y0[:, None], kept, y_ins)
-    y_ins, own = roll_in_own_insertion(apply, y_ins, tgt, memory, src_mask, k_own, own_insertion_roll_in, draws)
+    # Shuffled subsets (one coin per row; none without global_shuffle, and then nothing is drawn)
+    is_shuffled, shuffled = jnp.zeros(tgt.shape[:1], bool), y_ins
+    if global_shuffle > 0:  # static
+        draws["shuffle"] = draw_delete_shuffle(k_shuffle, tgt.shape, p_shuffle=0.0, p_global=global_shuffle)
+        starts = jnp.ones(tgt.shape, bool) if word_start is None else word_start[tgt]
+        is_shuffled, shuffled = draws["shuffle"][2], apply_delete_shuffle(tgt, starts, *draws["shuffle"])
+    # The model's own insertion runs on what the row's deletion head would otherwise see first: the shuffled
+    # subset where there is one (a misordered start with the model's insertions around it: what the second
+    # iteration of constrained decoding deletes from), else y_ins.
+    own_from = jnp.where(is_shuffled[:, None], shuffled, y_ins)
+    kept, own = roll_in_own_insertion(apply, own_from, tgt, memory, src_mask, k_own, own_insertion_roll_in,
+                                      draws)
+    if own is not None:
+        y_ins = jnp.where(draws["own_insertion"], kept, y_ins)
     ins = ed2_labels(y_ins, tgt)
     plh_loss, tok_loss, tok_nll, tok_logits = insertion_losses(
         apply, y_ins, tgt, ins, memory, src_mask, (k_plh, k_tok), label_smoothing=label_smoothing,
@@ -116,13 +129,9 @@ def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_
     if sampling_for_deletion:
         draws["token_noise"] = jax.random.gumbel(k_pick, tok_logits.shape)
     fills = model_fills(tok_logits, tgt, ins.insert_mask, draws.get("token_noise"))
-    if own is not None:  # the model's own insertion of y_ins, surplus and repeated words included
+    fills = jnp.where(is_shuffled[:, None], shuffled, fills)  # a filler row stays all PAD
+    if own is not None:  # the model's own insertion, surplus, repeated and misplaced words included
         fills = jnp.where(draws["own_insertion"], own, fills)
-    if global_shuffle > 0:  # static: without it nothing is drawn
-        draws["shuffle"] = draw_delete_shuffle(k_shuffle, tgt.shape, p_shuffle=0.0, p_global=global_shuffle)
-        starts = jnp.ones(tgt.shape, bool) if word_start is None else word_start[tgt]
-        shuffled = apply_delete_shuffle(tgt, starts, *draws["shuffle"])
-        fills = jnp.where(draws["shuffle"][2][:, None], shuffled, fills)  # a filler row stays all PAD
     y_del = jnp.where(del_on_y0[:, None], y0, fills)
     dels = ed2_labels(y_del, tgt)
     del_logits = apply("deletion_logits", y_del, memory, src_mask, key=k_del)

@@ -161,18 +161,28 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    """Self-attention (causal or bidirectional) -> cross-attention -> feed-forward."""
+    """Self-attention (causal or bidirectional) -> cross-attention -> feed-forward.
+
+    ``masked_attn`` (CMLMC's RevealPosition, Huang et al. 2022 §3.1) adds a causal self-attention sublayer
+    between the self-attention and the cross-attention: FULL-ATT → MASKED-ATT → ENCODER-ATT → FFN.
+    """
 
     cfg: TransformerConfig
+    masked_attn: bool = False
 
     def setup(self):
         self.self_attn = MultiHeadAttention(self.cfg)
         self.cross_attn = MultiHeadAttention(self.cfg)
         self.ffn = FeedForward(self.cfg)
         self.res_self, self.res_cross, self.res_ffn = Residual(self.cfg), Residual(self.cfg), Residual(self.cfg)
+        if self.masked_attn:
+            self.causal_attn, self.res_causal = MultiHeadAttention(self.cfg), Residual(self.cfg)
 
-    def __call__(self, x, self_bias, memory_kv, cross_bias, train: bool):
+    def __call__(self, x, self_bias, memory_kv, cross_bias, train: bool, causal_bias=None):
+        """causal_bias: float32[B, 1, T, T], the causal sublayer's bias (with ``masked_attn``)."""
         x = self.res_self(x, lambda h: self.self_attn(h, h, self_bias, train), train)
+        if self.masked_attn:
+            x = self.res_causal(x, lambda h: self.causal_attn(h, h, causal_bias, train), train)
         x = self.res_cross(x, lambda h: self.cross_attn.attend(h, *memory_kv, cross_bias, train), train)
         return self.res_ffn(x, lambda h: self.ffn(h, train), train)
 
@@ -256,9 +266,10 @@ class Decoder(nn.Module):
     cfg: TransformerConfig
     num_layers: int
     causal: bool
+    masked_attn: bool = False  # a bidirectional decoder with CMLMC's causal sublayer in every layer
 
     def setup(self):
-        self.layers = [DecoderLayer(self.cfg, name=f"layer_{i}") for i in range(self.num_layers)]
+        self.layers = [DecoderLayer(self.cfg, self.masked_attn, name=f"layer_{i}") for i in range(self.num_layers)]
         if self.cfg.pre_norm:
             self.final_norm = nn.LayerNorm(dtype=self.cfg.compute_dtype)
 
@@ -272,9 +283,10 @@ class Decoder(nn.Module):
         not computed), then the final norm.
         """
         self_bias = attention_bias(mask, causal=self.causal)
+        causal_bias = attention_bias(mask, causal=True) if self.masked_attn else None
         cross_bias = attention_bias(memory_mask)
         for layer in self.layers[:num_layers]:
-            x = layer(x, self_bias, layer.cross_kv(memory), cross_bias, train)
+            x = layer(x, self_bias, layer.cross_kv(memory), cross_bias, train, causal_bias)
         return self._finish(x)
 
     def init_cache(self, memory: jnp.ndarray, max_len: int) -> list[dict[str, jnp.ndarray]]:

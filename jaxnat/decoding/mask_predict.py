@@ -1,0 +1,248 @@
+"""Mask-predict decoding (Ghazvininejad et al. 2019) with a length beam, as one jit'd program.
+
+For each sentence, ℓ candidate lengths n are read off the length classifier (``Options.length_beam``): the
+ℓ most probable (Mask-Predict), or the argmax and its neighbours ``n* + k − ⌊ℓ/2⌋`` (fairseq's centred beam).
+Each candidate is a canvas ``[BOS, MASK × n, EOS, PAD …]`` of fixed width L; the B·ℓ canvases decode together:
+
+* pass 0 predicts every position (argmax token, its log-probability as the token's score);
+* pass t = 1 … T−1 re-masks the ``⌊n · (T − t) / T⌋`` (at least one) lowest-scoring tokens — integer
+  arithmetic, so 10 · 0.7 is 7, not 6 — and predicts them again; the other tokens keep their tokens and scores.
+  With ``stop_early`` a candidate stops at the first pass that changes none of its tokens (fairseq's adaptive
+  decoding); otherwise all T passes run, as in the papers.
+
+The candidate with the highest mean token log-probability (BOS/EOS excluded) is the translation. Passes 1 …
+T−1 run in one ``lax.while_loop``; nothing returns to the host until the end.
+
+**Lexical constraints** (no published mask-predict system has them; docs/cmlm.md): after pass 0, the phrases
+are placed where pass 0's distributions score them best — the placement of non-overlapping phrases with the
+highest summed log-probability, in any order (``any_order``) or in the given one, found exactly by a dynamic
+program over (position, set of phrases placed) (`place_phrases`). Hard constraints are then never re-masked:
+every phrase appears whole in every output, whatever the model predicts. Soft ones are placed with their
+log-probability as score and may be re-masked like any token. Candidate lengths are raised to the constraints'
+total length, so there is always room.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID
+
+LENGTH_CLASSES = 256
+LENGTH_OFFSET = 128  # with model.length_offset, class = n_tgt − n_src + 128
+NEG = -1e9           # a log-probability no placement reaches (finite, so that sums stay ordered)
+
+
+class Options(NamedTuple):
+    iterations: int = 10        # T, decoder passes per candidate
+    length_beam: int = 3        # ℓ candidate lengths per sentence
+    centred: bool = False       # fairseq's n* + k − ⌊ℓ/2⌋ instead of the ℓ most probable lengths
+    length_offset: bool = False  # length classes are n_tgt − n_src + 128
+    any_order: bool = True      # constraint phrases may be placed in any order
+    stop_early: bool = False    # a candidate stops at a pass that changes nothing
+    cap_min: int = 10           # n ≤ max(cap_min, cap_ratio · source length incl. BOS/EOS) − 2
+    cap_ratio: float = 2.0
+
+
+def length_classes(n_tgt: jax.Array, n_src: jax.Array, offset: bool) -> jax.Array:
+    """int32[B]: the length class of n_tgt real target tokens (n_src real source tokens), clipped to 0 … 255."""
+    cls = n_tgt - n_src + LENGTH_OFFSET if offset else n_tgt
+    return jnp.clip(cls, 0, LENGTH_CLASSES - 1).astype(jnp.int32)
+
+
+def candidate_lengths(length_logits: jax.Array, n_src: jax.Array, low: jax.Array, high: jax.Array,
+                      options: Options) -> jax.Array:
+    """int32[B, ℓ] candidate target lengths (real tokens), each clipped to [low, high] (int32[B]; low wins).
+
+    length_logits: float32[B, 256]; n_src: int32[B] real source tokens. Ties between classes: lower class first.
+    """
+    beam = options.length_beam
+    if options.centred:
+        classes = jnp.argmax(length_logits, axis=-1)[:, None] + jnp.arange(beam)[None, :] - beam // 2
+    else:
+        classes = lax.top_k(length_logits, beam)[1]
+    n = classes + n_src[:, None] - LENGTH_OFFSET if options.length_offset else classes
+    return jnp.maximum(jnp.minimum(n, high[:, None]), low[:, None]).astype(jnp.int32)
+
+
+def remask_count(n: jax.Array, t, iterations: int) -> jax.Array:
+    """int32[R]: tokens re-masked before pass t (1 ≤ t < T) of a candidate with n real tokens: ⌊n(T−t)/T⌋, ≥ 1."""
+    return jnp.maximum((n * (iterations - t)) // iterations, 1)
+
+
+def lowest(scores: jax.Array, free: jax.Array, count: jax.Array) -> jax.Array:
+    """bool[R, L]: the ``count`` (int32[R]) free positions of lowest score (ties: leftmost first); all free ones
+    when there are fewer. scores: float32[R, L]; free: bool[R, L]."""
+    order = jnp.argsort(jnp.where(free, scores, jnp.inf), axis=1, stable=True)
+    rank = jnp.argsort(order, axis=1)
+    return free & (rank < count[:, None])
+
+
+# ---------------------------------------------------------------------------------------- constraints
+
+def phrase_scores(logp: jax.Array, phrases: jax.Array, n: jax.Array) -> jax.Array:
+    """float32[R, C, L]: the summed log-probability of phrase c with its first piece at position i, NEG where
+    it does not fit in positions 1 … n. logp: float32[R, L, V]; phrases: int32[R, C, P] PAD-padded; n: int32[R]."""
+    r, length, _ = logp.shape
+    _, c, p = phrases.shape
+    lp = jnp.maximum(logp, -1e4)  # a reserved id at -inf must not turn a sum into nan
+    picked = jnp.take_along_axis(lp, jnp.broadcast_to(phrases.reshape(r, 1, c * p), (r, length, c * p)), axis=2)
+    picked = jnp.pad(picked.reshape(r, length, c, p), ((0, 0), (0, p), (0, 0), (0, 0)))
+    real = phrases != PAD_ID
+    total = sum(jnp.where(real[:, None, :, j], picked[:, j:j + length, :, j], 0.0) for j in range(p))  # [R, L, C]
+    size = jnp.sum(real, axis=2)                                                                      # [R, C]
+    pos = jnp.arange(length)[None, None, :]
+    fits = (pos >= 1) & (pos + size[:, :, None] - 1 <= n[:, None, None])
+    return jnp.where(fits, jnp.moveaxis(total, 1, 2), NEG)
+
+
+def place_phrases(logp: jax.Array, phrases: jax.Array, n: jax.Array, any_order: bool) -> jax.Array:
+    """int32[R, C]: the first position of each phrase in the best placement (−1 for an empty phrase).
+
+    The placement maximises the summed log-probability of non-overlapping phrases inside positions 1 … n
+    (in the given order unless ``any_order``). Exact: f[i, S] = best score with the phrases of the set S placed
+    inside positions 1 … i, f[i, S] = max(f[i−1, S], max_{c ∈ S} f[i − |c|, S∖c] + score(c, i − |c| + 1)), a
+    ``lax.scan`` over positions with a [R, 2^C] state, then a backtrace. Needs C ≤ 8 phrases. When the phrases
+    do not fit (their total length exceeds n), every start is −1.
+    """
+    r, length, _ = logp.shape
+    _, c, p = phrases.shape
+    if c > 8:
+        raise ValueError(f"mask-predict places at most 8 constraint phrases per sentence, got {c}")
+    k = 1 << c
+    scores = phrase_scores(logp, phrases, n)                             # [R, C, L]
+    size = jnp.sum(phrases != PAD_ID, axis=2).astype(jnp.int32)          # [R, C]
+    bit = 1 << jnp.arange(c)
+    empty_set = jnp.sum(jnp.where(size == 0, bit, 0), axis=1)           # [R] empty phrases count as placed
+    sets = jnp.arange(k)
+    has = (sets[None, :, None] & bit[None, None, :]) > 0                 # [1, K, C]: c ∈ S
+    allowed = has & (size[:, None, :] > 0)                               # [R, K, C]
+    if not any_order:  # c may join S only after every non-empty phrase before it
+        before = jnp.sum(jnp.where((size > 0)[:, None, :] & (jnp.arange(c)[None, None, :] < jnp.arange(c)[None, :, None]),
+                                   bit[None, None, :], 0), axis=2)       # [R, C]
+        allowed = allowed & ((sets[None, :, None] & before[:, None, :]) == before[:, None, :])
+    without = sets[:, None] ^ bit[None, :]                               # [K, C]: S ∖ c
+
+    f0 = jnp.where(sets[None, :] == empty_set[:, None], 0.0, NEG)        # [R, K]
+    history = jnp.broadcast_to(f0[:, None, :], (r, p + 1, k))            # history[:, j] = f[i − 1 − j]
+
+    def step(history, i):
+        back = jnp.take_along_axis(history, jnp.clip(size - 1, 0, p)[:, :, None], axis=1)      # [R, C, K]
+        start = i - size + 1                                                                      # [R, C]
+        gain = jnp.take_along_axis(scores, jnp.clip(start, 0, length - 1)[:, :, None], axis=2)[..., 0]
+        gain = jnp.where(start >= 1, gain, NEG)
+        prev = jnp.take_along_axis(back, jnp.broadcast_to(without.T[None], (r, c, k)), axis=2)   # [R, C, K]
+        cand = jnp.where(jnp.moveaxis(allowed, 1, 2), prev + gain[:, :, None], 2 * NEG)          # [R, C, K]
+        best_c = jnp.argmax(cand, axis=1)
+        best = jnp.max(cand, axis=1)
+        stay = history[:, 0]
+        take = best > stay
+        f = jnp.where(take, best, stay)
+        history = jnp.concatenate([f[:, None], history[:, :-1]], axis=1)
+        return history, jnp.where(take, best_c, -1).astype(jnp.int8)
+
+    history, choice = lax.scan(step, history, jnp.arange(1, length))     # choice: [L−1, R, K] for i = 1 … L−1
+    feasible = history[:, 0, k - 1] > NEG / 2
+
+    def back_step(_, state):
+        i, s, starts = state
+        live = (i >= 1) & (s != empty_set)
+        pick = choice[jnp.clip(i - 1, 0, length - 2), jnp.arange(r), s].astype(jnp.int32)
+        placed = live & (pick >= 0)
+        cc = jnp.maximum(pick, 0)
+        sz = jnp.take_along_axis(size, cc[:, None], axis=1)[:, 0]
+        starts = jnp.where(placed[:, None] & (jnp.arange(c)[None, :] == cc[:, None]), (i - sz + 1)[:, None], starts)
+        s = jnp.where(placed, s ^ (1 << cc), s)
+        i = jnp.where(placed, i - sz, jnp.where(live, i - 1, i))
+        return i, s, starts
+
+    init = (jnp.full((r,), length - 1), jnp.full((r,), k - 1), jnp.full((r, c), -1))
+    _, _, starts = lax.fori_loop(0, length - 1, back_step, init)
+    return jnp.where(feasible[:, None] & (size > 0), starts, -1).astype(jnp.int32)
+
+
+def write_phrases(tokens: jax.Array, phrases: jax.Array, starts: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """tokens: int32[R, L] with each phrase (int32[R, C, P]) written from its start (int32[R, C], −1 = not
+    placed) → (tokens, placed bool[R, L])."""
+    r, length = tokens.shape
+    _, c, p = phrases.shape
+    pos = starts[:, :, None] + jnp.arange(p)[None, None, :]
+    ok = (starts[:, :, None] >= 0) & (phrases != PAD_ID)
+    pos = jnp.where(ok, pos, length).reshape(r, c * p)  # out of range: dropped
+    rows = jnp.broadcast_to(jnp.arange(r)[:, None], pos.shape)
+    tokens = tokens.at[rows, pos].set(phrases.reshape(r, c * p), mode="drop")
+    placed = jnp.zeros((r, length), bool).at[rows, pos].set(True, mode="drop")
+    return tokens, placed
+
+
+# ---------------------------------------------------------------------------------------- the loop
+
+def canvases(n: jax.Array, width: int) -> jax.Array:
+    """int32[R, width] rows [BOS, MASK × n, EOS, PAD …] for n: int32[R]."""
+    pos = jnp.arange(width)[None, :]
+    n = n[:, None]
+    return jnp.where(pos == 0, BOS_ID, jnp.where(pos <= n, MASK_ID, jnp.where(pos == n + 1, EOS_ID, PAD_ID)))
+
+
+def predict(token_logprobs: Callable, tokens, scores, masked, rows_of):
+    """One decoder pass: the masked positions take the argmax token and its log-probability."""
+    logp = token_logprobs(jnp.where(masked, MASK_ID, tokens), rows_of)
+    best = jnp.argmax(logp, axis=-1).astype(tokens.dtype)
+    return jnp.where(masked, best, tokens), jnp.where(masked, jnp.max(logp, axis=-1), scores), logp
+
+
+def decode(token_logprobs: Callable, length_logits: jax.Array, src: jax.Array, constraints: jax.Array | None,
+           hard: jax.Array | None, capacity: int, options: Options) -> dict:
+    """Mask-predict over a batch. token_logprobs(tokens int32[R, L], rows_of int32[R]) → float32[R, L, V]
+    log-probabilities with the reserved ids at -inf (rows_of: each canvas's sentence). length_logits:
+    float32[B, 256]; src: int32[B, S]; constraints: int32[B, C, P] or None; hard: bool[B] or None.
+
+    Returns per sentence ``tokens`` int32[B, capacity], ``score`` float32[B] (mean token log-probability),
+    ``length`` int32[B] (real tokens) and ``iterations`` int32[B] (passes run), of the best candidate.
+    """
+    b, beam, steps = src.shape[0], options.length_beam, options.iterations
+    n_src = jnp.sum(src != PAD_ID, axis=1) - 2
+    cap = jnp.minimum(jnp.maximum(options.cap_min, jnp.floor(options.cap_ratio * (n_src + 2)).astype(jnp.int32)),
+                      capacity) - 2
+    need = jnp.zeros((b,), jnp.int32) if constraints is None else jnp.sum(constraints != PAD_ID, axis=(1, 2))
+    n = candidate_lengths(length_logits, n_src, jnp.maximum(need, 1), cap, options).reshape(b * beam)
+    rows_of = jnp.repeat(jnp.arange(b), beam)
+    tokens = canvases(n, capacity)
+    real = (tokens != BOS_ID) & (tokens != EOS_ID) & (tokens != PAD_ID)
+    tokens, scores, logp = predict(token_logprobs, tokens, jnp.zeros(tokens.shape, jnp.float32), real, rows_of)
+
+    fixed = jnp.zeros(tokens.shape, bool)
+    if constraints is not None:
+        phrases = constraints[rows_of]
+        starts = place_phrases(logp, phrases, n, options.any_order)
+        tokens, placed = write_phrases(tokens, phrases, starts)
+        scores = jnp.where(placed, jnp.take_along_axis(logp, tokens[..., None], axis=2)[..., 0], scores)
+        if hard is not None:
+            fixed = placed & hard[rows_of][:, None]
+
+    state = {"tokens": tokens, "scores": scores, "t": jnp.ones((), jnp.int32),
+             "done": jnp.zeros((b * beam,), bool), "iterations": jnp.ones((b * beam,), jnp.int32)}
+
+    def cond(s):
+        return (s["t"] < steps) & ~jnp.all(s["done"])
+
+    def body(s):
+        active = ~s["done"]
+        masked = lowest(s["scores"], real & ~fixed & active[:, None], remask_count(n, s["t"], steps))
+        tokens, scores, _ = predict(token_logprobs, s["tokens"], s["scores"], masked, rows_of)
+        changed = jnp.any(tokens != s["tokens"], axis=1)
+        done = s["done"] | (active & ~changed) if options.stop_early else s["done"]
+        return {"tokens": tokens, "scores": scores, "t": s["t"] + 1, "done": done,
+                "iterations": s["iterations"] + active}
+
+    final = lax.while_loop(cond, body, state)
+    mean = jnp.sum(jnp.where(real, final["scores"], 0.0), axis=1) / jnp.maximum(n, 1)
+    best = jnp.argmax(mean.reshape(b, beam), axis=1)
+    pick = jnp.arange(b) * beam + best
+    return {"tokens": final["tokens"][pick], "score": mean[pick], "length": n[pick],
+            "iterations": final["iterations"][pick]}
+

@@ -1,0 +1,233 @@
+"""CMLM (Ghazvininejad et al. 2019, Mask-Predict) and CMLMC (Huang, Pérez and Volkovs 2022).
+
+A conditional masked language model: an encoder, a bidirectional decoder over a target canvas in which some
+tokens are MASK, and a tied token head that predicts every masked token at once. The target length is
+predicted from the source, in one of two published forms (``model.length_prediction``):
+
+* ``token`` — a LENGTH vector appended to the embedded source runs through the encoder with it; its output
+  feeds a 256-way classifier (Mask-Predict; CMLMC §3.3). It has no position, so it reads the same whatever
+  the padding, and the decoder does not attend to it;
+* ``pooled`` — the mean of the encoder's outputs over the source feeds the classifier (fairseq's CMLM).
+
+With ``model.length_offset`` the classes are ``n_tgt − n_src + 128`` instead of ``n_tgt`` (n: real tokens,
+BOS/EOS excluded), clipped to 0 … 255.
+
+CMLMC adds, each part its own switch (the ablation rows of the paper's Tables 1 and A.1):
+
+* **RevealPosition** (§3.1) = ``model.masked_attn`` — a causal self-attention sublayer in every decoder layer
+  between the full self-attention and the cross-attention — and ``model.concat_pe`` — the decoder input is
+  ``Linear(2d → d)([token embedding, position embedding])`` instead of their sum;
+* **the correction loss** (§3.2) = ``train.correction``: decode the fully masked target, replace each
+  observed (unmasked) reference token with probability p = 0.3 by that first pass's prediction, and learn to
+  restore them (eq. 1); the mask loss (eq. 2) still conditions on gold tokens only; the token loss is their
+  sum (eq. 3). `cmlm_loss` has the whole objective; docs/cmlm.md the choices.
+
+Decoding is mask-predict with a length beam (`jaxnat.decoding.mask_predict`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxnat.decoding import mask_predict
+from jaxnat.decoding.request import DecodeRequest, Supports
+from jaxnat.models.insertion import forbid_reserved, head_runner, mean_loss, model_choice
+from jaxnat.models.losses import smoothed_cross_entropy
+from jaxnat.models.spec import ModelSpec
+from jaxnat.models.transformer import Decoder, Embedder, Encoder, TransformerConfig, token_mask
+from jaxnat.oracle import apply_random_mask, draw_subset, full_mask, real_mask
+
+
+class CMLM(nn.Module):
+    """Encoder (+ length classifier) and a bidirectional decoder with the tied token head.
+
+    length_prediction: "token" | "pooled"; masked_attn, concat_pe: the two halves of RevealPosition.
+    """
+
+    cfg: TransformerConfig
+    length_prediction: str = "token"
+    masked_attn: bool = False
+    concat_pe: bool = False
+
+    def setup(self):
+        c = self.cfg
+        self.src_embed = Embedder(c, c.src_vocab_size, name="src_embed")
+        self.tgt_embed = self.src_embed if c.share_embeddings else Embedder(c, c.tgt_vocab_size, name="tgt_embed")
+        self.encoder = Encoder(c, name="encoder")
+        self.decoder = Decoder(c, c.dec_layers, causal=False, masked_attn=self.masked_attn, name="decoder")
+        self.length_head = nn.Dense(mask_predict.LENGTH_CLASSES, kernel_init=c.kernel_init(), name="length_head")
+        if self.length_prediction == "token":
+            self.length_token = self.param("length_token", c.embed_init(), (c.d_model,))
+        if self.concat_pe:
+            self.combine = nn.Dense(c.d_model, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="combine")
+            self.combine_drop = nn.Dropout(c.dropout if c.embed_dropout < 0 else c.embed_dropout)
+        if not c.tie_output:
+            self.output = nn.Dense(c.tgt_vocab_size, use_bias=False, kernel_init=c.kernel_init(), name="output")
+
+    def encode(self, src: jax.Array, train: bool = False) -> tuple[jax.Array, jax.Array]:
+        """src: int32[B, S] → (memory float[B, S, D], length logits float32[B, 256])."""
+        x, mask = self.src_embed(src, train), token_mask(src)
+        if self.length_prediction == "token":
+            length = jnp.broadcast_to(self.length_token * math.sqrt(self.cfg.d_model), (x.shape[0], 1, x.shape[2]))
+            out = self.encoder(jnp.concatenate([x, length.astype(x.dtype)], axis=1),
+                               jnp.pad(mask, ((0, 0), (0, 1)), constant_values=True), train)
+            memory, feature = out[:, :-1], out[:, -1]
+        else:
+            memory = self.encoder(x, mask, train)
+            weights = mask[..., None].astype(memory.dtype)
+            feature = jnp.sum(memory * weights, axis=1) / jnp.maximum(jnp.sum(weights, axis=1), 1.0)
+        return memory, self.length_head(feature).astype(jnp.float32)
+
+    def embed_target(self, tokens: jax.Array, train: bool) -> jax.Array:
+        """tokens: int32[B, T] → float[B, T, D]: token + position embeddings, summed or (concat_pe) combined
+        by a linear map of their concatenation (CMLMC §3.1, y'_i = FFN([y_i, pe_i]))."""
+        if not self.concat_pe:
+            return self.tgt_embed(tokens, train)
+        tok = self.tgt_embed.lookup(tokens) * math.sqrt(self.cfg.d_model)
+        pos = jnp.broadcast_to(self.tgt_embed.positions(tokens.shape[1])[None], tok.shape)
+        x = self.combine(jnp.concatenate([tok, pos], axis=-1).astype(self.cfg.compute_dtype))
+        return self.combine_drop(x, deterministic=not train)
+
+    def token_logits(self, tokens: jax.Array, memory: jax.Array, src_mask: jax.Array,
+                     train: bool = False) -> jax.Array:
+        """tokens: int32[B, T] (MASK where to predict) → float32[B, T, V]."""
+        h = self.decoder(self.embed_target(tokens, train), token_mask(tokens), memory, src_mask, train)
+        return self.tgt_embed.attend(h) if self.cfg.tie_output else self.output(h).astype(jnp.float32)
+
+    def __call__(self, src, tokens, train: bool = False):
+        memory, length_logits = self.encode(src, train)
+        return length_logits, self.token_logits(tokens, memory, token_mask(src), train)
+
+
+# ----------------------------------------------------------------------------------------------- training
+
+def draw_substitution(key: jax.Array, shape: tuple[int, int]) -> jax.Array:
+    """The correction loss's random numbers: f32[B, T] ~ U[0, 1), one per target position."""
+    return jax.random.uniform(key, shape)
+
+
+def substitution_mask(observed: jax.Array, u: jax.Array, p: float, fixed_count: bool) -> jax.Array:
+    """bool[B, T]: which observed reference tokens the correction loss replaces by the first pass's prediction.
+
+    observed: bool[B, T]; u: f32[B, T] ~ U[0, 1). Each observed token independently with probability p when not
+    ``fixed_count`` (CMLMC §3.2, "with probability p we replace each token"); else exactly ⌊p · #observed⌋ per
+    row, the observed tokens of lowest u (a uniformly random subset: the count the authors' code takes).
+    """
+    if not fixed_count:
+        return observed & (u < p)
+    count = jnp.floor(p * jnp.sum(observed, axis=1).astype(jnp.float32)).astype(jnp.int32)
+    rank = jnp.argsort(jnp.argsort(jnp.where(observed, u, 2.0), axis=1, stable=True), axis=1)
+    return observed & (rank < count[:, None])
+
+
+def cmlm_loss(model: CMLM, params, batch: dict, rng, *, label_smoothing: float, length_loss_weight: float = 0.1,
+              length_offset: bool = False, correction: bool = False, correction_p: float = 0.3,
+              correction_fixed_count: bool = False, correction_mean: bool = False, train: bool = True,
+              keep_inputs: bool = False):
+    """The CMLM objective, with CMLMC's correction loss when ``correction``.
+
+    batch['src']: int32[B, S], batch['tgt']: int32[B, T] ([BOS … EOS] rows, PAD after). Per sentence, m ~ U{1 … n}
+    real target tokens are masked (`random_mask`); the rest are observed.
+
+    * L_mask (eq. 2): label-smoothed CE of the masked tokens given the observed gold ones, mean over masked
+      tokens;
+    * L_corr (eq. 1, with ``correction``): the decoder's argmax on the fully masked target (no gradient)
+      replaces each observed token with probability ``correction_p`` (or exactly ⌊p · #observed⌋ of them with
+      ``correction_fixed_count``); label-smoothed CE of the reference at the replaced positions, the masked ones
+      still MASK, mean over replaced tokens;
+    * token loss = L_mask + L_corr (eq. 3), or their mean with ``correction_mean`` (the authors' code);
+    * length loss: CE of the length class (`mask_predict.length_classes`), mean over sentences, times
+      ``length_loss_weight``.
+
+    Returns ``(loss · n, aux)`` with n the target's real tokens (BOS/EOS included, as the other models), so the
+    trainer's ``loss_sum / count`` is the loss; aux has 'nll' (L_mask's nll · n), 'count' and each term. With
+    ``keep_inputs``, aux['inputs'] holds the decoder inputs and the draws (for tests).
+    """
+    src, tgt = batch["src"], batch["tgt"]
+    k_mask, k_enc, k_dec, k_full, k_sub, k_corr = jax.random.split(rng, 6)
+    apply = head_runner(model, params, train)
+    memory, length_logits = apply("encode", src, key=k_enc)
+    src_mask = token_mask(src)
+
+    real = real_mask(tgt)
+    live = jnp.any(real, axis=1)  # rows with a target to learn (not a batch's filler rows)
+    n_tgt, n_src = jnp.sum(real, axis=1), jnp.sum(real_mask(src), axis=1)
+    length_target = mask_predict.length_classes(n_tgt, n_src, length_offset)
+    onehot = jax.nn.one_hot(length_target, mask_predict.LENGTH_CLASSES)
+    length_nll = -jnp.sum(jax.nn.log_softmax(length_logits) * onehot, axis=-1)
+    length_loss = mean_loss(jnp.sum(jnp.where(live, length_nll, 0.0)), jnp.sum(live, dtype=jnp.float32))
+
+    draws = {"mask": draw_subset(k_mask, tgt.shape)}
+    masked_in, masked = apply_random_mask(tgt, *draws["mask"])
+    logits = apply("token_logits", masked_in, memory, src_mask, key=k_dec)
+    mask_sum, mask_nll, mask_count = smoothed_cross_entropy(logits, tgt, masked, label_smoothing)
+    mask_loss = mean_loss(mask_sum, mask_count)
+    token_loss, aux = mask_loss, {"mask_loss": mask_loss}
+
+    if correction:  # static
+        first_pass = apply("token_logits", full_mask(tgt)[0], memory, src_mask, key=k_full)
+        predicted = model_choice(forbid_reserved(first_pass)).astype(tgt.dtype)
+        draws["substitution"] = draw_substitution(k_sub, tgt.shape)
+        replaced = substitution_mask(real & ~masked, draws["substitution"], correction_p, correction_fixed_count)
+        corr_in = jnp.where(replaced, predicted, masked_in)
+        corr_logits = apply("token_logits", corr_in, memory, src_mask, key=k_corr)
+        corr_sum, _, corr_count = smoothed_cross_entropy(corr_logits, tgt, replaced, label_smoothing)
+        corr_loss = mean_loss(corr_sum, corr_count)
+        token_loss = (mask_loss + corr_loss) / 2 if correction_mean else mask_loss + corr_loss
+        aux.update(correction_loss=corr_loss, replaced=jnp.sum(replaced, dtype=jnp.float32))
+        if keep_inputs:
+            aux["corr_in"], aux["predicted"] = corr_in, predicted
+
+    n = jnp.sum(token_mask(tgt), dtype=jnp.float32)
+    aux.update(nll=mean_loss(mask_nll, mask_count) * n, count=n, length_loss=length_loss)
+    if keep_inputs:
+        aux.update(masked_in=masked_in, draws=draws)
+    return (token_loss + length_loss_weight * length_loss) * n, aux
+
+
+# ----------------------------------------------------------------------------------------------- decoding
+
+SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, counts=("iterations", "length"))
+
+
+def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
+    del pieces  # constraint pieces are placed whole; no word-level rules
+    m, t, e = config.model, config.train, config.eval
+    module = CMLM(cfg, m.length_prediction, m.masked_attn, m.concat_pe)
+    options = mask_predict.Options(
+        iterations=e.mask_predict_iter, length_beam=e.length_beam, centred=e.length_beam_mode == "centred",
+        length_offset=m.length_offset, any_order=e.constraint_order == "any",
+        stop_early=not e.run_all_iterations, cap_min=e.length_cap_min, cap_ratio=e.length_cap_ratio)
+
+    def init(rng, batch):
+        return module.init(rng, batch["src"][:1], batch["tgt"][:1])
+
+    def loss(params, batch, rng, train=True):
+        return cmlm_loss(module, params, batch, rng, label_smoothing=t.label_smoothing,
+                         length_loss_weight=t.length_loss_weight, length_offset=m.length_offset,
+                         correction=t.correction, correction_p=t.correction_p,
+                         correction_fixed_count=t.correction_count == "fixed",
+                         correction_mean=t.correction_combine == "mean", train=train)
+
+    def capacity(src_len: int) -> int:
+        return int(min(cfg.max_len, max(e.length_cap_min, int(e.length_cap_ratio * src_len))))
+
+    def generate(params, request: DecodeRequest) -> dict:
+        src = request.src
+        memory, length_logits = module.apply(params, src, method="encode")
+        src_mask = token_mask(src)
+
+        def token_logprobs(tokens, rows_of):
+            """tokens: int32[R, L] canvases of the sentences ``rows_of`` (int32[R]) → float32[R, L, V]."""
+            logits = module.apply(params, tokens, memory[rows_of], src_mask[rows_of], method="token_logits")
+            return jax.nn.log_softmax(forbid_reserved(logits))
+
+        return mask_predict.decode(token_logprobs, length_logits, src, request.constraints, request.hard,
+                                   request.max_out or capacity(src.shape[1]), options)
+
+    return ModelSpec("cmlm", cfg, module, init, loss, generate, capacity, SUPPORTS)
+

@@ -1,0 +1,129 @@
+"""Mask-predict and its parts in plain Python, one sentence at a time, for checking
+`jaxnat.decoding.mask_predict` against; plus a stub model whose log-probabilities change with the canvas."""
+
+import itertools
+
+import numpy as np
+
+from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, NUM_RESERVED, PAD_ID
+
+LENGTH_OFFSET = 128
+
+
+def candidate_lengths(length_logits, n_src, low, high, beam, centred, offset):
+    """The ℓ candidate lengths of one sentence: the most probable classes (ties: lower class first) or the
+    argmax ± ⌊ℓ/2⌋, as lengths, clipped to [low, high] (low wins)."""
+    if centred:
+        best = int(np.argmax(length_logits))
+        classes = [best + k - beam // 2 for k in range(beam)]
+    else:
+        classes = sorted(range(len(length_logits)), key=lambda c: (-length_logits[c], c))[:beam]
+    return [max(min(c + n_src - LENGTH_OFFSET if offset else c, high), low) for c in classes]
+
+
+def remask_count(n, t, iterations):
+    return max(n * (iterations - t) // iterations, 1)
+
+
+def lowest(scores, free, count):
+    """Positions of the ``count`` free positions of lowest score, ties leftmost first."""
+    order = sorted((i for i in range(len(scores)) if free[i]), key=lambda i: (scores[i], i))
+    return set(order[:count])
+
+
+def phrase_fits(start, size, n):
+    return start >= 1 and start + size - 1 <= n
+
+
+def best_placement(logp, phrases, n, any_order):
+    """Brute force: every assignment of starts to the non-empty phrases (non-overlapping, inside 1 … n, in the
+    given order unless any_order) → (best summed log-probability, its starts); (None, None) when none fits."""
+    real = [k for k, p in enumerate(phrases) if p]
+    best, best_starts = None, None
+    for starts in itertools.product(range(1, n + 1), repeat=len(real)):
+        spans = sorted((s, s + len(phrases[k]) - 1, k) for s, k in zip(starts, real))
+        if any(not phrase_fits(s, len(phrases[k]), n) for s, k in zip(starts, real)):
+            continue
+        if any(a[1] >= b[0] for a, b in zip(spans, spans[1:])):
+            continue
+        if not any_order and [k for _, _, k in spans] != real:
+            continue
+        total = sum(max(float(logp[s + j, t]), -1e4) for s, k in zip(starts, real) for j, t in enumerate(phrases[k]))
+        if best is None or total > best:
+            best, best_starts = total, dict(zip(real, starts))
+    return best, best_starts
+
+
+def placement_score(logp, phrases, starts):
+    return sum(max(float(logp[s + j, t]), -1e4) for k, s in starts.items() for j, t in enumerate(phrases[k]))
+
+
+def mask_predict(logprobs, length_logits, n_src, cap, iterations, beam, centred=False, offset=False,
+                 stop_early=False, width=None, need=0):
+    """One sentence without constraints. logprobs(tokens: list of width ids) → float[width, V] log-probabilities.
+    Returns (tokens, mean score, length, passes) of the best candidate."""
+    results = []
+    for n in candidate_lengths(length_logits, n_src, max(need, 1), cap, beam, centred, offset):
+        tokens = [BOS_ID] + [MASK_ID] * n + [EOS_ID] + [PAD_ID] * (width - n - 2)
+        scores = [0.0] * width
+        real = [1 <= i <= n for i in range(width)]
+        masked = {i for i in range(width) if real[i]}
+        passes = 0
+        for t in range(iterations):
+            if t > 0:
+                masked = lowest(scores, real, remask_count(n, t, iterations))
+            canvas = [MASK_ID if i in masked else tok for i, tok in enumerate(tokens)]
+            lp = logprobs(canvas)
+            new = list(tokens)
+            for i in masked:
+                new[i] = int(np.argmax(lp[i]))
+                scores[i] = float(np.max(lp[i]))
+            passes += 1
+            changed = new != tokens
+            tokens = new
+            if t > 0 and stop_early and not changed:
+                break
+        mean = sum(scores[i] for i in range(width) if real[i]) / max(n, 1)
+        results.append((tokens, mean, n, passes))
+    return max(results, key=lambda r: r[1])  # max keeps the first of equal scores
+
+
+def stub_tables(seed, vocab, width):
+    """A stub model for decoding tests: position i's logits are table[sentence, i] plus terms of the tokens
+    beside it (``near``), so masking and re-predicting matter; reserved ids are never predicted."""
+    rng = np.random.RandomState(seed)
+    return (rng.normal(0, 3, (16, width, vocab)).astype(np.float32),
+            rng.normal(0, 1, (vocab, vocab)).astype(np.float32))
+
+
+def _reserved(vocab):
+    out = np.zeros(vocab, np.float32)
+    out[[PAD_ID, BOS_ID, EOS_ID, 4, MASK_ID]] = -np.inf  # as forbid_reserved (4: PLH)
+    assert NUM_RESERVED == 6
+    return out
+
+
+def stub_numpy(table, near):
+    """f(tokens: list of ids, sentence) → float32[width, V] log-probabilities."""
+    import jax
+    import jax.numpy as jnp
+
+    def fn(tokens, sentence):
+        t = np.asarray(tokens)
+        logits = table[sentence] + 0.5 * near[np.roll(t, 1)] + 0.5 * near[np.roll(t, -1)] + _reserved(len(near))
+        return np.asarray(jax.nn.log_softmax(jnp.asarray(logits), axis=-1))
+
+    return fn
+
+
+def stub_jax(table, near):
+    """The same for the jit'd decoder: f(tokens int32[R, L], rows_of int32[R]) → float32[R, L, V]; table and
+    near may be traced arrays."""
+    import jax
+    import jax.numpy as jnp
+
+    def fn(tokens, rows_of):
+        logits = table[rows_of] + 0.5 * near[jnp.roll(tokens, 1, axis=1)] + 0.5 * near[jnp.roll(tokens, -1, axis=1)]
+        return jax.nn.log_softmax(logits + _reserved(near.shape[0]), axis=-1)
+
+    return fn

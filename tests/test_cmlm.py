@@ -1,0 +1,368 @@
+"""CMLM and CMLMC: every loss term against a plain-Python computation (mask loss on gold tokens, the correction
+loss's substitution count and positions, the length loss, sum or mean); substitutions are independent
+Bernoulli draws; RevealPosition's causal sublayer and concatenated positions; the loss falls; mask-predict
+against a plain-Python loop on a stub model (schedule, length beam, ties, early stop); the constraint placement
+is optimal and hard constraints appear whole whatever the model predicts; a sentence decodes alone as in a
+batch."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxnat.config import build_config
+from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, NUM_RESERVED, PAD_ID
+from jaxnat.decoding import mask_predict as mp
+from jaxnat.decoding.request import DecodeRequest
+from jaxnat.models import build_model
+from jaxnat.models.cmlm import cmlm_loss, substitution_mask
+from jaxnat.models.insertion import forbid_reserved
+from tests import edit_reference as er
+from tests import mask_predict_reference as ref
+from tests.refine_reference import fit_briefly, pad, random_batch
+
+TINY = "tests/configs/tiny.py"
+V = 40
+SEVERAL = settings(max_examples=60, deadline=None)
+CMLMC = ("--config.model.masked_attn=true", "--config.model.concat_pe=true", "--config.train.correction=true",
+         "--config.model.positions=learned")
+
+
+@functools.lru_cache(maxsize=None)
+def _spec(*overrides):
+    return build_model(build_config(TINY, ["--config.model.name=cmlm", "--config.eval.beam_size=1", *overrides]), V, V)
+
+
+# --------------------------------------------------------------------------------- the loss vs plain Python
+
+def _masked_positions(row, v, scores):
+    """`random_mask` on one row: ⌊n·v⌋ + 1 real positions (float32 product) of lowest score, ties leftmost."""
+    real = list(range(1, len(row) - 1))
+    count = int(np.floor(np.float32(len(real)) * np.float32(v))) + 1
+    return set(sorted(real, key=lambda i: (scores[i], i))[:count])
+
+
+def _substituted(observed, u, p, fixed):
+    if not fixed:
+        return {i for i in observed if u[i] < p}
+    count = int(np.floor(p * len(observed)))
+    return set(sorted(observed, key=lambda i: (u[i], i))[:count])
+
+
+def _ce_terms(logits, positions, labels, eps):
+    return [er.smoothed_nll(logits[i], labels[i], eps) for i in positions]
+
+
+def reference_loss(spec, params, batch, draws, *, eps, weight, offset, correction, p, fixed, mean):
+    """The CMLM(C) objective of one batch, sentence by sentence, with the draws of the jit'd loss."""
+    module = spec.module
+    src, tgt = np.asarray(batch["src"]), np.asarray(batch["tgt"])
+    memory, length_logits = module.apply(params, batch["src"], method="encode")
+    src_mask = batch["src"] != PAD_ID
+    v, scores = (np.asarray(a) for a in draws["mask"])
+    mask_terms, corr_terms, length_terms, masked_in = [], [], [], []
+    first = None
+    if correction:
+        full = np.where((tgt != PAD_ID) & (tgt != BOS_ID) & (tgt != EOS_ID), MASK_ID, tgt)
+        first = np.asarray(forbid_reserved(module.apply(params, jnp.asarray(full), memory, src_mask,
+                                                        method="token_logits")))
+    inputs, corr_inputs = [], []
+    for b in range(len(tgt)):
+        row = [int(t) for t in tgt[b] if t != PAD_ID]
+        if not row:
+            inputs.append(list(tgt[b]))
+            corr_inputs.append(list(tgt[b]))
+            continue
+        n_tgt, n_src = len(row) - 2, int(np.sum(src[b] != PAD_ID)) - 2
+        cls = int(np.clip(n_tgt - n_src + 128 if offset else n_tgt, 0, 255))
+        length_terms.append(er.smoothed_nll(np.asarray(length_logits[b]), cls, 0.0)[1])
+        masked = _masked_positions(row, v[b], scores[b])
+        inp = [MASK_ID if i in masked else int(t) for i, t in enumerate(tgt[b])]
+        inputs.append(inp)
+        if correction:
+            observed = [i for i in range(1, len(row) - 1) if i not in masked]
+            swap = _substituted(observed, np.asarray(draws["substitution"][b]), p, fixed)
+            corr_inputs.append([int(np.argmax(first[b, i])) if i in swap else t for i, t in enumerate(inp)])
+            corr_terms.append((b, sorted(swap)))
+        mask_terms.append((b, sorted(masked)))
+    logits = np.asarray(module.apply(params, jnp.asarray(inputs), memory, src_mask, method="token_logits"))
+    mask = [t for b, pos in mask_terms for t in _ce_terms(logits[b], pos, tgt[b], eps)]
+    mask_loss = er.mean([t[0] for t in mask])
+    token_loss, out = mask_loss, {"mask_loss": mask_loss, "nll": er.mean([t[1] for t in mask])}
+    if correction:
+        corr_logits = np.asarray(module.apply(params, jnp.asarray(corr_inputs), memory, src_mask,
+                                              method="token_logits"))
+        corr = [t for b, pos in corr_terms for t in _ce_terms(corr_logits[b], pos, tgt[b], eps)]
+        out["correction_loss"] = er.mean([t[0] for t in corr])
+        out["replaced"] = sum(len(pos) for _, pos in corr_terms)
+        out["corr_in"] = corr_inputs
+        token_loss = (mask_loss + out["correction_loss"]) / 2 if mean else mask_loss + out["correction_loss"]
+    out["length_loss"] = er.mean(length_terms)
+    out["loss"] = token_loss + weight * out["length_loss"]
+    out["masked_in"] = inputs
+    return out
+
+
+@pytest.mark.parametrize("overrides, fixed, mean", [
+    ((), False, False),                                                  # CMLM
+    (CMLMC, False, False),                                               # CMLMC as the paper writes it
+    (CMLMC, True, True),                                                 # the authors' code: ⌊p·n⌋, mean
+    (("--config.model.length_prediction=pooled", "--config.train.correction=true"), False, False),
+])
+def test_loss_terms_match_plain_reference(overrides, fixed, mean):
+    offset = "--config.model.length_prediction=pooled" in overrides
+    spec = _spec(*overrides, *(("--config.model.length_offset=true",) if offset else ()))
+    batch = er.with_filler_row(random_batch(3, V, b=6, s=9, t=14))
+    params = spec.init(jax.random.PRNGKey(1), batch)
+    correction = "--config.train.correction=true" in overrides
+    loss, aux = jax.jit(functools.partial(
+        cmlm_loss, spec.module, label_smoothing=0.1, length_loss_weight=0.1, length_offset=offset,
+        correction=correction, correction_p=0.5, correction_fixed_count=fixed, correction_mean=mean, train=False,
+        keep_inputs=True))(params, batch, jax.random.PRNGKey(2))
+    want = reference_loss(spec, params, batch, aux["draws"], eps=0.1, weight=0.1, offset=offset,
+                          correction=correction, p=0.5, fixed=fixed, mean=mean)
+    n = float(np.sum(np.asarray(batch["tgt"]) != PAD_ID))
+    assert np.asarray(aux["masked_in"]).tolist() == want["masked_in"]
+    for term in ("mask_loss", "length_loss") + (("correction_loss",) if correction else ()):
+        np.testing.assert_allclose(aux[term], want[term], rtol=2e-5, err_msg=term)
+    np.testing.assert_allclose(loss, want["loss"] * n, rtol=2e-5)
+    np.testing.assert_allclose(aux["nll"], want["nll"] * n, rtol=2e-5)
+    if correction:
+        assert np.asarray(aux["corr_in"]).tolist() == want["corr_in"]
+        assert aux["replaced"] == want["replaced"] > 0  # the correction loss really ran on some tokens
+
+
+@SEVERAL
+@given(seed=st.integers(0, 2**31 - 1), p=st.sampled_from([0.0, 0.1, 0.3, 0.5, 1.0]), fixed=st.booleans(),
+       width=st.integers(1, 12))
+def test_substitution_mask_matches_reference(seed, p, fixed, width):
+    rng = np.random.default_rng(seed)
+    observed = rng.random((4, width)) < rng.random()
+    u = rng.random((4, width)).astype(np.float32)
+    got = np.asarray(substitution_mask(jnp.asarray(observed), jnp.asarray(u), p, fixed))
+    for b in range(4):
+        want = _substituted([i for i in range(width) if observed[b, i]], u[b], np.float32(p), fixed)
+        assert set(np.flatnonzero(got[b])) == want
+
+
+def test_substitutions_are_independent_bernoulli_draws():
+    """CMLMC §3.2: each observed token is replaced with probability p, independently — the count over n observed
+    tokens is Binomial(n, p) (mean np, variance np(1−p)), not the fixed ⌊p·n⌋ of the authors' code."""
+    n, p, rows = 20, 0.3, 4000
+    observed = jnp.ones((rows, n), bool)
+    u = jax.random.uniform(jax.random.PRNGKey(0), (rows, n))
+    counts = np.asarray(jnp.sum(substitution_mask(observed, u, p, False), axis=1))
+    assert abs(counts.mean() - n * p) < 0.1 and abs(counts.var() - n * p * (1 - p)) < 0.35
+    pair = np.asarray(substitution_mask(observed, u, p, False))[:, :2].astype(float)
+    assert abs(np.corrcoef(pair.T)[0, 1]) < 0.05  # positions do not move together
+    fixed = np.asarray(jnp.sum(substitution_mask(observed, u, p, True), axis=1))
+    assert set(fixed) == {6}
+
+
+@pytest.mark.parametrize("overrides", [(), CMLMC])
+def test_loss_falls(overrides):
+    losses = [loss for loss, _ in fit_briefly(_spec(*overrides), random_batch(0, V), steps=60)]
+    assert np.mean(losses[-5:]) < 0.6 * np.mean(losses[:5]), losses
+
+
+# --------------------------------------------------------------------------------- RevealPosition
+
+def _zero_full_self_attention(params):
+    """The decoder's full self-attention switched off (its output projection zero): tokens then mix only through
+    the causal sublayer, if there is one."""
+    params = jax.tree_util.tree_map(lambda x: x, params)
+    for name, layer in params["params"]["decoder"].items():
+        layer["self_attn"]["out"] = jax.tree_util.tree_map(jnp.zeros_like, layer["self_attn"]["out"])
+    return params
+
+
+@pytest.mark.parametrize("masked_attn", [False, True])
+def test_causal_sublayer_sees_only_earlier_tokens(masked_attn):
+    spec = _spec("--config.model.masked_attn=" + str(masked_attn).lower())
+    batch = random_batch(1, V, b=2, s=7, t=10)
+    params = _zero_full_self_attention(spec.init(jax.random.PRNGKey(0), batch))
+    memory, _ = spec.module.apply(params, batch["src"], method="encode")
+    tokens = jnp.asarray([[BOS_ID, 10, 11, 12, 13, 14, EOS_ID, PAD_ID]] * 2)
+
+    def out(t):
+        return np.asarray(spec.module.apply(params, t, memory, batch["src"] != PAD_ID, method="token_logits"))
+
+    base = out(tokens)
+    later = out(tokens.at[:, 4].set(20))   # a change at position 4
+    assert np.allclose(base[:, :4], later[:, :4], atol=1e-5)       # never seen by earlier positions
+    seen_after = not np.allclose(base[:, 5:7], later[:, 5:7], atol=1e-5)
+    assert seen_after == masked_attn  # later positions see it only through the causal sublayer
+
+
+def test_concat_pe_combines_token_and_position_by_a_linear_map():
+    spec = _spec("--config.model.concat_pe=true", "--config.model.positions=learned")
+    batch = random_batch(1, V)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    kernel = params["params"]["combine"]["kernel"]
+    assert kernel.shape == (64, 32)
+    tokens = jnp.asarray([[BOS_ID, 9, 10, EOS_ID]])
+    got = spec.module.apply(params, tokens, False, method="embed_target")
+    table = params["params"]["src_embed"]
+    want = (np.concatenate([np.asarray(table["tokens"]["embedding"])[np.asarray(tokens[0])] * np.sqrt(32),
+                            np.asarray(table["positions"])[:4]], axis=1) @ np.asarray(kernel)
+            + np.asarray(params["params"]["combine"]["bias"]))
+    np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
+
+
+def test_length_token_reads_the_same_whatever_the_padding():
+    spec = _spec()
+    batch = random_batch(2, V, b=3, s=9)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    wide = jnp.pad(batch["src"], ((0, 0), (0, 7)))
+    for src in (batch["src"], wide):
+        _, logits = spec.module.apply(params, src, method="encode")
+        np.testing.assert_allclose(logits, spec.module.apply(params, batch["src"], method="encode")[1], atol=1e-5)
+
+
+# --------------------------------------------------------------------------------- mask-predict
+
+@functools.lru_cache(maxsize=None)
+def _stub_decoder(options, width):
+    """The jit'd `mask_predict.decode` on the stub model, compiled once per options (tables are arguments)."""
+    def run(table, near, length_logits, src, constraints, hard):
+        return mp.decode(ref.stub_jax(table, near), length_logits, src, constraints, hard, width, options)
+    return jax.jit(run)
+
+
+@SEVERAL
+@given(seed=st.integers(0, 10_000), iterations=st.sampled_from([1, 2, 5]), beam=st.sampled_from([1, 3]),
+       centred=st.booleans(), offset=st.booleans(), stop_early=st.booleans())
+def test_mask_predict_matches_python_loop(seed, iterations, beam, centred, offset, stop_early):
+    width, vocab, b = 12, 16, 3
+    table, near = ref.stub_tables(seed, vocab, width)
+    rng = np.random.default_rng(seed)
+    src = pad([[BOS_ID, *rng.integers(NUM_RESERVED, vocab, rng.integers(0, 6)), EOS_ID] for _ in range(b)], 8)
+    length_logits = rng.normal(0, 1, (b, 256)).astype(np.float32)
+    length_logits[:, :20] += 3 * rng.random((b, 20))  # plausible lengths, some beyond the cap
+    if offset:
+        length_logits = np.roll(length_logits, 124, axis=1)
+    options = mp.Options(iterations=iterations, length_beam=beam, centred=centred, length_offset=offset,
+                         stop_early=stop_early, cap_min=4, cap_ratio=1.5)
+    out = _stub_decoder(options, width)(table, near, length_logits, src, None, None)
+    np_fn = ref.stub_numpy(table, near)
+    for k in range(b):
+        n_src = int(np.sum(src[k] != PAD_ID)) - 2
+        cap = min(max(4, int(np.floor(np.float32(1.5) * (n_src + 2)))), width) - 2
+        tokens, score, length, passes = ref.mask_predict(lambda t: np_fn(t, k), length_logits[k], n_src, cap,
+                                                         iterations, beam, centred, offset, stop_early, width)
+        assert np.asarray(out["tokens"][k]).tolist() == tokens
+        assert int(out["length"][k]) == length and int(out["iterations"][k]) == passes
+        np.testing.assert_allclose(out["score"][k], score, rtol=1e-5, atol=1e-5)
+
+
+def test_remask_schedule_uses_integer_arithmetic():
+    """⌊n(1 − t/T)⌋ in float32 is 6 for n = 10, t = 3, T = 10 (1 − 0.3 = 0.6999999); the schedule's 7."""
+    assert [int(mp.remask_count(jnp.asarray([10]), t, 10)[0]) for t in range(1, 10)] == [9, 8, 7, 6, 5, 4, 3, 2, 1]
+    assert [int(mp.remask_count(jnp.asarray([3]), t, 10)[0]) for t in range(1, 10)] == [2, 2, 2, 1, 1, 1, 1, 1, 1]
+
+
+@SEVERAL
+@given(seed=st.integers(0, 2**31 - 1), width=st.integers(1, 10), ties=st.booleans())
+def test_lowest_matches_reference(seed, width, ties):
+    rng = np.random.default_rng(seed)
+    scores = rng.integers(0, 3, (4, width)).astype(np.float32) if ties else rng.random((4, width), np.float32)
+    free = rng.random((4, width)) < 0.7
+    count = rng.integers(0, width + 2, 4)
+    got = np.asarray(mp.lowest(jnp.asarray(scores), jnp.asarray(free), jnp.asarray(count)))
+    for b in range(4):
+        assert set(np.flatnonzero(got[b])) == ref.lowest(scores[b], free[b], count[b])
+
+
+def _random_phrases(rng, count, longest, vocab):
+    sizes = [int(rng.integers(0, longest + 1)) for _ in range(count)]
+    return [list(rng.integers(NUM_RESERVED, vocab, s)) for s in sizes]
+
+
+@functools.lru_cache(maxsize=None)
+def _placer(any_order):
+    return jax.jit(lambda logp, phrases, n: mp.place_phrases(logp, phrases, n, any_order))
+
+
+def _phrase_array(phrases, count, longest):
+    arr = np.zeros((len(phrases), count, longest), np.int32)
+    for r, ph in enumerate(phrases):
+        for k, p in enumerate(ph):
+            arr[r, k, :len(p)] = p
+    return arr
+
+
+@SEVERAL
+@given(seed=st.integers(0, 2**31 - 1), count=st.integers(1, 4), longest=st.integers(1, 3), any_order=st.booleans())
+def test_placement_is_optimal(seed, count, longest, any_order):
+    """`place_phrases` against every placement: same best score, starts inside 1 … n, no overlap, the given
+    order unless any_order, −1 exactly for empty phrases (and for all when they cannot fit). Up to 4 phrases
+    of up to 3 pieces (fewer: PAD slots), n from 0 to the width."""
+    vocab, rows, width = 12, 4, 10
+    rng = np.random.default_rng(seed)
+    logp = np.log(rng.dirichlet(np.ones(vocab), (rows, width))).astype(np.float32)
+    phrases = [_random_phrases(rng, count, longest, vocab) for _ in range(rows)]
+    n = rng.integers(0, width - 1, rows)
+    starts = np.asarray(_placer(any_order)(logp, _phrase_array(phrases, 4, 3), n))
+    for r in range(rows):
+        best, _ = ref.best_placement(logp[r], phrases[r], int(n[r]), any_order)
+        got = {k: int(s) for k, s in enumerate(starts[r]) if s >= 0}
+        if best is None:
+            assert not got
+            continue
+        assert set(got) == {k for k, p in enumerate(phrases[r]) if p}
+        spans = sorted((s, s + len(phrases[r][k]) - 1, k) for k, s in got.items())
+        assert all(1 <= s and e <= n[r] for s, e, _ in spans)
+        assert all(a[1] < b[0] for a, b in zip(spans, spans[1:]))
+        if not any_order:
+            assert [k for _, _, k in spans] == sorted(got)
+        np.testing.assert_allclose(ref.placement_score(logp[r], phrases[r], got), best, rtol=1e-5, atol=1e-4)
+
+
+def _contains(row, phrase):
+    return any(row[i:i + len(phrase)] == phrase for i in range(len(row)))
+
+
+@SEVERAL
+@given(seed=st.integers(0, 10_000), iterations=st.sampled_from([1, 3]), beam=st.sampled_from([1, 3]),
+       any_order=st.booleans(), count=st.integers(1, 4), longest=st.integers(1, 3))
+def test_hard_constraints_appear_whole_whatever_the_model_predicts(seed, iterations, beam, any_order, count, longest):
+    width, vocab, b = 14, 16, 4
+    table, near = ref.stub_tables(seed, vocab, width)
+    rng = np.random.default_rng(seed)
+    src = pad([[BOS_ID, *rng.integers(NUM_RESERVED, vocab, rng.integers(0, 3)), EOS_ID] for _ in range(b)], 6)
+    phrases = [_random_phrases(rng, count, longest, vocab) for _ in range(b)]
+    length_logits = rng.normal(0, 1, (b, 256)).astype(np.float32)  # lengths often too short for the phrases
+    options = mp.Options(iterations=iterations, length_beam=beam, any_order=any_order, cap_min=4)
+    out = _stub_decoder(options, width)(table, near, length_logits, src, _phrase_array(phrases, 4, 3),
+                                        np.ones(b, bool))
+    for r in range(b):
+        row = [int(t) for t in np.asarray(out["tokens"][r])]
+        assert row[0] == BOS_ID and row[int(out["length"][r]) + 1] == EOS_ID
+        for p in phrases[r]:
+            assert _contains(row, [int(t) for t in p]), (row, phrases[r])
+        if not any_order:  # and in the given order: matched left to right without overlap
+            at = 0
+            for p in [[int(t) for t in p] for p in phrases[r] if p]:
+                at = next(i for i in range(at, len(row)) if row[i:i + len(p)] == p) + len(p)
+
+
+@pytest.mark.parametrize("overrides", [(), CMLMC])
+def test_a_sentence_decodes_alone_as_in_a_batch(overrides):
+    spec = _spec(*overrides)
+    batch = random_batch(5, V, b=5, s=9)
+    params = spec.init(jax.random.PRNGKey(3), batch)
+    cons = jnp.asarray(np.random.default_rng(0).integers(NUM_RESERVED, V, (5, 2, 2)))
+    hard = jnp.asarray([True, False, True, False, True])
+    generate = jax.jit(spec.generate)
+    together = generate(params, DecodeRequest(batch["src"], constraints=cons, hard=hard, max_out=18))
+    for k in range(5):
+        alone = generate(params, DecodeRequest(batch["src"][k:k + 1, :7] if int(np.sum(batch["src"][k] != 0)) <= 7
+                                               else batch["src"][k:k + 1], constraints=cons[k:k + 1],
+                                               hard=hard[k:k + 1], max_out=18))
+        for key in ("tokens", "length", "iterations"):
+            assert np.asarray(alone[key][0]).tolist() == np.asarray(together[key][k]).tolist(), key
+        np.testing.assert_allclose(alone["score"][0], together["score"][k], rtol=1e-5, atol=1e-5)
