@@ -173,6 +173,9 @@ def default_config() -> ml_collections.ConfigDict:
         # argmax ± ⌊ℓ/2⌋), constraint phrases placed in any order or the given one. eval.run_all_iterations=false
         # stops a candidate at a pass that changes nothing
         mask_predict_iter=10, length_beam=3, length_beam_mode="top", constraint_order="any",
+        # mask-predict: also decode the first test split with each of these numbers of passes, e.g. "1,2,5,10"
+        # (BLEU, RIBES, repetition rate and time per T: CMLMC's Table 3a)
+        iteration_sweep="",
     )
     return c
 
@@ -294,6 +297,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
     modes = [mode for mode in config.eval.constraints.split(",") if mode]
     if any(mode not in ("soft", "hard") for mode in modes):
         raise ConfigError(f"eval.constraints is a comma list of soft,hard; got {config.eval.constraints!r}")
+    sweep = [v.strip() for v in config.eval.iteration_sweep.split(",") if v.strip()]
+    if sweep and (not all(v.isdigit() and int(v) >= 1 for v in sweep) or m.name != "cmlm"):
+        raise ConfigError(f"eval.iteration_sweep is a comma list of mask-predict pass counts (each >= 1) for "
+                          f"model.name=cmlm; got {config.eval.iteration_sweep!r} with model.name={m.name!r}")
     from jaxnat.decoding.request import check_supported
     from jaxnat.models import supports
     from jaxnat.models.insertion import early_exit

@@ -82,6 +82,8 @@ def evaluate(config, workdir: str) -> dict:
                     srcs[:n], e.beam_size, constraints[:n], [mode == "hard"] * min(n, len(srcs)))
             log.info("%s with %s constraints: BLEU %.2f, CPR %.1f", split, mode,
                      results[f"{split}+{mode}"]["bleu"], results[f"{split}+{mode}"]["cpr"])
+        if i == 0 and e.iteration_sweep:
+            results.update(iteration_rows(translator, split, srcs, refs, config, workdir))
         if e.diagnostic and translator.spec.supports.init:
             known = {"plain": results[split], "soft": results.get(f"{split}+soft")}
             results.update(diagnostic_rows(translator, split, srcs, refs, constraints, hyps_plain, config, workdir,
@@ -127,6 +129,37 @@ def diagnostic_rows(translator: Translator, split: str, srcs: list[str], refs: l
     return rows
 
 
+def iteration_rows(translator: Translator, split: str, srcs: list[str], refs: list[str], config,
+                   workdir: str) -> dict:
+    """Mask-predict with each number of passes T of ``eval.iteration_sweep`` (CMLMC's Table 3a): rows
+    `<split>+T<T>` with BLEU, RIBES, the repetition rate and the seconds the split takes to decode after a
+    warm-up pass (compilation excluded); hyps in `hyps/<split>.T<T>.txt`. The schedule depends on T, so each T
+    is its own decoding, not a prefix of a longer one."""
+    import copy
+    import time
+
+    from jaxnat.models import build_model
+
+    e, rows = config.eval, {}
+    for steps in (int(v) for v in e.iteration_sweep.split(",") if v.strip()):
+        swept = copy.deepcopy(config)
+        swept.eval.mask_predict_iter = steps
+        spec = build_model(swept, translator.spec.cfg.src_vocab_size, translator.spec.cfg.tgt_vocab_size,
+                           translator.tokenizer.piece_tables("tgt"))
+        run = Translator(spec, translator.params, translator.tokenizer, swept)
+        run.translate(srcs, e.beam_size, e.batch_size)
+        t0 = time.perf_counter()
+        hyps = [o["hyp"] for o in run.translate(srcs, e.beam_size, e.batch_size)]
+        seconds = time.perf_counter() - t0
+        _write_lines(os.path.join(workdir, "hyps", f"{split}.T{steps}.txt"), hyps)
+        row = corpus_metrics(hyps, refs)
+        rows[f"{split}+T{steps}"] = {"bleu": row["bleu"], "ribes": row["ribes"], "repetition": row["repetition"],
+                                     "mean_length": mean_length(hyps), "seconds": seconds}
+        log.info("%s with %d mask-predict passes: BLEU %.2f, repetition %.2f%%, %.1f s", split, steps, row["bleu"],
+                 row["repetition"], seconds)
+    return rows
+
+
 def post_edit_rows(config, corpus, translator: Translator, workdir: str) -> dict:
     """`<split>+init` rows: every test split with initial hypotheses (`{split}.{data.init_lang}`) decoded again
     starting from them (post-editing, LevT §5), hyps in `hyps/<split>.init.txt`. With references the row also
@@ -149,7 +182,8 @@ def post_edit_rows(config, corpus, translator: Translator, workdir: str) -> dict
     return rows
 
 
-SUMMARY = ("bleu", "chrf", "ribes", "ter", "cpr", "term_usage", "mean_length", "latency_ms", "sentences_per_s",
+SUMMARY = ("bleu", "chrf", "ribes", "ter", "cpr", "term_usage", "repetition", "mean_length", "latency_ms",
+           "sentences_per_s", "seconds",
            "mean_iterations", "mean_repositions", "mean_deletions", "mean_insertions")
 
 

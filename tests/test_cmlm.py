@@ -228,8 +228,9 @@ def test_length_token_reads_the_same_whatever_the_padding():
 @functools.lru_cache(maxsize=None)
 def _stub_decoder(options, width):
     """The jit'd `mask_predict.decode` on the stub model, compiled once per options (tables are arguments)."""
-    def run(table, near, length_logits, src, constraints, hard):
-        return mp.decode(ref.stub_jax(table, near), length_logits, src, constraints, hard, width, options)
+    def run(table, near, length_logits, src, constraints, hard, continues=None):
+        return mp.decode(ref.stub_jax(table, near), length_logits, src, constraints, hard, width, options,
+                         continues)
     return jax.jit(run)
 
 
@@ -329,7 +330,7 @@ def _contains(row, phrase):
 @SEVERAL
 @given(seed=st.integers(0, 10_000), iterations=st.sampled_from([1, 3]), beam=st.sampled_from([1, 3]),
        any_order=st.booleans(), count=st.integers(1, 4), longest=st.integers(1, 3))
-def test_hard_constraints_appear_whole_whatever_the_model_predicts(seed, iterations, beam, any_order, count, longest):
+def test_hard_constraints_appear_whole_as_words_whatever_the_model_predicts(seed, iterations, beam, any_order, count, longest):
     width, vocab, b = 14, 16, 4
     table, near = ref.stub_tables(seed, vocab, width)
     rng = np.random.default_rng(seed)
@@ -337,13 +338,19 @@ def test_hard_constraints_appear_whole_whatever_the_model_predicts(seed, iterati
     phrases = [_random_phrases(rng, count, longest, vocab) for _ in range(b)]
     length_logits = rng.normal(0, 1, (b, 256)).astype(np.float32)  # lengths often too short for the phrases
     options = mp.Options(iterations=iterations, length_beam=beam, any_order=any_order, cap_min=4)
+    continues = rng.random(vocab) < 0.5  # pieces that would glue onto the word before them
+    continues[:NUM_RESERVED] = False
+    continues[[p[0] for ph in phrases for p in ph if p]] = False  # a phrase begins a word, as tokenised
     out = _stub_decoder(options, width)(table, near, length_logits, src, _phrase_array(phrases, 4, 3),
-                                        np.ones(b, bool))
+                                        np.ones(b, bool), continues)
     for r in range(b):
         row = [int(t) for t in np.asarray(out["tokens"][r])]
         assert row[0] == BOS_ID and row[int(out["length"][r]) + 1] == EOS_ID
         for p in phrases[r]:
-            assert _contains(row, [int(t) for t in p]), (row, phrases[r])
+            p = [int(t) for t in p]
+            assert _contains(row, p), (row, phrases[r])
+            if p:  # and stays a word: some occurrence is not followed by a piece continuing it
+                assert any(row[i:i + len(p)] == p and not continues[row[i + len(p)]] for i in range(len(row) - len(p)))
         if not any_order:  # and in the given order: matched left to right without overlap
             at = 0
             for p in [[int(t) for t in p] for p in phrases[r] if p]:

@@ -17,7 +17,8 @@ T−1 run in one ``lax.while_loop``; nothing returns to the host until the end.
 are placed where pass 0's distributions score them best — the placement of non-overlapping phrases with the
 highest summed log-probability, in any order (``any_order``) or in the given one, found exactly by a dynamic
 program over (position, set of phrases placed) (`place_phrases`). Hard constraints are then never re-masked:
-every phrase appears whole in every output, whatever the model predicts. Soft ones are placed with their
+every phrase appears whole in every output, whatever the model predicts, and (with a ``continues`` table) no
+piece that would extend a word follows one, so it also stays a word. Soft ones are placed with their
 log-probability as score and may be re-masked like any token. Candidate lengths are raised to the constraints'
 total length, so there is always room.
 """
@@ -188,18 +189,27 @@ def canvases(n: jax.Array, width: int) -> jax.Array:
     return jnp.where(pos == 0, BOS_ID, jnp.where(pos <= n, MASK_ID, jnp.where(pos == n + 1, EOS_ID, PAD_ID)))
 
 
-def predict(token_logprobs: Callable, tokens, scores, masked, rows_of):
-    """One decoder pass: the masked positions take the argmax token and its log-probability."""
-    logp = token_logprobs(jnp.where(masked, MASK_ID, tokens), rows_of)
+def unglued(logp: jax.Array, after: jax.Array | None, continues: jax.Array | None) -> jax.Array:
+    """logp: float32[R, L, V] with the pieces that would continue a word (continues: bool[V]) at -inf where
+    ``after`` (bool[R, L]: right after a hard constraint) — so the constraint stays a whole word."""
+    if after is None or continues is None:
+        return logp
+    return jnp.where(after[..., None] & continues, -jnp.inf, logp)
+
+
+def choose(logp: jax.Array, tokens, scores, masked):
+    """The masked positions take the argmax token of logp (float32[R, L, V]) and its log-probability."""
     best = jnp.argmax(logp, axis=-1).astype(tokens.dtype)
-    return jnp.where(masked, best, tokens), jnp.where(masked, jnp.max(logp, axis=-1), scores), logp
+    return jnp.where(masked, best, tokens), jnp.where(masked, jnp.max(logp, axis=-1), scores)
 
 
 def decode(token_logprobs: Callable, length_logits: jax.Array, src: jax.Array, constraints: jax.Array | None,
-           hard: jax.Array | None, capacity: int, options: Options) -> dict:
+           hard: jax.Array | None, capacity: int, options: Options, continues: jax.Array | None = None) -> dict:
     """Mask-predict over a batch. token_logprobs(tokens int32[R, L], rows_of int32[R]) → float32[R, L, V]
     log-probabilities with the reserved ids at -inf (rows_of: each canvas's sentence). length_logits:
-    float32[B, 256]; src: int32[B, S]; constraints: int32[B, C, P] or None; hard: bool[B] or None.
+    float32[B, 256]; src: int32[B, S]; constraints: int32[B, C, P] or None; hard: bool[B] or None;
+    continues: bool[V], the pieces that would extend the word before them, never put right after a hard
+    constraint (None: every piece is a word).
 
     Returns per sentence ``tokens`` int32[B, capacity], ``score`` float32[B] (mean token log-probability),
     ``length`` int32[B] (real tokens) and ``iterations`` int32[B] (passes run), of the best candidate.
@@ -213,9 +223,10 @@ def decode(token_logprobs: Callable, length_logits: jax.Array, src: jax.Array, c
     rows_of = jnp.repeat(jnp.arange(b), beam)
     tokens = canvases(n, capacity)
     real = (tokens != BOS_ID) & (tokens != EOS_ID) & (tokens != PAD_ID)
-    tokens, scores, logp = predict(token_logprobs, tokens, jnp.zeros(tokens.shape, jnp.float32), real, rows_of)
+    logp = token_logprobs(tokens, rows_of)
+    tokens, scores = choose(logp, tokens, jnp.zeros(tokens.shape, jnp.float32), real)
 
-    fixed = jnp.zeros(tokens.shape, bool)
+    fixed, after = jnp.zeros(tokens.shape, bool), None
     if constraints is not None:
         phrases = constraints[rows_of]
         starts = place_phrases(logp, phrases, n, options.any_order)
@@ -223,6 +234,9 @@ def decode(token_logprobs: Callable, length_logits: jax.Array, src: jax.Array, c
         scores = jnp.where(placed, jnp.take_along_axis(logp, tokens[..., None], axis=2)[..., 0], scores)
         if hard is not None:
             fixed = placed & hard[rows_of][:, None]
+            after = jnp.pad(fixed[:, :-1], ((0, 0), (1, 0))) & ~fixed & real
+            # pass 0 chose the word after a constraint before knowing it would be there: choose again
+            tokens, scores = choose(unglued(logp, after, continues), tokens, scores, after)
 
     state = {"tokens": tokens, "scores": scores, "t": jnp.ones((), jnp.int32),
              "done": jnp.zeros((b * beam,), bool), "iterations": jnp.ones((b * beam,), jnp.int32)}
@@ -233,7 +247,8 @@ def decode(token_logprobs: Callable, length_logits: jax.Array, src: jax.Array, c
     def body(s):
         active = ~s["done"]
         masked = lowest(s["scores"], real & ~fixed & active[:, None], remask_count(n, s["t"], steps))
-        tokens, scores, _ = predict(token_logprobs, s["tokens"], s["scores"], masked, rows_of)
+        logp = unglued(token_logprobs(jnp.where(masked, MASK_ID, s["tokens"]), rows_of), after, continues)
+        tokens, scores = choose(logp, s["tokens"], s["scores"], masked)
         changed = jnp.any(tokens != s["tokens"], axis=1)
         done = s["done"] | (active & ~changed) if options.stop_early else s["done"]
         return {"tokens": tokens, "scores": scores, "t": s["t"] + 1, "done": done,

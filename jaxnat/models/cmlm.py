@@ -195,13 +195,14 @@ SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, counts=("itera
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
-    del pieces  # constraint pieces are placed whole; no word-level rules
     m, t, e = config.model, config.train, config.eval
     module = CMLM(cfg, m.length_prediction, m.masked_attn, m.concat_pe)
     options = mask_predict.Options(
         iterations=e.mask_predict_iter, length_beam=e.length_beam, centred=e.length_beam_mode == "centred",
         length_offset=m.length_offset, any_order=e.constraint_order == "any",
         stop_early=not e.run_all_iterations, cap_min=e.length_cap_min, cap_ratio=e.length_cap_ratio)
+
+    continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None
 
     def init(rng, batch):
         return module.init(rng, batch["src"][:1], batch["tgt"][:1])
@@ -227,7 +228,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
             return jax.nn.log_softmax(forbid_reserved(logits))
 
         return mask_predict.decode(token_logprobs, length_logits, src, request.constraints, request.hard,
-                                   request.max_out or capacity(src.shape[1]), options)
+                                   request.max_out or capacity(src.shape[1]), options, continues)
 
     return ModelSpec("cmlm", cfg, module, init, loss, generate, capacity, SUPPORTS)
 

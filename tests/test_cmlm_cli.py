@@ -1,0 +1,58 @@
+"""CMLMC end to end on a tiny workdir: training, evaluation with soft/hard constraint sets (metrics.json and the
+summary table with iterations and the chosen length), and `--mode translate` with hard constraints."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
+
+
+def _main(workdir, *args, stdin=None):
+    cmd = [sys.executable, "-m", "jaxnat.main", "--config", TINY, "--workdir", str(workdir),
+           "--config.model.name=cmlm", "--config.model.masked_attn=true", "--config.model.concat_pe=true",
+           "--config.model.positions=learned", "--config.train.correction=true", "--config.eval.beam_size=1",
+           "--config.eval.mask_predict_iter=4", "--config.eval.run_all_iterations=true", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), input=stdin,
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("tiny-cmlm") / "run"
+    result = _main(workdir, "--config.train.steps=8", "--config.train.eval_every=8",
+                   "--config.data.bucket_multiple=48", "--config.eval.latency_sentences=1",
+                   "--config.eval.constraints=soft,hard", "--config.eval.iteration_sweep=1,2")
+    assert result.returncode == 0, result.stderr
+    return workdir, result.stdout
+
+
+def test_metrics_include_constraints_iterations_and_length(trained):
+    workdir, stdout = trained
+    metrics = json.load(open(workdir / "metrics.json"))
+    assert {"test", "test+soft", "test+hard", "test+T1", "test+T2"} <= set(metrics)
+    assert metrics["test"]["mean_iterations"] == 4 and metrics["test"]["mean_length"] > 0
+    assert "repetition" in metrics["test"] and metrics["test+T1"]["seconds"] > 0
+    assert metrics["test+hard"]["cpr"] == 100.0  # guaranteed, however barely trained
+    header = stdout.splitlines()[0].split()
+    assert {"bleu", "ribes", "cpr", "repetition", "latency_ms", "mean_iterations"} <= set(header)
+
+
+def test_translate_with_hard_constraints(trained):
+    workdir, _ = trained
+    lines = [json.dumps({"src": "do girls go to a garden ?"}),
+             json.dumps({"src": "do girls go to a garden ?", "constraints": ["baste", "ka dvai"], "hard": True}),
+             json.dumps({"src": "do girls go to a garden ?", "init": "ka dvai"})]
+    result = _main(workdir, "--mode", "translate", stdin="\n".join(lines[:2]) + "\n")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert all({"hyp", "score", "iterations", "length"} <= set(r) for r in rows)
+    hyp = " " + rows[1]["hyp"] + " "
+    assert " baste " in hyp and " ka dvai " in hyp, hyp
+    result = _main(workdir, "--mode", "translate", stdin=lines[2] + "\n")
+    assert result.returncode == 2 and "does not take initial hypotheses" in result.stderr
+    assert "Traceback" not in result.stderr
