@@ -117,6 +117,9 @@ def default_config() -> ml_collections.ConfigDict:
         batch_tokens=4096,  # padded tokens per batch and side
         bucket_growth=1.2, bucket_multiple=4,  # bucket lengths: multiples of 4 growing ~1.2x (fewer: less compiling, more padding)
         init_lang="",  # e.g. "mt": refining models train (and evaluate) from {split}.mt[.gz], initial hypotheses y0
+        # a trained workdir whose SentencePiece models this run uses instead of training its own (copied into
+        # this workdir at the start): one vocabulary with an AR rescorer (eval.rescorer)
+        spm_from="",
     )
     c.train = dict(
         steps=100000, lr=5e-4, warmup_steps=4000, warmup_init_lr=1e-7,
@@ -176,6 +179,9 @@ def default_config() -> ml_collections.ConfigDict:
         # mask-predict: also decode the first test split with each of these numbers of passes, e.g. "1,2,5,10"
         # (BLEU, RIBES, repetition rate and time per T: CMLMC's Table 3a)
         iteration_sweep="",
+        # a trained AR workdir with the same vocabulary (train with data.spm_from=it): mask-predict picks, of its
+        # length candidates, the one this AR model scores best (mean token log-probability) instead of its own best
+        rescorer="",
     )
     return c
 
@@ -311,6 +317,8 @@ def validate(config: ml_collections.ConfigDict) -> None:
     except JaxnatError as e:
         raise ConfigError(f"{e} (asked by eval.constraints, eval.trace_sentences or eval.beam_size)") from None
     early_exit(m)
+    if config.eval.rescorer and not supports(m.name).rescoring:
+        raise ConfigError(f"eval.rescorer: model {m.name!r} has no candidates to rescore (mask-predict models do)")
     if d.source == "text" and not d.dir:
         raise ConfigError("data.source=text needs data.dir (a directory of {split}.{lang}[.gz] files)")
     if d.init_lang:  # post-editing data: a third file per split, refined by the model from y0 = its line
@@ -357,6 +365,22 @@ def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str) -> No
     if differ:
         raise ConfigError(f"the config does not match the run in {workdir}: {'; '.join(differ)}; use the config it "
                           f"was trained with, or another --workdir")
+
+
+def workdir_config(workdir: str) -> ml_collections.ConfigDict:
+    """The config a workdir was trained with (its config.json over the defaults, so keys added to jaxnat since
+    are there with their defaults). ConfigError when it has none."""
+    path = os.path.join(workdir, "config.json")
+    try:
+        with open(path, encoding="utf-8") as f:
+            recorded = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path}: no readable config of a trained run ({type(e).__name__})") from None
+    config = default_config()
+    for section, values in recorded.items():
+        if section in config and isinstance(values, dict):
+            config[section].update({k: v for k, v in values.items() if k in config[section]})
+    return config
 
 
 def build_config(path: str, overrides: list[str]) -> ml_collections.ConfigDict:

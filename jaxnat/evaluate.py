@@ -146,7 +146,7 @@ def iteration_rows(translator: Translator, split: str, srcs: list[str], refs: li
         swept.eval.mask_predict_iter = steps
         spec = build_model(swept, translator.spec.cfg.src_vocab_size, translator.spec.cfg.tgt_vocab_size,
                            translator.tokenizer.piece_tables("tgt"))
-        run = Translator(spec, translator.params, translator.tokenizer, swept)
+        run = Translator(spec, translator.params, translator.tokenizer, swept, translator.rescorer)
         run.translate(srcs, e.beam_size, e.batch_size)
         t0 = time.perf_counter()
         hyps = [o["hyp"] for o in run.translate(srcs, e.beam_size, e.batch_size)]

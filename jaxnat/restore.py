@@ -9,7 +9,7 @@ import os
 import jax
 import jax.numpy as jnp
 
-from jaxnat.config import check_matches_workdir
+from jaxnat.config import check_matches_workdir, workdir_config
 from jaxnat.data.tokenizer import Tokenizer
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.translator import Translator
@@ -44,4 +44,20 @@ def load_translator(config, workdir: str) -> Translator:
             raise JaxnatError(f"{workdir}: no checkpoint there is readable (see the warnings above)")
         params = state["params"]
     ckpt.close()
-    return Translator(spec, params, tokenizer, config)
+    return Translator(spec, params, tokenizer, config, load_rescorer(config, workdir))
+
+
+def load_rescorer(config, workdir: str):
+    """The parameters of the AR model of ``config.eval.rescorer`` (None when unset), after checking it is an
+    AR run with this workdir's vocabulary."""
+    path = config.eval.rescorer
+    if not path:
+        return None
+    rescorer_config = workdir_config(path)
+    if rescorer_config.model.name != "ar":
+        raise JaxnatError(f"eval.rescorer={path} is a {rescorer_config.model.name!r} run; it must be an AR model")
+    if not Tokenizer.same_models(path, workdir):
+        raise JaxnatError(f"eval.rescorer={path} has another vocabulary than {workdir}; train this run with "
+                          f"--config.data.spm_from={path}")
+    rescorer_config.eval.rescorer = ""
+    return load_translator(rescorer_config, path).params

@@ -59,9 +59,9 @@ def placement_score(logp, phrases, starts):
 
 
 def mask_predict(logprobs, length_logits, n_src, cap, iterations, beam, centred=False, offset=False,
-                 stop_early=False, width=None, need=0):
+                 stop_early=False, width=None, need=0, rescore=None):
     """One sentence without constraints. logprobs(tokens: list of width ids) → float[width, V] log-probabilities.
-    Returns (tokens, mean score, length, passes) of the best candidate."""
+    Returns (tokens, mean score, length, passes) of the best candidate: by mean score, or by rescore(tokens)."""
     results = []
     for n in candidate_lengths(length_logits, n_src, max(need, 1), cap, beam, centred, offset):
         tokens = [BOS_ID] + [MASK_ID] * n + [EOS_ID] + [PAD_ID] * (width - n - 2)
@@ -85,7 +85,7 @@ def mask_predict(logprobs, length_logits, n_src, cap, iterations, beam, centred=
                 break
         mean = sum(scores[i] for i in range(width) if real[i]) / max(n, 1)
         results.append((tokens, mean, n, passes))
-    return max(results, key=lambda r: r[1])  # max keeps the first of equal scores
+    return max(results, key=lambda r: r[1] if rescore is None else rescore(r[0]))  # the first of equal scores
 
 
 def stub_tables(seed, vocab, width):

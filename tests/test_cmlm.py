@@ -226,18 +226,21 @@ def test_length_token_reads_the_same_whatever_the_padding():
 # --------------------------------------------------------------------------------- mask-predict
 
 @functools.lru_cache(maxsize=None)
-def _stub_decoder(options, width):
+def _stub_decoder(options, width, rescored=False):
     """The jit'd `mask_predict.decode` on the stub model, compiled once per options (tables are arguments)."""
-    def run(table, near, length_logits, src, constraints, hard, continues=None):
+    def run(table, near, length_logits, src, constraints, hard, continues=None, *, rescored):
+        rescore = (lambda tokens, rows_of: jnp.sum(tokens % 5, axis=1) / jnp.sum(tokens != PAD_ID, axis=1)
+                   ) if rescored else None
         return mp.decode(ref.stub_jax(table, near), length_logits, src, constraints, hard, width, options,
-                         continues)
-    return jax.jit(run)
+                         continues, rescore)
+    return jax.jit(functools.partial(run, rescored=rescored))
 
 
 @SEVERAL
 @given(seed=st.integers(0, 10_000), iterations=st.sampled_from([1, 2, 5]), beam=st.sampled_from([1, 3]),
-       centred=st.booleans(), offset=st.booleans(), stop_early=st.booleans())
-def test_mask_predict_matches_python_loop(seed, iterations, beam, centred, offset, stop_early):
+       centred=st.booleans(), offset=st.booleans(), stop_early=st.booleans(), rescored=st.booleans())
+def test_mask_predict_matches_python_loop(seed, iterations, beam, centred, offset, stop_early, rescored):
+    """… and, with a rescorer (a stand-in score of the finished tokens), the candidate it prefers."""
     width, vocab, b = 12, 16, 3
     table, near = ref.stub_tables(seed, vocab, width)
     rng = np.random.default_rng(seed)
@@ -248,13 +251,16 @@ def test_mask_predict_matches_python_loop(seed, iterations, beam, centred, offse
         length_logits = np.roll(length_logits, 124, axis=1)
     options = mp.Options(iterations=iterations, length_beam=beam, centred=centred, length_offset=offset,
                          stop_early=stop_early, cap_min=4, cap_ratio=1.5)
-    out = _stub_decoder(options, width)(table, near, length_logits, src, None, None)
+    out = _stub_decoder(options, width, rescored)(table, near, length_logits, src, None, None)
     np_fn = ref.stub_numpy(table, near)
     for k in range(b):
         n_src = int(np.sum(src[k] != PAD_ID)) - 2
         cap = min(max(4, int(np.floor(np.float32(1.5) * (n_src + 2)))), width) - 2
+        rescore = (lambda t: np.float32(sum(x % 5 for x in t)) / np.float32(sum(x != PAD_ID for x in t))
+                   ) if rescored else None
         tokens, score, length, passes = ref.mask_predict(lambda t: np_fn(t, k), length_logits[k], n_src, cap,
-                                                         iterations, beam, centred, offset, stop_early, width)
+                                                         iterations, beam, centred, offset, stop_early, width,
+                                                         rescore=rescore)
         assert np.asarray(out["tokens"][k]).tolist() == tokens
         assert int(out["length"][k]) == length and int(out["iterations"][k]) == passes
         np.testing.assert_allclose(out["score"][k], score, rtol=1e-5, atol=1e-5)

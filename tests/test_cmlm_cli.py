@@ -1,5 +1,6 @@
-"""CMLMC end to end on a tiny workdir: training, evaluation with soft/hard constraint sets (metrics.json and the
-summary table with iterations and the chosen length), and `--mode translate` with hard constraints."""
+"""CMLMC end to end on a tiny workdir: training on an AR run's vocabulary (data.spm_from), evaluation with
+soft/hard constraint sets and an iteration sweep (metrics.json and the summary table), `--mode translate`
+with hard constraints, and with the AR run as rescorer."""
 
 import json
 import os
@@ -12,19 +13,31 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
 
 
-def _main(workdir, *args, stdin=None):
-    cmd = [sys.executable, "-m", "jaxnat.main", "--config", TINY, "--workdir", str(workdir),
-           "--config.model.name=cmlm", "--config.model.masked_attn=true", "--config.model.concat_pe=true",
-           "--config.model.positions=learned", "--config.train.correction=true", "--config.eval.beam_size=1",
-           "--config.eval.mask_predict_iter=4", "--config.eval.run_all_iterations=true", *args]
+def _run(workdir, *args, stdin=None):
+    cmd = [sys.executable, "-m", "jaxnat.main", "--config", TINY, "--workdir", str(workdir), *args]
     return subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), input=stdin,
                           capture_output=True, text=True, timeout=600)
 
 
+def _main(workdir, *args, stdin=None):
+    return _run(workdir, "--config.model.name=cmlm", "--config.model.masked_attn=true", "--config.model.concat_pe=true",
+           "--config.model.positions=learned", "--config.train.correction=true", "--config.eval.beam_size=1",
+           "--config.eval.mask_predict_iter=4", "--config.eval.run_all_iterations=true", *args, stdin=stdin)
+
+
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def ar_run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("tiny-ar") / "run"
+    result = _run(workdir, "--config.train.steps=4", "--config.train.eval_every=4", "--config.data.bucket_multiple=48",
+                  "--config.eval.latency_sentences=0", "--config.eval.beam_size=1")
+    assert result.returncode == 0, result.stderr
+    return workdir
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, ar_run):
     workdir = tmp_path_factory.mktemp("tiny-cmlm") / "run"
-    result = _main(workdir, "--config.train.steps=8", "--config.train.eval_every=8",
+    result = _main(workdir, f"--config.data.spm_from={ar_run}", "--config.train.steps=8", "--config.train.eval_every=8",
                    "--config.data.bucket_multiple=48", "--config.eval.latency_sentences=1",
                    "--config.eval.constraints=soft,hard", "--config.eval.iteration_sweep=1,2")
     assert result.returncode == 0, result.stderr
@@ -56,3 +69,14 @@ def test_translate_with_hard_constraints(trained):
     result = _main(workdir, "--mode", "translate", stdin=lines[2] + "\n")
     assert result.returncode == 2 and "does not take initial hypotheses" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_rescoring_with_an_ar_model_of_the_same_vocabulary(trained, ar_run):
+    workdir, _ = trained
+    assert (workdir / "spm" / "joint.model").read_bytes() == (ar_run / "spm" / "joint.model").read_bytes()
+    line = json.dumps({"src": "do girls go to a garden ?", "constraints": ["baste"], "hard": True}) + "\n"
+    result = _main(workdir, "--mode", "translate", f"--config.eval.rescorer={ar_run}", stdin=line)
+    assert result.returncode == 0, result.stderr
+    assert " baste " in " " + json.loads(result.stdout)["hyp"] + " "
+    result = _main(workdir, "--mode", "translate", f"--config.eval.rescorer={workdir}", stdin=line)
+    assert result.returncode == 2 and "is a 'cmlm' run; it must be an AR model" in result.stderr, result.stderr

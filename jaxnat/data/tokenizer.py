@@ -184,6 +184,31 @@ class Tokenizer:
         return os.path.isfile(p["joint"]) or (os.path.isfile(p["src"]) and os.path.isfile(p["tgt"]))
 
     @classmethod
+    def copy_models(cls, source: str, workdir: str) -> None:
+        """Copies the SentencePiece models of the workdir ``source`` into ``workdir`` (unless it has its own
+        already, which then stay: a resumed run keeps its vocabulary). DataError if ``source`` has none."""
+        if cls.exists(workdir):
+            return
+        cls.load(source)  # a readable model there, or a one-line DataError
+        os.makedirs(os.path.join(os.fspath(workdir), SPM_SUBDIR), exist_ok=True)
+        for name, path in cls.model_paths(source).items():
+            if os.path.isfile(path):
+                with open(path, "rb") as f:
+                    _atomic_write(cls.model_paths(workdir)[name], f.read())
+
+    @classmethod
+    def same_models(cls, a: str, b: str) -> bool:
+        """Whether the workdirs ``a`` and ``b`` hold byte-identical SentencePiece models (one vocabulary)."""
+        def read(workdir):
+            out = {}
+            for name, path in cls.model_paths(workdir).items():
+                if os.path.isfile(path):
+                    with open(path, "rb") as f:
+                        out[name] = f.read()
+            return out
+        return read(a) == read(b) != {}
+
+    @classmethod
     def load(cls, workdir: str) -> "Tokenizer":
         """Loads `{workdir}/spm/joint.model`, else `src.model` + `tgt.model`; DataError if there is none."""
         p = cls.model_paths(workdir)

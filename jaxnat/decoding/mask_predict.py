@@ -10,7 +10,8 @@ Each candidate is a canvas ``[BOS, MASK × n, EOS, PAD …]`` of fixed width L; 
   With ``stop_early`` a candidate stops at the first pass that changes none of its tokens (fairseq's adaptive
   decoding); otherwise all T passes run, as in the papers.
 
-The candidate with the highest mean token log-probability (BOS/EOS excluded) is the translation. Passes 1 …
+The candidate with the highest mean token log-probability (BOS/EOS excluded) is the translation, or, with a
+rescorer, the one an AR model scores best (its mean log-probability under teacher forcing). Passes 1 …
 T−1 run in one ``lax.while_loop``; nothing returns to the host until the end.
 
 **Lexical constraints** (no published mask-predict system has them; docs/cmlm.md): after pass 0, the phrases
@@ -204,12 +205,14 @@ def choose(logp: jax.Array, tokens, scores, masked):
 
 
 def decode(token_logprobs: Callable, length_logits: jax.Array, src: jax.Array, constraints: jax.Array | None,
-           hard: jax.Array | None, capacity: int, options: Options, continues: jax.Array | None = None) -> dict:
+           hard: jax.Array | None, capacity: int, options: Options, continues: jax.Array | None = None,
+           rescore: Callable | None = None) -> dict:
     """Mask-predict over a batch. token_logprobs(tokens int32[R, L], rows_of int32[R]) → float32[R, L, V]
     log-probabilities with the reserved ids at -inf (rows_of: each canvas's sentence). length_logits:
     float32[B, 256]; src: int32[B, S]; constraints: int32[B, C, P] or None; hard: bool[B] or None;
     continues: bool[V], the pieces that would extend the word before them, never put right after a hard
-    constraint (None: every piece is a word).
+    constraint (None: every piece is a word); rescore(tokens int32[R, L], rows_of) → float32[R]: another
+    model's score of each finished candidate, which then picks the translation (an AR rescorer), or None.
 
     Returns per sentence ``tokens`` int32[B, capacity], ``score`` float32[B] (mean token log-probability),
     ``length`` int32[B] (real tokens) and ``iterations`` int32[B] (passes run), of the best candidate.
@@ -256,7 +259,8 @@ def decode(token_logprobs: Callable, length_logits: jax.Array, src: jax.Array, c
 
     final = lax.while_loop(cond, body, state)
     mean = jnp.sum(jnp.where(real, final["scores"], 0.0), axis=1) / jnp.maximum(n, 1)
-    best = jnp.argmax(mean.reshape(b, beam), axis=1)
+    pick_by = mean if rescore is None else rescore(final["tokens"], rows_of)
+    best = jnp.argmax(pick_by.reshape(b, beam), axis=1)
     pick = jnp.arange(b) * beam + best
     return {"tokens": final["tokens"][pick], "score": mean[pick], "length": n[pick],
             "iterations": final["iterations"][pick]}

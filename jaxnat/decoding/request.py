@@ -11,6 +11,7 @@ anything runs.
                   init: int32[B, T0] | None,        [BOS … EOS] rows; an all-PAD row = no initial hypothesis
                   constraints: int32[B, C, P] | None, target piece ids of up to C phrases, PAD-padded
                   hard: bool[B] | None,              the constraints of sentence b must appear (else soft)
+                  rescorer: pytree | None,          an AR model's parameters: pick among candidates with it
                   max_out, beam_size, trace)         static: output capacity, beam, edit trace on/off
 
 A sentence takes an initial hypothesis or constraints, not both (the translator checks it).
@@ -34,6 +35,7 @@ class DecodeRequest:
     init: jax.Array | None = None
     constraints: jax.Array | None = None
     hard: jax.Array | None = None
+    rescorer: object = None
     max_out: int = struct.field(pytree_node=False, default=0)
     beam_size: int = struct.field(pytree_node=False, default=1)
     trace: bool = struct.field(pytree_node=False, default=False)
@@ -51,6 +53,7 @@ class Supports:
     hard_constraints: bool = False
     trace: bool = False
     beam: bool = False
+    rescoring: bool = False  # generate takes request.rescorer (eval.rescorer)
     counts: tuple[str, ...] = ()
 
 

@@ -40,8 +40,10 @@ def _round_up(n: int, multiple: int) -> int:
 
 
 class Translator:
-    def __init__(self, spec, params, tokenizer, config):
+    def __init__(self, spec, params, tokenizer, config, rescorer=None):
+        """rescorer: the parameters of the AR model of eval.rescorer, handed to every request (or None)."""
         self.spec, self.params, self.tokenizer, self.config = spec, params, tokenizer, config
+        self.rescorer = rescorer
         self.max_len = config.data.max_len
         d = config.data
         self.buckets = bucket_lengths(self.max_len, growth=d.bucket_growth, multiple=d.bucket_multiple)
@@ -142,7 +144,8 @@ class Translator:
             c, p = phrases.shape[1:]
             constraints = np.pad(phrases, ((0, 0), (0, _round_up(c, 4) - c), (0, _round_up(p, 4) - p)))
             hard = np.asarray([s.hard for s in starts], bool)
-        return DecodeRequest(src, init, constraints, hard, max_out=capacity, beam_size=beam_size, trace=trace)
+        return DecodeRequest(src, init, constraints, hard, self.rescorer, max_out=capacity, beam_size=beam_size,
+                             trace=trace)
 
     def translate_ids(self, src: list[np.ndarray], beam_size: int, batch_size: int,
                       starts: list[Start] | None = None, trace: bool = False) -> list[dict]:

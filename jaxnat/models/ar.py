@@ -67,6 +67,15 @@ def ar_loss(model: ARTransformer, params, batch: dict, rng, label_smoothing: flo
     return loss, {"nll": nll, "count": count}
 
 
+def ar_score(model: ARTransformer, params, src: jnp.ndarray, tgt: jnp.ndarray) -> jnp.ndarray:
+    """The rescorer's score: mean log-probability of each row's tokens after BOS (EOS included) under teacher
+    forcing. src: int32[B, S]; tgt: int32[B, T] [BOS … EOS] rows → float32[B]."""
+    logp = nn.log_softmax(model.apply(params, src, tgt[:, :-1]))
+    picked = jnp.take_along_axis(logp, tgt[:, 1:, None], axis=-1)[..., 0]
+    real = token_mask(tgt[:, 1:])
+    return jnp.sum(jnp.where(real, picked, 0.0), axis=1) / jnp.maximum(jnp.sum(real, axis=1), 1)
+
+
 # ----------------------------------------------------------------------------------------------- decoding
 
 SUPPORTS = Supports(beam=True)

@@ -36,6 +36,7 @@ import jax.numpy as jnp
 from jaxnat.decoding import mask_predict
 from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.models.insertion import forbid_reserved, head_runner, mean_loss, model_choice
+from jaxnat.models.ar import ar_score
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import Decoder, Embedder, Encoder, TransformerConfig, token_mask
@@ -191,7 +192,19 @@ def cmlm_loss(model: CMLM, params, batch: dict, rng, *, label_smoothing: float, 
 
 # ----------------------------------------------------------------------------------------------- decoding
 
-SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, counts=("iterations", "length"))
+SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, rescoring=True, counts=("iterations", "length"))
+
+
+def rescorer_module(config, cfg: TransformerConfig):
+    """The AR model of eval.rescorer (its architecture from its workdir; this run's vocabulary), or None."""
+    if not config.eval.rescorer:
+        return None
+    from jaxnat.config import workdir_config
+    from jaxnat.models.ar import ARTransformer
+    from jaxnat.models.transformer import config_from
+
+    return ARTransformer(config_from(workdir_config(config.eval.rescorer).model, cfg.src_vocab_size,
+                                     cfg.tgt_vocab_size))
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
@@ -203,6 +216,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         stop_early=not e.run_all_iterations, cap_min=e.length_cap_min, cap_ratio=e.length_cap_ratio)
 
     continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None
+    rescorer = rescorer_module(config, cfg)
 
     def init(rng, batch):
         return module.init(rng, batch["src"][:1], batch["tgt"][:1])
@@ -227,8 +241,13 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
             logits = module.apply(params, tokens, memory[rows_of], src_mask[rows_of], method="token_logits")
             return jax.nn.log_softmax(forbid_reserved(logits))
 
+        rescore = None
+        if rescorer is not None and request.rescorer is not None:
+            def rescore(tokens, rows_of):
+                return ar_score(rescorer, request.rescorer, src[rows_of], tokens)
+
         return mask_predict.decode(token_logprobs, length_logits, src, request.constraints, request.hard,
-                                   request.max_out or capacity(src.shape[1]), options, continues)
+                                   request.max_out or capacity(src.shape[1]), options, continues, rescore)
 
     return ModelSpec("cmlm", cfg, module, init, loss, generate, capacity, SUPPORTS)
 

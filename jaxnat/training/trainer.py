@@ -90,6 +90,8 @@ class Trainer:
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=2, sort_keys=True))
         train_src, train_tgt = self.corpus["train"]
+        if d.spm_from:
+            Tokenizer.copy_models(d.spm_from, workdir)
         self.tokenizer = Tokenizer.train_or_load(workdir, train_src, train_tgt, d.vocab_size, joint=d.joint_vocab,
                                                  model_type=d.spm_model_type, seed=config.train.seed,
                                                  byte_fallback=d.byte_fallback)
