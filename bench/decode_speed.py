@@ -4,7 +4,8 @@
         --run configs/levt/multi30k.py:runs/levt-kd-multi30k \
         --config.data.dir=../shared/data/multi30k [--repeats 3] [--sentences 100]
 
-Each --run is CONFIG:WORKDIR (overrides after the flags apply to every run). AR models are timed greedy and
+Each --run is CONFIG:WORKDIR, or a WORKDIR alone (the config it was trained with); overrides after the flags
+apply to every run. AR models are timed greedy and
 with beam 4, refining models (LevT, EDITOR) with their refinement loop. All use the workdir's best checkpoint and the
 first test split of the first run's corpus. Every shape is compiled before timing (model loading and
 compilation excluded); each figure is the median of --repeats timed passes, and all runs and modes
@@ -21,7 +22,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from jaxnat.config import build_config  # noqa: E402
+from jaxnat.config import apply_override, build_config, parse_overrides, workdir_config  # noqa: E402
 from jaxnat.data.sources import load_corpus  # noqa: E402
 from jaxnat.restore import load_translator  # noqa: E402
 
@@ -36,8 +37,13 @@ def main():
     logging.basicConfig(level=logging.WARNING)
     modes, srcs, split = [], None, None
     for run in args.run:
-        config_path, _, workdir = run.partition(":")
-        config = build_config(config_path, overrides)
+        config_path, _, workdir = run.rpartition(":")
+        if config_path:
+            config = build_config(config_path, overrides)
+        else:  # the workdir's own config, with the overrides
+            config = workdir_config(workdir)
+            for key, value in parse_overrides(overrides):
+                apply_override(config, key, value)
         if srcs is None:
             corpus = load_corpus(config.data)
             split = [s for s in corpus if s not in ("train", "valid")][0]

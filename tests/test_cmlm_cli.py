@@ -69,6 +69,9 @@ def test_translate_with_hard_constraints(trained):
     result = _main(workdir, "--mode", "translate", stdin=lines[2] + "\n")
     assert result.returncode == 2 and "does not take initial hypotheses" in result.stderr
     assert "Traceback" not in result.stderr
+    many = json.dumps({"src": "do girls go to a garden ?", "constraints": ["ka"] * 9})
+    result = _main(workdir, "--mode", "translate", stdin=many + "\n")
+    assert result.returncode == 2 and "9 constraint phrases; model 'cmlm' takes at most 8" in result.stderr
 
 
 def test_rescoring_with_an_ar_model_of_the_same_vocabulary(trained, ar_run):

@@ -54,6 +54,7 @@ class Supports:
     trace: bool = False
     beam: bool = False
     rescoring: bool = False  # generate takes request.rescorer (eval.rescorer)
+    max_phrases: int = 0     # the most constraint phrases a sentence may have (0: no limit)
     counts: tuple[str, ...] = ()
 
 

@@ -104,6 +104,10 @@ class Translator:
                 ids = self.tokenizer.encode([init], "tgt")[0]
                 out.append(Start(init=ids[:room] if cut_long_inits else ids))
             elif phrases:
+                limit = self.spec.supports.max_phrases
+                if limit and len(phrases) > limit:
+                    raise DataError(f"sentence {i + 1}: {len(phrases)} constraint phrases; model "
+                                    f"{self.spec.name!r} takes at most {limit}")
                 for phrase in phrases if is_hard else []:  # a guaranteed constraint is never changed
                     if chars := self.tokenizer.unrepresentable(phrase, "tgt"):
                         raise DataError(f"sentence {i + 1}: the hard constraint {phrase!r} has characters the "

@@ -192,7 +192,8 @@ def cmlm_loss(model: CMLM, params, batch: dict, rng, *, label_smoothing: float, 
 
 # ----------------------------------------------------------------------------------------------- decoding
 
-SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, rescoring=True, counts=("iterations", "length"))
+SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, rescoring=True, max_phrases=8,
+                    counts=("iterations", "length"))
 
 
 def rescorer_module(config, cfg: TransformerConfig):
