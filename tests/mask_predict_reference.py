@@ -36,9 +36,21 @@ def phrase_fits(start, size, n):
 
 
 def best_placement(logp, phrases, n, any_order):
-    """Brute force: every assignment of starts to the non-empty phrases (non-overlapping, inside 1 … n, in the
-    given order unless any_order) → (best summed log-probability, its starts); (None, None) when none fits."""
-    real = [k for k, p in enumerate(phrases) if p]
+    """Brute force: the largest subsets of the non-empty phrases that fit (non-overlapping, inside 1 … n, in
+    the given order unless any_order), and of their placements the best summed log-probability → (score,
+    {phrase: start}) ((0.0, {}) when none fits)."""
+    nonempty = [k for k, p in enumerate(phrases) if p]
+    for size in range(len(nonempty), 0, -1):
+        found = [_best_of(logp, phrases, n, any_order, list(subset))
+                 for subset in itertools.combinations(nonempty, size)]
+        found = [f for f in found if f[0] is not None]
+        if found:
+            return max(found, key=lambda f: f[0])
+    return 0.0, {}
+
+
+def _best_of(logp, phrases, n, any_order, real):
+    """The best placement of exactly the phrases ``real``, or (None, None)."""
     best, best_starts = None, None
     for starts in itertools.product(range(1, n + 1), repeat=len(real)):
         spans = sorted((s, s + len(phrases[k]) - 1, k) for s, k in zip(starts, real))

@@ -15,13 +15,14 @@ rescorer, the one an AR model scores best (its mean log-probability under teache
 T−1 run in one ``lax.while_loop``; nothing returns to the host until the end.
 
 **Lexical constraints** (no published mask-predict system has them; docs/cmlm.md): after pass 0, the phrases
-are placed where pass 0's distributions score them best — the placement of non-overlapping phrases with the
-highest summed log-probability, in any order (``any_order``) or in the given one, found exactly by a dynamic
-program over (position, set of phrases placed) (`place_phrases`). Hard constraints are then never re-masked:
-every phrase appears whole in every output, whatever the model predicts, and (with a ``continues`` table) no
-piece that would extend a word follows one, so it also stays a word. Soft ones are placed with their
-log-probability as score and may be re-masked like any token. Candidate lengths are raised to the constraints'
-total length, so there is always room.
+are placed where pass 0's distributions score them best — as many as fit, non-overlapping, with the highest
+summed log-probability, in any order (``any_order``) or in the given one, found exactly by a dynamic program
+over (position, set of phrases placed) (`place_phrases`). Placed tokens are never re-masked: a mask-predict
+model cannot delete a word, and re-masking a word it did not choose gives it back its own choice (docs/cmlm.md).
+Hard constraints: candidate lengths are raised to their total length, so every phrase is placed and appears
+whole in every output whatever the model predicts, and (with a ``continues`` table) no piece that would extend
+a word follows one, so it also stays a word. Soft constraints: the predicted lengths stay, the phrases that
+fit are placed, and a word may glue onto one.
 """
 
 from __future__ import annotations
@@ -105,11 +106,11 @@ def phrase_scores(logp: jax.Array, phrases: jax.Array, n: jax.Array) -> jax.Arra
 def place_phrases(logp: jax.Array, phrases: jax.Array, n: jax.Array, any_order: bool) -> jax.Array:
     """int32[R, C]: the first position of each phrase in the best placement (−1 for an empty phrase).
 
-    The placement maximises the summed log-probability of non-overlapping phrases inside positions 1 … n
-    (in the given order unless ``any_order``). Exact: f[i, S] = best score with the phrases of the set S placed
+    The placement holds as many phrases as fit in positions 1 … n without overlapping (in the given order
+    unless ``any_order``) — all of them when their total length is at most n — and among those maximises the
+    summed log-probability of their pieces. Exact: f[i, S] = best score with the phrases of the set S placed
     inside positions 1 … i, f[i, S] = max(f[i−1, S], max_{c ∈ S} f[i − |c|, S∖c] + score(c, i − |c| + 1)), a
-    ``lax.scan`` over positions with a [R, 2^C] state, then a backtrace. Needs C ≤ 8 phrases. When the phrases
-    do not fit (their total length exceeds n), every start is −1.
+    ``lax.scan`` over positions with a [R, 2^C] state, then a backtrace from the best S. Needs C ≤ 8 phrases.
     """
     r, length, _ = logp.shape
     _, c, p = phrases.shape
@@ -123,10 +124,10 @@ def place_phrases(logp: jax.Array, phrases: jax.Array, n: jax.Array, any_order: 
     sets = jnp.arange(k)
     has = (sets[None, :, None] & bit[None, None, :]) > 0                 # [1, K, C]: c ∈ S
     allowed = has & (size[:, None, :] > 0)                               # [R, K, C]
-    if not any_order:  # c may join S only after every non-empty phrase before it
-        before = jnp.sum(jnp.where((size > 0)[:, None, :] & (jnp.arange(c)[None, None, :] < jnp.arange(c)[None, :, None]),
-                                   bit[None, None, :], 0), axis=2)       # [R, C]
-        allowed = allowed & ((sets[None, :, None] & before[:, None, :]) == before[:, None, :])
+    if not any_order:  # phrases are added left to right: c only right of phrases that come before it
+        after = (jnp.arange(c)[None, :] > jnp.arange(c)[:, None])[None] & (size > 0)[:, None, :]      # [R, C, C]
+        later = jnp.sum(jnp.where(after, bit[None, None, :], 0), axis=2)                                # [R, C]
+        allowed = allowed & ((sets[None, :, None] & later[:, None, :]) == 0)
     without = sets[:, None] ^ bit[None, :]                               # [K, C]: S ∖ c
 
     f0 = jnp.where(sets[None, :] == empty_set[:, None], 0.0, NEG)        # [R, K]
@@ -148,7 +149,11 @@ def place_phrases(logp: jax.Array, phrases: jax.Array, n: jax.Array, any_order: 
         return history, jnp.where(take, best_c, -1).astype(jnp.int8)
 
     history, choice = lax.scan(step, history, jnp.arange(1, length))     # choice: [L−1, R, K] for i = 1 … L−1
-    feasible = history[:, 0, k - 1] > NEG / 2
+    # the most phrases that fit, then the best score
+    final = history[:, 0]                                               # f[L−1, S]: [R, K]
+    placed_count = jnp.where(final > NEG / 2, jnp.sum(has[0] & (size[:, None, :] > 0), axis=2), -1)  # [R, K]
+    most = placed_count == jnp.max(placed_count, axis=1, keepdims=True)
+    goal = jnp.argmax(jnp.where(most, final, 2 * NEG), axis=1)
 
     def back_step(_, state):
         i, s, starts = state
@@ -162,9 +167,9 @@ def place_phrases(logp: jax.Array, phrases: jax.Array, n: jax.Array, any_order: 
         i = jnp.where(placed, i - sz, jnp.where(live, i - 1, i))
         return i, s, starts
 
-    init = (jnp.full((r,), length - 1), jnp.full((r,), k - 1), jnp.full((r, c), -1))
+    init = (jnp.full((r,), length - 1), goal, jnp.full((r, c), -1))
     _, _, starts = lax.fori_loop(0, length - 1, back_step, init)
-    return jnp.where(feasible[:, None] & (size > 0), starts, -1).astype(jnp.int32)
+    return starts.astype(jnp.int32)
 
 
 def write_phrases(tokens: jax.Array, phrases: jax.Array, starts: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -221,7 +226,9 @@ def decode(token_logprobs: Callable, length_logits: jax.Array, src: jax.Array, c
     n_src = jnp.sum(src != PAD_ID, axis=1) - 2
     cap = jnp.minimum(jnp.maximum(options.cap_min, jnp.floor(options.cap_ratio * (n_src + 2)).astype(jnp.int32)),
                       capacity) - 2
-    need = jnp.zeros((b,), jnp.int32) if constraints is None else jnp.sum(constraints != PAD_ID, axis=(1, 2))
+    need = jnp.zeros((b,), jnp.int32)  # hard constraints always fit: the length beam makes room for them
+    if constraints is not None and hard is not None:
+        need = jnp.where(hard, jnp.sum(constraints != PAD_ID, axis=(1, 2)), 0)
     n = candidate_lengths(length_logits, n_src, jnp.maximum(need, 1), cap, options).reshape(b * beam)
     rows_of = jnp.repeat(jnp.arange(b), beam)
     tokens = canvases(n, capacity)
@@ -233,11 +240,10 @@ def decode(token_logprobs: Callable, length_logits: jax.Array, src: jax.Array, c
     if constraints is not None:
         phrases = constraints[rows_of]
         starts = place_phrases(logp, phrases, n, options.any_order)
-        tokens, placed = write_phrases(tokens, phrases, starts)
-        scores = jnp.where(placed, jnp.take_along_axis(logp, tokens[..., None], axis=2)[..., 0], scores)
+        tokens, fixed = write_phrases(tokens, phrases, starts)
+        scores = jnp.where(fixed, jnp.take_along_axis(logp, tokens[..., None], axis=2)[..., 0], scores)
         if hard is not None:
-            fixed = placed & hard[rows_of][:, None]
-            after = jnp.pad(fixed[:, :-1], ((0, 0), (1, 0))) & ~fixed & real
+            after = jnp.pad(fixed[:, :-1], ((0, 0), (1, 0))) & ~fixed & real & hard[rows_of][:, None]
             # pass 0 chose the word after a constraint before knowing it would be there: choose again
             tokens, scores = choose(unglued(logp, after, continues), tokens, scores, after)
 
