@@ -378,6 +378,6 @@ def test_a_sentence_decodes_alone_as_in_a_batch(overrides):
         alone = generate(params, DecodeRequest(batch["src"][k:k + 1, :7] if int(np.sum(batch["src"][k] != 0)) <= 7
                                                else batch["src"][k:k + 1], constraints=cons[k:k + 1],
                                                hard=hard[k:k + 1], max_out=18))
-        for key in ("tokens", "length", "iterations"):
+        for key in ("tokens", "chosen_length", "iterations"):
             assert np.asarray(alone[key][0]).tolist() == np.asarray(together[key][k]).tolist(), key
         np.testing.assert_allclose(alone["score"][0], together["score"][k], rtol=1e-5, atol=1e-5)

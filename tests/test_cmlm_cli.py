@@ -63,7 +63,7 @@ def test_translate_with_hard_constraints(trained):
     result = _main(workdir, "--mode", "translate", stdin="\n".join(lines[:2]) + "\n")
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
-    assert all({"hyp", "score", "iterations", "length"} <= set(r) for r in rows)
+    assert all({"hyp", "score", "iterations", "chosen_length"} <= set(r) for r in rows)
     hyp = " " + rows[1]["hyp"] + " "
     assert " baste " in hyp and " ka dvai " in hyp, hyp
     result = _main(workdir, "--mode", "translate", stdin=lines[2] + "\n")

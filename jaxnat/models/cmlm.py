@@ -27,7 +27,9 @@ Decoding is mask-predict with a length beam (`jaxnat.decoding.mask_predict`).
 
 from __future__ import annotations
 
+import json
 import math
+import os
 
 import flax.linen as nn
 import jax
@@ -36,10 +38,11 @@ import jax.numpy as jnp
 from jaxnat.decoding import mask_predict
 from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.models.insertion import forbid_reserved, head_runner, mean_loss, model_choice
-from jaxnat.models.ar import ar_score
+from jaxnat.errors import ConfigError
+from jaxnat.models.ar import ARTransformer, ar_score
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec
-from jaxnat.models.transformer import Decoder, Embedder, Encoder, TransformerConfig, token_mask
+from jaxnat.models.transformer import Decoder, Embedder, Encoder, TransformerConfig, config_from, token_mask
 from jaxnat.oracle import apply_random_mask, draw_subset, full_mask, real_mask
 
 
@@ -193,19 +196,21 @@ def cmlm_loss(model: CMLM, params, batch: dict, rng, *, label_smoothing: float, 
 # ----------------------------------------------------------------------------------------------- decoding
 
 SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, rescoring=True, max_phrases=8,
-                    counts=("iterations", "length"))
+                    counts=("iterations", "chosen_length"))
 
 
 def rescorer_module(config, cfg: TransformerConfig):
-    """The AR model of eval.rescorer (its architecture from its workdir; this run's vocabulary), or None."""
-    if not config.eval.rescorer:
+    """The AR model of eval.rescorer (its architecture from its workdir's config.json; this run's vocabulary),
+    or None. `jaxnat.restore.load_rescorer` checks the rest (an AR run, the same vocabulary)."""
+    path = config.eval.rescorer
+    if not path:
         return None
-    from jaxnat.config import workdir_config
-    from jaxnat.models.ar import ARTransformer
-    from jaxnat.models.transformer import config_from
-
-    return ARTransformer(config_from(workdir_config(config.eval.rescorer).model, cfg.src_vocab_size,
-                                     cfg.tgt_vocab_size))
+    try:
+        with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
+            recorded = json.load(f)["model"]
+    except (OSError, ValueError, KeyError) as e:
+        raise ConfigError(f"eval.rescorer={path}: no readable config.json of a trained run ({type(e).__name__})") from None
+    return ARTransformer(config_from(recorded, cfg.src_vocab_size, cfg.tgt_vocab_size))
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
@@ -247,8 +252,10 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
             def rescore(tokens, rows_of):
                 return ar_score(rescorer, request.rescorer, src[rows_of], tokens)
 
-        return mask_predict.decode(token_logprobs, length_logits, src, request.constraints, request.hard,
-                                   request.max_out or capacity(src.shape[1]), options, continues, rescore)
+        out = mask_predict.decode(token_logprobs, length_logits, src, request.constraints, request.hard,
+                                  request.max_out or capacity(src.shape[1]), options, continues, rescore)
+        out["chosen_length"] = out.pop("length")
+        return out
 
     return ModelSpec("cmlm", cfg, module, init, loss, generate, capacity, SUPPORTS)
 
