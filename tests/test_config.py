@@ -56,6 +56,15 @@ def test_overrides_are_typed():
         (["--config.train.warmup_steps=-5"], "train.warmup_steps must be >= 0, got -5"),
         (["--config.train.lr_schedule=linear", "--config.train.steps=100", "--config.train.warmup_steps=100"],
          "train.warmup_steps (100) must be below train.steps (100) with train.lr_schedule=linear"),
+        (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.model.length_prediction=cls"],
+         "model.length_prediction must be one of token, pooled"),
+        (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.train.correction_p=1.5"],
+         "train.correction_p must be in [0, 1], got 1.5"),
+        (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.eval.iteration_sweep=1,x"],
+         "eval.iteration_sweep is a comma list of mask-predict pass counts"),
+        (["--config.eval.iteration_sweep=1,2"], "for model.name=cmlm; got '1,2' with model.name='ar'"),
+        (["--config.eval.rescorer=runs/ar"], "eval.rescorer: model 'ar' has no candidates to rescore"),
+        (["--config.model.name=cmlm", "--config.eval.beam_size=4"], "model 'cmlm' does not take beam search"),
     ],
 )
 def test_bad_overrides(args, message):

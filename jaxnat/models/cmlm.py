@@ -149,7 +149,8 @@ def cmlm_loss(model: CMLM, params, batch: dict, rng, *, label_smoothing: float, 
 
     Returns ``(loss · n, aux)`` with n the target's real tokens (BOS/EOS included, as the other models), so the
     trainer's ``loss_sum / count`` is the loss; aux has 'nll' (L_mask's nll · n), 'count' and each term. With
-    ``keep_inputs``, aux['inputs'] holds the decoder inputs and the draws (for tests).
+    ``keep_inputs`` (for tests), also the decoder inputs ('masked_in'; with correction 'corr_in' and the first
+    pass's 'predicted') and every random number ('draws').
     """
     src, tgt = batch["src"], batch["tgt"]
     k_mask, k_enc, k_dec, k_full, k_sub, k_corr = jax.random.split(rng, 6)
