@@ -87,13 +87,17 @@ def lowest(scores: jax.Array, free: jax.Array, count: jax.Array) -> jax.Array:
 
 # ---------------------------------------------------------------------------------------- constraints
 
-def phrase_scores(logp: jax.Array, phrases: jax.Array, n: jax.Array) -> jax.Array:
+def phrase_scores(logits: jax.Array, phrases: jax.Array, n: jax.Array, lse: jax.Array | None = None) -> jax.Array:
     """float32[R, C, L]: the summed log-probability of phrase c with its first piece at position i, NEG where
-    it does not fit in positions 1 … n. logp: float32[R, L, V]; phrases: int32[R, C, P] PAD-padded; n: int32[R]."""
-    r, length, _ = logp.shape
+    it does not fit in positions 1 … n. logits: float32[R, L, V], log-probabilities, or logits with their
+    per-position logsumexp ``lse`` float32[R, L] (log-probabilities are then only formed for the phrase pieces);
+    phrases: int32[R, C, P] PAD-padded; n: int32[R]."""
+    r, length, _ = logits.shape
     _, c, p = phrases.shape
-    lp = jnp.maximum(logp, -1e4)  # a reserved id at -inf must not turn a sum into nan
-    picked = jnp.take_along_axis(lp, jnp.broadcast_to(phrases.reshape(r, 1, c * p), (r, length, c * p)), axis=2)
+    picked = jnp.take_along_axis(logits, jnp.broadcast_to(phrases.reshape(r, 1, c * p), (r, length, c * p)), axis=2)
+    if lse is not None:
+        picked = picked - lse[:, :, None]
+    picked = jnp.maximum(picked, -1e4)  # a reserved id at -inf must not turn a sum into nan
     picked = jnp.pad(picked.reshape(r, length, c, p), ((0, 0), (0, p), (0, 0), (0, 0)))
     real = phrases != PAD_ID
     total = sum(jnp.where(real[:, None, :, j], picked[:, j:j + length, :, j], 0.0) for j in range(p))  # [R, L, C]
@@ -103,8 +107,10 @@ def phrase_scores(logp: jax.Array, phrases: jax.Array, n: jax.Array) -> jax.Arra
     return jnp.where(fits, jnp.moveaxis(total, 1, 2), NEG)
 
 
-def place_phrases(logp: jax.Array, phrases: jax.Array, n: jax.Array, any_order: bool) -> jax.Array:
-    """int32[R, C]: the first position of each phrase in the best placement (−1 for an empty phrase).
+def place_phrases(logits: jax.Array, phrases: jax.Array, n: jax.Array, any_order: bool,
+                  lse: jax.Array | None = None) -> jax.Array:
+    """int32[R, C]: the first position of each phrase in the best placement (−1 for an empty or unplaced
+    phrase). logits, lse: as `phrase_scores`.
 
     The placement holds as many phrases as fit in positions 1 … n without overlapping (in the given order
     unless ``any_order``) — all of them when their total length is at most n — and among those maximises the
@@ -112,12 +118,12 @@ def place_phrases(logp: jax.Array, phrases: jax.Array, n: jax.Array, any_order: 
     inside positions 1 … i, f[i, S] = max(f[i−1, S], max_{c ∈ S} f[i − |c|, S∖c] + score(c, i − |c| + 1)), a
     ``lax.scan`` over positions with a [R, 2^C] state, then a backtrace from the best S. Needs C ≤ 8 phrases.
     """
-    r, length, _ = logp.shape
+    r, length, _ = logits.shape
     _, c, p = phrases.shape
     if c > 8:
         raise ValueError(f"mask-predict places at most 8 constraint phrases per sentence, got {c}")
     k = 1 << c
-    scores = phrase_scores(logp, phrases, n)                             # [R, C, L]
+    scores = phrase_scores(logits, phrases, n, lse)                      # [R, C, L]
     size = jnp.sum(phrases != PAD_ID, axis=2).astype(jnp.int32)          # [R, C]
     bit = 1 << jnp.arange(c)
     empty_set = jnp.sum(jnp.where(size == 0, bit, 0), axis=1)           # [R] empty phrases count as placed
@@ -195,25 +201,28 @@ def canvases(n: jax.Array, width: int) -> jax.Array:
     return jnp.where(pos == 0, BOS_ID, jnp.where(pos <= n, MASK_ID, jnp.where(pos == n + 1, EOS_ID, PAD_ID)))
 
 
-def unglued(logp: jax.Array, after: jax.Array | None, continues: jax.Array | None) -> jax.Array:
-    """logp: float32[R, L, V] with the pieces that would continue a word (continues: bool[V]) at -inf where
+def unglued(logits: jax.Array, after: jax.Array | None, continues: jax.Array | None) -> jax.Array:
+    """logits: float32[R, L, V] with the pieces that would continue a word (continues: bool[V]) at -inf where
     ``after`` (bool[R, L]: right after a hard constraint) — so the constraint stays a whole word."""
     if after is None or continues is None:
-        return logp
-    return jnp.where(after[..., None] & continues, -jnp.inf, logp)
+        return logits
+    return jnp.where(after[..., None] & continues, -jnp.inf, logits)
 
 
-def choose(logp: jax.Array, tokens, scores, masked):
-    """The masked positions take the argmax token of logp (float32[R, L, V]) and its log-probability."""
-    best = jnp.argmax(logp, axis=-1).astype(tokens.dtype)
-    return jnp.where(masked, best, tokens), jnp.where(masked, jnp.max(logp, axis=-1), scores)
+def choose(logits: jax.Array, tokens, scores, masked):
+    """The masked positions take the argmax token of logits (float32[R, L, V]) and its log-probability, max −
+    logsumexp: no log-softmax of [R, L, V] is formed. Returns (tokens, scores, the logsumexp float32[R, L])."""
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    best = jnp.argmax(logits, axis=-1).astype(tokens.dtype)
+    best_logp = jnp.max(logits, axis=-1) - lse
+    return jnp.where(masked, best, tokens), jnp.where(masked, best_logp, scores), lse
 
 
-def decode(token_logprobs: Callable, length_logits: jax.Array, src: jax.Array, constraints: jax.Array | None,
+def decode(token_logits: Callable, length_logits: jax.Array, src: jax.Array, constraints: jax.Array | None,
            hard: jax.Array | None, capacity: int, options: Options, continues: jax.Array | None = None,
            rescore: Callable | None = None) -> dict:
-    """Mask-predict over a batch. token_logprobs(tokens int32[R, L], rows_of int32[R]) → float32[R, L, V]
-    log-probabilities with the reserved ids at -inf (rows_of: each canvas's sentence). length_logits:
+    """Mask-predict over a batch. token_logits(tokens int32[R, L], rows_of int32[R]) → float32[R, L, V] logits
+    (or log-probabilities) with the reserved ids at -inf (rows_of: each canvas's sentence). length_logits:
     float32[B, 256]; src: int32[B, S]; constraints: int32[B, C, P] or None; hard: bool[B] or None;
     continues: bool[V], the pieces that would extend the word before them, never put right after a hard
     constraint (None: every piece is a word); rescore(tokens int32[R, L], rows_of) → float32[R]: another
@@ -233,19 +242,19 @@ def decode(token_logprobs: Callable, length_logits: jax.Array, src: jax.Array, c
     rows_of = jnp.repeat(jnp.arange(b), beam)
     tokens = canvases(n, capacity)
     real = (tokens != BOS_ID) & (tokens != EOS_ID) & (tokens != PAD_ID)
-    logp = token_logprobs(tokens, rows_of)
-    tokens, scores = choose(logp, tokens, jnp.zeros(tokens.shape, jnp.float32), real)
+    logits = token_logits(tokens, rows_of)
+    tokens, scores, lse = choose(logits, tokens, jnp.zeros(tokens.shape, jnp.float32), real)
 
     fixed, after = jnp.zeros(tokens.shape, bool), None
     if constraints is not None:
         phrases = constraints[rows_of]
-        starts = place_phrases(logp, phrases, n, options.any_order)
+        starts = place_phrases(logits, phrases, n, options.any_order, lse)
         tokens, fixed = write_phrases(tokens, phrases, starts)
-        scores = jnp.where(fixed, jnp.take_along_axis(logp, tokens[..., None], axis=2)[..., 0], scores)
+        scores = jnp.where(fixed, jnp.take_along_axis(logits, tokens[..., None], axis=2)[..., 0] - lse, scores)
         if hard is not None:
             after = jnp.pad(fixed[:, :-1], ((0, 0), (1, 0))) & ~fixed & real & hard[rows_of][:, None]
             # pass 0 chose the word after a constraint before knowing it would be there: choose again
-            tokens, scores = choose(unglued(logp, after, continues), tokens, scores, after)
+            tokens, scores, _ = choose(unglued(logits, after, continues), tokens, scores, after)
 
     state = {"tokens": tokens, "scores": scores, "t": jnp.ones((), jnp.int32),
              "done": jnp.zeros((b * beam,), bool), "iterations": jnp.ones((b * beam,), jnp.int32)}
@@ -256,8 +265,8 @@ def decode(token_logprobs: Callable, length_logits: jax.Array, src: jax.Array, c
     def body(s):
         active = ~s["done"]
         masked = lowest(s["scores"], real & ~fixed & active[:, None], remask_count(n, s["t"], steps))
-        logp = unglued(token_logprobs(jnp.where(masked, MASK_ID, s["tokens"]), rows_of), after, continues)
-        tokens, scores = choose(logp, s["tokens"], s["scores"], masked)
+        logits = unglued(token_logits(jnp.where(masked, MASK_ID, s["tokens"]), rows_of), after, continues)
+        tokens, scores, _ = choose(logits, s["tokens"], s["scores"], masked)
         changed = jnp.any(tokens != s["tokens"], axis=1)
         done = s["done"] | (active & ~changed) if options.stop_early else s["done"]
         return {"tokens": tokens, "scores": scores, "t": s["t"] + 1, "done": done,

@@ -243,17 +243,17 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         memory, length_logits = module.apply(params, src, method="encode")
         src_mask = token_mask(src)
 
-        def token_logprobs(tokens, rows_of):
+        def token_logits(tokens, rows_of):
             """tokens: int32[R, L] canvases of the sentences ``rows_of`` (int32[R]) → float32[R, L, V]."""
-            logits = module.apply(params, tokens, memory[rows_of], src_mask[rows_of], method="token_logits")
-            return jax.nn.log_softmax(forbid_reserved(logits))
+            return forbid_reserved(module.apply(params, tokens, memory[rows_of], src_mask[rows_of],
+                                                method="token_logits"))
 
         rescore = None
         if rescorer is not None and request.rescorer is not None:
             def rescore(tokens, rows_of):
                 return ar_score(rescorer, request.rescorer, src[rows_of], tokens)
 
-        out = mask_predict.decode(token_logprobs, length_logits, src, request.constraints, request.hard,
+        out = mask_predict.decode(token_logits, length_logits, src, request.constraints, request.hard,
                                   request.max_out or capacity(src.shape[1]), options, continues, rescore)
         out["chosen_length"] = out.pop("length")
         return out
