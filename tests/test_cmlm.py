@@ -241,10 +241,11 @@ def _stub_decoder(options, width, rescored=False):
        centred=st.booleans(), offset=st.booleans(), stop_early=st.booleans(), rescored=st.booleans())
 def test_mask_predict_matches_python_loop(seed, iterations, beam, centred, offset, stop_early, rescored):
     """… and, with a rescorer (a stand-in score of the finished tokens), the candidate it prefers."""
-    width, vocab, b = 12, 16, 3
+    width, vocab, b = 12, 16, 4
     table, near = ref.stub_tables(seed, vocab, width)
     rng = np.random.default_rng(seed)
-    src = pad([[BOS_ID, *rng.integers(NUM_RESERVED, vocab, rng.integers(0, 6)), EOS_ID] for _ in range(b)], 8)
+    src = pad([[BOS_ID, *rng.integers(NUM_RESERVED, vocab, rng.integers(0, 6)), EOS_ID] for _ in range(b - 1)] + [[]],
+              8)  # sources of 0 … 5 words (5: canvases at full capacity) and an all-PAD filler row
     length_logits = rng.normal(0, 1, (b, 256)).astype(np.float32)
     length_logits[:, :20] += 3 * rng.random((b, 20))  # plausible lengths, some beyond the cap
     if offset:
