@@ -34,6 +34,7 @@ CHOICES = {
     "train.correction_combine": ("sum", "mean"),
     "eval.length_beam_mode": ("top", "centred"),
     "eval.constraint_order": ("any", "given"),
+    "eval.candidate_score": ("probability", "log_probability"),
 }
 
 
@@ -176,6 +177,9 @@ def default_config() -> ml_collections.ConfigDict:
         # argmax ± ⌊ℓ/2⌋), constraint phrases placed in any order or the given one. eval.run_all_iterations=false
         # stops a candidate at a pass that changes nothing
         mask_predict_iter=10, length_beam=3, length_beam_mode="top", constraint_order="any",
+        # the length candidate kept: highest average token probability ("probability", CMLMC §3.3) or mean
+        # log-probability ("log_probability", the Mask-Predict code)
+        candidate_score="probability",
         # mask-predict: also decode the first test split with each of these numbers of passes, e.g. "1,2,5,10"
         # (BLEU, RIBES, repetition rate and time per T: CMLMC's Table 3a)
         iteration_sweep="",

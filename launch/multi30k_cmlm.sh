@@ -2,7 +2,8 @@
 # Multi30k En→De, CMLM and CMLMC on raw data beside the AR model (CMLMC's claim: close to AR without
 # distillation), every stage resumable (re-run the script after a kill):
 #   1. the AR model (configs/ar/multi30k.py, --config.train.steps=STEPS), also the rescorer
-#   2. CMLMC and the paper's ablation rows (CMLM, +RevealPosition, +Corr) on the raw data with the AR run's
+#   2. CMLMC and the paper's ablation rows (CMLM, +MaskedAttn, +ConcatPE, +RevealPosition, +Corr) on the raw
+#      data with the AR run's
 #      vocabulary and the same budget (STEPS updates of 4096 tokens), each evaluated with 10 mask-predict
 #      passes and length beam 3, plain / soft / hard constraints and the pass sweep 1, 2, 5, 7, 10
 #   3. CMLMC again, its length candidates rescored by the AR model
@@ -24,6 +25,8 @@ run() {  # NAME OVERRIDES...
 }
 run cmlmc
 run cmlm $CMLM
+run cmlm-maskedattn --config.model.concat_pe=false --config.train.correction=false
+run cmlm-concatpe --config.model.masked_attn=false --config.train.correction=false
 run cmlm-revpos --config.train.correction=false
 run cmlm-corr --config.model.masked_attn=false --config.model.concat_pe=false
 # a copy of the CMLMC run, evaluated with the rescorer (its metrics.json beside the plain one)

@@ -71,9 +71,10 @@ def placement_score(logp, phrases, starts):
 
 
 def mask_predict(logprobs, length_logits, n_src, cap, iterations, beam, centred=False, offset=False,
-                 stop_early=False, width=None, need=0, rescore=None):
+                 stop_early=False, width=None, need=0, rescore=None, by_probability=True):
     """One sentence without constraints. logprobs(tokens: list of width ids) → float[width, V] log-probabilities.
-    Returns (tokens, mean score, length, passes) of the best candidate: by mean score, or by rescore(tokens)."""
+    Returns (tokens, mean score, length, passes) of the best candidate: by mean token probability (or mean
+    score, i.e. log-probability, without by_probability), or by rescore(tokens)."""
     results = []
     for n in candidate_lengths(length_logits, n_src, max(need, 1), cap, beam, centred, offset):
         tokens = [BOS_ID] + [MASK_ID] * n + [EOS_ID] + [PAD_ID] * (width - n - 2)
@@ -96,8 +97,10 @@ def mask_predict(logprobs, length_logits, n_src, cap, iterations, beam, centred=
             if t > 0 and stop_early and not changed:
                 break
         mean = sum(scores[i] for i in range(width) if real[i]) / max(n, 1)
-        results.append((tokens, mean, n, passes))
-    return max(results, key=lambda r: r[1] if rescore is None else rescore(r[0]))  # the first of equal scores
+        prob = sum(np.exp(np.float32(scores[i])) for i in range(width) if real[i]) / max(n, 1)
+        results.append((tokens, mean, n, passes, prob))
+    pick = max(results, key=lambda r: rescore(r[0]) if rescore else (r[4] if by_probability else r[1]))
+    return pick[:4]  # max keeps the first of equal scores
 
 
 def stub_tables(seed, vocab, width):

@@ -3,20 +3,10 @@ soft/hard constraint sets and an iteration sweep (metrics.json and the summary t
 with hard constraints, and with the AR run as rescorer."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
-
-
-def _run(workdir, *args, stdin=None):
-    cmd = [sys.executable, "-m", "jaxnat.main", "--config", TINY, "--workdir", str(workdir), *args]
-    return subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), input=stdin,
-                          capture_output=True, text=True, timeout=600)
+from tests.test_translate import _main as _run  # the CLI on the tiny config, in a subprocess
 
 
 def _main(workdir, *args, stdin=None):

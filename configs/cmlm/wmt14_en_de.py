@@ -3,7 +3,7 @@
 d 512, FFN 2048, 8 heads, 6+6 layers, learned positions, RevealPosition (causal sublayer + concatenated
 positions), the correction loss with p = 0.3 summed with the mask loss; Adam, lr 7e-4 with 40k warm-up steps,
 dropout 0.2, 150k updates of 4 GPUs × 8192 tokens. Decoding: 10 mask-predict passes, length beam 3, the
-candidate with the highest mean token log-probability. Raw data (the paper's point); for the distilled rows,
+candidate with the highest average token probability. Raw data (the paper's point); for the distilled rows,
 train on the AR teacher's output (configs/ar/wmt14_en_de.py, --mode distill) with data.source=text.
 
 python -m jaxnat.main --config configs/cmlm/wmt14_en_de.py --workdir runs/cmlmc-wmt14 \
@@ -24,5 +24,6 @@ def get_config():
                    log_every=100, eval_every=5000, checkpoint_every=2000, valid_bleu_sentences=1000,
                    correction=True, correction_p=0.3, correction_count="bernoulli", correction_combine="sum")
     c.eval.update(beam_size=1, mask_predict_iter=10, length_beam=3, length_beam_mode="top", run_all_iterations=True,
+                  candidate_score="probability",
                   batch_size=128, constraints="soft,hard")
     return c

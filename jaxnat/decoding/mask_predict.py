@@ -10,7 +10,8 @@ Each candidate is a canvas ``[BOS, MASK × n, EOS, PAD …]`` of fixed width L; 
   With ``stop_early`` a candidate stops at the first pass that changes none of its tokens (fairseq's adaptive
   decoding); otherwise all T passes run, as in the papers.
 
-The candidate with the highest mean token log-probability (BOS/EOS excluded) is the translation, or, with a
+The candidate with the highest average token probability (BOS/EOS excluded; CMLMC §3.3) is the translation —
+or, with ``by_probability`` off, the highest mean log-probability (the Mask-Predict code's rule) — or, with a
 rescorer, the one an AR model scores best (its mean log-probability under teacher forcing). Passes 1 …
 T−1 run in one ``lax.while_loop``; nothing returns to the host until the end.
 
@@ -47,6 +48,8 @@ class Options(NamedTuple):
     length_offset: bool = False  # length classes are n_tgt − n_src + 128
     any_order: bool = True      # constraint phrases may be placed in any order
     stop_early: bool = False    # a candidate stops at a pass that changes nothing
+    by_probability: bool = True  # pick the candidate of highest mean token probability (CMLMC §3.3), else of
+                                 # highest mean log-probability (Mask-Predict's code)
     cap_min: int = 10           # n ≤ max(cap_min, cap_ratio · source length incl. BOS/EOS) − 2
     cap_ratio: float = 2.0
 
@@ -273,10 +276,14 @@ def decode(token_logits: Callable, length_logits: jax.Array, src: jax.Array, con
                 "iterations": s["iterations"] + active}
 
     final = lax.while_loop(cond, body, state)
-    mean = jnp.sum(jnp.where(real, final["scores"], 0.0), axis=1) / jnp.maximum(n, 1)
-    pick_by = mean if rescore is None else rescore(final["tokens"], rows_of)
+    def mean(values):
+        return jnp.sum(jnp.where(real, values, 0.0), axis=1) / jnp.maximum(n, 1)
+
+    pick_by = mean(jnp.exp(final["scores"])) if options.by_probability else mean(final["scores"])
+    if rescore is not None:
+        pick_by = rescore(final["tokens"], rows_of)
     best = jnp.argmax(pick_by.reshape(b, beam), axis=1)
     pick = jnp.arange(b) * beam + best
-    return {"tokens": final["tokens"][pick], "score": mean[pick], "length": n[pick],
+    return {"tokens": final["tokens"][pick], "score": mean(final["scores"])[pick], "length": n[pick],
             "iterations": final["iterations"][pick]}
 

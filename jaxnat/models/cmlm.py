@@ -220,7 +220,8 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     options = mask_predict.Options(
         iterations=e.mask_predict_iter, length_beam=e.length_beam, centred=e.length_beam_mode == "centred",
         length_offset=m.length_offset, any_order=e.constraint_order == "any",
-        stop_early=not e.run_all_iterations, cap_min=e.length_cap_min, cap_ratio=e.length_cap_ratio)
+        stop_early=not e.run_all_iterations, by_probability=e.candidate_score == "probability",
+        cap_min=e.length_cap_min, cap_ratio=e.length_cap_ratio)
 
     continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None
     rescorer = rescorer_module(config, cfg)
