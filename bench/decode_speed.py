@@ -5,11 +5,11 @@
         --config.data.dir=../shared/data/multi30k [--repeats 3] [--sentences 100]
 
 Each --run is CONFIG:WORKDIR, or a WORKDIR alone (the config it was trained with); overrides after the flags
-apply to every run. AR models are timed greedy and
-with beam 4, refining models (LevT, EDITOR) with their refinement loop. All use the workdir's best checkpoint and the
-first test split of the first run's corpus. Every shape is compiled before timing (model loading and
-compilation excluded); each figure is the median of --repeats timed passes, and all runs and modes
-alternate inside each repeat so that they see the same machine load.
+apply to every run. AR models are timed greedy and with beam 4, refining models (LevT, EDITOR) with their
+refinement loop, CMLM and NAT with their configured passes, length beam and rescorer. All use the workdir's
+best checkpoint and the first test split of the first run's corpus. Every shape is compiled before timing
+(model loading and compilation excluded); each figure is the median of --repeats timed passes, and all runs
+and modes alternate inside each repeat so that they see the same machine load.
 """
 
 from __future__ import annotations

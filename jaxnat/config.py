@@ -28,7 +28,7 @@ CHOICES = {
     "model.reposition_deletion": ("vector", "bos"),
     "data.source": ("synthetic", "text", "tfds"),
     "data.spm_model_type": ("unigram", "bpe"),
-    "train.lr_schedule": ("inverse_sqrt", "linear"),
+    "train.lr_schedule": ("inverse_sqrt", "linear", "constant"),
     "model.length_prediction": ("token", "pooled"),
     "train.correction_count": ("bernoulli", "fixed"),
     "train.correction_combine": ("sum", "mean"),
@@ -47,7 +47,8 @@ RANGES = {
         "data.synthetic_train", "data.synthetic_valid", "data.synthetic_test", "train.steps", "train.lr",
         "train.adam_eps", "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
         "train.max_bad_steps", "eval.beam_size", "eval.batch_size", "eval.throughput_batch",
-        "eval.length_cap_ratio", "eval.valid_beam_size", "eval.mask_predict_iter", "eval.length_beam")},
+        "eval.length_cap_ratio", "eval.valid_beam_size", "eval.mask_predict_iter", "eval.length_beam",
+        "train.coverage_iterations", "eval.coverage_iterations")},
     **{k: ("[0", "1)") for k in (
         "model.dropout", "model.attention_dropout", "model.activation_dropout", "train.label_smoothing",
         "train.adam_b1", "train.adam_b2")},
@@ -58,7 +59,7 @@ RANGES = {
         "train.warmup_steps", "train.warmup_init_lr", "train.weight_decay", "train.clip_norm",
         "train.valid_bleu_sentences", "eval.length_penalty", "eval.max_len_a", "eval.max_len_b",
         "eval.latency_sentences", "eval.max_iter", "eval.placeholder_penalty", "eval.length_cap_min",
-        "eval.trace_sentences", "train.length_loss_weight")},
+        "eval.trace_sentences", "train.length_loss_weight", "train.sca_weight")},
     "data.bucket_growth": ("[1", None),
     "data.synthetic_lexicon": ("(0", "1]"), "data.synthetic_synonyms": ("[0", "1]"),
 }
@@ -98,6 +99,8 @@ def default_config() -> ml_collections.ConfigDict:
         # from the source length. RevealPosition (CMLMC §3.1) = masked_attn (a causal sublayer in every decoder
         # layer) + concat_pe (token and position embeddings combined by a linear map of their concatenation)
         length_prediction="token", length_offset=False, masked_attn=False, concat_pe=False,
+        # NAT (docs/nat.md): Coverage-NAT's iterative coverage layer in place of the top decoder layer
+        coverage=False,
     )
     c.data = dict(
         source="synthetic",  # synthetic | text | tfds
@@ -125,7 +128,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.train = dict(
         steps=100000, lr=5e-4, warmup_steps=4000, warmup_init_lr=1e-7,
         # after the warm-up: "inverse_sqrt" (fairseq's, the papers') or "linear" decay to 0 at train.steps (for
-        # short runs, which end on a small learning rate instead of a large one)
+        # short runs, which end on a small learning rate instead of a large one) or "constant" (a fine-tuning phase)
         lr_schedule="inverse_sqrt",
         adam_b1=0.9, adam_b2=0.98, adam_eps=1e-8, weight_decay=0.0, clip_norm=0.0,  # clip_norm 0: off
         label_smoothing=0.1, seed=0,
@@ -159,6 +162,12 @@ def default_config() -> ml_collections.ConfigDict:
         # their mean ("mean", the authors' code)
         length_loss_weight=0.1, correction=False, correction_p=0.3, correction_count="bernoulli",
         correction_combine="sum",
+        # Coverage-NAT: K_train, the coverage layer's iterations in training; β, the weight of the sentence-level
+        # coverage agreement (0: off; 0.5 in the paper's fine-tuning phase)
+        coverage_iterations=5, sca_weight=0.0,
+        # a trained workdir whose best parameters start this run (fresh optimizer; its vocabulary is used): a
+        # fine-tuning phase, e.g. Coverage-NAT's SCA phase. Ignored once this run has a checkpoint of its own
+        init_from="",
     )
     c.eval = dict(
         beam_size=4, length_penalty=1.0, max_len_a=1.2, max_len_b=10, batch_size=64,
@@ -186,6 +195,9 @@ def default_config() -> ml_collections.ConfigDict:
         # a trained AR workdir with the same vocabulary (train with data.spm_from=it): mask-predict picks, of its
         # length candidates, the one this AR model scores best (mean token log-probability) instead of its own best
         rescorer="",
+        # NAT: K_dec, the coverage layer's iterations in decoding; remove each output token equal to the one
+        # before it (the NAT papers' post-processing; the repeated-token ratio before removal is reported)
+        coverage_iterations=5, remove_repeats=False,
     )
     return c
 
@@ -307,12 +319,15 @@ def validate(config: ml_collections.ConfigDict) -> None:
     modes = [mode for mode in config.eval.constraints.split(",") if mode]
     if any(mode not in ("soft", "hard") for mode in modes):
         raise ConfigError(f"eval.constraints is a comma list of soft,hard; got {config.eval.constraints!r}")
-    sweep = [v.strip() for v in config.eval.iteration_sweep.split(",") if v.strip()]
-    if sweep and (not all(v.isdigit() and int(v) >= 1 for v in sweep) or m.name != "cmlm"):
-        raise ConfigError(f"eval.iteration_sweep is a comma list of mask-predict pass counts (each >= 1) for "
-                          f"model.name=cmlm; got {config.eval.iteration_sweep!r} with model.name={m.name!r}")
     from jaxnat.decoding.request import check_supported
     from jaxnat.models import supports
+
+    sweep = [v.strip() for v in config.eval.iteration_sweep.split(",") if v.strip()]
+    sweeps = supports(m.name).sweep_key and (m.name != "nat" or m.coverage)
+    if sweep and (not all(v.isdigit() and int(v) >= 1 for v in sweep) or not sweeps):
+        raise ConfigError(f"eval.iteration_sweep is a comma list of decoding depths (each >= 1): mask-predict passes "
+                          f"(model.name=cmlm) or coverage iterations (model.name=nat with model.coverage=true); got "
+                          f"{config.eval.iteration_sweep!r} with model.name={m.name!r}")
     from jaxnat.models.insertion import early_exit
 
     try:  # what the evaluation will ask of the model, checked before anything is trained
@@ -321,6 +336,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
     except JaxnatError as e:
         raise ConfigError(f"{e} (asked by eval.constraints, eval.trace_sentences or eval.beam_size)") from None
     early_exit(m)
+    if m.name == "nat" and m.coverage and m.dec_layers < 2:
+        raise ConfigError(f"model.coverage needs model.dec_layers >= 2 (the layer below the coverage layer starts its "
+                          f"iterations); got {m.dec_layers}")
     if config.eval.rescorer and not supports(m.name).rescoring:
         raise ConfigError(f"eval.rescorer: model {m.name!r} has no candidates to rescore (mask-predict models do)")
     if d.source == "text" and not d.dir:
@@ -345,7 +363,7 @@ MODEL_KEYS = tuple(f"model.{k}" for k in (
     "name", "d_model", "ffn_dim", "num_heads", "enc_layers", "dec_layers", "pre_norm", "positions", "max_len",
     "share_embeddings", "tie_output", "early_exit", "separate_deletion", "separate_placeholder",
     "separate_reposition", "reposition_deletion", "length_prediction", "length_offset", "masked_attn",
-    "concat_pe")) + ("data.vocab_size", "data.joint_vocab", "data.spm_model_type")
+    "concat_pe", "coverage")) + ("data.vocab_size", "data.joint_vocab", "data.spm_model_type")
 
 
 def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str) -> None:

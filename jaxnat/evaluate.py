@@ -15,7 +15,7 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.translator import Translator
 from jaxnat.evaluation import diagnostic
 from jaxnat.evaluation.constraints import make_constraints, write_constraints
-from jaxnat.evaluation.metrics import bleu, corpus_metrics, format_table
+from jaxnat.evaluation.metrics import bleu, corpus_metrics, format_table, repeated_token_ratios
 from jaxnat.restore import load_translator
 
 log = logging.getLogger("jaxnat")
@@ -24,6 +24,14 @@ log = logging.getLogger("jaxnat")
 def _edit_counts(outs: list[dict], names: tuple[str, ...]) -> dict[str, float]:
     """Means per sentence of the model's counts (refining models: iterations, deletions, insertions, …)."""
     return {f"mean_{k}": float(np.mean([o[k] for o in outs])) for k in names}
+
+
+def _repeat_ratios(outs: list[dict], srcs: list[str], names: tuple[str, ...]) -> dict[str, float]:
+    """A model that removes repeated tokens (NAT): their ratio before the removal, overall and short/long."""
+    if "repeats" not in names:
+        return {}
+    return repeated_token_ratios([o["repeats"] for o in outs], [o["chosen_length"] for o in outs],
+                                 [len(s.split()) for s in srcs])
 
 
 def _write_lines(path: str, lines: list[str]) -> None:
@@ -52,6 +60,7 @@ def evaluate(config, workdir: str) -> dict:
             metrics["copy_source_bleu"] = bleu(srcs, refs)[0]
         metrics["mean_score"] = float(np.mean([o["score"] for o in outs]))
         metrics.update(_edit_counts(outs, translator.spec.supports.counts))
+        metrics.update(_repeat_ratios(outs, srcs, translator.spec.supports.counts))
         if i == 0 and e.latency_sentences > 0:
             metrics.update(translator.speed(srcs, e.beam_size, e.latency_sentences, e.throughput_batch))
         results[split] = metrics
@@ -129,33 +138,40 @@ def diagnostic_rows(translator: Translator, split: str, srcs: list[str], refs: l
     return rows
 
 
+SWEEP_LABEL = {"mask_predict_iter": "T", "coverage_iterations": "K"}  # a row's name: <split>+T10, <split>+K5
+
+
 def iteration_rows(translator: Translator, split: str, srcs: list[str], refs: list[str], config,
                    workdir: str) -> dict:
-    """Mask-predict with each number of passes T of ``eval.iteration_sweep`` (CMLMC's Table 3a): rows
-    `<split>+T<T>` with BLEU, RIBES, the repetition rate and the seconds the split takes to decode after a
-    warm-up pass (compilation excluded); hyps in `hyps/<split>.T<T>.txt`. The schedule depends on T, so each T
-    is its own decoding, not a prefix of a longer one."""
+    """The split decoded at each depth of ``eval.iteration_sweep`` — mask-predict passes T (CMLMC's Table 3a)
+    or coverage iterations K_dec (Coverage-NAT's Figure 2), the model's ``sweep_key``: rows `<split>+T<T>` /
+    `<split>+K<K>` with BLEU, RIBES, the repetition rate (and a NAT's repeated-token ratios) and the seconds the
+    split takes to decode after a warm-up pass (compilation excluded); hyps in `hyps/<split>.T<T>.txt`. Each
+    depth is its own decoding (mask-predict's schedule depends on T), not a prefix of a deeper one."""
     import copy
     import time
 
     from jaxnat.models import build_model
 
-    e, rows = config.eval, {}
-    for steps in (int(v) for v in e.iteration_sweep.split(",") if v.strip()):
+    e, rows, key = config.eval, {}, translator.spec.supports.sweep_key
+    for depth in (int(v) for v in e.iteration_sweep.split(",") if v.strip()):
         swept = copy.deepcopy(config)
-        swept.eval.mask_predict_iter = steps
+        swept.eval[key] = depth
         spec = build_model(swept, translator.spec.cfg.src_vocab_size, translator.spec.cfg.tgt_vocab_size,
                            translator.tokenizer.piece_tables("tgt"))
         run = Translator(spec, translator.params, translator.tokenizer, swept, translator.rescorer)
         run.translate(srcs, e.beam_size, e.batch_size)
         t0 = time.perf_counter()
-        hyps = [o["hyp"] for o in run.translate(srcs, e.beam_size, e.batch_size)]
+        outs = run.translate(srcs, e.beam_size, e.batch_size)
         seconds = time.perf_counter() - t0
-        _write_lines(os.path.join(workdir, "hyps", f"{split}.T{steps}.txt"), hyps)
+        hyps = [o["hyp"] for o in outs]
+        name = f"{SWEEP_LABEL[key]}{depth}"
+        _write_lines(os.path.join(workdir, "hyps", f"{split}.{name}.txt"), hyps)
         row = corpus_metrics(hyps, refs)
-        rows[f"{split}+T{steps}"] = {"bleu": row["bleu"], "ribes": row["ribes"], "repetition": row["repetition"],
-                                     "mean_length": mean_length(hyps), "seconds": seconds}
-        log.info("%s with %d mask-predict passes: BLEU %.2f, repetition %.2f%%, %.1f s", split, steps, row["bleu"],
+        rows[f"{split}+{name}"] = {"bleu": row["bleu"], "ribes": row["ribes"], "repetition": row["repetition"],
+                                   "mean_length": mean_length(hyps), "seconds": seconds,
+                                   **_repeat_ratios(outs, srcs, spec.supports.counts)}
+        log.info("%s at %s = %d: BLEU %.2f, repetition %.2f%%, %.1f s", split, key, depth, row["bleu"],
                  row["repetition"], seconds)
     return rows
 
@@ -182,7 +198,8 @@ def post_edit_rows(config, corpus, translator: Translator, workdir: str) -> dict
     return rows
 
 
-SUMMARY = ("bleu", "chrf", "ribes", "ter", "cpr", "term_usage", "repetition", "mean_length", "latency_ms",
+SUMMARY = ("bleu", "chrf", "ribes", "ter", "cpr", "term_usage", "repetition", "repeated", "repeated_short",
+           "repeated_long", "mean_length", "latency_ms",
            "sentences_per_s", "seconds",
            "mean_iterations", "mean_repositions", "mean_deletions", "mean_insertions")
 

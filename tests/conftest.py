@@ -10,3 +10,19 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAXNAT_COMPILATION_CACHE", tempfile.mkdtemp(prefix="jaxnat-xla-cache-"))
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def ar_run(tmp_path_factory):
+    """A tiny trained AR workdir: the vocabulary (data.spm_from) and rescorer (eval.rescorer) of the
+    length-predicting models' CLI tests."""
+    from tests.test_translate import _main
+
+    workdir = tmp_path_factory.mktemp("tiny-ar") / "run"
+    result = _main(workdir, "--config.train.steps=4", "--config.train.eval_every=4", "--config.data.bucket_multiple=48",
+                   "--config.eval.latency_sentences=0", "--config.eval.beam_size=1")
+    assert result.returncode == 0, result.stderr
+    return workdir

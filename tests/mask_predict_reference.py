@@ -70,11 +70,22 @@ def placement_score(logp, phrases, starts):
     return sum(max(float(logp[s + j, t]), -1e4) for k, s in starts.items() for j, t in enumerate(phrases[k]))
 
 
+def remove_repeats(tokens):
+    """A [BOS … EOS, PAD …] row without each real token equal to the one right before it, PAD-filled to its
+    width → (row, removed)."""
+    kept = [t for i, t in enumerate(tokens)
+            if i == 0 or t in (BOS_ID, EOS_ID, PAD_ID) or t != tokens[i - 1]]
+    kept = [t for t in kept if t != PAD_ID]
+    return kept + [PAD_ID] * (len(tokens) - len(kept)), len([t for t in tokens if t != PAD_ID]) - len(kept)
+
+
 def mask_predict(logprobs, length_logits, n_src, cap, iterations, beam, centred=False, offset=False,
-                 stop_early=False, width=None, need=0, rescore=None, by_probability=True):
+                 stop_early=False, width=None, need=0, rescore=None, by_probability=True, dedup=False,
+                 with_repeats=False):
     """One sentence without constraints. logprobs(tokens: list of width ids) → float[width, V] log-probabilities.
     Returns (tokens, mean score, length, passes) of the best candidate: by mean token probability (or mean
-    score, i.e. log-probability, without by_probability), or by rescore(tokens)."""
+    score, i.e. log-probability, without by_probability), or by rescore(tokens); with ``dedup`` every
+    candidate's repeated tokens are removed before the choice (``with_repeats``: also how many, last)."""
     results = []
     for n in candidate_lengths(length_logits, n_src, max(need, 1), cap, beam, centred, offset):
         tokens = [BOS_ID] + [MASK_ID] * n + [EOS_ID] + [PAD_ID] * (width - n - 2)
@@ -98,9 +109,10 @@ def mask_predict(logprobs, length_logits, n_src, cap, iterations, beam, centred=
                 break
         mean = sum(scores[i] for i in range(width) if real[i]) / max(n, 1)
         prob = sum(np.exp(np.float32(scores[i])) for i in range(width) if real[i]) / max(n, 1)
-        results.append((tokens, mean, n, passes, prob))
+        tokens, repeats = remove_repeats(tokens) if dedup else (tokens, 0)
+        results.append((tokens, mean, n, passes, prob, repeats))
     pick = max(results, key=lambda r: rescore(r[0]) if rescore else (r[4] if by_probability else r[1]))
-    return pick[:4]  # max keeps the first of equal scores
+    return (*pick[:4], pick[5]) if with_repeats else pick[:4]  # max keeps the first of equal scores
 
 
 def stub_tables(seed, vocab, width):

@@ -239,11 +239,12 @@ def _stub_decoder(options, width, rescored=False):
 @SEVERAL
 @given(seed=st.integers(0, 10_000), iterations=st.sampled_from([1, 2, 5]), beam=st.sampled_from([1, 3]),
        centred=st.booleans(), offset=st.booleans(), stop_early=st.booleans(), rescored=st.booleans(),
-       by_probability=st.booleans())
+       by_probability=st.booleans(), dedup=st.booleans())
 def test_mask_predict_matches_python_loop(seed, iterations, beam, centred, offset, stop_early, rescored,
-                                          by_probability):
+                                          by_probability, dedup):
     """The candidate of highest mean probability (or log-probability), or, with a rescorer (a stand-in score
-    of the finished tokens), the one it prefers."""
+    of the finished tokens), the one it prefers; with ``dedup`` (NAT's post-processing) of the candidates
+    without their repeated tokens, and how many were removed."""
     width, vocab, b = 12, 16, 4
     table, near = ref.stub_tables(seed, vocab, width)
     rng = np.random.default_rng(seed)
@@ -254,7 +255,7 @@ def test_mask_predict_matches_python_loop(seed, iterations, beam, centred, offse
     if offset:
         length_logits = np.roll(length_logits, 124, axis=1)
     options = mp.Options(iterations=iterations, length_beam=beam, centred=centred, length_offset=offset,
-                         stop_early=stop_early, by_probability=by_probability, cap_min=4, cap_ratio=1.5)
+                         stop_early=stop_early, by_probability=by_probability, cap_min=4, cap_ratio=1.5, dedup=dedup)
     out = _stub_decoder(options, width, rescored)(table, near, length_logits, src, None, None)
     np_fn = ref.stub_numpy(table, near)
     for k in range(b):
@@ -262,11 +263,12 @@ def test_mask_predict_matches_python_loop(seed, iterations, beam, centred, offse
         cap = min(max(4, int(np.floor(np.float32(1.5) * (n_src + 2)))), width) - 2
         rescore = (lambda t: np.float32(sum(x % 5 for x in t)) / np.float32(sum(x != PAD_ID for x in t))
                    ) if rescored else None
-        tokens, score, length, passes = ref.mask_predict(lambda t: np_fn(t, k), length_logits[k], n_src, cap,
-                                                         iterations, beam, centred, offset, stop_early, width,
-                                                         rescore=rescore, by_probability=by_probability)
+        tokens, score, length, passes, repeats = ref.mask_predict(
+            lambda t: np_fn(t, k), length_logits[k], n_src, cap, iterations, beam, centred, offset, stop_early,
+            width, rescore=rescore, by_probability=by_probability, dedup=dedup, with_repeats=True)
         assert np.asarray(out["tokens"][k]).tolist() == tokens
         assert int(out["length"][k]) == length and int(out["iterations"][k]) == passes
+        assert int(out["repeats"][k]) == repeats
         np.testing.assert_allclose(out["score"][k], score, rtol=1e-5, atol=1e-5)
 
 

@@ -16,15 +16,6 @@ def _main(workdir, *args, stdin=None):
 
 
 @pytest.fixture(scope="module")
-def ar_run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("tiny-ar") / "run"
-    result = _run(workdir, "--config.train.steps=4", "--config.train.eval_every=4", "--config.data.bucket_multiple=48",
-                  "--config.eval.latency_sentences=0", "--config.eval.beam_size=1")
-    assert result.returncode == 0, result.stderr
-    return workdir
-
-
-@pytest.fixture(scope="module")
 def trained(tmp_path_factory, ar_run):
     workdir = tmp_path_factory.mktemp("tiny-cmlm") / "run"
     result = _main(workdir, f"--config.data.spm_from={ar_run}", "--config.train.steps=8", "--config.train.eval_every=8",

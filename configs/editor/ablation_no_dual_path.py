@@ -10,19 +10,12 @@ roll-in alone. Train the AR teacher and distil first (see configs/editor/multi30
         --workdir runs/editor-kd-multi30k-no-dual-path --config.data.dir=runs/kd-multi30k
 """
 
-import importlib.util
 import os
 
-
-def _multi30k():
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multi30k.py")
-    spec = importlib.util.spec_from_file_location("_editor_multi30k", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.get_config()
+from jaxnat.config import load_config
 
 
 def get_config():
-    c = _multi30k()
+    c = load_config(os.path.join(os.path.dirname(os.path.abspath(__file__)), "multi30k.py"))
     c.train.update(dual_path=False, roll_in_alpha=1.0, roll_in_beta=0.0)
     return c

@@ -35,6 +35,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID
+from jaxnat.edit_ops.compaction import compact
 
 LENGTH_CLASSES = 256
 LENGTH_OFFSET = 128  # with model.length_offset, class = n_tgt − n_src + 128
@@ -52,6 +53,8 @@ class Options(NamedTuple):
                                  # highest mean log-probability (Mask-Predict's code)
     cap_min: int = 10           # n ≤ max(cap_min, cap_ratio · source length incl. BOS/EOS) − 2
     cap_ratio: float = 2.0
+    dedup: bool = False         # remove each token equal to the one before it from the finished candidates
+                                # (the NAT papers' post-processing), before one is picked
 
 
 def length_classes(n_tgt: jax.Array, n_src: jax.Array, offset: bool) -> jax.Array:
@@ -204,6 +207,15 @@ def canvases(n: jax.Array, width: int) -> jax.Array:
     return jnp.where(pos == 0, BOS_ID, jnp.where(pos <= n, MASK_ID, jnp.where(pos == n + 1, EOS_ID, PAD_ID)))
 
 
+def remove_repeats(tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """tokens: int32[R, L] [BOS … EOS, PAD …] rows → (the rows without every token equal to the one right
+    before it, compacted; int32[R] how many were removed). BOS, EOS and PAD are never removed."""
+    prev = jnp.pad(tokens[:, :-1], ((0, 0), (1, 0)), constant_values=PAD_ID)
+    repeat = (tokens == prev) & (tokens != BOS_ID) & (tokens != EOS_ID) & (tokens != PAD_ID)
+    out, _ = compact(tokens, ~repeat, PAD_ID)
+    return out, jnp.sum(repeat, axis=1, dtype=jnp.int32)
+
+
 def unglued(logits: jax.Array, after: jax.Array | None, continues: jax.Array | None) -> jax.Array:
     """logits: float32[R, L, V] with the pieces that would continue a word (continues: bool[V]) at -inf where
     ``after`` (bool[R, L]: right after a hard constraint) — so the constraint stays a whole word."""
@@ -232,7 +244,8 @@ def decode(token_logits: Callable, length_logits: jax.Array, src: jax.Array, con
     model's score of each finished candidate, which then picks the translation (an AR rescorer), or None.
 
     Returns per sentence ``tokens`` int32[B, capacity], ``score`` float32[B] (mean token log-probability),
-    ``length`` int32[B] (real tokens) and ``iterations`` int32[B] (passes run), of the best candidate.
+    ``length`` int32[B] (real tokens, before ``dedup``), ``iterations`` int32[B] (passes run) and ``repeats``
+    int32[B] (tokens ``dedup`` removed; 0 without it), of the best candidate.
     """
     b, beam, steps = src.shape[0], options.length_beam, options.iterations
     n_src = jnp.sum(src != PAD_ID, axis=1) - 2
@@ -279,11 +292,12 @@ def decode(token_logits: Callable, length_logits: jax.Array, src: jax.Array, con
     def mean(values):
         return jnp.sum(jnp.where(real, values, 0.0), axis=1) / jnp.maximum(n, 1)
 
+    tokens, repeats = remove_repeats(final["tokens"]) if options.dedup else (final["tokens"], jnp.zeros_like(n))
     pick_by = mean(jnp.exp(final["scores"])) if options.by_probability else mean(final["scores"])
     if rescore is not None:
-        pick_by = rescore(final["tokens"], rows_of)
+        pick_by = rescore(tokens, rows_of)
     best = jnp.argmax(pick_by.reshape(b, beam), axis=1)
     pick = jnp.arange(b) * beam + best
-    return {"tokens": final["tokens"][pick], "score": mean(final["scores"])[pick], "length": n[pick],
-            "iterations": final["iterations"][pick]}
+    return {"tokens": tokens[pick], "score": mean(final["scores"])[pick], "length": n[pick],
+            "iterations": final["iterations"][pick], "repeats": repeats[pick]}
 

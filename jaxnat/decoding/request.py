@@ -56,6 +56,7 @@ class Supports:
     rescoring: bool = False  # generate takes request.rescorer (eval.rescorer)
     max_phrases: int = 0     # the most constraint phrases a sentence may have (0: no limit)
     counts: tuple[str, ...] = ()
+    sweep_key: str = ""      # the eval key eval.iteration_sweep sets (a decoding depth), "" = none
 
 
 def check_supported(model_name: str, supports: Supports, *, init: bool = False, soft: bool = False,

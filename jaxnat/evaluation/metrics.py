@@ -45,6 +45,7 @@ __all__ = [
     "constraint_preservation",
     "corpus_metrics",
     "format_table",
+    "repeated_token_ratios",
     "repetition_rate",
     "ribes",
     "ter",
@@ -399,6 +400,27 @@ def repetition_rate(token_lists: list[list[str]]) -> float:
         total += len(tokens)
         repeats += sum(1 for a, b in zip(tokens, tokens[1:]) if a == b)
     return 0.0 if total == 0 else 100.0 * repeats / total
+
+
+def repeated_token_ratios(repeats: Sequence[int], lengths: Sequence[int], src_lengths: Sequence[int]) -> dict:
+    """The NAT post-processing's repeated-token ratio, in percent: output pieces removed as repeats of the one
+    before them / pieces before the removal, over all sentences (``repeated``) and over the shorter and the
+    longer half of them by source length (``repeated_short``, ``repeated_long``; Coverage-NAT's Table IV).
+
+    repeats, lengths: per sentence, pieces removed and pieces decoded; src_lengths: per sentence, source words.
+    The short half is the first ⌈N/2⌉ sentences in order of source length (ties: input order).
+    """
+    if not (len(repeats) == len(lengths) == len(src_lengths)) or not repeats:
+        raise DataError(f"repeated_token_ratios needs equally long non-empty lists, got {len(repeats)}, "
+                        f"{len(lengths)} and {len(src_lengths)}")
+    order = sorted(range(len(repeats)), key=lambda i: src_lengths[i])
+    half = (len(order) + 1) // 2
+
+    def ratio(rows):
+        total = sum(lengths[i] for i in rows)
+        return 100.0 * sum(repeats[i] for i in rows) / total if total else 0.0
+
+    return {"repeated": ratio(order), "repeated_short": ratio(order[:half]), "repeated_long": ratio(order[half:])}
 
 
 # ----------------------------------------------------------------------------------------------------------

@@ -62,7 +62,7 @@ class CMLM(nn.Module):
         self.src_embed = Embedder(c, c.src_vocab_size, name="src_embed")
         self.tgt_embed = self.src_embed if c.share_embeddings else Embedder(c, c.tgt_vocab_size, name="tgt_embed")
         self.encoder = Encoder(c, name="encoder")
-        self.decoder = Decoder(c, c.dec_layers, causal=False, masked_attn=self.masked_attn, name="decoder")
+        self.decoder = Decoder(c, self.plain_layers(), causal=False, masked_attn=self.masked_attn, name="decoder")
         self.length_head = nn.Dense(mask_predict.LENGTH_CLASSES, kernel_init=c.kernel_init(), name="length_head")
         if self.length_prediction == "token":
             self.length_token = self.param("length_token", c.embed_init(), (c.d_model,))
@@ -71,6 +71,10 @@ class CMLM(nn.Module):
             self.combine_drop = nn.Dropout(c.dropout if c.embed_dropout < 0 else c.embed_dropout)
         if not c.tie_output:
             self.output = nn.Dense(c.tgt_vocab_size, use_bias=False, kernel_init=c.kernel_init(), name="output")
+
+    def plain_layers(self) -> int:
+        """The decoder stack's layers (a model built on this one may put a layer of its own on top)."""
+        return self.cfg.dec_layers
 
     def encode(self, src: jax.Array, train: bool = False) -> tuple[jax.Array, jax.Array]:
         """src: int32[B, S] → (memory float[B, S, D], length logits float32[B, 256])."""
@@ -100,6 +104,10 @@ class CMLM(nn.Module):
                      train: bool = False) -> jax.Array:
         """tokens: int32[B, T] (MASK where to predict) → float32[B, T, V]."""
         h = self.decoder(self.embed_target(tokens, train), token_mask(tokens), memory, src_mask, train)
+        return self.project(h)
+
+    def project(self, h: jax.Array) -> jax.Array:
+        """float[B, T, D] → float32[B, T, V], the tied (or separate) token head."""
         return self.tgt_embed.attend(h) if self.cfg.tie_output else self.output(h).astype(jnp.float32)
 
     def __call__(self, src, tokens, train: bool = False):
@@ -126,6 +134,16 @@ def substitution_mask(observed: jax.Array, u: jax.Array, p: float, fixed_count: 
     count = jnp.floor(p * jnp.sum(observed, axis=1).astype(jnp.float32)).astype(jnp.int32)
     rank = jnp.argsort(jnp.argsort(jnp.where(observed, u, 2.0), axis=1, stable=True), axis=1)
     return observed & (rank < count[:, None])
+
+
+def length_prediction_loss(length_logits: jax.Array, src: jax.Array, tgt: jax.Array, offset: bool) -> jax.Array:
+    """float32[]: cross-entropy of the target's length class (`mask_predict.length_classes`), mean over the
+    sentences with a target (not a batch's filler rows). length_logits: float32[B, 256]; src, tgt: int32[B, ·]."""
+    real = real_mask(tgt)
+    live = jnp.any(real, axis=1)
+    classes = mask_predict.length_classes(jnp.sum(real, axis=1), jnp.sum(real_mask(src), axis=1), offset)
+    nll = -jnp.sum(jax.nn.log_softmax(length_logits) * jax.nn.one_hot(classes, mask_predict.LENGTH_CLASSES), axis=-1)
+    return mean_loss(jnp.sum(jnp.where(live, nll, 0.0)), jnp.sum(live, dtype=jnp.float32))
 
 
 def cmlm_loss(model: CMLM, params, batch: dict, rng, *, label_smoothing: float, length_loss_weight: float = 0.1,
@@ -159,12 +177,7 @@ def cmlm_loss(model: CMLM, params, batch: dict, rng, *, label_smoothing: float, 
     src_mask = token_mask(src)
 
     real = real_mask(tgt)
-    live = jnp.any(real, axis=1)  # rows with a target to learn (not a batch's filler rows)
-    n_tgt, n_src = jnp.sum(real, axis=1), jnp.sum(real_mask(src), axis=1)
-    length_target = mask_predict.length_classes(n_tgt, n_src, length_offset)
-    onehot = jax.nn.one_hot(length_target, mask_predict.LENGTH_CLASSES)
-    length_nll = -jnp.sum(jax.nn.log_softmax(length_logits) * onehot, axis=-1)
-    length_loss = mean_loss(jnp.sum(jnp.where(live, length_nll, 0.0)), jnp.sum(live, dtype=jnp.float32))
+    length_loss = length_prediction_loss(length_logits, src, tgt, length_offset)
 
     draws = {"mask": draw_subset(k_mask, tgt.shape)}
     masked_in, masked = apply_random_mask(tgt, *draws["mask"])
@@ -197,7 +210,7 @@ def cmlm_loss(model: CMLM, params, batch: dict, rng, *, label_smoothing: float, 
 # ----------------------------------------------------------------------------------------------- decoding
 
 SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, rescoring=True, max_phrases=8,
-                    counts=("iterations", "chosen_length"))
+                    counts=("iterations", "chosen_length"), sweep_key="mask_predict_iter")
 
 
 def rescorer_module(config, cfg: TransformerConfig):
@@ -214,31 +227,27 @@ def rescorer_module(config, cfg: TransformerConfig):
     return ARTransformer(config_from(recorded, cfg.src_vocab_size, cfg.tgt_vocab_size))
 
 
-def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
-    m, t, e = config.model, config.train, config.eval
-    module = CMLM(cfg, m.length_prediction, m.masked_attn, m.concat_pe)
-    options = mask_predict.Options(
-        iterations=e.mask_predict_iter, length_beam=e.length_beam, centred=e.length_beam_mode == "centred",
-        length_offset=m.length_offset, any_order=e.constraint_order == "any",
-        stop_early=not e.run_all_iterations, by_probability=e.candidate_score == "probability",
-        cap_min=e.length_cap_min, cap_ratio=e.length_cap_ratio)
+def mask_predict_options(config, iterations: int, dedup: bool = False) -> mask_predict.Options:
+    """The decoding options of a length-predicting model from its config (``iterations`` passes)."""
+    m, e = config.model, config.eval
+    return mask_predict.Options(
+        iterations=iterations, length_beam=e.length_beam, centred=e.length_beam_mode == "centred",
+        length_offset=m.length_offset, any_order=e.constraint_order == "any", stop_early=not e.run_all_iterations,
+        by_probability=e.candidate_score == "probability", cap_min=e.length_cap_min, cap_ratio=e.length_cap_ratio,
+        dedup=dedup)
 
-    continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None
-    rescorer = rescorer_module(config, cfg)
 
-    def init(rng, batch):
-        return module.init(rng, batch["src"][:1], batch["tgt"][:1])
-
-    def loss(params, batch, rng, train=True):
-        return cmlm_loss(module, params, batch, rng, label_smoothing=t.label_smoothing,
-                         length_loss_weight=t.length_loss_weight, length_offset=m.length_offset,
-                         correction=t.correction, correction_p=t.correction_p,
-                         correction_fixed_count=t.correction_count == "fixed",
-                         correction_mean=t.correction_combine == "mean", train=train)
-
+def canvas_capacity(cfg: TransformerConfig, eval_cfg):
+    """capacity(src_len) → the canvas width for sources padded to src_len (BOS/EOS included)."""
     def capacity(src_len: int) -> int:
-        return int(min(cfg.max_len, max(e.length_cap_min, int(e.length_cap_ratio * src_len))))
+        return int(min(cfg.max_len, max(eval_cfg.length_cap_min, int(eval_cfg.length_cap_ratio * src_len))))
+    return capacity
 
+
+def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity, rescorer, continues=None,
+                          **logits_kwargs):
+    """generate(params, request) of a length-predicting model: encode, then `mask_predict.decode` with the
+    model's token head (``logits_kwargs``: static extra arguments of its ``token_logits``)."""
     def generate(params, request: DecodeRequest) -> dict:
         src = request.src
         memory, length_logits = module.apply(params, src, method="encode")
@@ -247,7 +256,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         def token_logits(tokens, rows_of):
             """tokens: int32[R, L] canvases of the sentences ``rows_of`` (int32[R]) → float32[R, L, V]."""
             return forbid_reserved(module.apply(params, tokens, memory[rows_of], src_mask[rows_of],
-                                                method="token_logits"))
+                                                method="token_logits", **logits_kwargs))
 
         rescore = None
         if rescorer is not None and request.rescorer is not None:
@@ -259,5 +268,25 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         out["chosen_length"] = out.pop("length")
         return out
 
-    return ModelSpec("cmlm", cfg, module, init, loss, generate, capacity, SUPPORTS)
+    return generate
 
+
+def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
+    m, t = config.model, config.train
+    module = CMLM(cfg, m.length_prediction, m.masked_attn, m.concat_pe)
+    continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None
+    capacity = canvas_capacity(cfg, config.eval)
+    generate = mask_predict_generate(module, mask_predict_options(config, config.eval.mask_predict_iter), capacity,
+                                     rescorer_module(config, cfg), continues)
+
+    def init(rng, batch):
+        return module.init(rng, batch["src"][:1], batch["tgt"][:1])
+
+    def loss(params, batch, rng, train=True):
+        return cmlm_loss(module, params, batch, rng, label_smoothing=t.label_smoothing,
+                         length_loss_weight=t.length_loss_weight, length_offset=m.length_offset,
+                         correction=t.correction, correction_p=t.correction_p,
+                         correction_fixed_count=t.correction_count == "fixed",
+                         correction_mean=t.correction_combine == "mean", train=train)
+
+    return ModelSpec("cmlm", cfg, module, init, loss, generate, capacity, SUPPORTS)

@@ -107,14 +107,17 @@ class MultiHeadAttention(nn.Module):
         """x: float[B, L, D] -> keys, values: float[B, L, H, K]."""
         return self.key(x), self.value(x)
 
-    def attend(self, x: jnp.ndarray, k: jnp.ndarray, v: jnp.ndarray, bias: jnp.ndarray, train: bool) -> jnp.ndarray:
-        """x: float[B, Q, D] queries; k, v: float[B, L, H, K]; bias: float32[B, 1|H, Q, L] -> float[B, Q, D]."""
+    def attend(self, x: jnp.ndarray, k: jnp.ndarray, v: jnp.ndarray, bias: jnp.ndarray, train: bool,
+               return_weights: bool = False):
+        """x: float[B, Q, D] queries; k, v: float[B, L, H, K]; bias: float32[B, 1|H, Q, L] -> float[B, Q, D],
+        and with ``return_weights`` also the attention weights float32[B, H, Q, L] (before dropout)."""
         q = self.query(x)
         q = q * (q.shape[-1] ** -0.5)
         logits = jnp.einsum("bqhk,blhk->bhql", q, k).astype(jnp.float32) + bias
-        weights = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
-        weights = self.attn_dropout(weights, deterministic=not train)
-        return self.out(jnp.einsum("bhql,blhk->bqhk", weights, v))
+        probs = jax.nn.softmax(logits, axis=-1)
+        weights = self.attn_dropout(probs.astype(v.dtype), deterministic=not train)
+        out = self.out(jnp.einsum("bhql,blhk->bqhk", weights, v))
+        return (out, probs) if return_weights else out
 
     def __call__(self, x, memory, bias, train: bool):
         k, v = self.project_kv(memory)
@@ -178,13 +181,25 @@ class DecoderLayer(nn.Module):
         if self.masked_attn:
             self.causal_attn, self.res_causal = MultiHeadAttention(self.cfg), Residual(self.cfg)
 
-    def __call__(self, x, self_bias, memory_kv, cross_bias, train: bool, causal_bias=None):
-        """causal_bias: float32[B, 1, T, T], the causal sublayer's bias (with ``masked_attn``)."""
+    def __call__(self, x, self_bias, memory_kv, cross_bias, train: bool, causal_bias=None,
+                 return_attention: bool = False):
+        """causal_bias: float32[B, 1, T, T], the causal sublayer's bias (with ``masked_attn``). With
+        ``return_attention`` (static) also the cross-attention weights float32[B, H, T, S]."""
         x = self.res_self(x, lambda h: self.self_attn(h, h, self_bias, train), train)
         if self.masked_attn:
             x = self.res_causal(x, lambda h: self.causal_attn(h, h, causal_bias, train), train)
-        x = self.res_cross(x, lambda h: self.cross_attn.attend(h, *memory_kv, cross_bias, train), train)
-        return self.res_ffn(x, lambda h: self.ffn(h, train), train)
+        weights = []
+
+        def cross(h):
+            out = self.cross_attn.attend(h, *memory_kv, cross_bias, train, return_weights=return_attention)
+            if return_attention:
+                out, w = out
+                weights.append(w)
+            return out
+
+        x = self.res_cross(x, cross, train)
+        x = self.res_ffn(x, lambda h: self.ffn(h, train), train)
+        return (x, weights[0]) if return_attention else x
 
     def cross_kv(self, memory):
         return self.cross_attn.project_kv(memory)
@@ -245,6 +260,10 @@ class Embedder(nn.Module):
         """float[..., D] -> float32[..., V] logits against the embedding matrix."""
         return self.tokens.attend(x.astype(jnp.float32))
 
+    def expected(self, probs: jnp.ndarray) -> jnp.ndarray:
+        """float32[..., V] distributions -> float32[..., D], the expected raw token embedding under each."""
+        return probs.astype(jnp.float32) @ self.tokens.embedding
+
 
 class Encoder(nn.Module):
     cfg: TransformerConfig
@@ -276,18 +295,26 @@ class Decoder(nn.Module):
     def _finish(self, x):
         return self.final_norm(x) if self.cfg.pre_norm else x
 
-    def __call__(self, x, mask, memory, memory_mask, train: bool, num_layers: int | None = None):
+    def __call__(self, x, mask, memory, memory_mask, train: bool, num_layers: int | None = None,
+                 return_attention: bool = False, finish: bool = True):
         """x: float[B, T, D]; mask: bool[B, T]; memory: float[B, S, D]; memory_mask: bool[B, S].
 
         Returns float[B, T, D]. num_layers runs only the first layers ("early exit": the layers above are
-        not computed), then the final norm.
+        not computed), then the final norm (unless not ``finish``: a caller that stacks more layers on top
+        applies it). With ``return_attention`` (static; Coverage-NAT reads it) also the last layer's
+        cross-attention weights float32[B, H, T, S]; other callers get no extra output.
         """
         self_bias = attention_bias(mask, causal=self.causal)
         causal_bias = attention_bias(mask, causal=True) if self.masked_attn else None
         cross_bias = attention_bias(memory_mask)
+        weights = None
         for layer in self.layers[:num_layers]:
-            x = layer(x, self_bias, layer.cross_kv(memory), cross_bias, train, causal_bias)
-        return self._finish(x)
+            x = layer(x, self_bias, layer.cross_kv(memory), cross_bias, train, causal_bias,
+                      return_attention=return_attention)
+            if return_attention:
+                x, weights = x
+        x = self._finish(x) if finish else x
+        return (x, weights) if return_attention else x
 
     def init_cache(self, memory: jnp.ndarray, max_len: int) -> list[dict[str, jnp.ndarray]]:
         """Per layer: empty self-attention keys/values float[B, max_len, H, K] and the cross-attention ones."""

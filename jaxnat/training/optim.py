@@ -10,9 +10,10 @@ import optax
 def warmed_up_schedule(lr: float, warmup_steps: int, warmup_init_lr: float, decay: str = "inverse_sqrt",
                        total_steps: int = 0):
     """Linear warm-up from warmup_init_lr to lr over warmup_steps, then either lr * sqrt(warmup_steps / step)
-    (decay "inverse_sqrt") or a straight line from lr to 0 at total_steps (decay "linear")."""
+    (decay "inverse_sqrt"), a straight line from lr to 0 at total_steps (decay "linear") or lr throughout
+    (decay "constant": a fine-tuning phase at a fixed small rate)."""
     warmup_steps = max(warmup_steps, 1)
-    if decay not in ("inverse_sqrt", "linear"):
+    if decay not in ("inverse_sqrt", "linear", "constant"):
         raise ValueError(f"unknown learning-rate decay {decay!r}")
 
     def schedule(step):
@@ -20,6 +21,8 @@ def warmed_up_schedule(lr: float, warmup_steps: int, warmup_init_lr: float, deca
         warm = warmup_init_lr + (lr - warmup_init_lr) * step / warmup_steps
         if decay == "inverse_sqrt":
             after = lr * jnp.sqrt(warmup_steps / step)
+        elif decay == "constant":
+            after = jnp.asarray(lr, jnp.float32)
         else:
             span = max(total_steps - warmup_steps, 1)
             after = lr * jnp.clip((total_steps - step) / span, 0.0, 1.0)

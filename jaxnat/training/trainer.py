@@ -90,8 +90,10 @@ class Trainer:
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=2, sort_keys=True))
         train_src, train_tgt = self.corpus["train"]
-        if d.spm_from:
-            Tokenizer.copy_models(d.spm_from, workdir)
+        if config.train.init_from:  # a fine-tuning phase: the same model and vocabulary as the run it starts from
+            check_matches_workdir(config, config.train.init_from)
+        if d.spm_from or config.train.init_from:
+            Tokenizer.copy_models(d.spm_from or config.train.init_from, workdir)
         self.tokenizer = Tokenizer.train_or_load(workdir, train_src, train_tgt, d.vocab_size, joint=d.joint_vocab,
                                                  model_type=d.spm_model_type, seed=config.train.seed,
                                                  byte_fallback=d.byte_fallback)
@@ -148,6 +150,19 @@ class Trainer:
         log.info("compiled the train step for %d batch shapes", len(compiled))
         return compiled
 
+    def start_from(self, state, workdir: str):
+        """``state`` with the best parameters of the run in ``workdir`` (train.init_from); optimizer and step
+        stay fresh."""
+        if not os.path.isdir(os.path.join(workdir, "checkpoints", "best")):
+            raise TrainingError(f"train.init_from={workdir}: no best checkpoint there (train that run first)")
+        source = Checkpoints(workdir, 1)
+        params = source.restore_best(state["params"])
+        source.close()
+        if params is None:
+            raise TrainingError(f"train.init_from={workdir}: its best checkpoint is unreadable")
+        log.info("starting from the best parameters of %s", workdir)
+        return {**state, "params": params}
+
     # -- validation --------------------------------------------------------------------------------------
     def validate(self, params, valid_data, translator) -> dict:
         """valid_loss and valid_nll of valid_data = (src, tgt, init or None) from `encoded_split`, and
@@ -183,6 +198,8 @@ class Trainer:
         if restored is not None:
             state = restored
             log.info("resumed from step %d", int(state["step"]))
+        elif t.init_from:
+            state = self.start_from(state, t.init_from)
         start = int(state["step"])
         best = self.ckpt.best_meta() or {"bleu": -1.0, "step": -1}
 

@@ -1,0 +1,195 @@
+"""NAT-base (fairseq's vanilla non-autoregressive Transformer) and Coverage-NAT (Shan, Feng and Shao 2021).
+
+**NAT-base** (the paper's §III-A): the encoder and its length classifier are CMLM's (`cmlm.CMLM`: a 256-way
+length class from the mean-pooled encoder or a LENGTH token, weight α = ``train.length_loss_weight``, 0.1);
+the decoder reads ``[BOS, MASK × n, EOS]`` — no copied source embeddings, no positional attention — and
+predicts all n tokens in one bidirectional pass. Training: label-smoothed cross-entropy of the n tokens given
+the reference length (eq. 4) + α × the length loss (eq. 15).
+
+**Coverage-NAT** (``model.coverage``) replaces the top decoder layer by an *iterative coverage layer* run K
+times with shared weights (``train.coverage_iterations`` = K_train, ``eval.coverage_iterations`` = K_dec,
+5 and 5). Iteration 0 is the hidden states H⁰ and the inter-attention A⁰ of decoder layer L−1; iteration k:
+
+* coverage (eq. 6): ``C^k[t, i] = min(Σ_{t' < t} A^{k−1}[t', i], 1)`` — the attention target positions before
+  t paid to source token i in the previous iteration (`coverage`);
+* ``Ĥ^k = SelfAttn(H^{k−1})`` (eq. 7); ``A^k = softmax(Ĥ^k E_encᵀ / √d + λ(1 − C^k))`` (eqs. 8–9), λ a
+  trainable scalar initialised to 1; ``H^k = FFN(A^k E_enc)`` (eq. 10) — one decoder layer (with its
+  residuals and layer norms, which the equations omit) whose cross-attention logits get the bias;
+* the output is the token head on H^K. The K iterations are one ``nn.scan`` (one compiled body, any K).
+
+**Sentence-level coverage agreement** (SCA, ``train.sca_weight`` = β): the source as a bag of words,
+``Ē_src = Mean(ReLU(E_src W_s))`` (eq. 11), against the expected translation ``Ē_hyp = Mean_t(p_t W_e)``
+(eqs. 12–13, W_e the target embedding matrix), ``L_cov = ‖Ē_src − Ē_hyp‖₂ / √d`` (eq. 14), added as
+β × L_cov (eq. 16) in the fine-tuning phase (two-phase optimisation, docs/nat.md: a second run that starts
+from the first with ``train.init_from``, a constant learning rate and β = 0.5).
+
+Decoding is one mask-predict pass (`jaxnat.decoding.mask_predict` with T = 1) over ℓ candidate lengths
+around the predicted one (length-parallel decoding), consecutive repeated tokens removed (the paper's
+post-processing), and the candidate picked by the model's own score or by an AR rescorer (``eval.rescorer``).
+docs/nat.md writes down every choice the paper leaves open.
+"""
+
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxnat.decoding.request import Supports
+from jaxnat.models.cmlm import (CMLM, canvas_capacity, length_prediction_loss, mask_predict_generate,
+                                mask_predict_options, rescorer_module)
+from jaxnat.models.insertion import head_runner, mean_loss
+from jaxnat.models.losses import smoothed_cross_entropy
+from jaxnat.models.spec import ModelSpec
+from jaxnat.models.transformer import DecoderLayer, TransformerConfig, attention_bias, token_mask
+from jaxnat.oracle import full_mask, real_mask
+
+
+def coverage(attention: jax.Array, counted: jax.Array) -> jax.Array:
+    """Eq. 6: float32[B, T, S] ``C[t, i] = min(Σ_{t' < t, t' counted} A[t', i], 1)``.
+
+    attention: float32[B, T, S], the previous iteration's inter-attention (mean over heads); counted: bool[B, T],
+    the target steps whose attention counts: the n predicted positions (BOS, EOS and PAD are not steps).
+    """
+    a = jnp.where(counted[..., None], attention, 0.0)
+    return jnp.minimum(jnp.cumsum(a, axis=1) - a, 1.0)
+
+
+class CoverageIteration(nn.Module):
+    """One iteration of the coverage layer (eqs. 6–10): (H^{k−1}, A^{k−1}) → (H^k, A^k)."""
+
+    cfg: TransformerConfig
+    train: bool = False
+
+    @nn.compact
+    def __call__(self, carry, self_bias, memory, cross_bias, counted):
+        hidden, attention = carry                                            # [B, T, D], [B, T, S]
+        scale = self.param("coverage_scale", nn.initializers.ones, ())      # λ of eq. 9
+        bias = cross_bias + scale * (1.0 - coverage(attention, counted))[:, None]  # [B, 1, T, S] → every head
+        layer = DecoderLayer(self.cfg, name="layer")
+        hidden, weights = layer(hidden, self_bias, layer.cross_kv(memory), bias, self.train, return_attention=True)
+        return (hidden, jnp.mean(weights, axis=1)), None
+
+
+class CoverageLayer(nn.Module):
+    """The iterative coverage layer: K iterations of one `CoverageIteration` (shared weights) as a scan."""
+
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, hidden, attention, tokens, memory, src_mask, iterations: int, train: bool):
+        """hidden: float[B, T, D] and attention: float32[B, H, T, S] of decoder layer L−1; tokens: int32[B, T]
+        the canvas; memory: float[B, S, D]; src_mask: bool[B, S]; iterations: K (static) → H^K float[B, T, D]."""
+        scan = nn.scan(CoverageIteration, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
+                       in_axes=(nn.broadcast,) * 4, length=iterations)
+        carry = (hidden, jnp.mean(attention, axis=1))
+        (hidden, _), _ = scan(self.cfg, train, name="iteration")(
+            carry, attention_bias(token_mask(tokens)), memory, attention_bias(src_mask), real_mask(tokens))
+        return hidden
+
+
+class NAT(CMLM):
+    """CMLM's encoder, length classifier and token head; a decoder read once over a fully masked canvas, with
+    Coverage-NAT's coverage layer on top when ``coverage``; W_s for the SCA source representation."""
+
+    coverage: bool = False
+
+    def plain_layers(self) -> int:
+        return self.cfg.dec_layers - 1 if self.coverage else self.cfg.dec_layers
+
+    def setup(self):
+        super().setup()
+        if self.coverage:
+            self.coverage_layer = CoverageLayer(self.cfg, name="coverage")
+        self.source_map = nn.Dense(self.cfg.d_model, use_bias=False, kernel_init=self.cfg.kernel_init(),
+                                   name="source_map")  # W_s of eq. 11
+
+    def token_logits(self, tokens: jax.Array, memory: jax.Array, src_mask: jax.Array, train: bool = False,
+                     iterations: int = 1) -> jax.Array:
+        """tokens: int32[B, T] canvases → float32[B, T, V]; iterations: K of the coverage layer (static)."""
+        x, mask = self.embed_target(tokens, train), token_mask(tokens)
+        if not self.coverage:
+            return self.project(self.decoder(x, mask, memory, src_mask, train))
+        hidden, attention = self.decoder(x, mask, memory, src_mask, train, return_attention=True, finish=False)
+        hidden = self.coverage_layer(hidden, attention, tokens, memory, src_mask, iterations, train)
+        return self.project(self.decoder._finish(hidden))
+
+    def source_summary(self, src: jax.Array) -> jax.Array:
+        """Eq. 11: float32[B, D] ``Mean(ReLU(E_src W_s))`` over the real source tokens (BOS/EOS excluded)."""
+        words = real_mask(src)[..., None]
+        mapped = nn.relu(self.source_map(self.src_embed.lookup(src)))
+        return jnp.sum(jnp.where(words, mapped, 0.0), axis=1) / jnp.maximum(jnp.sum(words, axis=1), 1)
+
+    def expected_embedding(self, logits: jax.Array) -> jax.Array:
+        """Eq. 12: float32[B, T, V] logits → float32[B, T, D] ``p_t W_e``, the expected target embedding."""
+        return self.tgt_embed.expected(jax.nn.softmax(logits, axis=-1))
+
+    def __call__(self, src, tokens, train: bool = False):
+        length_logits, logits = super().__call__(src, tokens, train)
+        return length_logits, logits, self.source_summary(src)
+
+
+def coverage_agreement(src_summary: jax.Array, expected: jax.Array, counted: jax.Array) -> jax.Array:
+    """Eqs. 13–14: float32[B] ``‖Ē_src − Mean_t E_hyp,t‖₂ / √d``. src_summary: float32[B, D]; expected:
+    float32[B, T, D]; counted: bool[B, T], the target steps averaged."""
+    steps = counted[..., None]
+    hyp = jnp.sum(jnp.where(steps, expected, 0.0), axis=1) / jnp.maximum(jnp.sum(steps, axis=1), 1)
+    # the small constant keeps the gradient of the norm finite where the two coincide
+    return jnp.sqrt(jnp.sum((src_summary - hyp) ** 2, axis=-1) + 1e-12) / math.sqrt(src_summary.shape[-1])
+
+
+def nat_loss(model: NAT, params, batch: dict, rng, *, label_smoothing: float, length_loss_weight: float = 0.1,
+             length_offset: bool = False, iterations: int = 5, sca_weight: float = 0.0, train: bool = True):
+    """L_mle + α L_length (eq. 15), + β L_coverage with ``sca_weight`` β > 0 (eq. 16).
+
+    batch['src']: int32[B, S], batch['tgt']: int32[B, T] ([BOS … EOS] rows). The decoder reads the reference's
+    canvas ``[BOS, MASK × n, EOS]`` and predicts its n tokens: label-smoothed CE, mean over tokens (eq. 4); the
+    length loss as CMLM's, mean over sentences; L_coverage (eq. 14) mean over sentences. Returns
+    ``(loss · n, aux)`` with n the target's tokens (BOS/EOS included, as the other models); aux has 'nll'
+    (· n), 'count', 'length_loss' and, with SCA, 'coverage_loss'.
+    """
+    src, tgt = batch["src"], batch["tgt"]
+    k_enc, k_dec = jax.random.split(rng)
+    apply = head_runner(model, params, train)
+    memory, length_logits = apply("encode", src, key=k_enc)
+    canvas, predicted = full_mask(tgt)
+    logits = model.apply(params, canvas, memory, token_mask(src), train=train, iterations=iterations,
+                         method="token_logits", rngs={"dropout": k_dec})
+    tok_sum, nll_sum, count = smoothed_cross_entropy(logits, tgt, predicted, label_smoothing)
+    length_loss = length_prediction_loss(length_logits, src, tgt, length_offset)
+    loss = mean_loss(tok_sum, count) + length_loss_weight * length_loss
+    n = jnp.sum(token_mask(tgt), dtype=jnp.float32)
+    aux = {"nll": mean_loss(nll_sum, count) * n, "count": n, "length_loss": length_loss}
+    if sca_weight > 0:  # static
+        live = jnp.any(predicted, axis=1)
+        src_summary = model.apply(params, src, method="source_summary")
+        expected = model.apply(params, logits, method="expected_embedding")
+        agreement = coverage_agreement(src_summary, expected, predicted)
+        aux["coverage_loss"] = mean_loss(jnp.sum(jnp.where(live, agreement, 0.0)), jnp.sum(live, dtype=jnp.float32))
+        loss = loss + sca_weight * aux["coverage_loss"]
+    return loss * n, aux
+
+
+SUPPORTS = Supports(rescoring=True, counts=("chosen_length", "repeats"), sweep_key="coverage_iterations")
+
+
+def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
+    del pieces  # no constraints: every piece may follow any other
+    m, t, e = config.model, config.train, config.eval
+    module = NAT(cfg, m.length_prediction, coverage=m.coverage)
+    capacity = canvas_capacity(cfg, e)
+    options = mask_predict_options(config, iterations=1, dedup=e.remove_repeats)
+    generate = mask_predict_generate(module, options, capacity, rescorer_module(config, cfg),
+                                     iterations=e.coverage_iterations)
+
+    def init(rng, batch):
+        return module.init(rng, batch["src"][:1], batch["tgt"][:1])
+
+    def loss(params, batch, rng, train=True):
+        return nat_loss(module, params, batch, rng, label_smoothing=t.label_smoothing,
+                        length_loss_weight=t.length_loss_weight, length_offset=m.length_offset,
+                        iterations=t.coverage_iterations, sca_weight=t.sca_weight, train=train)
+
+    return ModelSpec("nat", cfg, module, init, loss, generate, capacity, SUPPORTS)

@@ -1,0 +1,238 @@
+"""NAT-base and Coverage-NAT: the coverage vector (eq. 6) and its attention bias (eqs. 8–9) against plain
+Python; λ receives gradients; SCA (eqs. 11–14) and both losses against plain-Python computations; the loss
+falls; the repeat removal against a plain-Python reference; K_dec is a decoding choice; a sentence decodes
+alone as in a batch; the repeated-token ratios. (Length-parallel decoding with a rescorer is mask-predict with
+one pass: tests/test_cmlm.py checks it against a plain-Python loop, repeat removal included.)"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxnat.config import build_config
+from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID
+from jaxnat.decoding import mask_predict as mp
+from jaxnat.decoding.request import DecodeRequest
+from jaxnat.evaluation.metrics import repeated_token_ratios
+from jaxnat.models import build_model
+from jaxnat.models.nat import CoverageIteration, coverage
+from jaxnat.models.transformer import DecoderLayer, MultiHeadAttention, attention_bias
+from tests import edit_reference as er
+from tests import mask_predict_reference as ref
+from tests.refine_reference import fit_briefly, pad, random_batch
+
+TINY = "tests/configs/tiny.py"
+V = 40
+SEVERAL = settings(max_examples=60, deadline=None)
+COVERAGE = ("--config.model.coverage=true", "--config.model.dec_layers=2", "--config.train.coverage_iterations=3")
+
+
+@functools.lru_cache(maxsize=None)
+def _spec(*overrides):
+    return build_model(build_config(TINY, ["--config.model.name=nat", "--config.eval.beam_size=1", *overrides]), V, V)
+
+
+# --------------------------------------------------------------------------------- eqs. 6–9
+
+def coverage_reference(attention, counted):
+    """Eq. 6 for one sentence: C[t][i] = min(Σ_{t' < t, counted} A[t'][i], 1)."""
+    steps, width = attention.shape
+    out = np.zeros((steps, width))
+    for t in range(steps):
+        for i in range(width):
+            out[t, i] = min(sum(float(attention[u, i]) for u in range(t) if counted[u]), 1.0)
+    return out
+
+
+@SEVERAL
+@given(seed=st.integers(0, 2**31 - 1), steps=st.integers(1, 9), width=st.integers(1, 6),
+       counted_kind=st.sampled_from(["random", "none", "all"]))
+def test_coverage_matches_eq6(seed, steps, width, counted_kind):
+    """Random attention rows (each a distribution over the source), any subset of counted target steps."""
+    rng = np.random.default_rng(seed)
+    attention = rng.dirichlet(np.ones(width), (2, steps)).astype(np.float32)
+    counted = {"random": rng.random((2, steps)) < 0.6, "none": np.zeros((2, steps), bool),
+               "all": np.ones((2, steps), bool)}[counted_kind]
+    got = np.asarray(coverage(jnp.asarray(attention), jnp.asarray(counted)))
+    for b in range(2):
+        np.testing.assert_allclose(got[b], coverage_reference(attention[b], counted[b]), rtol=1e-5, atol=1e-6)
+
+
+def _softmax(z):
+    z = z - z.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def test_attention_weights_are_the_softmax_of_scaled_scores_plus_the_bias():
+    """`MultiHeadAttention.attend(return_weights=True)` = softmax(Q Kᵀ / √d_k + bias) per head (eq. 9's form)."""
+    cfg = _spec().cfg
+    rng = np.random.default_rng(0)
+    x, mem = rng.normal(size=(2, 5, cfg.d_model)).astype(np.float32), rng.normal(size=(2, 4, cfg.d_model)).astype(np.float32)
+    bias = rng.normal(size=(2, 1, 5, 4)).astype(np.float32)
+    attn = MultiHeadAttention(cfg)
+    params = attn.init(jax.random.PRNGKey(0), x, mem, bias, False)
+    _, weights = attn.apply(params, x, *attn.apply(params, mem, method="project_kv"), bias, False, True,
+                            method="attend")
+    p = params["params"]
+    q = np.einsum("btd,dhk->bthk", x, p["query"]["kernel"]) + p["query"]["bias"]
+    k = np.einsum("bsd,dhk->bshk", mem, p["key"]["kernel"]) + p["key"]["bias"]
+    scores = np.einsum("bthk,bshk->bhts", q, k) / np.sqrt(q.shape[-1]) + bias
+    np.testing.assert_allclose(np.asarray(weights), _softmax(scores), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("scale", [0.0, 0.7, -1.3])
+def test_coverage_iteration_biases_the_inter_attention_by_lambda_times_one_minus_coverage(scale):
+    """One iteration = the decoder layer with ``λ(1 − C)`` (eqs. 8–9; C from eq. 6 in plain Python) added to
+    its inter-attention logits: its hidden states and head-mean attention against the layer run by hand."""
+    cfg = _spec().cfg
+    rng = np.random.default_rng(1)
+    b, t, s = 2, 6, 5
+    hidden = rng.normal(size=(b, t, cfg.d_model)).astype(np.float32)
+    memory = rng.normal(size=(b, s, cfg.d_model)).astype(np.float32)
+    attention = rng.dirichlet(np.ones(s), (b, t)).astype(np.float32)
+    counted = np.array([[0, 1, 1, 1, 1, 0], [0, 1, 1, 0, 0, 0]], bool)
+    tgt_mask = np.array([[1] * 6, [1] * 4 + [0] * 2], bool)
+    src_mask = np.array([[1] * 5, [1] * 3 + [0] * 2], bool)
+    self_bias, cross_bias = attention_bias(jnp.asarray(tgt_mask)), attention_bias(jnp.asarray(src_mask))
+    it = CoverageIteration(cfg)
+    params = it.init(jax.random.PRNGKey(0), (hidden, attention), self_bias, memory, cross_bias, counted)
+    assert float(params["params"]["coverage_scale"]) == 1.0  # λ initialised to 1
+    params = {"params": {**params["params"], "coverage_scale": jnp.float32(scale)}}
+    (h, a), _ = it.apply(params, (hidden, attention), self_bias, memory, cross_bias, counted)
+
+    cov = np.stack([coverage_reference(attention[k], counted[k]) for k in range(b)])
+    layer = DecoderLayer(cfg)
+    lp = {"params": params["params"]["layer"]}
+    kv = layer.apply(lp, memory, method="cross_kv")
+    want_h, want_w = layer.apply(lp, hidden, self_bias, kv, cross_bias + scale * (1.0 - cov[:, None]), False,
+                                 return_attention=True)
+    np.testing.assert_allclose(np.asarray(h), np.asarray(want_h), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(a), np.asarray(want_w).mean(axis=1), rtol=1e-4, atol=1e-6)
+
+
+def test_lambda_receives_gradients():
+    spec = _spec(*COVERAGE)
+    batch = random_batch(0, V)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    grads = jax.grad(lambda p: spec.loss(p, batch, jax.random.PRNGKey(1), False)[0])(params)
+    g = float(grads["params"]["coverage"]["iteration"]["coverage_scale"])
+    assert np.isfinite(g) and abs(g) > 0
+
+
+def test_k_is_a_decoding_choice_with_one_set_of_weights():
+    """The same parameters serve every K (one scanned layer); K_dec changes the output, K_train does not
+    change the parameter tree."""
+    batch = random_batch(2, V)
+    p1 = _spec(*COVERAGE, "--config.train.coverage_iterations=1").init(jax.random.PRNGKey(0), batch)
+    p5 = _spec(*COVERAGE, "--config.train.coverage_iterations=5").init(jax.random.PRNGKey(0), batch)
+    assert jax.tree_util.tree_structure(p1) == jax.tree_util.tree_structure(p5)
+    shapes = jax.tree_util.tree_map(lambda x: x.shape, p1)
+    assert shapes == jax.tree_util.tree_map(lambda x: x.shape, p5)
+    spec = _spec(*COVERAGE)
+    memory, _ = spec.module.apply(p1, batch["src"], method="encode")
+    canvas = jnp.where((batch["tgt"] > EOS_ID), 5, batch["tgt"])
+    logits = {k: spec.module.apply(p1, canvas, memory, batch["src"] != PAD_ID, iterations=k, method="token_logits")
+              for k in (1, 2)}
+    assert not np.allclose(logits[1], logits[2])
+
+
+# --------------------------------------------------------------------------------- losses
+
+def reference_loss(spec, params, batch, *, eps, weight, sca, iterations):
+    """The NAT objective, sentence by sentence: smoothed CE of the n tokens on the fully masked canvas (mean over
+    tokens) + α × the length CE (mean over sentences) + β × ‖Ē_src − Ē_hyp‖ / √d (eqs. 11–14, mean over
+    sentences); then × the batch's real tokens (BOS/EOS included), as the trainer divides by that count."""
+    module = spec.module
+    src, tgt = np.asarray(batch["src"]), np.asarray(batch["tgt"])
+    memory, length_logits = module.apply(params, batch["src"], method="encode")
+    canvas = np.where((tgt != PAD_ID) & (tgt != BOS_ID) & (tgt != EOS_ID), 5, tgt)  # 5 = MASK
+    logits = np.asarray(module.apply(params, jnp.asarray(canvas), memory, batch["src"] != PAD_ID,
+                                     iterations=iterations, method="token_logits"))
+    p = params["params"]
+    emb = np.asarray(p["src_embed"]["tokens"]["embedding"], np.float64)
+    ws = np.asarray(p["source_map"]["kernel"], np.float64)
+    tok, lengths, agreements = [], [], []
+    for b in range(len(tgt)):
+        row = [int(x) for x in tgt[b] if x != PAD_ID]
+        n, src_words = len(row) - 2, [int(x) for x in src[b] if x not in (PAD_ID, BOS_ID, EOS_ID)]
+        tok += [er.smoothed_nll(logits[b, i], row[i], eps)[0] for i in range(1, n + 1)]
+        lengths.append(er.smoothed_nll(np.asarray(length_logits[b]), min(n, 255), 0.0)[0])
+        src_repr = np.mean([np.maximum(emb[w] @ ws, 0.0) for w in src_words], axis=0)
+        hyp_repr = np.mean([_softmax(logits[b, i].astype(np.float64)) @ emb for i in range(1, n + 1)], axis=0)
+        agreements.append(np.linalg.norm(src_repr - hyp_repr) / np.sqrt(emb.shape[1]))
+    loss = np.mean(tok) + weight * np.mean(lengths) + (sca * np.mean(agreements) if sca else 0.0)
+    return loss * np.sum(tgt != PAD_ID), np.mean(agreements)
+
+
+@pytest.mark.parametrize("overrides", [(), COVERAGE])
+@pytest.mark.parametrize("sca", [0.0, 0.5])
+def test_loss_matches_plain_reference(overrides, sca):
+    spec = _spec(*overrides, f"--config.train.sca_weight={sca}")
+    batch = random_batch(3, V)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    loss, aux = spec.loss(params, batch, jax.random.PRNGKey(1), False)
+    want, agreement = reference_loss(spec, params, batch, eps=0.1, weight=0.1, sca=sca,
+                                     iterations=3 if overrides else 1)
+    np.testing.assert_allclose(float(loss), want, rtol=1e-4)
+    if sca:
+        np.testing.assert_allclose(float(aux["coverage_loss"]), agreement, rtol=1e-4)
+    else:
+        assert "coverage_loss" not in aux
+
+
+@pytest.mark.parametrize("overrides", [(), (*COVERAGE, "--config.train.sca_weight=0.5")])
+def test_loss_falls(overrides):
+    history = fit_briefly(_spec(*overrides), random_batch(4, V), steps=25)
+    assert history[-1][0] < 0.6 * history[0][0]
+
+
+# --------------------------------------------------------------------------------- decoding
+
+@SEVERAL
+@given(seed=st.integers(0, 2**31 - 1), width=st.integers(1, 10), kind=st.sampled_from(["random", "empty", "full",
+                                                                                       "pads", "repeats"]))
+def test_remove_repeats_matches_reference(seed, width, kind):
+    """Rows of every shape: [BOS, EOS] (empty), one token, full capacity (no PAD), all PAD, long runs."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for _ in range(4):
+        if kind == "pads":
+            rows.append([PAD_ID] * width)
+            continue
+        n = {"empty": 0, "full": max(width - 2, 0)}.get(kind, int(rng.integers(0, max(width - 1, 1))))
+        n = min(n, max(width - 2, 0))
+        vocab = NUM_RESERVED + (2 if kind == "repeats" else 6)
+        words = list(rng.integers(NUM_RESERVED, vocab, n))
+        rows.append(([BOS_ID, *words, EOS_ID] if width >= 2 else [PAD_ID] * width))
+    tokens = pad(rows, width).astype(np.int32)
+    got, removed = mp.remove_repeats(jnp.asarray(tokens))
+    for r in range(4):
+        want, count = ref.remove_repeats(list(tokens[r]))
+        assert np.asarray(got[r]).tolist() == want and int(removed[r]) == count
+
+
+@pytest.mark.parametrize("overrides", [(), COVERAGE])
+def test_a_sentence_decodes_alone_as_in_a_batch(overrides):
+    spec = _spec(*overrides, "--config.eval.remove_repeats=true", "--config.eval.length_beam=3",
+                 "--config.eval.length_beam_mode=centred")
+    batch = random_batch(5, V)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    run = jax.jit(lambda src: spec.generate(params, DecodeRequest(src, max_out=20)))
+    together = run(batch["src"])
+    for k in range(batch["src"].shape[0]):
+        alone = run(batch["src"][k:k + 1])
+        for name in ("tokens", "chosen_length", "repeats"):
+            assert np.asarray(alone[name][0]).tolist() == np.asarray(together[name][k]).tolist()
+        np.testing.assert_allclose(alone["score"][0], together["score"][k], rtol=1e-5, atol=1e-6)
+
+
+def test_repeated_token_ratios_over_all_and_the_short_and_long_halves():
+    # sentences 0 and 2 are the short half (source lengths 2, 3), 1 and 3 the long one (7, 9)
+    out = repeated_token_ratios([1, 4, 0, 2], [10, 20, 10, 20], [2, 7, 3, 9])
+    assert out == {"repeated": 100 * 7 / 60, "repeated_short": 100 * 1 / 20, "repeated_long": 100 * 6 / 40}
+    assert repeated_token_ratios([0], [0], [1]) == {"repeated": 0.0, "repeated_short": 0.0, "repeated_long": 0.0}
