@@ -169,8 +169,8 @@ def reference_loss(spec, params, batch, *, eps, weight, sca, iterations):
     return loss * np.sum(tgt != PAD_ID), np.mean(agreements)
 
 
-@pytest.mark.parametrize("overrides", [(), COVERAGE])
-@pytest.mark.parametrize("sca", [0.0, 0.5])
+@pytest.mark.parametrize("overrides, sca", [((), 0.0), ((), 0.5), (COVERAGE, 0.0), (COVERAGE, 0.5),
+                                           ((*COVERAGE, "--config.model.pre_norm=true"), 0.5)])
 def test_loss_matches_plain_reference(overrides, sca):
     spec = _spec(*overrides, f"--config.train.sca_weight={sca}")
     batch = random_batch(3, V)

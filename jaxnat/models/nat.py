@@ -114,7 +114,7 @@ class NAT(CMLM):
             return self.project(self.decoder(x, mask, memory, src_mask, train))
         hidden, attention = self.decoder(x, mask, memory, src_mask, train, return_attention=True, finish=False)
         hidden = self.coverage_layer(hidden, attention, tokens, memory, src_mask, iterations, train)
-        return self.project(self.decoder._finish(hidden))
+        return self.project(self.decoder.output_norm(hidden))
 
     def source_summary(self, src: jax.Array) -> jax.Array:
         """Eq. 11: float32[B, D] ``Mean(ReLU(E_src W_s))`` over the real source tokens (BOS/EOS excluded)."""

@@ -292,7 +292,8 @@ class Decoder(nn.Module):
         if self.cfg.pre_norm:
             self.final_norm = nn.LayerNorm(dtype=self.cfg.compute_dtype)
 
-    def _finish(self, x):
+    def output_norm(self, x):
+        """The final layer norm of a pre-norm stack (nothing with post-norm, whose layers end in one)."""
         return self.final_norm(x) if self.cfg.pre_norm else x
 
     def __call__(self, x, mask, memory, memory_mask, train: bool, num_layers: int | None = None,
@@ -313,7 +314,7 @@ class Decoder(nn.Module):
                       return_attention=return_attention)
             if return_attention:
                 x, weights = x
-        x = self._finish(x) if finish else x
+        x = self.output_norm(x) if finish else x
         return (x, weights) if return_attention else x
 
     def init_cache(self, memory: jnp.ndarray, max_len: int) -> list[dict[str, jnp.ndarray]]:
@@ -335,7 +336,7 @@ class Decoder(nn.Module):
         for layer, layer_cache in zip(self.layers, cache):
             x, layer_cache = layer.step(x, dict(layer_cache), index, cross_bias)
             new_cache.append(layer_cache)
-        return self._finish(x), new_cache
+        return self.output_norm(x), new_cache
 
 
 def token_mask(ids: jnp.ndarray) -> jnp.ndarray:
