@@ -1,0 +1,227 @@
+"""Word alignment of a parallel corpus with eflomal (Östling and Tiedemann 2016), and the constraint pairs of
+Wang et al. (2022) drawn from it, written beside the corpus (or into --output).
+
+    python -m jaxnat.data.alignment --data-dir DIR --src en --tgt de [--output DIR] [--train-split train]
+        [--splits val,test_2016_flickr] [--seed 1] [--code-switch] [--common-words 100]
+
+1. Both sides of every split are Moses-tokenized (`moses_tokenize`: the words constraints are made of and
+   CSR counts).
+2. The training split is aligned in both directions and the two directions are symmetrised with
+   grow-diag-final-and (`symmetrise`): `{train}.align`, Pharaoh links ``i-j`` over Moses words, a line per pair.
+3. Every other split is aligned *with the model learned on the training data*: eflomal's lexical, jump and
+   fertility priors counted from the training alignments (what `eflomal-makepriors` computes) guide its
+   sampler, so a test set's links come from the training statistics rather than from the few test
+   sentences alone. `{split}.align`.
+4. Each sentence's constraint pairs (`jaxnat.data.phrase_pairs`: up to 3 tight consistent pairs, 1–3 words, in
+   a random order, none made of the training side's 100 (--common-words) most frequent words only
+   (`{train}.common.json`);
+   drawn with --seed from the alignments): `{split}.pairs.jsonl`, one JSON list of ``[source phrase, target phrase]`` per
+   line, detokenized. With --code-switch also the code-switched variant: `{split}.cs.{tgt}` (the target with
+   half of the constrained phrases left in the source language) and `{split}.cs.pairs.jsonl`.
+
+Every file is written whole under a temporary name and renamed, and a rerun skips the files that exist, so a
+killed run resumes where it stopped. Errors print one line and exit with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import random
+import sys
+import tempfile
+from collections.abc import Iterable
+
+from jaxnat.data.phrase_pairs import code_switch, most_common_words, phrase_pairs, phrase_text, sample_pairs
+from jaxnat.errors import DataError, JaxnatError
+
+log = logging.getLogger("jaxnat")
+
+Links = set[tuple[int, int]]
+NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
+
+
+def parse_links(line: str) -> Links:
+    """A Pharaoh line ``"0-0 1-2"`` → {(0, 0), (1, 2)}."""
+    try:
+        return {(int(a), int(b)) for a, b in (link.split("-") for link in line.split())}
+    except ValueError:
+        raise DataError(f"not an alignment line (i-j links): {line.strip()[:80]!r}") from None
+
+
+def format_links(links: Links) -> str:
+    return " ".join(f"{i}-{j}" for i, j in sorted(links))
+
+
+def symmetrise(forward: Links, reverse: Links) -> Links:
+    """grow-diag-final-and (Koehn et al. 2003): start from the intersection of the two directions; repeatedly
+    add a union link next to (or diagonal to) an alignment link when it aligns a word not aligned yet; finally
+    add union links whose two words are both still unaligned. Both arguments are (source, target) links."""
+    union, alignment = forward | reverse, forward & reverse
+    src_done, tgt_done = {i for i, _ in alignment}, {j for _, j in alignment}
+    grown = True
+    while grown:
+        grown = False
+        for i, j in sorted(alignment):
+            for di, dj in NEIGHBOURS:
+                link = (i + di, j + dj)
+                if link in union and link not in alignment and (link[0] not in src_done or link[1] not in tgt_done):
+                    alignment.add(link)
+                    src_done.add(link[0])
+                    tgt_done.add(link[1])
+                    grown = True
+    for direction in (forward, reverse):
+        for i, j in sorted(direction):
+            if i not in src_done and j not in tgt_done:
+                alignment.add((i, j))
+                src_done.add(i)
+                tgt_done.add(j)
+    return alignment
+
+
+def _eflomal_align(src: list[str], tgt: list[str], priors: str | None) -> tuple[list[Links], list[Links]]:
+    """eflomal's forward and reverse links of whitespace-tokenized sentence pairs (with a priors file). Its
+    sampler seeds itself (from /dev/urandom): the alignment files, written once, are the record."""
+    try:
+        import eflomal
+    except ImportError:
+        raise JaxnatError("the aligner needs eflomal: pip install eflomal") from None
+    with tempfile.TemporaryDirectory() as tmp:
+        fwd, rev = os.path.join(tmp, "fwd"), os.path.join(tmp, "rev")
+        kwargs = {}
+        if priors is not None:
+            kwargs["priors_input"] = open(priors, encoding="utf-8")
+        try:
+            eflomal.Aligner().align(src, tgt, links_filename_fwd=fwd, links_filename_rev=rev, quiet=True, **kwargs)
+        finally:
+            if "priors_input" in kwargs:
+                kwargs["priors_input"].close()
+        with open(fwd, encoding="utf-8") as f, open(rev, encoding="utf-8") as r:
+            return [parse_links(line) for line in f], [parse_links(line) for line in r]
+
+
+def _write_priors(path: str, src: list[str], tgt: list[str], forward: list[Links], reverse: list[Links]) -> None:
+    import eflomal
+
+    counts = eflomal.calculate_priors(src, tgt, [format_links(a) for a in forward], [format_links(a) for a in reverse])
+    with open(path, "w", encoding="utf-8") as f:
+        eflomal.write_priors(f, *counts)
+
+
+def _write_whole(path: str, lines: Iterable[str]) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in lines)
+    os.replace(tmp, path)
+
+
+def pairs_of_split(src_words: list[list[str]], tgt_words: list[list[str]], alignments: list[Links], seed: int,
+                   src_lang: str, tgt_lang: str, switch: bool, common: tuple[set[str], set[str]]
+                   ) -> tuple[list[list[list[str]]], list[str] | None]:
+    """Per sentence the sampled [source phrase, target phrase] pairs (detokenized); with ``switch``, the
+    code-switched pairs and targets instead: the same pairs, half of them switched (a second generator draws
+    the switches, so the pairs themselves do not change)."""
+    from sacremoses import MosesDetokenizer
+
+    detok_src, detok_tgt = MosesDetokenizer(lang=src_lang), MosesDetokenizer(lang=tgt_lang)
+    rng, switch_rng = random.Random(seed), random.Random(seed + 7919)
+    out, targets = [], [] if switch else None
+    for src, tgt, links in zip(src_words, tgt_words, alignments):
+        chosen = sample_pairs(phrase_pairs(src, tgt, links, common=common), rng)
+        if switch:
+            switched, pairs = code_switch(src, tgt, chosen, switch_rng)
+            targets.append(detok_tgt.detokenize(switched))
+            out.append([[detok_src.detokenize(s.split()), detok_tgt.detokenize(t.split())] for s, t in pairs])
+        else:
+            out.append([[detok_src.detokenize(phrase_text(src, p.src_start, p.src_end).split()),
+                         detok_tgt.detokenize(phrase_text(tgt, p.tgt_start, p.tgt_end).split())] for p in chosen])
+    return out, targets
+
+
+def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, train_split: str = "train",
+                 splits: tuple[str, ...] = (), seed: int = 1, switch: bool = False, common_words: int = 100
+                 ) -> dict[str, str]:
+    """Steps 1–4 of the module docstring; returns {file name: what it holds} of the files written or found.
+    common_words: how many of each training side's most frequent words a phrase may not consist of only."""
+    from tqdm import tqdm
+
+    from jaxnat.data.text import find_split_files, read_parallel
+    from jaxnat.evaluation.constraints import moses_tokenize
+
+    os.makedirs(out_dir, exist_ok=True)
+    priors = os.path.join(out_dir, f"{train_split}.priors")
+    common_path = os.path.join(out_dir, f"{train_split}.common.json")  # the frequent words phrases avoid
+    written = {}
+    for split in (train_split, *splits):
+        names = [f"{split}.align", f"{split}.pairs.jsonl"] + ([f"{split}.cs.{tgt_lang}", f"{split}.cs.pairs.jsonl"]
+                                                               if switch else [])
+        names += [os.path.basename(p) for p in (priors, common_path) if split == train_split]
+        if all(os.path.exists(os.path.join(out_dir, n)) for n in names):
+            log.info("%s: already aligned, constraint pairs drawn", split)
+            written.update(dict.fromkeys(names, "kept"))
+            if split == train_split:
+                with open(common_path, encoding="utf-8") as f:
+                    common = tuple(set(words) for words in json.load(f))
+            continue
+        src, tgt = read_parallel(*find_split_files(data_dir, split, src_lang, tgt_lang))
+        src_words = [moses_tokenize(s, src_lang) for s in tqdm(src, desc=f"tokenize {split}.{src_lang}", disable=None)]
+        tgt_words = [moses_tokenize(t, tgt_lang) for t in tqdm(tgt, desc=f"tokenize {split}.{tgt_lang}", disable=None)]
+        align_path = os.path.join(out_dir, f"{split}.align")
+        if os.path.exists(align_path):
+            with open(align_path, encoding="utf-8") as f:
+                alignments = [parse_links(line) for line in f]
+        else:
+            if split != train_split and not os.path.exists(priors):
+                raise DataError(f"{priors}: the training split's priors are missing; align {train_split} first")
+            log.info("aligning %s (%d sentence pairs) with eflomal", split, len(src))
+            joined = [" ".join(w) for w in src_words], [" ".join(w) for w in tgt_words]
+            forward, reverse = _eflomal_align(*joined, None if split == train_split else priors)
+            alignments = [symmetrise(f, r) for f, r in zip(forward, reverse)]
+            if split == train_split:
+                _write_priors(priors, *joined, forward, reverse)
+            _write_whole(align_path, [format_links(a) for a in alignments])
+        if split == train_split:
+            common = most_common_words(src_words, common_words), most_common_words(tgt_words, common_words)
+            _write_whole(common_path, [json.dumps([sorted(c) for c in common], ensure_ascii=False)])
+        for switched in (False, True) if switch else (False,):
+            pairs, targets = pairs_of_split(src_words, tgt_words, alignments, seed, src_lang, tgt_lang, switched,
+                                            common)
+            prefix = f"{split}.cs" if switched else split
+            if targets is not None:
+                _write_whole(os.path.join(out_dir, f"{prefix}.{tgt_lang}"), targets)
+            _write_whole(os.path.join(out_dir, f"{prefix}.pairs.jsonl"),
+                         (json.dumps(p, ensure_ascii=False) for p in pairs))
+            found = sum(len(p) for p in pairs)
+            log.info("%s: %d constraint pairs in %d sentences%s", prefix, found, len(pairs),
+                     " (code-switched)" if switched else "")
+        written.update(dict.fromkeys(names, "written"))
+    return written
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jaxnat.data.alignment", description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", required=True, help="a directory of {split}.{lang}[.gz] files")
+    parser.add_argument("--src", default="en")
+    parser.add_argument("--tgt", default="de")
+    parser.add_argument("--output", default="", help="where to write (default: the data directory)")
+    parser.add_argument("--train-split", default="train")
+    parser.add_argument("--splits", default="", help="comma list of other splits, aligned with the training model")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--code-switch", action="store_true", help="also write the code-switched variant")
+    parser.add_argument("--common-words", type=int, default=100,
+                        help="no constraint phrase consists only of a side's this many most frequent words")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    try:
+        align_corpus(args.data_dir, args.src, args.tgt, args.output or args.data_dir, args.train_split,
+                     tuple(s for s in args.splits.split(",") if s), args.seed, args.code_switch, args.common_words)
+    except (JaxnatError, OSError) as e:
+        print(f"jaxnat: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

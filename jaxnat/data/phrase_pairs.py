@@ -1,0 +1,123 @@
+"""Constraint pairs from word-aligned parallel text (Wang et al. 2022, §4.1, following Chen et al. 2021).
+
+A sentence pair is given as Moses words (`jaxnat.evaluation.constraints.moses_tokenize`) and its word
+alignment, a set of links ``(i, j)``: source word i is aligned to target word j. From it:
+
+* `phrase_pairs` lists the *tight consistent* phrase pairs: a source span of 1–3 words and a target span of
+  1–3 words such that every word of both spans is aligned, every link that touches one span lands in the
+  other (the consistency of phrase-based MT), both spans are words only (no punctuation, `is_word`), neither
+  is made of the corpus's most frequent words only, and the target span is the smallest one that holds the
+  source span's links;
+* `sample_pairs` draws the constraints of one sentence as the paper describes: their number uniformly from
+  1–3, each one's target length uniformly from 1–3 (when no free pair is that long, the longest shorter
+  length, else the shortest longer one), no two overlapping on either side, in a random order — supplied to
+  the model unordered;
+* `code_switch` makes the code-switched variant (§4.4): each pair's target phrase is replaced, with
+  probability 0.5, by its source phrase, in the constraint and in the target sentence.
+
+Everything takes a `random.Random`, so a seed gives the same constraints on every machine.
+
+`most_common_words` gives the frequent words (the 100 most frequent of a training side, lowercased: the
+language-independent stand-in for the stop-word lists of Chen et al.'s script).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import NamedTuple
+
+from jaxnat.evaluation.constraints import is_word
+
+MAX_WORDS = 3  # phrase length on either side, and constraints per sentence
+
+
+class PhrasePair(NamedTuple):
+    """Word spans [start, end) of a source and a target phrase."""
+
+    src_start: int
+    src_end: int
+    tgt_start: int
+    tgt_end: int
+
+    def overlaps(self, other: "PhrasePair") -> bool:
+        return (self.src_start < other.src_end and other.src_start < self.src_end) or \
+            (self.tgt_start < other.tgt_end and other.tgt_start < self.tgt_end)
+
+
+def phrase_pairs(src: list[str], tgt: list[str], links: set[tuple[int, int]], max_words: int = MAX_WORDS,
+                 common: tuple[set[str], set[str]] = (set(), set())) -> list[PhrasePair]:
+    """The tight consistent phrase pairs of one aligned sentence pair (module docstring), sorted by spans.
+
+    src, tgt: Moses words; links: {(source index, target index)}; indices outside the sentences are errors.
+    common: the source and target side's most frequent words (lowercased); a pair whose source or target words
+    are all common ("the" → "das") is left out, as Chen et al. leave out stop words.
+    """
+    for i, j in links:
+        if not (0 <= i < len(src) and 0 <= j < len(tgt)):
+            raise ValueError(f"alignment link {i}-{j} is outside a {len(src)}-word source / {len(tgt)}-word target")
+    by_src: dict[int, set[int]] = {}
+    by_tgt: dict[int, set[int]] = {}
+    for i, j in links:
+        by_src.setdefault(i, set()).add(j)
+        by_tgt.setdefault(j, set()).add(i)
+    out = []
+    for start in range(len(src)):
+        for end in range(start + 1, min(start + max_words, len(src)) + 1):
+            words = range(start, end)
+            if not all(i in by_src and is_word(src[i]) for i in words):
+                continue
+            targets = set().union(*(by_src[i] for i in words))
+            t_start, t_end = min(targets), max(targets) + 1
+            if t_end - t_start > max_words:
+                continue
+            if not all(j in by_tgt and is_word(tgt[j]) for j in range(t_start, t_end)):
+                continue
+            if any(not start <= i < end for j in range(t_start, t_end) for i in by_tgt[j]):
+                continue  # a target word of the span is aligned outside the source span: not consistent
+            if all(w.lower() in common[0] for w in src[start:end]) or \
+                    all(w.lower() in common[1] for w in tgt[t_start:t_end]):
+                continue
+            out.append(PhrasePair(start, end, t_start, t_end))
+    return out
+
+
+def sample_pairs(pairs: list[PhrasePair], rng: random.Random, max_pairs: int = MAX_WORDS) -> list[PhrasePair]:
+    """Up to ``max_pairs`` non-overlapping pairs of one sentence in a random order (module docstring)."""
+    wanted = [rng.randint(1, MAX_WORDS) for _ in range(rng.randint(1, max_pairs))]
+    chosen: list[PhrasePair] = []
+    for length in wanted:
+        free = [p for p in pairs if not any(p.overlaps(c) for c in chosen)]
+        # the drawn target length, else the longest shorter one, else the shortest longer one
+        for size in [*range(length, 0, -1), *range(length + 1, MAX_WORDS + 1)]:
+            options = [p for p in free if p.tgt_end - p.tgt_start == size]
+            if options:
+                chosen.append(options[rng.randrange(len(options))])
+                break
+    rng.shuffle(chosen)
+    return chosen
+
+
+def phrase_text(words: list[str], start: int, end: int) -> str:
+    return " ".join(words[start:end])
+
+
+def code_switch(src: list[str], tgt: list[str], pairs: list[PhrasePair], rng: random.Random,
+                rate: float = 0.5) -> tuple[list[str], list[tuple[str, str]]]:
+    """The code-switched target words and constraint pairs: each pair, with probability ``rate``, has its target
+    phrase replaced by its source phrase, in the constraint and in the target sentence (pairs do not overlap)."""
+    switched = [p for p in pairs if rng.random() < rate]
+    out = list(tgt)
+    for p in sorted(switched, key=lambda p: -p.tgt_start):  # right to left: earlier spans keep their indices
+        out[p.tgt_start:p.tgt_end] = src[p.src_start:p.src_end]
+    constraints = []
+    for p in pairs:
+        source = phrase_text(src, p.src_start, p.src_end)
+        constraints.append((source, source if p in switched else phrase_text(tgt, p.tgt_start, p.tgt_end)))
+    return out, constraints
+
+
+def most_common_words(sentences: list[list[str]], count: int = 100) -> set[str]:
+    """The ``count`` most frequent words (lowercased) of tokenized sentences; ties by first occurrence."""
+    from collections import Counter
+
+    return {w for w, _ in Counter(w.lower() for words in sentences for w in words).most_common(count)}

@@ -1,0 +1,166 @@
+"""Constraint pairs from alignments: the extracted pairs against the definition checked by brute force on
+random alignments, sampling (counts, lengths, no overlap, determinism by seed), and code-switching."""
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxnat.data.phrase_pairs import PhrasePair, code_switch, phrase_pairs, sample_pairs
+
+SEVERAL = settings(max_examples=150, deadline=None)
+
+
+def brute_force(src, tgt, links, max_words=3):
+    """Every pair of spans (1–3 words each) that is tight (every word aligned), consistent (no link leaves
+    the pair), words only, with the target span exactly the hull of the source span's links."""
+    out = set()
+    for s0 in range(len(src)):
+        for s1 in range(s0 + 1, min(s0 + max_words, len(src)) + 1):
+            for t0 in range(len(tgt)):
+                for t1 in range(t0 + 1, min(t0 + max_words, len(tgt)) + 1):
+                    inside = {(i, j) for i, j in links if s0 <= i < s1 or t0 <= j < t1}
+                    if any(not (s0 <= i < s1 and t0 <= j < t1) for i, j in inside):
+                        continue
+                    if not all(any(i == k for k, _ in links) for i in range(s0, s1)):
+                        continue
+                    if not all(any(j == k for _, k in links) for j in range(t0, t1)):
+                        continue
+                    targets = {j for i, j in links if s0 <= i < s1}
+                    if (min(targets), max(targets) + 1) != (t0, t1):
+                        continue
+                    if all(w.isalpha() for w in src[s0:s1] + tgt[t0:t1]):
+                        out.add(PhrasePair(s0, s1, t0, t1))
+    return out
+
+
+@st.composite
+def aligned_pair(draw):
+    n, m = draw(st.integers(0, 7)), draw(st.integers(0, 7))
+    words = st.sampled_from(["a", "b", "Haus", "blue", ",", "."])
+    src, tgt = draw(st.lists(words, min_size=n, max_size=n)), draw(st.lists(words, min_size=m, max_size=m))
+    cells = [(i, j) for i in range(n) for j in range(m)]
+    links = set(draw(st.lists(st.sampled_from(cells), max_size=12))) if cells else set()
+    return src, tgt, links
+
+
+@SEVERAL
+@given(aligned_pair())
+def test_phrase_pairs_match_the_definition(case):
+    src, tgt, links = case
+    assert set(phrase_pairs(src, tgt, links)) == brute_force(src, tgt, links)
+
+
+def test_phrases_of_frequent_words_only_are_left_out():
+    src, tgt = "the red car".split(), "das rote Auto".split()
+    links = {(0, 0), (1, 1), (2, 2)}
+    pairs = phrase_pairs(src, tgt, links, common=({"the"}, {"das"}))
+    assert PhrasePair(0, 1, 0, 1) not in pairs and PhrasePair(0, 2, 0, 2) in pairs
+
+
+def test_a_known_sentence():
+    src = "a man in a blue shirt .".split()
+    tgt = "ein Mann in einem blauen Hemd .".split()
+    links = {(0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 5), (6, 6)}
+    pairs = phrase_pairs(src, tgt, links)
+    assert PhrasePair(4, 6, 4, 6) in pairs              # "blue shirt" -> "blauen Hemd"
+    assert all(p.src_end <= 6 for p in pairs)          # the period is never in a constraint
+    crossed = {(1, 1), (4, 5), (5, 4)}                 # "blue shirt" -> "Hemd blauen": still one pair
+    assert PhrasePair(4, 6, 4, 6) in phrase_pairs(src, tgt, crossed)
+    assert PhrasePair(4, 5, 5, 6) in phrase_pairs(src, tgt, crossed)
+
+
+@SEVERAL
+@given(aligned_pair(), st.integers(0, 2**32 - 1))
+def test_samples_are_few_short_disjoint_and_seeded(case, seed):
+    src, tgt, links = case
+    pairs = phrase_pairs(src, tgt, links)
+    chosen = sample_pairs(pairs, random.Random(seed))
+    assert chosen == sample_pairs(pairs, random.Random(seed))
+    assert len(chosen) <= 3 and all(p in pairs for p in chosen)
+    assert all(not a.overlaps(b) for k, a in enumerate(chosen) for b in chosen[k + 1:])
+    if pairs:
+        assert chosen  # at least one constraint whenever one exists
+
+
+def test_target_lengths_follow_the_draw():
+    """Pairs of every target length: each drawn length 1–3 appears about equally often."""
+    pairs = [PhrasePair(k, k + 1, 3 * k, 3 * k + size) for k, size in enumerate([1, 2, 3] * 4)]
+    counts = {1: 0, 2: 0, 3: 0}
+    rng = random.Random(0)
+    for _ in range(3000):
+        for p in sample_pairs(pairs, rng):
+            counts[p.tgt_end - p.tgt_start] += 1
+    total = sum(counts.values())
+    assert all(abs(c / total - 1 / 3) < 0.04 for c in counts.values()), counts
+
+
+def test_code_switching_replaces_the_target_phrase_by_the_source_phrase():
+    src = "the Beatles were a band".split()
+    tgt = "die Beatles waren eine Band".split()
+    pairs = [PhrasePair(1, 2, 1, 2), PhrasePair(4, 5, 4, 5)]
+    switched, constraints = code_switch(src, tgt, pairs, random.Random(0), rate=1.0)
+    assert switched == "die Beatles waren eine band".split()
+    assert constraints == [("Beatles", "Beatles"), ("band", "band")]
+    kept, constraints = code_switch(src, tgt, pairs, random.Random(0), rate=0.0)
+    assert kept == tgt and constraints == [("Beatles", "Beatles"), ("band", "Band")]
+    longer = code_switch("x a b y".split(), "X P Y".split(), [PhrasePair(1, 3, 1, 2)], random.Random(0), 1.0)
+    assert longer == ("X a b Y".split(), [("a b", "a b")])
+
+
+# --------------------------------------------------------------------------------- alignment
+
+def test_symmetrise_grows_from_the_intersection():
+    from jaxnat.data.alignment import symmetrise
+
+    fwd = {(0, 0), (1, 1), (2, 1)}
+    rev = {(0, 0), (1, 1), (3, 3)}
+    # intersection {0-0, 1-1}; 2-1 is next to 1-1 and aligns an unaligned source word: grown; 3-3 only in
+    # one direction and far from both, but its two words are unaligned: added by final-and
+    assert symmetrise(fwd, rev) == {(0, 0), (1, 1), (2, 1), (3, 3)}
+    # a union link whose both words are already aligned is not added
+    assert symmetrise({(0, 0), (1, 1)}, {(0, 0), (1, 1), (0, 1)}) == {(0, 0), (1, 1)}
+    assert symmetrise(set(), set()) == set()
+
+
+def test_align_corpus_writes_resumable_files(tmp_path):
+    """A small corpus where every source word has one translation: the aligner learns it, each sentence gets
+    constraint pairs of real phrases, the test split is aligned with the training model, a rerun redoes
+    nothing, the code-switched files keep the source phrase in the target."""
+    import json
+
+    from jaxnat.data.alignment import align_corpus, main
+
+    lexicon = {"red": "rot", "car": "Auto", "big": "groß", "house": "Haus", "old": "alt", "dog": "Hund",
+               "sees": "sieht", "the": "das"}
+    rng = random.Random(0)
+    words = list(lexicon)
+    for split, n in (("train", 300), ("test", 12)):
+        src = [" ".join(rng.choice(words) for _ in range(rng.randint(2, 6))) for _ in range(n)]
+        (tmp_path / f"{split}.en").write_text("".join(s + "\n" for s in src))
+        (tmp_path / f"{split}.de").write_text("".join(" ".join(lexicon[w] for w in s.split()) + "\n" for s in src))
+    out = tmp_path / "out"
+    written = align_corpus(str(tmp_path), "en", "de", str(out), splits=("test",), switch=True, common_words=0)
+    assert set(written.values()) == {"written"}
+    test_src = (tmp_path / "test.en").read_text().splitlines()
+    links = [line.split() for line in (out / "test.align").read_text().splitlines()]
+    assert len(links) == len(test_src)
+    diagonal = sum(a == f"{k}-{k}" for row in links for k, a in enumerate(row))
+    assert diagonal >= 0.9 * sum(len(row) for row in links)  # the monotone one-to-one lexicon, learned
+    pairs = [json.loads(line) for line in (out / "test.pairs.jsonl").read_text().splitlines()]
+    assert len(pairs) == len(test_src) and all(1 <= len(p) <= 3 for p in pairs)
+    for src, sentence_pairs in zip(test_src, pairs):
+        for s, t in sentence_pairs:
+            assert s in src and t == " ".join(lexicon[w] for w in s.split())
+    switched = (out / "test.cs.de").read_text().splitlines()
+    cs_pairs = [json.loads(line) for line in (out / "test.cs.pairs.jsonl").read_text().splitlines()]
+    assert any(s == t for p in cs_pairs for s, t in p)
+    assert all(t in line for line, p in zip(switched, cs_pairs) for _, t in p)
+    assert set(align_corpus(str(tmp_path), "en", "de", str(out), splits=("test",), switch=True).values()) == {"kept"}
+    # the most frequent words never make a constraint on their own
+    frequent = align_corpus(str(tmp_path), "en", "de", str(tmp_path / "frequent"), splits=("test",), common_words=3)
+    common = json.loads((tmp_path / "frequent" / "train.common.json").read_text())
+    assert len(common[0]) == 3 and set(frequent.values()) == {"written"}
+    for line in (tmp_path / "frequent" / "test.pairs.jsonl").read_text().splitlines():
+        assert all(not set(s.lower().split()) <= set(common[0]) for s, _ in json.loads(line))
+    assert main(["--data-dir", str(tmp_path / "missing"), "--splits", "test"]) == 2
