@@ -73,3 +73,41 @@ def test_embedding_dropout_rate():
 
     assert loss() == loss(embed_dropout=0.3)
     assert loss() != loss(embed_dropout=0.0)  # the option reaches the model's embedders
+
+
+@pytest.mark.parametrize("pre_norm", [False, True])
+def test_prefix_entries_extend_attention_and_masked_ones_change_nothing(pre_norm):
+    """The encoder's self-attention and the decoder's cross-attention take C extra key/value entries per layer
+    (vectorized constraints): all masked, the outputs are the model's without them; unmasked, they change the
+    outputs; the cached one-token decoder reads them as the full pass does."""
+    from jaxnat.models.transformer import Decoder, Encoder
+
+    cfg = TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=16, ffn_dim=32, num_heads=2,
+                            enc_layers=2, dec_layers=2, max_len=16, pre_norm=pre_norm)
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(2, 5, 16)), jnp.float32)
+    y = jnp.asarray(rng.normal(size=(2, 4, 16)), jnp.float32)
+    mask, tgt_mask = jnp.array([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]], bool), jnp.ones((2, 4), bool)
+    prefixes = [(jnp.asarray(rng.normal(size=(2, 3, 16)), jnp.float32),
+                 jnp.asarray(rng.normal(size=(2, 3, 16)), jnp.float32)) for _ in range(2)]
+    none, some = jnp.zeros((2, 3), bool), jnp.array([[1, 1, 0], [1, 0, 0]], bool)
+
+    enc = Encoder(cfg)
+    ep = enc.init(jax.random.PRNGKey(0), x, mask, False)
+    plain = enc.apply(ep, x, mask, False)
+    np.testing.assert_allclose(enc.apply(ep, x, mask, False, prefixes, none), plain, atol=1e-5)
+    assert not np.allclose(enc.apply(ep, x, mask, False, prefixes, some), plain, atol=1e-3)
+
+    dec = Decoder(cfg, 2, causal=True)
+    dp = dec.init(jax.random.PRNGKey(1), y, tgt_mask, x, mask, False)
+    plain = dec.apply(dp, y, tgt_mask, x, mask, False)
+    masked = dec.apply(dp, y, tgt_mask, x, jnp.concatenate([none, mask], 1), False, prefixes=prefixes)
+    np.testing.assert_allclose(masked, plain, atol=1e-5)
+    full = dec.apply(dp, y, tgt_mask, x, jnp.concatenate([some, mask], 1), False, prefixes=prefixes)
+    assert not np.allclose(full, plain, atol=1e-3)
+    cache = dec.apply(dp, x, 4, prefixes, method="init_cache")
+    steps = []
+    for i in range(4):
+        out, cache = dec.apply(dp, y[:, i:i + 1], cache, i, jnp.concatenate([some, mask], 1), method="step")
+        steps.append(out)
+    np.testing.assert_allclose(jnp.concatenate(steps, 1), full, atol=1e-5)

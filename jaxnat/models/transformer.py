@@ -103,9 +103,15 @@ class MultiHeadAttention(nn.Module):
         )
         self.attn_dropout = nn.Dropout(c.attention_dropout)
 
-    def project_kv(self, x: jnp.ndarray) -> tuple[jnp.ndarray, jnp.ndarray]:
-        """x: float[B, L, D] -> keys, values: float[B, L, H, K]."""
-        return self.key(x), self.value(x)
+    def project_kv(self, x: jnp.ndarray, prefix=None) -> tuple[jnp.ndarray, jnp.ndarray]:
+        """x: float[B, L, D] -> keys, values: float[B, L, H, K]. With ``prefix`` = (key inputs, value inputs),
+        each float[B, C, D], C extra entries come first — the key inputs through the key projection, the
+        value inputs through the value projection (vectorized constraints) — and the result is [B, C + L, H, K]."""
+        k, v = self.key(x), self.value(x)
+        if prefix is not None:
+            k = jnp.concatenate([self.key(prefix[0]).astype(k.dtype), k], axis=1)
+            v = jnp.concatenate([self.value(prefix[1]).astype(v.dtype), v], axis=1)
+        return k, v
 
     def attend(self, x: jnp.ndarray, k: jnp.ndarray, v: jnp.ndarray, bias: jnp.ndarray, train: bool,
                return_weights: bool = False):
@@ -119,8 +125,8 @@ class MultiHeadAttention(nn.Module):
         out = self.out(jnp.einsum("bhql,blhk->bqhk", weights, v))
         return (out, probs) if return_weights else out
 
-    def __call__(self, x, memory, bias, train: bool):
-        k, v = self.project_kv(memory)
+    def __call__(self, x, memory, bias, train: bool, prefix=None):
+        k, v = self.project_kv(memory, prefix)
         return self.attend(x, k, v, bias, train)
 
 
@@ -158,8 +164,9 @@ class EncoderLayer(nn.Module):
         self.ffn = FeedForward(self.cfg)
         self.res_attn, self.res_ffn = Residual(self.cfg), Residual(self.cfg)
 
-    def __call__(self, x, bias, train: bool):
-        x = self.res_attn(x, lambda h: self.self_attn(h, h, bias, train), train)
+    def __call__(self, x, bias, train: bool, prefix=None):
+        """prefix: (key inputs, value inputs) float[B, C, D] of C extra self-attention entries (bias covers C + S)."""
+        x = self.res_attn(x, lambda h: self.self_attn(h, h, bias, train, prefix), train)
         return self.res_ffn(x, lambda h: self.ffn(h, train), train)
 
 
@@ -201,8 +208,8 @@ class DecoderLayer(nn.Module):
         x = self.res_ffn(x, lambda h: self.ffn(h, train), train)
         return (x, weights[0]) if return_attention else x
 
-    def cross_kv(self, memory):
-        return self.cross_attn.project_kv(memory)
+    def cross_kv(self, memory, prefix=None):
+        return self.cross_attn.project_kv(memory, prefix)
 
     def step(self, x, cache: dict, index, cross_bias):
         """One cached causal step. x: float[B, 1, D]; cache['k'|'v']: float[B, T, H, K]; index: int32 scalar.
@@ -269,11 +276,13 @@ class Encoder(nn.Module):
     cfg: TransformerConfig
 
     @nn.compact
-    def __call__(self, x: jnp.ndarray, mask: jnp.ndarray, train: bool) -> jnp.ndarray:
-        """x: float[B, S, D] embedded source; mask: bool[B, S] -> float[B, S, D]."""
-        bias = attention_bias(mask)
+    def __call__(self, x: jnp.ndarray, mask: jnp.ndarray, train: bool, prefixes=None, prefix_mask=None) -> jnp.ndarray:
+        """x: float[B, S, D] embedded source; mask: bool[B, S] -> float[B, S, D]. prefixes: per layer (key inputs,
+        value inputs) float[B, C, D] of C extra self-attention entries before the source's, prefix_mask: bool[B, C]
+        (vectorized constraints)."""
+        bias = attention_bias(mask if prefixes is None else jnp.concatenate([prefix_mask, mask], axis=1))
         for i in range(self.cfg.enc_layers):
-            x = EncoderLayer(self.cfg, name=f"layer_{i}")(x, bias, train)
+            x = EncoderLayer(self.cfg, name=f"layer_{i}")(x, bias, train, None if prefixes is None else prefixes[i])
         if self.cfg.pre_norm:
             x = nn.LayerNorm(dtype=self.cfg.compute_dtype, name="final_norm")(x)
         return x
@@ -297,34 +306,37 @@ class Decoder(nn.Module):
         return self.final_norm(x) if self.cfg.pre_norm else x
 
     def __call__(self, x, mask, memory, memory_mask, train: bool, num_layers: int | None = None,
-                 return_attention: bool = False, finish: bool = True):
+                 return_attention: bool = False, finish: bool = True, prefixes=None):
         """x: float[B, T, D]; mask: bool[B, T]; memory: float[B, S, D]; memory_mask: bool[B, S].
 
         Returns float[B, T, D]. num_layers runs only the first layers ("early exit": the layers above are
         not computed), then the final norm (unless not ``finish``: a caller that stacks more layers on top
         applies it). With ``return_attention`` (static; Coverage-NAT reads it) also the last layer's
-        cross-attention weights float32[B, H, T, S]; other callers get no extra output.
+        cross-attention weights float32[B, H, T, S]; other callers get no extra output. prefixes: per layer
+        (key inputs, value inputs) float[B, C, D] of C cross-attention entries before the memory's; memory_mask
+        then covers C + S (vectorized constraints).
         """
         self_bias = attention_bias(mask, causal=self.causal)
         causal_bias = attention_bias(mask, causal=True) if self.masked_attn else None
         cross_bias = attention_bias(memory_mask)
         weights = None
-        for layer in self.layers[:num_layers]:
-            x = layer(x, self_bias, layer.cross_kv(memory), cross_bias, train, causal_bias,
-                      return_attention=return_attention)
+        for i, layer in enumerate(self.layers[:num_layers]):
+            kv = layer.cross_kv(memory, None if prefixes is None else prefixes[i])
+            x = layer(x, self_bias, kv, cross_bias, train, causal_bias, return_attention=return_attention)
             if return_attention:
                 x, weights = x
         x = self.output_norm(x) if finish else x
         return (x, weights) if return_attention else x
 
-    def init_cache(self, memory: jnp.ndarray, max_len: int) -> list[dict[str, jnp.ndarray]]:
-        """Per layer: empty self-attention keys/values float[B, max_len, H, K] and the cross-attention ones."""
+    def init_cache(self, memory: jnp.ndarray, max_len: int, prefixes=None) -> list[dict[str, jnp.ndarray]]:
+        """Per layer: empty self-attention keys/values float[B, max_len, H, K] and the cross-attention ones (with
+        each layer's prefix entries first, as `__call__`; `step` then takes the C + S memory mask)."""
         c = self.cfg
         batch = memory.shape[0]
         shape = (batch, max_len, c.num_heads, c.d_model // c.num_heads)
         cache = []
-        for layer in self.layers:
-            ck, cv = layer.cross_kv(memory)
+        for i, layer in enumerate(self.layers):
+            ck, cv = layer.cross_kv(memory, None if prefixes is None else prefixes[i])
             zeros = jnp.zeros(shape, c.compute_dtype)
             cache.append(dict(k=zeros, v=zeros, ck=ck, cv=cv))
         return cache
