@@ -54,7 +54,7 @@ RANGES = {
         "train.adam_b1", "train.adam_b2")},
     **{k: ("[0", "1]") for k in (
         "train.roll_in_alpha", "train.roll_in_beta", "train.placeholder_smoothing", "train.global_shuffle",
-        "train.own_insertion_roll_in", "train.correction_p")},
+        "train.own_insertion_roll_in", "train.correction_p", "train.pair_alpha", "train.pair_beta")},
     **{k: ("[0", None) for k in (
         "train.warmup_steps", "train.warmup_init_lr", "train.weight_decay", "train.clip_norm",
         "train.valid_bleu_sentences", "eval.length_penalty", "eval.max_len_a", "eval.max_len_b",
@@ -101,6 +101,9 @@ def default_config() -> ml_collections.ConfigDict:
         length_prediction="token", length_offset=False, masked_attn=False, concat_pe=False,
         # NAT (docs/nat.md): Coverage-NAT's iterative coverage layer in place of the top decoder layer
         coverage=False,
+        # vectorized constraints (docs/vecconst.md): constraint pairs as attention entries of every encoder and
+        # decoder layer, and the output plug-in with its gate (eq. 11 as written, or renormalised)
+        pair_attention=True, pair_plug_in=True, pair_renormalise=False,
     )
     c.data = dict(
         source="synthetic",  # synthetic | text | tfds
@@ -165,6 +168,9 @@ def default_config() -> ml_collections.ConfigDict:
         # Coverage-NAT: K_train, the coverage layer's iterations in training; β, the weight of the sentence-level
         # coverage agreement (0: off; 0.5 in the paper's fine-tuning phase)
         coverage_iterations=5, sca_weight=0.0,
+        # vectorized constraints: eq. 12's weights of target-constraint tokens (α) and the others (β); the paper's
+        # 0.8 / 0.2 for a model decoded with beam search, 0.5 / 0.5 for one decoded with VDBA
+        pair_alpha=0.8, pair_beta=0.2,
         # a trained workdir whose best parameters start this run (fresh optimizer; its vocabulary is used): a
         # fine-tuning phase, e.g. Coverage-NAT's SCA phase. Ignored once this run has a checkpoint of its own
         init_from="",
@@ -363,7 +369,7 @@ MODEL_KEYS = tuple(f"model.{k}" for k in (
     "name", "d_model", "ffn_dim", "num_heads", "enc_layers", "dec_layers", "pre_norm", "positions", "max_len",
     "share_embeddings", "tie_output", "early_exit", "separate_deletion", "separate_placeholder",
     "separate_reposition", "reposition_deletion", "length_prediction", "length_offset", "masked_attn",
-    "concat_pe", "coverage")) + ("data.vocab_size", "data.joint_vocab", "data.spm_model_type")
+    "concat_pe", "coverage", "pair_attention", "pair_plug_in")) + ("data.vocab_size", "data.joint_vocab", "data.spm_model_type")
 
 
 def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str) -> None:

@@ -12,6 +12,8 @@ anything runs.
                   constraints: int32[B, C, P] | None, target piece ids of up to C phrases, PAD-padded
                   hard: bool[B] | None,              the constraints of sentence b must appear (else soft)
                   rescorer: pytree | None,          an AR model's parameters: pick among candidates with it
+                  pair_src: int32[B, N, Ps] | None,  constraint pairs (vectorized constraints): source phrases
+                  pair_tgt: int32[B, N, Pt] | None,  and the target phrases they become, PAD-padded
                   max_out, beam_size, trace)         static: output capacity, beam, edit trace on/off
 
 A sentence takes an initial hypothesis or constraints, not both (the translator checks it).
@@ -36,6 +38,8 @@ class DecodeRequest:
     constraints: jax.Array | None = None
     hard: jax.Array | None = None
     rescorer: object = None
+    pair_src: jax.Array | None = None
+    pair_tgt: jax.Array | None = None
     max_out: int = struct.field(pytree_node=False, default=0)
     beam_size: int = struct.field(pytree_node=False, default=1)
     trace: bool = struct.field(pytree_node=False, default=False)
@@ -54,6 +58,7 @@ class Supports:
     trace: bool = False
     beam: bool = False
     rescoring: bool = False  # generate takes request.rescorer (eval.rescorer)
+    pairs: bool = False      # generate reads constraint pairs (request.pair_src / pair_tgt)
     max_phrases: int = 0     # the most constraint phrases a sentence may have (0: no limit)
     counts: tuple[str, ...] = ()
     sweep_key: str = ""      # the eval key eval.iteration_sweep sets (a decoding depth), "" = none

@@ -120,8 +120,13 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     def loss(params, batch, rng, train=True):
         return ar_loss(module, params, batch, rng, config.train.label_smoothing, train)
 
-    def capacity(src_len: int) -> int:
-        """The output rows for sources padded to src_len: room for max_len_a · src_len + max_len_b tokens."""
-        return int(min(cfg.max_len, int(e.max_len_a * src_len + e.max_len_b) + 2))
-
+    capacity = output_capacity(cfg, e)
     return ModelSpec("ar", cfg, module, init, loss, generate, capacity, SUPPORTS)
+
+
+def output_capacity(cfg: TransformerConfig, eval_cfg):
+    """capacity(src_len) → the output rows for sources padded to src_len: room for max_len_a · src_len +
+    max_len_b tokens, BOS and EOS."""
+    def capacity(src_len: int) -> int:
+        return int(min(cfg.max_len, int(eval_cfg.max_len_a * src_len + eval_cfg.max_len_b) + 2))
+    return capacity

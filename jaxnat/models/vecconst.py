@@ -1,0 +1,210 @@
+"""Vectorized lexical constraints (Wang et al. 2022, "Integrating Vectorized Lexical Constraints for NMT").
+
+An AR Transformer (`ar.ARTransformer`, whose parameters it keeps under the same names, so that a trained AR
+run is its first training stage) that reads constraint pairs ⟨s⁽ⁿ⁾, t⁽ⁿ⁾⟩ — a source phrase and the target
+phrase it must become — as attention entries and as an output plug-in:
+
+* **vectorizing** (§3.1, eqs. 2–4): each phrase is embedded like a sentence (word embedding + positions
+  counted from the phrase's own start); the keys of pair n are its source phrase's vectors ``K_c = S⁽ⁿ⁾``, its
+  values the target phrase's vectors pooled onto the source positions by multi-head attention
+  ``V_c = attn(S⁽ⁿ⁾, T⁽ⁿ⁾, T⁽ⁿ⁾)``; the pairs are concatenated (`vectorize`);
+* **attention** (``model.pair_attention``, eqs. 5–7 and 13–15): every encoder self-attention and every
+  decoder cross-attention takes ``[adapt(K_c); H]`` as keys and ``[adapt(V_c); H]`` as values, ``adapt`` a
+  two-layer ReLU network of its own per layer (one network per layer maps both K_c and V_c, as the equations
+  write it); missing pairs are masked out;
+* **output plug-in** (``model.pair_plug_in``, eqs. 8–11): ``P_plug(y) = max(0, cos(w_y, h_t))`` for the tokens
+  y of the target phrases (0 elsewhere), mixed in by a token-dependent gate
+  ``g(y, h_t) = σ(tanh([w_y W₁; h_t W₂]) W₃)``: ``P = (1 − g) P_model + g P_plug`` — exactly eq. 11, which is
+  not a normalised distribution; ``model.pair_renormalise`` divides it by its sum instead (docs/vecconst.md);
+* **loss** (eq. 12): each target token's label-smoothed cross-entropy under P, weighted α when the token is a
+  target-constraint token and β otherwise (``train.pair_alpha``, ``train.pair_beta``: 0.8 / 0.2 for models
+  decoded with beam search, 0.5 / 0.5 for VDBA; App. B).
+
+Shapes: B sentences, N pairs, P_s / P_t phrase pieces, C = N · P_s constraint entries, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxnat.data.vocab import PAD_ID
+from jaxnat.decoding.request import DecodeRequest, Supports
+from jaxnat.decoding.search import ar_search
+from jaxnat.models.ar import ARTransformer, output_capacity
+from jaxnat.models.losses import smoothed_cross_entropy
+from jaxnat.models.spec import ModelSpec
+from jaxnat.models.transformer import MultiHeadAttention, TransformerConfig, attention_bias, token_mask
+
+
+class Adapter(nn.Module):
+    """adapt(·): two d × d linear maps with a ReLU between (eq. 6), one per attention layer."""
+
+    d_model: int
+
+    @nn.compact
+    def __call__(self, x):
+        return nn.Dense(self.d_model, name="fc2")(nn.relu(nn.Dense(self.d_model, name="fc1")(x)))
+
+
+class VecConstTransformer(ARTransformer):
+    """The AR Transformer with constraint pairs as attention entries (``pair_attention``) and an output plug-in
+    (``pair_plug_in``); both off, it is the AR model."""
+
+    pair_attention: bool = True
+    pair_plug_in: bool = True
+    pair_renormalise: bool = False
+
+    def setup(self):
+        super().setup()
+        c = self.cfg
+        if self.pair_attention:
+            self.pair_align = MultiHeadAttention(c, name="pair_align")  # the attn of eq. 3
+            self.enc_adapters = [Adapter(c.d_model, name=f"enc_adapter_{i}") for i in range(c.enc_layers)]
+            self.dec_adapters = [Adapter(c.d_model, name=f"dec_adapter_{j}") for j in range(c.dec_layers)]
+        if self.pair_plug_in:  # eq. 10: W1, W2 (d × d) and W3 (2d × 1), linear maps without biases
+            self.gate_token = nn.Dense(c.d_model, use_bias=False, name="gate_token")
+            self.gate_state = nn.Dense(c.d_model, use_bias=False, name="gate_state")
+            self.gate_out = self.param("gate_out", nn.initializers.lecun_normal(), (2 * c.d_model, 1))
+
+    # -- eqs. 2–4 ------------------------------------------------------------------------------------
+    def vectorize(self, pair_src: jax.Array, pair_tgt: jax.Array, train: bool = False):
+        """pair_src: int32[B, N, P_s], pair_tgt: int32[B, N, P_t] (PAD-padded; an empty source phrase = no pair)
+        → (K_c float[B, C, D], V_c float[B, C, D], mask bool[B, C])."""
+        b, n, ps = pair_src.shape
+        s = self.src_embed(pair_src.reshape(b * n, ps), train)            # S⁽ⁿ⁾: positions from 0 per phrase
+        tgt = pair_tgt.reshape(b * n, pair_tgt.shape[2])
+        t = self.tgt_embed(tgt, train)                                     # T⁽ⁿ⁾
+        v = self.pair_align(s, t, attention_bias(token_mask(tgt)), train)  # attn(S⁽ⁿ⁾, T⁽ⁿ⁾, T⁽ⁿ⁾)
+        d = s.shape[-1]
+        return s.reshape(b, n * ps, d), v.reshape(b, n * ps, d), token_mask(pair_src).reshape(b, n * ps)
+
+    def _prefixes(self, adapters, keys, values):
+        return [(a(keys), a(values)) for a in adapters]
+
+    # -- encoder and decoder ---------------------------------------------------------------------------
+    def encode_with_pairs(self, src: jax.Array, pair_src: jax.Array, pair_tgt: jax.Array, train: bool = False):
+        """src: int32[B, S] → (memory float[B, S, D], memory mask bool[B, C + S] or [B, S], the decoder's
+        per-layer prefixes or None)."""
+        x, mask = self.src_embed(src, train), token_mask(src)
+        if not self.pair_attention:
+            return self.encoder(x, mask, train), mask, None
+        keys, values, pair_mask = self.vectorize(pair_src, pair_tgt, train)
+        memory = self.encoder(x, mask, train, self._prefixes(self.enc_adapters, keys, values), pair_mask)
+        return memory, jnp.concatenate([pair_mask, mask], axis=1), self._prefixes(self.dec_adapters, keys, values)
+
+    # -- eqs. 8–11 -------------------------------------------------------------------------------------
+    def pair_log_probs(self, h: jax.Array, member: jax.Array) -> jax.Array:
+        """h: float[B, T, D] decoder outputs; member: bool[B, V], the tokens of each sentence's target phrases
+        → float32[B, T, V] log P of eq. 11 (or its renormalised form), log_softmax(h W) without the plug-in."""
+        logp_model = jax.nn.log_softmax(self.logits(h))
+        if not self.pair_plug_in:
+            return logp_model
+        w = self.tgt_embed.tokens.embedding                                      # [V, D]
+        h32 = h.astype(jnp.float32)
+        cos = (h32 / (jnp.linalg.norm(h32, axis=-1, keepdims=True) + 1e-9)) @ \
+            (w / (jnp.linalg.norm(w, axis=-1, keepdims=True) + 1e-9)).T           # [B, T, V]
+        plug = jnp.where(member[:, None, :], jnp.maximum(cos, 0.0), 0.0)          # eq. 9
+        # eq. 10: tanh acts on each half of [w_y W1; h_t W2], so W3's two halves separate the token and the state
+        d, w3 = w.shape[1], self.gate_out[:, 0]
+        token_part = jnp.tanh(self.gate_token(w)) @ w3[:d]                        # [V]
+        state_part = jnp.tanh(self.gate_state(h32)) @ w3[d:]                      # [B, T]
+        gate_logit = state_part[..., None] + token_part                            # [B, T, V]
+        log_g, log_1mg = jax.nn.log_sigmoid(gate_logit), jax.nn.log_sigmoid(-gate_logit)
+        logp = jnp.logaddexp(log_1mg + logp_model, jnp.where(plug > 0, log_g + jnp.log(jnp.maximum(plug, 1e-30)),
+                                                                 -jnp.inf))       # eq. 11
+        if self.pair_renormalise:
+            logp = logp - jax.nn.logsumexp(logp, axis=-1, keepdims=True)
+        return logp
+
+    def forward_with_pairs(self, src, tgt_in, pair_src, pair_tgt, train: bool = False):
+        """Teacher forcing: src int32[B, S], tgt_in int32[B, T] → log P float32[B, T, V]."""
+        memory, memory_mask, prefixes = self.encode_with_pairs(src, pair_src, pair_tgt, train)
+        h = self.decoder(self.tgt_embed(tgt_in, train), token_mask(tgt_in), memory, memory_mask, train,
+                         prefixes=prefixes)
+        return self.pair_log_probs(h, constraint_tokens(pair_tgt, self.cfg.tgt_vocab_size))
+
+    def __call__(self, src, tgt_in, pair_src, pair_tgt, train: bool = False):
+        return self.forward_with_pairs(src, tgt_in, pair_src, pair_tgt, train)
+
+    # -- cached decoding ---------------------------------------------------------------------------------
+    def init_pair_cache(self, memory: jax.Array, max_len: int, prefixes):
+        return self.decoder.init_cache(memory, max_len, prefixes)
+
+    def pair_step(self, token: jax.Array, cache, index, memory_mask: jax.Array, member: jax.Array):
+        """token: int32[B] at position ``index`` → (log P float32[B, V] of the next token, new cache)."""
+        x = self.tgt_embed(token[:, None], False, offset=index)
+        h, cache = self.decoder.step(x, cache, index, memory_mask)
+        return self.pair_log_probs(h, member)[:, 0], cache
+
+
+def constraint_tokens(pair_tgt: jax.Array, vocab_size: int) -> jax.Array:
+    """bool[B, V]: the tokens of each sentence's target phrases (pair_tgt: int32[B, N, P_t], PAD-padded)."""
+    b = pair_tgt.shape[0]
+    ids = pair_tgt.reshape(b, -1)
+    member = jnp.zeros((b, vocab_size), bool).at[jnp.arange(b)[:, None], ids].set(True)
+    return member.at[:, PAD_ID].set(False)
+
+
+def vecconst_loss(model: VecConstTransformer, params, batch: dict, rng, *, label_smoothing: float,
+                  alpha: float = 0.8, beta: float = 0.2, train: bool = True):
+    """Eq. 12 with label smoothing: Σ_t w_t · CE_t over the target tokens after BOS, w_t = α for a token of the
+    sentence's target phrases and β otherwise; CE under log P of eq. 11 (`pair_log_probs`).
+
+    batch: 'src' int32[B, S], 'tgt' int32[B, T], 'pair_src' int32[B, N, P_s], 'pair_tgt' int32[B, N, P_t].
+    Returns (loss_sum, {'nll', 'count', 'constraint_tokens'}); the trainer divides by the token count.
+    """
+    tgt = batch["tgt"]
+    logp = model.apply(params, batch["src"], tgt[:, :-1], batch["pair_src"], batch["pair_tgt"], train=train,
+                       rngs={"dropout": rng})
+    labels, real = tgt[:, 1:], token_mask(tgt[:, 1:])
+    member = constraint_tokens(batch["pair_tgt"], logp.shape[-1])
+    constrained = jnp.take_along_axis(member, labels, axis=1)
+    loss, nll, count = smoothed_cross_entropy(logp, labels, real, label_smoothing, log_probs=True,
+                                              weights=jnp.where(constrained, alpha, beta))
+    return loss, {"nll": nll, "count": count, "constraint_tokens": jnp.sum(constrained & real, dtype=jnp.float32)}
+
+
+def vecconst_generate(module: VecConstTransformer, params, request: DecodeRequest, *, length_penalty, max_len_a,
+                      max_len_b, max_out: int) -> dict:
+    """Greedy or beam search (`ar_search`) with the pairs of ``request`` (none: an all-PAD pair per sentence)."""
+    src, k = request.src, request.beam_size
+    pair_src, pair_tgt = request.pair_src, request.pair_tgt
+    if pair_src is None:
+        pair_src = pair_tgt = jnp.full((src.shape[0], 1, 1), PAD_ID, jnp.int32)
+    memory, memory_mask, prefixes = module.apply(params, src, pair_src, pair_tgt, method="encode_with_pairs")
+    repeat = lambda x: jnp.repeat(x, k, axis=0)  # noqa: E731  (row b * k + j: sentence b's beam j)
+    memory, memory_mask, prefixes = repeat(memory), repeat(memory_mask), jax.tree_util.tree_map(repeat, prefixes)
+    member = repeat(constraint_tokens(pair_tgt, module.cfg.tgt_vocab_size))
+    cache = module.apply(params, memory, max_out - 1, prefixes, method="init_pair_cache")
+
+    def tokens_to_logprobs(tokens, cache, index):
+        return module.apply(params, tokens, cache, index, memory_mask, member, method="pair_step")
+
+    return ar_search(tokens_to_logprobs, cache, token_mask(src).sum(axis=1), beam_size=k,
+                     length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out)
+
+
+SUPPORTS = Supports(beam=True, pairs=True)
+
+
+def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
+    del pieces
+    m, t, e = config.model, config.train, config.eval
+    module = VecConstTransformer(cfg, m.pair_attention, m.pair_plug_in, m.pair_renormalise)
+
+    def init(rng, batch):
+        return module.init(rng, batch["src"][:1], batch["tgt"][:1, :-1], batch["pair_src"][:1], batch["pair_tgt"][:1])
+
+    def loss(params, batch, rng, train=True):
+        return vecconst_loss(module, params, batch, rng, label_smoothing=t.label_smoothing, alpha=t.pair_alpha,
+                             beta=t.pair_beta, train=train)
+
+    capacity = output_capacity(cfg, e)
+
+    def generate(params, request: DecodeRequest) -> dict:
+        return vecconst_generate(module, params, request, length_penalty=e.length_penalty, max_len_a=e.max_len_a,
+                                 max_len_b=e.max_len_b, max_out=request.max_out or capacity(request.src.shape[1]))
+
+    return ModelSpec("vecconst", cfg, module, init, loss, generate, capacity, SUPPORTS)

@@ -1,0 +1,196 @@
+"""Vectorized constraints: the vectorization (eqs. 2–4) and the output plug-in (eqs. 8–11) against plain
+numpy; missing pairs change nothing, and with both integrations off the model is the AR model; eq. 12's α/β
+loss; the gate learns; cached decoding equals the full pass; a sentence decodes alone as in a batch."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxnat.config import build_config
+from jaxnat.data.vocab import NUM_RESERVED, PAD_ID
+from jaxnat.decoding.request import DecodeRequest
+from jaxnat.models import build_model
+from jaxnat.models.ar import ARTransformer
+from jaxnat.models.vecconst import constraint_tokens
+from tests.refine_reference import random_batch
+
+TINY = "tests/configs/tiny.py"
+V = 40
+
+
+@functools.lru_cache(maxsize=None)
+def _spec(*overrides):
+    return build_model(build_config(TINY, ["--config.model.name=vecconst", "--config.model.positions=learned",
+                                           *overrides]), V, V)
+
+
+def with_pairs(batch, seed, n=3, ps=3, pt=4, empty_rows=(1,)):
+    """The batch plus random pairs: up to n pairs of 1..ps source and 1..pt target pieces; rows in empty_rows
+    get none (all PAD)."""
+    rng = np.random.default_rng(seed)
+    b = batch["src"].shape[0]
+    src = np.full((b, n, ps), PAD_ID, np.int32)
+    tgt = np.full((b, n, pt), PAD_ID, np.int32)
+    for r in range(b):
+        if r in empty_rows:
+            continue
+        for k in range(int(rng.integers(1, n + 1))):
+            m_src, m_tgt = int(rng.integers(1, ps + 1)), int(rng.integers(1, pt + 1))
+            src[r, k, :m_src] = rng.integers(NUM_RESERVED, V, m_src)
+            tgt[r, k, :m_tgt] = rng.integers(NUM_RESERVED, V, m_tgt)
+    return {**batch, "pair_src": jnp.asarray(src), "pair_tgt": jnp.asarray(tgt)}
+
+
+def _softmax(z, axis=-1):
+    z = z - z.max(axis=axis, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _mha(p, q_in, kv_in, kv_mask, heads):
+    """Multi-head attention in numpy from a MultiHeadAttention's parameters."""
+    q = np.einsum("btd,dhk->bthk", q_in, p["query"]["kernel"]) + p["query"]["bias"]
+    k = np.einsum("bsd,dhk->bshk", kv_in, p["key"]["kernel"]) + p["key"]["bias"]
+    v = np.einsum("bsd,dhk->bshk", kv_in, p["value"]["kernel"]) + p["value"]["bias"]
+    scores = np.einsum("bthk,bshk->bhts", q / np.sqrt(q.shape[-1]), k) + np.where(kv_mask, 0.0, -1e9)[:, None, None]
+    out = np.einsum("bhts,bshk->bthk", _softmax(scores), v)
+    return np.einsum("bthk,hkd->btd", out, p["out"]["kernel"]) + p["out"]["bias"]
+
+
+def test_vectorize_matches_eqs_2_to_4():
+    spec = _spec()
+    batch = with_pairs(random_batch(0, V), 0)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    keys, values, mask = spec.module.apply(params, batch["pair_src"], batch["pair_tgt"], method="vectorize")
+    p = jax.tree_util.tree_map(np.asarray, params["params"])
+    emb, pos, d = p["src_embed"]["tokens"]["embedding"], p["src_embed"]["positions"], spec.cfg.d_model
+    src, tgt = np.asarray(batch["pair_src"]), np.asarray(batch["pair_tgt"])
+    b, n, ps = src.shape
+    s = emb[src] * np.sqrt(d) + pos[:ps]                    # eq. 2: word + position, positions per phrase
+    t = emb[tgt] * np.sqrt(d) + pos[:tgt.shape[2]]
+    want_v = _mha(p["pair_align"], s.reshape(b * n, ps, d), t.reshape(b * n, -1, d), (tgt != PAD_ID).reshape(b * n, -1),
+                  spec.cfg.num_heads)                       # eq. 3: V_c = attn(S, T, T)
+    np.testing.assert_allclose(np.asarray(keys), s.reshape(b, n * ps, d), rtol=1e-5, atol=1e-5)
+    real = (src != PAD_ID).reshape(b, n * ps)
+    np.testing.assert_allclose(np.asarray(values)[real], want_v.reshape(b, n * ps, d)[real], rtol=1e-4, atol=1e-4)
+    assert (np.asarray(mask) == real).all()
+
+
+@pytest.mark.parametrize("renormalise", [False, True])
+def test_plug_in_matches_eqs_8_to_11(renormalise):
+    spec = _spec(f"--config.model.pair_renormalise={str(renormalise).lower()}")
+    batch = with_pairs(random_batch(1, V), 1)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    rng = np.random.default_rng(1)
+    h = rng.normal(size=(6, 5, spec.cfg.d_model)).astype(np.float32)
+    member = constraint_tokens(batch["pair_tgt"], V)
+    logp = np.asarray(spec.module.apply(params, jnp.asarray(h), member, method="pair_log_probs"))
+    p = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), params["params"])
+    w = p["src_embed"]["tokens"]["embedding"]              # shared, tied: the output embedding W
+    p_model = _softmax(h @ w.T)                                                            # eq. 8
+    cos = (h / np.linalg.norm(h, axis=-1, keepdims=True)) @ (w / np.linalg.norm(w, axis=-1, keepdims=True)).T
+    p_plug = np.where(np.asarray(member)[:, None], np.maximum(cos, 0.0), 0.0)              # eq. 9
+    w3 = p["gate_out"][:, 0]
+    d = spec.cfg.d_model
+    gate = 1 / (1 + np.exp(-(np.tanh(h @ p["gate_state"]["kernel"]) @ w3[d:])[..., None]
+                           - (np.tanh(w @ p["gate_token"]["kernel"]) @ w3[:d])))           # eq. 10
+    want = (1 - gate) * p_model + gate * p_plug                                            # eq. 11
+    if renormalise:
+        want = want / want.sum(-1, keepdims=True)
+    np.testing.assert_allclose(np.exp(logp), want, rtol=1e-4, atol=1e-7)
+    assert np.all(np.asarray(member)[:, PAD_ID] == False)  # noqa: E712
+
+
+def test_no_pairs_change_nothing_and_no_integration_is_the_ar_model():
+    """All-PAD pair slots (a sentence without constraints, or the empty slots of one with fewer) are masked
+    out; with both integrations off the model computes the AR model's log-probabilities from its parameters."""
+    spec = _spec("--config.model.pair_plug_in=false")
+    batch = with_pairs(random_batch(2, V), 2, empty_rows=(0, 1, 2, 3, 4, 5))
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    ar = ARTransformer(spec.cfg)
+    vanilla = {"params": {k: v for k, v in params["params"].items() if k in ("src_embed", "encoder", "decoder")}}
+    want = jax.nn.log_softmax(ar.apply(vanilla, batch["src"], batch["tgt"][:, :-1]))
+    got = spec.module.apply(params, batch["src"], batch["tgt"][:, :-1], batch["pair_src"], batch["pair_tgt"])
+    real = np.asarray(batch["tgt"][:, 1:] != PAD_ID)
+    np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], atol=1e-5)
+    off = _spec("--config.model.pair_plug_in=false", "--config.model.pair_attention=false")
+    some = with_pairs(random_batch(2, V), 3)
+    params = off.init(jax.random.PRNGKey(0), some)
+    assert set(params["params"]) == {"src_embed", "encoder", "decoder"}
+    got = off.module.apply(params, some["src"], some["tgt"][:, :-1], some["pair_src"], some["pair_tgt"])
+    np.testing.assert_allclose(np.asarray(got), np.asarray(jax.nn.log_softmax(ar.apply(params, some["src"],
+                                                                                          some["tgt"][:, :-1]))), atol=1e-5)
+
+
+@pytest.mark.parametrize("alpha, beta", [(0.8, 0.2), (0.5, 0.5)])
+def test_loss_weights_constraint_tokens_alpha_and_others_beta(alpha, beta):
+    spec = _spec(f"--config.train.pair_alpha={alpha}", f"--config.train.pair_beta={beta}")
+    batch = with_pairs(random_batch(3, V), 3)
+    # make some reference tokens constraint tokens: the first target token of row 0's first pair
+    tgt = np.asarray(batch["tgt"]).copy()
+    tgt[0, 1] = int(batch["pair_tgt"][0, 0, 0])
+    batch = {**batch, "tgt": jnp.asarray(tgt)}
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    loss, aux = spec.loss(params, batch, jax.random.PRNGKey(1), False)
+    logp = np.asarray(spec.module.apply(params, batch["src"], batch["tgt"][:, :-1], batch["pair_src"],
+                                        batch["pair_tgt"]), np.float64)
+    member = np.asarray(constraint_tokens(batch["pair_tgt"], V))
+    want, constrained = 0.0, 0
+    for b in range(tgt.shape[0]):
+        for i in range(1, tgt.shape[1]):
+            y = int(tgt[b, i])
+            if y == PAD_ID:
+                continue
+            ce = (1 - 0.1) * -logp[b, i - 1, y] - 0.1 * logp[b, i - 1].mean()
+            want += (alpha if member[b, y] else beta) * ce
+            constrained += int(member[b, y])
+    np.testing.assert_allclose(float(loss), want, rtol=1e-4)
+    assert int(aux["constraint_tokens"]) == constrained >= 1
+
+
+def test_the_gate_and_the_constraint_layers_receive_gradients():
+    spec = _spec()
+    batch = with_pairs(random_batch(4, V), 4)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    grads = jax.grad(lambda p: spec.loss(p, batch, jax.random.PRNGKey(1), False)[0])(params)["params"]
+    for name in ("gate_out", "gate_token", "gate_state", "pair_align", "enc_adapter_0", "dec_adapter_0"):
+        norm = sum(float(jnp.sum(jnp.abs(g))) for g in jax.tree_util.tree_leaves(grads[name]))
+        assert np.isfinite(norm) and norm > 0, name
+
+
+def test_cached_steps_equal_the_full_pass():
+    spec = _spec()
+    batch = with_pairs(random_batch(5, V), 5)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    m = spec.module
+    src, tgt = batch["src"], batch["tgt"]
+    full = m.apply(params, src, tgt, batch["pair_src"], batch["pair_tgt"])
+    memory, memory_mask, prefixes = m.apply(params, src, batch["pair_src"], batch["pair_tgt"],
+                                            method="encode_with_pairs")
+    cache = m.apply(params, memory, tgt.shape[1], prefixes, method="init_pair_cache")
+    member = constraint_tokens(batch["pair_tgt"], V)
+    steps = []
+    for i in range(tgt.shape[1]):
+        logp, cache = m.apply(params, tgt[:, i], cache, i, memory_mask, member, method="pair_step")
+        steps.append(logp)
+    real = np.asarray(tgt != PAD_ID)
+    np.testing.assert_allclose(np.asarray(jnp.stack(steps, 1))[real], np.asarray(full)[real], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_a_sentence_decodes_alone_as_in_a_batch(beam):
+    spec = _spec()
+    batch = with_pairs(random_batch(6, V), 6)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    run = jax.jit(lambda s, ps, pt: spec.generate(params, DecodeRequest(s, pair_src=ps, pair_tgt=pt, max_out=16,
+                                                                        beam_size=beam)))
+    together = run(batch["src"], batch["pair_src"], batch["pair_tgt"])
+    for k in range(batch["src"].shape[0]):
+        alone = run(batch["src"][k:k + 1], batch["pair_src"][k:k + 1], batch["pair_tgt"][k:k + 1])
+        assert np.asarray(alone["tokens"][0]).tolist() == np.asarray(together["tokens"][k]).tolist()
+        np.testing.assert_allclose(alone["score"][0], together["score"][k], rtol=1e-5, atol=1e-6)
+    plain = spec.generate(params, DecodeRequest(batch["src"], max_out=16, beam_size=beam))
+    assert plain["tokens"].shape == together["tokens"].shape
