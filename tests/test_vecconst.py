@@ -12,9 +12,9 @@ import pytest
 from jaxnat.config import build_config
 from jaxnat.data.vocab import NUM_RESERVED, PAD_ID
 from jaxnat.decoding.request import DecodeRequest
-from jaxnat.models import build_model
 from jaxnat.models.ar import ARTransformer
-from jaxnat.models.vecconst import constraint_tokens
+from jaxnat.models.transformer import config_from
+from jaxnat.models.vecconst import build_spec, constraint_tokens
 from tests.refine_reference import random_batch
 
 TINY = "tests/configs/tiny.py"
@@ -23,8 +23,10 @@ V = 40
 
 @functools.lru_cache(maxsize=None)
 def _spec(*overrides):
-    return build_model(build_config(TINY, ["--config.model.name=vecconst", "--config.model.positions=learned",
-                                           *overrides]), V, V)
+    """The model on the tiny config (built directly: `model.name=vecconst` joins the registry with its
+    constraint-pair batches)."""
+    config = build_config(TINY, ["--config.model.positions=learned", *overrides])
+    return build_spec(config, config_from(config.model, V, V), None)
 
 
 def with_pairs(batch, seed, n=3, ps=3, pt=4, empty_rows=(1,)):

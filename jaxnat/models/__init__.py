@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 
 # model.name -> the module (under jaxnat.models) that builds it: the one list of model names
-MODELS = {"ar": "ar", "levt": "levt", "editor": "editor", "cmlm": "cmlm", "nat": "nat", "vecconst": "vecconst"}
+MODELS = {"ar": "ar", "levt": "levt", "editor": "editor", "cmlm": "cmlm", "nat": "nat"}
 
 
 def _module(name: str):
