@@ -85,7 +85,7 @@ def mask_predict(logprobs, length_logits, n_src, cap, iterations, beam, centred=
     """One sentence without constraints. logprobs(tokens: list of width ids) → float[width, V] log-probabilities.
     Returns (tokens, mean score, length, passes) of the best candidate: by mean token probability (or mean
     score, i.e. log-probability, without by_probability), or by rescore(tokens); with ``dedup`` every
-    candidate's repeated tokens are removed before the choice (``with_repeats``: also how many, last)."""
+    candidate's repeated tokens are removed before the choice (``with_repeats``: also how many it has, last)."""
     results = []
     for n in candidate_lengths(length_logits, n_src, max(need, 1), cap, beam, centred, offset):
         tokens = [BOS_ID] + [MASK_ID] * n + [EOS_ID] + [PAD_ID] * (width - n - 2)
@@ -109,7 +109,8 @@ def mask_predict(logprobs, length_logits, n_src, cap, iterations, beam, centred=
                 break
         mean = sum(scores[i] for i in range(width) if real[i]) / max(n, 1)
         prob = sum(np.exp(np.float32(scores[i])) for i in range(width) if real[i]) / max(n, 1)
-        tokens, repeats = remove_repeats(tokens) if dedup else (tokens, 0)
+        deduped, repeats = remove_repeats(tokens)  # counted whether or not removed
+        tokens = deduped if dedup else tokens
         results.append((tokens, mean, n, passes, prob, repeats))
     pick = max(results, key=lambda r: rescore(r[0]) if rescore else (r[4] if by_probability else r[1]))
     return (*pick[:4], pick[5]) if with_repeats else pick[:4]  # max keeps the first of equal scores

@@ -148,7 +148,7 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
     from tqdm import tqdm
 
     from jaxnat.data.text import find_split_files, read_parallel
-    from jaxnat.evaluation.constraints import moses_tokenize
+    from jaxnat.data.words import moses_tokenize
 
     os.makedirs(out_dir, exist_ok=True)
     priors = os.path.join(out_dir, f"{train_split}.priors")

@@ -245,7 +245,7 @@ def decode(token_logits: Callable, length_logits: jax.Array, src: jax.Array, con
 
     Returns per sentence ``tokens`` int32[B, capacity], ``score`` float32[B] (mean token log-probability),
     ``length`` int32[B] (real tokens, before ``dedup``), ``iterations`` int32[B] (passes run) and ``repeats``
-    int32[B] (tokens ``dedup`` removed; 0 without it), of the best candidate.
+    int32[B] (tokens equal to the one before them: those ``dedup`` removes), of the best candidate.
     """
     b, beam, steps = src.shape[0], options.length_beam, options.iterations
     n_src = jnp.sum(src != PAD_ID, axis=1) - 2
@@ -292,7 +292,8 @@ def decode(token_logits: Callable, length_logits: jax.Array, src: jax.Array, con
     def mean(values):
         return jnp.sum(jnp.where(real, values, 0.0), axis=1) / jnp.maximum(n, 1)
 
-    tokens, repeats = remove_repeats(final["tokens"]) if options.dedup else (final["tokens"], jnp.zeros_like(n))
+    deduped, repeats = remove_repeats(final["tokens"])  # repeats are counted whether or not they are removed
+    tokens = deduped if options.dedup else final["tokens"]
     pick_by = mean(jnp.exp(final["scores"])) if options.by_probability else mean(final["scores"])
     if rescore is not None:
         pick_by = rescore(tokens, rows_of)

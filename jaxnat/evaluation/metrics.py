@@ -37,7 +37,7 @@ from sacrebleu.metrics import BLEU, CHRF, TER
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 from jaxnat.errors import DataError
-from jaxnat.evaluation.constraints import moses_tokenize
+from jaxnat.data.words import moses_tokenize
 
 __all__ = [
     "bleu",

@@ -244,10 +244,11 @@ def canvas_capacity(cfg: TransformerConfig, eval_cfg):
     return capacity
 
 
-def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity, rescorer, continues=None,
-                          **logits_kwargs):
+def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity, rescorer, counts: tuple[str, ...],
+                          continues=None, **logits_kwargs):
     """generate(params, request) of a length-predicting model: encode, then `mask_predict.decode` with the
-    model's token head (``logits_kwargs``: static extra arguments of its ``token_logits``)."""
+    model's token head (``logits_kwargs``: static extra arguments of its ``token_logits``); it reports the
+    per-sentence ``counts`` the model declares."""
     def generate(params, request: DecodeRequest) -> dict:
         src = request.src
         memory, length_logits = module.apply(params, src, method="encode")
@@ -266,7 +267,7 @@ def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity,
         out = mask_predict.decode(token_logits, length_logits, src, request.constraints, request.hard,
                                   request.max_out or capacity(src.shape[1]), options, continues, rescore)
         out["chosen_length"] = out.pop("length")
-        return out
+        return {k: v for k, v in out.items() if k in ("tokens", "score", *counts)}
 
     return generate
 
@@ -277,7 +278,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None
     capacity = canvas_capacity(cfg, config.eval)
     generate = mask_predict_generate(module, mask_predict_options(config, config.eval.mask_predict_iter), capacity,
-                                     rescorer_module(config, cfg), continues)
+                                     rescorer_module(config, cfg), SUPPORTS.counts, continues)
 
     def init(rng, batch):
         return module.init(rng, batch["src"][:1], batch["tgt"][:1])

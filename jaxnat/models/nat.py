@@ -181,7 +181,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     module = NAT(cfg, m.length_prediction, coverage=m.coverage)
     capacity = canvas_capacity(cfg, e)
     options = mask_predict_options(config, iterations=1, dedup=e.remove_repeats)
-    generate = mask_predict_generate(module, options, capacity, rescorer_module(config, cfg),
+    generate = mask_predict_generate(module, options, capacity, rescorer_module(config, cfg), SUPPORTS.counts,
                                      iterations=e.coverage_iterations)
 
     def init(rng, batch):
