@@ -195,3 +195,25 @@ def test_prefetch_propagates_errors_and_stops():
     while threading.active_count() > before and time.time() < deadline:
         time.sleep(0.02)
     assert threading.active_count() <= before
+
+
+def test_extras_travel_with_their_examples():
+    """Fixed-shape side data (constraint pairs) rides along in train and eval batches: each row carries its own
+    example's, filler rows are all PAD, and the shapes do not depend on the bucket."""
+    rng = np.random.default_rng(2)
+    n = 70
+    src, tgt = _examples(rng.integers(3, 40, n), rng.integers(3, 40, n))
+    pairs = np.stack([np.full((3, 4), i + 10, np.int32) for i in range(n)])  # example i: all i + 10
+    buckets = batching.bucket_lengths(40)
+    tb = batching.TrainBatcher(src, tgt, 128, buckets, seed=0, extras={"pairs": pairs})
+    assert tb.keys == ("src", "tgt", "pairs")
+    for step in range(tb.steps_per_epoch):
+        batch = tb.batch(step)
+        assert batch["pairs"].shape == tb.key_shapes(batch["src"].shape)["pairs"] == (batch["src"].shape[0], 3, 4)
+        for row, i in zip(batch["pairs"], tb.batch_indices(step)):
+            assert (row == (i + 10 if i >= 0 else 0)).all()
+    for idx, batch in batching.eval_batches(src, tgt, 8, buckets, extras={"pairs": pairs}):
+        for row, i in zip(batch["pairs"], idx):
+            assert (row == (i + 10 if i >= 0 else 0)).all()
+    with pytest.raises(DataError, match="70 examples but 2 rows of 'pairs'"):
+        batching.TrainBatcher(src, tgt, 128, buckets, seed=0, extras={"pairs": pairs[:2]})

@@ -148,6 +148,20 @@ def _fill(seqs: Sequence[np.ndarray], rows: np.ndarray, length: int) -> np.ndarr
     return out
 
 
+def _gather(extra: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """extra: int32[N, ...] per-example side data → int32[len(rows), ...]; filler rows (index -1) all PAD."""
+    out = extra[np.maximum(rows, 0)].astype(np.int32)
+    out[rows < 0] = PAD_ID
+    return out
+
+
+def _check_extras(extras: dict[str, np.ndarray] | None, n: int) -> dict[str, np.ndarray]:
+    for key, value in (extras or {}).items():
+        if len(value) != n:
+            raise DataError(f"{n} examples but {len(value)} rows of {key!r}; they must be aligned")
+    return dict(extras or {})
+
+
 def num_tokens(batch: dict[str, np.ndarray], side: str = "tgt") -> int:
     """Number of non-PAD tokens of one side of a batch."""
     return int(np.count_nonzero(np.asarray(batch[side]) != PAD_ID))
@@ -164,6 +178,10 @@ class TrainBatcher:
 
     `init` (optional, aligned with src/tgt): each pair's initial hypothesis y0 for training a refining model
     from data (post-editing); batches then carry it as 'init', shaped like 'tgt'.
+
+    `extras` (optional): per-example side data of a fixed shape, {key: int32[N, ...]} (e.g. constraint pairs,
+    int32[N, pairs, pieces]); batches carry each as int32[B, ...], filler rows all PAD. Their shape does not
+    depend on the bucket, so they add no compilation.
     """
 
     def __init__(
@@ -175,6 +193,7 @@ class TrainBatcher:
         seed: int,
         multiple_of: int = 1,
         init: Sequence[np.ndarray] | None = None,
+        extras: dict[str, np.ndarray] | None = None,
     ):
         if len(src) != len(tgt):
             raise DataError(f"{len(src)} source but {len(tgt)} target examples; they must be aligned")
@@ -192,6 +211,7 @@ class TrainBatcher:
         if not buckets or any(b < 1 for b in buckets) or sorted(set(buckets)) != buckets:
             raise ConfigError(f"buckets must be strictly increasing positive lengths, got {buckets}")
         self.src, self.tgt, self.init = src, tgt, init
+        self.extras = _check_extras(extras, len(src))
         self.seed = int(seed)
         self.batch_tokens = int(batch_tokens)
         self.multiple_of = int(multiple_of)
@@ -235,8 +255,12 @@ class TrainBatcher:
 
     @property
     def keys(self) -> tuple[str, ...]:
-        """The keys of every batch, all int32[B, L] of the same shape: ('src', 'tgt'[, 'init'])."""
-        return ("src", "tgt") if self.init is None else ("src", "tgt", "init")
+        """The keys of every batch: ('src', 'tgt'[, 'init'], *extras)."""
+        return ("src", "tgt") + (("init",) if self.init is not None else ()) + tuple(self.extras)
+
+    def key_shapes(self, shape: tuple[int, int]) -> dict[str, tuple[int, ...]]:
+        """The shape of each key of a batch of (batch, length) ``shape``: [B, L], or [B, ...] for an extra."""
+        return {k: (shape[0], *self.extras[k].shape[1:]) if k in self.extras else shape for k in self.keys}
 
     def epoch_of(self, step: int) -> int:
         return int(step) // self.steps_per_epoch
@@ -282,6 +306,7 @@ class TrainBatcher:
         batch = {"src": _fill(self.src, rows, length), "tgt": _fill(self.tgt, rows, length)}
         if self.init is not None:
             batch["init"] = _fill(self.init, rows, length)
+        batch.update({k: _gather(v, rows) for k, v in self.extras.items()})
         return batch
 
 
@@ -374,13 +399,14 @@ def eval_batches(
     batch_size: int,
     buckets: Sequence[int],
     init: Sequence[np.ndarray] | None = None,
+    extras: dict[str, np.ndarray] | None = None,
 ) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
     """Batches for evaluation/translation, sorted by length, of fixed shapes [batch_size, L] per bucket.
 
     Yields (indices, batch): `indices[r]` is the position in `src` of row r, or -1 for a PAD row that fills
     the last batch of a bucket, so outputs can be scattered back: `out[indices[indices >= 0]] = ...`.
     `batch` has 'src' and, unless `tgt` is None, 'tgt' (and 'init' if `init` is given), all int32[batch_size,
-    L]. Each example appears exactly once.
+    L], and each of `extras` as int32[batch_size, ...] (see `TrainBatcher`). Each example appears exactly once.
     """
     if int(batch_size) != batch_size or batch_size < 1:
         raise ConfigError(f"eval batch_size must be a positive integer, got {batch_size!r}")
@@ -391,6 +417,7 @@ def eval_batches(
         raise DataError(f"{n} source but {len(tgt)} target examples; they must be aligned")
     if init is not None and len(init) != n:
         raise DataError(f"{n} source but {len(init)} initial hypotheses; they must be aligned")
+    extras = _check_extras(extras, n)
     if n == 0:
         return
     lengths = _lengths(src, n)
@@ -416,4 +443,5 @@ def eval_batches(
                 batch["tgt"] = _fill(tgt, rows, length)
             if init is not None:
                 batch["init"] = _fill(init, rows, length)
+            batch.update({k: _gather(v, rows) for k, v in extras.items()})
             yield rows, batch

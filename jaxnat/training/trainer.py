@@ -137,15 +137,16 @@ class Trainer:
 
         return jax.jit(init, out_shardings=replicated)()
 
-    def compile_train_steps(self, state, shapes, keys, root_key) -> dict:
-        """Compiles the train step for every (batch, length) shape up front, so that no compilation lands in
-        the middle of training (and tokens/s in the log is the steady-state speed). `keys` are the batches'
-        keys (`TrainBatcher.keys`): a batch with another key set would not match the compiled program."""
+    def compile_train_steps(self, state, batcher: TrainBatcher, root_key) -> dict:
+        """Compiles the train step for every (batch, length) shape of ``batcher`` up front, so that no
+        compilation lands in the middle of training (and tokens/s in the log is the steady-state speed); each
+        program takes the batcher's keys with their shapes (`TrainBatcher.key_shapes`)."""
         step = jax.jit(make_train_step(self.spec, self.optimizer, self.schedule), donate_argnums=(0,))
         sharding = mesh_lib.batch_sharding(self.mesh)
         compiled = {}
-        for shape in tqdm(sorted(shapes), desc="compile", disable=None):
-            batch = {k: jax.ShapeDtypeStruct(shape, jnp.int32, sharding=sharding) for k in keys}
+        for shape in tqdm(sorted(batcher.shapes), desc="compile", disable=None):
+            batch = {k: jax.ShapeDtypeStruct(key_shape, jnp.int32, sharding=sharding)
+                     for k, key_shape in batcher.key_shapes(shape).items()}
             compiled[shape] = step.lower(state, batch, root_key).compile()
         log.info("compiled the train step for %d batch shapes", len(compiled))
         return compiled
@@ -207,7 +208,7 @@ class Trainer:
         translator = Translator(self.spec, state["params"], self.tokenizer, cfg)
         self._eval_step = jax.jit(make_eval_step(self.spec))
         root_key = jax.random.PRNGKey(t.seed + 1)
-        train_steps = self.compile_train_steps(state, batcher.shapes, batcher.keys, root_key)
+        train_steps = self.compile_train_steps(state, batcher, root_key)
         writer = SummaryWriter(os.path.join(self.workdir, "tensorboard")) if jax.process_index() == 0 else None
 
         consecutive_bad, skipped, window = 0, 0, []
