@@ -369,7 +369,8 @@ MODEL_KEYS = tuple(f"model.{k}" for k in (
     "name", "d_model", "ffn_dim", "num_heads", "enc_layers", "dec_layers", "pre_norm", "positions", "max_len",
     "share_embeddings", "tie_output", "early_exit", "separate_deletion", "separate_placeholder",
     "separate_reposition", "reposition_deletion", "length_prediction", "length_offset", "masked_attn",
-    "concat_pe", "coverage", "pair_attention", "pair_plug_in")) + ("data.vocab_size", "data.joint_vocab", "data.spm_model_type")
+    "concat_pe", "coverage", "pair_attention", "pair_plug_in")) + (
+    "data.vocab_size", "data.joint_vocab", "data.spm_model_type")
 
 
 def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str) -> None:

@@ -13,11 +13,11 @@ Wang et al. (2022) drawn from it, written beside the corpus (or into --output).
    sampler, so a test set's links come from the training statistics rather than from the few test
    sentences alone. `{split}.align`.
 4. Each sentence's constraint pairs (`jaxnat.data.phrase_pairs`: up to 3 tight consistent pairs, 1–3 words, in
-   a random order, none made of the training side's 100 (--common-words) most frequent words only
-   (`{train}.common.json`);
-   drawn with --seed from the alignments): `{split}.pairs.jsonl`, one JSON list of ``[source phrase, target phrase]`` per
-   line, detokenized. With --code-switch also the code-switched variant: `{split}.cs.{tgt}` (the target with
-   half of the constrained phrases left in the source language) and `{split}.cs.pairs.jsonl`.
+   a random order, none made only of the training side's 100 (--common-words) most frequent words, listed in
+   `{train}.common.json`; drawn with --seed from the alignments): `{split}.pairs.jsonl`, one JSON list of
+   ``[source phrase, target phrase]`` per line, detokenized. With --code-switch also the code-switched
+   variant: `{split}.cs.{tgt}` (the target with half of the constrained phrases left in the source language)
+   and `{split}.cs.pairs.jsonl`.
 
 Every file is written whole under a temporary name and renamed, and a rerun skips the files that exist, so a
 killed run resumes where it stopped. Errors print one line and exit with code 2.
