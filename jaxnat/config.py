@@ -127,6 +127,9 @@ def default_config() -> ml_collections.ConfigDict:
         # a trained workdir whose SentencePiece models this run uses instead of training its own (copied into
         # this workdir at the start): one vocabulary with an AR rescorer (eval.rescorer)
         spm_from="",
+        # a directory of {split}.pairs.jsonl constraint pairs (python -m jaxnat.data.alignment writes them) for
+        # models that read pairs (vectorized constraints)
+        pairs_dir="",
     )
     c.train = dict(
         steps=100000, lr=5e-4, warmup_steps=4000, warmup_init_lr=1e-7,

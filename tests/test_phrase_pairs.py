@@ -164,3 +164,28 @@ def test_align_corpus_writes_resumable_files(tmp_path):
     for line in (tmp_path / "frequent" / "test.pairs.jsonl").read_text().splitlines():
         assert all(not set(s.lower().split()) <= set(common[0]) for s, _ in json.loads(line))
     assert main(["--data-dir", str(tmp_path / "missing"), "--splits", "test"]) == 2
+
+
+def test_load_pairs_reads_aligned_files_and_reports_bad_ones(tmp_path):
+    import ml_collections
+    import pytest
+
+    from jaxnat.data.sources import load_pairs
+    from jaxnat.errors import DataError
+
+    corpus = {"train": (["a b", "c"], ["x y", "z"]), "valid": (["a"], ["x"]), "test": (["b"], ["y"])}
+    cfg = ml_collections.ConfigDict({"pairs_dir": str(tmp_path), "train_split": "train", "valid_split": "val"})
+    (tmp_path / "train.pairs.jsonl").write_text('[["a", "x"], ["b", "y"]]\n[]\n')
+    (tmp_path / "val.pairs.jsonl").write_text('[["a", "x"]]\n')
+    assert load_pairs(cfg, corpus) == {"train": [[("a", "x"), ("b", "y")], []], "valid": [[("a", "x")]]}
+    assert load_pairs(ml_collections.ConfigDict({"pairs_dir": ""}), corpus) == {}
+    for text, message in [('[["a", "x"]]\n', "1 lines, but the train split has 2"),
+                          ('[["a", "x"]]\n{"a": 1}\n', "train.pairs.jsonl:2: expected a list"),
+                          ('[["a", ""]]\n[]\n', "train.pairs.jsonl:1: expected a list"),
+                          ('[["a", "x"]\n[]\n', "train.pairs.jsonl:1: not JSON")]:
+        (tmp_path / "train.pairs.jsonl").write_text(text)
+        with pytest.raises(DataError, match=message):
+            load_pairs(cfg, corpus)
+    (tmp_path / "train.pairs.jsonl").unlink()
+    with pytest.raises(DataError, match="file not found; data.pairs_dir needs the constraint pairs of the train"):
+        load_pairs(cfg, corpus)

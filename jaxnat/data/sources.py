@@ -17,6 +17,7 @@ for post-editing (LevT §5); `load_inits` reads them.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -191,6 +192,53 @@ def load_inits(data_cfg: Any, corpus: Corpus) -> dict[str, list[str]]:
                 f"the initial hypotheses of the {key} split, line-aligned with {os.path.basename(src_path)}"
             ) from None
         out[key] = read_aligned(path, src_path, len(src))
+    return out
+
+
+Pairs = list[list[tuple[str, str]]]  # per sentence: its constraint pairs (source phrase, target phrase)
+
+
+def parse_pairs(line: str, where: str) -> list[tuple[str, str]]:
+    """One JSON line of constraint pairs, ``[["source phrase", "target phrase"], ...]`` (``[]``: none)."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        raise DataError(f"{where}: not JSON (expected a list of [source phrase, target phrase] pairs)") from None
+    if not isinstance(value, list) or not all(
+            isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) and x.strip() for x in p) for p in value):
+        raise DataError(f"{where}: expected a list of [source phrase, target phrase] pairs of non-empty strings")
+    return [(a, b) for a, b in value]
+
+
+def load_pairs(data_cfg: Any, corpus: Corpus) -> dict[str, Pairs]:
+    """Constraint pairs of the splits of `corpus` that have them (`python -m jaxnat.data.alignment` writes
+    them): {corpus key: pairs per sentence}; {} without `data.pairs_dir`.
+
+    `{pairs_dir}/{split}.pairs.jsonl` holds one JSON list of [source phrase, target phrase] per line,
+    line-aligned with the split. Train and valid must have one; a test split may.
+
+    Raises:
+      DataError: the train or valid file is missing, a line is not a list of pairs, or the file is not
+        line-aligned with its split (naming the file and the line or the counts).
+    """
+    directory = _str(data_cfg, "pairs_dir", "")
+    if not directory:
+        return {}
+    out: dict[str, Pairs] = {}
+    for key, (src, _) in corpus.items():
+        split = _split(data_cfg, key) if key in ("train", "valid") else key
+        path = os.path.join(directory, f"{split}.pairs.jsonl")
+        if not os.path.isfile(path):
+            if key not in ("train", "valid"):
+                continue  # a test split without pairs is only translated without them
+            raise DataError(f"{path}: file not found; data.pairs_dir needs the constraint pairs of the {key} split "
+                            f"(python -m jaxnat.data.alignment writes them)")
+        from jaxnat.data.text import read_lines
+
+        lines = read_lines(path)
+        if len(lines) != len(src):
+            raise DataError(f"{path}: {len(lines)} lines, but the {key} split has {len(src)} sentences")
+        out[key] = [parse_pairs(line, f"{path}:{i + 1}") for i, line in enumerate(lines)]
     return out
 
 
