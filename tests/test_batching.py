@@ -217,3 +217,13 @@ def test_extras_travel_with_their_examples():
             assert (row == (i + 10 if i >= 0 else 0)).all()
     with pytest.raises(DataError, match="70 examples but 2 rows of 'pairs'"):
         batching.TrainBatcher(src, tgt, 128, buckets, seed=0, extras={"pairs": pairs[:2]})
+
+
+def test_prepare_drops_the_same_examples_from_the_extras():
+    src = [[7], [8] * 10, [], [9, 9]]
+    tgt = [[7], [8], [8], [9]]
+    extras = {"pairs": np.arange(4 * 2, dtype=np.int32).reshape(4, 2)}
+    prepared = batching.prepare_with_init(src, tgt, None, max_len=6, truncate=False, extras=extras)
+    assert prepared.counts["kept"] == 2 and [x.tolist() for x in prepared.src] == [[1, 7, 2], [1, 9, 9, 2]]
+    assert prepared.extras["pairs"].tolist() == [[0, 1], [6, 7]]
+    assert batching.prepare_with_init(src, tgt, None, 6, False).extras == {}

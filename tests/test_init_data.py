@@ -146,11 +146,11 @@ def test_cli_missing_init_file_exits_2_with_one_line(tmp_path, corpus_dir):
 def test_max_len_filters_and_truncates_on_the_init_side_too():
     src, tgt = [[7, 8], [7], [7, 8]], [[9], [9, 9], [9]]
     init = [[5, 5, 5, 5, 5], [], [5]]  # 7 tokens with BOS/EOS > max_len 6; an empty init; a short one
-    s, t, y0, counts = batching.prepare_with_init(src, tgt, init, max_len=6, truncate=False)
+    s, t, y0, counts, _ = batching.prepare_with_init(src, tgt, init, max_len=6, truncate=False)
     assert counts == {"kept": 2, "too_long": 1, "truncated": 0, "empty": 0}
     assert [x.tolist() for x in y0] == [[BOS_ID, EOS_ID], [BOS_ID, 5, EOS_ID]]
     assert [x.tolist() for x in t] == [[BOS_ID, 9, 9, EOS_ID], [BOS_ID, 9, EOS_ID]]
-    s, t, y0, counts = batching.prepare_with_init(src, tgt, init, max_len=6, truncate=True)
+    s, t, y0, counts, _ = batching.prepare_with_init(src, tgt, init, max_len=6, truncate=True)
     assert counts == {"kept": 3, "too_long": 0, "truncated": 1, "empty": 0}
     assert y0[0].tolist() == [BOS_ID, 5, 5, 5, 5, EOS_ID] and y0[0].dtype == np.int32
     assert batching.prepare_with_init(src, tgt, None, 6, False)[2] is None
@@ -240,7 +240,7 @@ def test_train_and_valid_batches_carry_init(trainer_factory):
     bucket = batcher.batch(step)["tgt"].shape[1]
     assert lengths["init"] <= bucket and max(lengths["src"], lengths["tgt"]) <= trainer.buckets[0] < bucket
 
-    src, tgt, init, _ = trainer.encoded_split("valid")
+    src, tgt, init, _, _ = trainer.encoded_split("valid")
     for rows, batch in batching.eval_batches(src, tgt, 3, trainer.buckets, init=init):
         assert set(batch) == {"src", "tgt", "init"}
         _check_rows(batch, rows, tok, {k: v[:4] for k, v in lines.items()})
@@ -248,9 +248,9 @@ def test_train_and_valid_batches_carry_init(trainer_factory):
 
 def test_max_len_counts_the_init_side_in_the_trainer(trainer_factory):
     trainer = trainer_factory(max_len=16)  # the long MT line (48 tokens) is the only side over 16 tokens
-    _, _, init, counts = trainer.encoded_split("train")
+    _, _, init, counts, _ = trainer.encoded_split("train")
     assert counts["too_long"] == 1 and counts["kept"] == 9 and len(init) == 9
-    _, _, init, counts = trainer_factory(max_len=16, truncate=True).encoded_split("train")
+    _, _, init, counts, _ = trainer_factory(max_len=16, truncate=True).encoded_split("train")
     assert counts["truncated"] == 1 and len(init[4]) == 16 and init[4][-1] == EOS_ID
 
 

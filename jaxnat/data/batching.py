@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import queue
 import threading
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -80,8 +80,18 @@ def prepare_examples(
     Returns:
       (src, tgt, counts) with counts {'kept', 'too_long', 'truncated', 'empty'} (pairs).
     """
-    src, tgt, _, counts = prepare_with_init(src_ids, tgt_ids, None, max_len, truncate, drop_empty)
+    src, tgt, _, counts, _ = prepare_with_init(src_ids, tgt_ids, None, max_len, truncate, drop_empty)
     return src, tgt, counts
+
+
+class Prepared(NamedTuple):
+    """Wrapped and filtered examples (`prepare_with_init`)."""
+
+    src: list[np.ndarray]
+    tgt: list[np.ndarray] | None
+    init: list[np.ndarray] | None
+    counts: dict[str, int]
+    extras: dict[str, np.ndarray]
 
 
 def prepare_with_init(
@@ -91,14 +101,16 @@ def prepare_with_init(
     max_len: int,
     truncate: bool,
     drop_empty: bool = True,
-) -> tuple[list[np.ndarray], list[np.ndarray] | None, list[np.ndarray] | None, dict[str, int]]:
+    extras: dict[str, np.ndarray] | None = None,
+) -> "Prepared":
     """`prepare_examples` with a third, optional side: the initial hypothesis y0 (target pieces) of each pair.
 
     The init side is wrapped, dropped-if-too-long or truncated exactly like src and tgt, so `max_len` bounds
     all three. An empty init does not drop its pair: [BOS, EOS] is a refining model's ordinary start.
+    ``extras`` (per-example side data, {key: array[N, ...]}, see `TrainBatcher`) lose the same examples.
 
-    Returns:
-      (src, tgt, init, counts): init is None when `init_ids` is None; counts as in `prepare_examples`.
+    Returns a `Prepared` (src, tgt, init, counts, extras): init is None when `init_ids` is None, counts as in
+    `prepare_examples`, extras the kept rows ({} without extras).
     """
     if int(max_len) != max_len or max_len < 3:
         raise ConfigError(f"max_len must be an integer >= 3 (BOS, a piece, EOS), got {max_len!r}")
@@ -106,7 +118,9 @@ def prepare_with_init(
         raise DataError(f"{len(src_ids)} source but {len(tgt_ids)} target sentences; they must be aligned")
     if init_ids is not None and len(src_ids) != len(init_ids):
         raise DataError(f"{len(src_ids)} source but {len(init_ids)} initial hypotheses; they must be aligned")
+    extras = _check_extras(extras, len(src_ids))
     counts = {"kept": 0, "too_long": 0, "truncated": 0, "empty": 0}
+    kept: list[int] = []
     out_src: list[np.ndarray] = []
     out_tgt: list[np.ndarray] = []
     out_init: list[np.ndarray] = []
@@ -124,13 +138,14 @@ def prepare_with_init(
             continue
         counts["truncated"] += int(s_cut or t_cut or y0_cut)
         counts["kept"] += 1
+        kept.append(i)
         out_src.append(s_arr)
         if t is not None:
             out_tgt.append(t_arr)
         if y0 is not None:
             out_init.append(y0_arr)
-    return (out_src, out_tgt if tgt_ids is not None else None, out_init if init_ids is not None else None,
-            counts)
+    return Prepared(out_src, out_tgt if tgt_ids is not None else None, out_init if init_ids is not None else None,
+                    counts, {k: v[np.asarray(kept, dtype=np.int64)] for k, v in extras.items()})
 
 
 def _lengths(seqs: Sequence[np.ndarray] | None, n: int) -> np.ndarray:

@@ -107,7 +107,8 @@ class Trainer:
 
     # -- data ------------------------------------------------------------------------------------------
     def encoded_split(self, split: str):
-        """(src, tgt, init, counts): [BOS … EOS] int32 arrays filtered by data.max_len (see prepare_with_init).
+        """A `Prepared` (src, tgt, init, counts, extras): [BOS … EOS] int32 arrays filtered by data.max_len (see
+        prepare_with_init).
 
         init is None without data.init_lang; it is tokenized with the target model, as it is a target-language
         hypothesis that the model edits into the reference.
@@ -119,7 +120,7 @@ class Trainer:
         return prepare_with_init(src_ids, tgt_ids, init_ids, self.config.data.max_len, self.config.data.truncate)
 
     def make_batcher(self) -> TrainBatcher:
-        src, tgt, init, counts = self.encoded_split("train")
+        src, tgt, init, counts, _ = self.encoded_split("train")
         log.info("train pairs: %s", counts)
         if not src:
             raise TrainingError("no training pair is left after filtering; raise data.max_len or set data.truncate=true")
