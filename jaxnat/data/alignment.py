@@ -26,6 +26,7 @@ killed run resumes where it stopped. Errors print one line and exit with code 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -88,16 +89,11 @@ def _eflomal_align(src: list[str], tgt: list[str], priors: str | None) -> tuple[
         import eflomal
     except ImportError:
         raise JaxnatError("the aligner needs eflomal: pip install eflomal") from None
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, \
+            (open(priors, encoding="utf-8") if priors else contextlib.nullcontext()) as prior_file:
         fwd, rev = os.path.join(tmp, "fwd"), os.path.join(tmp, "rev")
-        kwargs = {}
-        if priors is not None:
-            kwargs["priors_input"] = open(priors, encoding="utf-8")
-        try:
-            eflomal.Aligner().align(src, tgt, links_filename_fwd=fwd, links_filename_rev=rev, quiet=True, **kwargs)
-        finally:
-            if "priors_input" in kwargs:
-                kwargs["priors_input"].close()
+        eflomal.Aligner().align(src, tgt, links_filename_fwd=fwd, links_filename_rev=rev, priors_input=prior_file,
+                                quiet=True)
         with open(fwd, encoding="utf-8") as f, open(rev, encoding="utf-8") as r:
             return [parse_links(line) for line in f], [parse_links(line) for line in r]
 
