@@ -12,8 +12,10 @@ Each candidate is a canvas ``[BOS, MASK × n, EOS, PAD …]`` of fixed width L; 
 
 The candidate with the highest average token probability (BOS/EOS excluded; CMLMC §3.3) is the translation —
 or, with ``by_probability`` off, the highest mean log-probability (the Mask-Predict code's rule) — or, with a
-rescorer, the one an AR model scores best (its mean log-probability under teacher forcing). Passes 1 …
-T−1 run in one ``lax.while_loop``; nothing returns to the host until the end.
+rescorer, the one an AR model scores best (its mean log-probability under teacher forcing). Each candidate's
+tokens equal to the one before them are counted (``repeats``); with ``dedup`` (the NAT papers' post-processing)
+they are also removed, before the candidate is picked. Passes 1 … T−1 run in one ``lax.while_loop``; nothing
+returns to the host until the end.
 
 **Lexical constraints** (no published mask-predict system has them; docs/cmlm.md): after pass 0, the phrases
 are placed where pass 0's distributions score them best — as many as fit, non-overlapping, with the highest
