@@ -192,8 +192,9 @@ def default_config() -> ml_collections.ConfigDict:
         # constraints in reference order, every second reference word, the model's own output, the reference
         diagnostic=True,
         # mask-predict (cmlm): T passes, ℓ candidate lengths ("top": the ℓ most probable, "centred": fairseq's
-        # argmax ± ⌊ℓ/2⌋), constraint phrases placed in any order or the given one. eval.run_all_iterations=false
-        # stops a candidate at a pass that changes nothing
+        # argmax ± ⌊ℓ/2⌋). eval.run_all_iterations=false stops a candidate at a pass that changes nothing.
+        # constraint_order: hard constraint phrases met in any order or the given one (mask-predict's placement;
+        # the AR models' constrained beam search: VDBA's trie or ordered DBA)
         mask_predict_iter=10, length_beam=3, length_beam_mode="top", constraint_order="any",
         # the length candidate kept: highest average token probability ("probability", CMLMC §3.3) or mean
         # log-probability ("log_probability", the Mask-Predict code)

@@ -111,7 +111,7 @@ def test_bad_edit_model_config(tmp_path, override, message):
 
 def test_constraints_need_a_refining_model(tmp_path):
     cmd = [sys.executable, "-m", "jaxnat.main", "--config", TINY, "--workdir", str(tmp_path / "x"),
-           "--config.eval.constraints=hard"]
+           "--config.eval.constraints=soft"]
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"),
                             timeout=120)
-    assert result.returncode == 2 and "does not take hard constraints" in result.stderr, result.stderr
+    assert result.returncode == 2 and "does not take soft constraints" in result.stderr, result.stderr

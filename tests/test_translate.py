@@ -50,6 +50,22 @@ def test_translate_plain_and_json_lines_round_trip(trained, tmp_path):
     assert [json.loads(line) for line in piped.stdout.splitlines()] == rows
 
 
+def test_hard_constraints_stay_with_their_sentence(trained, tmp_path):
+    """An AR model decodes "hard" constraints with constrained beam search (VDBA): each sentence's output has
+    its own phrases, though bucketing sorts the sentences by length."""
+    words = ["house", "dog", "red cat", "small", "sees the", "garden"]
+    sources = ["a dog .", "the small red cat sees the big dog in the garden .", "the house .",
+               "the cat sees a dog and a house and a small garden .", "a garden .", "the man sees the house ."]
+    lines = [json.dumps({"src": s, "constraints": [w], "hard": True}) for s, w in zip(sources, words)]
+    lines.append(json.dumps({"src": "the dog .", "constraints": ["small", "red"], "hard": True}))
+    result = _main(trained, "--mode", "translate", "--config.eval.beam_size=3", "--config.eval.batch_size=3",
+                   stdin="\n".join(lines) + "\n")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    for row, want in zip(rows, words + ["small red"]):
+        assert all(w in row["hyp"] for w in want.split()), (row, want)
+
+
 def test_eval_mode_rewrites_metrics(trained):
     os.remove(trained / "metrics.json")
     result = _main(trained, "--mode", "eval", "--config.eval.latency_sentences=0")

@@ -10,6 +10,8 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
+from jaxnat.data.vocab import PAD_ID
+from jaxnat.decoding.constrained import constrained_search
 from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.decoding.search import ar_search
 from jaxnat.errors import ConfigError
@@ -78,15 +80,36 @@ def ar_score(model: ARTransformer, params, src: jnp.ndarray, tgt: jnp.ndarray) -
 
 # ----------------------------------------------------------------------------------------------- decoding
 
-SUPPORTS = Supports(beam=True)
+SUPPORTS = Supports(beam=True, hard_constraints=True)
+
+
+def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered: bool = False, beam_size: int,
+           length_penalty, max_len_a, max_len_b, max_out: int) -> dict:
+    """The AR searches behind one callback: greedy or beam search (`search.ar_search`), or with phrases
+    (int32[B, C, P], an all-PAD row = none) the constrained beam search that guarantees them
+    (`constrained.constrained_search`, DBA/VDBA; beam_size 1 is then a one-beam constrained search)."""
+    kwargs = dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
+                  max_out=max_out)
+    src_len = token_mask(src).sum(axis=1)
+    if phrases is None:
+        return ar_search(tokens_to_logprobs, cache, src_len, **kwargs)
+    return constrained_search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, **kwargs)
+
+
+def hard_phrases(request: DecodeRequest):
+    """The request's hard constraint phrases int32[B, C, P] (PAD for sentences without), or None."""
+    if request.constraints is None:
+        return None
+    return jnp.where(request.hard[:, None, None], request.constraints, PAD_ID)
 
 
 def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: int = 1, length_penalty=1.0,
-                max_len_a=1.2, max_len_b=10, max_out: int) -> dict:
-    """Greedy or beam search (`jaxnat.decoding.search.ar_search`) with the model's KV cache.
+                max_len_a=1.2, max_len_b=10, max_out: int, phrases=None, ordered: bool = False) -> dict:
+    """Greedy, beam or constrained beam search (`search`) with the model's KV cache.
 
-    src: int32[B, S]; beam_size and max_out static. The source is encoded once and its memory repeated per
-    beam (row b * beam_size + k). Returns ar_search's {'tokens', 'score', 'length'}.
+    src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None. The
+    source is encoded once and its memory repeated per beam (row b * beam_size + k). Returns
+    {'tokens', 'score', 'length'} (and 'constraints_met' with phrases).
     """
     if max_out - 1 > model.cfg.max_len:
         raise ConfigError(f"max_out={max_out} needs {max_out - 1} target positions; the model has "
@@ -101,8 +124,8 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
     def tokens_to_logprobs(tokens, cache, index):
         return model.apply(params, tokens, cache, index, src_mask, method=model.step)
 
-    return ar_search(tokens_to_logprobs, cache, token_mask(src).sum(axis=1), beam_size=beam_size,
-                     length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out)
+    return search(tokens_to_logprobs, cache, src, phrases=phrases, ordered=ordered, beam_size=beam_size,
+                  length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out)
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
@@ -115,7 +138,8 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     def generate(params, request: DecodeRequest) -> dict:
         return ar_generate(module, params, request.src, beam_size=request.beam_size,
                            length_penalty=e.length_penalty, max_len_a=e.max_len_a, max_len_b=e.max_len_b,
-                           max_out=request.max_out or capacity(request.src.shape[1]))
+                           max_out=request.max_out or capacity(request.src.shape[1]),
+                           phrases=hard_phrases(request), ordered=e.constraint_order == "given")
 
     def loss(params, batch, rng, train=True):
         return ar_loss(module, params, batch, rng, config.train.label_smoothing, train)

@@ -31,8 +31,7 @@ import jax.numpy as jnp
 
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.decoding.request import DecodeRequest, Supports
-from jaxnat.decoding.search import ar_search
-from jaxnat.models.ar import ARTransformer, output_capacity
+from jaxnat.models.ar import ARTransformer, hard_phrases, output_capacity, search
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import MultiHeadAttention, TransformerConfig, attention_bias, token_mask
@@ -167,8 +166,9 @@ def vecconst_loss(model: VecConstTransformer, params, batch: dict, rng, *, label
 
 
 def vecconst_generate(module: VecConstTransformer, params, request: DecodeRequest, *, length_penalty, max_len_a,
-                      max_len_b, max_out: int) -> dict:
-    """Greedy or beam search (`ar_search`) with the pairs of ``request`` (none: an all-PAD pair per sentence)."""
+                      max_len_b, max_out: int, ordered: bool = False) -> dict:
+    """Greedy, beam or, with hard constraints in ``request``, constrained beam search (`ar.search`) with the
+    pairs of ``request`` (none: an all-PAD pair per sentence)."""
     src, k = request.src, request.beam_size
     pair_src, pair_tgt = request.pair_src, request.pair_tgt
     if pair_src is None:
@@ -182,11 +182,11 @@ def vecconst_generate(module: VecConstTransformer, params, request: DecodeReques
     def tokens_to_logprobs(tokens, cache, index):
         return module.apply(params, tokens, cache, index, memory_mask, member, method="pair_step")
 
-    return ar_search(tokens_to_logprobs, cache, token_mask(src).sum(axis=1), beam_size=k,
-                     length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out)
+    return search(tokens_to_logprobs, cache, src, phrases=hard_phrases(request), ordered=ordered, beam_size=k,
+                  length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out)
 
 
-SUPPORTS = Supports(beam=True, pairs=True)
+SUPPORTS = Supports(beam=True, hard_constraints=True, pairs=True)
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
@@ -205,6 +205,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
 
     def generate(params, request: DecodeRequest) -> dict:
         return vecconst_generate(module, params, request, length_penalty=e.length_penalty, max_len_a=e.max_len_a,
-                                 max_len_b=e.max_len_b, max_out=request.max_out or capacity(request.src.shape[1]))
+                                 max_len_b=e.max_len_b, max_out=request.max_out or capacity(request.src.shape[1]),
+                                 ordered=e.constraint_order == "given")
 
     return ModelSpec("vecconst", cfg, module, init, loss, generate, capacity, SUPPORTS)

@@ -1,0 +1,223 @@
+"""Lexically constrained beam search: DBA (Post & Vilar 2018) in the vectorised form of VDBA (Hu et al. 2019).
+
+Every sentence of a batch brings up to C target phrases (`phrases: int32[B, C, P]`, PAD-padded, an all-PAD row =
+no phrase) that must all appear in its output. The search is `search.ar_search`'s beam search with three changes,
+all inside one jit'd `lax.while_loop` at fixed shapes:
+
+* **Tracking.** Each hypothesis carries which phrases it has met (``done``) and the phrases it is in the middle
+  of: the set ``cand`` of unmet phrases whose first ``depth`` tokens end the hypothesis — a node of the trie of
+  all phrases (VDBA's unordered constraints; with ``ordered`` only the first unmet phrase may be started, Post &
+  Vilar's phrases in the given order). A token that continues a phrase in ``cand`` goes one level down; any
+  other token falls back to the root and may start a phrase there (the progress is lost). Reaching the end of a
+  phrase meets it (the lowest-numbered one, if the same phrase is asked twice); the hypothesis stays in the
+  node while a longer phrase with the same prefix can still be continued, else returns to the root.
+  ``met = Σ len(done phrases) + depth`` counts the constraint tokens produced: the hypothesis's **bank**.
+* **Candidates.** Per sentence: the 2K best one-token extensions over the beam, the best extension of each
+  hypothesis, and, for each hypothesis, every token that continues or starts a phrase; a (hypothesis, token)
+  pair offered twice counts once. EOS is never a candidate for the beam; it ends a hypothesis only when all its
+  phrases are met (or when the length limit forces EOS: such an output is a fallback, ranked below every
+  output that meets its constraints).
+* **Banks.** The K survivors are taken round-robin across banks, highest bank first: the best candidate of
+  each bank, then the second best of each, … — Post & Vilar's equal split of the beam across banks, with the
+  slots of a bank short of candidates going to the others in the same order.
+
+Because the best candidate of the highest bank always survives and can always take one more constraint token,
+an output that meets every phrase exists after at most Σ len tokens: whenever the length limit leaves that
+room (the limit is raised to Σ len where the source-based one is shorter), the constraints are guaranteed.
+
+Shapes: B sentences, K beam, V vocabulary, C phrases of at most P pieces, M candidates per sentence, T output.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import struct
+
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.decoding.search import NEG_INF, _check_static, _normalise, _restrict, decode_length
+
+
+@struct.dataclass
+class Tracker:
+    """Constraint progress of hypotheses (any leading shape [...]); see the module docstring."""
+    done: jnp.ndarray   # bool[..., C]: phrases met (empty phrase slots count as met)
+    depth: jnp.ndarray  # int32[...]: tokens of the phrases in progress produced so far
+    cand: jnp.ndarray   # bool[..., C]: the phrases in progress (all False at the root)
+
+
+def phrase_lengths(phrases: jnp.ndarray) -> jnp.ndarray:
+    """phrases: int32[..., C, P] → int32[..., C] real pieces of each phrase."""
+    return jnp.sum(phrases != PAD_ID, axis=-1, dtype=jnp.int32)
+
+
+def start(phrases: jnp.ndarray) -> Tracker:
+    """The empty hypothesis's progress for phrases int32[B, C, P] → Tracker of shape [B]."""
+    lens = phrase_lengths(phrases)
+    return Tracker(lens == 0, jnp.zeros(lens.shape[:-1], jnp.int32), jnp.zeros(lens.shape, bool))
+
+
+def _startable(done: jnp.ndarray, ordered: bool) -> jnp.ndarray:
+    """bool[C]: the phrases a hypothesis at the root may start (the first unmet one when ordered)."""
+    unmet = ~done
+    return unmet & (jnp.cumsum(unmet) == 1) if ordered else unmet
+
+
+def advance(phrases: jnp.ndarray, t: Tracker, token: jnp.ndarray, ordered: bool) -> Tracker:
+    """One hypothesis's progress after ``token``. phrases: int32[C, P]; t: Tracker of shape []; token: int32[]."""
+    lens = phrase_lengths(phrases)
+    p = phrases.shape[1]
+    at_depth = phrases[:, jnp.minimum(t.depth, p - 1)]
+    deeper = t.cand & (t.depth > 0) & (at_depth == token)
+    from_root = _startable(t.done, ordered) & (phrases[:, 0] == token)
+    moving = jnp.any(deeper)
+    cand = jnp.where(moving, deeper, from_root)
+    depth = jnp.where(moving, t.depth + 1, jnp.where(jnp.any(from_root), 1, 0)).astype(jnp.int32)
+    ended = cand & (lens == depth)
+    first = ended & (jnp.cumsum(ended) == 1)
+    rest = cand & (lens > depth)
+    stay = jnp.any(rest)
+    return Tracker(t.done | first, jnp.where(stay, depth, 0).astype(jnp.int32), rest & stay)
+
+
+def met(phrases: jnp.ndarray, t: Tracker) -> jnp.ndarray:
+    """int32[...]: the bank — constraint tokens produced (met phrases' lengths + the depth in progress)."""
+    return jnp.sum(jnp.where(t.done, phrase_lengths(phrases), 0), axis=-1, dtype=jnp.int32) + t.depth
+
+
+def next_tokens(phrases: jnp.ndarray, t: Tracker, ordered: bool) -> tuple[jnp.ndarray, jnp.ndarray]:
+    """The tokens that continue or start a phrase: (int32[2C] tokens, bool[2C] which are real) for one
+    hypothesis. phrases: int32[C, P]."""
+    p = phrases.shape[1]
+    at_depth = phrases[:, jnp.minimum(t.depth, p - 1)]
+    tokens = jnp.concatenate([at_depth, phrases[:, 0]])
+    ok = jnp.concatenate([t.cand & (t.depth > 0), _startable(t.done, ordered)])
+    return tokens, ok
+
+
+def _rank(score: jnp.ndarray, group: jnp.ndarray) -> jnp.ndarray:
+    """int32[B, M]: how many entries of the same group rank before each entry (higher score first, then
+    lower index). score: float32[B, M]; group: int32[B, M]."""
+    m = score.shape[1]
+    before = (score[:, None, :] > score[:, :, None]) | (
+        (score[:, None, :] == score[:, :, None]) & (jnp.arange(m)[None, :] < jnp.arange(m)[:, None])[None])
+    return jnp.sum(before & (group[:, None, :] == group[:, :, None]), axis=-1, dtype=jnp.int32)
+
+
+def _take(x: jnp.ndarray, idx: jnp.ndarray) -> jnp.ndarray:
+    """x[b, idx[b, j], ...] for x: [B, N, ...], idx: int32[B, J]."""
+    return jax.vmap(lambda row, i: row[i])(x, idx)
+
+
+@struct.dataclass
+class ConstrainedState:
+    index: jnp.ndarray         # int32 scalar: position of the tokens fed at the next step
+    alive_tokens: jnp.ndarray  # int32[B, K, T]
+    alive_logp: jnp.ndarray    # float32[B, K]; -inf for empty/dead beams
+    progress: Tracker          # [B, K]: the alive hypotheses' constraint progress
+    fin_tokens: jnp.ndarray    # int32[B, K, T]
+    fin_score: jnp.ndarray     # float32[B, K]; -inf for empty slots
+    fin_met: jnp.ndarray       # bool[B, K]: the finished hypothesis meets all its phrases
+    done: jnp.ndarray          # bool[B]
+    cache: Any                 # the model's cache, B * K rows
+
+
+def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases: jnp.ndarray, *,
+                       beam_size: int, ordered: bool = False, length_penalty: float = 1.0,
+                       max_len_a: float = 1.2, max_len_b: int = 10, max_out: int) -> dict:
+    """Beam search in which each sentence's output contains all its phrases (module docstring).
+
+    tokens_to_logprobs, cache, src_len, length_penalty, max_len_a, max_len_b, max_out: as `search.ar_search`.
+    phrases: int32[B, C, P] target piece ids, PAD-padded. beam_size, ordered, max_out: static.
+
+    Returns {'tokens': int32[B, T], 'score': float32[B], 'length': int32[B] (as ar_search),
+             'constraints_met': bool[B] (False only for a fallback output cut by the length limit)}.
+    """
+    _check_static(beam_size, max_out)
+    batch, k = src_len.shape[0], beam_size
+    lens = phrase_lengths(phrases)
+    total = jnp.sum(lens, axis=1)
+    max_len = jnp.minimum(jnp.maximum(decode_length(src_len, max_len_a, max_len_b, max_out - 2), total),
+                          max_out - 2)
+    max_len_rows = jnp.repeat(max_len, k)
+    stride = phrases.shape[1] * phrases.shape[2] + 1  # more than the number of banks
+    tokens = jnp.full((batch, k, max_out), PAD_ID, jnp.int32).at[:, :, 0].set(BOS_ID)
+    first = start(phrases)
+    per_beam = jax.tree_util.tree_map(lambda x: jnp.repeat(x[:, None], k, axis=1), first)
+    init = ConstrainedState(
+        index=jnp.int32(0), alive_tokens=tokens,
+        alive_logp=jnp.full((batch, k), NEG_INF, jnp.float32).at[:, 0].set(0.0), progress=per_beam,
+        fin_tokens=tokens, fin_score=jnp.full((batch, k), NEG_INF, jnp.float32),
+        fin_met=jnp.zeros((batch, k), bool), done=jnp.zeros(batch, bool), cache=cache)
+    row_offset = (jnp.arange(batch) * k)[:, None]
+    advance_all = jax.vmap(jax.vmap(advance, in_axes=(None, 0, 0, None)), in_axes=(0, 0, 0, None))
+    next_all = jax.vmap(jax.vmap(next_tokens, in_axes=(None, 0, None)), in_axes=(0, 0, None))
+
+    def cond(s: ConstrainedState):
+        return ~jnp.all(s.done) & (s.index < max_out - 1)
+
+    def body(s: ConstrainedState):
+        i = s.index
+        logp, cache = tokens_to_logprobs(s.alive_tokens[:, :, i].reshape(batch * k), s.cache, i)
+        vocab = logp.shape[-1]
+        logp = _restrict(logp, i, max_len_rows).reshape(batch, k, vocab)
+        ext = s.alive_logp[:, :, None] + logp  # [B, K, V]
+        complete = jnp.all(s.progress.done, axis=-1)  # [B, K]
+
+        # Finished: EOS after a complete hypothesis, or forced by the length limit (a fallback, ranked last).
+        eos_score = _normalise(ext[:, :, EOS_ID], i + 1, length_penalty)
+        forced = (i >= max_len)[:, None]
+        eos_score = jnp.where(complete | forced, eos_score, NEG_INF)
+        pool_score = jnp.concatenate([s.fin_score, eos_score], axis=1)
+        pool_met = jnp.concatenate([s.fin_met, complete], axis=1)
+        pool_tokens = jnp.concatenate([s.fin_tokens, s.alive_tokens.at[:, :, i + 1].set(EOS_ID)], axis=1)
+        tier = jnp.where(pool_score == NEG_INF, 2, jnp.where(pool_met, 0, 1))
+        order = tier * (2 * k) + _rank(pool_score, tier)
+        _, pick = jax.lax.top_k(-order, k)
+        fin_score, fin_met = _take(pool_score, pick), _take(pool_met, pick) & (_take(tier, pick) < 2)
+        fin_tokens = _take(pool_tokens, pick)
+
+        # Candidates for the beam: top 2K over the beam, the top-1 of each hypothesis, the constraint tokens.
+        ext = ext.at[:, :, EOS_ID].set(NEG_INF)
+        _, flat = jax.lax.top_k(ext.reshape(batch, k * vocab), min(2 * k, k * vocab))
+        best1 = jnp.argmax(ext, axis=-1).astype(jnp.int32)  # [B, K]
+        ctok, cok = next_all(phrases, s.progress, ordered)  # [B, K, 2C]
+        n_c = ctok.shape[-1]
+        parent = jnp.concatenate([flat // vocab, jnp.broadcast_to(jnp.arange(k), (batch, k)),
+                                  jnp.repeat(jnp.arange(k), n_c)[None].repeat(batch, 0)], axis=1)
+        token = jnp.concatenate([flat % vocab, best1, ctok.reshape(batch, k * n_c)], axis=1).astype(jnp.int32)
+        offered = jnp.concatenate([jnp.ones((batch, flat.shape[1] + k), bool), cok.reshape(batch, k * n_c)], 1)
+        score = jnp.where(offered, _take(ext.reshape(batch, k * vocab), parent * vocab + token), NEG_INF)
+        m = score.shape[1]
+        key = parent * vocab + token
+        seen = jnp.any((key[:, None, :] == key[:, :, None]) & offered[:, None, :]
+                       & (jnp.arange(m)[None, :] < jnp.arange(m)[:, None])[None], axis=-1)
+        score = jnp.where(seen, NEG_INF, score)
+        progress = advance_all(phrases, jax.tree_util.tree_map(lambda x: _take(x, parent), s.progress), token,
+                               ordered)
+        bank = met(phrases[:, None], progress)  # [B, M]
+        valid = score > NEG_INF
+        order = _rank(score, bank) * stride + (total[:, None] - bank)
+        _, pick = jax.lax.top_k(-jnp.where(valid, order, m * stride + 1).astype(jnp.float32), k)
+        alive_logp = _take(score, pick)
+        parent, token = _take(parent, pick), _take(token, pick)
+        alive_tokens = _take(s.alive_tokens, parent).at[:, :, i + 1].set(token)
+        progress = jax.tree_util.tree_map(lambda x: _take(x, pick), progress)
+        cache = jax.tree_util.tree_map(lambda x: x[(parent + row_offset).reshape(-1)], cache)
+
+        # Stop a sentence when K outputs meet its phrases and no alive beam can beat them, or nothing is alive.
+        n_lo = jnp.asarray(i + 2, jnp.float32)
+        n_hi = (max_len + 1).astype(jnp.float32)[:, None]
+        best_reachable = alive_logp / jnp.maximum(n_lo**length_penalty, n_hi**length_penalty)
+        done = s.done | jnp.all(alive_logp == NEG_INF, axis=1) | (
+            jnp.all(fin_met, axis=1) & (jnp.max(best_reachable, axis=1) <= jnp.min(fin_score, axis=1)))
+        alive_logp = jnp.where(done[:, None], NEG_INF, alive_logp)
+        return ConstrainedState(i + 1, alive_tokens, alive_logp, progress, fin_tokens, fin_score, fin_met, done,
+                                cache)
+
+    s = jax.lax.while_loop(cond, body, init)
+    out = s.fin_tokens[:, 0]
+    return {"tokens": out, "score": s.fin_score[:, 0], "constraints_met": s.fin_met[:, 0],
+            "length": (out != PAD_ID).sum(axis=-1).astype(jnp.int32)}

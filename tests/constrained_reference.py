@@ -1,0 +1,113 @@
+"""Constrained beam search (DBA/VDBA) in plain Python, one sentence at a time, for checking
+`jaxnat.decoding.constrained` against: lists and sets instead of masks and ranks, a toy model whose next-token
+log-probabilities depend on the whole prefix (a rolling hash into a random table), and the same rules."""
+
+import numpy as np
+
+from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID
+
+FORBIDDEN = (PAD_ID, BOS_ID, PLH_ID, MASK_ID)
+HASH_MOD, TABLE_ROWS = 9973, 97
+
+
+def roll(h: int, token: int) -> int:
+    """The toy model's state after reading ``token`` (the jit'd model does the same in int32)."""
+    return (h * 31 + token + 7) % HASH_MOD
+
+
+def toy_logprobs(table: np.ndarray, prefix: list[int], seed: int) -> np.ndarray:
+    """log P(next | prefix) of the toy model: the table row of the hash of (seed, prefix)."""
+    h = seed
+    for t in prefix:
+        h = roll(h, t)
+    return table[h % TABLE_ROWS]
+
+
+def restricted(logp: np.ndarray, index: int, max_len: int) -> np.ndarray:
+    out = logp.astype(np.float32).copy()
+    out[list(FORBIDDEN)] = -np.inf
+    if index >= max_len:
+        out[[i for i in range(len(out)) if i != EOS_ID]] = -np.inf
+    return out
+
+
+# -- progress ---------------------------------------------------------------------------------------
+def startable(phrases, done, ordered):
+    unmet = [c for c in range(len(phrases)) if not done[c]]
+    return set(unmet[:1]) if ordered else set(unmet)
+
+
+def advance(phrases, state, token, ordered):
+    """state = (done: tuple of bool, depth, cand: frozenset of phrase indices)."""
+    done, depth, cand = state
+    deeper = {c for c in cand if depth > 0 and phrases[c][depth] == token}
+    if deeper:
+        cand, depth = deeper, depth + 1
+    else:
+        cand = {c for c in startable(phrases, done, ordered) if phrases[c][0] == token}
+        depth = 1 if cand else 0
+    ended = sorted(c for c in cand if len(phrases[c]) == depth)
+    done = list(done)
+    if ended:
+        done[ended[0]] = True
+    rest = frozenset(c for c in cand if len(phrases[c]) > depth)
+    return (tuple(done), depth if rest else 0, rest)
+
+
+def bank(phrases, state):
+    done, depth, _ = state
+    return sum(len(p) for p, d in zip(phrases, done) if d and p) + depth
+
+
+def offered_tokens(phrases, state, ordered):
+    done, depth, cand = state
+    tokens = [phrases[c][depth] for c in sorted(cand)] if depth > 0 else []
+    return tokens + [phrases[c][0] for c in sorted(startable(phrases, done, ordered))]
+
+
+# -- the search ---------------------------------------------------------------------------------------
+def search(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len, max_out):
+    """phrases: list of piece-id lists (empty lists = no phrase). Returns (tokens, score, met)."""
+    k = beam_size
+    real = [p for p in phrases if p]
+    max_len = min(max(max_len, sum(len(p) for p in real)), max_out - 2)
+    state0 = (tuple(not p for p in phrases), 0, frozenset())
+    alive = [([BOS_ID], np.float32(0.0), state0)]  # dead beams are simply absent
+    fin = []  # (tokens, score, met)
+    norm = lambda s, n: np.float32(s) / np.float32(n) ** np.float32(length_penalty)  # noqa: E731
+    for i in range(max_out - 1):
+        ext = [(toks, s, st, restricted(toy_logprobs(table, toks, seed), i, max_len)) for toks, s, st in alive]
+        pool = list(fin)
+        for toks, s, st, lp in ext:
+            complete = all(st[0])
+            score = norm(s + lp[EOS_ID], i + 1)
+            if (complete or i >= max_len) and score > -np.inf:
+                pool.append((toks + [EOS_ID], score, complete))
+        fin = sorted(pool, key=lambda f: (not f[2], -f[1]))[:k]
+
+        cands = {}  # (parent, token) -> score
+        flat = [(s + lp[t], j, t) for j, (_, s, _, lp) in enumerate(ext) for t in range(len(lp)) if t != EOS_ID]
+        for sc, j, t in sorted(flat, key=lambda x: -x[0])[: 2 * k]:
+            cands[j, t] = sc
+        for j, (_, s, st, lp) in enumerate(ext):
+            masked = lp.copy()
+            masked[EOS_ID] = -np.inf
+            t = int(np.argmax(masked))
+            cands[j, t] = s + masked[t]
+            for t in offered_tokens(phrases, st, ordered):
+                cands[j, t] = s + masked[t]
+        by_bank = {}
+        for (j, t), sc in cands.items():
+            if sc == -np.inf:
+                continue
+            st = advance(phrases, ext[j][2], t, ordered)
+            by_bank.setdefault(bank(phrases, st), []).append((sc, ext[j][0] + [t], st))
+        ranked = {b: sorted(v, key=lambda x: -x[0]) for b, v in by_bank.items()}
+        order = sorted(((r, -b) for b, v in ranked.items() for r in range(len(v))))
+        alive = [(ranked[-nb][r][1], ranked[-nb][r][0], ranked[-nb][r][2]) for r, nb in order[:k]]
+
+        reach = [s / max(np.float32(i + 2) ** length_penalty, np.float32(max_len + 1) ** length_penalty)
+                 for _, s, _ in alive]
+        if not alive or (len(fin) == k and all(f[2] for f in fin) and max(reach) <= min(f[1] for f in fin)):
+            break
+    return fin[0]

@@ -1,0 +1,128 @@
+"""Constrained beam search (`jaxnat/decoding/constrained.py`) against the plain-Python reference of
+tests/constrained_reference.py, on a toy model whose distributions depend on the whole prefix."""
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxnat.data.vocab import EOS_ID, PAD_ID, UNK_ID
+from jaxnat.decoding import constrained
+from jaxnat.decoding.search import ar_search
+from tests import constrained_reference as ref
+
+V, C, P, B, MAX_OUT = 10, 3, 3, 3, 12
+WORDS = (UNK_ID, 6, 7, 8, 9)  # the generable ids besides EOS
+
+
+def make_table(seed: int, peak: float = 2.0) -> np.ndarray:
+    logits = np.random.default_rng(seed).normal(size=(ref.TABLE_ROWS, V)) * peak
+    return np.asarray(jax.nn.log_softmax(jnp.asarray(logits, jnp.float32)))
+
+
+def toy_model(table):
+    """tokens_to_logprobs of the toy model: the cache is each row's rolling hash of its prefix."""
+    table = jnp.asarray(table)
+
+    def tokens_to_logprobs(tokens, cache, index):
+        h = (cache * 31 + tokens + 7) % ref.HASH_MOD
+        return table[h % ref.TABLE_ROWS], h
+    return tokens_to_logprobs
+
+
+@partial(jax.jit, static_argnames=("beam_size", "ordered"))
+def run(table, seeds, src_len, phrases, length_penalty, beam_size, ordered):
+    cache = jnp.repeat(seeds, beam_size)
+    return constrained.constrained_search(toy_model(table), cache, src_len, phrases, beam_size=beam_size,
+                                          ordered=ordered, length_penalty=length_penalty, max_len_a=1.0,
+                                          max_len_b=0, max_out=MAX_OUT)
+
+
+def pad(sentences):
+    out = np.full((len(sentences), C, P), PAD_ID, np.int32)
+    for b, phrases in enumerate(sentences):
+        for c, p in enumerate(phrases):
+            out[b, c, :len(p)] = p
+    return out
+
+
+def until_eos(row):
+    row = [int(t) for t in row]
+    return row[: row.index(EOS_ID) + 1]
+
+
+def contains(row, phrase):
+    return any(row[i:i + len(phrase)] == phrase for i in range(len(row)))
+
+
+phrase = st.lists(st.sampled_from(WORDS), min_size=1, max_size=P)
+sentence = st.lists(phrase, min_size=0, max_size=C)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(sentence, min_size=B, max_size=B), st.lists(st.integers(1, MAX_OUT), min_size=B, max_size=B),
+       st.integers(0, 10_000), st.sampled_from([1, 2, 3]), st.booleans(), st.sampled_from([0.0, 0.6, 1.0]))
+def test_matches_reference(sentences, src_len, seed, beam, ordered, length_penalty):
+    table = make_table(seed % 7)
+    seeds = np.arange(B, dtype=np.int32) + seed
+    out = jax.device_get(run(table, seeds, np.asarray(src_len, np.int32), pad(sentences), length_penalty, beam,
+                             ordered))
+    for b, phrases in enumerate(sentences):
+        padded = phrases + [[]] * (C - len(phrases))
+        tokens, score, met = ref.search(table, int(seeds[b]), padded, beam_size=beam, ordered=ordered,
+                                        length_penalty=length_penalty, max_len=src_len[b], max_out=MAX_OUT)
+        assert until_eos(out["tokens"][b]) == tokens
+        np.testing.assert_allclose(out["score"][b], score, rtol=1e-5, atol=1e-5)
+        assert bool(out["constraints_met"][b]) == met
+        # the guarantee: every phrase appears whenever the output has room for them all
+        if sum(map(len, phrases)) <= MAX_OUT - 2:
+            assert met and all(contains(tokens, p) for p in phrases)
+            if ordered:  # in the given order, each after the previous one ends
+                rest = tokens
+                for p in phrases:
+                    at = next(i for i in range(len(rest)) if rest[i:i + len(p)] == p)
+                    rest = rest[at + len(p):]
+
+
+def test_without_constraints_it_is_beam_search():
+    table, seeds, src_len = make_table(3), np.arange(B, dtype=np.int32), np.asarray([5, 9, 12], np.int32)
+    for beam in (2, 3):
+        got = run(table, seeds, src_len, pad([[]] * B), 1.0, beam, False)
+        want = ar_search(toy_model(table), jnp.repeat(seeds, beam), src_len, beam_size=beam, length_penalty=1.0,
+                         max_len_a=1.0, max_len_b=0, max_out=MAX_OUT)
+        np.testing.assert_array_equal(got["tokens"], want["tokens"])
+        np.testing.assert_allclose(got["score"], want["score"], rtol=1e-6)
+
+
+def test_a_sentence_decodes_alone_as_in_a_batch():
+    table, seeds, src_len = make_table(5), np.arange(B, dtype=np.int32), np.asarray([4, 7, 10], np.int32)
+    phrases = pad([[[6, 7]], [[8], [9, 6]], []])
+    batch = jax.device_get(run(table, seeds, src_len, phrases, 1.0, 3, False))
+    for b in range(B):
+        alone = run(table, seeds[b:b + 1], src_len[b:b + 1], phrases[b:b + 1], 1.0, 3, False)
+        np.testing.assert_array_equal(alone["tokens"][0], batch["tokens"][b])
+
+
+def test_progress_tracking():
+    """Shared prefixes stay in the trie node; a wrong token falls back to the root; duplicates count twice."""
+    def walk(phrases, tokens, ordered=False):
+        arr = jnp.asarray(pad([phrases])[0])
+        t = jax.tree_util.tree_map(lambda x: x[0], constrained.start(arr[None]))
+        for tok in tokens:
+            t = constrained.advance(arr, t, jnp.int32(tok), ordered)
+        return [bool(d) for d in t.done[:len(phrases)]], int(t.depth), int(constrained.met(arr, t))
+
+    assert walk([[6], [6, 7]], [6]) == ([True, False], 1, 2)       # "6" met, still inside "6 7"
+    assert walk([[6], [6, 7]], [6, 7]) == ([True, True], 0, 3)
+    assert walk([[6, 7, 8]], [6, 7, 6]) == ([False], 1, 1)         # fell off, restarted at the root
+    assert walk([[6, 7], [6, 7]], [6, 7]) == ([True, False], 0, 2)  # the same phrase twice: met once
+    assert walk([[6, 7], [6, 7]], [6, 7, 6, 7]) == ([True, True], 0, 4)
+    assert walk([[8], [6]], [6, 8], ordered=True) == ([True, False], 0, 1)  # 6 before 8 does not count
+    for phrases, tokens in (([[6], [6, 7]], [6, 7]), ([[6, 7, 8], [7, 9]], [6, 7, 9, 6])):
+        state = (tuple(False for _ in phrases), 0, frozenset())
+        for tok in tokens:
+            state = ref.advance(phrases, state, tok, False)
+        assert walk(phrases, tokens)[:2] == ([bool(d) for d in state[0]], state[1])
