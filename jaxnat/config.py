@@ -48,7 +48,7 @@ RANGES = {
         "train.adam_eps", "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
         "train.max_bad_steps", "eval.beam_size", "eval.batch_size", "eval.throughput_batch",
         "eval.length_cap_ratio", "eval.valid_beam_size", "eval.mask_predict_iter", "eval.length_beam",
-        "train.coverage_iterations", "eval.coverage_iterations")},
+        "train.coverage_iterations", "eval.coverage_iterations", "data.max_pairs", "data.max_pair_pieces")},
     **{k: ("[0", "1)") for k in (
         "model.dropout", "model.attention_dropout", "model.activation_dropout", "train.label_smoothing",
         "train.adam_b1", "train.adam_b2")},
@@ -128,8 +128,9 @@ def default_config() -> ml_collections.ConfigDict:
         # this workdir at the start): one vocabulary with an AR rescorer (eval.rescorer)
         spm_from="",
         # a directory of {split}.pairs.jsonl constraint pairs (python -m jaxnat.data.alignment writes them) for
-        # models that read pairs (vectorized constraints)
-        pairs_dir="",
+        # models that read pairs (vectorized constraints), and the fixed shape they take: at most max_pairs pairs
+        # a sentence, each phrase at most max_pair_pieces pieces (a pair with a longer phrase is left out)
+        pairs_dir="", max_pairs=3, max_pair_pieces=8,
     )
     c.train = dict(
         steps=100000, lr=5e-4, warmup_steps=4000, warmup_init_lr=1e-7,
@@ -175,7 +176,9 @@ def default_config() -> ml_collections.ConfigDict:
         # 0.8 / 0.2 for a model decoded with beam search, 0.5 / 0.5 for one decoded with VDBA
         pair_alpha=0.8, pair_beta=0.2,
         # a trained workdir whose best parameters start this run (fresh optimizer; its vocabulary is used): a
-        # fine-tuning phase, e.g. Coverage-NAT's SCA phase. Ignored once this run has a checkpoint of its own
+        # fine-tuning phase, e.g. Coverage-NAT's SCA phase, or the second stage of a model that extends the one
+        # trained there (vectorized constraints from an AR run: its new parameters start from their
+        # initialisation). Ignored once this run has a checkpoint of its own
         init_from="",
     )
     c.eval = dict(
@@ -345,6 +348,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
                         trace=config.eval.trace_sentences > 0, beam_size=config.eval.beam_size)
     except JaxnatError as e:
         raise ConfigError(f"{e} (asked by eval.constraints, eval.trace_sentences or eval.beam_size)") from None
+    if supports(m.name).pairs and not d.pairs_dir:
+        raise ConfigError(f"model {m.name!r} trains on constraint pairs: set data.pairs_dir (python -m "
+                          f"jaxnat.data.alignment writes them; the synthetic corpus: python -m jaxnat.data.term_pairs)")
     early_exit(m)
     if m.name == "nat" and m.coverage and m.dec_layers < 2:
         raise ConfigError(f"model.coverage needs model.dec_layers >= 2 (the layer below the coverage layer starts its "
@@ -377,10 +383,10 @@ MODEL_KEYS = tuple(f"model.{k}" for k in (
     "data.vocab_size", "data.joint_vocab", "data.spm_model_type")
 
 
-def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str) -> None:
-    """Raises a one-line `ConfigError` naming every `MODEL_KEYS` value that differs from the one recorded in
-    ``workdir/config.json`` (nothing to compare with: a new workdir). Keys the recorded config lacks (added to
-    jaxnat after that run) are not compared."""
+def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str, ignore: tuple[str, ...] = ()) -> None:
+    """Raises a one-line `ConfigError` naming every `MODEL_KEYS` value (but ``ignore``) that differs from the one
+    recorded in ``workdir/config.json`` (nothing to compare with: a new workdir). Keys the recorded config lacks
+    (added to jaxnat after that run) are not compared."""
     path = os.path.join(workdir, "config.json")
     if not os.path.isfile(path):
         return
@@ -391,7 +397,7 @@ def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str) -> No
         raise ConfigError(f"{path} is unreadable ({type(e).__name__}); it records the config the run was trained "
                           f"with") from None
     differ = []
-    for key in MODEL_KEYS:
+    for key in (k for k in MODEL_KEYS if k not in ignore):
         section, name = key.split(".")
         if name in recorded.get(section, {}) and recorded[section][name] != config[section][name]:
             differ.append(f"{key}={config[section][name]!r} (trained: {recorded[section][name]!r})")

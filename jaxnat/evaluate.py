@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from jaxnat.data.sources import load_corpus, load_inits
+from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.translator import Translator
 from jaxnat.evaluation import diagnostic
@@ -46,6 +46,7 @@ def evaluate(config, workdir: str) -> dict:
     translator = load_translator(config, workdir)
     e = config.eval
     modes = [m for m in e.constraints.split(",") if m]  # config validation checked the model takes them
+    pairs = load_pairs(config.data, corpus)  # {split: constraint pairs}; {} without data.pairs_dir
     os.makedirs(os.path.join(workdir, "hyps"), exist_ok=True)
     results = {}
     test_splits = [s for s in corpus if s not in ("train", "valid")]
@@ -91,6 +92,8 @@ def evaluate(config, workdir: str) -> dict:
                     srcs[:n], e.beam_size, constraints[:n], [mode == "hard"] * min(n, len(srcs)))
             log.info("%s with %s constraints: BLEU %.2f, CPR %.1f", split, mode,
                      results[f"{split}+{mode}"]["bleu"], results[f"{split}+{mode}"]["cpr"])
+        if split in pairs:
+            results.update(pair_rows(translator, split, srcs, refs, pairs[split], config, workdir, speed=i == 0))
         if i == 0 and e.iteration_sweep:
             results.update(iteration_rows(translator, split, srcs, refs, config, workdir))
         if e.diagnostic and translator.spec.supports.init:
@@ -103,6 +106,34 @@ def evaluate(config, workdir: str) -> dict:
     print(format_table(results, summary_columns(results)))
     log.info("all metrics: %s", os.path.join(workdir, "metrics.json"))
     return results
+
+
+def pair_rows(translator: Translator, split: str, srcs: list[str], refs: list[str],
+              pairs: list[list[tuple[str, str]]], config, workdir: str, speed: bool) -> dict:
+    """The split with its constraint pairs (`{pairs_dir}/{split}.pairs.jsonl`), the rows of the vectorized-
+    constraints paper: `<split>+pairs` (a model that reads pairs: the pairs as its input) and `<split>+pairs_hard`
+    (a model that takes hard constraints: their target phrases guaranteed by constrained beam search, with the
+    pairs too if the model reads them); CSR = `cpr`, the share of target phrases in the output. With ``speed``,
+    latency at batch 1 and throughput at eval.throughput_batch (the paper's Table 5)."""
+    e, sup = config.eval, translator.spec.supports
+    targets = [[t for _, t in sentence] for sentence in pairs]
+    runs = {}
+    if sup.pairs:
+        runs["pairs"] = dict(pairs=pairs)
+    if sup.hard_constraints:
+        runs["pairs_hard"] = dict(constraints=[t or None for t in targets], hard=[True] * len(srcs),
+                                  pairs=pairs if sup.pairs else None)
+    rows = {}
+    for name, kwargs in runs.items():
+        outs = translator.translate(srcs, e.beam_size, e.batch_size, drop_long_pairs=True, **kwargs)
+        hyps = [o["hyp"] for o in outs]
+        _write_lines(os.path.join(workdir, "hyps", f"{split}.{name}.txt"), hyps)
+        row = {**corpus_metrics(hyps, refs, targets, lang=config.data.tgt_lang), "mean_length": mean_length(hyps)}
+        if speed and e.latency_sentences > 0:
+            row.update(translator.speed(srcs, e.beam_size, e.latency_sentences, e.throughput_batch, **kwargs))
+        rows[f"{split}+{name}"] = row
+        log.info("%s with constraint pairs (%s): BLEU %.2f, CSR %.1f", split, name, row["bleu"], row["cpr"])
+    return rows
 
 
 def mean_length(texts: list[str]) -> float:

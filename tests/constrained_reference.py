@@ -38,8 +38,8 @@ def startable(phrases, done, ordered):
 
 
 def advance(phrases, state, token, ordered):
-    """state = (done: tuple of bool, depth, cand: frozenset of phrase indices)."""
-    done, depth, cand = state
+    """state = (done: tuple of bool, depth, cand: frozenset of phrase indices, ended: the token met a phrase)."""
+    done, depth, cand = state[:3]
     deeper = {c for c in cand if depth > 0 and phrases[c][depth] == token}
     if deeper:
         cand, depth = deeper, depth + 1
@@ -51,32 +51,38 @@ def advance(phrases, state, token, ordered):
     if ended:
         done[ended[0]] = True
     rest = frozenset(c for c in cand if len(phrases[c]) > depth)
-    return (tuple(done), depth if rest else 0, rest)
+    return (tuple(done), depth if rest else 0, rest, bool(ended))
 
 
 def bank(phrases, state):
-    done, depth, _ = state
+    done, depth = state[:2]
     return sum(len(p) for p, d in zip(phrases, done) if d and p) + depth
 
 
 def offered_tokens(phrases, state, ordered):
-    done, depth, cand = state
+    done, depth, cand = state[:3]
     tokens = [phrases[c][depth] for c in sorted(cand)] if depth > 0 else []
     return tokens + [phrases[c][0] for c in sorted(startable(phrases, done, ordered))]
 
 
 # -- the search ---------------------------------------------------------------------------------------
-def search(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len, max_out):
-    """phrases: list of piece-id lists (empty lists = no phrase). Returns (tokens, score, met)."""
+def search(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len, max_out, continues=()):
+    """phrases: list of piece-id lists (empty lists = no phrase); continues: the ids never taken right after a
+    phrase is met. Returns (tokens, score, met)."""
     k = beam_size
     real = [p for p in phrases if p]
     max_len = min(max(max_len, sum(len(p) for p in real)), max_out - 2)
-    state0 = (tuple(not p for p in phrases), 0, frozenset())
+    state0 = (tuple(not p for p in phrases), 0, frozenset(), False)
     alive = [([BOS_ID], np.float32(0.0), state0)]  # dead beams are simply absent
     fin = []  # (tokens, score, met)
     norm = lambda s, n: np.float32(s) / np.float32(n) ** np.float32(length_penalty)  # noqa: E731
     for i in range(max_out - 1):
-        ext = [(toks, s, st, restricted(toy_logprobs(table, toks, seed), i, max_len)) for toks, s, st in alive]
+        ext = []
+        for toks, s, st in alive:
+            lp = restricted(toy_logprobs(table, toks, seed), i, max_len)
+            if st[3]:  # just met a phrase: no glued piece, unless it starts or continues a phrase
+                lp[[t for t in continues if t not in offered_tokens(phrases, st, ordered)]] = -np.inf
+            ext.append((toks, s, st, lp))
         pool = list(fin)
         for toks, s, st, lp in ext:
             complete = all(st[0])

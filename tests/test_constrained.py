@@ -34,11 +34,11 @@ def toy_model(table):
 
 
 @partial(jax.jit, static_argnames=("beam_size", "ordered"))
-def run(table, seeds, src_len, phrases, length_penalty, beam_size, ordered):
+def run(table, seeds, src_len, phrases, length_penalty, beam_size, ordered, continues=np.zeros(V, bool)):
     cache = jnp.repeat(seeds, beam_size)
     return constrained.constrained_search(toy_model(table), cache, src_len, phrases, beam_size=beam_size,
-                                          ordered=ordered, length_penalty=length_penalty, max_len_a=1.0,
-                                          max_len_b=0, max_out=MAX_OUT)
+                                          ordered=ordered, continues=continues, length_penalty=length_penalty,
+                                          max_len_a=1.0, max_len_b=0, max_out=MAX_OUT)
 
 
 def pad(sentences):
@@ -64,16 +64,18 @@ sentence = st.lists(phrase, min_size=0, max_size=C)
 
 @settings(max_examples=40, deadline=None)
 @given(st.lists(sentence, min_size=B, max_size=B), st.lists(st.integers(1, MAX_OUT), min_size=B, max_size=B),
-       st.integers(0, 10_000), st.sampled_from([1, 2, 3]), st.booleans(), st.sampled_from([0.0, 0.6, 1.0]))
-def test_matches_reference(sentences, src_len, seed, beam, ordered, length_penalty):
+       st.integers(0, 10_000), st.sampled_from([1, 2, 3]), st.booleans(), st.sampled_from([0.0, 0.6, 1.0]),
+       st.sets(st.sampled_from(WORDS)))
+def test_matches_reference(sentences, src_len, seed, beam, ordered, length_penalty, continues):
     table = make_table(seed % 7)
     seeds = np.arange(B, dtype=np.int32) + seed
     out = jax.device_get(run(table, seeds, np.asarray(src_len, np.int32), pad(sentences), length_penalty, beam,
-                             ordered))
+                             ordered, np.isin(np.arange(V), list(continues))))
     for b, phrases in enumerate(sentences):
         padded = phrases + [[]] * (C - len(phrases))
         tokens, score, met = ref.search(table, int(seeds[b]), padded, beam_size=beam, ordered=ordered,
-                                        length_penalty=length_penalty, max_len=src_len[b], max_out=MAX_OUT)
+                                        length_penalty=length_penalty, max_len=src_len[b], max_out=MAX_OUT,
+                                        continues=continues)
         assert until_eos(out["tokens"][b]) == tokens
         np.testing.assert_allclose(out["score"][b], score, rtol=1e-5, atol=1e-5)
         assert bool(out["constraints_met"][b]) == met
@@ -122,7 +124,19 @@ def test_progress_tracking():
     assert walk([[6, 7], [6, 7]], [6, 7, 6, 7]) == ([True, True], 0, 4)
     assert walk([[8], [6]], [6, 8], ordered=True) == ([True, False], 0, 1)  # 6 before 8 does not count
     for phrases, tokens in (([[6], [6, 7]], [6, 7]), ([[6, 7, 8], [7, 9]], [6, 7, 9, 6])):
-        state = (tuple(False for _ in phrases), 0, frozenset())
+        state = (tuple(False for _ in phrases), 0, frozenset(), False)
         for tok in tokens:
             state = ref.advance(phrases, state, tok, False)
         assert walk(phrases, tokens)[:2] == ([bool(d) for d in state[0]], state[1])
+
+
+def test_a_met_phrase_is_not_glued_onto():
+    """With every generable id but 6 a continuation piece, what follows a met phrase is 6 or EOS."""
+    table, seeds, src_len = make_table(2), np.arange(B, dtype=np.int32), np.asarray([8, 10, 12], np.int32)
+    continues = np.isin(np.arange(V), [UNK_ID, 7, 8, 9])
+    out = run(table, seeds, src_len, pad([[[6, 7]], [[6], [6, 8]], [[6, 9, 9]]]), 1.0, 3, False, continues)
+    for row, phrases in zip(out["tokens"], ([[6, 7]], [[6], [6, 8]], [[6, 9, 9]])):
+        row = until_eos(row)
+        for p in phrases:
+            at = next(i for i in range(len(row)) if row[i:i + len(p)] == p)
+            assert row[at + len(p)] in (6, EOS_ID) or [6, 8] in phrases, row

@@ -156,6 +156,7 @@ def test_align_corpus_writes_resumable_files(tmp_path):
     cs_pairs = [json.loads(line) for line in (out / "test.cs.pairs.jsonl").read_text().splitlines()]
     assert any(s == t for p in cs_pairs for s, t in p)
     assert all(t in line for line, p in zip(switched, cs_pairs) for _, t in p)
+    assert (out / "test.cs.en").read_text().splitlines() == test_src  # "test.cs" is a split of its own
     assert set(align_corpus(str(tmp_path), "en", "de", str(out), splits=("test",), switch=True).values()) == {"kept"}
     # the most frequent words never make a constraint on their own
     frequent = align_corpus(str(tmp_path), "en", "de", str(tmp_path / "frequent"), splits=("test",), common_words=3)

@@ -16,8 +16,9 @@ Wang et al. (2022) drawn from it, written beside the corpus (or into --output).
    a random order, none made only of the training side's 100 (--common-words) most frequent words, listed in
    `{train}.common.json`; drawn with --seed from the alignments): `{split}.pairs.jsonl`, one JSON list of
    ``[source phrase, target phrase]`` per line, detokenized. With --code-switch also the code-switched
-   variant: `{split}.cs.{tgt}` (the target with half of the constrained phrases left in the source language)
-   and `{split}.cs.pairs.jsonl`.
+   variant as a split of its own, `{split}.cs`: `{split}.cs.{src}` (the sources), `{split}.cs.{tgt}` (the
+   targets with half of the constrained phrases left in the source language) and `{split}.cs.pairs.jsonl` —
+   train on it with data.dir and data.pairs_dir at --output and the split names ending in ".cs".
 
 Every file is written whole under a temporary name and renamed, and a rerun skips the files that exist, so a
 killed run resumes where it stopped. Errors print one line and exit with code 2.
@@ -151,8 +152,8 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
     common_path = os.path.join(out_dir, f"{train_split}.common.json")  # the frequent words phrases avoid
     written = {}
     for split in (train_split, *splits):
-        names = [f"{split}.align", f"{split}.pairs.jsonl"] + ([f"{split}.cs.{tgt_lang}", f"{split}.cs.pairs.jsonl"]
-                                                               if switch else [])
+        names = [f"{split}.align", f"{split}.pairs.jsonl"] + (
+            [f"{split}.cs.{src_lang}", f"{split}.cs.{tgt_lang}", f"{split}.cs.pairs.jsonl"] if switch else [])
         names += [os.path.basename(p) for p in (priors, common_path) if split == train_split]
         if all(os.path.exists(os.path.join(out_dir, n)) for n in names):
             log.info("%s: already aligned, constraint pairs drawn", split)
@@ -185,7 +186,8 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
             pairs, targets = pairs_of_split(src_words, tgt_words, alignments, seed, src_lang, tgt_lang, switched,
                                             common)
             prefix = f"{split}.cs" if switched else split
-            if targets is not None:
+            if targets is not None:  # the split "<split>.cs": the same sources, the switched targets
+                _write_whole(os.path.join(out_dir, f"{prefix}.{src_lang}"), src)
                 _write_whole(os.path.join(out_dir, f"{prefix}.{tgt_lang}"), targets)
             _write_whole(os.path.join(out_dir, f"{prefix}.pairs.jsonl"),
                          (json.dumps(p, ensure_ascii=False) for p in pairs))

@@ -17,6 +17,8 @@ alignment, a set of links ``(i, j)``: source word i is aligned to target word j.
 
 Everything takes a `random.Random`, so a seed gives the same constraints on every machine.
 
+`encode_pairs` turns the pairs of many sentences into the fixed-shape piece-id arrays a model reads.
+
 `most_common_words` gives the frequent words (the 100 most frequent of a training side, lowercased: the
 language-independent stand-in for the stop-word lists of Chen et al.'s script).
 """
@@ -26,6 +28,9 @@ from __future__ import annotations
 import random
 from typing import NamedTuple
 
+import numpy as np
+
+from jaxnat.data.vocab import PAD_ID
 from jaxnat.data.words import is_word
 
 MAX_WORDS = 3  # phrase length on either side, and constraints per sentence
@@ -121,3 +126,32 @@ def most_common_words(sentences: list[list[str]], count: int = 100) -> set[str]:
     from collections import Counter
 
     return {w for w, _ in Counter(w.lower() for words in sentences for w in words).most_common(count)}
+
+
+def encode_pairs(pairs: list[list[tuple[str, str]]], encode, max_pairs: int, max_pieces: int):
+    """Per sentence its (source phrase, target phrase) pairs → (pair_src int32[S, max_pairs, max_pieces],
+    pair_tgt int32[S, max_pairs, max_pieces], counts), PAD-padded (an all-PAD row is no pair).
+
+    encode(texts, side) → piece-id lists (`Tokenizer.encode`, side "src" or "tgt"). A pair with a phrase longer
+    than max_pieces, or beyond the first max_pairs of its sentence, is left out; counts says how many:
+    {'pairs', 'too_long', 'too_many'}.
+    """
+    n = len(pairs)
+    pair_src = np.full((n, max_pairs, max_pieces), PAD_ID, np.int32)
+    pair_tgt = np.full((n, max_pairs, max_pieces), PAD_ID, np.int32)
+    flat = [p for sentence in pairs for p in sentence]
+    src_ids = iter(encode([a for a, _ in flat], "src"))
+    tgt_ids = iter(encode([b for _, b in flat], "tgt"))
+    counts = {"pairs": 0, "too_long": 0, "too_many": 0}
+    for row, sentence in enumerate(pairs):
+        kept = 0
+        for a, b in ((next(src_ids), next(tgt_ids)) for _ in sentence):
+            if len(a) > max_pieces or len(b) > max_pieces:
+                counts["too_long"] += 1
+            elif kept == max_pairs:
+                counts["too_many"] += 1
+            else:
+                pair_src[row, kept, :len(a)], pair_tgt[row, kept, :len(b)] = a, b
+                kept += 1
+                counts["pairs"] += 1
+    return pair_src, pair_tgt, counts

@@ -214,6 +214,7 @@ def load_pairs(data_cfg: Any, corpus: Corpus) -> dict[str, Pairs]:
     """Constraint pairs of the splits of `corpus` that have them (`python -m jaxnat.data.alignment` writes
     them): {corpus key: pairs per sentence}; {} without `data.pairs_dir`.
 
+    data.pairs_dir="synthetic" draws them from the lexicon of the synthetic corpus (`_synthetic_pairs`). Else
     `{pairs_dir}/{split}.pairs.jsonl` holds one JSON list of [source phrase, target phrase] per line,
     line-aligned with the split. Train and valid must have one; a test split may.
 
@@ -224,6 +225,8 @@ def load_pairs(data_cfg: Any, corpus: Corpus) -> dict[str, Pairs]:
     directory = _str(data_cfg, "pairs_dir", "")
     if not directory:
         return {}
+    if directory == "synthetic":
+        return _synthetic_pairs(data_cfg, corpus)
     out: dict[str, Pairs] = {}
     for key, (src, _) in corpus.items():
         split = _split(data_cfg, key) if key in ("train", "valid") else key
@@ -239,6 +242,27 @@ def load_pairs(data_cfg: Any, corpus: Corpus) -> dict[str, Pairs]:
         if len(lines) != len(src):
             raise DataError(f"{path}: {len(lines)} lines, but the {key} split has {len(src)} sentences")
         out[key] = [parse_pairs(line, f"{path}:{i + 1}") for i, line in enumerate(lines)]
+    return out
+
+
+def _synthetic_pairs(data_cfg: Any, corpus: Corpus) -> dict[str, Pairs]:
+    """Per sentence of the synthetic corpus, 1–3 of its nouns and multi-word terms with their fixed
+    translations (`synthetic.lexicon_pairs`) in a random order, the draw seeded by data.synthetic_seed."""
+    import random
+
+    from jaxnat.data import synthetic
+
+    if _str(data_cfg, "source", "") != "synthetic":
+        raise ConfigError('data.pairs_dir="synthetic" needs data.source=synthetic')
+    seed = _int(data_cfg, "synthetic_seed", 0)
+    out: dict[str, Pairs] = {}
+    for key, (src, tgt) in corpus.items():
+        rng = random.Random(f"{seed}:{key}")
+        out[key] = []
+        for s, t in zip(src, tgt):
+            found = synthetic.lexicon_pairs(s, t)
+            rng.shuffle(found)
+            out[key].append(found[: rng.randint(1, 3)])
     return out
 
 

@@ -352,6 +352,20 @@ for _n in NOUNS:
         TGT_NOUNS[_n.tgt] = (_n.gender, "sg")
         if _n.tgt_pl:
             TGT_NOUNS[_n.tgt_pl] = (_n.gender, "pl")
+# (source form, target form) of every noun and term: the translations the lexicon fixes (`lexicon_pairs`)
+NOUN_PAIRS: tuple[tuple[str, str], ...] = tuple(
+    pair for _n in NOUNS for pair in ((_n.src_sg, _n.tgt), (_n.src_pl, _n.tgt_pl)) if pair[0])
+
+
+def lexicon_pairs(src: str, tgt: str) -> list[tuple[str, str]]:
+    """The constraint pairs a sentence pair of this corpus holds: each noun or term of the source whose fixed
+    translation is in the target (a noun inside a term counts as the term only), in source order."""
+    s, t = f" {src} ", f" {tgt} "
+    found = [(s.index(f" {a} "), a, b) for a, b in NOUN_PAIRS if f" {a} " in s and f" {b} " in t]
+    terms = [a for _, a, _ in found if " " in a]
+    return [(a, b) for _, a, b in sorted(found) if " " in a or not any(f" {a} " in f" {term} " for term in terms)]
+
+
 TGT_ADJECTIVES: dict[str, tuple[str, str]] = {}  # form -> (gender, number)
 for _a in ADJECTIVES:
     for _stem in _a.tgt:

@@ -12,6 +12,9 @@ all inside one jit'd `lax.while_loop` at fixed shapes:
   phrase meets it (the lowest-numbered one, if the same phrase is asked twice); the hypothesis stays in the
   node while a longer phrase with the same prefix can still be continued, else returns to the root.
   ``met = Σ len(done phrases) + depth`` counts the constraint tokens produced: the hypothesis's **bank**.
+  Right after a phrase is met, a piece that would glue onto its last word (``continues``) is not allowed
+  unless it starts or continues a phrase, so that the phrase is found as whole words in the detokenized output
+  (what CSR counts; phrases start with a word-initial piece, so this never blocks one).
 * **Candidates.** Per sentence: the 2K best one-token extensions over the beam, the best extension of each
   hypothesis, and, for each hypothesis, every token that continues or starts a phrase; a (hypothesis, token)
   pair offered twice counts once. EOS is never a candidate for the beam; it ends a hypothesis only when all its
@@ -46,6 +49,7 @@ class Tracker:
     done: jnp.ndarray   # bool[..., C]: phrases met (empty phrase slots count as met)
     depth: jnp.ndarray  # int32[...]: tokens of the phrases in progress produced so far
     cand: jnp.ndarray   # bool[..., C]: the phrases in progress (all False at the root)
+    ended: jnp.ndarray  # bool[...]: the last token completed a phrase
 
 
 def phrase_lengths(phrases: jnp.ndarray) -> jnp.ndarray:
@@ -56,7 +60,8 @@ def phrase_lengths(phrases: jnp.ndarray) -> jnp.ndarray:
 def start(phrases: jnp.ndarray) -> Tracker:
     """The empty hypothesis's progress for phrases int32[B, C, P] → Tracker of shape [B]."""
     lens = phrase_lengths(phrases)
-    return Tracker(lens == 0, jnp.zeros(lens.shape[:-1], jnp.int32), jnp.zeros(lens.shape, bool))
+    return Tracker(lens == 0, jnp.zeros(lens.shape[:-1], jnp.int32), jnp.zeros(lens.shape, bool),
+                   jnp.zeros(lens.shape[:-1], bool))
 
 
 def _startable(done: jnp.ndarray, ordered: bool) -> jnp.ndarray:
@@ -79,7 +84,7 @@ def advance(phrases: jnp.ndarray, t: Tracker, token: jnp.ndarray, ordered: bool)
     first = ended & (jnp.cumsum(ended) == 1)
     rest = cand & (lens > depth)
     stay = jnp.any(rest)
-    return Tracker(t.done | first, jnp.where(stay, depth, 0).astype(jnp.int32), rest & stay)
+    return Tracker(t.done | first, jnp.where(stay, depth, 0).astype(jnp.int32), rest & stay, jnp.any(first))
 
 
 def met(phrases: jnp.ndarray, t: Tracker) -> jnp.ndarray:
@@ -125,12 +130,14 @@ class ConstrainedState:
 
 
 def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases: jnp.ndarray, *,
-                       beam_size: int, ordered: bool = False, length_penalty: float = 1.0,
+                       beam_size: int, ordered: bool = False, continues=None, length_penalty: float = 1.0,
                        max_len_a: float = 1.2, max_len_b: int = 10, max_out: int) -> dict:
     """Beam search in which each sentence's output contains all its phrases (module docstring).
 
     tokens_to_logprobs, cache, src_len, length_penalty, max_len_a, max_len_b, max_out: as `search.ar_search`.
-    phrases: int32[B, C, P] target piece ids, PAD-padded. beam_size, ordered, max_out: static.
+    phrases: int32[B, C, P] target piece ids, PAD-padded. beam_size, ordered, max_out: static. continues:
+    bool[V], the pieces that would glue onto the word before them (`PieceTables.continues`), never taken right
+    after a phrase is completed, so that it stays a word of its own in the detokenized output (None: none).
 
     Returns {'tokens': int32[B, T], 'score': float32[B], 'length': int32[B] (as ar_search),
              'constraints_met': bool[B] (False only for a fallback output cut by the length limit)}.
@@ -163,6 +170,11 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
         logp, cache = tokens_to_logprobs(s.alive_tokens[:, :, i].reshape(batch * k), s.cache, i)
         vocab = logp.shape[-1]
         logp = _restrict(logp, i, max_len_rows).reshape(batch, k, vocab)
+        ctok, cok = next_all(phrases, s.progress, ordered)  # [B, K, 2C]: the tokens that advance a phrase
+        if continues is not None:  # a completed phrase stays a whole word (unless a phrase goes on with the piece)
+            offered = jnp.zeros((batch, k, vocab), bool).at[
+                jnp.arange(batch)[:, None, None], jnp.arange(k)[None, :, None], ctok].max(cok)
+            logp = jnp.where(s.progress.ended[:, :, None] & continues[None, None, :] & ~offered, NEG_INF, logp)
         ext = s.alive_logp[:, :, None] + logp  # [B, K, V]
         complete = jnp.all(s.progress.done, axis=-1)  # [B, K]
 
@@ -183,7 +195,6 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
         ext = ext.at[:, :, EOS_ID].set(NEG_INF)
         _, flat = jax.lax.top_k(ext.reshape(batch, k * vocab), min(2 * k, k * vocab))
         best1 = jnp.argmax(ext, axis=-1).astype(jnp.int32)  # [B, K]
-        ctok, cok = next_all(phrases, s.progress, ordered)  # [B, K, 2C]
         n_c = ctok.shape[-1]
         parent = jnp.concatenate([flat // vocab, jnp.broadcast_to(jnp.arange(k), (batch, k)),
                                   jnp.repeat(jnp.arange(k), n_c)[None].repeat(batch, 0)], axis=1)

@@ -65,12 +65,13 @@ class Supports:
 
 
 def check_supported(model_name: str, supports: Supports, *, init: bool = False, soft: bool = False,
-                    hard: bool = False, trace: bool = False, beam_size: int = 1) -> None:
+                    hard: bool = False, trace: bool = False, beam_size: int = 1, pairs: bool = False) -> None:
     """Raises a one-line DataError naming the first thing the model cannot do."""
     asked = [(init, supports.init, "initial hypotheses (post-editing)"),
              (soft, supports.soft_constraints, "soft constraints"),
              (hard, supports.hard_constraints, "hard constraints"),
              (trace, supports.trace, "edit traces"),
+             (pairs, supports.pairs, "constraint pairs"),
              (beam_size > 1, supports.beam, f"beam search (beam size {beam_size})")]
     for wanted, can, what in asked:
         if wanted and not can:

@@ -3,7 +3,10 @@
 Each input line is either a JSON object with at least "src", or plain text (a line that does not start with
 '{'). Refining models (LevT) also read, per line, "init" (a target-side hypothesis to refine: post-editing)
 or "constraints" (a list of target phrases, the initial hypothesis in the given order) with "hard": true to
-guarantee them; they add "iterations" and their edit counts to the output. A model that cannot honour what
+guarantee them; they add "iterations" and their edit counts to the output. Every AR model takes "constraints"
+with "hard": true (constrained beam search). Models of vectorized constraints also read "constraint_pairs", a
+list of [source phrase, target phrase] pairs (alone: pairs as the model's input; with "hard" and
+"constraints" as well: both). A model that cannot honour what
 a line asks says so in one line, before anything is translated. Output keeps the input order;
 extra input keys are echoed back.
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 import json
 import sys
 
+from jaxnat.data.sources import parse_pairs
 from jaxnat.data.text import read_lines, split_lines
 from jaxnat.errors import DataError
 
@@ -34,6 +38,8 @@ def parse_requests(lines: list[str], where: str) -> list[dict]:
                 raise DataError(f'{where}:{n}: "constraints" must be a list of non-empty strings')
             if not isinstance(obj.get("hard", False), bool):
                 raise DataError(f'{where}:{n}: "hard" must be true or false')
+            if "constraint_pairs" in obj:
+                parse_pairs(json.dumps(obj["constraint_pairs"]), f'{where}:{n}: "constraint_pairs"')
             if "init" in obj and phrases:
                 raise DataError(f'{where}:{n}: give either "init" or "constraints", not both')
             requests.append(obj)
@@ -58,6 +64,8 @@ def translate_stream(load_translator, config, input_path: str | None, output_pat
         options = dict(inits=[r.get("init") for r in requests],
                        constraints=[r.get("constraints") or None for r in requests],
                        hard=[bool(r.get("hard", False)) for r in requests])
+    if any("constraint_pairs" in r for r in requests):
+        options["pairs"] = [r.get("constraint_pairs") or None for r in requests]
     outs = translator.translate([r["src"] for r in requests], config.eval.beam_size, config.eval.batch_size,
                                 **options)
     sink = open(output_path, "w", encoding="utf-8") if output_path else sys.stdout

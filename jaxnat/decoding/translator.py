@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from jaxnat.data.batching import bucket_lengths, eval_batches
+from jaxnat.data.phrase_pairs import encode_pairs
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.request import DecodeRequest, check_supported, pad_hypotheses, pad_phrases
 from jaxnat.errors import DataError
@@ -25,10 +26,12 @@ log = logging.getLogger("jaxnat")
 
 class Start(NamedTuple):
     """What one sentence asks beyond its source (target piece ids, no BOS/EOS): an initial hypothesis to
-    refine, or constraint phrases (hard = guaranteed). Both None: plain translation."""
+    refine, or constraint phrases (hard = guaranteed); and, for a model of vectorized constraints, constraint
+    pairs (source phrase, target phrase) as text. All None: plain translation."""
     init: list[int] | None = None
     phrases: list[list[int]] | None = None
     hard: bool = False
+    pairs: list[tuple[str, str]] | None = None
 
     def pieces(self) -> list[int]:
         """The starting hypothesis a refining model begins from, without BOS/EOS."""
@@ -85,15 +88,18 @@ class Translator:
         return notes
 
     def starts(self, inits: list | None = None, constraints: list | None = None,
-               hard: list | None = None, cut_long_inits: bool = False) -> list[Start]:
+               hard: list | None = None, cut_long_inits: bool = False, pairs: list | None = None,
+               drop_long_pairs: bool = False) -> list[Start]:
         """Per sentence, what it asks beyond the source, tokenised; checks the model can honour it.
 
         inits[i]: a target-side text to refine (post-editing), or None. constraints[i]: a list of phrases, or
         None; with hard[i] they must appear in the output (else they are soft: a starting point). A sentence
         takes an initial hypothesis or constraints, not both. A start longer than the model's maximum length
         (BOS/EOS included) is an error, or with ``cut_long_inits`` an initial hypothesis is cut to fit.
+        pairs[i]: (source phrase, target phrase) pairs, or None; more than data.max_pairs, or a phrase longer
+        than data.max_pair_pieces pieces, is an error, or with ``drop_long_pairs`` such pairs are left out.
         """
-        n = len(inits if inits is not None else constraints or [])
+        n = len(next(x for x in (inits, constraints, pairs, []) if x is not None))
         inits, constraints, hard = inits or [None] * n, constraints or [None] * n, hard or [False] * n
         room = self.spec.cfg.max_len - 2
         out = []
@@ -120,9 +126,25 @@ class Translator:
                 what = "initial hypothesis" if init is not None else "constraint set"
                 raise DataError(f"sentence {i + 1}: the {what} has {len(out[-1].pieces())} target pieces, more than "
                                 f"the {room} the model can hold (model.max_len {self.spec.cfg.max_len} with BOS/EOS)")
+            if pairs is not None and pairs[i]:
+                out[-1] = out[-1]._replace(pairs=[tuple(p) for p in pairs[i]])
+                if not drop_long_pairs:
+                    self.check_pairs(i, out[-1].pairs)
         check_supported(self.spec.name, self.spec.supports, init=any(s.init is not None for s in out),
-                        soft=any(s.phrases and not s.hard for s in out), hard=any(s.phrases and s.hard for s in out))
+                        soft=any(s.phrases and not s.hard for s in out), hard=any(s.phrases and s.hard for s in out),
+                        pairs=any(s.pairs for s in out))
         return out
+
+    def check_pairs(self, i: int, pairs: list[tuple[str, str]]) -> None:
+        """A one-line DataError when sentence i's pairs do not fit the model's pair shape."""
+        d = self.config.data
+        if len(pairs) > d.max_pairs:
+            raise DataError(f"sentence {i + 1}: {len(pairs)} constraint pairs; the model takes at most "
+                            f"data.max_pairs={d.max_pairs}")
+        for side, text in ((side, text) for pair in pairs for side, text in zip(("src", "tgt"), pair)):
+            if len(self.tokenizer.encode([text], side)[0]) > d.max_pair_pieces:
+                raise DataError(f"sentence {i + 1}: the constraint pair phrase {text!r} has more than "
+                                f"data.max_pair_pieces={d.max_pair_pieces} pieces")
 
     def output_capacity(self, src_len: int) -> int:
         """Static output length (BOS and EOS included) for sources padded to src_len."""
@@ -148,8 +170,13 @@ class Translator:
             c, p = phrases.shape[1:]
             constraints = np.pad(phrases, ((0, 0), (0, _round_up(c, 4) - c), (0, _round_up(p, 4) - p)))
             hard = np.asarray([s.hard for s in starts], bool)
-        return DecodeRequest(src, init, constraints, hard, self.rescorer, max_out=capacity, beam_size=beam_size,
-                             trace=trace)
+        pair_src = pair_tgt = None
+        if sup.pairs:  # every request, pairs or not, so that one program serves both
+            d = self.config.data
+            pair_src, pair_tgt, _ = encode_pairs([s.pairs or [] for s in starts], self.tokenizer.encode,
+                                                 d.max_pairs, d.max_pair_pieces)
+        return DecodeRequest(src, init, constraints, hard, self.rescorer, pair_src, pair_tgt, max_out=capacity,
+                             beam_size=beam_size, trace=trace)
 
     def translate_ids(self, src: list[np.ndarray], beam_size: int, batch_size: int,
                       starts: list[Start] | None = None, trace: bool = False) -> list[dict]:
@@ -168,11 +195,14 @@ class Translator:
 
     def translate(self, texts: list[str], beam_size: int, batch_size: int, inits: list | None = None,
                   constraints: list | None = None, hard: list | None = None,
-                  cut_long_inits: bool = False) -> list[dict]:
+                  cut_long_inits: bool = False, pairs: list | None = None,
+                  drop_long_pairs: bool = False) -> list[dict]:
         """Texts -> [{'hyp': str, 'score': float, and the model's counts}] in input order (`starts` for the
         other arguments)."""
         src, cut = self.encode(texts)
-        starts = self.starts(inits, constraints, hard, cut_long_inits) if (inits or constraints) else None
+        starts = None
+        if inits or constraints or pairs:
+            starts = self.starts(inits, constraints, hard, cut_long_inits, pairs, drop_long_pairs)
         notes = self.input_notes(texts, cut, inits, constraints, hard)
         outs = self.translate_ids(src, beam_size, batch_size, starts)
         results = []
@@ -182,24 +212,29 @@ class Translator:
             results.append({**r, **note})
         return results
 
-    def latency(self, texts: list[str], beam_size: int, constraints: list | None = None,
-                hard: list | None = None) -> float:
-        """ms per sentence at batch 1 (with the given constraints, if any), after a warm-up pass that compiles
-        every shape: model loading and compilation are excluded."""
+    def seconds_per_sentence(self, texts: list[str], beam_size: int, batch_size: int, constraints: list | None = None,
+                             hard: list | None = None, pairs: list | None = None) -> float:
+        """Seconds per sentence to translate ``texts`` at batch_size (with the given constraints and pairs, if
+        any), after a warm-up pass that compiles every shape: model loading and compilation are excluded."""
         src, _ = self.encode(texts)
-        starts = self.starts(None, constraints, hard) if constraints else None
-        self.translate_ids(src, beam_size, 1, starts)
+        starts = self.starts(None, constraints, hard, pairs=pairs, drop_long_pairs=True) if (
+            constraints or pairs) else None
+        self.translate_ids(src, beam_size, batch_size, starts)
         t0 = time.perf_counter()
-        self.translate_ids(src, beam_size, 1, starts)
-        return (time.perf_counter() - t0) / max(len(src), 1) * 1000.0
+        self.translate_ids(src, beam_size, batch_size, starts)
+        return (time.perf_counter() - t0) / max(len(src), 1)
 
-    def speed(self, texts: list[str], beam_size: int, latency_sentences: int, batch_size: int) -> dict:
+    def latency(self, texts: list[str], beam_size: int, constraints: list | None = None,
+                hard: list | None = None, pairs: list | None = None) -> float:
+        """ms per sentence at batch 1 (`seconds_per_sentence`)."""
+        return self.seconds_per_sentence(texts, beam_size, 1, constraints, hard, pairs) * 1000.0
+
+    def speed(self, texts: list[str], beam_size: int, latency_sentences: int, batch_size: int,
+              constraints: list | None = None, hard: list | None = None, pairs: list | None = None) -> dict:
         """Latency (ms/sentence at batch 1, over the first sentences) and throughput (sentences/s at
         batch_size, over all), both after a warm-up pass (compilation excluded)."""
-        latency = self.latency(texts[:latency_sentences], beam_size)
-        src, _ = self.encode(texts)
-        self.translate_ids(src, beam_size, batch_size)
-        t0 = time.perf_counter()
-        self.translate_ids(src, beam_size, batch_size)
-        throughput = len(src) / (time.perf_counter() - t0)
-        return {"latency_ms": latency, "sentences_per_s": throughput}
+        n = latency_sentences
+        first = lambda x: x[:n] if x is not None else None  # noqa: E731
+        latency = self.latency(texts[:n], beam_size, first(constraints), first(hard), first(pairs))
+        per_sentence = self.seconds_per_sentence(texts, beam_size, batch_size, constraints, hard, pairs)
+        return {"latency_ms": latency, "sentences_per_s": 1.0 / max(per_sentence, 1e-12)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 
 # model.name -> the module (under jaxnat.models) that builds it: the one list of model names
-MODELS = {"ar": "ar", "levt": "levt", "editor": "editor", "cmlm": "cmlm", "nat": "nat"}
+MODELS = {"ar": "ar", "levt": "levt", "editor": "editor", "cmlm": "cmlm", "nat": "nat", "vecconst": "vecconst"}
 
 
 def _module(name: str):
@@ -20,6 +20,13 @@ def _module(name: str):
 def supports(name: str):
     """The `Supports` of a model, without building it (config validation uses it)."""
     return _module(name).SUPPORTS
+
+
+def extends(name: str) -> tuple[str, tuple[str, ...]]:
+    """(the model whose parameters this one keeps under the same names, the config keys only this one has):
+    a run of that model can be this one's first training stage (train.init_from). ("", ()) for none."""
+    module = _module(name)
+    return getattr(module, "EXTENDS", ""), getattr(module, "OWN_KEYS", ())
 
 
 def build_model(config, src_vocab_size: int, tgt_vocab_size: int, pieces=None):

@@ -83,8 +83,8 @@ def ar_score(model: ARTransformer, params, src: jnp.ndarray, tgt: jnp.ndarray) -
 SUPPORTS = Supports(beam=True, hard_constraints=True)
 
 
-def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered: bool = False, beam_size: int,
-           length_penalty, max_len_a, max_len_b, max_out: int) -> dict:
+def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered: bool = False, continues=None,
+           beam_size: int, length_penalty, max_len_a, max_len_b, max_out: int) -> dict:
     """The AR searches behind one callback: greedy or beam search (`search.ar_search`), or with phrases
     (int32[B, C, P], an all-PAD row = none) the constrained beam search that guarantees them
     (`constrained.constrained_search`, DBA/VDBA; beam_size 1 is then a one-beam constrained search)."""
@@ -93,7 +93,8 @@ def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered
     src_len = token_mask(src).sum(axis=1)
     if phrases is None:
         return ar_search(tokens_to_logprobs, cache, src_len, **kwargs)
-    return constrained_search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, **kwargs)
+    return constrained_search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, continues=continues,
+                              **kwargs)
 
 
 def hard_phrases(request: DecodeRequest):
@@ -104,10 +105,12 @@ def hard_phrases(request: DecodeRequest):
 
 
 def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: int = 1, length_penalty=1.0,
-                max_len_a=1.2, max_len_b=10, max_out: int, phrases=None, ordered: bool = False) -> dict:
+                max_len_a=1.2, max_len_b=10, max_out: int, phrases=None, ordered: bool = False,
+                continues=None) -> dict:
     """Greedy, beam or constrained beam search (`search`) with the model's KV cache.
 
-    src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None. The
+    src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None (continues:
+    `constrained_search`'s). The
     source is encoded once and its memory repeated per beam (row b * beam_size + k). Returns
     {'tokens', 'score', 'length'} (and 'constraints_met' with phrases).
     """
@@ -124,13 +127,14 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
     def tokens_to_logprobs(tokens, cache, index):
         return model.apply(params, tokens, cache, index, src_mask, method=model.step)
 
-    return search(tokens_to_logprobs, cache, src, phrases=phrases, ordered=ordered, beam_size=beam_size,
-                  length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out)
+    return search(tokens_to_logprobs, cache, src, phrases=phrases, ordered=ordered, continues=continues,
+                  beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
+                  max_out=max_out)
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
-    del pieces  # no word-level rules
     module, e = ARTransformer(cfg), config.eval
+    continues = jnp.asarray(pieces.continues)  # hard constraints stay whole words
 
     def init(rng, batch):
         return module.init(rng, batch["src"][:1], batch["tgt"][:1, :-1])
@@ -139,7 +143,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         return ar_generate(module, params, request.src, beam_size=request.beam_size,
                            length_penalty=e.length_penalty, max_len_a=e.max_len_a, max_len_b=e.max_len_b,
                            max_out=request.max_out or capacity(request.src.shape[1]),
-                           phrases=hard_phrases(request), ordered=e.constraint_order == "given")
+                           phrases=hard_phrases(request), ordered=e.constraint_order == "given", continues=continues)
 
     def loss(params, batch, rng, train=True):
         return ar_loss(module, params, batch, rng, config.train.label_smoothing, train)

@@ -166,7 +166,7 @@ def vecconst_loss(model: VecConstTransformer, params, batch: dict, rng, *, label
 
 
 def vecconst_generate(module: VecConstTransformer, params, request: DecodeRequest, *, length_penalty, max_len_a,
-                      max_len_b, max_out: int, ordered: bool = False) -> dict:
+                      max_len_b, max_out: int, ordered: bool = False, continues=None) -> dict:
     """Greedy, beam or, with hard constraints in ``request``, constrained beam search (`ar.search`) with the
     pairs of ``request`` (none: an all-PAD pair per sentence)."""
     src, k = request.src, request.beam_size
@@ -182,20 +182,25 @@ def vecconst_generate(module: VecConstTransformer, params, request: DecodeReques
     def tokens_to_logprobs(tokens, cache, index):
         return module.apply(params, tokens, cache, index, memory_mask, member, method="pair_step")
 
-    return search(tokens_to_logprobs, cache, src, phrases=hard_phrases(request), ordered=ordered, beam_size=k,
-                  length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out)
+    return search(tokens_to_logprobs, cache, src, phrases=hard_phrases(request), ordered=ordered,
+                  continues=continues, beam_size=k, length_penalty=length_penalty, max_len_a=max_len_a,
+                  max_len_b=max_len_b, max_out=max_out)
 
 
 SUPPORTS = Supports(beam=True, hard_constraints=True, pairs=True)
+# stage 1 is a vanilla AR run (train.init_from): the parameters it shares keep their names here
+EXTENDS, OWN_KEYS = "ar", ("model.pair_attention", "model.pair_plug_in")
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
-    del pieces
     m, t, e = config.model, config.train, config.eval
+    continues = jnp.asarray(pieces.continues)  # hard constraints stay whole words
     module = VecConstTransformer(cfg, m.pair_attention, m.pair_plug_in, m.pair_renormalise)
 
-    def init(rng, batch):
-        return module.init(rng, batch["src"][:1], batch["tgt"][:1, :-1], batch["pair_src"][:1], batch["pair_tgt"][:1])
+    def init(rng, batch):  # the parameters' shapes do not depend on the pairs': one empty pair without them
+        no_pair = jnp.full((1, 1, 1), PAD_ID, jnp.int32)
+        return module.init(rng, batch["src"][:1], batch["tgt"][:1, :-1], batch.get("pair_src", no_pair)[:1],
+                           batch.get("pair_tgt", no_pair)[:1])
 
     def loss(params, batch, rng, train=True):
         return vecconst_loss(module, params, batch, rng, label_smoothing=t.label_smoothing, alpha=t.pair_alpha,
@@ -206,6 +211,6 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     def generate(params, request: DecodeRequest) -> dict:
         return vecconst_generate(module, params, request, length_penalty=e.length_penalty, max_len_a=e.max_len_a,
                                  max_len_b=e.max_len_b, max_out=request.max_out or capacity(request.src.shape[1]),
-                                 ordered=e.constraint_order == "given")
+                                 ordered=e.constraint_order == "given", continues=continues)
 
     return ModelSpec("vecconst", cfg, module, init, loss, generate, capacity, SUPPORTS)

@@ -17,13 +17,14 @@ import numpy as np
 import optax
 from tqdm import tqdm
 
-from jaxnat.config import check_matches_workdir
+from jaxnat.config import check_matches_workdir, workdir_config
 from jaxnat.data.batching import TrainBatcher, bucket_lengths, eval_batches, prefetch, prepare_with_init
-from jaxnat.data.sources import load_corpus, load_inits
+from jaxnat.data.phrase_pairs import encode_pairs
+from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.tokenizer import Tokenizer
 from jaxnat.errors import JaxnatError
 from jaxnat.evaluation.metrics import bleu
-from jaxnat.models import build_model, count_params
+from jaxnat.models import build_model, count_params, extends
 from jaxnat.training import mesh as mesh_lib
 from jaxnat.training.checkpoint import Checkpoints
 from jaxnat.training.optim import make_optimizer
@@ -77,6 +78,21 @@ def make_eval_step(spec):
     return step
 
 
+def _merge(initial, restored, fresh: list, path: str = ""):
+    """``initial`` (a nested dict of parameters) with every leaf that ``restored`` has at the same path;
+    appends to ``fresh`` the top-level names of the subtrees only ``initial`` has."""
+    if not isinstance(initial, dict):
+        return restored
+    out = {}
+    for k, v in initial.items():
+        if k in restored:
+            out[k] = _merge(v, restored[k], fresh, f"{path}/{k}")
+        else:
+            out[k] = v
+            fresh.append(f"{path}/{k}".lstrip("/"))
+    return out
+
+
 class Trainer:
     """Holds one run: config, workdir, data, model, optimizer, checkpoints."""
 
@@ -85,13 +101,14 @@ class Trainer:
         d = config.data
         self.corpus = load_corpus(d)  # first: a bad data path fails before anything is written
         self.inits = load_inits(d, self.corpus)  # {split: initial hypotheses}; {} without data.init_lang
+        self.pairs = load_pairs(d, self.corpus)  # {split: constraint pairs per sentence}; {} without data.pairs_dir
         check_matches_workdir(config, workdir)  # before anything in the workdir is written
         os.makedirs(workdir, exist_ok=True)
         with open(os.path.join(workdir, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=2, sort_keys=True))
         train_src, train_tgt = self.corpus["train"]
-        if config.train.init_from:  # a fine-tuning phase: the same model and vocabulary as the run it starts from
-            check_matches_workdir(config, config.train.init_from)
+        if config.train.init_from:  # the same model (or the one it extends) and vocabulary as the run it starts from
+            check_matches_workdir(config, config.train.init_from, self.stage_keys(config.train.init_from))
         if d.spm_from or config.train.init_from:
             Tokenizer.copy_models(d.spm_from or config.train.init_from, workdir)
         self.tokenizer = Tokenizer.train_or_load(workdir, train_src, train_tgt, d.vocab_size, joint=d.joint_vocab,
@@ -111,21 +128,33 @@ class Trainer:
         prepare_with_init).
 
         init is None without data.init_lang; it is tokenized with the target model, as it is a target-language
-        hypothesis that the model edits into the reference.
+        hypothesis that the model edits into the reference. extras: for a model that reads constraint pairs,
+        'pair_src' and 'pair_tgt' (`encode_pairs`).
         """
         src, tgt = self.corpus[split]
         src_ids = self.tokenizer.encode(src, "src")
         tgt_ids = self.tokenizer.encode(tgt, "tgt")
         init_ids = self.tokenizer.encode(self.inits[split], "tgt") if split in self.inits else None
-        return prepare_with_init(src_ids, tgt_ids, init_ids, self.config.data.max_len, self.config.data.truncate)
+        extras = None
+        if self.spec.supports.pairs:
+            pair_src, pair_tgt, counts = self.pair_arrays(self.pairs[split])
+            log.info("%s constraint pairs: %s", split, counts)
+            extras = {"pair_src": pair_src, "pair_tgt": pair_tgt}
+        return prepare_with_init(src_ids, tgt_ids, init_ids, self.config.data.max_len, self.config.data.truncate,
+                                 extras=extras)
+
+    def pair_arrays(self, pairs):
+        """Constraint pairs per sentence → (pair_src, pair_tgt, counts) of `encode_pairs` at the data's shape."""
+        d = self.config.data
+        return encode_pairs(pairs, self.tokenizer.encode, d.max_pairs, d.max_pair_pieces)
 
     def make_batcher(self) -> TrainBatcher:
-        src, tgt, init, counts, _ = self.encoded_split("train")
+        src, tgt, init, counts, extras = self.encoded_split("train")
         log.info("train pairs: %s", counts)
         if not src:
             raise TrainingError("no training pair is left after filtering; raise data.max_len or set data.truncate=true")
         return TrainBatcher(src, tgt, self.config.data.batch_tokens, self.buckets, self.config.train.seed,
-                            multiple_of=jax.device_count(), init=init)
+                            multiple_of=jax.device_count(), init=init, extras=extras)
 
     # -- state -----------------------------------------------------------------------------------------
     def init_state(self, example_batch):
@@ -152,26 +181,52 @@ class Trainer:
         log.info("compiled the train step for %d batch shapes", len(compiled))
         return compiled
 
-    def start_from(self, state, workdir: str):
+    def stage_keys(self, workdir: str) -> tuple[str, ...]:
+        """The model keys that may differ from the run in ``workdir`` that this one starts from: none for the
+        same model; the model name and this model's own keys where this model extends the one trained there."""
+        source = workdir_config(workdir).model.name
+        if source == self.config.model.name:
+            return ()
+        parent, own = extends(self.config.model.name)
+        if source != parent:
+            raise TrainingError(f"train.init_from={workdir} trained model {source!r}; model "
+                                f"{self.config.model.name!r} starts from a run of itself"
+                                + (f" or of {parent!r}" if parent else ""))
+        return ("model.name",) + own
+
+    def start_from(self, state, workdir: str, example_batch):
         """``state`` with the best parameters of the run in ``workdir`` (train.init_from); optimizer and step
-        stay fresh."""
+        stay fresh. From a run of the model this one extends, the parameters it has are taken by name and the
+        others keep their initialisation."""
         if not os.path.isdir(os.path.join(workdir, "checkpoints", "best")):
             raise TrainingError(f"train.init_from={workdir}: no best checkpoint there (train that run first)")
+        source_config = workdir_config(workdir)
+        if source_config.model.name == self.config.model.name:
+            target = state["params"]
+        else:  # the structure of the source's parameters, to restore them into
+            cfg = self.spec.cfg
+            source_spec = build_model(source_config, cfg.src_vocab_size, cfg.tgt_vocab_size)
+            target = jax.jit(source_spec.init)(jax.random.PRNGKey(0),
+                                               {k: jnp.asarray(example_batch[k][:1]) for k in ("src", "tgt")})
         source = Checkpoints(workdir, 1)
-        params = source.restore_best(state["params"])
+        params = source.restore_best(target)
         source.close()
         if params is None:
             raise TrainingError(f"train.init_from={workdir}: its best checkpoint is unreadable")
-        log.info("starting from the best parameters of %s", workdir)
+        fresh = []
+        params = _merge(state["params"], params, fresh)
+        log.info("starting from the best parameters of %s%s", workdir,
+                 f" (new here, from their initialisation: {', '.join(fresh)})" if fresh else "")
         return {**state, "params": params}
 
     # -- validation --------------------------------------------------------------------------------------
     def validate(self, params, valid_data, translator) -> dict:
-        """valid_loss and valid_nll of valid_data = (src, tgt, init or None) from `encoded_split`, and
-        valid_bleu of the first train.valid_bleu_sentences valid sentences decoded from scratch."""
-        src, tgt, init = valid_data
+        """valid_loss and valid_nll of valid_data (the `Prepared` of `encoded_split`), and valid_bleu of the
+        first train.valid_bleu_sentences valid sentences decoded from scratch (with their constraint pairs, for
+        a model that reads them)."""
         totals = {"loss": 0.0, "nll": 0.0, "count": 0.0}
-        for _, batch in eval_batches(src, tgt, self.config.eval.batch_size, self.buckets, init=init):
+        for _, batch in eval_batches(valid_data.src, valid_data.tgt, self.config.eval.batch_size, self.buckets,
+                                     init=valid_data.init, extras=valid_data.extras):
             out = jax.device_get(self._eval_step(params, batch))
             for k in totals:
                 totals[k] += float(out[k])
@@ -179,8 +234,11 @@ class Trainer:
         result = {"valid_loss": totals["loss"] / n, "valid_nll": totals["nll"] / n}
         k = self.config.train.valid_bleu_sentences
         srcs, refs = self.corpus["valid"][0][:k], self.corpus["valid"][1][:k]
+        pairs = self.pairs["valid"][:k] if self.spec.supports.pairs else None
         translator.params = params
-        hyps = [o["hyp"] for o in translator.translate(srcs, self.config.eval.valid_beam_size, self.config.eval.batch_size)]
+        hyps = [o["hyp"] for o in translator.translate(srcs, self.config.eval.valid_beam_size,
+                                                       self.config.eval.batch_size, pairs=pairs,
+                                                       drop_long_pairs=True)]
         result["valid_bleu"] = bleu(hyps, refs)[0]
         return result
 
@@ -201,11 +259,11 @@ class Trainer:
             state = restored
             log.info("resumed from step %d", int(state["step"]))
         elif t.init_from:
-            state = self.start_from(state, t.init_from)
+            state = self.start_from(state, t.init_from, batcher.batch(0))
         start = int(state["step"])
         best = self.ckpt.best_meta() or {"bleu": -1.0, "step": -1}
 
-        valid_data = self.encoded_split("valid")[:3]  # (src, tgt, init or None)
+        valid_data = self.encoded_split("valid")
         translator = Translator(self.spec, state["params"], self.tokenizer, cfg)
         self._eval_step = jax.jit(make_eval_step(self.spec))
         root_key = jax.random.PRNGKey(t.seed + 1)

@@ -1,0 +1,26 @@
+"""Vectorized lexical constraints on Multi30k En→De, stage 2 (Wang et al. 2022, §4.1): all parameters trained,
+starting from the AR run of stage 1 (configs/ar/multi30k.py, whose parameters keep their names here; the new
+ones — pair attention, adapters, plug-in gate — start from their initialisation), on 1–3 constraint pairs a
+sentence from eflomal alignments (python -m jaxnat.data.alignment), α / β = 0.8 / 0.2 for beam search.
+
+python -m jaxnat.data.alignment --data-dir ../shared/data/multi30k --src en --tgt de \
+    --splits val,test_2016_flickr --output runs/align-multi30k --code-switch
+python -m jaxnat.main --config configs/vecconst/multi30k.py --workdir runs/vecconst-multi30k \
+    --config.train.init_from=runs/ar-multi30k --config.data.pairs_dir=runs/align-multi30k
+The whole pipeline (both stages, every variant): launch/multi30k_vecconst.sh.
+"""
+
+import os
+
+from jaxnat.config import load_config
+
+
+def get_config():
+    c = load_config(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ar", "multi30k.py"))
+    c.model.name = "vecconst"
+    c.data.update(pairs_dir="runs/align-multi30k")
+    # the second stage: short, at a constant rate near the end of stage 1's schedule
+    c.train.update(init_from="runs/ar-multi30k", pair_alpha=0.8, pair_beta=0.2, steps=1000, lr_schedule="constant",
+                   lr=1e-4, warmup_steps=0, eval_every=250, checkpoint_every=100)
+    c.eval.update(throughput_batch=128)
+    return c

@@ -1,0 +1,25 @@
+"""Vectorized lexical constraints with Transformer-base on WMT14 En→De (the paper's base recipe), for GPU
+machines; stage 2 of two, starting from the AR run of configs/ar/wmt14_en_de.py trained on the same text files.
+
+The corpus as text files {train,newstest2013,newstest2014}.{en,de} in data/wmt14_en_de (the aligner reads text),
+its constraint pairs beside it:
+python -m jaxnat.data.alignment --data-dir data/wmt14_en_de --src en --tgt de --splits newstest2013,newstest2014
+python -m jaxnat.main --config configs/vecconst/wmt14_en_de.py --workdir runs/vecconst-wmt14 \
+    --config.train.init_from=runs/ar-wmt14
+α / β = 0.8 / 0.2 for beam search; --config.train.pair_alpha=0.5 --config.train.pair_beta=0.5 for VDBA.
+"""
+
+import os
+
+from jaxnat.config import load_config
+
+
+def get_config():
+    c = load_config(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ar", "wmt14_en_de.py"))
+    c.model.name = "vecconst"
+    c.data.update(source="text", dir="data/wmt14_en_de", train_split="train", valid_split="newstest2013",
+                  test_splits="newstest2014", pairs_dir="data/wmt14_en_de")
+    c.train.update(init_from="runs/ar-wmt14", pair_alpha=0.8, pair_beta=0.2, steps=20000,
+                   lr_schedule="constant", lr=1e-4, warmup_steps=0, eval_every=2000)
+    c.eval.update(throughput_batch=128)
+    return c

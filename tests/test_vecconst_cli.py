@@ -1,0 +1,71 @@
+"""Vectorized constraints end to end on a tiny workdir: stage 2 started from an AR run (train.init_from: the AR
+parameters by name, the new ones from their initialisation), training on the synthetic corpus's lexicon pairs,
+evaluation rows with the pairs (beam search and constrained beam search, CSR), and `--mode translate` with
+"constraint_pairs", with and without hard constraints."""
+
+import json
+
+import pytest
+
+from tests.test_translate import _main as _run  # the CLI on the tiny config, in a subprocess
+
+
+def _main(workdir, *args, stdin=None):
+    return _run(workdir, "--config.model.name=vecconst", "--config.data.pairs_dir=synthetic",
+                "--config.data.max_pair_pieces=6", "--config.data.bucket_multiple=48", *args, stdin=stdin)
+
+
+@pytest.fixture(scope="module")
+def stage2(tmp_path_factory, ar_run):
+    workdir = tmp_path_factory.mktemp("tiny-vecconst") / "run"
+    result = _main(workdir, f"--config.train.init_from={ar_run}", "--config.train.steps=6", "--config.train.eval_every=6",
+                   "--config.train.lr_schedule=constant", "--config.train.warmup_steps=0",
+                   "--config.eval.latency_sentences=2", "--config.eval.throughput_batch=16")
+    assert result.returncode == 0, result.stderr
+    return workdir, result.stderr
+
+
+def test_stage_two_starts_from_the_ar_run(stage2):
+    _, log = stage2
+    assert "starting from the best parameters of" in log
+    new = log.split("new here, from their initialisation: ")[1].split(")")[0].split(", ")
+    assert "params/pair_align" in new and "params/gate_out" in new and "params/encoder" not in new
+    assert "train constraint pairs: {'pairs':" in log
+
+
+def test_metrics_have_the_pair_rows(stage2):
+    workdir, _ = stage2
+    metrics = json.load(open(workdir / "metrics.json"))
+    for row in ("test+pairs", "test+pairs_hard"):
+        assert {"bleu", "cpr", "latency_ms", "sentences_per_s"} <= set(metrics[row]), row
+    assert metrics["test+pairs_hard"]["cpr"] == 100.0  # the target phrases, guaranteed
+    assert (workdir / "hyps" / "test.pairs.txt").exists()
+
+
+def test_translate_with_constraint_pairs(stage2):
+    workdir, _ = stage2
+    lines = [json.dumps({"src": "the dog sees a cat .", "constraint_pairs": [["dog", "kelo"], ["cat", "mirka"]]}),
+             json.dumps({"src": "the dog sees a cat .", "constraint_pairs": [["dog", "kelo"]], "constraints": ["kelo"],
+                         "hard": True}),
+             json.dumps({"src": "a house ."})]
+    result = _main(workdir, "--mode", "translate", "--config.eval.beam_size=2", stdin="\n".join(lines) + "\n")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert len(rows) == 3 and "kelo" in rows[1]["hyp"].split()
+
+
+@pytest.mark.parametrize("line, message", [
+    ({"src": "a dog .", "constraint_pairs": [["dog"]]}, "pairs of non-empty strings"),
+    ({"src": "a dog .", "constraint_pairs": [["a", "b"]] * 4}, "data.max_pairs=3"),
+    ({"src": "a dog .", "constraint_pairs": [["dog", " ".join(["kelo"] * 7)]]}, "data.max_pair_pieces=6"),
+])
+def test_bad_constraint_pairs(stage2, line, message):
+    workdir, _ = stage2
+    result = _main(workdir, "--mode", "translate", stdin=json.dumps(line) + "\n")
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_pairs_need_a_model_that_reads_them(ar_run):
+    result = _run(ar_run, "--mode", "translate", stdin=json.dumps({"src": "a dog .", "constraint_pairs": [["dog", "kelo"]]}))
+    assert result.returncode == 2 and "does not take constraint pairs" in result.stderr, result.stderr
