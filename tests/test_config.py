@@ -23,6 +23,14 @@ def test_shipped_configs_load_and_validate(path):
     assert set(leaf_keys(config)) == set(leaf_keys(default_config()))
 
 
+@pytest.mark.parametrize("name, alpha, beta", [("demo", 0.8, 0.2), ("demo_vdba", 0.5, 0.5), ("multi30k", 0.8, 0.2),
+                                               ("multi30k_vdba", 0.5, 0.5), ("wmt14_en_de", 0.8, 0.2)])
+def test_vecconst_loss_weights_follow_the_decoding_mode(name, alpha, beta):
+    """Wang et al. App. B: α/β = 0.8/0.2 for a model decoded with beam search, 0.5/0.5 with VDBA."""
+    t = build_config(os.path.join(ROOT, "configs", "vecconst", f"{name}.py"), []).train
+    assert (t.pair_alpha, t.pair_beta) == (alpha, beta)
+
+
 def test_overrides_are_typed():
     c = default_config()
     for key, value in parse_overrides(["--config.train.steps=7", "--config.train.lr", "0.5",

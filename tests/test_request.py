@@ -84,10 +84,13 @@ def test_padding_helpers():
 
 def test_what_each_model_supports_is_checked_in_one_line():
     check_supported("levt", supports("levt"), init=True, soft=True, hard=True, trace=True)
-    for kwargs, what in [({"init": True}, "initial hypotheses"), ({"hard": True}, "hard constraints"),
+    check_supported("ar", supports("ar"), hard=True, beam_size=4)  # constrained beam search
+    for kwargs, what in [({"init": True}, "initial hypotheses"), ({"pairs": True}, "constraint pairs"),
                          ({"soft": True}, "soft constraints"), ({"trace": True}, "edit traces")]:
         with pytest.raises(DataError, match=f"model 'ar' does not take {what}"):
             check_supported("ar", supports("ar"), **kwargs)
+    with pytest.raises(DataError, match="model 'cmlm' does not take constraint pairs"):
+        check_supported("cmlm", supports("cmlm"), pairs=True)
     with pytest.raises(DataError, match="beam search"):
         check_supported("editor", supports("editor"), beam_size=4)
     check_supported("x", Supports(beam=True), beam_size=4)
@@ -96,7 +99,8 @@ def test_what_each_model_supports_is_checked_in_one_line():
 def test_every_model_declares_its_counts_and_generate_reports_them():
     """Each registered model builds, and generate returns tokens, score and exactly the counts it declares."""
     for name in MODELS:
-        config = build_config("tests/configs/tiny.py", [f"--config.model.name={name}", "--config.eval.beam_size=1"])
+        config = build_config("tests/configs/tiny.py", [f"--config.model.name={name}", "--config.eval.beam_size=1",
+                                                        "--config.data.pairs_dir=synthetic"])
         spec = build_model(config, 40, 40)
         src = jnp.asarray([[BOS_ID, 7, 8, EOS_ID]], jnp.int32)
         params = spec.init(jax.random.PRNGKey(0), {"src": src, "tgt": src})

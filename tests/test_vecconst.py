@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from jaxnat.config import build_config
-from jaxnat.data.vocab import NUM_RESERVED, PAD_ID
+from jaxnat.data.vocab import NUM_RESERVED, PAD_ID, PieceTables
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models.ar import ARTransformer
 from jaxnat.models.transformer import config_from
@@ -26,7 +26,7 @@ def _spec(*overrides):
     """The model on the tiny config (built directly: `model.name=vecconst` joins the registry with its
     constraint-pair batches)."""
     config = build_config(TINY, ["--config.model.positions=learned", *overrides])
-    return build_spec(config, config_from(config.model, V, V), None)
+    return build_spec(config, config_from(config.model, V, V), PieceTables.every_piece_a_word(V))
 
 
 def with_pairs(batch, seed, n=3, ps=3, pt=4, empty_rows=(1,)):
