@@ -2,7 +2,12 @@
 
     python bench/decode_speed.py --run configs/ar/multi30k.py:runs/ar-multi30k \
         --run configs/levt/multi30k.py:runs/levt-kd-multi30k \
-        --config.data.dir=../shared/data/multi30k [--repeats 3] [--sentences 100]
+        --config.data.dir=../shared/data/multi30k [--repeats 3] [--sentences 100] [--batch 64] [--pairs]
+
+With --pairs (and data.pairs_dir in the configs or overrides) the AR models are also timed with the test split's
+constraint pairs, beam 4: a model of vectorized constraints with the pairs as input, and every AR model with the
+pairs' target phrases as hard constraints (constrained beam search) — the vectorized-constraints paper's
+Table 5, with each row's speed relative to the first run's plain beam search.
 
 Each --run is CONFIG:WORKDIR, or a WORKDIR alone (the config it was trained with); overrides after the flags
 apply to every run. AR models are timed greedy and with beam 4, refining models (LevT, EDITOR) with their
@@ -23,7 +28,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from jaxnat.config import apply_override, build_config, parse_overrides, workdir_config  # noqa: E402
-from jaxnat.data.sources import load_corpus  # noqa: E402
+from jaxnat.data.sources import load_corpus, load_pairs  # noqa: E402
 from jaxnat.restore import load_translator  # noqa: E402
 
 
@@ -33,6 +38,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sentences", type=int, default=100, help="sentences timed at batch 1")
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--pairs", action="store_true", help="also time with the test split's constraint pairs")
     args, overrides = parser.parse_known_args()
     logging.basicConfig(level=logging.WARNING)
     modes, srcs, split = [], None, None
@@ -48,23 +54,36 @@ def main():
             corpus = load_corpus(config.data)
             split = [s for s in corpus if s not in ("train", "valid")][0]
             srcs = corpus[split][0]
+            pairs = load_pairs(config.data, corpus).get(split) if args.pairs else None
+            if args.pairs and pairs is None:
+                sys.exit(f"--pairs: no constraint pairs for {split} (set data.pairs_dir)")
         translator = load_translator(config, workdir)
         name = f"{translator.spec.name} ({workdir})"
         beams = (1, 4) if translator.spec.supports.beam else (1,)
         for beam in beams:
             label = f"{name}, beam {beam}" if beam > 1 else f"{name}, {'greedy' if len(beams) > 1 else 'decoding'}"
-            modes.append((label, translator, beam))
-    results = {label: [] for label, _, _ in modes}
+            modes.append((label, translator, beam, {}))
+        sup = translator.spec.supports
+        if pairs and sup.pairs:
+            modes.append((f"{name}, with the pairs, beam 4", translator, 4, dict(pairs=pairs)))
+        if pairs and sup.hard_constraints:
+            targets = [[t for _, t in p] or None for p in pairs]
+            modes.append((f"{name}, the pairs' targets hard (VDBA), beam 4", translator, 4,
+                          dict(constraints=targets, hard=[True] * len(srcs), pairs=pairs if sup.pairs else None)))
+    results = {label: [] for label, _, _, _ in modes}
     for _ in range(args.repeats):
-        for label, translator, beam in modes:
-            results[label].append(translator.speed(srcs, beam, args.sentences, args.batch))
+        for label, translator, beam, starts in modes:
+            results[label].append(translator.speed(srcs, beam, args.sentences, args.batch, **starts))
+    medians = {label: (statistics.median(r["latency_ms"] for r in runs),
+                       statistics.median(r["sentences_per_s"] for r in runs)) for label, runs in results.items()}
+    base = next((m for (label, *_), m in zip(modes, medians.values()) if label.endswith("beam 4")), None)
     print(f"| decoding ({split}, {len(srcs)} sentences) | latency, batch 1 (ms/sentence) | "
-          f"throughput, batch {args.batch} (sentences/s) |")
-    print("|---|---|---|")
-    for label, runs in results.items():
-        lat = statistics.median(r["latency_ms"] for r in runs)
-        thr = statistics.median(r["sentences_per_s"] for r in runs)
-        print(f"| {label} | {lat:.1f} | {thr:.1f} |")
+          f"throughput, batch {args.batch} (sentences/s) | relative to the first beam 4 (batch 1 / batch "
+          f"{args.batch}) |")
+    print("|---|---|---|---|")
+    for label, (lat, thr) in medians.items():
+        rel = f"{base[0] / lat:.2f}× / {thr / base[1]:.2f}×" if base else "–"
+        print(f"| {label} | {lat:.1f} | {thr:.1f} | {rel} |")
     print(f"\nmedian of {args.repeats} repeats; batch-1 latency over the first {args.sentences} sentences")
 
 
