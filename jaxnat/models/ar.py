@@ -134,7 +134,7 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     module, e = ARTransformer(cfg), config.eval
-    continues = jnp.asarray(pieces.continues)  # hard constraints stay whole words
+    continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None  # hard constraints: whole words
 
     def init(rng, batch):
         return module.init(rng, batch["src"][:1], batch["tgt"][:1, :-1])

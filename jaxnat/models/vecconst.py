@@ -194,7 +194,7 @@ EXTENDS, OWN_KEYS = "ar", ("model.pair_attention", "model.pair_plug_in")
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     m, t, e = config.model, config.train, config.eval
-    continues = jnp.asarray(pieces.continues)  # hard constraints stay whole words
+    continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None  # hard constraints: whole words
     module = VecConstTransformer(cfg, m.pair_attention, m.pair_plug_in, m.pair_renormalise)
 
     def init(rng, batch):  # the parameters' shapes do not depend on the pairs': one empty pair without them
