@@ -53,7 +53,7 @@ def full_tokens_per_s(config, workdir: str, steps: int) -> float:
     config.train.log_every = steps
     trainer = Trainer(config, workdir)
     trainer.train()
-    windows = [h["tokens_per_s"] for h in trainer.history if "tokens_per_s" in h]
+    windows = [h["tokens_per_s"] for h in trainer.history.entries if "tokens_per_s" in h]
     return windows[-1]  # the second window: every shape compiled during the first
 
 

@@ -35,6 +35,8 @@ CHOICES = {
     "eval.length_beam_mode": ("top", "centred"),
     "eval.constraint_order": ("any", "given"),
     "eval.candidate_score": ("probability", "log_probability"),
+    "eval.params": ("best", "averaged"),
+    "eval.average_of": ("last", "best"),
 }
 
 
@@ -46,6 +48,7 @@ RANGES = {
         "model.max_len", "data.max_len", "data.batch_tokens", "data.vocab_size", "data.bucket_multiple",
         "data.synthetic_train", "data.synthetic_valid", "data.synthetic_test", "train.steps", "train.lr",
         "train.adam_eps", "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
+        "train.keep_best",
         "train.max_bad_steps", "eval.beam_size", "eval.batch_size", "eval.throughput_batch",
         "eval.length_cap_ratio", "eval.valid_beam_size", "eval.mask_predict_iter", "eval.length_beam",
         "train.coverage_iterations", "eval.coverage_iterations", "data.max_pairs", "data.max_pair_pieces")},
@@ -59,7 +62,7 @@ RANGES = {
         "train.warmup_steps", "train.warmup_init_lr", "train.weight_decay", "train.clip_norm",
         "train.valid_bleu_sentences", "eval.length_penalty", "eval.max_len_a", "eval.max_len_b",
         "eval.latency_sentences", "eval.max_iter", "eval.placeholder_penalty", "eval.length_cap_min",
-        "eval.trace_sentences", "train.length_loss_weight", "train.sca_weight")},
+        "eval.trace_sentences", "train.length_loss_weight", "train.sca_weight", "eval.average_checkpoints")},
     "data.bucket_growth": ("[1", None),
     "data.synthetic_lexicon": ("(0", "1]"), "data.synthetic_synonyms": ("[0", "1]"),
 }
@@ -139,7 +142,9 @@ def default_config() -> ml_collections.ConfigDict:
         lr_schedule="inverse_sqrt",
         adam_b1=0.9, adam_b2=0.98, adam_eps=1e-8, weight_decay=0.0, clip_norm=0.0,  # clip_norm 0: off
         label_smoothing=0.1, seed=0,
-        log_every=100, eval_every=2000, checkpoint_every=1000, keep_checkpoints=3,
+        # keep_checkpoints: the newest training states kept; keep_best: the parameters of the best validations
+        # kept (more than one for averaging the best N: eval.average_of=best)
+        log_every=100, eval_every=2000, checkpoint_every=1000, keep_checkpoints=3, keep_best=1,
         max_bad_steps=5,  # consecutive non-finite steps before the run stops
         valid_bleu_sentences=1000,  # sentences of the valid split decoded for validation BLEU
         # edit-based models: roll-in mixtures, per sentence. LevT (Algorithm 1; 0, 0 = the reference code's):
@@ -185,6 +190,10 @@ def default_config() -> ml_collections.ConfigDict:
         beam_size=4, length_penalty=1.0, max_len_a=1.2, max_len_b=10, batch_size=64,
         valid_beam_size=1,  # beam used for periodic validation BLEU (greedy is faster)
         latency_sentences=100, throughput_batch=64,
+        # the parameters decoded: "best" (best validation BLEU), or "averaged" (written by --mode average).
+        # average_checkpoints N > 0 decodes instead the mean of N checkpoints: the newest N training states
+        # (average_of="last") or the N best validations (average_of="best"; train.keep_best must be >= N)
+        params="best", average_checkpoints=0, average_of="last",
         # refinement decoding (levt, editor)
         max_iter=9, placeholder_penalty=0.0, length_cap_min=10, length_cap_ratio=2.0, run_all_iterations=False,
         deletion_reward=0.0,  # EDITOR: added to the delete column of the reposition scores

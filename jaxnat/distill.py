@@ -110,28 +110,6 @@ def planned_files(names: dict[str, str], corpus: dict, src_lang: str, tgt_lang: 
     return list(dict.fromkeys(files))
 
 
-def checkpoint_used(config, workdir: str) -> dict:
-    """Which checkpoint `load_translator` restores: {'kind': 'best', 'step', 'valid_bleu'} or {'kind': 'last',
-    'step'} (the newest training state when no validation ran yet)."""
-    if not os.path.isdir(os.path.join(workdir, "spm")):
-        raise JaxnatError(f"{workdir} holds no trained run (no spm/ directory); train first with --mode train")
-    if not os.path.isdir(os.path.join(workdir, "checkpoints")):
-        raise JaxnatError(f"{workdir} has no checkpoint yet; train first with --mode train")
-    from jaxnat.training.checkpoint import Checkpoints
-
-    ckpt = Checkpoints(workdir, config.train.keep_checkpoints)
-    try:
-        meta = ckpt.best_meta()
-        if meta is not None:
-            return {"kind": "best", "step": int(meta["step"]), "valid_bleu": float(meta["bleu"])}
-        step = ckpt.latest_step()
-        if step is None:
-            raise JaxnatError(f"{workdir} has no checkpoint yet; train first with --mode train")
-        return {"kind": "last", "step": int(step)}
-    finally:
-        ckpt.close()
-
-
 def decoding_settings(config) -> dict:
     """The settings that change the teacher's output (batch size does not)."""
     e = config.eval
@@ -329,6 +307,8 @@ def distill(config, teacher_workdir: str, out_dir: str, *, config_path: str = ""
     """
     import jax
 
+    from jaxnat.restore import load_translator, params_choice
+
     if chunk_size < 1:
         raise ConfigError(f"chunk size must be positive, got {chunk_size}")
     if jax.process_count() > 1:
@@ -340,7 +320,7 @@ def distill(config, teacher_workdir: str, out_dir: str, *, config_path: str = ""
     sources, references = corpus["train"]
     identity = {
         "teacher_workdir": os.path.realpath(teacher_workdir),
-        "checkpoint": checkpoint_used(config, teacher_workdir),
+        "checkpoint": params_choice(config, teacher_workdir),
         "decoding": decoding_settings(config),
         "sentences": len(sources),
         "sources_sha256": sources_fingerprint(sources),
@@ -353,8 +333,6 @@ def distill(config, teacher_workdir: str, out_dir: str, *, config_path: str = ""
                  "to do", out_dir, finished["sentences"], finished["teacher_workdir"], finished["checkpoint"]["kind"],
                  finished["checkpoint"]["step"])
         return finished
-
-    from jaxnat.restore import load_translator
 
     translator = load_translator(config, teacher_workdir)
     parts = Parts(out_dir, identity, chunk_size)

@@ -1,9 +1,11 @@
 """Command line: `python -m jaxnat.main --config configs/<model>/<name>.py --workdir DIR
-[--mode train|eval|translate|distill] [--input F] [--output F] [--config.a.b=value ...]`.
+[--mode train|eval|translate|distill|average|curves] [--input F] [--output F] [--config.a.b=value ...]`.
 
 train (default): trains, checkpoints, then evaluates the best checkpoint on the test splits.
 eval: evaluates a trained workdir.  translate: plain or JSON lines in, JSON lines out.
 distill: the trained (AR) workdir translates the training sources into the text corpus --output DIR.
+average: writes the average of eval.average_checkpoints checkpoints (eval.average_of) into the workdir.
+curves: draws <workdir>/curves.png from the run's history (no --config needed).
 User errors (config, data, files) print one line and exit with code 2.
 """
 
@@ -16,6 +18,7 @@ import sys
 from jaxnat.errors import ConfigError, JaxnatError
 
 log = logging.getLogger("jaxnat")
+MODES = ("train", "eval", "translate", "distill", "average", "curves")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -23,20 +26,23 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message):
         sys.stderr.write(f"jaxnat: error: {message}\nusage: {self.prog} --config FILE --workdir DIR "
-                         f"[--mode train|eval|translate|distill] [--config.KEY=VALUE ...] (--help for more)\n")
+                         f"[--mode {'|'.join(MODES)}] [--config.KEY=VALUE ...] (--help for more)\n")
         sys.exit(2)
 
 
 def parse_args(argv):
     parser = _Parser(prog="python -m jaxnat.main", description=__doc__.split("\n")[0], allow_abbrev=False)
-    parser.add_argument("--config", required=True, help="a config file, e.g. configs/ar/demo.py")
+    parser.add_argument("--config", help="a config file, e.g. configs/ar/demo.py (every mode but curves)")
     parser.add_argument("--workdir", required=True,
                         help="run directory (train: created, resumed if it exists; other modes: a trained run)")
-    parser.add_argument("--mode", choices=("train", "eval", "translate", "distill"), default="train")
+    parser.add_argument("--mode", choices=MODES, default="train")
     parser.add_argument("--input", help="translate: input file (default stdin)")
     parser.add_argument("--output",
                         help="translate: output file (default stdout); distill: output directory (required)")
-    return parser.parse_known_args(argv)
+    args, rest = parser.parse_known_args(argv)
+    if args.config is None and args.mode != "curves":
+        parser.error("the following arguments are required: --config")
+    return args, rest
 
 
 def enable_compilation_cache() -> None:
@@ -78,6 +84,11 @@ def run(argv=None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # sacreBLEU warns at every call that a corpus with "." as its own token looks tokenized (the embedded one is)
     logging.getLogger("sacrebleu").setLevel(logging.ERROR)
+    if args.mode == "curves":
+        from jaxnat.training.history import plot_curves
+
+        print(plot_curves(args.workdir))
+        return 0
     from jaxnat.config import build_config
 
     enable_compilation_cache()
@@ -96,6 +107,10 @@ def run(argv=None) -> int:
         from jaxnat.evaluate import evaluate
 
         evaluate(config, args.workdir)
+    elif args.mode == "average":
+        from jaxnat.restore import write_average
+
+        print(write_average(config, args.workdir))
     elif args.mode == "distill":
         from jaxnat.distill import distill
 

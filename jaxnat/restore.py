@@ -20,31 +20,123 @@ from jaxnat.training.checkpoint import Checkpoints
 log = logging.getLogger("jaxnat")
 
 
+def _fresh_state(config, spec):
+    """A freshly initialised training state: the structure Orbax restores into."""
+    from jaxnat.training.optim import make_optimizer
+
+    example = {"src": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32), "tgt": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32)}
+    params = jax.jit(spec.init)(jax.random.PRNGKey(0), example)
+    opt, _ = make_optimizer(config.train)
+    return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": opt.init(params)}
+
+
+def average_params(trees: list):
+    """The element-wise mean of parameter trees of one structure (accumulated in float32)."""
+    if not trees:
+        raise ValueError("nothing to average")
+    return jax.tree.map(lambda *xs: (sum(x.astype(jnp.float32) for x in xs) / len(xs)).astype(xs[0].dtype), *trees)
+
+
+def params_choice(config, workdir: str, ckpt: Checkpoints | None = None) -> dict:
+    """Which parameters a workdir is decoded with, found without restoring them:
+    {'kind': 'best', 'step', 'valid_bleu'}, {'kind': 'last', 'step'} (no validation ran yet),
+    {'kind': 'average', 'of', 'steps'} (eval.average_checkpoints > 0) or {'kind': 'averaged', 'of', 'steps'}
+    (eval.params=averaged: written by --mode average)."""
+    if not os.path.isdir(os.path.join(workdir, "spm")):
+        raise JaxnatError(f"{workdir} holds no trained run (no spm/ directory); train first with --mode train")
+    if not os.path.isdir(os.path.join(workdir, "checkpoints")):
+        raise JaxnatError(f"{workdir} has no checkpoint yet; train first with --mode train")
+    own = ckpt is None
+    ckpt = ckpt or Checkpoints(workdir, config.train.keep_checkpoints)
+    e = config.eval
+    try:
+        if e.average_checkpoints > 0:
+            n, of = e.average_checkpoints, e.average_of
+            steps = (sorted(ckpt.last.all_steps(), reverse=True) if of == "last"
+                     else [s for s, _ in ckpt.best_steps()])[:n]
+            if len(steps) < n:
+                raise JaxnatError(
+                    f"eval.average_checkpoints={n} with eval.average_of={of}: {workdir} keeps {len(steps)} such "
+                    f"checkpoint(s) (train.{'keep_checkpoints' if of == 'last' else 'keep_best'} sets how many "
+                    f"training keeps)")
+            return {"kind": "average", "of": of, "steps": sorted(steps), "step": max(steps)}
+        if e.params == "averaged":
+            steps = ckpt.averaged.all_steps()
+            if not steps:
+                raise JaxnatError(f"{workdir} has no averaged checkpoint; write one with --mode average "
+                                  f"--config.eval.average_checkpoints=N")
+            return {"kind": "averaged", "step": max(steps)}
+        meta = ckpt.best_meta()
+        if meta is not None:
+            return {"kind": "best", "step": int(meta["step"]), "valid_bleu": float(meta["bleu"])}
+        step = ckpt.latest_step()
+        if step is None:
+            raise JaxnatError(f"{workdir} has no checkpoint yet; train first with --mode train")
+        return {"kind": "last", "step": int(step)}
+    finally:
+        if own:
+            ckpt.close()
+
+
+def _restore(config, workdir: str, spec) -> tuple[object, dict]:
+    """(parameters, params_choice) of a workdir."""
+    ckpt = Checkpoints(workdir, config.train.keep_checkpoints)
+    try:
+        choice = params_choice(config, workdir, ckpt)
+        fresh = _fresh_state(config, spec)
+        params = None
+        if choice["kind"] == "best":
+            params = ckpt.restore_best(fresh["params"])
+        elif choice["kind"] == "average":
+            got = ckpt.params_of(choice["of"], len(choice["steps"]), fresh)
+            if len(got) == len(choice["steps"]):
+                params = average_params([p for _, p in got])
+        elif choice["kind"] == "averaged":
+            out = ckpt.restore_averaged(fresh["params"])
+            if out is not None:
+                params, meta = out
+                choice.update(meta)
+        else:
+            log.warning("no best checkpoint (no validation ran yet): using the newest training state")
+            state = ckpt.restore_state(fresh)
+            params = None if state is None else state["params"]
+        if params is None:
+            raise JaxnatError(f"{workdir}: the {choice['kind']} checkpoint(s) are unreadable (see the warnings above)")
+        return params, choice
+    finally:
+        ckpt.close()
+
+
 def load_translator(config, workdir: str) -> Translator:
-    """The best parameters of a workdir (or the newest training state if no validation ran yet)."""
+    """A workdir's model with the parameters `params_choice` names (by default the best validation's)."""
     if not os.path.isdir(os.path.join(workdir, "spm")):
         raise JaxnatError(f"{workdir} holds no trained run (no spm/ directory); train first with --mode train")
     check_matches_workdir(config, workdir)
     tokenizer = Tokenizer.load(workdir)
     spec = build_model(config, tokenizer.vocab_size("src"), tokenizer.vocab_size("tgt"), tokenizer.piece_tables("tgt"))
-    example = {"src": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32), "tgt": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32)}
-    target = jax.jit(spec.init)(jax.random.PRNGKey(0), example)
-    ckpt = Checkpoints(workdir, config.train.keep_checkpoints)
-    params = ckpt.restore_best(target)
-    if params is None:
-        if ckpt.latest_step() is None:
-            raise JaxnatError(f"{workdir} has no checkpoint yet; train first with --mode train")
-        log.warning("no best checkpoint (no validation ran yet): using the newest training state")
-        from jaxnat.training.optim import make_optimizer
+    params, choice = _restore(config, workdir, spec)
+    if choice["kind"] in ("average", "averaged"):
+        log.info("decoding with the average of the %s checkpoints of steps %s", choice["of"], choice["steps"])
+    return Translator(spec, params, tokenizer, config, load_rescorer(config, workdir), checkpoint=choice)
 
-        opt, _ = make_optimizer(config.train)
-        fresh = {"step": jnp.zeros((), jnp.int32), "params": target, "opt_state": opt.init(target)}
-        state = ckpt.restore_state(fresh)
-        if state is None:
-            raise JaxnatError(f"{workdir}: no checkpoint there is readable (see the warnings above)")
-        params = state["params"]
-    ckpt.close()
-    return Translator(spec, params, tokenizer, config, load_rescorer(config, workdir))
+
+def write_average(config, workdir: str) -> str:
+    """--mode average: the mean of eval.average_checkpoints checkpoints (eval.average_of), saved as the workdir's
+    averaged checkpoint (decode it with eval.params=averaged). Returns its directory."""
+    if config.eval.average_checkpoints < 1:
+        raise JaxnatError("--mode average needs --config.eval.average_checkpoints=N (and eval.average_of=last|best)")
+    check_matches_workdir(config, workdir)
+    tokenizer = Tokenizer.load(workdir)
+    spec = build_model(config, tokenizer.vocab_size("src"), tokenizer.vocab_size("tgt"), tokenizer.piece_tables("tgt"))
+    params, choice = _restore(config, workdir, spec)
+    ckpt = Checkpoints(workdir, config.train.keep_checkpoints)
+    try:
+        path = ckpt.save_averaged(params, choice["of"], choice["steps"])
+    finally:
+        ckpt.close()
+    log.info("averaged the %s checkpoints of steps %s into %s (decode it with --config.eval.params=averaged)",
+             choice["of"], choice["steps"], path)
+    return path
 
 
 def load_rescorer(config, workdir: str):

@@ -72,6 +72,14 @@ def test_kill9_and_a_damaged_checkpoint_resume_reproduces_uninterrupted_run(tmp_
 
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    # the history tells the resumed run's story once: the killed process's entries after its checkpoint dropped
+    from jaxnat.training.history import read_history
+
+    def story(workdir):
+        return [(e["step"], e.get("loss"), e.get("valid_bleu")) for e in read_history(str(workdir))]
+
+    assert story(tmp_path / "full") == story(tmp_path / "resumed")
+    assert (tmp_path / "resumed" / "curves.png").is_file()
 
 
 SHARDED = textwrap.dedent(

@@ -43,10 +43,11 @@ def _round_up(n: int, multiple: int) -> int:
 
 
 class Translator:
-    def __init__(self, spec, params, tokenizer, config, rescorer=None):
-        """rescorer: the parameters of the AR model of eval.rescorer, handed to every request (or None)."""
+    def __init__(self, spec, params, tokenizer, config, rescorer=None, checkpoint: dict | None = None):
+        """rescorer: the parameters of the AR model of eval.rescorer, handed to every request (or None).
+        checkpoint: which checkpoint `params` come from (`restore.params_choice`), reported with the results."""
         self.spec, self.params, self.tokenizer, self.config = spec, params, tokenizer, config
-        self.rescorer = rescorer
+        self.rescorer, self.checkpoint = rescorer, checkpoint
         self.max_len = config.data.max_len
         d = config.data
         self.buckets = bucket_lengths(self.max_len, growth=d.bucket_growth, multiple=d.bucket_multiple)

@@ -1,9 +1,10 @@
-"""A thin wrapper over Orbax's `CheckpointManager`: the last N training states, and the best parameters by
-validation BLEU.
+"""A thin wrapper over Orbax's `CheckpointManager`: the last N training states, the parameters of the best
+validations by BLEU, and an average of checkpoints.
 
 Layout in the workdir:
-  checkpoints/last/<step>/   {'state': train state}            (keep the last N; resume from the newest)
-  checkpoints/best/<step>/   {'params': ..., 'meta': {'bleu', 'step'}}   (only the best is kept)
+  checkpoints/last/<step>/      {'state': train state}            (keep the last N; resume from the newest)
+  checkpoints/best/<step>/      {'params': ..., 'meta': {'bleu', 'step'}}   (the best train.keep_best are kept)
+  checkpoints/averaged/<step>/  {'params': ..., 'meta': {'of', 'steps'}}    (--mode average; one is kept)
 Orbax writes each checkpoint into a temporary directory and renames it when complete, so a run killed at any
 moment (even `kill -9`) leaves only whole checkpoints behind. A checkpoint damaged afterwards (a truncated
 file, a full disk, a copy gone wrong) does not end the run: restoring falls back to the newest readable one,
@@ -22,16 +23,17 @@ log = logging.getLogger("jaxnat")
 
 
 class Checkpoints:
-    def __init__(self, workdir: str, keep: int):
+    def __init__(self, workdir: str, keep: int, keep_best: int = 1):
         root = self.root = os.path.abspath(os.path.join(workdir, "checkpoints"))
-        self.last = ocp.CheckpointManager(
-            os.path.join(root, "last"),
-            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True, cleanup_tmp_directories=True),
-        )
-        self.best = ocp.CheckpointManager(
-            os.path.join(root, "best"),
-            options=ocp.CheckpointManagerOptions(max_to_keep=1, create=True, cleanup_tmp_directories=True),
-        )
+        self.keep_best = keep_best
+
+        def manager(kind, max_to_keep):
+            return ocp.CheckpointManager(os.path.join(root, kind), options=ocp.CheckpointManagerOptions(
+                max_to_keep=max_to_keep, create=True, cleanup_tmp_directories=True))
+
+        self.last = manager("last", keep)
+        self.best = manager("best", None)  # pruned by BLEU in save_best, not by age
+        self.averaged = manager("averaged", 1)
 
     # -- training state --------------------------------------------------------------------------------
     def latest_step(self) -> int | None:
@@ -50,38 +52,94 @@ class Checkpoints:
     def _restore_newest(self, manager: ocp.CheckpointManager, kind: str, args):
         """Restores the newest step of `manager` that reads back; unreadable ones are moved aside."""
         for step in sorted(manager.all_steps(), reverse=True):
-            try:
-                return manager.restore(step, args=args)
-            except Exception as e:  # Orbax raises many kinds (ValueError, FileNotFoundError, tensorstore's)
-                aside = os.path.join(self.root, "unreadable", f"{kind}-{step}")
-                log.warning("the %s checkpoint of step %d is unreadable (%s); moved to %s, trying the one before",
-                            kind, step, f"{type(e).__name__}: {str(e).splitlines()[0][:200]}" if str(e)
-                            else type(e).__name__, aside)
-                manager.wait_until_finished()
-                os.makedirs(os.path.dirname(aside), exist_ok=True)
-                shutil.move(os.path.join(self.root, kind, str(step)), aside)
-                manager.reload()
+            out = self._restore_step(manager, kind, step, args)
+            if out is not None:
+                return out
         return None
 
-    # -- best parameters -------------------------------------------------------------------------------
-    def best_meta(self) -> dict | None:
-        out = self._restore_newest(self.best, "best", ocp.args.Composite(meta=ocp.args.JsonRestore()))
-        return None if out is None else out["meta"]
+    def _restore_step(self, manager: ocp.CheckpointManager, kind: str, step: int, args):
+        """One step of `manager`, or None (with a warning, the checkpoint moved aside) if it is unreadable."""
+        try:
+            return manager.restore(step, args=args)
+        except Exception as e:  # Orbax raises many kinds (ValueError, FileNotFoundError, tensorstore's)
+            aside = os.path.join(self.root, "unreadable", f"{kind}-{step}")
+            log.warning("the %s checkpoint of step %d is unreadable (%s); moved to %s", kind, step,
+                        f"{type(e).__name__}: {str(e).splitlines()[0][:200]}" if str(e) else type(e).__name__, aside)
+            manager.wait_until_finished()
+            os.makedirs(os.path.dirname(aside), exist_ok=True)
+            shutil.move(os.path.join(self.root, kind, str(step)), aside)
+            manager.reload()
+            return None
 
-    def save_best(self, step: int, params, bleu: float) -> None:
+    # -- best parameters -------------------------------------------------------------------------------
+    def best_steps(self) -> list[tuple[int, float]]:
+        """(step, validation BLEU) of every kept best checkpoint, best first (ties: the earlier first, as training
+        keeps the first step that reached a BLEU)."""
+        self.best.wait_until_finished()
+        found = []
+        for step in self.best.all_steps():
+            meta = self._restore_step(self.best, "best", step, ocp.args.Composite(meta=ocp.args.JsonRestore()))
+            if meta is not None:
+                found.append((step, float(meta["meta"]["bleu"])))
+        return sorted(found, key=lambda sb: (-sb[1], sb[0]))
+
+    def best_meta(self) -> dict | None:
+        ranked = self.best_steps()
+        return {"step": ranked[0][0], "bleu": ranked[0][1]} if ranked else None
+
+    def save_best(self, step: int, params, bleu: float) -> bool:
+        """Keeps the parameters of a validation if it is among the best `keep_best` so far (dropping the one it
+        displaces). Returns whether it was kept."""
+        ranked = self.best_steps()
+        if len(ranked) >= self.keep_best and bleu <= ranked[self.keep_best - 1][1]:
+            return False
         meta = {"bleu": float(bleu), "step": int(step)}
         self.best.save(step, args=ocp.args.Composite(params=ocp.args.StandardSave(params),
                                                      meta=ocp.args.JsonSave(meta)), force=True)
+        for old, _ in self.best_steps()[self.keep_best:]:
+            self.best.delete(old)
+        return True
 
     def restore_best(self, target):
         """The best parameters, or None if no validation has happened yet (or its checkpoint is unreadable)."""
-        out = self._restore_newest(self.best, "best", ocp.args.Composite(params=ocp.args.StandardRestore(target)))
-        return None if out is None else out["params"]
+        for step, _ in self.best_steps():
+            out = self._restore_step(self.best, "best", step, ocp.args.Composite(params=ocp.args.StandardRestore(target)))
+            if out is not None:
+                return out["params"]
+        return None
+
+    # -- several checkpoints, and their average ----------------------------------------------------------
+    def params_of(self, kind: str, n: int, state_target) -> list[tuple[int, object]]:
+        """(step, parameters) of the newest `n` training states (kind "last") or the `n` best validations
+        ("best"); fewer if fewer are kept. `state_target`: a freshly initialised training state."""
+        if kind == "last":
+            self.last.wait_until_finished()
+            steps = sorted(self.last.all_steps(), reverse=True)[:n]
+            args = ocp.args.Composite(state=ocp.args.StandardRestore(state_target))
+            got = [(s, self._restore_step(self.last, "last", s, args)) for s in steps]
+            return [(s, out["state"]["params"]) for s, out in got if out is not None]
+        args = ocp.args.Composite(params=ocp.args.StandardRestore(state_target["params"]))
+        got = [(s, self._restore_step(self.best, "best", s, args)) for s, _ in self.best_steps()[:n]]
+        return [(s, out["params"]) for s, out in got if out is not None]
+
+    def save_averaged(self, params, of: str, steps: list[int]) -> str:
+        step = max(steps)
+        self.averaged.save(step, args=ocp.args.Composite(
+            params=ocp.args.StandardSave(params), meta=ocp.args.JsonSave({"of": of, "steps": sorted(steps)})),
+            force=True)
+        self.averaged.wait_until_finished()
+        return os.path.join(self.root, "averaged", str(step))
+
+    def restore_averaged(self, target):
+        """(parameters, meta) written by --mode average, or None."""
+        args = ocp.args.Composite(params=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore())
+        out = self._restore_newest(self.averaged, "averaged", args)
+        return None if out is None else (out["params"], out["meta"])
 
     def wait(self) -> None:
-        self.last.wait_until_finished()
-        self.best.wait_until_finished()
+        for m in (self.last, self.best, self.averaged):
+            m.wait_until_finished()
 
     def close(self) -> None:
-        self.last.close()
-        self.best.close()
+        for m in (self.last, self.best, self.averaged):
+            m.close()

@@ -27,6 +27,7 @@ from jaxnat.evaluation.metrics import bleu
 from jaxnat.models import build_model, count_params, extends
 from jaxnat.training import mesh as mesh_lib
 from jaxnat.training.checkpoint import Checkpoints
+from jaxnat.training.history import History, plot_curves
 from jaxnat.training.optim import make_optimizer
 
 log = logging.getLogger("jaxnat")
@@ -118,9 +119,8 @@ class Trainer:
                                self.tokenizer.piece_tables("tgt"))
         self.mesh = mesh_lib.make_mesh()
         self.optimizer, self.schedule = make_optimizer(config.train)
-        self.ckpt = Checkpoints(workdir, config.train.keep_checkpoints)
+        self.ckpt = Checkpoints(workdir, config.train.keep_checkpoints, config.train.keep_best)
         self.buckets = bucket_lengths(d.max_len, growth=d.bucket_growth, multiple=d.bucket_multiple)
-        self.history: list[dict] = []  # one entry per log window and per validation, for notebooks and benches
 
     # -- data ------------------------------------------------------------------------------------------
     def encoded_split(self, split: str):
@@ -261,6 +261,8 @@ class Trainer:
         elif t.init_from:
             state = self.start_from(state, t.init_from, batcher.batch(0))
         start = int(state["step"])
+        # one entry per log window and per validation, in <workdir>/history.jsonl (curves.png is drawn from it)
+        self.history = History(self.workdir, start, write=jax.process_index() == 0)
         best = self.ckpt.best_meta() or {"bleu": -1.0, "step": -1}
 
         valid_data = self.encoded_split("valid")
@@ -322,9 +324,9 @@ class Trainer:
                     if writer:
                         for k, v in result.items():
                             writer.add_scalar(f"valid/{k[6:]}", v, done)
+                    self.ckpt.save_best(done, state["params"], result["valid_bleu"])
                     if result["valid_bleu"] > best["bleu"]:
                         best = {"bleu": result["valid_bleu"], "step": done}
-                        self.ckpt.save_best(done, state["params"], result["valid_bleu"])
                     tick = time.perf_counter()
                 if done % t.checkpoint_every == 0 or done == t.steps:
                     self.ckpt.save_state(done, state)
@@ -334,4 +336,6 @@ class Trainer:
             self.ckpt.wait()
             if writer:
                 writer.close()
+        if jax.process_index() == 0:
+            log.info("training curves: %s", plot_curves(self.workdir))
         log.info("training done; best valid BLEU %.2f at step %d", best["bleu"], best["step"])

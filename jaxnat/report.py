@@ -1,0 +1,259 @@
+"""Evaluation reports: several evaluated workdirs on one test split, as the papers' tables.
+
+    python -m jaxnat.report RUN_A RUN_B ... --split test --out reports/NAME [--baseline RUN_A]
+        [--test bs|ar] [--samples 1000] [--names a,b,...]
+
+Reads each workdir's `hyps/<split>.txt` and `metrics.json` (written by --mode eval or at the end of training)
+and the split's references (from the workdir's own config, so every system must have been evaluated on the
+same references), and writes to --out:
+
+* `report.md` / `report.json`: per system BLEU with its 95% confidence interval and the p-value of the paired
+  test against the baseline (sacreBLEU's own paired bootstrap resampling, `bs`, or approximate randomisation,
+  `ar`, with its signature), chrF (the same test), TER, RIBES, repetition rate, mean length, the model's
+  counts (iterations, edits), latency at batch 1 and throughput; the evaluation's other rows of the split
+  (constraints, pairs, post-editing, diagnostic starts, iteration sweeps) with BLEU and CPR; target-word F1
+  by frequency bin of the word in the baseline's training targets (the analysis of the NAT papers).
+* `bleu_latency.png`: BLEU against latency (batch 1) per system, and BLEU against decoding time per
+  sentence in batches across each system's iteration sweep (eval.iteration_sweep rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import logging
+import math
+import os
+import sys
+
+from jaxnat.errors import ConfigError, JaxnatError
+
+log = logging.getLogger("jaxnat")
+
+# target-word frequency bins, by the word's count in the training targets (compare-mt's defaults)
+FREQUENCY_BINS = ((0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 9), (10, 99), (100, 999), (1000, math.inf))
+ROW_COLUMNS = ("bleu", "cpr", "term_usage", "mean_length", "mean_iterations", "latency_ms", "seconds")
+
+
+def bin_label(low: int, high: float) -> str:
+    return str(low) if low == high else (f"{low}+" if math.isinf(high) else f"{low}-{high}")
+
+
+def word_f1_by_frequency(hyps: list[str], refs: list[str], train_refs: list[str]) -> dict[str, dict]:
+    """Target-word precision, recall and F1 per frequency bin: a word's bin is its count in `train_refs`;
+    a hypothesis word matches a reference word of the same sentence at most once (clipped counts). Words are
+    sacreBLEU's 13a tokens. Returns {bin label: {'ref_words', 'precision', 'recall', 'f1'}} (in 0-100)."""
+    from jaxnat.evaluation.metrics import tokenize
+
+    freq = collections.Counter(w for line in train_refs for w in tokenize(line))
+
+    def bin_of(word):
+        n = freq[word]
+        return next(i for i, (lo, hi) in enumerate(FREQUENCY_BINS) if lo <= n <= hi)
+
+    match, hyp_n, ref_n = ([0] * len(FREQUENCY_BINS) for _ in range(3))
+    for hyp, ref in zip(hyps, refs):
+        h, r = collections.Counter(tokenize(hyp)), collections.Counter(tokenize(ref))
+        for w, c in h.items():
+            hyp_n[bin_of(w)] += c
+            match[bin_of(w)] += min(c, r[w])
+        for w, c in r.items():
+            ref_n[bin_of(w)] += c
+    out = {}
+    for i, (lo, hi) in enumerate(FREQUENCY_BINS):
+        p = 100.0 * match[i] / hyp_n[i] if hyp_n[i] else 0.0
+        r = 100.0 * match[i] / ref_n[i] if ref_n[i] else 0.0
+        out[bin_label(lo, hi)] = {"ref_words": ref_n[i], "hyp_words": hyp_n[i], "precision": p, "recall": r,
+                                  "f1": 2 * p * r / (p + r) if p + r else 0.0}
+    return out
+
+
+class System:
+    """One evaluated workdir: its name, config, split hypotheses and metrics rows."""
+
+    def __init__(self, workdir: str, name: str, split: str):
+        from jaxnat.config import workdir_config
+
+        self.workdir, self.name = workdir, name
+        self.config = workdir_config(workdir)
+        path = os.path.join(workdir, "metrics.json")
+        hyp_path = os.path.join(workdir, "hyps", f"{split}.txt")
+        if not (os.path.isfile(path) and os.path.isfile(hyp_path)):
+            raise JaxnatError(f"{workdir} has no evaluation of split {split!r} ({path} and {hyp_path}); run "
+                              f"--mode eval on it first")
+        with open(path) as f:
+            metrics = json.load(f)
+        if split not in metrics:
+            raise JaxnatError(f"{path} has no row {split!r} (rows: {', '.join(sorted(metrics))})")
+        self.main = metrics[split]
+        self.rows = {k[len(split) + 1:]: v for k, v in metrics.items() if k.startswith(split + "+")}
+        with open(hyp_path, encoding="utf-8") as f:
+            self.hyps = [line.rstrip("\n") for line in f]
+
+
+def paired_test(systems: list[System], refs: list[str], test: str, samples: int) -> tuple[dict, dict]:
+    """sacreBLEU's paired test of every system against the first: ({metric: signature}, {metric: [Result]})."""
+    from sacrebleu.metrics import BLEU, CHRF
+    from sacrebleu.significance import PairedTest
+
+    pt = PairedTest([(s.name, s.hyps) for s in systems], {"BLEU": BLEU(), "chrF": CHRF()}, [refs],
+                    test_type=test, n_samples=samples)
+    signatures, results = pt()
+    return {k: str(v) for k, v in signatures.items()}, {k: v for k, v in results.items() if k != "System"}
+
+
+def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list[str] | None = None,
+                 test: str = "bs", samples: int = 1000) -> dict:
+    """The report as a JSON-able dict (see the module docstring); the baseline system is listed first."""
+    from jaxnat.data.sources import load_corpus
+    from jaxnat.evaluation.metrics import corpus_metrics
+
+    if not workdirs:
+        raise ConfigError("name at least one evaluated workdir")
+    names = names or [os.path.basename(os.path.normpath(w)) for w in workdirs]
+    if len(names) != len(workdirs) or len(set(names)) != len(names):
+        raise ConfigError(f"--names must give {len(workdirs)} distinct names, one per workdir")
+    order = [baseline] + [i for i in range(len(workdirs)) if i != baseline]
+    systems = [System(workdirs[i], names[i], split) for i in order]
+    corpus = load_corpus(systems[0].config.data)
+    if split not in corpus or corpus[split][1] is None:
+        raise JaxnatError(f"the baseline's data has no references for split {split!r}")
+    refs = corpus[split][1]
+    for s in systems:
+        if len(s.hyps) != len(refs):
+            raise JaxnatError(f"{s.workdir}: {len(s.hyps)} hypotheses for the {len(refs)} references of {split!r}")
+        if s is not systems[0] and load_corpus(s.config.data).get(split, (None, None))[1] != refs:
+            raise JaxnatError(f"{s.workdir} was evaluated on other references of {split!r} than the baseline")
+    signatures, tests = paired_test(systems, refs, test, samples)
+    train_refs = corpus["train"][1]
+    report = {"split": split, "sentences": len(refs), "baseline": systems[0].name, "test": test,
+              "samples": samples, "signatures": signatures, "systems": []}
+    for k, s in enumerate(systems):
+        m = corpus_metrics(s.hyps, refs)
+        entry = {"name": s.name, "workdir": os.path.abspath(s.workdir), "model": s.config.model.name,
+                 "bleu": m["bleu"], "chrf": m["chrf"], "ter": m["ter"], "ribes": m["ribes"],
+                 "repetition": m["repetition"], "mean_length": s.main.get("mean_length")}
+        for metric, key in (("BLEU", "bleu"), ("chrF2", "chrf")):
+            r = tests[metric][k]
+            entry[f"{key}_ci"] = None if r.ci is None else float(r.ci)  # ar: no interval
+            entry[f"{key}_p"] = None if r.p_value is None else float(r.p_value)
+        entry.update({k2: v for k2, v in s.main.items() if k2.startswith("mean_") and k2 != "mean_score"})
+        entry.update({k2: s.main[k2] for k2 in ("latency_ms", "sentences_per_s") if k2 in s.main})
+        entry["rows"] = {row: {c: v[c] for c in ROW_COLUMNS if c in v} for row, v in s.rows.items()}
+        entry["word_f1"] = word_f1_by_frequency(s.hyps, refs, train_refs)
+        report["systems"].append(entry)
+    return report
+
+
+def _cell(value, digits: int = 2) -> str:
+    return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
+
+
+def to_markdown(report: dict) -> str:
+    systems = report["systems"]
+    lines = [f"# {report['split']} ({report['sentences']} sentences)", "",
+             f"Paired {'bootstrap resampling' if report['test'] == 'bs' else 'approximate randomisation'} against "
+             f"**{report['baseline']}** (sacreBLEU; p < 0.05 marked *).", ""]
+    counts = sorted({k for s in systems for k in s if k.startswith("mean_") and k != "mean_length"})
+    head = ["system", "model", "BLEU", "± 95% CI", "p", "chrF", "p (chrF)", "TER", "RIBES", "repetition %",
+            "mean length", *[c[5:] for c in counts], "latency ms", "sentences/s"]
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in systems:
+        star = "*" if s["bleu_p"] is not None and s["bleu_p"] < 0.05 else ""
+        cells = [s["name"], s["model"], _cell(s["bleu"]) + star, _cell(s["bleu_ci"]), _cell(s["bleu_p"], 4),
+                 _cell(s["chrf"]), _cell(s["chrf_p"], 4), _cell(s["ter"]), _cell(s["ribes"]), _cell(s["repetition"]),
+                 _cell(s["mean_length"]), *[_cell(s.get(c)) for c in counts], _cell(s.get("latency_ms")),
+                 _cell(s.get("sentences_per_s"))]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", *[f"- {k}: `{v}`" for k, v in report["signatures"].items()], ""]
+    rows = sorted({r for s in systems for r in s["rows"]})
+    if rows:
+        lines += ["## Other rows of the evaluation", "",
+                  "| system | row | " + " | ".join(ROW_COLUMNS) + " |", "|" + "---|" * (len(ROW_COLUMNS) + 2)]
+        for s in systems:
+            for r in rows:
+                if r in s["rows"]:
+                    lines.append(f"| {s['name']} | {r} | " + " | ".join(_cell(s["rows"][r].get(c))
+                                                                       for c in ROW_COLUMNS) + " |")
+        lines.append("")
+    labels = list(systems[0]["word_f1"])
+    lines += ["## Target-word F1 by frequency in the training targets", "",
+              "| system | " + " | ".join(labels) + " |", "|" + "---|" * (len(labels) + 1),
+              "| reference words | " + " | ".join(str(systems[0]["word_f1"][b]["ref_words"]) for b in labels) + " |"]
+    for s in systems:
+        lines.append(f"| {s['name']} | " + " | ".join(_cell(s["word_f1"][b]["f1"]) for b in labels) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict, path: str) -> str:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    for s in report["systems"]:
+        if "latency_ms" in s:
+            a.scatter([s["latency_ms"]], [s["bleu"]])
+            a.annotate(s["name"], (s["latency_ms"], s["bleu"]), textcoords="offset points", xytext=(4, 4))
+        sweep = sorted(((r, v) for r, v in s["rows"].items() if r[:1] in "TK" and r[1:].isdigit()),
+                       key=lambda rv: int(rv[0][1:]))
+        if sweep:
+            ms = [1000 * v["seconds"] / report["sentences"] for _, v in sweep]
+            b.plot(ms, [v["bleu"] for _, v in sweep], marker="o", label=s["name"])
+            for (r, v), x in zip(sweep, ms):
+                b.annotate(r, (x, v["bleu"]), textcoords="offset points", xytext=(3, 3), fontsize=8)
+    a.set(xlabel="latency, ms per sentence (batch 1)", ylabel="BLEU", title="quality and latency")
+    b.set(xlabel="ms per sentence (batches)", ylabel="BLEU", title="iteration sweeps")
+    if b.lines:
+        b.legend()
+    for ax in (a, b):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jaxnat.report", description=__doc__.split("\n")[0])
+    parser.add_argument("workdirs", nargs="+", help="evaluated workdirs")
+    parser.add_argument("--split", default="test", help="the test split (default: test)")
+    parser.add_argument("--out", required=True, help="directory for report.md, report.json and bleu_latency.png")
+    parser.add_argument("--baseline", help="the workdir the others are tested against (default: the first)")
+    parser.add_argument("--names", help="comma-separated system names (default: the workdirs' names)")
+    parser.add_argument("--test", choices=("bs", "ar"), default="bs",
+                        help="paired bootstrap resampling (bs, default) or approximate randomisation (ar)")
+    parser.add_argument("--samples", type=int, default=1000, help="resamples / permutations (default 1000)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    logging.getLogger("sacrebleu").setLevel(logging.ERROR)
+    try:
+        if args.samples < 1:
+            raise ConfigError(f"--samples must be positive, got {args.samples}")
+        baseline = 0
+        if args.baseline:
+            real = [os.path.realpath(w) for w in args.workdirs]
+            if os.path.realpath(args.baseline) not in real:
+                raise ConfigError(f"--baseline {args.baseline} is not one of the workdirs")
+            baseline = real.index(os.path.realpath(args.baseline))
+        names = args.names.split(",") if args.names else None
+        report = build_report(args.workdirs, args.split, baseline, names, args.test, args.samples)
+        os.makedirs(args.out, exist_ok=True)
+        with open(os.path.join(args.out, "report.json"), "w") as f:
+            json.dump(report, f, indent=2)
+        markdown = to_markdown(report)
+        with open(os.path.join(args.out, "report.md"), "w") as f:
+            f.write(markdown)
+        plot(report, os.path.join(args.out, "bleu_latency.png"))
+    except (JaxnatError, OSError) as e:
+        print(f"jaxnat: error: {e}", file=sys.stderr)
+        return 2
+    print(markdown)
+    log.info("report: %s", os.path.join(args.out, "report.md"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""A run's history in its workdir, and its training curves as a picture.
+
+`history.jsonl` holds one JSON object per line: a log window (`step, loss, nll, grad_norm, lr, tokens_per_s`)
+or a validation (`step, valid_loss, valid_nll, valid_bleu`). It is the plain-text twin of the TensorBoard
+scalars, for readers without TensorBoard: `curves.png` is drawn from it at the end of training and on demand
+(`python -m jaxnat.main --mode curves --workdir DIR`).
+
+A resumed run continues from its newest checkpoint, so the entries after that step (written by the killed
+process after its last checkpoint) are dropped first: the file always tells the history of the parameters
+that exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+from jaxnat.errors import JaxnatError
+
+FILE, PICTURE = "history.jsonl", "curves.png"
+
+
+def read_history(workdir: str) -> list[dict]:
+    """Every entry of a workdir's history, in order; [] when it has none."""
+    path = os.path.join(workdir, FILE)
+    if not os.path.exists(path):
+        return []
+    entries = []
+    with open(path) as f:
+        for line in f:
+            try:
+                entries.append(json.loads(line))
+            except json.JSONDecodeError:  # the last line of a process killed while writing it
+                break
+    return entries
+
+
+class History:
+    """Appends entries to `<workdir>/history.jsonl` (one process writes it: pass `write=False` to the others)."""
+
+    def __init__(self, workdir: str, resumed_step: int, write: bool = True):
+        self.path, self.write = os.path.join(workdir, FILE), write
+        self.entries = [e for e in read_history(workdir) if e["step"] <= resumed_step]
+        if write:
+            tmp = self.path + ".tmp"
+            with open(tmp, "w") as f:
+                f.writelines(json.dumps(e) + "\n" for e in self.entries)
+            os.replace(tmp, self.path)
+
+    def append(self, entry: dict) -> None:
+        self.entries.append(entry)
+        if self.write:
+            with open(self.path, "a") as f:
+                f.write(json.dumps(entry) + "\n")
+
+
+def plot_curves(workdir: str) -> str:
+    """Draws `<workdir>/curves.png`: training and validation loss, validation BLEU and tokens/s over steps.
+    Returns its path."""
+    entries = read_history(workdir)
+    if not entries:
+        raise JaxnatError(f"{workdir} has no {FILE} (a run trained by this version of jaxnat writes one)")
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display needed
+    import matplotlib.pyplot as plt
+
+    def series(key):
+        points = [(e["step"], e[key]) for e in entries if key in e]
+        return [p[0] for p in points], [p[1] for p in points]
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    panels = [("loss", [("loss", "train loss"), ("valid_loss", "valid loss")]),
+              ("valid BLEU", [("valid_bleu", "valid BLEU")]),
+              ("tokens / s", [("tokens_per_s", "train tokens/s")])]
+    for ax, (title, keys) in zip(axes, panels):
+        for key, label in keys:
+            x, y = series(key)
+            if x:
+                ax.plot(x, y, marker="o" if len(x) < 30 else None, markersize=3, label=label)
+        ax.set_title(title)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        if len(keys) > 1:
+            ax.legend()
+    fig.suptitle(os.path.basename(os.path.abspath(workdir)))
+    fig.tight_layout()
+    path = os.path.join(workdir, PICTURE)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path

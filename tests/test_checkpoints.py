@@ -1,0 +1,114 @@
+"""Checkpoints beyond resuming: the best N kept by validation BLEU, averaging (on the fly and written by
+--mode average), and the run's history with its curves.png."""
+
+import json
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from jaxnat.config import build_config
+from jaxnat.errors import JaxnatError
+from jaxnat.restore import average_params, load_translator, params_choice, write_average
+from jaxnat.training.checkpoint import Checkpoints
+from jaxnat.training.history import read_history
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
+# validations at steps 4, 8, 12 (the best two kept), training states at 4 … 12 (the newest three kept)
+RUN = ["--config.train.steps=12", "--config.train.eval_every=4", "--config.train.keep_best=2",
+       "--config.train.keep_checkpoints=3", "--config.data.bucket_multiple=48"]
+
+
+def _main(workdir, *args):
+    cmd = [sys.executable, "-m", "jaxnat.main", "--workdir", str(workdir), *args]
+    return subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("ckpt") / "run"
+    result = _main(workdir, "--config", TINY, *RUN, "--config.eval.latency_sentences=0")
+    assert result.returncode == 0, result.stderr
+    return workdir
+
+
+def _config(*overrides):
+    return build_config(TINY, [*RUN, *overrides])
+
+
+def _state_params(workdir, step):
+    import orbax.checkpoint as ocp
+
+    return ocp.StandardCheckpointer().restore(os.path.join(str(workdir), "checkpoints", "last", str(step), "state"))["params"]
+
+
+def _leaves(tree):
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(tree)]
+
+
+def test_average_of_one_is_the_identity_and_of_two_the_mean():
+    rng = np.random.default_rng(0)
+    a = {"w": rng.normal(size=(3, 4)).astype(np.float32), "b": {"c": rng.normal(size=5).astype(np.float32)}}
+    b = jax.tree.map(lambda x: x * 3.0 + 1.0, a)
+    for x, y in zip(_leaves(average_params([a])), _leaves(a)):
+        np.testing.assert_array_equal(x, y)
+    for x, y, z in zip(_leaves(average_params([a, b])), _leaves(a), _leaves(b)):
+        np.testing.assert_allclose(x, (y + z) / 2, rtol=1e-6)
+    with pytest.raises(ValueError):
+        average_params([])
+
+
+def test_the_best_n_validations_are_kept(run):
+    ckpt = Checkpoints(str(run), 3, 2)
+    ranked = ckpt.best_steps()
+    ckpt.close()
+    history = [e for e in read_history(str(run)) if "valid_bleu" in e]
+    assert [e["step"] for e in history] == [4, 8, 12]
+    expected = sorted(((e["step"], e["valid_bleu"]) for e in history), key=lambda sb: (-sb[1], sb[0]))[:2]
+    assert [s for s, _ in ranked] == [s for s, _ in expected]
+    assert params_choice(_config(), str(run))["step"] == expected[0][0]
+
+
+def test_averaging_on_the_fly_and_written(run):
+    newest = _state_params(run, 12)
+    one = load_translator(_config("--config.eval.average_checkpoints=1"), str(run))
+    assert one.checkpoint == {"kind": "average", "of": "last", "steps": [12], "step": 12}
+    for x, y in zip(_leaves(one.params), _leaves(newest)):
+        np.testing.assert_array_equal(x, y)
+
+    config = _config("--config.eval.average_checkpoints=2")
+    path = write_average(config, str(run))
+    assert path.endswith(os.path.join("checkpoints", "averaged", "12"))
+    averaged = load_translator(_config("--config.eval.params=averaged"), str(run))
+    assert averaged.checkpoint["kind"] == "averaged" and averaged.checkpoint["steps"] == [8, 12]
+    for x, y, z in zip(_leaves(averaged.params), _leaves(_state_params(run, 8)), _leaves(newest)):
+        np.testing.assert_allclose(x, (y + z) / 2, rtol=1e-6, atol=1e-7)
+
+    best = load_translator(_config("--config.eval.average_checkpoints=2", "--config.eval.average_of=best"), str(run))
+    assert best.checkpoint["of"] == "best" and len(best.checkpoint["steps"]) == 2
+
+    with pytest.raises(JaxnatError, match="keeps 3 such checkpoint"):
+        params_choice(_config("--config.eval.average_checkpoints=4"), str(run))
+
+
+def test_average_and_curves_from_the_command_line(run, tmp_path):
+    result = _main(run, "--mode", "average", "--config", TINY, *RUN)
+    assert result.returncode == 2 and result.stderr.startswith("jaxnat: error: --mode average needs")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+    os.remove(run / "curves.png")
+    result = _main(run, "--mode", "curves")  # no --config needed
+    assert result.returncode == 0, result.stderr
+    assert (run / "curves.png").stat().st_size > 10_000
+    result = _main(tmp_path, "--mode", "curves")
+    assert result.returncode == 2 and "has no history.jsonl" in result.stderr
+
+    history = read_history(str(run))
+    assert [e["step"] for e in history if "loss" in e] == list(range(4, 13, 4))
+    assert all(np.isfinite(e["loss"]) and e["tokens_per_s"] > 0 for e in history if "loss" in e)
+    assert json.loads((run / "history.jsonl").read_text().splitlines()[-1])["step"] == 12

@@ -1,0 +1,73 @@
+"""The evaluation report: word F1 by frequency bin against a hand count, and the command end to end on two
+evaluated workdirs (the tiny AR run, and a copy of it whose hypotheses are the references)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from jaxnat.report import FREQUENCY_BINS, bin_label, word_f1_by_frequency
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def test_word_f1_by_frequency_by_hand():
+    train = ["a a a b", "b c"]  # counts: a 3, b 2, c 1, others 0
+    refs = ["a b c d", "a a"]
+    hyps = ["a c c e", "a b"]
+    out = word_f1_by_frequency(hyps, refs, train)
+    assert list(out) == [bin_label(lo, hi) for lo, hi in FREQUENCY_BINS]
+    # bin 3 (a): hyp a×2 (1 per sentence), ref a×3, matched 2 -> P 100, R 66.7
+    assert out["3"]["hyp_words"] == 2 and out["3"]["ref_words"] == 3
+    assert out["3"]["precision"] == pytest.approx(100) and out["3"]["recall"] == pytest.approx(200 / 3)
+    # bin 1 (c): hyp c×2, ref c×1, clipped match 1 -> P 50, R 100, F1 66.7
+    assert out["1"]["f1"] == pytest.approx(2 * 50 * 100 / 150)
+    # bin 2 (b): hyp b in sentence 2, ref b in sentence 1: no match
+    assert out["2"]["f1"] == 0.0 and out["2"]["ref_words"] == 1
+    # bin 0 (unseen: d in the reference, e in the hypothesis)
+    assert out["0"]["precision"] == 0.0 and out["0"]["ref_words"] == 1 and out["0"]["hyp_words"] == 1
+    assert out["1000+"] == {"ref_words": 0, "hyp_words": 0, "precision": 0.0, "recall": 0.0, "f1": 0.0}
+
+
+def _report(*args):
+    return subprocess.run([sys.executable, "-m", "jaxnat.report", *map(str, args)], cwd=ROOT,
+                          env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=300)
+
+
+def test_report_of_two_runs(ar_run, tmp_path):
+    from jaxnat.config import workdir_config
+    from jaxnat.data.sources import load_corpus
+
+    oracle = tmp_path / "oracle"
+    shutil.copytree(ar_run, oracle)
+    refs = load_corpus(workdir_config(str(ar_run)).data)["test"][1]
+    (oracle / "hyps" / "test.txt").write_text("".join(r + "\n" for r in refs))
+    out = tmp_path / "report"
+    result = _report(ar_run, oracle, "--out", out, "--names", "ar,oracle", "--samples", "200")
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "report.json").read_text())
+    base, other = report["systems"]
+    assert report["baseline"] == "ar" and base["bleu_p"] is None
+    assert base["bleu"] == pytest.approx(json.loads((ar_run / "metrics.json").read_text())["test"]["bleu"])
+    assert other["bleu"] == pytest.approx(100) and other["bleu_p"] < 0.05 and other["word_f1"]["5-9"]["f1"] == 100
+    assert "bs:200" in report["signatures"]["BLEU"]
+    assert sum(b["ref_words"] for b in base["word_f1"].values()) > 0
+    md = (out / "report.md").read_text()
+    assert "| oracle | ar | 100.00* |" in md and "Target-word F1" in md and "bs:200" in md
+    assert (out / "bleu_latency.png").stat().st_size > 5_000
+
+    # the baseline may be any of them; it is listed first
+    result = _report(ar_run, oracle, "--out", tmp_path / "r2", "--baseline", oracle, "--test", "ar", "--samples", "50")
+    assert result.returncode == 0, result.stderr
+    assert json.loads((tmp_path / "r2" / "report.json").read_text())["baseline"] == "oracle"
+
+    # errors: one line, exit 2
+    (oracle / "hyps" / "test.txt").write_text("only one line\n")
+    for args in ([ar_run, oracle, "--out", tmp_path / "r3"], [ar_run, tmp_path, "--out", tmp_path / "r3"],
+                 [ar_run, "--out", tmp_path / "r3", "--baseline", tmp_path]):
+        result = _report(*args)
+        assert result.returncode == 2 and result.stderr.startswith("jaxnat: error: "), result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
