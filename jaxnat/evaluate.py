@@ -34,9 +34,18 @@ def _repeat_ratios(outs: list[dict], srcs: list[str], names: tuple[str, ...]) ->
                                  [len(s.split()) for s in srcs])
 
 
+def _writes() -> bool:
+    """Whether this process writes the results: with several processes (multi-process training evaluates at
+    its end in every process, all computing the same), the first one does."""
+    import jax
+
+    return jax.process_index() == 0
+
+
 def _write_lines(path: str, lines: list[str]) -> None:
-    with open(path, "w", encoding="utf-8") as f:
-        f.writelines(line + "\n" for line in lines)
+    if _writes():
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in lines)
 
 
 def evaluate(config, workdir: str) -> dict:
@@ -76,7 +85,7 @@ def evaluate(config, workdir: str) -> dict:
             log.info("edit trace of %d sentences: %s", min(n, len(srcs)), path)
         if refs is None:
             continue
-        if modes:
+        if modes and _writes():
             write_constraints(os.path.join(workdir, "hyps", f"{split}.constraints.jsonl"), constraints)
         for mode in modes:
             outs = translator.translate(srcs, e.beam_size, e.batch_size, constraints=constraints,
@@ -101,8 +110,9 @@ def evaluate(config, workdir: str) -> dict:
             results.update(diagnostic_rows(translator, split, srcs, refs, constraints, hyps_plain, config, workdir,
                                            known))
     results.update(post_edit_rows(config, corpus, translator, workdir))
-    with open(os.path.join(workdir, "metrics.json"), "w") as f:
-        json.dump(results, f, indent=2, sort_keys=True)
+    if _writes():
+        with open(os.path.join(workdir, "metrics.json"), "w") as f:
+            json.dump(results, f, indent=2, sort_keys=True)
     print(format_table(results, summary_columns(results)))
     log.info("all metrics: %s", os.path.join(workdir, "metrics.json"))
     return results
@@ -240,10 +250,10 @@ def summary_columns(results: dict) -> list[str]:
     return [c for c in SUMMARY if any(c in row for row in results.values())]
 
 
-def write_trace(translator: Translator, path: str, srcs: list[str], refs: list[str] | None,
-                constraints: list[list[str]] | None, modes: list[str]) -> str:
-    """Decodes ``srcs`` with the edit trace on, without constraints and in each of ``modes`` (soft, hard),
-    and writes the HTML page of `trace_html` to ``path``."""
+def trace_page(translator: Translator, srcs: list[str], refs: list[str] | None,
+               constraints: list[list[str]] | None, modes: list[str]) -> str:
+    """Decodes ``srcs`` with the edit trace on, without constraints and in each of ``modes`` (soft, hard):
+    the HTML page of `trace_html` (self-contained; a notebook shows it inline)."""
     from jaxnat.evaluation.trace_html import TracedSentence, render_page
 
     tok = translator.tokenizer
@@ -259,8 +269,15 @@ def write_trace(translator: Translator, path: str, srcs: list[str], refs: list[s
                 srcs[k], refs[k] if refs else None, mode, list(phrases[k]) if phrases else [], initial,
                 np.asarray(out["trace"]), int(out["iterations"]), tok.decode(list(out["tokens"]), "tgt"))
     sentences = [traced[k, mode] for k in range(len(srcs)) for mode, _ in runs]
-    page = render_page(f"jaxnat {translator.spec.name}: edit trace", translator.spec.name, sentences,
+    return render_page(f"jaxnat {translator.spec.name}: edit trace", translator.spec.name, sentences,
                        lambda i: tok.id_to_piece(i, "tgt"), lambda phrases: tok.encode(phrases, "tgt"))
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(page)
+
+
+def write_trace(translator: Translator, path: str, srcs: list[str], refs: list[str] | None,
+                constraints: list[list[str]] | None, modes: list[str]) -> str:
+    """`trace_page` written to ``path``."""
+    page = trace_page(translator, srcs, refs, constraints, modes)
+    if _writes():
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(page)
     return path

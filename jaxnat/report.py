@@ -187,12 +187,10 @@ def to_markdown(report: dict) -> str:
 
 
 def plot(report: dict, path: str) -> str:
-    import matplotlib
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend (a notebook's) stays as it is
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+    fig = Figure(figsize=(11, 4))
+    a, b = fig.subplots(1, 2)
     for s in report["systems"]:
         if "latency_ms" in s:
             a.scatter([s["latency_ms"]], [s["bleu"]])
@@ -212,7 +210,6 @@ def plot(report: dict, path: str) -> str:
         ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return path
 
 

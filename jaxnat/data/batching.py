@@ -197,6 +197,10 @@ class TrainBatcher:
     `extras` (optional): per-example side data of a fixed shape, {key: int32[N, ...]} (e.g. constraint pairs,
     int32[N, pairs, pieces]); batches carry each as int32[B, ...], filler rows all PAD. Their shape does not
     depend on the bucket, so they add no compilation.
+
+    `process` = (index, count): in multi-process training every process plans the same global batches but
+    reads and builds only its own contiguous block of B / count rows (`batch`); `shapes` stay the global ones.
+    `multiple_of` (the global device count) makes every B a multiple of count.
     """
 
     def __init__(
@@ -209,6 +213,7 @@ class TrainBatcher:
         multiple_of: int = 1,
         init: Sequence[np.ndarray] | None = None,
         extras: dict[str, np.ndarray] | None = None,
+        process: tuple[int, int] = (0, 1),
     ):
         if len(src) != len(tgt):
             raise DataError(f"{len(src)} source but {len(tgt)} target examples; they must be aligned")
@@ -222,6 +227,10 @@ class TrainBatcher:
             raise ConfigError(f"multiple_of must be a positive integer, got {multiple_of!r}")
         if int(seed) != seed or seed < 0:
             raise ConfigError(f"data seed must be a non-negative integer, got {seed!r}")
+        if not (process[1] >= 1 and 0 <= process[0] < process[1] and multiple_of % process[1] == 0):
+            raise ConfigError(f"process {process} (index, count) must have 0 <= index < count and count dividing "
+                              f"multiple_of={multiple_of}")
+        self.process = process
         buckets = [int(b) for b in buckets]
         if not buckets or any(b < 1 for b in buckets) or sorted(set(buckets)) != buckets:
             raise ConfigError(f"buckets must be strictly increasing positive lengths, got {buckets}")
@@ -309,7 +318,8 @@ class TrainBatcher:
         return self.plan(epoch)[within][1]
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
-        """{'src': int32[B, L], 'tgt': int32[B, L][, 'init': int32[B, L]]} of global step `step` (>= 0).
+        """{'src': int32[B, L], 'tgt': int32[B, L][, 'init': int32[B, L]]} of global step `step` (>= 0); with
+        `process` = (i, n), rows i·B/n … (i+1)·B/n − 1 of it only.
 
         Rows are [BOS … EOS] right-padded with PAD; filler rows (index -1) are all PAD on every side.
         """
@@ -317,6 +327,8 @@ class TrainBatcher:
             raise ValueError(f"step must be a non-negative integer, got {step!r}")
         epoch, within = divmod(int(step), self.steps_per_epoch)
         b, rows = self.plan(epoch)[within]
+        index, count = self.process
+        rows = rows.reshape(count, -1)[index]
         length = self._bucket_len[b]
         batch = {"src": _fill(self.src, rows, length), "tgt": _fill(self.tgt, rows, length)}
         if self.init is not None:

@@ -60,16 +60,14 @@ def plot_curves(workdir: str) -> str:
     entries = read_history(workdir)
     if not entries:
         raise JaxnatError(f"{workdir} has no {FILE} (a run trained by this version of jaxnat writes one)")
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: no display needed
-    import matplotlib.pyplot as plt
+    from matplotlib.figure import Figure  # no pyplot: the caller's backend (a notebook's) stays as it is
 
     def series(key):
         points = [(e["step"], e[key]) for e in entries if key in e]
         return [p[0] for p in points], [p[1] for p in points]
 
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    fig = Figure(figsize=(13, 3.6))
+    axes = fig.subplots(1, 3)
     panels = [("loss", [("loss", "train loss"), ("valid_loss", "valid loss")]),
               ("valid BLEU", [("valid_bleu", "valid BLEU")]),
               ("tokens / s", [("tokens_per_s", "train tokens/s")])]
@@ -87,5 +85,4 @@ def plot_curves(workdir: str) -> str:
     fig.tight_layout()
     path = os.path.join(workdir, PICTURE)
     fig.savefig(path, dpi=100)
-    plt.close(fig)
     return path

@@ -1,7 +1,7 @@
 """Data parallelism over a device mesh with `NamedSharding` (what "pjit" means in current JAX).
 
 One mesh axis, `data`: batches are split along their first dimension, parameters and optimizer state are
-replicated. Every process builds the same global batch from (seed, step) and contributes its own rows.
+replicated. Every process plans the same global batch from (seed, step) and builds only its own rows.
 """
 
 from __future__ import annotations
@@ -26,18 +26,15 @@ def batch_sharding(mesh) -> NamedSharding:
 
 
 def shard_batch(batch: dict[str, np.ndarray], mesh) -> dict[str, jax.Array]:
-    """Global host batch (identical on every process) -> arrays sharded along `data`.
+    """This process's rows of a global batch -> global arrays sharded along `data`.
 
-    Each process passes only its own contiguous block of rows, as `make_array_from_process_local_data` wants.
+    `batch` holds this process's contiguous block of the global batch's rows (all of it with one process; see
+    `TrainBatcher`'s `process`), as `make_array_from_process_local_data` wants.
     """
     sharding = batch_sharding(mesh)
-    n, p = jax.process_count(), jax.process_index()
-
-    def put(x):
-        rows = x.shape[0] // n
-        return jax.make_array_from_process_local_data(sharding, x[p * rows:(p + 1) * rows], x.shape)
-
-    return {k: put(v) for k, v in batch.items()}
+    n = jax.process_count()
+    return {k: jax.make_array_from_process_local_data(sharding, x, (x.shape[0] * n, *x.shape[1:]))
+            for k, x in batch.items()}
 
 
 def maybe_initialize_distributed() -> None:
@@ -49,8 +46,23 @@ def maybe_initialize_distributed() -> None:
     import os
 
     env = os.environ
+    if "JAX_COORDINATOR_ADDRESS" in env or int(env.get("SLURM_NTASKS", "1")) > 1:
+        # CPU devices of several processes need a collectives backend (GPUs use NCCL whatever this says)
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
     if "JAX_COORDINATOR_ADDRESS" in env:
         jax.distributed.initialize(env["JAX_COORDINATOR_ADDRESS"], int(env["JAX_NUM_PROCESSES"]),
                                    int(env["JAX_PROCESS_ID"]))
     elif int(env.get("SLURM_NTASKS", "1")) > 1:
         jax.distributed.initialize()
+
+
+def one_process_first(what: str, fn):
+    """Runs `fn` in process 0, then (after a barrier) in the others: files process 0 writes into the shared
+    workdir (the vocabulary) are complete before the others read them. One process: just `fn()`."""
+    if jax.process_count() == 1:
+        return fn()
+    from jax.experimental import multihost_utils
+
+    out = fn() if jax.process_index() == 0 else None
+    multihost_utils.sync_global_devices(what)
+    return out if jax.process_index() == 0 else fn()

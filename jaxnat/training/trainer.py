@@ -104,17 +104,23 @@ class Trainer:
         self.inits = load_inits(d, self.corpus)  # {split: initial hypotheses}; {} without data.init_lang
         self.pairs = load_pairs(d, self.corpus)  # {split: constraint pairs per sentence}; {} without data.pairs_dir
         check_matches_workdir(config, workdir)  # before anything in the workdir is written
-        os.makedirs(workdir, exist_ok=True)
-        with open(os.path.join(workdir, "config.json"), "w") as f:
-            f.write(config.to_json_best_effort(indent=2, sort_keys=True))
         train_src, train_tgt = self.corpus["train"]
         if config.train.init_from:  # the same model (or the one it extends) and vocabulary as the run it starts from
             check_matches_workdir(config, config.train.init_from, self.stage_keys(config.train.init_from))
-        if d.spm_from or config.train.init_from:
-            Tokenizer.copy_models(d.spm_from or config.train.init_from, workdir)
-        self.tokenizer = Tokenizer.train_or_load(workdir, train_src, train_tgt, d.vocab_size, joint=d.joint_vocab,
-                                                 model_type=d.spm_model_type, seed=config.train.seed,
-                                                 byte_fallback=d.byte_fallback)
+
+        def write_config_and_vocabulary():
+            if jax.process_index() == 0:
+                os.makedirs(workdir, exist_ok=True)
+                with open(os.path.join(workdir, "config.json"), "w") as f:
+                    f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+                if d.spm_from or config.train.init_from:
+                    Tokenizer.copy_models(d.spm_from or config.train.init_from, workdir)
+            return Tokenizer.train_or_load(workdir, train_src, train_tgt, d.vocab_size, joint=d.joint_vocab,
+                                           model_type=d.spm_model_type, seed=config.train.seed,
+                                           byte_fallback=d.byte_fallback)
+
+        # process 0 writes, the others read what it wrote (the workdir is shared)
+        self.tokenizer = mesh_lib.one_process_first("vocabulary", write_config_and_vocabulary)
         self.spec = build_model(config, self.tokenizer.vocab_size("src"), self.tokenizer.vocab_size("tgt"),
                                self.tokenizer.piece_tables("tgt"))
         self.mesh = mesh_lib.make_mesh()
@@ -154,7 +160,8 @@ class Trainer:
         if not src:
             raise TrainingError("no training pair is left after filtering; raise data.max_len or set data.truncate=true")
         return TrainBatcher(src, tgt, self.config.data.batch_tokens, self.buckets, self.config.train.seed,
-                            multiple_of=jax.device_count(), init=init, extras=extras)
+                            multiple_of=jax.device_count(), init=init, extras=extras,
+                            process=(jax.process_index(), jax.process_count()))
 
     # -- state -----------------------------------------------------------------------------------------
     def init_state(self, example_batch):
@@ -294,7 +301,8 @@ class Trainer:
         batches = prefetch(batcher.batch, start)
         try:
             for step, batch in zip(range(start, t.steps), batches):
-                state, metrics = train_steps[batch["tgt"].shape](state, mesh_lib.shard_batch(batch, self.mesh), root_key)
+                batch = mesh_lib.shard_batch(batch, self.mesh)  # global arrays: their shape picks the program
+                state, metrics = train_steps[batch["tgt"].shape](state, batch, root_key)
                 if pending is not None:
                     drain(*pending)
                 pending = (metrics, step)
