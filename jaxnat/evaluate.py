@@ -15,7 +15,8 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.translator import Translator
 from jaxnat.evaluation import diagnostic
 from jaxnat.evaluation.constraints import make_constraints, write_constraints
-from jaxnat.evaluation.metrics import bleu, corpus_metrics, format_table, repeated_token_ratios
+from jaxnat.evaluation.metrics import (bleu, constraint_preservation, corpus_metrics, format_table,
+                                      repeated_token_ratios)
 from jaxnat.restore import load_translator
 
 log = logging.getLogger("jaxnat")
@@ -102,6 +103,9 @@ def evaluate(config, workdir: str) -> dict:
             log.info("%s with %s constraints: BLEU %.2f, CPR %.1f", split, mode,
                      results[f"{split}+{mode}"]["bleu"], results[f"{split}+{mode}"]["cpr"])
         if split in pairs:
+            # the plain output's CSR too: how many of the pairs' target phrases a model produces unasked
+            targets = [[t for _, t in sentence] for sentence in pairs[split]]
+            results[split]["cpr"] = constraint_preservation(hyps_plain, targets, lang=config.data.tgt_lang)
             results.update(pair_rows(translator, split, srcs, refs, pairs[split], config, workdir, speed=i == 0))
         if i == 0 and e.iteration_sweep:
             results.update(iteration_rows(translator, split, srcs, refs, config, workdir))

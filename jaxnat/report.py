@@ -139,7 +139,7 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
             entry[f"{key}_ci"] = None if r.ci is None else float(r.ci)  # ar: no interval
             entry[f"{key}_p"] = None if r.p_value is None else float(r.p_value)
         entry.update({k2: v for k2, v in s.main.items() if k2.startswith("mean_") and k2 != "mean_score"})
-        entry.update({k2: s.main[k2] for k2 in ("latency_ms", "sentences_per_s") if k2 in s.main})
+        entry.update({k2: s.main[k2] for k2 in ("cpr", "latency_ms", "sentences_per_s") if k2 in s.main})
         entry["rows"] = {row: {c: v[c] for c in ROW_COLUMNS if c in v} for row, v in s.rows.items()}
         entry["word_f1"] = word_f1_by_frequency(s.hyps, refs, train_refs)
         report["systems"].append(entry)
@@ -157,13 +157,14 @@ def to_markdown(report: dict) -> str:
              f"**{report['baseline']}** (sacreBLEU; p < 0.05 marked *).", ""]
     counts = sorted({k for s in systems for k in s if k.startswith("mean_") and k != "mean_length"})
     head = ["system", "model", "BLEU", "± 95% CI", "p", "chrF", "p (chrF)", "TER", "RIBES", "repetition %",
-            "mean length", *[c[5:] for c in counts], "latency ms", "sentences/s"]
+            "mean length", *[c[5:] for c in counts], "CPR %", "latency ms", "sentences/s"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in systems:
         star = "*" if s["bleu_p"] is not None and s["bleu_p"] < 0.05 else ""
         cells = [s["name"], s["model"], _cell(s["bleu"]) + star, _cell(s["bleu_ci"]), _cell(s["bleu_p"], 4),
                  _cell(s["chrf"]), _cell(s["chrf_p"], 4), _cell(s["ter"]), _cell(s["ribes"]), _cell(s["repetition"]),
-                 _cell(s["mean_length"]), *[_cell(s.get(c)) for c in counts], _cell(s.get("latency_ms")),
+                 _cell(s["mean_length"]), *[_cell(s.get(c)) for c in counts], _cell(s.get("cpr")),
+                 _cell(s.get("latency_ms")),
                  _cell(s.get("sentences_per_s"))]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", *[f"- {k}: `{v}`" for k, v in report["signatures"].items()], ""]

@@ -1,5 +1,6 @@
-"""Restoring a trained workdir for decoding: its tokenizer, its model and its best parameters, as a
-`Translator`. Used by evaluation, `--mode translate`, distillation and the benchmarks."""
+"""Restoring a trained workdir for decoding: its tokenizer, its model and the parameters `params_choice` names
+(the best validation's, or an average of checkpoints), as a `Translator`. Used by evaluation, `--mode
+translate`, distillation and the benchmarks; `--mode average` writes an average here too."""
 
 from __future__ import annotations
 
@@ -18,6 +19,11 @@ from jaxnat.models import build_model
 from jaxnat.training.checkpoint import Checkpoints
 
 log = logging.getLogger("jaxnat")
+
+
+def _check_trained(workdir: str) -> None:
+    if not os.path.isdir(os.path.join(workdir, "spm")):
+        raise JaxnatError(f"{workdir} holds no trained run (no spm/ directory); train first with --mode train")
 
 
 def _fresh_state(config, spec):
@@ -42,8 +48,7 @@ def params_choice(config, workdir: str, ckpt: Checkpoints | None = None) -> dict
     {'kind': 'best', 'step', 'valid_bleu'}, {'kind': 'last', 'step'} (no validation ran yet),
     {'kind': 'average', 'of', 'steps'} (eval.average_checkpoints > 0) or {'kind': 'averaged', 'of', 'steps'}
     (eval.params=averaged: written by --mode average)."""
-    if not os.path.isdir(os.path.join(workdir, "spm")):
-        raise JaxnatError(f"{workdir} holds no trained run (no spm/ directory); train first with --mode train")
+    _check_trained(workdir)
     if not os.path.isdir(os.path.join(workdir, "checkpoints")):
         raise JaxnatError(f"{workdir} has no checkpoint yet; train first with --mode train")
     own = ckpt is None
@@ -109,8 +114,7 @@ def _restore(config, workdir: str, spec) -> tuple[object, dict]:
 
 def load_translator(config, workdir: str) -> Translator:
     """A workdir's model with the parameters `params_choice` names (by default the best validation's)."""
-    if not os.path.isdir(os.path.join(workdir, "spm")):
-        raise JaxnatError(f"{workdir} holds no trained run (no spm/ directory); train first with --mode train")
+    _check_trained(workdir)
     check_matches_workdir(config, workdir)
     tokenizer = Tokenizer.load(workdir)
     spec = build_model(config, tokenizer.vocab_size("src"), tokenizer.vocab_size("tgt"), tokenizer.piece_tables("tgt"))
@@ -125,6 +129,7 @@ def write_average(config, workdir: str) -> str:
     averaged checkpoint (decode it with eval.params=averaged). Returns its directory."""
     if config.eval.average_checkpoints < 1:
         raise JaxnatError("--mode average needs --config.eval.average_checkpoints=N (and eval.average_of=last|best)")
+    _check_trained(workdir)
     check_matches_workdir(config, workdir)
     tokenizer = Tokenizer.load(workdir)
     spec = build_model(config, tokenizer.vocab_size("src"), tokenizer.vocab_size("tgt"), tokenizer.piece_tables("tgt"))

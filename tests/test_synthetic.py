@@ -140,6 +140,24 @@ def test_synonyms_are_a_free_choice_of_noun_stem():
         S.Variant(synonyms=1.5)
 
 
+def test_lexicon_pairs_follow_the_stem_the_reference_uses():
+    plain = S.generate_annotated(1000, 0)
+    synonyms = S.generate_annotated(1000, 0, variant=S.Variant(synonyms=1.0))
+    own = {f for n in S.NOUNS for f in (n.tgt, n.tgt_pl) if f}
+    second = {t for _, t in S.NOUN_PAIRS} - own  # the synonyms' singular and plural forms
+    assert second and len(second) == len({t for _, t in S.NOUN_PAIRS}) - len(own)
+    used = 0
+    for a, b in zip(plain, synonyms):
+        pa, pb = S.lexicon_pairs(a.src, a.tgt), S.lexicon_pairs(b.src, b.tgt)
+        # the same source phrases whichever stem (a noun used twice may take both stems: a pair for each)
+        assert {x for x, _ in pa} == {x for x, _ in pb}
+        for x, y in pb:
+            assert f" {x} " in f" {b.src} " and f" {y} " in f" {b.tgt} "
+        used += sum(y in second for _, y in pb)
+        assert not any(y in second for _, y in pa)  # a corpus without synonyms never pairs with one
+    assert used > 100
+
+
 def test_invalid_sizes_raise():
     with pytest.raises(ConfigError):
         S.generate_corpus(0, {"train": -1})

@@ -352,14 +352,26 @@ for _n in NOUNS:
         TGT_NOUNS[_n.tgt] = (_n.gender, "sg")
         if _n.tgt_pl:
             TGT_NOUNS[_n.tgt_pl] = (_n.gender, "pl")
-# (source form, target form) of every noun and term: the translations the lexicon fixes (`lexicon_pairs`)
+_VOWEL_SHIFT = str.maketrans("aeiou", "eioua")
+
+
+def synonym_stem(noun: Noun) -> str:
+    """The second, equally valid target stem of a noun in a corpus with synonyms (`Variant.synonyms`): its
+    vowels shifted (a→e→i→o→u→a), e.g. kelo → kilu, mirka → morke. No other target word has that form."""
+    return noun.tgt.translate(_VOWEL_SHIFT)
+
+
+# (source form, target form) of every noun and term: the translations the lexicon fixes, with each noun's
+# synonym stem (a corpus with synonyms uses either; one without never shows the second): `lexicon_pairs`
 NOUN_PAIRS: tuple[tuple[str, str], ...] = tuple(
-    pair for _n in NOUNS for pair in ((_n.src_sg, _n.tgt), (_n.src_pl, _n.tgt_pl)) if pair[0])
+    pair for _n in NOUNS for _v in ((_n,) if _n.term else (_n, replace(_n, tgt=synonym_stem(_n))))
+    for pair in ((_v.src_sg, _v.tgt), (_v.src_pl, _v.tgt_pl)) if pair[0])
 
 
 def lexicon_pairs(src: str, tgt: str) -> list[tuple[str, str]]:
     """The constraint pairs a sentence pair of this corpus holds: each noun or term of the source whose fixed
-    translation is in the target (a noun inside a term counts as the term only), in source order."""
+    translation (or, for a noun, its synonym) is in the target (a noun inside a term counts as the term only), in
+    source order."""
     s, t = f" {src} ", f" {tgt} "
     found = [(s.index(f" {a} "), a, b) for a, b in NOUN_PAIRS if f" {a} " in s and f" {b} " in t]
     terms = [a for _, a, _ in found if " " in a]
@@ -446,15 +458,6 @@ def _derive_seed(seed: int, label: str) -> int:
 
 def _indef_article(next_word: str) -> str:
     return "an" if next_word[0] in "aeiou" else "a"
-
-
-_VOWEL_SHIFT = str.maketrans("aeiou", "eioua")
-
-
-def synonym_stem(noun: Noun) -> str:
-    """The second, equally valid target stem of a noun in a corpus with synonyms (`Variant.synonyms`): its
-    vowels shifted (a→e→i→o→u→a), e.g. kelo → kilu, mirka → morke. No other target word has that form."""
-    return noun.tgt.translate(_VOWEL_SHIFT)
 
 
 class _Generator:
