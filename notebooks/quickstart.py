@@ -26,8 +26,10 @@
 
 # %% [markdown]
 # ## Install
-# In Colab, or any fresh environment: install jaxnat from its source (the directory holding `setup.cfg`; set
-# `JAXNAT_SOURCE` if it is not the parent of this notebook's directory).
+# In Colab, or any fresh environment: clone the jaxnat repository first (in Colab, `!git clone URL jaxnat` and
+# `%cd jaxnat/notebooks`). The cell below installs that checkout (the directory holding `setup.cfg`: the parent
+# of this notebook's directory, or `JAXNAT_SOURCE`) if jaxnat is not importable yet; the configs are read
+# from it too.
 
 # %%
 import importlib.util
