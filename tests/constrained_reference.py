@@ -37,9 +37,13 @@ def startable(phrases, done, ordered):
     return set(unmet[:1]) if ordered else set(unmet)
 
 
-def advance(phrases, state, token, ordered):
-    """state = (done: tuple of bool, depth, cand: frozenset of phrase indices, ended: the token met a phrase)."""
-    done, depth, cand = state[:3]
+def advance(phrases, state, token, ordered, glue=False):
+    """state = (done: tuple of bool, depth, cand: frozenset of phrase indices, ended: the index of the phrase
+    the last token met, or None). glue: the token glues onto the previous word, so a phrase the previous token
+    met is no word of its own: unmet again."""
+    done, depth, cand, last = state
+    if glue and last is not None:
+        done = tuple(d and c != last for c, d in enumerate(done))
     deeper = {c for c in cand if depth > 0 and phrases[c][depth] == token}
     if deeper:
         cand, depth = deeper, depth + 1
@@ -51,7 +55,7 @@ def advance(phrases, state, token, ordered):
     if ended:
         done[ended[0]] = True
     rest = frozenset(c for c in cand if len(phrases[c]) > depth)
-    return (tuple(done), depth if rest else 0, rest, bool(ended))
+    return (tuple(done), depth if rest else 0, rest, ended[0] if ended else None)
 
 
 def bank(phrases, state):
@@ -72,7 +76,7 @@ def search(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len,
     k = beam_size
     real = [p for p in phrases if p]
     max_len = min(max(max_len, sum(len(p) for p in real)), max_out - 2)
-    state0 = (tuple(not p for p in phrases), 0, frozenset(), False)
+    state0 = (tuple(not p for p in phrases), 0, frozenset(), None)
     alive = [([BOS_ID], np.float32(0.0), state0)]  # dead beams are simply absent
     fin = []  # (tokens, score, met)
     norm = lambda s, n: np.float32(s) / np.float32(n) ** np.float32(length_penalty)  # noqa: E731
@@ -80,7 +84,7 @@ def search(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len,
         ext = []
         for toks, s, st in alive:
             lp = restricted(toy_logprobs(table, toks, seed), i, max_len)
-            if st[3]:  # just met a phrase: no glued piece, unless it starts or continues a phrase
+            if st[3] is not None:  # just met a phrase: no glued piece, unless it starts or continues a phrase
                 lp[[t for t in continues if t not in offered_tokens(phrases, st, ordered)]] = -np.inf
             ext.append((toks, s, st, lp))
         pool = list(fin)
@@ -106,7 +110,7 @@ def search(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len,
         for (j, t), sc in cands.items():
             if sc == -np.inf:
                 continue
-            st = advance(phrases, ext[j][2], t, ordered)
+            st = advance(phrases, ext[j][2], t, ordered, glue=t in continues)
             by_bank.setdefault(bank(phrases, st), []).append((sc, ext[j][0] + [t], st))
         ranked = {b: sorted(v, key=lambda x: -x[0]) for b, v in by_bank.items()}
         order = sorted(((r, -b) for b, v in ranked.items() for r in range(len(v))))

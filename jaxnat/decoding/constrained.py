@@ -14,7 +14,9 @@ all inside one jit'd `lax.while_loop` at fixed shapes:
   ``met = Σ len(done phrases) + depth`` counts the constraint tokens produced: the hypothesis's **bank**.
   Right after a phrase is met, a piece that would glue onto its last word (``continues``) is not allowed
   unless it starts or continues a phrase, so that the phrase is found as whole words in the detokenized output
-  (what CSR counts; phrases start with a word-initial piece, so this never blocks one).
+  (what CSR counts; phrases start with a word-initial piece, so this never blocks one). When the glued piece
+  continues a longer phrase (``meli`` then ``en`` on the way to ``melien``), the phrase just met was no word
+  of its own after all: it is unmet again (``last``) and must appear elsewhere.
 * **Candidates.** Per sentence: the 2K best one-token extensions over the beam, the best extension of each
   hypothesis, and, for each hypothesis, every token that continues or starts a phrase; a (hypothesis, token)
   pair offered twice counts once. EOS is never a candidate for the beam; it ends a hypothesis only when all its
@@ -50,6 +52,7 @@ class Tracker:
     depth: jnp.ndarray  # int32[...]: tokens of the phrases in progress produced so far
     cand: jnp.ndarray   # bool[..., C]: the phrases in progress (all False at the root)
     ended: jnp.ndarray  # bool[...]: the last token completed a phrase
+    last: jnp.ndarray   # bool[..., C]: the phrase the last token completed (none: all False)
 
 
 def phrase_lengths(phrases: jnp.ndarray) -> jnp.ndarray:
@@ -61,7 +64,7 @@ def start(phrases: jnp.ndarray) -> Tracker:
     """The empty hypothesis's progress for phrases int32[B, C, P] → Tracker of shape [B]."""
     lens = phrase_lengths(phrases)
     return Tracker(lens == 0, jnp.zeros(lens.shape[:-1], jnp.int32), jnp.zeros(lens.shape, bool),
-                   jnp.zeros(lens.shape[:-1], bool))
+                   jnp.zeros(lens.shape[:-1], bool), jnp.zeros(lens.shape, bool))
 
 
 def _startable(done: jnp.ndarray, ordered: bool) -> jnp.ndarray:
@@ -70,9 +73,11 @@ def _startable(done: jnp.ndarray, ordered: bool) -> jnp.ndarray:
     return unmet & (jnp.cumsum(unmet) == 1) if ordered else unmet
 
 
-def advance(phrases: jnp.ndarray, t: Tracker, token: jnp.ndarray, ordered: bool) -> Tracker:
-    """One hypothesis's progress after ``token``. phrases: int32[C, P]; t: Tracker of shape []; token: int32[]."""
+def advance(phrases: jnp.ndarray, t: Tracker, token: jnp.ndarray, ordered: bool, glue=False) -> Tracker:
+    """One hypothesis's progress after ``token``. phrases: int32[C, P]; t: Tracker of shape []; token: int32[];
+    glue: bool[], the token glues onto the word before it (a phrase met by the previous token is then unmet)."""
     lens = phrase_lengths(phrases)
+    t = t.replace(done=t.done & ~(t.last & glue))
     p = phrases.shape[1]
     at_depth = phrases[:, jnp.minimum(t.depth, p - 1)]
     deeper = t.cand & (t.depth > 0) & (at_depth == token)
@@ -84,7 +89,7 @@ def advance(phrases: jnp.ndarray, t: Tracker, token: jnp.ndarray, ordered: bool)
     first = ended & (jnp.cumsum(ended) == 1)
     rest = cand & (lens > depth)
     stay = jnp.any(rest)
-    return Tracker(t.done | first, jnp.where(stay, depth, 0).astype(jnp.int32), rest & stay, jnp.any(first))
+    return Tracker(t.done | first, jnp.where(stay, depth, 0).astype(jnp.int32), rest & stay, jnp.any(first), first)
 
 
 def met(phrases: jnp.ndarray, t: Tracker) -> jnp.ndarray:
@@ -159,7 +164,7 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
         fin_tokens=tokens, fin_score=jnp.full((batch, k), NEG_INF, jnp.float32),
         fin_met=jnp.zeros((batch, k), bool), done=jnp.zeros(batch, bool), cache=cache)
     row_offset = (jnp.arange(batch) * k)[:, None]
-    advance_all = jax.vmap(jax.vmap(advance, in_axes=(None, 0, 0, None)), in_axes=(0, 0, 0, None))
+    advance_all = jax.vmap(jax.vmap(advance, in_axes=(None, 0, 0, None, 0)), in_axes=(0, 0, 0, None, 0))
     next_all = jax.vmap(jax.vmap(next_tokens, in_axes=(None, 0, None)), in_axes=(0, 0, None))
 
     def cond(s: ConstrainedState):
@@ -206,8 +211,9 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
         seen = jnp.any((key[:, None, :] == key[:, :, None]) & offered[:, None, :]
                        & (jnp.arange(m)[None, :] < jnp.arange(m)[:, None])[None], axis=-1)
         score = jnp.where(seen, NEG_INF, score)
+        glue = jnp.asarray(continues)[token] if continues is not None else jnp.zeros(token.shape, bool)
         progress = advance_all(phrases, jax.tree_util.tree_map(lambda x: _take(x, parent), s.progress), token,
-                               ordered)
+                               ordered, glue)
         bank = met(phrases[:, None], progress)  # [B, M]
         valid = score > NEG_INF
         order = _rank(score, bank) * stride + (total[:, None] - bank)
