@@ -118,8 +118,8 @@ def test_coverage_iteration_biases_the_inter_attention_by_lambda_times_one_minus
 def test_lambda_receives_gradients():
     spec = _spec(*COVERAGE)
     batch = random_batch(0, V)
-    params = spec.init(jax.random.PRNGKey(0), batch)
-    grads = jax.grad(lambda p: spec.loss(p, batch, jax.random.PRNGKey(1), False)[0])(params)
+    params = jax.jit(spec.init)(jax.random.PRNGKey(0), batch)  # jit: one compile, not one per operation
+    grads = jax.jit(jax.grad(lambda p: spec.loss(p, batch, jax.random.PRNGKey(1), False)[0]))(params)
     g = float(grads["params"]["coverage"]["iteration"]["coverage_scale"])
     assert np.isfinite(g) and abs(g) > 0
 
