@@ -36,7 +36,7 @@ import numpy as np
 
 from jaxnat.data.sources import load_corpus
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from jaxnat.errors import ConfigError, DataError, JaxnatError
+from jaxnat.errors import ConfigError, DataError
 
 log = logging.getLogger("jaxnat")
 
