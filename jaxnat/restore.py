@@ -31,7 +31,7 @@ def _fresh_state(config, spec):
     from jaxnat.training.optim import make_optimizer
 
     example = {"src": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32), "tgt": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32)}
-    params = jax.jit(spec.init)(jax.random.PRNGKey(0), example)
+    params = spec.init(jax.random.PRNGKey(0), example)
     opt, _ = make_optimizer(config.train)
     return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": opt.init(params)}
 

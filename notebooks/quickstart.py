@@ -82,8 +82,8 @@ def tiny(config_file, *overrides):
         f"--config.train.steps={STEPS}", f"--config.train.eval_every={STEPS}", f"--config.train.log_every={max(STEPS // 8, 1)}",
         f"--config.train.checkpoint_every={STEPS}", "--config.train.valid_bleu_sentences=50",
         "--config.data.synthetic_train=4000", "--config.data.synthetic_valid=50", "--config.data.synthetic_test=50",
-        # sentences of up to 32 pieces in 2 batch shapes: little to compile
-        "--config.data.max_len=32", "--config.data.bucket_growth=2.0", "--config.data.bucket_multiple=16",
+        # sentences of up to 32 pieces in one batch shape, and one decoding batch size: little to compile
+        "--config.data.max_len=32", "--config.data.bucket_multiple=32", "--config.eval.batch_size=8",
         *overrides])
 
 

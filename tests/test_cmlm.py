@@ -22,6 +22,7 @@ from jaxnat.models import build_model
 from jaxnat.models.cmlm import cmlm_loss, substitution_mask
 from jaxnat.models.insertion import forbid_reserved
 from tests import edit_reference as er
+from tests import jitted
 from tests import mask_predict_reference as ref
 from tests.refine_reference import fit_briefly, pad, random_batch
 
@@ -61,15 +62,15 @@ def reference_loss(spec, params, batch, draws, *, eps, weight, offset, correctio
     """The CMLM(C) objective of one batch, sentence by sentence, with the draws of the jit'd loss."""
     module = spec.module
     src, tgt = np.asarray(batch["src"]), np.asarray(batch["tgt"])
-    memory, length_logits = module.apply(params, batch["src"], method="encode")
+    memory, length_logits = jitted.method(module, "encode")(params, batch["src"])
     src_mask = batch["src"] != PAD_ID
+    token_logits = jitted.method(module, "token_logits")
     v, scores = (np.asarray(a) for a in draws["mask"])
-    mask_terms, corr_terms, length_terms, masked_in = [], [], [], []
+    mask_terms, corr_terms, length_terms = [], [], []
     first = None
     if correction:
         full = np.where((tgt != PAD_ID) & (tgt != BOS_ID) & (tgt != EOS_ID), MASK_ID, tgt)
-        first = np.asarray(forbid_reserved(module.apply(params, jnp.asarray(full), memory, src_mask,
-                                                        method="token_logits")))
+        first = np.asarray(forbid_reserved(token_logits(params, jnp.asarray(full), memory, src_mask)))
     inputs, corr_inputs = [], []
     for b in range(len(tgt)):
         row = [int(t) for t in tgt[b] if t != PAD_ID]
@@ -89,13 +90,12 @@ def reference_loss(spec, params, batch, draws, *, eps, weight, offset, correctio
             corr_inputs.append([int(np.argmax(first[b, i])) if i in swap else t for i, t in enumerate(inp)])
             corr_terms.append((b, sorted(swap)))
         mask_terms.append((b, sorted(masked)))
-    logits = np.asarray(module.apply(params, jnp.asarray(inputs), memory, src_mask, method="token_logits"))
+    logits = np.asarray(token_logits(params, jnp.asarray(inputs), memory, src_mask))
     mask = [t for b, pos in mask_terms for t in _ce_terms(logits[b], pos, tgt[b], eps)]
     mask_loss = er.mean([t[0] for t in mask])
     token_loss, out = mask_loss, {"mask_loss": mask_loss, "nll": er.mean([t[1] for t in mask])}
     if correction:
-        corr_logits = np.asarray(module.apply(params, jnp.asarray(corr_inputs), memory, src_mask,
-                                              method="token_logits"))
+        corr_logits = np.asarray(token_logits(params, jnp.asarray(corr_inputs), memory, src_mask))
         corr = [t for b, pos in corr_terms for t in _ce_terms(corr_logits[b], pos, tgt[b], eps)]
         out["correction_loss"] = er.mean([t[0] for t in corr])
         out["replaced"] = sum(len(pos) for _, pos in corr_terms)
@@ -185,11 +185,12 @@ def test_causal_sublayer_sees_only_earlier_tokens(masked_attn):
     spec = _spec("--config.model.masked_attn=" + str(masked_attn).lower())
     batch = random_batch(1, V, b=2, s=7, t=10)
     params = _zero_full_self_attention(spec.init(jax.random.PRNGKey(0), batch))
-    memory, _ = spec.module.apply(params, batch["src"], method="encode")
+    memory, _ = jitted.method(spec.module, "encode")(params, batch["src"])
     tokens = jnp.asarray([[BOS_ID, 10, 11, 12, 13, 14, EOS_ID, PAD_ID]] * 2)
+    token_logits = jitted.method(spec.module, "token_logits")
 
     def out(t):
-        return np.asarray(spec.module.apply(params, t, memory, batch["src"] != PAD_ID, method="token_logits"))
+        return np.asarray(token_logits(params, t, memory, batch["src"] != PAD_ID))
 
     base = out(tokens)
     later = out(tokens.at[:, 4].set(20))   # a change at position 4
@@ -218,9 +219,9 @@ def test_length_token_reads_the_same_whatever_the_padding():
     batch = random_batch(2, V, b=3, s=9)
     params = spec.init(jax.random.PRNGKey(0), batch)
     wide = jnp.pad(batch["src"], ((0, 0), (0, 7)))
+    encode = jitted.method(spec.module, "encode")
     for src in (batch["src"], wide):
-        _, logits = spec.module.apply(params, src, method="encode")
-        np.testing.assert_allclose(logits, spec.module.apply(params, batch["src"], method="encode")[1], atol=1e-5)
+        np.testing.assert_allclose(encode(params, src)[1], encode(params, batch["src"])[1], atol=1e-5)
 
 
 # --------------------------------------------------------------------------------- mask-predict

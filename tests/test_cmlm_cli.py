@@ -8,8 +8,6 @@ import pytest
 
 from tests.test_translate import _main as _run  # the CLI on the tiny config, in a subprocess
 
-pytestmark = pytest.mark.xdist_group("test_cmlm_cli")
-
 
 def _main(workdir, *args, stdin=None):
     return _run(workdir, "--config.model.name=cmlm", "--config.model.masked_attn=true", "--config.model.concat_pe=true",

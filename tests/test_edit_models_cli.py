@@ -9,7 +9,6 @@ import sys
 
 import pytest
 
-pytestmark = pytest.mark.xdist_group("test_edit_models_cli")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")

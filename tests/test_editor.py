@@ -23,6 +23,7 @@ from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models import build_model
 from jaxnat.models.editor import editor_loss, editor_reposition
 from tests import edit_reference as er
+from tests import jitted
 from tests import reference as ref
 from tests.refine_reference import check_loop_against_python, fit_briefly, editor_first, pad, random_batch, stub_heads
 
@@ -234,9 +235,9 @@ def test_reposition_delete_column(option):
     batch = _batch(2)
     params = spec.init(jax.random.PRNGKey(0), batch)
     module, tokens = spec.module, batch["tgt"]
-    memory, mask = module.apply(params, batch["src"], method="encode"), batch["src"] != PAD_ID
-    logits = np.asarray(module.apply(params, tokens, memory, mask, method="reposition_logits"))
-    h = np.asarray(module.apply(params, tokens, memory, mask, method="first_features"))
+    memory, mask = jitted.method(module, "encode")(params, batch["src"]), batch["src"] != PAD_ID
+    logits = np.asarray(jitted.method(module, "reposition_logits")(params, tokens, memory, mask))
+    h = np.asarray(jitted.method(module, "first_features")(params, tokens, memory, mask))
     table = np.asarray(params["params"]["src_embed"]["tokens"]["embedding"])  # shared embeddings
     want = np.einsum("bid,bjd->bij", h, table[np.asarray(tokens)])
     real = np.asarray(tokens) != PAD_ID

@@ -1,7 +1,7 @@
 """The Transformer: cached one-token decoding equals the full teacher-forced pass, for every layout option;
 padding changes nothing; the embedding dropout rate."""
 
-import itertools
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -12,7 +12,9 @@ from jaxnat.models.ar import ARTransformer, ar_loss
 from jaxnat.models.transformer import Embedder, TransformerConfig
 
 
-@pytest.mark.parametrize("pre_norm, positions, shared", list(itertools.product([False, True], ["sinusoidal", "learned"], [True, False])))
+# every pair of the three options' values, in four runs (an orthogonal array), not all eight combinations
+@pytest.mark.parametrize("pre_norm, positions, shared", [(False, "sinusoidal", True), (False, "learned", False),
+                                                         (True, "sinusoidal", False), (True, "learned", True)])
 def test_cached_step_equals_full_forward(pre_norm, positions, shared):
     cfg = TransformerConfig(src_vocab_size=50, tgt_vocab_size=50 if shared else 40, d_model=32, ffn_dim=64,
                             num_heads=4, enc_layers=2, dec_layers=2, pre_norm=pre_norm, positions=positions,
@@ -20,13 +22,15 @@ def test_cached_step_equals_full_forward(pre_norm, positions, shared):
     model = ARTransformer(cfg)
     src = jnp.array([[1, 7, 8, 9, 2, 0], [1, 10, 11, 2, 0, 0]])
     tgt = jnp.array([[1, 12, 13, 14, 2, 0], [1, 15, 2, 0, 0, 0]])
-    params = model.init(jax.random.PRNGKey(0), src, tgt)
-    full = jax.nn.log_softmax(model.apply(params, src, tgt))
-    memory = model.apply(params, src, method=ARTransformer.encode)
+    # each computation jit'd: one compiled program instead of flax's op-by-op dispatch
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), src, tgt)
+    full = jax.nn.log_softmax(jax.jit(model.apply)(params, src, tgt))
+    memory = jax.jit(functools.partial(model.apply, method=ARTransformer.encode))(params, src)
     cache = model.apply(params, memory, tgt.shape[1], method=ARTransformer.init_cache)
+    step = jax.jit(functools.partial(model.apply, method=ARTransformer.step))  # the position traced, as in decoding
     steps = []
     for i in range(tgt.shape[1]):
-        logp, cache = model.apply(params, tgt[:, i], cache, i, src != 0, method=ARTransformer.step)
+        logp, cache = step(params, tgt[:, i], cache, i, src != 0)
         steps.append(logp)
     cached = jnp.stack(steps, 1)
     real = np.asarray(tgt != 0)
@@ -38,9 +42,10 @@ def test_padding_does_not_change_outputs():
                             enc_layers=1, dec_layers=1, max_len=16)
     model = ARTransformer(cfg)
     src, tgt = jnp.array([[1, 7, 8, 2]]), jnp.array([[1, 9, 2]])
-    params = model.init(jax.random.PRNGKey(1), src, tgt)
-    short = model.apply(params, src, tgt)
-    padded = model.apply(params, jnp.pad(src, ((0, 0), (0, 3))), jnp.pad(tgt, ((0, 0), (0, 2))))
+    params = jax.jit(model.init)(jax.random.PRNGKey(1), src, tgt)
+    apply = jax.jit(model.apply)
+    short = apply(params, src, tgt)
+    padded = apply(params, jnp.pad(src, ((0, 0), (0, 3))), jnp.pad(tgt, ((0, 0), (0, 2))))
     np.testing.assert_allclose(np.asarray(padded[:, :3]), np.asarray(short), atol=1e-5)
 
 
@@ -92,22 +97,25 @@ def test_prefix_entries_extend_attention_and_masked_ones_change_nothing(pre_norm
                  jnp.asarray(rng.normal(size=(2, 3, 16)), jnp.float32)) for _ in range(2)]
     none, some = jnp.zeros((2, 3), bool), jnp.array([[1, 1, 0], [1, 0, 0]], bool)
 
-    enc = Encoder(cfg)
-    ep = enc.init(jax.random.PRNGKey(0), x, mask, False)
-    plain = enc.apply(ep, x, mask, False)
-    np.testing.assert_allclose(enc.apply(ep, x, mask, False, prefixes, none), plain, atol=1e-5)
-    assert not np.allclose(enc.apply(ep, x, mask, False, prefixes, some), plain, atol=1e-3)
+    enc = Encoder(cfg)  # each computation jit'd (train=False static): one program, not flax's op-by-op dispatch
+    ep = jax.jit(enc.init, static_argnums=3)(jax.random.PRNGKey(0), x, mask, False)
+    encode = jax.jit(enc.apply, static_argnums=3)
+    plain = encode(ep, x, mask, False)
+    np.testing.assert_allclose(encode(ep, x, mask, False, prefixes, none), plain, atol=1e-5)
+    assert not np.allclose(encode(ep, x, mask, False, prefixes, some), plain, atol=1e-3)
 
     dec = Decoder(cfg, 2, causal=True)
-    dp = dec.init(jax.random.PRNGKey(1), y, tgt_mask, x, mask, False)
-    plain = dec.apply(dp, y, tgt_mask, x, mask, False)
-    masked = dec.apply(dp, y, tgt_mask, x, jnp.concatenate([none, mask], 1), False, prefixes=prefixes)
+    dp = jax.jit(dec.init, static_argnums=5)(jax.random.PRNGKey(1), y, tgt_mask, x, mask, False)
+    decode = jax.jit(dec.apply, static_argnums=5)
+    plain = decode(dp, y, tgt_mask, x, mask, False)
+    masked = decode(dp, y, tgt_mask, x, jnp.concatenate([none, mask], 1), False, prefixes=prefixes)
     np.testing.assert_allclose(masked, plain, atol=1e-5)
-    full = dec.apply(dp, y, tgt_mask, x, jnp.concatenate([some, mask], 1), False, prefixes=prefixes)
+    full = decode(dp, y, tgt_mask, x, jnp.concatenate([some, mask], 1), False, prefixes=prefixes)
     assert not np.allclose(full, plain, atol=1e-3)
     cache = dec.apply(dp, x, 4, prefixes, method="init_cache")
+    step = jax.jit(functools.partial(dec.apply, method="step"))
     steps = []
     for i in range(4):
-        out, cache = dec.apply(dp, y[:, i:i + 1], cache, i, jnp.concatenate([some, mask], 1), method="step")
+        out, cache = step(dp, y[:, i:i + 1], cache, i, jnp.concatenate([some, mask], 1))
         steps.append(out)
     np.testing.assert_allclose(jnp.concatenate(steps, 1), full, atol=1e-5)

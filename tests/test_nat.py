@@ -22,6 +22,7 @@ from jaxnat.models import build_model
 from jaxnat.models.nat import CoverageIteration, coverage
 from jaxnat.models.transformer import DecoderLayer, MultiHeadAttention, attention_bias
 from tests import edit_reference as er
+from tests import jitted
 from tests import mask_predict_reference as ref
 from tests.refine_reference import fit_briefly, pad, random_batch
 
@@ -118,7 +119,7 @@ def test_coverage_iteration_biases_the_inter_attention_by_lambda_times_one_minus
 def test_lambda_receives_gradients():
     spec = _spec(*COVERAGE)
     batch = random_batch(0, V)
-    params = jax.jit(spec.init)(jax.random.PRNGKey(0), batch)  # jit: one compile, not one per operation
+    params = spec.init(jax.random.PRNGKey(0), batch)
     grads = jax.jit(jax.grad(lambda p: spec.loss(p, batch, jax.random.PRNGKey(1), False)[0]))(params)
     g = float(grads["params"]["coverage"]["iteration"]["coverage_scale"])
     assert np.isfinite(g) and abs(g) > 0
@@ -134,9 +135,9 @@ def test_k_is_a_decoding_choice_with_one_set_of_weights():
     shapes = jax.tree_util.tree_map(lambda x: x.shape, p1)
     assert shapes == jax.tree_util.tree_map(lambda x: x.shape, p5)
     spec = _spec(*COVERAGE)
-    memory, _ = spec.module.apply(p1, batch["src"], method="encode")
+    memory, _ = jitted.method(spec.module, "encode")(p1, batch["src"])
     canvas = jnp.where((batch["tgt"] > EOS_ID), 5, batch["tgt"])
-    logits = {k: spec.module.apply(p1, canvas, memory, batch["src"] != PAD_ID, iterations=k, method="token_logits")
+    logits = {k: jitted.method(spec.module, "token_logits", iterations=k)(p1, canvas, memory, batch["src"] != PAD_ID)
               for k in (1, 2)}
     assert not np.allclose(logits[1], logits[2])
 
@@ -149,10 +150,10 @@ def reference_loss(spec, params, batch, *, eps, weight, sca, iterations):
     sentences); then × the batch's real tokens (BOS/EOS included), as the trainer divides by that count."""
     module = spec.module
     src, tgt = np.asarray(batch["src"]), np.asarray(batch["tgt"])
-    memory, length_logits = module.apply(params, batch["src"], method="encode")
+    memory, length_logits = jitted.method(module, "encode")(params, batch["src"])
     canvas = np.where((tgt != PAD_ID) & (tgt != BOS_ID) & (tgt != EOS_ID), 5, tgt)  # 5 = MASK
-    logits = np.asarray(module.apply(params, jnp.asarray(canvas), memory, batch["src"] != PAD_ID,
-                                     iterations=iterations, method="token_logits"))
+    logits = np.asarray(jitted.method(module, "token_logits", iterations=iterations)(
+        params, jnp.asarray(canvas), memory, batch["src"] != PAD_ID))
     p = params["params"]
     emb = np.asarray(p["src_embed"]["tokens"]["embedding"], np.float64)
     ws = np.asarray(p["source_map"]["kernel"], np.float64)

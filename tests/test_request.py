@@ -103,7 +103,7 @@ def test_every_model_declares_its_counts_and_generate_reports_them():
                                                         "--config.data.pairs_dir=synthetic"])
         spec = build_model(config, 40, 40)
         src = jnp.asarray([[BOS_ID, 7, 8, EOS_ID]], jnp.int32)
-        params = jax.jit(spec.init)(jax.random.PRNGKey(0), {"src": src, "tgt": src})
+        params = spec.init(jax.random.PRNGKey(0), {"src": src, "tgt": src})
         out = jax.jit(spec.generate)(params, DecodeRequest(src, max_out=spec.capacity(4)))
         assert set(out) >= {"tokens", "score", *spec.supports.counts}, name
         assert set(out) - {"tokens", "score", "phrase", "length"} == set(spec.supports.counts), name

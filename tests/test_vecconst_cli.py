@@ -9,8 +9,6 @@ import pytest
 
 from tests.test_translate import _main as _run  # the CLI on the tiny config, in a subprocess
 
-pytestmark = pytest.mark.xdist_group("test_vecconst_cli")
-
 
 def _main(workdir, *args, stdin=None):
     return _run(workdir, "--config.model.name=vecconst", "--config.data.pairs_dir=synthetic",

@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable
 
+import jax
+
 from jaxnat.data.vocab import PieceTables  # noqa: F401  (re-exported: the spec builders take one)
 from jaxnat.decoding.request import Supports
 from jaxnat.models.transformer import TransformerConfig
@@ -31,3 +33,8 @@ class ModelSpec:
     generate: Callable
     capacity: Callable
     supports: Supports
+
+    def __post_init__(self):
+        # one compiled program: called outside jit (tests, notebooks), flax's initialisation would run op by op,
+        # each op its own small XLA program, several times slower than compiling the whole
+        object.__setattr__(self, "init", jax.jit(self.init))

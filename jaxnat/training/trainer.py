@@ -213,8 +213,8 @@ class Trainer:
         else:  # the structure of the source's parameters, to restore them into
             cfg = self.spec.cfg
             source_spec = build_model(source_config, cfg.src_vocab_size, cfg.tgt_vocab_size)
-            target = jax.jit(source_spec.init)(jax.random.PRNGKey(0),
-                                               {k: jnp.asarray(example_batch[k][:1]) for k in ("src", "tgt")})
+            target = source_spec.init(jax.random.PRNGKey(0),
+                                      {k: jnp.asarray(example_batch[k][:1]) for k in ("src", "tgt")})
         source = Checkpoints(workdir, 1)
         params = source.restore_best(target)
         source.close()
