@@ -104,8 +104,8 @@ def evaluate(config, workdir: str) -> dict:
                      results[f"{split}+{mode}"]["bleu"], results[f"{split}+{mode}"]["cpr"])
         if split in pairs:
             # the plain output's CSR too: how many of the pairs' target phrases a model produces unasked
-            targets = [[t for _, t in sentence] for sentence in pairs[split]]
-            results[split]["cpr"] = constraint_preservation(hyps_plain, targets, lang=config.data.tgt_lang)
+            results[split]["cpr"] = constraint_preservation(hyps_plain, pair_targets(pairs[split]),
+                                                            lang=config.data.tgt_lang)
             results.update(pair_rows(translator, split, srcs, refs, pairs[split], config, workdir, speed=i == 0))
         if i == 0 and e.iteration_sweep:
             results.update(iteration_rows(translator, split, srcs, refs, config, workdir))
@@ -122,6 +122,11 @@ def evaluate(config, workdir: str) -> dict:
     return results
 
 
+def pair_targets(pairs: list[list[tuple[str, str]]]) -> list[list[str]]:
+    """Each sentence's constraint-pair target phrases: what CSR counts."""
+    return [[t for _, t in sentence] for sentence in pairs]
+
+
 def pair_rows(translator: Translator, split: str, srcs: list[str], refs: list[str],
               pairs: list[list[tuple[str, str]]], config, workdir: str, speed: bool) -> dict:
     """The split with its constraint pairs (`{pairs_dir}/{split}.pairs.jsonl`), the rows of the vectorized-
@@ -130,7 +135,7 @@ def pair_rows(translator: Translator, split: str, srcs: list[str], refs: list[st
     pairs too if the model reads them); CSR = `cpr`, the share of target phrases in the output. With ``speed``,
     latency at batch 1 and throughput at eval.throughput_batch (the paper's Table 5)."""
     e, sup = config.eval, translator.spec.supports
-    targets = [[t for _, t in sentence] for sentence in pairs]
+    targets = pair_targets(pairs)
     runs = {}
     if sup.pairs:
         runs["pairs"] = dict(pairs=pairs)

@@ -16,7 +16,6 @@ from jaxnat.restore import average_params, load_translator, params_choice, write
 from jaxnat.training.checkpoint import Checkpoints
 from jaxnat.training.history import read_history
 
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
 # validations at steps 4, 8, 12 (the best two kept), training states at 4 … 12 (the newest three kept)

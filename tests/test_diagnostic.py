@@ -14,7 +14,6 @@ from jaxnat.evaluate import diagnostic_rows
 from jaxnat.evaluation.diagnostic import STARTS, in_reference_order, starts
 from jaxnat.models import build_model
 
-
 REFS = ["Ein Mann, der läuft.", "Zwei Hunde spielen im Schnee.", "Eine Frau liest ein Buch."]
 SRCS = ["A man who runs.", "Two dogs play in the snow.", "A woman reads a book."]
 

@@ -20,7 +20,6 @@ from jaxnat.config import build_config
 from jaxnat.data.sources import load_corpus
 from jaxnat.errors import DataError
 
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
 OVERRIDES = [

@@ -7,7 +7,6 @@ import sys
 
 import pytest
 
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
 
