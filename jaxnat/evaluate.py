@@ -117,9 +117,33 @@ def evaluate(config, workdir: str) -> dict:
     if _writes():
         with open(os.path.join(workdir, "metrics.json"), "w") as f:
             json.dump(results, f, indent=2, sort_keys=True)
+        with open(os.path.join(workdir, EVALUATED), "w") as f:  # after metrics.json: a kill between them redoes it
+            json.dump(_evaluation_record(config, workdir), f, indent=2, sort_keys=True)
     print(format_table(results, summary_columns(results)))
     log.info("all metrics: %s", os.path.join(workdir, "metrics.json"))
     return results
+
+
+EVALUATED = "metrics.record.json"  # what metrics.json was computed from (`already_evaluated`)
+
+
+def _evaluation_record(config, workdir: str) -> dict:
+    """The config and the checkpoints on disk (every saved step, best and last) an evaluation used."""
+    root = os.path.join(workdir, "checkpoints")
+    saved = {kind: sorted(os.listdir(os.path.join(root, kind))) for kind in sorted(os.listdir(root))
+             if os.path.isdir(os.path.join(root, kind))} if os.path.isdir(root) else {}
+    return {"config": json.loads(config.to_json_best_effort(sort_keys=True)), "checkpoints": saved}
+
+
+def already_evaluated(config, workdir: str) -> bool:
+    """Whether ``workdir/metrics.json`` is the evaluation of this config on the checkpoints now on disk, so that
+    re-running a finished training command (a resumed pipeline, say) does not decode everything again."""
+    try:
+        with open(os.path.join(workdir, EVALUATED), encoding="utf-8") as f:
+            recorded = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return os.path.isfile(os.path.join(workdir, "metrics.json")) and recorded == _evaluation_record(config, workdir)
 
 
 def pair_targets(pairs: list[list[tuple[str, str]]]) -> list[list[str]]:

@@ -98,11 +98,15 @@ def run(argv=None) -> int:
 
     maybe_initialize_distributed()
     if args.mode == "train":
-        from jaxnat.evaluate import evaluate
+        from jaxnat.evaluate import already_evaluated, evaluate
         from jaxnat.training.trainer import Trainer
 
-        Trainer(config, args.workdir).train()
-        evaluate(config, args.workdir)
+        trained = Trainer(config, args.workdir).train()
+        if trained or not already_evaluated(config, args.workdir):
+            evaluate(config, args.workdir)
+        else:
+            log.info("metrics.json already holds this config's evaluation of %s (--mode eval redoes it)",
+                     args.workdir)
     elif args.mode == "eval":
         from jaxnat.evaluate import evaluate
 

@@ -29,10 +29,13 @@ run cmlm-maskedattn --config.model.concat_pe=false --config.train.correction=fal
 run cmlm-concatpe --config.model.masked_attn=false --config.train.correction=false
 run cmlm-revpos --config.train.correction=false
 run cmlm-corr --config.model.masked_attn=false --config.model.concat_pe=false
-# a copy of the CMLMC run, evaluated with the rescorer (its metrics.json beside the plain one)
-[ -d "$RUNS/cmlmc-rescored-multi30k" ] || cp -r "$RUNS/cmlmc-multi30k" "$RUNS/cmlmc-rescored-multi30k"
-python -m jaxnat.main --mode eval --config configs/cmlm/multi30k.py --workdir "$RUNS/cmlmc-rescored-multi30k" \
-    --config.data.dir="$DATA" --config.eval.rescorer="$RUNS/ar-multi30k" --config.eval.constraints= \
-    --config.eval.iteration_sweep=
+# a copy of the CMLMC run, evaluated once with the rescorer (its metrics.json beside the plain one; an evaluation
+# writes metrics.record.json last, so a killed one is redone)
+copy="$RUNS/cmlmc-rescored-multi30k"
+[ -d "$copy" ] || { cp -r "$RUNS/cmlmc-multi30k" "$copy" && rm -f "$copy/metrics.record.json"; }
+[ -f "$copy/metrics.record.json" ] ||
+    python -m jaxnat.main --mode eval --config configs/cmlm/multi30k.py --workdir "$copy" \
+        --config.data.dir="$DATA" --config.eval.rescorer="$RUNS/ar-multi30k" --config.eval.constraints= \
+        --config.eval.iteration_sweep=
 python bench/decode_speed.py --run "$RUNS/ar-multi30k" --run "$RUNS/cmlm-multi30k" --run "$RUNS/cmlmc-multi30k" \
     --config.data.dir="$DATA"

@@ -32,8 +32,9 @@ nat configs/nat/multi30k_sca.py covnat-sca --config.train.init_from="$RUNS/covna
 for name in natbase covnat covnat-sca; do
     config=configs/nat/multi30k.py
     [ "$name" = covnat-sca ] && config=configs/nat/multi30k_sca.py
-    [ -d "$RUNS/$name-rescored-multi30k" ] || cp -r "$RUNS/$name-multi30k" "$RUNS/$name-rescored-multi30k"
-    python -m jaxnat.main --mode eval --config "$config" --workdir "$RUNS/$name-rescored-multi30k" \
+    copy="$RUNS/$name-rescored-multi30k"  # evaluated once (metrics.record.json is written last)
+    [ -d "$copy" ] || { cp -r "$RUNS/$name-multi30k" "$copy" && rm -f "$copy/metrics.record.json"; }
+    [ -f "$copy/metrics.record.json" ] || python -m jaxnat.main --mode eval --config "$config" --workdir "$copy" \
         --config.data.dir="$KD" --config.model.coverage=$([ "$name" = natbase ] && echo false || echo true) \
         --config.eval.length_beam=9 --config.eval.rescorer="$RUNS/ar-multi30k" --config.eval.iteration_sweep=
 done

@@ -19,8 +19,9 @@ python -m jaxnat.main --config configs/ar/multi30k.py --workdir "$RUNS/ar-multi3
 python -m jaxnat.data.alignment --data-dir "$DATA" --src en --tgt de --splits val,test_2016_flickr \
     --output "$ALIGN" --code-switch
 # the vanilla rows: stage 1 evaluated with the pairs (a copy of the workdir, so that both metrics.json stay)
-[ -d "$RUNS/ar-pairs-multi30k" ] || cp -r "$RUNS/ar-multi30k" "$RUNS/ar-pairs-multi30k"
-[ -f "$RUNS/ar-pairs-multi30k/metrics.json" ] && grep -q pairs_hard "$RUNS/ar-pairs-multi30k/metrics.json" ||
+[ -d "$RUNS/ar-pairs-multi30k" ] ||
+    { cp -r "$RUNS/ar-multi30k" "$RUNS/ar-pairs-multi30k" && rm -f "$RUNS/ar-pairs-multi30k/metrics.record.json"; }
+[ -f "$RUNS/ar-pairs-multi30k/metrics.record.json" ] ||
     python -m jaxnat.main --mode eval --config configs/ar/multi30k.py --workdir "$RUNS/ar-pairs-multi30k" \
         --config.data.dir="$DATA" --config.data.pairs_dir="$ALIGN" --config.eval.throughput_batch=128
 stage2() {  # CONFIG NAME OVERRIDES...

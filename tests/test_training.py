@@ -37,12 +37,26 @@ def _final_params(workdir, step):
 
 
 def test_kill9_and_a_damaged_checkpoint_resume_reproduces_uninterrupted_run(tmp_path):
+    # (and re-running a finished run's command neither trains nor evaluates again)
     steps = 24
     full = _train(tmp_path / "full", "--config.eval.latency_sentences=0")
     out, _ = full.communicate(timeout=600)
     assert full.returncode == 0, out
     metrics = json.load(open(tmp_path / "full" / "metrics.json"))
     assert "bleu" in metrics["test"]
+    # the same command again: nothing left to train, and metrics.json already holds this evaluation
+    written = os.path.getmtime(tmp_path / "full" / "metrics.json")
+    again = _train(tmp_path / "full", "--config.eval.latency_sentences=0")
+    out, _ = again.communicate(timeout=600)
+    assert again.returncode == 0, out
+    assert "training already complete: step 24" in out and "compiled the train step" not in out
+    assert "already holds this config's evaluation" in out
+    assert os.path.getmtime(tmp_path / "full" / "metrics.json") == written
+    # another evaluation setting is evaluated again
+    other = _train(tmp_path / "full", "--config.eval.latency_sentences=2")
+    out, _ = other.communicate(timeout=600)
+    assert other.returncode == 0, out
+    assert "latency_ms" in json.load(open(tmp_path / "full" / "metrics.json"))["test"]
 
     # Same run, killed with SIGKILL once a checkpoint in the middle exists, then resumed.
     killed = _train(tmp_path / "resumed", "--config.eval.latency_sentences=0")

@@ -250,7 +250,9 @@ class Trainer:
         return result
 
     # -- the loop ----------------------------------------------------------------------------------------
-    def train(self) -> None:
+    def train(self) -> bool:
+        """Trains to ``train.steps`` from the newest checkpoint (or from the start); False when the workdir's
+        training was already complete (nothing compiled, nothing written)."""
         from tensorboardX import SummaryWriter
 
         from jaxnat.decoding.translator import Translator
@@ -268,6 +270,9 @@ class Trainer:
         elif t.init_from:
             state = self.start_from(state, t.init_from, batcher.batch(0))
         start = int(state["step"])
+        if start >= t.steps:
+            log.info("training already complete: step %d of train.steps=%d", start, t.steps)
+            return False
         # one entry per log window and per validation, in <workdir>/history.jsonl (curves.png is drawn from it)
         self.history = History(self.workdir, start, write=jax.process_index() == 0)
         best = self.ckpt.best_meta() or {"bleu": -1.0, "step": -1}
@@ -347,3 +352,4 @@ class Trainer:
         if jax.process_index() == 0:
             log.info("training curves: %s", plot_curves(self.workdir))
         log.info("training done; best valid BLEU %.2f at step %d", best["bleu"], best["step"])
+        return True
