@@ -259,13 +259,14 @@ def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity,
             return forbid_reserved(module.apply(params, tokens, memory[rows_of], src_mask[rows_of],
                                                 method="token_logits", **logits_kwargs))
 
-        rescore = None
-        if rescorer is not None and request.rescorer is not None:
-            def rescore(tokens, rows_of):
-                return ar_score(rescorer, request.rescorer, src[rows_of], tokens)
+        def rescore(tokens, rows_of):
+            """The AR rescorer's log-probabilities of the length candidates (eval.rescorer)."""
+            return ar_score(rescorer, request.rescorer, src[rows_of], tokens)
 
+        rescoring = rescorer is not None and request.rescorer is not None
         out = mask_predict.decode(token_logits, length_logits, src, request.constraints, request.hard,
-                                  request.max_out or capacity(src.shape[1]), options, continues, rescore)
+                                  request.max_out or capacity(src.shape[1]), options, continues,
+                                  rescore if rescoring else None)
         out["chosen_length"] = out.pop("length")
         return {k: v for k, v in out.items() if k in ("tokens", "score", *counts)}
 
