@@ -108,8 +108,7 @@ editor = load_translator(editor_config, editor_dir)
 for src, ref, words in zip(sources, references, constraints):
     print(f"{src!r} -> reference {ref!r}, constraints {words}")
 for mode in ("plain", "soft", "hard"):
-    outs = editor.translate(sources, beam_size=1, batch_size=8,
-                            constraints=None if mode == "plain" else constraints,
+    outs = editor.translate(sources, constraints=None if mode == "plain" else constraints,
                             hard=None if mode == "plain" else [mode == "hard"] * len(sources))
     for src, out in zip(sources, outs):
         print(f"{mode:5s} {src!r} -> {out['hyp']!r}")
@@ -135,8 +134,7 @@ ar_config = tiny("ar/demo.py", "--config.model.enc_layers=1", "--config.model.de
 ar_dir = os.path.join(RUNS, "ar")
 Trainer(ar_config, ar_dir).train()
 ar = load_translator(ar_config, ar_dir)
-for words, out in zip(constraints, ar.translate(sources, beam_size=2, batch_size=8, constraints=constraints,
-                                               hard=[True] * len(sources))):
+for words, out in zip(constraints, ar.translate(sources, constraints=constraints, hard=[True] * len(sources))):
     print(f"{out['hyp']!r} (constraints {words})")
 
 # %% [markdown]

@@ -194,12 +194,14 @@ class Translator:
                     results[i] = {k: v[row] for k, v in out.items()}
         return results
 
-    def translate(self, texts: list[str], beam_size: int, batch_size: int, inits: list | None = None,
-                  constraints: list | None = None, hard: list | None = None,
+    def translate(self, texts: list[str], beam_size: int | None = None, batch_size: int | None = None,
+                  inits: list | None = None, constraints: list | None = None, hard: list | None = None,
                   cut_long_inits: bool = False, pairs: list | None = None,
                   drop_long_pairs: bool = False) -> list[dict]:
         """Texts -> [{'hyp': str, 'score': float, and the model's counts}] in input order (`starts` for the
-        other arguments)."""
+        other arguments; beam and batch size default to the config's eval.beam_size and eval.batch_size)."""
+        beam_size = self.config.eval.beam_size if beam_size is None else beam_size
+        batch_size = self.config.eval.batch_size if batch_size is None else batch_size
         src, cut = self.encode(texts)
         starts = None
         if inits or constraints or pairs:
