@@ -20,6 +20,7 @@ from jaxnat.evaluation.metrics import (bleu, constraint_preservation, corpus_met
 from jaxnat.restore import load_translator
 
 log = logging.getLogger("jaxnat")
+EVALUATED = "metrics.record.json"  # what metrics.json was computed from (`already_evaluated`)
 
 
 def _edit_counts(outs: list[dict], names: tuple[str, ...]) -> dict[str, float]:
@@ -124,14 +125,12 @@ def evaluate(config, workdir: str) -> dict:
     return results
 
 
-EVALUATED = "metrics.record.json"  # what metrics.json was computed from (`already_evaluated`)
-
-
 def _evaluation_record(config, workdir: str) -> dict:
     """The config and the checkpoints on disk (every saved step, best and last) an evaluation used."""
     root = os.path.join(workdir, "checkpoints")
-    saved = {kind: sorted(os.listdir(os.path.join(root, kind))) for kind in sorted(os.listdir(root))
-             if os.path.isdir(os.path.join(root, kind))} if os.path.isdir(root) else {}
+    kinds = sorted(os.listdir(root)) if os.path.isdir(root) else []
+    saved = {kind: sorted(os.listdir(os.path.join(root, kind))) for kind in kinds
+             if os.path.isdir(os.path.join(root, kind))}
     return {"config": json.loads(config.to_json_best_effort(sort_keys=True)), "checkpoints": saved}
 
 
