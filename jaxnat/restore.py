@@ -26,14 +26,16 @@ def _check_trained(workdir: str) -> None:
         raise JaxnatError(f"{workdir} holds no trained run (no spm/ directory); train first with --mode train")
 
 
-def _fresh_state(config, spec):
-    """A freshly initialised training state: the structure Orbax restores into."""
+def _fresh_state(config, spec, optimizer: bool):
+    """A freshly initialised training state: the structure Orbax restores into. Its optimizer state (twice the
+    parameters' memory with Adam) only where a whole training state is read back (`optimizer`)."""
     from jaxnat.training.optim import make_optimizer
 
     example = {"src": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32), "tgt": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32)}
-    params = spec.init(jax.random.PRNGKey(0), example)
-    opt, _ = make_optimizer(config.train)
-    return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": opt.init(params)}
+    state = {"step": jnp.zeros((), jnp.int32), "params": spec.init(jax.random.PRNGKey(0), example)}
+    if optimizer:
+        state["opt_state"] = make_optimizer(config.train)[0].init(state["params"])
+    return state
 
 
 def average_params(trees: list):
@@ -88,7 +90,8 @@ def _restore(config, workdir: str, spec) -> tuple[object, dict]:
     ckpt = Checkpoints(workdir, config.train.keep_checkpoints)
     try:
         choice = params_choice(config, workdir, ckpt)
-        fresh = _fresh_state(config, spec)
+        # training states (with their optimizer state) are read for the newest checkpoint and averages of them
+        fresh = _fresh_state(config, spec, optimizer=choice["kind"] == "last" or choice.get("of") == "last")
         params = None
         if choice["kind"] == "best":
             params = ckpt.restore_best(fresh["params"])

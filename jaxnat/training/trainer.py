@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 
 import jax
 import jax.numpy as jnp
@@ -180,11 +181,17 @@ class Trainer:
         program takes the batcher's keys with their shapes (`TrainBatcher.key_shapes`)."""
         step = jax.jit(make_train_step(self.spec, self.optimizer, self.schedule), donate_argnums=(0,))
         sharding = mesh_lib.batch_sharding(self.mesh)
-        compiled = {}
-        for shape in tqdm(sorted(batcher.shapes), desc="compile", disable=None):
-            batch = {k: jax.ShapeDtypeStruct(key_shape, jnp.int32, sharding=sharding)
-                     for k, key_shape in batcher.key_shapes(shape).items()}
-            compiled[shape] = step.lower(state, batch, root_key).compile()
+        lowered = {shape: step.lower(state, {k: jax.ShapeDtypeStruct(key_shape, jnp.int32, sharding=sharding)
+                                             for k, key_shape in batcher.key_shapes(shape).items()}, root_key)
+                   for shape in sorted(batcher.shapes)}
+        # XLA compiles outside the GIL: the shapes compile side by side, one per core (a GPU host's many cores
+        # otherwise idle through minutes of one-at-a-time compilation)
+        workers = max(1, min(len(lowered), os.cpu_count() or 1))
+        with ThreadPoolExecutor(workers) as pool, tqdm(total=len(lowered), desc="compile", disable=None) as bar:
+            futures = {shape: pool.submit(program.compile) for shape, program in lowered.items()}
+            for _ in as_completed(futures.values()):
+                bar.update()
+        compiled = {shape: future.result() for shape, future in futures.items()}
         log.info("compiled the train step for %d batch shapes", len(compiled))
         return compiled
 
