@@ -64,7 +64,14 @@ def test_report_of_two_runs(ar_run, tmp_path):
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "r2" / "report.json").read_text())["baseline"] == "oracle"
 
-    # errors: one line, exit 2
+    # errors: one line, exit 2 (a copy trained on other data: the same number of test sentences, other references)
+    other_data = tmp_path / "other-data"
+    shutil.copytree(oracle, other_data)
+    config = json.loads((other_data / "config.json").read_text())
+    config["data"]["synthetic_seed"] += 1
+    (other_data / "config.json").write_text(json.dumps(config))
+    result = _report(ar_run, other_data, "--out", tmp_path / "r3")
+    assert result.returncode == 2 and "other references" in result.stderr, result.stderr
     (oracle / "hyps" / "test.txt").write_text("only one line\n")
     for args in ([ar_run, oracle, "--out", tmp_path / "r3"], [ar_run, tmp_path, "--out", tmp_path / "r3"],
                  [ar_run, "--out", tmp_path / "r3", "--baseline", tmp_path]):
