@@ -6,6 +6,7 @@
 #   2. constraint pairs from eflomal alignments, and the code-switched variant (splits "<split>.cs")
 #   3. stage 2, all parameters, from stage 1: α/β = 0.8/0.2 (decoded with beam search: test+pairs) and
 #      α/β = 0.5/0.5 (decoded with VDBA: test+pairs_hard), and the code-switched 0.8/0.2 model
+#   4. decoding speed, batch 1 and 128, beside the AR model's beam search (bench/decode_speed.py --pairs)
 # Usage: launch/multi30k_vecconst.sh [DATA_DIR] [RUNS_DIR] [STEPS]     (2-core CPU: many hours; resumable)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,3 +35,7 @@ stage2 configs/vecconst/multi30k.py vecconst
 stage2 configs/vecconst/multi30k_vdba.py vecconst-vdba
 stage2 configs/vecconst/multi30k.py vecconst-cs --config.data.dir="$ALIGN" --config.data.train_split=train.cs \
     --config.data.valid_split=val.cs --config.data.test_splits=test_2016_flickr.cs
+# the paper's Table 5: speed at batch 1 and 128 relative to the AR model's plain beam search, in one run (the AR
+# model with the pairs' phrases as constrained beam search, the vectorized model with its pairs, VDBA on both)
+python bench/decode_speed.py --run "$RUNS/ar-multi30k" --run "$RUNS/vecconst-multi30k" --pairs --batch 128 \
+    --config.data.dir="$DATA" --config.data.pairs_dir="$ALIGN"
