@@ -286,9 +286,6 @@ class TrainBatcher:
         """The shape of each key of a batch of (batch, length) ``shape``: [B, L], or [B, ...] for an extra."""
         return {k: (shape[0], *self.extras[k].shape[1:]) if k in self.extras else shape for k in self.keys}
 
-    def epoch_of(self, step: int) -> int:
-        return int(step) // self.steps_per_epoch
-
     def _make_plan(self, epoch: int) -> list[tuple[int, np.ndarray]]:
         rng = np.random.default_rng([self.seed, epoch])
         plan: list[tuple[int, np.ndarray]] = []
