@@ -18,23 +18,18 @@ import tempfile
 import time
 
 import jax
-import jax.numpy as jnp
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from jaxnat.config import build_config  # noqa: E402
-from jaxnat.training import mesh as mesh_lib  # noqa: E402
-from jaxnat.training.trainer import Trainer, make_train_step  # noqa: E402
+from jaxnat.training.trainer import Trainer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def one_after_another(trainer: Trainer, state, batcher, key) -> None:
-    step = jax.jit(make_train_step(trainer.spec, trainer.optimizer, trainer.schedule), donate_argnums=(0,))
-    sharding = mesh_lib.batch_sharding(trainer.mesh)
-    for shape in sorted(batcher.shapes):
-        batch = {k: jax.ShapeDtypeStruct(s, jnp.int32, sharding=sharding) for k, s in batcher.key_shapes(shape).items()}
-        step.lower(state, batch, key).compile()
+    for program in trainer.lower_train_steps(state, batcher, key).values():
+        program.compile()
 
 
 def main():

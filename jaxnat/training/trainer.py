@@ -175,15 +175,19 @@ class Trainer:
 
         return jax.jit(init, out_shardings=replicated)()
 
-    def compile_train_steps(self, state, batcher: TrainBatcher, root_key) -> dict:
-        """Compiles the train step for every (batch, length) shape of ``batcher`` up front, so that no
-        compilation lands in the middle of training (and tokens/s in the log is the steady-state speed); each
-        program takes the batcher's keys with their shapes (`TrainBatcher.key_shapes`)."""
+    def lower_train_steps(self, state, batcher: TrainBatcher, root_key) -> dict:
+        """{(batch, length) shape: the train step lowered for it}, one per shape of ``batcher``; each program
+        takes the batcher's keys with their shapes (`TrainBatcher.key_shapes`)."""
         step = jax.jit(make_train_step(self.spec, self.optimizer, self.schedule), donate_argnums=(0,))
         sharding = mesh_lib.batch_sharding(self.mesh)
-        lowered = {shape: step.lower(state, {k: jax.ShapeDtypeStruct(key_shape, jnp.int32, sharding=sharding)
-                                             for k, key_shape in batcher.key_shapes(shape).items()}, root_key)
-                   for shape in sorted(batcher.shapes)}
+        return {shape: step.lower(state, {k: jax.ShapeDtypeStruct(key_shape, jnp.int32, sharding=sharding)
+                                          for k, key_shape in batcher.key_shapes(shape).items()}, root_key)
+                for shape in sorted(batcher.shapes)}
+
+    def compile_train_steps(self, state, batcher: TrainBatcher, root_key) -> dict:
+        """Compiles the train step for every shape of ``batcher`` up front, so that no compilation lands in the
+        middle of training (and tokens/s in the log is the steady-state speed)."""
+        lowered = self.lower_train_steps(state, batcher, root_key)
         # XLA compiles outside the GIL: the shapes compile side by side, one per core (a GPU host's many cores
         # otherwise idle through minutes of one-at-a-time compilation)
         workers = max(1, min(len(lowered), os.cpu_count() or 1))
