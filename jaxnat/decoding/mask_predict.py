@@ -36,6 +36,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID
 from jaxnat.edit_ops.compaction import compact
 
@@ -230,7 +231,7 @@ def choose(logits: jax.Array, tokens, scores, masked):
     """The masked positions take the argmax token of logits (float32[R, L, V]) and its log-probability, max −
     logsumexp: no log-softmax of [R, L, V] is formed. Returns (tokens, scores, the logsumexp float32[R, L])."""
     lse = jax.nn.logsumexp(logits, axis=-1)
-    best = jnp.argmax(logits, axis=-1).astype(tokens.dtype)
+    best = argmax(logits).astype(tokens.dtype)
     best_logp = jnp.max(logits, axis=-1) - lse
     return jnp.where(masked, best, tokens), jnp.where(masked, best_logp, scores), lse
 

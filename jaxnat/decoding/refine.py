@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxnat.argmax import argmax
 from jaxnat import edit_ops
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, PLH_ID
 
@@ -120,7 +121,7 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
     """
     logits = heads.placeholder(hyps.tokens)
     logits = logits.at[..., 0].add(-penalty)
-    counts = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    counts = argmax(logits)
     counts = jnp.where(inside_phrase(hyps.phrase) | ~active[:, None], 0, counts)
     ins = edit_ops.insert_placeholders(hyps.tokens, counts, PAD_ID, PLH_ID, max_length=cap,
                                        sides=(hyps.scores, hyps.phrase))
@@ -130,7 +131,7 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
         after_phrase = jnp.pad(with_plh.phrase[:, :-1] > 0, ((0, 0), (1, 0))) & (with_plh.tokens == PLH_ID)
         logits = jnp.where(after_phrase[..., None] & continues, -jnp.inf, logits)
     # the argmax's log-probability, max - logsumexp, without materialising a log_softmax of [B, L, V]
-    best = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    best = argmax(logits)
     best_logp = jnp.max(logits, axis=-1) - jax.nn.logsumexp(logits, axis=-1)
     is_plh = with_plh.tokens == PLH_ID
     filled = Hypotheses(jnp.where(is_plh, best, with_plh.tokens),

@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
+from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID
 from jaxnat.errors import ConfigError
 
@@ -93,7 +94,7 @@ def _greedy(tokens_to_logprobs, cache, max_len, length_penalty, max_out: int) ->
     def body(s: GreedyState):
         logp, cache = tokens_to_logprobs(s.tokens[:, s.index], s.cache, s.index)
         logp = _restrict(logp, s.index, max_len)
-        best = jnp.argmax(logp, axis=-1).astype(jnp.int32)
+        best = argmax(logp)
         gain = jnp.take_along_axis(logp, best[:, None], axis=-1)[:, 0]
         best = jnp.where(s.finished, PAD_ID, best)
         return GreedyState(

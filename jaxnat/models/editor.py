@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxnat.argmax import argmax
 from jaxnat import edit_ops
 from jaxnat.data.vocab import PAD_ID, PLH_ID
 from jaxnat.decoding.refine import Hypotheses
@@ -241,7 +242,7 @@ def editor_reposition(hyps: Hypotheses, logits: jax.Array, active: jax.Array, co
     pos = edit_ops.positions(hyps.tokens)
     # padding columns can never be pointed at, whatever the head says (finite: an empty row must not give NaN)
     logits = jnp.where(pos[:, None, :] < n[:, :, None], logits.at[..., 0].add(deletion_reward), NOT_A_TOKEN)
-    index = jnp.where(active[:, None], jnp.argmax(logits, axis=-1).astype(jnp.int32), pos)
+    index = jnp.where(active[:, None], argmax(logits), pos)
     interior_slot = ((pos > 0) & (pos < n - 1))[:, :, None]
     anchor = jnp.argmax(jnp.where(interior_slot, jax.nn.log_softmax(logits, axis=-1), -jnp.inf), axis=1)
     anchor = jnp.where(active[:, None], anchor.astype(jnp.int32), pos)

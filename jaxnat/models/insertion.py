@@ -17,6 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxnat.argmax import argmax
 from jaxnat import edit_ops
 from jaxnat.errors import ConfigError
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID
@@ -233,7 +234,7 @@ def model_choice(logits: jax.Array, noise: jax.Array | None = None) -> jax.Array
     logits = jax.lax.stop_gradient(logits)
     if noise is not None:
         logits = logits + noise
-    return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    return argmax(logits)
 
 
 def model_fills(tok_logits: jax.Array, tgt: jax.Array, insert_mask: jax.Array,
