@@ -1,0 +1,114 @@
+"""Where a train step's time goes on XLA's CPU backend: one config's step traced, grouped by what each op does.
+
+    python bench/profile_step.py --config configs/cmlm/multi30k.py --data-dir ../shared/data/multi30k \
+        [--shape 128x32] [--steps 2] [--top 15]
+
+The step (forward, backward, Adam) is compiled for one batch of the given shape, run once, then traced with
+`jax.profiler.trace` for ``--steps`` steps. Each traced XLA op is matched to its instruction in the compiled
+program, whose metadata names the JAX operation and module path it came from; the op's time is put under
+the first group whose pattern that name matches (a fusion counts where its root operation's name puts it).
+Prints the milliseconds per step of each group and the ``--top`` single sources (layer numbers merged).
+The trace itself (`vm.trace.json.gz`, readable in Perfetto) is kept under ``--trace-dir`` if given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from jaxnat.config import build_config  # noqa: E402
+from jaxnat.training.trainer import Trainer, make_train_step  # noqa: E402
+
+# (group, pattern over the op's JAX name), first match wins
+GROUPS = [
+    ("dropout masks (random bits)", r"_bernoulli|_uniform|threefry|random_bits"),
+    ("vocabulary projection + softmax", r"log_softmax|logsumexp|\.project/|\.attend/dot_general"),
+    ("feed-forward", r"/ffn/"),
+    ("attention", r"attn"),
+    ("optimizer", r"adam|scale_by|optax|tree_map"),
+    ("dropout (apply)", r"/drop/"),
+    ("layer norm", r"norm"),
+]
+
+
+def trace_step(config_path: str, data_dir: str, shape, steps: int, trace_dir: str):
+    """(the compiled program's HLO text, its FLOPs as XLA counts them, the trace's json.gz path) for ``steps``
+    traced steps."""
+    config = build_config(config_path, [f"--config.data.dir={data_dir}"])
+    with tempfile.TemporaryDirectory() as tmp:
+        trainer = Trainer(config, tmp)
+        batcher = trainer.make_batcher()
+        if shape not in batcher.shapes:
+            raise SystemExit(f"error: no batch of shape {shape}; this config's shapes: {sorted(batcher.shapes)}")
+        index = next(i for i in range(10 ** 6) if batcher.batch(i)["src"].shape == shape)
+        batch = {k: jnp.asarray(v) for k, v in batcher.batch(index).items()}
+        state = trainer.init_state(batch)
+        key = jax.random.PRNGKey(0)
+        step = jax.jit(make_train_step(trainer.spec, trainer.optimizer, trainer.schedule)).lower(
+            state, batch, key).compile()
+        jax.block_until_ready(step(state, batch, key))
+        with jax.profiler.trace(trace_dir):
+            for _ in range(steps):
+                jax.block_until_ready(step(state, batch, key))
+    traces = sorted(glob.glob(os.path.join(trace_dir, "plugins", "profile", "*", "*.trace.json.gz")))
+    cost = step.cost_analysis()
+    cost = cost[0] if isinstance(cost, list) else cost
+    return step.as_text(), cost.get("flops", float("nan")), traces[-1]
+
+
+def op_times(hlo: str, trace_path: str) -> collections.Counter:
+    """{JAX name of the op (layer numbers merged): total microseconds} over the traced ops."""
+    names = {m.group(1): m.group(2) for m in
+             re.finditer(r'^\s*(?:ROOT )?%([\w.\-]+) = .*?op_name="([^"]*)"', hlo, re.M)}
+    with gzip.open(trace_path) as f:
+        events = json.load(f)["traceEvents"]
+    times = collections.Counter()
+    for e in events:
+        if e.get("ph") == "X" and e["name"] in names:
+            times[re.sub(r"layer_\d+", "layer_#", names[e["name"]])] += e["dur"]
+    return times
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--shape", default="128x32", help="batch shape, sentences x tokens")
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--trace-dir", help="keep the trace here (default: a temporary directory)")
+    args = parser.parse_args()
+    shape = tuple(int(n) for n in args.shape.split("x"))
+    with tempfile.TemporaryDirectory() as tmp:
+        hlo, flops, trace = trace_step(args.config, args.data_dir, shape, args.steps, args.trace_dir or tmp)
+        times = op_times(hlo, trace)
+    per_step = {name: us / 1000 / args.steps for name, us in times.items()}
+    total = sum(per_step.values())
+    groups = collections.Counter()
+    for name, ms in per_step.items():
+        groups[next((g for g, pattern in GROUPS if re.search(pattern, name)), "other")] += ms
+    print(f"{args.config}, one {args.shape} batch, {total:.0f} ms of XLA ops per step "
+          f"(mean of {args.steps} traced steps, {jax.devices()[0].platform}); {flops / 1e9:.0f} GFLOP a step "
+          f"by XLA's count, {flops / 1e6 / total:.1f} GFLOP/s\n")
+    print("| group | ms per step | share |\n|---|---|---|")
+    for group, ms in groups.most_common():
+        print(f"| {group} | {ms:.0f} | {ms / total:.1%} |")
+    print(f"\n| the {args.top} largest sources | ms per step |\n|---|---|")
+    for name, ms in sorted(per_step.items(), key=lambda kv: -kv[1])[:args.top]:
+        print(f"| `{name.removeprefix('jit(step)/')}` | {ms:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
