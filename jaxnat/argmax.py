@@ -3,9 +3,9 @@
 ``jnp.argmax`` lowers to a variadic (value, index) reduction, which XLA:CPU runs as a scalar loop: about 4.5 ns
 an element on one core of this project's machine, so the token argmax of one refinement iteration at batch 1
 (40 positions × 8,000 pieces) took 1.4 ms, about an eighth of the iteration, and a training step's roll-in
-argmax over [128, 32, 8000] logits 147 ms. A plain ``max`` runs vectorised (about 0.05 ns an element). So the
+argmax over [128, 32, 8000] logits 147 ms. A plain ``max`` runs vectorised (about 0.15 ns an element). So the
 last axis is cut into chunks; the chunk maxima (a plain reduction) pick the first chunk holding the overall
-maximum, and a small variadic argmax finds the position inside that one chunk: 12–19× faster at those shapes
+maximum, and a small variadic argmax finds the position inside that one chunk: 10–16× faster at those shapes
 (`bench/argmax.py`). When no chunk size divides the axis, ``lax.top_k(x, 1)`` (a runtime sort kernel, about 3×
 faster) is used instead.
 
@@ -33,9 +33,9 @@ def chunk_size(width: int) -> int | None:
 def argmax(x: jax.Array) -> jax.Array:
     """x: float[..., V] → int32[...], the index of the first maximum along the last axis (``jnp.argmax(x, -1)``)."""
     *lead, width = x.shape
-    c = chunk_size(width)
     if width < SMALL:
         return jnp.argmax(x, axis=-1).astype(jnp.int32)
+    c = chunk_size(width)
     if c is None:
         return lax.top_k(x, 1)[1][..., 0].astype(jnp.int32)
     chunks = x.reshape(*lead, width // c, c)
