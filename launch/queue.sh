@@ -1,0 +1,161 @@
+#!/usr/bin/env bash
+# Every Multi30k quality run of docs/results.md (the stages of launch/multi30k_{nat,vecconst,cmlm}.sh) as one
+# job list served by one worker per CPU core, each worker pinned to its core (two pinned XLA processes beat two
+# that share both cores by about 12% on the 2-core development machine). Resumable: run it again after a kill or
+# in the next session; every job resumes from its newest checkpoint, and a finished job is not run again.
+#
+#   1. the AR model and the word alignments, one after another on all cores (everything after needs the AR
+#      model, so nothing else would keep a core busy);
+#   2. the rest, in the order below (the shortest pipelines first, so that their rows land soonest): a worker
+#      takes the first job that is neither done nor running and whose prerequisites are done, so no core idles
+#      while the other has a long queue.
+#
+# Usage: launch/queue.sh [RUNS_DIR]     (default ~/jaxnat-runs)
+# Environment: DATA (Multi30k folder, default ../shared/data/multi30k), SRC (the code the jobs run: a frozen
+# `git archive` of a commit, so that a later checkout cannot change a run it resumes; default this checkout),
+# SRC_AR (the AR model's code, default SRC), PYTHON (default python), CORES (default: nproc), POLL (seconds a
+# worker waits for another's job to finish before looking again, default 60).
+# State under RUNS_DIR/queue: done/<job> once a job succeeded, failed/<job> (cleared at each start), <job>.log,
+# lock/<job> held (flock) while a job runs.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")/.." && pwd)
+RUNS=$(realpath -m "${1:-$HOME/jaxnat-runs}")
+DATA=$(realpath -m "${DATA:-$HERE/../shared/data/multi30k}")
+SRC=$(realpath "${SRC:-$HERE}")
+SRC_AR=$(realpath "${SRC_AR:-$SRC}")
+PYTHON=${PYTHON:-python}
+CORES=${CORES:-$(nproc)}
+POLL=${POLL:-60}
+Q="$RUNS/queue"
+KD="$RUNS/kd-multi30k"
+ALIGN="$RUNS/align-multi30k"
+AR="$RUNS/ar-multi30k"
+mkdir -p "$Q/done" "$Q/failed" "$Q/lock"
+rm -f "$Q/failed/"*
+
+main() { PYTHONPATH="$SRC" "$PYTHON" -m jaxnat.main "$@"; }
+# a copy of a finished workdir evaluated once more with other decoding settings (both metrics.json stay; an
+# evaluation writes metrics.record.json last, so a killed one is redone)
+eval_copy() {  # FROM TO MAIN_ARGS...
+    local from=$1 to=$2; shift 2
+    [ -d "$to" ] || { cp -r "$from" "$to" && rm -f "$to/metrics.record.json"; }
+    [ -f "$to/metrics.record.json" ] || main --mode eval --workdir "$to" "$@"
+}
+
+declare -a JOBS=()
+declare -A NEEDS=() CMD=()
+job() { JOBS+=("$1"); NEEDS[$1]=$2; CMD[$1]=$3; }  # NAME "PREREQUISITES" "COMMAND"
+
+job ar "" "PYTHONPATH='$SRC_AR' '$PYTHON' -m jaxnat.main --config configs/ar/multi30k.py --workdir '$AR' \
+    --config.data.dir='$DATA' --config.train.steps=2500"
+job align "" "PYTHONPATH='$SRC' '$PYTHON' -m jaxnat.data.alignment --data-dir '$DATA' --src en --tgt de \
+    --splits val,test_2016_flickr --output '$ALIGN' --code-switch"
+FIRST=(ar align)
+
+# issue 16: the vanilla rows (the AR model with the pairs), stage 2 at α/β 0.8/0.2 and 0.5/0.5, code-switched
+PAIRS="--config.data.dir='$DATA' --config.data.pairs_dir='$ALIGN'"
+job vecconst "ar align" "main --config configs/vecconst/multi30k.py --workdir '$RUNS/vecconst-multi30k' $PAIRS \
+    --config.train.init_from='$AR' --config.train.steps=1000"
+job ar-pairs "ar align" "eval_copy '$AR' '$RUNS/ar-pairs-multi30k' --config configs/ar/multi30k.py $PAIRS \
+    --config.eval.throughput_batch=128"
+job vecconst-vdba "ar align" "main --config configs/vecconst/multi30k_vdba.py \
+    --workdir '$RUNS/vecconst-vdba-multi30k' $PAIRS --config.train.init_from='$AR' --config.train.steps=1000"
+job vecconst-cs "ar align" "main --config configs/vecconst/multi30k.py --workdir '$RUNS/vecconst-cs-multi30k' \
+    --config.data.dir='$ALIGN' --config.data.pairs_dir='$ALIGN' --config.train.init_from='$AR' \
+    --config.train.steps=1000 --config.data.train_split=train.cs --config.data.valid_split=val.cs \
+    --config.data.test_splits=test_2016_flickr.cs"
+# the speed table, in one run (bench/decode_speed.py alternates the models inside each repeat)
+SPEED="PYTHONPATH='$SRC' '$PYTHON' bench/decode_speed.py --run '$AR'"
+job speed-vecconst "vecconst" "$SPEED --run '$RUNS/vecconst-multi30k' --pairs --batch 128 \
+    --config.data.dir='$DATA' --config.data.pairs_dir='$ALIGN'"
+# issue 15: the AR model's distilled training set; NAT-base, Coverage-NAT (K_dec sweep 1…7), Coverage-NAT + SCA,
+# each rescored by the AR model
+job distill "ar" "main --mode distill --config configs/ar/multi30k.py --workdir '$AR' --config.data.dir='$DATA' \
+    --output '$KD'"
+NAT="--config.data.dir='$KD' --config.data.spm_from='$AR'"
+job natbase "distill" "main --config configs/nat/multi30k.py --workdir '$RUNS/natbase-multi30k' $NAT \
+    --config.train.steps=2500 --config.model.coverage=false --config.eval.iteration_sweep="
+job covnat "distill" "main --config configs/nat/multi30k.py --workdir '$RUNS/covnat-multi30k' $NAT \
+    --config.train.steps=2500"
+job covnat-sca "covnat" "main --config configs/nat/multi30k_sca.py --workdir '$RUNS/covnat-sca-multi30k' $NAT \
+    --config.train.init_from='$RUNS/covnat-multi30k'"
+RESCORE="--config.data.dir='$KD' --config.eval.length_beam=9 --config.eval.rescorer='$AR' \
+    --config.eval.iteration_sweep="
+job natbase-rescored "natbase" "eval_copy '$RUNS/natbase-multi30k' '$RUNS/natbase-rescored-multi30k' \
+    --config configs/nat/multi30k.py --config.model.coverage=false $RESCORE"
+job covnat-rescored "covnat" "eval_copy '$RUNS/covnat-multi30k' '$RUNS/covnat-rescored-multi30k' \
+    --config configs/nat/multi30k.py $RESCORE"
+job covnat-sca-rescored "covnat-sca" "eval_copy '$RUNS/covnat-sca-multi30k' '$RUNS/covnat-sca-rescored-multi30k' \
+    --config configs/nat/multi30k_sca.py $RESCORE"
+job speed-nat "natbase covnat-sca" "$SPEED --run '$RUNS/natbase-multi30k' --run '$RUNS/covnat-sca-multi30k' \
+    --config.data.dir='$KD'"
+# issue 14: the CMLMC paper's Table 1 rows on raw data with the AR model's vocabulary, the same budget
+CMLM="--config.data.dir='$DATA' --config.data.spm_from='$AR' --config.train.steps=2500"
+NO_REVPOS="--config.model.masked_attn=false --config.model.concat_pe=false"
+job cmlmc "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlmc-multi30k' $CMLM"
+job cmlm "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlm-multi30k' $CMLM $NO_REVPOS \
+    --config.train.correction=false"
+job cmlm-revpos "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlm-revpos-multi30k' $CMLM \
+    --config.train.correction=false"
+job cmlm-corr "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlm-corr-multi30k' $CMLM $NO_REVPOS"
+job cmlmc-rescored "cmlmc" "eval_copy '$RUNS/cmlmc-multi30k' '$RUNS/cmlmc-rescored-multi30k' \
+    --config configs/cmlm/multi30k.py --config.data.dir='$DATA' --config.eval.rescorer='$AR' \
+    --config.eval.constraints= --config.eval.iteration_sweep="
+job speed-cmlm "cmlm cmlmc" "$SPEED --run '$RUNS/cmlm-multi30k' --run '$RUNS/cmlmc-multi30k' \
+    --config.data.dir='$DATA'"
+# the two halves of RevealPosition (the CMLMC paper's Table A.1)
+job cmlm-maskedattn "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlm-maskedattn-multi30k' $CMLM \
+    --config.model.concat_pe=false --config.train.correction=false"
+job cmlm-concatpe "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlm-concatpe-multi30k' $CMLM \
+    --config.model.masked_attn=false --config.train.correction=false"
+
+run_job() {  # NAME [CORE]: runs it under its lock (-n: skip it when another process holds it); 0 if it ran
+    local name=$1 core=${2:-} pin=()
+    [ -n "$core" ] && pin=(taskset -c "$core")
+    exec {fd}>"$Q/lock/$name"
+    flock -n "$fd" || { exec {fd}>&-; return 1; }
+    if [ ! -f "$Q/done/$name" ]; then
+        echo "$(date '+%F %T') start $name${core:+ on core $core}"
+        if (cd "$SRC" && export -f main eval_copy && export SRC PYTHON &&
+            "${pin[@]}" bash -c "${CMD[$name]}") >> "$Q/$name.log" 2>&1; then
+            touch "$Q/done/$name"; echo "$(date '+%F %T') done $name"
+        else
+            touch "$Q/failed/$name"; echo "$(date '+%F %T') FAILED $name (see $Q/$name.log)"
+        fi
+    fi
+    exec {fd}>&-
+}
+ready() {  # NAME: not done, not failed, prerequisites done
+    [ -f "$Q/done/$1" ] || [ -f "$Q/failed/$1" ] && return 1
+    local need
+    for need in ${NEEDS[$1]}; do [ -f "$Q/done/$need" ] || return 1; done
+}
+worker() {  # CORE
+    local name progress
+    while true; do
+        progress=0
+        for name in "${JOBS[@]}"; do
+            ready "$name" && run_job "$name" "$1" && { progress=1; break; }
+        done
+        [ "$progress" = 1 ] && continue
+        # nothing runnable: wait while another worker may still finish a prerequisite, else stop
+        pending=0
+        for name in "${JOBS[@]}"; do [ -f "$Q/done/$name" ] || [ -f "$Q/failed/$name" ] || pending=1; done
+        [ "$pending" = 1 ] && [ -n "$(ls -A "$Q/lock" 2>/dev/null)" ] && [ "$(busy)" != 0 ] || break
+        sleep "$POLL"
+    done
+    echo "$(date '+%F %T') worker on core $1: nothing left to run"
+}
+busy() {  # how many job locks are held now
+    local f n=0
+    for f in "$Q/lock/"*; do flock -n "$f" true 2>/dev/null || n=$((n + 1)); done
+    echo "$n"
+}
+
+for name in "${FIRST[@]}"; do  # on all cores, waiting for one started by hand
+    ready "$name" || continue
+    exec {wait_fd}>"$Q/lock/$name"; flock "$wait_fd"; exec {wait_fd}>&-
+    run_job "$name"
+done
+for ((core = 0; core < CORES; core++)); do worker "$core" & done
+wait
