@@ -15,7 +15,7 @@ import argparse
 import logging
 import sys
 
-from jaxnat.errors import ConfigError, JaxnatError
+from jaxnat.errors import ConfigError, JaxnatError, Stopped
 
 log = logging.getLogger("jaxnat")
 MODES = ("train", "eval", "translate", "distill", "average", "curves")
@@ -130,6 +130,9 @@ def run(argv=None) -> int:
 def main(argv=None) -> int:
     try:
         return run(argv)
+    except Stopped as e:  # SIGTERM or Ctrl-C during training, after a checkpoint (jaxnat/training/stop.py)
+        print(f"jaxnat: {e}", file=sys.stderr)
+        return e.exit_code
     except JaxnatError as e:
         print(f"jaxnat: error: {e}", file=sys.stderr)
         return 2

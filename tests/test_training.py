@@ -1,8 +1,9 @@
-"""Training: the loss falls, 8 simulated devices give the 1-device step, and a run killed with SIGKILL and
-resumed ends with exactly the parameters of the uninterrupted run."""
+"""Training: the loss falls, 8 simulated devices give the 1-device step, and a run killed with SIGKILL, or stopped
+with SIGTERM between its checkpoints, and resumed ends with exactly the parameters of the uninterrupted run."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -94,6 +95,26 @@ def test_kill9_and_a_damaged_checkpoint_resume_reproduces_uninterrupted_run(tmp_
 
     assert story(tmp_path / "full") == story(tmp_path / "resumed")
     assert (tmp_path / "resumed" / "curves.png").is_file()
+
+    # Stopped with SIGTERM between two checkpoints (every 1000 steps here: none but the end's): the step in flight
+    # finishes, its checkpoint is written, the exit code is 128 + 15; the resumed run ends where the full one does
+    stopped = _train(tmp_path / "stopped", "--config.eval.latency_sentences=0", "--config.train.checkpoint_every=1000")
+    history = tmp_path / "stopped" / "history.jsonl"
+    while time.time() < deadline + 300 and not (history.is_file() and history.read_text().count("\n") >= 2):
+        time.sleep(0.05)
+    stopped.send_signal(signal.SIGTERM)
+    out, _ = stopped.communicate(timeout=600)
+    assert stopped.returncode == 128 + signal.SIGTERM, out
+    at = int(re.search(r"jaxnat: stopped by SIGTERM after step (\d+) \(checkpoint written\)", out).group(1))
+    assert 8 <= at < steps and "Traceback" not in out
+    assert sorted(int(d) for d in os.listdir(tmp_path / "stopped" / "checkpoints" / "last") if d.isdigit()) == [at]
+    resumed = _train(tmp_path / "stopped", "--config.eval.latency_sentences=0", "--config.train.checkpoint_every=1000")
+    out, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0 and f"resumed from step {at}" in out, out
+    # the stop's checkpoint is gone once the end's is written
+    assert [d for d in os.listdir(tmp_path / "stopped" / "checkpoints" / "last") if d.isdigit()] == [str(steps)]
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(_final_params(tmp_path / "stopped", steps))):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
 SHARDED = textwrap.dedent(

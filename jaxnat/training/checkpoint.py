@@ -42,6 +42,14 @@ class Checkpoints:
     def save_state(self, step: int, state) -> None:
         self.last.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)))
 
+    def drop_off_grid(self, every: int, final: int) -> None:
+        """Deletes the training states saved off the every-`every`-steps grid (a stopped run's, training/stop.py)
+        once a newer one exists, so that averaging the newest states finds those of an uninterrupted run."""
+        steps = self.last.all_steps()
+        for s in steps:
+            if s % every and s != final and s < max(steps):
+                self.last.delete(s)
+
     def restore_state(self, target):
         """The newest readable training state, restored into the structure, dtypes and shardings of `target`
         (a freshly initialised state); None if there is none."""

@@ -23,13 +23,14 @@ from jaxnat.data.batching import TrainBatcher, bucket_lengths, eval_batches, pre
 from jaxnat.data.phrase_pairs import encode_pairs
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.tokenizer import Tokenizer
-from jaxnat.errors import JaxnatError
+from jaxnat.errors import JaxnatError, Stopped
 from jaxnat.evaluation.metrics import bleu
 from jaxnat.models import build_model, count_params, extends
 from jaxnat.training import mesh as mesh_lib
 from jaxnat.training.checkpoint import Checkpoints
 from jaxnat.training.history import History, plot_curves
 from jaxnat.training.optim import make_optimizer
+from jaxnat.training.stop import StopRequest
 
 log = logging.getLogger("jaxnat")
 
@@ -315,6 +316,7 @@ class Trainer:
             window_tokens += float(m["tokens"])
 
         batches = prefetch(batcher.batch, start)
+        stop = StopRequest().install()
         try:
             for step, batch in zip(range(start, t.steps), batches):
                 batch = mesh_lib.shard_batch(batch, self.mesh)  # global arrays: their shape picks the program
@@ -352,9 +354,15 @@ class Trainer:
                     if result["valid_bleu"] > best["bleu"]:
                         best = {"bleu": result["valid_bleu"], "step": done}
                     tick = time.perf_counter()
-                if done % t.checkpoint_every == 0 or done == t.steps:
+                stopping = done < t.steps and stop.reached(done)  # SIGTERM or Ctrl-C (stop.py)
+                if done % t.checkpoint_every == 0 or done == t.steps or stopping:
                     self.ckpt.save_state(done, state)
+                    if not stopping:  # an earlier stop's checkpoint has served: keep what a run never stopped keeps
+                        self.ckpt.drop_off_grid(t.checkpoint_every, t.steps)
+                if stopping:
+                    raise Stopped(stop.signum, done)
         finally:
+            stop.uninstall()
             batches.close()
             bar.close()
             self.ckpt.wait()
