@@ -67,8 +67,7 @@ def train_step_times(config_path: str, data_dir: str, repeats: int):
         trainer = Trainer(config, tmp)
         batcher = trainer.make_batcher()
         shape = (128, 32) if (128, 32) in batcher.shapes else sorted(batcher.shapes)[0]
-        index = next(i for i in range(10 ** 6) if batcher.batch(i)["src"].shape == shape)
-        batch = {k: jnp.asarray(v) for k, v in batcher.batch(index).items()}
+        batch = {k: jnp.asarray(v) for k, v in batcher.first_batch_of_shape(shape).items()}
         state = trainer.init_state(batch)
         steps = []
         for impl in (jnp_argmax, argmax):

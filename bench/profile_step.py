@@ -52,8 +52,7 @@ def trace_step(config_path: str, data_dir: str, shape, steps: int, trace_dir: st
         batcher = trainer.make_batcher()
         if shape not in batcher.shapes:
             raise SystemExit(f"error: no batch of shape {shape}; this config's shapes: {sorted(batcher.shapes)}")
-        index = next(i for i in range(10 ** 6) if batcher.batch(i)["src"].shape == shape)
-        batch = {k: jnp.asarray(v) for k, v in batcher.batch(index).items()}
+        batch = {k: jnp.asarray(v) for k, v in batcher.first_batch_of_shape(shape).items()}
         state = trainer.init_state(batch)
         key = jax.random.PRNGKey(0)
         step = jax.jit(make_train_step(trainer.spec, trainer.optimizer, trainer.schedule)).lower(

@@ -122,6 +122,20 @@ def test_resume_gives_same_batches():
     assert e0 != e1 and e0 != [c.batch_indices(s).tolist() for s in range(c.steps_per_epoch)]
 
 
+def test_first_batch_of_shape():
+    rng = np.random.default_rng(1)
+    src, tgt = _examples(rng.integers(3, 60, 300), rng.integers(3, 60, 300))
+    tb = batching.TrainBatcher(src, tgt, 256, batching.bucket_lengths(64), seed=2)
+    first = {}  # shape -> the step of its first batch, by walking the steps
+    for step in range(tb.steps_per_epoch):
+        first.setdefault(tb.batch(step)["src"].shape, step)
+    assert set(first) == tb.shapes
+    for shape, step in first.items():
+        np.testing.assert_array_equal(tb.first_batch_of_shape(shape)["tgt"], tb.batch(step)["tgt"])
+    with pytest.raises(ValueError, match="no batch of shape"):
+        tb.first_batch_of_shape((3, 5))
+
+
 def test_train_batcher_errors():
     src, tgt = _examples([5, 30], [5, 5])
     with pytest.raises(DataError):

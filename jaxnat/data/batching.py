@@ -286,6 +286,14 @@ class TrainBatcher:
         """The shape of each key of a batch of (batch, length) ``shape``: [B, L], or [B, ...] for an extra."""
         return {k: (shape[0], *self.extras[k].shape[1:]) if k in self.extras else shape for k in self.keys}
 
+    def first_batch_of_shape(self, shape: tuple[int, int]) -> dict[str, np.ndarray]:
+        """The earliest step's batch of (batch, length) ``shape`` (benchmarks time one shape)."""
+        if shape not in self.shapes:
+            raise ValueError(f"no batch of shape {shape}; the shapes: {sorted(self.shapes)}")
+        buckets = [b for b, _ in self.plan(0)]  # every bucket has batches in every epoch
+        return self.batch(next(step for step, b in enumerate(buckets)
+                               if (self._bucket_bs[b], self._bucket_len[b]) == shape))
+
     def _make_plan(self, epoch: int) -> list[tuple[int, np.ndarray]]:
         rng = np.random.default_rng([self.seed, epoch])
         plan: list[tuple[int, np.ndarray]] = []
