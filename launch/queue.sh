@@ -131,7 +131,7 @@ ready() {  # NAME: not done, not failed, prerequisites done
     for need in ${NEEDS[$1]}; do [ -f "$Q/done/$need" ] || return 1; done
 }
 worker() {  # CORE
-    local name progress
+    local name progress pending
     while true; do
         progress=0
         for name in "${JOBS[@]}"; do
@@ -141,7 +141,7 @@ worker() {  # CORE
         # nothing runnable: wait while another worker may still finish a prerequisite, else stop
         pending=0
         for name in "${JOBS[@]}"; do [ -f "$Q/done/$name" ] || [ -f "$Q/failed/$name" ] || pending=1; done
-        [ "$pending" = 1 ] && [ -n "$(ls -A "$Q/lock" 2>/dev/null)" ] && [ "$(busy)" != 0 ] || break
+        [ "$pending" = 1 ] && [ "$(busy)" != 0 ] || break
         sleep "$POLL"
     done
     echo "$(date '+%F %T') worker on core $1: nothing left to run"

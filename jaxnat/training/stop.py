@@ -44,12 +44,17 @@ class StopRequest:
         self._previous = {}
 
     def reached(self, step: int) -> bool:
-        if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
-
-            try:
-                if multihost_utils.reached_preemption_sync_point(step):
-                    self.signum = signal.SIGTERM
-            except RuntimeError:  # JAX's preemption service is off (jax_enable_preemption_service)
-                pass
+        if jax.process_count() > 1 and self.signum is None and _preemption_sync_point(step):
+            self.signum = signal.SIGTERM
         return self.signum is not None
+
+
+def _preemption_sync_point(step: int) -> bool:
+    """Whether the processes agreed to stop after `step`; False when JAX's preemption service is off
+    (jax_enable_preemption_service), which JAX reports with a RuntimeError."""
+    from jax.experimental import multihost_utils
+
+    try:
+        return multihost_utils.reached_preemption_sync_point(step)
+    except RuntimeError:
+        return False
