@@ -118,7 +118,9 @@ run_job() {  # NAME [CORE]: runs it under its lock (-n: skip it when another pro
         echo "$(date '+%F %T') start $name${core:+ on core $core}"
         if (cd "$SRC" && export -f main eval_copy && export SRC PYTHON &&
             "${pin[@]}" bash -c "${CMD[$name]}") >> "$Q/$name.log" 2>&1; then
-            touch "$Q/done/$name"; echo "$(date '+%F %T') done $name"
+            # the line before the marker: a worker that sees the marker starts a dependent job at once, and its
+            # "start" line must not come first in the shared log
+            echo "$(date '+%F %T') done $name"; touch "$Q/done/$name"
         else
             touch "$Q/failed/$name"; echo "$(date '+%F %T') FAILED $name (see $Q/$name.log)"
         fi
