@@ -14,7 +14,9 @@
 # Environment: DATA (Multi30k folder, default ../shared/data/multi30k), SRC (the code the jobs run: a frozen
 # `git archive` of a commit, so that a later checkout cannot change a run it resumes; default this checkout),
 # SRC_AR (the AR model's code, default SRC), PYTHON (default python), CORES (default: nproc), POLL (seconds a
-# worker waits for another's job to finish before looking again, default 60).
+# worker waits for another's job to finish before looking again, default 60), ONLY (job names: run only these
+# and the jobs they need; launch/multi30k_{vecconst,nat,cmlm}.sh are this queue with one paper's jobs), and the
+# training budgets in updates: AR_STEPS (2500), VECCONST_STEPS (stage 2, 1000), NAT_STEPS (2500), CMLM_STEPS (2500).
 # State under RUNS_DIR/queue: done/<job> once a job succeeded, failed/<job> (cleared at each start), <job>.log,
 # lock/<job> held (flock) while a job runs.
 set -uo pipefail
@@ -26,6 +28,8 @@ SRC_AR=$(realpath "${SRC_AR:-$SRC}")
 PYTHON=${PYTHON:-python}
 CORES=${CORES:-$(nproc)}
 POLL=${POLL:-60}
+AR_STEPS=${AR_STEPS:-2500} VECCONST_STEPS=${VECCONST_STEPS:-1000} NAT_STEPS=${NAT_STEPS:-2500}
+CMLM_STEPS=${CMLM_STEPS:-2500}
 Q="$RUNS/queue"
 KD="$RUNS/kd-multi30k"
 ALIGN="$RUNS/align-multi30k"
@@ -47,7 +51,7 @@ declare -A NEEDS=() CMD=()
 job() { JOBS+=("$1"); NEEDS[$1]=$2; CMD[$1]=$3; }  # NAME "PREREQUISITES" "COMMAND"
 
 job ar "" "PYTHONPATH='$SRC_AR' '$PYTHON' -m jaxnat.main --config configs/ar/multi30k.py --workdir '$AR' \
-    --config.data.dir='$DATA' --config.train.steps=2500"
+    --config.data.dir='$DATA' --config.train.steps=$AR_STEPS"
 job align "" "PYTHONPATH='$SRC' '$PYTHON' -m jaxnat.data.alignment --data-dir '$DATA' --src en --tgt de \
     --splits val,test_2016_flickr --output '$ALIGN' --code-switch"
 FIRST=(ar align)
@@ -55,14 +59,14 @@ FIRST=(ar align)
 # issue 16: the vanilla rows (the AR model with the pairs), stage 2 at α/β 0.8/0.2 and 0.5/0.5, code-switched
 PAIRS="--config.data.dir='$DATA' --config.data.pairs_dir='$ALIGN'"
 job vecconst "ar align" "main --config configs/vecconst/multi30k.py --workdir '$RUNS/vecconst-multi30k' $PAIRS \
-    --config.train.init_from='$AR' --config.train.steps=1000"
+    --config.train.init_from='$AR' --config.train.steps=$VECCONST_STEPS"
 job ar-pairs "ar align" "eval_copy '$AR' '$RUNS/ar-pairs-multi30k' --config configs/ar/multi30k.py $PAIRS \
     --config.eval.throughput_batch=128"
 job vecconst-vdba "ar align" "main --config configs/vecconst/multi30k_vdba.py \
-    --workdir '$RUNS/vecconst-vdba-multi30k' $PAIRS --config.train.init_from='$AR' --config.train.steps=1000"
+    --workdir '$RUNS/vecconst-vdba-multi30k' $PAIRS --config.train.init_from='$AR' --config.train.steps=$VECCONST_STEPS"
 job vecconst-cs "ar align" "main --config configs/vecconst/multi30k.py --workdir '$RUNS/vecconst-cs-multi30k' \
     --config.data.dir='$ALIGN' --config.data.pairs_dir='$ALIGN' --config.train.init_from='$AR' \
-    --config.train.steps=1000 --config.data.train_split=train.cs --config.data.valid_split=val.cs \
+    --config.train.steps=$VECCONST_STEPS --config.data.train_split=train.cs --config.data.valid_split=val.cs \
     --config.data.test_splits=test_2016_flickr.cs"
 # the speed table, in one run (bench/decode_speed.py alternates the models inside each repeat)
 SPEED="PYTHONPATH='$SRC' '$PYTHON' bench/decode_speed.py --run '$AR'"
@@ -74,9 +78,9 @@ job distill "ar" "main --mode distill --config configs/ar/multi30k.py --workdir 
     --output '$KD'"
 NAT="--config.data.dir='$KD' --config.data.spm_from='$AR'"
 job natbase "distill" "main --config configs/nat/multi30k.py --workdir '$RUNS/natbase-multi30k' $NAT \
-    --config.train.steps=2500 --config.model.coverage=false --config.eval.iteration_sweep="
+    --config.train.steps=$NAT_STEPS --config.model.coverage=false --config.eval.iteration_sweep="
 job covnat "distill" "main --config configs/nat/multi30k.py --workdir '$RUNS/covnat-multi30k' $NAT \
-    --config.train.steps=2500"
+    --config.train.steps=$NAT_STEPS"
 job covnat-sca "covnat" "main --config configs/nat/multi30k_sca.py --workdir '$RUNS/covnat-sca-multi30k' $NAT \
     --config.train.init_from='$RUNS/covnat-multi30k'"
 RESCORE="--config.data.dir='$KD' --config.eval.length_beam=9 --config.eval.rescorer='$AR' \
@@ -90,7 +94,7 @@ job covnat-sca-rescored "covnat-sca" "eval_copy '$RUNS/covnat-sca-multi30k' '$RU
 job speed-nat "natbase covnat-sca" "$SPEED --run '$RUNS/natbase-multi30k' --run '$RUNS/covnat-sca-multi30k' \
     --config.data.dir='$KD'"
 # issue 14: the CMLMC paper's Table 1 rows on raw data with the AR model's vocabulary, the same budget
-CMLM="--config.data.dir='$DATA' --config.data.spm_from='$AR' --config.train.steps=2500"
+CMLM="--config.data.dir='$DATA' --config.data.spm_from='$AR' --config.train.steps=$CMLM_STEPS"
 NO_REVPOS="--config.model.masked_attn=false --config.model.concat_pe=false"
 job cmlmc "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlmc-multi30k' $CMLM"
 job cmlm "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlm-multi30k' $CMLM $NO_REVPOS \
@@ -108,6 +112,23 @@ job cmlm-maskedattn "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUN
     --config.model.concat_pe=false --config.train.correction=false"
 job cmlm-concatpe "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlm-concatpe-multi30k' $CMLM \
     --config.model.masked_attn=false --config.train.correction=false"
+
+if [ -n "${ONLY:-}" ]; then  # keep the named jobs and, transitively, their prerequisites
+    declare -A KEEP=()
+    keep() {
+        [ -n "${CMD[$1]+set}" ] || { echo "queue.sh: no job '$1' (jobs: ${JOBS[*]})" >&2; exit 2; }
+        [ -n "${KEEP[$1]+set}" ] && return
+        KEEP[$1]=1
+        local need
+        for need in ${NEEDS[$1]}; do keep "$need"; done
+    }
+    for name in $ONLY; do keep "$name"; done
+    kept=()
+    for name in "${JOBS[@]}"; do [ -n "${KEEP[$name]+set}" ] && kept+=("$name"); done
+    JOBS=("${kept[@]}") kept=()
+    for name in "${FIRST[@]}"; do [ -n "${KEEP[$name]+set}" ] && kept+=("$name"); done
+    FIRST=("${kept[@]}")
+fi
 
 run_job() {  # NAME [CORE]: runs it under its lock (-n: skip it when another process holds it); 0 if it ran
     local name=$1 core=${2:-} pin=()

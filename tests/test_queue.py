@@ -14,9 +14,10 @@ QUEUE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NEEDS = {"vecconst": {"ar", "align"}, "speed-vecconst": {"vecconst"}, "natbase": {"distill"},
          "covnat-sca": {"covnat"}, "covnat-sca-rescored": {"covnat-sca"}, "speed-nat": {"natbase", "covnat-sca"},
          "cmlmc-rescored": {"cmlmc"}, "speed-cmlm": {"cmlm", "cmlmc"}}
-# a stand-in for python: creates the --workdir it is given (so that the evaluated copies find a run to copy),
-# fails for the Coverage-NAT pre-training job
+# a stand-in for python: prints its arguments (into the job's log), creates the --workdir it is given (so that the
+# evaluated copies find a run to copy), fails for the Coverage-NAT pre-training job
 FAKE_PYTHON = """#!/usr/bin/env bash
+echo "$@"
 prev=
 for a in "$@"; do
   [ "$prev" = --workdir ] && mkdir -p "$a"
@@ -32,13 +33,13 @@ pytestmark = pytest.mark.skipif(not all(shutil.which(t) for t in ("flock", "task
                                 reason="needs util-linux's flock and taskset")
 
 
-def run_queue(tmp_path):
+def run_queue(tmp_path, script=QUEUE, *args, **env):
     python = tmp_path / "python"
     python.write_text(FAKE_PYTHON)
     python.chmod(python.stat().st_mode | stat.S_IEXEC)
-    env = dict(os.environ, PYTHON=str(python), CORES="2", POLL="0.2", DATA=str(tmp_path / "data"))
-    out = subprocess.run(["bash", QUEUE, str(tmp_path / "runs")], env=env, capture_output=True, text=True,
-                         timeout=120, check=True).stdout
+    env = dict(os.environ, PYTHON=str(python), CORES="2", POLL="0.2", DATA=str(tmp_path / "data"), **env)
+    out = subprocess.run(["bash", script, *(args or [str(tmp_path / "runs")])], env=env, capture_output=True,
+                         text=True, timeout=120, check=True).stdout
     return re.findall(r"^\S+ \S+ (start|done|FAILED) (\S+)", out, re.M)
 
 
@@ -62,3 +63,22 @@ def test_queue_order_failures_and_resume(tmp_path):
     # a second start runs only what did not finish: the failed job again (and it fails again)
     again = run_queue(tmp_path)
     assert [name for what, name in again if what == "start"] == ["covnat"]
+
+
+def test_paper_script_runs_its_jobs_and_their_prerequisites_only(tmp_path):
+    """launch/multi30k_nat.sh is the queue restricted to the NAT rows (ONLY), with its STEPS argument."""
+    script = os.path.join(os.path.dirname(QUEUE), "multi30k_nat.sh")
+    events = run_queue(tmp_path, script, str(tmp_path / "nat-data"), str(tmp_path / "runs"), "7")
+    # covnat fails (the stand-in), so neither its SCA phase nor what follows runs
+    assert {name for what, name in events if what == "start"} == {
+        "ar", "distill", "natbase", "covnat", "natbase-rescored"}
+    logs = tmp_path / "runs" / "queue"
+    assert "--config.train.steps=7 " in (logs / "natbase.log").read_text()
+    assert "--config.train.steps=2500" in (logs / "ar.log").read_text()
+    assert f"--config.data.dir={tmp_path / 'nat-data'} " in (logs / "ar.log").read_text()
+
+
+def test_unknown_job_is_one_line_error(tmp_path):
+    out = subprocess.run(["bash", QUEUE, str(tmp_path / "runs")], env=dict(os.environ, ONLY="natbase nosuchjob"),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stderr.startswith("queue.sh: no job 'nosuchjob'") and not out.stdout
