@@ -11,6 +11,7 @@
 #      while the other has a long queue.
 #
 # Usage: launch/queue.sh [RUNS_DIR]     (default ~/jaxnat-runs)
+#        launch/queue.sh --status [RUNS_DIR]: where each job stands (and a training job's newest checkpoint)
 # Environment: DATA (Multi30k folder, default ../shared/data/multi30k), SRC (the code the jobs run: a frozen
 # `git archive` of a commit, so that a later checkout cannot change a run it resumes; default this checkout),
 # SRC_AR (the AR model's code, default SRC), PYTHON (default python), CORES (default: nproc), POLL (seconds a
@@ -21,6 +22,8 @@
 # lock/<job> held (flock) while a job runs.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
+STATUS=
+[ "${1:-}" = --status ] && { STATUS=1; shift; }
 RUNS=$(realpath -m "${1:-$HOME/jaxnat-runs}")
 DATA=$(realpath -m "${DATA:-$HERE/../shared/data/multi30k}")
 SRC=$(realpath "${SRC:-$HERE}")
@@ -35,7 +38,6 @@ KD="$RUNS/kd-multi30k"
 ALIGN="$RUNS/align-multi30k"
 AR="$RUNS/ar-multi30k"
 mkdir -p "$Q/done" "$Q/failed" "$Q/lock"
-rm -f "$Q/failed/"*
 
 main() { PYTHONPATH="$SRC" "$PYTHON" -m jaxnat.main "$@"; }
 # a copy of a finished workdir evaluated once more with other decoding settings (both metrics.json stay; an
@@ -175,6 +177,28 @@ busy() {  # how many job locks are held now
     echo "$n"
 }
 
+status() {  # one line a job: done, failed (at the last start), running, or to run; the newest checkpoint's step
+    local name state steps wd last bleu
+    for name in "${JOBS[@]}"; do
+        if [ -f "$Q/done/$name" ]; then state=done
+        elif ! flock -n "$Q/lock/$name" true 2>/dev/null; then state=running
+        elif [ -f "$Q/failed/$name" ]; then state="FAILED (see $Q/$name.log)"
+        else state="to run"
+        fi
+        if [ "$state" != done ] && [[ ${CMD[$name]} =~ --workdir\ \'([^\']*)\'.*steps=([0-9]+) ]]; then
+            wd=${BASH_REMATCH[1]} steps=${BASH_REMATCH[2]}
+            last=$(ls "$wd/checkpoints/last" 2>/dev/null | sort -n | tail -1)
+            [ -n "$last" ] && state+=", step $last of $steps"
+            bleu=$(sed -n 's/^{"step": \([0-9]*\),.*"valid_bleu": \([0-9]*\.[0-9][0-9]\).*/\2 at step \1/p' \
+                "$wd/history.jsonl" 2>/dev/null | tail -1)
+            [ -n "$bleu" ] && state+=", valid BLEU $bleu"
+        fi
+        printf '%-20s %s\n' "$name" "$state"
+    done
+}
+[ -n "$STATUS" ] && { status; exit 0; }
+
+rm -f "$Q/failed/"*  # a new start tries them again
 for name in "${FIRST[@]}"; do  # on all cores, waiting for one started by hand
     ready "$name" || continue
     exec {wait_fd}>"$Q/lock/$name"; flock "$wait_fd"; exec {wait_fd}>&-

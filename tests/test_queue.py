@@ -60,6 +60,19 @@ def test_queue_order_failures_and_resume(tmp_path):
                  "cmlmc-rescored", "speed-cmlm", "cmlm-concatpe"):
         assert name in done_at, name
     assert os.path.isdir(tmp_path / "runs" / "cmlmc-rescored-multi30k")
+    # --status: one line a job, with a training job's newest checkpoint and validation BLEU
+    covnat = tmp_path / "runs" / "covnat-multi30k"
+    for step in ("250", "1000", "750"):
+        os.makedirs(covnat / "checkpoints" / "last" / step)
+    (covnat / "history.jsonl").write_text('{"step": 250, "valid_loss": 2.5, "valid_bleu": 12.3456}\n'
+                                          '{"step": 300, "loss": 2.1}\n')
+    status = subprocess.run(["bash", QUEUE, "--status", str(tmp_path / "runs")], capture_output=True, text=True,
+                            timeout=60, check=True).stdout.splitlines()
+    assert len(status) == len(set(started)) + 4  # every job: the 4 skipped ones too
+    assert "natbase              done" in status
+    assert [line.split(None, 1)[1] for line in status if line.startswith("covnat ")] == [
+        f"FAILED (see {tmp_path}/runs/queue/covnat.log), step 1000 of 2500, valid BLEU 12.34 at step 250"]
+    assert "speed-nat            to run" in status
     # a second start runs only what did not finish: the failed job again (and it fails again)
     again = run_queue(tmp_path)
     assert [name for what, name in again if what == "start"] == ["covnat"]
