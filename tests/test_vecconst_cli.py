@@ -4,9 +4,13 @@ evaluation rows with the pairs (beam search and constrained beam search, CSR), a
 "constraint_pairs", with and without hard constraints."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
+from tests.test_translate import ROOT
 from tests.test_translate import _main as _run  # the CLI on the tiny config, in a subprocess
 
 
@@ -70,3 +74,21 @@ def test_bad_constraint_pairs(stage2, line, message):
 def test_pairs_need_a_model_that_reads_them(ar_run):
     result = _run(ar_run, "--mode", "translate", stdin=json.dumps({"src": "a dog .", "constraint_pairs": [["dog", "kelo"]]}))
     assert result.returncode == 2 and "does not take constraint pairs" in result.stderr, result.stderr
+
+
+def test_speed_table_with_pairs(stage2, ar_run):
+    """bench/decode_speed.py --pairs, the paper's Table 5 of the run queue, on the tiny workdirs: the AR model plain,
+    beam 4 and with the pairs' targets as hard constraints; the vectorized model also with its pairs."""
+    workdir, _ = stage2
+    result = subprocess.run([sys.executable, "bench/decode_speed.py", "--run", str(ar_run), "--run", str(workdir),
+                             "--pairs", "--repeats", "1", "--sentences", "2", "--batch", "8",
+                             "--config.data.pairs_dir=synthetic", "--config.data.max_pair_pieces=6"],
+                            cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr
+    rows = [line.split(" | ")[0].lstrip("| ") for line in result.stdout.splitlines() if line.startswith("| ar ")
+            or line.startswith("| vecconst ")]
+    assert [row.split(", ", 1)[1] for row in rows] == [
+        "greedy", "beam 4", "the pairs' targets hard (VDBA), beam 4",
+        "greedy", "beam 4", "with the pairs, beam 4", "the pairs' targets hard (VDBA), beam 4"]
+    assert "| 1.00× / 1.00× |" in result.stdout.splitlines()[3]  # the first beam 4 row is the reference
