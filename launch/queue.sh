@@ -185,10 +185,11 @@ status() {  # one line a job: done, failed (at the last start), running, or to r
         elif [ -f "$Q/failed/$name" ]; then state="FAILED (see $Q/$name.log)"
         else state="to run"
         fi
-        if [ "$state" != done ] && [[ ${CMD[$name]} =~ --workdir\ \'([^\']*)\'.*steps=([0-9]+) ]]; then
-            wd=${BASH_REMATCH[1]} steps=${BASH_REMATCH[2]}
+        if [ "$state" != done ] && [[ ${CMD[$name]} =~ --workdir\ \'([^\']*)\' ]]; then
+            wd=${BASH_REMATCH[1]} steps=
+            [[ ${CMD[$name]} =~ steps=([0-9]+) ]] && steps=" of ${BASH_REMATCH[1]}"
             last=$(ls "$wd/checkpoints/last" 2>/dev/null | sort -n | tail -1)
-            [ -n "$last" ] && state+=", step $last of $steps"
+            [ -n "$last" ] && state+=", step $last$steps"
             bleu=$(sed -n 's/^{"step": \([0-9]*\),.*"valid_bleu": \([0-9]*\.[0-9][0-9]\).*/\2 at step \1/p' \
                 "$wd/history.jsonl" 2>/dev/null | tail -1)
             [ -n "$bleu" ] && state+=", valid BLEU $bleu"
