@@ -188,7 +188,7 @@ status() {  # one line a job: done, failed (at the last start), running, or to r
         if [ "$state" != done ] && [[ ${CMD[$name]} =~ --workdir\ \'([^\']*)\' ]]; then
             wd=${BASH_REMATCH[1]} steps=
             [[ ${CMD[$name]} =~ steps=([0-9]+) ]] && steps=" of ${BASH_REMATCH[1]}"
-            last=$(ls "$wd/checkpoints/last" 2>/dev/null | sort -n | tail -1)
+            last=$(ls "$wd/checkpoints/last" 2>/dev/null | grep -E "^[0-9]+$" | sort -n | tail -1)  # not a tmp dir
             [ -n "$last" ] && state+=", step $last$steps"
             bleu=$(sed -n 's/^{"step": \([0-9]*\),.*"valid_bleu": \([0-9]*\.[0-9][0-9]\).*/\2 at step \1/p' \
                 "$wd/history.jsonl" 2>/dev/null | tail -1)

@@ -62,7 +62,7 @@ def test_queue_order_failures_and_resume(tmp_path):
     assert os.path.isdir(tmp_path / "runs" / "cmlmc-rescored-multi30k")
     # --status: one line a job, with a training job's newest checkpoint and validation BLEU
     covnat = tmp_path / "runs" / "covnat-multi30k"
-    for step in ("250", "1000", "750"):
+    for step in ("250", "1000", "750", "1250.orbax-checkpoint-tmp-3"):  # the last one being written
         os.makedirs(covnat / "checkpoints" / "last" / step)
     (covnat / "history.jsonl").write_text('{"step": 250, "valid_loss": 2.5, "valid_bleu": 12.3456}\n'
                                           '{"step": 300, "loss": 2.1}\n')
