@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every Multi30k quality run of docs/results.md (the stages of launch/multi30k_{nat,vecconst,cmlm}.sh) as one
-# job list served by one worker per CPU core, each worker pinned to its core (two pinned XLA processes beat two
+# The Multi30k quality runs of docs/results.md for the vectorized-constraints, NAT and CMLM papers as one job
+# list served by one worker per CPU core, each worker pinned to its core (two pinned XLA processes beat two
 # that share both cores by about 12% on the 2-core development machine). Resumable: run it again after a kill or
 # in the next session; every job resumes from its newest checkpoint, and a finished job is not run again.
 #
@@ -44,8 +44,17 @@ main() { PYTHONPATH="$SRC" "$PYTHON" -m jaxnat.main "$@"; }
 # evaluation writes metrics.record.json last, so a killed one is redone)
 eval_copy() {  # FROM TO MAIN_ARGS...
     local from=$1 to=$2; shift 2
-    [ -d "$to" ] || { cp -r "$from" "$to" && rm -f "$to/metrics.record.json"; }
+    [ -d "$to" ] || { copy "$from" "$to" && rm -f "$to/metrics.record.json"; }
     [ -f "$to/metrics.record.json" ] || main --mode eval --workdir "$to" "$@"
+}
+# a copy of a finished training workdir trained on to a larger train.steps (it resumes from the copied newest
+# checkpoint) and evaluated at the end as any run
+train_copy() {  # FROM TO MAIN_ARGS...
+    local from=$1 to=$2; shift 2
+    { [ -d "$to" ] || copy "$from" "$to"; } && main --workdir "$to" "$@"
+}
+copy() {  # FROM TO: whole or not at all (a copy cut short by a kill leaves only TO.partial)
+    rm -rf "$2.partial" && cp -r "$1" "$2.partial" && mv "$2.partial" "$2"
 }
 
 declare -a JOBS=()
@@ -109,6 +118,9 @@ job cmlmc-rescored "cmlmc" "eval_copy '$RUNS/cmlmc-multi30k' '$RUNS/cmlmc-rescor
     --config.eval.constraints= --config.eval.iteration_sweep="
 job speed-cmlm "cmlm cmlmc" "$SPEED --run '$RUNS/cmlm-multi30k' --run '$RUNS/cmlmc-multi30k' \
     --config.data.dir='$DATA'"
+# issue 16 again: does a longer stage 2 bring the vectorized model's CSR with beam search nearer the paper's?
+job vecconst-long "vecconst" "train_copy '$RUNS/vecconst-multi30k' '$RUNS/vecconst-long-multi30k' \
+    --config configs/vecconst/multi30k.py $PAIRS --config.train.steps=$((3 * VECCONST_STEPS))"
 # the two halves of RevealPosition (the CMLMC paper's Table A.1)
 job cmlm-maskedattn "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlm-maskedattn-multi30k' $CMLM \
     --config.model.concat_pe=false --config.train.correction=false"
@@ -139,7 +151,7 @@ run_job() {  # NAME [CORE]: runs it under its lock (-n: skip it when another pro
     flock -n "$fd" || { exec {fd}>&-; return 1; }
     if [ ! -f "$Q/done/$name" ]; then
         echo "$(date '+%F %T') start $name${core:+ on core $core}"
-        if (cd "$SRC" && export -f main eval_copy && export SRC PYTHON &&
+        if (cd "$SRC" && export -f main eval_copy train_copy copy && export SRC PYTHON &&
             "${pin[@]}" bash -c "${CMD[$name]}") >> "$Q/$name.log" 2>&1; then
             # the line before the marker: a worker that sees the marker starts a dependent job at once, and its
             # "start" line must not come first in the shared log

@@ -11,8 +11,9 @@ import pytest
 
 QUEUE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "launch", "queue.sh")
 # prerequisites the queue must respect (a sample of its job list)
-NEEDS = {"vecconst": {"ar", "align"}, "speed-vecconst": {"vecconst"}, "natbase": {"distill"},
-         "covnat-sca": {"covnat"}, "covnat-sca-rescored": {"covnat-sca"}, "speed-nat": {"natbase", "covnat-sca"},
+NEEDS = {"vecconst": {"ar", "align"}, "speed-vecconst": {"vecconst"}, "vecconst-long": {"vecconst"},
+         "natbase": {"distill"}, "covnat-sca": {"covnat"}, "covnat-sca-rescored": {"covnat-sca"},
+         "speed-nat": {"natbase", "covnat-sca"},
          "cmlmc-rescored": {"cmlmc"}, "speed-cmlm": {"cmlm", "cmlmc"}}
 # a stand-in for python: prints its arguments (into the job's log), creates the --workdir it is given (so that the
 # evaluated copies find a run to copy), fails for the Coverage-NAT pre-training job
@@ -57,9 +58,13 @@ def test_queue_order_failures_and_resume(tmp_path):
     for blocked in ("covnat-sca", "covnat-rescored", "covnat-sca-rescored", "speed-nat"):
         assert blocked not in started
     for name in ("ar", "align", "distill", "natbase", "natbase-rescored", "vecconst", "ar-pairs", "cmlmc",
-                 "cmlmc-rescored", "speed-cmlm", "cmlm-concatpe"):
+                 "cmlmc-rescored", "speed-cmlm", "vecconst-long", "cmlm-concatpe"):
         assert name in done_at, name
-    assert os.path.isdir(tmp_path / "runs" / "cmlmc-rescored-multi30k")
+    # the evaluated and the trained-on copies, each made whole
+    for copy in ("cmlmc-rescored", "vecconst-long"):
+        assert os.path.isdir(tmp_path / "runs" / f"{copy}-multi30k") and not os.path.exists(
+            tmp_path / "runs" / f"{copy}-multi30k.partial")
+    assert "--config.train.steps=3000" in (tmp_path / "runs" / "queue" / "vecconst-long.log").read_text()
     # --status: one line a job, with a training job's newest checkpoint and validation BLEU
     covnat = tmp_path / "runs" / "covnat-multi30k"
     for step in ("250", "1000", "750", "1250.orbax-checkpoint-tmp-3"):  # the last one being written
