@@ -197,7 +197,8 @@ status() {  # one line a job: done, failed (at the last start), running, or to r
         elif [ -f "$Q/failed/$name" ]; then state="FAILED (see $Q/$name.log)"
         else state="to run"
         fi
-        if [ "$state" != done ] && [[ ${CMD[$name]} =~ --workdir\ \'([^\']*)\' ]]; then
+        # a training job's progress (not a distillation's or evaluation's: --mode)
+        if [ "$state" != done ] && [[ ${CMD[$name]} != *"--mode "* && ${CMD[$name]} =~ --workdir\ \'([^\']*)\' ]]; then
             wd=${BASH_REMATCH[1]} steps=
             [[ ${CMD[$name]} =~ steps=([0-9]+) ]] && steps=" of ${BASH_REMATCH[1]}"
             last=$(ls "$wd/checkpoints/last" 2>/dev/null | grep -E "^[0-9]+$" | sort -n | tail -1)  # not a tmp dir
