@@ -120,7 +120,8 @@ job speed-cmlm "cmlm cmlmc" "$SPEED --run '$RUNS/cmlm-multi30k' --run '$RUNS/cml
     --config.data.dir='$DATA'"
 # issue 16 again: does a longer stage 2 bring the vectorized model's CSR with beam search nearer the paper's?
 job vecconst-long "vecconst" "train_copy '$RUNS/vecconst-multi30k' '$RUNS/vecconst-long-multi30k' \
-    --config configs/vecconst/multi30k.py $PAIRS --config.train.steps=$((3 * VECCONST_STEPS))"
+    --config configs/vecconst/multi30k.py $PAIRS --config.train.init_from='$AR' \
+    --config.train.steps=$((3 * VECCONST_STEPS))"  # the copied run's own settings, but for the budget
 # the two halves of RevealPosition (the CMLMC paper's Table A.1)
 job cmlm-maskedattn "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlm-maskedattn-multi30k' $CMLM \
     --config.model.concat_pe=false --config.train.correction=false"

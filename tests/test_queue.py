@@ -64,7 +64,9 @@ def test_queue_order_failures_and_resume(tmp_path):
     for copy in ("cmlmc-rescored", "vecconst-long"):
         assert os.path.isdir(tmp_path / "runs" / f"{copy}-multi30k") and not os.path.exists(
             tmp_path / "runs" / f"{copy}-multi30k.partial")
-    assert "--config.train.steps=3000" in (tmp_path / "runs" / "queue" / "vecconst-long.log").read_text()
+    long_log = (tmp_path / "runs" / "queue" / "vecconst-long.log").read_text()
+    assert "--config.train.steps=3000" in long_log  # and otherwise the copied run's settings
+    assert f"--config.train.init_from={tmp_path / 'runs' / 'ar-multi30k'} " in long_log
     # --status: one line a job, with a training job's newest checkpoint and validation BLEU
     covnat = tmp_path / "runs" / "covnat-multi30k"
     for step in ("250", "1000", "750", "1250.orbax-checkpoint-tmp-3"):  # the last one being written
