@@ -71,9 +71,13 @@ def main():
             modes.append((f"{name}, the pairs' targets hard (VDBA), beam 4", translator, 4,
                           dict(constraints=targets, hard=[True] * len(srcs), pairs=pairs if sup.pairs else None)))
     results = {label: [] for label, _, _, _ in modes}
-    for _ in range(args.repeats):
+    for repeat in range(args.repeats):
         for label, translator, beam, starts in modes:
-            results[label].append(translator.speed(srcs, beam, args.sentences, args.batch, **starts))
+            r = translator.speed(srcs, beam, args.sentences, args.batch, **starts)
+            results[label].append(r)
+            # a long benchmark (the --pairs table takes an hour on one core) shows where it is
+            print(f"repeat {repeat + 1}/{args.repeats}: {label}: {r['latency_ms']:.1f} ms/sentence at batch 1, "
+                  f"{r['sentences_per_s']:.1f} sentences/s at batch {args.batch}", file=sys.stderr, flush=True)
     medians = {label: (statistics.median(r["latency_ms"] for r in runs),
                        statistics.median(r["sentences_per_s"] for r in runs)) for label, runs in results.items()}
     base = next((m for (label, *_), m in zip(modes, medians.values()) if label.endswith("beam 4")), None)

@@ -92,3 +92,5 @@ def test_speed_table_with_pairs(stage2, ar_run):
         "greedy", "beam 4", "the pairs' targets hard (VDBA), beam 4",
         "greedy", "beam 4", "with the pairs, beam 4", "the pairs' targets hard (VDBA), beam 4"]
     assert "| 1.00× / 1.00× |" in result.stdout.splitlines()[3]  # the first beam 4 row is the reference
+    progress = [line for line in result.stderr.splitlines() if line.startswith("repeat 1/1: ")]
+    assert len(progress) == len(rows), result.stderr  # one progress line a timed mode
