@@ -89,7 +89,7 @@ def test_plug_in_matches_eqs_8_to_11(renormalise):
     rng = np.random.default_rng(1)
     h = rng.normal(size=(6, 5, spec.cfg.d_model)).astype(np.float32)
     member = constraint_tokens(batch["pair_tgt"], V)
-    logp = np.asarray(spec.module.apply(params, jnp.asarray(h), member, method="pair_log_probs"))
+    logp = np.asarray(spec.module.apply(params, jnp.asarray(h), batch["pair_tgt"], method="pair_log_probs"))
     p = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), params["params"])
     w = p["src_embed"]["tokens"]["embedding"]              # shared, tied: the output embedding W
     p_model = _softmax(h @ w.T)                                                            # eq. 8
@@ -104,6 +104,8 @@ def test_plug_in_matches_eqs_8_to_11(renormalise):
         want = want / want.sum(-1, keepdims=True)
     np.testing.assert_allclose(np.exp(logp), want, rtol=1e-4, atol=1e-7)
     assert np.all(np.asarray(member)[:, PAD_ID] == False)  # noqa: E712
+    ids = np.asarray(batch["pair_tgt"]).reshape(len(h), -1)
+    assert any(len(set(r[r != PAD_ID])) < (r != PAD_ID).sum() for r in ids)  # a token in two phrases is covered
 
 
 def test_no_pairs_change_nothing_and_no_integration_is_the_ar_model():
@@ -173,10 +175,9 @@ def test_cached_steps_equal_the_full_pass():
     memory, memory_mask, prefixes = m.apply(params, src, batch["pair_src"], batch["pair_tgt"],
                                             method="encode_with_pairs")
     cache = m.apply(params, memory, tgt.shape[1], prefixes, method="init_pair_cache")
-    member = constraint_tokens(batch["pair_tgt"], V)
     steps = []
     for i in range(tgt.shape[1]):
-        logp, cache = m.apply(params, tgt[:, i], cache, i, memory_mask, member, method="pair_step")
+        logp, cache = m.apply(params, tgt[:, i], cache, i, memory_mask, batch["pair_tgt"], method="pair_step")
         steps.append(logp)
     real = np.asarray(tgt != PAD_ID)
     np.testing.assert_allclose(np.asarray(jnp.stack(steps, 1))[real], np.asarray(full)[real], rtol=1e-5, atol=1e-5)

@@ -94,25 +94,30 @@ class VecConstTransformer(ARTransformer):
         return memory, jnp.concatenate([pair_mask, mask], axis=1), self._prefixes(self.dec_adapters, keys, values)
 
     # -- eqs. 8–11 -------------------------------------------------------------------------------------
-    def pair_log_probs(self, h: jax.Array, member: jax.Array) -> jax.Array:
-        """h: float[B, T, D] decoder outputs; member: bool[B, V], the tokens of each sentence's target phrases
+    def pair_log_probs(self, h: jax.Array, pair_tgt: jax.Array) -> jax.Array:
+        """h: float[B, T, D] decoder outputs; pair_tgt: int32[B, N, P_t], the sentences' target phrases (PAD-padded)
         → float32[B, T, V] log P of eq. 11 (or its renormalised form), log_softmax(h W) without the plug-in."""
         logp_model = jax.nn.log_softmax(self.logits(h))
         if not self.pair_plug_in:
             return logp_model
         w = self.tgt_embed.tokens.embedding                                      # [V, D]
         h32 = h.astype(jnp.float32)
-        cos = (h32 / (jnp.linalg.norm(h32, axis=-1, keepdims=True) + 1e-9)) @ \
-            (w / (jnp.linalg.norm(w, axis=-1, keepdims=True) + 1e-9)).T           # [B, T, V]
-        plug = jnp.where(member[:, None, :], jnp.maximum(cos, 0.0), 0.0)          # eq. 9
-        # eq. 10: tanh acts on each half of [w_y W1; h_t W2], so W3's two halves separate the token and the state
+        # eq. 10: tanh acts on each half of [w_y W1; h_t W2], so W3's two halves separate the token and the state;
+        # the token half depends on the parameters only (XLA computes it once, outside a decoding loop)
         d, w3 = w.shape[1], self.gate_out[:, 0]
         token_part = jnp.tanh(self.gate_token(w)) @ w3[:d]                        # [V]
         state_part = jnp.tanh(self.gate_state(h32)) @ w3[d:]                      # [B, T]
-        gate_logit = state_part[..., None] + token_part                            # [B, T, V]
-        log_g, log_1mg = jax.nn.log_sigmoid(gate_logit), jax.nn.log_sigmoid(-gate_logit)
-        logp = jnp.logaddexp(log_1mg + logp_model, jnp.where(plug > 0, log_g + jnp.log(jnp.maximum(plug, 1e-30)),
-                                                                 -jnp.inf))       # eq. 11
+        logp = jax.nn.log_sigmoid(-(state_part[..., None] + token_part)) + logp_model  # log (1 − g) P_model
+        # eq. 9: P_plug is 0 but on the M = N · P_t tokens of the sentence's target phrases, so eq. 11 adds
+        # g · P_plug there only (a decoding step then costs about what the AR model's does; PAD slots add 0)
+        ids = pair_tgt.reshape(pair_tgt.shape[0], -1)                            # [B, M]
+        unit = lambda x: x / (jnp.linalg.norm(x, axis=-1, keepdims=True) + 1e-9)  # noqa: E731
+        cos = jnp.einsum("btd,bmd->btm", unit(h32), unit(w[ids]))                 # [B, T, M]
+        plug = jnp.where((ids != PAD_ID)[:, None, :], jnp.maximum(cos, 0.0), 0.0)
+        log_g = jax.nn.log_sigmoid(state_part[..., None] + token_part[ids][:, None, :])
+        at = (jnp.arange(ids.shape[0])[:, None, None], jnp.arange(h.shape[1])[None, :, None], ids[:, None, :])
+        mixed = jnp.logaddexp(logp[at], jnp.where(plug > 0, log_g + jnp.log(jnp.maximum(plug, 1e-30)), -jnp.inf))
+        logp = logp.at[at].set(mixed)  # a token in two phrases: the same value twice; PAD: its own value
         if self.pair_renormalise:
             logp = logp - jax.nn.logsumexp(logp, axis=-1, keepdims=True)
         return logp
@@ -122,7 +127,7 @@ class VecConstTransformer(ARTransformer):
         memory, memory_mask, prefixes = self.encode_with_pairs(src, pair_src, pair_tgt, train)
         h = self.decoder(self.tgt_embed(tgt_in, train), token_mask(tgt_in), memory, memory_mask, train,
                          prefixes=prefixes)
-        return self.pair_log_probs(h, constraint_tokens(pair_tgt, self.cfg.tgt_vocab_size))
+        return self.pair_log_probs(h, pair_tgt)
 
     def __call__(self, src, tgt_in, pair_src, pair_tgt, train: bool = False):
         return self.forward_with_pairs(src, tgt_in, pair_src, pair_tgt, train)
@@ -131,11 +136,11 @@ class VecConstTransformer(ARTransformer):
     def init_pair_cache(self, memory: jax.Array, max_len: int, prefixes):
         return self.decoder.init_cache(memory, max_len, prefixes)
 
-    def pair_step(self, token: jax.Array, cache, index, memory_mask: jax.Array, member: jax.Array):
+    def pair_step(self, token: jax.Array, cache, index, memory_mask: jax.Array, pair_tgt: jax.Array):
         """token: int32[B] at position ``index`` → (log P float32[B, V] of the next token, new cache)."""
         x = self.tgt_embed(token[:, None], False, offset=index)
         h, cache = self.decoder.step(x, cache, index, memory_mask)
-        return self.pair_log_probs(h, member)[:, 0], cache
+        return self.pair_log_probs(h, pair_tgt)[:, 0], cache
 
 
 def constraint_tokens(pair_tgt: jax.Array, vocab_size: int) -> jax.Array:
@@ -176,11 +181,11 @@ def vecconst_generate(module: VecConstTransformer, params, request: DecodeReques
     memory, memory_mask, prefixes = module.apply(params, src, pair_src, pair_tgt, method="encode_with_pairs")
     repeat = lambda x: jnp.repeat(x, k, axis=0)  # noqa: E731  (row b * k + j: sentence b's beam j)
     memory, memory_mask, prefixes = repeat(memory), repeat(memory_mask), jax.tree_util.tree_map(repeat, prefixes)
-    member = repeat(constraint_tokens(pair_tgt, module.cfg.tgt_vocab_size))
+    pair_tgt = repeat(pair_tgt)
     cache = module.apply(params, memory, max_out - 1, prefixes, method="init_pair_cache")
 
     def tokens_to_logprobs(tokens, cache, index):
-        return module.apply(params, tokens, cache, index, memory_mask, member, method="pair_step")
+        return module.apply(params, tokens, cache, index, memory_mask, pair_tgt, method="pair_step")
 
     return search(tokens_to_logprobs, cache, src, phrases=hard_phrases(request), ordered=ordered,
                   continues=continues, beam_size=k, length_penalty=length_penalty, max_len_a=max_len_a,
