@@ -57,8 +57,8 @@ def test_queue_order_failures_and_resume(tmp_path):
     # everything that needs the failed job directly or indirectly is left alone, everything else ran
     for blocked in ("covnat-sca", "covnat-rescored", "covnat-sca-rescored", "speed-nat"):
         assert blocked not in started
-    for name in ("ar", "align", "distill", "natbase", "natbase-rescored", "vecconst", "ar-pairs", "cmlmc",
-                 "cmlmc-rescored", "speed-cmlm", "vecconst-long", "cmlm-concatpe"):
+    for name in ("ar", "align", "distill", "natbase", "natbase-rescored", "vecconst", "ar-pairs", "ar-pairs-cs",
+                 "cmlmc", "cmlmc-rescored", "speed-cmlm", "vecconst-long", "cmlm-concatpe"):
         assert name in done_at, name
     # the evaluated and the trained-on copies, each made whole
     for copy in ("cmlmc-rescored", "vecconst-long"):
