@@ -108,6 +108,38 @@ def test_plug_in_matches_eqs_8_to_11(renormalise):
     assert any(len(set(r[r != PAD_ID])) < (r != PAD_ID).sum() for r in ids)  # a token in two phrases is covered
 
 
+def test_plug_in_gradients_equal_the_dense_form():
+    """The plug-in scatters its M constraint-token values into the vocabulary (a token in two phrases, and PAD, is
+    written more than once): its gradients must be those of eq. 11 computed densely over all V tokens."""
+    spec = _spec()
+    batch = with_pairs(random_batch(1, V), 1)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    rng = np.random.default_rng(2)
+    h = jnp.asarray(rng.normal(size=(6, 5, spec.cfg.d_model)), jnp.float32)
+    weights = jnp.asarray(rng.normal(size=(6, 5, V)), jnp.float32)
+    member = constraint_tokens(batch["pair_tgt"], V)
+
+    def dense(params, h):  # eq. 11 over every token, the plug-in masked to the constraint tokens
+        p = params["params"]
+        w, w3, d = p["src_embed"]["tokens"]["embedding"], p["gate_out"][:, 0], spec.cfg.d_model
+        logp_model = jax.nn.log_softmax(spec.module.apply(params, h, method="logits"))
+        unit = lambda x: x / (jnp.linalg.norm(x, axis=-1, keepdims=True) + 1e-9)  # noqa: E731
+        plug = jnp.where(member[:, None], jnp.maximum(unit(h) @ unit(w).T, 0.0), 0.0)
+        gate = (jnp.tanh(h @ p["gate_state"]["kernel"]) @ w3[d:])[..., None] + \
+            jnp.tanh(w @ p["gate_token"]["kernel"]) @ w3[:d]
+        log_plug = jnp.where(plug > 0, jax.nn.log_sigmoid(gate) + jnp.log(jnp.maximum(plug, 1e-30)), -jnp.inf)
+        return jnp.logaddexp(jax.nn.log_sigmoid(-gate) + logp_model, log_plug)
+
+    def scattered(params, h):
+        return spec.module.apply(params, h, batch["pair_tgt"], method="pair_log_probs")
+
+    loss = lambda f: lambda params, h: jnp.sum(weights * f(params, h))  # noqa: E731
+    want = jax.grad(loss(dense), argnums=(0, 1))(params, h)
+    got = jax.grad(loss(scattered), argnums=(0, 1))(params, h)
+    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5)
+
+
 def test_no_pairs_change_nothing_and_no_integration_is_the_ar_model():
     """All-PAD pair slots (a sentence without constraints, or the empty slots of one with fewer) are masked
     out; with both integrations off the model computes the AR model's log-probabilities from its parameters."""
