@@ -7,7 +7,9 @@
 With --pairs (and data.pairs_dir in the configs or overrides) the AR models are also timed with the test split's
 constraint pairs, beam 4: a model of vectorized constraints with the pairs as input, and every AR model with the
 pairs' target phrases as hard constraints (constrained beam search) — the vectorized-constraints paper's
-Table 5, with each row's speed relative to the first run's plain beam search.
+Table 5, with each row's speed relative to the first run's plain beam search. With --unpacked as well, a model of
+vectorized constraints is also timed attending over all data.max_pairs × data.max_pair_pieces constraint entries
+in every batch (`Translator.pack_pairs` off), without its pairs and with them.
 
 Each --run is CONFIG:WORKDIR, or a WORKDIR alone (the config it was trained with); overrides after the flags
 apply to every run. AR models are timed greedy and with beam 4, refining models (LevT, EDITOR) with their
@@ -20,6 +22,7 @@ and modes alternate inside each repeat so that they see the same machine load.
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import os
 import statistics
@@ -39,6 +42,8 @@ def main():
     parser.add_argument("--sentences", type=int, default=100, help="sentences timed at batch 1")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--pairs", action="store_true", help="also time with the test split's constraint pairs")
+    parser.add_argument("--unpacked", action="store_true",
+                        help="with --pairs: also time vectorized constraints over all padded constraint entries")
     args, overrides = parser.parse_known_args()
     logging.basicConfig(level=logging.WARNING)
     modes, srcs, split = [], None, None
@@ -66,6 +71,11 @@ def main():
         sup = translator.spec.supports
         if pairs and sup.pairs:
             modes.append((f"{name}, with the pairs, beam 4", translator, 4, dict(pairs=pairs)))
+            if args.unpacked:
+                unpacked = copy.copy(translator)  # the same parameters and compiled function
+                unpacked.pack_pairs = False
+                modes.append((f"{name}, beam 4, all entries", unpacked, 4, {}))
+                modes.append((f"{name}, with the pairs, beam 4, all entries", unpacked, 4, dict(pairs=pairs)))
         if pairs and sup.hard_constraints:
             targets = [[t for _, t in p] or None for p in pairs]
             modes.append((f"{name}, the pairs' targets hard (VDBA), beam 4", translator, 4,

@@ -83,7 +83,7 @@ job vecconst-cs "ar align" "main --config configs/vecconst/multi30k.py --workdir
 job ar-pairs-cs "ar align" "eval_copy '$AR' '$RUNS/ar-pairs-cs-multi30k' --config configs/ar/multi30k.py $CS"
 # the speed table, in one run (bench/decode_speed.py alternates the models inside each repeat)
 SPEED="PYTHONPATH='$SRC' '$PYTHON' bench/decode_speed.py --run '$AR'"
-job speed-vecconst "vecconst" "$SPEED --run '$RUNS/vecconst-multi30k' --pairs --batch 128 \
+job speed-vecconst "vecconst" "$SPEED --run '$RUNS/vecconst-multi30k' --pairs --unpacked --batch 128 \
     --config.data.dir='$DATA' --config.data.pairs_dir='$ALIGN'"
 # issue 15: the AR model's distilled training set; NAT-base, Coverage-NAT (K_dec sweep 1…7), Coverage-NAT + SCA,
 # each rescored by the AR model

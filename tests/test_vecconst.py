@@ -1,6 +1,7 @@
 """Vectorized constraints: the vectorization (eqs. 2–4) and the output plug-in (eqs. 8–11) against plain
 numpy; missing pairs change nothing, and with both integrations off the model is the AR model; eq. 12's α/β
-loss; the gate learns; cached decoding equals the full pass; a sentence decodes alone as in a batch."""
+loss; the gate learns; cached decoding equals the full pass; a sentence decodes alone as in a batch; packing the
+constraint entries (against a plain-Python reference) changes no translation."""
 
 import functools
 
@@ -8,13 +9,16 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jaxnat.config import build_config
 from jaxnat.data.vocab import NUM_RESERVED, PAD_ID, PieceTables
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models.ar import ARTransformer
 from jaxnat.models.transformer import config_from
-from jaxnat.models.vecconst import build_spec, constraint_tokens
+from jaxnat.data.phrase_pairs import entry_capacity
+from jaxnat.models.vecconst import build_spec, constraint_tokens, pack_entries
 from tests.refine_reference import random_batch
 
 TINY = "tests/configs/tiny.py"
@@ -229,3 +233,66 @@ def test_a_sentence_decodes_alone_as_in_a_batch(beam):
         np.testing.assert_allclose(alone["score"][0], together["score"][k], rtol=1e-5, atol=1e-6)
     plain = spec.generate(params, DecodeRequest(batch["src"], max_out=16, beam_size=beam))
     assert plain["tokens"].shape == together["tokens"].shape
+
+
+# ------------------------------------------------------------------------- packing the constraint entries
+
+def ref_pack(mask: list[bool], values: list, capacity: int) -> tuple[list[bool], list]:
+    """One row: the real entries in order, then the padding in order, the first ``capacity`` of them."""
+    order = [i for i, m in enumerate(mask) if m] + [i for i, m in enumerate(mask) if not m]
+    return [mask[i] for i in order[:capacity]], [values[i] for i in order[:capacity]]
+
+
+@st.composite
+def entry_rows(draw):
+    """mask bool[B, C] (rows all real, all padding or mixed; C = 0 and 1 included), values float[B, C, 2] and a
+    capacity from the largest row count up to C."""
+    b, c = draw(st.integers(1, 4)), draw(st.integers(0, 12))
+    kind = draw(st.sampled_from(["mixed", "full", "empty"]))
+    mask = np.asarray([[kind == "full" or (kind == "mixed" and draw(st.booleans())) for _ in range(c)]
+                       for _ in range(b)], bool).reshape(b, c)
+    values = np.arange(b * c * 2, dtype=np.float32).reshape(b, c, 2)
+    capacity = draw(st.integers(int(mask.sum(axis=1).max(initial=0)), c))
+    return mask, values, capacity
+
+
+@settings(max_examples=100, deadline=None)
+@given(entry_rows())
+def test_pack_entries_matches_reference(case):
+    mask, values, capacity = case
+    packed_mask, packed = map(np.asarray, jax.jit(pack_entries, static_argnums=1)(mask, capacity, values))
+    assert packed_mask.shape == (mask.shape[0], capacity) and packed.shape == (mask.shape[0], capacity, 2)
+    for b in range(mask.shape[0]):
+        want_mask, want_values = ref_pack(mask[b].tolist(), values[b].tolist(), capacity)
+        assert packed_mask[b].tolist() == want_mask
+        assert packed[b].tolist() == want_values
+
+
+def test_entry_capacity_rounds_the_largest_count_up():
+    pair_src = np.full((3, 3, 8), PAD_ID, np.int32)
+    assert entry_capacity(pair_src) == 0                     # no pairs: no entries
+    pair_src[0, 0, :3] = 7
+    assert entry_capacity(pair_src) == 8
+    pair_src[2, :2, :5] = 7                                  # 10 pieces in one row
+    assert entry_capacity(pair_src) == 16
+    pair_src[1] = 7                                          # a full row: N · P_s, never more
+    assert entry_capacity(pair_src) == 24 and entry_capacity(pair_src, multiple=7) == 24
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_packed_entries_translate_as_all_of_them(beam):
+    """Decoding with the batch's entry capacity (`entry_capacity`, what the translator asks) gives the tokens and
+    scores of decoding with all N · P_s entries, with pairs and without."""
+    spec = _spec()
+    batch = with_pairs(random_batch(6, V), 7, n=3, ps=6, empty_rows=(1, 4))
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    run = jax.jit(lambda s, ps, pt, entries: spec.generate(params, DecodeRequest(
+        s, pair_src=ps, pair_tgt=pt, max_out=16, beam_size=beam, pair_entries=entries)), static_argnums=3)
+    no_pairs = jnp.full_like(batch["pair_src"], PAD_ID)
+    for pair_src, pair_tgt in ((batch["pair_src"], batch["pair_tgt"]), (no_pairs, no_pairs)):
+        entries = entry_capacity(np.asarray(pair_src))
+        assert entries < pair_src.shape[1] * pair_src.shape[2]
+        packed = run(batch["src"], pair_src, pair_tgt, entries)
+        full = run(batch["src"], pair_src, pair_tgt, None)
+        assert np.asarray(packed["tokens"]).tolist() == np.asarray(full["tokens"]).tolist()
+        np.testing.assert_allclose(packed["score"], full["score"], rtol=1e-5, atol=1e-6)

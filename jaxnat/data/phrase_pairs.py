@@ -155,3 +155,12 @@ def encode_pairs(pairs: list[list[tuple[str, str]]], encode, max_pairs: int, max
                 kept += 1
                 counts["pairs"] += 1
     return pair_src, pair_tgt, counts
+
+
+def entry_capacity(pair_src: np.ndarray, multiple: int = 8) -> int:
+    """The entries a batch's constraint pairs need (pair_src: int32[B, N, P_s]): the largest row count of
+    source-phrase pieces rounded up to ``multiple`` (a few compiled shapes) and at most N · P_s; 0 without
+    pairs."""
+    b, n, ps = pair_src.shape
+    most = int((pair_src != PAD_ID).reshape(b, -1).sum(axis=1).max(initial=0))
+    return min(-(-most // multiple) * multiple, n * ps)

@@ -14,7 +14,8 @@ anything runs.
                   rescorer: pytree | None,          an AR model's parameters: pick among candidates with it
                   pair_src: int32[B, N, Ps] | None,  constraint pairs (vectorized constraints): source phrases
                   pair_tgt: int32[B, N, Pt] | None,  and the target phrases they become, PAD-padded
-                  max_out, beam_size, trace)         static: output capacity, beam, edit trace on/off
+                  max_out, beam_size, trace,         static: output capacity, beam, edit trace on/off,
+                  pair_entries)                      the constraint entries to keep (None: all N · Ps)
 
 A sentence takes an initial hypothesis or constraints, not both (the translator checks it).
 """
@@ -43,6 +44,7 @@ class DecodeRequest:
     max_out: int = struct.field(pytree_node=False, default=0)
     beam_size: int = struct.field(pytree_node=False, default=1)
     trace: bool = struct.field(pytree_node=False, default=False)
+    pair_entries: int | None = struct.field(pytree_node=False, default=None)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from jaxnat.data.batching import bucket_lengths, eval_batches
-from jaxnat.data.phrase_pairs import encode_pairs
+from jaxnat.data.phrase_pairs import encode_pairs, entry_capacity
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.request import DecodeRequest, check_supported, pad_hypotheses, pad_phrases
 from jaxnat.errors import DataError
@@ -52,6 +52,9 @@ class Translator:
         d = config.data
         self.buckets = bucket_lengths(self.max_len, growth=d.bucket_growth, multiple=d.bucket_multiple)
         self._generate = jax.jit(spec.generate)
+        # constraint pairs: attend over the entries each batch needs (a few compiled shapes per source bucket);
+        # False: over all data.max_pairs × data.max_pair_pieces (one shape; bench/decode_speed.py --unpacked)
+        self.pack_pairs = True
 
     def encode(self, texts: list[str]) -> tuple[list[np.ndarray], list[bool]]:
         """Source texts -> [BOS … EOS] id arrays (cut to data.max_len) and, per text, whether it was cut."""
@@ -171,13 +174,14 @@ class Translator:
             c, p = phrases.shape[1:]
             constraints = np.pad(phrases, ((0, 0), (0, _round_up(c, 4) - c), (0, _round_up(p, 4) - p)))
             hard = np.asarray([s.hard for s in starts], bool)
-        pair_src = pair_tgt = None
-        if sup.pairs:  # every request, pairs or not, so that one program serves both
+        pair_src = pair_tgt = entries = None
+        if sup.pairs:  # every request, pairs or not; the attention keeps only the entries the batch needs
             d = self.config.data
             pair_src, pair_tgt, _ = encode_pairs([s.pairs or [] for s in starts], self.tokenizer.encode,
                                                  d.max_pairs, d.max_pair_pieces)
+            entries = entry_capacity(pair_src) if self.pack_pairs else None
         return DecodeRequest(src, init, constraints, hard, self.rescorer, pair_src, pair_tgt, max_out=capacity,
-                             beam_size=beam_size, trace=trace)
+                             beam_size=beam_size, trace=trace, pair_entries=entries)
 
     def translate_ids(self, src: list[np.ndarray], beam_size: int, batch_size: int,
                       starts: list[Start] | None = None, trace: bool = False) -> list[dict]:

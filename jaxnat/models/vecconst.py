@@ -83,13 +83,17 @@ class VecConstTransformer(ARTransformer):
         return [(a(keys), a(values)) for a in adapters]
 
     # -- encoder and decoder ---------------------------------------------------------------------------
-    def encode_with_pairs(self, src: jax.Array, pair_src: jax.Array, pair_tgt: jax.Array, train: bool = False):
+    def encode_with_pairs(self, src: jax.Array, pair_src: jax.Array, pair_tgt: jax.Array, train: bool = False,
+                          entries: int | None = None):
         """src: int32[B, S] → (memory float[B, S, D], memory mask bool[B, C + S] or [B, S], the decoder's
-        per-layer prefixes or None)."""
+        per-layer prefixes or None). ``entries``: keep only C = ``entries`` constraint entries, the real ones
+        packed first (`pack_entries`; at least every row's count of source-phrase pieces), None = all N · P_s."""
         x, mask = self.src_embed(src, train), token_mask(src)
         if not self.pair_attention:
             return self.encoder(x, mask, train), mask, None
         keys, values, pair_mask = self.vectorize(pair_src, pair_tgt, train)
+        if entries is not None:
+            pair_mask, keys, values = pack_entries(pair_mask, entries, keys, values)
         memory = self.encoder(x, mask, train, self._prefixes(self.enc_adapters, keys, values), pair_mask)
         return memory, jnp.concatenate([pair_mask, mask], axis=1), self._prefixes(self.dec_adapters, keys, values)
 
@@ -143,6 +147,18 @@ class VecConstTransformer(ARTransformer):
         return self.pair_log_probs(h, pair_tgt)[:, 0], cache
 
 
+def pack_entries(mask: jax.Array, capacity: int, *arrays: jax.Array) -> tuple[jax.Array, ...]:
+    """mask: bool[B, C], arrays: [B, C, …] → (mask bool[B, capacity], arrays [B, capacity, …]): each row's real
+    entries first, in their order, then its padding, cut to ``capacity`` (≥ every row's real count, else real
+    entries are lost: the caller sizes it).
+
+    Attention over the constraint entries does not depend on their order, so this changes no result; it lets a
+    batch whose sentences have few constraint pieces attend over a few slots instead of N · P_s padded ones."""
+    order = jnp.argsort(~mask, axis=1, stable=True)[:, :capacity]
+    take = lambda x: jnp.take_along_axis(x, order.reshape(order.shape + (1,) * (x.ndim - 2)), axis=1)  # noqa: E731
+    return (take(mask), *map(take, arrays))
+
+
 def constraint_tokens(pair_tgt: jax.Array, vocab_size: int) -> jax.Array:
     """bool[B, V]: the tokens of each sentence's target phrases (pair_tgt: int32[B, N, P_t], PAD-padded)."""
     b = pair_tgt.shape[0]
@@ -178,7 +194,8 @@ def vecconst_generate(module: VecConstTransformer, params, request: DecodeReques
     pair_src, pair_tgt = request.pair_src, request.pair_tgt
     if pair_src is None:
         pair_src = pair_tgt = jnp.full((src.shape[0], 1, 1), PAD_ID, jnp.int32)
-    memory, memory_mask, prefixes = module.apply(params, src, pair_src, pair_tgt, method="encode_with_pairs")
+    memory, memory_mask, prefixes = module.apply(params, src, pair_src, pair_tgt, method="encode_with_pairs",
+                                                 entries=request.pair_entries)
     repeat = lambda x: jnp.repeat(x, k, axis=0)  # noqa: E731  (row b * k + j: sentence b's beam j)
     memory, memory_mask, prefixes = repeat(memory), repeat(memory_mask), jax.tree_util.tree_map(repeat, prefixes)
     pair_tgt = repeat(pair_tgt)
