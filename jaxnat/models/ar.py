@@ -17,7 +17,8 @@ from jaxnat.decoding.search import ar_search
 from jaxnat.errors import ConfigError
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec
-from jaxnat.models.transformer import Decoder, Embedder, Encoder, TransformerConfig, token_mask
+from jaxnat.models.transformer import (Decoder, Embedder, Encoder, TransformerConfig, token_mask,
+                                      without_cross_cache)
 
 
 class ARTransformer(nn.Module):
@@ -124,9 +125,8 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
     # positions 0 .. max_out - 2 are fed (the last token, at max_out - 1, is never fed back)
     cache = model.apply(params, memory, max_out - 1, method=model.init_cache)
 
-    def tokens_to_logprobs(tokens, cache, index):
-        return model.apply(params, tokens, cache, index, src_mask, method=model.step)
-
+    tokens_to_logprobs, cache = without_cross_cache(
+        lambda tokens, cache, index: model.apply(params, tokens, cache, index, src_mask, method=model.step), cache)
     return search(tokens_to_logprobs, cache, src, phrases=phrases, ordered=ordered, continues=continues,
                   beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
                   max_out=max_out)

@@ -351,6 +351,23 @@ class Decoder(nn.Module):
         return self.output_norm(x), new_cache
 
 
+def without_cross_cache(step, cache):
+    """(tokens_to_logprobs, cache) for the searches (`jaxnat.decoding.search`) from a decoding step
+    ``step(tokens, cache, index) -> (log-probabilities, cache)`` over `Decoder.init_cache`'s cache.
+
+    Beam search reorders its cache along the surviving beams at every step. The cross-attention keys and values
+    never change and are the same for every beam of a sentence (its source repeated), so they stay out of the
+    searched cache: loop constants of the search, not a copy of [B·K, S, H, K] per layer and step."""
+    fixed = [{"ck": layer["ck"], "cv": layer["cv"]} for layer in cache]
+    own = lambda cache: [{"k": layer["k"], "v": layer["v"]} for layer in cache]  # noqa: E731
+
+    def tokens_to_logprobs(tokens, cache, index):
+        logp, cache = step(tokens, [{**layer, **f} for layer, f in zip(cache, fixed)], index)
+        return logp, own(cache)
+
+    return tokens_to_logprobs, own(cache)
+
+
 def token_mask(ids: jnp.ndarray) -> jnp.ndarray:
     """bool[B, L]: True at non-padding positions."""
     return ids != PAD_ID

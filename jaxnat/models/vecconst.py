@@ -34,7 +34,8 @@ from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.models.ar import ARTransformer, hard_phrases, output_capacity, search
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec
-from jaxnat.models.transformer import MultiHeadAttention, TransformerConfig, attention_bias, token_mask
+from jaxnat.models.transformer import (MultiHeadAttention, TransformerConfig, attention_bias, token_mask,
+                                      without_cross_cache)
 
 
 class Adapter(nn.Module):
@@ -201,9 +202,8 @@ def vecconst_generate(module: VecConstTransformer, params, request: DecodeReques
     pair_tgt = repeat(pair_tgt)
     cache = module.apply(params, memory, max_out - 1, prefixes, method="init_pair_cache")
 
-    def tokens_to_logprobs(tokens, cache, index):
-        return module.apply(params, tokens, cache, index, memory_mask, pair_tgt, method="pair_step")
-
+    tokens_to_logprobs, cache = without_cross_cache(lambda tokens, cache, index: module.apply(
+        params, tokens, cache, index, memory_mask, pair_tgt, method="pair_step"), cache)
     return search(tokens_to_logprobs, cache, src, phrases=hard_phrases(request), ordered=ordered,
                   continues=continues, beam_size=k, length_penalty=length_penalty, max_len_a=max_len_a,
                   max_len_b=max_len_b, max_out=max_out)
