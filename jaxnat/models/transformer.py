@@ -84,6 +84,16 @@ def attention_bias(key_mask: jnp.ndarray, causal: bool = False) -> jnp.ndarray:
     return jnp.where(allowed, 0.0, -1e9).astype(jnp.float32)
 
 
+def flat_leading(layer, x: jnp.ndarray, keep: int = 1) -> jnp.ndarray:
+    """``layer(x)`` with x's leading axes (all but the last ``keep``) flattened into one and restored after.
+
+    The same function, but on XLA's CPU backend a dense layer over [B, T, D] differentiates with explicit
+    transposes of its activations that one over [B·T, D] does not need (bench/dense_layout.py)."""
+    lead = x.shape[: x.ndim - keep]
+    y = layer(x.reshape((-1,) + x.shape[x.ndim - keep:]))
+    return y.reshape(lead + y.shape[1:])
+
+
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention with separate q/k/v/out projections.
 
@@ -107,22 +117,22 @@ class MultiHeadAttention(nn.Module):
         """x: float[B, L, D] -> keys, values: float[B, L, H, K]. With ``prefix`` = (key inputs, value inputs),
         each float[B, C, D], C extra entries come first — the key inputs through the key projection, the
         value inputs through the value projection (vectorized constraints) — and the result is [B, C + L, H, K]."""
-        k, v = self.key(x), self.value(x)
+        k, v = flat_leading(self.key, x), flat_leading(self.value, x)
         if prefix is not None:
-            k = jnp.concatenate([self.key(prefix[0]).astype(k.dtype), k], axis=1)
-            v = jnp.concatenate([self.value(prefix[1]).astype(v.dtype), v], axis=1)
+            k = jnp.concatenate([flat_leading(self.key, prefix[0]).astype(k.dtype), k], axis=1)
+            v = jnp.concatenate([flat_leading(self.value, prefix[1]).astype(v.dtype), v], axis=1)
         return k, v
 
     def attend(self, x: jnp.ndarray, k: jnp.ndarray, v: jnp.ndarray, bias: jnp.ndarray, train: bool,
                return_weights: bool = False):
         """x: float[B, Q, D] queries; k, v: float[B, L, H, K]; bias: float32[B, 1|H, Q, L] -> float[B, Q, D],
         and with ``return_weights`` also the attention weights float32[B, H, Q, L] (before dropout)."""
-        q = self.query(x)
+        q = flat_leading(self.query, x)
         q = q * (q.shape[-1] ** -0.5)
         logits = jnp.einsum("bqhk,blhk->bhql", q, k).astype(jnp.float32) + bias
         probs = jax.nn.softmax(logits, axis=-1)
         weights = self.attn_dropout(probs.astype(v.dtype), deterministic=not train)
-        out = self.out(jnp.einsum("bhql,blhk->bqhk", weights, v))
+        out = flat_leading(self.out, jnp.einsum("bhql,blhk->bqhk", weights, v), keep=2)
         return (out, probs) if return_weights else out
 
     def __call__(self, x, memory, bias, train: bool, prefix=None):
@@ -136,9 +146,10 @@ class FeedForward(nn.Module):
     @nn.compact
     def __call__(self, x, train: bool):
         c = self.cfg
-        h = nn.Dense(c.ffn_dim, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="fc1")(x)
-        h = nn.Dropout(c.activation_dropout)(nn.relu(h), deterministic=not train)
-        return nn.Dense(c.d_model, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="fc2")(h)
+        fc1 = nn.Dense(c.ffn_dim, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="fc1")
+        fc2 = nn.Dense(c.d_model, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="fc2")
+        h = nn.Dropout(c.activation_dropout)(nn.relu(flat_leading(fc1, x)), deterministic=not train)
+        return flat_leading(fc2, h)
 
 
 class Residual(nn.Module):
