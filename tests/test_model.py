@@ -1,5 +1,5 @@
 """The Transformer: cached one-token decoding equals the full teacher-forced pass, for every layout option;
-padding changes nothing; the embedding dropout rate."""
+padding changes nothing; the embedding dropout rate; beam search carries no cross-attention cache."""
 
 import functools
 
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxnat.models.ar import ARTransformer, ar_loss
+from jaxnat.models.ar import ARTransformer, ar_generate, ar_loss
 from jaxnat.models.transformer import Embedder, TransformerConfig
 
 
@@ -119,3 +119,20 @@ def test_prefix_entries_extend_attention_and_masked_ones_change_nothing(pre_norm
         out, cache = step(dp, y[:, i:i + 1], cache, i, jnp.concatenate([some, mask], 1))
         steps.append(out)
     np.testing.assert_allclose(jnp.concatenate(steps, 1), full, atol=1e-5)
+
+
+def test_beam_search_does_not_carry_the_cross_attention_cache():
+    """The searches reorder what they carry at every step; the cross-attention keys and values [B·K, S, H, K]
+    stay out of it (`without_cross_cache`), while the self-attention ones [B·K, T, H, K] are carried."""
+    cfg = TransformerConfig(src_vocab_size=50, tgt_vocab_size=50, d_model=32, ffn_dim=64, num_heads=4, enc_layers=1,
+                            dec_layers=2, max_len=16)
+    model = ARTransformer(cfg)
+    src = jnp.array([[1, 7, 8, 9, 10, 2, 0], [1, 10, 11, 2, 0, 0, 0]])  # S = 7
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), src, src[:, :3])
+    jaxpr = jax.make_jaxpr(lambda p, s: ar_generate(model, p, s, beam_size=3, max_out=12))(params, src)
+    loops = [e for e in jaxpr.eqns if e.primitive.name == "while"]
+    assert len(loops) == 1
+    body = loops[0].params["body_jaxpr"].jaxpr
+    carried = [v.aval.shape for v in body.invars[loops[0].params["body_nconsts"]:]]
+    assert carried.count((6, 11, 4, 8)) == 2 * cfg.dec_layers   # self-attention keys and values, T = max_out - 1
+    assert (6, 7, 4, 8) not in carried                           # cross-attention: the source's S positions
