@@ -22,12 +22,11 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
-from jaxnat.config import build_config  # noqa: E402
+from bench.profile_step import step_inputs  # noqa: E402
 from jaxnat.models import transformer  # noqa: E402
-from jaxnat.training.trainer import Trainer, make_train_step  # noqa: E402
+from jaxnat.training.trainer import make_train_step  # noqa: E402
 
 
 def unflattened(layer, x, keep: int = 1):
@@ -42,16 +41,10 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     shape = tuple(int(n) for n in args.shape.split("x"))
-    config = build_config(args.config, [f"--config.data.dir={args.data_dir}"])
     flat = transformer.flat_leading
     steps, losses = {}, {}
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(config, tmp)
-        batcher = trainer.make_batcher()
-        if shape not in batcher.shapes:
-            raise SystemExit(f"error: no batch of shape {shape}; this config's shapes: {sorted(batcher.shapes)}")
-        batch = {k: jnp.asarray(v) for k, v in batcher.first_batch_of_shape(shape).items()}
-        state = trainer.init_state(batch)
+        trainer, batch, state = step_inputs(args.config, args.data_dir, shape, tmp)
         key = jax.random.PRNGKey(0)
         for name, function in (("[B·T, D] rows (as built)", flat), ("[B, T, D] arrays", unflattened)):
             transformer.flat_leading = function  # read when the step is traced

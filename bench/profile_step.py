@@ -43,17 +43,22 @@ GROUPS = [
 ]
 
 
+def step_inputs(config_path: str, data_dir: str, shape, workdir: str):
+    """(trainer, its first batch of ``shape`` on the device, the initial train state) for a config's train step
+    on the Multi30k folder ``data_dir``."""
+    trainer = Trainer(build_config(config_path, [f"--config.data.dir={data_dir}"]), workdir)
+    batcher = trainer.make_batcher()
+    if shape not in batcher.shapes:
+        raise SystemExit(f"error: no batch of shape {shape}; this config's shapes: {sorted(batcher.shapes)}")
+    batch = {k: jnp.asarray(v) for k, v in batcher.first_batch_of_shape(shape).items()}
+    return trainer, batch, trainer.init_state(batch)
+
+
 def trace_step(config_path: str, data_dir: str, shape, steps: int, trace_dir: str):
     """(the compiled program's HLO text, its FLOPs as XLA counts them, the trace's json.gz path) for ``steps``
     traced steps."""
-    config = build_config(config_path, [f"--config.data.dir={data_dir}"])
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(config, tmp)
-        batcher = trainer.make_batcher()
-        if shape not in batcher.shapes:
-            raise SystemExit(f"error: no batch of shape {shape}; this config's shapes: {sorted(batcher.shapes)}")
-        batch = {k: jnp.asarray(v) for k, v in batcher.first_batch_of_shape(shape).items()}
-        state = trainer.init_state(batch)
+        trainer, batch, state = step_inputs(config_path, data_dir, shape, tmp)
         key = jax.random.PRNGKey(0)
         step = jax.jit(make_train_step(trainer.spec, trainer.optimizer, trainer.schedule)).lower(
             state, batch, key).compile()
