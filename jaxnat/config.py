@@ -125,7 +125,8 @@ def default_config() -> ml_collections.ConfigDict:
         byte_fallback=True,
         max_len=128, truncate=False,  # pairs longer than max_len tokens (BOS/EOS included) are dropped or cut
         batch_tokens=4096,  # padded tokens per batch and side
-        bucket_growth=1.2, bucket_multiple=4,  # bucket lengths: multiples of 4 growing ~1.2x (fewer: less compiling, more padding)
+        # bucket lengths: multiples of 4 growing ~1.2x (fewer: less compiling, more padding)
+        bucket_growth=1.2, bucket_multiple=4,
         init_lang="",  # e.g. "mt": refining models train (and evaluate) from {split}.mt[.gz], initial hypotheses y0
         # a trained workdir whose SentencePiece models this run uses instead of training its own (copied into
         # this workdir at the start): one vocabulary with an AR rescorer (eval.rescorer)

@@ -262,7 +262,8 @@ def post_edit_rows(config, corpus, translator: Translator, workdir: str) -> dict
         outs = translator.translate(srcs, e.beam_size, e.batch_size, inits=inits)
         hyps = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.init.txt"), hyps)
-        row = {"mean_score": float(np.mean([o["score"] for o in outs])), **_edit_counts(outs, translator.spec.supports.counts)}
+        row = {"mean_score": float(np.mean([o["score"] for o in outs])),
+               **_edit_counts(outs, translator.spec.supports.counts)}
         if refs is not None:  # a test split without references is only post-edited
             row.update(corpus_metrics(hyps, refs), init_bleu=bleu(inits, refs)[0])
             log.info("%s post-edited from %s: BLEU %.2f (initial hypotheses: %.2f)", split, config.data.init_lang,

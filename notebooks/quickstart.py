@@ -79,7 +79,8 @@ from jaxnat.training.trainer import Trainer  # noqa: E402
 def tiny(config_file, *overrides):
     return build_config(os.path.join(ROOT, "configs", config_file), [
         f"--config.model.d_model={SIZE}", f"--config.model.ffn_dim={4 * SIZE}", "--config.model.num_heads=2",
-        f"--config.train.steps={STEPS}", f"--config.train.eval_every={STEPS}", f"--config.train.log_every={max(STEPS // 8, 1)}",
+        f"--config.train.steps={STEPS}", f"--config.train.eval_every={STEPS}",
+        f"--config.train.log_every={max(STEPS // 8, 1)}",
         f"--config.train.checkpoint_every={STEPS}", "--config.train.valid_bleu_sentences=50",
         "--config.data.synthetic_train=4000", "--config.data.synthetic_valid=50", "--config.data.synthetic_test=50",
         # sentences of up to 32 pieces in one batch shape, and one decoding batch size: little to compile

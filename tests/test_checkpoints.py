@@ -44,7 +44,8 @@ def _config(*overrides):
 def _state_params(workdir, step):
     import orbax.checkpoint as ocp
 
-    return ocp.StandardCheckpointer().restore(os.path.join(str(workdir), "checkpoints", "last", str(step), "state"))["params"]
+    path = os.path.join(str(workdir), "checkpoints", "last", str(step), "state")
+    return ocp.StandardCheckpointer().restore(path)["params"]
 
 
 def _leaves(tree):

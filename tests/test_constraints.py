@@ -101,7 +101,8 @@ def test_chosen_words_are_reference_tokens_without_punctuation():
 
 def test_moses_tokens_are_not_html_escaped():
     # The decoder is given these strings: "&quot;" would be a constraint no translation contains.
-    assert moses_tokenize('Sie sagte: "Tom & Jerry".', "de") == ["Sie", "sagte", ":", '"', "Tom", "&", "Jerry", '"', "."]
+    assert moses_tokenize('Sie sagte: "Tom & Jerry".', "de") == [
+        "Sie", "sagte", ":", '"', "Tom", "&", "Jerry", '"', "."]
 
 
 def test_language_picks_the_tokenization_rules():

@@ -68,7 +68,8 @@ def test_every_start_reaches_the_loop_as_given(keeping_translator):
     assert hyps["every_second_word"] == ["Ein der", "Zwei spielen Schnee", "Eine liest Buch"]
     assert hyps["own_output"] == plain
     assert hyps["reference"] == REFS
-    assert rows["test+from_reference"]["bleu"] == pytest.approx(100.0) and rows["test+from_reference"]["mean_iterations"] == 1
+    assert rows["test+from_reference"]["bleu"] == pytest.approx(100.0)
+    assert rows["test+from_reference"]["mean_iterations"] == 1
     assert rows["test+from_soft"]["cpr"] == 100.0 and "cpr" not in rows["test+from_reference"]
     assert rows["test+from_every_second_word"]["mean_length"] == pytest.approx(8 / 3)
 

@@ -35,8 +35,8 @@ COUNTS = ("repositions", "deletions")
 
 
 def _spec(*overrides):
-    config = build_config(TINY, ["--config.model.name=editor", "--config.eval.beam_size=1", "--config.model.separate_reposition=true",
-                                 *overrides])
+    config = build_config(TINY, ["--config.model.name=editor", "--config.eval.beam_size=1",
+                                 "--config.model.separate_reposition=true", *overrides])
     return build_model(config, V, V, PieceTables(WORD_START, CONTINUES))
 
 

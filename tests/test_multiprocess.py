@@ -79,5 +79,5 @@ def test_two_processes_train_as_one_with_all_devices(tmp_path):
     for a, b in zip(_params(tmp_path / "one"), _params(tmp_path / "two")):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)  # float sums in another order, nothing else
     losses = [[(e["step"], e.get("loss")) for e in read_history(str(tmp_path / w))] for w in ("one", "two")]
-    np.testing.assert_allclose(*[[l for _, l in h if l is not None] for h in losses], rtol=1e-6)
+    np.testing.assert_allclose(*[[loss for _, loss in h if loss is not None] for h in losses], rtol=1e-6)
     assert "test" in json.loads((tmp_path / "two" / "metrics.json").read_text())

@@ -73,7 +73,8 @@ def test_attention_weights_are_the_softmax_of_scaled_scores_plus_the_bias():
     """`MultiHeadAttention.attend(return_weights=True)` = softmax(Q Kᵀ / √d_k + bias) per head (eq. 9's form)."""
     cfg = _spec().cfg
     rng = np.random.default_rng(0)
-    x, mem = rng.normal(size=(2, 5, cfg.d_model)).astype(np.float32), rng.normal(size=(2, 4, cfg.d_model)).astype(np.float32)
+    x = rng.normal(size=(2, 5, cfg.d_model)).astype(np.float32)
+    mem = rng.normal(size=(2, 4, cfg.d_model)).astype(np.float32)
     bias = rng.normal(size=(2, 1, 5, 4)).astype(np.float32)
     attn = MultiHeadAttention(cfg)
     params = attn.init(jax.random.PRNGKey(0), x, mem, bias, False)

@@ -1,5 +1,6 @@
-"""The ed2/ed3 oracles: the worked examples of docs/levt.md and docs/editor.md, agreement with the plain-Python DP/backtrace on
-random inputs (small vocabularies so ties are frequent), and the round-trip invariants through the edit ops."""
+"""The ed2/ed3 oracles: the worked examples of docs/levt.md and docs/editor.md, agreement with the plain-Python
+DP/backtrace on random inputs (small vocabularies so ties are frequent), and the round-trip invariants through the
+edit ops."""
 
 import jax
 import jax.numpy as jnp

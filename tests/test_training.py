@@ -113,7 +113,8 @@ def test_kill9_and_a_damaged_checkpoint_resume_reproduces_uninterrupted_run(tmp_
     assert resumed.returncode == 0 and f"resumed from step {at}" in out, out
     # the stop's checkpoint is gone once the end's is written
     assert [d for d in os.listdir(tmp_path / "stopped" / "checkpoints" / "last") if d.isdigit()] == [str(steps)]
-    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(_final_params(tmp_path / "stopped", steps))):
+    for x, y in zip(jax.tree_util.tree_leaves(a),
+                    jax.tree_util.tree_leaves(_final_params(tmp_path / "stopped", steps))):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
@@ -154,7 +155,8 @@ SHARDED = textwrap.dedent(
             state, metrics = step(state, mesh_lib.shard_batch(batch, mesh), jax.random.PRNGKey(1))
         results.append((jax.device_get(state["params"]), float(metrics["loss"])))
     (p1, l1), (p8, l8) = results
-    diff = max(float(np.max(np.abs(a - b))) for a, b in zip(jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(p8)))
+    diff = max(float(np.max(np.abs(a - b)))
+               for a, b in zip(jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(p8)))
     print("MAXDIFF", diff, "LOSS", l1, l8)
     """
 )
@@ -166,7 +168,7 @@ def test_data_parallel_step_on_8_devices_equals_1_device(tmp_path):
     result = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=_env(), capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr
-    line = [l for l in result.stdout.splitlines() if l.startswith("MAXDIFF")][0].split()
+    line = [out_line for out_line in result.stdout.splitlines() if out_line.startswith("MAXDIFF")][0].split()
     diff, loss1, loss8 = float(line[1]), float(line[3]), float(line[4])
     # Tolerance: the 8-way all-reduce sums in another order than 1 device; after 3 steps float32 rounding
     # stays below 1e-6 absolute on parameters of size O(0.1) and 1e-5 on the loss.
@@ -183,7 +185,8 @@ def _tiny_step_setup():
     from jaxnat.training.optim import make_optimizer
     from jaxnat.training.trainer import make_train_step
 
-    config = build_config(TINY, ["--config.model.dropout=0.0", "--config.train.lr=3e-3", "--config.train.warmup_steps=1"])
+    config = build_config(TINY, ["--config.model.dropout=0.0", "--config.train.lr=3e-3",
+                                 "--config.train.warmup_steps=1"])
     spec = build_model(config, 32, 32)
     opt, schedule = make_optimizer(config.train)
     rng = np.random.default_rng(0)

@@ -20,7 +20,8 @@ def _main(workdir, *args, stdin=None):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("tiny") / "run"
-    result = _main(workdir, "--config.train.steps=8", "--config.train.eval_every=8", "--config.eval.latency_sentences=0")
+    result = _main(workdir, "--config.train.steps=8", "--config.train.eval_every=8",
+                   "--config.eval.latency_sentences=0")
     assert result.returncode == 0, result.stderr
     return workdir
 

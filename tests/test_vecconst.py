@@ -161,8 +161,8 @@ def test_no_pairs_change_nothing_and_no_integration_is_the_ar_model():
     params = off.init(jax.random.PRNGKey(0), some)
     assert set(params["params"]) == {"src_embed", "encoder", "decoder"}
     got = off.module.apply(params, some["src"], some["tgt"][:, :-1], some["pair_src"], some["pair_tgt"])
-    np.testing.assert_allclose(np.asarray(got), np.asarray(jax.nn.log_softmax(ar.apply(params, some["src"],
-                                                                                          some["tgt"][:, :-1]))), atol=1e-5)
+    want = jax.nn.log_softmax(ar.apply(params, some["src"], some["tgt"][:, :-1]))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
 
 
 @pytest.mark.parametrize("alpha, beta", [(0.8, 0.2), (0.5, 0.5)])

@@ -22,9 +22,10 @@ def _main(workdir, *args, stdin=None):
 @pytest.fixture(scope="module")
 def stage2(tmp_path_factory, ar_run):
     workdir = tmp_path_factory.mktemp("tiny-vecconst") / "run"
-    result = _main(workdir, f"--config.train.init_from={ar_run}", "--config.train.steps=6", "--config.train.eval_every=6",
-                   "--config.train.lr_schedule=constant", "--config.train.warmup_steps=0",
-                   "--config.eval.latency_sentences=2", "--config.eval.throughput_batch=16")
+    result = _main(workdir, f"--config.train.init_from={ar_run}", "--config.train.steps=6",
+                   "--config.train.eval_every=6", "--config.train.lr_schedule=constant",
+                   "--config.train.warmup_steps=0", "--config.eval.latency_sentences=2",
+                   "--config.eval.throughput_batch=16")
     assert result.returncode == 0, result.stderr
     return workdir, result.stderr
 
@@ -72,7 +73,8 @@ def test_bad_constraint_pairs(stage2, line, message):
 
 
 def test_pairs_need_a_model_that_reads_them(ar_run):
-    result = _run(ar_run, "--mode", "translate", stdin=json.dumps({"src": "a dog .", "constraint_pairs": [["dog", "kelo"]]}))
+    result = _run(ar_run, "--mode", "translate",
+                  stdin=json.dumps({"src": "a dog .", "constraint_pairs": [["dog", "kelo"]]}))
     assert result.returncode == 2 and "does not take constraint pairs" in result.stderr, result.stderr
 
 

@@ -11,9 +11,9 @@ part of the language it can learn in 2000 of them: simple sentences and question
 lexicon, in a fixed word order (a free word order is what shuffled soft constraints cannot inform:
 docs/editor.md item 11), where every noun has two equally valid target stems picked at random (kelo or kilu
 for "dog"): a lexical choice the source does not decide and a constraint from the reference settles, as in real
-MT (docs/editor.md item 13). A BPE vocabulary of 1500 makes every word one piece. Two roll-in options beyond the paper, measured
-in docs/editor.md ("Soft constraints"), let the model learn from its own insertions and from globally shuffled
-starts like shuffled soft constraints.
+MT (docs/editor.md item 13). A BPE vocabulary of 1500 makes every word one piece. Two roll-in options beyond
+the paper, measured in docs/editor.md ("Soft constraints"), let the model learn from its own insertions and
+from globally shuffled starts like shuffled soft constraints.
 """
 
 from jaxnat.config import default_config

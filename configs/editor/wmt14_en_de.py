@@ -1,8 +1,8 @@
 """EDITOR, base size, on distilled WMT14 En->De: the authors' recipe, for GPU machines.
 
-Recipe (Xu and Carpuat 2021, §4, and the authors' public recipe; docs/editor.md): d 512, 6+6 layers, 8 heads, dropout 0.3, tied
-embeddings, label smoothing 0.1, Adam with lr 5e-4, batches of about 64.8k tokens, up to 300k updates, best
-checkpoint by validation BLEU; the reposition head on its own layer stack; dual-path roll-in with
+Recipe (Xu and Carpuat 2021, §4, and the authors' public recipe; docs/editor.md): d 512, 6+6 layers, 8 heads,
+dropout 0.3, tied embeddings, label smoothing 0.1, Adam with lr 5e-4, batches of about 64.8k tokens, up to 300k
+updates, best checkpoint by validation BLEU; the reposition head on its own layer stack; dual-path roll-in with
 random_delete_shuffle noise. Distil the AR teacher first (see configs/levt/wmt14_en_de.py), then
 (64k tokens a step, e.g. 8 GPUs × 8192):
 python -m jaxnat.main --config configs/editor/wmt14_en_de.py --workdir runs/editor-wmt14

@@ -1,8 +1,9 @@
 """Levenshtein Transformer, base size, on distilled WMT14 En->De: the reference recipe, for GPU machines.
 
-Recipe (the authors' public fairseq recipe; docs/levt.md): d 512, 6+6 layers, learned positions, BERT-style N(0, 0.02) init, shared and
-tied embeddings, Adam (0.9, 0.98), lr 5e-4 with 10k warm-up steps, dropout 0.3, weight decay 0.01, label
-smoothing 0.1 on the token head (0.01 on the placeholder head), 300k updates of about 64k tokens.
+Recipe (the authors' public fairseq recipe; docs/levt.md): d 512, 6+6 layers, learned positions, BERT-style
+N(0, 0.02) init, shared and tied embeddings, Adam (0.9, 0.98), lr 5e-4 with 10k warm-up steps, dropout 0.3,
+weight decay 0.01, label smoothing 0.1 on the token head (0.01 on the placeholder head), 300k updates of about
+64k tokens.
 
 1. Train the AR teacher (configs/ar/wmt14_en_de.py), 2. distil its beam-4 output of the training sources:
 python -m jaxnat.main --mode distill --config configs/ar/wmt14_en_de.py --workdir runs/ar-wmt14 \

@@ -11,8 +11,8 @@ python -m jaxnat.main --config configs/nat/demo.py --workdir runs/nat-demo-sca -
     --config.train.sca_weight=0.5 --config.train.lr_schedule=constant --config.train.lr=1e-4 \
     --config.train.warmup_steps=0 --config.train.steps=200 --config.train.eval_every=200
 
-The EDITOR demo's corpus and the CMLMC demo's model size, 1500 steps (d 128, 2+2 layers: one plain decoder layer under the
-coverage layer).
+The EDITOR demo's corpus and the CMLMC demo's model size, 1500 steps (d 128, 2+2 layers: one plain decoder
+layer under the coverage layer).
 """
 
 from jaxnat.config import default_config

@@ -146,7 +146,7 @@ def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Arra
     (``count_names`` from the first edit, plus ``insertions``; ``continues`` as in `insert_and_fill`), and with
     ``options.trace`` the ``trace`` int32[B, max_iter + 1, 3, L] of hypotheses after each step (first edit,
     placeholders, fill; iterations past the loop's last one repeat the final state)."""
-    b, l = start.tokens.shape
+    b, length = start.tokens.shape
     steps = options.max_iter + 1
     zeros = jnp.zeros((b,), jnp.int32)
     state = {
@@ -154,7 +154,7 @@ def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Arra
         "iterations": zeros, "insertions": zeros, **{name: zeros for name in count_names},
     }
     if options.trace:
-        state["trace"] = jnp.zeros((steps, 3, b, l), jnp.int32)
+        state["trace"] = jnp.zeros((steps, 3, b, length), jnp.int32)
 
     def cond(s):
         return (s["iteration"] < steps) & ~jnp.all(s["done"])

@@ -27,17 +27,17 @@ def insert_placeholders(tokens: jax.Array, counts: jax.Array, pad_id: int, plh_i
     fit, `fair_share` cuts the largest requests first, so no part of the sentence is starved, and the cut is
     counted in ``dropped`` (a row already longer than its cap keeps its tokens and gets no insertions).
     """
-    b, l = tokens.shape
+    b, capacity = tokens.shape
     n = lengths(tokens, pad_id)
-    slot = jnp.arange(l - 1, dtype=jnp.int32)[None, :]
+    slot = jnp.arange(capacity - 1, dtype=jnp.int32)[None, :]
     requested = jnp.where(slot < n[:, None] - 1, jnp.maximum(counts, 0), 0).astype(jnp.int32)
-    cap = jnp.full((b,), l, jnp.int32) if max_length is None else jnp.minimum(
-        jnp.broadcast_to(jnp.asarray(max_length, jnp.int32), (b,)), l)
+    cap = jnp.full((b,), capacity, jnp.int32) if max_length is None else jnp.minimum(
+        jnp.broadcast_to(jnp.asarray(max_length, jnp.int32), (b,)), capacity)
     budget = jnp.maximum(cap - n, 0)[:, None]
     applied = fair_share(requested, budget[:, 0])
     shift = jnp.concatenate([jnp.zeros((b, 1), jnp.int32), jnp.cumsum(applied, axis=1)], axis=1)
     pos = positions(tokens)
-    target = jnp.where(tokens != pad_id, pos + shift, l)
+    target = jnp.where(tokens != pad_id, pos + shift, capacity)
     new_length = n + shift[:, -1]
     canvas = jnp.where(pos < new_length[:, None], plh_id, pad_id).astype(tokens.dtype)
     rows = jnp.arange(b)[:, None]

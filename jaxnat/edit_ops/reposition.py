@@ -61,24 +61,24 @@ def reposition_phrases(tokens: jax.Array, index: jax.Array, anchor: jax.Array, p
     phrase tokens, BOS, EOS). Counts: num_deleted = free slots that emit nothing; num_moved = free slots
     holding a token other than their own plus the tokens of phrases that moved.
     """
-    l = tokens.shape[1]
+    length = tokens.shape[1]
     n = lengths(tokens, pad_id)[:, None]
     pos = positions(tokens)
     last = n - 1
     interior = (pos > 0) & (pos < last)
     in_phrase = (phrase > 0) & interior
-    src = jnp.clip(index, 0, l - 1)
+    src = jnp.clip(index, 0, length - 1)
     free_target = (index >= 1) & (index < last) & (jnp.take_along_axis(phrase, src, axis=1) == 0)
     emits_free = interior & ~in_phrase & free_target
 
     starts = in_phrase & (phrase != jnp.pad(phrase[:, :-1], ((0, 0), (1, 0))))
     first = jax.lax.cummax(jnp.where(starts, pos, 0), axis=1)          # each phrase token's phrase start
     slot = jnp.clip(jnp.take_along_axis(anchor, first, axis=1), 1, jnp.maximum(last, 1))
-    key = jnp.where(in_phrase, 2 * slot * l + pos, (2 * pos + 1) * l + pos)
+    key = jnp.where(in_phrase, 2 * slot * length + pos, (2 * pos + 1) * length + pos)
     key = jnp.where(pos == 0, -1, key)
-    key = jnp.where((pos == last) & (pos > 0), (2 * l + 2) * l, key)
+    key = jnp.where((pos == last) & (pos > 0), (2 * length + 2) * length, key)
     emitted = (pos < n) & ((pos == 0) | (pos == last) | in_phrase | emits_free)
-    key = jnp.where(emitted, key, (2 * l + 3) * l)
+    key = jnp.where(emitted, key, (2 * length + 3) * length)
     source = jnp.where(emits_free, src, pos)
     order = jnp.argsort(key, axis=1, stable=True)
     picked = jnp.take_along_axis(source, order, axis=1)

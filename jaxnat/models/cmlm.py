@@ -223,7 +223,8 @@ def rescorer_module(config, cfg: TransformerConfig):
         with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
             recorded = json.load(f)["model"]
     except (OSError, ValueError, KeyError) as e:
-        raise ConfigError(f"eval.rescorer={path}: no readable config.json of a trained run ({type(e).__name__})") from None
+        raise ConfigError(f"eval.rescorer={path}: no readable config.json of a trained run "
+                          f"({type(e).__name__})") from None
     return ARTransformer(config_from(recorded, cfg.src_vocab_size, cfg.tgt_vocab_size))
 
 

@@ -7,8 +7,9 @@ edit (Gu et al. 2019, reused unchanged by EDITOR):
 
 `EditTransformer` holds these plus a decoder stack for the model's *first* edit (LevT: deletion, EDITOR:
 reposition), shared with the main decoder or separate; `insertion_losses` is their imitation-learning loss
-on a roll-in sequence, and `edit_model_spec` the decoding both models share (`jaxnat.decoding.refine`). Options: *early exit* (each head reads the output of its own number of decoder
-layers, and the layers above are not computed) and separate layer stacks (LevT's Table 2a).
+on a roll-in sequence, and `edit_model_spec` the decoding both models share (`jaxnat.decoding.refine`).
+Options: *early exit* (each head reads the output of its own number of decoder layers, and the layers above
+are not computed) and separate layer stacks (LevT's Table 2a).
 """
 
 from __future__ import annotations

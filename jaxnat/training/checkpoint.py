@@ -111,7 +111,8 @@ class Checkpoints:
     def restore_best(self, target):
         """The best parameters, or None if no validation has happened yet (or its checkpoint is unreadable)."""
         for step, _ in self.best_steps():
-            out = self._restore_step(self.best, "best", step, ocp.args.Composite(params=ocp.args.StandardRestore(target)))
+            out = self._restore_step(self.best, "best", step,
+                                     ocp.args.Composite(params=ocp.args.StandardRestore(target)))
             if out is not None:
                 return out["params"]
         return None

@@ -160,7 +160,8 @@ class Trainer:
         src, tgt, init, counts, extras = self.encoded_split("train")
         log.info("train pairs: %s", counts)
         if not src:
-            raise TrainingError("no training pair is left after filtering; raise data.max_len or set data.truncate=true")
+            raise TrainingError("no training pair is left after filtering; "
+                                "raise data.max_len or set data.truncate=true")
         return TrainBatcher(src, tgt, self.config.data.batch_tokens, self.buckets, self.config.train.seed,
                             multiple_of=jax.device_count(), init=init, extras=extras,
                             process=(jax.process_index(), jax.process_count()))
