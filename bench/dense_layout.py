@@ -12,7 +12,6 @@ call, checks that both give the same loss, and times them alternately: median of
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -24,7 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from bench.profile_step import step_inputs  # noqa: E402
+from bench.profile_step import batch_shape, step_inputs, step_parser  # noqa: E402
 from jaxnat.models import transformer  # noqa: E402
 from jaxnat.training.trainer import make_train_step  # noqa: E402
 
@@ -34,13 +33,10 @@ def unflattened(layer, x, keep: int = 1):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--data-dir", required=True)
-    parser.add_argument("--shape", default="128x32", help="batch shape, sentences x tokens")
+    parser = step_parser(__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    shape = tuple(int(n) for n in args.shape.split("x"))
+    shape = batch_shape(args.shape)
     flat = transformer.flat_leading
     steps, losses = {}, {}
     with tempfile.TemporaryDirectory() as tmp:

@@ -43,6 +43,20 @@ GROUPS = [
 ]
 
 
+def step_parser(description: str) -> argparse.ArgumentParser:
+    """The arguments every train-step benchmark takes: --config, --data-dir and --shape (sentences x tokens)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--config", required=True)
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--shape", default="128x32", help="batch shape, sentences x tokens")
+    return parser
+
+
+def batch_shape(text: str) -> tuple[int, int]:
+    """A --shape value as (sentences, tokens): "128x32" → (128, 32)."""
+    return tuple(int(n) for n in text.split("x"))
+
+
 def step_inputs(config_path: str, data_dir: str, shape, workdir: str):
     """(trainer, its first batch of ``shape`` on the device, the initial train state) for a config's train step
     on the Multi30k folder ``data_dir``."""
@@ -86,15 +100,12 @@ def op_times(hlo: str, trace_path: str) -> collections.Counter:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", required=True)
-    parser.add_argument("--data-dir", required=True)
-    parser.add_argument("--shape", default="128x32", help="batch shape, sentences x tokens")
+    parser = step_parser(__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--trace-dir", help="keep the trace here (default: a temporary directory)")
     args = parser.parse_args()
-    shape = tuple(int(n) for n in args.shape.split("x"))
+    shape = batch_shape(args.shape)
     with tempfile.TemporaryDirectory() as tmp:
         hlo, flops, trace = trace_step(args.config, args.data_dir, shape, args.steps, args.trace_dir or tmp)
         times = op_times(hlo, trace)
