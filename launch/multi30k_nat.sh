@@ -4,7 +4,8 @@
 #   1. the AR teacher and its distilled training set (configs/ar/multi30k.py)
 #   2. NAT-base and Coverage-NAT (pre-training, K_train = 5), STEPS updates of 4096 tokens each, on the teacher's
 #      vocabulary; Coverage-NAT is evaluated at K_dec = 1 … 7 (the paper's Figure 2)
-#   3. Coverage-NAT's fine-tuning phase with sentence-level coverage agreement (configs/nat/multi30k_sca.py)
+#   3. Coverage-NAT's fine-tuning phase with sentence-level coverage agreement (configs/nat/multi30k_sca.py),
+#      and its control: the same phase without SCA (β = 0, the paper's Table III)
 #   4. each of the three again with 9 candidate lengths rescored by the teacher (a copy of the workdir, so that
 #      both metrics.json stay): BLEU with and without rescoring, repeated-token ratios short / long, latency
 #   5. decoding speed side by side: AR greedy and beam 4, NAT-base and Coverage-NAT, batch 1 and 64
@@ -12,5 +13,5 @@
 # STEPS: the NAT models' updates (default 2500); the queue's other settings (PYTHON, CORES, AR_STEPS...) apply.
 set -euo pipefail
 [ -z "${1:-}" ] || export DATA=$1  # else the queue's default
-NAT_STEPS=${3:-2500} ONLY="natbase-rescored covnat-rescored covnat-sca-rescored speed-nat" \
+NAT_STEPS=${3:-2500} ONLY="natbase-rescored covnat-rescored covnat-sca-rescored speed-nat covnat-ft" \
     exec bash "$(dirname "$0")/queue.sh" "${2:-runs}"

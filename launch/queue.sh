@@ -107,6 +107,9 @@ job covnat-sca-rescored "covnat-sca" "eval_copy '$RUNS/covnat-sca-multi30k' '$RU
 # (SCA fine-tunes the weights, not the cost of a pass: Coverage-NAT's speed is timed as soon as `covnat` lands)
 job speed-nat "natbase covnat" "$SPEED --run '$RUNS/natbase-multi30k' --run '$RUNS/covnat-multi30k' \
     --config.data.dir='$KD'"
+# the control of the SCA phase (the paper's Table III, β = 0): the same 500 updates at 1e-5 without SCA
+job covnat-ft "covnat" "main --config configs/nat/multi30k_sca.py --workdir '$RUNS/covnat-ft-multi30k' $NAT \
+    --config.train.init_from='$RUNS/covnat-multi30k' --config.train.sca_weight=0"
 # issue 14: the CMLMC paper's Table 1 rows on raw data with the AR model's vocabulary, the same budget
 CMLM="--config.data.dir='$DATA' --config.data.spm_from='$AR' --config.train.steps=$CMLM_STEPS"
 NO_REVPOS="--config.model.masked_attn=false --config.model.concat_pe=false"

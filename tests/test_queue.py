@@ -13,7 +13,7 @@ QUEUE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # prerequisites the queue must respect (a sample of its job list)
 NEEDS = {"vecconst": {"ar", "align"}, "speed-vecconst": {"vecconst"}, "vecconst-long": {"vecconst"},
          "natbase": {"distill"}, "covnat-sca": {"covnat"}, "covnat-sca-rescored": {"covnat-sca"},
-         "speed-nat": {"natbase", "covnat-sca"},
+         "speed-nat": {"natbase", "covnat"}, "covnat-ft": {"covnat"},
          "cmlmc-rescored": {"cmlmc"}, "speed-cmlm": {"cmlm", "cmlmc"}}
 # a stand-in for python: prints its arguments (into the job's log), creates the --workdir it is given (so that the
 # evaluated copies find a run to copy), fails for the Coverage-NAT pre-training job
@@ -55,7 +55,7 @@ def test_queue_order_failures_and_resume(tmp_path):
                 assert done_at.get(need, len(events)) < i, f"{name} started before {need} was done"
     assert ("FAILED", "covnat") in events
     # everything that needs the failed job directly or indirectly is left alone, everything else ran
-    for blocked in ("covnat-sca", "covnat-rescored", "covnat-sca-rescored", "speed-nat"):
+    for blocked in ("covnat-sca", "covnat-rescored", "covnat-sca-rescored", "speed-nat", "covnat-ft"):
         assert blocked not in started
     for name in ("ar", "align", "distill", "natbase", "natbase-rescored", "vecconst", "ar-pairs", "ar-pairs-cs",
                  "cmlmc", "cmlmc-rescored", "speed-cmlm", "vecconst-long", "cmlm-concatpe"):
@@ -75,7 +75,7 @@ def test_queue_order_failures_and_resume(tmp_path):
                                           '{"step": 300, "loss": 2.1}\n')
     status = subprocess.run(["bash", QUEUE, "--status", str(tmp_path / "runs")], capture_output=True, text=True,
                             timeout=60, check=True).stdout.splitlines()
-    assert len(status) == len(set(started)) + 4  # every job: the 4 skipped ones too
+    assert len(status) == len(set(started)) + 5  # every job: the 5 skipped ones too
     assert "natbase              done" in status
     assert [line.split(None, 1)[1] for line in status if line.startswith("covnat ")] == [
         f"FAILED (see {tmp_path}/runs/queue/covnat.log), step 1000 of 2500, valid BLEU 12.34 at step 250"]
