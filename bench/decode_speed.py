@@ -2,14 +2,16 @@
 
     python bench/decode_speed.py --run configs/ar/multi30k.py:runs/ar-multi30k \
         --run configs/levt/multi30k.py:runs/levt-kd-multi30k \
-        --config.data.dir=../shared/data/multi30k [--repeats 3] [--sentences 100] [--batch 64] [--pairs]
+        --config.data.dir=../shared/data/multi30k [--repeats 3] [--sentences 100] [--batch 64] [--pairs] [--full-canvas]
 
 With --pairs (and data.pairs_dir in the configs or overrides) the AR models are also timed with the test split's
 constraint pairs, beam 4: a model of vectorized constraints with the pairs as input, and every AR model with the
 pairs' target phrases as hard constraints (constrained beam search) — the vectorized-constraints paper's
 Table 5, with each row's speed relative to the first run's plain beam search. With --unpacked as well, a model of
 vectorized constraints is also timed attending over all data.max_pairs × data.max_pair_pieces constraint entries
-in every batch (`Translator.pack_pairs` off), without its pairs and with them.
+in every batch (`Translator.pack_pairs` off), without its pairs and with them. With --full-canvas a model that
+predicts its lengths (CMLM, NAT) is also timed on outputs as wide as its source allows (`Translator.narrow_outputs`
+off) instead of as wide as its longest predicted candidate needs.
 
 Each --run is CONFIG:WORKDIR, or a WORKDIR alone (the config it was trained with); overrides after the flags
 apply to every run. AR models are timed greedy and with beam 4, refining models (LevT, EDITOR) with their
@@ -44,6 +46,8 @@ def main():
     parser.add_argument("--pairs", action="store_true", help="also time with the test split's constraint pairs")
     parser.add_argument("--unpacked", action="store_true",
                         help="with --pairs: also time vectorized constraints over all padded constraint entries")
+    parser.add_argument("--full-canvas", action="store_true",
+                        help="also time length-predicting models on canvases sized from the source")
     args, overrides = parser.parse_known_args()
     logging.basicConfig(level=logging.WARNING)
     modes, srcs, split = [], None, None
@@ -68,6 +72,10 @@ def main():
         for beam in beams:
             label = f"{name}, beam {beam}" if beam > 1 else f"{name}, {'greedy' if len(beams) > 1 else 'decoding'}"
             modes.append((label, translator, beam, {}))
+        if args.full_canvas and translator.spec.plan is not None:
+            full = copy.copy(translator)  # the same parameters and compiled functions
+            full.narrow_outputs = False
+            modes.append((f"{name}, decoding, canvases sized from the source", full, 1, {}))
         sup = translator.spec.supports
         if pairs and sup.pairs:
             modes.append((f"{name}, with the pairs, beam 4", translator, 4, dict(pairs=pairs)))

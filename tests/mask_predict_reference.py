@@ -145,13 +145,14 @@ def stub_numpy(table, near):
 
 
 def stub_jax(table, near):
-    """The same for the jit'd decoder: f(tokens int32[R, L], rows_of int32[R]) → float32[R, L, V]; table and
-    near may be traced arrays."""
+    """The same for the jit'd decoder: f(tokens int32[R, L], rows_of int32[R]) → float32[R, L, V] (L at most the
+    tables' width: a narrower canvas reads the same logits at its positions); table and near may be traced."""
     import jax
     import jax.numpy as jnp
 
     def fn(tokens, rows_of):
-        logits = table[rows_of] + 0.5 * near[jnp.roll(tokens, 1, axis=1)] + 0.5 * near[jnp.roll(tokens, -1, axis=1)]
+        logits = (table[rows_of, : tokens.shape[1]] + 0.5 * near[jnp.roll(tokens, 1, axis=1)]
+                  + 0.5 * near[jnp.roll(tokens, -1, axis=1)])
         return jax.nn.log_softmax(logits + _reserved(near.shape[0]), axis=-1)
 
     return fn

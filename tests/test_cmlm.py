@@ -227,12 +227,14 @@ def test_length_token_reads_the_same_whatever_the_padding():
 # --------------------------------------------------------------------------------- mask-predict
 
 @functools.lru_cache(maxsize=None)
-def _stub_decoder(options, width, rescored=False):
-    """The jit'd `mask_predict.decode` on the stub model, compiled once per options (tables are arguments)."""
+def _stub_decoder(options, width, rescored=False, canvas=None):
+    """The jit'd `mask_predict.decode` on the stub model, compiled once per options (tables are arguments):
+    candidate lengths for canvases of ``width``, decoded on canvases of ``canvas`` (default: ``width``)."""
     def run(table, near, length_logits, src, constraints, hard, continues=None, *, rescored):
         rescore = (lambda tokens, rows_of: jnp.sum(tokens % 5, axis=1) / jnp.sum(tokens != PAD_ID, axis=1)
                    ) if rescored else None
-        return mp.decode(ref.stub_jax(table, near), length_logits, src, constraints, hard, width, options,
+        lengths = mp.candidates(length_logits, src, constraints, hard, width, options)
+        return mp.decode(ref.stub_jax(table, near), lengths, src, constraints, hard, canvas or width, options,
                          continues, rescore)
     return jax.jit(functools.partial(run, rescored=rescored))
 
@@ -370,6 +372,56 @@ def test_constraints_appear_whole_whatever_the_model_predicts(seed, iterations, 
             at = 0
             for p in [[int(t) for t in p] for p in phrases[r] if p]:
                 at = next(i for i in range(at, len(row)) if row[i:i + len(p)] == p) + len(p)
+
+
+@SEVERAL
+@given(seed=st.integers(0, 10_000), rescored=st.booleans(), constrained=st.booleans(), dedup=st.booleans())
+def test_a_canvas_as_wide_as_the_longest_candidate_decodes_the_same(seed, rescored, constrained, dedup):
+    """What `Translator.planned` relies on: lengths chosen for the full width, decoded on canvases only as wide
+    as the longest candidate needs give the same translations, scores and counts. Sources of 0 … 5 words and an
+    all-PAD filler row; lengths from 1 up to the full capacity; soft and hard constraints."""
+    width, vocab, b = 14, 16, 4
+    table, near = ref.stub_tables(seed, vocab, width)
+    rng = np.random.default_rng(seed)
+    src = pad([[BOS_ID, *rng.integers(NUM_RESERVED, vocab, rng.integers(0, 6)), EOS_ID] for _ in range(b - 1)] + [[]],
+              8)
+    length_logits = rng.normal(0, 1, (b, 256)).astype(np.float32)
+    length_logits[:, :16] += 3 * rng.random((b, 16))
+    constraints = hard = None
+    if constrained:
+        constraints = _phrase_array([_random_phrases(rng, 2, 2, vocab) for _ in range(b)], 2, 2)
+        hard = np.arange(b) % 2 == 0
+    options = mp.Options(iterations=3, length_beam=3, cap_min=4, cap_ratio=1.5, dedup=dedup)
+    lengths = mp.candidates(jnp.asarray(length_logits), jnp.asarray(src), constraints, hard, width, options)
+    canvas = int(jnp.max(lengths)) + 2
+    wide = _stub_decoder(options, width, rescored)(table, near, length_logits, src, constraints, hard)
+    narrow = _stub_decoder(options, width, rescored, canvas)(table, near, length_logits, src, constraints, hard)
+    assert np.asarray(narrow["tokens"]).shape == (b, canvas)
+    np.testing.assert_array_equal(np.asarray(wide["tokens"])[:, :canvas], narrow["tokens"])
+    assert np.all(np.asarray(wide["tokens"])[:, canvas:] == PAD_ID)
+    for key in ("length", "iterations", "repeats"):
+        np.testing.assert_array_equal(wide[key], narrow[key], err_msg=key)
+    np.testing.assert_allclose(wide["score"], narrow["score"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("overrides", [(), CMLMC])
+def test_a_planned_request_decodes_as_the_full_canvas(overrides):
+    """The model's own plan (encoder memory and candidate lengths) handed to generate with an output only as
+    wide as the longest candidate: the same translations as generate planning for itself on the full width."""
+    spec = _spec(*overrides)
+    batch = random_batch(5, V, b=5, s=9)
+    params = spec.init(jax.random.PRNGKey(3), batch)
+    cons = jnp.asarray(np.random.default_rng(0).integers(NUM_RESERVED, V, (5, 2, 2)))
+    request = DecodeRequest(batch["src"], constraints=cons, hard=jnp.asarray([True, False, True, False, True]),
+                            max_out=32)  # wider than 2 × the longest source: the cap is cap_ratio × the source
+    full = jax.jit(spec.generate)(params, request)
+    plan = jax.jit(spec.plan)(params, request)
+    canvas = int(jnp.max(plan[0])) + 2
+    assert canvas < 32
+    planned = jax.jit(spec.generate)(params, request.replace(plan=plan, max_out=canvas))
+    np.testing.assert_array_equal(np.asarray(full["tokens"])[:, :canvas], planned["tokens"])
+    np.testing.assert_array_equal(full["chosen_length"], planned["chosen_length"])
+    np.testing.assert_allclose(full["score"], planned["score"], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("overrides", [(), CMLMC])

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxnat.models.ar import ARTransformer, ar_generate, ar_loss
+from jaxnat.models.ar import ARTransformer, ar_generate, ar_loss, ar_score
 from jaxnat.models.transformer import Embedder, TransformerConfig
 
 
@@ -47,6 +47,24 @@ def test_padding_does_not_change_outputs():
     short = apply(params, src, tgt)
     padded = apply(params, jnp.pad(src, ((0, 0), (0, 3))), jnp.pad(tgt, ((0, 0), (0, 2))))
     np.testing.assert_allclose(np.asarray(padded[:, :3]), np.asarray(short), atol=1e-5)
+
+
+def test_rescorer_score_is_the_mean_log_probability_of_each_candidate():
+    """`ar_score` encodes each source once for all its candidates: the same scores as teacher forcing each
+    candidate with its own copy of the source, computed here in plain numpy from the full forward pass."""
+    cfg = TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=16, ffn_dim=32, num_heads=2,
+                            enc_layers=1, dec_layers=1, max_len=16)
+    model = ARTransformer(cfg)
+    src = jnp.array([[1, 7, 8, 2, 0], [1, 9, 10, 11, 2]])
+    tgt = jnp.array([[1, 12, 13, 2, 0], [1, 14, 2, 0, 0], [1, 15, 16, 17, 2], [1, 2, 0, 0, 0]])
+    rows_of = jnp.array([0, 0, 1, 1])
+    params = jax.jit(model.init)(jax.random.PRNGKey(2), src[rows_of], tgt)
+    got = jax.jit(functools.partial(ar_score, model))(params, src, tgt, rows_of)
+    logp = np.asarray(jax.nn.log_softmax(jax.jit(model.apply)(params, src[rows_of], tgt[:, :-1])))
+    for r, row in enumerate(np.asarray(tgt)):
+        n = int(np.sum(row[1:] != 0))
+        want = np.mean([logp[r, i, row[i + 1]] for i in range(n)])
+        np.testing.assert_allclose(got[r], want, rtol=1e-5, atol=1e-5)
 
 
 def test_embedding_dropout_rate():

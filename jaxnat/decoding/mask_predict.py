@@ -2,7 +2,8 @@
 
 For each sentence, ℓ candidate lengths n are read off the length classifier (``Options.length_beam``): the
 ℓ most probable (Mask-Predict), or the argmax and its neighbours ``n* + k − ⌊ℓ/2⌋`` (fairseq's centred beam).
-Each candidate is a canvas ``[BOS, MASK × n, EOS, PAD …]`` of fixed width L; the B·ℓ canvases decode together:
+Each candidate is a canvas ``[BOS, MASK × n, EOS, PAD …]`` of fixed width L; the B·ℓ canvases decode together
+(`candidates` picks the lengths first, so that the caller can make L as narrow as the longest one allows):
 
 * pass 0 predicts every position (argmax token, its log-probability as the token's score);
 * pass t = 1 … T−1 re-masks the ``⌊n · (T − t) / T⌋`` (at least one) lowest-scoring tokens — integer
@@ -236,28 +237,39 @@ def choose(logits: jax.Array, tokens, scores, masked):
     return jnp.where(masked, best, tokens), jnp.where(masked, best_logp, scores), lse
 
 
-def decode(token_logits: Callable, length_logits: jax.Array, src: jax.Array, constraints: jax.Array | None,
+def candidates(length_logits: jax.Array, src: jax.Array, constraints: jax.Array | None, hard: jax.Array | None,
+               capacity: int, options: Options) -> jax.Array:
+    """int32[B, ℓ]: the lengths (real tokens) of each sentence's candidates, at most what a canvas of
+    ``capacity`` (and ``Options.cap_ratio`` × the source) holds, at least 1 and, with hard constraints, their
+    total length. length_logits: float32[B, 256]; src: int32[B, S]; constraints: int32[B, C, P] or None;
+    hard: bool[B] or None."""
+    n_src = jnp.sum(src != PAD_ID, axis=1) - 2
+    cap = jnp.minimum(jnp.maximum(options.cap_min, jnp.floor(options.cap_ratio * (n_src + 2)).astype(jnp.int32)),
+                      capacity) - 2
+    need = jnp.zeros(src.shape[:1], jnp.int32)  # hard constraints always fit: the length beam makes room for them
+    if constraints is not None and hard is not None:
+        need = jnp.where(hard, jnp.sum(constraints != PAD_ID, axis=(1, 2)), 0)
+    return candidate_lengths(length_logits, n_src, jnp.maximum(need, 1), cap, options)
+
+
+def decode(token_logits: Callable, lengths: jax.Array, src: jax.Array, constraints: jax.Array | None,
            hard: jax.Array | None, capacity: int, options: Options, continues: jax.Array | None = None,
            rescore: Callable | None = None) -> dict:
     """Mask-predict over a batch. token_logits(tokens int32[R, L], rows_of int32[R]) → float32[R, L, V] logits
-    (or log-probabilities) with the reserved ids at -inf (rows_of: each canvas's sentence). length_logits:
-    float32[B, 256]; src: int32[B, S]; constraints: int32[B, C, P] or None; hard: bool[B] or None;
-    continues: bool[V], the pieces that would extend the word before them, never put right after a hard
-    constraint (None: every piece is a word); rescore(tokens int32[R, L], rows_of) → float32[R]: another
-    model's score of each finished candidate, which then picks the translation (an AR rescorer), or None.
+    (or log-probabilities) with the reserved ids at -inf (rows_of: each canvas's sentence). lengths: int32[B, ℓ]
+    the candidates' lengths (`candidates`, perhaps for a wider canvas: any ``capacity`` that holds n + 2
+    decodes the same translations, a narrower one at less cost); src: int32[B, S]; constraints: int32[B, C, P]
+    or None; hard: bool[B] or None; continues: bool[V], the pieces that would extend the word before them, never
+    put right after a hard constraint (None: every piece is a word); rescore(tokens int32[R, L], rows_of) →
+    float32[R]: another model's score of each finished candidate, which then picks the translation (an AR
+    rescorer), or None.
 
     Returns per sentence ``tokens`` int32[B, capacity], ``score`` float32[B] (mean token log-probability),
     ``length`` int32[B] (real tokens, before ``dedup``), ``iterations`` int32[B] (passes run) and ``repeats``
     int32[B] (tokens equal to the one before them: those ``dedup`` removes), of the best candidate.
     """
     b, beam, steps = src.shape[0], options.length_beam, options.iterations
-    n_src = jnp.sum(src != PAD_ID, axis=1) - 2
-    cap = jnp.minimum(jnp.maximum(options.cap_min, jnp.floor(options.cap_ratio * (n_src + 2)).astype(jnp.int32)),
-                      capacity) - 2
-    need = jnp.zeros((b,), jnp.int32)  # hard constraints always fit: the length beam makes room for them
-    if constraints is not None and hard is not None:
-        need = jnp.where(hard, jnp.sum(constraints != PAD_ID, axis=(1, 2)), 0)
-    n = candidate_lengths(length_logits, n_src, jnp.maximum(need, 1), cap, options).reshape(b * beam)
+    n = lengths.reshape(b * beam)
     rows_of = jnp.repeat(jnp.arange(b), beam)
     tokens = canvases(n, capacity)
     real = (tokens != BOS_ID) & (tokens != EOS_ID) & (tokens != PAD_ID)

@@ -14,6 +14,7 @@ anything runs.
                   rescorer: pytree | None,          an AR model's parameters: pick among candidates with it
                   pair_src: int32[B, N, Ps] | None,  constraint pairs (vectorized constraints): source phrases
                   pair_tgt: int32[B, N, Pt] | None,  and the target phrases they become, PAD-padded
+                  plan: pytree | None,               what the model's `ModelSpec.plan` found for this batch
                   max_out, beam_size, trace,         static: output capacity, beam, edit trace on/off,
                   pair_entries)                      the constraint entries to keep (None: all N · Ps)
 
@@ -41,6 +42,7 @@ class DecodeRequest:
     rescorer: object = None
     pair_src: jax.Array | None = None
     pair_tgt: jax.Array | None = None
+    plan: object = None
     max_out: int = struct.field(pytree_node=False, default=0)
     beam_size: int = struct.field(pytree_node=False, default=1)
     trace: bool = struct.field(pytree_node=False, default=False)

@@ -52,6 +52,10 @@ class Translator:
         d = config.data
         self.buckets = bucket_lengths(self.max_len, growth=d.bucket_growth, multiple=d.bucket_multiple)
         self._generate = jax.jit(spec.generate)
+        self._plan = jax.jit(spec.plan) if spec.plan is not None else None
+        # a model with a plan (length prediction): outputs as wide as the planned lengths need (`planned`);
+        # False: as wide as the source allows (bench/decode_speed.py --full-canvas)
+        self.narrow_outputs = True
         # constraint pairs: attend over the entries each batch needs (a few compiled shapes per source bucket);
         # False: over all data.max_pairs × data.max_pair_pieces (one shape; bench/decode_speed.py --unpacked)
         self.pack_pairs = True
@@ -183,6 +187,16 @@ class Translator:
         return DecodeRequest(src, init, constraints, hard, self.rescorer, pair_src, pair_tgt, max_out=capacity,
                              beam_size=beam_size, trace=trace, pair_entries=entries)
 
+    def planned(self, request: DecodeRequest) -> DecodeRequest:
+        """The request with the model's plan (`ModelSpec.plan`) and an output only as wide as its longest row
+        needs: the narrowest bucket length that holds it, or the full capacity. The same translations as on the
+        full width, at less cost (a length-predicting model's canvases are otherwise sized for the longest
+        output its source allows, about twice what it predicts), for a few more compiled widths."""
+        lengths, state = self._plan(self.params, request)
+        needed = int(np.max(jax.device_get(lengths))) + 2
+        width = min([b for b in self.buckets if b >= needed] + [request.max_out])
+        return request.replace(plan=(lengths, state), max_out=width)
+
     def translate_ids(self, src: list[np.ndarray], beam_size: int, batch_size: int,
                       starts: list[Start] | None = None, trace: bool = False) -> list[dict]:
         """[BOS … EOS] source arrays -> per sentence {'tokens': np.int32 array, 'score': float, and the model's
@@ -192,6 +206,8 @@ class Translator:
         results: list[dict | None] = [None] * len(src)
         for idx, batch in eval_batches(src, None, batch_size, self.buckets):
             request = self.request(batch["src"], [starts[i] if i >= 0 else Start() for i in idx], beam_size, trace)
+            if self._plan is not None and self.narrow_outputs:
+                request = self.planned(request)
             out = jax.device_get(self._generate(self.params, request))
             for row, i in enumerate(idx):
                 if i >= 0:

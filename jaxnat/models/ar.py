@@ -43,8 +43,13 @@ class ARTransformer(nn.Module):
 
     def __call__(self, src: jnp.ndarray, tgt_in: jnp.ndarray, train: bool = False) -> jnp.ndarray:
         """Teacher forcing. src: int32[B, S]; tgt_in: int32[B, T] -> logits float32[B, T, V]."""
-        memory = self.encode(src, train)
-        h = self.decoder(self.tgt_embed(tgt_in, train), token_mask(tgt_in), memory, token_mask(src), train)
+        return self.decode(tgt_in, self.encode(src, train), token_mask(src), train)
+
+    def decode(self, tgt_in: jnp.ndarray, memory: jnp.ndarray, src_mask: jnp.ndarray,
+               train: bool = False) -> jnp.ndarray:
+        """Teacher forcing on an encoded source. tgt_in: int32[B, T]; memory: float[B, S, D]; src_mask:
+        bool[B, S] -> logits float32[B, T, V]."""
+        h = self.decoder(self.tgt_embed(tgt_in, train), token_mask(tgt_in), memory, src_mask, train)
         return self.logits(h)
 
     def init_cache(self, memory: jnp.ndarray, max_len: int):
@@ -70,10 +75,13 @@ def ar_loss(model: ARTransformer, params, batch: dict, rng, label_smoothing: flo
     return loss, {"nll": nll, "count": count}
 
 
-def ar_score(model: ARTransformer, params, src: jnp.ndarray, tgt: jnp.ndarray) -> jnp.ndarray:
+def ar_score(model: ARTransformer, params, src: jnp.ndarray, tgt: jnp.ndarray, rows_of: jnp.ndarray) -> jnp.ndarray:
     """The rescorer's score: mean log-probability of each row's tokens after BOS (EOS included) under teacher
-    forcing. src: int32[B, S]; tgt: int32[B, T] [BOS … EOS] rows → float32[B]."""
-    logp = nn.log_softmax(model.apply(params, src, tgt[:, :-1]))
+    forcing. src: int32[B, S]; tgt: int32[R, T] [BOS … EOS] rows, row r a translation of source rows_of[r]
+    (int32[R]) → float32[R]. Each source is encoded once, however many candidates it has."""
+    memory = model.apply(params, src, method="encode")
+    logp = nn.log_softmax(model.apply(params, tgt[:, :-1], memory[rows_of], token_mask(src)[rows_of],
+                                      method="decode"))
     picked = jnp.take_along_axis(logp, tgt[:, 1:, None], axis=-1)[..., 0]
     real = token_mask(tgt[:, 1:])
     return jnp.sum(jnp.where(real, picked, 0.0), axis=1) / jnp.maximum(jnp.sum(real, axis=1), 1)

@@ -247,13 +247,21 @@ def canvas_capacity(cfg: TransformerConfig, eval_cfg):
 
 def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity, rescorer, counts: tuple[str, ...],
                           continues=None, **logits_kwargs):
-    """generate(params, request) of a length-predicting model: encode, then `mask_predict.decode` with the
-    model's token head (``logits_kwargs``: static extra arguments of its ``token_logits``); it reports the
-    per-sentence ``counts`` the model declares."""
-    def generate(params, request: DecodeRequest) -> dict:
+    """(plan, generate) of a length-predicting model (`ModelSpec`): plan encodes the source and picks the
+    candidate lengths (`mask_predict.candidates`); generate runs `mask_predict.decode` with the model's token
+    head (``logits_kwargs``: static extra arguments of its ``token_logits``) on canvases as wide as the request's
+    output, from the request's plan or its own; it reports the per-sentence ``counts`` the model declares."""
+    def plan(params, request: DecodeRequest):
+        """→ (int32[B, ℓ] candidate lengths, (memory float[B, S, D], the source mask bool[B, S]))."""
         src = request.src
         memory, length_logits = module.apply(params, src, method="encode")
-        src_mask = token_mask(src)
+        lengths = mask_predict.candidates(length_logits, src, request.constraints, request.hard,
+                                          request.max_out or capacity(src.shape[1]), options)
+        return lengths, (memory, token_mask(src))
+
+    def generate(params, request: DecodeRequest) -> dict:
+        src = request.src
+        lengths, (memory, src_mask) = plan(params, request) if request.plan is None else request.plan
 
         def token_logits(tokens, rows_of):
             """tokens: int32[R, L] canvases of the sentences ``rows_of`` (int32[R]) → float32[R, L, V]."""
@@ -262,16 +270,16 @@ def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity,
 
         def rescore(tokens, rows_of):
             """The AR rescorer's log-probabilities of the length candidates (eval.rescorer)."""
-            return ar_score(rescorer, request.rescorer, src[rows_of], tokens)
+            return ar_score(rescorer, request.rescorer, src, tokens, rows_of)
 
         rescoring = rescorer is not None and request.rescorer is not None
-        out = mask_predict.decode(token_logits, length_logits, src, request.constraints, request.hard,
+        out = mask_predict.decode(token_logits, lengths, src, request.constraints, request.hard,
                                   request.max_out or capacity(src.shape[1]), options, continues,
                                   rescore if rescoring else None)
         out["chosen_length"] = out.pop("length")
         return {k: v for k, v in out.items() if k in ("tokens", "score", *counts)}
 
-    return generate
+    return plan, generate
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
@@ -279,8 +287,8 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     module = CMLM(cfg, m.length_prediction, m.masked_attn, m.concat_pe)
     continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None
     capacity = canvas_capacity(cfg, config.eval)
-    generate = mask_predict_generate(module, mask_predict_options(config, config.eval.mask_predict_iter), capacity,
-                                     rescorer_module(config, cfg), SUPPORTS.counts, continues)
+    plan, generate = mask_predict_generate(module, mask_predict_options(config, config.eval.mask_predict_iter),
+                                           capacity, rescorer_module(config, cfg), SUPPORTS.counts, continues)
 
     def init(rng, batch):
         return module.init(rng, batch["src"][:1], batch["tgt"][:1])
@@ -292,4 +300,4 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                          correction_fixed_count=t.correction_count == "fixed",
                          correction_mean=t.correction_combine == "mean", train=train)
 
-    return ModelSpec("cmlm", cfg, module, init, loss, generate, capacity, SUPPORTS)
+    return ModelSpec("cmlm", cfg, module, init, loss, generate, capacity, SUPPORTS, plan)

@@ -181,8 +181,8 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     module = NAT(cfg, m.length_prediction, coverage=m.coverage)
     capacity = canvas_capacity(cfg, e)
     options = mask_predict_options(config, iterations=1, dedup=e.remove_repeats)
-    generate = mask_predict_generate(module, options, capacity, rescorer_module(config, cfg), SUPPORTS.counts,
-                                     iterations=e.coverage_iterations)
+    plan, generate = mask_predict_generate(module, options, capacity, rescorer_module(config, cfg), SUPPORTS.counts,
+                                           iterations=e.coverage_iterations)
 
     def init(rng, batch):
         return module.init(rng, batch["src"][:1], batch["tgt"][:1])
@@ -192,4 +192,4 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                         length_loss_weight=t.length_loss_weight, length_offset=m.length_offset,
                         iterations=t.coverage_iterations, sca_weight=t.sca_weight, train=train)
 
-    return ModelSpec("nat", cfg, module, init, loss, generate, capacity, SUPPORTS)
+    return ModelSpec("nat", cfg, module, init, loss, generate, capacity, SUPPORTS, plan)

@@ -23,6 +23,10 @@ class ModelSpec:
       per name in supports.counts (with request.trace also 'trace')}
     capacity(src_len) -> the output length (BOS/EOS included) for sources padded to src_len
     supports: what generate honours (initial hypotheses, soft/hard constraints, traces, beams) and counts
+    plan(params, request) -> (lengths: int32[B, k], state), or None: for a model that fixes its output lengths
+      before decoding (length prediction), the lengths (BOS/EOS excluded) of every row it will decode and what
+      it computed to find them; generate(params, request.replace(plan=..., max_out=width)) then decodes the
+      same translations on outputs of any width that holds the longest (the translator picks the narrowest)
     """
 
     name: str
@@ -33,6 +37,7 @@ class ModelSpec:
     generate: Callable
     capacity: Callable
     supports: Supports
+    plan: Callable | None = None
 
     def __post_init__(self):
         # one compiled program: called outside jit (tests, notebooks), flax's initialisation would run op by op,
