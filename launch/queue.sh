@@ -14,7 +14,7 @@
 #        launch/queue.sh --status [RUNS_DIR]: where each job stands (and a training job's newest checkpoint)
 # Environment: DATA (Multi30k folder, default ../shared/data/multi30k), SRC (the code the jobs run: a frozen
 # `git archive` of a commit, so that a later checkout cannot change a run it resumes; default this checkout),
-# SRC_AR (the AR model's code, default SRC), PYTHON (default python), CORES (default: nproc), POLL (seconds a
+# SRC_AR (the AR model's code, default SRC), SRC_BENCH (the speed jobs' code, default SRC), PYTHON (default python), CORES (default: nproc), POLL (seconds a
 # worker waits for another's job to finish before looking again, default 60), ONLY (job names: run only these
 # and the jobs they need; launch/multi30k_{vecconst,nat,cmlm}.sh are this queue with one paper's jobs), and the
 # training budgets in updates: AR_STEPS (2500), VECCONST_STEPS (stage 2, 1000), NAT_STEPS (2500), CMLM_STEPS (2500).
@@ -28,6 +28,7 @@ RUNS=$(realpath -m "${1:-$HOME/jaxnat-runs}")
 DATA=$(realpath -m "${DATA:-$HERE/../shared/data/multi30k}")
 SRC=$(realpath "${SRC:-$HERE}")
 SRC_AR=$(realpath "${SRC_AR:-$SRC}")
+SRC_BENCH=$(realpath "${SRC_BENCH:-$SRC}")
 PYTHON=${PYTHON:-python}
 CORES=${CORES:-$(nproc)}
 POLL=${POLL:-60}
@@ -82,7 +83,7 @@ job vecconst-cs "ar align" "main --config configs/vecconst/multi30k.py --workdir
 # the vanilla rows of the code-switched test set (the paper's Table 4)
 job ar-pairs-cs "ar align" "eval_copy '$AR' '$RUNS/ar-pairs-cs-multi30k' --config configs/ar/multi30k.py $CS"
 # the speed table, in one run (bench/decode_speed.py alternates the models inside each repeat)
-SPEED="PYTHONPATH='$SRC' '$PYTHON' bench/decode_speed.py --run '$AR'"
+SPEED="PYTHONPATH='$SRC_BENCH' '$PYTHON' '$SRC_BENCH/bench/decode_speed.py' --run '$AR'"
 job speed-vecconst "vecconst" "$SPEED --run '$RUNS/vecconst-multi30k' --pairs --unpacked --batch 128 \
     --config.data.dir='$DATA' --config.data.pairs_dir='$ALIGN'"
 # issue 15: the AR model's distilled training set; NAT-base, Coverage-NAT (K_dec sweep 1…7), Coverage-NAT + SCA,
@@ -122,7 +123,7 @@ job cmlm-corr "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlm
 job cmlmc-rescored "cmlmc" "eval_copy '$RUNS/cmlmc-multi30k' '$RUNS/cmlmc-rescored-multi30k' \
     --config configs/cmlm/multi30k.py --config.data.dir='$DATA' --config.eval.rescorer='$AR' \
     --config.eval.constraints= --config.eval.iteration_sweep="
-job speed-cmlm "cmlm cmlmc" "$SPEED --run '$RUNS/cmlm-multi30k' --run '$RUNS/cmlmc-multi30k' \
+job speed-cmlm "cmlm cmlmc" "$SPEED --run '$RUNS/cmlm-multi30k' --run '$RUNS/cmlmc-multi30k' --full-canvas \
     --config.data.dir='$DATA'"
 # issue 16 again: does a longer stage 2 bring the vectorized model's CSR with beam search nearer the paper's?
 job vecconst-long "vecconst" "train_copy '$RUNS/vecconst-multi30k' '$RUNS/vecconst-long-multi30k' \

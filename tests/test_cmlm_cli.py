@@ -2,10 +2,15 @@
 soft/hard constraint sets and an iteration sweep (metrics.json and the summary table), `--mode translate`
 with hard constraints, and with the AR run as rescorer."""
 
+import copy
 import json
 
+import numpy as np
 import pytest
 
+from jaxnat.config import workdir_config
+from jaxnat.decoding.translator import Start
+from jaxnat.restore import load_translator
 from tests.test_translate import _main as _run  # the CLI on the tiny config, in a subprocess
 
 
@@ -64,3 +69,21 @@ def test_rescoring_with_an_ar_model_of_the_same_vocabulary(trained, ar_run):
     assert " baste " in " " + json.loads(result.stdout)["hyp"] + " "
     result = _main(workdir, "--mode", "translate", f"--config.eval.rescorer={workdir}", stdin=line)
     assert result.returncode == 2 and "is a 'cmlm' run; it must be an AR model" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("rescored", [False, True])
+def test_outputs_as_wide_as_the_plan_translate_as_the_full_width(trained, ar_run, rescored):
+    """`Translator.planned`: outputs only as wide as the longest planned candidate needs (the bucket length 48
+    here, instead of 64, all the model holds) translate as outputs as wide as the source allows."""
+    workdir, _ = trained
+    config = workdir_config(str(workdir))
+    if rescored:
+        config.eval.rescorer = str(ar_run)
+    translator = load_translator(config, str(workdir))
+    texts = ["do girls go to a garden ?", "the old man reads a book .", "a"]
+    full = copy.copy(translator)
+    full.narrow_outputs = False
+    src = translator.encode(texts)[0][0]
+    request = translator.request(np.pad(src, (0, 48 - len(src)))[None], [Start()], 1, False)  # the one bucket
+    assert (request.max_out, translator.planned(request).max_out) == (64, 48)  # model.max_len, the bucket
+    assert translator.translate(texts) == full.translate(texts)
