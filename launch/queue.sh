@@ -14,10 +14,11 @@
 #        launch/queue.sh --status [RUNS_DIR]: where each job stands (and a training job's newest checkpoint)
 # Environment: DATA (Multi30k folder, default ../shared/data/multi30k), SRC (the code the jobs run: a frozen
 # `git archive` of a commit, so that a later checkout cannot change a run it resumes; default this checkout),
-# SRC_AR (the AR model's code, default SRC), SRC_BENCH (the speed jobs' code, default SRC), PYTHON (default python), CORES (default: nproc), POLL (seconds a
-# worker waits for another's job to finish before looking again, default 60), ONLY (job names: run only these
-# and the jobs they need; launch/multi30k_{vecconst,nat,cmlm}.sh are this queue with one paper's jobs), and the
-# training budgets in updates: AR_STEPS (2500), VECCONST_STEPS (stage 2, 1000), NAT_STEPS (2500), CMLM_STEPS (2500).
+# SRC_AR (the AR model's code, default SRC), SRC_BENCH (the speed jobs' code, default SRC), PYTHON (default
+# python), CORES (default: nproc), POLL (seconds a worker waits for another's job to finish before looking
+# again, default 60), ONLY (job names: run only these and the jobs they need; launch/multi30k_{vecconst,nat,
+# cmlm}.sh are this queue with one paper's jobs), and the training budgets in updates: AR_STEPS (2500),
+# VECCONST_STEPS (stage 2, 1000), NAT_STEPS (2500), CMLM_STEPS (2500).
 # State under RUNS_DIR/queue: done/<job> once a job succeeded, failed/<job> (cleared at each start), <job>.log,
 # lock/<job> held (flock) while a job runs.
 set -uo pipefail
