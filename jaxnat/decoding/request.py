@@ -48,6 +48,10 @@ class DecodeRequest:
     trace: bool = struct.field(pytree_node=False, default=False)
     pair_entries: int | None = struct.field(pytree_node=False, default=None)
 
+    def width(self, capacity) -> int:
+        """The output capacity: ``max_out`` when set, else the model's ``capacity(src_len)`` (static)."""
+        return self.max_out or capacity(self.src.shape[1])
+
 
 @dataclasses.dataclass(frozen=True)
 class Supports:

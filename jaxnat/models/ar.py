@@ -150,7 +150,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     def generate(params, request: DecodeRequest) -> dict:
         return ar_generate(module, params, request.src, beam_size=request.beam_size,
                            length_penalty=e.length_penalty, max_len_a=e.max_len_a, max_len_b=e.max_len_b,
-                           max_out=request.max_out or capacity(request.src.shape[1]),
+                           max_out=request.width(capacity),
                            phrases=hard_phrases(request), ordered=e.constraint_order == "given", continues=continues)
 
     def loss(params, batch, rng, train=True):

@@ -256,7 +256,7 @@ def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity,
         src = request.src
         memory, length_logits = module.apply(params, src, method="encode")
         lengths = mask_predict.candidates(length_logits, src, request.constraints, request.hard,
-                                          request.max_out or capacity(src.shape[1]), options)
+                                          request.width(capacity), options)
         return lengths, (memory, token_mask(src))
 
     def generate(params, request: DecodeRequest) -> dict:
@@ -274,7 +274,7 @@ def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity,
 
         rescoring = rescorer is not None and request.rescorer is not None
         out = mask_predict.decode(token_logits, lengths, src, request.constraints, request.hard,
-                                  request.max_out or capacity(src.shape[1]), options, continues,
+                                  request.width(capacity), options, continues,
                                   rescore if rescoring else None)
         out["chosen_length"] = out.pop("length")
         return {k: v for k, v in out.items() if k in ("tokens", "score", *counts)}

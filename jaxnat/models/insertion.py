@@ -207,7 +207,7 @@ def edit_model_spec(config, cfg: TransformerConfig, name: str, module: EditTrans
 
         heads = Heads(head(first_head), head("placeholder_logits"),
                       lambda tokens: forbid_reserved(head("token_logits")(tokens)))
-        capacity = request.max_out or capacity_for(src.shape[1])
+        capacity = request.width(capacity_for)
         start = start_from_request(request, capacity)
         return refine(heads, first_edit, start, length_cap(src, capacity, options),
                       options._replace(trace=request.trace), count_names, continues)

@@ -232,7 +232,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
 
     def generate(params, request: DecodeRequest) -> dict:
         return vecconst_generate(module, params, request, length_penalty=e.length_penalty, max_len_a=e.max_len_a,
-                                 max_len_b=e.max_len_b, max_out=request.max_out or capacity(request.src.shape[1]),
+                                 max_len_b=e.max_len_b, max_out=request.width(capacity),
                                  ordered=e.constraint_order == "given", continues=continues)
 
     return ModelSpec("vecconst", cfg, module, init, loss, generate, capacity, SUPPORTS)
