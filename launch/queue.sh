@@ -116,14 +116,15 @@ job covnat-ft "covnat" "main --config configs/nat/multi30k_sca.py --workdir '$RU
 CMLM="--config.data.dir='$DATA' --config.data.spm_from='$AR' --config.train.steps=$CMLM_STEPS"
 NO_REVPOS="--config.model.masked_attn=false --config.model.concat_pe=false"
 job cmlmc "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlmc-multi30k' $CMLM"
+# (rescoring evaluates CMLMC's own parameters again: its rows land together)
+job cmlmc-rescored "cmlmc" "eval_copy '$RUNS/cmlmc-multi30k' '$RUNS/cmlmc-rescored-multi30k' \
+    --config configs/cmlm/multi30k.py --config.data.dir='$DATA' --config.eval.rescorer='$AR' \
+    --config.eval.constraints= --config.eval.iteration_sweep="
 job cmlm "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlm-multi30k' $CMLM $NO_REVPOS \
     --config.train.correction=false"
 job cmlm-revpos "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlm-revpos-multi30k' $CMLM \
     --config.train.correction=false"
 job cmlm-corr "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlm-corr-multi30k' $CMLM $NO_REVPOS"
-job cmlmc-rescored "cmlmc" "eval_copy '$RUNS/cmlmc-multi30k' '$RUNS/cmlmc-rescored-multi30k' \
-    --config configs/cmlm/multi30k.py --config.data.dir='$DATA' --config.eval.rescorer='$AR' \
-    --config.eval.constraints= --config.eval.iteration_sweep="
 job speed-cmlm "cmlm cmlmc" "$SPEED --run '$RUNS/cmlm-multi30k' --run '$RUNS/cmlmc-multi30k' --full-canvas \
     --config.data.dir='$DATA'"
 # issue 16 again: does a longer stage 2 bring the vectorized model's CSR with beam search nearer the paper's?
