@@ -90,3 +90,17 @@ def test_outputs_as_wide_as_the_plan_translate_as_the_full_width(trained, ar_run
     for narrow_row, full_row in zip(narrow_rows, full_rows):
         assert narrow_row.pop("score") == pytest.approx(full_row.pop("score"), rel=1e-5, abs=1e-5)
         assert narrow_row == full_row  # the translation, its length and passes
+
+
+def test_positions_report_on_the_trained_model(trained, ar_run, capsys):
+    from jaxnat.evaluation import positions
+
+    workdir, _ = trained
+    assert positions.main([str(workdir), "--sentences", "3", "--positions", "5"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert len(table) == 3 and table[2].startswith(f"| {workdir} | best (step 8) |")
+    assert "(of 10)" in table[2]  # the 5 positions' pairs
+    # another kind of model: one line, exit 2
+    assert positions.main([str(ar_run)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("jaxnat: error:") and "model.name=cmlm" in err and "\n" not in err

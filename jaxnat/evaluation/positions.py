@@ -1,0 +1,191 @@
+"""Does a mask-predict model tell its target positions apart, and does it read the target tokens it is shown?
+
+CMLMC's RevealPosition (Huang et al. 2022, §3.1 and Figure 1) starts from two observations about CMLM: its
+learned position embeddings are alike (many pairs with cosine similarity above 0.5), so a fully masked canvas
+gives the decoder little to tell neighbouring positions apart, and the first pass repeats tokens. This module
+measures both on a trained CMLM/CMLMC workdir:
+
+* `position_similarity` — the cosine similarity of every pair of the first N position embeddings (the
+  paper's Figure 1(a)), of the table and of the positions' part of the decoder input (the same vectors when
+  the input is the sum token + position; their image under the position half of the input map with
+  ``model.concat_pe``), and how large that part is beside the tokens' (`decoder_inputs`);
+* `context_use` — the masked tokens' negative log-likelihood and accuracy on reference targets with a given
+  share of their tokens masked (all of them, ..., exactly one). A model that reads its observed tokens
+  predicts a lone masked token far better than a fully masked canvas; one that does not, scores alike at
+  every share — and then mask-predict's later passes have nothing to improve on.
+
+    python -m jaxnat.evaluation.positions RUN [RUN ...] [--split valid] [--sentences 500]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+import numpy as np
+
+from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, NUM_RESERVED, PAD_ID
+from jaxnat.errors import ConfigError, JaxnatError
+
+SHARES = (1.0, 0.5, 0.2, "one")  # the share of a target's real tokens masked; "one": exactly one token
+COSINE_EDGES = (0.5, 0.7)        # the thresholds the paper's Figure 1(a) discussion counts pairs above
+
+
+def position_similarity(vectors: np.ndarray) -> dict:
+    """vectors: float[N, D], one per position → {'pairs', 'above_0.5', 'above_0.7', 'mean', 'adjacent'}: the
+    number of unique pairs, how many have cosine similarity above each edge, the mean over pairs, and the mean
+    over neighbouring positions (i, i+1)."""
+    v = np.asarray(vectors, np.float64)
+    if v.ndim != 2 or v.shape[0] < 2:
+        raise ConfigError(f"position_similarity needs at least two position vectors, got shape {v.shape}")
+    unit = v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
+    cos = unit @ unit.T
+    pairs = cos[np.triu_indices(len(v), 1)]
+    out = {"pairs": int(pairs.size), "mean": float(pairs.mean()), "adjacent": float(np.diag(cos, 1).mean())}
+    out.update({f"above_{edge}": int(np.sum(pairs > edge)) for edge in COSINE_EDGES})
+    return out
+
+
+def decoder_inputs(params: dict, concat_pe: bool, count: int) -> dict:
+    """What the first ``count`` positions and the target tokens add to the decoder input, as
+    {'table': float[count, D] the position embeddings, 'positions': float[count, D] their part of the input,
+    'tokens': float[V, D] the tokens' part}: with a summed input the table and the embeddings × √D; with
+    ``concat_pe`` each half of the input map (``combine``: Linear([token embedding × √D, position] → D), bias
+    left out) applied to them. Learned positions only (ConfigError otherwise)."""
+    p = params["params"]
+    embedder = p.get("tgt_embed", p["src_embed"])
+    if "positions" not in embedder:
+        raise ConfigError("the model has sinusoidal positions (model.positions=sinusoidal): nothing was learned")
+    table = np.asarray(embedder["positions"], np.float64)[:count]
+    tokens = np.asarray(embedder["tokens"]["embedding"], np.float64) * np.sqrt(table.shape[1])
+    if not concat_pe:
+        return {"table": table, "positions": table, "tokens": tokens}
+    kernel = np.asarray(p["combine"]["kernel"], np.float64)  # [2D, D]: token rows first, position rows after
+    half = kernel.shape[0] // 2
+    return {"table": table, "positions": table @ kernel[half:], "tokens": tokens @ kernel[:half]}
+
+
+def mean_norm(v: np.ndarray) -> float:
+    return float(np.linalg.norm(v, axis=-1).mean())
+
+
+def mask_share(real: np.ndarray, share, rng: np.random.Generator) -> np.ndarray:
+    """bool[B, T]: which of the ``real`` (bool[B, T]) tokens to mask — each with probability ``share``, or with
+    ``share == "one"`` exactly one uniformly chosen real token per row (none in a row without real tokens)."""
+    u = rng.random(real.shape)
+    if share == "one":
+        u = np.where(real, u, np.inf)
+        return real & (u == u.min(axis=1, keepdims=True))
+    return real & (u < share)
+
+
+def context_use(token_logits, tgt: np.ndarray, shares=SHARES, seed: int = 0) -> list[dict]:
+    """token_logits: int32[B, T] canvases → float[B, T, V] (the sources fixed by the caller); tgt: int32[B, T]
+    reference rows [BOS … EOS PAD …]. → per share: {'share', 'masked', 'nll', 'accuracy'} over the masked
+    tokens (natural-log NLL without label smoothing; accuracy of the argmax, in percent)."""
+    rng = np.random.default_rng(seed)
+    real = (tgt != PAD_ID) & (tgt != BOS_ID) & (tgt != EOS_ID)
+    rows = []
+    for share in shares:
+        masked = mask_share(real, share, rng)
+        logits = np.asarray(token_logits(np.where(masked, MASK_ID, tgt).astype(np.int32)), np.float64)
+        logits = logits - logits.max(axis=-1, keepdims=True)
+        logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
+        gold = np.take_along_axis(logp, tgt[..., None], axis=-1)[..., 0]
+        n = int(masked.sum())
+        rows.append({"share": share, "masked": n,
+                     "nll": float(-gold[masked].sum() / max(n, 1)),
+                     "accuracy": float(100.0 * (logp.argmax(-1) == tgt)[masked].sum() / max(n, 1))})
+    return rows
+
+
+def measure(workdir: str, split: str, sentences: int, positions: int, batch: int = 64) -> dict:
+    """Both measures for a trained CMLM/CMLMC workdir on the first ``sentences`` pairs of ``split``."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxnat.config import workdir_config
+    from jaxnat.data.sources import load_corpus
+    from jaxnat.models.transformer import token_mask
+    from jaxnat.restore import load_translator
+
+    config = workdir_config(workdir)
+    if config.model.name != "cmlm":
+        raise ConfigError(f"{workdir} is a {config.model.name} model; this measures CMLM/CMLMC (model.name=cmlm)")
+    corpus = load_corpus(config.data)
+    if split not in corpus or corpus[split][1] is None:
+        raise JaxnatError(f"{workdir}'s data has no references for split {split!r} (splits: {', '.join(corpus)})")
+    translator = load_translator(config, workdir)
+    module, params, tok = translator.spec.module, translator.params, translator.tokenizer
+    src_text, ref_text = (side[:sentences] for side in corpus[split])
+    cap = config.model.max_len - 2
+
+    def rows(texts, side):
+        ids = [r[:cap] for r in tok.encode(texts, side)]
+        width = max(len(r) for r in ids) + 2
+        return np.array([[BOS_ID, *r, EOS_ID] + [PAD_ID] * (width - len(r) - 2) for r in ids], np.int32)
+
+    src, tgt = rows(src_text, "src"), rows(ref_text, "tgt")
+    logits_of = jax.jit(lambda s, t: module.apply(params, t, module.apply(params, s, method="encode")[0],
+                                                  token_mask(s), method="token_logits"))
+
+    def token_logits(canvas):  # in batches of one shape each (the last one padded with PAD rows)
+        out = []
+        for i in range(0, len(canvas), batch):
+            s, t = src[i:i + batch], canvas[i:i + batch]
+            fill = batch - len(s)
+            s, t = (np.pad(a, ((0, fill), (0, 0)), constant_values=PAD_ID) for a in (s, t))
+            out.append(np.asarray(logits_of(jnp.asarray(s), jnp.asarray(t)))[:batch - fill])
+        return np.concatenate(out)
+
+    try:
+        parts = decoder_inputs(params, config.model.concat_pe, positions)
+        similarity = {"table": position_similarity(parts["table"]), "input": position_similarity(parts["positions"]),
+                      # how loud the position is beside the token in the decoder input (real tokens only)
+                      "position_to_token": mean_norm(parts["positions"]) / mean_norm(parts["tokens"][NUM_RESERVED:])}
+    except ConfigError as e:
+        similarity = {"error": str(e)}
+    return {"workdir": workdir, "checkpoint": translator.checkpoint, "split": split, "sentences": len(tgt),
+            "positions": positions, "similarity": similarity, "context": context_use(token_logits, tgt)}
+
+
+def to_markdown(results: list[dict]) -> str:
+    head = ["run", "checkpoint"] + [f"nll / acc % ({'one masked' if s == 'one' else f'{s:.0%} masked'})"
+                                    for s in SHARES]
+    head += ["PE pairs cos > 0.5 / > 0.7: table; input", "adjacent cos: table; input", "\\|position\\| / \\|token\\|"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in results:
+        sim, ck = r["similarity"], r["checkpoint"]
+        pe = ["–", "–", "–"]
+        if "error" not in sim:
+            t, i = sim["table"], sim["input"]
+            pe = [f"{t['above_0.5']} / {t['above_0.7']}; {i['above_0.5']} / {i['above_0.7']} (of {t['pairs']})",
+                  f"{t['adjacent']:.2f}; {i['adjacent']:.2f}", f"{sim['position_to_token']:.2f}"]
+        cells = [f"{c['nll']:.2f} / {c['accuracy']:.1f}" for c in r["context"]]
+        lines.append("| " + " | ".join([r["workdir"], f"{ck['kind']} (step {ck['step']})", *cells, *pe]) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jaxnat.evaluation.positions", description=__doc__.split("\n")[0])
+    parser.add_argument("workdirs", nargs="+", help="trained CMLM/CMLMC workdirs")
+    parser.add_argument("--split", default="valid", help="the split whose references are masked (default: valid)")
+    parser.add_argument("--sentences", type=int, default=500, help="how many of its first pairs (default 500)")
+    parser.add_argument("--positions", type=int, default=40,
+                        help="how many leading positions' embeddings to compare (default 40)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    try:
+        if args.sentences < 1 or args.positions < 2:
+            raise ConfigError("--sentences must be positive and --positions at least 2")
+        results = [measure(w, args.split, args.sentences, args.positions) for w in args.workdirs]
+    except (JaxnatError, OSError) as e:
+        print(f"jaxnat: error: {e}", file=sys.stderr)
+        return 2
+    print(to_markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
