@@ -93,7 +93,7 @@ def test_outputs_as_wide_as_the_plan_translate_as_the_full_width(trained, ar_run
 
 
 def test_positions_report_on_the_trained_model(trained, ar_run, capsys):
-    from jaxnat.evaluation import positions
+    from jaxnat import positions
 
     workdir, _ = trained
     assert positions.main([str(workdir), "--sentences", "3", "--positions", "5"]) == 0

@@ -14,7 +14,7 @@ measures both on a trained CMLM/CMLMC workdir:
   predicts a lone masked token far better than a fully masked canvas; one that does not, scores alike at
   every share — and then mask-predict's later passes have nothing to improve on.
 
-    python -m jaxnat.evaluation.positions RUN [RUN ...] [--split valid] [--sentences 500]
+    python -m jaxnat.positions RUN [RUN ...] [--split valid] [--sentences 500]
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def to_markdown(results: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jaxnat.evaluation.positions", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m jaxnat.positions", description=__doc__.split("\n")[0])
     parser.add_argument("workdirs", nargs="+", help="trained CMLM/CMLMC workdirs")
     parser.add_argument("--split", default="valid", help="the split whose references are masked (default: valid)")
     parser.add_argument("--sentences", type=int, default=500, help="how many of its first pairs (default 500)")
