@@ -119,6 +119,8 @@ def measure(workdir: str, split: str, sentences: int, positions: int, batch: int
     translator = load_translator(config, workdir)
     module, params, tok = translator.spec.module, translator.params, translator.tokenizer
     src_text, ref_text = (side[:sentences] for side in corpus[split])
+    if not ref_text:
+        raise JaxnatError(f"{workdir}'s split {split!r} is empty")
     cap = config.model.max_len - 2
 
     def rows(texts, side):
@@ -127,8 +129,8 @@ def measure(workdir: str, split: str, sentences: int, positions: int, batch: int
         return np.array([[BOS_ID, *r, EOS_ID] + [PAD_ID] * (width - len(r) - 2) for r in ids], np.int32)
 
     src, tgt = rows(src_text, "src"), rows(ref_text, "tgt")
-    logits_of = jax.jit(lambda s, t: module.apply(params, t, module.apply(params, s, method="encode")[0],
-                                                  token_mask(s), method="token_logits"))
+    logits_of = jax.jit(lambda p, s, t: module.apply(p, t, module.apply(p, s, method="encode")[0], token_mask(s),
+                                                     method="token_logits"))
 
     def token_logits(canvas):  # in batches of one shape each (the last one padded with PAD rows)
         out = []
@@ -136,7 +138,7 @@ def measure(workdir: str, split: str, sentences: int, positions: int, batch: int
             s, t = src[i:i + batch], canvas[i:i + batch]
             fill = batch - len(s)
             s, t = (np.pad(a, ((0, fill), (0, 0)), constant_values=PAD_ID) for a in (s, t))
-            out.append(np.asarray(logits_of(jnp.asarray(s), jnp.asarray(t)))[:batch - fill])
+            out.append(np.asarray(logits_of(params, jnp.asarray(s), jnp.asarray(t)))[:batch - fill])
         return np.concatenate(out)
 
     try:
