@@ -23,10 +23,12 @@ import argparse
 import logging
 import sys
 
+import jax
 import numpy as np
 
-from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, NUM_RESERVED, PAD_ID
+from jaxnat.data.vocab import MASK_ID, NUM_RESERVED, PAD_ID
 from jaxnat.errors import ConfigError, JaxnatError
+from jaxnat.oracle import real_mask
 
 SHARES = (1.0, 0.5, 0.2, "one")  # the share of a target's real tokens masked; "one": exactly one token
 COSINE_EDGES = (0.5, 0.7)        # the thresholds the paper's Figure 1(a) discussion counts pairs above
@@ -80,33 +82,35 @@ def mask_share(real: np.ndarray, share, rng: np.random.Generator) -> np.ndarray:
     return real & (u < share)
 
 
-def context_use(token_logits, tgt: np.ndarray, shares=SHARES, seed: int = 0) -> list[dict]:
-    """token_logits: int32[B, T] canvases → float[B, T, V] (the sources fixed by the caller); tgt: int32[B, T]
-    reference rows [BOS … EOS PAD …]. → per share: {'share', 'masked', 'nll', 'accuracy'} over the masked
-    tokens (natural-log NLL without label smoothing; accuracy of the argmax, in percent)."""
+def context_use(token_logits, tgt: np.ndarray, shares=SHARES, seed: int = 0, batch: int = 64) -> list[dict]:
+    """token_logits(canvas int32[b, T], start) → float[b, T, V]: the model's logits for the canvases of
+    sentences start … start + b − 1 (the sources fixed by the caller); tgt: int32[B, T] reference rows
+    [BOS … EOS PAD …]. → per share: {'share', 'masked', 'nll', 'accuracy'} over the masked tokens (natural-log NLL
+    without label smoothing; accuracy of the argmax, in percent). The head is asked ``batch`` rows at a time, so
+    no more than [batch, T, V] logits are held at once."""
     rng = np.random.default_rng(seed)
-    real = (tgt != PAD_ID) & (tgt != BOS_ID) & (tgt != EOS_ID)
+    real = np.asarray(real_mask(tgt))
     rows = []
     for share in shares:
         masked = mask_share(real, share, rng)
-        logits = np.asarray(token_logits(np.where(masked, MASK_ID, tgt).astype(np.int32)), np.float64)
-        logits = logits - logits.max(axis=-1, keepdims=True)
-        logp = logits - np.log(np.exp(logits).sum(axis=-1, keepdims=True))
-        gold = np.take_along_axis(logp, tgt[..., None], axis=-1)[..., 0]
+        canvas = np.where(masked, MASK_ID, tgt).astype(np.int32)
+        nll = hits = 0.0
+        for start in range(0, len(tgt), batch):
+            part, gold = masked[start:start + batch], tgt[start:start + batch]
+            logp = np.asarray(jax.nn.log_softmax(token_logits(canvas[start:start + batch], start), axis=-1), np.float64)
+            nll -= np.take_along_axis(logp, gold[..., None], axis=-1)[..., 0][part].sum()
+            hits += (logp.argmax(-1) == gold)[part].sum()
         n = int(masked.sum())
-        rows.append({"share": share, "masked": n,
-                     "nll": float(-gold[masked].sum() / max(n, 1)),
-                     "accuracy": float(100.0 * (logp.argmax(-1) == tgt)[masked].sum() / max(n, 1))})
+        rows.append({"share": share, "masked": n, "nll": float(nll / max(n, 1)),
+                     "accuracy": float(100.0 * hits / max(n, 1))})
     return rows
 
 
 def measure(workdir: str, split: str, sentences: int, positions: int, batch: int = 64) -> dict:
     """Both measures for a trained CMLM/CMLMC workdir on the first ``sentences`` pairs of ``split``."""
-    import jax
-    import jax.numpy as jnp
-
     from jaxnat.config import workdir_config
     from jaxnat.data.sources import load_corpus
+    from jaxnat.decoding.request import pad_hypotheses
     from jaxnat.models.transformer import token_mask
     from jaxnat.restore import load_translator
 
@@ -121,25 +125,22 @@ def measure(workdir: str, split: str, sentences: int, positions: int, batch: int
     src_text, ref_text = (side[:sentences] for side in corpus[split])
     if not ref_text:
         raise JaxnatError(f"{workdir}'s split {split!r} is empty")
-    cap = config.model.max_len - 2
 
-    def rows(texts, side):
-        ids = [r[:cap] for r in tok.encode(texts, side)]
-        width = max(len(r) for r in ids) + 2
-        return np.array([[BOS_ID, *r, EOS_ID] + [PAD_ID] * (width - len(r) - 2) for r in ids], np.int32)
+    def rows(texts, side):  # [BOS … EOS] rows, cut to the model's length, all as wide as the longest
+        ids = [r[:config.model.max_len - 2] for r in tok.encode(texts, side)]
+        return pad_hypotheses(ids, max(len(r) for r in ids) + 2)
 
     src, tgt = rows(src_text, "src"), rows(ref_text, "tgt")
-    logits_of = jax.jit(lambda p, s, t: module.apply(p, t, module.apply(p, s, method="encode")[0], token_mask(s),
-                                                     method="token_logits"))
+    fill = -len(src) % batch  # PAD rows, so that every batch has one shape (one compile)
+    src = np.pad(src, ((0, fill), (0, 0)), constant_values=PAD_ID)
+    encode = jax.jit(lambda p, s: module.apply(p, s, method="encode")[0])
+    logits_of = jax.jit(lambda p, memory, s, t: module.apply(p, t, memory, token_mask(s), method="token_logits"))
+    memories = [encode(params, src[i:i + batch]) for i in range(0, len(src), batch)]  # each source encoded once
 
-    def token_logits(canvas):  # in batches of one shape each (the last one padded with PAD rows)
-        out = []
-        for i in range(0, len(canvas), batch):
-            s, t = src[i:i + batch], canvas[i:i + batch]
-            fill = batch - len(s)
-            s, t = (np.pad(a, ((0, fill), (0, 0)), constant_values=PAD_ID) for a in (s, t))
-            out.append(np.asarray(logits_of(params, jnp.asarray(s), jnp.asarray(t)))[:batch - fill])
-        return np.concatenate(out)
+    def token_logits(canvas, start):
+        b = len(canvas)
+        canvas = np.pad(canvas, ((0, batch - b), (0, 0)), constant_values=PAD_ID)
+        return np.asarray(logits_of(params, memories[start // batch], src[start:start + batch], canvas))[:b]
 
     try:
         parts = decoder_inputs(params, config.model.concat_pe, positions)
@@ -149,7 +150,7 @@ def measure(workdir: str, split: str, sentences: int, positions: int, batch: int
     except ConfigError as e:
         similarity = {"error": str(e)}
     return {"workdir": workdir, "checkpoint": translator.checkpoint, "split": split, "sentences": len(tgt),
-            "positions": positions, "similarity": similarity, "context": context_use(token_logits, tgt)}
+            "positions": positions, "similarity": similarity, "context": context_use(token_logits, tgt, batch=batch)}
 
 
 def to_markdown(results: list[dict]) -> str:
