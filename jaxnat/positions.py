@@ -117,6 +117,9 @@ def measure(workdir: str, split: str, sentences: int, positions: int, batch: int
     config = workdir_config(workdir)
     if config.model.name != "cmlm":
         raise ConfigError(f"{workdir} is a {config.model.name} model; this measures CMLM/CMLMC (model.name=cmlm)")
+    if positions > config.model.max_len:
+        raise ConfigError(f"--positions {positions} is more than {workdir}'s model has (model.max_len="
+                          f"{config.model.max_len})")
     corpus = load_corpus(config.data)
     if split not in corpus or corpus[split][1] is None:
         raise JaxnatError(f"{workdir}'s data has no references for split {split!r} (splits: {', '.join(corpus)})")

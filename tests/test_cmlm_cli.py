@@ -104,3 +104,7 @@ def test_positions_report_on_the_trained_model(trained, ar_run, capsys):
     assert positions.main([str(ar_run)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("jaxnat: error:") and "model.name=cmlm" in err and "\n" not in err
+    # more positions than the model has: said, not silently fewer compared
+    assert positions.main([str(workdir), "--positions", "65"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("jaxnat: error:") and "model.max_len=64" in err and "\n" not in err
