@@ -102,3 +102,70 @@ def test_unknown_job_is_one_line_error(tmp_path):
     out = subprocess.run(["bash", QUEUE, str(tmp_path / "runs")], env=dict(os.environ, ONLY="natbase nosuchjob"),
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stderr.startswith("queue.sh: no job 'nosuchjob'") and not out.stdout
+
+
+# a stand-in for python under launch/multi30k_cmlm_rows.sh: prints its arguments and the cores it may run on, writes
+# the metrics.json of a --workdir, prints a table for jaxnat.positions; the training of FAIL_ROW fails
+ROWS_PYTHON = """#!/usr/bin/env bash
+echo "$* cores=$(taskset -pc $$ | sed 's/.*: //')"
+case "$*" in *jaxnat.positions*) echo "| positions of ${@: -1} |"; exit 0;; esac
+prev=
+for a in "$@"; do [ "$prev" = --workdir ] && wd=$a; prev=$a; done
+case "$*" in *--mode\\ eval*) ;; *"$wd"*) [ "${wd##*/}" = "${FAIL_ROW:-}" ] && exit 1;; esac
+mkdir -p "$wd" && echo '{}' > "$wd/metrics.json"
+"""
+ROWS = ("cmlm", "cmlm-revpos", "cmlm-corr", "cmlmc")
+
+
+def run_rows(tmp_path, *args, **env):
+    python = tmp_path / "python"
+    python.write_text(ROWS_PYTHON)
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    (tmp_path / "data").mkdir(exist_ok=True)
+    script = os.path.join(os.path.dirname(QUEUE), "multi30k_cmlm_rows.sh")
+    return subprocess.run(["bash", script, str(tmp_path / "data"), str(tmp_path / "runs"), *args], text=True,
+                          env=dict(os.environ, PYTHON=str(python), **env), capture_output=True, timeout=60)
+
+
+def test_cmlm_rows_script_trains_each_row_with_its_switches_then_diagnoses_and_evaluates(tmp_path):
+    out = run_rows(tmp_path, "7", "--config.x=1", PIN="1")
+    assert out.returncode == 0, out.stdout + out.stderr
+    runs = tmp_path / "runs"
+    switches = {"cmlm": (False, False, False), "cmlm-revpos": (True, True, False),
+                "cmlm-corr": (False, False, True), "cmlmc": (True, True, True)}
+    cores = len(os.sched_getaffinity(0))  # what nproc counts
+    for i, row in enumerate(ROWS):
+        train = (runs / f"{row}.train.log").read_text()
+        assert len(train.splitlines()) == 1 and f"--workdir {runs / row} " in train
+        assert "--config.train.steps=7 " in train and f"--config.data.dir={tmp_path / 'data'} " in train
+        # the plain evaluation first; the user's flags come last, so they can override it
+        assert train.index("--config.eval.constraints= ") < train.index("--config.x=1")
+        for flag, on in zip(("model.masked_attn", "model.concat_pe", "train.correction"), switches[row]):
+            assert (f"--config.{flag}=false" not in train) == on, (row, flag)
+        assert train.rstrip().endswith(f"cores={i % cores}")  # PIN=1: row i on core i mod nproc
+        assert (runs / row / "metrics.plain.json").exists() and (runs / row / "metrics.full.json").exists()
+        assert (runs / row / "positions.txt").read_text().endswith(f"| positions of {runs / row} |\n")
+        evaluation = (runs / f"{row}.eval.log").read_text()
+        assert "--mode eval" in evaluation and "--config.x=1" in evaluation and "iteration_sweep" not in evaluation
+    # a second start finds every phase done and runs nothing
+    again = run_rows(tmp_path, "7", "--config.x=1")
+    assert again.returncode == 0
+    for row in ROWS:
+        for log in ("train", "eval"):
+            assert len((runs / f"{row}.{log}.log").read_text().splitlines()) == 1
+
+
+def test_cmlm_rows_script_reports_a_failed_row_and_goes_on_with_the_others(tmp_path):
+    out = run_rows(tmp_path, "7", FAIL_ROW="cmlm-corr", ROWS="cmlm-corr cmlmc")
+    assert out.returncode == 1 and "cmlm-corr: train failed" in out.stdout
+    runs = tmp_path / "runs"
+    assert (runs / "cmlmc" / "metrics.full.json").exists() and (runs / "cmlmc" / "positions.txt").exists()
+    assert not (runs / "cmlm-corr.eval.log").exists() and not (runs / "cmlm-corr" / "positions.txt").exists()
+    # bad arguments: one line and exit 2
+    for args, env, message in (((), {"ROWS": "cmlm nosuchrow"}, "no row 'nosuchrow'"),
+                               (("x",), {}, "usage: DATA_DIR RUNS_DIR")):
+        script = os.path.join(os.path.dirname(QUEUE), "multi30k_cmlm_rows.sh")
+        data = [str(tmp_path / "data"), str(runs)] if not args else list(args)
+        bad = subprocess.run(["bash", script, *data], env=dict(os.environ, **env), capture_output=True, text=True,
+                             timeout=60)
+        assert bad.returncode == 2 and bad.stderr.startswith("multi30k_cmlm_rows.sh: ") and message in bad.stderr
