@@ -28,9 +28,9 @@ ROWS=${ROWS:-cmlm cmlm-revpos cmlm-corr cmlmc}
 for row in $ROWS; do [ -n "${FLAGS[$row]+set}" ] || fail "no row '$row' (rows: ${!FLAGS[*]})"; done
 cd "$(dirname "$0")/.."
 mkdir -p "$RUNS"
-# several processes on one GPU take its memory as they need it; compiled programs are shared on disk (the rows
-# with and without RevealPosition decode with the same two graphs)
-export XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_COMPILATION_CACHE_DIR="$RUNS/xla-cache"
+# several processes on one GPU take its memory as they need it (compiled programs are shared through jaxnat's
+# compilation cache, JAXNAT_COMPILATION_CACHE)
+export XLA_PYTHON_CLIENT_PREALLOCATE=false
 py() { if [ -n "${PIN:-}" ]; then taskset -c "$CORE" "$PYTHON" "$@"; else "$PYTHON" "$@"; fi; }
 main() {  # ROW LOG ARGS...: jaxnat.main on the row's workdir with its flags
     local row=$1 log=$2; shift 2
