@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The CMLMC paper's four ablation rows (CMLM, +RevealPosition, +correction, CMLMC) on Multi30k En→De raw data,
+# and on request its Table A.1 rows (RevealPosition's halves alone: cmlm-maskedattn, cmlm-concatpe),
 # trained side by side at the CPU queue's budget (launch/queue.sh: STEPS updates of 4096 tokens,
 # configs/cmlm/multi30k.py; the vocabulary is trained with the AR run's settings, so it is the AR run's). The
 # rows run at once, each in three steps, the cheapest first, so that a run cut short still has its main figures:
@@ -10,7 +11,7 @@
 # Every step resumes: re-run the script after a kill; it exits 1 if a row failed (its output says where). Logs:
 # RUNS/<row>.{train,positions,eval}.log.
 # Usage: launch/multi30k_cmlm_rows.sh DATA_DIR RUNS_DIR [STEPS (2500)] [--config.KEY=VALUE ...: every run]
-# Environment: PYTHON (default python), ROWS (default: all four), PIN=1: the i-th row's processes on core
+# Environment: PYTHON (default python), ROWS (default: the four of Table 1), PIN=1: the i-th row's processes on core
 # i mod nproc (two pinned XLA processes beat two that share both cores by about 12% on a 2-core machine).
 # On one GPU the four rows share the card, but each first compiles its train step for every batch shape
 # (data.bucket_*): on an H200 that took more than a 9-minute lease (docs/benchmarks.md, "On a GPU").
@@ -23,7 +24,9 @@ shift $(( $# < 3 ? $# : 3 ))
 PYTHON=${PYTHON:-python}
 NO_REVPOS="--config.model.masked_attn=false --config.model.concat_pe=false"
 declare -A FLAGS=([cmlm]="$NO_REVPOS --config.train.correction=false" [cmlm-revpos]="--config.train.correction=false"
-                  [cmlm-corr]="$NO_REVPOS" [cmlmc]="")
+                  [cmlm-corr]="$NO_REVPOS" [cmlmc]=""
+                  [cmlm-maskedattn]="--config.model.concat_pe=false --config.train.correction=false"
+                  [cmlm-concatpe]="--config.model.masked_attn=false --config.train.correction=false")
 ROWS=${ROWS:-cmlm cmlm-revpos cmlm-corr cmlmc}
 for row in $ROWS; do [ -n "${FLAGS[$row]+set}" ] || fail "no row '$row' (rows: ${!FLAGS[*]})"; done
 cd "$(dirname "$0")/.."

@@ -155,6 +155,18 @@ def test_cmlm_rows_script_trains_each_row_with_its_switches_then_diagnoses_and_e
             assert len((runs / f"{row}.{log}.log").read_text().splitlines()) == 1
 
 
+def test_cmlm_rows_script_trains_the_halves_of_reveal_position_on_request(tmp_path):
+    # the paper's Table A.1: masked attention alone, concatenated positions alone, neither with the correction loss
+    out = run_rows(tmp_path, "7", ROWS="cmlm-maskedattn cmlm-concatpe")
+    assert out.returncode == 0, out.stdout + out.stderr
+    for row, off in (("cmlm-maskedattn", "model.concat_pe"), ("cmlm-concatpe", "model.masked_attn")):
+        train = (tmp_path / "runs" / f"{row}.train.log").read_text()
+        on = {"model.masked_attn", "model.concat_pe"} - {off}
+        assert f"--config.{off}=false" in train and "--config.train.correction=false" in train
+        assert all(f"--config.{flag}=false" not in train for flag in on), row
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir() if p.is_dir()) == ["cmlm-concatpe", "cmlm-maskedattn"]
+
+
 def test_cmlm_rows_script_reports_a_failed_row_and_goes_on_with_the_others(tmp_path):
     out = run_rows(tmp_path, "7", FAIL_ROW="cmlm-corr", ROWS="cmlm-corr cmlmc")
     assert out.returncode == 1 and "cmlm-corr: train failed" in out.stdout
