@@ -22,11 +22,10 @@ fail() { echo "multi30k_cmlm_rows.sh: $*" >&2; exit 2; }
 DATA=$(realpath "$1") RUNS=$(realpath -m "$2") STEPS=${3:-2500}
 shift $(( $# < 3 ? $# : 3 ))
 PYTHON=${PYTHON:-python}
-NO_REVPOS="--config.model.masked_attn=false --config.model.concat_pe=false"
-declare -A FLAGS=([cmlm]="$NO_REVPOS --config.train.correction=false" [cmlm-revpos]="--config.train.correction=false"
-                  [cmlm-corr]="$NO_REVPOS" [cmlmc]=""
-                  [cmlm-maskedattn]="--config.model.concat_pe=false --config.train.correction=false"
-                  [cmlm-concatpe]="--config.model.masked_attn=false --config.train.correction=false")
+NO_MASKED="--config.model.masked_attn=false" NO_CONCAT="--config.model.concat_pe=false"
+NO_CORR="--config.train.correction=false"
+declare -A FLAGS=([cmlm]="$NO_MASKED $NO_CONCAT $NO_CORR" [cmlm-revpos]="$NO_CORR" [cmlm-corr]="$NO_MASKED $NO_CONCAT"
+                  [cmlmc]="" [cmlm-maskedattn]="$NO_CONCAT $NO_CORR" [cmlm-concatpe]="$NO_MASKED $NO_CORR")
 ROWS=${ROWS:-cmlm cmlm-revpos cmlm-corr cmlmc}
 for row in $ROWS; do [ -n "${FLAGS[$row]+set}" ] || fail "no row '$row' (rows: ${!FLAGS[*]})"; done
 cd "$(dirname "$0")/.."

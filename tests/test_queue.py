@@ -159,11 +159,11 @@ def test_cmlm_rows_script_trains_the_halves_of_reveal_position_on_request(tmp_pa
     # the paper's Table A.1: masked attention alone, concatenated positions alone, neither with the correction loss
     out = run_rows(tmp_path, "7", ROWS="cmlm-maskedattn cmlm-concatpe")
     assert out.returncode == 0, out.stdout + out.stderr
-    for row, off in (("cmlm-maskedattn", "model.concat_pe"), ("cmlm-concatpe", "model.masked_attn")):
+    halves = (("cmlm-maskedattn", "masked_attn", "concat_pe"), ("cmlm-concatpe", "concat_pe", "masked_attn"))
+    for row, on, off in halves:
         train = (tmp_path / "runs" / f"{row}.train.log").read_text()
-        on = {"model.masked_attn", "model.concat_pe"} - {off}
-        assert f"--config.{off}=false" in train and "--config.train.correction=false" in train
-        assert all(f"--config.{flag}=false" not in train for flag in on), row
+        assert f"--config.model.{off}=false" in train and "--config.train.correction=false" in train, row
+        assert f"--config.model.{on}=false" not in train, row
     assert sorted(p.name for p in (tmp_path / "runs").iterdir() if p.is_dir()) == ["cmlm-concatpe", "cmlm-maskedattn"]
 
 
