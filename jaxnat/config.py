@@ -127,6 +127,10 @@ def default_config() -> ml_collections.ConfigDict:
         batch_tokens=4096,  # padded tokens per batch and side
         # bucket lengths: multiples of 4 growing ~1.2x (fewer: less compiling, more padding)
         bucket_growth=1.2, bucket_multiple=4,
+        # sequence packing: several pairs a training row of max_len tokens, no attention across them, one batch
+        # shape (one compiled train program). Taken by the models whose losses stay exact per pair (docs/training.md);
+        # the others train on the buckets above, as does every model with pack=false
+        pack=True,
         init_lang="",  # e.g. "mt": refining models train (and evaluate) from {split}.mt[.gz], initial hypotheses y0
         # a trained workdir whose SentencePiece models this run uses instead of training its own (copied into
         # this workdir at the start): one vocabulary with an AR rescorer (eval.rescorer)

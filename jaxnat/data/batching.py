@@ -342,6 +342,161 @@ class TrainBatcher:
         return batch
 
 
+def pack_rows(lengths: np.ndarray, width: int, order: np.ndarray) -> list[np.ndarray]:
+    """Packs examples into rows of ``width`` tokens a side: best-fit decreasing on each example's longer side.
+
+    lengths: int[N] (an example's longest side, BOS/EOS included, each <= width); order: a permutation of
+    range(N) that breaks ties between equal lengths (a seeded one makes the packing a function of the seed).
+    Returns the rows, each an int64 array of example indices in the order they sit in the row. Every side of a
+    row holds at most ``width`` tokens, since no side of an example is longer than its longest.
+
+    Best fit: each example, longest first, goes to the open row with the least room that still holds it, so
+    short examples fill the gaps long ones leave (padding is typically a few percent).
+    """
+    by_room: list[list[int]] = [[] for _ in range(width + 1)]  # room left -> rows with exactly that room
+    rows: list[list[int]] = []
+    for i in order[np.argsort(-lengths[order], kind="stable")]:
+        n = int(lengths[i])
+        room = next((r for r in range(n, width + 1) if by_room[r]), None)
+        if room is None:
+            row, room = len(rows), width
+            rows.append([])
+        else:
+            row = by_room[room].pop()
+        rows[row].append(int(i))
+        by_room[room - n].append(row)
+    return [np.asarray(r, dtype=np.int64) for r in rows]
+
+
+def max_segments(width: int) -> int:
+    """The most segments a packed row of ``width`` tokens can hold (a [BOS, EOS] example has two)."""
+    return width // 2
+
+
+def _fill_packed(seqs: Sequence[np.ndarray], rows: Sequence[np.ndarray], width: int) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens int32[R, width], segment ids int32[R, width]): row r's examples back to back, segment ids 1, 2, …
+    in row order, PAD and segment 0 after the last."""
+    tokens = np.full((len(rows), width), PAD_ID, dtype=np.int32)
+    segments = np.zeros((len(rows), width), dtype=np.int32)
+    for r, members in enumerate(rows):
+        at = 0
+        for k, i in enumerate(members):
+            x = seqs[i]
+            tokens[r, at: at + len(x)] = x
+            segments[r, at: at + len(x)] = k + 1
+            at += len(x)
+    return tokens, segments
+
+
+class PackedBatcher:
+    """Deterministic, resumable batches of ONE shape [B, W]: several pairs per row (sequence packing).
+
+    W = ``width`` (data.max_len) and B = batch_tokens // W (a multiple of ``multiple_of``). The examples are
+    packed into rows once (`pack_rows`, seeded); each epoch shuffles the rows and groups them B at a time, the
+    last batch completed with empty rows, so `steps_per_epoch` is the same every epoch and the batch of a step
+    depends only on (seed, step), as with `TrainBatcher`, whose interface this one shares.
+
+    A batch: 'src', 'tgt' int32[B, W] (pair k of a row is segment k on both sides) and 'src_seg', 'tgt_seg'
+    int32[B, W] (segment ids: 1, 2, … per row, 0 on padding); each extra (per-example side data int32[N, ...])
+    as int32[B, max_segments(W), ...], slot k - 1 for segment k, PAD for none. A model computes every
+    per-sentence quantity per segment (`jaxnat.models.packing`), so a pair's loss does not depend on the pairs
+    it shares a row with.
+    """
+
+    def __init__(self, src: Sequence[np.ndarray], tgt: Sequence[np.ndarray], batch_tokens: int, width: int,
+                 seed: int, multiple_of: int = 1, extras: dict[str, np.ndarray] | None = None,
+                 process: tuple[int, int] = (0, 1)):
+        if len(src) != len(tgt):
+            raise DataError(f"{len(src)} source but {len(tgt)} target examples; they must be aligned")
+        if len(src) == 0:
+            raise DataError("no training examples left after filtering; check the data and max_len")
+        if int(width) != width or width < 2:
+            raise ConfigError(f"the packed row width must be an integer >= 2, got {width!r}")
+        if int(batch_tokens) != batch_tokens or batch_tokens < width:
+            raise ConfigError(f"batch_tokens ({batch_tokens!r}) must be an integer of at least one row ({width})")
+        if int(multiple_of) != multiple_of or multiple_of < 1:
+            raise ConfigError(f"multiple_of must be a positive integer, got {multiple_of!r}")
+        if int(seed) != seed or seed < 0:
+            raise ConfigError(f"data seed must be a non-negative integer, got {seed!r}")
+        if not (process[1] >= 1 and 0 <= process[0] < process[1] and multiple_of % process[1] == 0):
+            raise ConfigError(f"process {process} (index, count) must have 0 <= index < count and count dividing "
+                              f"multiple_of={multiple_of}")
+        self.src, self.tgt, self.init = src, tgt, None
+        self.extras = _check_extras(extras, len(src))
+        self.seed, self.width, self.process = int(seed), int(width), process
+        self.multiple_of = int(multiple_of)
+        n = len(src)
+        lengths = np.maximum(_lengths(src, n), _lengths(tgt, n))
+        if lengths.max() > width:
+            raise DataError(f"{int((lengths > width).sum())} examples are longer than a packed row ({width} "
+                            f"tokens); filter or truncate them with prepare_examples first")
+        order = np.random.default_rng([self.seed, 1 << 30]).permutation(n)  # a stream of its own: not epoch 0's
+        self.rows = pack_rows(lengths, self.width, order)
+        self.batch_size = max(self.multiple_of, (int(batch_tokens) // self.width) // self.multiple_of
+                              * self.multiple_of)
+        self.steps_per_epoch = -(-len(self.rows) // self.batch_size)
+        self.num_examples = n
+        real = int(_lengths(src, n).sum() + _lengths(tgt, n).sum())
+        # the share of the batches' tokens (both sides, filler rows included) that are padding
+        self.padding = 1.0 - real / (2 * self.steps_per_epoch * self.batch_size * self.width)
+        self._lock = threading.Lock()
+        self._plan_epoch: int | None = None
+        self._plan: np.ndarray = np.empty(0)
+
+    @property
+    def shapes(self) -> set[tuple[int, int]]:
+        """The one (batch, length) shape of every batch."""
+        return {(self.batch_size, self.width)}
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return ("src", "tgt", "src_seg", "tgt_seg") + tuple(self.extras)
+
+    def key_shapes(self, shape: tuple[int, int]) -> dict[str, tuple[int, ...]]:
+        k = max_segments(self.width)
+        return {key: (shape[0], k, *self.extras[key].shape[1:]) if key in self.extras else shape
+                for key in self.keys}
+
+    def first_batch_of_shape(self, shape: tuple[int, int]) -> dict[str, np.ndarray]:
+        if shape not in self.shapes:
+            raise ValueError(f"no batch of shape {shape}; the shape: {sorted(self.shapes)}")
+        return self.batch(0)
+
+    def plan(self, epoch: int) -> np.ndarray:
+        """int64[steps_per_epoch, B]: the packed rows of each batch of the epoch, -1 for an empty row."""
+        if int(epoch) != epoch or epoch < 0:
+            raise ValueError(f"epoch must be a non-negative integer, got {epoch!r}")
+        with self._lock:
+            if self._plan_epoch != epoch:
+                order = np.full(self.steps_per_epoch * self.batch_size, -1, dtype=np.int64)
+                order[: len(self.rows)] = np.random.default_rng([self.seed, int(epoch)]).permutation(len(self.rows))
+                self._plan, self._plan_epoch = order.reshape(self.steps_per_epoch, self.batch_size), int(epoch)
+            return self._plan
+
+    def batch_indices(self, step: int) -> np.ndarray:
+        """int64[B, max_segments(W)]: the example of each segment of each row of batch ``step`` (-1: none)."""
+        epoch, within = divmod(int(step), self.steps_per_epoch)
+        out = np.full((self.batch_size, max_segments(self.width)), -1, dtype=np.int64)
+        for r, row in enumerate(self.plan(epoch)[within]):
+            if row >= 0:
+                out[r, : len(self.rows[row])] = self.rows[row]
+        return out
+
+    def batch(self, step: int) -> dict[str, np.ndarray]:
+        """The batch of global step ``step`` (see the class); with ``process`` = (i, n), its i-th block of rows."""
+        if int(step) != step or step < 0:
+            raise ValueError(f"step must be a non-negative integer, got {step!r}")
+        index, count = self.process
+        members = self.batch_indices(step).reshape(count, -1, max_segments(self.width))[index]
+        rows = [m[m >= 0] for m in members]
+        batch = {}
+        batch["src"], batch["src_seg"] = _fill_packed(self.src, rows, self.width)
+        batch["tgt"], batch["tgt_seg"] = _fill_packed(self.tgt, rows, self.width)
+        batch.update({k: _gather(v, members.reshape(-1)).reshape(members.shape + v.shape[1:])
+                      for k, v in self.extras.items()})
+        return batch
+
+
 class Prefetcher:
     """Iterator over fn(start_step), fn(start_step + 1), ... computed ahead in a background thread.
 

@@ -16,6 +16,7 @@ from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.decoding.search import ar_search
 from jaxnat.errors import ConfigError
 from jaxnat.models.losses import smoothed_cross_entropy
+from jaxnat.models.packing import next_in_segment
 from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import (Decoder, Embedder, Encoder, TransformerConfig, token_mask,
                                       without_cross_cache)
@@ -33,23 +34,28 @@ class ARTransformer(nn.Module):
         if not c.tie_output:
             self.output = nn.Dense(c.tgt_vocab_size, use_bias=False, kernel_init=c.kernel_init(), name="output")
 
-    def encode(self, src: jnp.ndarray, train: bool = False) -> jnp.ndarray:
-        """src: int32[B, S] -> float[B, S, D]."""
-        return self.encoder(self.src_embed(src, train), token_mask(src), train)
+    def encode(self, src: jnp.ndarray, train: bool = False, segments=None) -> jnp.ndarray:
+        """src: int32[B, S] -> float[B, S, D]. segments: int32[B, S] segment ids of a packed batch, or None."""
+        mask = token_mask(src) if segments is None else segments
+        return self.encoder(self.src_embed(src, train, segments=segments), mask, train)
 
     def logits(self, h: jnp.ndarray) -> jnp.ndarray:
         """float[..., D] -> float32[..., V]."""
         return self.tgt_embed.attend(h) if self.cfg.tie_output else self.output(h).astype(jnp.float32)
 
-    def __call__(self, src: jnp.ndarray, tgt_in: jnp.ndarray, train: bool = False) -> jnp.ndarray:
-        """Teacher forcing. src: int32[B, S]; tgt_in: int32[B, T] -> logits float32[B, T, V]."""
-        return self.decode(tgt_in, self.encode(src, train), token_mask(src), train)
+    def __call__(self, src: jnp.ndarray, tgt_in: jnp.ndarray, train: bool = False, src_seg=None,
+                 tgt_seg=None) -> jnp.ndarray:
+        """Teacher forcing. src: int32[B, S]; tgt_in: int32[B, T] -> logits float32[B, T, V]. A packed batch
+        also gives src_seg int32[B, S] and tgt_seg int32[B, T], the segment ids (`jaxnat.models.packing`)."""
+        src_mask = token_mask(src) if src_seg is None else src_seg
+        return self.decode(tgt_in, self.encode(src, train, src_seg), src_mask, train, tgt_seg)
 
     def decode(self, tgt_in: jnp.ndarray, memory: jnp.ndarray, src_mask: jnp.ndarray,
-               train: bool = False) -> jnp.ndarray:
+               train: bool = False, segments=None) -> jnp.ndarray:
         """Teacher forcing on an encoded source. tgt_in: int32[B, T]; memory: float[B, S, D]; src_mask:
-        bool[B, S] -> logits float32[B, T, V]."""
-        h = self.decoder(self.tgt_embed(tgt_in, train), token_mask(tgt_in), memory, src_mask, train)
+        bool[B, S] (segment ids with ``segments``, tgt_in's int32[B, T]) -> logits float32[B, T, V]."""
+        mask = token_mask(tgt_in) if segments is None else segments
+        h = self.decoder(self.tgt_embed(tgt_in, train, segments=segments), mask, memory, src_mask, train)
         return self.logits(h)
 
     def init_cache(self, memory: jnp.ndarray, max_len: int):
@@ -66,12 +72,20 @@ class ARTransformer(nn.Module):
 def ar_loss(model: ARTransformer, params, batch: dict, rng, label_smoothing: float, train: bool = True):
     """Teacher-forced label-smoothed cross-entropy.
 
-    batch['src']: int32[B, S], batch['tgt']: int32[B, T] ([BOS … EOS], PAD after). Returns
-    (loss_sum, {'nll': nll_sum, 'count': target tokens}) so that callers normalise globally.
+    batch['src']: int32[B, S], batch['tgt']: int32[B, T] ([BOS … EOS], PAD after), or a packed batch (several
+    such pairs a row, with 'src_seg' and 'tgt_seg'; a token is a target only after a token of its own pair).
+    Returns (loss_sum, {'nll': nll_sum, 'count': target tokens}) so that callers normalise globally.
     """
     tgt = batch["tgt"]
-    logits = model.apply(params, batch["src"], tgt[:, :-1], train=train, rngs={"dropout": rng})
-    loss, nll, count = smoothed_cross_entropy(logits, tgt[:, 1:], token_mask(tgt[:, 1:]), label_smoothing)
+    if "tgt_seg" in batch:
+        seg = batch["tgt_seg"]
+        logits = model.apply(params, batch["src"], tgt[:, :-1], train=train, src_seg=batch["src_seg"],
+                             tgt_seg=seg[:, :-1], rngs={"dropout": rng})
+        targets = next_in_segment(seg)
+    else:
+        logits = model.apply(params, batch["src"], tgt[:, :-1], train=train, rngs={"dropout": rng})
+        targets = token_mask(tgt[:, 1:])
+    loss, nll, count = smoothed_cross_entropy(logits, tgt[:, 1:], targets, label_smoothing)
     return loss, {"nll": nll, "count": count}
 
 
@@ -157,7 +171,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         return ar_loss(module, params, batch, rng, config.train.label_smoothing, train)
 
     capacity = output_capacity(cfg, e)
-    return ModelSpec("ar", cfg, module, init, loss, generate, capacity, SUPPORTS)
+    return ModelSpec("ar", cfg, module, init, loss, generate, capacity, SUPPORTS, packs=True)
 
 
 def output_capacity(cfg: TransformerConfig, eval_cfg):

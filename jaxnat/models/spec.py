@@ -27,6 +27,8 @@ class ModelSpec:
       before decoding (length prediction), the lengths (BOS/EOS excluded) of every row it will decode and what
       it computed to find them; generate(params, request.replace(plan=..., max_out=width)) then decodes the
       same translations on outputs of any width that holds the longest (the translator picks the narrowest)
+    packs: whether loss takes packed batches (`jaxnat.data.batching.PackedBatcher`: several pairs a row, with
+      'src_seg' and 'tgt_seg'), each pair's loss exactly its loss alone; training then compiles one program
     """
 
     name: str
@@ -38,6 +40,7 @@ class ModelSpec:
     capacity: Callable
     supports: Supports
     plan: Callable | None = None
+    packs: bool = False
 
     def __post_init__(self):
         # one compiled program: called outside jit (tests, notebooks), flax's initialisation would run op by op,

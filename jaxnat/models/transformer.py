@@ -20,6 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxnat.data.vocab import PAD_ID
+from jaxnat.models.packing import is_segments, segment_positions
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,13 +72,19 @@ def sinusoidal_positions(length: int, dim: int) -> jnp.ndarray:
     return table
 
 
-def attention_bias(key_mask: jnp.ndarray, causal: bool = False) -> jnp.ndarray:
+def attention_bias(key_mask: jnp.ndarray, causal: bool = False, query_mask: jnp.ndarray | None = None) -> jnp.ndarray:
     """Additive float32[B, 1, Q|1, K] bias: 0 where a query may attend to a key, a large negative number elsewhere.
 
-    key_mask: bool[B, K]. Padded queries are not masked (their outputs are ignored downstream). causal adds
-    the lower-triangular constraint (then Q == K).
+    key_mask: bool[B, K], True at real keys; padded queries are not masked (their outputs are ignored
+    downstream). Or, for a packed batch (`jaxnat.models.packing`), int32[B, K] segment ids: then a query attends
+    only to the keys of its own segment, the queries' segment ids being ``query_mask`` int32[B, Q] (default: the
+    keys', for self-attention). causal adds the lower-triangular constraint (then Q == K).
     """
-    allowed = key_mask[:, None, None, :]
+    if is_segments(key_mask):
+        queries = key_mask if query_mask is None else query_mask
+        allowed = (key_mask[:, None, None, :] > 0) & (queries[:, None, :, None] == key_mask[:, None, None, :])
+    else:
+        allowed = key_mask[:, None, None, :]
     if causal:
         q = key_mask.shape[1]
         allowed = allowed & jnp.tril(jnp.ones((q, q), dtype=bool))[None, None]
@@ -265,10 +272,19 @@ class Embedder(nn.Module):
         table = self.pos_table if c.positions == "learned" else sinusoidal_positions(c.max_len, c.d_model)
         return jax.lax.dynamic_slice_in_dim(table, offset, length, axis=0)
 
-    def __call__(self, ids: jnp.ndarray, train: bool, offset=0) -> jnp.ndarray:
-        """ids: int32[B, L] -> float[B, L, D]."""
-        x = self.tokens(ids) * math.sqrt(self.cfg.d_model) + self.positions(ids.shape[1], offset)[None]
+    def __call__(self, ids: jnp.ndarray, train: bool, offset=0, segments=None) -> jnp.ndarray:
+        """ids: int32[B, L] -> float[B, L, D]. segments: int32[B, L] segment ids of a packed row (positions then
+        restart with each segment) or None."""
+        x = self.tokens(ids) * math.sqrt(self.cfg.d_model) + self.position_codes(ids, offset, segments)
         return self.drop(x.astype(self.cfg.compute_dtype), deterministic=not train)
+
+    def position_codes(self, ids: jnp.ndarray, offset=0, segments=None) -> jnp.ndarray:
+        """float32[1|B, L, D]: the position encodings of ``ids`` int32[B, L] (per segment, with ``segments``)."""
+        if segments is None:
+            return self.positions(ids.shape[1], offset)[None]
+        c = self.cfg
+        table = self.pos_table if c.positions == "learned" else sinusoidal_positions(c.max_len, c.d_model)
+        return table[jnp.minimum(segment_positions(segments), c.max_len - 1)]
 
     def lookup(self, ids: jnp.ndarray) -> jnp.ndarray:
         """ids: int32[B, L] -> float32[B, L, D], the raw token embeddings (no scaling, positions or dropout)."""
@@ -288,7 +304,8 @@ class Encoder(nn.Module):
 
     @nn.compact
     def __call__(self, x: jnp.ndarray, mask: jnp.ndarray, train: bool, prefixes=None, prefix_mask=None) -> jnp.ndarray:
-        """x: float[B, S, D] embedded source; mask: bool[B, S] -> float[B, S, D]. prefixes: per layer (key inputs,
+        """x: float[B, S, D] embedded source; mask: bool[B, S] (or int32 segment ids: `attention_bias`) -> float[B, S,
+        D]. prefixes: per layer (key inputs,
         value inputs) float[B, C, D] of C extra self-attention entries before the source's, prefix_mask: bool[B, C]
         (vectorized constraints)."""
         bias = attention_bias(mask if prefixes is None else jnp.concatenate([prefix_mask, mask], axis=1))
@@ -318,7 +335,8 @@ class Decoder(nn.Module):
 
     def __call__(self, x, mask, memory, memory_mask, train: bool, num_layers: int | None = None,
                  return_attention: bool = False, finish: bool = True, prefixes=None):
-        """x: float[B, T, D]; mask: bool[B, T]; memory: float[B, S, D]; memory_mask: bool[B, S].
+        """x: float[B, T, D]; mask: bool[B, T]; memory: float[B, S, D]; memory_mask: bool[B, S] (or both int32
+        segment ids of a packed batch: `attention_bias`).
 
         Returns float[B, T, D]. num_layers runs only the first layers ("early exit": the layers above are
         not computed), then the final norm (unless not ``finish``: a caller that stacks more layers on top
@@ -329,7 +347,7 @@ class Decoder(nn.Module):
         """
         self_bias = attention_bias(mask, causal=self.causal)
         causal_bias = attention_bias(mask, causal=True) if self.masked_attn else None
-        cross_bias = attention_bias(memory_mask)
+        cross_bias = attention_bias(memory_mask, query_mask=mask)
         weights = None
         for i, layer in enumerate(self.layers[:num_layers]):
             kv = layer.cross_kv(memory, None if prefixes is None else prefixes[i])

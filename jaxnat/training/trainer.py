@@ -19,7 +19,7 @@ import optax
 from tqdm import tqdm
 
 from jaxnat.config import check_matches_workdir, workdir_config
-from jaxnat.data.batching import TrainBatcher, bucket_lengths, eval_batches, prefetch, prepare_with_init
+from jaxnat.data.batching import PackedBatcher, TrainBatcher, bucket_lengths, eval_batches, prefetch, prepare_with_init
 from jaxnat.data.phrase_pairs import encode_pairs
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.tokenizer import Tokenizer
@@ -156,12 +156,24 @@ class Trainer:
         d = self.config.data
         return encode_pairs(pairs, self.tokenizer.encode, d.max_pairs, d.max_pair_pieces)
 
-    def make_batcher(self) -> TrainBatcher:
+    def packs(self) -> bool:
+        """Whether training packs several pairs a row (data.pack, for a model whose loss takes packed batches, not
+        training from initial hypotheses): one batch shape, one compiled train program."""
+        return bool(self.config.data.pack) and self.spec.packs and not self.config.data.init_lang
+
+    def make_batcher(self) -> TrainBatcher | PackedBatcher:
         src, tgt, init, counts, extras = self.encoded_split("train")
         log.info("train pairs: %s", counts)
         if not src:
             raise TrainingError("no training pair is left after filtering; "
                                 "raise data.max_len or set data.truncate=true")
+        if self.packs():
+            batcher = PackedBatcher(src, tgt, self.config.data.batch_tokens, self.config.data.max_len,
+                                    self.config.train.seed, multiple_of=jax.device_count(), extras=extras,
+                                    process=(jax.process_index(), jax.process_count()))
+            log.info("packed %d pairs into %d rows of %d tokens: %.1f%% padding", batcher.num_examples,
+                     len(batcher.rows), batcher.width, 100 * batcher.padding)
+            return batcher
         return TrainBatcher(src, tgt, self.config.data.batch_tokens, self.buckets, self.config.train.seed,
                             multiple_of=jax.device_count(), init=init, extras=extras,
                             process=(jax.process_index(), jax.process_count()))

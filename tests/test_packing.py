@@ -1,0 +1,191 @@
+"""Sequence packing: the packer, the per-segment kernels against plain Python, and the AR model's packed
+loss against the same pairs unpacked (per-pair log-probabilities, loss, gradients; no pair sees another)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jaxnat.data import batching
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.errors import ConfigError, DataError
+from jaxnat.models import packing
+from jaxnat.models.ar import ARTransformer, ar_loss
+from jaxnat.models.transformer import TransformerConfig
+
+FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _pairs(rng, n, vocab=40, longest=9):
+    """n random pairs of [BOS … EOS] int32 arrays, 1 … longest pieces a side."""
+    side = lambda: np.r_[BOS_ID, rng.integers(5, vocab, rng.integers(1, longest + 1)), EOS_ID].astype(np.int32)  # noqa: E731
+    return [side() for _ in range(n)], [side() for _ in range(n)]
+
+
+# ------------------------------------------------------------------------------------------------ the packer
+
+@FAST
+@given(st.lists(st.integers(2, 16), min_size=1, max_size=60), st.integers(16, 40), st.integers(0, 5))
+def test_pack_rows_places_every_example_once_within_the_width(lengths, width, seed):
+    lengths = np.asarray(lengths)
+    rows = batching.pack_rows(lengths, width, np.random.default_rng(seed).permutation(len(lengths)))
+    assert sorted(np.concatenate(rows).tolist()) == list(range(len(lengths)))
+    assert all(lengths[r].sum() <= width for r in rows)
+    # best fit leaves no two rows that could have been one: every pair of rows overflows together
+    loads = sorted(int(lengths[r].sum()) for r in rows)
+    assert len(loads) < 2 or loads[0] + loads[1] > width
+
+
+def test_packed_batcher_covers_every_pair_once_per_epoch_and_resumes():
+    rng = np.random.default_rng(0)
+    src, tgt = _pairs(rng, 70)
+    extra = np.arange(70, dtype=np.int32)[:, None] + 3
+    pb = batching.PackedBatcher(src, tgt, 96, 24, seed=4, extras={"tag": extra})
+    assert pb.shapes == {(4, 24)} and pb.keys == ("src", "tgt", "src_seg", "tgt_seg", "tag")
+    for epoch in range(2):
+        seen = []
+        for step in range(epoch * pb.steps_per_epoch, (epoch + 1) * pb.steps_per_epoch):
+            batch, members = pb.batch(step), pb.batch_indices(step)
+            assert {k: v.shape for k, v in batch.items()} == pb.key_shapes((4, 24))
+            for r in range(4):
+                for k, i in enumerate(members[r][members[r] >= 0]):
+                    for side, seqs in (("src", src), ("tgt", tgt)):
+                        np.testing.assert_array_equal(batch[side][r][batch[side + "_seg"][r] == k + 1], seqs[i])
+                    assert batch["tag"][r, k, 0] == i + 3
+                seen += members[r][members[r] >= 0].tolist()
+                assert (batch["src"][r][batch["src_seg"][r] == 0] == PAD_ID).all()
+        assert sorted(seen) == list(range(70))
+    fresh = batching.PackedBatcher(src, tgt, 96, 24, seed=4, extras={"tag": extra})
+    for step in (pb.steps_per_epoch + 1, 0, 3):
+        for k, v in fresh.batch(step).items():
+            np.testing.assert_array_equal(v, pb.batch(step)[k])
+    assert pb.batch_indices(0).tolist() != batching.PackedBatcher(src, tgt, 96, 24, seed=5).batch_indices(0).tolist()
+
+
+def test_packed_batcher_splits_rows_between_processes():
+    rng = np.random.default_rng(1)
+    src, tgt = _pairs(rng, 50)
+    whole = batching.PackedBatcher(src, tgt, 96, 24, seed=3, multiple_of=4)
+    parts = [batching.PackedBatcher(src, tgt, 96, 24, seed=3, multiple_of=4, process=(i, 2)) for i in range(2)]
+    for step in range(whole.steps_per_epoch):
+        np.testing.assert_array_equal(np.concatenate([p.batch(step)["tgt"] for p in parts]), whole.batch(step)["tgt"])
+
+
+def test_packed_batcher_errors():
+    src, tgt = _pairs(np.random.default_rng(2), 5, longest=30)
+    with pytest.raises(DataError, match="longer than a packed row"):
+        batching.PackedBatcher(src, tgt, 64, 16, seed=0)
+    with pytest.raises(ConfigError, match="at least one row"):
+        batching.PackedBatcher(src, tgt, 8, 32, seed=0)
+    with pytest.raises(DataError, match="no training examples"):
+        batching.PackedBatcher([], [], 64, 32, seed=0)
+
+
+# ------------------------------------------------------------------------------- per-segment kernels
+
+def _segments(lengths_per_row, width):
+    seg = np.zeros((len(lengths_per_row), width), np.int32)
+    for r, lengths in enumerate(lengths_per_row):
+        at = 0
+        for k, n in enumerate(lengths):
+            seg[r, at:at + n] = k + 1
+            at += n
+    return seg
+
+
+rows_of_segments = st.lists(st.lists(st.integers(2, 6), min_size=0, max_size=4), min_size=1, max_size=3)
+
+
+@FAST
+@given(rows_of_segments, st.integers(0, 3))
+def test_segment_kernels_match_plain_python(rows, seed):
+    width = 24
+    seg = _segments(rows, width)
+    values = np.random.default_rng(seed).normal(size=seg.shape).astype(np.float32)
+    pos, sums = np.asarray(packing.segment_positions(jnp.asarray(seg))), np.asarray(packing.segment_sum(values, seg))
+    lengths = np.asarray(packing.segment_lengths(jnp.asarray(seg)))
+    nxt = np.asarray(packing.next_in_segment(jnp.asarray(seg)))
+    for r, row in enumerate(rows):
+        at = 0
+        for k, n in enumerate(row):
+            assert pos[r, at:at + n].tolist() == list(range(n))
+            np.testing.assert_allclose(sums[r, k], values[r, at:at + n].sum(), rtol=1e-5, atol=1e-5)
+            assert lengths[r, k] == n
+            assert nxt[r, at:at + n - 1].all() and (at + n - 1 >= width - 1 or not nxt[r, at + n - 1])
+            at += n
+        assert (lengths[r, len(row):] == 0).all() and not nxt[r, max(at - 1, 0):].any()
+    back = np.asarray(packing.broadcast_segments(jnp.asarray(lengths), jnp.asarray(seg)))
+    assert ((back == lengths[np.arange(len(rows))[:, None], np.maximum(seg - 1, 0)]) | (seg == 0)).all()
+
+
+# ---------------------------------------------------------------------------------------------- the AR model
+
+CFG = TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=32, ffn_dim=64, num_heads=4, enc_layers=2,
+                        dec_layers=2, dropout=0.0, positions="learned", max_len=32)
+
+
+def pack_and_pad(src, tgt, width=28):
+    """(the packed batch of every pair, the padded one-pair-a-row batch, the packing's example indices)."""
+    pb = batching.PackedBatcher(src, tgt, width * len(src), width, seed=0)
+    packed = {k: jnp.asarray(v) for k, v in pb.batch(0).items()}
+    pad = lambda seqs: jnp.asarray(np.stack([np.pad(x, (0, 12 - len(x))) for x in seqs]))  # noqa: E731
+    return packed, {"src": pad(src), "tgt": pad(tgt)}, pb.batch_indices(0)
+
+
+@functools.lru_cache(maxsize=None)
+def _model():
+    model = ARTransformer(CFG)
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.ones((1, 4), jnp.int32), jnp.ones((1, 4), jnp.int32))
+    logp = jax.jit(lambda p, b: jax.nn.log_softmax(model.apply(
+        p, b["src"], b["tgt"][:, :-1], src_seg=b.get("src_seg"),
+        tgt_seg=None if "tgt_seg" not in b else b["tgt_seg"][:, :-1])))
+    return model, params, logp
+
+
+def test_packed_ar_loss_and_gradients_equal_the_unpacked_ones():
+    model, params, logp_fn = _model()
+    src, tgt = _pairs(np.random.default_rng(3), 9)
+    packed, padded, members = pack_and_pad(src, tgt)
+    assert int((np.asarray(packed["tgt_seg"]).max(axis=1) > 1).sum()) >= 2  # some rows do hold several pairs
+    lp_packed, lp_padded = logp_fn(params, packed), logp_fn(params, padded)
+    for r in range(len(members)):
+        seg = np.asarray(packed["tgt_seg"][r])
+        for k, i in enumerate(members[r][members[r] >= 0]):
+            at = np.flatnonzero(seg == k + 1)
+            n = len(tgt[i]) - 1  # the tokens after BOS are predicted from the positions before them
+            np.testing.assert_allclose(np.asarray(lp_packed[r, at[:n]]), np.asarray(lp_padded[i, :n]), atol=2e-5)
+    loss = lambda p, b: ar_loss(model, p, b, jax.random.PRNGKey(0), 0.1, train=False)  # noqa: E731
+    grad = jax.jit(jax.value_and_grad(loss, has_aux=True))
+    (l1, aux1), g1 = grad(params, packed)
+    (l2, aux2), g2 = grad(params, padded)
+    assert float(aux1["count"]) == float(aux2["count"]) == sum(len(t) - 1 for t in tgt)
+    np.testing.assert_allclose(float(l1), float(l2), rtol=1e-5)
+    np.testing.assert_allclose(float(aux1["nll"]), float(aux2["nll"]), rtol=1e-5)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=2e-5), g1, g2)
+
+
+@FAST
+@given(st.integers(0, 10_000))
+def test_changing_one_pair_leaves_the_others_in_its_row_unchanged(seed):
+    _, params, logp_fn = _model()
+    rng = np.random.default_rng(seed)
+    src, tgt = _pairs(rng, 6, longest=5)
+    packed, _, members = pack_and_pad(src, tgt, width=64)  # all six in one or two rows
+    row = int(np.argmax((members >= 0).sum(axis=1)))
+    victim = int(rng.integers((members[row] >= 0).sum())) + 1
+    changed = dict(packed)
+    for side in ("src", "tgt"):
+        at = (np.asarray(packed[side + "_seg"]) == victim) & (np.arange(64) > 0)[None]
+        at[row] &= np.asarray(packed[side][row]) != EOS_ID
+        at[:row], at[row + 1:] = False, False
+        at[row, np.flatnonzero(np.asarray(packed[side + "_seg"][row]) == victim)[0]] = False  # keep its BOS
+        changed[side] = jnp.where(at, jnp.asarray(rng.integers(5, 40, at.shape), jnp.int32), packed[side])
+    before, after = np.asarray(logp_fn(params, packed)), np.asarray(logp_fn(params, changed))
+    seg = np.asarray(packed["tgt_seg"])[:, :-1]
+    others = (seg > 0) & (seg != victim)
+    others[:row], others[row + 1:] = seg[:row] > 0, seg[row + 1:] > 0
+    np.testing.assert_allclose(after[others], before[others], atol=2e-5)
