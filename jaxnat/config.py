@@ -127,6 +127,10 @@ def default_config() -> ml_collections.ConfigDict:
         batch_tokens=4096,  # padded tokens per batch and side
         # bucket lengths: multiples of 4 growing ~1.2x (fewer: less compiling, more padding)
         bucket_growth=1.2, bucket_multiple=4,
+        # training that does not pack (LevT, EDITOR, init_lang, pack=false) buckets its batches to at most this
+        # many lengths (multiples of bucket_multiple), fitted to the training pairs to pad the fewest tokens:
+        # one compiled train program each. 0: the geometric lengths above, which validation and decoding keep
+        max_buckets=3,
         # sequence packing: several pairs a training row of max_len tokens, no attention across them, one batch
         # shape (one compiled train program). Taken by the models whose losses stay exact per pair (docs/training.md);
         # the others train on the buckets above, as does every model with pack=false
@@ -350,6 +354,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"model.embed_dropout must be -1 (= model.dropout) or in [0, 1), got {m.embed_dropout}")
     if d.max_len > m.max_len:
         raise ConfigError(f"data.max_len ({d.max_len}) exceeds model.max_len ({m.max_len})")
+    if type(d.max_buckets) is not int or d.max_buckets < 0:
+        raise ConfigError(f"data.max_buckets must be an integer >= 0 (0: the geometric buckets of "
+                          f"data.bucket_growth), got {d.max_buckets!r}")
     if d.batch_tokens < d.max_len:
         raise ConfigError(f"data.batch_tokens ({d.batch_tokens}) must be at least data.max_len ({d.max_len})")
     if m.share_embeddings and not d.joint_vocab:

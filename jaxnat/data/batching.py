@@ -46,6 +46,51 @@ def bucket_lengths(max_len: int, min_len: int = 8, growth: float = 1.4, multiple
     return out
 
 
+def fitted_buckets(lengths: Sequence[int] | np.ndarray, count: int, multiple: int = 1,
+                   max_len: int | None = None) -> list[int]:
+    """At most ``count`` bucket lengths that pad examples of ``lengths`` to the fewest tokens.
+
+    lengths: int[N], each example's longest side (what `TrainBatcher` buckets it by, `example_lengths`). Each
+    bucket length is a multiple of ``multiple`` or ``max_len`` (None: no cap); the largest holds the longest
+    example. Minimised: the sum over the examples of their bucket's length, i.e. the tokens of their rows (a
+    bucket's partly filled last batch aside). An optimal bucket ends at a member's length rounded up (lowering
+    it there keeps its members and pads less), so a dynamic programme over the n distinct rounded lengths
+    c_1 < … < c_n is exact: with best_k(j) the fewest tokens for the examples up to c_j in k buckets,
+    best_k(j) = min over i <= j of best_{k-1}(i - 1) + c_j · #{examples at c_i … c_j}; O(count · n²).
+    One more bucket always pads less while lengths are left, so the answer has min(count, n) lengths; ties go
+    to the earliest split (np.argmin's first).
+
+    E.g. fitted_buckets([5, 5, 6, 9, 20], 2) == [9, 20]; with multiple=4: [8, 20].
+    """
+    if int(count) != count or count < 1:
+        raise ConfigError(f"the number of buckets must be a positive integer, got {count!r}")
+    if int(multiple) != multiple or multiple < 1:
+        raise ConfigError(f"the bucket multiple must be a positive integer, got {multiple!r}")
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.size == 0 or lengths.min() < 1:
+        raise DataError("bucket lengths are fitted to at least one example, each of length >= 1")
+    if max_len is not None and lengths.max() > max_len:
+        raise DataError(f"{int((lengths > max_len).sum())} examples are longer than max_len={max_len}")
+    rounded = -(-lengths // multiple) * multiple
+    values, counts = np.unique(rounded if max_len is None else np.minimum(rounded, max_len), return_counts=True)
+    n = values.size
+    upto = np.concatenate([[0], np.cumsum(counts)])  # upto[j]: the examples below values[j]
+    first, last = np.arange(n)[:, None], np.arange(n)[None, :]
+    # row i, column j: the tokens of one bucket of length values[j] holding the examples at values[i … j]
+    bucket = np.where(first <= last, values[None, :] * (upto[None, 1:] - upto[:n, None]), np.inf)
+    best = bucket[0].astype(np.float64)  # float: inf marks the impossible splits; sums stay exact below 2**53
+    starts = []
+    for _ in range(min(int(count), n) - 1):
+        total = np.concatenate([[np.inf], best[:-1]])[:, None] + bucket  # the previous buckets end at i - 1
+        starts.append(np.argmin(total, axis=0))
+        best = total[starts[-1], np.arange(n)]
+    out, j = [int(values[-1])], n - 1
+    for start in reversed(starts):
+        j = int(start[j]) - 1
+        out.append(int(values[j]))
+    return out[::-1]
+
+
 def _wrap(pieces: Sequence[int], max_len: int, truncate: bool) -> tuple[np.ndarray | None, bool]:
     """[BOS] + pieces + [EOS] as int32, or (None, False) if too long and not truncating."""
     n = len(pieces) + 2
@@ -154,6 +199,14 @@ def _lengths(seqs: Sequence[np.ndarray] | None, n: int) -> np.ndarray:
     return np.fromiter((len(x) for x in seqs), dtype=np.int64, count=n)
 
 
+def example_lengths(src: Sequence[np.ndarray], tgt: Sequence[np.ndarray],
+                    init: Sequence[np.ndarray] | None = None) -> np.ndarray:
+    """int64[N]: each example's longest side (src, tgt and, given, init), the length `TrainBatcher` buckets by."""
+    n = len(src)
+    lengths = np.maximum(_lengths(src, n), _lengths(tgt, n))
+    return lengths if init is None else np.maximum(lengths, _lengths(init, n))  # 'init' shares the tgt columns
+
+
 def _fill(seqs: Sequence[np.ndarray], rows: np.ndarray, length: int) -> np.ndarray:
     out = np.full((len(rows), length), PAD_ID, dtype=np.int32)
     for r, i in enumerate(rows):
@@ -242,9 +295,7 @@ class TrainBatcher:
         self.buckets = buckets
 
         n = len(src)
-        lengths = np.maximum(_lengths(src, n), _lengths(tgt, n))
-        if init is not None:
-            lengths = np.maximum(lengths, _lengths(init, n))  # 'init' shares the tgt columns
+        lengths = example_lengths(src, tgt, init)
         if lengths.max() > buckets[-1]:
             raise DataError(
                 f"{int((lengths > buckets[-1]).sum())} examples are longer than the largest bucket "
@@ -268,6 +319,10 @@ class TrainBatcher:
         ]
         self.steps_per_epoch = int(sum(self._bucket_batches))
         self.num_examples = n
+        real = int(_lengths(src, n).sum() + _lengths(tgt, n).sum())
+        # the share of an epoch's batch tokens (src and tgt, filler rows included) that are padding
+        self.padding = 1.0 - real / (2 * sum(k * bs * length for k, bs, length in
+                                             zip(self._bucket_batches, self._bucket_bs, self._bucket_len)))
         self._lock = threading.Lock()
         self._plan_epoch: int | None = None
         self._plan: list[tuple[int, np.ndarray]] = []

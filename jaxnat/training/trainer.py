@@ -19,7 +19,8 @@ import optax
 from tqdm import tqdm
 
 from jaxnat.config import check_matches_workdir, workdir_config
-from jaxnat.data.batching import PackedBatcher, TrainBatcher, bucket_lengths, eval_batches, prefetch, prepare_with_init
+from jaxnat.data.batching import (PackedBatcher, TrainBatcher, bucket_lengths, eval_batches, example_lengths,
+                                  fitted_buckets, prefetch, prepare_with_init)
 from jaxnat.data.phrase_pairs import encode_pairs
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.tokenizer import Tokenizer
@@ -128,6 +129,7 @@ class Trainer:
         self.mesh = mesh_lib.make_mesh()
         self.optimizer, self.schedule = make_optimizer(config.train)
         self.ckpt = Checkpoints(workdir, config.train.keep_checkpoints, config.train.keep_best)
+        # validation's shapes (the translator's too): geometric, so its figures do not depend on data.max_buckets
         self.buckets = bucket_lengths(d.max_len, growth=d.bucket_growth, multiple=d.bucket_multiple)
 
     # -- data ------------------------------------------------------------------------------------------
@@ -174,9 +176,16 @@ class Trainer:
             log.info("packed %d pairs into %d rows of %d tokens: %.1f%% padding", batcher.num_examples,
                      len(batcher.rows), batcher.width, 100 * batcher.padding)
             return batcher
-        return TrainBatcher(src, tgt, self.config.data.batch_tokens, self.buckets, self.config.train.seed,
-                            multiple_of=jax.device_count(), init=init, extras=extras,
-                            process=(jax.process_index(), jax.process_count()))
+        d = self.config.data
+        # one compiled train program per bucket: data.max_buckets lengths fitted to the pairs (0: geometric)
+        buckets = (fitted_buckets(example_lengths(src, tgt, init), d.max_buckets, d.bucket_multiple, d.max_len)
+                   if d.max_buckets else self.buckets)
+        batcher = TrainBatcher(src, tgt, d.batch_tokens, buckets, self.config.train.seed,
+                               multiple_of=jax.device_count(), init=init, extras=extras,
+                               process=(jax.process_index(), jax.process_count()))
+        log.info("%d pairs in buckets of %s tokens: %.1f%% padding", batcher.num_examples, batcher.buckets,
+                 100 * batcher.padding)
+        return batcher
 
     # -- state -----------------------------------------------------------------------------------------
     def init_state(self, example_batch):
