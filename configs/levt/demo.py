@@ -15,7 +15,8 @@ def get_config():
     c = default_config()
     c.model.update(name="levt", d_model=128, ffn_dim=512, num_heads=4, enc_layers=2, dec_layers=2, dropout=0.1,
                    max_len=96)
-    # 3 batch shapes (8, 16, 32 tokens): less compiling, which is a good part of a 10-minute budget
+    # bucket lengths in multiples of 8: 3 train shapes fitted to the data (data.max_buckets: 8, 16, 32), decoding
+    # on 8, 16, 32, 40: less compiling, which is a good part of a 10-minute budget
     c.data.update(source="synthetic", spm_model_type="bpe", vocab_size=1500, max_len=40, batch_tokens=1024,
                   bucket_growth=2.0, bucket_multiple=8)
     # a closed alphabet, every word one piece; text outside it is refused or reported, never silently changed
