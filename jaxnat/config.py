@@ -64,6 +64,7 @@ RANGES = {
         "eval.latency_sentences", "eval.max_iter", "eval.placeholder_penalty", "eval.length_cap_min",
         "eval.trace_sentences", "train.length_loss_weight", "train.sca_weight", "eval.average_checkpoints")},
     "data.bucket_growth": ("[1", None),
+    "train.xla_gpu_autotune_level": ("[-1", "4]"),
     "data.synthetic_lexicon": ("(0", "1]"), "data.synthetic_synonyms": ("[0", "1]"),
 }
 
@@ -155,6 +156,11 @@ def default_config() -> ml_collections.ConfigDict:
         # kept (more than one for averaging the best N: eval.average_of=best)
         log_every=100, eval_every=2000, checkpoint_every=1000, keep_checkpoints=3, keep_best=1,
         max_bad_steps=5,  # consecutive non-finite steps before the run stops
+        # XLA's GPU autotuner (--xla_gpu_autotune_level: 0 off … 4 XLA's default): it times candidate kernels for
+        # every matmul and fusion while compiling, minutes on a large model; -1 leaves XLA_FLAGS as it is.
+        # Set before the first computation, so it takes effect from the command line, not from a notebook
+        # that already ran one
+        xla_gpu_autotune_level=-1,
         valid_bleu_sentences=1000,  # sentences of the valid split decoded for validation BLEU
         # edit-based models: roll-in mixtures, per sentence. LevT (Algorithm 1; 0, 0 = the reference code's):
         # α = P(deletion sees y0), β = P(insertion sees the oracle-deleted y0). EDITOR (eqs. 7 and 6, used when

@@ -60,6 +60,15 @@ def enable_compilation_cache() -> None:
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
 
 
+def set_xla_flags(config) -> None:
+    """Appends the config's XLA options to XLA_FLAGS (read when the backend starts, at the first computation)."""
+    import os
+
+    level = config.train.xla_gpu_autotune_level
+    if level >= 0:
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_autotune_level={level}".strip()
+
+
 def check_paths(args) -> None:
     """Every path the command will write or read as a run, checked before anything is loaded or computed."""
     from jaxnat.paths import check_creatable_dir, check_existing_dir, check_writable_file
@@ -94,6 +103,7 @@ def run(argv=None) -> int:
     enable_compilation_cache()
 
     config = build_config(args.config, rest)
+    set_xla_flags(config)
     from jaxnat.training.mesh import maybe_initialize_distributed
 
     maybe_initialize_distributed()

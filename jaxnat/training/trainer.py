@@ -36,6 +36,20 @@ from jaxnat.training.stop import StopRequest
 log = logging.getLogger("jaxnat")
 
 
+def process_age_s() -> float:
+    """Seconds since this process started (Linux's /proc; elsewhere since jaxnat's trainer was imported)."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: start time, in clock ticks
+        with open("/proc/uptime") as f:
+            return float(f.read().split()[0]) - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.time() - _IMPORTED
+
+
+_IMPORTED = time.time()
+
+
 class TrainingError(JaxnatError):
     """Training cannot go on (e.g. the loss stayed non-finite)."""
 
@@ -326,6 +340,8 @@ class Trainer:
         def drain(metrics, step):
             nonlocal consecutive_bad, skipped, window_tokens
             m = jax.device_get(metrics)
+            if step == start:  # what a user waits before anything trains: loading, vocabulary, compiling
+                log.info("first train step done %.1f s after the command started", process_age_s())
             if not m["finite"]:
                 consecutive_bad, skipped = consecutive_bad + 1, skipped + 1
                 log.warning("step %d: non-finite loss or gradient, update skipped (%d in a row)", step, consecutive_bad)

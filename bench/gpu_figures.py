@@ -1,0 +1,204 @@
+"""Issue 48's GPU figures in one command: per family, the time to the first train step, steady training speed,
+MFU and decoding speed of its GPU config; and the edit models' step cost against the AR model's on one batch.
+
+    python bench/gpu_figures.py --data-dir .gpu/multi30k --pairs-dir .gpu/pairs --out $OUT \
+        [--families ar,levt,editor,cmlm,nat,vecconst] [--steps 150] [--autotune -1]
+
+Each family trains its `configs/<family>/multi30k_gpu.py` for --steps steps in a fresh workdir, as a user's
+command would (`python -m jaxnat.main`, the persistent compilation cache off, so every program compiles), then
+evaluates on the first test split: latency at batch 1 and throughput at eval.throughput_batch (128). Raw
+Multi30k stands in for the distilled data of LevT, EDITOR and NAT (speed does not depend on it); the vectorized
+model starts from the AR run. Read from each run:
+
+  first_step_s   — seconds from the command's start to its first train step (the log's line)
+  tokens_per_s   — real target tokens a second, median of the log windows after the first
+  mfu            — model FLOPs utilisation of those windows (the trainer's, against the peak it measures)
+  latency_ms, sentences_per_s — from metrics.json
+
+Then `--step-cost` times the AR, LevT and EDITOR train steps side by side on the same batches (one bucket shape,
+jit'd, compilation excluded, median of alternating repeats). Results go to OUT/figures.json after every family
+(a run cut short keeps what it measured) and a Markdown table to OUT/figures.md; each run's log to OUT/logs.txt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAMILIES = ("ar", "levt", "editor", "cmlm", "nat", "vecconst")
+
+
+def family_overrides(family: str, args, workdirs: dict) -> list[str]:
+    """The command-line overrides of one family's short run."""
+    steps = args.steps
+    out = [f"--config.data.dir={args.data_dir}", f"--config.train.steps={steps}",
+           f"--config.train.log_every={max(1, steps // 6)}", f"--config.train.eval_every={steps}",
+           f"--config.train.checkpoint_every={steps}", "--config.train.valid_bleu_sentences=64",
+           "--config.eval.constraints=", "--config.eval.iteration_sweep=", "--config.eval.trace_sentences=0",
+           f"--config.train.xla_gpu_autotune_level={args.autotune}", "--config.train.warmup_steps=10",
+           "--config.train.init_from="]
+    if family == "vecconst":
+        out += [f"--config.data.pairs_dir={args.pairs_dir}", f"--config.train.init_from={workdirs['ar']}"]
+    if family in ("cmlm", "nat") and "ar" in workdirs:  # the AR run's vocabulary, as the Multi30k recipes do
+        out += [f"--config.data.spm_from={workdirs['ar']}"]
+    return out + args.overrides
+
+
+def read_run(workdir: str, log_text: str) -> dict:
+    """The figures of one finished (or cut short) run."""
+    out = {}
+    m = re.search(r"first train step done ([\d.]+) s after the command started", log_text)
+    if m:
+        out["first_step_s"] = float(m.group(1))
+    history = []
+    path = os.path.join(workdir, "history.jsonl")
+    if os.path.isfile(path):
+        with open(path) as f:
+            history = [json.loads(line) for line in f if line.strip()]
+    windows = [h for h in history if "tokens_per_s" in h][1:]  # the first window holds the warm-up
+    if windows:
+        out["tokens_per_s"] = statistics.median(h["tokens_per_s"] for h in windows)
+        if all("mfu" in h for h in windows):
+            out["mfu"] = statistics.median(h["mfu"] for h in windows)
+    m = re.search(r"MFU [\d.]+% of ([\d.]+) TFLOP/s", log_text)
+    if m:
+        out["peak_tflops"] = float(m.group(1))
+    m = re.search(r"batch shapes (\[.*?\])", log_text) or re.search(r"rows of (\d+) tokens", log_text)
+    if m:
+        out["batch"] = m.group(1)
+    path = os.path.join(workdir, "metrics.json")
+    if os.path.isfile(path):
+        with open(path) as f:
+            metrics = json.load(f)
+        split = next((v for v in metrics.values() if isinstance(v, dict) and "latency_ms" in v), None)
+        if split:
+            out.update({k: split[k] for k in ("latency_ms", "sentences_per_s", "bleu") if k in split})
+    return out
+
+
+def step_cost(args) -> dict:
+    """Seconds per train step of AR, LevT and EDITOR on the same batches ({family: s}), alternating repeats."""
+    import jax
+
+    sys.path.insert(0, ROOT)
+    from jaxnat.config import build_config
+    from jaxnat.data.batching import TrainBatcher
+    from jaxnat.training.trainer import Trainer, make_train_step
+
+    times, batches = {}, None
+    with tempfile.TemporaryDirectory() as tmp:
+        steps = {}
+        for family in ("ar", "levt", "editor"):
+            config = build_config(os.path.join(ROOT, f"configs/{family}/{args.config_name}.py"),
+                                  [f"--config.data.dir={args.data_dir}", "--config.data.pack=false"] + args.overrides)
+            trainer = Trainer(config, os.path.join(tmp, family))
+            if batches is None:  # LevT's batches, one shape, for all three models
+                batcher = trainer.make_batcher()
+                assert isinstance(batcher, TrainBatcher)
+                shape = max(batcher.shapes, key=lambda s: s[0] * s[1])
+                batches = [batcher.first_batch_of_shape(shape)] * 2
+            state = trainer.init_state(batches[0])
+            step = jax.jit(make_train_step(trainer.spec, trainer.optimizer, trainer.schedule), donate_argnums=(0,))
+            on_device = [jax.device_put(b) for b in batches]
+            key = jax.random.PRNGKey(0)
+            state, m = step(state, on_device[0], key)
+            jax.block_until_ready(m)
+            steps[family] = [step, state, on_device, key]
+            times[family] = []
+        for _ in range(args.repeats):
+            for family, entry in steps.items():
+                step, state, on_device, key = entry
+                t0 = time.perf_counter()
+                for _ in range(5):
+                    for b in on_device:
+                        state, m = step(state, b, key)
+                jax.block_until_ready(m)
+                entry[1] = state
+                times[family].append((time.perf_counter() - t0) / (5 * len(on_device)))
+    return {"batch_shape": list(shape), **{f: statistics.median(t) for f, t in times.items()}}
+
+
+def table(figures: dict) -> str:
+    rows = ["| family | batch | first step (s) | real tok/s | MFU | peak (TFLOP/s) | latency b1 (ms) | sent/s b128 |",
+            "|---|---|---|---|---|---|---|---|"]
+    fmt = lambda v, f: "–" if v is None else f.format(v)  # noqa: E731
+    for family, r in figures.get("families", {}).items():
+        rows.append(f"| {family} | {r.get('batch', '–')} | {fmt(r.get('first_step_s'), '{:.0f}')} | "
+                    f"{fmt(r.get('tokens_per_s'), '{:.0f}')} | {fmt(r.get('mfu'), '{:.1%}')} | "
+                    f"{fmt(r.get('peak_tflops'), '{:.0f}')} | {fmt(r.get('latency_ms'), '{:.1f}')} | "
+                    f"{fmt(r.get('sentences_per_s'), '{:.0f}')} |")
+    cost = figures.get("step_cost")
+    if cost:
+        rows += ["", f"Train step on the same {cost['batch_shape']} batches (s): "
+                 + ", ".join(f"{f} {cost[f]:.4f} ({cost[f] / cost['ar']:.2f}× AR)" for f in ("ar", "levt", "editor"))]
+    return "\n".join(rows) + "\n"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--pairs-dir", default="")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--autotune", type=int, default=-1, help="train.xla_gpu_autotune_level")
+    parser.add_argument("--time-limit", type=int, default=300, help="seconds a family's run may take")
+    parser.add_argument("--step-cost", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--config-name", default="multi30k_gpu",
+                        help="each family's config: configs/<family>/<this>.py (multi30k: a CPU check)")
+    args, args.overrides = parser.parse_known_args()
+    families = [f for f in args.families.split(",") if f]
+    unknown = set(families) - set(FAMILIES)
+    if unknown or (("vecconst" in families) and not (args.pairs_dir and "ar" in families)):
+        raise SystemExit(f"error: families are {', '.join(FAMILIES)}; vecconst needs --pairs-dir and ar before it"
+                         if not unknown else f"error: unknown families {sorted(unknown)}")
+    os.makedirs(args.out, exist_ok=True)
+    figures = {"argv": sys.argv[1:], "families": {}}
+    env = {**os.environ, "JAXNAT_COMPILATION_CACHE": "off", "PYTHONUNBUFFERED": "1"}
+    work = tempfile.mkdtemp(prefix="gpu_figures_")
+    workdirs = {}
+
+    def save():
+        with open(os.path.join(args.out, "figures.json"), "w") as f:
+            json.dump(figures, f, indent=2)
+        with open(os.path.join(args.out, "figures.md"), "w") as f:
+            f.write(table(figures))
+
+    with open(os.path.join(args.out, "logs.txt"), "a") as logs:
+        for family in families:
+            workdirs[family] = os.path.join(work, family)
+            cmd = [sys.executable, "-m", "jaxnat.main", "--config",
+                   os.path.join(ROOT, f"configs/{family}/{args.config_name}.py"), "--workdir", workdirs[family],
+                   *family_overrides(family, args, workdirs)]
+            logs.write(f"\n===== {family}: {' '.join(cmd)}\n")
+            logs.flush()
+            t0 = time.perf_counter()
+            try:
+                done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.time_limit)
+                text, rc = done.stdout + done.stderr, done.returncode
+            except subprocess.TimeoutExpired as e:  # what it printed until then (bytes, whatever text= says)
+                as_text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")  # noqa: E731
+                text, rc = as_text(e.stdout) + as_text(e.stderr), "timeout"
+            logs.write(text)
+            logs.flush()
+            figures["families"][family] = {"rc": rc, "wall_s": round(time.perf_counter() - t0, 1),
+                                           **read_run(workdirs[family], text)}
+            print(family, figures["families"][family], flush=True)
+            save()
+    if args.step_cost:
+        figures["step_cost"] = step_cost(args)
+        save()
+    print(table(figures))
+
+
+if __name__ == "__main__":
+    main()
