@@ -249,7 +249,7 @@ def candidates(length_logits: jax.Array, src: jax.Array, constraints: jax.Array 
     need = jnp.zeros(src.shape[:1], jnp.int32)  # hard constraints always fit: the length beam makes room for them
     if constraints is not None and hard is not None:
         need = jnp.where(hard, jnp.sum(constraints != PAD_ID, axis=(1, 2)), 0)
-    return candidate_lengths(length_logits, n_src, jnp.maximum(need, 1), cap, options)
+    return candidate_lengths(length_logits.astype(jnp.float32), n_src, jnp.maximum(need, 1), cap, options)
 
 
 def decode(token_logits: Callable, lengths: jax.Array, src: jax.Array, constraints: jax.Array | None,
@@ -269,11 +269,15 @@ def decode(token_logits: Callable, lengths: jax.Array, src: jax.Array, constrain
     int32[B] (tokens equal to the one before them: those ``dedup`` removes), of the best candidate.
     """
     b, beam, steps = src.shape[0], options.length_beam, options.iterations
+
+    def logits_of(tokens, rows_of):  # every score in float32, whatever the model's compute dtype
+        return token_logits(tokens, rows_of).astype(jnp.float32)
+
     n = lengths.reshape(b * beam)
     rows_of = jnp.repeat(jnp.arange(b), beam)
     tokens = canvases(n, capacity)
     real = (tokens != BOS_ID) & (tokens != EOS_ID) & (tokens != PAD_ID)
-    logits = token_logits(tokens, rows_of)
+    logits = logits_of(tokens, rows_of)
     tokens, scores, lse = choose(logits, tokens, jnp.zeros(tokens.shape, jnp.float32), real)
 
     fixed, after = jnp.zeros(tokens.shape, bool), None
@@ -296,7 +300,7 @@ def decode(token_logits: Callable, lengths: jax.Array, src: jax.Array, constrain
     def body(s):
         active = ~s["done"]
         masked = lowest(s["scores"], real & ~fixed & active[:, None], remask_count(n, s["t"], steps))
-        logits = unglued(token_logits(jnp.where(masked, MASK_ID, s["tokens"]), rows_of), after, continues)
+        logits = unglued(logits_of(jnp.where(masked, MASK_ID, s["tokens"]), rows_of), after, continues)
         tokens, scores, _ = choose(logits, s["tokens"], s["scores"], masked)
         changed = jnp.any(tokens != s["tokens"], axis=1)
         done = s["done"] | (active & ~changed) if options.stop_early else s["done"]
@@ -311,7 +315,7 @@ def decode(token_logits: Callable, lengths: jax.Array, src: jax.Array, constrain
     tokens = deduped if options.dedup else final["tokens"]
     pick_by = mean(jnp.exp(final["scores"])) if options.by_probability else mean(final["scores"])
     if rescore is not None:
-        pick_by = rescore(tokens, rows_of)
+        pick_by = rescore(tokens, rows_of).astype(jnp.float32)
     best = jnp.argmax(pick_by.reshape(b, beam), axis=1)
     pick = jnp.arange(b) * beam + best
     return {"tokens": tokens[pick], "score": mean(final["scores"])[pick], "length": n[pick],

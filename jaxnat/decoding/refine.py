@@ -119,14 +119,15 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
     placeholder right after a hard-constraint phrase never takes such a piece, so nothing glues onto the
     constraint's last word (punctuation may follow it): the constraint survives as a word, not just as pieces.
     """
-    logits = heads.placeholder(hyps.tokens)
+    # every score in float32, whatever the model's compute dtype
+    logits = heads.placeholder(hyps.tokens).astype(jnp.float32)
     logits = logits.at[..., 0].add(-penalty)
     counts = argmax(logits)
     counts = jnp.where(inside_phrase(hyps.phrase) | ~active[:, None], 0, counts)
     ins = edit_ops.insert_placeholders(hyps.tokens, counts, PAD_ID, PLH_ID, max_length=cap,
                                        sides=(hyps.scores, hyps.phrase))
     with_plh = Hypotheses(ins.tokens, *ins.sides)
-    logits = heads.token(with_plh.tokens)
+    logits = heads.token(with_plh.tokens).astype(jnp.float32)
     if continues is not None:
         after_phrase = jnp.pad(with_plh.phrase[:, :-1] > 0, ((0, 0), (1, 0))) & (with_plh.tokens == PLH_ID)
         logits = jnp.where(after_phrase[..., None] & continues, -jnp.inf, logits)
@@ -162,7 +163,7 @@ def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Arra
     def body(s):
         active = ~s["done"]
         before = s["hyps"]
-        edited, counts = first_edit(before, heads.first(before.tokens), active, continues)
+        edited, counts = first_edit(before, heads.first(before.tokens).astype(jnp.float32), active, continues)
         with_plh, filled, inserted = insert_and_fill(edited, heads, cap, active, options.placeholder_penalty,
                                                      continues)
         changed = jnp.any(filled.tokens != before.tokens, axis=1)

@@ -48,14 +48,15 @@ def decode_length(src_len, max_len_a, max_len_b, cap: int) -> jnp.ndarray:
 
 
 def _restrict(logp: jnp.ndarray, index, max_len: jnp.ndarray) -> jnp.ndarray:
-    """logp: float32[N, V] for the token at position index + 1; max_len: int32[N].
+    """logp: float[N, V] for the token at position index + 1; max_len: int32[N].
 
-    Sets the reserved ids to -inf, and every id but EOS where `index >= max_len` (EOS forced).
+    Sets the reserved ids to -inf, and every id but EOS where `index >= max_len` (EOS forced). The result is
+    float32 whatever the model's compute dtype: every search score is summed and compared in float32.
     """
     ids = jnp.arange(logp.shape[-1])
     banned = jnp.isin(ids, jnp.asarray(FORBIDDEN_IDS))[None, :]
     banned = banned | ((index >= max_len)[:, None] & (ids != EOS_ID)[None, :])
-    return jnp.where(banned, NEG_INF, logp)
+    return jnp.where(banned, NEG_INF, logp.astype(jnp.float32))
 
 
 def _normalise(logp_sum: jnp.ndarray, n, length_penalty) -> jnp.ndarray:

@@ -86,8 +86,8 @@ class CMLM(nn.Module):
             memory, feature = out[:, :-1], out[:, -1]
         else:
             memory = self.encoder(x, mask, train)
-            weights = mask[..., None].astype(memory.dtype)
-            feature = jnp.sum(memory * weights, axis=1) / jnp.maximum(jnp.sum(weights, axis=1), 1.0)
+            weights = mask[..., None].astype(jnp.float32)  # the mean in float32, whatever the compute dtype
+            feature = jnp.sum(memory.astype(jnp.float32) * weights, axis=1) / jnp.maximum(jnp.sum(weights, axis=1), 1.0)
         return memory, self.length_head(feature).astype(jnp.float32)
 
     def embed_target(self, tokens: jax.Array, train: bool) -> jax.Array:

@@ -232,7 +232,7 @@ def model_choice(logits: jax.Array, noise: jax.Array | None = None) -> jax.Array
     noise None: the argmax. noise float32[..., K] of i.i.d. standard Gumbel draws: a sample from
     softmax(logits), since argmax(logits + g) is distributed as the softmax (the Gumbel-max trick). The noise
     is an argument rather than drawn here so that a test can hand the same draws to a reference."""
-    logits = jax.lax.stop_gradient(logits)
+    logits = jax.lax.stop_gradient(logits).astype(jnp.float32)  # compared in float32, whatever the compute dtype
     if noise is not None:
         logits = logits + noise
     return argmax(logits)

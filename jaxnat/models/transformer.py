@@ -12,6 +12,7 @@ Masks are boolean, True where a position holds a real token.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
@@ -101,6 +102,35 @@ def flat_leading(layer, x: jnp.ndarray, keep: int = 1) -> jnp.ndarray:
     return y.reshape(lead + y.shape[1:])
 
 
+def einsum_f32(spec: str, a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
+    """``jnp.einsum(spec, a, b)`` as float32, the products in the operands' dtype: under mixed precision
+    (bfloat16 operands) a bfloat16 matrix multiplication whose sums are accumulated and returned in float32, not
+    rounded to bfloat16, and whose backward pass multiplies in bfloat16 too (the cotangent cast down), where
+    autodiff of the float32-output product would multiply in float32. Attention logits and output logits, which
+    a softmax reads, come from here. float32 operands: exactly ``jnp.einsum``."""
+    if a.dtype == jnp.float32 and b.dtype == jnp.float32:
+        return jnp.einsum(spec, a, b)
+    return _einsum_f32(spec, a, b)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _einsum_f32(spec, a, b):
+    return jnp.einsum(spec, a, b, preferred_element_type=jnp.float32)
+
+
+def _einsum_f32_fwd(spec, a, b):
+    return _einsum_f32(spec, a, b), (a, b)
+
+
+def _einsum_f32_bwd(spec, operands, g):
+    a, b = operands
+    _, vjp = jax.vjp(lambda a, b: jnp.einsum(spec, a, b), a, b)
+    return vjp(g.astype(jnp.result_type(a, b)))
+
+
+_einsum_f32.defvjp(_einsum_f32_fwd, _einsum_f32_bwd)
+
+
 class MultiHeadAttention(nn.Module):
     """Scaled dot-product attention with separate q/k/v/out projections.
 
@@ -136,7 +166,7 @@ class MultiHeadAttention(nn.Module):
         and with ``return_weights`` also the attention weights float32[B, H, Q, L] (before dropout)."""
         q = flat_leading(self.query, x)
         q = q * (q.shape[-1] ** -0.5)
-        logits = jnp.einsum("bqhk,blhk->bhql", q, k).astype(jnp.float32) + bias
+        logits = einsum_f32("bqhk,blhk->bhql", q, k) + bias
         probs = jax.nn.softmax(logits, axis=-1)
         weights = self.attn_dropout(probs.astype(v.dtype), deterministic=not train)
         out = flat_leading(self.out, jnp.einsum("bhql,blhk->bqhk", weights, v), keep=2)
@@ -292,7 +322,11 @@ class Embedder(nn.Module):
 
     def attend(self, x: jnp.ndarray) -> jnp.ndarray:
         """float[..., D] -> float32[..., V] logits against the embedding matrix."""
-        return self.tokens.attend(x.astype(jnp.float32))
+        dtype = self.cfg.compute_dtype
+        if dtype == jnp.float32:
+            return self.tokens.attend(x.astype(jnp.float32))
+        # mixed precision: the product in bfloat16, accumulated and returned in float32 (einsum_f32)
+        return einsum_f32("...d,vd->...v", x.astype(dtype), self.tokens.embedding.astype(dtype))
 
     def expected(self, probs: jnp.ndarray) -> jnp.ndarray:
         """float32[..., V] distributions -> float32[..., D], the expected raw token embedding under each."""
