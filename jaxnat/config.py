@@ -90,6 +90,9 @@ def default_config() -> ml_collections.ConfigDict:
         embed_dropout=-1.0,  # dropout on the embedded inputs; -1 = model.dropout (one rate, as fairseq and the papers)
         positions="sinusoidal", max_len=256, share_embeddings=True, tie_output=True, bert_init=False,
         dtype="float32",
+        # the encoder's and decoder's layer stacks as one nn.scan each: one compiled layer body, whatever the depth
+        # (parameters stacked along a leading layer axis; transformer.stack_layers converts a per-layer tree)
+        scan_layers=False,
         # edit-based models (levt, editor)
         # "f,p,t": decoder layers read by the first-edit (deletion / reposition), placeholder and token heads
         early_exit="",  # "" = all
@@ -417,7 +420,7 @@ MODEL_KEYS = tuple(f"model.{k}" for k in (
     "name", "d_model", "ffn_dim", "num_heads", "enc_layers", "dec_layers", "pre_norm", "positions", "max_len",
     "share_embeddings", "tie_output", "early_exit", "separate_deletion", "separate_placeholder",
     "separate_reposition", "reposition_deletion", "length_prediction", "length_offset", "masked_attn",
-    "concat_pe", "coverage", "pair_attention", "pair_plug_in")) + (
+    "concat_pe", "coverage", "pair_attention", "pair_plug_in", "scan_layers")) + (
     "data.vocab_size", "data.joint_vocab", "data.spm_model_type")
 
 

@@ -113,6 +113,9 @@ def early_exit(model_cfg) -> tuple[int, int, int]:
     if len(exits) != 3 or not all(1 <= e <= model_cfg.dec_layers for e in exits):
         raise ConfigError(f"model.early_exit must be three layer counts 'f,p,t' between 1 and model.dec_layers "
                           f"({model_cfg.dec_layers}), got {text!r}")
+    if model_cfg.get("scan_layers") and min(exits) < model_cfg.dec_layers:
+        raise ConfigError(f"model.scan_layers runs whole decoder stacks; model.early_exit={text!r} reads fewer "
+                          f"layers: turn one of them off")
     return exits
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
+from collections.abc import Mapping
 from typing import Any
 
 import flax.linen as nn
@@ -21,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxnat.data.vocab import PAD_ID
+from jaxnat.errors import ConfigError
 from jaxnat.models.packing import is_segments, segment_positions
 
 
@@ -46,6 +49,9 @@ class TransformerConfig:
     tie_output: bool = True  # output projection = target embedding matrix, transposed
     bert_init: bool = False  # N(0, 0.02) for every weight, as in the LevT/EDITOR recipes
     dtype: str = "float32"  # compute dtype; parameters stay float32
+    # the encoder and decoder layer stacks as one nn.scan each (one traced layer body, parameters stacked along a
+    # leading layer axis: `stack_layers`): compile time that does not grow with depth
+    scan_layers: bool = False
 
     @property
     def compute_dtype(self):
@@ -333,6 +339,17 @@ class Embedder(nn.Module):
         return probs.astype(jnp.float32) @ self.tokens.embedding
 
 
+def scan_stack(body, layer: nn.Module, length: int, carry, per_layer=None):
+    """``body(layer, carry, x_i) -> (carry, None)`` run over ``length`` layers as one `nn.scan` (``scan_layers``):
+    one traced layer body, ``layer``'s parameters stacked along a leading layer axis [length, ...], each layer its
+    own initialisation and dropout keys. per_layer: a list of ``length`` pytrees (x_i: the i-th, e.g. a layer's
+    constraint prefixes; stacked here along the layer axis) or None. Returns the final carry."""
+    xs = None if per_layer is None else jax.tree_util.tree_map(lambda *a: jnp.stack(a), *per_layer)
+    carry, _ = nn.scan(body, variable_axes={"params": 0}, split_rngs={"params": True, "dropout": True},
+                       length=length)(layer, carry, xs)
+    return carry
+
+
 class Encoder(nn.Module):
     cfg: TransformerConfig
 
@@ -343,8 +360,12 @@ class Encoder(nn.Module):
         value inputs) float[B, C, D] of C extra self-attention entries before the source's, prefix_mask: bool[B, C]
         (vectorized constraints)."""
         bias = attention_bias(mask if prefixes is None else jnp.concatenate([prefix_mask, mask], axis=1))
-        for i in range(self.cfg.enc_layers):
-            x = EncoderLayer(self.cfg, name=f"layer_{i}")(x, bias, train, None if prefixes is None else prefixes[i])
+        if self.cfg.scan_layers:
+            x = scan_stack(lambda layer, x, prefix: (layer(x, bias, train, prefix), None),
+                           EncoderLayer(self.cfg, name="layers"), self.cfg.enc_layers, x, prefixes)
+        else:
+            for i in range(self.cfg.enc_layers):
+                x = EncoderLayer(self.cfg, name=f"layer_{i}")(x, bias, train, None if prefixes is None else prefixes[i])
         if self.cfg.pre_norm:
             x = nn.LayerNorm(dtype=self.cfg.compute_dtype, name="final_norm")(x)
         return x
@@ -359,7 +380,10 @@ class Decoder(nn.Module):
     masked_attn: bool = False  # a bidirectional decoder with CMLMC's causal sublayer in every layer
 
     def setup(self):
-        self.layers = [DecoderLayer(self.cfg, self.masked_attn, name=f"layer_{i}") for i in range(self.num_layers)]
+        if self.cfg.scan_layers:  # one layer module whose parameters carry a leading layer axis (`scan_stack`)
+            self.layers = DecoderLayer(self.cfg, self.masked_attn, name="layers")
+        else:
+            self.layers = [DecoderLayer(self.cfg, self.masked_attn, name=f"layer_{i}") for i in range(self.num_layers)]
         if self.cfg.pre_norm:
             self.final_norm = nn.LayerNorm(dtype=self.cfg.compute_dtype)
 
@@ -367,27 +391,52 @@ class Decoder(nn.Module):
         """The final layer norm of a pre-norm stack (nothing with post-norm, whose layers end in one)."""
         return self.final_norm(x) if self.cfg.pre_norm else x
 
+    def layer_modules(self) -> list:
+        """The stack's layers one by one, each with its own parameters; with ``scan_layers`` a `DecoderLayer` bound
+        to each slice of the stacked parameters (cached decoding runs layer by layer: its per-layer caches stay
+        batch-major arrays, which the searches reorder along beams)."""
+        if not self.cfg.scan_layers:
+            return self.layers
+        stacked = self.variables["params"]["layers"]
+        return [DecoderLayer(self.cfg, self.masked_attn, parent=None).bind(
+            {"params": jax.tree_util.tree_map(lambda p: p[i], stacked)}) for i in range(self.num_layers)]
+
     def __call__(self, x, mask, memory, memory_mask, train: bool, num_layers: int | None = None,
                  return_attention: bool = False, finish: bool = True, prefixes=None):
         """x: float[B, T, D]; mask: bool[B, T]; memory: float[B, S, D]; memory_mask: bool[B, S] (or both int32
         segment ids of a packed batch: `attention_bias`).
 
         Returns float[B, T, D]. num_layers runs only the first layers ("early exit": the layers above are
-        not computed), then the final norm (unless not ``finish``: a caller that stacks more layers on top
-        applies it). With ``return_attention`` (static; Coverage-NAT reads it) also the last layer's
-        cross-attention weights float32[B, H, T, S]; other callers get no extra output. prefixes: per layer
+        not computed; not with ``scan_layers``, which runs whole stacks), then the final norm (unless not
+        ``finish``: a caller that stacks more layers on top applies it). With ``return_attention`` (static;
+        Coverage-NAT reads it) also the last layer's cross-attention weights float32[B, H, T, S]; other callers get
+        no extra output. prefixes: per layer
         (key inputs, value inputs) float[B, C, D] of C cross-attention entries before the memory's; memory_mask
         then covers C + S (vectorized constraints).
         """
         self_bias = attention_bias(mask, causal=self.causal)
         causal_bias = attention_bias(mask, causal=True) if self.masked_attn else None
         cross_bias = attention_bias(memory_mask, query_mask=mask)
-        weights = None
-        for i, layer in enumerate(self.layers[:num_layers]):
-            kv = layer.cross_kv(memory, None if prefixes is None else prefixes[i])
-            x = layer(x, self_bias, kv, cross_bias, train, causal_bias, return_attention=return_attention)
-            if return_attention:
-                x, weights = x
+
+        def run(layer, carry, prefix):  # one layer: (x, the last cross-attention weights or None) -> the same
+            x, weights = carry
+            out = layer(x, self_bias, layer.cross_kv(memory, prefix), cross_bias, train, causal_bias,
+                        return_attention=return_attention)
+            return (out if return_attention else (out, weights)), None
+
+        if self.cfg.scan_layers:
+            if num_layers not in (None, self.num_layers):
+                raise ConfigError(f"model.scan_layers runs whole layer stacks; early exit after {num_layers} of "
+                                  f"{self.num_layers} decoder layers needs model.scan_layers=false")
+            # a scan's carry keeps one shape: the weights' [B, H, T, C + S], each layer's replacing the one before
+            weights = (jnp.zeros((x.shape[0], self.cfg.num_heads, x.shape[1], cross_bias.shape[-1]), jnp.float32)
+                       if return_attention else None)
+            x, weights = scan_stack(run, self.layers, self.num_layers, (x, weights), prefixes)
+        else:
+            carry = (x, None)
+            for i, layer in enumerate(self.layers[:num_layers]):
+                carry, _ = run(layer, carry, None if prefixes is None else prefixes[i])
+            x, weights = carry
         x = self.output_norm(x) if finish else x
         return (x, weights) if return_attention else x
 
@@ -398,7 +447,7 @@ class Decoder(nn.Module):
         batch = memory.shape[0]
         shape = (batch, max_len, c.num_heads, c.d_model // c.num_heads)
         cache = []
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.layer_modules()):
             ck, cv = layer.cross_kv(memory, None if prefixes is None else prefixes[i])
             zeros = jnp.zeros(shape, c.compute_dtype)
             cache.append(dict(k=zeros, v=zeros, ck=ck, cv=cv))
@@ -408,7 +457,7 @@ class Decoder(nn.Module):
         """x: float[B, 1, D] embedded current token; returns (float[B, 1, D], new cache)."""
         cross_bias = jnp.where(memory_mask, 0.0, -1e9).astype(jnp.float32)[:, None, None, :]
         new_cache = []
-        for layer, layer_cache in zip(self.layers, cache):
+        for layer, layer_cache in zip(self.layer_modules(), cache):
             x, layer_cache = layer.step(x, dict(layer_cache), index, cross_bias)
             new_cache.append(layer_cache)
         return self.output_norm(x), new_cache
@@ -429,6 +478,30 @@ def without_cross_cache(step, cache):
         return logp, own(cache)
 
     return tokens_to_logprobs, own(cache)
+
+
+def stack_layers(params):
+    """A parameter tree with per-layer stacks (``layer_0`` … ``layer_{n-1}`` of an encoder or decoder) → the same
+    parameters as ``scan_layers`` holds them: each stack one ``layers`` subtree whose arrays carry a leading layer
+    axis [n, ...]. `unstack_layers` inverts it; nothing else in the tree changes."""
+    if not isinstance(params, Mapping):
+        return params
+    out = {k: stack_layers(v) for k, v in params.items() if not re.fullmatch(r"layer_\d+", k)}
+    layers = [params[f"layer_{i}"] for i in range(len(params) - len(out))]
+    if layers:
+        out["layers"] = jax.tree_util.tree_map(lambda *a: jnp.stack(a), *layers)
+    return out
+
+
+def unstack_layers(params):
+    """The inverse of `stack_layers`: each ``layers`` subtree [n, ...] → ``layer_0`` … ``layer_{n-1}``."""
+    if not isinstance(params, Mapping):
+        return params
+    out = {k: unstack_layers(v) for k, v in params.items() if k != "layers"}
+    if "layers" in params:
+        n = jax.tree_util.tree_leaves(params["layers"])[0].shape[0]
+        out.update({f"layer_{i}": jax.tree_util.tree_map(lambda a: a[i], params["layers"]) for i in range(n)})
+    return out
 
 
 def token_mask(ids: jnp.ndarray) -> jnp.ndarray:
