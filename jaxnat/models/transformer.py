@@ -358,8 +358,11 @@ class Encoder(nn.Module):
         """x: float[B, S, D] embedded source; mask: bool[B, S] (or int32 segment ids: `attention_bias`) -> float[B, S,
         D]. prefixes: per layer (key inputs,
         value inputs) float[B, C, D] of C extra self-attention entries before the source's, prefix_mask: bool[B, C]
-        (vectorized constraints)."""
-        bias = attention_bias(mask if prefixes is None else jnp.concatenate([prefix_mask, mask], axis=1))
+        (vectorized constraints; int32 segment ids of the entries when ``mask`` is segment ids)."""
+        # queries are the source positions only (with segment ids: those of ``mask``; prefix_mask then gives the
+        # prefix entries' segments, so that a packed segment sees only its own entries)
+        bias = attention_bias(mask if prefixes is None else jnp.concatenate([prefix_mask, mask], axis=1),
+                              query_mask=mask)
         if self.cfg.scan_layers:
             x = scan_stack(lambda layer, x, prefix: (layer(x, bias, train, prefix), None),
                            EncoderLayer(self.cfg, name="layers"), self.cfg.enc_layers, x, prefixes)
