@@ -11,7 +11,8 @@ from jaxnat.config import default_config
 
 def get_config():
     c = default_config()
-    c.model.update(d_model=512, ffn_dim=2048, num_heads=8, enc_layers=6, dec_layers=6, dropout=0.1, max_len=256)
+    c.model.update(d_model=512, ffn_dim=2048, num_heads=8, enc_layers=6, dec_layers=6, dropout=0.1, max_len=256,
+                   dtype="bfloat16")  # bf16 compute, f32 parameters (docs/benchmarks.md, "Mixed precision")
     c.data.update(source="tfds", tfds_name="wmt14_translate/de-en", src_lang="en", tgt_lang="de",
                   train_split="train", valid_split="validation", test_splits="test",
                   vocab_size=32000, max_len=256, batch_tokens=32768)

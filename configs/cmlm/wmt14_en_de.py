@@ -16,7 +16,8 @@ from jaxnat.config import default_config
 def get_config():
     c = default_config()
     c.model.update(name="cmlm", d_model=512, ffn_dim=2048, num_heads=8, enc_layers=6, dec_layers=6, dropout=0.2,
-                   max_len=256, positions="learned", length_prediction="token", masked_attn=True, concat_pe=True)
+                   max_len=256, positions="learned", length_prediction="token", masked_attn=True, concat_pe=True,
+                   dtype="bfloat16")
     c.data.update(source="tfds", tfds_name="wmt14_translate/de-en", src_lang="en", tgt_lang="de",
                   train_split="train", valid_split="validation", test_splits="test",
                   vocab_size=32000, max_len=256, batch_tokens=32768)

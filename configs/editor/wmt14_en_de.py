@@ -14,7 +14,8 @@ from jaxnat.config import default_config
 def get_config():
     c = default_config()
     c.model.update(name="editor", d_model=512, ffn_dim=2048, num_heads=8, enc_layers=6, dec_layers=6, dropout=0.3,
-                   positions="learned", max_len=256, bert_init=True, separate_reposition=True)
+                   positions="learned", max_len=256, bert_init=True, separate_reposition=True,
+                   dtype="bfloat16")
     c.data.update(source="text", dir="data/wmt14-kd", src_lang="en", tgt_lang="de", train_split="train",
                   valid_split="validation", test_splits="test", vocab_size=32000, max_len=256,
                   batch_tokens=65536)

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from jaxnat.config import check_matches_workdir, workdir_config
 from jaxnat.data.batching import (PackedBatcher, TrainBatcher, bucket_lengths, eval_batches, example_lengths,
                                   fitted_buckets, prefetch, prepare_with_init)
-from jaxnat.data.phrase_pairs import encode_pairs
+from jaxnat.data.phrase_pairs import check_packable, encode_pairs
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.tokenizer import Tokenizer
 from jaxnat.errors import JaxnatError, Stopped
@@ -184,6 +184,8 @@ class Trainer:
             raise TrainingError("no training pair is left after filtering; "
                                 "raise data.max_len or set data.truncate=true")
         if self.packs():
+            if "pair_src" in extras:  # a packed row keeps as many constraint pieces as it has tokens
+                check_packable(src, tgt, extras["pair_src"], extras["pair_tgt"])
             batcher = PackedBatcher(src, tgt, self.config.data.batch_tokens, self.config.data.max_len,
                                     self.config.train.seed, multiple_of=jax.device_count(), extras=extras,
                                     process=(jax.process_index(), jax.process_count()))
