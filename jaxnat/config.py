@@ -60,7 +60,7 @@ RANGES = {
         "train.own_insertion_roll_in", "train.correction_p", "train.pair_alpha", "train.pair_beta")},
     **{k: ("[0", None) for k in (
         "train.warmup_steps", "train.warmup_init_lr", "train.weight_decay", "train.clip_norm",
-        "train.valid_bleu_sentences", "eval.length_penalty", "eval.max_len_a", "eval.max_len_b",
+        "train.valid_bleu_sentences", "train.peak_tflops", "eval.length_penalty", "eval.max_len_a", "eval.max_len_b",
         "eval.latency_sentences", "eval.max_iter", "eval.placeholder_penalty", "eval.length_cap_min",
         "eval.trace_sentences", "train.length_loss_weight", "train.sca_weight", "eval.average_checkpoints")},
     "data.bucket_growth": ("[1", None),
@@ -159,6 +159,9 @@ def default_config() -> ml_collections.ConfigDict:
         # kept (more than one for averaging the best N: eval.average_of=best)
         log_every=100, eval_every=2000, checkpoint_every=1000, keep_checkpoints=3, keep_best=1,
         max_bad_steps=5,  # consecutive non-finite steps before the run stops
+        # the device's peak TFLOP/s that the log's MFU is a share of; 0: measured at the start (a large matmul in
+        # model.dtype, about a second)
+        peak_tflops=0.0,
         # XLA's GPU autotuner (--xla_gpu_autotune_level: 0 off … 4 XLA's default): it times candidate kernels for
         # every matmul and fusion while compiling, minutes on a large model; -1 leaves XLA_FLAGS as it is.
         # Set before the first computation, so it takes effect from the command line, not from a notebook

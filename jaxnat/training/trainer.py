@@ -29,6 +29,7 @@ from jaxnat.evaluation.metrics import bleu
 from jaxnat.models import build_model, count_params, extends
 from jaxnat.training import mesh as mesh_lib
 from jaxnat.training.checkpoint import Checkpoints
+from jaxnat.training.flops import Utilisation
 from jaxnat.training.history import History, plot_curves
 from jaxnat.training.optim import make_optimizer
 from jaxnat.training.stop import StopRequest
@@ -332,6 +333,7 @@ class Trainer:
         self._eval_step = jax.jit(make_eval_step(self.spec))
         root_key = jax.random.PRNGKey(t.seed + 1)
         train_steps = self.compile_train_steps(state, batcher, root_key)
+        utilisation = Utilisation(train_steps, count_params(state["params"]), cfg.model, t.peak_tflops)
         writer = SummaryWriter(os.path.join(self.workdir, "tensorboard")) if jax.process_index() == 0 else None
 
         consecutive_bad, skipped, window = 0, 0, []
@@ -359,6 +361,7 @@ class Trainer:
         stop = StopRequest().install()
         try:
             for step, batch in zip(range(start, t.steps), batches):
+                utilisation.add(batch)
                 batch = mesh_lib.shard_batch(batch, self.mesh)  # global arrays: their shape picks the program
                 state, metrics = train_steps[batch["tgt"].shape](state, batch, root_key)
                 if pending is not None:
@@ -372,11 +375,13 @@ class Trainer:
                     elapsed = time.perf_counter() - tick
                     summary = {k: float(np.mean([m[k] for m in window])) for k in ("loss", "nll", "grad_norm", "lr")}
                     summary["tokens_per_s"] = window_tokens / max(elapsed, 1e-9)
+                    summary.update(utilisation.window(elapsed))  # mfu, padding
                     bar.set_postfix(loss=f"{summary['loss']:.3f}", tok_s=f"{summary['tokens_per_s']:.0f}",
                                     lr=f"{summary['lr']:.2e}")
                     self.history.append({"step": done, **summary})
-                    log.info("step %d: loss %.4f nll %.4f lr %.3g %.0f tok/s skipped %d", done, summary["loss"],
-                             summary["nll"], summary["lr"], summary["tokens_per_s"], skipped)
+                    log.info("step %d: loss %.4f nll %.4f lr %.3g %.0f tok/s %s skipped %d", done, summary["loss"],
+                             summary["nll"], summary["lr"], summary["tokens_per_s"],
+                             utilisation.describe(summary["mfu"]), skipped)
                     if writer:
                         for k, v in summary.items():
                             writer.add_scalar(f"train/{k}", v, done)

@@ -1,0 +1,91 @@
+"""Model FLOPs utilisation (MFU) of training: the FLOPs of each compiled train program, the device's peak, and
+the figure each log window reports.
+
+MFU = the window's model FLOPs / its seconds / the peak. A step's model FLOPs are its compiled program's FLOPs
+(XLA's cost analysis, per device) times the share of the batch's token slots that hold real tokens: FLOPs
+spent on padding are not the model's, so padding lowers MFU (packing raises it). Where XLA's count is not
+available, or misses work (a scanned layer stack is a loop, whose body XLA counts once), the step's model
+FLOPs are 6 · parameters · real target tokens, per device (a forward and a backward pass over every
+parameter; attention's own products left out). The peak is ``train.peak_tflops``, or (0) a dense matmul
+timed on the device at the start, in the model's compute dtype.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import jax
+import numpy as np
+
+from jaxnat.data.vocab import PAD_ID
+
+log = logging.getLogger("jaxnat")
+
+
+def measure_peak_tflops(dtype: str, seconds: float = 1.0) -> float:
+    """The device's dense matmul rate in TFLOP/s: a chain of four n × n products in ``dtype`` (n = 4096 on an
+    accelerator, 1024 on a CPU, two orders of magnitude slower) in one program, run for about ``seconds`` after a
+    first call that compiles it; the fastest run (the machine's best, not its average under other load)."""
+    n = 1024 if jax.default_backend() == "cpu" else 4096
+    a = jax.random.normal(jax.random.PRNGKey(0), (n, n), dtype)
+    b = (jax.random.normal(jax.random.PRNGKey(1), (n, n)) / np.sqrt(n)).astype(dtype)  # keeps the chain's scale
+    chain = jax.jit(lambda a, b: jax.lax.fori_loop(0, 4, lambda _, x: x @ b, a))
+    chain(a, b).block_until_ready()
+    best, begin = float("inf"), time.perf_counter()
+    while time.perf_counter() - begin < seconds:
+        t0 = time.perf_counter()
+        chain(a, b).block_until_ready()
+        best = min(best, time.perf_counter() - t0)
+    return 4 * 2 * n**3 / best / 1e12
+
+
+def program_flops(compiled) -> float | None:
+    """The FLOPs XLA counts in a compiled program (per device), or None where its cost analysis has none. jax
+    returns the analysis as a dict, or (older versions) as a list of one dict per program."""
+    analysis = compiled.cost_analysis()
+    if isinstance(analysis, (list, tuple)):
+        analysis = analysis[0] if analysis else None
+    flops = (analysis or {}).get("flops", 0.0)
+    return float(flops) if flops > 0 else None
+
+
+class Utilisation:
+    """MFU per log window: `add` each step's batch, `window` at each log point."""
+
+    def __init__(self, programs: dict, num_params: int, model_cfg, peak_tflops: float = 0.0):
+        """programs: {batch shape: compiled train step}; num_params: the model's parameter count; model_cfg: the
+        config's model section (its dtype, scan_layers); peak_tflops: the device's peak (0: measured here)."""
+        flops = {shape: program_flops(p) for shape, p in programs.items()}
+        # a scanned stack's loop body is counted once, not once per layer
+        self.flops = None if model_cfg.scan_layers or None in flops.values() else flops
+        self.num_params = num_params
+        self.source = "XLA's cost analysis" if self.flops else "6·params·tokens"
+        self.peak_source = "configured" if peak_tflops else "measured"
+        self.peak = peak_tflops or measure_peak_tflops(model_cfg.dtype)
+        self.model_flops, self.real, self.slots = 0.0, 0, 0
+        log.info("MFU against a peak of %.3g TFLOP/s (%s); step FLOPs from %s", self.peak, self.peak_source,
+                 self.source)
+
+    def add(self, batch: dict) -> None:
+        """batch: a train batch (host arrays) with 'src' and 'tgt' int32[B, L]: its program's FLOPs, less the
+        share of padding slots (or the estimate from its real target tokens)."""
+        real = int(np.count_nonzero(batch["src"] != PAD_ID)) + int(np.count_nonzero(batch["tgt"] != PAD_ID))
+        slots = batch["src"].size + batch["tgt"].size
+        if self.flops:
+            self.model_flops += self.flops[batch["tgt"].shape] * real / slots
+        else:
+            tokens = int(np.count_nonzero(batch["tgt"] != PAD_ID))
+            self.model_flops += 6.0 * self.num_params * tokens / jax.local_device_count()
+        self.real, self.slots = self.real + real, self.slots + slots
+
+    def window(self, seconds: float) -> dict:
+        """{'mfu': the steps added since the last call, over ``seconds``, as a fraction of the peak; 'padding': the
+        share of their token slots that were padding}; starts the next window."""
+        out = {"mfu": self.model_flops / max(seconds, 1e-9) / (self.peak * 1e12),
+               "padding": 1.0 - self.real / max(self.slots, 1)}
+        self.model_flops, self.real, self.slots = 0.0, 0, 0
+        return out
+
+    def describe(self, mfu: float) -> str:
+        return f"MFU {100 * mfu:.1f}% of {self.peak:.3g} TFLOP/s ({self.peak_source})"
