@@ -32,6 +32,7 @@ import numpy as np
 
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.data.words import is_word
+from jaxnat.errors import DataError
 
 MAX_WORDS = 3  # phrase length on either side, and constraints per sentence
 
@@ -164,3 +165,17 @@ def entry_capacity(pair_src: np.ndarray, multiple: int = 8) -> int:
     b, n, ps = pair_src.shape
     most = int((pair_src != PAD_ID).reshape(b, -1).sum(axis=1).max(initial=0))
     return min(-(-most // multiple) * multiple, n * ps)
+
+
+def check_packable(src, tgt, pair_src: np.ndarray, pair_tgt: np.ndarray) -> None:
+    """Raises DataError unless every example's constraint phrases hold, on each side, no more pieces than its
+    sentence, BOS and EOS excluded. src, tgt: N [BOS … EOS] int32 arrays; pair_src, pair_tgt: int32[N, max_pairs,
+    max_pieces] (`encode_pairs`). A packed row keeps as many constraint pieces as it has tokens
+    (`jaxnat.models.vecconst.row_capacity`), which this makes enough; pairs drawn from their sentence pass."""
+    n = len(src)
+    over = ((pair_src != PAD_ID).reshape(n, -1).sum(axis=1) > np.asarray([len(x) - 2 for x in src])) | \
+        ((pair_tgt != PAD_ID).reshape(n, -1).sum(axis=1) > np.asarray([len(x) - 2 for x in tgt]))
+    if over.any():
+        raise DataError(f"{int(over.sum())} training examples have constraint phrases with more pieces than their "
+                        f"sentence (first: example {int(np.argmax(over))}); packed rows have no room for them: "
+                        "fix those pairs or set data.pack=false")
