@@ -21,6 +21,11 @@ phrase it must become — as attention entries and as an output plug-in:
   decoded with beam search, 0.5 / 0.5 for VDBA; App. B).
 
 Shapes: B sentences, N pairs, P_s / P_t phrase pieces, C = N · P_s constraint entries, V vocabulary.
+
+Packed training (`jaxnat.data.batching.PackedBatcher`: K = W / 2 segment slots a row of W tokens, segment k's
+pairs in slot k − 1 of pair_src int32[B, K, N, P_s]) gives each entry and each target-phrase token its segment's
+id, so that a position attends to, and the plug-in scores, its own pair's constraints only; the row keeps its
+real ones only (`row_capacity`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from jaxnat.data.vocab import PAD_ID
 from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.models.ar import ARTransformer, hard_phrases, output_capacity, search
 from jaxnat.models.losses import smoothed_cross_entropy
+from jaxnat.models.packing import next_in_segment
 from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import (MultiHeadAttention, TransformerConfig, attention_bias, token_mask,
                                       without_cross_cache)
@@ -80,28 +86,52 @@ class VecConstTransformer(ARTransformer):
         d = s.shape[-1]
         return s.reshape(b, n * ps, d), v.reshape(b, n * ps, d), token_mask(pair_src).reshape(b, n * ps)
 
+    def vectorize_packed(self, pair_src: jax.Array, pair_tgt: jax.Array, width: int, train: bool = False):
+        """A packed batch's pairs, pair_src int32[B, K, N, P_s] and pair_tgt int32[B, K, N, P_t] (segment k's in slot
+        k − 1), for source rows of ``width`` tokens → (K_c float[B, C, D], V_c float[B, C, D], the entries' segment
+        ids int32[B, C], 0 on padding): the row's real pairs packed first and vectorized (`row_capacity`(width,
+        K · N) of them), then their real entries packed first, C = `row_capacity`(width, ·)."""
+        b, k, n, ps = pair_src.shape
+        owner = slot_segments(jnp.any(pair_src != PAD_ID, axis=-1))  # [B, K · N]: each pair's segment
+        owner, srcs, tgts = pack_entries(owner, row_capacity(width, k * n), pair_src.reshape(b, k * n, ps),
+                                         pair_tgt.reshape(b, k * n, pair_tgt.shape[-1]))
+        keys, values, real = self.vectorize(srcs, tgts, train)
+        owner = jnp.where(real, jnp.repeat(owner, ps, axis=1), 0)  # entry j is piece j mod P_s of pair j // P_s
+        owner, keys, values = pack_entries(owner, row_capacity(width, owner.shape[1]), keys, values)
+        return keys, values, owner
+
     def _prefixes(self, adapters, keys, values):
         return [(a(keys), a(values)) for a in adapters]
 
     # -- encoder and decoder ---------------------------------------------------------------------------
     def encode_with_pairs(self, src: jax.Array, pair_src: jax.Array, pair_tgt: jax.Array, train: bool = False,
-                          entries: int | None = None):
+                          entries: int | None = None, segments: jax.Array | None = None):
         """src: int32[B, S] → (memory float[B, S, D], memory mask bool[B, C + S] or [B, S], the decoder's
         per-layer prefixes or None). ``entries``: keep only C = ``entries`` constraint entries, the real ones
-        packed first (`pack_entries`; at least every row's count of source-phrase pieces), None = all N · P_s."""
-        x, mask = self.src_embed(src, train), token_mask(src)
+        packed first (`pack_entries`; at least every row's count of source-phrase pieces), None = all N · P_s.
+
+        A packed batch: ``segments`` int32[B, S], src's segment ids, and the pairs int32[B, K, N, P] of
+        `vectorize_packed`; the memory mask is then segment ids int32[B, C + S], so that in the encoder and the
+        decoder alike a segment's positions attend to their own pair's constraint entries only."""
+        x = self.src_embed(src, train, segments=segments)
+        mask = token_mask(src) if segments is None else segments
         if not self.pair_attention:
             return self.encoder(x, mask, train), mask, None
-        keys, values, pair_mask = self.vectorize(pair_src, pair_tgt, train)
-        if entries is not None:
-            pair_mask, keys, values = pack_entries(pair_mask, entries, keys, values)
+        if segments is None:
+            keys, values, pair_mask = self.vectorize(pair_src, pair_tgt, train)
+            if entries is not None:
+                pair_mask, keys, values = pack_entries(pair_mask, entries, keys, values)
+        else:
+            keys, values, pair_mask = self.vectorize_packed(pair_src, pair_tgt, src.shape[1], train)
         memory = self.encoder(x, mask, train, self._prefixes(self.enc_adapters, keys, values), pair_mask)
         return memory, jnp.concatenate([pair_mask, mask], axis=1), self._prefixes(self.dec_adapters, keys, values)
 
     # -- eqs. 8–11 -------------------------------------------------------------------------------------
-    def pair_log_probs(self, h: jax.Array, pair_tgt: jax.Array) -> jax.Array:
+    def pair_log_probs(self, h: jax.Array, pair_tgt: jax.Array, segments: jax.Array | None = None) -> jax.Array:
         """h: float[B, T, D] decoder outputs; pair_tgt: int32[B, N, P_t], the sentences' target phrases (PAD-padded)
-        → float32[B, T, V] log P of eq. 11 (or its renormalised form), log_softmax(h W) without the plug-in."""
+        → float32[B, T, V] log P of eq. 11 (or its renormalised form), log_softmax(h W) without the plug-in.
+        A packed batch: pair_tgt int32[B, K, N, P_t] and ``segments`` int32[B, T], h's segment ids
+        (`phrase_tokens`: each position's P_plug is its own pair's)."""
         logp_model = jax.nn.log_softmax(self.logits(h))
         if not self.pair_plug_in:
             return logp_model
@@ -115,27 +145,32 @@ class VecConstTransformer(ARTransformer):
         logp = jax.nn.log_sigmoid(-(state_part[..., None] + token_part)) + logp_model  # log (1 − g) P_model
         # eq. 9: P_plug is 0 but on the M = N · P_t tokens of the sentence's target phrases, so eq. 11 adds
         # g · P_plug there only (a decoding step then costs about what the AR model's does; PAD slots add 0)
-        ids = pair_tgt.reshape(pair_tgt.shape[0], -1)                            # [B, M]
+        ids, visible = phrase_tokens(pair_tgt, segments)                         # [B, M], [B, T|1, M]
         unit = lambda x: x / (jnp.linalg.norm(x, axis=-1, keepdims=True) + 1e-9)  # noqa: E731
         cos = jnp.einsum("btd,bmd->btm", unit(h32), unit(w[ids]))                 # [B, T, M]
-        plug = jnp.where((ids != PAD_ID)[:, None, :], jnp.maximum(cos, 0.0), 0.0)
+        plug = jnp.where(visible, jnp.maximum(cos, 0.0), 0.0)
         log_g = jax.nn.log_sigmoid(state_part[..., None] + token_part[ids][:, None, :])
-        at = (jnp.arange(ids.shape[0])[:, None, None], jnp.arange(h.shape[1])[None, :, None], ids[:, None, :])
+        # a token a position does not see is written as PAD: another segment's phrase token may be one this
+        # position sees, and a scatter's duplicate indices must carry equal values
+        at = (jnp.arange(ids.shape[0])[:, None, None], jnp.arange(h.shape[1])[None, :, None],
+              jnp.where(visible, ids[:, None, :], PAD_ID))
         mixed = jnp.logaddexp(logp[at], jnp.where(plug > 0, log_g + jnp.log(jnp.maximum(plug, 1e-30)), -jnp.inf))
         logp = logp.at[at].set(mixed)  # a token in two phrases: the same value twice; PAD: its own value
         if self.pair_renormalise:
             logp = logp - jax.nn.logsumexp(logp, axis=-1, keepdims=True)
         return logp
 
-    def forward_with_pairs(self, src, tgt_in, pair_src, pair_tgt, train: bool = False):
-        """Teacher forcing: src int32[B, S], tgt_in int32[B, T] → log P float32[B, T, V]."""
-        memory, memory_mask, prefixes = self.encode_with_pairs(src, pair_src, pair_tgt, train)
-        h = self.decoder(self.tgt_embed(tgt_in, train), token_mask(tgt_in), memory, memory_mask, train,
+    def forward_with_pairs(self, src, tgt_in, pair_src, pair_tgt, train: bool = False, src_seg=None, tgt_seg=None):
+        """Teacher forcing: src int32[B, S], tgt_in int32[B, T] → log P float32[B, T, V]. A packed batch also gives
+        src_seg int32[B, S] and tgt_seg int32[B, T], the segment ids, and its pairs int32[B, K, N, P]."""
+        memory, memory_mask, prefixes = self.encode_with_pairs(src, pair_src, pair_tgt, train, segments=src_seg)
+        mask = token_mask(tgt_in) if tgt_seg is None else tgt_seg
+        h = self.decoder(self.tgt_embed(tgt_in, train, segments=tgt_seg), mask, memory, memory_mask, train,
                          prefixes=prefixes)
-        return self.pair_log_probs(h, pair_tgt)
+        return self.pair_log_probs(h, pair_tgt, tgt_seg)
 
-    def __call__(self, src, tgt_in, pair_src, pair_tgt, train: bool = False):
-        return self.forward_with_pairs(src, tgt_in, pair_src, pair_tgt, train)
+    def __call__(self, src, tgt_in, pair_src, pair_tgt, train: bool = False, src_seg=None, tgt_seg=None):
+        return self.forward_with_pairs(src, tgt_in, pair_src, pair_tgt, train, src_seg, tgt_seg)
 
     # -- cached decoding ---------------------------------------------------------------------------------
     def init_pair_cache(self, memory: jax.Array, max_len: int, prefixes):
@@ -149,23 +184,52 @@ class VecConstTransformer(ARTransformer):
 
 
 def pack_entries(mask: jax.Array, capacity: int, *arrays: jax.Array) -> tuple[jax.Array, ...]:
-    """mask: bool[B, C], arrays: [B, C, …] → (mask bool[B, capacity], arrays [B, capacity, …]): each row's real
-    entries first, in their order, then its padding, cut to ``capacity`` (≥ every row's real count, else real
-    entries are lost: the caller sizes it).
+    """mask: bool[B, C] (or int32[B, C] segment ids, 0 on padding), arrays: [B, C, …] → (mask [B, capacity],
+    arrays [B, capacity, …]): each row's real entries first, in their order, then its padding, cut to ``capacity``
+    (≥ every row's real count, else real entries are lost: the caller sizes it).
 
     Attention over the constraint entries does not depend on their order, so this changes no result; it lets a
     batch whose sentences have few constraint pieces attend over a few slots instead of N · P_s padded ones."""
-    order = jnp.argsort(~mask, axis=1, stable=True)[:, :capacity]
+    order = jnp.argsort(mask == 0, axis=1, stable=True)[:, :capacity]
     take = lambda x: jnp.take_along_axis(x, order.reshape(order.shape + (1,) * (x.ndim - 2)), axis=1)  # noqa: E731
     return (take(mask), *map(take, arrays))
 
 
-def constraint_tokens(pair_tgt: jax.Array, vocab_size: int) -> jax.Array:
-    """bool[B, V]: the tokens of each sentence's target phrases (pair_tgt: int32[B, N, P_t], PAD-padded)."""
-    b = pair_tgt.shape[0]
-    ids = pair_tgt.reshape(b, -1)
-    member = jnp.zeros((b, vocab_size), bool).at[jnp.arange(b)[:, None], ids].set(True)
-    return member.at[:, PAD_ID].set(False)
+def row_capacity(length: int, slots: int) -> int:
+    """How many of a packed row's constraint slots (its pairs, or its phrases' pieces on one side: ``slots``) the
+    row keeps, its real ones first (`pack_entries`): at most ``length``, the row's tokens on that side.
+
+    Why that is enough: `jaxnat.data.phrase_pairs.check_packable` holds every packed training example's phrases to
+    no more pieces a side than its sentence, BOS and EOS excluded (pairs drawn from the sentence, as the aligned
+    and the synthetic ones are, always are), so a row of W tokens has at most W − 2 real pieces a side and as many
+    pairs (each has a source piece): every real one is kept and the packed loss is exact. Why not all of them:
+    K = W / 2 segments of N · P_s slots are 1536 entries a row at W = 128 and 3 × 8 pairs, where the bound is
+    126 (an unpacked sentence of ~15 tokens has 24), and every entry costs two adapters and the key and value
+    projections in each layer."""
+    return min(length, slots)
+
+
+def slot_segments(real: jax.Array) -> jax.Array:
+    """real: bool[B, K, …], which of a packed batch's per-segment slots (slot k − 1: segment k) hold something →
+    int32[B, K · …]: k where real, 0 elsewhere, in the order of ``real.reshape(B, -1)``."""
+    slot = jnp.arange(1, real.shape[1] + 1, dtype=jnp.int32).reshape((1, -1) + (1,) * (real.ndim - 2))
+    return jnp.where(real, slot, 0).reshape(real.shape[0], -1)
+
+
+def phrase_tokens(pair_tgt: jax.Array, segments: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """The target-phrase tokens of the plug-in (eq. 9) and which positions see them: (ids int32[B, M], visible
+    bool[B, T|1, M]).
+
+    pair_tgt int32[B, N, P_t] (PAD-padded) → its sentence's M = N · P_t tokens, each real one seen by every
+    position. A packed batch: pair_tgt int32[B, K, N, P_t] (segment k's in slot k − 1) and ``segments``
+    int32[B, T], the positions' segment ids → the row's real tokens first, M = `row_capacity`(T, K · N · P_t),
+    each seen by its own segment's positions only."""
+    if segments is None:
+        ids = pair_tgt.reshape(pair_tgt.shape[0], -1)
+        return ids, (ids != PAD_ID)[:, None, :]
+    owner = slot_segments(pair_tgt != PAD_ID)
+    owner, ids = pack_entries(owner, row_capacity(segments.shape[1], owner.shape[1]), pair_tgt.reshape(owner.shape))
+    return ids, (owner[:, None, :] == segments[:, :, None]) & (owner > 0)[:, None, :]
 
 
 def vecconst_loss(model: VecConstTransformer, params, batch: dict, rng, *, label_smoothing: float,
@@ -173,15 +237,22 @@ def vecconst_loss(model: VecConstTransformer, params, batch: dict, rng, *, label
     """Eq. 12 with label smoothing: Σ_t w_t · CE_t over the target tokens after BOS, w_t = α for a token of the
     sentence's target phrases and β otherwise; CE under log P of eq. 11 (`pair_log_probs`).
 
-    batch: 'src' int32[B, S], 'tgt' int32[B, T], 'pair_src' int32[B, N, P_s], 'pair_tgt' int32[B, N, P_t].
+    batch: 'src' int32[B, S], 'tgt' int32[B, T], 'pair_src' int32[B, N, P_s], 'pair_tgt' int32[B, N, P_t]; or a
+    packed batch (`jaxnat.data.batching.PackedBatcher`: several pairs a row, with 'src_seg' and 'tgt_seg', and
+    the pairs int32[B, K, N, P], segment k's in slot k − 1), each pair's loss exactly its loss alone as long as
+    every row's phrases fit it (`row_capacity`).
     Returns (loss_sum, {'nll', 'count', 'constraint_tokens'}); the trainer divides by the token count.
     """
-    tgt = batch["tgt"]
+    tgt, labels = batch["tgt"], batch["tgt"][:, 1:]
+    if "tgt_seg" in batch:
+        segments = {"src_seg": batch["src_seg"], "tgt_seg": batch["tgt_seg"][:, :-1]}
+        real = next_in_segment(batch["tgt_seg"])
+    else:
+        segments, real = {}, token_mask(labels)
     logp = model.apply(params, batch["src"], tgt[:, :-1], batch["pair_src"], batch["pair_tgt"], train=train,
-                       rngs={"dropout": rng})
-    labels, real = tgt[:, 1:], token_mask(tgt[:, 1:])
-    member = constraint_tokens(batch["pair_tgt"], logp.shape[-1])
-    constrained = jnp.take_along_axis(member, labels, axis=1)
+                       rngs={"dropout": rng}, **segments)
+    ids, visible = phrase_tokens(batch["pair_tgt"], segments.get("tgt_seg"))
+    constrained = jnp.any(visible & (ids[:, None, :] == labels[..., None]), axis=-1)  # a token of its own phrases
     loss, nll, count = smoothed_cross_entropy(logp, labels, real, label_smoothing, log_probs=True,
                                               weights=jnp.where(constrained, alpha, beta))
     return loss, {"nll": nll, "count": count, "constraint_tokens": jnp.sum(constrained & real, dtype=jnp.float32)}
@@ -219,10 +290,9 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None  # hard constraints: whole words
     module = VecConstTransformer(cfg, m.pair_attention, m.pair_plug_in, m.pair_renormalise)
 
-    def init(rng, batch):  # the parameters' shapes do not depend on the pairs': one empty pair without them
+    def init(rng, batch):  # the parameters' shapes do not depend on the pairs' (nor on packing): one empty pair
         no_pair = jnp.full((1, 1, 1), PAD_ID, jnp.int32)
-        return module.init(rng, batch["src"][:1], batch["tgt"][:1, :-1], batch.get("pair_src", no_pair)[:1],
-                           batch.get("pair_tgt", no_pair)[:1])
+        return module.init(rng, batch["src"][:1], batch["tgt"][:1, :-1], no_pair, no_pair)
 
     def loss(params, batch, rng, train=True):
         return vecconst_loss(module, params, batch, rng, label_smoothing=t.label_smoothing, alpha=t.pair_alpha,
@@ -235,4 +305,4 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                                  max_len_b=e.max_len_b, max_out=request.width(capacity),
                                  ordered=e.constraint_order == "given", continues=continues)
 
-    return ModelSpec("vecconst", cfg, module, init, loss, generate, capacity, SUPPORTS)
+    return ModelSpec("vecconst", cfg, module, init, loss, generate, capacity, SUPPORTS, packs=True)

@@ -1,0 +1,39 @@
+"""Test helpers for sequence packing: random pairs, their packed and padded batches, segment ids by hand."""
+
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import strategies as st
+
+from jaxnat.data import batching
+from jaxnat.data.vocab import BOS_ID, EOS_ID
+
+
+def random_pairs(rng, n, vocab=40, longest=9):
+    """n random pairs of [BOS … EOS] int32 arrays, 1 … longest pieces a side."""
+    side = lambda: np.r_[BOS_ID, rng.integers(5, vocab, rng.integers(1, longest + 1)), EOS_ID].astype(np.int32)  # noqa: E731
+    return [side() for _ in range(n)], [side() for _ in range(n)]
+
+
+def pack_and_pad(src, tgt, width=28, extras=None):
+    """(the packed batch of every pair, the padded one-pair-a-row batch, the packing's example indices
+    int64[B, K], -1 for none). extras: per-example side data {key: int32[N, ...]} (constraint pairs), in both."""
+    pb = batching.PackedBatcher(src, tgt, width * len(src), width, seed=0, extras=extras)
+    packed = {k: jnp.asarray(v) for k, v in pb.batch(0).items()}
+    pad = lambda seqs: jnp.asarray(np.stack([np.pad(x, (0, 12 - len(x))) for x in seqs]))  # noqa: E731
+    padded = {"src": pad(src), "tgt": pad(tgt), **{k: jnp.asarray(v) for k, v in (extras or {}).items()}}
+    return packed, padded, pb.batch_indices(0)
+
+
+def segment_ids(lengths_per_row, width):
+    """int32[R, width] segment ids: row r holds segments of lengths_per_row[r] back to back, then padding (0)."""
+    seg = np.zeros((len(lengths_per_row), width), np.int32)
+    for r, lengths in enumerate(lengths_per_row):
+        at = 0
+        for k, n in enumerate(lengths):
+            seg[r, at:at + n] = k + 1
+            at += n
+    return seg
+
+
+# up to three rows of up to four segments of 2 … 6 positions (fit in 24)
+rows_of_segments = st.lists(st.lists(st.integers(2, 6), min_size=0, max_size=4), min_size=1, max_size=3)
