@@ -96,7 +96,7 @@ def run(argv=None) -> int:
     if args.mode == "curves":
         from jaxnat.training.history import plot_curves
 
-        print(plot_curves(args.workdir))
+        print(plot_curves(args.workdir, required=True))
         return 0
     from jaxnat.config import build_config
 

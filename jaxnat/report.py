@@ -28,6 +28,7 @@ import os
 import sys
 
 from jaxnat.errors import ConfigError, JaxnatError
+from jaxnat.optional import install_hint, optional
 
 log = logging.getLogger("jaxnat")
 
@@ -189,7 +190,12 @@ def to_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(report: dict, path: str) -> str:
+def plot(report: dict, path: str) -> str | None:
+    """Draws the BLEU/latency picture at ``path`` and returns it; None, with a log line, without matplotlib (the
+    plots extra)."""
+    if optional("matplotlib") is None:
+        log.info("%s not drawn: matplotlib is not installed (%s)", os.path.basename(path), install_hint("matplotlib"))
+        return None
     from matplotlib.figure import Figure  # no pyplot: the caller's backend (a notebook's) stays as it is
 
     fig = Figure(figsize=(11, 4))

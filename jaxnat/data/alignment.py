@@ -38,6 +38,7 @@ from collections.abc import Iterable
 
 from jaxnat.data.phrase_pairs import code_switch, most_common_words, phrase_pairs, phrase_text, sample_pairs
 from jaxnat.errors import DataError, JaxnatError
+from jaxnat.optional import require
 
 log = logging.getLogger("jaxnat")
 
@@ -86,10 +87,7 @@ def symmetrise(forward: Links, reverse: Links) -> Links:
 def _eflomal_align(src: list[str], tgt: list[str], priors: str | None) -> tuple[list[Links], list[Links]]:
     """eflomal's forward and reverse links of whitespace-tokenized sentence pairs (with a priors file). Its
     sampler seeds itself (from /dev/urandom): the alignment files, written once, are the record."""
-    try:
-        import eflomal
-    except ImportError:
-        raise JaxnatError("the aligner needs eflomal: pip install eflomal") from None
+    eflomal = require("eflomal", "word alignment (jaxnat.data.alignment)")
     with tempfile.TemporaryDirectory() as tmp, \
             (open(priors, encoding="utf-8") if priors else contextlib.nullcontext()) as prior_file:
         fwd, rev = os.path.join(tmp, "fwd"), os.path.join(tmp, "rev")
@@ -100,7 +98,7 @@ def _eflomal_align(src: list[str], tgt: list[str], priors: str | None) -> tuple[
 
 
 def _write_priors(path: str, src: list[str], tgt: list[str], forward: list[Links], reverse: list[Links]) -> None:
-    import eflomal
+    eflomal = require("eflomal", "word alignment (jaxnat.data.alignment)")
 
     counts = eflomal.calculate_priors(src, tgt, [format_links(a) for a in forward], [format_links(a) for a in reverse])
     with open(path, "w", encoding="utf-8") as f:

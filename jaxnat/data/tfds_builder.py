@@ -40,6 +40,7 @@ from typing import Mapping, Sequence
 
 from jaxnat.data.text import read_parallel
 from jaxnat.errors import ConfigError, DataError
+from jaxnat.optional import require
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +52,13 @@ _READ_CHUNK = 8192
 
 
 def _tfds():
-    import tensorflow_datasets as tfds  # imported lazily: ~0.5 s, and only this module needs it
-
-    return tfds
+    # imported here: ~0.5 s, and only this module needs it (an optional dependency, the tfds extra)
+    return require("tensorflow_datasets", "a TFDS dataset (data.source=tfds)")
 
 
 def default_data_dir() -> str:
     """TFDS' default data directory (`$TFDS_DATA_DIR` or ~/tensorflow_datasets)."""
+    _tfds()
     from tensorflow_datasets.core import constants
 
     return os.path.expanduser(os.environ.get("TFDS_DATA_DIR") or constants.DATA_DIR)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import functools
 import unicodedata
 
-from sacremoses import MosesTokenizer
-
 
 @functools.lru_cache(maxsize=None)
-def _moses_tokenizer(lang: str) -> MosesTokenizer:
+def _moses_tokenizer(lang: str):
     # Building one loads the language's non-breaking prefix list: once per language, not once per sentence.
+    # sacremoses is imported here, when constraints are first counted: training and plain evaluation do without
+    from sacremoses import MosesTokenizer
+
     return MosesTokenizer(lang=lang)
 
 

@@ -13,9 +13,13 @@ that exist.
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 from jaxnat.errors import JaxnatError
+from jaxnat.optional import install_hint, optional, require
+
+log = logging.getLogger("jaxnat")
 
 FILE, PICTURE = "history.jsonl", "curves.png"
 
@@ -54,12 +58,28 @@ class History:
                 f.write(json.dumps(entry) + "\n")
 
 
-def plot_curves(workdir: str) -> str:
+def tensorboard_writer(logdir: str):
+    """A tensorboardX ``SummaryWriter`` writing to ``logdir``, or None, with one log line, when tensorboardX (the
+    tensorboard extra) is not installed: history.jsonl records the same values either way."""
+    tensorboard = optional("tensorboardX")
+    if tensorboard is None:
+        log.info("no TensorBoard logs: tensorboardX is not installed (%s); history.jsonl has the same values",
+                 install_hint("tensorboardX"))
+        return None
+    return tensorboard.SummaryWriter(logdir)
+
+
+def plot_curves(workdir: str, required: bool = False) -> str:
     """Draws `<workdir>/curves.png`: training and validation loss, validation BLEU and tokens/s over steps.
-    Returns its path."""
+    Returns its path. Without matplotlib (the plots extra) nothing is drawn: a one-line `MissingDependency` when
+    the curves are ``required`` (`--mode curves`), else the text returned says so (the trainer logs it)."""
     entries = read_history(workdir)
     if not entries:
         raise JaxnatError(f"{workdir} has no {FILE} (a run trained by this version of jaxnat writes one)")
+    if required:
+        require("matplotlib", "drawing curves.png")
+    elif optional("matplotlib") is None:
+        return f"not drawn, matplotlib is not installed ({install_hint('matplotlib')})"
     from matplotlib.figure import Figure  # no pyplot: the caller's backend (a notebook's) stays as it is
 
     def series(key):

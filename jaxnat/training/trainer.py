@@ -304,9 +304,8 @@ class Trainer:
     def train(self) -> bool:
         """Trains to ``train.steps`` from the newest checkpoint (or from the start); False when the workdir's
         training was already complete (nothing compiled, nothing written)."""
-        from tensorboardX import SummaryWriter
-
         from jaxnat.decoding.translator import Translator
+        from jaxnat.training.history import tensorboard_writer  # None without tensorboardX (an optional package)
 
         cfg = self.config
         t = cfg.train
@@ -334,7 +333,7 @@ class Trainer:
         root_key = jax.random.PRNGKey(t.seed + 1)
         train_steps = self.compile_train_steps(state, batcher, root_key)
         utilisation = Utilisation(train_steps, count_params(state["params"]), cfg.model, t.peak_tflops)
-        writer = SummaryWriter(os.path.join(self.workdir, "tensorboard")) if jax.process_index() == 0 else None
+        writer = tensorboard_writer(os.path.join(self.workdir, "tensorboard")) if jax.process_index() == 0 else None
 
         consecutive_bad, skipped, window = 0, 0, []
         pending = None  # metrics of the previous step, read one step late so the device never idles
