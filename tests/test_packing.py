@@ -11,19 +11,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jaxnat.data import batching
-from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.data.vocab import EOS_ID, PAD_ID
 from jaxnat.errors import ConfigError, DataError
 from jaxnat.models import packing
 from jaxnat.models.ar import ARTransformer, ar_loss
 from jaxnat.models.transformer import TransformerConfig
+from tests.packing_helpers import pack_and_pad, random_pairs, rows_of_segments, segment_ids
 
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def _pairs(rng, n, vocab=40, longest=9):
-    """n random pairs of [BOS … EOS] int32 arrays, 1 … longest pieces a side."""
-    side = lambda: np.r_[BOS_ID, rng.integers(5, vocab, rng.integers(1, longest + 1)), EOS_ID].astype(np.int32)  # noqa: E731
-    return [side() for _ in range(n)], [side() for _ in range(n)]
 
 
 # ------------------------------------------------------------------------------------------------ the packer
@@ -42,7 +37,7 @@ def test_pack_rows_places_every_example_once_within_the_width(lengths, width, se
 
 def test_packed_batcher_covers_every_pair_once_per_epoch_and_resumes():
     rng = np.random.default_rng(0)
-    src, tgt = _pairs(rng, 70)
+    src, tgt = random_pairs(rng, 70)
     extra = np.arange(70, dtype=np.int32)[:, None] + 3
     pb = batching.PackedBatcher(src, tgt, 96, 24, seed=4, extras={"tag": extra})
     assert pb.shapes == {(4, 24)} and pb.keys == ("src", "tgt", "src_seg", "tgt_seg", "tag")
@@ -68,7 +63,7 @@ def test_packed_batcher_covers_every_pair_once_per_epoch_and_resumes():
 
 def test_packed_batcher_splits_rows_between_processes():
     rng = np.random.default_rng(1)
-    src, tgt = _pairs(rng, 50)
+    src, tgt = random_pairs(rng, 50)
     whole = batching.PackedBatcher(src, tgt, 96, 24, seed=3, multiple_of=4)
     parts = [batching.PackedBatcher(src, tgt, 96, 24, seed=3, multiple_of=4, process=(i, 2)) for i in range(2)]
     for step in range(whole.steps_per_epoch):
@@ -76,7 +71,7 @@ def test_packed_batcher_splits_rows_between_processes():
 
 
 def test_packed_batcher_errors():
-    src, tgt = _pairs(np.random.default_rng(2), 5, longest=30)
+    src, tgt = random_pairs(np.random.default_rng(2), 5, longest=30)
     with pytest.raises(DataError, match="longer than a packed row"):
         batching.PackedBatcher(src, tgt, 64, 16, seed=0)
     with pytest.raises(ConfigError, match="at least one row"):
@@ -87,24 +82,11 @@ def test_packed_batcher_errors():
 
 # ------------------------------------------------------------------------------- per-segment kernels
 
-def _segments(lengths_per_row, width):
-    seg = np.zeros((len(lengths_per_row), width), np.int32)
-    for r, lengths in enumerate(lengths_per_row):
-        at = 0
-        for k, n in enumerate(lengths):
-            seg[r, at:at + n] = k + 1
-            at += n
-    return seg
-
-
-rows_of_segments = st.lists(st.lists(st.integers(2, 6), min_size=0, max_size=4), min_size=1, max_size=3)
-
-
 @FAST
 @given(rows_of_segments, st.integers(0, 3))
 def test_segment_kernels_match_plain_python(rows, seed):
     width = 24
-    seg = _segments(rows, width)
+    seg = segment_ids(rows, width)
     values = np.random.default_rng(seed).normal(size=seg.shape).astype(np.float32)
     pos, sums = np.asarray(packing.segment_positions(jnp.asarray(seg))), np.asarray(packing.segment_sum(values, seg))
     lengths = np.asarray(packing.segment_lengths(jnp.asarray(seg)))
@@ -128,14 +110,6 @@ CFG = TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=32, ffn_di
                         dec_layers=2, dropout=0.0, positions="learned", max_len=32)
 
 
-def pack_and_pad(src, tgt, width=28):
-    """(the packed batch of every pair, the padded one-pair-a-row batch, the packing's example indices)."""
-    pb = batching.PackedBatcher(src, tgt, width * len(src), width, seed=0)
-    packed = {k: jnp.asarray(v) for k, v in pb.batch(0).items()}
-    pad = lambda seqs: jnp.asarray(np.stack([np.pad(x, (0, 12 - len(x))) for x in seqs]))  # noqa: E731
-    return packed, {"src": pad(src), "tgt": pad(tgt)}, pb.batch_indices(0)
-
-
 @functools.lru_cache(maxsize=None)
 def _model():
     model = ARTransformer(CFG)
@@ -148,7 +122,7 @@ def _model():
 
 def test_packed_ar_loss_and_gradients_equal_the_unpacked_ones():
     model, params, logp_fn = _model()
-    src, tgt = _pairs(np.random.default_rng(3), 9)
+    src, tgt = random_pairs(np.random.default_rng(3), 9)
     packed, padded, members = pack_and_pad(src, tgt)
     assert int((np.asarray(packed["tgt_seg"]).max(axis=1) > 1).sum()) >= 2  # some rows do hold several pairs
     lp_packed, lp_padded = logp_fn(params, packed), logp_fn(params, padded)
@@ -173,7 +147,7 @@ def test_packed_ar_loss_and_gradients_equal_the_unpacked_ones():
 def test_changing_one_pair_leaves_the_others_in_its_row_unchanged(seed):
     _, params, logp_fn = _model()
     rng = np.random.default_rng(seed)
-    src, tgt = _pairs(rng, 6, longest=5)
+    src, tgt = random_pairs(rng, 6, longest=5)
     packed, _, members = pack_and_pad(src, tgt, width=64)  # all six in one or two rows
     row = int(np.argmax((members >= 0).sum(axis=1)))
     victim = int(rng.integers((members[row] >= 0).sum())) + 1
