@@ -9,6 +9,9 @@ predicted from the source, in one of two published forms (``model.length_predict
   the padding, and the decoder does not attend to it;
 * ``pooled`` — the mean of the encoder's outputs over the source feeds the classifier (fairseq's CMLM).
 
+A packed batch (several pairs a row, `jaxnat.models.packing`) predicts one length per segment: a LENGTH entry per
+segment that sees only its segment, or a mean over each segment.
+
 With ``model.length_offset`` the classes are ``n_tgt − n_src + 128`` instead of ``n_tgt`` (n: real tokens,
 BOS/EOS excluded), clipped to 0 … 255.
 
@@ -35,12 +38,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxnat.data.vocab import MASK_ID
 from jaxnat.decoding import mask_predict
 from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.models.insertion import forbid_reserved, head_runner, mean_loss, model_choice
 from jaxnat.errors import ConfigError
 from jaxnat.models.ar import ARTransformer, ar_score
 from jaxnat.models.losses import smoothed_cross_entropy
+from jaxnat.models.packing import max_segments, segment_interior, segment_lengths, segment_lowest, segment_mean
 from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import Decoder, Embedder, Encoder, TransformerConfig, config_from, token_mask
 from jaxnat.oracle import apply_random_mask, draw_subset, full_mask, real_mask
@@ -76,34 +81,49 @@ class CMLM(nn.Module):
         """The decoder stack's layers (a model built on this one may put a layer of its own on top)."""
         return self.cfg.dec_layers
 
-    def encode(self, src: jax.Array, train: bool = False) -> tuple[jax.Array, jax.Array]:
-        """src: int32[B, S] → (memory float[B, S, D], length logits float32[B, 256])."""
-        x, mask = self.src_embed(src, train), token_mask(src)
+    def encode(self, src: jax.Array, train: bool = False, segments=None) -> tuple[jax.Array, jax.Array]:
+        """src: int32[B, S] → (memory float[B, S, D], length logits float32[B, 256]). segments: int32[B, S], the
+        segment ids of a packed batch: then one length per segment, float32[B, K, 256] (slot k − 1: segment k)."""
+        x = self.src_embed(src, train, segments=segments)
+        mask = token_mask(src) if segments is None else segments
         if self.length_prediction == "token":
-            length = jnp.broadcast_to(self.length_token * math.sqrt(self.cfg.d_model), (x.shape[0], 1, x.shape[2]))
+            if segments is None:
+                entries = jnp.ones((x.shape[0], 1), bool)
+            else:  # one entry per segment slot, with its segment's id (attending only to it); 0 for an empty slot
+                slots = segment_lengths(segments)
+                entries = jnp.where(slots > 0, jnp.arange(1, slots.shape[1] + 1, dtype=segments.dtype), 0)
+            length = jnp.broadcast_to(self.length_token * math.sqrt(self.cfg.d_model),
+                                      entries.shape + (x.shape[2],))
             out = self.encoder(jnp.concatenate([x, length.astype(x.dtype)], axis=1),
-                               jnp.pad(mask, ((0, 0), (0, 1)), constant_values=True), train)
-            memory, feature = out[:, :-1], out[:, -1]
+                               jnp.concatenate([mask, entries.astype(mask.dtype)], axis=1), train)
+            memory, feature = out[:, :src.shape[1]], out[:, src.shape[1]:]
+            feature = feature[:, 0] if segments is None else feature
+        elif segments is not None:
+            memory = self.encoder(x, mask, train)
+            feature = segment_mean(memory, segments, segments > 0)
         else:
             memory = self.encoder(x, mask, train)
             weights = mask[..., None].astype(jnp.float32)  # the mean in float32, whatever the compute dtype
             feature = jnp.sum(memory.astype(jnp.float32) * weights, axis=1) / jnp.maximum(jnp.sum(weights, axis=1), 1.0)
         return memory, self.length_head(feature).astype(jnp.float32)
 
-    def embed_target(self, tokens: jax.Array, train: bool) -> jax.Array:
+    def embed_target(self, tokens: jax.Array, train: bool, segments=None) -> jax.Array:
         """tokens: int32[B, T] → float[B, T, D]: token + position embeddings, summed or (concat_pe) combined
-        by a linear map of their concatenation (CMLMC §3.1, y'_i = FFN([y_i, pe_i]))."""
+        by a linear map of their concatenation (CMLMC §3.1, y'_i = FFN([y_i, pe_i])). segments: int32[B, T] of a
+        packed batch (positions restart with each segment) or None."""
         if not self.concat_pe:
-            return self.tgt_embed(tokens, train)
+            return self.tgt_embed(tokens, train, segments=segments)
         tok = self.tgt_embed.lookup(tokens) * math.sqrt(self.cfg.d_model)
-        pos = jnp.broadcast_to(self.tgt_embed.positions(tokens.shape[1])[None], tok.shape)
+        pos = jnp.broadcast_to(self.tgt_embed.position_codes(tokens, segments=segments), tok.shape)
         x = self.combine(jnp.concatenate([tok, pos], axis=-1).astype(self.cfg.compute_dtype))
         return self.combine_drop(x, deterministic=not train)
 
     def token_logits(self, tokens: jax.Array, memory: jax.Array, src_mask: jax.Array,
-                     train: bool = False) -> jax.Array:
-        """tokens: int32[B, T] (MASK where to predict) → float32[B, T, V]."""
-        h = self.decoder(self.embed_target(tokens, train), token_mask(tokens), memory, src_mask, train)
+                     train: bool = False, segments=None) -> jax.Array:
+        """tokens: int32[B, T] (MASK where to predict) → float32[B, T, V]. A packed batch gives the canvas's
+        segment ids ``segments`` int32[B, T] and the source's as ``src_mask`` (int32[B, S])."""
+        mask = token_mask(tokens) if segments is None else segments
+        h = self.decoder(self.embed_target(tokens, train, segments), mask, memory, src_mask, train)
         return self.project(h)
 
     def project(self, h: jax.Array) -> jax.Array:
@@ -122,26 +142,47 @@ def draw_substitution(key: jax.Array, shape: tuple[int, int]) -> jax.Array:
     return jax.random.uniform(key, shape)
 
 
-def substitution_mask(observed: jax.Array, u: jax.Array, p: float, fixed_count: bool) -> jax.Array:
+def substitution_mask(observed: jax.Array, u: jax.Array, p: float, fixed_count: bool,
+                      segments: jax.Array | None = None) -> jax.Array:
     """bool[B, T]: which observed reference tokens the correction loss replaces by the first pass's prediction.
 
     observed: bool[B, T]; u: f32[B, T] ~ U[0, 1). Each observed token independently with probability p when not
     ``fixed_count`` (CMLMC §3.2, "with probability p we replace each token"); else exactly ⌊p · #observed⌋ per
-    row, the observed tokens of lowest u (a uniformly random subset: the count the authors' code takes).
+    row, the observed tokens of lowest u (a uniformly random subset: the count the authors' code takes), or per
+    segment with ``segments`` (int32[B, T], packed rows of several sentences).
     """
     if not fixed_count:
         return observed & (u < p)
+    if segments is not None:
+        return segment_lowest(observed, p, u, segments)
     count = jnp.floor(p * jnp.sum(observed, axis=1).astype(jnp.float32)).astype(jnp.int32)
     rank = jnp.argsort(jnp.argsort(jnp.where(observed, u, 2.0), axis=1, stable=True), axis=1)
     return observed & (rank < count[:, None])
 
 
-def length_prediction_loss(length_logits: jax.Array, src: jax.Array, tgt: jax.Array, offset: bool) -> jax.Array:
+def real_counts(tokens: jax.Array, segments: jax.Array | None = None) -> jax.Array:
+    """The real tokens (BOS/EOS excluded) of each sentence: int32[B] of tokens int32[B, L], or of each segment,
+    int32[B, K], with ``segments`` (int32[B, L], a packed batch's)."""
+    if segments is None:
+        return jnp.sum(real_mask(tokens), axis=1, dtype=jnp.int32)
+    return segment_lengths(segments, segment_interior(segments))
+
+
+def full_canvas(tokens: jax.Array, segments: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """`full_mask`: (int32[B, L] the canvas, bool[B, L] the masked positions), every real token MASK; with
+    ``segments`` (int32[B, L], a packed batch's) every segment's, its BOS and EOS kept."""
+    if segments is None:
+        return full_mask(tokens)
+    real = segment_interior(segments)
+    return jnp.where(real, MASK_ID, tokens), real
+
+
+def length_prediction_loss(length_logits: jax.Array, n_src: jax.Array, n_tgt: jax.Array, offset: bool) -> jax.Array:
     """float32[]: cross-entropy of the target's length class (`mask_predict.length_classes`), mean over the
-    sentences with a target (not a batch's filler rows). length_logits: float32[B, 256]; src, tgt: int32[B, ·]."""
-    real = real_mask(tgt)
-    live = jnp.any(real, axis=1)
-    classes = mask_predict.length_classes(jnp.sum(real, axis=1), jnp.sum(real_mask(src), axis=1), offset)
+    sentences with a target (not a batch's filler rows or empty segment slots). length_logits: float32[..., 256];
+    n_src, n_tgt: int32[...] the sentences' real tokens (`real_counts`: [B], or [B, K] per segment)."""
+    live = n_tgt > 0
+    classes = mask_predict.length_classes(n_tgt, n_src, offset)
     nll = -jnp.sum(jax.nn.log_softmax(length_logits) * jax.nn.one_hot(classes, mask_predict.LENGTH_CLASSES), axis=-1)
     return mean_loss(jnp.sum(jnp.where(live, nll, 0.0)), jnp.sum(live, dtype=jnp.float32))
 
@@ -149,11 +190,12 @@ def length_prediction_loss(length_logits: jax.Array, src: jax.Array, tgt: jax.Ar
 def cmlm_loss(model: CMLM, params, batch: dict, rng, *, label_smoothing: float, length_loss_weight: float = 0.1,
               length_offset: bool = False, correction: bool = False, correction_p: float = 0.3,
               correction_fixed_count: bool = False, correction_mean: bool = False, train: bool = True,
-              keep_inputs: bool = False):
+              keep_inputs: bool = False, draws: dict | None = None):
     """The CMLM objective, with CMLMC's correction loss when ``correction``.
 
-    batch['src']: int32[B, S], batch['tgt']: int32[B, T] ([BOS … EOS] rows, PAD after). Per sentence, m ~ U{1 … n}
-    real target tokens are masked (`random_mask`); the rest are observed.
+    batch['src']: int32[B, S], batch['tgt']: int32[B, T] ([BOS … EOS] rows, PAD after), or a packed batch (several
+    pairs a row, with 'src_seg' and 'tgt_seg': every sentence below is then a segment). Per sentence,
+    m ~ U{1 … n} real target tokens are masked (`random_mask`); the rest are observed.
 
     * L_mask (eq. 2): label-smoothed CE of the masked tokens given the observed gold ones, mean over masked
       tokens;
@@ -168,31 +210,42 @@ def cmlm_loss(model: CMLM, params, batch: dict, rng, *, label_smoothing: float, 
     Returns ``(loss · n, aux)`` with n the target's real tokens (BOS/EOS included, as the other models), so the
     trainer's ``loss_sum / count`` is the loss; aux has 'nll' (L_mask's nll · n), 'count' and each term. With
     ``keep_inputs`` (for tests), also the decoder inputs ('masked_in'; with correction 'corr_in' and the first
-    pass's 'predicted') and every random number ('draws').
+    pass's 'predicted') and every random number ('draws'). ``draws`` (for tests) gives those numbers instead of
+    drawing them from ``rng``: {'mask': (v, scores) as `draw_subset`'s, 'substitution': as `draw_substitution`'s}.
     """
     src, tgt = batch["src"], batch["tgt"]
+    src_seg, tgt_seg = batch.get("src_seg"), batch.get("tgt_seg")  # a packed batch's segment ids, or None
     k_mask, k_enc, k_dec, k_full, k_sub, k_corr = jax.random.split(rng, 6)
     apply = head_runner(model, params, train)
-    memory, length_logits = apply("encode", src, key=k_enc)
-    src_mask = token_mask(src)
+    memory, length_logits = apply("encode", src, segments=src_seg, key=k_enc)
+    src_mask = token_mask(src) if src_seg is None else src_seg
 
-    real = real_mask(tgt)
-    length_loss = length_prediction_loss(length_logits, src, tgt, length_offset)
+    real = real_mask(tgt) if tgt_seg is None else segment_interior(tgt_seg)
+    length_loss = length_prediction_loss(length_logits, real_counts(src, src_seg), real_counts(tgt, tgt_seg),
+                                         length_offset)
 
-    draws = {"mask": draw_subset(k_mask, tgt.shape)}
-    masked_in, masked = apply_random_mask(tgt, *draws["mask"])
-    logits = apply("token_logits", masked_in, memory, src_mask, key=k_dec)
+    if draws is None:
+        draws = {"mask": draw_subset(k_mask, tgt.shape, None if tgt_seg is None else max_segments(tgt.shape[1]))}
+        if correction:  # static
+            draws["substitution"] = draw_substitution(k_sub, tgt.shape)
+    if tgt_seg is None:
+        masked_in, masked = apply_random_mask(tgt, *draws["mask"])
+    else:  # ⌊n·v⌋ + 1 of each segment's n real tokens, with the v of its slot
+        masked = segment_lowest(real, *draws["mask"], tgt_seg, offset=1)
+        masked_in = jnp.where(masked, MASK_ID, tgt)
+    logits = apply("token_logits", masked_in, memory, src_mask, segments=tgt_seg, key=k_dec)
     mask_sum, mask_nll, mask_count = smoothed_cross_entropy(logits, tgt, masked, label_smoothing)
     mask_loss = mean_loss(mask_sum, mask_count)
     token_loss, aux = mask_loss, {"mask_loss": mask_loss}
 
     if correction:  # static
-        first_pass = apply("token_logits", full_mask(tgt)[0], memory, src_mask, key=k_full)
+        first_pass = apply("token_logits", full_canvas(tgt, tgt_seg)[0], memory, src_mask, segments=tgt_seg,
+                           key=k_full)
         predicted = model_choice(forbid_reserved(first_pass)).astype(tgt.dtype)
-        draws["substitution"] = draw_substitution(k_sub, tgt.shape)
-        replaced = substitution_mask(real & ~masked, draws["substitution"], correction_p, correction_fixed_count)
+        replaced = substitution_mask(real & ~masked, draws["substitution"], correction_p, correction_fixed_count,
+                                     tgt_seg)
         corr_in = jnp.where(replaced, predicted, masked_in)
-        corr_logits = apply("token_logits", corr_in, memory, src_mask, key=k_corr)
+        corr_logits = apply("token_logits", corr_in, memory, src_mask, segments=tgt_seg, key=k_corr)
         corr_sum, _, corr_count = smoothed_cross_entropy(corr_logits, tgt, replaced, label_smoothing)
         corr_loss = mean_loss(corr_sum, corr_count)
         token_loss = (mask_loss + corr_loss) / 2 if correction_mean else mask_loss + corr_loss
@@ -300,4 +353,4 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                          correction_fixed_count=t.correction_count == "fixed",
                          correction_mean=t.correction_combine == "mean", train=train)
 
-    return ModelSpec("cmlm", cfg, module, init, loss, generate, capacity, SUPPORTS, plan)
+    return ModelSpec("cmlm", cfg, module, init, loss, generate, capacity, SUPPORTS, plan, packs=True)

@@ -120,9 +120,9 @@ def early_exit(model_cfg) -> tuple[int, int, int]:
 
 
 def head_runner(model: EditTransformer, params, train: bool):
-    """apply(method, *args, key): runs one of the model's methods, with dropout drawn from ``key``."""
-    def apply(method, *args, key):
-        return model.apply(params, *args, train=train, method=method, rngs={"dropout": key})
+    """apply(method, *args, key, **kwargs): runs one of the model's methods, with dropout drawn from ``key``."""
+    def apply(method, *args, key, **kwargs):
+        return model.apply(params, *args, train=train, method=method, rngs={"dropout": key}, **kwargs)
 
     return apply
 

@@ -27,6 +27,9 @@ Decoding is one mask-predict pass (`jaxnat.decoding.mask_predict` with T = 1) ov
 around the predicted one (length-parallel decoding), consecutive repeated tokens removed (the paper's
 post-processing), and the candidate picked by the model's own score or by an AR rescorer (``eval.rescorer``).
 docs/nat.md writes down every choice the paper leaves open.
+
+A packed batch (several pairs a row, `jaxnat.models.packing`) computes every per-sentence quantity per segment:
+the canvas, the length, the coverage (summed over the target steps of the query's own segment) and SCA's means.
 """
 
 from __future__ import annotations
@@ -38,23 +41,26 @@ import jax
 import jax.numpy as jnp
 
 from jaxnat.decoding.request import Supports
-from jaxnat.models.cmlm import (CMLM, canvas_capacity, length_prediction_loss, mask_predict_generate,
-                                mask_predict_options, rescorer_module)
+from jaxnat.models.cmlm import (CMLM, canvas_capacity, full_canvas, length_prediction_loss, mask_predict_generate,
+                                mask_predict_options, real_counts, rescorer_module)
 from jaxnat.models.insertion import head_runner, mean_loss
 from jaxnat.models.losses import smoothed_cross_entropy
+from jaxnat.models.packing import segment_cumsum, segment_interior, segment_lengths, segment_mean
 from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import DecoderLayer, TransformerConfig, attention_bias, token_mask
-from jaxnat.oracle import full_mask, real_mask
+from jaxnat.oracle import real_mask
 
 
-def coverage(attention: jax.Array, counted: jax.Array) -> jax.Array:
+def coverage(attention: jax.Array, counted: jax.Array, segments: jax.Array | None = None) -> jax.Array:
     """Eq. 6: float32[B, T, S] ``C[t, i] = min(Σ_{t' < t, t' counted} A[t', i], 1)``.
 
     attention: float32[B, T, S], the previous iteration's inter-attention (mean over heads); counted: bool[B, T],
     the target steps whose attention counts: the n predicted positions (BOS, EOS and PAD are not steps).
+    segments: int32[B, T], a packed batch's target segment ids: then only the steps t' of t's own segment.
     """
     a = jnp.where(counted[..., None], attention, 0.0)
-    return jnp.minimum(jnp.cumsum(a, axis=1) - a, 1.0)
+    before = jnp.cumsum(a, axis=1) if segments is None else segment_cumsum(a, segments)
+    return jnp.minimum(before - a, 1.0)
 
 
 class CoverageIteration(nn.Module):
@@ -64,10 +70,10 @@ class CoverageIteration(nn.Module):
     train: bool = False
 
     @nn.compact
-    def __call__(self, carry, self_bias, memory, cross_bias, counted):
+    def __call__(self, carry, self_bias, memory, cross_bias, counted, segments=None):
         hidden, attention = carry                                            # [B, T, D], [B, T, S]
         scale = self.param("coverage_scale", nn.initializers.ones, ())      # λ of eq. 9
-        bias = cross_bias + scale * (1.0 - coverage(attention, counted))[:, None]  # [B, 1, T, S] → every head
+        bias = cross_bias + scale * (1.0 - coverage(attention, counted, segments))[:, None]  # [B, 1, T, S]: all heads
         layer = DecoderLayer(self.cfg, name="layer")
         hidden, weights = layer(hidden, self_bias, layer.cross_kv(memory), bias, self.train, return_attention=True)
         return (hidden, jnp.mean(weights, axis=1)), None
@@ -79,14 +85,17 @@ class CoverageLayer(nn.Module):
     cfg: TransformerConfig
 
     @nn.compact
-    def __call__(self, hidden, attention, tokens, memory, src_mask, iterations: int, train: bool):
+    def __call__(self, hidden, attention, tokens, memory, src_mask, iterations: int, train: bool, segments=None):
         """hidden: float[B, T, D] and attention: float32[B, H, T, S] of decoder layer L−1; tokens: int32[B, T]
-        the canvas; memory: float[B, S, D]; src_mask: bool[B, S]; iterations: K (static) → H^K float[B, T, D]."""
+        the canvas; memory: float[B, S, D]; src_mask: bool[B, S]; iterations: K (static) → H^K float[B, T, D].
+        A packed batch gives the canvas's segment ids ``segments`` int32[B, T] and the source's as ``src_mask``."""
         scan = nn.scan(CoverageIteration, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
-                       in_axes=(nn.broadcast,) * 4, length=iterations)
+                       in_axes=(nn.broadcast,) * 5, length=iterations)
         carry = (hidden, jnp.mean(attention, axis=1))
+        mask = token_mask(tokens) if segments is None else segments
         (hidden, _), _ = scan(self.cfg, train, name="iteration")(
-            carry, attention_bias(token_mask(tokens)), memory, attention_bias(src_mask), real_mask(tokens))
+            carry, attention_bias(mask), memory, attention_bias(src_mask, query_mask=mask),
+            real_mask(tokens) if segments is None else segment_interior(segments), segments)
         return hidden
 
 
@@ -107,19 +116,24 @@ class NAT(CMLM):
                                    name="source_map")  # W_s of eq. 11
 
     def token_logits(self, tokens: jax.Array, memory: jax.Array, src_mask: jax.Array, train: bool = False,
-                     iterations: int = 1) -> jax.Array:
-        """tokens: int32[B, T] canvases → float32[B, T, V]; iterations: K of the coverage layer (static)."""
-        x, mask = self.embed_target(tokens, train), token_mask(tokens)
+                     iterations: int = 1, segments=None) -> jax.Array:
+        """tokens: int32[B, T] canvases → float32[B, T, V]; iterations: K of the coverage layer (static). A packed
+        batch gives the canvas's segment ids ``segments`` int32[B, T] and the source's as ``src_mask``."""
+        x = self.embed_target(tokens, train, segments)
+        mask = token_mask(tokens) if segments is None else segments
         if not self.coverage:
             return self.project(self.decoder(x, mask, memory, src_mask, train))
         hidden, attention = self.decoder(x, mask, memory, src_mask, train, return_attention=True, finish=False)
-        hidden = self.coverage_layer(hidden, attention, tokens, memory, src_mask, iterations, train)
+        hidden = self.coverage_layer(hidden, attention, tokens, memory, src_mask, iterations, train, segments)
         return self.project(self.decoder.output_norm(hidden))
 
-    def source_summary(self, src: jax.Array) -> jax.Array:
-        """Eq. 11: float32[B, D] ``Mean(ReLU(E_src W_s))`` over the real source tokens (BOS/EOS excluded)."""
-        words = real_mask(src)[..., None]
+    def source_summary(self, src: jax.Array, segments=None) -> jax.Array:
+        """Eq. 11: float32[B, D] ``Mean(ReLU(E_src W_s))`` over the real source tokens (BOS/EOS excluded); per
+        segment, float32[B, K, D], with ``segments`` (int32[B, S], a packed batch's)."""
         mapped = nn.relu(self.source_map(self.src_embed.lookup(src)))
+        if segments is not None:
+            return segment_mean(mapped, segments, segment_interior(segments))
+        words = real_mask(src)[..., None]
         return jnp.sum(jnp.where(words, mapped, 0.0), axis=1) / jnp.maximum(jnp.sum(words, axis=1), 1)
 
     def expected_embedding(self, logits: jax.Array) -> jax.Array:
@@ -131,11 +145,16 @@ class NAT(CMLM):
         return length_logits, logits, self.source_summary(src)
 
 
-def coverage_agreement(src_summary: jax.Array, expected: jax.Array, counted: jax.Array) -> jax.Array:
+def coverage_agreement(src_summary: jax.Array, expected: jax.Array, counted: jax.Array,
+                       segments: jax.Array | None = None) -> jax.Array:
     """Eqs. 13–14: float32[B] ``‖Ē_src − Mean_t E_hyp,t‖₂ / √d``. src_summary: float32[B, D]; expected:
-    float32[B, T, D]; counted: bool[B, T], the target steps averaged."""
-    steps = counted[..., None]
-    hyp = jnp.sum(jnp.where(steps, expected, 0.0), axis=1) / jnp.maximum(jnp.sum(steps, axis=1), 1)
+    float32[B, T, D]; counted: bool[B, T], the target steps averaged. With ``segments`` (int32[B, T], a packed
+    batch's target segment ids) per segment: src_summary float32[B, K, D] → float32[B, K]."""
+    if segments is None:
+        steps = counted[..., None]
+        hyp = jnp.sum(jnp.where(steps, expected, 0.0), axis=1) / jnp.maximum(jnp.sum(steps, axis=1), 1)
+    else:
+        hyp = segment_mean(expected, segments, counted)
     # the small constant keeps the gradient of the norm finite where the two coincide
     return jnp.sqrt(jnp.sum((src_summary - hyp) ** 2, axis=-1) + 1e-12) / math.sqrt(src_summary.shape[-1])
 
@@ -144,29 +163,33 @@ def nat_loss(model: NAT, params, batch: dict, rng, *, label_smoothing: float, le
              length_offset: bool = False, iterations: int = 5, sca_weight: float = 0.0, train: bool = True):
     """L_mle + α L_length (eq. 15), + β L_coverage with ``sca_weight`` β > 0 (eq. 16).
 
-    batch['src']: int32[B, S], batch['tgt']: int32[B, T] ([BOS … EOS] rows). The decoder reads the reference's
+    batch['src']: int32[B, S], batch['tgt']: int32[B, T] ([BOS … EOS] rows), or a packed batch (several pairs a
+    row, with 'src_seg' and 'tgt_seg': every sentence below is then a segment). The decoder reads the reference's
     canvas ``[BOS, MASK × n, EOS]`` and predicts its n tokens: label-smoothed CE, mean over tokens (eq. 4); the
     length loss as CMLM's, mean over sentences; L_coverage (eq. 14) mean over sentences. Returns
     ``(loss · n, aux)`` with n the target's tokens (BOS/EOS included, as the other models); aux has 'nll'
     (· n), 'count', 'length_loss' and, with SCA, 'coverage_loss'.
     """
     src, tgt = batch["src"], batch["tgt"]
+    src_seg, tgt_seg = batch.get("src_seg"), batch.get("tgt_seg")  # a packed batch's segment ids, or None
     k_enc, k_dec = jax.random.split(rng)
     apply = head_runner(model, params, train)
-    memory, length_logits = apply("encode", src, key=k_enc)
-    canvas, predicted = full_mask(tgt)
-    logits = model.apply(params, canvas, memory, token_mask(src), train=train, iterations=iterations,
+    memory, length_logits = apply("encode", src, segments=src_seg, key=k_enc)
+    canvas, predicted = full_canvas(tgt, tgt_seg)
+    src_mask = token_mask(src) if src_seg is None else src_seg
+    logits = model.apply(params, canvas, memory, src_mask, train=train, iterations=iterations, segments=tgt_seg,
                          method="token_logits", rngs={"dropout": k_dec})
     tok_sum, nll_sum, count = smoothed_cross_entropy(logits, tgt, predicted, label_smoothing)
-    length_loss = length_prediction_loss(length_logits, src, tgt, length_offset)
+    length_loss = length_prediction_loss(length_logits, real_counts(src, src_seg), real_counts(tgt, tgt_seg),
+                                         length_offset)
     loss = mean_loss(tok_sum, count) + length_loss_weight * length_loss
     n = jnp.sum(token_mask(tgt), dtype=jnp.float32)
     aux = {"nll": mean_loss(nll_sum, count) * n, "count": n, "length_loss": length_loss}
     if sca_weight > 0:  # static
-        live = jnp.any(predicted, axis=1)
-        src_summary = model.apply(params, src, method="source_summary")
+        live = jnp.any(predicted, axis=1) if tgt_seg is None else segment_lengths(tgt_seg, predicted) > 0
+        src_summary = model.apply(params, src, src_seg, method="source_summary")
         expected = model.apply(params, logits, method="expected_embedding")
-        agreement = coverage_agreement(src_summary, expected, predicted)
+        agreement = coverage_agreement(src_summary, expected, predicted, tgt_seg)
         aux["coverage_loss"] = mean_loss(jnp.sum(jnp.where(live, agreement, 0.0)), jnp.sum(live, dtype=jnp.float32))
         loss = loss + sca_weight * aux["coverage_loss"]
     return loss * n, aux
@@ -192,4 +215,4 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                         length_loss_weight=t.length_loss_weight, length_offset=m.length_offset,
                         iterations=t.coverage_iterations, sca_weight=t.sca_weight, train=train)
 
-    return ModelSpec("nat", cfg, module, init, loss, generate, capacity, SUPPORTS, plan)
+    return ModelSpec("nat", cfg, module, init, loss, generate, capacity, SUPPORTS, plan, packs=True)

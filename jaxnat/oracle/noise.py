@@ -54,11 +54,12 @@ def _lowest(real: jax.Array, v: jax.Array, scores: jax.Array, offset: int) -> ja
     return real & (rank < count[:, None])
 
 
-def draw_subset(key: jax.Array, shape: tuple[int, int]) -> tuple[jax.Array, jax.Array]:
+def draw_subset(key: jax.Array, shape: tuple[int, int], slots: int | None = None) -> tuple[jax.Array, jax.Array]:
     """Random numbers of ``random_delete``/``random_mask``: v f32[B] (subset size), scores f32[B, L] (subset),
-    both i.i.d. U[0, 1)."""
+    both i.i.d. U[0, 1). With ``slots`` K, v is f32[B, K] instead: one per segment slot of a packed row."""
     k_v, k_scores = jax.random.split(key)
-    return jax.random.uniform(k_v, shape[:1]), jax.random.uniform(k_scores, shape)
+    v_shape = shape[:1] if slots is None else (shape[0], slots)
+    return jax.random.uniform(k_v, v_shape), jax.random.uniform(k_scores, shape)
 
 
 def _delete(tokens, v, scores, pad_id, sides):

@@ -1,0 +1,243 @@
+"""Sequence packing for CMLM/CMLMC and NAT/Coverage-NAT: the per-segment kernels, Coverage-NAT's coverage and
+the per-segment counts of the random draws against plain Python (m ~ U{1 … n} masked tokens, ⌊p · #observed⌋
+replaced ones, the length classes, each per pair); a packed batch gives the same loss, terms, per-pair outputs
+and gradients as its pairs unpacked (the same random numbers handed to both); changing one pair of a row leaves
+the others' outputs unchanged."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from jaxnat.config import build_config
+from jaxnat.data.vocab import MASK_ID, PAD_ID
+from jaxnat.models import build_model, packing
+from jaxnat.models.cmlm import cmlm_loss, full_canvas, real_counts, substitution_mask
+from jaxnat.models.nat import coverage
+from jaxnat.oracle import draw_subset
+from tests.packing_helpers import pack_and_pad, random_pairs, rows_of_segments, segment_ids
+from tests.test_cmlm import _masked_positions, _substituted
+from tests.test_nat import coverage_reference
+
+FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FEW = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+V = 40
+
+
+def _spans(rows):
+    """[(row, segment index k, first position, length)] of `segment_ids`' rows."""
+    out = []
+    for r, lengths in enumerate(rows):
+        at = 0
+        for k, n in enumerate(lengths):
+            out.append((r, k, at, n))
+            at += n
+    return out
+
+
+# ------------------------------------------------------------------------------- per-segment kernels
+
+@FAST
+@given(rows_of_segments, st.integers(0, 10_000))
+def test_segment_kernels_match_plain_python(rows, seed):
+    """interior, mean over a subset, rank (``first`` positions, then score, then position) and running sum, each
+    within its segment; scores drawn from a few values, so that ties occur."""
+    width = 24
+    seg = jnp.asarray(segment_ids(rows, width))
+    rng = np.random.default_rng(seed)
+    values = rng.normal(size=(len(rows), width)).astype(np.float32)
+    where = rng.random((len(rows), width)) < 0.6
+    scores = rng.integers(0, 3, (len(rows), width)).astype(np.float32)
+    interior = np.asarray(packing.segment_interior(seg))
+    means = np.asarray(packing.segment_mean(values, seg, jnp.asarray(where)))
+    ranks = np.asarray(packing.segment_ranks(jnp.asarray(scores), seg, jnp.asarray(where)))
+    sums = np.asarray(packing.segment_cumsum(jnp.asarray(values), seg))
+    assert not interior[np.asarray(seg) == 0].any()
+    for r, k, at, n in _spans(rows):
+        span = range(at, at + n)
+        assert [bool(interior[r, i]) for i in span] == [at < i < at + n - 1 for i in span]
+        chosen = [values[r, i] for i in span if where[r, i]]
+        np.testing.assert_allclose(means[r, k], np.mean(chosen) if chosen else 0.0, rtol=1e-5, atol=1e-6)
+        order = sorted(span, key=lambda i: (not where[r, i], scores[r, i], i))
+        assert [int(ranks[r, i]) for i in order] == list(range(n))
+        np.testing.assert_allclose(sums[r, at:at + n], np.cumsum(values[r, at:at + n]), rtol=1e-5, atol=1e-5)
+    for r, lengths in enumerate(rows):
+        assert (means[r, len(lengths):] == 0).all()
+
+
+@FAST
+@given(rows_of_segments, st.integers(0, 10_000))
+def test_coverage_sums_the_steps_of_the_own_segment_only(rows, seed):
+    """Eq. 6 per segment: the attention of another segment's steps never counts, even where it is not zero."""
+    width, sources = 24, 5
+    seg = segment_ids(rows, width)
+    rng = np.random.default_rng(seed)
+    attention = rng.dirichlet(np.ones(sources), (len(rows), width)).astype(np.float32)
+    counted = (rng.random(seg.shape) < 0.7) & (seg > 0)
+    got = np.asarray(coverage(jnp.asarray(attention), jnp.asarray(counted), jnp.asarray(seg)))
+    for r, _, at, n in _spans(rows):
+        want = coverage_reference(attention[r, at:at + n], counted[r, at:at + n])
+        np.testing.assert_allclose(got[r, at:at + n], want, rtol=1e-5, atol=1e-6)
+
+
+@FAST
+@given(rows_of_segments, st.integers(0, 10_000), st.sampled_from([0.0, 0.3, 0.5, 1.0]))
+def test_masking_and_substitution_counts_per_segment(rows, seed, p):
+    """Each segment a sentence: ⌊n·v_k⌋ + 1 of its n real tokens masked (v_k its slot's draw), those of lowest
+    score (`cmlm_loss`'s packed masking); the fixed substitution count, ⌊p · #observed⌋ of each segment's observed
+    tokens; the real tokens (every segment's BOS and EOS excluded), their counts and the fully masked canvas."""
+    width = 24
+    seg = jnp.asarray(segment_ids(rows, width))
+    rng = np.random.default_rng(seed)
+    tokens = jnp.asarray(np.where(np.asarray(seg) > 0, rng.integers(6, V, seg.shape), PAD_ID).astype(np.int32))
+    v = rng.random((len(rows), width // 2)).astype(np.float32)
+    scores = rng.integers(0, 4, seg.shape).astype(np.float32) / 4  # ties: broken by position
+    canvas, real = (np.asarray(a) for a in full_canvas(tokens, seg))
+    masked = np.asarray(packing.segment_lowest(jnp.asarray(real), jnp.asarray(v), jnp.asarray(scores), seg, 1))
+    observed = real & ~masked
+    u = rng.random(seg.shape).astype(np.float32)
+    replaced = np.asarray(substitution_mask(jnp.asarray(observed), jnp.asarray(u), p, True, seg))
+    counts = np.asarray(real_counts(tokens, seg))
+    for r, k, at, n in _spans(rows):
+        want = {at + i for i in _masked_positions(list(range(n)), v[r, k], scores[r, at:at + n])}
+        assert set(np.flatnonzero(masked[r, at:at + n]) + at) == want
+        assert set(np.flatnonzero(real[r, at:at + n]) + at) == set(range(at + 1, at + n - 1)) and counts[r, k] == n - 2
+        obs = [i for i in range(at, at + n) if observed[r, i]]
+        assert set(np.flatnonzero(replaced[r, at:at + n]) + at) == _substituted(obs, u[r], np.float32(p), True)
+    assert ((canvas == MASK_ID) == real).all() and (canvas[~real] == np.asarray(tokens)[~real]).all()
+    assert not (masked | real)[np.asarray(seg) == 0].any()
+    assert draw_subset(jax.random.PRNGKey(seed), (3, width), width // 2)[0].shape == (3, width // 2)
+
+
+# ------------------------------------------------------------------------------- packed = unpacked
+
+TINY = "tests/configs/tiny.py"
+CMLMC = ("--config.model.masked_attn=true", "--config.model.concat_pe=true", "--config.model.positions=learned",
+         "--config.train.correction=true", "--config.train.correction_count=fixed")
+CASES = {
+    "cmlm-token": ("cmlm", ()),
+    "cmlm-pooled": ("cmlm", ("--config.model.length_prediction=pooled", "--config.model.length_offset=true")),
+    "cmlmc": ("cmlm", CMLMC),
+    "nat": ("nat", ()),
+    "coverage-nat-sca": ("nat", ("--config.model.coverage=true", "--config.model.dec_layers=2",
+                                 "--config.train.coverage_iterations=3", "--config.train.sca_weight=0.5",
+                                 "--config.model.length_prediction=pooled")),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _model(case):
+    """(spec, params, run): run(params, batch, draws) → (loss, aux, gradients, the decoder's token log-probs on the
+    inputs it was trained on, length log-probs), the model in eval mode (no dropout), jit'd."""
+    name, overrides = CASES[case]
+    config = build_config(TINY, [f"--config.model.name={name}", "--config.eval.beam_size=1", *overrides])
+    spec = build_model(config, V, V)
+    module, t = spec.module, config.train
+
+    def loss(params, batch, draws):
+        if name == "nat":
+            return spec.loss(params, batch, jax.random.PRNGKey(0), train=False)
+        return cmlm_loss(module, params, batch, jax.random.PRNGKey(0), label_smoothing=0.1,
+                         length_offset=config.model.length_offset, correction=t.correction, correction_p=0.5,
+                         correction_fixed_count=t.correction_count == "fixed", train=False, keep_inputs=True,
+                         draws=draws)
+
+    @jax.jit
+    def run(params, batch, draws):
+        (value, aux), grads = jax.value_and_grad(loss, has_aux=True)(params, batch, draws)
+        src_seg, tgt_seg = batch.get("src_seg"), batch.get("tgt_seg")
+        memory, length_logits = module.apply(params, batch["src"], segments=src_seg, method="encode")
+        src_mask = batch["src"] != PAD_ID if src_seg is None else src_seg
+        tokens = aux["masked_in"] if "masked_in" in aux else full_canvas(batch["tgt"], tgt_seg)[0]
+        logits = module.apply(params, tokens, memory, src_mask, segments=tgt_seg, method="token_logits",
+                              **({"iterations": t.coverage_iterations} if name == "nat" else {}))
+        return value, aux, grads, jax.nn.log_softmax(logits), jax.nn.log_softmax(length_logits)
+
+    params = jax.jit(spec.init)(jax.random.PRNGKey(1), {"src": jnp.ones((1, 4), jnp.int32),
+                                                        "tgt": jnp.ones((1, 4), jnp.int32)})
+    return spec, params, run
+
+
+def _slots(packed, members):
+    """[(row, segment index k, the pair's index, its target's positions in the row)]."""
+    seg = np.asarray(packed["tgt_seg"])
+    return [(r, k, int(i), np.flatnonzero(seg[r] == k + 1)) for r in range(len(members))
+            for k, i in enumerate(members[r][members[r] >= 0])]
+
+
+def _draws(rng, packed, members, n):
+    """The same random numbers for the padded batch of n pairs (width 12) and for its packed batch: (padded draws,
+    packed draws), each {'mask': (v, scores), 'substitution': u} as `cmlm_loss` takes them."""
+    v, scores, u = rng.random(n, np.float32), rng.random((n, 12), np.float32), rng.random((n, 12), np.float32)
+    b, width = packed["tgt"].shape
+    vp, sp, up = np.zeros((b, width // 2), np.float32), np.ones((b, width), np.float32), np.ones((b, width), np.float32)
+    for r, k, i, at in _slots(packed, members):
+        vp[r, k], sp[r, at], up[r, at] = v[i], scores[i, :len(at)], u[i, :len(at)]
+    return ({"mask": (v, scores), "substitution": u}, {"mask": (vp, sp), "substitution": up})
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_packed_loss_outputs_and_gradients_equal_the_unpacked_ones(case):
+    _, params, run = _model(case)
+    src, tgt = random_pairs(np.random.default_rng(3), 9)
+    packed, padded, members = pack_and_pad(src, tgt)
+    assert int((np.asarray(packed["tgt_seg"]).max(axis=1) > 1).sum()) >= 2  # some rows do hold several pairs
+    draws_padded, draws_packed = _draws(np.random.default_rng(4), packed, members, len(tgt))
+    loss1, aux1, grads1, logp1, length1 = run(params, packed, draws_packed)
+    loss2, aux2, grads2, logp2, length2 = run(params, padded, draws_padded)
+    for r, k, i, at in _slots(packed, members):
+        for key in ("masked_in", "corr_in"):
+            if key in aux1:
+                assert np.asarray(aux1[key][r, at]).tolist() == np.asarray(aux2[key][i, :len(at)]).tolist(), key
+        np.testing.assert_allclose(np.asarray(logp1[r, at]), np.asarray(logp2[i, :len(at)]), atol=2e-5)
+        np.testing.assert_allclose(np.asarray(length1[r, k]), np.asarray(length2[i]), atol=2e-5)
+    if "replaced" in aux1:
+        assert float(aux1["replaced"]) == float(aux2["replaced"]) > 0  # the correction pass ran on some tokens
+    assert float(aux1["count"]) == float(aux2["count"]) == sum(len(t) for t in tgt)
+    np.testing.assert_allclose(float(loss1), float(loss2), rtol=1e-5)
+    for key in ("nll", "length_loss", "mask_loss", "correction_loss", "coverage_loss"):
+        if key in aux2:
+            np.testing.assert_allclose(float(aux1[key]), float(aux2[key]), rtol=1e-5, err_msg=key)
+    jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4,
+                                                                   atol=1e-4), grads1, grads2)
+
+
+def _row(src, tgt, width=40):
+    """One packed row of the pairs, in order: {'src', 'tgt', 'src_seg', 'tgt_seg'} int32[1, width]."""
+    out = {}
+    for side, seqs in (("src", src), ("tgt", tgt)):
+        tokens, seg = np.full(width, PAD_ID, np.int32), np.zeros(width, np.int32)
+        at = 0
+        for k, x in enumerate(seqs):
+            tokens[at:at + len(x)], seg[at:at + len(x)] = x, k + 1
+            at += len(x)
+        out[side], out[side + "_seg"] = jnp.asarray(tokens[None]), jnp.asarray(seg[None])
+    return out
+
+
+@FEW
+@given(st.sampled_from(["cmlmc", "coverage-nat-sca"]), st.integers(0, 10_000))
+def test_changing_one_pair_leaves_the_others_in_its_row_unchanged(case, seed):
+    """Another pair (other tokens, other lengths) in one segment's place: every other segment's length and token
+    log-probabilities stay, though they move along the row."""
+    _, params, run = _model(case)
+    rng = np.random.default_rng(seed)
+    src, tgt = random_pairs(rng, 4, longest=5)
+    victim = int(rng.integers(4))
+    other_src, other_tgt = random_pairs(rng, 1, longest=5)
+    changed_src, changed_tgt = list(src), list(tgt)
+    changed_src[victim], changed_tgt[victim] = other_src[0], other_tgt[0]
+    outputs = []
+    for s, t in ((src, tgt), (changed_src, changed_tgt)):
+        row = _row(s, t)
+        draws = {"mask": (jnp.full((1, 20), 0.5), jnp.zeros((1, 40))), "substitution": jnp.ones((1, 40))}
+        _, _, _, logp, length = run(params, row, draws)
+        seg = np.asarray(row["tgt_seg"][0])
+        outputs.append(([np.asarray(logp[0, seg == k + 1]) for k in range(4)], np.asarray(length[0, :4])))
+    for k in set(range(4)) - {victim}:
+        np.testing.assert_allclose(outputs[1][0][k], outputs[0][0][k], atol=2e-5)
+        np.testing.assert_allclose(outputs[1][1][k], outputs[0][1][k], atol=2e-5)
