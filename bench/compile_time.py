@@ -1,11 +1,24 @@
-"""Train-step compilation: every batch shape of a config compiled one after another, against jaxnat's
-`Trainer.compile_train_steps` (the shapes compiled side by side in threads, one per core).
+"""Compile time as a measured budget, per model family: the seconds to compile a Multi30k run's train step (per
+program) and its decoding program, and how many train programs the run compiles; with --scan the same with
+``model.scan_layers=true`` (each layer stack one nn.scan) beside them.
 
-    python bench/compile_time.py --config configs/cmlm/multi30k.py --data-dir ../shared/data/multi30k [--repeats 2]
+    python bench/compile_time.py --data-dir ../shared/data/multi30k --pairs-dir PAIRS [--scan] [--repeats 3] \
+        [--families ar,levt,editor,cmlm,nat,vecconst] [--config-name multi30k]
 
-Both sides compile the same lowered programs from scratch (the persistent compilation cache is off) in one
-process; runs alternate (one after another, threads, one after another, …) so that both see the same machine
-load. The table gives the median seconds of each and their ratio.
+Each family's ``configs/<family>/<config-name>.py`` on the real data (PAIRS: the vectorized model's constraint
+pairs, `python -m jaxnat.data.alignment`; the other families need none). Per family, as a run would:
+
+  programs  — the train programs a run compiles: one per batch shape (``len(batcher.shapes)``; one when packing)
+  train (s) — compiling one train program (forward, backward, Adam; `Trainer.lower_train_steps`), the mean over
+              the run's programs
+  decode (s) — compiling the ModelSpec's ``generate`` as `Translator` jits it, at eval.batch_size and
+              eval.beam_size, for the source bucket that holds the median validation source, with the validation
+              sentences' constraint pairs for the vectorized model; a model with a length plan gets the plan's
+              shapes (its small plan program is not counted)
+
+Every figure compiles a freshly lowered program (lowering is not timed; the persistent compilation cache is off,
+and a program lowered anew is compiled anew), median of --repeats; with --scan the two variants alternate within
+each repeat, so that both see the same machine load.
 """
 
 from __future__ import annotations
@@ -18,46 +31,121 @@ import tempfile
 import time
 
 import jax
+import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from jaxnat.config import build_config  # noqa: E402
+from jaxnat.decoding.translator import Start, Translator  # noqa: E402
+from jaxnat.errors import ConfigError  # noqa: E402
 from jaxnat.training.trainer import Trainer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FAMILIES = ("ar", "levt", "editor", "cmlm", "nat", "vecconst")
 
 
-def one_after_another(trainer: Trainer, state, batcher, key) -> None:
-    for program in trainer.lower_train_steps(state, batcher, key).values():
-        program.compile()
+class Family:
+    """One family's run, built as `Trainer.train` builds it: batcher, initial state, translator, and the decoding
+    request its validation would send."""
+
+    def __init__(self, family: str, args, scan: bool, workdir: str, spm_from: str = ""):
+        overrides = [f"--config.data.dir={args.data_dir}", f"--config.data.spm_from={spm_from}",
+                     "--config.train.init_from=", f"--config.model.scan_layers={scan}"]
+        if family == "vecconst":
+            overrides.append(f"--config.data.pairs_dir={args.pairs_dir}")
+        self.config = build_config(os.path.join(ROOT, "configs", family, f"{args.config_name}.py"), overrides)
+        self.trainer = Trainer(self.config, workdir)
+        self.batcher = self.trainer.make_batcher()
+        self.state = self.trainer.init_state(self.batcher.batch(0))
+        self.request = self.typical_request()
+
+    def typical_request(self):
+        """The `DecodeRequest` of eval.batch_size validation sentences in the bucket of the median source."""
+        t, e = self.trainer, self.config.eval
+        valid = t.encoded_split("valid").src
+        bucket = min(b for b in t.buckets if b >= statistics.median(len(s) for s in valid))
+        chosen = [i for i, s in enumerate(valid) if len(s) <= bucket][: e.batch_size]
+        src = np.stack([np.pad(valid[i], (0, bucket - len(valid[i]))) for i in chosen]).astype(np.int32)
+        pairs = t.pairs["valid"] if t.spec.supports.pairs else None
+        starts = [Start(pairs=[tuple(p) for p in pairs[i]] if pairs else None) for i in chosen]
+        translator = Translator(t.spec, self.state["params"], t.tokenizer, self.config)
+        request = translator.request(src, starts, e.beam_size, trace=False)
+        if t.spec.plan is not None:  # generate then decodes the planned lengths: their shapes suffice to compile it
+            request = request.replace(plan=jax.eval_shape(t.spec.plan, self.state["params"], request))
+        return request
+
+    def compile_train(self) -> float:
+        """Seconds to compile the train programs, per program."""
+        lowered = self.trainer.lower_train_steps(self.state, self.batcher, jax.random.PRNGKey(0))
+        t0 = time.perf_counter()
+        for program in lowered.values():
+            program.compile()
+        return (time.perf_counter() - t0) / len(lowered)
+
+    def compile_decode(self) -> float:
+        lowered = jax.jit(self.trainer.spec.generate).lower(self.state["params"], self.request)
+        t0 = time.perf_counter()
+        lowered.compile()
+        return time.perf_counter() - t0
+
+
+def median(values):
+    return f"{statistics.median(values):.1f}" if values else "—"
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--config", default=os.path.join(ROOT, "configs/cmlm/multi30k.py"))
     parser.add_argument("--data-dir", default=os.path.join(ROOT, "..", "shared", "data", "multi30k"))
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--pairs-dir", default="", help="the vectorized model's constraint pairs (else it is left out)")
+    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--config-name", default="multi30k", help="configs/<family>/<this>.py")
+    parser.add_argument("--scan", action="store_true", help="also with model.scan_layers=true")
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     jax.config.update("jax_enable_compilation_cache", False)  # even where JAX_COMPILATION_CACHE_DIR is set
-    config = build_config(args.config, [f"--config.data.dir={args.data_dir}"])
-    times = {"one after another": [], "threads": []}
+    families = [f for f in args.families.split(",") if f != "vecconst" or args.pairs_dir]
+    rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(config, tmp)
-        batcher = trainer.make_batcher()
-        state = trainer.init_state(batcher.batch(0))
-        key = jax.random.PRNGKey(0)
-        for r in range(args.repeats):
-            for name, compile_all in (("one after another", one_after_another),
-                                      ("threads", Trainer.compile_train_steps)):
-                t0 = time.perf_counter()
-                compile_all(trainer, state, batcher, key)
-                times[name].append(time.perf_counter() - t0)
-                print(f"repeat {r}: {name} {times[name][-1]:.1f} s", flush=True)
-    a, b = statistics.median(times["one after another"]), statistics.median(times["threads"])
-    print(f"\n{args.config}: {len(batcher.shapes)} batch shapes, {os.cpu_count()} cores, {jax.devices()[0].platform}")
-    print("| one after another (s) | threads (s) | threads / one after another |")
-    print("|---|---|---|")
-    print(f"| {a:.1f} | {b:.1f} | {b / a:.2f} |")
+        for family in families:
+            runs = {"plain": Family(family, args, False, os.path.join(tmp, family))}
+            note = ""
+            if args.scan:
+                try:  # the plain run's vocabulary: the same pieces, no second SentencePiece training
+                    runs["scan"] = Family(family, args, True, os.path.join(tmp, family + "-scan"),
+                                          spm_from=os.path.join(tmp, family))
+                except ConfigError as e:
+                    note = str(e)
+            times = {(name, what): [] for name in runs for what in ("train", "decode")}
+            for r in range(args.repeats):
+                for name, run in runs.items():
+                    times[name, "train"].append(run.compile_train())
+                    times[name, "decode"].append(run.compile_decode())
+                    print(f"{family} repeat {r} {name}: train {times[name, 'train'][-1]:.1f} s/program, "
+                          f"decode {times[name, 'decode'][-1]:.1f} s", flush=True)
+            cfg = runs["plain"].config
+            req = runs["plain"].request
+            rows.append((family, cfg, len(runs["plain"].batcher.shapes), req, times, note))
+    print(f"\n{os.cpu_count()} cores, {jax.devices()[0].platform}; median of {args.repeats}; configs/<family>/"
+          f"{args.config_name}.py")
+    head = "| family | model | train programs | train, per program (s) | decode (s) |"
+    if args.scan:
+        head = ("| family | model | train programs | train, per program (s) | with scan (s) | decode (s) | "
+                "with scan (s) |")
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for family, cfg, programs, req, times, note in rows:
+        m = cfg.model
+        model = f"d {m.d_model}, {m.enc_layers}+{m.dec_layers}; decode {req.src.shape[0]}×{req.src.shape[1]}, " \
+                f"beam {req.beam_size}"
+        cells = [median(times["plain", "train"])]
+        if args.scan:
+            cells.append(median(times.get(("scan", "train"), [])))
+        cells.append(median(times["plain", "decode"]))
+        if args.scan:
+            cells.append(median(times.get(("scan", "decode"), [])))
+        print(f"| {family} | {model} | {programs} | " + " | ".join(cells) + " |")
+        if note:
+            print(f"  {family}, scan: {note}")
 
 
 if __name__ == "__main__":
