@@ -27,6 +27,7 @@ def trained(tmp_path_factory, ar_run):
                    "--config.data.bucket_multiple=48", "--config.eval.latency_sentences=1",
                    "--config.eval.constraints=soft,hard", "--config.eval.iteration_sweep=1,2")
     assert result.returncode == 0, result.stderr
+    assert "INFO packed " in result.stderr  # trains on packed rows (data.pack): one batch shape
     return workdir, result.stdout
 
 

@@ -27,6 +27,7 @@ def pretrained(tmp_path_factory, ar_run):
     result = _main(workdir, f"--config.data.spm_from={ar_run}", "--config.train.steps=8", "--config.train.eval_every=8",
                    "--config.eval.latency_sentences=1", "--config.eval.iteration_sweep=1,3")
     assert result.returncode == 0, result.stderr
+    assert "INFO packed " in result.stderr  # trains on packed rows (data.pack): one batch shape
     return workdir, result.stdout
 
 
