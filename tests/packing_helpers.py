@@ -35,5 +35,6 @@ def segment_ids(lengths_per_row, width):
     return seg
 
 
-# up to three rows of up to four segments of 2 … 6 positions (fit in 24)
+# up to three rows of up to four segments of 2 … 6 positions: they fit rows of SEGMENT_WIDTH (4 segment slots)
 rows_of_segments = st.lists(st.lists(st.integers(2, 6), min_size=0, max_size=4), min_size=1, max_size=3)
+SEGMENT_WIDTH = 32

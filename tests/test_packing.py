@@ -16,7 +16,7 @@ from jaxnat.errors import ConfigError, DataError
 from jaxnat.models import packing
 from jaxnat.models.ar import ARTransformer, ar_loss
 from jaxnat.models.transformer import TransformerConfig
-from tests.packing_helpers import pack_and_pad, random_pairs, rows_of_segments, segment_ids
+from tests.packing_helpers import SEGMENT_WIDTH, pack_and_pad, random_pairs, rows_of_segments, segment_ids
 
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -24,15 +24,19 @@ FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthChe
 # ------------------------------------------------------------------------------------------------ the packer
 
 @FAST
-@given(st.lists(st.integers(2, 16), min_size=1, max_size=60), st.integers(16, 40), st.integers(0, 5))
-def test_pack_rows_places_every_example_once_within_the_width(lengths, width, seed):
+@given(st.lists(st.integers(2, 16), min_size=1, max_size=60), st.integers(16, 40), st.integers(0, 5),
+       st.sampled_from([None, 1, 3]))
+def test_pack_rows_places_every_example_once_within_the_width(lengths, width, seed, most):
     lengths = np.asarray(lengths)
-    rows = batching.pack_rows(lengths, width, np.random.default_rng(seed).permutation(len(lengths)))
+    rows = batching.pack_rows(lengths, width, np.random.default_rng(seed).permutation(len(lengths)), most)
+    most = batching.max_segments(width) if most is None else most
     assert sorted(np.concatenate(rows).tolist()) == list(range(len(lengths)))
-    assert all(lengths[r].sum() <= width for r in rows)
-    # best fit leaves no two rows that could have been one: every pair of rows overflows together
-    loads = sorted(int(lengths[r].sum()) for r in rows)
-    assert len(loads) < 2 or loads[0] + loads[1] > width
+    assert all(lengths[r].sum() <= width and len(r) <= most for r in rows)
+    # best fit leaves no two rows that could have been one: every pair of rows overflows together, in tokens
+    # or in examples
+    for a in range(len(rows)):
+        for b in range(a + 1, len(rows)):
+            assert lengths[rows[a]].sum() + lengths[rows[b]].sum() > width or len(rows[a]) + len(rows[b]) > most
 
 
 def test_packed_batcher_covers_every_pair_once_per_epoch_and_resumes():
@@ -85,7 +89,7 @@ def test_packed_batcher_errors():
 @FAST
 @given(rows_of_segments, st.integers(0, 3))
 def test_segment_kernels_match_plain_python(rows, seed):
-    width = 24
+    width = SEGMENT_WIDTH
     seg = segment_ids(rows, width)
     values = np.random.default_rng(seed).normal(size=seg.shape).astype(np.float32)
     pos, sums = np.asarray(packing.segment_positions(jnp.asarray(seg))), np.asarray(packing.segment_sum(values, seg))

@@ -14,12 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jaxnat.config import build_config
+from jaxnat.data.batching import max_segments
 from jaxnat.data.vocab import MASK_ID, PAD_ID
 from jaxnat.models import build_model, packing
 from jaxnat.models.cmlm import cmlm_loss, full_canvas, real_counts, substitution_mask
 from jaxnat.models.nat import coverage
 from jaxnat.oracle import draw_subset
-from tests.packing_helpers import pack_and_pad, random_pairs, rows_of_segments, segment_ids
+from tests.packing_helpers import SEGMENT_WIDTH, pack_and_pad, random_pairs, rows_of_segments, segment_ids
 from tests.test_cmlm import _masked_positions, _substituted
 from tests.test_nat import coverage_reference
 
@@ -46,7 +47,7 @@ def _spans(rows):
 def test_segment_kernels_match_plain_python(rows, seed):
     """interior, mean over a subset, rank (``first`` positions, then score, then position) and running sum, each
     within its segment; scores drawn from a few values, so that ties occur."""
-    width = 24
+    width = SEGMENT_WIDTH
     seg = jnp.asarray(segment_ids(rows, width))
     rng = np.random.default_rng(seed)
     values = rng.normal(size=(len(rows), width)).astype(np.float32)
@@ -73,7 +74,7 @@ def test_segment_kernels_match_plain_python(rows, seed):
 @given(rows_of_segments, st.integers(0, 10_000))
 def test_coverage_sums_the_steps_of_the_own_segment_only(rows, seed):
     """Eq. 6 per segment: the attention of another segment's steps never counts, even where it is not zero."""
-    width, sources = 24, 5
+    width, sources = SEGMENT_WIDTH, 5
     seg = segment_ids(rows, width)
     rng = np.random.default_rng(seed)
     attention = rng.dirichlet(np.ones(sources), (len(rows), width)).astype(np.float32)
@@ -90,11 +91,11 @@ def test_masking_and_substitution_counts_per_segment(rows, seed, p):
     """Each segment a sentence: ⌊n·v_k⌋ + 1 of its n real tokens masked (v_k its slot's draw), those of lowest
     score (`cmlm_loss`'s packed masking); the fixed substitution count, ⌊p · #observed⌋ of each segment's observed
     tokens; the real tokens (every segment's BOS and EOS excluded), their counts and the fully masked canvas."""
-    width = 24
+    width = SEGMENT_WIDTH
     seg = jnp.asarray(segment_ids(rows, width))
     rng = np.random.default_rng(seed)
     tokens = jnp.asarray(np.where(np.asarray(seg) > 0, rng.integers(6, V, seg.shape), PAD_ID).astype(np.int32))
-    v = rng.random((len(rows), width // 2)).astype(np.float32)
+    v = rng.random((len(rows), max_segments(width))).astype(np.float32)
     scores = rng.integers(0, 4, seg.shape).astype(np.float32) / 4  # ties: broken by position
     canvas, real = (np.asarray(a) for a in full_canvas(tokens, seg))
     masked = np.asarray(packing.segment_lowest(jnp.asarray(real), jnp.asarray(v), jnp.asarray(scores), seg, 1))
@@ -110,7 +111,8 @@ def test_masking_and_substitution_counts_per_segment(rows, seed, p):
         assert set(np.flatnonzero(replaced[r, at:at + n]) + at) == _substituted(obs, u[r], np.float32(p), True)
     assert ((canvas == MASK_ID) == real).all() and (canvas[~real] == np.asarray(tokens)[~real]).all()
     assert not (masked | real)[np.asarray(seg) == 0].any()
-    assert draw_subset(jax.random.PRNGKey(seed), (3, width), width // 2)[0].shape == (3, width // 2)
+    k = max_segments(width)
+    assert draw_subset(jax.random.PRNGKey(seed), (3, width), k)[0].shape == (3, k)
 
 
 # ------------------------------------------------------------------------------- packed = unpacked
@@ -174,7 +176,8 @@ def _draws(rng, packed, members, n):
     packed draws), each {'mask': (v, scores), 'substitution': u} as `cmlm_loss` takes them."""
     v, scores, u = rng.random(n, np.float32), rng.random((n, 12), np.float32), rng.random((n, 12), np.float32)
     b, width = packed["tgt"].shape
-    vp, sp, up = np.zeros((b, width // 2), np.float32), np.ones((b, width), np.float32), np.ones((b, width), np.float32)
+    vp = np.zeros((b, max_segments(width)), np.float32)
+    sp, up = np.ones((b, width), np.float32), np.ones((b, width), np.float32)
     for r, k, i, at in _slots(packed, members):
         vp[r, k], sp[r, at], up[r, at] = v[i], scores[i, :len(at)], u[i, :len(at)]
     return ({"mask": (v, scores), "substitution": u}, {"mask": (vp, sp), "substitution": up})
@@ -234,7 +237,7 @@ def test_changing_one_pair_leaves_the_others_in_its_row_unchanged(case, seed):
     outputs = []
     for s, t in ((src, tgt), (changed_src, changed_tgt)):
         row = _row(s, t)
-        draws = {"mask": (jnp.full((1, 20), 0.5), jnp.zeros((1, 40))), "substitution": jnp.ones((1, 40))}
+        draws = {"mask": (jnp.full((1, max_segments(40)), 0.5), jnp.zeros((1, 40))), "substitution": jnp.ones((1, 40))}
         _, _, _, logp, length = run(params, row, draws)
         seg = np.asarray(row["tgt_seg"][0])
         outputs.append(([np.asarray(logp[0, seg == k + 1]) for k in range(4)], np.asarray(length[0, :4])))

@@ -397,18 +397,20 @@ class TrainBatcher:
         return batch
 
 
-def pack_rows(lengths: np.ndarray, width: int, order: np.ndarray) -> list[np.ndarray]:
+def pack_rows(lengths: np.ndarray, width: int, order: np.ndarray, most: int | None = None) -> list[np.ndarray]:
     """Packs examples into rows of ``width`` tokens a side: best-fit decreasing on each example's longer side.
 
     lengths: int[N] (an example's longest side, BOS/EOS included, each <= width); order: a permutation of
-    range(N) that breaks ties between equal lengths (a seeded one makes the packing a function of the seed).
-    Returns the rows, each an int64 array of example indices in the order they sit in the row. Every side of a
-    row holds at most ``width`` tokens, since no side of an example is longer than its longest.
+    range(N) that breaks ties between equal lengths (a seeded one makes the packing a function of the seed);
+    most: the most examples a row takes (default `max_segments(width)`). Returns the rows, each an int64 array of
+    example indices in the order they sit in the row. Every side of a row holds at most ``width`` tokens, since
+    no side of an example is longer than its longest.
 
     Best fit: each example, longest first, goes to the open row with the least room that still holds it, so
     short examples fill the gaps long ones leave (padding is typically a few percent).
     """
-    by_room: list[list[int]] = [[] for _ in range(width + 1)]  # room left -> rows with exactly that room
+    most = max_segments(width) if most is None else most
+    by_room: list[list[int]] = [[] for _ in range(width + 1)]  # room left -> open rows with exactly that room
     rows: list[list[int]] = []
     for i in order[np.argsort(-lengths[order], kind="stable")]:
         n = int(lengths[i])
@@ -419,13 +421,18 @@ def pack_rows(lengths: np.ndarray, width: int, order: np.ndarray) -> list[np.nda
         else:
             row = by_room[room].pop()
         rows[row].append(int(i))
-        by_room[room - n].append(row)
+        if len(rows[row]) < most:  # a full row is closed
+            by_room[room - n].append(row)
     return [np.asarray(r, dtype=np.int64) for r in rows]
 
 
 def max_segments(width: int) -> int:
-    """The most segments a packed row of ``width`` tokens can hold (a [BOS, EOS] example has two)."""
-    return width // 2
+    """The most segments (pairs) a packed row of ``width`` tokens holds: width // 8, at least 1.
+
+    Per-segment arrays are this wide, and CMLM's token form reads one LENGTH entry per slot in its encoder, so
+    the cap keeps that cost at 1/8 of the row. Pairs average 8 or more tokens on their longer side in any real
+    corpus (Multi30k: 15), so rows rarely fill their slots before their tokens."""
+    return max(1, width // 8)
 
 
 def _fill_packed(seqs: Sequence[np.ndarray], rows: Sequence[np.ndarray], width: int) -> tuple[np.ndarray, np.ndarray]:

@@ -22,7 +22,7 @@ phrase it must become — as attention entries and as an output plug-in:
 
 Shapes: B sentences, N pairs, P_s / P_t phrase pieces, C = N · P_s constraint entries, V vocabulary.
 
-Packed training (`jaxnat.data.batching.PackedBatcher`: K = W / 2 segment slots a row of W tokens, segment k's
+Packed training (`jaxnat.data.batching.PackedBatcher`: K = W / 8 segment slots a row of W tokens, segment k's
 pairs in slot k − 1 of pair_src int32[B, K, N, P_s]) gives each entry and each target-phrase token its segment's
 id, so that a position attends to, and the plug-in scores, its own pair's constraints only; the row keeps its
 real ones only (`row_capacity`).
@@ -203,7 +203,7 @@ def row_capacity(length: int, slots: int) -> int:
     no more pieces a side than its sentence, BOS and EOS excluded (pairs drawn from the sentence, as the aligned
     and the synthetic ones are, always are), so a row of W tokens has at most W − 2 real pieces a side and as many
     pairs (each has a source piece): every real one is kept and the packed loss is exact. Why not all of them:
-    K = W / 2 segments of N · P_s slots are 1536 entries a row at W = 128 and 3 × 8 pairs, where the bound is
+    K = W / 8 segments of N · P_s slots are 384 entries a row at W = 128 and 3 × 8 pairs, where the bound is
     126 (an unpacked sentence of ~15 tokens has 24), and every entry costs two adapters and the key and value
     projections in each layer."""
     return min(length, slots)
