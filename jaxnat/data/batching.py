@@ -235,6 +235,17 @@ def num_tokens(batch: dict[str, np.ndarray], side: str = "tgt") -> int:
     return int(np.count_nonzero(np.asarray(batch[side]) != PAD_ID))
 
 
+def _check_plan(seed: int, multiple_of: int, process: tuple[int, int]) -> None:
+    """The checks of a training batcher's seed, row multiple and process split (ConfigError)."""
+    if int(multiple_of) != multiple_of or multiple_of < 1:
+        raise ConfigError(f"multiple_of must be a positive integer, got {multiple_of!r}")
+    if int(seed) != seed or seed < 0:
+        raise ConfigError(f"data seed must be a non-negative integer, got {seed!r}")
+    if not (process[1] >= 1 and 0 <= process[0] < process[1] and multiple_of % process[1] == 0):
+        raise ConfigError(f"process {process} (index, count) must have 0 <= index < count and count dividing "
+                          f"multiple_of={multiple_of}")
+
+
 class TrainBatcher:
     """Deterministic, resumable token-budget batches of fixed shapes.
 
@@ -276,13 +287,7 @@ class TrainBatcher:
             raise DataError("no training examples left after filtering; check the data and max_len")
         if int(batch_tokens) != batch_tokens or batch_tokens < 1:
             raise ConfigError(f"batch_tokens must be a positive integer, got {batch_tokens!r}")
-        if int(multiple_of) != multiple_of or multiple_of < 1:
-            raise ConfigError(f"multiple_of must be a positive integer, got {multiple_of!r}")
-        if int(seed) != seed or seed < 0:
-            raise ConfigError(f"data seed must be a non-negative integer, got {seed!r}")
-        if not (process[1] >= 1 and 0 <= process[0] < process[1] and multiple_of % process[1] == 0):
-            raise ConfigError(f"process {process} (index, count) must have 0 <= index < count and count dividing "
-                              f"multiple_of={multiple_of}")
+        _check_plan(seed, multiple_of, process)
         self.process = process
         buckets = [int(b) for b in buckets]
         if not buckets or any(b < 1 for b in buckets) or sorted(set(buckets)) != buckets:
@@ -476,13 +481,7 @@ class PackedBatcher:
             raise ConfigError(f"the packed row width must be an integer >= 2, got {width!r}")
         if int(batch_tokens) != batch_tokens or batch_tokens < width:
             raise ConfigError(f"batch_tokens ({batch_tokens!r}) must be an integer of at least one row ({width})")
-        if int(multiple_of) != multiple_of or multiple_of < 1:
-            raise ConfigError(f"multiple_of must be a positive integer, got {multiple_of!r}")
-        if int(seed) != seed or seed < 0:
-            raise ConfigError(f"data seed must be a non-negative integer, got {seed!r}")
-        if not (process[1] >= 1 and 0 <= process[0] < process[1] and multiple_of % process[1] == 0):
-            raise ConfigError(f"process {process} (index, count) must have 0 <= index < count and count dividing "
-                              f"multiple_of={multiple_of}")
+        _check_plan(seed, multiple_of, process)
         self.src, self.tgt, self.init = src, tgt, None
         self.extras = _check_extras(extras, len(src))
         self.seed, self.width, self.process = int(seed), int(width), process

@@ -56,7 +56,8 @@ class Utilisation:
     def __init__(self, programs: dict, num_params: int, model_cfg, peak_tflops: float = 0.0):
         """programs: {batch shape: compiled train step}; num_params: the model's parameter count; model_cfg: the
         config's model section (its dtype, scan_layers); peak_tflops: the device's peak (0: measured here)."""
-        flops = {shape: program_flops(p) for shape, p in programs.items()}
+        # by length: a process reads its own rows of the global batch, whose length is the program's
+        flops = {shape[1]: program_flops(p) for shape, p in programs.items()}
         # a scanned stack's loop body is counted once, not once per layer
         self.flops = None if model_cfg.scan_layers or None in flops.values() else flops
         self.num_params = num_params
@@ -73,7 +74,7 @@ class Utilisation:
         real = int(np.count_nonzero(batch["src"] != PAD_ID)) + int(np.count_nonzero(batch["tgt"] != PAD_ID))
         slots = batch["src"].size + batch["tgt"].size
         if self.flops:
-            self.model_flops += self.flops[batch["tgt"].shape] * real / slots
+            self.model_flops += self.flops[batch["tgt"].shape[1]] * real / slots
         else:
             tokens = int(np.count_nonzero(batch["tgt"] != PAD_ID))
             self.model_flops += 6.0 * self.num_params * tokens / jax.local_device_count()
