@@ -24,6 +24,16 @@ def pack_and_pad(src, tgt, width=28, extras=None):
     return packed, padded, pb.batch_indices(0)
 
 
+def assert_teacher_forced_pairs_match(lp_packed, lp_padded, packed, members, tgt):
+    """Each pair's teacher-forced outputs [B, L − 1, ...] in its packed row equal those of its padded row (the tokens
+    after BOS are predicted from the positions before them)."""
+    for r in range(len(members)):
+        seg = np.asarray(packed["tgt_seg"][r])
+        for k, i in enumerate(members[r][members[r] >= 0]):
+            at, n = np.flatnonzero(seg == k + 1), len(tgt[i]) - 1
+            np.testing.assert_allclose(np.asarray(lp_packed[r, at[:n]]), np.asarray(lp_padded[i, :n]), atol=2e-5)
+
+
 def segment_ids(lengths_per_row, width):
     """int32[R, width] segment ids: row r holds segments of lengths_per_row[r] back to back, then padding (0)."""
     seg = np.zeros((len(lengths_per_row), width), np.int32)

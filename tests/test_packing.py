@@ -16,7 +16,8 @@ from jaxnat.errors import ConfigError, DataError
 from jaxnat.models import packing
 from jaxnat.models.ar import ARTransformer, ar_loss
 from jaxnat.models.transformer import TransformerConfig
-from tests.packing_helpers import SEGMENT_WIDTH, pack_and_pad, random_pairs, rows_of_segments, segment_ids
+from tests.packing_helpers import (SEGMENT_WIDTH, assert_teacher_forced_pairs_match, pack_and_pad, random_pairs,
+                                   rows_of_segments, segment_ids)
 
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -130,12 +131,7 @@ def test_packed_ar_loss_and_gradients_equal_the_unpacked_ones():
     packed, padded, members = pack_and_pad(src, tgt)
     assert int((np.asarray(packed["tgt_seg"]).max(axis=1) > 1).sum()) >= 2  # some rows do hold several pairs
     lp_packed, lp_padded = logp_fn(params, packed), logp_fn(params, padded)
-    for r in range(len(members)):
-        seg = np.asarray(packed["tgt_seg"][r])
-        for k, i in enumerate(members[r][members[r] >= 0]):
-            at = np.flatnonzero(seg == k + 1)
-            n = len(tgt[i]) - 1  # the tokens after BOS are predicted from the positions before them
-            np.testing.assert_allclose(np.asarray(lp_packed[r, at[:n]]), np.asarray(lp_padded[i, :n]), atol=2e-5)
+    assert_teacher_forced_pairs_match(lp_packed, lp_padded, packed, members, tgt)
     loss = lambda p, b: ar_loss(model, p, b, jax.random.PRNGKey(0), 0.1, train=False)  # noqa: E731
     grad = jax.jit(jax.value_and_grad(loss, has_aux=True))
     (l1, aux1), g1 = grad(params, packed)

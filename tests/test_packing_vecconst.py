@@ -16,7 +16,8 @@ from jaxnat.data.phrase_pairs import check_packable
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.errors import DataError
 from jaxnat.models.vecconst import VecConstTransformer, phrase_tokens, vecconst_loss
-from tests.packing_helpers import SEGMENT_WIDTH, pack_and_pad, random_pairs, rows_of_segments, segment_ids
+from tests.packing_helpers import (SEGMENT_WIDTH, assert_teacher_forced_pairs_match, pack_and_pad, random_pairs,
+                                   rows_of_segments, segment_ids)
 from tests.test_packing import CFG, FAST
 
 N, PS, PT = 3, 3, 3  # pairs a sentence, pieces a phrase
@@ -66,12 +67,7 @@ def test_packed_vecconst_loss_and_gradients_equal_the_unpacked_ones():
     for key in ("pair_src", "pair_tgt"):  # a row's constraint pieces near its width: the capacity is exercised
         assert (np.asarray(packed[key]) != PAD_ID).reshape(len(members), -1).sum(axis=1).max() > 28 // 2
     lp_packed, lp_padded = logp_fn(params, packed), logp_fn(params, padded)
-    for r in range(len(members)):
-        seg = np.asarray(packed["tgt_seg"][r])
-        for k, i in enumerate(members[r][members[r] >= 0]):
-            at = np.flatnonzero(seg == k + 1)
-            n = len(tgt[i]) - 1  # the tokens after BOS are predicted from the positions before them
-            np.testing.assert_allclose(np.asarray(lp_packed[r, at[:n]]), np.asarray(lp_padded[i, :n]), atol=2e-5)
+    assert_teacher_forced_pairs_match(lp_packed, lp_padded, packed, members, tgt)
     loss = lambda p, b: vecconst_loss(model, p, b, jax.random.PRNGKey(0), label_smoothing=0.1,  # noqa: E731
                                       alpha=0.8, beta=0.2, train=False)
     grad = jax.jit(jax.value_and_grad(loss, has_aux=True))
