@@ -12,7 +12,7 @@ import unicodedata
 @functools.lru_cache(maxsize=None)
 def _moses_tokenizer(lang: str):
     # Building one loads the language's non-breaking prefix list: once per language, not once per sentence.
-    # sacremoses is imported here, when constraints are first counted: training and plain evaluation do without
+    # sacremoses is imported here, when Moses words are first needed (constraints): training does without it
     from sacremoses import MosesTokenizer
 
     return MosesTokenizer(lang=lang)
