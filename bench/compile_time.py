@@ -3,10 +3,11 @@ program) and its decoding program, and how many train programs the run compiles;
 ``model.scan_layers=true`` (each layer stack one nn.scan) beside them.
 
     python bench/compile_time.py --data-dir ../shared/data/multi30k --pairs-dir PAIRS [--scan] [--repeats 3] \
-        [--families ar,levt,editor,cmlm,nat,vecconst] [--config-name multi30k]
+        [--families ar,levt,editor,cmlm,nat,vecconst] [--config-name multi30k] [--set model.dropout=0 ...]
 
 Each family's ``configs/<family>/<config-name>.py`` on the real data (PAIRS: the vectorized model's constraint
-pairs, `python -m jaxnat.data.alignment`; the other families need none). Per family, as a run would:
+pairs, `python -m jaxnat.data.alignment`; the other families need none), with the --set overrides (config keys
+without their --config. prefix). Per family, as a run would:
 
   programs  — the train programs a run compiles: one per batch shape (``len(batcher.shapes)``; one when packing)
   train (s) — compiling one train program (forward, backward, Adam; `Trainer.lower_train_steps`), the mean over
@@ -51,6 +52,7 @@ class Family:
     def __init__(self, family: str, args, scan: bool, workdir: str, spm_from: str = ""):
         overrides = [f"--config.data.dir={args.data_dir}", f"--config.data.spm_from={spm_from}",
                      "--config.train.init_from=", f"--config.model.scan_layers={scan}"]
+        overrides += [f"--config.{key_value}" for key_value in args.set]
         if family == "vecconst":
             overrides.append(f"--config.data.pairs_dir={args.pairs_dir}")
         self.config = build_config(os.path.join(ROOT, "configs", family, f"{args.config_name}.py"), overrides)
@@ -103,6 +105,8 @@ def main():
     parser.add_argument("--config-name", default="multi30k", help="configs/<family>/<this>.py")
     parser.add_argument("--scan", action="store_true", help="also with model.scan_layers=true")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override for every family, e.g. model.dropout=0 (repeatable)")
     args = parser.parse_args()
     jax.config.update("jax_enable_compilation_cache", False)  # even where JAX_COMPILATION_CACHE_DIR is set
     families = [f for f in args.families.split(",") if f != "vecconst" or args.pairs_dir]
@@ -128,7 +132,7 @@ def main():
             req = runs["plain"].request
             rows.append((family, cfg, len(runs["plain"].batcher.shapes), req, times, note))
     print(f"\n{os.cpu_count()} cores, {jax.devices()[0].platform}; median of {args.repeats}; configs/<family>/"
-          f"{args.config_name}.py")
+          f"{args.config_name}.py {' '.join(args.set)}")
     head = "| family | model | train programs | train, per program (s) | decode (s) |"
     if args.scan:
         head = ("| family | model | train programs | train, per program (s) | with scan (s) | decode (s) | "
