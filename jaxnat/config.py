@@ -35,6 +35,7 @@ CHOICES = {
     "eval.length_beam_mode": ("top", "centred"),
     "eval.constraint_order": ("any", "given"),
     "eval.candidate_score": ("probability", "log_probability"),
+    "eval.update_all": ("auto", "true", "false"),
     "eval.params": ("best", "averaged"),
     "eval.average_of": ("last", "best"),
 }
@@ -89,6 +90,9 @@ def default_config() -> ml_collections.ConfigDict:
         dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, pre_norm=False,
         embed_dropout=-1.0,  # dropout on the embedded inputs; -1 = model.dropout (one rate, as fairseq and the papers)
         positions="sinusoidal", max_len=256, share_embeddings=True, tie_output=True, bert_init=False,
+        # token embeddings × √d_model in the input (fairseq's default; the CMLMC authors train with
+        # --no-scale-embedding); with share_embeddings, the decoder's own position table (fairseq's) or the encoder's
+        scale_embeddings=True, separate_positions=False,
         dtype="float32",
         # the encoder's and decoder's layer stacks as one nn.scan each: one compiled layer body, whatever the depth
         # (parameters stacked along a leading layer axis; transformer.stack_layers converts a per-layer tree)
@@ -106,8 +110,9 @@ def default_config() -> ml_collections.ConfigDict:
         # from the source length. RevealPosition (CMLMC §3.1) = masked_attn (a causal sublayer in every decoder
         # layer) + concat_pe (token and position embeddings combined by a linear map of their concatenation)
         length_prediction="token", length_offset=False, masked_attn=False, concat_pe=False,
-        # NAT (docs/nat.md): Coverage-NAT's iterative coverage layer in place of the top decoder layer
-        coverage=False,
+        # NAT (docs/nat.md): Coverage-NAT's iterative coverage layer in place of the top decoder layer; its bias
+        # λ(1 − C) on the source words, or on BOS and EOS too (coverage_bos_eos: how jaxnat covered before)
+        coverage=False, coverage_bos_eos=False,
         # vectorized constraints (docs/vecconst.md): constraint pairs as attention entries of every encoder and
         # decoder layer, and the output plug-in with its gate (eq. 11 as written, or renormalised)
         pair_attention=True, pair_plug_in=True, pair_renormalise=False,
@@ -198,6 +203,8 @@ def default_config() -> ml_collections.ConfigDict:
         # Coverage-NAT: K_train, the coverage layer's iterations in training; β, the weight of the sentence-level
         # coverage agreement (0: off; 0.5 in the paper's fine-tuning phase)
         coverage_iterations=5, sca_weight=0.0,
+        # Coverage-NAT: the coverage C as a constant in the gradient (the paper computes it "manually")
+        coverage_stop_gradient=False,
         # vectorized constraints: eq. 12's weights of target-constraint tokens (α) and the others (β); the paper's
         # 0.8 / 0.2 for a model decoded with beam search, 0.5 / 0.5 for one decoded with VDBA
         pair_alpha=0.8, pair_beta=0.2,
@@ -232,15 +239,21 @@ def default_config() -> ml_collections.ConfigDict:
         # the length candidate kept: highest average token probability ("probability", CMLMC §3.3) or mean
         # log-probability ("log_probability", the Mask-Predict code)
         candidate_score="probability",
+        # mask-predict passes 1 … T−1 revise every unconstrained token ("true", the CMLMC authors' decoder: what
+        # the correction loss trains for) or only the ones they re-masked ("false", Mask-Predict); "auto" = true
+        # for a model trained with train.correction
+        update_all="auto",
         # mask-predict: also decode the first test split with each of these numbers of passes, e.g. "1,2,5,10"
         # (BLEU, RIBES, repetition rate and time per T: CMLMC's Table 3a)
         iteration_sweep="",
         # a trained AR workdir with the same vocabulary (train with data.spm_from=it): mask-predict picks, of its
         # length candidates, the one this AR model scores best (mean token log-probability) instead of its own best
         rescorer="",
-        # NAT: K_dec, the coverage layer's iterations in decoding; remove each output token equal to the one
-        # before it (the NAT papers' post-processing; the repeated-token ratio before removal is reported)
+        # NAT: K_dec, the coverage layer's iterations in decoding. NAT and CMLM: remove each output token equal to
+        # the one before it (the NAT papers' post-processing; the repeated-token ratio before removal is reported)
         coverage_iterations=5, remove_repeats=False,
+        # Coverage-NAT: decode with λ forced to this value (a control: 0 removes the coverage bias); < 0: as trained
+        coverage_lambda=-1.0,
     )
     return c
 
@@ -421,16 +434,33 @@ def validate(config: ml_collections.ConfigDict) -> None:
 # learning rate, decoding settings) may change between runs on one workdir.
 MODEL_KEYS = tuple(f"model.{k}" for k in (
     "name", "d_model", "ffn_dim", "num_heads", "enc_layers", "dec_layers", "pre_norm", "positions", "max_len",
-    "share_embeddings", "tie_output", "early_exit", "separate_deletion", "separate_placeholder",
-    "separate_reposition", "reposition_deletion", "length_prediction", "length_offset", "masked_attn",
-    "concat_pe", "coverage", "pair_attention", "pair_plug_in", "scan_layers")) + (
+    "share_embeddings", "scale_embeddings", "separate_positions", "tie_output", "early_exit", "separate_deletion",
+    "separate_placeholder", "separate_reposition", "reposition_deletion", "length_prediction", "length_offset",
+    "masked_attn", "concat_pe", "coverage", "coverage_bos_eos", "pair_attention", "pair_plug_in", "scan_layers")) + (
     "data.vocab_size", "data.joint_vocab", "data.spm_model_type")
+
+# Model keys whose default is not what a run trained before the key existed did: such a run's config.json lacks
+# the key, and in a run with the switch named here on it means this value (so that an older workdir decodes as it
+# was trained): key -> (value, switch).
+BEFORE_ADDED = {"model.coverage_bos_eos": (True, "model.coverage")}
+
+
+def _recorded(recorded: dict, key: str):
+    """The value of ``key`` in a recorded config.json, its `BEFORE_ADDED` value when absent, or KeyError."""
+    section, name = key.split(".")
+    if name in recorded.get(section, {}):
+        return recorded[section][name]
+    value, switch = BEFORE_ADDED[key]
+    on, flag = switch.split(".")
+    if not recorded.get(on, {}).get(flag):
+        raise KeyError(key)  # the key means nothing in this run
+    return value
 
 
 def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str, ignore: tuple[str, ...] = ()) -> None:
     """Raises a one-line `ConfigError` naming every `MODEL_KEYS` value (but ``ignore``) that differs from the one
     recorded in ``workdir/config.json`` (nothing to compare with: a new workdir). Keys the recorded config lacks
-    (added to jaxnat after that run) are not compared."""
+    (added to jaxnat after that run) are compared with their `BEFORE_ADDED` value, or not at all."""
     path = os.path.join(workdir, "config.json")
     if not os.path.isfile(path):
         return
@@ -443,8 +473,12 @@ def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str, ignor
     differ = []
     for key in (k for k in MODEL_KEYS if k not in ignore):
         section, name = key.split(".")
-        if name in recorded.get(section, {}) and recorded[section][name] != config[section][name]:
-            differ.append(f"{key}={config[section][name]!r} (trained: {recorded[section][name]!r})")
+        try:
+            trained = _recorded(recorded, key)
+        except KeyError:
+            continue
+        if trained != config[section][name]:
+            differ.append(f"{key}={config[section][name]!r} (trained: {trained!r})")
     if differ:
         raise ConfigError(f"the config does not match the run in {workdir}: {'; '.join(differ)}; use the config it "
                           f"was trained with, or another --workdir")
@@ -452,7 +486,8 @@ def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str, ignor
 
 def workdir_config(workdir: str) -> ml_collections.ConfigDict:
     """The config a workdir was trained with (its config.json over the defaults, so keys added to jaxnat since
-    are there with their defaults). ConfigError when it has none."""
+    are there with their defaults, or with the value they stand for in that run: `BEFORE_ADDED`). ConfigError
+    when it has none."""
     path = os.path.join(workdir, "config.json")
     try:
         with open(path, encoding="utf-8") as f:
@@ -463,6 +498,12 @@ def workdir_config(workdir: str) -> ml_collections.ConfigDict:
     for section, values in recorded.items():
         if section in config and isinstance(values, dict):
             config[section].update({k: v for k, v in values.items() if k in config[section]})
+    for key in BEFORE_ADDED:  # what the run did before the key existed
+        try:
+            section, name = key.split(".")
+            config[section][name] = _recorded(recorded, key)
+        except KeyError:
+            pass
     return config
 
 

@@ -71,6 +71,8 @@ def evaluate(config, workdir: str) -> dict:
             metrics.update(corpus_metrics(hyps, refs), reference_length=mean_length(refs))
             metrics["copy_source_bleu"] = bleu(srcs, refs)[0]
         metrics["mean_score"] = float(np.mean([o["score"] for o in outs]))
+        if translator.spec.summary is not None:  # scalars of the decoded parameters (Coverage-NAT's λ)
+            metrics.update(translator.spec.summary(translator.params))
         metrics.update(_edit_counts(outs, translator.spec.supports.counts))
         metrics.update(_repeat_ratios(outs, srcs, translator.spec.supports.counts))
         if i == 0 and e.latency_sentences > 0:

@@ -49,18 +49,20 @@ def position_similarity(vectors: np.ndarray) -> dict:
     return out
 
 
-def decoder_inputs(params: dict, concat_pe: bool, count: int) -> dict:
+def decoder_inputs(params: dict, concat_pe: bool, count: int, scale: bool = True) -> dict:
     """What the first ``count`` positions and the target tokens add to the decoder input, as
     {'table': float[count, D] the position embeddings, 'positions': float[count, D] their part of the input,
-    'tokens': float[V, D] the tokens' part}: with a summed input the table and the embeddings × √D; with
-    ``concat_pe`` each half of the input map (``combine``: Linear([token embedding × √D, position] → D), bias
-    left out) applied to them. Learned positions only (ConfigError otherwise)."""
+    'tokens': float[V, D] the tokens' part}: with a summed input the table and the embeddings (× √D with
+    ``scale``, model.scale_embeddings); with ``concat_pe`` each half of the input map (``combine``:
+    Linear([token embedding (× √D), position] → D), bias left out) applied to them. The decoder's own position
+    table where it has one (model.separate_positions). Learned positions only (ConfigError otherwise)."""
     p = params["params"]
     embedder = p.get("tgt_embed", p["src_embed"])
     if "positions" not in embedder:
         raise ConfigError("the model has sinusoidal positions (model.positions=sinusoidal): nothing was learned")
     table = np.asarray(embedder["positions"], np.float64)[:count]
-    tokens = np.asarray(embedder["tokens"]["embedding"], np.float64) * np.sqrt(table.shape[1])
+    matrix = embedder["tokens"] if "tokens" in embedder else p["src_embed"]["tokens"]  # shared with the encoder
+    tokens = np.asarray(matrix["embedding"], np.float64) * (np.sqrt(table.shape[1]) if scale else 1.0)
     if not concat_pe:
         return {"table": table, "positions": table, "tokens": tokens}
     kernel = np.asarray(p["combine"]["kernel"], np.float64)  # [2D, D]: token rows first, position rows after
@@ -146,7 +148,7 @@ def measure(workdir: str, split: str, sentences: int, positions: int, batch: int
         return np.asarray(logits_of(params, memories[start // batch], src[start:start + batch], canvas))[:b]
 
     try:
-        parts = decoder_inputs(params, config.model.concat_pe, positions)
+        parts = decoder_inputs(params, config.model.concat_pe, positions, config.model.scale_embeddings)
         similarity = {"table": position_similarity(parts["table"]), "input": position_similarity(parts["positions"]),
                       # how loud the position is beside the token in the decoder input (real tokens only)
                       "position_to_token": mean_norm(parts["positions"]) / mean_norm(parts["tokens"][NUM_RESERVED:])}

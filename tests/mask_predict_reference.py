@@ -81,11 +81,12 @@ def remove_repeats(tokens):
 
 def mask_predict(logprobs, length_logits, n_src, cap, iterations, beam, centred=False, offset=False,
                  stop_early=False, width=None, need=0, rescore=None, by_probability=True, dedup=False,
-                 with_repeats=False):
+                 with_repeats=False, update_all=False):
     """One sentence without constraints. logprobs(tokens: list of width ids) → float[width, V] log-probabilities.
     Returns (tokens, mean score, length, passes) of the best candidate: by mean token probability (or mean
     score, i.e. log-probability, without by_probability), or by rescore(tokens); with ``dedup`` every
-    candidate's repeated tokens are removed before the choice (``with_repeats``: also how many it has, last)."""
+    candidate's repeated tokens are removed before the choice (``with_repeats``: also how many it has, last);
+    with ``update_all`` passes after the first also take the prediction at every position they did not mask."""
     results = []
     for n in candidate_lengths(length_logits, n_src, max(need, 1), cap, beam, centred, offset):
         tokens = [BOS_ID] + [MASK_ID] * n + [EOS_ID] + [PAD_ID] * (width - n - 2)
@@ -99,7 +100,7 @@ def mask_predict(logprobs, length_logits, n_src, cap, iterations, beam, centred=
             canvas = [MASK_ID if i in masked else tok for i, tok in enumerate(tokens)]
             lp = logprobs(canvas)
             new = list(tokens)
-            for i in masked:
+            for i in (masked if t == 0 or not update_all else [i for i in range(width) if real[i]]):
                 new[i] = int(np.argmax(lp[i]))
                 scores[i] = float(np.max(lp[i]))
             passes += 1

@@ -19,7 +19,7 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, NUM_RESERVED, PAD_ID
 from jaxnat.decoding import mask_predict as mp
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models import build_model
-from jaxnat.models.cmlm import cmlm_loss, substitution_mask
+from jaxnat.models.cmlm import cmlm_loss, mask_predict_options, substitution_mask
 from jaxnat.models.insertion import forbid_reserved
 from jaxnat.oracle import real_mask
 from tests import edit_reference as er
@@ -243,8 +243,12 @@ def test_causal_sublayer_sees_only_earlier_tokens(masked_attn):
     assert seen_after == masked_attn  # later positions see it only through the causal sublayer
 
 
-def test_concat_pe_combines_token_and_position_by_a_linear_map():
-    spec = _spec("--config.model.concat_pe=true", "--config.model.positions=learned")
+@pytest.mark.parametrize("authors", [False, True])
+def test_concat_pe_combines_token_and_position_by_a_linear_map(authors):
+    """y'_i = Linear([y_i, pe_i]); with the authors' recipe (no √D scaling, the decoder's own positions) from the
+    unscaled token and the target side's position table."""
+    recipe = ("--config.model.scale_embeddings=false", "--config.model.separate_positions=true") if authors else ()
+    spec = _spec("--config.model.concat_pe=true", "--config.model.positions=learned", *recipe)
     batch = random_batch(1, V)
     params = spec.init(jax.random.PRNGKey(0), batch)
     kernel = params["params"]["combine"]["kernel"]
@@ -252,8 +256,10 @@ def test_concat_pe_combines_token_and_position_by_a_linear_map():
     tokens = jnp.asarray([[BOS_ID, 9, 10, EOS_ID]])
     got = spec.module.apply(params, tokens, False, method="embed_target")
     table = params["params"]["src_embed"]
-    want = (np.concatenate([np.asarray(table["tokens"]["embedding"])[np.asarray(tokens[0])] * np.sqrt(32),
-                            np.asarray(table["positions"])[:4]], axis=1) @ np.asarray(kernel)
+    positions = params["params"]["tgt_embed" if authors else "src_embed"]["positions"]
+    scale = 1.0 if authors else np.sqrt(32)
+    want = (np.concatenate([np.asarray(table["tokens"]["embedding"])[np.asarray(tokens[0])] * scale,
+                            np.asarray(positions)[:4]], axis=1) @ np.asarray(kernel)
             + np.asarray(params["params"]["combine"]["bias"]))
     np.testing.assert_allclose(got[0], want, rtol=1e-5, atol=1e-5)
 
@@ -286,12 +292,13 @@ def _stub_decoder(options, width, rescored=False, canvas=None):
 @SEVERAL
 @given(seed=st.integers(0, 10_000), iterations=st.sampled_from([1, 2, 5]), beam=st.sampled_from([1, 3]),
        centred=st.booleans(), offset=st.booleans(), stop_early=st.booleans(), rescored=st.booleans(),
-       by_probability=st.booleans(), dedup=st.booleans())
+       by_probability=st.booleans(), dedup=st.booleans(), update_all=st.booleans())
 def test_mask_predict_matches_python_loop(seed, iterations, beam, centred, offset, stop_early, rescored,
-                                          by_probability, dedup):
+                                          by_probability, dedup, update_all):
     """The candidate of highest mean probability (or log-probability), or, with a rescorer (a stand-in score
     of the finished tokens), the one it prefers; with ``dedup`` (NAT's post-processing) of the candidates
-    without their repeated tokens, and how many were removed."""
+    without their repeated tokens, and how many were removed; with ``update_all`` (the CMLMC code) every pass
+    revises the tokens it did not mask too."""
     width, vocab, b = 12, 16, 4
     table, near = ref.stub_tables(seed, vocab, width)
     rng = np.random.default_rng(seed)
@@ -302,7 +309,8 @@ def test_mask_predict_matches_python_loop(seed, iterations, beam, centred, offse
     if offset:
         length_logits = np.roll(length_logits, 124, axis=1)
     options = mp.Options(iterations=iterations, length_beam=beam, centred=centred, length_offset=offset,
-                         stop_early=stop_early, by_probability=by_probability, cap_min=4, cap_ratio=1.5, dedup=dedup)
+                         stop_early=stop_early, by_probability=by_probability, cap_min=4, cap_ratio=1.5, dedup=dedup,
+                         update_all=update_all)
     out = _stub_decoder(options, width, rescored)(table, near, length_logits, src, None, None)
     np_fn = ref.stub_numpy(table, near)
     for k in range(b):
@@ -312,7 +320,8 @@ def test_mask_predict_matches_python_loop(seed, iterations, beam, centred, offse
                    ) if rescored else None
         tokens, score, length, passes, repeats = ref.mask_predict(
             lambda t: np_fn(t, k), length_logits[k], n_src, cap, iterations, beam, centred, offset, stop_early,
-            width, rescore=rescore, by_probability=by_probability, dedup=dedup, with_repeats=True)
+            width, rescore=rescore, by_probability=by_probability, dedup=dedup, with_repeats=True,
+            update_all=update_all)
         assert np.asarray(out["tokens"][k]).tolist() == tokens
         assert int(out["length"][k]) == length and int(out["iterations"][k]) == passes
         assert int(out["repeats"][k]) == repeats
@@ -385,17 +394,20 @@ def _contains(row, phrase):
 
 @SEVERAL
 @given(seed=st.integers(0, 10_000), iterations=st.sampled_from([1, 3]), beam=st.sampled_from([1, 3]),
-       any_order=st.booleans(), count=st.integers(1, 4), longest=st.integers(1, 3))
-def test_constraints_appear_whole_whatever_the_model_predicts(seed, iterations, beam, any_order, count, longest):
+       any_order=st.booleans(), count=st.integers(1, 4), longest=st.integers(1, 3), update_all=st.booleans())
+def test_constraints_appear_whole_whatever_the_model_predicts(seed, iterations, beam, any_order, count, longest,
+                                                              update_all):
     """Hard constraints: every phrase, whole, as a word (no piece glued on), in order where asked. Soft ones
-    (the other rows): every phrase whole when the chosen length holds them all (they are never re-masked)."""
+    (the other rows): every phrase whole when the chosen length holds them all (they are never re-masked, nor
+    revised by ``update_all``)."""
     width, vocab, b = 14, 16, 4
     table, near = ref.stub_tables(seed, vocab, width)
     rng = np.random.default_rng(seed)
     src = pad([[BOS_ID, *rng.integers(NUM_RESERVED, vocab, rng.integers(0, 3)), EOS_ID] for _ in range(b)], 6)
     phrases = [_random_phrases(rng, count, longest, vocab) for _ in range(b)]
     length_logits = rng.normal(0, 1, (b, 256)).astype(np.float32)  # lengths often too short for the phrases
-    options = mp.Options(iterations=iterations, length_beam=beam, any_order=any_order, cap_min=4)
+    options = mp.Options(iterations=iterations, length_beam=beam, any_order=any_order, cap_min=4,
+                         update_all=update_all)
     continues = rng.random(vocab) < 0.5  # pieces that would glue onto the word before them
     continues[:NUM_RESERVED] = False
     continues[[p[0] for ph in phrases for p in ph if p]] = False  # a phrase begins a word, as tokenised
@@ -484,3 +496,30 @@ def test_a_sentence_decodes_alone_as_in_a_batch(overrides):
         for key in ("tokens", "chosen_length", "iterations"):
             assert np.asarray(alone[key][0]).tolist() == np.asarray(together[key][k]).tolist(), key
         np.testing.assert_allclose(alone["score"][0], together["score"][k], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("correction, choice, want", [
+    (True, "auto", True), (False, "auto", False), (True, "false", False), (False, "true", True)])
+def test_update_all_follows_the_correction_loss_unless_chosen(correction, choice, want):
+    """eval.update_all=auto revises every token in a model trained for it (the correction loss), as the CMLMC
+    authors decode; Mask-Predict's rule otherwise."""
+    config = build_config(TINY, ["--config.model.name=cmlm", "--config.eval.beam_size=1",
+                                 f"--config.train.correction={correction}",
+                                 f"--config.eval.update_all={choice}"])
+    assert mask_predict_options(config, 10).update_all is want
+
+
+def test_remove_repeats_removes_a_cmlm_outputs_repeated_tokens():
+    """eval.remove_repeats holds for mask-predict as for NAT: each output is the plain decoder's without its
+    tokens equal to the one before them."""
+    batch = random_batch(5, V, b=6, s=9)
+    params = _spec().init(jax.random.PRNGKey(3), batch)
+    plain = jax.jit(_spec().generate)(params, DecodeRequest(batch["src"], max_out=18))
+    deduped = jax.jit(_spec("--config.eval.remove_repeats=true").generate)(params, DecodeRequest(batch["src"],
+                                                                                                 max_out=18))
+    removed = 0
+    for k in range(6):
+        want, count = ref.remove_repeats([int(t) for t in np.asarray(plain["tokens"][k])])
+        assert np.asarray(deduped["tokens"][k]).tolist() == want
+        removed += count
+    assert removed > 0  # an untrained model repeats: the test sees the difference

@@ -1,5 +1,6 @@
 """Config loading, command-line overrides and every error path of the CLI."""
 
+import json
 import os
 import subprocess
 import sys
@@ -7,7 +8,7 @@ import sys
 import pytest
 
 from jaxnat.config import (apply_override, build_config, check_matches_workdir, default_config, leaf_keys,
-                           parse_overrides, validate)
+                           parse_overrides, validate, workdir_config)
 from jaxnat.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -193,6 +194,33 @@ def test_workdir_check_ignores_settings_that_may_change(tmp_path):
     with pytest.raises(ConfigError, match="data.vocab_size=8 "):
         check_matches_workdir(build_config(CONFIG, ["--config.data.vocab_size=8"]), str(tmp_path))
 
+
+def test_a_run_older_than_a_model_key_keeps_what_it_meant(tmp_path):
+    """A Coverage-NAT run trained before model.coverage_bos_eos existed covered BOS and EOS: its config.json
+    lacks the key, which then means true there (and nothing in a run without the coverage layer)."""
+    nat = ["--config.model.name=nat", "--config.model.coverage=true", "--config.eval.beam_size=1"]
+    recorded = build_config(CONFIG, nat).to_dict()
+    del recorded["model"]["coverage_bos_eos"]
+    (tmp_path / "config.json").write_text(json.dumps(recorded))
+    assert workdir_config(str(tmp_path)).model.coverage_bos_eos is True
+    with pytest.raises(ConfigError, match=r"model.coverage_bos_eos=False \(trained: True\)"):
+        check_matches_workdir(build_config(CONFIG, nat), str(tmp_path))
+    check_matches_workdir(build_config(CONFIG, [*nat, "--config.model.coverage_bos_eos=true"]), str(tmp_path))
+    recorded["model"]["coverage"] = False
+    (tmp_path / "config.json").write_text(json.dumps(recorded))
+    assert workdir_config(str(tmp_path)).model.coverage_bos_eos is False
+    check_matches_workdir(build_config(CONFIG, [*nat[:1], "--config.eval.beam_size=1"]), str(tmp_path))
+
+
+@pytest.mark.parametrize("family", ["ar", "levt", "editor", "cmlm", "nat", "vecconst"])
+def test_gpu_configs_are_the_papers_base_model(family):
+    """configs/<family>/multi30k_gpu.py: d 512, 6+6 layers (Coverage-NAT's coverage layer one of six decoder layers,
+    as in its paper), bf16 compute, packed batches."""
+    c = build_config(os.path.join(ROOT, "configs", family, "multi30k_gpu.py"), [])
+    assert (c.model.d_model, c.model.enc_layers, c.model.dec_layers, c.model.dtype) == (512, 6, 6, "bfloat16")
+    assert c.data.pack
+    if family == "nat":
+        assert c.model.coverage
 
 
 def test_unwritable_workdir_and_output(tmp_path, monkeypatch):

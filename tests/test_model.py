@@ -67,6 +67,27 @@ def test_rescorer_score_is_the_mean_log_probability_of_each_candidate():
         np.testing.assert_allclose(got[r], want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("scale", [True, False])
+def test_separate_positions_share_the_tokens_and_not_the_position_table(scale):
+    """model.separate_positions (fairseq's encoder and decoder position tables) with shared embeddings: the
+    target embedder holds only its own learned positions and reads the source's token matrix; the source side
+    is what it was. model.scale_embeddings: the tokens enter × √D, or as they are (--no-scale-embedding)."""
+    cfg = TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=16, ffn_dim=32, num_heads=2,
+                            enc_layers=1, dec_layers=1, max_len=16, dropout=0.0, positions="learned",
+                            separate_positions=True, scale_embeddings=scale)
+    model = ARTransformer(cfg)
+    src, tgt = jnp.array([[1, 7, 8, 9, 2]]), jnp.array([[1, 12, 13, 2]])
+    params = model.init(jax.random.PRNGKey(0), src, tgt)["params"]
+    assert set(params["tgt_embed"]) == {"positions"} and set(params["src_embed"]) == {"tokens", "positions"}
+    assert not np.allclose(params["tgt_embed"]["positions"], params["src_embed"]["positions"])
+    tokens = np.asarray(params["src_embed"]["tokens"]["embedding"])
+    factor = 4.0 if scale else 1.0
+    for side, ids in (("src_embed", src), ("tgt_embed", tgt)):
+        got = model.apply({"params": params}, ids, False, method=lambda m, i, t: getattr(m, side)(i, t))
+        want = tokens[np.asarray(ids[0])] * factor + np.asarray(params[side]["positions"])[:ids.shape[1]]
+        np.testing.assert_allclose(got[0], want, rtol=1e-6, atol=1e-6)
+
+
 def test_embedding_dropout_rate():
     """model.embed_dropout: -1 (unset) is model.dropout, so the AR loss is unchanged bit for bit; set, it is the
     rate on the embedded inputs alone (0: the embeddings are not dropped while the sublayers still are)."""

@@ -19,7 +19,7 @@ from jaxnat.decoding import mask_predict as mp
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.evaluation.metrics import repeated_token_ratios
 from jaxnat.models import build_model
-from jaxnat.models.nat import CoverageIteration, coverage
+from jaxnat.models.nat import CoverageIteration, coverage, source_words
 from jaxnat.models.transformer import DecoderLayer, MultiHeadAttention, attention_bias
 from tests import edit_reference as er
 from tests import jitted
@@ -87,11 +87,7 @@ def test_attention_weights_are_the_softmax_of_scaled_scores_plus_the_bias():
     np.testing.assert_allclose(np.asarray(weights), _softmax(scores), rtol=1e-4, atol=1e-6)
 
 
-@pytest.mark.parametrize("scale", [0.0, 0.7, -1.3])
-def test_coverage_iteration_biases_the_inter_attention_by_lambda_times_one_minus_coverage(scale):
-    """One iteration = the decoder layer with ``λ(1 − C)`` (eqs. 8–9; C from eq. 6 in plain Python) added to
-    its inter-attention logits: its hidden states and head-mean attention against the layer run by hand."""
-    cfg = _spec().cfg
+def _iteration_inputs(cfg):
     rng = np.random.default_rng(1)
     b, t, s = 2, 6, 5
     hidden = rng.normal(size=(b, t, cfg.d_model)).astype(np.float32)
@@ -100,21 +96,54 @@ def test_coverage_iteration_biases_the_inter_attention_by_lambda_times_one_minus
     counted = np.array([[0, 1, 1, 1, 1, 0], [0, 1, 1, 0, 0, 0]], bool)
     tgt_mask = np.array([[1] * 6, [1] * 4 + [0] * 2], bool)
     src_mask = np.array([[1] * 5, [1] * 3 + [0] * 2], bool)
-    self_bias, cross_bias = attention_bias(jnp.asarray(tgt_mask)), attention_bias(jnp.asarray(src_mask))
-    it = CoverageIteration(cfg)
-    params = it.init(jax.random.PRNGKey(0), (hidden, attention), self_bias, memory, cross_bias, counted)
+    return hidden, memory, attention, counted, attention_bias(jnp.asarray(tgt_mask)), src_mask
+
+
+@pytest.mark.parametrize("scale, forced", [(0.0, None), (0.7, None), (-1.3, None), (0.7, 0.0), (0.7, 2.5)])
+@pytest.mark.parametrize("bos_eos", [False, True])
+def test_coverage_iteration_biases_the_inter_attention_by_lambda_times_one_minus_coverage(scale, forced, bos_eos):
+    """One iteration = the decoder layer with ``λ(1 − C)`` (eqs. 8–9; C from eq. 6 in plain Python) added to
+    its inter-attention logits at the source words (BOS and EOS too with ``bos_eos``, jaxnat's former rule):
+    its hidden states and head-mean attention against the layer run by hand; a forced λ replaces the trained one."""
+    cfg = _spec().cfg
+    hidden, memory, attention, counted, self_bias, src_mask = _iteration_inputs(cfg)
+    cross_bias = attention_bias(jnp.asarray(src_mask))
+    coverable = src_mask if bos_eos else np.array([[0, 1, 1, 1, 0], [0, 1, 0, 0, 0]], bool)
+    it = CoverageIteration(cfg, forced_lambda=forced)
+    params = it.init(jax.random.PRNGKey(0), (hidden, attention), self_bias, memory, cross_bias, counted, coverable)
     assert float(params["params"]["coverage_scale"]) == 1.0  # λ initialised to 1
     params = {"params": {**params["params"], "coverage_scale": jnp.float32(scale)}}
-    (h, a), _ = it.apply(params, (hidden, attention), self_bias, memory, cross_bias, counted)
+    (h, a), _ = it.apply(params, (hidden, attention), self_bias, memory, cross_bias, counted, coverable)
 
-    cov = np.stack([coverage_reference(attention[k], counted[k]) for k in range(b)])
+    cov = np.stack([coverage_reference(attention[k], counted[k]) for k in range(len(hidden))])
+    bias = (scale if forced is None else forced) * np.where(coverable[:, None, :], 1.0 - cov, 0.0)
     layer = DecoderLayer(cfg)
     lp = {"params": params["params"]["layer"]}
     kv = layer.apply(lp, memory, method="cross_kv")
-    want_h, want_w = layer.apply(lp, hidden, self_bias, kv, cross_bias + scale * (1.0 - cov[:, None]), False,
-                                 return_attention=True)
+    want_h, want_w = layer.apply(lp, hidden, self_bias, kv, cross_bias + bias[:, None], False, return_attention=True)
     np.testing.assert_allclose(np.asarray(h), np.asarray(want_h), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.asarray(a), np.asarray(want_w).mean(axis=1), rtol=1e-4, atol=1e-6)
+
+
+def test_source_words_are_the_tokens_between_bos_and_eos():
+    src = jnp.asarray([[BOS_ID, 7, 8, EOS_ID, PAD_ID], [BOS_ID, EOS_ID, PAD_ID, PAD_ID, PAD_ID]])
+    assert source_words(src != PAD_ID).tolist() == [[False, True, True, False, False], [False] * 5]
+    segments = jnp.asarray([[1, 1, 1, 2, 2, 2, 2, 0]])  # packed: [BOS w EOS][BOS w w EOS] PAD
+    assert source_words(segments).tolist() == [[False, True, False, False, True, True, False, False]]
+
+
+@pytest.mark.parametrize("stop_gradient", [False, True])
+def test_stop_gradient_makes_the_coverage_a_constant(stop_gradient):
+    """train.coverage_stop_gradient: the previous iteration's attention reaches the next only through C, so its
+    gradient is zero exactly when C is a constant."""
+    cfg = _spec().cfg
+    hidden, memory, attention, counted, self_bias, src_mask = _iteration_inputs(cfg)
+    cross_bias = attention_bias(jnp.asarray(src_mask))
+    it = CoverageIteration(cfg, stop_gradient=stop_gradient)
+    params = it.init(jax.random.PRNGKey(0), (hidden, attention), self_bias, memory, cross_bias, counted, src_mask)
+    grad = jax.grad(lambda a: jnp.sum(it.apply(params, (hidden, a), self_bias, memory, cross_bias, counted,
+                                               src_mask)[0][0] ** 2))(jnp.asarray(attention))
+    assert (float(jnp.max(jnp.abs(grad))) == 0.0) == stop_gradient
 
 
 def test_lambda_receives_gradients():
@@ -124,6 +153,24 @@ def test_lambda_receives_gradients():
     grads = jax.jit(jax.grad(lambda p: spec.loss(p, batch, jax.random.PRNGKey(1), False)[0]))(params)
     g = float(grads["params"]["coverage"]["iteration"]["coverage_scale"])
     assert np.isfinite(g) and abs(g) > 0
+
+
+def test_a_forced_lambda_decodes_as_parameters_with_that_lambda():
+    """eval.coverage_lambda=0 (the control without the coverage bias) decodes the trained parameters as if their λ
+    were 0; the spec reports λ (history, metrics.json) and the stop-gradient switch reaches the coverage layer."""
+    spec, forced = _spec(*COVERAGE), _spec(*COVERAGE, "--config.eval.coverage_lambda=0")
+    batch = random_batch(2, V)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    iteration = params["params"]["coverage"]["iteration"]
+    zeroed = {"params": {**params["params"], "coverage": {"iteration": {**iteration, "coverage_scale": 0.0}}}}
+    request = DecodeRequest(batch["src"], max_out=20)
+    want = jax.jit(spec.generate)(zeroed, request)
+    got = jax.jit(forced.generate)(params, request)
+    np.testing.assert_array_equal(got["tokens"], want["tokens"])
+    np.testing.assert_allclose(got["score"], want["score"], rtol=1e-6)
+    assert not np.allclose(jax.jit(spec.generate)(params, request)["score"], want["score"])
+    assert spec.summary(params) == {"coverage_lambda": 1.0} and spec.terms == ("length_loss",)
+    assert _spec(*COVERAGE, "--config.train.coverage_stop_gradient=true").module.coverage_options[1] is True
 
 
 def test_k_is_a_decoding_choice_with_one_set_of_weights():

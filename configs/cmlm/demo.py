@@ -12,12 +12,14 @@ length beam 3, as the paper.
 """
 
 from jaxnat.config import default_config
+from jaxnat.models.cmlm import AUTHORS_RECIPE
 
 
 def get_config():
     c = default_config()
     c.model.update(name="cmlm", d_model=128, ffn_dim=512, num_heads=4, enc_layers=2, dec_layers=2, dropout=0.1,
-                   max_len=96, positions="learned", length_prediction="token", masked_attn=True, concat_pe=True)
+                   max_len=96, positions="learned", length_prediction="token", masked_attn=True, concat_pe=True,
+                   **AUTHORS_RECIPE)
     # 3 batch shapes (8, 16, 32 tokens): less compiling, which is a good part of a 10-minute budget
     c.data.update(source="synthetic", spm_model_type="bpe", vocab_size=1500, max_len=40, batch_tokens=1024,
                   bucket_growth=2.0, bucket_multiple=8, synthetic_kinds="simple,question", synthetic_lexicon=0.3,

@@ -11,13 +11,14 @@ python -m jaxnat.main --config configs/cmlm/wmt14_en_de.py --workdir runs/cmlmc-
 """
 
 from jaxnat.config import default_config
+from jaxnat.models.cmlm import AUTHORS_RECIPE
 
 
 def get_config():
     c = default_config()
     c.model.update(name="cmlm", d_model=512, ffn_dim=2048, num_heads=8, enc_layers=6, dec_layers=6, dropout=0.2,
                    max_len=256, positions="learned", length_prediction="token", masked_attn=True, concat_pe=True,
-                   dtype="bfloat16")
+                   dtype="bfloat16", **AUTHORS_RECIPE)
     c.data.update(source="tfds", tfds_name="wmt14_translate/de-en", src_lang="en", tgt_lang="de",
                   train_split="train", valid_split="validation", test_splits="test",
                   vocab_size=32000, max_len=256, batch_tokens=32768)

@@ -7,7 +7,9 @@ Each candidate is a canvas ``[BOS, MASK × n, EOS, PAD …]`` of fixed width L; 
 
 * pass 0 predicts every position (argmax token, its log-probability as the token's score);
 * pass t = 1 … T−1 re-masks the ``⌊n · (T − t) / T⌋`` (at least one) lowest-scoring tokens — integer
-  arithmetic, so 10 · 0.7 is 7, not 6 — and predicts them again; the other tokens keep their tokens and scores.
+  arithmetic, so 10 · 0.7 is 7, not 6 — and predicts them again; the other tokens keep their tokens and scores
+  (Mask-Predict §3.2), or, with ``update_all`` (the CMLMC authors' decoder, what its correction loss trains
+  for), every token not fixed by a constraint takes the pass's prediction and score as well.
   With ``stop_early`` a candidate stops at the first pass that changes none of its tokens (fairseq's adaptive
   decoding); otherwise all T passes run, as in the papers.
 
@@ -59,6 +61,7 @@ class Options(NamedTuple):
     cap_ratio: float = 2.0
     dedup: bool = False         # remove each token equal to the one before it from the finished candidates
                                 # (the NAT papers' post-processing), before one is picked
+    update_all: bool = False    # passes 1 … T−1 also revise the tokens they did not re-mask (the CMLMC code)
 
 
 def length_classes(n_tgt: jax.Array, n_src: jax.Array, offset: bool) -> jax.Array:
@@ -299,9 +302,10 @@ def decode(token_logits: Callable, lengths: jax.Array, src: jax.Array, constrain
 
     def body(s):
         active = ~s["done"]
-        masked = lowest(s["scores"], real & ~fixed & active[:, None], remask_count(n, s["t"], steps))
+        free = real & ~fixed & active[:, None]
+        masked = lowest(s["scores"], free, remask_count(n, s["t"], steps))
         logits = unglued(logits_of(jnp.where(masked, MASK_ID, s["tokens"]), rows_of), after, continues)
-        tokens, scores, _ = choose(logits, s["tokens"], s["scores"], masked)
+        tokens, scores, _ = choose(logits, s["tokens"], s["scores"], free if options.update_all else masked)
         changed = jnp.any(tokens != s["tokens"], axis=1)
         done = s["done"] | (active & ~changed) if options.stop_early else s["done"]
         return {"tokens": tokens, "scores": scores, "t": s["t"] + 1, "done": done,

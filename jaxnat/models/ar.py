@@ -18,7 +18,7 @@ from jaxnat.errors import ConfigError
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import next_in_segment
 from jaxnat.models.spec import ModelSpec
-from jaxnat.models.transformer import (Decoder, Embedder, Encoder, TransformerConfig, token_mask,
+from jaxnat.models.transformer import (Decoder, embedders, Encoder, TransformerConfig, token_mask,
                                       without_cross_cache)
 
 
@@ -27,8 +27,7 @@ class ARTransformer(nn.Module):
 
     def setup(self):
         c = self.cfg
-        self.src_embed = Embedder(c, c.src_vocab_size, name="src_embed")
-        self.tgt_embed = self.src_embed if c.share_embeddings else Embedder(c, c.tgt_vocab_size, name="tgt_embed")
+        self.src_embed, self.tgt_embed = embedders(c)
         self.encoder = Encoder(c, name="encoder")
         self.decoder = Decoder(c, c.dec_layers, causal=True, name="decoder")
         if not c.tie_output:

@@ -31,7 +31,6 @@ Decoding is mask-predict with a length beam (`jaxnat.decoding.mask_predict`).
 from __future__ import annotations
 
 import json
-import math
 import os
 
 import flax.linen as nn
@@ -47,8 +46,13 @@ from jaxnat.models.ar import ARTransformer, ar_score
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import max_segments, segment_interior, segment_lengths, segment_lowest, segment_mean
 from jaxnat.models.spec import ModelSpec
-from jaxnat.models.transformer import Decoder, Embedder, Encoder, TransformerConfig, config_from, token_mask
+from jaxnat.models.transformer import Decoder, embedders, Encoder, TransformerConfig, config_from, token_mask
 from jaxnat.oracle import apply_random_mask, draw_subset, full_mask, real_mask
+
+# The CMLMC authors' training recipe (their trainNAT.sh, beside the paper): BERT initialisation, token embeddings
+# not scaled by √d (--no-scale-embedding), fairseq's separate encoder and decoder position tables; the model
+# settings of every config in configs/cmlm/ (docs/cmlm.md)
+AUTHORS_RECIPE = dict(bert_init=True, scale_embeddings=False, separate_positions=True)
 
 
 class CMLM(nn.Module):
@@ -64,8 +68,7 @@ class CMLM(nn.Module):
 
     def setup(self):
         c = self.cfg
-        self.src_embed = Embedder(c, c.src_vocab_size, name="src_embed")
-        self.tgt_embed = self.src_embed if c.share_embeddings else Embedder(c, c.tgt_vocab_size, name="tgt_embed")
+        self.src_embed, self.tgt_embed = embedders(c)
         self.encoder = Encoder(c, name="encoder")
         self.decoder = Decoder(c, self.plain_layers(), causal=False, masked_attn=self.masked_attn, name="decoder")
         self.length_head = nn.Dense(mask_predict.LENGTH_CLASSES, kernel_init=c.kernel_init(), name="length_head")
@@ -92,7 +95,7 @@ class CMLM(nn.Module):
             else:  # one entry per segment slot, with its segment's id (attending only to it); 0 for an empty slot
                 slots = segment_lengths(segments)
                 entries = jnp.where(slots > 0, jnp.arange(1, slots.shape[1] + 1, dtype=segments.dtype), 0)
-            length = jnp.broadcast_to(self.length_token * math.sqrt(self.cfg.d_model),
+            length = jnp.broadcast_to(self.length_token * self.src_embed.scale,
                                       entries.shape + (x.shape[2],))
             out = self.encoder(jnp.concatenate([x, length.astype(x.dtype)], axis=1),
                                jnp.concatenate([mask, entries.astype(mask.dtype)], axis=1), train)
@@ -113,7 +116,7 @@ class CMLM(nn.Module):
         packed batch (positions restart with each segment) or None."""
         if not self.concat_pe:
             return self.tgt_embed(tokens, train, segments=segments)
-        tok = self.tgt_embed.lookup(tokens) * math.sqrt(self.cfg.d_model)
+        tok = self.tgt_embed.lookup(tokens) * self.tgt_embed.scale
         pos = jnp.broadcast_to(self.tgt_embed.position_codes(tokens, segments=segments), tok.shape)
         x = self.combine(jnp.concatenate([tok, pos], axis=-1).astype(self.cfg.compute_dtype))
         return self.combine_drop(x, deterministic=not train)
@@ -281,14 +284,20 @@ def rescorer_module(config, cfg: TransformerConfig):
     return ARTransformer(config_from(recorded, cfg.src_vocab_size, cfg.tgt_vocab_size))
 
 
-def mask_predict_options(config, iterations: int, dedup: bool = False) -> mask_predict.Options:
+def mask_predict_options(config, iterations: int) -> mask_predict.Options:
     """The decoding options of a length-predicting model from its config (``iterations`` passes)."""
     m, e = config.model, config.eval
     return mask_predict.Options(
         iterations=iterations, length_beam=e.length_beam, centred=e.length_beam_mode == "centred",
         length_offset=m.length_offset, any_order=e.constraint_order == "any", stop_early=not e.run_all_iterations,
         by_probability=e.candidate_score == "probability", cap_min=e.length_cap_min, cap_ratio=e.length_cap_ratio,
-        dedup=dedup)
+        dedup=e.remove_repeats, update_all=updates_all(config))
+
+
+def updates_all(config) -> bool:
+    """eval.update_all resolved: "auto" revises every token in a model trained with the correction loss."""
+    choice = config.eval.update_all
+    return bool(config.train.correction) if choice == "auto" else choice == "true"
 
 
 def canvas_capacity(cfg: TransformerConfig, eval_cfg):
@@ -353,4 +362,5 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                          correction_fixed_count=t.correction_count == "fixed",
                          correction_mean=t.correction_combine == "mean", train=train)
 
-    return ModelSpec("cmlm", cfg, module, init, loss, generate, capacity, SUPPORTS, plan, packs=True)
+    terms = ("mask_loss", "length_loss") + (("correction_loss",) if t.correction else ())
+    return ModelSpec("cmlm", cfg, module, init, loss, generate, capacity, SUPPORTS, plan, packs=True, terms=terms)

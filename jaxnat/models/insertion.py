@@ -26,7 +26,7 @@ from jaxnat.decoding.refine import Heads, RefineOptions, length_cap, refine, sta
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec
-from jaxnat.models.transformer import Decoder, Embedder, Encoder, TransformerConfig, token_mask
+from jaxnat.models.transformer import Decoder, embedders, Encoder, TransformerConfig, token_mask
 from jaxnat.oracle import MAX_INSERTIONS, ed2_labels
 
 NOT_PREDICTED = (PAD_ID, BOS_ID, EOS_ID, PLH_ID, MASK_ID)  # ids the token head may never write
@@ -61,8 +61,7 @@ class EditTransformer(nn.Module):
 
     def setup(self):
         c = self.cfg
-        self.src_embed = Embedder(c, c.src_vocab_size, name="src_embed")
-        self.tgt_embed = self.src_embed if c.share_embeddings else Embedder(c, c.tgt_vocab_size, name="tgt_embed")
+        self.src_embed, self.tgt_embed = embedders(c)
         self.encoder = Encoder(c, name="encoder")
         self.decoder = Decoder(c, c.dec_layers, causal=False, name="decoder")
         self.first_decoder = (Decoder(c, self.exits[0], causal=False, name=f"{self.first_name}_decoder")

@@ -63,26 +63,52 @@ def coverage(attention: jax.Array, counted: jax.Array, segments: jax.Array | Non
     return jnp.minimum(before - a, 1.0)
 
 
+def source_words(src_mask: jax.Array) -> jax.Array:
+    """bool[B, S]: the source words a coverage layer covers, BOS and EOS excluded. src_mask: bool[B, S] of
+    [BOS … EOS, PAD …] rows, or int32[B, S] a packed batch's segment ids (every segment's BOS and EOS excluded)."""
+    if jnp.issubdtype(src_mask.dtype, jnp.integer):
+        return segment_interior(src_mask)
+    after = jnp.pad(src_mask[:, 1:], ((0, 0), (0, 1)))      # a token follows: not the EOS
+    return src_mask & after & (jnp.arange(src_mask.shape[1]) > 0)[None, :]
+
+
 class CoverageIteration(nn.Module):
-    """One iteration of the coverage layer (eqs. 6–10): (H^{k−1}, A^{k−1}) → (H^k, A^k)."""
+    """One iteration of the coverage layer (eqs. 6–10): (H^{k−1}, A^{k−1}) → (H^k, A^k).
+
+    stop_gradient: C^k enters as a constant (the paper computes it "manually"); forced_lambda: λ replaced by this
+    value (a decoding control: 0 removes the coverage bias), None = the trained λ."""
 
     cfg: TransformerConfig
     train: bool = False
+    stop_gradient: bool = False
+    forced_lambda: float | None = None
 
     @nn.compact
-    def __call__(self, carry, self_bias, memory, cross_bias, counted, segments=None):
+    def __call__(self, carry, self_bias, memory, cross_bias, counted, coverable, segments=None):
         hidden, attention = carry                                            # [B, T, D], [B, T, S]
         scale = self.param("coverage_scale", nn.initializers.ones, ())      # λ of eq. 9
-        bias = cross_bias + scale * (1.0 - coverage(attention, counted, segments))[:, None]  # [B, 1, T, S]: all heads
+        if self.forced_lambda is not None:
+            scale = jnp.asarray(self.forced_lambda, scale.dtype)
+        covered = coverage(attention, counted, segments)
+        if self.stop_gradient:
+            covered = jax.lax.stop_gradient(covered)
+        uncovered = jnp.where(coverable[:, None, :], 1.0 - covered, 0.0)   # [B, T, S]: only coverable tokens
+        bias = cross_bias + scale * uncovered[:, None]                      # [B, 1, T, S]: all heads
         layer = DecoderLayer(self.cfg, name="layer")
         hidden, weights = layer(hidden, self_bias, layer.cross_kv(memory), bias, self.train, return_attention=True)
         return (hidden, jnp.mean(weights, axis=1)), None
 
 
 class CoverageLayer(nn.Module):
-    """The iterative coverage layer: K iterations of one `CoverageIteration` (shared weights) as a scan."""
+    """The iterative coverage layer: K iterations of one `CoverageIteration` (shared weights) as a scan.
+
+    bos_eos: BOS and EOS are coverable too (jaxnat before it covered words only); stop_gradient, forced_lambda:
+    `CoverageIteration`'s."""
 
     cfg: TransformerConfig
+    bos_eos: bool = False
+    stop_gradient: bool = False
+    forced_lambda: float | None = None
 
     @nn.compact
     def __call__(self, hidden, attention, tokens, memory, src_mask, iterations: int, train: bool, segments=None):
@@ -90,20 +116,23 @@ class CoverageLayer(nn.Module):
         the canvas; memory: float[B, S, D]; src_mask: bool[B, S]; iterations: K (static) → H^K float[B, T, D].
         A packed batch gives the canvas's segment ids ``segments`` int32[B, T] and the source's as ``src_mask``."""
         scan = nn.scan(CoverageIteration, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
-                       in_axes=(nn.broadcast,) * 5, length=iterations)
+                       in_axes=(nn.broadcast,) * 6, length=iterations)
         carry = (hidden, jnp.mean(attention, axis=1))
         mask = token_mask(tokens) if segments is None else segments
-        (hidden, _), _ = scan(self.cfg, train, name="iteration")(
+        coverable = src_mask > 0 if self.bos_eos else source_words(src_mask)
+        (hidden, _), _ = scan(self.cfg, train, self.stop_gradient, self.forced_lambda, name="iteration")(
             carry, attention_bias(mask), memory, attention_bias(src_mask, query_mask=mask),
-            real_mask(tokens) if segments is None else segment_interior(segments), segments)
+            real_mask(tokens) if segments is None else segment_interior(segments), coverable, segments)
         return hidden
 
 
 class NAT(CMLM):
     """CMLM's encoder, length classifier and token head; a decoder read once over a fully masked canvas, with
-    Coverage-NAT's coverage layer on top when ``coverage``; W_s for the SCA source representation."""
+    Coverage-NAT's coverage layer on top when ``coverage`` (``coverage_options``: `CoverageLayer`'s bos_eos,
+    stop_gradient, forced_lambda); W_s for the SCA source representation."""
 
     coverage: bool = False
+    coverage_options: tuple = (False, False, None)
 
     def plain_layers(self) -> int:
         return self.cfg.dec_layers - 1 if self.coverage else self.cfg.dec_layers
@@ -111,7 +140,7 @@ class NAT(CMLM):
     def setup(self):
         super().setup()
         if self.coverage:
-            self.coverage_layer = CoverageLayer(self.cfg, name="coverage")
+            self.coverage_layer = CoverageLayer(self.cfg, *self.coverage_options, name="coverage")
         self.source_map = nn.Dense(self.cfg.d_model, use_bias=False, kernel_init=self.cfg.kernel_init(),
                                    name="source_map")  # W_s of eq. 11
 
@@ -198,13 +227,22 @@ def nat_loss(model: NAT, params, batch: dict, rng, *, label_smoothing: float, le
 SUPPORTS = Supports(rescoring=True, counts=("chosen_length", "repeats"), sweep_key="coverage_iterations")
 
 
+def coverage_lambda(params) -> dict:
+    """{'coverage_lambda': λ}, the coverage layer's trained scale (eq. 9), for the history and metrics.json."""
+    return {"coverage_lambda": float(params["params"]["coverage"]["iteration"]["coverage_scale"])}
+
+
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     del pieces  # no constraints: every piece may follow any other
     m, t, e = config.model, config.train, config.eval
-    module = NAT(cfg, m.length_prediction, coverage=m.coverage)
+    module = NAT(cfg, m.length_prediction, coverage=m.coverage,
+                 coverage_options=(m.coverage_bos_eos, t.coverage_stop_gradient, None))
+    # decoding may force λ (eval.coverage_lambda ≥ 0, a control: 0 removes the coverage bias)
+    decoder = module.clone(coverage_options=(m.coverage_bos_eos, False,
+                                             e.coverage_lambda if e.coverage_lambda >= 0 else None))
     capacity = canvas_capacity(cfg, e)
-    options = mask_predict_options(config, iterations=1, dedup=e.remove_repeats)
-    plan, generate = mask_predict_generate(module, options, capacity, rescorer_module(config, cfg), SUPPORTS.counts,
+    options = mask_predict_options(config, iterations=1)
+    plan, generate = mask_predict_generate(decoder, options, capacity, rescorer_module(config, cfg), SUPPORTS.counts,
                                            iterations=e.coverage_iterations)
 
     def init(rng, batch):
@@ -215,4 +253,6 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                         length_loss_weight=t.length_loss_weight, length_offset=m.length_offset,
                         iterations=t.coverage_iterations, sca_weight=t.sca_weight, train=train)
 
-    return ModelSpec("nat", cfg, module, init, loss, generate, capacity, SUPPORTS, plan, packs=True)
+    terms = ("length_loss",) + (("coverage_loss",) if t.sca_weight > 0 else ())
+    return ModelSpec("nat", cfg, module, init, loss, generate, capacity, SUPPORTS, plan, packs=True, terms=terms,
+                     summary=coverage_lambda if m.coverage else None)

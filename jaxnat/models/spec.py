@@ -29,6 +29,10 @@ class ModelSpec:
       same translations on outputs of any width that holds the longest (the translator picks the narrowest)
     packs: whether loss takes packed batches (`jaxnat.data.batching.PackedBatcher`: several pairs a row, with
       'src_seg' and 'tgt_seg'), each pair's loss exactly its loss alone; training then compiles one program
+    terms: names of loss's aux scalars (each a mean over the batch) that the history reports beside the loss, in
+      training and (as valid_<name>) in validation: the objective's parts, e.g. a length or coverage loss
+    summary(params) -> {name: float}, or None: scalars of the parameters themselves worth following (Coverage-NAT's
+      λ), in the history at each log step and in metrics.json beside the scores of the parameters decoded
     """
 
     name: str
@@ -41,6 +45,8 @@ class ModelSpec:
     supports: Supports
     plan: Callable | None = None
     packs: bool = False
+    terms: tuple[str, ...] = ()
+    summary: Callable | None = None
 
     def __post_init__(self):
         # one compiled program: called outside jit (tests, notebooks), flax's initialisation would run op by op,

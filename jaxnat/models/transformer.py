@@ -48,6 +48,8 @@ class TransformerConfig:
     share_embeddings: bool = True  # one matrix for source and target tokens (needs a joint vocabulary)
     tie_output: bool = True  # output projection = target embedding matrix, transposed
     bert_init: bool = False  # N(0, 0.02) for every weight, as in the LevT/EDITOR recipes
+    scale_embeddings: bool = True  # token embeddings × √D in the input (fairseq; off: --no-scale-embedding)
+    separate_positions: bool = False  # with share_embeddings: the decoder's own position table (fairseq's)
     dtype: str = "float32"  # compute dtype; parameters stay float32
     # the encoder and decoder layer stacks as one nn.scan each (one traced layer body, parameters stacked along a
     # leading layer axis: `stack_layers`): compile time that does not grow with depth
@@ -287,20 +289,34 @@ class DecoderLayer(nn.Module):
 
 
 class Embedder(nn.Module):
-    """Token embedding (scaled by sqrt(D), as fairseq) + positions + dropout; also the tied output projection.
+    """Token embedding (scaled by sqrt(D) as fairseq, unless ``scale_embeddings`` is off) + positions + dropout;
+    also the tied output projection.
 
     The dropout rate is ``embed_dropout``, or ``dropout`` when that is negative (fairseq and the papers use one
-    rate for the embeddings and the sublayers)."""
+    rate for the embeddings and the sublayers). ``shared``: the source side's embedder, whose token matrix this
+    one uses while its positions are its own (``separate_positions`` with shared embeddings, as fairseq keeps an
+    encoder and a decoder position table)."""
 
     cfg: TransformerConfig
     vocab_size: int
+    shared: "Embedder | None" = None
 
     def setup(self):
         c = self.cfg
-        self.tokens = nn.Embed(self.vocab_size, c.d_model, embedding_init=c.embed_init(), name="tokens")
+        if self.shared is None:
+            self.tokens = nn.Embed(self.vocab_size, c.d_model, embedding_init=c.embed_init(), name="tokens")
         if c.positions == "learned":
             self.pos_table = self.param("positions", c.embed_init(), (c.max_len, c.d_model))
         self.drop = nn.Dropout(c.dropout if c.embed_dropout < 0 else c.embed_dropout)
+
+    @property
+    def scale(self) -> float:
+        """What the token embeddings are multiplied by in the input: √D (fairseq, the papers) or 1."""
+        return math.sqrt(self.cfg.d_model) if self.cfg.scale_embeddings else 1.0
+
+    def table(self) -> nn.Embed:
+        """The token embedding (this embedder's, or the shared one's)."""
+        return self.tokens if self.shared is None else self.shared.table()
 
     def positions(self, length: int, offset=0) -> jnp.ndarray:
         """float32[length, D] position encodings for positions offset .. offset+length-1."""
@@ -311,7 +327,7 @@ class Embedder(nn.Module):
     def __call__(self, ids: jnp.ndarray, train: bool, offset=0, segments=None) -> jnp.ndarray:
         """ids: int32[B, L] -> float[B, L, D]. segments: int32[B, L] segment ids of a packed row (positions then
         restart with each segment) or None."""
-        x = self.tokens(ids) * math.sqrt(self.cfg.d_model) + self.position_codes(ids, offset, segments)
+        x = self.table()(ids) * self.scale + self.position_codes(ids, offset, segments)
         return self.drop(x.astype(self.cfg.compute_dtype), deterministic=not train)
 
     def position_codes(self, ids: jnp.ndarray, offset=0, segments=None) -> jnp.ndarray:
@@ -324,19 +340,31 @@ class Embedder(nn.Module):
 
     def lookup(self, ids: jnp.ndarray) -> jnp.ndarray:
         """ids: int32[B, L] -> float32[B, L, D], the raw token embeddings (no scaling, positions or dropout)."""
-        return self.tokens(ids).astype(jnp.float32)
+        return self.table()(ids).astype(jnp.float32)
 
     def attend(self, x: jnp.ndarray) -> jnp.ndarray:
         """float[..., D] -> float32[..., V] logits against the embedding matrix."""
         dtype = self.cfg.compute_dtype
         if dtype == jnp.float32:
-            return self.tokens.attend(x.astype(jnp.float32))
+            return self.table().attend(x.astype(jnp.float32))
         # mixed precision: the product in bfloat16, accumulated and returned in float32 (einsum_f32)
-        return einsum_f32("...d,vd->...v", x.astype(dtype), self.tokens.embedding.astype(dtype))
+        return einsum_f32("...d,vd->...v", x.astype(dtype), self.table().embedding.astype(dtype))
 
     def expected(self, probs: jnp.ndarray) -> jnp.ndarray:
         """float32[..., V] distributions -> float32[..., D], the expected raw token embedding under each."""
-        return probs.astype(jnp.float32) @ self.tokens.embedding
+        return probs.astype(jnp.float32) @ self.table().embedding
+
+
+def embedders(c: TransformerConfig) -> tuple[Embedder, Embedder]:
+    """(source, target) embedders of an encoder-decoder model, built in its ``setup``: one module for both with
+    ``share_embeddings`` (one token matrix and one position table), the target's with only its own positions
+    when ``separate_positions`` too, or two separate ones."""
+    src = Embedder(c, c.src_vocab_size, name="src_embed")
+    if not c.share_embeddings:
+        return src, Embedder(c, c.tgt_vocab_size, name="tgt_embed")
+    if c.separate_positions:
+        return src, Embedder(c, c.tgt_vocab_size, shared=src, name="tgt_embed")
+    return src, src
 
 
 def scan_stack(body, layer: nn.Module, length: int, carry, per_layer=None):

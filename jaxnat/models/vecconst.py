@@ -135,7 +135,7 @@ class VecConstTransformer(ARTransformer):
         logp_model = jax.nn.log_softmax(self.logits(h))
         if not self.pair_plug_in:
             return logp_model
-        w = self.tgt_embed.tokens.embedding                                      # [V, D]
+        w = self.tgt_embed.table().embedding                                     # [V, D]
         h32 = h.astype(jnp.float32)
         # eq. 10: tanh acts on each half of [w_y W1; h_t W2], so W3's two halves separate the token and the state;
         # the token half depends on the parameters only (XLA computes it once, outside a decoding loop)

@@ -83,6 +83,7 @@ def make_train_step(spec, optimizer, schedule):
         metrics = {
             "loss": loss, "nll": aux["nll"] / jnp.maximum(aux["count"], 1.0), "tokens": aux["count"],
             "grad_norm": grad_norm, "lr": schedule(state["step"]), "finite": finite,
+            **{k: aux[k] for k in spec.terms},
         }
         return new_state, metrics
 
@@ -92,7 +93,9 @@ def make_train_step(spec, optimizer, schedule):
 def make_eval_step(spec):
     def step(params, batch):
         loss_sum, aux = spec.loss(params, batch, jax.random.PRNGKey(0), train=False)
-        return {"loss": loss_sum, "nll": aux["nll"], "count": aux["count"]}
+        # the terms are batch means: weighted by the batch's tokens, as the loss
+        return {"loss": loss_sum, "nll": aux["nll"], "count": aux["count"],
+                **{k: aux[k] * aux["count"] for k in spec.terms}}
 
     return step
 
@@ -279,17 +282,17 @@ class Trainer:
 
     # -- validation --------------------------------------------------------------------------------------
     def validate(self, params, valid_data, translator) -> dict:
-        """valid_loss and valid_nll of valid_data (the `Prepared` of `encoded_split`), and valid_bleu of the
-        first train.valid_bleu_sentences valid sentences decoded from scratch (with their constraint pairs, for
-        a model that reads them)."""
-        totals = {"loss": 0.0, "nll": 0.0, "count": 0.0}
+        """valid_loss, valid_nll and the model's valid_<term> (`ModelSpec.terms`) of valid_data (the `Prepared` of
+        `encoded_split`), and valid_bleu of the first train.valid_bleu_sentences valid sentences decoded from
+        scratch (with their constraint pairs, for a model that reads them)."""
+        totals = dict.fromkeys(("loss", "nll", "count", *self.spec.terms), 0.0)
         for _, batch in eval_batches(valid_data.src, valid_data.tgt, self.config.eval.batch_size, self.buckets,
                                      init=valid_data.init, extras=valid_data.extras):
             out = jax.device_get(self._eval_step(params, batch))
             for k in totals:
                 totals[k] += float(out[k])
         n = max(totals["count"], 1.0)
-        result = {"valid_loss": totals["loss"] / n, "valid_nll": totals["nll"] / n}
+        result = {f"valid_{k}": totals[k] / n for k in totals if k != "count"}
         k = self.config.train.valid_bleu_sentences
         srcs, refs = self.corpus["valid"][0][:k], self.corpus["valid"][1][:k]
         pairs = self.pairs["valid"][:k] if self.spec.supports.pairs else None
@@ -372,7 +375,10 @@ class Trainer:
                     drain(*pending)
                     pending = None
                     elapsed = time.perf_counter() - tick
-                    summary = {k: float(np.mean([m[k] for m in window])) for k in ("loss", "nll", "grad_norm", "lr")}
+                    summary = {k: float(np.mean([m[k] for m in window]))
+                               for k in ("loss", "nll", "grad_norm", "lr", *self.spec.terms)}
+                    if self.spec.summary is not None:
+                        summary.update(self.spec.summary(state["params"]))
                     summary["tokens_per_s"] = window_tokens / max(elapsed, 1e-9)
                     summary.update(utilisation.window(elapsed))  # mfu, padding
                     bar.set_postfix(loss=f"{summary['loss']:.3f}", tok_s=f"{summary['tokens_per_s']:.0f}",
