@@ -409,6 +409,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"model {m.name!r} trains on constraint pairs: set data.pairs_dir (python -m "
                           f"jaxnat.data.alignment writes them; the synthetic corpus: python -m jaxnat.data.term_pairs)")
     early_exit(m)
+    if m.name == "editor" and not config.train.dual_path and config.train.own_insertion_roll_in > 0:
+        raise ConfigError("train.own_insertion_roll_in is an addition to dual-path roll-in; with train.dual_path=false "
+                          "(the paper's eqs. 6-7, Gu et al.'s roll-in at alpha=1, beta=0) set it to 0")
     if m.name == "nat" and m.coverage and m.dec_layers < 2:
         raise ConfigError(f"model.coverage needs model.dec_layers >= 2 (the layer below the coverage layer starts its "
                           f"iterations); got {m.dec_layers}")
@@ -427,6 +430,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
         if d.init_lang in (d.src_lang, d.tgt_lang):
             raise ConfigError(f"data.init_lang ({d.init_lang!r}) must differ from data.src_lang and data.tgt_lang: "
                               f"it names the initial-hypothesis files, e.g. 'mt' for train.mt")
+        if m.name == "levt" and config.train.roll_in_alpha == 0 and config.train.roll_in_beta == 0:
+            raise ConfigError("data.init_lang with train.roll_in_alpha = train.roll_in_beta = 0: no LevT head would "
+                              "ever see the initial hypotheses, so post-editing training would be plain translation "
+                              "training; set either above 0 (the paper's post-editing roll-in, docs/levt.md)")
 
 
 # The keys that define a trained model's parameters, vocabulary and the meaning of its heads: a workdir is

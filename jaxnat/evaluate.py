@@ -277,7 +277,7 @@ def post_edit_rows(config, corpus, translator: Translator, workdir: str) -> dict
 SUMMARY = ("bleu", "chrf", "ribes", "ter", "cpr", "term_usage", "repetition", "repeated", "repeated_short",
            "repeated_long", "mean_length", "latency_ms",
            "sentences_per_s", "seconds",
-           "mean_iterations", "mean_repositions", "mean_deletions", "mean_insertions")
+           "mean_iterations", "mean_steps", "mean_repositions", "mean_deletions", "mean_insertions")
 
 
 def summary_columns(results: dict) -> list[str]:

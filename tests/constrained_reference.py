@@ -38,24 +38,28 @@ def startable(phrases, done, ordered):
 
 
 def advance(phrases, state, token, ordered, glue=False):
-    """state = (done: tuple of bool, depth, cand: frozenset of phrase indices, ended: the index of the phrase
-    the last token met, or None). glue: the token glues onto the previous word, so a phrase the previous token
-    met is no word of its own: unmet again."""
-    done, depth, cand, last = state
-    if glue and last is not None:
-        done = tuple(d and c != last for c, d in enumerate(done))
-    deeper = {c for c in cand if depth > 0 and phrases[c][depth] == token}
+    """state = (done: tuple of bool, depth, cand: frozenset of the unmet phrases the path is a prefix of,
+    pending: the deepest phrase the path completed or None, ended: the last token completed a phrase).
+    One path: a token continues the phrases in cand, or falls off — meeting the pending phrase — and may start
+    one at the root. glue: the token glues onto the previous word, so a phrase the previous token completed is
+    no word of its own: it is dropped, not met."""
+    done, depth, cand, pending, ended = state
+    glued_on = ended and glue
+    deeper = {c for c in cand if 0 < depth < len(phrases[c]) and phrases[c][depth] == token}
     if deeper:
         cand, depth = deeper, depth + 1
+        if glued_on:
+            pending = None
     else:
+        if pending is not None and not glued_on:
+            done = tuple(d or c == pending for c, d in enumerate(done))
+        pending = None
         cand = {c for c in startable(phrases, done, ordered) if phrases[c][0] == token}
         depth = 1 if cand else 0
-    ended = sorted(c for c in cand if len(phrases[c]) == depth)
-    done = list(done)
-    if ended:
-        done[ended[0]] = True
-    rest = frozenset(c for c in cand if len(phrases[c]) > depth)
-    return (tuple(done), depth if rest else 0, rest, ended[0] if ended else None)
+    completed = sorted(c for c in cand if len(phrases[c]) == depth)
+    if completed:
+        pending = completed[0]
+    return (done, depth, frozenset(cand), pending, bool(completed))
 
 
 def bank(phrases, state):
@@ -63,10 +67,17 @@ def bank(phrases, state):
     return sum(len(p) for p, d in zip(phrases, done) if d and p) + depth
 
 
+def complete(state):
+    """Every phrase met, or pending (ending the hypothesis meets it)."""
+    done, pending = state[0], state[3]
+    return all(d or c == pending for c, d in enumerate(done))
+
+
 def offered_tokens(phrases, state, ordered):
-    done, depth, cand = state[:3]
-    tokens = [phrases[c][depth] for c in sorted(cand)] if depth > 0 else []
-    return tokens + [phrases[c][0] for c in sorted(startable(phrases, done, ordered))]
+    done, depth, cand, pending = state[:4]
+    tokens = [phrases[c][depth] for c in sorted(cand) if len(phrases[c]) > depth] if depth > 0 else []
+    open_ = tuple(d or c == pending for c, d in enumerate(done))
+    return tokens + [phrases[c][0] for c in sorted(startable(phrases, open_, ordered))]
 
 
 # -- the search ---------------------------------------------------------------------------------------
@@ -76,7 +87,7 @@ def search(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len,
     k = beam_size
     real = [p for p in phrases if p]
     max_len = min(max(max_len, sum(len(p) for p in real)), max_out - 2)
-    state0 = (tuple(not p for p in phrases), 0, frozenset(), None)
+    state0 = (tuple(not p for p in phrases), 0, frozenset(), None, False)
     alive = [([BOS_ID], np.float32(0.0), state0)]  # dead beams are simply absent
     fin = []  # (tokens, score, met)
     norm = lambda s, n: np.float32(s) / np.float32(n) ** np.float32(length_penalty)  # noqa: E731
@@ -84,15 +95,15 @@ def search(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len,
         ext = []
         for toks, s, st in alive:
             lp = restricted(toy_logprobs(table, toks, seed), i, max_len)
-            if st[3] is not None:  # just met a phrase: no glued piece, unless it starts or continues a phrase
+            if st[4]:  # just completed a phrase: no glued piece, unless it starts or continues a phrase
                 lp[[t for t in continues if t not in offered_tokens(phrases, st, ordered)]] = -np.inf
             ext.append((toks, s, st, lp))
         pool = list(fin)
         for toks, s, st, lp in ext:
-            complete = all(st[0])
+            met_all = complete(st)
             score = norm(s + lp[EOS_ID], i + 1)
-            if (complete or i >= max_len) and score > -np.inf:
-                pool.append((toks + [EOS_ID], score, complete))
+            if (met_all or i >= max_len) and score > -np.inf:
+                pool.append((toks + [EOS_ID], score, met_all))
         fin = sorted(pool, key=lambda f: (not f[2], -f[1]))[:k]
 
         cands = {}  # (parent, token) -> score

@@ -195,6 +195,18 @@ def test_workdir_check_ignores_settings_that_may_change(tmp_path):
         check_matches_workdir(build_config(CONFIG, ["--config.data.vocab_size=8"]), str(tmp_path))
 
 
+def test_editor_wmt14_config_is_the_papers_recipe():
+    """§4.1: dropout 0.1 on the embeddings (0.3 elsewhere); the authors' --iter-decode-max-iter 10."""
+    c = build_config(os.path.join(ROOT, "configs/editor/wmt14_en_de.py"), [])
+    assert (c.model.dropout, c.model.embed_dropout, c.eval.max_iter) == (0.3, 0.1, 10)
+
+
+def test_own_insertion_roll_in_needs_dual_path():
+    with pytest.raises(ConfigError, match="own_insertion_roll_in is an addition to dual-path"):
+        build_config(os.path.join(ROOT, "configs/editor/ablation_no_dual_path.py"),
+                     ["--config.train.own_insertion_roll_in=0.5"])
+
+
 def test_a_run_older_than_a_model_key_keeps_what_it_meant(tmp_path):
     """A Coverage-NAT run trained before model.coverage_bos_eos existed covered BOS and EOS: its config.json
     lacks the key, which then means true there (and nothing in a run without the coverage layer)."""

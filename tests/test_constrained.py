@@ -110,29 +110,41 @@ def test_a_sentence_decodes_alone_as_in_a_batch():
 
 
 def test_progress_tracking():
-    """Shared prefixes stay in the trie node; a wrong token falls back to the root; duplicates count twice."""
+    """fairseq's trie semantics: one path per hypothesis, one token for one constraint. Shared prefixes stay on the
+    path; falling off it meets the deepest phrase it completed and may restart at the root; duplicates count
+    twice. Returned: which phrases are met or pending, the depth, the bank."""
     def walk(phrases, tokens, ordered=False, glue=()):
         arr = jnp.asarray(pad([phrases])[0])
         t = jax.tree_util.tree_map(lambda x: x[0], constrained.start(arr[None]))
         for tok in tokens:
             t = constrained.advance(arr, t, jnp.int32(tok), ordered, jnp.bool_(tok in glue))
-        return [bool(d) for d in t.done[:len(phrases)]], int(t.depth), int(constrained.met(arr, t))
+        return [bool(d) for d in (t.done | t.pending)[:len(phrases)]], int(t.depth), int(constrained.met(arr, t))
 
-    assert walk([[6], [6, 7]], [6]) == ([True, False], 1, 2)       # "6" met, still inside "6 7"
-    assert walk([[6], [6, 7]], [6, 7]) == ([True, True], 0, 3)
-    assert walk([[6, 7, 8]], [6, 7, 6]) == ([False], 1, 1)         # fell off, restarted at the root
-    assert walk([[6, 7], [6, 7]], [6, 7]) == ([True, False], 0, 2)  # the same phrase twice: met once
-    assert walk([[6, 7], [6, 7]], [6, 7, 6, 7]) == ([True, True], 0, 4)
-    assert walk([[8], [6]], [6, 8], ordered=True) == ([True, False], 0, 1)  # 6 before 8 does not count
+    # a phrase that is a prefix of another: "6 7" meets the longer one only, "6" must appear on its own
+    assert walk([[6], [6, 7]], [6]) == ([True, False], 1, 1)
+    assert walk([[6], [6, 7]], [6, 7]) == ([False, True], 2, 2)
+    assert walk([[6], [6, 7]], [6, 8]) == ([True, False], 0, 1)       # fell off: "6" met
+    assert walk([[6], [6, 7]], [6, 7, 6]) == ([True, True], 1, 3)
+    # overlapping phrases do not share a token: after "6 7 8", "7 8" is still to come
+    assert walk([[6, 7], [7, 8]], [6, 7, 8]) == ([True, False], 0, 2)
+    assert walk([[6, 7], [7, 8]], [6, 7, 7, 8]) == ([True, True], 2, 4)
+    # a phrase that diverges restarts at the root
+    assert walk([[6, 7, 8]], [6, 7, 6]) == ([False], 1, 1)
+    assert walk([[6, 7, 8]], [6, 7, 6, 7, 8]) == ([True], 3, 3)
+    assert walk([[6, 7], [6, 7]], [6, 7]) == ([True, False], 2, 2)    # the same phrase twice: met once
+    assert walk([[6, 7], [6, 7]], [6, 7, 6, 7]) == ([True, True], 2, 4)
+    assert walk([[8], [6]], [6, 8], ordered=True) == ([True, False], 1, 1)  # 6 before 8 does not count
     # 7 glues onto 6 ("meli" + "en" = "melien"): [6] was no word of its own, only [6, 7] is met
-    assert walk([[6], [6, 7]], [6, 7], glue=(7,)) == ([False, True], 0, 2)
-    assert walk([[6], [6, 7]], [6, 7, 6], glue=(7,)) == ([True, True], 0, 3)
+    assert walk([[6], [6, 7]], [6, 7], glue=(7,)) == ([False, True], 2, 2)
+    assert walk([[6], [6, 7]], [6, 7, 6], glue=(7,)) == ([True, True], 1, 3)
+    assert walk([[6]], [6, 7], glue=(7,)) == ([False], 0, 0)
     for phrases, tokens, glue in (([[6], [6, 7]], [6, 7], ()), ([[6, 7, 8], [7, 9]], [6, 7, 9, 6], ()),
-                                  ([[6], [6, 7]], [6, 7, 6, 8], (7,))):
-        state = (tuple(False for _ in phrases), 0, frozenset(), None)
+                                  ([[6], [6, 7]], [6, 7, 6, 8], (7,)), ([[6, 7], [7, 8], [6]], [6, 7, 8, 6, 5], ())):
+        state = (tuple(False for _ in phrases), 0, frozenset(), None, False)
         for tok in tokens:
             state = ref.advance(phrases, state, tok, False, glue=tok in glue)
-        assert walk(phrases, tokens, glue=glue)[:2] == ([bool(d) for d in state[0]], state[1])
+        met = [d or c == state[3] for c, d in enumerate(state[0])]
+        assert walk(phrases, tokens, glue=glue) == (met, state[1], ref.bank(phrases, state))
 
 
 def test_a_met_phrase_is_not_glued_onto():

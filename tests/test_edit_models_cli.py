@@ -45,6 +45,8 @@ def test_metrics_include_constraints_and_edit_counts(trained):
     header = stdout.splitlines()[0].split()  # the printed summary table
     assert {"bleu", "ribes", "cpr", "latency_ms", "mean_iterations", "mean_insertions"} <= set(header)
     assert 1 <= metrics["test"]["mean_iterations"] <= 4
+    # the papers' count (LevT Table 6): the final pass that changes nothing is not a step
+    assert metrics["test"]["mean_steps"] == metrics["test"]["mean_iterations"] - 1
     # hard constraints are guaranteed whatever the (barely trained) model does
     assert metrics["test+hard"]["cpr"] == 100.0
     assert metrics["test+hard"]["term_usage"] == 100.0

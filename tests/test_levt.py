@@ -267,6 +267,7 @@ def test_post_editing_starts_from_the_given_hypothesis():
                  ("deletions",))
     assert [int(t) for t in out["tokens"][0] if t != PAD_ID] == [BOS_ID, 7, 9, 10, EOS_ID]
     assert out["deletions"].tolist() == [1] and out["iterations"].tolist() == [2]
+    assert out["steps"].tolist() == [1]  # the papers' count: the pass that changed nothing is not a step
     assert out["trace"].shape == (1, 4, 3, capacity)
     assert [int(t) for t in out["trace"][0, 0, 0] if t != PAD_ID] == [BOS_ID, 7, 9, 10, EOS_ID]
 

@@ -4,27 +4,31 @@ Every sentence of a batch brings up to C target phrases (`phrases: int32[B, C, P
 no phrase) that must all appear in its output. The search is `search.ar_search`'s beam search with three changes,
 all inside one jit'd `lax.while_loop` at fixed shapes:
 
-* **Tracking.** Each hypothesis carries which phrases it has met (``done``) and the phrases it is in the middle
-  of: the set ``cand`` of unmet phrases whose first ``depth`` tokens end the hypothesis — a node of the trie of
-  all phrases (VDBA's unordered constraints; with ``ordered`` only the first unmet phrase may be started, Post &
-  Vilar's phrases in the given order). A token that continues a phrase in ``cand`` goes one level down; any
-  other token falls back to the root and may start a phrase there (the progress is lost). Reaching the end of a
-  phrase meets it (the lowest-numbered one, if the same phrase is asked twice); the hypothesis stays in the
-  node while a longer phrase with the same prefix can still be continued, else returns to the root.
-  ``met = Σ len(done phrases) + depth`` counts the constraint tokens produced: the hypothesis's **bank**.
-  Right after a phrase is met, a piece that would glue onto its last word (``continues``) is not allowed
-  unless it starts or continues a phrase, so that the phrase is found as whole words in the detokenized output
-  (what CSR counts; phrases start with a word-initial piece, so this never blocks one). When the glued piece
-  continues a longer phrase (``meli`` then ``en`` on the way to ``melien``), the phrase just met was no word
-  of its own after all: it is unmet again (``last``) and must appear elsewhere.
+* **Tracking** (fairseq's `UnorderedConstraintState`; Hu et al.'s trie): each hypothesis follows one path of
+  the trie of its unmet phrases — the set ``cand`` of unmet phrases whose first ``depth`` tokens end the
+  hypothesis (with ``ordered`` only the first unmet phrase may be started: Post & Vilar's phrases in the given
+  order). A token that continues a phrase in ``cand`` goes one level down; any other token falls off the path:
+  the deepest phrase the path had completed (``pending``) is then met, the rest of the path's progress is lost,
+  and the token may start a phrase at the root. **One token counts for one constraint**: producing "a b" with
+  the phrases "a" and "a b" meets "a b" only ("a" must appear elsewhere), as in fairseq's and Sockeye's
+  searches. ``met = Σ len(met phrases) + depth`` counts the constraint tokens produced: the hypothesis's
+  **bank**. EOS falls off the path too, so a hypothesis may end once every phrase is met or pending. Right
+  after a phrase is completed, a piece that would glue onto its last word (``continues``) is not allowed unless
+  it continues a phrase, so that the phrase is found as whole words in the detokenized output (what CSR counts;
+  phrases start with a word-initial piece, so this never blocks one). When the glued piece continues a longer
+  phrase (``meli`` then ``en`` on the way to ``melien``), the phrase just completed was no word of its own: it
+  stays unmet.
 * **Candidates.** Per sentence: the 2K best one-token extensions over the beam, the best extension of each
   hypothesis, and, for each hypothesis, every token that continues or starts a phrase; a (hypothesis, token)
   pair offered twice counts once. EOS is never a candidate for the beam; it ends a hypothesis only when all its
   phrases are met (or when the length limit forces EOS: such an output is a fallback, ranked below every
   output that meets its constraints).
 * **Banks.** The K survivors are taken round-robin across banks, highest bank first: the best candidate of
-  each bank, then the second best of each, … — Post & Vilar's equal split of the beam across banks, with the
-  slots of a bank short of candidates going to the others in the same order.
+  each bank, then the second best of each, … (`round_robin_banks`), the slots of a bank short of candidates
+  going to the others in the same order. This is close to Post & Vilar's equal split of the beam across banks
+  but not the same allocation: Sockeye's ``get_bank_sizes`` gives each bank ⌊K / banks⌋ slots and the remainder
+  to the highest banks, so with fewer beams than banks it leaves the lowest banks no slot; round-robin gives the
+  K highest non-empty banks one each.
 
 Because the best candidate of the highest bank always survives and can always take one more constraint token,
 an output that meets every phrase exists after at most Σ len tokens: whenever the length limit leaves that
@@ -49,11 +53,11 @@ from jaxnat.decoding.search import NEG_INF, _check_static, _normalise, _restrict
 @struct.dataclass
 class Tracker:
     """Constraint progress of hypotheses (any leading shape [...]); see the module docstring."""
-    done: jnp.ndarray   # bool[..., C]: phrases met (empty phrase slots count as met)
-    depth: jnp.ndarray  # int32[...]: tokens of the phrases in progress produced so far
-    cand: jnp.ndarray   # bool[..., C]: the phrases in progress (all False at the root)
-    ended: jnp.ndarray  # bool[...]: the last token completed a phrase
-    last: jnp.ndarray   # bool[..., C]: the phrase the last token completed (none: all False)
+    done: jnp.ndarray     # bool[..., C]: phrases met (empty phrase slots count as met)
+    depth: jnp.ndarray    # int32[...]: the path's length: tokens of the phrases in progress produced so far
+    cand: jnp.ndarray     # bool[..., C]: the unmet phrases the path is a prefix of (all False at the root)
+    pending: jnp.ndarray  # bool[..., C]: the deepest phrase the path completed, met when it falls off (or none)
+    ended: jnp.ndarray    # bool[...]: the last token completed a phrase (the path ends with one)
 
 
 def phrase_lengths(phrases: jnp.ndarray) -> jnp.ndarray:
@@ -64,8 +68,8 @@ def phrase_lengths(phrases: jnp.ndarray) -> jnp.ndarray:
 def start(phrases: jnp.ndarray) -> Tracker:
     """The empty hypothesis's progress for phrases int32[B, C, P] → Tracker of shape [B]."""
     lens = phrase_lengths(phrases)
-    return Tracker(lens == 0, jnp.zeros(lens.shape[:-1], jnp.int32), jnp.zeros(lens.shape, bool),
-                   jnp.zeros(lens.shape[:-1], bool), jnp.zeros(lens.shape, bool))
+    none = jnp.zeros(lens.shape, bool)
+    return Tracker(lens == 0, jnp.zeros(lens.shape[:-1], jnp.int32), none, none, jnp.zeros(lens.shape[:-1], bool))
 
 
 def _startable(done: jnp.ndarray, ordered: bool) -> jnp.ndarray:
@@ -76,21 +80,29 @@ def _startable(done: jnp.ndarray, ordered: bool) -> jnp.ndarray:
 
 def advance(phrases: jnp.ndarray, t: Tracker, token: jnp.ndarray, ordered: bool, glue=False) -> Tracker:
     """One hypothesis's progress after ``token``. phrases: int32[C, P]; t: Tracker of shape []; token: int32[];
-    glue: bool[], the token glues onto the word before it (a phrase met by the previous token is then unmet)."""
+    glue: bool[], the token glues onto the word before it (a phrase completed by the previous token then is no
+    word of its own, and stays unmet)."""
     lens = phrase_lengths(phrases)
-    t = t.replace(done=t.done & ~(t.last & glue))
     p = phrases.shape[1]
     at_depth = phrases[:, jnp.minimum(t.depth, p - 1)]
-    deeper = t.cand & (t.depth > 0) & (at_depth == token)
-    from_root = _startable(t.done, ordered) & (phrases[:, 0] == token)
+    deeper = t.cand & (lens > t.depth) & (t.depth > 0) & (at_depth == token)
     moving = jnp.any(deeper)
+    glued_on = t.ended & glue  # the phrase the previous token completed is not a word
+    # falling off the path meets the deepest phrase it completed, and the token may start a phrase at the root
+    done = t.done | (t.pending & ~moving & ~glued_on)
+    from_root = _startable(done, ordered) & (phrases[:, 0] == token)
     cand = jnp.where(moving, deeper, from_root)
     depth = jnp.where(moving, t.depth + 1, jnp.where(jnp.any(from_root), 1, 0)).astype(jnp.int32)
-    ended = cand & (lens == depth)
-    first = ended & (jnp.cumsum(ended) == 1)
-    rest = cand & (lens > depth)
-    stay = jnp.any(rest)
-    return Tracker(t.done | first, jnp.where(stay, depth, 0).astype(jnp.int32), rest & stay, jnp.any(first), first)
+    at_end = cand & (lens == depth)
+    first = at_end & (jnp.cumsum(at_end) == 1)  # the same phrase asked twice: the lowest-numbered first
+    reached = jnp.any(first)
+    pending = jnp.where(reached, first, t.pending & moving & ~glued_on)
+    return Tracker(done, depth, cand, pending, reached)
+
+
+def complete(t: Tracker) -> jnp.ndarray:
+    """bool[...]: every phrase met or pending (ending the hypothesis, e.g. by EOS, meets the pending one)."""
+    return jnp.all(t.done | t.pending, axis=-1)
 
 
 def met(phrases: jnp.ndarray, t: Tracker) -> jnp.ndarray:
@@ -104,7 +116,8 @@ def next_tokens(phrases: jnp.ndarray, t: Tracker, ordered: bool) -> tuple[jnp.nd
     p = phrases.shape[1]
     at_depth = phrases[:, jnp.minimum(t.depth, p - 1)]
     tokens = jnp.concatenate([at_depth, phrases[:, 0]])
-    ok = jnp.concatenate([t.cand & (t.depth > 0), _startable(t.done, ordered)])
+    ok = jnp.concatenate([t.cand & (phrase_lengths(phrases) > t.depth) & (t.depth > 0),
+                          _startable(t.done | t.pending, ordered)])
     return tokens, ok
 
 
@@ -120,6 +133,17 @@ def _rank(score: jnp.ndarray, group: jnp.ndarray) -> jnp.ndarray:
 def _take(x: jnp.ndarray, idx: jnp.ndarray) -> jnp.ndarray:
     """x[b, idx[b, j], ...] for x: [B, N, ...], idx: int32[B, J]."""
     return jax.vmap(lambda row, i: row[i])(x, idx)
+
+
+def round_robin_banks(score: jnp.ndarray, bank: jnp.ndarray, total: jnp.ndarray, k: int) -> jnp.ndarray:
+    """int32[B, k]: the candidates that survive (module docstring, "Banks"): the best of each bank, highest bank
+    first, then the second best of each, …; candidates at NEG_INF never (unless fewer than k are left).
+    score: float32[B, M]; bank: int32[B, M] constraint tokens produced; total: int32[B] the most there are."""
+    m = score.shape[1]
+    stride = jnp.max(total) + 1  # more than the number of banks
+    order = _rank(score, bank) * stride + (total[:, None] - bank)
+    _, pick = jax.lax.top_k(-jnp.where(score > NEG_INF, order, m * stride + 1).astype(jnp.float32), k)
+    return pick
 
 
 @struct.dataclass
@@ -155,7 +179,6 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
     max_len = jnp.minimum(jnp.maximum(decode_length(src_len, max_len_a, max_len_b, max_out - 2), total),
                           max_out - 2)
     max_len_rows = jnp.repeat(max_len, k)
-    stride = phrases.shape[1] * phrases.shape[2] + 1  # more than the number of banks
     tokens = jnp.full((batch, k, max_out), PAD_ID, jnp.int32).at[:, :, 0].set(BOS_ID)
     first = start(phrases)
     per_beam = jax.tree_util.tree_map(lambda x: jnp.repeat(x[:, None], k, axis=1), first)
@@ -182,14 +205,14 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
                 jnp.arange(batch)[:, None, None], jnp.arange(k)[None, :, None], ctok].max(cok)
             logp = jnp.where(s.progress.ended[:, :, None] & continues[None, None, :] & ~offered, NEG_INF, logp)
         ext = s.alive_logp[:, :, None] + logp  # [B, K, V]
-        complete = jnp.all(s.progress.done, axis=-1)  # [B, K]
+        met_all = complete(s.progress)  # [B, K]
 
         # Finished: EOS after a complete hypothesis, or forced by the length limit (a fallback, ranked last).
         eos_score = _normalise(ext[:, :, EOS_ID], i + 1, length_penalty)
         forced = (i >= max_len)[:, None]
-        eos_score = jnp.where(complete | forced, eos_score, NEG_INF)
+        eos_score = jnp.where(met_all | forced, eos_score, NEG_INF)
         pool_score = jnp.concatenate([s.fin_score, eos_score], axis=1)
-        pool_met = jnp.concatenate([s.fin_met, complete], axis=1)
+        pool_met = jnp.concatenate([s.fin_met, met_all], axis=1)
         pool_tokens = jnp.concatenate([s.fin_tokens, s.alive_tokens.at[:, :, i + 1].set(EOS_ID)], axis=1)
         tier = jnp.where(pool_score == NEG_INF, 2, jnp.where(pool_met, 0, 1))
         order = tier * (2 * k) + _rank(pool_score, tier)
@@ -216,9 +239,7 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
         progress = advance_all(phrases, jax.tree_util.tree_map(lambda x: _take(x, parent), s.progress), token,
                                ordered, glue)
         bank = met(phrases[:, None], progress)  # [B, M]
-        valid = score > NEG_INF
-        order = _rank(score, bank) * stride + (total[:, None] - bank)
-        _, pick = jax.lax.top_k(-jnp.where(valid, order, m * stride + 1).astype(jnp.float32), k)
+        pick = round_robin_banks(score, bank, total, k)
         alive_logp = _take(score, pick)
         parent, token = _take(parent, pick), _take(token, pick)
         alive_tokens = _take(s.alive_tokens, parent).at[:, :, i + 1].set(token)

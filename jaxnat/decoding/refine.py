@@ -36,6 +36,9 @@ class Hypotheses(NamedTuple):
     phrase: jax.Array   # int32[B, L] hard-constraint phrase id, 0 = free token
 
 
+LOOP_COUNTS = ("iterations", "steps", "insertions")  # what `refine` counts itself; the first edit counts the rest
+
+
 class RefineOptions(NamedTuple):
     max_iter: int = 9                  # at most max_iter + 1 iterations (fairseq's --iter-decode-max-iter)
     placeholder_penalty: float = 0.0   # γ, subtracted from the "no placeholder" class of every slot
@@ -143,7 +146,8 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
 def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Array, options: RefineOptions,
            count_names: tuple[str, ...], continues: jax.Array | None = None) -> dict:
     """Runs the refinement loop from ``start``; returns per sentence ``tokens`` and ``phrase`` int32[B, L],
-    ``score`` float32[B] (mean token score, BOS/EOS included), ``iterations`` and the edit counts int32[B]
+    ``score`` float32[B] (mean token score, BOS/EOS included), ``iterations`` (passes run), ``steps`` (the papers'
+    count: iterations − 1) and the edit counts int32[B]
     (``count_names`` from the first edit, plus ``insertions``; ``continues`` as in `insert_and_fill`), and with
     ``options.trace`` the ``trace`` int32[B, max_iter + 1, 3, L] of hypotheses after each step (first edit,
     placeholders, fill; iterations past the loop's last one repeat the final state)."""
@@ -187,6 +191,9 @@ def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Arra
         "tokens": hyps.tokens, "phrase": hyps.phrase,
         "score": jnp.sum(jnp.where(real, hyps.scores, 0.0), axis=1) / jnp.maximum(jnp.sum(real, axis=1), 1),
         "iterations": final["iterations"], "insertions": final["insertions"],
+        # the papers' count (LevT Table 6, fairseq's generator): the 0-based index of the last pass, so the
+        # final pass that changed nothing, and the first pass, are not counted
+        "steps": jnp.maximum(final["iterations"] - 1, 0),
         **{name: final[name] for name in count_names},
     }
     if options.trace:

@@ -88,7 +88,8 @@ def oracle_placeholders(y0: jax.Array, tgt: jax.Array, width: int) -> jax.Array:
     nothing else applied — no deletion, no reposition — on a canvas int32[B, width].
 
     Every token of y0 stays, so a row can grow to |y0| + |y*| − 2 tokens: ``width`` = 2T holds any row; a
-    narrower canvas drops the placeholders that do not fit, serving slots left to right."""
+    narrower canvas (one capped at the model's max_len) drops the placeholders that do not fit, cutting the largest
+    requests first (`edit_ops.insertion.fair_share`), so no part of the sentence is starved."""
     pad = width - y0.shape[1]
     counts = jnp.pad(ed3_labels(y0, tgt).insertion, ((0, 0), (0, pad)))
     canvas = jnp.pad(y0, ((0, 0), (0, pad)), constant_values=PAD_ID)
@@ -215,7 +216,7 @@ def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Arra
 # ----------------------------------------------------------------------------------------------- decoding
 
 SUPPORTS = Supports(init=True, soft_constraints=True, hard_constraints=True, trace=True,
-                    counts=("iterations", "repositions", "deletions", "insertions"))
+                    counts=("iterations", "steps", "repositions", "deletions", "insertions"))
 
 
 def glued_to_phrase(tokens: jax.Array, phrase: jax.Array, continues: jax.Array) -> jax.Array:

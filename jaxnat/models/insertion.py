@@ -22,7 +22,7 @@ from jaxnat.argmax import argmax
 from jaxnat import edit_ops
 from jaxnat.errors import ConfigError
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID
-from jaxnat.decoding.refine import Heads, RefineOptions, length_cap, refine, start_from_request
+from jaxnat.decoding.refine import LOOP_COUNTS, Heads, RefineOptions, length_cap, refine, start_from_request
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec
@@ -195,7 +195,7 @@ def edit_model_spec(config, cfg: TransformerConfig, name: str, module: EditTrans
     options = RefineOptions(e.max_iter, e.placeholder_penalty, e.length_cap_min, e.length_cap_ratio,
                             e.run_all_iterations)
     continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None
-    count_names = tuple(c for c in supports.counts if c not in ("iterations", "insertions"))
+    count_names = tuple(c for c in supports.counts if c not in LOOP_COUNTS)
 
     def init(rng, batch):
         return module.init(rng, batch["src"][:1], batch["tgt"][:1])

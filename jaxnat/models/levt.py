@@ -150,7 +150,7 @@ def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_
 # ----------------------------------------------------------------------------------------------- decoding
 
 SUPPORTS = Supports(init=True, soft_constraints=True, hard_constraints=True, trace=True,
-                    counts=("iterations", "deletions", "insertions"))
+                    counts=("iterations", "steps", "deletions", "insertions"))
 
 
 def keep_word_boundaries(tokens: jax.Array, phrase: jax.Array, delete: jax.Array,
