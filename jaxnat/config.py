@@ -28,7 +28,7 @@ CHOICES = {
     "model.reposition_deletion": ("vector", "bos"),
     "data.source": ("synthetic", "text", "tfds"),
     "data.spm_model_type": ("unigram", "bpe"),
-    "train.lr_schedule": ("inverse_sqrt", "linear", "constant"),
+    "train.lr_schedule": ("inverse_sqrt", "linear", "cosine", "constant"),
     "model.length_prediction": ("token", "pooled"),
     "train.correction_count": ("bernoulli", "fixed"),
     "train.correction_combine": ("sum", "mean"),
@@ -60,7 +60,7 @@ RANGES = {
         "train.roll_in_alpha", "train.roll_in_beta", "train.placeholder_smoothing", "train.global_shuffle",
         "train.own_insertion_roll_in", "train.correction_p", "train.pair_alpha", "train.pair_beta")},
     **{k: ("[0", None) for k in (
-        "train.warmup_steps", "train.warmup_init_lr", "train.weight_decay", "train.clip_norm",
+        "train.warmup_steps", "train.warmup_init_lr", "train.min_lr", "train.weight_decay", "train.clip_norm",
         "train.valid_bleu_sentences", "train.peak_tflops", "eval.length_penalty", "eval.max_len_a", "eval.max_len_b",
         "eval.latency_sentences", "eval.max_iter", "eval.placeholder_penalty", "eval.length_cap_min",
         "eval.trace_sentences", "train.length_loss_weight", "train.sca_weight", "eval.average_checkpoints")},
@@ -156,8 +156,10 @@ def default_config() -> ml_collections.ConfigDict:
     c.train = dict(
         steps=100000, lr=5e-4, warmup_steps=4000, warmup_init_lr=1e-7,
         # after the warm-up: "inverse_sqrt" (fairseq's, the papers') or "linear" decay to 0 at train.steps (for
-        # short runs, which end on a small learning rate instead of a large one) or "constant" (a fine-tuning phase)
-        lr_schedule="inverse_sqrt",
+        # short runs, which end on a small learning rate instead of a large one), "cosine" (half a cosine down to
+        # min_lr at train.steps: fairseq's cosine scheduler as the vectorized-constraints authors run stage 2) or
+        # "constant" (a fine-tuning phase)
+        lr_schedule="inverse_sqrt", min_lr=0.0,
         adam_b1=0.9, adam_b2=0.98, adam_eps=1e-8, weight_decay=0.0, clip_norm=0.0,  # clip_norm 0: off
         label_smoothing=0.1, seed=0,
         # keep_checkpoints: the newest training states kept; keep_best: the parameters of the best validations
@@ -372,9 +374,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
             raise ConfigError(f"{key} must be {_range_text(low, high)}, got {config[section][name]}")
     if m.d_model % m.num_heads:
         raise ConfigError(f"model.d_model ({m.d_model}) must be divisible by model.num_heads ({m.num_heads})")
-    if t.lr_schedule == "linear" and t.warmup_steps >= t.steps:
+    if t.lr_schedule in ("linear", "cosine") and t.warmup_steps >= t.steps:
         raise ConfigError(f"train.warmup_steps ({t.warmup_steps}) must be below train.steps ({t.steps}) with "
-                          f"train.lr_schedule=linear, which decays to 0 at the last step")
+                          f"train.lr_schedule={t.lr_schedule}, which decays to its end at the last step")
     if m.embed_dropout != -1.0 and not 0.0 <= m.embed_dropout < 1.0:
         raise ConfigError(f"model.embed_dropout must be -1 (= model.dropout) or in [0, 1), got {m.embed_dropout}")
     if d.max_len > m.max_len:

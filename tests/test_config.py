@@ -65,6 +65,8 @@ def test_overrides_are_typed():
         (["--config.train.warmup_steps=-5"], "train.warmup_steps must be >= 0, got -5"),
         (["--config.train.lr_schedule=linear", "--config.train.steps=100", "--config.train.warmup_steps=100"],
          "train.warmup_steps (100) must be below train.steps (100) with train.lr_schedule=linear"),
+        (["--config.train.lr_schedule=cosine", "--config.train.steps=100", "--config.train.warmup_steps=100"],
+         "train.warmup_steps (100) must be below train.steps (100) with train.lr_schedule=cosine"),
         (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.model.length_prediction=cls"],
          "model.length_prediction must be one of token, pooled"),
         (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.train.correction_p=1.5"],
@@ -78,7 +80,8 @@ def test_overrides_are_typed():
           "--config.model.dec_layers=1"], "model.coverage needs model.dec_layers >= 2"),
         (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.eval.constraints=soft"],
          "model 'nat' does not take soft constraints"),
-        (["--config.train.lr_schedule=cosine"], "train.lr_schedule must be one of inverse_sqrt, linear, constant"),
+        (["--config.train.lr_schedule=exponential"],
+         "train.lr_schedule must be one of inverse_sqrt, linear, cosine, constant"),
         (["--config.eval.rescorer=runs/ar"], "eval.rescorer: model 'ar' has no candidates to rescore"),
         (["--config.model.name=cmlm", "--config.eval.beam_size=4"], "model 'cmlm' does not take beam search"),
     ],
@@ -193,6 +196,14 @@ def test_workdir_check_ignores_settings_that_may_change(tmp_path):
     check_matches_workdir(config, str(tmp_path / "new"))  # nothing recorded: nothing to compare
     with pytest.raises(ConfigError, match="data.vocab_size=8 "):
         check_matches_workdir(build_config(CONFIG, ["--config.data.vocab_size=8"]), str(tmp_path))
+
+
+def test_vecconst_stage_two_follows_the_authors_schedule():
+    """Their README: 10k updates, 4k warming up from 1e-7 to 1e-4, a cosine down to 1e-7, dropout 0.1."""
+    c = build_config(os.path.join(ROOT, "configs/vecconst/wmt14_en_de.py"), [])
+    t = c.train
+    assert (t.steps, t.warmup_steps, t.lr_schedule, t.lr, t.warmup_init_lr, t.min_lr, c.model.dropout) == (
+        10000, 4000, "cosine", 1e-4, 1e-7, 1e-7, 0.1)
 
 
 def test_editor_wmt14_config_is_the_papers_recipe():

@@ -242,6 +242,10 @@ def test_learning_rate_schedules():
     # linear: the same warm-up, then a straight line to 0 at the last step
     lin = warmed_up_schedule(1.0, 4, 0.0, "linear", total_steps=12)
     np.testing.assert_allclose([float(lin(s)) for s in (0, 3, 7, 11, 20)], [0.25, 1.0, 0.5, 0.0, 0.0], atol=1e-6)
+    # cosine (fairseq's, one period ending with the run): the peak after the warm-up, min_lr at the last step
+    cos = warmed_up_schedule(1.0, 4, 0.0, "cosine", total_steps=12, min_lr=0.1)
+    np.testing.assert_allclose([float(cos(s)) for s in (0, 3, 7, 11, 20)],
+                               [0.25, 1.0, 0.1 + 0.45 * (1 + np.cos(np.pi / 2)), 0.1, 0.1], atol=1e-6)
     # constant (a fine-tuning phase): without warm-up, lr from the first step on
     const = warmed_up_schedule(1e-5, 0, 0.0, "constant")
     np.testing.assert_allclose([float(const(s)) for s in (0, 1, 500)], [1e-5] * 3, rtol=1e-6)

@@ -7,6 +7,8 @@ python -m jaxnat.data.alignment --data-dir data/wmt14_en_de --src en --tgt de --
 python -m jaxnat.main --config configs/vecconst/wmt14_en_de.py --workdir runs/vecconst-wmt14 \
     --config.train.init_from=runs/ar-wmt14
 α / β = 0.8 / 0.2 for beam search; --config.train.pair_alpha=0.5 --config.train.pair_beta=0.5 for VDBA.
+Stage 2 follows the authors' published schedule (their repository's README): 10k updates, 4k of them warming up
+to 1e-4, then half a cosine down to 1e-7 (fairseq's cosine scheduler, one 6k-update period), dropout 0.1.
 """
 
 import os
@@ -19,7 +21,8 @@ def get_config():
     c.model.name = "vecconst"
     c.data.update(source="text", dir="data/wmt14_en_de", train_split="train", valid_split="newstest2013",
                   test_splits="newstest2014", pairs_dir="data/wmt14_en_de")
-    c.train.update(init_from="runs/ar-wmt14", pair_alpha=0.8, pair_beta=0.2, steps=20000,
-                   lr_schedule="constant", lr=1e-4, warmup_steps=0, eval_every=2000)
+    c.model.update(dropout=0.1)
+    c.train.update(init_from="runs/ar-wmt14", pair_alpha=0.8, pair_beta=0.2, steps=10000, lr_schedule="cosine",
+                   lr=1e-4, warmup_steps=4000, warmup_init_lr=1e-7, min_lr=1e-7, eval_every=2000)
     c.eval.update(throughput_batch=128)
     return c
