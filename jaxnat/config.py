@@ -36,6 +36,7 @@ CHOICES = {
     "eval.constraint_order": ("any", "given"),
     "eval.candidate_score": ("probability", "log_probability"),
     "eval.update_all": ("auto", "true", "false"),
+    "eval.hard_mode": ("block", "paper"),
     "eval.params": ("best", "averaged"),
     "eval.average_of": ("last", "best"),
 }
@@ -227,6 +228,10 @@ def default_config() -> ml_collections.ConfigDict:
         # refinement decoding (levt, editor)
         max_iter=9, placeholder_penalty=0.0, length_cap_min=10, length_cap_ratio=2.0, run_all_iterations=False,
         deletion_reward=0.0,  # EDITOR: added to the delete column of the reposition scores
+        # EDITOR's hard constraints: "block" (a phrase moves only as a whole and is never dropped, split or
+        # copied) or "paper" (the paper's and its code's rule: a constraint token may not be deleted where it
+        # stands; repositioning may still move, copy or drop it)
+        hard_mode="block",
         trace_sentences=0,  # refining models: after evaluation, write trace.html with this many sentences' edits
         constraints="",  # comma list of soft,hard: also evaluate each test split with a constraint set (§12)
         constraint_seed=1,
@@ -411,6 +416,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"model {m.name!r} trains on constraint pairs: set data.pairs_dir (python -m "
                           f"jaxnat.data.alignment writes them; the synthetic corpus: python -m jaxnat.data.term_pairs)")
     early_exit(m)
+    if config.eval.hard_mode != "block" and m.name != "editor":
+        raise ConfigError(f"eval.hard_mode={config.eval.hard_mode} is EDITOR's (its reposition); model.name is "
+                          f"{m.name!r}")
     if m.name == "editor" and not config.train.dual_path and config.train.own_insertion_roll_in > 0:
         raise ConfigError("train.own_insertion_roll_in is an addition to dual-path roll-in; with train.dual_path=false "
                           "(the paper's eqs. 6-7, Gu et al.'s roll-in at alpha=1, beta=0) set it to 0")

@@ -80,6 +80,7 @@ def test_overrides_are_typed():
           "--config.model.dec_layers=1"], "model.coverage needs model.dec_layers >= 2"),
         (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.eval.constraints=soft"],
          "model 'nat' does not take soft constraints"),
+        (["--config.eval.hard_mode=paper"], "eval.hard_mode=paper is EDITOR's (its reposition); model.name is 'ar'"),
         (["--config.train.lr_schedule=exponential"],
          "train.lr_schedule must be one of inverse_sqrt, linear, cosine, constant"),
         (["--config.eval.rescorer=runs/ar"], "eval.rescorer: model 'ar' has no candidates to rescore"),

@@ -302,6 +302,26 @@ def test_reposition_step_with_word_boundaries_matches_python():
         assert {k: int(v[0]) for k, v in counts.items()} == want_counts
 
 
+def test_paper_hard_mode_only_forbids_deleting_a_constraint_where_it_stands():
+    """eval.hard_mode=paper: the slot of a constraint token cannot delete it, but other slots may copy it or
+    leave it behind (the paper's gap); today's block mode keeps the phrase whole."""
+    capacity = 6
+    tokens = jnp.asarray(pad([[BOS_ID, 7, 8, 9, EOS_ID]], capacity))
+    phrase = jnp.asarray(pad([[0, 1, 1, 0, 0]], capacity, 0))
+    logits = np.full((1, capacity, capacity), -5.0, np.float32)
+    logits[0, 1, 0], logits[0, 1, 1] = 9.0, 3.0   # slot 1 (the constraint's 7) wants to delete, else keep 7
+    logits[0, 2, 3] = 9.0                          # slot 2 (the constraint's 8) takes 9: nobody keeps 8
+    logits[0, 3, 1] = 9.0                          # slot 3 copies the 7
+    hyps = initial_hypotheses(tokens, phrase)
+    paper, counts = editor_reposition(hyps, jnp.asarray(logits), jnp.array([True]), paper_hard=True)
+    assert [int(t) for t in paper.tokens[0] if t != PAD_ID] == [BOS_ID, 7, 9, 7, EOS_ID]
+    assert paper.phrase[0, :5].tolist() == [0, 1, 0, 1, 0]
+    assert {k: int(v[0]) for k, v in counts.items()} == {"repositions": 2, "deletions": 0}
+    block, _ = editor_reposition(hyps, jnp.asarray(logits), jnp.array([True]))
+    row = [int(t) for t in block.tokens[0] if t != PAD_ID]
+    assert any(row[i:i + 2] == [7, 8] for i in range(len(row))) and row.count(7) == 1
+
+
 @jax.jit
 def _random_model_refine(seed, tokens, phrase, src):
     options = RefineOptions(max_iter=5)

@@ -229,21 +229,29 @@ def glued_to_phrase(tokens: jax.Array, phrase: jax.Array, continues: jax.Array) 
 
 
 def editor_reposition(hyps: Hypotheses, logits: jax.Array, active: jax.Array, continues: jax.Array | None = None,
-                      deletion_reward: float = 0.0):
+                      deletion_reward: float = 0.0, paper_hard: bool = False):
     """EDITOR's first edit: every slot takes the input token it scores highest (column 0 deletes; the deletion
     reward is added to it first); BOS/EOS pinned; finished rows left as they are. logits: float32[B, L, L].
 
     Hard constraints stay whole (`edit_ops.reposition_phrases`): each phrase moves as one block to the slot
     most likely to take its first token (argmax over slots of log π_rps(first token | slot)), which is its own
     slot unless the model wants it elsewhere; and with ``continues`` the free pieces that would then extend a
-    phrase's last word are deleted. Counts: repositions (slots holding another token, deletions excluded) and
-    deletions.
+    phrase's last word are deleted. With ``paper_hard`` (eval.hard_mode=paper: the EDITOR paper and its code) a
+    slot holding a constraint token only may not delete it, and nothing else is constrained: a constraint token
+    may be moved or copied on its own, and dropped when no slot takes it. Counts: repositions (slots holding
+    another token, deletions excluded) and deletions.
     """
     n = edit_ops.lengths(hyps.tokens, PAD_ID)[:, None]
     pos = edit_ops.positions(hyps.tokens)
     # padding columns can never be pointed at, whatever the head says (finite: an empty row must not give NaN)
     logits = jnp.where(pos[:, None, :] < n[:, :, None], logits.at[..., 0].add(deletion_reward), NOT_A_TOKEN)
+    if paper_hard:  # a constraint token's slot may not delete (column 0, or the EOS column, which deletes too)
+        deleting = (pos[:, None, :] == 0) | (pos[:, None, :] == n[:, :, None] - 1)
+        logits = jnp.where((hyps.phrase > 0)[:, :, None] & deleting, NOT_A_TOKEN, logits)
     index = jnp.where(active[:, None], argmax(logits), pos)
+    if paper_hard:
+        out = edit_ops.reposition(hyps.tokens, index, PAD_ID, sides=(hyps.scores, hyps.phrase))
+        return Hypotheses(out.tokens, *out.sides), {"repositions": out.num_moved, "deletions": out.num_deleted}
     interior_slot = ((pos > 0) & (pos < n - 1))[:, :, None]
     anchor = jnp.argmax(jnp.where(interior_slot, jax.nn.log_softmax(logits, axis=-1), -jnp.inf), axis=1)
     anchor = jnp.where(active[:, None], anchor.astype(jnp.int32), pos)
@@ -270,5 +278,6 @@ def build_spec(config, cfg, pieces) -> ModelSpec:
                            global_shuffle=t.global_shuffle, own_insertion_roll_in=t.own_insertion_roll_in,
                            insert_after_oracle_reposition=t.insert_after_oracle_reposition, train=train)
 
-    first_edit = functools.partial(editor_reposition, deletion_reward=config.eval.deletion_reward)
+    first_edit = functools.partial(editor_reposition, deletion_reward=config.eval.deletion_reward,
+                                   paper_hard=config.eval.hard_mode == "paper")
     return edit_model_spec(config, cfg, "editor", module, loss, "reposition_logits", first_edit, pieces, SUPPORTS)
