@@ -259,6 +259,9 @@ def default_config() -> ml_collections.ConfigDict:
         # NAT: K_dec, the coverage layer's iterations in decoding. NAT and CMLM: remove each output token equal to
         # the one before it (the NAT papers' post-processing; the repeated-token ratio before removal is reported)
         coverage_iterations=5, remove_repeats=False,
+        # vectorized constraints: with data.pairs_dir, keep of each test sentence's pairs only those whose target
+        # phrase the model's plain output does not already contain (the authors' test-set extraction)
+        pairs_unproduced=False,
         # Coverage-NAT: decode with λ forced to this value (a control: 0 removes the coverage bias); < 0: as trained
         coverage_lambda=-1.0,
     )

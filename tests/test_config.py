@@ -25,7 +25,8 @@ def test_shipped_configs_load_and_validate(path):
 
 
 @pytest.mark.parametrize("name, alpha, beta", [("demo", 0.8, 0.2), ("demo_vdba", 0.5, 0.5), ("multi30k", 0.8, 0.2),
-                                               ("multi30k_vdba", 0.5, 0.5), ("wmt14_en_de", 0.8, 0.2)])
+                                               ("multi30k_vdba", 0.5, 0.5), ("wmt14_en_de", 0.8, 0.2),
+                                               ("wmt14_en_de_vdba", 0.5, 0.5)])
 def test_vecconst_loss_weights_follow_the_decoding_mode(name, alpha, beta):
     """Wang et al. App. B: α/β = 0.8/0.2 for a model decoded with beam search, 0.5/0.5 with VDBA."""
     t = build_config(os.path.join(ROOT, "configs", "vecconst", f"{name}.py"), []).train

@@ -503,3 +503,19 @@ def test_error_messages_are_one_line():
         with pytest.raises(DataError) as info:
             call()
         assert "\n" not in str(info.value)
+
+
+def test_cpr_by_words_weights_each_constraint_by_its_words():
+    """The vectorized-constraints authors' CSR counts constraint words: "ein Haus" found, "Baum" missed."""
+    hyps, constraints = ["ein Haus steht da"], [["ein Haus", "Baum"]]
+    assert constraint_preservation(hyps, constraints, lang="de") == 50.0
+    assert constraint_preservation(hyps, constraints, lang="de", by_words=True) == pytest.approx(200 / 3)
+    assert corpus_metrics(hyps, hyps, constraints, lang="de")["cpr_words"] == pytest.approx(200 / 3)
+
+
+def test_unproduced_pairs_keep_what_the_plain_output_misses():
+    from jaxnat.evaluate import unproduced_pairs
+
+    pairs = [[("house", "Haus"), ("tree", "Baum")], [("dog", "Hund")]]
+    assert unproduced_pairs(pairs, ["ein Haus", "eine Katze"], "de") == [[("tree", "Baum")], [("dog", "Hund")]]
+    assert unproduced_pairs(pairs, ["Haus Baum", "Hunde"], "de") == [[], [("dog", "Hund")]]  # whole words only

@@ -42,7 +42,7 @@ def test_metrics_have_the_pair_rows(stage2):
     workdir, _ = stage2
     metrics = json.load(open(workdir / "metrics.json"))
     for row in ("test+pairs", "test+pairs_hard"):
-        assert {"bleu", "cpr", "latency_ms", "sentences_per_s"} <= set(metrics[row]), row
+        assert {"bleu", "cpr", "cpr_words", "latency_ms", "sentences_per_s"} <= set(metrics[row]), row
     assert metrics["test+pairs_hard"]["cpr"] == 100.0  # the target phrases, guaranteed
     assert 0 <= metrics["test"]["cpr"] <= 100  # the plain output's share of them
     assert (workdir / "hyps" / "test.pairs.txt").exists()

@@ -344,15 +344,18 @@ def _contains_sequence(tokens: list[str], pattern: list[str]) -> bool:
     return any(tokens[start : start + n] == pattern for start in range(len(tokens) - n + 1))
 
 
-def constraint_preservation(hyps: list[str], constraints: list[list[str]], *, lang: str = "en") -> float:
+def constraint_preservation(hyps: list[str], constraints: list[list[str]], *, lang: str = "en",
+                            by_words: bool = False) -> float:
     """Constraint preservation rate (CPR), in percent.
 
     ``constraints[i]`` lists the word-level constraints (sub-word marks already removed) of hypothesis
     ``i``, ``lang`` is the target language. A constraint is preserved when its Moses tokens occur in the
     Moses tokens of the hypothesis as a contiguous run, same case (module docstring). Micro-average:
-    preserved constraints / all constraints over the corpus; each listed constraint is checked once (a
-    constraint listed twice is preserved twice by one occurrence). Returns ``nan`` when there are no
-    constraints at all. An empty constraint string raises ``DataError``.
+    preserved constraints / all constraints over the corpus (``by_words``: each constraint weighted by its
+    number of Moses tokens, the share of constraint words preserved, as the vectorized-constraints authors'
+    scorer counts); each listed constraint is checked once (a constraint listed twice is preserved twice by one
+    occurrence). Returns ``nan`` when there are no constraints at all. An empty constraint string raises
+    ``DataError``.
     """
     hyps = _string_list(hyps, "hypotheses")
     constraints = _constraint_lists(constraints, len(hyps))
@@ -365,9 +368,16 @@ def constraint_preservation(hyps: list[str], constraints: list[list[str]], *, la
             pattern = moses_tokenize(constraint, lang)
             if not pattern:  # Moses drops control characters; an empty pattern would be found everywhere
                 raise DataError(f"constraints[{i}][{j}] = {constraint!r} has no word: remove it from the data")
-            total += 1
-            preserved += _contains_sequence(tokens, pattern)
+            weight = len(pattern) if by_words else 1
+            total += weight
+            preserved += weight * _contains_sequence(tokens, pattern)
     return float("nan") if total == 0 else 100.0 * preserved / total
+
+
+def contains_phrase(hyp: str, phrase: str, *, lang: str = "en") -> bool:
+    """Whether ``hyp`` contains ``phrase`` by CPR's rule (contiguous whole Moses tokens, same case)."""
+    pattern = moses_tokenize(phrase, lang)
+    return bool(pattern) and _contains_sequence(moses_tokenize(hyp, lang), pattern)
 
 
 def term_usage(hyps: list[str], constraints: list[list[str]], *, lang: str = "en") -> float:
@@ -435,7 +445,8 @@ def corpus_metrics(
 
     Keys: ``bleu`` (sacreBLEU), ``bleu_signature`` (str), ``tok_bleu`` (``tokenized_bleu``), ``chrf``,
     ``ter``, ``ribes``, ``repetition`` (``repetition_rate`` of the 13a words of each hypothesis) and, when
-    ``constraints`` is given, ``cpr`` and ``term_usage`` (Moses tokens of ``lang``, the target language).
+    ``constraints`` is given, ``cpr``, ``term_usage`` and ``cpr_words`` (CPR weighted by the constraints' words;
+    Moses tokens of ``lang``, the target language).
     All numbers are in 0-100: here RIBES is ``100 * ribes(...)``, unlike the [0, 1] value ``ribes`` returns.
     ``cpr``/``term_usage`` are ``nan`` when ``constraints`` holds no constraint.
     """
@@ -453,6 +464,7 @@ def corpus_metrics(
     if constraints is not None:
         out["cpr"] = constraint_preservation(hyps, constraints, lang=lang)
         out["term_usage"] = term_usage(hyps, constraints, lang=lang)
+        out["cpr_words"] = constraint_preservation(hyps, constraints, lang=lang, by_words=True)
     return out
 
 
