@@ -459,10 +459,12 @@ MODEL_KEYS = tuple(f"model.{k}" for k in (
     "masked_attn", "concat_pe", "coverage", "coverage_bos_eos", "pair_attention", "pair_plug_in", "scan_layers")) + (
     "data.vocab_size", "data.joint_vocab", "data.spm_model_type")
 
-# Model keys whose default is not what a run trained before the key existed did: such a run's config.json lacks
-# the key, and in a run with the switch named here on it means this value (so that an older workdir decodes as it
-# was trained): key -> (value, switch).
-BEFORE_ADDED = {"model.coverage_bos_eos": (True, "model.coverage")}
+# Model keys added after runs were trained: such a run's config.json lacks the key, which there means what the
+# code did before it existed (so that an older workdir is decoded as it was trained, and a config that asks for
+# something else is refused): key -> (value, the switch that must be on in the run for the key to mean anything,
+# or None).
+BEFORE_ADDED = {"model.coverage_bos_eos": (True, "model.coverage"), "model.scale_embeddings": (True, None),
+                "model.separate_positions": (False, None)}
 
 
 def _recorded(recorded: dict, key: str):
@@ -471,9 +473,10 @@ def _recorded(recorded: dict, key: str):
     if name in recorded.get(section, {}):
         return recorded[section][name]
     value, switch = BEFORE_ADDED[key]
-    on, flag = switch.split(".")
-    if not recorded.get(on, {}).get(flag):
-        raise KeyError(key)  # the key means nothing in this run
+    if switch is not None:
+        on, flag = switch.split(".")
+        if not recorded.get(on, {}).get(flag):
+            raise KeyError(key)  # the key means nothing in this run
     return value
 
 
