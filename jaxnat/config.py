@@ -467,16 +467,21 @@ BEFORE_ADDED = {"model.coverage_bos_eos": (True, "model.coverage"), "model.scale
                 "model.separate_positions": (False, None)}
 
 
-def _recorded(recorded: dict, key: str):
-    """The value of ``key`` in a recorded config.json, its `BEFORE_ADDED` value when absent, or KeyError."""
+_UNKNOWN = object()
+
+
+def _recorded(recorded: dict, key: str, default=_UNKNOWN):
+    """The value of ``key`` in a recorded config.json, its `BEFORE_ADDED` value when absent, else ``default``
+    (a key added since that means nothing in this run); KeyError without a default."""
     section, name = key.split(".")
     if name in recorded.get(section, {}):
         return recorded[section][name]
-    value, switch = BEFORE_ADDED[key]
+    value, switch = BEFORE_ADDED.get(key, (default, None))
     if switch is not None:
         on, flag = switch.split(".")
-        if not recorded.get(on, {}).get(flag):
-            raise KeyError(key)  # the key means nothing in this run
+        value = value if recorded.get(on, {}).get(flag) else default
+    if value is _UNKNOWN:
+        raise KeyError(key)
     return value
 
 
@@ -521,12 +526,9 @@ def workdir_config(workdir: str) -> ml_collections.ConfigDict:
     for section, values in recorded.items():
         if section in config and isinstance(values, dict):
             config[section].update({k: v for k, v in values.items() if k in config[section]})
-    for key in BEFORE_ADDED:  # what the run did before the key existed
-        try:
-            section, name = key.split(".")
-            config[section][name] = _recorded(recorded, key)
-        except KeyError:
-            pass
+    for key in BEFORE_ADDED:  # what the run did before the key existed, where the key means something
+        section, name = key.split(".")
+        config[section][name] = _recorded(recorded, key, default=config[section][name])
     return config
 
 
