@@ -36,6 +36,10 @@ CHOICES = {
     "eval.constraint_order": ("any", "given"),
     "eval.candidate_score": ("probability", "log_probability"),
     "eval.update_all": ("auto", "true", "false"),
+    "eval.pair_consume": ("auto", "true", "false"),
+    "model.pair_output": ("eq11", "authors"),
+    "model.pair_adapters": ("shared", "separate"),
+    "train.pair_weighting": ("tokens", "span"),
     "eval.hard_mode": ("block", "paper"),
     "eval.params": ("best", "averaged"),
     "eval.average_of": ("last", "best"),
@@ -115,8 +119,12 @@ def default_config() -> ml_collections.ConfigDict:
         # λ(1 − C) on the source words, or on BOS and EOS too (coverage_bos_eos: how jaxnat covered before)
         coverage=False, coverage_bos_eos=False,
         # vectorized constraints (docs/vecconst.md): constraint pairs as attention entries of every encoder and
-        # decoder layer, and the output plug-in with its gate (eq. 11 as written, or renormalised)
-        pair_attention=True, pair_plug_in=True, pair_renormalise=False,
+        # decoder layer, and the output plug-in with its gate (eq. 11 as written, or renormalised).
+        # pair_adapters: "shared" (eq. 6: one network per layer maps the keys and the values, then the layer's
+        # projections) or "separate" (the authors' code: a key and a value network, taken as keys and values);
+        # pair_output: "eq11" (eqs. 9–11) or "authors" (their code: P_model plus a gated one-hot at the most
+        # similar constraint token, clamped to [1e-12, 1])
+        pair_attention=True, pair_plug_in=True, pair_renormalise=False, pair_adapters="shared", pair_output="eq11",
     )
     c.data = dict(
         source="synthetic",  # synthetic | text | tfds
@@ -211,6 +219,9 @@ def default_config() -> ml_collections.ConfigDict:
         # vectorized constraints: eq. 12's weights of target-constraint tokens (α) and the others (β); the paper's
         # 0.8 / 0.2 for a model decoded with beam search, 0.5 / 0.5 for one decoded with VDBA
         pair_alpha=0.8, pair_beta=0.2,
+        # which target tokens get α: "tokens" (every token of a target phrase, wherever it stands: eq. 12 as
+        # written) or "span" (the positions of each target phrase's first occurrence: the authors' code)
+        pair_weighting="tokens",
         # a trained workdir whose best parameters start this run (fresh optimizer; its vocabulary is used): a
         # fine-tuning phase, e.g. Coverage-NAT's SCA phase, or the second stage of a model that extends the one
         # trained there (vectorized constraints from an AR run: its new parameters start from their
@@ -262,6 +273,9 @@ def default_config() -> ml_collections.ConfigDict:
         # vectorized constraints: with data.pairs_dir, keep of each test sentence's pairs only those whose target
         # phrase the model's plain output does not already contain (the authors' test-set extraction)
         pairs_unproduced=False,
+        # vectorized constraints: the authors' decoding rule, a constraint token leaves the plug-in once the beam
+        # has produced it ("auto": with model.pair_output=authors, as their code decodes)
+        pair_consume="auto",
         # Coverage-NAT: decode with λ forced to this value (a control: 0 removes the coverage bias); < 0: as trained
         coverage_lambda=-1.0,
     )
@@ -456,7 +470,8 @@ MODEL_KEYS = tuple(f"model.{k}" for k in (
     "name", "d_model", "ffn_dim", "num_heads", "enc_layers", "dec_layers", "pre_norm", "positions", "max_len",
     "share_embeddings", "scale_embeddings", "separate_positions", "tie_output", "early_exit", "separate_deletion",
     "separate_placeholder", "separate_reposition", "reposition_deletion", "length_prediction", "length_offset",
-    "masked_attn", "concat_pe", "coverage", "coverage_bos_eos", "pair_attention", "pair_plug_in", "scan_layers")) + (
+    "masked_attn", "concat_pe", "coverage", "coverage_bos_eos", "pair_attention", "pair_plug_in", "pair_adapters",
+    "pair_output", "scan_layers")) + (
     "data.vocab_size", "data.joint_vocab", "data.spm_model_type")
 
 # Model keys added after runs were trained: such a run's config.json lacks the key, which there means what the

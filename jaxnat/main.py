@@ -48,16 +48,25 @@ def parse_args(argv):
 def enable_compilation_cache() -> None:
     """XLA's persistent compilation cache: a resumed or repeated run skips recompiling its shapes.
 
-    JAXNAT_COMPILATION_CACHE=DIR moves it (default ~/.cache/jaxnat/xla); =off disables it.
+    JAXNAT_COMPILATION_CACHE=DIR moves it (default ~/.cache/jaxnat/xla); =off disables it. Programs that compile
+    in under JAXNAT_COMPILATION_CACHE_MIN_SECONDS (default 0.5) are not written: recompiling them costs about what
+    reading them back does, except where a process compiles little else (the test suite's tiny runs set it to 0).
     """
     import os
 
     import jax
 
+    from jaxnat.errors import ConfigError
+
     where = os.environ.get("JAXNAT_COMPILATION_CACHE", os.path.expanduser("~/.cache/jaxnat/xla"))
+    least = os.environ.get("JAXNAT_COMPILATION_CACHE_MIN_SECONDS", "0.5")
+    try:
+        least = float(least)
+    except ValueError:
+        raise ConfigError(f"JAXNAT_COMPILATION_CACHE_MIN_SECONDS={least!r} is not a number of seconds") from None
     if where != "off":
         jax.config.update("jax_compilation_cache_dir", where)
-        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", least)
 
 
 def set_xla_flags(config) -> None:

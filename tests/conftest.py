@@ -1,5 +1,7 @@
-"""Test session set-up: CPU only; one XLA compilation cache shared by the subprocesses of this session (fresh
-per session, so tests stay hermetic but the tiny model's shapes compile once); XLA's backend optimisation off,
+"""Test session set-up: CPU only; one XLA compilation cache shared by the test processes and their subprocesses
+(fresh per session, so tests stay hermetic but a program compiles once a session, however small: the tiny
+runs' programs take well under the cache's usual half-second threshold each, and a subprocess compiles dozens);
+XLA's backend optimisation off,
 and the CPU backend's older loop-fusion code generator (`xla_cpu_use_fusion_emitters=false`). The tests' models
 are tiny, so their time goes into compiling, not running: without LLVM's optimisation passes the suite uses
 about a third less CPU, and the older emitters compile a fifth faster again; what the programs compute is the
@@ -10,12 +12,17 @@ import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAXNAT_COMPILATION_CACHE", tempfile.mkdtemp(prefix="jaxnat-xla-cache-"))
+os.environ.setdefault("JAXNAT_COMPILATION_CACHE_MIN_SECONDS", "0")
 for flag in ("--xla_backend_optimization_level=0", "--xla_cpu_use_fusion_emitters=false"):
     if flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
 
 
 import pytest  # noqa: E402
+
+from jaxnat.main import enable_compilation_cache  # noqa: E402
+
+enable_compilation_cache()
 
 
 @pytest.fixture(scope="session")
@@ -29,3 +36,13 @@ def ar_run(tmp_path_factory):
                    "--config.eval.latency_sentences=0", "--config.eval.beam_size=1")
     assert result.returncode == 0, result.stderr
     return workdir
+
+
+# The two workers finish together when the longest tests start first (`--dist worksteal` in pyproject.toml lets
+# an idle worker take queued tests from the other): a long test left for the end keeps one core busy alone.
+RUN_FIRST = ("test_notebook.py", "test_training.py", "test_multiprocess.py", "test_cmlm_cli.py",
+             "test_edit_models_cli.py", "test_vecconst_cli.py", "test_nat_cli.py", "test_mixed_precision.py")
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: item.path.name not in RUN_FIRST)  # stable: the collection order otherwise

@@ -43,8 +43,10 @@ def random_constraints(rng, src, tgt, none=0.3):
 
 
 @functools.lru_cache(maxsize=None)
-def _model():
-    model = VecConstTransformer(CFG)
+def _model(authors: bool = False):
+    """The model with eqs. 6 and 11, or with the authors' adapters and output plug-in."""
+    model = VecConstTransformer(CFG, pair_adapters="separate", pair_output="authors") if authors else \
+        VecConstTransformer(CFG)
     no_pair = jnp.full((1, 1, 1), PAD_ID, jnp.int32)
     params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.ones((1, 4), jnp.int32), jnp.ones((1, 4), jnp.int32),
                                  no_pair, no_pair)
@@ -54,8 +56,10 @@ def _model():
     return model, params, logp
 
 
-def test_packed_vecconst_loss_and_gradients_equal_the_unpacked_ones():
-    model, params, logp_fn = _model()
+@pytest.mark.parametrize("authors", [False, True])
+def test_packed_vecconst_loss_and_gradients_equal_the_unpacked_ones(authors):
+    """(the authors' forms: their adapters and output, α on the first spans)"""
+    model, params, logp_fn = _model(authors)
     rng = np.random.default_rng(10)
     src, tgt = random_pairs(rng, 9)
     pairs = random_constraints(rng, src, tgt)
@@ -69,7 +73,7 @@ def test_packed_vecconst_loss_and_gradients_equal_the_unpacked_ones():
     lp_packed, lp_padded = logp_fn(params, packed), logp_fn(params, padded)
     assert_teacher_forced_pairs_match(lp_packed, lp_padded, packed, members, tgt)
     loss = lambda p, b: vecconst_loss(model, p, b, jax.random.PRNGKey(0), label_smoothing=0.1,  # noqa: E731
-                                      alpha=0.8, beta=0.2, train=False)
+                                      alpha=0.8, beta=0.2, span=authors, train=False)
     grad = jax.jit(jax.value_and_grad(loss, has_aux=True))
     (l1, aux1), g1 = grad(params, packed)
     (l2, aux2), g2 = grad(params, padded)

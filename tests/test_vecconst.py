@@ -1,7 +1,9 @@
 """Vectorized constraints: the vectorization (eqs. 2–4) and the output plug-in (eqs. 8–11) against plain
 numpy; missing pairs change nothing, and with both integrations off the model is the AR model; eq. 12's α/β
 loss; the gate learns; cached decoding equals the full pass; a sentence decodes alone as in a batch; packing the
-constraint entries (against a plain-Python reference) changes no translation."""
+constraint entries (against a plain-Python reference) changes no translation. The authors' forms: their output
+plug-in and separate adapters against numpy, their α positions (first spans) against plain Python, and their
+decoding rule (a produced constraint token leaves the plug-in) against a step-by-step loop."""
 
 import functools
 
@@ -13,16 +15,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxnat.config import build_config
-from jaxnat.data.vocab import NUM_RESERVED, PAD_ID, PieceTables
+from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PieceTables
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models.ar import ARTransformer
 from jaxnat.models.transformer import config_from
 from jaxnat.data.phrase_pairs import entry_capacity
-from jaxnat.models.vecconst import build_spec, pack_entries
+from jaxnat.models.vecconst import build_spec, first_spans, pack_entries
 from tests.refine_reference import random_batch
 
 TINY = "tests/configs/tiny.py"
 V = 40
+AUTHORS = ("--config.model.pair_output=authors", "--config.model.pair_adapters=separate")
 
 
 @functools.lru_cache(maxsize=None)
@@ -198,18 +201,21 @@ def test_loss_weights_constraint_tokens_alpha_and_others_beta(alpha, beta):
     assert int(aux["constraint_tokens"]) == constrained >= 1
 
 
-def test_the_gate_and_the_constraint_layers_receive_gradients():
-    spec = _spec()
+@pytest.mark.parametrize("overrides, names", [
+    ((), ("gate_out", "gate_token", "gate_state")), (AUTHORS, ("plug_gate",))])
+def test_the_gate_and_the_constraint_layers_receive_gradients(overrides, names):
+    spec = _spec(*overrides)
     batch = with_pairs(random_batch(4, V), 4)
     params = spec.init(jax.random.PRNGKey(0), batch)
     grads = jax.jit(jax.grad(lambda p: spec.loss(p, batch, jax.random.PRNGKey(1), False)[0]))(params)["params"]
-    for name in ("gate_out", "gate_token", "gate_state", "pair_align", "enc_adapter_0", "dec_adapter_0"):
+    for name in (*names, "pair_align", "enc_adapter_0", "dec_adapter_0"):
         norm = sum(float(jnp.sum(jnp.abs(g))) for g in jax.tree_util.tree_leaves(grads[name]))
         assert np.isfinite(norm) and norm > 0, name
 
 
-def test_cached_steps_equal_the_full_pass():
-    spec = _spec()
+@pytest.mark.parametrize("overrides", [(), AUTHORS])
+def test_cached_steps_equal_the_full_pass(overrides):
+    spec = _spec(*overrides)
     batch = with_pairs(random_batch(5, V), 5)
     params = spec.init(jax.random.PRNGKey(0), batch)
     m = spec.module
@@ -303,3 +309,170 @@ def test_packed_entries_translate_as_all_of_them(beam):
         full = run(batch["src"], pair_src, pair_tgt, None)
         assert np.asarray(packed["tokens"]).tolist() == np.asarray(full["tokens"]).tolist()
         np.testing.assert_allclose(packed["score"], full["score"], rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------------------------------- the authors' forms (issue 49, item 9)
+
+def _layer_norm(p, x):
+    mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+    return (x - mean) / np.sqrt(var + 1e-6) * p["scale"] + p["bias"]
+
+
+def test_authors_output_matches_their_decoder():
+    """P = clamp(P_model + ε + g_t s_t onehot(y*_t), ε, 1) with y*_t the constraint token most similar to h_t,
+    s_t its cosine floored at 0 and g_t their gate σ(w·tanh([LN(attn); LN(W h)]) + b)."""
+    spec = _spec(*AUTHORS)
+    batch = with_pairs(random_batch(1, V), 1)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    rng = np.random.default_rng(1)
+    h = rng.normal(size=(6, 5, spec.cfg.d_model)).astype(np.float32)
+    logp = np.asarray(spec.module.apply(params, jnp.asarray(h), batch["pair_tgt"], method="pair_log_probs"))
+    p = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), params["params"])
+    w, g = p["src_embed"]["tokens"]["embedding"], p["plug_gate"]
+    ids = np.asarray(batch["pair_tgt"]).reshape(len(h), -1)
+    real = ids != PAD_ID
+    e = w[ids] * real[..., None]
+    cos = np.einsum("btd,bmd->btm", h / np.linalg.norm(h, axis=-1, keepdims=True),
+                    e / np.maximum(np.linalg.norm(e, axis=-1, keepdims=True), 1e-12))
+    cos = np.where(real[:, None], cos, 0.0)
+    read = _layer_norm(g["read_norm"], _mha(g["attention"], h, e * np.sqrt(spec.cfg.d_model), real, 2))
+    state = _layer_norm(g["state_norm"], h @ g["state"]["kernel"] + g["state"]["bias"])
+    gate = 1 / (1 + np.exp(-(np.tanh(np.concatenate([read, state], -1)) @ g["out"]["kernel"] + g["out"]["bias"])))
+    want = _softmax(h @ w.T) + 1e-12
+    for b in range(len(h)):
+        for t in range(h.shape[1]):
+            best = int(np.argmax(cos[b, t]))
+            want[b, t, ids[b, best]] += gate[b, t, 0] * max(cos[b, t, best], 0.0)
+    want = np.clip(want, 1e-12, 1.0)
+    with_pairs_rows = [b for b in range(len(h)) if real[b].any()]
+    np.testing.assert_allclose(np.exp(logp)[with_pairs_rows], want[with_pairs_rows], rtol=1e-4, atol=1e-7)
+
+
+def test_separate_adapters_are_per_head_keys_and_values():
+    """The authors' adapters: LayerNorm(W₂ GELU(W₁ x)) for the keys and, with other weights, the values, taken as
+    the attention's keys and values without its projections."""
+    spec = _spec(*AUTHORS)
+    batch = with_pairs(random_batch(0, V), 0)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    keys, values, _ = spec.module.apply(params, batch["pair_src"], batch["pair_tgt"], method="vectorize")
+    _, _, prefixes = spec.module.apply(params, batch["src"], batch["pair_src"], batch["pair_tgt"],
+                                       method="encode_with_pairs")
+    p = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), params["params"]["dec_adapter_0"])
+    from scipy.special import erf
+
+    def network(x, name):
+        x = np.asarray(x, np.float64) @ p[f"{name}_fc1"]["kernel"] + p[f"{name}_fc1"]["bias"]
+        x = 0.5 * x * (1 + erf(x / np.sqrt(2)))                                  # exact GELU, as fairseq's
+        x = _layer_norm(p[f"{name}_norm"], x @ p[f"{name}_fc2"]["kernel"] + p[f"{name}_fc2"]["bias"])
+        return x.reshape(x.shape[:-1] + (2, -1))
+    np.testing.assert_allclose(np.asarray(prefixes[0][0]), network(keys, "key"), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(np.asarray(prefixes[0][1]), network(values, "value"), rtol=1e-4, atol=1e-5)
+
+
+def ref_first_spans(labels: list[int], phrases: list[list[int]], segments=None, owners=None) -> list[bool]:
+    """One row: each phrase's real pieces found at their first start (in the phrase's own segment), marked."""
+    marked = [False] * len(labels)
+    for n, phrase in enumerate(phrases):
+        real = [x for x in phrase if x != PAD_ID]
+        if not real:
+            continue
+        for i in range(len(labels)):
+            own = segments is None or segments[i] == owners[n]
+            if own and labels[i:i + len(real)] == real:
+                marked[i:i + len(real)] = [True] * len(real)
+                break
+    return marked
+
+
+ROWS, T, K, N, P = 3, 10, 3, 3, 3  # fixed shapes (one compiled program a layout); lengths vary inside them
+
+
+@st.composite
+def span_rows(draw):
+    token = st.integers(3, 6)  # a small alphabet: phrases often occur, and more than once
+
+    def padded(size):
+        real = draw(st.lists(token, max_size=size))
+        return real + [PAD_ID] * (size - len(real))
+    labels = [padded(T) for _ in range(ROWS)]
+    phrases = [[[padded(P) for _ in range(N)] for _ in range(K)] for _ in range(ROWS)]
+    segments = [sorted(draw(st.lists(st.integers(1, K), min_size=T, max_size=T))) for _ in range(ROWS)]
+    return labels, phrases, segments
+
+
+_first_spans = jax.jit(first_spans)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.booleans(), span_rows())
+def test_first_spans_match_reference(packed, case):
+    labels, phrases, segments = case
+    if not packed:
+        phrases = [slots[:1] for slots in phrases]
+    want = []
+    for row, slots, seg in zip(labels, phrases, segments):
+        flat = [phrase for slot in slots for phrase in slot]
+        owners = [k + 1 for k, slot in enumerate(slots) for _ in slot]
+        want.append(ref_first_spans(row, flat, seg if packed else None, owners))
+    pair_tgt = np.asarray(phrases, np.int32)                  # [B, K, N, P]
+    got = _first_spans(jnp.asarray(labels, jnp.int32), jnp.asarray(pair_tgt if packed else pair_tgt[:, 0]),
+                       jnp.asarray(segments, jnp.int32) if packed else None)
+    assert np.asarray(got).tolist() == want
+
+
+def test_span_weighting_puts_alpha_on_the_first_occurrence_only():
+    spec = _spec("--config.train.pair_weighting=span", "--config.train.pair_alpha=0.8", "--config.train.pair_beta=0.2")
+    token = NUM_RESERVED + 5
+    batch = with_pairs(random_batch(3, V), 3)
+    tgt = np.asarray(batch["tgt"]).copy()
+    pair_tgt = np.full_like(np.asarray(batch["pair_tgt"]), PAD_ID)
+    pair_tgt[0, 0, 0] = token
+    tgt[0, 1], tgt[0, 3] = token, token                       # the phrase twice in row 0: α on position 1 only
+    batch = {**batch, "tgt": jnp.asarray(tgt), "pair_tgt": jnp.asarray(pair_tgt)}
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    loss, aux = spec.loss(params, batch, jax.random.PRNGKey(1), False)
+    assert int(aux["constraint_tokens"]) == 1
+    tokens = _spec("--config.train.pair_alpha=0.8", "--config.train.pair_beta=0.2")
+    assert int(tokens.loss(params, batch, jax.random.PRNGKey(1), False)[1]["constraint_tokens"]) == 2
+
+
+def _score_step_by_step(spec, params, batch, row, tokens, consumes):
+    """A hypothesis's score (mean log-probability, EOS included) from cached steps, the plug-in's phrases with
+    every token produced so far removed when ``consumes``."""
+    m, src = spec.module, batch["src"][row:row + 1]
+    memory, memory_mask, prefixes = m.apply(params, src, batch["pair_src"][row:row + 1],
+                                            batch["pair_tgt"][row:row + 1], method="encode_with_pairs")
+    cache = m.apply(params, memory, 15, prefixes, method="init_pair_cache")
+    step = _jitted_step(m)
+    remaining, total = np.asarray(batch["pair_tgt"][row:row + 1]).copy(), 0.0
+    for i in range(len(tokens) - 1):
+        if consumes:
+            remaining[remaining == tokens[i]] = PAD_ID
+        logp, cache = step(params, jnp.asarray([tokens[i]]), cache, i, memory_mask, jnp.asarray(remaining))
+        total += float(logp[0, tokens[i + 1]])
+        if tokens[i + 1] == EOS_ID:
+            return total / (i + 1)
+    raise AssertionError("no EOS")
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted_step(module):
+    return jax.jit(lambda params, *args: module.apply(params, *args, method="pair_step"))
+
+
+@pytest.mark.parametrize("beam", [1, 3])
+def test_the_authors_rule_drops_produced_constraint_tokens_from_each_beam(beam):
+    spec = _spec(*AUTHORS)
+    batch = with_pairs(random_batch(6, V), 6)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    out = jax.jit(lambda s, ps, pt: spec.generate(params, DecodeRequest(s, pair_src=ps, pair_tgt=pt, max_out=16,
+                                                                        beam_size=beam)))(
+        batch["src"], batch["pair_src"], batch["pair_tgt"])
+    changed = 0
+    for row in range(batch["src"].shape[0]):
+        tokens = [int(x) for x in np.asarray(out["tokens"][row])]
+        assert tokens[0] == BOS_ID
+        want = _score_step_by_step(spec, params, batch, row, tokens, consumes=True)
+        np.testing.assert_allclose(float(out["score"][row]), want, rtol=1e-4, atol=1e-5)
+        changed += abs(_score_step_by_step(spec, params, batch, row, tokens, consumes=False) - want) > 1e-4
+    assert changed  # some hypothesis produced a constraint token before its end

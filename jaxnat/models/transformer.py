@@ -161,11 +161,13 @@ class MultiHeadAttention(nn.Module):
     def project_kv(self, x: jnp.ndarray, prefix=None) -> tuple[jnp.ndarray, jnp.ndarray]:
         """x: float[B, L, D] -> keys, values: float[B, L, H, K]. With ``prefix`` = (key inputs, value inputs),
         each float[B, C, D], C extra entries come first — the key inputs through the key projection, the
-        value inputs through the value projection (vectorized constraints) — and the result is [B, C + L, H, K]."""
+        value inputs through the value projection (vectorized constraints) — and the result is [B, C + L, H, K].
+        A prefix already split into heads, float[B, C, H, K], is taken as keys and values as it is."""
         k, v = flat_leading(self.key, x), flat_leading(self.value, x)
         if prefix is not None:
-            k = jnp.concatenate([flat_leading(self.key, prefix[0]).astype(k.dtype), k], axis=1)
-            v = jnp.concatenate([flat_leading(self.value, prefix[1]).astype(v.dtype), v], axis=1)
+            project = lambda layer, p: p if p.ndim == 4 else flat_leading(layer, p)  # noqa: E731
+            k = jnp.concatenate([project(self.key, prefix[0]).astype(k.dtype), k], axis=1)
+            v = jnp.concatenate([project(self.value, prefix[1]).astype(v.dtype), v], axis=1)
         return k, v
 
     def attend(self, x: jnp.ndarray, k: jnp.ndarray, v: jnp.ndarray, bias: jnp.ndarray, train: bool,
@@ -504,8 +506,8 @@ def without_cross_cache(step, cache):
     fixed = [{"ck": layer["ck"], "cv": layer["cv"]} for layer in cache]
     own = lambda cache: [{"k": layer["k"], "v": layer["v"]} for layer in cache]  # noqa: E731
 
-    def tokens_to_logprobs(tokens, cache, index):
-        logp, cache = step(tokens, [{**layer, **f} for layer, f in zip(cache, fixed)], index)
+    def tokens_to_logprobs(tokens, cache, index, *extra):  # extra: further arguments of step
+        logp, cache = step(tokens, [{**layer, **f} for layer, f in zip(cache, fixed)], index, *extra)
         return logp, own(cache)
 
     return tokens_to_logprobs, own(cache)

@@ -45,13 +45,56 @@ from jaxnat.models.transformer import (MultiHeadAttention, TransformerConfig, at
 
 
 class Adapter(nn.Module):
-    """adapt(·): two d × d linear maps with a ReLU between (eq. 6), one per attention layer."""
+    """adapt(·) of eq. 6, one per attention layer: two d × d linear maps with a ReLU between, the same network
+    mapping K_c and V_c (``model.pair_adapters="shared"``), whose outputs the layer's key and value projections
+    then take as they take its other inputs (eq. 7)."""
 
     d_model: int
 
     @nn.compact
-    def __call__(self, x):
-        return nn.Dense(self.d_model, name="fc2")(nn.relu(nn.Dense(self.d_model, name="fc1")(x)))
+    def __call__(self, keys, values, train: bool = False):
+        fc1, fc2 = nn.Dense(self.d_model, name="fc1"), nn.Dense(self.d_model, name="fc2")
+        return fc2(nn.relu(fc1(keys))), fc2(nn.relu(fc1(values)))
+
+
+class SeparateAdapters(nn.Module):
+    """The authors' adapters (``model.pair_adapters="separate"``; their ``--plug-in-type type2`` with
+    ``--plug-in-project none``): a key network and a value network of their own per layer, each
+    LayerNorm(dropout(W₂ dropout(GELU(W₁ x)))), whose outputs are the layer's per-head keys and values
+    themselves, not passed through its key and value projections. The hidden width is d (their 512 at d 512)."""
+
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, keys, values, train: bool = False):
+        c = self.cfg
+        drop = nn.Dropout(c.dropout)
+
+        def network(x, name):
+            h = drop(nn.gelu(nn.Dense(c.d_model, name=f"{name}_fc1")(x), approximate=False), deterministic=not train)
+            h = nn.LayerNorm(name=f"{name}_norm")(drop(nn.Dense(c.d_model, name=f"{name}_fc2")(h),
+                                                       deterministic=not train))
+            return h.reshape(h.shape[:-1] + (c.num_heads, c.d_model // c.num_heads))  # [B, C, H, K]
+
+        return network(keys, "key"), network(values, "value")
+
+
+class AuthorsGate(nn.Module):
+    """The gate of the authors' output plug-in (``model.pair_output="authors"``), one value per position:
+    g_t = σ(w · tanh([LN(attn(h_t, E_c, E_c)); LN(W_h h_t)]) + b), E_c the scaled embeddings of the constraint
+    target tokens the position sees (their ``Softmax_Plug_In_Gate``).
+
+    h: float[B, T, D]; tokens: float[B, M, D]; visible: bool[B, T|1, M] → g float32[B, T]."""
+
+    cfg: TransformerConfig
+
+    @nn.compact
+    def __call__(self, h, tokens, visible, train: bool = False):
+        bias = jnp.where(visible[:, None], 0.0, -1e9).astype(jnp.float32)            # [B, 1, T|1, M]
+        read = nn.LayerNorm(name="read_norm")(MultiHeadAttention(self.cfg, name="attention")(h, tokens, bias, train))
+        state = nn.LayerNorm(name="state_norm")(nn.Dense(self.cfg.d_model, name="state")(h))
+        both = jnp.tanh(jnp.concatenate([read, state], axis=-1).astype(jnp.float32))
+        return jax.nn.sigmoid(nn.Dense(1, name="out")(both)[..., 0])
 
 
 class VecConstTransformer(ARTransformer):
@@ -61,15 +104,21 @@ class VecConstTransformer(ARTransformer):
     pair_attention: bool = True
     pair_plug_in: bool = True
     pair_renormalise: bool = False
+    pair_adapters: str = "shared"   # "shared": eq. 6; "separate": the authors' key and value networks
+    pair_output: str = "eq11"       # "eq11": eqs. 9–11; "authors": the authors' additive one-token plug-in
 
     def setup(self):
         super().setup()
         c = self.cfg
         if self.pair_attention:
             self.pair_align = MultiHeadAttention(c, name="pair_align")  # the attn of eq. 3
-            self.enc_adapters = [Adapter(c.d_model, name=f"enc_adapter_{i}") for i in range(c.enc_layers)]
-            self.dec_adapters = [Adapter(c.d_model, name=f"dec_adapter_{j}") for j in range(c.dec_layers)]
-        if self.pair_plug_in:  # eq. 10: W1, W2 (d × d) and W3 (2d × 1), linear maps without biases
+            adapter = (lambda name: Adapter(c.d_model, name=name)) if self.pair_adapters == "shared" else (
+                lambda name: SeparateAdapters(c, name=name))
+            self.enc_adapters = [adapter(f"enc_adapter_{i}") for i in range(c.enc_layers)]
+            self.dec_adapters = [adapter(f"dec_adapter_{j}") for j in range(c.dec_layers)]
+        if self.pair_plug_in and self.pair_output == "authors":
+            self.plug_gate = AuthorsGate(c, name="plug_gate")
+        elif self.pair_plug_in:  # eq. 10: W1, W2 (d × d) and W3 (2d × 1), linear maps without biases
             self.gate_token = nn.Dense(c.d_model, use_bias=False, name="gate_token")
             self.gate_state = nn.Dense(c.d_model, use_bias=False, name="gate_state")
             self.gate_out = self.param("gate_out", nn.initializers.lecun_normal(), (2 * c.d_model, 1))
@@ -100,8 +149,8 @@ class VecConstTransformer(ARTransformer):
         owner, keys, values = pack_entries(owner, row_capacity(width, owner.shape[1]), keys, values)
         return keys, values, owner
 
-    def _prefixes(self, adapters, keys, values):
-        return [(a(keys), a(values)) for a in adapters]
+    def _prefixes(self, adapters, keys, values, train: bool):
+        return [a(keys, values, train) for a in adapters]
 
     # -- encoder and decoder ---------------------------------------------------------------------------
     def encode_with_pairs(self, src: jax.Array, pair_src: jax.Array, pair_tgt: jax.Array, train: bool = False,
@@ -123,31 +172,40 @@ class VecConstTransformer(ARTransformer):
                 pair_mask, keys, values = pack_entries(pair_mask, entries, keys, values)
         else:
             keys, values, pair_mask = self.vectorize_packed(pair_src, pair_tgt, src.shape[1], train)
-        memory = self.encoder(x, mask, train, self._prefixes(self.enc_adapters, keys, values), pair_mask)
-        return memory, jnp.concatenate([pair_mask, mask], axis=1), self._prefixes(self.dec_adapters, keys, values)
+        memory = self.encoder(x, mask, train, self._prefixes(self.enc_adapters, keys, values, train), pair_mask)
+        return (memory, jnp.concatenate([pair_mask, mask], axis=1),
+                self._prefixes(self.dec_adapters, keys, values, train))
 
     # -- eqs. 8–11 -------------------------------------------------------------------------------------
-    def pair_log_probs(self, h: jax.Array, pair_tgt: jax.Array, segments: jax.Array | None = None) -> jax.Array:
+    def pair_log_probs(self, h: jax.Array, pair_tgt: jax.Array, segments: jax.Array | None = None,
+                       train: bool = False) -> jax.Array:
         """h: float[B, T, D] decoder outputs; pair_tgt: int32[B, N, P_t], the sentences' target phrases (PAD-padded)
-        → float32[B, T, V] log P of eq. 11 (or its renormalised form), log_softmax(h W) without the plug-in.
+        → float32[B, T, V] log P of eq. 11 (or its renormalised form, or the authors' output:
+        ``pair_output``), log_softmax(h W) without the plug-in.
         A packed batch: pair_tgt int32[B, K, N, P_t] and ``segments`` int32[B, T], h's segment ids
         (`phrase_tokens`: each position's P_plug is its own pair's)."""
         logp_model = jax.nn.log_softmax(self.logits(h))
         if not self.pair_plug_in:
             return logp_model
+        ids, visible = phrase_tokens(pair_tgt, segments)                         # [B, M], [B, T|1, M]
+        mix = self._authors_output if self.pair_output == "authors" else self._eq11
+        logp = mix(h.astype(jnp.float32), logp_model, ids, visible, train)
+        if self.pair_renormalise:
+            logp = logp - jax.nn.logsumexp(logp, axis=-1, keepdims=True)
+        return logp
+
+    def _eq11(self, h, logp_model, ids, visible, train):
+        """log((1 − g) P_model + g P_plug), P_plug(y) = max(0, cos(w_y, h_t)) on the constraint tokens."""
         w = self.tgt_embed.table().embedding                                     # [V, D]
-        h32 = h.astype(jnp.float32)
         # eq. 10: tanh acts on each half of [w_y W1; h_t W2], so W3's two halves separate the token and the state;
         # the token half depends on the parameters only (XLA computes it once, outside a decoding loop)
         d, w3 = w.shape[1], self.gate_out[:, 0]
         token_part = jnp.tanh(self.gate_token(w)) @ w3[:d]                        # [V]
-        state_part = jnp.tanh(self.gate_state(h32)) @ w3[d:]                      # [B, T]
+        state_part = jnp.tanh(self.gate_state(h)) @ w3[d:]                        # [B, T]
         logp = jax.nn.log_sigmoid(-(state_part[..., None] + token_part)) + logp_model  # log (1 − g) P_model
         # eq. 9: P_plug is 0 but on the M = N · P_t tokens of the sentence's target phrases, so eq. 11 adds
         # g · P_plug there only (a decoding step then costs about what the AR model's does; PAD slots add 0)
-        ids, visible = phrase_tokens(pair_tgt, segments)                         # [B, M], [B, T|1, M]
-        unit = lambda x: x / (jnp.linalg.norm(x, axis=-1, keepdims=True) + 1e-9)  # noqa: E731
-        cos = jnp.einsum("btd,bmd->btm", unit(h32), unit(w[ids]))                 # [B, T, M]
+        cos = jnp.einsum("btd,bmd->btm", unit(h), unit(w[ids]))                   # [B, T, M]
         plug = jnp.where(visible, jnp.maximum(cos, 0.0), 0.0)
         log_g = jax.nn.log_sigmoid(state_part[..., None] + token_part[ids][:, None, :])
         # a token a position does not see is written as PAD: another segment's phrase token may be one this
@@ -155,10 +213,28 @@ class VecConstTransformer(ARTransformer):
         at = (jnp.arange(ids.shape[0])[:, None, None], jnp.arange(h.shape[1])[None, :, None],
               jnp.where(visible, ids[:, None, :], PAD_ID))
         mixed = jnp.logaddexp(logp[at], jnp.where(plug > 0, log_g + jnp.log(jnp.maximum(plug, 1e-30)), -jnp.inf))
-        logp = logp.at[at].set(mixed)  # a token in two phrases: the same value twice; PAD: its own value
-        if self.pair_renormalise:
-            logp = logp - jax.nn.logsumexp(logp, axis=-1, keepdims=True)
-        return logp
+        return logp.at[at].set(mixed)  # a token in two phrases: the same value twice; PAD: its own value
+
+    def _authors_output(self, h, logp_model, ids, visible, train):
+        """The authors' output (their decoder's ``model_prob``, which their loss and beam search read):
+        P = clamp(P_model + ε + g_t · s_t · onehot(y*_t), ε, 1), ε = 1e-12, where y*_t is the constraint token most
+        similar to h_t, s_t = max(0, cos(h_t, w_{y*_t})) and g_t the position's gate (`AuthorsGate`). Not a
+        normalised distribution.
+
+        The floor at 0: their similarity is 0 at padding slots, and a sentence nearly always has some (its phrases
+        padded to the batch's longest, fewer than three pairs, the tokens its beam has consumed), so a negative
+        cosine counts only in the rare sentence without one, and then by how the batch happens to be padded;
+        jaxnat floors it, which keeps a sentence's output independent of its batch (and of packing)."""
+        eps = 1e-12
+        w = self.tgt_embed.lookup(ids)                                            # [B, M, D]
+        cos = jnp.where(visible, jnp.einsum("btd,bmd->btm", unit(h), unit(w)), 0.0)
+        best = jnp.argmax(cos, axis=-1)                                           # [B, T]
+        sim = jnp.maximum(jnp.take_along_axis(cos, best[..., None], axis=-1)[..., 0], 0.0)
+        tokens = w * self.tgt_embed.scale * (ids != PAD_ID)[..., None]
+        gate = self.plug_gate(h, tokens, visible, train)                          # [B, T]
+        logp = jnp.minimum(jnp.logaddexp(logp_model, jnp.log(eps)), 0.0)         # log clamp(P_model + ε)
+        at = (jnp.arange(ids.shape[0])[:, None], jnp.arange(h.shape[1])[None, :], jnp.take_along_axis(ids, best, 1))
+        return logp.at[at].set(jnp.log(jnp.clip(jnp.exp(logp_model[at]) + eps + gate * sim, eps, 1.0)))
 
     def forward_with_pairs(self, src, tgt_in, pair_src, pair_tgt, train: bool = False, src_seg=None, tgt_seg=None):
         """Teacher forcing: src int32[B, S], tgt_in int32[B, T] → log P float32[B, T, V]. A packed batch also gives
@@ -167,7 +243,7 @@ class VecConstTransformer(ARTransformer):
         mask = token_mask(tgt_in) if tgt_seg is None else tgt_seg
         h = self.decoder(self.tgt_embed(tgt_in, train, segments=tgt_seg), mask, memory, memory_mask, train,
                          prefixes=prefixes)
-        return self.pair_log_probs(h, pair_tgt, tgt_seg)
+        return self.pair_log_probs(h, pair_tgt, tgt_seg, train)
 
     def __call__(self, src, tgt_in, pair_src, pair_tgt, train: bool = False, src_seg=None, tgt_seg=None):
         return self.forward_with_pairs(src, tgt_in, pair_src, pair_tgt, train, src_seg, tgt_seg)
@@ -177,10 +253,23 @@ class VecConstTransformer(ARTransformer):
         return self.decoder.init_cache(memory, max_len, prefixes)
 
     def pair_step(self, token: jax.Array, cache, index, memory_mask: jax.Array, pair_tgt: jax.Array):
-        """token: int32[B] at position ``index`` → (log P float32[B, V] of the next token, new cache)."""
+        """token: int32[B] at position ``index`` → (log P float32[B, V] of the next token, new cache); pair_tgt:
+        int32[B, N, P_t], the target-phrase tokens the plug-in may propose (`consume`)."""
         x = self.tgt_embed(token[:, None], False, offset=index)
         h, cache = self.decoder.step(x, cache, index, memory_mask)
         return self.pair_log_probs(h, pair_tgt)[:, 0], cache
+
+
+def unit(x: jax.Array) -> jax.Array:
+    """x / |x| along the last axis (cosine similarities are products of these)."""
+    return x / (jnp.linalg.norm(x, axis=-1, keepdims=True) + 1e-9)
+
+
+def consume(pair_tgt: jax.Array, token: jax.Array) -> jax.Array:
+    """The authors' decoding rule (``eval.pair_consume``): pair_tgt int32[B, N, P_t] with every occurrence of
+    token int32[B], the token just produced, replaced by PAD, so that the plug-in no longer proposes it (on their
+    code-switched test set it keeps a constraint from being repeated)."""
+    return jnp.where(pair_tgt == token[:, None, None], PAD_ID, pair_tgt)
 
 
 def pack_entries(mask: jax.Array, capacity: int, *arrays: jax.Array) -> tuple[jax.Array, ...]:
@@ -232,10 +321,36 @@ def phrase_tokens(pair_tgt: jax.Array, segments: jax.Array | None = None) -> tup
     return ids, (owner[:, None, :] == segments[:, :, None]) & (owner > 0)[:, None, :]
 
 
+def first_spans(labels: jax.Array, pair_tgt: jax.Array, segments: jax.Array | None = None) -> jax.Array:
+    """The positions of each target phrase's first occurrence in its sentence (the authors' α positions).
+
+    labels: int32[B, T]; pair_tgt: int32[B, N, P_t] (PAD-padded, real pieces first) → bool[B, T]: True at
+    i … i + ℓ − 1 for the smallest i where the ℓ real pieces of a phrase stand in labels, for every phrase
+    (one never found marks nothing). A packed batch: pair_tgt int32[B, K, N, P_t] (segment k's in slot k − 1)
+    and ``segments`` int32[B, T], the labels' segment ids: a phrase is looked for in its own segment only."""
+    b, t = labels.shape
+    p = pair_tgt.shape[-1]
+    owner = None if segments is None else slot_segments(jnp.any(pair_tgt != PAD_ID, axis=-1))  # [B, K · N]
+    phrases = pair_tgt.reshape(b, -1, p)                                                        # [B, N', P]
+    length = jnp.sum(phrases != PAD_ID, axis=-1)                                                # [B, N']
+    padded = jnp.pad(labels, ((0, 0), (0, p)), constant_values=PAD_ID)
+    windows = jnp.stack([padded[:, j:j + t] for j in range(p)], axis=-1)                       # [B, T, P]
+    fits = (phrases[:, :, None, :] == windows[:, None]) | (phrases == PAD_ID)[:, :, None, :]
+    match = jnp.all(fits, axis=-1) & (length > 0)[..., None]                                    # [B, N', T]
+    if owner is not None:
+        match &= segments[:, None, :] == owner[..., None]
+    start = jnp.argmax(match, axis=-1)                                                          # [B, N']
+    found = jnp.any(match, axis=-1)
+    i = jnp.arange(t)
+    inside = (i >= start[..., None]) & (i < (start + length)[..., None]) & found[..., None]     # [B, N', T]
+    return jnp.any(inside, axis=1)
+
+
 def vecconst_loss(model: VecConstTransformer, params, batch: dict, rng, *, label_smoothing: float,
-                  alpha: float = 0.8, beta: float = 0.2, train: bool = True):
+                  alpha: float = 0.8, beta: float = 0.2, span: bool = False, train: bool = True):
     """Eq. 12 with label smoothing: Σ_t w_t · CE_t over the target tokens after BOS, w_t = α for a token of the
-    sentence's target phrases and β otherwise; CE under log P of eq. 11 (`pair_log_probs`).
+    sentence's target phrases and β otherwise; CE under log P of eq. 11 (`pair_log_probs`). ``span``: α on the
+    positions of each target phrase's first occurrence instead (`first_spans`, the authors' code).
 
     batch: 'src' int32[B, S], 'tgt' int32[B, T], 'pair_src' int32[B, N, P_s], 'pair_tgt' int32[B, N, P_t]; or a
     packed batch (`jaxnat.data.batching.PackedBatcher`: several pairs a row, with 'src_seg' and 'tgt_seg', and
@@ -251,17 +366,22 @@ def vecconst_loss(model: VecConstTransformer, params, batch: dict, rng, *, label
         segments, real = {}, token_mask(labels)
     logp = model.apply(params, batch["src"], tgt[:, :-1], batch["pair_src"], batch["pair_tgt"], train=train,
                        rngs={"dropout": rng}, **segments)
-    ids, visible = phrase_tokens(batch["pair_tgt"], segments.get("tgt_seg"))
-    constrained = jnp.any(visible & (ids[:, None, :] == labels[..., None]), axis=-1)  # a token of its own phrases
+    if span:
+        constrained = first_spans(labels, batch["pair_tgt"], batch["tgt_seg"][:, 1:] if "tgt_seg" in batch else None)
+    else:
+        ids, visible = phrase_tokens(batch["pair_tgt"], segments.get("tgt_seg"))
+        constrained = jnp.any(visible & (ids[:, None, :] == labels[..., None]), axis=-1)  # a token of its phrases
     loss, nll, count = smoothed_cross_entropy(logp, labels, real, label_smoothing, log_probs=True,
                                               weights=jnp.where(constrained, alpha, beta))
     return loss, {"nll": nll, "count": count, "constraint_tokens": jnp.sum(constrained & real, dtype=jnp.float32)}
 
 
 def vecconst_generate(module: VecConstTransformer, params, request: DecodeRequest, *, length_penalty, max_len_a,
-                      max_len_b, max_out: int, ordered: bool = False, continues=None) -> dict:
+                      max_len_b, max_out: int, ordered: bool = False, continues=None, consumes: bool = False) -> dict:
     """Greedy, beam or, with hard constraints in ``request``, constrained beam search (`ar.search`) with the
-    pairs of ``request`` (none: an all-PAD pair per sentence)."""
+    pairs of ``request`` (none: an all-PAD pair per sentence). ``consumes``: each beam's plug-in drops the
+    constraint tokens it has produced (`consume`; the phrases are part of the searched state, so they follow
+    their beams)."""
     src, k = request.src, request.beam_size
     pair_src, pair_tgt = request.pair_src, request.pair_tgt
     if pair_src is None:
@@ -270,25 +390,32 @@ def vecconst_generate(module: VecConstTransformer, params, request: DecodeReques
                                                  entries=request.pair_entries)
     repeat = lambda x: jnp.repeat(x, k, axis=0)  # noqa: E731  (row b * k + j: sentence b's beam j)
     memory, memory_mask, prefixes = repeat(memory), repeat(memory_mask), jax.tree_util.tree_map(repeat, prefixes)
-    pair_tgt = repeat(pair_tgt)
     cache = module.apply(params, memory, max_out - 1, prefixes, method="init_pair_cache")
 
-    tokens_to_logprobs, cache = without_cross_cache(lambda tokens, cache, index: module.apply(
+    layer_step, layers = without_cross_cache(lambda tokens, cache, index, pair_tgt: module.apply(
         params, tokens, cache, index, memory_mask, pair_tgt, method="pair_step"), cache)
-    return search(tokens_to_logprobs, cache, src, phrases=hard_phrases(request), ordered=ordered,
+
+    def tokens_to_logprobs(tokens, cache, index):
+        layers, pair_tgt = cache
+        pair_tgt = consume(pair_tgt, tokens) if consumes else pair_tgt
+        logp, layers = layer_step(tokens, layers, index, pair_tgt)
+        return logp, (layers, pair_tgt)
+
+    return search(tokens_to_logprobs, (layers, repeat(pair_tgt)), src, phrases=hard_phrases(request), ordered=ordered,
                   continues=continues, beam_size=k, length_penalty=length_penalty, max_len_a=max_len_a,
                   max_len_b=max_len_b, max_out=max_out)
 
 
 SUPPORTS = Supports(beam=True, hard_constraints=True, pairs=True)
 # stage 1 is a vanilla AR run (train.init_from): the parameters it shares keep their names here
-EXTENDS, OWN_KEYS = "ar", ("model.pair_attention", "model.pair_plug_in")
+EXTENDS, OWN_KEYS = "ar", ("model.pair_attention", "model.pair_plug_in", "model.pair_adapters", "model.pair_output")
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     m, t, e = config.model, config.train, config.eval
     continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None  # hard constraints: whole words
-    module = VecConstTransformer(cfg, m.pair_attention, m.pair_plug_in, m.pair_renormalise)
+    module = VecConstTransformer(cfg, m.pair_attention, m.pair_plug_in, m.pair_renormalise, m.pair_adapters,
+                                 m.pair_output)
 
     def init(rng, batch):  # the parameters' shapes do not depend on the pairs' (nor on packing): one empty pair
         no_pair = jnp.full((1, 1, 1), PAD_ID, jnp.int32)
@@ -296,13 +423,20 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
 
     def loss(params, batch, rng, train=True):
         return vecconst_loss(module, params, batch, rng, label_smoothing=t.label_smoothing, alpha=t.pair_alpha,
-                             beta=t.pair_beta, train=train)
+                             beta=t.pair_beta, span=t.pair_weighting == "span", train=train)
 
     capacity = output_capacity(cfg, e)
 
     def generate(params, request: DecodeRequest) -> dict:
         return vecconst_generate(module, params, request, length_penalty=e.length_penalty, max_len_a=e.max_len_a,
                                  max_len_b=e.max_len_b, max_out=request.width(capacity),
-                                 ordered=e.constraint_order == "given", continues=continues)
+                                 ordered=e.constraint_order == "given", continues=continues,
+                                 consumes=pair_consumes(config))
 
     return ModelSpec("vecconst", cfg, module, init, loss, generate, capacity, SUPPORTS, packs=True)
+
+
+def pair_consumes(config) -> bool:
+    """eval.pair_consume resolved: "auto" follows the authors' rule with their output form."""
+    choice = config.eval.pair_consume
+    return config.model.pair_output == "authors" if choice == "auto" else choice == "true"
