@@ -20,6 +20,12 @@ phrase it must become — as attention entries and as an output plug-in:
   target-constraint token and β otherwise (``train.pair_alpha``, ``train.pair_beta``: 0.8 / 0.2 for models
   decoded with beam search, 0.5 / 0.5 for VDBA; App. B).
 
+The authors' code differs in four places, each an option (docs/vecconst.md): separate key and value adapters
+taken as keys and values (``model.pair_adapters="separate"``, `SeparateAdapters`), an additive one-token plug-in
+with a per-position gate (``model.pair_output="authors"``, `AuthorsGate`), α on the positions of each target
+phrase's first occurrence (``train.pair_weighting="span"``, `first_spans`) and, in decoding, a constraint token
+leaving the plug-in once produced (``eval.pair_consume``, `consume`).
+
 Shapes: B sentences, N pairs, P_s / P_t phrase pieces, C = N · P_s constraint entries, V vocabulary.
 
 Packed training (`jaxnat.data.batching.PackedBatcher`: K = W / 8 segment slots a row of W tokens, segment k's
