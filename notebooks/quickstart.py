@@ -44,10 +44,11 @@ if importlib.util.find_spec("jaxnat") is None:
 # %% [markdown]
 # ## 8 simulated devices
 # XLA splits the host CPU into 8 devices when told so before JAX starts: the same `NamedSharding` data
-# parallelism that runs on a GPU pod runs here.
+# parallelism that runs on a GPU pod runs here (`QUICKSTART_DEVICES` sets another number).
 
 # %%
-os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+DEVICES = int(os.environ.get("QUICKSTART_DEVICES", "8"))
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={DEVICES}"
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 import jax  # noqa: E402
 

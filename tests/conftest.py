@@ -38,8 +38,8 @@ def ar_run(tmp_path_factory):
     return workdir
 
 
-# The two workers finish together when the longest tests start first (`--dist worksteal` in pyproject.toml lets
-# an idle worker take queued tests from the other): a long test left for the end keeps one core busy alone.
+# The two workers finish together when the longest test files start first (setup.cfg: `--dist loadfile`, whole
+# files to whichever worker is free, in collection order): a long file left for the end keeps one core busy alone.
 RUN_FIRST = ("test_notebook.py", "test_training.py", "test_multiprocess.py", "test_cmlm_cli.py",
              "test_edit_models_cli.py", "test_vecconst_cli.py", "test_nat_cli.py", "test_mixed_precision.py")
 
