@@ -431,7 +431,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"{e} (asked by eval.constraints, eval.trace_sentences or eval.beam_size)") from None
     if supports(m.name).pairs and not d.pairs_dir:
         raise ConfigError(f"model {m.name!r} trains on constraint pairs: set data.pairs_dir (python -m "
-                          f"jaxnat.data.alignment writes them; the synthetic corpus: python -m jaxnat.data.term_pairs)")
+                          f"jaxnat.data.alignment writes them; on the embedded corpus: data.pairs_dir=synthetic)")
     early_exit(m)
     if config.eval.hard_mode != "block" and m.name != "editor":
         raise ConfigError(f"eval.hard_mode={config.eval.hard_mode} is EDITOR's (its reposition); model.name is "
@@ -445,7 +445,11 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if config.eval.rescorer and not supports(m.name).rescoring:
         raise ConfigError(f"eval.rescorer: model {m.name!r} has no candidates to rescore (mask-predict models do)")
     if d.source == "text" and not d.dir:
-        raise ConfigError("data.source=text needs data.dir (a directory of {split}.{lang}[.gz] files)")
+        raise ConfigError("data.source=text needs data.dir (a directory of {split}.{lang}[.gz] files): "
+                          "--config.data.dir=DIR")
+    if d.source == "synthetic" and d.dir:
+        raise ConfigError(f"data.dir={d.dir!r} is not read with data.source=synthetic (the embedded corpus); "
+                          f"to train on the files there: --config.data.source=text")
     if d.init_lang:  # post-editing data: a third file per split, refined by the model from y0 = its line
         if not supports(m.name).init:
             refining = ", ".join(name for name in MODELS if supports(name).init)
@@ -547,9 +551,22 @@ def workdir_config(workdir: str) -> ml_collections.ConfigDict:
     return config
 
 
+def check_known_keys(config: ml_collections.ConfigDict, path: str) -> None:
+    """A one-line `ConfigError` for the first key of ``config`` (loaded from ``path``) that jaxnat does not know,
+    with the nearest one it does: ml_collections' ``update`` adds unknown keys without a word, so a misspelt key
+    in a config file would otherwise train without its feature."""
+    known = leaf_keys(default_config())
+    for key in leaf_keys(config):
+        if key not in known:
+            near = difflib.get_close_matches(key, known, n=1, cutoff=0.0)
+            hint = f"; did you mean {near[0]}?" if near else ""
+            raise ConfigError(f"{path} sets unknown config key {key}{hint}")
+
+
 def build_config(path: str, overrides: list[str]) -> ml_collections.ConfigDict:
-    """Loads a config file, applies command-line overrides and validates the result."""
+    """Loads a config file, checks its keys, applies command-line overrides and validates the result."""
     config = load_config(path)
+    check_known_keys(config, path)
     for key, value in parse_overrides(overrides):
         apply_override(config, key, value)
     validate(config)

@@ -284,7 +284,7 @@ def post_edit_rows(config, corpus, translator: Translator, workdir: str) -> dict
     return rows
 
 
-SUMMARY = ("bleu", "chrf", "ribes", "ter", "cpr", "term_usage", "repetition", "repeated", "repeated_short",
+SUMMARY = ("bleu", "chrf", "ribes", "ter", "cpr", "repetition", "repeated", "repeated_short",
            "repeated_long", "mean_length", "latency_ms",
            "sentences_per_s", "seconds",
            "mean_iterations", "mean_steps", "mean_repositions", "mean_deletions", "mean_insertions")

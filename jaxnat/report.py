@@ -34,7 +34,7 @@ log = logging.getLogger("jaxnat")
 
 # target-word frequency bins, by the word's count in the training targets (compare-mt's defaults)
 FREQUENCY_BINS = ((0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 9), (10, 99), (100, 999), (1000, math.inf))
-ROW_COLUMNS = ("bleu", "cpr", "term_usage", "mean_length", "mean_iterations", "latency_ms", "seconds")
+ROW_COLUMNS = ("bleu", "cpr", "mean_length", "mean_iterations", "latency_ms", "seconds")
 
 
 def bin_label(low: int, high: float) -> str:

@@ -39,10 +39,14 @@ def ar_run(tmp_path_factory):
 
 
 # The two workers finish together when the longest test files start first (setup.cfg: `--dist loadfile`, whole
-# files to whichever worker is free, in collection order): a long file left for the end keeps one core busy alone.
-RUN_FIRST = ("test_notebook.py", "test_training.py", "test_multiprocess.py", "test_cmlm_cli.py",
-             "test_edit_models_cli.py", "test_vecconst_cli.py", "test_nat_cli.py", "test_mixed_precision.py")
+# files to whichever worker is free, in collection order): a long file left for the end keeps one core busy alone
+# while the other idles. Longest first, by their measured time (the slowest tests: pytest --durations).
+LONGEST_FIRST = ("test_editor.py", "test_cmlm.py", "test_vecconst.py", "test_edit_models_cli.py", "test_nat_cli.py",
+                 "test_levt.py", "test_vecconst_cli.py", "test_packing_nat.py", "test_cmlm_cli.py", "test_training.py",
+                 "test_notebook.py", "test_nat.py", "test_scan_layers.py", "test_packing_vecconst.py", "test_model.py",
+                 "test_translate.py", "test_multiprocess.py", "test_mixed_precision.py")
 
 
 def pytest_collection_modifyitems(items):
-    items.sort(key=lambda item: item.path.name not in RUN_FIRST)  # stable: the collection order otherwise
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: collection order otherwise

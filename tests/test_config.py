@@ -112,11 +112,24 @@ def test_missing_and_broken_config_files(tmp_path):
         build_config(str(empty), [])
 
 
-def test_text_source_needs_dir():
+def test_text_source_needs_dir_and_a_dir_needs_a_source_that_reads_it():
     c = default_config()
     c.data.source = "text"
-    with pytest.raises(ConfigError, match="needs data.dir"):
+    with pytest.raises(ConfigError, match="needs data.dir .*--config.data.dir=DIR"):
         validate(c)
+    c.data.update(source="synthetic", dir="/data/multi30k")
+    with pytest.raises(ConfigError, match="is not read with data.source=synthetic.*--config.data.source=text"):
+        validate(c)
+
+
+def test_a_config_file_with_an_unknown_key_is_refused(tmp_path):
+    """ml_collections' update adds any key: a typo in a file would train without the feature it names."""
+    typo = tmp_path / "typo.py"
+    typo.write_text("from jaxnat.config import default_config\n\n\ndef get_config():\n    c = default_config()\n"
+                    "    c.model.update(masked_atn=True)\n    return c\n")
+    with pytest.raises(ConfigError, match=r"typo.py sets unknown config key model.masked_atn; did you mean "
+                                          r"model.masked_attn\?"):
+        build_config(str(typo), [])
 
 
 def _cli(*args, cwd=ROOT, stdin=None):

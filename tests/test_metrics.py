@@ -1,5 +1,6 @@
 """Tests of jaxnat.evaluation.metrics against sacreBLEU, NLTK and hand-computed values."""
 
+import functools
 import math
 
 import pytest
@@ -20,7 +21,6 @@ from jaxnat.evaluation.metrics import (
     repetition_rate,
     ribes,
     ter,
-    term_usage,
     tokenize,
     tokenized_bleu,
 )
@@ -330,22 +330,19 @@ def test_constraint_preservation_hand_made():
 
 def test_constraint_metrics_without_constraints_are_nan():
     assert math.isnan(constraint_preservation(["a b", "c"], [[], []]))
-    assert math.isnan(term_usage(["a b", "c"], [[], []]))
 
 
-def test_term_usage_hand_made():
+def test_constraints_are_moses_words_hand_made():
     hyps = ["The New York Times reported it.", "Yorkshire is not York's", "x-ray machine"]
     constraints = [["New York", "Times", "report"], ["York"], ["ray", "x-ray", "machine"]]
     # Sentence 1: "New York" and "Times" used, "report" only inside "reported". Sentence 2: English Moses
     # splits "York's" into "York" "'s" -> used. Sentence 3: "x-ray" is one Moses token, so "ray" is not used
     # on its own; "x-ray" and "machine" are. 5 of 7.
-    assert term_usage(hyps, constraints) == pytest.approx(500 / 7)
     assert constraint_preservation(hyps, constraints) == pytest.approx(500 / 7)
     # Punctuation in a term is matched as Moses tokens too: "(net)" is "( net )".
-    assert term_usage(["costs 3.50 (net)"], [["3.50", "(net)", "3x50"]]) == pytest.approx(200 / 3)
-    # One rule for both: they agree on "York's" (13a used to keep it as one word for CPR only).
+    assert constraint_preservation(["costs 3.50 (net)"], [["3.50", "(net)", "3x50"]]) == pytest.approx(200 / 3)
+    # Moses, not 13a: "York's" is "York" "'s".
     assert constraint_preservation(["not York's"], [["York"]]) == 100.0
-    assert term_usage(["not York's"], [["York"]]) == 100.0
 
 
 @pytest.mark.parametrize(
@@ -374,7 +371,6 @@ def test_term_usage_hand_made():
 def test_constraints_are_found_as_whole_moses_tokens(hyp, constraint, lang, found):
     expected = 100.0 if found else 0.0
     assert constraint_preservation([hyp], [[constraint]], lang=lang) == expected
-    assert term_usage([hyp], [[constraint]], lang=lang) == expected
 
 
 def test_words_chosen_from_a_reference_are_found_in_it():
@@ -429,11 +425,10 @@ def test_corpus_metrics_keys_and_scales():
     constraints = [["cat"], [], [], ["moon", "sun"], []]
     out = corpus_metrics(HYPS, REFS, constraints)
     assert out["cpr"] == pytest.approx(200 / 3)
-    assert out["term_usage"] == pytest.approx(200 / 3)
     # The language reaches the constraint metrics: French Moses splits "L'" off "homme", English does not.
     for lang, expected in (("fr", 100.0), ("en", 0.0)):
         out = corpus_metrics(["L'homme mange."], ["L'homme mange."], [["homme"]], lang=lang)
-        assert out["cpr"] == out["term_usage"] == expected
+        assert out["cpr"] == expected
 
 
 def test_format_table():
@@ -472,7 +467,7 @@ def test_parallel_metrics_reject_bad_input(fn):
         fn(["a", "b"], ["a", None])
 
 
-@pytest.mark.parametrize("fn", [constraint_preservation, term_usage])
+@pytest.mark.parametrize("fn", [constraint_preservation, functools.partial(constraint_preservation, by_words=True)])
 def test_constraint_metrics_reject_bad_input(fn):
     with pytest.raises(DataError, match="empty"):
         fn([], [])
@@ -499,7 +494,8 @@ def test_repetition_rate_rejects_bad_input():
 
 
 def test_error_messages_are_one_line():
-    for call in (lambda: bleu([], []), lambda: ribes(["a"], ["a", "b"]), lambda: term_usage(["a"], [[""]])):
+    for call in (lambda: bleu([], []), lambda: ribes(["a"], ["a", "b"]),
+                 lambda: constraint_preservation(["a"], [[""]])):
         with pytest.raises(DataError) as info:
             call()
         assert "\n" not in str(info.value)

@@ -1,6 +1,6 @@
 """Words, as constraints and the constraint metrics count them: Moses tokens (sacremoses, the target language's
 rules, no HTML escaping, hyphenated words kept whole) that begin and end like a word (`is_word`). Used by the
-constraint test sets (`jaxnat.evaluation.constraints`), CPR/CSR and term usage (`jaxnat.evaluation.metrics`) and
+constraint test sets (`jaxnat.evaluation.constraints`), CPR/CSR (`jaxnat.evaluation.metrics`) and
 the constraint pairs drawn from word alignments (`jaxnat.data.alignment`)."""
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 Pure Python (no JAX). Every function takes *detokenized* strings, one per sentence, with exactly one
 reference per hypothesis. Scales:
 
-* ``bleu``, ``tokenized_bleu``, ``chrf``, ``ter``, ``constraint_preservation``, ``term_usage`` and
-  ``repetition_rate`` return values in 0-100 (TER can exceed 100).
+* ``bleu``, ``tokenized_bleu``, ``chrf``, ``ter``, ``constraint_preservation`` and ``repetition_rate``
+  return values in 0-100 (TER can exceed 100).
 * ``ribes`` returns a value in [0, 1] (it is NOT multiplied by 100), as the official RIBES script and NLTK
   print it; ``corpus_metrics`` multiplies it by 100 so that every number in a results table is in 0-100.
 
@@ -12,14 +12,14 @@ Where BLEU, RIBES and the repetition rate need words, the text is split with sac
 (the mteval-v13a tokenization WMT uses: punctuation is split off, case is kept) and then on whitespace; see
 ``tokenize``.
 
-The constraint metrics (``constraint_preservation``, ``term_usage``) use the words constraints are chosen
-from instead (``jaxnat.evaluation.constraints``): Moses tokens, ``moses_tokenize(text, lang)`` with the
-target language ``lang``. The rule, for both: a constraint is found in a hypothesis when the Moses tokens of
-the constraint occur in the Moses tokens of the detokenized hypothesis as a contiguous run, same case -- for a
-single word, when the word is a whole token. So ``"Mann"`` is found in ``"Ein Mann, der läuft."`` (tokens
-``Ein Mann , der läuft .``) but not in ``"Die Mannschaft"``, ``"T-Shirt"`` is found in ``"ein rotes
-T-Shirt."`` but ``"Shirt"`` is not (Moses keeps hyphenated words whole), and ``"New York"`` is found in
-``"New York, 1999"`` but not in ``"new York"`` or ``"York New"``.
+The constraint metric (``constraint_preservation``, CPR; terminology papers call it term usage) uses the words
+constraints are chosen from instead (``jaxnat.evaluation.constraints``): Moses tokens, ``moses_tokenize(text,
+lang)`` with the target language ``lang``. The rule: a constraint is found in a hypothesis when the Moses tokens
+of the constraint occur in the Moses tokens of the detokenized hypothesis as a contiguous run, same case -- for a
+single word, when the word is a whole token. So ``"Mann"`` is found in ``"Ein Mann, der läuft."`` (tokens ``Ein
+Mann , der läuft .``) but not in ``"Die Mannschaft"``, ``"T-Shirt"`` is found in ``"ein rotes T-Shirt."`` but
+``"Shirt"`` is not (Moses keeps hyphenated words whole), and ``"New York"`` is found in ``"New York, 1999"`` but
+not in ``"new York"`` or ``"York New"``.
 
 Input errors (an empty hypothesis list, lists of different lengths, a string where a list of strings is
 expected, an empty constraint) raise ``jaxnat.errors.DataError``. Empty hypothesis *strings* are fine: they
@@ -49,7 +49,6 @@ __all__ = [
     "repetition_rate",
     "ribes",
     "ter",
-    "term_usage",
     "tokenize",
     "tokenized_bleu",
 ]
@@ -380,18 +379,6 @@ def contains_phrase(hyp: str, phrase: str, *, lang: str = "en") -> bool:
     return bool(pattern) and _contains_sequence(moses_tokenize(hyp, lang), pattern)
 
 
-def term_usage(hyps: list[str], constraints: list[list[str]], *, lang: str = "en") -> float:
-    """Term usage rate, in percent: the share of terms (constraints) used in their hypothesis,
-    micro-averaged over all terms of the corpus; ``nan`` when there are none.
-
-    A term is used when it is found by the same rule as ``constraint_preservation`` -- whole Moses tokens,
-    contiguous, same case -- so the two numbers are equal. Both are reported because papers use both names
-    (term usage for terminology test sets, CPR for constraints drawn from references); one rule keeps them
-    from disagreeing on where a word ends.
-    """
-    return constraint_preservation(hyps, constraints, lang=lang)
-
-
 def repetition_rate(token_lists: list[list[str]]) -> float:
     """Share of output tokens equal to the token right before them in the same sentence, in percent.
 
@@ -445,10 +432,10 @@ def corpus_metrics(
 
     Keys: ``bleu`` (sacreBLEU), ``bleu_signature`` (str), ``tok_bleu`` (``tokenized_bleu``), ``chrf``,
     ``ter``, ``ribes``, ``repetition`` (``repetition_rate`` of the 13a words of each hypothesis) and, when
-    ``constraints`` is given, ``cpr``, ``term_usage`` and ``cpr_words`` (CPR weighted by the constraints' words;
+    ``constraints`` is given, ``cpr`` and ``cpr_words`` (CPR weighted by the constraints' words;
     Moses tokens of ``lang``, the target language).
     All numbers are in 0-100: here RIBES is ``100 * ribes(...)``, unlike the [0, 1] value ``ribes`` returns.
-    ``cpr``/``term_usage`` are ``nan`` when ``constraints`` holds no constraint.
+    ``cpr`` and ``cpr_words`` are ``nan`` when ``constraints`` holds no constraint.
     """
     hyps, refs = _parallel(hyps, refs)
     bleu_score, signature = bleu(hyps, refs)
@@ -463,7 +450,6 @@ def corpus_metrics(
     }
     if constraints is not None:
         out["cpr"] = constraint_preservation(hyps, constraints, lang=lang)
-        out["term_usage"] = term_usage(hyps, constraints, lang=lang)
         out["cpr_words"] = constraint_preservation(hyps, constraints, lang=lang, by_words=True)
     return out
 
