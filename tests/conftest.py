@@ -26,15 +26,24 @@ enable_compilation_cache()
 
 
 @pytest.fixture(scope="session")
-def ar_run(tmp_path_factory):
+def ar_run(tmp_path_factory, worker_id):
     """A tiny trained AR workdir: the vocabulary (data.spm_from) and rescorer (eval.rescorer) of the
-    length-predicting models' CLI tests."""
+    length-predicting models' CLI tests, which only read it. Trained once for the session: the xdist workers share
+    it (the first to need it trains it, under a lock the other waits on)."""
+    import fcntl
+
     from tests.test_translate import _main
 
-    workdir = tmp_path_factory.mktemp("tiny-ar") / "run"
-    result = _main(workdir, "--config.train.steps=4", "--config.train.eval_every=4", "--config.data.bucket_multiple=48",
-                   "--config.eval.latency_sentences=0", "--config.eval.beam_size=1")
-    assert result.returncode == 0, result.stderr
+    shared = tmp_path_factory.getbasetemp()
+    shared = shared.parent if worker_id != "master" else shared  # the workers' common base directory
+    workdir = shared / "tiny-ar" / "run"
+    with open(shared / "tiny-ar.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (workdir / "metrics.json").is_file():
+            result = _main(workdir, "--config.train.steps=4", "--config.train.eval_every=4",
+                           "--config.data.bucket_multiple=48", "--config.eval.latency_sentences=0",
+                           "--config.eval.beam_size=1")
+            assert result.returncode == 0, result.stderr
     return workdir
 
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from jaxnat.config import (apply_override, build_config, check_matches_workdir, default_config, leaf_keys,
-                           parse_overrides, validate, workdir_config)
+                           load_config, parse_overrides, validate, workdir_config)
 from jaxnat.errors import ConfigError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -18,10 +18,20 @@ CONFIGS = sorted(
 )
 
 
+def shipped(path: str, *overrides: str):
+    """A shipped config built as its command does: a config of text files takes its data directory from the
+    command line (no config names a directory of one machine)."""
+    text = load_config(path).data.source == "text"
+    return build_config(path, [*(["--config.data.dir=/data/corpus"] if text else []), *overrides])
+
+
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: os.path.relpath(p, ROOT))
 def test_shipped_configs_load_and_validate(path):
-    config = build_config(path, [])
+    config = shipped(path)
     assert set(leaf_keys(config)) == set(leaf_keys(default_config()))
+    if config.data.source == "text":
+        with pytest.raises(ConfigError, match="needs data.dir .*--config.data.dir=DIR"):
+            build_config(path, [])
 
 
 @pytest.mark.parametrize("name, alpha, beta", [("demo", 0.8, 0.2), ("demo_vdba", 0.5, 0.5), ("multi30k", 0.8, 0.2),
@@ -29,7 +39,7 @@ def test_shipped_configs_load_and_validate(path):
                                                ("wmt14_en_de_vdba", 0.5, 0.5)])
 def test_vecconst_loss_weights_follow_the_decoding_mode(name, alpha, beta):
     """Wang et al. App. B: α/β = 0.8/0.2 for a model decoded with beam search, 0.5/0.5 with VDBA."""
-    t = build_config(os.path.join(ROOT, "configs", "vecconst", f"{name}.py"), []).train
+    t = shipped(os.path.join(ROOT, "configs", "vecconst", f"{name}.py")).train
     assert (t.pair_alpha, t.pair_beta) == (alpha, beta)
 
 
@@ -215,7 +225,7 @@ def test_workdir_check_ignores_settings_that_may_change(tmp_path):
 
 def test_vecconst_stage_two_follows_the_authors_schedule():
     """Their README: 10k updates, 4k warming up from 1e-7 to 1e-4, a cosine down to 1e-7, dropout 0.1."""
-    c = build_config(os.path.join(ROOT, "configs/vecconst/wmt14_en_de.py"), [])
+    c = shipped(os.path.join(ROOT, "configs/vecconst/wmt14_en_de.py"))
     t = c.train
     assert (t.steps, t.warmup_steps, t.lr_schedule, t.lr, t.warmup_init_lr, t.min_lr, c.model.dropout) == (
         10000, 4000, "cosine", 1e-4, 1e-7, 1e-7, 0.1)
@@ -223,14 +233,14 @@ def test_vecconst_stage_two_follows_the_authors_schedule():
 
 def test_editor_wmt14_config_is_the_papers_recipe():
     """§4.1: dropout 0.1 on the embeddings (0.3 elsewhere); the authors' --iter-decode-max-iter 10."""
-    c = build_config(os.path.join(ROOT, "configs/editor/wmt14_en_de.py"), [])
+    c = shipped(os.path.join(ROOT, "configs/editor/wmt14_en_de.py"))
     assert (c.model.dropout, c.model.embed_dropout, c.eval.max_iter) == (0.3, 0.1, 10)
 
 
 def test_own_insertion_roll_in_needs_dual_path():
     with pytest.raises(ConfigError, match="own_insertion_roll_in is an addition to dual-path"):
-        build_config(os.path.join(ROOT, "configs/editor/ablation_no_dual_path.py"),
-                     ["--config.train.own_insertion_roll_in=0.5"])
+        shipped(os.path.join(ROOT, "configs/editor/ablation_no_dual_path.py"),
+                "--config.train.own_insertion_roll_in=0.5")
 
 
 def test_a_run_older_than_a_model_key_keeps_what_it_meant(tmp_path):
@@ -264,7 +274,7 @@ def test_a_run_older_than_a_model_key_keeps_what_it_meant(tmp_path):
 def test_gpu_configs_are_the_papers_base_model(family):
     """configs/<family>/multi30k_gpu.py: d 512, 6+6 layers (Coverage-NAT's coverage layer one of six decoder layers,
     as in its paper), bf16 compute, packed batches."""
-    c = build_config(os.path.join(ROOT, "configs", family, "multi30k_gpu.py"), [])
+    c = shipped(os.path.join(ROOT, "configs", family, "multi30k_gpu.py"))
     assert (c.model.d_model, c.model.enc_layers, c.model.dec_layers, c.model.dtype) == (512, 6, 6, "bfloat16")
     assert c.data.pack
     if family == "nat":

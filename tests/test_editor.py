@@ -256,11 +256,13 @@ def test_reposition_delete_column(option):
 
 
 def test_ablation_config_is_multi30k_with_gu_et_al_roll_in():
+    from tests.test_config import shipped
+
     """configs/editor/ablation_no_dual_path.py = configs/editor/multi30k.py with the "−dual-path" roll-in of
     the paper's Table 5 (eqs. 6–7 with α = 1, β = 0), jaxnat's roll-in additions off, and nothing else changed."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    base = build_config(os.path.join(root, "configs/editor/multi30k.py"), [])
-    ablation = build_config(os.path.join(root, "configs/editor/ablation_no_dual_path.py"), [])
+    base = shipped(os.path.join(root, "configs/editor/multi30k.py"))
+    ablation = shipped(os.path.join(root, "configs/editor/ablation_no_dual_path.py"))
     changed = {k for k in leaf_keys(base) if base[k.split(".")[0]][k.split(".")[1]]
                != ablation[k.split(".")[0]][k.split(".")[1]]}
     assert changed <= {"train.dual_path", "train.roll_in_alpha", "train.roll_in_beta", "train.own_insertion_roll_in",

@@ -12,7 +12,7 @@ def get_config():
     c = default_config()
     c.model.update(d_model=256, ffn_dim=1024, num_heads=4, enc_layers=3, dec_layers=3, dropout=0.3,
                    attention_dropout=0.1, activation_dropout=0.1, max_len=128)
-    c.data.update(source="text", dir="../shared/data/multi30k", src_lang="en", tgt_lang="de",
+    c.data.update(source="text", src_lang="en", tgt_lang="de",
                   train_split="train", valid_split="val", test_splits="test_2016_flickr",
                   vocab_size=8000, max_len=100, batch_tokens=4096)
     c.train.update(steps=4000, lr=1e-3, warmup_steps=1000, weight_decay=0.0001, label_smoothing=0.1,

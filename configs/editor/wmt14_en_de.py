@@ -6,7 +6,8 @@ dropout 0.3 (0.1 on the embeddings), tied embeddings, label smoothing 0.1, Adam 
 dual-path roll-in with random_delete_shuffle noise; decoding with at most 11 iterations (the authors'
 --iter-decode-max-iter 10). Distil the AR teacher first (see configs/levt/wmt14_en_de.py), then
 (64k tokens a step, e.g. 8 GPUs × 8192):
-python -m jaxnat.main --config configs/editor/wmt14_en_de.py --workdir runs/editor-wmt14
+python -m jaxnat.main --config configs/editor/wmt14_en_de.py --workdir runs/editor-wmt14 \
+    --config.data.dir=data/wmt14-kd
 """
 
 from jaxnat.config import default_config
@@ -17,7 +18,7 @@ def get_config():
     c.model.update(name="editor", d_model=512, ffn_dim=2048, num_heads=8, enc_layers=6, dec_layers=6, dropout=0.3,
                    embed_dropout=0.1, positions="learned", max_len=256, bert_init=True, separate_reposition=True,
                    dtype="bfloat16")
-    c.data.update(source="text", dir="data/wmt14-kd", src_lang="en", tgt_lang="de", train_split="train",
+    c.data.update(source="text", src_lang="en", tgt_lang="de", train_split="train",
                   valid_split="validation", test_splits="test", vocab_size=32000, max_len=256,
                   batch_tokens=65536)
     c.train.update(steps=300000, lr=5e-4, warmup_steps=10000, weight_decay=0.01, label_smoothing=0.1,

@@ -20,7 +20,7 @@ def get_config():
                    attention_dropout=0.1, activation_dropout=0.1, max_len=256, bert_init=True)
     # LevT does not pack (its oracles work per row): 3 train shapes fitted to the data, data.max_buckets'
     # default (20, 28, 60 tokens, 29% padding: docs/levt.md, "Batch shapes")
-    c.data.update(source="text", dir="../shared/data/multi30k", src_lang="en", tgt_lang="de",
+    c.data.update(source="text", src_lang="en", tgt_lang="de",
                   train_split="train", valid_split="val", test_splits="test_2016_flickr",
                   vocab_size=8000, max_len=100, batch_tokens=4096)
     c.train.update(steps=8000, lr=1e-3, warmup_steps=1000, weight_decay=0.01, label_smoothing=0.1,

@@ -17,7 +17,7 @@ def get_config():
     c.model.update(name="nat", d_model=256, ffn_dim=1024, num_heads=4, enc_layers=3, dec_layers=3, dropout=0.3,
                    attention_dropout=0.1, activation_dropout=0.1, max_len=128, positions="learned",
                    length_prediction="pooled", coverage=True)
-    c.data.update(source="text", dir="runs/kd-multi30k", src_lang="en", tgt_lang="de",
+    c.data.update(source="text", src_lang="en", tgt_lang="de",
                   train_split="train", valid_split="val", test_splits="test_2016_flickr",
                   vocab_size=8000, max_len=100, batch_tokens=4096)
     c.train.update(steps=2500, lr=1e-3, warmup_steps=1000, weight_decay=0.01, label_smoothing=0.1,

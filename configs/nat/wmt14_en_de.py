@@ -9,10 +9,11 @@ distillation from the AR teacher; length-parallel decoding of 9 candidates resco
 1. The teacher and its distilled training set (configs/ar/wmt14_en_de.py; see configs/levt/wmt14_en_de.py).
 2. Pre-training, on the teacher's vocabulary (so that it can rescore):
 python -m jaxnat.main --config configs/nat/wmt14_en_de.py --workdir runs/covnat-wmt14 \
-    --config.data.spm_from=runs/ar-wmt14
+    --config.data.dir=data/wmt14-kd --config.data.spm_from=runs/ar-wmt14
 3. Fine-tuning with sentence-level coverage agreement, from the best checkpoint of step 2:
 python -m jaxnat.main --config configs/nat/wmt14_en_de.py --workdir runs/covnat-sca-wmt14 \
-    --config.train.init_from=runs/covnat-wmt14 --config.train.sca_weight=0.5 --config.train.lr_schedule=constant \
+    --config.data.dir=data/wmt14-kd --config.train.init_from=runs/covnat-wmt14 --config.train.sca_weight=0.5 \
+    --config.train.lr_schedule=constant \
     --config.train.lr=1e-5 --config.train.warmup_steps=0 --config.train.steps=1000 --config.train.eval_every=500
 4. Rescored evaluation: --mode eval --config.eval.length_beam=9 --config.eval.rescorer=runs/ar-wmt14.
 NAT-base: --config.model.coverage=false.
@@ -26,7 +27,7 @@ def get_config():
     c.model.update(name="nat", d_model=512, ffn_dim=2048, num_heads=8, enc_layers=6, dec_layers=6, dropout=0.1,
                    max_len=256, positions="learned", length_prediction="pooled", coverage=True,
                    dtype="bfloat16")
-    c.data.update(source="text", dir="data/wmt14-kd", src_lang="en", tgt_lang="de", train_split="train",
+    c.data.update(source="text", src_lang="en", tgt_lang="de", train_split="train",
                   valid_split="validation", test_splits="test", vocab_size=32000, max_len=256,
                   batch_tokens=65536)
     c.train.update(steps=400000, lr=5e-4, warmup_steps=10000, weight_decay=0.01, label_smoothing=0.1,

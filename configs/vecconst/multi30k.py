@@ -6,7 +6,8 @@ sentence from eflomal alignments (python -m jaxnat.data.alignment), α / β = 0.
 python -m jaxnat.data.alignment --data-dir ../shared/data/multi30k --src en --tgt de \
     --splits val,test_2016_flickr --output runs/align-multi30k --code-switch
 python -m jaxnat.main --config configs/vecconst/multi30k.py --workdir runs/vecconst-multi30k \
-    --config.train.init_from=runs/ar-multi30k --config.data.pairs_dir=runs/align-multi30k
+    --config.data.dir=../shared/data/multi30k --config.train.init_from=runs/ar-multi30k \
+    --config.data.pairs_dir=runs/align-multi30k
 The whole pipeline (both stages, every variant): launch/multi30k_vecconst.sh.
 """
 

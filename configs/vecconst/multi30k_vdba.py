@@ -2,7 +2,8 @@
 model of the "vectorized + VDBA" row.
 
 python -m jaxnat.main --config configs/vecconst/multi30k_vdba.py --workdir runs/vecconst-vdba-multi30k \
-    --config.train.init_from=runs/ar-multi30k --config.data.pairs_dir=runs/align-multi30k
+    --config.data.dir=../shared/data/multi30k --config.train.init_from=runs/ar-multi30k \
+    --config.data.pairs_dir=runs/align-multi30k
 """
 
 import os

@@ -5,7 +5,7 @@ The corpus as text files {train,newstest2013,newstest2014}.{en,de} in data/wmt14
 its constraint pairs beside it:
 python -m jaxnat.data.alignment --data-dir data/wmt14_en_de --src en --tgt de --splits newstest2013,newstest2014
 python -m jaxnat.main --config configs/vecconst/wmt14_en_de.py --workdir runs/vecconst-wmt14 \
-    --config.train.init_from=runs/ar-wmt14
+    --config.data.dir=data/wmt14_en_de --config.train.init_from=runs/ar-wmt14
 α / β = 0.8 / 0.2 for beam search; --config.train.pair_alpha=0.5 --config.train.pair_beta=0.5 for VDBA.
 Stage 2 follows the authors' published schedule (their repository's README): 10k updates, 4k of them warming up
 to 1e-4, then half a cosine down to 1e-7 (fairseq's cosine scheduler, one 6k-update period), dropout 0.1.
@@ -19,7 +19,7 @@ from jaxnat.config import load_config
 def get_config():
     c = load_config(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ar", "wmt14_en_de.py"))
     c.model.name = "vecconst"
-    c.data.update(source="text", dir="data/wmt14_en_de", train_split="train", valid_split="newstest2013",
+    c.data.update(source="text", train_split="train", valid_split="newstest2013",
                   test_splits="newstest2014", pairs_dir="data/wmt14_en_de")
     c.model.update(dropout=0.1)
     c.train.update(init_from="runs/ar-wmt14", pair_alpha=0.8, pair_beta=0.2, steps=10000, lr_schedule="cosine",

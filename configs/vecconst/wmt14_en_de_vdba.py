@@ -2,7 +2,7 @@
 model of the "vectorized + VDBA" row on WMT14 En→De, for GPU machines.
 
 python -m jaxnat.main --config configs/vecconst/wmt14_en_de_vdba.py --workdir runs/vecconst-vdba-wmt14 \
-    --config.train.init_from=runs/ar-wmt14
+    --config.data.dir=data/wmt14_en_de --config.train.init_from=runs/ar-wmt14
 Its `<split>+pairs_hard` row is the paper's "vectorized + VDBA"; the vanilla AR run evaluated with the pairs gives
 "vanilla + VDBA".
 """
