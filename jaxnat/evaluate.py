@@ -80,8 +80,11 @@ def evaluate(config, workdir: str) -> dict:
         results[split] = metrics
         if refs is not None:
             log.info("%s: BLEU %.2f (%s)", split, metrics["bleu"], metrics["bleu_signature"])
+        # Moses words of the references: only where constraints are decoded, traced or diagnosed (sacremoses costs
+        # half a second to load)
+        wanted = modes or (i == 0 and e.trace_sentences > 0) or (e.diagnostic and translator.spec.supports.init)
         constraints = (make_constraints(refs, e.constraint_seed, lang=config.data.tgt_lang)
-                       if refs is not None else None)
+                       if refs is not None and wanted else None)
         if i == 0 and e.trace_sentences > 0:  # config validation checked the model traces
             n = e.trace_sentences
             path = write_trace(translator, os.path.join(workdir, "trace.html"), srcs[:n],

@@ -27,15 +27,22 @@ def _check_trained(workdir: str) -> None:
 
 
 def _fresh_state(config, spec, optimizer: bool):
-    """A freshly initialised training state: the structure Orbax restores into. Its optimizer state (twice the
-    parameters' memory with Adam) only where a whole training state is read back (`optimizer`)."""
+    """The training state's structure, shapes and dtypes on this process's first device, which Orbax restores
+    into: abstract (`jax.eval_shape`), so nothing is initialised or allocated for it (initialising a model op by op
+    costs seconds at every evaluation and translation start). Its optimizer state only where a whole training state
+    is read back (`optimizer`)."""
     from jaxnat.training.optim import make_optimizer
 
     example = {"src": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32), "tgt": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32)}
-    state = {"step": jnp.zeros((), jnp.int32), "params": spec.init(jax.random.PRNGKey(0), example)}
-    if optimizer:
-        state["opt_state"] = make_optimizer(config.train)[0].init(state["params"])
-    return state
+
+    def fresh():
+        state = {"step": jnp.zeros((), jnp.int32), "params": spec.init(jax.random.PRNGKey(0), example)}
+        if optimizer:
+            state["opt_state"] = make_optimizer(config.train)[0].init(state["params"])
+        return state
+
+    one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])  # this process's own, as an array made here
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one), jax.eval_shape(fresh))
 
 
 def average_params(trees: list):

@@ -5,7 +5,7 @@ one blind to the canvas)."""
 import math
 
 import numpy as np
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID
@@ -19,7 +19,7 @@ def plain_similarity(vectors):
 
     n = len(vectors)
     pairs = [cos(vectors[i], vectors[j]) for i in range(n) for j in range(i + 1, n)]
-    return {"pairs": len(pairs), "mean": sum(pairs) / len(pairs),
+    return {"pairs": len(pairs), "cosines": pairs, "mean": sum(pairs) / len(pairs),
             "adjacent": sum(cos(vectors[i], vectors[i + 1]) for i in range(n - 1)) / (n - 1),
             "above_0.5": sum(c > 0.5 for c in pairs), "above_0.7": sum(c > 0.7 for c in pairs)}
 
@@ -30,6 +30,8 @@ def plain_similarity(vectors):
     min_size=n, max_size=n))))
 def test_position_similarity_is_the_plain_pairwise_cosine(vectors):
     got, want = position_similarity(np.array(vectors)), plain_similarity(vectors)
+    # a cosine at an edge (exactly 0.5 in exact arithmetic) falls on either side by rounding
+    assume(all(abs(c - edge) > 1e-9 for c in want["cosines"] for edge in (0.5, 0.7)))
     assert got["pairs"] == want["pairs"] and got["above_0.5"] == want["above_0.5"]
     assert got["above_0.7"] == want["above_0.7"]
     assert math.isclose(got["mean"], want["mean"], abs_tol=1e-9)
