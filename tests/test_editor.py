@@ -26,6 +26,7 @@ from tests import edit_reference as er
 from tests import jitted
 from tests import reference as ref
 from tests.refine_reference import check_loop_against_python, fit_briefly, editor_first, pad, random_batch, stub_heads
+from tests.test_config import shipped
 
 TINY = "tests/configs/tiny.py"
 V = 40
@@ -256,8 +257,6 @@ def test_reposition_delete_column(option):
 
 
 def test_ablation_config_is_multi30k_with_gu_et_al_roll_in():
-    from tests.test_config import shipped
-
     """configs/editor/ablation_no_dual_path.py = configs/editor/multi30k.py with the "−dual-path" roll-in of
     the paper's Table 5 (eqs. 6–7 with α = 1, β = 0), jaxnat's roll-in additions off, and nothing else changed."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

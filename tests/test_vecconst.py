@@ -440,10 +440,8 @@ def _score_step_by_step(spec, params, batch, row, tokens, consumes):
     """A hypothesis's score (mean log-probability, EOS included) from cached steps, the plug-in's phrases with
     every token produced so far removed when ``consumes``."""
     m, src = spec.module, batch["src"][row:row + 1]
-    memory, memory_mask, prefixes = m.apply(params, src, batch["pair_src"][row:row + 1],
-                                            batch["pair_tgt"][row:row + 1], method="encode_with_pairs")
-    cache = m.apply(params, memory, 15, prefixes, method="init_pair_cache")
-    step = _jitted_step(m)
+    encode, step = _jitted(m)
+    memory, memory_mask, cache = encode(params, src, batch["pair_src"][row:row + 1], batch["pair_tgt"][row:row + 1])
     remaining, total = np.asarray(batch["pair_tgt"][row:row + 1]).copy(), 0.0
     for i in range(len(tokens) - 1):
         if consumes:
@@ -456,8 +454,13 @@ def _score_step_by_step(spec, params, batch, row, tokens, consumes):
 
 
 @functools.lru_cache(maxsize=None)
-def _jitted_step(module):
-    return jax.jit(lambda params, *args: module.apply(params, *args, method="pair_step"))
+def _jitted(module):
+    """(encode: the memory, its mask and a cache of 15 steps, step: `pair_step`), each one compiled program."""
+    def encode(params, src, pair_src, pair_tgt):
+        memory, memory_mask, prefixes = module.apply(params, src, pair_src, pair_tgt, method="encode_with_pairs")
+        return memory, memory_mask, module.apply(params, memory, 15, prefixes, method="init_pair_cache")
+
+    return jax.jit(encode), jax.jit(lambda params, *args: module.apply(params, *args, method="pair_step"))
 
 
 @pytest.mark.parametrize("beam", [1, 3])

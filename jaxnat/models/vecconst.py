@@ -118,8 +118,11 @@ class VecConstTransformer(ARTransformer):
         c = self.cfg
         if self.pair_attention:
             self.pair_align = MultiHeadAttention(c, name="pair_align")  # the attn of eq. 3
-            adapter = (lambda name: Adapter(c.d_model, name=name)) if self.pair_adapters == "shared" else (
-                lambda name: SeparateAdapters(c, name=name))
+
+            def adapter(name):  # eq. 6, or the authors' two networks
+                shared = self.pair_adapters == "shared"
+                return Adapter(c.d_model, name=name) if shared else SeparateAdapters(c, name=name)
+
             self.enc_adapters = [adapter(f"enc_adapter_{i}") for i in range(c.enc_layers)]
             self.dec_adapters = [adapter(f"dec_adapter_{j}") for j in range(c.dec_layers)]
         if self.pair_plug_in and self.pair_output == "authors":
