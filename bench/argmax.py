@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 from jaxnat.argmax import argmax  # noqa: E402
 
 CALLERS = ["jaxnat.decoding.search", "jaxnat.decoding.constrained", "jaxnat.decoding.mask_predict",
-           "jaxnat.decoding.refine", "jaxnat.models.insertion", "jaxnat.models.editor"]
+           "jaxnat.decoding.refine", "jaxnat.models.insertion", "jaxnat.models.editor.model"]
 
 SHAPES = [(1, 40, 8000), (64, 40, 8000), (128, 32, 8000), (64, 39, 256), (64, 40, 40), (64, 40, 8003), (64, 32000)]
 

@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 from jaxnat.config import apply_override, parse_overrides, workdir_config  # noqa: E402
 from jaxnat.data.batching import eval_batches  # noqa: E402
 from jaxnat.data.sources import load_corpus  # noqa: E402
-from jaxnat.models.ar import search  # noqa: E402
+from jaxnat.models.ar.model import search  # noqa: E402
 from jaxnat.models.transformer import token_mask, without_cross_cache  # noqa: E402
 from jaxnat.restore import load_translator  # noqa: E402
 

@@ -73,7 +73,8 @@ class Family:
         translator = Translator(t.spec, self.state["params"], t.tokenizer, self.config)
         request = translator.request(src, starts, e.beam_size, trace=False)
         if t.spec.plan is not None:  # generate then decodes the planned lengths: their shapes suffice to compile it
-            request = request.replace(plan=jax.eval_shape(t.spec.plan, self.state["params"], request))
+            request = request.replace(extras={**request.extras,
+                                              "plan": jax.eval_shape(t.spec.plan, self.state["params"], request)})
         return request
 
     def compile_train(self) -> float:

@@ -9,7 +9,7 @@ constraint pairs, beam 4: a model of vectorized constraints with the pairs as in
 pairs' target phrases as hard constraints (constrained beam search) — the vectorized-constraints paper's
 Table 5, with each row's speed relative to the first run's plain beam search. With --unpacked as well, a model of
 vectorized constraints is also timed attending over all data.max_pairs × data.max_pair_pieces constraint entries
-in every batch (`Translator.pack_pairs` off), without its pairs and with them. With --full-canvas a model that
+in every batch (`vecconst.pack_entries=false`), without its pairs and with them. With --full-canvas a model that
 predicts its lengths (CMLM, NAT) is also timed on outputs as wide as its source allows (`Translator.narrow_outputs`
 off) instead of as wide as its longest predicted candidate needs.
 
@@ -81,7 +81,8 @@ def main():
             modes.append((f"{name}, with the pairs, beam 4", translator, 4, dict(pairs=pairs)))
             if args.unpacked:
                 unpacked = copy.copy(translator)  # the same parameters and compiled function
-                unpacked.pack_pairs = False
+                unpacked.config = copy.deepcopy(translator.config)
+                unpacked.config.vecconst.pack_entries = False
                 modes.append((f"{name}, beam 4, all entries", unpacked, 4, {}))
                 modes.append((f"{name}, with the pairs, beam 4, all entries", unpacked, 4, dict(pairs=pairs)))
         if pairs and sup.hard_constraints:

@@ -31,7 +31,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 from jax import lax  # noqa: E402
 
-from jaxnat.config import build_config  # noqa: E402
+from jaxnat.config import build_config, load_config  # noqa: E402
 from jaxnat.data.batching import eval_batches  # noqa: E402
 from jaxnat.data.sources import load_corpus  # noqa: E402
 from jaxnat.restore import load_translator  # noqa: E402
@@ -80,7 +80,8 @@ def main():
     parser.add_argument("--iterations", type=int, default=4, help="K, iterations per timed call")
     parser.add_argument("--single", type=int, default=20, help="sentences timed one by one at batch 1")
     args, overrides = parser.parse_known_args()
-    config = build_config(args.config, [*overrides, f"--config.eval.max_iter={args.iterations - 1}",
+    family = load_config(args.config).model.name  # an edit family: its section has max_iter
+    config = build_config(args.config, [*overrides, f"--config.{family}.max_iter={args.iterations - 1}",
                                         "--config.eval.run_all_iterations=true"])
     corpus = load_corpus(config.data)
     split = [s for s in corpus if s not in ("train", "valid")][0]

@@ -15,8 +15,8 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.translator import Translator
 from jaxnat.evaluation import diagnostic
 from jaxnat.evaluation.constraints import make_constraints, write_constraints
-from jaxnat.evaluation.metrics import (bleu, constraint_preservation, contains_phrase, corpus_metrics, format_table,
-                                      repeated_token_ratios)
+from jaxnat.evaluation.metrics import bleu, constraint_preservation, contains_phrase, corpus_metrics, format_table
+from jaxnat.models import family_of
 from jaxnat.restore import load_translator
 
 log = logging.getLogger("jaxnat")
@@ -28,12 +28,10 @@ def _edit_counts(outs: list[dict], names: tuple[str, ...]) -> dict[str, float]:
     return {f"mean_{k}": float(np.mean([o[k] for o in outs])) for k in names}
 
 
-def _repeat_ratios(outs: list[dict], srcs: list[str], names: tuple[str, ...]) -> dict[str, float]:
-    """A model that removes repeated tokens (NAT): their ratio before the removal, overall and short/long."""
-    if "repeats" not in names:
-        return {}
-    return repeated_token_ratios([o["repeats"] for o in outs], [o["chosen_length"] for o in outs],
-                                 [len(s.split()) for s in srcs])
+def _own_metrics(translator: Translator, outs: list[dict], srcs: list[str]) -> dict[str, float]:
+    """The metrics the model's family computes from its outputs (`Family.output_metrics`), if any."""
+    hook = family_of(translator.spec.name).output_metrics
+    return hook(outs, srcs) if hook else {}
 
 
 def _writes() -> bool:
@@ -71,10 +69,10 @@ def evaluate(config, workdir: str) -> dict:
             metrics.update(corpus_metrics(hyps, refs), reference_length=mean_length(refs))
             metrics["copy_source_bleu"] = bleu(srcs, refs)[0]
         metrics["mean_score"] = float(np.mean([o["score"] for o in outs]))
-        if translator.spec.summary is not None:  # scalars of the decoded parameters (Coverage-NAT's λ)
+        if translator.spec.summary is not None:  # scalars of the decoded parameters (`ModelSpec.summary`)
             metrics.update(translator.spec.summary(translator.params))
         metrics.update(_edit_counts(outs, translator.spec.supports.counts))
-        metrics.update(_repeat_ratios(outs, srcs, translator.spec.supports.counts))
+        metrics.update(_own_metrics(translator, outs, srcs))
         if i == 0 and e.latency_sentences > 0:
             metrics.update(translator.speed(srcs, e.beam_size, e.latency_sentences, e.throughput_batch))
         results[split] = metrics
@@ -226,39 +224,37 @@ def diagnostic_rows(translator: Translator, split: str, srcs: list[str], refs: l
     return rows
 
 
-SWEEP_LABEL = {"mask_predict_iter": "T", "coverage_iterations": "K"}  # a row's name: <split>+T10, <split>+K5
-
-
 def iteration_rows(translator: Translator, split: str, srcs: list[str], refs: list[str], config,
                    workdir: str) -> dict:
-    """The split decoded at each depth of ``eval.iteration_sweep`` — mask-predict passes T (CMLMC's Table 3a)
-    or coverage iterations K_dec (Coverage-NAT's Figure 2), the model's ``sweep_key``: rows `<split>+T<T>` /
-    `<split>+K<K>` with BLEU, RIBES, the repetition rate (and a NAT's repeated-token ratios) and the seconds the
-    split takes to decode after a warm-up pass (compilation excluded); hyps in `hyps/<split>.T<T>.txt`. Each
-    depth is its own decoding (mask-predict's schedule depends on T), not a prefix of a deeper one."""
+    """The split decoded at each depth of ``eval.iteration_sweep``, the key of the model's section that its
+    family sweeps (`Family.sweep`: key, label): rows `<split>+<label><depth>` (e.g. `test+T5`) with BLEU, RIBES,
+    the repetition rate (and the family's own output metrics) and the seconds the split takes to decode after a
+    warm-up pass (compilation excluded); hyps in `hyps/<split>.<label><depth>.txt`. Each depth is its own decoding
+    (a schedule may depend on it), not a prefix of a deeper one."""
     import copy
     import time
 
     from jaxnat.models import build_model
 
-    e, rows, key = config.eval, {}, translator.spec.supports.sweep_key
+    e, rows = config.eval, {}
+    key, label = family_of(config.model.name).sweep
     for depth in (int(v) for v in e.iteration_sweep.split(",") if v.strip()):
         swept = copy.deepcopy(config)
-        swept.eval[key] = depth
+        swept[config.model.name][key] = depth
         spec = build_model(swept, translator.spec.cfg.src_vocab_size, translator.spec.cfg.tgt_vocab_size,
                            translator.tokenizer.piece_tables("tgt"))
-        run = Translator(spec, translator.params, translator.tokenizer, swept, translator.rescorer)
+        run = Translator(spec, translator.params, translator.tokenizer, swept, translator.aux)
         run.translate(srcs, e.beam_size, e.batch_size)
         t0 = time.perf_counter()
         outs = run.translate(srcs, e.beam_size, e.batch_size)
         seconds = time.perf_counter() - t0
         hyps = [o["hyp"] for o in outs]
-        name = f"{SWEEP_LABEL[key]}{depth}"
+        name = f"{label}{depth}"
         _write_lines(os.path.join(workdir, "hyps", f"{split}.{name}.txt"), hyps)
         row = corpus_metrics(hyps, refs)
         rows[f"{split}+{name}"] = {"bleu": row["bleu"], "ribes": row["ribes"], "repetition": row["repetition"],
                                    "mean_length": mean_length(hyps), "seconds": seconds,
-                                   **_repeat_ratios(outs, srcs, spec.supports.counts)}
+                                   **_own_metrics(run, outs, srcs)}
         log.info("%s at %s = %d: BLEU %.2f, repetition %.2f%%, %.1f s", split, key, depth, row["bleu"],
                  row["repetition"], seconds)
     return rows
@@ -266,7 +262,7 @@ def iteration_rows(translator: Translator, split: str, srcs: list[str], refs: li
 
 def post_edit_rows(config, corpus, translator: Translator, workdir: str) -> dict:
     """`<split>+init` rows: every test split with initial hypotheses (`{split}.{data.init_lang}`) decoded again
-    starting from them (post-editing, LevT §5), hyps in `hyps/<split>.init.txt`. With references the row also
+    starting from them (post-editing), hyps in `hyps/<split>.init.txt`. With references the row also
     has `init_bleu`, the BLEU of the initial hypotheses themselves: what the refinement starts from."""
     e = config.eval
     rows = {}

@@ -12,7 +12,8 @@ same references), and writes to --out:
   `ar`, with its signature), chrF (the same test), TER, RIBES, repetition rate, mean length, the model's
   counts (iterations, edits), latency at batch 1 and throughput; the evaluation's other rows of the split
   (constraints, pairs, post-editing, diagnostic starts, iteration sweeps) with BLEU and CPR; target-word F1
-  by frequency bin of the word in the baseline's training targets (the analysis of the NAT papers).
+  by frequency bin of the word in the baseline's training targets (the analysis of the non-autoregressive
+  translation papers).
 * `bleu_latency.png`: BLEU against latency (batch 1) per system, and BLEU against decoding time per
   sentence in batches across each system's iteration sweep (eval.iteration_sweep rows).
 """

@@ -15,7 +15,7 @@ from jaxnat.data.tokenizer import Tokenizer
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.translator import Translator
 from jaxnat.errors import JaxnatError
-from jaxnat.models import build_model
+from jaxnat.models import build_model, family_of
 from jaxnat.training.checkpoint import Checkpoints
 
 log = logging.getLogger("jaxnat")
@@ -123,7 +123,8 @@ def _restore(config, workdir: str, spec) -> tuple[object, dict]:
 
 
 def load_translator(config, workdir: str) -> Translator:
-    """A workdir's model with the parameters `params_choice` names (by default the best validation's)."""
+    """A workdir's model with the parameters `params_choice` names (by default the best validation's), and the
+    parameters of the run its family decodes with beside it (`Family.aux_run`), if any."""
     _check_trained(workdir)
     check_matches_workdir(config, workdir)
     tokenizer = Tokenizer.load(workdir)
@@ -131,7 +132,10 @@ def load_translator(config, workdir: str) -> Translator:
     params, choice = _restore(config, workdir, spec)
     if choice["kind"] in ("average", "averaged"):
         log.info("decoding with the average of the %s checkpoints of steps %s", choice["of"], choice["steps"])
-    return Translator(spec, params, tokenizer, config, load_rescorer(config, workdir), checkpoint=choice)
+    aux_run = family_of(config.model.name).aux_run
+    run = aux_run(config) if aux_run else None
+    aux = load_aux(*run, workdir) if run else None
+    return Translator(spec, params, tokenizer, config, aux, checkpoint=choice)
 
 
 def write_average(config, workdir: str) -> str:
@@ -154,17 +158,13 @@ def write_average(config, workdir: str) -> str:
     return path
 
 
-def load_rescorer(config, workdir: str):
-    """The parameters of the AR model of ``config.eval.rescorer`` (None when unset), after checking it is an
-    AR run with this workdir's vocabulary."""
-    path = config.eval.rescorer
-    if not path:
-        return None
-    rescorer_config = workdir_config(path)
-    if rescorer_config.model.name != "ar":
-        raise JaxnatError(f"eval.rescorer={path} is a {rescorer_config.model.name!r} run; it must be an AR model")
+def load_aux(key: str, path: str, family: str, workdir: str):
+    """The parameters of the trained run in ``path`` (named by config ``key``) that the run in ``workdir`` decodes
+    with, after checking it is a run of ``family`` with the same vocabulary."""
+    aux_config = workdir_config(path)
+    if aux_config.model.name != family:
+        raise JaxnatError(f"{key}={path} is a {aux_config.model.name!r} run; it must be a run of model {family!r}")
     if not Tokenizer.same_models(path, workdir):
-        raise JaxnatError(f"eval.rescorer={path} has another vocabulary than {workdir}; train this run with "
+        raise JaxnatError(f"{key}={path} has another vocabulary than {workdir}; train this run with "
                           f"--config.data.spm_from={path}")
-    rescorer_config.eval.rescorer = ""
-    return load_translator(rescorer_config, path).params
+    return load_translator(aux_config, path).params

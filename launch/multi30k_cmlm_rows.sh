@@ -5,7 +5,7 @@
 # configs/cmlm/multi30k.py; the vocabulary is trained with the AR run's settings, so it is the AR run's). The
 # rows run at once, each in three steps, the cheapest first, so that a run cut short still has its main figures:
 #   1. train (evaluated plain on the test split at the end: metrics.plain.json);
-#   2. `jaxnat.positions` (positions.txt);
+#   2. `jaxnat.models.cmlm.positions` (positions.txt);
 #   3. evaluate again with the pass sweep 1, 2, 5, 7, 10 and soft / hard constraints (metrics.json, kept as
 #      metrics.full.json).
 # Every step resumes: re-run the script after a kill; it exits 1 if a row failed (its output says where). Logs:
@@ -22,8 +22,8 @@ fail() { echo "multi30k_cmlm_rows.sh: $*" >&2; exit 2; }
 DATA=$(realpath "$1") RUNS=$(realpath -m "$2") STEPS=${3:-2500}
 shift $(( $# < 3 ? $# : 3 ))
 PYTHON=${PYTHON:-python}
-NO_MASKED="--config.model.masked_attn=false" NO_CONCAT="--config.model.concat_pe=false"
-NO_CORR="--config.train.correction=false"
+NO_MASKED="--config.cmlm.masked_attn=false" NO_CONCAT="--config.cmlm.concat_pe=false"
+NO_CORR="--config.cmlm.correction=false"
 declare -A FLAGS=([cmlm]="$NO_MASKED $NO_CONCAT $NO_CORR" [cmlm-revpos]="$NO_CORR" [cmlm-corr]="$NO_MASKED $NO_CONCAT"
                   [cmlmc]="" [cmlm-maskedattn]="$NO_CONCAT $NO_CORR" [cmlm-concatpe]="$NO_MASKED $NO_CORR")
 ROWS=${ROWS:-cmlm cmlm-revpos cmlm-corr cmlmc}
@@ -47,7 +47,7 @@ train() {
 }
 positions() {
     [ -s "$RUNS/$1/positions.txt" ] ||
-        { py -m jaxnat.positions "$RUNS/$1" > "$RUNS/$1/positions.part" 2>> "$RUNS/$1.positions.log" &&
+        { py -m jaxnat.models.cmlm.positions "$RUNS/$1" > "$RUNS/$1/positions.part" 2>> "$RUNS/$1.positions.log" &&
           mv "$RUNS/$1/positions.part" "$RUNS/$1/positions.txt"; }
 }
 evaluate() {  # the config's own pass sweep and constraints

@@ -93,15 +93,15 @@ job distill "ar" "main --mode distill --config configs/ar/multi30k.py --workdir 
     --output '$KD'"
 NAT="--config.data.dir='$KD' --config.data.spm_from='$AR'"
 job natbase "distill" "main --config configs/nat/multi30k.py --workdir '$RUNS/natbase-multi30k' $NAT \
-    --config.train.steps=$NAT_STEPS --config.model.coverage=false --config.eval.iteration_sweep="
+    --config.train.steps=$NAT_STEPS --config.nat.coverage=false --config.eval.iteration_sweep="
 job covnat "distill" "main --config configs/nat/multi30k.py --workdir '$RUNS/covnat-multi30k' $NAT \
     --config.train.steps=$NAT_STEPS"
 job covnat-sca "covnat" "main --config configs/nat/multi30k_sca.py --workdir '$RUNS/covnat-sca-multi30k' $NAT \
     --config.train.init_from='$RUNS/covnat-multi30k'"
-RESCORE="--config.data.dir='$KD' --config.eval.length_beam=9 --config.eval.rescorer='$AR' \
+RESCORE="--config.data.dir='$KD' --config.nat.length_beam=9 --config.nat.rescorer='$AR' \
     --config.eval.iteration_sweep="
 job natbase-rescored "natbase" "eval_copy '$RUNS/natbase-multi30k' '$RUNS/natbase-rescored-multi30k' \
-    --config configs/nat/multi30k.py --config.model.coverage=false $RESCORE"
+    --config configs/nat/multi30k.py --config.nat.coverage=false $RESCORE"
 job covnat-rescored "covnat" "eval_copy '$RUNS/covnat-multi30k' '$RUNS/covnat-rescored-multi30k' \
     --config configs/nat/multi30k.py $RESCORE"
 job covnat-sca-rescored "covnat-sca" "eval_copy '$RUNS/covnat-sca-multi30k' '$RUNS/covnat-sca-rescored-multi30k' \
@@ -111,23 +111,23 @@ job speed-nat "natbase covnat" "$SPEED --run '$RUNS/natbase-multi30k' --run '$RU
     --config.data.dir='$KD'"
 # the control of the SCA phase (the paper's Table III, β = 0): the same 500 updates at 1e-5 without SCA
 job covnat-ft "covnat" "main --config configs/nat/multi30k_sca.py --workdir '$RUNS/covnat-ft-multi30k' $NAT \
-    --config.train.init_from='$RUNS/covnat-multi30k' --config.train.sca_weight=0"
+    --config.train.init_from='$RUNS/covnat-multi30k' --config.nat.sca_weight=0"
 # issue 14: the CMLMC paper's Table 1 rows on raw data with the AR model's vocabulary, the same budget
 CMLM="--config.data.dir='$DATA' --config.data.spm_from='$AR' --config.train.steps=$CMLM_STEPS"
-NO_REVPOS="--config.model.masked_attn=false --config.model.concat_pe=false"
+NO_REVPOS="--config.cmlm.masked_attn=false --config.cmlm.concat_pe=false"
 job cmlmc "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlmc-multi30k' $CMLM"
 # (rescoring evaluates CMLMC's own parameters again: its rows land together)
 job cmlmc-rescored "cmlmc" "eval_copy '$RUNS/cmlmc-multi30k' '$RUNS/cmlmc-rescored-multi30k' \
-    --config configs/cmlm/multi30k.py --config.data.dir='$DATA' --config.eval.rescorer='$AR' \
+    --config configs/cmlm/multi30k.py --config.data.dir='$DATA' --config.cmlm.rescorer='$AR' \
     --config.eval.constraints= --config.eval.iteration_sweep="
 job cmlm "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlm-multi30k' $CMLM $NO_REVPOS \
-    --config.train.correction=false"
+    --config.cmlm.correction=false"
 # (timed as soon as plain CMLM lands, before the last ablation row takes the core: a pass costs the same whatever
 # the loss trained it)
 job speed-cmlm "cmlm cmlmc" "$SPEED --run '$RUNS/cmlm-multi30k' --run '$RUNS/cmlmc-multi30k' --full-canvas \
     --config.data.dir='$DATA'"
 job cmlm-revpos "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlm-revpos-multi30k' $CMLM \
-    --config.train.correction=false"
+    --config.cmlm.correction=false"
 job cmlm-corr "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlm-corr-multi30k' $CMLM $NO_REVPOS"
 # issue 16 again: does a longer stage 2 bring the vectorized model's CSR with beam search nearer the paper's?
 job vecconst-long "vecconst" "train_copy '$RUNS/vecconst-multi30k' '$RUNS/vecconst-long-multi30k' \
@@ -135,9 +135,9 @@ job vecconst-long "vecconst" "train_copy '$RUNS/vecconst-multi30k' '$RUNS/veccon
     --config.train.steps=$((3 * VECCONST_STEPS))"  # the copied run's own settings, but for the budget
 # the two halves of RevealPosition (the CMLMC paper's Table A.1)
 job cmlm-maskedattn "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlm-maskedattn-multi30k' $CMLM \
-    --config.model.concat_pe=false --config.train.correction=false"
+    --config.cmlm.concat_pe=false --config.cmlm.correction=false"
 job cmlm-concatpe "ar" "main --config configs/cmlm/multi30k.py --workdir '$RUNS/cmlm-concatpe-multi30k' $CMLM \
-    --config.model.masked_attn=false --config.train.correction=false"
+    --config.cmlm.masked_attn=false --config.cmlm.correction=false"
 
 if [ -n "${ONLY:-}" ]; then  # keep the named jobs and, transitively, their prerequisites
     declare -A KEEP=()

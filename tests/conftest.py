@@ -27,7 +27,7 @@ enable_compilation_cache()
 
 @pytest.fixture(scope="session")
 def ar_run(tmp_path_factory, worker_id):
-    """A tiny trained AR workdir: the vocabulary (data.spm_from) and rescorer (eval.rescorer) of the
+    """A tiny trained AR workdir: the vocabulary (data.spm_from) and rescorer (cmlm.rescorer, nat.rescorer) of the
     length-predicting models' CLI tests, which only read it. Trained once for the session: the xdist workers share
     it (the first to need it trains it, under a lock the other waits on)."""
     import fcntl

@@ -19,7 +19,7 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, NUM_RESERVED, PAD_ID
 from jaxnat.decoding import mask_predict as mp
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models import build_model
-from jaxnat.models.cmlm import cmlm_loss, mask_predict_options, substitution_mask
+from jaxnat.models.cmlm.model import cmlm_loss, substitution_mask, updates_all
 from jaxnat.models.insertion import forbid_reserved
 from jaxnat.oracle import real_mask
 from tests import edit_reference as er
@@ -30,7 +30,7 @@ from tests.refine_reference import fit_briefly, pad, random_batch
 TINY = "tests/configs/tiny.py"
 V = 40
 SEVERAL = settings(max_examples=60, deadline=None)
-CMLMC = ("--config.model.masked_attn=true", "--config.model.concat_pe=true", "--config.train.correction=true",
+CMLMC = ("--config.cmlm.masked_attn=true", "--config.cmlm.concat_pe=true", "--config.cmlm.correction=true",
          "--config.model.positions=learned")
 
 
@@ -112,14 +112,14 @@ def reference_loss(spec, params, batch, draws, *, eps, weight, offset, correctio
     ((), False, False),                                                  # CMLM
     (CMLMC, False, False),                                               # CMLMC as the paper writes it
     (CMLMC, True, True),                                                 # the authors' code: ⌊p·n⌋, mean
-    (("--config.model.length_prediction=pooled", "--config.train.correction=true"), False, False),
+    (("--config.cmlm.length_prediction=pooled", "--config.cmlm.correction=true"), False, False),
 ])
 def test_loss_terms_match_plain_reference(overrides, fixed, mean):
-    offset = "--config.model.length_prediction=pooled" in overrides
-    spec = _spec(*overrides, *(("--config.model.length_offset=true",) if offset else ()))
+    offset = "--config.cmlm.length_prediction=pooled" in overrides
+    spec = _spec(*overrides, *(("--config.cmlm.length_offset=true",) if offset else ()))
     batch = er.with_filler_row(random_batch(3, V, b=6, s=9, t=14))
     params = spec.init(jax.random.PRNGKey(1), batch)
-    correction = "--config.train.correction=true" in overrides
+    correction = "--config.cmlm.correction=true" in overrides
     loss, aux = jax.jit(functools.partial(
         cmlm_loss, spec.module, label_smoothing=0.1, length_loss_weight=0.1, length_offset=offset,
         correction=correction, correction_p=0.5, correction_fixed_count=fixed, correction_mean=mean, train=False,
@@ -226,7 +226,7 @@ def _zero_full_self_attention(params):
 
 @pytest.mark.parametrize("masked_attn", [False, True])
 def test_causal_sublayer_sees_only_earlier_tokens(masked_attn):
-    spec = _spec("--config.model.masked_attn=" + str(masked_attn).lower())
+    spec = _spec("--config.cmlm.masked_attn=" + str(masked_attn).lower())
     batch = random_batch(1, V, b=2, s=7, t=10)
     params = _zero_full_self_attention(spec.init(jax.random.PRNGKey(0), batch))
     memory, _ = jitted.method(spec.module, "encode")(params, batch["src"])
@@ -248,7 +248,7 @@ def test_concat_pe_combines_token_and_position_by_a_linear_map(authors):
     """y'_i = Linear([y_i, pe_i]); with the authors' recipe (no √D scaling, the decoder's own positions) from the
     unscaled token and the target side's position table."""
     recipe = ("--config.model.scale_embeddings=false", "--config.model.separate_positions=true") if authors else ()
-    spec = _spec("--config.model.concat_pe=true", "--config.model.positions=learned", *recipe)
+    spec = _spec("--config.cmlm.concat_pe=true", "--config.model.positions=learned", *recipe)
     batch = random_batch(1, V)
     params = spec.init(jax.random.PRNGKey(0), batch)
     kernel = params["params"]["combine"]["kernel"]
@@ -474,7 +474,7 @@ def test_a_planned_request_decodes_as_the_full_canvas(overrides):
     plan = jax.jit(spec.plan)(params, request)
     canvas = int(jnp.max(plan[0])) + 2
     assert canvas < 32
-    planned = jax.jit(spec.generate)(params, request.replace(plan=plan, max_out=canvas))
+    planned = jax.jit(spec.generate)(params, request.replace(extras={"plan": plan}, max_out=canvas))
     np.testing.assert_array_equal(np.asarray(full["tokens"])[:, :canvas], planned["tokens"])
     np.testing.assert_array_equal(full["chosen_length"], planned["chosen_length"])
     np.testing.assert_allclose(full["score"], planned["score"], rtol=1e-5, atol=1e-5)
@@ -501,21 +501,21 @@ def test_a_sentence_decodes_alone_as_in_a_batch(overrides):
 @pytest.mark.parametrize("correction, choice, want", [
     (True, "auto", True), (False, "auto", False), (True, "false", False), (False, "true", True)])
 def test_update_all_follows_the_correction_loss_unless_chosen(correction, choice, want):
-    """eval.update_all=auto revises every token in a model trained for it (the correction loss), as the CMLMC
+    """cmlm.update_all=auto revises every token in a model trained for it (the correction loss), as the CMLMC
     authors decode; Mask-Predict's rule otherwise."""
     config = build_config(TINY, ["--config.model.name=cmlm", "--config.eval.beam_size=1",
-                                 f"--config.train.correction={correction}",
-                                 f"--config.eval.update_all={choice}"])
-    assert mask_predict_options(config, 10).update_all is want
+                                 f"--config.cmlm.correction={correction}",
+                                 f"--config.cmlm.update_all={choice}"])
+    assert updates_all(config.cmlm) is want
 
 
 def test_remove_repeats_removes_a_cmlm_outputs_repeated_tokens():
-    """eval.remove_repeats holds for mask-predict as for NAT: each output is the plain decoder's without its
+    """cmlm.remove_repeats holds for mask-predict as for NAT: each output is the plain decoder's without its
     tokens equal to the one before them."""
     batch = random_batch(5, V, b=6, s=9)
     params = _spec().init(jax.random.PRNGKey(3), batch)
     plain = jax.jit(_spec().generate)(params, DecodeRequest(batch["src"], max_out=18))
-    deduped = jax.jit(_spec("--config.eval.remove_repeats=true").generate)(params, DecodeRequest(batch["src"],
+    deduped = jax.jit(_spec("--config.cmlm.remove_repeats=true").generate)(params, DecodeRequest(batch["src"],
                                                                                                  max_out=18))
     removed = 0
     for k in range(6):

@@ -15,9 +15,9 @@ from tests.test_translate import _main as _run  # the CLI on the tiny config, in
 
 
 def _main(workdir, *args, stdin=None):
-    return _run(workdir, "--config.model.name=cmlm", "--config.model.masked_attn=true", "--config.model.concat_pe=true",
-           "--config.model.positions=learned", "--config.train.correction=true", "--config.eval.beam_size=1",
-           "--config.eval.mask_predict_iter=4", "--config.eval.run_all_iterations=true", *args, stdin=stdin)
+    return _run(workdir, "--config.model.name=cmlm", "--config.cmlm.masked_attn=true", "--config.cmlm.concat_pe=true",
+           "--config.model.positions=learned", "--config.cmlm.correction=true", "--config.eval.beam_size=1",
+           "--config.cmlm.mask_predict_iter=4", "--config.eval.run_all_iterations=true", *args, stdin=stdin)
 
 
 @pytest.fixture(scope="module")
@@ -65,11 +65,11 @@ def test_rescoring_with_an_ar_model_of_the_same_vocabulary(trained, ar_run):
     workdir, _ = trained
     assert (workdir / "spm" / "joint.model").read_bytes() == (ar_run / "spm" / "joint.model").read_bytes()
     line = json.dumps({"src": "do girls go to a garden ?", "constraints": ["baste"], "hard": True}) + "\n"
-    result = _main(workdir, "--mode", "translate", f"--config.eval.rescorer={ar_run}", stdin=line)
+    result = _main(workdir, "--mode", "translate", f"--config.cmlm.rescorer={ar_run}", stdin=line)
     assert result.returncode == 0, result.stderr
     assert " baste " in " " + json.loads(result.stdout)["hyp"] + " "
-    result = _main(workdir, "--mode", "translate", f"--config.eval.rescorer={workdir}", stdin=line)
-    assert result.returncode == 2 and "is a 'cmlm' run; it must be an AR model" in result.stderr, result.stderr
+    result = _main(workdir, "--mode", "translate", f"--config.cmlm.rescorer={workdir}", stdin=line)
+    assert result.returncode == 2 and "is a 'cmlm' run; it must be a run of model 'ar'" in result.stderr, result.stderr
 
 
 @pytest.mark.parametrize("rescored", [False, True])
@@ -79,7 +79,7 @@ def test_outputs_as_wide_as_the_plan_translate_as_the_full_width(trained, ar_run
     workdir, _ = trained
     config = workdir_config(str(workdir))
     if rescored:
-        config.eval.rescorer = str(ar_run)
+        config.cmlm.rescorer = str(ar_run)
     translator = load_translator(config, str(workdir))
     texts = ["do girls go to a garden ?", "the old man reads a book .", "a"]
     full = copy.copy(translator)
@@ -94,7 +94,7 @@ def test_outputs_as_wide_as_the_plan_translate_as_the_full_width(trained, ar_run
 
 
 def test_positions_report_on_the_trained_model(trained, ar_run, capsys):
-    from jaxnat import positions
+    from jaxnat.models.cmlm import positions
 
     workdir, _ = trained
     assert positions.main([str(workdir), "--sentences", "3", "--positions", "5"]) == 0

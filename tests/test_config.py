@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -39,8 +40,8 @@ def test_shipped_configs_load_and_validate(path):
                                                ("wmt14_en_de_vdba", 0.5, 0.5)])
 def test_vecconst_loss_weights_follow_the_decoding_mode(name, alpha, beta):
     """Wang et al. App. B: α/β = 0.8/0.2 for a model decoded with beam search, 0.5/0.5 with VDBA."""
-    t = shipped(os.path.join(ROOT, "configs", "vecconst", f"{name}.py")).train
-    assert (t.pair_alpha, t.pair_beta) == (alpha, beta)
+    t = shipped(os.path.join(ROOT, "configs", "vecconst", f"{name}.py")).vecconst
+    assert (t.alpha, t.beta) == (alpha, beta)
 
 
 def test_overrides_are_typed():
@@ -66,9 +67,12 @@ def test_overrides_are_typed():
         (["--config.train.steps=0"], "train.steps must be positive"),
         (["--config.model.dropout=1.5"], "model.dropout must be in [0, 1)"),
         (["--config.model.embed_dropout=-0.5"], "model.embed_dropout must be -1 (= model.dropout) or in [0, 1)"),
-        (["--config.model.reposition_deletion=bias"], "model.reposition_deletion must be one of vector, bos"),
-        (["--config.train.global_shuffle=1.5"], "train.global_shuffle must be in [0, 1], got 1.5"),
-        (["--config.train.own_insertion_roll_in=-0.1"], "train.own_insertion_roll_in must be in [0, 1], got -0.1"),
+        (["--config.model.name=editor", "--config.eval.beam_size=1", "--config.editor.reposition_deletion=bias"],
+         "editor.reposition_deletion must be one of vector, bos"),
+        (["--config.model.name=levt", "--config.eval.beam_size=1", "--config.levt.global_shuffle=1.5"],
+         "levt.global_shuffle must be in [0, 1], got 1.5"),
+        (["--config.model.name=editor", "--config.eval.beam_size=1", "--config.editor.own_insertion_roll_in=-0.1"],
+         "editor.own_insertion_roll_in must be in [0, 1], got -0.1"),
         (["--config.train.lr=-1"], "train.lr must be positive, got -1.0"),
         (["--config.eval.beam_size=0"], "eval.beam_size must be positive, got 0"),
         (["--config.train.adam_b2=1"], "train.adam_b2 must be in [0, 1), got 1.0"),
@@ -78,23 +82,25 @@ def test_overrides_are_typed():
          "train.warmup_steps (100) must be below train.steps (100) with train.lr_schedule=linear"),
         (["--config.train.lr_schedule=cosine", "--config.train.steps=100", "--config.train.warmup_steps=100"],
          "train.warmup_steps (100) must be below train.steps (100) with train.lr_schedule=cosine"),
-        (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.model.length_prediction=cls"],
-         "model.length_prediction must be one of token, pooled"),
-        (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.train.correction_p=1.5"],
-         "train.correction_p must be in [0, 1], got 1.5"),
+        (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.cmlm.length_prediction=cls"],
+         "cmlm.length_prediction must be one of token, pooled"),
+        (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.cmlm.correction_p=1.5"],
+         "cmlm.correction_p must be in [0, 1], got 1.5"),
         (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.eval.iteration_sweep=1,x"],
          "eval.iteration_sweep is a comma list of decoding depths"),
         (["--config.eval.iteration_sweep=1,2"], "got '1,2' with model.name='ar'"),
         (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.eval.iteration_sweep=1,2"],
-         "(model.name=nat with model.coverage=true)"),
-        (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.model.coverage=true",
-          "--config.model.dec_layers=1"], "model.coverage needs model.dec_layers >= 2"),
+         "eval.iteration_sweep of a NAT sweeps the coverage iterations K_dec: set nat.coverage=true"),
+        (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.nat.coverage=true",
+          "--config.model.dec_layers=1"], "nat.coverage needs model.dec_layers >= 2"),
         (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.eval.constraints=soft"],
          "model 'nat' does not take soft constraints"),
-        (["--config.eval.hard_mode=paper"], "eval.hard_mode=paper is EDITOR's (its reposition); model.name is 'ar'"),
+        (["--config.editor.hard_mode=paper"], "editor.hard_mode is set, but model.name is 'ar'"),
         (["--config.train.lr_schedule=exponential"],
          "train.lr_schedule must be one of inverse_sqrt, linear, cosine, constant"),
-        (["--config.eval.rescorer=runs/ar"], "eval.rescorer: model 'ar' has no candidates to rescore"),
+        (["--config.eval.rescorer=runs/ar"], "unknown config key eval.rescorer; it moved to the model family's "
+                                             "section: cmlm.rescorer or nat.rescorer"),
+        (["--config.cmlm.rescorer=runs/ar"], "cmlm.rescorer is set, but model.name is 'ar'"),
         (["--config.model.name=cmlm", "--config.eval.beam_size=4"], "model 'cmlm' does not take beam search"),
     ],
 )
@@ -138,7 +144,7 @@ def test_a_config_file_with_an_unknown_key_is_refused(tmp_path):
     typo.write_text("from jaxnat.config import default_config\n\n\ndef get_config():\n    c = default_config()\n"
                     "    c.model.update(masked_atn=True)\n    return c\n")
     with pytest.raises(ConfigError, match=r"typo.py sets unknown config key model.masked_atn; did you mean "
-                                          r"model.masked_attn\?"):
+                                          r"cmlm.masked_attn\?"):
         build_config(str(typo), [])
 
 
@@ -234,29 +240,29 @@ def test_vecconst_stage_two_follows_the_authors_schedule():
 def test_editor_wmt14_config_is_the_papers_recipe():
     """§4.1: dropout 0.1 on the embeddings (0.3 elsewhere); the authors' --iter-decode-max-iter 10."""
     c = shipped(os.path.join(ROOT, "configs/editor/wmt14_en_de.py"))
-    assert (c.model.dropout, c.model.embed_dropout, c.eval.max_iter) == (0.3, 0.1, 10)
+    assert (c.model.dropout, c.model.embed_dropout, c.editor.max_iter) == (0.3, 0.1, 10)
 
 
 def test_own_insertion_roll_in_needs_dual_path():
     with pytest.raises(ConfigError, match="own_insertion_roll_in is an addition to dual-path"):
         shipped(os.path.join(ROOT, "configs/editor/ablation_no_dual_path.py"),
-                "--config.train.own_insertion_roll_in=0.5")
+                "--config.editor.own_insertion_roll_in=0.5")
 
 
 def test_a_run_older_than_a_model_key_keeps_what_it_meant(tmp_path):
-    """A Coverage-NAT run trained before model.coverage_bos_eos existed covered BOS and EOS: its config.json
+    """A Coverage-NAT run trained before nat.coverage_bos_eos existed covered BOS and EOS: its config.json
     lacks the key, which then means true there (and nothing in a run without the coverage layer)."""
-    nat = ["--config.model.name=nat", "--config.model.coverage=true", "--config.eval.beam_size=1"]
+    nat = ["--config.model.name=nat", "--config.nat.coverage=true", "--config.eval.beam_size=1"]
     recorded = build_config(CONFIG, nat).to_dict()
-    del recorded["model"]["coverage_bos_eos"]
+    del recorded["nat"]["coverage_bos_eos"]
     (tmp_path / "config.json").write_text(json.dumps(recorded))
-    assert workdir_config(str(tmp_path)).model.coverage_bos_eos is True
-    with pytest.raises(ConfigError, match=r"model.coverage_bos_eos=False \(trained: True\)"):
+    assert workdir_config(str(tmp_path)).nat.coverage_bos_eos is True
+    with pytest.raises(ConfigError, match=r"nat.coverage_bos_eos=False \(trained: True\)"):
         check_matches_workdir(build_config(CONFIG, nat), str(tmp_path))
-    check_matches_workdir(build_config(CONFIG, [*nat, "--config.model.coverage_bos_eos=true"]), str(tmp_path))
-    recorded["model"]["coverage"] = False
+    check_matches_workdir(build_config(CONFIG, [*nat, "--config.nat.coverage_bos_eos=true"]), str(tmp_path))
+    recorded["nat"]["coverage"] = False
     (tmp_path / "config.json").write_text(json.dumps(recorded))
-    assert workdir_config(str(tmp_path)).model.coverage_bos_eos is False
+    assert workdir_config(str(tmp_path)).nat.coverage_bos_eos is False
     check_matches_workdir(build_config(CONFIG, [*nat[:1], "--config.eval.beam_size=1"]), str(tmp_path))
     # a CMLM run of before scaled its token embeddings and shared one position table: the authors' recipe of
     # today's configs/cmlm/ does neither, and is refused on it rather than decoding it wrongly
@@ -278,7 +284,7 @@ def test_gpu_configs_are_the_papers_base_model(family):
     assert (c.model.d_model, c.model.enc_layers, c.model.dec_layers, c.model.dtype) == (512, 6, 6, "bfloat16")
     assert c.data.pack
     if family == "nat":
-        assert c.model.coverage
+        assert c.nat.coverage
 
 
 def test_unwritable_workdir_and_output(tmp_path, monkeypatch):
@@ -293,3 +299,37 @@ def test_unwritable_workdir_and_output(tmp_path, monkeypatch):
     (tmp_path / "o.jsonl").write_text("")
     with pytest.raises(ConfigError, match="the file is not writable"):
         check_writable_file(str(tmp_path / "o.jsonl"), "--output")
+
+
+@pytest.mark.parametrize("family, expected", [
+    ("nat", {"nat.coverage": True, "nat.length_prediction": "pooled", "nat.train_iterations": 5,
+             "nat.decode_iterations": 5, "nat.remove_repeats": True, "nat.candidate_score": "log_probability"}),
+    ("editor", {"editor.separate_reposition": True, "editor.own_insertion_roll_in": 0.5, "editor.global_shuffle": 0.5,
+                "editor.max_iter": 9, "editor.dual_path": True}),
+])
+def test_a_workdir_of_before_the_family_sections_still_loads(tmp_path, family, expected):
+    """config.json of the demo runs trained before the family sections (tests/data/): each family key moves from
+    the shared sections to its family's (`Family.moved`), the other families' are dropped, and the shipped
+    demo config matches the run (it is evaluated and resumed), while a changed architecture key is refused."""
+    shutil.copy(os.path.join(ROOT, "tests", "data", f"{family}_demo_before_sections.config.json"),
+                tmp_path / "config.json")
+    config = workdir_config(str(tmp_path))
+    assert {key: config[key.split(".")[0]][key.split(".")[1]] for key in expected} == expected
+    assert "coverage" not in config.model and "dual_path" not in config.train
+    demo = os.path.join(ROOT, "configs", family, "demo.py")
+    # the NAT run is older than nat.coverage_bos_eos too: it covered BOS and EOS (`Family.before_added`)
+    as_trained = ["--config.nat.coverage_bos_eos=true"] if family == "nat" else []
+    check_matches_workdir(shipped(demo, *as_trained), str(tmp_path))
+    architecture = {"nat": "--config.nat.length_prediction=token",
+                    "editor": "--config.editor.separate_reposition=false"}
+    with pytest.raises(ConfigError, match="does not match the run"):
+        check_matches_workdir(shipped(demo, *as_trained, architecture[family]), str(tmp_path))
+
+
+def test_a_key_of_another_family_is_refused():
+    """A family section is read by its model only: a value set there for another model would do nothing."""
+    with pytest.raises(ConfigError, match="nat.coverage is set, but model.name is 'cmlm'"):
+        shipped(os.path.join(ROOT, "configs/cmlm/demo.py"), "--config.nat.coverage=true")
+    with pytest.raises(ConfigError, match="unknown config key train.correction; it moved to the model family's "
+                                          "section: cmlm.correction"):
+        shipped(os.path.join(ROOT, "configs/cmlm/demo.py"), "--config.train.correction=true")

@@ -15,8 +15,8 @@ from jaxnat.data.tokenizer import Tokenizer, continues_word
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.decoding.refine import Heads, RefineOptions, initial_hypotheses, length_cap, refine
 from jaxnat.decoding.request import pad_hypotheses
-from jaxnat.models.editor import editor_reposition
-from jaxnat.models.levt import levt_delete
+from jaxnat.models.editor.model import editor_reposition
+from jaxnat.models.levt.model import levt_delete
 from tests.refine_reference import stub_heads
 
 TEXT = [

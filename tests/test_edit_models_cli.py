@@ -17,7 +17,7 @@ COUNTS = {"levt": ("iterations", "deletions", "insertions"),
 
 def _main(workdir, *args, stdin=None, model="levt"):
     cmd = [sys.executable, "-m", "jaxnat.main", "--config", TINY, "--workdir", str(workdir),
-           f"--config.model.name={model}", "--config.eval.beam_size=1", "--config.eval.max_iter=3", *args]
+           f"--config.model.name={model}", "--config.eval.beam_size=1", f"--config.{model}.max_iter=3", *args]
     return subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), input=stdin,
                           capture_output=True, text=True, timeout=600)
 
@@ -102,7 +102,7 @@ def test_bad_constraint_requests(trained, line, message):
 
 @pytest.mark.parametrize("override, message", [
     ("--config.eval.constraints=firm", "eval.constraints is a comma list of soft,hard"),
-    ("--config.model.early_exit=1,9,1", "model.early_exit must be three layer counts"),
+    ("--config.levt.early_exit=1,9,1", "levt.early_exit must be three layer counts"),
     ("--config.eval.trace_sentences=-1", "eval.trace_sentences must be >= 0"),
 ])
 def test_bad_edit_model_config(tmp_path, override, message):

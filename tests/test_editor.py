@@ -21,7 +21,7 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, NUM_RESERVED, PAD_ID, PLH
 from jaxnat.decoding.refine import RefineOptions, initial_hypotheses, length_cap, refine
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models import build_model
-from jaxnat.models.editor import editor_loss, editor_reposition
+from jaxnat.models.editor.model import editor_loss, editor_reposition
 from tests import edit_reference as er
 from tests import jitted
 from tests import reference as ref
@@ -37,7 +37,7 @@ COUNTS = ("repositions", "deletions")
 
 def _spec(*overrides):
     config = build_config(TINY, ["--config.model.name=editor", "--config.eval.beam_size=1",
-                                 "--config.model.separate_reposition=true", *overrides])
+                                 "--config.editor.separate_reposition=true", *overrides])
     return build_model(config, V, V, PieceTables(WORD_START, CONTINUES))
 
 
@@ -50,8 +50,8 @@ def _batch(seed, b=6, s=9, t=12):
     return random_batch(seed, V, b, s, t)
 
 
-@pytest.mark.parametrize("overrides", [(), ("--config.train.dual_path=false", "--config.train.roll_in_alpha=0.5",
-                                            "--config.train.roll_in_beta=0.5")])
+@pytest.mark.parametrize("overrides", [(), ("--config.editor.dual_path=false", "--config.editor.roll_in_alpha=0.5",
+                                            "--config.editor.roll_in_beta=0.5")])
 def test_loss_falls(overrides):
     spec = _spec(*overrides)
     history = fit_briefly(spec, _batch(0))
@@ -217,7 +217,7 @@ def test_filler_rows_carry_no_loss(spec, dual_path, alpha, beta, sampling):
 
 def test_each_head_reads_exactly_its_layers():
     """Early exit "2,1,2" with the reposition head on its own stack and the placeholder head on the shared one."""
-    spec = _spec("--config.model.dec_layers=3", "--config.model.early_exit=2,1,2")
+    spec = _spec("--config.model.dec_layers=3", "--config.editor.early_exit=2,1,2")
     batch = _batch(4)
     params = spec.init(jax.random.PRNGKey(0), batch)
     expected = {"reposition_logits": {("reposition_decoder", 0), ("reposition_decoder", 1)},
@@ -232,7 +232,7 @@ def test_each_head_reads_exactly_its_layers():
 def test_reposition_delete_column(option):
     """Eq. 1: column 0 scores h_i · b with b a learned vector (trained by the loss); with "bos", h_i · e_BOS.
     Every other column j scores h_i · e_j, e_j the raw embedding of token j."""
-    spec = _spec(f"--config.model.reposition_deletion={option}")
+    spec = _spec(f"--config.editor.reposition_deletion={option}")
     batch = _batch(2)
     params = spec.init(jax.random.PRNGKey(0), batch)
     module, tokens = spec.module, batch["tgt"]
@@ -264,10 +264,10 @@ def test_ablation_config_is_multi30k_with_gu_et_al_roll_in():
     ablation = shipped(os.path.join(root, "configs/editor/ablation_no_dual_path.py"))
     changed = {k for k in leaf_keys(base) if base[k.split(".")[0]][k.split(".")[1]]
                != ablation[k.split(".")[0]][k.split(".")[1]]}
-    assert changed <= {"train.dual_path", "train.roll_in_alpha", "train.roll_in_beta", "train.own_insertion_roll_in",
-                       "train.global_shuffle"}
-    assert (ablation.train.dual_path, ablation.train.roll_in_alpha, ablation.train.roll_in_beta) == (False, 1.0, 0.0)
-    assert ablation.train.own_insertion_roll_in == ablation.train.global_shuffle == 0.0
+    assert changed <= {"editor.dual_path", "editor.roll_in_alpha", "editor.roll_in_beta",
+                       "editor.own_insertion_roll_in", "editor.global_shuffle"}
+    assert (ablation.editor.dual_path, ablation.editor.roll_in_alpha, ablation.editor.roll_in_beta) == (False, 1.0, 0.0)
+    assert ablation.editor.own_insertion_roll_in == ablation.editor.global_shuffle == 0.0
 
 
 @pytest.mark.parametrize("seed, penalty, reward, run_all", [(0, 0.0, 0.0, False), (1, 1.5, 2.0, False),
@@ -304,7 +304,7 @@ def test_reposition_step_with_word_boundaries_matches_python():
 
 
 def test_paper_hard_mode_only_forbids_deleting_a_constraint_where_it_stands():
-    """eval.hard_mode=paper: the slot of a constraint token cannot delete it, but other slots may copy it or
+    """editor.hard_mode=paper: the slot of a constraint token cannot delete it, but other slots may copy it or
     leave it behind (the paper's gap); today's block mode keeps the phrase whole."""
     capacity = 6
     tokens = jnp.asarray(pad([[BOS_ID, 7, 8, 9, EOS_ID]], capacity))

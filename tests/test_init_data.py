@@ -109,7 +109,7 @@ def _config(directory, **data):
                   valid_split="val", test_splits="test", init_lang="mt", vocab_size=60, max_len=56, byte_fallback=False,
                   batch_tokens=112, bucket_growth=2.0, bucket_multiple=8)
     c.data.update(**data)
-    c.train.update(roll_in_alpha=0.5, roll_in_beta=0.5)  # the heads see y0 (post-editing training)
+    c.levt.update(roll_in_alpha=0.5, roll_in_beta=0.5)  # the heads see y0 (post-editing training)
     c.eval.beam_size = 1  # refinement is greedy
     return c
 
@@ -118,15 +118,15 @@ def _config(directory, **data):
     ("model.name", "ar", "refining model"),
     ("data.source", "tfds", "data.source=text"),
     ("data.init_lang", "de", "must differ"),
-    ("train.roll_in_alpha", 0.0, "plain translation training"),  # with roll_in_beta 0 too: y0 never seen
+    ("levt.roll_in_alpha", 0.0, "plain translation training"),  # with roll_in_beta 0 too: y0 never seen
 ])
 def test_config_validation(tmp_path, key, value, message):
     c = _config(tmp_path)
     validate(c)  # levt with text files: fine
     section, name = key.split(".")
     c[section][name] = value
-    if key == "train.roll_in_alpha":
-        c.train.roll_in_beta = 0.0
+    if key == "levt.roll_in_alpha":
+        c.levt.roll_in_beta = 0.0
     with pytest.raises(ConfigError) as e:
         validate(c)
     _one_line(e, message)
@@ -137,7 +137,7 @@ def test_cli_missing_init_file_exits_2_with_one_line(tmp_path, corpus_dir):
     result = subprocess.run(
         [sys.executable, "-m", "jaxnat.main", "--config", "configs/levt/demo.py", "--workdir", str(tmp_path / "run"),
          "--config.data.source=text", f"--config.data.dir={corpus_dir}", "--config.data.valid_split=val",
-         "--config.data.init_lang=mt", "--config.train.roll_in_beta=0.5"],
+         "--config.data.init_lang=mt", "--config.levt.roll_in_beta=0.5"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2 and lines[-1].startswith("jaxnat: error: "), result.stderr

@@ -19,7 +19,7 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PLH_ID
 from jaxnat.decoding.refine import Heads, RefineOptions, initial_hypotheses, length_cap, refine
 from jaxnat.models import build_model
 from jaxnat.models.insertion import model_choice
-from jaxnat.models.levt import levt_delete, levt_loss
+from jaxnat.models.levt.model import levt_delete, levt_loss
 from tests import edit_reference as er
 from tests.refine_reference import (check_loop_against_python, fit_briefly, levt_first, model_heads, pad,
                                     random_batch, stub_heads)
@@ -153,9 +153,9 @@ def test_filler_rows_carry_no_loss(spec, alpha, beta, sampling):
 def test_each_head_reads_exactly_its_layers(early_exit, separate_deletion, separate_placeholder, expected):
     """Early exit (a head reads the first k layers of its stack) and separate stacks (LevT's Table 2a)."""
     config = build_config(TINY, ["--config.model.name=levt", "--config.eval.beam_size=1", "--config.model.dec_layers=3",
-                                 f"--config.model.early_exit={early_exit}",
-                                 f"--config.model.separate_deletion={separate_deletion}",
-                                 f"--config.model.separate_placeholder={separate_placeholder}"])
+                                 f"--config.levt.early_exit={early_exit}",
+                                 f"--config.levt.separate_deletion={separate_deletion}",
+                                 f"--config.levt.separate_placeholder={separate_placeholder}"])
     spec = build_model(config, V, V)
     batch = _batch(4)
     params = spec.init(jax.random.PRNGKey(0), batch)

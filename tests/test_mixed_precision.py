@@ -14,6 +14,7 @@ from jaxnat.config import build_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PieceTables
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models import build_model
+from jaxnat.models.vecconst.model import PairInputs
 from jaxnat.models.transformer import Residual, TransformerConfig, config_from, einsum_f32
 from jaxnat.training.optim import make_optimizer
 from jaxnat.training.trainer import make_train_step
@@ -72,12 +73,12 @@ def test_layer_norm_statistics_are_float32():
 
 def _family_spec(name: str, dtype: str):
     if name == "vecconst":  # built directly, without the data check (its config asks for a pairs_dir)
-        from jaxnat.models.vecconst import build_spec
+        from jaxnat.models.vecconst.model import build_spec
         config = _config(f"--config.model.dtype={dtype}")
         return build_spec(config, config_from(config.model, V, V), PieceTables.every_piece_a_word(V))
-    extra = {"nat": ["--config.model.coverage=true", "--config.model.dec_layers=2"],
-             "cmlm": ["--config.train.correction=true", "--config.model.masked_attn=true",
-                      "--config.model.concat_pe=true"]}.get(name, [])
+    extra = {"nat": ["--config.nat.coverage=true", "--config.model.dec_layers=2"],
+             "cmlm": ["--config.cmlm.correction=true", "--config.cmlm.masked_attn=true",
+                      "--config.cmlm.concat_pe=true"]}.get(name, [])
     return build_model(_config(f"--config.model.name={name}", f"--config.model.dtype={dtype}", *extra), V, V)
 
 
@@ -121,8 +122,8 @@ def test_losses_gradients_heads_and_scores_are_float32(name):
     if name in ("cmlm", "nat"):  # the length classifier
         assert jax.eval_shape(lambda p: spec.module.apply(p, src, method="encode")[1], params).dtype == f32
 
-    pairs = {"pair_src": batch["pair_src"], "pair_tgt": batch["pair_tgt"]} if name == "vecconst" else {}
-    requests = [DecodeRequest(src, max_out=16, **pairs)]
+    extras = {"pairs": PairInputs(batch["pair_src"], batch["pair_tgt"])} if name == "vecconst" else {}
+    requests = [DecodeRequest(src, max_out=16, extras=extras)]
     if name == "ar":  # beam search and constrained beam search
         phrases = jnp.full((src.shape[0], 1, 2), 0, jnp.int32).at[:, 0, 0].set(NUM_RESERVED + 1)
         requests += [DecodeRequest(src, max_out=16, beam_size=2),

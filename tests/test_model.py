@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxnat.models.ar import ARTransformer, ar_generate, ar_loss, ar_score
+from jaxnat.models.ar.model import ARTransformer, ar_generate, ar_loss, ar_score
 from jaxnat.models.transformer import Embedder, TransformerConfig
 
 

@@ -19,7 +19,7 @@ from jaxnat.decoding import mask_predict as mp
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.evaluation.metrics import repeated_token_ratios
 from jaxnat.models import build_model
-from jaxnat.models.nat import CoverageIteration, coverage, source_words
+from jaxnat.models.nat.model import CoverageIteration, coverage, source_words
 from jaxnat.models.transformer import DecoderLayer, MultiHeadAttention, attention_bias
 from tests import edit_reference as er
 from tests import jitted
@@ -29,7 +29,7 @@ from tests.refine_reference import fit_briefly, pad, random_batch
 TINY = "tests/configs/tiny.py"
 V = 40
 SEVERAL = settings(max_examples=60, deadline=None)
-COVERAGE = ("--config.model.coverage=true", "--config.model.dec_layers=2", "--config.train.coverage_iterations=3")
+COVERAGE = ("--config.nat.coverage=true", "--config.model.dec_layers=2", "--config.nat.train_iterations=3")
 
 
 @functools.lru_cache(maxsize=None)
@@ -134,7 +134,7 @@ def test_source_words_are_the_tokens_between_bos_and_eos():
 
 @pytest.mark.parametrize("stop_gradient", [False, True])
 def test_stop_gradient_makes_the_coverage_a_constant(stop_gradient):
-    """train.coverage_stop_gradient: the previous iteration's attention reaches the next only through C, so its
+    """nat.coverage_stop_gradient: the previous iteration's attention reaches the next only through C, so its
     gradient is zero exactly when C is a constant."""
     cfg = _spec().cfg
     hidden, memory, attention, counted, self_bias, src_mask = _iteration_inputs(cfg)
@@ -156,9 +156,9 @@ def test_lambda_receives_gradients():
 
 
 def test_a_forced_lambda_decodes_as_parameters_with_that_lambda():
-    """eval.coverage_lambda=0 (the control without the coverage bias) decodes the trained parameters as if their λ
+    """nat.coverage_lambda=0 (the control without the coverage bias) decodes the trained parameters as if their λ
     were 0; the spec reports λ (history, metrics.json) and the stop-gradient switch reaches the coverage layer."""
-    spec, forced = _spec(*COVERAGE), _spec(*COVERAGE, "--config.eval.coverage_lambda=0")
+    spec, forced = _spec(*COVERAGE), _spec(*COVERAGE, "--config.nat.coverage_lambda=0")
     batch = random_batch(2, V)
     params = spec.init(jax.random.PRNGKey(0), batch)
     iteration = params["params"]["coverage"]["iteration"]
@@ -170,15 +170,15 @@ def test_a_forced_lambda_decodes_as_parameters_with_that_lambda():
     np.testing.assert_allclose(got["score"], want["score"], rtol=1e-6)
     assert not np.allclose(jax.jit(spec.generate)(params, request)["score"], want["score"])
     assert spec.summary(params) == {"coverage_lambda": 1.0} and spec.terms == ("length_loss",)
-    assert _spec(*COVERAGE, "--config.train.coverage_stop_gradient=true").module.coverage_options[1] is True
+    assert _spec(*COVERAGE, "--config.nat.coverage_stop_gradient=true").module.coverage_options[1] is True
 
 
 def test_k_is_a_decoding_choice_with_one_set_of_weights():
     """The same parameters serve every K (one scanned layer); K_dec changes the output, K_train does not
     change the parameter tree."""
     batch = random_batch(2, V)
-    p1 = _spec(*COVERAGE, "--config.train.coverage_iterations=1").init(jax.random.PRNGKey(0), batch)
-    p5 = _spec(*COVERAGE, "--config.train.coverage_iterations=5").init(jax.random.PRNGKey(0), batch)
+    p1 = _spec(*COVERAGE, "--config.nat.train_iterations=1").init(jax.random.PRNGKey(0), batch)
+    p5 = _spec(*COVERAGE, "--config.nat.train_iterations=5").init(jax.random.PRNGKey(0), batch)
     assert jax.tree_util.tree_structure(p1) == jax.tree_util.tree_structure(p5)
     shapes = jax.tree_util.tree_map(lambda x: x.shape, p1)
     assert shapes == jax.tree_util.tree_map(lambda x: x.shape, p5)
@@ -221,7 +221,7 @@ def reference_loss(spec, params, batch, *, eps, weight, sca, iterations):
 @pytest.mark.parametrize("overrides, sca", [((), 0.0), ((), 0.5), (COVERAGE, 0.0), (COVERAGE, 0.5),
                                            ((*COVERAGE, "--config.model.pre_norm=true"), 0.5)])
 def test_loss_matches_plain_reference(overrides, sca):
-    spec = _spec(*overrides, f"--config.train.sca_weight={sca}")
+    spec = _spec(*overrides, f"--config.nat.sca_weight={sca}")
     batch = random_batch(3, V)
     params = spec.init(jax.random.PRNGKey(0), batch)
     loss, aux = spec.loss(params, batch, jax.random.PRNGKey(1), False)
@@ -234,7 +234,7 @@ def test_loss_matches_plain_reference(overrides, sca):
         assert "coverage_loss" not in aux
 
 
-@pytest.mark.parametrize("overrides", [(), (*COVERAGE, "--config.train.sca_weight=0.5")])
+@pytest.mark.parametrize("overrides", [(), (*COVERAGE, "--config.nat.sca_weight=0.5")])
 def test_loss_falls(overrides):
     history = fit_briefly(_spec(*overrides), random_batch(4, V), steps=25)
     assert history[-1][0] < 0.6 * history[0][0]
@@ -267,8 +267,8 @@ def test_remove_repeats_matches_reference(seed, width, kind):
 
 @pytest.mark.parametrize("overrides", [(), COVERAGE])
 def test_a_sentence_decodes_alone_as_in_a_batch(overrides):
-    spec = _spec(*overrides, "--config.eval.remove_repeats=true", "--config.eval.length_beam=3",
-                 "--config.eval.length_beam_mode=centred")
+    spec = _spec(*overrides, "--config.nat.remove_repeats=true", "--config.nat.length_beam=3",
+                 "--config.nat.length_beam_mode=centred")
     batch = random_batch(5, V)
     params = spec.init(jax.random.PRNGKey(0), batch)
     run = jax.jit(lambda src: spec.generate(params, DecodeRequest(src, max_out=20)))

@@ -14,10 +14,10 @@ from tests.test_translate import _main as _run  # the CLI on the tiny config, in
 
 
 def _main(workdir, *args, stdin=None):
-    return _run(workdir, "--config.model.name=nat", "--config.model.coverage=true", "--config.model.dec_layers=2",
-                "--config.model.positions=learned", "--config.train.coverage_iterations=2",
-                "--config.eval.coverage_iterations=2", "--config.eval.remove_repeats=true", "--config.eval.beam_size=1",
-                "--config.eval.length_beam=3", "--config.eval.length_beam_mode=centred",
+    return _run(workdir, "--config.model.name=nat", "--config.nat.coverage=true", "--config.model.dec_layers=2",
+                "--config.model.positions=learned", "--config.nat.train_iterations=2",
+                "--config.nat.decode_iterations=2", "--config.nat.remove_repeats=true", "--config.eval.beam_size=1",
+                "--config.nat.length_beam=3", "--config.nat.length_beam_mode=centred",
                 "--config.data.bucket_multiple=48", *args, stdin=stdin)
 
 
@@ -45,7 +45,7 @@ def test_metrics_include_repeated_token_ratios_and_the_k_sweep(pretrained):
 def test_sca_phase_starts_from_the_first_run(pretrained, tmp_path):
     first, _ = pretrained
     second = tmp_path / "sca"
-    result = _main(second, f"--config.train.init_from={first}", "--config.train.sca_weight=0.5",
+    result = _main(second, f"--config.train.init_from={first}", "--config.nat.sca_weight=0.5",
                    "--config.train.lr_schedule=constant", "--config.train.lr=1e-5", "--config.train.warmup_steps=0",
                    "--config.train.steps=4", "--config.train.eval_every=4", "--config.eval.latency_sentences=0")
     assert result.returncode == 0, result.stderr
@@ -60,7 +60,7 @@ def test_sca_phase_starts_from_the_first_run(pretrained, tmp_path):
 def test_translate_plain_and_rescored(pretrained, ar_run):
     workdir, _ = pretrained
     line = json.dumps({"src": "do girls go to a garden ?"}) + "\n"
-    for extra in ((), (f"--config.eval.rescorer={ar_run}",)):
+    for extra in ((), (f"--config.nat.rescorer={ar_run}",)):
         result = _main(workdir, "--mode", "translate", *extra, stdin=line)
         assert result.returncode == 0, result.stderr
         row = json.loads(result.stdout)

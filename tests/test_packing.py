@@ -14,7 +14,7 @@ from jaxnat.data import batching
 from jaxnat.data.vocab import EOS_ID, PAD_ID
 from jaxnat.errors import ConfigError, DataError
 from jaxnat.models import packing
-from jaxnat.models.ar import ARTransformer, ar_loss
+from jaxnat.models.ar.model import ARTransformer, ar_loss
 from jaxnat.models.transformer import TransformerConfig
 from tests.packing_helpers import (SEGMENT_WIDTH, assert_teacher_forced_pairs_match, pack_and_pad, random_pairs,
                                    rows_of_segments, segment_ids)

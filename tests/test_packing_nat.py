@@ -17,8 +17,8 @@ from jaxnat.config import build_config
 from jaxnat.data.batching import max_segments
 from jaxnat.data.vocab import MASK_ID, PAD_ID
 from jaxnat.models import build_model, packing
-from jaxnat.models.cmlm import cmlm_loss, full_canvas, real_counts, substitution_mask
-from jaxnat.models.nat import coverage
+from jaxnat.models.cmlm.model import cmlm_loss, full_canvas, real_counts, substitution_mask
+from jaxnat.models.nat.model import coverage
 from jaxnat.oracle import draw_subset
 from tests.packing_helpers import SEGMENT_WIDTH, pack_and_pad, random_pairs, rows_of_segments, segment_ids
 from tests.test_cmlm import _masked_positions, _substituted
@@ -118,16 +118,16 @@ def test_masking_and_substitution_counts_per_segment(rows, seed, p):
 # ------------------------------------------------------------------------------- packed = unpacked
 
 TINY = "tests/configs/tiny.py"
-CMLMC = ("--config.model.masked_attn=true", "--config.model.concat_pe=true", "--config.model.positions=learned",
-         "--config.train.correction=true", "--config.train.correction_count=fixed")
+CMLMC = ("--config.cmlm.masked_attn=true", "--config.cmlm.concat_pe=true", "--config.model.positions=learned",
+         "--config.cmlm.correction=true", "--config.cmlm.correction_count=fixed")
 CASES = {
     "cmlm-token": ("cmlm", ()),
-    "cmlm-pooled": ("cmlm", ("--config.model.length_prediction=pooled", "--config.model.length_offset=true")),
+    "cmlm-pooled": ("cmlm", ("--config.cmlm.length_prediction=pooled", "--config.cmlm.length_offset=true")),
     "cmlmc": ("cmlm", CMLMC),
     "nat": ("nat", ()),
-    "coverage-nat-sca": ("nat", ("--config.model.coverage=true", "--config.model.dec_layers=2",
-                                 "--config.train.coverage_iterations=3", "--config.train.sca_weight=0.5",
-                                 "--config.model.length_prediction=pooled")),
+    "coverage-nat-sca": ("nat", ("--config.nat.coverage=true", "--config.model.dec_layers=2",
+                                 "--config.nat.train_iterations=3", "--config.nat.sca_weight=0.5",
+                                 "--config.nat.length_prediction=pooled")),
 }
 
 
@@ -138,14 +138,15 @@ def _model(case):
     name, overrides = CASES[case]
     config = build_config(TINY, [f"--config.model.name={name}", "--config.eval.beam_size=1", *overrides])
     spec = build_model(config, V, V)
-    module, t = spec.module, config.train
+    module = spec.module
 
     def loss(params, batch, draws):
         if name == "nat":
             return spec.loss(params, batch, jax.random.PRNGKey(0), train=False)
         return cmlm_loss(module, params, batch, jax.random.PRNGKey(0), label_smoothing=0.1,
-                         length_offset=config.model.length_offset, correction=t.correction, correction_p=0.5,
-                         correction_fixed_count=t.correction_count == "fixed", train=False, keep_inputs=True,
+                         length_offset=config.cmlm.length_offset, correction=config.cmlm.correction,
+                         correction_p=0.5, correction_fixed_count=config.cmlm.correction_count == "fixed",
+                         train=False, keep_inputs=True,
                          draws=draws)
 
     @jax.jit
@@ -156,7 +157,7 @@ def _model(case):
         src_mask = batch["src"] != PAD_ID if src_seg is None else src_seg
         tokens = aux["masked_in"] if "masked_in" in aux else full_canvas(batch["tgt"], tgt_seg)[0]
         logits = module.apply(params, tokens, memory, src_mask, segments=tgt_seg, method="token_logits",
-                              **({"iterations": t.coverage_iterations} if name == "nat" else {}))
+                              **({"iterations": config.nat.train_iterations} if name == "nat" else {}))
         return value, aux, grads, jax.nn.log_softmax(logits), jax.nn.log_softmax(length_logits)
 
     params = jax.jit(spec.init)(jax.random.PRNGKey(1), {"src": jnp.ones((1, 4), jnp.int32),

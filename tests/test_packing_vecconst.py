@@ -15,7 +15,7 @@ from jaxnat.data.batching import max_segments
 from jaxnat.data.phrase_pairs import check_packable
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.errors import DataError
-from jaxnat.models.vecconst import VecConstTransformer, phrase_tokens, vecconst_loss
+from jaxnat.models.vecconst.model import VecConstTransformer, phrase_tokens, vecconst_loss
 from tests.packing_helpers import (SEGMENT_WIDTH, assert_teacher_forced_pairs_match, pack_and_pad, random_pairs,
                                    rows_of_segments, segment_ids)
 from tests.test_packing import CFG, FAST

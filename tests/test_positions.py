@@ -1,4 +1,4 @@
-"""jaxnat.positions against plain Python: the position embeddings' pairwise cosine similarity, the
+"""jaxnat.models.cmlm.positions against plain Python: the position embeddings' pairwise cosine similarity, the
 masking by share, and the masked tokens' NLL/accuracy with stub token heads (one that knows the reference,
 one blind to the canvas)."""
 
@@ -9,7 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID
-from jaxnat.positions import context_use, mask_share, position_similarity
+from jaxnat.models.cmlm.positions import context_use, mask_share, position_similarity
 
 
 def plain_similarity(vectors):

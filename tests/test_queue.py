@@ -105,10 +105,10 @@ def test_unknown_job_is_one_line_error(tmp_path):
 
 
 # a stand-in for python under launch/multi30k_cmlm_rows.sh: prints its arguments and the cores it may run on, writes
-# the metrics.json of a --workdir, prints a table for jaxnat.positions; the training of FAIL_ROW fails
+# the metrics.json of a --workdir, prints a table for jaxnat.models.cmlm.positions; the training of FAIL_ROW fails
 ROWS_PYTHON = """#!/usr/bin/env bash
 echo "$* cores=$(taskset -pc $$ | sed 's/.*: //')"
-case "$*" in *jaxnat.positions*) echo "| positions of ${@: -1} |"; exit 0;; esac
+case "$*" in *jaxnat.models.cmlm.positions*) echo "| positions of ${@: -1} |"; exit 0;; esac
 prev=
 for a in "$@"; do [ "$prev" = --workdir ] && wd=$a; prev=$a; done
 case "$*" in *--mode\\ eval*) ;; *"$wd"*) [ "${wd##*/}" = "${FAIL_ROW:-}" ] && exit 1;; esac
@@ -140,7 +140,7 @@ def test_cmlm_rows_script_trains_each_row_with_its_switches_then_diagnoses_and_e
         assert "--config.train.steps=7 " in train and f"--config.data.dir={tmp_path / 'data'} " in train
         # the plain evaluation first; the user's flags come last, so they can override it
         assert train.index("--config.eval.constraints= ") < train.index("--config.x=1")
-        for flag, on in zip(("model.masked_attn", "model.concat_pe", "train.correction"), switches[row]):
+        for flag, on in zip(("cmlm.masked_attn", "cmlm.concat_pe", "cmlm.correction"), switches[row]):
             assert (f"--config.{flag}=false" not in train) == on, (row, flag)
         assert train.rstrip().endswith(f"cores={i % cores}")  # PIN=1: row i on core i mod nproc
         assert (runs / row / "metrics.plain.json").exists() and (runs / row / "metrics.full.json").exists()
@@ -162,7 +162,7 @@ def test_cmlm_rows_script_trains_the_halves_of_reveal_position_on_request(tmp_pa
     halves = (("cmlm-maskedattn", "masked_attn", "concat_pe"), ("cmlm-concatpe", "concat_pe", "masked_attn"))
     for row, on, off in halves:
         train = (tmp_path / "runs" / f"{row}.train.log").read_text()
-        assert f"--config.model.{off}=false" in train and "--config.train.correction=false" in train, row
+        assert f"--config.cmlm.{off}=false" in train and "--config.cmlm.correction=false" in train, row
         assert f"--config.model.{on}=false" not in train, row
     assert sorted(p.name for p in (tmp_path / "runs").iterdir() if p.is_dir()) == ["cmlm-concatpe", "cmlm-maskedattn"]
 

@@ -14,7 +14,7 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID
 from jaxnat.decoding.refine import start_from_request
 from jaxnat.decoding.request import DecodeRequest, Supports, check_supported, pad_hypotheses, pad_phrases
 from jaxnat.errors import DataError
-from jaxnat.models import MODELS, build_model, supports
+from jaxnat.models import FAMILIES, build_model, family_of
 
 C, P = 3, 3
 CAPACITY = C * P + 2  # room for every phrase at full length
@@ -83,22 +83,22 @@ def test_padding_helpers():
 
 
 def test_what_each_model_supports_is_checked_in_one_line():
-    check_supported("levt", supports("levt"), init=True, soft=True, hard=True, trace=True)
-    check_supported("ar", supports("ar"), hard=True, beam_size=4)  # constrained beam search
+    check_supported("levt", family_of("levt").supports, init=True, soft=True, hard=True, trace=True)
+    check_supported("ar", family_of("ar").supports, hard=True, beam_size=4)  # constrained beam search
     for kwargs, what in [({"init": True}, "initial hypotheses"), ({"pairs": True}, "constraint pairs"),
                          ({"soft": True}, "soft constraints"), ({"trace": True}, "edit traces")]:
         with pytest.raises(DataError, match=f"model 'ar' does not take {what}"):
-            check_supported("ar", supports("ar"), **kwargs)
+            check_supported("ar", family_of("ar").supports, **kwargs)
     with pytest.raises(DataError, match="model 'cmlm' does not take constraint pairs"):
-        check_supported("cmlm", supports("cmlm"), pairs=True)
+        check_supported("cmlm", family_of("cmlm").supports, pairs=True)
     with pytest.raises(DataError, match="beam search"):
-        check_supported("editor", supports("editor"), beam_size=4)
+        check_supported("editor", family_of("editor").supports, beam_size=4)
     check_supported("x", Supports(beam=True), beam_size=4)
 
 
 def test_every_model_declares_its_counts_and_generate_reports_them():
     """Each registered model builds, and generate returns tokens, score and exactly the counts it declares."""
-    for name in MODELS:
+    for name in FAMILIES:
         config = build_config("tests/configs/tiny.py", [f"--config.model.name={name}", "--config.eval.beam_size=1",
                                                         "--config.data.pairs_dir=synthetic"])
         spec = build_model(config, 40, 40)

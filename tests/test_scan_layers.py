@@ -13,12 +13,12 @@ import pytest
 
 from jaxnat.config import build_config
 from jaxnat.data import batching
-from jaxnat.data.vocab import NUM_RESERVED, PAD_ID, PieceTables
+from jaxnat.data.vocab import NUM_RESERVED, PAD_ID
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.errors import ConfigError
 from jaxnat.models import build_model
-from jaxnat.models import vecconst
-from jaxnat.models.transformer import Decoder, config_from, stack_layers, unstack_layers
+from jaxnat.models.vecconst.model import PairInputs
+from jaxnat.models.transformer import Decoder, stack_layers, unstack_layers
 from tests.refine_reference import random_batch
 
 TINY = "tests/configs/tiny.py"
@@ -28,11 +28,12 @@ V = 40
 DEEP = ("--config.model.enc_layers=2", "--config.model.dec_layers=3", "--config.model.dropout=0")
 FAMILIES = {
     "ar": (),
-    "cmlmc": ("--config.model.name=cmlm", "--config.model.masked_attn=true"),
-    "coverage-nat": ("--config.model.name=nat", "--config.model.coverage=true", "--config.train.coverage_iterations=2"),
-    "vecconst": (),
+    "cmlmc": ("--config.model.name=cmlm", "--config.cmlm.masked_attn=true"),
+    "coverage-nat": ("--config.model.name=nat", "--config.nat.coverage=true", "--config.nat.train_iterations=2"),
+    "vecconst": ("--config.model.name=vecconst", "--config.data.pairs_dir=synthetic"),
     # the authors' forms: per-head prefixes from their adapters, the consumed phrases in the searched state
-    "vecconst-authors": ("--config.model.pair_output=authors", "--config.model.pair_adapters=separate"),
+    "vecconst-authors": ("--config.model.name=vecconst", "--config.data.pairs_dir=synthetic",
+                         "--config.vecconst.output=authors", "--config.vecconst.adapters=separate"),
 }
 
 
@@ -40,8 +41,6 @@ FAMILIES = {
 def _spec(family: str, scan: bool):
     config = build_config(TINY, [*DEEP, *FAMILIES[family], "--config.eval.beam_size=1",
                                  f"--config.model.scan_layers={scan}"])
-    if family.startswith("vecconst"):  # built directly: model.name=vecconst asks for a data.pairs_dir
-        return vecconst.build_spec(config, config_from(config.model, V, V), PieceTables.every_piece_a_word(V))
     return build_model(config, V, V)
 
 
@@ -98,8 +97,8 @@ def test_scanned_stacks_decode_the_same(family):
     plain, scanned = _spec(family, False), _spec(family, True)
     batch = _batch(family)
     params = plain.init(jax.random.PRNGKey(0), batch)
-    request = DecodeRequest(batch["src"], pair_src=batch.get("pair_src"), pair_tgt=batch.get("pair_tgt"),
-                            max_out=16, beam_size=1 if family == "coverage-nat" else 2)
+    extras = {"pairs": PairInputs(batch["pair_src"], batch["pair_tgt"])} if "pair_src" in batch else {}
+    request = DecodeRequest(batch["src"], extras=extras, max_out=16, beam_size=1 if family == "coverage-nat" else 2)
     want = jax.jit(plain.generate)(params, request)
     got = jax.jit(scanned.generate)(stack_layers(params), request)
     np.testing.assert_array_equal(np.asarray(got["tokens"]), np.asarray(want["tokens"]))
@@ -107,9 +106,9 @@ def test_scanned_stacks_decode_the_same(family):
 
 
 def test_early_exit_with_scanned_stacks_is_refused():
-    with pytest.raises(ConfigError, match="model.scan_layers .*model.early_exit='1,3,3'"):
+    with pytest.raises(ConfigError, match="model.scan_layers .*levt.early_exit='1,3,3'"):
         build_config(TINY, ["--config.model.name=levt", "--config.eval.beam_size=1", "--config.model.dec_layers=3",
-                            "--config.model.early_exit=1,3,3", "--config.model.scan_layers=true"])
+                            "--config.levt.early_exit=1,3,3", "--config.model.scan_layers=true"])
     cfg = _spec("cmlmc", True).cfg
     x, mask = jnp.zeros((1, 4, cfg.d_model)), jnp.ones((1, 4), bool)
     with pytest.raises(ConfigError, match="early exit after 2 of 3"):

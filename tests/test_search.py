@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID, UNK_ID
 from jaxnat.decoding.search import decode_length
 from jaxnat.errors import ConfigError
-from jaxnat.models.ar import ARTransformer, ar_generate
+from jaxnat.models.ar.model import ARTransformer, ar_generate
 from jaxnat.models.transformer import TransformerConfig
 
 V = 8  # ids 0..5 reserved: UNK (3), 6 and 7 can be generated besides EOS

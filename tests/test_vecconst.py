@@ -17,22 +17,27 @@ from hypothesis import strategies as st
 from jaxnat.config import build_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PieceTables
 from jaxnat.decoding.request import DecodeRequest
-from jaxnat.models.ar import ARTransformer
+from jaxnat.models.ar.model import ARTransformer
 from jaxnat.models.transformer import config_from
 from jaxnat.data.phrase_pairs import entry_capacity
-from jaxnat.models.vecconst import build_spec, first_spans, pack_entries
+from jaxnat.models.vecconst.model import PairInputs, build_spec, first_spans, pack_entries
 from tests.refine_reference import random_batch
 
 TINY = "tests/configs/tiny.py"
 V = 40
-AUTHORS = ("--config.model.pair_output=authors", "--config.model.pair_adapters=separate")
+AUTHORS = ("--config.vecconst.output=authors", "--config.vecconst.adapters=separate")
+
+
+def _pairs(pair_src, pair_tgt, entries=None) -> dict:
+    """A decode request's extras with these constraint pairs."""
+    return {"pairs": PairInputs(pair_src, pair_tgt, entries)}
 
 
 @functools.lru_cache(maxsize=None)
 def _spec(*overrides):
-    """The model on the tiny config (built directly: `model.name=vecconst` joins the registry with its
-    constraint-pair batches)."""
-    config = build_config(TINY, ["--config.model.positions=learned", *overrides])
+    """The model on the tiny config."""
+    config = build_config(TINY, ["--config.model.name=vecconst", "--config.data.pairs_dir=synthetic",
+                                 "--config.model.positions=learned", *overrides])
     return build_spec(config, config_from(config.model, V, V), PieceTables.every_piece_a_word(V))
 
 
@@ -98,7 +103,7 @@ def test_vectorize_matches_eqs_2_to_4():
 
 @pytest.mark.parametrize("renormalise", [False, True])
 def test_plug_in_matches_eqs_8_to_11(renormalise):
-    spec = _spec(f"--config.model.pair_renormalise={str(renormalise).lower()}")
+    spec = _spec(f"--config.vecconst.renormalise={str(renormalise).lower()}")
     batch = with_pairs(random_batch(1, V), 1)
     params = spec.init(jax.random.PRNGKey(0), batch)
     rng = np.random.default_rng(1)
@@ -157,7 +162,7 @@ def test_plug_in_gradients_equal_the_dense_form():
 def test_no_pairs_change_nothing_and_no_integration_is_the_ar_model():
     """All-PAD pair slots (a sentence without constraints, or the empty slots of one with fewer) are masked
     out; with both integrations off the model computes the AR model's log-probabilities from its parameters."""
-    spec = _spec("--config.model.pair_plug_in=false")
+    spec = _spec("--config.vecconst.plug_in=false")
     batch = with_pairs(random_batch(2, V), 2, empty_rows=(0, 1, 2, 3, 4, 5))
     params = spec.init(jax.random.PRNGKey(0), batch)
     ar = ARTransformer(spec.cfg)
@@ -166,7 +171,7 @@ def test_no_pairs_change_nothing_and_no_integration_is_the_ar_model():
     got = spec.module.apply(params, batch["src"], batch["tgt"][:, :-1], batch["pair_src"], batch["pair_tgt"])
     real = np.asarray(batch["tgt"][:, 1:] != PAD_ID)
     np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], atol=1e-5)
-    off = _spec("--config.model.pair_plug_in=false", "--config.model.pair_attention=false")
+    off = _spec("--config.vecconst.plug_in=false", "--config.vecconst.attention=false")
     some = with_pairs(random_batch(2, V), 3)
     params = off.init(jax.random.PRNGKey(0), some)
     assert set(params["params"]) == {"src_embed", "encoder", "decoder"}
@@ -177,7 +182,7 @@ def test_no_pairs_change_nothing_and_no_integration_is_the_ar_model():
 
 @pytest.mark.parametrize("alpha, beta", [(0.8, 0.2), (0.5, 0.5)])
 def test_loss_weights_constraint_tokens_alpha_and_others_beta(alpha, beta):
-    spec = _spec(f"--config.train.pair_alpha={alpha}", f"--config.train.pair_beta={beta}")
+    spec = _spec(f"--config.vecconst.alpha={alpha}", f"--config.vecconst.beta={beta}")
     batch = with_pairs(random_batch(3, V), 3)
     # make some reference tokens constraint tokens: the first target token of row 0's first pair
     tgt = np.asarray(batch["tgt"]).copy()
@@ -237,7 +242,7 @@ def test_a_sentence_decodes_alone_as_in_a_batch(beam):
     spec = _spec()
     batch = with_pairs(random_batch(6, V), 6)
     params = spec.init(jax.random.PRNGKey(0), batch)
-    run = jax.jit(lambda s, ps, pt: spec.generate(params, DecodeRequest(s, pair_src=ps, pair_tgt=pt, max_out=16,
+    run = jax.jit(lambda s, ps, pt: spec.generate(params, DecodeRequest(s, extras=_pairs(ps, pt), max_out=16,
                                                                         beam_size=beam)))
     together = run(batch["src"], batch["pair_src"], batch["pair_tgt"])
     for k in range(batch["src"].shape[0]):
@@ -300,7 +305,7 @@ def test_packed_entries_translate_as_all_of_them(beam):
     batch = with_pairs(random_batch(6, V), 7, n=3, ps=6, empty_rows=(1, 4))
     params = spec.init(jax.random.PRNGKey(0), batch)
     run = jax.jit(lambda s, ps, pt, entries: spec.generate(params, DecodeRequest(
-        s, pair_src=ps, pair_tgt=pt, max_out=16, beam_size=beam, pair_entries=entries)), static_argnums=3)
+        s, extras=_pairs(ps, pt, entries), max_out=16, beam_size=beam)), static_argnums=3)
     no_pairs = jnp.full_like(batch["pair_src"], PAD_ID)
     for pair_src, pair_tgt in ((batch["pair_src"], batch["pair_tgt"]), (no_pairs, no_pairs)):
         entries = entry_capacity(np.asarray(pair_src))
@@ -421,7 +426,7 @@ def test_first_spans_match_reference(packed, case):
 
 
 def test_span_weighting_puts_alpha_on_the_first_occurrence_only():
-    spec = _spec("--config.train.pair_weighting=span", "--config.train.pair_alpha=0.8", "--config.train.pair_beta=0.2")
+    spec = _spec("--config.vecconst.weighting=span", "--config.vecconst.alpha=0.8", "--config.vecconst.beta=0.2")
     token = NUM_RESERVED + 5
     batch = with_pairs(random_batch(3, V), 3)
     tgt = np.asarray(batch["tgt"]).copy()
@@ -432,7 +437,7 @@ def test_span_weighting_puts_alpha_on_the_first_occurrence_only():
     params = spec.init(jax.random.PRNGKey(0), batch)
     loss, aux = spec.loss(params, batch, jax.random.PRNGKey(1), False)
     assert int(aux["constraint_tokens"]) == 1
-    tokens = _spec("--config.train.pair_alpha=0.8", "--config.train.pair_beta=0.2")
+    tokens = _spec("--config.vecconst.alpha=0.8", "--config.vecconst.beta=0.2")
     assert int(tokens.loss(params, batch, jax.random.PRNGKey(1), False)[1]["constraint_tokens"]) == 2
 
 
@@ -468,7 +473,7 @@ def test_the_authors_rule_drops_produced_constraint_tokens_from_each_beam(beam):
     spec = _spec(*AUTHORS)
     batch = with_pairs(random_batch(6, V), 6)
     params = spec.init(jax.random.PRNGKey(0), batch)
-    out = jax.jit(lambda s, ps, pt: spec.generate(params, DecodeRequest(s, pair_src=ps, pair_tgt=pt, max_out=16,
+    out = jax.jit(lambda s, ps, pt: spec.generate(params, DecodeRequest(s, extras=_pairs(ps, pt), max_out=16,
                                                                         beam_size=beam)))(
         batch["src"], batch["pair_src"], batch["pair_tgt"])
     changed = 0

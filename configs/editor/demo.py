@@ -22,7 +22,7 @@ from jaxnat.config import default_config
 def get_config():
     c = default_config()
     c.model.update(name="editor", d_model=128, ffn_dim=512, num_heads=4, enc_layers=2, dec_layers=2, dropout=0.1,
-                   max_len=96, separate_reposition=True)
+                   max_len=96)
     # bucket lengths in multiples of 8: 3 train shapes fitted to the data (data.max_buckets: 8, 16, 24), decoding
     # on 8, 16, 32, 40: less compiling, which is a good part of a 10-minute budget
     c.data.update(source="synthetic", spm_model_type="bpe", vocab_size=1500, max_len=40, batch_tokens=1024,
@@ -31,6 +31,7 @@ def get_config():
     # a closed alphabet, every word one piece; text outside it is refused or reported, never silently changed
     c.data.byte_fallback = False
     c.train.update(steps=2000, lr=3e-3, warmup_steps=200, log_every=100, eval_every=2000, checkpoint_every=250,
-                   valid_bleu_sentences=200, weight_decay=0.01, own_insertion_roll_in=0.5, global_shuffle=0.5)
-    c.eval.update(latency_sentences=30, beam_size=1, max_iter=9, constraints="soft,hard", trace_sentences=5)
+                   valid_bleu_sentences=200, weight_decay=0.01)
+    c.eval.update(latency_sentences=30, beam_size=1, constraints="soft,hard", trace_sentences=5)
+    c.editor.update(separate_reposition=True, own_insertion_roll_in=0.5, global_shuffle=0.5, max_iter=9)
     return c

@@ -16,13 +16,13 @@ from jaxnat.config import default_config
 def get_config():
     c = default_config()
     c.model.update(name="editor", d_model=512, ffn_dim=2048, num_heads=8, enc_layers=6, dec_layers=6, dropout=0.3,
-                   embed_dropout=0.1, positions="learned", max_len=256, bert_init=True, separate_reposition=True,
-                   dtype="bfloat16")
+                   embed_dropout=0.1, positions="learned", max_len=256, bert_init=True, dtype="bfloat16")
     c.data.update(source="text", src_lang="en", tgt_lang="de", train_split="train",
                   valid_split="validation", test_splits="test", vocab_size=32000, max_len=256,
                   batch_tokens=65536)
     c.train.update(steps=300000, lr=5e-4, warmup_steps=10000, weight_decay=0.01, label_smoothing=0.1,
-                   placeholder_smoothing=0.01, log_every=100, eval_every=5000, checkpoint_every=2000,
+                   log_every=100, eval_every=5000, checkpoint_every=2000,
                    valid_bleu_sentences=1000)
-    c.eval.update(beam_size=1, max_iter=10, batch_size=128, constraints="soft,hard")
+    c.eval.update(beam_size=1, batch_size=128, constraints="soft,hard")
+    c.editor.update(separate_reposition=True, placeholder_smoothing=0.01, max_iter=10)
     return c

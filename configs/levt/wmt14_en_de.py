@@ -24,7 +24,8 @@ def get_config():
                   valid_split="validation", test_splits="test", vocab_size=32000, max_len=256,
                   batch_tokens=65536)
     c.train.update(steps=300000, lr=5e-4, warmup_steps=10000, weight_decay=0.01, label_smoothing=0.1,
-                   placeholder_smoothing=0.01, clip_norm=0.0, log_every=100, eval_every=5000,
+                   clip_norm=0.0, log_every=100, eval_every=5000,
                    checkpoint_every=2000, valid_bleu_sentences=1000)
-    c.eval.update(beam_size=1, max_iter=9, batch_size=128, constraints="soft,hard")
+    c.eval.update(beam_size=1, batch_size=128, constraints="soft,hard")
+    c.levt.update(placeholder_smoothing=0.01, max_iter=9)
     return c

@@ -13,6 +13,7 @@ from jaxnat.config import load_config
 
 def get_config():
     c = load_config(os.path.join(os.path.dirname(os.path.abspath(__file__)), "multi30k.py"))
-    c.train.update(init_from="runs/covnat-multi30k", sca_weight=0.5, lr_schedule="constant", lr=1e-5,
+    c.train.update(init_from="runs/covnat-multi30k", lr_schedule="constant", lr=1e-5,
                    warmup_steps=0, steps=500, eval_every=250, checkpoint_every=250)
+    c.nat.update(sca_weight=0.5)
     return c

@@ -12,11 +12,11 @@ python -m jaxnat.main --config configs/nat/wmt14_en_de.py --workdir runs/covnat-
     --config.data.dir=data/wmt14-kd --config.data.spm_from=runs/ar-wmt14
 3. Fine-tuning with sentence-level coverage agreement, from the best checkpoint of step 2:
 python -m jaxnat.main --config configs/nat/wmt14_en_de.py --workdir runs/covnat-sca-wmt14 \
-    --config.data.dir=data/wmt14-kd --config.train.init_from=runs/covnat-wmt14 --config.train.sca_weight=0.5 \
+    --config.data.dir=data/wmt14-kd --config.train.init_from=runs/covnat-wmt14 --config.nat.sca_weight=0.5 \
     --config.train.lr_schedule=constant \
     --config.train.lr=1e-5 --config.train.warmup_steps=0 --config.train.steps=1000 --config.train.eval_every=500
-4. Rescored evaluation: --mode eval --config.eval.length_beam=9 --config.eval.rescorer=runs/ar-wmt14.
-NAT-base: --config.model.coverage=false.
+4. Rescored evaluation: --mode eval --config.nat.length_beam=9 --config.nat.rescorer=runs/ar-wmt14.
+NAT-base: --config.nat.coverage=false.
 """
 
 from jaxnat.config import default_config
@@ -25,14 +25,14 @@ from jaxnat.config import default_config
 def get_config():
     c = default_config()
     c.model.update(name="nat", d_model=512, ffn_dim=2048, num_heads=8, enc_layers=6, dec_layers=6, dropout=0.1,
-                   max_len=256, positions="learned", length_prediction="pooled", coverage=True,
-                   dtype="bfloat16")
+                   max_len=256, positions="learned", dtype="bfloat16")
     c.data.update(source="text", src_lang="en", tgt_lang="de", train_split="train",
                   valid_split="validation", test_splits="test", vocab_size=32000, max_len=256,
                   batch_tokens=65536)
     c.train.update(steps=400000, lr=5e-4, warmup_steps=10000, weight_decay=0.01, label_smoothing=0.1,
-                   log_every=100, eval_every=5000, checkpoint_every=2000, valid_bleu_sentences=1000,
-                   coverage_iterations=5)
-    c.eval.update(beam_size=1, length_beam=1, length_beam_mode="centred", coverage_iterations=5, remove_repeats=True,
-                  candidate_score="log_probability", batch_size=128)
+                   log_every=100, eval_every=5000, checkpoint_every=2000, valid_bleu_sentences=1000)
+    c.eval.update(beam_size=1, batch_size=128)
+    c.nat.update(length_prediction="pooled", coverage=True, train_iterations=5, length_beam=1,
+                 length_beam_mode="centred", decode_iterations=5, remove_repeats=True,
+                 candidate_score="log_probability")
     return c

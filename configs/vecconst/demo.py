@@ -23,5 +23,5 @@ from jaxnat.config import load_config
 def get_config():
     c = load_config(os.path.join(os.path.dirname(os.path.abspath(__file__)), "vanilla_demo.py"))
     c.model.name = "vecconst"
-    c.train.update(pair_alpha=0.8, pair_beta=0.2)
+    c.vecconst.update(alpha=0.8, beta=0.2)
     return c

@@ -11,5 +11,5 @@ from jaxnat.config import load_config
 
 def get_config():
     c = load_config(os.path.join(os.path.dirname(os.path.abspath(__file__)), "demo.py"))
-    c.train.update(pair_alpha=0.5, pair_beta=0.5)
+    c.vecconst.update(alpha=0.5, beta=0.5)
     return c

@@ -23,7 +23,8 @@ def get_config():
     # the second stage on the authors' schedule (their README: 10k updates, 4k warming up to 1e-4, then a cosine
     # down to 1e-7; dropout 0.1), shortened to this config's 1000 updates with the same proportions
     c.model.update(dropout=0.1)
-    c.train.update(init_from="runs/ar-multi30k", pair_alpha=0.8, pair_beta=0.2, steps=1000, lr_schedule="cosine",
+    c.train.update(init_from="runs/ar-multi30k", steps=1000, lr_schedule="cosine",
                    lr=1e-4, warmup_steps=400, warmup_init_lr=1e-7, min_lr=1e-7, eval_every=250, checkpoint_every=100)
     c.eval.update(throughput_batch=128)
+    c.vecconst.update(alpha=0.8, beta=0.2)
     return c

@@ -434,9 +434,10 @@ def pack_rows(lengths: np.ndarray, width: int, order: np.ndarray, most: int | No
 def max_segments(width: int) -> int:
     """The most segments (pairs) a packed row of ``width`` tokens holds: width // 8, at least 1.
 
-    Per-segment arrays are this wide, and CMLM's token form reads one LENGTH entry per slot in its encoder, so
-    the cap keeps that cost at 1/8 of the row. Pairs average 8 or more tokens on their longer side in any real
-    corpus (Multi30k: 15), so rows rarely fill their slots before their tokens."""
+    Per-segment arrays are this wide, and a model may read one entry per slot (a length-predicting model's
+    LENGTH tokens in its encoder, say), so the cap keeps that cost at 1/8 of the row. Pairs average 8 or more
+    tokens on their longer side in any real corpus (Multi30k: 15), so rows rarely fill their slots before their
+    tokens."""
     return max(1, width // 8)
 
 

@@ -171,7 +171,7 @@ def check_packable(src, tgt, pair_src: np.ndarray, pair_tgt: np.ndarray) -> None
     """Raises DataError unless every example's constraint phrases hold, on each side, no more pieces than its
     sentence, BOS and EOS excluded. src, tgt: N [BOS … EOS] int32 arrays; pair_src, pair_tgt: int32[N, max_pairs,
     max_pieces] (`encode_pairs`). A packed row keeps as many constraint pieces as it has tokens
-    (`jaxnat.models.vecconst.row_capacity`), which this makes enough; pairs drawn from their sentence pass."""
+    (`jaxnat.models.vecconst.model.row_capacity`), which this makes enough; pairs drawn from their sentence pass."""
     n = len(src)
     over = ((pair_src != PAD_ID).reshape(n, -1).sum(axis=1) > np.asarray([len(x) - 2 for x in src])) | \
         ((pair_tgt != PAD_ID).reshape(n, -1).sum(axis=1) > np.asarray([len(x) - 2 for x in tgt]))

@@ -44,7 +44,7 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID
 from jaxnat.edit_ops.compaction import compact
 
 LENGTH_CLASSES = 256
-LENGTH_OFFSET = 128  # with model.length_offset, class = n_tgt − n_src + 128
+LENGTH_OFFSET = 128  # with a length_offset section key (cmlm, nat), class = n_tgt − n_src + 128
 NEG = -1e9           # a log-probability no placement reaches (finite, so that sums stay ordered)
 
 

@@ -1,7 +1,7 @@
 """Iterative refinement decoding for edit-based models, as one jit'd ``lax.while_loop``.
 
-One iteration = a first edit (LevT: delete, `jaxnat.models.levt.levt_delete`; EDITOR: reposition,
-`jaxnat.models.editor.editor_reposition`) → insert placeholders → fill them (docs/levt.md, docs/editor.md).
+One iteration = a first edit (LevT: delete, `jaxnat.models.levt.model.levt_delete`; EDITOR: reposition,
+`jaxnat.models.editor.model.editor_reposition`) → insert placeholders → fill them (docs/levt.md, docs/editor.md).
 The whole batch lives at a fixed capacity ``[B, L]``; a
 sentence stops when an iteration leaves it unchanged (unless ``run_all``) and the loop stops when every
 sentence has stopped or after ``max_iter + 1`` iterations. Finished rows are frozen by masking, so no shape

@@ -3,20 +3,18 @@
 A request carries, for a batch of sentences, everything a user can ask of a translation: the source, an
 optional initial hypothesis to refine (post-editing), optional target-side constraint phrases (soft, or hard =
 guaranteed, per sentence) and whether to record an edit trace. Each model family turns it into its own form
-(the edit models: a starting canvas; a mask-predict model: a partly masked canvas; constrained beam search:
-its banks), and a model that cannot honour part of a request says so in one line (`check_supported`), before
+(a refining model: a starting canvas; a masked language model: a partly masked canvas; constrained beam
+search: its banks), and a model that cannot honour part of a request says so in one line (`check_supported`), before
 anything runs.
 
     DecodeRequest(src: int32[B, S],
                   init: int32[B, T0] | None,        [BOS … EOS] rows; an all-PAD row = no initial hypothesis
                   constraints: int32[B, C, P] | None, target piece ids of up to C phrases, PAD-padded
                   hard: bool[B] | None,              the constraints of sentence b must appear (else soft)
-                  rescorer: pytree | None,          an AR model's parameters: pick among candidates with it
-                  pair_src: int32[B, N, Ps] | None,  constraint pairs (vectorized constraints): source phrases
-                  pair_tgt: int32[B, N, Pt] | None,  and the target phrases they become, PAD-padded
-                  plan: pytree | None,               what the model's `ModelSpec.plan` found for this batch
-                  max_out, beam_size, trace,         static: output capacity, beam, edit trace on/off,
-                  pair_entries)                      the constraint entries to keep (None: all N · Ps)
+                  extras: {name: pytree},            what a model family adds (`Family.request_extras`: e.g.
+                                                     constraint pairs, a rescorer's parameters) and 'plan', what
+                                                     the model's `ModelSpec.plan` found for this batch
+                  max_out, beam_size, trace)         static: output capacity, beam, edit trace on/off
 
 A sentence takes an initial hypothesis or constraints, not both (the translator checks it).
 """
@@ -39,14 +37,10 @@ class DecodeRequest:
     init: jax.Array | None = None
     constraints: jax.Array | None = None
     hard: jax.Array | None = None
-    rescorer: object = None
-    pair_src: jax.Array | None = None
-    pair_tgt: jax.Array | None = None
-    plan: object = None
+    extras: dict = struct.field(default_factory=dict)
     max_out: int = struct.field(pytree_node=False, default=0)
     beam_size: int = struct.field(pytree_node=False, default=1)
     trace: bool = struct.field(pytree_node=False, default=False)
-    pair_entries: int | None = struct.field(pytree_node=False, default=None)
 
     def width(self, capacity) -> int:
         """The output capacity: ``max_out`` when set, else the model's ``capacity(src_len)`` (static)."""
@@ -65,11 +59,9 @@ class Supports:
     hard_constraints: bool = False
     trace: bool = False
     beam: bool = False
-    rescoring: bool = False  # generate takes request.rescorer (eval.rescorer)
-    pairs: bool = False      # generate reads constraint pairs (request.pair_src / pair_tgt)
+    pairs: bool = False      # generate reads constraint pairs (`Start.pairs`, in the family's request extras)
     max_phrases: int = 0     # the most constraint phrases a sentence may have (0: no limit)
     counts: tuple[str, ...] = ()
-    sweep_key: str = ""      # the eval key eval.iteration_sweep sets (a decoding depth), "" = none
 
 
 def check_supported(model_name: str, supports: Supports, *, init: bool = False, soft: bool = False,

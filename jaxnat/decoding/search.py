@@ -2,7 +2,7 @@
 
 Both searches run one `lax.while_loop` over target positions, feeding one token per step through a
 ``tokens_to_logprobs(tokens, cache, index)`` callback: the model behind it (an `ARTransformer` with its KV
-cache, see `jaxnat.models.ar.ar_generate`, or a model with constraint memories) is the caller's business, so
+cache, see `jaxnat.models.ar.model.ar_generate`, or a model with constraint memories) is the caller's business, so
 constrained searches reuse the same loops. Nothing syncs with the host inside the loop. Conventions
 (fairseq's):
 

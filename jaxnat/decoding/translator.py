@@ -16,7 +16,6 @@ import jax
 import numpy as np
 
 from jaxnat.data.batching import bucket_lengths, eval_batches
-from jaxnat.data.phrase_pairs import encode_pairs, entry_capacity
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.request import DecodeRequest, check_supported, pad_hypotheses, pad_phrases
 from jaxnat.errors import DataError
@@ -26,8 +25,8 @@ log = logging.getLogger("jaxnat")
 
 class Start(NamedTuple):
     """What one sentence asks beyond its source (target piece ids, no BOS/EOS): an initial hypothesis to
-    refine, or constraint phrases (hard = guaranteed); and, for a model of vectorized constraints, constraint
-    pairs (source phrase, target phrase) as text. All None: plain translation."""
+    refine, or constraint phrases (hard = guaranteed); and, for a model that reads them, constraint pairs
+    (source phrase, target phrase) as text. All None: plain translation."""
     init: list[int] | None = None
     phrases: list[list[int]] | None = None
     hard: bool = False
@@ -43,11 +42,11 @@ def _round_up(n: int, multiple: int) -> int:
 
 
 class Translator:
-    def __init__(self, spec, params, tokenizer, config, rescorer=None, checkpoint: dict | None = None):
-        """rescorer: the parameters of the AR model of eval.rescorer, handed to every request (or None).
+    def __init__(self, spec, params, tokenizer, config, aux=None, checkpoint: dict | None = None):
+        """aux: what the model decodes with beyond its parameters (`Family.aux_run`), or None.
         checkpoint: which checkpoint `params` come from (`restore.params_choice`), reported with the results."""
         self.spec, self.params, self.tokenizer, self.config = spec, params, tokenizer, config
-        self.rescorer, self.checkpoint = rescorer, checkpoint
+        self.aux, self.checkpoint = aux, checkpoint
         self.max_len = config.data.max_len
         d = config.data
         self.buckets = bucket_lengths(self.max_len, growth=d.bucket_growth, multiple=d.bucket_multiple)
@@ -56,9 +55,6 @@ class Translator:
         # a model with a plan (length prediction): outputs as wide as the planned lengths need (`planned`);
         # False: as wide as the source allows (bench/decode_speed.py --full-canvas)
         self.narrow_outputs = True
-        # constraint pairs: attend over the entries each batch needs (a few compiled shapes per source bucket);
-        # False: over all data.max_pairs × data.max_pair_pieces (one shape; bench/decode_speed.py --unpacked)
-        self.pack_pairs = True
 
     def encode(self, texts: list[str]) -> tuple[list[np.ndarray], list[bool]]:
         """Source texts -> [BOS … EOS] id arrays (cut to data.max_len) and, per text, whether it was cut."""
@@ -178,14 +174,8 @@ class Translator:
             c, p = phrases.shape[1:]
             constraints = np.pad(phrases, ((0, 0), (0, _round_up(c, 4) - c), (0, _round_up(p, 4) - p)))
             hard = np.asarray([s.hard for s in starts], bool)
-        pair_src = pair_tgt = entries = None
-        if sup.pairs:  # every request, pairs or not; the attention keeps only the entries the batch needs
-            d = self.config.data
-            pair_src, pair_tgt, _ = encode_pairs([s.pairs or [] for s in starts], self.tokenizer.encode,
-                                                 d.max_pairs, d.max_pair_pieces)
-            entries = entry_capacity(pair_src) if self.pack_pairs else None
-        return DecodeRequest(src, init, constraints, hard, self.rescorer, pair_src, pair_tgt, max_out=capacity,
-                             beam_size=beam_size, trace=trace, pair_entries=entries)
+        extras = self.spec.request_extras(self, starts) if self.spec.request_extras else {}
+        return DecodeRequest(src, init, constraints, hard, extras, max_out=capacity, beam_size=beam_size, trace=trace)
 
     def planned(self, request: DecodeRequest) -> DecodeRequest:
         """The request with the model's plan (`ModelSpec.plan`) and an output only as wide as its longest row
@@ -195,7 +185,7 @@ class Translator:
         lengths, state = self._plan(self.params, request)
         needed = int(np.max(jax.device_get(lengths))) + 2
         width = min([b for b in self.buckets if b >= needed] + [request.max_out])
-        return request.replace(plan=(lengths, state), max_out=width)
+        return request.replace(extras={**request.extras, "plan": (lengths, state)}, max_out=width)
 
     def translate_ids(self, src: list[np.ndarray], beam_size: int, batch_size: int,
                       starts: list[Start] | None = None, trace: bool = False) -> list[dict]:

@@ -1,32 +1,49 @@
-"""The models, by name. Adding a model = one model file here with a `build_spec(config, cfg, pieces)` and a
-`SUPPORTS`, one line in `MODELS`, one decoding file if it has its own loop, one config folder."""
+"""The model families, by name: each a package `jaxnat/models/<name>/` whose `FAMILY` (`jaxnat.models.family.
+Family`) declares its model, config section and hooks. Adding one = its package, one name in `FAMILIES` (or
+`register` from outside jaxnat), its config folder and docs page (docs/design.md, "How to add a model family")."""
 
 from __future__ import annotations
 
 import importlib
 
-# model.name -> the module (under jaxnat.models) that builds it: the one list of model names
-MODELS = {"ar": "ar", "levt": "levt", "editor": "editor", "cmlm": "cmlm", "nat": "nat", "vecconst": "vecconst"}
+# the packages under jaxnat/models that are model families, in the order the docs list them
+FAMILIES = ("ar", "levt", "editor", "cmlm", "nat", "vecconst")
+_registered: dict = {}
 
 
-def _module(name: str):
+def register(family) -> None:
+    """Adds a family defined outside jaxnat (a `Family`); its name must be new."""
     from jaxnat.errors import ConfigError
 
-    if name not in MODELS:
-        raise ConfigError(f"unknown model.name {name!r}; available: {', '.join(sorted(MODELS))}")
-    return importlib.import_module(f"jaxnat.models.{MODELS[name]}")
+    if family.name in FAMILIES or family.name in _registered:
+        raise ConfigError(f"a model family named {family.name!r} exists already")
+    _registered[family.name] = family
 
 
-def supports(name: str):
-    """The `Supports` of a model, without building it (config validation uses it)."""
-    return _module(name).SUPPORTS
+def unregister(name: str) -> None:
+    _registered.pop(name, None)
 
 
-def extends(name: str) -> tuple[str, tuple[str, ...]]:
-    """(the model whose parameters this one keeps under the same names, the config keys only this one has):
-    a run of that model can be this one's first training stage (train.init_from). ("", ()) for none."""
-    module = _module(name)
-    return getattr(module, "EXTENDS", ""), getattr(module, "OWN_KEYS", ())
+def names() -> tuple[str, ...]:
+    """Every family's name: jaxnat's own, then the registered ones."""
+    return FAMILIES + tuple(_registered)
+
+
+def family_of(name: str):
+    """The `Family` named ``name``; a one-line ConfigError for an unknown one."""
+    from jaxnat.errors import ConfigError
+
+    if name in _registered:
+        return _registered[name]
+    if name not in FAMILIES:
+        raise ConfigError(f"unknown model.name {name!r}; available: {', '.join(sorted(names()))}")
+    return importlib.import_module(f"jaxnat.models.{name}").FAMILY
+
+
+def lineage(name: str) -> tuple:
+    """The families whose config sections a run of ``name`` reads: those it extends, then itself."""
+    family = family_of(name)
+    return (lineage(family.extends) if family.extends else ()) + (family,)
 
 
 def build_model(config, src_vocab_size: int, tgt_vocab_size: int, pieces=None):
@@ -35,9 +52,8 @@ def build_model(config, src_vocab_size: int, tgt_vocab_size: int, pieces=None):
     from jaxnat.models.spec import PieceTables
     from jaxnat.models.transformer import config_from
 
-    module = _module(config.model.name)
     cfg = config_from(config.model, src_vocab_size, tgt_vocab_size)
-    return module.build_spec(config, cfg, pieces or PieceTables.every_piece_a_word(tgt_vocab_size))
+    return family_of(config.model.name).build(config, cfg, pieces or PieceTables.every_piece_a_word(tgt_vocab_size))
 
 
 def count_params(params) -> int:

@@ -100,9 +100,10 @@ class EditTransformer(nn.Module):
         return self.tgt_embed.attend(h) if self.cfg.tie_output else self.output(h).astype(jnp.float32)
 
 
-def early_exit(model_cfg) -> tuple[int, int, int]:
-    """model.early_exit "f,p,t" → (first edit, placeholder, token) decoder layers; "" → all dec_layers."""
-    text = model_cfg.early_exit.strip()
+def early_exit(section, model_cfg, key: str = "early_exit") -> tuple[int, int, int]:
+    """An edit family's section's early_exit "f,p,t" → (first edit, placeholder, token) decoder layers; "" → all
+    of model_cfg's (model.* or a `TransformerConfig`) dec_layers. key: its name in error messages."""
+    text = section.early_exit.strip()
     if not text:
         return (model_cfg.dec_layers,) * 3
     try:
@@ -110,10 +111,10 @@ def early_exit(model_cfg) -> tuple[int, int, int]:
     except ValueError:
         exits = ()
     if len(exits) != 3 or not all(1 <= e <= model_cfg.dec_layers for e in exits):
-        raise ConfigError(f"model.early_exit must be three layer counts 'f,p,t' between 1 and model.dec_layers "
+        raise ConfigError(f"{key} must be three layer counts 'f,p,t' between 1 and model.dec_layers "
                           f"({model_cfg.dec_layers}), got {text!r}")
-    if model_cfg.get("scan_layers") and min(exits) < model_cfg.dec_layers:
-        raise ConfigError(f"model.scan_layers runs whole decoder stacks; model.early_exit={text!r} reads fewer "
+    if getattr(model_cfg, "scan_layers", False) and min(exits) < model_cfg.dec_layers:
+        raise ConfigError(f"model.scan_layers runs whole decoder stacks; {key}={text!r} reads fewer "
                           f"layers: turn one of them off")
     return exits
 
@@ -158,10 +159,10 @@ def own_insertion(apply, y: jax.Array, tgt: jax.Array, memory, src_mask, keys) -
       subsequence of the reference holding what the model inserted correctly, so the gaps left are the ones it
       missed: the canvas the next iteration's insertion heads see after a perfect first edit.
 
-    A roll-in beyond the papers (``train.own_insertion_roll_in``, docs/editor.md): both train their insertion
+    A roll-in beyond the papers (the sections' ``own_insertion_roll_in``, docs/editor.md): both train their insertion
     heads only on noised or oracle-deleted references with the oracle's placeholder counts, never on what the
     model's own placeholder counts produce. It takes the argmax of both heads, as decoding does, whatever
-    ``train.roll_in_sampling`` says. keys: (placeholder key, token key) for dropout.
+    ``editor.roll_in_sampling`` says. keys: (placeholder key, token key) for dropout.
     """
     counts = model_choice(apply("placeholder_logits", y, memory, src_mask, key=keys[0]))
     canvas = edit_ops.insert_placeholders(y, counts, PAD_ID, PLH_ID).tokens
@@ -185,14 +186,14 @@ def roll_in_own_insertion(apply, y_ins, tgt, memory, src_mask, key, probability:
     return kept, filled
 
 
-def edit_model_spec(config, cfg: TransformerConfig, name: str, module: EditTransformer, loss, first_head: str,
+def edit_model_spec(config, section, cfg: TransformerConfig, name: str, module: EditTransformer, loss, first_head: str,
                     first_edit, pieces, supports) -> ModelSpec:
     """The `ModelSpec` of an edit-based model: its first edit (``first_head``: the module method giving its
     logits; ``first_edit``: a `refine.FirstEdit`) and the shared insertion heads, run by `refine` from the
     request's starting hypotheses (`start_from_request`). supports.counts: "iterations", the first edit's
     counts, "insertions"."""
     e = config.eval
-    options = RefineOptions(e.max_iter, e.placeholder_penalty, e.length_cap_min, e.length_cap_ratio,
+    options = RefineOptions(section.max_iter, section.placeholder_penalty, e.length_cap_min, e.length_cap_ratio,
                             e.run_all_iterations)
     continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None
     count_names = tuple(c for c in supports.counts if c not in LOOP_COUNTS)
@@ -246,3 +247,42 @@ def model_fills(tok_logits: jax.Array, tgt: jax.Array, insert_mask: jax.Array,
     float32[B, T, V]) at the inserted positions, never a reserved id: int32[B, T]."""
     fills = model_choice(forbid_reserved(tok_logits), noise).astype(tgt.dtype)
     return jnp.where(insert_mask, fills, tgt)
+
+
+# ----------------------------------------------------------------------------------------------- configuration
+
+def edit_defaults() -> dict:
+    """The keys an edit-based family's config section has whatever its first edit (LevT, EDITOR), with defaults.
+    The roll-in keys exist in both, and each family's section says what they mean there."""
+    return dict(
+        # "f,p,t": the decoder layers read by the first-edit (deletion / reposition), placeholder and token heads
+        early_exit="",  # "" = all
+        separate_placeholder=False,  # the placeholder head on its own layer stack (LevT Table 2a)
+        # roll-in mixtures, per sentence (α, β: see the family's section)
+        roll_in_alpha=0.0, roll_in_beta=0.0, placeholder_smoothing=0.01,
+        # beyond the papers: the share of roll-in rows that are a random subset of the reference in a uniformly
+        # random order, like shuffled soft constraints
+        global_shuffle=0.0,
+        # beyond the papers: the share of batches whose roll-in follows the model's own insertion (insertion
+        # heads on what the oracle keeps of it, the first edit on it): docs/editor.md
+        own_insertion_roll_in=0.0,
+        # refinement decoding: at most max_iter iterations; placeholder_penalty is subtracted from the score of
+        # inserting placeholders (Gu et al.'s penalty against short outputs)
+        max_iter=9, placeholder_penalty=0.0,
+    )
+
+
+EDIT_RANGES = {**{k: ("[0", "1]") for k in ("roll_in_alpha", "roll_in_beta", "placeholder_smoothing", "global_shuffle",
+                                            "own_insertion_roll_in")},
+               "max_iter": ("[0", None), "placeholder_penalty": ("[0", None)}
+
+# the flat keys of before the config sections that every edit family took over
+EDIT_MOVED = {"model.early_exit": "early_exit", "model.separate_placeholder": "separate_placeholder",
+              **{f"train.{k}": k for k in ("roll_in_alpha", "roll_in_beta", "placeholder_smoothing", "global_shuffle",
+                                           "own_insertion_roll_in")},
+              "eval.max_iter": "max_iter", "eval.placeholder_penalty": "placeholder_penalty"}
+
+
+def check_early_exit(config, section: str) -> None:
+    """Validation of the section's early_exit against the model's layers."""
+    early_exit(config[section], config.model, f"{section}.early_exit")

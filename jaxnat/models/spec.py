@@ -25,12 +25,14 @@ class ModelSpec:
     supports: what generate honours (initial hypotheses, soft/hard constraints, traces, beams) and counts
     plan(params, request) -> (lengths: int32[B, k], state), or None: for a model that fixes its output lengths
       before decoding (length prediction), the lengths (BOS/EOS excluded) of every row it will decode and what
-      it computed to find them; generate(params, request.replace(plan=..., max_out=width)) then decodes the
+      it computed to find them; generate(params, a request with extras['plan'] and max_out=width) decodes the
       same translations on outputs of any width that holds the longest (the translator picks the narrowest)
     packs: whether loss takes packed batches (`jaxnat.data.batching.PackedBatcher`: several pairs a row, with
       'src_seg' and 'tgt_seg'), each pair's loss exactly its loss alone; training then compiles one program
     terms: names of loss's aux scalars (each a mean over the batch) that the history reports beside the loss, in
       training and (as valid_<name>) in validation: the objective's parts, e.g. a length or coverage loss
+    request_extras(translator, starts) -> dict, or None: what generate reads beyond the request's own fields, for
+      one batch of `Start`s (``DecodeRequest.extras``: e.g. encoded constraint pairs, or ``translator.aux``)
     summary(params) -> {name: float}, or None: scalars of the parameters themselves worth following (Coverage-NAT's
       λ), in the history at each log step and in metrics.json beside the scores of the parameters decoded
     """
@@ -47,6 +49,7 @@ class ModelSpec:
     packs: bool = False
     terms: tuple[str, ...] = ()
     summary: Callable | None = None
+    request_extras: Callable | None = None
 
     def __post_init__(self):
         # one compiled program: called outside jit (tests, notebooks), flax's initialisation would run op by op,

@@ -18,15 +18,14 @@ import numpy as np
 import optax
 from tqdm import tqdm
 
-from jaxnat.config import check_matches_workdir, workdir_config
+from jaxnat.config import check_matches_workdir, model_keys, workdir_config
 from jaxnat.data.batching import (PackedBatcher, TrainBatcher, bucket_lengths, eval_batches, example_lengths,
                                   fitted_buckets, prefetch, prepare_with_init)
-from jaxnat.data.phrase_pairs import check_packable, encode_pairs
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.tokenizer import Tokenizer
 from jaxnat.errors import JaxnatError, Stopped
 from jaxnat.evaluation.metrics import bleu
-from jaxnat.models import build_model, count_params, extends
+from jaxnat.models import build_model, count_params, family_of
 from jaxnat.training import mesh as mesh_lib
 from jaxnat.training.checkpoint import Checkpoints
 from jaxnat.training.flops import Utilisation
@@ -120,6 +119,7 @@ class Trainer:
 
     def __init__(self, config, workdir: str):
         self.config, self.workdir = config, workdir
+        self.family = family_of(config.model.name)
         d = config.data
         self.corpus = load_corpus(d)  # first: a bad data path fails before anything is written
         self.inits = load_inits(d, self.corpus)  # {split: initial hypotheses}; {} without data.init_lang
@@ -156,25 +156,19 @@ class Trainer:
         prepare_with_init).
 
         init is None without data.init_lang; it is tokenized with the target model, as it is a target-language
-        hypothesis that the model edits into the reference. extras: for a model that reads constraint pairs,
-        'pair_src' and 'pair_tgt' (`encode_pairs`).
+        hypothesis that the model edits into the reference. extras: the per-example arrays of the model's family
+        (`Family.train_extras`), or None.
         """
         src, tgt = self.corpus[split]
         src_ids = self.tokenizer.encode(src, "src")
         tgt_ids = self.tokenizer.encode(tgt, "tgt")
         init_ids = self.tokenizer.encode(self.inits[split], "tgt") if split in self.inits else None
         extras = None
-        if self.spec.supports.pairs:
-            pair_src, pair_tgt, counts = self.pair_arrays(self.pairs[split])
-            log.info("%s constraint pairs: %s", split, counts)
-            extras = {"pair_src": pair_src, "pair_tgt": pair_tgt}
+        if self.family.train_extras is not None:
+            extras, summary = self.family.train_extras(self.config, self.tokenizer, src, tgt, self.pairs.get(split))
+            log.info("%s %s", split, summary)
         return prepare_with_init(src_ids, tgt_ids, init_ids, self.config.data.max_len, self.config.data.truncate,
                                  extras=extras)
-
-    def pair_arrays(self, pairs):
-        """Constraint pairs per sentence → (pair_src, pair_tgt, counts) of `encode_pairs` at the data's shape."""
-        d = self.config.data
-        return encode_pairs(pairs, self.tokenizer.encode, d.max_pairs, d.max_pair_pieces)
 
     def packs(self) -> bool:
         """Whether training packs several pairs a row (data.pack, for a model whose loss takes packed batches, not
@@ -188,8 +182,8 @@ class Trainer:
             raise TrainingError("no training pair is left after filtering; "
                                 "raise data.max_len or set data.truncate=true")
         if self.packs():
-            if "pair_src" in extras:  # a packed row keeps as many constraint pieces as it has tokens
-                check_packable(src, tgt, extras["pair_src"], extras["pair_tgt"])
+            if self.family.check_packable is not None:
+                self.family.check_packable(src, tgt, extras)
             batcher = PackedBatcher(src, tgt, self.config.data.batch_tokens, self.config.data.max_len,
                                     self.config.train.seed, multiple_of=jax.device_count(), extras=extras,
                                     process=(jax.process_index(), jax.process_count()))
@@ -244,16 +238,17 @@ class Trainer:
 
     def stage_keys(self, workdir: str) -> tuple[str, ...]:
         """The model keys that may differ from the run in ``workdir`` that this one starts from: none for the
-        same model; the model name and this model's own keys where this model extends the one trained there."""
+        same model; the model name and this model's own architecture keys where this model extends the one
+        trained there (`Family.extends`)."""
         source = workdir_config(workdir).model.name
         if source == self.config.model.name:
             return ()
-        parent, own = extends(self.config.model.name)
+        parent = self.family.extends
         if source != parent:
             raise TrainingError(f"train.init_from={workdir} trained model {source!r}; model "
                                 f"{self.config.model.name!r} starts from a run of itself"
                                 + (f" or of {parent!r}" if parent else ""))
-        return ("model.name",) + own
+        return ("model.name",) + tuple(k for k in model_keys(self.config.model.name) if k not in model_keys(parent))
 
     def start_from(self, state, workdir: str, example_batch):
         """``state`` with the best parameters of the run in ``workdir`` (train.init_from); optimizer and step

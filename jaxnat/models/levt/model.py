@@ -180,15 +180,15 @@ def levt_delete(hyps: Hypotheses, logits: jax.Array, active: jax.Array, continue
 
 
 def build_spec(config, cfg, pieces) -> ModelSpec:
-    m, t = config.model, config.train
-    module = LevenshteinTransformer(cfg, early_exit(m), m.separate_deletion, m.separate_placeholder)
+    s, t = config.levt, config.train
+    module = LevenshteinTransformer(cfg, early_exit(s, cfg), s.separate_deletion, s.separate_placeholder)
     word_start = jnp.asarray(pieces.word_start)
 
     def loss(params, batch, rng, train=True):
         return levt_loss(module, params, batch, rng, label_smoothing=t.label_smoothing,
-                         placeholder_smoothing=t.placeholder_smoothing, alpha=t.roll_in_alpha,
-                         beta=t.roll_in_beta, sampling_for_deletion=t.sampling_for_deletion,
-                         own_insertion_roll_in=t.own_insertion_roll_in, global_shuffle=t.global_shuffle,
+                         placeholder_smoothing=s.placeholder_smoothing, alpha=s.roll_in_alpha,
+                         beta=s.roll_in_beta, sampling_for_deletion=s.sampling_for_deletion,
+                         own_insertion_roll_in=s.own_insertion_roll_in, global_shuffle=s.global_shuffle,
                          word_start=word_start, train=train)
 
-    return edit_model_spec(config, cfg, "levt", module, loss, "deletion_logits", levt_delete, pieces, SUPPORTS)
+    return edit_model_spec(config, s, cfg, "levt", module, loss, "deletion_logits", levt_delete, pieces, SUPPORTS)

@@ -236,7 +236,7 @@ def editor_reposition(hyps: Hypotheses, logits: jax.Array, active: jax.Array, co
     Hard constraints stay whole (`edit_ops.reposition_phrases`): each phrase moves as one block to the slot
     most likely to take its first token (argmax over slots of log π_rps(first token | slot)), which is its own
     slot unless the model wants it elsewhere; and with ``continues`` the free pieces that would then extend a
-    phrase's last word are deleted. With ``paper_hard`` (eval.hard_mode=paper: the EDITOR paper and its code) a
+    phrase's last word are deleted. With ``paper_hard`` (editor.hard_mode=paper: the EDITOR paper and its code) a
     slot holding a constraint token only may not delete it, and nothing else is constrained: a constraint token
     may be moved or copied on its own, and dropped when no slot takes it. Counts: repositions (slots holding
     another token, deletions excluded) and deletions.
@@ -267,17 +267,17 @@ def editor_reposition(hyps: Hypotheses, logits: jax.Array, active: jax.Array, co
 
 
 def build_spec(config, cfg, pieces) -> ModelSpec:
-    m, t = config.model, config.train
-    module = Editor(cfg, early_exit(m), m.separate_reposition, m.separate_placeholder, m.reposition_deletion)
+    s, t = config.editor, config.train
+    module = Editor(cfg, early_exit(s, cfg), s.separate_reposition, s.separate_placeholder, s.reposition_deletion)
     word_start = jnp.asarray(pieces.word_start)
 
     def loss(params, batch, rng, train=True):
         return editor_loss(module, params, batch, rng, word_start=word_start, label_smoothing=t.label_smoothing,
-                           placeholder_smoothing=t.placeholder_smoothing, dual_path=t.dual_path,
-                           alpha=t.roll_in_alpha, beta=t.roll_in_beta, sampling=t.roll_in_sampling,
-                           global_shuffle=t.global_shuffle, own_insertion_roll_in=t.own_insertion_roll_in,
-                           insert_after_oracle_reposition=t.insert_after_oracle_reposition, train=train)
+                           placeholder_smoothing=s.placeholder_smoothing, dual_path=s.dual_path,
+                           alpha=s.roll_in_alpha, beta=s.roll_in_beta, sampling=s.roll_in_sampling,
+                           global_shuffle=s.global_shuffle, own_insertion_roll_in=s.own_insertion_roll_in,
+                           insert_after_oracle_reposition=s.insert_after_oracle_reposition, train=train)
 
-    first_edit = functools.partial(editor_reposition, deletion_reward=config.eval.deletion_reward,
-                                   paper_hard=config.eval.hard_mode == "paper")
-    return edit_model_spec(config, cfg, "editor", module, loss, "reposition_logits", first_edit, pieces, SUPPORTS)
+    first_edit = functools.partial(editor_reposition, deletion_reward=s.deletion_reward,
+                                   paper_hard=s.hard_mode == "paper")
+    return edit_model_spec(config, s, cfg, "editor", module, loss, "reposition_logits", first_edit, pieces, SUPPORTS)

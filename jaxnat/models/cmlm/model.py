@@ -2,7 +2,7 @@
 
 A conditional masked language model: an encoder, a bidirectional decoder over a target canvas in which some
 tokens are MASK, and a tied token head that predicts every masked token at once. The target length is
-predicted from the source, in one of two published forms (``model.length_prediction``):
+predicted from the source, in one of two published forms (``cmlm.length_prediction``):
 
 * ``token`` — a LENGTH vector appended to the embedded source runs through the encoder with it; its output
   feeds a 256-way classifier (Mask-Predict; CMLMC §3.3). It has no position, so it reads the same whatever
@@ -12,15 +12,15 @@ predicted from the source, in one of two published forms (``model.length_predict
 A packed batch (several pairs a row, `jaxnat.models.packing`) predicts one length per segment: a LENGTH entry per
 segment that sees only its segment, or a mean over each segment.
 
-With ``model.length_offset`` the classes are ``n_tgt − n_src + 128`` instead of ``n_tgt`` (n: real tokens,
+With ``cmlm.length_offset`` the classes are ``n_tgt − n_src + 128`` instead of ``n_tgt`` (n: real tokens,
 BOS/EOS excluded), clipped to 0 … 255.
 
 CMLMC adds, each part its own switch (the ablation rows of the paper's Tables 1 and A.1):
 
-* **RevealPosition** (§3.1) = ``model.masked_attn`` — a causal self-attention sublayer in every decoder layer
-  between the full self-attention and the cross-attention — and ``model.concat_pe`` — the decoder input is
+* **RevealPosition** (§3.1) = ``cmlm.masked_attn`` — a causal self-attention sublayer in every decoder layer
+  between the full self-attention and the cross-attention — and ``cmlm.concat_pe`` — the decoder input is
   ``Linear(2d → d)([token embedding, position embedding])`` instead of their sum;
-* **the correction loss** (§3.2) = ``train.correction``: decode the fully masked target, replace each
+* **the correction loss** (§3.2) = ``cmlm.correction``: decode the fully masked target, replace each
   observed (unmasked) reference token with probability p = 0.3 by that first pass's prediction, and learn to
   restore them (eq. 1); the mask loss (eq. 2) still conditions on gold tokens only; the token loss is their
   sum (eq. 3). `cmlm_loss` has the whole objective; docs/cmlm.md the choices.
@@ -42,7 +42,8 @@ from jaxnat.decoding import mask_predict
 from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.models.insertion import forbid_reserved, head_runner, mean_loss, model_choice
 from jaxnat.errors import ConfigError
-from jaxnat.models.ar import ARTransformer, ar_score
+from jaxnat.models.ar.model import ARTransformer, ar_score
+from jaxnat.models.cmlm.length import rescorer_extras
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import max_segments, segment_interior, segment_lengths, segment_lowest, segment_mean
 from jaxnat.models.spec import ModelSpec
@@ -265,39 +266,37 @@ def cmlm_loss(model: CMLM, params, batch: dict, rng, *, label_smoothing: float, 
 
 # ----------------------------------------------------------------------------------------------- decoding
 
-SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, rescoring=True, max_phrases=8,
-                    counts=("iterations", "chosen_length"), sweep_key="mask_predict_iter")
+SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, max_phrases=8, counts=("iterations", "chosen_length"))
 
 
-def rescorer_module(config, cfg: TransformerConfig):
-    """The AR model of eval.rescorer (its architecture from its workdir's config.json; this run's vocabulary),
-    or None. `jaxnat.restore.load_rescorer` checks the rest (an AR run, the same vocabulary)."""
-    path = config.eval.rescorer
+def rescorer_module(section, cfg: TransformerConfig):
+    """The AR model of the section's rescorer (its architecture from its workdir's config.json; this run's
+    vocabulary), or None. `jaxnat.models.cmlm.load_rescorer` checks the rest (an AR run, the same vocabulary)."""
+    path = section.rescorer
     if not path:
         return None
     try:
         with open(os.path.join(path, "config.json"), encoding="utf-8") as f:
             recorded = json.load(f)["model"]
     except (OSError, ValueError, KeyError) as e:
-        raise ConfigError(f"eval.rescorer={path}: no readable config.json of a trained run "
+        raise ConfigError(f"rescorer={path}: no readable config.json of a trained run "
                           f"({type(e).__name__})") from None
     return ARTransformer(config_from(recorded, cfg.src_vocab_size, cfg.tgt_vocab_size))
 
 
-def mask_predict_options(config, iterations: int) -> mask_predict.Options:
-    """The decoding options of a length-predicting model from its config (``iterations`` passes)."""
-    m, e = config.model, config.eval
+def mask_predict_options(s, e, iterations: int, update_all: bool = False) -> mask_predict.Options:
+    """The decoding options of a length-predicting model from its config section ``s`` (`length_defaults`) and
+    ``e`` = config.eval (``iterations`` passes)."""
     return mask_predict.Options(
-        iterations=iterations, length_beam=e.length_beam, centred=e.length_beam_mode == "centred",
-        length_offset=m.length_offset, any_order=e.constraint_order == "any", stop_early=not e.run_all_iterations,
-        by_probability=e.candidate_score == "probability", cap_min=e.length_cap_min, cap_ratio=e.length_cap_ratio,
-        dedup=e.remove_repeats, update_all=updates_all(config))
+        iterations=iterations, length_beam=s.length_beam, centred=s.length_beam_mode == "centred",
+        length_offset=s.length_offset, any_order=e.constraint_order == "any", stop_early=not e.run_all_iterations,
+        by_probability=s.candidate_score == "probability", cap_min=e.length_cap_min, cap_ratio=e.length_cap_ratio,
+        dedup=s.remove_repeats, update_all=update_all)
 
 
-def updates_all(config) -> bool:
-    """eval.update_all resolved: "auto" revises every token in a model trained with the correction loss."""
-    choice = config.eval.update_all
-    return bool(config.train.correction) if choice == "auto" else choice == "true"
+def updates_all(s) -> bool:
+    """cmlm.update_all resolved: "auto" revises every token in a model trained with the correction loss."""
+    return bool(s.correction) if s.update_all == "auto" else s.update_all == "true"
 
 
 def canvas_capacity(cfg: TransformerConfig, eval_cfg):
@@ -323,7 +322,7 @@ def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity,
 
     def generate(params, request: DecodeRequest) -> dict:
         src = request.src
-        lengths, (memory, src_mask) = plan(params, request) if request.plan is None else request.plan
+        lengths, (memory, src_mask) = request.extras["plan"] if "plan" in request.extras else plan(params, request)
 
         def token_logits(tokens, rows_of):
             """tokens: int32[R, L] canvases of the sentences ``rows_of`` (int32[R]) → float32[R, L, V]."""
@@ -331,10 +330,10 @@ def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity,
                                                 method="token_logits", **logits_kwargs))
 
         def rescore(tokens, rows_of):
-            """The AR rescorer's log-probabilities of the length candidates (eval.rescorer)."""
-            return ar_score(rescorer, request.rescorer, src, tokens, rows_of)
+            """The AR rescorer's log-probabilities of the length candidates (the section's rescorer)."""
+            return ar_score(rescorer, request.extras["rescorer"], src, tokens, rows_of)
 
-        rescoring = rescorer is not None and request.rescorer is not None
+        rescoring = rescorer is not None and "rescorer" in request.extras
         out = mask_predict.decode(token_logits, lengths, src, request.constraints, request.hard,
                                   request.width(capacity), options, continues,
                                   rescore if rescoring else None)
@@ -345,22 +344,24 @@ def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity,
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
-    m, t = config.model, config.train
-    module = CMLM(cfg, m.length_prediction, m.masked_attn, m.concat_pe)
+    s, t = config.cmlm, config.train
+    module = CMLM(cfg, s.length_prediction, s.masked_attn, s.concat_pe)
     continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None
     capacity = canvas_capacity(cfg, config.eval)
-    plan, generate = mask_predict_generate(module, mask_predict_options(config, config.eval.mask_predict_iter),
-                                           capacity, rescorer_module(config, cfg), SUPPORTS.counts, continues)
+    options = mask_predict_options(s, config.eval, s.mask_predict_iter, updates_all(s))
+    plan, generate = mask_predict_generate(module, options, capacity, rescorer_module(s, cfg), SUPPORTS.counts,
+                                           continues)
 
     def init(rng, batch):
         return module.init(rng, batch["src"][:1], batch["tgt"][:1])
 
     def loss(params, batch, rng, train=True):
         return cmlm_loss(module, params, batch, rng, label_smoothing=t.label_smoothing,
-                         length_loss_weight=t.length_loss_weight, length_offset=m.length_offset,
-                         correction=t.correction, correction_p=t.correction_p,
-                         correction_fixed_count=t.correction_count == "fixed",
-                         correction_mean=t.correction_combine == "mean", train=train)
+                         length_loss_weight=s.length_loss_weight, length_offset=s.length_offset,
+                         correction=s.correction, correction_p=s.correction_p,
+                         correction_fixed_count=s.correction_count == "fixed",
+                         correction_mean=s.correction_combine == "mean", train=train)
 
-    terms = ("mask_loss", "length_loss") + (("correction_loss",) if t.correction else ())
-    return ModelSpec("cmlm", cfg, module, init, loss, generate, capacity, SUPPORTS, plan, packs=True, terms=terms)
+    terms = ("mask_loss", "length_loss") + (("correction_loss",) if s.correction else ())
+    return ModelSpec("cmlm", cfg, module, init, loss, generate, capacity, SUPPORTS, plan, packs=True, terms=terms,
+                     request_extras=rescorer_extras)

@@ -1,13 +1,13 @@
 """NAT-base (fairseq's vanilla non-autoregressive Transformer) and Coverage-NAT (Shan, Feng and Shao 2021).
 
 **NAT-base** (the paper's §III-A): the encoder and its length classifier are CMLM's (`cmlm.CMLM`: a 256-way
-length class from the mean-pooled encoder or a LENGTH token, weight α = ``train.length_loss_weight``, 0.1);
+length class from the mean-pooled encoder or a LENGTH token, weight α = ``nat.length_loss_weight``, 0.1);
 the decoder reads ``[BOS, MASK × n, EOS]`` — no copied source embeddings, no positional attention — and
 predicts all n tokens in one bidirectional pass. Training: label-smoothed cross-entropy of the n tokens given
 the reference length (eq. 4) + α × the length loss (eq. 15).
 
-**Coverage-NAT** (``model.coverage``) replaces the top decoder layer by an *iterative coverage layer* run K
-times with shared weights (``train.coverage_iterations`` = K_train, ``eval.coverage_iterations`` = K_dec,
+**Coverage-NAT** (``nat.coverage``) replaces the top decoder layer by an *iterative coverage layer* run K
+times with shared weights (``nat.train_iterations`` = K_train, ``nat.decode_iterations`` = K_dec,
 5 and 5). Iteration 0 is the hidden states H⁰ and the inter-attention A⁰ of decoder layer L−1; iteration k:
 
 * coverage (eq. 6): ``C^k[t, i] = min(Σ_{t' < t} A^{k−1}[t', i], 1)`` — the attention target positions before
@@ -17,7 +17,7 @@ times with shared weights (``train.coverage_iterations`` = K_train, ``eval.cover
   residuals and layer norms, which the equations omit) whose cross-attention logits get the bias;
 * the output is the token head on H^K. The K iterations are one ``nn.scan`` (one compiled body, any K).
 
-**Sentence-level coverage agreement** (SCA, ``train.sca_weight`` = β): the source as a bag of words,
+**Sentence-level coverage agreement** (SCA, ``nat.sca_weight`` = β): the source as a bag of words,
 ``Ē_src = Mean(ReLU(E_src W_s))`` (eq. 11), against the expected translation ``Ē_hyp = Mean_t(p_t W_e)``
 (eqs. 12–13, W_e the target embedding matrix), ``L_cov = ‖Ē_src − Ē_hyp‖₂ / √d`` (eq. 14), added as
 β × L_cov (eq. 16) in the fine-tuning phase (two-phase optimisation, docs/nat.md: a second run that starts
@@ -25,7 +25,7 @@ from the first with ``train.init_from``, a constant learning rate and β = 0.5).
 
 Decoding is one mask-predict pass (`jaxnat.decoding.mask_predict` with T = 1) over ℓ candidate lengths
 around the predicted one (length-parallel decoding), consecutive repeated tokens removed (the paper's
-post-processing), and the candidate picked by the model's own score or by an AR rescorer (``eval.rescorer``).
+post-processing), and the candidate picked by the model's own score or by an AR rescorer (``nat.rescorer``).
 docs/nat.md writes down every choice the paper leaves open.
 
 A packed batch (several pairs a row, `jaxnat.models.packing`) computes every per-sentence quantity per segment:
@@ -41,7 +41,8 @@ import jax
 import jax.numpy as jnp
 
 from jaxnat.decoding.request import Supports
-from jaxnat.models.cmlm import (CMLM, canvas_capacity, full_canvas, length_prediction_loss, mask_predict_generate,
+from jaxnat.models.cmlm.length import rescorer_extras
+from jaxnat.models.cmlm.model import (CMLM, canvas_capacity, full_canvas, length_prediction_loss, mask_predict_generate,
                                 mask_predict_options, real_counts, rescorer_module)
 from jaxnat.models.insertion import head_runner, mean_loss
 from jaxnat.models.losses import smoothed_cross_entropy
@@ -224,7 +225,7 @@ def nat_loss(model: NAT, params, batch: dict, rng, *, label_smoothing: float, le
     return loss * n, aux
 
 
-SUPPORTS = Supports(rescoring=True, counts=("chosen_length", "repeats"), sweep_key="coverage_iterations")
+SUPPORTS = Supports(counts=("chosen_length", "repeats"))
 
 
 def coverage_lambda(params) -> dict:
@@ -234,25 +235,25 @@ def coverage_lambda(params) -> dict:
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     del pieces  # no constraints: every piece may follow any other
-    m, t, e = config.model, config.train, config.eval
-    module = NAT(cfg, m.length_prediction, coverage=m.coverage,
-                 coverage_options=(m.coverage_bos_eos, t.coverage_stop_gradient, None))
-    # decoding may force λ (eval.coverage_lambda ≥ 0, a control: 0 removes the coverage bias)
-    decoder = module.clone(coverage_options=(m.coverage_bos_eos, False,
-                                             e.coverage_lambda if e.coverage_lambda >= 0 else None))
-    capacity = canvas_capacity(cfg, e)
-    options = mask_predict_options(config, iterations=1)
-    plan, generate = mask_predict_generate(decoder, options, capacity, rescorer_module(config, cfg), SUPPORTS.counts,
-                                           iterations=e.coverage_iterations)
+    s, t = config.nat, config.train
+    module = NAT(cfg, s.length_prediction, coverage=s.coverage,
+                 coverage_options=(s.coverage_bos_eos, s.coverage_stop_gradient, None))
+    # decoding may force λ (nat.coverage_lambda ≥ 0, a control: 0 removes the coverage bias)
+    decoder = module.clone(coverage_options=(s.coverage_bos_eos, False,
+                                             s.coverage_lambda if s.coverage_lambda >= 0 else None))
+    capacity = canvas_capacity(cfg, config.eval)
+    options = mask_predict_options(s, config.eval, iterations=1)
+    plan, generate = mask_predict_generate(decoder, options, capacity, rescorer_module(s, cfg), SUPPORTS.counts,
+                                           iterations=s.decode_iterations)
 
     def init(rng, batch):
         return module.init(rng, batch["src"][:1], batch["tgt"][:1])
 
     def loss(params, batch, rng, train=True):
         return nat_loss(module, params, batch, rng, label_smoothing=t.label_smoothing,
-                        length_loss_weight=t.length_loss_weight, length_offset=m.length_offset,
-                        iterations=t.coverage_iterations, sca_weight=t.sca_weight, train=train)
+                        length_loss_weight=s.length_loss_weight, length_offset=s.length_offset,
+                        iterations=s.train_iterations, sca_weight=s.sca_weight, train=train)
 
-    terms = ("length_loss",) + (("coverage_loss",) if t.sca_weight > 0 else ())
+    terms = ("length_loss",) + (("coverage_loss",) if s.sca_weight > 0 else ())
     return ModelSpec("nat", cfg, module, init, loss, generate, capacity, SUPPORTS, plan, packs=True, terms=terms,
-                     summary=coverage_lambda if m.coverage else None)
+                     summary=coverage_lambda if s.coverage else None, request_extras=rescorer_extras)

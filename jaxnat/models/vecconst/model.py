@@ -8,23 +8,23 @@ phrase it must become — as attention entries and as an output plug-in:
   counted from the phrase's own start); the keys of pair n are its source phrase's vectors ``K_c = S⁽ⁿ⁾``, its
   values the target phrase's vectors pooled onto the source positions by multi-head attention
   ``V_c = attn(S⁽ⁿ⁾, T⁽ⁿ⁾, T⁽ⁿ⁾)``; the pairs are concatenated (`vectorize`);
-* **attention** (``model.pair_attention``, eqs. 5–7 and 13–15): every encoder self-attention and every
+* **attention** (``vecconst.attention``, eqs. 5–7 and 13–15): every encoder self-attention and every
   decoder cross-attention takes ``[adapt(K_c); H]`` as keys and ``[adapt(V_c); H]`` as values, ``adapt`` a
   two-layer ReLU network of its own per layer (one network per layer maps both K_c and V_c, as the equations
   write it); missing pairs are masked out;
-* **output plug-in** (``model.pair_plug_in``, eqs. 8–11): ``P_plug(y) = max(0, cos(w_y, h_t))`` for the tokens
+* **output plug-in** (``vecconst.plug_in``, eqs. 8–11): ``P_plug(y) = max(0, cos(w_y, h_t))`` for the tokens
   y of the target phrases (0 elsewhere), mixed in by a token-dependent gate
   ``g(y, h_t) = σ(tanh([w_y W₁; h_t W₂]) W₃)``: ``P = (1 − g) P_model + g P_plug`` — exactly eq. 11, which is
-  not a normalised distribution; ``model.pair_renormalise`` divides it by its sum instead (docs/vecconst.md);
+  not a normalised distribution; ``vecconst.renormalise`` divides it by its sum instead (docs/vecconst.md);
 * **loss** (eq. 12): each target token's label-smoothed cross-entropy under P, weighted α when the token is a
-  target-constraint token and β otherwise (``train.pair_alpha``, ``train.pair_beta``: 0.8 / 0.2 for models
+  target-constraint token and β otherwise (``vecconst.alpha``, ``vecconst.beta``: 0.8 / 0.2 for models
   decoded with beam search, 0.5 / 0.5 for VDBA; App. B).
 
 The authors' code differs in four places, each an option (docs/vecconst.md): separate key and value adapters
-taken as keys and values (``model.pair_adapters="separate"``, `SeparateAdapters`), an additive one-token plug-in
-with a per-position gate (``model.pair_output="authors"``, `AuthorsGate`), α on the positions of each target
-phrase's first occurrence (``train.pair_weighting="span"``, `first_spans`) and, in decoding, a constraint token
-leaving the plug-in once produced (``eval.pair_consume``, `consume`).
+taken as keys and values (``vecconst.adapters="separate"``, `SeparateAdapters`), an additive one-token plug-in
+with a per-position gate (``vecconst.output="authors"``, `AuthorsGate`), α on the positions of each target
+phrase's first occurrence (``vecconst.weighting="span"``, `first_spans`) and, in decoding, a constraint token
+leaving the plug-in once produced (``vecconst.consume``, `consume`).
 
 Shapes: B sentences, N pairs, P_s / P_t phrase pieces, C = N · P_s constraint entries, V vocabulary.
 
@@ -39,10 +39,12 @@ from __future__ import annotations
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from flax import struct
 
+from jaxnat.data.phrase_pairs import encode_pairs, entry_capacity
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.decoding.request import DecodeRequest, Supports
-from jaxnat.models.ar import ARTransformer, hard_phrases, output_capacity, search
+from jaxnat.models.ar.model import ARTransformer, hard_phrases, output_capacity, search
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import next_in_segment
 from jaxnat.models.spec import ModelSpec
@@ -52,7 +54,7 @@ from jaxnat.models.transformer import (MultiHeadAttention, TransformerConfig, at
 
 class Adapter(nn.Module):
     """adapt(·) of eq. 6, one per attention layer: two d × d linear maps with a ReLU between, the same network
-    mapping K_c and V_c (``model.pair_adapters="shared"``), whose outputs the layer's key and value projections
+    mapping K_c and V_c (``vecconst.adapters="shared"``), whose outputs the layer's key and value projections
     then take as they take its other inputs (eq. 7)."""
 
     d_model: int
@@ -64,7 +66,7 @@ class Adapter(nn.Module):
 
 
 class SeparateAdapters(nn.Module):
-    """The authors' adapters (``model.pair_adapters="separate"``; their ``--plug-in-type type2`` with
+    """The authors' adapters (``vecconst.adapters="separate"``; their ``--plug-in-type type2`` with
     ``--plug-in-project none``): a key network and a value network of their own per layer, each
     LayerNorm(dropout(W₂ dropout(GELU(W₁ x)))), whose outputs are the layer's per-head keys and values
     themselves, not passed through its key and value projections. The hidden width is d (their 512 at d 512)."""
@@ -86,7 +88,7 @@ class SeparateAdapters(nn.Module):
 
 
 class AuthorsGate(nn.Module):
-    """The gate of the authors' output plug-in (``model.pair_output="authors"``), one value per position:
+    """The gate of the authors' output plug-in (``vecconst.output="authors"``), one value per position:
     g_t = σ(w · tanh([LN(attn(h_t, E_c, E_c)); LN(W_h h_t)]) + b), E_c the scaled embeddings of the constraint
     target tokens the position sees (their ``Softmax_Plug_In_Gate``).
 
@@ -275,7 +277,7 @@ def unit(x: jax.Array) -> jax.Array:
 
 
 def consume(pair_tgt: jax.Array, token: jax.Array) -> jax.Array:
-    """The authors' decoding rule (``eval.pair_consume``): pair_tgt int32[B, N, P_t] with every occurrence of
+    """The authors' decoding rule (``vecconst.consume``): pair_tgt int32[B, N, P_t] with every occurrence of
     token int32[B], the token just produced, replaced by PAD, so that the plug-in no longer proposes it (on their
     code-switched test set it keeps a constraint from being repeated)."""
     return jnp.where(pair_tgt == token[:, None, None], PAD_ID, pair_tgt)
@@ -392,11 +394,13 @@ def vecconst_generate(module: VecConstTransformer, params, request: DecodeReques
     constraint tokens it has produced (`consume`; the phrases are part of the searched state, so they follow
     their beams)."""
     src, k = request.src, request.beam_size
-    pair_src, pair_tgt = request.pair_src, request.pair_tgt
-    if pair_src is None:
-        pair_src = pair_tgt = jnp.full((src.shape[0], 1, 1), PAD_ID, jnp.int32)
-    memory, memory_mask, prefixes = module.apply(params, src, pair_src, pair_tgt, method="encode_with_pairs",
-                                                 entries=request.pair_entries)
+    pairs = request.extras.get("pairs")
+    if pairs is None:
+        none = jnp.full((src.shape[0], 1, 1), PAD_ID, jnp.int32)
+        pairs = PairInputs(none, none)
+    pair_tgt = pairs.tgt
+    memory, memory_mask, prefixes = module.apply(params, src, pairs.src, pairs.tgt, method="encode_with_pairs",
+                                                 entries=pairs.entries)
     repeat = lambda x: jnp.repeat(x, k, axis=0)  # noqa: E731  (row b * k + j: sentence b's beam j)
     memory, memory_mask, prefixes = repeat(memory), repeat(memory_mask), jax.tree_util.tree_map(repeat, prefixes)
     cache = module.apply(params, memory, max_out - 1, prefixes, method="init_pair_cache")
@@ -416,23 +420,31 @@ def vecconst_generate(module: VecConstTransformer, params, request: DecodeReques
 
 
 SUPPORTS = Supports(beam=True, hard_constraints=True, pairs=True)
-# stage 1 is a vanilla AR run (train.init_from): the parameters it shares keep their names here
-EXTENDS, OWN_KEYS = "ar", ("model.pair_attention", "model.pair_plug_in", "model.pair_adapters", "model.pair_output")
+
+
+@struct.dataclass
+class PairInputs:
+    """A decode request's constraint pairs (``DecodeRequest.extras['pairs']``): src int32[B, N, P_s] and tgt
+    int32[B, N, P_t], the source phrases and the target phrases they become, PAD-padded; entries: the
+    constraint entries the attention keeps (static: `jaxnat.data.phrase_pairs.entry_capacity`; None: all N · P_s)."""
+
+    src: jax.Array
+    tgt: jax.Array
+    entries: int | None = struct.field(pytree_node=False, default=None)
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
-    m, t, e = config.model, config.train, config.eval
+    s, t, e = config.vecconst, config.train, config.eval
     continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None  # hard constraints: whole words
-    module = VecConstTransformer(cfg, m.pair_attention, m.pair_plug_in, m.pair_renormalise, m.pair_adapters,
-                                 m.pair_output)
+    module = VecConstTransformer(cfg, s.attention, s.plug_in, s.renormalise, s.adapters, s.output)
 
     def init(rng, batch):  # the parameters' shapes do not depend on the pairs' (nor on packing): one empty pair
         no_pair = jnp.full((1, 1, 1), PAD_ID, jnp.int32)
         return module.init(rng, batch["src"][:1], batch["tgt"][:1, :-1], no_pair, no_pair)
 
     def loss(params, batch, rng, train=True):
-        return vecconst_loss(module, params, batch, rng, label_smoothing=t.label_smoothing, alpha=t.pair_alpha,
-                             beta=t.pair_beta, span=t.pair_weighting == "span", train=train)
+        return vecconst_loss(module, params, batch, rng, label_smoothing=t.label_smoothing, alpha=s.alpha,
+                             beta=s.beta, span=s.weighting == "span", train=train)
 
     capacity = output_capacity(cfg, e)
 
@@ -440,12 +452,22 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         return vecconst_generate(module, params, request, length_penalty=e.length_penalty, max_len_a=e.max_len_a,
                                  max_len_b=e.max_len_b, max_out=request.width(capacity),
                                  ordered=e.constraint_order == "given", continues=continues,
-                                 consumes=pair_consumes(config))
+                                 consumes=consumes(s))
 
-    return ModelSpec("vecconst", cfg, module, init, loss, generate, capacity, SUPPORTS, packs=True)
+    return ModelSpec("vecconst", cfg, module, init, loss, generate, capacity, SUPPORTS, packs=True,
+                     request_extras=pair_extras)
 
 
-def pair_consumes(config) -> bool:
-    """eval.pair_consume resolved: "auto" follows the authors' rule with their output form."""
-    choice = config.eval.pair_consume
-    return config.model.pair_output == "authors" if choice == "auto" else choice == "true"
+def pair_extras(translator, starts) -> dict:
+    """{'pairs': `PairInputs`} of every request, pairs or not (an all-PAD row is no pair): the entries each
+    batch needs (vecconst.pack_entries), or all of them."""
+    d = translator.config.data
+    pair_src, pair_tgt, _ = encode_pairs([s.pairs or [] for s in starts], translator.tokenizer.encode, d.max_pairs,
+                                         d.max_pair_pieces)
+    entries = entry_capacity(pair_src) if translator.config.vecconst.pack_entries else None
+    return {"pairs": PairInputs(pair_src, pair_tgt, entries)}
+
+
+def consumes(s) -> bool:
+    """vecconst.consume resolved: "auto" follows the authors' rule with their output form."""
+    return s.output == "authors" if s.consume == "auto" else s.consume == "true"

@@ -8,13 +8,13 @@ measures both on a trained CMLM/CMLMC workdir:
 * `position_similarity` — the cosine similarity of every pair of the first N position embeddings (the
   paper's Figure 1(a)), of the table and of the positions' part of the decoder input (the same vectors when
   the input is the sum token + position; their image under the position half of the input map with
-  ``model.concat_pe``), and how large that part is beside the tokens' (`decoder_inputs`);
+  ``cmlm.concat_pe``), and how large that part is beside the tokens' (`decoder_inputs`);
 * `context_use` — the masked tokens' negative log-likelihood and accuracy on reference targets with a given
   share of their tokens masked (all of them, ..., exactly one). A model that reads its observed tokens
   predicts a lone masked token far better than a fully masked canvas; one that does not, scores alike at
   every share — and then mask-predict's later passes have nothing to improve on.
 
-    python -m jaxnat.positions RUN [RUN ...] [--split valid] [--sentences 500]
+    python -m jaxnat.models.cmlm.positions RUN [RUN ...] [--split valid] [--sentences 500]
 """
 
 from __future__ import annotations
@@ -148,7 +148,7 @@ def measure(workdir: str, split: str, sentences: int, positions: int, batch: int
         return np.asarray(logits_of(params, memories[start // batch], src[start:start + batch], canvas))[:b]
 
     try:
-        parts = decoder_inputs(params, config.model.concat_pe, positions, config.model.scale_embeddings)
+        parts = decoder_inputs(params, config.cmlm.concat_pe, positions, config.model.scale_embeddings)
         similarity = {"table": position_similarity(parts["table"]), "input": position_similarity(parts["positions"]),
                       # how loud the position is beside the token in the decoder input (real tokens only)
                       "position_to_token": mean_norm(parts["positions"]) / mean_norm(parts["tokens"][NUM_RESERVED:])}
@@ -176,7 +176,7 @@ def to_markdown(results: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jaxnat.positions", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m jaxnat.models.cmlm.positions", description=__doc__.split("\n")[0])
     parser.add_argument("workdirs", nargs="+", help="trained CMLM/CMLMC workdirs")
     parser.add_argument("--split", default="valid", help="the split whose references are masked (default: valid)")
     parser.add_argument("--sentences", type=int, default=500, help="how many of its first pairs (default 500)")

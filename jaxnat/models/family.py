@@ -1,0 +1,66 @@
+"""`Family`: everything jaxnat's shared code knows of one model family, declared by its package
+(`jaxnat/models/<name>/__init__.py`, `FAMILY`). The configuration, the trainer, the translator, the evaluator and
+the restorer loop over the registered families (`jaxnat.models.family_of`) and call these hooks; none of them
+names a family. docs/design.md, "How to add a model family", walks through one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Mapping
+
+from jaxnat.decoding.request import Supports
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One model family.
+
+    name: model.name, and the name of its config section (`config.<name>`).
+    build(config, cfg: TransformerConfig, pieces: PieceTables) -> ModelSpec: the model of a config.
+    supports: what its ``generate`` honours (checked before anything trains or decodes).
+    doc: its page under docs/.
+    defaults() -> {key: default}: its config section; ``choices`` {key: allowed strings} and ``ranges``
+      {key: (low, high)} (`jaxnat.config.RANGES`' notation) are checked for it like the shared keys.
+    architecture: keys of its section that define the trained parameters (a workdir is decoded only with the
+      values it was trained with).
+    moved: {flat key of before the sections ("model.masked_attn"): its key in this section}, so that a workdir
+      trained before the sections still loads (`jaxnat.config.workdir_config`).
+    before_added: {key: (value, switch)}: keys added to the section after runs were trained, and what such a run
+      did before (`jaxnat.config.BEFORE_ADDED`; switch: a key of the section that must be on, or None).
+    validate(config) -> None: checks across keys, one-line `ConfigError`s.
+    extends: the family whose parameters this one keeps under the same names (its runs can start this one's
+      training, train.init_from); its section is then part of this family's configuration too.
+    train_extras(config, tokenizer, src: list[str], tgt: list[str], pairs: list | None) -> ({key: int32[N, ...]},
+      summary): per-example arrays the family's loss reads beside src and tgt, from a split's sentences (and
+      their constraint pairs, where the data has them); batches carry them (`jaxnat.data.batching`).
+    check_packable(src, tgt, extras) -> None: a one-line error where packed rows could not hold the extras.
+    aux_run(config) -> (key, workdir, family) | None: another trained run whose parameters decoding reads (an
+      AR rescorer, say), named by ``key`` of the config; `jaxnat.restore` checks it is a run of ``family`` with
+      this run's vocabulary and hands its parameters to the `Translator` as ``aux``, which the model's
+      `ModelSpec.request_extras` may put in its requests.
+    output_metrics(outs, srcs) -> {metric: float}: per-split metrics of its own from generate's outputs.
+    sweep: (key of its section that eval.iteration_sweep sets, the rows' label), or () for no sweep.
+    """
+
+    name: str
+    build: Callable
+    supports: Supports
+    doc: str
+    defaults: Callable[[], dict] = dict
+    choices: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
+    ranges: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
+    architecture: tuple[str, ...] = ()
+    moved: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    before_added: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
+    validate: Callable | None = None
+    extends: str = ""
+    train_extras: Callable | None = None
+    check_packable: Callable | None = None
+    aux_run: Callable | None = None
+    output_metrics: Callable | None = None
+    sweep: tuple[str, str] | tuple = ()
+
+    def section(self, config) -> Any:
+        """This family's section of ``config``."""
+        return config[self.name]

@@ -1,0 +1,37 @@
+"""The Levenshtein Transformer (Gu et al. 2019): deletion, placeholder and token heads refining a sequence, for
+translation, post-editing and hard lexical constraints. docs/levt.md. Its config section is `config.levt`."""
+
+from jaxnat.errors import ConfigError
+from jaxnat.models.family import Family
+from jaxnat.models.insertion import EDIT_MOVED, EDIT_RANGES, check_early_exit, edit_defaults
+from jaxnat.models.levt.model import SUPPORTS, build_spec
+
+
+def defaults() -> dict:
+    return dict(
+        edit_defaults(),
+        separate_deletion=False,  # the deletion head on its own layer stack (Table 2a)
+        # (roll_in_alpha, roll_in_beta: Algorithm 1's α = P(deletion sees y0), β = P(insertion sees the
+        # oracle-deleted y0); 0, 0 = the reference code's)
+        # the deletion head's roll-in fills are samples from the token head, not its argmax (the note to the
+        # paper's eq. 6; off as in Algorithm 1 and fairseq)
+        sampling_for_deletion=False,
+        # (global_shuffle: as the deletion head's input, instead of the model's fills: docs/levt.md)
+    )
+
+
+def validate(config) -> None:
+    check_early_exit(config, "levt")
+    s = config.levt
+    if config.data.init_lang and s.roll_in_alpha == 0 and s.roll_in_beta == 0:
+        raise ConfigError("data.init_lang with levt.roll_in_alpha = levt.roll_in_beta = 0: no LevT head would ever "
+                          "see the initial hypotheses, so post-editing training would be plain translation training; "
+                          "set either above 0 (the paper's post-editing roll-in, docs/levt.md)")
+
+
+FAMILY = Family(
+    "levt", build_spec, SUPPORTS, doc="docs/levt.md", defaults=defaults, ranges=EDIT_RANGES,
+    architecture=("early_exit", "separate_deletion", "separate_placeholder"),
+    moved={**EDIT_MOVED, "model.separate_deletion": "separate_deletion",
+           "train.sampling_for_deletion": "sampling_for_deletion"},
+    validate=validate)

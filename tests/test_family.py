@@ -1,0 +1,143 @@
+"""A model family is one folder: a family defined here, outside jaxnat, registers itself and is configured,
+trained, evaluated and translated through every hook of `jaxnat.models.family.Family`, with no shared module
+changed; and the shared modules name no family (docs/design.md, "How to add a model family")."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxnat import models
+from jaxnat.config import build_config, check_matches_workdir
+from jaxnat.decoding.request import Supports
+from jaxnat.errors import ConfigError
+from jaxnat.models.family import Family
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
+
+# the modules every family goes through, which must not know any of them (issue: a family is one folder)
+SHARED = ["jaxnat/config.py", "jaxnat/evaluate.py", "jaxnat/training/trainer.py", "jaxnat/data/batching.py",
+          "jaxnat/decoding/request.py", "jaxnat/decoding/translator.py", "jaxnat/restore.py", "jaxnat/report.py"]
+
+
+# ------------------------------------------------------------------ the family: an AR model with hooks of its own
+
+def _defaults() -> dict:
+    return dict(shift=0.0, offset=0.5, deep=False, teacher="")
+
+
+def _build(config, cfg, pieces):
+    """The AR model, whose loss also reports the mean source length the batches carry (its train extras) and
+    whose scores are shifted by its request's extras (`ModelSpec.request_extras`)."""
+    from jaxnat.models.ar.model import build_spec
+
+    ar = build_spec(config, cfg, pieces)
+
+    def loss(params, batch, rng, train=True):
+        loss_sum, aux = ar.loss(params, {k: batch[k] for k in ("src", "tgt")}, rng, train)
+        return loss_sum, {**aux, "source_words": jnp.mean(batch["source_words"].astype(jnp.float32))}
+
+    def generate(params, request):
+        out = ar.generate(params, request)
+        return {**out, "score": out["score"] + request.extras["shift"]}
+
+    def request_extras(translator, starts):
+        return {"shift": jnp.float32(translator.config.toy.shift + translator.config.toy.offset)}
+
+    return dataclasses.replace(ar, name="toy", loss=loss, generate=generate, supports=_SUPPORTS, packs=False,
+                               terms=("source_words",), request_extras=request_extras)
+
+
+def _validate(config) -> None:
+    if config.toy.deep and config.model.dec_layers < 2:
+        raise ConfigError("toy.deep needs model.dec_layers >= 2")
+
+
+def _train_extras(config, tokenizer, src, tgt, pairs):
+    words = np.asarray([[len(s.split())] for s in src], np.int32)
+    return {"source_words": words}, f"{len(src)} sentences, {int(words.sum())} source words"
+
+
+_SUPPORTS = Supports(beam=True)
+TOY = Family(
+    "toy", _build, _SUPPORTS, doc="tests/test_family.py", defaults=_defaults, ranges={"offset": ("[0", None)},
+    architecture=("deep",), validate=_validate, extends="ar", train_extras=_train_extras,
+    aux_run=lambda config: ("toy.teacher", config.toy.teacher, "ar") if config.toy.teacher else None,
+    output_metrics=lambda outs, srcs: {"toy_output_words": float(np.mean([len(o["hyp"].split()) for o in outs]))},
+    sweep=("shift", "s"))
+
+
+@pytest.fixture
+def toy():
+    models.register(TOY)
+    yield TOY
+    models.unregister(TOY.name)
+
+
+def _config(*overrides):
+    return build_config(TINY, ["--config.model.name=toy", "--config.data.synthetic_train=400",
+                               "--config.train.steps=8", "--config.train.eval_every=8", "--config.eval.beam_size=1",
+                               "--config.eval.latency_sentences=0", "--config.data.synthetic_test=16", *overrides])
+
+
+def test_a_family_defined_outside_jaxnat_trains_evaluates_and_translates(toy, tmp_path, ar_run):
+    from jaxnat.evaluate import evaluate
+    from jaxnat.restore import load_translator
+    from jaxnat.training.trainer import Trainer
+
+    # its first training stage is an AR run (`Family.extends`), whose vocabulary it keeps; the same run is the
+    # "teacher" whose parameters it decodes with (`Family.aux_run`)
+    config = _config("--config.toy.shift=2.0", "--config.eval.iteration_sweep=1,3", f"--config.toy.teacher={ar_run}",
+                     f"--config.train.init_from={ar_run}")
+    assert config.toy.to_dict() == {"shift": 2.0, "offset": 0.5, "deep": False, "teacher": str(ar_run)}
+    workdir = str(tmp_path / "run")
+    Trainer(config, workdir).train()
+    history = [json.loads(line) for line in open(os.path.join(workdir, "history.jsonl"))]
+    assert all(row["source_words"] > 1 for row in history if "source_words" in row)  # its batch extras
+    assert any("valid_source_words" in row for row in history)
+    results = evaluate(config, workdir)
+    assert "toy_output_words" in results["test"]  # its output metrics
+    assert {"test+s1", "test+s3"} <= set(results)  # its sweep over a key of its section
+    translator = load_translator(config, workdir)
+    teacher = load_translator(build_config(TINY, ["--config.eval.beam_size=1"]), str(ar_run)).params
+    assert jax.tree.structure(translator.aux) == jax.tree.structure(teacher)
+    plain = translator.translate(["a b c"])[0]
+    config.toy.shift = 5.0  # its request extras: the scores move with the section's shift
+    assert translator.translate(["a b c"])[0]["score"] == pytest.approx(plain["score"] + 3.0, abs=1e-4)
+    # its architecture key is checked against the run, its validation runs with the shared one's
+    with pytest.raises(ConfigError, match=r"toy.deep=True \(trained: False\)"):
+        check_matches_workdir(_config("--config.toy.deep=true", "--config.model.dec_layers=2"), workdir)
+    with pytest.raises(ConfigError, match="toy.deep needs model.dec_layers >= 2"):
+        _config("--config.toy.deep=true")
+    with pytest.raises(ConfigError, match="toy.offset must be >= 0"):
+        _config("--config.toy.offset=-1")
+
+
+def test_an_unknown_family_and_a_taken_name_are_one_line_errors(toy):
+    with pytest.raises(ConfigError, match="unknown model.name 'toys'; available: ar, cmlm, editor, levt, nat, toy"):
+        models.family_of("toys")
+    with pytest.raises(ConfigError, match="a model family named 'nat' exists already"):
+        models.register(dataclasses.replace(TOY, name="nat"))
+
+
+def test_the_shared_modules_name_no_family():
+    """No family's name (nor its papers' model names) in the shared modules, comments included. (report.py's
+    lowercase `ar` is sacreBLEU's approximate randomisation test; the AR family appears as `ar` in code and `AR`
+    in prose, both of which this finds.)"""
+    names = [n for n in models.FAMILIES if n != "ar"] + ["cmlmc", "coverage", "mask.predict"]
+    pattern = re.compile(r"(?i:(?<![\w])(" + "|".join(names) + r")(?![\w])|[\"']ar[\"'])|(?<![\w])AR(?![\w])")
+    randomisation = 'choices=("bs", "ar")'  # report.py's paired tests: sacreBLEU's names
+    found = []
+    for path in SHARED:
+        for number, line in enumerate(open(os.path.join(ROOT, path), encoding="utf-8"), 1):
+            if pattern.search(line.replace(randomisation, "")):
+                found.append(f"{path}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)
