@@ -51,9 +51,10 @@ def ar_run(tmp_path_factory, worker_id):
 # files to whichever worker is free, in collection order): a long file left for the end keeps one core busy alone
 # while the other idles. Longest first, by their measured time (the slowest tests: pytest --durations).
 LONGEST_FIRST = ("test_editor.py", "test_cmlm.py", "test_vecconst.py", "test_edit_models_cli.py", "test_nat_cli.py",
-                 "test_levt.py", "test_vecconst_cli.py", "test_packing_nat.py", "test_cmlm_cli.py", "test_training.py",
-                 "test_notebook.py", "test_nat.py", "test_scan_layers.py", "test_packing_vecconst.py", "test_model.py",
-                 "test_translate.py", "test_multiprocess.py", "test_mixed_precision.py")
+                 "test_levt.py", "test_vecconst_cli.py", "test_packing_nat.py", "test_cmlm_cli.py",
+                 "test_training.py", "test_notebook.py", "test_nat.py", "test_scan_layers.py", "test_family.py",
+                 "test_packing_vecconst.py", "test_model.py", "test_translate.py", "test_multiprocess.py",
+                 "test_mixed_precision.py")
 
 
 def pytest_collection_modifyitems(items):

@@ -84,8 +84,9 @@ def toy():
 
 def _config(*overrides):
     return build_config(TINY, ["--config.model.name=toy", "--config.data.synthetic_train=400",
-                               "--config.train.steps=8", "--config.train.eval_every=8", "--config.eval.beam_size=1",
-                               "--config.eval.latency_sentences=0", "--config.data.synthetic_test=16", *overrides])
+                               "--config.data.max_buckets=1", "--config.train.steps=8", "--config.train.eval_every=8",
+                               "--config.train.valid_bleu_sentences=8", "--config.eval.beam_size=1",
+                               "--config.eval.latency_sentences=0", "--config.data.synthetic_test=8", *overrides])
 
 
 def test_a_family_defined_outside_jaxnat_trains_evaluates_and_translates(toy, tmp_path, ar_run):
@@ -95,7 +96,7 @@ def test_a_family_defined_outside_jaxnat_trains_evaluates_and_translates(toy, tm
 
     # its first training stage is an AR run (`Family.extends`), whose vocabulary it keeps; the same run is the
     # "teacher" whose parameters it decodes with (`Family.aux_run`)
-    config = _config("--config.toy.shift=2.0", "--config.eval.iteration_sweep=1,3", f"--config.toy.teacher={ar_run}",
+    config = _config("--config.toy.shift=2.0", "--config.eval.iteration_sweep=3", f"--config.toy.teacher={ar_run}",
                      f"--config.train.init_from={ar_run}")
     assert config.toy.to_dict() == {"shift": 2.0, "offset": 0.5, "deep": False, "teacher": str(ar_run)}
     workdir = str(tmp_path / "run")
@@ -105,7 +106,7 @@ def test_a_family_defined_outside_jaxnat_trains_evaluates_and_translates(toy, tm
     assert any("valid_source_words" in row for row in history)
     results = evaluate(config, workdir)
     assert "toy_output_words" in results["test"]  # its output metrics
-    assert {"test+s1", "test+s3"} <= set(results)  # its sweep over a key of its section
+    assert "test+s3" in results  # its sweep over a key of its section
     translator = load_translator(config, workdir)
     teacher = load_translator(build_config(TINY, ["--config.eval.beam_size=1"]), str(ar_run)).params
     assert jax.tree.structure(translator.aux) == jax.tree.structure(teacher)

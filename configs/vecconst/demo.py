@@ -6,7 +6,7 @@ python -m jaxnat.main --config configs/vecconst/demo.py --workdir runs/vecconst-
 
 Evaluation adds the rows test+pairs (the pairs as input, beam search) and test+pairs_hard (their target
 phrases also guaranteed by constrained beam search), with CSR as `cpr`. The paper's two stages (an AR run, then
-all parameters): configs/vecconst/multi30k.py with launch/multi30k_vecconst.sh.
+all parameters): configs/vecconst/multi30k.py with launch/multi30k.py --tables vecconst.
 
 Sized for the budget: the AR demo's model (d 256, 3+3 layers), 400 steps of 2048 tokens, on the part of the
 corpus a model learns in them (simple sentences and questions over 30% of the lexicon, as the EDITOR demo);

@@ -8,7 +8,7 @@ python -m jaxnat.data.alignment --data-dir ../shared/data/multi30k --src en --tg
 python -m jaxnat.main --config configs/vecconst/multi30k.py --workdir runs/vecconst-multi30k \
     --config.data.dir=../shared/data/multi30k --config.train.init_from=runs/ar-multi30k \
     --config.data.pairs_dir=runs/align-multi30k
-The whole pipeline (both stages, every variant): launch/multi30k_vecconst.sh.
+The whole pipeline (both stages, every variant): python launch/multi30k.py --tables vecconst.
 """
 
 import os

@@ -1,0 +1,254 @@
+"""The Multi30k En→De tables of docs/results.md as one resumable pipeline: the AR teacher, its distilled training
+set and constraint-pair alignments, the students of each paper, their evaluations, speed tables and reports.
+
+    python launch/multi30k.py --data-dir DATA --runs RUNS [--gpu] [--tables vecconst,nat,cmlm,edit]
+                              [--only JOB ...] [--status] [--dry-run]
+
+Jobs run one after another (one machine, one device), each after the jobs it needs; a finished job is marked
+done (RUNS/pipeline/done/JOB) and not run again, a failed one is reported and the jobs that need it are left
+for the next start, whose jobs resume from their newest checkpoints: run the same command again after a kill or
+in the next session. Each job's output is in RUNS/pipeline/JOB.log; the reports (python -m jaxnat.report: BLEU
+with confidence intervals and significance, the papers' analyses) in RUNS/reports/TABLE/.
+
+--gpu trains the configs sized for one GPU (configs/*/multi30k_gpu.py and their variants: the papers' base
+model, bf16, packed batches); without it, the CPU-sized configs. The budgets are the configs' own.
+--only JOB ...: those jobs and the jobs they need. --status: where each job stands (for a training job its newest
+checkpoint and validation BLEU). --dry-run: the commands, in order, without running them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEST = "test_2016_flickr"
+TABLES = ("vecconst", "nat", "cmlm", "edit")
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One step: ``argv`` after the Python interpreter, run in the repository root once ``needs`` are done.
+    copy_from: a finished workdir first copied to the job's --workdir (evaluated again with other settings)."""
+
+    name: str
+    needs: tuple[str, ...]
+    argv: tuple[str, ...]
+    table: str = ""
+    copy_from: str = ""
+
+    def workdir(self) -> str | None:
+        return self.argv[self.argv.index("--workdir") + 1] if "--workdir" in self.argv else None
+
+
+def jobs(data: str, runs: str, gpu: bool) -> list[Job]:
+    """Every job of the four tables, in the order they run."""
+    def config(name):  # configs/<family>/<name>.py, or its one-GPU variant
+        return os.path.join("configs", f"{name}_gpu.py" if gpu else f"{name}.py")
+
+    def run(name):
+        return os.path.join(runs, name)
+
+    def main(cfg, workdir, *flags, mode=()):
+        return ("-m", "jaxnat.main", *mode, "--config", config(cfg), "--workdir", run(workdir), *flags)
+
+    ar, kd, align = run("ar"), run("kd"), run("align")
+    raw, distilled = f"--config.data.dir={data}", f"--config.data.dir={kd}"
+    pairs = (raw, f"--config.data.pairs_dir={align}")
+    code_switched = (f"--config.data.dir={align}", f"--config.data.pairs_dir={align}",
+                     "--config.data.train_split=train.cs", "--config.data.valid_split=val.cs",
+                     f"--config.data.test_splits={TEST}.cs")
+    student = (f"--config.data.spm_from={ar}",)
+    stage_two = (f"--config.train.init_from={ar}",)
+    speed = ("bench/decode_speed.py",)
+
+    def report(table, *names):
+        return Job(f"report-{table}", names, ("-m", "jaxnat.report", *(run(n) for n in names), "--split", TEST,
+                                              "--out", os.path.join(runs, "reports", table), "--names",
+                                              ",".join(names)), table)
+
+    no_revpos = ("--config.cmlm.masked_attn=false", "--config.cmlm.concat_pe=false")
+    no_corr = ("--config.cmlm.correction=false",)
+    rescore = ("--config.nat.length_beam=9", f"--config.nat.rescorer={ar}", "--config.eval.iteration_sweep=")
+    return [
+        # the teacher and what the students train on
+        Job("ar", (), main("ar/multi30k", "ar", raw)),
+        Job("distill", ("ar",), main("ar/multi30k", "ar", raw, "--output", kd, mode=("--mode", "distill"))),
+        Job("align", (), ("-m", "jaxnat.data.alignment", "--data-dir", data, "--src", "en", "--tgt", "de",
+                          "--splits", f"val,{TEST}", "--output", align, "--code-switch")),
+        # Wang et al. 2022: the AR model with the pairs (vanilla, + VDBA), stage 2 at α/β 0.8/0.2 and 0.5/0.5,
+        # code-switched, and the speed table
+        Job("ar-pairs", ("ar", "align"), main("ar/multi30k", "ar-pairs", *pairs, mode=("--mode", "eval")),
+            "vecconst", copy_from=ar),
+        Job("vecconst", ("ar", "align"), main("vecconst/multi30k", "vecconst", *pairs, *stage_two), "vecconst"),
+        Job("vecconst-vdba", ("ar", "align"), main("vecconst/multi30k_vdba", "vecconst-vdba", *pairs, *stage_two),
+            "vecconst"),
+        Job("ar-pairs-cs", ("ar", "align"), main("ar/multi30k", "ar-pairs-cs", *code_switched,
+                                                 mode=("--mode", "eval")), "vecconst", copy_from=ar),
+        Job("vecconst-cs", ("ar", "align"), main("vecconst/multi30k", "vecconst-cs", *code_switched, *stage_two),
+            "vecconst"),
+        Job("speed-vecconst", ("vecconst",), (*speed, "--run", ar, "--run", run("vecconst"), "--pairs", "--unpacked",
+                                             "--batch", "128", *pairs), "vecconst"),
+        report("vecconst", "ar-pairs", "vecconst", "vecconst-vdba"),
+        # Shan et al. 2021: NAT-base, Coverage-NAT, its SCA phase and the control without SCA, each rescored
+        Job("natbase", ("distill",), main("nat/multi30k", "natbase", distilled, *student, "--config.nat.coverage=false",
+                                          "--config.eval.iteration_sweep="), "nat"),
+        Job("covnat", ("distill",), main("nat/multi30k", "covnat", distilled, *student), "nat"),
+        Job("covnat-sca", ("covnat",), main("nat/multi30k_sca", "covnat-sca", distilled,
+                                           f"--config.train.init_from={run('covnat')}"), "nat"),
+        Job("covnat-ft", ("covnat",), main("nat/multi30k_sca", "covnat-ft", distilled,
+                                          f"--config.train.init_from={run('covnat')}", "--config.nat.sca_weight=0"),
+            "nat"),
+        *(Job(f"{name}-rescored", (name,), main(cfg, f"{name}-rescored", distilled, *flags, *rescore,
+                                                 mode=("--mode", "eval")), "nat", copy_from=run(name))
+          for name, cfg, flags in (("natbase", "nat/multi30k", ("--config.nat.coverage=false",)),
+                                   ("covnat", "nat/multi30k", ()), ("covnat-sca", "nat/multi30k_sca", ()))),
+        Job("speed-nat", ("natbase", "covnat"), (*speed, "--run", run("natbase"), "--run", run("covnat"), distilled),
+            "nat"),
+        report("nat", "natbase", "covnat", "covnat-sca", "covnat-ft"),
+        # Huang et al. 2022: CMLM, +RevealPosition, +correction, CMLMC (Table 1), the halves of RevealPosition
+        # (Table A.1), on raw data with the teacher's vocabulary; CMLMC rescored by it
+        Job("cmlm", ("ar",), main("cmlm/multi30k", "cmlm", raw, *student, *no_revpos, *no_corr), "cmlm"),
+        Job("cmlm-revpos", ("ar",), main("cmlm/multi30k", "cmlm-revpos", raw, *student, *no_corr), "cmlm"),
+        Job("cmlm-corr", ("ar",), main("cmlm/multi30k", "cmlm-corr", raw, *student, *no_revpos), "cmlm"),
+        Job("cmlmc", ("ar",), main("cmlm/multi30k", "cmlmc", raw, *student), "cmlm"),
+        Job("cmlmc-rescored", ("cmlmc",), main("cmlm/multi30k", "cmlmc-rescored", raw, f"--config.cmlm.rescorer={ar}",
+                                               "--config.eval.constraints=", "--config.eval.iteration_sweep=",
+                                               mode=("--mode", "eval")), "cmlm", copy_from=run("cmlmc")),
+        Job("cmlm-maskedattn", ("ar",), main("cmlm/multi30k", "cmlm-maskedattn", raw, *student, no_revpos[1],
+                                             *no_corr), "cmlm"),
+        Job("cmlm-concatpe", ("ar",), main("cmlm/multi30k", "cmlm-concatpe", raw, *student, no_revpos[0], *no_corr),
+            "cmlm"),
+        Job("positions-cmlm", ("cmlm", "cmlmc"), ("-m", "jaxnat.models.cmlm.positions", run("cmlm"), run("cmlmc")),
+            "cmlm"),
+        Job("speed-cmlm", ("cmlm", "cmlmc"), (*speed, "--run", run("cmlm"), "--run", run("cmlmc"), "--full-canvas",
+                                              raw), "cmlm"),
+        report("cmlm", "cmlm", "cmlm-revpos", "cmlm-corr", "cmlmc"),
+        # Gu et al. 2019 and Xu & Carpuat 2021: the Levenshtein Transformer and EDITOR on the distilled data,
+        # plain, with soft and with hard constraints
+        Job("levt", ("distill",), main("levt/multi30k", "levt", distilled, *student), "edit"),
+        Job("editor", ("distill",), main("editor/multi30k", "editor", distilled, *student), "edit"),
+        Job("speed-edit", ("levt", "editor"), (*speed, "--run", ar, "--run", run("levt"), "--run", run("editor"),
+                                               distilled), "edit"),
+        report("edit", "levt", "editor"),
+    ]
+
+
+def selected(all_jobs: list[Job], tables: list[str], only: list[str]) -> list[Job]:
+    """The jobs of ``tables`` (or only those named and, transitively, the jobs they need), in order."""
+    by_name = {j.name: j for j in all_jobs}
+    for name in only:
+        if name not in by_name:
+            raise SystemExit(f"multi30k.py: error: no job {name!r} (jobs: {', '.join(by_name)})")
+    wanted = set(only) or {j.name for j in all_jobs if j.table in tables}
+    stack = list(wanted)
+    while stack:
+        for need in by_name[stack.pop()].needs:
+            if need not in wanted:
+                wanted.add(need)
+                stack.append(need)
+    return [j for j in all_jobs if j.name in wanted]
+
+
+def progress(job: Job) -> str:
+    """A training job's newest checkpoint and latest validation BLEU, from its workdir."""
+    workdir = job.workdir()
+    if not workdir or job.copy_from or "--mode" in job.argv:
+        return ""
+    last = os.path.join(workdir, "checkpoints", "last")
+    steps = [int(s) for s in (os.listdir(last) if os.path.isdir(last) else []) if s.isdigit()]
+    text = f", step {max(steps)}" if steps else ""
+    try:
+        with open(os.path.join(workdir, "history.jsonl"), encoding="utf-8") as f:
+            rows = [json.loads(line) for line in f if '"valid_bleu"' in line]
+        text += f", valid BLEU {rows[-1]['valid_bleu']:.2f} at step {rows[-1]['step']}" if rows else ""
+    except (OSError, ValueError):
+        pass
+    return text
+
+
+def copy_whole(src: str, dst: str) -> None:
+    """dst as a copy of src, whole or not at all (a copy cut short leaves only dst.partial); an evaluation of it
+    is then redone (metrics.record.json removed)."""
+    if os.path.isdir(dst):
+        return
+    shutil.rmtree(dst + ".partial", ignore_errors=True)
+    shutil.copytree(src, dst + ".partial")
+    record = os.path.join(dst + ".partial", "metrics.record.json")
+    if os.path.exists(record):
+        os.remove(record)
+    os.rename(dst + ".partial", dst)
+
+
+def run_jobs(todo: list[Job], state: str, python: str) -> int:
+    """Runs every job that is not done and whose prerequisites are, in order; 1 if one failed."""
+    failed: set[str] = set()
+    for job in todo:
+        done = os.path.join(state, "done", job.name)
+        if os.path.exists(done):
+            continue
+        missing = [n for n in job.needs if not os.path.exists(os.path.join(state, "done", n))]
+        if missing:
+            print(f"{time.strftime('%F %T')} skip {job.name} (needs {', '.join(missing)})", flush=True)
+            continue
+        print(f"{time.strftime('%F %T')} start {job.name}", flush=True)
+        with open(os.path.join(state, f"{job.name}.log"), "a", encoding="utf-8") as log:
+            try:
+                if job.copy_from:
+                    copy_whole(job.copy_from, job.workdir())
+                ok = subprocess.run([python, *job.argv], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT).returncode == 0
+            except OSError as e:
+                log.write(f"{e}\n")
+                ok = False
+        if ok:
+            open(done, "w").close()
+            print(f"{time.strftime('%F %T')} done {job.name}", flush=True)
+        else:
+            failed.add(job.name)
+            print(f"{time.strftime('%F %T')} FAILED {job.name} (see {state}/{job.name}.log)", flush=True)
+    return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python launch/multi30k.py", description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", required=True, help="the Multi30k folder ({split}.{en,de}[.gz])")
+    parser.add_argument("--runs", required=True, help="where the workdirs, logs and reports go")
+    parser.add_argument("--gpu", action="store_true", help="the configs sized for one GPU")
+    parser.add_argument("--tables", default=",".join(TABLES), help=f"comma list of {', '.join(TABLES)} (default all)")
+    parser.add_argument("--only", nargs="+", default=[], metavar="JOB", help="these jobs and what they need")
+    parser.add_argument("--status", action="store_true", help="where each job stands")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands without running them")
+    parser.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)  # the tests' stand-in
+    args = parser.parse_args(argv)
+    tables = [t for t in args.tables.split(",") if t]
+    if unknown := [t for t in tables if t not in TABLES]:
+        parser.error(f"unknown table {unknown[0]!r} (tables: {', '.join(TABLES)})")
+    if not os.path.isdir(args.data_dir) and not (args.status or args.dry_run):
+        parser.error(f"no data directory {args.data_dir}")
+    runs = os.path.abspath(args.runs)
+    todo = selected(jobs(os.path.abspath(args.data_dir), runs, args.gpu), tables, args.only)
+    state = os.path.join(runs, "pipeline")
+    if args.dry_run:
+        for job in todo:
+            copy = f"(copy {job.copy_from} -> {job.workdir()}) " if job.copy_from else ""
+            print(f"{job.name}: {copy}python {' '.join(job.argv)}")
+        return 0
+    if args.status:
+        for job in todo:
+            if os.path.exists(os.path.join(state, "done", job.name)):
+                print(f"{job.name:<20} done")
+            else:
+                print(f"{job.name:<20} to run{progress(job)}")
+        return 0
+    os.makedirs(os.path.join(state, "done"), exist_ok=True)
+    return run_jobs(todo, state, args.python)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
