@@ -277,6 +277,7 @@ def test_length_token_reads_the_same_whatever_the_padding():
 # --------------------------------------------------------------------------------- mask-predict
 
 @functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=None)
 def _stub_decoder(options, width, rescored=False, canvas=None):
     """The jit'd `mask_predict.decode` on the stub model, compiled once per options (tables are arguments):
     candidate lengths for canvases of ``width``, decoded on canvases of ``canvas`` (default: ``width``)."""

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Makes .gpu/ (ignored by git), what a GPU machine of the device tool needs beside the checkout, which it cannot
+# Makes .gpu/ (ignored by git), what a GPU machine without network access needs beside the checkout, which it cannot
 # fetch there: the Multi30k En-De files, their constraint pairs (eflomal runs here, not there) and the wheels of
 # jaxnat's core dependencies that the GPU image lacks (ml-collections; Python 3.12).
 #
-#   bash launch/gpu_prepare.sh [DATA_DIR=../shared/data/multi30k]
+#   bash bench/gpu_prepare.sh [DATA_DIR=../shared/data/multi30k]
 #
 # Then, on the device machine (carry .gpu), one command:
 #   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl &&
