@@ -34,6 +34,12 @@ def _own_metrics(translator: Translator, outs: list[dict], srcs: list[str]) -> d
     return hook(outs, srcs) if hook else {}
 
 
+def scores(hyps: list[str], refs: list[str], config, constraints: list[list[str]] | None = None) -> dict:
+    """`corpus_metrics` in the run's target language (its Moses tokens for the tokenized scores and CPR), with
+    the case-insensitive tokenized BLEU where eval.lowercase asks for it."""
+    return corpus_metrics(hyps, refs, constraints, lang=config.data.tgt_lang, lowercase=config.eval.lowercase)
+
+
 def _writes() -> bool:
     """Whether this process writes the results: with several processes (multi-process training evaluates at
     its end in every process, all computing the same), the first one does."""
@@ -66,7 +72,7 @@ def evaluate(config, workdir: str) -> dict:
         _write_lines(os.path.join(workdir, "hyps", f"{split}.txt"), hyps)
         metrics = {"mean_length": mean_length(hyps)}
         if refs is not None:  # a test split without references is only translated
-            metrics.update(corpus_metrics(hyps, refs), reference_length=mean_length(refs))
+            metrics.update(scores(hyps, refs, config), reference_length=mean_length(refs))
             metrics["copy_source_bleu"] = bleu(srcs, refs)[0]
         metrics["mean_score"] = float(np.mean([o["score"] for o in outs]))
         if translator.spec.summary is not None:  # scalars of the decoded parameters (`ModelSpec.summary`)
@@ -97,7 +103,7 @@ def evaluate(config, workdir: str) -> dict:
                                         hard=[mode == "hard"] * len(srcs))
             hyps = [o["hyp"] for o in outs]
             _write_lines(os.path.join(workdir, "hyps", f"{split}.{mode}.txt"), hyps)
-            results[f"{split}+{mode}"] = {**corpus_metrics(hyps, refs, constraints, lang=config.data.tgt_lang),
+            results[f"{split}+{mode}"] = {**scores(hyps, refs, config, constraints),
                                          "mean_length": mean_length(hyps),
                                          **_edit_counts(outs, translator.spec.supports.counts)}
             if i == 0 and e.latency_sentences > 0:
@@ -183,7 +189,7 @@ def pair_rows(translator: Translator, split: str, srcs: list[str], refs: list[st
         outs = translator.translate(srcs, e.beam_size, e.batch_size, drop_long_pairs=True, **kwargs)
         hyps = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.{name}.txt"), hyps)
-        row = {**corpus_metrics(hyps, refs, targets, lang=config.data.tgt_lang), "mean_length": mean_length(hyps)}
+        row = {**scores(hyps, refs, config, targets), "mean_length": mean_length(hyps)}
         if speed and e.latency_sentences > 0:
             row.update(translator.speed(srcs, e.beam_size, e.latency_sentences, e.throughput_batch, **kwargs))
         rows[f"{split}+{name}"] = row
@@ -216,7 +222,7 @@ def diagnostic_rows(translator: Translator, split: str, srcs: list[str], refs: l
         outs = translator.translate(srcs, e.beam_size, e.batch_size, cut_long_inits=True, **kwargs)
         hyps = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.from_{name}.txt"), hyps)
-        row = corpus_metrics(hyps, refs, kwargs.get("constraints"), lang=lang)
+        row = scores(hyps, refs, config, kwargs.get("constraints"))
         row.update(mean_length=mean_length(hyps), **_edit_counts(outs, translator.spec.supports.counts))
         rows[f"{split}+from_{name}"] = row
         log.info("%s from %s: BLEU %.2f, %.2f words, %.2f iterations", split, name, row["bleu"],
@@ -251,7 +257,7 @@ def iteration_rows(translator: Translator, split: str, srcs: list[str], refs: li
         hyps = [o["hyp"] for o in outs]
         name = f"{label}{depth}"
         _write_lines(os.path.join(workdir, "hyps", f"{split}.{name}.txt"), hyps)
-        row = corpus_metrics(hyps, refs)
+        row = scores(hyps, refs, config)
         rows[f"{split}+{name}"] = {"bleu": row["bleu"], "ribes": row["ribes"], "repetition": row["repetition"],
                                    "mean_length": mean_length(hyps), "seconds": seconds,
                                    **_own_metrics(run, outs, srcs)}
@@ -276,7 +282,7 @@ def post_edit_rows(config, corpus, translator: Translator, workdir: str) -> dict
         row = {"mean_score": float(np.mean([o["score"] for o in outs])),
                **_edit_counts(outs, translator.spec.supports.counts)}
         if refs is not None:  # a test split without references is only post-edited
-            row.update(corpus_metrics(hyps, refs), init_bleu=bleu(inits, refs)[0])
+            row.update(scores(hyps, refs, config), init_bleu=bleu(inits, refs)[0])
             log.info("%s post-edited from %s: BLEU %.2f (initial hypotheses: %.2f)", split, config.data.init_lang,
                      row["bleu"], row["init_bleu"])
         rows[f"{split}+init"] = row

@@ -134,9 +134,9 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
     report = {"split": split, "sentences": len(refs), "baseline": systems[0].name, "test": test,
               "samples": samples, "signatures": signatures, "systems": []}
     for k, s in enumerate(systems):
-        m = corpus_metrics(s.hyps, refs)
+        m = corpus_metrics(s.hyps, refs, lang=s.config.data.tgt_lang)
         entry = {"name": s.name, "workdir": os.path.abspath(s.workdir), "model": s.config.model.name,
-                 "bleu": m["bleu"], "chrf": m["chrf"], "ter": m["ter"], "ribes": m["ribes"],
+                 "bleu": m["bleu"], "tok_bleu": m["tok_bleu"], "chrf": m["chrf"], "ter": m["ter"], "ribes": m["ribes"],
                  "repetition": m["repetition"], "mean_length": s.main.get("mean_length")}
         for metric, key in (("BLEU", "bleu"), ("chrF2", "chrf")):
             r = tests[metric][k]
@@ -158,18 +158,19 @@ def to_markdown(report: dict) -> str:
     systems = report["systems"]
     lines = [f"# {report['split']} ({report['sentences']} sentences)", "",
              f"Paired {'bootstrap resampling' if report['test'] == 'bs' else 'approximate randomisation'} against "
-             f"**{report['baseline']}** (sacreBLEU; p < 0.05 marked *).", ""]
+             f"**{report['baseline']}** (sacreBLEU; p < 0.05 marked *). BLEU: sacreBLEU on detokenized text, its "
+             f"signature below; tok. BLEU: multi-bleu.perl's on Moses tokens of the target language, no smoothing "
+             f"(the papers' tables); RIBES on the same tokens.", ""]
     counts = sorted({k for s in systems for k in s if k.startswith("mean_") and k != "mean_length"})
-    head = ["system", "model", "BLEU", "± 95% CI", "p", "chrF", "p (chrF)", "TER", "RIBES", "repetition %",
+    head = ["system", "model", "BLEU", "± 95% CI", "p", "tok. BLEU", "chrF", "p (chrF)", "TER", "RIBES", "repetition %",
             "mean length", *[c[5:] for c in counts], "CPR %", "latency ms", "sentences/s"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in systems:
         star = "*" if s["bleu_p"] is not None and s["bleu_p"] < 0.05 else ""
         cells = [s["name"], s["model"], _cell(s["bleu"]) + star, _cell(s["bleu_ci"]), _cell(s["bleu_p"], 4),
-                 _cell(s["chrf"]), _cell(s["chrf_p"], 4), _cell(s["ter"]), _cell(s["ribes"]), _cell(s["repetition"]),
-                 _cell(s["mean_length"]), *[_cell(s.get(c)) for c in counts], _cell(s.get("cpr")),
-                 _cell(s.get("latency_ms")),
-                 _cell(s.get("sentences_per_s"))]
+                 _cell(s["tok_bleu"]), _cell(s["chrf"]), _cell(s["chrf_p"], 4), _cell(s["ter"]), _cell(s["ribes"]),
+                 _cell(s["repetition"]), _cell(s["mean_length"]), *[_cell(s.get(c)) for c in counts],
+                 _cell(s.get("cpr")), _cell(s.get("latency_ms")), _cell(s.get("sentences_per_s"))]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", *[f"- {k}: `{v}`" for k, v in report["signatures"].items()], ""]
     rows = sorted({r for s in systems for r in s["rows"]})

@@ -97,7 +97,7 @@ def test_a_family_defined_outside_jaxnat_trains_evaluates_and_translates(toy, tm
     # its first training stage is an AR run (`Family.extends`), whose vocabulary it keeps; the same run is the
     # "teacher" whose parameters it decodes with (`Family.aux_run`)
     config = _config("--config.toy.shift=2.0", "--config.eval.iteration_sweep=3", f"--config.toy.teacher={ar_run}",
-                     f"--config.train.init_from={ar_run}")
+                     f"--config.train.init_from={ar_run}", "--config.eval.lowercase=true")
     assert config.toy.to_dict() == {"shift": 2.0, "offset": 0.5, "deep": False, "teacher": str(ar_run)}
     workdir = str(tmp_path / "run")
     Trainer(config, workdir).train()
@@ -106,6 +106,7 @@ def test_a_family_defined_outside_jaxnat_trains_evaluates_and_translates(toy, tm
     assert any("valid_source_words" in row for row in history)
     results = evaluate(config, workdir)
     assert "toy_output_words" in results["test"]  # its output metrics
+    assert results["test"]["tok_bleu_lc"] >= results["test"]["tok_bleu"]  # (and the shared ones)
     assert "test+s3" in results  # its sweep over a key of its section
     translator = load_translator(config, workdir)
     teacher = load_translator(build_config(TINY, ["--config.eval.beam_size=1"]), str(ar_run)).params

@@ -2,6 +2,7 @@
 
 import functools
 import math
+from collections import Counter
 
 import pytest
 import sacrebleu
@@ -9,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from nltk.translate.ribes_score import corpus_ribes, kendall_tau
 
+from jaxnat.data.words import moses_tokenize
 from jaxnat.errors import DataError
 from jaxnat.evaluation import metrics
 from jaxnat.evaluation.constraints import make_constraints
@@ -90,16 +92,46 @@ def test_bleu_hand_computed():
     assert ter(["a b x d"], ["a b c d"]) == pytest.approx(25.0)  # one substitution in 4 words
 
 
-def test_tokenized_bleu_definition():
-    tok_hyps = [" ".join(tokenize(h)) for h in HYPS]
-    tok_refs = [" ".join(tokenize(r)) for r in REFS]
-    expected = sacrebleu.corpus_bleu(tok_hyps, [tok_refs], tokenize="none", smooth_method="none").score
-    assert tokenized_bleu(HYPS, REFS) == expected
-    # Punctuation is split off before counting n-grams.
-    assert tokenized_bleu(["Hello, world!"], ["Hello , world !"]) == pytest.approx(100.0)
-    # No smoothing (multi-bleu.perl): no 4-gram match anywhere -> 0, while sacreBLEU's exp smoothing is > 0.
+def _plain_bleu(hyps: list[list[str]], refs: list[list[str]]) -> float:
+    """multi-bleu.perl's corpus BLEU in plain Python: clipped n-gram matches summed over the corpus for n = 1..4,
+    the geometric mean of the four precisions, the brevity penalty; 0 when an order has no match."""
+    matches, totals = [0] * 4, [0] * 4
+    for hyp, ref in zip(hyps, refs):
+        for n in range(1, 5):
+            grams = Counter(tuple(hyp[i:i + n]) for i in range(len(hyp) - n + 1))
+            ref_grams = Counter(tuple(ref[i:i + n]) for i in range(len(ref) - n + 1))
+            matches[n - 1] += sum(min(c, ref_grams[g]) for g, c in grams.items())
+            totals[n - 1] += max(len(hyp) - n + 1, 0)
+    if min(matches) == 0:
+        return 0.0
+    c, r = sum(len(h) for h in hyps), sum(len(x) for x in refs)
+    penalty = 1.0 if c >= r else math.exp(1 - r / c)
+    return 100 * penalty * math.exp(sum(math.log(m / t) for m, t in zip(matches, totals)) / 4)
+
+
+def test_tokenized_bleu_is_multi_bleu_on_moses_tokens():
+    """The papers' tokenized BLEU: Moses tokens of the target language (here English, whose clitics Moses
+    splits off and 13a does not), no smoothing, case-sensitive unless lowercased (multi-bleu.perl -lc)."""
+    hyps = ["It's a man's T-shirt, isn't it?", "The dog runs in the park.", "A red car is parked on the street."]
+    refs = ["It's the man's T-shirt, isn't it?", "the dog is running in the park .", "A red car parked on a street."]
+    words = lambda texts: [moses_tokenize(t, "en") for t in texts]  # noqa: E731
+    assert words(hyps)[0] == ["It", "'s", "a", "man", "'s", "T-shirt", ",", "isn", "'t", "it", "?"]
+    assert tokenized_bleu(hyps, refs, lang="en") == pytest.approx(_plain_bleu(words(hyps), words(refs)))
+    lower = lambda texts: [[w.lower() for w in x] for x in words(texts)]  # noqa: E731
+    assert tokenized_bleu(hyps, refs, lang="en", lowercase=True) == pytest.approx(_plain_bleu(lower(hyps),
+                                                                                              lower(refs)))
+    assert tokenized_bleu(hyps, refs, lang="en", lowercase=True) > tokenized_bleu(hyps, refs, lang="en")
+    # not 13a's words: it keeps "It's" whole
+    assert tokenize(hyps[0])[0] == "It's"
+    # no smoothing: no 4-gram match anywhere -> 0, while sacreBLEU's exp smoothing is > 0
     assert tokenized_bleu(["a b c x e f"], ["a b c d e f"]) == 0.0
     assert bleu(["a b c x e f"], ["a b c d e f"])[0] > 0.0
+    # RIBES reads the same tokens: "'s" is a word of its own
+    assert ribes(["man 's"], ["man 's"]) == ribes(["man's"], ["man's"]) == pytest.approx(1.0)
+    out = corpus_metrics(hyps, refs, lang="en", lowercase=True)
+    assert out["tok_bleu"] == tokenized_bleu(hyps, refs, lang="en")
+    assert out["tok_bleu_lc"] == tokenized_bleu(hyps, refs, lang="en", lowercase=True)
+    assert out["ribes"] == pytest.approx(100 * ribes(hyps, refs, lang="en", lowercase=True))
 
 
 def test_tokenize_splits_punctuation_and_keeps_case():
@@ -112,8 +144,13 @@ def test_tokenize_splits_punctuation_and_keeps_case():
 # ----------------------------------------------------------------------------------------------------------
 
 
+def _words(text):
+    """The tokens RIBES reads: Moses tokens (English)."""
+    return moses_tokenize(text, "en")
+
+
 def _nltk_ribes(hyps, refs):
-    return corpus_ribes([[tokenize(r)] for r in refs], [tokenize(h) for h in hyps])
+    return corpus_ribes([[_words(r)] for r in refs], [_words(h) for h in hyps])
 
 
 RIBES_HYPS = [
@@ -145,7 +182,7 @@ def test_ribes_equals_nltk_on_fixed_sentences():
         _nltk_ribes(RIBES_HYPS[1:], RIBES_REFS[1:]), rel=1e-12
     )
     assert ribes(RIBES_HYPS, RIBES_REFS, alpha=0.5, beta=0.3, variant="nltk") == pytest.approx(
-        corpus_ribes([[tokenize(r)] for r in RIBES_REFS], [tokenize(h) for h in RIBES_HYPS], 0.5, 0.3),
+        corpus_ribes([[_words(r)] for r in RIBES_REFS], [_words(h) for h in RIBES_HYPS], 0.5, 0.3),
         rel=1e-12,
     )
 

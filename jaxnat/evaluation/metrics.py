@@ -8,9 +8,11 @@ reference per hypothesis. Scales:
 * ``ribes`` returns a value in [0, 1] (it is NOT multiplied by 100), as the official RIBES script and NLTK
   print it; ``corpus_metrics`` multiplies it by 100 so that every number in a results table is in 0-100.
 
-Where BLEU, RIBES and the repetition rate need words, the text is split with sacreBLEU's ``13a`` tokenizer
-(the mteval-v13a tokenization WMT uses: punctuation is split off, case is kept) and then on whitespace; see
-``tokenize``.
+Two scores, as the papers report them. ``bleu`` is the headline: sacreBLEU on detokenized text, with its
+signature (comparable across papers that give one). ``tokenized_bleu`` and ``ribes`` are the scores of the
+papers' own tables (multi-bleu.perl, fairseq's scorer): on Moses tokens of the target language (sacremoses, no
+HTML escaping; `jaxnat.data.words.moses_tokenize`), no smoothing, optionally case-insensitive. The repetition
+rate counts sacreBLEU's ``13a`` words (``tokenize``: punctuation split off, case kept).
 
 The constraint metric (``constraint_preservation``, CPR; terminology papers call it term usage) uses the words
 constraints are chosen from instead (``jaxnat.evaluation.constraints``): Moses tokens, ``moses_tokenize(text,
@@ -139,24 +141,27 @@ def bleu(hyps: list[str], refs: list[str]) -> tuple[float, str]:
     return float(score), str(metric.get_signature())
 
 
-def tokenized_bleu(hyps: list[str], refs: list[str]) -> float:
-    """Tokenized BLEU (0-100) as NAT papers report it, in the style of Moses' ``multi-bleu.perl``.
+def moses_words(texts: list[str], lang: str, lowercase: bool = False) -> list[list[str]]:
+    """Each text's Moses tokens in language ``lang`` (``moses_tokenize``), lowercased with ``lowercase``: the
+    tokens of the papers' tokenized scores."""
+    return [[t.lower() for t in moses_tokenize(x, lang)] if lowercase else moses_tokenize(x, lang) for x in texts]
 
-    Exact definition: every hypothesis and reference is tokenized with sacreBLEU's ``13a`` tokenizer
-    (``tokenize``; punctuation split off, case kept) and re-joined with single spaces; then corpus BLEU is
-    computed by sacreBLEU with ``tokenize='none'`` (whitespace tokens), ``lowercase=False``, 4-gram
-    precisions, the standard brevity penalty and NO smoothing (``smooth_method='none'``), as in
-    ``multi-bleu.perl``: the score is 0 when some n-gram order has no match in the whole corpus.
 
-    Because 13a is also sacreBLEU's default tokenizer, this differs from ``bleu`` only through smoothing
-    (which matters only when some n-gram order has zero matches corpus-wide) and, on rare inputs, through
-    13a not being idempotent. It is *not* the same as BLEU on Moses-tokenized text (Moses also splits
-    hyphens and apostrophes differently), so compare it only with numbers computed the same way.
+def tokenized_bleu(hyps: list[str], refs: list[str], *, lang: str = "en", lowercase: bool = False) -> float:
+    """Tokenized BLEU (0-100) as the papers' tables give it: Moses' ``multi-bleu.perl`` (``-lc``: ``lowercase``)
+    on text tokenized by Moses' ``tokenizer.perl -l LANG`` (fairseq's scorer counts the same n-grams).
+
+    Exact definition: every hypothesis and reference is Moses-tokenized in the target language ``lang``
+    (``moses_words``: sacremoses, no HTML escaping, hyphenated words whole) and re-joined with single spaces;
+    then corpus BLEU over whitespace tokens: clipped 1-4-gram precisions, their geometric mean, the brevity
+    penalty exp(1 - r/c) when the c hypothesis tokens are fewer than the r reference tokens, and NO smoothing:
+    the score is 0 when some n-gram order has no match in the whole corpus. (sacreBLEU with ``tokenize='none'``
+    computes it.) Not comparable with ``bleu``, whose 13a tokenization and smoothing differ.
     """
     hyps, refs = _parallel(hyps, refs)
     metric = BLEU(tokenize="none", smooth_method="none", force=True)
-    tok_hyps = [" ".join(tokenize(h)) for h in hyps]
-    tok_refs = [" ".join(tokenize(r)) for r in refs]
+    tok_hyps = [" ".join(words) for words in moses_words(hyps, lang, lowercase)]
+    tok_refs = [" ".join(words) for words in moses_words(refs, lang, lowercase)]
     return float(metric.corpus_score(tok_hyps, [tok_refs]).score)
 
 
@@ -298,12 +303,13 @@ def _sentence_ribes(ref: list[str], hyp: list[str], alpha: float, beta: float, v
 
 
 def ribes(
-    hyps: list[str], refs: list[str], alpha: float = 0.25, beta: float = 0.10, *, variant: str = "official"
+    hyps: list[str], refs: list[str], alpha: float = 0.25, beta: float = 0.10, *, variant: str = "official",
+    lang: str = "en", lowercase: bool = False,
 ) -> float:
     """Corpus RIBES (Isozaki et al., 2010) in [0, 1] -- NOT multiplied by 100 (``corpus_metrics`` does that).
 
-    Our own implementation. Sentences are split into words with ``tokenize`` (13a, case-sensitive). Per
-    sentence: ``NKT * P**alpha * BP**beta`` where
+    Our own implementation. Sentences are split into the tokens of ``tokenized_bleu`` (``moses_words`` of
+    ``lang``, lowercased with ``lowercase``). Per sentence: ``NKT * P**alpha * BP**beta`` where
 
     * the word alignment maps each hypothesis word to a reference position: a word occurring exactly once in
       both sentences is matched directly; a repeated word is disambiguated by the shortest left/right
@@ -324,12 +330,13 @@ def ribes(
     on the paper's own (H0, R0) example only NLTK reproduces the printed alignment, RIBES.py gives NKT
     17/55 instead of 21/55), (2) NLTK never trying the left context that spans the whole prefix for words
     in the second half of the hypothesis and (3) the one-word-reference case above (NLTK scores it 0).
-    Unlike RIBES.py (which lowercases unless run with ``-c``), case is kept, as in sacreBLEU's BLEU.
+    RIBES.py lowercases unless run with ``-c``; here case is kept unless ``lowercase``, as in the tokenized BLEU.
     """
     hyps, refs = _parallel(hyps, refs)
     if variant not in RIBES_VARIANTS:
         raise ValueError(f"unknown RIBES variant {variant!r}; expected one of {RIBES_VARIANTS}")
-    scores = [_sentence_ribes(tokenize(r), tokenize(h), alpha, beta, variant) for h, r in zip(hyps, refs)]
+    pairs = zip(moses_words(hyps, lang, lowercase), moses_words(refs, lang, lowercase))
+    scores = [_sentence_ribes(r, h, alpha, beta, variant) for h, r in pairs]
     return math.fsum(scores) / len(scores)
 
 
@@ -426,14 +433,16 @@ def repeated_token_ratios(repeats: Sequence[int], lengths: Sequence[int], src_le
 
 
 def corpus_metrics(
-    hyps: list[str], refs: list[str], constraints: list[list[str]] | None = None, *, lang: str = "en"
+    hyps: list[str], refs: list[str], constraints: list[list[str]] | None = None, *, lang: str = "en",
+    lowercase: bool = False,
 ) -> dict[str, float | str]:
-    """Every metric of this module for one system output.
+    """Every metric of this module for one system output, ``lang`` the target language.
 
-    Keys: ``bleu`` (sacreBLEU), ``bleu_signature`` (str), ``tok_bleu`` (``tokenized_bleu``), ``chrf``,
-    ``ter``, ``ribes``, ``repetition`` (``repetition_rate`` of the 13a words of each hypothesis) and, when
-    ``constraints`` is given, ``cpr`` and ``cpr_words`` (CPR weighted by the constraints' words;
-    Moses tokens of ``lang``, the target language).
+    Keys: ``bleu`` (sacreBLEU), ``bleu_signature`` (str), ``tok_bleu`` (``tokenized_bleu``, case-sensitive;
+    with ``lowercase`` also ``tok_bleu_lc``, case-insensitive), ``chrf``, ``ter``, ``ribes`` (on the tokens of
+    ``tok_bleu``, lowercased with ``lowercase``), ``repetition`` (``repetition_rate`` of the 13a words of each
+    hypothesis) and, when ``constraints`` is given, ``cpr`` and ``cpr_words`` (CPR weighted by the constraints'
+    words; Moses tokens of ``lang``).
     All numbers are in 0-100: here RIBES is ``100 * ribes(...)``, unlike the [0, 1] value ``ribes`` returns.
     ``cpr`` and ``cpr_words`` are ``nan`` when ``constraints`` holds no constraint.
     """
@@ -442,12 +451,14 @@ def corpus_metrics(
     out: dict[str, float | str] = {
         "bleu": bleu_score,
         "bleu_signature": signature,
-        "tok_bleu": tokenized_bleu(hyps, refs),
+        "tok_bleu": tokenized_bleu(hyps, refs, lang=lang),
         "chrf": chrf(hyps, refs),
         "ter": ter(hyps, refs),
-        "ribes": 100.0 * ribes(hyps, refs),
+        "ribes": 100.0 * ribes(hyps, refs, lang=lang, lowercase=lowercase),
         "repetition": repetition_rate([tokenize(h) for h in hyps]),
     }
+    if lowercase:
+        out["tok_bleu_lc"] = tokenized_bleu(hyps, refs, lang=lang, lowercase=True)
     if constraints is not None:
         out["cpr"] = constraint_preservation(hyps, constraints, lang=lang)
         out["cpr_words"] = constraint_preservation(hyps, constraints, lang=lang, by_words=True)

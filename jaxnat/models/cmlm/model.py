@@ -271,7 +271,7 @@ SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, max_phrases=8,
 
 def rescorer_module(section, cfg: TransformerConfig):
     """The AR model of the section's rescorer (its architecture from its workdir's config.json; this run's
-    vocabulary), or None. `jaxnat.models.cmlm.load_rescorer` checks the rest (an AR run, the same vocabulary)."""
+    vocabulary), or None. `jaxnat.restore.load_aux` checks the rest (an AR run, the same vocabulary)."""
     path = section.rescorer
     if not path:
         return None
