@@ -176,8 +176,8 @@ def default_config() -> ml_collections.ConfigDict:
         # repetition rate and time per depth): the decoding depth of a family that has one (`Family.sweep`, e.g.
         # refinement passes or iterations of a layer)
         iteration_sweep="",
-        # also a case-insensitive tokenized BLEU (tok_bleu_lc, multi-bleu.perl -lc: Coverage-NAT's En-Ro) and RIBES
-        # on lowercased tokens; sacreBLEU's headline BLEU stays cased
+        # also a case-insensitive tokenized BLEU (tok_bleu_lc, multi-bleu.perl -lc, as some papers score En-Ro)
+        # and RIBES on lowercased tokens; sacreBLEU's headline BLEU stays cased
         lowercase=False,
         # with data.pairs_dir, keep of each test sentence's pairs only those whose target phrase the model's plain
         # output does not already contain (the vectorized-constraints authors' test-set extraction)
