@@ -3,6 +3,10 @@
     python -m jaxnat.report RUN_A RUN_B ... --split test --out reports/NAME [--baseline RUN_A]
         [--test bs|ar] [--samples 1000] [--names a,b,...]
 
+Runs of one configuration trained with other seeds share a name (`--names a,a,a,b,b,b`): each is a row of its
+own (`a#1`, `a#2`, …), and the report adds their mean ± standard deviation and an independent two-sample t-test
+of each configuration against the baseline's (EDITOR's Tables 3-4).
+
 Reads each workdir's `hyps/<split>.txt` and `metrics.json` (written by --mode eval or at the end of training)
 and the split's references (from the workdir's own config, so every system must have been evaluated on the
 same references), and writes to --out:
@@ -13,9 +17,11 @@ same references), and writes to --out:
   counts (iterations, edits), latency at batch 1 and throughput; the evaluation's other rows of the split
   (constraints, pairs, post-editing, diagnostic starts, iteration sweeps) with BLEU and CPR; target-word F1
   by frequency bin of the word in the baseline's training targets (the analysis of the non-autoregressive
-  translation papers).
+  translation papers); BLEU by source length (`LENGTH_BUCKETS` source words, Coverage-NAT's Figure 3); with
+  seeds, their mean ± standard deviation and t-test.
 * `bleu_latency.png`: BLEU against latency (batch 1) per system, and BLEU against decoding time per
   sentence in batches across each system's iteration sweep (eval.iteration_sweep rows).
+* `bleu_by_length.png`: BLEU per source-length bucket, a line per system.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import json
 import logging
 import math
 import os
+import statistics
 import sys
 
 from jaxnat.errors import ConfigError, JaxnatError
@@ -36,6 +43,43 @@ log = logging.getLogger("jaxnat")
 # target-word frequency bins, by the word's count in the training targets (compare-mt's defaults)
 FREQUENCY_BINS = ((0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 9), (10, 99), (100, 999), (1000, math.inf))
 ROW_COLUMNS = ("bleu", "cpr", "mean_length", "mean_iterations", "latency_ms", "seconds")
+
+
+# source-length buckets, in source words (13a): 1-10, 11-20, …, 51+
+LENGTH_BUCKETS = ((1, 10), (11, 20), (21, 30), (31, 40), (41, 50), (51, math.inf))
+
+
+def bleu_by_source_length(hyps: list[str], refs: list[str], srcs: list[str]) -> dict[str, dict]:
+    """sacreBLEU per bucket of source length (`LENGTH_BUCKETS`, 13a words of the source): {bucket label:
+    {'sentences', 'bleu'}}; a bucket without sentences has BLEU None."""
+    from jaxnat.evaluation.metrics import bleu, tokenize
+
+    out = {}
+    for lo, hi in LENGTH_BUCKETS:
+        chosen = [i for i, s in enumerate(srcs) if lo <= max(len(tokenize(s)), 1) <= hi]
+        score = bleu([hyps[i] for i in chosen], [refs[i] for i in chosen])[0] if chosen else None
+        out[bin_label(lo, hi)] = {"sentences": len(chosen), "bleu": score}
+    return out
+
+
+def seed_statistics(names: list[str], bleus: list[float], baseline: str) -> dict[str, dict]:
+    """Per configuration (the runs sharing a name): {name: {'runs', 'mean', 'std' (sample standard deviation;
+    None for one run), 't', 'p' (Student's independent two-sample t-test against the baseline's runs; None for
+    the baseline and where a side has one run)}}."""
+    from scipy import stats
+
+    groups: dict[str, list[float]] = {}
+    for name, value in zip(names, bleus):
+        groups.setdefault(name, []).append(value)
+    out = {}
+    for name, values in groups.items():
+        base = groups[baseline]
+        testable = name != baseline and len(values) > 1 and len(base) > 1
+        t, p = stats.ttest_ind(values, base) if testable else (None, None)
+        out[name] = {"runs": len(values), "mean": statistics.fmean(values),
+                     "std": statistics.stdev(values) if len(values) > 1 else None,
+                     "t": None if t is None else float(t), "p": None if p is None else float(p)}
+    return out
 
 
 def bin_label(low: int, high: float) -> str:
@@ -114,10 +158,13 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
     if not workdirs:
         raise ConfigError("name at least one evaluated workdir")
     names = names or [os.path.basename(os.path.normpath(w)) for w in workdirs]
-    if len(names) != len(workdirs) or len(set(names)) != len(names):
-        raise ConfigError(f"--names must give {len(workdirs)} distinct names, one per workdir")
+    if len(names) != len(workdirs):
+        raise ConfigError(f"--names must give {len(workdirs)} names, one per workdir (a name repeated: seeds)")
     order = [baseline] + [i for i in range(len(workdirs)) if i != baseline]
-    systems = [System(workdirs[i], names[i], split) for i in order]
+    configurations = [names[i] for i in order]  # runs of one configuration (seeds) share a name
+    rows = [f"{n}#{configurations[:k + 1].count(n)}" if configurations.count(n) > 1 else n
+            for k, n in enumerate(configurations)]
+    systems = [System(workdirs[i], row, split) for i, row in zip(order, rows)]
     corpus = load_corpus(systems[0].config.data)
     if split not in corpus or corpus[split][1] is None:
         raise JaxnatError(f"the baseline's data has no references for split {split!r}")
@@ -146,7 +193,10 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
         entry.update({k2: s.main[k2] for k2 in ("cpr", "latency_ms", "sentences_per_s") if k2 in s.main})
         entry["rows"] = {row: {c: v[c] for c in ROW_COLUMNS if c in v} for row, v in s.rows.items()}
         entry["word_f1"] = word_f1_by_frequency(s.hyps, refs, train_refs)
+        entry["by_length"] = bleu_by_source_length(s.hyps, refs, corpus[split][0])
         report["systems"].append(entry)
+    if len(set(configurations)) < len(configurations):
+        report["seeds"] = seed_statistics(configurations, [e["bleu"] for e in report["systems"]], configurations[0])
     return report
 
 
@@ -189,17 +239,57 @@ def to_markdown(report: dict) -> str:
               "| reference words | " + " | ".join(str(systems[0]["word_f1"][b]["ref_words"]) for b in labels) + " |"]
     for s in systems:
         lines.append(f"| {s['name']} | " + " | ".join(_cell(s["word_f1"][b]["f1"]) for b in labels) + " |")
+    buckets = list(systems[0]["by_length"])
+    lines += ["", "## BLEU by source length (words)", "", "| system | " + " | ".join(buckets) + " |",
+              "|" + "---|" * (len(buckets) + 1),
+              "| sentences | " + " | ".join(str(systems[0]["by_length"][b]["sentences"]) for b in buckets) + " |"]
+    for s in systems:
+        lines.append(f"| {s['name']} | " + " | ".join(_cell(s["by_length"][b]["bleu"]) for b in buckets) + " |")
+    if "seeds" in report:
+        lines += ["", "## Seeds", "", f"BLEU over the runs of each configuration; Student's t-test against "
+                  f"{next(iter(report['seeds']))}'s runs.", "", "| configuration | runs | mean | std | t | p |",
+                  "|---|---|---|---|---|---|"]
+        for name, g in report["seeds"].items():
+            lines.append(f"| {name} | {g['runs']} | {_cell(g['mean'])} | {_cell(g['std'])} | {_cell(g['t'])} | "
+                         f"{_cell(g['p'], 4)} |")
     return "\n".join(lines) + "\n"
 
 
-def plot(report: dict, path: str) -> str | None:
-    """Draws the BLEU/latency picture at ``path`` and returns it; None, with a log line, without matplotlib (the
-    plots extra)."""
+def _figure_class(path: str):
+    """matplotlib's Figure, or None with a log line that ``path`` is not drawn (matplotlib: the plots extra)."""
     if optional("matplotlib") is None:
         log.info("%s not drawn: matplotlib is not installed (%s)", os.path.basename(path), install_hint("matplotlib"))
         return None
     from matplotlib.figure import Figure  # no pyplot: the caller's backend (a notebook's) stays as it is
 
+    return Figure
+
+
+def plot_by_length(report: dict, path: str) -> str | None:
+    """Draws BLEU per source-length bucket, a line per system, at ``path`` and returns it (None without
+    matplotlib)."""
+    Figure = _figure_class(path)
+    if Figure is None:
+        return None
+    fig = Figure(figsize=(6, 4))
+    ax = fig.subplots()
+    for s in report["systems"]:
+        buckets = [(b, v["bleu"]) for b, v in s["by_length"].items() if v["bleu"] is not None]
+        ax.plot([b for b, _ in buckets], [v for _, v in buckets], marker="o", label=s["name"])
+    ax.set(xlabel="source length, words", ylabel="BLEU", title="BLEU by source length")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
+
+
+def plot(report: dict, path: str) -> str | None:
+    """Draws the BLEU/latency picture at ``path`` and returns it; None, with a log line, without matplotlib (the
+    plots extra)."""
+    Figure = _figure_class(path)
+    if Figure is None:
+        return None
     fig = Figure(figsize=(11, 4))
     a, b = fig.subplots(1, 2)
     for s in report["systems"]:
@@ -255,6 +345,7 @@ def main(argv=None) -> int:
         with open(os.path.join(args.out, "report.md"), "w") as f:
             f.write(markdown)
         plot(report, os.path.join(args.out, "bleu_latency.png"))
+        plot_by_length(report, os.path.join(args.out, "bleu_by_length.png"))
     except (JaxnatError, OSError) as e:
         print(f"jaxnat: error: {e}", file=sys.stderr)
         return 2

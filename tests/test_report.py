@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from jaxnat.report import FREQUENCY_BINS, bin_label, word_f1_by_frequency
+from jaxnat.evaluation.metrics import bleu
+from jaxnat.report import FREQUENCY_BINS, bin_label, bleu_by_source_length, seed_statistics, word_f1_by_frequency
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,6 +33,31 @@ def test_word_f1_by_frequency_by_hand():
     assert out["1000+"] == {"ref_words": 0, "hyp_words": 0, "precision": 0.0, "recall": 0.0, "f1": 0.0}
 
 
+def test_bleu_by_source_length_is_bleu_of_each_bucket():
+    srcs = ["a b", "a b c d e f g h i j k l", "x", "one two three four five six seven eight nine ten eleven"]
+    refs = ["the cat sat on the mat", "a dog ran in the park today", "hello", "red cars are fast and loud"]
+    hyps = ["the cat sat on a mat", "a dog ran in the park", "hello", "blue cars are slow"]
+    out = bleu_by_source_length(hyps, refs, srcs)
+    assert out["1-10"]["sentences"] == 2 and out["11-20"]["sentences"] == 2 and out["51+"]["bleu"] is None
+    assert out["1-10"]["bleu"] == bleu([hyps[0], hyps[2]], [refs[0], refs[2]])[0]
+    assert out["11-20"]["bleu"] == bleu([hyps[1], hyps[3]], [refs[1], refs[3]])[0]
+
+
+def test_seed_statistics_by_hand():
+    """Mean, sample standard deviation and Student's t of two configurations' runs (pooled variance)."""
+    a, b = [30.0, 31.0, 32.5], [33.0, 34.5]
+    out = seed_statistics(["a", "b", "a", "a", "b"], [a[0], b[0], a[1], a[2], b[1]], "a")
+    mean_a, mean_b = sum(a) / 3, sum(b) / 2
+    var_a, var_b = sum((x - mean_a) ** 2 for x in a) / 2, sum((x - mean_b) ** 2 for x in b) / 1
+    pooled = (2 * var_a + 1 * var_b) / 3
+    t = (mean_b - mean_a) / (pooled * (1 / 2 + 1 / 3)) ** 0.5
+    assert out["a"] == {"runs": 3, "mean": pytest.approx(mean_a), "std": pytest.approx(var_a ** 0.5), "t": None,
+                        "p": None}
+    assert out["b"]["t"] == pytest.approx(t) and 0 < out["b"]["p"] < 0.1
+    assert seed_statistics(["a", "b"], [1.0, 2.0], "a")["b"] == {"runs": 1, "mean": 2.0, "std": None, "t": None,
+                                                                 "p": None}
+
+
 def _report(*args):
     return subprocess.run([sys.executable, "-m", "jaxnat.report", *map(str, args)], cwd=ROOT,
                           env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=300)
@@ -41,23 +67,30 @@ def test_report_of_two_runs(ar_run, tmp_path):
     from jaxnat.config import workdir_config
     from jaxnat.data.sources import load_corpus
 
-    oracle = tmp_path / "oracle"
+    oracle, near = tmp_path / "oracle", tmp_path / "near-oracle"
     shutil.copytree(ar_run, oracle)
     refs = load_corpus(workdir_config(str(ar_run)).data)["test"][1]
     (oracle / "hyps" / "test.txt").write_text("".join(r + "\n" for r in refs))
+    shutil.copytree(oracle, near)  # a second "seed" of the oracle: one sentence off
+    (near / "hyps" / "test.txt").write_text("".join(r + "\n" for r in ["x"] + refs[1:]))
     out = tmp_path / "report"
-    result = _report(ar_run, oracle, "--out", out, "--names", "ar,oracle", "--samples", "200")
+    result = _report(ar_run, oracle, near, "--out", out, "--names", "ar,oracle,oracle", "--samples", "200")
     assert result.returncode == 0, result.stderr
     report = json.loads((out / "report.json").read_text())
-    base, other = report["systems"]
+    base, other, _ = report["systems"]
+    assert [s["name"] for s in report["systems"]] == ["ar", "oracle#1", "oracle#2"]
+    assert report["seeds"]["oracle"]["runs"] == 2 and report["seeds"]["oracle"]["std"] > 0
+    assert report["seeds"]["oracle"]["p"] is None  # one run of the baseline: no t-test
+    assert sum(b["sentences"] for b in base["by_length"].values()) == len(refs)
     assert report["baseline"] == "ar" and base["bleu_p"] is None
     assert base["bleu"] == pytest.approx(json.loads((ar_run / "metrics.json").read_text())["test"]["bleu"])
     assert other["bleu"] == pytest.approx(100) and other["bleu_p"] < 0.05 and other["word_f1"]["5-9"]["f1"] == 100
     assert "bs:200" in report["signatures"]["BLEU"]
     assert sum(b["ref_words"] for b in base["word_f1"].values()) > 0
     md = (out / "report.md").read_text()
-    assert "| oracle | ar | 100.00* |" in md and "Target-word F1" in md and "bs:200" in md
-    assert (out / "bleu_latency.png").stat().st_size > 5_000
+    assert "| oracle#1 | ar | 100.00* |" in md and "Target-word F1" in md and "bs:200" in md
+    assert "## BLEU by source length" in md and "| oracle | 2 |" in md
+    assert (out / "bleu_latency.png").stat().st_size > 5_000 and (out / "bleu_by_length.png").stat().st_size > 5_000
 
     # the baseline may be any of them; it is listed first
     result = _report(ar_run, oracle, "--out", tmp_path / "r2", "--baseline", oracle, "--test", "ar", "--samples", "50")
