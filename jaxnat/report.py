@@ -32,6 +32,7 @@ import json
 import logging
 import math
 import os
+import re
 import statistics
 import sys
 
@@ -296,7 +297,7 @@ def plot(report: dict, path: str) -> str | None:
         if "latency_ms" in s:
             a.scatter([s["latency_ms"]], [s["bleu"]])
             a.annotate(s["name"], (s["latency_ms"], s["bleu"]), textcoords="offset points", xytext=(4, 4))
-        sweep = sorted(((r, v) for r, v in s["rows"].items() if r[:1] in "TK" and r[1:].isdigit()),
+        sweep = sorted(((r, v) for r, v in s["rows"].items() if re.fullmatch(r"[A-Z]\d+", r)),
                        key=lambda rv: int(rv[0][1:]))
         if sweep:
             ms = [1000 * v["seconds"] / report["sentences"] for _, v in sweep]

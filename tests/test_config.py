@@ -333,3 +333,16 @@ def test_a_key_of_another_family_is_refused():
     with pytest.raises(ConfigError, match="unknown config key train.correction; it moved to the model family's "
                                           "section: cmlm.correction"):
         shipped(os.path.join(ROOT, "configs/cmlm/demo.py"), "--config.train.correction=true")
+
+
+@pytest.mark.parametrize("family, key", [("levt", "max_iter"), ("editor", "max_iter"), ("cmlm", "mask_predict_iter"),
+                                         ("nat", "decode_iterations")])
+def test_the_families_that_sweep_a_decoding_depth(family, key):
+    """eval.iteration_sweep sets the depth its family names (`Family.sweep`): the edit models' iteration cap
+    (LevT Fig. 4, BLEU against the cap), mask-predict's passes, Coverage-NAT's K_dec."""
+    from jaxnat.models import family_of
+
+    extra = ["--config.nat.coverage=true", "--config.model.dec_layers=2"] if family == "nat" else []
+    config = shipped(CONFIG, f"--config.model.name={family}", "--config.eval.beam_size=1",
+                     "--config.eval.iteration_sweep=1,4", *extra)
+    assert family_of(family).sweep[0] == key and key in config[family]

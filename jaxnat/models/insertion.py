@@ -266,7 +266,8 @@ def edit_defaults() -> dict:
         # beyond the papers: the share of batches whose roll-in follows the model's own insertion (insertion
         # heads on what the oracle keeps of it, the first edit on it): docs/editor.md
         own_insertion_roll_in=0.0,
-        # refinement decoding: at most max_iter iterations; placeholder_penalty is subtracted from the score of
+        # refinement decoding: at most max_iter + 1 iterations (eval.iteration_sweep sets it: rows <split>+I<k>,
+        # BLEU against the iteration cap); placeholder_penalty is subtracted from the score of
         # inserting placeholders (Gu et al.'s penalty against short outputs)
         max_iter=9, placeholder_penalty=0.0,
     )

@@ -48,4 +48,4 @@ FAMILY = Family(
     moved={**EDIT_MOVED, **{f"model.{k}": k for k in ("separate_reposition", "reposition_deletion")},
            **{f"train.{k}": k for k in ("dual_path", "roll_in_sampling", "insert_after_oracle_reposition")},
            "eval.deletion_reward": "deletion_reward", "eval.hard_mode": "hard_mode"},
-    validate=validate)
+    validate=validate, sweep=("max_iter", "I"))
