@@ -70,6 +70,9 @@ def evaluate(config, workdir: str) -> dict:
         outs = translator.translate(srcs, e.beam_size, e.batch_size)
         hyps = hyps_plain = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.txt"), hyps)
+        if translator.spec.supports.counts:  # per sentence, for the report's analyses (iterations by length)
+            _write_lines(os.path.join(workdir, "hyps", f"{split}.counts.jsonl"),
+                         [json.dumps({k: int(o[k]) for k in translator.spec.supports.counts}) for o in outs])
         metrics = {"mean_length": mean_length(hyps)}
         if refs is not None:  # a test split without references is only translated
             metrics.update(scores(hyps, refs, config), reference_length=mean_length(refs))

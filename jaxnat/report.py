@@ -17,11 +17,12 @@ same references), and writes to --out:
   counts (iterations, edits), latency at batch 1 and throughput; the evaluation's other rows of the split
   (constraints, pairs, post-editing, diagnostic starts, iteration sweeps) with BLEU and CPR; target-word F1
   by frequency bin of the word in the baseline's training targets (the analysis of the non-autoregressive
-  translation papers); BLEU by source length (`LENGTH_BUCKETS` source words, Coverage-NAT's Figure 3); with
-  seeds, their mean ± standard deviation and t-test.
+  translation papers); BLEU by source length (`LENGTH_BUCKETS` source words, Coverage-NAT's Figure 3); for
+  refining models (`hyps/<split>.counts.jsonl`), the histogram of iterations per sentence and their mean by
+  source length (LevT's Table 6 and Figure 4a); with seeds, their mean ± standard deviation and t-test.
 * `bleu_latency.png`: BLEU against latency (batch 1) per system, and BLEU against decoding time per
   sentence in batches across each system's iteration sweep (eval.iteration_sweep rows).
-* `bleu_by_length.png`: BLEU per source-length bucket, a line per system.
+* `bleu_by_length.png`: BLEU per source-length bucket, a line per system (and the mean iterations).
 """
 
 from __future__ import annotations
@@ -61,6 +62,19 @@ def bleu_by_source_length(hyps: list[str], refs: list[str], srcs: list[str]) -> 
         score = bleu([hyps[i] for i in chosen], [refs[i] for i in chosen])[0] if chosen else None
         out[bin_label(lo, hi)] = {"sentences": len(chosen), "bleu": score}
     return out
+
+
+def iteration_statistics(iterations: list[int], srcs: list[str]) -> dict:
+    """The decoding iterations of each sentence (LevT's Table 6 and Figure 4a): {'histogram': {iterations:
+    sentences}, 'by_length': {source-length bucket (`LENGTH_BUCKETS`): mean iterations, None where empty}}."""
+    from jaxnat.evaluation.metrics import tokenize
+
+    histogram = collections.Counter(iterations)
+    by_length = {}
+    for lo, hi in LENGTH_BUCKETS:
+        chosen = [n for n, s in zip(iterations, srcs) if lo <= max(len(tokenize(s)), 1) <= hi]
+        by_length[bin_label(lo, hi)] = statistics.fmean(chosen) if chosen else None
+    return {"histogram": {str(k): histogram[k] for k in sorted(histogram)}, "by_length": by_length}
 
 
 def seed_statistics(names: list[str], bleus: list[float], baseline: str) -> dict[str, dict]:
@@ -137,6 +151,11 @@ class System:
         self.rows = {k[len(split) + 1:]: v for k, v in metrics.items() if k.startswith(split + "+")}
         with open(hyp_path, encoding="utf-8") as f:
             self.hyps = [line.rstrip("\n") for line in f]
+        counts = os.path.join(workdir, "hyps", f"{split}.counts.jsonl")  # a model's per-sentence counts, if any
+        self.counts = None
+        if os.path.isfile(counts):
+            with open(counts, encoding="utf-8") as f:
+                self.counts = [json.loads(line) for line in f]
 
 
 def paired_test(systems: list[System], refs: list[str], test: str, samples: int) -> tuple[dict, dict]:
@@ -195,6 +214,8 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
         entry["rows"] = {row: {c: v[c] for c in ROW_COLUMNS if c in v} for row, v in s.rows.items()}
         entry["word_f1"] = word_f1_by_frequency(s.hyps, refs, train_refs)
         entry["by_length"] = bleu_by_source_length(s.hyps, refs, corpus[split][0])
+        if s.counts and "iterations" in s.counts[0] and len(s.counts) == len(refs):
+            entry["iterations"] = iteration_statistics([c["iterations"] for c in s.counts], corpus[split][0])
         report["systems"].append(entry)
     if len(set(configurations)) < len(configurations):
         report["seeds"] = seed_statistics(configurations, [e["bleu"] for e in report["systems"]], configurations[0])
@@ -246,6 +267,20 @@ def to_markdown(report: dict) -> str:
               "| sentences | " + " | ".join(str(systems[0]["by_length"][b]["sentences"]) for b in buckets) + " |"]
     for s in systems:
         lines.append(f"| {s['name']} | " + " | ".join(_cell(s["by_length"][b]["bleu"]) for b in buckets) + " |")
+    iterating = [s for s in systems if "iterations" in s]
+    if iterating:
+        most = max(int(k) for s in iterating for k in s["iterations"]["histogram"])
+        counts = [str(k) for k in range(1, most + 1)]
+        lines += ["", "## Iterations per sentence", "", "| system | " + " | ".join(counts) + " |",
+                  "|" + "---|" * (len(counts) + 1)]
+        for s in iterating:
+            lines.append(f"| {s['name']} | " + " | ".join(str(s["iterations"]["histogram"].get(k, 0))
+                                                         for k in counts) + " |")
+        lines += ["", "Mean iterations by source length (words):", "", "| system | " + " | ".join(buckets) + " |",
+                  "|" + "---|" * (len(buckets) + 1)]
+        for s in iterating:
+            lines.append(f"| {s['name']} | " + " | ".join(_cell(s["iterations"]["by_length"][b]) for b in buckets)
+                         + " |")
     if "seeds" in report:
         lines += ["", "## Seeds", "", f"BLEU over the runs of each configuration; Student's t-test against "
                   f"{next(iter(report['seeds']))}'s runs.", "", "| configuration | runs | mean | std | t | p |",
@@ -267,19 +302,24 @@ def _figure_class(path: str):
 
 
 def plot_by_length(report: dict, path: str) -> str | None:
-    """Draws BLEU per source-length bucket, a line per system, at ``path`` and returns it (None without
-    matplotlib)."""
+    """Draws BLEU per source-length bucket, a line per system, and beside it the mean decoding iterations per
+    bucket of the systems that iterate (LevT's Figure 4a), at ``path``; returns it (None without matplotlib)."""
     Figure = _figure_class(path)
     if Figure is None:
         return None
-    fig = Figure(figsize=(6, 4))
-    ax = fig.subplots()
-    for s in report["systems"]:
-        buckets = [(b, v["bleu"]) for b, v in s["by_length"].items() if v["bleu"] is not None]
-        ax.plot([b for b, _ in buckets], [v for _, v in buckets], marker="o", label=s["name"])
-    ax.set(xlabel="source length, words", ylabel="BLEU", title="BLEU by source length")
-    ax.legend()
-    ax.grid(alpha=0.3)
+    iterating = [s for s in report["systems"] if "iterations" in s]
+    fig = Figure(figsize=(12 if iterating else 6, 4))
+    axes = fig.subplots(1, 2 if iterating else 1, squeeze=False)[0]
+    panels = [(axes[0], report["systems"], lambda s: {b: v["bleu"] for b, v in s["by_length"].items()}, "BLEU")]
+    if iterating:
+        panels.append((axes[1], iterating, lambda s: s["iterations"]["by_length"], "mean iterations"))
+    for ax, systems, values, label in panels:
+        for s in systems:
+            points = [(b, v) for b, v in values(s).items() if v is not None]
+            ax.plot([b for b, _ in points], [v for _, v in points], marker="o", label=s["name"])
+        ax.set(xlabel="source length, words", ylabel=label, title=f"{label} by source length")
+        ax.legend()
+        ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     return path

@@ -116,3 +116,20 @@ def test_constraints_need_a_refining_model(tmp_path):
     result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"),
                             timeout=120)
     assert result.returncode == 2 and "does not take soft constraints" in result.stderr, result.stderr
+
+
+def test_report_has_the_iterations_per_sentence(trained, tmp_path):
+    """The evaluation keeps each sentence's counts (hyps/test.counts.jsonl), and the report makes LevT's Table 6
+    and Figure 4a of them: the histogram of iterations and the mean iterations by source length."""
+    from jaxnat.report import build_report, plot_by_length, to_markdown
+
+    model, workdir, _ = trained
+    counts = [json.loads(line) for line in (workdir / "hyps" / "test.counts.jsonl").read_text().splitlines()]
+    assert len(counts) == 40 and set(counts[0]) == {*COUNTS[model], "steps"}
+    report = build_report([str(workdir)], "test", samples=10)
+    iterations = report["systems"][0]["iterations"]
+    assert sum(iterations["histogram"].values()) == 40
+    assert iterations["histogram"] == {str(k): sum(c["iterations"] == k for c in counts)
+                                       for k in sorted({c["iterations"] for c in counts})}
+    assert "## Iterations per sentence" in to_markdown(report)
+    assert os.path.getsize(plot_by_length(report, str(tmp_path / "by_length.png"))) > 5_000

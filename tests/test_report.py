@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from jaxnat.evaluation.metrics import bleu
-from jaxnat.report import FREQUENCY_BINS, bin_label, bleu_by_source_length, seed_statistics, word_f1_by_frequency
+from jaxnat.report import (FREQUENCY_BINS, bin_label, bleu_by_source_length, iteration_statistics, seed_statistics,
+                           word_f1_by_frequency)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -41,6 +42,13 @@ def test_bleu_by_source_length_is_bleu_of_each_bucket():
     assert out["1-10"]["sentences"] == 2 and out["11-20"]["sentences"] == 2 and out["51+"]["bleu"] is None
     assert out["1-10"]["bleu"] == bleu([hyps[0], hyps[2]], [refs[0], refs[2]])[0]
     assert out["11-20"]["bleu"] == bleu([hyps[1], hyps[3]], [refs[1], refs[3]])[0]
+
+
+def test_iteration_statistics_by_hand():
+    srcs = ["a b", "a b c d e f g h i j k l", "x", "one two three four five six seven eight nine ten eleven"]
+    out = iteration_statistics([2, 4, 2, 3], srcs)
+    assert out["histogram"] == {"2": 2, "3": 1, "4": 1}
+    assert out["by_length"]["1-10"] == 2.0 and out["by_length"]["11-20"] == 3.5 and out["by_length"]["21-30"] is None
 
 
 def test_seed_statistics_by_hand():
