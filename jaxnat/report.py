@@ -5,7 +5,7 @@
 
 Runs of one configuration trained with other seeds share a name (`--names a,a,a,b,b,b`): each is a row of its
 own (`a#1`, `a#2`, …), and the report adds their mean ± standard deviation and an independent two-sample t-test
-of each configuration against the baseline's (EDITOR's Tables 3-4).
+of each configuration against the baseline's (Xu & Carpuat 2021, Tables 3-4).
 
 Reads each workdir's `hyps/<split>.txt` and `metrics.json` (written by --mode eval or at the end of training)
 and the split's references (from the workdir's own config, so every system must have been evaluated on the
@@ -17,9 +17,9 @@ same references), and writes to --out:
   counts (iterations, edits), latency at batch 1 and throughput; the evaluation's other rows of the split
   (constraints, pairs, post-editing, diagnostic starts, iteration sweeps) with BLEU and CPR; target-word F1
   by frequency bin of the word in the baseline's training targets (the analysis of the non-autoregressive
-  translation papers); BLEU by source length (`LENGTH_BUCKETS` source words, Coverage-NAT's Figure 3); for
+  translation papers); BLEU by source length (`LENGTH_BUCKETS` source words, Shan et al. 2021, Figure 3); for
   refining models (`hyps/<split>.counts.jsonl`), the histogram of iterations per sentence and their mean by
-  source length (LevT's Table 6 and Figure 4a); with seeds, their mean ± standard deviation and t-test.
+  source length (Gu et al. 2019, Table 6 and Figure 4a); with seeds, their mean ± standard deviation and t-test.
 * `bleu_latency.png`: BLEU against latency (batch 1) per system, and BLEU against decoding time per
   sentence in batches across each system's iteration sweep (eval.iteration_sweep rows).
 * `bleu_by_length.png`: BLEU per source-length bucket, a line per system (and the mean iterations).
@@ -65,7 +65,7 @@ def bleu_by_source_length(hyps: list[str], refs: list[str], srcs: list[str]) -> 
 
 
 def iteration_statistics(iterations: list[int], srcs: list[str]) -> dict:
-    """The decoding iterations of each sentence (LevT's Table 6 and Figure 4a): {'histogram': {iterations:
+    """The decoding iterations of each sentence (Gu et al. 2019, Table 6 and Figure 4a): {'histogram': {iterations:
     sentences}, 'by_length': {source-length bucket (`LENGTH_BUCKETS`): mean iterations, None where empty}}."""
     from jaxnat.evaluation.metrics import tokenize
 
@@ -303,7 +303,8 @@ def _figure_class(path: str):
 
 def plot_by_length(report: dict, path: str) -> str | None:
     """Draws BLEU per source-length bucket, a line per system, and beside it the mean decoding iterations per
-    bucket of the systems that iterate (LevT's Figure 4a), at ``path``; returns it (None without matplotlib)."""
+    bucket of the systems that iterate (Gu et al. 2019, Figure 4a), at ``path``; returns it (None without
+    matplotlib)."""
     Figure = _figure_class(path)
     if Figure is None:
         return None
