@@ -19,7 +19,9 @@ same references), and writes to --out:
   by frequency bin of the word in the baseline's training targets (the analysis of the non-autoregressive
   translation papers); BLEU by source length (`LENGTH_BUCKETS` source words, Shan et al. 2021, Figure 3); for
   refining models (`hyps/<split>.counts.jsonl`), the histogram of iterations per sentence and their mean by
-  source length (Gu et al. 2019, Table 6 and Figure 4a); with seeds, their mean ± standard deviation and t-test.
+  source length (Gu et al. 2019, Table 6 and Figure 4a); with constraint pairs (data.pairs_dir), the share of
+  the split's pairs that are training pairs and CSR over the seen and unseen ones (Wang et al. 2022, Table 8);
+  with seeds, their mean ± standard deviation and t-test.
 * `bleu_latency.png`: BLEU against latency (batch 1) per system, and BLEU against decoding time per
   sentence in batches across each system's iteration sweep (eval.iteration_sweep rows).
 * `bleu_by_length.png`: BLEU per source-length bucket, a line per system (and the mean iterations).
@@ -75,6 +77,26 @@ def iteration_statistics(iterations: list[int], srcs: list[str]) -> dict:
         chosen = [n for n, s in zip(iterations, srcs) if lo <= max(len(tokenize(s)), 1) <= hi]
         by_length[bin_label(lo, hi)] = statistics.fmean(chosen) if chosen else None
     return {"histogram": {str(k): histogram[k] for k in sorted(histogram)}, "by_length": by_length}
+
+
+def constraint_overlap(train: list[list[tuple[str, str]]], test: list[list[tuple[str, str]]],
+                       hyps: dict[str, list[str]], lang: str) -> dict:
+    """How many of the split's constraint pairs the training pairs hold, and whether that matters (Wang et al.
+    2022, Table 8): {'pairs', 'seen' (% of the test pairs also a training pair, case kept), 'rows': {row: {'csr_seen',
+    'csr_unseen'}}} for each decoding of the split (``hyps``: {row name: hypotheses}), CSR the share of the
+    pairs' target phrases in the output (`contains_phrase`), over the seen and the unseen pairs apart."""
+    from jaxnat.evaluation.metrics import contains_phrase
+
+    known = {tuple(p) for sentence in train for p in sentence}
+    pairs = [(i, tuple(p)) for i, sentence in enumerate(test) for p in sentence]
+    seen = [p in known for _, p in pairs]
+    rows = {}
+    for row, outputs in hyps.items():
+        found = [contains_phrase(outputs[i], p[1], lang=lang) for i, p in pairs]
+        rows[row] = {f"csr_{kind}": (100.0 * sum(f for f, s in zip(found, seen) if s == want) / count
+                                     if (count := sum(s == want for s in seen)) else None)
+                     for kind, want in (("seen", True), ("unseen", False))}
+    return {"pairs": len(pairs), "seen": 100.0 * sum(seen) / len(pairs) if pairs else None, "rows": rows}
 
 
 def seed_statistics(names: list[str], bleus: list[float], baseline: str) -> dict[str, dict]:
@@ -151,11 +173,25 @@ class System:
         self.rows = {k[len(split) + 1:]: v for k, v in metrics.items() if k.startswith(split + "+")}
         with open(hyp_path, encoding="utf-8") as f:
             self.hyps = [line.rstrip("\n") for line in f]
+        self.split = split
         counts = os.path.join(workdir, "hyps", f"{split}.counts.jsonl")  # a model's per-sentence counts, if any
         self.counts = None
         if os.path.isfile(counts):
             with open(counts, encoding="utf-8") as f:
                 self.counts = [json.loads(line) for line in f]
+
+
+def row_hyps(system: System, rows: tuple[str, ...]) -> dict[str, list[str]]:
+    """The hypotheses of the evaluation's rows of the split that ``system`` has (`hyps/<split>.<row>.txt`; "" is
+    the plain row)."""
+    out = {}
+    for row in rows:
+        if not row:
+            out["plain"] = system.hyps
+        elif os.path.isfile(path := os.path.join(system.workdir, "hyps", f"{system.split}.{row}.txt")):
+            with open(path, encoding="utf-8") as f:
+                out[row] = [line.rstrip("\n") for line in f]
+    return out
 
 
 def paired_test(systems: list[System], refs: list[str], test: str, samples: int) -> tuple[dict, dict]:
@@ -172,7 +208,7 @@ def paired_test(systems: list[System], refs: list[str], test: str, samples: int)
 def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list[str] | None = None,
                  test: str = "bs", samples: int = 1000) -> dict:
     """The report as a JSON-able dict (see the module docstring); the baseline system is listed first."""
-    from jaxnat.data.sources import load_corpus
+    from jaxnat.data.sources import load_corpus, load_pairs
     from jaxnat.evaluation.metrics import corpus_metrics
 
     if not workdirs:
@@ -217,6 +253,12 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
         if s.counts and "iterations" in s.counts[0] and len(s.counts) == len(refs):
             entry["iterations"] = iteration_statistics([c["iterations"] for c in s.counts], corpus[split][0])
         report["systems"].append(entry)
+    pairs = load_pairs(systems[0].config.data, corpus)  # {} without data.pairs_dir
+    if split in pairs:
+        for entry, s in zip(report["systems"], systems):
+            entry["constraint_overlap"] = constraint_overlap(pairs["train"], pairs[split],
+                                                             row_hyps(s, ("", "pairs", "pairs_hard")),
+                                                             s.config.data.tgt_lang)
     if len(set(configurations)) < len(configurations):
         report["seeds"] = seed_statistics(configurations, [e["bleu"] for e in report["systems"]], configurations[0])
     return report
@@ -281,6 +323,16 @@ def to_markdown(report: dict) -> str:
         for s in iterating:
             lines.append(f"| {s['name']} | " + " | ".join(_cell(s["iterations"]["by_length"][b]) for b in buckets)
                          + " |")
+    overlaps = [s for s in systems if "constraint_overlap" in s]
+    if overlaps:
+        first = overlaps[0]["constraint_overlap"]
+        lines += ["", "## Constraint pairs seen in training", "",
+                  f"{_cell(first['seen'])}% of the split's {first['pairs']} constraint pairs are also training pairs. "
+                  f"CSR % of the seen and the unseen pairs:", "", "| system | row | seen | unseen |",
+                  "|---|---|---|---|"]
+        for s in overlaps:
+            for row, v in s["constraint_overlap"]["rows"].items():
+                lines.append(f"| {s['name']} | {row} | {_cell(v['csr_seen'])} | {_cell(v['csr_unseen'])} |")
     if "seeds" in report:
         lines += ["", "## Seeds", "", f"BLEU over the runs of each configuration; Student's t-test against "
                   f"{next(iter(report['seeds']))}'s runs.", "", "| configuration | runs | mean | std | t | p |",

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from jaxnat.evaluation.metrics import bleu
-from jaxnat.report import (FREQUENCY_BINS, bin_label, bleu_by_source_length, iteration_statistics, seed_statistics,
-                           word_f1_by_frequency)
+from jaxnat.report import (FREQUENCY_BINS, bin_label, bleu_by_source_length, constraint_overlap, iteration_statistics,
+                           seed_statistics, word_f1_by_frequency)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -49,6 +49,18 @@ def test_iteration_statistics_by_hand():
     out = iteration_statistics([2, 4, 2, 3], srcs)
     assert out["histogram"] == {"2": 2, "3": 1, "4": 1}
     assert out["by_length"]["1-10"] == 2.0 and out["by_length"]["11-20"] == 3.5 and out["by_length"]["21-30"] is None
+
+
+def test_constraint_overlap_by_hand():
+    train = [[("rot", "red"), ("Hund", "dog")], [("Katze", "cat")]]
+    test = [[("rot", "red"), ("Haus", "house")], [], [("Hund", "dog")]]
+    hyps = {"plain": ["a red car", "nothing", "a cat"], "pairs": ["a red house", "x", "the dog"]}
+    out = constraint_overlap(train, test, hyps, "en")
+    assert out["pairs"] == 3 and out["seen"] == pytest.approx(200 / 3)
+    assert out["rows"]["plain"] == {"csr_seen": 50.0, "csr_unseen": 0.0}
+    assert out["rows"]["pairs"] == {"csr_seen": 100.0, "csr_unseen": 100.0}
+    assert constraint_overlap(train, [[]], {"plain": ["x"]}, "en") == {"pairs": 0, "seen": None, "rows": {
+        "plain": {"csr_seen": None, "csr_unseen": None}}}
 
 
 def test_seed_statistics_by_hand():

@@ -48,6 +48,21 @@ def test_metrics_have_the_pair_rows(stage2):
     assert (workdir / "hyps" / "test.pairs.txt").exists()
 
 
+def test_report_has_the_constraint_overlap(stage2):
+    """The report's train/test constraint overlap (Wang et al. 2022, Table 8): the share of test pairs seen in
+    training, and CSR over seen and unseen pairs for each decoding of the split."""
+    from jaxnat.report import build_report, to_markdown
+
+    workdir, _ = stage2
+    report = build_report([str(workdir)], "test", samples=10)
+    overlap = report["systems"][0]["constraint_overlap"]
+    assert overlap["pairs"] > 0 and 0 <= overlap["seen"] <= 100
+    assert set(overlap["rows"]) == {"plain", "pairs", "pairs_hard"}
+    hard = overlap["rows"]["pairs_hard"]
+    assert all(v is None or v == 100.0 for v in hard.values())  # VDBA: every target phrase
+    assert "## Constraint pairs seen in training" in to_markdown(report)
+
+
 def test_translate_with_constraint_pairs(stage2):
     workdir, _ = stage2
     lines = [json.dumps({"src": "the dog sees a cat .", "constraint_pairs": [["dog", "kelo"], ["cat", "mirka"]]}),
