@@ -143,3 +143,10 @@ def test_the_shared_modules_name_no_family():
             if pattern.search(line.replace(randomisation, "")):
                 found.append(f"{path}:{number}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_every_family_has_its_config_folder_and_docs_page():
+    for name in models.FAMILIES:
+        family = models.family_of(name)
+        assert family.name == name and os.path.isfile(os.path.join(ROOT, family.doc)), name
+        assert os.path.isfile(os.path.join(ROOT, "configs", name, "demo.py")), name

@@ -7,7 +7,7 @@ names a family. docs/design.md, "How to add a model family", walks through one.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Mapping
+from typing import Callable, Mapping
 
 from jaxnat.decoding.request import Supports
 
@@ -60,7 +60,3 @@ class Family:
     aux_run: Callable | None = None
     output_metrics: Callable | None = None
     sweep: tuple[str, str] | tuple = ()
-
-    def section(self, config) -> Any:
-        """This family's section of ``config``."""
-        return config[self.name]
