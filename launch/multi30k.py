@@ -167,10 +167,9 @@ def progress(job: Job) -> str:
     try:
         with open(os.path.join(workdir, "history.jsonl"), encoding="utf-8") as f:
             rows = [json.loads(line) for line in f if '"valid_bleu"' in line]
-        text += f", valid BLEU {rows[-1]['valid_bleu']:.2f} at step {rows[-1]['step']}" if rows else ""
-    except (OSError, ValueError):
-        pass
-    return text
+    except (OSError, ValueError):  # no history yet, or a line being written: no validation to show
+        rows = []
+    return text + (f", valid BLEU {rows[-1]['valid_bleu']:.2f} at step {rows[-1]['step']}" if rows else "")
 
 
 def copy_whole(src: str, dst: str) -> None:

@@ -30,6 +30,7 @@ just score 0 wherever a sentence contributes.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from collections import Counter
@@ -141,10 +142,16 @@ def bleu(hyps: list[str], refs: list[str]) -> tuple[float, str]:
     return float(score), str(metric.get_signature())
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _moses_words(text: str, lang: str, lowercase: bool) -> tuple[str, ...]:
+    # an evaluation scores a split's references once per row (plain, constraints, pairs, sweeps, ...): tokenized once
+    return tuple(t.lower() for t in moses_tokenize(text, lang)) if lowercase else tuple(moses_tokenize(text, lang))
+
+
 def moses_words(texts: list[str], lang: str, lowercase: bool = False) -> list[list[str]]:
     """Each text's Moses tokens in language ``lang`` (``moses_tokenize``), lowercased with ``lowercase``: the
     tokens of the papers' tokenized scores."""
-    return [[t.lower() for t in moses_tokenize(x, lang)] if lowercase else moses_tokenize(x, lang) for x in texts]
+    return [list(_moses_words(x, lang, lowercase)) for x in texts]
 
 
 def tokenized_bleu(hyps: list[str], refs: list[str], *, lang: str = "en", lowercase: bool = False) -> float:

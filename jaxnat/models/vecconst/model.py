@@ -452,7 +452,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         return vecconst_generate(module, params, request, length_penalty=e.length_penalty, max_len_a=e.max_len_a,
                                  max_len_b=e.max_len_b, max_out=request.width(capacity),
                                  ordered=e.constraint_order == "given", continues=continues,
-                                 consumes=consumes(s))
+                                 consumes=pair_consumes(s))
 
     return ModelSpec("vecconst", cfg, module, init, loss, generate, capacity, SUPPORTS, packs=True,
                      request_extras=pair_extras)
@@ -468,6 +468,6 @@ def pair_extras(translator, starts) -> dict:
     return {"pairs": PairInputs(pair_src, pair_tgt, entries)}
 
 
-def consumes(s) -> bool:
+def pair_consumes(s) -> bool:
     """vecconst.consume resolved: "auto" follows the authors' rule with their output form."""
     return s.output == "authors" if s.consume == "auto" else s.consume == "true"
