@@ -26,7 +26,7 @@ CHOICES = {
     "model.dtype": ("float32", "bfloat16"),
     "data.source": ("synthetic", "text", "tfds"),
     "data.spm_model_type": ("unigram", "bpe"),
-    "train.lr_schedule": ("inverse_sqrt", "linear", "cosine", "constant"),
+    "train.lr_schedule": ("inverse_sqrt", "linear", "cosine", "constant", "plateau"),
     "eval.constraint_order": ("any", "given"),
     "eval.params": ("best", "averaged"),
     "eval.average_of": ("last", "best"),
@@ -52,6 +52,7 @@ RANGES = {
         "train.valid_bleu_sentences", "train.peak_tflops", "eval.length_penalty", "eval.max_len_a", "eval.max_len_b",
         "eval.latency_sentences", "eval.length_cap_min", "eval.trace_sentences", "eval.average_checkpoints")},
     "data.bucket_growth": ("[1", None),
+    "train.plateau_factor": ("(0", "1)"), "train.plateau_patience": ("[1", None), "train.stop_patience": ("[0", None),
     "train.xla_gpu_autotune_level": ("[-1", "4]"),
     "data.synthetic_lexicon": ("(0", "1]"), "data.synthetic_synonyms": ("[0", "1]"),
 }
@@ -128,9 +129,14 @@ def default_config() -> ml_collections.ConfigDict:
         steps=100000, lr=5e-4, warmup_steps=4000, warmup_init_lr=1e-7,
         # after the warm-up: "inverse_sqrt" (fairseq's, the papers') or "linear" decay to 0 at train.steps (for
         # short runs, which end on a small learning rate instead of a large one), "cosine" (half a cosine down to
-        # min_lr at train.steps: fairseq's cosine scheduler as the vectorized-constraints authors run stage 2) or
-        # "constant" (a fine-tuning phase)
+        # min_lr at train.steps: fairseq's cosine scheduler as the vectorized-constraints authors run stage 2),
+        # "constant" (a fine-tuning phase) or "plateau" (constant, times a scale lowered on validation plateaus)
         lr_schedule="inverse_sqrt", min_lr=0.0,
+        # plateau: the scale is multiplied by plateau_factor whenever plateau_patience validations in a row bring no
+        # new best validation perplexity (Xu & Carpuat 2021, §4.1: 0.7 after 4; docs/training.md)
+        plateau_factor=0.7,
+        plateau_patience=4,  # validations in a row without a new best perplexity before each plateau_factor
+        stop_patience=0,  # the run stops after this many validations in a row without a new best perplexity; 0: off
         adam_b1=0.9, adam_b2=0.98, adam_eps=1e-8, weight_decay=0.0, clip_norm=0.0,  # clip_norm 0: off
         label_smoothing=0.1, seed=0,
         # keep_checkpoints: the newest training states kept; keep_best: the parameters of the best validations
@@ -176,6 +182,14 @@ def default_config() -> ml_collections.ConfigDict:
         # repetition rate and time per depth): the decoding depth of a family that has one (`Family.sweep`, e.g.
         # refinement passes or iterations of a layer)
         iteration_sweep="",
+        # with iteration_sweep (else at the configured depth), also decode with an oracle taking some steps'
+        # actions against the reference: a comma list of the model's oracle modes (Gu et al. 2019's model: deletion,
+        # deletion_placeholder; their Figure 5), rows <split>+<label><depth>_oracle_<mode>
+        oracle="",
+        # also decode the first test split with exactly k reference words as constraints for each k of this comma
+        # list (e.g. "0,1,2,4,6,8,10"), in each mode of eval.constraints: BLEU and CPR against the number of
+        # constraints (Xu & Carpuat 2021, Figure 5), rows <split>+<mode>_c<k>
+        constraint_counts="",
         # also a case-insensitive tokenized BLEU (tok_bleu_lc, multi-bleu.perl -lc, as some papers score En-Ro)
         # and RIBES on lowercased tokens; sacreBLEU's headline BLEU stays cased
         lowercase=False,
@@ -365,8 +379,18 @@ def validate(config: ml_collections.ConfigDict) -> None:
     try:  # what the evaluation will ask of the model, checked before anything is trained
         check_supported(m.name, family.supports, soft="soft" in modes, hard="hard" in modes,
                         trace=config.eval.trace_sentences > 0, beam_size=config.eval.beam_size)
+        for oracle in (v.strip() for v in config.eval.oracle.split(",") if v.strip()):
+            check_supported(m.name, family.supports, oracle=oracle)
     except JaxnatError as e:
-        raise ConfigError(f"{e} (asked by eval.constraints, eval.trace_sentences or eval.beam_size)") from None
+        raise ConfigError(f"{e} (asked by eval.constraints, eval.trace_sentences, eval.beam_size or eval.oracle; "
+                          f"oracle modes of {m.name!r}: {', '.join(family.supports.oracle) or 'none'})") from None
+    counts = [v.strip() for v in config.eval.constraint_counts.split(",") if v.strip()]
+    if counts and not all(v.isdigit() for v in counts):
+        raise ConfigError(f"eval.constraint_counts is a comma list of constraint-word counts (each >= 0), got "
+                          f"{config.eval.constraint_counts!r}")
+    if counts and not modes:
+        raise ConfigError("eval.constraint_counts decodes in the modes of eval.constraints: set it too "
+                          "(e.g. --config.eval.constraints=hard)")
     if family.supports.pairs and not d.pairs_dir:
         raise ConfigError(f"model {m.name!r} trains on constraint pairs: set data.pairs_dir (python -m "
                           f"jaxnat.data.alignment writes them; on the embedded corpus: data.pairs_dir=synthetic)")

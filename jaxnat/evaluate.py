@@ -14,6 +14,7 @@ from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.translator import Translator
 from jaxnat.evaluation import diagnostic
+from jaxnat.evaluation.calibration import calibration
 from jaxnat.evaluation.constraints import make_constraints, write_constraints
 from jaxnat.evaluation.metrics import bleu, constraint_preservation, contains_phrase, corpus_metrics, format_table
 from jaxnat.models import family_of
@@ -40,6 +41,14 @@ def scores(hyps: list[str], refs: list[str], config, constraints: list[list[str]
     return corpus_metrics(hyps, refs, constraints, lang=config.data.tgt_lang, lowercase=config.eval.lowercase)
 
 
+def calibration_metrics(translator: Translator, outs: list[dict], refs: list[str]) -> dict:
+    """Inference ECE of the model's own output tokens against the references' pieces (`jaxnat.evaluation.
+    calibration`): ece, ece_confidence, ece_accuracy (×100)."""
+    ref_pieces = [[str(i) for i in ids] for ids in translator.tokenizer.encode(refs, "tgt")]
+    r = calibration([([str(i) for i in o["pieces"]], o["token_logp"], o["token_scored"]) for o in outs], ref_pieces)
+    return {"ece": r["ece"], "ece_confidence": r["confidence"], "ece_accuracy": r["accuracy"]}
+
+
 def _writes() -> bool:
     """Whether this process writes the results: with several processes (multi-process training evaluates at
     its end in every process, all computing the same), the first one does."""
@@ -60,14 +69,14 @@ def evaluate(config, workdir: str) -> dict:
     corpus = load_corpus(config.data)
     translator = load_translator(config, workdir)
     e = config.eval
-    modes = [m for m in e.constraints.split(",") if m]  # config validation checked the model takes them
+    modes = _split_list(e.constraints)  # config validation checked the model takes them
     pairs = load_pairs(config.data, corpus)  # {split: constraint pairs}; {} without data.pairs_dir
     os.makedirs(os.path.join(workdir, "hyps"), exist_ok=True)
     results = {}
     test_splits = [s for s in corpus if s not in ("train", "valid")]
     for i, split in enumerate(test_splits):
         srcs, refs = corpus[split]
-        outs = translator.translate(srcs, e.beam_size, e.batch_size)
+        outs = translator.translate(srcs, e.beam_size, e.batch_size, token_scores=True)
         hyps = hyps_plain = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.txt"), hyps)
         if translator.spec.supports.counts:  # per sentence, for the report's analyses (iterations by length)
@@ -77,6 +86,7 @@ def evaluate(config, workdir: str) -> dict:
         if refs is not None:  # a test split without references is only translated
             metrics.update(scores(hyps, refs, config), reference_length=mean_length(refs))
             metrics["copy_source_bleu"] = bleu(srcs, refs)[0]
+            metrics.update(calibration_metrics(translator, outs, refs))
         metrics["mean_score"] = float(np.mean([o["score"] for o in outs]))
         if translator.spec.summary is not None:  # scalars of the decoded parameters (`ModelSpec.summary`)
             metrics.update(translator.spec.summary(translator.params))
@@ -123,8 +133,10 @@ def evaluate(config, workdir: str) -> dict:
             results[split]["cpr"] = constraint_preservation(hyps_plain, pair_targets(split_pairs),
                                                             lang=config.data.tgt_lang)
             results.update(pair_rows(translator, split, srcs, refs, split_pairs, config, workdir, speed=i == 0))
-        if i == 0 and e.iteration_sweep:
+        if i == 0 and (e.iteration_sweep or e.oracle):
             results.update(iteration_rows(translator, split, srcs, refs, config, workdir))
+        if i == 0 and e.constraint_counts:
+            results.update(constraint_count_rows(translator, split, srcs, refs, config, workdir, modes))
         if e.diagnostic and translator.spec.supports.init:
             known = {"plain": results[split], "soft": results.get(f"{split}+soft")}
             results.update(diagnostic_rows(translator, split, srcs, refs, constraints, hyps_plain, config, workdir,
@@ -233,39 +245,80 @@ def diagnostic_rows(translator: Translator, split: str, srcs: list[str], refs: l
     return rows
 
 
+def _split_list(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
 def iteration_rows(translator: Translator, split: str, srcs: list[str], refs: list[str], config,
                    workdir: str) -> dict:
     """The split decoded at each depth of ``eval.iteration_sweep``, the key of the model's section that its
-    family sweeps (`Family.sweep`: key, label): rows `<split>+<label><depth>` (e.g. `test+T5`) with BLEU, RIBES,
-    the repetition rate (and the family's own output metrics) and the seconds the split takes to decode after a
-    warm-up pass (compilation excluded); hyps in `hyps/<split>.<label><depth>.txt`. Each depth is its own decoding
-    (a schedule may depend on it), not a prefix of a deeper one."""
+    family sweeps (`Family.sweep`: key, label): rows `<split>+<label><depth>` (e.g. `test+T5`) with BLEU, TER,
+    RIBES, the repetition rate (and the family's own output metrics) and the seconds the split takes to decode
+    after a warm-up pass (compilation excluded); hyps in `hyps/<split>.<label><depth>.txt`. Each depth is its own
+    decoding (a schedule may depend on it), not a prefix of a deeper one. With ``eval.oracle``, each depth also
+    with an oracle taking some steps against the references (rows `<split>+<label><depth>_oracle_<mode>`; without
+    a sweep, at the configured depth only): Gu et al. 2019's Figure 5."""
     import copy
     import time
 
     from jaxnat.models import build_model
 
     e, rows = config.eval, {}
-    key, label = family_of(config.model.name).sweep
-    for depth in (int(v) for v in e.iteration_sweep.split(",") if v.strip()):
+    key, label = family_of(config.model.name).sweep or ("", "")
+    section = config.model.name
+    depths = [int(v) for v in _split_list(e.iteration_sweep)] or [config[section][key] if key else None]
+    oracles = _split_list(e.oracle)
+    modes = ([""] if e.iteration_sweep else []) + oracles
+    for depth in depths:
         swept = copy.deepcopy(config)
-        swept[config.model.name][key] = depth
+        if key:
+            swept[section][key] = depth
         spec = build_model(swept, translator.spec.cfg.src_vocab_size, translator.spec.cfg.tgt_vocab_size,
                            translator.tokenizer.piece_tables("tgt"))
         run = Translator(spec, translator.params, translator.tokenizer, swept, translator.aux)
-        run.translate(srcs, e.beam_size, e.batch_size)
-        t0 = time.perf_counter()
-        outs = run.translate(srcs, e.beam_size, e.batch_size)
-        seconds = time.perf_counter() - t0
-        hyps = [o["hyp"] for o in outs]
-        name = f"{label}{depth}"
-        _write_lines(os.path.join(workdir, "hyps", f"{split}.{name}.txt"), hyps)
-        row = scores(hyps, refs, config)
-        rows[f"{split}+{name}"] = {"bleu": row["bleu"], "ribes": row["ribes"], "repetition": row["repetition"],
-                                   "mean_length": mean_length(hyps), "seconds": seconds,
-                                   **_own_metrics(run, outs, srcs)}
-        log.info("%s at %s = %d: BLEU %.2f, repetition %.2f%%, %.1f s", split, key, depth, row["bleu"],
-                 row["repetition"], seconds)
+        for oracle in modes:
+            args = dict(references=refs, oracle=oracle) if oracle else {}
+            run.translate(srcs, e.beam_size, e.batch_size, **args)
+            t0 = time.perf_counter()
+            outs = run.translate(srcs, e.beam_size, e.batch_size, **args)
+            seconds = time.perf_counter() - t0
+            hyps = [o["hyp"] for o in outs]
+            name = f"{label}{depth}" + (f"_oracle_{oracle}" if oracle else "")
+            _write_lines(os.path.join(workdir, "hyps", f"{split}.{name}.txt"), hyps)
+            row = scores(hyps, refs, config)
+            rows[f"{split}+{name}"] = {**{k: row[k] for k in ("bleu", "ter", "ribes", "repetition")},
+                                       "mean_length": mean_length(hyps), "seconds": seconds,
+                                       **_edit_counts(outs, run.spec.supports.counts), **_own_metrics(run, outs, srcs)}
+            log.info("%s at %s = %s%s: BLEU %.2f, TER %.2f, repetition %.2f%%, %.1f s", split, key, depth,
+                     f" with the oracle's {oracle}" if oracle else "", row["bleu"], row["ter"], row["repetition"],
+                     seconds)
+    return rows
+
+
+def constraint_count_rows(translator: Translator, split: str, srcs: list[str], refs: list[str], config,
+                          workdir: str, modes: list[str]) -> dict:
+    """The split decoded with exactly k reference words as constraints (`make_constraints` with k..k, fewer where
+    the reference has fewer words) for each k of ``eval.constraint_counts``, in each constraint mode: rows
+    `<split>+<mode>_c<k>` with BLEU and CPR (Xu & Carpuat 2021, Figure 5); hyps in `hyps/<split>.<mode>_c<k>.txt`.
+    Counts above the model's limit on phrases (`Supports.max_phrases`) are left out, with a log line."""
+    e, lang, rows = config.eval, config.data.tgt_lang, {}
+    limit = translator.spec.supports.max_phrases
+    for k in (int(v) for v in _split_list(e.constraint_counts)):
+        if limit and k > limit:
+            log.info("eval.constraint_counts: %d constraints left out (model %r takes at most %d)", k,
+                     translator.spec.name, limit)
+            continue
+        constraints = make_constraints(refs, e.constraint_seed, k, k, lang=lang)
+        for mode in modes:
+            outs = translator.translate(srcs, e.beam_size, e.batch_size, constraints=constraints,
+                                        hard=[mode == "hard"] * len(srcs))
+            hyps = [o["hyp"] for o in outs]
+            name = f"{mode}_c{k}"
+            _write_lines(os.path.join(workdir, "hyps", f"{split}.{name}.txt"), hyps)
+            row = scores(hyps, refs, config, constraints)
+            rows[f"{split}+{name}"] = {"bleu": row["bleu"], "cpr": row["cpr"], "constraints": k,
+                                       "mean_length": mean_length(hyps)}
+            log.info("%s with %d %s constraints: BLEU %.2f, CPR %.1f", split, k, mode, row["bleu"], row["cpr"])
     return rows
 
 
@@ -279,7 +332,8 @@ def post_edit_rows(config, corpus, translator: Translator, workdir: str) -> dict
         if split in ("train", "valid"):
             continue
         srcs, refs = corpus[split]
-        outs = translator.translate(srcs, e.beam_size, e.batch_size, inits=inits)
+        # an initial hypothesis (another system's output) longer than the model holds is cut to fit
+        outs = translator.translate(srcs, e.beam_size, e.batch_size, inits=inits, cut_long_inits=True)
         hyps = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.init.txt"), hyps)
         row = {"mean_score": float(np.mean([o["score"] for o in outs])),
@@ -292,7 +346,7 @@ def post_edit_rows(config, corpus, translator: Translator, workdir: str) -> dict
     return rows
 
 
-SUMMARY = ("bleu", "chrf", "ribes", "ter", "cpr", "repetition", "repeated", "repeated_short",
+SUMMARY = ("bleu", "chrf", "ribes", "ter", "ece", "cpr", "repetition", "repeated", "repeated_short",
            "repeated_long", "mean_length", "latency_ms",
            "sentences_per_s", "seconds",
            "mean_iterations", "mean_steps", "mean_repositions", "mean_deletions", "mean_insertions")

@@ -46,7 +46,10 @@ log = logging.getLogger("jaxnat")
 
 # target-word frequency bins, by the word's count in the training targets (compare-mt's defaults)
 FREQUENCY_BINS = ((0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 9), (10, 99), (100, 999), (1000, math.inf))
-ROW_COLUMNS = ("bleu", "cpr", "mean_length", "mean_iterations", "latency_ms", "seconds")
+ROW_COLUMNS = ("bleu", "ter", "cpr", "mean_length", "mean_iterations", "latency_ms", "seconds")
+# the rows of eval.iteration_sweep / eval.oracle (T5, I3_oracle_deletion) and of eval.constraint_counts (hard_c4)
+SWEEP_ROW = re.compile(r"([A-Z])(\d+)(?:_oracle_(\w+))?")
+COUNT_ROW = re.compile(r"(soft|hard)_c(\d+)")
 
 
 # source-length buckets, in source words (13a): 1-10, 11-20, …, 51+
@@ -77,6 +80,46 @@ def iteration_statistics(iterations: list[int], srcs: list[str]) -> dict:
         chosen = [n for n, s in zip(iterations, srcs) if lo <= max(len(tokenize(s)), 1) <= hi]
         by_length[bin_label(lo, hi)] = statistics.fmean(chosen) if chosen else None
     return {"histogram": {str(k): histogram[k] for k in sorted(histogram)}, "by_length": by_length}
+
+
+def sweep_curves(rows: dict) -> dict[str, dict[int, dict]]:
+    """The iteration-sweep rows of a system (`SWEEP_ROW`), as {curve: {depth: row}}: curve "" for plain decoding,
+    "oracle_<mode>" for decoding with the oracle taking some steps (Gu et al. 2019, Figure 5)."""
+    curves: dict[str, dict[int, dict]] = {}
+    for name, row in rows.items():
+        if m := SWEEP_ROW.fullmatch(name):
+            curves.setdefault(f"oracle_{m[3]}" if m[3] else "", {})[int(m[2])] = row
+    return {c: dict(sorted(v.items())) for c, v in sorted(curves.items())}
+
+
+def count_curves(rows: dict) -> dict[str, dict[int, dict]]:
+    """The constraint-count rows of a system (`COUNT_ROW`), as {mode: {number of constraints: row}} (Xu & Carpuat
+    2021, Figure 5)."""
+    curves: dict[str, dict[int, dict]] = {}
+    for name, row in rows.items():
+        if m := COUNT_ROW.fullmatch(name):
+            curves.setdefault(m[1], {})[int(m[2])] = row
+    return {c: dict(sorted(v.items())) for c, v in sorted(curves.items())}
+
+
+def repetition_histogram(hyps: list[str]) -> dict[str, int]:
+    """{r: the number of sentences where some word is repeated r times in a row (r + 1 equal consecutive 13a
+    words)}, for every r that occurs (Huang et al. 2022, Figure 1(b), there after the first decoding pass)."""
+    from jaxnat.evaluation.metrics import tokenize
+
+    histogram: collections.Counter = collections.Counter()
+    for hyp in hyps:
+        runs, words = set(), tokenize(hyp)
+        run = 0
+        for k in range(1, len(words) + 1):
+            if k < len(words) and words[k] == words[k - 1]:
+                run += 1
+            else:
+                if run:
+                    runs.add(run)
+                run = 0
+        histogram.update(runs)
+    return {str(r): histogram[r] for r in sorted(histogram)}
 
 
 def constraint_overlap(train: list[list[tuple[str, str]]], test: list[list[tuple[str, str]]],
@@ -206,10 +249,12 @@ def paired_test(systems: list[System], refs: list[str], test: str, samples: int)
 
 
 def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list[str] | None = None,
-                 test: str = "bs", samples: int = 1000) -> dict:
-    """The report as a JSON-able dict (see the module docstring); the baseline system is listed first."""
+                 test: str = "bs", samples: int = 1000, model_analyses: bool = False) -> dict:
+    """The report as a JSON-able dict (see the module docstring); the baseline system is listed first. With
+    ``model_analyses``, each system's family's own `Analysis` of its workdir too."""
     from jaxnat.data.sources import load_corpus, load_pairs
     from jaxnat.evaluation.metrics import corpus_metrics
+    from jaxnat.models import family_of
 
     if not workdirs:
         raise ConfigError("name at least one evaluated workdir")
@@ -246,8 +291,20 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
             entry[f"{key}_ci"] = None if r.ci is None else float(r.ci)  # ar: no interval
             entry[f"{key}_p"] = None if r.p_value is None else float(r.p_value)
         entry.update({k2: v for k2, v in s.main.items() if k2.startswith("mean_") and k2 != "mean_score"})
-        entry.update({k2: s.main[k2] for k2 in ("cpr", "latency_ms", "sentences_per_s") if k2 in s.main})
+        entry.update({k2: s.main[k2] for k2 in ("cpr", "latency_ms", "sentences_per_s", "ece", "ece_confidence",
+                                                "ece_accuracy") if k2 in s.main})
+        family = family_of(s.config.model.name)
+        entry["architecture"] = {k: s.config[family.name][k] for k in family.architecture}
+        base_latency = report["systems"][0].get("latency_ms") if report["systems"] else entry.get("latency_ms")
+        if base_latency and entry.get("latency_ms"):
+            entry["speedup"] = base_latency / entry["latency_ms"]  # the baseline's latency over this one's
         entry["rows"] = {row: {c: v[c] for c in ROW_COLUMNS if c in v} for row, v in s.rows.items()}
+        first_pass = [r for r in s.rows if (m := SWEEP_ROW.fullmatch(r)) and m[2] == "1" and not m[3]]
+        entry["repetitions"] = {"output": repetition_histogram(s.hyps),
+                                **{f"first pass ({r})": repetition_histogram(h)
+                                   for r, h in row_hyps(s, tuple(first_pass)).items()}}
+        if model_analyses and family.analysis is not None:
+            entry["analysis"] = family.analysis.measure(s.workdir)
         entry["word_f1"] = word_f1_by_frequency(s.hyps, refs, train_refs)
         entry["by_length"] = bleu_by_source_length(s.hyps, refs, corpus[split][0])
         if s.counts and "iterations" in s.counts[0] and len(s.counts) == len(refs):
@@ -277,14 +334,19 @@ def to_markdown(report: dict) -> str:
              f"(the papers' tables); RIBES on the same tokens.", ""]
     counts = sorted({k for s in systems for k in s if k.startswith("mean_") and k != "mean_length"})
     head = ["system", "model", "BLEU", "± 95% CI", "p", "tok. BLEU", "chrF", "p (chrF)", "TER", "RIBES", "repetition %",
-            "mean length", *[c[5:] for c in counts], "CPR %", "latency ms", "sentences/s"]
+            "mean length", *[c[5:] for c in counts], "CPR %", "ECE (prob. / acc.)", "latency ms", "speed-up",
+            "sentences/s", "architecture"]
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in systems:
         star = "*" if s["bleu_p"] is not None and s["bleu_p"] < 0.05 else ""
         cells = [s["name"], s["model"], _cell(s["bleu"]) + star, _cell(s["bleu_ci"]), _cell(s["bleu_p"], 4),
                  _cell(s["tok_bleu"]), _cell(s["chrf"]), _cell(s["chrf_p"], 4), _cell(s["ter"]), _cell(s["ribes"]),
                  _cell(s["repetition"]), _cell(s["mean_length"]), *[_cell(s.get(c)) for c in counts],
-                 _cell(s.get("cpr")), _cell(s.get("latency_ms")), _cell(s.get("sentences_per_s"))]
+                 _cell(s.get("cpr")),
+                 f"{_cell(s.get('ece'))} ({_cell(s.get('ece_confidence'), 1)} / {_cell(s.get('ece_accuracy'), 1)})",
+                 _cell(s.get("latency_ms")), _cell(s.get("speedup")),
+                 _cell(s.get("sentences_per_s")),
+                 " ".join(f"{k}={v}" for k, v in s["architecture"].items()) or "–"]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", *[f"- {k}: `{v}`" for k, v in report["signatures"].items()], ""]
     rows = sorted({r for s in systems for r in s["rows"]})
@@ -333,6 +395,7 @@ def to_markdown(report: dict) -> str:
         for s in overlaps:
             for row, v in s["constraint_overlap"]["rows"].items():
                 lines.append(f"| {s['name']} | {row} | {_cell(v['csr_seen'])} | {_cell(v['csr_unseen'])} |")
+    lines += _curve_sections(systems)
     if "seeds" in report:
         lines += ["", "## Seeds", "", f"BLEU over the runs of each configuration; Student's t-test against "
                   f"{next(iter(report['seeds']))}'s runs.", "", "| configuration | runs | mean | std | t | p |",
@@ -340,7 +403,81 @@ def to_markdown(report: dict) -> str:
         for name, g in report["seeds"].items():
             lines.append(f"| {name} | {g['runs']} | {_cell(g['mean'])} | {_cell(g['std'])} | {_cell(g['t'])} | "
                          f"{_cell(g['p'], 4)} |")
+    for title, markdown in _analyses(systems):
+        lines += ["", f"## {title}", "", markdown]
     return "\n".join(lines) + "\n"
+
+
+def _analyses(systems: list[dict]) -> list[tuple[str, str]]:
+    """(title, table) per family whose systems carry its own analysis (--model-analyses)."""
+    from jaxnat.models import family_of
+
+    models = sorted({s["model"] for s in systems if "analysis" in s})
+    return [(family_of(m).analysis.title,
+             family_of(m).analysis.markdown([s["analysis"] for s in systems if s["model"] == m and "analysis" in s]))
+            for m in models]
+
+
+def _curve_sections(systems: list[dict]) -> list[str]:
+    """The iteration sweeps (with the oracle's curves), BLEU and CPR by number of constraints, and the repeated
+    words per sentence, as markdown lines (each section only where some system has it)."""
+    lines = []
+    sweeps = [(s["name"], c, rows) for s in systems for c, rows in sweep_curves(s["rows"]).items()]
+    if sweeps:
+        depths = sorted({d for _, _, rows in sweeps for d in rows})
+        lines += ["", "## Iteration sweeps", "", "BLEU / TER at each decoding depth (eval.iteration_sweep); "
+                  "oracle_<mode>: the oracle takes those steps against the reference (Gu et al. 2019, Figure 5).", "",
+                  "| system | decoding | " + " | ".join(map(str, depths)) + " |", "|" + "---|" * (len(depths) + 2)]
+        for name, curve, rows in sweeps:
+            cells = [f"{_cell(rows[d]['bleu'])} / {_cell(rows[d].get('ter'))}" if d in rows else "–" for d in depths]
+            lines.append(f"| {name} | {curve or 'model'} | " + " | ".join(cells) + " |")
+    counted = [(s["name"], mode, rows) for s in systems for mode, rows in count_curves(s["rows"]).items()]
+    if counted:
+        ks = sorted({k for _, _, rows in counted for k in rows})
+        lines += ["", "## BLEU and CPR by number of constraints", "", "BLEU / CPR % with k reference words as "
+                  "constraints (eval.constraint_counts; Xu & Carpuat 2021, Figure 5).", "",
+                  "| system | mode | " + " | ".join(map(str, ks)) + " |", "|" + "---|" * (len(ks) + 2)]
+        for name, mode, rows in counted:
+            cells = [f"{_cell(rows[k]['bleu'])} / {_cell(rows[k].get('cpr'), 1)}" if k in rows else "–" for k in ks]
+            lines.append(f"| {name} | {mode} | " + " | ".join(cells) + " |")
+    most = max((int(r) for s in systems for h in s["repetitions"].values() for r in h), default=0)
+    if most:
+        rs = [str(r) for r in range(1, most + 1)]
+        lines += ["", "## Repeated words per sentence", "", "Sentences where some word is repeated r times in a row "
+                  "(Huang et al. 2022, Figure 1(b): after the first pass).", "",
+                  "| system | decoding | " + " | ".join(rs) + " |", "|" + "---|" * (len(rs) + 2)]
+        for s in systems:
+            for what, h in s["repetitions"].items():
+                lines.append(f"| {s['name']} | {what} | " + " | ".join(str(h.get(r, 0)) for r in rs) + " |")
+    return lines
+
+
+def plot_curves(report: dict, path: str) -> str | None:
+    """Draws BLEU and TER against the decoding depth (each system's iteration sweep, and its oracle curves: Gu et
+    al. 2019, Figure 5) and BLEU and CPR against the number of constraints (Xu & Carpuat 2021, Figure 5) at
+    ``path``, the panels some system has data for; returns it (None without data or matplotlib)."""
+    systems = report["systems"]
+    sweeps = [(f"{s['name']} {c}".strip(), rows) for s in systems for c, rows in sweep_curves(s["rows"]).items()]
+    counted = [(f"{s['name']} {m}", rows) for s in systems for m, rows in count_curves(s["rows"]).items()]
+    panels = [(sweeps, metric, "decoding depth") for metric in ("bleu", "ter") if sweeps]
+    panels += [(counted, metric, "constraints (reference words)") for metric in ("bleu", "cpr") if counted]
+    if not panels:
+        return None
+    Figure = _figure_class(path)
+    if Figure is None:
+        return None
+    fig = Figure(figsize=(5 * len(panels), 4))
+    for ax, (curves, metric, xlabel) in zip(fig.subplots(1, len(panels), squeeze=False)[0], panels):
+        for label, rows in curves:
+            points = [(x, r[metric]) for x, r in rows.items() if r.get(metric) is not None]
+            ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=label)
+        ax.set(xlabel=xlabel, ylabel=metric.upper(), title=f"{metric.upper()} by {xlabel.split(' (')[0]}")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.legend(fontsize=8)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
 
 
 def _figure_class(path: str):
@@ -418,6 +555,9 @@ def main(argv=None) -> int:
     parser.add_argument("--test", choices=("bs", "ar"), default="bs",
                         help="paired bootstrap resampling (bs, default) or approximate randomisation (ar)")
     parser.add_argument("--samples", type=int, default=1000, help="resamples / permutations (default 1000)")
+    parser.add_argument("--model-analyses", action="store_true",
+                        help="also each model family's own analysis of its workdirs (e.g. Huang et al. 2022's position "
+                             "embeddings' cosine similarity and context use on 500 valid sentences)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("sacrebleu").setLevel(logging.ERROR)
@@ -431,7 +571,8 @@ def main(argv=None) -> int:
                 raise ConfigError(f"--baseline {args.baseline} is not one of the workdirs")
             baseline = real.index(os.path.realpath(args.baseline))
         names = args.names.split(",") if args.names else None
-        report = build_report(args.workdirs, args.split, baseline, names, args.test, args.samples)
+        report = build_report(args.workdirs, args.split, baseline, names, args.test, args.samples,
+                              args.model_analyses)
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "report.json"), "w") as f:
             json.dump(report, f, indent=2)
@@ -440,6 +581,7 @@ def main(argv=None) -> int:
             f.write(markdown)
         plot(report, os.path.join(args.out, "bleu_latency.png"))
         plot_by_length(report, os.path.join(args.out, "bleu_by_length.png"))
+        plot_curves(report, os.path.join(args.out, "curves.png"))
     except (JaxnatError, OSError) as e:
         print(f"jaxnat: error: {e}", file=sys.stderr)
         return 2

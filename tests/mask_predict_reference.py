@@ -70,13 +70,16 @@ def placement_score(logp, phrases, starts):
     return sum(max(float(logp[s + j, t]), -1e4) for k, s in starts.items() for j, t in enumerate(phrases[k]))
 
 
-def remove_repeats(tokens):
+def remove_repeats(tokens, values=None):
     """A [BOS … EOS, PAD …] row without each real token equal to the one right before it, PAD-filled to its
-    width → (row, removed)."""
-    kept = [t for i, t in enumerate(tokens)
-            if i == 0 or t in (BOS_ID, EOS_ID, PAD_ID) or t != tokens[i - 1]]
-    kept = [t for t in kept if t != PAD_ID]
-    return kept + [PAD_ID] * (len(tokens) - len(kept)), len([t for t in tokens if t != PAD_ID]) - len(kept)
+    width → (row, removed), and with ``values`` (one per token) the kept tokens' values, 0.0-filled, third."""
+    keep = [t != PAD_ID and (i == 0 or t in (BOS_ID, EOS_ID) or t != tokens[i - 1]) for i, t in enumerate(tokens)]
+    kept = [t for t, k in zip(tokens, keep) if k]
+    out = kept + [PAD_ID] * (len(tokens) - len(kept)), len([t for t in tokens if t != PAD_ID]) - len(kept)
+    if values is None:
+        return out
+    kept_values = [v for v, k in zip(values, keep) if k]
+    return (*out, kept_values + [0.0] * (len(tokens) - len(kept_values)))
 
 
 def mask_predict(logprobs, length_logits, n_src, cap, iterations, beam, centred=False, offset=False,
@@ -85,8 +88,9 @@ def mask_predict(logprobs, length_logits, n_src, cap, iterations, beam, centred=
     """One sentence without constraints. logprobs(tokens: list of width ids) → float[width, V] log-probabilities.
     Returns (tokens, mean score, length, passes) of the best candidate: by mean token probability (or mean
     score, i.e. log-probability, without by_probability), or by rescore(tokens); with ``dedup`` every
-    candidate's repeated tokens are removed before the choice (``with_repeats``: also how many it has, last);
-    with ``update_all`` passes after the first also take the prediction at every position they did not mask."""
+    candidate's repeated tokens are removed before the choice (``with_repeats``: also how many it has, and
+    each token's score, 0.0 for BOS, EOS and PAD, aligned with the tokens, last); with ``update_all`` passes
+    after the first also take the prediction at every position they did not mask."""
     results = []
     for n in candidate_lengths(length_logits, n_src, max(need, 1), cap, beam, centred, offset):
         tokens = [BOS_ID] + [MASK_ID] * n + [EOS_ID] + [PAD_ID] * (width - n - 2)
@@ -110,11 +114,12 @@ def mask_predict(logprobs, length_logits, n_src, cap, iterations, beam, centred=
                 break
         mean = sum(scores[i] for i in range(width) if real[i]) / max(n, 1)
         prob = sum(np.exp(np.float32(scores[i])) for i in range(width) if real[i]) / max(n, 1)
-        deduped, repeats = remove_repeats(tokens)  # counted whether or not removed
-        tokens = deduped if dedup else tokens
-        results.append((tokens, mean, n, passes, prob, repeats))
+        token_scores = [scores[i] if real[i] else 0.0 for i in range(width)]
+        deduped, repeats, deduped_scores = remove_repeats(tokens, token_scores)  # counted whether or not removed
+        tokens, token_scores = (deduped, deduped_scores) if dedup else (tokens, token_scores)
+        results.append((tokens, mean, n, passes, prob, repeats, token_scores))
     pick = max(results, key=lambda r: rescore(r[0]) if rescore else (r[4] if by_probability else r[1]))
-    return (*pick[:4], pick[5]) if with_repeats else pick[:4]  # max keeps the first of equal scores
+    return (*pick[:4], *pick[5:]) if with_repeats else pick[:4]  # max keeps the first of equal scores
 
 
 def stub_tables(seed, vocab, width):

@@ -75,11 +75,12 @@ def python_refine(heads, tokens, phrase, caps, options, first_edit, continues=No
     """Reference loop. first_edit(row, marks, scores, logits of the row, continues) -> (row, marks, scores,
     counts). With ``continues`` (bool[V]) a placeholder right after a phrase is filled with the best piece
     that does not continue a word, scored among those. Returns (rows, iterations, {count name: per sentence},
-    insertions, scores)."""
+    insertions, scores, per row each token's (log-probability of its fill, whether it was filled): (0.0, False)
+    for the tokens of the start)."""
     length = tokens.shape[1]
     rows = [[int(t) for t in r if t != PAD_ID] for r in np.asarray(tokens)]
     marks = [[int(m) for m in np.asarray(phrase)[b, :len(r)]] for b, r in enumerate(rows)]
-    scores = [[0.0] * len(r) for r in rows]
+    scores = [[(0.0, False)] * len(r) for r in rows]  # moved as one value by the first edits
     n = len(rows)
     done, iters, inss, counts = [False] * n, [0] * n, [0] * n, {}
     for _ in range(options.max_iter + 1):
@@ -104,7 +105,7 @@ def python_refine(heads, tokens, phrase, caps, options, first_edit, continues=No
             inss[b] += sum(applied)
             after = applied + [0]  # placeholders opened after each token (none after EOS)
             marks[b], scores[b] = ([x for v, k in zip(seq, after) for x in [v] + [fill] * k]
-                                   for seq, fill in ((marks[b], 0), (scores[b], 0.0)))
+                                   for seq, fill in ((marks[b], 0), (scores[b], (0.0, False))))
         token_logits = np.asarray(heads.token(jnp.asarray(pad(rows, length))))
         for b in range(n):
             if done[b]:
@@ -117,13 +118,13 @@ def python_refine(heads, tokens, phrase, caps, options, first_edit, continues=No
                 lg = np.where(allowed, token_logits[b, k].astype(np.float64), -np.inf)
                 logp = lg - np.log(np.sum(np.exp(lg - lg.max()))) - lg.max()
                 best.append(int(logp.argmax()))
-                new_scores.append(float(logp[best[-1]]) if t == PLH_ID else sc)
+                new_scores.append((float(logp[best[-1]]), True) if t == PLH_ID else sc)
             scores[b] = new_scores
             rows[b] = ref.fill(rows[b], best, PLH_ID)
             iters[b] += 1
             if rows[b] == before[b] and not options.run_all:
                 done[b] = True
-    return rows, iters, counts, inss, [float(np.mean(s)) for s in scores]
+    return rows, iters, counts, inss, [float(np.mean([v for v, _ in s])) for s in scores], scores
 
 
 def model_heads(spec, params, src, first_method):
@@ -166,11 +167,21 @@ def random_batch(seed, vocab, b=6, s=9, t=12):
     return {"src": jnp.asarray(pad(src, s)), "tgt": jnp.asarray(pad(tgt, t))}
 
 
+def check_fills_scored(out):
+    """From a start of constraints only, every token but BOS, EOS and the constraints' is a fill: scored, with
+    a finite log-probability; the others at 0.0."""
+    tokens, marks = np.asarray(out["tokens"]), np.asarray(out["phrase"])
+    scored, token_logp = np.asarray(out["token_scored"]), np.asarray(out["token_logp"])
+    np.testing.assert_array_equal(scored, np.isin(tokens, [BOS_ID, EOS_ID, PAD_ID], invert=True) & (marks == 0))
+    assert np.all(np.isfinite(token_logp)) and np.all(token_logp[scored] <= 0) and np.all(token_logp[~scored] == 0)
+
+
 def check_loop_against_python(spec, seed, options, first_method, first_edit, first_py, count_names, vocab,
                               continues=None):
     """Decodes six canvases (empty, with one- and multi-token phrases, random) with the jit'd `refine` of an
-    untrained model and with `python_refine`, and asserts they agree on tokens, counts and scores (with the
-    word-boundary rules of ``continues``, bool[V], when given)."""
+    untrained model and with `python_refine`, and asserts they agree on tokens, counts, scores and each token's
+    log-probability, scored only where the token head filled it (with the word-boundary rules of ``continues``,
+    bool[V], when given)."""
     batch = random_batch(seed, vocab)
     params = spec.init(jax.random.PRNGKey(seed), batch)
     src = batch["src"]
@@ -185,14 +196,19 @@ def check_loop_against_python(spec, seed, options, first_method, first_edit, fir
     table = None if continues is None else jnp.asarray(continues)
     got = jax.jit(lambda t, m: refine(heads, first_edit, initial_hypotheses(t, m), cap, options, count_names,
                                       table))(tokens, marks)
-    rows, iters, counts, inss, scores = python_refine(heads, tokens, marks, np.asarray(cap), options, first_py,
-                                                      continues)
+    rows, iters, counts, inss, scores, token_scores = python_refine(heads, tokens, marks, np.asarray(cap), options,
+                                                                    first_py, continues)
     assert [[int(t) for t in r if t != PAD_ID] for r in np.asarray(got["tokens"])] == rows
     assert got["iterations"].tolist() == iters
     for name in count_names:
         assert got[name].tolist() == counts[name], name
     assert got["insertions"].tolist() == inss
     np.testing.assert_allclose(got["score"], scores, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got["token_logp"], pad([[v for v, _ in s] for s in token_scores], capacity, 0.0),
+                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(got["token_scored"], pad([[f for _, f in s] for s in token_scores], capacity, False))
+    real = np.asarray(got["tokens"]) != PAD_ID  # score: the mean of the token log-probabilities (BOS/EOS: 0.0)
+    np.testing.assert_allclose(got["score"], np.sum(got["token_logp"], axis=1) / real.sum(axis=1), rtol=1e-5)
     assert max(iters) <= options.max_iter + 1
     if options.run_all:
         assert iters == [options.max_iter + 1] * len(iters)

@@ -319,7 +319,7 @@ def test_mask_predict_matches_python_loop(seed, iterations, beam, centred, offse
         cap = min(max(4, int(np.floor(np.float32(1.5) * (n_src + 2)))), width) - 2
         rescore = (lambda t: np.float32(sum(x % 5 for x in t)) / np.float32(sum(x != PAD_ID for x in t))
                    ) if rescored else None
-        tokens, score, length, passes, repeats = ref.mask_predict(
+        tokens, score, length, passes, repeats, token_logp = ref.mask_predict(
             lambda t: np_fn(t, k), length_logits[k], n_src, cap, iterations, beam, centred, offset, stop_early,
             width, rescore=rescore, by_probability=by_probability, dedup=dedup, with_repeats=True,
             update_all=update_all)
@@ -327,6 +327,10 @@ def test_mask_predict_matches_python_loop(seed, iterations, beam, centred, offse
         assert int(out["length"][k]) == length and int(out["iterations"][k]) == passes
         assert int(out["repeats"][k]) == repeats
         np.testing.assert_allclose(out["score"][k], score, rtol=1e-5, atol=1e-5)
+        # each token's log-probability from the pass that last wrote it, aligned with the tokens after dedup
+        np.testing.assert_allclose(out["token_logp"][k], token_logp, rtol=1e-5, atol=1e-5)
+        real = np.isin(tokens, [BOS_ID, EOS_ID, PAD_ID], invert=True)
+        np.testing.assert_array_equal(out["token_scored"][k], real)
 
 
 def test_remask_schedule_uses_integer_arithmetic():
@@ -418,6 +422,11 @@ def test_constraints_appear_whole_whatever_the_model_predicts(seed, iterations, 
     for r in range(b):
         row = [int(t) for t in np.asarray(out["tokens"][r])]
         assert row[0] == BOS_ID and row[int(out["length"][r]) + 1] == EOS_ID
+        # the model's own tokens are scored (finite log-probabilities), the phrases placed for it are not
+        scored, token_logp = np.asarray(out["token_scored"][r]), np.asarray(out["token_logp"][r])
+        assert np.all(np.isfinite(token_logp)) and np.all(token_logp[scored] <= 0) and np.all(token_logp[~scored] == 0)
+        if hard[r]:
+            assert scored.sum() == int(out["length"][r]) - sum(len(p) for p in phrases[r])
         if not hard[r] and int(out["length"][r]) < sum(len(p) for p in phrases[r]):
             continue
         for p in phrases[r]:

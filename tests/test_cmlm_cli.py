@@ -93,7 +93,8 @@ def test_outputs_as_wide_as_the_plan_translate_as_the_full_width(trained, ar_run
         assert narrow_row == full_row  # the translation, its length and passes
 
 
-def test_positions_report_on_the_trained_model(trained, ar_run, capsys):
+def test_positions_report_on_the_trained_model(trained, ar_run, capsys, tmp_path):
+    from jaxnat import report
     from jaxnat.models.cmlm import positions
 
     workdir, _ = trained
@@ -101,6 +102,13 @@ def test_positions_report_on_the_trained_model(trained, ar_run, capsys):
     table = capsys.readouterr().out.splitlines()
     assert len(table) == 3 and table[2].startswith(f"| {workdir} | best (step 8) |")
     assert "(of 10)" in table[2]  # the 5 positions' pairs
+    # the same as a section of jaxnat.report (--model-analyses), with the report's other analyses
+    assert report.main([str(workdir), "--out", str(tmp_path), "--samples", "10", "--model-analyses"]) == 0
+    md = (tmp_path / "report.md").read_text()
+    assert "## Position embeddings and context use" in md and f"| {workdir} | best (step 8) |" in md
+    assert "## Iteration sweeps" in md  # the fixture's eval.iteration_sweep=2
+    assert 0 < json.loads((workdir / "metrics.json").read_text())["test"]["ece_confidence"] <= 100
+    capsys.readouterr()
     # another kind of model: one line, exit 2
     assert positions.main([str(ar_run)]) == 2
     err = capsys.readouterr().err.strip()

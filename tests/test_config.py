@@ -96,8 +96,17 @@ def test_overrides_are_typed():
         (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.eval.constraints=soft"],
          "model 'nat' does not take soft constraints"),
         (["--config.editor.hard_mode=paper"], "editor.hard_mode is set, but model.name is 'ar'"),
+        (["--config.model.name=editor", "--config.eval.beam_size=1", "--config.eval.oracle=deletion"],
+         "model 'editor' does not take oracle decoding 'deletion' (asked by eval.constraints, eval.trace_sentences, "
+         "eval.beam_size or eval.oracle; oracle modes of 'editor': none)"),
+        (["--config.eval.constraint_counts=2"], "eval.constraint_counts decodes in the modes of eval.constraints"),
+        (["--config.eval.constraints=hard", "--config.eval.constraint_counts=1,-2"],
+         "eval.constraint_counts is a comma list of constraint-word counts"),
         (["--config.train.lr_schedule=exponential"],
-         "train.lr_schedule must be one of inverse_sqrt, linear, cosine, constant"),
+         "train.lr_schedule must be one of inverse_sqrt, linear, cosine, constant, plateau"),
+        (["--config.train.plateau_factor=1"], "train.plateau_factor must be in (0, 1), got 1.0"),
+        (["--config.train.plateau_patience=0"], "train.plateau_patience must be >= 1, got 0"),
+        (["--config.train.stop_patience=-1"], "train.stop_patience must be >= 0, got -1"),
         (["--config.eval.rescorer=runs/ar"], "unknown config key eval.rescorer; it moved to the model family's "
                                              "section: cmlm.rescorer or nat.rescorer"),
         (["--config.cmlm.rescorer=runs/ar"], "cmlm.rescorer is set, but model.name is 'ar'"),

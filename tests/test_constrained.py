@@ -80,6 +80,13 @@ def test_matches_reference(sentences, src_len, seed, beam, ordered, length_penal
         assert until_eos(out["tokens"][b]) == tokens
         np.testing.assert_allclose(out["score"][b], score, rtol=1e-5, atol=1e-5)
         assert bool(out["constraints_met"][b]) == met
+        # each generated token (constraint tokens and EOS too) with the model's log-probability of it after its
+        # prefix; they sum to the score before the length penalty
+        steps = [float(ref.toy_logprobs(table, tokens[:i], int(seeds[b]))[tokens[i]]) for i in range(1, len(tokens))]
+        rest = MAX_OUT - len(tokens)
+        assert out["token_scored"][b].tolist() == [False] + [True] * len(steps) + [False] * rest
+        np.testing.assert_allclose(out["token_logp"][b], [0.0] + steps + [0.0] * rest, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(sum(steps) / len(steps) ** length_penalty, score, rtol=1e-5, atol=1e-5)
         # the guarantee: every phrase appears whenever the output has room for them all
         if sum(map(len, phrases)) <= MAX_OUT - 2:
             assert met and all(contains(tokens, p) for p in phrases)

@@ -27,9 +27,13 @@ def trained(request, tmp_path_factory):
     model = request.param
     workdir = tmp_path_factory.mktemp(f"tiny-{model}") / "run"
     # one bucket (48 tokens) and one latency sentence: a third of the programs to compile
+    # LevT also: the oracle's deletions and placeholders (Gu et al. 2019 Fig. 5) at an iteration cap of 1, and two
+    # reference words as constraints (Xu & Carpuat 2021 Fig. 5)
+    analyses = ["--config.eval.iteration_sweep=1", "--config.eval.oracle=deletion_placeholder",
+                "--config.eval.constraint_counts=2"] if model == "levt" else []
     result = _main(workdir, "--config.train.steps=8", "--config.train.eval_every=8",
                    "--config.data.bucket_multiple=48", "--config.eval.latency_sentences=1",
-                   "--config.eval.constraints=soft,hard", "--config.eval.trace_sentences=2", model=model)
+                   "--config.eval.constraints=soft,hard", "--config.eval.trace_sentences=2", *analyses, model=model)
     assert result.returncode == 0, result.stderr
     return model, workdir, result.stdout
 
@@ -45,6 +49,7 @@ def test_metrics_include_constraints_and_edit_counts(trained):
     header = stdout.splitlines()[0].split()  # the printed summary table
     assert {"bleu", "ribes", "cpr", "latency_ms", "mean_iterations", "mean_insertions"} <= set(header)
     assert 1 <= metrics["test"]["mean_iterations"] <= 4
+    assert 0 <= metrics["test"]["ece"] <= 100 and 0 < metrics["test"]["ece_confidence"] <= 100  # the fills' calibration
     # the papers' count (LevT Table 6): the final pass that changes nothing is not a step
     assert metrics["test"]["mean_steps"] == metrics["test"]["mean_iterations"] - 1
     # hard constraints are guaranteed whatever the (barely trained) model does
@@ -55,6 +60,14 @@ def test_metrics_include_constraints_and_edit_counts(trained):
     assert page.startswith("<!doctype html>") and page.count("<h2>Sentence") == 2
     assert page.count("<h3>plain") == page.count("<h3>soft") == page.count("<h3>hard") == 2
     assert ("1: reposition" if model == "editor" else "1: delete") in page
+    if model == "levt":
+        plain, oracle = metrics["test+I1"], metrics["test+I1_oracle_deletion_placeholder"]
+        assert plain["mean_iterations"] <= 2 and oracle["mean_iterations"] <= 2 and "ter" in oracle  # cap 1: 2 passes
+        # with the oracle's placeholders every output has its reference's length in pieces, so about its words
+        assert abs(oracle["mean_length"] - metrics["test"]["reference_length"]) < abs(
+            plain["mean_length"] - metrics["test"]["reference_length"]) + 1
+        assert metrics["test+hard_c2"]["cpr"] == 100.0 and metrics["test+soft_c2"]["constraints"] == 2
+        assert len((trained / "hyps" / "test.soft_c2.txt").read_text().splitlines()) == 40
 
 
 def test_translate_with_init_and_constraints(trained, tmp_path):

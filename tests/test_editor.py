@@ -25,7 +25,8 @@ from jaxnat.models.editor.model import editor_loss, editor_reposition
 from tests import edit_reference as er
 from tests import jitted
 from tests import reference as ref
-from tests.refine_reference import check_loop_against_python, fit_briefly, editor_first, pad, random_batch, stub_heads
+from tests.refine_reference import (check_fills_scored, check_loop_against_python, editor_first, fit_briefly, pad,
+                                    random_batch, stub_heads)
 from tests.test_config import shipped
 
 TINY = "tests/configs/tiny.py"
@@ -345,6 +346,7 @@ def test_hard_constraints_survive_random_models(seed, phrases):
     phrase = jnp.asarray(pad([[0, *marks, 0]] * 2, capacity, 0))
     src = jnp.asarray(pad([[BOS_ID, 7, 8, EOS_ID], [BOS_ID, *[7] * 12, EOS_ID]], 14))
     out = _random_model_refine(jnp.int32(seed), tokens, phrase, src)
+    check_fills_scored(out)
     for row, got_marks in zip(np.asarray(out["tokens"]), np.asarray(out["phrase"])):
         real = [int(t) for t in row if t != PAD_ID]
         got_marks = [int(m) for m in got_marks[:len(real)]]

@@ -21,8 +21,8 @@ from jaxnat.models import build_model
 from jaxnat.models.insertion import model_choice
 from jaxnat.models.levt.model import levt_delete, levt_loss
 from tests import edit_reference as er
-from tests.refine_reference import (check_loop_against_python, fit_briefly, levt_first, model_heads, pad,
-                                    random_batch, stub_heads)
+from tests.refine_reference import (check_fills_scored, check_loop_against_python, fit_briefly, levt_first,
+                                    model_heads, pad, random_batch, stub_heads)
 
 TINY = "tests/configs/tiny.py"
 V = 40
@@ -217,6 +217,7 @@ def test_hard_constraints_survive_random_models(seed, phrases):
     phrase = jnp.asarray(_pad([[0, *marks, 0]] * 2, capacity, 0))
     src = jnp.asarray(_pad([[BOS_ID, 7, 8, EOS_ID], [BOS_ID, *[7] * 12, EOS_ID]], 14))
     out = _random_model_refine(jnp.int32(seed), tokens, phrase, src)
+    check_fills_scored(out)
     for row, marks in zip(np.asarray(out["tokens"]), np.asarray(out["phrase"])):
         real = [int(t) for t in row if t != PAD_ID]
         assert real[0] == BOS_ID and real[-1] == EOS_ID and PAD_ID not in real and PLH_ID not in real
@@ -293,3 +294,25 @@ def test_sentence_alone_equals_sentence_in_batch(spec):
         for key in ("tokens", "iterations", "deletions", "insertions"):
             np.testing.assert_array_equal(alone[key][0], together[key][b])
         np.testing.assert_allclose(alone["score"][0], together["score"][b], rtol=1e-5)
+
+
+@pytest.mark.parametrize("mode, expected", [("deletion", [BOS_ID, 7, 9, 10, EOS_ID]),
+                                            ("deletion_placeholder", [BOS_ID, 7, 9, 11, 10, EOS_ID])])
+def test_oracle_collaboration_takes_the_oracles_steps(mode, expected):
+    """Gu et al. 2019 Fig. 5: the oracle deletes what the reference lacks (model: delete nothing) and, with
+    placeholders, opens exactly the reference's missing slots (model: insert nothing); the fills stay the
+    model's (here always 11)."""
+    from jaxnat.models.levt.model import oracle_heads
+
+    capacity = 12
+    tokens = jnp.asarray(_pad([[BOS_ID, 7, 8, 9, 10, EOS_ID]], capacity))
+    reference = jnp.asarray(_pad([[BOS_ID, 7, 9, 11, 10, EOS_ID]], 8))
+    src = jnp.asarray(_pad([[BOS_ID, 7, 8, EOS_ID]], 4))
+    heads = Heads(lambda t: jnp.stack([jnp.ones(t.shape), jnp.zeros(t.shape)], -1),
+                  lambda t: jnp.zeros(t.shape[:1] + (t.shape[1] - 1, 256)).at[..., 0].set(1.0),
+                  lambda t: jax.nn.one_hot(jnp.full(t.shape, 11), V))
+    options = RefineOptions(max_iter=3)
+    out = refine(oracle_heads(heads, reference, mode), levt_delete, initial_hypotheses(tokens),
+                 length_cap(src, capacity, options), options, ("deletions",))
+    assert [int(t) for t in out["tokens"][0] if t != PAD_ID] == expected
+    assert out["deletions"].tolist() == [1] and out["iterations"].tolist() == [2]

@@ -65,7 +65,8 @@ def test_bleu_chrf_ter_equal_sacrebleu_on_fixed_strings():
     assert score == sacrebleu.corpus_bleu(HYPS, [REFS]).score
     assert signature.startswith("nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:")
     assert chrf(HYPS, REFS) == sacrebleu.corpus_chrf(HYPS, [REFS]).score
-    assert ter(HYPS, REFS) == sacrebleu.corpus_ter(HYPS, [REFS]).score
+    assert ter(HYPS, REFS) == sacrebleu.corpus_ter(HYPS, [REFS], case_sensitive=True).score
+    assert ter(["The cat"], ["the cat"]) == 50.0  # case-sensitive, as the papers' TER (sacreBLEU's default is not)
 
 
 @FAST
@@ -75,7 +76,7 @@ def test_bleu_chrf_ter_equal_sacrebleu_on_random_strings(pairs):
     refs = [r for _, r in pairs]
     assert bleu(hyps, refs)[0] == sacrebleu.corpus_bleu(hyps, [refs]).score
     assert chrf(hyps, refs) == sacrebleu.corpus_chrf(hyps, [refs]).score
-    assert ter(hyps, refs) == sacrebleu.corpus_ter(hyps, [refs]).score
+    assert ter(hyps, refs) == sacrebleu.corpus_ter(hyps, [refs], case_sensitive=True).score
 
 
 def test_bleu_hand_computed():

@@ -273,11 +273,16 @@ def test_a_sentence_decodes_alone_as_in_a_batch(overrides):
     params = spec.init(jax.random.PRNGKey(0), batch)
     run = jax.jit(lambda src: spec.generate(params, DecodeRequest(src, max_out=20)))
     together = run(batch["src"])
+    # every token between BOS and EOS is the model's (one pass, no constraints), with its log-probability
+    tokens, scored, token_logp = (np.asarray(together[k]) for k in ("tokens", "token_scored", "token_logp"))
+    np.testing.assert_array_equal(scored, np.isin(tokens, [BOS_ID, EOS_ID, PAD_ID], invert=True))
+    assert np.all(np.isfinite(token_logp)) and np.all(token_logp[scored] <= 0) and np.all(token_logp[~scored] == 0)
     for k in range(batch["src"].shape[0]):
         alone = run(batch["src"][k:k + 1])
-        for name in ("tokens", "chosen_length", "repeats"):
+        for name in ("tokens", "chosen_length", "repeats", "token_scored"):
             assert np.asarray(alone[name][0]).tolist() == np.asarray(together[name][k]).tolist()
         np.testing.assert_allclose(alone["score"][0], together["score"][k], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(alone["token_logp"][0], together["token_logp"][k], rtol=1e-5, atol=1e-5)
 
 
 def test_repeated_token_ratios_over_all_and_the_short_and_long_halves():

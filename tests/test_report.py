@@ -83,6 +83,28 @@ def _report(*args):
                           env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=300)
 
 
+def test_repetition_histogram_and_curves_by_hand():
+    from jaxnat.report import count_curves, repetition_histogram, sweep_curves
+
+    # "a a a b b" repeats a twice and b once; "c c d c c" repeats c once (counted once per sentence)
+    assert repetition_histogram(["a a a b b", "c c d c c", "e f"]) == {"1": 2, "2": 1}
+    rows = {"T1": {"bleu": 1}, "T10": {"bleu": 3}, "I2_oracle_deletion": {"bleu": 2}, "hard_c4": {"bleu": 5},
+            "soft_c0": {"bleu": 4}, "pairs": {"bleu": 6}, "hard": {"bleu": 7}}
+    assert sweep_curves(rows) == {"": {1: {"bleu": 1}, 10: {"bleu": 3}}, "oracle_deletion": {2: {"bleu": 2}}}
+    assert count_curves(rows) == {"hard": {4: {"bleu": 5}}, "soft": {0: {"bleu": 4}}}
+
+
+def _add_analysis_rows(workdir, refs):
+    """An iteration sweep with an oracle curve and constraint-count rows, as eval.iteration_sweep, eval.oracle and
+    eval.constraint_counts write them, with a first pass that repeats a word."""
+    metrics = json.loads((workdir / "metrics.json").read_text())
+    for name, score in (("I1", 20.0), ("I3", 25.0), ("I1_oracle_deletion", 30.0), ("I3_oracle_deletion", 40.0),
+                        ("hard_c0", 25.0), ("hard_c2", 28.0)):
+        metrics[f"test+{name}"] = {"bleu": score, "ter": 100 - score, "cpr": 100.0, "seconds": 1.0}
+    (workdir / "metrics.json").write_text(json.dumps(metrics))
+    (workdir / "hyps" / "test.I1.txt").write_text("".join(f"{r} {r.split()[-1]}\n" for r in refs))
+
+
 def test_report_of_two_runs(ar_run, tmp_path):
     from jaxnat.config import workdir_config
     from jaxnat.data.sources import load_corpus
@@ -91,6 +113,7 @@ def test_report_of_two_runs(ar_run, tmp_path):
     shutil.copytree(ar_run, oracle)
     refs = load_corpus(workdir_config(str(ar_run)).data)["test"][1]
     (oracle / "hyps" / "test.txt").write_text("".join(r + "\n" for r in refs))
+    _add_analysis_rows(oracle, refs)
     shutil.copytree(oracle, near)  # a second "seed" of the oracle: one sentence off
     (near / "hyps" / "test.txt").write_text("".join(r + "\n" for r in ["x"] + refs[1:]))
     out = tmp_path / "report"
@@ -103,6 +126,7 @@ def test_report_of_two_runs(ar_run, tmp_path):
     assert report["seeds"]["oracle"]["p"] is None  # one run of the baseline: no t-test
     assert sum(b["sentences"] for b in base["by_length"].values()) == len(refs)
     assert report["baseline"] == "ar" and base["bleu_p"] is None
+    assert 0 <= base["ece"] <= 100 and 0 < base["ece_confidence"] <= 100  # calibration of the AR model's tokens
     assert base["bleu"] == pytest.approx(json.loads((ar_run / "metrics.json").read_text())["test"]["bleu"])
     assert other["bleu"] == pytest.approx(100) and other["bleu_p"] < 0.05 and other["word_f1"]["5-9"]["f1"] == 100
     assert "bs:200" in report["signatures"]["BLEU"]
@@ -111,6 +135,11 @@ def test_report_of_two_runs(ar_run, tmp_path):
     assert "| oracle#1 | ar | 100.00* |" in md and "Target-word F1" in md and "bs:200" in md
     assert "## BLEU by source length" in md and "| oracle | 2 |" in md
     assert (out / "bleu_latency.png").stat().st_size > 5_000 and (out / "bleu_by_length.png").stat().st_size > 5_000
+    assert "## Iteration sweeps" in md and "| oracle#1 | oracle_deletion | 30.00 / 70.00 | 40.00 / 60.00 |" in md
+    assert "## BLEU and CPR by number of constraints" in md
+    assert "| oracle#1 | hard | 25.00 / 100.0 | 28.00 / 100.0 |" in md
+    assert other["repetitions"]["first pass (I1)"]["1"] > 0 and "## Repeated words per sentence" in md
+    assert (out / "curves.png").stat().st_size > 5_000
 
     # the baseline may be any of them; it is listed first
     result = _report(ar_run, oracle, "--out", tmp_path / "r2", "--baseline", oracle, "--test", "ar", "--samples", "50")

@@ -97,8 +97,9 @@ def test_what_each_model_supports_is_checked_in_one_line():
 
 
 def test_every_model_declares_its_counts_and_generate_reports_them():
-    """Each registered model builds, and generate returns tokens, score and exactly the counts it declares (its
-    output's structure, traced: what each model's generate computes is tested with the model)."""
+    """Each registered model builds, and generate returns tokens, score, the per-token log-probabilities and
+    exactly the counts it declares (its output's structure, traced: what each model's generate computes is
+    tested with the model)."""
     for name in FAMILIES:
         config = build_config("tests/configs/tiny.py", [f"--config.model.name={name}", "--config.eval.beam_size=1",
                                                         "--config.data.pairs_dir=synthetic"])
@@ -106,5 +107,9 @@ def test_every_model_declares_its_counts_and_generate_reports_them():
         src = jnp.asarray([[BOS_ID, 7, 8, EOS_ID]], jnp.int32)
         params = jax.eval_shape(spec.init, jax.random.PRNGKey(0), {"src": src, "tgt": src})
         out = jax.eval_shape(spec.generate, params, DecodeRequest(src, max_out=spec.capacity(4)))
-        assert set(out) >= {"tokens", "score", *spec.supports.counts}, name
-        assert set(out) - {"tokens", "score", "phrase", "length"} == set(spec.supports.counts), name
+        assert set(out) >= {"tokens", "score", "token_logp", "token_scored", *spec.supports.counts}, name
+        assert set(out) - {"tokens", "score", "token_logp", "token_scored", "phrase", "length"} == set(
+            spec.supports.counts), name
+        width = out["tokens"].shape
+        assert (out["token_logp"].shape, out["token_logp"].dtype) == (width, jnp.float32), name
+        assert (out["token_scored"].shape, out["token_scored"].dtype) == (width, jnp.bool_), name

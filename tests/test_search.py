@@ -144,7 +144,7 @@ def python_greedy(params, src_row, max_len, length_penalty):
 
     The prefix is right-padded to MAX_OUT (one compilation); the causal decoder ignores what follows it.
     """
-    tokens, total = [BOS_ID], 0.0
+    tokens, total, steps = [BOS_ID], 0.0, [0.0]
     while tokens[-1] != EOS_ID:
         tgt_in = np.full((1, MAX_OUT), PAD_ID, np.int32)
         tgt_in[0, : len(tokens)] = tokens
@@ -154,8 +154,9 @@ def python_greedy(params, src_row, max_len, length_penalty):
             logp[np.arange(V) != EOS_ID] = -np.inf
         nxt = int(np.argmax(logp))
         tokens.append(nxt)
+        steps.append(logp[nxt])
         total += logp[nxt]
-    return tokens, total / (len(tokens) - 1) ** length_penalty
+    return tokens, total / (len(tokens) - 1) ** length_penalty, steps
 
 
 @pytest.mark.parametrize("seed", [0, 3])
@@ -167,9 +168,13 @@ def test_greedy_equals_python_loop(seed):
     out = search(params, src, 1.0, 0.5, 2, beam_size=1)
     check_well_formed(out, limits)
     for b in range(src.shape[0]):
-        tokens, score = python_greedy(params, src[b], limits[b], 1.0)
+        tokens, score, steps = python_greedy(params, src[b], limits[b], 1.0)
         assert as_list(out["tokens"][b]) == tokens
         np.testing.assert_allclose(float(out["score"][b]), score, atol=1e-4)
+        # each token's log-probability at its step; BOS and PAD unscored
+        n = len(tokens)
+        assert np.asarray(out["token_scored"][b]).tolist() == [False] + [True] * (n - 1) + [False] * (MAX_OUT - n)
+        np.testing.assert_allclose(np.asarray(out["token_logp"][b]), steps + [0.0] * (MAX_OUT - n), atol=1e-4)
 
 
 # --- batching, well-formedness, jit ---------------------------------------------------------------------
@@ -201,3 +206,19 @@ def test_beam4_jit_well_formed_and_scored():
         for row in range(src.shape[0]):
             want = rescore(params, src[row], [as_list(out["tokens"][row])], lp)[0]
             np.testing.assert_allclose(float(out["score"][row]), want, atol=1e-4)
+        check_token_logp(params, src, out, lp)
+
+
+def check_token_logp(params, src, out, length_penalty):
+    """Each output token's log-probability is the teacher-forced log-softmax at its position (a plain
+    recomputation: every generated token, EOS included, is scored; BOS and PAD are 0.0 and unscored), and the
+    scored ones sum to the score before the length penalty."""
+    tokens, token_logp, scored = (np.asarray(out[k]) for k in ("tokens", "token_logp", "token_scored"))
+    generated = (tokens != PAD_ID) & (np.arange(tokens.shape[1]) > 0)
+    np.testing.assert_array_equal(scored, generated)
+    assert (token_logp[~scored] == 0.0).all() and (token_logp[scored] <= 0.0).all()
+    logp = np.asarray(_forward_logprobs(params, src, tokens[:, :-1]))
+    forced = np.take_along_axis(logp, tokens[:, 1:, None], axis=-1)[..., 0]
+    np.testing.assert_allclose(token_logp[:, 1:][scored[:, 1:]], forced[scored[:, 1:]], atol=1e-4)
+    n = scored.sum(axis=1)
+    np.testing.assert_allclose(token_logp.sum(axis=1) / n**length_penalty, np.asarray(out["score"]), atol=1e-4)

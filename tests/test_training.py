@@ -11,6 +11,9 @@ import textwrap
 import time
 
 import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jaxnat.config import workdir_config
 from jaxnat.evaluate import already_evaluated
@@ -252,3 +255,172 @@ def test_learning_rate_schedules():
     # constant (a fine-tuning phase): without warm-up, lr from the first step on
     const = warmed_up_schedule(1e-5, 0, 0.0, "constant")
     np.testing.assert_allclose([float(const(s)) for s in (0, 1, 500)], [1e-5] * 3, rtol=1e-6)
+
+
+def _plateau_reference(ppls, factor, patience, stop_patience):
+    """The plateau rule in plain Python, with the two counters of its statement: the learning-rate scale after each
+    validation (the list ends at the validation that stops the run) and whether the run stopped."""
+    best, bad_lr, bad_stop, scale, scales = float("inf"), 0, 0, 1.0, []
+    for ppl in ppls:
+        if ppl < best:  # a new best perplexity (nan never is)
+            best, bad_lr, bad_stop = ppl, 0, 0
+        else:
+            bad_lr, bad_stop = bad_lr + 1, bad_stop + 1
+            if patience and bad_lr == patience:
+                scale, bad_lr = scale * factor, 0
+        scales.append(scale)
+        if stop_patience and bad_stop == stop_patience:
+            return scales, True
+    return scales, False
+
+
+def _plateau_run(ppls, factor, patience, stop_patience, resume_at=None):
+    """`optim.Plateau` on ``ppls``, as `_plateau_reference` returns; with ``resume_at``, a fresh one takes up the
+    progress after that many validations (JSON, as a checkpoint's) and goes on."""
+    from jaxnat.training.optim import Plateau
+
+    tracker, scales = Plateau(factor, patience, stop_patience), []
+    for i, ppl in enumerate(ppls):
+        if i == resume_at:
+            progress = json.loads(json.dumps(tracker.progress()))
+            tracker = Plateau(factor, patience, stop_patience)
+            tracker.resume(progress)
+        stopped = tracker.validated(2 * (i + 1), ppl)
+        scales.append(tracker.scale)
+        if stopped:
+            return scales, True
+    return scales, False
+
+
+def test_plateau_rule_matches_a_plain_reference():
+    # the EDITOR paper's AR baseline (Xu & Carpuat 2021, §4.1): x0.7 after 4 validations without a gain, a stop
+    # after 20; a tie with the best is no gain
+    ppls = [30.0, 25.0, 26.0, 25.0, 27.0, 25.5, 24.0] + [24.0 + i % 3 for i in range(25)]
+    scales, stopped = _plateau_run(ppls, 0.7, 4, 20)
+    assert (scales, stopped) == _plateau_reference(ppls, 0.7, 4, 20)
+    assert stopped and len(scales) == 7 + 20  # the 20th validation after the best at 24.0
+    assert scales[:5] == [1.0] * 5 and scales[5] == 0.7 and scales[-1] == pytest.approx(0.7 ** 6)  # 4 + 20 misses
+    # other schedules: no scale, only the stop
+    assert _plateau_run(ppls, 0.7, 0, 20) == ([1.0] * 27, True)
+    # nan and inf never gain; a finite perplexity after them does
+    assert _plateau_run([float("nan"), float("inf"), 5.0, 5.0], 0.5, 2, 0) == ([1.0, 0.5, 0.5, 0.5], False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ppls=st.lists(st.one_of(st.sampled_from([1.5, 2.0, 2.5, float("inf"), float("nan")]),
+                               st.floats(1.0, 4.0)), max_size=40),
+       factor=st.floats(0.05, 0.95), patience=st.integers(0, 5), stop_patience=st.integers(0, 8),
+       resume_at=st.integers(0, 40))
+def test_plateau_rule_property(ppls, factor, patience, stop_patience, resume_at):
+    """Any perplexities: the implementation's scales and stop are the reference's, resumed anywhere or not."""
+    expected = _plateau_reference(ppls, factor, patience, stop_patience)
+    assert _plateau_run(ppls, factor, patience, stop_patience) == expected
+    assert _plateau_run(ppls, factor, patience, stop_patience, resume_at) == expected
+
+
+def test_plateau_scale_is_an_array_of_the_optimizer_state():
+    """The plateau schedule's warm-up is the others'; its scale multiplies Adam's updates and a new one reaches a
+    jit'd update without tracing it again; the other schedules' optimizer states have no scale (their checkpoints
+    restore as before)."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxnat.config import build_config
+    from jaxnat.training.optim import lr_scale, make_optimizer, warmed_up_schedule, with_lr_scale
+
+    plateau = warmed_up_schedule(1.0, 4, 0.0, "plateau")
+    np.testing.assert_allclose([float(plateau(s)) for s in (0, 3, 500)], [0.25, 1.0, 1.0], rtol=1e-6)
+    config = build_config(TINY, ["--config.train.lr_schedule=plateau"])
+    opt, _ = make_optimizer(config.train)
+    params = {"w": jnp.linspace(-1.0, 1.0, 6, dtype=jnp.float32)}
+    grads = {"w": jnp.linspace(0.5, -0.3, 6, dtype=jnp.float32)}
+    traces = []
+
+    @jax.jit
+    def update(opt_state):
+        traces.append(1)
+        return opt.update(grads, opt_state, params)[0]["w"]
+
+    state = opt.init(params)
+    assert float(lr_scale(state)) == 1.0
+    full = update(state)
+    half = with_lr_scale(state, 0.5)
+    assert float(lr_scale(half)) == 0.5 and float(lr_scale(state)) == 1.0
+    np.testing.assert_array_equal(np.asarray(update(half)), 0.5 * np.asarray(full))
+    assert len(traces) == 1
+    assert lr_scale(make_optimizer(build_config(TINY, []).train)[0].init(params)) is None
+
+
+def test_plateau_run_lowers_the_lr_stops_early_and_resumes(tmp_path, monkeypatch, caplog):
+    """A tiny run with scripted validation perplexities (plateau_patience 2, factor 0.5, stop_patience 5): the
+    logged learning rate halves after every 2 validations without a gain, a run stopped at step 10 and resumed goes
+    on with the scale and the count of the uninterrupted one, and the run stops early at its 5th validation without
+    a gain with a checkpoint there; the same command again trains nothing."""
+    import logging
+
+    from jaxnat.config import build_config
+    from jaxnat.training import trainer as trainer_lib
+    from jaxnat.training.history import read_history
+    from jaxnat.training.optim import lr_scale
+
+    nll = [3.0, 3.0, 3.0, 2.0, 2.5, 2.0, 2.1, 2.2, 2.3, 1.0, 1.0]  # the validations of steps 2, 4, 6, ...
+    calls = []
+
+    def validate(self, params, valid_data, translator):
+        calls.append(1)
+        return {"valid_loss": nll[len(calls) - 1], "valid_nll": nll[len(calls) - 1], "valid_bleu": 0.0}
+
+    monkeypatch.setattr(trainer_lib.Trainer, "validate", validate)  # no decoding: this test is about the schedule
+    monkeypatch.setattr(trainer_lib, "plot_curves", lambda workdir: "not drawn")
+    caplog.set_level(logging.INFO, logger="jaxnat")
+    keys = ["--config.data.synthetic_train=300", "--config.train.lr_schedule=plateau", "--config.train.lr=2e-3",
+            "--config.train.plateau_factor=0.5", "--config.train.plateau_patience=2", "--config.train.stop_patience=5",
+            "--config.train.warmup_steps=0", "--config.train.eval_every=2", "--config.train.log_every=2",
+            "--config.train.checkpoint_every=4"]
+    workdir = str(tmp_path / "run")
+    assert trainer_lib.Trainer(build_config(TINY, keys + ["--config.train.steps=10"]), workdir).train()
+    assert len(calls) == 5
+    config = build_config(TINY, keys + ["--config.train.steps=40"])
+    assert trainer_lib.Trainer(config, workdir).train()  # resumed at step 10
+    assert "resumed from step 10" in caplog.text
+    # one train program a run: a new scale is an array of the state (a compiled step refuses other input types)
+    assert caplog.text.count("compiled the train step for 1 batch shapes") == 2
+    assert "step 18: stopping early, before train.steps=40: 5 validations without a new best valid perplexity" \
+        in caplog.text
+    scales, stopped = _plateau_reference([np.exp(v) for v in nll[:len(calls)]], 0.5, 2, 5)
+    assert stopped and len(calls) == len(scales) == 9  # steps 2 … 18
+    # each log window (2 steps) trains with the scale of the validation before it
+    logged = {e["step"]: e["lr"] for e in read_history(workdir) if "lr" in e}
+    assert sorted(logged) == list(range(2, 20, 2))
+    np.testing.assert_allclose([logged[s] for s in sorted(logged)], [2e-3 * s for s in [1.0] + scales[:-1]],
+                               rtol=1e-6)
+    assert scales[-1] == 0.125
+    # the command again: nothing to train; the newest checkpoint is the stop's, with its scale and progress
+    caplog.clear()
+    trainer = trainer_lib.Trainer(config, workdir)
+    assert not trainer.train()
+    assert "training already complete: stopped early at step 18" in caplog.text
+    state, progress = trainer.ckpt.restore_state_and_progress(trainer.init_state(trainer.make_batcher().batch(0)))
+    assert int(state["step"]) == 18 and float(lr_scale(state["opt_state"])) == 0.125
+    assert progress == {"best_ppl": float(np.exp(2.0)), "best_step": 8, "since_best": 5, "lr_scale": 0.125}
+
+
+def test_a_workdir_refuses_an_optimizer_that_cannot_resume_its_checkpoints(tmp_path):
+    """Switching to or from the plateau schedule (or clipping) changes the optimizer state's structure: a workdir
+    with training states refuses it in one line, where restoring would move every checkpoint aside and train from
+    the start; a change that keeps the structure (another rate, another decay) resumes."""
+    from jaxnat.config import build_config
+    from jaxnat.errors import ConfigError
+    from jaxnat.training.trainer import check_optimizer_matches
+
+    (tmp_path / "config.json").write_text(build_config(TINY, []).to_json_best_effort(sort_keys=True))
+    plateau = build_config(TINY, ["--config.train.lr_schedule=plateau"])
+    check_optimizer_matches(plateau, str(tmp_path))  # no training state yet: a new run
+    (tmp_path / "checkpoints" / "last" / "4").mkdir(parents=True)
+    for args in (["--config.train.lr=1e-4", "--config.train.lr_schedule=constant"], ["--config.train.stop_patience=3"]):
+        check_optimizer_matches(build_config(TINY, args), str(tmp_path))
+    for config in (plateau, build_config(TINY, ["--config.train.clip_norm=1.0"])):
+        with pytest.raises(ConfigError, match="hold the optimizer state of train.lr_schedule=inverse_sqrt, "
+                                              "train.clip_norm=0.0, which this config's") as err:
+            check_optimizer_matches(config, str(tmp_path))
+        assert "\n" not in str(err.value)

@@ -443,18 +443,18 @@ def test_span_weighting_puts_alpha_on_the_first_occurrence_only():
 
 def _score_step_by_step(spec, params, batch, row, tokens, consumes):
     """A hypothesis's score (mean log-probability, EOS included) from cached steps, the plug-in's phrases with
-    every token produced so far removed when ``consumes``."""
+    every token produced so far removed when ``consumes``, and each token's log-probability (0.0 at BOS)."""
     m, src = spec.module, batch["src"][row:row + 1]
     encode, step = _jitted(m)
     memory, memory_mask, cache = encode(params, src, batch["pair_src"][row:row + 1], batch["pair_tgt"][row:row + 1])
-    remaining, total = np.asarray(batch["pair_tgt"][row:row + 1]).copy(), 0.0
+    remaining, steps = np.asarray(batch["pair_tgt"][row:row + 1]).copy(), [0.0]
     for i in range(len(tokens) - 1):
         if consumes:
             remaining[remaining == tokens[i]] = PAD_ID
         logp, cache = step(params, jnp.asarray([tokens[i]]), cache, i, memory_mask, jnp.asarray(remaining))
-        total += float(logp[0, tokens[i + 1]])
+        steps.append(float(logp[0, tokens[i + 1]]))
         if tokens[i + 1] == EOS_ID:
-            return total / (i + 1)
+            return sum(steps) / (i + 1), steps
     raise AssertionError("no EOS")
 
 
@@ -480,7 +480,11 @@ def test_the_authors_rule_drops_produced_constraint_tokens_from_each_beam(beam):
     for row in range(batch["src"].shape[0]):
         tokens = [int(x) for x in np.asarray(out["tokens"][row])]
         assert tokens[0] == BOS_ID
-        want = _score_step_by_step(spec, params, batch, row, tokens, consumes=True)
+        want, steps = _score_step_by_step(spec, params, batch, row, tokens, consumes=True)
         np.testing.assert_allclose(float(out["score"][row]), want, rtol=1e-4, atol=1e-5)
-        changed += abs(_score_step_by_step(spec, params, batch, row, tokens, consumes=False) - want) > 1e-4
+        # each token's log-probability under the beam's own plug-in (their sum: the score before its mean)
+        rest = [0.0] * (len(tokens) - len(steps))
+        np.testing.assert_allclose(np.asarray(out["token_logp"][row]), steps + rest, rtol=1e-4, atol=1e-5)
+        assert out["token_scored"][row].tolist() == [False] + [True] * (len(steps) - 1) + [False] * len(rest)
+        changed += abs(_score_step_by_step(spec, params, batch, row, tokens, consumes=False)[0] - want) > 1e-4
     assert changed  # some hypothesis produced a constraint token before its end

@@ -47,7 +47,7 @@ from flax import struct
 
 from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from jaxnat.decoding.search import NEG_INF, _check_static, _normalise, _restrict, decode_length
+from jaxnat.decoding.search import NEG_INF, _check_static, _normalise, _restrict, _result, decode_length
 
 
 @struct.dataclass
@@ -151,8 +151,10 @@ class ConstrainedState:
     index: jnp.ndarray         # int32 scalar: position of the tokens fed at the next step
     alive_tokens: jnp.ndarray  # int32[B, K, T]
     alive_logp: jnp.ndarray    # float32[B, K]; -inf for empty/dead beams
+    alive_steps: jnp.ndarray   # float32[B, K, T]: each token's log-probability, 0 after `index`
     progress: Tracker          # [B, K]: the alive hypotheses' constraint progress
     fin_tokens: jnp.ndarray    # int32[B, K, T]
+    fin_steps: jnp.ndarray     # float32[B, K, T]
     fin_score: jnp.ndarray     # float32[B, K]; -inf for empty slots
     fin_met: jnp.ndarray       # bool[B, K]: the finished hypothesis meets all its phrases
     done: jnp.ndarray          # bool[B]
@@ -169,7 +171,9 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
     bool[V], the pieces that would glue onto the word before them (`PieceTables.continues`), never taken right
     after a phrase is completed, so that it stays a word of its own in the detokenized output (None: none).
 
-    Returns {'tokens': int32[B, T], 'score': float32[B], 'length': int32[B] (as ar_search),
+    Returns {'tokens': int32[B, T], 'score': float32[B], 'length': int32[B], 'token_logp': float32[B, T],
+             'token_scored': bool[B, T] (as ar_search: a constraint token is scored too, with the log-probability
+             the model gave it where it was produced),
              'constraints_met': bool[B] (False only for a fallback output cut by the length limit)}.
     """
     _check_static(beam_size, max_out)
@@ -182,10 +186,11 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
     tokens = jnp.full((batch, k, max_out), PAD_ID, jnp.int32).at[:, :, 0].set(BOS_ID)
     first = start(phrases)
     per_beam = jax.tree_util.tree_map(lambda x: jnp.repeat(x[:, None], k, axis=1), first)
+    steps = jnp.zeros(tokens.shape, jnp.float32)
     init = ConstrainedState(
         index=jnp.int32(0), alive_tokens=tokens,
-        alive_logp=jnp.full((batch, k), NEG_INF, jnp.float32).at[:, 0].set(0.0), progress=per_beam,
-        fin_tokens=tokens, fin_score=jnp.full((batch, k), NEG_INF, jnp.float32),
+        alive_logp=jnp.full((batch, k), NEG_INF, jnp.float32).at[:, 0].set(0.0), alive_steps=steps,
+        progress=per_beam, fin_tokens=tokens, fin_steps=steps, fin_score=jnp.full((batch, k), NEG_INF, jnp.float32),
         fin_met=jnp.zeros((batch, k), bool), done=jnp.zeros(batch, bool), cache=cache)
     row_offset = (jnp.arange(batch) * k)[:, None]
     advance_all = jax.vmap(jax.vmap(advance, in_axes=(None, 0, 0, None, 0)), in_axes=(0, 0, 0, None, 0))
@@ -214,11 +219,12 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
         pool_score = jnp.concatenate([s.fin_score, eos_score], axis=1)
         pool_met = jnp.concatenate([s.fin_met, met_all], axis=1)
         pool_tokens = jnp.concatenate([s.fin_tokens, s.alive_tokens.at[:, :, i + 1].set(EOS_ID)], axis=1)
+        pool_steps = jnp.concatenate([s.fin_steps, s.alive_steps.at[:, :, i + 1].set(logp[:, :, EOS_ID])], axis=1)
         tier = jnp.where(pool_score == NEG_INF, 2, jnp.where(pool_met, 0, 1))
         order = tier * (2 * k) + _rank(pool_score, tier)
         _, pick = jax.lax.top_k(-order, k)
         fin_score, fin_met = _take(pool_score, pick), _take(pool_met, pick) & (_take(tier, pick) < 2)
-        fin_tokens = _take(pool_tokens, pick)
+        fin_tokens, fin_steps = _take(pool_tokens, pick), _take(pool_steps, pick)
 
         # Candidates for the beam: top 2K over the beam, the top-1 of each hypothesis, the constraint tokens.
         ext = ext.at[:, :, EOS_ID].set(NEG_INF)
@@ -243,6 +249,8 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
         alive_logp = _take(score, pick)
         parent, token = _take(parent, pick), _take(token, pick)
         alive_tokens = _take(s.alive_tokens, parent).at[:, :, i + 1].set(token)
+        gain = _take(logp.reshape(batch, k * vocab), parent * vocab + token)
+        alive_steps = _take(s.alive_steps, parent).at[:, :, i + 1].set(gain)
         progress = jax.tree_util.tree_map(lambda x: _take(x, pick), progress)
         cache = jax.tree_util.tree_map(lambda x: x[(parent + row_offset).reshape(-1)], cache)
 
@@ -253,10 +261,8 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
         done = s.done | jnp.all(alive_logp == NEG_INF, axis=1) | (
             jnp.all(fin_met, axis=1) & (jnp.max(best_reachable, axis=1) <= jnp.min(fin_score, axis=1)))
         alive_logp = jnp.where(done[:, None], NEG_INF, alive_logp)
-        return ConstrainedState(i + 1, alive_tokens, alive_logp, progress, fin_tokens, fin_score, fin_met, done,
-                                cache)
+        return ConstrainedState(i + 1, alive_tokens, alive_logp, alive_steps, progress, fin_tokens, fin_steps,
+                                fin_score, fin_met, done, cache)
 
     s = jax.lax.while_loop(cond, body, init)
-    out = s.fin_tokens[:, 0]
-    return {"tokens": out, "score": s.fin_score[:, 0], "constraints_met": s.fin_met[:, 0],
-            "length": (out != PAD_ID).sum(axis=-1).astype(jnp.int32)}
+    return {**_result(s.fin_tokens[:, 0], s.fin_score[:, 0], s.fin_steps[:, 0]), "constraints_met": s.fin_met[:, 0]}

@@ -214,11 +214,17 @@ def canvases(n: jax.Array, width: int) -> jax.Array:
     return jnp.where(pos == 0, BOS_ID, jnp.where(pos <= n, MASK_ID, jnp.where(pos == n + 1, EOS_ID, PAD_ID)))
 
 
+def repeats_of(tokens: jax.Array) -> jax.Array:
+    """bool[R, L]: the tokens of [BOS … EOS, PAD …] rows (int32[R, L]) equal to the one right before them (never
+    BOS, EOS or PAD)."""
+    prev = jnp.pad(tokens[:, :-1], ((0, 0), (1, 0)), constant_values=PAD_ID)
+    return (tokens == prev) & (tokens != BOS_ID) & (tokens != EOS_ID) & (tokens != PAD_ID)
+
+
 def remove_repeats(tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
     """tokens: int32[R, L] [BOS … EOS, PAD …] rows → (the rows without every token equal to the one right
     before it, compacted; int32[R] how many were removed). BOS, EOS and PAD are never removed."""
-    prev = jnp.pad(tokens[:, :-1], ((0, 0), (1, 0)), constant_values=PAD_ID)
-    repeat = (tokens == prev) & (tokens != BOS_ID) & (tokens != EOS_ID) & (tokens != PAD_ID)
+    repeat = repeats_of(tokens)
     out, _ = compact(tokens, ~repeat, PAD_ID)
     return out, jnp.sum(repeat, axis=1, dtype=jnp.int32)
 
@@ -269,7 +275,10 @@ def decode(token_logits: Callable, lengths: jax.Array, src: jax.Array, constrain
 
     Returns per sentence ``tokens`` int32[B, capacity], ``score`` float32[B] (mean token log-probability),
     ``length`` int32[B] (real tokens, before ``dedup``), ``iterations`` int32[B] (passes run) and ``repeats``
-    int32[B] (tokens equal to the one before them: those ``dedup`` removes), of the best candidate.
+    int32[B] (tokens equal to the one before them: those ``dedup`` removes), of the best candidate, and aligned
+    with its tokens ``token_scored`` bool[B, capacity], the tokens the model chose (every real token but the
+    constraint tokens placed for it), and ``token_logp`` float32[B, capacity], the log-probability each of those
+    had when the pass that last wrote it chose it (0.0 elsewhere: BOS, EOS, PAD, placed constraint tokens).
     """
     b, beam, steps = src.shape[0], options.length_beam, options.iterations
 
@@ -315,13 +324,18 @@ def decode(token_logits: Callable, lengths: jax.Array, src: jax.Array, constrain
     def mean(values):
         return jnp.sum(jnp.where(real, values, 0.0), axis=1) / jnp.maximum(n, 1)
 
-    deduped, repeats = remove_repeats(final["tokens"])  # repeats are counted whether or not they are removed
-    tokens = deduped if options.dedup else final["tokens"]
+    tokens, scored = final["tokens"], real & ~fixed
+    token_logp = jnp.where(scored, final["scores"], 0.0)
+    repeat = repeats_of(tokens)  # counted whether or not they are removed
+    if options.dedup:  # each kept token keeps its log-probability
+        tokens, (token_logp, scored) = compact(tokens, ~repeat, PAD_ID, (token_logp, scored))
+    repeats = jnp.sum(repeat, axis=1, dtype=jnp.int32)
     pick_by = mean(jnp.exp(final["scores"])) if options.by_probability else mean(final["scores"])
     if rescore is not None:
         pick_by = rescore(tokens, rows_of).astype(jnp.float32)
     best = jnp.argmax(pick_by.reshape(b, beam), axis=1)
     pick = jnp.arange(b) * beam + best
     return {"tokens": tokens[pick], "score": mean(final["scores"])[pick], "length": n[pick],
-            "iterations": final["iterations"][pick], "repeats": repeats[pick]}
+            "iterations": final["iterations"][pick], "repeats": repeats[pick], "token_logp": token_logp[pick],
+            "token_scored": scored[pick]}
 

@@ -7,7 +7,8 @@ sentence stops when an iteration leaves it unchanged (unless ``run_all``) and th
 sentence has stopped or after ``max_iter + 1`` iterations. Finished rows are frozen by masking, so no shape
 ever changes and no value goes back to the host until the loop ends.
 
-Per token the loop carries a score (the log-probability its fill had; 0 for the initial tokens) and a
+Per token the loop carries a score (the log-probability its fill had; 0 for the initial tokens), whether the
+token head filled it (``scored``: False for BOS, EOS and the initial tokens, constraints included) and a
 hard-constraint phrase id (0 = an ordinary token). Phrase tokens are never deleted, a reposition moves a phrase
 only as a whole, and no placeholder is opened between two tokens of the same phrase (Susanto et al. 2020), so
 every hard constraint comes out exactly once and contiguous whatever the model predicts (LevT also keeps
@@ -34,6 +35,9 @@ class Hypotheses(NamedTuple):
     tokens: jax.Array   # int32[B, L] right-padded [BOS … EOS] rows
     scores: jax.Array   # float32[B, L] per-token log-probability (0 for BOS/EOS and initial tokens)
     phrase: jax.Array   # int32[B, L] hard-constraint phrase id, 0 = free token
+    # bool[B, L]: the tokens the token head filled (those ``scores`` holds a log-probability of). A first edit
+    # may leave it None (`first_edit_tracked` puts it back), and so may any hypothesis outside the loop.
+    scored: jax.Array | None = None
 
 
 LOOP_COUNTS = ("iterations", "steps", "insertions")  # what `refine` counts itself; the first edit counts the rest
@@ -55,12 +59,14 @@ class Heads(NamedTuple):
     token: Callable      # [B, L, V], reserved ids already at -inf
 
 
-FirstEdit = Callable  # (hyps, logits, active bool[B], continues bool[V] | None) -> (hyps, {name: int32[B]})
+# (hyps, logits, active bool[B], continues bool[V] | None) -> (hyps, {name: int32[B]}). Every output token is an
+# input token moved (or copied) with its ``scores`` entry, as an `edit_ops` side; nothing is computed from scores.
+FirstEdit = Callable
 
 
 def initial_hypotheses(tokens: jax.Array, phrase: jax.Array | None = None) -> Hypotheses:
     phrase = jnp.zeros_like(tokens) if phrase is None else phrase
-    return Hypotheses(tokens, jnp.zeros(tokens.shape, jnp.float32), phrase)
+    return Hypotheses(tokens, jnp.zeros(tokens.shape, jnp.float32), phrase, jnp.zeros(tokens.shape, bool))
 
 
 def start_from_request(request, capacity: int) -> Hypotheses:
@@ -113,6 +119,20 @@ def inside_phrase(phrase: jax.Array) -> jax.Array:
     return (phrase[:, :-1] == phrase[:, 1:]) & (phrase[:, :-1] > 0)
 
 
+def first_edit_tracked(first_edit: FirstEdit, hyps: Hypotheses, logits: jax.Array, active: jax.Array,
+                       continues: jax.Array | None):
+    """``first_edit`` on ``hyps`` with every side of a token kept, ``scored`` included (a first edit need not
+    know it): the edit runs with each token's position in place of its score, and every output token then
+    takes the score and mark of the input token at the position it carries."""
+    real = hyps.tokens != PAD_ID
+    origin = jnp.where(real, edit_ops.positions(hyps.tokens), 0)
+    edited, counts = first_edit(hyps._replace(scores=origin, scored=None), logits, active, continues)
+    source, kept = edited.scores, edited.tokens != PAD_ID
+    scores = jnp.where(kept, jnp.take_along_axis(hyps.scores, source, axis=1), 0.0)
+    scored = kept & jnp.take_along_axis(hyps.scored, source, axis=1)
+    return edited._replace(scores=scores, scored=scored), counts
+
+
 def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.Array, penalty: float,
                     continues: jax.Array | None = None):
     """Placeholders (argmax per slot after the γ penalty, none inside a phrase, row capped at ``cap``), then
@@ -128,7 +148,7 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
     counts = argmax(logits)
     counts = jnp.where(inside_phrase(hyps.phrase) | ~active[:, None], 0, counts)
     ins = edit_ops.insert_placeholders(hyps.tokens, counts, PAD_ID, PLH_ID, max_length=cap,
-                                       sides=(hyps.scores, hyps.phrase))
+                                       sides=(hyps.scores, hyps.phrase, hyps.scored))
     with_plh = Hypotheses(ins.tokens, *ins.sides)
     logits = heads.token(with_plh.tokens).astype(jnp.float32)
     if continues is not None:
@@ -139,20 +159,24 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
     best_logp = jnp.max(logits, axis=-1) - jax.nn.logsumexp(logits, axis=-1)
     is_plh = with_plh.tokens == PLH_ID
     filled = Hypotheses(jnp.where(is_plh, best, with_plh.tokens),
-                        jnp.where(is_plh, best_logp, with_plh.scores), with_plh.phrase)
+                        jnp.where(is_plh, best_logp, with_plh.scores), with_plh.phrase, is_plh | with_plh.scored)
     return with_plh, filled, jnp.sum(ins.counts, axis=1)
 
 
 def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Array, options: RefineOptions,
            count_names: tuple[str, ...], continues: jax.Array | None = None) -> dict:
     """Runs the refinement loop from ``start``; returns per sentence ``tokens`` and ``phrase`` int32[B, L],
-    ``score`` float32[B] (mean token score, BOS/EOS included), ``iterations`` (passes run), ``steps`` (the papers'
-    count: iterations − 1) and the edit counts int32[B]
+    ``token_logp`` float32[B, L] (each token's score: the log-probability of its fill at the pass that last filled
+    it, 0.0 for BOS, EOS, PAD and the tokens of the start), ``token_scored`` bool[B, L] (the filled tokens),
+    ``score`` float32[B] (the mean of token_logp over the real tokens, BOS/EOS included), ``iterations`` (passes
+    run), ``steps`` (the papers' count: iterations − 1) and the edit counts int32[B]
     (``count_names`` from the first edit, plus ``insertions``; ``continues`` as in `insert_and_fill`), and with
     ``options.trace`` the ``trace`` int32[B, max_iter + 1, 3, L] of hypotheses after each step (first edit,
     placeholders, fill; iterations past the loop's last one repeat the final state)."""
     b, length = start.tokens.shape
     steps = options.max_iter + 1
+    if start.scored is None:
+        start = start._replace(scored=jnp.zeros(start.tokens.shape, bool))
     zeros = jnp.zeros((b,), jnp.int32)
     state = {
         "hyps": start, "done": jnp.zeros((b,), bool), "iteration": jnp.zeros((), jnp.int32),
@@ -167,7 +191,8 @@ def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Arra
     def body(s):
         active = ~s["done"]
         before = s["hyps"]
-        edited, counts = first_edit(before, heads.first(before.tokens).astype(jnp.float32), active, continues)
+        edited, counts = first_edit_tracked(first_edit, before, heads.first(before.tokens).astype(jnp.float32),
+                                            active, continues)
         with_plh, filled, inserted = insert_and_fill(edited, heads, cap, active, options.placeholder_penalty,
                                                      continues)
         changed = jnp.any(filled.tokens != before.tokens, axis=1)
@@ -187,9 +212,10 @@ def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Arra
     final = lax.while_loop(cond, body, state)
     hyps = final["hyps"]
     real = hyps.tokens != PAD_ID
+    token_logp = jnp.where(real, hyps.scores, 0.0)
     out = {
-        "tokens": hyps.tokens, "phrase": hyps.phrase,
-        "score": jnp.sum(jnp.where(real, hyps.scores, 0.0), axis=1) / jnp.maximum(jnp.sum(real, axis=1), 1),
+        "tokens": hyps.tokens, "phrase": hyps.phrase, "token_logp": token_logp, "token_scored": real & hyps.scored,
+        "score": jnp.sum(token_logp, axis=1) / jnp.maximum(jnp.sum(real, axis=1), 1),
         "iterations": final["iterations"], "insertions": final["insertions"],
         # the papers' count (LevT Table 6, fairseq's generator): the 0-based index of the last pass, so the
         # final pass that changed nothing, and the first pass, are not counted

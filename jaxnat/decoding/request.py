@@ -14,7 +14,9 @@ anything runs.
                   extras: {name: pytree},            what a model family adds (`Family.request_extras`: e.g.
                                                      constraint pairs, a rescorer's parameters) and 'plan', what
                                                      the model's `ModelSpec.plan` found for this batch
-                  max_out, beam_size, trace)         static: output capacity, beam, edit trace on/off
+                  reference: int32[B, R] | None,     [BOS … EOS] reference rows, for an oracle analysis only
+                  max_out, beam_size, trace, oracle) static: output capacity, beam, edit trace on/off, the
+                                                     decoding steps an oracle takes against the reference
 
 A sentence takes an initial hypothesis or constraints, not both (the translator checks it).
 """
@@ -38,9 +40,11 @@ class DecodeRequest:
     constraints: jax.Array | None = None
     hard: jax.Array | None = None
     extras: dict = struct.field(default_factory=dict)
+    reference: jax.Array | None = None
     max_out: int = struct.field(pytree_node=False, default=0)
     beam_size: int = struct.field(pytree_node=False, default=1)
     trace: bool = struct.field(pytree_node=False, default=False)
+    oracle: str = struct.field(pytree_node=False, default="")
 
     def width(self, capacity) -> int:
         """The output capacity: ``max_out`` when set, else the model's ``capacity(src_len)`` (static)."""
@@ -62,17 +66,22 @@ class Supports:
     pairs: bool = False      # generate reads constraint pairs (`Start.pairs`, in the family's request extras)
     max_phrases: int = 0     # the most constraint phrases a sentence may have (0: no limit)
     counts: tuple[str, ...] = ()
+    # decoding where an oracle takes some steps' actions against the reference (`DecodeRequest.oracle`): the
+    # modes generate honours, e.g. Gu et al. 2019's "collaborate with the oracle" analysis
+    oracle: tuple[str, ...] = ()
 
 
 def check_supported(model_name: str, supports: Supports, *, init: bool = False, soft: bool = False,
-                    hard: bool = False, trace: bool = False, beam_size: int = 1, pairs: bool = False) -> None:
+                    hard: bool = False, trace: bool = False, beam_size: int = 1, pairs: bool = False,
+                    oracle: str = "") -> None:
     """Raises a one-line DataError naming the first thing the model cannot do."""
     asked = [(init, supports.init, "initial hypotheses (post-editing)"),
              (soft, supports.soft_constraints, "soft constraints"),
              (hard, supports.hard_constraints, "hard constraints"),
              (trace, supports.trace, "edit traces"),
              (pairs, supports.pairs, "constraint pairs"),
-             (beam_size > 1, supports.beam, f"beam search (beam size {beam_size})")]
+             (beam_size > 1, supports.beam, f"beam search (beam size {beam_size})"),
+             (bool(oracle), oracle in supports.oracle, f"oracle decoding {oracle!r}")]
     for wanted, can, what in asked:
         if wanted and not can:
             raise DataError(f"model {model_name!r} does not take {what}")

@@ -12,6 +12,10 @@ constrained searches reuse the same loops. Nothing syncs with the host inside th
 * A sentence may generate at most `max_len = decode_length(...)` tokens between BOS and EOS; at that point
   EOS is forced (every other id is given -inf; EOS keeps the model's log-probability, unrenormalised).
 * PAD, BOS, PLH and MASK are never generated (their log-probabilities are set to -inf); UNK may be.
+* Each output token also comes with the log-probability the model gave it at the step that generated it
+  (``token_logp``, for calibration): the term it added to ``sum_logprob``, so the row's ``token_logp`` sum to the
+  score before the length penalty. ``token_scored`` marks those positions: every generated token, EOS included
+  (BOS and PAD are not generated: 0.0 and False).
 
 Shapes: `B` batch, `S` source length, `K` beam size, `V` target vocabulary, `T = max_out` output capacity.
 """
@@ -71,14 +75,18 @@ def _check_static(beam_size: int, max_out: int) -> None:
         raise ConfigError(f"max_out={max_out} must be at least 2 (room for BOS and EOS)")
 
 
-def _result(tokens: jnp.ndarray, score: jnp.ndarray) -> dict:
-    return {"tokens": tokens, "score": score, "length": (tokens != PAD_ID).sum(axis=-1).astype(jnp.int32)}
+def _result(tokens: jnp.ndarray, score: jnp.ndarray, token_logp: jnp.ndarray) -> dict:
+    """The searches' output (`ar_search`); token_logp: float32[B, T], 0.0 wherever no token was generated."""
+    generated = (tokens != PAD_ID) & (jnp.arange(tokens.shape[1]) > 0)[None, :]
+    return {"tokens": tokens, "score": score, "length": (tokens != PAD_ID).sum(axis=-1).astype(jnp.int32),
+            "token_logp": jnp.where(generated, token_logp, 0.0), "token_scored": generated}
 
 
 @struct.dataclass
 class GreedyState:
     index: jnp.ndarray  # int32 scalar: position of the token fed at the next step
     tokens: jnp.ndarray  # int32[B, T]
+    token_logp: jnp.ndarray  # float32[B, T]: each generated token's log-probability (0 elsewhere)
     logp_sum: jnp.ndarray  # float32[B]: sum of the generated tokens' log-probabilities
     finished: jnp.ndarray  # bool[B]: EOS generated
     cache: Any  # the model's cache, B rows
@@ -87,7 +95,8 @@ class GreedyState:
 def _greedy(tokens_to_logprobs, cache, max_len, length_penalty, max_out: int) -> dict:
     batch = max_len.shape[0]
     tokens = jnp.full((batch, max_out), PAD_ID, jnp.int32).at[:, 0].set(BOS_ID)
-    init = GreedyState(jnp.int32(0), tokens, jnp.zeros(batch, jnp.float32), jnp.zeros(batch, bool), cache)
+    init = GreedyState(jnp.int32(0), tokens, jnp.zeros(tokens.shape, jnp.float32), jnp.zeros(batch, jnp.float32),
+                       jnp.zeros(batch, bool), cache)
 
     def cond(s: GreedyState):
         return ~jnp.all(s.finished) & (s.index < max_out - 1)
@@ -98,17 +107,19 @@ def _greedy(tokens_to_logprobs, cache, max_len, length_penalty, max_out: int) ->
         best = argmax(logp)
         gain = jnp.take_along_axis(logp, best[:, None], axis=-1)[:, 0]
         best = jnp.where(s.finished, PAD_ID, best)
+        gain = jnp.where(s.finished, 0.0, gain)
         return GreedyState(
             index=s.index + 1,
             tokens=s.tokens.at[:, s.index + 1].set(best),
-            logp_sum=s.logp_sum + jnp.where(s.finished, 0.0, gain),
+            token_logp=s.token_logp.at[:, s.index + 1].set(gain),
+            logp_sum=s.logp_sum + gain,
             finished=s.finished | (best == EOS_ID),
             cache=cache,
         )
 
     s = jax.lax.while_loop(cond, body, init)
     n = (s.tokens != PAD_ID).sum(axis=-1) - 1
-    return _result(s.tokens, _normalise(s.logp_sum, n, length_penalty))
+    return _result(s.tokens, _normalise(s.logp_sum, n, length_penalty), s.token_logp)
 
 
 @struct.dataclass
@@ -116,7 +127,9 @@ class BeamState:
     index: jnp.ndarray  # int32 scalar: position of the tokens fed at the next step
     alive_tokens: jnp.ndarray  # int32[B, K, T]: unfinished hypotheses (no EOS yet), PAD after `index`
     alive_logp: jnp.ndarray  # float32[B, K]: their summed log-probabilities; -inf for empty/dead beams
+    alive_steps: jnp.ndarray  # float32[B, K, T]: their tokens' log-probabilities, 0 after `index`
     fin_tokens: jnp.ndarray  # int32[B, K, T]: best finished hypotheses, sorted by score
+    fin_steps: jnp.ndarray  # float32[B, K, T]: their tokens' log-probabilities
     fin_score: jnp.ndarray  # float32[B, K]: their normalised scores, descending; -inf for empty slots
     done: jnp.ndarray  # bool[B]: no alive beam can beat the worst finished hypothesis any more
     cache: Any  # the model's cache, B * K rows (row b * K + k)
@@ -128,11 +141,14 @@ def _beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, ma
     tokens = jnp.full((batch, k, max_out), PAD_ID, jnp.int32).at[:, :, 0].set(BOS_ID)
     # Only beam 0 is live at first, so that the K identical BOS prefixes do not produce duplicates.
     alive_logp = jnp.full((batch, k), NEG_INF, jnp.float32).at[:, 0].set(0.0)
+    steps = jnp.zeros(tokens.shape, jnp.float32)
     init = BeamState(
         index=jnp.int32(0),
         alive_tokens=tokens,
         alive_logp=alive_logp,
+        alive_steps=steps,
         fin_tokens=tokens,
+        fin_steps=steps,
         fin_score=jnp.full((batch, k), NEG_INF, jnp.float32),
         done=jnp.zeros(batch, bool),
         cache=cache,
@@ -153,13 +169,17 @@ def _beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, ma
         # Extensions by EOS compete with the finished hypotheses (n = i + 1 generated tokens).
         eos_score = _normalise(cand[:, :, EOS_ID], i + 1, length_penalty)
         eos_tokens = s.alive_tokens.at[:, :, i + 1].set(EOS_ID)
+        eos_steps = s.alive_steps.at[:, :, i + 1].set(logp[:, :, EOS_ID])
         fin_score, pick = jax.lax.top_k(jnp.concatenate([s.fin_score, eos_score], axis=1), k)
         fin_tokens = jnp.take_along_axis(jnp.concatenate([s.fin_tokens, eos_tokens], axis=1), pick[:, :, None], 1)
+        fin_steps = jnp.take_along_axis(jnp.concatenate([s.fin_steps, eos_steps], axis=1), pick[:, :, None], 1)
 
         # The K best other extensions stay alive; the cache follows their parent beams.
         alive_logp, flat = jax.lax.top_k(cand.at[:, :, EOS_ID].set(NEG_INF).reshape(batch, k * vocab), k)
         parent, token = flat // vocab, (flat % vocab).astype(jnp.int32)
         alive_tokens = jnp.take_along_axis(s.alive_tokens, parent[:, :, None], 1).at[:, :, i + 1].set(token)
+        gain = jnp.take_along_axis(logp.reshape(batch, k * vocab), flat, axis=1)
+        alive_steps = jnp.take_along_axis(s.alive_steps, parent[:, :, None], 1).at[:, :, i + 1].set(gain)
         rows = (parent + row_offset).reshape(-1)
         cache = jax.tree_util.tree_map(lambda x: x[rows], cache)
 
@@ -171,10 +191,10 @@ def _beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, ma
         done = s.done | (jnp.max(best_reachable, axis=1) <= jnp.min(fin_score, axis=1))
         # Freeze finished sentences, so that a sentence decodes the same alone or inside a batch.
         alive_logp = jnp.where(done[:, None], NEG_INF, alive_logp)
-        return BeamState(i + 1, alive_tokens, alive_logp, fin_tokens, fin_score, done, cache)
+        return BeamState(i + 1, alive_tokens, alive_logp, alive_steps, fin_tokens, fin_steps, fin_score, done, cache)
 
     s = jax.lax.while_loop(cond, body, init)
-    return _result(s.fin_tokens[:, 0], s.fin_score[:, 0])
+    return _result(s.fin_tokens[:, 0], s.fin_score[:, 0], s.fin_steps[:, 0])
 
 
 def ar_search(
@@ -201,7 +221,11 @@ def ar_search(
 
     Returns {'tokens': int32[B, max_out] `[BOS .. EOS]` right-padded with PAD (exactly one EOS),
              'score': float32[B] sum of log-probabilities / n ** length_penalty (n: generated tokens incl. EOS),
-             'length': int32[B] non-PAD tokens of each row (BOS and EOS included, so n = length - 1)}.
+             'length': int32[B] non-PAD tokens of each row (BOS and EOS included, so n = length - 1),
+             'token_logp': float32[B, max_out] each generated token's log-probability (the step's restricted
+               log-probabilities, EOS included; their sum is the score times n ** length_penalty), 0.0 at BOS
+               and PAD,
+             'token_scored': bool[B, max_out] the generated positions (1 .. EOS)}.
 
     Greedy takes the most probable allowed token at each step and stops at EOS. Beam search keeps K alive
     hypotheses and the K best finished ones per sentence, and stops a sentence once no alive hypothesis can

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from jaxnat.data.batching import bucket_lengths, eval_batches
-from jaxnat.data.vocab import BOS_ID, EOS_ID
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding.request import DecodeRequest, check_supported, pad_hypotheses, pad_phrases
 from jaxnat.errors import DataError
 
@@ -188,14 +188,23 @@ class Translator:
         return request.replace(extras={**request.extras, "plan": (lengths, state)}, max_out=width)
 
     def translate_ids(self, src: list[np.ndarray], beam_size: int, batch_size: int,
-                      starts: list[Start] | None = None, trace: bool = False) -> list[dict]:
+                      starts: list[Start] | None = None, trace: bool = False,
+                      references: list[list[int]] | None = None, oracle: str = "") -> list[dict]:
         """[BOS … EOS] source arrays -> per sentence {'tokens': np.int32 array, 'score': float, and the model's
-        counts (refining models: iterations and edit counts; with ``trace`` the edit trace)} in input order."""
-        check_supported(self.spec.name, self.spec.supports, trace=trace, beam_size=beam_size)
+        counts (refining models: iterations and edit counts; with ``trace`` the edit trace)} in input order.
+        oracle: decoding steps an oracle takes against ``references`` (target piece ids, no BOS/EOS), one of the
+        model's `Supports.oracle` modes: an analysis of what the model's own decisions cost, not a translation."""
+        check_supported(self.spec.name, self.spec.supports, trace=trace, beam_size=beam_size, oracle=oracle)
+        if oracle and references is None:
+            raise DataError(f"oracle decoding {oracle!r} needs the references")
         starts = starts or [Start()] * len(src)
         results: list[dict | None] = [None] * len(src)
         for idx, batch in eval_batches(src, None, batch_size, self.buckets):
             request = self.request(batch["src"], [starts[i] if i >= 0 else Start() for i in idx], beam_size, trace)
+            if oracle:
+                rows = [references[i][:self.spec.cfg.max_len - 2] if i >= 0 else None for i in idx]
+                width = min(_round_up(max(len(r) for r in rows if r is not None) + 2, 8), self.spec.cfg.max_len)
+                request = request.replace(reference=pad_hypotheses(rows, width), oracle=oracle)
             if self._plan is not None and self.narrow_outputs:
                 request = self.planned(request)
             out = jax.device_get(self._generate(self.params, request))
@@ -207,9 +216,13 @@ class Translator:
     def translate(self, texts: list[str], beam_size: int | None = None, batch_size: int | None = None,
                   inits: list | None = None, constraints: list | None = None, hard: list | None = None,
                   cut_long_inits: bool = False, pairs: list | None = None,
-                  drop_long_pairs: bool = False) -> list[dict]:
+                  drop_long_pairs: bool = False, references: list[str] | None = None,
+                  oracle: str = "", token_scores: bool = False) -> list[dict]:
         """Texts -> [{'hyp': str, 'score': float, and the model's counts}] in input order (`starts` for the
-        other arguments; beam and batch size default to the config's eval.beam_size and eval.batch_size)."""
+        other arguments, `translate_ids` for ``oracle`` with the target-side ``references``; beam and batch size
+        default to the config's eval.beam_size and eval.batch_size). With ``token_scores`` also the output's
+        pieces without BOS/EOS, 'pieces': [int], with 'token_logp': [float] and 'token_scored': [bool] for each
+        (`ModelSpec.generate`), for calibration."""
         beam_size = self.config.eval.beam_size if beam_size is None else beam_size
         batch_size = self.config.eval.batch_size if batch_size is None else batch_size
         src, cut = self.encode(texts)
@@ -217,11 +230,17 @@ class Translator:
         if inits or constraints or pairs:
             starts = self.starts(inits, constraints, hard, cut_long_inits, pairs, drop_long_pairs)
         notes = self.input_notes(texts, cut, inits, constraints, hard)
-        outs = self.translate_ids(src, beam_size, batch_size, starts)
+        ref_ids = self.tokenizer.encode(list(references), "tgt") if references is not None else None
+        outs = self.translate_ids(src, beam_size, batch_size, starts, references=ref_ids, oracle=oracle)
         results = []
         for o, note in zip(outs, notes):
             r = {"hyp": self.tokenizer.decode(list(o["tokens"]), "tgt"), "score": float(o["score"])}
             r.update({k: int(o[k]) for k in self.spec.supports.counts})
+            if token_scores:
+                tokens = np.asarray(o["tokens"])
+                real = (tokens != PAD_ID) & (tokens != BOS_ID) & (tokens != EOS_ID)
+                r.update(pieces=tokens[real].tolist(), token_logp=np.asarray(o["token_logp"])[real].tolist(),
+                         token_scored=np.asarray(o["token_scored"])[real].tolist())
             results.append({**r, **note})
         return results
 

@@ -179,9 +179,10 @@ def chrf(hyps: list[str], refs: list[str]) -> float:
 
 
 def ter(hyps: list[str], refs: list[str]) -> float:
-    """sacreBLEU corpus TER (0-100, lower is better, may exceed 100) with its defaults (case-sensitive)."""
+    """sacreBLEU corpus TER (0-100, lower is better, may exceed 100), case-sensitive as the papers report it (Gu et
+    al. 2019, Table 3; sacreBLEU's own default ignores case)."""
     hyps, refs = _parallel(hyps, refs)
-    return float(TER().corpus_score(hyps, [refs]).score)
+    return float(TER(case_sensitive=True).corpus_score(hyps, [refs]).score)
 
 
 # ----------------------------------------------------------------------------------------------------------

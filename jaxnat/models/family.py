@@ -7,7 +7,7 @@ names a family. docs/design.md, "How to add a model family", walks through one.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Mapping
+from typing import Callable, Mapping, NamedTuple
 
 from jaxnat.decoding.request import Supports
 
@@ -41,6 +41,7 @@ class Family:
       `ModelSpec.request_extras` may put in its requests.
     output_metrics(outs, srcs) -> {metric: float}: per-split metrics of its own from generate's outputs.
     sweep: (key of its section that eval.iteration_sweep sets, the rows' label), or () for no sweep.
+    analysis: an `Analysis` of a trained workdir of the family that `jaxnat.report --model-analyses` adds.
     """
 
     name: str
@@ -60,3 +61,12 @@ class Family:
     aux_run: Callable | None = None
     output_metrics: Callable | None = None
     sweep: tuple[str, str] | tuple = ()
+    analysis: Analysis | None = None
+
+
+class Analysis(NamedTuple):
+    """A family's own measure of a trained workdir: measure(workdir) -> JSON-able dict; markdown(list of those)
+    -> a table, under the report's heading ``title``."""
+    title: str
+    measure: Callable[[str], dict]
+    markdown: Callable[[list], str]

@@ -187,11 +187,12 @@ def roll_in_own_insertion(apply, y_ins, tgt, memory, src_mask, key, probability:
 
 
 def edit_model_spec(config, section, cfg: TransformerConfig, name: str, module: EditTransformer, loss, first_head: str,
-                    first_edit, pieces, supports) -> ModelSpec:
+                    first_edit, pieces, supports, oracle_heads=None) -> ModelSpec:
     """The `ModelSpec` of an edit-based model: its first edit (``first_head``: the module method giving its
     logits; ``first_edit``: a `refine.FirstEdit`) and the shared insertion heads, run by `refine` from the
     request's starting hypotheses (`start_from_request`). supports.counts: "iterations", the first edit's
-    counts, "insertions"."""
+    counts, "insertions". oracle_heads(heads, reference, mode) -> Heads: the heads with some replaced by an
+    oracle's actions against the reference, for a request's ``oracle`` mode (one of supports.oracle)."""
     e = config.eval
     options = RefineOptions(section.max_iter, section.placeholder_penalty, e.length_cap_min, e.length_cap_ratio,
                             e.run_all_iterations)
@@ -210,6 +211,8 @@ def edit_model_spec(config, section, cfg: TransformerConfig, name: str, module: 
 
         heads = Heads(head(first_head), head("placeholder_logits"),
                       lambda tokens: forbid_reserved(head("token_logits")(tokens)))
+        if request.oracle:
+            heads = oracle_heads(heads, request.reference, request.oracle)
         capacity = request.width(capacity_for)
         start = start_from_request(request, capacity)
         return refine(heads, first_edit, start, length_cap(src, capacity, options),

@@ -19,8 +19,13 @@ class ModelSpec:
 
     init(rng, batch) -> params
     loss(params, batch, rng, train) -> (loss_sum: float32[], aux: {'nll': float32[], 'count': float32[], ...})
-    generate(params, request: DecodeRequest) -> {'tokens': int32[B, T], 'score': float32[B], and one int32[B]
-      per name in supports.counts (with request.trace also 'trace')}
+    generate(params, request: DecodeRequest) -> {'tokens': int32[B, T], 'score': float32[B], 'token_logp':
+      float32[B, T], 'token_scored': bool[B, T], and one int32[B] per name in supports.counts (with request.trace
+      also 'trace')}. token_scored marks the tokens the model chose (an AR model: every generated token, EOS and
+      constraint tokens included; a non-autoregressive or edit model: the tokens it predicted, not BOS/EOS nor
+      the tokens it was given or made to place: initial hypotheses, constraints), token_logp the log-probability
+      it gave each of them when it chose it (an iterative model: at the pass that last wrote it), 0.0 elsewhere:
+      what a calibration measure (inference ECE) reads
     capacity(src_len) -> the output length (BOS/EOS included) for sources padded to src_len
     supports: what generate honours (initial hypotheses, soft/hard constraints, traces, beams) and counts
     plan(params, request) -> (lengths: int32[B, k], state), or None: for a model that fixes its output lengths

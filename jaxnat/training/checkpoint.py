@@ -2,7 +2,7 @@
 validations by BLEU, and an average of checkpoints.
 
 Layout in the workdir:
-  checkpoints/last/<step>/      {'state': train state}            (keep the last N; resume from the newest)
+  checkpoints/last/<step>/      {'state': train state, 'progress': {...}}  (keep the last N; resume from the newest)
   checkpoints/best/<step>/      {'params': ..., 'meta': {'bleu', 'step'}}   (the best train.keep_best are kept)
   checkpoints/averaged/<step>/  {'params': ..., 'meta': {'of', 'steps'}}    (--mode average; one is kept)
 Orbax writes each checkpoint into a temporary directory and renames it when complete, so a run killed at any
@@ -39,8 +39,13 @@ class Checkpoints:
     def latest_step(self) -> int | None:
         return self.last.latest_step()
 
-    def save_state(self, step: int, state) -> None:
-        self.last.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)))
+    def save_state(self, step: int, state, progress: dict | None = None) -> None:
+        """The training state of ``step``, and beside it ``progress``: what the trainer tracks on the host that a
+        resumed run needs too (JSON: validations without a gain, the learning-rate scale; `optim.Plateau`)."""
+        items = {"state": ocp.args.StandardSave(state)}
+        if progress is not None:
+            items["progress"] = ocp.args.JsonSave(progress)
+        self.last.save(step, args=ocp.args.Composite(**items))
 
     def drop_off_grid(self, every: int, final: int) -> None:
         """Deletes the training states saved off the every-`every`-steps grid (a stopped run's, training/stop.py)
@@ -56,6 +61,18 @@ class Checkpoints:
         args = ocp.args.Composite(state=ocp.args.StandardRestore(target))
         out = self._restore_newest(self.last, "last", args)
         return None if out is None else out["state"]
+
+    def restore_state_and_progress(self, target) -> tuple[object, dict | None]:
+        """(state, progress) of the newest readable training state (`restore_state`, and the progress saved with
+        it: None for a checkpoint written without one); (None, None) if there is none."""
+        for step in sorted(self.last.all_steps(), reverse=True):
+            items = {"state": ocp.args.StandardRestore(target)}
+            if os.path.isdir(os.path.join(self.root, "last", str(step), "progress")):
+                items["progress"] = ocp.args.JsonRestore()
+            out = self._restore_step(self.last, "last", step, ocp.args.Composite(**items))
+            if out is not None:
+                return out["state"], (out["progress"] if "progress" in items else None)
+        return None, None
 
     def _restore_newest(self, manager: ocp.CheckpointManager, kind: str, args):
         """Restores the newest step of `manager` that reads back; unreadable ones are moved aside."""

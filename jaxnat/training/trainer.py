@@ -23,14 +23,14 @@ from jaxnat.data.batching import (PackedBatcher, TrainBatcher, bucket_lengths, e
                                   fitted_buckets, prefetch, prepare_with_init)
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.tokenizer import Tokenizer
-from jaxnat.errors import JaxnatError, Stopped
+from jaxnat.errors import ConfigError, JaxnatError, Stopped
 from jaxnat.evaluation.metrics import bleu
 from jaxnat.models import build_model, count_params, family_of
 from jaxnat.training import mesh as mesh_lib
 from jaxnat.training.checkpoint import Checkpoints
 from jaxnat.training.flops import Utilisation
 from jaxnat.training.history import History, plot_curves
-from jaxnat.training.optim import make_optimizer
+from jaxnat.training.optim import Plateau, lr_scale, make_optimizer, perplexity, with_lr_scale
 from jaxnat.training.stop import StopRequest
 
 log = logging.getLogger("jaxnat")
@@ -74,6 +74,9 @@ def make_train_step(spec, optimizer, schedule):
         updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
         params = optax.apply_updates(state["params"], updates)
         choose = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(finite, a, b), new, old)  # noqa: E731
+        lr, scale = schedule(state["step"]), lr_scale(state["opt_state"])  # the rate this step trained with
+        if scale is not None:  # train.lr_schedule=plateau: the scale the trainer sets between steps
+            lr = lr * scale
         new_state = {
             "step": state["step"] + 1,
             "params": choose(params, state["params"]),
@@ -81,7 +84,7 @@ def make_train_step(spec, optimizer, schedule):
         }
         metrics = {
             "loss": loss, "nll": aux["nll"] / jnp.maximum(aux["count"], 1.0), "tokens": aux["count"],
-            "grad_norm": grad_norm, "lr": schedule(state["step"]), "finite": finite,
+            "grad_norm": grad_norm, "lr": lr, "finite": finite,
             **{k: aux[k] for k in spec.terms},
         }
         return new_state, metrics
@@ -97,6 +100,30 @@ def make_eval_step(spec):
                 **{k: aux[k] * aux["count"] for k in spec.terms}}
 
     return step
+
+
+def check_optimizer_matches(config, workdir: str) -> None:
+    """A one-line `ConfigError` when ``workdir`` has training states whose optimizer state this config's optimizer
+    cannot take (train.lr_schedule=plateau keeps a scale there, train.clip_norm > 0 a state of its own): restoring
+    them would fail, move them aside as unreadable and train from the start."""
+    last = os.path.join(workdir, "checkpoints", "last")
+    if not (os.path.isdir(last) and any(d.isdigit() for d in os.listdir(last))):
+        return
+    try:
+        trained = workdir_config(workdir).train
+    except ConfigError:  # no config.json: nothing to compare with
+        return
+
+    def structure(train_cfg):
+        params = {"w": jax.ShapeDtypeStruct((1,), jnp.float32)}
+        return jax.tree_util.tree_structure(jax.eval_shape(make_optimizer(train_cfg)[0].init, params))
+
+    if structure(trained) != structure(config.train):
+        t = config.train
+        raise ConfigError(f"the checkpoints in {workdir} hold the optimizer state of train.lr_schedule="
+                          f"{trained.lr_schedule}, train.clip_norm={trained.clip_norm}, which this config's "
+                          f"(train.lr_schedule={t.lr_schedule}, train.clip_norm={t.clip_norm}) cannot resume: keep "
+                          f"those values, or start another workdir from this run with train.init_from={workdir}")
 
 
 def _merge(initial, restored, fresh: list, path: str = ""):
@@ -125,6 +152,7 @@ class Trainer:
         self.inits = load_inits(d, self.corpus)  # {split: initial hypotheses}; {} without data.init_lang
         self.pairs = load_pairs(d, self.corpus)  # {split: constraint pairs per sentence}; {} without data.pairs_dir
         check_matches_workdir(config, workdir)  # before anything in the workdir is written
+        check_optimizer_matches(config, workdir)
         train_src, train_tgt = self.corpus["train"]
         if config.train.init_from:  # the same model (or the one it extends) and vocabulary as the run it starts from
             check_matches_workdir(config, config.train.init_from, self.stage_keys(config.train.init_from))
@@ -311,15 +339,23 @@ class Trainer:
         state = self.init_state(batcher.batch(0))
         log.info("model %s: %.2fM parameters; batch shapes %s", cfg.model.name,
                  count_params(state["params"]) / 1e6, sorted(batcher.shapes))
-        restored = self.ckpt.restore_state(state)  # None: a new run, or no checkpoint readable (warned)
+        # validations without a new best perplexity: the plateau schedule's learning-rate scale, train.stop_patience
+        plateau = Plateau(t.plateau_factor, t.plateau_patience if t.lr_schedule == "plateau" else 0, t.stop_patience)
+        # None: a new run, or no checkpoint readable (warned)
+        restored, progress = self.ckpt.restore_state_and_progress(state)
         if restored is not None:
             state = restored
+            plateau.resume(progress)
             log.info("resumed from step %d", int(state["step"]))
         elif t.init_from:
             state = self.start_from(state, t.init_from, batcher.batch(0))
         start = int(state["step"])
         if start >= t.steps:
             log.info("training already complete: step %d of train.steps=%d", start, t.steps)
+            return False
+        if plateau.stopped:
+            log.info("training already complete: stopped early at step %d, %d validations without a new best valid "
+                     "perplexity (train.stop_patience=%d)", start, plateau.since_best, t.stop_patience)
             return False
         # one entry per log window and per validation, in <workdir>/history.jsonl (curves.png is drawn from it)
         self.history = History(self.workdir, start, write=jax.process_index() == 0)
@@ -354,6 +390,30 @@ class Trainer:
             window.append(m)
             window_tokens += float(m["tokens"])
 
+        def log_window(done, state):
+            nonlocal pending, window_tokens, tick
+            drain(*pending)
+            pending = None
+            elapsed = time.perf_counter() - tick
+            summary = {k: float(np.mean([m[k] for m in window]))
+                       for k in ("loss", "nll", "grad_norm", "lr", *self.spec.terms)}
+            if self.spec.summary is not None:
+                summary.update(self.spec.summary(state["params"]))
+            summary["tokens_per_s"] = window_tokens / max(elapsed, 1e-9)
+            summary.update(utilisation.window(elapsed))  # mfu, padding
+            bar.set_postfix(loss=f"{summary['loss']:.3f}", tok_s=f"{summary['tokens_per_s']:.0f}",
+                            lr=f"{summary['lr']:.2e}")
+            self.history.append({"step": done, **summary})
+            log.info("step %d: loss %.4f nll %.4f lr %.3g %.0f tok/s %s skipped %d", done, summary["loss"],
+                     summary["nll"], summary["lr"], summary["tokens_per_s"], utilisation.describe(summary["mfu"]),
+                     skipped)
+            if writer:
+                for k, v in summary.items():
+                    writer.add_scalar(f"train/{k}", v, done)
+                writer.add_scalar("train/skipped_steps", skipped, done)
+            window.clear()
+            window_tokens, tick = 0.0, time.perf_counter()
+
         batches = prefetch(batcher.batch, start)
         stop = StopRequest().install()
         try:
@@ -367,27 +427,7 @@ class Trainer:
                 done = step + 1
                 bar.update(1)
                 if done % t.log_every == 0 or done == t.steps:
-                    drain(*pending)
-                    pending = None
-                    elapsed = time.perf_counter() - tick
-                    summary = {k: float(np.mean([m[k] for m in window]))
-                               for k in ("loss", "nll", "grad_norm", "lr", *self.spec.terms)}
-                    if self.spec.summary is not None:
-                        summary.update(self.spec.summary(state["params"]))
-                    summary["tokens_per_s"] = window_tokens / max(elapsed, 1e-9)
-                    summary.update(utilisation.window(elapsed))  # mfu, padding
-                    bar.set_postfix(loss=f"{summary['loss']:.3f}", tok_s=f"{summary['tokens_per_s']:.0f}",
-                                    lr=f"{summary['lr']:.2e}")
-                    self.history.append({"step": done, **summary})
-                    log.info("step %d: loss %.4f nll %.4f lr %.3g %.0f tok/s %s skipped %d", done, summary["loss"],
-                             summary["nll"], summary["lr"], summary["tokens_per_s"],
-                             utilisation.describe(summary["mfu"]), skipped)
-                    if writer:
-                        for k, v in summary.items():
-                            writer.add_scalar(f"train/{k}", v, done)
-                        writer.add_scalar("train/skipped_steps", skipped, done)
-                    window.clear()
-                    window_tokens, tick = 0.0, time.perf_counter()
+                    log_window(done, state)
                 if done % t.eval_every == 0 or done == t.steps:
                     result = self.validate(state["params"], valid_data, translator)
                     self.history.append({"step": done, **result})
@@ -398,14 +438,30 @@ class Trainer:
                     self.ckpt.save_best(done, state["params"], result["valid_bleu"])
                     if result["valid_bleu"] > best["bleu"]:
                         best = {"bleu": result["valid_bleu"], "step": done}
+                    scale = plateau.scale
+                    plateau.validated(done, perplexity(result["valid_nll"]))
+                    if plateau.scale != scale:  # the next step trains with it (an array: nothing recompiles)
+                        state = {**state, "opt_state": with_lr_scale(state["opt_state"], plateau.scale)}
+                        log.info("step %d: %d validations without a new best valid perplexity (%.3f at step %d): "
+                                 "learning rate x%g from here (scale %.4g, train.plateau_patience=%d)", done,
+                                 plateau.since_best, plateau.best, plateau.best_step, t.plateau_factor,
+                                 plateau.scale, t.plateau_patience)
                     tick = time.perf_counter()
                 stopping = done < t.steps and stop.reached(done)  # SIGTERM or Ctrl-C (stop.py)
-                if done % t.checkpoint_every == 0 or done == t.steps or stopping:
-                    self.ckpt.save_state(done, state)
+                early = done < t.steps and plateau.stopped  # train.stop_patience validations without a gain
+                if done % t.checkpoint_every == 0 or done == t.steps or stopping or early:
+                    self.ckpt.save_state(done, state, plateau.progress())
                     if not stopping:  # an earlier stop's checkpoint has served: keep what a run never stopped keeps
                         self.ckpt.drop_off_grid(t.checkpoint_every, t.steps)
                 if stopping:
                     raise Stopped(stop.signum, done)
+                if early:
+                    if pending is not None:  # the steps since the last log window, logged as at the last step
+                        log_window(done, state)
+                    log.info("step %d: stopping early, before train.steps=%d: %d validations without a new best "
+                             "valid perplexity (%.3f at step %d; train.stop_patience=%d)", done, t.steps,
+                             plateau.since_best, plateau.best, plateau.best_step, t.stop_patience)
+                    break
         finally:
             stop.uninstall()
             batches.close()

@@ -4,7 +4,8 @@ docs/cmlm.md. Its config section is `config.cmlm`."""
 
 from jaxnat.models.cmlm.length import LENGTH_CHOICES, LENGTH_MOVED, LENGTH_RANGES, length_defaults, rescorer_run
 from jaxnat.models.cmlm.model import SUPPORTS, build_spec
-from jaxnat.models.family import Family
+from jaxnat.models.cmlm import positions
+from jaxnat.models.family import Analysis, Family
 
 
 def defaults() -> dict:
@@ -35,4 +36,6 @@ FAMILY = Family(
     moved={**LENGTH_MOVED, "model.masked_attn": "masked_attn", "model.concat_pe": "concat_pe",
            **{f"train.{k}": k for k in ("correction", "correction_p", "correction_count", "correction_combine")},
            "eval.mask_predict_iter": "mask_predict_iter", "eval.update_all": "update_all"},
-    aux_run=rescorer_run, sweep=("mask_predict_iter", "T"))
+    aux_run=rescorer_run, sweep=("mask_predict_iter", "T"),
+    analysis=Analysis("Position embeddings and context use (Huang et al. 2022, Figure 1(a))",
+                      lambda workdir: positions.measure(workdir, "valid", 500, 40), positions.to_markdown))

@@ -338,7 +338,7 @@ def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity,
                                   request.width(capacity), options, continues,
                                   rescore if rescoring else None)
         out["chosen_length"] = out.pop("length")
-        return {k: v for k, v in out.items() if k in ("tokens", "score", *counts)}
+        return {k: v for k, v in out.items() if k in ("tokens", "score", "token_logp", "token_scored", *counts)}
 
     return plan, generate
 

@@ -20,14 +20,15 @@ import jax.numpy as jnp
 
 from jaxnat import edit_ops
 from jaxnat.data.vocab import PAD_ID
-from jaxnat.decoding.refine import Hypotheses
+from jaxnat.decoding.refine import Heads, Hypotheses
 from jaxnat.decoding.request import Supports
 from jaxnat.models.insertion import (EditTransformer, blank_fillers, early_exit, edit_model_spec, empty_canvas,
                                      head_runner, insertion_losses, mean_loss, model_fills, roll_in_own_insertion)
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import token_mask
-from jaxnat.oracle import apply_delete_shuffle, apply_random_delete, draw_delete_shuffle, draw_subset, ed2_labels
+from jaxnat.oracle import (MAX_INSERTIONS, apply_delete_shuffle, apply_random_delete, draw_delete_shuffle, draw_subset,
+                           ed2_labels)
 
 
 class LevenshteinTransformer(EditTransformer):
@@ -150,7 +151,25 @@ def levt_loss(model: LevenshteinTransformer, params, batch: dict, rng, *, label_
 # ----------------------------------------------------------------------------------------------- decoding
 
 SUPPORTS = Supports(init=True, soft_constraints=True, hard_constraints=True, trace=True,
-                    counts=("iterations", "steps", "deletions", "insertions"))
+                    counts=("iterations", "steps", "deletions", "insertions"),
+                    oracle=("deletion", "deletion_placeholder"))
+SURE = 1e4  # an oracle's logit margin: its action is the argmax whatever the penalty γ subtracts
+
+
+def oracle_heads(heads: Heads, reference: jax.Array, mode: str) -> Heads:
+    """The paper's "collaborate with the oracle" analysis (§4.2, Figure 5): the deletion head (mode "deletion"),
+    or the deletion and placeholder heads ("deletion_placeholder"), replaced by the ed2 oracle's actions that
+    turn the current hypothesis into the reference (int32[B, R] [BOS … EOS] rows); the token head stays the
+    model's. What BLEU gains over plain decoding is what the replaced policies' mistakes cost."""
+    def deletion(tokens):
+        return SURE * jax.nn.one_hot(ed2_labels(tokens, reference).deletion, 2)
+
+    def placeholder(tokens):
+        return SURE * jax.nn.one_hot(ed2_labels(tokens, reference).insertion, MAX_INSERTIONS + 1)
+
+    if mode == "deletion":
+        return heads._replace(first=deletion)
+    return heads._replace(first=deletion, placeholder=placeholder)
 
 
 def keep_word_boundaries(tokens: jax.Array, phrase: jax.Array, delete: jax.Array,
@@ -191,4 +210,5 @@ def build_spec(config, cfg, pieces) -> ModelSpec:
                          own_insertion_roll_in=s.own_insertion_roll_in, global_shuffle=s.global_shuffle,
                          word_start=word_start, train=train)
 
-    return edit_model_spec(config, s, cfg, "levt", module, loss, "deletion_logits", levt_delete, pieces, SUPPORTS)
+    return edit_model_spec(config, s, cfg, "levt", module, loss, "deletion_logits", levt_delete, pieces, SUPPORTS,
+                           oracle_heads)
