@@ -408,14 +408,30 @@ def to_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _analysed(systems: list[dict]) -> dict[str, list[dict]]:
+    """{model: its systems' own analyses} of the families whose systems carry one (--model-analyses)."""
+    models = sorted({s["model"] for s in systems if "analysis" in s})
+    return {m: [s["analysis"] for s in systems if s["model"] == m and "analysis" in s] for m in models}
+
+
 def _analyses(systems: list[dict]) -> list[tuple[str, str]]:
     """(title, table) per family whose systems carry its own analysis (--model-analyses)."""
     from jaxnat.models import family_of
 
-    models = sorted({s["model"] for s in systems if "analysis" in s})
-    return [(family_of(m).analysis.title,
-             family_of(m).analysis.markdown([s["analysis"] for s in systems if s["model"] == m and "analysis" in s]))
-            for m in models]
+    return [(family_of(m).analysis.title, family_of(m).analysis.markdown(results))
+            for m, results in _analysed(systems).items()]
+
+
+def plot_analyses(report: dict, directory: str) -> list[str]:
+    """Each family's plot of its own analyses (`Analysis.plot`) at ``directory/<model>_analysis.png``."""
+    from jaxnat.models import family_of
+
+    drawn = []
+    for m, results in _analysed(report["systems"]).items():
+        path = os.path.join(directory, f"{m}_analysis.png")
+        if family_of(m).analysis.plot is not None and (Figure := _figure_class(path)) is not None:
+            drawn.append(family_of(m).analysis.plot(results, path, Figure))
+    return drawn
 
 
 def _curve_sections(systems: list[dict]) -> list[str]:
@@ -454,13 +470,18 @@ def _curve_sections(systems: list[dict]) -> list[str]:
 
 def plot_curves(report: dict, path: str) -> str | None:
     """Draws BLEU and TER against the decoding depth (each system's iteration sweep, and its oracle curves: Gu et
-    al. 2019, Figure 5) and BLEU and CPR against the number of constraints (Xu & Carpuat 2021, Figure 5) at
-    ``path``, the panels some system has data for; returns it (None without data or matplotlib)."""
+    al. 2019, Figure 5), BLEU and CPR against the number of constraints (Xu & Carpuat 2021, Figure 5) and the
+    sentences with r repetitions in a row (Huang et al. 2022, Figure 1(b)) at ``path``, the panels some system
+    has data for; returns it (None without data or matplotlib)."""
     systems = report["systems"]
     sweeps = [(f"{s['name']} {c}".strip(), rows) for s in systems for c, rows in sweep_curves(s["rows"]).items()]
     counted = [(f"{s['name']} {m}", rows) for s in systems for m, rows in count_curves(s["rows"]).items()]
+    repeated = [(f"{s['name']} {what}", {int(r): {"sentences": n} for r, n in h.items()})
+                for s in systems for what, h in s["repetitions"].items() if h]
     panels = [(sweeps, metric, "decoding depth") for metric in ("bleu", "ter") if sweeps]
     panels += [(counted, metric, "constraints (reference words)") for metric in ("bleu", "cpr") if counted]
+    if repeated:
+        panels.append((repeated, "sentences", "repetitions in a row"))
     if not panels:
         return None
     Figure = _figure_class(path)
@@ -471,7 +492,8 @@ def plot_curves(report: dict, path: str) -> str | None:
         for label, rows in curves:
             points = [(x, r[metric]) for x, r in rows.items() if r.get(metric) is not None]
             ax.plot([x for x, _ in points], [y for _, y in points], marker="o", label=label)
-        ax.set(xlabel=xlabel, ylabel=metric.upper(), title=f"{metric.upper()} by {xlabel.split(' (')[0]}")
+        name = metric.upper() if metric != "sentences" else "sentences"
+        ax.set(xlabel=xlabel, ylabel=name, title=f"{name} by {xlabel.split(' (')[0]}")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
@@ -582,6 +604,7 @@ def main(argv=None) -> int:
         plot(report, os.path.join(args.out, "bleu_latency.png"))
         plot_by_length(report, os.path.join(args.out, "bleu_by_length.png"))
         plot_curves(report, os.path.join(args.out, "curves.png"))
+        plot_analyses(report, args.out)
     except (JaxnatError, OSError) as e:
         print(f"jaxnat: error: {e}", file=sys.stderr)
         return 2

@@ -106,6 +106,7 @@ def test_positions_report_on_the_trained_model(trained, ar_run, capsys, tmp_path
     assert report.main([str(workdir), "--out", str(tmp_path), "--samples", "10", "--model-analyses"]) == 0
     md = (tmp_path / "report.md").read_text()
     assert "## Position embeddings and context use" in md and f"| {workdir} | best (step 8) |" in md
+    assert (tmp_path / "cmlm_analysis.png").stat().st_size > 5_000  # the binned cosine similarity (Figure 1(a))
     assert "## Iteration sweeps" in md  # the fixture's eval.iteration_sweep=2
     assert 0 < json.loads((workdir / "metrics.json").read_text())["test"]["ece_confidence"] <= 100
     capsys.readouterr()

@@ -66,7 +66,9 @@ class Family:
 
 class Analysis(NamedTuple):
     """A family's own measure of a trained workdir: measure(workdir) -> JSON-able dict; markdown(list of those)
-    -> a table, under the report's heading ``title``."""
+    -> a table, under the report's heading ``title``; plot(list of those, path, matplotlib's Figure class) -> path,
+    or None for no plot."""
     title: str
     measure: Callable[[str], dict]
     markdown: Callable[[list], str]
+    plot: Callable | None = None

@@ -38,4 +38,5 @@ FAMILY = Family(
            "eval.mask_predict_iter": "mask_predict_iter", "eval.update_all": "update_all"},
     aux_run=rescorer_run, sweep=("mask_predict_iter", "T"),
     analysis=Analysis("Position embeddings and context use (Huang et al. 2022, Figure 1(a))",
-                      lambda workdir: positions.measure(workdir, "valid", 500, 40), positions.to_markdown))
+                      lambda workdir: positions.measure(workdir, "valid", 500, 40), positions.to_markdown,
+                      positions.plot))

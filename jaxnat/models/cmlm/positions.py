@@ -35,9 +35,9 @@ COSINE_EDGES = (0.5, 0.7)        # the thresholds the paper's Figure 1(a) discus
 
 
 def position_similarity(vectors: np.ndarray) -> dict:
-    """vectors: float[N, D], one per position → {'pairs', 'above_0.5', 'above_0.7', 'mean', 'adjacent'}: the
-    number of unique pairs, how many have cosine similarity above each edge, the mean over pairs, and the mean
-    over neighbouring positions (i, i+1)."""
+    """vectors: float[N, D], one per position → {'pairs', 'above_0.5', 'above_0.7', 'mean', 'adjacent',
+    'histogram'}: the number of unique pairs, how many have cosine similarity above each edge, the mean over
+    pairs, the mean over neighbouring positions (i, i+1), and the pairs per bin of 0.1 from -1 to 1."""
     v = np.asarray(vectors, np.float64)
     if v.ndim != 2 or v.shape[0] < 2:
         raise ConfigError(f"position_similarity needs at least two position vectors, got shape {v.shape}")
@@ -46,7 +46,26 @@ def position_similarity(vectors: np.ndarray) -> dict:
     pairs = cos[np.triu_indices(len(v), 1)]
     out = {"pairs": int(pairs.size), "mean": float(pairs.mean()), "adjacent": float(np.diag(cos, 1).mean())}
     out.update({f"above_{edge}": int(np.sum(pairs > edge)) for edge in COSINE_EDGES})
+    # the pairs per bin of width 0.1 from -1 to 1 (the paper's Figure 1(a)); the top bin holds 1.0 too
+    out["histogram"] = np.histogram(np.clip(pairs, -1.0, 1.0), bins=20, range=(-1.0, 1.0))[0].tolist()
     return out
+
+
+def plot(results: list[dict], path: str, figure) -> str:
+    """Draws each run's binned cosine similarity of its position embeddings (the table's; the paper's Figure
+    1(a)) with matplotlib's ``figure`` class at ``path``."""
+    fig = figure(figsize=(6, 4))
+    ax = fig.subplots()
+    centres = np.linspace(-0.95, 0.95, 20)
+    for r in results:
+        if "error" not in r["similarity"]:
+            ax.plot(centres, r["similarity"]["table"]["histogram"], marker="o", label=r["workdir"])
+    ax.set(xlabel="cosine similarity", ylabel="position pairs", title="position embeddings' cosine similarity")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
 
 
 def decoder_inputs(params: dict, concat_pe: bool, count: int, scale: bool = True) -> dict:
