@@ -152,6 +152,9 @@ def default_config() -> ml_collections.ConfigDict:
         # that already ran one
         xla_gpu_autotune_level=-1,
         valid_bleu_sentences=1000,  # sentences of the valid split decoded for validation BLEU
+        # draw curves.png at the end of training (false: matplotlib's import and drawing, about a second, are left
+        # to `--mode curves`, which draws it from history.jsonl whenever asked)
+        plot_curves=True,
         # a trained workdir whose best parameters start this run (fresh optimizer; its vocabulary is used): a
         # fine-tuning phase, or the second stage of a model that extends the one trained there (`Family.extends`:
         # its new parameters start from their initialisation). Ignored once this run has a checkpoint of its own

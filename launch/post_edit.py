@@ -268,7 +268,7 @@ def markdown(out: dict) -> list[str]:
              f"what the LevT was fine-tuned to post-edit (BLEU {_number(out['mt_half_b']['bleu'])}, TER "
              f"{_number(out['mt_half_b']['ter'])}), its output on each test split what is post-edited below. "
              f"The LevT for translation: {out['levt']}. BLEU and TER are the evaluation's (metrics.json: sacreBLEU; "
-             f"its TER with sacreBLEU's defaults, case-insensitive) against the references; Δ BLEU is against doing "
+             f"TER case-sensitive, as the paper's) against the references; Δ BLEU is against doing "
              f"nothing; steps are the LevT's mean decoding steps (`mean_steps`, the paper's count).", ""]
     for split, rows in out["tables"].items():
         base = next((r["bleu"] for r in rows if r["run"] == out["mt"]), None)

@@ -16,7 +16,7 @@ TINY = ["model.d_model=32", "model.ffn_dim=64", "model.num_heads=2", "model.enc_
         "model.max_len=48", "data.vocab_size=200", "data.byte_fallback=false", "data.max_len=48",
         "data.batch_tokens=512", "data.bucket_multiple=48", "train.steps=4", "train.eval_every=4",
         "train.checkpoint_every=4", "train.log_every=2", "train.warmup_steps=2", "train.valid_bleu_sentences=8",
-        "train.peak_tflops=0.1", "eval.latency_sentences=0", "eval.batch_size=16"]
+        "train.peak_tflops=0.1", "train.plot_curves=false", "eval.latency_sentences=0", "eval.batch_size=16"]
 # the untrained MT model's output kept short; the LevT holds it whole (an initial hypothesis longer than model.max_len
 # stops the evaluation), decodes plainly and with the paper's roll-in (the Multi30k config's additions off)
 MT = ["eval.beam_size=1", "eval.max_len_a=1.0", "eval.max_len_b=2"]

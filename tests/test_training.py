@@ -66,7 +66,7 @@ def test_kill9_and_a_damaged_checkpoint_resume_reproduces_uninterrupted_run(tmp_
     assert not already_evaluated(recorded, str(tmp_path / "full"))
 
     # Same run, killed with SIGKILL once a checkpoint in the middle exists, then resumed.
-    killed = _train(tmp_path / "resumed", "--config.eval.latency_sentences=0")
+    killed = _train(tmp_path / "resumed", "--config.eval.latency_sentences=0", "--config.train.plot_curves=true")
     ckpt_dir = tmp_path / "resumed" / "checkpoints" / "last"
     deadline = time.time() + 300
     while time.time() < deadline:
@@ -82,7 +82,7 @@ def test_kill9_and_a_damaged_checkpoint_resume_reproduces_uninterrupted_run(tmp_
     for path in (ckpt_dir / str(newest) / "state").rglob("*"):
         if path.is_file():
             path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
-    resumed = _train(tmp_path / "resumed", "--config.eval.latency_sentences=0")
+    resumed = _train(tmp_path / "resumed", "--config.eval.latency_sentences=0", "--config.train.plot_curves=true")
     out, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, out
     assert f"the last checkpoint of step {newest} is unreadable" in out and f"resumed from step {newest - 4}" in out

@@ -306,8 +306,9 @@ class Trainer:
     # -- validation --------------------------------------------------------------------------------------
     def validate(self, params, valid_data, translator) -> dict:
         """valid_loss, valid_nll and the model's valid_<term> (`ModelSpec.terms`) of valid_data (the `Prepared` of
-        `encoded_split`), and valid_bleu of the first train.valid_bleu_sentences valid sentences decoded from
-        scratch (with their constraint pairs, for a model that reads them)."""
+        `encoded_split`), and valid_bleu of the first train.valid_bleu_sentences valid sentences decoded as the
+        model is trained to: from scratch (with their constraint pairs, for a model that reads them), or refining
+        their initial hypotheses with data.init_lang, so that a post-editing run keeps its best post-editor."""
         totals = dict.fromkeys(("loss", "nll", "count", *self.spec.terms), 0.0)
         for _, batch in eval_batches(valid_data.src, valid_data.tgt, self.config.eval.batch_size, self.buckets,
                                      init=valid_data.init, extras=valid_data.extras):
@@ -319,10 +320,11 @@ class Trainer:
         k = self.config.train.valid_bleu_sentences
         srcs, refs = self.corpus["valid"][0][:k], self.corpus["valid"][1][:k]
         pairs = self.pairs["valid"][:k] if self.spec.supports.pairs else None
+        inits = self.inits["valid"][:k] if "valid" in self.inits else None
         translator.params = params
         hyps = [o["hyp"] for o in translator.translate(srcs, self.config.eval.valid_beam_size,
                                                        self.config.eval.batch_size, pairs=pairs,
-                                                       drop_long_pairs=True)]
+                                                       drop_long_pairs=True, inits=inits, cut_long_inits=True)]
         result["valid_bleu"] = bleu(hyps, refs)[0]
         return result
 
@@ -469,7 +471,7 @@ class Trainer:
             self.ckpt.wait()
             if writer:
                 writer.close()
-        if jax.process_index() == 0:
+        if jax.process_index() == 0 and self.config.train.plot_curves:
             log.info("training curves: %s", plot_curves(self.workdir))
         log.info("training done; best valid BLEU %.2f at step %d", best["bleu"], best["step"])
         return True
