@@ -308,7 +308,8 @@ class Trainer:
         """valid_loss, valid_nll and the model's valid_<term> (`ModelSpec.terms`) of valid_data (the `Prepared` of
         `encoded_split`), and valid_bleu of the first train.valid_bleu_sentences valid sentences decoded as the
         model is trained to: from scratch (with their constraint pairs, for a model that reads them), or refining
-        their initial hypotheses with data.init_lang, so that a post-editing run keeps its best post-editor."""
+        their initial hypotheses with data.init_lang, so that a post-editing run keeps the checkpoint that refines
+        best."""
         totals = dict.fromkeys(("loss", "nll", "count", *self.spec.terms), 0.0)
         for _, batch in eval_batches(valid_data.src, valid_data.tgt, self.config.eval.batch_size, self.buckets,
                                      init=valid_data.init, extras=valid_data.extras):
