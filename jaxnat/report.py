@@ -434,28 +434,33 @@ def plot_analyses(report: dict, directory: str) -> list[str]:
     return drawn
 
 
+def _curve_table(curves: list[tuple[str, str, dict]], title: str, caption: str, kind: str,
+                 second: tuple[str, int]) -> list[str]:
+    """Markdown lines of a section with a row per (system, curve, {x: row}) and a column per x: "BLEU / <second>"
+    (second: the metric and its digits); no lines without curves."""
+    if not curves:
+        return []
+    xs = sorted({x for _, _, rows in curves for x in rows})
+    key, digits = second
+    lines = ["", f"## {title}", "", caption, "", f"| system | {kind} | " + " | ".join(map(str, xs)) + " |",
+             "|" + "---|" * (len(xs) + 2)]
+    for name, curve, rows in curves:
+        cells = [f"{_cell(rows[x]['bleu'])} / {_cell(rows[x].get(key), digits)}" if x in rows else "–" for x in xs]
+        lines.append(f"| {name} | {curve} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _curve_sections(systems: list[dict]) -> list[str]:
     """The iteration sweeps (with the oracle's curves), BLEU and CPR by number of constraints, and the repeated
     words per sentence, as markdown lines (each section only where some system has it)."""
     lines = []
-    sweeps = [(s["name"], c, rows) for s in systems for c, rows in sweep_curves(s["rows"]).items()]
-    if sweeps:
-        depths = sorted({d for _, _, rows in sweeps for d in rows})
-        lines += ["", "## Iteration sweeps", "", "BLEU / TER at each decoding depth (eval.iteration_sweep); "
-                  "oracle_<mode>: the oracle takes those steps against the reference (Gu et al. 2019, Figure 5).", "",
-                  "| system | decoding | " + " | ".join(map(str, depths)) + " |", "|" + "---|" * (len(depths) + 2)]
-        for name, curve, rows in sweeps:
-            cells = [f"{_cell(rows[d]['bleu'])} / {_cell(rows[d].get('ter'))}" if d in rows else "–" for d in depths]
-            lines.append(f"| {name} | {curve or 'model'} | " + " | ".join(cells) + " |")
+    sweeps = [(s["name"], c or "model", rows) for s in systems for c, rows in sweep_curves(s["rows"]).items()]
+    lines += _curve_table(sweeps, "Iteration sweeps", "BLEU / TER at each decoding depth (eval.iteration_sweep); "
+                          "oracle_<mode>: the oracle takes those steps against the reference (Gu et al. 2019, "
+                          "Figure 5).", "decoding", ("ter", 2))
     counted = [(s["name"], mode, rows) for s in systems for mode, rows in count_curves(s["rows"]).items()]
-    if counted:
-        ks = sorted({k for _, _, rows in counted for k in rows})
-        lines += ["", "## BLEU and CPR by number of constraints", "", "BLEU / CPR % with k reference words as "
-                  "constraints (eval.constraint_counts; Xu & Carpuat 2021, Figure 5).", "",
-                  "| system | mode | " + " | ".join(map(str, ks)) + " |", "|" + "---|" * (len(ks) + 2)]
-        for name, mode, rows in counted:
-            cells = [f"{_cell(rows[k]['bleu'])} / {_cell(rows[k].get('cpr'), 1)}" if k in rows else "–" for k in ks]
-            lines.append(f"| {name} | {mode} | " + " | ".join(cells) + " |")
+    lines += _curve_table(counted, "BLEU and CPR by number of constraints", "BLEU / CPR % with k reference words "
+                          "as constraints (eval.constraint_counts; Xu & Carpuat 2021, Figure 5).", "mode", ("cpr", 1))
     most = max((int(r) for s in systems for h in s["repetitions"].values() for r in h), default=0)
     if most:
         rs = [str(r) for r in range(1, most + 1)]
