@@ -16,7 +16,8 @@ from jaxnat.decoding.translator import Translator
 from jaxnat.evaluation import diagnostic
 from jaxnat.evaluation.calibration import calibration
 from jaxnat.evaluation.constraints import make_constraints, write_constraints
-from jaxnat.evaluation.metrics import bleu, constraint_preservation, contains_phrase, corpus_metrics, format_table
+from jaxnat.evaluation.metrics import (bleu, constraint_preservation, contains_phrase, corpus_metrics, format_table,
+                                      ter)
 from jaxnat.models import family_of
 from jaxnat.restore import load_translator
 
@@ -325,7 +326,8 @@ def constraint_count_rows(translator: Translator, split: str, srcs: list[str], r
 def post_edit_rows(config, corpus, translator: Translator, workdir: str) -> dict:
     """`<split>+init` rows: every test split with initial hypotheses (`{split}.{data.init_lang}`) decoded again
     starting from them (post-editing), hyps in `hyps/<split>.init.txt`. With references the row also
-    has `init_bleu`, the BLEU of the initial hypotheses themselves: what the refinement starts from."""
+    has `init_bleu` and `init_ter`, the scores of the initial hypotheses themselves: what the refinement starts
+    from (Gu et al. 2019's "do nothing")."""
     e = config.eval
     rows = {}
     for split, inits in load_inits(config.data, corpus).items():
@@ -339,7 +341,7 @@ def post_edit_rows(config, corpus, translator: Translator, workdir: str) -> dict
         row = {"mean_score": float(np.mean([o["score"] for o in outs])),
                **_edit_counts(outs, translator.spec.supports.counts)}
         if refs is not None:  # a test split without references is only post-edited
-            row.update(scores(hyps, refs, config), init_bleu=bleu(inits, refs)[0])
+            row.update(scores(hyps, refs, config), init_bleu=bleu(inits, refs)[0], init_ter=ter(inits, refs))
             log.info("%s post-edited from %s: BLEU %.2f (initial hypotheses: %.2f)", split, config.data.init_lang,
                      row["bleu"], row["init_bleu"])
         rows[f"{split}+init"] = row

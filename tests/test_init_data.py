@@ -312,6 +312,7 @@ def test_evaluation_adds_a_post_editing_row(tmp_path, corpus_dir):
     assert set(rows) == {"test+init"}
     row = rows["test+init"]
     assert row["bleu"] == row["init_bleu"] and row["mean_iterations"] == 2.0 and row["mean_score"] == -1.0
+    assert row["ter"] == row["init_ter"]  # the do-nothing TER: the echoed hypotheses are the initial ones
     assert (tmp_path / "hyps" / "test.init.txt").read_text().splitlines() == _MT[:3]
     json.dumps(rows)  # goes into metrics.json
     os.remove(corpus_dir / "test.mt")
