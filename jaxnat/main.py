@@ -159,6 +159,13 @@ def main(argv=None) -> int:
         print("jaxnat: interrupted; the same command resumes (training from the newest checkpoint, distillation "
               "from the last finished chunk)", file=sys.stderr)
         return 130
+    except Exception as e:  # the device ran out of memory: say what to change, not a traceback
+        if type(e).__name__ not in ("JaxRuntimeError", "XlaRuntimeError") or "RESOURCE_EXHAUSTED" not in str(e):
+            raise
+        print(f"jaxnat: error: out of device memory ({str(e).splitlines()[0]}); lower data.batch_tokens (or "
+              f"data.max_len, eval.batch_size); the same command resumes training from its newest checkpoint",
+              file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -355,3 +355,19 @@ def test_the_families_that_sweep_a_decoding_depth(family, key):
     config = shipped(CONFIG, f"--config.model.name={family}", "--config.eval.beam_size=1",
                      "--config.eval.iteration_sweep=1,4", *extra)
     assert family_of(family).sweep[0] == key and key in config[family]
+
+
+def test_out_of_device_memory_is_one_line(monkeypatch, capsys):
+    """An allocation the device cannot make ends the command with one line saying what to lower, not a traceback."""
+    import jax
+
+    from jaxnat import main as main_module
+
+    def exhausted(argv):
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 30977184224 bytes.\nmore")
+
+    monkeypatch.setattr(main_module, "run", exhausted)
+    assert main_module.main([]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("jaxnat: error: out of device memory (RESOURCE_EXHAUSTED") and "data.batch_tokens" in err
+    assert "\n" not in err
