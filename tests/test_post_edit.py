@@ -17,10 +17,10 @@ TINY = ["model.d_model=32", "model.ffn_dim=64", "model.num_heads=2", "model.enc_
         "data.batch_tokens=512", "data.bucket_multiple=48", "train.steps=4", "train.eval_every=4",
         "train.checkpoint_every=4", "train.log_every=2", "train.warmup_steps=2", "train.valid_bleu_sentences=8",
         "train.peak_tflops=0.1", "train.plot_curves=false", "eval.latency_sentences=0", "eval.batch_size=16"]
-# the untrained MT model's output kept short; the LevT holds it whole (an initial hypothesis longer than model.max_len
-# stops the evaluation), decodes plainly and with the paper's roll-in (the Multi30k config's additions off)
+# the untrained MT model's output kept short (a longer one is cut to the LevT's model.max_len); the LevT decodes
+# plainly and with the paper's roll-in (the Multi30k config's additions off)
 MT = ["eval.beam_size=1", "eval.max_len_a=1.0", "eval.max_len_b=2"]
-LEVT = ["model.max_len=128", "levt.max_iter=2", "eval.constraints=", "eval.diagnostic=false",
+LEVT = ["levt.max_iter=2", "eval.constraints=", "eval.diagnostic=false",
         "levt.own_insertion_roll_in=0", "levt.global_shuffle=0"]
 ROWS = ["do nothing: the MT output", "LevT (translation), from scratch",
         "LevT (translation), post-editing the MT output",
