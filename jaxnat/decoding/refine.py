@@ -35,9 +35,14 @@ class Hypotheses(NamedTuple):
     tokens: jax.Array   # int32[B, L] right-padded [BOS … EOS] rows
     scores: jax.Array   # float32[B, L] per-token log-probability (0 for BOS/EOS and initial tokens)
     phrase: jax.Array   # int32[B, L] hard-constraint phrase id, 0 = free token
-    # bool[B, L]: the tokens the token head filled (those ``scores`` holds a log-probability of). A first edit
-    # may leave it None (`first_edit_tracked` puts it back), and so may any hypothesis outside the loop.
+    # bool[B, L]: the tokens the token head filled (those ``scores`` holds a log-probability of); None outside the
+    # loop where nobody asks (a test's hand-made hypotheses)
     scored: jax.Array | None = None
+
+    def sides(self) -> tuple:
+        """What travels with each token through an `edit_ops` edit: (scores, phrase[, scored]); an edit's output
+        sides rebuild the hypotheses, `Hypotheses(out.tokens, *out.sides)`."""
+        return (self.scores, self.phrase) + (() if self.scored is None else (self.scored,))
 
 
 LOOP_COUNTS = ("iterations", "steps", "insertions")  # what `refine` counts itself; the first edit counts the rest
@@ -60,7 +65,7 @@ class Heads(NamedTuple):
 
 
 # (hyps, logits, active bool[B], continues bool[V] | None) -> (hyps, {name: int32[B]}). Every output token is an
-# input token moved (or copied) with its ``scores`` entry, as an `edit_ops` side; nothing is computed from scores.
+# input token moved (or copied) with its sides (`Hypotheses.sides`).
 FirstEdit = Callable
 
 
@@ -119,20 +124,6 @@ def inside_phrase(phrase: jax.Array) -> jax.Array:
     return (phrase[:, :-1] == phrase[:, 1:]) & (phrase[:, :-1] > 0)
 
 
-def first_edit_tracked(first_edit: FirstEdit, hyps: Hypotheses, logits: jax.Array, active: jax.Array,
-                       continues: jax.Array | None):
-    """``first_edit`` on ``hyps`` with every side of a token kept, ``scored`` included (a first edit need not
-    know it): the edit runs with each token's position in place of its score, and every output token then
-    takes the score and mark of the input token at the position it carries."""
-    real = hyps.tokens != PAD_ID
-    origin = jnp.where(real, edit_ops.positions(hyps.tokens), 0)
-    edited, counts = first_edit(hyps._replace(scores=origin, scored=None), logits, active, continues)
-    source, kept = edited.scores, edited.tokens != PAD_ID
-    scores = jnp.where(kept, jnp.take_along_axis(hyps.scores, source, axis=1), 0.0)
-    scored = kept & jnp.take_along_axis(hyps.scored, source, axis=1)
-    return edited._replace(scores=scores, scored=scored), counts
-
-
 def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.Array, penalty: float,
                     continues: jax.Array | None = None):
     """Placeholders (argmax per slot after the γ penalty, none inside a phrase, row capped at ``cap``), then
@@ -148,7 +139,7 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
     counts = argmax(logits)
     counts = jnp.where(inside_phrase(hyps.phrase) | ~active[:, None], 0, counts)
     ins = edit_ops.insert_placeholders(hyps.tokens, counts, PAD_ID, PLH_ID, max_length=cap,
-                                       sides=(hyps.scores, hyps.phrase, hyps.scored))
+                                       sides=hyps.sides())
     with_plh = Hypotheses(ins.tokens, *ins.sides)
     logits = heads.token(with_plh.tokens).astype(jnp.float32)
     if continues is not None:
@@ -191,8 +182,7 @@ def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Arra
     def body(s):
         active = ~s["done"]
         before = s["hyps"]
-        edited, counts = first_edit_tracked(first_edit, before, heads.first(before.tokens).astype(jnp.float32),
-                                            active, continues)
+        edited, counts = first_edit(before, heads.first(before.tokens).astype(jnp.float32), active, continues)
         with_plh, filled, inserted = insert_and_fill(edited, heads, cap, active, options.placeholder_penalty,
                                                      continues)
         changed = jnp.any(filled.tokens != before.tokens, axis=1)

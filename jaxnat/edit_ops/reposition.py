@@ -86,7 +86,8 @@ def reposition_phrases(tokens: jax.Array, index: jax.Array, anchor: jax.Array, p
     out = jnp.where(alive, jnp.take_along_axis(tokens, picked, axis=1), pad_id)
     sides = jax.tree.map(
         lambda s: jnp.where(alive.reshape(alive.shape + (1,) * (s.ndim - 2)),
-                            jnp.take_along_axis(s, picked.reshape(picked.shape + (1,) * (s.ndim - 2)), axis=1), 0),
+                            jnp.take_along_axis(s, picked.reshape(picked.shape + (1,) * (s.ndim - 2)), axis=1),
+                            jnp.zeros((), s.dtype)),  # each side keeps its dtype (a bool side stays bool)
         sides)
     num_deleted = jnp.sum(interior & ~in_phrase & ~emits_free, axis=1, dtype=jnp.int32)
     num_moved = jnp.sum((emits_free & (src != pos)) | (in_phrase & (slot != first)), axis=1, dtype=jnp.int32)

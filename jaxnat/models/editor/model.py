@@ -250,18 +250,18 @@ def editor_reposition(hyps: Hypotheses, logits: jax.Array, active: jax.Array, co
         logits = jnp.where((hyps.phrase > 0)[:, :, None] & deleting, NOT_A_TOKEN, logits)
     index = jnp.where(active[:, None], argmax(logits), pos)
     if paper_hard:
-        out = edit_ops.reposition(hyps.tokens, index, PAD_ID, sides=(hyps.scores, hyps.phrase))
+        out = edit_ops.reposition(hyps.tokens, index, PAD_ID, sides=hyps.sides())
         return Hypotheses(out.tokens, *out.sides), {"repositions": out.num_moved, "deletions": out.num_deleted}
     interior_slot = ((pos > 0) & (pos < n - 1))[:, :, None]
     anchor = jnp.argmax(jnp.where(interior_slot, jax.nn.log_softmax(logits, axis=-1), -jnp.inf), axis=1)
     anchor = jnp.where(active[:, None], anchor.astype(jnp.int32), pos)
     out = edit_ops.reposition_phrases(hyps.tokens, index, anchor, hyps.phrase, PAD_ID,
-                                      sides=(hyps.scores, hyps.phrase))
+                                      sides=hyps.sides())
     moved = Hypotheses(out.tokens, *out.sides)
     deletions = out.num_deleted
     if continues is not None:
         glued = glued_to_phrase(moved.tokens, moved.phrase, continues)
-        cut = edit_ops.delete_tokens(moved.tokens, glued, PAD_ID, sides=(moved.scores, moved.phrase))
+        cut = edit_ops.delete_tokens(moved.tokens, glued, PAD_ID, sides=moved.sides())
         moved, deletions = Hypotheses(cut.tokens, *cut.sides), deletions + cut.num_deleted
     return moved, {"repositions": out.num_moved, "deletions": deletions}
 

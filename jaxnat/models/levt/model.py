@@ -194,7 +194,7 @@ def levt_delete(hyps: Hypotheses, logits: jax.Array, active: jax.Array, continue
     delete = (jnp.argmax(logits, axis=-1) == 1) & (active & (n > 2))[:, None]
     delete = keep_word_boundaries(hyps.tokens, hyps.phrase, delete, continues)
     out = edit_ops.delete_tokens(hyps.tokens, delete, PAD_ID, protect=hyps.phrase > 0,
-                                 sides=(hyps.scores, hyps.phrase))
+                                 sides=hyps.sides())
     return Hypotheses(out.tokens, *out.sides), {"deletions": out.num_deleted}
 
 
