@@ -3,7 +3,6 @@
 
 import json
 import os
-import subprocess
 import sys
 
 import jax
@@ -15,6 +14,7 @@ from jaxnat.errors import JaxnatError
 from jaxnat.restore import average_params, load_translator, params_choice, write_average
 from jaxnat.training.checkpoint import Checkpoints
 from jaxnat.training.history import read_history
+from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
@@ -25,8 +25,8 @@ RUN = ["--config.train.steps=12", "--config.train.eval_every=4", "--config.train
 
 def _main(workdir, *args):
     cmd = [sys.executable, "-m", "jaxnat.main", "--workdir", str(workdir), *args]
-    return subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
-                          timeout=600)
+    return cli.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"),
+                   timeout=600)
 
 
 @pytest.fixture(scope="module")

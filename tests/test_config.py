@@ -3,7 +3,6 @@
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -11,6 +10,7 @@ import pytest
 from jaxnat.config import (apply_override, build_config, check_matches_workdir, default_config, leaf_keys,
                            load_config, parse_overrides, validate, workdir_config)
 from jaxnat.errors import ConfigError
+from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs/ar/demo.py")
@@ -158,8 +158,8 @@ def test_a_config_file_with_an_unknown_key_is_refused(tmp_path):
 
 
 def _cli(*args, cwd=ROOT, stdin=None):
-    return subprocess.run([sys.executable, "-m", "jaxnat.main", *args], cwd=cwd, capture_output=True, text=True,
-                          input=stdin, timeout=300)
+    return cli.run([sys.executable, "-m", "jaxnat.main", *args], cwd=cwd,
+                   input=stdin, timeout=300)
 
 
 @pytest.mark.parametrize(

@@ -4,14 +4,13 @@ deterministic per sentence, and their JSON lines file format and command line.""
 import gzip
 import json
 import os
-import subprocess
 import sys
 import unicodedata
 
 import pytest
 
-from jaxnat.errors import ConfigError, DataError
 from jaxnat.data import words as words_mod
+from jaxnat.errors import ConfigError, DataError
 from jaxnat.evaluation.constraints import (
     is_word,
     make_constraints,
@@ -20,6 +19,7 @@ from jaxnat.evaluation.constraints import (
     reference_words,
     write_constraints,
 )
+from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFS = [
@@ -157,7 +157,7 @@ def test_malformed_file(tmp_path, content, message):
 
 def _cli(*args):
     cmd = [sys.executable, "-m", "jaxnat.evaluation.constraints", *args]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    return cli.run(cmd, cwd=ROOT, timeout=60)
 
 
 def test_command_line(tmp_path):

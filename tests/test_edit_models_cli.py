@@ -4,10 +4,11 @@ constraint sets (metrics.json, the summary table, trace.html), and `--mode trans
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+
+from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
@@ -18,8 +19,7 @@ COUNTS = {"levt": ("iterations", "deletions", "insertions"),
 def _main(workdir, *args, stdin=None, model="levt"):
     cmd = [sys.executable, "-m", "jaxnat.main", "--config", TINY, "--workdir", str(workdir),
            f"--config.model.name={model}", "--config.eval.beam_size=1", f"--config.{model}.max_iter=3", *args]
-    return subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), input=stdin,
-                          capture_output=True, text=True, timeout=600)
+    return cli.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), input=stdin, timeout=600)
 
 
 @pytest.fixture(scope="module", params=["levt", "editor"])
@@ -126,8 +126,8 @@ def test_bad_edit_model_config(tmp_path, override, message):
 def test_constraints_need_a_refining_model(tmp_path):
     cmd = [sys.executable, "-m", "jaxnat.main", "--config", TINY, "--workdir", str(tmp_path / "x"),
            "--config.eval.constraints=soft"]
-    result = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=dict(os.environ, JAX_PLATFORMS="cpu"),
-                            timeout=120)
+    result = cli.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"),
+                     timeout=120)
     assert result.returncode == 2 and "does not take soft constraints" in result.stderr, result.stderr
 
 

@@ -4,7 +4,6 @@
 import gzip
 import json
 import os
-import subprocess
 import sys
 import types
 
@@ -17,6 +16,7 @@ from jaxnat.data import batching, sources
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding.request import Supports
 from jaxnat.errors import ConfigError, DataError
+from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -134,11 +134,11 @@ def test_config_validation(tmp_path, key, value, message):
 
 def test_cli_missing_init_file_exits_2_with_one_line(tmp_path, corpus_dir):
     os.remove(corpus_dir / "train.mt.gz")
-    result = subprocess.run(
+    result = cli.run(
         [sys.executable, "-m", "jaxnat.main", "--config", "configs/levt/demo.py", "--workdir", str(tmp_path / "run"),
          "--config.data.source=text", f"--config.data.dir={corpus_dir}", "--config.data.valid_split=val",
          "--config.data.init_lang=mt", "--config.levt.roll_in_beta=0.5"],
-        cwd=ROOT, capture_output=True, text=True, timeout=300)
+        cwd=ROOT, timeout=300)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2 and lines[-1].startswith("jaxnat: error: "), result.stderr
     assert os.path.join(str(corpus_dir), "train.mt") in lines[-1] and "Traceback" not in result.stderr

@@ -4,11 +4,11 @@ from the first run (train.init_from), `--mode translate`, and length-parallel de
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
+from tests import cli
 from tests.test_translate import ROOT
 from tests.test_translate import _main as _run  # the CLI on the tiny config, in a subprocess
 
@@ -73,10 +73,10 @@ def test_translate_plain_and_rescored(pretrained, ar_run):
 def test_speed_table(pretrained, ar_run):
     """bench/decode_speed.py, the queue's speed-nat job, on the tiny workdirs: AR greedy and beam 4, Coverage-NAT."""
     workdir, _ = pretrained
-    result = subprocess.run([sys.executable, "bench/decode_speed.py", "--run", str(ar_run), "--run", str(workdir),
+    result = cli.run([sys.executable, "bench/decode_speed.py", "--run", str(ar_run), "--run", str(workdir),
                              "--repeats", "1", "--sentences", "2", "--batch", "8"],
-                            cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
-                            timeout=600)
+                     cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"),
+                     timeout=600)
     assert result.returncode == 0, result.stderr
     labels = [line.split(" | ")[0][2:] for line in result.stdout.splitlines() if line.startswith(("| ar ", "| nat "))]
     # "MODEL (WORKDIR), MODE"

@@ -5,10 +5,11 @@ that records its arguments."""
 import os
 import re
 import stat
-import subprocess
 import sys
 
 import pytest
+
+from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PIPELINE = os.path.join(ROOT, "launch", "multi30k.py")
@@ -31,9 +32,9 @@ def _pipeline(tmp_path, *args, check=True, **env):
     python.write_text(FAKE_PYTHON)
     python.chmod(python.stat().st_mode | stat.S_IEXEC)
     (tmp_path / "data").mkdir(exist_ok=True)
-    result = subprocess.run([sys.executable, PIPELINE, "--data-dir", str(tmp_path / "data"), "--runs",
+    result = cli.run([sys.executable, PIPELINE, "--data-dir", str(tmp_path / "data"), "--runs",
                              str(tmp_path / "runs"), "--python", str(python), *args],
-                            env=dict(os.environ, **env), capture_output=True, text=True, timeout=120)
+                     env=dict(os.environ, **env), timeout=120)
     assert not check or result.returncode in (0, 1), result.stderr
     return result, re.findall(r"^\S+ \S+ (start|done|FAILED|skip) (\S+)", result.stdout, re.M)
 

@@ -4,10 +4,11 @@ second start that runs nothing again, and one-line errors for bad options."""
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
+
+from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "launch", "post_edit.py")
@@ -28,8 +29,7 @@ ROWS = ["do nothing: the MT output", "LevT (translation), from scratch",
 
 
 def _script(*args):
-    return subprocess.run([sys.executable, SCRIPT, *args], cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"),
-                          capture_output=True, text=True, timeout=600)
+    return cli.run([sys.executable, SCRIPT, *args], cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=600)
 
 
 def _options(data, runs):

@@ -4,7 +4,6 @@ evaluated workdirs (the tiny AR run, and a copy of it whose hypotheses are the r
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -12,6 +11,7 @@ import pytest
 from jaxnat.evaluation.metrics import bleu
 from jaxnat.report import (FREQUENCY_BINS, bin_label, bleu_by_source_length, constraint_overlap, iteration_statistics,
                            seed_statistics, word_f1_by_frequency)
+from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -79,8 +79,8 @@ def test_seed_statistics_by_hand():
 
 
 def _report(*args):
-    return subprocess.run([sys.executable, "-m", "jaxnat.report", *map(str, args)], cwd=ROOT,
-                          env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True, timeout=300)
+    return cli.run([sys.executable, "-m", "jaxnat.report", *map(str, args)], cwd=ROOT,
+                   env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=300)
 
 
 def test_repetition_histogram_and_curves_by_hand():

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from jaxnat.config import workdir_config
 from jaxnat.evaluate import already_evaluated
+from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
@@ -27,12 +28,12 @@ def _env(**extra):
     return env
 
 
-def _train(workdir, *overrides, **popen):
+def _train(workdir, *overrides):
+    """The command, started: output and errors in one stream (`cli.start`)."""
     # one bucket (48 tokens): one train-step program to compile instead of three
     cmd = [sys.executable, "-m", "jaxnat.main", "--config", TINY, "--workdir", str(workdir),
            "--config.data.bucket_multiple=48", *overrides]
-    return subprocess.Popen(cmd, cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            **popen)
+    return cli.start(cmd, cwd=ROOT, env=_env())
 
 
 def _final_params(workdir, step):

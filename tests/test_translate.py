@@ -3,10 +3,11 @@
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
+
+from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
@@ -14,8 +15,7 @@ TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
 
 def _main(workdir, *args, stdin=None):
     cmd = [sys.executable, "-m", "jaxnat.main", "--config", TINY, "--workdir", str(workdir), *args]
-    return subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), input=stdin,
-                          capture_output=True, text=True, timeout=600)
+    return cli.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), input=stdin, timeout=600)
 
 
 @pytest.fixture(scope="module")

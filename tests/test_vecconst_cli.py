@@ -5,11 +5,11 @@ evaluation rows with the pairs (beam search and constrained beam search, CSR), a
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
+from tests import cli
 from tests.test_translate import ROOT
 from tests.test_translate import _main as _run  # the CLI on the tiny config, in a subprocess
 
@@ -98,11 +98,11 @@ def test_speed_table_with_pairs(stage2, ar_run):
     beam 4 and with the pairs' targets as hard constraints; the vectorized model also with its pairs, and (--unpacked)
     over all padded constraint entries."""
     workdir, _ = stage2
-    result = subprocess.run([sys.executable, "bench/decode_speed.py", "--run", str(ar_run), "--run", str(workdir),
+    result = cli.run([sys.executable, "bench/decode_speed.py", "--run", str(ar_run), "--run", str(workdir),
                              "--pairs", "--unpacked", "--repeats", "1", "--sentences", "2", "--batch", "8",
                              "--config.data.pairs_dir=synthetic", "--config.data.max_pair_pieces=6"],
-                            cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), capture_output=True, text=True,
-                            timeout=600)
+                     cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"),
+                     timeout=600)
     assert result.returncode == 0, result.stderr
     rows = [line.split(" | ")[0].lstrip("| ") for line in result.stdout.splitlines() if line.startswith("| ar ")
             or line.startswith("| vecconst ")]
