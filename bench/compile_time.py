@@ -12,6 +12,8 @@ without their --config. prefix). Per family, as a run would:
   programs  — the train programs a run compiles: one per batch shape (``len(batcher.shapes)``; one when packing)
   train (s) — compiling one train program (forward, backward, Adam; `Trainer.lower_train_steps`), the mean over
               the run's programs
+  temp (GiB) — the train program's temporaries by XLA's memory analysis of the compiled program (the largest over
+              the run's programs): the device memory a step needs beyond parameters and optimizer state
   decode (s) — compiling the ModelSpec's ``generate`` as `Translator` jits it, at eval.batch_size and
               eval.beam_size, for the source bucket that holds the median validation source, with the validation
               sentences' constraint pairs for the vectorized model; a model with a length plan gets the plan's
@@ -77,13 +79,13 @@ class Family:
                                               "plan": jax.eval_shape(t.spec.plan, self.state["params"], request)})
         return request
 
-    def compile_train(self) -> float:
-        """Seconds to compile the train programs, per program."""
+    def compile_train(self) -> tuple[float, float]:
+        """Seconds to compile the train programs, per program; the largest program's temporaries in GiB."""
         lowered = self.trainer.lower_train_steps(self.state, self.batcher, jax.random.PRNGKey(0))
         t0 = time.perf_counter()
-        for program in lowered.values():
-            program.compile()
-        return (time.perf_counter() - t0) / len(lowered)
+        compiled = [program.compile() for program in lowered.values()]
+        seconds = (time.perf_counter() - t0) / len(lowered)
+        return seconds, max(c.memory_analysis().temp_size_in_bytes for c in compiled) / 2**30
 
     def compile_decode(self) -> float:
         # a function jit has not traced yet: jax reuses the lowering (and then the executable) of one it has
@@ -123,30 +125,34 @@ def main():
                 except ConfigError as e:
                     note = str(e)
             times = {(name, what): [] for name in runs for what in ("train", "decode")}
+            temp = {}
             for r in range(args.repeats):
                 for name, run in runs.items():
-                    times[name, "train"].append(run.compile_train())
+                    seconds, temp[name] = run.compile_train()
+                    times[name, "train"].append(seconds)
                     times[name, "decode"].append(run.compile_decode())
                     print(f"{family} repeat {r} {name}: train {times[name, 'train'][-1]:.1f} s/program, "
                           f"decode {times[name, 'decode'][-1]:.1f} s", flush=True)
             cfg = runs["plain"].config
             req = runs["plain"].request
-            rows.append((family, cfg, len(runs["plain"].batcher.shapes), req, times, note))
+            rows.append((family, cfg, len(runs["plain"].batcher.shapes), req, times, temp, note))
     print(f"\n{os.cpu_count()} cores, {jax.devices()[0].platform}; median of {args.repeats}; configs/<family>/"
           f"{args.config_name}.py {' '.join(args.set)}")
-    head = "| family | model | train programs | train, per program (s) | decode (s) |"
+    head = "| family | model | train programs | train, per program (s) | temp (GiB) | decode (s) |"
     if args.scan:
-        head = ("| family | model | train programs | train, per program (s) | with scan (s) | decode (s) | "
-                "with scan (s) |")
+        head = ("| family | model | train programs | train, per program (s) | with scan (s) | temp (GiB) | "
+                "with scan (GiB) | decode (s) | with scan (s) |")
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
-    for family, cfg, programs, req, times, note in rows:
+    for family, cfg, programs, req, times, temp, note in rows:
         m = cfg.model
         model = f"d {m.d_model}, {m.enc_layers}+{m.dec_layers}; decode {req.src.shape[0]}×{req.src.shape[1]}, " \
                 f"beam {req.beam_size}"
         cells = [median(times["plain", "train"])]
         if args.scan:
             cells.append(median(times.get(("scan", "train"), [])))
+        variants = ("plain", "scan") if args.scan else ("plain",)
+        cells += [f"{temp[name]:.1f}" if name in temp else "—" for name in variants]
         cells.append(median(times["plain", "decode"]))
         if args.scan:
             cells.append(median(times.get(("scan", "decode"), [])))

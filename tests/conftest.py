@@ -5,7 +5,8 @@ XLA's backend optimisation off,
 and the CPU backend's older loop-fusion code generator (`xla_cpu_use_fusion_emitters=false`). The tests' models
 are tiny, so their time goes into compiling, not running: without LLVM's optimisation passes the suite uses
 about a third less CPU, and the older emitters compile a fifth faster again; what the programs compute is the
-same."""
+same. The command-line tests fork their `python -m jaxnat.main` runs from a server that has imported jax already
+(tests/cli.py)."""
 
 import os
 import tempfile
