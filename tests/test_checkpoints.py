@@ -25,8 +25,7 @@ RUN = ["--config.train.steps=12", "--config.train.eval_every=4", "--config.train
 
 def _main(workdir, *args):
     cmd = [sys.executable, "-m", "jaxnat.main", "--workdir", str(workdir), *args]
-    return cli.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"),
-                   timeout=600)
+    return cli.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=600)
 
 
 @pytest.fixture(scope="module")

@@ -158,8 +158,7 @@ def test_a_config_file_with_an_unknown_key_is_refused(tmp_path):
 
 
 def _cli(*args, cwd=ROOT, stdin=None):
-    return cli.run([sys.executable, "-m", "jaxnat.main", *args], cwd=cwd,
-                   input=stdin, timeout=300)
+    return cli.run([sys.executable, "-m", "jaxnat.main", *args], cwd=cwd, input=stdin, timeout=300)
 
 
 @pytest.mark.parametrize(

@@ -165,8 +165,7 @@ def test_finished_output_is_not_redone(teacher, distilled, monkeypatch):
 def test_command_line_on_a_finished_output(teacher, distilled):
     cmd = [sys.executable, "-m", "jaxnat.main", "--mode", "distill", "--config", TINY, "--workdir", teacher,
            "--output", distilled[0], *OVERRIDES]
-    result = cli.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"),
-                     timeout=300)
+    result = cli.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=300)
     assert result.returncode == 0, result.stderr
     assert "already holds this distillation" in result.stderr
 
@@ -209,8 +208,7 @@ def test_refuses_to_overwrite_other_data(teacher, tmp_path):
 
 def test_missing_output_is_a_one_line_error(tmp_path):
     cmd = [sys.executable, "-m", "jaxnat.main", "--mode", "distill", "--config", TINY, "--workdir", str(tmp_path)]
-    result = cli.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"),
-                     timeout=120)
+    result = cli.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=120)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("jaxnat: error: --mode distill needs --output"), result.stderr

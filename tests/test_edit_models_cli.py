@@ -126,8 +126,7 @@ def test_bad_edit_model_config(tmp_path, override, message):
 def test_constraints_need_a_refining_model(tmp_path):
     cmd = [sys.executable, "-m", "jaxnat.main", "--config", TINY, "--workdir", str(tmp_path / "x"),
            "--config.eval.constraints=soft"]
-    result = cli.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"),
-                     timeout=120)
+    result = cli.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=120)
     assert result.returncode == 2 and "does not take soft constraints" in result.stderr, result.stderr
 
 
