@@ -13,6 +13,7 @@ raw wait status) once it has ended. It exits when its standard input closes.
 """
 
 import atexit
+import contextlib
 import gc
 import json
 import logging
@@ -105,10 +106,8 @@ def exit_like_the_interpreter(status: int) -> None:
     threading._shutdown()  # the interpreter's own wait for non-daemon threads (and their executors' atexit hooks)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # a stream the command closed, or a full disk
             stream.flush()
-        except (OSError, ValueError):
-            pass
     os._exit(status)
 
 
