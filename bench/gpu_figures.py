@@ -47,8 +47,8 @@ def family_overrides(family: str, args, workdirs: dict) -> list[str]:
            "--config.train.init_from="]
     if family == "vecconst":
         out += [f"--config.data.pairs_dir={args.pairs_dir}", f"--config.train.init_from={workdirs['ar']}"]
-    if family in ("cmlm", "nat") and "ar" in workdirs:  # the AR run's vocabulary, as the Multi30k recipes do
-        out += [f"--config.data.spm_from={workdirs['ar']}"]
+    if family in ("levt", "editor", "cmlm", "nat") and "ar" in workdirs:  # the AR run's vocabulary, as the
+        out += [f"--config.data.spm_from={workdirs['ar']}"]  # Multi30k recipes do (and no second spm training)
     return out + args.overrides
 
 

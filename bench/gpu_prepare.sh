@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes .gpu/ (ignored by git), what a GPU machine without network access needs beside the checkout, which it cannot
-# fetch there: the Multi30k En-De files, their constraint pairs (eflomal runs here, not there) and the wheels of
-# jaxnat's core dependencies that the GPU image lacks (ml-collections; Python 3.12).
+# fetch there: the Multi30k En-De files, their constraint pairs and code-switched splits (eflomal runs here, not
+# there) and the wheels of jaxnat's core dependencies that the GPU image lacks (ml-collections, sacremoses; pure
+# Python, whose own needs the image has).
 #
 #   bash bench/gpu_prepare.sh [DATA_DIR=../shared/data/multi30k]
 #
@@ -18,10 +19,9 @@ for f in train val test_2016_flickr; do
 done
 mkdir -p .gpu/multi30k .gpu/whl
 cp "$data"/{train,val,test_2016_flickr}.{en,de}.gz .gpu/multi30k/
-if [[ ! -f .gpu/pairs/train.pairs.jsonl ]]; then
-  python -m jaxnat.data.alignment --data-dir .gpu/multi30k --src en --tgt de --splits val,test_2016_flickr \
-    --output .gpu/pairs
-fi
+# launch/multi30k.py's align job, made here (a rerun skips the files that exist)
+python -m jaxnat.data.alignment --data-dir .gpu/multi30k --src en --tgt de --splits val,test_2016_flickr \
+  --output .gpu/pairs --code-switch
 python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-  --platform manylinux2014_x86_64 --platform any -d .gpu/whl ml-collections==1.1.0
+  --platform manylinux2014_x86_64 --platform any -d .gpu/whl ml-collections==1.1.0 sacremoses==0.2.0
 du -sh .gpu

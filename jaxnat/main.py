@@ -16,6 +16,7 @@ import logging
 import sys
 
 from jaxnat.errors import ConfigError, JaxnatError, Stopped
+from jaxnat.optional import check_core
 
 log = logging.getLogger("jaxnat")
 MODES = ("train", "eval", "translate", "distill", "average", "curves")
@@ -97,6 +98,7 @@ def check_paths(args) -> None:
 def run(argv=None) -> int:
     args, rest = parse_args(sys.argv[1:] if argv is None else argv)
     check_paths(args)  # first: nothing is loaded for a command that could not save its results
+    check_core()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("absl", "orbax", "jax._src"):  # Orbax logs every save and restore at INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)

@@ -10,11 +10,16 @@ only where that feature runs, so that training needs nothing beyond jaxnat's cor
 ``pip install -e '.[test]'`` installs all of them. A feature asked for without its package stops with a one-line
 `MissingDependency` naming the extra (`require`); where the feature is only a by-product of a run, the run goes
 on without it (`optional`).
+
+The core dependencies (`CORE`, setup.cfg's install_requires) are checked when a command starts (`check_core`): an
+image that ships jax and runs jaxnat from its source tree may lack one, and a run should say so at once rather
+than at its evaluation, after the training.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 
 from jaxnat.errors import ConfigError
 
@@ -24,6 +29,14 @@ PACKAGES = {
     "eflomal": ("eflomal", "align"),
     "tensorboardX": ("tensorboardX", "tensorboard"),
     "matplotlib": ("matplotlib", "plots"),
+}
+
+
+# module → the package of setup.cfg's install_requires that installs it
+CORE = {
+    "jax": "jax", "jaxlib": "jaxlib", "flax": "flax", "optax": "optax", "orbax.checkpoint": "orbax-checkpoint",
+    "sentencepiece": "sentencepiece", "sacrebleu": "sacrebleu", "sacremoses": "sacremoses",
+    "ml_collections": "ml-collections", "numpy": "numpy", "tqdm": "tqdm",
 }
 
 
@@ -53,3 +66,21 @@ def require(module: str, feature: str):
         inner = f" (it needs {e.name}, which is missing)" if e.name and e.name.split(".")[0] != module else ""
         raise MissingDependency(f"{feature} needs {package}, which is not installed{inner}: "
                                 f"{install_hint(module)}") from None
+
+
+def check_core() -> None:
+    """A one-line `MissingDependency` naming every core dependency that cannot be imported (found, not imported:
+    milliseconds)."""
+    missing = [package for module, package in CORE.items() if _findable(module) is None]
+    if missing:
+        names = " ".join(missing)
+        raise MissingDependency(f"jaxnat needs {', '.join(missing)}, which {'is' if len(missing) == 1 else 'are'} "
+                                f"not installed: pip install -e . in jaxnat's directory (or pip install {names})")
+
+
+def _findable(module: str):
+    """``module``'s spec, or None where it (or its parent package) is missing."""
+    try:
+        return importlib.util.find_spec(module)
+    except ModuleNotFoundError:  # "orbax.checkpoint" without orbax
+        return None

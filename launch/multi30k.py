@@ -2,7 +2,8 @@
 set and constraint-pair alignments, the students of each paper, their evaluations, speed tables and reports.
 
     python launch/multi30k.py --data-dir DATA --runs RUNS [--gpu] [--tables vecconst,nat,cmlm,edit]
-                              [--only JOB ...] [--status] [--dry-run]
+                              [--only JOB ...] [--align-from DIR] [--time-limit SECONDS] [--config.KEY=VALUE ...]
+                              [--status] [--dry-run]
 
 Jobs run one after another (one machine, one device), each after the jobs it needs; a finished job is marked
 done (RUNS/pipeline/done/JOB) and not run again, a failed one is reported and the jobs that need it are left
@@ -12,8 +13,13 @@ with confidence intervals and significance, the papers' analyses) in RUNS/report
 
 --gpu trains the configs sized for one GPU (configs/*/multi30k_gpu.py and their variants: the papers' base
 model, bf16, packed batches); without it, the CPU-sized configs. The budgets are the configs' own.
---only JOB ...: those jobs and the jobs they need. --status: where each job stands (for a training job its newest
-checkpoint and validation BLEU). --dry-run: the commands, in order, without running them.
+--only JOB ...: those jobs and the jobs they need. --align-from DIR: the constraint pairs made elsewhere (by the
+align job's command: eflomal need not be installed where the models train), copied instead of aligning.
+--time-limit SECONDS: no job starts after that many seconds, and the one running then is stopped (SIGTERM: a
+training job checkpoints first) and left to resume at the next start (a rented machine's hour). --config.KEY=VALUE:
+appended to every training, evaluation and speed job (e.g. the autotuner level, a smaller batch).
+--status: where each job stands (for a training job its newest checkpoint and validation BLEU). --dry-run: the
+commands, in order, without running them.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -42,13 +49,15 @@ class Job:
     argv: tuple[str, ...]
     table: str = ""
     copy_from: str = ""
+    copy_to: str = ""  # where copy_from goes when it is not the --workdir; a job of a copy alone has no argv
 
     def workdir(self) -> str | None:
         return self.argv[self.argv.index("--workdir") + 1] if "--workdir" in self.argv else None
 
 
-def jobs(data: str, runs: str, gpu: bool) -> list[Job]:
-    """Every job of the four tables, in the order they run."""
+def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align_from: str = "") -> list[Job]:
+    """Every job of the four tables, in the order they run; ``overrides`` (--config.KEY=VALUE) end every command
+    that takes a config."""
     def config(name):  # configs/<family>/<name>.py, or its one-GPU variant
         return os.path.join("configs", f"{name}_gpu.py" if gpu else f"{name}.py")
 
@@ -56,7 +65,7 @@ def jobs(data: str, runs: str, gpu: bool) -> list[Job]:
         return os.path.join(runs, name)
 
     def main(cfg, workdir, *flags, mode=()):
-        return ("-m", "jaxnat.main", *mode, "--config", config(cfg), "--workdir", run(workdir), *flags)
+        return ("-m", "jaxnat.main", *mode, "--config", config(cfg), "--workdir", run(workdir), *flags, *overrides)
 
     ar, kd, align = run("ar"), run("kd"), run("align")
     raw, distilled = f"--config.data.dir={data}", f"--config.data.dir={kd}"
@@ -66,7 +75,9 @@ def jobs(data: str, runs: str, gpu: bool) -> list[Job]:
                      f"--config.data.test_splits={TEST}.cs")
     student = (f"--config.data.spm_from={ar}",)
     stage_two = (f"--config.train.init_from={ar}",)
-    speed = ("bench/decode_speed.py",)
+
+    def speed(*flags):
+        return ("bench/decode_speed.py", *flags, *overrides)
 
     def report(table, *names):
         return Job(f"report-{table}", names, ("-m", "jaxnat.report", *(run(n) for n in names), "--split", TEST,
@@ -80,6 +91,7 @@ def jobs(data: str, runs: str, gpu: bool) -> list[Job]:
         # the teacher and what the students train on
         Job("ar", (), main("ar/multi30k", "ar", raw)),
         Job("distill", ("ar",), main("ar/multi30k", "ar", raw, "--output", kd, mode=("--mode", "distill"))),
+        Job("align", (), (), copy_from=align_from, copy_to=align) if align_from else
         Job("align", (), ("-m", "jaxnat.data.alignment", "--data-dir", data, "--src", "en", "--tgt", "de",
                           "--splits", f"val,{TEST}", "--output", align, "--code-switch")),
         # Wang et al. 2022: the AR model with the pairs (vanilla, + VDBA), stage 2 at α/β 0.8/0.2 and 0.5/0.5,
@@ -93,8 +105,8 @@ def jobs(data: str, runs: str, gpu: bool) -> list[Job]:
                                                  mode=("--mode", "eval")), "vecconst", copy_from=ar),
         Job("vecconst-cs", ("ar", "align"), main("vecconst/multi30k", "vecconst-cs", *code_switched, *stage_two),
             "vecconst"),
-        Job("speed-vecconst", ("vecconst",), (*speed, "--run", ar, "--run", run("vecconst"), "--pairs", "--unpacked",
-                                             "--batch", "128", *pairs), "vecconst"),
+        Job("speed-vecconst", ("vecconst",), speed("--run", ar, "--run", run("vecconst"), "--pairs", "--unpacked",
+                                            "--batch", "128", *pairs), "vecconst"),
         report("vecconst", "ar-pairs", "vecconst", "vecconst-vdba"),
         # Shan et al. 2021: NAT-base, Coverage-NAT, its SCA phase and the control without SCA, each rescored
         Job("natbase", ("distill",), main("nat/multi30k", "natbase", distilled, *student, "--config.nat.coverage=false",
@@ -109,7 +121,7 @@ def jobs(data: str, runs: str, gpu: bool) -> list[Job]:
                                                  mode=("--mode", "eval")), "nat", copy_from=run(name))
           for name, cfg, flags in (("natbase", "nat/multi30k", ("--config.nat.coverage=false",)),
                                    ("covnat", "nat/multi30k", ()), ("covnat-sca", "nat/multi30k_sca", ()))),
-        Job("speed-nat", ("natbase", "covnat"), (*speed, "--run", run("natbase"), "--run", run("covnat"), distilled),
+        Job("speed-nat", ("natbase", "covnat"), speed("--run", run("natbase"), "--run", run("covnat"), distilled),
             "nat"),
         report("nat", "natbase", "covnat", "covnat-sca", "covnat-ft"),
         # Huang et al. 2022: CMLM, +RevealPosition, +correction, CMLMC (Table 1), the halves of RevealPosition
@@ -127,15 +139,15 @@ def jobs(data: str, runs: str, gpu: bool) -> list[Job]:
             "cmlm"),
         Job("positions-cmlm", ("cmlm", "cmlmc"), ("-m", "jaxnat.models.cmlm.positions", run("cmlm"), run("cmlmc")),
             "cmlm"),
-        Job("speed-cmlm", ("cmlm", "cmlmc"), (*speed, "--run", run("cmlm"), "--run", run("cmlmc"), "--full-canvas",
-                                              raw), "cmlm"),
+        Job("speed-cmlm", ("cmlm", "cmlmc"), speed("--run", run("cmlm"), "--run", run("cmlmc"), "--full-canvas", raw),
+            "cmlm"),
         report("cmlm", "cmlm", "cmlm-revpos", "cmlm-corr", "cmlmc"),
         # Gu et al. 2019 and Xu & Carpuat 2021: the Levenshtein Transformer and EDITOR on the distilled data,
         # plain, with soft and with hard constraints
         Job("levt", ("distill",), main("levt/multi30k", "levt", distilled, *student), "edit"),
         Job("editor", ("distill",), main("editor/multi30k", "editor", distilled, *student), "edit"),
-        Job("speed-edit", ("levt", "editor"), (*speed, "--run", ar, "--run", run("levt"), "--run", run("editor"),
-                                               distilled), "edit"),
+        Job("speed-edit", ("levt", "editor"), speed("--run", ar, "--run", run("levt"), "--run", run("editor"),
+                                              distilled), "edit"),
         report("edit", "levt", "editor"),
     ]
 
@@ -185,8 +197,13 @@ def copy_whole(src: str, dst: str) -> None:
     os.rename(dst + ".partial", dst)
 
 
-def run_jobs(todo: list[Job], state: str, python: str) -> int:
-    """Runs every job that is not done and whose prerequisites are, in order; 1 if one failed."""
+class TimeUp(Exception):
+    """The pipeline's time limit stopped a job."""
+
+
+def run_jobs(todo: list[Job], state: str, python: str, deadline: float = float("inf")) -> int:
+    """Runs every job that is not done and whose prerequisites are, in order, until ``deadline`` (time.monotonic):
+    0 when all ran, 1 if one failed, 3 when the deadline stopped them."""
     failed: set[str] = set()
     for job in todo:
         done = os.path.join(state, "done", job.name)
@@ -196,15 +213,23 @@ def run_jobs(todo: list[Job], state: str, python: str) -> int:
         if missing:
             print(f"{time.strftime('%F %T')} skip {job.name} (needs {', '.join(missing)})", flush=True)
             continue
+        if time.monotonic() >= deadline:
+            print(f"{time.strftime('%F %T')} time limit reached before {job.name}: the same command goes on",
+                  flush=True)
+            return 3
         print(f"{time.strftime('%F %T')} start {job.name}", flush=True)
         with open(os.path.join(state, f"{job.name}.log"), "a", encoding="utf-8") as log:
             try:
                 if job.copy_from:
-                    copy_whole(job.copy_from, job.workdir())
-                ok = subprocess.run([python, *job.argv], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT).returncode == 0
+                    copy_whole(job.copy_from, job.copy_to or job.workdir())
+                ok = not job.argv or _run_until(python, job.argv, log, deadline)
             except OSError as e:
                 log.write(f"{e}\n")
                 ok = False
+            except TimeUp:
+                print(f"{time.strftime('%F %T')} time limit reached: stopped {job.name} (the same command resumes "
+                      f"it)", flush=True)
+                return 3
         if ok:
             open(done, "w").close()
             print(f"{time.strftime('%F %T')} done {job.name}", flush=True)
@@ -214,29 +239,62 @@ def run_jobs(todo: list[Job], state: str, python: str) -> int:
     return 1 if failed else 0
 
 
+def _run_until(python: str, argv: tuple[str, ...], log, deadline: float, grace: float = 60.0) -> bool:
+    """Whether ``python argv`` (output to ``log``) succeeded; `TimeUp` when ``deadline`` stopped it: SIGTERM
+    (a training run writes its checkpoint, then exits), SIGKILL after ``grace`` seconds."""
+    proc = subprocess.Popen([python, *argv], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        left = deadline - time.monotonic()
+        return proc.wait(timeout=None if left == float("inf") else max(left, 0)) == 0
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        raise TimeUp from None
+    except BaseException:  # the pipeline interrupted: the job it started goes with it
+        proc.kill()
+        proc.wait()
+        raise
+
+
 def main(argv: list[str] | None = None) -> int:
+    start = time.monotonic()
     parser = argparse.ArgumentParser(prog="python launch/multi30k.py", description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", required=True, help="the Multi30k folder ({split}.{en,de}[.gz])")
     parser.add_argument("--runs", required=True, help="where the workdirs, logs and reports go")
     parser.add_argument("--gpu", action="store_true", help="the configs sized for one GPU")
     parser.add_argument("--tables", default=",".join(TABLES), help=f"comma list of {', '.join(TABLES)} (default all)")
     parser.add_argument("--only", nargs="+", default=[], metavar="JOB", help="these jobs and what they need")
+    parser.add_argument("--align-from", default="", metavar="DIR", help="the constraint pairs, made elsewhere")
+    parser.add_argument("--time-limit", type=float, default=0, metavar="SECONDS", help="stop after this long")
     parser.add_argument("--status", action="store_true", help="where each job stands")
     parser.add_argument("--dry-run", action="store_true", help="print the commands without running them")
     parser.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)  # the tests' stand-in
-    args = parser.parse_args(argv)
+    args, overrides = parser.parse_known_args(argv)
+    if wrong := [a for a in overrides if not (a.startswith("--config.") and "=" in a)]:
+        parser.error(f"unrecognized argument {wrong[0]!r} (overrides are --config.KEY=VALUE)")
     tables = [t for t in args.tables.split(",") if t]
     if unknown := [t for t in tables if t not in TABLES]:
         parser.error(f"unknown table {unknown[0]!r} (tables: {', '.join(TABLES)})")
     if not os.path.isdir(args.data_dir) and not (args.status or args.dry_run):
         parser.error(f"no data directory {args.data_dir}")
+    if args.align_from and not os.path.isfile(os.path.join(args.align_from, "train.cs.pairs.jsonl")):
+        parser.error(f"--align-from {args.align_from}: no train.cs.pairs.jsonl there (the align job's command makes "
+                     f"it: --dry-run --only align shows it)")
+    if args.time_limit < 0:
+        parser.error("--time-limit: a number of seconds > 0")
     runs = os.path.abspath(args.runs)
-    todo = selected(jobs(os.path.abspath(args.data_dir), runs, args.gpu), tables, args.only)
+    align_from = os.path.abspath(args.align_from) if args.align_from else ""
+    todo = selected(jobs(os.path.abspath(args.data_dir), runs, args.gpu, tuple(overrides), align_from), tables,
+                    args.only)
     state = os.path.join(runs, "pipeline")
     if args.dry_run:
         for job in todo:
-            copy = f"(copy {job.copy_from} -> {job.workdir()}) " if job.copy_from else ""
-            print(f"{job.name}: {copy}python {' '.join(job.argv)}")
+            copy = f"(copy {job.copy_from} -> {job.copy_to or job.workdir()})" if job.copy_from else ""
+            print(f"{job.name}: " + " ".join(filter(None, [copy, job.argv and f"python {' '.join(job.argv)}"])))
         return 0
     if args.status:
         for job in todo:
@@ -246,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{job.name:<20} to run{progress(job)}")
         return 0
     os.makedirs(os.path.join(state, "done"), exist_ok=True)
-    return run_jobs(todo, state, args.python)
+    return run_jobs(todo, state, args.python, start + args.time_limit if args.time_limit else float("inf"))
 
 
 if __name__ == "__main__":

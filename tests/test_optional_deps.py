@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from jaxnat.errors import ConfigError
-from jaxnat.optional import PACKAGES, MissingDependency, optional, require
+from jaxnat.optional import CORE, PACKAGES, MissingDependency, optional, require
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -103,6 +103,20 @@ def test_require_and_optional(monkeypatch):
     assert optional("json") is not None
 
 
+def test_a_missing_core_dependency_stops_a_command_at_once(monkeypatch, tmp_path, capsys):
+    """An image with jax preinstalled and jaxnat on PYTHONPATH may lack a core dependency (the GPU image lacks
+    sacremoses and ml-collections): one line before anything is loaded, not a traceback at the evaluation."""
+    from jaxnat.main import main
+
+    monkeypatch.setitem(sys.modules, "sacremoses", None)
+    monkeypatch.setitem(sys.modules, "ml_collections", None)
+    code = main(["--config", "configs/ar/demo.py", "--workdir", str(tmp_path / "run")])
+    assert code == 2 and capsys.readouterr().err == (
+        "jaxnat: error: jaxnat needs sacremoses, ml-collections, which are not installed: pip install -e . in "
+        "jaxnat's directory (or pip install sacremoses ml-collections)\n")
+    assert not (tmp_path / "run").exists()
+
+
 def test_every_extra_is_in_setup_cfg_and_the_test_extra_installs_them():
     import configparser
 
@@ -113,6 +127,7 @@ def test_every_extra_is_in_setup_cfg_and_the_test_extra_installs_them():
               for name, value in cfg["options.extras_require"].items()}
     core = {line.split(">")[0].split("=")[0].split("<")[0].strip().lower()
             for line in cfg["options"]["install_requires"].strip().splitlines()}
+    assert set(CORE.values()) == core
     for module, (package, extra) in PACKAGES.items():
         assert package.lower() in extras[extra], (module, extra)
         assert package.lower() in extras["test"], package

@@ -14,7 +14,8 @@ from tests import cli
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PIPELINE = os.path.join(ROOT, "launch", "multi30k.py")
 # a stand-in for python: prints its arguments (into the job's log), creates the --workdir it is given (a run the
-# evaluated copies can copy), fails for the Coverage-NAT pre-training job unless ALLOW_COVNAT is set
+# evaluated copies can copy), fails for the Coverage-NAT pre-training job unless ALLOW_COVNAT is set; with SLOW_AR
+# the teacher's job runs until a SIGTERM, which it answers as a training run does (a line, exit 143)
 FAKE_PYTHON = """#!/usr/bin/env bash
 echo "$@"
 prev=
@@ -23,6 +24,8 @@ for a in "$@"; do
   prev=$a
 done
 case "$*" in *"--workdir "*/covnat" "*) [ -n "${ALLOW_COVNAT:-}" ] || exit 1;; esac
+case "$*" in *"--workdir "*/ar" "*) if [ -n "${SLOW_AR:-}" ]; then
+  trap 'echo stopped by SIGTERM; exit 143' TERM; sleep 60 & wait; fi;; esac
 exit 0
 """
 
@@ -35,7 +38,7 @@ def _pipeline(tmp_path, *args, check=True, **env):
     result = cli.run([sys.executable, PIPELINE, "--data-dir", str(tmp_path / "data"), "--runs",
                              str(tmp_path / "runs"), "--python", str(python), *args],
                      env=dict(os.environ, **env), timeout=120)
-    assert not check or result.returncode in (0, 1), result.stderr
+    assert not check or result.returncode in (0, 1, 3), result.stderr
     return result, re.findall(r"^\S+ \S+ (start|done|FAILED|skip) (\S+)", result.stdout, re.M)
 
 
@@ -82,3 +85,35 @@ def test_every_config_it_names_exists(tmp_path, gpu):
     configs = set(re.findall(r"--config (\S+)", out))
     assert len(configs) == 8 and all(os.path.isfile(os.path.join(ROOT, c)) for c in configs), configs
     assert all(c.endswith("_gpu.py") == gpu for c in configs)
+
+
+def test_align_from_overrides_and_time_limit(tmp_path):
+    """--align-from copies the pairs made elsewhere instead of aligning; --config.KEY=VALUE ends every command that
+    takes a config; --time-limit stops the job running at the limit (SIGTERM) and starts no other, and the same
+    command then goes on with it."""
+    pairs = tmp_path / "pairs"
+    pairs.mkdir()
+    (pairs / "train.cs.pairs.jsonl").write_text("[]\n")
+    flags = ("--align-from", str(pairs), "--config.train.steps=7", "--tables", "vecconst")
+    result, events = _pipeline(tmp_path, *flags)
+    assert result.returncode == 0 and ("done", "align") in events
+    runs = tmp_path / "runs"
+    assert (runs / "align" / "train.cs.pairs.jsonl").is_file()
+    assert (runs / "pipeline" / "align.log").read_text() == ""  # nothing ran
+    for job in ("ar", "vecconst", "ar-pairs", "speed-vecconst"):
+        assert (runs / "pipeline" / f"{job}.log").read_text().rstrip().endswith("--config.train.steps=7"), job
+    assert "--config.train.steps" not in (runs / "pipeline" / "report-vecconst.log").read_text()
+    bad, _ = _pipeline(tmp_path, "--steps=7", check=False)
+    assert bad.returncode == 2 and "unrecognized argument '--steps=7' (overrides are --config.KEY=VALUE)" in bad.stderr
+    bad, _ = _pipeline(tmp_path, "--align-from", str(tmp_path), check=False)
+    assert bad.returncode == 2 and "no train.cs.pairs.jsonl there" in bad.stderr
+
+    limited = tmp_path / "limited"
+    limited.mkdir()
+    result, events = _pipeline(limited, "--time-limit", "2", "--only", "distill", SLOW_AR="1")
+    assert result.returncode == 3 and "time limit reached: stopped ar" in result.stdout
+    assert [e for e in events if e[0] != "skip"] == [("start", "ar")]
+    assert "stopped by SIGTERM" in (limited / "runs" / "pipeline" / "ar.log").read_text()
+    assert not (limited / "runs" / "pipeline" / "done" / "ar").exists()
+    result, events = _pipeline(limited, "--only", "distill")
+    assert result.returncode == 0 and [e for e in events if e[0] == "done"] == [("done", "ar"), ("done", "distill")]

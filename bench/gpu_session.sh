@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# One call of the Multi30k pipeline (launch/multi30k.py --gpu) on a GPU machine that cannot reach the network and
+# keeps nothing between calls: this checkout copied there with .gpu/ beside it (bench/gpu_prepare.sh makes it;
+# .gpu/runs holds what earlier calls brought back). Installs the carried wheels, runs the pipeline's jobs for at most
+# SECONDS with the constraint pairs made here, and leaves in $OUT what comes back:
+#
+#   pipeline.txt        the pipeline's output;  status.txt: where each job stands after it
+#   runs.tar.gz.N       .gpu/runs without checkpoints and TensorBoard logs (metrics, hypotheses, histories, logs,
+#                       reports, the distilled corpus, vocabularies), in parts of 15 MiB
+#
+#   bash bench/gpu_session.sh SECONDS [launch/multi30k.py options: --only JOB ..., --tables ..., --config.K=V ...]
+#
+# Back here: rm -rf .gpu/runs && cat FILES_AT/runs.tar.gz.* | tar -xz -C .gpu, and carry .gpu in the next call.
+# Checkpoints do not come back (a base model's is hundreds of MB): a job that reads another's checkpoint (the
+# teacher's: distillation, stage 2 of the vectorized model, rescoring, the evaluated copies, the speed tables) must
+# run in the same call as it, so choose each call's --only accordingly (launch/README.md).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[[ $# -ge 1 && $1 =~ ^[0-9]+$ ]] || { echo "usage: bash bench/gpu_session.sh SECONDS [pipeline options]" >&2; exit 2; }
+[[ -n ${OUT:-} && -d .gpu/multi30k && -d .gpu/pairs ]] || { echo "error: needs \$OUT and .gpu/ (bench/gpu_prepare.sh)" >&2; exit 2; }
+limit=$1
+shift
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+pipeline=(python3 launch/multi30k.py --data-dir .gpu/multi30k --runs .gpu/runs --gpu --align-from .gpu/pairs "$@")
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT/pipeline.txt" 2>&1
+"${pipeline[@]}" --time-limit "$limit" 2>&1 | tee -a "$OUT/pipeline.txt"
+rc=$?
+"${pipeline[@]}" --status >"$OUT/status.txt" 2>&1
+tar -C .gpu -cz --exclude=checkpoints --exclude=tensorboard runs | split -b 15M -d -a 1 - "$OUT/runs.tar.gz."
+ls -la "$OUT"
+exit $rc
