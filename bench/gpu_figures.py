@@ -2,7 +2,7 @@
 MFU and decoding speed of its GPU config; and the edit models' step cost against the AR model's on one batch.
 
     python bench/gpu_figures.py --data-dir .gpu/multi30k --pairs-dir .gpu/pairs --out $OUT \
-        [--families ar,levt,editor,cmlm,nat,vecconst] [--steps 150] [--autotune -1]
+        [--families ar,levt,editor,cmlm,nat,vecconst] [--steps 150] [--autotune -1] [--budget SECONDS] [--step-cost]
 
 Each family trains its `configs/<family>/multi30k_gpu.py` for --steps steps in a fresh workdir, as a user's
 command would (`python -m jaxnat.main`, the persistent compilation cache off, so every program compiles), then
@@ -151,6 +151,9 @@ def main():
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--autotune", type=int, default=-1, help="train.xla_gpu_autotune_level")
     parser.add_argument("--time-limit", type=int, default=300, help="seconds a family's run may take")
+    parser.add_argument("--budget", type=int, default=0,
+                        help="seconds for the whole command (0: no limit): no family starts after it, each run is cut "
+                             "at it, and --step-cost runs only before it")
     parser.add_argument("--step-cost", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--config-name", default="multi30k_gpu",
@@ -173,8 +176,14 @@ def main():
         with open(os.path.join(args.out, "figures.md"), "w") as f:
             f.write(table(figures))
 
+    start = time.perf_counter()
+    left = lambda: (args.budget - (time.perf_counter() - start)) if args.budget else float("inf")  # noqa: E731
     with open(os.path.join(args.out, "logs.txt"), "a") as logs:
         for family in families:
+            if left() < 30:
+                print(f"{family}: not run, the budget of {args.budget} s is spent", flush=True)
+                figures["families"][family] = {"rc": "budget"}
+                continue
             workdirs[family] = os.path.join(work, family)
             cmd = [sys.executable, "-m", "jaxnat.main", "--config",
                    os.path.join(ROOT, f"configs/{family}/{args.config_name}.py"), "--workdir", workdirs[family],
@@ -183,7 +192,8 @@ def main():
             logs.flush()
             t0 = time.perf_counter()
             try:
-                done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=args.time_limit)
+                done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                                      timeout=min(args.time_limit, left()))
                 text, rc = done.stdout + done.stderr, done.returncode
             except subprocess.TimeoutExpired as e:  # what it printed until then (bytes, whatever text= says)
                 as_text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")  # noqa: E731
@@ -194,7 +204,7 @@ def main():
                                            **read_run(workdirs[family], text)}
             print(family, figures["families"][family], flush=True)
             save()
-    if args.step_cost:
+    if args.step_cost and left() > 60:
         figures["step_cost"] = step_cost(args)
         save()
     print(table(figures))
