@@ -1,12 +1,12 @@
 """Test session set-up: CPU only; one XLA compilation cache shared by the test processes and their subprocesses
 (fresh per session, so tests stay hermetic but a program compiles once a session, however small: the tiny
 runs' programs take well under the cache's usual half-second threshold each, and a subprocess compiles dozens);
-XLA's backend optimisation off,
-and, with jaxlib 0.10, the CPU backend's older loop-fusion code generator (`xla_cpu_use_fusion_emitters=false`;
-jaxlib 0.11's XLA has only the new one and aborts on the flag). The tests' models are tiny, so their time goes
-into compiling, not running: without LLVM's optimisation passes the suite uses about a third less CPU, and the
-older emitters compile a fifth faster again; what the programs compute is the same. The command-line tests fork their `python -m jaxnat.main` runs from a server that has imported jax already
-(tests/cli.py)."""
+XLA's backend optimisation off, and, with jaxlib 0.10, the CPU backend's older loop-fusion code generator
+(`xla_cpu_use_fusion_emitters=false`; jaxlib 0.11's XLA has only the new one and aborts on the flag). The tests'
+models are tiny, so their time goes into compiling, not running: without LLVM's optimisation passes the suite
+uses about a third less CPU, and the older emitters compile a fifth faster again; what the programs compute is
+the same. The command-line tests fork their `python -m jaxnat.main` runs from a server that has imported jax
+already (tests/cli.py)."""
 
 import importlib.metadata
 import os
