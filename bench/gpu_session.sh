@@ -5,8 +5,9 @@
 # SECONDS with the constraint pairs made here, and leaves in $OUT what comes back:
 #
 #   pipeline.txt        the pipeline's output;  status.txt: where each job stands after it
-#   runs.tar.gz.N       .gpu/runs without checkpoints and TensorBoard logs (metrics, hypotheses, histories, logs,
-#                       reports, the distilled corpus, vocabularies), in parts of 15 MiB
+#   runs.tar.gz.N       .gpu/runs without checkpoints, TensorBoard logs and the workdirs of unfinished jobs
+#                       (metrics, hypotheses, histories, logs, reports, the distilled corpus, vocabularies), in
+#                       parts of 15 MiB
 #
 #   bash bench/gpu_session.sh SECONDS [launch/multi30k.py options: --only JOB ..., --tables ..., --config.K=V ...]
 #
@@ -27,6 +28,13 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"
 "${pipeline[@]}" --time-limit "$limit" 2>&1 | tee -a "$OUT/pipeline.txt"
 rc=$?
 "${pipeline[@]}" --status >"$OUT/status.txt" 2>&1
-tar -C .gpu -cz --exclude=checkpoints --exclude=tensorboard runs | split -b 15M -d -a 1 - "$OUT/runs.tar.gz."
+# a job stopped by the time limit starts afresh next time (its checkpoint stays here): its workdir stays here too
+partial=()
+for dir in .gpu/runs/*/; do
+  name=$(basename "$dir")
+  [[ -e .gpu/runs/pipeline/$name.log && ! -e .gpu/runs/pipeline/done/$name ]] && partial+=("--exclude=runs/$name")
+done
+tar -C .gpu -cz --exclude=checkpoints --exclude=tensorboard "${partial[@]}" runs |
+  split -b 15M -d -a 1 - "$OUT/runs.tar.gz."
 ls -la "$OUT"
 exit $rc
