@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 [[ -n ${OUT:-} && -d .gpu/multi30k && -d .gpu/pairs ]] || { echo "error: needs \$OUT and .gpu/ (bench/gpu_prepare.sh)" >&2; exit 2; }
 limit=$1
 shift
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .gpu/whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 pipeline=(python3 launch/multi30k.py --data-dir .gpu/multi30k --runs .gpu/runs --gpu --align-from .gpu/pairs "$@")
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$OUT/pipeline.txt" 2>&1
