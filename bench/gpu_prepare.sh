@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Makes .gpu/ (ignored by git), what a GPU machine without network access needs beside the checkout, which it cannot
 # fetch there: the Multi30k En-De files, their constraint pairs and code-switched splits (eflomal runs here, not
-# there) and the wheels of jaxnat's core dependencies that the GPU image lacks (ml-collections, sacremoses; pure
-# Python, whose own needs the image has).
+# there) and the wheels of jaxnat's core dependencies that the GPU image lacks (ml-collections, sacremoses) or may
+# hold in other versions than the ones the test suite passed with on jax 0.11.2 and Python 3.12 (flax, optax,
+# orbax-checkpoint): pure Python, whose own needs the image has.
 #
-#   bash bench/gpu_prepare.sh [DATA_DIR=../shared/data/multi30k]
+#   bash bench/gpu_prepare.sh [DATA_DIR=../shared/data/multi30k]     (in jaxnat's virtual environment)
 #
-# Then, on the device machine (carry .gpu), one command:
-#   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu/whl/*.whl &&
+# Then, on the device machine (carry .gpu), the measurements of one GPU:
+#   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .gpu/whl/*.whl &&
 #   PYTHONPATH=/tmp/site:$PWD python3 bench/gpu_figures.py --data-dir .gpu/multi30k --pairs-dir .gpu/pairs --out $OUT
+# or the Multi30k pipeline: bash bench/gpu_session.sh SECONDS [...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${1:-../shared/data/multi30k}
@@ -23,5 +25,6 @@ cp "$data"/{train,val,test_2016_flickr}.{en,de}.gz .gpu/multi30k/
 python -m jaxnat.data.alignment --data-dir .gpu/multi30k --src en --tgt de --splits val,test_2016_flickr \
   --output .gpu/pairs --code-switch
 python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-  --platform manylinux2014_x86_64 --platform any -d .gpu/whl ml-collections==1.1.0 sacremoses==0.2.0
+  --platform manylinux2014_x86_64 --platform any -d .gpu/whl ml-collections==1.1.0 sacremoses==0.2.0 flax==0.12.12 optax==0.2.8 \
+  orbax-checkpoint==0.12.8
 du -sh .gpu
