@@ -5,22 +5,29 @@
 # SECONDS with the constraint pairs made here, and leaves in $OUT what comes back:
 #
 #   pipeline.txt        the pipeline's output;  status.txt: where each job stands after it
-#   runs.tar.gz.N       .gpu/runs without checkpoints, TensorBoard logs and the workdirs of unfinished jobs
+#   runs.tar.gz.N       .gpu/runs without checkpoints (but --keep), TensorBoard logs and unfinished jobs' workdirs
 #                       (metrics, hypotheses, histories, logs, reports, the distilled corpus, vocabularies), in
 #                       parts of 15 MiB
 #
-#   bash bench/gpu_session.sh SECONDS [launch/multi30k.py options: --only JOB ..., --tables ..., --config.K=V ...]
+#   bash bench/gpu_session.sh SECONDS [--keep JOB ...] [launch/multi30k.py options: --only JOB ..., --config.K=V ...]
 #
 # Back here: rm -rf .gpu/runs && cat FILES_AT/runs.tar.gz.* | tar -xz -C .gpu, and carry .gpu in the next call.
-# Checkpoints do not come back (a base model's is hundreds of MB): a job that reads another's checkpoint (the
-# teacher's: distillation, stage 2 of the vectorized model, rescoring, the evaluated copies, the speed tables) must
-# run in the same call as it, so choose each call's --only accordingly (launch/README.md).
+# Checkpoints do not come back (a base model's is hundreds of MB; 8 files of 16 MiB come back, 64 MiB travel) but
+# the best one of each --keep JOB (a small model's, e.g. a d 256 teacher's: ~40 MB): a job that reads another's
+# checkpoint (the teacher's: distillation, stage 2 of the vectorized model, rescoring, the evaluated copies, the
+# speed tables) runs in the same call as it or after a call that kept it; choose each call's --only accordingly.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-[[ $# -ge 1 && $1 =~ ^[0-9]+$ ]] || { echo "usage: bash bench/gpu_session.sh SECONDS [pipeline options]" >&2; exit 2; }
+[[ $# -ge 1 && $1 =~ ^[0-9]+$ ]] || { echo "usage: bash bench/gpu_session.sh SECONDS [--keep JOB ...] [pipeline options]" >&2; exit 2; }
 [[ -n ${OUT:-} && -d .gpu/multi30k && -d .gpu/pairs ]] || { echo "error: needs \$OUT and .gpu/ (bench/gpu_prepare.sh)" >&2; exit 2; }
 limit=$1
 shift
+keep=()
+while [[ ${1:-} == --keep ]]; do
+  [[ -n ${2:-} ]] || { echo "error: --keep needs a job's name" >&2; exit 2; }
+  keep+=("$2")
+  shift 2
+done
 python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .gpu/whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 pipeline=(python3 launch/multi30k.py --data-dir .gpu/multi30k --runs .gpu/runs --gpu --align-from .gpu/pairs "$@")
@@ -28,13 +35,21 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"
 "${pipeline[@]}" --time-limit "$limit" 2>&1 | tee -a "$OUT/pipeline.txt"
 rc=$?
 "${pipeline[@]}" --status >"$OUT/status.txt" 2>&1
-# a job stopped by the time limit starts afresh next time (its checkpoint stays here): its workdir stays here too
-partial=()
+# what comes back: no checkpoints but the kept ones, no TensorBoard logs, and not the workdir of a job stopped by
+# the time limit (it starts afresh next time: its checkpoint stays here)
+skip=(-name checkpoints -o -name tensorboard)
 for dir in .gpu/runs/*/; do
   name=$(basename "$dir")
-  [[ -e .gpu/runs/pipeline/$name.log && ! -e .gpu/runs/pipeline/done/$name ]] && partial+=("--exclude=runs/$name")
+  [[ -e .gpu/runs/pipeline/$name.log && ! -e .gpu/runs/pipeline/done/$name ]] && skip+=(-o -path "runs/$name")
 done
-tar -C .gpu -cz --exclude=checkpoints --exclude=tensorboard "${partial[@]}" runs |
-  split -b 15M -d -a 1 - "$OUT/runs.tar.gz."
+{
+  (cd .gpu && find runs \( "${skip[@]}" \) -prune -o -print)
+  for job in "${keep[@]}"; do
+    (cd .gpu && find "runs/$job/checkpoints" -maxdepth 0 && find "runs/$job/checkpoints/best") ||
+      echo "warning: no best checkpoint of $job to keep" >&2
+  done
+} >/tmp/gpu_session_files
+tar -C .gpu -cz --no-recursion -T /tmp/gpu_session_files | split -b 15M -d -a 1 - "$OUT/runs.tar.gz."
 ls -la "$OUT"
+(( $(ls "$OUT"/runs.tar.gz.* | wc -l) <= 6 )) || echo "warning: more parts than come back (8 files in all): keep less" >&2
 exit $rc
