@@ -12,8 +12,8 @@
 #   bash bench/gpu_session.sh SECONDS [--keep JOB ...] [launch/multi30k.py options: --only JOB ..., --config.K=V ...]
 #
 # Back here: rm -rf .gpu/runs && cat FILES_AT/runs.tar.gz.* | tar -xz -C .gpu, and carry .gpu in the next call.
-# Checkpoints do not come back (a base model's is hundreds of MB; 8 files of 16 MiB come back, 64 MiB travel) but
-# the best one of each --keep JOB (a small model's, e.g. a d 256 teacher's: ~40 MB): a job that reads another's
+# Checkpoints do not come back (a base model's best is 170 MB; 8 files of 16 MiB come back, 64 MiB travel) but
+# the best one of each --keep JOB (a small model's: the d 256, 3+3 AR model's is 27 MB): a job that reads another's
 # checkpoint (the teacher's: distillation, stage 2 of the vectorized model, rescoring, the evaluated copies, the
 # speed tables) runs in the same call as it or after a call that kept it; choose each call's --only accordingly.
 set -uo pipefail
