@@ -1,9 +1,9 @@
 """The Multi30k En→De tables of docs/results.md as one resumable pipeline: the AR teacher, its distilled training
 set and constraint-pair alignments, the students of each paper, their evaluations, speed tables and reports.
 
-    python launch/multi30k.py --data-dir DATA --runs RUNS [--gpu] [--tables vecconst,nat,cmlm,edit]
-                              [--only JOB ...] [--align-from DIR] [--time-limit SECONDS] [--config.KEY=VALUE ...]
-                              [--status] [--dry-run]
+    python launch/multi30k.py --data-dir DATA --runs RUNS [--gpu [--teacher ar|ar-small]]
+                              [--tables teacher,vecconst,nat,cmlm,edit] [--only JOB ...] [--align-from DIR]
+                              [--time-limit SECONDS] [--config.KEY=VALUE ...] [--status] [--dry-run]
 
 Jobs run one after another (one machine, one device), each after the jobs it needs; a finished job is marked
 done (RUNS/pipeline/done/JOB) and not run again, a failed one is reported and the jobs that need it are left
@@ -12,7 +12,10 @@ in the next session. Each job's output is in RUNS/pipeline/JOB.log; the reports 
 with confidence intervals and significance, the papers' analyses) in RUNS/reports/TABLE/.
 
 --gpu trains the configs sized for one GPU (configs/*/multi30k_gpu.py and their variants: the papers' base
-model, bf16, packed batches); without it, the CPU-sized configs. The budgets are the configs' own.
+model, bf16, packed batches), and the AR model at d 256, 3+3 as well (ar-small, configs/ar/multi30k_small_gpu.py;
+the teacher table compares the two); without it, the CPU-sized configs. The budgets are the configs' own.
+--teacher: which AR model distils, lends the students its vocabulary, rescores and is the edit models' speed
+baseline (default ar; the vectorized model's stage 2 starts from ar whichever teaches).
 --only JOB ...: those jobs and the jobs they need. --align-from DIR: the constraint pairs made elsewhere (by the
 align job's command: eflomal need not be installed where the models train), copied instead of aligning.
 --time-limit SECONDS: no job starts after that many seconds, and the one running then is stopped (SIGTERM: a
@@ -36,7 +39,9 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST = "test_2016_flickr"
-TABLES = ("vecconst", "nat", "cmlm", "edit")
+TABLES = ("teacher", "vecconst", "nat", "cmlm", "edit")
+# the AR models that can teach (distillation, the students' vocabulary, rescoring): configs/<name>[_gpu].py
+TEACHERS = {"ar": "ar/multi30k", "ar-small": "ar/multi30k_small"}  # ar-small: with --gpu only (d 256, 3+3)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,9 +60,10 @@ class Job:
         return self.argv[self.argv.index("--workdir") + 1] if "--workdir" in self.argv else None
 
 
-def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align_from: str = "") -> list[Job]:
-    """Every job of the four tables, in the order they run; ``overrides`` (--config.KEY=VALUE) end every command
-    that takes a config."""
+def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align_from: str = "",
+         teacher: str = "ar") -> list[Job]:
+    """Every job of the tables, in the order they run; ``overrides`` (--config.KEY=VALUE) end every command that
+    takes a config; ``teacher`` (a key of TEACHERS) distils, lends the students its vocabulary and rescores."""
     def config(name):  # configs/<family>/<name>.py, or its one-GPU variant
         return os.path.join("configs", f"{name}_gpu.py" if gpu else f"{name}.py")
 
@@ -67,13 +73,13 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
     def main(cfg, workdir, *flags, mode=()):
         return ("-m", "jaxnat.main", *mode, "--config", config(cfg), "--workdir", run(workdir), *flags, *overrides)
 
-    ar, kd, align = run("ar"), run("kd"), run("align")
+    ar, kd, align, teach = run("ar"), run("kd"), run("align"), run(teacher)
     raw, distilled = f"--config.data.dir={data}", f"--config.data.dir={kd}"
     pairs = (raw, f"--config.data.pairs_dir={align}")
     code_switched = (f"--config.data.dir={align}", f"--config.data.pairs_dir={align}",
                      "--config.data.train_split=train.cs", "--config.data.valid_split=val.cs",
                      f"--config.data.test_splits={TEST}.cs")
-    student = (f"--config.data.spm_from={ar}",)
+    student = (f"--config.data.spm_from={teach}",)
     stage_two = (f"--config.train.init_from={ar}",)
 
     def speed(*flags):
@@ -86,11 +92,13 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
 
     no_revpos = ("--config.cmlm.masked_attn=false", "--config.cmlm.concat_pe=false")
     no_corr = ("--config.cmlm.correction=false",)
-    rescore = ("--config.nat.length_beam=9", f"--config.nat.rescorer={ar}", "--config.eval.iteration_sweep=")
+    rescore = ("--config.nat.length_beam=9", f"--config.nat.rescorer={teach}", "--config.eval.iteration_sweep=")
     return [
-        # the teacher and what the students train on
-        Job("ar", (), main("ar/multi30k", "ar", raw)),
-        Job("distill", ("ar",), main("ar/multi30k", "ar", raw, "--output", kd, mode=("--mode", "distill"))),
+        # the AR models (d 512, 6+6 and, on a GPU, d 256, 3+3), the teacher's distilled data, the constraint pairs
+        Job("ar", (), main("ar/multi30k", "ar", raw), "teacher"),
+        *([Job("ar-small", (), main("ar/multi30k_small", "ar-small", raw), "teacher"),
+           report("teacher", "ar", "ar-small")] if gpu else []),
+        Job("distill", (teacher,), main(TEACHERS[teacher], teacher, raw, "--output", kd, mode=("--mode", "distill"))),
         Job("align", (), (), copy_from=align_from, copy_to=align) if align_from else
         Job("align", (), ("-m", "jaxnat.data.alignment", "--data-dir", data, "--src", "en", "--tgt", "de",
                           "--splits", f"val,{TEST}", "--output", align, "--code-switch")),
@@ -126,16 +134,17 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
         report("nat", "natbase", "covnat", "covnat-sca", "covnat-ft"),
         # Huang et al. 2022: CMLM, +RevealPosition, +correction, CMLMC (Table 1), the halves of RevealPosition
         # (Table A.1), on raw data with the teacher's vocabulary; CMLMC rescored by it
-        Job("cmlm", ("ar",), main("cmlm/multi30k", "cmlm", raw, *student, *no_revpos, *no_corr), "cmlm"),
-        Job("cmlm-revpos", ("ar",), main("cmlm/multi30k", "cmlm-revpos", raw, *student, *no_corr), "cmlm"),
-        Job("cmlm-corr", ("ar",), main("cmlm/multi30k", "cmlm-corr", raw, *student, *no_revpos), "cmlm"),
-        Job("cmlmc", ("ar",), main("cmlm/multi30k", "cmlmc", raw, *student), "cmlm"),
-        Job("cmlmc-rescored", ("cmlmc",), main("cmlm/multi30k", "cmlmc-rescored", raw, f"--config.cmlm.rescorer={ar}",
-                                               "--config.eval.constraints=", "--config.eval.iteration_sweep=",
-                                               mode=("--mode", "eval")), "cmlm", copy_from=run("cmlmc")),
-        Job("cmlm-maskedattn", ("ar",), main("cmlm/multi30k", "cmlm-maskedattn", raw, *student, no_revpos[1],
+        Job("cmlm", (teacher,), main("cmlm/multi30k", "cmlm", raw, *student, *no_revpos, *no_corr), "cmlm"),
+        Job("cmlm-revpos", (teacher,), main("cmlm/multi30k", "cmlm-revpos", raw, *student, *no_corr), "cmlm"),
+        Job("cmlm-corr", (teacher,), main("cmlm/multi30k", "cmlm-corr", raw, *student, *no_revpos), "cmlm"),
+        Job("cmlmc", (teacher,), main("cmlm/multi30k", "cmlmc", raw, *student), "cmlm"),
+        Job("cmlmc-rescored", ("cmlmc",), main("cmlm/multi30k", "cmlmc-rescored", raw,
+                                               f"--config.cmlm.rescorer={teach}", "--config.eval.constraints=",
+                                               "--config.eval.iteration_sweep=", mode=("--mode", "eval")),
+            "cmlm", copy_from=run("cmlmc")),
+        Job("cmlm-maskedattn", (teacher,), main("cmlm/multi30k", "cmlm-maskedattn", raw, *student, no_revpos[1],
                                              *no_corr), "cmlm"),
-        Job("cmlm-concatpe", ("ar",), main("cmlm/multi30k", "cmlm-concatpe", raw, *student, no_revpos[0], *no_corr),
+        Job("cmlm-concatpe", (teacher,), main("cmlm/multi30k", "cmlm-concatpe", raw, *student, no_revpos[0], *no_corr),
             "cmlm"),
         Job("positions-cmlm", ("cmlm", "cmlmc"), ("-m", "jaxnat.models.cmlm.positions", run("cmlm"), run("cmlmc")),
             "cmlm"),
@@ -146,7 +155,7 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
         # plain, with soft and with hard constraints
         Job("levt", ("distill",), main("levt/multi30k", "levt", distilled, *student), "edit"),
         Job("editor", ("distill",), main("editor/multi30k", "editor", distilled, *student), "edit"),
-        Job("speed-edit", ("levt", "editor"), speed("--run", ar, "--run", run("levt"), "--run", run("editor"),
+        Job("speed-edit", ("levt", "editor"), speed("--run", teach, "--run", run("levt"), "--run", run("editor"),
                                               distilled), "edit"),
         report("edit", "levt", "editor"),
     ]
@@ -269,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tables", default=",".join(TABLES), help=f"comma list of {', '.join(TABLES)} (default all)")
     parser.add_argument("--only", nargs="+", default=[], metavar="JOB", help="these jobs and what they need")
     parser.add_argument("--align-from", default="", metavar="DIR", help="the constraint pairs, made elsewhere")
+    parser.add_argument("--teacher", default="ar", choices=TEACHERS, help="the AR model the students learn from")
     parser.add_argument("--time-limit", type=float, default=0, metavar="SECONDS", help="stop after this long")
     parser.add_argument("--status", action="store_true", help="where each job stands")
     parser.add_argument("--dry-run", action="store_true", help="print the commands without running them")
@@ -284,12 +294,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.align_from and not os.path.isfile(os.path.join(args.align_from, "train.cs.pairs.jsonl")):
         parser.error(f"--align-from {args.align_from}: no train.cs.pairs.jsonl there (the align job's command makes "
                      f"it: --dry-run --only align shows it)")
+    if args.teacher != "ar" and not args.gpu:
+        parser.error(f"--teacher {args.teacher}: with --gpu only (without it, ar is the d 256, 3+3 model)")
     if args.time_limit < 0:
         parser.error("--time-limit: a number of seconds > 0")
     runs = os.path.abspath(args.runs)
     align_from = os.path.abspath(args.align_from) if args.align_from else ""
-    todo = selected(jobs(os.path.abspath(args.data_dir), runs, args.gpu, tuple(overrides), align_from), tables,
-                    args.only)
+    todo = selected(jobs(os.path.abspath(args.data_dir), runs, args.gpu, tuple(overrides), align_from, args.teacher),
+                    tables, args.only)
     state = os.path.join(runs, "pipeline")
     if args.dry_run:
         for job in todo:

@@ -83,7 +83,7 @@ def test_only_runs_a_job_and_what_it_needs(tmp_path):
 def test_every_config_it_names_exists(tmp_path, gpu):
     out = _pipeline(tmp_path, "--dry-run", *(["--gpu"] if gpu else []))[0].stdout
     configs = set(re.findall(r"--config (\S+)", out))
-    assert len(configs) == 8 and all(os.path.isfile(os.path.join(ROOT, c)) for c in configs), configs
+    assert len(configs) == 8 + gpu and all(os.path.isfile(os.path.join(ROOT, c)) for c in configs), configs
     assert all(c.endswith("_gpu.py") == gpu for c in configs)
 
 
@@ -117,3 +117,28 @@ def test_align_from_overrides_and_time_limit(tmp_path):
     assert not (limited / "runs" / "pipeline" / "done" / "ar").exists()
     result, events = _pipeline(limited, "--only", "distill")
     assert result.returncode == 0 and [e for e in events if e[0] == "done"] == [("done", "ar"), ("done", "distill")]
+
+
+def test_the_teacher_is_a_choice_on_a_gpu(tmp_path):
+    """--teacher ar-small (with --gpu: the d 256, 3+3 AR model beside the base one) distils, lends every student
+    its vocabulary, rescores and is the edit models' speed baseline; the vectorized model still starts from ar."""
+    runs = tmp_path / "runs"
+    for teacher in ("ar", "ar-small"):
+        out = _pipeline(tmp_path, "--gpu", "--teacher", teacher, "--dry-run")[0].stdout
+        lines = dict(line.split(": ", 1) for line in out.splitlines())
+        assert "--config configs/ar/multi30k_small_gpu.py --workdir " + str(runs / "ar-small") in lines["ar-small"]
+        other = "ar" if teacher == "ar-small" else "ar-small"
+        assert lines["distill"].startswith("python -m jaxnat.main --mode distill")
+        assert f"--workdir {runs / teacher} " in lines["distill"]
+        for job in ("natbase", "covnat", "cmlm", "cmlmc", "levt", "editor"):
+            assert f"--config.data.spm_from={runs / teacher}" in lines[job], job
+        for job in ("natbase-rescored", "cmlmc-rescored"):
+            assert f"rescorer={runs / teacher} " in lines[job] and f"rescorer={runs / other} " not in lines[job]
+        assert f"--run {runs / teacher} " in lines["speed-edit"]
+        assert f"--config.train.init_from={runs / 'ar'}" in lines["vecconst"]
+        assert lines["report-teacher"].endswith("--names ar,ar-small")
+    events = _pipeline(tmp_path, "--gpu", "--teacher", "ar-small", "--only", "distill")[1]
+    assert [name for what, name in events if what == "start"] == ["ar-small", "distill"]
+    cpu, _ = _pipeline(tmp_path, "--teacher", "ar-small", check=False)
+    assert cpu.returncode == 2 and "--teacher ar-small: with --gpu only" in cpu.stderr
+    assert "ar-small" not in _pipeline(tmp_path, "--dry-run")[0].stdout  # without --gpu, ar is the small model
