@@ -41,7 +41,7 @@ CORE = {
 
 
 class MissingDependency(ConfigError):
-    """A feature was asked for whose optional package is not installed."""
+    """A package that a feature asked for (or, `check_core`, any command) needs is not installed."""
 
 
 def install_hint(module: str) -> str:
