@@ -162,6 +162,24 @@ def _evaluation_record(config, workdir: str) -> dict:
     return {"config": json.loads(config.to_json_best_effort(sort_keys=True)), "checkpoints": saved}
 
 
+def evaluated_config(workdir: str):
+    """The config ``workdir/metrics.json`` was computed with: the one it was trained with (`workdir_config`), with
+    the values of its evaluation record over it (the data, pairs and decoding options of a `--mode eval` with
+    overrides: an evaluated copy of a run on other test data, say). Without a record, the trained one."""
+    from jaxnat.config import workdir_config
+
+    config = workdir_config(workdir)
+    try:
+        with open(os.path.join(workdir, EVALUATED), encoding="utf-8") as f:
+            recorded = json.load(f)["config"]
+    except (OSError, ValueError, KeyError, TypeError):  # no record (evaluated before records), or unreadable
+        return config
+    for section, values in recorded.items():
+        if section in config and isinstance(values, dict):
+            config[section].update({k: v for k, v in values.items() if k in config[section]})
+    return config
+
+
 def already_evaluated(config, workdir: str) -> bool:
     """Whether ``workdir/metrics.json`` is the evaluation of this config on the checkpoints now on disk, so that
     re-running a finished training command (a resumed pipeline, say) does not decode everything again."""

@@ -8,8 +8,8 @@ own (`a#1`, `a#2`, …), and the report adds their mean ± standard deviation an
 of each configuration against the baseline's (Xu & Carpuat 2021, Tables 3-4).
 
 Reads each workdir's `hyps/<split>.txt` and `metrics.json` (written by --mode eval or at the end of training)
-and the split's references (from the workdir's own config, so every system must have been evaluated on the
-same references), and writes to --out:
+and the split's references (from the config of the workdir's evaluation, `evaluate.evaluated_config`, so every
+system must have been evaluated on the same references), and writes to --out:
 
 * `report.md` / `report.json`: per system BLEU with its 95% confidence interval and the p-value of the paired
   test against the baseline (sacreBLEU's own paired bootstrap resampling, `bs`, or approximate randomisation,
@@ -199,10 +199,10 @@ class System:
     """One evaluated workdir: its name, config, split hypotheses and metrics rows."""
 
     def __init__(self, workdir: str, name: str, split: str):
-        from jaxnat.config import workdir_config
+        from jaxnat.evaluate import evaluated_config
 
         self.workdir, self.name = workdir, name
-        self.config = workdir_config(workdir)
+        self.config = evaluated_config(workdir)
         path = os.path.join(workdir, "metrics.json")
         hyp_path = os.path.join(workdir, "hyps", f"{split}.txt")
         if not (os.path.isfile(path) and os.path.isfile(hyp_path)):

@@ -85,10 +85,11 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
     def speed(*flags):
         return ("bench/decode_speed.py", *flags, *overrides)
 
-    def report(table, *names):
-        return Job(f"report-{table}", names, ("-m", "jaxnat.report", *(run(n) for n in names), "--split", TEST,
-                                              "--out", os.path.join(runs, "reports", table), "--names",
-                                              ",".join(names)), table)
+    def report(table, *names, split=TEST, out=""):  # RUNS/reports/OUT (default: the table's name)
+        out = out or table
+        return Job(f"report-{out}", names, ("-m", "jaxnat.report", *(run(n) for n in names), "--split", split,
+                                            "--out", os.path.join(runs, "reports", out), "--names", ",".join(names)),
+                   table)
 
     no_revpos = ("--config.cmlm.masked_attn=false", "--config.cmlm.concat_pe=false")
     no_corr = ("--config.cmlm.correction=false",)
@@ -116,6 +117,7 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
         Job("speed-vecconst", ("vecconst",), speed("--run", ar, "--run", run("vecconst"), "--pairs", "--unpacked",
                                             "--batch", "128", *pairs), "vecconst"),
         report("vecconst", "ar-pairs", "vecconst", "vecconst-vdba"),
+        report("vecconst", "ar-pairs-cs", "vecconst-cs", split=f"{TEST}.cs", out="vecconst-cs"),
         # Shan et al. 2021: NAT-base, Coverage-NAT, its SCA phase and the control without SCA, each rescored
         Job("natbase", ("distill",), main("nat/multi30k", "natbase", distilled, *student, "--config.nat.coverage=false",
                                           "--config.eval.iteration_sweep="), "nat"),

@@ -63,6 +63,8 @@ def test_order_failures_and_resume(tmp_path):
     log = (runs / "pipeline" / "cmlmc-rescored.log").read_text()
     assert f"--mode eval --config configs/cmlm/multi30k.py --workdir {runs}/cmlmc-rescored" in log
     assert f"--config.cmlm.rescorer={runs}/ar" in log
+    cs = (runs / "pipeline" / "report-vecconst-cs.log").read_text()  # the code-switched rows: their own split
+    assert f"{runs}/ar-pairs-cs {runs}/vecconst-cs --split test_2016_flickr.cs --out {runs}/reports/vecconst-cs" in cs
     # --status: one line a job
     status = _pipeline(tmp_path, "--status")[0].stdout.splitlines()
     assert "natbase              done" in status and "covnat-sca           to run" in status

@@ -146,12 +146,24 @@ def test_report_of_two_runs(ar_run, tmp_path):
     assert result.returncode == 0, result.stderr
     assert json.loads((tmp_path / "r2" / "report.json").read_text())["baseline"] == "oracle"
 
-    # errors: one line, exit 2 (a copy trained on other data: the same number of test sentences, other references)
-    other_data = tmp_path / "other-data"
-    shutil.copytree(oracle, other_data)
-    config = json.loads((other_data / "config.json").read_text())
-    config["data"]["synthetic_seed"] += 1
-    (other_data / "config.json").write_text(json.dumps(config))
+    # the references are those of each run's evaluation (metrics.record.json): a copy trained on other data but
+    # evaluated on the baseline's (--mode eval with --config.data overrides) is compared; one evaluated on other
+    # data (the same number of test sentences, other references) is refused in one line, exit 2
+    def other_seed(path, *keys):
+        record = json.loads(path.read_text())
+        data = record
+        for key in keys:
+            data = data[key]
+        data["synthetic_seed"] += 1
+        path.write_text(json.dumps(record))
+
+    trained_elsewhere, other_data = tmp_path / "trained-elsewhere", tmp_path / "other-data"
+    for copy in (trained_elsewhere, other_data):
+        shutil.copytree(oracle, copy)
+        other_seed(copy / "config.json", "data")
+    result = _report(ar_run, trained_elsewhere, "--out", tmp_path / "r4", "--samples", "20")
+    assert result.returncode == 0, result.stderr
+    other_seed(other_data / "metrics.record.json", "config", "data")
     result = _report(ar_run, other_data, "--out", tmp_path / "r3")
     assert result.returncode == 2 and "other references" in result.stderr, result.stderr
     (oracle / "hyps" / "test.txt").write_text("only one line\n")
