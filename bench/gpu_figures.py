@@ -177,7 +177,10 @@ def main():
             f.write(table(figures))
 
     start = time.perf_counter()
-    left = lambda: (args.budget - (time.perf_counter() - start)) if args.budget else float("inf")  # noqa: E731
+
+    def left() -> float:  # seconds of --budget left
+        return args.budget - (time.perf_counter() - start) if args.budget else float("inf")
+
     with open(os.path.join(args.out, "logs.txt"), "a") as logs:
         for family in families:
             if left() < 30:
