@@ -186,6 +186,7 @@ def main():
             if left() < 30:
                 print(f"{family}: not run, the budget of {args.budget} s is spent", flush=True)
                 figures["families"][family] = {"rc": "budget"}
+                save()
                 continue
             workdirs[family] = os.path.join(work, family)
             cmd = [sys.executable, "-m", "jaxnat.main", "--config",
