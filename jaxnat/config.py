@@ -520,6 +520,15 @@ def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str, ignor
                           f"was trained with, or another --workdir")
 
 
+def overlay(config: ml_collections.ConfigDict, recorded: dict) -> ml_collections.ConfigDict:
+    """``config`` with the values of ``recorded`` (a config jaxnat wrote, in any version's layout: `_sectioned`)
+    over it, in place; keys jaxnat no longer has are left out."""
+    for section, values in _sectioned(recorded).items():
+        if section in config:
+            config[section].update({k: v for k, v in values.items() if k in config[section]})
+    return config
+
+
 def workdir_config(workdir: str) -> ml_collections.ConfigDict:
     """The config a workdir was trained with (its config.json over the defaults, so keys added to jaxnat since
     are there with their defaults, or with the value they stand for in that run: `BEFORE_ADDED`; a config.json of
@@ -530,10 +539,7 @@ def workdir_config(workdir: str) -> ml_collections.ConfigDict:
         recorded = None
     if recorded is None:
         raise ConfigError(f"{os.path.join(workdir, 'config.json')}: no readable config of a trained run")
-    config = default_config()
-    for section, values in recorded.items():
-        if section in config:
-            config[section].update({k: v for k, v in values.items() if k in config[section]})
+    config = overlay(default_config(), recorded)
     for key in before_added():  # what the run did before the key existed, where the key means something
         section, name = key.split(".")
         if section in config:

@@ -166,7 +166,7 @@ def evaluated_config(workdir: str):
     """The config ``workdir/metrics.json`` was computed with: the one it was trained with (`workdir_config`), with
     the values of its evaluation record over it (the data, pairs and decoding options of a `--mode eval` with
     overrides: an evaluated copy of a run on other test data, say). Without a record, the trained one."""
-    from jaxnat.config import workdir_config
+    from jaxnat.config import overlay, workdir_config
 
     config = workdir_config(workdir)
     try:
@@ -174,10 +174,7 @@ def evaluated_config(workdir: str):
             recorded = json.load(f)["config"]
     except (OSError, ValueError, KeyError, TypeError):  # no record (evaluated before records), or unreadable
         return config
-    for section, values in recorded.items():
-        if section in config and isinstance(values, dict):
-            config[section].update({k: v for k, v in values.items() if k in config[section]})
-    return config
+    return overlay(config, recorded)
 
 
 def already_evaluated(config, workdir: str) -> bool:

@@ -36,7 +36,7 @@ def _pipeline(tmp_path, *args, check=True, **env):
     python.chmod(python.stat().st_mode | stat.S_IEXEC)
     (tmp_path / "data").mkdir(exist_ok=True)
     result = cli.run([sys.executable, PIPELINE, "--data-dir", str(tmp_path / "data"), "--runs",
-                             str(tmp_path / "runs"), "--python", str(python), *args],
+                      str(tmp_path / "runs"), "--python", str(python), *args],
                      env=dict(os.environ, **env), timeout=120)
     assert not check or result.returncode in (0, 1, 3), result.stderr
     return result, re.findall(r"^\S+ \S+ (start|done|FAILED|skip) (\S+)", result.stdout, re.M)
