@@ -12,7 +12,9 @@ model starts from the AR run. Read from each run:
 
   first_step_s   — seconds from the command's start to its first train step (the log's line)
   tokens_per_s   — real target tokens a second, median of the log windows after the first
-  mfu            — model FLOPs utilisation of those windows (the trainer's, against the peak it measures)
+  mfu            — model FLOPs utilisation of those windows (the trainer's, against the peak it measures); marked
+                   (6·N·T) where the step's FLOPs are 6 · parameters · tokens, not XLA's count: a scanned stack (a
+                   lower bound for LevT, EDITOR and CMLMC, whose step runs the decoder more than once)
   latency_ms, sentences_per_s — from metrics.json
 
 Then `--step-cost` times the AR, LevT and EDITOR train steps side by side on the same batches (one bucket shape,
@@ -71,6 +73,9 @@ def read_run(workdir: str, log_text: str) -> dict:
     m = re.search(r"MFU [\d.]+% of ([\d.]+) TFLOP/s", log_text)
     if m:
         out["peak_tflops"] = float(m.group(1))
+    m = re.search(r"step FLOPs from (.+)", log_text)
+    if m:  # XLA's count, or 6·params·tokens (scanned stacks: a lower bound where a step runs its decoder twice or more)
+        out["flops_from"] = m.group(1).strip()
     m = re.search(r"batch shapes (\[.*?\])", log_text) or re.search(r"rows of (\d+) tokens", log_text)
     if m:
         out["batch"] = m.group(1)
@@ -132,7 +137,8 @@ def table(figures: dict) -> str:
     fmt = lambda v, f: "–" if v is None else f.format(v)  # noqa: E731
     for family, r in figures.get("families", {}).items():
         rows.append(f"| {family} | {r.get('batch', '–')} | {fmt(r.get('first_step_s'), '{:.0f}')} | "
-                    f"{fmt(r.get('tokens_per_s'), '{:.0f}')} | {fmt(r.get('mfu'), '{:.1%}')} | "
+                    f"{fmt(r.get('tokens_per_s'), '{:.0f}')} | {fmt(r.get('mfu'), '{:.1%}')}"
+                    f"{' (6·N·T)' if r.get('flops_from', '').startswith('6') else ''} | "
                     f"{fmt(r.get('peak_tflops'), '{:.0f}')} | {fmt(r.get('latency_ms'), '{:.1f}')} | "
                     f"{fmt(r.get('sentences_per_s'), '{:.0f}')} |")
     cost = figures.get("step_cost")

@@ -227,11 +227,14 @@ def load_config(path: str) -> ml_collections.ConfigDict:
     return config
 
 
-def for_one_gpu(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+def for_one_gpu(config: ml_collections.ConfigDict, scan_layers: bool = False) -> ml_collections.ConfigDict:
     """``config`` (a CPU-sized Multi30k config) resized for one GPU, in place: the papers' base model (d 512, 6+6
     layers, 8 heads, FFN 2048), bf16 compute, packed batches of 16k tokens a side (docs/training.md), evaluation
-    in batches of 128. The budgets (steps, schedule) stay the config's."""
-    config.model.update(d_model=512, ffn_dim=2048, num_heads=8, enc_layers=6, dec_layers=6, dtype="bfloat16")
+    in batches of 128. The budgets (steps, schedule) stay the config's. ``scan_layers``: each layer stack one
+    `nn.scan`: the train program compiles in a quarter (a model that runs its decoder once per head) to two
+    thirds of the time (docs/benchmarks.md, "Compile time per family")."""
+    config.model.update(d_model=512, ffn_dim=2048, num_heads=8, enc_layers=6, dec_layers=6, dtype="bfloat16",
+                        scan_layers=scan_layers)
     # decoding compiles one program per length bucket: four buckets (16, 32, 64, max_len), not a dozen
     config.data.update(pack=True, batch_tokens=16384, bucket_growth=2.0, bucket_multiple=16)
     config.eval.update(batch_size=128, throughput_batch=128)

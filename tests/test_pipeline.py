@@ -89,6 +89,37 @@ def test_every_config_it_names_exists(tmp_path, gpu):
     assert all(c.endswith("_gpu.py") == gpu for c in configs)
 
 
+@pytest.mark.parametrize("gpu", [False, True])
+def test_a_run_started_from_another_has_its_model(tmp_path, gpu):
+    """Each job that starts from another job's run (train.init_from: Coverage-NAT's SCA phase, the vectorized
+    model's stage 2) names a config whose model keys (layer sizes, scanned stacks, vocabulary) are that run's, but
+    for the keys of the model it extends: what the trainer checks before it loads the parameters."""
+    import json
+    import shlex
+
+    from jaxnat.config import build_config, check_matches_workdir, model_keys
+
+    out = _pipeline(tmp_path, "--dry-run", *(["--gpu"] if gpu else []))[0].stdout
+    configs = {}  # workdir -> the config its job trains
+    started = 0
+    for line in out.splitlines():
+        argv = shlex.split(line.split(": ", 1)[1].split(") ", 1)[-1])
+        if "jaxnat.main" not in argv or "--mode" in argv:
+            continue
+        config = build_config(argv[argv.index("--config") + 1],
+                              [a for a in argv if a.startswith("--config.") and "rescorer=" not in a])
+        configs[argv[argv.index("--workdir") + 1]] = config
+        source = configs.get(config.train.init_from)
+        if config.train.init_from:
+            workdir = tmp_path / f"source{started}"
+            workdir.mkdir()
+            (workdir / "config.json").write_text(json.dumps(source.to_dict()))
+            own = [k for k in model_keys(config.model.name) if k not in model_keys(source.model.name)]
+            check_matches_workdir(config, str(workdir), ("model.name", *own) if own else ())
+            started += 1
+    assert started == 5  # covnat-sca, covnat-ft; vecconst, vecconst-vdba, vecconst-cs
+
+
 def test_align_from_overrides_and_time_limit(tmp_path):
     """--align-from copies the pairs made elsewhere instead of aligning; --config.KEY=VALUE ends every command that
     takes a config; --time-limit stops the job running at the limit (SIGTERM) and starts no other, and the same

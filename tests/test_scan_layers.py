@@ -31,6 +31,9 @@ FAMILIES = {
     "cmlmc": ("--config.model.name=cmlm", "--config.cmlm.masked_attn=true"),
     "coverage-nat": ("--config.model.name=nat", "--config.nat.coverage=true", "--config.nat.train_iterations=2"),
     "vecconst": ("--config.model.name=vecconst", "--config.data.pairs_dir=synthetic"),
+    # the edit models run their decoder once per head: each pass over the one scanned stack
+    "levt": ("--config.model.name=levt",),
+    "editor": ("--config.model.name=editor",),
     # the authors' forms: per-head prefixes from their adapters, the consumed phrases in the searched state
     "vecconst-authors": ("--config.model.name=vecconst", "--config.data.pairs_dir=synthetic",
                          "--config.vecconst.output=authors", "--config.vecconst.adapters=separate"),
@@ -68,7 +71,7 @@ def _close(a, b, atol=2e-5):
 
 
 @pytest.mark.parametrize("family, packed", [("ar", True), ("cmlmc", False), ("coverage-nat", False),
-                                            ("vecconst", False)])
+                                            ("vecconst", False), ("levt", False), ("editor", False)])
 def test_scanned_stacks_give_the_same_loss_and_gradient(family, packed):
     plain, scanned = _spec(family, False), _spec(family, True)
     batch = _batch(family, packed)
@@ -89,7 +92,7 @@ def test_scanned_stacks_give_the_same_loss_and_gradient(family, packed):
     _close(scan_grads, stack_layers(grads))
 
 
-@pytest.mark.parametrize("family", ["ar", "vecconst-authors", "coverage-nat"])
+@pytest.mark.parametrize("family", ["ar", "vecconst-authors", "coverage-nat", "cmlmc", "levt", "editor"])
 def test_scanned_stacks_decode_the_same(family):
     """AR and the vectorized model: beam search over the per-layer KV cache (with constraint pairs: each layer's
     prefix entries in its cross-attention cache; the authors' forms, whose prefixes are per-head keys and values

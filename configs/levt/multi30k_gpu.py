@@ -3,8 +3,9 @@
     python -m jaxnat.main --config configs/levt/multi30k_gpu.py --workdir runs/levt-base-multi30k \
         --config.data.dir=runs/kd-multi30k
 Sized for one GPU (`jaxnat.config.for_one_gpu`): the papers' base model (d 512, 6+6 layers), bf16 compute with
-f32 parameters, 16k-token batches on at most three batch shapes (its oracles work per row: docs/levt.md);
-budgets and data as in multi30k.py, whose docstring says how to prepare them.
+f32 parameters, 16k-token batches on at most three batch shapes (its oracles work per row: docs/levt.md), each
+layer stack one `nn.scan` (a step runs the decoder for three heads: its program compiles in a quarter of the
+time, docs/benchmarks.md); budgets and data as in multi30k.py, whose docstring says how to prepare them.
 """
 
 import os
@@ -13,4 +14,5 @@ from jaxnat.config import for_one_gpu, load_config
 
 
 def get_config():
-    return for_one_gpu(load_config(os.path.join(os.path.dirname(os.path.abspath(__file__)), "multi30k.py")))
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multi30k.py")
+    return for_one_gpu(load_config(path), scan_layers=True)
