@@ -3,6 +3,7 @@ MFU and decoding speed of its GPU config; and the edit models' step cost against
 
     python bench/gpu_figures.py --data-dir .gpu/multi30k --pairs-dir .gpu/pairs --out $OUT \
         [--families ar,levt,editor,cmlm,nat,vecconst] [--steps 150] [--autotune -1] [--budget SECONDS] [--step-cost]
+        [--compare-autotune ar,...]
 
 Each family trains its `configs/<family>/multi30k_gpu.py` for --steps steps in a fresh workdir, as a user's
 command would (`python -m jaxnat.main`, the persistent compilation cache off, so every program compiles), then
@@ -18,7 +19,9 @@ model starts from the AR run. Read from each run:
   latency_ms, sentences_per_s — from metrics.json
 
 Then `--step-cost` times the AR, LevT and EDITOR train steps side by side on the same batches (one bucket shape,
-jit'd, compilation excluded, median of alternating repeats). Results go to OUT/figures.json after every family
+jit'd, compilation excluded, median of alternating repeats), and `--compare-autotune` runs the families it names
+once more with XLA's GPU autotuner at its other setting (off, 0, against XLA's default, 4: what it costs in time
+to the first step and gains in speed). Results go to OUT/figures.json after every family
 (a run cut short keeps what it measured) and a Markdown table to OUT/figures.md; each run's log to OUT/logs.txt.
 """
 
@@ -45,7 +48,8 @@ def family_overrides(family: str, args, workdirs: dict) -> list[str]:
            f"--config.train.log_every={max(1, steps // 6)}", f"--config.train.eval_every={steps}",
            f"--config.train.checkpoint_every={steps}", "--config.train.valid_bleu_sentences=64",
            "--config.eval.constraints=", "--config.eval.iteration_sweep=", "--config.eval.trace_sentences=0",
-           f"--config.train.xla_gpu_autotune_level={args.autotune}", "--config.train.warmup_steps=10",
+           "--config.eval.diagnostic=false",  # the refinement diagnostic's four more decodings: no speed figure
+           "--config.train.warmup_steps=10",
            "--config.train.init_from="]
     if family == "vecconst":
         out += [f"--config.data.pairs_dir={args.pairs_dir}", f"--config.train.init_from={workdirs['ar']}"]
@@ -135,7 +139,9 @@ def table(figures: dict) -> str:
     rows = ["| family | batch | first step (s) | real tok/s | MFU | peak (TFLOP/s) | latency b1 (ms) | sent/s b128 |",
             "|---|---|---|---|---|---|---|---|"]
     fmt = lambda v, f: "–" if v is None else f.format(v)  # noqa: E731
-    for family, r in figures.get("families", {}).items():
+    runs = [(family, r) for family, r in figures.get("families", {}).items()]
+    runs += [(f"{family}, autotune {r.get('autotune')}", r) for family, r in figures.get("autotune", {}).items()]
+    for family, r in runs:
         rows.append(f"| {family} | {r.get('batch', '–')} | {fmt(r.get('first_step_s'), '{:.0f}')} | "
                     f"{fmt(r.get('tokens_per_s'), '{:.0f}')} | {fmt(r.get('mfu'), '{:.1%}')}"
                     f"{' (6·N·T)' if r.get('flops_from', '').startswith('6') else ''} | "
@@ -156,6 +162,9 @@ def main():
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--autotune", type=int, default=-1, help="train.xla_gpu_autotune_level")
+    parser.add_argument("--compare-autotune", default="", metavar="FAMILIES",
+                        help="comma list: these families run once more at the autotuner's other setting (0 against "
+                             "XLA's default), after the others and --step-cost, within --budget")
     parser.add_argument("--time-limit", type=int, default=300, help="seconds a family's run may take")
     parser.add_argument("--budget", type=int, default=0,
                         help="seconds for the whole command (0: no limit): no family starts after it, each run is cut "
@@ -166,10 +175,11 @@ def main():
                         help="each family's config: configs/<family>/<this>.py (multi30k: a CPU check)")
     args, args.overrides = parser.parse_known_args()
     families = [f for f in args.families.split(",") if f]
-    unknown = set(families) - set(FAMILIES)
+    unknown = set(families) - set(FAMILIES) | {f for f in args.compare_autotune.split(",") if f} - set(families)
     if unknown or (("vecconst" in families) and not (args.pairs_dir and "ar" in families)):
         raise SystemExit(f"error: families are {', '.join(FAMILIES)}; vecconst needs --pairs-dir and ar before it"
-                         if not unknown else f"error: unknown families {sorted(unknown)}")
+                         if not unknown else f"error: unknown families {sorted(unknown)} (--compare-autotune: "
+                         f"of --families)")
     os.makedirs(args.out, exist_ok=True)
     figures = {"argv": sys.argv[1:], "families": {}}
     env = {**os.environ, "JAXNAT_COMPILATION_CACHE": "off", "PYTHONUNBUFFERED": "1"}
@@ -187,36 +197,44 @@ def main():
     def left() -> float:  # seconds of --budget left
         return args.budget - (time.perf_counter() - start) if args.budget else float("inf")
 
+    def run(family: str, workdir: str, autotune: int) -> dict:
+        """One family's short run in a fresh workdir, its figures (or why there are none)."""
+        if left() < 30:
+            print(f"{family}: not run, the budget of {args.budget} s is spent", flush=True)
+            return {"rc": "budget"}
+        cmd = [sys.executable, "-m", "jaxnat.main", "--config",
+               os.path.join(ROOT, f"configs/{family}/{args.config_name}.py"), "--workdir", workdir,
+               *family_overrides(family, args, workdirs), f"--config.train.xla_gpu_autotune_level={autotune}"]
+        logs.write(f"\n===== {family}: {' '.join(cmd)}\n")
+        logs.flush()
+        t0 = time.perf_counter()
+        try:
+            done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
+                                  timeout=min(args.time_limit, left()))
+            text, rc = done.stdout + done.stderr, done.returncode
+        except subprocess.TimeoutExpired as e:  # what it printed until then (bytes, whatever text= says)
+            as_text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")  # noqa: E731
+            text, rc = as_text(e.stdout) + as_text(e.stderr), "timeout"
+        logs.write(text)
+        logs.flush()
+        out = {"rc": rc, "wall_s": round(time.perf_counter() - t0, 1), "autotune": autotune, **read_run(workdir, text)}
+        print(family, out, flush=True)
+        return out
+
     with open(os.path.join(args.out, "logs.txt"), "a") as logs:
         for family in families:
-            if left() < 30:
-                print(f"{family}: not run, the budget of {args.budget} s is spent", flush=True)
-                figures["families"][family] = {"rc": "budget"}
-                save()
-                continue
             workdirs[family] = os.path.join(work, family)
-            cmd = [sys.executable, "-m", "jaxnat.main", "--config",
-                   os.path.join(ROOT, f"configs/{family}/{args.config_name}.py"), "--workdir", workdirs[family],
-                   *family_overrides(family, args, workdirs)]
-            logs.write(f"\n===== {family}: {' '.join(cmd)}\n")
-            logs.flush()
-            t0 = time.perf_counter()
-            try:
-                done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True,
-                                      timeout=min(args.time_limit, left()))
-                text, rc = done.stdout + done.stderr, done.returncode
-            except subprocess.TimeoutExpired as e:  # what it printed until then (bytes, whatever text= says)
-                as_text = lambda b: b.decode(errors="replace") if isinstance(b, bytes) else (b or "")  # noqa: E731
-                text, rc = as_text(e.stdout) + as_text(e.stderr), "timeout"
-            logs.write(text)
-            logs.flush()
-            figures["families"][family] = {"rc": rc, "wall_s": round(time.perf_counter() - t0, 1),
-                                           **read_run(workdirs[family], text)}
-            print(family, figures["families"][family], flush=True)
+            figures["families"][family] = run(family, workdirs[family], args.autotune)
             save()
-    if args.step_cost and left() > 60:
-        figures["step_cost"] = step_cost(args)
-        save()
+        if args.step_cost and left() > 60:
+            figures["step_cost"] = step_cost(args)
+            save()
+        # the same run with the autotuner at the other setting: off (0) against XLA's default (4)
+        other = 4 if args.autotune == 0 else 0
+        for family in [f for f in args.compare_autotune.split(",") if f]:
+            figures.setdefault("autotune", {})[family] = run(family, os.path.join(work, f"{family}-autotune{other}"),
+                                                             other)
+            save()
     print(table(figures))
 
 
