@@ -3,7 +3,7 @@ MFU and decoding speed of its GPU config; and the edit models' step cost against
 
     python bench/gpu_figures.py --data-dir .gpu/multi30k --pairs-dir .gpu/pairs --out $OUT \
         [--families ar,levt,editor,cmlm,nat,vecconst] [--steps 150] [--autotune -1] [--budget SECONDS] [--step-cost]
-        [--compare-autotune ar,...]
+        [--variant FAMILY:KEY=VALUE[,KEY=VALUE] ...]
 
 Each family trains its `configs/<family>/multi30k_gpu.py` for --steps steps in a fresh workdir, as a user's
 command would (`python -m jaxnat.main`, the persistent compilation cache off, so every program compiles), then
@@ -19,10 +19,11 @@ model starts from the AR run. Read from each run:
   latency_ms, sentences_per_s — from metrics.json
 
 Then `--step-cost` times the AR, LevT and EDITOR train steps side by side on the same batches (one bucket shape,
-jit'd, compilation excluded, median of alternating repeats), and `--compare-autotune` runs the families it names
-once more with XLA's GPU autotuner at its other setting (off, 0, against XLA's default, 4: what it costs in time
-to the first step and gains in speed). Results go to OUT/figures.json after every family
-(a run cut short keeps what it measured) and a Markdown table to OUT/figures.md; each run's log to OUT/logs.txt.
+jit'd, compilation excluded, median of alternating repeats), and each `--variant` runs its family once more with
+those config overrides: `ar:train.xla_gpu_autotune_level=0` (XLA's GPU autotuner off, against its default, 4: what
+it costs in time to the first step and gains in speed), `ar:train.prng_impl=rbg` (dropout's random bits).
+Results go to OUT/figures.json after every family (a run cut short keeps what it measured) and a Markdown table to
+OUT/figures.md; each run's log to OUT/logs.txt.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def family_overrides(family: str, args, workdirs: dict) -> list[str]:
            f"--config.train.checkpoint_every={steps}", "--config.train.valid_bleu_sentences=64",
            "--config.eval.constraints=", "--config.eval.iteration_sweep=", "--config.eval.trace_sentences=0",
            "--config.eval.diagnostic=false",  # the refinement diagnostic's four more decodings: no speed figure
-           "--config.train.warmup_steps=10",
+           f"--config.train.xla_gpu_autotune_level={args.autotune}", "--config.train.warmup_steps=10",
            "--config.train.init_from="]
     if family == "vecconst":
         out += [f"--config.data.pairs_dir={args.pairs_dir}", f"--config.train.init_from={workdirs['ar']}"]
@@ -140,7 +141,7 @@ def table(figures: dict) -> str:
             "|---|---|---|---|---|---|---|---|"]
     fmt = lambda v, f: "–" if v is None else f.format(v)  # noqa: E731
     runs = [(family, r) for family, r in figures.get("families", {}).items()]
-    runs += [(f"{family}, autotune {r.get('autotune')}", r) for family, r in figures.get("autotune", {}).items()]
+    runs += list(figures.get("variants", {}).items())
     for family, r in runs:
         rows.append(f"| {family} | {r.get('batch', '–')} | {fmt(r.get('first_step_s'), '{:.0f}')} | "
                     f"{fmt(r.get('tokens_per_s'), '{:.0f}')} | {fmt(r.get('mfu'), '{:.1%}')}"
@@ -162,9 +163,9 @@ def main():
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--autotune", type=int, default=-1, help="train.xla_gpu_autotune_level")
-    parser.add_argument("--compare-autotune", default="", metavar="FAMILIES",
-                        help="comma list: these families run once more at the autotuner's other setting (0 against "
-                             "XLA's default), after the others and --step-cost, within --budget")
+    parser.add_argument("--variant", action="append", default=[], metavar="FAMILY:KEY=VALUE[,KEY=VALUE]",
+                        help="FAMILY's run once more with these config overrides, after the families and --step-cost "
+                             "and within --budget (e.g. ar:train.xla_gpu_autotune_level=0)")
     parser.add_argument("--time-limit", type=int, default=300, help="seconds a family's run may take")
     parser.add_argument("--budget", type=int, default=0,
                         help="seconds for the whole command (0: no limit): no family starts after it, each run is cut "
@@ -176,11 +177,21 @@ def main():
                         help="each family's config: configs/<family>/<this>.py (multi30k: a CPU check)")
     args, args.overrides = parser.parse_known_args()
     families = [f for f in args.families.split(",") if f]
-    unknown = set(families) - set(FAMILIES) | {f for f in args.compare_autotune.split(",") if f} - set(families)
+    variants = [(v.partition(":")[0], [f"--config.{kv}" for kv in v.partition(":")[2].split(",") if kv])
+                for v in args.variant]
+    unknown = set(families) - set(FAMILIES) | {family for family, _ in variants} - set(families)
     if unknown or (("vecconst" in families) and not (args.pairs_dir and "ar" in families)):
         raise SystemExit(f"error: families are {', '.join(FAMILIES)}; vecconst needs --pairs-dir and ar before it"
-                         if not unknown else f"error: unknown families {sorted(unknown)} (--compare-autotune: "
-                         f"of --families)")
+                         if not unknown else f"error: unknown families {sorted(unknown)} (--variant: of --families)")
+    sys.path.insert(0, ROOT)
+    from jaxnat.config import build_config
+    from jaxnat.errors import ConfigError
+
+    for family, extra in variants:  # a mistyped key fails here, not after the families' runs
+        try:
+            build_config(os.path.join(ROOT, f"configs/{family}/{args.config_name}.py"), extra)
+        except ConfigError as e:
+            raise SystemExit(f"error: --variant {family}: {e}") from None
     if args.step_cost_to:
         with open(args.step_cost_to, "w") as f:
             json.dump(step_cost(args), f)
@@ -202,14 +213,14 @@ def main():
     def left() -> float:  # seconds of --budget left
         return args.budget - (time.perf_counter() - start) if args.budget else float("inf")
 
-    def run(family: str, workdir: str, autotune: int) -> dict:
+    def run(family: str, workdir: str, extra: list[str]) -> dict:
         """One family's short run in a fresh workdir, its figures (or why there are none)."""
         if left() < 30:
             print(f"{family}: not run, the budget of {args.budget} s is spent", flush=True)
             return {"rc": "budget"}
         cmd = [sys.executable, "-m", "jaxnat.main", "--config",
                os.path.join(ROOT, f"configs/{family}/{args.config_name}.py"), "--workdir", workdir,
-               *family_overrides(family, args, workdirs), f"--config.train.xla_gpu_autotune_level={autotune}"]
+               *family_overrides(family, args, workdirs), *extra]
         logs.write(f"\n===== {family}: {' '.join(cmd)}\n")
         logs.flush()
         t0 = time.perf_counter()
@@ -222,14 +233,14 @@ def main():
             text, rc = as_text(e.stdout) + as_text(e.stderr), "timeout"
         logs.write(text)
         logs.flush()
-        out = {"rc": rc, "wall_s": round(time.perf_counter() - t0, 1), "autotune": autotune, **read_run(workdir, text)}
+        out = {"rc": rc, "wall_s": round(time.perf_counter() - t0, 1), **read_run(workdir, text)}
         print(family, out, flush=True)
         return out
 
     with open(os.path.join(args.out, "logs.txt"), "a") as logs:
         for family in families:
             workdirs[family] = os.path.join(work, family)
-            figures["families"][family] = run(family, workdirs[family], args.autotune)
+            figures["families"][family] = run(family, workdirs[family], [])
             save()
         if args.step_cost and left() > 60:  # in a process of its own, whose device memory is freed when it ends
             path = os.path.join(work, "step_cost.json")
@@ -242,11 +253,9 @@ def main():
             except (subprocess.TimeoutExpired, OSError, ValueError) as e:
                 figures["step_cost"] = {"rc": type(e).__name__}
             save()
-        # the same run with the autotuner at the other setting: off (0) against XLA's default (4)
-        other = 4 if args.autotune == 0 else 0
-        for family in [f for f in args.compare_autotune.split(",") if f]:
-            figures.setdefault("autotune", {})[family] = run(family, os.path.join(work, f"{family}-autotune{other}"),
-                                                             other)
+        for i, (family, extra) in enumerate(variants):
+            label = f"{family}, {', '.join(kv.removeprefix('--config.') for kv in extra)}"
+            figures.setdefault("variants", {})[label] = run(family, os.path.join(work, f"{family}-variant{i}"), extra)
             save()
     print(table(figures))
 

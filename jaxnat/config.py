@@ -27,6 +27,7 @@ CHOICES = {
     "data.source": ("synthetic", "text", "tfds"),
     "data.spm_model_type": ("unigram", "bpe"),
     "train.lr_schedule": ("inverse_sqrt", "linear", "cosine", "constant", "plateau"),
+    "train.prng_impl": ("threefry2x32", "rbg", "unsafe_rbg"),
     "eval.constraint_order": ("any", "given"),
     "eval.params": ("best", "averaged"),
     "eval.average_of": ("last", "best"),
@@ -41,7 +42,7 @@ RANGES = {
         "model.max_len", "data.max_len", "data.batch_tokens", "data.vocab_size", "data.bucket_multiple",
         "data.synthetic_train", "data.synthetic_valid", "data.synthetic_test", "train.steps", "train.lr",
         "train.adam_eps", "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
-        "train.keep_best",
+        "train.keep_best", "train.valid_bleu_sentences",  # (the best checkpoints are those of the best valid BLEU)
         "train.max_bad_steps", "eval.beam_size", "eval.batch_size", "eval.throughput_batch",
         "eval.length_cap_ratio", "eval.valid_beam_size", "data.max_pairs", "data.max_pair_pieces")},
     **{k: ("[0", "1)") for k in (
@@ -49,7 +50,7 @@ RANGES = {
         "train.adam_b1", "train.adam_b2")},
     **{k: ("[0", None) for k in (
         "train.warmup_steps", "train.warmup_init_lr", "train.min_lr", "train.weight_decay", "train.clip_norm",
-        "train.valid_bleu_sentences", "train.peak_tflops", "eval.length_penalty", "eval.max_len_a", "eval.max_len_b",
+        "train.peak_tflops", "eval.length_penalty", "eval.max_len_a", "eval.max_len_b",
         "eval.latency_sentences", "eval.length_cap_min", "eval.trace_sentences", "eval.average_checkpoints")},
     "data.bucket_growth": ("[1", None),
     "train.plateau_factor": ("(0", "1)"), "train.plateau_patience": ("[1", None), "train.stop_patience": ("[0", None),
@@ -151,6 +152,11 @@ def default_config() -> ml_collections.ConfigDict:
         # Set before the first computation, so it takes effect from the command line, not from a notebook
         # that already ran one
         xla_gpu_autotune_level=-1,
+        # how every random key of the run is drawn (initialisation, dropout, the families' noise and roll-in):
+        # jax's threefry2x32, or XLA's RngBitGenerator ("rbg"; "unsafe_rbg" splits keys with it too). Other
+        # streams of the same distributions; rbg compiles the train step faster, and on a CPU runs it slower
+        # (docs/benchmarks.md, "Random bits")
+        prng_impl="threefry2x32",
         valid_bleu_sentences=1000,  # sentences of the valid split decoded for validation BLEU
         # draw curves.png at the end of training (false: matplotlib's import and drawing, about a second, are left
         # to `--mode curves`, which draws it from history.jsonl whenever asked)

@@ -51,7 +51,7 @@ def test_metrics_include_constraints_and_edit_counts(trained):
     assert 1 <= metrics["test"]["mean_iterations"] <= 4
     assert 0 <= metrics["test"]["ece"] <= 100 and 0 < metrics["test"]["ece_confidence"] <= 100  # the fills' calibration
     # the papers' count (LevT Table 6): the final pass that changes nothing is not a step
-    assert metrics["test"]["mean_steps"] == metrics["test"]["mean_iterations"] - 1
+    assert metrics["test"]["mean_steps"] == pytest.approx(metrics["test"]["mean_iterations"] - 1)
     # hard constraints are guaranteed whatever the (barely trained) model does
     assert metrics["test+hard"]["cpr"] == 100.0
     assert (trained / "hyps" / "test.constraints.jsonl").exists()

@@ -125,6 +125,34 @@ def test_kill9_and_a_damaged_checkpoint_resume_reproduces_uninterrupted_run(tmp_
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+def test_the_run_draws_its_keys_as_configured(tmp_path):
+    """train.prng_impl: the run's keys (initialisation, dropout) are drawn with that implementation, the same
+    config gives the same run, and the process's own setting is left as it was."""
+    import jax
+
+    from jaxnat.config import build_config
+    from jaxnat.training.history import read_history
+    from jaxnat.training.trainer import Trainer
+
+    def run(impl, name):
+        config = build_config(TINY, ["--config.data.bucket_multiple=48", "--config.train.steps=2",
+                                     "--config.train.log_every=1", "--config.train.eval_every=2",
+                                     "--config.train.checkpoint_every=2", "--config.train.valid_bleu_sentences=1",
+                                     f"--config.train.prng_impl={impl}"])
+        trainer = Trainer(config, str(tmp_path / name))
+        init = trainer.init_state(trainer.make_batcher().batch(0))["params"]
+        trainer.train()
+        return init, [h["loss"] for h in read_history(str(tmp_path / name)) if "loss" in h]
+
+    before = jax.config.jax_default_prng_impl
+    (three, three_losses), (rbg, rbg_losses), (again, again_losses) = (run("threefry2x32", "a"), run("rbg", "b"),
+                                                                        run("rbg", "c"))
+    assert jax.config.jax_default_prng_impl == before
+    emb = lambda p: np.asarray(p["params"]["src_embed"]["tokens"]["embedding"])  # noqa: E731
+    assert not np.allclose(emb(three), emb(rbg)) and np.array_equal(emb(rbg), emb(again))
+    assert len(rbg_losses) == 2 and rbg_losses == again_losses and rbg_losses != three_losses
+
+
 SHARDED = textwrap.dedent(
     """
     import os

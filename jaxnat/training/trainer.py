@@ -7,6 +7,7 @@ uninterrupted run would have (bit-identical parameters on CPU).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -126,6 +127,17 @@ def check_optimizer_matches(config, workdir: str) -> None:
                           f"those values, or start another workdir from this run with train.init_from={workdir}")
 
 
+def _with_configured_keys(method):
+    """A `Trainer` method run with train.prng_impl as jax's key implementation: the keys it makes and the programs
+    it traces (raw key arrays carry no implementation of their own: jax reads it from this setting)."""
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with jax.default_prng_impl(self.config.train.prng_impl):
+            return method(self, *args, **kwargs)
+
+    return run
+
+
 def _merge(initial, restored, fresh: list, path: str = ""):
     """``initial`` (a nested dict of parameters) with every leaf that ``restored`` has at the same path;
     appends to ``fresh`` the top-level names of the subtrees only ``initial`` has."""
@@ -230,6 +242,7 @@ class Trainer:
         return batcher
 
     # -- state -----------------------------------------------------------------------------------------
+    @_with_configured_keys
     def init_state(self, example_batch):
         rng = jax.random.PRNGKey(self.config.train.seed)
         replicated = mesh_lib.replicated(self.mesh)
@@ -330,6 +343,7 @@ class Trainer:
         return result
 
     # -- the loop ----------------------------------------------------------------------------------------
+    @_with_configured_keys
     def train(self) -> bool:
         """Trains to ``train.steps`` from the newest checkpoint (or from the start); False when the workdir's
         training was already complete (nothing compiled, nothing written)."""
