@@ -189,7 +189,8 @@ def main():
 
     for family, extra in variants:  # a mistyped key fails here, not after the families' runs
         try:
-            build_config(os.path.join(ROOT, f"configs/{family}/{args.config_name}.py"), extra)
+            build_config(os.path.join(ROOT, f"configs/{family}/{args.config_name}.py"),
+                         family_overrides(family, args, {"ar": ""}) + extra)
         except ConfigError as e:
             raise SystemExit(f"error: --variant {family}: {e}") from None
     if args.step_cost_to:
