@@ -140,9 +140,7 @@ def table(figures: dict) -> str:
     rows = ["| family | batch | first step (s) | real tok/s | MFU | peak (TFLOP/s) | latency b1 (ms) | sent/s b128 |",
             "|---|---|---|---|---|---|---|---|"]
     fmt = lambda v, f: "–" if v is None else f.format(v)  # noqa: E731
-    runs = [(family, r) for family, r in figures.get("families", {}).items()]
-    runs += list(figures.get("variants", {}).items())
-    for family, r in runs:
+    for family, r in [*figures.get("families", {}).items(), *figures.get("variants", {}).items()]:
         rows.append(f"| {family} | {r.get('batch', '–')} | {fmt(r.get('first_step_s'), '{:.0f}')} | "
                     f"{fmt(r.get('tokens_per_s'), '{:.0f}')} | {fmt(r.get('mfu'), '{:.1%}')}"
                     f"{' (6·N·T)' if r.get('flops_from', '').startswith('6') else ''} | "

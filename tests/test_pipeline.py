@@ -109,8 +109,8 @@ def test_a_run_started_from_another_has_its_model(tmp_path, gpu):
         config = build_config(argv[argv.index("--config") + 1],
                               [a for a in argv if a.startswith("--config.") and "rescorer=" not in a])
         configs[argv[argv.index("--workdir") + 1]] = config
-        source = configs.get(config.train.init_from)
         if config.train.init_from:
+            source = configs[config.train.init_from]
             workdir = tmp_path / f"source{started}"
             workdir.mkdir()
             (workdir / "config.json").write_text(json.dumps(source.to_dict()))
