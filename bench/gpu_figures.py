@@ -4,6 +4,7 @@ MFU and decoding speed of its GPU config; and the edit models' step cost against
     python bench/gpu_figures.py --data-dir .gpu/multi30k --pairs-dir .gpu/pairs --out $OUT \
         [--families ar,levt,editor,cmlm,nat,vecconst] [--steps 150] [--autotune -1] [--budget SECONDS] [--step-cost]
         [--variant FAMILY:KEY=VALUE[,KEY=VALUE] ...]
+    python bench/gpu_figures.py --data-dir .gpu/multi30k --out DIR --step-flops
 
 Each family trains its `configs/<family>/multi30k_gpu.py` for --steps steps in a fresh workdir, as a user's
 command would (`python -m jaxnat.main`, the persistent compilation cache off, so every program compiles), then
@@ -19,9 +20,11 @@ model starts from the AR run. Read from each run:
   latency_ms, sentences_per_s — from metrics.json
 
 Then `--step-cost` times the AR, LevT and EDITOR train steps side by side on the same batches (one bucket shape,
-jit'd, compilation excluded, median of alternating repeats), and each `--variant` runs its family once more with
-those config overrides: `ar:train.xla_gpu_autotune_level=0` (XLA's GPU autotuner off, against its default, 4: what
-it costs in time to the first step and gains in speed), `ar:train.prng_impl=rbg` (dropout's random bits).
+jit'd, compilation excluded, median of alternating repeats) beside each step's arithmetic (XLA's FLOP count, also
+with the papers' roll-in; `--step-flops` gives it alone, on any machine), and each `--variant` runs its family
+once more with those config overrides: `ar:train.xla_gpu_autotune_level=0` (XLA's GPU autotuner off, against its
+default, 4: what it costs in time to the first step and gains in speed), `ar:train.prng_impl=rbg` (dropout's
+random bits).
 Results go to OUT/figures.json after every family (a run cut short keeps what it measured) and a Markdown table to
 OUT/figures.md; each run's log to OUT/logs.txt.
 """
@@ -94,8 +97,49 @@ def read_run(workdir: str, log_text: str) -> dict:
     return out
 
 
-def step_cost(args) -> dict:
-    """Seconds per train step of AR, LevT and EDITOR on the same batches ({family: s}), alternating repeats."""
+# the train steps whose arithmetic the step cost is read against: each family's GPU config, and the edit models
+# with the papers' roll-in (jaxnat's roll-in additions off)
+PAPER_ROLL_IN = {f"{family}, the paper's roll-in": (family, [f"--config.{family}.own_insertion_roll_in=0",
+                                                             f"--config.{family}.global_shuffle=0"])
+                 for family in ("levt", "editor")}
+
+
+def step_flops(args, batch: dict, tokenizer) -> dict:
+    """{label: TFLOP of one train step on ``batch``} by XLA's count of the lowered program, the layer stacks
+    unrolled (XLA counts a scanned stack's body once): AR, LevT and EDITOR as configured and with the papers'
+    roll-in. Lowered only, not compiled: seconds on any machine."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxnat.config import build_config
+    from jaxnat.models import build_model
+    from jaxnat.training.optim import make_optimizer
+    from jaxnat.training.trainer import make_train_step
+
+    out = {}
+    for label, (family, extra) in {"ar": ("ar", []), "levt": ("levt", []), "editor": ("editor", []),
+                                   **PAPER_ROLL_IN}.items():
+        config = build_config(os.path.join(ROOT, f"configs/{family}/{args.config_name}.py"),
+                              [f"--config.data.dir={args.data_dir}", "--config.data.pack=false", *args.overrides,
+                               "--config.model.scan_layers=false", *extra])
+        spec = build_model(config, tokenizer.vocab_size("src"), tokenizer.vocab_size("tgt"),
+                           tokenizer.piece_tables("tgt"))
+        optimizer, schedule = make_optimizer(config.train)
+
+        def init():
+            params = spec.init(jax.random.PRNGKey(0), {k: jnp.asarray(v[:1]) for k, v in batch.items()})
+            return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": optimizer.init(params)}
+
+        lowered = jax.jit(make_train_step(spec, optimizer, schedule)).lower(jax.eval_shape(init), batch,
+                                                                            jax.random.PRNGKey(0))
+        cost = lowered.cost_analysis()
+        out[label] = (cost[0] if isinstance(cost, list) else cost)["flops"] / 1e12
+    return out
+
+
+def step_cost(args, timed: bool = True) -> dict:
+    """Seconds per train step of AR, LevT and EDITOR on the same batches ({family: s}), alternating repeats,
+    and each step's TFLOP (`step_flops`; only these without ``timed``)."""
     import jax
 
     sys.path.insert(0, ROOT)
@@ -110,11 +154,14 @@ def step_cost(args) -> dict:
             config = build_config(os.path.join(ROOT, f"configs/{family}/{args.config_name}.py"),
                                   [f"--config.data.dir={args.data_dir}", "--config.data.pack=false"] + args.overrides)
             trainer = Trainer(config, os.path.join(tmp, family))
-            if batches is None:  # LevT's batches, one shape, for all three models
+            if batches is None:  # the AR config's batches, unpacked, one shape, for all three models
                 batcher = trainer.make_batcher()
                 assert isinstance(batcher, TrainBatcher)
                 shape = max(batcher.shapes, key=lambda s: s[0] * s[1])
                 batches = [batcher.first_batch_of_shape(shape)] * 2
+                flops = step_flops(args, batches[0], trainer.tokenizer)
+                if not timed:
+                    return {"batch_shape": list(shape), "tflop": flops}
             state = trainer.init_state(batches[0])
             step = jax.jit(make_train_step(trainer.spec, trainer.optimizer, trainer.schedule), donate_argnums=(0,))
             on_device = [jax.device_put(b) for b in batches]
@@ -133,14 +180,15 @@ def step_cost(args) -> dict:
                 jax.block_until_ready(m)
                 entry[1] = state
                 times[family].append((time.perf_counter() - t0) / (5 * len(on_device)))
-    return {"batch_shape": list(shape), **{f: statistics.median(t) for f, t in times.items()}}
+    return {"batch_shape": list(shape), **{f: statistics.median(t) for f, t in times.items()}, "tflop": flops}
 
 
 def table(figures: dict) -> str:
+    runs = [*figures.get("families", {}).items(), *figures.get("variants", {}).items()]
     rows = ["| family | batch | first step (s) | real tok/s | MFU | peak (TFLOP/s) | latency b1 (ms) | sent/s b128 |",
-            "|---|---|---|---|---|---|---|---|"]
+            "|---|---|---|---|---|---|---|---|"] if runs else []
     fmt = lambda v, f: "–" if v is None else f.format(v)  # noqa: E731
-    for family, r in [*figures.get("families", {}).items(), *figures.get("variants", {}).items()]:
+    for family, r in runs:
         rows.append(f"| {family} | {r.get('batch', '–')} | {fmt(r.get('first_step_s'), '{:.0f}')} | "
                     f"{fmt(r.get('tokens_per_s'), '{:.0f}')} | {fmt(r.get('mfu'), '{:.1%}')}"
                     f"{' (6·N·T)' if r.get('flops_from', '').startswith('6') else ''} | "
@@ -150,6 +198,10 @@ def table(figures: dict) -> str:
     if cost and "ar" in cost:
         rows += ["", f"Train step on the same {cost['batch_shape']} batches (s): "
                  + ", ".join(f"{f} {cost[f]:.4f} ({cost[f] / cost['ar']:.2f}× AR)" for f in ("ar", "levt", "editor"))]
+    if cost and "tflop" in cost:
+        flops = cost["tflop"]
+        rows += ["", f"One step's arithmetic on {cost['batch_shape']} batches (TFLOP, XLA's count): "
+                 + ", ".join(f"{f} {v:.2f} ({v / flops['ar']:.2f}× AR)" for f, v in flops.items())]
     return "\n".join(rows) + "\n"
 
 
@@ -169,11 +221,20 @@ def main():
                         help="seconds for the whole command (0: no limit): no family starts after it, each run is cut "
                              "at it, and --step-cost runs only before it")
     parser.add_argument("--step-cost", action="store_true")
+    parser.add_argument("--step-flops", action="store_true",
+                        help="only the arithmetic of the --step-cost steps (lowered, not compiled: any machine)")
     parser.add_argument("--step-cost-to", help=argparse.SUPPRESS)  # the step cost alone, as JSON to this file
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--config-name", default="multi30k_gpu",
                         help="each family's config: configs/<family>/<this>.py (multi30k: a CPU check)")
     args, args.overrides = parser.parse_known_args()
+    if args.step_flops:
+        os.makedirs(args.out, exist_ok=True)
+        figures = {"argv": sys.argv[1:], "step_cost": step_cost(args, timed=False)}
+        with open(os.path.join(args.out, "step_flops.json"), "w") as f:
+            json.dump(figures, f, indent=2)
+        print(table(figures))
+        return
     families = [f for f in args.families.split(",") if f]
     variants = [(v.partition(":")[0], [f"--config.{kv}" for kv in v.partition(":")[2].split(",") if kv])
                 for v in args.variant]
