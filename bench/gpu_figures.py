@@ -14,9 +14,9 @@ model starts from the AR run. Read from each run:
 
   first_step_s   — seconds from the command's start to its first train step (the log's line)
   tokens_per_s   — real target tokens a second, median of the log windows after the first
-  mfu            — model FLOPs utilisation of those windows (the trainer's, against the peak it measures); marked
-                   (6·N·T) where the step's FLOPs are 6 · parameters · tokens, not XLA's count: a scanned stack (a
-                   lower bound for LevT, EDITOR and CMLMC, whose step runs the decoder more than once)
+  mfu            — model FLOPs utilisation of those windows (the trainer's, against the peak it measures: XLA's
+                   FLOP count of the step, for a scanned model that of its unrolled twin); marked (6·N·T) where
+                   the run had no count and estimated 6 · parameters · tokens
   latency_ms, sentences_per_s — from metrics.json
 
 Then `--step-cost` times the AR, LevT and EDITOR train steps side by side on the same batches (one bucket shape,
@@ -82,7 +82,7 @@ def read_run(workdir: str, log_text: str) -> dict:
     if m:
         out["peak_tflops"] = float(m.group(1))
     m = re.search(r"step FLOPs from (.+)", log_text)
-    if m:  # XLA's count, or 6·params·tokens (scanned stacks: a lower bound where a step runs its decoder twice or more)
+    if m:  # XLA's count (of the unrolled stacks, for a scanned model), or 6·params·tokens
         out["flops_from"] = m.group(1).strip()
     m = re.search(r"batch shapes (\[.*?\])", log_text) or re.search(r"rows of (\d+) tokens", log_text)
     if m:

@@ -4,10 +4,12 @@ the figure each log window reports.
 MFU = the window's model FLOPs / its seconds / the peak. A step's model FLOPs are its compiled program's FLOPs
 (XLA's cost analysis, per device) times the share of the batch's token slots that hold real tokens: FLOPs
 spent on padding are not the model's, so padding lowers MFU (packing raises it). Where XLA's count is not
-available, or misses work (a scanned layer stack is a loop, whose body XLA counts once), the step's model
-FLOPs are 6 · parameters · real target tokens, per device (a forward and a backward pass over every
-parameter; attention's own products left out). The peak is ``train.peak_tflops``, or (0) a dense matmul
-timed on the device at the start, in the model's compute dtype.
+available, the step's model FLOPs are 6 · parameters · real target tokens, per device (a forward and a backward
+pass over every parameter; attention's own products left out). A scanned layer stack is a loop, whose body XLA
+counts once: a scanned run's FLOPs are counted on its program with the stacks unrolled, lowered but not compiled
+(`Trainer.unrolled_step_flops`; the count before XLA's optimisations, about 2% below the compiled program's).
+The peak is ``train.peak_tflops``, or (0) a dense matmul timed on the device at the start, in the model's compute
+dtype.
 """
 
 from __future__ import annotations
@@ -55,17 +57,17 @@ def program_flops(compiled) -> float | None:
 class Utilisation:
     """MFU per log window: `add` each step's batch, `window` at each log point."""
 
-    def __init__(self, programs: dict, num_params: int, model_cfg, peak_tflops: float = 0.0):
-        """programs: {batch shape: compiled train step}; num_params: the model's parameter count; model_cfg: the
-        config's model section (its dtype, scan_layers); peak_tflops: the device's peak (0: measured here)."""
-        # by length: a process reads its own rows of the global batch, whose length is the program's
-        flops = {shape[1]: program_flops(p) for shape, p in programs.items()}
-        # a scanned stack's loop body is counted once, not once per layer
-        self.flops = None if model_cfg.scan_layers or None in flops.values() else flops
+    def __init__(self, flops: dict, num_params: int, dtype: str, peak_tflops: float = 0.0,
+                 source: str = "XLA's cost analysis"):
+        """flops: {batch length: the train step's FLOPs per device} (a process reads its own rows of the global
+        batch, whose length is the program's), or None where XLA's count is missing (6 · parameters · tokens
+        instead); num_params: the model's parameter count; dtype: the compute dtype the peak is measured in;
+        peak_tflops: the device's peak (0: measured here); source: where ``flops`` come from, for the log."""
+        self.flops = None if flops is None or None in flops.values() else flops
         self.num_params = num_params
-        self.source = "XLA's cost analysis" if self.flops else "6·params·tokens"
+        self.source = source if self.flops else "6·params·tokens"
         self.peak_source = "configured" if peak_tflops else "measured"
-        self.peak = peak_tflops or measure_peak_tflops(model_cfg.dtype)
+        self.peak = peak_tflops or measure_peak_tflops(dtype)
         self.model_flops, self.real, self.slots = 0.0, 0, 0
         log.info("MFU against a peak of %.3g TFLOP/s (%s); step FLOPs from %s", self.peak, self.peak_source,
                  self.source)

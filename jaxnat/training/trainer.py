@@ -29,7 +29,7 @@ from jaxnat.evaluation.metrics import bleu
 from jaxnat.models import build_model, count_params, family_of
 from jaxnat.training import mesh as mesh_lib
 from jaxnat.training.checkpoint import Checkpoints
-from jaxnat.training.flops import Utilisation
+from jaxnat.training.flops import Utilisation, program_flops
 from jaxnat.training.history import History, plot_curves
 from jaxnat.training.optim import Plateau, lr_scale, make_optimizer, perplexity, with_lr_scale
 from jaxnat.training.stop import StopRequest
@@ -277,6 +277,29 @@ class Trainer:
         log.info("compiled the train step for %d batch shapes", len(compiled))
         return compiled
 
+    @_with_configured_keys
+    def unrolled_step_flops(self, batcher: TrainBatcher, root_key) -> dict:
+        """{batch length: the train step's FLOPs per device} by XLA's count of the program with every layer stack
+        unrolled (model.scan_layers off), lowered for each shape of ``batcher`` but not compiled: what a scanned
+        run's MFU is measured against, since XLA counts a loop's body once."""
+        config = self.config.copy_and_resolve_references()
+        config.model.scan_layers = False
+        spec = build_model(config, self.tokenizer.vocab_size("src"), self.tokenizer.vocab_size("tgt"),
+                           self.tokenizer.piece_tables("tgt"))
+
+        def batch(shape, rows=None):
+            return {k: jax.ShapeDtypeStruct((rows or s[0], *s[1:]), jnp.int32)
+                    for k, s in batcher.key_shapes(shape).items()}
+
+        def init(example):  # traced for its shapes only (jax.eval_shape): nothing is computed
+            params = spec.init(jax.random.PRNGKey(0), example)
+            return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": self.optimizer.init(params)}
+
+        state = jax.eval_shape(init, batch(min(batcher.shapes), rows=1))
+        step = jax.jit(make_train_step(spec, self.optimizer, self.schedule))
+        return {shape[1]: program_flops(step.lower(state, batch(shape), root_key)) / jax.device_count()
+                for shape in sorted(batcher.shapes)}
+
     def stage_keys(self, workdir: str) -> tuple[str, ...]:
         """The model keys that may differ from the run in ``workdir`` that this one starts from: none for the
         same model; the model name and this model's own architecture keys where this model extends the one
@@ -382,8 +405,18 @@ class Trainer:
         translator = Translator(self.spec, state["params"], self.tokenizer, cfg)
         self._eval_step = jax.jit(make_eval_step(self.spec))
         root_key = jax.random.PRNGKey(t.seed + 1)
-        train_steps = self.compile_train_steps(state, batcher, root_key)
-        utilisation = Utilisation(train_steps, count_params(state["params"]), cfg.model, t.peak_tflops)
+        with ThreadPoolExecutor(1) as pool:  # a scanned model's unrolled twin traced while XLA compiles (no GIL)
+            unrolled = pool.submit(self.unrolled_step_flops, batcher, root_key) if cfg.model.scan_layers else None
+            train_steps = self.compile_train_steps(state, batcher, root_key)
+            flops, source = {shape[1]: program_flops(p) for shape, p in train_steps.items()}, "XLA's cost analysis"
+            if unrolled is not None:
+                try:
+                    flops, source = unrolled.result(), "XLA's cost analysis of the unrolled stacks"
+                except Exception as e:  # a figure of the log, not a reason to stop training
+                    log.warning("no FLOP count of the unrolled stacks (%s: %s); MFU from 6·params·tokens",
+                                type(e).__name__, e)
+                    flops = None
+        utilisation = Utilisation(flops, count_params(state["params"]), cfg.model.dtype, t.peak_tflops, source)
         writer = tensorboard_writer(os.path.join(self.workdir, "tensorboard")) if jax.process_index() == 0 else None
 
         consecutive_bad, skipped, window = 0, 0, []
