@@ -109,12 +109,11 @@ def step_flops(args, batch: dict, tokenizer) -> dict:
     unrolled (XLA counts a scanned stack's body once): AR, LevT and EDITOR as configured and with the papers'
     roll-in. Lowered only, not compiled: seconds on any machine."""
     import jax
-    import jax.numpy as jnp
 
     from jaxnat.config import build_config
     from jaxnat.models import build_model
     from jaxnat.training.optim import make_optimizer
-    from jaxnat.training.trainer import make_train_step
+    from jaxnat.training.trainer import lowered_step_flops
 
     out = {}
     for label, (family, extra) in {"ar": ("ar", []), "levt": ("levt", []), "editor": ("editor", []),
@@ -124,16 +123,7 @@ def step_flops(args, batch: dict, tokenizer) -> dict:
                                "--config.model.scan_layers=false", *extra])
         spec = build_model(config, tokenizer.vocab_size("src"), tokenizer.vocab_size("tgt"),
                            tokenizer.piece_tables("tgt"))
-        optimizer, schedule = make_optimizer(config.train)
-
-        def init():
-            params = spec.init(jax.random.PRNGKey(0), {k: jnp.asarray(v[:1]) for k, v in batch.items()})
-            return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": optimizer.init(params)}
-
-        lowered = jax.jit(make_train_step(spec, optimizer, schedule)).lower(jax.eval_shape(init), batch,
-                                                                            jax.random.PRNGKey(0))
-        cost = lowered.cost_analysis()
-        out[label] = (cost[0] if isinstance(cost, list) else cost)["flops"] / 1e12
+        out[label] = lowered_step_flops(spec, *make_optimizer(config.train), batch, jax.random.PRNGKey(0)) / 1e12
     return out
 
 

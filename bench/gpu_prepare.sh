@@ -25,6 +25,6 @@ cp "$data"/{train,val,test_2016_flickr}.{en,de}.gz .gpu/multi30k/
 python -m jaxnat.data.alignment --data-dir .gpu/multi30k --src en --tgt de --splits val,test_2016_flickr \
   --output .gpu/pairs --code-switch
 python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-  --platform manylinux2014_x86_64 --platform any -d .gpu/whl ml-collections==1.1.0 sacremoses==0.2.0 flax==0.12.12 optax==0.2.8 \
-  orbax-checkpoint==0.12.8
+  --platform manylinux2014_x86_64 --platform any -d .gpu/whl ml-collections==1.1.0 sacremoses==0.2.0 \
+  flax==0.12.12 optax==0.2.8 orbax-checkpoint==0.12.8
 du -sh .gpu

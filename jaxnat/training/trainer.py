@@ -138,6 +138,17 @@ def _with_configured_keys(method):
     return run
 
 
+def lowered_step_flops(spec, optimizer, schedule, batch: dict, key) -> float | None:
+    """XLA's FLOP count of ``spec``'s train step on ``batch`` (arrays or `jax.ShapeDtypeStruct`s), for the whole
+    batch, from the lowered program (not compiled: seconds; the count before XLA's optimisations)."""
+    def init(example):  # traced for its shapes only (jax.eval_shape): nothing is computed
+        params = spec.init(jax.random.PRNGKey(0), example)
+        return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": optimizer.init(params)}
+
+    state = jax.eval_shape(init, {k: jax.ShapeDtypeStruct((1, *v.shape[1:]), v.dtype) for k, v in batch.items()})
+    return program_flops(jax.jit(make_train_step(spec, optimizer, schedule)).lower(state, batch, key))
+
+
 def _merge(initial, restored, fresh: list, path: str = ""):
     """``initial`` (a nested dict of parameters) with every leaf that ``restored`` has at the same path;
     appends to ``fresh`` the top-level names of the subtrees only ``initial`` has."""
@@ -286,19 +297,10 @@ class Trainer:
         config.model.scan_layers = False
         spec = build_model(config, self.tokenizer.vocab_size("src"), self.tokenizer.vocab_size("tgt"),
                            self.tokenizer.piece_tables("tgt"))
-
-        def batch(shape, rows=None):
-            return {k: jax.ShapeDtypeStruct((rows or s[0], *s[1:]), jnp.int32)
-                    for k, s in batcher.key_shapes(shape).items()}
-
-        def init(example):  # traced for its shapes only (jax.eval_shape): nothing is computed
-            params = spec.init(jax.random.PRNGKey(0), example)
-            return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": self.optimizer.init(params)}
-
-        state = jax.eval_shape(init, batch(min(batcher.shapes), rows=1))
-        step = jax.jit(make_train_step(spec, self.optimizer, self.schedule))
-        return {shape[1]: program_flops(step.lower(state, batch(shape), root_key)) / jax.device_count()
-                for shape in sorted(batcher.shapes)}
+        return {shape[1]: lowered_step_flops(spec, self.optimizer, self.schedule,
+                                             {k: jax.ShapeDtypeStruct(s, jnp.int32)
+                                              for k, s in batcher.key_shapes(shape).items()}, root_key)
+                / jax.device_count() for shape in sorted(batcher.shapes)}
 
     def stage_keys(self, workdir: str) -> tuple[str, ...]:
         """The model keys that may differ from the run in ``workdir`` that this one starts from: none for the
