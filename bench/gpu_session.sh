@@ -9,7 +9,8 @@
 #                       (metrics, hypotheses, histories, logs, reports, the distilled corpus, vocabularies), in
 #                       parts of 15 MiB
 #
-#   bash bench/gpu_session.sh SECONDS [--keep JOB ...] [launch/multi30k.py options: --only JOB ..., --config.K=V ...]
+#   bash bench/gpu_session.sh SECONDS [--keep JOB ...] [launch/multi30k.py options: --only JOB ..., --parallel N,
+#                                                      --config.K=V ...]
 #
 # Back here: rm -rf .gpu/runs && cat FILES_AT/runs.tar.gz.* | tar -xz -C .gpu, and carry .gpu in the next call.
 # Checkpoints do not come back (a base model's best is 170 MB; 8 files of 16 MiB come back, 64 MiB travel) but

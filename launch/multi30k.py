@@ -3,7 +3,7 @@ set and constraint-pair alignments, the students of each paper, their evaluation
 
     python launch/multi30k.py --data-dir DATA --runs RUNS [--gpu [--teacher ar|ar-small]]
                               [--tables teacher,vecconst,nat,cmlm,edit] [--only JOB ...] [--align-from DIR]
-                              [--time-limit SECONDS] [--config.KEY=VALUE ...] [--status] [--dry-run]
+                              [--parallel N] [--time-limit SECONDS] [--config.KEY=VALUE ...] [--status] [--dry-run]
 
 Jobs run one after another (one machine, one device), each after the jobs it needs; a finished job is marked
 done (RUNS/pipeline/done/JOB) and not run again, a failed one is reported and the jobs that need it are left
@@ -18,7 +18,11 @@ the teacher table compares the two); without it, the CPU-sized configs. The budg
 baseline (default ar; the vectorized model's stage 2 starts from ar whichever teaches).
 --only JOB ...: those jobs and the jobs they need. --align-from DIR: the constraint pairs made elsewhere (by the
 align job's command: eflomal need not be installed where the models train), copied instead of aligning.
---time-limit SECONDS: no job starts after that many seconds, and the one running then is stopped (SIGTERM: a
+--parallel N: up to N jobs at once on the one device, each process given 0.9/N of its memory
+(XLA_PYTHON_CLIENT_MEM_FRACTION, unless set): a small model leaves most of a large GPU idle, and the host's cores
+compile N programs at once. A speed job runs alone (its figures are latencies); the training jobs' own tokens/s
+and MFU are then those of a shared device. Jobs start in the listed order as the jobs they need finish.
+--time-limit SECONDS: no job starts after that many seconds, and those running then are stopped (SIGTERM: a
 training job checkpoints first) and left to resume at the next start (a rented machine's hour). --config.KEY=VALUE:
 appended to every training, evaluation and speed job (e.g. the autotuner level, a smaller batch).
 --status: where each job stands (for a training job its newest checkpoint and validation BLEU). --dry-run: the
@@ -55,6 +59,11 @@ class Job:
     table: str = ""
     copy_from: str = ""
     copy_to: str = ""  # where copy_from goes when it is not the --workdir; a job of a copy alone has no argv
+
+    @property
+    def alone(self) -> bool:
+        """A timing job (its figures are latencies and throughputs): no other job runs beside it."""
+        return self.argv[:1] == ("bench/decode_speed.py",)
 
     def workdir(self) -> str | None:
         return self.argv[self.argv.index("--workdir") + 1] if "--workdir" in self.argv else None
@@ -208,67 +217,95 @@ def copy_whole(src: str, dst: str) -> None:
     os.rename(dst + ".partial", dst)
 
 
-class TimeUp(Exception):
-    """The pipeline's time limit stopped a job."""
+def _stamp(text: str) -> None:
+    print(f"{time.strftime('%F %T')} {text}", flush=True)
 
 
-def run_jobs(todo: list[Job], state: str, python: str, deadline: float = float("inf")) -> int:
-    """Runs every job that is not done and whose prerequisites are, in order, until ``deadline`` (time.monotonic):
-    0 when all ran, 1 if one failed, 3 when the deadline stopped them."""
-    failed: set[str] = set()
-    for job in todo:
-        done = os.path.join(state, "done", job.name)
-        if os.path.exists(done):
-            continue
-        missing = [n for n in job.needs if not os.path.exists(os.path.join(state, "done", n))]
-        if missing:
-            print(f"{time.strftime('%F %T')} skip {job.name} (needs {', '.join(missing)})", flush=True)
-            continue
-        if time.monotonic() >= deadline:
-            print(f"{time.strftime('%F %T')} time limit reached before {job.name}: the same command goes on",
-                  flush=True)
-            return 3
-        print(f"{time.strftime('%F %T')} start {job.name}", flush=True)
-        with open(os.path.join(state, f"{job.name}.log"), "a", encoding="utf-8") as log:
-            try:
-                if job.copy_from:
-                    copy_whole(job.copy_from, job.copy_to or job.workdir())
-                ok = not job.argv or _run_until(python, job.argv, log, deadline)
-            except OSError as e:
-                log.write(f"{e}\n")
-                ok = False
-            except TimeUp:
-                print(f"{time.strftime('%F %T')} time limit reached: stopped {job.name} (the same command resumes "
-                      f"it)", flush=True)
-                return 3
-        if ok:
-            open(done, "w").close()
-            print(f"{time.strftime('%F %T')} done {job.name}", flush=True)
-        else:
-            failed.add(job.name)
-            print(f"{time.strftime('%F %T')} FAILED {job.name} (see {state}/{job.name}.log)", flush=True)
-    return 1 if failed else 0
-
-
-def _run_until(python: str, argv: tuple[str, ...], log, deadline: float, grace: float = 60.0) -> bool:
-    """Whether ``python argv`` (output to ``log``) succeeded; `TimeUp` when ``deadline`` stopped it: SIGTERM
-    (a training run writes its checkpoint, then exits), SIGKILL after ``grace`` seconds."""
-    proc = subprocess.Popen([python, *argv], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+def _stop(proc: subprocess.Popen, grace: float = 60.0) -> None:
+    """SIGTERM (a training run writes its checkpoint, then exits), SIGKILL after ``grace`` seconds."""
+    proc.send_signal(signal.SIGTERM)
     try:
-        left = deadline - time.monotonic()
-        return proc.wait(timeout=None if left == float("inf") else max(left, 0)) == 0
+        proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        raise TimeUp from None
-    except BaseException:  # the pipeline interrupted: the job it started goes with it
         proc.kill()
         proc.wait()
+
+
+def run_jobs(todo: list[Job], state: str, python: str, deadline: float = float("inf"), parallel: int = 1) -> int:
+    """Runs every job that is not done once the jobs it needs are, until ``deadline`` (time.monotonic): up to
+    ``parallel`` at once, started in list order as they become ready; a timing job (bench/decode_speed.py) with
+    no other beside it. 0 when all ran, 1 if one failed, 3 when the deadline stopped them (the running ones get
+    SIGTERM and resume at the next start)."""
+    env = dict(os.environ)
+    if parallel > 1:  # one device shared: each process a share of its memory (JAX takes 75% by default)
+        env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{0.9 / parallel:.2f}")
+    waiting = [j for j in todo if not os.path.exists(os.path.join(state, "done", j.name))]
+    running: dict[str, tuple[Job, subprocess.Popen]] = {}
+    unmet: set[str] = set()  # failed, or skipped because a job they need did not finish
+    busy, pause = 0, 0.01
+
+    def finish(job: Job, ok: bool) -> None:
+        if ok:
+            open(os.path.join(state, "done", job.name), "w").close()
+            _stamp(f"done {job.name}")
+        else:
+            unmet.add(job.name)
+            _stamp(f"FAILED {job.name} (see {state}/{job.name}.log)")
+
+    try:
+        while waiting or running:
+            for job in list(waiting):
+                if missing := [n for n in job.needs if n in unmet]:
+                    _stamp(f"skip {job.name} (needs {', '.join(missing)})")
+                    unmet.add(job.name)
+                    waiting.remove(job)
+                    continue
+                if any(n in running or n in {w.name for w in waiting} for n in job.needs):
+                    continue
+                if len(running) >= parallel or job.alone and running or any(j.alone for j, _ in running.values()):
+                    break  # no room now: it starts before any job after it
+                if time.monotonic() >= deadline:
+                    raise TimeoutError(job.name)
+                waiting.remove(job)
+                _stamp(f"start {job.name}")
+                log = open(os.path.join(state, f"{job.name}.log"), "a", encoding="utf-8")
+                try:
+                    if job.copy_from:
+                        copy_whole(job.copy_from, job.copy_to or job.workdir())
+                    if job.argv:
+                        running[job.name] = job, subprocess.Popen([python, *job.argv], cwd=ROOT, env=env,
+                                                                  stdout=log, stderr=subprocess.STDOUT)
+                except OSError as e:
+                    log.write(f"{e}\n")
+                    finish(job, False)
+                else:
+                    if not job.argv:
+                        finish(job, True)
+                finally:
+                    log.close()  # the process holds its own copy
+            ended = [name for name, (_, proc) in running.items() if proc.poll() is not None]
+            for name in ended:
+                job, proc = running.pop(name)
+                finish(job, proc.returncode == 0)
+            if running and time.monotonic() >= deadline:
+                raise TimeoutError()
+            # wait for a job to end: soon after a change (short jobs), then every half second
+            pause = 0.01 if ended or len(running) != busy else min(2 * pause, 0.5)
+            busy = len(running)
+            time.sleep(pause if running else 0)
+    except TimeoutError as e:
+        if not running:
+            _stamp(f"time limit reached before {e.args[0]}: the same command goes on")
+        for name, (_, proc) in running.items():
+            _stop(proc)
+            _stamp(f"time limit reached: stopped {name} (the same command resumes it)")
+        return 3
+    except BaseException:  # the pipeline interrupted: the jobs it started go with it
+        for _, proc in running.values():
+            proc.kill()
+            proc.wait()
         raise
+    return 1 if unmet else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -282,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--align-from", default="", metavar="DIR", help="the constraint pairs, made elsewhere")
     parser.add_argument("--teacher", default="ar", choices=TEACHERS, help="the AR model the students learn from")
     parser.add_argument("--time-limit", type=float, default=0, metavar="SECONDS", help="stop after this long")
+    parser.add_argument("--parallel", type=int, default=1, metavar="N", help="run up to N jobs at once (default 1)")
     parser.add_argument("--status", action="store_true", help="where each job stands")
     parser.add_argument("--dry-run", action="store_true", help="print the commands without running them")
     parser.add_argument("--python", default=sys.executable, help=argparse.SUPPRESS)  # the tests' stand-in
@@ -298,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
                      f"it: --dry-run --only align shows it)")
     if args.teacher != "ar" and not args.gpu:
         parser.error(f"--teacher {args.teacher}: with --gpu only (without it, ar is the d 256, 3+3 model)")
+    if args.parallel < 1:
+        parser.error("--parallel: a number of jobs >= 1")
     if args.time_limit < 0:
         parser.error("--time-limit: a number of seconds > 0")
     runs = os.path.abspath(args.runs)
@@ -318,7 +358,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{job.name:<20} to run{progress(job)}")
         return 0
     os.makedirs(os.path.join(state, "done"), exist_ok=True)
-    return run_jobs(todo, state, args.python, start + args.time_limit if args.time_limit else float("inf"))
+    return run_jobs(todo, state, args.python, start + args.time_limit if args.time_limit else float("inf"),
+                    args.parallel)
 
 
 if __name__ == "__main__":

@@ -2,11 +2,12 @@
 (fresh per session, so tests stay hermetic but a program compiles once a session, however small: the tiny
 runs' programs take well under the cache's usual half-second threshold each, and a subprocess compiles dozens);
 XLA's backend optimisation off, and, with jaxlib 0.10, the CPU backend's older loop-fusion code generator
-(`xla_cpu_use_fusion_emitters=false`; jaxlib 0.11's XLA has only the new one and aborts on the flag). The tests'
-models are tiny, so their time goes into compiling, not running: without LLVM's optimisation passes the suite
-uses about a third less CPU, and the older emitters compile a fifth faster again; what the programs compute is
-the same. The command-line tests fork their `python -m jaxnat.main` runs from a server that has imported jax
-already (tests/cli.py)."""
+(`xla_cpu_use_fusion_emitters=false`; jaxlib 0.11's XLA has only the new one and aborts on the flag); one LLVM
+module a program instead of XLA's split of it for parallel code generation. The tests' models are tiny, so their
+time goes into compiling, not running: without LLVM's optimisation passes the suite uses about a third less CPU,
+the older emitters compile a fifth faster again, and the unsplit module a twelfth (the EDITOR and CMLMC test
+models' train and decoding programs); what the programs compute is the same. The command-line tests fork their
+`python -m jaxnat.main` runs from a server that has imported jax already (tests/cli.py)."""
 
 import importlib.metadata
 import os
@@ -16,7 +17,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("JAXNAT_COMPILATION_CACHE", tempfile.mkdtemp(prefix="jaxnat-xla-cache-"))
 os.environ.setdefault("JAXNAT_COMPILATION_CACHE_MIN_SECONDS", "0")
 _OLD_EMITTERS = importlib.metadata.version("jaxlib").startswith("0.10.")
-for flag in ("--xla_backend_optimization_level=0", *(["--xla_cpu_use_fusion_emitters=false"] * _OLD_EMITTERS)):
+_FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_parallel_codegen_split_count=1",
+          *(["--xla_cpu_use_fusion_emitters=false"] * _OLD_EMITTERS))
+for flag in _FLAGS:
     if flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
 

@@ -82,8 +82,9 @@ def test_packed_vecconst_loss_and_gradients_equal_the_unpacked_ones(authors):
     else:
         grad = jax.jit(jax.value_and_grad(loss, has_aux=True))
         ((l1, aux1), g1), ((l2, aux2), g2) = grad(params, packed), grad(params, padded)
+        # float order: the two batches' sums run over other shapes (entries near 10 here; as tests/test_packing_nat)
         jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5,
-                                                                       atol=2e-5), g1, g2)
+                                                                       atol=1e-4), g1, g2)
     assert float(aux1["count"]) == float(aux2["count"]) == sum(len(t) - 1 for t in tgt)
     assert float(aux1["constraint_tokens"]) == float(aux2["constraint_tokens"]) > 0
     np.testing.assert_allclose(float(l1), float(l2), rtol=1e-5)

@@ -15,9 +15,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PIPELINE = os.path.join(ROOT, "launch", "multi30k.py")
 # a stand-in for python: prints its arguments (into the job's log), creates the --workdir it is given (a run the
 # evaluated copies can copy), fails for the Coverage-NAT pre-training job unless ALLOW_COVNAT is set; with SLOW_AR
-# the teacher's job runs until a SIGTERM, which it answers as a training run does (a line, exit 143)
+# the teacher's job runs until a SIGTERM, which it answers as a training run does (a line, exit 143), with SLEEP
+# every job for that many seconds; the first line of a job's log is the device memory share it was given
 FAKE_PYTHON = """#!/usr/bin/env bash
+echo "memory fraction ${XLA_PYTHON_CLIENT_MEM_FRACTION:-unset}"
 echo "$@"
+if [ -n "${SLEEP:-}" ]; then trap 'echo stopped by SIGTERM; exit 143' TERM; sleep "$SLEEP" & wait; fi
 prev=
 for a in "$@"; do
   [ "$prev" = --workdir ] && mkdir -p "$a"
@@ -150,6 +153,47 @@ def test_align_from_overrides_and_time_limit(tmp_path):
     assert not (limited / "runs" / "pipeline" / "done" / "ar").exists()
     result, events = _pipeline(limited, "--only", "distill")
     assert result.returncode == 0 and [e for e in events if e[0] == "done"] == [("done", "ar"), ("done", "distill")]
+
+
+def test_parallel_jobs(tmp_path):
+    """--parallel 3: up to three jobs at once, each started once the jobs it needs are done, each given a third of
+    the device's memory but for 0.9; a speed job with none beside it. A time limit stops every running job."""
+    result, events = _pipeline(tmp_path, "--parallel", "3", "--tables", "nat,cmlm", SLEEP="0.1", ALLOW_COVNAT="1")
+    assert result.returncode == 0
+    started = [name for what, name in events if what == "start"]
+    assert len(started) == len(set(started)) and {what for what, _ in events} == {"start", "done"}
+    running, finished, most = set(), set(), 0
+    needs = {"distill": {"ar"}, "covnat-sca": {"covnat"}, "cmlmc-rescored": {"cmlmc", "ar"},
+             "speed-nat": {"natbase", "covnat"}, "report-cmlm": {"cmlm", "cmlmc", "cmlm-corr"}}
+    for what, name in events:
+        if what == "start":
+            assert needs.get(name, set()) <= finished, name
+            assert not any(r.startswith("speed-") for r in running) and not (name.startswith("speed-") and running)
+            running.add(name)
+            most = max(most, len(running))
+        else:
+            running.remove(name)
+            finished.add(name)
+    assert most == 3
+    runs = tmp_path / "runs"
+    assert (runs / "pipeline" / "covnat.log").read_text().startswith("memory fraction 0.30\n")
+    for name, flags, env, share in (("set", ("--parallel", "2"), {"XLA_PYTHON_CLIENT_MEM_FRACTION": "0.5"}, "0.5"),
+                                    ("one", (), {}, "unset")):  # the user's own share; one job: JAX's default
+        (tmp_path / name).mkdir()
+        assert _pipeline(tmp_path / name, *flags, "--only", "align", **env)[0].returncode == 0
+        log = (tmp_path / name / "runs" / "pipeline" / "align.log").read_text()
+        assert log.startswith(f"memory fraction {share}\n")
+
+    limited = tmp_path / "limited"
+    limited.mkdir()
+    result, events = _pipeline(limited, "--parallel", "2", "--time-limit", "1", "--only", "distill", "vecconst",
+                               SLEEP="60")
+    assert result.returncode == 3 and events == [("start", "ar"), ("start", "align")]
+    for job in ("ar", "align"):
+        assert f"time limit reached: stopped {job}" in result.stdout
+        assert "stopped by SIGTERM" in (limited / "runs" / "pipeline" / f"{job}.log").read_text()
+    bad, _ = _pipeline(tmp_path, "--parallel", "0", check=False)
+    assert bad.returncode == 2 and "--parallel: a number of jobs >= 1" in bad.stderr
 
 
 def test_the_teacher_is_a_choice_on_a_gpu(tmp_path):
