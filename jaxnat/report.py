@@ -21,7 +21,7 @@ system must have been evaluated on the same references), and writes to --out:
   refining models (`hyps/<split>.counts.jsonl`), the histogram of iterations per sentence and their mean by
   source length (Gu et al. 2019, Table 6 and Figure 4a); with constraint pairs (data.pairs_dir), the share of
   the split's pairs that are training pairs and CSR over the seen and unseen ones (Wang et al. 2022, Table 8);
-  with seeds, their mean ± standard deviation and t-test.
+  with seeds, their mean ± standard deviation and t-test (BLEU, and CPR, in every evaluation row they share).
 * `bleu_latency.png`: BLEU against latency (batch 1) per system, and BLEU against decoding time per
   sentence in batches across each system's iteration sweep (eval.iteration_sweep rows).
 * `bleu_by_length.png`: BLEU per source-length bucket, a line per system (and the mean iterations).
@@ -159,6 +159,20 @@ def seed_statistics(names: list[str], bleus: list[float], baseline: str) -> dict
         out[name] = {"runs": len(values), "mean": statistics.fmean(values),
                      "std": statistics.stdev(values) if len(values) > 1 else None,
                      "t": None if t is None else float(t), "p": None if p is None else float(p)}
+    return out
+
+
+def seed_rows(names: list[str], systems: list[dict]) -> dict[str, dict[str, dict]]:
+    """`seed_statistics` of each evaluation row every run has (soft and hard constraints, constraint pairs, VDBA,
+    the diagnostic's starts; not the iteration sweeps nor the per-count rows): {row: {'bleu': ..., 'cpr': ...}},
+    CPR where every run has it. ``systems``: the report's entries, in the order of ``names``."""
+    shared = [row for row in systems[0]["rows"] if all(row in s["rows"] for s in systems)
+              and not SWEEP_ROW.fullmatch(row) and not COUNT_ROW.fullmatch(row)]
+    out = {}
+    for row in shared:
+        values = [s["rows"][row] for s in systems]
+        out[row] = {metric: seed_statistics(names, [v[metric] for v in values], names[0])
+                    for metric in ("bleu", "cpr") if all(v.get(metric) is not None for v in values)}
     return out
 
 
@@ -318,6 +332,7 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
                                                              s.config.data.tgt_lang)
     if len(set(configurations)) < len(configurations):
         report["seeds"] = seed_statistics(configurations, [e["bleu"] for e in report["systems"]], configurations[0])
+        report["seed_rows"] = seed_rows(configurations, report["systems"])
     return report
 
 
@@ -397,12 +412,15 @@ def to_markdown(report: dict) -> str:
                 lines.append(f"| {s['name']} | {row} | {_cell(v['csr_seen'])} | {_cell(v['csr_unseen'])} |")
     lines += _curve_sections(systems)
     if "seeds" in report:
-        lines += ["", "## Seeds", "", f"BLEU over the runs of each configuration; Student's t-test against "
-                  f"{next(iter(report['seeds']))}'s runs.", "", "| configuration | runs | mean | std | t | p |",
-                  "|---|---|---|---|---|---|"]
-        for name, g in report["seeds"].items():
-            lines.append(f"| {name} | {g['runs']} | {_cell(g['mean'])} | {_cell(g['std'])} | {_cell(g['t'])} | "
-                         f"{_cell(g['p'], 4)} |")
+        lines += ["", "## Seeds", "", f"BLEU (and CPR) over the runs of each configuration, in each evaluation row "
+                  f"they all have; Student's t-test against {next(iter(report['seeds']))}'s runs.", "",
+                  "| configuration | row | score | runs | mean | std | t | p |", "|---|---|---|---|---|---|---|---|"]
+        tables = [("plain", "bleu", report["seeds"]), *((row, metric, groups)
+                  for row, metrics in report.get("seed_rows", {}).items() for metric, groups in metrics.items())]
+        for row, metric, groups in tables:
+            for name, g in groups.items():
+                lines.append(f"| {name} | {row} | {metric.upper()} | {g['runs']} | {_cell(g['mean'])} | "
+                             f"{_cell(g['std'])} | {_cell(g['t'])} | {_cell(g['p'], 4)} |")
     for title, markdown in _analyses(systems):
         lines += ["", f"## {title}", "", markdown]
     return "\n".join(lines) + "\n"

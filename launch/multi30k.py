@@ -1,8 +1,9 @@
 """The Multi30k En→De tables of docs/results.md as one resumable pipeline: the AR teacher, its distilled training
-set and constraint-pair alignments, the students of each paper, their evaluations, speed tables and reports.
+set and constraint-pair alignments, the students of each paper with the controls and ablations of its table, their
+evaluations, speed tables and reports, and three seeds of each paper's central comparison (the seeds table).
 
     python launch/multi30k.py --data-dir DATA --runs RUNS [--gpu [--teacher ar|ar-small]]
-                              [--tables teacher,vecconst,nat,cmlm,edit] [--only JOB ...] [--align-from DIR]
+                              [--tables teacher,vecconst,nat,cmlm,edit,seeds] [--only JOB ...] [--align-from DIR]
                               [--parallel N] [--time-limit SECONDS] [--config.KEY=VALUE ...] [--status] [--dry-run]
 
 Jobs run one after another (one machine, one device), each after the jobs it needs; a finished job is marked
@@ -43,7 +44,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST = "test_2016_flickr"
-TABLES = ("teacher", "vecconst", "nat", "cmlm", "edit")
+TABLES = ("teacher", "vecconst", "nat", "cmlm", "edit", "seeds")
+SEEDS = (1, 2)  # the seeds table's runs of a configuration beside its seed-0 run in its paper's table
 # the AR models that can teach (distillation, the students' vocabulary, rescoring): configs/<name>[_gpu].py
 TEACHERS = {"ar": "ar/multi30k", "ar-small": "ar/multi30k_small"}  # ar-small: with --gpu only (d 256, 3+3)
 
@@ -94,16 +96,18 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
     def speed(*flags):
         return ("bench/decode_speed.py", *flags, *overrides)
 
-    def report(table, *names, split=TEST, out=""):  # RUNS/reports/OUT (default: the table's name)
-        out = out or table
+    def report(table, *names, split=TEST, out="", labels=()):  # RUNS/reports/OUT (default: the table's name)
+        out = out or table  # labels: the systems' names in the report (default the jobs'; one repeated: seeds)
         return Job(f"report-{out}", names, ("-m", "jaxnat.report", *(run(n) for n in names), "--split", split,
-                                            "--out", os.path.join(runs, "reports", out), "--names", ",".join(names)),
-                   table)
+                                            "--out", os.path.join(runs, "reports", out),
+                                            "--names", ",".join(labels or names)), table)
 
     no_revpos = ("--config.cmlm.masked_attn=false", "--config.cmlm.concat_pe=false")
     no_corr = ("--config.cmlm.correction=false",)
     rescore = ("--config.nat.length_beam=9", f"--config.nat.rescorer={teach}", "--config.eval.iteration_sweep=")
-    return [
+    evaluate = ("--mode", "eval")
+    cmlm_rows = (("cmlm", (*no_revpos, *no_corr)), ("cmlm-revpos", no_corr), ("cmlm-corr", no_revpos), ("cmlmc", ()))
+    tables = [
         # the AR models (d 512, 6+6 and, on a GPU, d 256, 3+3), the teacher's distilled data, the constraint pairs
         Job("ar", (), main("ar/multi30k", "ar", raw), "teacher"),
         *([Job("ar-small", (), main("ar/multi30k_small", "ar-small", raw), "teacher"),
@@ -114,13 +118,13 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
                           "--splits", f"val,{TEST}", "--output", align, "--code-switch")),
         # Wang et al. 2022: the AR model with the pairs (vanilla, + VDBA), stage 2 at α/β 0.8/0.2 and 0.5/0.5,
         # code-switched, and the speed table
-        Job("ar-pairs", ("ar", "align"), main("ar/multi30k", "ar-pairs", *pairs, mode=("--mode", "eval")),
+        Job("ar-pairs", ("ar", "align"), main("ar/multi30k", "ar-pairs", *pairs, mode=evaluate),
             "vecconst", copy_from=ar),
         Job("vecconst", ("ar", "align"), main("vecconst/multi30k", "vecconst", *pairs, *stage_two), "vecconst"),
         Job("vecconst-vdba", ("ar", "align"), main("vecconst/multi30k_vdba", "vecconst-vdba", *pairs, *stage_two),
             "vecconst"),
         Job("ar-pairs-cs", ("ar", "align"), main("ar/multi30k", "ar-pairs-cs", *code_switched,
-                                                 mode=("--mode", "eval")), "vecconst", copy_from=ar),
+                                                 mode=evaluate), "vecconst", copy_from=ar),
         Job("vecconst-cs", ("ar", "align"), main("vecconst/multi30k", "vecconst-cs", *code_switched, *stage_two),
             "vecconst"),
         Job("speed-vecconst", ("vecconst",), speed("--run", ar, "--run", run("vecconst"), "--pairs", "--unpacked",
@@ -136,22 +140,28 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
         Job("covnat-ft", ("covnat",), main("nat/multi30k_sca", "covnat-ft", distilled,
                                           f"--config.train.init_from={run('covnat')}", "--config.nat.sca_weight=0"),
             "nat"),
+        # controls: NAT-base given the same second phase without SCA, and the SCA model decoded with λ forced to 0
+        Job("natbase-ft", ("natbase",), main("nat/multi30k_sca", "natbase-ft", distilled, "--config.nat.coverage=false",
+                                             "--config.eval.iteration_sweep=", "--config.nat.sca_weight=0",
+                                             f"--config.train.init_from={run('natbase')}"), "nat"),
+        Job("covnat-sca-lambda0", ("covnat-sca",), main("nat/multi30k_sca", "covnat-sca-lambda0", distilled,
+                                                         "--config.nat.coverage_lambda=0",
+                                                         "--config.eval.iteration_sweep=", mode=evaluate),
+            "nat", copy_from=run("covnat-sca")),
         *(Job(f"{name}-rescored", (name,), main(cfg, f"{name}-rescored", distilled, *flags, *rescore,
-                                                 mode=("--mode", "eval")), "nat", copy_from=run(name))
+                                                 mode=evaluate), "nat", copy_from=run(name))
           for name, cfg, flags in (("natbase", "nat/multi30k", ("--config.nat.coverage=false",)),
                                    ("covnat", "nat/multi30k", ()), ("covnat-sca", "nat/multi30k_sca", ()))),
         Job("speed-nat", ("natbase", "covnat"), speed("--run", run("natbase"), "--run", run("covnat"), distilled),
             "nat"),
-        report("nat", "natbase", "covnat", "covnat-sca", "covnat-ft"),
+        report("nat", "natbase", "covnat", "covnat-sca", "covnat-ft", "natbase-ft", "covnat-sca-lambda0"),
         # Huang et al. 2022: CMLM, +RevealPosition, +correction, CMLMC (Table 1), the halves of RevealPosition
-        # (Table A.1), on raw data with the teacher's vocabulary; CMLMC rescored by it
-        Job("cmlm", (teacher,), main("cmlm/multi30k", "cmlm", raw, *student, *no_revpos, *no_corr), "cmlm"),
-        Job("cmlm-revpos", (teacher,), main("cmlm/multi30k", "cmlm-revpos", raw, *student, *no_corr), "cmlm"),
-        Job("cmlm-corr", (teacher,), main("cmlm/multi30k", "cmlm-corr", raw, *student, *no_revpos), "cmlm"),
-        Job("cmlmc", (teacher,), main("cmlm/multi30k", "cmlmc", raw, *student), "cmlm"),
+        # (Table A.1), on raw data with the teacher's vocabulary (Table 1 on distilled data too); CMLMC rescored
+        *(Job(name, (teacher,), main("cmlm/multi30k", name, raw, *student, *flags), "cmlm")
+          for name, flags in cmlm_rows),
         Job("cmlmc-rescored", ("cmlmc",), main("cmlm/multi30k", "cmlmc-rescored", raw,
                                                f"--config.cmlm.rescorer={teach}", "--config.eval.constraints=",
-                                               "--config.eval.iteration_sweep=", mode=("--mode", "eval")),
+                                               "--config.eval.iteration_sweep=", mode=evaluate),
             "cmlm", copy_from=run("cmlmc")),
         Job("cmlm-maskedattn", (teacher,), main("cmlm/multi30k", "cmlm-maskedattn", raw, *student, no_revpos[1],
                                              *no_corr), "cmlm"),
@@ -162,14 +172,60 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
         Job("speed-cmlm", ("cmlm", "cmlmc"), speed("--run", run("cmlm"), "--run", run("cmlmc"), "--full-canvas", raw),
             "cmlm"),
         report("cmlm", "cmlm", "cmlm-revpos", "cmlm-corr", "cmlmc"),
+        *(Job(f"{name}-kd", ("distill",), main("cmlm/multi30k", f"{name}-kd", distilled, *student, *flags), "cmlm")
+          for name, flags in cmlm_rows),
+        report("cmlm", *(f"{name}-kd" for name, _ in cmlm_rows), out="cmlm-kd"),
         # Gu et al. 2019 and Xu & Carpuat 2021: the Levenshtein Transformer and EDITOR on the distilled data,
         # plain, with soft and with hard constraints
         Job("levt", ("distill",), main("levt/multi30k", "levt", distilled, *student), "edit"),
         Job("editor", ("distill",), main("editor/multi30k", "editor", distilled, *student), "edit"),
+        # the same two with the papers' roll-in (without the model's own insertions and shuffled starts: jaxnat's
+        # additions), EDITOR without dual-path roll-in (its Table 5; the control: editor-paper), and EDITOR's hard
+        # constraints as its paper makes them (editor.hard_mode=paper) beside jaxnat's block repositioning
+        *(Job(f"{m}-paper", ("distill",), main(f"{m}/multi30k", f"{m}-paper", distilled, *student,
+                                              f"--config.{m}.own_insertion_roll_in=0",
+                                              f"--config.{m}.global_shuffle=0"), "edit") for m in ("levt", "editor")),
+        Job("editor-nodual", ("distill",), main("editor/ablation_no_dual_path", "editor-nodual", distilled, *student),
+            "edit"),
+        Job("editor-hardpaper", ("editor",), main("editor/multi30k", "editor-hardpaper", distilled,
+                                                   "--config.editor.hard_mode=paper", "--config.eval.constraints=hard",
+                                                   "--config.eval.diagnostic=false", mode=evaluate),
+            "edit", copy_from=run("editor")),
         Job("speed-edit", ("levt", "editor"), speed("--run", teach, "--run", run("levt"), "--run", run("editor"),
                                               distilled), "edit"),
-        report("edit", "levt", "editor"),
+        report("edit", "levt", "editor", "levt-paper", "editor-paper", "editor-nodual", "editor-hardpaper"),
     ]
+    # three seeds of the comparisons each paper makes its case with (seed 0: the runs above), reported together
+    by_name = {j.name: j for j in tables}
+
+    def seeds(out, trained, reported):
+        reseeded = [reseed(by_name[name], seed, runs, set(trained)) for name in trained for seed in SEEDS]
+        names = [name if seed == 0 else f"{name}-s{seed}" for name in reported for seed in (0, *SEEDS)]
+        return [*reseeded, report("seeds", *names, out=out, labels=[n for n in reported for _ in (0, *SEEDS)])]
+
+    return [*tables,
+            *seeds("edit-seeds", ("levt", "editor"), ("levt", "editor")),  # with soft constraints: their rows
+            *seeds("cmlm-seeds", ("cmlm", "cmlmc"), ("cmlm", "cmlmc")),
+            *seeds("nat-seeds", ("natbase", "covnat"), ("natbase", "covnat")),
+            # vanilla + VDBA (the AR model of that seed with the pairs) against the vectorized model started from it
+            *seeds("vecconst-seeds", ("ar", "ar-pairs", "vecconst"), ("ar-pairs", "vecconst"))]
+
+
+def reseed(job: Job, seed: int, runs: str, seeded: set[str]) -> Job:
+    """``job`` with train.seed ``seed``, in the seeds table: its workdir, and a run it starts from or copies that
+    is one of ``seeded``, are that seed's (RUNS/NAME-sSEED)."""
+    def own(name):
+        return f"{name}-s{seed}" if name in seeded else name
+
+    def rename(arg: str) -> str:
+        for name in (job.name, *job.needs):
+            path = os.path.join(runs, name)
+            if own(name) != name and (arg == path or arg.endswith("=" + path)):
+                return arg[:-len(path)] + os.path.join(runs, own(name))
+        return arg
+
+    return Job(own(job.name), tuple(map(own, job.needs)), (*map(rename, job.argv), f"--config.train.seed={seed}"),
+               "seeds", rename(job.copy_from), rename(job.copy_to))
 
 
 def selected(all_jobs: list[Job], tables: list[str], only: list[str]) -> list[Job]:

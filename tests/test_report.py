@@ -10,7 +10,7 @@ import pytest
 
 from jaxnat.evaluation.metrics import bleu
 from jaxnat.report import (FREQUENCY_BINS, bin_label, bleu_by_source_length, constraint_overlap, iteration_statistics,
-                           seed_statistics, word_f1_by_frequency)
+                           seed_rows, seed_statistics, word_f1_by_frequency)
 from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -105,6 +105,23 @@ def _add_analysis_rows(workdir, refs):
     (workdir / "hyps" / "test.I1.txt").write_text("".join(f"{r} {r.split()[-1]}\n" for r in refs))
 
 
+def test_seed_rows_by_hand():
+    """Per evaluation row every run has: BLEU, and CPR where each run has it; sweeps and per-count rows left out."""
+    def system(plain, soft, hard_cpr=None):
+        rows = {"soft": {"bleu": soft, "cpr": 90.0 + soft / 10}, "T1": {"bleu": 1.0}, "hard_c2": {"bleu": 2.0}}
+        if hard_cpr is not None:
+            rows["hard"] = {"bleu": plain, "cpr": hard_cpr}
+        return {"bleu": plain, "rows": rows}
+
+    systems = [system(30, 31, 100.0), system(32, 33, 100.0), system(35, 36, 99.0), system(36, 38)]
+    out = seed_rows(["a", "a", "b", "b"], systems)
+    assert list(out) == ["soft"] and list(out["soft"]) == ["bleu", "cpr"]  # one run has no hard row
+    assert out["soft"]["bleu"] == seed_statistics(["a", "a", "b", "b"], [31, 33, 36, 38], "a")
+    assert out["soft"]["cpr"]["b"]["mean"] == pytest.approx(93.7)
+    out = seed_rows(["a", "a", "b"], systems[:3])
+    assert list(out) == ["soft", "hard"] and out["hard"]["cpr"]["a"]["std"] == 0.0
+
+
 def test_report_of_two_runs(ar_run, tmp_path):
     from jaxnat.config import workdir_config
     from jaxnat.data.sources import load_corpus
@@ -133,7 +150,7 @@ def test_report_of_two_runs(ar_run, tmp_path):
     assert sum(b["ref_words"] for b in base["word_f1"].values()) > 0
     md = (out / "report.md").read_text()
     assert "| oracle#1 | ar | 100.00* |" in md and "Target-word F1" in md and "bs:200" in md
-    assert "## BLEU by source length" in md and "| oracle | 2 |" in md
+    assert "## BLEU by source length" in md and "| oracle | plain | BLEU | 2 | " in md
     assert (out / "bleu_latency.png").stat().st_size > 5_000 and (out / "bleu_by_length.png").stat().st_size > 5_000
     assert "## Iteration sweeps" in md and "| oracle#1 | oracle_deletion | 30.00 / 70.00 | 40.00 / 60.00 |" in md
     assert "## BLEU and CPR by number of constraints" in md
