@@ -273,6 +273,10 @@ def copy_whole(src: str, dst: str) -> None:
     os.rename(dst + ".partial", dst)
 
 
+class TimeUp(Exception):
+    """The pipeline's time limit came; its argument: the job that was about to start, if any."""
+
+
 def _stamp(text: str) -> None:
     print(f"{time.strftime('%F %T')} {text}", flush=True)
 
@@ -321,7 +325,7 @@ def run_jobs(todo: list[Job], state: str, python: str, deadline: float = float("
                 if len(running) >= parallel or job.alone and running or any(j.alone for j, _ in running.values()):
                     break  # no room now: it starts before any job after it
                 if time.monotonic() >= deadline:
-                    raise TimeoutError(job.name)
+                    raise TimeUp(job.name)
                 waiting.remove(job)
                 _stamp(f"start {job.name}")
                 log = open(os.path.join(state, f"{job.name}.log"), "a", encoding="utf-8")
@@ -344,12 +348,12 @@ def run_jobs(todo: list[Job], state: str, python: str, deadline: float = float("
                 job, proc = running.pop(name)
                 finish(job, proc.returncode == 0)
             if running and time.monotonic() >= deadline:
-                raise TimeoutError()
+                raise TimeUp()
             # wait for a job to end: soon after a change (short jobs), then every half second
             pause = 0.01 if ended or len(running) != busy else min(2 * pause, 0.5)
             busy = len(running)
             time.sleep(pause if running else 0)
-    except TimeoutError as e:
+    except TimeUp as e:
         if not running:
             _stamp(f"time limit reached before {e.args[0]}: the same command goes on")
         for name, (_, proc) in running.items():
