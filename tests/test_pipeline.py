@@ -167,8 +167,9 @@ def test_align_from_overrides_and_time_limit(tmp_path):
 
 
 def test_parallel_jobs(tmp_path):
-    """--parallel 3: up to three jobs at once, each started once the jobs it needs are done, each given a third of
-    the device's memory but for 0.9; a speed job with none beside it. A time limit stops every running job."""
+    """--parallel 3: up to three jobs at once, each started once the jobs it needs are done, each process given
+    0.9/3 of the device memory (or the share the user set; none for one job at a time), a speed job with none
+    beside it. A time limit stops every running job."""
     result, events = _pipeline(tmp_path, "--parallel", "3", "--tables", "nat,cmlm", SLEEP="0.1", ALLOW_COVNAT="1")
     assert result.returncode == 0
     started = [name for what, name in events if what == "start"]
