@@ -23,13 +23,16 @@ from tests.refine_reference import random_batch
 
 TINY = "tests/configs/tiny.py"
 V = 40
-# several layers a stack; no dropout, so that a training-mode loss is the same function either way (the scanned
-# stack draws its dropout keys per scan step, not per layer name)
-DEEP = ("--config.model.enc_layers=2", "--config.model.dec_layers=3", "--config.model.dropout=0")
+# two layers a stack (a scan carries between steps; every unrolled layer is program to compile); no dropout, so
+# that a training-mode loss is the same function either way (the scanned stack draws its dropout keys per scan
+# step, not per layer name)
+DEEP = ("--config.model.enc_layers=2", "--config.model.dec_layers=2", "--config.model.dropout=0")
 FAMILIES = {
     "ar": (),
     "cmlmc": ("--config.model.name=cmlm", "--config.cmlm.masked_attn=true"),
-    "coverage-nat": ("--config.model.name=nat", "--config.nat.coverage=true", "--config.nat.train_iterations=2"),
+    # three decoder layers: the scanned stack before the last layer is itself two
+    "coverage-nat": ("--config.model.name=nat", "--config.nat.coverage=true", "--config.nat.train_iterations=2",
+                     "--config.model.dec_layers=3"),
     "vecconst": ("--config.model.name=vecconst", "--config.data.pairs_dir=synthetic"),
     # the edit models run their decoder once per head: each pass over the one scanned stack
     "levt": ("--config.model.name=levt",),
