@@ -17,6 +17,7 @@ import jax
 import numpy as np
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID
+from tests import jitted
 from tests import reference as ref
 
 NEVER_FILLED = (PAD_ID, BOS_ID, EOS_ID, PLH_ID, MASK_ID)  # a filled slot always holds a real token
@@ -37,12 +38,12 @@ class Heads:
 
     def __init__(self, module, params, src, tgt_len: int):
         self.module, self.params, self.tgt_len = module, params, tgt_len
-        self.memory = module.apply(params, src, method="encode")
+        self.memory = jitted.method(module, "encode")(params, src)
         self.src_mask = src != PAD_ID
 
     def __call__(self, method: str, rows, width: int | None = None) -> np.ndarray:
         width = max(self.tgt_len, width or 0, *(len(r) for r in rows))
-        out = self.module.apply(self.params, padded(rows, width), self.memory, self.src_mask, method=method)
+        out = jitted.method(self.module, method)(self.params, padded(rows, width), self.memory, self.src_mask)
         return np.asarray(out, np.float64)
 
 
@@ -296,11 +297,11 @@ def decoder_layers(params) -> list[tuple[str, str]]:
 def layers_read(module, params, src, tokens, method: str) -> set[tuple[str, str]]:
     """The decoder layers whose parameters ``method``'s logits depend on: a layer counts as read when
     perturbing its parameters changes the logits; every other perturbation must leave them bit-identical."""
-    memory = module.apply(params, src, method="encode")
+    memory = jitted.method(module, "encode")(params, src)
     mask = src != PAD_ID
 
     def logits(p):
-        return np.asarray(module.apply(p, tokens, memory, mask, method=method))
+        return np.asarray(jitted.method(module, method)(p, tokens, memory, mask))
 
     base = logits(params)
     read = set()

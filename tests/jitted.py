@@ -8,9 +8,11 @@ import functools
 import jax
 
 
+@functools.lru_cache(maxsize=None)
 def method(module, name, **static):
     """``module.apply(params, *args, method=name, **static)`` as one jit'd function of (params, *args);
-    ``static``: Python values the method branches or loops on (e.g. ``iterations=2``)."""
+    ``static``: Python values the method branches or loops on (e.g. ``iterations=2``). One function per
+    (module, name, static), so that every call with the same shapes reuses one trace and one program."""
     return jax.jit(functools.partial(module.apply, method=name, **static))
 
 

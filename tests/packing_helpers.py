@@ -26,12 +26,14 @@ def pack_and_pad(src, tgt, width=28, extras=None):
 
 def assert_teacher_forced_pairs_match(lp_packed, lp_padded, packed, members, tgt):
     """Each pair's teacher-forced outputs [B, L − 1, ...] in its packed row equal those of its padded row (the tokens
-    after BOS are predicted from the positions before them)."""
+    after BOS are predicted from the positions before them). Compared on the host: indexing device arrays would
+    compile a program for each shape of slice."""
+    lp_packed, lp_padded, segments = np.asarray(lp_packed), np.asarray(lp_padded), np.asarray(packed["tgt_seg"])
     for r in range(len(members)):
-        seg = np.asarray(packed["tgt_seg"][r])
+        seg = segments[r]
         for k, i in enumerate(members[r][members[r] >= 0]):
             at, n = np.flatnonzero(seg == k + 1), len(tgt[i]) - 1
-            np.testing.assert_allclose(np.asarray(lp_packed[r, at[:n]]), np.asarray(lp_padded[i, :n]), atol=2e-5)
+            np.testing.assert_allclose(lp_packed[r, at[:n]], lp_padded[i, :n], atol=2e-5)
 
 
 def segment_ids(lengths_per_row, width):

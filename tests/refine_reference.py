@@ -11,6 +11,7 @@ import optax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PLH_ID
 from jaxnat.decoding.refine import Heads, initial_hypotheses, length_cap, refine
 from jaxnat.models.insertion import NOT_PREDICTED
+from tests import jitted
 from tests import reference as ref
 
 
@@ -129,12 +130,11 @@ def python_refine(heads, tokens, phrase, caps, options, first_edit, continues=No
 
 def model_heads(spec, params, src, first_method):
     """A trained-or-not model's heads on an encoded source, as `refine` receives them."""
-    module = spec.module
-    memory = module.apply(params, src, method="encode")
+    memory = jitted.method(spec.module, "encode")(params, src)
     mask = src != PAD_ID
 
     def head(method):
-        return lambda tokens: module.apply(params, tokens, memory, mask, method=method)
+        return lambda tokens: jitted.method(spec.module, method)(params, tokens, memory, mask)
 
     token = head("token_logits")
     return Heads(head(first_method), head("placeholder_logits"),

@@ -137,30 +137,39 @@ def test_loss_terms_match_plain_reference(overrides, fixed, mean):
         assert aux["replaced"] == want["replaced"] > 0  # the correction loss really ran on some tokens
 
 
+# Kernels under test are jit'd (and take NumPy arrays as they are): eagerly, each op, even jnp.asarray, compiles
+# its own program for every shape.
+_substitution_mask = jax.jit(substitution_mask, static_argnames="fixed_count")
+
+
 @SEVERAL
 @given(seed=st.integers(0, 2**31 - 1), p=st.sampled_from([0.0, 0.1, 0.3, 0.5, 1.0]), fixed=st.booleans(),
        width=st.integers(1, 12))
 def test_substitution_mask_matches_reference(seed, p, fixed, width):
+    """Rows of ``width`` tokens, run padded to 12 with tokens that are not observed (one program)."""
     rng = np.random.default_rng(seed)
     observed = rng.random((4, width)) < rng.random()
     u = rng.random((4, width)).astype(np.float32)
-    got = np.asarray(substitution_mask(jnp.asarray(observed), jnp.asarray(u), p, fixed))
+    filler = ((0, 0), (0, 12 - width))
+    got = np.asarray(_substitution_mask(np.pad(observed, filler), np.pad(u, filler, constant_values=0.5), p,
+                                        fixed_count=fixed))
+    assert not got[:, width:].any()
     for b in range(4):
         want = _substituted([i for i in range(width) if observed[b, i]], u[b], np.float32(p), fixed)
-        assert set(np.flatnonzero(got[b])) == want
+        assert set(np.flatnonzero(got[b, :width])) == want
 
 
 def test_substitutions_are_independent_bernoulli_draws():
     """CMLMC §3.2: each observed token is replaced with probability p, independently — the count over n observed
     tokens is Binomial(n, p) (mean np, variance np(1−p)), not the fixed ⌊p·n⌋ of the authors' code."""
     n, p, rows = 20, 0.3, 4000
-    observed = jnp.ones((rows, n), bool)
+    observed = np.ones((rows, n), bool)
     u = jax.random.uniform(jax.random.PRNGKey(0), (rows, n))
-    counts = np.asarray(jnp.sum(substitution_mask(observed, u, p, False), axis=1))
+    counts = np.asarray(_substitution_mask(observed, u, p, fixed_count=False)).sum(axis=1)
     assert abs(counts.mean() - n * p) < 0.1 and abs(counts.var() - n * p * (1 - p)) < 0.35
-    pair = np.asarray(substitution_mask(observed, u, p, False))[:, :2].astype(float)
+    pair = np.asarray(_substitution_mask(observed, u, p, fixed_count=False))[:, :2].astype(float)
     assert abs(np.corrcoef(pair.T)[0, 1]) < 0.05  # positions do not move together
-    fixed = np.asarray(jnp.sum(substitution_mask(observed, u, p, True), axis=1))
+    fixed = np.asarray(_substitution_mask(observed, u, p, fixed_count=True)).sum(axis=1)
     assert set(fixed) == {6}
 
 
@@ -256,7 +265,7 @@ def test_concat_pe_combines_token_and_position_by_a_linear_map(authors):
     kernel = params["params"]["combine"]["kernel"]
     assert kernel.shape == (64, 32)
     tokens = jnp.asarray([[BOS_ID, 9, 10, EOS_ID]])
-    got = spec.module.apply(params, tokens, False, method="embed_target")
+    got = jitted.method(spec.module, "embed_target", train=False)(params, tokens)
     table = params["params"]["src_embed"]
     positions = params["params"]["tgt_embed" if authors else "src_embed"]["positions"]
     scale = 1.0 if authors else np.sqrt(32)
@@ -278,7 +287,6 @@ def test_length_token_reads_the_same_whatever_the_padding():
 
 # --------------------------------------------------------------------------------- mask-predict
 
-@functools.lru_cache(maxsize=None)
 @functools.lru_cache(maxsize=None)
 def _stub_decoder(options, width, rescored=False, canvas=None):
     """The jit'd `mask_predict.decode` on the stub model, compiled once per options (tables are arguments):
@@ -341,16 +349,22 @@ def test_remask_schedule_uses_integer_arithmetic():
     assert [int(mp.remask_count(jnp.asarray([3]), t, 10)[0]) for t in range(1, 10)] == [2, 2, 2, 1, 1, 1, 1, 1, 1]
 
 
+_lowest = jax.jit(mp.lowest)
+
+
 @SEVERAL
 @given(seed=st.integers(0, 2**31 - 1), width=st.integers(1, 10), ties=st.booleans())
 def test_lowest_matches_reference(seed, width, ties):
+    """Rows of ``width`` positions, run padded to 10 with positions that are not free (one program)."""
     rng = np.random.default_rng(seed)
     scores = rng.integers(0, 3, (4, width)).astype(np.float32) if ties else rng.random((4, width), np.float32)
     free = rng.random((4, width)) < 0.7
     count = rng.integers(0, width + 2, 4)
-    got = np.asarray(mp.lowest(jnp.asarray(scores), jnp.asarray(free), jnp.asarray(count)))
+    filler = ((0, 0), (0, 10 - width))
+    got = np.asarray(_lowest(np.pad(scores, filler), np.pad(free, filler), count))
+    assert not got[:, width:].any()
     for b in range(4):
-        assert set(np.flatnonzero(got[b])) == ref.lowest(scores[b], free[b], count[b])
+        assert set(np.flatnonzero(got[b, :width])) == ref.lowest(scores[b], free[b], count[b])
 
 
 def _random_phrases(rng, count, longest, vocab):
@@ -442,6 +456,9 @@ def test_constraints_appear_whole_whatever_the_model_predicts(seed, iterations, 
                 at = next(i for i in range(at, len(row)) if row[i:i + len(p)] == p) + len(p)
 
 
+_candidates = jax.jit(mp.candidates, static_argnums=(4, 5))
+
+
 @SEVERAL
 @given(seed=st.integers(0, 10_000), rescored=st.booleans(), constrained=st.booleans(), dedup=st.booleans())
 def test_a_canvas_as_wide_as_the_longest_candidate_decodes_the_same(seed, rescored, constrained, dedup):
@@ -460,8 +477,8 @@ def test_a_canvas_as_wide_as_the_longest_candidate_decodes_the_same(seed, rescor
         constraints = _phrase_array([_random_phrases(rng, 2, 2, vocab) for _ in range(b)], 2, 2)
         hard = np.arange(b) % 2 == 0
     options = mp.Options(iterations=3, length_beam=3, cap_min=4, cap_ratio=1.5, dedup=dedup)
-    lengths = mp.candidates(jnp.asarray(length_logits), jnp.asarray(src), constraints, hard, width, options)
-    canvas = int(jnp.max(lengths)) + 2
+    lengths = _candidates(length_logits, src, constraints, hard, width, options)
+    canvas = int(np.max(lengths)) + 2
     wide = _stub_decoder(options, width, rescored)(table, near, length_logits, src, constraints, hard)
     narrow = _stub_decoder(options, width, rescored, canvas)(table, near, length_logits, src, constraints, hard)
     assert np.asarray(narrow["tokens"]).shape == (b, canvas)

@@ -41,6 +41,13 @@ def run(table, seeds, src_len, phrases, length_penalty, beam_size, ordered, cont
                                           max_len_a=1.0, max_len_b=0, max_out=MAX_OUT)
 
 
+# the searches and the tracker jit'd: eagerly, each of their ops would compile its own program
+@partial(jax.jit, static_argnames="beam_size")
+def plain_search(table, seeds, src_len, beam_size):
+    return ar_search(toy_model(table), jnp.repeat(seeds, beam_size), src_len, beam_size=beam_size,
+                     length_penalty=1.0, max_len_a=1.0, max_len_b=0, max_out=MAX_OUT)
+
+
 def pad(sentences):
     out = np.full((len(sentences), C, P), PAD_ID, np.int32)
     for b, phrases in enumerate(sentences):
@@ -101,8 +108,7 @@ def test_without_constraints_it_is_beam_search():
     table, seeds, src_len = make_table(3), np.arange(B, dtype=np.int32), np.asarray([5, 9, 12], np.int32)
     for beam in (2, 3):
         got = run(table, seeds, src_len, pad([[]] * B), 1.0, beam, False)
-        want = ar_search(toy_model(table), jnp.repeat(seeds, beam), src_len, beam_size=beam, length_penalty=1.0,
-                         max_len_a=1.0, max_len_b=0, max_out=MAX_OUT)
+        want = plain_search(table, seeds, src_len, beam)
         np.testing.assert_array_equal(got["tokens"], want["tokens"])
         np.testing.assert_allclose(got["score"], want["score"], rtol=1e-6)
 
@@ -120,12 +126,17 @@ def test_progress_tracking():
     """fairseq's trie semantics: one path per hypothesis, one token for one constraint. Shared prefixes stay on the
     path; falling off it meets the deepest phrase it completed and may restart at the root; duplicates count
     twice. Returned: which phrases are met or pending, the depth, the bank."""
+    start = jax.jit(lambda arr: jax.tree_util.tree_map(lambda x: x[0], constrained.start(arr[None])))
+    advance = jax.jit(constrained.advance, static_argnums=3)
+    bank = jax.jit(constrained.met)
+
     def walk(phrases, tokens, ordered=False, glue=()):
         arr = jnp.asarray(pad([phrases])[0])
-        t = jax.tree_util.tree_map(lambda x: x[0], constrained.start(arr[None]))
+        t = start(arr)
         for tok in tokens:
-            t = constrained.advance(arr, t, jnp.int32(tok), ordered, jnp.bool_(tok in glue))
-        return [bool(d) for d in (t.done | t.pending)[:len(phrases)]], int(t.depth), int(constrained.met(arr, t))
+            t = advance(arr, t, jnp.int32(tok), ordered, jnp.bool_(tok in glue))
+        seen = np.asarray(t.done) | np.asarray(t.pending)
+        return [bool(d) for d in seen[:len(phrases)]], int(t.depth), int(bank(arr, t))
 
     # a phrase that is a prefix of another: "6 7" meets the longer one only, "6" must appear on its own
     assert walk([[6], [6, 7]], [6]) == ([True, False], 1, 1)

@@ -36,6 +36,8 @@ def _tokens(seqs):
     return jnp.array([_row(s) for s in seqs], jnp.int32)
 
 
+# The ops under test run jit'd, one program a shape: eagerly, each of their ops compiles its own program. Their
+# outputs come to the host once (jax.device_get): indexing a device array row by row dispatches an op per row.
 _delete = jax.jit(lambda t, d, p, s: edit_ops.delete_tokens(t, d, PAD, protect=p, sides=s))
 _insert = jax.jit(lambda t, c, cap, s: edit_ops.insert_placeholders(t, c, PAD, PLH, max_length=cap, sides=s))
 _reposition = jax.jit(lambda t, i, s: edit_ops.reposition(t, i, PAD, sides=s))
@@ -46,7 +48,7 @@ _reposition = jax.jit(lambda t, i, s: edit_ops.reposition(t, i, PAD, sides=s))
 def test_delete_matches_reference(seqs, delete, protect):
     tokens = _tokens(seqs)
     scores = tokens.astype(jnp.float32) * 0.5
-    out = _delete(tokens, jnp.array(delete), jnp.array(protect), {"score": scores})
+    out = jax.device_get(_delete(tokens, jnp.array(delete), jnp.array(protect), {"score": scores}))
     for b, seq in enumerate(seqs):
         want = ref.delete(seq, delete[b], protect[b])
         assert out.tokens[b].tolist() == _row(want)
@@ -60,7 +62,7 @@ def test_delete_matches_reference(seqs, delete, protect):
 def test_insert_placeholders_matches_reference(seqs, counts, caps):
     tokens = _tokens(seqs)
     marks = tokens == 3
-    out = _insert(tokens, jnp.array(counts), jnp.array(caps), marks)
+    out = jax.device_get(_insert(tokens, jnp.array(counts), jnp.array(caps), marks))
     for b, seq in enumerate(seqs):
         want, applied, dropped = ref.insert_placeholders(seq, counts[b], PLH, min(caps[b], L))
         assert out.tokens[b].tolist() == _row(want)
@@ -73,7 +75,7 @@ def test_insert_placeholders_matches_reference(seqs, counts, caps):
 @given(rows(), ints(0, 9, L))
 def test_fill_writes_placeholders_only(seqs, values):
     seqs = [[PLH if t == 5 else t for t in s] for s in seqs]
-    out = edit_ops.fill_placeholders(_tokens(seqs), jnp.array(values), PLH)
+    out = jax.device_get(edit_ops.fill_placeholders(_tokens(seqs), jnp.array(values), PLH))
     for b, seq in enumerate(seqs):
         assert out[b].tolist() == _row(ref.fill(seq, values[b], PLH))
 
@@ -82,13 +84,16 @@ def test_fill_writes_placeholders_only(seqs, values):
 @given(rows(), ints(-1, L + 1, L))
 def test_reposition_matches_reference(seqs, index):
     tokens = _tokens(seqs)
-    out = _reposition(tokens, jnp.array(index), (tokens * 10,))
+    out = jax.device_get(_reposition(tokens, jnp.array(index), (tokens * 10,)))
     for b, seq in enumerate(seqs):
         want, keep = ref.reposition(seq, index[b])
         assert out.tokens[b].tolist() == _row(want)
         assert out.sides[0][b].tolist() == _row([t * 10 for t in want])
         assert out.keep[b].tolist() == _row(keep, pad=False)
         assert int(out.num_deleted[b]) == len(seq) - len(want)
+
+
+_carry_slots = jax.jit(edit_ops.carry_slots)
 
 
 @FAST
@@ -98,28 +103,33 @@ def test_carry_slots_matches_reference(counts, keep, lengths):
     keep = [[k < n and (k in (0, n - 1) or keep[b][k]) for k in range(L)] for b, n in enumerate(lengths)]
     counts = [[c if k < n - 1 else 0 for k, c in enumerate(row)] for row, n in zip(counts, lengths)]
     new_length = jnp.array([sum(k) for k in keep])
-    out = edit_ops.carry_slots(jnp.array(counts), jnp.array(keep), new_length)
+    out = jax.device_get(_carry_slots(jnp.array(counts), jnp.array(keep), new_length))
     for b in range(len(counts)):
         assert out[b].tolist() == _row(ref.carry_slots(counts[b], keep[b]), L - 1, 0)
 
 
+@jax.jit
+def _edge_ops(tokens):
+    everything = jnp.ones((4, L), bool)
+    return (edit_ops.delete_tokens(tokens, everything, PAD),
+            edit_ops.insert_placeholders(tokens, jnp.full((4, L - 1), 3), PAD, PLH),
+            edit_ops.reposition(tokens, jnp.zeros((4, L), jnp.int32), PAD))
+
+
 def test_edge_rows():
     tokens = jnp.array([_row([]), _row([1]), _row([1, 2]), _row([1, 7, 7, 7, 7, 7, 7, 2])])
-    everything = jnp.ones((4, L), bool)
-    deleted = edit_ops.delete_tokens(tokens, everything, PAD)
+    deleted, grown, moved = _edge_ops(tokens)
     assert deleted.tokens.tolist() == [_row([]), _row([1]), _row([1, 2]), _row([1, 2])]
-    grown = edit_ops.insert_placeholders(tokens, jnp.full((4, L - 1), 3), PAD, PLH)
     assert grown.tokens.tolist()[:3] == [_row([]), _row([1]), _row([1, PLH, PLH, PLH, 2])]
     assert grown.tokens.tolist()[3] == [1, 7, 7, 7, 7, 7, 7, 2] and int(grown.dropped[3]) == 21
-    moved = edit_ops.reposition(tokens, jnp.zeros((4, L), jnp.int32), PAD)
     assert moved.tokens.tolist() == [_row([]), _row([1]), _row([1, 2]), _row([1, 2])]
 
 
 def test_ops_keep_shapes_and_vmap():
     tokens = jnp.array([_row([1, 7, 8, 2])] * 3)
     counts = jnp.ones((3, L - 1), jnp.int32)
-    single = jax.vmap(lambda t, c: edit_ops.insert_placeholders(t[None], c[None], PAD, PLH).tokens[0])
-    batched = edit_ops.insert_placeholders(tokens, counts, PAD, PLH).tokens
+    single = jax.jit(jax.vmap(lambda t, c: edit_ops.insert_placeholders(t[None], c[None], PAD, PLH).tokens[0]))
+    batched = jax.jit(lambda t, c: edit_ops.insert_placeholders(t, c, PAD, PLH).tokens)(tokens, counts)
     np.testing.assert_array_equal(single(tokens, counts), batched)
     assert batched.shape == tokens.shape
     assert batched[0].tolist() == [1, PLH, 7, PLH, 8, PLH, 2, 0]
@@ -150,7 +160,8 @@ def test_reposition_phrases_matches_reference(seqs, index, anchor, runs):
     marks = _phrase_marks(seqs, runs)
     tokens = _tokens(seqs)
     phrase = jnp.array([_row(m) for m in marks], jnp.int32)
-    out = _reposition_phrases(tokens, jnp.array(index), jnp.array(anchor), phrase, (tokens * 10, phrase))
+    out = jax.device_get(_reposition_phrases(tokens, jnp.array(index), jnp.array(anchor), phrase,
+                                             (tokens * 10, phrase)))
     for b, seq in enumerate(seqs):
         want = [seq[k] for k in ref.reposition_phrases(seq, index[b], anchor[b], marks[b])]
         assert out.tokens[b].tolist() == _row(want), (seq, index[b], anchor[b], marks[b])
@@ -166,8 +177,8 @@ def test_reposition_phrases_matches_reference(seqs, index, anchor, runs):
 def test_reposition_phrases_without_phrases_is_reposition():
     tokens = jnp.array([_row([1, 5, 6, 7, 2]), _row([1, 2]), _row([])])
     index = jnp.array([[0, 3, 3, 0, 1, 0, 0, 0], [0] * L, [0] * L])
-    plain = edit_ops.reposition(tokens, index, PAD)
-    kept = edit_ops.reposition_phrases(tokens, index, jnp.zeros_like(index), jnp.zeros_like(index), PAD)
+    plain = _reposition(tokens, index, None)
+    kept = _reposition_phrases(tokens, index, jnp.zeros_like(index), jnp.zeros_like(index), None)
     assert kept.tokens.tolist() == plain.tokens.tolist()
     assert kept.num_deleted.tolist() == plain.num_deleted.tolist()
     assert kept.num_moved.tolist() == plain.num_moved.tolist()
@@ -177,9 +188,9 @@ def test_capped_insertions_reach_the_end_of_the_sentence():
     """An overflowing row (every slot asks for 3, room for 6) gives each slot its share, the last ones too,
     instead of serving the first slots and starving the rest."""
     tokens = jnp.array([_row([1, 5, 6, 7, 8, 9, 2], 16)], jnp.int32)
-    out = edit_ops.insert_placeholders(tokens, jnp.full((1, 15), 3, jnp.int32), PAD, PLH, max_length=13)
+    insert = jax.jit(edit_ops.insert_placeholders, static_argnames=("pad_id", "plh_id", "max_length"))
+    out = insert(tokens, jnp.full((1, 15), 3, jnp.int32), PAD, PLH, max_length=13)
     assert out.counts[0, :6].tolist() == [1, 1, 1, 1, 1, 1]
     assert int(out.dropped[0]) == 12
-    big = edit_ops.insert_placeholders(tokens, jnp.array([[9, 0, 0, 0, 0, 1] + [0] * 9], jnp.int32), PAD, PLH,
-                                       max_length=10)
+    big = insert(tokens, jnp.array([[9, 0, 0, 0, 0, 1] + [0] * 9], jnp.int32), PAD, PLH, max_length=10)
     assert big.counts[0, :6].tolist() == [2, 0, 0, 0, 0, 1]  # the big request is cut, the small one kept

@@ -285,6 +285,12 @@ def test_jit_loop_equals_python_loop(spec, seed, penalty, reward, run_all):
     check_loop_against_python(spec, seed, options, "reposition_logits", first, first_py, COUNTS, V, CONTINUES)
 
 
+@functools.partial(jax.jit, static_argnames="paper_hard")
+def _reposition(tokens, phrase, logits, continues=None, paper_hard=False):
+    return editor_reposition(initial_hypotheses(tokens, phrase), logits, jnp.array([True]), continues,
+                             paper_hard=paper_hard)
+
+
 def test_reposition_step_with_word_boundaries_matches_python():
     """One reposition with sub-word pieces after phrases: the glued pieces are deleted exactly as the
     reference does it, and counted as deletions."""
@@ -295,8 +301,7 @@ def test_reposition_step_with_word_boundaries_matches_python():
         row = [BOS_ID, *body, EOS_ID]
         marks = [0, 0, 1, 1, 0, 0, 2, 0, 0, 3, 3, 0]
         logits = rng.normal(size=(1, capacity, capacity)).astype(np.float32)
-        hyps = initial_hypotheses(jnp.asarray(pad([row], capacity)), jnp.asarray(pad([marks], capacity, 0)))
-        got, counts = editor_reposition(hyps, jnp.asarray(logits), jnp.array([True]), jnp.asarray(CONTINUES))
+        got, counts = jax.device_get(_reposition(pad([row], capacity), pad([marks], capacity, 0), logits, CONTINUES))
         want_row, want_marks, _, want_counts = editor_first(row, marks, [0.0] * len(row), logits[0],
                                                             continues=CONTINUES)
         assert [int(t) for t in got.tokens[0] if t != PAD_ID] == want_row, trial
@@ -308,18 +313,17 @@ def test_paper_hard_mode_only_forbids_deleting_a_constraint_where_it_stands():
     """editor.hard_mode=paper: the slot of a constraint token cannot delete it, but other slots may copy it or
     leave it behind (the paper's gap); today's block mode keeps the phrase whole."""
     capacity = 6
-    tokens = jnp.asarray(pad([[BOS_ID, 7, 8, 9, EOS_ID]], capacity))
-    phrase = jnp.asarray(pad([[0, 1, 1, 0, 0]], capacity, 0))
+    tokens = pad([[BOS_ID, 7, 8, 9, EOS_ID]], capacity)
+    phrase = pad([[0, 1, 1, 0, 0]], capacity, 0)
     logits = np.full((1, capacity, capacity), -5.0, np.float32)
     logits[0, 1, 0], logits[0, 1, 1] = 9.0, 3.0   # slot 1 (the constraint's 7) wants to delete, else keep 7
     logits[0, 2, 3] = 9.0                          # slot 2 (the constraint's 8) takes 9: nobody keeps 8
     logits[0, 3, 1] = 9.0                          # slot 3 copies the 7
-    hyps = initial_hypotheses(tokens, phrase)
-    paper, counts = editor_reposition(hyps, jnp.asarray(logits), jnp.array([True]), paper_hard=True)
+    paper, counts = jax.device_get(_reposition(tokens, phrase, logits, paper_hard=True))
     assert [int(t) for t in paper.tokens[0] if t != PAD_ID] == [BOS_ID, 7, 9, 7, EOS_ID]
     assert paper.phrase[0, :5].tolist() == [0, 1, 0, 1, 0]
     assert {k: int(v[0]) for k, v in counts.items()} == {"repositions": 2, "deletions": 0}
-    block, _ = editor_reposition(hyps, jnp.asarray(logits), jnp.array([True]))
+    block, _ = jax.device_get(_reposition(tokens, phrase, logits))
     row = [int(t) for t in block.tokens[0] if t != PAD_ID]
     assert any(row[i:i + 2] == [7, 8] for i in range(len(row))) and row.count(7) == 1
 
@@ -376,6 +380,12 @@ def test_sentence_alone_equals_sentence_in_batch(spec):
         np.testing.assert_allclose(alone["score"][0], together["score"][b], rtol=1e-5)
 
 
+def _refine(heads, tokens, src, options):
+    """EDITOR's loop from ``tokens``, jit'd: eagerly, each op of the loop compiles its own program."""
+    return jax.jit(lambda t, s: refine(heads, editor_reposition, initial_hypotheses(t),
+                                       length_cap(s, t.shape[1], options), options, COUNTS))(tokens, src)
+
+
 def test_capacity_overflow_is_capped():
     capacity = 16
     tokens = jnp.asarray(pad([[BOS_ID, EOS_ID]] * 3, capacity))
@@ -383,8 +393,7 @@ def test_capacity_overflow_is_capped():
     options = RefineOptions(max_iter=3)
     heads = stub_heads(0, V, "reposition")
     greedy = heads._replace(placeholder=lambda t: jnp.zeros(t.shape[:1] + (t.shape[1] - 1, 256)).at[..., 255].set(9.0))
-    out = refine(greedy, editor_reposition, initial_hypotheses(tokens), length_cap(src, capacity, options), options,
-                 COUNTS)
+    out = _refine(greedy, tokens, src, options)
     lengths = (np.asarray(out["tokens"]) != PAD_ID).sum(1)
     assert lengths.max() <= capacity and (lengths <= [10, 16, 14]).all()
     for row in np.asarray(out["tokens"]):
@@ -406,8 +415,7 @@ def test_post_editing_moves_and_deletes_from_the_given_hypothesis():
     heads = stub_heads(0, V, "reposition")._replace(
         first=reposition, placeholder=lambda t: jnp.zeros(t.shape[:1] + (t.shape[1] - 1, 256)).at[..., 0].set(1.0))
     options = RefineOptions(max_iter=3, trace=True)
-    out = refine(heads, editor_reposition, initial_hypotheses(tokens), length_cap(src, capacity, options), options,
-                 COUNTS)
+    out = jax.device_get(_refine(heads, tokens, src, options))
     assert [int(t) for t in out["tokens"][0] if t != PAD_ID] == [BOS_ID, 8, 7, 10, EOS_ID]
     assert out["repositions"].tolist() == [3] and out["deletions"].tolist() == [1]  # 8, 7, 10 moved; slot 4 emptied
     assert out["iterations"].tolist() == [2] and out["insertions"].tolist() == [0]

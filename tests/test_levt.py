@@ -185,9 +185,9 @@ def test_jit_loop_equals_python_loop(spec, seed, penalty, run_all):
 
 def test_length_cap_uses_each_sentence_own_source():
     src = jnp.asarray(_pad([[BOS_ID, *[7] * 28, EOS_ID], [BOS_ID, 7, EOS_ID]], 30))
-    cap = length_cap(src, 128, RefineOptions())
-    assert cap.tolist() == [60, 10]
-    assert length_cap(src[:1], 128, RefineOptions()).tolist() == [60]  # batch size 1: no 10-token cap
+    cap = jax.jit(lambda s: length_cap(s, 128, RefineOptions()))
+    assert cap(src).tolist() == [60, 10]
+    assert cap(src[:1]).tolist() == [60]  # batch size 1: no 10-token cap
 
 
 # --------------------------------------------------------------------------------- stub heads
@@ -237,6 +237,12 @@ def test_hard_constraints_survive_random_models(seed, phrases):
                 assert not CONTINUES[real[k + 1]], (real, phrases)
 
 
+def _refine(heads, tokens, src, options):
+    """LevT's loop from ``tokens``, jit'd: eagerly, each op of the loop compiles its own program."""
+    return jax.jit(lambda t, s: refine(heads, levt_delete, initial_hypotheses(t), length_cap(s, t.shape[1], options),
+                                       options, ("deletions",)))(tokens, src)
+
+
 def test_capacity_overflow_is_capped():
     capacity = 16
     tokens = jnp.asarray(_pad([[BOS_ID, EOS_ID]] * 3, capacity))
@@ -245,8 +251,7 @@ def test_capacity_overflow_is_capped():
     heads = _stub_heads(0)
     greedy = Heads(heads.first, lambda t: jnp.zeros(t.shape[:1] + (t.shape[1] - 1, 256)).at[..., 255].set(9.0),
                    heads.token)
-    out = refine(greedy, levt_delete, initial_hypotheses(tokens), length_cap(src, capacity, options), options,
-                 ("deletions",))
+    out = _refine(greedy, tokens, src, options)
     lengths = (np.asarray(out["tokens"]) != PAD_ID).sum(1)
     assert lengths.tolist() == [10, 16, 14]  # max(10, 2·src_len), never above the capacity
     for row in np.asarray(out["tokens"]):
@@ -264,8 +269,7 @@ def test_post_editing_starts_from_the_given_hypothesis():
                   lambda t: jnp.zeros(t.shape[:1] + (t.shape[1] - 1, 256)).at[..., 0].set(1.0),
                   _stub_heads(0).token)
     options = RefineOptions(max_iter=3, trace=True)
-    out = refine(heads, levt_delete, initial_hypotheses(tokens), length_cap(src, capacity, options), options,
-                 ("deletions",))
+    out = jax.device_get(_refine(heads, tokens, src, options))
     assert [int(t) for t in out["tokens"][0] if t != PAD_ID] == [BOS_ID, 7, 9, 10, EOS_ID]
     assert out["deletions"].tolist() == [1] and out["iterations"].tolist() == [2]
     assert out["steps"].tolist() == [1]  # the papers' count: the pass that changed nothing is not a step
@@ -311,8 +315,6 @@ def test_oracle_collaboration_takes_the_oracles_steps(mode, expected):
     heads = Heads(lambda t: jnp.stack([jnp.ones(t.shape), jnp.zeros(t.shape)], -1),
                   lambda t: jnp.zeros(t.shape[:1] + (t.shape[1] - 1, 256)).at[..., 0].set(1.0),
                   lambda t: jax.nn.one_hot(jnp.full(t.shape, 11), V))
-    options = RefineOptions(max_iter=3)
-    out = refine(oracle_heads(heads, reference, mode), levt_delete, initial_hypotheses(tokens),
-                 length_cap(src, capacity, options), options, ("deletions",))
+    out = jax.device_get(_refine(oracle_heads(heads, reference, mode), tokens, src, RefineOptions(max_iter=3)))
     assert [int(t) for t in out["tokens"][0] if t != PAD_ID] == expected
     assert out["deletions"].tolist() == [1] and out["iterations"].tolist() == [2]

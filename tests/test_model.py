@@ -20,19 +20,21 @@ def test_cached_step_equals_full_forward(pre_norm, positions, shared):
                             num_heads=4, enc_layers=2, dec_layers=2, pre_norm=pre_norm, positions=positions,
                             max_len=16, share_embeddings=shared, tie_output=shared)
     model = ARTransformer(cfg)
-    src = jnp.array([[1, 7, 8, 9, 2, 0], [1, 10, 11, 2, 0, 0]])
-    tgt = jnp.array([[1, 12, 13, 14, 2, 0], [1, 15, 2, 0, 0, 0]])
-    # each computation jit'd: one compiled program instead of flax's op-by-op dispatch
+    src = np.array([[1, 7, 8, 9, 2, 0], [1, 10, 11, 2, 0, 0]], np.int32)
+    tgt = np.array([[1, 12, 13, 14, 2, 0], [1, 15, 2, 0, 0, 0]], np.int32)
+    # each computation jit'd: one compiled program instead of flax's op-by-op dispatch (and the arrays the test
+    # slices on the host: an eager slice of a device array compiles too)
     params = jax.jit(model.init)(jax.random.PRNGKey(0), src, tgt)
-    full = jax.nn.log_softmax(jax.jit(model.apply)(params, src, tgt))
+    full = jax.jit(lambda p, s, t: jax.nn.log_softmax(model.apply(p, s, t)))(params, src, tgt)
     memory = jax.jit(functools.partial(model.apply, method=ARTransformer.encode))(params, src)
-    cache = model.apply(params, memory, tgt.shape[1], method=ARTransformer.init_cache)
+    cache = jax.jit(functools.partial(model.apply, method=ARTransformer.init_cache), static_argnums=2)(
+        params, memory, tgt.shape[1])
     step = jax.jit(functools.partial(model.apply, method=ARTransformer.step))  # the position traced, as in decoding
     steps = []
     for i in range(tgt.shape[1]):
         logp, cache = step(params, tgt[:, i], cache, i, src != 0)
-        steps.append(logp)
-    cached = jnp.stack(steps, 1)
+        steps.append(np.asarray(logp))
+    cached = np.stack(steps, 1)
     real = np.asarray(tgt != 0)
     np.testing.assert_allclose(np.asarray(cached)[real], np.asarray(full)[real], atol=1e-5)
 
@@ -55,12 +57,13 @@ def test_rescorer_score_is_the_mean_log_probability_of_each_candidate():
     cfg = TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=16, ffn_dim=32, num_heads=2,
                             enc_layers=1, dec_layers=1, max_len=16)
     model = ARTransformer(cfg)
-    src = jnp.array([[1, 7, 8, 2, 0], [1, 9, 10, 11, 2]])
-    tgt = jnp.array([[1, 12, 13, 2, 0], [1, 14, 2, 0, 0], [1, 15, 16, 17, 2], [1, 2, 0, 0, 0]])
-    rows_of = jnp.array([0, 0, 1, 1])
+    src = np.array([[1, 7, 8, 2, 0], [1, 9, 10, 11, 2]], np.int32)  # host arrays: eager indexing compiles
+    tgt = np.array([[1, 12, 13, 2, 0], [1, 14, 2, 0, 0], [1, 15, 16, 17, 2], [1, 2, 0, 0, 0]], np.int32)
+    rows_of = np.array([0, 0, 1, 1], np.int32)
     params = jax.jit(model.init)(jax.random.PRNGKey(2), src[rows_of], tgt)
-    got = jax.jit(functools.partial(ar_score, model))(params, src, tgt, rows_of)
-    logp = np.asarray(jax.nn.log_softmax(jax.jit(model.apply)(params, src[rows_of], tgt[:, :-1])))
+    got = np.asarray(jax.jit(functools.partial(ar_score, model))(params, src, tgt, rows_of))
+    logp = np.asarray(jax.jit(lambda p, s, t: jax.nn.log_softmax(model.apply(p, s, t)))(params, src[rows_of],
+                                                                                          tgt[:, :-1]))
     for r, row in enumerate(np.asarray(tgt)):
         n = int(np.sum(row[1:] != 0))
         want = np.mean([logp[r, i, row[i + 1]] for i in range(n)])
@@ -76,15 +79,18 @@ def test_separate_positions_share_the_tokens_and_not_the_position_table(scale):
                             enc_layers=1, dec_layers=1, max_len=16, dropout=0.0, positions="learned",
                             separate_positions=True, scale_embeddings=scale)
     model = ARTransformer(cfg)
-    src, tgt = jnp.array([[1, 7, 8, 9, 2]]), jnp.array([[1, 12, 13, 2]])
-    params = model.init(jax.random.PRNGKey(0), src, tgt)["params"]
+    src, tgt = np.array([[1, 7, 8, 9, 2]], np.int32), np.array([[1, 12, 13, 2]], np.int32)
+    # jit'd: eagerly, each op of flax's initialisation and of the embedders would compile its own program
+    params = jax.jit(model.init)(jax.random.PRNGKey(0), src, tgt)["params"]
+    embed = jax.jit(lambda p, ids, side: model.apply(p, ids, False, method=lambda m, i, t: getattr(m, side)(i, t)),
+                    static_argnums=2)
     assert set(params["tgt_embed"]) == {"positions"} and set(params["src_embed"]) == {"tokens", "positions"}
     assert not np.allclose(params["tgt_embed"]["positions"], params["src_embed"]["positions"])
     tokens = np.asarray(params["src_embed"]["tokens"]["embedding"])
     factor = 4.0 if scale else 1.0
     for side, ids in (("src_embed", src), ("tgt_embed", tgt)):
-        got = model.apply({"params": params}, ids, False, method=lambda m, i, t: getattr(m, side)(i, t))
-        want = tokens[np.asarray(ids[0])] * factor + np.asarray(params[side]["positions"])[:ids.shape[1]]
+        got = np.asarray(embed({"params": params}, ids, side))
+        want = tokens[ids[0]] * factor + np.asarray(params[side]["positions"])[:ids.shape[1]]
         np.testing.assert_allclose(got[0], want, rtol=1e-6, atol=1e-6)
 
 
@@ -96,15 +102,15 @@ def test_embedding_dropout_rate():
     ids = jnp.full((4, 16), 7)
     key = {"dropout": jax.random.PRNGKey(1)}
 
-    def embedded(train, **options):
+    def embedded(train, **options):  # jit'd: eagerly, each op would compile its own program
         embedder = Embedder(TransformerConfig(**base, **options), 30)
-        params = embedder.init(jax.random.PRNGKey(0), ids, False)
-        return np.asarray(embedder.apply(params, ids, train, rngs=key))
+        params = jax.jit(embedder.init, static_argnums=2)(jax.random.PRNGKey(0), ids, False)
+        return np.asarray(jax.jit(embedder.apply, static_argnums=2)(params, ids, train, rngs=key))
 
-    clean = embedded(False)
-    dropped = embedded(True) == 0
+    clean, trained = embedded(False), embedded(True)
+    dropped = trained == 0
     assert 0.25 < dropped.mean() < 0.35                                 # model.dropout applies when unset
-    assert (embedded(True, embed_dropout=0.3) == embedded(True)).all()
+    assert (embedded(True, embed_dropout=0.3) == trained).all()
     np.testing.assert_array_equal(embedded(True, embed_dropout=0.0), clean)
     assert 0.05 < (embedded(True, embed_dropout=0.1) == 0).mean() < 0.15
 
@@ -112,11 +118,13 @@ def test_embedding_dropout_rate():
 
     def loss(**options):
         model = ARTransformer(TransformerConfig(**base, **options))
-        params = model.init(jax.random.PRNGKey(0), batch["src"], batch["tgt"][:, :-1])
-        return float(ar_loss(model, params, batch, jax.random.PRNGKey(2), 0.1, train=True)[0])
+        params = jax.jit(model.init)(jax.random.PRNGKey(0), batch["src"], batch["tgt"][:, :-1])
+        return float(jax.jit(lambda p, b, k: ar_loss(model, p, b, k, 0.1, train=True)[0])(
+            params, batch, jax.random.PRNGKey(2)))
 
-    assert loss() == loss(embed_dropout=0.3)
-    assert loss() != loss(embed_dropout=0.0)  # the option reaches the model's embedders
+    unset = loss()
+    assert unset == loss(embed_dropout=0.3)
+    assert unset != loss(embed_dropout=0.0)  # the option reaches the model's embedders
 
 
 @pytest.mark.parametrize("pre_norm", [False, True])
@@ -128,13 +136,13 @@ def test_prefix_entries_extend_attention_and_masked_ones_change_nothing(pre_norm
 
     cfg = TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=16, ffn_dim=32, num_heads=2,
                             enc_layers=2, dec_layers=2, max_len=16, pre_norm=pre_norm)
-    rng = np.random.default_rng(0)
-    x = jnp.asarray(rng.normal(size=(2, 5, 16)), jnp.float32)
-    y = jnp.asarray(rng.normal(size=(2, 4, 16)), jnp.float32)
-    mask, tgt_mask = jnp.array([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]], bool), jnp.ones((2, 4), bool)
-    prefixes = [(jnp.asarray(rng.normal(size=(2, 3, 16)), jnp.float32),
-                 jnp.asarray(rng.normal(size=(2, 3, 16)), jnp.float32)) for _ in range(2)]
-    none, some = jnp.zeros((2, 3), bool), jnp.array([[1, 1, 0], [1, 0, 0]], bool)
+    rng = np.random.default_rng(0)  # host arrays: eager slices and concatenations of device arrays compile
+    x = rng.normal(size=(2, 5, 16)).astype(np.float32)
+    y = rng.normal(size=(2, 4, 16)).astype(np.float32)
+    mask, tgt_mask = np.array([[1, 1, 1, 1, 0], [1, 1, 1, 0, 0]], bool), np.ones((2, 4), bool)
+    prefixes = [(rng.normal(size=(2, 3, 16)).astype(np.float32), rng.normal(size=(2, 3, 16)).astype(np.float32))
+                for _ in range(2)]
+    none, some = np.zeros((2, 3), bool), np.array([[1, 1, 0], [1, 0, 0]], bool)
 
     enc = Encoder(cfg)  # each computation jit'd (train=False static): one program, not flax's op-by-op dispatch
     ep = jax.jit(enc.init, static_argnums=3)(jax.random.PRNGKey(0), x, mask, False)
@@ -147,17 +155,17 @@ def test_prefix_entries_extend_attention_and_masked_ones_change_nothing(pre_norm
     dp = jax.jit(dec.init, static_argnums=5)(jax.random.PRNGKey(1), y, tgt_mask, x, mask, False)
     decode = jax.jit(dec.apply, static_argnums=5)
     plain = decode(dp, y, tgt_mask, x, mask, False)
-    masked = decode(dp, y, tgt_mask, x, jnp.concatenate([none, mask], 1), False, prefixes=prefixes)
+    masked = decode(dp, y, tgt_mask, x, np.concatenate([none, mask], 1), False, prefixes=prefixes)
     np.testing.assert_allclose(masked, plain, atol=1e-5)
-    full = decode(dp, y, tgt_mask, x, jnp.concatenate([some, mask], 1), False, prefixes=prefixes)
+    full = decode(dp, y, tgt_mask, x, np.concatenate([some, mask], 1), False, prefixes=prefixes)
     assert not np.allclose(full, plain, atol=1e-3)
-    cache = dec.apply(dp, x, 4, prefixes, method="init_cache")
+    cache = jax.jit(functools.partial(dec.apply, method="init_cache"), static_argnums=2)(dp, x, 4, prefixes)
     step = jax.jit(functools.partial(dec.apply, method="step"))
     steps = []
     for i in range(4):
-        out, cache = step(dp, y[:, i:i + 1], cache, i, jnp.concatenate([some, mask], 1))
-        steps.append(out)
-    np.testing.assert_allclose(jnp.concatenate(steps, 1), full, atol=1e-5)
+        out, cache = step(dp, y[:, i:i + 1], cache, i, np.concatenate([some, mask], 1))
+        steps.append(np.asarray(out))
+    np.testing.assert_allclose(np.concatenate(steps, 1), full, atol=1e-5)
 
 
 def test_beam_search_does_not_carry_the_cross_attention_cache():

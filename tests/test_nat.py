@@ -49,18 +49,27 @@ def coverage_reference(attention, counted):
     return out
 
 
+# The kernels and layers under test are jit'd: one program a shape, where eagerly each op compiles its own (even
+# jnp.asarray of a NumPy array: the jit'd functions take the NumPy arrays as they are)
+_coverage = jax.jit(coverage)
+
+
 @SEVERAL
 @given(seed=st.integers(0, 2**31 - 1), steps=st.integers(1, 9), width=st.integers(1, 6),
        counted_kind=st.sampled_from(["random", "none", "all"]))
 def test_coverage_matches_eq6(seed, steps, width, counted_kind):
-    """Random attention rows (each a distribution over the source), any subset of counted target steps."""
+    """Random attention rows (each a distribution over the source), any subset of counted target steps. The
+    kernel runs on them padded to [2, 9, 6] (one program), as a batch pads them: target steps that are not
+    counted after them, source PAD columns of zero attention; its real [2, steps, width] part is checked."""
     rng = np.random.default_rng(seed)
     attention = rng.dirichlet(np.ones(width), (2, steps)).astype(np.float32)
     counted = {"random": rng.random((2, steps)) < 0.6, "none": np.zeros((2, steps), bool),
                "all": np.ones((2, steps), bool)}[counted_kind]
-    got = np.asarray(coverage(jnp.asarray(attention), jnp.asarray(counted)))
+    padded = np.pad(attention, ((0, 0), (0, 9 - steps), (0, 6 - width)))
+    got = np.asarray(_coverage(padded, np.pad(counted, ((0, 0), (0, 9 - steps)))))
     for b in range(2):
-        np.testing.assert_allclose(got[b], coverage_reference(attention[b], counted[b]), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[b, :steps, :width], coverage_reference(attention[b], counted[b]),
+                                   rtol=1e-5, atol=1e-6)
 
 
 def _softmax(z):
@@ -77,14 +86,33 @@ def test_attention_weights_are_the_softmax_of_scaled_scores_plus_the_bias():
     mem = rng.normal(size=(2, 4, cfg.d_model)).astype(np.float32)
     bias = rng.normal(size=(2, 1, 5, 4)).astype(np.float32)
     attn = MultiHeadAttention(cfg)
-    params = attn.init(jax.random.PRNGKey(0), x, mem, bias, False)
-    _, weights = attn.apply(params, x, *attn.apply(params, mem, method="project_kv"), bias, False, True,
-                            method="attend")
+
+    @jax.jit
+    def run(x, mem, bias):
+        params = attn.init(jax.random.PRNGKey(0), x, mem, bias, False)
+        return params, attn.apply(params, x, *attn.apply(params, mem, method="project_kv"), bias, False, True,
+                                  method="attend")[1]
+
+    params, weights = run(x, mem, bias)
     p = params["params"]
     q = np.einsum("btd,dhk->bthk", x, p["query"]["kernel"]) + p["query"]["bias"]
     k = np.einsum("bsd,dhk->bshk", mem, p["key"]["kernel"]) + p["key"]["bias"]
     scores = np.einsum("bthk,bshk->bhts", q, k) / np.sqrt(q.shape[-1]) + bias
     np.testing.assert_allclose(np.asarray(weights), _softmax(scores), rtol=1e-4, atol=1e-6)
+
+
+@functools.lru_cache(maxsize=None)
+def _iteration(**options):
+    """`CoverageIteration(cfg, **options)`'s init and apply, jit'd once for every test that builds the same."""
+    it = CoverageIteration(_spec().cfg, **options)
+    return jax.jit(it.init), jax.jit(it.apply)
+
+
+@jax.jit
+def _layer_by_hand(layer_params, hidden, self_bias, memory, cross_bias):
+    layer = DecoderLayer(_spec().cfg)
+    kv = layer.apply(layer_params, memory, method="cross_kv")
+    return layer.apply(layer_params, hidden, self_bias, kv, cross_bias, False, return_attention=True)
 
 
 def _iteration_inputs(cfg):
@@ -109,27 +137,26 @@ def test_coverage_iteration_biases_the_inter_attention_by_lambda_times_one_minus
     hidden, memory, attention, counted, self_bias, src_mask = _iteration_inputs(cfg)
     cross_bias = attention_bias(jnp.asarray(src_mask))
     coverable = src_mask if bos_eos else np.array([[0, 1, 1, 1, 0], [0, 1, 0, 0, 0]], bool)
-    it = CoverageIteration(cfg, forced_lambda=forced)
-    params = it.init(jax.random.PRNGKey(0), (hidden, attention), self_bias, memory, cross_bias, counted, coverable)
+    init, apply = _iteration(forced_lambda=forced)
+    params = init(jax.random.PRNGKey(0), (hidden, attention), self_bias, memory, cross_bias, counted, coverable)
     assert float(params["params"]["coverage_scale"]) == 1.0  # λ initialised to 1
     params = {"params": {**params["params"], "coverage_scale": jnp.float32(scale)}}
-    (h, a), _ = it.apply(params, (hidden, attention), self_bias, memory, cross_bias, counted, coverable)
+    (h, a), _ = apply(params, (hidden, attention), self_bias, memory, cross_bias, counted, coverable)
 
     cov = np.stack([coverage_reference(attention[k], counted[k]) for k in range(len(hidden))])
     bias = (scale if forced is None else forced) * np.where(coverable[:, None, :], 1.0 - cov, 0.0)
-    layer = DecoderLayer(cfg)
-    lp = {"params": params["params"]["layer"]}
-    kv = layer.apply(lp, memory, method="cross_kv")
-    want_h, want_w = layer.apply(lp, hidden, self_bias, kv, cross_bias + bias[:, None], False, return_attention=True)
+    want_h, want_w = _layer_by_hand({"params": params["params"]["layer"]}, hidden, self_bias, memory,
+                                    cross_bias + bias[:, None])
     np.testing.assert_allclose(np.asarray(h), np.asarray(want_h), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.asarray(a), np.asarray(want_w).mean(axis=1), rtol=1e-4, atol=1e-6)
 
 
 def test_source_words_are_the_tokens_between_bos_and_eos():
     src = jnp.asarray([[BOS_ID, 7, 8, EOS_ID, PAD_ID], [BOS_ID, EOS_ID, PAD_ID, PAD_ID, PAD_ID]])
-    assert source_words(src != PAD_ID).tolist() == [[False, True, True, False, False], [False] * 5]
+    words = jax.jit(source_words)
+    assert words(src != PAD_ID).tolist() == [[False, True, True, False, False], [False] * 5]
     segments = jnp.asarray([[1, 1, 1, 2, 2, 2, 2, 0]])  # packed: [BOS w EOS][BOS w w EOS] PAD
-    assert source_words(segments).tolist() == [[False, True, False, False, True, True, False, False]]
+    assert words(segments).tolist() == [[False, True, False, False, True, True, False, False]]
 
 
 @pytest.mark.parametrize("stop_gradient", [False, True])
@@ -139,10 +166,10 @@ def test_stop_gradient_makes_the_coverage_a_constant(stop_gradient):
     cfg = _spec().cfg
     hidden, memory, attention, counted, self_bias, src_mask = _iteration_inputs(cfg)
     cross_bias = attention_bias(jnp.asarray(src_mask))
-    it = CoverageIteration(cfg, stop_gradient=stop_gradient)
-    params = it.init(jax.random.PRNGKey(0), (hidden, attention), self_bias, memory, cross_bias, counted, src_mask)
-    grad = jax.grad(lambda a: jnp.sum(it.apply(params, (hidden, a), self_bias, memory, cross_bias, counted,
-                                               src_mask)[0][0] ** 2))(jnp.asarray(attention))
+    init, apply = _iteration(stop_gradient=stop_gradient)
+    params = init(jax.random.PRNGKey(0), (hidden, attention), self_bias, memory, cross_bias, counted, src_mask)
+    grad = jax.jit(jax.grad(lambda a: jnp.sum(apply(params, (hidden, a), self_bias, memory, cross_bias, counted,
+                                                    src_mask)[0][0] ** 2)))(jnp.asarray(attention))
     assert (float(jnp.max(jnp.abs(grad))) == 0.0) == stop_gradient
 
 
@@ -224,7 +251,7 @@ def test_loss_matches_plain_reference(overrides, sca):
     spec = _spec(*overrides, f"--config.nat.sca_weight={sca}")
     batch = random_batch(3, V)
     params = spec.init(jax.random.PRNGKey(0), batch)
-    loss, aux = spec.loss(params, batch, jax.random.PRNGKey(1), False)
+    loss, aux = jax.jit(spec.loss, static_argnums=3)(params, batch, jax.random.PRNGKey(1), False)
     want, agreement = reference_loss(spec, params, batch, eps=0.1, weight=0.1, sca=sca,
                                      iterations=3 if overrides else 1)
     np.testing.assert_allclose(float(loss), want, rtol=1e-4)
@@ -241,6 +268,9 @@ def test_loss_falls(overrides):
 
 
 # --------------------------------------------------------------------------------- decoding
+
+_remove_repeats = jax.jit(mp.remove_repeats)
+
 
 @SEVERAL
 @given(seed=st.integers(0, 2**31 - 1), width=st.integers(1, 10), kind=st.sampled_from(["random", "empty", "full",
@@ -259,10 +289,10 @@ def test_remove_repeats_matches_reference(seed, width, kind):
         words = list(rng.integers(NUM_RESERVED, vocab, n))
         rows.append(([BOS_ID, *words, EOS_ID] if width >= 2 else [PAD_ID] * width))
     tokens = pad(rows, width).astype(np.int32)
-    got, removed = mp.remove_repeats(jnp.asarray(tokens))
+    got, removed = map(np.asarray, _remove_repeats(tokens))
     for r in range(4):
         want, count = ref.remove_repeats(list(tokens[r]))
-        assert np.asarray(got[r]).tolist() == want and int(removed[r]) == count
+        assert got[r].tolist() == want and int(removed[r]) == count
 
 
 @pytest.mark.parametrize("overrides", [(), COVERAGE])

@@ -250,14 +250,21 @@ def random_and_kernel_outputs(key, tokens, word_start):
             draws[3])
 
 
+@jax.jit  # one program: eagerly, each of their ops compiles its own
+def global_shuffle_outputs(key, tokens, word_start):
+    """With p_global = 0.5: the random function's output, its kernel's on its draws, the draws; and the draws of
+    p_global = 0."""
+    draws = N.draw_delete_shuffle(key, tokens.shape, p_global=0.5)
+    return (N.random_delete_shuffle(key, tokens, word_start, p_global=0.5),
+            N.apply_delete_shuffle(tokens, word_start, *draws), draws, N.draw_delete_shuffle(key, tokens.shape))
+
+
 @SEVERAL
 @given(batches(), st.integers(0, 2**32 - 1))
 def test_global_shuffle_is_its_kernel_on_its_draws(tokens, seed):
-    key, word_start = jax.random.key(seed), tokens % 2 == 0
-    draws = N.draw_delete_shuffle(key, tokens.shape, p_global=0.5)
-    out = N.random_delete_shuffle(key, tokens, word_start, p_global=0.5)
-    assert rows(out) == rows(N.apply_delete_shuffle(tokens, word_start, *draws))
-    paper = N.draw_delete_shuffle(key, tokens.shape)  # p_global = 0 draws the paper's numbers, whatever else
+    out, kernel_out, draws, paper = global_shuffle_outputs(jax.random.key(seed), tokens, tokens % 2 == 0)
+    assert rows(out) == rows(kernel_out)
+    # p_global = 0 draws the paper's numbers, whatever else
     np.testing.assert_array_equal(draws[0], paper[0])
     np.testing.assert_array_equal(draws[1], paper[1])
 

@@ -79,7 +79,8 @@ def _arrays(pairs, lx, ly):
 
 def _check_against_reference(pairs, lx, ly):
     x, y = _arrays(pairs, lx, ly)
-    e2, e3 = ed2_labels(x, y), ed3_labels(x, y)
+    # on the host once: indexing the device arrays row by row dispatches (and first compiles) an op per row
+    e2, e3 = jax.device_get((ed2_labels(x, y), ed3_labels(x, y)))
     for b, (xs, ys) in enumerate(pairs):
         deletion, slots, mask, dist = ref.ed2_labels(xs, ys)
         assert e2.deletion[b].tolist() == _row(deletion, lx, 0), (xs, ys)
@@ -145,6 +146,8 @@ def test_labels_inside_jit_and_vmap_shapes():
 
 # ------------------------------------------------------------------------------------------ invariants
 
+# jit'd, one program for the tests' one shape: eagerly, each op of the edit ops compiles its own
+@jax.jit
 def _apply_ed2(x, y, labels):
     deleted = edit_ops.delete_tokens(x, labels.deletion, PAD_ID)
     counts = edit_ops.carry_slots(labels.insertion, deleted.keep, edit_ops.lengths(deleted.tokens, PAD_ID))
@@ -152,6 +155,7 @@ def _apply_ed2(x, y, labels):
     return edit_ops.fill_placeholders(inserted.tokens, y, PLH_ID), inserted
 
 
+@jax.jit
 def _apply_ed3(x, y, labels):
     moved = edit_ops.reposition(x, labels.reposition, PAD_ID)
     counts = edit_ops.carry_slots(labels.insertion, moved.keep, edit_ops.lengths(moved.tokens, PAD_ID))
@@ -168,14 +172,14 @@ def framed(max_len, vocab):
 def test_applying_labels_reproduces_the_target(pairs):
     x, y = _arrays(pairs, 12, 12)
     e2 = ed2_labels(x, y)
-    out, inserted = _apply_ed2(x, y, e2)
+    e2, (out, inserted) = jax.device_get((e2, _apply_ed2(x, y, e2)))  # the checks below in numpy
     np.testing.assert_array_equal(out, y)
     assert (inserted.dropped == 0).all()
     np.testing.assert_array_equal(e2.distance, e2.deletion.sum(1) + e2.insertion.sum(1))
     np.testing.assert_array_equal(e2.distance, e2.deletion.sum(1) + e2.insert_mask.sum(1))
 
     e3 = ed3_labels(x, y)
-    out, inserted, moved = _apply_ed3(x, y, e3)
+    e3, (out, inserted, moved) = jax.device_get((e3, _apply_ed3(x, y, e3)))
     np.testing.assert_array_equal(out, y)
     assert (inserted.dropped == 0).all()
     substitutions = moved.num_moved

@@ -87,15 +87,20 @@ def test_packed_batcher_errors():
 
 # ------------------------------------------------------------------------------- per-segment kernels
 
+@jax.jit  # one program a batch shape, where the kernels' ops one by one would compile dozens
+def _segment_kernels(seg, values):
+    lengths = packing.segment_lengths(seg)
+    return (packing.segment_positions(seg), packing.segment_sum(values, seg), lengths, packing.next_in_segment(seg),
+            packing.broadcast_segments(lengths, seg))
+
+
 @FAST
 @given(rows_of_segments, st.integers(0, 3))
 def test_segment_kernels_match_plain_python(rows, seed):
     width = SEGMENT_WIDTH
     seg = segment_ids(rows, width)
     values = np.random.default_rng(seed).normal(size=seg.shape).astype(np.float32)
-    pos, sums = np.asarray(packing.segment_positions(jnp.asarray(seg))), np.asarray(packing.segment_sum(values, seg))
-    lengths = np.asarray(packing.segment_lengths(jnp.asarray(seg)))
-    nxt = np.asarray(packing.next_in_segment(jnp.asarray(seg)))
+    pos, sums, lengths, nxt, back = map(np.asarray, _segment_kernels(seg, values))
     for r, row in enumerate(rows):
         at = 0
         for k, n in enumerate(row):
@@ -105,7 +110,6 @@ def test_segment_kernels_match_plain_python(rows, seed):
             assert nxt[r, at:at + n - 1].all() and (at + n - 1 >= width - 1 or not nxt[r, at + n - 1])
             at += n
         assert (lengths[r, len(row):] == 0).all() and not nxt[r, max(at - 1, 0):].any()
-    back = np.asarray(packing.broadcast_segments(jnp.asarray(lengths), jnp.asarray(seg)))
     assert ((back == lengths[np.arange(len(rows))[:, None], np.maximum(seg - 1, 0)]) | (seg == 0)).all()
 
 

@@ -42,22 +42,25 @@ def _spans(rows):
 
 # ------------------------------------------------------------------------------- per-segment kernels
 
+@jax.jit  # one program a batch shape, where the kernels' ops one by one would compile dozens
+def _segment_kernels(seg, values, where, scores):
+    return (packing.segment_interior(seg), packing.segment_mean(values, seg, where),
+            packing.segment_ranks(scores, seg, where), packing.segment_cumsum(values, seg))
+
+
 @FAST
 @given(rows_of_segments, st.integers(0, 10_000))
 def test_segment_kernels_match_plain_python(rows, seed):
     """interior, mean over a subset, rank (``first`` positions, then score, then position) and running sum, each
     within its segment; scores drawn from a few values, so that ties occur."""
     width = SEGMENT_WIDTH
-    seg = jnp.asarray(segment_ids(rows, width))
+    seg = segment_ids(rows, width)
     rng = np.random.default_rng(seed)
     values = rng.normal(size=(len(rows), width)).astype(np.float32)
     where = rng.random((len(rows), width)) < 0.6
     scores = rng.integers(0, 3, (len(rows), width)).astype(np.float32)
-    interior = np.asarray(packing.segment_interior(seg))
-    means = np.asarray(packing.segment_mean(values, seg, jnp.asarray(where)))
-    ranks = np.asarray(packing.segment_ranks(jnp.asarray(scores), seg, jnp.asarray(where)))
-    sums = np.asarray(packing.segment_cumsum(jnp.asarray(values), seg))
-    assert not interior[np.asarray(seg) == 0].any()
+    interior, means, ranks, sums = map(np.asarray, _segment_kernels(seg, values, where, scores))
+    assert not interior[seg == 0].any()
     for r, k, at, n in _spans(rows):
         span = range(at, at + n)
         assert [bool(interior[r, i]) for i in span] == [at < i < at + n - 1 for i in span]
@@ -79,10 +82,18 @@ def test_coverage_sums_the_steps_of_the_own_segment_only(rows, seed):
     rng = np.random.default_rng(seed)
     attention = rng.dirichlet(np.ones(sources), (len(rows), width)).astype(np.float32)
     counted = (rng.random(seg.shape) < 0.7) & (seg > 0)
-    got = np.asarray(coverage(jnp.asarray(attention), jnp.asarray(counted), jnp.asarray(seg)))
+    got = np.asarray(jax.jit(coverage)(attention, counted, seg))
     for r, _, at, n in _spans(rows):
         want = coverage_reference(attention[r, at:at + n], counted[r, at:at + n])
         np.testing.assert_allclose(got[r, at:at + n], want, rtol=1e-5, atol=1e-6)
+
+
+@jax.jit
+def _draw_kernels(tokens, seg, v, scores, u, p):
+    """`cmlm_loss`'s packed masking of the real tokens and fixed-count substitution of the observed ones."""
+    canvas, real = full_canvas(tokens, seg)
+    masked = packing.segment_lowest(real, v, scores, seg, 1)
+    return canvas, real, masked, substitution_mask(real & ~masked, u, p, True, seg), real_counts(tokens, seg)
 
 
 @FAST
@@ -92,25 +103,22 @@ def test_masking_and_substitution_counts_per_segment(rows, seed, p):
     score (`cmlm_loss`'s packed masking); the fixed substitution count, ⌊p · #observed⌋ of each segment's observed
     tokens; the real tokens (every segment's BOS and EOS excluded), their counts and the fully masked canvas."""
     width = SEGMENT_WIDTH
-    seg = jnp.asarray(segment_ids(rows, width))
+    seg = segment_ids(rows, width)
     rng = np.random.default_rng(seed)
-    tokens = jnp.asarray(np.where(np.asarray(seg) > 0, rng.integers(6, V, seg.shape), PAD_ID).astype(np.int32))
+    tokens = np.where(seg > 0, rng.integers(6, V, seg.shape), PAD_ID).astype(np.int32)
     v = rng.random((len(rows), max_segments(width))).astype(np.float32)
     scores = rng.integers(0, 4, seg.shape).astype(np.float32) / 4  # ties: broken by position
-    canvas, real = (np.asarray(a) for a in full_canvas(tokens, seg))
-    masked = np.asarray(packing.segment_lowest(jnp.asarray(real), jnp.asarray(v), jnp.asarray(scores), seg, 1))
-    observed = real & ~masked
     u = rng.random(seg.shape).astype(np.float32)
-    replaced = np.asarray(substitution_mask(jnp.asarray(observed), jnp.asarray(u), p, True, seg))
-    counts = np.asarray(real_counts(tokens, seg))
+    canvas, real, masked, replaced, counts = map(np.asarray, _draw_kernels(tokens, seg, v, scores, u, p))
+    observed = real & ~masked
     for r, k, at, n in _spans(rows):
         want = {at + i for i in _masked_positions(list(range(n)), v[r, k], scores[r, at:at + n])}
         assert set(np.flatnonzero(masked[r, at:at + n]) + at) == want
         assert set(np.flatnonzero(real[r, at:at + n]) + at) == set(range(at + 1, at + n - 1)) and counts[r, k] == n - 2
         obs = [i for i in range(at, at + n) if observed[r, i]]
         assert set(np.flatnonzero(replaced[r, at:at + n]) + at) == _substituted(obs, u[r], np.float32(p), True)
-    assert ((canvas == MASK_ID) == real).all() and (canvas[~real] == np.asarray(tokens)[~real]).all()
-    assert not (masked | real)[np.asarray(seg) == 0].any()
+    assert ((canvas == MASK_ID) == real).all() and (canvas[~real] == tokens[~real]).all()
+    assert not (masked | real)[seg == 0].any()
     k = max_segments(width)
     assert draw_subset(jax.random.PRNGKey(seed), (3, width), k)[0].shape == (3, k)
 
@@ -191,8 +199,9 @@ def test_packed_loss_outputs_and_gradients_equal_the_unpacked_ones(case):
     packed, padded, members = pack_and_pad(src, tgt)
     assert int((np.asarray(packed["tgt_seg"]).max(axis=1) > 1).sum()) >= 2  # some rows do hold several pairs
     draws_padded, draws_packed = _draws(np.random.default_rng(4), packed, members, len(tgt))
-    loss1, aux1, grads1, logp1, length1 = run(params, packed, draws_packed)
-    loss2, aux2, grads2, logp2, length2 = run(params, padded, draws_padded)
+    # NumPy arrays: indexing a jax array compiles a program for each shape of index
+    loss1, aux1, grads1, logp1, length1 = jax.tree_util.tree_map(np.asarray, run(params, packed, draws_packed))
+    loss2, aux2, grads2, logp2, length2 = jax.tree_util.tree_map(np.asarray, run(params, padded, draws_padded))
     for r, k, i, at in _slots(packed, members):
         for key in ("masked_in", "corr_in"):
             if key in aux1:
@@ -239,8 +248,8 @@ def test_changing_one_pair_leaves_the_others_in_its_row_unchanged(case, seed):
     for s, t in ((src, tgt), (changed_src, changed_tgt)):
         row = _row(s, t)
         draws = {"mask": (jnp.full((1, max_segments(40)), 0.5), jnp.zeros((1, 40))), "substitution": jnp.ones((1, 40))}
-        _, _, _, logp, length = run(params, row, draws)
-        seg = np.asarray(row["tgt_seg"][0])
+        logp, length = (np.asarray(a) for a in run(params, row, draws)[3:])  # indexed in NumPy: no programs
+        seg = np.asarray(row["tgt_seg"])[0]
         outputs.append(([np.asarray(logp[0, seg == k + 1]) for k in range(4)], np.asarray(length[0, :4])))
     for k in set(range(4)) - {victim}:
         np.testing.assert_allclose(outputs[1][0][k], outputs[0][0][k], atol=2e-5)

@@ -27,14 +27,15 @@ MODEL = ARTransformer(CFG)
 MAX_OUT = 8
 
 
-@jax.jit
-def _init(key):
-    return MODEL.init(key, jnp.ones((1, 4), jnp.int32), jnp.ones((1, 3), jnp.int32))
+@partial(jax.jit, static_argnames="scale")  # one program: eagerly, each op would compile its own
+def _init(key, scale):
+    params = MODEL.init(key, jnp.ones((1, 4), jnp.int32), jnp.ones((1, 3), jnp.int32))
+    return jax.tree_util.tree_map(lambda x: x * scale, params)
 
 
 def make_params(seed, scale=3.0):
     """Random parameters scaled up, so that the next-token distributions are peaky and varied."""
-    return jax.tree_util.tree_map(lambda x: x * scale, _init(jax.random.PRNGKey(seed)))
+    return _init(jax.random.PRNGKey(seed), scale)
 
 
 def make_src(rng, lengths, width=None):
@@ -124,7 +125,7 @@ def test_beam_equals_exhaustive_search(seed):
         [BOS_ID, *body, EOS_ID] for m in range(max_len + 1) for body in itertools.product(GENERABLE, repeat=m)
     ]
     for lp in (0.0, 1.0, 2.0):
-        out = search(params, src, lp, 0.0, max_len, beam_size=27)
+        out = jax.device_get(search(params, src, lp, 0.0, max_len, beam_size=27))  # indexed on the host
         check_well_formed(out, [max_len] * 3)
         for b in range(src.shape[0]):
             scores = rescore(params, src[b], candidates, lp)
@@ -165,7 +166,7 @@ def test_greedy_equals_python_loop(seed):
     src = make_src(np.random.default_rng(seed), [6, 4, 3, 5])
     lengths = (src != PAD_ID).sum(1)
     limits = np.asarray(decode_length(lengths, 0.5, 2, MAX_OUT - 2))
-    out = search(params, src, 1.0, 0.5, 2, beam_size=1)
+    out = jax.device_get(search(params, src, 1.0, 0.5, 2, beam_size=1))  # indexed on the host
     check_well_formed(out, limits)
     for b in range(src.shape[0]):
         tokens, score, steps = python_greedy(params, src[b], limits[b], 1.0)
@@ -185,9 +186,9 @@ def test_batch_equals_single(beam_size):
     params = make_params(4)
     src = make_src(np.random.default_rng(4), [7, 3, 5])
     lengths = (src != PAD_ID).sum(1)
-    batched = search(params, src, 1.0, 1.0, 1, beam_size=beam_size)
+    batched = jax.device_get(search(params, src, 1.0, 1.0, 1, beam_size=beam_size))  # indexed on the host
     for b in range(src.shape[0]):
-        alone = search(params, src[b : b + 1, : lengths[b]], 1.0, 1.0, 1, beam_size=beam_size)
+        alone = jax.device_get(search(params, src[b : b + 1, : lengths[b]], 1.0, 1.0, 1, beam_size=beam_size))
         np.testing.assert_array_equal(alone["tokens"][0], batched["tokens"][b])
         np.testing.assert_array_equal(alone["length"][0], batched["length"][b])
         np.testing.assert_allclose(alone["score"][0], batched["score"][b], atol=1e-5)
@@ -198,7 +199,7 @@ def test_beam4_jit_well_formed_and_scored():
     src = make_src(np.random.default_rng(5), [3, 8, 5, 4, 6, 7])
     run = jax.jit(partial(ar_generate, MODEL, beam_size=4, max_out=MAX_OUT))
     for a, b, lp in [(1.2, 10, 1.0), (0.5, 0, 0.0), (0.0, 0, 1.0)]:
-        out = run(params, src, length_penalty=lp, max_len_a=a, max_len_b=b)
+        out = jax.device_get(run(params, src, length_penalty=lp, max_len_a=a, max_len_b=b))  # indexed on the host
         assert out["tokens"].shape == (6, MAX_OUT) and out["tokens"].dtype == jnp.int32
         assert out["score"].shape == (6,) and out["length"].dtype == jnp.int32
         limits = decode_length((src != PAD_ID).sum(1), a, b, MAX_OUT - 2)

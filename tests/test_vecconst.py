@@ -21,6 +21,7 @@ from jaxnat.models.ar.model import ARTransformer
 from jaxnat.models.transformer import config_from
 from jaxnat.data.phrase_pairs import entry_capacity
 from jaxnat.models.vecconst.model import PairInputs, build_spec, first_spans, pack_entries
+from tests import jitted
 from tests.refine_reference import random_batch
 
 TINY = "tests/configs/tiny.py"
@@ -82,11 +83,13 @@ def _mha(p, q_in, kv_in, kv_mask, heads):
     return np.einsum("bthk,hkd->btd", out, p["out"]["kernel"]) + p["out"]["bias"]
 
 
+# The model's methods are called jit'd (tests/jitted.py): eagerly, each op would compile its own program.
+
 def test_vectorize_matches_eqs_2_to_4():
     spec = _spec()
     batch = with_pairs(random_batch(0, V), 0)
     params = spec.init(jax.random.PRNGKey(0), batch)
-    keys, values, mask = spec.module.apply(params, batch["pair_src"], batch["pair_tgt"], method="vectorize")
+    keys, values, mask = jitted.method(spec.module, "vectorize")(params, batch["pair_src"], batch["pair_tgt"])
     p = jax.tree_util.tree_map(np.asarray, params["params"])
     emb, pos, d = p["src_embed"]["tokens"]["embedding"], p["src_embed"]["positions"], spec.cfg.d_model
     src, tgt = np.asarray(batch["pair_src"]), np.asarray(batch["pair_tgt"])
@@ -109,7 +112,7 @@ def test_plug_in_matches_eqs_8_to_11(renormalise):
     rng = np.random.default_rng(1)
     h = rng.normal(size=(6, 5, spec.cfg.d_model)).astype(np.float32)
     member = constraint_tokens(batch["pair_tgt"], V)
-    logp = np.asarray(spec.module.apply(params, jnp.asarray(h), batch["pair_tgt"], method="pair_log_probs"))
+    logp = np.asarray(jitted.method(spec.module, "pair_log_probs")(params, jnp.asarray(h), batch["pair_tgt"]))
     p = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), params["params"])
     w = p["src_embed"]["tokens"]["embedding"]              # shared, tied: the output embedding W
     p_model = _softmax(h @ w.T)                                                            # eq. 8
@@ -153,8 +156,8 @@ def test_plug_in_gradients_equal_the_dense_form():
         return spec.module.apply(params, h, batch["pair_tgt"], method="pair_log_probs")
 
     loss = lambda f: lambda params, h: jnp.sum(weights * f(params, h))  # noqa: E731
-    want = jax.grad(loss(dense), argnums=(0, 1))(params, h)
-    got = jax.grad(loss(scattered), argnums=(0, 1))(params, h)
+    want = jax.jit(jax.grad(loss(dense), argnums=(0, 1)))(params, h)
+    got = jax.jit(jax.grad(loss(scattered), argnums=(0, 1)))(params, h)
     for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5)
 
@@ -166,17 +169,18 @@ def test_no_pairs_change_nothing_and_no_integration_is_the_ar_model():
     batch = with_pairs(random_batch(2, V), 2, empty_rows=(0, 1, 2, 3, 4, 5))
     params = spec.init(jax.random.PRNGKey(0), batch)
     ar = ARTransformer(spec.cfg)
+    ar_logp = jax.jit(lambda p, src, tgt: jax.nn.log_softmax(ar.apply(p, src, tgt)))
     vanilla = {"params": {k: v for k, v in params["params"].items() if k in ("src_embed", "encoder", "decoder")}}
-    want = jax.nn.log_softmax(ar.apply(vanilla, batch["src"], batch["tgt"][:, :-1]))
-    got = spec.module.apply(params, batch["src"], batch["tgt"][:, :-1], batch["pair_src"], batch["pair_tgt"])
+    want = ar_logp(vanilla, batch["src"], batch["tgt"][:, :-1])
+    got = jax.jit(spec.module.apply)(params, batch["src"], batch["tgt"][:, :-1], batch["pair_src"], batch["pair_tgt"])
     real = np.asarray(batch["tgt"][:, 1:] != PAD_ID)
     np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], atol=1e-5)
     off = _spec("--config.vecconst.plug_in=false", "--config.vecconst.attention=false")
     some = with_pairs(random_batch(2, V), 3)
     params = off.init(jax.random.PRNGKey(0), some)
     assert set(params["params"]) == {"src_embed", "encoder", "decoder"}
-    got = off.module.apply(params, some["src"], some["tgt"][:, :-1], some["pair_src"], some["pair_tgt"])
-    want = jax.nn.log_softmax(ar.apply(params, some["src"], some["tgt"][:, :-1]))
+    got = jax.jit(off.module.apply)(params, some["src"], some["tgt"][:, :-1], some["pair_src"], some["pair_tgt"])
+    want = ar_logp(params, some["src"], some["tgt"][:, :-1])
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
 
 
@@ -189,9 +193,9 @@ def test_loss_weights_constraint_tokens_alpha_and_others_beta(alpha, beta):
     tgt[0, 1] = int(batch["pair_tgt"][0, 0, 0])
     batch = {**batch, "tgt": jnp.asarray(tgt)}
     params = spec.init(jax.random.PRNGKey(0), batch)
-    loss, aux = spec.loss(params, batch, jax.random.PRNGKey(1), False)
-    logp = np.asarray(spec.module.apply(params, batch["src"], batch["tgt"][:, :-1], batch["pair_src"],
-                                        batch["pair_tgt"]), np.float64)
+    loss, aux = jax.jit(spec.loss, static_argnums=3)(params, batch, jax.random.PRNGKey(1), False)
+    logp = np.asarray(jax.jit(spec.module.apply)(params, batch["src"], batch["tgt"][:, :-1], batch["pair_src"],
+                                                 batch["pair_tgt"]), np.float64)
     member = np.asarray(constraint_tokens(batch["pair_tgt"], V))
     want, constrained = 0.0, 0
     for b in range(tgt.shape[0]):
@@ -214,7 +218,7 @@ def test_the_gate_and_the_constraint_layers_receive_gradients(overrides, names):
     params = spec.init(jax.random.PRNGKey(0), batch)
     grads = jax.jit(jax.grad(lambda p: spec.loss(p, batch, jax.random.PRNGKey(1), False)[0]))(params)["params"]
     for name in (*names, "pair_align", "enc_adapter_0", "dec_adapter_0"):
-        norm = sum(float(jnp.sum(jnp.abs(g))) for g in jax.tree_util.tree_leaves(grads[name]))
+        norm = sum(float(np.sum(np.abs(np.asarray(g)))) for g in jax.tree_util.tree_leaves(grads[name]))
         assert np.isfinite(norm) and norm > 0, name
 
 
@@ -224,14 +228,13 @@ def test_cached_steps_equal_the_full_pass(overrides):
     batch = with_pairs(random_batch(5, V), 5)
     params = spec.init(jax.random.PRNGKey(0), batch)
     m = spec.module
-    src, tgt = batch["src"], batch["tgt"]
-    full = m.apply(params, src, tgt, batch["pair_src"], batch["pair_tgt"])
-    memory, memory_mask, prefixes = m.apply(params, src, batch["pair_src"], batch["pair_tgt"],
-                                            method="encode_with_pairs")
-    cache = m.apply(params, memory, tgt.shape[1], prefixes, method="init_pair_cache")
+    src, tgt = batch["src"], np.asarray(batch["tgt"])
+    full = jax.jit(m.apply)(params, src, tgt, batch["pair_src"], batch["pair_tgt"])
+    encode, step = _jitted(m, tgt.shape[1])  # encode_with_pairs, then init_pair_cache; pair_step
+    memory, memory_mask, cache = encode(params, src, batch["pair_src"], batch["pair_tgt"])
     steps = []
     for i in range(tgt.shape[1]):
-        logp, cache = m.apply(params, tgt[:, i], cache, i, memory_mask, batch["pair_tgt"], method="pair_step")
+        logp, cache = step(params, tgt[:, i], cache, i, memory_mask, batch["pair_tgt"])
         steps.append(logp)
     real = np.asarray(tgt != PAD_ID)
     np.testing.assert_allclose(np.asarray(jnp.stack(steps, 1))[real], np.asarray(full)[real], rtol=1e-5, atol=1e-5)
@@ -244,12 +247,13 @@ def test_a_sentence_decodes_alone_as_in_a_batch(beam):
     params = spec.init(jax.random.PRNGKey(0), batch)
     run = jax.jit(lambda s, ps, pt: spec.generate(params, DecodeRequest(s, extras=_pairs(ps, pt), max_out=16,
                                                                         beam_size=beam)))
-    together = run(batch["src"], batch["pair_src"], batch["pair_tgt"])
-    for k in range(batch["src"].shape[0]):
-        alone = run(batch["src"][k:k + 1], batch["pair_src"][k:k + 1], batch["pair_tgt"][k:k + 1])
+    src, pair_src, pair_tgt = (np.asarray(batch[k]) for k in ("src", "pair_src", "pair_tgt"))
+    together = jax.device_get(run(src, pair_src, pair_tgt))
+    for k in range(src.shape[0]):
+        alone = jax.device_get(run(src[k:k + 1], pair_src[k:k + 1], pair_tgt[k:k + 1]))
         assert np.asarray(alone["tokens"][0]).tolist() == np.asarray(together["tokens"][k]).tolist()
         np.testing.assert_allclose(alone["score"][0], together["score"][k], rtol=1e-5, atol=1e-6)
-    plain = spec.generate(params, DecodeRequest(batch["src"], max_out=16, beam_size=beam))
+    plain = jax.jit(lambda s: spec.generate(params, DecodeRequest(s, max_out=16, beam_size=beam)))(src)
     assert plain["tokens"].shape == together["tokens"].shape
 
 
@@ -274,13 +278,26 @@ def entry_rows(draw):
     return mask, values, capacity
 
 
+_pack_entries = jax.jit(pack_entries, static_argnums=1)
+ROWS_AT_MOST, WIDTH = 4, 12  # the rows' largest (B, C): what the drawn ones are padded to (bar C = 0 and 1)
+
+
 @settings(max_examples=100, deadline=None)
 @given(entry_rows())
 def test_pack_entries_matches_reference(case):
+    # padded to one shape, one program a capacity (C = 0 and 1 kept as drawn): filler rows all padding, filler
+    # entries after a row's own; capacity ≤ C, so a row's first ``capacity`` entries are the drawn row's
     mask, values, capacity = case
-    packed_mask, packed = map(np.asarray, jax.jit(pack_entries, static_argnums=1)(mask, capacity, values))
-    assert packed_mask.shape == (mask.shape[0], capacity) and packed.shape == (mask.shape[0], capacity, 2)
-    for b in range(mask.shape[0]):
+    rows, c = mask.shape
+    width = c if c <= 1 else WIDTH
+    padded_mask = np.zeros((ROWS_AT_MOST, width), bool)
+    padded_mask[:rows, :c] = mask
+    padded = np.full((ROWS_AT_MOST, width, 2), -1.0, np.float32)  # no drawn value
+    padded[:rows, :c] = values
+    packed_mask, packed = map(np.asarray, _pack_entries(padded_mask, capacity, padded))
+    assert packed_mask.shape == (ROWS_AT_MOST, capacity) and packed.shape == (ROWS_AT_MOST, capacity, 2)
+    assert not packed_mask[rows:].any()
+    for b in range(rows):
         want_mask, want_values = ref_pack(mask[b].tolist(), values[b].tolist(), capacity)
         assert packed_mask[b].tolist() == want_mask
         assert packed[b].tolist() == want_values
@@ -331,7 +348,7 @@ def test_authors_output_matches_their_decoder():
     params = spec.init(jax.random.PRNGKey(0), batch)
     rng = np.random.default_rng(1)
     h = rng.normal(size=(6, 5, spec.cfg.d_model)).astype(np.float32)
-    logp = np.asarray(spec.module.apply(params, jnp.asarray(h), batch["pair_tgt"], method="pair_log_probs"))
+    logp = np.asarray(jitted.method(spec.module, "pair_log_probs")(params, jnp.asarray(h), batch["pair_tgt"]))
     p = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), params["params"])
     w, g = p["src_embed"]["tokens"]["embedding"], p["plug_gate"]
     ids = np.asarray(batch["pair_tgt"]).reshape(len(h), -1)
@@ -359,9 +376,9 @@ def test_separate_adapters_are_per_head_keys_and_values():
     spec = _spec(*AUTHORS)
     batch = with_pairs(random_batch(0, V), 0)
     params = spec.init(jax.random.PRNGKey(0), batch)
-    keys, values, _ = spec.module.apply(params, batch["pair_src"], batch["pair_tgt"], method="vectorize")
-    _, _, prefixes = spec.module.apply(params, batch["src"], batch["pair_src"], batch["pair_tgt"],
-                                       method="encode_with_pairs")
+    keys, values, _ = jitted.method(spec.module, "vectorize")(params, batch["pair_src"], batch["pair_tgt"])
+    _, _, prefixes = jitted.method(spec.module, "encode_with_pairs")(params, batch["src"], batch["pair_src"],
+                                                                     batch["pair_tgt"])
     p = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), params["params"]["dec_adapter_0"])
     from scipy.special import erf
 
@@ -435,19 +452,20 @@ def test_span_weighting_puts_alpha_on_the_first_occurrence_only():
     tgt[0, 1], tgt[0, 3] = token, token                       # the phrase twice in row 0: α on position 1 only
     batch = {**batch, "tgt": jnp.asarray(tgt), "pair_tgt": jnp.asarray(pair_tgt)}
     params = spec.init(jax.random.PRNGKey(0), batch)
-    loss, aux = spec.loss(params, batch, jax.random.PRNGKey(1), False)
+    loss, aux = jax.jit(spec.loss, static_argnums=3)(params, batch, jax.random.PRNGKey(1), False)
     assert int(aux["constraint_tokens"]) == 1
     tokens = _spec("--config.vecconst.alpha=0.8", "--config.vecconst.beta=0.2")
-    assert int(tokens.loss(params, batch, jax.random.PRNGKey(1), False)[1]["constraint_tokens"]) == 2
+    assert int(jax.jit(tokens.loss, static_argnums=3)(params, batch, jax.random.PRNGKey(1), False)[1][
+        "constraint_tokens"]) == 2
 
 
 def _score_step_by_step(spec, params, batch, row, tokens, consumes):
     """A hypothesis's score (mean log-probability, EOS included) from cached steps, the plug-in's phrases with
     every token produced so far removed when ``consumes``, and each token's log-probability (0.0 at BOS)."""
-    m, src = spec.module, batch["src"][row:row + 1]
-    encode, step = _jitted(m)
-    memory, memory_mask, cache = encode(params, src, batch["pair_src"][row:row + 1], batch["pair_tgt"][row:row + 1])
-    remaining, steps = np.asarray(batch["pair_tgt"][row:row + 1]).copy(), [0.0]
+    src, pair_src, pair_tgt = (np.asarray(batch[k])[row:row + 1] for k in ("src", "pair_src", "pair_tgt"))
+    encode, step = _jitted(spec.module)
+    memory, memory_mask, cache = encode(params, src, pair_src, pair_tgt)
+    remaining, steps = pair_tgt.copy(), [0.0]
     for i in range(len(tokens) - 1):
         if consumes:
             remaining[remaining == tokens[i]] = PAD_ID
@@ -459,11 +477,11 @@ def _score_step_by_step(spec, params, batch, row, tokens, consumes):
 
 
 @functools.lru_cache(maxsize=None)
-def _jitted(module):
-    """(encode: the memory, its mask and a cache of 15 steps, step: `pair_step`), each one compiled program."""
+def _jitted(module, steps=15):
+    """(encode: the memory, its mask and a cache of ``steps`` steps, step: `pair_step`), each one compiled program."""
     def encode(params, src, pair_src, pair_tgt):
         memory, memory_mask, prefixes = module.apply(params, src, pair_src, pair_tgt, method="encode_with_pairs")
-        return memory, memory_mask, module.apply(params, memory, 15, prefixes, method="init_pair_cache")
+        return memory, memory_mask, module.apply(params, memory, steps, prefixes, method="init_pair_cache")
 
     return jax.jit(encode), jax.jit(lambda params, *args: module.apply(params, *args, method="pair_step"))
 
@@ -473,9 +491,8 @@ def test_the_authors_rule_drops_produced_constraint_tokens_from_each_beam(beam):
     spec = _spec(*AUTHORS)
     batch = with_pairs(random_batch(6, V), 6)
     params = spec.init(jax.random.PRNGKey(0), batch)
-    out = jax.jit(lambda s, ps, pt: spec.generate(params, DecodeRequest(s, extras=_pairs(ps, pt), max_out=16,
-                                                                        beam_size=beam)))(
-        batch["src"], batch["pair_src"], batch["pair_tgt"])
+    out = jax.device_get(jax.jit(lambda s, ps, pt: spec.generate(params, DecodeRequest(
+        s, extras=_pairs(ps, pt), max_out=16, beam_size=beam)))(batch["src"], batch["pair_src"], batch["pair_tgt"]))
     changed = 0
     for row in range(batch["src"].shape[0]):
         tokens = [int(x) for x in np.asarray(out["tokens"][row])]
