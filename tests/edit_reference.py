@@ -307,8 +307,8 @@ def layers_read(module, params, src, tokens, method: str) -> set[tuple[str, str]
     read = set()
     for n, (stack, layer) in enumerate(decoder_layers(params)):
         def bump(path, x, n=n):
-            if tuple(p.key for p in path[1:3]) == (stack, layer):
-                return x + 0.5 * jax.random.normal(jax.random.PRNGKey(n), x.shape, x.dtype)
+            if tuple(p.key for p in path[1:3]) == (stack, layer):  # on the host: no program a parameter shape
+                return np.asarray(x) + 0.5 * np.random.default_rng(n).normal(size=x.shape).astype(x.dtype)
             return x
         out = logits(jax.tree_util.tree_map_with_path(bump, params))
         if np.array_equal(out, base):

@@ -51,7 +51,8 @@ def editor_first(row, marks, scores, logits, deletion_reward=0.0, continues=None
     lg = np.array(logits[:n, :n], np.float32)
     lg[:, 0] += deletion_reward
     index = list(lg.argmax(-1))
-    logp = np.asarray(jax.nn.log_softmax(jnp.asarray(lg), axis=-1))
+    shifted = lg - lg.max(axis=-1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
     anchor = [int(logp[1:n - 1, j].argmax()) + 1 if n > 2 else 0 for j in range(n)]
     source = ref.reposition_phrases(row, index, anchor, marks)
     free_moved = sum(1 for i in range(1, n - 1) if not marks[i] and 1 <= index[i] < n - 1 and not marks[index[i]]

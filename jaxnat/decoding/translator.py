@@ -183,9 +183,13 @@ class Translator:
         full width, at less cost (a length-predicting model's canvases are otherwise sized for the longest
         output its source allows, about twice what it predicts), for a few more compiled widths."""
         lengths, state = self._plan(self.params, request)
-        needed = int(np.max(jax.device_get(lengths))) + 2
-        width = min([b for b in self.buckets if b >= needed] + [request.max_out])
+        width = self.bucket_width(int(np.max(jax.device_get(lengths))) + 2, request.max_out)
         return request.replace(extras={**request.extras, "plan": (lengths, state)}, max_out=width)
+
+    def bucket_width(self, needed: int, cap: int) -> int:
+        """The narrowest bucket length that holds ``needed`` positions, else ``cap``: a batch's varying widths
+        take a few shapes, so a few compiled programs."""
+        return min([b for b in self.buckets if b >= needed] + [cap])
 
     def translate_ids(self, src: list[np.ndarray], beam_size: int, batch_size: int,
                       starts: list[Start] | None = None, trace: bool = False,
@@ -203,7 +207,7 @@ class Translator:
             request = self.request(batch["src"], [starts[i] if i >= 0 else Start() for i in idx], beam_size, trace)
             if oracle:
                 rows = [references[i][:self.spec.cfg.max_len - 2] if i >= 0 else None for i in idx]
-                width = min(_round_up(max(len(r) for r in rows if r is not None) + 2, 8), self.spec.cfg.max_len)
+                width = self.bucket_width(max(len(r) for r in rows if r is not None) + 2, self.spec.cfg.max_len)
                 request = request.replace(reference=pad_hypotheses(rows, width), oracle=oracle)
             if self._plan is not None and self.narrow_outputs:
                 request = self.planned(request)
