@@ -57,12 +57,14 @@ def ar_run(tmp_path_factory, worker_id):
 # files to whichever worker is free, in collection order): a long file left for the end keeps one core busy alone
 # while the other idles. Longest first, by their measured time (each file's total of pytest --durations=0;
 # the files under 10 s follow in collection order).
-LONGEST_FIRST = ("test_cmlm.py", "test_editor.py", "test_scan_layers.py", "test_edit_models_cli.py",
-                 "test_post_edit.py", "test_nat_cli.py", "test_vecconst_cli.py", "test_packing_nat.py", "test_levt.py",
-                 "test_vecconst.py", "test_nat.py", "test_training.py", "test_cmlm_cli.py", "test_notebook.py",
-                 "test_translate.py", "test_model.py", "test_mixed_precision.py", "test_multiprocess.py",
-                 "test_packing_vecconst.py", "test_edit_ops.py", "test_oracle.py", "test_noise.py", "test_family.py",
-                 "test_config.py", "test_checkpoints.py")
+LONGEST_FIRST = ("test_cmlm.py", "test_editor.py", "test_scan_layers.py", "test_training.py",
+                 "test_edit_models_cli.py", "test_nat_cli.py", "test_levt.py", "test_vecconst_cli.py",
+                 "test_post_edit.py", "test_notebook.py", "test_vecconst.py", "test_model.py", "test_cmlm_cli.py",
+                 "test_nat.py", "test_packing_nat.py", "test_mixed_precision.py", "test_multiprocess.py",
+                 "test_packing_vecconst.py", "test_flops.py", "test_noise.py", "test_optional_deps.py",
+                 "test_checkpoints.py", "test_family.py", "test_search.py", "test_edit_ops.py", "test_packing.py",
+                 "test_constraint_words.py", "test_translate.py", "test_oracle.py", "test_distill.py",
+                 "test_diagnostic.py", "test_pipeline.py")
 
 
 def pytest_collection_modifyitems(items):
