@@ -12,6 +12,9 @@
 #   bash bench/gpu_session.sh SECONDS [--keep JOB ...] [launch/multi30k.py options: --only JOB ..., --parallel N,
 #                                                      --config.K=V ...]
 #
+# The copy of the checkout there has no .git: run it as JAXNAT_COMMIT=<git rev-parse HEAD here> bash bench/gpu_session.sh
+# ... so that each workdir's runs.jsonl (and the reports' Runs table) names the commit (jaxnat/provenance.py).
+#
 # Back here: rm -rf .gpu/runs && cat FILES_AT/runs.tar.gz.* | tar -xz -C .gpu, and carry .gpu in the next call.
 # Checkpoints do not come back (a base model's best is 170 MB; 8 files of 16 MiB come back, 64 MiB travel) but
 # the best one of each --keep JOB (a small model's: the d 256, 3+3 AR model's is 27 MB): a job that reads another's

@@ -6,7 +6,8 @@ eval: evaluates a trained workdir.  translate: plain or JSON lines in, JSON line
 distill: the trained (AR) workdir translates the training sources into the text corpus --output DIR.
 average: writes the average of eval.average_checkpoints checkpoints (eval.average_of) into the workdir.
 curves: draws <workdir>/curves.png from the run's history (no --config needed).
-User errors (config, data, files) print one line and exit with code 2.
+A train or eval command that ends (or a training stopped by a signal) appends its line to <workdir>/runs.jsonl
+(jaxnat/provenance.py). User errors (config, data, files) print one line and exit with code 2.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import time
 
 from jaxnat.errors import ConfigError, JaxnatError, Stopped
 from jaxnat.optional import check_core
+from jaxnat.provenance import record
 
 log = logging.getLogger("jaxnat")
 MODES = ("train", "eval", "translate", "distill", "average", "curves")
@@ -96,7 +99,9 @@ def check_paths(args) -> None:
 
 
 def run(argv=None) -> int:
-    args, rest = parse_args(sys.argv[1:] if argv is None else argv)
+    started = time.time()
+    argv = sys.argv[1:] if argv is None else argv
+    args, rest = parse_args(argv)
     check_paths(args)  # first: nothing is loaded for a command that could not save its results
     check_core()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
@@ -122,9 +127,18 @@ def run(argv=None) -> int:
         from jaxnat.evaluate import already_evaluated, evaluate
         from jaxnat.training.trainer import Trainer
 
-        trained = Trainer(config, args.workdir).train()
+        trainer = Trainer(config, args.workdir)
+        try:
+            trained = trainer.train()
+        except Stopped:  # a part of the run all the same: its time counts
+            record(args.workdir, "train", time.time() - started, argv, steps=trainer.ckpt.latest_step())
+            raise
+        if trained:
+            record(args.workdir, "train", time.time() - started, argv, steps=trainer.ckpt.latest_step())
         if trained or not already_evaluated(config, args.workdir):
+            evaluated = time.time()
             evaluate(config, args.workdir)
+            record(args.workdir, "eval", time.time() - evaluated, argv)
         else:
             log.info("metrics.json already holds this config's evaluation of %s (--mode eval redoes it)",
                      args.workdir)
@@ -132,6 +146,7 @@ def run(argv=None) -> int:
         from jaxnat.evaluate import evaluate
 
         evaluate(config, args.workdir)
+        record(args.workdir, "eval", time.time() - started, argv)
     elif args.mode == "average":
         from jaxnat.restore import write_average
 

@@ -21,7 +21,9 @@ system must have been evaluated on the same references), and writes to --out:
   refining models (`hyps/<split>.counts.jsonl`), the histogram of iterations per sentence and their mean by
   source length (Gu et al. 2019, Table 6 and Figure 4a); with constraint pairs (data.pairs_dir), the share of
   the split's pairs that are training pairs and CSR over the seen and unseen ones (Wang et al. 2022, Table 8);
-  with seeds, their mean ± standard deviation and t-test (BLEU, and CPR, in every evaluation row they share).
+  with seeds, their mean ± standard deviation and t-test (BLEU, and CPR, in every evaluation row they share);
+  where the workdirs record them (`runs.jsonl`, `jaxnat.provenance`), each system's training command, commits,
+  devices, steps and training time.
 * `bleu_latency.png`: BLEU against latency (batch 1) per system, and BLEU against decoding time per
   sentence in batches across each system's iteration sweep (eval.iteration_sweep rows).
 * `bleu_by_length.png`: BLEU per source-length bucket, a line per system (and the mean iterations).
@@ -39,6 +41,7 @@ import re
 import statistics
 import sys
 
+from jaxnat import provenance
 from jaxnat.errors import ConfigError, JaxnatError
 from jaxnat.optional import install_hint, optional
 
@@ -321,6 +324,7 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
             entry["analysis"] = family.analysis.measure(s.workdir)
         entry["word_f1"] = word_f1_by_frequency(s.hyps, refs, train_refs)
         entry["by_length"] = bleu_by_source_length(s.hyps, refs, corpus[split][0])
+        entry["runs"] = provenance.summary(s.workdir)  # None for a workdir trained before runs.jsonl existed
         if s.counts and "iterations" in s.counts[0] and len(s.counts) == len(refs):
             entry["iterations"] = iteration_statistics([c["iterations"] for c in s.counts], corpus[split][0])
         report["systems"].append(entry)
@@ -334,6 +338,12 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
         report["seeds"] = seed_statistics(configurations, [e["bleu"] for e in report["systems"]], configurations[0])
         report["seed_rows"] = seed_rows(configurations, report["systems"])
     return report
+
+
+def _short(commit: str) -> str:
+    """A commit as the Runs table shows it: 12 hex digits, and its "+changes" mark (`provenance.commit`)."""
+    sha, plus, mark = commit.partition("+")
+    return sha[:12] + plus + mark
 
 
 def _cell(value, digits: int = 2) -> str:
@@ -423,6 +433,18 @@ def to_markdown(report: dict) -> str:
                              f"{_cell(g['std'])} | {_cell(g['t'])} | {_cell(g['p'], 4)} |")
     for title, markdown in _analyses(systems):
         lines += ["", f"## {title}", "", markdown]
+    recorded = [s for s in systems if s.get("runs")]
+    if recorded:
+        lines += ["", "## Runs", "", "Each system's training command (`runs.jsonl` of its workdir), the commits and "
+                  "devices of its recorded commands, and its training: steps, and wall time from the command's start "
+                  "(compilation included; a resumed run's parts summed).", "",
+                  "| system | steps | training time | devices | commit | command |", "|---|---|---|---|---|---|"]
+        for s in recorded:
+            r = s["runs"]
+            took = "–" if r["train_seconds"] is None else f"{r['train_seconds'] / 60:.1f} min"
+            lines.append(f"| {s['name']} | {r['steps'] if r['steps'] is not None else '–'} | {took} | "
+                         f"{', '.join(r['devices'])} | {', '.join(_short(c) for c in r['commits'])} | "
+                         f"`{r['command']}` |")
     return "\n".join(lines) + "\n"
 
 

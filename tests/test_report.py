@@ -157,6 +157,9 @@ def test_report_of_two_runs(ar_run, tmp_path):
     assert "| oracle#1 | hard | 25.00 / 100.0 | 28.00 / 100.0 |" in md
     assert other["repetitions"]["first pass (I1)"]["1"] > 0 and "## Repeated words per sentence" in md
     assert (out / "curves.png").stat().st_size > 5_000
+    # each row's training from its workdir's runs.jsonl (the copies: the AR run's)
+    assert base["runs"]["steps"] == 4 and base["runs"]["train_seconds"] > 0
+    assert "## Runs" in md and f"| ar | 4 | {base['runs']['train_seconds'] / 60:.1f} min | " in md
 
     # the baseline may be any of them; it is listed first
     result = _report(ar_run, oracle, "--out", tmp_path / "r2", "--baseline", oracle, "--test", "ar", "--samples", "50")

@@ -120,6 +120,12 @@ def test_kill9_and_a_damaged_checkpoint_resume_reproduces_uninterrupted_run(tmp_
     assert resumed.returncode == 0 and f"resumed from step {at}" in out, out
     # the stop's checkpoint is gone once the end's is written
     assert [d for d in os.listdir(tmp_path / "stopped" / "checkpoints" / "last") if d.isdigit()] == [str(steps)]
+    # runs.jsonl: the stopped part and the resumed one, their times summed, and the evaluation
+    runs = [json.loads(line) for line in (tmp_path / "stopped" / "runs.jsonl").read_text().splitlines()]
+    assert [(r["mode"], r.get("steps")) for r in runs] == [("train", at), ("train", steps), ("eval", None)]
+    from jaxnat.provenance import summary
+
+    assert summary(str(tmp_path / "stopped"))["train_seconds"] == pytest.approx(runs[0]["seconds"] + runs[1]["seconds"])
     for x, y in zip(jax.tree_util.tree_leaves(a),
                     jax.tree_util.tree_leaves(_final_params(tmp_path / "stopped", steps))):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

@@ -32,6 +32,11 @@ def test_workdir_contents(trained):
     metrics = json.load(open(trained / "metrics.json"))
     assert {"bleu", "bleu_signature", "chrf", "ter", "ribes"} <= set(metrics["test"])
     assert len((trained / "hyps" / "test.txt").read_text().splitlines()) == 40
+    # runs.jsonl: the training command with its last step, then its evaluation
+    runs = [json.loads(line) for line in (trained / "runs.jsonl").read_text().splitlines()]
+    assert [(r["mode"], r.get("steps")) for r in runs] == [("train", 4), ("eval", None)]
+    assert runs[0]["command"].startswith("python -m jaxnat.main --config ") and "--config.train.steps=4" in runs[0][
+        "command"] and runs[0]["seconds"] > 0
 
 
 def test_translate_plain_and_json_lines_round_trip(trained, tmp_path):

@@ -1,0 +1,75 @@
+"""What produced a workdir's results: each finished command's line, the code's commit, the machine and how long it
+ran, one JSON object a line in `<workdir>/runs.jsonl` (`python -m jaxnat.main` appends it when a train or eval
+command ends well). A results table cites its rows from it (`jaxnat.report`'s "Runs" section): the command that
+trained each system, the commit, the devices, the steps and the wall time of training, resumed parts summed.
+
+The commit is `git rev-parse HEAD` of the checkout jaxnat runs from, marked "+changes" when tracked files differ
+from it; where jaxnat runs from a copy without `.git` (a GPU machine given the working tree), JAXNAT_COMMIT names
+it, else it is null.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import shlex
+import subprocess
+
+FILE = "runs.jsonl"
+SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout holding the jaxnat package
+
+
+def commit() -> str | None:
+    """The checkout's commit ("+changes" if tracked files were changed since), else $JAXNAT_COMMIT, else None."""
+    def git(*args):
+        return subprocess.run(["git", "-C", SOURCE, *args], capture_output=True, text=True, timeout=10)
+
+    try:
+        head = git("rev-parse", "HEAD")
+        if head.returncode == 0:
+            changed = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
+            return head.stdout.strip() + ("+changes" if changed else "")
+    except (OSError, subprocess.TimeoutExpired):  # no git on the machine
+        pass
+    return os.environ.get("JAXNAT_COMMIT") or None
+
+
+def record(workdir: str, mode: str, seconds: float, args: list[str], steps: int | None = None) -> None:
+    """Appends a command's line to `<workdir>/runs.jsonl`: mode (train or eval), the command (``args``: those of
+    `python -m jaxnat.main`), commit, devices, jax and Python versions, when it ended (UTC) and its wall seconds;
+    ``steps``: the run's step when its training ended. Written by the first process only."""
+    import jax
+
+    if jax.process_index() != 0:
+        return
+    devices = jax.devices()
+    entry = {"mode": mode, "command": shlex.join(["python", "-m", "jaxnat.main", *args]), "commit": commit(),
+             "devices": f"{len(devices)} × {devices[0].device_kind}", "jax": jax.__version__,
+             "python": platform.python_version(),
+             "ended": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
+             "seconds": round(seconds, 1)}
+    if steps is not None:
+        entry["steps"] = steps
+    with open(os.path.join(workdir, FILE), "a") as f:
+        f.write(json.dumps(entry) + "\n")
+
+
+def summary(workdir: str) -> dict | None:
+    """A workdir's runs for a results table: the command that first trained it (else its first evaluation's), the
+    commits and devices of every recorded command, the steps trained and the training's wall seconds (every
+    training command summed: a resumed run's parts); None without a record."""
+    path = os.path.join(workdir, FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        runs = [json.loads(line) for line in f if line.strip()]
+    if not runs:
+        return None
+    train = [r for r in runs if r["mode"] == "train"]
+    return {"command": (train or runs)[0]["command"],
+            "commits": sorted({r["commit"] or "unknown" for r in runs}),
+            "devices": sorted({r["devices"] for r in runs}),
+            "steps": max((r["steps"] for r in train if "steps" in r), default=None),
+            "train_seconds": round(sum(r["seconds"] for r in train), 1) if train else None}

@@ -1,0 +1,53 @@
+"""jaxnat.provenance: each command's line in runs.jsonl, and a workdir's summary for the results tables."""
+
+import json
+
+import jax
+
+from jaxnat import provenance
+
+
+def _lines(workdir):
+    return [json.loads(line) for line in (workdir / provenance.FILE).read_text().splitlines()]
+
+
+def test_a_resumed_runs_parts_are_summed_and_its_last_step_kept(tmp_path):
+    args = ["--config", "configs/ar/demo.py", "--workdir", "runs/my run"]
+    provenance.record(str(tmp_path), "train", 61.04, args, steps=400)  # stopped by SIGTERM at step 400
+    provenance.record(str(tmp_path), "train", 100.0, args, steps=1000)  # the same command, resumed
+    provenance.record(str(tmp_path), "eval", 12.0, ["--mode", "eval", *args])
+    first = _lines(tmp_path)[0]
+    assert first["command"] == "python -m jaxnat.main --config configs/ar/demo.py --workdir 'runs/my run'"
+    assert first["devices"] == f"{jax.device_count()} × {jax.devices()[0].device_kind}"
+    assert first["seconds"] == 61.0 and first["steps"] == 400 and first["ended"].endswith("UTC")
+    assert "steps" not in _lines(tmp_path)[2]
+    summary = provenance.summary(str(tmp_path))
+    assert summary["steps"] == 1000 and summary["train_seconds"] == 161.0
+    assert summary["command"] == first["command"] and len(summary["commits"]) == 1
+
+
+def test_an_evaluated_copy_without_training_lines(tmp_path):
+    provenance.record(str(tmp_path), "eval", 3.0, ["--mode", "eval"])
+    summary = provenance.summary(str(tmp_path))
+    assert summary["steps"] is None and summary["train_seconds"] is None
+    assert summary["command"] == "python -m jaxnat.main --mode eval"
+    assert provenance.summary(str(tmp_path / "elsewhere")) is None
+
+
+def test_the_commit_of_the_checkout_else_the_variable(tmp_path, monkeypatch):
+    import subprocess
+
+    monkeypatch.setattr(provenance, "SOURCE", str(tmp_path))  # not a git checkout
+    monkeypatch.setenv("JAXNAT_COMMIT", "abc123")
+    assert provenance.commit() == "abc123"
+    monkeypatch.delenv("JAXNAT_COMMIT")
+    assert provenance.commit() is None
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (tmp_path / "f.txt").write_text("a\n")
+    subprocess.run([*git, "add", "f.txt"], check=True)
+    subprocess.run([*git, "commit", "-qm", "one"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert provenance.commit() == head
+    (tmp_path / "f.txt").write_text("b\n")
+    assert provenance.commit() == head + "+changes"
