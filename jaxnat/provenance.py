@@ -1,7 +1,8 @@
-"""What produced a workdir's results: each finished command's line, the code's commit, the machine and how long it
-ran, one JSON object a line in `<workdir>/runs.jsonl` (`python -m jaxnat.main` appends it when a train or eval
-command ends well). A results table cites its rows from it (`jaxnat.report`'s "Runs" section): the command that
-trained each system, the commit, the devices, the steps and the wall time of training, resumed parts summed.
+"""What produced a workdir's results: each finished command's line, the code's commit, the machine and how long it ran,
+one JSON object a line in `<workdir>/runs.jsonl` (`python -m jaxnat.main` appends it when a train or eval command
+ends, and when a training stops on SIGTERM or Ctrl-C; a killed process leaves none). A results table cites its rows
+from it (`jaxnat.report`'s "Runs" section): the command that trained each system, the commit, the devices, the steps
+and the wall time of training, resumed parts summed.
 
 The commit is `git rev-parse HEAD` of the checkout jaxnat runs from, marked "+changes" when tracked files differ
 from it; where jaxnat runs from a copy without `.git` (a GPU machine given the working tree), JAXNAT_COMMIT names
