@@ -29,12 +29,12 @@ def commit() -> str | None:
 
     try:
         head = git("rev-parse", "HEAD")
-        if head.returncode == 0:
-            changed = git("status", "--porcelain", "--untracked-files=no").stdout.strip()
-            return head.stdout.strip() + ("+changes" if changed else "")
+        changed = git("status", "--porcelain", "--untracked-files=no").stdout.strip() if head.returncode == 0 else ""
     except (OSError, subprocess.TimeoutExpired):  # no git on the machine
-        pass
-    return os.environ.get("JAXNAT_COMMIT") or None
+        head = None
+    if head is None or head.returncode != 0:  # not a checkout: a copy of one, named by the variable
+        return os.environ.get("JAXNAT_COMMIT") or None
+    return head.stdout.strip() + ("+changes" if changed else "")
 
 
 def record(workdir: str, mode: str, seconds: float, args: list[str], steps: int | None = None) -> None:

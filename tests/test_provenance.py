@@ -42,6 +42,14 @@ def test_the_commit_of_the_checkout_else_the_variable(tmp_path, monkeypatch):
     assert provenance.commit() == "abc123"
     monkeypatch.delenv("JAXNAT_COMMIT")
     assert provenance.commit() is None
+
+    def no_git(*args, **kwargs):
+        raise FileNotFoundError("git")
+
+    with monkeypatch.context() as m:  # a machine without git
+        m.setattr(provenance.subprocess, "run", no_git)
+        m.setenv("JAXNAT_COMMIT", "def456")
+        assert provenance.commit() == "def456"
     git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
     (tmp_path / "f.txt").write_text("a\n")
