@@ -1,7 +1,7 @@
 """Evaluation reports: several evaluated workdirs on one test split, as the papers' tables.
 
     python -m jaxnat.report RUN_A RUN_B ... --split test --out reports/NAME [--baseline RUN_A]
-        [--test bs|ar] [--samples 1000] [--names a,b,...]
+        [--test bs|ar] [--samples 1000] [--names a,b,...] [--flat-within 0.5] [--model-analyses]
 
 Runs of one configuration trained with other seeds share a name (`--names a,a,a,b,b,b`): each is a row of its
 own (`a#1`, `a#2`, …), and the report adds their mean ± standard deviation and an independent two-sample t-test
@@ -23,10 +23,12 @@ system must have been evaluated on the same references), and writes to --out:
   the split's pairs that are training pairs and CSR over the seen and unseen ones (Wang et al. 2022, Table 8);
   with seeds, their mean ± standard deviation and t-test (BLEU, and CPR, in every evaluation row they share);
   where the workdirs record them (`runs.jsonl`, `jaxnat.provenance`), each system's training command, commits,
-  devices, steps and training time.
+  devices, steps and training time; from each workdir's history.jsonl, its validation BLEU over training and
+  whether it had stopped improving (flat over its last fifth of training, within --flat-within BLEU).
 * `bleu_latency.png`: BLEU against latency (batch 1) per system, and BLEU against decoding time per
   sentence in batches across each system's iteration sweep (eval.iteration_sweep rows).
 * `bleu_by_length.png`: BLEU per source-length bucket, a line per system (and the mean iterations).
+* `valid_bleu.png`: each system's validation BLEU against its training steps.
 """
 
 from __future__ import annotations
@@ -53,6 +55,8 @@ ROW_COLUMNS = ("bleu", "ter", "cpr", "mean_length", "mean_iterations", "latency_
 # the rows of eval.iteration_sweep / eval.oracle (T5, I3_oracle_deletion) and of eval.constraint_counts (hard_c4)
 SWEEP_ROW = re.compile(r"([A-Z])(\d+)(?:_oracle_(\w+))?")
 COUNT_ROW = re.compile(r"(soft|hard)_c(\d+)")
+LAST_PART_START = 0.8  # convergence: the last fifth of a run's training, after this share of its validated steps
+FLAT_WITHIN = 0.5  # ... is flat when its best validation BLEU gains at most this much over the best before it
 
 
 # source-length buckets, in source words (13a): 1-10, 11-20, …, 51+
@@ -179,6 +183,33 @@ def seed_rows(names: list[str], systems: list[dict]) -> dict[str, dict[str, dict
     return out
 
 
+def valid_curve(workdir: str) -> list[tuple[int, float]]:
+    """(step, validation BLEU) of each validation in a run's history.jsonl, by step; [] where it has none."""
+    from jaxnat.training.history import read_history
+
+    return sorted((e["step"], e["valid_bleu"]) for e in read_history(workdir) if e.get("valid_bleu") is not None)
+
+
+def convergence(curve: list[tuple[int, float]], within: float) -> dict:
+    """Has a run stopped improving? Its best validation BLEU and step, and the gain of its last fifth of training:
+    the best validation after 0.8 × the last validated step minus the best up to it; flat: a gain of at most
+    ``within`` BLEU (the Multi30k tables' "valid BLEU flat over the last 20% of training"). Gain and flat are None
+    where either part has no validation."""
+    if not curve:
+        return {"best": None, "best_step": None, "gain": None, "flat": None}
+    best_step, best = max(curve, key=lambda sb: (sb[1], -sb[0]))  # the first of equal scores
+    cut = LAST_PART_START * curve[-1][0]
+    before, last = [b for s, b in curve if s <= cut], [b for s, b in curve if s > cut]
+    gain = max(last) - max(before) if before and last else None
+    return {"best": best, "best_step": best_step, "gain": gain, "flat": None if gain is None else gain <= within}
+
+
+def curve_points(curve: list[tuple[int, float]], parts: int = 5) -> list[tuple[int, float]]:
+    """The validations nearest 1/parts, 2/parts, …, all of the last validated step (the report's table of the
+    curve; the earlier of two equally near)."""
+    return [min(curve, key=lambda sb: (abs(sb[0] - k * curve[-1][0] / parts), sb[0])) for k in range(1, parts + 1)]
+
+
 def bin_label(low: int, high: float) -> str:
     return str(low) if low == high else (f"{low}+" if math.isinf(high) else f"{low}-{high}")
 
@@ -266,9 +297,11 @@ def paired_test(systems: list[System], refs: list[str], test: str, samples: int)
 
 
 def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list[str] | None = None,
-                 test: str = "bs", samples: int = 1000, model_analyses: bool = False) -> dict:
+                 test: str = "bs", samples: int = 1000, model_analyses: bool = False,
+                 flat_within: float = FLAT_WITHIN) -> dict:
     """The report as a JSON-able dict (see the module docstring); the baseline system is listed first. With
-    ``model_analyses``, each system's family's own `Analysis` of its workdir too."""
+    ``model_analyses``, each system's family's own `Analysis` of its workdir too; ``flat_within``: the gain in
+    validation BLEU over the last fifth of training up to which a run counts as converged (`convergence`)."""
     from jaxnat.data.sources import load_corpus, load_pairs
     from jaxnat.evaluation.metrics import corpus_metrics
     from jaxnat.models import family_of
@@ -297,7 +330,7 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
     signatures, tests = paired_test(systems, refs, test, samples)
     train_refs = corpus["train"][1]
     report = {"split": split, "sentences": len(refs), "baseline": systems[0].name, "test": test,
-              "samples": samples, "signatures": signatures, "systems": []}
+              "samples": samples, "flat_within": flat_within, "signatures": signatures, "systems": []}
     for k, s in enumerate(systems):
         m = corpus_metrics(s.hyps, refs, lang=s.config.data.tgt_lang)
         entry = {"name": s.name, "workdir": os.path.abspath(s.workdir), "model": s.config.model.name,
@@ -325,6 +358,8 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
         entry["word_f1"] = word_f1_by_frequency(s.hyps, refs, train_refs)
         entry["by_length"] = bleu_by_source_length(s.hyps, refs, corpus[split][0])
         entry["runs"] = provenance.summary(s.workdir)  # None for a workdir trained before runs.jsonl existed
+        curve = valid_curve(s.workdir)
+        entry["training"] = {"valid_bleu": [list(sb) for sb in curve], **convergence(curve, flat_within)}
         if s.counts and "iterations" in s.counts[0] and len(s.counts) == len(refs):
             entry["iterations"] = iteration_statistics([c["iterations"] for c in s.counts], corpus[split][0])
         report["systems"].append(entry)
@@ -433,6 +468,7 @@ def to_markdown(report: dict) -> str:
                              f"{_cell(g['std'])} | {_cell(g['t'])} | {_cell(g['p'], 4)} |")
     for title, markdown in _analyses(systems):
         lines += ["", f"## {title}", "", markdown]
+    lines += _training_section(systems, report["flat_within"])
     recorded = [s for s in systems if s.get("runs")]
     if recorded:
         lines += ["", "## Runs", "", "Each system's training command (`runs.jsonl` of its workdir), the commits and "
@@ -446,6 +482,27 @@ def to_markdown(report: dict) -> str:
                          f"{', '.join(r['devices'])} | {', '.join(_short(c) for c in r['commits'])} | "
                          f"`{r['command']}` |")
     return "\n".join(lines) + "\n"
+
+
+def _training_section(systems: list[dict], flat_within: float) -> list[str]:
+    """Markdown lines of each run's validation BLEU over training and whether it had converged (no lines where no
+    system's history has a validation BLEU)."""
+    trained = [s for s in systems if s["training"]["valid_bleu"]]
+    if not trained:
+        return []
+    lines = ["", "## Training curves", "", "Validation BLEU over training (each workdir's history.jsonl, drawn in "
+             "`valid_bleu.png`) at the validations nearest a fifth, two fifths, … of the last validated step; gain: "
+             "the best validation BLEU of the last fifth of training minus the best before it; flat: a gain of at "
+             f"most {_cell(flat_within)} BLEU (`--flat-within`), the run has stopped improving.", "",
+             "| system | validations | best (step) | 1/5 | 2/5 | 3/5 | 4/5 | last | gain, last fifth | flat |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for s in trained:
+        t = s["training"]
+        points = [f"{_cell(b)} ({step})" for step, b in curve_points([tuple(sb) for sb in t["valid_bleu"]])]
+        flat = "–" if t["flat"] is None else ("yes" if t["flat"] else "**no**")
+        lines.append(f"| {s['name']} | {len(t['valid_bleu'])} | {_cell(t['best'])} ({t['best_step']}) | "
+                     + " | ".join(points) + f" | {_cell(t['gain'])} | {flat} |")
+    return lines
 
 
 def _analysed(systems: list[dict]) -> dict[str, list[dict]]:
@@ -547,6 +604,28 @@ def plot_curves(report: dict, path: str) -> str | None:
     return path
 
 
+def plot_training(report: dict, path: str) -> str | None:
+    """Draws each system's validation BLEU against its training steps at ``path``, the last fifth of the longest
+    run shaded (where `convergence` looks); returns it (None where no system has a validation BLEU, or without
+    matplotlib)."""
+    trained = [s for s in report["systems"] if s["training"]["valid_bleu"]]
+    if not trained or (Figure := _figure_class(path)) is None:
+        return None
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
+    for s in trained:
+        steps, bleus = zip(*s["training"]["valid_bleu"])
+        ax.plot(steps, bleus, marker=".", label=s["name"])
+    last = max(s["training"]["valid_bleu"][-1][0] for s in trained)
+    ax.axvspan(LAST_PART_START * last, last, color="0.9", zorder=0)
+    ax.set(xlabel="training step", ylabel="validation BLEU", title="validation BLEU over training")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    return path
+
+
 def _figure_class(path: str):
     """matplotlib's Figure, or None with a log line that ``path`` is not drawn (matplotlib: the plots extra)."""
     if optional("matplotlib") is None:
@@ -625,12 +704,17 @@ def main(argv=None) -> int:
     parser.add_argument("--model-analyses", action="store_true",
                         help="also each model family's own analysis of its workdirs (e.g. Huang et al. 2022's position "
                              "embeddings' cosine similarity and context use on 500 valid sentences)")
+    parser.add_argument("--flat-within", type=float, default=FLAT_WITHIN,
+                        help="a run has converged when the best validation BLEU of its last fifth of training "
+                             f"exceeds the best before by at most this much (default {FLAT_WITHIN})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("sacrebleu").setLevel(logging.ERROR)
     try:
         if args.samples < 1:
             raise ConfigError(f"--samples must be positive, got {args.samples}")
+        if not args.flat_within >= 0:  # (also NaN)
+            raise ConfigError(f"--flat-within must be a BLEU difference of 0 or more, got {args.flat_within}")
         baseline = 0
         if args.baseline:
             real = [os.path.realpath(w) for w in args.workdirs]
@@ -639,7 +723,7 @@ def main(argv=None) -> int:
             baseline = real.index(os.path.realpath(args.baseline))
         names = args.names.split(",") if args.names else None
         report = build_report(args.workdirs, args.split, baseline, names, args.test, args.samples,
-                              args.model_analyses)
+                              args.model_analyses, args.flat_within)
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "report.json"), "w") as f:
             json.dump(report, f, indent=2)
@@ -649,6 +733,7 @@ def main(argv=None) -> int:
         plot(report, os.path.join(args.out, "bleu_latency.png"))
         plot_by_length(report, os.path.join(args.out, "bleu_by_length.png"))
         plot_curves(report, os.path.join(args.out, "curves.png"))
+        plot_training(report, os.path.join(args.out, "valid_bleu.png"))
         plot_analyses(report, args.out)
     except (JaxnatError, OSError) as e:
         print(f"jaxnat: error: {e}", file=sys.stderr)

@@ -9,8 +9,9 @@ import sys
 import pytest
 
 from jaxnat.evaluation.metrics import bleu
-from jaxnat.report import (FREQUENCY_BINS, bin_label, bleu_by_source_length, constraint_overlap, iteration_statistics,
-                           seed_rows, seed_statistics, word_f1_by_frequency)
+from jaxnat.report import (FREQUENCY_BINS, bin_label, bleu_by_source_length, constraint_overlap, convergence,
+                           curve_points, iteration_statistics, seed_rows, seed_statistics, valid_curve,
+                           word_f1_by_frequency)
 from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,6 +79,32 @@ def test_seed_statistics_by_hand():
                                                                  "p": None}
 
 
+def test_convergence_by_hand():
+    """The best validation BLEU of the last fifth of training (after 0.8 × the last validated step) against the
+    best before it: the CPU Multi30k AR run's curve still rises; a curve whose last fifth gains 0.2 BLEU is flat
+    within 0.5 and not within 0.1; one validation, or none, says nothing of it."""
+    rising = [(500, 5.0), (1000, 18.08), (1500, 26.11), (2000, 30.9), (2500, 33.22)]
+    assert convergence(rising, 0.5) == {"best": 33.22, "best_step": 2500, "gain": pytest.approx(2.32), "flat": False}
+    flat = [(100, 10.0), (200, 20.0), (300, 30.0), (400, 30.2), (450, 30.4), (500, 30.1)]
+    assert convergence(flat, 0.5) == {"best": 30.4, "best_step": 450, "gain": pytest.approx(0.2), "flat": True}
+    assert convergence(flat, 0.1)["flat"] is False
+    falling = [(100, 12.0), (200, 12.0), (1000, 11.0)]  # the first of equal bests; a loss is a gain below 0
+    assert convergence(falling, 0.0) == {"best": 12.0, "best_step": 100, "gain": -1.0, "flat": True}
+    assert convergence([(4, 3.0)], 0.5) == {"best": 3.0, "best_step": 4, "gain": None, "flat": None}
+    assert convergence([], 0.5) == {"best": None, "best_step": None, "gain": None, "flat": None}
+    assert curve_points(rising) == rising
+    assert curve_points([(100, 1.0), (200, 2.0), (400, 3.0)], 4) == [(100, 1.0), (200, 2.0), (200, 2.0), (400, 3.0)]
+    assert curve_points([(4, 3.0)]) == [(4, 3.0)] * 5
+
+
+def test_valid_curve_reads_the_validations_of_the_history(tmp_path):
+    entries = [{"step": 2, "loss": 5.0}, {"step": 4, "valid_loss": 4.0, "valid_bleu": 1.5}, {"step": 6, "loss": 3.0},
+               {"step": 8, "valid_loss": 3.0, "valid_bleu": 2.5}, {"step": 8, "valid_loss": 3.0}]
+    (tmp_path / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries) + '{"step": 1')
+    assert valid_curve(str(tmp_path)) == [(4, 1.5), (8, 2.5)]  # (and the line a killed process left unfinished)
+    assert valid_curve(str(tmp_path / "none")) == []
+
+
 def _report(*args):
     return cli.run([sys.executable, "-m", "jaxnat.report", *map(str, args)], cwd=ROOT,
                    env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=300)
@@ -131,6 +158,8 @@ def test_report_of_two_runs(ar_run, tmp_path):
     refs = load_corpus(workdir_config(str(ar_run)).data)["test"][1]
     (oracle / "hyps" / "test.txt").write_text("".join(r + "\n" for r in refs))
     _add_analysis_rows(oracle, refs)
+    curve = [(100, 10.0), (200, 20.0), (300, 30.0), (400, 30.2), (500, 30.4)]
+    (oracle / "history.jsonl").write_text("".join(json.dumps({"step": s, "valid_bleu": b}) + "\n" for s, b in curve))
     shutil.copytree(oracle, near)  # a second "seed" of the oracle: one sentence off
     (near / "hyps" / "test.txt").write_text("".join(r + "\n" for r in ["x"] + refs[1:]))
     out = tmp_path / "report"
@@ -160,11 +189,21 @@ def test_report_of_two_runs(ar_run, tmp_path):
     # each row's training from its workdir's runs.jsonl (the copies: the AR run's)
     assert base["runs"]["steps"] == 4 and base["runs"]["train_seconds"] > 0
     assert "## Runs" in md and f"| ar | 4 | {base['runs']['train_seconds'] / 60:.1f} min | " in md
+    # each row's validation BLEU over training (history.jsonl), and whether it had stopped improving
+    assert other["training"] == {"valid_bleu": [list(sb) for sb in curve], "best": 30.4, "best_step": 500,
+                                 "gain": pytest.approx(0.2), "flat": True}
+    assert base["training"]["valid_bleu"][0][0] == 4 and base["training"]["flat"] is None  # one validation
+    assert "## Training curves" in md and report["flat_within"] == 0.5
+    assert ("| oracle#1 | 5 | 30.40 (500) | 10.00 (100) | 20.00 (200) | 30.00 (300) | 30.20 (400) | 30.40 (500) | "
+            "0.20 | yes |") in md
+    assert (out / "valid_bleu.png").stat().st_size > 5_000
 
     # the baseline may be any of them; it is listed first
-    result = _report(ar_run, oracle, "--out", tmp_path / "r2", "--baseline", oracle, "--test", "ar", "--samples", "50")
+    result = _report(ar_run, oracle, "--out", tmp_path / "r2", "--baseline", oracle, "--test", "ar", "--samples", "50",
+                     "--flat-within", "0.1")
     assert result.returncode == 0, result.stderr
-    assert json.loads((tmp_path / "r2" / "report.json").read_text())["baseline"] == "oracle"
+    r2 = json.loads((tmp_path / "r2" / "report.json").read_text())
+    assert r2["baseline"] == "oracle" and r2["systems"][0]["training"]["flat"] is False
 
     # the references are those of each run's evaluation (metrics.record.json): a copy trained on other data but
     # evaluated on the baseline's (--mode eval with --config.data overrides) is compared; one evaluated on other
@@ -188,7 +227,8 @@ def test_report_of_two_runs(ar_run, tmp_path):
     assert result.returncode == 2 and "other references" in result.stderr, result.stderr
     (oracle / "hyps" / "test.txt").write_text("only one line\n")
     for args in ([ar_run, oracle, "--out", tmp_path / "r3"], [ar_run, tmp_path, "--out", tmp_path / "r3"],
-                 [ar_run, "--out", tmp_path / "r3", "--baseline", tmp_path]):
+                 [ar_run, "--out", tmp_path / "r3", "--baseline", tmp_path],
+                 [ar_run, "--out", tmp_path / "r3", "--flat-within", "-1"]):
         result = _report(*args)
         assert result.returncode == 2 and result.stderr.startswith("jaxnat: error: "), result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
