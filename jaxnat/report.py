@@ -2,6 +2,7 @@
 
     python -m jaxnat.report RUN_A RUN_B ... --split test --out reports/NAME [--baseline RUN_A]
         [--test bs|ar] [--samples 1000] [--names a,b,...] [--flat-within 0.5] [--model-analyses]
+        [--column LABEL=KEY ...]
 
 Runs of one configuration trained with other seeds share a name (`--names a,a,a,b,b,b`): each is a row of its
 own (`a#1`, `a#2`, …), and the report adds their mean ± standard deviation and an independent two-sample t-test
@@ -11,20 +12,21 @@ Reads each workdir's `hyps/<split>.txt` and `metrics.json` (written by --mode ev
 and the split's references (from the config of the workdir's evaluation, `evaluate.evaluated_config`, so every
 system must have been evaluated on the same references), and writes to --out:
 
-* `report.md` / `report.json`: per system BLEU with its 95% confidence interval and the p-value of the paired
-  test against the baseline (sacreBLEU's own paired bootstrap resampling, `bs`, or approximate randomisation,
-  `ar`, with its signature), chrF (the same test), TER, RIBES, repetition rate, mean length, the model's
-  counts (iterations, edits), latency at batch 1 and throughput; the evaluation's other rows of the split
-  (constraints, pairs, post-editing, diagnostic starts, iteration sweeps) with BLEU and CPR; target-word F1
-  by frequency bin of the word in the baseline's training targets (the analysis of the non-autoregressive
-  translation papers); BLEU by source length (`LENGTH_BUCKETS` source words, Shan et al. 2021, Figure 3); for
-  refining models (`hyps/<split>.counts.jsonl`), the histogram of iterations per sentence and their mean by
-  source length (Gu et al. 2019, Table 6 and Figure 4a); with constraint pairs (data.pairs_dir), the share of
-  the split's pairs that are training pairs and CSR over the seen and unseen ones (Wang et al. 2022, Table 8);
-  with seeds, their mean ± standard deviation and t-test (BLEU, and CPR, in every evaluation row they share);
-  where the workdirs record them (`runs.jsonl`, `jaxnat.provenance`), each system's training command, commits,
-  devices, steps and training time; from each workdir's history.jsonl, its validation BLEU over training and
-  whether it had stopped improving (flat over its last fifth of training, within --flat-within BLEU).
+* `report.md` / `report.json`: with --column, first a table in a paper's shape (the columns asked for, each row's
+  training: steps, time, devices, commit, and whether it had converged); then per system BLEU with its 95%
+  confidence interval and the p-value of the paired test against the baseline (sacreBLEU's own paired bootstrap
+  resampling, `bs`, or approximate randomisation, `ar`, with its signature), chrF (the same test), TER, RIBES,
+  repetition rate, mean length, the model's counts (iterations, edits), latency at batch 1 and throughput; the
+  evaluation's other rows of the split (constraints, pairs, post-editing, diagnostic starts, iteration sweeps) with
+  BLEU and CPR; target-word F1 by frequency bin of the word in the baseline's training targets (the analysis of the
+  non-autoregressive translation papers); BLEU by source length (`LENGTH_BUCKETS` source words, Shan et al. 2021,
+  Figure 3); for refining models (`hyps/<split>.counts.jsonl`), the histogram of iterations per sentence and their
+  mean by source length (Gu et al. 2019, Table 6 and Figure 4a); with constraint pairs (data.pairs_dir), the share
+  of the split's pairs that are training pairs and CSR over the seen and unseen ones (Wang et al. 2022, Table 8);
+  with seeds, their mean ± standard deviation and t-test (BLEU, and CPR, in every evaluation row they share); where
+  the workdirs record them (`runs.jsonl`, `jaxnat.provenance`), each system's training command, commits, devices,
+  steps and training time; from each workdir's history.jsonl, its validation BLEU over training and whether it had
+  stopped improving (flat over its last fifth of training, within --flat-within BLEU).
 * `bleu_latency.png`: BLEU against latency (batch 1) per system, and BLEU against decoding time per
   sentence in batches across each system's iteration sweep (eval.iteration_sweep rows).
 * `bleu_by_length.png`: BLEU per source-length bucket, a line per system (and the mean iterations).
@@ -57,6 +59,7 @@ SWEEP_ROW = re.compile(r"([A-Z])(\d+)(?:_oracle_(\w+))?")
 COUNT_ROW = re.compile(r"(soft|hard)_c(\d+)")
 LAST_PART_START = 0.8  # convergence: the last fifth of a run's training, after this share of its validated steps
 FLAT_WITHIN = 0.5  # ... is flat when its best validation BLEU gains at most this much over the best before it
+ABSENT = object()  # `lookup`'s answer, when asked, for a path a system's entry lacks (not one whose value is None)
 
 
 # source-length buckets, in source words (13a): 1-10, 11-20, …, 51+
@@ -298,10 +301,11 @@ def paired_test(systems: list[System], refs: list[str], test: str, samples: int)
 
 def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list[str] | None = None,
                  test: str = "bs", samples: int = 1000, model_analyses: bool = False,
-                 flat_within: float = FLAT_WITHIN) -> dict:
+                 flat_within: float = FLAT_WITHIN, columns: list[tuple[str, str]] = ()) -> dict:
     """The report as a JSON-able dict (see the module docstring); the baseline system is listed first. With
     ``model_analyses``, each system's family's own `Analysis` of its workdir too; ``flat_within``: the gain in
-    validation BLEU over the last fifth of training up to which a run counts as converged (`convergence`)."""
+    validation BLEU over the last fifth of training up to which a run counts as converged (`convergence`);
+    ``columns``: (label, key) of the report's first table (`parse_column`); a key no system has is logged."""
     from jaxnat.data.sources import load_corpus, load_pairs
     from jaxnat.evaluation.metrics import corpus_metrics
     from jaxnat.models import family_of
@@ -343,6 +347,8 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
         entry.update({k2: v for k2, v in s.main.items() if k2.startswith("mean_") and k2 != "mean_score"})
         entry.update({k2: s.main[k2] for k2 in ("cpr", "latency_ms", "sentences_per_s", "ece", "ece_confidence",
                                                 "ece_accuracy") if k2 in s.main})
+        # the split's metrics.json row as evaluated, the family's own metrics included (NAT's repeated tokens, say)
+        entry["metrics"] = {k2: v for k2, v in s.main.items() if isinstance(v, (int, float))}
         family = family_of(s.config.model.name)
         entry["architecture"] = {k: s.config[family.name][k] for k in family.architecture}
         base_latency = report["systems"][0].get("latency_ms") if report["systems"] else entry.get("latency_ms")
@@ -369,10 +375,69 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
             entry["constraint_overlap"] = constraint_overlap(pairs["train"], pairs[split],
                                                              row_hyps(s, ("", "pairs", "pairs_hard")),
                                                              s.config.data.tgt_lang)
+    for label, key in columns:  # a value the evaluations did not measure (no constraints, no latency) shows as "–"
+        for part in key.split("/"):
+            if all(lookup(e, part, missing=ABSENT) is ABSENT for e in report["systems"]):
+                log.warning("--column %s=%s: no system has %r (keys of a system: %s; rows: %s)", label, key, part,
+                            ", ".join(sorted(report["systems"][0])), ", ".join(sorted(report["systems"][0]["rows"]))
+                            or "none")
+    report["columns"] = [list(c) for c in columns]
     if len(set(configurations)) < len(configurations):
         report["seeds"] = seed_statistics(configurations, [e["bleu"] for e in report["systems"]], configurations[0])
         report["seed_rows"] = seed_rows(configurations, report["systems"])
     return report
+
+
+def parse_column(spec: str) -> tuple[str, str]:
+    """--column LABEL=KEY → (label, key). KEY: a dotted path into a system's entry of report.json (`bleu`,
+    `tok_bleu`, `metrics.repeated`, `rows.soft.bleu`, `training.best`, `runs.steps`), or two of them as
+    KEY/KEY2, shown as "value (value2)" (a BLEU with its CPR)."""
+    label, eq, key = spec.rpartition("=")
+    if not eq or not label.strip() or not key.strip() or any(not p for p in key.strip().split("/")):
+        raise ConfigError(f"--column wants LABEL=KEY or LABEL=KEY/KEY2 (e.g. 'soft: BLEU (CPR)=rows.soft.bleu/"
+                          f"rows.soft.cpr'), got {spec!r}")
+    return label.strip(), key.strip()
+
+
+def lookup(entry: dict, key: str, missing=None):
+    """The value at a dotted path of a system's report entry; ``missing`` where it has none."""
+    value = entry
+    for part in key.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return missing
+        value = value[part]
+    return value
+
+
+def _value(value) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return _cell(value) if isinstance(value, float) or value is None else str(value)
+
+
+def _table_section(report: dict) -> list[str]:
+    """Markdown lines of the table of --column: a row per system, the columns asked for, then its training (steps,
+    time, devices, commit: runs.jsonl) and whether it had converged; no lines without columns."""
+    if not report.get("columns"):
+        return []
+    labels = [label for label, _ in report["columns"]]
+    lines = ["## Table", "", "The columns asked for (`--column`); then each system's training from its workdir's "
+             "runs.jsonl (steps, wall time from the command's start, devices, commit) and whether its validation BLEU "
+             "had stopped improving (\"Training curves\" below).", "",
+             "| system | " + " | ".join(labels) + " | steps | training time | devices | commit | converged |",
+             "|" + "---|" * (len(labels) + 6)]
+    for s in report["systems"]:
+        cells = []
+        for _, key in report["columns"]:
+            first, *second = values = [lookup(s, k) for k in key.split("/")]
+            cells.append("–" if all(v is None for v in values) else
+                         _value(first) + "".join(f" ({_value(v)})" for v in second))
+        r = s.get("runs") or {}
+        took = "–" if r.get("train_seconds") is None else f"{r['train_seconds'] / 60:.1f} min"
+        lines.append(f"| {s['name']} | " + " | ".join(cells) + f" | {_value(r.get('steps'))} | {took} | "
+                     f"{', '.join(r.get('devices', [])) or '–'} | "
+                     f"{', '.join(_short(c) for c in r.get('commits', [])) or '–'} | {_value(s['training']['flat'])} |")
+    return lines + [""]
 
 
 def _short(commit: str) -> str:
@@ -391,7 +456,7 @@ def to_markdown(report: dict) -> str:
              f"Paired {'bootstrap resampling' if report['test'] == 'bs' else 'approximate randomisation'} against "
              f"**{report['baseline']}** (sacreBLEU; p < 0.05 marked *). BLEU: sacreBLEU on detokenized text, its "
              f"signature below; tok. BLEU: multi-bleu.perl's on Moses tokens of the target language, no smoothing "
-             f"(the papers' tables); RIBES on the same tokens.", ""]
+             f"(the papers' tables); RIBES on the same tokens.", "", *_table_section(report), "## Scores", ""]
     counts = sorted({k for s in systems for k in s if k.startswith("mean_") and k != "mean_length"})
     head = ["system", "model", "BLEU", "± 95% CI", "p", "tok. BLEU", "chrF", "p (chrF)", "TER", "RIBES", "repetition %",
             "mean length", *[c[5:] for c in counts], "CPR %", "ECE (prob. / acc.)", "latency ms", "speed-up",
@@ -707,6 +772,10 @@ def main(argv=None) -> int:
     parser.add_argument("--flat-within", type=float, default=FLAT_WITHIN,
                         help="a run has converged when the best validation BLEU of its last fifth of training "
                              f"exceeds the best before by at most this much (default {FLAT_WITHIN})")
+    parser.add_argument("--column", action="append", default=[], metavar="LABEL=KEY",
+                        help="a column of the report's first table, in the order given: a system's value at KEY, a "
+                             "dotted path into its entry of report.json (bleu, rows.soft.bleu, metrics.repeated, "
+                             "training.best), or KEY/KEY2 for 'value (value2)'")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("sacrebleu").setLevel(logging.ERROR)
@@ -722,8 +791,9 @@ def main(argv=None) -> int:
                 raise ConfigError(f"--baseline {args.baseline} is not one of the workdirs")
             baseline = real.index(os.path.realpath(args.baseline))
         names = args.names.split(",") if args.names else None
+        columns = [parse_column(c) for c in args.column]
         report = build_report(args.workdirs, args.split, baseline, names, args.test, args.samples,
-                              args.model_analyses, args.flat_within)
+                              args.model_analyses, args.flat_within, columns)
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "report.json"), "w") as f:
             json.dump(report, f, indent=2)

@@ -9,8 +9,9 @@ evaluations, speed tables and reports, and three seeds of each paper's central c
 Jobs run one after another (one machine, one device), each after the jobs it needs; a finished job is marked
 done (RUNS/pipeline/done/JOB) and not run again, a failed one is reported and the jobs that need it are left
 for the next start, whose jobs resume from their newest checkpoints: run the same command again after a kill or
-in the next session. Each job's output is in RUNS/pipeline/JOB.log; the reports (python -m jaxnat.report: BLEU
-with confidence intervals and significance, the papers' analyses) in RUNS/reports/TABLE/.
+in the next session. Each job's output is in RUNS/pipeline/JOB.log; the reports (python -m jaxnat.report: a table
+in the paper's shape with each row's training and convergence, BLEU with confidence intervals and significance, the
+papers' analyses, the validation curves) in RUNS/reports/TABLE/.
 
 --gpu trains the configs sized for one GPU (configs/*/multi30k_gpu.py and their variants: the papers' base
 model, bf16, packed batches), and the AR model at d 256, 3+3 as well (ar-small, configs/ar/multi30k_small_gpu.py;
@@ -36,6 +37,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -48,6 +50,35 @@ TABLES = ("teacher", "vecconst", "nat", "cmlm", "edit", "seeds")
 SEEDS = (1, 2)  # the seeds table's runs of a configuration beside its seed-0 run in its paper's table
 # the AR models that can teach (distillation, the students' vocabulary, rescoring): configs/<name>[_gpu].py
 TEACHERS = {"ar": "ar/multi30k", "ar-small": "ar/multi30k_small"}  # ar-small: with --gpu only (d 256, 3+3)
+
+
+# each table's report opens with its paper's columns (`python -m jaxnat.report --column LABEL=KEY`: a path into a
+# system's entry of report.json; KEY/KEY2 shows "value (value2)"; "–" where a run has no such value), then where
+# the validation curve ended
+CONSTRAINED = (("soft: BLEU (CPR %)", "rows.soft.bleu/rows.soft.cpr"),
+               ("hard: BLEU (CPR %)", "rows.hard.bleu/rows.hard.cpr"))
+PAIRS = (("without pairs: BLEU (CSR %)", "bleu/cpr"),
+         ("with its pairs: BLEU (CSR %)", "rows.pairs.bleu/rows.pairs.cpr"),
+         ("+ VDBA: BLEU (CSR %)", "rows.pairs_hard.bleu/rows.pairs_hard.cpr"))
+REPEATED = (("repeated %", "metrics.repeated"), ("short", "metrics.repeated_short"),
+            ("long", "metrics.repeated_long"))
+MASK_PREDICT = (("T = 1", "rows.T1.bleu"), ("T = 10", "bleu"), ("tok. BLEU", "tok_bleu"), *CONSTRAINED)
+SPEED = (("latency ms", "latency_ms"), ("speed-up", "speedup"), ("sentences/s", "sentences_per_s"))
+COLUMNS = {  # by the report's name (RUNS/reports/NAME)
+    "teacher": (("BLEU", "bleu"), ("tok. BLEU", "tok_bleu"), ("chrF", "chrf"), ("TER", "ter"), *SPEED),
+    "vecconst": (*PAIRS, *SPEED),
+    "vecconst-cs": PAIRS,
+    "nat": (("BLEU", "bleu"), ("tok. BLEU", "tok_bleu"), *REPEATED, *SPEED),
+    "cmlm": (*MASK_PREDICT, ("repeated words %", "repetition"), *SPEED),
+    "cmlm-kd": (*MASK_PREDICT, ("repeated words %", "repetition")),
+    "edit": (("BLEU", "bleu"), ("tok. BLEU", "tok_bleu"), *CONSTRAINED, ("iterations", "mean_iterations"), *SPEED),
+    "edit-seeds": (("BLEU", "bleu"), *CONSTRAINED),
+    "nat-seeds": (("BLEU", "bleu"), *REPEATED),
+    "cmlm-seeds": MASK_PREDICT,
+    "vecconst-seeds": PAIRS,
+}
+TRAINING_COLUMNS = (("best valid BLEU (step)", "training.best/training.best_step"),
+                    ("gain, last fifth", "training.gain"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,9 +129,10 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
 
     def report(table, *names, split=TEST, out="", labels=()):  # RUNS/reports/OUT (default: the table's name)
         out = out or table  # labels: the systems' names in the report (default the jobs'; one repeated: seeds)
+        columns = [f"--column={label}={key}" for label, key in (*COLUMNS[out], *TRAINING_COLUMNS)]
         return Job(f"report-{out}", names, ("-m", "jaxnat.report", *(run(n) for n in names), "--split", split,
                                             "--out", os.path.join(runs, "reports", out),
-                                            "--names", ",".join(labels or names)), table)
+                                            "--names", ",".join(labels or names), *columns), table)
 
     no_revpos = ("--config.cmlm.masked_attn=false", "--config.cmlm.concat_pe=false")
     no_corr = ("--config.cmlm.correction=false",)
@@ -154,7 +186,8 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
                                    ("covnat", "nat/multi30k", ()), ("covnat-sca", "nat/multi30k_sca", ()))),
         Job("speed-nat", ("natbase", "covnat"), speed("--run", run("natbase"), "--run", run("covnat"), distilled),
             "nat"),
-        report("nat", "natbase", "covnat", "covnat-sca", "covnat-ft", "natbase-ft", "covnat-sca-lambda0"),
+        report("nat", "natbase", "covnat", "covnat-sca", "covnat-ft", "natbase-ft", "covnat-sca-lambda0",
+               "natbase-rescored", "covnat-rescored", "covnat-sca-rescored"),
         # Huang et al. 2022: CMLM, +RevealPosition, +correction, CMLMC (Table 1), the halves of RevealPosition
         # (Table A.1), on raw data with the teacher's vocabulary (Table 1 on distilled data too); CMLMC rescored
         *(Job(name, (teacher,), main("cmlm/multi30k", name, raw, *student, *flags), "cmlm")
@@ -171,7 +204,8 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
             "cmlm"),
         Job("speed-cmlm", ("cmlm", "cmlmc"), speed("--run", run("cmlm"), "--run", run("cmlmc"), "--full-canvas", raw),
             "cmlm"),
-        report("cmlm", "cmlm", "cmlm-revpos", "cmlm-corr", "cmlmc"),
+        report("cmlm", "cmlm", "cmlm-revpos", "cmlm-corr", "cmlmc", "cmlmc-rescored", "cmlm-maskedattn",
+               "cmlm-concatpe"),
         *(Job(f"{name}-kd", ("distill",), main("cmlm/multi30k", f"{name}-kd", distilled, *student, *flags), "cmlm")
           for name, flags in cmlm_rows),
         report("cmlm", *(f"{name}-kd" for name, _ in cmlm_rows), out="cmlm-kd"),
@@ -408,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         for job in todo:
             copy = f"(copy {job.copy_from} -> {job.copy_to or job.workdir()})" if job.copy_from else ""
-            print(f"{job.name}: " + " ".join(filter(None, [copy, job.argv and f"python {' '.join(job.argv)}"])))
+            print(f"{job.name}: " + " ".join(filter(None, [copy, job.argv and f"python {shlex.join(job.argv)}"])))
         return 0
     if args.status:
         for job in todo:

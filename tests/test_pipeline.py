@@ -224,7 +224,10 @@ def test_the_seeds_table(tmp_path):
     assert lines["ar-pairs-s2"].startswith(f"(copy {runs / 'ar-s2'} -> {runs / 'ar-pairs-s2'}) ")
     report = lines["report-edit-seeds"]
     assert f"{runs / 'levt'} {runs / 'levt-s1'} {runs / 'levt-s2'} {runs / 'editor'} " in report
-    assert report.endswith("--names levt,levt,levt,editor,editor,editor")
+    assert "--names levt,levt,levt,editor,editor,editor --column=BLEU=bleu " in report
+    # the table of the paper's columns, and where each run's validation curve ended (shell-quoted: labels have spaces)
+    assert report.endswith(" '--column=best valid BLEU (step)=training.best/training.best_step' "
+                           "'--column=gain, last fifth=training.gain'")
     events = _pipeline(tmp_path, "--only", "vecconst-s1")[1]
     assert [name for what, name in events if what == "start"] == ["align", "ar-s1", "vecconst-s1"]
 
@@ -246,7 +249,7 @@ def test_the_teacher_is_a_choice_on_a_gpu(tmp_path):
             assert f"rescorer={runs / teacher} " in lines[job] and f"rescorer={runs / other} " not in lines[job]
         assert f"--run {runs / teacher} " in lines["speed-edit"]
         assert f"--config.train.init_from={runs / 'ar'}" in lines["vecconst"]
-        assert lines["report-teacher"].endswith("--names ar,ar-small")
+        assert "--names ar,ar-small --column=BLEU=bleu '--column=tok. BLEU=tok_bleu' " in lines["report-teacher"]
     events = _pipeline(tmp_path, "--gpu", "--teacher", "ar-small", "--only", "distill")[1]
     assert [name for what, name in events if what == "start"] == ["ar-small", "distill"]
     cpu, _ = _pipeline(tmp_path, "--teacher", "ar-small", check=False)

@@ -9,9 +9,10 @@ import sys
 import pytest
 
 from jaxnat.evaluation.metrics import bleu
+from jaxnat.errors import ConfigError
 from jaxnat.report import (FREQUENCY_BINS, bin_label, bleu_by_source_length, constraint_overlap, convergence,
-                           curve_points, iteration_statistics, seed_rows, seed_statistics, valid_curve,
-                           word_f1_by_frequency)
+                           curve_points, iteration_statistics, lookup, parse_column, seed_rows, seed_statistics,
+                           valid_curve, word_f1_by_frequency)
 from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -105,6 +106,21 @@ def test_valid_curve_reads_the_validations_of_the_history(tmp_path):
     assert valid_curve(str(tmp_path / "none")) == []
 
 
+def test_columns_name_paths_into_a_systems_entry():
+    assert parse_column("BLEU=bleu") == ("BLEU", "bleu")
+    assert parse_column(" soft: BLEU (CPR %) = rows.soft.bleu/rows.soft.cpr") == ("soft: BLEU (CPR %)",
+                                                                                  "rows.soft.bleu/rows.soft.cpr")
+    assert parse_column("a=b=c") == ("a=b", "c")  # the key is after the last '='
+    for bad in ("bleu", "=bleu", "BLEU=", "BLEU=bleu/", "BLEU=/cpr"):
+        with pytest.raises(ConfigError, match="LABEL=KEY"):
+            parse_column(bad)
+    entry = {"bleu": 30.0, "rows": {"soft": {"bleu": 31.0}}, "training": {"gain": None}}
+    assert lookup(entry, "rows.soft.bleu") == 31.0 and lookup(entry, "bleu") == 30.0
+    assert lookup(entry, "rows.hard.bleu") is None and lookup(entry, "bleu.x") is None
+    assert lookup(entry, "training.gain", missing=KeyError) is None  # there, and None
+    assert lookup(entry, "training.flat", missing=KeyError) is KeyError
+
+
 def _report(*args):
     return cli.run([sys.executable, "-m", "jaxnat.report", *map(str, args)], cwd=ROOT,
                    env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=300)
@@ -163,7 +179,10 @@ def test_report_of_two_runs(ar_run, tmp_path):
     shutil.copytree(oracle, near)  # a second "seed" of the oracle: one sentence off
     (near / "hyps" / "test.txt").write_text("".join(r + "\n" for r in ["x"] + refs[1:]))
     out = tmp_path / "report"
-    result = _report(ar_run, oracle, near, "--out", out, "--names", "ar,oracle,oracle", "--samples", "200")
+    columns = [["BLEU", "bleu"], ["hard, 2 words: BLEU (CPR %)", "rows.hard_c2.bleu/rows.hard_c2.cpr"],
+               ["best valid BLEU", "training.best"]]
+    result = _report(ar_run, oracle, near, "--out", out, "--names", "ar,oracle,oracle", "--samples", "200",
+                     *(arg for label, key in columns for arg in ("--column", f"{label}={key}")))
     assert result.returncode == 0, result.stderr
     report = json.loads((out / "report.json").read_text())
     base, other, _ = report["systems"]
@@ -197,6 +216,16 @@ def test_report_of_two_runs(ar_run, tmp_path):
     assert ("| oracle#1 | 5 | 30.40 (500) | 10.00 (100) | 20.00 (200) | 30.00 (300) | 30.20 (400) | 30.40 (500) | "
             "0.20 | yes |") in md
     assert (out / "valid_bleu.png").stat().st_size > 5_000
+    # the table of --column: first, with each row's training and convergence ("–" where a system lacks a value)
+    assert report["columns"] == columns
+    assert md.index("## Table") < md.index("## Scores") < md.index("| oracle#1 | ar | 100.00* |")
+    assert "| system | BLEU | hard, 2 words: BLEU (CPR %) | best valid BLEU | steps | training time | " in md
+    table = {line.split(" | ")[0][2:]: line for line in md[md.index("## Table"):md.index("## Scores")].splitlines()
+             if line.startswith("| ")}
+    assert table["ar"].startswith(f"| ar | {base['bleu']:.2f} | – | {base['training']['best']:.2f} | 4 | ")
+    assert table["ar"].endswith(" | – |")  # one validation: no verdict
+    assert table["oracle#1"].startswith("| oracle#1 | 100.00 | 28.00 (100.00) | 30.40 | 4 | ")
+    assert table["oracle#1"].endswith(" | yes |")
 
     # the baseline may be any of them; it is listed first
     result = _report(ar_run, oracle, "--out", tmp_path / "r2", "--baseline", oracle, "--test", "ar", "--samples", "50",
@@ -228,7 +257,9 @@ def test_report_of_two_runs(ar_run, tmp_path):
     (oracle / "hyps" / "test.txt").write_text("only one line\n")
     for args in ([ar_run, oracle, "--out", tmp_path / "r3"], [ar_run, tmp_path, "--out", tmp_path / "r3"],
                  [ar_run, "--out", tmp_path / "r3", "--baseline", tmp_path],
-                 [ar_run, "--out", tmp_path / "r3", "--flat-within", "-1"]):
+                 [ar_run, "--out", tmp_path / "r3", "--flat-within", "-1"],
+                 [ar_run, "--out", tmp_path / "r3", "--column", "BLEU=rows.soft.bleu"],  # no system has it
+                 [ar_run, "--out", tmp_path / "r3", "--column", "BLEU"]):
         result = _report(*args)
         assert result.returncode == 2 and result.stderr.startswith("jaxnat: error: "), result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
