@@ -347,7 +347,7 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
         entry.update({k2: v for k2, v in s.main.items() if k2.startswith("mean_") and k2 != "mean_score"})
         entry.update({k2: s.main[k2] for k2 in ("cpr", "latency_ms", "sentences_per_s", "ece", "ece_confidence",
                                                 "ece_accuracy") if k2 in s.main})
-        # the split's metrics.json row as evaluated, the family's own metrics included (NAT's repeated tokens, say)
+        # the split's metrics.json row as evaluated, with the metrics a family adds of its own (`output_metrics`)
         entry["metrics"] = {k2: v for k2, v in s.main.items() if isinstance(v, (int, float))}
         family = family_of(s.config.model.name)
         entry["architecture"] = {k: s.config[family.name][k] for k in family.architecture}
@@ -564,9 +564,8 @@ def _training_section(systems: list[dict], flat_within: float) -> list[str]:
     for s in trained:
         t = s["training"]
         points = [f"{_cell(b)} ({step})" for step, b in curve_points([tuple(sb) for sb in t["valid_bleu"]])]
-        flat = "–" if t["flat"] is None else ("yes" if t["flat"] else "**no**")
         lines.append(f"| {s['name']} | {len(t['valid_bleu'])} | {_cell(t['best'])} ({t['best_step']}) | "
-                     + " | ".join(points) + f" | {_cell(t['gain'])} | {flat} |")
+                     + " | ".join(points) + f" | {_cell(t['gain'])} | {_value(t['flat'])} |")
     return lines
 
 
