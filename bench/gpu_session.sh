@@ -4,7 +4,8 @@
 # .gpu/runs holds what earlier calls brought back). Installs the carried wheels, runs the pipeline's jobs for at most
 # SECONDS with the constraint pairs made here, and leaves in $OUT what comes back:
 #
-#   pipeline.txt        the pipeline's output;  status.txt: where each job stands after it
+#   pipeline.txt        the pipeline's output;  status.txt: where each job stands after it, and which of the
+#                       study's targets hold (launch/targets.py)
 #   runs.tar.gz.N       .gpu/runs without checkpoints (but --keep), TensorBoard logs and unfinished jobs' workdirs
 #                       (metrics, hypotheses, histories, logs, reports, the distilled corpus, vocabularies), in
 #                       parts of 15 MiB
@@ -39,6 +40,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"
 "${pipeline[@]}" --time-limit "$limit" 2>&1 | tee -a "$OUT/pipeline.txt"
 rc=$?
 "${pipeline[@]}" --status >"$OUT/status.txt" 2>&1
+# the study's targets against what is done so far (also in runs/reports/targets.md and .json)
+python3 launch/targets.py --runs .gpu/runs >>"$OUT/status.txt" 2>&1
 # what comes back: no checkpoints but the kept ones, no TensorBoard logs, and not the workdir of a job stopped by
 # the time limit (it starts afresh next time: its checkpoint stays here)
 skip=(-name checkpoints -o -name tensorboard)

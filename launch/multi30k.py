@@ -11,7 +11,8 @@ done (RUNS/pipeline/done/JOB) and not run again, a failed one is reported and th
 for the next start, whose jobs resume from their newest checkpoints: run the same command again after a kill or
 in the next session. Each job's output is in RUNS/pipeline/JOB.log; the reports (python -m jaxnat.report: a table
 in the paper's shape with each row's training and convergence, BLEU with confidence intervals and significance, the
-papers' analyses, the validation curves) in RUNS/reports/TABLE/.
+papers' analyses, the validation curves) in RUNS/reports/TABLE/; launch/targets.py says which of the study's targets
+hold so far.
 
 --gpu trains the configs sized for one GPU (configs/*/multi30k_gpu.py and their variants: the papers' base
 model, bf16, packed batches), and the AR model at d 256, 3+3 as well (ar-small, configs/ar/multi30k_small_gpu.py;
@@ -71,7 +72,8 @@ COLUMNS = {  # by the report's name (RUNS/reports/NAME)
     "nat": (("BLEU", "bleu"), ("tok. BLEU", "tok_bleu"), *REPEATED, *SPEED),
     "cmlm": (*MASK_PREDICT, ("repeated words %", "repetition"), *SPEED),
     "cmlm-kd": (*MASK_PREDICT, ("repeated words %", "repetition")),
-    "edit": (("BLEU", "bleu"), ("tok. BLEU", "tok_bleu"), *CONSTRAINED, ("iterations", "mean_iterations"), *SPEED),
+    "edit": (("BLEU", "bleu"), ("tok. BLEU", "tok_bleu"), *CONSTRAINED,
+             ("iterations (the papers' count)", "mean_steps"), ("passes", "mean_iterations"), *SPEED),
     "edit-seeds": (("BLEU", "bleu"), *CONSTRAINED),
     "nat-seeds": (("BLEU", "bleu"), *REPEATED),
     "cmlm-seeds": MASK_PREDICT,
