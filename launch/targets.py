@@ -13,7 +13,8 @@ the last fifth of training, `jaxnat.report.convergence`):
   AR ≥ 38 BLEU with beam 4 (the better of the AR models trained);
   LevT and EDITOR on distilled data within 1.5 BLEU of their teacher at ≤ 3 iterations (the papers' count:
   `mean_steps`), and CMLMC on distilled data within 1.5 BLEU of it;
-  CMLMC on raw data within 2 BLEU of the AR model (`ar`, raw) and above CMLM;
+  CMLMC on raw data within 2 BLEU of the AR model it shares its vocabulary with (the teacher, trained on the same
+  raw data) and above CMLM;
   NAT-base and Coverage-NAT, rescored by the teacher, within 3 BLEU of it; Coverage-NAT repeating fewer tokens
   than NAT-base;
   EDITOR with soft constraints at or above its plain BLEU, CPR ≥ 90% and above LevT's; hard constraints 100% for
@@ -114,9 +115,9 @@ def targets(runs: Runs, teacher: str) -> list[dict]:
     gap = _minus(t, bleu["cmlmc-kd"])
     out.append(_check("cmlmc-kd", "cmlmc (distilled) within 1.5 BLEU of the teacher",
                       f"{_f(bleu['cmlmc-kd'])} against {_f(t)} (gap {_f(gap)})", _le(gap, 1.5)))
-    gap = _minus(bleu["ar"], bleu["cmlmc"])
-    out.append(_check("cmlmc", "cmlmc (raw) within 2 BLEU of the AR model (raw) and above cmlm",
-                      f"cmlmc {_f(bleu['cmlmc'])}, ar {_f(bleu['ar'])} (gap {_f(gap)}), cmlm {_f(bleu['cmlm'])}",
+    gap = _minus(t, bleu["cmlmc"])  # the teacher: the AR model on the same raw data, with the same vocabulary
+    out.append(_check("cmlmc", "cmlmc (raw) within 2 BLEU of the teacher (raw) and above cmlm",
+                      f"cmlmc {_f(bleu['cmlmc'])} against {_f(t)} (gap {_f(gap)}), cmlm {_f(bleu['cmlm'])}",
                       _le(gap, 2.0), _lt(bleu["cmlm"], bleu["cmlmc"])))
     for job in ("natbase-rescored", "covnat-rescored"):
         gap = _minus(t, bleu[job])
