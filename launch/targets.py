@@ -23,7 +23,7 @@ the last fifth of training, `jaxnat.report.convergence`):
   vanilla AR model's with VDBA.
 
 A miss is a finding to explain with its evidence (the reports' curves, controls and diagnostics), not an error:
-the command exits 0 whatever holds, and 2 only for bad options.
+the command exits 0 whatever holds, and 2 only for bad options or a damaged metrics.json or config.json.
 """
 
 from __future__ import annotations
@@ -53,10 +53,7 @@ class Runs:
         """The test split's row ("" the plain one, else e.g. "soft", "pairs_hard") of a job's metrics.json; None
         where the job has not been evaluated (or has no such row)."""
         path = os.path.join(self.root, job, "metrics.json")
-        if not os.path.isfile(path):
-            return None
-        with open(path, encoding="utf-8") as f:
-            return json.load(f).get(f"{TEST}+{row}" if row else TEST)
+        return _read(path).get(f"{TEST}+{row}" if row else TEST) if os.path.isfile(path) else None
 
     def value(self, job: str, key: str, row: str = ""):
         found = self.row(job, row)
@@ -68,11 +65,26 @@ class Runs:
         for student in ("levt", "editor", "natbase", "covnat", "cmlm", "cmlmc"):
             path = os.path.join(self.root, student, "config.json")
             if os.path.isfile(path):
-                with open(path, encoding="utf-8") as f:
-                    name = os.path.basename(os.path.normpath(json.load(f)["data"].get("spm_from") or "ar"))
+                name = os.path.basename(os.path.normpath(_read(path).get("data", {}).get("spm_from") or "ar"))
                 if name in TEACHERS:
                     return name
         return "ar"
+
+
+class Unreadable(Exception):
+    """A workdir's file that is not the JSON object it should be (the command stops with one line, exit 2)."""
+
+
+def _read(path: str) -> dict:
+    """A workdir's JSON file (a dict)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            found = json.load(f)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise Unreadable(f"{path} cannot be read as JSON ({e})") from None
+    if not isinstance(found, dict):
+        raise Unreadable(f"{path} holds no JSON object")
+    return found
 
 
 def _f(x) -> str:
@@ -187,7 +199,12 @@ def main(argv=None) -> int:
     if not args.flat_within >= 0:
         parser.error(f"--flat-within must be a BLEU difference of 0 or more, got {args.flat_within}")
     found = Runs(args.runs)
-    checked, runs = targets(found, args.teacher or found.teacher()), converged(args.runs, args.flat_within)
+    try:
+        checked = targets(found, args.teacher or found.teacher())
+    except Unreadable as e:
+        print(f"targets.py: error: {e}", file=sys.stderr)
+        return 2
+    runs = converged(args.runs, args.flat_within)
     markdown = to_markdown(checked, runs, args.flat_within)
     out = args.out or os.path.join(args.runs, "reports")
     os.makedirs(out, exist_ok=True)
