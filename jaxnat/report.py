@@ -778,6 +778,7 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("sacrebleu").setLevel(logging.ERROR)
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its INFO on the length buckets' string labels
     try:
         if args.samples < 1:
             raise ConfigError(f"--samples must be positive, got {args.samples}")
