@@ -61,11 +61,9 @@ def summary(workdir: str) -> dict | None:
     """A workdir's runs for a results table: the command that first trained it (else its first evaluation's), the
     commits and devices of every recorded command, the steps trained and the training's wall seconds (every
     training command summed: a resumed run's parts); None without a record."""
-    path = os.path.join(workdir, FILE)
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        runs = [json.loads(line) for line in f if line.strip()]
+    from jaxnat.training.history import read_jsonl
+
+    runs = read_jsonl(os.path.join(workdir, FILE))
     if not runs:
         return None
     train = [r for r in runs if r["mode"] == "train"]

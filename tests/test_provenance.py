@@ -24,6 +24,9 @@ def test_a_resumed_runs_parts_are_summed_and_its_last_step_kept(tmp_path):
     summary = provenance.summary(str(tmp_path))
     assert summary["steps"] == 1000 and summary["train_seconds"] == 161.0
     assert summary["command"] == first["command"] and len(summary["commits"]) == 1
+    with open(tmp_path / provenance.FILE, "a") as f:  # a line a killed process left unfinished is not read
+        f.write('{"mode": "train", "seco')
+    assert provenance.summary(str(tmp_path)) == summary
 
 
 def test_an_evaluated_copy_without_training_lines(tmp_path):

@@ -24,9 +24,9 @@ log = logging.getLogger("jaxnat")
 FILE, PICTURE = "history.jsonl", "curves.png"
 
 
-def read_history(workdir: str) -> list[dict]:
-    """Every entry of a workdir's history, in order; [] when it has none."""
-    path = os.path.join(workdir, FILE)
+def read_jsonl(path: str) -> list[dict]:
+    """Every object of a JSON-lines file a run appends to, in order, up to a line cut short (the last one of a
+    process killed while writing it); [] when there is no file."""
     if not os.path.exists(path):
         return []
     entries = []
@@ -34,9 +34,14 @@ def read_history(workdir: str) -> list[dict]:
         for line in f:
             try:
                 entries.append(json.loads(line))
-            except json.JSONDecodeError:  # the last line of a process killed while writing it
+            except json.JSONDecodeError:
                 break
     return entries
+
+
+def read_history(workdir: str) -> list[dict]:
+    """Every entry of a workdir's history, in order; [] when it has none."""
+    return read_jsonl(os.path.join(workdir, FILE))
 
 
 class History:
