@@ -412,7 +412,7 @@ def lookup(entry: dict, key: str, missing=None):
 def _value(value) -> str:
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return _cell(value) if isinstance(value, float) or value is None else str(value)
+    return cell(value) if isinstance(value, float) or value is None else str(value)
 
 
 def _table_section(report: dict) -> list[str]:
@@ -432,12 +432,18 @@ def _table_section(report: dict) -> list[str]:
             first, *second = values = [lookup(s, k) for k in key.split("/")]
             cells.append("–" if all(v is None for v in values) else
                          _value(first) + "".join(f" ({_value(v)})" for v in second))
-        r = s.get("runs") or {}
-        took = "–" if r.get("train_seconds") is None else f"{r['train_seconds'] / 60:.1f} min"
-        lines.append(f"| {s['name']} | " + " | ".join(cells) + f" | {_value(r.get('steps'))} | {took} | "
-                     f"{', '.join(r.get('devices', [])) or '–'} | "
-                     f"{', '.join(_short(c) for c in r.get('commits', [])) or '–'} | {_value(s['training']['flat'])} |")
+        lines.append(f"| {s['name']} | " + " | ".join([*cells, *_run_cells(s.get("runs")),
+                                                          _value(s["training"]["flat"])]) + " |")
     return lines + [""]
+
+
+def _run_cells(runs: dict | None) -> list[str]:
+    """A system's training as table cells (`provenance.summary`): steps, wall time, devices, commits ("–" without a
+    record)."""
+    if runs is None:
+        return ["–"] * 4
+    took = "–" if runs["train_seconds"] is None else f"{runs['train_seconds'] / 60:.1f} min"
+    return [_value(runs["steps"]), took, ", ".join(runs["devices"]), ", ".join(_short(c) for c in runs["commits"])]
 
 
 def _short(commit: str) -> str:
@@ -446,7 +452,8 @@ def _short(commit: str) -> str:
     return sha[:12] + plus + mark
 
 
-def _cell(value, digits: int = 2) -> str:
+def cell(value, digits: int = 2) -> str:
+    """A number as the report's tables show it (``digits`` decimals; "–" for none or NaN)."""
     return "–" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}f}"
 
 
@@ -464,13 +471,13 @@ def to_markdown(report: dict) -> str:
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in systems:
         star = "*" if s["bleu_p"] is not None and s["bleu_p"] < 0.05 else ""
-        cells = [s["name"], s["model"], _cell(s["bleu"]) + star, _cell(s["bleu_ci"]), _cell(s["bleu_p"], 4),
-                 _cell(s["tok_bleu"]), _cell(s["chrf"]), _cell(s["chrf_p"], 4), _cell(s["ter"]), _cell(s["ribes"]),
-                 _cell(s["repetition"]), _cell(s["mean_length"]), *[_cell(s.get(c)) for c in counts],
-                 _cell(s.get("cpr")),
-                 f"{_cell(s.get('ece'))} ({_cell(s.get('ece_confidence'), 1)} / {_cell(s.get('ece_accuracy'), 1)})",
-                 _cell(s.get("latency_ms")), _cell(s.get("speedup")),
-                 _cell(s.get("sentences_per_s")),
+        cells = [s["name"], s["model"], cell(s["bleu"]) + star, cell(s["bleu_ci"]), cell(s["bleu_p"], 4),
+                 cell(s["tok_bleu"]), cell(s["chrf"]), cell(s["chrf_p"], 4), cell(s["ter"]), cell(s["ribes"]),
+                 cell(s["repetition"]), cell(s["mean_length"]), *[cell(s.get(c)) for c in counts],
+                 cell(s.get("cpr")),
+                 f"{cell(s.get('ece'))} ({cell(s.get('ece_confidence'), 1)} / {cell(s.get('ece_accuracy'), 1)})",
+                 cell(s.get("latency_ms")), cell(s.get("speedup")),
+                 cell(s.get("sentences_per_s")),
                  " ".join(f"{k}={v}" for k, v in s["architecture"].items()) or "–"]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", *[f"- {k}: `{v}`" for k, v in report["signatures"].items()], ""]
@@ -481,7 +488,7 @@ def to_markdown(report: dict) -> str:
         for s in systems:
             for r in rows:
                 if r in s["rows"]:
-                    lines.append(f"| {s['name']} | {r} | " + " | ".join(_cell(s["rows"][r].get(c))
+                    lines.append(f"| {s['name']} | {r} | " + " | ".join(cell(s["rows"][r].get(c))
                                                                        for c in ROW_COLUMNS) + " |")
         lines.append("")
     labels = list(systems[0]["word_f1"])
@@ -489,13 +496,13 @@ def to_markdown(report: dict) -> str:
               "| system | " + " | ".join(labels) + " |", "|" + "---|" * (len(labels) + 1),
               "| reference words | " + " | ".join(str(systems[0]["word_f1"][b]["ref_words"]) for b in labels) + " |"]
     for s in systems:
-        lines.append(f"| {s['name']} | " + " | ".join(_cell(s["word_f1"][b]["f1"]) for b in labels) + " |")
+        lines.append(f"| {s['name']} | " + " | ".join(cell(s["word_f1"][b]["f1"]) for b in labels) + " |")
     buckets = list(systems[0]["by_length"])
     lines += ["", "## BLEU by source length (words)", "", "| system | " + " | ".join(buckets) + " |",
               "|" + "---|" * (len(buckets) + 1),
               "| sentences | " + " | ".join(str(systems[0]["by_length"][b]["sentences"]) for b in buckets) + " |"]
     for s in systems:
-        lines.append(f"| {s['name']} | " + " | ".join(_cell(s["by_length"][b]["bleu"]) for b in buckets) + " |")
+        lines.append(f"| {s['name']} | " + " | ".join(cell(s["by_length"][b]["bleu"]) for b in buckets) + " |")
     iterating = [s for s in systems if "iterations" in s]
     if iterating:
         most = max(int(k) for s in iterating for k in s["iterations"]["histogram"])
@@ -508,18 +515,18 @@ def to_markdown(report: dict) -> str:
         lines += ["", "Mean iterations by source length (words):", "", "| system | " + " | ".join(buckets) + " |",
                   "|" + "---|" * (len(buckets) + 1)]
         for s in iterating:
-            lines.append(f"| {s['name']} | " + " | ".join(_cell(s["iterations"]["by_length"][b]) for b in buckets)
+            lines.append(f"| {s['name']} | " + " | ".join(cell(s["iterations"]["by_length"][b]) for b in buckets)
                          + " |")
     overlaps = [s for s in systems if "constraint_overlap" in s]
     if overlaps:
         first = overlaps[0]["constraint_overlap"]
         lines += ["", "## Constraint pairs seen in training", "",
-                  f"{_cell(first['seen'])}% of the split's {first['pairs']} constraint pairs are also training pairs. "
+                  f"{cell(first['seen'])}% of the split's {first['pairs']} constraint pairs are also training pairs. "
                   f"CSR % of the seen and the unseen pairs:", "", "| system | row | seen | unseen |",
                   "|---|---|---|---|"]
         for s in overlaps:
             for row, v in s["constraint_overlap"]["rows"].items():
-                lines.append(f"| {s['name']} | {row} | {_cell(v['csr_seen'])} | {_cell(v['csr_unseen'])} |")
+                lines.append(f"| {s['name']} | {row} | {cell(v['csr_seen'])} | {cell(v['csr_unseen'])} |")
     lines += _curve_sections(systems)
     if "seeds" in report:
         lines += ["", "## Seeds", "", f"BLEU (and CPR) over the runs of each configuration, in each evaluation row "
@@ -529,8 +536,8 @@ def to_markdown(report: dict) -> str:
                   for row, metrics in report.get("seed_rows", {}).items() for metric, groups in metrics.items())]
         for row, metric, groups in tables:
             for name, g in groups.items():
-                lines.append(f"| {name} | {row} | {metric.upper()} | {g['runs']} | {_cell(g['mean'])} | "
-                             f"{_cell(g['std'])} | {_cell(g['t'])} | {_cell(g['p'], 4)} |")
+                lines.append(f"| {name} | {row} | {metric.upper()} | {g['runs']} | {cell(g['mean'])} | "
+                             f"{cell(g['std'])} | {cell(g['t'])} | {cell(g['p'], 4)} |")
     for title, markdown in _analyses(systems):
         lines += ["", f"## {title}", "", markdown]
     lines += _training_section(systems, report["flat_within"])
@@ -541,11 +548,7 @@ def to_markdown(report: dict) -> str:
                   "(compilation included; a resumed run's parts summed).", "",
                   "| system | steps | training time | devices | commit | command |", "|---|---|---|---|---|---|"]
         for s in recorded:
-            r = s["runs"]
-            took = "–" if r["train_seconds"] is None else f"{r['train_seconds'] / 60:.1f} min"
-            lines.append(f"| {s['name']} | {r['steps'] if r['steps'] is not None else '–'} | {took} | "
-                         f"{', '.join(r['devices'])} | {', '.join(_short(c) for c in r['commits'])} | "
-                         f"`{r['command']}` |")
+            lines.append(f"| {s['name']} | " + " | ".join(_run_cells(s["runs"])) + f" | `{s['runs']['command']}` |")
     return "\n".join(lines) + "\n"
 
 
@@ -558,14 +561,14 @@ def _training_section(systems: list[dict], flat_within: float) -> list[str]:
     lines = ["", "## Training curves", "", "Validation BLEU over training (each workdir's history.jsonl, drawn in "
              "`valid_bleu.png`) at the validations nearest a fifth, two fifths, … of the last validated step; gain: "
              "the best validation BLEU of the last fifth of training minus the best before it; flat: a gain of at "
-             f"most {_cell(flat_within)} BLEU (`--flat-within`), the run has stopped improving.", "",
+             f"most {cell(flat_within)} BLEU (`--flat-within`), the run has stopped improving.", "",
              "| system | validations | best (step) | 1/5 | 2/5 | 3/5 | 4/5 | last | gain, last fifth | flat |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for s in trained:
         t = s["training"]
-        points = [f"{_cell(b)} ({step})" for step, b in curve_points([tuple(sb) for sb in t["valid_bleu"]])]
-        lines.append(f"| {s['name']} | {len(t['valid_bleu'])} | {_cell(t['best'])} ({t['best_step']}) | "
-                     + " | ".join(points) + f" | {_cell(t['gain'])} | {_value(t['flat'])} |")
+        points = [f"{cell(b)} ({step})" for step, b in curve_points([tuple(sb) for sb in t["valid_bleu"]])]
+        lines.append(f"| {s['name']} | {len(t['valid_bleu'])} | {cell(t['best'])} ({t['best_step']}) | "
+                     + " | ".join(points) + f" | {cell(t['gain'])} | {_value(t['flat'])} |")
     return lines
 
 
@@ -606,7 +609,7 @@ def _curve_table(curves: list[tuple[str, str, dict]], title: str, caption: str, 
     lines = ["", f"## {title}", "", caption, "", f"| system | {kind} | " + " | ".join(map(str, xs)) + " |",
              "|" + "---|" * (len(xs) + 2)]
     for name, curve, rows in curves:
-        cells = [f"{_cell(rows[x]['bleu'])} / {_cell(rows[x].get(key), digits)}" if x in rows else "–" for x in xs]
+        cells = [f"{cell(rows[x]['bleu'])} / {cell(rows[x].get(key), digits)}" if x in rows else "–" for x in xs]
         lines.append(f"| {name} | {curve} | " + " | ".join(cells) + " |")
     return lines
 

@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from multi30k import TEACHERS, TEST, jobs  # noqa: E402
 
-from jaxnat.report import FLAT_WITHIN, convergence, valid_curve  # noqa: E402
+from jaxnat.report import FLAT_WITHIN, cell, convergence, valid_curve  # noqa: E402
 
 HARD = ("levt", "editor", "cmlm", "cmlmc")  # the models evaluated with hard constraints (eval.constraints)
 
@@ -47,13 +47,15 @@ class Runs:
     """The figures of the pipeline's workdirs under ``root``: metrics.json's rows of the test split."""
 
     def __init__(self, root: str):
-        self.root = root
+        self.root, self.metrics = root, {}
 
     def row(self, job: str, row: str = "") -> dict | None:
         """The test split's row ("" the plain one, else e.g. "soft", "pairs_hard") of a job's metrics.json; None
         where the job has not been evaluated (or has no such row)."""
-        path = os.path.join(self.root, job, "metrics.json")
-        return _read(path).get(f"{TEST}+{row}" if row else TEST) if os.path.isfile(path) else None
+        if job not in self.metrics:  # each file read once
+            path = os.path.join(self.root, job, "metrics.json")
+            self.metrics[job] = _read(path) if os.path.isfile(path) else {}
+        return self.metrics[job].get(f"{TEST}+{row}" if row else TEST)
 
     def value(self, job: str, key: str, row: str = ""):
         found = self.row(job, row)
@@ -87,10 +89,6 @@ def _read(path: str) -> dict:
     return found
 
 
-def _f(x) -> str:
-    return "–" if x is None else f"{x:.2f}"
-
-
 def _check(key: str, name: str, figures: str, *conditions) -> dict:
     """One target (``key``: its short name in targets.json): holds when every condition holds; None (not yet) where
     one could not be computed."""
@@ -117,42 +115,43 @@ def targets(runs: Runs, teacher: str) -> list[dict]:
         "ar", "ar-small", "levt", "editor", "cmlm", "cmlmc", "cmlmc-kd", "natbase-rescored", "covnat-rescored")}
     t = runs.value(teacher, "bleu")
     best_ar = max((b for b in (bleu["ar"], bleu["ar-small"]) if b is not None), default=None)
-    out = [_check("ar", "AR ≥ 38 BLEU, beam 4", f"ar {_f(bleu['ar'])}, ar-small {_f(bleu['ar-small'])}",
+    out = [_check("ar", "AR ≥ 38 BLEU, beam 4", f"ar {cell(bleu['ar'])}, ar-small {cell(bleu['ar-small'])}",
                   _le(38.0, best_ar))]
     for job in ("levt", "editor"):
         steps, gap = runs.value(job, "mean_steps"), _minus(t, bleu[job])
         out.append(_check(job, f"{job} (distilled) within 1.5 BLEU of the teacher at ≤ 3 iterations",
-                          f"{_f(bleu[job])} against {_f(t)} (gap {_f(gap)}), {_f(steps)} iterations",
+                          f"{cell(bleu[job])} against {cell(t)} (gap {cell(gap)}), {cell(steps)} iterations",
                           _le(gap, 1.5), _le(steps, 3.0)))
     gap = _minus(t, bleu["cmlmc-kd"])
     out.append(_check("cmlmc-kd", "cmlmc (distilled) within 1.5 BLEU of the teacher",
-                      f"{_f(bleu['cmlmc-kd'])} against {_f(t)} (gap {_f(gap)})", _le(gap, 1.5)))
+                      f"{cell(bleu['cmlmc-kd'])} against {cell(t)} (gap {cell(gap)})", _le(gap, 1.5)))
     gap = _minus(t, bleu["cmlmc"])  # the teacher: the AR model on the same raw data, with the same vocabulary
     out.append(_check("cmlmc", "cmlmc (raw) within 2 BLEU of the teacher (raw) and above cmlm",
-                      f"cmlmc {_f(bleu['cmlmc'])} against {_f(t)} (gap {_f(gap)}), cmlm {_f(bleu['cmlm'])}",
+                      f"cmlmc {cell(bleu['cmlmc'])} against {cell(t)} (gap {cell(gap)}), cmlm {cell(bleu['cmlm'])}",
                       _le(gap, 2.0), _lt(bleu["cmlm"], bleu["cmlmc"])))
     for job in ("natbase-rescored", "covnat-rescored"):
         gap = _minus(t, bleu[job])
         out.append(_check(job, f"{job} within 3 BLEU of the teacher",
-                          f"{_f(bleu[job])} against {_f(t)} (gap {_f(gap)})", _le(gap, 3.0)))
+                          f"{cell(bleu[job])} against {cell(t)} (gap {cell(gap)})", _le(gap, 3.0)))
     nat, cov = runs.value("natbase", "repeated"), runs.value("covnat", "repeated")
     out.append(_check("covnat-repeats", "covnat repeats fewer tokens than natbase",
-                      f"repeated % {_f(cov)} against {_f(nat)}", _lt(cov, nat)))
+                      f"repeated % {cell(cov)} against {cell(nat)}", _lt(cov, nat)))
     soft, cpr, levt_cpr = (runs.value("editor", "bleu", "soft"), runs.value("editor", "cpr", "soft"),
                            runs.value("levt", "cpr", "soft"))
     out.append(_check("editor-soft", "editor's soft constraints: BLEU ≥ plain, CPR ≥ 90% and above levt's",
-                      f"BLEU {_f(soft)} against {_f(bleu['editor'])}, CPR {_f(cpr)} (levt {_f(levt_cpr)})",
+                      f"BLEU {cell(soft)} against {cell(bleu['editor'])}, CPR {cell(cpr)} (levt {cell(levt_cpr)})",
                       _le(bleu["editor"], soft), _le(90.0, cpr), _lt(levt_cpr, cpr)))
     hard = {job: runs.value(job, "cpr", "hard") for job in HARD}
     hard |= {f"{job} + VDBA": runs.value(job, "cpr", "pairs_hard") for job in ("ar-pairs", "vecconst", "vecconst-vdba")}
     out.append(_check("hard", "hard constraints: 100% CPR (CSR) for every model that takes them",
-                      ", ".join(f"{job} {_f(c)}" for job, c in hard.items()),
+                      ", ".join(f"{job} {cell(c)}" for job, c in hard.items()),
                       *(_le(100.0, c) for c in hard.values())))
     beam_csr, vdba_csr = runs.value("vecconst", "cpr", "pairs"), hard["vecconst-vdba + VDBA"]
     vdba, vanilla = runs.value("vecconst-vdba", "bleu", "pairs_hard"), runs.value("ar-pairs", "bleu", "pairs_hard")
     out.append(_check("vecconst", "vecconst: CSR ≥ 95% with its pairs (beam), 100% with VDBA, and BLEU with VDBA "
                       "above vanilla + VDBA",
-                      f"CSR {_f(beam_csr)}, with VDBA {_f(vdba_csr)}; BLEU + VDBA {_f(vdba)} against {_f(vanilla)}",
+                      f"CSR {cell(beam_csr)}, with VDBA {cell(vdba_csr)}; "
+                      f"BLEU + VDBA {cell(vdba)} against {cell(vanilla)}",
                       _le(95.0, beam_csr), _le(100.0, vdba_csr), _lt(vanilla, vdba)))
     return out
 
@@ -179,7 +178,7 @@ def to_markdown(checked: list[dict], runs: list[dict], within: float) -> str:
     lines += ["", f"Converged (validation BLEU of the last fifth of training at most {within:.2f} above the best "
               "before it):", "", "| run | validations | best (step) | gain, last fifth | flat |",
               "|---|---|---|---|---|"]
-    lines += [f"| {r['job']} | {r['validations']} | {_f(r['best'])} ({r['best_step']}) | {_f(r['gain'])} | "
+    lines += [f"| {r['job']} | {r['validations']} | {cell(r['best'])} ({r['best_step']}) | {cell(r['gain'])} | "
               f"{verdict(r['flat'])} |" for r in runs]
     return "\n".join(lines) + "\n"
 
