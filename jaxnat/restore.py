@@ -17,6 +17,7 @@ from jaxnat.decoding.translator import Translator
 from jaxnat.errors import JaxnatError
 from jaxnat.models import build_model, family_of
 from jaxnat.training.checkpoint import Checkpoints
+from jaxnat.training.mesh import first_local_device
 
 log = logging.getLogger("jaxnat")
 
@@ -41,7 +42,7 @@ def _fresh_state(config, spec, optimizer: bool):
             state["opt_state"] = make_optimizer(config.train)[0].init(state["params"])
         return state
 
-    one = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])  # this process's own, as an array made here
+    one = first_local_device()  # this process's own, as an array made here
     return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one), jax.eval_shape(fresh))
 
 

@@ -158,9 +158,10 @@ class Translator:
         """The request for one bucket: src int32[B, S]; starts: one per row (filler rows: Start()).
 
         A model that takes every kind of start (the refining models) gets the same request shape whatever the
-        rows ask — initial hypotheses as wide as the output, constraints at least 4 × 4, PAD where a row has
-        none (which starts it from [BOS, EOS]) — so that plain, post-editing and constrained decoding of a
-        bucket share one compiled program. Other models get only what the rows ask for.
+        rows ask — initial hypotheses as wide as the output, constraints at least 4 phrases × 8 pieces (a
+        term of a word or two), PAD where a row has none (which starts it from [BOS, EOS]) — so that plain,
+        post-editing and constrained decoding of a bucket share one compiled program. Other models get only what
+        the rows ask for. Constraint shapes are rounded up to multiples of 4.
         """
         sup = self.spec.supports
         uniform = sup.init and sup.soft_constraints and sup.hard_constraints
@@ -172,7 +173,8 @@ class Translator:
         if uniform or any(s.phrases for s in starts):
             phrases = pad_phrases([s.phrases for s in starts])
             c, p = phrases.shape[1:]
-            constraints = np.pad(phrases, ((0, 0), (0, _round_up(c, 4) - c), (0, _round_up(p, 4) - p)))
+            least = 8 if uniform else 0
+            constraints = np.pad(phrases, ((0, 0), (0, _round_up(c, 4) - c), (0, max(_round_up(p, 4), least) - p)))
             hard = np.asarray([s.hard for s in starts], bool)
         extras = self.spec.request_extras(self, starts) if self.spec.request_extras else {}
         return DecodeRequest(src, init, constraints, hard, extras, max_out=capacity, beam_size=beam_size, trace=trace)

@@ -21,6 +21,19 @@ def replicated(mesh) -> NamedSharding:
     return NamedSharding(mesh, P())
 
 
+def first_local_device() -> jax.sharding.SingleDeviceSharding:
+    """This process's first device: where a restored checkpoint's parameters, and so decoding, live."""
+    return jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+
+
+def local_copy(tree):
+    """A replicated tree's arrays as this process's own on its first device, as a restored checkpoint's are:
+    decoding them during training compiles the very program that decoding the checkpoint after training finds in
+    the compilation cache (replicated inputs would make it a program of its own, compiled twice a run)."""
+    one = first_local_device()
+    return jax.tree.map(lambda x: jax.device_put(x.addressable_data(0), one), tree)
+
+
 def batch_sharding(mesh) -> NamedSharding:
     return NamedSharding(mesh, P("data"))
 

@@ -360,7 +360,7 @@ class Trainer:
         srcs, refs = self.corpus["valid"][0][:k], self.corpus["valid"][1][:k]
         pairs = self.pairs["valid"][:k] if self.spec.supports.pairs else None
         inits = self.inits["valid"][:k] if "valid" in self.inits else None
-        translator.params = params
+        translator.params = mesh_lib.local_copy(params)  # the program the checkpoint's evaluation decodes with
         hyps = [o["hyp"] for o in translator.translate(srcs, self.config.eval.valid_beam_size,
                                                        self.config.eval.batch_size, pairs=pairs,
                                                        drop_long_pairs=True, inits=inits, cut_long_inits=True)]
