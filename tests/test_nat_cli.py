@@ -74,7 +74,7 @@ def test_speed_table(pretrained, ar_run):
     """bench/decode_speed.py, the queue's speed-nat job, on the tiny workdirs: AR greedy and beam 4, Coverage-NAT."""
     workdir, _ = pretrained
     result = cli.run([sys.executable, "bench/decode_speed.py", "--run", str(ar_run), "--run", str(workdir),
-                      "--repeats", "1", "--sentences", "2", "--batch", "8"],
+                      "--repeats", "1", "--sentences", "2", "--batch", "1"],
                      cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=600)
     assert result.returncode == 0, result.stderr
     labels = [line.split(" | ")[0][2:] for line in result.stdout.splitlines() if line.startswith(("| ar ", "| nat "))]

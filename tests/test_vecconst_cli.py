@@ -99,7 +99,7 @@ def test_speed_table_with_pairs(stage2, ar_run):
     over all padded constraint entries."""
     workdir, _ = stage2
     result = cli.run([sys.executable, "bench/decode_speed.py", "--run", str(ar_run), "--run", str(workdir),
-                      "--pairs", "--unpacked", "--repeats", "1", "--sentences", "2", "--batch", "8",
+                      "--pairs", "--unpacked", "--repeats", "1", "--sentences", "2", "--batch", "1",
                       "--config.data.pairs_dir=synthetic", "--config.data.max_pair_pieces=6"],
                      cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=600)
     assert result.returncode == 0, result.stderr
