@@ -1,6 +1,7 @@
 """The decode request: its starting hypotheses (a vectorised kernel) against a plain-Python reference on random
 requests (empty, single-piece, full-capacity, all-PAD phrases, mixed soft/hard/init rows), the host-side
-padding helpers, and the one-line refusals of a model that cannot honour a request."""
+padding helpers, the translator's request shapes, and the one-line refusals of a model that cannot honour a
+request."""
 
 import jax
 import jax.numpy as jnp
@@ -85,6 +86,31 @@ def test_padding_helpers():
     out = pad_phrases([[[7], [8, 9, 10]], None, [[11, 12]]])
     assert out.shape == (3, 2, 3)
     assert out[0].tolist() == [[7, PAD_ID, PAD_ID], [8, 9, 10]] and not out[1].any()
+
+
+@pytest.mark.parametrize("model, shared", [("levt", True), ("cmlm", False)])
+def test_a_refining_models_requests_share_one_shape(model, shared):
+    """`Translator.request`: a model that takes every kind of start gets plain, post-editing and constrained
+    rows (phrases up to 8 pieces) in one request shape, so one compiled program; constraints are rounded up to
+    multiples of 4 (a 9-piece phrase: 12). Any other model gets only what its rows ask for."""
+    from jaxnat.decoding.translator import Start, Translator
+
+    config = build_config("tests/configs/tiny.py", [f"--config.model.name={model}", "--config.eval.beam_size=1"])
+    translator = Translator(build_model(config, 40, 40), None, None, config)
+    src = np.zeros((2, 16), np.int32)
+
+    def shapes(*starts):
+        r = translator.request(src, list(starts), 1, False)
+        return tuple(None if x is None else x.shape for x in (r.init, r.constraints, r.hard)), r.max_out
+
+    plain = shapes(Start(), Start())
+    if model == "levt":
+        assert shapes(Start(init=[7] * 5), Start()) == plain
+    assert (shapes(Start(phrases=[[7] * 8, [8]], hard=True), Start()) == plain) is shared
+    assert shapes(Start(phrases=[[7] * 8] * 4), Start())[0][1] == (2, 4, 8)
+    assert shapes(Start(phrases=[[7] * 9] * 5), Start())[0][1] == (2, 8, 12)
+    if not shared:
+        assert plain[0] == (None, None, None)
 
 
 def test_what_each_model_supports_is_checked_in_one_line():

@@ -1,5 +1,6 @@
 """Training: the loss falls, 8 simulated devices give the 1-device step, and a run killed with SIGKILL, or stopped
-with SIGTERM between its checkpoints, and resumed ends with exactly the parameters of the uninterrupted run."""
+with SIGTERM between its checkpoints, and resumed ends with exactly the parameters of the uninterrupted run;
+validation decodes with the program the restored checkpoint's evaluation uses."""
 
 import json
 import os
@@ -215,6 +216,27 @@ def test_data_parallel_step_on_8_devices_equals_1_device(tmp_path):
     # stays below 1e-6 absolute on parameters of size O(0.1) and 1e-5 on the loss.
     assert diff < 1e-6, diff
     assert abs(loss1 - loss8) < 1e-5
+
+
+def test_validation_decodes_with_the_program_a_restored_checkpoint_does():
+    """`mesh.local_copy` of the replicated training parameters (what validation decodes with) and parameters on
+    `mesh.first_local_device` (where `restore` reads a checkpoint to) lower to one program, so the evaluation after
+    training reads validation's decoder back from the compilation cache; the replicated ones to another."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxnat.training import mesh as mesh_lib
+
+    tree = {"w": jnp.arange(6.0).reshape(2, 3), "b": jnp.ones(3)}
+    trained = jax.device_put(tree, mesh_lib.replicated(mesh_lib.make_mesh()))
+    restored = jax.device_put(tree, mesh_lib.first_local_device())
+    decode = jax.jit(lambda p, x: x @ p["w"] + p["b"])
+    x = np.ones((4, 2), np.float32)
+    copy = mesh_lib.local_copy(trained)
+    assert all(a.sharding == mesh_lib.first_local_device() for a in jax.tree_util.tree_leaves(copy))
+    jax.tree_util.tree_map(np.testing.assert_array_equal, copy, tree)
+    assert decode.lower(copy, x).as_text() == decode.lower(restored, x).as_text()
+    assert decode.lower(trained, x).as_text() != decode.lower(restored, x).as_text()
 
 
 def _tiny_step_setup():
