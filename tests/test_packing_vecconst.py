@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from jaxnat.data.batching import max_segments
@@ -93,6 +93,7 @@ def test_packed_vecconst_loss_and_gradients_equal_the_unpacked_ones(authors):
 
 @FAST
 @given(st.integers(0, 10_000), st.sampled_from(["tokens", "constraints"]))
+@example(729, "constraints")  # 2.2e-5 apart at -5.33: float32 rounding (4e-6 relative), no leak
 def test_changing_one_segment_leaves_the_others_unchanged(seed, what):
     _, params, logp_fn = _model()
     rng = np.random.default_rng(seed)
@@ -115,7 +116,7 @@ def test_changing_one_segment_leaves_the_others_unchanged(seed, what):
     seg = np.asarray(packed["tgt_seg"])[:, :-1]
     others = seg > 0
     others[row] &= seg[row] != victim
-    np.testing.assert_allclose(after[others], before[others], atol=2e-5)
+    np.testing.assert_allclose(after[others], before[others], rtol=1e-5, atol=2e-5)
 
 
 @FAST
