@@ -182,8 +182,9 @@ def table(figures: dict) -> str:
         rows.append(f"| {family} | {r.get('batch', '–')} | {fmt(r.get('first_step_s'), '{:.0f}')} | "
                     f"{fmt(r.get('tokens_per_s'), '{:.0f}')} | {fmt(r.get('mfu'), '{:.1%}')}"
                     f"{' (6·N·T)' if r.get('flops_from', '').startswith('6') else ''} | "
-                    f"{fmt(r.get('peak_tflops'), '{:.0f}')} | {fmt(r.get('latency_ms'), '{:.1f}')} | "
+                    f"{fmt(r.get('peak_tflops'), '{:.3g}')} | {fmt(r.get('latency_ms'), '{:.1f}')} | "
                     f"{fmt(r.get('sentences_per_s'), '{:.0f}')} |")
+    rows += [f"\n{family}: exit {r['rc']}: {r['error']}" for family, r in runs if r.get("error")]
     cost = figures.get("step_cost")
     if cost and "ar" in cost:
         rows += ["", f"Train step on the same {cost['batch_shape']} batches (s): "
@@ -191,7 +192,7 @@ def table(figures: dict) -> str:
     if cost and "tflop" in cost:
         flops = cost["tflop"]
         rows += ["", f"One step's arithmetic on {cost['batch_shape']} batches (TFLOP, XLA's count): "
-                 + ", ".join(f"{f} {v:.2f} ({v / flops['ar']:.2f}× AR)" for f, v in flops.items())]
+                 + ", ".join(f"{f} {v:.3g} ({v / flops['ar']:.2f}× AR)" for f, v in flops.items())]
     return "\n".join(rows) + "\n"
 
 
@@ -284,6 +285,8 @@ def main():
         logs.write(text)
         logs.flush()
         out = {"rc": rc, "wall_s": round(time.perf_counter() - t0, 1), **read_run(workdir, text)}
+        if rc != 0:  # what stopped it, for the table: a one-line error, or the last line of a traceback
+            out["error"] = next((line for line in reversed(text.splitlines()) if line.strip()), "")[:300]
         print(family, out, flush=True)
         return out
 
