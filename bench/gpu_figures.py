@@ -184,7 +184,8 @@ def table(figures: dict) -> str:
                     f"{' (6·N·T)' if r.get('flops_from', '').startswith('6') else ''} | "
                     f"{fmt(r.get('peak_tflops'), '{:.3g}')} | {fmt(r.get('latency_ms'), '{:.1f}')} | "
                     f"{fmt(r.get('sentences_per_s'), '{:.0f}')} |")
-    rows += [f"\n{family}: exit {r['rc']}: {r['error']}" for family, r in runs if r.get("error")]
+    rows += [f"\n{family}: exit {r['rc']}: {r['error']}" if r["rc"] != "timeout" else f"\n{family}: {r['error']}"
+             for family, r in runs if r.get("error")]
     cost = figures.get("step_cost")
     if cost and "ar" in cost:
         rows += ["", f"Train step on the same {cost['batch_shape']} batches (s): "
@@ -285,8 +286,9 @@ def main():
         logs.write(text)
         logs.flush()
         out = {"rc": rc, "wall_s": round(time.perf_counter() - t0, 1), **read_run(workdir, text)}
-        if rc != 0:  # what stopped it, for the table: a one-line error, or the last line of a traceback
-            out["error"] = next((line for line in reversed(text.splitlines()) if line.strip()), "")[:300]
+        if rc != 0:  # what stopped it, for the table: a one-line error, the last line of a traceback, or of a log
+            last = next((line for line in reversed(text.splitlines()) if line.strip()), "")[:300]
+            out["error"] = f"cut at the time limit after: {last}" if rc == "timeout" else last
         print(family, out, flush=True)
         return out
 
