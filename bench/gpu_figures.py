@@ -22,9 +22,15 @@ model starts from the AR run. Read from each run:
 Then `--step-cost` times the AR, LevT and EDITOR train steps side by side on the same batches (one bucket shape,
 jit'd, compilation excluded, median of alternating repeats) beside each step's arithmetic (XLA's FLOP count, also
 with the papers' roll-in; `--step-flops` gives it alone, on any machine), and each `--variant` runs its family
-once more with those config overrides: `ar:train.xla_gpu_autotune_level=0` (XLA's GPU autotuner off, against its
-default, 4: what it costs in time to the first step and gains in speed), `ar:train.prng_impl=rbg` (dropout's
-random bits).
+once more with those config overrides: with `--autotune 0` (XLA's GPU autotuner off for every run, the step cost
+included), `ar:train.xla_gpu_autotune_level=4` (its default: what it costs in time to the first step and gains in
+speed), `ar:train.prng_impl=rbg` (dropout's random bits). The first GPU call runs
+
+    python3 bench/gpu_figures.py --data-dir .gpu/multi30k --pairs-dir .gpu/pairs --out $OUT --budget 540 \
+        --step-cost --autotune 0 --variant ar:train.xla_gpu_autotune_level=4 --variant ar:train.prng_impl=rbg
+
+with the autotuner off for the families because, on, no train program of the three GPU sessions so far finished
+compiling within minutes (docs/benchmarks.md, "On a GPU"): every family's figures first, then what it buys.
 Results go to OUT/figures.json after every family (a run cut short keeps what it measured) and a Markdown table to
 OUT/figures.md; each run's log to OUT/logs.txt.
 """
@@ -135,6 +141,7 @@ def step_cost(args, timed: bool = True) -> dict:
     sys.path.insert(0, ROOT)
     from jaxnat.config import build_config
     from jaxnat.data.batching import TrainBatcher
+    from jaxnat.main import set_xla_flags
     from jaxnat.training.trainer import Trainer, make_train_step
 
     times, batches = {}, None
@@ -142,7 +149,10 @@ def step_cost(args, timed: bool = True) -> dict:
         steps = {}
         for family in ("ar", "levt", "editor"):
             config = build_config(os.path.join(ROOT, f"configs/{family}/{args.config_name}.py"),
-                                  [f"--config.data.dir={args.data_dir}", "--config.data.pack=false"] + args.overrides)
+                                  [f"--config.data.dir={args.data_dir}", "--config.data.pack=false",
+                                   f"--config.train.xla_gpu_autotune_level={args.autotune}"] + args.overrides)
+            if family == "ar":  # the autotuner's level as the families' runs have it (before the first computation)
+                set_xla_flags(config)
             trainer = Trainer(config, os.path.join(tmp, family))
             if batches is None:  # the AR config's batches, unpacked, one shape, for all three models
                 batcher = trainer.make_batcher()
