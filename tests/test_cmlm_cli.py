@@ -33,7 +33,7 @@ def trained(tmp_path_factory, ar_run):
 
 def test_metrics_include_constraints_iterations_and_length(trained):
     workdir, stdout = trained
-    metrics = json.load(open(workdir / "metrics.json"))
+    metrics = json.loads((workdir / "metrics.json").read_text())
     assert {"test", "test+soft", "test+hard", "test+T2"} <= set(metrics)
     assert metrics["test"]["mean_iterations"] == 4 and metrics["test"]["mean_length"] > 0
     assert "repetition" in metrics["test"] and metrics["test+T2"]["seconds"] > 0

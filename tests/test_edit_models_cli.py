@@ -40,7 +40,7 @@ def trained(request, tmp_path_factory):
 
 def test_metrics_include_constraints_and_edit_counts(trained):
     model, trained, stdout = trained
-    metrics = json.load(open(trained / "metrics.json"))
+    metrics = json.loads((trained / "metrics.json").read_text())
     assert {"test", "test+soft", "test+hard"} <= set(metrics)
     for key in COUNTS[model]:
         assert f"mean_{key}" in metrics["test"] and f"mean_{key}" in metrics["test+hard"]

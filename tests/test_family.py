@@ -5,7 +5,6 @@ changed; and the shared modules name no family (docs/design.md, "How to add a mo
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import re
 
@@ -19,6 +18,7 @@ from jaxnat.config import build_config, check_matches_workdir
 from jaxnat.decoding.request import Supports
 from jaxnat.errors import ConfigError
 from jaxnat.models.family import Family
+from jaxnat.training.history import read_history
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
@@ -101,7 +101,7 @@ def test_a_family_defined_outside_jaxnat_trains_evaluates_and_translates(toy, tm
     assert config.toy.to_dict() == {"shift": 2.0, "offset": 0.5, "deep": False, "teacher": str(ar_run)}
     workdir = str(tmp_path / "run")
     Trainer(config, workdir).train()
-    history = [json.loads(line) for line in open(os.path.join(workdir, "history.jsonl"))]
+    history = read_history(workdir)
     assert all(row["source_words"] > 1 for row in history if "source_words" in row)  # its batch extras
     assert any("valid_source_words" in row for row in history)
     results = evaluate(config, workdir)
@@ -139,9 +139,9 @@ def test_the_shared_modules_name_no_family():
     randomisation = 'choices=("bs", "ar")'  # report.py's paired tests: sacreBLEU's names
     found = []
     for path in SHARED:
-        for number, line in enumerate(open(os.path.join(ROOT, path), encoding="utf-8"), 1):
-            if pattern.search(line.replace(randomisation, "")):
-                found.append(f"{path}:{number}: {line.strip()}")
+        with open(os.path.join(ROOT, path), encoding="utf-8") as f:
+            found += [f"{path}:{number}: {line.strip()}" for number, line in enumerate(f, 1)
+                      if pattern.search(line.replace(randomisation, ""))]
     assert not found, "\n".join(found)
 
 

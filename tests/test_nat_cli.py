@@ -33,7 +33,7 @@ def pretrained(tmp_path_factory, ar_run):
 
 def test_metrics_include_repeated_token_ratios_and_the_k_sweep(pretrained):
     workdir, stdout = pretrained
-    metrics = json.load(open(workdir / "metrics.json"))
+    metrics = json.loads((workdir / "metrics.json").read_text())
     assert {"test", "test+K3"} <= set(metrics)
     row = metrics["test"]
     assert {"repeated", "repeated_short", "repeated_long", "mean_chosen_length", "latency_ms"} <= set(row)

@@ -55,7 +55,7 @@ def test_a_training_run_needs_none_of_the_optional_packages(tmp_path):
         "--config.train.checkpoint_every=4", "--config.train.valid_bleu_sentences=8",
         "--config.eval.beam_size=1", "--config.eval.latency_sentences=0", "--config.eval.batch_size=16")
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "bleu" in json.load(open(workdir / "metrics.json"))["test"]
+    assert "bleu" in json.loads((workdir / "metrics.json").read_text())["test"]
     assert (workdir / "history.jsonl").is_file() and (workdir / "checkpoints").is_dir()
     assert not (workdir / "tensorboard").exists() and not (workdir / "curves.png").exists()
     log = result.stderr

@@ -1,6 +1,7 @@
 """SentencePiece tokenizer: reserved ids, round trip, determinism, reuse of the files in the workdir."""
 
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -88,12 +89,11 @@ def test_word_start_mask(joint_dir):
 def test_deterministic_and_reused(tmp_path, joint_dir):
     d = str(tmp_path / "again")
     Tokenizer.train_or_load(d, SRC, TGT, vocab_size=120)
-    a = open(os.path.join(joint_dir, "spm", "joint.model"), "rb").read()
-    b = open(os.path.join(d, "spm", "joint.model"), "rb").read()
-    assert a == b
+    model = lambda workdir: pathlib.Path(workdir, "spm", "joint.model").read_bytes()  # noqa: E731
+    assert model(joint_dir) == model(d)
     # Existing files win over the arguments (resume): nothing is retrained.
     tok = Tokenizer.train_or_load(d, ["completely different"], ["data"], vocab_size=50, model_type="bpe")
-    assert open(os.path.join(d, "spm", "joint.model"), "rb").read() == a
+    assert model(d) == model(joint_dir)
     assert tok.vocab_size("src") == Tokenizer.load(joint_dir).vocab_size("src")
 
 

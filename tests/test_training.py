@@ -51,7 +51,7 @@ def test_kill9_and_a_damaged_checkpoint_resume_reproduces_uninterrupted_run(tmp_
     full = _train(tmp_path / "full", "--config.eval.latency_sentences=0")
     out, _ = full.communicate(timeout=600)
     assert full.returncode == 0, out
-    metrics = json.load(open(tmp_path / "full" / "metrics.json"))
+    metrics = json.loads((tmp_path / "full" / "metrics.json").read_text())
     assert "bleu" in metrics["test"]
     # the same command again: nothing left to train, and metrics.json already holds this evaluation
     written = os.path.getmtime(tmp_path / "full" / "metrics.json")

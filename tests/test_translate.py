@@ -29,7 +29,7 @@ def trained(tmp_path_factory, ar_run):
 def test_workdir_contents(trained):
     for name in ("config.json", "metrics.json", "spm/joint.model", "hyps/test.txt", "tensorboard"):
         assert (trained / name).exists(), name
-    metrics = json.load(open(trained / "metrics.json"))
+    metrics = json.loads((trained / "metrics.json").read_text())
     assert {"bleu", "bleu_signature", "chrf", "ter", "ribes"} <= set(metrics["test"])
     assert len((trained / "hyps" / "test.txt").read_text().splitlines()) == 40
     # runs.jsonl: the training command with its last step, then its evaluation
@@ -76,7 +76,7 @@ def test_eval_mode_rewrites_metrics(trained):
     os.remove(trained / "metrics.json")
     result = _main(trained, "--mode", "eval", "--config.eval.latency_sentences=0")
     assert result.returncode == 0, result.stderr
-    assert "bleu" in json.load(open(trained / "metrics.json"))["test"]
+    assert "bleu" in json.loads((trained / "metrics.json").read_text())["test"]
 
 
 @pytest.mark.parametrize(

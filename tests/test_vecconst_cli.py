@@ -40,7 +40,7 @@ def test_stage_two_starts_from_the_ar_run(stage2):
 
 def test_metrics_have_the_pair_rows(stage2):
     workdir, _ = stage2
-    metrics = json.load(open(workdir / "metrics.json"))
+    metrics = json.loads((workdir / "metrics.json").read_text())
     for row in ("test+pairs", "test+pairs_hard"):
         assert {"bleu", "cpr", "cpr_words", "latency_ms", "sentences_per_s"} <= set(metrics[row]), row
     assert metrics["test+pairs_hard"]["cpr"] == 100.0  # the target phrases, guaranteed
