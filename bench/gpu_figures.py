@@ -22,9 +22,10 @@ model starts from the AR run. Read from each run:
 Then `--step-cost` times the AR, LevT and EDITOR train steps side by side on the same batches (one bucket shape,
 jit'd, compilation excluded, median of alternating repeats) beside each step's arithmetic (XLA's FLOP count, also
 with the papers' roll-in; `--step-flops` gives it alone, on any machine), and each `--variant` runs its family
-once more with those config overrides: with `--autotune 0` (XLA's GPU autotuner off for every run, the step cost
-included), `ar:train.xla_gpu_autotune_level=4` (its default: what it costs in time to the first step and gains in
-speed), `ar:train.prng_impl=rbg` (dropout's random bits). The first GPU call runs
+once more with those config overrides, e.g. `ar:train.xla_gpu_autotune_level=4` (XLA's GPU autotuner at its
+default level, against off, which `--autotune 0` sets for every other run, the step cost's included: what
+autotuning costs in time to the first step and gains in speed), `ar:train.prng_impl=rbg` (dropout's random
+bits). The first GPU call runs
 
     python3 bench/gpu_figures.py --data-dir .gpu/multi30k --pairs-dir .gpu/pairs --out $OUT --budget 540 \
         --step-cost --autotune 0 --variant ar:train.xla_gpu_autotune_level=4 --variant ar:train.prng_impl=rbg
