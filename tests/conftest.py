@@ -50,6 +50,7 @@ def ar_run(tmp_path_factory, worker_id):
                            "--config.data.bucket_multiple=48", "--config.eval.latency_sentences=0",
                            "--config.eval.beam_size=1")
             assert result.returncode == 0, result.stderr
+            (workdir.parent / "train.log").write_text(result.stdout + result.stderr)  # what it printed and logged
     return workdir
 
 

@@ -1,0 +1,38 @@
+"""bench/gpu_figures.py, the GPU call's figures, reads them from what a `python -m jaxnat.main` run logs and writes
+(the session's tiny AR run, conftest.py): a reworded log line or a renamed history key would otherwise leave the
+GPU call's table empty, found only after the call."""
+
+import importlib.util
+import json
+import os
+import shutil
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _gpu_figures():
+    spec = importlib.util.spec_from_file_location("gpu_figures", os.path.join(ROOT, "bench", "gpu_figures.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_runs_figures_are_read_from_its_log_and_history(ar_run, tmp_path):
+    figures = _gpu_figures()
+    log = (ar_run.parent / "train.log").read_text()
+    # the tiny run logs once (step 4): three windows of that entry, of which the first is left out as the warm-up
+    history = [json.loads(line) for line in (ar_run / "history.jsonl").read_text().splitlines()]
+    trained = [entry for entry in history if "loss" in entry]
+    workdir = tmp_path / "run"
+    shutil.copytree(ar_run, workdir)
+    (workdir / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in trained * 3))
+    out = figures.read_run(str(workdir), log)
+    assert out["first_step_s"] > 0
+    assert out["tokens_per_s"] == trained[0]["tokens_per_s"] and out["mfu"] == trained[0]["mfu"] > 0
+    assert out["peak_tflops"] == 0.1  # tests/configs/tiny.py's train.peak_tflops
+    assert out["flops_from"] == "XLA's cost analysis" and out["batch"] == "[(10, 48)]"
+    row = figures.table({"families": {"ar": {"rc": 0, **out}}}).splitlines()[2]
+    assert row.startswith(f"| ar | [(10, 48)] | {out['first_step_s']:.0f} | {out['tokens_per_s']:.0f} | ")
+    # a run that failed says why under the table
+    failed = {"rc": 2, "error": "jaxnat: error: no such key"}
+    assert "\nar: exit 2: jaxnat: error: no such key" in figures.table({"families": {"ar": failed}})
