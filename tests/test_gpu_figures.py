@@ -7,6 +7,8 @@ import json
 import os
 import shutil
 
+from jaxnat.training.history import read_history
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -21,8 +23,7 @@ def test_a_runs_figures_are_read_from_its_log_and_history(ar_run, tmp_path):
     figures = _gpu_figures()
     log = (ar_run.parent / "train.log").read_text()
     # the tiny run logs once (step 4): three windows of that entry, of which the first is left out as the warm-up
-    history = [json.loads(line) for line in (ar_run / "history.jsonl").read_text().splitlines()]
-    trained = [entry for entry in history if "loss" in entry]
+    trained = [entry for entry in read_history(str(ar_run)) if "loss" in entry]
     workdir = tmp_path / "run"
     shutil.copytree(ar_run, workdir)
     (workdir / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in trained * 3))

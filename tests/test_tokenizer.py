@@ -89,7 +89,9 @@ def test_word_start_mask(joint_dir):
 def test_deterministic_and_reused(tmp_path, joint_dir):
     d = str(tmp_path / "again")
     Tokenizer.train_or_load(d, SRC, TGT, vocab_size=120)
-    model = lambda workdir: pathlib.Path(workdir, "spm", "joint.model").read_bytes()  # noqa: E731
+    def model(workdir):
+        return pathlib.Path(workdir, "spm", "joint.model").read_bytes()
+
     assert model(joint_dir) == model(d)
     # Existing files win over the arguments (resume): nothing is retrained.
     tok = Tokenizer.train_or_load(d, ["completely different"], ["data"], vocab_size=50, model_type="bpe")
