@@ -262,7 +262,6 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     figures = {"argv": sys.argv[1:], "families": {}}
     env = {**os.environ, "JAXNAT_COMPILATION_CACHE": "off", "PYTHONUNBUFFERED": "1"}
-    work = tempfile.mkdtemp(prefix="gpu_figures_")
     workdirs = {}
 
     def save():
@@ -303,7 +302,9 @@ def main():
         print(family, out, flush=True)
         return out
 
-    with open(os.path.join(args.out, "logs.txt"), "a") as logs:
+    # the runs' workdirs (checkpoints) go when the figures are written: what comes back is --out
+    with (open(os.path.join(args.out, "logs.txt"), "a") as logs,
+          tempfile.TemporaryDirectory(prefix="gpu_figures_") as work):
         for family in families:
             workdirs[family] = os.path.join(work, family)
             figures["families"][family] = run(family, workdirs[family], [])

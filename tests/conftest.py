@@ -11,10 +11,15 @@ models' train and decoding programs); what the programs compute is the same. The
 
 import importlib.metadata
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-os.environ.setdefault("JAXNAT_COMPILATION_CACHE", tempfile.mkdtemp(prefix="jaxnat-xla-cache-"))
+# the process that makes the session's cache removes it at the end (about 110 MB a run); the xdist workers and
+# the command-line runs inherit it through the environment
+_OWN_CACHE = "JAXNAT_COMPILATION_CACHE" not in os.environ
+if _OWN_CACHE:
+    os.environ["JAXNAT_COMPILATION_CACHE"] = tempfile.mkdtemp(prefix="jaxnat-xla-cache-")
 os.environ.setdefault("JAXNAT_COMPILATION_CACHE_MIN_SECONDS", "0")
 _OLD_EMITTERS = importlib.metadata.version("jaxlib").startswith("0.10.")
 _FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_parallel_codegen_split_count=1",
@@ -29,6 +34,11 @@ import pytest  # noqa: E402
 from jaxnat.main import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache()
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE:
+        shutil.rmtree(os.environ["JAXNAT_COMPILATION_CACHE"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -17,9 +17,10 @@ def test_the_pair_holds_the_same_cells():
     assert [(c.cell_type, c.source) for c in text.cells] == [(c.cell_type, c.source) for c in ipynb.cells]
 
 
-def test_the_notebook_runs(monkeypatch):
+def test_the_notebook_runs(monkeypatch, tmp_path):
     from nbclient import NotebookClient
 
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the kernel's workdirs (tempfile.mkdtemp) with pytest's, not in /tmp
     monkeypatch.setenv("QUICKSTART_STEPS", "8")
     monkeypatch.setenv("QUICKSTART_DEVICES", "2")  # a mesh all the same, at a quarter of 8 devices' compiling
     monkeypatch.setenv("QUICKSTART_SIZE", "32")

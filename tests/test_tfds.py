@@ -3,6 +3,7 @@
 import gzip
 import json
 import os
+import tempfile
 
 import ml_collections
 import pytest
@@ -14,6 +15,13 @@ SPLITS = {
     "train": (["héllo wörld", "a b c", "", "日本語 🙂"], ["Hallo Welt", "A B C", "leer", "japanisch"]),
     "val": (["one"], ["eins"]),
 }
+
+
+@pytest.fixture(autouse=True)
+def _temp_in_tmp_path(tmp_path, monkeypatch):
+    """TFDS leaves an empty temporary directory behind at every build (its DatasetInfo's look-up of published
+    metadata): under the test's own directory, not in /tmp."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
 
 @pytest.fixture
