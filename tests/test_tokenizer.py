@@ -86,16 +86,17 @@ def test_word_start_mask(joint_dir):
     assert tok.word_start_mask([vocab.BOS_ID, vocab.EOS_ID, vocab.PAD_ID, vocab.PLH_ID], "src") == [True] * 4
 
 
+def _model_bytes(workdir) -> bytes:
+    return pathlib.Path(workdir, "spm", "joint.model").read_bytes()
+
+
 def test_deterministic_and_reused(tmp_path, joint_dir):
     d = str(tmp_path / "again")
     Tokenizer.train_or_load(d, SRC, TGT, vocab_size=120)
-    def model(workdir):
-        return pathlib.Path(workdir, "spm", "joint.model").read_bytes()
-
-    assert model(joint_dir) == model(d)
+    assert _model_bytes(joint_dir) == _model_bytes(d)
     # Existing files win over the arguments (resume): nothing is retrained.
     tok = Tokenizer.train_or_load(d, ["completely different"], ["data"], vocab_size=50, model_type="bpe")
-    assert model(d) == model(joint_dir)
+    assert _model_bytes(d) == _model_bytes(joint_dir)
     assert tok.vocab_size("src") == Tokenizer.load(joint_dir).vocab_size("src")
 
 
