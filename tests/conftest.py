@@ -9,17 +9,19 @@ the older emitters compile a fifth faster again, and the unsplit module a twelft
 models' train and decoding programs); what the programs compute is the same. The command-line tests fork their
 `python -m jaxnat.main` runs from a server that has imported jax already (tests/cli.py)."""
 
+import atexit
 import importlib.metadata
 import os
 import shutil
 import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
-# the process that makes the session's cache removes it at the end (about 110 MB a run); the xdist workers and
-# the command-line runs inherit it through the environment
-_OWN_CACHE = "JAXNAT_COMPILATION_CACHE" not in os.environ
-if _OWN_CACHE:
+# the process that makes the session's cache removes it when it exits (about 110 MB a run), however pytest ends
+# (a usage error never reaches pytest's own end-of-session hooks); the xdist workers and the command-line runs
+# inherit it through the environment
+if "JAXNAT_COMPILATION_CACHE" not in os.environ:
     os.environ["JAXNAT_COMPILATION_CACHE"] = tempfile.mkdtemp(prefix="jaxnat-xla-cache-")
+    atexit.register(shutil.rmtree, os.environ["JAXNAT_COMPILATION_CACHE"], ignore_errors=True)
 os.environ.setdefault("JAXNAT_COMPILATION_CACHE_MIN_SECONDS", "0")
 _OLD_EMITTERS = importlib.metadata.version("jaxlib").startswith("0.10.")
 _FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_parallel_codegen_split_count=1",
@@ -34,11 +36,6 @@ import pytest  # noqa: E402
 from jaxnat.main import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache()
-
-
-def pytest_unconfigure(config):
-    if _OWN_CACHE:
-        shutil.rmtree(os.environ["JAXNAT_COMPILATION_CACHE"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
