@@ -24,6 +24,10 @@ _FALSE = {"false", "0", "no", "off"}
 CHOICES = {
     "model.positions": ("sinusoidal", "learned"),
     "model.dtype": ("float32", "bfloat16"),
+    "model.activation": ("relu", "gelu", "gelu_tanh", "swish"),
+    "model.decoder_norm": ("", "pre", "post"),
+    "model.position_layout": ("fairseq", "marian"),
+    "model.decoder_start": ("bos", "eos", "pad"),
     "data.source": ("synthetic", "text", "tfds"),
     "data.spm_model_type": ("unigram", "bpe"),
     "train.lr_schedule": ("inverse_sqrt", "linear", "cosine", "constant", "plateau"),
@@ -39,7 +43,7 @@ CHOICES = {
 RANGES = {
     **{k: ("(0", None) for k in (
         "model.d_model", "model.num_heads", "model.ffn_dim", "model.enc_layers", "model.dec_layers",
-        "model.max_len", "data.max_len", "data.batch_tokens", "data.vocab_size", "data.bucket_multiple",
+        "model.max_len", "model.ln_eps", "data.max_len", "data.batch_tokens", "data.vocab_size", "data.bucket_multiple",
         "data.synthetic_train", "data.synthetic_valid", "data.synthetic_test", "train.steps", "train.lr",
         "train.adam_eps", "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
         "train.keep_best", "train.valid_bleu_sentences",  # (the best checkpoints are those of the best valid BLEU)
@@ -50,7 +54,7 @@ RANGES = {
         "train.adam_b1", "train.adam_b2")},
     **{k: ("[0", None) for k in (
         "train.warmup_steps", "train.warmup_init_lr", "train.min_lr", "train.weight_decay", "train.clip_norm",
-        "train.peak_tflops", "eval.length_penalty", "eval.max_len_a", "eval.max_len_b",
+        "train.peak_tflops", "model.position_offset", "eval.length_penalty", "eval.max_len_a", "eval.max_len_b",
         "eval.latency_sentences", "eval.length_cap_min", "eval.trace_sentences", "eval.average_checkpoints")},
     "data.bucket_growth": ("[1", None),
     "train.plateau_factor": ("(0", "1)"), "train.plateau_patience": ("[1", None), "train.stop_patience": ("[0", None),
@@ -89,6 +93,14 @@ def default_config() -> ml_collections.ConfigDict:
         # the encoder's and decoder's layer stacks as one nn.scan each: one compiled layer body, whatever the depth
         # (parameters stacked along a leading layer axis; transformer.stack_layers converts a per-layer tree)
         scan_layers=False,
+        # conventions of a model trained elsewhere, which `--mode import` sets (docs/import.md); the defaults are
+        # jaxnat's own: layer norms' epsilon; the feed-forward activation; the decoder's residual layout ("" as
+        # pre_norm, "pre", "post") and a pre-norm decoder's final norm; a layer norm over each stack's embedded
+        # inputs; the first row and the frequencies of the sinusoidal table; a bias over the output vocabulary;
+        # the token an AR decoder starts from; whether sources begin with BOS; reserved tokens the vocabulary lacks
+        ln_eps=1e-6, activation="relu", decoder_norm="", decoder_final_norm=True, layernorm_embedding=False,
+        position_offset=0, position_layout="fairseq", output_bias=False, decoder_start="bos", source_bos=True,
+        absent_tokens="",
     )
     c.data = dict(
         source="synthetic",  # synthetic | text | tfds
@@ -213,9 +225,13 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 def load_config(path: str) -> ml_collections.ConfigDict:
-    """Executes a config file and returns its `get_config()`."""
+    """Executes a config file and returns its `get_config()`; a run's `config.json` (a workdir's, or an imported
+    model's) is read as data instead: its values over the defaults (`workdir_config`)."""
     if not os.path.isfile(path):
         raise ConfigError(f"config file not found: {path}")
+    if path.endswith(".json"):
+        return workdir_config(os.path.dirname(path) or ".") if os.path.basename(path) == "config.json" else \
+            _json_config(path)
     spec = importlib.util.spec_from_file_location("_jaxnat_config", path)
     module = importlib.util.module_from_spec(spec)
     try:
@@ -365,6 +381,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if t.lr_schedule in ("linear", "cosine") and t.warmup_steps >= t.steps:
         raise ConfigError(f"train.warmup_steps ({t.warmup_steps}) must be below train.steps ({t.steps}) with "
                           f"train.lr_schedule={t.lr_schedule}, which decays to its end at the last step")
+    from jaxnat.models.family import MODEL_CONVENTIONS
+    from jaxnat.models.transformer import absent_ids
+
+    absent_ids(m.absent_tokens)
+    for key, default in MODEL_CONVENTIONS.items():
+        if m[key] != default and key not in lineage[-1].conventions:
+            raise ConfigError(f"model.{key}={m[key]!r} is not applied by model {m.name!r} (only by: "
+                              f"{', '.join(n for n in models.names() if key in models.family_of(n).conventions)})")
     if m.embed_dropout != -1.0 and not 0.0 <= m.embed_dropout < 1.0:
         raise ConfigError(f"model.embed_dropout must be -1 (= model.dropout) or in [0, 1), got {m.embed_dropout}")
     if d.max_len > m.max_len:
@@ -435,7 +459,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
 # may change between runs on one workdir.
 MODEL_KEYS = tuple(f"model.{k}" for k in (
     "name", "d_model", "ffn_dim", "num_heads", "enc_layers", "dec_layers", "pre_norm", "positions", "max_len",
-    "share_embeddings", "scale_embeddings", "separate_positions", "tie_output", "scan_layers")) + (
+    "share_embeddings", "scale_embeddings", "separate_positions", "tie_output", "scan_layers", "ln_eps", "activation",
+    "decoder_norm", "decoder_final_norm", "layernorm_embedding", "position_offset", "position_layout", "output_bias",
+    "decoder_start", "source_bos", "absent_tokens")) + (
     "data.vocab_size", "data.joint_vocab", "data.spm_model_type")
 
 
@@ -448,7 +474,11 @@ def model_keys(name: str) -> tuple[str, ...]:
 # before it existed (so that an older workdir is decoded as it was trained, and a config that asks for something
 # else is refused): key -> (value, the switch that must be on in the run for the key to mean anything, or None).
 # Each family declares its own (`Family.before_added`, `before_added` has them all).
-BEFORE_ADDED = {"model.scale_embeddings": (True, None), "model.separate_positions": (False, None)}
+BEFORE_ADDED = {"model.scale_embeddings": (True, None), "model.separate_positions": (False, None),
+                **{f"model.{k}": (v, None) for k, v in dict(
+                    ln_eps=1e-6, activation="relu", decoder_norm="", decoder_final_norm=True,
+                    layernorm_embedding=False, position_offset=0, position_layout="fairseq", output_bias=False,
+                    decoder_start="bos", source_bos=True, absent_tokens="").items()}}
 
 
 def before_added() -> dict:
@@ -536,6 +566,14 @@ def overlay(config: ml_collections.ConfigDict, recorded: dict) -> ml_collections
         if section in config:
             config[section].update({k: v for k, v in values.items() if k in config[section]})
     return config
+
+
+def _json_config(path: str) -> ml_collections.ConfigDict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return overlay(default_config(), json.load(f))
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{path} is unreadable ({type(e).__name__}): not a config jaxnat wrote") from None
 
 
 def workdir_config(workdir: str) -> ml_collections.ConfigDict:

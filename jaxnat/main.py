@@ -4,6 +4,8 @@
 train (default): trains, checkpoints, then evaluates the best checkpoint on the test splits.
 eval: evaluates a trained workdir.  translate: plain or JSON lines in, JSON lines out.
 distill: the trained (AR) workdir translates the training sources into the text corpus --output DIR.
+import: writes a model trained elsewhere (--from fairseq:FILE.pt or marian:DIR) as the new workdir, its config in
+<workdir>/config.json; every other mode then takes that workdir without --config (docs/import.md).
 average: writes the average of eval.average_checkpoints checkpoints (eval.average_of) into the workdir.
 curves: draws <workdir>/curves.png from the run's history (no --config needed).
 A train or eval command that ends (or a training stopped by a signal) appends its line to <workdir>/runs.jsonl
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 
@@ -22,7 +25,7 @@ from jaxnat.optional import check_core
 from jaxnat.provenance import record
 
 log = logging.getLogger("jaxnat")
-MODES = ("train", "eval", "translate", "distill", "average", "curves")
+MODES = ("train", "eval", "translate", "distill", "average", "curves", "import")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -43,9 +46,22 @@ def parse_args(argv):
     parser.add_argument("--input", help="translate: input file (default stdin)")
     parser.add_argument("--output",
                         help="translate: output file (default stdout); distill: output directory (required)")
+    parser.add_argument("--from", dest="source", metavar="FORMAT:PATH",
+                        help="import: the model to import, fairseq:FILE.pt or marian:DIR")
+    parser.add_argument("--dict-dir", help="import from fairseq: the directory of the model's dict.<lang>.txt and "
+                                           "BPE files (default: the checkpoint's)")
     args, rest = parser.parse_known_args(argv)
-    if args.config is None and args.mode != "curves":
-        parser.error("the following arguments are required: --config")
+    if args.mode == "import":
+        if not args.source:
+            parser.error("--mode import needs --from fairseq:FILE.pt or --from marian:DIR")
+        if args.config or rest:
+            parser.error("--mode import takes no --config: the model's own settings make the workdir's config.json")
+    elif args.config is None and args.mode != "curves":
+        recorded = os.path.join(args.workdir, "config.json")
+        if args.mode == "train" or not os.path.isfile(recorded):
+            parser.error("the following arguments are required: --config (optional for a workdir with a "
+                         "config.json, in every mode but train)")
+        args.config = recorded
     return args, rest
 
 
@@ -56,7 +72,6 @@ def enable_compilation_cache() -> None:
     in under JAXNAT_COMPILATION_CACHE_MIN_SECONDS (default 0.5) are not written: recompiling them costs about what
     reading them back does, except where a process compiles little else (the test suite's tiny runs set it to 0).
     """
-    import os
 
     import jax
 
@@ -75,8 +90,6 @@ def enable_compilation_cache() -> None:
 
 def set_xla_flags(config) -> None:
     """Appends the config's XLA options to XLA_FLAGS (read when the backend starts, at the first computation)."""
-    import os
-
     level = config.train.xla_gpu_autotune_level
     if level >= 0:
         os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_gpu_autotune_level={level}".strip()
@@ -86,7 +99,11 @@ def check_paths(args) -> None:
     """Every path the command will write or read as a run, checked before anything is loaded or computed."""
     from jaxnat.paths import check_creatable_dir, check_existing_dir, check_writable_file
 
-    if args.mode == "train":
+    if args.mode == "import":
+        if os.path.exists(args.workdir):
+            raise ConfigError(f"--workdir {args.workdir} exists; --mode import writes a new workdir")
+        check_creatable_dir(args.workdir, "--workdir")
+    elif args.mode == "train":
         check_creatable_dir(args.workdir, "--workdir")
     else:
         check_existing_dir(args.workdir, "--workdir")
@@ -109,6 +126,11 @@ def run(argv=None) -> int:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # sacreBLEU warns at every call that a corpus with "." as its own token looks tokenized (the embedded one is)
     logging.getLogger("sacrebleu").setLevel(logging.ERROR)
+    if args.mode == "import":
+        from jaxnat.importers import write_workdir
+
+        print(write_workdir(args.source, args.workdir, args.dict_dir))
+        return 0
     if args.mode == "curves":
         from jaxnat.training.history import plot_curves
 

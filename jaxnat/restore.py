@@ -23,8 +23,9 @@ log = logging.getLogger("jaxnat")
 
 
 def _check_trained(workdir: str) -> None:
-    if not os.path.isdir(os.path.join(workdir, "spm")):
-        raise JaxnatError(f"{workdir} holds no trained run (no spm/ directory); train first with --mode train")
+    if not Tokenizer.exists(workdir):
+        raise JaxnatError(f"{workdir} holds no trained run (no vocabulary: spm/ or an imported vocab/); train first "
+                          f"with --mode train, or import a model with --mode import")
 
 
 def _fresh_state(config, spec, optimizer: bool):

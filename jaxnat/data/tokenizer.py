@@ -23,7 +23,7 @@ from typing import Iterable, Sequence
 import numpy as np
 import sentencepiece as spm
 
-from jaxnat.data import vocab
+from jaxnat.data import piece_vocab, vocab
 from jaxnat.errors import ConfigError, DataError
 
 SIDES = ("src", "tgt")
@@ -181,7 +181,18 @@ class Tokenizer:
     @classmethod
     def exists(cls, workdir: str) -> bool:
         p = cls.model_paths(workdir)
-        return os.path.isfile(p["joint"]) or (os.path.isfile(p["src"]) and os.path.isfile(p["tgt"]))
+        return (os.path.isfile(p["joint"]) or (os.path.isfile(p["src"]) and os.path.isfile(p["tgt"]))
+                or piece_vocab.exists(workdir))
+
+    @staticmethod
+    def _files(workdir: str) -> dict[str, str]:
+        """{name: path} of the files that make a workdir's vocabulary: its SentencePiece models, or an imported
+        model's `vocab/` (`jaxnat.data.piece_vocab`)."""
+        if piece_vocab.exists(workdir):
+            d = os.path.dirname(piece_vocab.settings_path(workdir))
+            return {os.path.join(piece_vocab.SUBDIR, n): os.path.join(d, n) for n in sorted(os.listdir(d))}
+        return {os.path.join(SPM_SUBDIR, f"{n}.model"): p for n, p in Tokenizer.model_paths(workdir).items()
+                if os.path.isfile(p)}
 
     @classmethod
     def copy_models(cls, source: str, workdir: str) -> None:
@@ -190,27 +201,29 @@ class Tokenizer:
         if cls.exists(workdir):
             return
         cls.load(source)  # a readable model there, or a one-line DataError
-        os.makedirs(os.path.join(os.fspath(workdir), SPM_SUBDIR), exist_ok=True)
-        for name, path in cls.model_paths(source).items():
-            if os.path.isfile(path):
-                with open(path, "rb") as f:
-                    _atomic_write(cls.model_paths(workdir)[name], f.read())
+        files = cls._files(source)
+        for name in sorted(files, key=lambda n: n.endswith("tokenizer.json")):  # the file that marks it: last
+            os.makedirs(os.path.dirname(os.path.join(os.fspath(workdir), name)), exist_ok=True)
+            with open(files[name], "rb") as f:
+                _atomic_write(os.path.join(os.fspath(workdir), name), f.read())
 
     @classmethod
     def same_models(cls, a: str, b: str) -> bool:
         """Whether the workdirs ``a`` and ``b`` hold byte-identical SentencePiece models (one vocabulary)."""
         def read(workdir):
             out = {}
-            for name, path in cls.model_paths(workdir).items():
-                if os.path.isfile(path):
-                    with open(path, "rb") as f:
-                        out[name] = f.read()
+            for name, path in cls._files(workdir).items():
+                with open(path, "rb") as f:
+                    out[name] = f.read()
             return out
         return read(a) == read(b) != {}
 
     @classmethod
     def load(cls, workdir: str) -> "Tokenizer":
-        """Loads `{workdir}/spm/joint.model`, else `src.model` + `tgt.model`; DataError if there is none."""
+        """Loads `{workdir}/spm/joint.model`, else `src.model` + `tgt.model`, else an imported model's vocabulary
+        (`piece_vocab.PieceTokenizer`, the same interface); DataError if there is none."""
+        if piece_vocab.exists(workdir):
+            return piece_vocab.PieceTokenizer(workdir)
         p = cls.model_paths(workdir)
         if os.path.isfile(p["joint"]):
             sp = _load_processor(p["joint"])

@@ -42,6 +42,8 @@ class Family:
     output_metrics(outs, srcs) -> {metric: float}: per-split metrics of its own from generate's outputs.
     sweep: (key of its section that eval.iteration_sweep sets, the rows' label), or () for no sweep.
     analysis: an `Analysis` of a trained workdir of the family that `jaxnat.report --model-analyses` adds.
+    conventions: the keys of `MODEL_CONVENTIONS` its model honours (the shared layers honour the others): a
+      config that sets another one away from its default is refused.
     """
 
     name: str
@@ -62,6 +64,13 @@ class Family:
     output_metrics: Callable | None = None
     sweep: tuple[str, str] | tuple = ()
     analysis: Analysis | None = None
+    conventions: tuple[str, ...] = ()
+
+
+# model.* conventions of models trained elsewhere (docs/import.md) that each model must apply itself, with jaxnat's
+# own values: a family lists in `Family.conventions` those its model applies
+MODEL_CONVENTIONS = {"layernorm_embedding": False, "output_bias": False, "decoder_start": "bos", "source_bos": True,
+                     "absent_tokens": ""}
 
 
 class Analysis(NamedTuple):

@@ -22,7 +22,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxnat.data.vocab import PAD_ID
+from jaxnat.data.vocab import BOS_ID, MASK_ID, PAD_ID, PLH_ID
 from jaxnat.errors import ConfigError
 from jaxnat.models.packing import is_segments, segment_positions
 
@@ -54,6 +54,24 @@ class TransformerConfig:
     # the encoder and decoder layer stacks as one nn.scan each (one traced layer body, parameters stacked along a
     # leading layer axis: `stack_layers`): compile time that does not grow with depth
     scan_layers: bool = False
+    # conventions of models trained elsewhere (jaxnat.importers; docs/import.md): each default is jaxnat's own
+    ln_eps: float = 1e-6  # layer norms' epsilon (flax's 1e-6; fairseq and Marian 1e-5)
+    activation: str = "relu"  # of the feed-forward sublayers: relu, gelu (erf), gelu_tanh, swish
+    decoder_norm: str = ""  # the decoder's residual layout: "" as pre_norm, or "pre" / "post" (fairseq's per stack)
+    decoder_final_norm: bool = True  # a pre-norm decoder's last layer norm (fairseq's --no-decoder-final-norm: off)
+    layernorm_embedding: bool = False  # a layer norm over each stack's embedded inputs, before dropout (fairseq)
+    position_offset: int = 0  # sinusoidal positions start at this row (fairseq: padding_idx + 1 = 2)
+    position_layout: str = "fairseq"  # sinusoidal table: fairseq's frequencies, or "marian" (Hugging Face Marian's)
+    output_bias: bool = False  # a bias over the output vocabulary (Marian's final_logits_bias)
+    decoder_start: str = "bos"  # the token an AR decoder starts from: bos, eos (fairseq) or pad (Marian)
+    source_bos: bool = True  # sources begin with BOS (fairseq's translation task and Marian: none)
+    # reserved tokens the model has no output row for (an imported vocabulary): their logits are held far below
+    # every other (`absent_logits`), so that the softmax is the original model's over its own rows
+    absent_tokens: tuple = ()
+
+    @property
+    def decoder_pre_norm(self) -> bool:
+        return self.pre_norm if not self.decoder_norm else self.decoder_norm == "pre"
 
     @property
     def compute_dtype(self):
@@ -70,11 +88,14 @@ class TransformerConfig:
         return nn.initializers.normal(self.d_model**-0.5)
 
 
-def sinusoidal_positions(length: int, dim: int) -> jnp.ndarray:
-    """float32[length, dim]: fairseq's layout (sines in the first half, cosines in the second)."""
+def sinusoidal_positions(length: int, dim: int, offset: int = 0, layout: str = "fairseq") -> jnp.ndarray:
+    """float32[length, dim], the codes of positions offset .. offset + length - 1: sines in the first half,
+    cosines in the second. Frequencies 10000^(-i / (dim/2 - 1)) (fairseq's, layout "fairseq") or
+    10000^(-2i / dim) (Hugging Face's Marian, "marian"), i < dim/2."""
     half = dim // 2
-    freq = jnp.exp(jnp.arange(half, dtype=jnp.float32) * -(math.log(10000.0) / max(half - 1, 1)))
-    angles = jnp.arange(length, dtype=jnp.float32)[:, None] * freq[None, :]
+    step = math.log(10000.0) / (max(half - 1, 1) if layout == "fairseq" else half)
+    freq = jnp.exp(jnp.arange(half, dtype=jnp.float32) * -step)
+    angles = jnp.arange(offset, offset + length, dtype=jnp.float32)[:, None] * freq[None, :]
     table = jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=1)
     if dim % 2:
         table = jnp.pad(table, ((0, 0), (0, 1)))
@@ -187,6 +208,10 @@ class MultiHeadAttention(nn.Module):
         return self.attend(x, k, v, bias, train)
 
 
+ACTIVATIONS = {"relu": nn.relu, "gelu": functools.partial(nn.gelu, approximate=False),
+               "gelu_tanh": functools.partial(nn.gelu, approximate=True), "swish": nn.swish}
+
+
 class FeedForward(nn.Module):
     cfg: TransformerConfig
 
@@ -195,21 +220,26 @@ class FeedForward(nn.Module):
         c = self.cfg
         fc1 = nn.Dense(c.ffn_dim, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="fc1")
         fc2 = nn.Dense(c.d_model, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="fc2")
-        h = nn.Dropout(c.activation_dropout)(nn.relu(flat_leading(fc1, x)), deterministic=not train)
-        return flat_leading(fc2, h)
+        h = ACTIVATIONS[c.activation](flat_leading(fc1, x))
+        return flat_leading(fc2, nn.Dropout(c.activation_dropout)(h, deterministic=not train))
+
+
+def layer_norm(cfg: TransformerConfig, name: str | None = None) -> nn.LayerNorm:
+    return nn.LayerNorm(epsilon=cfg.ln_eps, dtype=cfg.compute_dtype, name=name)
 
 
 class Residual(nn.Module):
     """`x + dropout(f(norm(x)))` (pre-norm) or `norm(x + dropout(f(x)))` (post-norm), around one sublayer."""
 
     cfg: TransformerConfig
+    pre_norm: bool
 
     def setup(self):
-        self.norm = nn.LayerNorm(dtype=self.cfg.compute_dtype)
+        self.norm = layer_norm(self.cfg)
         self.drop = nn.Dropout(self.cfg.dropout)
 
     def __call__(self, x, sublayer, train: bool):
-        if self.cfg.pre_norm:
+        if self.pre_norm:
             return x + self.drop(sublayer(self.norm(x)), deterministic=not train)
         return self.norm(x + self.drop(sublayer(x), deterministic=not train))
 
@@ -220,7 +250,7 @@ class EncoderLayer(nn.Module):
     def setup(self):
         self.self_attn = MultiHeadAttention(self.cfg)
         self.ffn = FeedForward(self.cfg)
-        self.res_attn, self.res_ffn = Residual(self.cfg), Residual(self.cfg)
+        self.res_attn, self.res_ffn = Residual(self.cfg, self.cfg.pre_norm), Residual(self.cfg, self.cfg.pre_norm)
 
     def __call__(self, x, bias, train: bool, prefix=None):
         """prefix: (key inputs, value inputs) float[B, C, D] of C extra self-attention entries (bias covers C + S)."""
@@ -242,9 +272,11 @@ class DecoderLayer(nn.Module):
         self.self_attn = MultiHeadAttention(self.cfg)
         self.cross_attn = MultiHeadAttention(self.cfg)
         self.ffn = FeedForward(self.cfg)
-        self.res_self, self.res_cross, self.res_ffn = Residual(self.cfg), Residual(self.cfg), Residual(self.cfg)
+        pre = self.cfg.decoder_pre_norm
+        self.res_self, self.res_cross, self.res_ffn = Residual(self.cfg, pre), Residual(self.cfg, pre), Residual(
+            self.cfg, pre)
         if self.masked_attn:
-            self.causal_attn, self.res_causal = MultiHeadAttention(self.cfg), Residual(self.cfg)
+            self.causal_attn, self.res_causal = MultiHeadAttention(self.cfg), Residual(self.cfg, pre)
 
     def __call__(self, x, self_bias, memory_kv, cross_bias, train: bool, causal_bias=None,
                  return_attention: bool = False):
@@ -322,23 +354,28 @@ class Embedder(nn.Module):
 
     def positions(self, length: int, offset=0) -> jnp.ndarray:
         """float32[length, D] position encodings for positions offset .. offset+length-1."""
-        c = self.cfg
-        table = self.pos_table if c.positions == "learned" else sinusoidal_positions(c.max_len, c.d_model)
-        return jax.lax.dynamic_slice_in_dim(table, offset, length, axis=0)
+        return jax.lax.dynamic_slice_in_dim(self.position_table(), offset, length, axis=0)
 
-    def __call__(self, ids: jnp.ndarray, train: bool, offset=0, segments=None) -> jnp.ndarray:
+    def position_table(self) -> jnp.ndarray:
+        """float32[max_len, D]: the codes of positions 0 .. max_len - 1."""
+        c = self.cfg
+        if c.positions == "learned":
+            return self.pos_table
+        return sinusoidal_positions(c.max_len, c.d_model, c.position_offset, c.position_layout)
+
+    def __call__(self, ids: jnp.ndarray, train: bool, offset=0, segments=None, norm=None) -> jnp.ndarray:
         """ids: int32[B, L] -> float[B, L, D]. segments: int32[B, L] segment ids of a packed row (positions then
-        restart with each segment) or None."""
+        restart with each segment) or None. norm: the stack's layer norm of its embedded inputs
+        (``layernorm_embedding``, `embedding_norms`), applied before dropout, or None."""
         x = self.table()(ids) * self.scale + self.position_codes(ids, offset, segments)
+        x = x if norm is None else norm(x)
         return self.drop(x.astype(self.cfg.compute_dtype), deterministic=not train)
 
     def position_codes(self, ids: jnp.ndarray, offset=0, segments=None) -> jnp.ndarray:
         """float32[1|B, L, D]: the position encodings of ``ids`` int32[B, L] (per segment, with ``segments``)."""
         if segments is None:
             return self.positions(ids.shape[1], offset)[None]
-        c = self.cfg
-        table = self.pos_table if c.positions == "learned" else sinusoidal_positions(c.max_len, c.d_model)
-        return table[jnp.minimum(segment_positions(segments), c.max_len - 1)]
+        return self.position_table()[jnp.minimum(segment_positions(segments), self.cfg.max_len - 1)]
 
     def lookup(self, ids: jnp.ndarray) -> jnp.ndarray:
         """ids: int32[B, L] -> float32[B, L, D], the raw token embeddings (no scaling, positions or dropout)."""
@@ -367,6 +404,37 @@ def embedders(c: TransformerConfig) -> tuple[Embedder, Embedder]:
     if c.separate_positions:
         return src, Embedder(c, c.tgt_vocab_size, shared=src, name="tgt_embed")
     return src, src
+
+
+def embedding_norms(c: TransformerConfig) -> tuple:
+    """(source, target) layer norms of the embedded inputs (``layernorm_embedding``: fairseq keeps one per
+    stack), built in a model's ``setup``, or (None, None)."""
+    if not c.layernorm_embedding:
+        return None, None
+    return layer_norm(c, "src_embed_norm"), layer_norm(c, "tgt_embed_norm")
+
+
+def absent_logits(c: TransformerConfig, logits: jnp.ndarray) -> jnp.ndarray:
+    """float32[..., V] logits with those of ``absent_tokens`` (ids the model has no row for) set 30 below the
+    lowest of their row: the softmax over the other rows is unchanged (to e^-30), no search picks them, and label
+    smoothing's mean over the vocabulary stays finite. Unchanged without ``absent_tokens``."""
+    if not c.absent_tokens:
+        return logits
+    floor = jax.lax.stop_gradient(jnp.min(logits, axis=-1, keepdims=True)) - 30.0
+    absent = jnp.zeros(logits.shape[-1], bool).at[jnp.asarray(c.absent_tokens)].set(True)
+    return jnp.where(absent, floor, logits)
+
+
+def source_tokens(c: TransformerConfig, src: jnp.ndarray, segments=None):
+    """(src, segments) as the encoder reads them: as they are, or without ``source_bos`` the BOS of each
+    sentence dropped (rows shifted left by one, as every row starts with it; in a packed row each pair's BOS
+    becomes padding, outside every segment, so that positions restart at the pair's first word)."""
+    if c.source_bos:
+        return src, segments
+    if segments is None:
+        return jnp.pad(src[:, 1:], ((0, 0), (0, 1))), None
+    bos = src == BOS_ID
+    return jnp.where(bos, PAD_ID, src), jnp.where(bos, 0, segments)
 
 
 def scan_stack(body, layer: nn.Module, length: int, carry, per_layer=None):
@@ -400,7 +468,7 @@ class Encoder(nn.Module):
             for i in range(self.cfg.enc_layers):
                 x = EncoderLayer(self.cfg, name=f"layer_{i}")(x, bias, train, None if prefixes is None else prefixes[i])
         if self.cfg.pre_norm:
-            x = nn.LayerNorm(dtype=self.cfg.compute_dtype, name="final_norm")(x)
+            x = layer_norm(self.cfg, "final_norm")(x)
         return x
 
 
@@ -417,12 +485,17 @@ class Decoder(nn.Module):
             self.layers = DecoderLayer(self.cfg, self.masked_attn, name="layers")
         else:
             self.layers = [DecoderLayer(self.cfg, self.masked_attn, name=f"layer_{i}") for i in range(self.num_layers)]
-        if self.cfg.pre_norm:
-            self.final_norm = nn.LayerNorm(dtype=self.cfg.compute_dtype)
+        if self.has_final_norm:
+            self.final_norm = layer_norm(self.cfg)
+
+    @property
+    def has_final_norm(self) -> bool:
+        return self.cfg.decoder_pre_norm and self.cfg.decoder_final_norm
 
     def output_norm(self, x):
-        """The final layer norm of a pre-norm stack (nothing with post-norm, whose layers end in one)."""
-        return self.final_norm(x) if self.cfg.pre_norm else x
+        """The final layer norm of a pre-norm stack (nothing with post-norm, whose layers end in one, or without
+        ``decoder_final_norm``)."""
+        return self.final_norm(x) if self.has_final_norm else x
 
     def layer_modules(self) -> list:
         """The stack's layers one by one, each with its own parameters; with ``scan_layers`` a `DecoderLayer` bound
@@ -542,8 +615,21 @@ def token_mask(ids: jnp.ndarray) -> jnp.ndarray:
     return ids != PAD_ID
 
 
+ABSENT_CHOICES = {"bos": BOS_ID, "plh": PLH_ID, "mask": MASK_ID}  # the reserved tokens a vocabulary may lack
+
+
+def absent_ids(names: str) -> tuple[int, ...]:
+    """model.absent_tokens (a comma list of `ABSENT_CHOICES`' names) -> their ids, sorted."""
+    names = [n.strip() for n in names.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ABSENT_CHOICES]
+    if unknown:
+        raise ConfigError(f"model.absent_tokens is a comma list of {', '.join(ABSENT_CHOICES)}; got {unknown[0]!r}")
+    return tuple(sorted(ABSENT_CHOICES[n] for n in names))
+
+
 def config_from(model_cfg: Any, src_vocab_size: int, tgt_vocab_size: int) -> TransformerConfig:
     """Builds the static TransformerConfig from the `model` section of a run config."""
     fields = {f.name for f in dataclasses.fields(TransformerConfig)}
     values = {k: v for k, v in dict(model_cfg).items() if k in fields}
+    values["absent_tokens"] = absent_ids(values.get("absent_tokens", ""))
     return TransformerConfig(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **values)

@@ -7,4 +7,5 @@ Its settings are the shared ones (`model.*`, `train.*`, and the beam search's `e
 from jaxnat.models.ar.model import SUPPORTS, build_spec
 from jaxnat.models.family import Family
 
-FAMILY = Family("ar", build_spec, SUPPORTS, doc="docs/ar.md")
+FAMILY = Family("ar", build_spec, SUPPORTS, doc="docs/ar.md",
+                conventions=("layernorm_embedding", "output_bias", "decoder_start", "source_bos", "absent_tokens"))

@@ -1,7 +1,8 @@
 """The autoregressive Transformer (Vaswani et al. 2017): baseline, distillation teacher and rescorer.
 
-Training is teacher forcing with a causal decoder: the decoder reads `tgt[:, :-1]` (starting with BOS) and
-predicts `tgt[:, 1:]`. Decoding feeds one token at a time with cached keys/values (`init_cache`, `step`) to
+Training is teacher forcing with a causal decoder: the decoder reads `tgt[:, :-1]` (starting with BOS, which
+it embeds as `decoder_start`'s token: fairseq's models start from EOS, Marian's from PAD) and predicts
+`tgt[:, 1:]`. Decoding feeds one token at a time with cached keys/values (`init_cache`, `step`) to
 the searches of `jaxnat.decoding.search` (`ar_generate`).
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import flax.linen as nn
 import jax.numpy as jnp
 
-from jaxnat.data.vocab import PAD_ID
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding.constrained import constrained_search
 from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.decoding.search import ar_search
@@ -18,29 +19,46 @@ from jaxnat.errors import ConfigError
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import next_in_segment
 from jaxnat.models.spec import ModelSpec
-from jaxnat.models.transformer import (Decoder, embedders, Encoder, TransformerConfig, token_mask,
-                                      without_cross_cache)
+from jaxnat.models.transformer import (absent_logits, Decoder, embedders, embedding_norms, Encoder, source_tokens,
+                                      TransformerConfig, token_mask, without_cross_cache)
+
+START_IDS = {"bos": BOS_ID, "eos": EOS_ID, "pad": PAD_ID}  # model.decoder_start -> the id embedded for BOS
 
 
 class ARTransformer(nn.Module):
+    """Takes sources as `source_tokens` gives them (``src`` below): the callers (`ar_loss`, `ar_generate`,
+    `ar_score`) convert them once, so that the model's masks and lengths are those of what it reads."""
+
     cfg: TransformerConfig
 
     def setup(self):
         c = self.cfg
         self.src_embed, self.tgt_embed = embedders(c)
+        self.src_norm, self.tgt_norm = embedding_norms(c)
         self.encoder = Encoder(c, name="encoder")
         self.decoder = Decoder(c, c.dec_layers, causal=True, name="decoder")
         if not c.tie_output:
             self.output = nn.Dense(c.tgt_vocab_size, use_bias=False, kernel_init=c.kernel_init(), name="output")
+        if c.output_bias:
+            self.output_bias = self.param("output_bias", nn.initializers.zeros, (c.tgt_vocab_size,))
 
     def encode(self, src: jnp.ndarray, train: bool = False, segments=None) -> jnp.ndarray:
         """src: int32[B, S] -> float[B, S, D]. segments: int32[B, S] segment ids of a packed batch, or None."""
         mask = token_mask(src) if segments is None else segments
-        return self.encoder(self.src_embed(src, train, segments=segments), mask, train)
+        return self.encoder(self.src_embed(src, train, segments=segments, norm=self.src_norm), mask, train)
+
+    def embed_target(self, tgt_in: jnp.ndarray, train: bool, offset=0, segments=None) -> jnp.ndarray:
+        """tgt_in: int32[B, T] decoder inputs -> float[B, T, D], BOS embedded as the ``decoder_start`` token."""
+        start = START_IDS[self.cfg.decoder_start]
+        ids = tgt_in if start == BOS_ID else jnp.where(tgt_in == BOS_ID, start, tgt_in)
+        return self.tgt_embed(ids, train, offset=offset, segments=segments, norm=self.tgt_norm)
 
     def logits(self, h: jnp.ndarray) -> jnp.ndarray:
         """float[..., D] -> float32[..., V]."""
-        return self.tgt_embed.attend(h) if self.cfg.tie_output else self.output(h).astype(jnp.float32)
+        logits = self.tgt_embed.attend(h) if self.cfg.tie_output else self.output(h).astype(jnp.float32)
+        if self.cfg.output_bias:
+            logits = logits + self.output_bias
+        return absent_logits(self.cfg, logits)
 
     def __call__(self, src: jnp.ndarray, tgt_in: jnp.ndarray, train: bool = False, src_seg=None,
                  tgt_seg=None) -> jnp.ndarray:
@@ -54,7 +72,7 @@ class ARTransformer(nn.Module):
         """Teacher forcing on an encoded source. tgt_in: int32[B, T]; memory: float[B, S, D]; src_mask:
         bool[B, S] (segment ids with ``segments``, tgt_in's int32[B, T]) -> logits float32[B, T, V]."""
         mask = token_mask(tgt_in) if segments is None else segments
-        h = self.decoder(self.tgt_embed(tgt_in, train, segments=segments), mask, memory, src_mask, train)
+        h = self.decoder(self.embed_target(tgt_in, train, segments=segments), mask, memory, src_mask, train)
         return self.logits(h)
 
     def init_cache(self, memory: jnp.ndarray, max_len: int):
@@ -63,7 +81,7 @@ class ARTransformer(nn.Module):
 
     def step(self, token: jnp.ndarray, cache, index, src_mask: jnp.ndarray):
         """token: int32[B] at position `index` -> (log-probabilities float32[B, V], new cache)."""
-        x = self.tgt_embed(token[:, None], False, offset=index)
+        x = self.embed_target(token[:, None], False, offset=index)
         h, cache = self.decoder.step(x, cache, index, src_mask)
         return nn.log_softmax(self.logits(h[:, 0])), cache
 
@@ -76,13 +94,14 @@ def ar_loss(model: ARTransformer, params, batch: dict, rng, label_smoothing: flo
     Returns (loss_sum, {'nll': nll_sum, 'count': target tokens}) so that callers normalise globally.
     """
     tgt = batch["tgt"]
+    src, src_seg = source_tokens(model.cfg, batch["src"], batch.get("src_seg"))
     if "tgt_seg" in batch:
         seg = batch["tgt_seg"]
-        logits = model.apply(params, batch["src"], tgt[:, :-1], train=train, src_seg=batch["src_seg"],
-                             tgt_seg=seg[:, :-1], rngs={"dropout": rng})
+        logits = model.apply(params, src, tgt[:, :-1], train=train, src_seg=src_seg, tgt_seg=seg[:, :-1],
+                             rngs={"dropout": rng})
         targets = next_in_segment(seg)
     else:
-        logits = model.apply(params, batch["src"], tgt[:, :-1], train=train, rngs={"dropout": rng})
+        logits = model.apply(params, src, tgt[:, :-1], train=train, rngs={"dropout": rng})
         targets = token_mask(tgt[:, 1:])
     loss, nll, count = smoothed_cross_entropy(logits, tgt[:, 1:], targets, label_smoothing)
     return loss, {"nll": nll, "count": count}
@@ -92,6 +111,7 @@ def ar_score(model: ARTransformer, params, src: jnp.ndarray, tgt: jnp.ndarray, r
     """The rescorer's score: mean log-probability of each row's tokens after BOS (EOS included) under teacher
     forcing. src: int32[B, S]; tgt: int32[R, T] [BOS … EOS] rows, row r a translation of source rows_of[r]
     (int32[R]) → float32[R]. Each source is encoded once, however many candidates it has."""
+    src, _ = source_tokens(model.cfg, src)
     memory = model.apply(params, src, method="encode")
     logp = nn.log_softmax(model.apply(params, tgt[:, :-1], memory[rows_of], token_mask(src)[rows_of],
                                       method="decode"))
@@ -141,6 +161,7 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
                           f"max_len={model.cfg.max_len}")
     if beam_size < 1:
         raise ConfigError(f"beam_size={beam_size} must be at least 1")
+    src, _ = source_tokens(model.cfg, src)
     src_mask = jnp.repeat(token_mask(src), beam_size, axis=0)
     memory = jnp.repeat(model.apply(params, src, method=model.encode), beam_size, axis=0)
     # positions 0 .. max_out - 2 are fed (the last token, at max_out - 1, is never fed back)

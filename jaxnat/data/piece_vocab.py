@@ -1,0 +1,181 @@
+"""The vocabulary of an imported model (`--mode import`, docs/import.md): its own pieces in jaxnat's id order and
+its own segmentation of text into pieces, behind the interface of `jaxnat.data.tokenizer.Tokenizer`.
+
+A workdir's `vocab/` holds `tokenizer.json` ({"segmenter": "spm" | "bpe", "joint": bool (one vocabulary for
+both sides, each side still cutting text its own way), per side "pieces" and "spm" file names or the Moses
+language, "codes", the Moses settings}), one `<side>.pieces` file per side (one piece a line, line i =
+id i: jaxnat's reserved tokens at ids 0..5, then the model's pieces in its own order) and the segmenter's files:
+* "spm": a SentencePiece model per side, used only to cut text into pieces and join pieces into text (its ids are
+  not the model's: Marian's `source.spm`/`target.spm` with `vocab.json`, fairseq's `--bpe sentencepiece`);
+* "bpe": subword-nmt BPE codes over Moses tokens (fairseq's `--tokenizer moses --bpe subword_nmt`): "@@ " marks a
+  piece continued by the next; text out is de-BPE'd and Moses-detokenized.
+A piece the vocabulary lacks is UNK, as in the model's own pipeline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+from jaxnat.data import vocab
+from jaxnat.errors import DataError
+
+SUBDIR = "vocab"
+RESERVED = (vocab.PAD_PIECE, vocab.BOS_PIECE, vocab.EOS_PIECE, vocab.UNK_PIECE, vocab.PLH_PIECE, vocab.MASK_PIECE)
+_DROPPED = frozenset(range(vocab.NUM_RESERVED)) - {vocab.UNK_ID}
+
+
+def settings_path(workdir: str) -> str:
+    return os.path.join(os.fspath(workdir), SUBDIR, "tokenizer.json")
+
+
+def exists(workdir: str) -> bool:
+    return os.path.isfile(settings_path(workdir))
+
+
+def write(directory: str, settings: dict, pieces: dict[str, list[str]], files: dict[str, bytes]) -> None:
+    """Writes a vocabulary into ``directory`` (a workdir's `vocab/`): settings, the piece lists ({side: pieces},
+    reserved ones first) and the segmenter's files ({name: bytes})."""
+    os.makedirs(directory, exist_ok=True)
+    for name, data in files.items():
+        with open(os.path.join(directory, name), "wb") as f:
+            f.write(data)
+    for side, items in pieces.items():
+        if tuple(items[: vocab.NUM_RESERVED]) != RESERVED or any("\n" in p for p in items):
+            raise ValueError(f"{side} pieces must start with {RESERVED} and hold no newline")
+        with open(os.path.join(directory, f"{side}.pieces"), "w", encoding="utf-8") as f:
+            f.write("".join(p + "\n" for p in items))
+    sides = {side: {"pieces": f"{side}.pieces", **settings.get(side, {})} for side in ("src", "tgt")}
+    with open(os.path.join(directory, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump({**settings, **sides}, f, indent=2, sort_keys=True)
+
+
+class _Side:
+    """One side's pieces and segmenter."""
+
+    def __init__(self, directory: str, settings: dict, side: dict):
+        where = lambda name: os.path.join(directory, name)  # noqa: E731
+        try:
+            with open(where(side["pieces"]), encoding="utf-8") as f:
+                self.pieces = f.read().split("\n")[:-1]
+        except OSError as e:
+            raise DataError(f"{where(side['pieces'])}: unreadable piece list ({e.strerror})") from None
+        self.ids = {}
+        for i, p in enumerate(self.pieces):
+            self.ids.setdefault(p, i)
+        self.kind = settings["segmenter"]
+        if self.kind == "spm":
+            import sentencepiece as spm
+
+            self.sp = spm.SentencePieceProcessor()
+            try:
+                with open(where(side["spm"]), "rb") as f:
+                    self.sp.LoadFromSerializedProto(f.read())
+            except (OSError, RuntimeError) as e:
+                raise DataError(f"{where(side['spm'])}: cannot load SentencePiece model ({e})") from None
+        elif self.kind == "bpe":
+            from sacremoses import MosesDetokenizer, MosesTokenizer
+            from subword_nmt.apply_bpe import BPE
+
+            try:
+                with open(where(settings["codes"]), encoding="utf-8") as f:
+                    self.bpe = BPE(f)
+            except OSError as e:
+                raise DataError(f"{where(settings['codes'])}: unreadable BPE codes ({e.strerror})") from None
+            self.moses = MosesTokenizer(lang=side["lang"])
+            self.demoses = MosesDetokenizer(lang=side["lang"])
+            self.dash_splits, self.escape = settings.get("dash_splits", True), settings.get("escape", True)
+        else:
+            raise DataError(f"{directory}/tokenizer.json: unknown segmenter {self.kind!r}")
+
+    def cut(self, text: str) -> list[str]:
+        if self.kind == "spm":
+            return self.sp.encode(text, out_type=str)
+        tokens = self.moses.tokenize(text, aggressive_dash_splits=self.dash_splits, escape=self.escape,
+                                     return_str=True)
+        return self.bpe.process_line(tokens).split()
+
+    def join(self, pieces: list[str]) -> str:
+        if self.kind == "spm":
+            return self.sp.decode_pieces(pieces)
+        text = (" ".join(pieces) + " ").replace("@@ ", "").rstrip()
+        return self.demoses.detokenize(text.split())
+
+    def tables(self) -> vocab.PieceTables:
+        """word_start and continues (`vocab.PieceTables`): SentencePiece's "▁" marks a word's first piece; a BPE
+        piece's word structure lies in the piece before it ("@@"), so there every piece counts as a word."""
+        n = len(self.pieces)
+        if self.kind != "spm":
+            return vocab.PieceTables(np.ones(n, bool), np.zeros(n, bool))
+        from jaxnat.data.tokenizer import WORD_BOUNDARY, continues_word
+
+        real = np.arange(n) >= vocab.NUM_RESERVED
+        start = np.array([p.startswith(WORD_BOUNDARY) for p in self.pieces]) | ~real
+        continues = np.array([continues_word(p) for p in self.pieces]) & real
+        return vocab.PieceTables(start, continues)
+
+
+class PieceTokenizer:
+    """`Tokenizer`'s interface over an imported vocabulary (see the module's docstring)."""
+
+    def __init__(self, workdir: str):
+        directory = os.path.dirname(settings_path(workdir))
+        try:
+            with open(settings_path(workdir), encoding="utf-8") as f:
+                settings = json.load(f)
+        except (OSError, ValueError) as e:
+            raise DataError(f"{settings_path(workdir)}: unreadable ({type(e).__name__})") from None
+        self.joint = bool(settings.get("joint"))  # one vocabulary (the same ids) for both sides
+        self._side = {side: _Side(directory, settings, settings[side]) for side in ("src", "tgt")}
+        self._tables = {side: s.tables() for side, s in self._side.items()}
+
+    def vocab_size(self, side: str) -> int:
+        return len(self._side[side].pieces)
+
+    def id_to_piece(self, i: int, side: str) -> str:
+        return self._side[side].pieces[int(i)]
+
+    def encode(self, texts, side: str) -> list[list[int]]:
+        """Piece ids of each text, without BOS/EOS (pieces the vocabulary lacks: UNK)."""
+        if isinstance(texts, str):
+            raise TypeError("encode takes a list of strings; wrap a single sentence in a list")
+        s = self._side[side]
+        return [[s.ids.get(p, vocab.UNK_ID) for p in s.cut(t)] for t in texts]
+
+    def unrepresentable(self, text: str, side: str) -> list[str]:
+        if vocab.UNK_ID not in self.encode([text], side)[0]:
+            return []
+        return [c for c in dict.fromkeys(text) if not c.isspace() and vocab.UNK_ID in self.encode([c], side)[0]]
+
+    def decode(self, ids, side: str) -> str:
+        """Text of one id sequence: stops at the first EOS, drops the reserved ids but UNK (and out-of-range ids)."""
+        s = self._side[side]
+        out = []
+        for i in np.asarray(ids).reshape(-1).tolist():
+            if i == vocab.EOS_ID:
+                break
+            if i not in _DROPPED and 0 <= i < len(s.pieces):
+                out.append(s.pieces[i])
+        return s.join(out)
+
+    def decode_batch(self, ids, side: str) -> list[str]:
+        return [self.decode(row, side) for row in np.asarray(ids)]
+
+    def piece_tables(self, side: str) -> vocab.PieceTables:
+        return self._tables[side]
+
+    def word_start_table(self, side: str) -> np.ndarray:
+        return self._tables[side].word_start
+
+    def continues_table(self, side: str) -> np.ndarray:
+        return self._tables[side].continues
+
+    def word_start_mask(self, ids, side: str) -> list[bool]:
+        table = self.word_start_table(side)
+        arr = np.asarray(ids, dtype=np.int64).reshape(-1)
+        inside = (arr >= 0) & (arr < table.shape[0])
+        out = np.ones(arr.shape, dtype=bool)
+        out[inside] = table[arr[inside]]
+        return out.tolist()

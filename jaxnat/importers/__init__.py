@@ -1,0 +1,154 @@
+"""`--mode import`: a model trained elsewhere written as an ordinary jaxnat workdir (docs/import.md).
+
+One module per source format reads its files into an `Imported` (`fairseq.read`, `marian.read`): the config
+overrides that make jaxnat's model compute the original's function (`jaxnat.config`'s model conventions), the
+parameters in jaxnat's tree with the vocabulary's rows in jaxnat's id order (`remap_rows`), and the vocabulary
+(`jaxnat.data.piece_vocab`). `write_workdir` checks the parameters against the model the config builds and writes
+`config.json`, `vocab/`, `checkpoints/best/0` and `imported.json` into a fresh directory it renames into place at
+the end, so that a failed import leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from jaxnat.errors import ConfigError, DataError
+
+log = logging.getLogger("jaxnat")
+FORMATS = ("fairseq", "marian")
+
+
+@dataclasses.dataclass
+class Imported:
+    """What a source format's reader hands back.
+
+    overrides: {"model.d_model": 512, ...} over jaxnat's default config; params: the parameter tree (numpy, layers
+    as layer_0 …); settings, pieces, files: the vocabulary (`piece_vocab.write`'s arguments); about: what the
+    source was ({"format", "architecture", ...}, for imported.json).
+    """
+
+    overrides: dict
+    params: dict
+    settings: dict
+    pieces: dict
+    files: dict
+    about: dict
+
+
+def remap_rows(matrix: np.ndarray, order: list[int], axis: int = 0) -> np.ndarray:
+    """``matrix`` with its vocabulary axis in jaxnat's id order: row j of the result is row order[j] of the
+    source (the reserved ids first; a reserved token the source lacks repeats a row, and the model holds its
+    logit down: model.absent_tokens)."""
+    return np.take(matrix, np.asarray(order), axis=axis)
+
+
+def parse_source(spec: str) -> tuple[str, str]:
+    """"fairseq:PATH" | "marian:DIR" -> (format, path); a one-line ConfigError otherwise."""
+    kind, _, path = spec.partition(":")
+    if kind not in FORMATS or not path:
+        raise ConfigError(f"--from takes {' or '.join(f'{k}:PATH' for k in FORMATS)}, got {spec!r}")
+    if not os.path.exists(path):
+        raise DataError(f"--from {spec}: {path} does not exist")
+    return kind, path
+
+
+def read(spec: str, dict_dir: str | None = None) -> Imported:
+    kind, path = parse_source(spec)
+    if kind == "fairseq":
+        from jaxnat.importers import fairseq
+
+        return fairseq.read(path, dict_dir or os.path.dirname(os.path.abspath(path)))
+    from jaxnat.importers import marian
+
+    return marian.read(path)
+
+
+def _check_params(config, params: dict, vocab_sizes: tuple[int, int]) -> dict:
+    """The imported tree as jaxnat's model of ``config`` holds it (float32 arrays of exactly its shapes); a
+    one-line DataError naming the first parameter that is missing, extra or of another shape."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxnat.data.vocab import BOS_ID, EOS_ID
+    from jaxnat.models import build_model
+    from jaxnat.models.transformer import stack_layers
+
+    spec = build_model(config, *vocab_sizes)
+    example = {"src": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32), "tgt": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32)}
+    expected = jax.eval_shape(lambda: spec.init(jax.random.PRNGKey(0), example))["params"]
+    if config.model.scan_layers:
+        params = stack_layers(params)
+    want = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_flatten_with_path(expected)[0]}
+    got = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_flatten_with_path(params)[0]}
+    for key in want:
+        if key not in got:
+            raise DataError(f"the imported model has no parameter for jaxnat's {key} {tuple(want[key].shape)}")
+        if tuple(got[key].shape) != tuple(want[key].shape):
+            raise DataError(f"the imported parameter for {key} has shape {tuple(got[key].shape)}, jaxnat's model "
+                            f"{tuple(want[key].shape)}")
+    extra = sorted(set(got) - set(want))
+    if extra:
+        raise DataError(f"the imported model has parameters jaxnat's model does not use: {', '.join(extra[:3])}")
+    return jax.tree.map(lambda x: np.asarray(x, np.float32), params)
+
+
+def _digest(path: str) -> str:
+    h = hashlib.sha256()
+    files = [path] if os.path.isfile(path) else sorted(
+        os.path.join(path, n) for n in os.listdir(path) if os.path.isfile(os.path.join(path, n)))
+    for name in files:
+        with open(name, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()
+
+
+def write_workdir(spec: str, workdir: str, dict_dir: str | None = None) -> str:
+    """--mode import: reads the model ``spec`` names and writes it as the workdir ``workdir`` (which must not
+    exist). Returns a one-line summary."""
+    from jaxnat.config import default_config, validate
+    from jaxnat.data import piece_vocab
+    from jaxnat.training.checkpoint import Checkpoints
+
+    if os.path.exists(workdir):
+        raise ConfigError(f"--workdir {workdir} exists; --mode import writes a new workdir")
+    imported = read(spec, dict_dir)
+    config = default_config()
+    for key, value in imported.overrides.items():
+        section, name = key.split(".")
+        config[section][name] = value
+    validate(config)
+    sizes = tuple(len(imported.pieces[side]) for side in ("src", "tgt"))
+    params = _check_params(config, imported.params, sizes)
+    parent = os.path.dirname(os.path.abspath(workdir))
+    os.makedirs(parent, exist_ok=True)
+    staging = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(os.path.abspath(workdir))}.import-")
+    try:
+        with open(os.path.join(staging, "config.json"), "w") as f:
+            f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+        piece_vocab.write(os.path.join(staging, piece_vocab.SUBDIR), imported.settings, imported.pieces,
+                          imported.files)
+        about = {**imported.about, "from": spec, "sha256": _digest(parse_source(spec)[1])}
+        with open(os.path.join(staging, "imported.json"), "w") as f:
+            json.dump(about, f, indent=2, sort_keys=True)
+        ckpt = Checkpoints(staging, config.train.keep_checkpoints)
+        try:
+            ckpt.save_best(0, {"params": params}, bleu=0.0)
+            ckpt.wait()
+        finally:
+            ckpt.close()
+        os.replace(staging, workdir)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    n = sum(int(np.prod(x.shape)) for x in __import__("jax").tree_util.tree_leaves(params))
+    return (f"imported {about['format']} {about['architecture']} ({n:,} parameters, vocabularies {sizes[0]:,} / "
+            f"{sizes[1]:,}) into {workdir}")

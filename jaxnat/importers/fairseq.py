@@ -1,0 +1,206 @@
+"""fairseq (0.x) checkpoints: a `.pt` file of `checkpoint_utils.save_state`, its dictionaries (`dict.<lang>.txt`)
+and its BPE beside it, as fairseq's released models ship them (docs/import.md).
+
+Conventions bridged (fairseq -> jaxnat): the dictionary's `<s>` 0, `<pad>` 1, `</s>` 2, `<unk>` 3 become jaxnat's
+BOS, PAD, EOS, UNK rows, its words follow jaxnat's six reserved ids, and the rows it pads the dictionary with
+(`madeupword0000`, … up to a multiple of 8) stay words; PLH and MASK, which fairseq's AR model lacks, repeat
+`<unk>`'s row and are never predicted (model.absent_tokens). The decoder starts from `</s>`, sources carry no
+BOS (the `translation` task), positions start at `padding_idx + 1` = 2 (learned tables: their first two rows,
+never read, are dropped), layer norms use epsilon 1e-5.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from jaxnat.errors import DataError
+from jaxnat.importers import Imported, remap_rows, torch_file
+from jaxnat.importers.torch_layers import StateDict, norm, stacks
+
+SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's Dictionary, ids 0..3
+# jaxnat's PAD, BOS, EOS, UNK, PLH, MASK <- fairseq rows (PLH and MASK: <unk>'s, never predicted)
+RESERVED_ROWS = [1, 0, 2, 3, 3, 3]
+AR_ARCHITECTURES = ("transformer",)  # fairseq's `transformer` and its presets (transformer_wmt_en_de, …)
+UNSUPPORTED = {  # settings of fairseq's Transformer that jaxnat's has no equivalent of, with their default
+    "adaptive_softmax_cutoff": None, "adaptive_input": False, "cross_self_attention": False,
+    "no_token_positional_embeddings": False, "decoder_layerdrop": 0.0, "encoder_layerdrop": 0.0,
+    "quant_noise_pq": 0.0, "checkpoint_activations": False, "offload_activations": False,
+}
+
+
+def _settings(obj) -> dict:
+    if obj is None:
+        return {}
+    return dict(vars(obj)) if isinstance(obj, argparse.Namespace) else dict(obj)
+
+
+def read_dictionary(path: str) -> list[str]:
+    """A fairseq `dict.txt`'s tokens, in id order after the four specials ("token count [flag]" lines)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as e:
+        raise DataError(f"{path}: unreadable dictionary ({e.strerror})") from None
+    tokens = []
+    for n, line in enumerate(lines, 1):
+        fields = line.rstrip().rsplit(" ", 2)
+        if fields and fields[-1] == "#fairseq:overwrite":
+            fields = fields[:-1]
+        if len(fields) < 2 or not fields[-1].lstrip("-").isdigit():
+            raise DataError(f"{path}:{n}: not a fairseq dictionary line ('token count'): {line[:60]!r}")
+        tokens.append(" ".join(fields[:-1]))
+    return tokens
+
+
+def _vocabulary(tokens: list[str], rows: int, path: str) -> list[str]:
+    """The model's id order: the specials, the dictionary's tokens and fairseq's padding words up to ``rows``
+    (the embedding's rows; fairseq pads a dictionary to a multiple of 8)."""
+    full = list(SPECIALS) + tokens
+    padded = full + [f"madeupword{i:04d}" for i in range(-len(full) % 8)]
+    if rows == len(full):
+        return full
+    if rows == len(padded):
+        return padded
+    raise DataError(f"{path} holds {len(tokens)} tokens ({len(full)} ids with the specials, {len(padded)} padded to a "
+                    f"multiple of 8), but the model's embedding has {rows} rows: not this model's dictionary")
+
+
+def _pieces(vocabulary: list[str]) -> list[str]:
+    from jaxnat.data.piece_vocab import RESERVED
+
+    return list(RESERVED) + vocabulary[len(SPECIALS):]
+
+
+def _order(n: int) -> list[int]:
+    return RESERVED_ROWS + list(range(len(SPECIALS), n))
+
+
+def _segmenter(cfg: dict, task: dict, dict_dir: str) -> tuple[dict, dict]:
+    """(tokenizer settings, files) for the model's text pipeline: fairseq's --bpe and --tokenizer."""
+    bpe, tok = _settings(cfg.get("bpe")), _settings(cfg.get("tokenizer"))
+    kind = bpe.get("_name") or cfg.get("_bpe")
+
+    def file(name: str, what: str) -> bytes:
+        path = os.path.join(dict_dir, os.path.basename(name or ""))
+        if not name or not os.path.isfile(path):
+            raise DataError(f"the model's {what} ({name or 'not named in its settings'}) is not in {dict_dir}; pass "
+                            f"the directory that holds it with --dict-dir")
+        with open(path, "rb") as f:
+            return f.read()
+
+    if kind == "sentencepiece":
+        model = file(bpe.get("sentencepiece_model"), "SentencePiece model (--sentencepiece-model)")
+        return ({"segmenter": "spm", "src": {"spm": "sentencepiece.model"}, "tgt": {"spm": "sentencepiece.model"}},
+                {"sentencepiece.model": model})
+    if kind == "subword_nmt":
+        if tok.get("_name") not in ("moses", None):
+            raise DataError(f"fairseq tokenizer {tok.get('_name')!r} is not supported (moses or none)")
+        codes = file(bpe.get("bpe_codes"), "BPE codes (--bpe-codes)")
+        settings = {"segmenter": "bpe", "codes": "bpecodes",
+                    "dash_splits": not tok.get("moses_no_dash_splits", False),
+                    "escape": not tok.get("moses_no_escape", False),
+                    "src": {"lang": task["source_lang"]}, "tgt": {"lang": task["target_lang"]}}
+        if tok.get("_name") != "moses":
+            raise DataError("fairseq models with subword-nmt BPE and no Moses tokenizer are not supported")
+        return settings, {"bpecodes": codes}
+    raise DataError(f"fairseq --bpe {kind!r} is not supported (sentencepiece, or subword_nmt with --tokenizer moses)")
+
+
+def read(path: str, dict_dir: str) -> Imported:
+    ckpt = torch_file.load(path)
+    if not isinstance(ckpt, dict) or "model" not in ckpt:
+        raise DataError(f"{path}: not a fairseq checkpoint (no 'model' entry)")
+    cfg = _settings(ckpt.get("cfg"))
+    args = _settings(ckpt.get("args"))
+    model = _settings(cfg.get("model")) or args
+    task = _settings(cfg.get("task")) or args
+    if not cfg:  # an older checkpoint: every setting in args
+        cfg = {"bpe": {"_name": args.get("bpe"), **args}, "tokenizer": {"_name": args.get("tokenizer"), **args}}
+    arch = model.get("_name") or model.get("arch") or "?"
+    if not any(arch == a or arch.startswith(a + "_") for a in AR_ARCHITECTURES):
+        raise DataError(f"{path}: fairseq architecture {arch!r} is not supported yet (supported: "
+                        f"{', '.join(AR_ARCHITECTURES)} and its presets)")
+    for key, default in UNSUPPORTED.items():
+        if model.get(key, default) not in (default, None, False, 0, 0.0):
+            raise DataError(f"{path}: fairseq setting {key}={model[key]!r} is not supported")
+    d = model["encoder_embed_dim"]
+    if model.get("decoder_embed_dim", d) != d or model.get("decoder_output_dim", d) != d or \
+            model.get("decoder_input_dim", d) != d or model.get("encoder_ffn_embed_dim") != model.get(
+            "decoder_ffn_embed_dim", model.get("encoder_ffn_embed_dim")):
+        raise DataError(f"{path}: encoder and decoder of different widths are not supported")
+    if model.get("encoder_learned_pos", False) != model.get("decoder_learned_pos", False):
+        raise DataError(f"{path}: learned positions in one stack only are not supported")
+
+    state = StateDict(ckpt["model"], path)
+    src_lang, tgt_lang = task.get("source_lang"), task.get("target_lang")
+    if not src_lang or not tgt_lang:
+        raise DataError(f"{path}: the checkpoint names no source_lang/target_lang, which name its dictionaries")
+    share_all = bool(model.get("share_all_embeddings", False))
+    tie = share_all or bool(model.get("share_decoder_input_output_embed", False))
+    learned = bool(model.get("encoder_learned_pos", False))
+    src_rows = state.tensors["encoder.embed_tokens.weight"].shape[0] if state.has(
+        "encoder.embed_tokens.weight") else 0
+    tgt_rows = state.tensors["decoder.embed_tokens.weight"].shape[0] if state.has(
+        "decoder.embed_tokens.weight") else src_rows
+    src_vocab = _vocabulary(read_dictionary(os.path.join(dict_dir, f"dict.{src_lang}.txt")), src_rows,
+                            os.path.join(dict_dir, f"dict.{src_lang}.txt"))
+    tgt_vocab = _vocabulary(read_dictionary(os.path.join(dict_dir, f"dict.{tgt_lang}.txt")), tgt_rows,
+                            os.path.join(dict_dir, f"dict.{tgt_lang}.txt"))
+    if share_all and src_vocab != tgt_vocab:
+        raise DataError(f"{path}: share_all_embeddings with two different dictionaries")
+
+    max_len = min(model.get("max_source_positions", 1024), model.get("max_target_positions", 1024))
+    params = stacks(state, "encoder.layers", "decoder.layers",
+                    (model["encoder_layers"], model["decoder_layers"]),
+                    (model["encoder_attention_heads"], model["decoder_attention_heads"]))
+    pre_enc = bool(model.get("encoder_normalize_before", False))
+    pre_dec = bool(model.get("decoder_normalize_before", False))
+    final_dec = pre_dec and not model.get("no_decoder_final_norm", False)
+    if pre_enc:
+        params["encoder"]["final_norm"] = norm(state, "encoder.layer_norm")
+    if final_dec:
+        params["decoder"]["final_norm"] = norm(state, "decoder.layer_norm")
+    src_embed = {"tokens": {"embedding": remap_rows(state.take("encoder.embed_tokens.weight"), _order(src_rows))}}
+    tgt_embed = {} if share_all else {
+        "tokens": {"embedding": remap_rows(state.take("decoder.embed_tokens.weight"), _order(tgt_rows))}}
+    if learned:  # rows 0..padding_idx of fairseq's tables are never read
+        src_embed["positions"] = state.take("encoder.embed_positions.weight")[2: 2 + max_len]
+        tgt_embed["positions"] = state.take("decoder.embed_positions.weight")[2: 2 + max_len]
+    params["src_embed"] = src_embed
+    if tgt_embed:
+        params["tgt_embed"] = tgt_embed
+    if not tie:
+        params["output"] = {"kernel": remap_rows(state.take("decoder.output_projection.weight"), _order(tgt_rows)).T}
+    if model.get("layernorm_embedding", False):
+        params["src_embed_norm"] = norm(state, "encoder.layernorm_embedding")
+        params["tgt_embed_norm"] = norm(state, "decoder.layernorm_embedding")
+    unused = state.unused(ignore=("_float_tensor", ".version", "output_projection.weight"))
+    if unused:
+        raise DataError(f"{path}: parameters jaxnat's model would not use: {', '.join(unused[:3])}")
+
+    settings, files = _segmenter(cfg, task, dict_dir)
+    settings["joint"] = src_vocab == tgt_vocab
+    pieces = {"src": _pieces(src_vocab), "tgt": _pieces(tgt_vocab)}
+    overrides = {
+        "model.name": "ar", "model.d_model": d, "model.ffn_dim": model["encoder_ffn_embed_dim"],
+        "model.num_heads": model["encoder_attention_heads"], "model.enc_layers": model["encoder_layers"],
+        "model.dec_layers": model["decoder_layers"], "model.pre_norm": pre_enc,
+        "model.decoder_norm": "pre" if pre_dec else "post", "model.decoder_final_norm": final_dec,
+        "model.positions": "learned" if learned else "sinusoidal", "model.max_len": max_len,
+        "model.position_offset": 0 if learned else 2, "model.share_embeddings": share_all,
+        "model.separate_positions": share_all and learned, "model.tie_output": tie,
+        "model.scale_embeddings": not model.get("no_scale_embedding", False), "model.ln_eps": 1e-5,
+        "model.activation": {"gelu_fast": "gelu_tanh", "gelu_accurate": "gelu_tanh"}.get(
+            model.get("activation_fn", "relu"), model.get("activation_fn", "relu")),
+        "model.layernorm_embedding": bool(model.get("layernorm_embedding", False)),
+        "model.decoder_start": "eos", "model.source_bos": False, "model.absent_tokens": "plh,mask",
+        "model.dropout": float(model.get("dropout", 0.1)),
+        "model.attention_dropout": float(model.get("attention_dropout", 0.0)),
+        "model.activation_dropout": float(model.get("activation_dropout", model.get("relu_dropout", 0.0)) or 0.0),
+        "data.joint_vocab": settings["joint"], "data.vocab_size": len(pieces["tgt"]),
+        "data.src_lang": src_lang, "data.tgt_lang": tgt_lang, "data.max_len": min(max_len, 256),
+        "eval.beam_size": 4, "eval.max_len_a": 1.2, "eval.max_len_b": 10,
+    }
+    about = {"format": "fairseq", "architecture": arch}
+    return Imported(overrides, params, settings, pieces, files, about)
