@@ -1,0 +1,230 @@
+"""Makes tests/data/import/: tiny models with random weights in the real fairseq 0.12.2 and the real Hugging Face
+`transformers`, written in their own file formats, and what those libraries compute with them, which
+tests/test_import.py requires jaxnat's imported models to reproduce.
+
+Run it in the reference environment (tools/reference_env.sh builds .refenv; torch, fairseq and transformers are
+never jaxnat's dependencies):
+
+    bash tools/reference_env.sh && .refenv/bin/python tools/make_import_fixtures.py
+
+It is deterministic (seeded): rerun, it rewrites the same fixtures (the .pt and safetensors bytes may differ by
+their archive metadata; the arrays do not). Each fixture directory holds the model as its library saves it and
+`expected.npz` + `expected.json`:
+* fairseq/: `checkpoint_utils.torch_persistent_save` of a `transformer` (pre-norm encoder, post-norm decoder,
+  learned positions in neither, shared embeddings: the options differ between the stacks on purpose), its
+  dictionaries and subword-nmt BPE codes over Moses tokens, as fairseq's released models ship;
+* marian/: `MarianMTModel.save_pretrained` (safetensors) with `MarianTokenizer.save_pretrained`'s files
+  (`source.spm`, `target.spm`, `vocab.json`).
+Every parameter is drawn anew (biases and layer norms too), so that a convention missed anywhere shows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+import torch
+
+ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "data", "import")
+SRC = ["a man rides a red bike .", "two dogs play in the snow .", "the woman in a blue coat reads a book .",
+       "a child eats an apple in the park ."]
+TGT = ["ein mann fährt ein rotes fahrrad .", "zwei hunde spielen im schnee .",
+       "die frau in einem blauen mantel liest ein buch .", "ein kind isst einen apfel im park ."]
+CORPUS_EN = SRC + ["a dog runs .", "the man reads .", "a red coat .", "two children play .", "a woman eats ."] * 3
+CORPUS_DE = TGT + ["ein hund rennt .", "der mann liest .", "ein roter mantel .", "zwei kinder spielen .",
+                   "eine frau isst ."] * 3
+
+
+def perturb(model: torch.nn.Module, seed: int) -> None:
+    """Every parameter redrawn around its role: weights N(0, 0.3²), biases N(0, 0.1²), layer norms' scales
+    1 + N(0, 0.1²); embeddings' padding rows too (nothing is special-cased in a conversion)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=g)
+            if "layer_norm" in name or "layernorm" in name:
+                p.copy_((1.0 + 0.1 * noise) if name.endswith("weight") else 0.1 * noise)
+            elif name.endswith("bias"):
+                p.copy_(0.1 * noise)
+            else:
+                p.copy_(0.3 * noise)
+        for name, b in model.named_buffers():
+            if name.endswith("final_logits_bias"):
+                b.copy_(0.5 * torch.randn(b.shape, generator=g))
+
+
+def fairseq_fixture(out: str) -> None:
+    from fairseq import checkpoint_utils, options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.models.transformer import TransformerModel
+    from omegaconf import OmegaConf
+    from sacremoses import MosesTokenizer
+    from subword_nmt.learn_bpe import learn_bpe
+    from subword_nmt.apply_bpe import BPE
+
+    os.makedirs(out, exist_ok=True)
+    # BPE codes over Moses tokens of both languages, then the dictionaries of the BPE'd text (fairseq-preprocess's)
+    moses = {lang: MosesTokenizer(lang=lang) for lang in ("en", "de")}
+    tok = {"en": [moses["en"].tokenize(s, return_str=True, escape=True, aggressive_dash_splits=True) for s in CORPUS_EN],
+           "de": [moses["de"].tokenize(s, return_str=True, escape=True, aggressive_dash_splits=True) for s in CORPUS_DE]}
+    codes = os.path.join(out, "bpecodes")
+    with open(codes, "w", encoding="utf-8") as f:
+        import io
+        learn_bpe(io.StringIO("\n".join(tok["en"] + tok["de"]) + "\n"), f, 40)
+    with open(codes, encoding="utf-8") as f:
+        bpe = BPE(f)
+    from fairseq.data import Dictionary
+
+    for lang in ("en", "de"):
+        d = Dictionary()
+        for line in tok[lang]:
+            for w in bpe.process_line(line).split():
+                d.add_symbol(w)
+        d.finalize(padding_factor=1)
+        d.save(os.path.join(out, f"dict.{lang}.txt"))
+    argv = [out, "--task", "translation", "-s", "en", "-t", "de", "--arch", "transformer",
+            "--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
+            "--encoder-ffn-embed-dim", "24", "--decoder-ffn-embed-dim", "24", "--encoder-attention-heads", "2",
+            "--decoder-attention-heads", "4", "--encoder-normalize-before", "--share-decoder-input-output-embed",
+            "--activation-fn", "gelu", "--max-source-positions", "64", "--max-target-positions", "64",
+            "--bpe", "subword_nmt", "--bpe-codes", codes, "--tokenizer", "moses", "--optimizer", "adam",
+            "--lr", "0.0005", "--max-tokens", "1000"]
+    parser = options.get_training_parser()
+    args = options.parse_args_and_arch(parser, argv)
+    cfg = convert_namespace_to_omegaconf(args)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    perturb(model, seed=1)
+    model.eval()
+    path = os.path.join(out, "model.pt")
+    state = {"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+             "model": model.state_dict(), "extra_state": {}, "optimizer_history": [], "last_optimizer_state": None}
+    checkpoint_utils.torch_persistent_save(state, path)
+
+    hub = TransformerModel.from_pretrained(out, checkpoint_file="model.pt", data_name_or_path=out, bpe="subword_nmt",
+                                           bpe_codes=codes, tokenizer="moses")
+    hub.eval()
+    src = [hub.encode(s) for s in SRC]
+    tgt = [hub.tgt_dict.encode_line(hub.apply_bpe(hub.tokenize(t)), add_if_not_exist=False, append_eos=True).long()
+           for t in TGT]
+    logp = teacher_forced_fairseq(hub.models[0], src, tgt, hub.tgt_dict)
+    expected = {"src_ids": pad_ids(src, 1), "tgt_ids": pad_ids(tgt, 1), "logp": logp}
+    outputs = {}
+    for beam in (1, 4):
+        hyps = hub.generate(src, beam=beam, max_len_a=1.2, max_len_b=10)
+        outputs[f"beam{beam}"] = [h[0]["tokens"].tolist() for h in hyps]
+        outputs[f"beam{beam}_score"] = [float(h[0]["score"]) for h in hyps]
+        outputs[f"beam{beam}_text"] = [hub.decode(h[0]["tokens"]) for h in hyps]
+    outputs["src_pieces"] = [hub.apply_bpe(hub.tokenize(s)) for s in SRC]
+    outputs["detok"] = [hub.decode(t) for t in tgt]
+    write_expected(out, expected, outputs)
+
+
+def pad_ids(rows, pad: int) -> np.ndarray:
+    n = max(len(r) for r in rows)
+    return np.array([list(r) + [pad] * (n - len(r)) for r in (r.tolist() if hasattr(r, "tolist") else r
+                                                                  for r in rows)], np.int64)
+
+
+def teacher_forced_fairseq(model, src, tgt, tgt_dict) -> np.ndarray:
+    """log p(y_t | y_<t, x) over the dictionary: float32[B, T, V], T = the longest target (EOS included); decoder
+    input: EOS, then the target (fairseq's prev_output_tokens), right-padded."""
+    from fairseq.data import data_utils
+
+    pad, eos = tgt_dict.pad(), tgt_dict.eos()
+    src_tokens = data_utils.collate_tokens(src, pad, eos, left_pad=True)
+    src_lengths = torch.tensor([len(s) for s in src])
+    prev = data_utils.collate_tokens(tgt, pad, eos, left_pad=False, move_eos_to_beginning=True)
+    with torch.no_grad():
+        out = model(src_tokens, src_lengths, prev)
+        return model.get_normalized_probs(out, log_probs=True).float().numpy()
+
+
+def marian_fixture(out: str) -> None:
+    import sentencepiece as spm
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    os.makedirs(out, exist_ok=True)
+    work = tempfile.mkdtemp()
+    try:
+        for name, lines in (("source", CORPUS_EN), ("target", CORPUS_DE)):
+            spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=os.path.join(work, name),
+                                           vocab_size=60, model_type="unigram", character_coverage=1.0,
+                                           num_threads=1, minloglevel=2, bos_id=-1, eos_id=1, unk_id=0, pad_id=-1)
+            spm.set_random_generator_seed(0)
+        pieces = {}
+        for name in ("source", "target"):
+            sp = spm.SentencePieceProcessor(model_file=os.path.join(work, f"{name}.model"))
+            for i in range(sp.get_piece_size()):
+                if not sp.is_control(i) and not sp.is_unknown(i):
+                    pieces.setdefault(sp.id_to_piece(i), None)
+        vocab = {"</s>": 0, "<unk>": 1}
+        for p in pieces:
+            vocab.setdefault(p, len(vocab))
+        vocab["<pad>"] = len(vocab)
+        with open(os.path.join(work, "vocab.json"), "w", encoding="utf-8") as f:
+            json.dump(vocab, f, ensure_ascii=False)
+        tok = MarianTokenizer(os.path.join(work, "vocab.json"), os.path.join(work, "source.model"),
+                              os.path.join(work, "target.model"), source_lang="en", target_lang="de")
+    finally:
+        pass
+    config = MarianConfig(vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=16, encoder_layers=2,
+                          decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=24,
+                          decoder_ffn_dim=24, max_position_embeddings=64, pad_token_id=vocab["<pad>"],
+                          eos_token_id=0, decoder_start_token_id=vocab["<pad>"], activation_function="swish",
+                          scale_embedding=True, forced_eos_token_id=0, bad_words_ids=[[vocab["<pad>"]]])
+    torch.manual_seed(2)
+    model = MarianMTModel(config)
+    perturb(model, seed=2)
+    model.eval()
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    shutil.rmtree(work)
+
+    batch = tok(SRC, return_tensors="pt", padding=True)
+    labels = tok(text_target=TGT, return_tensors="pt", padding=True)["input_ids"]
+    start = torch.full((labels.shape[0], 1), config.decoder_start_token_id)
+    decoder_in = torch.cat([start, labels[:, :-1]], dim=1)
+    decoder_in = decoder_in.masked_fill(decoder_in == -100, config.pad_token_id)
+    with torch.no_grad():
+        logits = model(**batch, decoder_input_ids=decoder_in).logits
+    logp = torch.log_softmax(logits.float(), dim=-1).numpy()
+    expected = {"src_ids": batch["input_ids"].numpy(), "tgt_ids": labels.numpy(), "logp": logp}
+    outputs = {}
+    for beam in (1, 4):
+        with torch.no_grad():
+            gen = model.generate(**batch, num_beams=beam, do_sample=False, max_new_tokens=20, length_penalty=1.0,
+                                 early_stopping=False)
+        outputs[f"beam{beam}"] = gen.tolist()
+        outputs[f"beam{beam}_text"] = tok.batch_decode(gen, skip_special_tokens=True)
+    outputs["detok"] = tok.batch_decode(labels, skip_special_tokens=True)
+    write_expected(out, expected, outputs)
+
+
+def write_expected(out: str, arrays: dict, outputs: dict) -> None:
+    np.savez_compressed(os.path.join(out, "expected.npz"), **{k: np.asarray(v) for k, v in arrays.items()})
+    with open(os.path.join(out, "expected.json"), "w", encoding="utf-8") as f:
+        json.dump({"src": SRC, "tgt": TGT, **outputs}, f, indent=1, ensure_ascii=False)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--only", choices=("fairseq", "marian"))
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    np.random.seed(0)
+    if args.only in (None, "fairseq"):
+        fairseq_fixture(os.path.join(ROOT, "fairseq"))
+    if args.only in (None, "marian"):
+        marian_fixture(os.path.join(ROOT, "marian"))
+    print(f"wrote {os.path.normpath(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
