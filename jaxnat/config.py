@@ -33,6 +33,7 @@ CHOICES = {
     "train.lr_schedule": ("inverse_sqrt", "linear", "cosine", "constant", "plateau"),
     "train.prng_impl": ("threefry2x32", "rbg", "unsafe_rbg"),
     "eval.constraint_order": ("any", "given"),
+    "eval.search_rules": ("jaxnat", "fairseq"),
     "eval.params": ("best", "averaged"),
     "eval.average_of": ("last", "best"),
 }
@@ -199,6 +200,9 @@ def default_config() -> ml_collections.ConfigDict:
         # hard constraint phrases met in any order or the given one (constrained beam search: VDBA's trie or
         # ordered DBA)
         constraint_order="any",
+        # the AR searches' rules: jaxnat's (exact beam search; BOS never generated) or fairseq's SequenceGenerator's
+        # (an imported fairseq model then decodes as fairseq does, token for token: docs/import.md)
+        search_rules="jaxnat",
         # also decode the first test split at each of these decoding depths, e.g. "1,2,5,10" (BLEU, RIBES,
         # repetition rate and time per depth): the decoding depth of a family that has one (`Family.sweep`, e.g.
         # refinement passes or iterations of a layer)

@@ -41,11 +41,14 @@ CORPUS_DE = TGT + ["ein hund rennt .", "der mann liest .", "ein roter mantel .",
 
 
 def perturb(model: torch.nn.Module, seed: int) -> None:
-    """Every parameter redrawn around its role: weights N(0, 0.3²), biases N(0, 0.1²), layer norms' scales
-    1 + N(0, 0.1²); embeddings' padding rows too (nothing is special-cased in a conversion)."""
+    """Every trained parameter redrawn around its role: weights N(0, 0.3²), biases N(0, 0.1²), layer norms'
+    scales 1 + N(0, 0.1²); embeddings' padding rows too (nothing is special-cased in a conversion). Frozen ones
+    (Marian's sinusoidal tables, which its files do not hold) stay as the model computes them."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
+            if not p.requires_grad:
+                continue
             noise = torch.randn(p.shape, generator=g)
             if "layer_norm" in name or "layernorm" in name:
                 p.copy_((1.0 + 0.1 * noise) if name.endswith("weight") else 0.1 * noise)
@@ -90,7 +93,7 @@ def fairseq_fixture(out: str) -> None:
     argv = [out, "--task", "translation", "-s", "en", "-t", "de", "--arch", "transformer",
             "--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "16", "--decoder-embed-dim", "16",
             "--encoder-ffn-embed-dim", "24", "--decoder-ffn-embed-dim", "24", "--encoder-attention-heads", "2",
-            "--decoder-attention-heads", "4", "--encoder-normalize-before", "--share-decoder-input-output-embed",
+            "--decoder-attention-heads", "2", "--encoder-normalize-before", "--share-decoder-input-output-embed",
             "--activation-fn", "gelu", "--max-source-positions", "64", "--max-target-positions", "64",
             "--bpe", "subword_nmt", "--bpe-codes", codes, "--tokenizer", "moses", "--optimizer", "adam",
             "--lr", "0.0005", "--max-tokens", "1000"]
@@ -103,7 +106,10 @@ def fairseq_fixture(out: str) -> None:
     model.eval()
     path = os.path.join(out, "model.pt")
     state = {"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
-             "model": model.state_dict(), "extra_state": {}, "optimizer_history": [], "last_optimizer_state": None}
+             "model": model.state_dict(), "extra_state": {"train_iterator": {"epoch": 1}},
+             "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "FairseqAdam",
+                                    "lr_scheduler_state": {"best": None}, "num_updates": 0}],
+             "last_optimizer_state": None}
     checkpoint_utils.torch_persistent_save(state, path)
 
     hub = TransformerModel.from_pretrained(out, checkpoint_file="model.pt", data_name_or_path=out, bpe="subword_nmt",
@@ -154,7 +160,7 @@ def marian_fixture(out: str) -> None:
     try:
         for name, lines in (("source", CORPUS_EN), ("target", CORPUS_DE)):
             spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=os.path.join(work, name),
-                                           vocab_size=60, model_type="unigram", character_coverage=1.0,
+                                           vocab_size=36, hard_vocab_limit=False, model_type="unigram", character_coverage=1.0,
                                            num_threads=1, minloglevel=2, bos_id=-1, eos_id=1, unk_id=0, pad_id=-1)
             spm.set_random_generator_seed(0)
         pieces = {}
@@ -169,8 +175,8 @@ def marian_fixture(out: str) -> None:
         vocab["<pad>"] = len(vocab)
         with open(os.path.join(work, "vocab.json"), "w", encoding="utf-8") as f:
             json.dump(vocab, f, ensure_ascii=False)
-        tok = MarianTokenizer(os.path.join(work, "vocab.json"), os.path.join(work, "source.model"),
-                              os.path.join(work, "target.model"), source_lang="en", target_lang="de")
+        tok = MarianTokenizer(os.path.join(work, "source.model"), os.path.join(work, "target.model"),
+                              os.path.join(work, "vocab.json"), source_lang="en", target_lang="de")
     finally:
         pass
     config = MarianConfig(vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=16, encoder_layers=2,

@@ -12,6 +12,9 @@ constrained searches reuse the same loops. Nothing syncs with the host inside th
 * A sentence may generate at most `max_len = decode_length(...)` tokens between BOS and EOS; at that point
   EOS is forced (every other id is given -inf; EOS keeps the model's log-probability, unrenormalised).
 * PAD, BOS, PLH and MASK are never generated (their log-probabilities are set to -inf); UNK may be.
+* ``rules="fairseq"`` follows fairseq's SequenceGenerator where it differs, so that an imported fairseq model's
+  outputs are fairseq's token for token (docs/import.md): EOS is never the first token (its min_len 1), only PAD
+  (and jaxnat's PLH and MASK, which a fairseq model lacks) is banned, and beam search is fairseq's (`_beam`).
 * Each output token also comes with the log-probability the model gave it at the step that generated it
   (``token_logp``, for calibration): the term it added to ``sum_logprob``, so the row's ``token_logp`` sum to the
   score before the length penalty. ``token_scored`` marks those positions: every generated token, EOS included
@@ -33,6 +36,7 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID
 from jaxnat.errors import ConfigError
 
 FORBIDDEN_IDS = (PAD_ID, BOS_ID, PLH_ID, MASK_ID)
+RULES = ("jaxnat", "fairseq")  # eval.search_rules
 NEG_INF = -jnp.inf
 
 
@@ -51,14 +55,18 @@ def decode_length(src_len, max_len_a, max_len_b, cap: int) -> jnp.ndarray:
     return jnp.clip(jnp.floor(raw + 1e-4), 0, cap).astype(jnp.int32)
 
 
-def _restrict(logp: jnp.ndarray, index, max_len: jnp.ndarray) -> jnp.ndarray:
+def _restrict(logp: jnp.ndarray, index, max_len: jnp.ndarray, rules: str = "jaxnat") -> jnp.ndarray:
     """logp: float[N, V] for the token at position index + 1; max_len: int32[N].
 
-    Sets the reserved ids to -inf, and every id but EOS where `index >= max_len` (EOS forced). The result is
-    float32 whatever the model's compute dtype: every search score is summed and compared in float32.
+    Sets the reserved ids to -inf, and every id but EOS where `index >= max_len` (EOS forced); fairseq's
+    ``rules``: PAD, PLH and MASK only, and EOS at index 0. The result is float32 whatever the model's compute
+    dtype: every search score is summed and compared in float32.
     """
     ids = jnp.arange(logp.shape[-1])
-    banned = jnp.isin(ids, jnp.asarray(FORBIDDEN_IDS))[None, :]
+    forbidden = FORBIDDEN_IDS if rules == "jaxnat" else (PAD_ID, PLH_ID, MASK_ID)
+    banned = jnp.isin(ids, jnp.asarray(forbidden))[None, :]
+    if rules == "fairseq":
+        banned = banned | ((index < 1) & (ids == EOS_ID))[None, :]
     banned = banned | ((index >= max_len)[:, None] & (ids != EOS_ID)[None, :])
     return jnp.where(banned, NEG_INF, logp.astype(jnp.float32))
 
@@ -92,7 +100,7 @@ class GreedyState:
     cache: Any  # the model's cache, B rows
 
 
-def _greedy(tokens_to_logprobs, cache, max_len, length_penalty, max_out: int) -> dict:
+def _greedy(tokens_to_logprobs, cache, max_len, length_penalty, max_out: int, rules: str = "jaxnat") -> dict:
     batch = max_len.shape[0]
     tokens = jnp.full((batch, max_out), PAD_ID, jnp.int32).at[:, 0].set(BOS_ID)
     init = GreedyState(jnp.int32(0), tokens, jnp.zeros(tokens.shape, jnp.float32), jnp.zeros(batch, jnp.float32),
@@ -103,7 +111,7 @@ def _greedy(tokens_to_logprobs, cache, max_len, length_penalty, max_out: int) ->
 
     def body(s: GreedyState):
         logp, cache = tokens_to_logprobs(s.tokens[:, s.index], s.cache, s.index)
-        logp = _restrict(logp, s.index, max_len)
+        logp = _restrict(logp, s.index, max_len, rules)
         best = argmax(logp)
         gain = jnp.take_along_axis(logp, best[:, None], axis=-1)[:, 0]
         best = jnp.where(s.finished, PAD_ID, best)
@@ -207,6 +215,7 @@ def ar_search(
     max_len_a: float = 1.2,
     max_len_b: int = 10,
     max_out: int,
+    rules: str = "jaxnat",
 ) -> dict:
     """Greedy (beam_size=1) or beam search (beam_size > 1) for a batch of B sentences.
 
@@ -233,7 +242,9 @@ def ar_search(
     search); it returns the best finished hypothesis. Note beam_size=1 is greedy, not a one-beam search.
     """
     _check_static(beam_size, max_out)
+    if rules not in RULES:
+        raise ConfigError(f"search rules must be one of {', '.join(RULES)}, not {rules!r}")
     max_len = decode_length(src_len, max_len_a, max_len_b, max_out - 2)
     if beam_size == 1:
-        return _greedy(tokens_to_logprobs, cache, max_len, length_penalty, max_out)
+        return _greedy(tokens_to_logprobs, cache, max_len, length_penalty, max_out, rules)
     return _beam(tokens_to_logprobs, cache, max_len, beam_size, length_penalty, max_out)

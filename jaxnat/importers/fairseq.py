@@ -129,6 +129,8 @@ def read(path: str, dict_dir: str) -> Imported:
             model.get("decoder_input_dim", d) != d or model.get("encoder_ffn_embed_dim") != model.get(
             "decoder_ffn_embed_dim", model.get("encoder_ffn_embed_dim")):
         raise DataError(f"{path}: encoder and decoder of different widths are not supported")
+    if model["encoder_attention_heads"] != model["decoder_attention_heads"]:
+        raise DataError(f"{path}: encoder and decoder with different numbers of attention heads are not supported")
     if model.get("encoder_learned_pos", False) != model.get("decoder_learned_pos", False):
         raise DataError(f"{path}: learned positions in one stack only are not supported")
 
@@ -175,7 +177,10 @@ def read(path: str, dict_dir: str) -> Imported:
     if model.get("layernorm_embedding", False):
         params["src_embed_norm"] = norm(state, "encoder.layernorm_embedding")
         params["tgt_embed_norm"] = norm(state, "decoder.layernorm_embedding")
-    unused = state.unused(ignore=("_float_tensor", ".version", "output_projection.weight"))
+    # fairseq 0.12's encoder layers also keep copies of their weights for PyTorch's fused fast path (in_proj_weight,
+    # fc1_weight, …), which its own eval path does not read either
+    fused = tuple(f"{n}_{w}" for n in ("in_proj", "out_proj", "fc1", "fc2") for w in ("weight", "bias"))
+    unused = state.unused(ignore=("_float_tensor", ".version", "output_projection.weight") + fused)
     if unused:
         raise DataError(f"{path}: parameters jaxnat's model would not use: {', '.join(unused[:3])}")
 

@@ -126,7 +126,7 @@ SUPPORTS = Supports(beam=True, hard_constraints=True)
 
 
 def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered: bool = False, continues=None,
-           beam_size: int, length_penalty, max_len_a, max_len_b, max_out: int) -> dict:
+           beam_size: int, length_penalty, max_len_a, max_len_b, max_out: int, rules: str = "jaxnat") -> dict:
     """The AR searches behind one callback: greedy or beam search (`search.ar_search`), or with phrases
     (int32[B, C, P], an all-PAD row = none) the constrained beam search that guarantees them
     (`constrained.constrained_search`, DBA/VDBA; beam_size 1 is then a one-beam constrained search)."""
@@ -134,7 +134,7 @@ def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered
                   max_out=max_out)
     src_len = token_mask(src).sum(axis=1)
     if phrases is None:
-        return ar_search(tokens_to_logprobs, cache, src_len, **kwargs)
+        return ar_search(tokens_to_logprobs, cache, src_len, rules=rules, **kwargs)
     return constrained_search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, continues=continues,
                               **kwargs)
 
@@ -148,7 +148,7 @@ def hard_phrases(request: DecodeRequest):
 
 def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: int = 1, length_penalty=1.0,
                 max_len_a=1.2, max_len_b=10, max_out: int, phrases=None, ordered: bool = False,
-                continues=None) -> dict:
+                continues=None, rules: str = "jaxnat") -> dict:
     """Greedy, beam or constrained beam search (`search`) with the model's KV cache.
 
     src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None (continues:
@@ -171,7 +171,7 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
         lambda tokens, cache, index: model.apply(params, tokens, cache, index, src_mask, method=model.step), cache)
     return search(tokens_to_logprobs, cache, src, phrases=phrases, ordered=ordered, continues=continues,
                   beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                  max_out=max_out)
+                  max_out=max_out, rules=rules)
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
@@ -185,7 +185,8 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         return ar_generate(module, params, request.src, beam_size=request.beam_size,
                            length_penalty=e.length_penalty, max_len_a=e.max_len_a, max_len_b=e.max_len_b,
                            max_out=request.width(capacity),
-                           phrases=hard_phrases(request), ordered=e.constraint_order == "given", continues=continues)
+                           phrases=hard_phrases(request), ordered=e.constraint_order == "given", continues=continues,
+                           rules=e.search_rules)
 
     def loss(params, batch, rng, train=True):
         return ar_loss(module, params, batch, rng, config.train.label_smoothing, train)
