@@ -110,3 +110,90 @@ def test_greedy_outputs_are_the_originals(imported):
     _, outputs = expected(kind)
     hyps = translator.translate(outputs["src"], beam_size=1)
     assert [h["hyp"] for h in hyps] == outputs["beam1_text"]
+
+
+def _main(*args, stdin=None):
+    cmd = [sys.executable, "-m", "jaxnat.main", *args]
+    return cli.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), input=stdin, timeout=600)
+
+
+def test_import_then_translate_with_hard_constraints_from_the_command_line(tmp_path):
+    """The user's path: --mode import, then --mode translate on the workdir alone (no --config), JSON lines with
+    hard constraints through the constrained beam search (VDBA), and a second import into the same workdir
+    refused."""
+    workdir = tmp_path / "opus"
+    result = _main("--mode", "import", "--from", SOURCES["marian"], "--workdir", str(workdir))
+    assert result.returncode == 0, result.stderr
+    assert "imported marian MarianMTModel" in result.stdout
+    assert {p.name for p in workdir.iterdir()} == {"config.json", "vocab", "checkpoints", "imported.json"}
+    lines = ['{"src": "a man rides a red bike .", "constraints": ["mantel"], "hard": true}',
+             "two dogs play in the snow ."]
+    result = _main("--mode", "translate", "--workdir", str(workdir), stdin="\n".join(lines) + "\n")
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    assert "mantel" in rows[0]["hyp"] and rows[0]["constraints"] == ["mantel"]
+    assert rows[1]["src"] == "two dogs play in the snow ." and isinstance(rows[1]["score"], float)
+    again = _main("--mode", "import", "--from", SOURCES["marian"], "--workdir", str(workdir))
+    assert again.returncode == 2 and again.stderr.count("\n") == 1 and "exists" in again.stderr
+
+
+class _Boom:
+    def __reduce__(self):
+        return (os.system, ("echo pwned > /dev/null",))
+
+
+def _torch_zip(path, payload):
+    """A file in torch.save's zip layout whose pickle is ``payload``'s."""
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", pickle.dumps(payload, protocol=2))
+
+
+def test_a_checkpoint_is_read_as_data(tmp_path):
+    """A pickle that would call anything but the tensor rebuilders is refused before anything runs; a truncated
+    or foreign file is a one-line error."""
+    bad = tmp_path / "evil.pt"
+    _torch_zip(bad, {"model": _Boom()})
+    with pytest.raises(DataError, match="refuses to load posix.system|refuses to load os.system"):
+        torch_file.load(str(bad))
+    data = (tmp_path / "model.pt")
+    raw = open(os.path.join(DATA, "fairseq", "model.pt"), "rb").read()
+    data.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(DataError, match="model.pt"):
+        torch_file.load(str(data))
+    data.write_text("not a checkpoint")
+    with pytest.raises(DataError, match="not a PyTorch checkpoint"):
+        torch_file.load(str(data))
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("dictionary", "not this model's dictionary"),
+    ("codes", "BPE codes"),
+    ("architecture", "not supported yet"),
+])
+def test_a_bad_import_names_what_and_leaves_no_workdir(tmp_path, damage, message):
+    source = tmp_path / "fairseq"
+    shutil.copytree(os.path.join(DATA, "fairseq"), source)
+    if damage == "dictionary":
+        with open(source / "dict.de.txt", "a", encoding="utf-8") as f:
+            f.write("extra 1\n" * 9)
+    elif damage == "codes":
+        os.remove(source / "bpecodes")
+    else:
+        ckpt = torch_file.load(str(source / "model.pt"))
+        ckpt["cfg"]["model"]._name = "lightconv"
+        ckpt["cfg"]["model"].arch = "lightconv"
+        _torch_zip(source / "model.pt", {"cfg": {"model": dict(vars(ckpt["cfg"]["model"]))}, "model": {}})
+    workdir = tmp_path / "run"
+    result = _main("--mode", "import", "--from", f"fairseq:{source}/model.pt", "--workdir", str(workdir))
+    assert result.returncode == 2 and message in result.stderr, result.stderr
+    assert result.stderr.startswith("jaxnat: error: ") and result.stderr.count("\n") == 1
+    assert not workdir.exists() and os.listdir(tmp_path) == ["fairseq"]
+
+
+def test_a_marian_directory_without_its_tokenizer_is_refused(tmp_path):
+    source = tmp_path / "opus"
+    shutil.copytree(os.path.join(DATA, "marian"), source)
+    os.remove(source / "target.spm")
+    with pytest.raises(DataError, match="no target.spm"):
+        write_workdir(f"marian:{source}", str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
