@@ -197,3 +197,13 @@ def test_a_marian_directory_without_its_tokenizer_is_refused(tmp_path):
     with pytest.raises(DataError, match="no target.spm"):
         write_workdir(f"marian:{source}", str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
+
+
+def test_beam_search_under_fairseq_rules_is_fairsegs(imported):
+    kind, _, config, translator = imported
+    if kind != "fairseq":
+        pytest.skip("the Marian fixture's beam search is Hugging Face's (its own stopping rule): not compared")
+    _, outputs = expected(kind)
+    hyps = translator.translate(outputs["src"], beam_size=4)
+    assert [h["hyp"] for h in hyps] == outputs["beam4_text"]
+    np.testing.assert_allclose([h["score"] for h in hyps], outputs["beam4_score"], atol=1e-4)

@@ -205,6 +205,64 @@ def _beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, ma
     return _result(s.fin_tokens[:, 0], s.fin_score[:, 0], s.fin_steps[:, 0])
 
 
+def _fairseq_beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, max_out: int) -> dict:
+    """fairseq's SequenceGenerator beam search (its BeamSearch, normalised scores, no prefix or n-gram blocking):
+    at each step the 2K best extensions are ranked; those of the first K that end in EOS are finished (while the
+    sentence has fewer than K finished), the first K that do not stay alive; a sentence stops once K hypotheses
+    have finished, and returns the best-scoring of them. Not an exact search: a better hypothesis that would
+    have finished later is never found (the default rules' `_beam` keeps searching until none can win)."""
+    batch, k = max_len.shape[0], beam_size
+    max_len_rows = jnp.repeat(max_len, k)
+    tokens = jnp.full((batch, k, max_out), PAD_ID, jnp.int32).at[:, :, 0].set(BOS_ID)
+    steps = jnp.zeros(tokens.shape, jnp.float32)
+    init = dict(index=jnp.int32(0), alive_tokens=tokens, alive_logp=jnp.full((batch, k), NEG_INF).at[:, 0].set(0.0),
+                alive_steps=steps, fin_tokens=tokens, fin_steps=steps, fin_score=jnp.full((batch, k), NEG_INF),
+                fin_count=jnp.zeros(batch, jnp.int32), done=jnp.zeros(batch, bool), cache=cache)
+    row_offset = (jnp.arange(batch) * k)[:, None]
+    rank_of = jnp.arange(2 * k)[None, :]
+
+    def body(s):
+        i = s["index"]
+        logp, cache = tokens_to_logprobs(s["alive_tokens"][:, :, i].reshape(batch * k), s["cache"], i)
+        vocab = logp.shape[-1]
+        logp = _restrict(logp, i, max_len_rows, "fairseq").reshape(batch, k, vocab)
+        cand_score, flat = jax.lax.top_k((s["alive_logp"][:, :, None] + logp).reshape(batch, k * vocab), 2 * k)
+        parent, token = flat // vocab, (flat % vocab).astype(jnp.int32)
+        gain = jnp.take_along_axis(logp.reshape(batch, k * vocab), flat, axis=1)
+        cand_tokens = jnp.take_along_axis(s["alive_tokens"], parent[:, :, None], 1).at[:, :, i + 1].set(token)
+        cand_steps = jnp.take_along_axis(s["alive_steps"], parent[:, :, None], 1).at[:, :, i + 1].set(gain)
+        eos = (token == EOS_ID) & (cand_score > NEG_INF)
+
+        # EOS among the K best candidates fills the sentence's next free finished slots, in candidate order
+        slot = s["fin_count"][:, None] + jnp.cumsum(eos, axis=1) - 1
+        taken = eos & (rank_of < k) & (slot < k) & ~s["done"][:, None]
+        into = taken[:, :, None] & (slot[:, :, None] == jnp.arange(k)[None, None, :])  # [B, 2K, K]
+        filled, which = jnp.any(into, axis=1), jnp.argmax(into, axis=1)  # [B, K]
+        pick = lambda new, old: jnp.where(filled.reshape(filled.shape + (1,) * (old.ndim - 2)),  # noqa: E731
+                                          jnp.take_along_axis(new, which.reshape(which.shape + (1,) * (new.ndim - 2)),
+                                                              1), old)
+        fin_tokens = pick(cand_tokens, s["fin_tokens"])
+        fin_steps = pick(cand_steps, s["fin_steps"])
+        fin_score = pick(_normalise(cand_score, i + 1, length_penalty), s["fin_score"])
+        fin_count = s["fin_count"] + jnp.sum(taken, axis=1)
+
+        # the first K candidates that are not EOS stay alive (EOS ones only where fewer than K others)
+        _, keep = jax.lax.top_k(-(eos * 2 * k + rank_of), k)
+        alive_logp = jnp.take_along_axis(cand_score, keep, 1)
+        done = s["done"] | (fin_count >= k)
+        rows = (jnp.take_along_axis(parent, keep, 1) + row_offset).reshape(-1)
+        return dict(index=i + 1, alive_tokens=jnp.take_along_axis(cand_tokens, keep[:, :, None], 1),
+                    alive_logp=jnp.where(done[:, None], NEG_INF, alive_logp),
+                    alive_steps=jnp.take_along_axis(cand_steps, keep[:, :, None], 1), fin_tokens=fin_tokens,
+                    fin_steps=fin_steps, fin_score=fin_score, fin_count=fin_count, done=done,
+                    cache=jax.tree_util.tree_map(lambda x: x[rows], cache))
+
+    s = jax.lax.while_loop(lambda s: ~jnp.all(s["done"]) & (s["index"] < max_out - 1), body, init)
+    best = jnp.argmax(s["fin_score"], axis=1)[:, None]
+    first = lambda x: jnp.take_along_axis(x, best.reshape(best.shape + (1,) * (x.ndim - 2)), 1)[:, 0]  # noqa: E731
+    return _result(first(s["fin_tokens"]), first(s["fin_score"]), first(s["fin_steps"]))
+
+
 def ar_search(
     tokens_to_logprobs,
     cache,
@@ -247,4 +305,6 @@ def ar_search(
     max_len = decode_length(src_len, max_len_a, max_len_b, max_out - 2)
     if beam_size == 1:
         return _greedy(tokens_to_logprobs, cache, max_len, length_penalty, max_out, rules)
+    if rules == "fairseq":
+        return _fairseq_beam(tokens_to_logprobs, cache, max_len, beam_size, length_penalty, max_out)
     return _beam(tokens_to_logprobs, cache, max_len, beam_size, length_penalty, max_out)
