@@ -207,3 +207,24 @@ def test_beam_search_under_fairseq_rules_is_fairsegs(imported):
     hyps = translator.translate(outputs["src"], beam_size=4)
     assert [h["hyp"] for h in hyps] == outputs["beam4_text"]
     np.testing.assert_allclose([h["score"] for h in hyps], outputs["beam4_score"], atol=1e-4)
+
+
+def test_translate_without_a_checkpoint_says_so_in_one_line_on_a_busy_machine(tmp_path):
+    """Orbax starts a thread at the checkpoint managers' start that cleans temporary directories; an error raised
+    before it ends must not leave it to fail at the interpreter's shutdown (a traceback after the error line).
+    Two busy processes hold the CPU meanwhile, as on a loaded machine."""
+    workdir = tmp_path / "run"
+    write_workdir(SOURCES["fairseq"], str(workdir))
+    shutil.rmtree(workdir / "checkpoints" / "best" / "0")
+    busy = [cli.subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        for _ in range(2):
+            result = cli.subprocess.run([sys.executable, "-m", "jaxnat.main", "--mode", "translate", "--workdir",
+                                         str(workdir)], input="a man .\n", capture_output=True, text=True, cwd=ROOT,
+                                        timeout=300)
+            assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+            assert "has no checkpoint yet" in result.stderr
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()

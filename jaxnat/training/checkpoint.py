@@ -167,5 +167,11 @@ class Checkpoints:
             m.wait_until_finished()
 
     def close(self) -> None:
+        """Closes the managers, after the clean-up of temporary directories each started when it was made: Orbax's
+        own close does not wait for it, and a command that fails early (no checkpoint yet) would otherwise leave
+        its thread to fail at the interpreter's shutdown, with a traceback after the command's one-line error."""
         for m in (self.last, self.best, self.averaged):
+            await_cleanup = getattr(m, "_maybe_await_cleanup_tmp_directory", None)
+            if await_cleanup is not None:
+                await_cleanup()
             m.close()
