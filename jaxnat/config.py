@@ -98,7 +98,8 @@ def default_config() -> ml_collections.ConfigDict:
         # jaxnat's own: layer norms' epsilon; the feed-forward activation; the decoder's residual layout ("" as
         # pre_norm, "pre", "post") and a pre-norm decoder's final norm; a layer norm over each stack's embedded
         # inputs; the first row and the frequencies of the sinusoidal table; a bias over the output vocabulary;
-        # the token an AR decoder starts from; whether sources begin with BOS; reserved tokens the vocabulary lacks
+        # the token an autoregressive decoder starts from; whether sources begin with BOS; reserved tokens the
+        # vocabulary lacks
         ln_eps=1e-6, activation="relu", decoder_norm="", decoder_final_norm=True, layernorm_embedding=False,
         position_offset=0, position_layout="fairseq", output_bias=False, decoder_start="bos", source_bos=True,
         absent_tokens="",
@@ -200,8 +201,8 @@ def default_config() -> ml_collections.ConfigDict:
         # hard constraint phrases met in any order or the given one (constrained beam search: VDBA's trie or
         # ordered DBA)
         constraint_order="any",
-        # the AR searches' rules: jaxnat's (exact beam search; BOS never generated) or fairseq's SequenceGenerator's
-        # (an imported fairseq model then decodes as fairseq does, token for token: docs/import.md)
+        # the left-to-right searches' rules: jaxnat's (exact beam search; BOS never generated) or fairseq's
+        # SequenceGenerator's (an imported fairseq model then decodes as fairseq does, token for token: docs/import.md)
         search_rules="jaxnat",
         # also decode the first test split at each of these decoding depths, e.g. "1,2,5,10" (BLEU, RIBES,
         # repetition rate and time per depth): the decoding depth of a family that has one (`Family.sweep`, e.g.

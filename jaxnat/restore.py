@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxnat.config import check_matches_workdir, workdir_config
+from jaxnat.data import piece_vocab
 from jaxnat.data.tokenizer import Tokenizer
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.translator import Translator
@@ -23,7 +24,7 @@ log = logging.getLogger("jaxnat")
 
 
 def _check_trained(workdir: str) -> None:
-    if not Tokenizer.exists(workdir):
+    if not os.path.isdir(os.path.join(workdir, "spm")) and not piece_vocab.exists(workdir):
         raise JaxnatError(f"{workdir} holds no trained run (no vocabulary: spm/ or an imported vocab/); train first "
                           f"with --mode train, or import a model with --mode import")
 

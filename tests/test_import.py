@@ -17,9 +17,8 @@ import pytest
 
 from jaxnat.config import workdir_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from jaxnat.errors import DataError, JaxnatError
+from jaxnat.errors import DataError
 from jaxnat.importers import torch_file, write_workdir
-from jaxnat.models.ar.model import ar_generate
 from jaxnat.restore import load_translator
 from tests import cli
 
@@ -75,7 +74,8 @@ def test_log_probabilities_match_the_original(imported):
     src = to_jaxnat(kind, arrays["src_ids"])
     pad_src = source_pad(kind)
     # jaxnat's sources: [BOS x EOS] left-aligned (fairseq's fixture pads on the left)
-    rows = [[BOS_ID] + [int(t) for t, raw in zip(r, raw_r) if raw != pad_src] for r, raw_r in zip(src, arrays["src_ids"])]
+    rows = [[BOS_ID] + [int(t) for t, raw in zip(r, raw_r) if raw != pad_src]
+            for r, raw_r in zip(src, arrays["src_ids"])]
     width = max(map(len, rows))
     src = jnp.asarray([r + [PAD_ID] * (width - len(r)) for r in rows], jnp.int32)
     tgt = to_jaxnat(kind, arrays["tgt_ids"])  # [y … EOS] PAD

@@ -73,8 +73,8 @@ def fairseq_fixture(out: str) -> None:
     os.makedirs(out, exist_ok=True)
     # BPE codes over Moses tokens of both languages, then the dictionaries of the BPE'd text (fairseq-preprocess's)
     moses = {lang: MosesTokenizer(lang=lang) for lang in ("en", "de")}
-    tok = {"en": [moses["en"].tokenize(s, return_str=True, escape=True, aggressive_dash_splits=True) for s in CORPUS_EN],
-           "de": [moses["de"].tokenize(s, return_str=True, escape=True, aggressive_dash_splits=True) for s in CORPUS_DE]}
+    tok = {lang: [moses[lang].tokenize(s, return_str=True, escape=True, aggressive_dash_splits=True) for s in corpus]
+           for lang, corpus in (("en", CORPUS_EN), ("de", CORPUS_DE))}
     codes = os.path.join(out, "bpecodes")
     with open(codes, "w", encoding="utf-8") as f:
         import io
@@ -160,8 +160,9 @@ def marian_fixture(out: str) -> None:
     try:
         for name, lines in (("source", CORPUS_EN), ("target", CORPUS_DE)):
             spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=os.path.join(work, name),
-                                           vocab_size=36, hard_vocab_limit=False, model_type="unigram", character_coverage=1.0,
-                                           num_threads=1, minloglevel=2, bos_id=-1, eos_id=1, unk_id=0, pad_id=-1)
+                                           vocab_size=36, hard_vocab_limit=False, model_type="unigram",
+                                           character_coverage=1.0, num_threads=1, minloglevel=2, bos_id=-1,
+                                           eos_id=1, unk_id=0, pad_id=-1)
             spm.set_random_generator_seed(0)
         pieces = {}
         for name in ("source", "target"):
