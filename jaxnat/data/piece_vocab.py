@@ -173,9 +173,6 @@ class PieceTokenizer:
         return self._tables[side].continues
 
     def word_start_mask(self, ids, side: str) -> list[bool]:
-        table = self.word_start_table(side)
-        arr = np.asarray(ids, dtype=np.int64).reshape(-1)
-        inside = (arr >= 0) & (arr < table.shape[0])
-        out = np.ones(arr.shape, dtype=bool)
-        out[inside] = table[arr[inside]]
-        return out.tolist()
+        from jaxnat.data.tokenizer import Tokenizer
+
+        return Tokenizer.word_start_mask(self, ids, side)  # reads only word_start_table
