@@ -232,14 +232,14 @@ class Residual(nn.Module):
     """`x + dropout(f(norm(x)))` (pre-norm) or `norm(x + dropout(f(x)))` (post-norm), around one sublayer."""
 
     cfg: TransformerConfig
-    pre_norm: bool
+    pre_norm: bool | None = None  # None: cfg.pre_norm (a decoder's layers pass cfg.decoder_pre_norm)
 
     def setup(self):
         self.norm = layer_norm(self.cfg)
         self.drop = nn.Dropout(self.cfg.dropout)
 
     def __call__(self, x, sublayer, train: bool):
-        if self.pre_norm:
+        if self.cfg.pre_norm if self.pre_norm is None else self.pre_norm:
             return x + self.drop(sublayer(self.norm(x)), deterministic=not train)
         return self.norm(x + self.drop(sublayer(x), deterministic=not train))
 
@@ -250,7 +250,7 @@ class EncoderLayer(nn.Module):
     def setup(self):
         self.self_attn = MultiHeadAttention(self.cfg)
         self.ffn = FeedForward(self.cfg)
-        self.res_attn, self.res_ffn = Residual(self.cfg, self.cfg.pre_norm), Residual(self.cfg, self.cfg.pre_norm)
+        self.res_attn, self.res_ffn = Residual(self.cfg), Residual(self.cfg)
 
     def __call__(self, x, bias, train: bool, prefix=None):
         """prefix: (key inputs, value inputs) float[B, C, D] of C extra self-attention entries (bias covers C + S)."""
