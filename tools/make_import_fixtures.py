@@ -7,8 +7,8 @@ never jaxnat's dependencies):
 
     bash tools/reference_env.sh && .refenv/bin/python tools/make_import_fixtures.py
 
-It is deterministic (seeded): rerun, it rewrites the same fixtures (the .pt and safetensors bytes may differ by
-their archive metadata; the arrays do not). Each fixture directory holds the model as its library saves it and
+It is deterministic (seeded): rerun, it rewrites the same files byte for byte, but for model.pt, in which torch
+writes a random serialization id (its tensors are the same). Each fixture directory holds the model as its library saves it and
 `expected.npz` + `expected.json`:
 * fairseq/: `checkpoint_utils.torch_persistent_save` of a `transformer` (pre-norm encoder, post-norm decoder,
   learned positions in neither, shared embeddings: the options differ between the stacks on purpose), its
@@ -21,6 +21,7 @@ Every parameter is drawn anew (biases and layer norms too), so that a convention
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
@@ -77,7 +78,6 @@ def fairseq_fixture(out: str) -> None:
            for lang, corpus in (("en", CORPUS_EN), ("de", CORPUS_DE))}
     codes = os.path.join(out, "bpecodes")
     with open(codes, "w", encoding="utf-8") as f:
-        import io
         learn_bpe(io.StringIO("\n".join(tok["en"] + tok["de"]) + "\n"), f, 40)
     with open(codes, encoding="utf-8") as f:
         bpe = BPE(f)
@@ -159,11 +159,13 @@ def marian_fixture(out: str) -> None:
     work = tempfile.mkdtemp()
     try:
         for name, lines in (("source", CORPUS_EN), ("target", CORPUS_DE)):
-            spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_prefix=os.path.join(work, name),
-                                           vocab_size=36, hard_vocab_limit=False, model_type="unigram",
-                                           character_coverage=1.0, num_threads=1, minloglevel=2, bos_id=-1,
-                                           eos_id=1, unk_id=0, pad_id=-1)
             spm.set_random_generator_seed(0)
+            proto = io.BytesIO()  # not model_prefix: the model would record the temporary directory's name
+            spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=proto, vocab_size=36,
+                                           hard_vocab_limit=False, model_type="unigram", character_coverage=1.0,
+                                           num_threads=1, minloglevel=2, bos_id=-1, eos_id=1, unk_id=0, pad_id=-1)
+            with open(os.path.join(work, f"{name}.model"), "wb") as f:
+                f.write(proto.getvalue())
         pieces = {}
         for name in ("source", "target"):
             sp = spm.SentencePieceProcessor(model_file=os.path.join(work, f"{name}.model"))
