@@ -124,10 +124,9 @@ def read(path: str, dict_dir: str) -> Imported:
     for key, default in UNSUPPORTED.items():
         if model.get(key, default) not in (default, None, False, 0, 0.0):
             raise DataError(f"{path}: fairseq setting {key}={model[key]!r} is not supported")
-    d = model["encoder_embed_dim"]
-    if model.get("decoder_embed_dim", d) != d or model.get("decoder_output_dim", d) != d or \
-            model.get("decoder_input_dim", d) != d or model.get("encoder_ffn_embed_dim") != model.get(
-            "decoder_ffn_embed_dim", model.get("encoder_ffn_embed_dim")):
+    d, ffn = model["encoder_embed_dim"], model["encoder_ffn_embed_dim"]
+    widths = [model.get(k, d) for k in ("decoder_embed_dim", "decoder_output_dim", "decoder_input_dim")]
+    if widths != [d] * 3 or model.get("decoder_ffn_embed_dim", ffn) != ffn:
         raise DataError(f"{path}: encoder and decoder of different widths are not supported")
     if model["encoder_attention_heads"] != model["decoder_attention_heads"]:
         raise DataError(f"{path}: encoder and decoder with different numbers of attention heads are not supported")
@@ -188,7 +187,7 @@ def read(path: str, dict_dir: str) -> Imported:
     settings["joint"] = src_vocab == tgt_vocab
     pieces = {"src": _pieces(src_vocab), "tgt": _pieces(tgt_vocab)}
     overrides = {
-        "model.name": "ar", "model.d_model": d, "model.ffn_dim": model["encoder_ffn_embed_dim"],
+        "model.name": "ar", "model.d_model": d, "model.ffn_dim": ffn,
         "model.num_heads": model["encoder_attention_heads"], "model.enc_layers": model["encoder_layers"],
         "model.dec_layers": model["decoder_layers"], "model.pre_norm": pre_enc,
         "model.decoder_norm": "pre" if pre_dec else "post", "model.decoder_final_norm": final_dec,
