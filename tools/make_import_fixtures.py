@@ -157,31 +157,28 @@ def marian_fixture(out: str) -> None:
 
     os.makedirs(out, exist_ok=True)
     work = tempfile.mkdtemp()
-    try:
-        for name, lines in (("source", CORPUS_EN), ("target", CORPUS_DE)):
-            spm.set_random_generator_seed(0)
-            proto = io.BytesIO()  # not model_prefix: the model would record the temporary directory's name
-            spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=proto, vocab_size=36,
-                                           hard_vocab_limit=False, model_type="unigram", character_coverage=1.0,
-                                           num_threads=1, minloglevel=2, bos_id=-1, eos_id=1, unk_id=0, pad_id=-1)
-            with open(os.path.join(work, f"{name}.model"), "wb") as f:
-                f.write(proto.getvalue())
-        pieces = {}
-        for name in ("source", "target"):
-            sp = spm.SentencePieceProcessor(model_file=os.path.join(work, f"{name}.model"))
-            for i in range(sp.get_piece_size()):
-                if not sp.is_control(i) and not sp.is_unknown(i):
-                    pieces.setdefault(sp.id_to_piece(i), None)
-        vocab = {"</s>": 0, "<unk>": 1}
-        for p in pieces:
-            vocab.setdefault(p, len(vocab))
-        vocab["<pad>"] = len(vocab)
-        with open(os.path.join(work, "vocab.json"), "w", encoding="utf-8") as f:
-            json.dump(vocab, f, ensure_ascii=False)
-        tok = MarianTokenizer(os.path.join(work, "source.model"), os.path.join(work, "target.model"),
-                              os.path.join(work, "vocab.json"), source_lang="en", target_lang="de")
-    finally:
-        pass
+    for name, lines in (("source", CORPUS_EN), ("target", CORPUS_DE)):
+        spm.set_random_generator_seed(0)
+        proto = io.BytesIO()  # not model_prefix: the model would record the temporary directory's name
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=proto, vocab_size=36,
+                                       hard_vocab_limit=False, model_type="unigram", character_coverage=1.0,
+                                       num_threads=1, minloglevel=2, bos_id=-1, eos_id=1, unk_id=0, pad_id=-1)
+        with open(os.path.join(work, f"{name}.model"), "wb") as f:
+            f.write(proto.getvalue())
+    pieces = {}
+    for name in ("source", "target"):
+        sp = spm.SentencePieceProcessor(model_file=os.path.join(work, f"{name}.model"))
+        for i in range(sp.get_piece_size()):
+            if not sp.is_control(i) and not sp.is_unknown(i):
+                pieces.setdefault(sp.id_to_piece(i), None)
+    vocab = {"</s>": 0, "<unk>": 1}
+    for p in pieces:
+        vocab.setdefault(p, len(vocab))
+    vocab["<pad>"] = len(vocab)
+    with open(os.path.join(work, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    tok = MarianTokenizer(os.path.join(work, "source.model"), os.path.join(work, "target.model"),
+                          os.path.join(work, "vocab.json"), source_lang="en", target_lang="de")
     config = MarianConfig(vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=16, encoder_layers=2,
                           decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=24,
                           decoder_ffn_dim=24, max_position_embeddings=64, pad_token_id=vocab["<pad>"],
