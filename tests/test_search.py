@@ -223,3 +223,54 @@ def check_token_logp(params, src, out, length_penalty):
     np.testing.assert_allclose(token_logp[:, 1:][scored[:, 1:]], forced[scored[:, 1:]], atol=1e-4)
     n = scored.sum(axis=1)
     np.testing.assert_allclose(token_logp.sum(axis=1) / n**length_penalty, np.asarray(out["score"]), atol=1e-4)
+
+
+# --- fairseq's rules (eval.search_rules=fairseq) ------------------------------------------------------------
+
+@partial(jax.jit, static_argnames=("beam_size", "max_out"))
+def fairseq_search(params, src, length_penalty, max_len_a, max_len_b, beam_size, max_out=MAX_OUT):
+    return ar_generate(MODEL, params, src, beam_size=beam_size, length_penalty=length_penalty,
+                       max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, rules="fairseq")
+
+
+def python_fairseq_beam(params, src_row, max_len, beam, length_penalty):
+    """fairseq's SequenceGenerator with its BeamSearch, as plain Python: only PAD (and jaxnat's PLH, MASK)
+    banned, EOS banned at the first step and forced at max_len; at each step the 2K best extensions (cumulative
+    log-prob) of the live beams (step 0: the first only), the EOS ones among the first K finished while fewer
+    than K are, the first K others kept; stop at K finished; the best normalised finished one wins."""
+    def logprobs(prefix):
+        tgt_in = np.full((1, MAX_OUT), PAD_ID, np.int32)
+        tgt_in[0, : len(prefix)] = prefix
+        logp = np.array(_forward_logprobs(params, np.asarray(src_row)[None], tgt_in)[0, len(prefix) - 1], np.float64)
+        logp[[PAD_ID, PLH_ID, MASK_ID]] = -np.inf
+        if len(prefix) == 1:
+            logp[EOS_ID] = -np.inf
+        if len(prefix) - 1 >= max_len:
+            logp[np.arange(V) != EOS_ID] = -np.inf
+        return logp
+
+    alive, finished = [([BOS_ID], 0.0)], []
+    while len(finished) < beam and alive:
+        step = len(alive[0][0])
+        cands = sorted(((total + lp, prefix + [t]) for prefix, total in alive
+                        for t, lp in enumerate(logprobs(prefix))), key=lambda c: -c[0])[: 2 * beam]
+        for rank, (total, row) in enumerate(cands):
+            if rank < beam and row[-1] == EOS_ID and total > -np.inf and len(finished) < beam:
+                finished.append((total / step**length_penalty, row))
+        alive = [(row, total) for total, row in cands if row[-1] != EOS_ID and total > -np.inf][:beam]
+        if step > max_len:
+            break
+    return max(finished, key=lambda f: f[0])
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.integers(0, 50), st.sampled_from([2, 3]), st.sampled_from([0.5, 1.0]))
+def test_fairseq_beam_equals_python_reference(seed, beam, length_penalty):
+    params = make_params(seed % 4)
+    src = make_src(np.random.default_rng(seed), [6, 3])
+    limits = np.asarray(decode_length((src != PAD_ID).sum(1), 0.5, 2, MAX_OUT - 2))
+    out = jax.device_get(fairseq_search(params, src, length_penalty, 0.5, 2, beam_size=beam))
+    for b in range(src.shape[0]):
+        score, tokens = python_fairseq_beam(params, src[b], limits[b], beam, length_penalty)
+        assert as_list(out["tokens"][b]) == tokens
+        np.testing.assert_allclose(float(out["score"][b]), score, atol=1e-4)

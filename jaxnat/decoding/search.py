@@ -14,7 +14,8 @@ constrained searches reuse the same loops. Nothing syncs with the host inside th
 * PAD, BOS, PLH and MASK are never generated (their log-probabilities are set to -inf); UNK may be.
 * ``rules="fairseq"`` follows fairseq's SequenceGenerator where it differs, so that an imported fairseq model's
   outputs are fairseq's token for token (docs/import.md): EOS is never the first token (its min_len 1), only PAD
-  (and jaxnat's PLH and MASK, which a fairseq model lacks) is banned, and beam search is fairseq's (`_beam`).
+  (and jaxnat's PLH and MASK, which a fairseq model lacks) is banned, and beam search is fairseq's
+  (`_fairseq_beam`); the constrained search (`jaxnat.decoding.constrained`) keeps jaxnat's rules.
 * Each output token also comes with the log-probability the model gave it at the step that generated it
   (``token_logp``, for calibration): the term it added to ``sum_logprob``, so the row's ``token_logp`` sum to the
   score before the length penalty. ``token_scored`` marks those positions: every generated token, EOS included
