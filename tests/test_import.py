@@ -228,12 +228,11 @@ def test_translate_without_a_checkpoint_says_so_in_one_line_on_a_busy_machine(tm
     shutil.rmtree(workdir / "checkpoints" / "best" / "0")
     busy = [cli.subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
-        for _ in range(2):
-            result = cli.subprocess.run([sys.executable, "-m", "jaxnat.main", "--mode", "translate", "--workdir",
-                                         str(workdir)], input="a man .\n", capture_output=True, text=True, cwd=ROOT,
-                                        timeout=300)
-            assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-            assert "has no checkpoint yet" in result.stderr
+        result = cli.subprocess.run([sys.executable, "-m", "jaxnat.main", "--mode", "translate", "--workdir",
+                                     str(workdir)], input="a man .\n", capture_output=True, text=True, cwd=ROOT,
+                                    timeout=300)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+        assert "has no checkpoint yet" in result.stderr
     finally:
         for p in busy:
             p.kill()
