@@ -53,6 +53,7 @@ class Options(NamedTuple):
     length_beam: int = 3        # ℓ candidate lengths per sentence
     centred: bool = False       # fairseq's n* + k − ⌊ℓ/2⌋ instead of the ℓ most probable lengths
     length_offset: bool = False  # length classes are n_tgt − n_src + 128
+    length_with_ends: bool = False  # length classes count BOS and EOS: n_tgt + 2 (fairseq's, without the offset)
     any_order: bool = True      # constraint phrases may be placed in any order
     stop_early: bool = False    # a candidate stops at a pass that changes nothing
     by_probability: bool = True  # pick the candidate of highest mean token probability (CMLMC §3.3), else of
@@ -62,11 +63,14 @@ class Options(NamedTuple):
     dedup: bool = False         # remove each token equal to the one before it from the finished candidates
                                 # (the NAT papers' post-processing), before one is picked
     update_all: bool = False    # passes 1 … T−1 also revise the tokens they did not re-mask (the CMLMC code)
+    rules: str = "jaxnat"       # eval.search_rules: "fairseq" decodes unconstrained requests as fairseq does
+                                # (`jaxnat.decoding.mask_predict_fairseq`)
 
 
-def length_classes(n_tgt: jax.Array, n_src: jax.Array, offset: bool) -> jax.Array:
-    """int32[B]: the length class of n_tgt real target tokens (n_src real source tokens), clipped to 0 … 255."""
-    cls = n_tgt - n_src + LENGTH_OFFSET if offset else n_tgt
+def length_classes(n_tgt: jax.Array, n_src: jax.Array, offset: bool, with_ends: bool = False) -> jax.Array:
+    """int32[B]: the length class of n_tgt real target tokens (n_src real source tokens), clipped to 0 … 255:
+    n_tgt − n_src + 128 with ``offset``, else n_tgt, or n_tgt + 2 ``with_ends`` (BOS and EOS counted, fairseq)."""
+    cls = n_tgt - n_src + LENGTH_OFFSET if offset else n_tgt + (2 if with_ends else 0)
     return jnp.clip(cls, 0, LENGTH_CLASSES - 1).astype(jnp.int32)
 
 
@@ -81,7 +85,7 @@ def candidate_lengths(length_logits: jax.Array, n_src: jax.Array, low: jax.Array
         classes = jnp.argmax(length_logits, axis=-1)[:, None] + jnp.arange(beam)[None, :] - beam // 2
     else:
         classes = lax.top_k(length_logits, beam)[1]
-    n = classes + n_src[:, None] - LENGTH_OFFSET if options.length_offset else classes
+    n = classes + n_src[:, None] - LENGTH_OFFSET if options.length_offset else classes - 2 * options.length_with_ends
     return jnp.maximum(jnp.minimum(n, high[:, None]), low[:, None]).astype(jnp.int32)
 
 

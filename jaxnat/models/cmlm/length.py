@@ -10,6 +10,8 @@ def length_defaults() -> dict:
         # the target length from a LENGTH token appended to the source ("token", Mask-Predict and CMLMC) or from
         # the mean-pooled encoder ("pooled", fairseq); with length_offset, as an offset from the source length
         length_prediction="token", length_offset=False,
+        # the classes count BOS and EOS (n + 2, without length_offset): a fairseq model's (docs/import.md)
+        length_with_ends=False,
         length_loss_weight=0.1,  # the length loss's weight
         # ℓ candidate lengths: "top" (the ℓ most probable) or "centred" (fairseq's argmax ± ⌊ℓ/2⌋); the candidate
         # kept: highest average token probability ("probability", CMLMC §3.3) or mean log-probability

@@ -13,7 +13,7 @@ A packed batch (several pairs a row, `jaxnat.models.packing`) predicts one lengt
 segment that sees only its segment, or a mean over each segment.
 
 With ``cmlm.length_offset`` the classes are ``n_tgt − n_src + 128`` instead of ``n_tgt`` (n: real tokens,
-BOS/EOS excluded), clipped to 0 … 255.
+BOS/EOS excluded), clipped to 0 … 255; with ``cmlm.length_with_ends`` (a fairseq model's) ``n_tgt + 2``.
 
 CMLMC adds, each part its own switch (the ablation rows of the paper's Tables 1 and A.1):
 
@@ -38,7 +38,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxnat.data.vocab import MASK_ID
-from jaxnat.decoding import mask_predict
+from jaxnat.decoding import mask_predict, mask_predict_fairseq
 from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.models.insertion import forbid_reserved, head_runner, mean_loss, model_choice
 from jaxnat.errors import ConfigError
@@ -47,7 +47,8 @@ from jaxnat.models.cmlm.length import rescorer_extras
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import max_segments, segment_interior, segment_lengths, segment_lowest, segment_mean
 from jaxnat.models.spec import ModelSpec
-from jaxnat.models.transformer import Decoder, embedders, Encoder, TransformerConfig, config_from, token_mask
+from jaxnat.models.transformer import (absent_logits, Decoder, embedders, Encoder, TransformerConfig, config_from,
+                                      token_mask)
 from jaxnat.oracle import apply_random_mask, draw_subset, full_mask, real_mask
 
 # The CMLMC authors' training recipe (their trainNAT.sh, beside the paper): BERT initialisation, token embeddings
@@ -132,7 +133,8 @@ class CMLM(nn.Module):
 
     def project(self, h: jax.Array) -> jax.Array:
         """float[B, T, D] → float32[B, T, V], the tied (or separate) token head."""
-        return self.tgt_embed.attend(h) if self.cfg.tie_output else self.output(h).astype(jnp.float32)
+        logits = self.tgt_embed.attend(h) if self.cfg.tie_output else self.output(h).astype(jnp.float32)
+        return absent_logits(self.cfg, logits)
 
     def __call__(self, src, tokens, train: bool = False):
         memory, length_logits = self.encode(src, train)
@@ -181,18 +183,20 @@ def full_canvas(tokens: jax.Array, segments: jax.Array | None = None) -> tuple[j
     return jnp.where(real, MASK_ID, tokens), real
 
 
-def length_prediction_loss(length_logits: jax.Array, n_src: jax.Array, n_tgt: jax.Array, offset: bool) -> jax.Array:
+def length_prediction_loss(length_logits: jax.Array, n_src: jax.Array, n_tgt: jax.Array, offset: bool,
+                           with_ends: bool = False) -> jax.Array:
     """float32[]: cross-entropy of the target's length class (`mask_predict.length_classes`), mean over the
     sentences with a target (not a batch's filler rows or empty segment slots). length_logits: float32[..., 256];
     n_src, n_tgt: int32[...] the sentences' real tokens (`real_counts`: [B], or [B, K] per segment)."""
     live = n_tgt > 0
-    classes = mask_predict.length_classes(n_tgt, n_src, offset)
+    classes = mask_predict.length_classes(n_tgt, n_src, offset, with_ends)
     nll = -jnp.sum(jax.nn.log_softmax(length_logits) * jax.nn.one_hot(classes, mask_predict.LENGTH_CLASSES), axis=-1)
     return mean_loss(jnp.sum(jnp.where(live, nll, 0.0)), jnp.sum(live, dtype=jnp.float32))
 
 
 def cmlm_loss(model: CMLM, params, batch: dict, rng, *, label_smoothing: float, length_loss_weight: float = 0.1,
-              length_offset: bool = False, correction: bool = False, correction_p: float = 0.3,
+              length_offset: bool = False, length_with_ends: bool = False, correction: bool = False,
+              correction_p: float = 0.3,
               correction_fixed_count: bool = False, correction_mean: bool = False, train: bool = True,
               keep_inputs: bool = False, draws: dict | None = None):
     """The CMLM objective, with CMLMC's correction loss when ``correction``.
@@ -226,7 +230,7 @@ def cmlm_loss(model: CMLM, params, batch: dict, rng, *, label_smoothing: float, 
 
     real = real_mask(tgt) if tgt_seg is None else segment_interior(tgt_seg)
     length_loss = length_prediction_loss(length_logits, real_counts(src, src_seg), real_counts(tgt, tgt_seg),
-                                         length_offset)
+                                         length_offset, length_with_ends)
 
     if draws is None:
         draws = {"mask": draw_subset(k_mask, tgt.shape, None if tgt_seg is None else max_segments(tgt.shape[1]))}
@@ -289,9 +293,10 @@ def mask_predict_options(s, e, iterations: int, update_all: bool = False) -> mas
     ``e`` = config.eval (``iterations`` passes)."""
     return mask_predict.Options(
         iterations=iterations, length_beam=s.length_beam, centred=s.length_beam_mode == "centred",
-        length_offset=s.length_offset, any_order=e.constraint_order == "any", stop_early=not e.run_all_iterations,
+        length_offset=s.length_offset, length_with_ends=s.length_with_ends, any_order=e.constraint_order == "any",
+        stop_early=not e.run_all_iterations,
         by_probability=s.candidate_score == "probability", cap_min=e.length_cap_min, cap_ratio=e.length_cap_ratio,
-        dedup=s.remove_repeats, update_all=update_all)
+        dedup=s.remove_repeats, update_all=update_all, rules=e.search_rules)
 
 
 def updates_all(s) -> bool:
@@ -300,24 +305,35 @@ def updates_all(s) -> bool:
 
 
 def canvas_capacity(cfg: TransformerConfig, eval_cfg):
-    """capacity(src_len) → the canvas width for sources padded to src_len (BOS/EOS included)."""
+    """capacity(src_len) → the canvas width for sources padded to src_len (BOS/EOS included); under fairseq's
+    rules, which cap no length, the model's longest."""
     def capacity(src_len: int) -> int:
+        if eval_cfg.search_rules == "fairseq":
+            return cfg.max_len
         return int(min(cfg.max_len, max(eval_cfg.length_cap_min, int(eval_cfg.length_cap_ratio * src_len))))
     return capacity
 
 
 def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity, rescorer, counts: tuple[str, ...],
-                          continues=None, **logits_kwargs):
+                          continues=None, ends_predicted: bool = False, **logits_kwargs):
     """(plan, generate) of a length-predicting model (`ModelSpec`): plan encodes the source and picks the
     candidate lengths (`mask_predict.candidates`); generate runs `mask_predict.decode` with the model's token
     head (``logits_kwargs``: static extra arguments of its ``token_logits``) on canvases as wide as the request's
-    output, from the request's plan or its own; it reports the per-sentence ``counts`` the model declares."""
+    output, from the request's plan or its own; it reports the per-sentence ``counts`` the model declares.
+    Under fairseq's rules (``options.rules``) a request without constraints is decoded as fairseq does
+    (`mask_predict_fairseq`; ``ends_predicted``: its model predicts BOS and EOS too, as fairseq's NAT)."""
+    def fairseq_rules(request: DecodeRequest) -> bool:
+        return options.rules == "fairseq" and request.constraints is None
+
     def plan(params, request: DecodeRequest):
         """→ (int32[B, ℓ] candidate lengths, (memory float[B, S, D], the source mask bool[B, S]))."""
         src = request.src
         memory, length_logits = module.apply(params, src, method="encode")
-        lengths = mask_predict.candidates(length_logits, src, request.constraints, request.hard,
-                                          request.width(capacity), options)
+        if fairseq_rules(request):
+            lengths = mask_predict_fairseq.candidates(length_logits, src, request.width(capacity), options)
+        else:
+            lengths = mask_predict.candidates(length_logits, src, request.constraints, request.hard,
+                                              request.width(capacity), options)
         return lengths, (memory, token_mask(src))
 
     def generate(params, request: DecodeRequest) -> dict:
@@ -326,17 +342,20 @@ def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity,
 
         def token_logits(tokens, rows_of):
             """tokens: int32[R, L] canvases of the sentences ``rows_of`` (int32[R]) → float32[R, L, V]."""
-            return forbid_reserved(module.apply(params, tokens, memory[rows_of], src_mask[rows_of],
-                                                method="token_logits", **logits_kwargs))
+            return module.apply(params, tokens, memory[rows_of], src_mask[rows_of], method="token_logits",
+                                **logits_kwargs)
 
         def rescore(tokens, rows_of):
             """The AR rescorer's log-probabilities of the length candidates (the section's rescorer)."""
             return ar_score(rescorer, request.extras["rescorer"], src, tokens, rows_of)
 
-        rescoring = rescorer is not None and "rescorer" in request.extras
-        out = mask_predict.decode(token_logits, lengths, src, request.constraints, request.hard,
-                                  request.width(capacity), options, continues,
-                                  rescore if rescoring else None)
+        if fairseq_rules(request):  # fairseq's argmax runs over every id
+            out = mask_predict_fairseq.decode(token_logits, lengths, request.width(capacity), options, ends_predicted)
+        else:
+            rescoring = rescorer is not None and "rescorer" in request.extras
+            out = mask_predict.decode(lambda tokens, rows_of: forbid_reserved(token_logits(tokens, rows_of)), lengths,
+                                      src, request.constraints, request.hard, request.width(capacity), options,
+                                      continues, rescore if rescoring else None)
         out["chosen_length"] = out.pop("length")
         return {k: v for k, v in out.items() if k in ("tokens", "score", "token_logp", "token_scored", *counts)}
 
@@ -358,7 +377,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     def loss(params, batch, rng, train=True):
         return cmlm_loss(module, params, batch, rng, label_smoothing=t.label_smoothing,
                          length_loss_weight=s.length_loss_weight, length_offset=s.length_offset,
-                         correction=s.correction, correction_p=s.correction_p,
+                         length_with_ends=s.length_with_ends, correction=s.correction, correction_p=s.correction_p,
                          correction_fixed_count=s.correction_count == "fixed",
                          correction_mean=s.correction_combine == "mean", train=train)
 

@@ -190,7 +190,8 @@ def coverage_agreement(src_summary: jax.Array, expected: jax.Array, counted: jax
 
 
 def nat_loss(model: NAT, params, batch: dict, rng, *, label_smoothing: float, length_loss_weight: float = 0.1,
-             length_offset: bool = False, iterations: int = 5, sca_weight: float = 0.0, train: bool = True):
+             length_offset: bool = False, length_with_ends: bool = False, iterations: int = 5,
+             sca_weight: float = 0.0, train: bool = True):
     """L_mle + α L_length (eq. 15), + β L_coverage with ``sca_weight`` β > 0 (eq. 16).
 
     batch['src']: int32[B, S], batch['tgt']: int32[B, T] ([BOS … EOS] rows), or a packed batch (several pairs a
@@ -211,7 +212,7 @@ def nat_loss(model: NAT, params, batch: dict, rng, *, label_smoothing: float, le
                          method="token_logits", rngs={"dropout": k_dec})
     tok_sum, nll_sum, count = smoothed_cross_entropy(logits, tgt, predicted, label_smoothing)
     length_loss = length_prediction_loss(length_logits, real_counts(src, src_seg), real_counts(tgt, tgt_seg),
-                                         length_offset)
+                                         length_offset, length_with_ends)
     loss = mean_loss(tok_sum, count) + length_loss_weight * length_loss
     n = jnp.sum(token_mask(tgt), dtype=jnp.float32)
     aux = {"nll": mean_loss(nll_sum, count) * n, "count": n, "length_loss": length_loss}
@@ -244,7 +245,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     capacity = canvas_capacity(cfg, config.eval)
     options = mask_predict_options(s, config.eval, iterations=1)
     plan, generate = mask_predict_generate(decoder, options, capacity, rescorer_module(s, cfg), SUPPORTS.counts,
-                                           iterations=s.decode_iterations)
+                                           ends_predicted=True, iterations=s.decode_iterations)
 
     def init(rng, batch):
         return module.init(rng, batch["src"][:1], batch["tgt"][:1])
@@ -252,6 +253,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     def loss(params, batch, rng, train=True):
         return nat_loss(module, params, batch, rng, label_smoothing=t.label_smoothing,
                         length_loss_weight=s.length_loss_weight, length_offset=s.length_offset,
+                        length_with_ends=s.length_with_ends,
                         iterations=s.train_iterations, sca_weight=s.sca_weight, train=train)
 
     terms = ("length_loss",) + (("coverage_loss",) if s.sca_weight > 0 else ())
