@@ -10,7 +10,7 @@ import optax
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PLH_ID
 from jaxnat.decoding.refine import Heads, initial_hypotheses, length_cap, refine
-from jaxnat.models.insertion import NOT_PREDICTED
+from jaxnat.decoding.refine import NOT_PREDICTED
 from tests import jitted
 from tests import reference as ref
 

@@ -179,7 +179,7 @@ def test_a_checkpoint_is_read_as_data(tmp_path):
 @pytest.mark.parametrize("damage, message", [
     ("dictionary", "not this model's dictionary"),
     ("codes", "BPE codes"),
-    ("architecture", "not supported yet"),
+    ("architecture", "is not supported"),
 ])
 def test_a_bad_import_names_what_and_leaves_no_workdir(tmp_path, damage, message):
     source = tmp_path / "fairseq"

@@ -131,6 +131,139 @@ def fairseq_fixture(out: str) -> None:
     write_expected(out, expected, outputs)
 
 
+# fairseq's length-predicting and edit models beside the AR one (same dictionaries and BPE): arch, its own
+# options, the generator's settings (max_iter N = N + 1 passes; beam = the length beam)
+NAT_MODELS = {
+    "cmlm": ("cmlm_transformer", ["--pred-length-offset"], dict(max_iter=9, beam_size=3)),
+    "nat": ("nonautoregressive_transformer", [], dict(max_iter=0, beam_size=3)),
+    "levt": ("levenshtein_transformer", ["--early-exit", "1,2,2", "--decoder-normalize-before",
+                                         "--encoder-normalize-before"], dict(max_iter=9, beam_size=1)),
+}
+
+
+def fairseq_nat_fixtures(out: str) -> None:
+    """fairseq-nat/: cmlm.pt, nat.pt, levt.pt, `translation_lev` models sharing all embeddings over a joined
+    dictionary (fairseq/'s BPE codes), and expected_<name>.npz/json: the heads' log-probabilities on given
+    canvases and fairseq's generator's outputs."""
+    from fairseq import checkpoint_utils, options, tasks
+    from fairseq.data import data_utils
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+    from fairseq.iterative_refinement_generator import IterativeRefinementGenerator
+    from omegaconf import OmegaConf
+    from sacremoses import MosesTokenizer
+    from subword_nmt.apply_bpe import BPE
+
+    from fairseq.data import Dictionary
+
+    os.makedirs(out, exist_ok=True)
+    shutil.copy(os.path.join(ROOT, "fairseq", "bpecodes"), os.path.join(out, "bpecodes"))
+    with open(os.path.join(out, "bpecodes"), encoding="utf-8") as f:
+        bpe = BPE(f)
+    moses = {lang: MosesTokenizer(lang=lang) for lang in ("en", "de")}
+
+    def pieces(text: str, lang: str) -> str:
+        return bpe.process_line(moses[lang].tokenize(text, return_str=True, escape=True, aggressive_dash_splits=True))
+
+    joined = Dictionary()  # fairseq-preprocess --joined-dictionary, as fairseq's NAT recipes share all embeddings
+    for lang, corpus in (("en", CORPUS_EN), ("de", CORPUS_DE)):
+        for line in corpus:
+            for w in pieces(line, lang).split():
+                joined.add_symbol(w)
+    joined.finalize(padding_factor=8)
+    for lang in ("en", "de"):
+        joined.save(os.path.join(out, f"dict.{lang}.txt"))
+
+    for seed, (name, (arch, extra, generation)) in enumerate(NAT_MODELS.items(), start=3):
+        argv = [out, "--task", "translation_lev", "-s", "en", "-t", "de", "--arch", arch,
+                "--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "16",
+                "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "24", "--decoder-ffn-embed-dim", "24",
+                "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
+                "--share-all-embeddings", "--max-source-positions", "256",
+                "--max-target-positions", "256", "--bpe", "subword_nmt", "--bpe-codes",
+                os.path.join(out, "bpecodes"), "--tokenizer", "moses", "--optimizer", "adam", "--lr", "0.0005",
+                "--max-tokens", "1000", *extra]
+        args = options.parse_args_and_arch(options.get_training_parser(), argv)
+        cfg = convert_namespace_to_omegaconf(args)
+        task = tasks.setup_task(cfg.task)
+        model = task.build_model(cfg.model)
+        perturb(model, seed=seed)
+        model.eval()
+        src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
+        bos = torch.tensor([src_dict.bos()])
+        src = [torch.cat([bos, src_dict.encode_line(pieces(s, "en"), add_if_not_exist=False).long()]) for s in SRC]
+        tgt = [torch.cat([bos, tgt_dict.encode_line(pieces(t, "de"), add_if_not_exist=False).long()]) for t in TGT]
+        src_tokens = data_utils.collate_tokens(src, src_dict.pad(), left_pad=True)
+        src_lengths = torch.tensor([len(s) for s in src])
+        tgt_tokens = data_utils.collate_tokens(tgt, tgt_dict.pad(), left_pad=False)
+        trained_like(model, name, src_tokens, src_lengths, tgt_tokens)
+        state = {"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+                 "model": model.state_dict(), "extra_state": {"train_iterator": {"epoch": 1}},
+                 "optimizer_history": [{"criterion_name": "NatLoss", "optimizer_name": "FairseqAdam",
+                                        "lr_scheduler_state": {"best": None}, "num_updates": 0}],
+                 "last_optimizer_state": None}
+        checkpoint_utils.torch_persistent_save(state, os.path.join(out, f"{name}.pt"))
+
+        # canvases: the references with every other real token as <unk> (fairseq's mask and placeholder)
+        canvas = [torch.where((torch.arange(len(t)) % 2 == 1) & (torch.arange(len(t)) < len(t) - 1),
+                              torch.tensor(tgt_dict.unk()), t) for t in tgt]
+        canvas = data_utils.collate_tokens(canvas, tgt_dict.pad(), left_pad=False)
+        with torch.no_grad():
+            enc = model.forward_encoder([src_tokens, src_lengths])
+            arrays = {"src_ids": src_tokens.numpy(), "canvas_ids": canvas.numpy(), "tgt_ids": tgt_tokens.numpy()}
+            if name == "levt":
+                dec = model.decoder
+                ref = arrays_t(arrays["tgt_ids"])
+                heads = (("deletion", dec.forward_word_del, ref), ("placeholder", dec.forward_mask_ins, ref),
+                         ("token", dec.forward_word_ins, canvas))
+                for head, fn, tokens in heads:
+                    arrays[f"{head}_logp"] = fn(normalize=True, encoder_out=enc, prev_output_tokens=tokens)[0].numpy()
+            else:
+                arrays["length_logp"] = model.decoder.forward_length(normalize=True, encoder_out=enc).numpy()
+                arrays["token_logp"] = model.decoder(normalize=True, encoder_out=enc, prev_output_tokens=canvas).numpy()
+            generator = IterativeRefinementGenerator(tgt_dict, models=[model], **generation)
+            sample = {"net_input": {"src_tokens": src_tokens, "src_lengths": src_lengths}}
+            hyps = generator.generate([model], sample)
+        outputs = {"arch": arch, "generation": generation,
+                   "tokens": [h[0]["tokens"].tolist() for h in hyps],
+                   "score": [float(h[0]["score"]) for h in hyps], "steps": [int(h[0]["steps"]) for h in hyps]}
+        write_expected(out, arrays, outputs, f"expected_{name}")
+
+
+def trained_like(model, name: str, src_tokens, src_lengths, tgt_tokens) -> None:
+    """What a random NAT model lacks to decode anything but degenerate outputs, given as a trained one has it:
+    its padding row zero (fairseq's Embedding never updates it); the rows of <s>, </s> and <unk> (the mask and
+    placeholder), which a trained model rarely predicts inside a sentence, at 0.05× their draw (with all
+    embeddings shared, a random model predicts them everywhere); and the classifiers that size the output (the
+    length head; LevT's placeholder head) leaning towards plausible classes: row c moves by
+    −min(((c − centre) / width)², 16) along the mean feature it reads, u = f̄ / ‖f̄‖², so that its logits move by
+    about that (a random length head asks for empty or 255-token canvases). Every other weight stays as drawn."""
+    def lean(weight, features, centre: float, width: float) -> None:
+        mean = features.reshape(-1, features.shape[-1]).mean(0)
+        classes = torch.arange(weight.shape[0], dtype=torch.float32)
+        weight -= torch.clamp(((classes - centre) / width) ** 2, max=16.0)[:, None] * (mean / mean.dot(mean))[None, :]
+
+    with torch.no_grad():
+        emb = model.decoder.embed_tokens
+        emb.weight[emb.padding_idx].zero_()
+        for special in (model.decoder.bos, model.decoder.eos, model.decoder.unk):
+            emb.weight[special] *= 0.05
+        enc = model.forward_encoder([src_tokens, src_lengths])
+        if name == "levt":
+            features, _ = model.decoder.extract_features(tgt_tokens, encoder_out=enc,
+                                                         early_exit=model.decoder.early_exit[1])
+            pairs = torch.cat([features[:, :-1], features[:, 1:]], 2)
+            lean(model.decoder.embed_mask_ins.weight, pairs, centre=4.0, width=2.0)
+        else:
+            pad_mask = enc["encoder_padding_mask"][0]
+            feats = enc["encoder_out"][0].transpose(0, 1)[~pad_mask]
+            offset = model.decoder.pred_length_offset
+            lean(model.decoder.embed_length.weight, feats, centre=128 + 1 if offset else 12, width=3.0)
+
+
+def arrays_t(ids: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.asarray(ids)).long()
+
+
 def pad_ids(rows, pad: int) -> np.ndarray:
     n = max(len(r) for r in rows)
     return np.array([list(r) + [pad] * (n - len(r)) for r in (r.tolist() if hasattr(r, "tolist") else r
@@ -212,20 +345,22 @@ def marian_fixture(out: str) -> None:
     write_expected(out, expected, outputs)
 
 
-def write_expected(out: str, arrays: dict, outputs: dict) -> None:
-    np.savez_compressed(os.path.join(out, "expected.npz"), **{k: np.asarray(v) for k, v in arrays.items()})
-    with open(os.path.join(out, "expected.json"), "w", encoding="utf-8") as f:
+def write_expected(out: str, arrays: dict, outputs: dict, name: str = "expected") -> None:
+    np.savez_compressed(os.path.join(out, f"{name}.npz"), **{k: np.asarray(v) for k, v in arrays.items()})
+    with open(os.path.join(out, f"{name}.json"), "w", encoding="utf-8") as f:
         json.dump({"src": SRC, "tgt": TGT, **outputs}, f, indent=1, ensure_ascii=False)
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", choices=("fairseq", "marian"))
+    parser.add_argument("--only", choices=("fairseq", "fairseq-nat", "marian"))
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     np.random.seed(0)
     if args.only in (None, "fairseq"):
         fairseq_fixture(os.path.join(ROOT, "fairseq"))
+    if args.only in (None, "fairseq", "fairseq-nat"):
+        fairseq_nat_fixtures(os.path.join(ROOT, "fairseq-nat"))
     if args.only in (None, "marian"):
         marian_fixture(os.path.join(ROOT, "marian"))
     print(f"wrote {os.path.normpath(ROOT)}")

@@ -28,7 +28,17 @@ from jax import lax
 
 from jaxnat.argmax import argmax
 from jaxnat import edit_ops
-from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, PLH_ID
+from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID
+
+NOT_PREDICTED = (PAD_ID, BOS_ID, EOS_ID, PLH_ID, MASK_ID)  # ids the token head may never write
+
+
+def forbid_reserved(logits: jax.Array) -> jax.Array:
+    """float32[..., V] → the same with PAD/BOS/EOS/PLH/MASK at -inf: a filled slot always holds a real token
+    (a PAD or EOS in the middle of a row would break every fixed-shape edit op). A broadcast add of a [V]
+    mask rather than a scatter into the logits, so XLA fuses it into whatever reads them next."""
+    mask = jnp.zeros(logits.shape[-1], logits.dtype).at[jnp.asarray(NOT_PREDICTED)].set(-jnp.inf)
+    return logits + mask
 
 
 class Hypotheses(NamedTuple):
@@ -55,13 +65,16 @@ class RefineOptions(NamedTuple):
     cap_ratio: float = 2.0
     run_all: bool = False              # run every iteration even when nothing changes
     trace: bool = False                # also return every intermediate hypothesis
+    # a fill's score: its log-probability among the ids a fill may take ("jaxnat") or among every id, the
+    # reserved ones included, which fairseq's LevT could also write ("fairseq", eval.search_rules)
+    rules: str = "jaxnat"
 
 
 class Heads(NamedTuple):
     """The model's heads with the source already encoded: each maps tokens int32[B, L] to logits."""
     first: Callable      # LevT: deletion logits [B, L, 2]; EDITOR: reposition logits [B, L, L]
     placeholder: Callable  # [B, L-1, 256]
-    token: Callable      # [B, L, V], reserved ids already at -inf
+    token: Callable      # [B, L, V] (`NOT_PREDICTED` ids are never filled in, whatever their logits)
 
 
 # (hyps, logits, active bool[B], continues bool[V] | None) -> (hyps, {name: int32[B]}). Every output token is an
@@ -125,7 +138,7 @@ def inside_phrase(phrase: jax.Array) -> jax.Array:
 
 
 def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.Array, penalty: float,
-                    continues: jax.Array | None = None):
+                    continues: jax.Array | None = None, all_ids: bool = False):
     """Placeholders (argmax per slot after the γ penalty, none inside a phrase, row capped at ``cap``), then
     every placeholder filled with the token head's argmax. Returns (placeholder hyps, filled hyps, count).
 
@@ -141,13 +154,14 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
     ins = edit_ops.insert_placeholders(hyps.tokens, counts, PAD_ID, PLH_ID, max_length=cap,
                                        sides=hyps.sides())
     with_plh = Hypotheses(ins.tokens, *ins.sides)
-    logits = heads.token(with_plh.tokens).astype(jnp.float32)
+    raw = heads.token(with_plh.tokens).astype(jnp.float32)
+    logits = forbid_reserved(raw)
     if continues is not None:
         after_phrase = jnp.pad(with_plh.phrase[:, :-1] > 0, ((0, 0), (1, 0))) & (with_plh.tokens == PLH_ID)
         logits = jnp.where(after_phrase[..., None] & continues, -jnp.inf, logits)
     # the argmax's log-probability, max - logsumexp, without materialising a log_softmax of [B, L, V]
     best = argmax(logits)
-    best_logp = jnp.max(logits, axis=-1) - jax.nn.logsumexp(logits, axis=-1)
+    best_logp = jnp.max(logits, axis=-1) - jax.nn.logsumexp(raw if all_ids else logits, axis=-1)
     is_plh = with_plh.tokens == PLH_ID
     filled = Hypotheses(jnp.where(is_plh, best, with_plh.tokens),
                         jnp.where(is_plh, best_logp, with_plh.scores), with_plh.phrase, is_plh | with_plh.scored)
@@ -184,7 +198,7 @@ def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Arra
         before = s["hyps"]
         edited, counts = first_edit(before, heads.first(before.tokens).astype(jnp.float32), active, continues)
         with_plh, filled, inserted = insert_and_fill(edited, heads, cap, active, options.placeholder_penalty,
-                                                     continues)
+                                                     continues, options.rules == "fairseq")
         changed = jnp.any(filled.tokens != before.tokens, axis=1)
         new = dict(s)
         new["hyps"] = filled

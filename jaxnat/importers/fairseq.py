@@ -14,6 +14,8 @@ from __future__ import annotations
 import argparse
 import os
 
+import numpy as np
+
 from jaxnat.errors import DataError
 from jaxnat.importers import Imported, remap_rows, torch_file
 from jaxnat.importers.torch_layers import StateDict, norm, stacks
@@ -21,7 +23,13 @@ from jaxnat.importers.torch_layers import StateDict, norm, stacks
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's Dictionary, ids 0..3
 # jaxnat's PAD, BOS, EOS, UNK, PLH, MASK <- fairseq rows (PLH and MASK: <unk>'s, never predicted)
 RESERVED_ROWS = [1, 0, 2, 3, 3, 3]
-AR_ARCHITECTURES = ("transformer",)  # fairseq's `transformer` and its presets (transformer_wmt_en_de, …)
+# fairseq's architectures (and their presets, `<name>_<preset>`) -> jaxnat's family
+ARCHITECTURES = {"transformer": "ar", "cmlm_transformer": "cmlm", "nonautoregressive_transformer": "nat",
+                 "levenshtein_transformer": "levt"}
+NAT_UNSUPPORTED = {  # settings of fairseq's NAT models jaxnat's families have no equivalent of, with their default
+    "src_embedding_copy": False, "no_share_discriminator": False, "no_share_maskpredictor": False,
+    "share_discriminator_maskpredictor": False, "layernorm_embedding": False,
+}
 UNSUPPORTED = {  # settings of fairseq's Transformer that jaxnat's has no equivalent of, with their default
     "adaptive_softmax_cutoff": None, "adaptive_input": False, "cross_self_attention": False,
     "no_token_positional_embeddings": False, "decoder_layerdrop": 0.0, "encoder_layerdrop": 0.0,
@@ -107,6 +115,35 @@ def _segmenter(cfg: dict, task: dict, dict_dir: str) -> tuple[dict, dict]:
     raise DataError(f"fairseq --bpe {kind!r} is not supported (sentencepiece, or subword_nmt with --tokenizer moses)")
 
 
+def _nat_heads(family: str, model: dict, state: StateDict, params: dict) -> dict:
+    """The heads of fairseq's `translation_lev` models into ``params``; returns their config overrides.
+
+    CMLM and NAT: the length head, `F.linear` over the mean-pooled encoder (no bias), its classes n + 2 or, with
+    --pred-length-offset, the offset from the source length. NAT: W_s of Coverage-NAT's SCA, which fairseq's
+    NAT lacks, drawn fresh (seeded), so that fine-tuning with nat.sca_weight > 0 can learn it. LevT: the
+    deletion and placeholder heads (bias-free linears) and the early exits "del,ins,word"."""
+    if family == "levt":
+        params["deletion_head"] = {"kernel": state.take("decoder.embed_word_del.weight").T}
+        params["placeholder_head"] = {"kernel": state.take("decoder.embed_mask_ins.weight").T}
+        return {"levt.early_exit": str(model.get("early_exit", "6,6,6")).replace(" ", ""),
+                "levt.max_iter": 9, "eval.beam_size": 1}
+    length = state.take("decoder.embed_length.weight")
+    params["length_head"] = {"kernel": length.T, "bias": np.zeros(length.shape[0], np.float32)}
+    section = family
+    overrides = {f"{section}.length_prediction": "pooled",
+                 f"{section}.length_offset": bool(model.get("pred_length_offset", False)),
+                 f"{section}.length_with_ends": not model.get("pred_length_offset", False),
+                 f"{section}.length_beam": 3, f"{section}.length_beam_mode": "centred",
+                 f"{section}.candidate_score": "log_probability", "eval.beam_size": 1}
+    if family == "cmlm":
+        overrides["cmlm.mask_predict_iter"] = 10
+    else:
+        d = length.shape[1]
+        params["source_map"] = {"kernel": (np.random.default_rng(0).standard_normal((d, d)) *
+                                           np.sqrt(1.0 / d)).astype(np.float32)}
+    return overrides
+
+
 def read(path: str, dict_dir: str) -> Imported:
     ckpt = torch_file.load(path)
     if not isinstance(ckpt, dict) or "model" not in ckpt:
@@ -118,10 +155,12 @@ def read(path: str, dict_dir: str) -> Imported:
     if not cfg:  # an older checkpoint: every setting in args
         cfg = {"bpe": {"_name": args.get("bpe"), **args}, "tokenizer": {"_name": args.get("tokenizer"), **args}}
     arch = model.get("_name") or model.get("arch") or "?"
-    if not any(arch == a or arch.startswith(a + "_") for a in AR_ARCHITECTURES):
-        raise DataError(f"{path}: fairseq architecture {arch!r} is not supported yet (supported: "
-                        f"{', '.join(AR_ARCHITECTURES)} and its presets)")
-    for key, default in UNSUPPORTED.items():
+    family = next((f for a, f in sorted(ARCHITECTURES.items(), key=lambda x: -len(x[0]))
+                   if arch == a or arch.startswith(a + "_")), None)
+    if family is None:
+        raise DataError(f"{path}: fairseq architecture {arch!r} is not supported (supported: "
+                        f"{', '.join(ARCHITECTURES)} and their presets)")
+    for key, default in {**UNSUPPORTED, **(NAT_UNSUPPORTED if family != "ar" else {})}.items():
         if model.get(key, default) not in (default, None, False, 0, 0.0):
             raise DataError(f"{path}: fairseq setting {key}={model[key]!r} is not supported")
     d, ffn = model["encoder_embed_dim"], model["encoder_ffn_embed_dim"]
@@ -165,6 +204,9 @@ def read(path: str, dict_dir: str) -> Imported:
     src_embed = {"tokens": {"embedding": remap_rows(state.take("encoder.embed_tokens.weight"), _order(src_rows))}}
     tgt_embed = {} if share_all else {
         "tokens": {"embedding": remap_rows(state.take("decoder.embed_tokens.weight"), _order(tgt_rows))}}
+    if share_all and state.has("decoder.embed_tokens.weight"):  # the one table, saved under both names
+        if not np.array_equal(state.take("decoder.embed_tokens.weight"), state.tensors["encoder.embed_tokens.weight"]):
+            raise DataError(f"{path}: share_all_embeddings, but the decoder's embeddings differ from the encoder's")
     if learned:  # rows 0..padding_idx of fairseq's tables are never read
         src_embed["positions"] = state.take("encoder.embed_positions.weight")[2: 2 + max_len]
         tgt_embed["positions"] = state.take("decoder.embed_positions.weight")[2: 2 + max_len]
@@ -176,6 +218,9 @@ def read(path: str, dict_dir: str) -> Imported:
     if model.get("layernorm_embedding", False):
         params["src_embed_norm"] = norm(state, "encoder.layernorm_embedding")
         params["tgt_embed_norm"] = norm(state, "decoder.layernorm_embedding")
+    overrides = {}
+    if family != "ar":
+        overrides = _nat_heads(family, model, state, params)
     # fairseq 0.12's encoder layers also keep copies of their weights for PyTorch's fused fast path (in_proj_weight,
     # fc1_weight, …), which its own eval path does not read either
     fused = tuple(f"{n}_{w}" for n in ("in_proj", "out_proj", "fc1", "fc2") for w in ("weight", "bias"))
@@ -187,7 +232,7 @@ def read(path: str, dict_dir: str) -> Imported:
     settings["joint"] = src_vocab == tgt_vocab
     pieces = {"src": _pieces(src_vocab), "tgt": _pieces(tgt_vocab)}
     overrides = {
-        "model.name": "ar", "model.d_model": d, "model.ffn_dim": ffn,
+        **overrides, "model.name": family, "model.d_model": d, "model.ffn_dim": ffn,
         "model.num_heads": model["encoder_attention_heads"], "model.enc_layers": model["encoder_layers"],
         "model.dec_layers": model["decoder_layers"], "model.pre_norm": pre_enc,
         "model.decoder_norm": "pre" if pre_dec else "post", "model.decoder_final_norm": final_dec,
@@ -198,13 +243,15 @@ def read(path: str, dict_dir: str) -> Imported:
         "model.activation": {"gelu_fast": "gelu_tanh", "gelu_accurate": "gelu_tanh"}.get(
             model.get("activation_fn", "relu"), model.get("activation_fn", "relu")),
         "model.layernorm_embedding": bool(model.get("layernorm_embedding", False)),
-        "model.decoder_start": "eos", "model.source_bos": False, "model.absent_tokens": "plh,mask",
+        "model.absent_tokens": "plh,mask",
         "model.dropout": float(model.get("dropout", 0.1)),
         "model.attention_dropout": float(model.get("attention_dropout", 0.0)),
         "model.activation_dropout": float(model.get("activation_dropout", model.get("relu_dropout", 0.0)) or 0.0),
         "data.joint_vocab": settings["joint"], "data.vocab_size": len(pieces["tgt"]),
         "data.src_lang": src_lang, "data.tgt_lang": tgt_lang, "data.max_len": min(max_len, 256),
-        "eval.beam_size": 4, "eval.max_len_a": 1.2, "eval.max_len_b": 10,
     }
-    about = {"format": "fairseq", "architecture": arch}
+    if family == "ar":  # the `translation` task: no BOS on the source; the decoder starts from EOS
+        overrides.update({"model.decoder_start": "eos", "model.source_bos": False, "eval.beam_size": 4,
+                          "eval.max_len_a": 1.2, "eval.max_len_b": 10})
+    about = {"format": "fairseq", "architecture": arch, "family": family}
     return Imported(overrides, params, settings, pieces, files, about)

@@ -21,24 +21,14 @@ import jax.numpy as jnp
 from jaxnat.argmax import argmax
 from jaxnat import edit_ops
 from jaxnat.errors import ConfigError
-from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID
-from jaxnat.decoding.refine import LOOP_COUNTS, Heads, RefineOptions, length_cap, refine, start_from_request
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, PLH_ID
+from jaxnat.decoding.refine import (LOOP_COUNTS, Heads, RefineOptions, forbid_reserved, length_cap, refine,
+                                    start_from_request)
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec
-from jaxnat.models.transformer import Decoder, embedders, Encoder, TransformerConfig, token_mask
+from jaxnat.models.transformer import absent_logits, Decoder, embedders, Encoder, TransformerConfig, token_mask
 from jaxnat.oracle import MAX_INSERTIONS, ed2_labels
-
-NOT_PREDICTED = (PAD_ID, BOS_ID, EOS_ID, PLH_ID, MASK_ID)  # ids the token head may never write
-
-
-def forbid_reserved(logits: jax.Array) -> jax.Array:
-    """float32[..., V] → the same with PAD/BOS/EOS/PLH/MASK at -inf: a filled slot always holds a real token
-    (a PAD or EOS in the middle of a row would break every fixed-shape edit op). A broadcast add of a [V]
-    mask rather than a scatter into the logits, so XLA fuses it into whatever reads them next."""
-    mask = jnp.zeros(logits.shape[-1], logits.dtype).at[jnp.asarray(NOT_PREDICTED)].set(-jnp.inf)
-    return logits + mask
-
 
 def empty_canvas(like: jax.Array) -> jax.Array:
     """int32[B, L] rows ``[BOS, EOS, PAD …]`` (the initial hypothesis of plain translation)."""
@@ -97,7 +87,8 @@ class EditTransformer(nn.Module):
     def token_logits(self, tokens, memory, src_mask, train: bool = False) -> jax.Array:
         """tokens: int32[B, L] (placeholders to fill) → float32[B, L, V]."""
         h = self.features(self.decoder, self.exits[2], tokens, memory, src_mask, train)
-        return self.tgt_embed.attend(h) if self.cfg.tie_output else self.output(h).astype(jnp.float32)
+        logits = self.tgt_embed.attend(h) if self.cfg.tie_output else self.output(h).astype(jnp.float32)
+        return absent_logits(self.cfg, logits)
 
 
 def early_exit(section, model_cfg, key: str = "early_exit") -> tuple[int, int, int]:
@@ -195,7 +186,7 @@ def edit_model_spec(config, section, cfg: TransformerConfig, name: str, module: 
     oracle's actions against the reference, for a request's ``oracle`` mode (one of supports.oracle)."""
     e = config.eval
     options = RefineOptions(section.max_iter, section.placeholder_penalty, e.length_cap_min, e.length_cap_ratio,
-                            e.run_all_iterations)
+                            e.run_all_iterations, rules=e.search_rules)
     continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None
     count_names = tuple(c for c in supports.counts if c not in LOOP_COUNTS)
 
@@ -209,8 +200,7 @@ def edit_model_spec(config, section, cfg: TransformerConfig, name: str, module: 
         def head(method):
             return lambda tokens: module.apply(params, tokens, memory, src_mask, method=method)
 
-        heads = Heads(head(first_head), head("placeholder_logits"),
-                      lambda tokens: forbid_reserved(head("token_logits")(tokens)))
+        heads = Heads(head(first_head), head("placeholder_logits"), head("token_logits"))
         if request.oracle:
             heads = oracle_heads(heads, request.reference, request.oracle)
         capacity = request.width(capacity_for)

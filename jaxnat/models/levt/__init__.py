@@ -34,4 +34,4 @@ FAMILY = Family(
     architecture=("early_exit", "separate_deletion", "separate_placeholder"),
     moved={**EDIT_MOVED, "model.separate_deletion": "separate_deletion",
            "train.sampling_for_deletion": "sampling_for_deletion"},
-    validate=validate, sweep=("max_iter", "I"))
+    validate=validate, sweep=("max_iter", "I"), conventions=("absent_tokens",))
