@@ -137,20 +137,22 @@ def _reserved(vocab):
     return out
 
 
-def stub_numpy(table, near):
-    """f(tokens: list of ids, sentence) → float32[width, V] log-probabilities."""
+def stub_numpy(table, near, every_id=False):
+    """f(tokens: list of ids, sentence) → float32[width, V] log-probabilities (``every_id``: the reserved ids
+    too, as a fairseq model may predict them)."""
     import jax
     import jax.numpy as jnp
 
     def fn(tokens, sentence):
         t = np.asarray(tokens)
-        logits = table[sentence] + 0.5 * near[np.roll(t, 1)] + 0.5 * near[np.roll(t, -1)] + _reserved(len(near))
+        logits = table[sentence] + 0.5 * near[np.roll(t, 1)] + 0.5 * near[np.roll(t, -1)]
+        logits = logits if every_id else logits + _reserved(len(near))
         return np.asarray(jax.nn.log_softmax(jnp.asarray(logits), axis=-1))
 
     return fn
 
 
-def stub_jax(table, near):
+def stub_jax(table, near, every_id=False):
     """The same for the jit'd decoder: f(tokens int32[R, L], rows_of int32[R]) → float32[R, L, V] (L at most the
     tables' width: a narrower canvas reads the same logits at its positions); table and near may be traced."""
     import jax
@@ -159,6 +161,41 @@ def stub_jax(table, near):
     def fn(tokens, rows_of):
         logits = (table[rows_of, : tokens.shape[1]] + 0.5 * near[jnp.roll(tokens, 1, axis=1)]
                   + 0.5 * near[jnp.roll(tokens, -1, axis=1)])
-        return jax.nn.log_softmax(logits + _reserved(near.shape[0]), axis=-1)
+        return jax.nn.log_softmax(logits if every_id else logits + _reserved(near.shape[0]), axis=-1)
 
     return fn
+
+
+def fairseq_decode(logprobs, length_logits, n_src, capacity, iterations, beam, offset, with_ends, stop_early,
+                   ends_predicted, width):
+    """fairseq 0.12's IterativeRefinementGenerator with its CMLM (``ends_predicted`` False) or NAT (True)
+    forward_decoder, one sentence, written as fairseq's code reads: ``logprobs(canvas)`` → [width, V], fairseq's
+    <unk> (its mask) written as MASK. Returns (tokens without PAD, score, n, passes)."""
+    best = int(np.argmax(length_logits))
+    n_star = max(best + n_src - LENGTH_OFFSET if offset else best - (2 if with_ends else 0), 0)
+    results = []
+    for k in range(beam):
+        n = min(max(n_star + k - beam // 2, 0), capacity - 2)
+        tokens = [BOS_ID] + [MASK_ID] * n + [EOS_ID] + [PAD_ID] * (width - n - 2)
+        scores = [0.0] * width
+        passes = 0
+        for step in range(iterations):
+            before = list(tokens)
+            masks = [t != PAD_ID if ends_predicted else t == MASK_ID for t in tokens]
+            lp = logprobs(tokens)
+            for i in range(width):
+                if masks[i]:
+                    guess = int(np.argmax(lp[i]))
+                    tokens[i], scores[i] = (MASK_ID if guess == 3 else guess), float(np.max(lp[i]))  # 3: UNK
+            passes += 1
+            if step + 1 < iterations:
+                p = np.float32(1 - (step + 1) / iterations)
+                count = int(np.floor(np.float32(sum(t != PAD_ID for t in tokens) - 2) * p))
+                for i in sorted(range(width), key=lambda i: (scores[i], i))[:max(count, 0)]:
+                    tokens[i], scores[i] = MASK_ID, 0.0
+            if (stop_early and tokens == before) or step + 1 == iterations:
+                break
+        kept = [i for i in range(width) if tokens[i] != PAD_ID]
+        out = [3 if tokens[i] == MASK_ID else tokens[i] for i in kept]
+        results.append((out, sum(scores[i] for i in kept) / max(len(kept), 1), n, passes))
+    return max(results, key=lambda r: r[1])  # max keeps the first of equal scores

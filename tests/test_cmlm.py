@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from jaxnat.config import build_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, NUM_RESERVED, PAD_ID
 from jaxnat.decoding import mask_predict as mp
+from jaxnat.decoding import mask_predict_fairseq as mpf
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models import build_model
 from jaxnat.models.cmlm.model import cmlm_loss, substitution_mask, updates_all
@@ -298,6 +299,47 @@ def _stub_decoder(options, width, rescored=False, canvas=None):
         return mp.decode(ref.stub_jax(table, near), lengths, src, constraints, hard, canvas or width, options,
                          continues, rescore)
     return jax.jit(functools.partial(run, rescored=rescored))
+
+
+@functools.lru_cache(maxsize=None)
+def _fairseq_stub_decoder(options, width, ends_predicted):
+    def run(table, near, length_logits, src):
+        lengths = mpf.candidates(length_logits, src, width, options)
+        return mpf.decode(ref.stub_jax(table, near, every_id=True), lengths, width, options, ends_predicted)
+    return jax.jit(run)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), offset=st.booleans(), with_ends=st.booleans())
+@pytest.mark.parametrize("iterations, beam, stop_early, ends_predicted", [(5, 3, True, False), (4, 1, False, False),
+                                                                          (1, 3, True, True)])
+def test_fairseq_rules_match_fairseqs_loop_in_python(iterations, beam, stop_early, ends_predicted, seed, offset,
+                                                     with_ends):
+    """eval.search_rules=fairseq: the candidates around the argmax length (empty ones included), the re-masking
+    count in float32 (it may be 0), the stop at a pass that leaves the canvas as it was (masks kept, as UNK), a
+    predicted UNK masked again, the pick by the mean over BOS, EOS and masks too; NAT (``ends_predicted``)
+    predicts BOS's and EOS's positions as well."""
+    width, vocab, b = 10, 12, 4
+    table, near = ref.stub_tables(seed, vocab, width)
+    rng = np.random.default_rng(seed)
+    src = pad([[BOS_ID, *rng.integers(NUM_RESERVED, vocab, rng.integers(0, 6)), EOS_ID] for _ in range(b)], 8)
+    length_logits = rng.normal(0, 1, (b, 256)).astype(np.float32)
+    length_logits[:, :12] += 4 * rng.random((b, 12))  # lengths from 0 to beyond the canvas
+    if offset:
+        length_logits = np.roll(length_logits, 124, axis=1)
+    options = mp.Options(iterations=iterations, length_beam=beam, length_offset=offset, length_with_ends=with_ends,
+                         stop_early=stop_early, rules="fairseq")
+    out = _fairseq_stub_decoder(options, width, ends_predicted)(table, near, length_logits, src)
+    np_fn = ref.stub_numpy(table, near, every_id=True)
+    for k in range(b):
+        n_src = int(np.sum(src[k] != PAD_ID)) - 2
+        tokens, score, n, passes = ref.fairseq_decode(lambda t: np_fn(t, k), length_logits[k], n_src, width,
+                                                      iterations, beam, offset, with_ends, stop_early,
+                                                      ends_predicted, width)
+        ours = np.asarray(out["tokens"][k])
+        assert ours[ours != PAD_ID].tolist() == tokens
+        assert int(out["length"][k]) == n and int(out["iterations"][k]) == passes
+        np.testing.assert_allclose(out["score"][k], score, rtol=1e-5, atol=1e-5)
 
 
 @SEVERAL
