@@ -1,12 +1,15 @@
 """fairseq (0.x) checkpoints: a `.pt` file of `checkpoint_utils.save_state`, its dictionaries (`dict.<lang>.txt`)
-and its BPE beside it, as fairseq's released models ship them (docs/import.md).
+and its BPE beside it, as fairseq's released models ship them (docs/import.md). Architectures: `transformer` (jaxnat's
+`ar`) and the `translation_lev` models `cmlm_transformer`, `nonautoregressive_transformer` and
+`levenshtein_transformer` (`cmlm`, `nat`, `levt`: the same layers plus their heads, `_nat_heads`).
 
 Conventions bridged (fairseq -> jaxnat): the dictionary's `<s>` 0, `<pad>` 1, `</s>` 2, `<unk>` 3 become jaxnat's
 BOS, PAD, EOS, UNK rows, its words follow jaxnat's six reserved ids, and the rows it pads the dictionary with
 (`madeupword0000`, … up to a multiple of 8) stay words; PLH and MASK, which fairseq's AR model lacks, repeat
 `<unk>`'s row and are never predicted (model.absent_tokens). The decoder starts from `</s>`, sources carry no
 BOS (the `translation` task), positions start at `padding_idx + 1` = 2 (learned tables: their first two rows,
-never read, are dropped), layer norms use epsilon 1e-5.
+never read, are dropped), layer norms use epsilon 1e-5. The `translation_lev` models differ: their sources begin
+with `<s>`, and `<unk>` is their mask and placeholder (jaxnat's MASK and PLH rows repeat it).
 """
 
 from __future__ import annotations
