@@ -238,3 +238,22 @@ def test_translate_without_a_checkpoint_says_so_in_one_line_on_a_busy_machine(tm
         for p in busy:
             p.kill()
             p.wait()
+
+
+def test_fastbpe_codes_segment_as_fastbpe(tmp_path_factory):
+    """fairseq's --bpe fastbpe: its codes become subword-nmt's, which cut the fixture's sources into the pieces the
+    real fastBPE gave (the same merges as the subword-nmt fixture's, in fastBPE's format); a line that is not
+    fastBPE's is refused."""
+    from jaxnat.importers.fairseq import fastbpe_codes
+
+    with open(os.path.join(DATA, "fairseq", "fastbpe.codes"), "rb") as f:
+        converted = fastbpe_codes(f.read(), "fastbpe.codes")
+    with open(os.path.join(DATA, "fairseq", "bpecodes"), "rb") as f:
+        assert converted == f.read()
+    _, _, _, translator = _imported("fairseq", tmp_path_factory)
+    _, outputs = expected("fairseq")
+    tok = translator.tokenizer
+    for text, theirs in zip(outputs["src"], outputs["fastbpe_pieces"]):
+        assert " ".join(tok.id_to_piece(i, "src") for i in tok.encode([text], "src")[0]) == theirs
+    with pytest.raises(DataError, match="codes:2: not a fastBPE codes line"):
+        fastbpe_codes(b"a b 3\na b\n", "codes")

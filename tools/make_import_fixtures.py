@@ -127,6 +127,7 @@ def fairseq_fixture(out: str) -> None:
         outputs[f"beam{beam}_score"] = [float(h[0]["score"]) for h in hyps]
         outputs[f"beam{beam}_text"] = [hub.decode(h[0]["tokens"]) for h in hyps]
     outputs["src_pieces"] = [hub.apply_bpe(hub.tokenize(s)) for s in SRC]
+    outputs["fastbpe_pieces"] = fastbpe_fixture(out, [hub.tokenize(s) for s in SRC])
     outputs["detok"] = [hub.decode(t) for t in tgt]
     write_expected(out, expected, outputs)
 
@@ -262,6 +263,19 @@ def trained_like(model, name: str, src_tokens, src_lengths, tgt_tokens) -> None:
 
 def arrays_t(ids: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.asarray(ids)).long()
+
+
+def fastbpe_fixture(out: str, tokenized: list[str]) -> list[str]:
+    """fastbpe.codes: the same merges in fastBPE's format ("left right count"; the counts, which applying
+    ignores, count down), and the real fastBPE's segmentation of ``tokenized`` (Moses-tokenized sentences)."""
+    import fastBPE
+
+    with open(os.path.join(out, "bpecodes"), encoding="utf-8") as f:
+        merges = [line.rstrip("\n") for line in f if not line.startswith("#version")]
+    path = os.path.join(out, "fastbpe.codes")
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(f"{m} {len(merges) - i}\n" for i, m in enumerate(merges))
+    return fastBPE.fastBPE(path).apply(tokenized)
 
 
 def pad_ids(rows, pad: int) -> np.ndarray:

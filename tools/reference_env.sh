@@ -105,11 +105,18 @@ setup(name="fairseq-cython-helpers", ext_modules=cythonize(exts, language_level=
       script_args=["-q", "build_ext", "--inplace"])
 EOF
 ) >"$log" 2>&1 || { cat "$log" >&2; echo "error: building fairseq's Cython helpers failed" >&2; exit 1; }
+# fastBPE 0.1.0 (fairseq's --bpe fastbpe): its sdist's pre-generated C++ predates Python 3.11, so Cython remakes it
+rm -rf "$src/fastBPE-0.1.0"
+"$env/bin/python" -m pip download -q --disable-pip-version-check --no-deps --no-build-isolation -d "$src" \
+  fastBPE==0.1.0
+tar -xzf "$src/fastBPE-0.1.0.tar.gz" -C "$src" && rm "$src/fastBPE-0.1.0/fastBPE/fastBPE.cpp"
+"${pip[@]}" --no-build-isolation --no-deps "$src/fastBPE-0.1.0" >"$log" 2>&1 ||
+  { cat "$log" >&2; echo "error: building fastBPE failed" >&2; exit 1; }
 site=$("$env/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$src/fairseq-0.12.2" >"$site/fairseq-0.12.2-src.pth"
 
 cd "$env" && "$env/bin/python" -W ignore - <<'EOF' 2>"$log" || { cat "$log" >&2; exit 1; }
-import fairseq, torch, transformers, numpy
+import fairseq, fastBPE, torch, transformers, numpy
 from fairseq import checkpoint_utils
 from fairseq.data.data_utils_fast import batch_by_size_vec
 from fairseq.iterative_refinement_generator import IterativeRefinementGenerator

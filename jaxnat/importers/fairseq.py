@@ -104,10 +104,12 @@ def _segmenter(cfg: dict, task: dict, dict_dir: str) -> tuple[dict, dict]:
         model = file(bpe.get("sentencepiece_model"), "SentencePiece model (--sentencepiece-model)")
         return ({"segmenter": "spm", "src": {"spm": "sentencepiece.model"}, "tgt": {"spm": "sentencepiece.model"}},
                 {"sentencepiece.model": model})
-    if kind == "subword_nmt":
+    if kind in ("subword_nmt", "fastbpe"):
         if tok.get("_name") not in ("moses", None):
             raise DataError(f"fairseq tokenizer {tok.get('_name')!r} is not supported (moses or none)")
         codes = file(bpe.get("bpe_codes"), "BPE codes (--bpe-codes)")
+        if kind == "fastbpe":
+            codes = fastbpe_codes(codes, bpe.get("bpe_codes"))
         settings = {"segmenter": "bpe", "codes": "bpecodes",
                     "dash_splits": not tok.get("moses_no_dash_splits", False),
                     "escape": not tok.get("moses_no_escape", False),
@@ -115,7 +117,21 @@ def _segmenter(cfg: dict, task: dict, dict_dir: str) -> tuple[dict, dict]:
         if tok.get("_name") != "moses":
             raise DataError("fairseq models with subword-nmt BPE and no Moses tokenizer are not supported")
         return settings, {"bpecodes": codes}
-    raise DataError(f"fairseq --bpe {kind!r} is not supported (sentencepiece, or subword_nmt with --tokenizer moses)")
+    raise DataError(f"fairseq --bpe {kind!r} is not supported (sentencepiece, or subword_nmt or fastbpe with "
+                    f"--tokenizer moses)")
+
+
+def fastbpe_codes(codes: bytes, name: str) -> bytes:
+    """fastBPE's codes ("left right count" lines, a merge's priority its line) as subword-nmt's ("#version: 0.2",
+    then "left right"): both learn and apply the same merges with the same end-of-word marker `</w>`, so
+    subword-nmt segments as fastBPE does (checked against the real fastBPE by tools/make_import_fixtures.py)."""
+    merges = []
+    for n, line in enumerate(codes.decode("utf-8").splitlines(), 1):
+        fields = line.split(" ")
+        if len(fields) != 3 or not fields[2].isdigit():
+            raise DataError(f"{name}:{n}: not a fastBPE codes line ('left right count'): {line[:60]!r}")
+        merges.append(f"{fields[0]} {fields[1]}")
+    return ("#version: 0.2\n" + "\n".join(merges) + "\n").encode("utf-8")
 
 
 def _nat_heads(family: str, model: dict, state: StateDict, params: dict) -> dict:
