@@ -257,3 +257,21 @@ def test_fastbpe_codes_segment_as_fastbpe(tmp_path_factory):
         assert " ".join(tok.id_to_piece(i, "src") for i in tok.encode([text], "src")[0]) == theirs
     with pytest.raises(DataError, match="codes:2: not a fastBPE codes line"):
         fastbpe_codes(b"a b 3\na b\n", "codes")
+
+
+@pytest.mark.parametrize("order", ["ordered", "unordered"])
+def test_constrained_beam_search_under_fairseq_rules_is_fairseqs(tmp_path_factory, order):
+    """fairseq's --constraints ordered / unordered (its LexicallyConstrainedBeamSearch), beam 4, on the same
+    weights and the same phrases: the same outputs and scores. fairseq's length limit reads its batch's longest
+    source: the four sentences are one batch there, and one bucket here."""
+    kind, workdir, config, _ = _imported("fairseq", tmp_path_factory)
+    _, outputs = expected(kind)
+    config = config.copy_and_resolve_references()
+    config.eval.constraint_order = "given" if order == "ordered" else "any"
+    config.data.bucket_multiple = 32
+    translator = load_translator(config, workdir)
+    hyps = translator.translate(outputs["src"], beam_size=4, constraints=outputs["constraints"],
+                                hard=[True] * len(outputs["src"]), token_scores=True)
+    for hyp, theirs, score in zip(hyps, outputs[f"constrained_{order}"], outputs[f"constrained_{order}_score"]):
+        assert hyp["pieces"] + [EOS_ID] == to_jaxnat(kind, theirs).tolist()
+        assert hyp["score"] == pytest.approx(score, abs=1e-4)

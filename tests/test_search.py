@@ -268,7 +268,8 @@ def python_fairseq_beam(params, src_row, max_len, beam, length_penalty):
 def test_fairseq_beam_equals_python_reference(seed, beam, length_penalty):
     params = make_params(seed % 4)
     src = make_src(np.random.default_rng(seed), [6, 3])
-    limits = np.asarray(decode_length((src != PAD_ID).sum(1), 0.5, 2, MAX_OUT - 2))
+    # fairseq's length limit reads the batch's longest source
+    limits = np.asarray(decode_length(np.full(src.shape[0], (src != PAD_ID).sum(1).max()), 0.5, 2, MAX_OUT - 2))
     out = jax.device_get(fairseq_search(params, src, length_penalty, 0.5, 2, beam_size=beam))
     for b in range(src.shape[0]):
         score, tokens = python_fairseq_beam(params, src[b], limits[b], beam, length_penalty)

@@ -126,6 +126,7 @@ def fairseq_fixture(out: str) -> None:
         outputs[f"beam{beam}"] = [h[0]["tokens"].tolist() for h in hyps]
         outputs[f"beam{beam}_score"] = [float(h[0]["score"]) for h in hyps]
         outputs[f"beam{beam}_text"] = [hub.decode(h[0]["tokens"]) for h in hyps]
+    outputs.update(constrained_fairseq(hub, src))
     outputs["src_pieces"] = [hub.apply_bpe(hub.tokenize(s)) for s in SRC]
     outputs["fastbpe_pieces"] = fastbpe_fixture(out, [hub.tokenize(s) for s in SRC])
     outputs["detok"] = [hub.decode(t) for t in tgt]
@@ -263,6 +264,34 @@ def trained_like(model, name: str, src_tokens, src_lengths, tgt_tokens) -> None:
 
 def arrays_t(ids: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.asarray(ids)).long()
+
+
+# each sentence's constraints (target words), for fairseq's --constraints
+CONSTRAINTS = [["fahrrad"], ["schnee", "zwei hunde"], ["buch", "frau", "mantel"], ["park", "ein kind"]]
+
+
+def constrained_fairseq(hub, src) -> dict:
+    """fairseq's constrained beam search (beam 4, `--constraints ordered` and `unordered`) on the sources, with
+    `CONSTRAINTS` encoded as fairseq-interactive encodes them (tokenized, BPE, no EOS)."""
+    from fairseq.data import data_utils
+    from fairseq.token_generation_constraints import pack_constraints
+
+    tgt_dict = hub.tgt_dict
+    phrases = [[tgt_dict.encode_line(hub.apply_bpe(hub.tokenize(c)), append_eos=False, add_if_not_exist=False)
+                for c in row] for row in CONSTRAINTS]
+    sample = {"id": torch.arange(len(src)),
+              "net_input": {"src_tokens": data_utils.collate_tokens(src, tgt_dict.pad(), left_pad=True),
+                            "src_lengths": torch.tensor([len(s) for s in src])}}
+    out = {"constraints": CONSTRAINTS}
+    for order in ("ordered", "unordered"):
+        gen_args = hub.cfg.generation
+        gen_args.beam, gen_args.max_len_a, gen_args.max_len_b, gen_args.constraints = 4, 1.2, 10, order
+        generator = hub.task.build_generator(hub.models, gen_args)
+        with torch.no_grad():
+            hyps = hub.task.inference_step(generator, hub.models, sample, constraints=pack_constraints(phrases))
+        out[f"constrained_{order}"] = [h[0]["tokens"].tolist() for h in hyps]
+        out[f"constrained_{order}_score"] = [float(h[0]["score"]) for h in hyps]
+    return out
 
 
 def fastbpe_fixture(out: str, tokenized: list[str]) -> list[str]:

@@ -14,8 +14,9 @@ constrained searches reuse the same loops. Nothing syncs with the host inside th
 * PAD, BOS, PLH and MASK are never generated (their log-probabilities are set to -inf); UNK may be.
 * ``rules="fairseq"`` follows fairseq's SequenceGenerator where it differs, so that an imported fairseq model's
   outputs are fairseq's token for token (docs/import.md): EOS is never the first token (its min_len 1), only PAD
-  (and jaxnat's PLH and MASK, which a fairseq model lacks) is banned, and beam search is fairseq's
-  (`_fairseq_beam`); the constrained search (`jaxnat.decoding.constrained`) keeps jaxnat's rules.
+  (and jaxnat's PLH and MASK, which a fairseq model lacks) is banned, the length limit reads the batch's longest
+  source (`batch_length`), and beam search is fairseq's (`_fairseq_beam`); so is the constrained search
+  (`jaxnat.decoding.constrained_fairseq`).
 * Each output token also comes with the log-probability the model gave it at the step that generated it
   (``token_logp``, for calibration): the term it added to ``sum_logprob``, so the row's ``token_logp`` sum to the
   score before the length penalty. ``token_scored`` marks those positions: every generated token, EOS included
@@ -54,6 +55,12 @@ def decode_length(src_len, max_len_a, max_len_b, cap: int) -> jnp.ndarray:
     """
     raw = jnp.asarray(max_len_a, jnp.float32) * jnp.asarray(src_len, jnp.float32) + max_len_b
     return jnp.clip(jnp.floor(raw + 1e-4), 0, cap).astype(jnp.int32)
+
+
+def batch_length(src_len: jnp.ndarray) -> jnp.ndarray:
+    """int32[B]: the longest source of the batch, for every sentence: fairseq's length limit reads the batch's
+    padded width, so its outputs are reproduced with its batches."""
+    return jnp.broadcast_to(jnp.max(src_len), src_len.shape)
 
 
 def _restrict(logp: jnp.ndarray, index, max_len: jnp.ndarray, rules: str = "jaxnat") -> jnp.ndarray:
@@ -303,7 +310,8 @@ def ar_search(
     _check_static(beam_size, max_out)
     if rules not in RULES:
         raise ConfigError(f"search rules must be one of {', '.join(RULES)}, not {rules!r}")
-    max_len = decode_length(src_len, max_len_a, max_len_b, max_out - 2)
+    max_len = decode_length(batch_length(src_len) if rules == "fairseq" else src_len, max_len_a, max_len_b,
+                            max_out - 2)
     if beam_size == 1:
         return _greedy(tokens_to_logprobs, cache, max_len, length_penalty, max_out, rules)
     if rules == "fairseq":

@@ -12,6 +12,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.decoding import constrained_fairseq
 from jaxnat.decoding.constrained import constrained_search
 from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.decoding.search import ar_search
@@ -129,12 +130,15 @@ def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered
            beam_size: int, length_penalty, max_len_a, max_len_b, max_out: int, rules: str = "jaxnat") -> dict:
     """The AR searches behind one callback: greedy or beam search (`search.ar_search`), or with phrases
     (int32[B, C, P], an all-PAD row = none) the constrained beam search that guarantees them
-    (`constrained.constrained_search`, DBA/VDBA; beam_size 1 is then a one-beam constrained search)."""
+    (`constrained.constrained_search`, DBA/VDBA; beam_size 1 is then a one-beam constrained search), or under
+    fairseq's ``rules`` fairseq's (`constrained_fairseq.search`), which does not."""
     kwargs = dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
                   max_out=max_out)
     src_len = token_mask(src).sum(axis=1)
     if phrases is None:
         return ar_search(tokens_to_logprobs, cache, src_len, rules=rules, **kwargs)
+    if rules == "fairseq":
+        return constrained_fairseq.search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, **kwargs)
     return constrained_search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, continues=continues,
                               **kwargs)
 
