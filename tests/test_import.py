@@ -275,3 +275,25 @@ def test_constrained_beam_search_under_fairseq_rules_is_fairseqs(tmp_path_factor
     for hyp, theirs, score in zip(hyps, outputs[f"constrained_{order}"], outputs[f"constrained_{order}_score"]):
         assert hyp["pieces"] + [EOS_ID] == to_jaxnat(kind, theirs).tolist()
         assert hyp["score"] == pytest.approx(score, abs=1e-4)
+
+
+def test_a_checkpoint_in_torchs_legacy_format_reads_as_the_zip_one(tmp_path):
+    """torch.save's format before torch 1.6 (fairseq's released models of 2019): the same tensors, settings and
+    import; cut short, a one-line error."""
+    zipped = torch_file.load(os.path.join(DATA, "fairseq", "model.pt"))
+    legacy = torch_file.load(os.path.join(DATA, "fairseq", "model-legacy.pt"))
+    assert legacy["cfg"] == zipped["cfg"] and sorted(legacy["model"]) == sorted(zipped["model"])
+    for name, value in zipped["model"].items():
+        if name.endswith("_float_tensor"):  # fairseq's uninitialised placeholder buffers
+            continue
+        assert legacy["model"][name].dtype == value.dtype and np.array_equal(legacy["model"][name], value), name
+    write_workdir(f"fairseq:{DATA}/fairseq/model-legacy.pt", str(tmp_path / "run"))
+    raw = open(os.path.join(DATA, "fairseq", "model-legacy.pt"), "rb").read()
+    (tmp_path / "cut.pt").write_bytes(raw[:-100])
+    with pytest.raises(DataError, match="cut short"):
+        torch_file.load(str(tmp_path / "cut.pt"))
+    evil = tmp_path / "evil.pt"
+    evil.write_bytes(b"".join(pickle.dumps(x, protocol=2) for x in (
+        torch_file.LEGACY_MAGIC, 1001, {"little_endian": True}, {"model": _Boom()})))
+    with pytest.raises(DataError, match="refuses to load"):
+        torch_file.load(str(evil))

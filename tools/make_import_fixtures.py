@@ -7,12 +7,15 @@ never jaxnat's dependencies):
 
     bash tools/reference_env.sh && .refenv/bin/python tools/make_import_fixtures.py
 
-It is deterministic (seeded): rerun, it rewrites the same files byte for byte, but for model.pt, in which torch
-writes a random serialization id (its tensors are the same). Each fixture directory holds the model as its library
+It is deterministic (seeded): rerun, it rewrites the same files byte for byte, but for the `.pt` files, in which
+torch writes a random serialization id or memory addresses as keys (their tensors are the same). Each fixture directory holds the model as its library
 saves it and `expected.npz` + `expected.json`:
 * fairseq/: `checkpoint_utils.torch_persistent_save` of a `transformer` (pre-norm encoder, post-norm decoder,
-  learned positions in neither, shared embeddings: the options differ between the stacks on purpose), its
-  dictionaries and subword-nmt BPE codes over Moses tokens, as fairseq's released models ship;
+  learned positions in neither, shared embeddings: the options differ between the stacks on purpose), the same in
+  torch's legacy format (model-legacy.pt), its dictionaries and subword-nmt BPE codes over Moses tokens (and the
+  same merges as fastBPE codes), as fairseq's released models ship; fairseq's constrained outputs;
+* fairseq-nat/: a `cmlm_transformer`, `nonautoregressive_transformer` and `levenshtein_transformer`
+  (`fairseq_nat_fixtures`);
 * marian/: `MarianMTModel.save_pretrained` (safetensors) with `MarianTokenizer.save_pretrained`'s files
   (`source.spm`, `target.spm`, `vocab.json`).
 Every parameter is drawn anew (biases and layer norms too), so that a convention missed anywhere shows.
@@ -111,6 +114,8 @@ def fairseq_fixture(out: str) -> None:
                                     "lr_scheduler_state": {"best": None}, "num_updates": 0}],
              "last_optimizer_state": None}
     checkpoint_utils.torch_persistent_save(state, path)
+    # the same checkpoint in torch.save's format before torch 1.6, as fairseq's released models of 2019 are
+    torch.save(state, os.path.join(out, "model-legacy.pt"), _use_new_zipfile_serialization=False)
 
     hub = TransformerModel.from_pretrained(out, checkpoint_file="model.pt", data_name_or_path=out, bpe="subword_nmt",
                                            bpe_codes=codes, tokenizer="moses")

@@ -1,5 +1,6 @@
-"""PyTorch's checkpoint files (`torch.save`'s zip format: fairseq's `.pt`, Hugging Face's `pytorch_model.bin`) read
-as data, without PyTorch.
+"""PyTorch's checkpoint files (`torch.save`'s zip format, and the legacy format of torch before 1.6 in which fairseq's
+released models of 2019 were saved: fairseq's `.pt`, Hugging Face's `pytorch_model.bin`) read as data, without
+PyTorch.
 
 A pickle can name any Python callable and have it called while loading; this reader's unpickler resolves only
 the few names a checkpoint of tensors, dicts and settings needs (`_ALLOWED`: tensors rebuilt from their storages
@@ -29,11 +30,19 @@ _STORAGES = {
 
 
 class Storage(types.SimpleNamespace):
-    """One tensor storage: its element type and the archive entry holding its bytes (read when a tensor uses it)."""
+    """A tensor storage of the legacy format, whose bytes follow the pickle: key, dtype, numel, and for a view of
+    another storage its offset and size (``view``: (offset, size) or None)."""
 
 
-def _rebuild_tensor(storage: np.ndarray, offset: int, size, stride, *_):
-    """torch._utils._rebuild_tensor_v2's arguments -> a numpy array (a copy, in C order)."""
+class _Deferred(types.SimpleNamespace):
+    """A legacy-format tensor: its storage (`Storage`) and `_rebuild_tensor`'s other arguments."""
+
+
+def _rebuild_tensor(storage, offset: int, size, stride, *_):
+    """torch._utils._rebuild_tensor_v2's arguments -> a numpy array (a copy, in C order); over a legacy storage not
+    read yet, a `_Deferred` record of them."""
+    if isinstance(storage, Storage):
+        return _Deferred(storage=storage, args=(offset, size, stride))
     item = storage.itemsize
     if not size:
         return storage[offset].copy()
@@ -63,10 +72,12 @@ _ALLOWED = {
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, file, archive: zipfile.ZipFile, prefix: str, path: str):
+    """Resolves only `_ALLOWED`; a tensor storage record (persistent id) goes to ``storage(kind, key, numel,
+    view)``, which returns its elements (zip format) or a `Storage` to read later (legacy format)."""
+
+    def __init__(self, file, path: str, storage):
         super().__init__(file)
-        self.archive, self.prefix, self.path = archive, prefix, path
-        self.storages: dict[str, np.ndarray] = {}
+        self.path, self.storage = path, storage
 
     def find_class(self, module, name):
         if (module, name) not in _ALLOWED:
@@ -75,42 +86,127 @@ class _Unpickler(pickle.Unpickler):
         return _ALLOWED[(module, name)]
 
     def persistent_load(self, pid):
-        # ('storage', storage class, key, location, number of elements)
-        if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage" and pid[1] in _STORAGES):
+        # ('storage', storage class, key, location, number of elements[, view (key, offset, size) or None])
+        if not (isinstance(pid, tuple) and len(pid) in (5, 6) and pid[0] == "storage" and pid[1] in _STORAGES):
             raise DataError(f"{self.path}: unknown tensor storage record {pid!r:.80}")
-        _, kind, key, _, numel = pid
-        if key not in self.storages:
+        view = pid[5] if len(pid) == 6 else None
+        return self.storage(pid[1], pid[2], pid[4], view)
+
+
+class _Plain(pickle.Unpickler):
+    """The legacy format's headers and storage list: plain values only."""
+
+    def find_class(self, module, name):
+        raise DataError(f"refuses to load {module}.{name} in a checkpoint's header")
+
+
+def _zip_storages(archive: zipfile.ZipFile, prefix: str, path: str):
+    storages: dict[str, np.ndarray] = {}
+
+    def storage(kind, key, numel, view):
+        if key not in storages:
             try:
-                raw = self.archive.read(f"{self.prefix}/data/{key}")
+                raw = archive.read(f"{prefix}/data/{key}")
             except KeyError:
-                raise DataError(f"{self.path}: tensor storage {key} is missing (a truncated file?)") from None
+                raise DataError(f"{path}: tensor storage {key} is missing (a truncated file?)") from None
             dtype = np.dtype(_STORAGES[kind])
             if len(raw) < numel * dtype.itemsize:
-                raise DataError(f"{self.path}: tensor storage {key} holds {len(raw)} bytes, expected "
+                raise DataError(f"{path}: tensor storage {key} holds {len(raw)} bytes, expected "
                                 f"{numel * dtype.itemsize} (a truncated file?)")
-            self.storages[key] = np.frombuffer(raw, dtype=dtype.newbyteorder("<"), count=numel)
-        return self.storages[key]
+            storages[key] = np.frombuffer(raw, dtype=dtype.newbyteorder("<"), count=numel)
+        return storages[key]
+    return storage
 
 
-def load(path: str):
-    """The object a `torch.save` zip file holds, its tensors as numpy arrays. DataError (one line) for a file that
-    is not one, is damaged, or names anything beyond tensors and plain containers."""
-    try:
-        archive = zipfile.ZipFile(path)
-    except FileNotFoundError:
-        raise DataError(f"{path}: no such file") from None
-    except (zipfile.BadZipFile, OSError) as e:
-        raise DataError(f"{path}: not a PyTorch checkpoint in the zip format of torch >= 1.6 ({e}); load and save "
-                        f"it once with a recent torch (torch.save) to convert it") from None
-    with archive:
+def _load_zip(path: str):
+    with zipfile.ZipFile(path) as archive:
         pickles = [n for n in archive.namelist() if n.endswith("/data.pkl") and n.count("/") == 1]
         if not pickles:
             raise DataError(f"{path}: a zip file without a PyTorch checkpoint in it (no data.pkl)")
         prefix = pickles[0].split("/")[0]
-        try:
-            with archive.open(pickles[0]) as f:
-                return _Unpickler(f, archive, prefix, path).load()
-        except DataError:
-            raise
-        except (pickle.UnpicklingError, EOFError, zipfile.BadZipFile, ValueError, TypeError) as e:
-            raise DataError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
+        with archive.open(pickles[0]) as f:
+            return _Unpickler(f, path, _zip_storages(archive, prefix, path)).load()
+
+
+LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # the first pickle of torch.save's format before 1.6
+
+
+def _load_legacy(path: str, f):
+    """torch.save's format before torch 1.6: pickles of the magic number, the protocol and the system's settings,
+    then the object (its storages by key), then the storages' keys, then each storage's bytes in that order (its
+    element count as a little-endian int64, then its elements)."""
+    try:
+        magic = _Plain(f).load()
+    except (pickle.UnpicklingError, EOFError, ValueError, DataError):
+        magic = None
+    if magic != LEGACY_MAGIC:
+        raise DataError(f"{path}: not a PyTorch checkpoint (neither torch.save's zip nor its legacy format)")
+    _Plain(f).load()
+    info = _Plain(f).load()
+    if not (isinstance(info, dict) and info.get("little_endian", True)):
+        raise DataError(f"{path}: a big-endian legacy checkpoint is not supported")
+    pending: dict[str, Storage] = {}
+
+    def storage(kind, key, numel, view):
+        root = pending.setdefault(key, Storage(key=key, dtype=np.dtype(_STORAGES[kind]), numel=numel, data=None))
+        if view is None:
+            return root
+        _, offset, size = view
+        return Storage(key=key, dtype=root.dtype, numel=size, data=None, root=root, offset=offset)
+
+    obj = _Unpickler(f, path, storage).load()
+    for key in _Plain(f).load():
+        if key not in pending:
+            raise DataError(f"{path}: storage {key} is listed but no tensor uses it")
+        st = pending[key]
+        head = f.read(8)
+        numel = int.from_bytes(head, "little") if len(head) == 8 else -1
+        raw = f.read(max(numel, 0) * st.dtype.itemsize)
+        if numel != st.numel or len(raw) != numel * st.dtype.itemsize:
+            raise DataError(f"{path}: tensor storage {key} is cut short (a truncated file?)")
+        st.data = np.frombuffer(raw, dtype=st.dtype.newbyteorder("<"))
+
+    def elements(st: Storage) -> np.ndarray:
+        root = getattr(st, "root", None)
+        if root is None:
+            if st.data is None:
+                raise DataError(f"{path}: tensor storage {st.key} is missing (a truncated file?)")
+            return st.data
+        return elements(root)[st.offset: st.offset + st.numel]
+
+    def resolve(x):
+        if isinstance(x, _Deferred):
+            return _rebuild_tensor(elements(x.storage), *x.args)
+        if isinstance(x, dict):
+            for k in list(x):
+                x[k] = resolve(x[k])
+            return x
+        if isinstance(x, list):
+            x[:] = [resolve(v) for v in x]
+            return x
+        if isinstance(x, tuple):
+            return type(x)(resolve(v) for v in x) if not hasattr(x, "_fields") else type(x)(*map(resolve, x))
+        if isinstance(x, argparse.Namespace):
+            for k, v in vars(x).items():
+                setattr(x, k, resolve(v))
+        return x
+
+    return resolve(obj)
+
+
+def load(path: str):
+    """The object a `torch.save` file holds (the zip format of torch >= 1.6, or the legacy one before it), its
+    tensors as numpy arrays. DataError (one line) for a file that is not one, is damaged, or names anything beyond
+    tensors and plain containers."""
+    try:
+        with open(path, "rb") as f:
+            if zipfile.is_zipfile(f):
+                return _load_zip(path)
+            f.seek(0)
+            return _load_legacy(path, f)
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file") from None
+    except DataError:
+        raise
+    except (pickle.UnpicklingError, EOFError, zipfile.BadZipFile, ValueError, TypeError, OSError) as e:
+        raise DataError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
