@@ -37,12 +37,13 @@ def startable(phrases, done, ordered):
     return set(unmet[:1]) if ordered else set(unmet)
 
 
-def advance(phrases, state, token, ordered, glue=False):
+def advance(phrases, state, token, ordered, glue=False, after_join=False):
     """state = (done: tuple of bool, depth, cand: frozenset of the unmet phrases the path is a prefix of,
     pending: the deepest phrase the path completed or None, ended: the last token completed a phrase).
     One path: a token continues the phrases in cand, or falls off — meeting the pending phrase — and may start
     one at the root. glue: the token glues onto the previous word, so a phrase the previous token completed is
-    no word of its own: it is dropped, not met."""
+    no word of its own: it is dropped, not met. after_join: the previous token glues the next one onto its word
+    (a BPE piece ending in "@@"), so the token starts no phrase."""
     done, depth, cand, pending, ended = state
     glued_on = ended and glue
     deeper = {c for c in cand if 0 < depth < len(phrases[c]) and phrases[c][depth] == token}
@@ -54,7 +55,7 @@ def advance(phrases, state, token, ordered, glue=False):
         if pending is not None and not glued_on:
             done = tuple(d or c == pending for c, d in enumerate(done))
         pending = None
-        cand = {c for c in startable(phrases, done, ordered) if phrases[c][0] == token}
+        cand = {c for c in startable(phrases, done, ordered) if phrases[c][0] == token and not after_join}
         depth = 1 if cand else 0
     completed = sorted(c for c in cand if len(phrases[c]) == depth)
     if completed:
@@ -73,17 +74,17 @@ def complete(state):
     return all(d or c == pending for c, d in enumerate(done))
 
 
-def offered_tokens(phrases, state, ordered):
+def offered_tokens(phrases, state, ordered, after_join=False):
     done, depth, cand, pending = state[:4]
     tokens = [phrases[c][depth] for c in sorted(cand) if len(phrases[c]) > depth] if depth > 0 else []
     open_ = tuple(d or c == pending for c, d in enumerate(done))
-    return tokens + [phrases[c][0] for c in sorted(startable(phrases, open_, ordered))]
+    return tokens + ([] if after_join else [phrases[c][0] for c in sorted(startable(phrases, open_, ordered))])
 
 
 # -- the search ---------------------------------------------------------------------------------------
-def search(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len, max_out, continues=()):
+def search(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len, max_out, continues=(), joins=()):
     """phrases: list of piece-id lists (empty lists = no phrase); continues: the ids never taken right after a
-    phrase is met. Returns (tokens, score, met)."""
+    phrase is met; joins: the ids after which no phrase starts. Returns (tokens, score, met)."""
     k = beam_size
     real = [p for p in phrases if p]
     max_len = min(max(max_len, sum(len(p) for p in real)), max_out - 2)
@@ -96,7 +97,8 @@ def search(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len,
         for toks, s, st in alive:
             lp = restricted(toy_logprobs(table, toks, seed), i, max_len)
             if st[4]:  # just completed a phrase: no glued piece, unless it starts or continues a phrase
-                lp[[t for t in continues if t not in offered_tokens(phrases, st, ordered)]] = -np.inf
+                lp[[t for t in continues
+                    if t not in offered_tokens(phrases, st, ordered, toks[-1] in joins)]] = -np.inf
             ext.append((toks, s, st, lp))
         pool = list(fin)
         for toks, s, st, lp in ext:
@@ -115,13 +117,13 @@ def search(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len,
             masked[EOS_ID] = -np.inf
             t = int(np.argmax(masked))
             cands[j, t] = s + masked[t]
-            for t in offered_tokens(phrases, st, ordered):
+            for t in offered_tokens(phrases, st, ordered, ext[j][0][-1] in joins):
                 cands[j, t] = s + masked[t]
         by_bank = {}
         for (j, t), sc in cands.items():
             if sc == -np.inf:
                 continue
-            st = advance(phrases, ext[j][2], t, ordered, glue=t in continues)
+            st = advance(phrases, ext[j][2], t, ordered, glue=t in continues, after_join=ext[j][0][-1] in joins)
             by_bank.setdefault(bank(phrases, st), []).append((sc, ext[j][0] + [t], st))
         ranked = {b: sorted(v, key=lambda x: -x[0]) for b, v in by_bank.items()}
         order = sorted(((r, -b) for b, v in ranked.items() for r in range(len(v))))

@@ -34,10 +34,12 @@ def toy_model(table):
 
 
 @partial(jax.jit, static_argnames=("beam_size", "ordered"))
-def run(table, seeds, src_len, phrases, length_penalty, beam_size, ordered, continues=np.zeros(V, bool)):
+def run(table, seeds, src_len, phrases, length_penalty, beam_size, ordered, continues=np.zeros(V, bool),
+        joins=np.zeros(V, bool)):
     cache = jnp.repeat(seeds, beam_size)
     return constrained.constrained_search(toy_model(table), cache, src_len, phrases, beam_size=beam_size,
-                                          ordered=ordered, continues=continues, length_penalty=length_penalty,
+                                          ordered=ordered, continues=continues, joins=joins,
+                                          length_penalty=length_penalty,
                                           max_len_a=1.0, max_len_b=0, max_out=MAX_OUT)
 
 
@@ -72,18 +74,21 @@ sentence = st.lists(phrase, min_size=0, max_size=C)
 @settings(max_examples=40, deadline=None)
 @given(st.lists(sentence, min_size=B, max_size=B), st.lists(st.integers(1, MAX_OUT), min_size=B, max_size=B),
        st.integers(0, 10_000), st.sampled_from([1, 2, 3]), st.booleans(), st.sampled_from([0.0, 0.6, 1.0]),
-       st.sets(st.sampled_from(WORDS)))
-def test_matches_reference(sentences, src_len, seed, beam, ordered, length_penalty, continues):
+       st.sets(st.sampled_from(WORDS)), st.sets(st.sampled_from(WORDS)))
+def test_matches_reference(sentences, src_len, seed, beam, ordered, length_penalty, continues, joins):
+    """``continues``: pieces that glue onto the word before them (SentencePiece's, never right after a phrase);
+    ``joins``: pieces that glue the next one onto their word (BPE's "@@", never right before a phrase)."""
     continues = continues - {p[0] for phrases in sentences for p in phrases}  # phrases start a word
+    joins = joins - {p[-1] for phrases in sentences for p in phrases}  # and end one
     table = make_table(seed % 7)
     seeds = np.arange(B, dtype=np.int32) + seed
     out = jax.device_get(run(table, seeds, np.asarray(src_len, np.int32), pad(sentences), length_penalty, beam,
-                             ordered, np.isin(np.arange(V), list(continues))))
+                             ordered, np.isin(np.arange(V), list(continues)), np.isin(np.arange(V), list(joins))))
     for b, phrases in enumerate(sentences):
         padded = phrases + [[]] * (C - len(phrases))
         tokens, score, met = ref.search(table, int(seeds[b]), padded, beam_size=beam, ordered=ordered,
                                         length_penalty=length_penalty, max_len=src_len[b], max_out=MAX_OUT,
-                                        continues=continues)
+                                        continues=continues, joins=joins)
         assert until_eos(out["tokens"][b]) == tokens
         np.testing.assert_allclose(out["score"][b], score, rtol=1e-5, atol=1e-5)
         assert bool(out["constraints_met"][b]) == met

@@ -297,3 +297,23 @@ def test_a_checkpoint_in_torchs_legacy_format_reads_as_the_zip_one(tmp_path):
         torch_file.LEGACY_MAGIC, 1001, {"little_endian": True}, {"model": _Boom()})))
     with pytest.raises(DataError, match="refuses to load"):
         torch_file.load(str(evil))
+
+
+def test_hard_constraints_stay_whole_words_with_a_bpe_vocabulary(tmp_path_factory):
+    """A subword-nmt vocabulary's pieces ending in "@@" glue the next piece onto their word: jaxnat's constrained
+    search starts no phrase after one, so each constraint is a word of the detokenized output (the fixture's BPE
+    is nearly character-level: most pieces glue)."""
+    import re
+
+    _, workdir, _, _ = _imported("fairseq", tmp_path_factory)
+    translator = load_translator(workdir_config(workdir), workdir)
+    joins = translator.tokenizer.piece_tables("tgt").joins
+    assert joins.sum() > 10 and all(translator.tokenizer.id_to_piece(i, "tgt").endswith("@@")
+                                    for i in np.flatnonzero(joins))
+    _, outputs = expected("fairseq")
+    # each source with each word (without the rule, the random model glues several onto the word before them)
+    words = [[w] for _ in outputs["src"] for w in ("ein", "mann", "rotes", "fahrrad", "schnee", "park")]
+    sources = [s for s in outputs["src"] for _ in range(6)]
+    hyps = translator.translate(sources, beam_size=4, constraints=words, hard=[True] * len(words))
+    for hyp, (word,) in zip(hyps, words):
+        assert re.search(rf"(?<!\w){word}(?!\w)", hyp["hyp"]), (word, hyp["hyp"])

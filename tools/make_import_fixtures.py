@@ -8,8 +8,8 @@ never jaxnat's dependencies):
     bash tools/reference_env.sh && .refenv/bin/python tools/make_import_fixtures.py
 
 It is deterministic (seeded): rerun, it rewrites the same files byte for byte, but for the `.pt` files, in which
-torch writes a random serialization id or memory addresses as keys (their tensors are the same). Each fixture directory holds the model as its library
-saves it and `expected.npz` + `expected.json`:
+torch writes a random serialization id or memory addresses as keys (their tensors are the same). Each fixture
+directory holds the model as its library saves it and `expected.npz` + `expected.json`:
 * fairseq/: `checkpoint_utils.torch_persistent_save` of a `transformer` (pre-norm encoder, post-norm decoder,
   learned positions in neither, shared embeddings: the options differ between the stacks on purpose), the same in
   torch's legacy format (model-legacy.pt), its dictionaries and subword-nmt BPE codes over Moses tokens (and the

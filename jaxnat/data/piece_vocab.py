@@ -104,11 +104,14 @@ class _Side:
         return self.demoses.detokenize(text.split())
 
     def tables(self) -> vocab.PieceTables:
-        """word_start and continues (`vocab.PieceTables`): SentencePiece's "▁" marks a word's first piece; a BPE
-        piece's word structure lies in the piece before it ("@@"), so there every piece counts as a word."""
+        """`vocab.PieceTables`: SentencePiece's "▁" marks a word's first piece (word_start, continues); a BPE
+        piece's word structure lies in the piece before it: one ending in "@@" joins the next onto its word
+        (joins), and word_start counts every piece as a word."""
         n = len(self.pieces)
         if self.kind != "spm":
-            return vocab.PieceTables(np.ones(n, bool), np.zeros(n, bool))
+            real = np.arange(n) >= vocab.NUM_RESERVED
+            joins = np.array([p.endswith("@@") for p in self.pieces]) & real
+            return vocab.PieceTables(np.ones(n, bool), np.zeros(n, bool), joins)
         from jaxnat.data.tokenizer import WORD_BOUNDARY, continues_word
 
         real = np.arange(n) >= vocab.NUM_RESERVED

@@ -25,11 +25,14 @@ class PieceTables(NamedTuple):
 
     word_start: the pieces that begin a word (EDITOR's training noise shuffles whole words);
     continues: the pieces that would extend the word before them (letters, digits, hyphens, apostrophes; not
-      punctuation), never put right after a hard constraint, so that it stays a word.
+      punctuation), never put right after a hard constraint, so that it stays a word (SentencePiece's words);
+    joins: the pieces that glue the next piece onto their word (subword-nmt's pieces ending in "@@"), never put
+      right before a hard constraint, for the same reason (None: none).
     """
 
     word_start: np.ndarray
     continues: np.ndarray
+    joins: np.ndarray | None = None
 
     @classmethod
     def every_piece_a_word(cls, vocab_size: int) -> "PieceTables":

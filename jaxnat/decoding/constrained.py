@@ -78,10 +78,12 @@ def _startable(done: jnp.ndarray, ordered: bool) -> jnp.ndarray:
     return unmet & (jnp.cumsum(unmet) == 1) if ordered else unmet
 
 
-def advance(phrases: jnp.ndarray, t: Tracker, token: jnp.ndarray, ordered: bool, glue=False) -> Tracker:
+def advance(phrases: jnp.ndarray, t: Tracker, token: jnp.ndarray, ordered: bool, glue=False,
+            after_join=False) -> Tracker:
     """One hypothesis's progress after ``token``. phrases: int32[C, P]; t: Tracker of shape []; token: int32[];
     glue: bool[], the token glues onto the word before it (a phrase completed by the previous token then is no
-    word of its own, and stays unmet)."""
+    word of its own, and stays unmet); after_join: bool[], the previous token glues the next one onto its word
+    (a BPE piece ending in "@@"), so that ``token`` starts no phrase."""
     lens = phrase_lengths(phrases)
     p = phrases.shape[1]
     at_depth = phrases[:, jnp.minimum(t.depth, p - 1)]
@@ -90,7 +92,7 @@ def advance(phrases: jnp.ndarray, t: Tracker, token: jnp.ndarray, ordered: bool,
     glued_on = t.ended & glue  # the phrase the previous token completed is not a word
     # falling off the path meets the deepest phrase it completed, and the token may start a phrase at the root
     done = t.done | (t.pending & ~moving & ~glued_on)
-    from_root = _startable(done, ordered) & (phrases[:, 0] == token)
+    from_root = _startable(done, ordered) & (phrases[:, 0] == token) & ~jnp.asarray(after_join, bool)
     cand = jnp.where(moving, deeper, from_root)
     depth = jnp.where(moving, t.depth + 1, jnp.where(jnp.any(from_root), 1, 0)).astype(jnp.int32)
     at_end = cand & (lens == depth)
@@ -110,14 +112,14 @@ def met(phrases: jnp.ndarray, t: Tracker) -> jnp.ndarray:
     return jnp.sum(jnp.where(t.done, phrase_lengths(phrases), 0), axis=-1, dtype=jnp.int32) + t.depth
 
 
-def next_tokens(phrases: jnp.ndarray, t: Tracker, ordered: bool) -> tuple[jnp.ndarray, jnp.ndarray]:
+def next_tokens(phrases: jnp.ndarray, t: Tracker, ordered: bool, after_join=False) -> tuple[jnp.ndarray, jnp.ndarray]:
     """The tokens that continue or start a phrase: (int32[2C] tokens, bool[2C] which are real) for one
-    hypothesis. phrases: int32[C, P]."""
+    hypothesis (none that starts one ``after_join``). phrases: int32[C, P]."""
     p = phrases.shape[1]
     at_depth = phrases[:, jnp.minimum(t.depth, p - 1)]
     tokens = jnp.concatenate([at_depth, phrases[:, 0]])
     ok = jnp.concatenate([t.cand & (phrase_lengths(phrases) > t.depth) & (t.depth > 0),
-                          _startable(t.done | t.pending, ordered)])
+                          _startable(t.done | t.pending, ordered) & ~jnp.asarray(after_join, bool)])
     return tokens, ok
 
 
@@ -162,14 +164,16 @@ class ConstrainedState:
 
 
 def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases: jnp.ndarray, *,
-                       beam_size: int, ordered: bool = False, continues=None, length_penalty: float = 1.0,
+                       beam_size: int, ordered: bool = False, continues=None, joins=None, length_penalty: float = 1.0,
                        max_len_a: float = 1.2, max_len_b: int = 10, max_out: int) -> dict:
     """Beam search in which each sentence's output contains all its phrases (module docstring).
 
     tokens_to_logprobs, cache, src_len, length_penalty, max_len_a, max_len_b, max_out: as `search.ar_search`.
     phrases: int32[B, C, P] target piece ids, PAD-padded. beam_size, ordered, max_out: static. continues:
     bool[V], the pieces that would glue onto the word before them (`PieceTables.continues`), never taken right
-    after a phrase is completed, so that it stays a word of its own in the detokenized output (None: none).
+    after a phrase is completed, so that it stays a word of its own in the detokenized output (None: none); joins:
+    bool[V], the pieces that glue the next one onto their word (`PieceTables.joins`: BPE's "@@"), after which no
+    phrase starts, so that it does not glue onto the word before it (None: none).
 
     Returns {'tokens': int32[B, T], 'score': float32[B], 'length': int32[B], 'token_logp': float32[B, T],
              'token_scored': bool[B, T] (as ar_search: a constraint token is scored too, with the log-probability
@@ -193,8 +197,8 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
         progress=per_beam, fin_tokens=tokens, fin_steps=steps, fin_score=jnp.full((batch, k), NEG_INF, jnp.float32),
         fin_met=jnp.zeros((batch, k), bool), done=jnp.zeros(batch, bool), cache=cache)
     row_offset = (jnp.arange(batch) * k)[:, None]
-    advance_all = jax.vmap(jax.vmap(advance, in_axes=(None, 0, 0, None, 0)), in_axes=(0, 0, 0, None, 0))
-    next_all = jax.vmap(jax.vmap(next_tokens, in_axes=(None, 0, None)), in_axes=(0, 0, None))
+    advance_all = jax.vmap(jax.vmap(advance, in_axes=(None, 0, 0, None, 0, 0)), in_axes=(0, 0, 0, None, 0, 0))
+    next_all = jax.vmap(jax.vmap(next_tokens, in_axes=(None, 0, None, 0)), in_axes=(0, 0, None, 0))
 
     def cond(s: ConstrainedState):
         return ~jnp.all(s.done) & (s.index < max_out - 1)
@@ -204,7 +208,9 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
         logp, cache = tokens_to_logprobs(s.alive_tokens[:, :, i].reshape(batch * k), s.cache, i)
         vocab = logp.shape[-1]
         logp = _restrict(logp, i, max_len_rows).reshape(batch, k, vocab)
-        ctok, cok = next_all(phrases, s.progress, ordered)  # [B, K, 2C]: the tokens that advance a phrase
+        joined = (jnp.asarray(joins)[s.alive_tokens[:, :, i]] if joins is not None
+                  else jnp.zeros((batch, k), bool))  # [B, K]: the last token glues the next onto its word
+        ctok, cok = next_all(phrases, s.progress, ordered, joined)  # [B, K, 2C]: the tokens that advance a phrase
         if continues is not None:  # a completed phrase stays a whole word (unless a phrase goes on with the piece)
             offered = jnp.zeros((batch, k, vocab), bool).at[
                 jnp.arange(batch)[:, None, None], jnp.arange(k)[None, :, None], ctok].max(cok)
@@ -243,7 +249,7 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
         score = jnp.where(seen, NEG_INF, score)
         glue = jnp.asarray(continues)[token] if continues is not None else jnp.zeros(token.shape, bool)
         progress = advance_all(phrases, jax.tree_util.tree_map(lambda x: _take(x, parent), s.progress), token,
-                               ordered, glue)
+                               ordered, glue, _take(joined, parent))
         bank = met(phrases[:, None], progress)  # [B, M]
         pick = round_robin_banks(score, bank, total, k)
         alive_logp = _take(score, pick)

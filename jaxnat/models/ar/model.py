@@ -127,7 +127,8 @@ SUPPORTS = Supports(beam=True, hard_constraints=True)
 
 
 def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered: bool = False, continues=None,
-           beam_size: int, length_penalty, max_len_a, max_len_b, max_out: int, rules: str = "jaxnat") -> dict:
+           joins=None, beam_size: int, length_penalty, max_len_a, max_len_b, max_out: int,
+           rules: str = "jaxnat") -> dict:
     """The AR searches behind one callback: greedy or beam search (`search.ar_search`), or with phrases
     (int32[B, C, P], an all-PAD row = none) the constrained beam search that guarantees them
     (`constrained.constrained_search`, DBA/VDBA; beam_size 1 is then a one-beam constrained search), or under
@@ -140,7 +141,14 @@ def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered
     if rules == "fairseq":
         return constrained_fairseq.search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, **kwargs)
     return constrained_search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, continues=continues,
-                              **kwargs)
+                              joins=joins, **kwargs)
+
+
+def word_glue(pieces) -> tuple:
+    """(continues, joins) of a vocabulary's `PieceTables` as the constrained search takes them (None for none)."""
+    def table(x):
+        return jnp.asarray(x) if x is not None and x.any() else None
+    return table(pieces.continues), table(pieces.joins)
 
 
 def hard_phrases(request: DecodeRequest):
@@ -152,11 +160,11 @@ def hard_phrases(request: DecodeRequest):
 
 def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: int = 1, length_penalty=1.0,
                 max_len_a=1.2, max_len_b=10, max_out: int, phrases=None, ordered: bool = False,
-                continues=None, rules: str = "jaxnat") -> dict:
+                continues=None, joins=None, rules: str = "jaxnat") -> dict:
     """Greedy, beam or constrained beam search (`search`) with the model's KV cache.
 
-    src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None (continues:
-    `constrained_search`'s). The
+    src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None (continues,
+    joins: `constrained_search`'s). The
     source is encoded once and its memory repeated per beam (row b * beam_size + k). Returns
     {'tokens', 'score', 'length'} (and 'constraints_met' with phrases).
     """
@@ -174,13 +182,13 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
     tokens_to_logprobs, cache = without_cross_cache(
         lambda tokens, cache, index: model.apply(params, tokens, cache, index, src_mask, method=model.step), cache)
     return search(tokens_to_logprobs, cache, src, phrases=phrases, ordered=ordered, continues=continues,
-                  beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                  max_out=max_out, rules=rules)
+                  joins=joins, beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
+                  max_len_b=max_len_b, max_out=max_out, rules=rules)
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     module, e = ARTransformer(cfg), config.eval
-    continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None  # hard constraints: whole words
+    continues, joins = word_glue(pieces)  # hard constraints: whole words
 
     def init(rng, batch):
         return module.init(rng, batch["src"][:1], batch["tgt"][:1, :-1])
@@ -190,7 +198,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                            length_penalty=e.length_penalty, max_len_a=e.max_len_a, max_len_b=e.max_len_b,
                            max_out=request.width(capacity),
                            phrases=hard_phrases(request), ordered=e.constraint_order == "given", continues=continues,
-                           rules=e.search_rules)
+                           joins=joins, rules=e.search_rules)
 
     def loss(params, batch, rng, train=True):
         return ar_loss(module, params, batch, rng, config.train.label_smoothing, train)

@@ -44,7 +44,7 @@ from flax import struct
 from jaxnat.data.phrase_pairs import encode_pairs, entry_capacity
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.decoding.request import DecodeRequest, Supports
-from jaxnat.models.ar.model import ARTransformer, hard_phrases, output_capacity, search
+from jaxnat.models.ar.model import ARTransformer, hard_phrases, output_capacity, search, word_glue
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import next_in_segment
 from jaxnat.models.spec import ModelSpec
@@ -388,7 +388,8 @@ def vecconst_loss(model: VecConstTransformer, params, batch: dict, rng, *, label
 
 
 def vecconst_generate(module: VecConstTransformer, params, request: DecodeRequest, *, length_penalty, max_len_a,
-                      max_len_b, max_out: int, ordered: bool = False, continues=None, consumes: bool = False) -> dict:
+                      max_len_b, max_out: int, ordered: bool = False, continues=None, joins=None,
+                      consumes: bool = False) -> dict:
     """Greedy, beam or, with hard constraints in ``request``, constrained beam search (`ar.search`) with the
     pairs of ``request`` (none: an all-PAD pair per sentence). ``consumes``: each beam's plug-in drops the
     constraint tokens it has produced (`consume`; the phrases are part of the searched state, so they follow
@@ -415,7 +416,7 @@ def vecconst_generate(module: VecConstTransformer, params, request: DecodeReques
         return logp, (layers, pair_tgt)
 
     return search(tokens_to_logprobs, (layers, repeat(pair_tgt)), src, phrases=hard_phrases(request), ordered=ordered,
-                  continues=continues, beam_size=k, length_penalty=length_penalty, max_len_a=max_len_a,
+                  continues=continues, joins=joins, beam_size=k, length_penalty=length_penalty, max_len_a=max_len_a,
                   max_len_b=max_len_b, max_out=max_out)
 
 
@@ -435,7 +436,7 @@ class PairInputs:
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     s, t, e = config.vecconst, config.train, config.eval
-    continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None  # hard constraints: whole words
+    continues, joins = word_glue(pieces)  # hard constraints: whole words
     module = VecConstTransformer(cfg, s.attention, s.plug_in, s.renormalise, s.adapters, s.output)
 
     def init(rng, batch):  # the parameters' shapes do not depend on the pairs' (nor on packing): one empty pair
@@ -451,7 +452,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     def generate(params, request: DecodeRequest) -> dict:
         return vecconst_generate(module, params, request, length_penalty=e.length_penalty, max_len_a=e.max_len_a,
                                  max_len_b=e.max_len_b, max_out=request.width(capacity),
-                                 ordered=e.constraint_order == "given", continues=continues,
+                                 ordered=e.constraint_order == "given", continues=continues, joins=joins,
                                  consumes=pair_consumes(s))
 
     return ModelSpec("vecconst", cfg, module, init, loss, generate, capacity, SUPPORTS, packs=True,
