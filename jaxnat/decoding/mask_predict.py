@@ -27,7 +27,8 @@ over (position, set of phrases placed) (`place_phrases`). Placed tokens are neve
 model cannot delete a word, and re-masking a word it did not choose gives it back its own choice (docs/cmlm.md).
 Hard constraints: candidate lengths are raised to their total length, so every phrase is placed and appears
 whole in every output whatever the model predicts, and (with a ``continues`` table) no piece that would extend
-a word follows one, so it also stays a word. Soft constraints: the predicted lengths stay, the phrases that
+a word follows one, nor (with a ``joins`` table: BPE's "@@") one that would glue the next piece onto its word
+precedes one, so it also stays a word. Soft constraints: the predicted lengths stay, the phrases that
 fit are placed, and a word may glue onto one.
 """
 
@@ -233,12 +234,16 @@ def remove_repeats(tokens: jax.Array) -> tuple[jax.Array, jax.Array]:
     return out, jnp.sum(repeat, axis=1, dtype=jnp.int32)
 
 
-def unglued(logits: jax.Array, after: jax.Array | None, continues: jax.Array | None) -> jax.Array:
+def unglued(logits: jax.Array, after: jax.Array | None, continues: jax.Array | None, before: jax.Array | None = None,
+            joins: jax.Array | None = None) -> jax.Array:
     """logits: float32[R, L, V] with the pieces that would continue a word (continues: bool[V]) at -inf where
-    ``after`` (bool[R, L]: right after a hard constraint) — so the constraint stays a whole word."""
-    if after is None or continues is None:
-        return logits
-    return jnp.where(after[..., None] & continues, -jnp.inf, logits)
+    ``after`` (bool[R, L]: right after a hard constraint), and those that would glue the next piece onto their
+    word (joins: bool[V], BPE's "@@") where ``before`` (right before one) — so the constraint stays a whole word."""
+    if after is not None and continues is not None:
+        logits = jnp.where(after[..., None] & continues, -jnp.inf, logits)
+    if before is not None and joins is not None:
+        logits = jnp.where(before[..., None] & joins, -jnp.inf, logits)
+    return logits
 
 
 def choose(logits: jax.Array, tokens, scores, masked):
@@ -267,7 +272,7 @@ def candidates(length_logits: jax.Array, src: jax.Array, constraints: jax.Array 
 
 def decode(token_logits: Callable, lengths: jax.Array, src: jax.Array, constraints: jax.Array | None,
            hard: jax.Array | None, capacity: int, options: Options, continues: jax.Array | None = None,
-           rescore: Callable | None = None) -> dict:
+           rescore: Callable | None = None, joins: jax.Array | None = None) -> dict:
     """Mask-predict over a batch. token_logits(tokens int32[R, L], rows_of int32[R]) → float32[R, L, V] logits
     (or log-probabilities) with the reserved ids at -inf (rows_of: each canvas's sentence). lengths: int32[B, ℓ]
     the candidates' lengths (`candidates`, perhaps for a wider canvas: any ``capacity`` that holds n + 2
@@ -275,7 +280,8 @@ def decode(token_logits: Callable, lengths: jax.Array, src: jax.Array, constrain
     or None; hard: bool[B] or None; continues: bool[V], the pieces that would extend the word before them, never
     put right after a hard constraint (None: every piece is a word); rescore(tokens int32[R, L], rows_of) →
     float32[R]: another model's score of each finished candidate, which then picks the translation (an AR
-    rescorer), or None.
+    rescorer), or None; joins: bool[V], the pieces that glue the next one onto their word (BPE's "@@"), never put
+    right before a hard constraint (None: none).
 
     Returns per sentence ``tokens`` int32[B, capacity], ``score`` float32[B] (mean token log-probability),
     ``length`` int32[B] (real tokens, before ``dedup``), ``iterations`` int32[B] (passes run) and ``repeats``
@@ -296,16 +302,19 @@ def decode(token_logits: Callable, lengths: jax.Array, src: jax.Array, constrain
     logits = logits_of(tokens, rows_of)
     tokens, scores, lse = choose(logits, tokens, jnp.zeros(tokens.shape, jnp.float32), real)
 
-    fixed, after = jnp.zeros(tokens.shape, bool), None
+    fixed, after, before = jnp.zeros(tokens.shape, bool), None, None
     if constraints is not None:
         phrases = constraints[rows_of]
         starts = place_phrases(logits, phrases, n, options.any_order, lse)
         tokens, fixed = write_phrases(tokens, phrases, starts)
         scores = jnp.where(fixed, jnp.take_along_axis(logits, tokens[..., None], axis=2)[..., 0] - lse, scores)
         if hard is not None:
-            after = jnp.pad(fixed[:, :-1], ((0, 0), (1, 0))) & ~fixed & real & hard[rows_of][:, None]
-            # pass 0 chose the word after a constraint before knowing it would be there: choose again
-            tokens, scores, _ = choose(unglued(logits, after, continues), tokens, scores, after)
+            free = ~fixed & real & hard[rows_of][:, None]
+            after = jnp.pad(fixed[:, :-1], ((0, 0), (1, 0))) & free
+            before = jnp.pad(fixed[:, 1:], ((0, 0), (0, 1))) & free
+            # pass 0 chose the words beside a constraint before knowing it would be there: choose again
+            tokens, scores, _ = choose(unglued(logits, after, continues, before, joins), tokens, scores,
+                                       after | before)
 
     state = {"tokens": tokens, "scores": scores, "t": jnp.ones((), jnp.int32),
              "done": jnp.zeros((b * beam,), bool), "iterations": jnp.ones((b * beam,), jnp.int32)}
@@ -317,7 +326,7 @@ def decode(token_logits: Callable, lengths: jax.Array, src: jax.Array, constrain
         active = ~s["done"]
         free = real & ~fixed & active[:, None]
         masked = lowest(s["scores"], free, remask_count(n, s["t"], steps))
-        logits = unglued(logits_of(jnp.where(masked, MASK_ID, s["tokens"]), rows_of), after, continues)
+        logits = unglued(logits_of(jnp.where(masked, MASK_ID, s["tokens"]), rows_of), after, continues, before, joins)
         tokens, scores, _ = choose(logits, s["tokens"], s["scores"], free if options.update_all else masked)
         changed = jnp.any(tokens != s["tokens"], axis=1)
         done = s["done"] | (active & ~changed) if options.stop_early else s["done"]
