@@ -19,33 +19,46 @@ def pad(rows, length, value=PAD_ID):
     return np.array([list(r) + [value] * (length - len(r)) for r in rows])
 
 
-def levt_first(row, marks, scores, logits, continues=None):
+def levt_first(row, marks, scores, logits, continues=None, joins=None):
     """LevT's deletion on one sentence; logits: [L, 2]. Returns (row, marks, scores, counts). With
     ``continues`` (bool[V]), the free token right after a phrase is only deleted when the token after it does
-    not continue a word and is not marked for deletion itself (so nothing ends up glued onto the phrase)."""
+    not continue a word and is not marked for deletion itself (so nothing ends up glued onto the phrase); with
+    ``joins`` (bool[V]), the free token right before a phrase only when the token before it does not join the
+    next onto its word and is not marked itself."""
     if len(row) <= 2:
         return row, marks, scores, {"deletions": 0}
     flags = list(logits[:len(row)].argmax(-1) == 1)
-    if continues is not None:
-        flags = [f and not (0 < k < len(row) - 1 and marks[k - 1] and not marks[k]
-                            and (continues[row[k + 1]] or flags[k + 1]))
-                 for k, f in enumerate(flags)]
+    flags = [f and not (continues is not None and 0 < k < len(row) - 1 and marks[k - 1] and not marks[k]
+                        and (continues[row[k + 1]] or flags[k + 1]))
+             and not (joins is not None and 0 < k < len(row) - 1 and marks[k + 1] and not marks[k]
+                      and (joins[row[k - 1]] or flags[k - 1]))
+             for k, f in enumerate(flags)]
     keep = ref.kept_after_delete(row, flags, [m > 0 for m in marks])
     row, marks, scores = ([v for v, k in zip(seq, keep) if k] for seq in (row, marks, scores))
     return row, marks, scores, {"deletions": keep.count(False)}
 
 
-def glued(row, marks, continues):
-    """Free pieces that continue a word right after a phrase (through other such pieces)."""
-    out, after_phrase = [], False
-    for t, m in zip(row, marks):
-        free_continuation = not m and continues[t] and t not in (BOS_ID, EOS_ID)
-        out.append(after_phrase and free_continuation)
-        after_phrase = bool(m) or (after_phrase and free_continuation)
+def glued(row, marks, continues, joins=None):
+    """Free pieces that continue a word right after a phrase (through other such pieces), and free pieces that
+    join the next onto their word right before one (through other such pieces)."""
+    out = [False] * len(row)
+    if continues is not None:
+        after_phrase = False
+        for k, (t, m) in enumerate(zip(row, marks)):
+            free_continuation = not m and continues[t] and t not in (BOS_ID, EOS_ID)
+            out[k] = after_phrase and free_continuation
+            after_phrase = bool(m) or (after_phrase and free_continuation)
+    if joins is not None:
+        before_phrase = False
+        for k in reversed(range(len(row))):
+            t, m = row[k], marks[k]
+            free_join = not m and joins[t] and t not in (BOS_ID, EOS_ID)
+            out[k] = out[k] or (before_phrase and free_join)
+            before_phrase = bool(m) or (before_phrase and free_join)
     return out
 
 
-def editor_first(row, marks, scores, logits, deletion_reward=0.0, continues=None):
+def editor_first(row, marks, scores, logits, deletion_reward=0.0, continues=None, joins=None):
     """EDITOR's reposition on one sentence; logits: [L, L] (slot, input token)."""
     n = len(row)
     lg = np.array(logits[:n, :n], np.float32)
@@ -66,17 +79,18 @@ def editor_first(row, marks, scores, logits, deletion_reward=0.0, continues=None
             phrase_moved += length * (min(max(anchor[k], 1), n - 1) != k)
     deleted = sum(1 for i in range(1, n - 1) if not marks[i]) - sum(1 for p in source[1:-1] if not marks[p])
     row, marks, scores = ([seq[p] for p in source] for seq in (row, marks, scores))
-    if continues is not None:
-        cut = glued(row, marks, continues)
+    if continues is not None or joins is not None:
+        cut = glued(row, marks, continues, joins)
         deleted += sum(cut)
         row, marks, scores = ([v for v, c in zip(seq, cut) if not c] for seq in (row, marks, scores))
     return row, marks, scores, {"repositions": free_moved + phrase_moved, "deletions": deleted}
 
 
-def python_refine(heads, tokens, phrase, caps, options, first_edit, continues=None):
-    """Reference loop. first_edit(row, marks, scores, logits of the row, continues) -> (row, marks, scores,
-    counts). With ``continues`` (bool[V]) a placeholder right after a phrase is filled with the best piece
-    that does not continue a word, scored among those. Returns (rows, iterations, {count name: per sentence},
+def python_refine(heads, tokens, phrase, caps, options, first_edit, continues=None, joins=None):
+    """Reference loop. first_edit(row, marks, scores, logits of the row, continues, joins) -> (row, marks,
+    scores, counts). With ``continues`` (bool[V]) a placeholder right after a phrase is filled with the best piece
+    that does not continue a word, with ``joins`` one right before a phrase with the best that does not join the
+    next onto its word, scored among those. Returns (rows, iterations, {count name: per sentence},
     insertions, scores, per row each token's (log-probability of its fill, whether it was filled): (0.0, False)
     for the tokens of the start)."""
     length = tokens.shape[1]
@@ -93,7 +107,7 @@ def python_refine(heads, tokens, phrase, caps, options, first_edit, continues=No
         for b in range(n):
             if done[b]:
                 continue
-            rows[b], marks[b], scores[b], c = first_edit(rows[b], marks[b], scores[b], logits[b], continues)
+            rows[b], marks[b], scores[b], c = first_edit(rows[b], marks[b], scores[b], logits[b], continues, joins)
             for name, v in c.items():
                 counts.setdefault(name, [0] * n)[b] += v
         plh = np.array(heads.placeholder(jnp.asarray(pad(rows, length))))
@@ -116,7 +130,9 @@ def python_refine(heads, tokens, phrase, caps, options, first_edit, continues=No
             for k, (t, sc) in enumerate(zip(rows[b], scores[b])):
                 allowed = np.ones(token_logits.shape[-1], bool)
                 if continues is not None and t == PLH_ID and k > 0 and marks[b][k - 1]:
-                    allowed = ~np.asarray(continues)
+                    allowed &= ~np.asarray(continues)
+                if joins is not None and t == PLH_ID and k + 1 < len(rows[b]) and marks[b][k + 1]:
+                    allowed &= ~np.asarray(joins)
                 lg = np.where(allowed, token_logits[b, k].astype(np.float64), -np.inf)
                 logp = lg - np.log(np.sum(np.exp(lg - lg.max()))) - lg.max()
                 best.append(int(logp.argmax()))
@@ -178,7 +194,7 @@ def check_fills_scored(out):
 
 
 def check_loop_against_python(spec, seed, options, first_method, first_edit, first_py, count_names, vocab,
-                              continues=None):
+                              continues=None, joins=None):
     """Decodes six canvases (empty, with one- and multi-token phrases, random) with the jit'd `refine` of an
     untrained model and with `python_refine`, and asserts they agree on tokens, counts, scores and each token's
     log-probability, scored only where the token head filled it (with the word-boundary rules of ``continues``,
@@ -195,10 +211,11 @@ def check_loop_against_python(spec, seed, options, first_method, first_edit, fir
     heads = model_heads(spec, params, src, first_method)
     cap = length_cap(src, capacity, options)
     table = None if continues is None else jnp.asarray(continues)
+    join_table = None if joins is None else jnp.asarray(joins)
     got = jax.jit(lambda t, m: refine(heads, first_edit, initial_hypotheses(t, m), cap, options, count_names,
-                                      table))(tokens, marks)
+                                      table, join_table))(tokens, marks)
     rows, iters, counts, inss, scores, token_scores = python_refine(heads, tokens, marks, np.asarray(cap), options,
-                                                                    first_py, continues)
+                                                                    first_py, continues, joins)
     assert [[int(t) for t in r if t != PAD_ID] for r in np.asarray(got["tokens"])] == rows
     assert got["iterations"].tolist() == iters
     for name in count_names:

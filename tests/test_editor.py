@@ -33,6 +33,7 @@ TINY = "tests/configs/tiny.py"
 V = 40
 WORD_START = (np.arange(V) % 3 != 0) | (np.arange(V) < NUM_RESERVED)  # a third of the pieces continue a word
 CONTINUES = ~WORD_START
+JOINS = (np.arange(V) % 3 == 1) & (np.arange(V) >= NUM_RESERVED)  # pieces that join the next onto their word
 COUNTS = ("repositions", "deletions")
 
 
@@ -276,24 +277,25 @@ def test_ablation_config_is_multi30k_with_gu_et_al_roll_in():
 def test_jit_loop_equals_python_loop(spec, seed, penalty, reward, run_all):
     options = RefineOptions(max_iter=4, placeholder_penalty=penalty, run_all=run_all)
 
-    def first(h, logits, active, continues):
-        return editor_reposition(h, logits, active, continues, deletion_reward=reward)
+    def first(h, logits, active, continues, joins=None):
+        return editor_reposition(h, logits, active, continues, deletion_reward=reward, joins=joins)
 
-    def first_py(row, marks, scores, logits, continues):
-        return editor_first(row, marks, scores, logits, deletion_reward=reward, continues=continues)
+    def first_py(row, marks, scores, logits, continues, joins):
+        return editor_first(row, marks, scores, logits, deletion_reward=reward, continues=continues, joins=joins)
 
-    check_loop_against_python(spec, seed, options, "reposition_logits", first, first_py, COUNTS, V, CONTINUES)
+    check_loop_against_python(spec, seed, options, "reposition_logits", first, first_py, COUNTS, V, CONTINUES,
+                              JOINS)
 
 
 @functools.partial(jax.jit, static_argnames="paper_hard")
-def _reposition(tokens, phrase, logits, continues=None, paper_hard=False):
+def _reposition(tokens, phrase, logits, continues=None, paper_hard=False, joins=None):
     return editor_reposition(initial_hypotheses(tokens, phrase), logits, jnp.array([True]), continues,
-                             paper_hard=paper_hard)
+                             paper_hard=paper_hard, joins=joins)
 
 
 def test_reposition_step_with_word_boundaries_matches_python():
-    """One reposition with sub-word pieces after phrases: the glued pieces are deleted exactly as the
-    reference does it, and counted as deletions."""
+    """One reposition with sub-word pieces after phrases (and joining pieces before them): the glued pieces are
+    deleted exactly as the reference does it, and counted as deletions."""
     rng = np.random.default_rng(0)
     capacity = 14
     for trial in range(20):
@@ -301,9 +303,11 @@ def test_reposition_step_with_word_boundaries_matches_python():
         row = [BOS_ID, *body, EOS_ID]
         marks = [0, 0, 1, 1, 0, 0, 2, 0, 0, 3, 3, 0]
         logits = rng.normal(size=(1, capacity, capacity)).astype(np.float32)
-        got, counts = jax.device_get(_reposition(pad([row], capacity), pad([marks], capacity, 0), logits, CONTINUES))
+        joins = JOINS if trial % 2 else None
+        got, counts = jax.device_get(_reposition(pad([row], capacity), pad([marks], capacity, 0), logits, CONTINUES,
+                                                 joins=joins))
         want_row, want_marks, _, want_counts = editor_first(row, marks, [0.0] * len(row), logits[0],
-                                                            continues=CONTINUES)
+                                                            continues=CONTINUES, joins=joins)
         assert [int(t) for t in got.tokens[0] if t != PAD_ID] == want_row, trial
         assert got.phrase[0, :len(want_row)].tolist() == want_marks
         assert {k: int(v[0]) for k, v in counts.items()} == want_counts
@@ -333,7 +337,7 @@ def _random_model_refine(seed, tokens, phrase, src):
     options = RefineOptions(max_iter=5)
     return refine(stub_heads(seed, V, "reposition", plh_boost=3.0), editor_reposition,
                   initial_hypotheses(tokens, phrase), length_cap(src, tokens.shape[1], options), options, COUNTS,
-                  jnp.asarray(CONTINUES))
+                  jnp.asarray(CONTINUES), jnp.asarray(JOINS))
 
 
 @settings(max_examples=100, deadline=None)
@@ -359,8 +363,9 @@ def test_hard_constraints_survive_random_models(seed, phrases):
             where = [k for k, m in enumerate(got_marks) if m == pid]
             assert where == list(range(where[0], where[0] + len(p))), (real, got_marks, phrases)
             assert [real[k] for k in where] == p
-            after = where[-1] + 1
+            after, before = where[-1] + 1, where[0] - 1
             assert got_marks[after] or not CONTINUES[real[after]], (real, got_marks)
+            assert got_marks[before] or not JOINS[real[before]], (real, got_marks)
 
 
 def test_sentence_alone_equals_sentence_in_batch(spec):

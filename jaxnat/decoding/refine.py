@@ -77,7 +77,8 @@ class Heads(NamedTuple):
     token: Callable      # [B, L, V] (`NOT_PREDICTED` ids are never filled in, whatever their logits)
 
 
-# (hyps, logits, active bool[B], continues bool[V] | None) -> (hyps, {name: int32[B]}). Every output token is an
+# (hyps, logits, active bool[B], continues bool[V] | None, joins=bool[V] | None) -> (hyps, {name: int32[B]}): the
+# word-boundary tables of `insert_and_fill`, which the edit keeps too. Every output token is an
 # input token moved (or copied) with its sides (`Hypotheses.sides`).
 FirstEdit = Callable
 
@@ -138,13 +139,15 @@ def inside_phrase(phrase: jax.Array) -> jax.Array:
 
 
 def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.Array, penalty: float,
-                    continues: jax.Array | None = None, all_ids: bool = False):
+                    continues: jax.Array | None = None, all_ids: bool = False, joins: jax.Array | None = None):
     """Placeholders (argmax per slot after the γ penalty, none inside a phrase, row capped at ``cap``), then
     every placeholder filled with the token head's argmax. Returns (placeholder hyps, filled hyps, count).
 
     continues: bool[V] (True for pieces that would extend the word before them) or None. When given, a
     placeholder right after a hard-constraint phrase never takes such a piece, so nothing glues onto the
     constraint's last word (punctuation may follow it): the constraint survives as a word, not just as pieces.
+    joins: bool[V] (pieces that glue the next one onto their word, BPE's "@@") or None: a placeholder right before
+    a phrase never takes such a piece. all_ids: a fill's score is its log-probability among every id.
     """
     # every score in float32, whatever the model's compute dtype
     logits = heads.placeholder(hyps.tokens).astype(jnp.float32)
@@ -159,6 +162,9 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
     if continues is not None:
         after_phrase = jnp.pad(with_plh.phrase[:, :-1] > 0, ((0, 0), (1, 0))) & (with_plh.tokens == PLH_ID)
         logits = jnp.where(after_phrase[..., None] & continues, -jnp.inf, logits)
+    if joins is not None:
+        before_phrase = jnp.pad(with_plh.phrase[:, 1:] > 0, ((0, 0), (0, 1))) & (with_plh.tokens == PLH_ID)
+        logits = jnp.where(before_phrase[..., None] & joins, -jnp.inf, logits)
     # the argmax's log-probability, max - logsumexp, without materialising a log_softmax of [B, L, V]
     best = argmax(logits)
     best_logp = jnp.max(logits, axis=-1) - jax.nn.logsumexp(raw if all_ids else logits, axis=-1)
@@ -169,14 +175,14 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
 
 
 def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Array, options: RefineOptions,
-           count_names: tuple[str, ...], continues: jax.Array | None = None) -> dict:
+           count_names: tuple[str, ...], continues: jax.Array | None = None, joins: jax.Array | None = None) -> dict:
     """Runs the refinement loop from ``start``; returns per sentence ``tokens`` and ``phrase`` int32[B, L],
     ``token_logp`` float32[B, L] (each token's score: the log-probability of its fill at the pass that last filled
     it, 0.0 for BOS, EOS, PAD and the tokens of the start), ``token_scored`` bool[B, L] (the filled tokens),
     ``score`` float32[B] (the mean of token_logp over the real tokens, BOS/EOS included), ``iterations`` (passes
     run), ``steps`` (the papers' count: iterations − 1) and the edit counts int32[B]
-    (``count_names`` from the first edit, plus ``insertions``; ``continues`` as in `insert_and_fill`), and with
-    ``options.trace`` the ``trace`` int32[B, max_iter + 1, 3, L] of hypotheses after each step (first edit,
+    (``count_names`` from the first edit, plus ``insertions``; ``continues``, ``joins`` as in `insert_and_fill`),
+    and with ``options.trace`` the ``trace`` int32[B, max_iter + 1, 3, L] of hypotheses after each step (first edit,
     placeholders, fill; iterations past the loop's last one repeat the final state)."""
     b, length = start.tokens.shape
     steps = options.max_iter + 1
@@ -196,9 +202,10 @@ def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Arra
     def body(s):
         active = ~s["done"]
         before = s["hyps"]
-        edited, counts = first_edit(before, heads.first(before.tokens).astype(jnp.float32), active, continues)
+        edited, counts = first_edit(before, heads.first(before.tokens).astype(jnp.float32), active, continues,
+                                    joins=joins)
         with_plh, filled, inserted = insert_and_fill(edited, heads, cap, active, options.placeholder_penalty,
-                                                     continues, options.rules == "fairseq")
+                                                     continues, options.rules == "fairseq", joins)
         changed = jnp.any(filled.tokens != before.tokens, axis=1)
         new = dict(s)
         new["hyps"] = filled

@@ -26,7 +26,7 @@ from jaxnat.decoding.refine import (LOOP_COUNTS, Heads, RefineOptions, forbid_re
                                     start_from_request)
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models.losses import smoothed_cross_entropy
-from jaxnat.models.spec import ModelSpec
+from jaxnat.models.spec import ModelSpec, word_glue
 from jaxnat.models.transformer import absent_logits, Decoder, embedders, Encoder, TransformerConfig, token_mask
 from jaxnat.oracle import MAX_INSERTIONS, ed2_labels
 
@@ -187,7 +187,7 @@ def edit_model_spec(config, section, cfg: TransformerConfig, name: str, module: 
     e = config.eval
     options = RefineOptions(section.max_iter, section.placeholder_penalty, e.length_cap_min, e.length_cap_ratio,
                             e.run_all_iterations, rules=e.search_rules)
-    continues = jnp.asarray(pieces.continues) if pieces.continues.any() else None
+    continues, joins = word_glue(pieces)  # hard constraints: whole words
     count_names = tuple(c for c in supports.counts if c not in LOOP_COUNTS)
 
     def init(rng, batch):
@@ -206,7 +206,7 @@ def edit_model_spec(config, section, cfg: TransformerConfig, name: str, module: 
         capacity = request.width(capacity_for)
         start = start_from_request(request, capacity)
         return refine(heads, first_edit, start, length_cap(src, capacity, options),
-                      options._replace(trace=request.trace), count_names, continues)
+                      options._replace(trace=request.trace), count_names, continues, joins)
 
     def capacity_for(src_len: int) -> int:
         return int(min(cfg.max_len, max(e.length_cap_min, int(e.length_cap_ratio * src_len))))

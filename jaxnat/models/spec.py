@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import jax
 
-from jaxnat.data.vocab import PieceTables  # noqa: F401  (re-exported: the spec builders take one)
+from jaxnat.data.vocab import PieceTables
 from jaxnat.decoding.request import Supports
 from jaxnat.models.transformer import TransformerConfig
 
@@ -60,3 +60,11 @@ class ModelSpec:
         # one compiled program: called outside jit (tests, notebooks), flax's initialisation would run op by op,
         # each op its own small XLA program, several times slower than compiling the whole
         object.__setattr__(self, "init", jax.jit(self.init))
+
+
+def word_glue(pieces: PieceTables) -> tuple:
+    """(continues, joins) of a vocabulary's `PieceTables` as the constrained decoders take them: bool[V] arrays,
+    or None where no piece is one (the rules then cost nothing)."""
+    def table(x):
+        return jax.numpy.asarray(x) if x is not None and x.any() else None
+    return table(pieces.continues), table(pieces.joins)

@@ -19,7 +19,7 @@ from jaxnat.decoding.search import ar_search
 from jaxnat.errors import ConfigError
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import next_in_segment
-from jaxnat.models.spec import ModelSpec
+from jaxnat.models.spec import ModelSpec, word_glue
 from jaxnat.models.transformer import (absent_logits, Decoder, embedders, embedding_norms, Encoder, source_tokens,
                                       TransformerConfig, token_mask, without_cross_cache)
 
@@ -142,13 +142,6 @@ def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered
         return constrained_fairseq.search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, **kwargs)
     return constrained_search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, continues=continues,
                               joins=joins, **kwargs)
-
-
-def word_glue(pieces) -> tuple:
-    """(continues, joins) of a vocabulary's `PieceTables` as the constrained search takes them (None for none)."""
-    def table(x):
-        return jnp.asarray(x) if x is not None and x.any() else None
-    return table(pieces.continues), table(pieces.joins)
 
 
 def hard_phrases(request: DecodeRequest):

@@ -42,11 +42,11 @@ from jaxnat.decoding import mask_predict, mask_predict_fairseq
 from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.models.insertion import forbid_reserved, head_runner, mean_loss, model_choice
 from jaxnat.errors import ConfigError
-from jaxnat.models.ar.model import ARTransformer, ar_score, word_glue
+from jaxnat.models.ar.model import ARTransformer, ar_score
 from jaxnat.models.cmlm.length import rescorer_extras
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import max_segments, segment_interior, segment_lengths, segment_lowest, segment_mean
-from jaxnat.models.spec import ModelSpec
+from jaxnat.models.spec import ModelSpec, word_glue
 from jaxnat.models.transformer import (absent_logits, Decoder, embedders, Encoder, TransformerConfig, config_from,
                                       token_mask)
 from jaxnat.oracle import apply_random_mask, draw_subset, full_mask, real_mask

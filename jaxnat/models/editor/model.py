@@ -219,27 +219,37 @@ SUPPORTS = Supports(init=True, soft_constraints=True, hard_constraints=True, tra
                     counts=("iterations", "steps", "repositions", "deletions", "insertions"))
 
 
-def glued_to_phrase(tokens: jax.Array, phrase: jax.Array, continues: jax.Array) -> jax.Array:
-    """bool[B, L]: free pieces that would extend a hard constraint's last word — those right after a phrase
-    that continue a word (``continues``: bool[V]), and the continuing pieces after them."""
+def glued_to_phrase(tokens: jax.Array, phrase: jax.Array, continues: jax.Array | None,
+                    joins: jax.Array | None = None) -> jax.Array:
+    """bool[B, L]: free pieces that would glue onto a hard constraint's word — those right after a phrase that
+    continue a word (``continues``: bool[V]) and the continuing pieces after them; those right before a phrase
+    that glue the next piece onto their word (``joins``: bool[V], BPE's "@@") and the joining pieces before them."""
     pos = edit_ops.positions(tokens)
-    anchor = (phrase > 0) | ~continues[tokens] | (pos == 0)
-    run_start = lax.cummax(jnp.where(anchor, pos, 0), axis=1)
-    return ~anchor & (jnp.take_along_axis(phrase, run_start, axis=1) > 0)
+    glued = jnp.zeros(tokens.shape, bool)
+    if continues is not None:
+        anchor = (phrase > 0) | ~continues[tokens] | (pos == 0)
+        run_start = lax.cummax(jnp.where(anchor, pos, 0), axis=1)
+        glued = glued | (~anchor & (jnp.take_along_axis(phrase, run_start, axis=1) > 0))
+    if joins is not None:
+        last = tokens.shape[1] - 1
+        anchor = (phrase > 0) | ~joins[tokens] | (pos == 0) | (tokens == PAD_ID)
+        run_end = lax.cummin(jnp.where(anchor, pos, last), axis=1, reverse=True)
+        glued = glued | (~anchor & (jnp.take_along_axis(phrase, run_end, axis=1) > 0))
+    return glued
 
 
 def editor_reposition(hyps: Hypotheses, logits: jax.Array, active: jax.Array, continues: jax.Array | None = None,
-                      deletion_reward: float = 0.0, paper_hard: bool = False):
-    """EDITOR's first edit: every slot takes the input token it scores highest (column 0 deletes; the deletion
-    reward is added to it first); BOS/EOS pinned; finished rows left as they are. logits: float32[B, L, L].
+                      deletion_reward: float = 0.0, paper_hard: bool = False, joins: jax.Array | None = None):
+    """EDITOR's first edit: every slot takes the input token it scores highest (column 0 deletes; the deletion reward is
+    added to it first); BOS/EOS pinned; finished rows left as they are. logits: float32[B, L, L].
 
-    Hard constraints stay whole (`edit_ops.reposition_phrases`): each phrase moves as one block to the slot
-    most likely to take its first token (argmax over slots of log π_rps(first token | slot)), which is its own
-    slot unless the model wants it elsewhere; and with ``continues`` the free pieces that would then extend a
-    phrase's last word are deleted. With ``paper_hard`` (editor.hard_mode=paper: the EDITOR paper and its code) a
-    slot holding a constraint token only may not delete it, and nothing else is constrained: a constraint token
-    may be moved or copied on its own, and dropped when no slot takes it. Counts: repositions (slots holding
-    another token, deletions excluded) and deletions.
+    Hard constraints stay whole (`edit_ops.reposition_phrases`): each phrase moves as one block to the slot most
+    likely to take its first token (argmax over slots of log π_rps(first token | slot)), which is its own slot
+    unless the model wants it elsewhere; and with ``continues`` (``joins``) the free pieces that would then extend a
+    phrase's last word (glue a phrase onto their word) are deleted (`glued_to_phrase`). With ``paper_hard``
+    (editor.hard_mode=paper: the EDITOR paper and its code) a slot holding a constraint token only may not delete
+    it, and nothing else is constrained: a constraint token may be moved or copied on its own, and dropped when no
+    slot takes it. Counts: repositions (slots holding another token, deletions excluded) and deletions.
     """
     n = edit_ops.lengths(hyps.tokens, PAD_ID)[:, None]
     pos = edit_ops.positions(hyps.tokens)
@@ -259,8 +269,8 @@ def editor_reposition(hyps: Hypotheses, logits: jax.Array, active: jax.Array, co
                                       sides=hyps.sides())
     moved = Hypotheses(out.tokens, *out.sides)
     deletions = out.num_deleted
-    if continues is not None:
-        glued = glued_to_phrase(moved.tokens, moved.phrase, continues)
+    if continues is not None or joins is not None:
+        glued = glued_to_phrase(moved.tokens, moved.phrase, continues, joins)
         cut = edit_ops.delete_tokens(moved.tokens, glued, PAD_ID, sides=moved.sides())
         moved, deletions = Hypotheses(cut.tokens, *cut.sides), deletions + cut.num_deleted
     return moved, {"repositions": out.num_moved, "deletions": deletions}

@@ -173,26 +173,34 @@ def oracle_heads(heads: Heads, reference: jax.Array, mode: str) -> Heads:
 
 
 def keep_word_boundaries(tokens: jax.Array, phrase: jax.Array, delete: jax.Array,
-                         continues: jax.Array | None) -> jax.Array:
-    """bool[B, L]: ``delete`` without the deletions that would glue a piece onto a hard constraint's last word.
+                         continues: jax.Array | None, joins: jax.Array | None = None) -> jax.Array:
+    """bool[B, L]: ``delete`` without the deletions that would glue a piece onto a hard constraint's word.
 
-    Invariant (with the fill rule of `refine.insert_and_fill`): the token right after a phrase does not
-    continue a word (``continues``: bool[V]). It may only be deleted when its successor does not continue a
-    word either and survives, so the invariant holds after the deletion.
+    Invariants (with the fill rules of `refine.insert_and_fill`): the token right after a phrase does not
+    continue a word (``continues``: bool[V]), and the token right before one does not glue the next onto its
+    word (``joins``: bool[V], BPE's "@@"). The first may only be deleted when its successor does not continue a
+    word either and survives, the second when its predecessor does not join and survives, so the invariants
+    hold after the deletion.
     """
-    if continues is None:
-        return delete
-    guard = jnp.pad((phrase[:, :-1] > 0) & (phrase[:, 1:] == 0), ((0, 0), (1, 0)))
-    successor_ok = jnp.pad(~continues[tokens[:, 1:]] & ~delete[:, 1:], ((0, 0), (0, 1)))
-    return delete & ~(guard & ~successor_ok)
+    keep = jnp.zeros(delete.shape, bool)
+    if continues is not None:
+        guard = jnp.pad((phrase[:, :-1] > 0) & (phrase[:, 1:] == 0), ((0, 0), (1, 0)))
+        successor_ok = jnp.pad(~continues[tokens[:, 1:]] & ~delete[:, 1:], ((0, 0), (0, 1)))
+        keep = keep | (guard & ~successor_ok)
+    if joins is not None:
+        guard = jnp.pad((phrase[:, 1:] > 0) & (phrase[:, :-1] == 0), ((0, 0), (0, 1)))
+        predecessor_ok = jnp.pad(~joins[tokens[:, :-1]] & ~delete[:, :-1], ((0, 0), (1, 0)))
+        keep = keep | (guard & ~predecessor_ok)
+    return delete & ~keep
 
 
-def levt_delete(hyps: Hypotheses, logits: jax.Array, active: jax.Array, continues: jax.Array | None = None):
+def levt_delete(hyps: Hypotheses, logits: jax.Array, active: jax.Array, continues: jax.Array | None = None,
+                joins: jax.Array | None = None):
     """LevT's first edit: argmax deletion, only in sentences longer than [BOS, EOS]; phrases protected.
     logits: float32[B, L, 2]; active: bool[B] (finished rows are left as they are)."""
     n = edit_ops.lengths(hyps.tokens, PAD_ID)
     delete = (jnp.argmax(logits, axis=-1) == 1) & (active & (n > 2))[:, None]
-    delete = keep_word_boundaries(hyps.tokens, hyps.phrase, delete, continues)
+    delete = keep_word_boundaries(hyps.tokens, hyps.phrase, delete, continues, joins)
     out = edit_ops.delete_tokens(hyps.tokens, delete, PAD_ID, protect=hyps.phrase > 0,
                                  sides=hyps.sides())
     return Hypotheses(out.tokens, *out.sides), {"deletions": out.num_deleted}

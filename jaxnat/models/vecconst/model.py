@@ -44,10 +44,10 @@ from flax import struct
 from jaxnat.data.phrase_pairs import encode_pairs, entry_capacity
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.decoding.request import DecodeRequest, Supports
-from jaxnat.models.ar.model import ARTransformer, hard_phrases, output_capacity, search, word_glue
+from jaxnat.models.ar.model import ARTransformer, hard_phrases, output_capacity, search
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import next_in_segment
-from jaxnat.models.spec import ModelSpec
+from jaxnat.models.spec import ModelSpec, word_glue
 from jaxnat.models.transformer import (MultiHeadAttention, TransformerConfig, attention_bias, token_mask,
                                       without_cross_cache)
 
