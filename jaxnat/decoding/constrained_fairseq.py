@@ -39,7 +39,7 @@ import jax.numpy as jnp
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding.search import (NEG_INF, _check_static, _normalise, _restrict, _result, batch_length,
-                                    decode_length)
+                                    decode_length, fairseq_selection)
 from jaxnat.edit_ops.compaction import compact
 
 MAX_SCORE = -100.0  # fairseq's weight of a bank in the candidates' sort key
@@ -228,9 +228,7 @@ def search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases: jnp.ndarray
     next_all = jax.vmap(jax.vmap(next_tokens, **per_beam), in_axes=(0, 0, None))
     advance_all = jax.vmap(jax.vmap(advance, in_axes=(None, 0, 0, None)), in_axes=(0, 0, 0, None))
     bank_all = jax.vmap(jax.vmap(bank, **per_beam), in_axes=(0, 0, None))
-    finished_cands = jax.vmap(jax.vmap(finished, **per_beam), in_axes=(0, 0, None))
     row_offset = (jnp.arange(batch) * k)[:, None]
-    rank_of = jnp.arange(2 * k)[None, :]
 
     def body(s):
         i = s["index"]
@@ -264,23 +262,10 @@ def search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases: jnp.ndarray
         cand_steps = _take(s["alive_steps"], parent).at[:, :, i + 1].set(gain)
         eos = (token == EOS_ID) & (cand_score > NEG_INF)
 
-        # as fairseq's SequenceGenerator: EOS among the K first finishes a hypothesis (while fewer than K have)
-        slot = s["fin_count"][:, None] + jnp.cumsum(eos, axis=1) - 1
-        taken = eos & (rank_of < k) & (slot < k) & ~s["done"][:, None]
-        into = taken[:, :, None] & (slot[:, :, None] == jnp.arange(k)[None, None, :])  # [B, 2K, K]
-        filled, which = jnp.any(into, axis=1), jnp.argmax(into, axis=1)
-        met = finished_cands(ph, progress, ordered)
-
-        def put(new, old):
-            return jnp.where(filled.reshape(filled.shape + (1,) * (old.ndim - 2)),
-                             _take(new, which), old)
-
+        put, fin_count, keep = fairseq_selection(eos, s["fin_count"], s["done"], k)
         fin_tokens, fin_steps = put(cand_tokens, s["fin_tokens"]), put(cand_steps, s["fin_steps"])
         fin_score = put(_normalise(cand_score, i + 1, length_penalty), s["fin_score"])
-        fin_met = put(met, s["fin_met"])
-        fin_count = s["fin_count"] + jnp.sum(taken, axis=1)
-
-        _, keep = jax.lax.top_k(-(eos * 2 * k + rank_of), k)  # the first K that are not EOS stay alive
+        fin_met = put(finished_all(ph, progress, ordered), s["fin_met"])
         done = s["done"] | (fin_count >= k) | (i >= max_len)
         rows = (_take(parent, keep) + row_offset).reshape(-1)
         return dict(index=i + 1, alive_tokens=_take(cand_tokens, keep),

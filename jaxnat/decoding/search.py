@@ -213,6 +213,28 @@ def _beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, ma
     return _result(s.fin_tokens[:, 0], s.fin_score[:, 0], s.fin_steps[:, 0])
 
 
+def fairseq_selection(eos: jnp.ndarray, fin_count: jnp.ndarray, done: jnp.ndarray, k: int):
+    """fairseq's SequenceGenerator on a step's 2K ranked candidates (eos: bool[B, 2K], those ending in EOS with a
+    finite score): EOS among the first K fills the sentence's next free finished slots, in candidate order,
+    while it has fewer than K (fin_count: int32[B]; not in ``done`` sentences); the first K candidates that are
+    not EOS stay alive (EOS ones only where fewer than K others). Returns (put(new [B, 2K, ...], old [B, K, ...])
+    → old with the finished candidates written into their slots, the new fin_count, keep int32[B, K] the alive
+    candidates)."""
+    rank_of = jnp.arange(eos.shape[1])[None, :]
+    slot = fin_count[:, None] + jnp.cumsum(eos, axis=1) - 1
+    taken = eos & (rank_of < k) & (slot < k) & ~done[:, None]
+    into = taken[:, :, None] & (slot[:, :, None] == jnp.arange(k)[None, None, :])  # [B, 2K, K]
+    filled, which = jnp.any(into, axis=1), jnp.argmax(into, axis=1)  # [B, K]
+
+    def put(new, old):
+        trail = (1,) * (old.ndim - 2)
+        return jnp.where(filled.reshape(filled.shape + trail),
+                         jnp.take_along_axis(new, which.reshape(which.shape + (1,) * (new.ndim - 2)), 1), old)
+
+    _, keep = jax.lax.top_k(-(eos * eos.shape[1] + rank_of), k)
+    return put, fin_count + jnp.sum(taken, axis=1), keep
+
+
 def _fairseq_beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, max_out: int) -> dict:
     """fairseq's SequenceGenerator beam search (its BeamSearch, normalised scores, no prefix or n-gram blocking):
     at each step the 2K best extensions are ranked; those of the first K that end in EOS are finished (while the
@@ -227,7 +249,6 @@ def _fairseq_beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_pen
                 alive_steps=steps, fin_tokens=tokens, fin_steps=steps, fin_score=jnp.full((batch, k), NEG_INF),
                 fin_count=jnp.zeros(batch, jnp.int32), done=jnp.zeros(batch, bool), cache=cache)
     row_offset = (jnp.arange(batch) * k)[:, None]
-    rank_of = jnp.arange(2 * k)[None, :]
 
     def body(s):
         i = s["index"]
@@ -241,21 +262,10 @@ def _fairseq_beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_pen
         cand_steps = jnp.take_along_axis(s["alive_steps"], parent[:, :, None], 1).at[:, :, i + 1].set(gain)
         eos = (token == EOS_ID) & (cand_score > NEG_INF)
 
-        # EOS among the K best candidates fills the sentence's next free finished slots, in candidate order
-        slot = s["fin_count"][:, None] + jnp.cumsum(eos, axis=1) - 1
-        taken = eos & (rank_of < k) & (slot < k) & ~s["done"][:, None]
-        into = taken[:, :, None] & (slot[:, :, None] == jnp.arange(k)[None, None, :])  # [B, 2K, K]
-        filled, which = jnp.any(into, axis=1), jnp.argmax(into, axis=1)  # [B, K]
-        pick = lambda new, old: jnp.where(filled.reshape(filled.shape + (1,) * (old.ndim - 2)),  # noqa: E731
-                                          jnp.take_along_axis(new, which.reshape(which.shape + (1,) * (new.ndim - 2)),
-                                                              1), old)
+        pick, fin_count, keep = fairseq_selection(eos, s["fin_count"], s["done"], k)
         fin_tokens = pick(cand_tokens, s["fin_tokens"])
         fin_steps = pick(cand_steps, s["fin_steps"])
         fin_score = pick(_normalise(cand_score, i + 1, length_penalty), s["fin_score"])
-        fin_count = s["fin_count"] + jnp.sum(taken, axis=1)
-
-        # the first K candidates that are not EOS stay alive (EOS ones only where fewer than K others)
-        _, keep = jax.lax.top_k(-(eos * 2 * k + rank_of), k)
         alive_logp = jnp.take_along_axis(cand_score, keep, 1)
         done = s["done"] | (fin_count >= k)
         rows = (jnp.take_along_axis(parent, keep, 1) + row_offset).reshape(-1)
