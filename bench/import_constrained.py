@@ -1,5 +1,6 @@
-"""Constrained decoding of an imported fairseq model: jaxnat's constrained beam search beside its plain beam search
-and beside fairseq's `--constraints` on the same weights, the same sentences and the same length limit.
+"""Constrained decoding of an imported fairseq model: jaxnat's two constrained beam searches (its own, under its own
+rules, and its port of fairseq's, under fairseq's) beside its plain beam search and beside fairseq's `--constraints`
+on the same weights, the same sentences and the same length limit.
 
     D=/tmp/import-constrained
     # (a) in the reference environment (tools/reference_env.sh): a fairseq `transformer` with random weights
@@ -10,22 +11,28 @@ and beside fairseq's `--constraints` on the same weights, the same sentences and
     .refenv/bin/python bench/import_constrained.py make --data-dir ../shared/data/multi30k --out $D
     # (b) import it into a jaxnat workdir ($D/jaxnat)
     python bench/import_constrained.py import --out $D
-    # (c) the eight commands to time, one a line: "<b1|b64> <jaxnat|fairseq> <plain|cons> sh -c '...'"; time them
-    #     in pairs (A and B in turn), each pinned to one core with one thread (OMP_NUM_THREADS=1 taskset -c 0 ...),
-    #     $D/log/ emptied before each pair; then compare the outputs and read the in-process times
+    # (c) the twelve commands to time, one a line: "<b1|b64> <jaxnat|jaxnat-fs|fairseq> <plain|cons> sh -c '...'";
+    #     time them in pairs (A and B in turn), each pinned to one core with one thread
+    #     (OMP_NUM_THREADS=1 taskset -c 0 ...), $D/log/ emptied before each pair; then compare the outputs and
+    #     read the in-process times
     python bench/import_constrained.py commands --out $D
     python bench/import_constrained.py check --out $D [--warmup 1] [--logs DIR]
 
 Each timed command is a whole process writing its outputs under $D/out/ and appending its own in-process times to
-$D/log/: `jaxnat` (what `python -m jaxnat.main --mode translate` does, printing its load and translate seconds)
-with `eval.search_rules=fairseq` and fairseq's length limit (max_len_a 1.2, max_len_b 10), beam 4, plain or with
-the constraints in the given order (ordered DBA, `eval.constraint_order=given`); and `fairseq`, fairseq 0.12.2's
-`fairseq-interactive` under .refenv/bin/python with `--constraints ordered` (constraints tab-separated after the
-source), whose log gives its translation time. fairseq limits a batch's outputs by its padded source width, jaxnat
-each sentence by its own length: batches of one source length make the two the same. `check` compares the outputs:
-plain beam search under fairseq's rules must equal fairseq's plain output; constrained outputs may differ (jaxnat's
-constrained search may keep its own candidate and bank rules), so it reports the share of identical outputs and
-whether every constraint appears, in order, in each tool's outputs (as pieces produced, and as whole words).
+$D/log/, beam 4 and fairseq's length limit (max_len_a 1.2, max_len_b 10) throughout, plain or with the constraints
+in the given order:
+* `jaxnat`: what `python -m jaxnat.main --mode translate` does (printing its load and translate seconds) under
+  jaxnat's rules (`eval.search_rules=jaxnat`); constrained, its own VDBA/DBA search (`eval.constraint_order=given`,
+  jaxnat/decoding/constrained.py), which guarantees the constraints;
+* `jaxnat-fs`: the same under `eval.search_rules=fairseq`: fairseq's beam search, and constrained its port of
+  fairseq's `LexicallyConstrainedBeamSearch` (jaxnat/decoding/constrained_fairseq.py, ordered progress);
+* `fairseq`: fairseq 0.12.2's `fairseq-interactive` under .refenv/bin/python, with `--constraints ordered`
+  (constraints tab-separated after the source); its log gives its translation time.
+fairseq limits a batch's outputs by its padded source width, jaxnat under fairseq's rules by the batch's longest
+source, under its own by each sentence's length: batches of one source length make the three the same. `check`
+compares the outputs: jaxnat-fs must give fairseq's outputs, plain and constrained (it reports the share
+identical; jaxnat's own rules are reported beside it, not expected to agree), and counts the constraints found, in
+order, in each system's constrained outputs (as the pieces produced, and as whole words).
 """
 
 from __future__ import annotations
@@ -47,6 +54,9 @@ SRC, TGT = "en", "de"
 BEAM = 4
 MAX_LEN_A, MAX_LEN_B = 1.2, 10
 MODES = ("plain", "cons")
+# the decoders compared: jaxnat under its own rules (constrained: its VDBA/DBA search, jaxnat/decoding/constrained.py),
+# jaxnat under fairseq's (constrained: the port of fairseq's, constrained_fairseq.py), and fairseq-interactive itself
+SYSTEMS = {"jaxnat": "jaxnat", "jaxnat-fs": "fairseq", "fairseq": None}
 
 
 def read_gz(path: str, n: int | None = None) -> list[str]:
@@ -195,8 +205,8 @@ def import_model(args) -> int:
 # ---------------------------------------------------------------- (c) the timed commands
 
 
-def jaxnat_overrides(mode: str, batch: int) -> list[str]:
-    o = [f"--config.eval.batch_size={batch}", f"--config.eval.beam_size={BEAM}", "--config.eval.search_rules=fairseq",
+def jaxnat_overrides(rules: str, mode: str, batch: int) -> list[str]:
+    o = [f"--config.eval.batch_size={batch}", f"--config.eval.beam_size={BEAM}", f"--config.eval.search_rules={rules}",
          f"--config.eval.max_len_a={MAX_LEN_A}", f"--config.eval.max_len_b={MAX_LEN_B}"]
     return o + (["--config.eval.constraint_order=given"] if mode == "cons" else [])
 
@@ -235,7 +245,8 @@ def fairseq_argv(out: str, mode: str, batch: int) -> list[str]:
 
 
 def commands(args) -> int:
-    """One line per timed command: `<workload> <tool> <mode> <shell command>`; every output goes to $out/out/."""
+    """One line per timed command: `<workload> <system> <mode> <shell command>` (SYSTEMS, MODES); the outputs go
+    to $out/out/<system>.<workload>.<mode>.{jsonl,txt}, the in-process times to $out/log/<system>.<...>.log."""
     out, refenv = os.path.abspath(args.out), os.path.join(ROOT, ".refenv", "bin", "python")
     for d in ("out", "log"):
         os.makedirs(os.path.join(out, d), exist_ok=True)
@@ -243,15 +254,19 @@ def commands(args) -> int:
         for mode in MODES:
             stem = f"{workload}.{mode}"
             inp = os.path.join(out, "inputs", stem)
-            jx = [sys.executable, os.path.abspath(__file__), "jaxnat", "--workdir", os.path.join(out, "jaxnat"),
-                  "--input", inp + ".jsonl", "--output", os.path.join(out, "out", f"jaxnat.{stem}.jsonl"), "--",
-                  *jaxnat_overrides(mode, batch)]
-            fs = [refenv, "-m", "fairseq_cli.interactive", *fairseq_argv(out, mode, batch), "--input", inp + ".txt"]
-            log = os.path.join(out, "log", f"{{}}.{stem}.log")
-            for tool, cmd, redirect in (  # jaxnat prints its times, and fairseq logs them, on stderr
-                    ("jaxnat", jx, f"2>>{log.format('jaxnat')}"),
-                    ("fairseq", fs, f">{os.path.join(out, 'out', f'fairseq.{stem}.txt')} 2>>{log.format('fairseq')}")):
-                print(workload, tool, mode, shlex.join(["sh", "-c", f"exec {shlex.join(cmd)} {redirect}"]))
+            for system in SYSTEMS:
+                log = os.path.join(out, "log", f"{system}.{stem}.log")
+                if system == "fairseq":  # its hypotheses on stdout, its log (and translation time) on stderr
+                    cmd = [refenv, "-m", "fairseq_cli.interactive", *fairseq_argv(out, mode, batch),
+                           "--input", inp + ".txt"]
+                    redirect = f">{os.path.join(out, 'out', f'fairseq.{stem}.txt')} 2>>{log}"
+                else:  # its JSON lines to --output, its load and translate seconds on stderr
+                    cmd = [sys.executable, os.path.abspath(__file__), "jaxnat",
+                           "--workdir", os.path.join(out, "jaxnat"), "--input", inp + ".jsonl",
+                           "--output", os.path.join(out, "out", f"{system}.{stem}.jsonl"),
+                           "--", *jaxnat_overrides(SYSTEMS[system], mode, batch)]
+                    redirect = f"2>>{log}"
+                print(workload, system, mode, shlex.join(["sh", "-c", f"exec {shlex.join(cmd)} {redirect}"]))
     return 0
 
 
@@ -302,34 +317,44 @@ def in_process(path: str, warmup: int) -> str:
     return f"median {median(secs):.2f} s over {len(secs)} runs ({min(secs):.2f}-{max(secs):.2f})" if secs else ""
 
 
+def outputs(out: str, system: str, stem: str) -> list[str] | None:
+    """A system's detokenized outputs for a workload, in input order (None: not run yet)."""
+    path = os.path.join(out, "out", f"{system}.{stem}.{'txt' if system == 'fairseq' else 'jsonl'}")
+    if not os.path.exists(path):
+        return None
+    if system == "fairseq":
+        return fairseq_outputs(path)[0]
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line)["hyp"] for line in f]
+
+
 def check(args) -> int:
+    """Per workload: the share of each jaxnat system's outputs identical to fairseq's (jaxnat-fs must be fairseq's
+    token for token, plain and constrained; jaxnat's own rules need not be), the constraints found in each
+    system's constrained outputs, and each system's in-process translate times."""
     from statistics import median
 
     out = os.path.abspath(args.out)
     for workload in ("b1", "b64"):
         for mode in MODES:
             stem = f"{workload}.{mode}"
-            outputs = [os.path.join(out, "out", f"{tool}.{stem}.{ext}") for tool, ext in (("jaxnat", "jsonl"),
-                                                                                         ("fairseq", "txt"))]
-            if missing := [p for p in outputs if not os.path.exists(p)]:
-                print(f"{stem}: not run yet ({', '.join(missing)})")
-                continue
+            hyps = {s: h for s in SYSTEMS if (h := outputs(out, s, stem)) is not None}
             with open(os.path.join(out, "inputs", f"{stem}.jsonl"), encoding="utf-8") as f:
                 reqs = [json.loads(line) for line in f]
-            with open(outputs[0], encoding="utf-8") as f:
-                jx = [json.loads(line)["hyp"] for line in f]
-            fs, fs_pieces = fairseq_outputs(outputs[1])
-            same = sum(a == b for a, b in zip(jx, fs))
-            print(f"{stem}: {len(jx)} sentences, identical outputs {same}/{len(jx)} ({100 * same / len(jx):.1f}%); "
-                  f"fairseq's outputs: median {median(fs_pieces)} pieces, max {max(fs_pieces)}")
+            missing = ", ".join(s for s in SYSTEMS if s not in hyps) or "none"
+            print(f"{stem}: {len(reqs)} sentences; not run yet: {missing}")
+            if "fairseq" in hyps:
+                pieces = fairseq_outputs(os.path.join(out, "out", f"fairseq.{stem}.txt"))[1]
+                same = {s: sum(a == b for a, b in zip(h, hyps["fairseq"])) for s, h in hyps.items() if s != "fairseq"}
+                print(f"  fairseq's outputs: median {median(pieces)} pieces, max {max(pieces)}; identical to them: "
+                      + ", ".join(f"{s} {n}/{len(reqs)} ({100 * n / len(reqs):.1f}%)" for s, n in same.items()))
             if mode == "cons":
-                phrases = [r["constraints"] for r in reqs]
-                for tool, hyps in (("jaxnat", jx), ("fairseq", fs)):
-                    print("  " + constraint_row(tool, hyps, phrases))
-            for tool in ("jaxnat", "fairseq"):
-                if times := in_process(os.path.join(args.logs or os.path.join(out, "log"), f"{tool}.{stem}.log"),
+                for system, h in hyps.items():
+                    print("  " + constraint_row(system, h, [r["constraints"] for r in reqs]))
+            for system in SYSTEMS:
+                if times := in_process(os.path.join(args.logs or os.path.join(out, "log"), f"{system}.{stem}.log"),
                                        args.warmup):
-                    print(f"  {tool} in-process translate time: {times}")
+                    print(f"  {system} in-process translate time: {times}")
     return 0
 
 
