@@ -38,13 +38,14 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from jaxnat import models  # noqa: E402
 from jaxnat.config import build_config  # noqa: E402
 from jaxnat.decoding.translator import Start, Translator  # noqa: E402
 from jaxnat.errors import ConfigError  # noqa: E402
 from jaxnat.training.trainer import Trainer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAMILIES = ("ar", "levt", "editor", "cmlm", "nat", "vecconst")
+FAMILIES = models.FAMILIES
 
 
 class Family:

@@ -49,7 +49,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAMILIES = ("ar", "levt", "editor", "cmlm", "nat", "vecconst")
+sys.path.insert(0, ROOT)
+from jaxnat.models import FAMILIES  # noqa: E402  (listed, not imported: the driver starts no JAX)
 
 
 def family_overrides(family: str, args, workdirs: dict) -> list[str]:
@@ -139,7 +140,6 @@ def step_cost(args, timed: bool = True) -> dict:
     and each step's TFLOP (`step_flops`; only these without ``timed``)."""
     import jax
 
-    sys.path.insert(0, ROOT)
     from jaxnat.config import build_config
     from jaxnat.data.batching import TrainBatcher
     from jaxnat.main import set_xla_flags
@@ -245,7 +245,6 @@ def main():
     if unknown or (("vecconst" in families) and not (args.pairs_dir and "ar" in families)):
         raise SystemExit(f"error: families are {', '.join(FAMILIES)}; vecconst needs --pairs-dir and ar before it"
                          if not unknown else f"error: unknown families {sorted(unknown)} (--variant: of --families)")
-    sys.path.insert(0, ROOT)
     from jaxnat.config import build_config
     from jaxnat.errors import ConfigError
 

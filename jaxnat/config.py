@@ -83,7 +83,7 @@ def default_config() -> ml_collections.ConfigDict:
     keys are in its section, `config.<model.name>` (`jaxnat.models.family.Family.defaults`)."""
     c = ml_collections.ConfigDict()
     c.model = dict(
-        name=models.FAMILIES[0], d_model=512, ffn_dim=2048, num_heads=8, enc_layers=6, dec_layers=6,
+        name=models.DEFAULT, d_model=512, ffn_dim=2048, num_heads=8, enc_layers=6, dec_layers=6,
         dropout=0.1, attention_dropout=0.0, activation_dropout=0.0, pre_norm=False,
         embed_dropout=-1.0,  # dropout on the embedded inputs; -1 = model.dropout (one rate, as fairseq and the papers)
         positions="sinusoidal", max_len=256, share_embeddings=True, tie_output=True, bert_init=False,

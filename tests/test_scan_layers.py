@@ -17,6 +17,7 @@ from jaxnat.data import batching
 from jaxnat.data.vocab import NUM_RESERVED, PAD_ID
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.errors import ConfigError
+from jaxnat import models
 from jaxnat.models import build_model
 from jaxnat.models.vecconst.model import PairInputs
 from jaxnat.models.transformer import Decoder, stack_layers, unstack_layers
@@ -42,6 +43,13 @@ FAMILIES = {
     "vecconst-authors": ("--config.model.name=vecconst", "--config.data.pairs_dir=synthetic",
                          "--config.vecconst.output=authors", "--config.vecconst.adapters=separate"),
 }
+
+
+def test_every_family_has_a_variant_here():
+    """A family added to jaxnat/models is compared scanned against unrolled too: it needs its variant above."""
+    covered = {next((o.split("=", 1)[1] for o in overrides if o.startswith("--config.model.name=")), "ar")
+               for overrides in FAMILIES.values()}
+    assert set(models.FAMILIES) <= covered, sorted(set(models.FAMILIES) - covered)
 
 
 # the edit models' losses roll in through their oracles, the costliest programs of the suite to compile; their

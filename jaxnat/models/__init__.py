@@ -1,21 +1,36 @@
-"""The model families, by name: each a package `jaxnat/models/<name>/` whose `FAMILY` (`jaxnat.models.family.
-Family`) declares its model, config section and hooks. Adding one = its package, one name in `FAMILIES` (or
-`register` from outside jaxnat), its config folder and docs page (docs/design.md, "How to add a model family")."""
+"""The model families, by name: each package `jaxnat/models/<name>/` is one, whose `FAMILY` (`jaxnat.models.family.
+Family`) declares its model, config section and hooks. They are found by listing the packages (`FAMILIES`, without
+importing them), so adding one = its package, its config folder and docs page (docs/design.md, "How to add a model
+family"), or `register` from outside jaxnat."""
 
 from __future__ import annotations
 
+import functools
 import importlib
+import pkgutil
 
-# the packages under jaxnat/models that are model families, in the order the docs list them
-FAMILIES = ("ar", "levt", "editor", "cmlm", "nat", "vecconst")
+DEFAULT = "ar"  # model.name of a config that names none
 _registered: dict = {}
+
+
+@functools.lru_cache(maxsize=None)
+def _package_families() -> tuple[str, ...]:
+    """The packages under jaxnat/models, by name (listed, not imported: a benchmark's driver names them without
+    starting JAX)."""
+    return tuple(sorted(info.name for info in pkgutil.iter_modules(__path__) if info.ispkg))
+
+
+def __getattr__(name: str):
+    if name == "FAMILIES":  # jaxnat's own families (`_package_families`)
+        return _package_families()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def register(family) -> None:
     """Adds a family defined outside jaxnat (a `Family`); its name must be new."""
     from jaxnat.errors import ConfigError
 
-    if family.name in FAMILIES or family.name in _registered:
+    if family.name in _package_families() or family.name in _registered:
         raise ConfigError(f"a model family named {family.name!r} exists already")
     _registered[family.name] = family
 
@@ -26,7 +41,7 @@ def unregister(name: str) -> None:
 
 def names() -> tuple[str, ...]:
     """Every family's name: jaxnat's own, then the registered ones."""
-    return FAMILIES + tuple(_registered)
+    return _package_families() + tuple(_registered)
 
 
 def family_of(name: str):
@@ -35,9 +50,13 @@ def family_of(name: str):
 
     if name in _registered:
         return _registered[name]
-    if name not in FAMILIES:
+    if name not in _package_families():
         raise ConfigError(f"unknown model.name {name!r}; available: {', '.join(sorted(names()))}")
-    return importlib.import_module(f"jaxnat.models.{name}").FAMILY
+    family = getattr(importlib.import_module(f"jaxnat.models.{name}"), "FAMILY", None)
+    if family is None or family.name != name:
+        raise ConfigError(f"jaxnat/models/{name}/ is a model family's package: its FAMILY must be a Family named "
+                          f"{name!r}")
+    return family
 
 
 def lineage(name: str) -> tuple:
