@@ -609,11 +609,28 @@ def check_known_keys(config: ml_collections.ConfigDict, path: str) -> None:
             raise ConfigError(f"{path} sets unknown config key {key}{_hint(key, known)}")
 
 
+def family_defaults(config: ml_collections.ConfigDict, given=()) -> ml_collections.ConfigDict:
+    """``config`` with its family's own defaults of shared keys (`Family.shared`, e.g. eval.beam_size=1 for a family
+    without beam search), in place, wherever the key still holds the shared default and is not in ``given`` (the
+    keys the command line set)."""
+    if config.model.name not in models.names():
+        return config  # validate says so
+    shared = default_config()
+    for key, value in models.family_of(config.model.name).shared.items():
+        section, name = key.split(".")
+        if key not in given and config[section][name] == shared[section][name]:
+            config[section][name] = value
+    return config
+
+
 def build_config(path: str, overrides: list[str]) -> ml_collections.ConfigDict:
-    """Loads a config file, checks its keys, applies command-line overrides and validates the result."""
+    """Loads a config file, checks its keys, applies command-line overrides and its family's defaults
+    (`family_defaults`) and validates the result."""
     config = load_config(path)
     check_known_keys(config, path)
-    for key, value in parse_overrides(overrides):
+    pairs = parse_overrides(overrides)
+    for key, value in pairs:
         apply_override(config, key, value)
+    family_defaults(config, {key for key, _ in pairs})
     validate(config)
     return config

@@ -375,3 +375,13 @@ def test_out_of_device_memory_is_one_line(monkeypatch, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("jaxnat: error: out of device memory (RESOURCE_EXHAUSTED") and "data.batch_tokens" in err
     assert "\n" not in err
+
+
+def test_a_family_without_beam_search_defaults_to_one_beam():
+    """`Family.shared`: a config of such a family need not set eval.beam_size; one that sets it (the file or the
+    command line) keeps its value, and a value beam search cannot take is still refused."""
+    config = build_config("configs/cmlm/demo.py", [])
+    assert config.eval.beam_size == 1
+    assert build_config("configs/ar/demo.py", ["--config.model.name=cmlm"]).eval.beam_size == 1
+    with pytest.raises(ConfigError, match="beam"):
+        build_config("configs/cmlm/demo.py", ["--config.eval.beam_size=4"])

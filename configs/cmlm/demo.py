@@ -26,7 +26,7 @@ def get_config():
     c.data.byte_fallback = False  # a closed alphabet, every word one piece
     c.train.update(steps=2000, lr=3e-3, warmup_steps=200, log_every=100, eval_every=2000, checkpoint_every=250,
                    valid_bleu_sentences=200, weight_decay=0.01)
-    c.eval.update(latency_sentences=30, beam_size=1, run_all_iterations=True,
+    c.eval.update(latency_sentences=30, run_all_iterations=True,
                   constraints="soft,hard", iteration_sweep="1,2,5")
     c.cmlm.update(length_prediction="token", masked_attn=True, concat_pe=True, correction=True, correction_p=0.3,
                   mask_predict_iter=10, length_beam=3)

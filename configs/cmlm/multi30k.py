@@ -23,7 +23,7 @@ def get_config():
                   vocab_size=8000, max_len=100, batch_tokens=4096)
     c.train.update(steps=4000, lr=1e-3, warmup_steps=1000, weight_decay=0.01, label_smoothing=0.1,
                    log_every=100, eval_every=500, checkpoint_every=250, valid_bleu_sentences=1014)
-    c.eval.update(beam_size=1, run_all_iterations=True,
+    c.eval.update(run_all_iterations=True,
                   latency_sentences=100, constraints="soft,hard", iteration_sweep="1,2,5,7,10")
     c.cmlm.update(length_prediction="token", masked_attn=True, concat_pe=True, correction=True, correction_p=0.3,
                   mask_predict_iter=10, length_beam=3)

@@ -23,7 +23,7 @@ def get_config():
                   vocab_size=32000, max_len=256, batch_tokens=32768)
     c.train.update(steps=150000, lr=7e-4, warmup_steps=40000, weight_decay=0.01, label_smoothing=0.1,
                    log_every=100, eval_every=5000, checkpoint_every=2000, valid_bleu_sentences=1000)
-    c.eval.update(beam_size=1, run_all_iterations=True,
+    c.eval.update(run_all_iterations=True,
                   batch_size=128, constraints="soft,hard")
     c.cmlm.update(length_prediction="token", masked_attn=True, concat_pe=True, correction=True, correction_p=0.3,
                   correction_count="bernoulli", correction_combine="sum", mask_predict_iter=10, length_beam=3,

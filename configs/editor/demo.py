@@ -32,6 +32,6 @@ def get_config():
     c.data.byte_fallback = False
     c.train.update(steps=2000, lr=3e-3, warmup_steps=200, log_every=100, eval_every=2000, checkpoint_every=250,
                    valid_bleu_sentences=200, weight_decay=0.01)
-    c.eval.update(latency_sentences=30, beam_size=1, constraints="soft,hard", trace_sentences=5)
+    c.eval.update(latency_sentences=30, constraints="soft,hard", trace_sentences=5)
     c.editor.update(separate_reposition=True, own_insertion_roll_in=0.5, global_shuffle=0.5, max_iter=9)
     return c

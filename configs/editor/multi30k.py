@@ -21,7 +21,7 @@ def get_config():
                   vocab_size=8000, max_len=100, batch_tokens=4096)
     c.train.update(steps=8000, lr=1e-3, warmup_steps=1000, weight_decay=0.01, label_smoothing=0.1,
                    log_every=100, eval_every=500, checkpoint_every=250, valid_bleu_sentences=1014)
-    c.eval.update(beam_size=1, latency_sentences=100, constraints="soft,hard", trace_sentences=8)
+    c.eval.update(latency_sentences=100, constraints="soft,hard", trace_sentences=8)
     # the reposition head on its own layers (the authors' recipe); roll-in options beyond the paper
     # (docs/editor.md, "Soft constraints"): the model's own insertions, and globally shuffled starts like
     # shuffled soft constraints

@@ -23,6 +23,6 @@ def get_config():
     c.data.byte_fallback = False
     c.train.update(steps=2000, lr=3e-3, warmup_steps=200, log_every=100, eval_every=1000, checkpoint_every=250,
                    valid_bleu_sentences=200, weight_decay=0.01)
-    c.eval.update(latency_sentences=30, beam_size=1, constraints="soft,hard")
+    c.eval.update(latency_sentences=30, constraints="soft,hard")
     c.levt.update(max_iter=9)
     return c

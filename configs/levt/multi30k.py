@@ -25,7 +25,7 @@ def get_config():
                   vocab_size=8000, max_len=100, batch_tokens=4096)
     c.train.update(steps=8000, lr=1e-3, warmup_steps=1000, weight_decay=0.01, label_smoothing=0.1,
                    log_every=100, eval_every=500, checkpoint_every=250, valid_bleu_sentences=1014)
-    c.eval.update(beam_size=1, latency_sentences=100, constraints="soft,hard")
+    c.eval.update(latency_sentences=100, constraints="soft,hard")
     # roll-in options beyond the paper (docs/levt.md, "Shuffled starts"): every batch on the model's own
     # insertion, half the deletion inputs shuffled subsets of the reference
     c.levt.update(own_insertion_roll_in=1.0, global_shuffle=0.5, max_iter=9)

@@ -26,6 +26,6 @@ def get_config():
     c.train.update(steps=300000, lr=5e-4, warmup_steps=10000, weight_decay=0.01, label_smoothing=0.1,
                    clip_norm=0.0, log_every=100, eval_every=5000,
                    checkpoint_every=2000, valid_bleu_sentences=1000)
-    c.eval.update(beam_size=1, batch_size=128, constraints="soft,hard")
+    c.eval.update(batch_size=128, constraints="soft,hard")
     c.levt.update(placeholder_smoothing=0.01, max_iter=9)
     return c

@@ -29,7 +29,7 @@ def get_config():
     c.data.byte_fallback = False  # a closed alphabet, every word one piece
     c.train.update(steps=1500, lr=3e-3, warmup_steps=200, log_every=100, eval_every=1500, checkpoint_every=250,
                    valid_bleu_sentences=200, weight_decay=0.01)
-    c.eval.update(latency_sentences=30, beam_size=1, iteration_sweep="1,3,5")
+    c.eval.update(latency_sentences=30, iteration_sweep="1,3,5")
     c.nat.update(length_prediction="pooled", coverage=True, train_iterations=5, length_beam=1, decode_iterations=5,
                  remove_repeats=True, candidate_score="log_probability")
     return c

@@ -21,7 +21,7 @@ def get_config():
                   vocab_size=8000, max_len=100, batch_tokens=4096)
     c.train.update(steps=2500, lr=1e-3, warmup_steps=1000, weight_decay=0.01, label_smoothing=0.1,
                    log_every=100, eval_every=500, checkpoint_every=250, valid_bleu_sentences=1014)
-    c.eval.update(beam_size=1, latency_sentences=100, iteration_sweep="1,2,3,4,5,6,7")
+    c.eval.update(latency_sentences=100, iteration_sweep="1,2,3,4,5,6,7")
     c.nat.update(length_prediction="pooled", coverage=True, train_iterations=5, length_beam=1,
                  length_beam_mode="centred", decode_iterations=5, remove_repeats=True,
                  candidate_score="log_probability")

@@ -31,7 +31,7 @@ def get_config():
                   batch_tokens=65536)
     c.train.update(steps=400000, lr=5e-4, warmup_steps=10000, weight_decay=0.01, label_smoothing=0.1,
                    log_every=100, eval_every=5000, checkpoint_every=2000, valid_bleu_sentences=1000)
-    c.eval.update(beam_size=1, batch_size=128)
+    c.eval.update(batch_size=128)
     c.nat.update(length_prediction="pooled", coverage=True, train_iterations=5, length_beam=1,
                  length_beam_mode="centred", decode_iterations=5, remove_repeats=True,
                  candidate_score="log_probability")

@@ -114,7 +114,7 @@ def _digest(path: str) -> str:
 def write_workdir(spec: str, workdir: str, dict_dir: str | None = None) -> str:
     """--mode import: reads the model ``spec`` names and writes it as the workdir ``workdir`` (which must not
     exist). Returns a one-line summary."""
-    from jaxnat.config import default_config, validate
+    from jaxnat.config import default_config, family_defaults, validate
     from jaxnat.data import piece_vocab
     from jaxnat.training.checkpoint import Checkpoints
 
@@ -125,7 +125,7 @@ def write_workdir(spec: str, workdir: str, dict_dir: str | None = None) -> str:
     for key, value in imported.overrides.items():
         section, name = key.split(".")
         config[section][name] = value
-    validate(config)
+    validate(family_defaults(config, set(imported.overrides)))
     sizes = tuple(len(imported.pieces[side]) for side in ("src", "tgt"))
     params = _check_params(config, imported.params, sizes)
     parent = os.path.dirname(os.path.abspath(workdir))

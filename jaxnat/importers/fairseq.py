@@ -145,7 +145,7 @@ def _nat_heads(family: str, model: dict, state: StateDict, params: dict) -> dict
         params["deletion_head"] = {"kernel": state.take("decoder.embed_word_del.weight").T}
         params["placeholder_head"] = {"kernel": state.take("decoder.embed_mask_ins.weight").T}
         return {"levt.early_exit": str(model.get("early_exit", "6,6,6")).replace(" ", ""),
-                "levt.max_iter": 9, "eval.beam_size": 1}
+                "levt.max_iter": 9}
     length = state.take("decoder.embed_length.weight")
     params["length_head"] = {"kernel": length.T, "bias": np.zeros(length.shape[0], np.float32)}
     section = family
@@ -153,7 +153,7 @@ def _nat_heads(family: str, model: dict, state: StateDict, params: dict) -> dict
                  f"{section}.length_offset": bool(model.get("pred_length_offset", False)),
                  f"{section}.length_with_ends": not model.get("pred_length_offset", False),
                  f"{section}.length_beam": 3, f"{section}.length_beam_mode": "centred",
-                 f"{section}.candidate_score": "log_probability", "eval.beam_size": 1}
+                 f"{section}.candidate_score": "log_probability"}
     if family == "cmlm":
         overrides["cmlm.mask_predict_iter"] = 10
     else:

@@ -44,6 +44,9 @@ class Family:
     analysis: an `Analysis` of a trained workdir of the family that `jaxnat.report --model-analyses` adds.
     conventions: the keys of `MODEL_CONVENTIONS` its model honours (the shared layers honour the others): a
       config that sets another one away from its default is refused.
+    shared: {flat key of a shared section ("eval.beam_size"): value}: the defaults its runs take instead of the
+      shared ones (a family without beam search: {"eval.beam_size": 1}), where neither the config file nor the
+      command line sets the key (`jaxnat.config.family_defaults`).
     """
 
     name: str
@@ -65,6 +68,7 @@ class Family:
     sweep: tuple[str, str] | tuple = ()
     analysis: Analysis | None = None
     conventions: tuple[str, ...] = ()
+    shared: Mapping[str, object] = dataclasses.field(default_factory=dict)
 
 
 # model.* conventions of models trained elsewhere (docs/import.md) that each model must apply itself, with jaxnat's

@@ -28,7 +28,7 @@ def defaults() -> dict:
 
 
 FAMILY = Family(
-    "cmlm", build_spec, SUPPORTS, doc="docs/cmlm.md", defaults=defaults,
+    "cmlm", build_spec, SUPPORTS, shared={"eval.beam_size": 1}, doc="docs/cmlm.md", defaults=defaults,
     choices={**LENGTH_CHOICES, "correction_count": ("bernoulli", "fixed"), "correction_combine": ("sum", "mean"),
              "update_all": ("auto", "true", "false")},
     ranges={**LENGTH_RANGES, "mask_predict_iter": ("(0", None), "correction_p": ("[0", "1]")},

@@ -42,7 +42,7 @@ def validate(config) -> None:
 
 
 FAMILY = Family(
-    "editor", build_spec, SUPPORTS, doc="docs/editor.md", defaults=defaults,
+    "editor", build_spec, SUPPORTS, shared={"eval.beam_size": 1}, doc="docs/editor.md", defaults=defaults,
     choices={"reposition_deletion": ("vector", "bos"), "hard_mode": ("block", "paper")}, ranges=EDIT_RANGES,
     architecture=("early_exit", "separate_reposition", "separate_placeholder", "reposition_deletion"),
     moved={**EDIT_MOVED, **{f"model.{k}": k for k in ("separate_reposition", "reposition_deletion")},

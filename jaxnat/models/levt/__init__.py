@@ -30,7 +30,8 @@ def validate(config) -> None:
 
 
 FAMILY = Family(
-    "levt", build_spec, SUPPORTS, doc="docs/levt.md", defaults=defaults, ranges=EDIT_RANGES,
+    "levt", build_spec, SUPPORTS, shared={"eval.beam_size": 1}, doc="docs/levt.md", defaults=defaults,
+    ranges=EDIT_RANGES,
     architecture=("early_exit", "separate_deletion", "separate_placeholder"),
     moved={**EDIT_MOVED, "model.separate_deletion": "separate_deletion",
            "train.sampling_for_deletion": "sampling_for_deletion"},

@@ -42,7 +42,7 @@ def output_metrics(outs: list[dict], srcs: list[str]) -> dict:
 
 
 FAMILY = Family(
-    "nat", build_spec, SUPPORTS, doc="docs/nat.md", defaults=defaults,
+    "nat", build_spec, SUPPORTS, shared={"eval.beam_size": 1}, doc="docs/nat.md", defaults=defaults,
     choices=LENGTH_CHOICES,
     ranges={**LENGTH_RANGES, "train_iterations": ("(0", None), "decode_iterations": ("(0", None),
             "sca_weight": ("[0", None)},
