@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from jaxnat import models
+from tests.family_contract import check_contract
 from jaxnat.config import build_config, check_matches_workdir
 from jaxnat.decoding.request import Supports
 from jaxnat.errors import ConfigError
@@ -150,3 +151,9 @@ def test_every_family_has_its_config_folder_and_docs_page():
         family = models.family_of(name)
         assert family.name == name and os.path.isfile(os.path.join(ROOT, family.doc)), name
         assert os.path.isfile(os.path.join(ROOT, "configs", name, "demo.py")), name
+
+
+@pytest.mark.parametrize("name", models.FAMILIES)
+def test_every_family_meets_the_contract(name):
+    """tests/family_contract.py: what the shared code relies on of every family."""
+    check_contract(name)

@@ -1,0 +1,39 @@
+"""The contract every model family meets (docs/design.md, "How to add a model family"), one function that
+tests/test_family.py runs for each registered family: it builds from the tiny test config (one beam), its loss
+returns ``(float32[] loss · n, aux)`` with float32[] 'nll' and 'count' (the trainer divides their sums), its
+``generate`` returns tokens, score, the per-token log-probabilities and exactly the counts it declares, as wide as
+the request asks, and its output capacity stays within `model.max_len`. Shapes and dtypes only (traced with
+`jax.eval_shape`): what each computes is tested with it."""
+
+import jax
+import jax.numpy as jnp
+
+from jaxnat.config import build_config
+from jaxnat.data.vocab import BOS_ID, EOS_ID
+from jaxnat.decoding.request import DecodeRequest
+from jaxnat.models import build_model, family_of
+
+OUTPUTS = {"tokens", "score", "token_logp", "token_scored"}
+
+
+def check_contract(name: str, vocab: int = 40) -> None:
+    config = build_config("tests/configs/tiny.py", [f"--config.model.name={name}", "--config.eval.beam_size=1",
+                                                    "--config.data.pairs_dir=synthetic"])
+    spec = build_model(config, vocab, vocab)
+    src = jnp.asarray([[BOS_ID, 7, 8, EOS_ID]], jnp.int32)
+    batch = {"src": src, "tgt": src}
+    params = jax.eval_shape(spec.init, jax.random.PRNGKey(0), batch)
+    if family_of(name).train_extras is None:  # a family with extras of its own is trained on batches that carry them
+        loss, aux = jax.eval_shape(lambda p: spec.loss(p, batch, jax.random.PRNGKey(0), False), params)
+        assert (loss.shape, loss.dtype) == ((), jnp.float32), name
+        assert all((aux[k].shape, aux[k].dtype) == ((), jnp.float32) for k in ("nll", "count")), name
+    width = spec.capacity(src.shape[1])
+    assert width <= config.model.max_len and spec.capacity(config.model.max_len) <= config.model.max_len, name
+    out = jax.eval_shape(spec.generate, params, DecodeRequest(src, max_out=width))
+    assert set(out) - {"phrase", "length"} == OUTPUTS | set(spec.supports.counts), name
+    shape = out["tokens"].shape
+    assert shape == (1, width) and out["tokens"].dtype == jnp.int32, name
+    assert (out["score"].shape, out["score"].dtype) == ((1,), jnp.float32), name
+    assert (out["token_logp"].shape, out["token_logp"].dtype) == (shape, jnp.float32), name
+    assert (out["token_scored"].shape, out["token_scored"].dtype) == (shape, jnp.bool_), name
+    assert all((out[c].shape, out[c].dtype) == ((1,), jnp.int32) for c in spec.supports.counts), name
