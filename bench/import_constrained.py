@@ -108,12 +108,9 @@ def build_model(out: str, codes: str, args) -> str:
     parameter redrawn (tools/make_import_fixtures.py's `perturb`: peaked output distributions, so that the two
     implementations' rounding does not decide between near-tied tokens), saved as fairseq saves checkpoints."""
     import torch
-    from fairseq import checkpoint_utils, options, tasks
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from omegaconf import OmegaConf
 
     sys.path.insert(0, os.path.join(ROOT, "tools"))
-    from make_import_fixtures import perturb
+    from make_import_fixtures import fairseq_model, perturb, save_fairseq
 
     torch.manual_seed(args.seed)
     d, f, h, n = str(args.dim), str(args.ffn), str(args.heads), str(args.layers)
@@ -123,16 +120,10 @@ def build_model(out: str, codes: str, args) -> str:
             "--decoder-attention-heads", h, "--share-decoder-input-output-embed",
             "--bpe", "subword_nmt", "--bpe-codes", codes, "--tokenizer", "moses", "--optimizer", "adam",
             "--lr", "0.0005", "--max-tokens", "4096"]
-    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
-    model = tasks.setup_task(cfg.task).build_model(cfg.model)
+    _, cfg, model = fairseq_model(argv)
     perturb(model, seed=args.seed)
     path = os.path.join(out, "model.pt")
-    state = {"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
-             "model": model.state_dict(), "extra_state": {"train_iterator": {"epoch": 1}},
-             "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "FairseqAdam",
-                                    "lr_scheduler_state": {"best": None}, "num_updates": 0}],
-             "last_optimizer_state": None}
-    checkpoint_utils.torch_persistent_save(state, path)
+    save_fairseq(cfg, model, path)
     return path
 
 

@@ -65,11 +65,33 @@ def perturb(model: torch.nn.Module, seed: int) -> None:
                 b.copy_(0.5 * torch.randn(b.shape, generator=g))
 
 
-def fairseq_fixture(out: str) -> None:
-    from fairseq import checkpoint_utils, options, tasks
+def fairseq_model(argv: list[str]):
+    """(task, cfg, model): what fairseq-train builds from the command line ``argv`` (the data directory first)."""
+    from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-    from fairseq.models.transformer import TransformerModel
+
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))
+    task = tasks.setup_task(cfg.task)
+    return task, cfg, task.build_model(cfg.model)
+
+
+def save_fairseq(cfg, model, path: str, criterion: str = "CrossEntropyCriterion") -> dict:
+    """``model`` saved at ``path`` as fairseq-train saves a checkpoint (`checkpoint_utils.torch_persistent_save`,
+    the state of update 0); returns that state."""
+    from fairseq import checkpoint_utils
     from omegaconf import OmegaConf
+
+    state = {"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+             "model": model.state_dict(), "extra_state": {"train_iterator": {"epoch": 1}},
+             "optimizer_history": [{"criterion_name": criterion, "optimizer_name": "FairseqAdam",
+                                    "lr_scheduler_state": {"best": None}, "num_updates": 0}],
+             "last_optimizer_state": None}
+    checkpoint_utils.torch_persistent_save(state, path)
+    return state
+
+
+def fairseq_fixture(out: str) -> None:
+    from fairseq.models.transformer import TransformerModel
     from sacremoses import MosesTokenizer
     from subword_nmt.learn_bpe import learn_bpe
     from subword_nmt.apply_bpe import BPE
@@ -100,20 +122,10 @@ def fairseq_fixture(out: str) -> None:
             "--activation-fn", "gelu", "--max-source-positions", "64", "--max-target-positions", "64",
             "--bpe", "subword_nmt", "--bpe-codes", codes, "--tokenizer", "moses", "--optimizer", "adam",
             "--lr", "0.0005", "--max-tokens", "1000"]
-    parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, argv)
-    cfg = convert_namespace_to_omegaconf(args)
-    task = tasks.setup_task(cfg.task)
-    model = task.build_model(cfg.model)
+    _, cfg, model = fairseq_model(argv)
     perturb(model, seed=1)
     model.eval()
-    path = os.path.join(out, "model.pt")
-    state = {"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
-             "model": model.state_dict(), "extra_state": {"train_iterator": {"epoch": 1}},
-             "optimizer_history": [{"criterion_name": "CrossEntropyCriterion", "optimizer_name": "FairseqAdam",
-                                    "lr_scheduler_state": {"best": None}, "num_updates": 0}],
-             "last_optimizer_state": None}
-    checkpoint_utils.torch_persistent_save(state, path)
+    state = save_fairseq(cfg, model, os.path.join(out, "model.pt"))
     # the same checkpoint in torch.save's format before torch 1.6, as fairseq's released models of 2019 are
     torch.save(state, os.path.join(out, "model-legacy.pt"), _use_new_zipfile_serialization=False)
 
@@ -152,11 +164,8 @@ def fairseq_nat_fixtures(out: str) -> None:
     """fairseq-nat/: cmlm.pt, nat.pt, levt.pt, `translation_lev` models sharing all embeddings over a joined
     dictionary (fairseq/'s BPE codes), and expected_<name>.npz/json: the heads' log-probabilities on given
     canvases and fairseq's generator's outputs."""
-    from fairseq import checkpoint_utils, options, tasks
     from fairseq.data import data_utils
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
     from fairseq.iterative_refinement_generator import IterativeRefinementGenerator
-    from omegaconf import OmegaConf
     from sacremoses import MosesTokenizer
     from subword_nmt.apply_bpe import BPE
 
@@ -189,10 +198,7 @@ def fairseq_nat_fixtures(out: str) -> None:
                 "--max-target-positions", "256", "--bpe", "subword_nmt", "--bpe-codes",
                 os.path.join(out, "bpecodes"), "--tokenizer", "moses", "--optimizer", "adam", "--lr", "0.0005",
                 "--max-tokens", "1000", *extra]
-        args = options.parse_args_and_arch(options.get_training_parser(), argv)
-        cfg = convert_namespace_to_omegaconf(args)
-        task = tasks.setup_task(cfg.task)
-        model = task.build_model(cfg.model)
+        task, cfg, model = fairseq_model(argv)
         perturb(model, seed=seed)
         model.eval()
         src_dict, tgt_dict = task.source_dictionary, task.target_dictionary
@@ -203,12 +209,7 @@ def fairseq_nat_fixtures(out: str) -> None:
         src_lengths = torch.tensor([len(s) for s in src])
         tgt_tokens = data_utils.collate_tokens(tgt, tgt_dict.pad(), left_pad=False)
         trained_like(model, name, src_tokens, src_lengths, tgt_tokens)
-        state = {"args": None, "cfg": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
-                 "model": model.state_dict(), "extra_state": {"train_iterator": {"epoch": 1}},
-                 "optimizer_history": [{"criterion_name": "NatLoss", "optimizer_name": "FairseqAdam",
-                                        "lr_scheduler_state": {"best": None}, "num_updates": 0}],
-                 "last_optimizer_state": None}
-        checkpoint_utils.torch_persistent_save(state, os.path.join(out, f"{name}.pt"))
+        save_fairseq(cfg, model, os.path.join(out, f"{name}.pt"), criterion="NatLoss")
 
         # canvases: the references with every other real token as <unk> (fairseq's mask and placeholder)
         canvas = [torch.where((torch.arange(len(t)) % 2 == 1) & (torch.arange(len(t)) < len(t) - 1),
