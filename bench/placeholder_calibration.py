@@ -33,7 +33,7 @@ from jaxnat.data.batching import eval_batches  # noqa: E402
 from jaxnat.data.sources import load_corpus  # noqa: E402
 from jaxnat.data.vocab import PAD_ID, PLH_ID  # noqa: E402
 from jaxnat.decoding.request import pad_hypotheses  # noqa: E402
-from jaxnat.models.insertion import forbid_reserved  # noqa: E402
+from jaxnat.decoding.refine import forbid_reserved  # noqa: E402
 from jaxnat.models.transformer import token_mask  # noqa: E402
 from jaxnat.oracle import ed2_labels, ed3_labels  # noqa: E402
 from jaxnat.restore import load_translator  # noqa: E402

@@ -36,7 +36,7 @@ from jaxnat.data.batching import eval_batches  # noqa: E402
 from jaxnat.data.sources import load_corpus  # noqa: E402
 from jaxnat.restore import load_translator  # noqa: E402
 from jaxnat.decoding.request import DecodeRequest  # noqa: E402
-from jaxnat.models.insertion import forbid_reserved  # noqa: E402
+from jaxnat.decoding.refine import forbid_reserved  # noqa: E402
 from jaxnat.models.transformer import token_mask  # noqa: E402
 
 

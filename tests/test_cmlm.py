@@ -21,7 +21,7 @@ from jaxnat.decoding import mask_predict_fairseq as mpf
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models import build_model
 from jaxnat.models.cmlm.model import cmlm_loss, substitution_mask, updates_all
-from jaxnat.models.insertion import forbid_reserved
+from jaxnat.decoding.refine import forbid_reserved
 from jaxnat.oracle import real_mask
 from tests import edit_reference as er
 from tests import jitted

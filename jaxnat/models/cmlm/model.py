@@ -40,7 +40,8 @@ import jax.numpy as jnp
 from jaxnat.data.vocab import MASK_ID
 from jaxnat.decoding import mask_predict, mask_predict_fairseq
 from jaxnat.decoding.request import DecodeRequest, Supports
-from jaxnat.models.insertion import forbid_reserved, head_runner, mean_loss, model_choice
+from jaxnat.decoding.refine import forbid_reserved
+from jaxnat.models.insertion import head_runner, mean_loss, model_choice
 from jaxnat.errors import ConfigError
 from jaxnat.models.ar.model import ARTransformer, ar_score
 from jaxnat.models.cmlm.length import rescorer_extras

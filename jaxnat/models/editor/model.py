@@ -31,11 +31,10 @@ from jax import lax
 from jaxnat.argmax import argmax
 from jaxnat import edit_ops
 from jaxnat.data.vocab import PAD_ID, PLH_ID
-from jaxnat.decoding.refine import Hypotheses
+from jaxnat.decoding.refine import Hypotheses, forbid_reserved
 from jaxnat.decoding.request import Supports
-from jaxnat.models.insertion import (EditTransformer, blank_fillers, early_exit, edit_model_spec, forbid_reserved,
-                                     head_runner, insertion_losses, mean_loss, model_choice, model_fills,
-                                     roll_in_own_insertion)
+from jaxnat.models.insertion import (EditTransformer, blank_fillers, early_exit, edit_model_spec, head_runner,
+                                     insertion_losses, mean_loss, model_choice, model_fills, roll_in_own_insertion)
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import token_mask
