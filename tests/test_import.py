@@ -228,12 +228,15 @@ def test_translate_without_a_checkpoint_says_so_in_one_line_on_a_busy_machine(tm
     shutil.rmtree(workdir / "checkpoints" / "best" / "0")
     busy = [cli.subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
-        for _ in range(3):  # the thread's failure is a race: without the fix, one run in two or three shows it
-            result = cli.subprocess.run([sys.executable, "-m", "jaxnat.main", "--mode", "translate", "--workdir",
-                                         str(workdir)], input="a man .\n", capture_output=True, text=True, cwd=ROOT,
-                                        timeout=300)
-            assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
-            assert "has no checkpoint yet" in result.stderr
+        # the thread's failure is a race: without the fix, one run in two or three shows it; three at once, each
+        # slowing the others down as well
+        runs = [cli.subprocess.Popen([sys.executable, "-m", "jaxnat.main", "--mode", "translate", "--workdir",
+                                      str(workdir)], stdin=cli.subprocess.PIPE, stdout=cli.subprocess.PIPE,
+                                     stderr=cli.subprocess.PIPE, text=True, cwd=ROOT) for _ in range(3)]
+        for run in runs:
+            _, stderr = run.communicate("a man .\n", timeout=300)
+            assert run.returncode == 2 and stderr.count("\n") == 1, stderr
+            assert "has no checkpoint yet" in stderr
     finally:
         for p in busy:
             p.kill()
