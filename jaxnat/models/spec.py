@@ -38,6 +38,9 @@ class ModelSpec:
       training and (as valid_<name>) in validation: the objective's parts, e.g. a length or coverage loss
     request_extras(translator, starts) -> dict, or None: what generate reads beyond the request's own fields, for
       one batch of `Start`s (``DecodeRequest.extras``: e.g. encoded constraint pairs, or ``translator.aux``)
+    stepped: loss takes ``step=`` int32[], the update's number (the trainer passes it; validation does not, and
+      the loss then reads it as the end of its schedules): for annealed schedules inside the loss, such as a
+      glancing ratio
     summary(params) -> {name: float}, or None: scalars of the parameters themselves worth following (Coverage-NAT's
       λ), in the history at each log step and in metrics.json beside the scores of the parameters decoded
     """
@@ -52,6 +55,7 @@ class ModelSpec:
     supports: Supports
     plan: Callable | None = None
     packs: bool = False
+    stepped: bool = False
     terms: tuple[str, ...] = ()
     summary: Callable | None = None
     request_extras: Callable | None = None

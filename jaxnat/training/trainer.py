@@ -64,9 +64,10 @@ def make_train_step(spec, optimizer, schedule):
 
     def step(state, batch, root_key):
         rng = jax.random.fold_in(root_key, state["step"])
+        stepped = {"step": state["step"]} if spec.stepped else {}  # an annealed schedule inside the loss
 
         def objective(params):
-            loss_sum, aux = spec.loss(params, batch, rng, train=True)
+            loss_sum, aux = spec.loss(params, batch, rng, train=True, **stepped)
             return loss_sum / jnp.maximum(aux["count"], 1.0), aux
 
         (loss, aux), grads = jax.value_and_grad(objective, has_aux=True)(state["params"])
