@@ -45,7 +45,7 @@ import re
 import statistics
 import sys
 
-from jaxnat import provenance
+from jaxnat import analyse, provenance
 from jaxnat.errors import ConfigError, JaxnatError
 from jaxnat.optional import install_hint, optional
 
@@ -360,7 +360,7 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
                                 **{f"first pass ({r})": repetition_histogram(h)
                                    for r, h in row_hyps(s, tuple(first_pass)).items()}}
         if model_analyses and family.analysis is not None:
-            entry["analysis"] = family.analysis.measure(s.workdir)
+            entry["analysis"] = analyse.measure(s.workdir)
         entry["word_f1"] = word_f1_by_frequency(s.hyps, refs, train_refs)
         entry["by_length"] = bleu_by_source_length(s.hyps, refs, corpus[split][0])
         entry["runs"] = provenance.summary(s.workdir)  # None for a workdir trained before runs.jsonl existed
@@ -538,8 +538,9 @@ def to_markdown(report: dict) -> str:
             for name, g in groups.items():
                 lines.append(f"| {name} | {row} | {metric.upper()} | {g['runs']} | {cell(g['mean'])} | "
                              f"{cell(g['std'])} | {cell(g['t'])} | {cell(g['p'], 4)} |")
-    for title, markdown in _analyses(systems):
-        lines += ["", f"## {title}", "", markdown]
+    analysed = [(s["model"], s["analysis"]) for s in systems if "analysis" in s]  # --model-analyses
+    if analysed:
+        lines += ["", analyse.tables(analysed)]
     lines += _training_section(systems, report["flat_within"])
     recorded = [s for s in systems if s.get("runs")]
     if recorded:
@@ -576,14 +577,6 @@ def _analysed(systems: list[dict]) -> dict[str, list[dict]]:
     """{model: its systems' own analyses} of the families whose systems carry one (--model-analyses)."""
     models = sorted({s["model"] for s in systems if "analysis" in s})
     return {m: [s["analysis"] for s in systems if s["model"] == m and "analysis" in s] for m in models}
-
-
-def _analyses(systems: list[dict]) -> list[tuple[str, str]]:
-    """(title, table) per family whose systems carry its own analysis (--model-analyses)."""
-    from jaxnat.models import family_of
-
-    return [(family_of(m).analysis.title, family_of(m).analysis.markdown(results))
-            for m, results in _analysed(systems).items()]
 
 
 def plot_analyses(report: dict, directory: str) -> list[str]:

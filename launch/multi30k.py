@@ -202,7 +202,7 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
                                              *no_corr), "cmlm"),
         Job("cmlm-concatpe", (teacher,), main("cmlm/multi30k", "cmlm-concatpe", raw, *student, no_revpos[0], *no_corr),
             "cmlm"),
-        Job("positions-cmlm", ("cmlm", "cmlmc"), ("-m", "jaxnat.models.cmlm.positions", run("cmlm"), run("cmlmc")),
+        Job("positions-cmlm", ("cmlm", "cmlmc"), ("-m", "jaxnat.analyse", run("cmlm"), run("cmlmc")),
             "cmlm"),
         Job("speed-cmlm", ("cmlm", "cmlmc"), speed("--run", run("cmlm"), "--run", run("cmlmc"), "--full-canvas", raw),
             "cmlm"),

@@ -94,14 +94,14 @@ def test_outputs_as_wide_as_the_plan_translate_as_the_full_width(trained, ar_run
 
 
 def test_positions_report_on_the_trained_model(trained, ar_run, capsys, tmp_path):
-    from jaxnat import report
-    from jaxnat.models.cmlm import positions
+    from jaxnat import analyse, report
 
     workdir, _ = trained
-    assert positions.main([str(workdir), "--sentences", "3", "--positions", "5"]) == 0
+    assert analyse.main([str(workdir), "--sentences", "3", "--positions", "5"]) == 0
     table = capsys.readouterr().out.splitlines()
-    assert len(table) == 3 and table[2].startswith(f"| {workdir} | best (step 8) |")
-    assert "(of 10)" in table[2]  # the 5 positions' pairs
+    assert table[0] == "## Position embeddings and context use (Huang et al. 2022, Figure 1(a))"
+    assert len(table) == 5 and table[4].startswith(f"| {workdir} | best (step 8) |")
+    assert "(of 10)" in table[4]  # the 5 positions' pairs
     # the same as a section of jaxnat.report (--model-analyses), with the report's other analyses
     assert report.main([str(workdir), "--out", str(tmp_path), "--samples", "10", "--model-analyses"]) == 0
     md = (tmp_path / "report.md").read_text()
@@ -111,10 +111,10 @@ def test_positions_report_on_the_trained_model(trained, ar_run, capsys, tmp_path
     assert 0 < json.loads((workdir / "metrics.json").read_text())["test"]["ece_confidence"] <= 100
     capsys.readouterr()
     # another kind of model: one line, exit 2
-    assert positions.main([str(ar_run)]) == 2
+    assert analyse.main([str(ar_run)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("jaxnat: error:") and "model.name=cmlm" in err and "\n" not in err
     # more positions than the model has: said, not silently fewer compared
-    assert positions.main([str(workdir), "--positions", "65"]) == 2
+    assert analyse.main([str(workdir), "--positions", "65"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("jaxnat: error:") and "model.max_len=64" in err and "\n" not in err

@@ -26,7 +26,8 @@ TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
 
 # the modules every family goes through, which must not know any of them (issue: a family is one folder)
 SHARED = ["jaxnat/config.py", "jaxnat/evaluate.py", "jaxnat/training/trainer.py", "jaxnat/data/batching.py",
-          "jaxnat/decoding/request.py", "jaxnat/decoding/translator.py", "jaxnat/restore.py", "jaxnat/report.py"]
+          "jaxnat/decoding/request.py", "jaxnat/decoding/translator.py", "jaxnat/restore.py", "jaxnat/report.py",
+          "jaxnat/analyse.py"]
 
 
 # ------------------------------------------------------------------ the family: an AR model with hooks of its own

@@ -1,8 +1,8 @@
 """The folders of jaxnat/ import one another one way: models do not import training, evaluation and decoding
-do not import each other in a loop, and so on. Nodes are jaxnat's subpackages and top-level modules, and each
-model family's package (jaxnat/models/<family>/: it sits above the shared code, which finds it by name at run
-time, `jaxnat.models.family_of`); an edge is any `import` of one from another, at module level or inside a
-function."""
+do not import each other in a loop, a model family imports nothing above the models, and so on. Nodes are jaxnat's
+subpackages and top-level modules, and each model family's package (jaxnat/models/<family>/: it sits above the
+shared code, which finds it by name at run time, `jaxnat.models.family_of`); an edge is any `import` of one from
+another, at module level or inside a function."""
 
 import ast
 import pathlib
@@ -71,6 +71,12 @@ def test_layers():
     for here, edges in graph.items():
         if here not in families:
             assert not edges & families, f"{here} imports {sorted(edges & families)}"
+    # and a family imports nothing above the models: what the shared model code may import, the models, other
+    # families and the metrics (which import only data and errors); the layers above hand it what it needs
+    below = graph["jaxnat.models"] | {"jaxnat.models", "jaxnat.evaluation"} | families
+    assert graph["jaxnat.evaluation"] <= {"jaxnat.data", "jaxnat.errors"}
+    for family in families:
+        assert graph[family] <= below, f"{family} imports {sorted(graph[family] - below)}"
 
 
 def test_the_checker_finds_a_cycle():

@@ -41,7 +41,8 @@ class Family:
       `ModelSpec.request_extras` may put in its requests.
     output_metrics(outs, srcs) -> {metric: float}: per-split metrics of its own from generate's outputs.
     sweep: (key of its section that eval.iteration_sweep sets, the rows' label), or () for no sweep.
-    analysis: an `Analysis` of a trained workdir of the family that `jaxnat.report --model-analyses` adds.
+    analysis: an `Analysis` of the family's trained workdirs (`python -m jaxnat.analyse`; `jaxnat.report
+      --model-analyses` adds it).
     conventions: the keys of `MODEL_CONVENTIONS` its model honours (the shared layers honour the others): a
       config that sets another one away from its default is refused.
     shared: {flat key of a shared section ("eval.beam_size"): value}: the defaults its runs take instead of the
@@ -77,11 +78,25 @@ MODEL_CONVENTIONS = {"layernorm_embedding": False, "output_bias": False, "decode
                      "absent_tokens": ""}
 
 
+class AnalysisRun(NamedTuple):
+    """A trained workdir as the shared code hands it to its family's `Analysis` (`jaxnat.analyse`): its config,
+    its chosen parameters as a `jaxnat.decoding.translator.Translator` (``translator.spec``, ``.params``,
+    ``.tokenizer``), and the source and reference sentences of the split analysed."""
+    workdir: str
+    config: object
+    translator: object
+    src: list
+    ref: list
+
+
 class Analysis(NamedTuple):
-    """A family's own measure of a trained workdir: measure(workdir) -> JSON-able dict; markdown(list of those)
-    -> a table, under the report's heading ``title``; plot(list of those, path, matplotlib's Figure class) -> path,
-    or None for no plot."""
+    """A family's own measure of its trained workdirs, run by `python -m jaxnat.analyse` and `jaxnat.report
+    --model-analyses`: measure(run: AnalysisRun, **options) -> JSON-able dict (the shared code adds 'workdir',
+    'checkpoint', 'split' and 'sentences'); markdown(list of those) -> a table, under the heading ``title``;
+    plot(list of those, path, matplotlib's Figure class) -> path, or None for no plot; options: {name: (default,
+    help)}, measure's keyword arguments, each a flag ``--name`` of the command (its type the default's)."""
     title: str
-    measure: Callable[[str], dict]
+    measure: Callable[..., dict]
     markdown: Callable[[list], str]
     plot: Callable | None = None
+    options: Mapping[str, tuple] = {}

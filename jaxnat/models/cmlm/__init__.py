@@ -39,5 +39,5 @@ FAMILY = Family(
     before_added={"length_with_ends": (False, None)}, conventions=("absent_tokens",),
     aux_run=rescorer_run, sweep=("mask_predict_iter", "T"),
     analysis=Analysis("Position embeddings and context use (Huang et al. 2022, Figure 1(a))",
-                      lambda workdir: positions.measure(workdir, "valid", 500, 40), positions.to_markdown,
-                      positions.plot))
+                      positions.measure, positions.to_markdown, positions.plot,
+                      options={"positions": (40, "how many leading positions' embeddings to compare")}))

@@ -3,7 +3,7 @@
 CMLMC's RevealPosition (Huang et al. 2022, §3.1 and Figure 1) starts from two observations about CMLM: its
 learned position embeddings are alike (many pairs with cosine similarity above 0.5), so a fully masked canvas
 gives the decoder little to tell neighbouring positions apart, and the first pass repeats tokens. This module
-measures both on a trained CMLM/CMLMC workdir:
+measures both on a trained CMLM/CMLMC workdir (the family's `Analysis`):
 
 * `position_similarity` — the cosine similarity of every pair of the first N position embeddings (the
   paper's Figure 1(a)), of the table and of the positions' part of the decoder input (the same vectors when
@@ -14,20 +14,16 @@ measures both on a trained CMLM/CMLMC workdir:
   predicts a lone masked token far better than a fully masked canvas; one that does not, scores alike at
   every share — and then mask-predict's later passes have nothing to improve on.
 
-    python -m jaxnat.models.cmlm.positions RUN [RUN ...] [--split valid] [--sentences 500]
+    python -m jaxnat.analyse RUN [RUN ...] [--split valid] [--sentences 500] [--positions 40]
 """
 
 from __future__ import annotations
-
-import argparse
-import logging
-import sys
 
 import jax
 import numpy as np
 
 from jaxnat.data.vocab import MASK_ID, NUM_RESERVED, PAD_ID
-from jaxnat.errors import ConfigError, JaxnatError
+from jaxnat.errors import ConfigError
 from jaxnat.oracle import real_mask
 
 SHARES = (1.0, 0.5, 0.2, "one")  # the share of a target's real tokens masked; "one": exactly one token
@@ -127,34 +123,23 @@ def context_use(token_logits, tgt: np.ndarray, shares=SHARES, seed: int = 0, bat
     return rows
 
 
-def measure(workdir: str, split: str, sentences: int, positions: int, batch: int = 64) -> dict:
-    """Both measures for a trained CMLM/CMLMC workdir on the first ``sentences`` pairs of ``split``."""
-    from jaxnat.config import workdir_config
-    from jaxnat.data.sources import load_corpus
+def measure(run, positions: int = 40, batch: int = 64) -> dict:
+    """Both measures for a trained CMLM/CMLMC model on its run's sentences (`jaxnat.models.family.AnalysisRun`),
+    comparing the first ``positions`` position embeddings."""
     from jaxnat.decoding.request import pad_hypotheses
     from jaxnat.models.transformer import token_mask
-    from jaxnat.restore import load_translator
 
-    config = workdir_config(workdir)
-    if config.model.name != "cmlm":
-        raise ConfigError(f"{workdir} is a {config.model.name} model; this measures CMLM/CMLMC (model.name=cmlm)")
-    if positions > config.model.max_len:
-        raise ConfigError(f"--positions {positions} is more than {workdir}'s model has (model.max_len="
-                          f"{config.model.max_len})")
-    corpus = load_corpus(config.data)
-    if split not in corpus or corpus[split][1] is None:
-        raise JaxnatError(f"{workdir}'s data has no references for split {split!r} (splits: {', '.join(corpus)})")
-    translator = load_translator(config, workdir)
-    module, params, tok = translator.spec.module, translator.params, translator.tokenizer
-    src_text, ref_text = (side[:sentences] for side in corpus[split])
-    if not ref_text:
-        raise JaxnatError(f"{workdir}'s split {split!r} is empty")
+    config = run.config
+    if not 2 <= positions <= config.model.max_len:
+        raise ConfigError(f"--positions must be from 2 to what {run.workdir}'s model has (model.max_len="
+                          f"{config.model.max_len}), got {positions}")
+    module, params, tok = run.translator.spec.module, run.translator.params, run.translator.tokenizer
 
     def rows(texts, side):  # [BOS … EOS] rows, cut to the model's length, all as wide as the longest
         ids = [r[:config.model.max_len - 2] for r in tok.encode(texts, side)]
         return pad_hypotheses(ids, max(len(r) for r in ids) + 2)
 
-    src, tgt = rows(src_text, "src"), rows(ref_text, "tgt")
+    src, tgt = rows(run.src, "src"), rows(run.ref, "tgt")
     fill = -len(src) % batch  # PAD rows, so that every batch has one shape (one compile)
     src = np.pad(src, ((0, fill), (0, 0)), constant_values=PAD_ID)
     encode = jax.jit(lambda p, s: module.apply(p, s, method="encode")[0])
@@ -173,8 +158,7 @@ def measure(workdir: str, split: str, sentences: int, positions: int, batch: int
                       "position_to_token": mean_norm(parts["positions"]) / mean_norm(parts["tokens"][NUM_RESERVED:])}
     except ConfigError as e:
         similarity = {"error": str(e)}
-    return {"workdir": workdir, "checkpoint": translator.checkpoint, "split": split, "sentences": len(tgt),
-            "positions": positions, "similarity": similarity, "context": context_use(token_logits, tgt, batch=batch)}
+    return {"positions": positions, "similarity": similarity, "context": context_use(token_logits, tgt, batch=batch)}
 
 
 def to_markdown(results: list[dict]) -> str:
@@ -192,27 +176,3 @@ def to_markdown(results: list[dict]) -> str:
         cells = [f"{c['nll']:.2f} / {c['accuracy']:.1f}" for c in r["context"]]
         lines.append("| " + " | ".join([r["workdir"], f"{ck['kind']} (step {ck['step']})", *cells, *pe]) + " |")
     return "\n".join(lines)
-
-
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jaxnat.models.cmlm.positions", description=__doc__.split("\n")[0])
-    parser.add_argument("workdirs", nargs="+", help="trained CMLM/CMLMC workdirs")
-    parser.add_argument("--split", default="valid", help="the split whose references are masked (default: valid)")
-    parser.add_argument("--sentences", type=int, default=500, help="how many of its first pairs (default 500)")
-    parser.add_argument("--positions", type=int, default=40,
-                        help="how many leading positions' embeddings to compare (default 40)")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
-    try:
-        if args.sentences < 1 or args.positions < 2:
-            raise ConfigError("--sentences must be positive and --positions at least 2")
-        results = [measure(w, args.split, args.sentences, args.positions) for w in args.workdirs]
-    except (JaxnatError, OSError) as e:
-        print(f"jaxnat: error: {e}", file=sys.stderr)
-        return 2
-    print(to_markdown(results))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
