@@ -1,0 +1,78 @@
+"""DA-Transformer (Huang et al. 2022): a decoder over a directed acyclic graph of λ · |x| vertices, trained with
+the DAG loss and glancing on the graph's best alignment; greedy, lookahead, joint Viterbi (Shao et al. 2022) and
+beam decoding; hard constraints as a constrained best path (Control-DAG's semantics). docs/dat.md. Its config
+section is `config.dat`."""
+
+from jaxnat.errors import ConfigError
+from jaxnat.models.dat.model import SUPPORTS, build_spec
+from jaxnat.models.family import Family
+
+
+def defaults() -> dict:
+    return dict(
+        # λ: the graph has λ · (source tokens − 2) + 2 vertices (the paper's 8; BOS/EOS not upsampled, as the
+        # authors' code's upsample_base=source)
+        upsample=8,
+        # λ of the graphs built at decoding (0: upsample); at most upsample (the vertex position tables' size)
+        decode_upsample=0,
+        # the transition scores: "paper" (one query/key projection of the vertex states, softmax over j > i) or
+        # "multihead" (the authors' code: per-head softmaxes of states ⊕ learned link positions, mixed by a gate)
+        links="paper",
+        # the vertices' decoder inputs: "positions" (learned vertex positions, the paper) or "tokens" (the authors'
+        # code: [BOS, UNK …, EOS] embeddings plus positions)
+        vertex_inputs="positions",
+        # glancing ratio, annealed linearly from glance_start to glance_end over glance_steps updates (the paper's
+        # 0.5 → 0.1 over 200k); 0 and 0: no glancing (one pass)
+        glance_start=0.5, glance_end=0.1, glance_steps=200000,
+        # how many target tokens are revealed: "number" (round(ratio · mistakes on the best path), at random:
+        # the paper, the authors' number-random) or "bernoulli" (each with probability ratio · mistakes / |y|)
+        glance_count="number",
+        # the authors' code's forced emission: a glanced token sits on its glanced vertex in the second pass's loss
+        glance_fix_alignment=False,
+        # decoding: greedy, lookahead (the authors' default), viterbi (Shao et al.'s joint Viterbi) or beam (over
+        # prefixes, paths summed; eval.beam_size hypotheses)
+        decode="lookahead",
+        # lookahead: the next vertex maximises its link + lookahead_beta · its best token's log-probability
+        lookahead_beta=1.0,
+        # joint Viterbi (and the constrained search): the output length M maximises log P(y, a | x) / M^viterbi_beta
+        viterbi_beta=1.0,
+        # beam: the finished prefix maximising log P(y | x) / M^beam_alpha; each vertex's top_cand tokens extend it
+        beam_alpha=1.1, top_cand=5,
+        # drop a decoded token equal to the one before it (the authors' greedy, lookahead and Viterbi decoders)
+        remove_repeats=True,
+        # soft constraints: the constrained search's reward (log-probability) for each phrase a path emits
+        soft_reward=1.0,
+    )
+
+
+def validate(config) -> None:
+    s = config.dat
+    if s.decode_upsample > s.upsample:
+        raise ConfigError(f"dat.decode_upsample ({s.decode_upsample}) must be at most dat.upsample ({s.upsample}): the "
+                          f"vertex positions were trained for that many")
+    if config.eval.beam_size > 1 and s.decode != "beam":
+        raise ConfigError(f"eval.beam_size={config.eval.beam_size} is the width of dat.decode=beam; "
+                          f"dat.decode={s.decode!r} takes eval.beam_size=1")
+    if config.train.label_smoothing > 0:
+        raise ConfigError("the DAG loss sums over paths and takes no label smoothing: set train.label_smoothing=0")
+
+
+def output_metrics(outs: list[dict], srcs: list[str]) -> dict:
+    """The ratio of repeated tokens among those decoded, before their removal, overall and for short and long
+    sources."""
+    from jaxnat.evaluation.metrics import repeated_token_ratios
+
+    return repeated_token_ratios([o["repeats"] for o in outs], [o["decoded"] for o in outs],
+                                 [len(s.split()) for s in srcs])
+
+
+FAMILY = Family(
+    "dat", build_spec, SUPPORTS, doc="docs/dat.md", defaults=defaults, shared={"eval.beam_size": 1},
+    choices={"links": ("paper", "multihead"), "vertex_inputs": ("positions", "tokens"),
+             "glance_count": ("number", "bernoulli"), "decode": ("greedy", "lookahead", "viterbi", "beam")},
+    ranges={"upsample": ("[1", None), "decode_upsample": ("[0", None), "glance_start": ("[0", "1]"),
+            "glance_end": ("[0", "1]"), "glance_steps": ("[0", None), "lookahead_beta": ("[0", None),
+            "viterbi_beta": ("[0", None), "beam_alpha": ("[0", None), "top_cand": ("[1", None),
+            "soft_reward": ("[0", None)},
+    architecture=("upsample", "links", "vertex_inputs"),
+    validate=validate, output_metrics=output_metrics, sweep=("decode_upsample", "U"))

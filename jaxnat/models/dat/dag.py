@@ -1,0 +1,268 @@
+"""Dynamic programs over a DA-Transformer's directed acyclic graph (DAG), as pure functions of its arrays.
+
+A sentence's graph has ``n`` vertices 0 … n − 1 (``n_vertices``: int32[B]; the arrays are padded to L ≥ n).
+Every path starts at vertex 0, which emits BOS, and ends at vertex n − 1, which emits EOS; an edge i → j goes
+forwards only (j > i). The model gives, per sentence:
+
+* ``links``: float32[B, L, L], log P(j | i), the transition distribution of each vertex over the vertices after it
+  (−inf off the graph: j ≤ i, j ≥ n, and every row i ≥ n − 1);
+* ``emit``: float32[B, L, V], log P(token | vertex).
+
+A path a = (a_1 = 0, …, a_M = n − 1) with tokens y_1 … y_M has log P(y, a | x) = Σ_m log P(a_{m+1} | a_m) + Σ_m
+log P(y_m | a_m). Here are the exact log-sum over every path that emits a reference (the training loss), the best
+such path (glancing's alignment), and the decoders' programs: following greedy or lookahead pointers, the joint
+Viterbi path of Shao et al. (2022) under a length penalty, and a beam search over token prefixes that sums the
+paths emitting the same prefix. Each is a `lax.scan` over positions of the output, batched; tests/dat_reference.py
+enumerates every path of tiny graphs to check them.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxnat.argmax import argmax
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+
+NEG = -jnp.inf
+
+
+def safe_logsumexp(x: jax.Array, axis: int) -> jax.Array:
+    """log Σ exp(x) along ``axis``, −inf where every term is −inf, with a finite (zero) gradient there: a cell
+    no path reaches must not turn the gradient of the cells that are reached into NaN."""
+    m = jnp.max(x, axis=axis, keepdims=True)
+    m = jax.lax.stop_gradient(jnp.where(jnp.isfinite(m), m, 0.0))
+    s = jnp.sum(jnp.exp(x - m), axis=axis)
+    return jnp.where(s > 0, jnp.log(jnp.where(s > 0, s, 1.0)) + jnp.squeeze(m, axis), NEG)
+
+
+def reference_match(emit: jax.Array, tgt: jax.Array) -> jax.Array:
+    """float32[B, T, L]: log P(y_t | vertex v) for the reference ``tgt`` int32[B, T] under ``emit`` float32[B, L, V]
+    (log-probabilities). A gather, so the [B, L, V] array is read once and [B, T, L] is all the DP keeps."""
+    return jnp.take_along_axis(emit, tgt[:, None, :], axis=2).swapaxes(1, 2)
+
+
+def _first_vertex(values: jax.Array) -> jax.Array:
+    """float32[B, L] with everything but vertex 0 at −inf (every path starts there)."""
+    return jnp.where(jnp.arange(values.shape[1]) == 0, values, NEG)
+
+
+def _at(values: jax.Array, index: jax.Array) -> jax.Array:
+    """values: [B, L], index: int32[B] → values[b, index[b]]."""
+    return jnp.take_along_axis(values, index[:, None], axis=1)[:, 0]
+
+
+def dag_log_likelihood(match: jax.Array, links: jax.Array, tgt_len: jax.Array, n_vertices: jax.Array,
+                       remat: bool = True) -> jax.Array:
+    """float32[B]: log P(y | x) = log Σ over every path of tgt_len vertices from 0 to n − 1 of the path's links and
+    emissions of y (the DAG loss's likelihood; −inf where no path emits y, e.g. T > n).
+
+    match: float32[B, T, L] (`reference_match`); links: float32[B, L, L]; tgt_len: int32[B] (BOS/EOS included);
+    n_vertices: int32[B]. The forward variable α[t, v] (log-sum over paths emitting y_1 … y_t and ending at v)
+    is the carry of one `lax.scan` over t: α[t, j] = match[t, j] + log Σ_i exp(α[t−1, i] + links[i, j]): O(T·L²)
+    work. With ``remat`` the step is recomputed in the backward pass (`jax.checkpoint`), so the gradient keeps
+    T copies of α ([B, L] each), not T copies of the [B, L, L] sums.
+    """
+    alpha = _first_vertex(match[:, 0])
+    last = n_vertices - 1
+
+    def step(alpha, m_t):
+        new = m_t + safe_logsumexp(alpha[:, :, None] + links, axis=1)
+        return new, _at(new, last)
+
+    body = jax.checkpoint(step) if remat else step
+    _, ends = jax.lax.scan(body, alpha, jnp.swapaxes(match[:, 1:], 0, 1))
+    ends = jnp.concatenate([_at(alpha, last)[None], ends], axis=0)            # [T, B]: paths of t + 1 vertices
+    return jnp.take_along_axis(ends, jnp.maximum(tgt_len - 1, 0)[None], axis=0)[0]
+
+
+def viterbi_scan(start: jax.Array, links: jax.Array, emissions: jax.Array):
+    """The max-product twin of the forward DP: δ[0] = start, δ[s, j] = emissions[s − 1, j] + max_i (δ[s−1, i] +
+    links[i, j]). start: float32[B, L]; emissions: float32[S, B, L]. Returns (back int32[S, B, L], the argmax i of
+    each step; scores float32[S + 1, B, L], every δ)."""
+    def step(delta, e):
+        cand = delta[:, :, None] + links
+        back = argmax(jnp.swapaxes(cand, 1, 2)).astype(jnp.int32)             # [B, L_j]
+        new = e + jnp.max(cand, axis=1)
+        return new, (back, new)
+
+    _, (back, deltas) = jax.lax.scan(step, start, emissions)
+    return back, jnp.concatenate([start[None], deltas], axis=0)
+
+
+def backtrack(back: jax.Array, end_step: jax.Array, end_vertex: jax.Array) -> jax.Array:
+    """int32[B, S + 1]: the vertices of the best path that is at ``end_vertex`` (int32[B]) after ``end_step``
+    (int32[B]) steps, read back through `viterbi_scan`'s ``back`` int32[S, B, L]; −1 after the end."""
+    steps = back.shape[0]
+
+    def step(v, xs):
+        s, b = xs                                                             # position s + 1, its back pointers
+        v = jnp.where(s + 1 == end_step, end_vertex, v)
+        here = jnp.where(s + 1 <= end_step, v, -1)
+        prev = jnp.where(s + 1 <= end_step, _at(b, jnp.maximum(v, 0)), v)
+        return prev, here
+
+    first, rest = jax.lax.scan(step, end_vertex, (jnp.arange(steps), back), reverse=True)
+    first = jnp.where(end_step == 0, end_vertex, first)
+    return jnp.concatenate([first[:, None], rest.T], axis=1)
+
+
+def best_alignment(match: jax.Array, links: jax.Array, tgt_len: jax.Array, n_vertices: jax.Array):
+    """The most probable path that emits the reference: (int32[B, T] the vertex of each target position, −1 on
+    padding; float32[B] its log-probability, −inf where there is none). Glancing reads it (no gradient)."""
+    back, deltas = viterbi_scan(_first_vertex(match[:, 0]), links, jnp.swapaxes(match[:, 1:], 0, 1))
+    end = jnp.maximum(tgt_len - 1, 0)
+    score = jnp.take_along_axis(jax.vmap(_at, (0, None))(deltas, n_vertices - 1), end[None], axis=0)[0]
+    return backtrack(back, end, n_vertices - 1), score
+
+
+# ----------------------------------------------------------------------------------------------- decoding
+
+def vertex_scores(emit: jax.Array, n_vertices: jax.Array, allowed: jax.Array):
+    """What the decoders read of the emissions: (tok int32[B, L], each vertex's best token among ``allowed``
+    (bool[V]); score float32[B, L], its log-probability, and at the last vertex n − 1 that of EOS (the token
+    every path ends with); bos float32[B], log P(BOS | vertex 0))."""
+    masked = jnp.where(allowed, emit, NEG)
+    tok = argmax(masked).astype(jnp.int32)
+    score = jnp.take_along_axis(masked, tok[..., None], axis=2)[..., 0]
+    last = jnp.arange(emit.shape[1])[None] == (n_vertices - 1)[:, None]
+    score = jnp.where(last, emit[..., EOS_ID], score)
+    return tok, score, emit[:, 0, BOS_ID]
+
+
+def pointers(links: jax.Array, scores: jax.Array, beta: float) -> jax.Array:
+    """int32[B, L]: each vertex's successor, argmax_j links[i, j] + β · scores[j] (β = 0: greedy, DA-Transformer's
+    "greedy"; β > 0: its "lookahead", which weighs the next vertex's best token too)."""
+    return argmax(links + beta * scores[:, None, :]).astype(jnp.int32)
+
+
+def follow(nxt: jax.Array, n_vertices: jax.Array, width: int) -> jax.Array:
+    """int32[B, width]: the path from vertex 0 along the successors ``nxt`` (int32[B, L]) to n − 1, −1 after it. A
+    path that would need more than ``width`` vertices jumps to n − 1 at the last slot (the output's capacity)."""
+    last = n_vertices - 1
+
+    def step(v, k):
+        done = (v == last) | (v < 0)
+        nv = jnp.where(k == width - 1, last, _at(nxt, jnp.maximum(v, 0)))
+        nv = jnp.where(done, -1, nv)
+        return nv, nv
+
+    _, rest = jax.lax.scan(step, jnp.zeros_like(last), jnp.arange(1, width))
+    return jnp.concatenate([jnp.zeros_like(last)[:, None], rest.T], axis=1)
+
+
+def joint_viterbi(links: jax.Array, scores: jax.Array, bos: jax.Array, n_vertices: jax.Array, width: int,
+                  beta: float) -> tuple[jax.Array, jax.Array]:
+    """Shao et al. (2022)'s joint Viterbi decoding: the path and tokens maximising log P(y, a | x) / M^β over
+    every length M ≤ width (M = the path's vertices = the output's tokens, BOS and EOS included), each vertex
+    emitting its best token (``scores``, `vertex_scores`). One `viterbi_scan` over the width gives the best path
+    of every length at once. Returns (int32[B, width] the path, −1 after it; float32[B] its log P(y, a | x))."""
+    start = _first_vertex(jnp.broadcast_to(bos[:, None], scores.shape))
+    back, deltas = viterbi_scan(start, links, jnp.broadcast_to(scores[None], (width - 1,) + scores.shape))
+    ends = jax.vmap(_at, (0, None))(deltas, n_vertices - 1)                   # [width, B]: M = row + 1
+    lengths = jnp.arange(1, width + 1, dtype=jnp.float32)[:, None]
+    steps = argmax((ends / lengths ** beta).T).astype(jnp.int32)              # the best M − 1
+    return backtrack(back, steps, n_vertices - 1), jnp.take_along_axis(ends, steps[None], axis=0)[0]
+
+
+def path_tokens(path: jax.Array, tok: jax.Array, n_vertices: jax.Array) -> jax.Array:
+    """int32[B, W]: the tokens a path emits (BOS at vertex 0, EOS at n − 1, the vertex's token elsewhere; PAD
+    after the path)."""
+    here = _gather_rows(tok, path)
+    return jnp.where(path < 0, PAD_ID, jnp.where(path == 0, BOS_ID,
+                                                 jnp.where(path == (n_vertices - 1)[:, None], EOS_ID, here)))
+
+
+def _gather_rows(values: jax.Array, path: jax.Array) -> jax.Array:
+    """values: [B, L], path: int32[B, W] (−1 allowed) → values[b, path[b, w]] (index 0 where −1)."""
+    return jnp.take_along_axis(values, jnp.maximum(path, 0), axis=1)
+
+
+def path_score(path: jax.Array, links: jax.Array, scores: jax.Array, bos: jax.Array) -> jax.Array:
+    """float32[B]: log P(y, a | x) of a path (int32[B, W], −1 after it) whose vertices emit ``scores``' tokens."""
+    on = path >= 0
+    here = jnp.where(on[:, 1:], _gather_rows(scores, path[:, 1:]), 0.0)
+    rows = jnp.take_along_axis(links, jnp.maximum(path[:, :-1], 0)[:, :, None], axis=1)  # [B, W−1, L]
+    edge = jnp.take_along_axis(rows, jnp.maximum(path[:, 1:], 0)[:, :, None], axis=2)[..., 0]
+    return bos + jnp.sum(here + jnp.where(on[:, 1:], edge, 0.0), axis=1)
+
+
+def drop_repeats(tokens: jax.Array, free: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """DA-Transformer's post-processing: a free token (``free`` bool[B, W]: chosen by the model, not a constraint's)
+    equal to the free token right before it is dropped, and the row closed up. tokens: int32[B, W]. Returns (the
+    kept mask bool[B, W], the count dropped int32[B]). Constraint tokens are never dropped, nor is a free token
+    next to one, so a phrase and the whole-word rule around it survive."""
+    prev_free = jnp.pad(free[:, :-1], ((0, 0), (1, 0)))
+    prev = jnp.pad(tokens[:, :-1], ((0, 0), (1, 0)), constant_values=PAD_ID)
+    drop = free & prev_free & (tokens == prev)
+    return ~drop, jnp.sum(drop, axis=1, dtype=jnp.int32)
+
+
+def compact(values: jax.Array, keep: jax.Array, fill) -> jax.Array:
+    """values: [B, W] with the entries where ``keep`` moved to the front of their row (order kept), ``fill`` after."""
+    pos = jnp.where(keep, jnp.cumsum(keep, axis=1) - 1, values.shape[1])
+    rows = jnp.arange(values.shape[0])[:, None]
+    return jnp.full_like(values, fill).at[rows, pos].set(values, mode="drop")
+
+
+# ----------------------------------------------------------------------------------------------- beam search
+
+def beam_search(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: jax.Array, eos: jax.Array,
+                n_vertices: jax.Array, width: int, beam: int, alpha: float):
+    """Beam search over token prefixes of the DAG (DA-Transformer's beam search without its n-gram LM): a
+    hypothesis is a prefix ending at a vertex, scored by the log-sum over every path that emits it there, so the
+    search looks for argmax_y log P(y | x) / M^α (M = |y| with BOS and EOS), summing paths, not the single best
+    path (`joint_viterbi`). Each step extends every hypothesis by one vertex j and one of j's top tokens; the
+    hypotheses with the same prefix are merged (their path sums added) before they extend; a hypothesis that
+    steps to n − 1 emits EOS and is finished. A beam as wide as the hypotheses finds the exact answer (tested).
+
+    links: float32[B, L, L]; top_tok, top_lp: int32/float32[B, L, C], each vertex's C best tokens; bos, eos:
+    float32[B] (log P(BOS | 0), log P(EOS | n − 1)); width: the output's capacity; beam: K. Returns (tokens
+    int32[B, width], the best finished prefix; its log P(y | x) float32[B]; token_logp float32[B, width], each
+    token's share of it: log P(y_≤m) − log P(y_<m) over the merged paths)."""
+    return jax.vmap(lambda *a: _beam_one(*a, width, beam, alpha))(links, top_tok, top_lp, bos, eos, n_vertices)
+
+
+def _beam_one(links, top_tok, top_lp, bos, eos, n, width, beam, alpha):
+    L, C = top_tok.shape
+    last = n - 1
+    toks = jnp.full((beam, width), PAD_ID, jnp.int32).at[:, 0].set(BOS_ID)
+    steps_lp = jnp.zeros((beam, width), jnp.float32)
+    lp = jnp.full((beam,), NEG).at[0].set(bos)
+    vert = jnp.zeros((beam,), jnp.int32)
+    fin = (jnp.full((beam, width), PAD_ID, jnp.int32), jnp.zeros((beam, width), jnp.float32),
+           jnp.full((beam,), NEG), jnp.full((beam,), NEG))                    # tokens, token shares, log P, score
+    inner = (jnp.arange(L) > 0) & (jnp.arange(L) < last)
+
+    def step(state, k):
+        toks, steps_lp, lp, vert, fin = state
+        alive = lp > NEG
+        same = alive[:, None] & alive[None, :] & jnp.all(toks[:, None, :] == toks[None, :, :], axis=2)
+        first = ~jnp.any(same & (jnp.arange(beam)[None, :] < jnp.arange(beam)[:, None]), axis=1) & alive
+        reach = lp[:, None] + links[vert]                                     # [K, L]: one step on, per hypothesis
+        merged = safe_logsumexp(jnp.where(same[:, :, None], reach[None], NEG), axis=1)   # [K, L]: per prefix
+        merged = jnp.where(first[:, None], merged, NEG)
+        # finished: the prefix steps to n − 1 and emits EOS at slot k
+        done_lp = merged[:, last] + eos
+        done_toks = toks.at[:, k].set(EOS_ID)
+        done_steps = steps_lp.at[:, k].set(done_lp - lp)
+        done_score = done_lp / (k + 1.0) ** alpha
+        all_toks = jnp.concatenate([fin[0], done_toks])
+        all_steps = jnp.concatenate([fin[1], done_steps])
+        all_lp, all_score = jnp.concatenate([fin[2], done_lp]), jnp.concatenate([fin[3], done_score])
+        keep = jax.lax.top_k(all_score, beam)[1]
+        fin = (all_toks[keep], all_steps[keep], all_lp[keep], all_score[keep])
+        # alive: one more inner vertex and one of its top tokens, if EOS still fits after it
+        cand = merged[:, :, None] + top_lp[None]                               # [K, L, C]
+        cand = jnp.where(inner[None, :, None] & (k < width - 1), cand, NEG).reshape(-1)
+        best, idx = jax.lax.top_k(cand, beam)
+        src, j, c = idx // (L * C), (idx // C) % L, idx % C
+        tok = top_tok[j, c]
+        toks = toks[src].at[:, k].set(tok)
+        steps_lp = steps_lp[src].at[:, k].set(best - lp[src])
+        return (toks, steps_lp, best, j.astype(jnp.int32), fin), None
+
+    (_, _, _, _, fin), _ = jax.lax.scan(step, (toks, steps_lp, lp, vert, fin), jnp.arange(1, width))
+    b = argmax(fin[3])
+    shares = jnp.where(fin[0][b] == PAD_ID, 0.0, fin[1][b])
+    return fin[0][b], fin[2][b], shares

@@ -1,0 +1,331 @@
+"""DA-Transformer (Huang, Zhou, Zhang and Huang, ICML 2022): a non-autoregressive decoder whose hidden states are
+the vertices of a directed acyclic graph, every path of which is a translation.
+
+**The graph** (§2.1–2.2). The decoder reads L = λ · |x| + 2 vertices (|x| the source's words, BOS/EOS left out,
+λ = ``dat.upsample``, 8), each input its learned vertex position (``dat.vertex_inputs=positions``, the paper) or
+the authors' code's ``[BOS, UNK …, EOS]`` token embeddings plus positions (``tokens``). From the top states V:
+
+* each vertex's token distribution P(y | v) = softmax(V W_outᵀ) (the tied output matrix);
+* the transitions ("links"): E = (V W_Q)(V W_K)ᵀ / √d, masked to the edges i → j with j > i inside the sentence's
+  graph and normalised over j (``dat.links=paper``); or the authors' code's form: a mixture over the H attention
+  heads of per-head softmaxes, queries and keys read from the states concatenated with learned link positions,
+  the mixture weights a softmax of a gate (``dat.links=multihead``).
+
+**The loss** (§2.3). −log P(y | x), the log-sum over every path from vertex 0 (emitting BOS) to vertex L − 1
+(emitting EOS) of its transitions and of y's tokens on its vertices: the forward algorithm over (target position,
+vertex) in one `lax.scan` (`dag.dag_log_likelihood`), divided by the reference's length (BOS/EOS included) and
+averaged over sentences, as the authors' code does; a sentence no path can emit (|y| > L) adds nothing.
+
+**Glancing** (§2.4). A first pass without gradient; the reference's best path through its graph
+(`dag.best_alignment`); round(ratio · the tokens its vertices mispredict) target tokens chosen at random; their
+vertices read the token's embedding (plus the vertex position) in the second pass, the one trained. The ratio
+anneals linearly (``dat.glance_start`` → ``dat.glance_end`` over ``dat.glance_steps`` updates, read from the
+trainer's update number: `ModelSpec.stepped`); validation measures the plain loss.
+
+**Decoding** (§2.5; Shao et al. 2022): ``dat.decode`` = greedy (the most probable next vertex), lookahead (the
+next vertex by link + β · its best token), viterbi (the joint Viterbi path under the length penalty M^β) or beam
+(prefixes summed over paths, `dag.beam_search`); each vertex on the path emits its most probable token,
+consecutive repeats removed (``dat.remove_repeats``). Constraints: `constrained.constrained_decode`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from jaxnat.decoding.refine import NOT_PREDICTED
+from jaxnat.decoding.request import DecodeRequest, Supports
+from jaxnat.models.dat import dag, glancing
+from jaxnat.models.dat.constrained import MAX_PHRASES, constrained_decode
+from jaxnat.models.spec import ModelSpec, word_glue
+from jaxnat.models.transformer import (Decoder, Encoder, TransformerConfig, absent_logits, einsum_f32, embedders,
+                                      flat_leading, sinusoidal_positions, token_mask)
+
+
+def max_vertices(max_len: int, upsample: int) -> int:
+    """The most vertices a graph can have: λ · (model.max_len − 2) + 2 (its position tables' rows)."""
+    return upsample * (max_len - 2) + 2
+
+
+def graph_sizes(src: jax.Array, upsample: int) -> tuple[int, jax.Array]:
+    """(L, the padded graph's vertices for sources padded to S: λ · (S − 2) + 2; n_vertices int32[B], each
+    sentence's λ · (its source tokens − 2) + 2, at least 2). src: int32[B, S] [BOS … EOS] rows."""
+    real = jnp.sum(token_mask(src), axis=1, dtype=jnp.int32)
+    return (upsample * max(src.shape[1] - 2, 0) + 2,
+            upsample * jnp.maximum(real - 2, 0) + 2)
+
+
+class DAT(nn.Module):
+    """Encoder, vertex decoder, token head and link head.
+
+    upsample: λ of training (sizes the vertex position tables); graph_upsample: λ of the graphs built (0: λ);
+    link_form: "paper" | "multihead"; vertex_inputs: "positions" | "tokens"."""
+
+    cfg: TransformerConfig
+    upsample: int = 8
+    link_form: str = "paper"
+    vertex_inputs: str = "positions"
+    graph_upsample: int = 0
+
+    def setup(self):
+        c = self.cfg
+        self.src_embed, self.tgt_embed = embedders(c)
+        self.encoder = Encoder(c, name="encoder")
+        self.decoder = Decoder(c, c.dec_layers, causal=False, name="decoder")
+        rows = max_vertices(c.max_len, self.upsample)
+        if c.positions == "learned":
+            self.vertex_table = self.param("vertex_positions", c.embed_init(), (rows, c.d_model))
+        self.vertex_drop = nn.Dropout(c.dropout if c.embed_dropout < 0 else c.embed_dropout)
+        dense = lambda name, n=c.d_model: nn.Dense(n, kernel_init=c.kernel_init(), dtype=c.compute_dtype,  # noqa
+                                                   name=name)
+        self.link_query, self.link_key = dense("link_query"), dense("link_key")
+        if self.link_form == "multihead":
+            self.link_table = self.param("link_positions", c.embed_init(), (rows, c.d_model))
+            self.link_gate = nn.Dense(c.num_heads, kernel_init=c.kernel_init(), name="link_gate")
+        if not c.tie_output:
+            self.output = nn.Dense(c.tgt_vocab_size, use_bias=False, kernel_init=c.kernel_init(), name="output")
+
+    def vertex_positions(self, n: int) -> jax.Array:
+        c = self.cfg
+        if c.positions == "learned":
+            return self.vertex_table[:n]
+        return sinusoidal_positions(n, c.d_model)
+
+    def encode(self, src: jax.Array, train: bool = False) -> jax.Array:
+        """src: int32[B, S] → memory float[B, S, D]."""
+        return self.encoder(self.src_embed(src, train), token_mask(src), train)
+
+    def vertex_embed(self, n_vertices: jax.Array, length: int, glanced: jax.Array | None, train: bool):
+        """The decoder's input float[B, L, D]: each vertex's position (+ the tokens [BOS, UNK …, EOS] with
+        ``vertex_inputs=tokens``), a glanced vertex's reference token (glanced: int32[B, L], PAD = none)."""
+        index = jnp.arange(length)[None]
+        if self.vertex_inputs == "tokens":
+            tokens = jnp.where(index == 0, BOS_ID, jnp.where(index == (n_vertices - 1)[:, None], EOS_ID, UNK_ID))
+            tokens = jnp.where(index < n_vertices[:, None], tokens, PAD_ID)
+        else:
+            tokens = jnp.full((n_vertices.shape[0], length), PAD_ID, jnp.int32)
+        if glanced is not None:
+            tokens = jnp.where(glanced != PAD_ID, glanced, tokens)
+        scale = self.tgt_embed.scale
+        x = jnp.where((tokens != PAD_ID)[..., None], self.tgt_embed.lookup(tokens) * scale, 0.0)
+        x = x + self.vertex_positions(length)[None]
+        return self.vertex_drop(x.astype(self.cfg.compute_dtype), deterministic=not train)
+
+    def links(self, states: jax.Array, n_vertices: jax.Array, length: int) -> jax.Array:
+        """float32[B, L, L]: log P(j | i) over the edges j > i of each sentence's graph, −inf elsewhere."""
+        c = self.cfg
+        i, j = jnp.arange(length)[:, None], jnp.arange(length)[None, :]
+        edges = (j > i)[None] & (j[None] < n_vertices[:, None, None])        # [B, L, L]
+        if self.link_form == "paper":
+            q, k = flat_leading(self.link_query, states), flat_leading(self.link_key, states)
+            scores = einsum_f32("bid,bjd->bij", q, k) / math.sqrt(c.d_model)
+            return _masked_log_softmax(scores, edges)
+        # the authors' code: states ⊕ link positions, H heads, each its own softmax, mixed by a gate
+        pos = jnp.broadcast_to(self.link_table[:length][None], states.shape[:2] + (c.d_model,))
+        feats = jnp.concatenate([states, pos.astype(states.dtype)], axis=-1)
+        heads, size = c.num_heads, c.d_model // c.num_heads
+        q = flat_leading(self.link_query, feats).reshape(states.shape[:2] + (heads, size))
+        k = flat_leading(self.link_key, feats).reshape(states.shape[:2] + (heads, size))
+        scores = einsum_f32("bihd,bjhd->bhij", q, k) / math.sqrt(size)
+        per_head = _masked_log_softmax(scores, edges[:, None])
+        gates = jax.nn.log_softmax(self.link_gate(feats.astype(jnp.float32)).astype(jnp.float32), axis=-1)
+        mixed = dag.safe_logsumexp(per_head + jnp.moveaxis(gates, 2, 1)[..., None], axis=1)
+        return jnp.where(edges, mixed, dag.NEG)
+
+    def graph(self, src: jax.Array, memory: jax.Array, glanced: jax.Array | None = None, train: bool = False):
+        """(logits float32[B, L, V], links float32[B, L, L], n_vertices int32[B]) of the sources' graphs."""
+        length, n_vertices = graph_sizes(src, self.graph_upsample or self.upsample)
+        x = self.vertex_embed(n_vertices, length, glanced, train)
+        mask = jnp.arange(length)[None] < n_vertices[:, None]
+        states = self.decoder(x, mask, memory, token_mask(src), train)
+        logits = self.tgt_embed.attend(states) if self.cfg.tie_output else self.output(states).astype(jnp.float32)
+        return absent_logits(self.cfg, logits), self.links(states, n_vertices, length), n_vertices
+
+    def __call__(self, src: jax.Array, glanced: jax.Array | None = None, train: bool = False):
+        return self.graph(src, self.encode(src, train), glanced, train)
+
+
+def _masked_log_softmax(scores: jax.Array, valid: jax.Array) -> jax.Array:
+    """log-softmax of ``scores`` over the last axis among ``valid`` entries; −inf elsewhere, and on rows with no
+    valid entry (a graph's last vertex) −inf throughout, with finite gradients."""
+    scores = jnp.where(valid, scores, dag.NEG)
+    return jnp.where(valid, scores - dag.safe_logsumexp(scores, axis=-1)[..., None], dag.NEG)
+
+
+# ----------------------------------------------------------------------------------------------- training
+
+@dataclasses.dataclass(frozen=True)
+class Glancing:
+    """The glancing schedule and its form (`glancing`): ratio start → end over ``steps`` updates; ``count``:
+    "number" (round(ratio · mistakes) positions at random) or "bernoulli"; ``fix``: the authors' forced emission."""
+    start: float = 0.5
+    end: float = 0.1
+    steps: int = 200000
+    count: str = "number"
+    fix: bool = False
+
+    @property
+    def on(self) -> bool:
+        return self.start > 0 or self.end > 0
+
+
+def dat_loss(module: DAT, params, batch: dict, rng, *, glance: Glancing, step=None, train: bool = True,
+             remat: bool = True, keep: bool = False):
+    """The DAG loss with glancing (in training). batch['src']: int32[B, S], batch['tgt']: int32[B, T] ([BOS … EOS]
+    rows, PAD after; all-PAD filler rows count for nothing). Returns ``(loss · n, aux)``: the loss is the mean over
+    sentences of −log P(y | x) / |y| (the authors' normalisation), n the target tokens (BOS/EOS included); aux has
+    'nll' (−log P summed over the sentences with a path, per token, · n), 'count' = n, 'glance_ratio',
+    'glance_accuracy' (the first pass's right tokens along the best path / tokens) and 'unaligned' (the share of
+    sentences no path emits). With ``keep`` (tests) also the first pass's arrays and the glanced positions."""
+    src, tgt = batch["src"], batch["tgt"]
+    k_enc, k_dec, k_glance = jax.random.split(rng, 3)
+    memory = module.apply(params, src, train=train, method="encode", rngs={"dropout": k_enc})
+    tgt_len = jnp.sum(token_mask(tgt), axis=1, dtype=jnp.int32)
+    real = tgt_len > 0
+
+    def graph(glanced):  # both passes draw the same dropout masks (the authors' code: one seed for both)
+        return module.apply(params, src, memory, glanced, train=train, method="graph", rngs={"dropout": k_dec})
+
+    aux, glanced = {}, None
+    ratio = glancing.glance_ratio(step, glance.start, glance.end, glance.steps)
+    right = jnp.zeros_like(tgt_len)
+    if train and glance.on:  # static
+        logits1, links1, n_vertices = jax.tree_util.tree_map(jax.lax.stop_gradient, graph(None))
+        emit1 = jax.nn.log_softmax(logits1)
+        path, score = dag.best_alignment(dag.reference_match(emit1, tgt), links1, tgt_len, n_vertices)
+        aligned = jnp.isfinite(score) & real
+        number, right = glancing.glance_counts(path, jnp.argmax(logits1, -1).astype(jnp.int32), tgt, tgt_len,
+                                               aligned, ratio)
+        u = jax.random.uniform(k_glance, tgt.shape)
+        chosen = (glancing.choose_glanced(path, number, u, aligned) if glance.count == "number"
+                  else glancing.choose_bernoulli(path, number, tgt_len, u, aligned))
+        glanced = glancing.glanced_inputs(path, chosen, tgt, logits1.shape[1])
+        if keep:
+            aux.update(path=path, chosen=chosen, number=number, first_logits=logits1, first_links=links1)
+    logits, links, n_vertices = graph(glanced)
+    match = dag.reference_match(jax.nn.log_softmax(logits), tgt)
+    if glanced is not None and glance.fix:
+        match = glancing.fix_alignment(match, path, chosen)
+    ll = dag.dag_log_likelihood(match, links, tgt_len, n_vertices, remat=remat)
+    valid = real & jnp.isfinite(ll)
+    safe_ll = jnp.where(valid, ll, 0.0)
+    sentences = jnp.maximum(jnp.sum(real, dtype=jnp.float32), 1.0)
+    loss = jnp.sum(-safe_ll / jnp.maximum(tgt_len, 1)) / sentences
+    n = jnp.sum(tgt_len, dtype=jnp.float32)
+    counted = jnp.maximum(jnp.sum(jnp.where(valid, tgt_len, 0), dtype=jnp.float32), 1.0)
+    aux.update(nll=jnp.sum(-safe_ll) / counted * n, count=n, glance_ratio=ratio,
+               glance_accuracy=jnp.sum(right, dtype=jnp.float32) / jnp.maximum(n, 1.0),
+               unaligned=jnp.sum(real & ~valid, dtype=jnp.float32) / sentences)
+    if keep:
+        aux.update(ll=ll, n_vertices=n_vertices)
+    return loss * n, aux
+
+
+# ----------------------------------------------------------------------------------------------- decoding
+
+SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, beam=True, max_phrases=MAX_PHRASES,
+                    counts=("decoded", "repeats", "infeasible"))
+
+
+@dataclasses.dataclass(frozen=True)
+class Decoding:
+    """``dat``'s decoding keys: strategy, lookahead's β, Viterbi's length exponent, the beam's length exponent and
+    candidate tokens per vertex, repeat removal, the soft constraints' reward per phrase."""
+    strategy: str = "lookahead"
+    lookahead_beta: float = 1.0
+    viterbi_beta: float = 1.0
+    beam_alpha: float = 1.1
+    top_cand: int = 5
+    remove_repeats: bool = True
+    soft_reward: float = 1.0
+
+
+def allowed_tokens(vocab: int) -> jax.Array:
+    """bool[V]: what a vertex inside a path may emit (no PAD, BOS, EOS, PLH or MASK)."""
+    return jnp.ones(vocab, bool).at[jnp.asarray(NOT_PREDICTED)].set(False)
+
+
+def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, width: int, options: Decoding,
+                 beam: int = 1, constraints=None, hard=None, continues=None, joins=None) -> dict:
+    """One batch's translations from its graphs: logits float32[B, L, V], links float32[B, L, L], n_vertices
+    int32[B] → generate's outputs (tokens int32[B, width] [BOS … EOS] rows, score, token_logp, token_scored and
+    the counts). With ``constraints`` (int32[B, C, P]) and ``hard`` (bool[B]) every strategy gives way to the
+    constrained search."""
+    emit = jax.nn.log_softmax(logits)
+    allowed = allowed_tokens(emit.shape[-1])
+    tok, scores, bos = dag.vertex_scores(emit, n_vertices, allowed)
+    B = emit.shape[0]
+    infeasible = jnp.zeros(B, jnp.int32)
+    phrase = None
+    if constraints is not None:
+        hard = jnp.zeros(B, bool) if hard is None else hard
+        out = constrained_decode(links, emit, n_vertices, constraints, hard, allowed, width, options.viterbi_beta,
+                                 options.soft_reward, continues, joins)
+        tokens, path, phrase, score, infeasible = (out[k] for k in ("tokens", "path", "phrase", "score",
+                                                                     "infeasible"))
+        token_lp = jnp.take_along_axis(jnp.take_along_axis(emit, jnp.maximum(path, 0)[..., None], 1),
+                                       tokens[..., None], 2)[..., 0]
+    elif options.strategy == "beam":
+        top_lp, top_tok = jax.lax.top_k(jnp.where(allowed, emit, dag.NEG), options.top_cand)
+        eos = jnp.take_along_axis(emit[..., EOS_ID], (n_vertices - 1)[:, None], 1)[:, 0]
+        tokens, score, token_lp = dag.beam_search(links, top_tok.astype(jnp.int32), top_lp, bos, eos, n_vertices,
+                                                  width, beam, options.beam_alpha)
+    else:
+        if options.strategy == "viterbi":
+            path, score = dag.joint_viterbi(links, scores, bos, n_vertices, width, options.viterbi_beta)
+        else:
+            beta = options.lookahead_beta if options.strategy == "lookahead" else 0.0
+            path = dag.follow(dag.pointers(links, scores, beta), n_vertices, width)
+            score = dag.path_score(path, links, scores, bos)
+        tokens = dag.path_tokens(path, tok, n_vertices)
+        token_lp = jnp.take_along_axis(scores, jnp.maximum(path, 0), 1)
+    inner = (tokens != PAD_ID) & (tokens != BOS_ID) & (tokens != EOS_ID)
+    free = inner if phrase is None else inner & ~phrase
+    if options.remove_repeats:
+        keep, repeats = dag.drop_repeats(tokens, free)
+    else:
+        keep, repeats = tokens != PAD_ID, jnp.zeros(B, jnp.int32)
+    keep = keep & (tokens != PAD_ID)
+    return {"tokens": dag.compact(tokens, keep, PAD_ID),
+            "score": score.astype(jnp.float32),
+            "token_logp": dag.compact(jnp.where(free, token_lp, 0.0), keep, 0.0),
+            "token_scored": dag.compact(free, keep, False),
+            "decoded": jnp.sum(inner, axis=1, dtype=jnp.int32), "repeats": repeats, "infeasible": infeasible}
+
+
+def output_capacity(cfg: TransformerConfig, eval_cfg):
+    """capacity(src_len): max(eval.length_cap_min, eval.length_cap_ratio · src_len) output slots (BOS/EOS
+    included; the authors' Viterbi decoding also stops at twice the source), within model.max_len."""
+    def capacity(src_len: int) -> int:
+        return int(min(cfg.max_len, max(eval_cfg.length_cap_min, int(eval_cfg.length_cap_ratio * src_len))))
+    return capacity
+
+
+def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
+    s = config.dat
+    module = DAT(cfg, s.upsample, s.links, s.vertex_inputs)
+    decoder = module.clone(graph_upsample=s.decode_upsample)
+    glance = Glancing(s.glance_start, s.glance_end, s.glance_steps, s.glance_count, s.glance_fix_alignment)
+    options = Decoding(s.decode, s.lookahead_beta, s.viterbi_beta, s.beam_alpha, s.top_cand, s.remove_repeats,
+                       s.soft_reward)
+    continues, joins = word_glue(pieces)  # hard constraints: whole words
+    capacity = output_capacity(cfg, config.eval)
+
+    def init(rng, batch):
+        return module.init(rng, batch["src"][:1])
+
+    def loss(params, batch, rng, train=True, step=None):
+        return dat_loss(module, params, batch, rng, glance=glance, step=step, train=train)
+
+    def generate(params, request: DecodeRequest) -> dict:
+        logits, links, n_vertices = decoder.apply(params, request.src)
+        return decode_graph(logits, links, n_vertices, request.width(capacity), options, request.beam_size,
+                            request.constraints, request.hard, continues, joins)
+
+    return ModelSpec("dat", cfg, module, init, loss, generate, capacity, SUPPORTS, stepped=True,
+                     terms=("glance_ratio", "glance_accuracy", "unaligned"))

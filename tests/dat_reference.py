@@ -1,0 +1,144 @@
+"""Plain-Python references for the DA-Transformer's dynamic programs (jaxnat/models/dat/): each enumerates every
+path (and, where tokens are chosen, every token string) of a tiny graph, so that it shares nothing with the
+kernels but the definitions in docs/dat.md."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+
+BOS, EOS, PAD = 1, 2, 0
+
+
+def paths(n: int, most: int | None = None):
+    """Every path 0 → n − 1 through vertices 0 … n − 1 with increasing vertices, at most ``most`` vertices long."""
+    inner = range(1, n - 1)
+    for k in range(0, n - 1):
+        if most is not None and k + 2 > most:
+            break
+        for middle in itertools.combinations(inner, k):
+            yield (0, *middle, n - 1) if n > 1 else (0,)
+
+
+def edge_sum(links, path) -> float:
+    return sum(float(links[a, b]) for a, b in zip(path, path[1:]))
+
+
+def logsumexp(values) -> float:
+    values = [v for v in values if v > -math.inf]
+    if not values:
+        return -math.inf
+    m = max(values)
+    return m + math.log(sum(math.exp(v - m) for v in values))
+
+
+def loglik(match, links, tgt_len: int, n: int) -> float:
+    """log Σ over paths of tgt_len vertices of links + match[t, a_t] (match: [T, L], links: [L, L])."""
+    return logsumexp(edge_sum(links, p) + sum(float(match[t, v]) for t, v in enumerate(p))
+                     for p in paths(n) if len(p) == tgt_len)
+
+
+def best_alignment(match, links, tgt_len: int, n: int):
+    """(best score, the set of best paths) over the paths of tgt_len vertices."""
+    scored = [(edge_sum(links, p) + sum(float(match[t, v]) for t, v in enumerate(p)), p)
+              for p in paths(n) if len(p) == tgt_len]
+    if not scored:
+        return -math.inf, set()
+    best = max(s for s, _ in scored)
+    return best, {p for s, p in scored if s >= best - 1e-4}
+
+
+def follow(links, scores, n: int, width: int, beta: float):
+    """Greedy (β = 0) or lookahead pointers from vertex 0, jumping to n − 1 at the last slot of ``width``."""
+    path = [0]
+    while path[-1] != n - 1:
+        i = path[-1]
+        if len(path) == width - 1:
+            path.append(n - 1)
+            break
+        values = [float(links[i, j]) + beta * float(scores[j]) if j > i and j < n else -math.inf
+                  for j in range(links.shape[1])]
+        path.append(int(np.argmax(values)))
+    return tuple(path)
+
+
+def joint_viterbi(links, scores, bos: float, n: int, width: int, beta: float):
+    """(best normalised score, its raw score, the best paths) over paths of ≤ width vertices; a vertex emits its
+    score (the last one EOS's, in ``scores``), vertex 0 BOS (``bos``)."""
+    scored = []
+    for p in paths(n, width):
+        raw = bos + edge_sum(links, p) + sum(float(scores[v]) for v in p[1:])
+        scored.append((raw / len(p) ** beta, raw, p))
+    best = max(s for s, _, _ in scored)
+    return best, {p: raw for s, raw, p in scored if s >= best - 1e-4}
+
+
+def beam_best(links, emit, allowed, n: int, width: int, alpha: float, top: int):
+    """argmax_y log P(y | x) / |y|^α, P(y | x) summed over every path and token choice (each inner vertex one of
+    its ``top`` best allowed tokens) that emits y, y with BOS and EOS and at most ``width`` tokens. Returns
+    (best normalised score, {y: log P(y | x)} of the best ones)."""
+    cands = {}
+    for v in range(1, n - 1):
+        order = [int(t) for t in np.argsort(-np.where(allowed, emit[v], -np.inf), kind="stable") if allowed[t]]
+        cands[v] = order[:top]
+    totals: dict = {}
+    for p in paths(n, width):
+        base = float(emit[0, BOS]) + edge_sum(links, p) + float(emit[n - 1, EOS])
+        for toks in itertools.product(*(cands[v] for v in p[1:-1])):
+            score = base + sum(float(emit[v, t]) for v, t in zip(p[1:-1], toks))
+            totals.setdefault(toks, []).append(score)
+    normed = {y: logsumexp(s) / (len(y) + 2) ** alpha for y, s in totals.items()}
+    best = max(normed.values())
+    return best, {y: logsumexp(totals[y]) for y, s in normed.items() if s >= best - 1e-4}
+
+
+def placeable(tokens, phrases, continues=None, joins=None) -> int:
+    """The most of ``phrases`` that can sit in ``tokens`` (an output's inner tokens) as disjoint runs, each a
+    whole word: the free token (in no run) right after a run is not a ``continues`` piece, the free token right
+    before it not a ``joins`` piece. Every choice of runs is tried."""
+    n = len(tokens)
+    options = [[None] + [s for s in range(n - len(ph) + 1) if list(tokens[s:s + len(ph)]) == list(ph)]
+               for ph in phrases]
+    best = 0
+    for choice in itertools.product(*options):
+        spans = [set(range(s, s + len(ph))) for s, ph in zip(choice, phrases) if s is not None]
+        used = set().union(*spans) if spans else set()
+        if sum(len(span) for span in spans) != len(used):
+            continue  # overlapping runs
+        ok = True
+        for s, ph in zip(choice, phrases):
+            if s is None:
+                continue
+            after, before = s + len(ph), s - 1
+            if continues is not None and after < n and after not in used and continues[tokens[after]]:
+                ok = False
+            if joins is not None and before >= 0 and before not in used and joins[tokens[before]]:
+                ok = False
+        if ok:
+            best = max(best, len(spans))
+    return best
+
+
+def constrained_best(links, emit, allowed, n: int, width: int, beta: float, phrases, hard: bool, reward: float,
+                     continues=None, joins=None):
+    """Control-DAG's semantics by enumeration: every path of ≤ width vertices and every string of allowed tokens
+    on its inner vertices; a hard request keeps the strings holding every phrase (disjoint runs, whole words),
+    a soft one adds ``reward`` per phrase held; the best by (score [+ reward]) / M^β. Returns (best normalised
+    value, {(path, tokens): raw score} of the best), or (−inf, {}) when nothing qualifies."""
+    vocab = [t for t in range(emit.shape[1]) if allowed[t]]
+    best, found = -math.inf, {}
+    for p in paths(n, width):
+        base = float(emit[0, BOS]) + edge_sum(links, p) + float(emit[n - 1, EOS])
+        for toks in itertools.product(vocab, repeat=len(p) - 2):
+            k = placeable(toks, phrases, continues, joins)
+            if hard and k < len(phrases):
+                continue
+            raw = base + sum(float(emit[v, t]) for v, t in zip(p[1:-1], toks))
+            value = (raw + (0.0 if hard else reward * k)) / len(p) ** beta
+            if value > best + 1e-4:
+                best, found = value, {(p, toks): raw}
+            elif value >= best - 1e-4:
+                found[(p, toks)] = raw
+    return best, found

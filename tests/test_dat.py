@@ -1,0 +1,316 @@
+"""DA-Transformer (jaxnat/models/dat/): every dynamic program against tests/dat_reference.py's enumeration of
+tiny graphs (hypothesis over graph sizes, λ, target lengths and padding), the glancing counts, the configuration's
+one-line errors, and a tiny model trained and decoded through its ModelSpec. Shapes are fixed per test (B = 2
+rows, graphs padded to L = 8 vertices), so each kernel compiles once."""
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from jaxnat.config import build_config
+from jaxnat.decoding.request import DecodeRequest
+from jaxnat.errors import ConfigError
+from jaxnat.models import build_model
+from jaxnat.models.dat import dag, glancing
+from jaxnat.models.dat.constrained import constrained_decode
+from jaxnat.models.dat.model import Decoding, allowed_tokens, decode_graph, graph_sizes
+from tests import dat_reference as ref
+
+B, L, T, V = 2, 8, 6, 9          # V = 9: the inner vertices choose among UNK and ids 6, 7, 8
+SETTINGS = settings(max_examples=12, deadline=None, derandomize=True)
+
+
+def graph(seed: int, n_vertices, scale: float = 2.0):
+    """Random (links float32[B, L, L], emit float32[B, L, V]) log-probabilities of graphs of n_vertices."""
+    rng = np.random.default_rng(seed)
+    raw = rng.normal(size=(B, L, L)) * scale
+    i, j = np.arange(L)[:, None], np.arange(L)[None]
+    edges = (j > i)[None] & (j[None] < np.asarray(n_vertices)[:, None, None])
+    raw = np.where(edges, raw, -np.inf)
+    top = np.max(raw, axis=2, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        links = raw - (np.log(np.sum(np.exp(raw - np.where(np.isfinite(top), top, 0)), axis=2, keepdims=True))
+                       + np.where(np.isfinite(top), top, 0))
+    links = np.where(edges, links, -np.inf).astype(np.float32)
+    emit = np.asarray(jax.nn.log_softmax(jnp.asarray(rng.normal(size=(B, L, V)) * scale, jnp.float32)))
+    return links, emit
+
+
+sizes = st.lists(st.tuples(st.integers(1, 3), st.integers(2, 5)), min_size=B, max_size=B).filter(
+    lambda rows: all(lam * (r - 2) + 2 <= L for lam, r in rows))
+
+
+def n_of(rows):
+    """n_vertices of each row (λ, source tokens with BOS/EOS), as the model computes them: `graph_sizes`."""
+    out = []
+    for lam, r in rows:
+        src = jnp.asarray([[1] + [7] * (r - 2) + [2] + [0] * (5 - r)], jnp.int32)
+        out.append(int(graph_sizes(src, lam)[1][0]))
+    return np.asarray(out, np.int32)
+
+
+@functools.lru_cache(maxsize=None)
+def _loss_fns():
+    def ll(match, links, tgt_len, n):
+        return dag.dag_log_likelihood(match, links, tgt_len, n)
+
+    def total(match, links, tgt_len, n):
+        value = ll(match, links, tgt_len, n)
+        return jnp.sum(jnp.where(jnp.isfinite(value), value, 0.0))
+
+    return jax.jit(ll), jax.jit(jax.grad(total, argnums=(0, 1))), jax.jit(dag.best_alignment)
+
+
+@SETTINGS
+@given(rows=sizes, tgt=st.lists(st.integers(1, T), min_size=B, max_size=B), seed=st.integers(0, 10**6))
+def test_dag_loss_and_best_path_match_enumeration(rows, tgt, seed):
+    """log P(y | x) is the log-sum over every path of |y| vertices; its gradient with respect to the emissions is
+    each (position, vertex)'s posterior; the best alignment is a best path; rows no path fits give −inf and no
+    NaN (padding: T and L beyond each row's lengths)."""
+    n = n_of(rows)
+    links, emit = graph(seed, n)
+    rng = np.random.default_rng(seed + 1)
+    match = rng.normal(size=(B, T, L)).astype(np.float32) - 2
+    tgt_len = np.asarray(tgt, np.int32)
+    ll_fn, grad_fn, align_fn = _loss_fns()
+    got = np.asarray(ll_fn(match, links, tgt_len, n))
+    g_match, g_links = (np.asarray(g) for g in grad_fn(match, links, tgt_len, n))
+    assert np.all(np.isfinite(g_match)) and np.all(np.isfinite(g_links))
+    path, score = (np.asarray(x) for x in align_fn(match, links, tgt_len, n))
+    for b in range(B):
+        want = ref.loglik(match[b], links[b], tgt_len[b], n[b])
+        if want == -math.inf:
+            assert got[b] == -np.inf and score[b] == -np.inf
+            assert np.all(g_match[b] == 0)
+            continue
+        np.testing.assert_allclose(got[b], want, rtol=1e-5, atol=1e-4)
+        posterior = np.zeros((T, L))
+        for p in ref.paths(n[b]):
+            if len(p) == tgt_len[b]:
+                w = math.exp(ref.edge_sum(links[b], p) + sum(match[b, t, v] for t, v in enumerate(p)) - want)
+                for t, v in enumerate(p):
+                    posterior[t, v] += w
+        np.testing.assert_allclose(g_match[b], posterior, atol=1e-4)
+        best, best_paths = ref.best_alignment(match[b], links[b], tgt_len[b], n[b])
+        np.testing.assert_allclose(score[b], best, rtol=1e-5, atol=1e-4)
+        assert tuple(path[b, :tgt_len[b]]) in best_paths and np.all(path[b, tgt_len[b]:] == -1)
+
+
+W = 6  # output capacity of the decoding tests: shorter than the longest paths, so the cap is exercised
+
+
+@functools.lru_cache(maxsize=None)
+def _decoders():
+    allowed = allowed_tokens(V)
+
+    def walk(links, emit, n, beta):
+        tok, scores, bos = dag.vertex_scores(emit, n, allowed)
+        path = dag.follow(dag.pointers(links, scores, beta), n, W)
+        return path, dag.path_score(path, links, scores, bos), scores, bos
+
+    def viterbi(links, emit, n):
+        tok, scores, bos = dag.vertex_scores(emit, n, allowed)
+        return dag.joint_viterbi(links, scores, bos, n, W, 0.7)
+
+    return jax.jit(walk), jax.jit(viterbi)
+
+
+@SETTINGS
+@given(rows=sizes, seed=st.integers(0, 10**6), beta=st.sampled_from([0.0, 1.0]))
+def test_greedy_lookahead_and_viterbi_match_brute_force(rows, seed, beta):
+    """Greedy (β = 0) and lookahead follow the reference's pointers (within the capacity W); joint Viterbi's path
+    is a best one of all paths of ≤ W vertices under the length penalty, with its log P(y, a | x)."""
+    n = n_of(rows)
+    links, emit = graph(seed, n)
+    walk, viterbi = _decoders()
+    path, score, scores, bos = (np.asarray(x) for x in walk(links, emit, n, beta))
+    vpath, vscore = (np.asarray(x) for x in viterbi(links, emit, n))
+    for b in range(B):
+        want = ref.follow(links[b], scores[b], n[b], W, beta)
+        assert tuple(path[b, :len(want)]) == want and np.all(path[b, len(want):] == -1)
+        raw = bos[b] + ref.edge_sum(links[b], want) + sum(scores[b][v] for v in want[1:])
+        np.testing.assert_allclose(score[b], raw, rtol=1e-5, atol=1e-4)
+        _, best = ref.joint_viterbi(links[b], scores[b], bos[b], n[b], W, 0.7)
+        got = tuple(int(v) for v in vpath[b] if v >= 0)
+        assert got in best
+        np.testing.assert_allclose(vscore[b], best[got], rtol=1e-5, atol=1e-4)
+
+
+@SETTINGS
+@given(rows=sizes, seed=st.integers(0, 10**6))
+def test_wide_beam_finds_the_most_probable_output(rows, seed):
+    """A beam wider than every prefix finds argmax_y log P(y | x) / |y|^α with P(y | x) summed over every path
+    and token choice that emits y (the reference's exhaustive sum), and reports that log P(y | x)."""
+    n = n_of(rows)
+    links, emit = graph(seed, n, scale=1.0)
+    options = Decoding("beam", beam_alpha=1.1, top_cand=2, remove_repeats=False)
+    out = _beam(links, emit, n, options)
+    allowed = np.asarray(allowed_tokens(V))
+    for b in range(B):
+        _, best = ref.beam_best(links[b], emit[b], allowed, n[b], W, 1.1, 2)
+        toks = [int(t) for t in np.asarray(out["tokens"][b]) if t not in (0, 1, 2)]
+        assert tuple(toks) in best
+        np.testing.assert_allclose(float(out["score"][b]), best[tuple(toks)], rtol=1e-5, atol=1e-4)
+
+
+@functools.lru_cache(maxsize=None)
+def _beam_program(options):
+    return jax.jit(lambda links, emit, n: decode_graph(jnp.asarray(emit), links, n, W, options, beam=64))
+
+
+def _beam(links, emit, n, options):
+    return _beam_program(options)(links, emit, n)
+
+
+CONTINUES = np.zeros(V, bool)
+CONTINUES[7] = True                   # 7 would extend the word before it
+JOINS = np.zeros(V, bool)
+JOINS[8] = True                       # 8 glues the next piece onto its word ("@@")
+
+
+@functools.lru_cache(maxsize=None)
+def _constrained(glue: bool):
+    allowed = allowed_tokens(V)
+    tables = (jnp.asarray(CONTINUES), jnp.asarray(JOINS)) if glue else (None, None)
+    return jax.jit(lambda links, emit, n, phrases, hard: constrained_decode(
+        links, emit, n, phrases, hard, allowed, W + 1, 1.0, 0.5, *tables))
+
+
+phrase_sets = st.lists(st.lists(st.sampled_from([6, 7, 8]), min_size=1, max_size=2), min_size=0, max_size=2)
+
+
+@settings(max_examples=10, deadline=None, derandomize=True)
+@given(rows=sizes, seed=st.integers(0, 10**6), phrases=st.lists(phrase_sets, min_size=B, max_size=B),
+       hard=st.lists(st.booleans(), min_size=B, max_size=B), glue=st.booleans())
+def test_constrained_best_path_matches_enumeration(rows, seed, phrases, hard, glue):
+    """The constrained search against Control-DAG's semantics by enumeration (every path of ≤ W + 1 vertices,
+    every string of allowed tokens on it: the best holding every phrase as disjoint whole-word runs, or, soft, the
+    best with a reward per phrase held): the same best value, an output among the best, every phrase of a
+    feasible hard row in it (CPR 100%), an infeasible hard row flagged."""
+    n = n_of(rows)
+    links, emit = graph(seed, n, scale=1.0)
+    ids = np.zeros((B, 2, 2), np.int32)
+    for b, ps in enumerate(phrases):
+        for c, ph in enumerate(ps):
+            ids[b, c, :len(ph)] = ph
+    out = {k: np.asarray(v) for k, v in _constrained(glue)(links, emit, n, ids, np.asarray(hard)).items()}
+    allowed = np.asarray(allowed_tokens(V))
+    tables = (CONTINUES, JOINS) if glue else (None, None)
+    for b in range(B):
+        best, found = ref.constrained_best(links[b], emit[b], allowed, n[b], W + 1, 1.0, phrases[b], hard[b], 0.5,
+                                           *tables)
+        if hard[b] and best == -math.inf:  # nothing fits: decoded as soft, and flagged
+            assert out["infeasible"][b] == 1
+            best, found = ref.constrained_best(links[b], emit[b], allowed, n[b], W + 1, 1.0, phrases[b], False,
+                                               0.5, *tables)
+        else:
+            assert out["infeasible"][b] == 0
+        path = tuple(int(v) for v in out["path"][b] if v >= 0)
+        toks = tuple(int(t) for t in out["tokens"][b][1:len(path) - 1])
+        assert (path, toks) in found, (path, toks, found)
+        np.testing.assert_allclose(out["score"][b], found[(path, toks)], rtol=1e-5, atol=1e-4)
+        if hard[b] and not out["infeasible"][b]:
+            assert ref.placeable(toks, phrases[b], *tables) == len(phrases[b])
+
+
+def test_glancing_counts_as_specified():
+    """round(ratio · mistakes along the best path) positions (BOS and EOS count), chosen among the aligned ones
+    only, none on a row without a path; the ratio's linear schedule and its end value without a step."""
+    path = jnp.asarray([[0, 2, 3, 5, -1], [0, 1, 4, -1, -1]], jnp.int32)
+    predicted = jnp.asarray([[1, 9, 7, 8, 9, 2, 0, 0], [3, 6, 6, 6, 6, 6, 6, 6]], jnp.int32)
+    tgt = jnp.asarray([[1, 7, 8, 7, 0], [1, 6, 2, 0, 0]], jnp.int32)  # row 0: vertex 5 says 2 ≠ 7
+    tgt_len = jnp.asarray([4, 3], jnp.int32)
+    for aligned, want_right, want_n in (([True, True], [3, 1], [1, 1]), ([True, False], [3, 1], [1, 0])):
+        number, right = glancing.glance_counts(path, predicted, tgt, tgt_len, jnp.asarray(aligned), 0.5)
+        assert right.tolist() == want_right and number.tolist() == want_n  # round(0.5 · 1) = 1, round(0.5 · 2) = 1
+    number, _ = glancing.glance_counts(path, predicted, tgt, tgt_len, jnp.asarray([True, True]), 1.0)
+    assert number.tolist() == [1, 2]
+    u = jax.random.uniform(jax.random.PRNGKey(0), (2, 5))
+    chosen = np.asarray(glancing.choose_glanced(path, number, u, jnp.asarray([True, False])))
+    assert chosen[0].sum() == 1 and chosen[1].sum() == 0 and not chosen[0, 4]
+    inputs = np.asarray(glancing.glanced_inputs(path, jnp.asarray(chosen), tgt, 8))
+    v = int(np.asarray(path)[0][chosen[0]][0])
+    assert inputs[0, v] == int(np.asarray(tgt)[0][chosen[0]][0]) and (inputs != 0).sum() == 1
+    assert float(glancing.glance_ratio(jnp.int32(50), 0.5, 0.1, 100)) == pytest.approx(0.3)
+    assert float(glancing.glance_ratio(jnp.int32(500), 0.5, 0.1, 100)) == pytest.approx(0.1)
+    assert float(glancing.glance_ratio(None, 0.5, 0.1, 100)) == pytest.approx(0.1)
+
+
+TINY = "tests/configs/tiny.py"
+BASE = ["--config.model.name=dat", "--config.dat.upsample=2", "--config.train.label_smoothing=0",
+        "--config.eval.beam_size=1"]
+
+
+def test_config_errors_are_one_line():
+    for overrides, message in ((["--config.dat.decode_upsample=3"], "at most dat.upsample"),
+                               (["--config.eval.beam_size=4"], "width of dat.decode=beam"),
+                               (["--config.train.label_smoothing=0.1"], "no label smoothing"),
+                               (["--config.dat.links=heads"], "links")):
+        with pytest.raises(ConfigError, match=message):
+            build_config(TINY, BASE + overrides)
+    # the family's default of eval.beam_size: 1, where neither the config file nor the command line sets it
+    assert build_config("configs/dat/demo.py", []).eval.beam_size == 1
+
+
+def test_tiny_model_trains_glances_and_decodes_through_its_spec():
+    """Train a tiny DA-Transformer on two pairs through ModelSpec.loss (the update's number anneals the glancing
+    ratio; the first pass's alignment is a best path of its graph; the glanced count is as specified); the loss
+    falls; every strategy decodes the pairs learned through ModelSpec.generate; a constrained request holds its
+    hard phrases."""
+    config = build_config(TINY, BASE + ["--config.dat.glance_steps=20", "--config.model.dropout=0"])
+    spec = build_model(config, 24, 24)
+    src = jnp.asarray([[1, 7, 8, 9, 10, 2], [1, 11, 12, 13, 2, 0]], jnp.int32)
+    tgt = jnp.asarray([[1, 17, 18, 19, 2], [1, 21, 22, 2, 0]], jnp.int32)
+    batch = {"src": src, "tgt": tgt}
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    opt = optax.adam(1e-2)
+    state = opt.init(params)
+
+    @jax.jit
+    def update(params, state, step):
+        (value, aux), grads = jax.value_and_grad(
+            lambda p: spec.loss(p, batch, jax.random.fold_in(jax.random.PRNGKey(1), step), True, step=step),
+            has_aux=True)(params)
+        updates, state = opt.update(grads, state)
+        return optax.apply_updates(params, updates), state, value / aux["count"], aux
+
+    losses, ratios = [], []
+    for step in range(50):
+        params, state, value, aux = update(params, state, jnp.int32(step))
+        losses.append(float(value))
+        ratios.append(float(aux["glance_ratio"]))
+    assert losses[-1] < 0.5 * losses[0], losses
+    assert ratios[0] == pytest.approx(0.5) and ratios[10] == pytest.approx(0.3) and ratios[-1] == pytest.approx(0.1)
+
+    from jaxnat.models.dat.model import Glancing, dat_loss
+    _, aux = dat_loss(spec.module, params, batch, jax.random.PRNGKey(3), glance=Glancing(0.5, 0.5, 1), keep=True)
+    emit = np.asarray(jax.nn.log_softmax(aux["first_logits"]))
+    links, n = np.asarray(aux["first_links"]), np.asarray(aux["n_vertices"])
+    pred = emit.argmax(-1)
+    for b in range(2):
+        t = int(np.sum(np.asarray(tgt[b]) > 0))
+        match = emit[b][:, np.asarray(tgt[b])].T
+        _, best = ref.best_alignment(match, links[b], t, n[b])
+        path = tuple(int(v) for v in np.asarray(aux["path"][b][:t]))
+        assert path in best
+        wrong = sum(pred[b][v] != int(tgt[b][i]) for i, v in enumerate(path))
+        assert int(aux["number"][b]) == math.floor(0.5 * wrong + 0.5) == int(np.sum(aux["chosen"][b]))
+
+    for decode, beam in (("greedy", 1), ("lookahead", 1), ("viterbi", 1), ("beam", 4)):
+        s = build_model(build_config(TINY, BASE + [f"--config.dat.decode={decode}",
+                                                   f"--config.eval.beam_size={beam}"]), 24, 24)
+        out = jax.jit(s.generate)(params, DecodeRequest(src, max_out=8, beam_size=beam))
+        assert out["tokens"].shape == (2, 8) and np.all(np.asarray(out["tokens"][:, 0]) == 1)
+        assert np.asarray(out["tokens"]).tolist() == [[1, 17, 18, 19, 2, 0, 0, 0], [1, 21, 22, 2, 0, 0, 0, 0]]
+    phrases = jnp.asarray([[[21, 22], [0, 0]], [[17, 0], [19, 0]]], jnp.int32)
+    out = jax.jit(spec.generate)(params, DecodeRequest(src, constraints=phrases, hard=jnp.asarray([True, True]),
+                                                       max_out=8))
+    rows = np.asarray(out["tokens"]).tolist()
+    assert any(rows[0][i:i + 2] == [21, 22] for i in range(7)) and 17 in rows[1] and 19 in rows[1], rows
+    assert np.asarray(out["infeasible"]).tolist() == [0, 0]
