@@ -96,8 +96,7 @@ def backtrack(back: jax.Array, end_step: jax.Array, end_vertex: jax.Array) -> ja
     steps = back.shape[0]
 
     def step(v, xs):
-        s, b = xs                                                             # position s + 1, its back pointers
-        v = jnp.where(s + 1 == end_step, end_vertex, v)
+        s, b = xs                                    # position s + 1, its back pointers; v starts at end_vertex
         here = jnp.where(s + 1 <= end_step, v, -1)
         prev = jnp.where(s + 1 <= end_step, _at(b, jnp.maximum(v, 0)), v)
         return prev, here
