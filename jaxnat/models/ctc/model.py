@@ -200,7 +200,7 @@ def ctc_loss(model: CTCModel, params, batch: dict, rng, *, upsample: int, label_
     pairs = frames > 0                                              # not a filler row
     live = pairs & fits
     labels, lengths = jnp.where(live[:, None], labels, PAD_ID), jnp.where(live, lengths, 0)
-    aux = {}
+    aux = {"glanced": jnp.float32(0.0)} if glancing else {}  # a term of every call, validation's too
     glanced = None
     if glancing and train:  # static
         first = jax.lax.stop_gradient(apply("frame_logits", src, memory, frames, width, key=k_first))

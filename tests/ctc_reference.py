@@ -1,0 +1,124 @@
+"""Plain-Python references of the CTC family's kernels (jaxnat/models/ctc/): every alignment enumerated on tiny
+lattices — the loss, the best alignment, the best collapsed string, the best constrained path — and the
+collapse and glancing choices written out one sentence at a time."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+BLANK = 4  # jaxnat.models.ctc.model.BLANK_ID
+PAD = 0
+
+
+def collapse(path, blank=BLANK):
+    """Frame labels → the output: repeats merged, then blanks (and PAD frames) dropped."""
+    out, previous = [], None
+    for label in path:
+        if label != previous and label not in (blank, PAD):
+            out.append(label)
+        previous = label
+    return out
+
+
+def paths(labels, frames):
+    """Every label sequence of ``frames`` frames over ``labels``."""
+    return itertools.product(labels, repeat=frames)
+
+
+def path_score(log_probs, path):
+    return sum(float(log_probs[t][label]) for t, label in enumerate(path))
+
+
+def ctc_nll(log_probs, frames, target, labels):
+    """−log Σ over the paths (over ``labels``, the blank among them) that collapse to ``target``; inf if none."""
+    scores = [path_score(log_probs, p) for p in paths(labels, frames) if collapse(p) == list(target)]
+    if not scores:
+        return math.inf
+    top = max(scores)
+    return -(top + math.log(sum(math.exp(s - top) for s in scores)))
+
+
+def best_alignment(log_probs, frames, target, labels):
+    """(the best score, every path reaching it) among the paths that collapse to ``target``."""
+    best, argbest = -math.inf, []
+    for p in paths(labels, frames):
+        if collapse(p) == list(target):
+            s = path_score(log_probs, p)
+            if s > best + 1e-6:
+                best, argbest = s, [p]
+            elif abs(s - best) <= 1e-6:
+                argbest.append(p)
+    return best, argbest
+
+
+def string_totals(log_probs, frames, labels):
+    """{collapsed string: its log-probability summed over every path that collapses to it}."""
+    totals = {}
+    for p in paths(labels, frames):
+        y = tuple(collapse(p))
+        s = path_score(log_probs, p)
+        totals[y] = s if y not in totals else max(s, totals[y]) + math.log1p(math.exp(-abs(s - totals[y])))
+    return totals
+
+
+def placements(y, phrases):
+    """Every way of placing each phrase once in the output y as non-overlapping contiguous runs: lists of
+    (start, end) spans, one per phrase, in the phrases' order."""
+    options = [[i for i in range(len(y) - len(ph) + 1) if list(y[i:i + len(ph)]) == list(ph)] for ph in phrases]
+    for starts in itertools.product(*options):
+        spans = [(s, s + len(ph)) for s, ph in zip(starts, phrases)]
+        ordered = sorted(spans)
+        if all(a[1] <= b[0] for a, b in zip(ordered, ordered[1:])):
+            yield spans
+
+
+def whole_words(y, spans, continues, joins):
+    """The subword rule of hard constraints: the token right after a placed phrase does not continue a word; the
+    free token right before one does not join onto it (the end of another phrase is not free)."""
+    ends = {e for _, e in spans}
+    for s, e in spans:
+        if e < len(y) and continues is not None and continues[y[e]]:
+            return False
+        if s > 0 and s not in ends and joins is not None and joins[y[s - 1]]:
+            return False
+    return True
+
+
+def satisfies(y, phrases, continues=None, joins=None):
+    """Whether the output y holds every phrase, placed whole, non-overlapping, as words."""
+    return any(whole_words(y, spans, continues, joins) for spans in placements(y, phrases))
+
+
+def soft_gain(y, phrases, bonus):
+    """The largest bonus × (pieces of the phrases placed) over non-overlapping placements of a subset of them."""
+    best = 0.0
+    for k in range(len(phrases) + 1):
+        for subset in itertools.combinations(range(len(phrases)), k):
+            if any(True for _ in placements(y, [phrases[i] for i in subset])):
+                best = max(best, bonus * sum(len(phrases[i]) for i in subset))
+    return best
+
+
+def constrained_best(log_probs, frames, labels, phrases, hard, continues=None, joins=None, bonus=0.0):
+    """The best path's value: hard, the best path score whose output satisfies every phrase (−inf if none);
+    soft, the best path score + `soft_gain`."""
+    phrases = [list(p) for p in phrases if len(p)]
+    best = -math.inf
+    for p in paths(labels, frames):
+        y = collapse(p)
+        if hard:
+            if satisfies(y, phrases, continues, joins):
+                best = max(best, path_score(log_probs, p))
+        else:
+            best = max(best, path_score(log_probs, p) + soft_gain(y, phrases, bonus))
+    return best
+
+
+def glance(aligned, predicted, frames, ratio, draws):
+    """GLAT on one sentence's alignment: (mismatches, count, the glanced frames) with count =
+    min(⌊ratio × mismatches⌋, frames − 1), the frames of the count lowest draws."""
+    mismatches = sum(aligned[t] != predicted[t] for t in range(frames))
+    count = min(math.floor(ratio * mismatches), max(frames - 1, 0))
+    order = sorted(range(frames), key=lambda t: (draws[t], t))
+    return mismatches, count, sorted(order[:count])

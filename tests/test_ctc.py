@@ -1,0 +1,366 @@
+"""The CTC family (jaxnat/models/ctc/): every dynamic program against a plain-Python enumeration of the alignments
+of tiny lattices (tests/ctc_reference.py) — the CTC loss (both kernels, padded batches), the best alignment,
+the prefix beam search (a wide beam finds the most probable collapsed string), the constrained best path (hard,
+with the subword rules, and soft) —, the collapse, the glancing choice and its schedule, the decoder's upsampled
+inputs, pairs that do not fit their canvas (left out and counted, never inf or nan), finite gradients with
+glancing, and a tiny model trained and decoded through its ModelSpec (greedy, beam, hard constraints: CPR 100%,
+an impossible request reported)."""
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxnat.config import build_config
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.decoding.request import DecodeRequest
+from jaxnat.errors import ConfigError
+from jaxnat.models import build_model
+from jaxnat.models.ctc import constrained, lattice, search
+from jaxnat.models.ctc.model import (BLANK_ID, copy_positions, ctc_targets, glance_choice, glance_ratio,
+                                     soft_weights)
+from tests import ctc_reference as ref
+from tests.refine_reference import fit_briefly
+
+TINY = "tests/configs/tiny.py"
+SOME = settings(max_examples=25, deadline=None)
+NEG = lattice.NEG
+# tiny lattices: the blank and three tokens of a vocabulary of 9 (the other ids impossible, as forbidden ids are)
+V, LABELS = 9, (BLANK_ID, 6, 7, 8)
+B, T, N = 3, 5, 3  # every kernel below runs on this one padded shape (one compiled program each)
+
+
+@functools.lru_cache(maxsize=None)
+def _spec(*overrides):
+    return build_model(build_config(TINY, ["--config.model.name=ctc", "--config.model.dropout=0", *overrides]),
+                       40, 40)
+
+
+def _log_probs(rng, shape=(B, T), concentration=1.0):
+    """float32[..., V]: random distributions over LABELS, NEG elsewhere."""
+    lp = np.full(shape + (V,), NEG, np.float32)
+    lp[..., list(LABELS)] = np.log(rng.dirichlet(np.full(len(LABELS), concentration), shape))
+    return lp
+
+
+def _rows(rng, frames_low=1):
+    """A padded batch: frames int32[B], targets int32[B, N] (PAD after their lengths), lengths int32[B]."""
+    frames = rng.integers(frames_low, T + 1, B)
+    lengths = rng.integers(0, N + 1, B)
+    targets = np.where(np.arange(N)[None] < lengths[:, None], rng.choice(LABELS[1:], (B, N)), PAD_ID)
+    return frames.astype(np.int32), targets.astype(np.int32), lengths.astype(np.int32)
+
+
+_nll = jax.jit(lattice.ctc_nll, static_argnums=4)
+_nll_optax = jax.jit(lattice.ctc_nll_optax, static_argnums=4)
+_align = jax.jit(lattice.best_alignment, static_argnums=4)
+_min_frames = jax.jit(lattice.min_frames)
+
+
+# ------------------------------------------------------------------------------------------------ the lattice
+
+@SOME
+@given(seed=st.integers(0, 2**31 - 1))
+def test_ctc_loss_is_the_sum_over_every_alignment(seed):
+    """Both kernels against the enumeration of every path of each row's frames (padding frames and labels of a
+    batch ignored); a row whose target cannot fit is reported by `min_frames`, and only those have no path."""
+    rng = np.random.default_rng(seed)
+    lp = _log_probs(rng)
+    frames, targets, lengths = _rows(rng)
+    got, by_optax = np.asarray(_nll(lp, frames, targets, lengths, BLANK_ID)), np.asarray(
+        _nll_optax(lp, frames, targets, lengths, BLANK_ID))
+    fits = np.asarray(_min_frames(targets, lengths)) <= frames
+    for b in range(B):
+        want = ref.ctc_nll(lp[b], frames[b], targets[b, :lengths[b]], LABELS)
+        assert fits[b] == math.isfinite(want), (b, frames[b], targets[b])
+        if fits[b]:
+            np.testing.assert_allclose(got[b], want, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(by_optax[b], want, rtol=1e-4, atol=1e-4)
+        else:
+            assert np.isfinite(got[b]) and got[b] > 1e29  # NEG's magnitude: never inf or nan
+
+
+@SOME
+@given(seed=st.integers(0, 2**31 - 1))
+def test_best_alignment_is_the_best_path_to_the_target(seed):
+    """Viterbi: the returned frame labels collapse to the target, score what the enumeration's best path
+    scores, and are one of the best paths; PAD after the row's frames."""
+    rng = np.random.default_rng(seed)
+    lp = _log_probs(rng, concentration=0.5)
+    frames, targets, lengths = _rows(rng)
+    fits = np.asarray(_min_frames(targets, lengths)) <= frames
+    path, score = (np.asarray(x) for x in _align(lp, frames, targets, lengths, BLANK_ID))
+    for b in np.flatnonzero(fits):
+        best, argbest = ref.best_alignment(lp[b], frames[b], targets[b, :lengths[b]], LABELS)
+        assert tuple(path[b, :frames[b]]) in argbest
+        np.testing.assert_allclose(score[b], best, rtol=1e-5, atol=1e-5)
+        assert np.all(path[b, frames[b]:] == PAD_ID)
+
+
+def test_min_frames_counts_the_blanks_repeats_need():
+    targets = np.asarray([[6, 6, 7], [6, 7, 6], [7, 7, 7]], np.int32)
+    lengths = np.asarray([3, 3, 2], np.int32)
+    np.testing.assert_array_equal(np.asarray(_min_frames(targets, lengths)), [4, 3, 3])
+
+
+# ------------------------------------------------------------------------------------------------ decoding
+
+@SOME
+@given(seed=st.integers(0, 2**31 - 1))
+def test_collapse_merges_repeats_then_drops_blanks(seed):
+    """`search.collapse` against the plain rule, with the token_logp of each token's first frame, rows cut to
+    the output width."""
+    rng = np.random.default_rng(seed)
+    labels = rng.choice(LABELS, (B, T)).astype(np.int32)
+    frames = rng.integers(0, T + 1, B).astype(np.int32)
+    logp = -rng.random((B, T)).astype(np.float32)
+    width = 5  # room for 3 tokens: longer outputs are cut
+    tokens, token_logp, scored = (np.asarray(x) for x in jax.jit(search.collapse, static_argnums=(3, 4))(
+        labels, frames, logp, width, BLANK_ID))
+    for b in range(B):
+        want = ref.collapse(labels[b, :frames[b]])[:width - 2]
+        firsts = [t for t in range(frames[b]) if labels[b, t] != BLANK_ID
+                  and (t == 0 or labels[b, t] != labels[b, t - 1])][:width - 2]
+        assert list(tokens[b]) == [BOS_ID, *want, EOS_ID] + [PAD_ID] * (width - 2 - len(want))
+        np.testing.assert_allclose(token_logp[b, 1:len(want) + 1], logp[b, firsts])
+        assert scored[b].sum() == len(want) and np.all(token_logp[b, len(want) + 1:] == 0)
+
+
+_beam = jax.jit(search.prefix_beam, static_argnums=(2, 3, 4))
+
+
+@SOME
+@given(seed=st.integers(0, 2**31 - 1))
+def test_a_wide_prefix_beam_finds_the_most_probable_collapsed_string(seed):
+    """With more beams than prefixes, the prefix beam search is exact: its output is the collapsed string of
+    highest probability summed over its alignments (which the best single path need not be), its score that
+    probability."""
+    rng = np.random.default_rng(seed)
+    lp = _log_probs(rng, concentration=0.7)
+    frames = rng.integers(1, T + 1, B).astype(np.int32)
+    tokens, score, token_logp, scored = (np.asarray(x) for x in _beam(lp, frames, 64, T + 2, BLANK_ID))
+    for b in range(B):
+        totals = ref.string_totals(lp[b], frames[b], LABELS)
+        got = tuple(int(x) for x in tokens[b] if x not in (BOS_ID, EOS_ID, PAD_ID))
+        best = max(totals.values())
+        np.testing.assert_allclose(totals[got], best, rtol=1e-5, atol=1e-5)  # the best string (or one tied)
+        np.testing.assert_allclose(score[b], best, rtol=1e-5, atol=1e-5)
+        assert scored[b].sum() == len(got) and np.all(token_logp[b][scored[b]] <= 0)
+
+
+def test_a_beam_of_one_prefix_is_not_the_best_path_but_a_wide_one_beats_it():
+    """Two frames, p(a) = 0.4 in each, p(∅) = 0.35, p(b) = 0.25: the best path is "a a" → "a" (0.16), but "a"
+    summed over its alignments (a∅, ∅a, aa: 0.44) and the beam keeps that total."""
+    lp = np.full((1, 2, V), NEG, np.float32)
+    lp[0, :, [6, BLANK_ID, 7]] = np.log([[0.4, 0.4], [0.35, 0.35], [0.25, 0.25]])
+    tokens, score, _, _ = _beam(np.repeat(lp, B, 0).repeat(3, 1)[:, :T], np.full(B, 2, np.int32), 4, T + 2,
+                                BLANK_ID)
+    assert list(np.asarray(tokens[0, :3])) == [BOS_ID, 6, EOS_ID]
+    np.testing.assert_allclose(float(score[0]), math.log(0.4 * 0.4 + 2 * 0.4 * 0.35), rtol=1e-5)
+
+
+C, P = 2, 2
+_constrained = jax.jit(constrained.constrained_paths, static_argnums=(4, 7))
+
+
+def _phrases(rng):
+    ph = np.zeros((B, C, P), np.int32)
+    for b in range(B):
+        for j in range(C):
+            n = rng.integers(0, P + 1)
+            ph[b, j, :n] = rng.choice(LABELS[1:], n)
+    return ph
+
+
+@SOME
+@given(seed=st.integers(0, 2**31 - 1), rules=st.booleans())
+def test_the_constrained_best_path_is_the_best_path_that_holds_every_phrase(seed, rules):
+    """Hard rows: the DP's path holds every phrase (placed whole, non-overlapping, in any order; with the word
+    tables, as words) and scores what the best such path of the enumeration scores, or the DP reports none when
+    the enumeration finds none. Soft rows: the best path score + the bonus of the phrases it places."""
+    rng = np.random.default_rng(seed)
+    lp = _log_probs(rng, concentration=0.5)
+    frames = rng.integers(1, T + 1, B).astype(np.int32)
+    phrases = _phrases(rng)
+    hard = rng.random(B) < 0.7
+    continues = joins = None
+    if rules:
+        continues, joins = np.zeros(V, bool), np.zeros(V, bool)
+        continues[rng.choice(LABELS[1:])] = True
+        joins[rng.choice(LABELS[1:])] = True
+    bonus = 0.7
+    labels, placed, ok = (np.asarray(x) for x in _constrained(
+        lp, frames, phrases, hard, BLANK_ID, None if continues is None else jnp.asarray(continues),
+        None if joins is None else jnp.asarray(joins), bonus))
+    for b in range(B):
+        wanted = [list(p[p > 0]) for p in phrases[b] if (p > 0).any()]
+        want = ref.constrained_best(lp[b], frames[b], LABELS, wanted, hard[b], continues, joins, bonus)
+        path = labels[b, :frames[b]]
+        assert np.all(labels[b, frames[b]:] == PAD_ID)
+        if not hard[b]:
+            y = ref.collapse(path)
+            got = ref.path_score(lp[b], path) + ref.soft_gain(y, wanted, bonus)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+            continue
+        assert ok[b] == math.isfinite(want)
+        if ok[b]:
+            assert ref.satisfies(ref.collapse(path), wanted, continues, joins)
+            np.testing.assert_allclose(ref.path_score(lp[b], path), want, rtol=1e-5, atol=1e-4)
+            # the placed frames emit phrase pieces only
+            assert set(path[placed[b, :frames[b]]]) <= {t for p in wanted for t in p}
+
+
+def test_constraint_frames_hold_the_phrases():
+    phrases = np.asarray([[[6, 6], [7, 0]], [[0, 0], [0, 0]], [[8, 0], [0, 0]]], np.int32)
+    np.testing.assert_array_equal(np.asarray(constrained.constraint_frames(phrases)), [3 + 1 + 2, 0, 1])
+
+
+# ------------------------------------------------------------------------------------------------ training
+
+def test_the_canvas_copies_the_source_uniformly():
+    """Frame t reads source position ⌊t·S/T⌋: each of λ frames per source token when T = λS, spread evenly when
+    a request's constraints enlarge the canvas; the authors' soft weights are distributions peaking there."""
+    src_len, frames = np.asarray([4, 3, 0], np.int32), np.asarray([12, 7, 0], np.int32)
+    got = np.asarray(copy_positions(src_len, frames, 12))
+    assert list(got[0]) == [t // 3 for t in range(12)]
+    assert list(got[1, :7]) == [(t * 3) // 7 for t in range(7)] and set(got[1, 7:]) == {0}
+    weights = np.asarray(soft_weights(src_len, frames, 12, 5))
+    for b in range(2):  # the authors' formula, frame t against block centres (s + ½)·T/S (t itself not centred)
+        logits = np.asarray([[-(t - (s + 0.5) * frames[b] / src_len[b]) ** 2 / 0.3 if s < src_len[b] else -np.inf
+                              for s in range(5)] for t in range(12)])
+        want = np.exp(logits - logits.max(-1, keepdims=True))
+        np.testing.assert_allclose(weights[b], want / want.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
+
+
+def test_ctc_targets_are_the_real_tokens_or_with_ends():
+    tgt = np.asarray([[BOS_ID, 6, 7, EOS_ID, PAD_ID], [BOS_ID, EOS_ID, PAD_ID, PAD_ID, PAD_ID]], np.int32)
+    labels, lengths = ctc_targets(jnp.asarray(tgt), False)
+    assert np.asarray(labels)[0, :2].tolist() == [6, 7] and np.asarray(lengths).tolist() == [2, 0]
+    labels, lengths = ctc_targets(jnp.asarray(tgt), True)
+    assert np.asarray(lengths).tolist() == [4, 2]
+
+
+@SOME
+@given(seed=st.integers(0, 2**31 - 1), ratio=st.sampled_from([0.0, 0.3, 0.5, 1.0]))
+def test_glancing_takes_ratio_times_the_mismatches_of_the_alignment(seed, ratio):
+    """⌊ratio × (frames where the argmax differs from the aligned label, blank included)⌋ frames, at most all
+    but one, those of lowest draw, each given its aligned label; rows that do not glance glance nothing."""
+    rng = np.random.default_rng(seed)
+    frames = rng.integers(1, T + 1, B).astype(np.int32)
+    aligned = np.where(np.arange(T)[None] < frames[:, None], rng.choice(LABELS, (B, T)), PAD_ID).astype(np.int32)
+    predicted = rng.choice(LABELS, (B, T)).astype(np.int32)
+    live = rng.random(B) < 0.8
+    key = jax.random.PRNGKey(seed % 1000)
+    glanced, mismatches, count = (np.asarray(x) for x in jax.jit(glance_choice, static_argnums=6)(
+        aligned, predicted, frames, live, jnp.float32(ratio), key, False))
+    draws = np.asarray(jax.random.uniform(jax.random.split(key)[1], (B, T)))
+    for b in range(B):
+        m, n, frames_glanced = ref.glance(aligned[b], predicted[b], frames[b], np.float32(ratio), draws[b])
+        assert mismatches[b] == m and count[b] == (n if live[b] else 0)
+        assert list(np.flatnonzero(glanced[b] >= 0)) == (frames_glanced if live[b] else [])
+        assert np.all(glanced[b][glanced[b] >= 0] == aligned[b][glanced[b] >= 0])
+
+
+def test_the_glancing_ratio_anneals_linearly_and_validation_reads_its_end():
+    assert float(glance_ratio(None, 0.5, 0.3, 100)) == pytest.approx(0.3)
+    assert [float(glance_ratio(s, 0.5, 0.3, 100)) for s in (0, 50, 100, 400)] == pytest.approx([0.5, 0.4, 0.3, 0.3])
+    with pytest.raises(ConfigError, match="must not exceed"):
+        build_config(TINY, ["--config.model.name=ctc", "--config.ctc.glance_end=0.9"])
+    with pytest.raises(ConfigError, match="ctc.decoder_input"):
+        build_config(TINY, ["--config.model.name=ctc", "--config.ctc.decoder_input=fertility"])
+
+
+def _batch(long_target=False):
+    """Sources of 2–4 pieces (canvases of 3 × 4–6 frames) and targets of 1–5 pieces; a filler row; with
+    ``long_target`` a pair whose 14 target pieces cannot fit its 12 frames."""
+    rng = np.random.default_rng(0)
+    src, tgt = np.zeros((5, 6), np.int32), np.zeros((5, 16), np.int32)
+    for b in range(4):
+        n, m = rng.integers(2, 5), rng.integers(1, 6)
+        src[b, :n + 2] = [BOS_ID, *rng.integers(6, 40, n), EOS_ID]
+        tgt[b, :m + 2] = [BOS_ID, *rng.integers(6, 40, m), EOS_ID]
+    if long_target:
+        src[3] = [BOS_ID, 9, 10, EOS_ID, 0, 0]
+        tgt[3] = [BOS_ID, *range(10, 24), EOS_ID]
+    return {"src": jnp.asarray(src), "tgt": jnp.asarray(tgt)}
+
+
+def test_a_pair_that_cannot_fit_its_canvas_is_left_out_and_counted():
+    """The loss with an unfit pair is the loss without it (finite, finite gradients), and 'unfit' counts it."""
+    spec = _spec("--config.ctc.glancing=false")
+    full, fit = _batch(long_target=True), _batch()
+    params = spec.init(jax.random.PRNGKey(0), fit)
+    grad = jax.jit(jax.value_and_grad(lambda p, b: spec.loss(p, b, jax.random.PRNGKey(1), False), has_aux=True))
+    (loss, aux), grads = grad(params, full)
+    drop = {k: v.at[3].set(0) for k, v in full.items()}  # the unfit pair as a filler row
+    (loss_without, aux_without), _ = grad(params, drop)
+    assert float(aux["unfit"]) == pytest.approx(1 / 4) and float(aux_without["unfit"]) == 0.0
+    n, n_without = float(aux["count"]), float(aux_without["count"])
+    np.testing.assert_allclose(float(loss) / n, float(loss_without) / n_without, rtol=1e-5)
+    assert all(np.all(np.isfinite(g)) for g in jax.tree_util.tree_leaves(grads))
+
+
+def test_glancing_training_has_finite_gradients_and_glances_the_alignment():
+    spec = _spec("--config.ctc.glancing=true", "--config.ctc.glance_start=1.0", "--config.ctc.glance_end=1.0")
+    batch = _batch(long_target=True)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    (loss, aux), grads = jax.jit(jax.value_and_grad(
+        lambda p: spec.loss(p, batch, jax.random.PRNGKey(1), True, step=jnp.int32(3)), has_aux=True))(params)
+    assert np.isfinite(float(loss)) and float(aux["glanced"]) > 0
+    assert all(np.all(np.isfinite(g)) for g in jax.tree_util.tree_leaves(grads))
+
+
+def test_the_glanced_labels_are_the_first_passs_best_alignment():
+    """Through the loss (keep_inputs): the aligned labels collapse to each fitting pair's target, and the glanced
+    frames carry them — ratio 1: every mismatch but at most frames − 1."""
+    from jaxnat.models.ctc.model import ctc_loss
+
+    spec = _spec()
+    batch = _batch(long_target=True)
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    _, aux = jax.jit(lambda p: ctc_loss(spec.module, p, batch, jax.random.PRNGKey(2), upsample=3,
+                                        label_smoothing=0.1, glancing=True, ratio=1.0, keep_inputs=True))(params)
+    aligned, glanced, count = (np.asarray(aux[k]) for k in ("aligned", "glanced_labels", "glance_count"))
+    mismatches = np.asarray(aux["mismatches"])
+    for b in range(3):  # the fitting pairs (row 3 does not fit, row 4 is filler)
+        target = [int(x) for x in np.asarray(batch["tgt"][b]) if x not in (BOS_ID, EOS_ID, PAD_ID)]
+        frames = 3 * int(np.sum(np.asarray(batch["src"][b]) != PAD_ID))
+        assert ref.collapse(aligned[b, :frames]) == target
+        assert count[b] == min(mismatches[b], frames - 1) and np.sum(glanced[b] >= 0) == count[b]
+    assert count[3] == 0 and count[4] == 0
+
+
+# ------------------------------------------------------------------------------------------------ end to end
+
+def test_a_tiny_model_learns_and_decodes_through_its_spec():
+    """A few Adam steps on one batch lower the loss; generate decodes greedily, with a prefix beam (its score at
+    least the greedy path's), and with hard constraints: every phrase in every output (CPR 100%), the phrases'
+    tokens not scored; a request whose phrases cannot fit is answered unconstrained and reported."""
+    spec = _spec("--config.ctc.glancing=false")
+    batch = _batch()
+    history = fit_briefly(spec, batch, steps=25)
+    assert history[-1][0] < 0.7 * history[0][0]
+    params = spec.init(jax.random.PRNGKey(0), batch)
+    src = batch["src"][:4]
+    generate = jax.jit(spec.generate)
+    width = spec.capacity(src.shape[1])
+    greedy = generate(params, DecodeRequest(src, max_out=width))
+    beam = generate(params, DecodeRequest(src, max_out=width, beam_size=4))
+    assert np.all(np.asarray(beam["score"]) >= np.asarray(greedy["score"]) - 1e-4)
+    phrases = np.zeros((4, 4, 8), np.int32)
+    phrases[:, 0, :2] = [11, 12]
+    phrases[:, 1, :1] = 13
+    phrases[3, 2:] = np.asarray([20, 21])[:, None]  # 19 pieces and 14 blanks between repeats: more than the 18 frames the output allows
+    out = generate(params, DecodeRequest(src, constraints=jnp.asarray(phrases), hard=jnp.ones(4, bool),
+                                         max_out=width))
+    tokens, scored = np.asarray(out["tokens"]), np.asarray(out["token_scored"])
+    assert list(np.asarray(out["unsatisfied"])) == [0, 0, 0, 1]
+    for b in range(3):
+        y = [int(x) for x in tokens[b] if x not in (BOS_ID, EOS_ID, PAD_ID)]
+        assert ref.satisfies(y, [[11, 12], [13]])
+        assert np.sum(scored[b]) == len(y) - 3
