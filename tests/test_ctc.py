@@ -355,7 +355,8 @@ def test_a_tiny_model_learns_and_decodes_through_its_spec():
     phrases = np.zeros((4, 4, 8), np.int32)
     phrases[:, 0, :2] = [11, 12]
     phrases[:, 1, :1] = 13
-    phrases[3, 2:] = np.asarray([20, 21])[:, None]  # 19 pieces and 14 blanks between repeats: more than the 18 frames the output allows
+    # row 3: 19 pieces and 14 blanks between repeats, more than the 18 frames its output allows
+    phrases[3, 2:] = np.asarray([20, 21])[:, None]
     out = generate(params, DecodeRequest(src, constraints=jnp.asarray(phrases), hard=jnp.ones(4, bool),
                                          max_out=width))
     tokens, scored = np.asarray(out["tokens"]), np.asarray(out["token_scored"])
