@@ -215,6 +215,26 @@ def test_the_constrained_best_path_is_the_best_path_that_holds_every_phrase(seed
             assert set(path[placed[b, :frames[b]]]) <= {t for p in wanted for t in p}
 
 
+def test_a_phrase_stays_a_word_through_the_repeats_of_its_last_piece():
+    """Frames "a a c" with the phrase "a" and a piece c that continues a word: the repeated a merges into the
+    phrase, so c would follow it directly; the search takes the best path that keeps the phrase a word."""
+    lp = np.full((B, T, V), NEG, np.float32)
+    lp[:, :, [6, 7, 8, BLANK_ID]] = np.log([0.1, 0.1, 0.1, 0.7])
+    lp[:, 0, [6, 7, 8, BLANK_ID]] = np.log([0.7, 0.1, 0.1, 0.1])
+    lp[:, 1, [6, 7, 8, BLANK_ID]] = np.log([0.7, 0.1, 0.1, 0.1])
+    lp[:, 2, [6, 7, 8, BLANK_ID]] = np.log([0.1, 0.7, 0.1, 0.1])
+    continues = np.zeros(V, bool)
+    continues[7] = True
+    phrases = np.zeros((B, C, P), np.int32)
+    phrases[:, 0, 0] = 6
+    frames = np.full(B, 3, np.int32)
+    labels, _, ok = _constrained(lp, frames, phrases, np.ones(B, bool), BLANK_ID, jnp.asarray(continues), None, 0.0)
+    want = ref.constrained_best(lp[0], 3, LABELS, [[6]], True, continues, None)
+    path = np.asarray(labels[0, :3])
+    assert bool(ok[0]) and ref.satisfies(ref.collapse(path), [[6]], continues, None)
+    np.testing.assert_allclose(ref.path_score(lp[0], path), want, rtol=1e-5)
+
+
 def test_constraint_frames_hold_the_phrases():
     phrases = np.asarray([[[6, 6], [7, 0]], [[0, 0], [0, 0]], [[8, 0], [0, 0]]], np.int32)
     np.testing.assert_array_equal(np.asarray(constrained.constraint_frames(phrases)), [3 + 1 + 2, 0, 1])
