@@ -286,6 +286,19 @@ def test_glancing_takes_ratio_times_the_mismatches_of_the_alignment(seed, ratio)
         assert np.all(glanced[b][glanced[b] >= 0] == aligned[b][glanced[b] >= 0])
 
 
+def test_poisson_counts_draw_the_same_mean_within_the_same_bounds():
+    """--poisson-mask: the count is a Poisson draw of mean ratio × mismatches, clipped to frames − 1: over 400
+    rows of 4 mismatches in 8 frames at ratio 0.5, a mean near 2 (below it: the clip at 7), never above 7."""
+    rows, width = 400, 8
+    aligned = np.full((rows, width), 6, np.int32)
+    predicted = np.where(np.arange(width) < 4, 7, 6)[None].repeat(rows, 0).astype(np.int32)
+    frames = np.full(rows, width, np.int32)
+    _, mismatches, count = (np.asarray(x) for x in jax.jit(glance_choice, static_argnums=6)(
+        aligned, predicted, frames, np.ones(rows, bool), jnp.float32(0.5), jax.random.PRNGKey(0), True))
+    assert np.all(mismatches == 4) and count.max() <= width - 1 and count.min() >= 0
+    assert 1.8 < count.mean() < 2.2 and len(set(count.tolist())) > 3
+
+
 def test_the_glancing_ratio_anneals_linearly_and_validation_reads_its_end():
     assert float(glance_ratio(None, 0.5, 0.3, 100)) == pytest.approx(0.3)
     assert [float(glance_ratio(s, 0.5, 0.3, 100)) for s in (0, 50, 100, 400)] == pytest.approx([0.5, 0.4, 0.3, 0.3])
