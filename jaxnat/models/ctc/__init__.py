@@ -23,8 +23,12 @@ def defaults() -> dict:
         loss_mean="token",
         # glancing training on the best CTC alignment (GLAT); false: plain CTC
         glancing=True,
-        # the glancing ratio, linear from glance_start to glance_end over glance_steps updates (0: train.steps)
-        glance_start=0.5, glance_end=0.3, glance_steps=0,
+        # the glancing ratio at update 0 (GLAT's schedule starts at 0.5) ...
+        glance_start=0.5,
+        # ... falling linearly to this one (0.3), where it stays; validation reads it
+        glance_end=0.3,
+        # the updates over which the ratio falls (0: train.steps)
+        glance_steps=0,
         # how many frames are glanced: floor (⌊ratio × mismatches⌋, GLAT) or poisson (a draw of that mean: the
         # authors' --poisson-mask)
         glance_count="floor",
