@@ -251,8 +251,7 @@ def test_glancing_counts_as_specified():
 
 
 TINY = "tests/configs/tiny.py"
-BASE = ["--config.model.name=dat", "--config.dat.upsample=2", "--config.train.label_smoothing=0",
-        "--config.eval.beam_size=1"]
+BASE = ["--config.model.name=dat", "--config.dat.upsample=2", "--config.eval.beam_size=1"]
 
 
 def test_config_errors_are_one_line():
@@ -263,7 +262,8 @@ def test_config_errors_are_one_line():
         with pytest.raises(ConfigError, match=message):
             build_config(TINY, BASE + overrides)
     # the family's default of eval.beam_size: 1, where neither the config file nor the command line sets it
-    assert build_config("configs/dat/demo.py", []).eval.beam_size == 1
+    demo = build_config("configs/dat/demo.py", [])
+    assert demo.eval.beam_size == 1 and demo.train.label_smoothing == 0  # the DAG loss takes none
 
 
 def test_tiny_model_trains_glances_and_decodes_through_its_spec():
@@ -287,6 +287,12 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec():
             has_aux=True)(params)
         updates, state = opt.update(grads, state)
         return optax.apply_updates(params, updates), state, value / aux["count"], aux
+
+    # a batch's all-PAD filler row changes nothing (validation: no dropout, no glancing)
+    filler = {k: jnp.concatenate([v, jnp.zeros_like(v[:1])]) for k, v in batch.items()}
+    plain, padded = (spec.loss(params, b, jax.random.PRNGKey(2), False) for b in (batch, filler))
+    np.testing.assert_allclose(float(plain[0]), float(padded[0]), rtol=1e-5)
+    assert float(plain[1]["count"]) == float(padded[1]["count"]) == 9
 
     losses, ratios = [], []
     for step in range(50):

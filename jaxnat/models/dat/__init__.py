@@ -67,7 +67,9 @@ def output_metrics(outs: list[dict], srcs: list[str]) -> dict:
 
 
 FAMILY = Family(
-    "dat", build_spec, SUPPORTS, doc="docs/dat.md", defaults=defaults, shared={"eval.beam_size": 1},
+    "dat", build_spec, SUPPORTS, doc="docs/dat.md", defaults=defaults,
+    # no beam unless dat.decode=beam; the DAG loss takes no label smoothing
+    shared={"eval.beam_size": 1, "train.label_smoothing": 0.0},
     choices={"links": ("paper", "multihead"), "vertex_inputs": ("positions", "tokens"),
              "glance_count": ("number", "bernoulli"), "decode": ("greedy", "lookahead", "viterbi", "beam")},
     ranges={"upsample": ("[1", None), "decode_upsample": ("[0", None), "glance_start": ("[0", "1]"),

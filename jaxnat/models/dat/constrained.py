@@ -150,13 +150,15 @@ def constrained_decode(links: jax.Array, emit: jax.Array, n_vertices: jax.Array,
     eos = _at(emit[..., EOS_ID], last)
     reward = jnp.where(hard, 0.0, soft_reward)[:, None] * (popcount[None] - n_absent[:, None])  # [B, NM]
 
+    # the read-out's [W, B, L, Q] back-pointers, states and tokens in 16 bits where every index fits
+    small = jnp.int16 if max(L, NM * NI, emit.shape[-1]) < 2**15 else jnp.int32
     start = jnp.full((B, L, NM, NI), NEG)
     start = start.at[jnp.arange(B), 0, absent, NORMAL].set(emit[:, 0, BOS_ID])
 
     def step(delta, _):
         flat = delta.reshape(B, L, NM * NI)
         cand = flat[:, :, None, :] + links[..., None]                       # [B, L_i, L_j, Q]
-        back = argmax(jnp.moveaxis(cand, 1, -1)).astype(jnp.int32)          # [B, L_j, Q]
+        back = argmax(jnp.moveaxis(cand, 1, -1)).astype(small)              # [B, L_j, Q]
         moved = jnp.max(cand, axis=1)
         at_last = jnp.take_along_axis(moved, last[:, None, None], 1)[:, 0].reshape(B, NM, NI)
         ends = jnp.max(at_last[..., :INSIDE], -1) + eos[:, None]            # [B, NM]: EOS from a free state
@@ -166,7 +168,7 @@ def constrained_decode(links: jax.Array, emit: jax.Array, n_vertices: jax.Array,
         out = (back, (_at(soft, soft_m), soft_m * NI + _at(end_inner, soft_m), _at(reward, soft_m)),
                (ends[:, NM - 1], (NM - 1) * NI + end_inner[:, NM - 1]))
         new, src, tok = _transition(moved.reshape(B, L, NM, NI), free_lp, free_tok, ph, phrases, lens)
-        return new, (out, src.reshape(B, L, NM * NI), tok.reshape(B, L, NM * NI))
+        return new, (out, src.reshape(B, L, NM * NI).astype(small), tok.reshape(B, L, NM * NI).astype(small))
 
     _, (ys, src, tok) = jax.lax.scan(step, start, None, length=width - 1)
     back, (soft_val, soft_q, soft_reward_got), (hard_val, hard_q) = ys       # each [W − 1, B, ...]
@@ -186,11 +188,11 @@ def constrained_decode(links: jax.Array, emit: jax.Array, n_vertices: jax.Array,
         v = jnp.where(at_end, last, v)
         q = jnp.where(at_end, q_end, q)
         live = s <= s_end
-        token = jnp.where(at_end, EOS_ID, tk[jnp.arange(B), jnp.maximum(v, 0), q])
+        token = jnp.where(at_end, EOS_ID, tk[jnp.arange(B), jnp.maximum(v, 0), q].astype(jnp.int32))
         inner = q % NI
         is_phrase = ~at_end & ((inner == FINISHED) | (inner >= INSIDE))
-        q_prev = jnp.where(at_end, q, sr[jnp.arange(B), jnp.maximum(v, 0), q])
-        v_prev = b[jnp.arange(B), jnp.maximum(v, 0), q_prev]
+        q_prev = jnp.where(at_end, q, sr[jnp.arange(B), jnp.maximum(v, 0), q].astype(jnp.int32))
+        v_prev = b[jnp.arange(B), jnp.maximum(v, 0), q_prev].astype(jnp.int32)
         out = (jnp.where(live, v, -1), jnp.where(live, token, PAD_ID), live & is_phrase)
         return (jnp.where(live, v_prev, v), jnp.where(live, q_prev, q)), out
 
