@@ -40,6 +40,7 @@ import jax.numpy as jnp
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from jaxnat.decoding.refine import NOT_PREDICTED
 from jaxnat.decoding.request import DecodeRequest, Supports
+from jaxnat.errors import ConfigError
 from jaxnat.models.dat import dag, glancing
 from jaxnat.models.dat.constrained import MAX_PHRASES, constrained_decode
 from jaxnat.models.spec import ModelSpec, word_glue
@@ -308,6 +309,9 @@ def output_capacity(cfg: TransformerConfig, eval_cfg):
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     s = config.dat
+    if s.decode_upsample > s.upsample:  # also reached by eval.iteration_sweep, which sets it after validation
+        raise ConfigError(f"dat.decode_upsample={s.decode_upsample} exceeds dat.upsample={s.upsample}, the graphs "
+                          f"the vertex positions were trained for")
     module = DAT(cfg, s.upsample, s.links, s.vertex_inputs)
     decoder = module.clone(graph_upsample=s.decode_upsample)
     glance = Glancing(s.glance_start, s.glance_end, s.glance_steps, s.glance_count, s.glance_fix_alignment)
