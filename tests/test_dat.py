@@ -328,3 +328,23 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec():
     rows = np.asarray(out["tokens"]).tolist()
     assert any(rows[0][i:i + 2] == [21, 22] for i in range(7)) and 17 in rows[1] and 19 in rows[1], rows
     assert np.asarray(out["infeasible"]).tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("form", [("paper", "positions"), ("multihead", "tokens")])
+def test_links_are_distributions_over_the_forward_edges(form):
+    """Both link forms (the paper's, the authors' code's gated heads) with both vertex inputs: each vertex i < n − 1
+    of a sentence's graph has a distribution over the vertices j with i < j < n, the last vertex and the padding
+    none; λ · (|x| − 2) + 2 vertices a sentence."""
+    links_form, inputs = form
+    spec = build_model(build_config(TINY, BASE + [f"--config.dat.links={links_form}",
+                                                  f"--config.dat.vertex_inputs={inputs}"]), 24, 24)
+    src = jnp.asarray([[1, 7, 8, 9, 2], [1, 11, 2, 0, 0]], jnp.int32)
+    params = spec.init(jax.random.PRNGKey(0), {"src": src, "tgt": src})
+    _, links, n = jax.jit(lambda p: spec.module.apply(p, src))(params)
+    assert np.asarray(n).tolist() == [8, 4] and links.shape == (2, 8, 8)
+    probs = np.exp(np.asarray(links))
+    for b, size in enumerate(np.asarray(n)):
+        i, j = np.arange(8)[:, None], np.arange(8)[None]
+        edges = (j > i) & (j < size)
+        assert np.all(probs[b][~edges] == 0)
+        np.testing.assert_allclose(probs[b].sum(1)[:size - 1], 1.0, rtol=1e-5)
