@@ -276,7 +276,7 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec():
     src = jnp.asarray([[1, 7, 8, 9, 10, 2], [1, 11, 12, 13, 2, 0]], jnp.int32)
     tgt = jnp.asarray([[1, 17, 18, 19, 2], [1, 21, 22, 2, 0]], jnp.int32)
     batch = {"src": src, "tgt": tgt}
-    params = spec.init(jax.random.PRNGKey(0), batch)
+    params = first = spec.init(jax.random.PRNGKey(0), batch)
     opt = optax.adam(1e-2)
     state = opt.init(params)
 
@@ -303,7 +303,8 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec():
     assert ratios[0] == pytest.approx(0.5) and ratios[10] == pytest.approx(0.3) and ratios[-1] == pytest.approx(0.1)
 
     from jaxnat.models.dat.model import Glancing, dat_loss
-    _, aux = dat_loss(spec.module, params, batch, jax.random.PRNGKey(3), glance=Glancing(0.5, 0.5, 1), keep=True)
+    # glancing at the untrained parameters (mistakes to count): a best path, the count as specified, read by pass 2
+    _, aux = dat_loss(spec.module, first, batch, jax.random.PRNGKey(3), glance=Glancing(0.5, 0.5, 1), keep=True)
     emit = np.asarray(jax.nn.log_softmax(aux["first_logits"]))
     links, n = np.asarray(aux["first_links"]), np.asarray(aux["n_vertices"])
     pred = emit.argmax(-1)
@@ -315,6 +316,8 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec():
         assert path in best
         wrong = sum(pred[b][v] != int(tgt[b][i]) for i, v in enumerate(path))
         assert int(aux["number"][b]) == math.floor(0.5 * wrong + 0.5) == int(np.sum(aux["chosen"][b]))
+    assert int(np.sum(aux["chosen"])) > 0
+    assert not np.allclose(np.asarray(aux["logits"]), np.asarray(aux["first_logits"]), atol=1e-4)
 
     for decode, beam in (("greedy", 1), ("lookahead", 1), ("viterbi", 1), ("beam", 4)):
         s = build_model(build_config(TINY, BASE + [f"--config.dat.decode={decode}",

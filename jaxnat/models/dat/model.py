@@ -223,7 +223,7 @@ def dat_loss(module: DAT, params, batch: dict, rng, *, glance: Glancing, step=No
                glance_accuracy=jnp.sum(right, dtype=jnp.float32) / jnp.maximum(n, 1.0),
                unaligned=jnp.sum(real & ~valid, dtype=jnp.float32) / sentences)
     if keep:
-        aux.update(ll=ll, n_vertices=n_vertices)
+        aux.update(ll=ll, n_vertices=n_vertices, logits=logits)
     return loss * n, aux
 
 
