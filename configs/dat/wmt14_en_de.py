@@ -1,4 +1,4 @@
-"""DA-Transformer-base on raw WMT14 En->De: the paper's recipe (Huang et al. 2022, §4.1 and the authors' script),
+"""DA-Transformer-base on raw WMT14 En->De: the paper's recipe (Huang et al. 2022 and the authors' script),
 for GPU machines.
 
 d 512, FFN 2048, 8 heads, 6+6 layers, λ = 8 (graphs of 8 · |x| vertices), learned positions, shared embeddings;

@@ -1,4 +1,4 @@
-"""Glancing training on the DAG (DA-Transformer §2.4, after GLAT, Qian et al. 2021): the reference's best path
+"""Glancing training on the DAG (DA-Transformer, after GLAT, Qian et al. 2021): the reference's best path
 through the graph of a first pass (no gradient) says which vertex each target token sits on; as many tokens as
 the ratio times the first pass's mistakes along that path are revealed, each at its vertex, in the second pass's
 input. Pure functions of the first pass's arrays and the random numbers; the ratio anneals with the update's

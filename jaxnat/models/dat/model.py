@@ -1,7 +1,7 @@
 """DA-Transformer (Huang, Zhou, Zhang and Huang, ICML 2022): a non-autoregressive decoder whose hidden states are
 the vertices of a directed acyclic graph, every path of which is a translation.
 
-**The graph** (§2.1–2.2). The decoder reads L = λ · |x| + 2 vertices (|x| the source's words, BOS/EOS left out,
+**The graph.** The decoder reads L = λ · |x| + 2 vertices (|x| the source's words, BOS/EOS left out,
 λ = ``dat.upsample``, 8), each input its learned vertex position (``dat.vertex_inputs=positions``, the paper) or
 the authors' code's ``[BOS, UNK …, EOS]`` token embeddings plus positions (``tokens``). From the top states V:
 
@@ -11,18 +11,18 @@ the authors' code's ``[BOS, UNK …, EOS]`` token embeddings plus positions (``t
   heads of per-head softmaxes, queries and keys read from the states concatenated with learned link positions,
   the mixture weights a softmax of a gate (``dat.links=multihead``).
 
-**The loss** (§2.3). −log P(y | x), the log-sum over every path from vertex 0 (emitting BOS) to vertex L − 1
+**The loss.** −log P(y | x), the log-sum over every path from vertex 0 (emitting BOS) to vertex L − 1
 (emitting EOS) of its transitions and of y's tokens on its vertices: the forward algorithm over (target position,
 vertex) in one `lax.scan` (`dag.dag_log_likelihood`), divided by the reference's length (BOS/EOS included) and
 averaged over sentences, as the authors' code does; a sentence no path can emit (|y| > L) adds nothing.
 
-**Glancing** (§2.4). A first pass without gradient; the reference's best path through its graph
+**Glancing.** A first pass without gradient; the reference's best path through its graph
 (`dag.best_alignment`); round(ratio · the tokens its vertices mispredict) target tokens chosen at random; their
 vertices read the token's embedding (plus the vertex position) in the second pass, the one trained. The ratio
 anneals linearly (``dat.glance_start`` → ``dat.glance_end`` over ``dat.glance_steps`` updates, read from the
 trainer's update number: `ModelSpec.stepped`); validation measures the plain loss.
 
-**Decoding** (§2.5; Shao et al. 2022): ``dat.decode`` = greedy (the most probable next vertex), lookahead (the
+**Decoding** (and Shao et al. 2022): ``dat.decode`` = greedy (the most probable next vertex), lookahead (the
 next vertex by link + β · its best token), viterbi (the joint Viterbi path under the length penalty M^β) or beam
 (prefixes summed over paths, `dag.beam_search`); each vertex on the path emits its most probable token,
 consecutive repeats removed (``dat.remove_repeats``). Constraints: `constrained.constrained_decode`.
