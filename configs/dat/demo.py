@@ -7,7 +7,7 @@ python -m jaxnat.main --config configs/dat/demo.py --workdir runs/dat-demo
 
 λ = 2 instead of the paper's 8, and 1000 steps instead of the NAT demo's 1500: the decoder reads λ · |x| vertices,
 and its self-attention and the DAG loss grow with their square; on this CPU a step at λ = 4 took 1.7 times as long
-as at λ = 2, and 1500 steps at λ = 2 about 10.5 minutes of training alone (docs/dat.md, "How to run").
+as at λ = 2 (0.40 s a step), and the demo takes about 9 minutes as configured (docs/dat.md, "How to run").
 Other decoders: --mode eval --config.dat.decode=viterbi (or greedy; beam: --config.dat.decode=beam
 --config.eval.beam_size=8).
 """
