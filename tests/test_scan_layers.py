@@ -1,7 +1,8 @@
 """`model.scan_layers`: each layer stack one nn.scan. With the per-layer model's parameters moved to the scanned
 layout (`stack_layers`), losses and gradients (in that layout) are the same for the AR model (a packed batch),
 CMLMC (the causal sublayer), Coverage-NAT (the last layer's cross attention, an unfinished stack) and the
-vectorized model (per-layer prefixes), and every head's output and gradient for LevT and EDITOR; cached AR
+vectorized model (per-layer prefixes), CTC and DA-Transformer (their glancing passes), and every head's output and
+gradient for LevT and EDITOR; cached AR
 decoding, plain and with constraint pairs, Coverage-NAT's and the edit models' decoding give the same outputs;
 `unstack_layers` inverts the move; early exit with scanned stacks is refused."""
 
@@ -31,6 +32,8 @@ V = 40
 DEEP = ("--config.model.enc_layers=2", "--config.model.dec_layers=2", "--config.model.dropout=0")
 FAMILIES = {
     "ar": (),
+    "ctc": ("--config.model.name=ctc",),
+    "dat": ("--config.model.name=dat", "--config.dat.upsample=2"),
     "cmlmc": ("--config.model.name=cmlm", "--config.cmlm.masked_attn=true"),
     # three decoder layers: the scanned stack before the last layer is itself two
     "coverage-nat": ("--config.model.name=nat", "--config.nat.coverage=true", "--config.nat.train_iterations=2",
@@ -88,7 +91,8 @@ def _close(a, b, atol=2e-5):
 
 
 @pytest.mark.parametrize("family, packed", [("ar", True), ("cmlmc", False), ("coverage-nat", False),
-                                            ("vecconst", False), ("levt", False), ("editor", False)])
+                                            ("vecconst", False), ("levt", False), ("editor", False),
+                                            ("ctc", False), ("dat", False)])
 def test_scanned_stacks_give_the_same_loss_and_gradient(family, packed):
     plain, scanned = _spec(family, False), _spec(family, True)
     batch = _batch(family, packed)
