@@ -2,9 +2,9 @@
 layout (`stack_layers`), losses and gradients (in that layout) are the same for the AR model (a packed batch),
 CMLMC (the causal sublayer), Coverage-NAT (the last layer's cross attention, an unfinished stack) and the
 vectorized model (per-layer prefixes), CTC and DA-Transformer (their glancing passes), and every head's output and
-gradient for LevT and EDITOR; cached AR
-decoding, plain and with constraint pairs, Coverage-NAT's and the edit models' decoding give the same outputs;
-`unstack_layers` inverts the move; early exit with scanned stacks is refused."""
+gradient for LevT and EDITOR; cached AR decoding, plain and with constraint pairs, Coverage-NAT's and the edit
+models' decoding give the same outputs; `unstack_layers` inverts the move; early exit with scanned stacks is
+refused."""
 
 import functools
 
