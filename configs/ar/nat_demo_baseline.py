@@ -6,11 +6,13 @@ python -m jaxnat.main --config configs/ar/nat_demo_baseline.py --workdir runs/ar
 """
 
 from configs.nat.demo import get_config as nat_demo
+from jaxnat.config import default_config
 
 
 def get_config():
-    c = nat_demo()
+    c, nat = default_config(), nat_demo()
+    for section in ("model", "data", "train", "eval"):  # not its `nat` section, which an AR run does not read
+        c[section].update(nat[section])
     c.model.name = "ar"
-    del c.nat  # the NAT's own section: an AR run reads none
     c.eval.update(beam_size=4, iteration_sweep="")
     return c

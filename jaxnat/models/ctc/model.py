@@ -43,6 +43,7 @@ from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.models.ctc.constrained import constrained_paths, constraint_frames
 from jaxnat.models.ctc.lattice import NEG, best_alignment, ctc_nll, min_frames
 from jaxnat.models.ctc.search import best_path, collapse, prefix_beam
+from jaxnat.models.dat.glancing import glance_ratio  # GLAT's linear schedule, as DA-Transformer anneals it
 from jaxnat.models.insertion import mean_loss
 from jaxnat.models.spec import ModelSpec, word_glue
 from jaxnat.models.transformer import (Decoder, Encoder, TransformerConfig, absent_logits, embedders, token_mask)
@@ -145,15 +146,6 @@ def ctc_targets(tgt: jax.Array, with_ends: bool) -> tuple[jax.Array, jax.Array]:
         return tgt, jnp.sum(token_mask(tgt), axis=1, dtype=jnp.int32)
     real = real_mask(tgt)
     return jnp.where(real, tgt, PAD_ID)[:, 1:], jnp.sum(real, axis=1, dtype=jnp.int32)
-
-
-def glance_ratio(step, start: float, end: float, steps: int) -> jax.Array:
-    """float32[]: the glancing ratio at update ``step`` (None: the end of the schedule), linear from start to end
-    over ``steps`` updates, then end."""
-    if step is None or steps <= 0:
-        return jnp.float32(end)
-    progress = jnp.minimum(jnp.asarray(step, jnp.float32) / steps, 1.0)
-    return jnp.float32(start) + (end - start) * progress
 
 
 def glance_choice(aligned: jax.Array, predicted: jax.Array, frames: jax.Array, live: jax.Array, ratio, key,

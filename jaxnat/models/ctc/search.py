@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -71,7 +72,9 @@ def best_path(log_probs: jax.Array, frames: jax.Array) -> tuple[jax.Array, jax.A
     return labels, picked, jnp.sum(jnp.where(inside, picked, 0.0), axis=1)
 
 
-_HASH = (jnp.uint32(1000003), jnp.uint32(2654435761))  # two multipliers of the rolling prefix hashes
+# two multipliers of the rolling prefix hashes (NumPy scalars: a module constant must not start JAX's backend, which
+# a multi-process run initialises itself after the imports)
+_HASH = (np.uint32(1000003), np.uint32(2654435761))
 
 
 def prefix_beam(log_probs: jax.Array, frames: jax.Array, beam: int, width: int,
