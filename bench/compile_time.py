@@ -42,6 +42,7 @@ from jaxnat import models  # noqa: E402
 from jaxnat.config import build_config  # noqa: E402
 from jaxnat.decoding.translator import Start, Translator  # noqa: E402
 from jaxnat.errors import ConfigError  # noqa: E402
+from jaxnat.provenance import machine  # noqa: E402
 from jaxnat.training.trainer import Trainer  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -137,8 +138,7 @@ def main():
             cfg = runs["plain"].config
             req = runs["plain"].request
             rows.append((family, cfg, len(runs["plain"].batcher.shapes), req, times, temp, note))
-    print(f"\n{os.cpu_count()} cores, {jax.devices()[0].platform}; median of {args.repeats}; configs/<family>/"
-          f"{args.config_name}.py {' '.join(args.set)}")
+    print(f"\n{machine()}\nmedian of {args.repeats}; configs/<family>/{args.config_name}.py {' '.join(args.set)}")
     head = "| family | model | train programs | train, per program (s) | temp (GiB) | decode (s) |"
     if args.scan:
         head = ("| family | model | train programs | train, per program (s) | with scan (s) | temp (GiB) | "

@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from jaxnat.config import apply_override, build_config, parse_overrides, workdir_config  # noqa: E402
 from jaxnat.data.sources import load_corpus, load_pairs  # noqa: E402
+from jaxnat.provenance import machine  # noqa: E402
 from jaxnat.restore import load_translator  # noqa: E402
 
 
@@ -108,6 +109,7 @@ def main():
         rel = f"{base[0] / lat:.2f}× / {thr / base[1]:.2f}×" if base else "–"
         print(f"| {label} | {lat:.1f} | {thr:.1f} | {rel} |")
     print(f"\nmedian of {args.repeats} repeats; batch-1 latency over the first {args.sentences} sentences")
+    print(machine())
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ bits). The first GPU call runs
 with the autotuner off for the families because, on, no train program of the three GPU sessions so far finished
 compiling within minutes (docs/benchmarks.md, "On a GPU"): every family's figures first, then what it buys.
 Results go to OUT/figures.json after every family (a run cut short keeps what it measured) and a Markdown table to
-OUT/figures.md; each run's log to OUT/logs.txt.
+OUT/figures.md, ending with the line that names the machine and the commit; each run's log to OUT/logs.txt.
 """
 
 from __future__ import annotations
@@ -184,6 +184,18 @@ def step_cost(args, timed: bool = True) -> dict:
     return {"batch_shape": list(shape), **{f: statistics.median(t) for f, t in times.items()}, "tflop": flops}
 
 
+def machine_apart(env: dict) -> str:
+    """`jaxnat.provenance.machine()`, asked of a process of its own: JAX's backend started in this driver would hold
+    the GPU memory that the runs need."""
+    try:
+        done = subprocess.run([sys.executable, "-c", "from jaxnat.provenance import machine; print(machine())"],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return "machine: unknown (no answer within 120 s)"
+    last = next((line for line in reversed((done.stdout + done.stderr).splitlines()) if line.strip()), "")
+    return last if done.returncode == 0 else f"machine: unknown (exit {done.returncode}: {last})"
+
+
 def table(figures: dict) -> str:
     runs = [*figures.get("families", {}).items(), *figures.get("variants", {}).items()]
     rows = ["| family | batch | first step (s) | real tok/s | MFU | peak (TFLOP/s) | latency b1 (ms) | sent/s b128 |",
@@ -205,6 +217,8 @@ def table(figures: dict) -> str:
         flops = cost["tflop"]
         rows += ["", f"One step's arithmetic on {cost['batch_shape']} batches (TFLOP, XLA's count): "
                  + ", ".join(f"{f} {v:.3g} ({v / flops['ar']:.2f}× AR)" for f, v in flops.items())]
+    if "machine" in figures:
+        rows += ["", figures["machine"]]
     return "\n".join(rows) + "\n"
 
 
@@ -233,7 +247,9 @@ def main():
     args, args.overrides = parser.parse_known_args()
     if args.step_flops:
         os.makedirs(args.out, exist_ok=True)
-        figures = {"argv": sys.argv[1:], "step_cost": step_cost(args, timed=False)}
+        from jaxnat.provenance import machine  # here: no run beside this one needs the device
+
+        figures = {"argv": sys.argv[1:], "step_cost": step_cost(args, timed=False), "machine": machine()}
         with open(os.path.join(args.out, "step_flops.json"), "w") as f:
             json.dump(figures, f, indent=2)
         print(table(figures))
@@ -270,6 +286,7 @@ def main():
             f.write(table(figures))
 
     start = time.perf_counter()
+    figures["machine"] = machine_apart(env)
 
     def left() -> float:  # seconds of --budget left
         return args.budget - (time.perf_counter() - start) if args.budget else float("inf")

@@ -30,6 +30,7 @@ import jax.numpy as jnp  # noqa: E402
 from jaxnat import edit_ops  # noqa: E402
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, PLH_ID  # noqa: E402
 from jaxnat.oracle import ed2_labels, ed3_labels  # noqa: E402
+from jaxnat.provenance import machine  # noqa: E402
 from tests import reference  # noqa: E402
 
 
@@ -189,7 +190,7 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--python-pairs", type=int, default=64, help="pairs timed for the plain-Python reference")
     args = parser.parse_args()
-    print(f"jax {jax.__version__}, backend {jax.default_backend()}, {os.cpu_count()} CPUs\n")
+    print(machine() + "\n")
     oracle_table(args.repeats, args.python_pairs)
     edit_op_table(args.repeats)
     print(f"\nmedians of {args.repeats} repeats (jaxnat: each repeat the median of 5 calls)")

@@ -6,8 +6,8 @@ an element on one core of this project's machine, so the token argmax of one ref
 argmax over [128, 32, 8000] logits 147 ms. A plain ``max`` runs vectorised (about 0.15 ns an element). So the
 last axis is cut into chunks; the chunk maxima (a plain reduction) pick the first chunk holding the overall
 maximum, and a small variadic argmax finds the position inside that one chunk: 10–16× faster at those shapes
-(`bench/argmax.py`). When no chunk size divides the axis, ``lax.top_k(x, 1)`` (a runtime sort kernel, about 3×
-faster) is used instead.
+(docs/benchmarks.md, "Argmax on XLA's CPU backend"). When no chunk size divides the axis, ``lax.top_k(x, 1)``
+(a runtime sort kernel, about 3× faster) is used instead.
 
 Both give ``jnp.argmax``'s answer exactly: the first maximum, NaN counting as the largest value (the chunk
 maxima propagate NaN, and argmax picks the first NaN chunk, then the first NaN in it).

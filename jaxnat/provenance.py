@@ -37,6 +37,31 @@ def commit() -> str | None:
     return head.stdout.strip() + ("+changes" if changed else "")
 
 
+def machine() -> str:
+    """One line naming the machine and the code a benchmark ran on, printed with its table: the CPU model and the
+    cores this process may use, jax's version, backend and devices, and `commit()`. Starts JAX's backend: a driver
+    that leaves the accelerator to processes of its own asks one of them (bench/gpu_figures.py)."""
+    import jax
+
+    cpu = platform.processor() or platform.machine()  # where there is no /proc/cpuinfo
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (f"machine: {cpu}, {cores} cores; jax {jax.__version__}, {jax.default_backend()} backend, "
+            f"{_devices()}; commit {commit() or 'unknown'}")
+
+
+def _devices() -> str:
+    """This process's JAX devices: "1 × cpu", "8 × NVIDIA H200"."""
+    import jax
+
+    devices = jax.devices()
+    return f"{len(devices)} × {devices[0].device_kind}"
+
+
 def record(workdir: str, mode: str, seconds: float, args: list[str], steps: int | None = None) -> None:
     """Appends a command's line to `<workdir>/runs.jsonl`: mode (train or eval), the command (``args``: those of
     `python -m jaxnat.main`), commit, devices, jax and Python versions, when it ended (UTC) and its wall seconds;
@@ -45,9 +70,8 @@ def record(workdir: str, mode: str, seconds: float, args: list[str], steps: int 
 
     if jax.process_index() != 0:
         return
-    devices = jax.devices()
     entry = {"mode": mode, "command": shlex.join(["python", "-m", "jaxnat.main", *args]), "commit": commit(),
-             "devices": f"{len(devices)} × {devices[0].device_kind}", "jax": jax.__version__,
+             "devices": _devices(), "jax": jax.__version__,
              "python": platform.python_version(),
              "ended": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"),
              "seconds": round(seconds, 1)}

@@ -125,7 +125,8 @@ def flat_leading(layer, x: jnp.ndarray, keep: int = 1) -> jnp.ndarray:
     """``layer(x)`` with x's leading axes (all but the last ``keep``) flattened into one and restored after.
 
     The same function, but on XLA's CPU backend a dense layer over [B, T, D] differentiates with explicit
-    transposes of its activations that one over [B·T, D] does not need (bench/dense_layout.py)."""
+    transposes of its activations that one over [B·T, D] does not need (docs/benchmarks.md, "Dense layers on
+    rows")."""
     lead = x.shape[: x.ndim - keep]
     y = layer(x.reshape((-1,) + x.shape[x.ndim - keep:]))
     return y.reshape(lead + y.shape[1:])

@@ -1,6 +1,6 @@
 """Fuzzing the kernels: the oracles, edit operations and noise functions against their plain-Python references.
 
-    python bench/fuzz.py [--cases 100000] [--batch 1000] [--seed 0] [--show 3] [--only ed2_labels,reposition]
+    python tools/fuzz.py [--cases 100000] [--batch 1000] [--seed 0] [--show 3] [--only ed2_labels,reposition]
 
 Each kernel family runs on --cases random cases (rounded up to whole batches of --batch rows) and every case
 is compared, output by output, with the plain-Python reference its property test uses, the way that test
@@ -48,7 +48,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout: jaxnat, tests
 
 import jax  # noqa: E402
 

@@ -4,12 +4,12 @@ compiled and the ones it read back from the persistent compilation cache. The re
 plain-Python references, hypothesis) and waiting on subprocesses: a command-line test's runs compile in their own
 processes, so their compiling shows there, in the remainder.
 
-    python bench/suite_profile.py                      # the whole suite, as the README runs it (-n 2)
-    python bench/suite_profile.py tests/test_cmlm.py -n 0 --top 30
+    python tools/suite_profile.py                      # the whole suite, as the README runs it (-n 2)
+    python tools/suite_profile.py tests/test_cmlm.py -n 0 --top 30
 
 Arguments other than --top go to pytest. Prints markdown tables: the totals, the files, the programs (by the
 name jax gives them: ``jit(init)`` is every model's initialisation), the slowest tests. The same module is the
-pytest plugin that records them (``-p suite_profile`` with bench/ on PYTHONPATH), one JSON file per worker.
+pytest plugin that records them (``-p suite_profile`` with tools/ on PYTHONPATH), one JSON file per worker.
 """
 
 from __future__ import annotations
@@ -118,10 +118,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--top", type=int, default=20, help="rows in each table")
     args, pytest_args = parser.parse_known_args(argv)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.abspath(__file__))  # tools/: pytest imports this module as its plugin from it
+    root = os.path.dirname(here)
     with tempfile.TemporaryDirectory(prefix="suite-profile-") as out:
         env = dict(os.environ, **{OUT: out}, PYTHONPATH=os.pathsep.join(
-            [os.path.join(root, "bench"), *filter(None, [os.environ.get("PYTHONPATH")])]))
+            [here, *filter(None, [os.environ.get("PYTHONPATH")])]))
         started = time.perf_counter()
         result = subprocess.run([sys.executable, "-m", "pytest", "-p", "suite_profile", "-q",
                                  *(pytest_args or ["-n", "2", "tests"])], cwd=root, env=env)
