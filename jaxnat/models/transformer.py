@@ -24,6 +24,7 @@ import jax.numpy as jnp
 
 from jaxnat.data.vocab import BOS_ID, MASK_ID, PAD_ID, PLH_ID
 from jaxnat.errors import ConfigError
+from jaxnat.models.dropout import Dropout
 from jaxnat.models.packing import is_segments, segment_positions
 
 
@@ -132,6 +133,50 @@ def flat_leading(layer, x: jnp.ndarray, keep: int = 1) -> jnp.ndarray:
     return y.reshape(lead + y.shape[1:])
 
 
+def rows_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None):
+    """``lax.dot_general`` for a dense layer (the `dot_general` of its flax module): lhs float[N, ...] rows, rhs
+    the kernel, lhs's trailing axes contracted with rhs's leading ones, no batch axes. On the CPU the product goes
+    through `rows_matmul`; anything else, or on another backend, is plain ``lax.dot_general``."""
+    (lhs_c, rhs_c), batch = dimension_numbers
+    n = len(lhs_c)
+    layer_like = (not any(batch) and tuple(lhs_c) == tuple(range(lhs.ndim - n, lhs.ndim))
+                  and tuple(rhs_c) == tuple(range(n)) and preferred_element_type is None)
+    if not layer_like or jax.default_backend() != "cpu":
+        return jax.lax.dot_general(lhs, rhs, dimension_numbers, precision=precision,
+                                   preferred_element_type=preferred_element_type)
+    inner = math.prod(rhs.shape[:n])
+    out = rows_matmul(lhs.reshape(-1, inner), rhs.reshape(inner, -1))
+    return out.reshape(lhs.shape[:lhs.ndim - n] + rhs.shape[n:])
+
+
+@jax.custom_vjp
+def rows_matmul(x: jnp.ndarray, w: jnp.ndarray) -> jnp.ndarray:
+    """x: float[N, C] @ w: float[C, F] -> float[N, F], whose weight gradient is a product XLA's CPU backend hands to
+    its fast matrix kernels (YNNPACK). Autodiff writes x^T g as a product contracting both operands' first axes,
+    which that backend gives to a slower generic kernel; here the narrower of x and g is transposed first and
+    the product is canonical: x^T g, or (g^T x)^T when g is the narrower (its transpose of C·F values is cheap).
+    Optimisation barriers keep XLA from folding those transposes back into the product (docs/benchmarks.md,
+    "Where a train step's time goes")."""
+    return x @ w
+
+
+def _rows_matmul_fwd(x, w):
+    return x @ w, (x, w)
+
+
+def _rows_matmul_bwd(residuals, g):
+    x, w = residuals
+    barrier = jax.lax.optimization_barrier
+    if x.shape[1] <= g.shape[1]:
+        dw = barrier(barrier(x.T) @ g)
+    else:
+        dw = barrier(barrier(g.T) @ x).T
+    return (g @ w.T).astype(x.dtype), dw.astype(w.dtype)
+
+
+rows_matmul.defvjp(_rows_matmul_fwd, _rows_matmul_bwd)
+
+
 def einsum_f32(spec: str, a: jnp.ndarray, b: jnp.ndarray) -> jnp.ndarray:
     """``jnp.einsum(spec, a, b)`` as float32, the products in the operands' dtype: under mixed precision
     (bfloat16 operands) a bfloat16 matrix multiplication whose sums are accumulated and returned in float32, not
@@ -172,13 +217,12 @@ class MultiHeadAttention(nn.Module):
     def setup(self):
         c = self.cfg
         dense = lambda name: nn.DenseGeneral(  # noqa: E731
-            (c.num_heads, c.d_model // c.num_heads), kernel_init=c.kernel_init(), dtype=c.compute_dtype, name=name
-        )
+            (c.num_heads, c.d_model // c.num_heads), kernel_init=c.kernel_init(), dtype=c.compute_dtype, name=name,
+            dot_general=rows_dot_general)
         self.query, self.key, self.value = dense("query"), dense("key"), dense("value")
-        self.out = nn.DenseGeneral(
-            c.d_model, axis=(-2, -1), kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="out"
-        )
-        self.attn_dropout = nn.Dropout(c.attention_dropout)
+        self.out = nn.DenseGeneral(c.d_model, axis=(-2, -1), kernel_init=c.kernel_init(), dtype=c.compute_dtype,
+                                   name="out", dot_general=rows_dot_general)
+        self.attn_dropout = Dropout(c.attention_dropout)
 
     def project_kv(self, x: jnp.ndarray, prefix=None) -> tuple[jnp.ndarray, jnp.ndarray]:
         """x: float[B, L, D] -> keys, values: float[B, L, H, K]. With ``prefix`` = (key inputs, value inputs),
@@ -219,10 +263,12 @@ class FeedForward(nn.Module):
     @nn.compact
     def __call__(self, x, train: bool):
         c = self.cfg
-        fc1 = nn.Dense(c.ffn_dim, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="fc1")
-        fc2 = nn.Dense(c.d_model, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="fc2")
+        fc1 = nn.Dense(c.ffn_dim, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="fc1",
+                       dot_general=rows_dot_general)
+        fc2 = nn.Dense(c.d_model, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="fc2",
+                       dot_general=rows_dot_general)
         h = ACTIVATIONS[c.activation](flat_leading(fc1, x))
-        return flat_leading(fc2, nn.Dropout(c.activation_dropout)(h, deterministic=not train))
+        return flat_leading(fc2, Dropout(c.activation_dropout)(h, deterministic=not train))
 
 
 def layer_norm(cfg: TransformerConfig, name: str | None = None) -> nn.LayerNorm:
@@ -237,7 +283,7 @@ class Residual(nn.Module):
 
     def setup(self):
         self.norm = layer_norm(self.cfg)
-        self.drop = nn.Dropout(self.cfg.dropout)
+        self.drop = Dropout(self.cfg.dropout)
 
     def __call__(self, x, sublayer, train: bool):
         if self.cfg.pre_norm if self.pre_norm is None else self.pre_norm:
@@ -342,7 +388,7 @@ class Embedder(nn.Module):
             self.tokens = nn.Embed(self.vocab_size, c.d_model, embedding_init=c.embed_init(), name="tokens")
         if c.positions == "learned":
             self.pos_table = self.param("positions", c.embed_init(), (c.max_len, c.d_model))
-        self.drop = nn.Dropout(c.dropout if c.embed_dropout < 0 else c.embed_dropout)
+        self.drop = Dropout(c.dropout if c.embed_dropout < 0 else c.embed_dropout)
 
     @property
     def scale(self) -> float:
@@ -386,7 +432,7 @@ class Embedder(nn.Module):
         """float[..., D] -> float32[..., V] logits against the embedding matrix."""
         dtype = self.cfg.compute_dtype
         if dtype == jnp.float32:
-            return self.table().attend(x.astype(jnp.float32))
+            return rows_dot_general(x.astype(jnp.float32), self.table().embedding.T, (((x.ndim - 1,), (0,)), ((), ())))
         # mixed precision: the product in bfloat16, accumulated and returned in float32 (einsum_f32)
         return einsum_f32("...d,vd->...v", x.astype(dtype), self.table().embedding.astype(dtype))
 

@@ -48,6 +48,7 @@ from jaxnat.models.cmlm.length import rescorer_extras
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import max_segments, segment_interior, segment_lengths, segment_lowest, segment_mean
 from jaxnat.models.spec import ModelSpec, word_glue
+from jaxnat.models.dropout import Dropout
 from jaxnat.models.transformer import (absent_logits, Decoder, embedders, Encoder, TransformerConfig, config_from,
                                       token_mask)
 from jaxnat.oracle import apply_random_mask, draw_subset, full_mask, real_mask
@@ -79,7 +80,7 @@ class CMLM(nn.Module):
             self.length_token = self.param("length_token", c.embed_init(), (c.d_model,))
         if self.concat_pe:
             self.combine = nn.Dense(c.d_model, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="combine")
-            self.combine_drop = nn.Dropout(c.dropout if c.embed_dropout < 0 else c.embed_dropout)
+            self.combine_drop = Dropout(c.dropout if c.embed_dropout < 0 else c.embed_dropout)
         if not c.tie_output:
             self.output = nn.Dense(c.tgt_vocab_size, use_bias=False, kernel_init=c.kernel_init(), name="output")
 

@@ -46,6 +46,7 @@ from jaxnat.models.ctc.search import best_path, collapse, prefix_beam
 from jaxnat.models.dat.glancing import glance_ratio  # GLAT's linear schedule, as DA-Transformer anneals it
 from jaxnat.models.insertion import mean_loss
 from jaxnat.models.spec import ModelSpec, word_glue
+from jaxnat.models.dropout import Dropout
 from jaxnat.models.transformer import (Decoder, Encoder, TransformerConfig, absent_logits, embedders, token_mask)
 from jaxnat.oracle import real_mask
 
@@ -97,7 +98,7 @@ class CTCModel(nn.Module):
         self.src_embed, self.tgt_embed = embedders(c)
         self.encoder = Encoder(c, name="encoder")
         self.decoder = Decoder(c, c.dec_layers, causal=False, name="decoder")
-        self.drop = nn.Dropout(c.dropout if c.embed_dropout < 0 else c.embed_dropout)
+        self.drop = Dropout(c.dropout if c.embed_dropout < 0 else c.embed_dropout)
         if not c.tie_output:
             self.output = nn.Dense(c.tgt_vocab_size, use_bias=False, kernel_init=c.kernel_init(), name="output")
 

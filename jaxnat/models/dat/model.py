@@ -44,6 +44,7 @@ from jaxnat.errors import ConfigError
 from jaxnat.models.dat import dag, glancing
 from jaxnat.models.dat.constrained import MAX_PHRASES, constrained_decode
 from jaxnat.models.spec import ModelSpec, word_glue
+from jaxnat.models.dropout import Dropout
 from jaxnat.models.transformer import (Decoder, Encoder, TransformerConfig, absent_logits, einsum_f32, embedders,
                                       flat_leading, sinusoidal_positions, token_mask)
 
@@ -81,7 +82,7 @@ class DAT(nn.Module):
         rows = max_vertices(c.max_len, self.upsample)
         if c.positions == "learned":
             self.vertex_table = self.param("vertex_positions", c.embed_init(), (rows, c.d_model))
-        self.vertex_drop = nn.Dropout(c.dropout if c.embed_dropout < 0 else c.embed_dropout)
+        self.vertex_drop = Dropout(c.dropout if c.embed_dropout < 0 else c.embed_dropout)
         dense = lambda name, n=c.d_model: nn.Dense(n, kernel_init=c.kernel_init(), dtype=c.compute_dtype,  # noqa
                                                    name=name)
         self.link_query, self.link_key = dense("link_query"), dense("link_key")

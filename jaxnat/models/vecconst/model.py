@@ -48,6 +48,7 @@ from jaxnat.models.ar.model import ARTransformer, hard_phrases, output_capacity,
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import next_in_segment
 from jaxnat.models.spec import ModelSpec, word_glue
+from jaxnat.models.dropout import Dropout
 from jaxnat.models.transformer import (MultiHeadAttention, TransformerConfig, attention_bias, token_mask,
                                       without_cross_cache)
 
@@ -76,7 +77,7 @@ class SeparateAdapters(nn.Module):
     @nn.compact
     def __call__(self, keys, values, train: bool = False):
         c = self.cfg
-        drop = nn.Dropout(c.dropout)
+        drop = Dropout(c.dropout)
 
         def network(x, name):
             h = drop(nn.gelu(nn.Dense(c.d_model, name=f"{name}_fc1")(x), approximate=False), deterministic=not train)
