@@ -7,7 +7,10 @@ The step (forward, backward, Adam) is compiled for one batch of the given shape,
 `jax.profiler.trace` for ``--steps`` steps. Each traced XLA op is matched to its instruction in the compiled
 program, whose metadata names the JAX operation and module path it came from; the op's time is put under
 the first group whose pattern that name matches (a fusion counts where its root operation's name puts it).
-Prints the milliseconds per step of each group and the ``--top`` single sources (layer numbers merged).
+Prints the milliseconds per step of each group, of each kind of XLA op (YNNPACK products, the generic dot kernel,
+copies and transposes, elementwise fusions) and of the ``--top`` single sources (layer numbers merged). Pinned to
+one core with one thread (``XLA_FLAGS=--xla_cpu_multi_thread_eigen=false taskset -c 0``) the ops run one at a
+time and their sum is the step's time; with more threads concurrent ops' times add up past it.
 The trace itself (`vm.trace.json.gz`, readable in Perfetto) is kept under ``--trace-dir`` if given.
 """
 
@@ -29,11 +32,12 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from jaxnat.config import build_config  # noqa: E402
+from jaxnat.provenance import machine  # noqa: E402
 from jaxnat.training.trainer import Trainer, make_train_step  # noqa: E402
 
 # (group, pattern over the op's JAX name), first match wins
 GROUPS = [
-    ("dropout masks (random bits)", r"_bernoulli|_uniform|threefry|random_bits"),
+    ("dropout masks (random bits)", r"_bernoulli|_uniform|threefry|random_bits|Dropout_\d+/(xor|mul|shift|iota)"),
     ("vocabulary projection + softmax", r"log_softmax|logsumexp|\.project/|\.attend/dot_general"),
     ("feed-forward", r"/ffn/"),
     ("attention", r"attn"),
@@ -86,17 +90,27 @@ def trace_step(config_path: str, data_dir: str, shape, steps: int, trace_dir: st
     return step.as_text(), cost.get("flops", float("nan")), traces[-1]
 
 
-def op_times(hlo: str, trace_path: str) -> collections.Counter:
-    """{JAX name of the op (layer numbers merged): total microseconds} over the traced ops."""
-    names = {m.group(1): m.group(2) for m in
-             re.finditer(r'^\s*(?:ROOT )?%([\w.\-]+) = .*?op_name="([^"]*)"', hlo, re.M)}
+def op_times(hlo: str, trace_path: str) -> tuple[collections.Counter, collections.Counter]:
+    """({JAX name of the op (layer numbers merged): total microseconds}, {kind of XLA op: total microseconds})
+    over the traced ops. The kinds say how XLA's CPU backend runs them: products handed to YNNPACK (a fusion of
+    that kind), products of its generic dot kernel, copies and transposes, the other fusions (elementwise loops)."""
+    names, kinds = {}, {}
+    for m in re.finditer(r'^\s*(?:ROOT )?%([\w.\-]+) = \S+ ([\w\-]+)\((.*)$', hlo, re.M):
+        name, op, rest = m.groups()
+        op_name = re.search(r'op_name="([^"]*)"', rest)
+        if op_name:
+            names[name] = op_name.group(1)
+        kinds[name] = ("YNNPACK product" if "__ynn_fusion" in rest else "generic dot" if op == "dot"
+                       else "copy / transpose" if op in ("copy", "transpose") or name.startswith(("copy", "transpose"))
+                       else "elementwise / reduction fusion" if op == "fusion" else op)
     with gzip.open(trace_path) as f:
         events = json.load(f)["traceEvents"]
-    times = collections.Counter()
+    times, by_kind = collections.Counter(), collections.Counter()
     for e in events:
         if e.get("ph") == "X" and e["name"] in names:
             times[re.sub(r"layer_\d+", "layer_#", names[e["name"]])] += e["dur"]
-    return times
+            by_kind[kinds[e["name"]]] += e["dur"]
+    return times, by_kind
 
 
 def main():
@@ -108,7 +122,7 @@ def main():
     shape = batch_shape(args.shape)
     with tempfile.TemporaryDirectory() as tmp:
         hlo, flops, trace = trace_step(args.config, args.data_dir, shape, args.steps, args.trace_dir or tmp)
-        times = op_times(hlo, trace)
+        times, by_kind = op_times(hlo, trace)
     per_step = {name: us / 1000 / args.steps for name, us in times.items()}
     total = sum(per_step.values())
     groups = collections.Counter()
@@ -120,9 +134,13 @@ def main():
     print("| group | ms per step | share |\n|---|---|---|")
     for group, ms in groups.most_common():
         print(f"| {group} | {ms:.0f} | {ms / total:.1%} |")
+    print("\n| kind of XLA op | ms per step | share |\n|---|---|---|")
+    for kind, us in by_kind.most_common():
+        print(f"| {kind} | {us / 1000 / args.steps:.0f} | {us / 1000 / args.steps / total:.1%} |")
     print(f"\n| the {args.top} largest sources | ms per step |\n|---|---|")
     for name, ms in sorted(per_step.items(), key=lambda kv: -kv[1])[:args.top]:
         print(f"| `{name.removeprefix('jit(step)/')}` | {ms:.0f} |")
+    print(f"\n{machine()}")
 
 
 if __name__ == "__main__":

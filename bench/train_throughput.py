@@ -1,86 +1,204 @@
-"""Training throughput: jaxnat's full training loop against a bare jit'd train step of the same model.
+"""Training speed side by side with fairseq: each family's Multi30k config through jaxnat's command line, and
+fairseq 0.12.2's AR Transformer and CMLM on the same data, vocabulary, model sizes and batch size, in turn.
 
-    python bench/train_throughput.py --data-dir ../shared/data/multi30k [--steps 60] [--repeats 3]
+    bash tools/reference_env.sh        # once: fairseq in .refenv/ (only for the fairseq rows)
+    python bench/train_throughput.py --data-dir ../shared/data/multi30k --work /tmp/throughput \\
+        [--families ar,cmlm,levt,editor,nat,ctc,dat,vecconst] [--fairseq ar,cmlm] [--steps 60] [--window 20] \\
+        [--repeats 3]
 
-Both sides train the AR d 256, 3+3-layer model (configs/ar/multi30k.py, 8k joint vocabulary) on the same
-Multi30k batches, counting real (non-padding) target tokens:
-  bare  — one jit'd step (forward, backward, Adam) on batches already on the device, nothing else;
-  full  — `Trainer.train()`: batching thread, sharding onto the mesh, NaN guard, metrics, progress bar.
-Runs alternate (bare, full, bare, full, …) so both see the same machine load; the table gives the median
-tokens/s of each and their ratio. Compilation is excluded on both sides (the first window is dropped).
+jaxnat: `python -m jaxnat.main --config configs/<family>/multi30k.py` with the persistent compilation cache off
+(so the time to the first step includes compiling), stopped once the last log window is out (no evaluation).
+Its log gives the time to the first step and, per window of --window steps, the target tokens/s and the MFU
+(jaxnat/training/flops.py: XLA's FLOP count of the step less the padding share, against the float32 matmul peak
+the run measured at its start); the first window (warm-up) is dropped.
+fairseq: `fairseq_cli.train` under .refenv/bin/python, `--cpu`, the same model (d 256, FFN 1024, 4 heads, 3+3
+layers, shared embeddings, dropout 0.3/0.1/0.1, label smoothing 0.1, Adam, inverse-sqrt warm-up), `--max-tokens
+4096` (jaxnat's batches hold 4096 slots a side), on the same SentencePiece pieces binarised with jaxnat's
+vocabulary as its dictionary; its `wps` per window is target tokens/s, as jaxnat counts them (EOS in, BOS out).
+fairseq's MFU is its tokens/s times jaxnat's FLOPs per target token of the same model (the jaxnat run's MFU ×
+peak / tokens/s), against the same peak: the two MFUs compare as the two token rates do. fairseq's LevT cannot
+train here (its oracle, the C++ libnat, is not in fairseq's PyPI package), so LevT and EDITOR have no fairseq row.
+Runs alternate (jaxnat family by family, then fairseq, per repeat), both using every core; medians over repeats.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
-import tempfile
-import time
-
-import jax
-import jax.numpy as jnp
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from jaxnat.config import build_config  # noqa: E402
-from jaxnat.main import enable_compilation_cache  # noqa: E402
-from jaxnat.training.trainer import Trainer, make_train_step  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+FAMILIES = ("ar", "cmlm", "levt", "editor", "nat", "ctc", "dat", "vecconst")
+# fairseq's model for a jaxnat row: (its arguments, the jaxnat row whose FLOPs per token it is credited with)
+MODEL = ["--encoder-layers", "3", "--decoder-layers", "3", "--encoder-embed-dim", "256", "--decoder-embed-dim", "256",
+         "--encoder-ffn-embed-dim", "1024", "--decoder-ffn-embed-dim", "1024", "--encoder-attention-heads", "4",
+         "--decoder-attention-heads", "4", "--share-all-embeddings", "--dropout", "0.3", "--attention-dropout", "0.1",
+         "--activation-dropout", "0.1", "--max-source-positions", "128", "--max-target-positions", "128"]
+TRAIN = ["--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "1e-3", "--lr-scheduler", "inverse_sqrt",
+         "--warmup-updates", "1000", "--max-tokens", "4096", "--cpu", "--log-format", "simple", "--disable-validation",
+         "--no-save", "--num-workers", "0", "--seed", "1", "--no-progress-bar"]
+FAIRSEQ = {
+    "ar": ["--task", "translation", "--arch", "transformer", "--criterion", "label_smoothed_cross_entropy",
+           "--label-smoothing", "0.1", "--weight-decay", "0.0001"],
+    # fairseq's CMLM: the plain model of the CMLMC paper's ablation (no RevealPosition, no correction loss)
+    "cmlm": ["--task", "translation_lev", "--noise", "random_mask", "--arch", "cmlm_transformer", "--criterion",
+             "nat_loss", "--label-smoothing", "0.1", "--length-loss-factor", "0.1", "--apply-bert-init",
+             "--weight-decay", "0.01"],
+}
+# jaxnat's plain CMLM, the row fairseq's CMLM is compared with (configs/cmlm/multi30k.py says these switches)
+PLAIN_CMLM = ["--config.cmlm.masked_attn=false", "--config.cmlm.concat_pe=false", "--config.cmlm.correction=false",
+              "--config.cmlm.length_prediction=pooled"]
+WINDOW_LINE = re.compile(r"step (\d+): .* ([\d.]+) tok/s MFU ([\d.]+)% of ([\d.]+) TFLOP/s")
+FIRST_LINE = re.compile(r"first train step done ([\d.]+) s")
+FAIRSEQ_LINE = re.compile(r"train_inner .*wps=([\d.]+).*num_updates=(\d+)")
 
 
-def bare_tokens_per_s(trainer: Trainer, steps: int) -> float:
-    batcher = trainer.make_batcher()
-    batches = [jax.device_put({k: jnp.asarray(v) for k, v in batcher.batch(i).items()}) for i in range(steps)]
-    tokens = [float(jnp.sum(b["tgt"][:, 1:] != 0)) for b in batches]
-    state = trainer.init_state(batcher.batch(0))
-    step = jax.jit(make_train_step(trainer.spec, trainer.optimizer, trainer.schedule), donate_argnums=(0,))
-    key = jax.random.PRNGKey(0)
-    for b in batches:  # compile every shape
-        state, m = step(state, b, key)
-    jax.block_until_ready(m)
-    t0 = time.perf_counter()
-    for b in batches:
-        state, m = step(state, b, key)
-    jax.block_until_ready(m)
-    return sum(tokens) / (time.perf_counter() - t0)
+def prepare(data_dir: str, work: str) -> tuple[str, str]:
+    """(jaxnat workdir holding the SentencePiece model every run shares, fairseq's binarised data directory)."""
+    from jaxnat.config import build_config
+    from jaxnat.training.trainer import Trainer
+
+    spm_run, binary = os.path.join(work, "spm"), os.path.join(work, "fairseq-bin")
+    if not os.path.isdir(os.path.join(spm_run, "spm")):  # the AR config's joint 8k model, trained as a run would
+        Trainer(build_config(os.path.join(ROOT, "configs/ar/multi30k.py"), [f"--config.data.dir={data_dir}"]),
+                spm_run)
+    if os.path.isfile(os.path.join(binary, "train.en-de.de.bin")):
+        return spm_run, binary
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(spm_run, "spm", "joint.model"))
+    text = os.path.join(work, "fairseq-text")
+    os.makedirs(text, exist_ok=True)
+    for lang in ("en", "de"):
+        with gzip.open(os.path.join(data_dir, f"train.{lang}.gz"), "rt", encoding="utf-8") as f:
+            lines = [" ".join(sp.encode(line.strip(), out_type=str)) + "\n" for line in f]
+        with open(os.path.join(text, f"train.{lang}"), "w", encoding="utf-8") as out:
+            out.writelines(lines)
+        with open(os.path.join(text, f"valid.{lang}"), "w", encoding="utf-8") as out:  # fairseq wants one
+            out.writelines(lines[:100])
+    # fairseq's dictionary: jaxnat's pieces after its six reserved ids, in id order; fairseq puts its own four
+    # specials first and pads the table to a multiple of 8, giving the same 8000 rows
+    with open(os.path.join(text, "dict.txt"), "w", encoding="utf-8") as out:
+        for i in range(6, sp.get_piece_size()):
+            out.write(f"{sp.id_to_piece(i)} 1\n")
+    dictionary = os.path.join(text, "dict.txt")
+    subprocess.run([reference_python(), "-m", "fairseq_cli.preprocess", "--source-lang", "en", "--target-lang", "de",
+                    "--trainpref", os.path.join(text, "train"), "--validpref", os.path.join(text, "valid"),
+                    "--destdir", binary, "--srcdict", dictionary, "--tgtdict", dictionary, "--workers", "2"],
+                   check=True, stdout=subprocess.DEVNULL)
+    return spm_run, binary
 
 
-def full_tokens_per_s(config, workdir: str, steps: int) -> float:
-    config.train.steps = 2 * steps
-    config.train.log_every = steps
-    trainer = Trainer(config, workdir)
-    trainer.train()
-    windows = [h["tokens_per_s"] for h in trainer.history.entries if "tokens_per_s" in h]
-    return windows[-1]  # the second window: every shape compiled during the first
+def reference_python() -> str:
+    python = os.path.join(ROOT, ".refenv", "bin", "python")
+    if not os.path.isfile(python):
+        raise SystemExit("error: the fairseq rows need .refenv (bash tools/reference_env.sh)")
+    return python
+
+
+def watch(command: list[str], env: dict, until, log_path: str) -> list[str]:
+    """Runs ``command``, keeping its output in ``log_path``, until ``until(line)`` holds for a line (then stops
+    it) or it exits; returns the lines. A run that exits without reaching that line is an error."""
+    lines = []
+    with open(log_path, "w") as log, subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                                                      stderr=subprocess.STDOUT, text=True) as proc:
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
+            lines.append(line)
+            if until(line):
+                proc.kill()  # no evaluation, no graceful stop: the figures are out
+                break
+        proc.wait()
+    if not any(until(line) for line in lines):
+        raise SystemExit(f"error: {' '.join(command[:6])} … stopped before its last window; log: {log_path}")
+    return lines
+
+
+def jaxnat_run(family: str, extra: list[str], args, spm_run: str, workdir: str) -> dict:
+    """{first_step_s, tok_s, mfu, peak} of one jaxnat training run (medians over its windows after the first)."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    config = os.path.join(ROOT, "configs", family, "multi30k.py")
+    command = [sys.executable, "-m", "jaxnat.main", "--config", config, "--workdir", workdir,
+               f"--config.data.dir={args.data_dir}", f"--config.data.spm_from={spm_run}",
+               f"--config.train.steps={args.steps}", f"--config.train.log_every={args.window}",
+               "--config.train.eval_every=1000000000", "--config.train.checkpoint_every=1000000000", *extra]
+    env = dict(os.environ, JAXNAT_COMPILATION_CACHE="off")
+    last = f"step {args.steps}:"
+    lines = watch(command, env, lambda line: last in line, workdir + ".log")
+    first = [float(m.group(1)) for m in map(FIRST_LINE.search, lines) if m]
+    windows = [m for m in map(WINDOW_LINE.search, lines) if m][1:]
+    return {"first_step_s": first[0], "tok_s": statistics.median(float(m.group(2)) for m in windows),
+            "mfu": statistics.median(float(m.group(3)) for m in windows) / 100,
+            "peak": statistics.median(float(m.group(4)) for m in windows)}
+
+
+def fairseq_run(model: str, args, binary: str, log_path: str) -> float:
+    """fairseq's median target tokens/s over its windows after the first."""
+    command = [reference_python(), "-m", "fairseq_cli.train", binary, *FAIRSEQ[model], *MODEL, *TRAIN,
+               "--max-update", str(args.steps), "--log-interval", str(args.window)]
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    last = lambda line: bool((m := FAIRSEQ_LINE.search(line)) and int(m.group(2)) >= args.steps)  # noqa: E731
+    lines = watch(command, env, last, log_path)
+    return statistics.median([float(m.group(1)) for m in map(FAIRSEQ_LINE.search, lines) if m][1:])
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", default=os.path.join(ROOT, "..", "shared", "data", "multi30k"))
+    parser.add_argument("--work", default="/tmp/jaxnat-throughput")
+    parser.add_argument("--families", default=",".join(FAMILIES))
+    parser.add_argument("--fairseq", default="ar,cmlm", help="fairseq's models beside them ('' for none)")
     parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--window", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    enable_compilation_cache()  # repeats after the first skip compilation
-    overrides = [f"--config.data.dir={args.data_dir}", "--config.train.eval_every=1000000",
-                 "--config.train.checkpoint_every=1000000", "--config.train.valid_bleu_sentences=10"]
-    bare, full = [], []
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.repeats):
-            config = build_config(os.path.join(ROOT, "configs/ar/multi30k.py"), overrides)
-            workdir = os.path.join(tmp, f"run{r}")
-            trainer = Trainer(config, workdir)
-            bare.append(bare_tokens_per_s(trainer, args.steps))
-            full.append(full_tokens_per_s(config, os.path.join(tmp, f"full{r}"), args.steps))
-            print(f"repeat {r}: bare {bare[-1]:.0f} tok/s, full {full[-1]:.0f} tok/s", flush=True)
-    b, f = statistics.median(bare), statistics.median(full)
-    print("\n| model | bare step (tok/s) | jaxnat full step (tok/s) | full / bare |")
-    print("|---|---|---|---|")
-    print(f"| AR d256 3+3, 8k vocab, Multi30k batches | {b:.0f} | {f:.0f} | {f / b:.2f} |")
-    print(f"\nmachine: {os.cpu_count()} CPU cores, jax {jax.__version__}, backend {jax.default_backend()}; "
-          f"median of {args.repeats} alternating repeats, {args.steps} timed steps each")
+    args.data_dir = os.path.abspath(args.data_dir)
+    families = [f for f in args.families.split(",") if f]
+    fairseq = [m for m in args.fairseq.split(",") if m]
+    for name in families + fairseq:
+        if name not in FAMILIES:
+            raise SystemExit(f"error: unknown family {name!r} (one of {', '.join(FAMILIES)})")
+    os.makedirs(args.work, exist_ok=True)
+    spm_run, binary = prepare(args.data_dir, args.work)
+    rows = {f: [] for f in families}  # jaxnat rows; "cmlm (plain)" joins them where fairseq's CMLM runs
+    if "cmlm" in fairseq:
+        rows["cmlm (plain CMLM)"] = []
+    theirs = {m: [] for m in fairseq}
+    for r in range(args.repeats):
+        for name in rows:
+            family, extra = ("cmlm", PLAIN_CMLM) if name.startswith("cmlm (") else (name, [])
+            rows[name].append(jaxnat_run(family, extra, args, spm_run, os.path.join(args.work, f"{family}-{r}")))
+            print(f"repeat {r} jaxnat {name}: {rows[name][-1]}", flush=True)
+        for model in fairseq:
+            theirs[model].append(fairseq_run(model, args, binary, os.path.join(args.work, f"fairseq-{model}-{r}.log")))
+            print(f"repeat {r} fairseq {model}: {theirs[model][-1]:.0f} tok/s", flush=True)
+
+    from jaxnat.provenance import machine
+
+    med = lambda runs, key: statistics.median(run[key] for run in runs)  # noqa: E731
+    peak = statistics.median(run["peak"] for runs in rows.values() for run in runs)
+    print("\n| model | first step (s) | jaxnat tok/s | jaxnat MFU | fairseq tok/s | fairseq MFU | jaxnat / fairseq |")
+    print("|---|---|---|---|---|---|---|")
+    ar_mfu = med(rows["ar"], "mfu") if "ar" in rows else None
+    for name, runs in rows.items():
+        tok_s, mfu = med(runs, "tok_s"), med(runs, "mfu")
+        flops_per_token = statistics.median(run["mfu"] * run["peak"] / run["tok_s"] for run in runs)
+        model = "cmlm" if name.startswith("cmlm (") else name if name == "ar" else None
+        fs = (f"| {statistics.median(theirs[model]):.0f} | "
+              f"{statistics.median(theirs[model]) * flops_per_token / peak:.1%} | "
+              f"{tok_s / statistics.median(theirs[model]):.2f} |") if model in theirs else "| – | – | – |"
+        vs_ar = f" ({mfu / ar_mfu:.2f}× AR's)" if ar_mfu and name != "ar" else ""
+        print(f"| {name} | {med(runs, 'first_step_s'):.0f} | {tok_s:.0f} | {mfu:.1%}{vs_ar} {fs}")
+    print(f"\nmedians of {args.repeats} repeats, {args.steps} steps each (windows of {args.window}, the first "
+          f"dropped); MFU against the median measured peak {peak:.3f} TFLOP/s; {machine()}")
 
 
 if __name__ == "__main__":
