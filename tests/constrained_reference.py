@@ -37,35 +37,41 @@ def startable(phrases, done, ordered):
     return set(unmet[:1]) if ordered else set(unmet)
 
 
-def advance(phrases, state, token, ordered, glue=False, after_join=False):
+def advance(phrases, state, token, ordered, glue=False, after_join=False, trail=False):
     """state = (done: tuple of bool, depth, cand: frozenset of the unmet phrases the path is a prefix of,
-    pending: the deepest phrase the path completed or None, ended: the last token completed a phrase).
+    pending: the deepest phrase the path completed or None, ended: the completed phrase's word is open).
     One path: a token continues the phrases in cand, or falls off — meeting the pending phrase — and may start
-    one at the root. glue: the token glues onto the previous word, so a phrase the previous token completed is
-    no word of its own: it is dropped, not met. after_join: the previous token glues the next one onto its word
-    (a BPE piece ending in "@@"), so the token starts no phrase."""
+    one at the root. glue: the token glues onto the previous word, so a phrase whose word is open is no word of
+    its own: it is dropped, not met. after_join: the previous token glues the next one onto its word (a BPE
+    piece ending in "@@"), so the token starts no phrase. trail: the token is punctuation, which keeps an open
+    word open: the pending phrase waits for the next token."""
     done, depth, cand, pending, ended = state
     glued_on = ended and glue
     deeper = {c for c in cand if 0 < depth < len(phrases[c]) and phrases[c][depth] == token}
+    still_open = ended and trail and not deeper
     if deeper:
         cand, depth = deeper, depth + 1
         if glued_on:
             pending = None
     else:
-        if pending is not None and not glued_on:
+        kept = pending if still_open and not glued_on else None
+        if pending is not None and not glued_on and not still_open:
             done = tuple(d or c == pending for c, d in enumerate(done))
-        pending = None
+        pending = kept
         cand = {c for c in startable(phrases, done, ordered) if phrases[c][0] == token and not after_join}
         depth = 1 if cand else 0
     completed = sorted(c for c in cand if len(phrases[c]) == depth)
     if completed:
         pending = completed[0]
-    return (done, depth, frozenset(cand), pending, bool(completed))
+    return (done, depth, frozenset(cand), pending, bool(completed) or still_open)
 
 
 def bank(phrases, state):
-    done, depth = state[:2]
-    return sum(len(p) for p, d in zip(phrases, done) if d and p) + depth
+    """Constraint tokens produced: met phrases, the path's depth, and a pending phrase punctuation took the path
+    off (its word still open)."""
+    done, depth, _, pending, ended = state
+    left = len(phrases[pending]) if ended and depth == 0 and pending is not None else 0
+    return sum(len(p) for p, d in zip(phrases, done) if d and p) + depth + left
 
 
 def complete(state):
@@ -82,9 +88,11 @@ def offered_tokens(phrases, state, ordered, after_join=False):
 
 
 # -- the search ---------------------------------------------------------------------------------------
-def search(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len, max_out, continues=(), joins=()):
+def search(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len, max_out, continues=(), joins=(),
+           trails=()):
     """phrases: list of piece-id lists (empty lists = no phrase); continues: the ids never taken right after a
-    phrase is met; joins: the ids after which no phrase starts. Returns (tokens, score, met)."""
+    phrase is met, nor after the trails ids (punctuation) that follow it; joins: the ids after which no phrase
+    starts. Returns (tokens, score, met)."""
     k = beam_size
     real = [p for p in phrases if p]
     max_len = min(max(max_len, sum(len(p) for p in real)), max_out - 2)
@@ -96,7 +104,7 @@ def search(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len,
         ext = []
         for toks, s, st in alive:
             lp = restricted(toy_logprobs(table, toks, seed), i, max_len)
-            if st[4]:  # just completed a phrase: no glued piece, unless it starts or continues a phrase
+            if st[4]:  # a phrase's word is open: no glued piece, unless it starts or continues a phrase
                 lp[[t for t in continues
                     if t not in offered_tokens(phrases, st, ordered, toks[-1] in joins)]] = -np.inf
             ext.append((toks, s, st, lp))
@@ -123,7 +131,8 @@ def search(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len,
         for (j, t), sc in cands.items():
             if sc == -np.inf:
                 continue
-            st = advance(phrases, ext[j][2], t, ordered, glue=t in continues, after_join=ext[j][0][-1] in joins)
+            st = advance(phrases, ext[j][2], t, ordered, glue=t in continues, after_join=ext[j][0][-1] in joins,
+                         trail=t in trails)
             by_bank.setdefault(bank(phrases, st), []).append((sc, ext[j][0] + [t], st))
         ranked = {b: sorted(v, key=lambda x: -x[0]) for b, v in by_bank.items()}
         order = sorted(((r, -b) for b, v in ranked.items() for r in range(len(v))))

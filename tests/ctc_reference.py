@@ -73,21 +73,26 @@ def placements(y, phrases):
             yield spans
 
 
-def whole_words(y, spans, continues, joins):
-    """The subword rule of hard constraints: the token right after a placed phrase does not continue a word; the
-    free token right before one does not join onto it (the end of another phrase is not free)."""
+def whole_words(y, spans, continues, joins, trails=None):
+    """The subword rule of hard constraints: after a placed phrase its word stays open up to the next token that
+    starts a word (or the end): the tokens in between are ``trails`` tokens, none continues a word (a continuing
+    token, also one that is trails, glues the run onto the phrase); the free token right before a phrase does not
+    join onto it (the end of another phrase is not free)."""
     ends = {e for _, e in spans}
     for s, e in spans:
-        if e < len(y) and continues is not None and continues[y[e]]:
-            return False
+        for token in y[e:]:
+            if continues is not None and continues[token]:
+                return False
+            if trails is None or not trails[token]:
+                break  # a word start: the phrase's word is closed
         if s > 0 and s not in ends and joins is not None and joins[y[s - 1]]:
             return False
     return True
 
 
-def satisfies(y, phrases, continues=None, joins=None):
+def satisfies(y, phrases, continues=None, joins=None, trails=None):
     """Whether the output y holds every phrase, placed whole, non-overlapping, as words."""
-    return any(whole_words(y, spans, continues, joins) for spans in placements(y, phrases))
+    return any(whole_words(y, spans, continues, joins, trails) for spans in placements(y, phrases))
 
 
 def soft_gain(y, phrases, bonus):
@@ -100,7 +105,8 @@ def soft_gain(y, phrases, bonus):
     return best
 
 
-def constrained_best(log_probs, frames, labels, phrases, hard, continues=None, joins=None, bonus=0.0):
+def constrained_best(log_probs, frames, labels, phrases, hard, continues=None, joins=None, trails=None,
+                     bonus=0.0):
     """The best path's value: hard, the best path score whose output satisfies every phrase (−inf if none);
     soft, the best path score + `soft_gain`."""
     phrases = [list(p) for p in phrases if len(p)]
@@ -108,7 +114,7 @@ def constrained_best(log_probs, frames, labels, phrases, hard, continues=None, j
     for p in paths(labels, frames):
         y = collapse(p)
         if hard:
-            if satisfies(y, phrases, continues, joins):
+            if satisfies(y, phrases, continues, joins, trails):
                 best = max(best, path_score(log_probs, p))
         else:
             best = max(best, path_score(log_probs, p) + soft_gain(y, phrases, bonus))

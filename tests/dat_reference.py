@@ -94,13 +94,30 @@ def beam_best(links, emit, allowed, n: int, width: int, alpha: float, top: int):
     return best, {y: logsumexp(totals[y]) for y, s in normed.items() if s >= best - 1e-4}
 
 
-def placeable(tokens, phrases, continues=None, joins=None) -> int:
+def placeable(tokens, phrases, continues=None, joins=None, trails=None) -> int:
     """The most of ``phrases`` that can sit in ``tokens`` (an output's inner tokens) as disjoint runs, each a
-    whole word: the free token (in no run) right after a run is not a ``continues`` piece, the free token right
-    before it not a ``joins`` piece. Every choice of runs is tried."""
+    whole word: the free tokens (in no run) after a run, up to the first that is neither a ``trails`` piece nor
+    a ``continues`` one (or the end, or another run), include no ``continues`` piece and no trailing piece that
+    ``joins`` (which would glue the next piece onto the open word); the free token right before a run is no
+    ``joins`` piece. Every choice of runs is tried."""
     n = len(tokens)
     options = [[None] + [s for s in range(n - len(ph) + 1) if list(tokens[s:s + len(ph)]) == list(ph)]
                for ph in phrases]
+
+    def word_closes(after, used):
+        """The run ending before ``after`` stays a word of its own, read over the free tokens from ``after``."""
+        for i in range(after, n):
+            t = tokens[i]
+            if i in used:
+                return True
+            if continues is not None and continues[t]:
+                return False
+            if trails is None or not trails[t]:
+                return True  # a word starts (or a piece neither trailing nor continuing)
+            if joins is not None and joins[t]:
+                return False
+        return True
+
     best = 0
     for choice in itertools.product(*options):
         spans = [set(range(s, s + len(ph))) for s, ph in zip(choice, phrases) if s is not None]
@@ -111,8 +128,8 @@ def placeable(tokens, phrases, continues=None, joins=None) -> int:
         for s, ph in zip(choice, phrases):
             if s is None:
                 continue
-            after, before = s + len(ph), s - 1
-            if continues is not None and after < n and after not in used and continues[tokens[after]]:
+            before = s - 1
+            if not word_closes(s + len(ph), used):
                 ok = False
             if joins is not None and before >= 0 and before not in used and joins[tokens[before]]:
                 ok = False
@@ -122,7 +139,7 @@ def placeable(tokens, phrases, continues=None, joins=None) -> int:
 
 
 def constrained_best(links, emit, allowed, n: int, width: int, beta: float, phrases, hard: bool, reward: float,
-                     continues=None, joins=None):
+                     continues=None, joins=None, trails=None):
     """Control-DAG's semantics by enumeration: every path of ≤ width vertices and every string of allowed tokens
     on its inner vertices; a hard request keeps the strings holding every phrase (disjoint runs, whole words),
     a soft one adds ``reward`` per phrase held; the best by (score [+ reward]) / M^β. Returns (best normalised
@@ -132,7 +149,7 @@ def constrained_best(links, emit, allowed, n: int, width: int, beta: float, phra
     for p in paths(n, width):
         base = float(emit[0, BOS]) + edge_sum(links, p) + float(emit[n - 1, EOS])
         for toks in itertools.product(vocab, repeat=len(p) - 2):
-            k = placeable(toks, phrases, continues, joins)
+            k = placeable(toks, phrases, continues, joins, trails)
             if hard and k < len(phrases):
                 continue
             raw = base + sum(float(emit[v, t]) for v, t in zip(p[1:-1], toks))

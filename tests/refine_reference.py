@@ -13,41 +13,48 @@ from jaxnat.decoding.refine import Heads, initial_hypotheses, length_cap, refine
 from jaxnat.decoding.refine import NOT_PREDICTED
 from tests import jitted
 from tests import reference as ref
+from tests import words_reference as words
 
 
 def pad(rows, length, value=PAD_ID):
     return np.array([list(r) + [value] * (length - len(r)) for r in rows])
 
 
-def levt_first(row, marks, scores, logits, continues=None, joins=None):
-    """LevT's deletion on one sentence; logits: [L, 2]. Returns (row, marks, scores, counts). With
-    ``continues`` (bool[V]), the free token right after a phrase is only deleted when the token after it does
-    not continue a word and is not marked for deletion itself (so nothing ends up glued onto the phrase); with
-    ``joins`` (bool[V]), the free token right before a phrase only when the token before it does not join the
-    next onto its word and is not marked itself."""
+def levt_first(row, marks, scores, logits, continues=None, joins=None, trails=None):
+    """LevT's deletion on one sentence; logits: [L, 2]. Returns (row, marks, scores, counts). With ``joins``
+    (bool[V]), the free token right before a phrase is only deleted when the token before it does not join the
+    next onto its word and is not marked itself. With ``continues`` (bool[V]; ``trails``, bool[V] or None:
+    punctuation), when a continuing piece that stays would stand in a phrase's open word (deleted pieces and
+    punctuation between them), the pieces marked between the phrase and it stay too."""
     if len(row) <= 2:
         return row, marks, scores, {"deletions": 0}
     flags = list(logits[:len(row)].argmax(-1) == 1)
-    flags = [f and not (continues is not None and 0 < k < len(row) - 1 and marks[k - 1] and not marks[k]
-                        and (continues[row[k + 1]] or flags[k + 1]))
-             and not (joins is not None and 0 < k < len(row) - 1 and marks[k + 1] and not marks[k]
-                      and (joins[row[k - 1]] or flags[k - 1]))
+    flags = [f and not (joins is not None and 0 < k < len(row) - 1 and marks[k + 1] and not marks[k]
+                        and (joins[row[k - 1]] or flags[k - 1]))
              for k, f in enumerate(flags)]
+    if continues is not None:
+        last = [m > 0 and (k + 1 == len(row) or marks[k + 1] != m) for k, m in enumerate(marks)]
+        passes = [(f or (trails is not None and bool(trails[t]))) and not m for t, m, f in zip(row, marks, flags)]
+        restore = []
+        for c, t in enumerate(row):
+            is_open, anchor = words.open_word(passes, last, c)
+            if is_open and not flags[c] and not marks[c] and continues[t]:
+                restore += range(anchor + 1, c)
+        flags = [f and k not in restore for k, f in enumerate(flags)]
     keep = ref.kept_after_delete(row, flags, [m > 0 for m in marks])
     row, marks, scores = ([v for v, k in zip(seq, keep) if k] for seq in (row, marks, scores))
     return row, marks, scores, {"deletions": keep.count(False)}
 
 
-def glued(row, marks, continues, joins=None):
-    """Free pieces that continue a word right after a phrase (through other such pieces), and free pieces that
-    join the next onto their word right before one (through other such pieces)."""
+def glued(row, marks, continues, joins=None, trails=None):
+    """Free pieces that continue a word after a phrase (through punctuation, ``trails``, and other such
+    pieces), and free pieces that join the next onto their word right before one (through other such pieces)."""
     out = [False] * len(row)
     if continues is not None:
-        after_phrase = False
-        for k, (t, m) in enumerate(zip(row, marks)):
-            free_continuation = not m and continues[t] and t not in (BOS_ID, EOS_ID)
-            out[k] = after_phrase and free_continuation
-            after_phrase = bool(m) or (after_phrase and free_continuation)
+        last = [m > 0 and (k + 1 == len(row) or marks[k + 1] != m) for k, m in enumerate(marks)]
+        passes = [(continues[t] or (trails is not None and trails[t])) and not m for t, m in zip(row, marks)]
+        out = [not m and bool(continues[t]) and words.open_word(passes, last, k)[0]
+               for k, (t, m) in enumerate(zip(row, marks))]
     if joins is not None:
         before_phrase = False
         for k in reversed(range(len(row))):
@@ -58,7 +65,7 @@ def glued(row, marks, continues, joins=None):
     return out
 
 
-def editor_first(row, marks, scores, logits, deletion_reward=0.0, continues=None, joins=None):
+def editor_first(row, marks, scores, logits, deletion_reward=0.0, continues=None, joins=None, trails=None):
     """EDITOR's reposition on one sentence; logits: [L, L] (slot, input token)."""
     n = len(row)
     lg = np.array(logits[:n, :n], np.float32)
@@ -80,19 +87,20 @@ def editor_first(row, marks, scores, logits, deletion_reward=0.0, continues=None
     deleted = sum(1 for i in range(1, n - 1) if not marks[i]) - sum(1 for p in source[1:-1] if not marks[p])
     row, marks, scores = ([seq[p] for p in source] for seq in (row, marks, scores))
     if continues is not None or joins is not None:
-        cut = glued(row, marks, continues, joins)
+        cut = glued(row, marks, continues, joins, trails)
         deleted += sum(cut)
         row, marks, scores = ([v for v, c in zip(seq, cut) if not c] for seq in (row, marks, scores))
     return row, marks, scores, {"repositions": free_moved + phrase_moved, "deletions": deleted}
 
 
-def python_refine(heads, tokens, phrase, caps, options, first_edit, continues=None, joins=None):
-    """Reference loop. first_edit(row, marks, scores, logits of the row, continues, joins) -> (row, marks,
+def python_refine(heads, tokens, phrase, caps, options, first_edit, continues=None, joins=None, trails=None):
+    """Reference loop. first_edit(row, marks, scores, logits of the row, continues, joins, trails) -> (row, marks,
     scores, counts). With ``continues`` (bool[V]) a placeholder right after a phrase is filled with the best piece
-    that does not continue a word, with ``joins`` one right before a phrase with the best that does not join the
-    next onto its word, scored among those. Returns (rows, iterations, {count name: per sentence},
-    insertions, scores, per row each token's (log-probability of its fill, whether it was filled): (0.0, False)
-    for the tokens of the start)."""
+    that does not continue a word (and with ``trails``, punctuation, the fills are repaired so that none glues onto
+    a phrase's word through it: `words_reference.repair`), with ``joins`` one right before a phrase with the best
+    that does not join the next onto its word, scored among those. Returns (rows, iterations, {count name: per
+    sentence}, insertions, scores, per row each token's (log-probability of its fill, whether it was filled): (0.0,
+    False) for the tokens of the start)."""
     length = tokens.shape[1]
     rows = [[int(t) for t in r if t != PAD_ID] for r in np.asarray(tokens)]
     marks = [[int(m) for m in np.asarray(phrase)[b, :len(r)]] for b, r in enumerate(rows)]
@@ -107,7 +115,8 @@ def python_refine(heads, tokens, phrase, caps, options, first_edit, continues=No
         for b in range(n):
             if done[b]:
                 continue
-            rows[b], marks[b], scores[b], c = first_edit(rows[b], marks[b], scores[b], logits[b], continues, joins)
+            rows[b], marks[b], scores[b], c = first_edit(rows[b], marks[b], scores[b], logits[b], continues, joins,
+                                                         trails)
             for name, v in c.items():
                 counts.setdefault(name, [0] * n)[b] += v
         plh = np.array(heads.placeholder(jnp.asarray(pad(rows, length))))
@@ -126,19 +135,31 @@ def python_refine(heads, tokens, phrase, caps, options, first_edit, continues=No
         for b in range(n):
             if done[b]:
                 continue
-            best, new_scores = [], []
-            for k, (t, sc) in enumerate(zip(rows[b], scores[b])):
-                allowed = np.ones(token_logits.shape[-1], bool)
-                if continues is not None and t == PLH_ID and k > 0 and marks[b][k - 1]:
-                    allowed &= ~np.asarray(continues)
-                if joins is not None and t == PLH_ID and k + 1 < len(rows[b]) and marks[b][k + 1]:
-                    allowed &= ~np.asarray(joins)
-                lg = np.where(allowed, token_logits[b, k].astype(np.float64), -np.inf)
-                logp = lg - np.log(np.sum(np.exp(lg - lg.max()))) - lg.max()
-                best.append(int(logp.argmax()))
-                new_scores.append((float(logp[best[-1]]), True) if t == PLH_ID else sc)
+            def fill(levels, row=rows[b], marks=marks[b], old=scores[b], logits=token_logits[b]):
+                best, new_scores = [], []
+                for k, (t, sc) in enumerate(zip(row, old)):
+                    allowed = np.ones(logits.shape[-1], bool)
+                    if continues is not None and t == PLH_ID and k > 0 and marks[k - 1]:
+                        allowed &= ~np.asarray(continues)
+                    if joins is not None and t == PLH_ID and k + 1 < len(row) and marks[k + 1]:
+                        allowed &= ~np.asarray(joins)
+                    if levels[k]:
+                        allowed &= words.allowed(levels[k], continues, trails)
+                    lg = np.where(allowed, logits[k].astype(np.float64), -np.inf)
+                    logp = lg - np.log(np.sum(np.exp(lg - lg.max()))) - lg.max()
+                    best.append(int(logp.argmax()))
+                    new_scores.append((float(logp[best[-1]]), True) if t == PLH_ID else sc)
+                return ref.fill(row, best, PLH_ID), new_scores
+
+            filled, new_scores = fill([0] * len(rows[b]))
+            if continues is not None and trails is not None:
+                in_phrase = [m > 0 for m in marks[b]]
+                last = [m > 0 and (k + 1 == len(marks[b]) or marks[b][k + 1] != m) for k, m in enumerate(marks[b])]
+                filled, levels = words.repair(lambda levels: fill(levels)[0], filled,
+                                              [t == PLH_ID for t in rows[b]], in_phrase, last, continues, trails)
+                new_scores = fill(levels)[1]
             scores[b] = new_scores
-            rows[b] = ref.fill(rows[b], best, PLH_ID)
+            rows[b] = filled
             iters[b] += 1
             if rows[b] == before[b] and not options.run_all:
                 done[b] = True
@@ -194,7 +215,7 @@ def check_fills_scored(out):
 
 
 def check_loop_against_python(spec, seed, options, first_method, first_edit, first_py, count_names, vocab,
-                              continues=None, joins=None):
+                              continues=None, joins=None, trails=None):
     """Decodes six canvases (empty, with one- and multi-token phrases, random) with the jit'd `refine` of an
     untrained model and with `python_refine`, and asserts they agree on tokens, counts, scores and each token's
     log-probability, scored only where the token head filled it (with the word-boundary rules of ``continues``,
@@ -212,10 +233,11 @@ def check_loop_against_python(spec, seed, options, first_method, first_edit, fir
     cap = length_cap(src, capacity, options)
     table = None if continues is None else jnp.asarray(continues)
     join_table = None if joins is None else jnp.asarray(joins)
+    trail_table = None if trails is None else jnp.asarray(trails)
     got = jax.jit(lambda t, m: refine(heads, first_edit, initial_hypotheses(t, m), cap, options, count_names,
-                                      table, join_table))(tokens, marks)
+                                      table, join_table, trail_table))(tokens, marks)
     rows, iters, counts, inss, scores, token_scores = python_refine(heads, tokens, marks, np.asarray(cap), options,
-                                                                    first_py, continues, joins)
+                                                                    first_py, continues, joins, trails)
     assert [[int(t) for t in r if t != PAD_ID] for r in np.asarray(got["tokens"])] == rows
     assert got["iterations"].tolist() == iters
     for name in count_names:

@@ -35,10 +35,10 @@ def toy_model(table):
 
 @partial(jax.jit, static_argnames=("beam_size", "ordered"))
 def run(table, seeds, src_len, phrases, length_penalty, beam_size, ordered, continues=np.zeros(V, bool),
-        joins=np.zeros(V, bool)):
+        joins=np.zeros(V, bool), trails=np.zeros(V, bool)):
     cache = jnp.repeat(seeds, beam_size)
     return constrained.constrained_search(toy_model(table), cache, src_len, phrases, beam_size=beam_size,
-                                          ordered=ordered, continues=continues, joins=joins,
+                                          ordered=ordered, continues=continues, joins=joins, trails=trails,
                                           length_penalty=length_penalty,
                                           max_len_a=1.0, max_len_b=0, max_out=MAX_OUT)
 
@@ -74,21 +74,24 @@ sentence = st.lists(phrase, min_size=0, max_size=C)
 @settings(max_examples=40, deadline=None)
 @given(st.lists(sentence, min_size=B, max_size=B), st.lists(st.integers(1, MAX_OUT), min_size=B, max_size=B),
        st.integers(0, 10_000), st.sampled_from([1, 2, 3]), st.booleans(), st.sampled_from([0.0, 0.6, 1.0]),
-       st.sets(st.sampled_from(WORDS)), st.sets(st.sampled_from(WORDS)))
-def test_matches_reference(sentences, src_len, seed, beam, ordered, length_penalty, continues, joins):
-    """``continues``: pieces that glue onto the word before them (SentencePiece's, never right after a phrase);
-    ``joins``: pieces that glue the next one onto their word (BPE's "@@", never right before a phrase)."""
+       st.sets(st.sampled_from(WORDS)), st.sets(st.sampled_from(WORDS)), st.sets(st.sampled_from(WORDS)))
+def test_matches_reference(sentences, src_len, seed, beam, ordered, length_penalty, continues, joins, trails):
+    """``continues``: pieces that glue onto the word before them (SentencePiece's, never right after a phrase
+    nor after the ``trails`` pieces, punctuation, that follow it); ``joins``: pieces that glue the next one onto
+    their word (BPE's "@@", never right before a phrase)."""
     continues = continues - {p[0] for phrases in sentences for p in phrases}  # phrases start a word
+    trails = trails - continues - {p[0] for phrases in sentences for p in phrases}
     joins = joins - {p[-1] for phrases in sentences for p in phrases}  # and end one
     table = make_table(seed % 7)
     seeds = np.arange(B, dtype=np.int32) + seed
     out = jax.device_get(run(table, seeds, np.asarray(src_len, np.int32), pad(sentences), length_penalty, beam,
-                             ordered, np.isin(np.arange(V), list(continues)), np.isin(np.arange(V), list(joins))))
+                             ordered, np.isin(np.arange(V), list(continues)), np.isin(np.arange(V), list(joins)),
+                             np.isin(np.arange(V), list(trails))))
     for b, phrases in enumerate(sentences):
         padded = phrases + [[]] * (C - len(phrases))
         tokens, score, met = ref.search(table, int(seeds[b]), padded, beam_size=beam, ordered=ordered,
                                         length_penalty=length_penalty, max_len=src_len[b], max_out=MAX_OUT,
-                                        continues=continues, joins=joins)
+                                        continues=continues, joins=joins, trails=trails)
         assert until_eos(out["tokens"][b]) == tokens
         np.testing.assert_allclose(out["score"][b], score, rtol=1e-5, atol=1e-5)
         assert bool(out["constraints_met"][b]) == met
@@ -135,11 +138,11 @@ def test_progress_tracking():
     advance = jax.jit(constrained.advance, static_argnums=3)
     bank = jax.jit(constrained.met)
 
-    def walk(phrases, tokens, ordered=False, glue=()):
+    def walk(phrases, tokens, ordered=False, glue=(), trail=()):
         arr = jnp.asarray(pad([phrases])[0])
         t = start(arr)
         for tok in tokens:
-            t = advance(arr, t, jnp.int32(tok), ordered, jnp.bool_(tok in glue))
+            t = advance(arr, t, jnp.int32(tok), ordered, jnp.bool_(tok in glue), False, jnp.bool_(tok in trail))
         seen = np.asarray(t.done) | np.asarray(t.pending)
         return [bool(d) for d in seen[:len(phrases)]], int(t.depth), int(bank(arr, t))
 
@@ -161,13 +164,18 @@ def test_progress_tracking():
     assert walk([[6], [6, 7]], [6, 7], glue=(7,)) == ([False, True], 2, 2)
     assert walk([[6], [6, 7]], [6, 7, 6], glue=(7,)) == ([True, True], 1, 3)
     assert walk([[6]], [6, 7], glue=(7,)) == ([False], 0, 0)
+    # punctuation (5) leaves the word open: "Zaun." + "n" is "Zaun.n", no word "Zaun"; a new word closes it
+    assert walk([[6]], [6, 5, 5, 7], glue=(7,), trail=(5,)) == ([False], 0, 0)
+    assert walk([[6]], [6, 5, 8, 7], glue=(7,), trail=(5,)) == ([True], 0, 1)
+    assert walk([[6]], [6, 5], glue=(7,), trail=(5,)) == ([True], 0, 1)  # pending: ending the output meets it
     for phrases, tokens, glue in (([[6], [6, 7]], [6, 7], ()), ([[6, 7, 8], [7, 9]], [6, 7, 9, 6], ()),
-                                  ([[6], [6, 7]], [6, 7, 6, 8], (7,)), ([[6, 7], [7, 8], [6]], [6, 7, 8, 6, 5], ())):
+                                  ([[6], [6, 7]], [6, 7, 6, 8], (7,)), ([[6, 7], [7, 8], [6]], [6, 7, 8, 6, 5], ()),
+                                  ([[6], [6, 5, 7]], [6, 5, 5, 7, 6, 5, 8], (7,)), ([[6]], [6, 5, 7, 6, 5], (7,))):
         state = (tuple(False for _ in phrases), 0, frozenset(), None, False)
         for tok in tokens:
-            state = ref.advance(phrases, state, tok, False, glue=tok in glue)
+            state = ref.advance(phrases, state, tok, False, glue=tok in glue, trail=tok == 5)
         met = [d or c == state[3] for c, d in enumerate(state[0])]
-        assert walk(phrases, tokens, glue=glue) == (met, state[1], ref.bank(phrases, state))
+        assert walk(phrases, tokens, glue=glue, trail=(5,)) == (met, state[1], ref.bank(phrases, state))
 
 
 def test_a_met_phrase_is_not_glued_onto():
@@ -179,3 +187,23 @@ def test_a_met_phrase_is_not_glued_onto():
         row = until_eos(row)
         for p in phrases:  # somewhere as whole words: "6 8" on the way to [6, 8] does not count for [6]
             assert any(row[i:i + len(p)] == p and row[i + len(p)] in (6, EOS_ID) for i in range(len(row))), row
+
+
+def test_punctuation_after_a_met_phrase_keeps_its_word_open():
+    """9 is punctuation (trails), every other generable id but 6 a continuation piece: after a met phrase come
+    9s, then 6 or EOS: never "Zaun.n"."""
+    table, src_len = make_table(3), np.asarray([10, 11, 12], np.int32)
+    continues, trails = np.isin(np.arange(V), [UNK_ID, 7, 8]), np.isin(np.arange(V), [9])
+    sentences = ([[6, 7]], [[6], [6, 8]], [[6, 9, 9]])
+    for seed in range(4):
+        seeds = np.arange(B, dtype=np.int32) + 10 * seed
+        out = run(table, seeds, src_len, pad(sentences), 1.0, 3, False, continues, trails=trails)
+        for row, phrases in zip(out["tokens"], sentences):
+            row = until_eos(row)
+            for p in phrases:
+                def whole(i):
+                    j = i + len(p)
+                    while row[j] == 9:
+                        j += 1
+                    return row[j] in (6, EOS_ID)
+                assert any(row[i:i + len(p)] == p and whole(i) for i in range(len(row))), row

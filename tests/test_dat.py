@@ -180,14 +180,28 @@ CONTINUES = np.zeros(V, bool)
 CONTINUES[7] = True                   # 7 would extend the word before it
 JOINS = np.zeros(V, bool)
 JOINS[8] = True                       # 8 glues the next piece onto its word ("@@")
+TRAILABLE = (3, 6, 8)                 # the ids a test's trails table (punctuation) may hold: none continues
+
+
+def trails_of(ids) -> np.ndarray:
+    """bool[V]: the trails table holding ``ids``."""
+    out = np.zeros(V, bool)
+    out[list(ids)] = True
+    return out
 
 
 @functools.lru_cache(maxsize=None)
 def _constrained(glue: bool):
+    """The constrained search at W + 1 slots, β = 1, reward 0.5: with the word tables (the trails table an
+    argument, so one program serves every table) or without any."""
     allowed = allowed_tokens(V)
-    tables = (jnp.asarray(CONTINUES), jnp.asarray(JOINS)) if glue else (None, None)
-    return jax.jit(lambda links, emit, n, phrases, hard: constrained_decode(
-        links, emit, n, phrases, hard, allowed, W + 1, 1.0, 0.5, *tables))
+    if glue:
+        return jax.jit(lambda links, emit, n, phrases, hard, trails: constrained_decode(
+            links, emit, n, phrases, hard, allowed, W + 1, 1.0, 0.5, jnp.asarray(CONTINUES), jnp.asarray(JOINS),
+            trails))
+    plain = jax.jit(lambda links, emit, n, phrases, hard: constrained_decode(
+        links, emit, n, phrases, hard, allowed, W + 1, 1.0, 0.5))
+    return lambda links, emit, n, phrases, hard, trails=None: plain(links, emit, n, phrases, hard)
 
 
 phrase_sets = st.lists(st.lists(st.sampled_from([6, 7, 8]), min_size=1, max_size=2), min_size=0, max_size=2)
@@ -195,21 +209,24 @@ phrase_sets = st.lists(st.lists(st.sampled_from([6, 7, 8]), min_size=1, max_size
 
 @settings(max_examples=30, deadline=None, derandomize=True)
 @given(rows=sizes, seed=st.integers(0, 10**6), phrases=st.lists(phrase_sets, min_size=B, max_size=B),
-       hard=st.lists(st.booleans(), min_size=B, max_size=B), glue=st.booleans())
-def test_constrained_best_path_matches_enumeration(rows, seed, phrases, hard, glue):
+       hard=st.lists(st.booleans(), min_size=B, max_size=B), glue=st.booleans(),
+       trailing=st.sets(st.sampled_from(TRAILABLE)))
+def test_constrained_best_path_matches_enumeration(rows, seed, phrases, hard, glue, trailing):
     """The constrained search against Control-DAG's semantics by enumeration (every path of ≤ W + 1 vertices,
     every string of allowed tokens on it: the best holding every phrase as disjoint whole-word runs, or, soft, the
     best with a reward per phrase held): the same best value, an output among the best, every phrase of a
-    feasible hard row in it (CPR 100%), an infeasible hard row flagged."""
+    feasible hard row in it (CPR 100%) and its tokens the ones flagged, an infeasible hard row flagged. The word
+    tables: 7 continues, 8 joins, a random set of the others trails (8 then both)."""
     n = n_of(rows)
     links, emit = graph(seed, n, scale=1.0)
     ids = np.zeros((B, 2, 2), np.int32)
     for b, ps in enumerate(phrases):
         for c, ph in enumerate(ps):
             ids[b, c, :len(ph)] = ph
-    out = {k: np.asarray(v) for k, v in _constrained(glue)(links, emit, n, ids, np.asarray(hard)).items()}
+    trails = trails_of(trailing)
+    out = {k: np.asarray(v) for k, v in _constrained(glue)(links, emit, n, ids, np.asarray(hard), trails).items()}
     allowed = np.asarray(allowed_tokens(V))
-    tables = (CONTINUES, JOINS) if glue else (None, None)
+    tables = (CONTINUES, JOINS, trails) if glue else (None, None, None)
     for b in range(B):
         best, found = ref.constrained_best(links[b], emit[b], allowed, n[b], W + 1, 1.0, phrases[b], hard[b], 0.5,
                                            *tables)
@@ -225,6 +242,68 @@ def test_constrained_best_path_matches_enumeration(rows, seed, phrases, hard, gl
         np.testing.assert_allclose(out["score"][b], found[(path, toks)], rtol=1e-5, atol=1e-4)
         if hard[b] and not out["infeasible"][b]:
             assert ref.placeable(toks, phrases[b], *tables) == len(phrases[b])
+            assert out["phrase"][b].sum() == sum(len(ph) for ph in phrases[b])
+
+
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(seed=st.integers(0, 10**6), phrases=st.lists(st.sampled_from([6, 8]), min_size=B, max_size=B),
+       trailing=st.sets(st.sampled_from([6, 8])))
+def test_constrained_trailing_pieces_match_enumeration(seed, phrases, trailing):
+    """The rule of trailing pieces where it binds: a one-token hard phrase on 6-vertex graphs (room after it),
+    the continuing piece 7 and the trailing ones (3 and a random set of 6 and 8) made likely, so that about a
+    third of the rows' best outputs differ from those of the rule of the next token only. The same checks as the
+    test above."""
+    n = np.full(B, 6, np.int32)
+    links, emit = graph(seed, n, scale=1.0)
+    trails = trails_of({3} | trailing)
+    emit = np.asarray(jax.nn.log_softmax(jnp.asarray(emit) + 2.0 * (trails | CONTINUES), -1))
+    ids = np.zeros((B, 2, 2), np.int32)
+    ids[:, 0, 0] = phrases
+    out = {k: np.asarray(v) for k, v in _constrained(True)(links, emit, n, ids, np.ones(B, bool), trails).items()}
+    allowed = np.asarray(allowed_tokens(V))
+    for b in range(B):
+        _, found = ref.constrained_best(links[b], emit[b], allowed, n[b], W + 1, 1.0, [[phrases[b]]], True, 0.5,
+                                        CONTINUES, JOINS, trails)
+        assert out["infeasible"][b] == 0
+        path = tuple(int(v) for v in out["path"][b] if v >= 0)
+        toks = tuple(int(t) for t in out["tokens"][b][1:len(path) - 1])
+        assert (path, toks) in found, (path, toks, found)
+        np.testing.assert_allclose(out["score"][b], found[(path, toks)], rtol=1e-5, atol=1e-4)
+        assert out["phrase"][b].sum() == 1
+
+
+def test_no_continuing_piece_after_a_phrase_and_its_punctuation():
+    """The hard phrase [6] with 3 trailing (punctuation, "."), 7 continuing: both rows' best output is 6 3 7
+    ("lan.n", one word: the phrase lost). Row 0 then takes 6 3 8 (a word starts after the "."), row 1, where its
+    third vertex says little but 7, 6 3 and EOS; the trailing 3 is no phrase token. Without the trails table (the
+    rule of the token right after the phrase only) 6 3 7 passes."""
+    links = np.full((B, L, L), -np.inf, np.float32)
+    for i, j, p in ((0, 1, 1.0), (1, 2, 1.0), (2, 3, 0.9), (2, 5, 0.1), (3, 5, 1.0), (4, 5, 1.0)):
+        links[:, i, j] = np.log(p)
+    probs = np.full((B, L, V), 0.01)
+    for v, t in ((0, 1), (1, 6), (2, 3), (3, 7), (5, 2)):
+        probs[:, v, t] = 0.9
+    probs[0, 3, 8] = 0.3                      # row 0: a word-start piece is the third vertex's second choice
+    emit = np.log(probs / probs.sum(-1, keepdims=True)).astype(np.float32)
+    n = np.asarray([6, 6], np.int32)
+    phrases = np.zeros((B, 2, 2), np.int32)
+    phrases[:, 0, 0] = 6
+    hard = np.asarray([True, True])
+    inner = lambda out, b: [int(t) for t in np.asarray(out["tokens"][b]) if t > 2]  # noqa: E731
+    free = _constrained(False)(links, emit, n, phrases, np.asarray([False, False]))
+    assert [inner(free, b) for b in range(B)] == [[6, 3, 7], [6, 3, 7]]
+    old = _constrained(True)(links, emit, n, phrases, hard, trails_of(()))
+    assert [inner(old, b) for b in range(B)] == [[6, 3, 7], [6, 3, 7]]
+    trails = trails_of((3,))
+    out = _constrained(True)(links, emit, n, phrases, hard, trails)
+    assert [inner(out, b) for b in range(B)] == [[6, 3, 8], [6, 3]]
+    assert np.asarray(out["phrase"][:, :3]).tolist() == [[False, True, False]] * B
+    assert np.asarray(out["infeasible"]).tolist() == [0, 0]
+    allowed = np.asarray(allowed_tokens(V))
+    for b in range(B):
+        _, found = ref.constrained_best(links[b], emit[b], allowed, 6, W + 1, 1.0, [[6]], True, 0.5, CONTINUES,
+                                        JOINS, trails)
+        assert {toks for _, toks in found} == {tuple(inner(out, b))}
 
 
 def test_glancing_counts_as_specified():

@@ -180,7 +180,7 @@ def test_model_choice_samples_from_the_softmax():
 def test_jit_loop_equals_python_loop(spec, seed, penalty, run_all):
     options = RefineOptions(max_iter=4, placeholder_penalty=penalty, run_all=run_all)
     check_loop_against_python(spec, seed, options, "deletion_logits", levt_delete, levt_first, ("deletions",), V,
-                              CONTINUES, JOINS)
+                              CONTINUES, JOINS, TRAILS)
 
 
 def test_length_cap_uses_each_sentence_own_source():
@@ -198,6 +198,7 @@ def _stub_heads(seed, plh_boost=0.0):
 
 CONTINUES = (np.arange(V) % 3 == 0) & (np.arange(V) >= NUM_RESERVED)  # a third of the pieces continue a word
 JOINS = (np.arange(V) % 3 == 1) & (np.arange(V) >= NUM_RESERVED)  # a third join the next onto theirs (BPE's "@@")
+TRAILS = (np.arange(V) % 6 == 2) & (np.arange(V) >= NUM_RESERVED)  # punctuation, after which a word is still open
 
 
 @jax.jit
@@ -205,7 +206,7 @@ def _random_model_refine(seed, tokens, phrase, src):
     options = RefineOptions(max_iter=5)
     return refine(_stub_heads(seed, plh_boost=3.0), levt_delete, initial_hypotheses(tokens, phrase),
                   length_cap(src, tokens.shape[1], options), options, ("deletions",), jnp.asarray(CONTINUES),
-                  jnp.asarray(JOINS))
+                  jnp.asarray(JOINS), jnp.asarray(TRAILS))
 
 
 @settings(max_examples=100, deadline=None)
@@ -232,11 +233,14 @@ def test_hard_constraints_survive_random_models(seed, phrases):
             found = text.find(" " + " ".join(map(str, p)) + " ", start)
             assert found >= 0, (real, phrases)
             start = found + 1
-        # the piece after each phrase begins a new word: no sub-word glued onto a constraint
+        # the piece after each phrase (and its punctuation) begins a new word: no sub-word glued onto a constraint
         assert [t for t, m in zip(real, marks) if m] == ids  # the constraint tokens, each once, in order
         for k in range(1, len(real) - 1):
             if marks[k] and not marks[k + 1]:
-                assert not CONTINUES[real[k + 1]], (real, phrases)
+                j = k + 1
+                while not marks[j] and TRAILS[real[j]]:
+                    j += 1
+                assert marks[j] or not CONTINUES[real[j]], (real, phrases)
             if marks[k] and not marks[k - 1]:  # and the piece before it glues nothing onto it
                 assert not JOINS[real[k - 1]], (real, phrases)
 

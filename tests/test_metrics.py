@@ -397,6 +397,9 @@ def test_constraints_are_moses_words_hand_made():
         ("ein rotes und ein T-Shirt.", "rotes T-Shirt", "de", False),  # contiguous only
         ("eine blau-weiß gestreifte Mütze", "blau-weiß", "de", True),
         ("eine blau-weiß gestreifte Mütze", "weiß", "de", False),
+        ("am Zaun. der Hund", "Zaun", "de", True),  # Moses keeps the period (an abbreviation?): split off
+        ("am Zaun.n der Hund", "Zaun", "de", False),
+        ("z.B. ein Hund", "z.B.", "de", True),
         ("„Hallo“, sagte sie.", "Hallo", "de", True),
         ('"Stop", he said.', "Stop", "en", True),
         ("Sie sagte 'nein'.", "nein", "de", True),

@@ -11,13 +11,14 @@ all inside one jit'd `lax.while_loop` at fixed shapes:
   the deepest phrase the path had completed (``pending``) is then met, the rest of the path's progress is lost,
   and the token may start a phrase at the root. **One token counts for one constraint**: producing "a b" with
   the phrases "a" and "a b" meets "a b" only ("a" must appear elsewhere), as in fairseq's and Sockeye's
-  searches. ``met = Σ len(met phrases) + depth`` counts the constraint tokens produced: the hypothesis's
-  **bank**. EOS falls off the path too, so a hypothesis may end once every phrase is met or pending. Right
-  after a phrase is completed, a piece that would glue onto its last word (``continues``) is not allowed unless
-  it continues a phrase, so that the phrase is found as whole words in the detokenized output (what CSR counts;
-  phrases start with a word-initial piece, so this never blocks one). When the glued piece continues a longer
-  phrase (``meli`` then ``en`` on the way to ``melien``), the phrase just completed was no word of its own: it
-  stays unmet.
+  searches. ``met = Σ len(met phrases) + depth`` (+ a pending phrase that punctuation took the path off)
+  counts the constraint tokens produced: the hypothesis's **bank**. EOS falls off the path too, so a hypothesis may
+  end once every phrase is met or pending. Right after a phrase is completed, and after any punctuation written
+  onto it (``trails``: "Zaun." is still open to "Zaun.n"), a piece that would glue onto its last word
+  (``continues``) is not allowed unless it continues a phrase, so that the phrase is found as whole words in the
+  detokenized output (what CSR counts; phrases start with a word-initial piece, so this never blocks one); the
+  phrase is met once its word is closed. When the glued piece continues a longer phrase (``meli`` then ``en`` on
+  the way to ``melien``), the phrase just completed was no word of its own: it stays unmet.
 * **Candidates.** Per sentence: the 2K best one-token extensions over the beam, the best extension of each
   hypothesis, and, for each hypothesis, every token that continues or starts a phrase; a (hypothesis, token)
   pair offered twice counts once. EOS is never a candidate for the beam; it ends a hypothesis only when all its
@@ -57,7 +58,8 @@ class Tracker:
     depth: jnp.ndarray    # int32[...]: the path's length: tokens of the phrases in progress produced so far
     cand: jnp.ndarray     # bool[..., C]: the unmet phrases the path is a prefix of (all False at the root)
     pending: jnp.ndarray  # bool[..., C]: the deepest phrase the path completed, met when it falls off (or none)
-    ended: jnp.ndarray    # bool[...]: the last token completed a phrase (the path ends with one)
+    ended: jnp.ndarray    # bool[...]: the completed phrase's word is still open: the last token completed it, or
+                          # only trailing pieces (punctuation) followed
 
 
 def phrase_lengths(phrases: jnp.ndarray) -> jnp.ndarray:
@@ -79,27 +81,31 @@ def _startable(done: jnp.ndarray, ordered: bool) -> jnp.ndarray:
 
 
 def advance(phrases: jnp.ndarray, t: Tracker, token: jnp.ndarray, ordered: bool, glue=False,
-            after_join=False) -> Tracker:
+            after_join=False, trail=False) -> Tracker:
     """One hypothesis's progress after ``token``. phrases: int32[C, P]; t: Tracker of shape []; token: int32[];
-    glue: bool[], the token glues onto the word before it (a phrase completed by the previous token then is no
-    word of its own, and stays unmet); after_join: bool[], the previous token glues the next one onto its word
-    (a BPE piece ending in "@@"), so that ``token`` starts no phrase."""
+    glue: bool[], the token glues onto the word before it (a phrase whose word is still open then is no word of
+    its own, and stays unmet); after_join: bool[], the previous token glues the next one onto its word (a BPE
+    piece ending in "@@"), so that ``token`` starts no phrase; trail: bool[], the token is punctuation written
+    onto the word before it, which leaves that word open ("Zaun." may still become "Zaun.n"): a phrase
+    completed before it stays pending until a token starts a new word."""
     lens = phrase_lengths(phrases)
     p = phrases.shape[1]
     at_depth = phrases[:, jnp.minimum(t.depth, p - 1)]
     deeper = t.cand & (lens > t.depth) & (t.depth > 0) & (at_depth == token)
     moving = jnp.any(deeper)
-    glued_on = t.ended & glue  # the phrase the previous token completed is not a word
-    # falling off the path meets the deepest phrase it completed, and the token may start a phrase at the root
-    done = t.done | (t.pending & ~moving & ~glued_on)
+    glued_on = t.ended & glue  # the phrase whose word was open is not a word
+    still_open = t.ended & jnp.asarray(trail, bool) & ~moving
+    # falling off the path meets the deepest phrase it completed (once its word is closed), and the token may
+    # start a phrase at the root
+    done = t.done | (t.pending & ~moving & ~glued_on & ~still_open)
     from_root = _startable(done, ordered) & (phrases[:, 0] == token) & ~jnp.asarray(after_join, bool)
     cand = jnp.where(moving, deeper, from_root)
     depth = jnp.where(moving, t.depth + 1, jnp.where(jnp.any(from_root), 1, 0)).astype(jnp.int32)
     at_end = cand & (lens == depth)
     first = at_end & (jnp.cumsum(at_end) == 1)  # the same phrase asked twice: the lowest-numbered first
     reached = jnp.any(first)
-    pending = jnp.where(reached, first, t.pending & moving & ~glued_on)
-    return Tracker(done, depth, cand, pending, reached)
+    pending = jnp.where(reached, first, t.pending & (moving | still_open) & ~glued_on)
+    return Tracker(done, depth, cand, pending, reached | still_open)
 
 
 def complete(t: Tracker) -> jnp.ndarray:
@@ -108,8 +114,12 @@ def complete(t: Tracker) -> jnp.ndarray:
 
 
 def met(phrases: jnp.ndarray, t: Tracker) -> jnp.ndarray:
-    """int32[...]: the bank — constraint tokens produced (met phrases' lengths + the depth in progress)."""
-    return jnp.sum(jnp.where(t.done, phrase_lengths(phrases), 0), axis=-1, dtype=jnp.int32) + t.depth
+    """int32[...]: the bank — constraint tokens produced (met phrases' lengths + the depth in progress + a
+    pending phrase left behind by punctuation, its word still open)."""
+    lens = phrase_lengths(phrases)
+    left = t.ended & (t.depth == 0)  # punctuation took the path off the phrase it completed
+    return (jnp.sum(jnp.where(t.done | (t.pending & left[..., None]), lens, 0), axis=-1, dtype=jnp.int32)
+            + t.depth)
 
 
 def next_tokens(phrases: jnp.ndarray, t: Tracker, ordered: bool, after_join=False) -> tuple[jnp.ndarray, jnp.ndarray]:
@@ -164,7 +174,8 @@ class ConstrainedState:
 
 
 def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases: jnp.ndarray, *,
-                       beam_size: int, ordered: bool = False, continues=None, joins=None, length_penalty: float = 1.0,
+                       beam_size: int, ordered: bool = False, continues=None, joins=None, trails=None,
+                       length_penalty: float = 1.0,
                        max_len_a: float = 1.2, max_len_b: int = 10, max_out: int) -> dict:
     """Beam search in which each sentence's output contains all its phrases (module docstring).
 
@@ -173,7 +184,8 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
     bool[V], the pieces that would glue onto the word before them (`PieceTables.continues`), never taken right
     after a phrase is completed, so that it stays a word of its own in the detokenized output (None: none); joins:
     bool[V], the pieces that glue the next one onto their word (`PieceTables.joins`: BPE's "@@"), after which no
-    phrase starts, so that it does not glue onto the word before it (None: none).
+    phrase starts, so that it does not glue onto the word before it (None: none); trails: bool[V], punctuation
+    (`spec.word_glue`), which leaves a completed phrase's word open: ``continues`` stays barred after it.
 
     Returns {'tokens': int32[B, T], 'score': float32[B], 'length': int32[B], 'token_logp': float32[B, T],
              'token_scored': bool[B, T] (as ar_search: a constraint token is scored too, with the log-probability
@@ -197,7 +209,7 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
         progress=per_beam, fin_tokens=tokens, fin_steps=steps, fin_score=jnp.full((batch, k), NEG_INF, jnp.float32),
         fin_met=jnp.zeros((batch, k), bool), done=jnp.zeros(batch, bool), cache=cache)
     row_offset = (jnp.arange(batch) * k)[:, None]
-    advance_all = jax.vmap(jax.vmap(advance, in_axes=(None, 0, 0, None, 0, 0)), in_axes=(0, 0, 0, None, 0, 0))
+    advance_all = jax.vmap(jax.vmap(advance, in_axes=(None, 0, 0, None, 0, 0, 0)), in_axes=(0, 0, 0, None, 0, 0, 0))
     next_all = jax.vmap(jax.vmap(next_tokens, in_axes=(None, 0, None, 0)), in_axes=(0, 0, None, 0))
 
     def cond(s: ConstrainedState):
@@ -248,8 +260,9 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
                        & (jnp.arange(m)[None, :] < jnp.arange(m)[:, None])[None], axis=-1)
         score = jnp.where(seen, NEG_INF, score)
         glue = jnp.asarray(continues)[token] if continues is not None else jnp.zeros(token.shape, bool)
+        trail = jnp.asarray(trails)[token] if trails is not None else jnp.zeros(token.shape, bool)
         progress = advance_all(phrases, jax.tree_util.tree_map(lambda x: _take(x, parent), s.progress), token,
-                               ordered, glue, _take(joined, parent))
+                               ordered, glue, _take(joined, parent), trail)
         bank = met(phrases[:, None], progress)  # [B, M]
         pick = round_robin_banks(score, bank, total, k)
         alive_logp = _take(score, pick)

@@ -28,7 +28,8 @@ model cannot delete a word, and re-masking a word it did not choose gives it bac
 Hard constraints: candidate lengths are raised to their total length, so every phrase is placed and appears
 whole in every output whatever the model predicts, and (with a ``continues`` table) no piece that would extend
 a word follows one, nor (with a ``joins`` table: BPE's "@@") one that would glue the next piece onto its word
-precedes one, so it also stays a word. Soft constraints: the predicted lengths stay, the phrases that
+precedes one, so it also stays a word (punctuation may follow it, but then no piece that extends a word:
+`jaxnat.decoding.words`). Soft constraints: the predicted lengths stay, the phrases that
 fit are placed, and a word may glue onto one.
 """
 
@@ -42,6 +43,7 @@ from jax import lax
 
 from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID
+from jaxnat.decoding import words
 from jaxnat.edit_ops.compaction import compact
 
 LENGTH_CLASSES = 256
@@ -255,6 +257,16 @@ def choose(logits: jax.Array, tokens, scores, masked):
     return jnp.where(masked, best, tokens), jnp.where(masked, best_logp, scores), lse
 
 
+def whole_words(logits, tokens, scores, masked, written, in_phrase, last, continues, trails):
+    """`choose` at the ``masked`` positions, repaired so that nothing glues onto a hard phrase's word
+    (`words.keep_whole`; any position of ``written`` ⊇ masked may be chosen again under a tighter rule: re-choosing
+    one with the same logits and no rule gives its token back). Returns (tokens, scores)."""
+    def again(level):
+        return choose(words.restrict(logits, level, continues, trails), tokens, scores, written)[:2]
+    return words.keep_whole(again, choose(logits, tokens, scores, masked)[:2], written, in_phrase, last,
+                            continues, trails)
+
+
 def candidates(length_logits: jax.Array, src: jax.Array, constraints: jax.Array | None, hard: jax.Array | None,
                capacity: int, options: Options) -> jax.Array:
     """int32[B, ℓ]: the lengths (real tokens) of each sentence's candidates, at most what a canvas of
@@ -272,7 +284,7 @@ def candidates(length_logits: jax.Array, src: jax.Array, constraints: jax.Array 
 
 def decode(token_logits: Callable, lengths: jax.Array, src: jax.Array, constraints: jax.Array | None,
            hard: jax.Array | None, capacity: int, options: Options, continues: jax.Array | None = None,
-           rescore: Callable | None = None, joins: jax.Array | None = None) -> dict:
+           rescore: Callable | None = None, joins: jax.Array | None = None, trails: jax.Array | None = None) -> dict:
     """Mask-predict over a batch. token_logits(tokens int32[R, L], rows_of int32[R]) → float32[R, L, V] logits
     (or log-probabilities) with the reserved ids at -inf (rows_of: each canvas's sentence). lengths: int32[B, ℓ]
     the candidates' lengths (`candidates`, perhaps for a wider canvas: any ``capacity`` that holds n + 2
@@ -281,7 +293,8 @@ def decode(token_logits: Callable, lengths: jax.Array, src: jax.Array, constrain
     put right after a hard constraint (None: every piece is a word); rescore(tokens int32[R, L], rows_of) →
     float32[R]: another model's score of each finished candidate, which then picks the translation (an AR
     rescorer), or None; joins: bool[V], the pieces that glue the next one onto their word (BPE's "@@"), never put
-    right before a hard constraint (None: none).
+    right before a hard constraint (None: none); trails: bool[V], punctuation, after which a constraint's word is
+    still open to ``continues`` pieces (`jaxnat.decoding.words`; None: none).
 
     Returns per sentence ``tokens`` int32[B, capacity], ``score`` float32[B] (mean token log-probability),
     ``length`` int32[B] (real tokens, before ``dedup``), ``iterations`` int32[B] (passes run) and ``repeats``
@@ -303,6 +316,7 @@ def decode(token_logits: Callable, lengths: jax.Array, src: jax.Array, constrain
     tokens, scores, lse = choose(logits, tokens, jnp.zeros(tokens.shape, jnp.float32), real)
 
     fixed, after, before = jnp.zeros(tokens.shape, bool), None, None
+    in_phrase = last = None  # the hard phrases' pieces, their last pieces
     if constraints is not None:
         phrases = constraints[rows_of]
         starts = place_phrases(logits, phrases, n, options.any_order, lse)
@@ -312,9 +326,12 @@ def decode(token_logits: Callable, lengths: jax.Array, src: jax.Array, constrain
             free = ~fixed & real & hard[rows_of][:, None]
             after = jnp.pad(fixed[:, :-1], ((0, 0), (1, 0))) & free
             before = jnp.pad(fixed[:, 1:], ((0, 0), (0, 1))) & free
+            in_phrase = fixed & hard[rows_of][:, None]
+            last = in_phrase & ~jnp.pad(in_phrase[:, 1:], ((0, 0), (0, 1)))
             # pass 0 chose the words beside a constraint before knowing it would be there: choose again
-            tokens, scores, _ = choose(unglued(logits, after, continues, before, joins), tokens, scores,
-                                       after | before)
+            logits = unglued(logits, after, continues, before, joins)
+            tokens, scores = whole_words(logits, tokens, scores, after | before, free, in_phrase, last,
+                                         continues, trails)
 
     state = {"tokens": tokens, "scores": scores, "t": jnp.ones((), jnp.int32),
              "done": jnp.zeros((b * beam,), bool), "iterations": jnp.ones((b * beam,), jnp.int32)}
@@ -327,7 +344,12 @@ def decode(token_logits: Callable, lengths: jax.Array, src: jax.Array, constrain
         free = real & ~fixed & active[:, None]
         masked = lowest(s["scores"], free, remask_count(n, s["t"], steps))
         logits = unglued(logits_of(jnp.where(masked, MASK_ID, s["tokens"]), rows_of), after, continues, before, joins)
-        tokens, scores, _ = choose(logits, s["tokens"], s["scores"], free if options.update_all else masked)
+        written = free if options.update_all else masked
+        if in_phrase is None:
+            tokens, scores, _ = choose(logits, s["tokens"], s["scores"], written)
+        else:
+            tokens, scores = whole_words(logits, s["tokens"], s["scores"], written, written, in_phrase, last,
+                                         continues, trails)
         changed = jnp.any(tokens != s["tokens"], axis=1)
         done = s["done"] | (active & ~changed) if options.stop_early else s["done"]
         return {"tokens": tokens, "scores": scores, "t": s["t"] + 1, "done": done,

@@ -29,6 +29,7 @@ from jax import lax
 from jaxnat.argmax import argmax
 from jaxnat import edit_ops
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID
+from jaxnat.decoding import words
 
 NOT_PREDICTED = (PAD_ID, BOS_ID, EOS_ID, PLH_ID, MASK_ID)  # ids the token head may never write
 
@@ -77,8 +78,8 @@ class Heads(NamedTuple):
     token: Callable      # [B, L, V] (`NOT_PREDICTED` ids are never filled in, whatever their logits)
 
 
-# (hyps, logits, active bool[B], continues bool[V] | None, joins=bool[V] | None) -> (hyps, {name: int32[B]}): the
-# word-boundary tables of `insert_and_fill`, which the edit keeps too. Every output token is an
+# (hyps, logits, active bool[B], continues bool[V] | None, joins=bool[V] | None, trails=bool[V] | None) -> (hyps,
+# {name: int32[B]}): the word-boundary tables of `insert_and_fill`, which the edit keeps too. Every output token is an
 # input token moved (or copied) with its sides (`Hypotheses.sides`).
 FirstEdit = Callable
 
@@ -139,15 +140,18 @@ def inside_phrase(phrase: jax.Array) -> jax.Array:
 
 
 def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.Array, penalty: float,
-                    continues: jax.Array | None = None, all_ids: bool = False, joins: jax.Array | None = None):
+                    continues: jax.Array | None = None, all_ids: bool = False, joins: jax.Array | None = None,
+                    trails: jax.Array | None = None):
     """Placeholders (argmax per slot after the γ penalty, none inside a phrase, row capped at ``cap``), then
     every placeholder filled with the token head's argmax. Returns (placeholder hyps, filled hyps, count).
 
     continues: bool[V] (True for pieces that would extend the word before them) or None. When given, a
     placeholder right after a hard-constraint phrase never takes such a piece, so nothing glues onto the
     constraint's last word (punctuation may follow it): the constraint survives as a word, not just as pieces.
-    joins: bool[V] (pieces that glue the next one onto their word, BPE's "@@") or None: a placeholder right before
-    a phrase never takes such a piece. all_ids: a fill's score is its log-probability among every id.
+    trails: bool[V] (punctuation) or None: nor does a placeholder after a phrase and punctuation only
+    (`words.keep_whole`: "Zaun." + "n" would glue). joins: bool[V] (pieces that glue the next one onto their
+    word, BPE's "@@") or None: a placeholder right before a phrase never takes such a piece. all_ids: a fill's
+    score is its log-probability among every id.
     """
     # every score in float32, whatever the model's compute dtype
     logits = heads.placeholder(hyps.tokens).astype(jnp.float32)
@@ -165,23 +169,32 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
     if joins is not None:
         before_phrase = jnp.pad(with_plh.phrase[:, 1:] > 0, ((0, 0), (0, 1))) & (with_plh.tokens == PLH_ID)
         logits = jnp.where(before_phrase[..., None] & joins, -jnp.inf, logits)
-    # the argmax's log-probability, max - logsumexp, without materialising a log_softmax of [B, L, V]
-    best = argmax(logits)
-    best_logp = jnp.max(logits, axis=-1) - jax.nn.logsumexp(raw if all_ids else logits, axis=-1)
     is_plh = with_plh.tokens == PLH_ID
-    filled = Hypotheses(jnp.where(is_plh, best, with_plh.tokens),
-                        jnp.where(is_plh, best_logp, with_plh.scores), with_plh.phrase, is_plh | with_plh.scored)
+
+    def fill(logits):
+        """Every placeholder takes the argmax and its log-probability, max - logsumexp, without materialising
+        a log_softmax of [B, L, V]. → (tokens int32[B, L], scores float32[B, L])."""
+        best_logp = jnp.max(logits, axis=-1) - jax.nn.logsumexp(raw if all_ids else logits, axis=-1)
+        return (jnp.where(is_plh, argmax(logits), with_plh.tokens), jnp.where(is_plh, best_logp, with_plh.scores))
+
+    in_phrase = with_plh.phrase > 0
+    last = in_phrase & (with_plh.phrase != jnp.pad(with_plh.phrase[:, 1:], ((0, 0), (0, 1))))
+    tokens, scores = words.keep_whole(lambda level: fill(words.restrict(logits, level, continues, trails)),
+                                      fill(logits), is_plh, in_phrase, last, continues, trails)
+    filled = Hypotheses(tokens, scores, with_plh.phrase, is_plh | with_plh.scored)
     return with_plh, filled, jnp.sum(ins.counts, axis=1)
 
 
 def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Array, options: RefineOptions,
-           count_names: tuple[str, ...], continues: jax.Array | None = None, joins: jax.Array | None = None) -> dict:
+           count_names: tuple[str, ...], continues: jax.Array | None = None, joins: jax.Array | None = None,
+           trails: jax.Array | None = None) -> dict:
     """Runs the refinement loop from ``start``; returns per sentence ``tokens`` and ``phrase`` int32[B, L],
     ``token_logp`` float32[B, L] (each token's score: the log-probability of its fill at the pass that last filled
     it, 0.0 for BOS, EOS, PAD and the tokens of the start), ``token_scored`` bool[B, L] (the filled tokens),
     ``score`` float32[B] (the mean of token_logp over the real tokens, BOS/EOS included), ``iterations`` (passes
     run), ``steps`` (the papers' count: iterations − 1) and the edit counts int32[B]
-    (``count_names`` from the first edit, plus ``insertions``; ``continues``, ``joins`` as in `insert_and_fill`),
+    (``count_names`` from the first edit, plus ``insertions``; ``continues``, ``joins``, ``trails`` as in
+    `insert_and_fill`),
     and with ``options.trace`` the ``trace`` int32[B, max_iter + 1, 3, L] of hypotheses after each step (first edit,
     placeholders, fill; iterations past the loop's last one repeat the final state)."""
     b, length = start.tokens.shape
@@ -203,9 +216,9 @@ def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Arra
         active = ~s["done"]
         before = s["hyps"]
         edited, counts = first_edit(before, heads.first(before.tokens).astype(jnp.float32), active, continues,
-                                    joins=joins)
+                                    joins=joins, trails=trails)
         with_plh, filled, inserted = insert_and_fill(edited, heads, cap, active, options.placeholder_penalty,
-                                                     continues, options.rules == "fairseq", joins)
+                                                     continues, options.rules == "fairseq", joins, trails)
         changed = jnp.any(filled.tokens != before.tokens, axis=1)
         new = dict(s)
         new["hyps"] = filled

@@ -21,7 +21,8 @@ of the constraint occur in the Moses tokens of the detokenized hypothesis as a c
 single word, when the word is a whole token. So ``"Mann"`` is found in ``"Ein Mann, der läuft."`` (tokens ``Ein
 Mann , der läuft .``) but not in ``"Die Mannschaft"``, ``"T-Shirt"`` is found in ``"ein rotes T-Shirt."`` but
 ``"Shirt"`` is not (Moses keeps hyphenated words whole), and ``"New York"`` is found in ``"New York, 1999"`` but
-not in ``"new York"`` or ``"York New"``.
+not in ``"new York"`` or ``"York New"``. A final period Moses keeps on a word it takes for an abbreviation
+(``"Zaun. der"``) is split off first (`constraint_words`).
 
 Input errors (an empty hypothesis list, lists of different lengths, a string where a list of strings is
 expected, an empty constraint) raise ``jaxnat.errors.DataError``. Empty hypothesis *strings* are fine: they
@@ -353,6 +354,20 @@ def ribes(
 # ----------------------------------------------------------------------------------------------------------
 
 
+def constraint_words(text: str, lang: str) -> list[str]:
+    """The Moses tokens CPR compares (`moses_tokenize`), with a final period split off a word Moses kept it on.
+    Moses reads "Zaun." before a lowercase word as an abbreviation and keeps the period ("Zaun. der" →
+    ``Zaun. der``, but "Zaun." at the end → ``Zaun .``); the decoders write it as punctuation after the word,
+    and the papers, which decode Moses-tokenized text, score ``Zaun .`` either way."""
+    out = []
+    for token in moses_tokenize(text, lang):
+        if len(token) > 1 and token.endswith(".") and not token.endswith(".."):
+            out += [token[:-1], "."]
+        else:
+            out.append(token)
+    return out
+
+
 def _contains_sequence(tokens: list[str], pattern: list[str]) -> bool:
     n = len(pattern)
     return any(tokens[start : start + n] == pattern for start in range(len(tokens) - n + 1))
@@ -377,9 +392,9 @@ def constraint_preservation(hyps: list[str], constraints: list[list[str]], *, la
     for i, (hyp, sentence_constraints) in enumerate(zip(hyps, constraints)):
         if not sentence_constraints:
             continue
-        tokens = moses_tokenize(hyp, lang)
+        tokens = constraint_words(hyp, lang)
         for j, constraint in enumerate(sentence_constraints):
-            pattern = moses_tokenize(constraint, lang)
+            pattern = constraint_words(constraint, lang)
             if not pattern:  # Moses drops control characters; an empty pattern would be found everywhere
                 raise DataError(f"constraints[{i}][{j}] = {constraint!r} has no word: remove it from the data")
             weight = len(pattern) if by_words else 1
@@ -390,8 +405,8 @@ def constraint_preservation(hyps: list[str], constraints: list[list[str]], *, la
 
 def contains_phrase(hyp: str, phrase: str, *, lang: str = "en") -> bool:
     """Whether ``hyp`` contains ``phrase`` by CPR's rule (contiguous whole Moses tokens, same case)."""
-    pattern = moses_tokenize(phrase, lang)
-    return bool(pattern) and _contains_sequence(moses_tokenize(hyp, lang), pattern)
+    pattern = constraint_words(phrase, lang)
+    return bool(pattern) and _contains_sequence(constraint_words(hyp, lang), pattern)
 
 
 def repetition_rate(token_lists: list[list[str]]) -> float:

@@ -187,7 +187,7 @@ def edit_model_spec(config, section, cfg: TransformerConfig, name: str, module: 
     e = config.eval
     options = RefineOptions(section.max_iter, section.placeholder_penalty, e.length_cap_min, e.length_cap_ratio,
                             e.run_all_iterations, rules=e.search_rules)
-    continues, joins = word_glue(pieces)  # hard constraints: whole words
+    continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
     count_names = tuple(c for c in supports.counts if c not in LOOP_COUNTS)
 
     def init(rng, batch):
@@ -206,7 +206,7 @@ def edit_model_spec(config, section, cfg: TransformerConfig, name: str, module: 
         capacity = request.width(capacity_for)
         start = start_from_request(request, capacity)
         return refine(heads, first_edit, start, length_cap(src, capacity, options),
-                      options._replace(trace=request.trace), count_names, continues, joins)
+                      options._replace(trace=request.trace), count_names, continues, joins, trails)
 
     def capacity_for(src_len: int) -> int:
         return int(min(cfg.max_len, max(e.length_cap_min, int(e.length_cap_ratio * src_len))))

@@ -67,8 +67,16 @@ class ModelSpec:
 
 
 def word_glue(pieces: PieceTables) -> tuple:
-    """(continues, joins) of a vocabulary's `PieceTables` as the constrained decoders take them: bool[V] arrays,
-    or None where no piece is one (the rules then cost nothing)."""
+    """(continues, joins, trails) of a vocabulary's `PieceTables` as the constrained decoders take them: bool[V]
+    arrays, or None where no piece is one (the rules then cost nothing).
+
+    The whole-word rule of hard constraints: a phrase's word ends at the next piece that starts a word (or at the
+    end). Until then only ``trails`` pieces may follow it: punctuation, written onto the word before it without
+    making it another ("Zaun.", 'Zaun",'). A ``continues`` piece anywhere in that run glues the run and the
+    phrase into one word ("Zaun.n" is one Moses token, and no longer "Zaun"), so none may stand there. And the
+    piece right before a phrase is no ``joins`` piece (BPE's "@@"), which would glue the phrase onto its word."""
     def table(x):
         return jax.numpy.asarray(x) if x is not None and x.any() else None
-    return table(pieces.continues), table(pieces.joins)
+    continues = table(pieces.continues)
+    trails = table(~pieces.word_start & ~pieces.continues) if continues is not None else None
+    return continues, table(pieces.joins), trails

@@ -127,7 +127,7 @@ SUPPORTS = Supports(beam=True, hard_constraints=True)
 
 
 def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered: bool = False, continues=None,
-           joins=None, beam_size: int, length_penalty, max_len_a, max_len_b, max_out: int,
+           joins=None, trails=None, beam_size: int, length_penalty, max_len_a, max_len_b, max_out: int,
            rules: str = "jaxnat") -> dict:
     """The AR searches behind one callback: greedy or beam search (`search.ar_search`), or with phrases
     (int32[B, C, P], an all-PAD row = none) the constrained beam search that guarantees them
@@ -141,7 +141,7 @@ def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered
     if rules == "fairseq":
         return constrained_fairseq.search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, **kwargs)
     return constrained_search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, continues=continues,
-                              joins=joins, **kwargs)
+                              joins=joins, trails=trails, **kwargs)
 
 
 def hard_phrases(request: DecodeRequest):
@@ -153,13 +153,12 @@ def hard_phrases(request: DecodeRequest):
 
 def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: int = 1, length_penalty=1.0,
                 max_len_a=1.2, max_len_b=10, max_out: int, phrases=None, ordered: bool = False,
-                continues=None, joins=None, rules: str = "jaxnat") -> dict:
+                continues=None, joins=None, trails=None, rules: str = "jaxnat") -> dict:
     """Greedy, beam or constrained beam search (`search`) with the model's KV cache.
 
     src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None (continues,
-    joins: `constrained_search`'s). The
-    source is encoded once and its memory repeated per beam (row b * beam_size + k). Returns
-    {'tokens', 'score', 'length'} (and 'constraints_met' with phrases).
+    joins, trails: `constrained_search`'s). The source is encoded once and its memory repeated per beam (row
+    b * beam_size + k). Returns {'tokens', 'score', 'length'} (and 'constraints_met' with phrases).
     """
     if max_out - 1 > model.cfg.max_len:
         raise ConfigError(f"max_out={max_out} needs {max_out - 1} target positions; the model has "
@@ -175,13 +174,13 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
     tokens_to_logprobs, cache = without_cross_cache(
         lambda tokens, cache, index: model.apply(params, tokens, cache, index, src_mask, method=model.step), cache)
     return search(tokens_to_logprobs, cache, src, phrases=phrases, ordered=ordered, continues=continues,
-                  joins=joins, beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
+                  joins=joins, trails=trails, beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
                   max_len_b=max_len_b, max_out=max_out, rules=rules)
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     module, e = ARTransformer(cfg), config.eval
-    continues, joins = word_glue(pieces)  # hard constraints: whole words
+    continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
 
     def init(rng, batch):
         return module.init(rng, batch["src"][:1], batch["tgt"][:1, :-1])
@@ -191,7 +190,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                            length_penalty=e.length_penalty, max_len_a=e.max_len_a, max_len_b=e.max_len_b,
                            max_out=request.width(capacity),
                            phrases=hard_phrases(request), ordered=e.constraint_order == "given", continues=continues,
-                           joins=joins, rules=e.search_rules)
+                           joins=joins, trails=trails, rules=e.search_rules)
 
     def loss(params, batch, rng, train=True):
         return ar_loss(module, params, batch, rng, config.train.label_smoothing, train)

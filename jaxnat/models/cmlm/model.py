@@ -317,7 +317,8 @@ def canvas_capacity(cfg: TransformerConfig, eval_cfg):
 
 
 def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity, rescorer, counts: tuple[str, ...],
-                          continues=None, ends_predicted: bool = False, joins=None, **logits_kwargs):
+                          continues=None, ends_predicted: bool = False, joins=None, trails=None,
+                          **logits_kwargs):
     """(plan, generate) of a length-predicting model (`ModelSpec`): plan encodes the source and picks the
     candidate lengths (`mask_predict.candidates`); generate runs `mask_predict.decode` with the model's token
     head (``logits_kwargs``: static extra arguments of its ``token_logits``) on canvases as wide as the request's
@@ -357,7 +358,7 @@ def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity,
             rescoring = rescorer is not None and "rescorer" in request.extras
             out = mask_predict.decode(lambda tokens, rows_of: forbid_reserved(token_logits(tokens, rows_of)), lengths,
                                       src, request.constraints, request.hard, request.width(capacity), options,
-                                      continues, rescore if rescoring else None, joins)
+                                      continues, rescore if rescoring else None, joins, trails)
         out["chosen_length"] = out.pop("length")
         return {k: v for k, v in out.items() if k in ("tokens", "score", "token_logp", "token_scored", *counts)}
 
@@ -367,11 +368,11 @@ def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity,
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     s, t = config.cmlm, config.train
     module = CMLM(cfg, s.length_prediction, s.masked_attn, s.concat_pe)
-    continues, joins = word_glue(pieces)  # hard constraints: whole words
+    continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
     capacity = canvas_capacity(cfg, config.eval)
     options = mask_predict_options(s, config.eval, s.mask_predict_iter, updates_all(s))
     plan, generate = mask_predict_generate(module, options, capacity, rescorer_module(s, cfg), SUPPORTS.counts,
-                                           continues, joins=joins)
+                                           continues, joins=joins, trails=trails)
 
     def init(rng, batch):
         return module.init(rng, batch["src"][:1], batch["tgt"][:1])

@@ -232,7 +232,7 @@ def forbid(log_probs: jax.Array) -> jax.Array:
 
 
 def decode(module: CTCModel, params, request: DecodeRequest, upsample: int, width: int, continues=None, joins=None,
-           soft_bonus: float = 1.0) -> dict:
+           trails=None, soft_bonus: float = 1.0) -> dict:
     """`ModelSpec.generate` of the family: greedy, prefix beam search or the constrained best path (module
     docstring), on outputs of ``width`` (BOS/EOS included)."""
     src = request.src
@@ -251,7 +251,7 @@ def decode(module: CTCModel, params, request: DecodeRequest, upsample: int, widt
     if request.constraints is not None:
         hard = request.hard if request.hard is not None else jnp.zeros(b, bool)
         path, placed, ok = constrained_paths(log_probs, frames, request.constraints, hard, BLANK_ID, continues,
-                                             joins, soft_bonus)
+                                             joins, trails, soft_bonus)
         use = ok[:, None]  # a request that cannot be met: the unconstrained best path, and it says so
         labels, placed = jnp.where(use, path, labels), placed & use
         picked = jnp.take_along_axis(log_probs, jnp.maximum(labels, 0)[..., None], axis=2)[..., 0]
@@ -270,7 +270,7 @@ def decode(module: CTCModel, params, request: DecodeRequest, upsample: int, widt
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     s, t = config.ctc, config.train
     module = CTCModel(cfg, s.decoder_input)
-    continues, joins = word_glue(pieces)  # hard constraints: whole words
+    continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
 
     def capacity(src_len: int) -> int:
         return int(min(cfg.max_len, s.upsample * src_len + 2))
@@ -287,7 +287,8 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                         poisson=s.glance_count == "poisson", train=train)
 
     def generate(params, request: DecodeRequest) -> dict:
-        return decode(module, params, request, s.upsample, request.width(capacity), continues, joins, s.soft_bonus)
+        return decode(module, params, request, s.upsample, request.width(capacity), continues, joins, trails,
+                      s.soft_bonus)
 
     terms = ("unfit",) + (("glanced",) if s.glancing else ())
     return ModelSpec("ctc", cfg, module, init, loss, generate, capacity, SUPPORTS, stepped=True, terms=terms)

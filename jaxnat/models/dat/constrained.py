@@ -7,9 +7,11 @@ built on the fly on the device: the progress state of a hypothesis is
 
 * the set of phrases already emitted (a bitmask over the C ≤ `MAX_PHRASES` phrases of a sentence, any order);
 * where it stands: free (between phrases), or inside phrase c after its first p tokens (1 ≤ p < |c|);
-* for the whole-word rule of subword vocabularies (`jaxnat.models.spec.word_glue`): whether the last token just
-  completed a phrase (then the next free token must not be a piece that continues a word) or was a free piece that
-  joins the next one onto its word (BPE's "@@"; then no phrase may start next).
+* for the whole-word rule of subword vocabularies (`jaxnat.models.spec.word_glue`): whether a phrase's word is
+  still open, the last token having completed the phrase or been a free piece that trails it (punctuation: "Zaun."
+  may still become "Zaun.n"; then the next free token must not be a piece that continues a word, a trailing piece
+  keeps the word open and any other closes it), or whether the last token was a free piece that joins the next
+  one onto its word (BPE's "@@"; then no phrase may start next).
 
 A free vertex emits its best token among those its state allows (any token but the reserved ones: the maximum
 over the whole vocabulary, not a pruned top-k); a phrase is emitted on consecutive vertices of the path, each
@@ -34,24 +36,31 @@ from jaxnat.models.dat.dag import NEG, _at
 
 MAX_PHRASES = 4      # the bitmask of done phrases has 2^C entries
 NORMAL, FINISHED, JOINED, INSIDE = 0, 1, 2, 3  # the free states, then inside-phrase states from index 3
+ANY, ANY_JOIN, CLOSE, CLOSE_JOIN, TRAIL = range(5)  # the free token classes of `_free_tables`
 
 
-def _free_tables(emit: jax.Array, allowed: jax.Array, continues, joins):
-    """Each vertex's best free token per (restricted, joining) class: (lp float32[B, L, 2, 2], tok int32[B, L, 2,
-    2]); restricted = right after a phrase (no piece that continues a word), joining = the token is a joins piece."""
+def _free_tables(emit: jax.Array, allowed: jax.Array, continues, joins, trails):
+    """Each vertex's best free token per class: (lp float32[B, L, 5], tok int32[B, L, 5]), the classes `ANY`,
+    `ANY_JOIN` (from NORMAL or JOINED: any token, not joining or joining the next), `CLOSE`, `CLOSE_JOIN` (from
+    FINISHED, closing the phrase's word: no piece that continues or trails a word) and `TRAIL` (from FINISHED, a
+    trailing piece that leaves the word open). A trailing piece that joins would glue the next piece, whatever
+    it is, onto the open word: it is in no FINISHED class (`word_glue` never gives both tables)."""
     V = emit.shape[-1]
     cont = jnp.zeros(V, bool) if continues is None else continues
     join = jnp.zeros(V, bool) if joins is None else joins
+    trail = jnp.zeros(V, bool) if trails is None else trails & ~cont
+    closing = allowed & ~cont & ~trail
+    classes = [allowed & ~join, allowed & join, closing & ~join, closing & join]
     lps, toks = [], []
-    for restricted in (False, True):
-        for joining in (False, True):
-            ok = allowed & (join if joining else ~join) & (~cont if restricted else True)
-            masked = jnp.where(ok, emit, NEG)
-            tok = argmax(masked).astype(jnp.int32)
-            lps.append(jnp.take_along_axis(masked, tok[..., None], axis=2)[..., 0])
-            toks.append(tok)
-    shape = emit.shape[:2] + (2, 2)
-    return jnp.stack(lps, -1).reshape(shape), jnp.stack(toks, -1).reshape(shape)
+    for ok in classes + ([allowed & trail & ~join] if trails is not None else []):
+        masked = jnp.where(ok, emit, NEG)
+        tok = argmax(masked).astype(jnp.int32)
+        lps.append(jnp.take_along_axis(masked, tok[..., None], axis=2)[..., 0])
+        toks.append(tok)
+    if trails is None:  # no trailing pieces: the class is empty, and costs no pass over the vocabulary
+        lps.append(jnp.full(emit.shape[:2], NEG))
+        toks.append(jnp.zeros(emit.shape[:2], jnp.int32))
+    return jnp.stack(lps, -1), jnp.stack(toks, -1)
 
 
 def _transition(moved, free_lp, free_tok, ph, phrases, lens):
@@ -65,16 +74,18 @@ def _transition(moved, free_lp, free_tok, ph, phrases, lens):
     normal, finished, joined = moved[..., NORMAL], moved[..., FINISHED], moved[..., JOINED]
     inside = moved[..., INSIDE:].reshape(B, L, NM, C, P1)
 
-    # free tokens: from normal or joined (any token) or finished (no word-continuing piece)
+    # free tokens: from normal or joined (any token) or finished (a piece that closes the phrase's word)
     srcs = jnp.stack([normal, joined, finished], -1)                         # [B, L, NM, 3]
     src_inner = jnp.asarray([NORMAL, JOINED, FINISHED], jnp.int32)
     free = []
-    for g in (0, 1):
-        add = jnp.stack([free_lp[..., 0, g], free_lp[..., 0, g], free_lp[..., 1, g]], -1)[:, :, None, :]
+    for any_c, close_c in ((ANY, CLOSE), (ANY_JOIN, CLOSE_JOIN)):
+        add = jnp.stack([free_lp[..., any_c], free_lp[..., any_c], free_lp[..., close_c]], -1)[:, :, None, :]
         vals = srcs + add
         k = argmax(vals)
-        tok = jnp.where(k == 2, free_tok[..., 1, g][:, :, None], free_tok[..., 0, g][:, :, None])
+        tok = jnp.where(k == 2, free_tok[..., close_c][:, :, None], free_tok[..., any_c][:, :, None])
         free.append((jnp.max(vals, -1), masks[None, None, :, 0] + src_inner[k], tok))
+    # a trailing piece after a phrase keeps its word open: finished stays finished, its mask unchanged
+    trail_val = finished + free_lp[..., TRAIL][:, :, None]                   # [B, L, NM]
 
     # a phrase starts from a free state that did not end in a joining piece
     start_v = jnp.maximum(normal, finished)
@@ -111,6 +122,11 @@ def _transition(moved, free_lp, free_tok, ph, phrases, lens):
     fin_tok = pick(jnp.broadcast_to(jnp.take_along_axis(phrases, jnp.maximum(lens - 1, 0)[..., None], -1)[..., 0]
                                     [:, None, None], fin_to.shape))
 
+    trailed = trail_val > fin_val
+    fin_val = jnp.where(trailed, trail_val, fin_val)
+    fin_src = jnp.where(trailed, masks[None, None, :, 0] + FINISHED, fin_src)
+    fin_tok = jnp.where(trailed, free_tok[..., TRAIL][:, :, None], fin_tok)
+
     new = jnp.concatenate([free[0][0][..., None], fin_val[..., None], free[1][0][..., None],
                            new_inside.reshape(B, L, NM, C * P1)], -1)
     src = jnp.concatenate([free[0][1][..., None], inner(fin_src)[..., None], free[1][1][..., None],
@@ -122,15 +138,15 @@ def _transition(moved, free_lp, free_tok, ph, phrases, lens):
 
 def constrained_decode(links: jax.Array, emit: jax.Array, n_vertices: jax.Array, phrases: jax.Array,
                        hard: jax.Array, allowed: jax.Array, width: int, beta: float, soft_reward: float,
-                       continues=None, joins=None) -> dict:
+                       continues=None, joins=None, trails=None) -> dict:
     """The best path of at most ``width`` vertices that emits every phrase of a hard row (any order, each as a
     run of consecutive vertices), or, on a soft row, the best under a reward of ``soft_reward`` per phrase.
 
     links: float32[B, L, L]; emit: float32[B, L, V] log-probabilities; phrases: int32[B, C, P] PAD-padded
     (C ≤ MAX_PHRASES; an all-PAD phrase is absent); hard: bool[B]; allowed: bool[V], the tokens a free vertex may
-    emit; continues, joins: bool[V] or None (`word_glue`). Returns {'tokens' int32[B, width] ([BOS … EOS], PAD
-    after), 'path' int32[B, width] (its vertices, −1 after), 'phrase' bool[B, width] (a constraint's token),
-    'score' float32[B] (log P(y, a | x), the reward left out), 'infeasible' int32[B] (a hard row no path
+    emit; continues, joins, trails: bool[V] or None (`word_glue`). Returns {'tokens' int32[B, width] ([BOS …
+    EOS], PAD after), 'path' int32[B, width] (its vertices, −1 after), 'phrase' bool[B, width] (a constraint's
+    token), 'score' float32[B] (log P(y, a | x), the reward left out), 'infeasible' int32[B] (a hard row no path
     satisfies, decoded as soft)}."""
     B, L, _ = links.shape
     C, P = phrases.shape[1:]
@@ -143,7 +159,7 @@ def constrained_decode(links: jax.Array, emit: jax.Array, n_vertices: jax.Array,
     absent = jnp.sum(jnp.where(lens == 0, 1 << jnp.arange(C), 0), axis=1)   # the mask a row starts from
     n_absent = jnp.sum(lens == 0, axis=1)
     popcount = np.asarray([bin(m).count("1") for m in range(NM)], np.float32)
-    free_lp, free_tok = _free_tables(emit, allowed, continues, joins)
+    free_lp, free_tok = _free_tables(emit, allowed, continues, joins, trails)
     ph = jnp.take_along_axis(emit[:, :, None, :], phrases.reshape(B, 1, C * P, 1).swapaxes(2, 3), -1)
     ph = ph.reshape(B, L, C, P)                                               # log P(phrase token | vertex)
     last = n_vertices - 1
@@ -190,8 +206,10 @@ def constrained_decode(links: jax.Array, emit: jax.Array, n_vertices: jax.Array,
         live = s <= s_end
         token = jnp.where(at_end, EOS_ID, tk[jnp.arange(B), jnp.maximum(v, 0), q].astype(jnp.int32))
         inner = q % NI
-        is_phrase = ~at_end & ((inner == FINISHED) | (inner >= INSIDE))
         q_prev = jnp.where(at_end, q, sr[jnp.arange(B), jnp.maximum(v, 0), q].astype(jnp.int32))
+        # FINISHED is reached by a phrase's last token, which adds the phrase to the mask, or by a trailing piece,
+        # which leaves it as it was
+        is_phrase = ~at_end & (((inner == FINISHED) & (q_prev // NI != q // NI)) | (inner >= INSIDE))
         v_prev = b[jnp.arange(B), jnp.maximum(v, 0), q_prev].astype(jnp.int32)
         out = (jnp.where(live, v, -1), jnp.where(live, token, PAD_ID), live & is_phrase)
         return (jnp.where(live, v_prev, v), jnp.where(live, q_prev, q)), out

@@ -253,7 +253,7 @@ def allowed_tokens(vocab: int) -> jax.Array:
 
 
 def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, width: int, options: Decoding,
-                 beam: int = 1, constraints=None, hard=None, continues=None, joins=None) -> dict:
+                 beam: int = 1, constraints=None, hard=None, continues=None, joins=None, trails=None) -> dict:
     """One batch's translations from its graphs: logits float32[B, L, V], links float32[B, L, L], n_vertices
     int32[B] → generate's outputs (tokens int32[B, width] [BOS … EOS] rows, score, token_logp, token_scored and
     the counts). With ``constraints`` (int32[B, C, P]) and ``hard`` (bool[B]) every strategy gives way to the
@@ -267,7 +267,7 @@ def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, wid
     if constraints is not None:
         hard = jnp.zeros(B, bool) if hard is None else hard
         out = constrained_decode(links, emit, n_vertices, constraints, hard, allowed, width, options.viterbi_beta,
-                                 options.soft_reward, continues, joins)
+                                 options.soft_reward, continues, joins, trails)
         tokens, path, phrase, score, infeasible = (out[k] for k in ("tokens", "path", "phrase", "score",
                                                                      "infeasible"))
         token_lp = jnp.take_along_axis(jnp.take_along_axis(emit, jnp.maximum(path, 0)[..., None], 1),
@@ -318,7 +318,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     glance = Glancing(s.glance_start, s.glance_end, s.glance_steps, s.glance_count, s.glance_fix_alignment)
     options = Decoding(s.decode, s.lookahead_beta, s.viterbi_beta, s.beam_alpha, s.top_cand, s.remove_repeats,
                        s.soft_reward)
-    continues, joins = word_glue(pieces)  # hard constraints: whole words
+    continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
     capacity = output_capacity(cfg, config.eval)
 
     def init(rng, batch):
@@ -330,7 +330,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     def generate(params, request: DecodeRequest) -> dict:
         logits, links, n_vertices = decoder.apply(params, request.src)
         return decode_graph(logits, links, n_vertices, request.width(capacity), options, request.beam_size,
-                            request.constraints, request.hard, continues, joins)
+                            request.constraints, request.hard, continues, joins, trails)
 
     return ModelSpec("dat", cfg, module, init, loss, generate, capacity, SUPPORTS, stepped=True,
                      terms=("glance_ratio", "glance_accuracy", "unaligned"))

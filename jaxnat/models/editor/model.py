@@ -31,6 +31,7 @@ from jax import lax
 from jaxnat.argmax import argmax
 from jaxnat import edit_ops
 from jaxnat.data.vocab import PAD_ID, PLH_ID
+from jaxnat.decoding import words
 from jaxnat.decoding.refine import Hypotheses, forbid_reserved
 from jaxnat.decoding.request import Supports
 from jaxnat.models.insertion import (EditTransformer, blank_fillers, early_exit, edit_model_spec, head_runner,
@@ -219,16 +220,19 @@ SUPPORTS = Supports(init=True, soft_constraints=True, hard_constraints=True, tra
 
 
 def glued_to_phrase(tokens: jax.Array, phrase: jax.Array, continues: jax.Array | None,
-                    joins: jax.Array | None = None) -> jax.Array:
-    """bool[B, L]: free pieces that would glue onto a hard constraint's word — those right after a phrase that
-    continue a word (``continues``: bool[V]) and the continuing pieces after them; those right before a phrase
+                    joins: jax.Array | None = None, trails: jax.Array | None = None) -> jax.Array:
+    """bool[B, L]: free pieces that would glue onto a hard constraint's word — the pieces that continue a word
+    (``continues``: bool[V]) between a phrase and the next piece that starts a word, trailing pieces
+    (``trails``: bool[V], punctuation) or not between them ("Zaun.n" loses its "n"); those right before a phrase
     that glue the next piece onto their word (``joins``: bool[V], BPE's "@@") and the joining pieces before them."""
     pos = edit_ops.positions(tokens)
     glued = jnp.zeros(tokens.shape, bool)
     if continues is not None:
-        anchor = (phrase > 0) | ~continues[tokens] | (pos == 0)
-        run_start = lax.cummax(jnp.where(anchor, pos, 0), axis=1)
-        glued = glued | (~anchor & (jnp.take_along_axis(phrase, run_start, axis=1) > 0))
+        in_phrase = phrase > 0
+        last = in_phrase & (phrase != jnp.pad(phrase[:, 1:], ((0, 0), (0, 1))))
+        # the glued pieces go too, so they do not end the phrase's word: they pass like punctuation
+        passing = continues if trails is None else continues | trails
+        glued = glued | (words.open_words(passing[tokens] & ~in_phrase, last)[0] & continues[tokens] & ~in_phrase)
     if joins is not None:
         last = tokens.shape[1] - 1
         anchor = (phrase > 0) | ~joins[tokens] | (pos == 0) | (tokens == PAD_ID)
@@ -238,7 +242,8 @@ def glued_to_phrase(tokens: jax.Array, phrase: jax.Array, continues: jax.Array |
 
 
 def editor_reposition(hyps: Hypotheses, logits: jax.Array, active: jax.Array, continues: jax.Array | None = None,
-                      deletion_reward: float = 0.0, paper_hard: bool = False, joins: jax.Array | None = None):
+                      deletion_reward: float = 0.0, paper_hard: bool = False, joins: jax.Array | None = None,
+                      trails: jax.Array | None = None):
     """EDITOR's first edit: every slot takes the input token it scores highest (column 0 deletes; the deletion reward is
     added to it first); BOS/EOS pinned; finished rows left as they are. logits: float32[B, L, L].
 
@@ -269,7 +274,7 @@ def editor_reposition(hyps: Hypotheses, logits: jax.Array, active: jax.Array, co
     moved = Hypotheses(out.tokens, *out.sides)
     deletions = out.num_deleted
     if continues is not None or joins is not None:
-        glued = glued_to_phrase(moved.tokens, moved.phrase, continues, joins)
+        glued = glued_to_phrase(moved.tokens, moved.phrase, continues, joins, trails)
         cut = edit_ops.delete_tokens(moved.tokens, glued, PAD_ID, sides=moved.sides())
         moved, deletions = Hypotheses(cut.tokens, *cut.sides), deletions + cut.num_deleted
     return moved, {"repositions": out.num_moved, "deletions": deletions}

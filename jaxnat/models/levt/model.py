@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from jaxnat import edit_ops
 from jaxnat.data.vocab import PAD_ID
+from jaxnat.decoding import words
 from jaxnat.decoding.refine import Heads, Hypotheses
 from jaxnat.decoding.request import Supports
 from jaxnat.models.insertion import (EditTransformer, blank_fillers, early_exit, edit_model_spec, empty_canvas,
@@ -173,34 +175,45 @@ def oracle_heads(heads: Heads, reference: jax.Array, mode: str) -> Heads:
 
 
 def keep_word_boundaries(tokens: jax.Array, phrase: jax.Array, delete: jax.Array,
-                         continues: jax.Array | None, joins: jax.Array | None = None) -> jax.Array:
+                         continues: jax.Array | None, joins: jax.Array | None = None,
+                         trails: jax.Array | None = None) -> jax.Array:
     """bool[B, L]: ``delete`` without the deletions that would glue a piece onto a hard constraint's word.
 
-    Invariants (with the fill rules of `refine.insert_and_fill`): the token right after a phrase does not
-    continue a word (``continues``: bool[V]), and the token right before one does not glue the next onto its
-    word (``joins``: bool[V], BPE's "@@"). The first may only be deleted when its successor does not continue a
-    word either and survives, the second when its predecessor does not join and survives, so the invariants
-    hold after the deletion.
+    Invariants (with the fill rules of `refine.insert_and_fill`): no piece that continues a word (``continues``:
+    bool[V]) stands between a phrase and the next piece that starts a word, punctuation (``trails``: bool[V])
+    or not between them; the token right before a phrase does not glue the next onto its word (``joins``:
+    bool[V], BPE's "@@"). Deleting the piece that closed a phrase's word may leave a continuing piece in it: then
+    the pieces deleted between the phrase and that piece are kept (which gives the word its closing piece back).
+    The token right before a phrase may only be deleted when its predecessor does not join and survives. So the
+    invariants hold after the deletion.
     """
-    keep = jnp.zeros(delete.shape, bool)
-    if continues is not None:
-        guard = jnp.pad((phrase[:, :-1] > 0) & (phrase[:, 1:] == 0), ((0, 0), (1, 0)))
-        successor_ok = jnp.pad(~continues[tokens[:, 1:]] & ~delete[:, 1:], ((0, 0), (0, 1)))
-        keep = keep | (guard & ~successor_ok)
     if joins is not None:
         guard = jnp.pad((phrase[:, 1:] > 0) & (phrase[:, :-1] == 0), ((0, 0), (0, 1)))
         predecessor_ok = jnp.pad(~joins[tokens[:, :-1]] & ~delete[:, :-1], ((0, 0), (1, 0)))
-        keep = keep | (guard & ~predecessor_ok)
-    return delete & ~keep
+        delete = delete & ~(guard & ~predecessor_ok)
+    if continues is not None:
+        in_phrase = phrase > 0
+        last = in_phrase & (phrase != jnp.pad(phrase[:, 1:], ((0, 0), (0, 1))))
+        passes = delete | (trails[tokens] if trails is not None else False)  # a deleted piece ends no word
+        is_open, anchor = words.open_words(passes & ~in_phrase, last)
+        bad = ~delete & is_open & continues[tokens] & ~in_phrase
+        # a deleted piece comes back when the nearest such piece after it stands in the word it would leave open
+        length = tokens.shape[1]
+        pos = jnp.arange(length)
+        after = jnp.pad(lax.cummin(jnp.where(bad, pos, length), axis=1, reverse=True)[:, 1:], ((0, 0), (0, 1)),
+                        constant_values=length)
+        opened_at = jnp.take_along_axis(anchor, jnp.minimum(after, length - 1), axis=1)
+        delete = delete & ~((after < length) & (opened_at < pos))
+    return delete
 
 
 def levt_delete(hyps: Hypotheses, logits: jax.Array, active: jax.Array, continues: jax.Array | None = None,
-                joins: jax.Array | None = None):
+                joins: jax.Array | None = None, trails: jax.Array | None = None):
     """LevT's first edit: argmax deletion, only in sentences longer than [BOS, EOS]; phrases protected.
     logits: float32[B, L, 2]; active: bool[B] (finished rows are left as they are)."""
     n = edit_ops.lengths(hyps.tokens, PAD_ID)
     delete = (jnp.argmax(logits, axis=-1) == 1) & (active & (n > 2))[:, None]
-    delete = keep_word_boundaries(hyps.tokens, hyps.phrase, delete, continues, joins)
+    delete = keep_word_boundaries(hyps.tokens, hyps.phrase, delete, continues, joins, trails)
     out = edit_ops.delete_tokens(hyps.tokens, delete, PAD_ID, protect=hyps.phrase > 0,
                                  sides=hyps.sides())
     return Hypotheses(out.tokens, *out.sides), {"deletions": out.num_deleted}

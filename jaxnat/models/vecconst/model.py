@@ -389,7 +389,7 @@ def vecconst_loss(model: VecConstTransformer, params, batch: dict, rng, *, label
 
 
 def vecconst_generate(module: VecConstTransformer, params, request: DecodeRequest, *, length_penalty, max_len_a,
-                      max_len_b, max_out: int, ordered: bool = False, continues=None, joins=None,
+                      max_len_b, max_out: int, ordered: bool = False, continues=None, joins=None, trails=None,
                       consumes: bool = False) -> dict:
     """Greedy, beam or, with hard constraints in ``request``, constrained beam search (`ar.search`) with the
     pairs of ``request`` (none: an all-PAD pair per sentence). ``consumes``: each beam's plug-in drops the
@@ -417,8 +417,8 @@ def vecconst_generate(module: VecConstTransformer, params, request: DecodeReques
         return logp, (layers, pair_tgt)
 
     return search(tokens_to_logprobs, (layers, repeat(pair_tgt)), src, phrases=hard_phrases(request), ordered=ordered,
-                  continues=continues, joins=joins, beam_size=k, length_penalty=length_penalty, max_len_a=max_len_a,
-                  max_len_b=max_len_b, max_out=max_out)
+                  continues=continues, joins=joins, trails=trails, beam_size=k, length_penalty=length_penalty,
+                  max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out)
 
 
 SUPPORTS = Supports(beam=True, hard_constraints=True, pairs=True)
@@ -437,7 +437,7 @@ class PairInputs:
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     s, t, e = config.vecconst, config.train, config.eval
-    continues, joins = word_glue(pieces)  # hard constraints: whole words
+    continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
     module = VecConstTransformer(cfg, s.attention, s.plug_in, s.renormalise, s.adapters, s.output)
 
     def init(rng, batch):  # the parameters' shapes do not depend on the pairs' (nor on packing): one empty pair
@@ -454,6 +454,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         return vecconst_generate(module, params, request, length_penalty=e.length_penalty, max_len_a=e.max_len_a,
                                  max_len_b=e.max_len_b, max_out=request.width(capacity),
                                  ordered=e.constraint_order == "given", continues=continues, joins=joins,
+                                 trails=trails,
                                  consumes=pair_consumes(s))
 
     return ModelSpec("vecconst", cfg, module, init, loss, generate, capacity, SUPPORTS, packs=True,
