@@ -13,6 +13,7 @@ from jaxnat.argmax import SMALL, argmax, chunk_size
 
 SMALL_WIDTHS = (1, 2, 40)
 CHUNKED_WIDTHS = (128, 192, 320, 640)
+DIVISOR_WIDTHS = (174,)  # none of the preferred sizes divides it: its divisor 58
 AWKWARD_WIDTHS = (131, 257)  # no chunk size divides them: lax.top_k
 VALUES = st.sampled_from([-math.inf, -2.0, -1.0, 0.0, 0.5, 1.0, 3.0, math.nan])
 
@@ -31,7 +32,7 @@ def reference(row):
 @st.composite
 def arrays(draw):
     lead = draw(st.sampled_from([(0,), (1,), (3,), (2, 2)]))
-    width = draw(st.sampled_from(SMALL_WIDTHS + CHUNKED_WIDTHS + AWKWARD_WIDTHS))
+    width = draw(st.sampled_from(SMALL_WIDTHS + CHUNKED_WIDTHS + DIVISOR_WIDTHS + AWKWARD_WIDTHS))
     # mostly numbers from a small set (so ties are common), sometimes a constant row (all -inf, all NaN, ...)
     n = int(np.prod(lead))
     rows = []
@@ -62,6 +63,7 @@ def test_matches_plain_python(x):
 def test_widths_cover_each_path():
     assert all(w < SMALL for w in SMALL_WIDTHS)
     assert all(w >= SMALL and chunk_size(w) for w in CHUNKED_WIDTHS)
+    assert chunk_size(174) == 58 and chunk_size(9802) == 58  # fairseq's Multi30k dictionary: 58 · 169
     assert all(w >= SMALL and chunk_size(w) is None for w in AWKWARD_WIDTHS)
     assert chunk_size(8000) and chunk_size(32000)  # the vocabulary sizes of the shipped configs
 

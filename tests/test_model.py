@@ -169,8 +169,8 @@ def test_prefix_entries_extend_attention_and_masked_ones_change_nothing(pre_norm
 
 
 def test_beam_search_does_not_carry_the_cross_attention_cache():
-    """The searches reorder what they carry at every step; the cross-attention keys and values [B·K, S, H, K]
-    stay out of it (`without_cross_cache`), while the self-attention ones [B·K, T, H, K] are carried."""
+    """The searches reorder what they carry at every step; the cross-attention keys and values [B·K, H, S, K]
+    stay out of it (`without_cross_cache`), while the self-attention ones [B·K, H, T, K] are carried."""
     cfg = TransformerConfig(src_vocab_size=50, tgt_vocab_size=50, d_model=32, ffn_dim=64, num_heads=4, enc_layers=1,
                             dec_layers=2, max_len=16)
     model = ARTransformer(cfg)
@@ -181,5 +181,5 @@ def test_beam_search_does_not_carry_the_cross_attention_cache():
     assert len(loops) == 1
     body = loops[0].params["body_jaxpr"].jaxpr
     carried = [v.aval.shape for v in body.invars[loops[0].params["body_nconsts"]:]]
-    assert carried.count((6, 11, 4, 8)) == 2 * cfg.dec_layers   # self-attention keys and values, T = max_out - 1
-    assert (6, 7, 4, 8) not in carried                           # cross-attention: the source's S positions
+    assert carried.count((6, 4, 11, 8)) == 2 * cfg.dec_layers   # self-attention keys and values, T = max_out - 1
+    assert (6, 4, 7, 8) not in carried                           # cross-attention: the source's S positions

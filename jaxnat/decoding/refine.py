@@ -154,35 +154,78 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
     score is its log-probability among every id.
     """
     # every score in float32, whatever the model's compute dtype
-    logits = heads.placeholder(hyps.tokens).astype(jnp.float32)
+    logits = narrowed(heads.placeholder, hyps.tokens).astype(jnp.float32)
     logits = logits.at[..., 0].add(-penalty)
     counts = argmax(logits)
     counts = jnp.where(inside_phrase(hyps.phrase) | ~active[:, None], 0, counts)
     ins = edit_ops.insert_placeholders(hyps.tokens, counts, PAD_ID, PLH_ID, max_length=cap,
                                        sides=hyps.sides())
     with_plh = Hypotheses(ins.tokens, *ins.sides)
-    raw = heads.token(with_plh.tokens).astype(jnp.float32)
-    logits = forbid_reserved(raw)
-    if continues is not None:
-        after_phrase = jnp.pad(with_plh.phrase[:, :-1] > 0, ((0, 0), (1, 0))) & (with_plh.tokens == PLH_ID)
-        logits = jnp.where(after_phrase[..., None] & continues, -jnp.inf, logits)
-    if joins is not None:
-        before_phrase = jnp.pad(with_plh.phrase[:, 1:] > 0, ((0, 0), (0, 1))) & (with_plh.tokens == PLH_ID)
-        logits = jnp.where(before_phrase[..., None] & joins, -jnp.inf, logits)
+
+    def fill_at(width):
+        def run():
+            hyps = jax.tree.map(lambda x: x[:, :width], with_plh)
+            tokens, scores = fill(hyps, heads.token(hyps.tokens), continues, all_ids, joins, trails)
+            return (with_plh.tokens.at[:, :width].set(tokens), with_plh.scores.at[:, :width].set(scores))
+        return run
+
+    # the token head runs only when some row has a placeholder (at batch 1, in most late passes none has: fairseq
+    # skips it too), and on the narrowest canvas that holds every row
     is_plh = with_plh.tokens == PLH_ID
-
-    def fill(logits):
-        """Every placeholder takes the argmax and its log-probability, max - logsumexp, without materialising
-        a log_softmax of [B, L, V]. → (tokens int32[B, L], scores float32[B, L])."""
-        best_logp = jnp.max(logits, axis=-1) - jax.nn.logsumexp(raw if all_ids else logits, axis=-1)
-        return (jnp.where(is_plh, argmax(logits), with_plh.tokens), jnp.where(is_plh, best_logp, with_plh.scores))
-
-    in_phrase = with_plh.phrase > 0
-    last = in_phrase & (with_plh.phrase != jnp.pad(with_plh.phrase[:, 1:], ((0, 0), (0, 1))))
-    tokens, scores = words.keep_whole(lambda level: fill(words.restrict(logits, level, continues, trails)),
-                                      fill(logits), is_plh, in_phrase, last, continues, trails)
+    width, half = with_plh.tokens.shape[1], narrow_width(with_plh.tokens.shape[1])
+    branches = [lambda: (with_plh.tokens, with_plh.scores), fill_at(width)]
+    pick = jnp.where(jnp.any(is_plh), 1, 0)
+    if half is not None:
+        branches.append(fill_at(half))
+        pick = jnp.where((pick == 1) & (jnp.max(edit_ops.lengths(with_plh.tokens, PAD_ID)) <= half), 2, pick)
+    tokens, scores = lax.switch(pick, branches)
     filled = Hypotheses(tokens, scores, with_plh.phrase, is_plh | with_plh.scored)
     return with_plh, filled, jnp.sum(ins.counts, axis=1)
+
+
+def fill(hyps: Hypotheses, raw: jax.Array, continues=None, all_ids: bool = False, joins=None, trails=None) -> tuple:
+    """Every placeholder of ``hyps`` takes the argmax of the token head's logits (raw: float[B, L, V]) under the
+    word rules (`insert_and_fill`) and its log-probability, max − logsumexp, without materialising a log_softmax of
+    [B, L, V]. Returns (tokens int32[B, L], scores float32[B, L]), the other positions as they were."""
+    raw = raw.astype(jnp.float32)  # every score in float32, whatever the model's compute dtype
+    logits = forbid_reserved(raw)
+    is_plh = hyps.tokens == PLH_ID
+    if continues is not None:
+        after_phrase = jnp.pad(hyps.phrase[:, :-1] > 0, ((0, 0), (1, 0))) & is_plh
+        logits = jnp.where(after_phrase[..., None] & continues, -jnp.inf, logits)
+    if joins is not None:
+        before_phrase = jnp.pad(hyps.phrase[:, 1:] > 0, ((0, 0), (0, 1))) & is_plh
+        logits = jnp.where(before_phrase[..., None] & joins, -jnp.inf, logits)
+
+    def choose(logits):
+        best_logp = jnp.max(logits, axis=-1) - jax.nn.logsumexp(raw if all_ids else logits, axis=-1)
+        return jnp.where(is_plh, argmax(logits), hyps.tokens), jnp.where(is_plh, best_logp, hyps.scores)
+
+    in_phrase = hyps.phrase > 0
+    last = in_phrase & (hyps.phrase != jnp.pad(hyps.phrase[:, 1:], ((0, 0), (0, 1))))
+    return words.keep_whole(lambda level: choose(words.restrict(logits, level, continues, trails)),
+                            choose(logits), is_plh, in_phrase, last, continues, trails)
+
+
+def narrow_width(width: int) -> int | None:
+    """The narrower canvas a pass may run on (half the capacity, from 16 positions), or None: sentences a
+    capacity is sized for (twice the source) mostly fit in half of it, and a head's products cost in proportion."""
+    return width // 2 if width >= 32 else None
+
+
+def narrowed(head: Callable, tokens: jax.Array) -> jax.Array:
+    """head(tokens int32[B, L]) → logits, computed on the first `narrow_width` positions when every row fits in
+    them and padded back with zeros to the full canvas's shape (which no edit reads: it reads real positions and
+    slots only); else on the full canvas."""
+    half = narrow_width(tokens.shape[1])
+    if half is None:
+        return head(tokens)
+    full = jax.eval_shape(head, tokens)
+
+    def small():
+        out = head(tokens[:, :half])
+        return jnp.pad(out, [(0, f - n) for f, n in zip(full.shape, out.shape)])
+    return lax.cond(jnp.max(edit_ops.lengths(tokens, PAD_ID)) <= half, small, lambda: head(tokens))
 
 
 def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Array, options: RefineOptions,
@@ -215,8 +258,8 @@ def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Arra
     def body(s):
         active = ~s["done"]
         before = s["hyps"]
-        edited, counts = first_edit(before, heads.first(before.tokens).astype(jnp.float32), active, continues,
-                                    joins=joins, trails=trails)
+        edited, counts = first_edit(before, narrowed(heads.first, before.tokens).astype(jnp.float32), active,
+                                    continues, joins=joins, trails=trails)
         with_plh, filled, inserted = insert_and_fill(edited, heads, cap, active, options.placeholder_penalty,
                                                      continues, options.rules == "fairseq", joins, trails)
         changed = jnp.any(filled.tokens != before.tokens, axis=1)
