@@ -5,7 +5,9 @@ One iteration = a first edit (LevT: delete, `jaxnat.models.levt.model.levt_delet
 The whole batch lives at a fixed capacity ``[B, L]``; a
 sentence stops when an iteration leaves it unchanged (unless ``run_all``) and the loop stops when every
 sentence has stopped or after ``max_iter + 1`` iterations. Finished rows are frozen by masking, so no shape
-ever changes and no value goes back to the host until the loop ends.
+ever changes and no value goes back to the host until the loop ends; but a head runs on half the canvas when
+every row fits in it (`narrowed`: its products cost in proportion), and the token head not at all when no row
+has a placeholder.
 
 Per token the loop carries a score (the log-probability its fill had; 0 for the initial tokens), whether the
 token head filled it (``scored``: False for BOS, EOS and the initial tokens, constraints included) and a
@@ -202,7 +204,7 @@ def fill(hyps: Hypotheses, raw: jax.Array, continues=None, all_ids: bool = False
         return jnp.where(is_plh, argmax(logits), hyps.tokens), jnp.where(is_plh, best_logp, hyps.scores)
 
     in_phrase = hyps.phrase > 0
-    last = in_phrase & (hyps.phrase != jnp.pad(hyps.phrase[:, 1:], ((0, 0), (0, 1))))
+    last = words.last_pieces(hyps.phrase)
     return words.keep_whole(lambda level: choose(words.restrict(logits, level, continues, trails)),
                             choose(logits), is_plh, in_phrase, last, continues, trails)
 

@@ -23,6 +23,12 @@ from jax import lax
 NONE, NO_CONTINUING, WORD_START = 0, 1, 2  # what a position may take: anything; no continuing piece; a word start
 
 
+def last_pieces(phrase: jax.Array) -> jax.Array:
+    """bool[R, L]: each hard phrase's last piece, from the phrase number of every position (int32[R, L], 0 = no
+    phrase; `refine.Hypotheses.phrase`)."""
+    return (phrase > 0) & (phrase != jnp.pad(phrase[:, 1:], ((0, 0), (0, 1))))
+
+
 def restrict(logits: jax.Array, level: jax.Array, continues: jax.Array, trails: jax.Array) -> jax.Array:
     """logits: float32[R, L, V] with what level (int32[R, L]) forbids at -inf: from ``NO_CONTINUING`` on the
     continuing pieces (continues: bool[V]), at ``WORD_START`` the trailing ones too (trails: bool[V])."""

@@ -229,7 +229,7 @@ def glued_to_phrase(tokens: jax.Array, phrase: jax.Array, continues: jax.Array |
     glued = jnp.zeros(tokens.shape, bool)
     if continues is not None:
         in_phrase = phrase > 0
-        last = in_phrase & (phrase != jnp.pad(phrase[:, 1:], ((0, 0), (0, 1))))
+        last = words.last_pieces(phrase)
         # the glued pieces go too, so they do not end the phrase's word: they pass like punctuation
         passing = continues if trails is None else continues | trails
         glued = glued | (words.open_words(passing[tokens] & ~in_phrase, last)[0] & continues[tokens] & ~in_phrase)

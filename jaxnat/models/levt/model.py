@@ -193,7 +193,7 @@ def keep_word_boundaries(tokens: jax.Array, phrase: jax.Array, delete: jax.Array
         delete = delete & ~(guard & ~predecessor_ok)
     if continues is not None:
         in_phrase = phrase > 0
-        last = in_phrase & (phrase != jnp.pad(phrase[:, 1:], ((0, 0), (0, 1))))
+        last = words.last_pieces(phrase)
         passes = delete | (trails[tokens] if trails is not None else False)  # a deleted piece ends no word
         is_open, anchor = words.open_words(passes & ~in_phrase, last)
         bad = ~delete & is_open & continues[tokens] & ~in_phrase
