@@ -129,7 +129,9 @@ def jaxnat_run(family: str, extra: list[str], args, spm_run: str, workdir: str) 
     command = [sys.executable, "-m", "jaxnat.main", "--config", config, "--workdir", workdir,
                f"--config.data.dir={args.data_dir}", f"--config.data.spm_from={spm_run}",
                f"--config.train.steps={args.steps}", f"--config.train.log_every={args.window}",
-               "--config.train.eval_every=1000000000", "--config.train.checkpoint_every=1000000000", *extra]
+               "--config.train.eval_every=1000000000", "--config.train.checkpoint_every=1000000000",
+               # a short run's learning rate is no part of its speed; a cosine schedule needs warm-up < steps
+               f"--config.train.warmup_steps={args.steps // 2}", *extra]
     env = dict(os.environ, JAXNAT_COMPILATION_CACHE="off")
     last = f"step {args.steps}:"
     lines = watch(command, env, lambda line: last in line, workdir + ".log")
