@@ -81,7 +81,8 @@ def read_run(workdir: str, log_text: str) -> dict:
     if os.path.isfile(path):
         with open(path) as f:
             history = [json.loads(line) for line in f if line.strip()]
-    windows = [h for h in history if "tokens_per_s" in h][1:]  # the first window holds the warm-up
+    # the first window holds the warm-up; none beside the train programs' compiling
+    windows = [h for h in history if "tokens_per_s" in h and not h.get("compiling")][1:]
     if windows:
         out["tokens_per_s"] = statistics.median(h["tokens_per_s"] for h in windows)
         if all("mfu" in h for h in windows):

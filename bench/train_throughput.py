@@ -5,6 +5,7 @@ fairseq 0.12.2's AR Transformer and CMLM on the same data, vocabulary, model siz
     python bench/train_throughput.py --data-dir ../shared/data/multi30k --work /tmp/throughput \\
         [--families ar,cmlm,levt,editor,nat,ctc,dat,vecconst] [--fairseq ar,cmlm] [--steps 60] [--window 20] \\
         [--repeats 3]
+    python bench/train_throughput.py --first-step multi30k,demo [--pairs-dir PAIRS] [--repeats 1]
 
 jaxnat: `python -m jaxnat.main --config configs/<family>/multi30k.py` with the persistent compilation cache off
 (so the time to the first step includes compiling), stopped once the last log window is out (no evaluation).
@@ -19,6 +20,9 @@ fairseq's MFU is its tokens/s times jaxnat's FLOPs per target token of the same 
 peak / tokens/s), against the same peak: the two MFUs compare as the two token rates do. fairseq's LevT cannot
 train here (its oracle, the C++ libnat, is not in fairseq's PyPI package), so LevT and EDITOR have no fairseq row.
 Runs alternate (jaxnat family by family, then fairseq, per repeat), both using every core; medians over repeats.
+--first-step times only what a user waits before anything trains: each family's configs/<family>/<name>.py through
+the plain command (its own SentencePiece trained, the compilation cache off), from the command's start to the first
+train step its log reports; vecconst's Multi30k config needs its constraint pairs (`python -m jaxnat.data.alignment`).
 """
 
 from __future__ import annotations
@@ -136,10 +140,39 @@ def jaxnat_run(family: str, extra: list[str], args, spm_run: str, workdir: str) 
     last = f"step {args.steps}:"
     lines = watch(command, env, lambda line: last in line, workdir + ".log")
     first = [float(m.group(1)) for m in map(FIRST_LINE.search, lines) if m]
-    windows = [m for m in map(WINDOW_LINE.search, lines) if m][1:]
+    # the first window holds the warm-up; none beside the train programs' compiling
+    windows = [m for m in map(WINDOW_LINE.search, lines) if m and "compiling beside it" not in m.string][1:]
     return {"first_step_s": first[0], "tok_s": statistics.median(float(m.group(2)) for m in windows),
             "mfu": statistics.median(float(m.group(3)) for m in windows) / 100,
             "peak": statistics.median(float(m.group(4)) for m in windows)}
+
+
+def first_step_run(family: str, name: str, args, workdir: str) -> float:
+    """Seconds from the command's start to its first train step: `configs/<family>/<name>.py` as a user runs it
+    (its own vocabulary trained, the compilation cache off), stopped there."""
+    shutil.rmtree(workdir, ignore_errors=True)
+    command = [sys.executable, "-m", "jaxnat.main", "--config", os.path.join(ROOT, "configs", family, f"{name}.py"),
+               "--workdir", workdir, "--config.train.init_from="]
+    if name != "demo":  # the demos train on the embedded corpus
+        command.append(f"--config.data.dir={args.data_dir}")
+    if family == "vecconst" and name != "demo":
+        command.append(f"--config.data.pairs_dir={args.pairs_dir}")
+    lines = watch(command, dict(os.environ, JAXNAT_COMPILATION_CACHE="off"), FIRST_LINE.search, workdir + ".log")
+    return float(next(m.group(1) for m in map(FIRST_LINE.search, lines) if m))
+
+
+def first_steps(args, families: list[str], names: list[str]) -> None:
+    from jaxnat.provenance import machine
+
+    runs = {(f, n): [] for n in names for f in families}
+    for r in range(args.repeats):
+        for family, name in runs:
+            runs[family, name].append(first_step_run(family, name, args, os.path.join(args.work, f"{family}-{name}")))
+            print(f"repeat {r} {family}/{name}: first step after {runs[family, name][-1]:.1f} s", flush=True)
+    print("\n| config | first step (s) |\n|---|---|")
+    for (family, name), seconds in runs.items():
+        print(f"| `configs/{family}/{name}.py` | {statistics.median(seconds):.1f} |")
+    print(f"\nmedians of {args.repeats} repeats; compilation cache off; {machine()}")
 
 
 def fairseq_run(model: str, args, binary: str, log_path: str) -> float:
@@ -161,6 +194,10 @@ def main():
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--window", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--first-step", default="", metavar="NAMES",
+                        help="comma list of config names (multi30k, demo): only the time from each family's "
+                             "configs/<family>/<name>.py command to its first train step, with no throughput")
+    parser.add_argument("--pairs-dir", help="vecconst's Multi30k constraint pairs (python -m jaxnat.data.alignment)")
     args = parser.parse_args()
     args.data_dir = os.path.abspath(args.data_dir)
     families = [f for f in args.families.split(",") if f]
@@ -169,6 +206,11 @@ def main():
         if name not in FAMILIES:
             raise SystemExit(f"error: unknown family {name!r} (one of {', '.join(FAMILIES)})")
     os.makedirs(args.work, exist_ok=True)
+    if args.first_step:
+        names = args.first_step.split(",")
+        if "vecconst" in families and names != ["demo"] and not args.pairs_dir:
+            raise SystemExit("error: vecconst's Multi30k config needs --pairs-dir")
+        return first_steps(args, families, names)
     spm_run, binary = prepare(args.data_dir, args.work)
     rows = {f: [] for f in families}  # jaxnat rows; "cmlm (plain)" joins them where fairseq's CMLM runs
     if "cmlm" in fairseq:

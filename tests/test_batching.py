@@ -127,7 +127,8 @@ def test_first_batch_of_shape():
     src, tgt = _examples(rng.integers(3, 60, 300), rng.integers(3, 60, 300))
     tb = batching.TrainBatcher(src, tgt, 256, batching.bucket_lengths(64), seed=2)
     first = {}  # shape -> the step of its first batch, by walking the steps
-    for step in range(tb.steps_per_epoch):
+    for step in range(tb.steps_per_epoch + 3):  # into the next epoch
+        assert tb.shape(step) == tb.batch(step)["src"].shape  # the shape without building the batch
         first.setdefault(tb.batch(step)["src"].shape, step)
     assert set(first) == tb.shapes
     for shape, step in first.items():

@@ -44,6 +44,7 @@ def _batch(pad_from: int = L):
     return {"src": ids, "tgt": ids}
 
 
+@pytest.mark.slow
 def test_step_flops_are_near_six_params_tokens():
     _, compiled, n = _compiled_step()
     flops = program_flops(compiled)
@@ -53,7 +54,8 @@ def test_step_flops_are_near_six_params_tokens():
 def test_padding_is_not_model_flops_and_a_missing_count_is_estimated():
     config, compiled, n = _compiled_step()
     flops = program_flops(compiled)
-    utilisation = Utilisation({L: flops}, n, config.model.dtype, peak_tflops=2.0)
+    utilisation = Utilisation(n, config.model.dtype, peak_tflops=2.0)
+    utilisation.count({L: flops}.get)
     assert utilisation.source == "XLA's cost analysis"
     utilisation.add(_batch())
     utilisation.add(_batch(pad_from=L // 4))
@@ -63,13 +65,15 @@ def test_padding_is_not_model_flops_and_a_missing_count_is_estimated():
     assert utilisation.describe(got["mfu"]) == f"MFU {100 * got['mfu']:.1f}% of 2 TFLOP/s (configured)"
     assert utilisation.window(1.0) == {"mfu": 0.0, "padding": 1.0}  # a new window
 
-    estimated = Utilisation(None, n, config.model.dtype, peak_tflops=2.0)  # no count: from the tokens instead
+    estimated = Utilisation(n, config.model.dtype, peak_tflops=2.0)  # no count: from the tokens instead
+    estimated.count(None)
     assert estimated.source == "6·params·tokens"
     estimated.add(_batch(pad_from=L // 2))
     np.testing.assert_allclose(estimated.window(1.0)["mfu"], 6 * n * B * L / 2 / jax.local_device_count() / 2e12,
                                rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_a_scanned_run_is_counted_on_its_unrolled_stacks(tmp_path):
     """XLA counts a scanned stack's loop body once (a third of this model's step is left out); the trainer counts a
     scanned run on the same program with the stacks unrolled, lowered only: within 3% of the compiled count."""

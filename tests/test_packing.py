@@ -50,7 +50,7 @@ def test_packed_batcher_covers_every_pair_once_per_epoch_and_resumes():
         seen = []
         for step in range(epoch * pb.steps_per_epoch, (epoch + 1) * pb.steps_per_epoch):
             batch, members = pb.batch(step), pb.batch_indices(step)
-            assert {k: v.shape for k, v in batch.items()} == pb.key_shapes((4, 24))
+            assert {k: v.shape for k, v in batch.items()} == pb.key_shapes((4, 24)) and pb.shape(step) == (4, 24)
             for r in range(4):
                 for k, i in enumerate(members[r][members[r] >= 0]):
                     for side, seqs in (("src", src), ("tgt", tgt)):
@@ -129,6 +129,7 @@ def _model():
     return model, params, logp
 
 
+@pytest.mark.slow
 def test_packed_ar_loss_and_gradients_equal_the_unpacked_ones():
     model, params, logp_fn = _model()
     src, tgt = random_pairs(np.random.default_rng(3), 9)

@@ -346,13 +346,18 @@ class TrainBatcher:
         """The shape of each key of a batch of (batch, length) ``shape``: [B, L], or [B, ...] for an extra."""
         return {k: (shape[0], *self.extras[k].shape[1:]) if k in self.extras else shape for k in self.keys}
 
+    def shape(self, step: int) -> tuple[int, int]:
+        """The global (batch, length) shape of batch ``step``."""
+        epoch, within = divmod(int(step), self.steps_per_epoch)
+        b = self.plan(epoch)[within][0]
+        return int(self._bucket_bs[b]), int(self._bucket_len[b])
+
     def first_batch_of_shape(self, shape: tuple[int, int]) -> dict[str, np.ndarray]:
         """The earliest step's batch of (batch, length) ``shape`` (benchmarks time one shape)."""
         if shape not in self.shapes:
             raise ValueError(f"no batch of shape {shape}; the shapes: {sorted(self.shapes)}")
-        buckets = [b for b, _ in self.plan(0)]  # every bucket has batches in every epoch
-        return self.batch(next(step for step, b in enumerate(buckets)
-                               if (self._bucket_bs[b], self._bucket_len[b]) == shape))
+        # every bucket has batches in every epoch
+        return self.batch(next(step for step in range(self.steps_per_epoch) if self.shape(step) == shape))
 
     def _make_plan(self, epoch: int) -> list[tuple[int, np.ndarray]]:
         rng = np.random.default_rng([self.seed, epoch])
@@ -518,6 +523,9 @@ class PackedBatcher:
         k = max_segments(self.width)
         return {key: (shape[0], k, *self.extras[key].shape[1:]) if key in self.extras else shape
                 for key in self.keys}
+
+    def shape(self, step: int) -> tuple[int, int]:
+        return self.batch_size, self.width
 
     def first_batch_of_shape(self, shape: tuple[int, int]) -> dict[str, np.ndarray]:
         if shape not in self.shapes:

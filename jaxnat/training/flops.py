@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import Callable
 
 import jax
 import numpy as np
@@ -57,39 +58,43 @@ def program_flops(compiled) -> float | None:
 class Utilisation:
     """MFU per log window: `add` each step's batch, `window` at each log point."""
 
-    def __init__(self, flops: dict, num_params: int, dtype: str, peak_tflops: float = 0.0,
-                 source: str = "XLA's cost analysis"):
-        """flops: {batch length: the train step's FLOPs per device} (a process reads its own rows of the global
-        batch, whose length is the program's), or None where XLA's count is missing (6 · parameters · tokens
-        instead); num_params: the model's parameter count; dtype: the compute dtype the peak is measured in;
-        peak_tflops: the device's peak (0: measured here); source: where ``flops`` come from, for the log."""
-        self.flops = None if flops is None or None in flops.values() else flops
+    def __init__(self, num_params: int, dtype: str, peak_tflops: float = 0.0):
+        """num_params: the model's parameter count; dtype: the compute dtype the peak is measured in; peak_tflops:
+        the device's peak (0: measured here, now: before anything compiles beside it). The steps' FLOPs are
+        estimated as 6 · parameters · tokens until `count` gives XLA's."""
         self.num_params = num_params
-        self.source = source if self.flops else "6·params·tokens"
+        self.flops, self.source = None, "6·params·tokens"
         self.peak_source = "configured" if peak_tflops else "measured"
         self.peak = peak_tflops or measure_peak_tflops(dtype)
-        self.model_flops, self.real, self.slots = 0.0, 0, 0
-        log.info("MFU against a peak of %.3g TFLOP/s (%s); step FLOPs from %s", self.peak, self.peak_source,
-                 self.source)
+        self.steps: list[tuple[int, int, int, int]] = []  # (length, real tokens, token slots, target tokens)
+        log.info("MFU against a peak of %.3g TFLOP/s (%s)", self.peak, self.peak_source)
+
+    def count(self, flops: Callable[[int], float | None] | None, source: str = "XLA's cost analysis") -> None:
+        """flops: batch length -> the train step's FLOPs per device (a process reads its own rows of the global
+        batch, whose length is the program's), called at the first window after a step of that length, once its
+        program has compiled; None, or a None it returns, where XLA's count is missing (6 · parameters · tokens
+        instead); source: where they come from, for the log."""
+        self.flops, self.source = flops, source if flops else "6·params·tokens"
+        log.info("step FLOPs from %s", self.source)
 
     def add(self, batch: dict) -> None:
         """batch: a train batch (host arrays) with 'src' and 'tgt' int32[B, L]: its program's FLOPs, less the
-        share of padding slots (or the estimate from its real target tokens)."""
+        share of padding slots (or the estimate from its real target tokens), count in the window."""
         real = int(np.count_nonzero(batch["src"] != PAD_ID)) + int(np.count_nonzero(batch["tgt"] != PAD_ID))
-        slots = batch["src"].size + batch["tgt"].size
-        if self.flops:
-            self.model_flops += self.flops[batch["tgt"].shape[1]] * real / slots
-        else:
-            tokens = int(np.count_nonzero(batch["tgt"] != PAD_ID))
-            self.model_flops += 6.0 * self.num_params * tokens / jax.local_device_count()
-        self.real, self.slots = self.real + real, self.slots + slots
+        tokens = int(np.count_nonzero(batch["tgt"] != PAD_ID))
+        self.steps.append((batch["tgt"].shape[1], real, batch["src"].size + batch["tgt"].size, tokens))
 
     def window(self, seconds: float) -> dict:
         """{'mfu': the steps added since the last call, over ``seconds``, as a fraction of the peak; 'padding': the
         share of their token slots that were padding}; starts the next window."""
-        out = {"mfu": self.model_flops / max(seconds, 1e-9) / (self.peak * 1e12),
-               "padding": 1.0 - self.real / max(self.slots, 1)}
-        self.model_flops, self.real, self.slots = 0.0, 0, 0
+        model_flops = 0.0
+        for length, real, slots, tokens in self.steps:
+            flops = self.flops(length) if self.flops else None
+            model_flops += (flops * real / slots if flops
+                            else 6.0 * self.num_params * tokens / jax.local_device_count())
+        out = {"mfu": model_flops / max(seconds, 1e-9) / (self.peak * 1e12),
+               "padding": 1.0 - sum(s[1] for s in self.steps) / max(sum(s[2] for s in self.steps), 1)}
+        self.steps.clear()
         return out
 
     def describe(self, mfu: float) -> str:

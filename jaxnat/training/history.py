@@ -1,9 +1,10 @@
 """A run's history in its workdir, and its training curves as a picture.
 
 `history.jsonl` holds one JSON object per line: a log window (`step, loss, nll, grad_norm, lr, tokens_per_s,
-mfu, padding`: `jaxnat.training.flops`) or a validation (`step, valid_loss, valid_nll, valid_bleu`). It is the
-plain-text twin of the TensorBoard scalars, for readers without TensorBoard: `curves.png` is drawn from it at the
-end of training and on demand (`python -m jaxnat.main --mode curves --workdir DIR`).
+mfu, padding`: `jaxnat.training.flops`; `compiling: true` where train programs still compiled beside it) or a
+validation (`step, valid_loss, valid_nll, valid_bleu`). It is the plain-text twin of the TensorBoard scalars, for
+readers without TensorBoard: `curves.png` is drawn from it at the end of training and on demand (`python -m
+jaxnat.main --mode curves --workdir DIR`).
 
 A resumed run continues from its newest checkpoint, so the entries after that step (written by the killed
 process after its last checkpoint) are dropped first: the file always tells the history of the parameters

@@ -11,7 +11,8 @@ import functools
 import logging
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -32,6 +33,7 @@ from jaxnat.training.checkpoint import Checkpoints
 from jaxnat.training.flops import Utilisation, program_flops
 from jaxnat.training.history import History, plot_curves
 from jaxnat.training.optim import Plateau, lr_scale, make_optimizer, perplexity, with_lr_scale
+from jaxnat.training.programs import TrainPrograms
 from jaxnat.training.stop import StopRequest
 
 log = logging.getLogger("jaxnat")
@@ -265,29 +267,22 @@ class Trainer:
 
         return jax.jit(init, out_shardings=replicated)()
 
-    def lower_train_steps(self, state, batcher: TrainBatcher, root_key) -> dict:
-        """{(batch, length) shape: the train step lowered for it}, one per shape of ``batcher``; each program
-        takes the batcher's keys with their shapes (`TrainBatcher.key_shapes`)."""
-        step = jax.jit(make_train_step(self.spec, self.optimizer, self.schedule), donate_argnums=(0,))
+    def lower_train_step(self, state, batcher: TrainBatcher, root_key, shape: tuple[int, int]):
+        """The train step lowered for the (batch, length) ``shape`` of ``batcher``: it takes the batcher's keys
+        with their shapes (`TrainBatcher.key_shapes`)."""
         sharding = mesh_lib.batch_sharding(self.mesh)
-        return {shape: step.lower(state, {k: jax.ShapeDtypeStruct(key_shape, jnp.int32, sharding=sharding)
-                                          for k, key_shape in batcher.key_shapes(shape).items()}, root_key)
-                for shape in sorted(batcher.shapes)}
+        return self._train_step.lower(state, {k: jax.ShapeDtypeStruct(key_shape, jnp.int32, sharding=sharding)
+                                              for k, key_shape in batcher.key_shapes(shape).items()}, root_key)
 
-    def compile_train_steps(self, state, batcher: TrainBatcher, root_key) -> dict:
-        """Compiles the train step for every shape of ``batcher`` up front, so that no compilation lands in the
-        middle of training (and tokens/s in the log is the steady-state speed)."""
-        lowered = self.lower_train_steps(state, batcher, root_key)
-        # XLA compiles outside the GIL: the shapes compile side by side, one per core (a GPU host's many cores
-        # otherwise idle through minutes of one-at-a-time compilation)
-        workers = max(1, min(len(lowered), os.cpu_count() or 1))
-        with ThreadPoolExecutor(workers) as pool, tqdm(total=len(lowered), desc="compile", disable=None) as bar:
-            futures = {shape: pool.submit(program.compile) for shape, program in lowered.items()}
-            for _ in as_completed(futures.values()):
-                bar.update()
-        compiled = {shape: future.result() for shape, future in futures.items()}
-        log.info("compiled the train step for %d batch shapes", len(compiled))
-        return compiled
+    @functools.cached_property
+    def _train_step(self):
+        return jax.jit(make_train_step(self.spec, self.optimizer, self.schedule), donate_argnums=(0,))
+
+    def compile_train_steps(self, state, batcher: TrainBatcher, root_key, first: tuple[int, int]) -> TrainPrograms:
+        """The train step for every shape of ``batcher``, compiling in background threads, the ``first`` shape's
+        first (`TrainPrograms`)."""
+        return TrainPrograms(functools.partial(self.lower_train_step, state, batcher, root_key),
+                             [first, *sorted(batcher.shapes - {first})])
 
     @_with_configured_keys
     def unrolled_step_flops(self, batcher: TrainBatcher, root_key) -> dict:
@@ -302,6 +297,25 @@ class Trainer:
                                              {k: jax.ShapeDtypeStruct(s, jnp.int32)
                                               for k, s in batcher.key_shapes(shape).items()}, root_key)
                 / jax.device_count() for shape in sorted(batcher.shapes)}
+
+    def count_unrolled(self, batcher: TrainBatcher, root_key) -> Callable[[int], float | None]:
+        """length -> the train step's FLOPs per device counted on the unrolled stacks (`unrolled_step_flops`,
+        traced in a thread while training starts), or None, with a warning, where that failed: a figure of the log,
+        not a reason to stop training."""
+        pool = ThreadPoolExecutor(1)
+        unrolled = pool.submit(self.unrolled_step_flops, batcher, root_key)
+        pool.shutdown(wait=False)
+
+        @functools.cache
+        def flops(length: int) -> float | None:
+            try:
+                return unrolled.result()[length]
+            except Exception as e:
+                log.warning("no FLOP count of the unrolled stacks (%s: %s); MFU from 6·params·tokens",
+                            type(e).__name__, e)
+                return None
+
+        return flops
 
     def stage_keys(self, workdir: str) -> tuple[str, ...]:
         """The model keys that may differ from the run in ``workdir`` that this one starts from: none for the
@@ -408,18 +422,12 @@ class Trainer:
         translator = Translator(self.spec, state["params"], self.tokenizer, cfg)
         self._eval_step = jax.jit(make_eval_step(self.spec))
         root_key = jax.random.PRNGKey(t.seed + 1)
-        with ThreadPoolExecutor(1) as pool:  # a scanned model's unrolled twin traced while XLA compiles (no GIL)
-            unrolled = pool.submit(self.unrolled_step_flops, batcher, root_key) if cfg.model.scan_layers else None
-            train_steps = self.compile_train_steps(state, batcher, root_key)
-            flops, source = {shape[1]: program_flops(p) for shape, p in train_steps.items()}, "XLA's cost analysis"
-            if unrolled is not None:
-                try:
-                    flops, source = unrolled.result(), "XLA's cost analysis of the unrolled stacks"
-                except Exception as e:  # a figure of the log, not a reason to stop training
-                    log.warning("no FLOP count of the unrolled stacks (%s: %s); MFU from 6·params·tokens",
-                                type(e).__name__, e)
-                    flops = None
-        utilisation = Utilisation(flops, count_params(state["params"]), cfg.model.dtype, t.peak_tflops, source)
+        utilisation = Utilisation(count_params(state["params"]), cfg.model.dtype, t.peak_tflops)
+        train_steps = self.compile_train_steps(state, batcher, root_key, first=batcher.shape(start))
+        if cfg.model.scan_layers:  # XLA counts a loop's body once
+            utilisation.count(self.count_unrolled(batcher, root_key), "XLA's cost analysis of the unrolled stacks")
+        else:
+            utilisation.count(train_steps.flops)
         writer = tensorboard_writer(os.path.join(self.workdir, "tensorboard")) if jax.process_index() == 0 else None
 
         consecutive_bad, skipped, window = 0, 0, []
@@ -456,10 +464,11 @@ class Trainer:
             summary.update(utilisation.window(elapsed))  # mfu, padding
             bar.set_postfix(loss=f"{summary['loss']:.3f}", tok_s=f"{summary['tokens_per_s']:.0f}",
                             lr=f"{summary['lr']:.2e}")
-            self.history.append({"step": done, **summary})
-            log.info("step %d: loss %.4f nll %.4f lr %.3g %.0f tok/s %s skipped %d", done, summary["loss"],
+            compiling = not train_steps.compiled_before(tick)  # beside the compiling: not the steady state's speed
+            self.history.append({"step": done, **summary, **({"compiling": True} if compiling else {})})
+            log.info("step %d: loss %.4f nll %.4f lr %.3g %.0f tok/s %s skipped %d%s", done, summary["loss"],
                      summary["nll"], summary["lr"], summary["tokens_per_s"], utilisation.describe(summary["mfu"]),
-                     skipped)
+                     skipped, " (train programs compiling beside it)" if compiling else "")
             if writer:
                 for k, v in summary.items():
                     writer.add_scalar(f"train/{k}", v, done)
@@ -518,6 +527,7 @@ class Trainer:
         finally:
             stop.uninstall()
             batches.close()
+            train_steps.close()
             bar.close()
             self.ckpt.wait()
             if writer:

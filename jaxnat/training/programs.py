@@ -1,0 +1,89 @@
+"""The train step's programs, one per batch shape, compiled in background threads while training starts.
+
+A run with several batch shapes (LevT and EDITOR train on three buckets) compiles one program per shape. XLA
+compiles outside Python's GIL, in threads of its own, so the shape of the run's first batch is handed to XLA as
+soon as it is lowered and compiles alone (the other shapes' tracing, in this thread, overlaps it); the others
+compile side by side once it is done, while training starts. The first step waits for its own program only; a
+later step whose program is still compiling waits for it. A run's time to its first step is then about one
+tracing and one compile, not all of them; the log windows until the last program is in run beside the compiling
+and say so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Callable, Iterable
+
+from tqdm import tqdm
+
+from jaxnat.training.flops import program_flops
+
+log = logging.getLogger("jaxnat")
+
+
+class TrainPrograms:
+    """{batch shape: compiled train step}, compiling in the background: ``programs[shape]`` waits for its program.
+
+    lower: shape -> the step lowered for it (`jax.stages.Lowered`), called in this thread (tracing holds the GIL);
+    shapes: every batch shape, the first batch's first; workers: how many compile at once after the first (the
+    machine's cores by default: one XLA compile keeps about one busy).
+    """
+
+    def __init__(self, lower: Callable, shapes: Iterable[tuple[int, int]], workers: int | None = None):
+        shapes = list(shapes)
+        self._begin = time.perf_counter()
+        self._lock = threading.Lock()
+        self._left = len(shapes)
+        self.finished_at: float | None = None  # time.perf_counter() when the last program was in
+        self._bar = tqdm(total=len(shapes), desc="compile", disable=None)
+        self._pool = ThreadPoolExecutor(max(1, min(len(shapes), workers or os.cpu_count() or 1)),
+                                        thread_name_prefix="compile")
+        self._futures: dict[tuple[int, int], Future] = {}
+        first = None
+        for shape in shapes:
+            self._futures[shape] = self._pool.submit(self._compile, lower(shape), after=first)
+            first = first or self._futures[shape]
+        self._flops: dict[int, float | None] = {}
+
+    def _compile(self, lowered, after: Future | None):
+        if after is not None:  # the first program compiles alone: the first step waits for it
+            after.exception()
+        program = lowered.compile()
+        with self._lock:
+            self._left -= 1
+            self._bar.update()
+            if not self._left:
+                self.finished_at = time.perf_counter()
+                self._bar.close()
+                log.info("compiled the train step for %d batch shapes in %.1f s", len(self._futures),
+                         time.perf_counter() - self._begin)
+        return program
+
+    @property
+    def shapes(self) -> list[tuple[int, int]]:
+        return list(self._futures)
+
+    def compiled_before(self, t: float) -> bool:
+        """Whether every program was in before time.perf_counter() ``t`` (a log window from ``t`` on ran beside
+        no compiling and waited for none: its speed is the steady state's)."""
+        return self.finished_at is not None and self.finished_at <= t
+
+    def __getitem__(self, shape: tuple[int, int]):
+        """The compiled step for ``shape``, once compiled (an error of its compiling is raised here)."""
+        return self._futures[shape].result()
+
+    def flops(self, length: int) -> float | None:
+        """XLA's count of the FLOPs per device (`program_flops`) of the program for batches ``length`` long (each
+        shape has its own length), waiting for its compile."""
+        if length not in self._flops:
+            self._flops[length] = program_flops(self[next(s for s in self._futures if s[1] == length)])
+        return self._flops[length]
+
+    def close(self) -> None:
+        """Drops what has not started compiling; a compile under way finishes in its thread."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._bar.close()
