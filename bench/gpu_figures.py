@@ -82,7 +82,7 @@ def read_run(workdir: str, log_text: str) -> dict:
         with open(path) as f:
             history = [json.loads(line) for line in f if line.strip()]
     # the first window holds the warm-up; none beside the train programs' compiling
-    windows = [h for h in history if "tokens_per_s" in h and not h.get("compiling")][1:]
+    windows = [h for h in [h for h in history if "tokens_per_s" in h][1:] if not h.get("compiling")]
     if windows:
         out["tokens_per_s"] = statistics.median(h["tokens_per_s"] for h in windows)
         if all("mfu" in h for h in windows):

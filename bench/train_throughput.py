@@ -141,7 +141,7 @@ def jaxnat_run(family: str, extra: list[str], args, spm_run: str, workdir: str) 
     lines = watch(command, env, lambda line: last in line, workdir + ".log")
     first = [float(m.group(1)) for m in map(FIRST_LINE.search, lines) if m]
     # the first window holds the warm-up; none beside the train programs' compiling
-    windows = [m for m in map(WINDOW_LINE.search, lines) if m and "compiling beside it" not in m.string][1:]
+    windows = [m for m in [m for m in map(WINDOW_LINE.search, lines) if m][1:] if "compiling beside it" not in m.string]
     return {"first_step_s": first[0], "tok_s": statistics.median(float(m.group(2)) for m in windows),
             "mfu": statistics.median(float(m.group(3)) for m in windows) / 100,
             "peak": statistics.median(float(m.group(4)) for m in windows)}

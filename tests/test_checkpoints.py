@@ -63,6 +63,7 @@ def test_average_of_one_is_the_identity_and_of_two_the_mean():
         average_params([])
 
 
+@pytest.mark.slow
 def test_the_best_n_validations_are_kept(run):
     ckpt = Checkpoints(str(run), 3, 2)
     ranked = ckpt.best_steps()
@@ -74,6 +75,7 @@ def test_the_best_n_validations_are_kept(run):
     assert params_choice(_config(), str(run))["step"] == expected[0][0]
 
 
+@pytest.mark.slow
 def test_averaging_on_the_fly_and_written(run):
     newest = _state_params(run, 12)
     one = load_translator(_config("--config.eval.average_checkpoints=1"), str(run))

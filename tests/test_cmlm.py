@@ -109,6 +109,7 @@ def reference_loss(spec, params, batch, draws, *, eps, weight, offset, correctio
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides, fixed, mean", [
     ((), False, False),                                                  # CMLM
     (CMLMC, False, False),                                               # CMLMC as the paper writes it
@@ -174,6 +175,7 @@ def test_substitutions_are_independent_bernoulli_draws():
     assert set(fixed) == {6}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [(), CMLMC])
 def test_loss_falls(overrides):
     losses = [loss for loss, _ in fit_briefly(_spec(*overrides), random_batch(0, V), steps=60)]
@@ -190,6 +192,7 @@ def _counting_batch(rng, rows=64, width=12):
     return {"src": jnp.asarray(src), "tgt": jnp.asarray(tgt)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [(), CMLMC])
 def test_the_decoder_learns_to_read_its_canvas(overrides):
     """Refinement needs a decoder that reads the tokens it is shown: a lone masked token of a counting run is
@@ -343,6 +346,7 @@ def test_fairseq_rules_match_fairseqs_loop_in_python(iterations, beam, stop_earl
         np.testing.assert_allclose(out["score"][k], score, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @SEVERAL
 @given(seed=st.integers(0, 10_000), iterations=st.sampled_from([1, 2, 5]), beam=st.sampled_from([1, 3]),
        centred=st.booleans(), offset=st.booleans(), stop_early=st.booleans(), rescored=st.booleans(),
@@ -456,6 +460,7 @@ def _contains(row, phrase):
     return any(row[i:i + len(phrase)] == phrase for i in range(len(row)))
 
 
+@pytest.mark.slow
 @SEVERAL
 @given(seed=st.integers(0, 10_000), iterations=st.sampled_from([1, 3]), beam=st.sampled_from([1, 3]),
        any_order=st.booleans(), count=st.integers(1, 4), longest=st.integers(1, 3), update_all=st.booleans())
@@ -516,6 +521,7 @@ def test_constraints_appear_whole_whatever_the_model_predicts(seed, iterations, 
 _candidates = jax.jit(mp.candidates, static_argnums=(4, 5))
 
 
+@pytest.mark.slow
 @SEVERAL
 @given(seed=st.integers(0, 10_000), rescored=st.booleans(), constrained=st.booleans(), dedup=st.booleans())
 def test_a_canvas_as_wide_as_the_longest_candidate_decodes_the_same(seed, rescored, constrained, dedup):
@@ -546,6 +552,7 @@ def test_a_canvas_as_wide_as_the_longest_candidate_decodes_the_same(seed, rescor
     np.testing.assert_allclose(wide["score"], narrow["score"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [(), CMLMC])
 def test_a_planned_request_decodes_as_the_full_canvas(overrides):
     """The model's own plan (encoder memory and candidate lengths) handed to generate with an output only as
@@ -566,6 +573,7 @@ def test_a_planned_request_decodes_as_the_full_canvas(overrides):
     np.testing.assert_allclose(full["score"], planned["score"], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [(), CMLMC])
 def test_a_sentence_decodes_alone_as_in_a_batch(overrides):
     spec = _spec(*overrides)

@@ -13,6 +13,8 @@ from jaxnat.decoding.translator import Start
 from jaxnat.restore import load_translator
 from tests.test_translate import _main as _run  # the CLI on the tiny config, in a subprocess
 
+pytestmark = pytest.mark.slow  # the quick tier (-m 'not slow') leaves this file out
+
 
 def _main(workdir, *args, stdin=None):
     return _run(workdir, "--config.model.name=cmlm", "--config.cmlm.masked_attn=true", "--config.cmlm.concat_pe=true",

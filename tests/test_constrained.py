@@ -6,6 +6,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -71,6 +72,7 @@ phrase = st.lists(st.sampled_from(WORDS), min_size=1, max_size=P)
 sentence = st.lists(phrase, min_size=0, max_size=C)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None)
 @given(st.lists(sentence, min_size=B, max_size=B), st.lists(st.integers(1, MAX_OUT), min_size=B, max_size=B),
        st.integers(0, 10_000), st.sampled_from([1, 2, 3]), st.booleans(), st.sampled_from([0.0, 0.6, 1.0]),

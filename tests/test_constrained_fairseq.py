@@ -7,6 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -34,6 +35,7 @@ def _walk(ordered: bool):
 phrase = st.lists(st.integers(6, 9), min_size=1, max_size=P)
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(phrases=st.lists(phrase, min_size=1, max_size=C), tokens=st.lists(st.integers(6, 10), min_size=1,
                                                                           max_size=12), ordered=st.booleans())

@@ -77,6 +77,7 @@ def _model(**model):
     return spec, spec.init(jax.random.PRNGKey(0), batch)
 
 
+@pytest.mark.slow
 def test_the_conventions_compute_what_they_say():
     """One AR model with every convention on, against the same parameters run by hand where each applies."""
     conventions = dict(ln_eps=1e-5, activation="swish", pre_norm=True, decoder_norm="post", layernorm_embedding=True,

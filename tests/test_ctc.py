@@ -372,6 +372,7 @@ def _batch(long_target=False):
     return {"src": jnp.asarray(src), "tgt": jnp.asarray(tgt)}
 
 
+@pytest.mark.slow
 def test_a_pair_that_cannot_fit_its_canvas_is_left_out_and_counted():
     """The loss with an unfit pair is the loss without it (finite, finite gradients), and 'unfit' counts it."""
     spec = _spec("--config.ctc.glancing=false")
@@ -387,6 +388,7 @@ def test_a_pair_that_cannot_fit_its_canvas_is_left_out_and_counted():
     assert all(np.all(np.isfinite(g)) for g in jax.tree_util.tree_leaves(grads))
 
 
+@pytest.mark.slow
 def test_glancing_training_has_finite_gradients_and_glances_the_alignment():
     spec = _spec("--config.ctc.glancing=true", "--config.ctc.glance_start=1.0", "--config.ctc.glance_end=1.0")
     batch = _batch(long_target=True)
@@ -419,6 +421,7 @@ def test_the_glanced_labels_are_the_first_passs_best_alignment():
 
 # ------------------------------------------------------------------------------------------------ end to end
 
+@pytest.mark.slow
 def test_a_tiny_model_learns_and_decodes_through_its_spec():
     """A few Adam steps on one batch lower the loss; generate decodes greedily, with a prefix beam (its score at
     least the greedy path's), and with hard constraints: every phrase in every output (CPR 100%), the phrases'

@@ -345,6 +345,7 @@ def test_config_errors_are_one_line():
     assert demo.eval.beam_size == 1 and demo.train.label_smoothing == 0  # the DAG loss takes none
 
 
+@pytest.mark.slow
 def test_tiny_model_trains_glances_and_decodes_through_its_spec():
     """Train a tiny DA-Transformer on two pairs through ModelSpec.loss (the update's number anneals the glancing
     ratio; the first pass's alignment is a best path of its graph; the glanced count is as specified); the loss

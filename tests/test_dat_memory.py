@@ -15,12 +15,15 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import pytest
 
 from jaxnat.config import build_config
 from jaxnat.models import build_model
 from jaxnat.models.dat.model import Glancing, dat_loss
 from jaxnat.training.optim import make_optimizer
 from jaxnat.training.trainer import make_train_step
+
+pytestmark = pytest.mark.slow  # the quick tier (-m 'not slow') leaves this file out
 
 
 def step_memory(config, length: int, remat: bool = True) -> dict:

@@ -48,6 +48,7 @@ def keeping_translator(tmp_path_factory):
     return Translator(spec, params, tok, config), config, workdir
 
 
+@pytest.mark.slow
 def test_every_start_reaches_the_loop_as_given(keeping_translator):
     translator, config, workdir = keeping_translator
     os.makedirs(os.path.join(workdir, "hyps"), exist_ok=True)

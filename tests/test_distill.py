@@ -67,6 +67,7 @@ def distilled(teacher, tmp_path_factory):
     return out, manifest
 
 
+@pytest.mark.slow
 def test_output_is_a_complete_text_corpus(teacher, distilled):
     out, manifest = distilled
     corpus = load_corpus(_config().data)

@@ -10,6 +10,8 @@ import pytest
 
 from tests import cli
 
+pytestmark = pytest.mark.slow  # the quick tier (-m 'not slow') leaves this file out
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
 COUNTS = {"levt": ("iterations", "deletions", "insertions"),

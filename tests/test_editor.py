@@ -53,6 +53,7 @@ def _batch(seed, b=6, s=9, t=12):
     return random_batch(seed, V, b, s, t)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [(), ("--config.editor.dual_path=false", "--config.editor.roll_in_alpha=0.5",
                                             "--config.editor.roll_in_beta=0.5")])
 def test_loss_falls(overrides):
@@ -94,6 +95,7 @@ def _on_path(loss_fn, params, batch, path_a):
     raise AssertionError("no batch took this path in 20 coin flips")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path_a", [True, False])
 def test_dual_path_roll_in(spec, path_a):
     """Path A: insertion on y0, reposition on the reference with the model's fills wherever the oracle (y0 → y*)
@@ -124,6 +126,7 @@ def test_dual_path_roll_in(spec, path_a):
         assert not Counter(row) - Counter(ref_row)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dual_path, path_a, alpha, beta, sampling, with_init, own, spread, after", [
     (True, True, 0.0, 0.0, False, False, 0.0, 0.0, False),   # the authors' dual path, path A
     (True, False, 0.0, 0.0, False, False, 0.0, 0.0, False),  # path B
@@ -188,6 +191,7 @@ def test_alpha_mixes_the_insertion_input_and_beta_the_reposition_input(spec):
     assert all(set(y) <= set(x) for y, x in zip(y_ins, init))  # a reposition only moves, copies, deletes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dual_path, alpha, beta, sampling", [(True, 0.0, 0.0, False), (False, 0.5, 0.5, True)])
 def test_filler_rows_carry_no_loss(spec, dual_path, alpha, beta, sampling):
     """Appending an all-PAD row (as the batcher pads a bucket's last batch) changes no loss term and no
@@ -218,6 +222,7 @@ def test_filler_rows_carry_no_loss(spec, dual_path, alpha, beta, sampling):
     assert not dual_path or paths == {True, False}
 
 
+@pytest.mark.slow
 def test_each_head_reads_exactly_its_layers():
     """Early exit "2,1,2" with the reposition head on its own stack and the placeholder head on the shared one."""
     spec = _spec("--config.model.dec_layers=3", "--config.editor.early_exit=2,1,2")
@@ -231,6 +236,7 @@ def test_each_head_reads_exactly_its_layers():
         assert got == {(stack, f"layer_{i}") for stack, i in layers}, method
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("option", ["vector", "bos"])
 def test_reposition_delete_column(option):
     """Eq. 1: column 0 scores h_i · b with b a learned vector (trained by the loss); with "bos", h_i · e_BOS.
@@ -273,6 +279,7 @@ def test_ablation_config_is_multi30k_with_gu_et_al_roll_in():
     assert ablation.editor.own_insertion_roll_in == ablation.editor.global_shuffle == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed, penalty, reward, run_all", [(0, 0.0, 0.0, False), (1, 1.5, 2.0, False),
                                                             (2, 0.0, -1.0, True)])
 def test_jit_loop_equals_python_loop(spec, seed, penalty, reward, run_all):
@@ -374,6 +381,7 @@ def test_hard_constraints_survive_random_models(seed, phrases):
             assert got_marks[before] or not JOINS[real[before]], (real, got_marks)
 
 
+@pytest.mark.slow
 def test_sentence_alone_equals_sentence_in_batch(spec):
     batch = _batch(5, b=5, s=16)
     params = spec.init(jax.random.PRNGKey(5), batch)

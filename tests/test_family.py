@@ -91,6 +91,7 @@ def _config(*overrides):
                                "--config.eval.latency_sentences=0", "--config.data.synthetic_test=8", *overrides])
 
 
+@pytest.mark.slow
 def test_a_family_defined_outside_jaxnat_trains_evaluates_and_translates(toy, tmp_path, ar_run):
     from jaxnat.evaluate import evaluate
     from jaxnat.restore import load_translator

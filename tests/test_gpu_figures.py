@@ -22,11 +22,14 @@ def _gpu_figures():
 def test_a_runs_figures_are_read_from_its_log_and_history(ar_run, tmp_path):
     figures = _gpu_figures()
     log = (ar_run.parent / "train.log").read_text()
-    # the tiny run logs once (step 4): three windows of that entry, of which the first is left out as the warm-up
+    # the tiny run logs once (step 4), beside its train program's compiling: four windows of that entry, the first
+    # left out as the warm-up, the second as beside the compiling, the others compiled
     trained = [entry for entry in read_history(str(ar_run)) if "loss" in entry]
+    assert trained[0].pop("compiling")
     workdir = tmp_path / "run"
     shutil.copytree(ar_run, workdir)
-    (workdir / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in trained * 3))
+    windows = [trained[0], {**trained[0], "tokens_per_s": 1.0, "compiling": True}, trained[0], trained[0]]
+    (workdir / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in windows))
     out = figures.read_run(str(workdir), log)
     assert out["first_step_s"] > 0
     assert out["tokens_per_s"] == trained[0]["tokens_per_s"] and out["mfu"] == trained[0]["mfu"] > 0

@@ -79,6 +79,7 @@ def imported(request, tmp_path_factory):
     return _imported(request.param, tmp_path_factory)
 
 
+@pytest.mark.slow
 def test_log_probabilities_match_the_original(imported):
     kind, _, config, translator = imported
     arrays, _ = expected(kind)
@@ -116,6 +117,7 @@ def test_the_text_pipeline_is_the_models_own(imported):
         assert tok.decode(ids, "tgt") == text
 
 
+@pytest.mark.slow
 def test_greedy_outputs_are_the_originals(imported):
     kind, _, config, translator = imported
     _, outputs = expected(kind)
@@ -128,6 +130,7 @@ def _main(*args, stdin=None):
     return cli.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), input=stdin, timeout=600)
 
 
+@pytest.mark.slow
 def test_import_then_translate_with_hard_constraints_from_the_command_line(tmp_path):
     """The user's path: --mode import, then --mode translate on the workdir alone (no --config), JSON lines with
     hard constraints through the constrained beam search (VDBA), and a second import into the same workdir
@@ -210,6 +213,7 @@ def test_a_marian_directory_without_its_tokenizer_is_refused(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow
 def test_beam_search_under_fairseq_rules_is_fairseqs(tmp_path_factory):
     """(Hugging Face's beam search, another stopping rule again, is not reproduced: docs/import.md.)"""
     kind, _, config, translator = _imported("fairseq", tmp_path_factory)
@@ -219,6 +223,7 @@ def test_beam_search_under_fairseq_rules_is_fairseqs(tmp_path_factory):
     np.testing.assert_allclose([h["score"] for h in hyps], outputs["beam4_score"], atol=1e-4)
 
 
+@pytest.mark.slow
 def test_translate_without_a_checkpoint_says_so_in_one_line_on_a_busy_machine(tmp_path):
     """Orbax starts a thread at the checkpoint managers' start that cleans temporary directories; an error raised
     before it ends must not leave it to fail at the interpreter's shutdown (a traceback after the error line).
@@ -262,6 +267,7 @@ def test_fastbpe_codes_segment_as_fastbpe(tmp_path_factory):
         fastbpe_codes(b"a b 3\na b\n", "codes")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("order", ["ordered", "unordered"])
 def test_constrained_beam_search_under_fairseq_rules_is_fairseqs(tmp_path_factory, order):
     """fairseq's --constraints ordered / unordered (its LexicallyConstrainedBeamSearch), beam 4, on the same
@@ -302,6 +308,7 @@ def test_a_checkpoint_in_torchs_legacy_format_reads_as_the_zip_one(tmp_path):
         torch_file.load(str(evil))
 
 
+@pytest.mark.slow
 def test_hard_constraints_stay_whole_words_with_a_bpe_vocabulary(tmp_path_factory):
     """A subword-nmt vocabulary's pieces ending in "@@" glue the next piece onto their word: jaxnat's constrained
     search starts no phrase after one, so each constraint is a word of the detokenized output (the fixture's BPE

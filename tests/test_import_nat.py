@@ -19,6 +19,8 @@ from jaxnat.models.transformer import token_mask
 from jaxnat.restore import load_translator
 from tests.test_import import to_jaxnat
 
+pytestmark = pytest.mark.slow  # the quick tier (-m 'not slow') leaves this file out
+
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "import", "fairseq-nat")
 FAIRSEQ_PAD, FAIRSEQ_UNK = 1, 3
 _IMPORTED = {}

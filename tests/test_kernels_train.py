@@ -30,6 +30,7 @@ def reference_hash(seeds: tuple[int, int], size: int) -> list[int]:
     return [fmix32(fmix32(((i * 0x9E3779B9) & MASK32) ^ seeds[0]) ^ seeds[1]) for i in range(size)]
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(s0=st.integers(0, MASK32), s1=st.integers(0, MASK32), rows=st.integers(1, 5), cols=st.integers(1, 13))
 def test_hash_bits_match_the_reference(s0, s1, rows, cols):
@@ -59,6 +60,7 @@ def test_dropout_module_scales_kept_values_and_keeps_the_dtype():
     assert set(np.unique(np.asarray(out, np.float32)).tolist()) == {0.0, np.float32(jnp.bfloat16(1 / 0.75))}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("eps", [0.0, 0.1])
 def test_cross_entropy_gradient_matches_autodiff_through_log_softmax(eps):
     keys = jax.random.split(jax.random.PRNGKey(0), 4)

@@ -40,6 +40,7 @@ def _batch(seed, b=6, s=9, t=12):
     return random_batch(seed, V, b, s, t)
 
 
+@pytest.mark.slow
 def test_loss_falls(spec):
     losses = [loss for loss, _ in fit_briefly(spec, _batch(0))]
     assert np.mean(losses[-5:]) < 0.6 * np.mean(losses[:5]), losses
@@ -61,6 +62,7 @@ def _rows(tokens):
     return [er.unpad(r) for r in np.asarray(tokens)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha, beta, sampling, with_init, own, spread", [
     (0.0, 0.0, False, False, 0.0, 0.0),   # the reference code's roll-in
     (0.3, 0.7, True, False, 0.0, 0.0),    # per-sentence mixtures (α ≠ β, so a swap shows), sampled fills
@@ -115,6 +117,7 @@ def test_alpha_mixes_the_deletion_input_and_beta_the_insertion_input(spec):
     assert [len(y) for y in y_del[:4]] == [len(t) for t in tgt]      # the reference with the model's fills
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha, beta, sampling", [(0.0, 0.0, True), (1.0, 1.0, False)])
 def test_filler_rows_carry_no_loss(spec, alpha, beta, sampling):
     """Appending an all-PAD row (as the batcher pads a bucket's last batch) changes no loss term and no
@@ -142,6 +145,7 @@ def test_filler_rows_carry_no_loss(spec, alpha, beta, sampling):
 
 # --------------------------------------------------------------------------------- which layers each head reads
 
+@pytest.mark.slow
 @pytest.mark.parametrize("early_exit, separate_deletion, separate_placeholder, expected", [
     ("1,2,3", False, False, {"deletion_logits": {("decoder", 0)},
                              "placeholder_logits": {("decoder", 0), ("decoder", 1)},
@@ -209,6 +213,7 @@ def _random_model_refine(seed, tokens, phrase, src):
                   jnp.asarray(JOINS), jnp.asarray(TRAILS))
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None)
 @given(st.integers(0, 10_000), st.lists(st.lists(st.integers(NUM_RESERVED, V - 1), min_size=1, max_size=3),
                                         min_size=1, max_size=3))
@@ -285,6 +290,7 @@ def test_post_editing_starts_from_the_given_hypothesis():
     assert [int(t) for t in out["trace"][0, 0, 0] if t != PAD_ID] == [BOS_ID, 7, 9, 10, EOS_ID]
 
 
+@pytest.mark.slow
 def test_sentence_alone_equals_sentence_in_batch(spec):
     """fairseq once capped batch-1 outputs at 10 tokens (BLEU 4.3): here every row decodes the same alone."""
     batch = _batch(5, b=5, s=16)

@@ -96,6 +96,7 @@ HEADS = {"levt": ("deletion_logits", "placeholder_logits", "token_logits"),
          "cmlm": ("token_logits",), "nat": ("token_logits",)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["ar", "levt", "editor", "cmlm", "nat", "vecconst"])
 def test_losses_gradients_heads_and_scores_are_float32(name):
     """Traced only (jax.eval_shape): the loss and its terms, the gradients, the heads the roll-in and the oracles
@@ -231,6 +232,7 @@ def _gap(windows, name):
     return float(np.max(np.abs(windows[name] - windows["f32"])))
 
 
+@pytest.mark.slow
 def test_bfloat16_tracks_the_float32_loss_curve(runs):
     """Mean loss per 20 steps: the bfloat16 run stays within the gap between two float32 runs that differ only in
     their dropout seed (at least 0.01), over a curve that falls by a third."""

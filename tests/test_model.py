@@ -13,6 +13,7 @@ from jaxnat.models.transformer import Embedder, TransformerConfig
 
 
 # every pair of the three options' values, in four runs (an orthogonal array), not all eight combinations
+@pytest.mark.slow
 @pytest.mark.parametrize("pre_norm, positions, shared", [(False, "sinusoidal", True), (False, "learned", False),
                                                          (True, "sinusoidal", False), (True, "learned", True)])
 def test_cached_step_equals_full_forward(pre_norm, positions, shared):
@@ -94,6 +95,7 @@ def test_separate_positions_share_the_tokens_and_not_the_position_table(scale):
         np.testing.assert_allclose(got[0], want, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_embedding_dropout_rate():
     """model.embed_dropout: -1 (unset) is model.dropout, so the AR loss is unchanged bit for bit; set, it is the
     rate on the embedded inputs alone (0: the embeddings are not dropped while the sublayers still are)."""
@@ -127,6 +129,7 @@ def test_embedding_dropout_rate():
     assert unset != loss(embed_dropout=0.0)  # the option reaches the model's embedders
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pre_norm", [False, True])
 def test_prefix_entries_extend_attention_and_masked_ones_change_nothing(pre_norm):
     """The encoder's self-attention and the decoder's cross-attention take C extra key/value entries per layer

@@ -9,9 +9,12 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from jaxnat.data.batching import TrainBatcher
 from jaxnat.training.history import read_history
+
+pytestmark = pytest.mark.slow  # the quick tier (-m 'not slow') leaves this file out
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")

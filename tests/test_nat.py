@@ -173,6 +173,7 @@ def test_stop_gradient_makes_the_coverage_a_constant(stop_gradient):
     assert (float(jnp.max(jnp.abs(grad))) == 0.0) == stop_gradient
 
 
+@pytest.mark.slow
 def test_lambda_receives_gradients():
     spec = _spec(*COVERAGE)
     batch = random_batch(0, V)
@@ -182,6 +183,7 @@ def test_lambda_receives_gradients():
     assert np.isfinite(g) and abs(g) > 0
 
 
+@pytest.mark.slow
 def test_a_forced_lambda_decodes_as_parameters_with_that_lambda():
     """nat.coverage_lambda=0 (the control without the coverage bias) decodes the trained parameters as if their λ
     were 0; the spec reports λ (history, metrics.json) and the stop-gradient switch reaches the coverage layer."""
@@ -245,6 +247,7 @@ def reference_loss(spec, params, batch, *, eps, weight, sca, iterations):
     return loss * np.sum(tgt != PAD_ID), np.mean(agreements)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides, sca", [((), 0.0), ((), 0.5), (COVERAGE, 0.0), (COVERAGE, 0.5),
                                            ((*COVERAGE, "--config.model.pre_norm=true"), 0.5)])
 def test_loss_matches_plain_reference(overrides, sca):
@@ -261,6 +264,7 @@ def test_loss_matches_plain_reference(overrides, sca):
         assert "coverage_loss" not in aux
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [(), (*COVERAGE, "--config.nat.sca_weight=0.5")])
 def test_loss_falls(overrides):
     history = fit_briefly(_spec(*overrides), random_batch(4, V), steps=25)
@@ -295,6 +299,7 @@ def test_remove_repeats_matches_reference(seed, width, kind):
         assert got[r].tolist() == want and int(removed[r]) == count
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides", [(), COVERAGE])
 def test_a_sentence_decodes_alone_as_in_a_batch(overrides):
     spec = _spec(*overrides, "--config.nat.remove_repeats=true", "--config.nat.length_beam=3",

@@ -9,6 +9,7 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as npst
@@ -166,6 +167,7 @@ def test_apply_word_shuffle_matches_reference(data):
         assert rows(out[b]) == ref_shuffle(tokens[b].tolist(), word_start[b].tolist(), shift[b].tolist())
 
 
+@pytest.mark.slow
 @SEVERAL
 @given(st.data())
 def test_apply_delete_shuffle_matches_reference(data):

@@ -4,6 +4,9 @@ its two files (the jupytext pair) hold the same cells."""
 import os
 
 import nbformat
+import pytest
+
+pytestmark = pytest.mark.slow  # the quick tier (-m 'not slow') leaves this file out
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(ROOT, "notebooks", "quickstart.ipynb")

@@ -41,6 +41,7 @@ def _blocked_main(*args):
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_a_training_run_needs_none_of_the_optional_packages(tmp_path):
     """The AR demo, shrunk to seconds (the tiny test config's sizes), trains, validates, checkpoints and evaluates
     with every optional module unimportable; its log says what it left out."""

@@ -94,6 +94,7 @@ def _check_against_reference(pairs, lx, ly):
         assert int(e3.distance[b]) == dist
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(batches(9, 12, vocab=3))
 def test_oracles_match_reference_small_vocab(pairs):

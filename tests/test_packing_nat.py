@@ -192,6 +192,7 @@ def _draws(rng, packed, members, n):
     return ({"mask": (v, scores), "substitution": u}, {"mask": (vp, sp), "substitution": up})
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(CASES))
 def test_packed_loss_outputs_and_gradients_equal_the_unpacked_ones(case):
     _, params, run = _model(case)
@@ -232,6 +233,7 @@ def _row(src, tgt, width=40):
     return out
 
 
+@pytest.mark.slow
 @FEW
 @given(st.sampled_from(["cmlmc", "coverage-nat-sca"]), st.integers(0, 10_000))
 def test_changing_one_pair_leaves_the_others_in_its_row_unchanged(case, seed):

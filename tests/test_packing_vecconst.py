@@ -56,6 +56,7 @@ def _model(authors: bool = False):
     return model, params, logp
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("authors", [False, True])
 def test_packed_vecconst_loss_and_gradients_equal_the_unpacked_ones(authors):
     """(the authors' forms: their adapters and output, α on the first spans)"""
@@ -91,6 +92,7 @@ def test_packed_vecconst_loss_and_gradients_equal_the_unpacked_ones(authors):
     np.testing.assert_allclose(float(aux1["nll"]), float(aux2["nll"]), rtol=1e-5)
 
 
+@pytest.mark.slow
 @FAST
 @given(st.integers(0, 10_000), st.sampled_from(["tokens", "constraints"]))
 @example(729, "constraints")  # 2.2e-5 apart at -5.33: float32 rounding (4e-6 relative), no leak

@@ -166,6 +166,7 @@ def test_align_from_overrides_and_time_limit(tmp_path):
     assert result.returncode == 0 and [e for e in events if e[0] == "done"] == [("done", "ar"), ("done", "distill")]
 
 
+@pytest.mark.slow
 def test_parallel_jobs(tmp_path):
     """--parallel 3: up to three jobs at once, each started once the jobs it needs are done, each process given
     0.9/3 of the device memory (or the share the user set; none for one job at a time), a speed job with none

@@ -10,6 +10,8 @@ import pytest
 
 from tests import cli
 
+pytestmark = pytest.mark.slow  # the quick tier (-m 'not slow') leaves this file out
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "launch", "post_edit.py")
 # tiny runs (tests/configs/tiny.py's sizes): one batch shape, one evaluation batch, four steps each

@@ -165,6 +165,7 @@ def test_seed_rows_by_hand():
     assert list(out) == ["soft", "hard"] and out["hard"]["cpr"]["a"]["std"] == 0.0
 
 
+@pytest.mark.slow
 def test_report_of_two_runs(ar_run, tmp_path):
     from jaxnat.config import workdir_config
     from jaxnat.data.sources import load_corpus

@@ -44,6 +44,7 @@ sentence = st.one_of(
 _start = jax.jit(start_from_request, static_argnums=1)  # one program a shape: eagerly, each op compiles its own
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.lists(sentence, min_size=1, max_size=5), st.integers(0, 4))
 def test_start_from_request_matches_python(sentences, slack):

@@ -90,6 +90,7 @@ def _close(a, b, atol=2e-5):
                                                                    rtol=1e-5), a, b)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family, packed", [("ar", True), ("cmlmc", False), ("coverage-nat", False),
                                             ("vecconst", False), ("levt", False), ("editor", False),
                                             ("ctc", False), ("dat", False)])
@@ -117,6 +118,7 @@ def test_scanned_stacks_give_the_same_loss_and_gradient(family, packed):
     _close(scan_grads, stack_layers(grads))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("family", ["ar", "vecconst-authors", "coverage-nat", "cmlmc", "levt", "editor"])
 def test_scanned_stacks_decode_the_same(family):
     """AR and the vectorized model: beam search over the per-layer KV cache (with constraint pairs: each layer's

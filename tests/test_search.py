@@ -181,6 +181,7 @@ def test_greedy_equals_python_loop(seed):
 # --- batching, well-formedness, jit ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam_size", [1, 3])
 def test_batch_equals_single(beam_size):
     params = make_params(4)
@@ -194,6 +195,7 @@ def test_batch_equals_single(beam_size):
         np.testing.assert_allclose(alone["score"][0], batched["score"][b], atol=1e-5)
 
 
+@pytest.mark.slow
 def test_beam4_jit_well_formed_and_scored():
     params = make_params(5)
     src = make_src(np.random.default_rng(5), [3, 8, 5, 4, 6, 7])

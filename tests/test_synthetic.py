@@ -120,6 +120,7 @@ def test_without_multimodality_each_source_has_one_translation():
     assert sum(a.tgt != b.tgt for a, b in zip(one, S.generate_annotated(3000, 0))) > 300
 
 
+@pytest.mark.slow
 def test_synonyms_are_a_free_choice_of_noun_stem():
     assert S.generate_annotated(300, 0, variant=S.Variant(synonyms=0.0)) == S.generate_annotated(300, 0)
     v = S.Variant(multimodal=False, synonyms=1.0)

@@ -45,6 +45,7 @@ def _final_params(workdir, step):
     return restored["params"]
 
 
+@pytest.mark.slow
 def test_kill9_and_a_damaged_checkpoint_resume_reproduces_uninterrupted_run(tmp_path):
     # (and re-running a finished run's command neither trains nor evaluates again)
     steps = 24
@@ -132,6 +133,7 @@ def test_kill9_and_a_damaged_checkpoint_resume_reproduces_uninterrupted_run(tmp_
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
+@pytest.mark.slow
 def test_the_run_draws_its_keys_as_configured(tmp_path):
     """train.prng_impl: the run's keys (initialisation, dropout) are drawn with that implementation, the same
     config gives the same run, and the process's own setting is left as it was."""
@@ -204,6 +206,7 @@ SHARDED = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_data_parallel_step_on_8_devices_equals_1_device(tmp_path):
     script = tmp_path / "sharded.py"
     script.write_text(SHARDED % {"tiny": TINY})
@@ -260,6 +263,7 @@ def _tiny_step_setup():
     return jax.jit(make_train_step(spec, opt, schedule)), state, batch
 
 
+@pytest.mark.slow
 def test_loss_falls_on_a_tiny_model():
     import jax
 
@@ -286,6 +290,7 @@ def test_non_finite_step_is_skipped():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.slow
 def test_run_stops_after_consecutive_non_finite_steps(tmp_path):
     # lr 1e12 blows the parameters up after the first update; every later step is non-finite and skipped.
     run = _train(tmp_path / "nan", "--config.train.lr=1e12", "--config.train.warmup_steps=1",
@@ -408,6 +413,7 @@ def test_plateau_scale_is_an_array_of_the_optimizer_state():
     assert lr_scale(make_optimizer(build_config(TINY, []).train)[0].init(params)) is None
 
 
+@pytest.mark.slow
 def test_plateau_run_lowers_the_lr_stops_early_and_resumes(tmp_path, monkeypatch, caplog):
     """A tiny run with scripted validation perplexities (plateau_patience 2, factor 0.5, stop_patience 5): the
     logged learning rate halves after every 2 validations without a gain, a run stopped at step 10 and resumed goes

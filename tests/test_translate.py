@@ -56,6 +56,7 @@ def test_translate_plain_and_json_lines_round_trip(trained, tmp_path):
     assert [json.loads(line) for line in piped.stdout.splitlines()] == rows
 
 
+@pytest.mark.slow
 def test_hard_constraints_stay_with_their_sentence(trained, tmp_path):
     """An AR model decodes "hard" constraints with constrained beam search (VDBA): each sentence's output has
     its own phrases, though bucketing sorts the sentences by length."""

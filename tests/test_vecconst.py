@@ -85,6 +85,7 @@ def _mha(p, q_in, kv_in, kv_mask, heads):
 
 # The model's methods are called jit'd (tests/jitted.py): eagerly, each op would compile its own program.
 
+@pytest.mark.slow
 def test_vectorize_matches_eqs_2_to_4():
     spec = _spec()
     batch = with_pairs(random_batch(0, V), 0)
@@ -162,6 +163,7 @@ def test_plug_in_gradients_equal_the_dense_form():
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_no_pairs_change_nothing_and_no_integration_is_the_ar_model():
     """All-PAD pair slots (a sentence without constraints, or the empty slots of one with fewer) are masked
     out; with both integrations off the model computes the AR model's log-probabilities from its parameters."""
@@ -184,6 +186,7 @@ def test_no_pairs_change_nothing_and_no_integration_is_the_ar_model():
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha, beta", [(0.8, 0.2), (0.5, 0.5)])
 def test_loss_weights_constraint_tokens_alpha_and_others_beta(alpha, beta):
     spec = _spec(f"--config.vecconst.alpha={alpha}", f"--config.vecconst.beta={beta}")
@@ -210,6 +213,7 @@ def test_loss_weights_constraint_tokens_alpha_and_others_beta(alpha, beta):
     assert int(aux["constraint_tokens"]) == constrained >= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("overrides, names", [
     ((), ("gate_out", "gate_token", "gate_state")), (AUTHORS, ("plug_gate",))])
 def test_the_gate_and_the_constraint_layers_receive_gradients(overrides, names):
@@ -240,6 +244,7 @@ def test_cached_steps_equal_the_full_pass(overrides):
     np.testing.assert_allclose(np.asarray(jnp.stack(steps, 1))[real], np.asarray(full)[real], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam", [1, 3])
 def test_a_sentence_decodes_alone_as_in_a_batch(beam):
     spec = _spec()
@@ -314,6 +319,7 @@ def test_entry_capacity_rounds_the_largest_count_up():
     assert entry_capacity(pair_src) == 24 and entry_capacity(pair_src, multiple=7) == 24
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam", [1, 3])
 def test_packed_entries_translate_as_all_of_them(beam):
     """Decoding with the batch's entry capacity (`entry_capacity`, what the translator asks) gives the tokens and

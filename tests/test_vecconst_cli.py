@@ -13,6 +13,8 @@ from tests import cli
 from tests.test_translate import ROOT
 from tests.test_translate import _main as _run  # the CLI on the tiny config, in a subprocess
 
+pytestmark = pytest.mark.slow  # the quick tier (-m 'not slow') leaves this file out
+
 
 def _main(workdir, *args, stdin=None):
     return _run(workdir, "--config.model.name=vecconst", "--config.data.pairs_dir=synthetic",
