@@ -10,7 +10,7 @@ pairs, `python -m jaxnat.data.alignment`; the other families need none), with th
 without their --config. prefix). Per family, as a run would:
 
   programs  — the train programs a run compiles: one per batch shape (``len(batcher.shapes)``; one when packing)
-  train (s) — compiling one train program (forward, backward, Adam; `Trainer.lower_train_step`), the mean over
+  train (s) — compiling one train program (forward, backward, Adam; `Trainer.trace_train_step`), the mean over
               the run's programs
   temp (GiB) — the train program's temporaries by XLA's memory analysis of the compiled program (the largest over
               the run's programs): the device memory a step needs beyond parameters and optimizer state
@@ -83,7 +83,7 @@ class Family:
 
     def compile_train(self) -> tuple[float, float]:
         """Seconds to compile the train programs, per program; the largest program's temporaries in GiB."""
-        lowered = [self.trainer.lower_train_step(self.state, self.batcher, jax.random.PRNGKey(0), shape)
+        lowered = [self.trainer.trace_train_step(self.state, self.batcher, jax.random.PRNGKey(0), shape).lower()
                    for shape in sorted(self.batcher.shapes)]
         t0 = time.perf_counter()
         compiled = [program.compile() for program in lowered]

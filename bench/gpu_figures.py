@@ -91,7 +91,7 @@ def read_run(workdir: str, log_text: str) -> dict:
     if m:
         out["peak_tflops"] = float(m.group(1))
     m = re.search(r"step FLOPs from (.+)", log_text)
-    if m:  # XLA's count (of the unrolled stacks, for a scanned model), or 6·params·tokens
+    if m:  # XLA's count (every loop's iterations), or 6·params·tokens
         out["flops_from"] = m.group(1).strip()
     m = re.search(r"batch shapes (\[.*?\])", log_text) or re.search(r"rows of (\d+) tokens", log_text)
     if m:
@@ -114,9 +114,9 @@ PAPER_ROLL_IN = {f"{family}, the paper's roll-in": (family, [f"--config.{family}
 
 
 def step_flops(args, batch: dict, tokenizer) -> dict:
-    """{label: TFLOP of one train step on ``batch``} by XLA's count of the lowered program, the layer stacks
-    unrolled (XLA counts a scanned stack's body once): AR, LevT and EDITOR as configured and with the papers'
-    roll-in. Lowered only, not compiled: seconds on any machine."""
+    """{label: TFLOP of one train step on ``batch``} by XLA's count of the lowered program with every loop's
+    iterations (`lowered_step_flops`): AR, LevT and EDITOR as configured and with the papers' roll-in. Lowered
+    only, not compiled: seconds on any machine."""
     import jax
 
     from jaxnat.config import build_config
@@ -129,7 +129,7 @@ def step_flops(args, batch: dict, tokenizer) -> dict:
                                    **PAPER_ROLL_IN}.items():
         config = build_config(os.path.join(ROOT, f"configs/{family}/{args.config_name}.py"),
                               [f"--config.data.dir={args.data_dir}", "--config.data.pack=false", *args.overrides,
-                               "--config.model.scan_layers=false", *extra])
+                               *extra])
         spec = build_model(config, tokenizer.vocab_size("src"), tokenizer.vocab_size("tgt"),
                            tokenizer.piece_tables("tgt"))
         out[label] = lowered_step_flops(spec, *make_optimizer(config.train), batch, jax.random.PRNGKey(0)) / 1e12

@@ -34,7 +34,7 @@ def test_a_runs_figures_are_read_from_its_log_and_history(ar_run, tmp_path):
     assert out["first_step_s"] > 0
     assert out["tokens_per_s"] == trained[0]["tokens_per_s"] and out["mfu"] == trained[0]["mfu"] > 0
     assert out["peak_tflops"] == 0.1  # tests/configs/tiny.py's train.peak_tflops
-    assert out["flops_from"] == "XLA's cost analysis" and out["batch"] == "[(10, 48)]"
+    assert out["flops_from"] == "XLA's cost analysis, each loop's iterations counted" and out["batch"] == "[(10, 48)]"
     row = figures.table({"families": {"ar": {"rc": 0, **out}}}).splitlines()[2]
     assert row.startswith(f"| ar | [(10, 48)] | {out['first_step_s']:.0f} | {out['tokens_per_s']:.0f} | ")
     # a run that failed says why under the table

@@ -5,9 +5,10 @@ MFU = the window's model FLOPs / its seconds / the peak. A step's model FLOPs ar
 (XLA's cost analysis, per device) times the share of the batch's token slots that hold real tokens: FLOPs
 spent on padding are not the model's, so padding lowers MFU (packing raises it). Where XLA's count is not
 available, the step's model FLOPs are 6 · parameters · real target tokens, per device (a forward and a backward
-pass over every parameter; attention's own products left out). A scanned layer stack is a loop, whose body XLA
-counts once: a scanned run's FLOPs are counted on its program with the stacks unrolled, lowered but not compiled
-(`Trainer.unrolled_step_flops`; the count before XLA's optimisations, about 2% below the compiled program's).
+pass over every parameter; attention's own products left out). XLA counts a loop's body once, however many times it
+runs: a scanned layer stack, a coverage layer's iterations, CTC's and DA-Transformer's forward algorithms over the
+target, an oracle's sweep are all loops, so each scan's body is counted again for its other iterations
+(`loop_flops`, on the step's jaxpr: the bodies lowered alone, not compiled).
 The peak is ``train.peak_tflops``, or (0) a dense matmul timed on the device at the start, in the model's compute
 dtype.
 """
@@ -20,6 +21,8 @@ from typing import Callable
 
 import jax
 import numpy as np
+
+from jax.extend import core
 
 from jaxnat.data.vocab import PAD_ID
 
@@ -55,6 +58,36 @@ def program_flops(compiled) -> float | None:
     return float(flops) if flops > 0 else None
 
 
+def loop_flops(jaxpr: core.Jaxpr) -> float:
+    """The FLOPs XLA's cost analysis of a program traced to ``jaxpr`` leaves out: the iterations of each scan that
+    its loop body does not hold (XLA counts a loop's body once; an unrolled scan's body holds ``unroll`` of them and
+    its remainder is lowered apart), scans within scans included, each body's count from its own program lowered
+    alone. A `while` loop's trip count is not known before it runs: its body stays counted once (jaxnat's
+    train steps have none; their loops are scans of a static length). Of a `cond`, the costlier branch."""
+    extra = 0.0
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "scan":
+            body, length = eqn.params["jaxpr"], eqn.params["length"]
+            once = program_flops(jax.jit(core.jaxpr_as_fun(body)).lower(
+                *[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in body.in_avals])) or 0.0
+            extra += (length - _counted_iterations(length, eqn.params["unroll"])) * once
+            extra += length * loop_flops(body.jaxpr)
+        elif eqn.primitive.name == "cond":
+            extra += max(loop_flops(branch.jaxpr) for branch in eqn.params["branches"])
+        else:  # a call (jit, remat, custom derivatives) or a while loop: its loops run as often as it does
+            extra += sum(loop_flops(sub) for sub in core.jaxprs_in_params(eqn.params))
+    return extra
+
+
+def _counted_iterations(length: int, unroll: int) -> int:
+    """How many of a scan's ``length`` iterations its lowered program holds, as jax lowers it: a while loop over
+    blocks of ``unroll`` iterations and the remainder after it; wholly unrolled for 0, or one block and no rest."""
+    blocks, remainder = divmod(length, unroll) if unroll else (0, length)
+    if unroll != 1 and blocks == 1 and not remainder:
+        return length
+    return (unroll if blocks else 0) + remainder
+
+
 class Utilisation:
     """MFU per log window: `add` each step's batch, `window` at each log point."""
 
@@ -69,7 +102,8 @@ class Utilisation:
         self.steps: list[tuple[int, int, int, int]] = []  # (length, real tokens, token slots, target tokens)
         log.info("MFU against a peak of %.3g TFLOP/s (%s)", self.peak, self.peak_source)
 
-    def count(self, flops: Callable[[int], float | None] | None, source: str = "XLA's cost analysis") -> None:
+    def count(self, flops: Callable[[int], float | None] | None,
+              source: str = "XLA's cost analysis, each loop's iterations counted") -> None:
         """flops: batch length -> the train step's FLOPs per device (a process reads its own rows of the global
         batch, whose length is the program's), called at the first window after a step of that length, once its
         program has compiled; None, or a None it returns, where XLA's count is missing (6 · parameters · tokens

@@ -18,9 +18,10 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable, Iterable
 
+import jax
 from tqdm import tqdm
 
-from jaxnat.training.flops import program_flops
+from jaxnat.training.flops import loop_flops, program_flops
 
 log = logging.getLogger("jaxnat")
 
@@ -28,12 +29,12 @@ log = logging.getLogger("jaxnat")
 class TrainPrograms:
     """{batch shape: compiled train step}, compiling in the background: ``programs[shape]`` waits for its program.
 
-    lower: shape -> the step lowered for it (`jax.stages.Lowered`), called in this thread (tracing holds the GIL);
-    shapes: every batch shape, the first batch's first; workers: how many compile at once after the first (the
+    trace: shape -> the step traced for it (`jax.stages.Traced`), traced and lowered in this thread (both hold the
+    GIL); shapes: every batch shape, the first batch's first; workers: how many compile at once after the first (the
     machine's cores by default: one XLA compile keeps about one busy).
     """
 
-    def __init__(self, lower: Callable, shapes: Iterable[tuple[int, int]], workers: int | None = None):
+    def __init__(self, trace: Callable, shapes: Iterable[tuple[int, int]], workers: int | None = None):
         shapes = list(shapes)
         self._begin = time.perf_counter()
         self._lock = threading.Lock()
@@ -43,9 +44,12 @@ class TrainPrograms:
         self._pool = ThreadPoolExecutor(max(1, min(len(shapes), workers or os.cpu_count() or 1)),
                                         thread_name_prefix="compile")
         self._futures: dict[tuple[int, int], Future] = {}
+        self._jaxprs = {}  # {length: the step's jaxpr}, for its loops' FLOPs
         first = None
         for shape in shapes:
-            self._futures[shape] = self._pool.submit(self._compile, lower(shape), after=first)
+            traced = trace(shape)
+            self._jaxprs[shape[1]] = traced.jaxpr.jaxpr
+            self._futures[shape] = self._pool.submit(self._compile, traced.lower(), after=first)
             first = first or self._futures[shape]
         self._flops: dict[int, float | None] = {}
 
@@ -77,10 +81,11 @@ class TrainPrograms:
         return self._futures[shape].result()
 
     def flops(self, length: int) -> float | None:
-        """XLA's count of the FLOPs per device (`program_flops`) of the program for batches ``length`` long (each
-        shape has its own length), waiting for its compile."""
+        """The FLOPs per device of the program for batches ``length`` long (each shape has its own length), waiting
+        for its compile: XLA's count (`program_flops`) and its loops' other iterations (`loop_flops`)."""
         if length not in self._flops:
-            self._flops[length] = program_flops(self[next(s for s in self._futures if s[1] == length)])
+            flops = program_flops(self[next(s for s in self._futures if s[1] == length)])
+            self._flops[length] = flops and flops + loop_flops(self._jaxprs[length]) / jax.device_count()
         return self._flops[length]
 
     def close(self) -> None:

@@ -11,8 +11,6 @@ import functools
 import logging
 import os
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Callable
 
 import jax
 import jax.numpy as jnp
@@ -30,7 +28,7 @@ from jaxnat.evaluation.metrics import bleu
 from jaxnat.models import build_model, count_params, family_of
 from jaxnat.training import mesh as mesh_lib
 from jaxnat.training.checkpoint import Checkpoints
-from jaxnat.training.flops import Utilisation, program_flops
+from jaxnat.training.flops import Utilisation, loop_flops, program_flops
 from jaxnat.training.history import History, plot_curves
 from jaxnat.training.optim import Plateau, lr_scale, make_optimizer, perplexity, with_lr_scale
 from jaxnat.training.programs import TrainPrograms
@@ -142,14 +140,17 @@ def _with_configured_keys(method):
 
 
 def lowered_step_flops(spec, optimizer, schedule, batch: dict, key) -> float | None:
-    """XLA's FLOP count of ``spec``'s train step on ``batch`` (arrays or `jax.ShapeDtypeStruct`s), for the whole
-    batch, from the lowered program (not compiled: seconds; the count before XLA's optimisations)."""
+    """The FLOPs of ``spec``'s train step on ``batch`` (arrays or `jax.ShapeDtypeStruct`s), for the whole batch: XLA's
+    count of the lowered program (not compiled: seconds; the count before XLA's optimisations) with every loop's
+    iterations (`loop_flops`)."""
     def init(example):  # traced for its shapes only (jax.eval_shape): nothing is computed
         params = spec.init(jax.random.PRNGKey(0), example)
         return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": optimizer.init(params)}
 
     state = jax.eval_shape(init, {k: jax.ShapeDtypeStruct((1, *v.shape[1:]), v.dtype) for k, v in batch.items()})
-    return program_flops(jax.jit(make_train_step(spec, optimizer, schedule)).lower(state, batch, key))
+    traced = jax.jit(make_train_step(spec, optimizer, schedule)).trace(state, batch, key)
+    flops = program_flops(traced.lower())
+    return flops + loop_flops(traced.jaxpr.jaxpr) if flops else None
 
 
 def _merge(initial, restored, fresh: list, path: str = ""):
@@ -267,11 +268,11 @@ class Trainer:
 
         return jax.jit(init, out_shardings=replicated)()
 
-    def lower_train_step(self, state, batcher: TrainBatcher, root_key, shape: tuple[int, int]):
-        """The train step lowered for the (batch, length) ``shape`` of ``batcher``: it takes the batcher's keys
-        with their shapes (`TrainBatcher.key_shapes`)."""
+    def trace_train_step(self, state, batcher: TrainBatcher, root_key, shape: tuple[int, int]):
+        """The train step traced (`jax.stages.Traced`: its jaxpr, and `.lower()`) for the (batch, length) ``shape``
+        of ``batcher``: it takes the batcher's keys with their shapes (`TrainBatcher.key_shapes`)."""
         sharding = mesh_lib.batch_sharding(self.mesh)
-        return self._train_step.lower(state, {k: jax.ShapeDtypeStruct(key_shape, jnp.int32, sharding=sharding)
+        return self._train_step.trace(state, {k: jax.ShapeDtypeStruct(key_shape, jnp.int32, sharding=sharding)
                                               for k, key_shape in batcher.key_shapes(shape).items()}, root_key)
 
     @functools.cached_property
@@ -281,41 +282,8 @@ class Trainer:
     def compile_train_steps(self, state, batcher: TrainBatcher, root_key, first: tuple[int, int]) -> TrainPrograms:
         """The train step for every shape of ``batcher``, compiling in background threads, the ``first`` shape's
         first (`TrainPrograms`)."""
-        return TrainPrograms(functools.partial(self.lower_train_step, state, batcher, root_key),
+        return TrainPrograms(functools.partial(self.trace_train_step, state, batcher, root_key),
                              [first, *sorted(batcher.shapes - {first})])
-
-    @_with_configured_keys
-    def unrolled_step_flops(self, batcher: TrainBatcher, root_key) -> dict:
-        """{batch length: the train step's FLOPs per device} by XLA's count of the program with every layer stack
-        unrolled (model.scan_layers off), lowered for each shape of ``batcher`` but not compiled: what a scanned
-        run's MFU is measured against, since XLA counts a loop's body once."""
-        config = self.config.copy_and_resolve_references()
-        config.model.scan_layers = False
-        spec = build_model(config, self.tokenizer.vocab_size("src"), self.tokenizer.vocab_size("tgt"),
-                           self.tokenizer.piece_tables("tgt"))
-        return {shape[1]: lowered_step_flops(spec, self.optimizer, self.schedule,
-                                             {k: jax.ShapeDtypeStruct(s, jnp.int32)
-                                              for k, s in batcher.key_shapes(shape).items()}, root_key)
-                / jax.device_count() for shape in sorted(batcher.shapes)}
-
-    def count_unrolled(self, batcher: TrainBatcher, root_key) -> Callable[[int], float | None]:
-        """length -> the train step's FLOPs per device counted on the unrolled stacks (`unrolled_step_flops`,
-        traced in a thread while training starts), or None, with a warning, where that failed: a figure of the log,
-        not a reason to stop training."""
-        pool = ThreadPoolExecutor(1)
-        unrolled = pool.submit(self.unrolled_step_flops, batcher, root_key)
-        pool.shutdown(wait=False)
-
-        @functools.cache
-        def flops(length: int) -> float | None:
-            try:
-                return unrolled.result()[length]
-            except Exception as e:
-                log.warning("no FLOP count of the unrolled stacks (%s: %s); MFU from 6·params·tokens",
-                            type(e).__name__, e)
-                return None
-
-        return flops
 
     def stage_keys(self, workdir: str) -> tuple[str, ...]:
         """The model keys that may differ from the run in ``workdir`` that this one starts from: none for the
@@ -424,10 +392,7 @@ class Trainer:
         root_key = jax.random.PRNGKey(t.seed + 1)
         utilisation = Utilisation(count_params(state["params"]), cfg.model.dtype, t.peak_tflops)
         train_steps = self.compile_train_steps(state, batcher, root_key, first=batcher.shape(start))
-        if cfg.model.scan_layers:  # XLA counts a loop's body once
-            utilisation.count(self.count_unrolled(batcher, root_key), "XLA's cost analysis of the unrolled stacks")
-        else:
-            utilisation.count(train_steps.flops)
+        utilisation.count(train_steps.flops)
         writer = tensorboard_writer(os.path.join(self.workdir, "tensorboard")) if jax.process_index() == 0 else None
 
         consecutive_bad, skipped, window = 0, 0, []
