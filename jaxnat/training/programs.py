@@ -1,12 +1,12 @@
 """The train step's programs, one per batch shape, compiled in background threads while training starts.
 
-A run with several batch shapes (LevT and EDITOR train on three buckets) compiles one program per shape. XLA
-compiles outside Python's GIL, in threads of its own, so the shape of the run's first batch is handed to XLA as
-soon as it is lowered and compiles alone (the other shapes' tracing, in this thread, overlaps it); the others
-compile side by side once it is done, while training starts. The first step waits for its own program only; a
-later step whose program is still compiling waits for it. A run's time to its first step is then about one
-tracing and one compile, not all of them; the log windows until the last program is in run beside the compiling
-and say so.
+A run with several batch shapes (LevT, EDITOR, CTC and DA-Transformer train on fitted buckets) compiles one program
+per shape. Only the shape of the run's first batch is traced, lowered and compiled before the first step, alone:
+tracing the other shapes beside it would take a core from XLA's compile (with eight LevT shapes that doubled the
+time to the first step). The others are traced and compiled in pool threads once it is in, while training starts
+(XLA compiles outside Python's GIL). The first step waits for its own program only; a later step whose program is
+still coming waits for it. A run's time to its first step is then one tracing and one compile, not all of them; the
+log windows until the last program is in run beside the compiling and say so.
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ log = logging.getLogger("jaxnat")
 class TrainPrograms:
     """{batch shape: compiled train step}, compiling in the background: ``programs[shape]`` waits for its program.
 
-    trace: shape -> the step traced for it (`jax.stages.Traced`), traced and lowered in this thread (both hold the
-    GIL); shapes: every batch shape, the first batch's first; workers: how many compile at once after the first (the
-    machine's cores by default: one XLA compile keeps about one busy).
+    trace: shape -> the step traced for it (`jax.stages.Traced`), called in this thread for the first shape and in
+    the pool's threads for the others; shapes: every batch shape, the first batch's first; workers: how many compile
+    at once after the first (the machine's cores by default: one XLA compile keeps about one busy).
     """
 
     def __init__(self, trace: Callable, shapes: Iterable[tuple[int, int]], workers: int | None = None):
@@ -44,19 +44,21 @@ class TrainPrograms:
         self._pool = ThreadPoolExecutor(max(1, min(len(shapes), workers or os.cpu_count() or 1)),
                                         thread_name_prefix="compile")
         self._futures: dict[tuple[int, int], Future] = {}
+        self._trace = trace
         self._jaxprs = {}  # {length: the step's jaxpr}, for its loops' FLOPs
-        first = None
-        for shape in shapes:
-            traced = trace(shape)
-            self._jaxprs[shape[1]] = traced.jaxpr.jaxpr
-            self._futures[shape] = self._pool.submit(self._compile, traced.lower(), after=first)
-            first = first or self._futures[shape]
+        first = self._pool.submit(self._compile, shapes[0], trace(shapes[0]))
+        self._futures[shapes[0]] = first
+        for shape in shapes[1:]:
+            self._futures[shape] = self._pool.submit(self._compile, shape, after=first)
         self._flops: dict[int, float | None] = {}
 
-    def _compile(self, lowered, after: Future | None):
+    def _compile(self, shape: tuple[int, int], traced=None, after: Future | None = None):
         if after is not None:  # the first program compiles alone: the first step waits for it
             after.exception()
-        program = lowered.compile()
+        if traced is None:
+            traced = self._trace(shape)
+        self._jaxprs[shape[1]] = traced.jaxpr.jaxpr
+        program = traced.lower().compile()
         with self._lock:
             self._left -= 1
             self._bar.update()

@@ -38,6 +38,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID
 from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.models.ctc.constrained import constrained_paths, constraint_frames
@@ -199,7 +200,7 @@ def ctc_loss(model: CTCModel, params, batch: dict, rng, *, upsample: int, label_
         first = jax.lax.stop_gradient(apply("frame_logits", src, memory, frames, width, key=k_first))
         first = jax.nn.log_softmax(first.astype(jnp.float32))
         aligned, _ = best_alignment(first, frames, labels, lengths, BLANK_ID)
-        predicted = jnp.argmax(first, axis=-1).astype(jnp.int32)
+        predicted = argmax(first)
         glanced, mismatches, count = glance_choice(aligned, predicted, frames, live, ratio, k_glance, poisson)
         aux["glanced"] = mean_loss(jnp.sum(count).astype(jnp.float32), jnp.sum(jnp.where(live, frames, 0)))
         if keep_inputs:

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.models.ctc.lattice import NEG
 
@@ -66,7 +67,7 @@ def collapse(labels: jax.Array, frames: jax.Array, log_probs_of_labels: jax.Arra
 def best_path(log_probs: jax.Array, frames: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
     """(labels int32[B, T] the argmax at each frame, float32[B, T] their log-probabilities, float32[B] the path's
     log-probability over the row's frames)."""
-    labels = jnp.argmax(log_probs, axis=-1).astype(jnp.int32)
+    labels = argmax(log_probs)
     picked = jnp.max(log_probs, axis=-1)
     inside = jnp.arange(log_probs.shape[1])[None, :] < frames[:, None]
     return labels, picked, jnp.sum(jnp.where(inside, picked, 0.0), axis=1)
