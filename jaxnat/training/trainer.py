@@ -281,8 +281,10 @@ class Trainer:
 
     def compile_train_steps(self, state, batcher: TrainBatcher, root_key, first: tuple[int, int]) -> TrainPrograms:
         """The train step for every shape of ``batcher``, compiling in background threads, the ``first`` shape's
-        first (`TrainPrograms`)."""
-        return TrainPrograms(functools.partial(self.trace_train_step, state, batcher, root_key),
+        first (`TrainPrograms`). The others are traced while training runs, so on the state's shapes and shardings
+        only: its arrays are donated to the first step."""
+        abstract = jax.tree_util.tree_map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state)
+        return TrainPrograms(functools.partial(self.trace_train_step, abstract, batcher, root_key),
                              [first, *sorted(batcher.shapes - {first})])
 
     def stage_keys(self, workdir: str) -> tuple[str, ...]:
@@ -418,7 +420,8 @@ class Trainer:
 
         def log_window(done, state):
             nonlocal pending, window_tokens, tick
-            drain(*pending)
+            if pending is not None:
+                drain(*pending)
             pending = None
             elapsed = time.perf_counter() - tick
             summary = {k: float(np.mean([m[k] for m in window]))
@@ -451,6 +454,9 @@ class Trainer:
                 if pending is not None:
                     drain(*pending)
                 pending = (metrics, step)
+                if step == start:  # read at once: the next step may wait for its own shape's program to compile
+                    drain(*pending)
+                    pending = None
                 done = step + 1
                 bar.update(1)
                 if done % t.log_every == 0 or done == t.steps:
@@ -483,7 +489,7 @@ class Trainer:
                 if stopping:
                     raise Stopped(stop.signum, done)
                 if early:
-                    if pending is not None:  # the steps since the last log window, logged as at the last step
+                    if pending is not None or window:  # the steps since the last log window, logged as at the last step
                         log_window(done, state)
                     log.info("step %d: stopping early, before train.steps=%d: %d validations without a new best "
                              "valid perplexity (%.3f at step %d; train.stop_patience=%d)", done, t.steps,
