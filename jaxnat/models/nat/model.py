@@ -15,7 +15,7 @@ times with shared weights (``nat.train_iterations`` = K_train, ``nat.decode_iter
 * ``Ĥ^k = SelfAttn(H^{k−1})`` (eq. 7); ``A^k = softmax(Ĥ^k E_encᵀ / √d + λ(1 − C^k))`` (eqs. 8–9), λ a
   trainable scalar initialised to 1; ``H^k = FFN(A^k E_enc)`` (eq. 10) — one decoder layer (with its
   residuals and layer norms, which the equations omit) whose cross-attention logits get the bias;
-* the output is the token head on H^K. The K iterations are one ``nn.scan`` (any K), unrolled.
+* the output is the token head on H^K. The K iterations are one ``nn.scan`` (one compiled body, any K).
 
 **Sentence-level coverage agreement** (SCA, ``nat.sca_weight`` = β): the source as a bag of words,
 ``Ē_src = Mean(ReLU(E_src W_s))`` (eq. 11), against the expected translation ``Ē_hyp = Mean_t(p_t W_e)``
@@ -116,10 +116,8 @@ class CoverageLayer(nn.Module):
         """hidden: float[B, T, D] and attention: float32[B, H, T, S] of decoder layer L−1; tokens: int32[B, T]
         the canvas; memory: float[B, S, D]; src_mask: bool[B, S]; iterations: K (static) → H^K float[B, T, D].
         A packed batch gives the canvas's segment ids ``segments`` int32[B, T] and the source's as ``src_mask``."""
-        # unrolled: XLA's cost analysis counts a loop's body once (the logged MFU missed 4 of 5 iterations, a
-        # third of the step's FLOPs), and the CPU step ran no slower (0.97x, docs/benchmarks.md)
         scan = nn.scan(CoverageIteration, variable_broadcast="params", split_rngs={"params": False, "dropout": True},
-                       in_axes=(nn.broadcast,) * 6, length=iterations, unroll=iterations)
+                       in_axes=(nn.broadcast,) * 6, length=iterations)
         carry = (hidden, jnp.mean(attention, axis=1))
         mask = token_mask(tokens) if segments is None else segments
         coverable = src_mask > 0 if self.bos_eos else source_words(src_mask)
