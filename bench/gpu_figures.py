@@ -165,7 +165,8 @@ def step_cost(args, timed: bool = True) -> dict:
                 if not timed:
                     return {"batch_shape": list(shape), "tflop": flops}
             state = trainer.init_state(batches[0])
-            step = jax.jit(make_train_step(trainer.spec, trainer.optimizer, trainer.schedule), donate_argnums=(0,))
+            step = jax.jit(make_train_step(trainer.spec, trainer.optimizer, trainer.schedule,
+                                           trainer.config.train.microbatches), donate_argnums=(0,))
             on_device = [jax.device_put(b) for b in batches]
             key = jax.random.PRNGKey(0)
             state, m = step(state, on_device[0], key)

@@ -33,6 +33,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from jaxnat.config import build_config  # noqa: E402
 from jaxnat.provenance import machine  # noqa: E402
+from jaxnat.training.flops import loop_flops, program_flops  # noqa: E402
 from jaxnat.training.trainer import Trainer, make_train_step  # noqa: E402
 
 # (group, pattern over the op's JAX name), first match wins
@@ -73,21 +74,21 @@ def step_inputs(config_path: str, data_dir: str, shape, workdir: str):
 
 
 def trace_step(config_path: str, data_dir: str, shape, steps: int, trace_dir: str):
-    """(the compiled program's HLO text, its FLOPs as XLA counts them, the trace's json.gz path) for ``steps``
-    traced steps."""
+    """(the compiled program's HLO text, its FLOPs as XLA counts them with every loop's iterations, the trace's
+    json.gz path) for ``steps`` traced steps."""
     with tempfile.TemporaryDirectory() as tmp:
         trainer, batch, state = step_inputs(config_path, data_dir, shape, tmp)
         key = jax.random.PRNGKey(0)
-        step = jax.jit(make_train_step(trainer.spec, trainer.optimizer, trainer.schedule)).lower(
-            state, batch, key).compile()
+        traced = jax.jit(make_train_step(trainer.spec, trainer.optimizer, trainer.schedule,
+                                         trainer.config.train.microbatches)).trace(state, batch, key)
+        flops = program_flops(traced.lower()) + loop_flops(traced.jaxpr.jaxpr)
+        step = traced.lower().compile()
         jax.block_until_ready(step(state, batch, key))
         with jax.profiler.trace(trace_dir):
             for _ in range(steps):
                 jax.block_until_ready(step(state, batch, key))
     traces = sorted(glob.glob(os.path.join(trace_dir, "plugins", "profile", "*", "*.trace.json.gz")))
-    cost = step.cost_analysis()
-    cost = cost[0] if isinstance(cost, list) else cost
-    return step.as_text(), cost.get("flops", float("nan")), traces[-1]
+    return step.as_text(), flops, traces[-1]
 
 
 def op_times(hlo: str, trace_path: str) -> tuple[collections.Counter, collections.Counter]:

@@ -48,6 +48,7 @@ RANGES = {
         "data.synthetic_train", "data.synthetic_valid", "data.synthetic_test", "train.steps", "train.lr",
         "train.adam_eps", "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
         "train.keep_best", "train.valid_bleu_sentences",  # (the best checkpoints are those of the best valid BLEU)
+        "train.microbatches",
         "train.max_bad_steps", "eval.beam_size", "eval.batch_size", "eval.throughput_batch",
         "eval.length_cap_ratio", "eval.valid_beam_size", "data.max_pairs", "data.max_pair_pieces")},
     **{k: ("[0", "1)") for k in (
@@ -154,6 +155,10 @@ def default_config() -> ml_collections.ConfigDict:
         stop_patience=0,  # the run stops after this many validations in a row without a new best perplexity; 0: off
         adam_b1=0.9, adam_b2=0.98, adam_eps=1e-8, weight_decay=0.0, clip_norm=0.0,  # clip_norm 0: off
         label_smoothing=0.1, seed=0,
+        # each batch cut into this many row chunks whose gradients one scan adds up: one update of the same batch
+        # with a k-th of the activations alive at a time (a model too large for the device's memory at its
+        # batch; on a CPU, activations that stay in cache: DA-Transformer's graphs of λ x the source)
+        microbatches=1,
         # keep_checkpoints: the newest training states kept; keep_best: the parameters of the best validations
         # kept (more than one for averaging the best N: eval.average_of=best)
         log_every=100, eval_every=2000, checkpoint_every=1000, keep_checkpoints=3, keep_best=1,

@@ -242,7 +242,10 @@ def test_validation_decodes_with_the_program_a_restored_checkpoint_does():
     assert decode.lower(trained, x).as_text() != decode.lower(restored, x).as_text()
 
 
-def _tiny_step_setup():
+def _tiny_step_setup(microbatches: int = 1, lengths=None, sgd: bool = False):
+    """(the tiny AR model's jit'd train step, its initial state, a batch of 8 copy pairs of ``lengths``, default 8).
+    ``sgd``: plain SGD instead of the config's Adam, whose first update (about lr · sign(g)) would turn rounding
+    noise in near-zero gradients into lr-sized differences."""
     import jax
     import jax.numpy as jnp
 
@@ -255,12 +258,36 @@ def _tiny_step_setup():
                                  "--config.train.warmup_steps=1"])
     spec = build_model(config, 32, 32)
     opt, schedule = make_optimizer(config.train)
+    if sgd:
+        import optax
+        opt = optax.sgd(0.5)
     rng = np.random.default_rng(0)
     tokens = np.concatenate([np.ones((8, 1)), rng.integers(6, 32, (8, 6)), np.full((8, 1), 2)], 1).astype(np.int32)
+    for row, length in enumerate(lengths or ()):  # [BOS, …, EOS] then PAD
+        tokens[row, length - 1], tokens[row, length:] = 2, 0
     batch = {"src": jnp.asarray(tokens), "tgt": jnp.asarray(tokens)}  # learn to copy
     params = spec.init(jax.random.PRNGKey(0), batch)
     state = {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": opt.init(params)}
-    return jax.jit(make_train_step(spec, opt, schedule)), state, batch
+    return jax.jit(make_train_step(spec, opt, schedule, microbatches)), state, batch
+
+
+def test_microbatches_make_the_whole_batch_update():
+    """train.microbatches cuts a batch's rows into chunks whose gradients one scan adds up: with a loss summed over
+    tokens (the AR model's) the update is the whole batch's, even with chunks of unequal token counts."""
+    import jax
+
+    lengths = [3, 8, 4, 8, 5, 2, 8, 6]
+    results = []
+    for k in (1, 2, 4):
+        step, state, batch = _tiny_step_setup(k, lengths, sgd=True)
+        state, metrics = step(state, batch, jax.random.PRNGKey(0))
+        results.append((jax.device_get(state["params"]), jax.device_get(metrics)))
+    (whole, m1), *chunked = results
+    for params, m in chunked:
+        assert float(m["tokens"]) == float(m1["tokens"]) == sum(lengths) - len(lengths)  # BOS is not predicted
+        for key in ("loss", "nll", "grad_norm"):
+            np.testing.assert_allclose(float(m[key]), float(m1[key]), rtol=1e-5)
+        jax.tree_util.tree_map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6), params, whole)
 
 
 @pytest.mark.slow

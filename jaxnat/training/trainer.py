@@ -55,11 +55,16 @@ class TrainingError(JaxnatError):
     """Training cannot go on (e.g. the loss stayed non-finite)."""
 
 
-def make_train_step(spec, optimizer, schedule):
+def make_train_step(spec, optimizer, schedule, microbatches: int = 1):
     """Returns step(state, batch, root_key) -> (state, metrics), to be jit'd with donation.
 
     state: {'step': int32[], 'params': pytree, 'opt_state': pytree}. A step whose loss or gradient is not
     finite leaves params and optimizer state unchanged (metrics['finite'] = False).
+
+    With ``microbatches`` k > 1 (train.microbatches) the batch's rows are cut into k chunks, rows i, i + k, i + 2k,
+    … in chunk i (so that each device keeps its share of every chunk), and one `lax.scan` sums their gradients:
+    one update, the chunks' losses weighted by their tokens (as fairseq's --update-freq, and as evaluation adds
+    up batches), with a k-th of the activations alive at a time. The batch's rows must be a multiple of k.
     """
 
     def step(state, batch, root_key):
@@ -70,7 +75,10 @@ def make_train_step(spec, optimizer, schedule):
             loss_sum, aux = spec.loss(params, batch, rng, train=True, **stepped)
             return loss_sum / jnp.maximum(aux["count"], 1.0), aux
 
-        (loss, aux), grads = jax.value_and_grad(objective, has_aux=True)(state["params"])
+        if microbatches == 1:
+            (loss, aux), grads = jax.value_and_grad(objective, has_aux=True)(state["params"])
+        else:
+            loss, aux, grads = _accumulated(spec, state["params"], batch, rng, stepped, microbatches)
         grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         updates, opt_state = optimizer.update(grads, state["opt_state"], state["params"])
@@ -92,6 +100,33 @@ def make_train_step(spec, optimizer, schedule):
         return new_state, metrics
 
     return step
+
+
+def _accumulated(spec, params, batch: dict, rng, stepped: dict, k: int):
+    """(loss, aux, grads) of ``batch`` as `make_train_step`'s objective gives them, from k row chunks in a scan:
+    the chunks' loss sums and gradients added, then divided by all their tokens; aux has 'nll' and 'count' summed
+    and ``spec.terms`` as the chunks' token-weighted means (exact for per-token shares)."""
+    rows = jax.tree_util.tree_leaves(batch)[0].shape[0]
+    if rows % k:
+        raise ValueError(f"a batch of {rows} rows cannot be cut into train.microbatches={k} chunks")
+    chunks = jax.tree_util.tree_map(lambda x: jnp.swapaxes(x.reshape(rows // k, k, *x.shape[1:]), 0, 1), batch)
+
+    def chunk(total, inputs):
+        index, part = inputs
+        (loss_sum, aux), grads = jax.value_and_grad(
+            lambda p: spec.loss(p, part, jax.random.fold_in(rng, index), train=True, **stepped), has_aux=True)(params)
+        sums = {"loss": loss_sum, "nll": aux["nll"], "count": aux["count"], "grads": grads,
+                **{t: aux[t] * aux["count"] for t in spec.terms}}
+        return jax.tree_util.tree_map(jnp.add, total, sums), None
+
+    zero = jnp.zeros((), jnp.float32)
+    zeros = {"loss": zero, "nll": zero, "count": zero, "grads": jax.tree_util.tree_map(jnp.zeros_like, params),
+             **{t: zero for t in spec.terms}}
+    total, _ = jax.lax.scan(chunk, zeros, (jnp.arange(k), chunks))
+    n = jnp.maximum(total["count"], 1.0)
+    grads = jax.tree_util.tree_map(lambda g: g / n, total["grads"])
+    aux = {"nll": total["nll"], "count": total["count"], **{t: total[t] / n for t in spec.terms}}
+    return total["loss"] / n, aux, grads
 
 
 def make_eval_step(spec):
@@ -240,7 +275,7 @@ class Trainer:
             if self.family.check_packable is not None:
                 self.family.check_packable(src, tgt, extras)
             batcher = PackedBatcher(src, tgt, self.config.data.batch_tokens, self.config.data.max_len,
-                                    self.config.train.seed, multiple_of=jax.device_count(), extras=extras,
+                                    self.config.train.seed, multiple_of=self.rows_multiple, extras=extras,
                                     process=(jax.process_index(), jax.process_count()))
             log.info("packed %d pairs into %d rows of %d tokens: %.1f%% padding", batcher.num_examples,
                      len(batcher.rows), batcher.width, 100 * batcher.padding)
@@ -250,7 +285,7 @@ class Trainer:
         buckets = (fitted_buckets(example_lengths(src, tgt, init), d.max_buckets, d.bucket_multiple, d.max_len)
                    if d.max_buckets else self.buckets)
         batcher = TrainBatcher(src, tgt, d.batch_tokens, buckets, self.config.train.seed,
-                               multiple_of=jax.device_count(), init=init, extras=extras,
+                               multiple_of=self.rows_multiple, init=init, extras=extras,
                                process=(jax.process_index(), jax.process_count()))
         log.info("%d pairs in buckets of %s tokens: %.1f%% padding", batcher.num_examples, batcher.buckets,
                  100 * batcher.padding)
@@ -275,9 +310,15 @@ class Trainer:
         return self._train_step.trace(state, {k: jax.ShapeDtypeStruct(key_shape, jnp.int32, sharding=sharding)
                                               for k, key_shape in batcher.key_shapes(shape).items()}, root_key)
 
+    @property
+    def rows_multiple(self) -> int:
+        """What every train batch's rows are a multiple of: the devices, each taking a share of each microbatch."""
+        return jax.device_count() * self.config.train.microbatches
+
     @functools.cached_property
     def _train_step(self):
-        return jax.jit(make_train_step(self.spec, self.optimizer, self.schedule), donate_argnums=(0,))
+        return jax.jit(make_train_step(self.spec, self.optimizer, self.schedule, self.config.train.microbatches),
+                       donate_argnums=(0,))
 
     def compile_train_steps(self, state, batcher: TrainBatcher, root_key, first: tuple[int, int]) -> TrainPrograms:
         """The train step for every shape of ``batcher``, compiling in background threads, the ``first`` shape's

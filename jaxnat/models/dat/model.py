@@ -37,6 +37,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from jaxnat.decoding.refine import NOT_PREDICTED
 from jaxnat.decoding.request import DecodeRequest, Supports
@@ -198,11 +199,9 @@ def dat_loss(module: DAT, params, batch: dict, rng, *, glance: Glancing, step=No
     right = jnp.zeros_like(tgt_len)
     if train and glance.on:  # static
         logits1, links1, n_vertices = jax.tree_util.tree_map(jax.lax.stop_gradient, graph(None))
-        emit1 = jax.nn.log_softmax(logits1)
-        path, score = dag.best_alignment(dag.reference_match(emit1, tgt), links1, tgt_len, n_vertices)
+        path, score = dag.best_alignment(dag.reference_match(logits1, tgt), links1, tgt_len, n_vertices)
         aligned = jnp.isfinite(score) & real
-        number, right = glancing.glance_counts(path, jnp.argmax(logits1, -1).astype(jnp.int32), tgt, tgt_len,
-                                               aligned, ratio)
+        number, right = glancing.glance_counts(path, argmax(logits1), tgt, tgt_len, aligned, ratio)
         u = jax.random.uniform(k_glance, tgt.shape)
         chosen = (glancing.choose_glanced(path, number, u, aligned) if glance.count == "number"
                   else glancing.choose_bernoulli(path, number, tgt_len, u, aligned))
@@ -210,7 +209,7 @@ def dat_loss(module: DAT, params, batch: dict, rng, *, glance: Glancing, step=No
         if keep:
             aux.update(path=path, chosen=chosen, number=number, first_logits=logits1, first_links=links1)
     logits, links, n_vertices = graph(glanced)
-    match = dag.reference_match(jax.nn.log_softmax(logits), tgt)
+    match = dag.reference_match(logits, tgt)
     if glanced is not None and glance.fix:
         match = glancing.fix_alignment(match, path, chosen)
     ll = dag.dag_log_likelihood(match, links, tgt_len, n_vertices, remat=remat)
