@@ -229,18 +229,22 @@ def main():
 
     med = lambda runs, key: statistics.median(run[key] for run in runs)  # noqa: E731
     peak = statistics.median(run["peak"] for runs in rows.values() for run in runs)
-    print("\n| model | first step (s) | jaxnat tok/s | jaxnat MFU | fairseq tok/s | fairseq MFU | jaxnat / fairseq |")
-    print("|---|---|---|---|---|---|---|")
-    ar_mfu = med(rows["ar"], "mfu") if "ar" in rows else None
+    # a run's rate: its real tokens' FLOPs a second (MFU x the peak that run measured, since the measured peak moves
+    # from run to run); the MFUs below are these rates against the runs' median peak
+    rate = lambda runs: statistics.median(run["mfu"] * run["peak"] for run in runs)  # noqa: E731
+    print("\n| model | first step (s) | jaxnat tok/s | jaxnat GFLOP/s | jaxnat MFU | fairseq tok/s | fairseq MFU | "
+          "jaxnat / fairseq |")
+    print("|---|---|---|---|---|---|---|---|")
+    ar_rate = rate(rows["ar"]) if "ar" in rows else None
     for name, runs in rows.items():
-        tok_s, mfu = med(runs, "tok_s"), med(runs, "mfu")
-        flops_per_token = statistics.median(run["mfu"] * run["peak"] / run["tok_s"] for run in runs)
+        tok_s, flops = med(runs, "tok_s"), rate(runs)
         model = "cmlm" if name.startswith("cmlm (") else name if name == "ar" else None
         fs = (f"| {statistics.median(theirs[model]):.0f} | "
-              f"{statistics.median(theirs[model]) * flops_per_token / peak:.1%} | "
+              f"{statistics.median(theirs[model]) * flops / tok_s / peak:.1%} | "
               f"{tok_s / statistics.median(theirs[model]):.2f} |") if model in theirs else "| – | – | – |"
-        vs_ar = f" ({mfu / ar_mfu:.2f}× AR's)" if ar_mfu and name != "ar" else ""
-        print(f"| {name} | {med(runs, 'first_step_s'):.0f} | {tok_s:.0f} | {mfu:.1%}{vs_ar} {fs}")
+        vs_ar = f" ({flops / ar_rate:.2f}× AR's)" if ar_rate and name != "ar" else ""
+        print(f"| {name} | {med(runs, 'first_step_s'):.0f} | {tok_s:.0f} | {1000 * flops:.1f} | "
+              f"{flops / peak:.1%}{vs_ar} {fs}")
     print(f"\nmedians of {args.repeats} repeats, {args.steps} steps each (windows of {args.window}, the first "
           f"dropped); MFU against the median measured peak {peak:.3f} TFLOP/s; {machine()}")
 
