@@ -54,6 +54,8 @@ def step_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument("--config", required=True)
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--shape", default="128x32", help="batch shape, sentences x tokens")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a config override, e.g. --set data.pairs_dir=/tmp/pairs (repeatable)")
     return parser
 
 
@@ -62,10 +64,11 @@ def batch_shape(text: str) -> tuple[int, int]:
     return tuple(int(n) for n in text.split("x"))
 
 
-def step_inputs(config_path: str, data_dir: str, shape, workdir: str):
+def step_inputs(config_path: str, data_dir: str, shape, workdir: str, overrides=()):
     """(trainer, its first batch of ``shape`` on the device, the initial train state) for a config's train step
-    on the Multi30k folder ``data_dir``."""
-    trainer = Trainer(build_config(config_path, [f"--config.data.dir={data_dir}"]), workdir)
+    on the Multi30k folder ``data_dir``, with ``overrides`` ("key=value") of the config."""
+    trainer = Trainer(build_config(config_path, [f"--config.data.dir={data_dir}",
+                                                 *(f"--config.{kv}" for kv in overrides)]), workdir)
     batcher = trainer.make_batcher()
     if shape not in batcher.shapes:
         raise SystemExit(f"error: no batch of shape {shape}; this config's shapes: {sorted(batcher.shapes)}")
@@ -73,11 +76,11 @@ def step_inputs(config_path: str, data_dir: str, shape, workdir: str):
     return trainer, batch, trainer.init_state(batch)
 
 
-def trace_step(config_path: str, data_dir: str, shape, steps: int, trace_dir: str):
+def trace_step(config_path: str, data_dir: str, shape, steps: int, trace_dir: str, overrides=()):
     """(the compiled program's HLO text, its FLOPs as XLA counts them with every loop's iterations, the trace's
     json.gz path) for ``steps`` traced steps."""
     with tempfile.TemporaryDirectory() as tmp:
-        trainer, batch, state = step_inputs(config_path, data_dir, shape, tmp)
+        trainer, batch, state = step_inputs(config_path, data_dir, shape, tmp, overrides)
         key = jax.random.PRNGKey(0)
         traced = jax.jit(make_train_step(trainer.spec, trainer.optimizer, trainer.schedule,
                                          trainer.config.train.microbatches)).trace(state, batch, key)
@@ -122,7 +125,8 @@ def main():
     args = parser.parse_args()
     shape = batch_shape(args.shape)
     with tempfile.TemporaryDirectory() as tmp:
-        hlo, flops, trace = trace_step(args.config, args.data_dir, shape, args.steps, args.trace_dir or tmp)
+        hlo, flops, trace = trace_step(args.config, args.data_dir, shape, args.steps, args.trace_dir or tmp,
+                                         args.set)
         times, by_kind = op_times(hlo, trace)
     per_step = {name: us / 1000 / args.steps for name, us in times.items()}
     total = sum(per_step.values())

@@ -4,7 +4,7 @@ fairseq 0.12.2's AR Transformer and CMLM on the same data, vocabulary, model siz
     bash tools/reference_env.sh        # once: fairseq in .refenv/ (only for the fairseq rows)
     python bench/train_throughput.py --data-dir ../shared/data/multi30k --work /tmp/throughput \\
         [--families ar,cmlm,levt,editor,nat,ctc,dat,vecconst] [--fairseq ar,cmlm] [--steps 60] [--window 20] \\
-        [--repeats 3]
+        [--repeats 3] [--pairs-dir PAIRS]
     python bench/train_throughput.py --first-step multi30k,demo [--pairs-dir PAIRS] [--repeats 1]
 
 jaxnat: `python -m jaxnat.main --config configs/<family>/multi30k.py` with the persistent compilation cache off
@@ -136,6 +136,8 @@ def jaxnat_run(family: str, extra: list[str], args, spm_run: str, workdir: str) 
                "--config.train.eval_every=1000000000", "--config.train.checkpoint_every=1000000000",
                # a short run's learning rate is no part of its speed; a cosine schedule needs warm-up < steps
                f"--config.train.warmup_steps={args.steps // 2}", *extra]
+    if family == "vecconst":  # stage 1 from scratch: its speed is that of stage 2 from an AR run
+        command += [f"--config.data.pairs_dir={args.pairs_dir}", "--config.train.init_from="]
     env = dict(os.environ, JAXNAT_COMPILATION_CACHE="off")
     last = f"step {args.steps}:"
     lines = watch(command, env, lambda line: last in line, workdir + ".log")
@@ -206,10 +208,10 @@ def main():
         if name not in FAMILIES:
             raise SystemExit(f"error: unknown family {name!r} (one of {', '.join(FAMILIES)})")
     os.makedirs(args.work, exist_ok=True)
+    names = args.first_step.split(",") if args.first_step else ["multi30k"]
+    if "vecconst" in families and names != ["demo"] and not args.pairs_dir:
+        raise SystemExit("error: vecconst's Multi30k config needs --pairs-dir")
     if args.first_step:
-        names = args.first_step.split(",")
-        if "vecconst" in families and names != ["demo"] and not args.pairs_dir:
-            raise SystemExit("error: vecconst's Multi30k config needs --pairs-dir")
         return first_steps(args, families, names)
     spm_run, binary = prepare(args.data_dir, args.work)
     rows = {f: [] for f in families}  # jaxnat rows; "cmlm (plain)" joins them where fairseq's CMLM runs
