@@ -18,6 +18,7 @@ from jaxnat.config import build_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PieceTables
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models.ar.model import ARTransformer
+from jaxnat.models.losses import log_prob_losses
 from jaxnat.models.transformer import config_from
 from jaxnat.data.phrase_pairs import entry_capacity
 from jaxnat.models.vecconst.model import PairInputs, build_spec, first_spans, pack_entries
@@ -131,36 +132,63 @@ def test_plug_in_matches_eqs_8_to_11(renormalise):
     assert any(len(set(r[r != PAD_ID])) < (r != PAD_ID).sum() for r in ids)  # a token in two phrases is covered
 
 
-def test_plug_in_gradients_equal_the_dense_form():
-    """The plug-in scatters its M constraint-token values into the vocabulary (a token in two phrases, and PAD, is
-    written more than once): its gradients must be those of eq. 11 computed densely over all V tokens."""
+@functools.lru_cache(maxsize=None)
+def _three_forms():
+    """Σ_t w_t (loss_t + nll_t / 2) and its gradients in three forms: eq. 11 computed densely over all V tokens,
+    through `pair_log_probs` (its M constraint-token values scattered into the vocabulary: a token in two phrases,
+    and PAD, written more than once; the renormalised and the authors' outputs train through it) and through
+    `pair_token_losses` (never writing out log P, what eq. 11 as written trains with)."""
     spec = _spec()
-    batch = with_pairs(random_batch(1, V), 1)
-    params = spec.init(jax.random.PRNGKey(0), batch)
-    rng = np.random.default_rng(2)
-    h = jnp.asarray(rng.normal(size=(6, 5, spec.cfg.d_model)), jnp.float32)
-    weights = jnp.asarray(rng.normal(size=(6, 5, V)), jnp.float32)
-    member = constraint_tokens(batch["pair_tgt"], V)
+    eps = 0.1
 
-    def dense(params, h):  # eq. 11 over every token, the plug-in masked to the constraint tokens
+    def dense(params, h, pair_tgt, labels):  # eq. 11 over every token, the plug-in masked to the constraint tokens
         p = params["params"]
         w, w3, d = p["src_embed"]["tokens"]["embedding"], p["gate_out"][:, 0], spec.cfg.d_model
+        rows = jnp.arange(h.shape[0])[:, None]
+        member = jnp.zeros((h.shape[0], V), bool).at[rows, pair_tgt.reshape(h.shape[0], -1)].set(True)
+        member = member.at[:, PAD_ID].set(False)
         logp_model = jax.nn.log_softmax(spec.module.apply(params, h, method="logits"))
         unit = lambda x: x / (jnp.linalg.norm(x, axis=-1, keepdims=True) + 1e-9)  # noqa: E731
         plug = jnp.where(member[:, None], jnp.maximum(unit(h) @ unit(w).T, 0.0), 0.0)
         gate = (jnp.tanh(h @ p["gate_state"]["kernel"]) @ w3[d:])[..., None] + \
             jnp.tanh(w @ p["gate_token"]["kernel"]) @ w3[:d]
         log_plug = jnp.where(plug > 0, jax.nn.log_sigmoid(gate) + jnp.log(jnp.maximum(plug, 1e-30)), -jnp.inf)
-        return jnp.logaddexp(jax.nn.log_sigmoid(-gate) + logp_model, log_plug)
+        return log_prob_losses(jnp.logaddexp(jax.nn.log_sigmoid(-gate) + logp_model, log_plug), labels, eps)
 
-    def scattered(params, h):
-        return spec.module.apply(params, h, batch["pair_tgt"], method="pair_log_probs")
+    def scattered(params, h, pair_tgt, labels):
+        return log_prob_losses(spec.module.apply(params, h, pair_tgt, method="pair_log_probs"), labels, eps)
 
-    loss = lambda f: lambda params, h: jnp.sum(weights * f(params, h))  # noqa: E731
-    want = jax.jit(jax.grad(loss(dense), argnums=(0, 1)))(params, h)
-    got = jax.jit(jax.grad(loss(scattered), argnums=(0, 1)))(params, h)
-    for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
-        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5)
+    def reduced(params, h, pair_tgt, labels):
+        return spec.module.apply(params, h, labels, pair_tgt, eps, method="pair_token_losses")
+
+    def objective(form):
+        def f(params, h, pair_tgt, labels, weights):
+            loss, nll = form(params, h, pair_tgt, labels)
+            return jnp.sum(weights * (loss + 0.5 * nll))
+        return jax.jit(jax.value_and_grad(f, argnums=(0, 1)))
+
+    return spec, [objective(f) for f in (dense, scattered, reduced)]
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.integers(0, 2**16))
+def test_plug_in_values_and_gradients_equal_the_dense_form(seed):
+    """Phrases drawn from few tokens (most sentences repeat one across phrases), labels drawn often from them."""
+    spec, (dense, scattered, reduced) = _three_forms()
+    rng = np.random.default_rng(seed)
+    pair_tgt = np.where(rng.random((6, 3, 4)) < 0.6, rng.integers(NUM_RESERVED, NUM_RESERVED + 6, (6, 3, 4)), PAD_ID)
+    labels = np.where(rng.random((6, 5)) < 0.5, rng.integers(NUM_RESERVED, NUM_RESERVED + 6, (6, 5)),
+                      rng.integers(0, V, (6, 5)))
+    params = spec.init(jax.random.PRNGKey(seed % 4), random_batch(1, V))
+    h = rng.normal(size=(6, 5, spec.cfg.d_model)).astype(np.float32)
+    args = (jnp.asarray(h), jnp.asarray(pair_tgt, jnp.int32), jnp.asarray(labels, jnp.int32),
+            jnp.asarray(rng.random((6, 5)), jnp.float32))
+    want_value, want = dense(params, *args)
+    for form in (scattered, reduced):
+        value, got = form(params, *args)
+        np.testing.assert_allclose(float(value), float(want_value), rtol=1e-5)
+        for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.slow

@@ -14,21 +14,28 @@ import jax.numpy as jnp
 
 
 def smoothed_cross_entropy(logits: jnp.ndarray, targets: jnp.ndarray, mask: jnp.ndarray, eps: float,
-                           log_probs: bool = False, weights: jnp.ndarray | None = None):
-    """logits: float32[..., V] (with ``log_probs``: log-probabilities already, used as they are); targets:
-    int32[...]; mask: bool[...]; weights: float32[...] per-token weights of the loss (not of nll or count).
+                           weights: jnp.ndarray | None = None):
+    """logits: float32[..., V]; targets: int32[...]; mask: bool[...]; weights: float32[...] per-token weights of
+    the loss (not of nll or count).
 
     Returns (loss_sum, nll_sum, count): float32 scalars summed over masked positions, and their number.
     """
-    if log_probs:
-        logp = logits.astype(jnp.float32)
-        nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
-        loss = (1.0 - eps) * nll - eps * jnp.mean(logp, axis=-1)
-    else:
-        loss, nll = token_losses(logits.astype(jnp.float32), targets, eps)
+    return token_sums(*token_losses(logits.astype(jnp.float32), targets, eps), mask, weights)
+
+
+def token_sums(loss: jnp.ndarray, nll: jnp.ndarray, mask: jnp.ndarray, weights: jnp.ndarray | None = None):
+    """Per-token loss and nll float32[...] → (loss_sum, nll_sum, count) over mask bool[...], the loss weighted."""
     w = mask.astype(jnp.float32)
     weighted = w if weights is None else w * weights
     return jnp.sum(loss * weighted), jnp.sum(nll * w), jnp.sum(w)
+
+
+def log_prob_losses(logp: jnp.ndarray, targets: jnp.ndarray, eps: float):
+    """log-probabilities float[..., V] (used as they are: not renormalised), targets int32[...] → (smoothed loss,
+    nll) float32[...] each, per token."""
+    logp = logp.astype(jnp.float32)
+    nll = -jnp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]
+    return (1.0 - eps) * nll - eps * jnp.mean(logp, axis=-1), nll
 
 
 @functools.partial(jax.custom_vjp, nondiff_argnums=(2,))

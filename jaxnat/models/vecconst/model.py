@@ -45,7 +45,7 @@ from jaxnat.data.phrase_pairs import encode_pairs, entry_capacity
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.models.ar.model import ARTransformer, hard_phrases, output_capacity, search
-from jaxnat.models.losses import smoothed_cross_entropy
+from jaxnat.models.losses import log_prob_losses, token_losses, token_sums
 from jaxnat.models.packing import next_in_segment
 from jaxnat.models.spec import ModelSpec, word_glue
 from jaxnat.models.dropout import Dropout
@@ -208,24 +208,63 @@ class VecConstTransformer(ARTransformer):
 
     def _eq11(self, h, logp_model, ids, visible, train):
         """log((1 − g) P_model + g P_plug), P_plug(y) = max(0, cos(w_y, h_t)) on the constraint tokens."""
-        w = self.tgt_embed.table().embedding                                     # [V, D]
-        # eq. 10: tanh acts on each half of [w_y W1; h_t W2], so W3's two halves separate the token and the state;
-        # the token half depends on the parameters only (XLA computes it once, outside a decoding loop)
-        d, w3 = w.shape[1], self.gate_out[:, 0]
-        token_part = jnp.tanh(self.gate_token(w)) @ w3[:d]                        # [V]
-        state_part = jnp.tanh(self.gate_state(h)) @ w3[d:]                        # [B, T]
+        token_part, state_part = self._gate_logits(h)
         logp = jax.nn.log_sigmoid(-(state_part[..., None] + token_part)) + logp_model  # log (1 − g) P_model
         # eq. 9: P_plug is 0 but on the M = N · P_t tokens of the sentence's target phrases, so eq. 11 adds
         # g · P_plug there only (a decoding step then costs about what the AR model's does; PAD slots add 0)
-        cos = jnp.einsum("btd,bmd->btm", unit(h), unit(w[ids]))                   # [B, T, M]
-        plug = jnp.where(visible, jnp.maximum(cos, 0.0), 0.0)
-        log_g = jax.nn.log_sigmoid(state_part[..., None] + token_part[ids][:, None, :])
         # a token a position does not see is written as PAD: another segment's phrase token may be one this
         # position sees, and a scatter's duplicate indices must carry equal values
         at = (jnp.arange(ids.shape[0])[:, None, None], jnp.arange(h.shape[1])[None, :, None],
               jnp.where(visible, ids[:, None, :], PAD_ID))
-        mixed = jnp.logaddexp(logp[at], jnp.where(plug > 0, log_g + jnp.log(jnp.maximum(plug, 1e-30)), -jnp.inf))
+        mixed = jnp.logaddexp(logp[at], self._log_plug(h, ids, visible, token_part, state_part))
         return logp.at[at].set(mixed)  # a token in two phrases: the same value twice; PAD: its own value
+
+    def _gate_logits(self, h):
+        """h: float32[B, T, D] → eq. 10's gate logit in its two parts, (token part float32[V], state part
+        float32[B, T]): tanh acts on each half of [w_y W1; h_t W2], so W3's two halves separate the token and the
+        state, and the token part depends on the parameters only (XLA computes it once, outside a decoding loop)."""
+        w = self.tgt_embed.table().embedding                                     # [V, D]
+        d, w3 = w.shape[1], self.gate_out[:, 0]
+        return jnp.tanh(self.gate_token(w)) @ w3[:d], jnp.tanh(self.gate_state(h)) @ w3[d:]
+
+    def _log_plug(self, h, ids, visible, token_part, state_part):
+        """log(g · P_plug) at the phrase tokens ids int32[B, M] → float32[B, T, M], −inf where a position does not
+        see the token (visible bool[B, T|1, M]) or P_plug is 0."""
+        cos = jnp.einsum("btd,bmd->btm", unit(h), unit(self.tgt_embed.table().embedding[ids]))
+        log_g = jax.nn.log_sigmoid(state_part[..., None] + token_part[ids][:, None, :])
+        return jnp.where(visible & (cos > 0), log_g + jnp.log(jnp.maximum(cos, 1e-30)), -jnp.inf)
+
+    def pair_token_losses(self, h: jax.Array, labels: jax.Array, pair_tgt: jax.Array, eps: float,
+                          segments: jax.Array | None = None, train: bool = False):
+        """Eq. 12's per-token terms under log P (`pair_log_probs`): h float[B, T, D], labels int32[B, T] →
+        (label-smoothed loss, nll), float32[B, T] each (`jaxnat.models.losses`).
+
+        Eq. 11 as written never writes out its [B, T, V] log P: the loss reads log P at the label and its mean
+        over the vocabulary, and log P = log (1 − g) + log P_model everywhere but at the M phrase tokens, so both
+        are the model's own (`token_losses`) plus the gate's log (1 − g) (at the label; and its mean, one fused
+        reduction) plus what the plug-in lifts at the phrase tokens a position sees, each token once. The
+        renormalised and the authors' outputs take the whole log P."""
+        if self.pair_plug_in and (self.pair_renormalise or self.pair_output == "authors"):
+            return log_prob_losses(self.pair_log_probs(h, pair_tgt, segments, train), labels, eps)
+        z = self.logits(h)
+        loss, nll = token_losses(z, labels, eps)
+        if not self.pair_plug_in:
+            return loss, nll
+        h = h.astype(jnp.float32)
+        ids, visible = phrase_tokens(pair_tgt, segments)                         # [B, M], [B, T|1, M]
+        token_part, state_part = self._gate_logits(h)
+        gate = state_part[..., None] + token_part[ids][:, None, :]                 # [B, T, M]
+        z_ids = jnp.take_along_axis(z, jnp.broadcast_to(ids[:, None, :], gate.shape), axis=-1)
+        base = z_ids - jax.nn.logsumexp(z, axis=-1, keepdims=True) + jax.nn.log_sigmoid(-gate)  # log (1 − g) P_model
+        lift = jnp.where(first_seen(ids, visible),
+                         jax.nn.softplus(self._log_plug(h, ids, visible, token_part, state_part) - base), 0.0)
+        label_extra = (jax.nn.log_sigmoid(-(state_part + token_part[labels]))
+                       + jnp.sum(jnp.where(ids[:, None, :] == labels[..., None], lift, 0.0), axis=-1))
+        mean_extra = (-jnp.mean(jax.nn.softplus(state_part[..., None] + token_part), axis=-1)
+                      + jnp.sum(lift, axis=-1) / z.shape[-1])
+        loss = loss - (1.0 - eps) * label_extra - eps * mean_extra
+        nll = nll - label_extra
+        return loss, nll
 
     def _authors_output(self, h, logp_model, ids, visible, train):
         """The authors' output (their decoder's ``model_prob``, which their loss and beam search read):
@@ -248,17 +287,29 @@ class VecConstTransformer(ARTransformer):
         at = (jnp.arange(ids.shape[0])[:, None], jnp.arange(h.shape[1])[None, :], jnp.take_along_axis(ids, best, 1))
         return logp.at[at].set(jnp.log(jnp.clip(jnp.exp(logp_model[at]) + eps + gate * sim, eps, 1.0)))
 
-    def forward_with_pairs(self, src, tgt_in, pair_src, pair_tgt, train: bool = False, src_seg=None, tgt_seg=None):
-        """Teacher forcing: src int32[B, S], tgt_in int32[B, T] → log P float32[B, T, V]. A packed batch also gives
-        src_seg int32[B, S] and tgt_seg int32[B, T], the segment ids, and its pairs int32[B, K, N, P]."""
+    def decode_with_pairs(self, src, tgt_in, pair_src, pair_tgt, train: bool = False, src_seg=None, tgt_seg=None):
+        """Teacher forcing: src int32[B, S], tgt_in int32[B, T] → the decoder's outputs h float[B, T, D]. A packed
+        batch also gives src_seg int32[B, S] and tgt_seg int32[B, T], the segment ids, and its pairs
+        int32[B, K, N, P]."""
         memory, memory_mask, prefixes = self.encode_with_pairs(src, pair_src, pair_tgt, train, segments=src_seg)
         mask = token_mask(tgt_in) if tgt_seg is None else tgt_seg
-        h = self.decoder(self.tgt_embed(tgt_in, train, segments=tgt_seg), mask, memory, memory_mask, train,
-                         prefixes=prefixes)
+        return self.decoder(self.tgt_embed(tgt_in, train, segments=tgt_seg), mask, memory, memory_mask, train,
+                            prefixes=prefixes)
+
+    def forward_with_pairs(self, src, tgt_in, pair_src, pair_tgt, train: bool = False, src_seg=None, tgt_seg=None):
+        """Teacher forcing (`decode_with_pairs`) → log P float32[B, T, V]."""
+        h = self.decode_with_pairs(src, tgt_in, pair_src, pair_tgt, train, src_seg, tgt_seg)
         return self.pair_log_probs(h, pair_tgt, tgt_seg, train)
 
     def __call__(self, src, tgt_in, pair_src, pair_tgt, train: bool = False, src_seg=None, tgt_seg=None):
         return self.forward_with_pairs(src, tgt_in, pair_src, pair_tgt, train, src_seg, tgt_seg)
+
+    def token_losses(self, src, tgt_in, labels, pair_src, pair_tgt, eps: float, train: bool = False, src_seg=None,
+                     tgt_seg=None):
+        """Teacher forcing (`decode_with_pairs`) → eq. 12's per-token terms of labels int32[B, T]
+        (`pair_token_losses`)."""
+        h = self.decode_with_pairs(src, tgt_in, pair_src, pair_tgt, train, src_seg, tgt_seg)
+        return self.pair_token_losses(h, labels, pair_tgt, eps, tgt_seg, train)
 
     # -- cached decoding ---------------------------------------------------------------------------------
     def init_pair_cache(self, memory: jax.Array, max_len: int, prefixes):
@@ -333,6 +384,14 @@ def phrase_tokens(pair_tgt: jax.Array, segments: jax.Array | None = None) -> tup
     return ids, (owner[:, None, :] == segments[:, :, None]) & (owner > 0)[:, None, :]
 
 
+def first_seen(ids: jax.Array, visible: jax.Array) -> jax.Array:
+    """ids int32[B, M], visible bool[B, T|1, M] (`phrase_tokens`) → bool[B, T|1, M]: the entries a position sees
+    whose token it sees at no earlier entry (a token in two phrases counts once, as in eq. 9's P_plug)."""
+    m = ids.shape[1]
+    earlier_same = (ids[:, :, None] == ids[:, None, :]) & (jnp.arange(m)[:, None] < jnp.arange(m)[None, :])
+    return visible & ~jnp.any(visible[..., :, None] & earlier_same[:, None], axis=-2)
+
+
 def first_spans(labels: jax.Array, pair_tgt: jax.Array, segments: jax.Array | None = None) -> jax.Array:
     """The positions of each target phrase's first occurrence in its sentence (the authors' α positions).
 
@@ -361,7 +420,7 @@ def first_spans(labels: jax.Array, pair_tgt: jax.Array, segments: jax.Array | No
 def vecconst_loss(model: VecConstTransformer, params, batch: dict, rng, *, label_smoothing: float,
                   alpha: float = 0.8, beta: float = 0.2, span: bool = False, train: bool = True):
     """Eq. 12 with label smoothing: Σ_t w_t · CE_t over the target tokens after BOS, w_t = α for a token of the
-    sentence's target phrases and β otherwise; CE under log P of eq. 11 (`pair_log_probs`). ``span``: α on the
+    sentence's target phrases and β otherwise; CE under log P of eq. 11 (`pair_token_losses`). ``span``: α on the
     positions of each target phrase's first occurrence instead (`first_spans`, the authors' code).
 
     batch: 'src' int32[B, S], 'tgt' int32[B, T], 'pair_src' int32[B, N, P_s], 'pair_tgt' int32[B, N, P_t]; or a
@@ -376,15 +435,14 @@ def vecconst_loss(model: VecConstTransformer, params, batch: dict, rng, *, label
         real = next_in_segment(batch["tgt_seg"])
     else:
         segments, real = {}, token_mask(labels)
-    logp = model.apply(params, batch["src"], tgt[:, :-1], batch["pair_src"], batch["pair_tgt"], train=train,
-                       rngs={"dropout": rng}, **segments)
+    per_token = model.apply(params, batch["src"], tgt[:, :-1], labels, batch["pair_src"], batch["pair_tgt"],
+                            label_smoothing, train=train, rngs={"dropout": rng}, method="token_losses", **segments)
     if span:
         constrained = first_spans(labels, batch["pair_tgt"], batch["tgt_seg"][:, 1:] if "tgt_seg" in batch else None)
     else:
         ids, visible = phrase_tokens(batch["pair_tgt"], segments.get("tgt_seg"))
         constrained = jnp.any(visible & (ids[:, None, :] == labels[..., None]), axis=-1)  # a token of its phrases
-    loss, nll, count = smoothed_cross_entropy(logp, labels, real, label_smoothing, log_probs=True,
-                                              weights=jnp.where(constrained, alpha, beta))
+    loss, nll, count = token_sums(*per_token, real, weights=jnp.where(constrained, alpha, beta))
     return loss, {"nll": nll, "count": count, "constraint_tokens": jnp.sum(constrained & real, dtype=jnp.float32)}
 
 
