@@ -21,6 +21,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from jaxnat.data.vocab import BOS_ID, MASK_ID, PAD_ID, PLH_ID
 from jaxnat.errors import ConfigError
@@ -92,15 +93,18 @@ class TransformerConfig:
 def sinusoidal_positions(length: int, dim: int, offset: int = 0, layout: str = "fairseq") -> jnp.ndarray:
     """float32[length, dim], the codes of positions offset .. offset + length - 1: sines in the first half,
     cosines in the second. Frequencies 10000^(-i / (dim/2 - 1)) (fairseq's, layout "fairseq") or
-    10000^(-2i / dim) (Hugging Face's Marian, "marian"), i < dim/2."""
+    10000^(-2i / dim) (Hugging Face's Marian, "marian"), i < dim/2.
+
+    Computed with numpy, in float32: a constant of the program that uses it. Computed in the program, XLA left the
+    table inside decoding loops, its sines and cosines recomputed at every pass (7% of a mask-predict pass)."""
     half = dim // 2
     step = math.log(10000.0) / (max(half - 1, 1) if layout == "fairseq" else half)
-    freq = jnp.exp(jnp.arange(half, dtype=jnp.float32) * -step)
-    angles = jnp.arange(offset, offset + length, dtype=jnp.float32)[:, None] * freq[None, :]
-    table = jnp.concatenate([jnp.sin(angles), jnp.cos(angles)], axis=1)
+    freq = np.exp(np.arange(half, dtype=np.float32) * np.float32(-step))
+    angles = np.arange(offset, offset + length, dtype=np.float32)[:, None] * freq[None, :]
+    table = np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
     if dim % 2:
-        table = jnp.pad(table, ((0, 0), (0, 1)))
-    return table
+        table = np.pad(table, ((0, 0), (0, 1)))
+    return jnp.asarray(table, jnp.float32)
 
 
 def attention_bias(key_mask: jnp.ndarray, causal: bool = False, query_mask: jnp.ndarray | None = None) -> jnp.ndarray:
