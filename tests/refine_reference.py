@@ -174,9 +174,12 @@ def model_heads(spec, params, src, first_method):
     def head(method):
         return lambda tokens: jitted.method(spec.module, method)(params, tokens, memory, mask)
 
-    token = head("token_logits")
+    def token_rows(tokens, rows):  # on some rows (`Heads.token_rows`): what the jit'd loop runs in late passes
+        logits = jitted.method(spec.module, "token_logits")(params, tokens, memory[rows], mask[rows])
+        return logits.at[..., jnp.asarray(NOT_PREDICTED)].set(-jnp.inf)
+
     return Heads(head(first_method), head("placeholder_logits"),
-                 lambda t: token(t).at[..., jnp.asarray(NOT_PREDICTED)].set(-jnp.inf))
+                 lambda t: token_rows(t, jnp.arange(t.shape[0])), token_rows)
 
 
 def stub_heads(seed, vocab, first="deletion", plh_boost=0.0):

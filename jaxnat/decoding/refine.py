@@ -78,6 +78,9 @@ class Heads(NamedTuple):
     first: Callable      # LevT: deletion logits [B, L, 2]; EDITOR: reposition logits [B, L, L]
     placeholder: Callable  # [B, L-1, 256]
     token: Callable      # [B, L, V] (`NOT_PREDICTED` ids are never filled in, whatever their logits)
+    # the token head on some of the rows: (tokens int32[R, L], rows int32[R], the sentences they are) → [R, L, V];
+    # given, a pass where few rows have placeholders fills them on those rows only (`insert_and_fill`)
+    token_rows: Callable | None = None
 
 
 # (hyps, logits, active bool[B], continues bool[V] | None, joins=bool[V] | None, trails=bool[V] | None) -> (hyps,
@@ -172,7 +175,8 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
         return run
 
     # the token head runs only when some row has a placeholder (at batch 1, in most late passes none has: fairseq
-    # skips it too), and on the narrowest canvas that holds every row
+    # skips it too), on the narrowest canvas that holds every row, and when at most an eighth of the rows have
+    # one (after the first passes, most rows are done inserting), on those rows only
     is_plh = with_plh.tokens == PLH_ID
     width, half = with_plh.tokens.shape[1], narrow_width(with_plh.tokens.shape[1])
     branches = [lambda: (with_plh.tokens, with_plh.scores), fill_at(width)]
@@ -180,6 +184,18 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
     if half is not None:
         branches.append(fill_at(half))
         pick = jnp.where((pick == 1) & (jnp.max(edit_ops.lengths(with_plh.tokens, PAD_ID)) <= half), 2, pick)
+    rows, few = is_plh.shape[0], -(-is_plh.shape[0] // 8)
+    if heads.token_rows is not None and few < rows:
+        has = jnp.any(is_plh, axis=1)
+        some = jnp.argsort(~has, stable=True)[:few]  # the rows with placeholders first
+
+        def fill_some():
+            hyps = jax.tree.map(lambda x: x[some], with_plh)
+            tokens, scores = fill(hyps, heads.token_rows(hyps.tokens, some), continues, all_ids, joins, trails)
+            return with_plh.tokens.at[some].set(tokens), with_plh.scores.at[some].set(scores)
+
+        branches.append(fill_some)
+        pick = jnp.where((pick > 0) & (jnp.sum(has) <= few), len(branches) - 1, pick)
     tokens, scores = lax.switch(pick, branches)
     filled = Hypotheses(tokens, scores, with_plh.phrase, is_plh | with_plh.scored)
     return with_plh, filled, jnp.sum(ins.counts, axis=1)

@@ -200,7 +200,10 @@ def edit_model_spec(config, section, cfg: TransformerConfig, name: str, module: 
         def head(method):
             return lambda tokens: module.apply(params, tokens, memory, src_mask, method=method)
 
-        heads = Heads(head(first_head), head("placeholder_logits"), head("token_logits"))
+        def token_rows(tokens, rows):
+            return module.apply(params, tokens, memory[rows], src_mask[rows], method="token_logits")
+
+        heads = Heads(head(first_head), head("placeholder_logits"), head("token_logits"), token_rows)
         if request.oracle:
             heads = oracle_heads(heads, request.reference, request.oracle)
         capacity = request.width(capacity_for)
