@@ -69,9 +69,17 @@ class EditTransformer(nn.Module):
         """src: int32[B, S] → memory float[B, S, D]."""
         return self.encoder(self.src_embed(src, train), token_mask(src), train)
 
+    def source_kv(self, memory: jax.Array) -> dict:
+        """memory float[B, S, D] → each decoder stack's cross-attention keys and values (`Decoder.memory_kv`), by
+        its name: what the heads' ``memory`` may be in a decoding loop, projected once for all its passes."""
+        stacks = {d.name: d for d in (self.decoder, self.first_decoder, self.placeholder_decoder)}
+        return {name: d.memory_kv(memory) for name, d in stacks.items()}
+
     def features(self, decoder, layers, tokens, memory, src_mask, train):
-        """tokens: int32[B, L] → float[B, L, D], the output of the first ``layers`` layers of ``decoder``."""
+        """tokens: int32[B, L] → float[B, L, D], the output of the first ``layers`` layers of ``decoder``. memory:
+        float[B, S, D], or `source_kv`'s projections of it."""
         x = self.tgt_embed(tokens, train)
+        memory = memory[decoder.name] if isinstance(memory, dict) else memory
         return decoder(x, token_mask(tokens), memory, src_mask, train, num_layers=layers)
 
     def first_features(self, tokens, memory, src_mask, train: bool = False) -> jax.Array:
@@ -196,12 +204,14 @@ def edit_model_spec(config, section, cfg: TransformerConfig, name: str, module: 
     def generate(params, request: DecodeRequest) -> dict:
         src = request.src
         memory, src_mask = module.apply(params, src, method="encode"), token_mask(src)
+        projected = module.apply(params, memory, method="source_kv")  # once, for every pass
 
         def head(method):
-            return lambda tokens: module.apply(params, tokens, memory, src_mask, method=method)
+            return lambda tokens: module.apply(params, tokens, projected, src_mask, method=method)
 
         def token_rows(tokens, rows):
-            return module.apply(params, tokens, memory[rows], src_mask[rows], method="token_logits")
+            some = jax.tree_util.tree_map(lambda x: x[rows], projected)
+            return module.apply(params, tokens, some, src_mask[rows], method="token_logits")
 
         heads = Heads(head(first_head), head("placeholder_logits"), head("token_logits"), token_rows)
         if request.oracle:

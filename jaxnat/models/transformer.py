@@ -565,10 +565,16 @@ class Decoder(nn.Module):
         return [DecoderLayer(self.cfg, self.masked_attn, parent=None).bind(
             {"params": jax.tree_util.tree_map(lambda p: p[i], stacked)}) for i in range(self.num_layers)]
 
+    def memory_kv(self, memory) -> list:
+        """memory float[B, S, D] → each layer's cross-attention keys and values, a list of (float[B, S, H, K],
+        float[B, S, H, K]): what every pass of a decoding loop reads of the source, computed once before it and
+        given to `__call__` as its ``memory`` (XLA leaves the projections inside the loop otherwise)."""
+        return [layer.cross_kv(memory) for layer in self.layer_modules()]
+
     def __call__(self, x, mask, memory, memory_mask, train: bool, num_layers: int | None = None,
                  return_attention: bool = False, finish: bool = True, prefixes=None):
-        """x: float[B, T, D]; mask: bool[B, T]; memory: float[B, S, D]; memory_mask: bool[B, S] (or both int32
-        segment ids of a packed batch: `attention_bias`).
+        """x: float[B, T, D]; mask: bool[B, T]; memory: float[B, S, D], or its keys and values (`memory_kv`);
+        memory_mask: bool[B, S] (or both int32 segment ids of a packed batch: `attention_bias`).
 
         Returns float[B, T, D]. num_layers runs only the first layers ("early exit": the layers above are
         not computed; not with ``scan_layers``, which runs whole stacks), then the final norm (unless not
@@ -582,11 +588,16 @@ class Decoder(nn.Module):
         causal_bias = attention_bias(mask, causal=True) if self.masked_attn else None
         cross_bias = attention_bias(memory_mask, query_mask=mask)
 
-        def run(layer, carry, prefix):  # one layer: (x, the last cross-attention weights or None) -> the same
+        projected = isinstance(memory, list)  # `memory_kv`'s: each layer's keys and values, prefixes included
+
+        def run(layer, carry, own):  # one layer: (x, the last cross-attention weights or None) -> the same
             x, weights = carry
-            out = layer(x, self_bias, layer.cross_kv(memory, prefix), cross_bias, train, causal_bias,
-                        return_attention=return_attention)
+            out = layer(x, self_bias, own if projected else layer.cross_kv(memory, own), cross_bias, train,
+                        causal_bias, return_attention=return_attention)
             return (out if return_attention else (out, weights)), None
+
+        if projected:
+            prefixes = memory
 
         if self.cfg.scan_layers:
             if num_layers not in (None, self.num_layers):
