@@ -9,7 +9,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jaxnat.argmax import SMALL, argmax, chunk_size
+from jaxnat.argmax import SMALL, argmax, chunk_size, top_k
 
 SMALL_WIDTHS = (1, 2, 40)
 CHUNKED_WIDTHS = (128, 192, 320, 640)
@@ -71,3 +71,56 @@ def test_widths_cover_each_path():
 def test_random_logits_like_jnp():
     x = jax.random.normal(jax.random.PRNGKey(0), (4, 7, 8000))
     np.testing.assert_array_equal(_argmax(x), jnp.argmax(x, axis=-1))
+
+
+def top_k_reference(row, k):
+    """The k largest entries of a row, largest first, ties to the lower index: (values, indices)."""
+    order = sorted(range(len(row)), key=lambda i: (-row[i], i))[:k]
+    return [row[i] for i in order], order
+
+
+TOP_K_SHAPES = ((3, 200), (2, 320), (2, 333), (2, 1000), (2, 3, 100), (1, 4, 333), (2, 5, 300))  # 200, 100: lax.top_k
+
+
+@st.composite
+def top_k_cases(draw):
+    shape = draw(st.sampled_from(TOP_K_SHAPES))
+    axes = 2 if len(shape) == 3 else 1
+    n, width = int(np.prod(shape[:-axes])), int(np.prod(shape[-axes:]))
+    k = draw(st.sampled_from([1, 2, 8]))
+    numbers = st.sampled_from([-math.inf, -2.0, -1.0, 0.0, 0.5, 3.0])  # few values: ties are common
+    rows = []
+    for _ in range(n):
+        base = draw(st.sampled_from([-1.0, -math.inf]))
+        row = [base] * width
+        for i, v in draw(st.lists(st.tuples(st.integers(0, width - 1), numbers), max_size=12)):
+            row[i] = v
+        rows.append(row)
+    return np.asarray(rows, np.float32).reshape(shape), k, axes
+
+
+_top_k = jax.jit(top_k, static_argnums=(1, 2))
+
+
+@settings(max_examples=120, deadline=None)
+@given(top_k_cases())
+def test_top_k_matches_plain_python(case):
+    x, k, axes = case
+    values, indices = (np.asarray(a) for a in _top_k(x, k, axes))
+    rows = x.reshape(-1, int(np.prod(x.shape[-axes:])))
+    want = [top_k_reference(list(r), k) for r in rows]
+    lead = x.shape[:-axes]
+    np.testing.assert_array_equal(values, np.asarray([v for v, _ in want], np.float32).reshape(*lead, k))
+    np.testing.assert_array_equal(indices, np.asarray([i for _, i in want], np.int32).reshape(*lead, k))
+    assert indices.dtype == np.int32
+
+
+def test_top_k_chunks_the_searches_candidates():
+    """The beam searches' candidates [B, K, V] (a fairseq vocabulary no chunk divides) take the chunked path and
+    agree with lax.top_k, ties and -inf rows included."""
+    x = jnp.round(jax.random.normal(jax.random.PRNGKey(1), (3, 4, 7034)) * 4) / 4
+    x = x.at[1].set(-jnp.inf).at[2, 1:].set(-jnp.inf)
+    for k in (4, 8):
+        got, want = _top_k(x, k, 2), jax.lax.top_k(x.reshape(3, -1), k)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])

@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxnat.argmax import argmax
+from jaxnat.argmax import argmax, top_k
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding.search import NEG_INF, _check_static, _normalise, _restrict, _result, decode_length
 
@@ -246,7 +246,7 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
 
         # Candidates for the beam: top 2K over the beam, the top-1 of each hypothesis, the constraint tokens.
         ext = ext.at[:, :, EOS_ID].set(NEG_INF)
-        _, flat = jax.lax.top_k(ext.reshape(batch, k * vocab), min(2 * k, k * vocab))
+        _, flat = top_k(ext, min(2 * k, k * vocab), axes=2)
         best1 = argmax(ext)  # [B, K]
         n_c = ctok.shape[-1]
         parent = jnp.concatenate([flat // vocab, jnp.broadcast_to(jnp.arange(k), (batch, k)),

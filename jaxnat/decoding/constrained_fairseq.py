@@ -37,6 +37,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxnat.argmax import top_k
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding.search import (NEG_INF, _check_static, _normalise, _restrict, _result, batch_length,
                                     decode_length, fairseq_selection)
@@ -239,7 +240,7 @@ def search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases: jnp.ndarray
         logp = logp.at[:, :, EOS_ID].set(jnp.where(unfinished, NEG_INF, logp[:, :, EOS_ID]))
         ext = s["alive_logp"][:, :, None] + logp                                       # [B, K, V]
         first_step = i == 0
-        top_score, flat = jax.lax.top_k(ext.reshape(batch, k * vocab), 2 * k)
+        top_score, flat = top_k(ext, 2 * k, axes=2)
         best1 = jnp.argmax(ext, axis=-1)                                                 # [B, K]
         ctok, cok = next_all(ph, s["progress"], ordered)                                # [B, K, X]
         cok = cok & (~first_step | (jnp.arange(k) == 0)[None, :, None])

@@ -33,7 +33,7 @@ import jax
 import jax.numpy as jnp
 from flax import struct
 
-from jaxnat.argmax import argmax
+from jaxnat.argmax import argmax, top_k
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID
 from jaxnat.errors import ConfigError
 
@@ -191,7 +191,7 @@ def _beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, ma
         fin_steps = jnp.take_along_axis(jnp.concatenate([s.fin_steps, eos_steps], axis=1), pick[:, :, None], 1)
 
         # The K best other extensions stay alive; the cache follows their parent beams.
-        alive_logp, flat = jax.lax.top_k(cand.at[:, :, EOS_ID].set(NEG_INF).reshape(batch, k * vocab), k)
+        alive_logp, flat = top_k(cand.at[:, :, EOS_ID].set(NEG_INF), k, axes=2)
         parent, token = flat // vocab, (flat % vocab).astype(jnp.int32)
         alive_tokens = jnp.take_along_axis(s.alive_tokens, parent[:, :, None], 1).at[:, :, i + 1].set(token)
         gain = jnp.take_along_axis(logp.reshape(batch, k * vocab), flat, axis=1)
@@ -255,7 +255,7 @@ def _fairseq_beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_pen
         logp, cache = tokens_to_logprobs(s["alive_tokens"][:, :, i].reshape(batch * k), s["cache"], i)
         vocab = logp.shape[-1]
         logp = _restrict(logp, i, max_len_rows, "fairseq").reshape(batch, k, vocab)
-        cand_score, flat = jax.lax.top_k((s["alive_logp"][:, :, None] + logp).reshape(batch, k * vocab), 2 * k)
+        cand_score, flat = top_k(s["alive_logp"][:, :, None] + logp, 2 * k, axes=2)
         parent, token = flat // vocab, (flat % vocab).astype(jnp.int32)
         gain = jnp.take_along_axis(logp.reshape(batch, k * vocab), flat, axis=1)
         cand_tokens = jnp.take_along_axis(s["alive_tokens"], parent[:, :, None], 1).at[:, :, i + 1].set(token)

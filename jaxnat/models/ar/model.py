@@ -9,6 +9,7 @@ the searches of `jaxnat.decoding.search` (`ar_generate`).
 from __future__ import annotations
 
 import flax.linen as nn
+import jax
 import jax.numpy as jnp
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -157,8 +158,9 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
     """Greedy, beam or constrained beam search (`search`) with the model's KV cache.
 
     src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None (continues,
-    joins, trails: `constrained_search`'s). The source is encoded once and its memory repeated per beam (row
-    b * beam_size + k). Returns {'tokens', 'score', 'length'} (and 'constraints_met' with phrases).
+    joins, trails: `constrained_search`'s). The source is encoded once and its cross-attention keys and values
+    repeated per beam (row b * beam_size + k). Returns {'tokens', 'score', 'length'} (and 'constraints_met' with
+    phrases).
     """
     if max_out - 1 > model.cfg.max_len:
         raise ConfigError(f"max_out={max_out} needs {max_out - 1} target positions; the model has "
@@ -167,9 +169,11 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
         raise ConfigError(f"beam_size={beam_size} must be at least 1")
     src, _ = source_tokens(model.cfg, src)
     src_mask = jnp.repeat(token_mask(src), beam_size, axis=0)
-    memory = jnp.repeat(model.apply(params, src, method=model.encode), beam_size, axis=0)
-    # positions 0 .. max_out - 2 are fed (the last token, at max_out - 1, is never fed back)
+    memory = model.apply(params, src, method=model.encode)
+    # positions 0 .. max_out - 2 are fed (the last token, at max_out - 1, is never fed back); the cross-attention
+    # keys and values projected once a sentence, then repeated for its beams
     cache = model.apply(params, memory, max_out - 1, method=model.init_cache)
+    cache = jax.tree_util.tree_map(lambda x: jnp.repeat(x, beam_size, axis=0), cache)
 
     tokens_to_logprobs, cache = without_cross_cache(
         lambda tokens, cache, index: model.apply(params, tokens, cache, index, src_mask, method=model.step), cache)
