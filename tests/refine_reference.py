@@ -9,7 +9,7 @@ import numpy as np
 import optax
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PLH_ID
-from jaxnat.decoding.refine import Heads, initial_hypotheses, length_cap, refine
+from jaxnat.decoding.refine import Heads, SharedFeatures, initial_hypotheses, length_cap, refine
 from jaxnat.decoding.refine import NOT_PREDICTED
 from tests import jitted
 from tests import reference as ref
@@ -178,8 +178,16 @@ def model_heads(spec, params, src, first_method):
         logits = jitted.method(spec.module, "token_logits")(params, tokens, memory[rows], mask[rows])
         return logits.at[..., jnp.asarray(NOT_PREDICTED)].set(-jnp.inf)
 
+    shared = None
+    if spec.module.shares_first_features:  # the jit'd loop reuses the first head's features (`SharedFeatures`)
+        def features_rows(tokens, rows):
+            return jitted.method(spec.module, "first_features")(params, tokens, memory[rows], mask[rows])
+
+        shared = SharedFeatures(head("first_features"), features_rows,
+                                lambda h, t: jitted.method(spec.module, "first_from")(params, h, t),
+                                lambda h: jitted.method(spec.module, "placeholder_from")(params, h))
     return Heads(head(first_method), head("placeholder_logits"),
-                 lambda t: token_rows(t, jnp.arange(t.shape[0])), token_rows)
+                 lambda t: token_rows(t, jnp.arange(t.shape[0])), token_rows, shared)
 
 
 def stub_heads(seed, vocab, first="deletion", plh_boost=0.0):

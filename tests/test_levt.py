@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 from jaxnat.config import build_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PLH_ID
-from jaxnat.decoding.refine import Heads, RefineOptions, initial_hypotheses, length_cap, refine
+from jaxnat import edit_ops
+from jaxnat.decoding.refine import (Heads, RefineOptions, initial_hypotheses, length_cap, narrowed, refine,
+                                    shared_placeholder_logits)
 from jaxnat.models import build_model
 from jaxnat.models.insertion import model_choice
 from jaxnat.models.levt.model import levt_delete, levt_loss
@@ -185,6 +187,26 @@ def test_jit_loop_equals_python_loop(spec, seed, penalty, run_all):
     options = RefineOptions(max_iter=4, placeholder_penalty=penalty, run_all=run_all)
     check_loop_against_python(spec, seed, options, "deletion_logits", levt_delete, levt_first, ("deletions",), V,
                               CONTINUES, JOINS, TRAILS)
+
+
+def test_placeholder_head_reuses_the_deletion_features(spec):
+    """`refine.shared_placeholder_logits` gives the placeholder head's logits on the canvas after deletion however
+    many rows the deletion changed: none (the deletion head's features as they are), one of eight (that row's
+    computed alone) or half of them (a decoder run on all), on a canvas whose rows fit in half of it."""
+    batch = random_batch(3, V, b=8)
+    params = spec.init(jax.random.PRNGKey(3), batch)
+    shared = model_heads(spec, params, batch["src"], "deletion_logits").shared
+    before = jnp.pad(batch["tgt"], ((0, 0), (0, 20)), constant_values=PAD_ID)  # [8, 32], every row within 16
+    features = narrowed(shared.features, before)
+    lengths = np.asarray((before != PAD_ID).sum(1))
+    reuse = jax.jit(lambda f, b, a: shared_placeholder_logits(shared, f, b, a))
+    for rows in ([], [3], [0, 2, 5, 6]):
+        gone = jnp.zeros(before.shape, bool).at[jnp.asarray(rows, jnp.int32), 1].set(True)  # each one's first word
+        after = edit_ops.delete_tokens(before, gone, PAD_ID).tokens
+        got, want = reuse(features, before, after), model_heads(spec, params, batch["src"], "x").placeholder(after)
+        for b in range(8):
+            slots = lengths[b] - 1 - (b in rows)
+            np.testing.assert_allclose(got[b, :slots], want[b, :slots], atol=2e-5, err_msg=f"{rows}, row {b}")
 
 
 def test_length_cap_uses_each_sentence_own_source():

@@ -6,8 +6,9 @@ The whole batch lives at a fixed capacity ``[B, L]``; a
 sentence stops when an iteration leaves it unchanged (unless ``run_all``) and the loop stops when every
 sentence has stopped or after ``max_iter + 1`` iterations. Finished rows are frozen by masking, so no shape
 ever changes and no value goes back to the host until the loop ends; but a head runs on half the canvas when
-every row fits in it (`narrowed`: its products cost in proportion), and the token head not at all when no row
-has a placeholder.
+every row fits in it (`narrowed`: its products cost in proportion), the token head not at all when no row
+has a placeholder, and the placeholder head reuses the first head's decoder output on the rows the first edit
+left unchanged where both heads read the same layers (`SharedFeatures`).
 
 Per token the loop carries a score (the log-probability its fill had; 0 for the initial tokens), whether the
 token head filled it (``scored``: False for BOS, EOS and the initial tokens, constraints included) and a
@@ -73,6 +74,16 @@ class RefineOptions(NamedTuple):
     rules: str = "jaxnat"
 
 
+class SharedFeatures(NamedTuple):
+    """The first edit's head and the placeholder head reading one decoder's output (the same layers of the same
+    stack): where the first edit left a row as it was, the placeholder head's input is the first head's, and so
+    are its features, so the pass reuses them (in late passes almost no row changes: a decoder run saved)."""
+    features: Callable     # tokens int32[B, L] → float[B, L, D]
+    rows: Callable         # (tokens int32[R, L], rows int32[R], the sentences they are) → float[R, L, D]
+    first: Callable        # (features float[B, L, D], tokens int32[B, L]) → the first edit's logits
+    placeholder: Callable  # features float[B, L, D] → [B, L-1, 256]
+
+
 class Heads(NamedTuple):
     """The model's heads with the source already encoded: each maps tokens int32[B, L] to logits."""
     first: Callable      # LevT: deletion logits [B, L, 2]; EDITOR: reposition logits [B, L, L]
@@ -81,6 +92,9 @@ class Heads(NamedTuple):
     # the token head on some of the rows: (tokens int32[R, L], rows int32[R], the sentences they are) → [R, L, V];
     # given, a pass where few rows have placeholders fills them on those rows only (`insert_and_fill`)
     token_rows: Callable | None = None
+    # given, ``first`` and ``placeholder`` are these heads on one decoder output (`SharedFeatures`); a head
+    # replaced by something else (an oracle's) must drop it
+    shared: SharedFeatures | None = None
 
 
 # (hyps, logits, active bool[B], continues bool[V] | None, joins=bool[V] | None, trails=bool[V] | None) -> (hyps,
@@ -146,9 +160,10 @@ def inside_phrase(phrase: jax.Array) -> jax.Array:
 
 def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.Array, penalty: float,
                     continues: jax.Array | None = None, all_ids: bool = False, joins: jax.Array | None = None,
-                    trails: jax.Array | None = None):
+                    trails: jax.Array | None = None, placeholder_logits: jax.Array | None = None):
     """Placeholders (argmax per slot after the γ penalty, none inside a phrase, row capped at ``cap``), then
     every placeholder filled with the token head's argmax. Returns (placeholder hyps, filled hyps, count).
+    placeholder_logits: the placeholder head's on ``hyps`` when the caller has them (`shared_placeholder_logits`).
 
     continues: bool[V] (True for pieces that would extend the word before them) or None. When given, a
     placeholder right after a hard-constraint phrase never takes such a piece, so nothing glues onto the
@@ -159,8 +174,9 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
     score is its log-probability among every id.
     """
     # every score in float32, whatever the model's compute dtype
-    logits = narrowed(heads.placeholder, hyps.tokens).astype(jnp.float32)
-    logits = logits.at[..., 0].add(-penalty)
+    if placeholder_logits is None:
+        placeholder_logits = narrowed(heads.placeholder, hyps.tokens)
+    logits = placeholder_logits.astype(jnp.float32).at[..., 0].add(-penalty)
     counts = argmax(logits)
     counts = jnp.where(inside_phrase(hyps.phrase) | ~active[:, None], 0, counts)
     ins = edit_ops.insert_placeholders(hyps.tokens, counts, PAD_ID, PLH_ID, max_length=cap,
@@ -184,7 +200,7 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
     if half is not None:
         branches.append(fill_at(half))
         pick = jnp.where((pick == 1) & (jnp.max(edit_ops.lengths(with_plh.tokens, PAD_ID)) <= half), 2, pick)
-    rows, few = is_plh.shape[0], -(-is_plh.shape[0] // 8)
+    rows, few = is_plh.shape[0], few_rows(is_plh.shape[0])
     if heads.token_rows is not None and few < rows:
         has = jnp.any(is_plh, axis=1)
         some = jnp.argsort(~has, stable=True)[:few]  # the rows with placeholders first
@@ -199,6 +215,29 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
     tokens, scores = lax.switch(pick, branches)
     filled = Hypotheses(tokens, scores, with_plh.phrase, is_plh | with_plh.scored)
     return with_plh, filled, jnp.sum(ins.counts, axis=1)
+
+
+def few_rows(batch: int) -> int:
+    """How many rows of a batch a head runs on alone (a sub-batch of the rows that need it) rather than on all:
+    an eighth, rounded up."""
+    return -(-batch // 8)
+
+
+def shared_placeholder_logits(shared: SharedFeatures, features: jax.Array, before: jax.Array,
+                              after: jax.Array) -> jax.Array:
+    """The placeholder head's logits on ``after`` (int32[B, L], the first edit's output) given the first head's
+    ``features`` (float[B, L, D]) of ``before``: those features where no row changed, the features of the rows
+    that changed computed on their own where they are at most an eighth of the batch, else a decoder run on all
+    (on the narrower canvas where every row fits, `narrowed`)."""
+    changed = jnp.any(after != before, axis=1)
+    branches = [lambda: features, lambda: narrowed(shared.features, after)]
+    pick = jnp.where(jnp.any(changed), 1, 0)
+    rows, few = changed.shape[0], few_rows(changed.shape[0])
+    if few < rows:
+        some = jnp.argsort(~changed, stable=True)[:few]  # the changed rows first
+        branches.append(lambda: features.at[some].set(shared.rows(after[some], some).astype(features.dtype)))
+        pick = jnp.where((pick == 1) & (jnp.sum(changed) <= few), 2, pick)
+    return shared.placeholder(lax.switch(pick, branches))
 
 
 def fill(hyps: Hypotheses, raw: jax.Array, continues=None, all_ids: bool = False, joins=None, trails=None) -> tuple:
@@ -276,10 +315,18 @@ def refine(heads: Heads, first_edit: FirstEdit, start: Hypotheses, cap: jax.Arra
     def body(s):
         active = ~s["done"]
         before = s["hyps"]
-        edited, counts = first_edit(before, narrowed(heads.first, before.tokens).astype(jnp.float32), active,
-                                    continues, joins=joins, trails=trails)
+        if heads.shared is None:
+            first_logits = narrowed(heads.first, before.tokens)
+        else:
+            features = narrowed(heads.shared.features, before.tokens)
+            first_logits = heads.shared.first(features, before.tokens)
+        edited, counts = first_edit(before, first_logits.astype(jnp.float32), active, continues, joins=joins,
+                                    trails=trails)
+        placeholder_logits = None if heads.shared is None else shared_placeholder_logits(
+            heads.shared, features, before.tokens, edited.tokens)
         with_plh, filled, inserted = insert_and_fill(edited, heads, cap, active, options.placeholder_penalty,
-                                                     continues, options.rules == "fairseq", joins, trails)
+                                                     continues, options.rules == "fairseq", joins, trails,
+                                                     placeholder_logits)
         changed = jnp.any(filled.tokens != before.tokens, axis=1)
         new = dict(s)
         new["hyps"] = filled

@@ -22,8 +22,8 @@ from jaxnat.argmax import argmax
 from jaxnat import edit_ops
 from jaxnat.errors import ConfigError
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, PLH_ID
-from jaxnat.decoding.refine import (LOOP_COUNTS, Heads, RefineOptions, forbid_reserved, length_cap, refine,
-                                    start_from_request)
+from jaxnat.decoding.refine import (LOOP_COUNTS, Heads, RefineOptions, SharedFeatures, forbid_reserved, length_cap,
+                                    refine, start_from_request)
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec, word_glue
@@ -86,9 +86,20 @@ class EditTransformer(nn.Module):
         """tokens: int32[B, L] → float[B, L, D], what the first edit's head reads."""
         return self.features(self.first_decoder, self.exits[0], tokens, memory, src_mask, train)
 
+    @property
+    def shares_first_features(self) -> bool:
+        """Whether the first edit's head and the placeholder head read the same decoder output (one stack, the
+        same exit): decoding then computes it once for both where the first edit changes nothing
+        (`refine.SharedFeatures`)."""
+        return not (self.separate_first or self.separate_placeholder) and self.exits[0] == self.exits[1]
+
     def placeholder_logits(self, tokens, memory, src_mask, train: bool = False) -> jax.Array:
         """tokens: int32[B, L] → float32[B, L-1, 256]: slot k (between tokens k and k+1) reads both tokens."""
         h = self.features(self.placeholder_decoder, self.exits[1], tokens, memory, src_mask, train)
+        return self.placeholder_from(h)
+
+    def placeholder_from(self, h: jax.Array) -> jax.Array:
+        """h: float[B, L, D], the placeholder head's decoder output → float32[B, L-1, 256]."""
         pairs = jnp.concatenate([h[:, :-1], h[:, 1:]], axis=-1)
         return self.placeholder_head(pairs).astype(jnp.float32)
 
@@ -209,11 +220,19 @@ def edit_model_spec(config, section, cfg: TransformerConfig, name: str, module: 
         def head(method):
             return lambda tokens: module.apply(params, tokens, projected, src_mask, method=method)
 
-        def token_rows(tokens, rows):
-            some = jax.tree_util.tree_map(lambda x: x[rows], projected)
-            return module.apply(params, tokens, some, src_mask[rows], method="token_logits")
+        def on_rows(method):  # the head on some sentences: (tokens int32[R, L], rows int32[R])
+            def run(tokens, rows):
+                some = jax.tree_util.tree_map(lambda x: x[rows], projected)
+                return module.apply(params, tokens, some, src_mask[rows], method=method)
+            return run
 
-        heads = Heads(head(first_head), head("placeholder_logits"), head("token_logits"), token_rows)
+        shared = None
+        if module.shares_first_features:
+            shared = SharedFeatures(head("first_features"), on_rows("first_features"),
+                                    lambda h, tokens: module.apply(params, h, tokens, method="first_from"),
+                                    lambda h: module.apply(params, h, method="placeholder_from"))
+        heads = Heads(head(first_head), head("placeholder_logits"), head("token_logits"), on_rows("token_logits"),
+                      shared)
         if request.oracle:
             heads = oracle_heads(heads, request.reference, request.oracle)
         capacity = request.width(capacity_for)

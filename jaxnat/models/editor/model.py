@@ -62,7 +62,11 @@ class Editor(EditTransformer):
     def reposition_logits(self, tokens, memory, src_mask, train: bool = False) -> jax.Array:
         """tokens: int32[B, L] → float32[B, L, L]: slot i's score for taking input token j (h_i · e_j); column
         0 = delete (h_i · b, or h_i · e_BOS with "bos"); padding columns at a large negative value."""
-        h = self.first_features(tokens, memory, src_mask, train).astype(jnp.float32)
+        return self.first_from(self.first_features(tokens, memory, src_mask, train), tokens)
+
+    def first_from(self, h: jax.Array, tokens: jax.Array) -> jax.Array:
+        """h: float[B, L, D], `first_features` of tokens int32[B, L] → the reposition logits float32[B, L, L]."""
+        h = h.astype(jnp.float32)
         keys = self.tgt_embed.lookup(tokens)                                     # float32[B, L, D]
         if self.reposition_deletion == "vector":
             keys = keys.at[:, 0].set(self.deletion_vector)

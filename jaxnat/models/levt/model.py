@@ -47,7 +47,11 @@ class LevenshteinTransformer(EditTransformer):
 
     def deletion_logits(self, tokens, memory, src_mask, train: bool = False) -> jax.Array:
         """tokens: int32[B, L] → float32[B, L, 2] (class 1 = delete)."""
-        return self.deletion_head(self.first_features(tokens, memory, src_mask, train)).astype(jnp.float32)
+        return self.first_from(self.first_features(tokens, memory, src_mask, train), tokens)
+
+    def first_from(self, h: jax.Array, tokens: jax.Array) -> jax.Array:
+        """h: float[B, L, D], `first_features` of tokens int32[B, L] → the deletion logits float32[B, L, 2]."""
+        return self.deletion_head(h).astype(jnp.float32)
 
     def __call__(self, src, tokens, train: bool = False):
         """All three heads on one hypothesis (used to initialise every parameter)."""
@@ -170,8 +174,8 @@ def oracle_heads(heads: Heads, reference: jax.Array, mode: str) -> Heads:
         return SURE * jax.nn.one_hot(ed2_labels(tokens, reference).insertion, MAX_INSERTIONS + 1)
 
     if mode == "deletion":
-        return heads._replace(first=deletion)
-    return heads._replace(first=deletion, placeholder=placeholder)
+        return heads._replace(first=deletion, shared=None)
+    return heads._replace(first=deletion, placeholder=placeholder, shared=None)
 
 
 def keep_word_boundaries(tokens: jax.Array, phrase: jax.Array, delete: jax.Array,
