@@ -65,15 +65,15 @@ def top_k(x: jax.Array, k: int, axes: int = 1) -> tuple[jax.Array, jax.Array]:
     """x: float[..., R, W] without NaN → (values float[..., k], indices int32[..., k]): ``lax.top_k`` over the last
     ``axes`` axes taken as one row-major axis (axes=2: the R · W entries), exactly: the largest first, ties to the
     lower index. Each row of W is cut into chunks of 64, its last chunk shorter where 64 does not divide W (so
-    no vocabulary size is special and no array is padded or re-sliced across rows); fewer than 4 · 64 entries or
-    k above a quarter of the chunks keep ``lax.top_k``."""
+    no vocabulary size is special and no array is padded or re-sliced across rows); rows under 4 · 64 entries, k
+    above 64 or above a quarter of the chunks keep ``lax.top_k``."""
     *lead, width = x.shape
     lead, rows = lead[:len(lead) - (axes - 1)], int(np.prod(lead[len(lead) - (axes - 1):], dtype=int))
     flat = x.reshape(*lead, rows * width)
     c = TOP_K_CHUNK
     whole, rest = divmod(width, c)
     per_row = whole + (rest > 0)
-    if width < 4 * c or 4 * k > rows * per_row:
+    if width < 4 * c or k > c or 4 * k > rows * per_row:
         values, indices = lax.top_k(flat, k)
         return values, indices.astype(jnp.int32)
     x = x.reshape(*lead, rows, width)
@@ -86,7 +86,8 @@ def top_k(x: jax.Array, k: int, axes: int = 1) -> tuple[jax.Array, jax.Array]:
     offset = jnp.arange(c)
     pos = (start[..., :, None] + offset).reshape(*lead, k * c)
     real = ((best % per_row)[..., :, None] * c + offset < width).reshape(*lead, k * c)
-    # past a row's end: a negative NaN, below -inf in the IEEE total order lax.top_k ranks by, so never taken
-    inside = jnp.where(real, jnp.take_along_axis(flat, jnp.where(real, pos, 0), axis=-1), -jnp.nan)
+    # past a row's end: -inf, never taken before a real entry: with fewer than k entries above -inf, the first
+    # chunk (64 real entries, all before any row's end) is among the best and holds the -inf entries to take
+    inside = jnp.where(real, jnp.take_along_axis(flat, jnp.where(real, pos, 0), axis=-1), -jnp.inf)
     values, j = lax.top_k(inside, k)
     return values, jnp.take_along_axis(pos, j, axis=-1).astype(jnp.int32)
