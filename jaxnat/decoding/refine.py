@@ -200,10 +200,9 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
     if half is not None:
         branches.append(fill_at(half))
         pick = jnp.where((pick == 1) & (jnp.max(edit_ops.lengths(with_plh.tokens, PAD_ID)) <= half), 2, pick)
-    rows, few = is_plh.shape[0], few_rows(is_plh.shape[0])
-    if heads.token_rows is not None and few < rows:
-        has = jnp.any(is_plh, axis=1)
-        some = jnp.argsort(~has, stable=True)[:few]  # the rows with placeholders first
+    few = few_rows(jnp.any(is_plh, axis=1))
+    if heads.token_rows is not None and few is not None:
+        some, fits = few
 
         def fill_some():
             hyps = jax.tree.map(lambda x: x[some], with_plh)
@@ -211,16 +210,20 @@ def insert_and_fill(hyps: Hypotheses, heads: Heads, cap: jax.Array, active: jax.
             return with_plh.tokens.at[some].set(tokens), with_plh.scores.at[some].set(scores)
 
         branches.append(fill_some)
-        pick = jnp.where((pick > 0) & (jnp.sum(has) <= few), len(branches) - 1, pick)
+        pick = jnp.where((pick > 0) & fits, len(branches) - 1, pick)
     tokens, scores = lax.switch(pick, branches)
     filled = Hypotheses(tokens, scores, with_plh.phrase, is_plh | with_plh.scored)
     return with_plh, filled, jnp.sum(ins.counts, axis=1)
 
 
-def few_rows(batch: int) -> int:
-    """How many rows of a batch a head runs on alone (a sub-batch of the rows that need it) rather than on all:
-    an eighth, rounded up."""
-    return -(-batch // 8)
+def few_rows(needs: jax.Array) -> tuple[jax.Array, jax.Array] | None:
+    """The sub-batch a head may run on instead of the whole batch, when few rows need it: needs bool[B] → (rows
+    int32[R], R an eighth of B rounded up: the rows that need it first; fits bool[]: every row that needs it is
+    among them), or None when an eighth of the batch is all of it."""
+    few = -(-needs.shape[0] // 8)
+    if few >= needs.shape[0]:
+        return None
+    return jnp.argsort(~needs, stable=True)[:few], jnp.sum(needs) <= few
 
 
 def shared_placeholder_logits(shared: SharedFeatures, features: jax.Array, before: jax.Array,
@@ -232,11 +235,11 @@ def shared_placeholder_logits(shared: SharedFeatures, features: jax.Array, befor
     changed = jnp.any(after != before, axis=1)
     branches = [lambda: features, lambda: narrowed(shared.features, after)]
     pick = jnp.where(jnp.any(changed), 1, 0)
-    rows, few = changed.shape[0], few_rows(changed.shape[0])
-    if few < rows:
-        some = jnp.argsort(~changed, stable=True)[:few]  # the changed rows first
+    few = few_rows(changed)
+    if few is not None:
+        some, fits = few
         branches.append(lambda: features.at[some].set(shared.rows(after[some], some).astype(features.dtype)))
-        pick = jnp.where((pick == 1) & (jnp.sum(changed) <= few), 2, pick)
+        pick = jnp.where((pick == 1) & fits, 2, pick)
     return shared.placeholder(lax.switch(pick, branches))
 
 
