@@ -52,7 +52,8 @@ def step_parser(description: str) -> argparse.ArgumentParser:
     """The arguments every train-step benchmark takes: --config, --data-dir and --shape (sentences x tokens)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--config", required=True)
-    parser.add_argument("--data-dir", required=True)
+    parser.add_argument("--data-dir", help="the Multi30k folder of a config that reads files (not with a demo's "
+                                           "embedded corpus)")
     parser.add_argument("--shape", default="128x32", help="batch shape, sentences x tokens")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override, e.g. --set data.pairs_dir=/tmp/pairs (repeatable)")
@@ -66,9 +67,10 @@ def batch_shape(text: str) -> tuple[int, int]:
 
 def step_inputs(config_path: str, data_dir: str, shape, workdir: str, overrides=()):
     """(trainer, its first batch of ``shape`` on the device, the initial train state) for a config's train step
-    on the Multi30k folder ``data_dir``, with ``overrides`` ("key=value") of the config."""
-    trainer = Trainer(build_config(config_path, [f"--config.data.dir={data_dir}",
-                                                 *(f"--config.{kv}" for kv in overrides)]), workdir)
+    on the Multi30k folder ``data_dir`` (None: the config's own data), with ``overrides`` ("key=value") of the
+    config."""
+    data = [f"--config.data.dir={data_dir}"] if data_dir else []
+    trainer = Trainer(build_config(config_path, [*data, *(f"--config.{kv}" for kv in overrides)]), workdir)
     batcher = trainer.make_batcher()
     if shape not in batcher.shapes:
         raise SystemExit(f"error: no batch of shape {shape}; this config's shapes: {sorted(batcher.shapes)}")

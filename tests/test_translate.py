@@ -106,3 +106,29 @@ def test_translate_missing_input_and_untrained_workdir(trained, tmp_path):
     (tmp_path / "empty").mkdir()
     result = _main(tmp_path / "empty", "--mode", "translate", stdin="hello\n")
     assert result.returncode == 2 and "holds no trained run" in result.stderr
+
+
+def test_a_timing_warm_up_runs_only_shapes_not_run_before(ar_run):
+    """`seconds_per_sentence` warms up with ``warm_up``: one batch of each request shape the translator has not
+    run, none after an evaluation's own pass at that batch size, so that timing a test set does not decode it
+    twice more."""
+    from jaxnat.config import build_config
+    from jaxnat.data.batching import eval_batches
+    from jaxnat.restore import load_translator
+
+    # the run decodes in one bucket (conftest.py); three here, so that the batches take more than one shape
+    t = load_translator(build_config(os.path.join(ar_run, "config.json"), ["--config.data.bucket_multiple=16"]),
+                        str(ar_run))
+    shapes, generate = [], t._generate
+    t._generate = lambda params, request: shapes.append(request.src.shape) or generate(params, request)
+    src, _ = t.encode(["a .", "a .", "the cat .", "the cat .", "a dog sees the small red cat in the big garden ."] * 2)
+    batches = [b["src"].shape for _, b in eval_batches(src, None, 2, t.buckets)]
+    assert len(batches) == 5 and len(set(batches)) >= 2, batches  # the test's premise: batches of one shape
+    warm = t.translate_ids(src, 1, 2, warm_up=True)
+    assert shapes == list(dict.fromkeys(batches))
+    assert sum(w is not None for w in warm) == 2 * len(set(batches))
+    shapes.clear()
+    assert all(w is None for w in t.translate_ids(src, 1, 2, warm_up=True)) and shapes == []
+    full = t.translate_ids(src, 1, 2)
+    assert shapes == batches and all(f is not None for f in full)
+    assert all((w["tokens"] == f["tokens"]).all() for w, f in zip(warm, full) if w is not None)

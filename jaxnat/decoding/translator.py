@@ -55,6 +55,7 @@ class Translator:
         # a model with a plan (length prediction): outputs as wide as the planned lengths need (`planned`);
         # False: as wide as the source allows (bench/decode_speed.py --full-canvas)
         self.narrow_outputs = True
+        self._compiled: set = set()  # the request shapes `_generate` has run (`translate_ids`'s warm_up)
 
     def encode(self, texts: list[str]) -> tuple[list[np.ndarray], list[bool]]:
         """Source texts -> [BOS … EOS] id arrays (cut to data.max_len) and, per text, whether it was cut."""
@@ -195,11 +196,13 @@ class Translator:
 
     def translate_ids(self, src: list[np.ndarray], beam_size: int, batch_size: int,
                       starts: list[Start] | None = None, trace: bool = False,
-                      references: list[list[int]] | None = None, oracle: str = "") -> list[dict]:
+                      references: list[list[int]] | None = None, oracle: str = "", warm_up: bool = False) -> list[dict]:
         """[BOS … EOS] source arrays -> per sentence {'tokens': np.int32 array, 'score': float, and the model's
         counts (refining models: iterations and edit counts; with ``trace`` the edit trace)} in input order.
         oracle: decoding steps an oracle takes against ``references`` (target piece ids, no BOS/EOS), one of the
-        model's `Supports.oracle` modes: an analysis of what the model's own decisions cost, not a translation."""
+        model's `Supports.oracle` modes: an analysis of what the model's own decisions cost, not a translation.
+        warm_up: only compile and run each request shape not run before, the sentences of the other batches left
+        None (a timing's warm-up: after an evaluation's own pass at the same batch size, nothing to run)."""
         check_supported(self.spec.name, self.spec.supports, trace=trace, beam_size=beam_size, oracle=oracle)
         if oracle and references is None:
             raise DataError(f"oracle decoding {oracle!r} needs the references")
@@ -213,6 +216,11 @@ class Translator:
                 request = request.replace(reference=pad_hypotheses(rows, width), oracle=oracle)
             if self._plan is not None and self.narrow_outputs:
                 request = self.planned(request)
+            leaves, structure = jax.tree_util.tree_flatten(request)
+            shape = (structure, tuple((np.shape(x), getattr(x, "dtype", type(x))) for x in leaves))
+            if warm_up and shape in self._compiled:
+                continue
+            self._compiled.add(shape)
             out = jax.device_get(self._generate(self.params, request))
             for row, i in enumerate(idx):
                 if i >= 0:
@@ -253,11 +261,11 @@ class Translator:
     def seconds_per_sentence(self, texts: list[str], beam_size: int, batch_size: int, constraints: list | None = None,
                              hard: list | None = None, pairs: list | None = None) -> float:
         """Seconds per sentence to translate ``texts`` at batch_size (with the given constraints and pairs, if
-        any), after a warm-up pass that compiles every shape: model loading and compilation are excluded."""
+        any), after a warm-up that runs every shape not run before: model loading and compilation are excluded."""
         src, _ = self.encode(texts)
         starts = self.starts(None, constraints, hard, pairs=pairs, drop_long_pairs=True) if (
             constraints or pairs) else None
-        self.translate_ids(src, beam_size, batch_size, starts)
+        self.translate_ids(src, beam_size, batch_size, starts, warm_up=True)
         t0 = time.perf_counter()
         self.translate_ids(src, beam_size, batch_size, starts)
         return (time.perf_counter() - t0) / max(len(src), 1)
