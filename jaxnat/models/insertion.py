@@ -27,7 +27,8 @@ from jaxnat.decoding.refine import (LOOP_COUNTS, Heads, RefineOptions, SharedFea
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec, word_glue
-from jaxnat.models.transformer import absent_logits, Decoder, embedders, Encoder, TransformerConfig, token_mask
+from jaxnat.models.transformer import (absent_logits, Decoder, embedders, Encoder, rows_dense, TransformerConfig,
+                                      token_mask)
 from jaxnat.oracle import MAX_INSERTIONS, ed2_labels
 
 def empty_canvas(like: jax.Array) -> jax.Array:
@@ -63,7 +64,7 @@ class EditTransformer(nn.Module):
             self.output = self.dense(c.tgt_vocab_size, "output")
 
     def dense(self, n: int, name: str) -> nn.Dense:
-        return nn.Dense(n, use_bias=False, kernel_init=self.cfg.kernel_init(), name=name)
+        return rows_dense(n, use_bias=False, kernel_init=self.cfg.kernel_init(), name=name)
 
     def encode(self, src: jax.Array, train: bool = False) -> jax.Array:
         """src: int32[B, S] → memory float[B, S, D]."""

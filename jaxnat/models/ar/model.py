@@ -21,8 +21,8 @@ from jaxnat.errors import ConfigError
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import next_in_segment
 from jaxnat.models.spec import ModelSpec, word_glue
-from jaxnat.models.transformer import (absent_logits, Decoder, embedders, embedding_norms, Encoder, source_tokens,
-                                      TransformerConfig, token_mask, without_cross_cache)
+from jaxnat.models.transformer import (absent_logits, Decoder, embedders, embedding_norms, Encoder, rows_dense,
+                                      source_tokens, TransformerConfig, token_mask, without_cross_cache)
 
 START_IDS = {"bos": BOS_ID, "eos": EOS_ID, "pad": PAD_ID}  # model.decoder_start -> the id embedded for BOS
 
@@ -40,7 +40,7 @@ class ARTransformer(nn.Module):
         self.encoder = Encoder(c, name="encoder")
         self.decoder = Decoder(c, c.dec_layers, causal=True, name="decoder")
         if not c.tie_output:
-            self.output = nn.Dense(c.tgt_vocab_size, use_bias=False, kernel_init=c.kernel_init(), name="output")
+            self.output = rows_dense(c.tgt_vocab_size, use_bias=False, kernel_init=c.kernel_init(), name="output")
         if c.output_bias:
             self.output_bias = self.param("output_bias", nn.initializers.zeros, (c.tgt_vocab_size,))
 

@@ -49,8 +49,8 @@ from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import max_segments, segment_interior, segment_lengths, segment_lowest, segment_mean
 from jaxnat.models.spec import ModelSpec, word_glue
 from jaxnat.models.dropout import Dropout
-from jaxnat.models.transformer import (absent_logits, Decoder, embedders, Encoder, TransformerConfig, config_from,
-                                      token_mask)
+from jaxnat.models.transformer import (absent_logits, Decoder, embedders, Encoder, rows_dense, TransformerConfig,
+                                      config_from, token_mask)
 from jaxnat.oracle import apply_random_mask, draw_subset, full_mask, real_mask
 
 # The CMLMC authors' training recipe (their trainNAT.sh, beside the paper): BERT initialisation, token embeddings
@@ -75,14 +75,14 @@ class CMLM(nn.Module):
         self.src_embed, self.tgt_embed = embedders(c)
         self.encoder = Encoder(c, name="encoder")
         self.decoder = Decoder(c, self.plain_layers(), causal=False, masked_attn=self.masked_attn, name="decoder")
-        self.length_head = nn.Dense(mask_predict.LENGTH_CLASSES, kernel_init=c.kernel_init(), name="length_head")
+        self.length_head = rows_dense(mask_predict.LENGTH_CLASSES, kernel_init=c.kernel_init(), name="length_head")
         if self.length_prediction == "token":
             self.length_token = self.param("length_token", c.embed_init(), (c.d_model,))
         if self.concat_pe:
-            self.combine = nn.Dense(c.d_model, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="combine")
+            self.combine = rows_dense(c.d_model, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="combine")
             self.combine_drop = Dropout(c.dropout if c.embed_dropout < 0 else c.embed_dropout)
         if not c.tie_output:
-            self.output = nn.Dense(c.tgt_vocab_size, use_bias=False, kernel_init=c.kernel_init(), name="output")
+            self.output = rows_dense(c.tgt_vocab_size, use_bias=False, kernel_init=c.kernel_init(), name="output")
 
     def plain_layers(self) -> int:
         """The decoder stack's layers (a model built on this one may put a layer of its own on top)."""

@@ -48,7 +48,8 @@ from jaxnat.models.dat.glancing import glance_ratio  # GLAT's linear schedule, a
 from jaxnat.models.insertion import mean_loss
 from jaxnat.models.spec import ModelSpec, word_glue
 from jaxnat.models.dropout import Dropout
-from jaxnat.models.transformer import (Decoder, Encoder, TransformerConfig, absent_logits, embedders, token_mask)
+from jaxnat.models.transformer import (Decoder, Encoder, TransformerConfig, absent_logits, embedders, rows_dense,
+                                      token_mask)
 from jaxnat.oracle import real_mask
 
 BLANK_ID = PLH_ID  # the CTC blank: a reserved id no other part of this family reads or writes
@@ -101,7 +102,7 @@ class CTCModel(nn.Module):
         self.decoder = Decoder(c, c.dec_layers, causal=False, name="decoder")
         self.drop = Dropout(c.dropout if c.embed_dropout < 0 else c.embed_dropout)
         if not c.tie_output:
-            self.output = nn.Dense(c.tgt_vocab_size, use_bias=False, kernel_init=c.kernel_init(), name="output")
+            self.output = rows_dense(c.tgt_vocab_size, use_bias=False, kernel_init=c.kernel_init(), name="output")
 
     def encode(self, src: jax.Array, train: bool = False) -> jax.Array:
         """src: int32[B, S] → memory float[B, S, D]."""

@@ -47,7 +47,7 @@ from jaxnat.models.dat.constrained import MAX_PHRASES, constrained_decode
 from jaxnat.models.spec import ModelSpec, word_glue
 from jaxnat.models.dropout import Dropout
 from jaxnat.models.transformer import (Decoder, Encoder, TransformerConfig, absent_logits, einsum_f32, embedders,
-                                      flat_leading, sinusoidal_positions, token_mask)
+                                      flat_leading, rows_dense, sinusoidal_positions, token_mask)
 
 
 def max_vertices(max_len: int, upsample: int) -> int:
@@ -84,14 +84,14 @@ class DAT(nn.Module):
         if c.positions == "learned":
             self.vertex_table = self.param("vertex_positions", c.embed_init(), (rows, c.d_model))
         self.vertex_drop = Dropout(c.dropout if c.embed_dropout < 0 else c.embed_dropout)
-        dense = lambda name, n=c.d_model: nn.Dense(n, kernel_init=c.kernel_init(), dtype=c.compute_dtype,  # noqa
+        dense = lambda name, n=c.d_model: rows_dense(n, kernel_init=c.kernel_init(), dtype=c.compute_dtype,  # noqa
                                                    name=name)
         self.link_query, self.link_key = dense("link_query"), dense("link_key")
         if self.link_form == "multihead":
             self.link_table = self.param("link_positions", c.embed_init(), (rows, c.d_model))
-            self.link_gate = nn.Dense(c.num_heads, kernel_init=c.kernel_init(), name="link_gate")
+            self.link_gate = rows_dense(c.num_heads, kernel_init=c.kernel_init(), name="link_gate")
         if not c.tie_output:
-            self.output = nn.Dense(c.tgt_vocab_size, use_bias=False, kernel_init=c.kernel_init(), name="output")
+            self.output = rows_dense(c.tgt_vocab_size, use_bias=False, kernel_init=c.kernel_init(), name="output")
 
     def vertex_positions(self, n: int) -> jax.Array:
         c = self.cfg

@@ -48,7 +48,7 @@ from jaxnat.models.insertion import head_runner, mean_loss
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import segment_cumsum, segment_interior, segment_lengths, segment_mean
 from jaxnat.models.spec import ModelSpec
-from jaxnat.models.transformer import DecoderLayer, TransformerConfig, attention_bias, token_mask
+from jaxnat.models.transformer import DecoderLayer, TransformerConfig, attention_bias, rows_dense, token_mask
 from jaxnat.oracle import real_mask
 
 
@@ -142,7 +142,7 @@ class NAT(CMLM):
         super().setup()
         if self.coverage:
             self.coverage_layer = CoverageLayer(self.cfg, *self.coverage_options, name="coverage")
-        self.source_map = nn.Dense(self.cfg.d_model, use_bias=False, kernel_init=self.cfg.kernel_init(),
+        self.source_map = rows_dense(self.cfg.d_model, use_bias=False, kernel_init=self.cfg.kernel_init(),
                                    name="source_map")  # W_s of eq. 11
 
     def token_logits(self, tokens: jax.Array, memory: jax.Array, src_mask: jax.Array, train: bool = False,

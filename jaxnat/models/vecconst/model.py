@@ -49,7 +49,7 @@ from jaxnat.models.losses import log_prob_losses, token_losses, token_sums
 from jaxnat.models.packing import next_in_segment
 from jaxnat.models.spec import ModelSpec, word_glue
 from jaxnat.models.dropout import Dropout
-from jaxnat.models.transformer import (MultiHeadAttention, TransformerConfig, attention_bias, token_mask,
+from jaxnat.models.transformer import (MultiHeadAttention, TransformerConfig, attention_bias, rows_dense, token_mask,
                                       without_cross_cache)
 
 
@@ -62,7 +62,7 @@ class Adapter(nn.Module):
 
     @nn.compact
     def __call__(self, keys, values, train: bool = False):
-        fc1, fc2 = nn.Dense(self.d_model, name="fc1"), nn.Dense(self.d_model, name="fc2")
+        fc1, fc2 = rows_dense(self.d_model, name="fc1"), rows_dense(self.d_model, name="fc2")
         return fc2(nn.relu(fc1(keys))), fc2(nn.relu(fc1(values)))
 
 
@@ -80,8 +80,8 @@ class SeparateAdapters(nn.Module):
         drop = Dropout(c.dropout)
 
         def network(x, name):
-            h = drop(nn.gelu(nn.Dense(c.d_model, name=f"{name}_fc1")(x), approximate=False), deterministic=not train)
-            h = nn.LayerNorm(name=f"{name}_norm")(drop(nn.Dense(c.d_model, name=f"{name}_fc2")(h),
+            h = drop(nn.gelu(rows_dense(c.d_model, name=f"{name}_fc1")(x), approximate=False), deterministic=not train)
+            h = nn.LayerNorm(name=f"{name}_norm")(drop(rows_dense(c.d_model, name=f"{name}_fc2")(h),
                                                        deterministic=not train))
             return h.reshape(h.shape[:-1] + (c.num_heads, c.d_model // c.num_heads))  # [B, C, H, K]
 
@@ -101,9 +101,9 @@ class AuthorsGate(nn.Module):
     def __call__(self, h, tokens, visible, train: bool = False):
         bias = jnp.where(visible[:, None], 0.0, -1e9).astype(jnp.float32)            # [B, 1, T|1, M]
         read = nn.LayerNorm(name="read_norm")(MultiHeadAttention(self.cfg, name="attention")(h, tokens, bias, train))
-        state = nn.LayerNorm(name="state_norm")(nn.Dense(self.cfg.d_model, name="state")(h))
+        state = nn.LayerNorm(name="state_norm")(rows_dense(self.cfg.d_model, name="state")(h))
         both = jnp.tanh(jnp.concatenate([read, state], axis=-1).astype(jnp.float32))
-        return jax.nn.sigmoid(nn.Dense(1, name="out")(both)[..., 0])
+        return jax.nn.sigmoid(rows_dense(1, name="out")(both)[..., 0])
 
 
 class VecConstTransformer(ARTransformer):
@@ -131,8 +131,8 @@ class VecConstTransformer(ARTransformer):
         if self.pair_plug_in and self.pair_output == "authors":
             self.plug_gate = AuthorsGate(c, name="plug_gate")
         elif self.pair_plug_in:  # eq. 10: W1, W2 (d × d) and W3 (2d × 1), linear maps without biases
-            self.gate_token = nn.Dense(c.d_model, use_bias=False, name="gate_token")
-            self.gate_state = nn.Dense(c.d_model, use_bias=False, name="gate_state")
+            self.gate_token = rows_dense(c.d_model, use_bias=False, name="gate_token")
+            self.gate_state = rows_dense(c.d_model, use_bias=False, name="gate_state")
             self.gate_out = self.param("gate_out", nn.initializers.lecun_normal(), (2 * c.d_model, 1))
 
     # -- eqs. 2–4 ------------------------------------------------------------------------------------
