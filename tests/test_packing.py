@@ -40,6 +40,29 @@ def test_pack_rows_places_every_example_once_within_the_width(lengths, width, se
             assert lengths[rows[a]].sum() + lengths[rows[b]].sum() > width or len(rows[a]) + len(rows[b]) > most
 
 
+@FAST
+@given(st.lists(st.tuples(st.integers(2, 16), st.integers(0, 6)), min_size=1, max_size=60), st.integers(16, 40),
+       st.integers(6, 12), st.integers(0, 5))
+def test_pack_rows_keeps_every_row_within_its_budget(examples, width, capacity, seed):
+    """`pack_rows` with a budget (a model's slots a row: `Family.pack_budget`) against its plain rule: every
+    example once, no row past the width or the budget, and no two rows that could have been one."""
+    lengths, sizes = (np.asarray(x) for x in zip(*examples))
+    rows = batching.pack_rows(lengths, width, np.random.default_rng(seed).permutation(len(lengths)), 3,
+                              budget=(sizes, capacity))
+    assert sorted(np.concatenate(rows).tolist()) == list(range(len(lengths)))
+    assert all(lengths[r].sum() <= width and sizes[r].sum() <= capacity and len(r) <= 3 for r in rows)
+    for a in range(len(rows)):
+        for b in range(a + 1, len(rows)):
+            both = np.concatenate([rows[a], rows[b]])
+            assert lengths[both].sum() > width or sizes[both].sum() > capacity or len(both) > 3
+
+
+def test_packed_batcher_refuses_an_example_over_the_budget():
+    src, tgt = random_pairs(np.random.default_rng(0), 5)
+    with pytest.raises(DataError, match="1 examples need more than the 4 slots a packed row has for them"):
+        batching.PackedBatcher(src, tgt, 96, 24, seed=0, budget=(np.asarray([1, 2, 5, 0, 4]), 4))
+
+
 def test_packed_batcher_covers_every_pair_once_per_epoch_and_resumes():
     rng = np.random.default_rng(0)
     src, tgt = random_pairs(rng, 70)

@@ -23,5 +23,6 @@ from jaxnat.config import load_config
 def get_config():
     c = load_config(os.path.join(os.path.dirname(os.path.abspath(__file__)), "vanilla_demo.py"))
     c.model.name = "vecconst"
-    c.vecconst.update(alpha=0.8, beta=0.2)
+    # a packed row of 40 tokens holds about 4 constraint pieces: 16 entries a row, not 40, in every layer
+    c.vecconst.update(alpha=0.8, beta=0.2, packed_entries=16)
     return c

@@ -407,30 +407,44 @@ class TrainBatcher:
         return batch
 
 
-def pack_rows(lengths: np.ndarray, width: int, order: np.ndarray, most: int | None = None) -> list[np.ndarray]:
+def pack_rows(lengths: np.ndarray, width: int, order: np.ndarray, most: int | None = None,
+              budget: tuple[np.ndarray, int] | None = None) -> list[np.ndarray]:
     """Packs examples into rows of ``width`` tokens a side: best-fit decreasing on each example's longer side.
 
     lengths: int[N] (an example's longest side, BOS/EOS included, each <= width); order: a permutation of
     range(N) that breaks ties between equal lengths (a seeded one makes the packing a function of the seed);
-    most: the most examples a row takes (default `max_segments(width)`). Returns the rows, each an int64 array of
-    example indices in the order they sit in the row. Every side of a row holds at most ``width`` tokens, since
-    no side of an example is longer than its longest.
+    most: the most examples a row takes (default `max_segments(width)`); budget: (sizes int[N], capacity), a
+    second quantity a row holds at most ``capacity`` of (a model's per-row slots: `Family.pack_budget`), each
+    size <= capacity. Returns the rows, each an int64 array of example indices in the order they sit in the row.
+    Every side of a row holds at most ``width`` tokens, since no side of an example is longer than its longest.
 
-    Best fit: each example, longest first, goes to the open row with the least room that still holds it, so
-    short examples fill the gaps long ones leave (padding is typically a few percent).
+    Best fit: each example, longest first, goes to the open row with the least room that still holds it (and
+    its size), so short examples fill the gaps long ones leave (padding is typically a few percent).
     """
     most = max_segments(width) if most is None else most
+    sizes, capacity = budget if budget is not None else (np.zeros(len(lengths), np.int64), 0)
     by_room: list[list[int]] = [[] for _ in range(width + 1)]  # room left -> open rows with exactly that room
     rows: list[list[int]] = []
+    left: list[int] = []  # each row's budget left
+
+    def open_row(n: int, size: int):
+        for r in range(n, width + 1):
+            for at in range(len(by_room[r]) - 1, -1, -1):  # the newest first: without a budget, the last one
+                if left[by_room[r][at]] >= size:
+                    return by_room[r].pop(at), r
+        return None
+
     for i in order[np.argsort(-lengths[order], kind="stable")]:
-        n = int(lengths[i])
-        room = next((r for r in range(n, width + 1) if by_room[r]), None)
-        if room is None:
+        n, size = int(lengths[i]), int(sizes[i])
+        found = open_row(n, size)
+        if found is None:
             row, room = len(rows), width
             rows.append([])
+            left.append(capacity)
         else:
-            row = by_room[room].pop()
+            row, room = found
         rows[row].append(int(i))
+        left[row] -= size
         if len(rows[row]) < most:  # a full row is closed
             by_room[room - n].append(row)
     return [np.asarray(r, dtype=np.int64) for r in rows]
@@ -465,9 +479,10 @@ class PackedBatcher:
     """Deterministic, resumable batches of ONE shape [B, W]: several pairs per row (sequence packing).
 
     W = ``width`` (data.max_len) and B = batch_tokens // W (a multiple of ``multiple_of``). The examples are
-    packed into rows once (`pack_rows`, seeded); each epoch shuffles the rows and groups them B at a time, the
-    last batch completed with empty rows, so `steps_per_epoch` is the same every epoch and the batch of a step
-    depends only on (seed, step), as with `TrainBatcher`, whose interface this one shares.
+    packed into rows once (`pack_rows`, seeded; ``budget``: its second quantity); each epoch shuffles the rows
+    and groups them B at a time, the last batch completed with empty rows, so `steps_per_epoch` is the same
+    every epoch and the batch of a step depends only on (seed, step), as with `TrainBatcher`, whose interface
+    this one shares.
 
     A batch: 'src', 'tgt' int32[B, W] (pair k of a row is segment k on both sides) and 'src_seg', 'tgt_seg'
     int32[B, W] (segment ids: 1, 2, … per row, 0 on padding); each extra (per-example side data int32[N, ...])
@@ -478,7 +493,7 @@ class PackedBatcher:
 
     def __init__(self, src: Sequence[np.ndarray], tgt: Sequence[np.ndarray], batch_tokens: int, width: int,
                  seed: int, multiple_of: int = 1, extras: dict[str, np.ndarray] | None = None,
-                 process: tuple[int, int] = (0, 1)):
+                 process: tuple[int, int] = (0, 1), budget: tuple[np.ndarray, int] | None = None):
         if len(src) != len(tgt):
             raise DataError(f"{len(src)} source but {len(tgt)} target examples; they must be aligned")
         if len(src) == 0:
@@ -497,8 +512,11 @@ class PackedBatcher:
         if lengths.max() > width:
             raise DataError(f"{int((lengths > width).sum())} examples are longer than a packed row ({width} "
                             f"tokens); filter or truncate them with prepare_examples first")
+        if budget is not None and (over := int((np.asarray(budget[0]) > budget[1]).sum())):
+            raise DataError(f"{over} examples need more than the {budget[1]} slots a packed row has for them "
+                            f"(first: example {int(np.argmax(np.asarray(budget[0]) > budget[1]))})")
         order = np.random.default_rng([self.seed, 1 << 30]).permutation(n)  # a stream of its own: not epoch 0's
-        self.rows = pack_rows(lengths, self.width, order)
+        self.rows = pack_rows(lengths, self.width, order, budget=budget)
         self.batch_size = max(self.multiple_of, (int(batch_tokens) // self.width) // self.multiple_of
                               * self.multiple_of)
         self.steps_per_epoch = -(-len(self.rows) // self.batch_size)

@@ -35,6 +35,9 @@ class Family:
       summary): per-example arrays the family's loss reads beside src and tgt, from a split's sentences (and
       their constraint pairs, where the data has them); batches carry them (`jaxnat.data.batching`).
     check_packable(src, tgt, extras) -> None: a one-line error where packed rows could not hold the extras.
+    pack_budget(config, extras) -> (sizes int[N], capacity) | None: a second quantity, beside the tokens, that a
+      packed row holds at most ``capacity`` of (the sum of its examples' sizes): slots the family's model gives
+      each row, sized by its config (`jaxnat.data.batching.pack_rows`).
     aux_run(config) -> (key, workdir, family) | None: another trained run whose parameters decoding reads (an
       AR rescorer, say), named by ``key`` of the config; `jaxnat.restore` checks it is a run of ``family`` with
       this run's vocabulary and hands its parameters to the `Translator` as ``aux``, which the model's
@@ -64,6 +67,7 @@ class Family:
     extends: str = ""
     train_extras: Callable | None = None
     check_packable: Callable | None = None
+    pack_budget: Callable | None = None
     aux_run: Callable | None = None
     output_metrics: Callable | None = None
     sweep: tuple[str, str] | tuple = ()

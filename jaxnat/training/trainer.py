@@ -274,9 +274,10 @@ class Trainer:
         if self.packs():
             if self.family.check_packable is not None:
                 self.family.check_packable(src, tgt, extras)
+            budget = self.family.pack_budget(self.config, extras) if self.family.pack_budget else None
             batcher = PackedBatcher(src, tgt, self.config.data.batch_tokens, self.config.data.max_len,
                                     self.config.train.seed, multiple_of=self.rows_multiple, extras=extras,
-                                    process=(jax.process_index(), jax.process_count()))
+                                    process=(jax.process_index(), jax.process_count()), budget=budget)
             log.info("packed %d pairs into %d rows of %d tokens: %.1f%% padding", batcher.num_examples,
                      len(batcher.rows), batcher.width, 100 * batcher.padding)
             return batcher

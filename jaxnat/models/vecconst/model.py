@@ -115,6 +115,7 @@ class VecConstTransformer(ARTransformer):
     pair_renormalise: bool = False
     pair_adapters: str = "shared"   # "shared": eq. 6; "separate": the authors' key and value networks
     pair_output: str = "eq11"       # "eq11": eqs. 9–11; "authors": the authors' additive one-token plug-in
+    packed_entries: int = 0         # a packed row's constraint entries (`row_capacity`); 0: its width
 
     def setup(self):
         super().setup()
@@ -150,15 +151,17 @@ class VecConstTransformer(ARTransformer):
     def vectorize_packed(self, pair_src: jax.Array, pair_tgt: jax.Array, width: int, train: bool = False):
         """A packed batch's pairs, pair_src int32[B, K, N, P_s] and pair_tgt int32[B, K, N, P_t] (segment k's in slot
         k − 1), for source rows of ``width`` tokens → (K_c float[B, C, D], V_c float[B, C, D], the entries' segment
-        ids int32[B, C], 0 on padding): the row's real pairs packed first and vectorized (`row_capacity`(width,
-        K · N) of them), then their real entries packed first, C = `row_capacity`(width, ·)."""
+        ids int32[B, C], 0 on padding): the row's real pairs packed first and vectorized (`row_capacity`(room,
+        K · N) of them), then their real entries packed first, C = `row_capacity`(room, ·); room: ``width``, or
+        ``packed_entries`` where set."""
         b, k, n, ps = pair_src.shape
+        room = self.packed_entries or width
         owner = slot_segments(jnp.any(pair_src != PAD_ID, axis=-1))  # [B, K · N]: each pair's segment
-        owner, srcs, tgts = pack_entries(owner, row_capacity(width, k * n), pair_src.reshape(b, k * n, ps),
+        owner, srcs, tgts = pack_entries(owner, row_capacity(room, k * n), pair_src.reshape(b, k * n, ps),
                                          pair_tgt.reshape(b, k * n, pair_tgt.shape[-1]))
         keys, values, real = self.vectorize(srcs, tgts, train)
         owner = jnp.where(real, jnp.repeat(owner, ps, axis=1), 0)  # entry j is piece j mod P_s of pair j // P_s
-        owner, keys, values = pack_entries(owner, row_capacity(width, owner.shape[1]), keys, values)
+        owner, keys, values = pack_entries(owner, row_capacity(room, owner.shape[1]), keys, values)
         return keys, values, owner
 
     def _prefixes(self, adapters, keys, values, train: bool):
@@ -349,7 +352,9 @@ def pack_entries(mask: jax.Array, capacity: int, *arrays: jax.Array) -> tuple[ja
 
 def row_capacity(length: int, slots: int) -> int:
     """How many of a packed row's constraint slots (its pairs, or its phrases' pieces on one side: ``slots``) the
-    row keeps, its real ones first (`pack_entries`): at most ``length``, the row's tokens on that side.
+    row keeps, its real ones first (`pack_entries`): at most ``length``, the row's tokens on that side, or the
+    fewer entries ``vecconst.packed_entries`` gives it (the packer then fills no row past them:
+    `jaxnat.models.vecconst.pack_budget`; each pair has a source piece, so the pairs fit too).
 
     Why that is enough: `jaxnat.data.phrase_pairs.check_packable` holds every packed training example's phrases to
     no more pieces a side than its sentence, BOS and EOS excluded (pairs drawn from the sentence, as the aligned
@@ -496,7 +501,7 @@ class PairInputs:
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     s, t, e = config.vecconst, config.train, config.eval
     continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
-    module = VecConstTransformer(cfg, s.attention, s.plug_in, s.renormalise, s.adapters, s.output)
+    module = VecConstTransformer(cfg, s.attention, s.plug_in, s.renormalise, s.adapters, s.output, s.packed_entries)
 
     def init(rng, batch):  # the parameters' shapes do not depend on the pairs' (nor on packing): one empty pair
         no_pair = jnp.full((1, 1, 1), PAD_ID, jnp.int32)
