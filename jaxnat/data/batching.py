@@ -512,9 +512,10 @@ class PackedBatcher:
         if lengths.max() > width:
             raise DataError(f"{int((lengths > width).sum())} examples are longer than a packed row ({width} "
                             f"tokens); filter or truncate them with prepare_examples first")
-        if budget is not None and (over := int((np.asarray(budget[0]) > budget[1]).sum())):
-            raise DataError(f"{over} examples need more than the {budget[1]} slots a packed row has for them "
-                            f"(first: example {int(np.argmax(np.asarray(budget[0]) > budget[1]))})")
+        over = np.asarray(budget[0]) > budget[1] if budget is not None else np.zeros(0, bool)
+        if over.any():
+            raise DataError(f"{int(over.sum())} examples need more than the {budget[1]} slots a packed row has for "
+                            f"them (first: example {int(np.argmax(over))})")
         order = np.random.default_rng([self.seed, 1 << 30]).permutation(n)  # a stream of its own: not epoch 0's
         self.rows = pack_rows(lengths, self.width, order, budget=budget)
         self.batch_size = max(self.multiple_of, (int(batch_tokens) // self.width) // self.multiple_of
