@@ -1,6 +1,6 @@
 """TrainPrograms (jaxnat/training/programs.py): one compiled program per batch shape, the first shape's traced in the
-calling thread before it returns, the others traced and compiled in its pool's threads; their FLOPs with every
-loop's iterations."""
+calling thread before it returns, the others traced and compiled in its pool's threads once the first step has run;
+their FLOPs with every loop's iterations."""
 
 import threading
 import time
@@ -20,7 +20,7 @@ def _step(x):
     return jax.lax.scan(lambda c, _: (c @ w, None), x, None, length=3)[0]
 
 
-def test_each_shape_gets_its_program_and_only_the_first_is_traced_before_it_returns():
+def test_each_shape_gets_its_program_and_only_the_first_is_traced_before_the_first_step():
     threads = {}
 
     def trace(shape):
@@ -31,6 +31,9 @@ def test_each_shape_gets_its_program_and_only_the_first_is_traced_before_it_retu
     programs = TrainPrograms(trace, SHAPES)
     assert threads[SHAPES[0]] is threading.current_thread()
     assert programs.shapes == SHAPES
+    np.testing.assert_array_equal(programs[SHAPES[0]](np.ones(SHAPES[0], np.float32)), np.full(SHAPES[0], 8.0))
+    time.sleep(0.3)
+    assert set(threads) == {SHAPES[0]}  # the others wait for the first step to have run (or for a step to need one)
     for shape in SHAPES:
         np.testing.assert_array_equal(programs[shape](np.ones(shape, np.float32)), np.full(shape, 8.0))
     assert all(threads[s] is not threading.current_thread() for s in SHAPES[1:])

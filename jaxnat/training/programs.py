@@ -3,10 +3,11 @@
 A run with several batch shapes (LevT, EDITOR, CTC and DA-Transformer train on fitted buckets) compiles one program
 per shape. Only the shape of the run's first batch is traced, lowered and compiled before the first step, alone:
 tracing the other shapes beside it would take a core from XLA's compile (with eight LevT shapes that doubled the
-time to the first step). The others are traced and compiled in pool threads once it is in, while training starts
-(XLA compiles outside Python's GIL). The first step waits for its own program only; a later step whose program is
-still coming waits for it. A run's time to its first step is then one tracing and one compile, not all of them; the
-log windows until the last program is in run beside the compiling and say so.
+time to the first step). The others are traced and compiled in pool threads once the first step has run (`release`),
+while training goes on (XLA compiles outside Python's GIL); started beside the first step, their tracing and
+compiling took the cores from its first run. The first step waits for its own program only; a later step whose
+program is still coming waits for it. A run's time to its first step is then one tracing, one compile and one step,
+not all of them; the log windows until the last program is in run beside the compiling and say so.
 """
 
 from __future__ import annotations
@@ -46,15 +47,25 @@ class TrainPrograms:
         self._futures: dict[tuple[int, int], Future] = {}
         self._trace = trace
         self._jaxprs = {}  # {length: the step's jaxpr}, for its loops' FLOPs
+        self._released = threading.Event()  # set once the first step has run: the others may compile
+        self._closed = False
         first = self._pool.submit(self._compile, shapes[0], trace(shapes[0]))
         self._futures[shapes[0]] = first
         for shape in shapes[1:]:
             self._futures[shape] = self._pool.submit(self._compile, shape, after=first)
         self._flops: dict[int, float | None] = {}
 
+    def release(self) -> None:
+        """The first step has run: the other shapes' programs start compiling (a step that asks for one of them
+        releases them too)."""
+        self._released.set()
+
     def _compile(self, shape: tuple[int, int], traced=None, after: Future | None = None):
-        if after is not None:  # the first program compiles alone: the first step waits for it
+        if after is not None:  # the first program and the first step run alone: the first step waits for them
             after.exception()
+            self._released.wait()
+            if self._closed:
+                return None
         if traced is None:
             traced = self._trace(shape)
         self._jaxprs[shape[1]] = traced.jaxpr.jaxpr
@@ -80,6 +91,8 @@ class TrainPrograms:
 
     def __getitem__(self, shape: tuple[int, int]):
         """The compiled step for ``shape``, once compiled (an error of its compiling is raised here)."""
+        if shape != self.shapes[0]:
+            self.release()
         return self._futures[shape].result()
 
     def flops(self, length: int) -> float | None:
@@ -92,5 +105,7 @@ class TrainPrograms:
 
     def close(self) -> None:
         """Drops what has not started compiling; a compile under way finishes in its thread."""
+        self._closed = True
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self.release()  # a thread still waiting to start returns at once
         self._bar.close()

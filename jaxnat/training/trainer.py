@@ -499,6 +499,7 @@ class Trainer:
                 if step == start:  # read at once: the next step may wait for its own shape's program to compile
                     drain(*pending)
                     pending = None
+                    train_steps.release()
                 done = step + 1
                 bar.update(1)
                 if done % t.log_every == 0 or done == t.steps:
