@@ -21,6 +21,7 @@ import sys
 import time
 
 from jaxnat.errors import ConfigError, JaxnatError, Stopped
+from jaxnat.host_memory import keep_freed_memory
 from jaxnat.optional import check_core
 from jaxnat.provenance import record
 
@@ -121,6 +122,7 @@ def run(argv=None) -> int:
     args, rest = parse_args(argv)
     check_paths(args)  # first: nothing is loaded for a command that could not save its results
     check_core()
+    keep_freed_memory()  # before jax's backend starts its threads
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     for noisy in ("absl", "orbax", "jax._src"):  # Orbax logs every save and restore at INFO
         logging.getLogger(noisy).setLevel(logging.WARNING)
