@@ -49,6 +49,7 @@ class TrainPrograms:
         self._jaxprs = {}  # {length: the step's jaxpr}, for its loops' FLOPs
         self._released = threading.Event()  # set once the first step has run: the others may compile
         self._closed = False
+        self._first = shapes[0]
         first = self._pool.submit(self._compile, shapes[0], trace(shapes[0]))
         self._futures[shapes[0]] = first
         for shape in shapes[1:]:
@@ -91,7 +92,7 @@ class TrainPrograms:
 
     def __getitem__(self, shape: tuple[int, int]):
         """The compiled step for ``shape``, once compiled (an error of its compiling is raised here)."""
-        if shape != self.shapes[0]:
+        if shape != self._first:
             self.release()
         return self._futures[shape].result()
 
