@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID, UNK_ID
-from jaxnat.decoding.search import decode_length
+from jaxnat.decoding.search import decode_length, follow_parents
 from jaxnat.errors import ConfigError
 from jaxnat.models.ar.model import ARTransformer, ar_generate
 from jaxnat.models.transformer import TransformerConfig
@@ -277,3 +277,45 @@ def test_fairseq_beam_equals_python_reference(seed, beam, length_penalty):
         score, tokens = python_fairseq_beam(params, src[b], limits[b], beam, length_penalty)
         assert as_list(out["tokens"][b]) == tokens
         np.testing.assert_allclose(float(out["score"][b]), score, atol=1e-4)
+
+
+def python_follow_parents(parent, live, index):
+    """Plain-Python `follow_parents`: (the slot each ranked hypothesis takes, per sentence; the cache row each slot
+    reads from afterwards)."""
+    k = len(parent[0])
+    slots, reads = [], []
+    for b, par in enumerate(parent):
+        claimed, slot, waiting = set(), [None] * k, []
+        for j, p in enumerate(par):
+            if p in claimed:
+                waiting.append(j)
+            else:
+                claimed.add(p)
+                slot[j] = p
+        for j, s in zip(waiting, sorted(set(range(k)) - claimed)):
+            slot[j] = s
+        row = list(range(k))  # a sentence that stopped, or step 0 (identical beams), keeps its rows
+        if live[b] and index > 0:
+            for j, s in enumerate(slot):
+                row[s] = par[j]
+        slots.append(slot)
+        reads.append([b * k + r for r in row])
+    return slots, reads
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from([6, 2]), st.lists(st.lists(st.integers(0, 3), min_size=4, max_size=4), min_size=6, max_size=6),
+       st.lists(st.booleans(), min_size=6, max_size=6), st.integers(0, 2))
+def test_follow_parents_equals_python_reference(batch, parent, live, index):
+    # 6 sentences of 4 beams: 24 rows, two chunks of copies; 2 sentences: 8 rows, gathered
+    parent, live, rows = parent[:batch], live[:batch], batch * 4
+    cache = {"k": jnp.arange(rows * 3, dtype=jnp.float32).reshape(rows, 3), "ids": jnp.arange(rows, dtype=jnp.int32)}
+    out, in_slot = _follow_parents(cache, jnp.asarray(parent, jnp.int32), jnp.asarray(live), index)
+    slots, reads = python_follow_parents(parent, live, index)
+    for b in range(batch):
+        assert [slots[b].index(s) for s in range(4)] == list(np.asarray(in_slot[b]))
+    assert list(np.asarray(out["ids"])) == [r for row in reads for r in row]
+    np.testing.assert_array_equal(out["k"], np.asarray(cache["k"])[np.ravel(reads)])
+
+
+_follow_parents = jax.jit(follow_parents)

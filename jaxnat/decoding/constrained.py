@@ -48,7 +48,8 @@ from flax import struct
 
 from jaxnat.argmax import argmax, top_k
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from jaxnat.decoding.search import NEG_INF, _check_static, _normalise, _restrict, _result, decode_length
+from jaxnat.decoding.search import (NEG_INF, _check_static, _normalise, _restrict, _result, decode_length,
+                                    follow_parents)
 
 
 @struct.dataclass
@@ -208,7 +209,6 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
         alive_logp=jnp.full((batch, k), NEG_INF, jnp.float32).at[:, 0].set(0.0), alive_steps=steps,
         progress=per_beam, fin_tokens=tokens, fin_steps=steps, fin_score=jnp.full((batch, k), NEG_INF, jnp.float32),
         fin_met=jnp.zeros((batch, k), bool), done=jnp.zeros(batch, bool), cache=cache)
-    row_offset = (jnp.arange(batch) * k)[:, None]
     advance_all = jax.vmap(jax.vmap(advance, in_axes=(None, 0, 0, None, 0, 0, 0)), in_axes=(0, 0, 0, None, 0, 0, 0))
     next_all = jax.vmap(jax.vmap(next_tokens, in_axes=(None, 0, None, 0)), in_axes=(0, 0, None, 0))
 
@@ -265,13 +265,14 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
                                ordered, glue, _take(joined, parent), trail)
         bank = met(phrases[:, None], progress)  # [B, M]
         pick = round_robin_banks(score, bank, total, k)
+        cache, in_slot = follow_parents(cache, _take(parent, pick), ~s.done, i)
+        pick = _take(pick, in_slot)
         alive_logp = _take(score, pick)
         parent, token = _take(parent, pick), _take(token, pick)
         alive_tokens = _take(s.alive_tokens, parent).at[:, :, i + 1].set(token)
         gain = _take(logp.reshape(batch, k * vocab), parent * vocab + token)
         alive_steps = _take(s.alive_steps, parent).at[:, :, i + 1].set(gain)
         progress = jax.tree_util.tree_map(lambda x: _take(x, pick), progress)
-        cache = jax.tree_util.tree_map(lambda x: x[(parent + row_offset).reshape(-1)], cache)
 
         # Stop a sentence when K outputs meet its phrases and no alive beam can beat them, or nothing is alive.
         n_lo = jnp.asarray(i + 2, jnp.float32)

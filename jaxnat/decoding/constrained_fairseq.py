@@ -40,7 +40,7 @@ import jax.numpy as jnp
 from jaxnat.argmax import top_k
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding.search import (NEG_INF, _check_static, _normalise, _restrict, _result, batch_length,
-                                    decode_length, fairseq_selection)
+                                    decode_length, fairseq_selection, follow_parents)
 from jaxnat.edit_ops.compaction import compact
 
 MAX_SCORE = -100.0  # fairseq's weight of a bank in the candidates' sort key
@@ -229,7 +229,6 @@ def search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases: jnp.ndarray
     next_all = jax.vmap(jax.vmap(next_tokens, **per_beam), in_axes=(0, 0, None))
     advance_all = jax.vmap(jax.vmap(advance, in_axes=(None, 0, 0, None)), in_axes=(0, 0, 0, None))
     bank_all = jax.vmap(jax.vmap(bank, **per_beam), in_axes=(0, 0, None))
-    row_offset = (jnp.arange(batch) * k)[:, None]
 
     def body(s):
         i = s["index"]
@@ -268,13 +267,14 @@ def search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases: jnp.ndarray
         fin_score = put(_normalise(cand_score, i + 1, length_penalty), s["fin_score"])
         fin_met = put(finished_all(ph, progress, ordered), s["fin_met"])
         done = s["done"] | (fin_count >= k) | (i >= max_len)
-        rows = (_take(parent, keep) + row_offset).reshape(-1)
+        cache, in_slot = follow_parents(cache, _take(parent, keep), ~done, i)
+        keep = _take(keep, in_slot)
         return dict(index=i + 1, alive_tokens=_take(cand_tokens, keep),
                     alive_logp=jnp.where(done[:, None], NEG_INF, _take(cand_score, keep)),
                     alive_steps=_take(cand_steps, keep),
                     progress=jax.tree_util.tree_map(lambda v: _take(v, keep), progress),
                     fin_tokens=fin_tokens, fin_steps=fin_steps, fin_score=fin_score, fin_met=fin_met,
-                    fin_count=fin_count, done=done, cache=jax.tree_util.tree_map(lambda v: v[rows], cache))
+                    fin_count=fin_count, done=done, cache=cache)
 
     s = jax.lax.while_loop(lambda s: ~jnp.all(s["done"]) & (s["index"] < max_out - 1), body, init)
     best = jnp.argmax(s["fin_score"], axis=1)[:, None]

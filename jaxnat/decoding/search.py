@@ -40,6 +40,7 @@ from jaxnat.errors import ConfigError
 FORBIDDEN_IDS = (PAD_ID, BOS_ID, PLH_ID, MASK_ID)
 RULES = ("jaxnat", "fairseq")  # eval.search_rules
 NEG_INF = -jnp.inf
+_COPY_CHUNK = 16  # cache rows a step copies at a time (`follow_parents`)
 
 
 def decode_length(src_len, max_len_a, max_len_b, cap: int) -> jnp.ndarray:
@@ -151,6 +152,55 @@ class BeamState:
     cache: Any  # the model's cache, B * K rows (row b * K + k)
 
 
+
+def follow_parents(cache, parent: jnp.ndarray, live: jnp.ndarray, index) -> tuple[Any, jnp.ndarray]:
+    """The beams' cache after a step: the K hypotheses kept, in rank order, extend the beams in ``parent``
+    (int32[B, K], the slots, 0 .. K - 1, of their parents' rows); ``live``: bool[B], the sentences still searching;
+    ``index``: the step's position. Returns (the cache, in_slot int32[B, K]: the rank of the hypothesis each slot
+    now holds; the caller orders its per-beam state by it).
+
+    A hypothesis's cache rows are its parent's, but they need not move: a parent's first-ranked child takes its
+    parent's slot, and only its other children copy the parent's rows into the slots their childless beams left.
+    Gathering every row along the ranking, as a search usually does, reads and writes the whole cache at every
+    step ([B·K, H, T, dk] a layer and a key or value, then copied back into the loop's buffer); this copies the
+    rows of the parents with several children, in place, a quarter of them or fewer in the decoding benchmarks
+    (docs/benchmarks.md, "Beam search's cache"). The slots' order is not the ranking's, which the searches'
+    top-k reads only to break exact ties. At step 0 every beam holds the same BOS prefix: nothing to copy."""
+    batch, k = parent.shape
+    earlier = jnp.tril(jnp.ones((k, k), bool), -1)[None]  # [1, j, j']: j' ranks before j
+    first = ~jnp.any((parent[:, :, None] == parent[:, None, :]) & earlier, axis=2)  # [B, K]: its parent's first
+    slots = jnp.arange(k)
+    claimed = jnp.any((parent[:, :, None] == slots) & first[:, :, None], axis=1)  # [B, K slots]
+    # the other children, in rank order, take the unclaimed slots in slot order
+    free_rank, child_rank = jnp.cumsum(~claimed, axis=1) - 1, jnp.cumsum(~first, axis=1) - 1
+    other = jnp.argmax(~claimed[:, None, :] & (free_rank[:, None, :] == child_rank[:, :, None]), axis=2)
+    slot = jnp.where(first, parent, other)
+    in_slot = jnp.argmax(slot[:, :, None] == slots, axis=1)
+
+    row_offset = (jnp.arange(batch) * k)[:, None]
+    moved = ~first & live[:, None] & (index > 0)
+    if batch * k <= _COPY_CHUNK:  # a cache this small: one gather of every row costs less than the copy loop
+        follows = live[:, None] & (index > 0)
+        reads = jnp.where(follows, jnp.take_along_axis(parent, in_slot, 1), slots) + row_offset
+        return jax.tree_util.tree_map(lambda x: x[reads.reshape(-1)], cache), in_slot
+    moved = moved.reshape(-1)
+    order = jnp.argsort(~moved, stable=True)  # the rows to copy first
+    n_rows, n_moved = batch * k, jnp.sum(moved)
+    pad = (-n_rows) % _COPY_CHUNK
+    src = jnp.pad((parent + row_offset).reshape(-1)[order], (0, pad))
+    dst = jnp.pad((slot + row_offset).reshape(-1)[order], (0, pad))
+
+    def copy_chunk(c, cache):
+        start = c * _COPY_CHUNK
+        rows_from = jax.lax.dynamic_slice(src, (start,), (_COPY_CHUNK,))
+        rows_to = jax.lax.dynamic_slice(dst, (start,), (_COPY_CHUNK,))
+        rows_to = jnp.where(start + jnp.arange(_COPY_CHUNK) < n_moved, rows_to, n_rows)  # past the end: dropped
+        return jax.tree_util.tree_map(lambda x: x.at[rows_to].set(x[rows_from], mode="drop"), cache)
+
+    cache = jax.lax.fori_loop(0, (n_moved + _COPY_CHUNK - 1) // _COPY_CHUNK, copy_chunk, cache)
+    return cache, in_slot
+
+
 def _beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, max_out: int) -> dict:
     batch, k = max_len.shape[0], beam_size
     max_len_rows = jnp.repeat(max_len, k)
@@ -169,7 +219,6 @@ def _beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, ma
         done=jnp.zeros(batch, bool),
         cache=cache,
     )
-    row_offset = (jnp.arange(batch) * k)[:, None]  # [B, 1]
 
     def cond(s: BeamState):
         return ~jnp.all(s.done) & (s.index < max_out - 1)
@@ -190,14 +239,14 @@ def _beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, ma
         fin_tokens = jnp.take_along_axis(jnp.concatenate([s.fin_tokens, eos_tokens], axis=1), pick[:, :, None], 1)
         fin_steps = jnp.take_along_axis(jnp.concatenate([s.fin_steps, eos_steps], axis=1), pick[:, :, None], 1)
 
-        # The K best other extensions stay alive; the cache follows their parent beams.
+        # The K best other extensions stay alive, each in a slot its parent's cache rows are in.
         alive_logp, flat = top_k(cand.at[:, :, EOS_ID].set(NEG_INF), k, axes=2)
+        cache, in_slot = follow_parents(cache, flat // vocab, ~s.done, i)
+        alive_logp, flat = jnp.take_along_axis(alive_logp, in_slot, 1), jnp.take_along_axis(flat, in_slot, 1)
         parent, token = flat // vocab, (flat % vocab).astype(jnp.int32)
         alive_tokens = jnp.take_along_axis(s.alive_tokens, parent[:, :, None], 1).at[:, :, i + 1].set(token)
         gain = jnp.take_along_axis(logp.reshape(batch, k * vocab), flat, axis=1)
         alive_steps = jnp.take_along_axis(s.alive_steps, parent[:, :, None], 1).at[:, :, i + 1].set(gain)
-        rows = (parent + row_offset).reshape(-1)
-        cache = jax.tree_util.tree_map(lambda x: x[rows], cache)
 
         # An alive beam (i + 1 generated tokens) ends with n in [i + 2, max_len + 1] tokens and a log-prob sum
         # <= its current one (<= 0), so its best reachable score is logp / max over n of n ** length_penalty.
@@ -248,7 +297,6 @@ def _fairseq_beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_pen
     init = dict(index=jnp.int32(0), alive_tokens=tokens, alive_logp=jnp.full((batch, k), NEG_INF).at[:, 0].set(0.0),
                 alive_steps=steps, fin_tokens=tokens, fin_steps=steps, fin_score=jnp.full((batch, k), NEG_INF),
                 fin_count=jnp.zeros(batch, jnp.int32), done=jnp.zeros(batch, bool), cache=cache)
-    row_offset = (jnp.arange(batch) * k)[:, None]
 
     def body(s):
         i = s["index"]
@@ -266,14 +314,15 @@ def _fairseq_beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_pen
         fin_tokens = pick(cand_tokens, s["fin_tokens"])
         fin_steps = pick(cand_steps, s["fin_steps"])
         fin_score = pick(_normalise(cand_score, i + 1, length_penalty), s["fin_score"])
-        alive_logp = jnp.take_along_axis(cand_score, keep, 1)
         done = s["done"] | (fin_count >= k)
-        rows = (jnp.take_along_axis(parent, keep, 1) + row_offset).reshape(-1)
+        cache, in_slot = follow_parents(cache, jnp.take_along_axis(parent, keep, 1), ~done, i)
+        keep = jnp.take_along_axis(keep, in_slot, 1)
+        alive_logp = jnp.take_along_axis(cand_score, keep, 1)
         return dict(index=i + 1, alive_tokens=jnp.take_along_axis(cand_tokens, keep[:, :, None], 1),
                     alive_logp=jnp.where(done[:, None], NEG_INF, alive_logp),
                     alive_steps=jnp.take_along_axis(cand_steps, keep[:, :, None], 1), fin_tokens=fin_tokens,
                     fin_steps=fin_steps, fin_score=fin_score, fin_count=fin_count, done=done,
-                    cache=jax.tree_util.tree_map(lambda x: x[rows], cache))
+                    cache=cache)
 
     s = jax.lax.while_loop(lambda s: ~jnp.all(s["done"]) & (s["index"] < max_out - 1), body, init)
     best = jnp.argmax(s["fin_score"], axis=1)[:, None]
