@@ -229,10 +229,11 @@ def _beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, ma
         logp, cache = tokens_to_logprobs(fed, s.cache, i)
         vocab = logp.shape[-1]
         logp = _restrict(logp, i, max_len_rows).reshape(batch, k, vocab)
-        cand = s.alive_logp[:, :, None] + logp  # [B, K, V]: every one-token extension
+        # [B, K, V]: every one-token extension but by EOS (EOS barred in the same pass over the logits)
+        cand = s.alive_logp[:, :, None] + jnp.where(jnp.arange(vocab) == EOS_ID, NEG_INF, logp)
 
         # Extensions by EOS compete with the finished hypotheses (n = i + 1 generated tokens).
-        eos_score = _normalise(cand[:, :, EOS_ID], i + 1, length_penalty)
+        eos_score = _normalise(s.alive_logp + logp[:, :, EOS_ID], i + 1, length_penalty)
         eos_tokens = s.alive_tokens.at[:, :, i + 1].set(EOS_ID)
         eos_steps = s.alive_steps.at[:, :, i + 1].set(logp[:, :, EOS_ID])
         fin_score, pick = jax.lax.top_k(jnp.concatenate([s.fin_score, eos_score], axis=1), k)
@@ -240,7 +241,7 @@ def _beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, ma
         fin_steps = jnp.take_along_axis(jnp.concatenate([s.fin_steps, eos_steps], axis=1), pick[:, :, None], 1)
 
         # The K best other extensions stay alive, each in a slot its parent's cache rows are in.
-        alive_logp, flat = top_k(cand.at[:, :, EOS_ID].set(NEG_INF), k, axes=2)
+        alive_logp, flat = top_k(cand, k, axes=2)
         cache, in_slot = follow_parents(cache, flat // vocab, ~s.done, i)
         alive_logp, flat = jnp.take_along_axis(alive_logp, in_slot, 1), jnp.take_along_axis(flat, in_slot, 1)
         parent, token = flat // vocab, (flat % vocab).astype(jnp.int32)
