@@ -28,7 +28,8 @@ figures. Then --pairs rounds, each timing every (row, batch) as a pair, fairseq 
 medians over the pairs, and a ratio is the median of the pairs' own ratios. Each side times the same span: the
 sentences' ids in, the output ids out, batching included (fairseq: `build_dataset_for_inference`, its collater and
 `task.inference_step`, constraints packed beforehand as fairseq-interactive packs them before its timer; jaxnat:
-`Translator.translate_ids`, sources and constraints encoded beforehand). Tokenizing and detokenizing (sacremoses and
+`Translator.translate_ids`, sources and constraints encoded beforehand, its process's allocator set as jaxnat's
+command line sets it, `jaxnat.host_memory`). Tokenizing and detokenizing (sacremoses and
 subword-nmt on both sides) are outside both spans.
 
 The rows (`ROWS`): AR greedy and beam 4 (max_len_a 1.2, max_len_b 10), jaxnat under fairseq's search rules
@@ -578,6 +579,9 @@ def run(args) -> int:
     inputs = {w: inputs[w][:n] for w, n in sizes.items()}
     rows = args.rows
     sys.path.insert(0, ROOT)
+    from jaxnat.host_memory import keep_freed_memory
+
+    keep_freed_memory()  # the allocator's settings of every CPU run of `python -m jaxnat.main`, translate included
     if not args.no_cache:
         from jaxnat.main import enable_compilation_cache
 
