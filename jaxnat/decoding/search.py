@@ -152,7 +152,6 @@ class BeamState:
     cache: Any  # the model's cache, B * K rows (row b * K + k)
 
 
-
 def follow_parents(cache, parent: jnp.ndarray, live: jnp.ndarray, index) -> tuple[Any, jnp.ndarray]:
     """The beams' cache after a step: the K hypotheses kept, in rank order, extend the beams in ``parent``
     (int32[B, K], the slots, 0 .. K - 1, of their parents' rows); ``live``: bool[B], the sentences still searching;
@@ -163,7 +162,7 @@ def follow_parents(cache, parent: jnp.ndarray, live: jnp.ndarray, index) -> tupl
     parent's slot, and only its other children copy the parent's rows into the slots their childless beams left.
     Gathering every row along the ranking, as a search usually does, reads and writes the whole cache at every
     step ([B·K, H, T, dk] a layer and a key or value, then copied back into the loop's buffer); this copies the
-    rows of the parents with several children, in place, a quarter of them or fewer in the decoding benchmarks
+    rows of the parents with several children, in place: a fifth of the rows a step in the decoding benchmark
     (docs/benchmarks.md, "Beam search's cache"). The slots' order is not the ranking's, which the searches'
     top-k reads only to break exact ties. At step 0 every beam holds the same BOS prefix: nothing to copy."""
     batch, k = parent.shape
@@ -178,12 +177,11 @@ def follow_parents(cache, parent: jnp.ndarray, live: jnp.ndarray, index) -> tupl
     in_slot = jnp.argmax(slot[:, :, None] == slots, axis=1)
 
     row_offset = (jnp.arange(batch) * k)[:, None]
-    moved = ~first & live[:, None] & (index > 0)
+    follows = live[:, None] & (index > 0)
     if batch * k <= _COPY_CHUNK:  # a cache this small: one gather of every row costs less than the copy loop
-        follows = live[:, None] & (index > 0)
         reads = jnp.where(follows, jnp.take_along_axis(parent, in_slot, 1), slots) + row_offset
         return jax.tree_util.tree_map(lambda x: x[reads.reshape(-1)], cache), in_slot
-    moved = moved.reshape(-1)
+    moved = (~first & follows).reshape(-1)
     order = jnp.argsort(~moved, stable=True)  # the rows to copy first
     n_rows, n_moved = batch * k, jnp.sum(moved)
     pad = (-n_rows) % _COPY_CHUNK
