@@ -15,7 +15,8 @@ times with shared weights (``nat.train_iterations`` = K_train, ``nat.decode_iter
 * ``Ĥ^k = SelfAttn(H^{k−1})`` (eq. 7); ``A^k = softmax(Ĥ^k E_encᵀ / √d + λ(1 − C^k))`` (eqs. 8–9), λ a
   trainable scalar initialised to 1; ``H^k = FFN(A^k E_enc)`` (eq. 10) — one decoder layer (with its
   residuals and layer norms, which the equations omit) whose cross-attention logits get the bias;
-* the output is the token head on H^K. The K iterations are one ``nn.scan`` (one compiled body, any K).
+* the output is the token head on H^K. The K iterations are one ``nn.scan`` over the shared weights (any K),
+  unrolled for speed on the CPU (`CoverageLayer`).
 
 **Sentence-level coverage agreement** (SCA, ``nat.sca_weight`` = β): the source as a bag of words,
 ``Ē_src = Mean(ReLU(E_src W_s))`` (eq. 11), against the expected translation ``Ē_hyp = Mean_t(p_t W_e)``
