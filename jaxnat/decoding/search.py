@@ -149,7 +149,7 @@ class BeamState:
     fin_steps: jnp.ndarray  # float32[B, K, T]: their tokens' log-probabilities
     fin_score: jnp.ndarray  # float32[B, K]: their normalised scores, descending; -inf for empty slots
     done: jnp.ndarray  # bool[B]: no alive beam can beat the worst finished hypothesis any more
-    cache: Any  # the model's cache, B * K rows (row b * K + k)
+    cache: Any  # the model's cache, B * K rows (row b * K + k: slot k; `follow_parents`)
 
 
 def follow_parents(cache, parent: jnp.ndarray, live: jnp.ndarray, index) -> tuple[Any, jnp.ndarray]:
