@@ -79,32 +79,33 @@ def dag_log_likelihood(match: jax.Array, links: jax.Array, tgt_len: jax.Array, n
     return jnp.take_along_axis(ends, jnp.maximum(tgt_len - 1, 0)[None], axis=0)[0]
 
 
-def viterbi_scan(start: jax.Array, links: jax.Array, emissions: jax.Array):
+def viterbi_scan(start: jax.Array, links: jax.Array, emissions: jax.Array) -> jax.Array:
     """The max-product twin of the forward DP: δ[0] = start, δ[s, j] = emissions[s − 1, j] + max_i (δ[s−1, i] +
-    links[i, j]). start: float32[B, L]; emissions: float32[S, B, L]. Returns (back int32[S, B, L], the argmax i of
-    each step; scores float32[S + 1, B, L], every δ)."""
+    links[i, j]). start: float32[B, L]; emissions: float32[S, B, L]. Returns every δ, float32[S + 1, B, L].
+    No back pointers: an argmax over every [B, L, L] step cost ten times the maxima (XLA:CPU's argmax is a
+    scalar loop); `backtrack` recomputes the one column each step of the best path needs."""
     def step(delta, e):
-        cand = delta[:, :, None] + links
-        back = argmax(jnp.swapaxes(cand, 1, 2)).astype(jnp.int32)             # [B, L_j]
-        new = e + jnp.max(cand, axis=1)
-        return new, (back, new)
+        new = e + jnp.max(delta[:, :, None] + links, axis=1)
+        return new, new
 
-    _, (back, deltas) = jax.lax.scan(step, start, emissions)
-    return back, jnp.concatenate([start[None], deltas], axis=0)
+    _, deltas = jax.lax.scan(step, start, emissions)
+    return jnp.concatenate([start[None], deltas], axis=0)
 
 
-def backtrack(back: jax.Array, end_step: jax.Array, end_vertex: jax.Array) -> jax.Array:
+def backtrack(deltas: jax.Array, links: jax.Array, end_step: jax.Array, end_vertex: jax.Array) -> jax.Array:
     """int32[B, S + 1]: the vertices of the best path that is at ``end_vertex`` (int32[B]) after ``end_step``
-    (int32[B]) steps, read back through `viterbi_scan`'s ``back`` int32[S, B, L]; −1 after the end."""
-    steps = back.shape[0]
-
+    (int32[B]) steps, read back through `viterbi_scan`'s ``deltas`` float32[S + 1, B, L]: the vertex before v at
+    step s + 1 is argmax_i δ[s, i] + links[i, v] (the first maximum: the same sums as the scan's, so the same path
+    as stored back pointers would give); −1 after the end."""
     def step(v, xs):
-        s, b = xs                                    # position s + 1, its back pointers; v starts at end_vertex
-        here = jnp.where(s + 1 <= end_step, v, -1)
-        prev = jnp.where(s + 1 <= end_step, _at(b, jnp.maximum(v, 0)), v)
-        return prev, here
+        s, delta = xs                                # position s + 1, δ[s]; v starts at end_vertex
+        on = s + 1 <= end_step
+        column = jnp.take_along_axis(links, jnp.maximum(v, 0)[:, None, None], axis=2)[..., 0]   # [B, L]
+        prev = jnp.where(on, argmax(delta + column).astype(jnp.int32), v)
+        return prev, jnp.where(on, v, -1)
 
-    first, rest = jax.lax.scan(step, end_vertex, (jnp.arange(steps), back), reverse=True)
+    steps = deltas.shape[0] - 1
+    first, rest = jax.lax.scan(step, end_vertex, (jnp.arange(steps), deltas[:-1]), reverse=True)
     first = jnp.where(end_step == 0, end_vertex, first)
     return jnp.concatenate([first[:, None], rest.T], axis=1)
 
@@ -112,10 +113,10 @@ def backtrack(back: jax.Array, end_step: jax.Array, end_vertex: jax.Array) -> ja
 def best_alignment(match: jax.Array, links: jax.Array, tgt_len: jax.Array, n_vertices: jax.Array):
     """The most probable path that emits the reference: (int32[B, T] the vertex of each target position, −1 on
     padding; float32[B] its log-probability, −inf where there is none). Glancing reads it (no gradient)."""
-    back, deltas = viterbi_scan(_first_vertex(match[:, 0]), links, jnp.swapaxes(match[:, 1:], 0, 1))
+    deltas = viterbi_scan(_first_vertex(match[:, 0]), links, jnp.swapaxes(match[:, 1:], 0, 1))
     end = jnp.maximum(tgt_len - 1, 0)
     score = jnp.take_along_axis(jax.vmap(_at, (0, None))(deltas, n_vertices - 1), end[None], axis=0)[0]
-    return backtrack(back, end, n_vertices - 1), score
+    return backtrack(deltas, links, end, n_vertices - 1), score
 
 
 # ----------------------------------------------------------------------------------------------- decoding
@@ -160,11 +161,11 @@ def joint_viterbi(links: jax.Array, scores: jax.Array, bos: jax.Array, n_vertice
     emitting its best token (``scores``, `vertex_scores`). One `viterbi_scan` over the width gives the best path
     of every length at once. Returns (int32[B, width] the path, −1 after it; float32[B] its log P(y, a | x))."""
     start = _first_vertex(jnp.broadcast_to(bos[:, None], scores.shape))
-    back, deltas = viterbi_scan(start, links, jnp.broadcast_to(scores[None], (width - 1,) + scores.shape))
+    deltas = viterbi_scan(start, links, jnp.broadcast_to(scores[None], (width - 1,) + scores.shape))
     ends = jax.vmap(_at, (0, None))(deltas, n_vertices - 1)                   # [width, B]: M = row + 1
     lengths = jnp.arange(1, width + 1, dtype=jnp.float32)[:, None]
     steps = argmax((ends / lengths ** beta).T).astype(jnp.int32)              # the best M − 1
-    return backtrack(back, steps, n_vertices - 1), jnp.take_along_axis(ends, steps[None], axis=0)[0]
+    return backtrack(deltas, links, steps, n_vertices - 1), jnp.take_along_axis(ends, steps[None], axis=0)[0]
 
 
 def path_tokens(path: jax.Array, tok: jax.Array, n_vertices: jax.Array) -> jax.Array:
