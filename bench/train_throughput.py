@@ -20,6 +20,9 @@ fairseq's MFU is its tokens/s times jaxnat's FLOPs per target token of the same 
 peak / tokens/s), against the same peak: the two MFUs compare as the two token rates do. fairseq's LevT cannot
 train here (its oracle, the C++ libnat, is not in fairseq's PyPI package), so LevT and EDITOR have no fairseq row.
 Runs alternate (jaxnat family by family, then fairseq, per repeat), both using every core; medians over repeats.
+The machine's speed drifts by ±10% over minutes, so with `ar` among the families an AR run comes before every other
+family's and after the last: a family's "÷ AR's" is its FLOP rate over the mean of the two AR runs either side of it
+(the median of those ratios over repeats), and AR's row is the median of all its runs.
 --first-step times only what a user waits before anything trains: each family's configs/<family>/<name>.py through
 the plain command (its own SentencePiece trained, the compilation cache off), from the command's start to the first
 train step its log reports; vecconst's Multi30k config needs its constraint pairs (`python -m jaxnat.data.alignment`).
@@ -218,11 +221,18 @@ def main():
     if "cmlm" in fairseq:
         rows["cmlm (plain CMLM)"] = []
     theirs = {m: [] for m in fairseq}
+    vs_ar = {name: [] for name in rows if name != "ar"}  # each run's rate over its neighbouring AR runs' mean
+    rate_of = lambda run: run["mfu"] * run["peak"]  # noqa: E731
     for r in range(args.repeats):
-        for name in rows:
+        order = [n for name in rows if name != "ar" for n in ("ar", name)] + ["ar"] if "ar" in rows else list(rows)
+        for i, name in enumerate(order):
             family, extra = ("cmlm", PLAIN_CMLM) if name.startswith("cmlm (") else (name, [])
-            rows[name].append(jaxnat_run(family, extra, args, spm_run, os.path.join(args.work, f"{family}-{r}")))
+            rows[name].append(jaxnat_run(family, extra, args, spm_run, os.path.join(args.work, f"{family}-{r}-{i}")))
             print(f"repeat {r} jaxnat {name}: {rows[name][-1]}", flush=True)
+            if name == "ar" and i > 0:  # the family before it now has an AR run on either side
+                before, after = rows["ar"][-2:]
+                vs_ar[order[i - 1]].append(rate_of(rows[order[i - 1]][-1]) / ((rate_of(before) + rate_of(after)) / 2))
+                print(f"repeat {r} {order[i - 1]} ÷ the AR runs either side: {vs_ar[order[i - 1]][-1]:.3f}", flush=True)
         for model in fairseq:
             theirs[model].append(fairseq_run(model, args, binary, os.path.join(args.work, f"fairseq-{model}-{r}.log")))
             print(f"repeat {r} fairseq {model}: {theirs[model][-1]:.0f} tok/s", flush=True)
@@ -233,20 +243,19 @@ def main():
     peak = statistics.median(run["peak"] for runs in rows.values() for run in runs)
     # a run's rate: its real tokens' FLOPs a second (MFU x the peak that run measured, since the measured peak moves
     # from run to run); the MFUs below are these rates against the runs' median peak
-    rate = lambda runs: statistics.median(run["mfu"] * run["peak"] for run in runs)  # noqa: E731
+    rate = lambda runs: statistics.median(map(rate_of, runs))  # noqa: E731
     print("\n| model | first step (s) | jaxnat tok/s | jaxnat GFLOP/s | jaxnat MFU | fairseq tok/s | fairseq MFU | "
           "jaxnat / fairseq |")
     print("|---|---|---|---|---|---|---|---|")
-    ar_rate = rate(rows["ar"]) if "ar" in rows else None
     for name, runs in rows.items():
         tok_s, flops = med(runs, "tok_s"), rate(runs)
         model = "cmlm" if name.startswith("cmlm (") else name if name == "ar" else None
         fs = (f"| {statistics.median(theirs[model]):.0f} | "
               f"{statistics.median(theirs[model]) * flops / tok_s / peak:.1%} | "
               f"{tok_s / statistics.median(theirs[model]):.2f} |") if model in theirs else "| – | – | – |"
-        vs_ar = f" ({flops / ar_rate:.2f}× AR's)" if ar_rate and name != "ar" else ""
+        ratio = f" ({statistics.median(vs_ar[name]):.2f}× AR's)" if vs_ar.get(name) else ""
         print(f"| {name} | {med(runs, 'first_step_s'):.0f} | {tok_s:.0f} | {1000 * flops:.1f} | "
-              f"{flops / peak:.1%}{vs_ar} {fs}")
+              f"{flops / peak:.1%}{ratio} {fs}")
     print(f"\nmedians of {args.repeats} repeats, {args.steps} steps each (windows of {args.window}, the first "
           f"dropped); MFU against the median measured peak {peak:.3f} TFLOP/s; {machine()}")
 

@@ -68,12 +68,16 @@ _min_frames = jax.jit(lattice.min_frames)
 @given(seed=st.integers(0, 2**31 - 1))
 def test_ctc_loss_is_the_sum_over_every_alignment(seed):
     """Both kernels against the enumeration of every path of each row's frames (padding frames and labels of a
-    batch ignored); a row whose target cannot fit is reported by `min_frames`, and only those have no path."""
+    batch ignored); a row whose target cannot fit is reported by `min_frames`, and only those have no path. The
+    scan on logits with their log-normaliser (as the loss calls it) is the scan on the log-probabilities."""
     rng = np.random.default_rng(seed)
     lp = _log_probs(rng)
     frames, targets, lengths = _rows(rng)
     got, by_optax = np.asarray(_nll(lp, frames, targets, lengths, BLANK_ID)), np.asarray(
         _nll_optax(lp, frames, targets, lengths, BLANK_ID))
+    logits = lp + rng.normal(size=lp.shape[:2] + (1,)).astype(np.float32) * 5
+    on_logits = _nll(logits, frames, targets, lengths, BLANK_ID, jax.nn.logsumexp(logits, axis=-1))
+    np.testing.assert_allclose(on_logits, got, rtol=1e-5, atol=1e-4)
     fits = np.asarray(_min_frames(targets, lengths)) <= frames
     for b in range(B):
         want = ref.ctc_nll(lp[b], frames[b], targets[b, :lengths[b]], LABELS)
@@ -89,12 +93,16 @@ def test_ctc_loss_is_the_sum_over_every_alignment(seed):
 @given(seed=st.integers(0, 2**31 - 1))
 def test_best_alignment_is_the_best_path_to_the_target(seed):
     """Viterbi: the returned frame labels collapse to the target, score what the enumeration's best path
-    scores, and are one of the best paths; PAD after the row's frames."""
+    scores, and are one of the best paths; PAD after the row's frames. On logits with their log-normaliser, the
+    same path."""
     rng = np.random.default_rng(seed)
     lp = _log_probs(rng, concentration=0.5)
     frames, targets, lengths = _rows(rng)
     fits = np.asarray(_min_frames(targets, lengths)) <= frames
     path, score = (np.asarray(x) for x in _align(lp, frames, targets, lengths, BLANK_ID))
+    logits = lp + rng.normal(size=lp.shape[:2] + (1,)).astype(np.float32) * 5
+    on_logits = _align(logits, frames, targets, lengths, BLANK_ID, 0, jax.nn.logsumexp(logits, axis=-1))
+    np.testing.assert_allclose(on_logits[1], score, rtol=1e-5, atol=1e-4)
     for b in np.flatnonzero(fits):
         best, argbest = ref.best_alignment(lp[b], frames[b], targets[b, :lengths[b]], LABELS)
         assert tuple(path[b, :frames[b]]) in argbest

@@ -43,9 +43,12 @@ def _transitions(ext: jax.Array, lengths: jax.Array, blank: int):
     return skip, s <= 2 * lengths[:, None]
 
 
-def _emissions(log_probs: jax.Array, ext: jax.Array) -> jax.Array:
-    """float32[T, B, S]: log p_t(y'_s), time-major for the scan."""
-    picked = jnp.take_along_axis(log_probs, ext[:, None, :].astype(jnp.int32), axis=2)
+def _emissions(log_probs: jax.Array, ext: jax.Array, log_norm: jax.Array | None) -> jax.Array:
+    """float32[T, B, S]: log p_t(y'_s), time-major for the scan: ``log_probs`` at the states' labels, less
+    ``log_norm`` float32[B, T] when it is given (``log_probs`` are then logits and this is their log-normaliser)."""
+    picked = jnp.take_along_axis(log_probs.astype(jnp.float32), ext[:, None, :].astype(jnp.int32), axis=2)
+    if log_norm is not None:
+        picked = picked - log_norm[..., None]
     return jnp.moveaxis(picked, 1, 0)
 
 
@@ -66,16 +69,19 @@ def _end(alpha: jax.Array, lengths: jax.Array) -> tuple[jax.Array, jax.Array]:
     return jnp.stack([last, jnp.where(lengths > 0, before, NEG)], axis=1)
 
 
-def ctc_nll(log_probs: jax.Array, frames: jax.Array, labels: jax.Array, lengths: jax.Array, blank: int) -> jax.Array:
+def ctc_nll(log_probs: jax.Array, frames: jax.Array, labels: jax.Array, lengths: jax.Array, blank: int,
+            log_norm: jax.Array | None = None) -> jax.Array:
     """float32[B]: −log Σ_{paths π of the lattice} Π_t p_t(π_t), the forward algorithm as one `lax.scan` over frames.
 
-    log_probs: float32[B, T, V] per-frame log-probabilities; frames: int32[B] (≥ 1); labels: int32[B, N] (PAD after
-    ``lengths`` int32[B]). A target that does not fit its frames (`min_frames`) has no path: NEG's magnitude
-    (the caller masks such rows out; `ctc_nll` itself never returns inf or nan).
+    log_probs: float32[B, T, V] per-frame log-probabilities, or logits with ``log_norm`` float32[B, T] their
+    log-normaliser (the lattice reads a frame's V values only at its labels, so the [B, T, V] log-softmax need not
+    be written out, nor its gradient: the normaliser's is the softmax); frames: int32[B] (≥ 1); labels: int32[B, N]
+    (PAD after ``lengths`` int32[B]). A target that does not fit its frames (`min_frames`) has no path: NEG's
+    magnitude (the caller masks such rows out; `ctc_nll` itself never returns inf or nan).
     """
     ext = extended_labels(labels, blank)
     skip, live = _transitions(ext, lengths, blank)
-    emit = _emissions(log_probs.astype(jnp.float32), ext)
+    emit = _emissions(log_probs, ext, log_norm)
 
     def step(alpha, xs):
         e, t = xs
@@ -102,14 +108,14 @@ def ctc_nll_optax(log_probs: jax.Array, frames: jax.Array, labels: jax.Array, le
 
 
 def best_alignment(log_probs: jax.Array, frames: jax.Array, labels: jax.Array, lengths: jax.Array,
-                   blank: int, pad: int = 0) -> tuple[jax.Array, jax.Array]:
+                   blank: int, pad: int = 0, log_norm: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """The best path of the lattice (Viterbi): (int32[B, T] its label at every frame — a target label or the
     blank; ``pad`` at frames ≥ frames[b] — and float32[B] its log-probability). Ties: the lower predecessor state
     first (stay, then from s − 1, then from s − 2), the final state 2n before 2n − 1. Rows whose target does not
-    fit get some path of log-probability about NEG."""
+    fit get some path of log-probability about NEG. ``log_norm``: as `ctc_nll`'s."""
     ext = extended_labels(labels, blank)
     skip, live = _transitions(ext, lengths, blank)
-    emit = _emissions(log_probs.astype(jnp.float32), ext)
+    emit = _emissions(log_probs, ext, log_norm)
 
     def forward(alpha, xs):
         e, t = xs

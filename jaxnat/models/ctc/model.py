@@ -199,23 +199,26 @@ def ctc_loss(model: CTCModel, params, batch: dict, rng, *, upsample: int, label_
     glanced = None
     if glancing and train:  # static
         first = jax.lax.stop_gradient(apply("frame_logits", src, memory, frames, width, key=k_first))
-        first = jax.nn.log_softmax(first.astype(jnp.float32))
-        aligned, _ = best_alignment(first, frames, labels, lengths, BLANK_ID)
+        first = first.astype(jnp.float32)
+        aligned, _ = best_alignment(first, frames, labels, lengths, BLANK_ID,
+                                    log_norm=jax.nn.logsumexp(first, axis=-1))
         predicted = argmax(first)
         glanced, mismatches, count = glance_choice(aligned, predicted, frames, live, ratio, k_glance, poisson)
         aux["glanced"] = mean_loss(jnp.sum(count).astype(jnp.float32), jnp.sum(jnp.where(live, frames, 0)))
         if keep_inputs:
             aux.update(aligned=aligned, predicted=predicted, glanced_labels=glanced, mismatches=mismatches,
                        glance_count=count)
-    logits = apply("frame_logits", src, memory, frames, width, glanced=glanced, key=k_dec)
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
-    per_pair = jnp.where(live, ctc_nll(log_probs, jnp.maximum(frames, 1), labels, lengths, BLANK_ID), 0.0)
+    # the [B, T, V] log-softmax is never written out: the lattice reads the logits at its labels less each frame's
+    # log-normaliser, and label smoothing the mean log-probability, the mean logit less the same normaliser
+    logits = apply("frame_logits", src, memory, frames, width, glanced=glanced, key=k_dec).astype(jnp.float32)
+    log_norm = jax.nn.logsumexp(logits, axis=-1)
+    per_pair = jnp.where(live, ctc_nll(logits, jnp.maximum(frames, 1), labels, lengths, BLANK_ID, log_norm), 0.0)
     if loss_mean == "token":
         nll = mean_loss(jnp.sum(per_pair), jnp.sum(lengths).astype(jnp.float32))
     else:
         nll = mean_loss(jnp.sum(per_pair / jnp.maximum(lengths, 1)), jnp.sum(live).astype(jnp.float32))
     inside = (jnp.arange(width)[None, :] < frames[:, None]) & live[:, None]
-    smooth = mean_loss(jnp.sum(jnp.where(inside, -jnp.mean(log_probs, axis=-1), 0.0)), jnp.sum(inside))
+    smooth = mean_loss(jnp.sum(jnp.where(inside, log_norm - jnp.mean(logits, axis=-1), 0.0)), jnp.sum(inside))
     loss = (1.0 - label_smoothing) * nll + label_smoothing * smooth
     n = jnp.sum(token_mask(tgt), dtype=jnp.float32)
     unfit = mean_loss(jnp.sum(pairs & ~fits).astype(jnp.float32), jnp.sum(pairs).astype(jnp.float32))
