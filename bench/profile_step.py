@@ -33,7 +33,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from jaxnat.config import build_config  # noqa: E402
 from jaxnat.provenance import machine  # noqa: E402
-from jaxnat.training.flops import loop_flops, program_flops  # noqa: E402
+from jaxnat.training.flops import count_correction, program_flops  # noqa: E402
 from jaxnat.training.trainer import Trainer, make_train_step  # noqa: E402
 
 # (group, pattern over the op's JAX name), first match wins
@@ -86,7 +86,7 @@ def trace_step(config_path: str, data_dir: str, shape, steps: int, trace_dir: st
         key = jax.random.PRNGKey(0)
         traced = jax.jit(make_train_step(trainer.spec, trainer.optimizer, trainer.schedule,
                                          trainer.config.train.microbatches)).trace(state, batch, key)
-        flops = program_flops(traced.lower()) + loop_flops(traced.jaxpr.jaxpr)
+        flops = program_flops(traced.lower()) + count_correction(traced.jaxpr.jaxpr)
         step = traced.lower().compile()
         jax.block_until_ready(step(state, batch, key))
         with jax.profiler.trace(trace_dir):

@@ -81,6 +81,7 @@ def test_every_example_once_per_epoch_and_shapes(data, batch_tokens, multiple_of
         assert bsz == max(multiple_of, (batch_tokens // length) // multiple_of * multiple_of)
     seen = []
     start = epoch * tb.steps_per_epoch
+    length_of = lambda i: min(L for L in buckets if L >= max(len(src[i]), len(tgt[i])))  # noqa: E731
     for step in range(start, start + tb.steps_per_epoch):
         b = tb.batch(step)
         assert b["src"].dtype == np.int32 and b["tgt"].dtype == np.int32
@@ -89,18 +90,21 @@ def test_every_example_once_per_epoch_and_shapes(data, batch_tokens, multiple_of
         assert rows_s == rows_t
         assert rows_s == tb.batch_indices(step).tolist()
         length = b["src"].shape[1]
-        for r, i in enumerate(rows_s):
-            if i >= 0:  # the smallest bucket that fits, content intact, then PAD
-                assert length == min(L for L in buckets if L >= max(len(src[i]), len(tgt[i])))
-                assert b["src"][r, : len(src[i])].tolist() == src[i].tolist()
-                assert not b["src"][r, len(src[i]) :].any() and not b["tgt"][r, len(tgt[i]) :].any()
-        seen += [i for i in rows_s if i >= 0]
-    assert sorted(seen) == list(range(len(src)))
-    # No batch is entirely padding, and each bucket has at most one partial batch.
-    assert tb.steps_per_epoch == sum(
-        -(-sum(1 for a, b in data if min(L for L in buckets if L >= max(a, b)) == length) // bsz)
-        for bsz, length in shapes
-    )
+        for r, i in enumerate(rows_s):  # no row of padding alone
+            assert i >= 0 and length == length_of(i)  # the smallest bucket that fits, content intact, then PAD
+            assert b["src"][r, : len(src[i])].tolist() == src[i].tolist()
+            assert not b["src"][r, len(src[i]) :].any() and not b["tgt"][r, len(tgt[i]) :].any()
+        seen += rows_s
+    # Every example once, and a bucket's last batch completed with the first pairs of the bucket's order again.
+    counts = np.bincount(seen, minlength=len(src))
+    assert counts.min() >= 1
+    for bsz, length in shapes:
+        members = [i for i in range(len(src)) if length_of(i) == length]
+        extra = -len(members) % bsz
+        assert sum(counts[members]) == len(members) + extra
+        assert max(counts[members]) - 1 == -(-extra // len(members))  # wrapped around as often as needed
+    assert tb.steps_per_epoch == sum(-(-sum(1 for i in range(len(src)) if length_of(i) == length) // bsz)
+                                     for bsz, length in shapes)
 
 
 def test_resume_gives_same_batches():
@@ -149,7 +153,7 @@ def test_train_batcher_errors():
 
 def test_num_tokens():
     src, tgt = _examples([3, 5], [4, 6])
-    tb = batching.TrainBatcher(src, tgt, 64, [8], seed=0)
+    tb = batching.TrainBatcher(src, tgt, 16, [8], seed=0)  # a batch of 2 rows of 8
     assert batching.num_tokens(tb.batch(0)) == 10 and batching.num_tokens(tb.batch(0), "src") == 8
 
 
@@ -214,7 +218,7 @@ def test_prefetch_propagates_errors_and_stops():
 
 def test_extras_travel_with_their_examples():
     """Fixed-shape side data (constraint pairs) rides along in train and eval batches: each row carries its own
-    example's, filler rows are all PAD, and the shapes do not depend on the bucket."""
+    example's, an eval batch's filler rows all PAD, and the shapes do not depend on the bucket."""
     rng = np.random.default_rng(2)
     n = 70
     src, tgt = _examples(rng.integers(3, 40, n), rng.integers(3, 40, n))
@@ -226,7 +230,7 @@ def test_extras_travel_with_their_examples():
         batch = tb.batch(step)
         assert batch["pairs"].shape == tb.key_shapes(batch["src"].shape)["pairs"] == (batch["src"].shape[0], 3, 4)
         for row, i in zip(batch["pairs"], tb.batch_indices(step)):
-            assert (row == (i + 10 if i >= 0 else 0)).all()
+            assert (row == i + 10).all()
     for idx, batch in batching.eval_batches(src, tgt, 8, buckets, extras={"pairs": pairs}):
         for row, i in zip(batch["pairs"], idx):
             assert (row == (i + 10 if i >= 0 else 0)).all()

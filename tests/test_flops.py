@@ -1,6 +1,6 @@
 """MFU (`jaxnat.training.flops`): XLA's FLOP count of a train step against 6 · parameters · tokens for a model
-whose matmuls dominate; padding slots; loops counted per iteration; the peak, measured or
-configured; a trained run's history holds mfu and padding."""
+whose matmuls dominate; padding slots; loops counted per iteration, a coin's branches at its probability; the
+peak, measured or configured; a trained run's history holds mfu and padding."""
 
 import functools
 import json
@@ -13,7 +13,8 @@ import pytest
 from jaxnat.config import build_config
 from jaxnat.data.vocab import NUM_RESERVED, PAD_ID
 from jaxnat.models import build_model, count_params
-from jaxnat.training.flops import Utilisation, loop_flops, measure_peak_tflops, program_flops
+from jaxnat.models.coins import coin_cond
+from jaxnat.training.flops import Utilisation, count_correction, measure_peak_tflops, program_flops
 from jaxnat.training.optim import make_optimizer
 from jaxnat.training.trainer import lowered_step_flops, make_train_step
 
@@ -94,18 +95,43 @@ def _unrolled(x, w, length, unroll, inner=0):
 @pytest.mark.parametrize("length,unroll,inner", [(7, 1, 0), (7, 3, 0), (6, 3, 0), (7, 7, 0), (7, 9, 0), (7, 0, 0),
                                                  (4, 1, 3), (1, 1, 0)])
 def test_loops_are_counted_per_iteration(length, unroll, inner):
-    """XLA's count of a scanned program with `loop_flops` is XLA's count of the same program written out, forward
+    """XLA's count of a scanned program with `count_correction` is XLA's count of the same program written out, forward
     and backward (the backward pass is a scan too), for plain, partly and wholly unrolled scans and a nested one."""
     x, w = jnp.ones((16, 64)), jnp.ones((64, 64))
 
     def count(f):
         traced = jax.jit(jax.value_and_grad(f, argnums=(0, 1))).trace(x, w)
-        return program_flops(traced.lower()) + loop_flops(traced.jaxpr.jaxpr)
+        return program_flops(traced.lower()) + count_correction(traced.jaxpr.jaxpr)
 
     scanned = count(functools.partial(_scanned, length=length, unroll=unroll, inner=inner))
     assert scanned == pytest.approx(count(functools.partial(_unrolled, length=length, unroll=unroll, inner=inner)),
                                     rel=0.02)
     assert scanned > length * (1 + inner) * 3 * 2 * 16 * 64 * 64  # every product, forward and backward
+
+
+@pytest.mark.parametrize("probability", [0.0, 0.3, 1.0])
+def test_a_coins_branches_are_counted_at_its_probability(probability):
+    """A `coin_cond` costs p · its true branch + (1 − p) · its false one on average, forward and backward: its
+    corrected count is that mix of the two programs that run one branch each (a scanned branch with its loop's
+    iterations), where XLA counts it at its costlier branch; a plain `lax.cond` stays at the costlier."""
+    x, w = jnp.ones((16, 64)), jnp.ones((64, 64))
+
+    def true_branch(x, w):  # three products in a scan
+        return jax.lax.scan(lambda h, _: (jnp.tanh(h @ w), None), x, None, length=3)[0]
+
+    def false_branch(x, w):
+        return jnp.tanh(x @ w)
+
+    def count(f):
+        traced = jax.jit(jax.value_and_grad(lambda x, w: f(x, w).sum(), argnums=(0, 1))).trace(x, w)
+        return program_flops(traced.lower()) + count_correction(traced.jaxpr.jaxpr)
+
+    heads = jnp.asarray(True)  # the predicate's value does not change the count
+    coin = count(lambda x, w: coin_cond(probability, heads, true_branch, false_branch, x, w))
+    mix = probability * count(true_branch) + (1 - probability) * count(false_branch)
+    assert coin == pytest.approx(mix, rel=0.02)
+    assert count(lambda x, w: jax.lax.cond(heads, true_branch, false_branch, x, w)) == pytest.approx(
+        count(true_branch), rel=0.02)
 
 
 def test_a_scanned_run_is_counted_as_its_unrolled_stacks():

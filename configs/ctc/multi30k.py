@@ -15,11 +15,12 @@ def get_config():
     # model.max_len: the canvas of the longest source, 3 × 100 frames
     c.model.update(name="ctc", d_model=256, ffn_dim=1024, num_heads=4, enc_layers=3, dec_layers=3, dropout=0.3,
                    attention_dropout=0.1, activation_dropout=0.1, max_len=300, positions="learned")
-    # CTC does not pack (a lattice per row): 8 train shapes fitted to the data, as LevT's (docs/levt.md, "Batch
-    # shapes": 16.9% padding against the default 3's 29%)
+    # CTC does not pack (a lattice per row): 12 train shapes fitted to the data, as LevT's (docs/levt.md, "Batch
+    # shapes": 9.9% padding against the default 3's 29%)
     c.data.update(source="text", src_lang="en", tgt_lang="de",
                   train_split="train", valid_split="val", test_splits="test_2016_flickr",
-                  vocab_size=8000, max_len=100, batch_tokens=4096, max_buckets=8)
+                  vocab_size=8000, max_len=100, batch_tokens=4096, max_buckets=12,
+                  bucket_multiple=1)
     # each batch as 4 chunks of rows (one update): a whole batch's canvases (3 x its source tokens) fall out of the
     # CPU's caches; a quarter of the rows ran 1.06-1.09x faster than the whole (docs/benchmarks.md, "CTC")
     c.train.update(microbatches=4, steps=2500, lr=1e-3, warmup_steps=1000, weight_decay=0.01, label_smoothing=0.1,

@@ -25,6 +25,7 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, PLH_ID
 from jaxnat.decoding.refine import (LOOP_COUNTS, Heads, RefineOptions, SharedFeatures, forbid_reserved, length_cap,
                                     refine, start_from_request)
 from jaxnat.decoding.request import DecodeRequest
+from jaxnat.models.coins import coin_cond
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.spec import ModelSpec, word_glue
 from jaxnat.models.transformer import (absent_logits, Decoder, embedders, Encoder, rows_dense, TransformerConfig,
@@ -191,9 +192,9 @@ def roll_in_own_insertion(apply, y_ins, tgt, memory, src_mask, key, probability:
         return y_ins, None
     k_coin, k_plh, k_tok = jax.random.split(key, 3)
     draws["own_insertion"] = jax.random.bernoulli(k_coin, probability)
-    filled, kept = jax.lax.cond(draws["own_insertion"],
-                                lambda: own_insertion(apply, y_ins, tgt, memory, src_mask, (k_plh, k_tok)),
-                                lambda: (y_ins, y_ins))
+    filled, kept = coin_cond(probability, draws["own_insertion"],
+                             lambda: own_insertion(apply, y_ins, tgt, memory, src_mask, (k_plh, k_tok)),
+                             lambda: (y_ins, y_ins))
     return kept, filled
 
 

@@ -7,8 +7,9 @@ spent on padding are not the model's, so padding lowers MFU (packing raises it).
 available, the step's model FLOPs are 6 · parameters · real target tokens, per device (a forward and a backward
 pass over every parameter; attention's own products left out). XLA counts a loop's body once, however many times it
 runs: a scanned layer stack, a coverage layer's iterations, CTC's and DA-Transformer's forward algorithms over the
-target, an oracle's sweep are all loops, so each scan's body is counted again for its other iterations
-(`loop_flops`, on the step's jaxpr: the bodies lowered alone, not compiled).
+target, an oracle's sweep are all loops, so each scan's body is counted again for its other iterations; and it
+counts a conditional at its costlier branch, so a branch taken on a coin (an edit model's roll-in) is counted at
+its probability (`count_correction`, on the step's jaxpr: the bodies and branches lowered alone, not compiled).
 The peak is ``train.peak_tflops``, or (0) a dense matmul timed on the device at the start, in the model's compute
 dtype.
 """
@@ -25,6 +26,7 @@ import numpy as np
 from jax.extend import core
 
 from jaxnat.data.vocab import PAD_ID
+from jaxnat.models.coins import coin_probability
 
 log = logging.getLogger("jaxnat")
 
@@ -58,24 +60,39 @@ def program_flops(compiled) -> float | None:
     return float(flops) if flops > 0 else None
 
 
-def loop_flops(jaxpr: core.Jaxpr) -> float:
-    """The FLOPs XLA's cost analysis of a program traced to ``jaxpr`` leaves out: the iterations of each scan that
-    its loop body does not hold (XLA counts a loop's body once; an unrolled scan's body holds ``unroll`` of them and
-    its remainder is lowered apart), scans within scans included, each body's count from its own program lowered
-    alone. A `while` loop's trip count is not known before it runs: its body stays counted once (jaxnat's
-    train steps have none; their loops are scans of a static length). Of a `cond`, the costlier branch."""
+def _lowered_flops(closed: core.ClosedJaxpr) -> float:
+    """XLA's count of ``closed`` lowered alone (not compiled), 0 where it has none."""
+    return program_flops(jax.jit(core.jaxpr_as_fun(closed)).lower(
+        *[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in closed.in_avals])) or 0.0
+
+
+def count_correction(jaxpr: core.Jaxpr) -> float:
+    """What to add to XLA's count of a program traced to ``jaxpr`` for the FLOPs its steps do, on average:
+
+    * the iterations of each scan that its loop body does not hold (XLA counts a loop's body once; an unrolled
+      scan's body holds ``unroll`` of them and its remainder is lowered apart), scans within scans included, each
+      body's count from its own program lowered alone. A `while` loop's trip count is not known before it runs:
+      its body stays counted once (jaxnat's train steps have none; their loops are scans of a static length);
+    * a coin's conditional (`jaxnat.models.coins.coin_cond`; negative): XLA counts a `cond` at its costlier
+      branch; a coin's runs its true branch with the coin's probability p, so it costs p · true + (1 − p) · false
+      on average. Another `cond` stays at its costlier branch (the loops in it counted as in that branch)."""
     extra = 0.0
     for eqn in jaxpr.eqns:
         if eqn.primitive.name == "scan":
             body, length = eqn.params["jaxpr"], eqn.params["length"]
-            once = program_flops(jax.jit(core.jaxpr_as_fun(body)).lower(
-                *[jax.ShapeDtypeStruct(a.shape, a.dtype) for a in body.in_avals])) or 0.0
-            extra += (length - _counted_iterations(length, eqn.params["unroll"])) * once
-            extra += length * loop_flops(body.jaxpr)
+            extra += (length - _counted_iterations(length, eqn.params["unroll"])) * _lowered_flops(body)
+            extra += length * count_correction(body.jaxpr)
         elif eqn.primitive.name == "cond":
-            extra += max(loop_flops(branch.jaxpr) for branch in eqn.params["branches"])
+            branches = eqn.params["branches"]  # (false, true) for a boolean predicate
+            probability = coin_probability(str(eqn.source_info.name_stack))
+            if probability is None or len(branches) != 2:
+                extra += max(count_correction(branch.jaxpr) for branch in branches)
+            else:
+                own = [_lowered_flops(branch) for branch in branches]
+                runs = [o + count_correction(b.jaxpr) for o, b in zip(own, branches)]
+                extra += (1 - probability) * runs[0] + probability * runs[1] - max(own)
         else:  # a call (jit, remat, custom derivatives) or a while loop: its loops run as often as it does
-            extra += sum(loop_flops(sub) for sub in core.jaxprs_in_params(eqn.params))
+            extra += sum(count_correction(sub) for sub in core.jaxprs_in_params(eqn.params))
     return extra
 
 

@@ -22,7 +22,7 @@ from typing import Callable, Iterable
 import jax
 from tqdm import tqdm
 
-from jaxnat.training.flops import loop_flops, program_flops
+from jaxnat.training.flops import count_correction, program_flops
 
 log = logging.getLogger("jaxnat")
 
@@ -98,10 +98,10 @@ class TrainPrograms:
 
     def flops(self, length: int) -> float | None:
         """The FLOPs per device of the program for batches ``length`` long (each shape has its own length), waiting
-        for its compile: XLA's count (`program_flops`) and its loops' other iterations (`loop_flops`)."""
+        for its compile: XLA's count (`program_flops`) corrected for its loops and coins (`count_correction`)."""
         if length not in self._flops:
             flops = program_flops(self[next(s for s in self._futures if s[1] == length)])
-            self._flops[length] = flops and flops + loop_flops(self._jaxprs[length]) / jax.device_count()
+            self._flops[length] = flops and flops + count_correction(self._jaxprs[length]) / jax.device_count()
         return self._flops[length]
 
     def close(self) -> None:

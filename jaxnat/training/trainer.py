@@ -28,7 +28,7 @@ from jaxnat.evaluation.metrics import bleu
 from jaxnat.models import build_model, count_params, family_of
 from jaxnat.training import mesh as mesh_lib
 from jaxnat.training.checkpoint import Checkpoints
-from jaxnat.training.flops import Utilisation, loop_flops, program_flops
+from jaxnat.training.flops import Utilisation, count_correction, program_flops
 from jaxnat.training.history import History, plot_curves
 from jaxnat.training.optim import Plateau, lr_scale, make_optimizer, perplexity, with_lr_scale
 from jaxnat.training.programs import TrainPrograms
@@ -177,7 +177,7 @@ def _with_configured_keys(method):
 def lowered_step_flops(spec, optimizer, schedule, batch: dict, key) -> float | None:
     """The FLOPs of ``spec``'s train step on ``batch`` (arrays or `jax.ShapeDtypeStruct`s), for the whole batch: XLA's
     count of the lowered program (not compiled: seconds; the count before XLA's optimisations) with every loop's
-    iterations (`loop_flops`)."""
+    iterations and each coin's branches at their probabilities (`count_correction`)."""
     def init(example):  # traced for its shapes only (jax.eval_shape): nothing is computed
         params = spec.init(jax.random.PRNGKey(0), example)
         return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": optimizer.init(params)}
@@ -185,7 +185,7 @@ def lowered_step_flops(spec, optimizer, schedule, batch: dict, key) -> float | N
     state = jax.eval_shape(init, {k: jax.ShapeDtypeStruct((1, *v.shape[1:]), v.dtype) for k, v in batch.items()})
     traced = jax.jit(make_train_step(spec, optimizer, schedule)).trace(state, batch, key)
     flops = program_flops(traced.lower())
-    return flops + loop_flops(traced.jaxpr.jaxpr) if flops else None
+    return flops + count_correction(traced.jaxpr.jaxpr) if flops else None
 
 
 def _merge(initial, restored, fresh: list, path: str = ""):

@@ -34,6 +34,7 @@ from jaxnat.data.vocab import PAD_ID, PLH_ID
 from jaxnat.decoding import words
 from jaxnat.decoding.refine import Hypotheses, forbid_reserved
 from jaxnat.decoding.request import Supports
+from jaxnat.models.coins import coin_cond
 from jaxnat.models.insertion import (EditTransformer, blank_fillers, early_exit, edit_model_spec, head_runner,
                                      insertion_losses, mean_loss, model_choice, model_fills, roll_in_own_insertion)
 from jaxnat.models.losses import smoothed_cross_entropy
@@ -41,6 +42,7 @@ from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import token_mask
 from jaxnat.oracle import apply_delete_shuffle, draw_delete_shuffle, ed3_labels
 
+PATH_A = 0.5  # the dual path's coin: path A's probability (the authors' code)
 NOT_A_TOKEN = -1e9  # the logit of pointing at padding (finite: an all-padding row must not give NaN)
 
 
@@ -114,7 +116,7 @@ def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Arra
     * ``dual_path`` (the authors' code, default): one coin per batch picks **path A** — the insertion heads on
       y0, the reposition head on the reference with the token head's fills at the oracle's placeholders — or
       **path B** — the reposition head on y0, the insertion heads on the model's reposition of y0. A path
-      costs three decoder passes; ``lax.cond`` skips the one the other path would need.
+      costs three decoder passes; a conditional (`coin_cond`) skips the one the other path would need.
     * otherwise the paper's eqs. 6–7, per sentence: the insertion heads see y0 with probability α, else the
       model's reposition ``E(y0, r̃)`` (eq. 7); the reposition head sees y0 with probability β, else
       ``E(E(y0, p*), t̃)`` (eq. 6): y0 itself, its order and surplus tokens untouched, with the oracle's
@@ -165,9 +167,9 @@ def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Arra
 
     no_logits = lambda: jnp.zeros((b, t, t), jnp.float32)  # noqa: E731
     if dual_path:
-        draws["path_a"] = jax.random.bernoulli(k_mix, 0.5)
+        draws["path_a"] = jax.random.bernoulli(k_mix, PATH_A)
         ins_on_y0, rps_on_y0 = jnp.full((b,), draws["path_a"]), jnp.full((b,), ~draws["path_a"])
-        rps_y0 = lax.cond(draws["path_a"], no_logits, reposition_on(y0, k_roll))
+        rps_y0 = coin_cond(PATH_A, draws["path_a"], no_logits, reposition_on(y0, k_roll))
     else:
         draws["coins"] = jax.random.uniform(k_mix, (b, 2))
         ins_on_y0, rps_on_y0 = draws["coins"][:, 0] < alpha, draws["coins"][:, 1] < beta
@@ -192,7 +194,7 @@ def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Arra
         if own is not None:  # the model's own insertion of y0, surplus and repeated words included
             fills = jnp.where(draws["own_insertion"], own, fills)
         y_rps = jnp.where(rps_on_y0[:, None], y0, fills)
-        rps_logits = lax.cond(draws["path_a"], reposition_on(y_rps, k_rps), lambda: rps_y0)
+        rps_logits = coin_cond(PATH_A, draws["path_a"], reposition_on(y_rps, k_rps), lambda: rps_y0)
     else:  # eq. 6: the fills of y0's own placeholders, one more token-head pass on a wider canvas
         width = min(2 * t, model.cfg.max_len)
         y_rps = jnp.pad(y0, ((0, 0), (0, width - t)), constant_values=PAD_ID)
