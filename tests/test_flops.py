@@ -13,7 +13,7 @@ import pytest
 from jaxnat.config import build_config
 from jaxnat.data.vocab import NUM_RESERVED, PAD_ID
 from jaxnat.models import build_model, count_params
-from jaxnat.models.coins import coin_cond
+from jaxnat.models.coins import coin_cond, coin_probability
 from jaxnat.training.flops import Utilisation, count_correction, measure_peak_tflops, program_flops
 from jaxnat.training.optim import make_optimizer
 from jaxnat.training.trainer import lowered_step_flops, make_train_step
@@ -132,6 +132,9 @@ def test_a_coins_branches_are_counted_at_its_probability(probability):
     assert coin == pytest.approx(mix, rel=0.02)
     assert count(lambda x, w: jax.lax.cond(heads, true_branch, false_branch, x, w)) == pytest.approx(
         count(true_branch), rel=0.02)
+    # a coin's own conditional, forward or transposed, not one nested in its branch
+    assert coin_probability("jit(step)/transpose(jvp(coin_cond_p0.25))") == 0.25
+    assert coin_probability("jvp(coin_cond_p0.25)/jvp(other)") is None
 
 
 def test_a_scanned_run_is_counted_as_its_unrolled_stacks():

@@ -28,7 +28,8 @@ def coin_cond(probability: float, heads: jax.Array, true_fn, false_fn, *operands
 
 
 def coin_probability(name_stack: str) -> float | None:
-    """The probability of the true branch of the `coin_cond` whose operations carry ``name_stack`` (the innermost
-    coin's), or None for a conditional that is not a coin's."""
-    found = _TAG.findall(name_stack)
+    """The probability of the true branch of the conditional whose operations carry ``name_stack`` when it is a
+    `coin_cond` (its scope the stack's last, as ``jvp(…)`` or ``transpose(jvp(…))`` for the passes of autodiff),
+    or None for any other conditional, one nested in a coin's branch included."""
+    found = _TAG.findall(name_stack.rsplit("/", 1)[-1])
     return float(found[-1]) if found else None
