@@ -6,6 +6,8 @@ import importlib.util
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 from jaxnat.training.history import read_history
 
@@ -40,3 +42,12 @@ def test_a_runs_figures_are_read_from_its_log_and_history(ar_run, tmp_path):
     # a run that failed says why under the table
     failed = {"rc": 2, "error": "jaxnat: error: no such key"}
     assert "\nar: exit 2: jaxnat: error: no such key" in figures.table({"families": {"ar": failed}})
+
+
+def test_every_core_dependency_is_in_the_gpu_image_or_carried():
+    """A core dependency the GPU image lacks and bench/gpu_prepare.sh does not carry stops every command of a GPU
+    call at its start (subword-nmt did, from 32c41ca until this test)."""
+    env = {**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]}
+    done = subprocess.run(["bash", os.path.join(ROOT, "bench", "gpu_prepare.sh"), "--check"], env=env,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
