@@ -61,7 +61,8 @@ def family_overrides(family: str, args, workdirs: dict) -> list[str]:
            f"--config.train.checkpoint_every={steps}", "--config.train.valid_bleu_sentences=64",
            "--config.eval.constraints=", "--config.eval.iteration_sweep=", "--config.eval.trace_sentences=0",
            "--config.eval.diagnostic=false",  # the refinement diagnostic's four more decodings: no speed figure
-           f"--config.train.xla_gpu_autotune_level={args.autotune}", "--config.train.warmup_steps=10",
+           f"--config.train.xla_gpu_autotune_level={args.autotune}",
+           f"--config.train.warmup_steps={min(10, steps // 2)}",  # below the steps, which a cosine decay needs
            "--config.train.init_from="]
     if family == "vecconst":
         out += [f"--config.data.pairs_dir={args.pairs_dir}", f"--config.train.init_from={workdirs['ar']}"]
