@@ -2,8 +2,8 @@
 MFU and decoding speed of its GPU config; and the edit models' step cost against the AR model's on one batch.
 
     python bench/gpu_figures.py --data-dir .gpu/multi30k --pairs-dir .gpu/pairs --out $OUT \
-        [--families ar,levt,editor,cmlm,nat,vecconst] [--steps 150] [--autotune -1] [--budget SECONDS] [--step-cost]
-        [--variant FAMILY:KEY=VALUE[,KEY=VALUE] ...]
+        [--families ar,levt,editor,cmlm,ctc,dat,nat,vecconst] [--steps 150] [--autotune -1] [--budget SECONDS]
+        [--step-cost] [--variant FAMILY:KEY=VALUE[,KEY=VALUE] ...]
     python bench/gpu_figures.py --data-dir .gpu/multi30k --out DIR --step-flops
 
 Each family trains its `configs/<family>/multi30k_gpu.py` for --steps steps in a fresh workdir, as a user's
@@ -25,13 +25,16 @@ with the papers' roll-in; `--step-flops` gives it alone, on any machine), and ea
 once more with those config overrides, e.g. `ar:train.xla_gpu_autotune_level=4` (XLA's GPU autotuner at its
 default level, against off, which `--autotune 0` sets for every other run, the step cost's included: what
 autotuning costs in time to the first step and gains in speed), `ar:train.prng_impl=rbg` (dropout's random
-bits). The first GPU call runs
+bits). The first GPU call (carrying .gpu; the wheels installed as bench/gpu_prepare.sh says) runs
 
-    python3 bench/gpu_figures.py --data-dir .gpu/multi30k --pairs-dir .gpu/pairs --out $OUT --budget 540 \
+    JAXNAT_COMMIT=<this checkout's commit> PYTHONPATH=/tmp/site:$PWD python3 bench/gpu_figures.py \
+        --data-dir .gpu/multi30k --pairs-dir .gpu/pairs --out $OUT --budget 540 \
         --step-cost --autotune 0 --variant ar:train.xla_gpu_autotune_level=4 --variant ar:train.prng_impl=rbg
 
 with the autotuner off for the families because, on, no train program of the three GPU sessions so far finished
-compiling within minutes (docs/benchmarks.md, "On a GPU"): every family's figures first, then what it buys.
+compiling within minutes (docs/benchmarks.md, "On a GPU"): every family's figures first (by default the AR model
+and the edit models before the others: a budget that runs out cuts the families that fewer of the GPU issue's bars
+read), then what it buys. The copy there has no .git: JAXNAT_COMMIT names the commit in the table's last line.
 Results go to OUT/figures.json after every family (a run cut short keeps what it measured) and a Markdown table to
 OUT/figures.md, ending with the line that names the machine and the commit; each run's log to OUT/logs.txt.
 """
@@ -230,7 +233,10 @@ def main():
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--pairs-dir", default="")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--families", default=",".join(FAMILIES))
+    # the AR model and the edit models first: the step-cost comparison's families, whose figures the GPU issue's bars
+    # read; a --budget that runs out leaves out the last ones
+    first = [f for f in ("ar", "levt", "editor") if f in FAMILIES]
+    parser.add_argument("--families", default=",".join(first + [f for f in FAMILIES if f not in first]))
     parser.add_argument("--steps", type=int, default=150)
     parser.add_argument("--autotune", type=int, default=-1, help="train.xla_gpu_autotune_level")
     parser.add_argument("--variant", action="append", default=[], metavar="FAMILY:KEY=VALUE[,KEY=VALUE]",
