@@ -3,7 +3,8 @@
 # fetch there: the Multi30k En-De files, their constraint pairs and code-switched splits (eflomal runs here, not
 # there) and the wheels of jaxnat's core dependencies that the GPU image lacks (ml-collections, sacremoses,
 # subword-nmt) or may hold in other versions than the ones the test suite passed with on jax 0.11.2 and Python 3.12
-# (flax, optax, orbax-checkpoint): pure Python, whose own needs the image has (subword-nmt's mock but for the tests).
+# (flax, optax, orbax-checkpoint): pure Python, whose own needs the image has (but mock, which subword-nmt lists and
+# its apply_bpe, what jaxnat uses, does not import).
 # Every core dependency (jaxnat/optional.py, CORE: a command stops at its start without one) must be shipped by
 # the image or carried: the script checks that first, and alone with --check.
 #
