@@ -19,7 +19,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # the core dependencies in the GPU image (the device tool's package list of nvidia-h200's image, read 2026-11-17:
 # jax 0.11.2 with its CUDA 13 plugin, Python 3.12), and the wheels carried for the others
-image_ships=(jax jaxlib numpy sentencepiece sacrebleu safetensors tqdm)
+image_ships=(jax jaxlib numpy sentencepiece sacrebleu safetensors tqdm pyyaml)
 carried=(ml-collections==1.1.0 sacremoses==0.2.0 subword-nmt==0.3.8 flax==0.12.12 optax==0.2.8 orbax-checkpoint==0.12.8)
 python - "${image_ships[@]}" -- "${carried[@]}" <<'PY'
 import sys

@@ -4,8 +4,9 @@
 train (default): trains, checkpoints, then evaluates the best checkpoint on the test splits.
 eval: evaluates a trained workdir.  translate: plain or JSON lines in, JSON lines out.
 distill: the trained (AR) workdir translates the training sources into the text corpus --output DIR.
-import: writes a model trained elsewhere (--from fairseq:FILE.pt or marian:DIR) as the new workdir, its config in
-<workdir>/config.json; every other mode then takes that workdir without --config (docs/import.md).
+import: writes a model trained elsewhere (--from fairseq:FILE.pt, marian:DIR or marian:FILE.npz) as the new
+workdir, its config in <workdir>/config.json; every other mode then takes that workdir without --config
+(docs/import.md).
 average: writes the average of eval.average_checkpoints checkpoints (eval.average_of) into the workdir.
 curves: draws <workdir>/curves.png from the run's history (no --config needed).
 A train or eval command that ends (or a training stopped by a signal) appends its line to <workdir>/runs.jsonl
@@ -48,7 +49,8 @@ def parse_args(argv):
     parser.add_argument("--output",
                         help="translate: output file (default stdout); distill: output directory (required)")
     parser.add_argument("--from", dest="source", metavar="FORMAT:PATH",
-                        help="import: the model to import, fairseq:FILE.pt or marian:DIR")
+                        help="import: the model to import, fairseq:FILE.pt, marian:DIR (Hugging Face's or a "
+                             "Marian release's) or marian:FILE.npz")
     parser.add_argument("--dict-dir", help="import from fairseq: the directory of the model's dict.<lang>.txt and "
                                            "BPE files (default: the checkpoint's)")
     args, rest = parser.parse_known_args(argv)

@@ -37,7 +37,7 @@ CORE = {
     "jax": "jax", "jaxlib": "jaxlib", "flax": "flax", "optax": "optax", "orbax.checkpoint": "orbax-checkpoint",
     "sentencepiece": "sentencepiece", "sacrebleu": "sacrebleu", "sacremoses": "sacremoses",
     "ml_collections": "ml-collections", "numpy": "numpy", "tqdm": "tqdm", "safetensors": "safetensors",
-    "subword_nmt": "subword-nmt",
+    "subword_nmt": "subword-nmt", "yaml": "pyyaml",
 }
 
 

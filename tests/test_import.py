@@ -24,7 +24,8 @@ from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "import")
-SOURCES = {"fairseq": f"fairseq:{DATA}/fairseq/model.pt", "marian": f"marian:{DATA}/marian"}
+SOURCES = {"fairseq": f"fairseq:{DATA}/fairseq/model.pt", "marian": f"marian:{DATA}/marian",
+           "marian-npz": f"marian:{DATA}/marian-npz"}
 
 
 def expected(kind):
@@ -34,11 +35,21 @@ def expected(kind):
         return {k: z[k] for k in z.files}, outputs
 
 
+def marian_vocab(kind):
+    """The Marian fixture's vocabulary as MarianMTModel numbers it: vocab.json, or Marian's vocab.yml with <pad>
+    appended (Hugging Face's conversion)."""
+    if kind == "marian":
+        return json.load(open(os.path.join(DATA, "marian", "vocab.json"), encoding="utf-8"))
+    import yaml
+
+    with open(os.path.join(DATA, "marian-npz", "opus.spm50-spm50.vocab.yml"), encoding="utf-8") as f:
+        vocab = {k: int(v) for k, v in yaml.load(f, Loader=yaml.BaseLoader).items()}
+    return {**vocab, "<pad>": len(vocab)}
+
+
 def source_pad(kind):
     """The original's padding id (fairseq's <pad> 1; Marian's <pad>, its vocabulary's last)."""
-    if kind == "fairseq":
-        return 1
-    return json.load(open(os.path.join(DATA, "marian", "vocab.json"), encoding="utf-8"))["<pad>"]
+    return 1 if kind == "fairseq" else marian_vocab(kind)["<pad>"]
 
 
 def to_jaxnat(kind, ids):
@@ -46,7 +57,7 @@ def to_jaxnat(kind, ids):
     ids = np.asarray(ids)
     if kind == "fairseq":  # <s> 0, <pad> 1, </s> 2, <unk> 3, words from 4
         return np.select([ids == 0, ids == 1, ids == 2, ids == 3], [BOS_ID, PAD_ID, EOS_ID, 3], ids + 2)
-    vocab = json.load(open(os.path.join(DATA, "marian", "vocab.json"), encoding="utf-8"))
+    vocab = marian_vocab(kind)
     pad, eos, unk = vocab["<pad>"], vocab["</s>"], vocab["<unk>"]
     others = sorted(i for i in vocab.values() if i not in (pad, eos, unk))
     table = np.zeros(len(vocab), np.int64)
@@ -95,7 +106,7 @@ def test_log_probabilities_match_the_original(imported):
     spec, params = translator.spec, translator.params
     from jaxnat.models.transformer import source_tokens
 
-    logits = spec.module.apply(params, source_tokens(spec.cfg, src)[0], tgt_in)
+    logits = jax.jit(spec.module.apply)(params, source_tokens(spec.cfg, src)[0], tgt_in)  # compiled: 4x faster
     ours = np.asarray(jax.nn.log_softmax(logits))
     theirs = arrays["logp"]
     columns = to_jaxnat(kind, np.arange(theirs.shape[-1]))  # their vocabulary's rows among ours
@@ -212,6 +223,52 @@ def test_a_marian_directory_without_its_tokenizer_is_refused(tmp_path):
         write_workdir(f"marian:{source}", str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()
 
+
+NPZ = "opus.spm50-spm50.transformer-align.model1.npz.best-perplexity.npz"
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("pre-norm", "transformer-preprocess: 'n' is not supported"),
+    ("gelu", "'gelu' is not supported"),
+    ("separate vocabularies", "separate source and target vocabularies are not supported"),
+    ("learned positions", "would not use: Wpos"),
+    ("vocabulary", "holds 48 pieces, the model's embedding 49 rows"),
+    ("not marian", "not a Marian model file"),
+    ("pickle", "unreadable .npz file"),
+    ("two models", "holds 2 .npz files and no decoder.yml"),
+])
+def test_a_marian_release_jaxnat_cannot_read_is_refused_in_one_line(tmp_path, damage, message):
+    """Marian's .npz: settings Hugging Face's conversion cannot express, a foreign or pickled file, an ambiguous
+    directory: one line naming what, nothing written (np.load(allow_pickle=False): an object array is refused)."""
+    source = tmp_path / "opus"
+    shutil.copytree(os.path.join(DATA, "marian-npz"), source, ignore=shutil.ignore_patterns("expected.*"))
+    with np.load(source / NPZ) as z:
+        arrays = {k: z[k] for k in z.files}
+    text = bytes(arrays["special:model.yml"].astype(np.uint8)).decode()
+    edits = {"pre-norm": ("transformer-preprocess: ''", "transformer-preprocess: n"),
+             "gelu": ("transformer-ffn-activation: swish", "transformer-ffn-activation: gelu"),
+             "separate vocabularies": ("tied-embeddings-all: true", "tied-embeddings-all: false")}
+    if damage in edits:
+        assert edits[damage][0] in text
+        arrays["special:model.yml"] = np.frombuffer(text.replace(*edits[damage]).encode(), np.int8)
+    elif damage == "learned positions":
+        arrays["Wpos"] = np.zeros((64, 32), np.float32)
+    elif damage == "vocabulary":
+        lines = (source / "opus.spm50-spm50.vocab.yml").read_text(encoding="utf-8").splitlines(keepends=True)
+        (source / "opus.spm50-spm50.vocab.yml").write_text("".join(lines[:-1]), encoding="utf-8")
+    elif damage == "not marian":
+        del arrays["special:model.yml"]
+    elif damage == "pickle":
+        arrays["Wemb"] = np.array([_Boom()], dtype=object)
+    else:
+        os.remove(source / "decoder.yml")
+        shutil.copy(source / NPZ, source / "model.npz")
+    np.savez(source / NPZ, **arrays)
+    with pytest.raises(DataError, match=message):
+        write_workdir(f"marian:{source}", str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+    if damage == "two models":  # the remedy the error names: the model file itself
+        assert "Marian transformer (.npz)" in write_workdir(f"marian:{source}/model.npz", str(tmp_path / "run"))
 
 @pytest.mark.slow
 def test_beam_search_under_fairseq_rules_is_fairseqs(tmp_path_factory):

@@ -333,33 +333,42 @@ def teacher_forced_fairseq(model, src, tgt, tgt_dict) -> np.ndarray:
         return model.get_normalized_probs(out, log_probs=True).float().numpy()
 
 
-def marian_fixture(out: str) -> None:
+def spm_pair(directory: str, normalization: str = "nmt_nfkc") -> dict:
+    """Trains the source and target SentencePiece models of the Marian fixtures into ``directory`` (source.spm,
+    target.spm) and returns their joint vocabulary as Marian orders it: </s> 0, <unk> 1, then the pieces."""
     import sentencepiece as spm
-    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
-    os.makedirs(out, exist_ok=True)
-    work = tempfile.mkdtemp()
     for name, lines in (("source", CORPUS_EN), ("target", CORPUS_DE)):
         spm.set_random_generator_seed(0)
         proto = io.BytesIO()  # not model_prefix: the model would record the temporary directory's name
         spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=proto, vocab_size=36,
                                        hard_vocab_limit=False, model_type="unigram", character_coverage=1.0,
-                                       num_threads=1, minloglevel=2, bos_id=-1, eos_id=1, unk_id=0, pad_id=-1)
-        with open(os.path.join(work, f"{name}.model"), "wb") as f:
+                                       num_threads=1, minloglevel=2, bos_id=-1, eos_id=1, unk_id=0, pad_id=-1,
+                                       normalization_rule_name=normalization)
+        with open(os.path.join(directory, f"{name}.spm"), "wb") as f:
             f.write(proto.getvalue())
     pieces = {}
     for name in ("source", "target"):
-        sp = spm.SentencePieceProcessor(model_file=os.path.join(work, f"{name}.model"))
+        sp = spm.SentencePieceProcessor(model_file=os.path.join(directory, f"{name}.spm"))
         for i in range(sp.get_piece_size()):
             if not sp.is_control(i) and not sp.is_unknown(i):
                 pieces.setdefault(sp.id_to_piece(i), None)
     vocab = {"</s>": 0, "<unk>": 1}
     for p in pieces:
         vocab.setdefault(p, len(vocab))
+    return vocab
+
+
+def marian_fixture(out: str) -> None:
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    os.makedirs(out, exist_ok=True)
+    work = tempfile.mkdtemp()
+    vocab = spm_pair(work)
     vocab["<pad>"] = len(vocab)
     with open(os.path.join(work, "vocab.json"), "w", encoding="utf-8") as f:
         json.dump(vocab, f, ensure_ascii=False)
-    tok = MarianTokenizer(os.path.join(work, "source.model"), os.path.join(work, "target.model"),
+    tok = MarianTokenizer(os.path.join(work, "source.spm"), os.path.join(work, "target.spm"),
                           os.path.join(work, "vocab.json"), source_lang="en", target_lang="de")
     config = MarianConfig(vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=16, encoder_layers=2,
                           decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=24,
@@ -373,7 +382,13 @@ def marian_fixture(out: str) -> None:
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     shutil.rmtree(work)
+    marian_expected(out, model, tok)
 
+
+def marian_expected(out: str, model, tok) -> None:
+    """What a MarianMTModel computes on the fixture's sentences: teacher-forced log-probabilities, greedy and beam-4
+    outputs of generate(max_new_tokens=20), the targets detokenized."""
+    config = model.config
     batch = tok(SRC, return_tensors="pt", padding=True)
     labels = tok(text_target=TGT, return_tensors="pt", padding=True)["input_ids"]
     start = torch.full((labels.shape[0], 1), config.decoder_start_token_id)
@@ -394,6 +409,83 @@ def marian_fixture(out: str) -> None:
     write_expected(out, expected, outputs)
 
 
+MARIAN_YML = {  # a Marian transformer's model.yml as OPUS-MT's releases hold it (the options the converter reads)
+    "type": "transformer", "dim-emb": 32, "enc-depth": 2, "dec-depth": 2, "transformer-heads": 2,
+    "transformer-dim-ffn": 48, "transformer-ffn-depth": 2, "transformer-ffn-activation": "swish",
+    "transformer-preprocess": "", "transformer-postprocess": "dan", "transformer-postprocess-emb": "d",
+    "transformer-decoder-autoreg": "self-attention", "transformer-tied-layers": [], "transformer-aan-depth": 2,
+    "transformer-aan-nogate": False, "transformer-no-projection": False,
+    "transformer-train-position-embeddings": False, "transformer-guided-alignment-layer": "last",
+    "tied-embeddings-all": True, "tied-embeddings-src": False, "tied-embeddings": False,
+    "layer-normalization": False, "right-left": False, "skip": False, "ulr": False, "ulr-dim-emb": 0,
+    "dec-cell-base-depth": 2, "dec-cell-high-depth": 1, "version": "v1.9.56 jaxnat-fixture"}
+
+
+def marian_npz_fixture(out: str) -> None:
+    """A Marian checkpoint as Marian saves it (`model.npz` with its configuration under `special:model.yml`,
+    `*.vocab.yml`, `decoder.yml`, `source.spm`, `target.spm`: an OPUS-MT release's files), then converted by Hugging
+    Face's own converter (transformers 4.46.3's convert_marian_to_pytorch, which tools/reference_env.sh unpacks), whose
+    MarianMTModel (float32; the converter's `convert` would save it in float16) computes the expected outputs."""
+    import importlib.util
+
+    import yaml
+
+    spec = importlib.util.spec_from_file_location(
+        "convert_marian_to_pytorch", os.path.join(os.path.dirname(sys.executable), "..", "src",
+                                                  "convert_marian_to_pytorch.py"))
+    converter = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(converter)
+
+    os.makedirs(out, exist_ok=True)
+    vocab = spm_pair(out, normalization="identity")  # identity: small .spm files
+    names = {"model": "opus.spm50-spm50.transformer-align.model1.npz.best-perplexity.npz",
+             "vocab": "opus.spm50-spm50.vocab.yml"}
+    with open(os.path.join(out, names["vocab"]), "w", encoding="utf-8") as f:
+        yaml.safe_dump(vocab, f, allow_unicode=True, sort_keys=False)
+    with open(os.path.join(out, "decoder.yml"), "w", encoding="utf-8") as f:
+        yaml.safe_dump({"models": [names["model"]], "vocabs": [names["vocab"]] * 2, "beam-size": 4,
+                        "normalize": 0.6, "word-penalty": 0, "mini-batch": 16, "maxi-batch": 100,
+                        "maxi-batch-sort": "src", "relative-paths": True}, f, sort_keys=False)
+    cfg = dict(MARIAN_YML, **{"dim-vocabs": [len(vocab)] * 2})
+    d, ffn = cfg["dim-emb"], cfg["transformer-dim-ffn"]
+    rng = np.random.default_rng(3)
+    params = {"Wemb": 0.3 * rng.standard_normal((len(vocab), d)),
+              "decoder_ff_logit_out_b": 0.5 * rng.standard_normal((1, len(vocab)))}
+
+    def block(prefix: str, names_: list) -> None:  # Marian's layout: W [in, out], b and ln_* [1, out]
+        for n in names_:
+            if n.endswith("ln_scale"):
+                value = 1.0 + 0.1 * rng.standard_normal((1, d))
+            elif "_W" in n and not n.endswith("ln_bias"):
+                value = 0.3 * rng.standard_normal({"W1": (d, ffn), "W2": (ffn, d)}.get(n[-2:], (d, d)))
+            else:
+                value = 0.1 * rng.standard_normal((1, ffn if n.endswith("b1") else d))
+            params[prefix + n] = value
+
+    attention = [f"self_{w}" for w in ("Wq", "bq", "Wk", "bk", "Wv", "bv", "Wo", "bo", "Wo_ln_scale", "Wo_ln_bias")]
+    ffn_names = ["ffn_W1", "ffn_b1", "ffn_W2", "ffn_b2", "ffn_ffn_ln_scale", "ffn_ffn_ln_bias"]
+    for i in range(1, cfg["enc-depth"] + 1):
+        block(f"encoder_l{i}_", attention + ffn_names)
+    for i in range(1, cfg["dec-depth"] + 1):
+        block(f"decoder_l{i}_", attention + [a.replace("self", "context") for a in attention] + ffn_names)
+    params = {k: v.astype(np.float32) for k, v in params.items()}
+    text = yaml.safe_dump(cfg, sort_keys=True).encode() + b"\0"  # Marian stores the YAML with its NUL
+    params["special:model.yml"] = np.frombuffer(text, np.int8)
+    np.savez(os.path.join(out, names["model"]), **params)
+
+    work = tempfile.mkdtemp()  # the converter writes vocab.json and tokenizer_config.json into the model's directory
+    try:
+        shutil.copytree(out, os.path.join(work, "en-de"), ignore=shutil.ignore_patterns("expected.*"))
+        state = converter.OpusState(converter.Path(work) / "en-de")
+        model = state.load_marian_model().eval()
+        tok = state.tokenizer
+    finally:
+        shutil.rmtree(work)
+    for file in ("vocab.json", "tokenizer_config.json"):  # not part of Marian's release
+        assert not os.path.exists(os.path.join(out, file))
+    marian_expected(out, model, tok)
+
+
 def write_expected(out: str, arrays: dict, outputs: dict, name: str = "expected") -> None:
     np.savez_compressed(os.path.join(out, f"{name}.npz"), **{k: np.asarray(v) for k, v in arrays.items()})
     with open(os.path.join(out, f"{name}.json"), "w", encoding="utf-8") as f:
@@ -402,7 +494,7 @@ def write_expected(out: str, arrays: dict, outputs: dict, name: str = "expected"
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", choices=("fairseq", "fairseq-nat", "marian"))
+    parser.add_argument("--only", choices=("fairseq", "fairseq-nat", "marian", "marian-npz"))
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     np.random.seed(0)
@@ -412,6 +504,8 @@ def main(argv=None) -> int:
         fairseq_nat_fixtures(os.path.join(ROOT, "fairseq-nat"))
     if args.only in (None, "marian"):
         marian_fixture(os.path.join(ROOT, "marian"))
+    if args.only in (None, "marian", "marian-npz"):
+        marian_npz_fixture(os.path.join(ROOT, "marian-npz"))
     print(f"wrote {os.path.normpath(ROOT)}")
     return 0
 

@@ -26,6 +26,7 @@ env=${REFENV:-$root/.refenv}
 py=${PYTHON:-python3}
 src=$env/src
 fairseq_sdist_sha256=34f1b18426bf3844714534162f065ab733e049597476daa35fffb4d06a92b524
+transformers_sdist_sha256=8ee4b3ae943fe33e82afff8e837f4b052058b07ca9be3cb5b729ed31295f72cc
 start=$SECONDS
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -112,6 +113,16 @@ rm -rf "$src/fastBPE-0.1.0"
 tar -xzf "$src/fastBPE-0.1.0.tar.gz" -C "$src" && rm "$src/fastBPE-0.1.0/fastBPE/fastBPE.cpp"
 "${pip[@]}" --no-build-isolation --no-deps "$src/fastBPE-0.1.0" >"$log" 2>&1 ||
   { cat "$log" >&2; echo "error: building fastBPE failed" >&2; exit 1; }
+# Hugging Face's converter of Marian's own checkpoints (.npz, the OPUS-MT releases): transformers' wheels leave it out
+# since 4.47, so it comes from the 4.46.3 sdist (sha256 checked), as the one file tools/make_import_fixtures.py loads
+converter_sdist=$src/transformers-4.46.3.tar.gz
+if ! echo "$transformers_sdist_sha256  $converter_sdist" | sha256sum -c --status 2>/dev/null; then
+  "$env/bin/python" -m pip download -q --disable-pip-version-check --no-deps --no-build-isolation \
+    --no-binary transformers -d "$src" transformers==4.46.3
+  echo "$transformers_sdist_sha256  $converter_sdist" | sha256sum -c --quiet
+fi
+tar -xzf "$converter_sdist" -C "$src" --strip-components=5 \
+  transformers-4.46.3/src/transformers/models/marian/convert_marian_to_pytorch.py
 site=$("$env/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$src/fairseq-0.12.2" >"$site/fairseq-0.12.2-src.pth"
 

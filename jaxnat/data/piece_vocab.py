@@ -99,7 +99,9 @@ class _Side:
 
     def join(self, pieces: list[str]) -> str:
         if self.kind == "spm":
-            return self.sp.decode_pieces(pieces)
+            # a joint vocabulary holds pieces the other side's model lacks, which decode_pieces copies with their
+            # "▁"; these read as spaces, as MarianTokenizer and fairseq's sentencepiece decoding read them
+            return self.sp.decode_pieces(pieces).replace("\u2581", " ").strip()
         text = (" ".join(pieces) + " ").replace("@@ ", "").rstrip()
         return self.demoses.detokenize(text.split())
 

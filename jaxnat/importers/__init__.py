@@ -1,6 +1,7 @@
 """`--mode import`: a model trained elsewhere written as an ordinary jaxnat workdir (docs/import.md).
 
-One module per source format reads its files into an `Imported` (`fairseq.read`, `marian.read`): the config
+One module per source format reads its files into an `Imported` (`fairseq.read`, `marian.read` for Hugging Face's
+MarianMTModel directories, `marian_npz.read` for Marian's own checkpoints): the config
 overrides that make jaxnat's model compute the original's function (`jaxnat.config`'s model conventions), the
 parameters in jaxnat's tree with the vocabulary's rows in jaxnat's id order (`remap_rows`), and the vocabulary
 (`jaxnat.data.piece_vocab`). `write_workdir` checks the parameters against the model the config builds and writes
@@ -66,9 +67,9 @@ def read(spec: str, dict_dir: str | None = None) -> Imported:
         from jaxnat.importers import fairseq
 
         return fairseq.read(path, dict_dir or os.path.dirname(os.path.abspath(path)))
-    from jaxnat.importers import marian
+    from jaxnat.importers import marian, marian_npz
 
-    return marian.read(path)
+    return marian_npz.read(path) if marian_npz.is_release(path) else marian.read(path)
 
 
 def _check_params(config, params: dict, vocab_sizes: tuple[int, int]) -> dict:

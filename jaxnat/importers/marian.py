@@ -1,6 +1,7 @@
 """Marian models as Hugging Face's `MarianMTModel` directories (the OPUS-MT layout): `config.json`, the weights
 (`model.safetensors`, else `pytorch_model.bin`), `source.spm` and `target.spm` (SentencePiece, used to cut text
-only) and `vocab.json` (the pieces' ids, one vocabulary for both sides). docs/import.md.
+only) and `vocab.json` (the pieces' ids, one vocabulary for both sides). docs/import.md. Marian's own checkpoints
+(`marian_npz`) are read into the same form and imported by `build`.
 
 Conventions bridged (Marian -> jaxnat): `<pad>`, `</s>`, `<unk>` become jaxnat's PAD, EOS, UNK rows and the other
 pieces follow jaxnat's six reserved ids in the vocabulary's order; BOS, PLH and MASK, which Marian lacks, are never
@@ -58,20 +59,32 @@ def _same_positions(table: np.ndarray, d: int) -> bool:
 
 def read(directory: str) -> Imported:
     if not os.path.isdir(directory):
-        raise DataError(f"{directory}: marian:DIR names a directory (save_pretrained's, with {', '.join(FILES)})")
+        raise DataError(f"{directory}: marian:DIR names a directory (save_pretrained's, with {', '.join(FILES)}, "
+                        f"or a Marian release's, with its .npz)")
     for name in FILES:
         if not os.path.isfile(os.path.join(directory, name)):
             raise DataError(f"{directory}: no {name} (a MarianMTModel directory holds {', '.join(FILES)})")
     cfg = _read_json(os.path.join(directory, "config.json"))
+    vocab = _read_json(os.path.join(directory, "vocab.json"))
+    tensors, where = _weights(directory)
+    return build(cfg, vocab, tensors, directory, {"format": "marian", "architecture": "MarianMTModel"},
+                 cfg_at=f"{directory}/config.json", vocab_at=f"{directory}/vocab.json", where=where)
+
+
+def build(cfg: dict, vocab: dict, tensors: dict, directory: str, about: dict, *, cfg_at: str, vocab_at: str,
+          where: str) -> Imported:
+    """The import of a MarianMTModel: its config.json as ``cfg``, vocab.json as ``vocab`` (piece -> id), its
+    parameters by Hugging Face's names in ``tensors``; source.spm and target.spm are read from ``directory``.
+    ``cfg_at``, ``vocab_at``, ``where``: the files these came from, for the errors."""
     if cfg.get("model_type") != "marian":
-        raise DataError(f"{directory}/config.json: model_type {cfg.get('model_type')!r}, not 'marian'")
+        raise DataError(f"{cfg_at}: model_type {cfg.get('model_type')!r}, not 'marian'")
     if not cfg.get("share_encoder_decoder_embeddings", True) or cfg.get("separate_vocabs", False):
         raise DataError(f"{directory}: Marian models with separate source and target vocabularies are not "
                         f"supported yet")
     for key, want in (("normalize_embedding", False), ("add_bias_logits", False), ("static_position_embeddings", True),
                       ("add_final_layer_norm", False)):
         if cfg.get(key, want) != want:
-            raise DataError(f"{directory}/config.json: {key}={cfg[key]!r} is not supported")
+            raise DataError(f"{cfg_at}: {key}={cfg[key]!r} is not supported")
     d = cfg["d_model"]
     if cfg.get("encoder_ffn_dim") != cfg.get("decoder_ffn_dim") or cfg.get(
             "encoder_attention_heads") != cfg.get("decoder_attention_heads"):
@@ -79,16 +92,14 @@ def read(directory: str) -> Imported:
     activation = {"gelu_new": "gelu_tanh", "silu": "swish"}.get(cfg.get("activation_function"),
                                                                cfg.get("activation_function"))
 
-    vocab = _read_json(os.path.join(directory, "vocab.json"))
     by_id = sorted(vocab.items(), key=lambda kv: kv[1])
     if [i for _, i in by_id] != list(range(len(by_id))):
-        raise DataError(f"{directory}/vocab.json: its ids are not 0 .. {len(by_id) - 1}, each once")
-    tensors, where = _weights(directory)
+        raise DataError(f"{vocab_at}: its ids are not 0 .. {len(by_id) - 1}, each once")
     state = StateDict(tensors, where)
     shared = state.take("model.shared.weight")
     if shared.shape[0] != len(by_id):
-        raise DataError(f"{directory}/vocab.json holds {len(by_id)} pieces, the model's embedding {shared.shape[0]} "
-                        f"rows: not this model's vocabulary")
+        raise DataError(f"{vocab_at} holds {len(by_id)} pieces, the model's embedding {shared.shape[0]} rows: not "
+                        f"this model's vocabulary")
     pad, eos, unk = cfg["pad_token_id"], cfg["eos_token_id"], vocab.get("<unk>")
     if unk is None or cfg.get("decoder_start_token_id", pad) != pad:
         raise DataError(f"{directory}: expected an <unk> piece and decoding started from <pad>")
@@ -140,5 +151,4 @@ def read(directory: str) -> Imported:
         "data.joint_vocab": True, "data.vocab_size": len(pieces), "data.max_len": min(max_len, 256),
         "eval.beam_size": int(cfg.get("num_beams", 4) or 4), "eval.max_len_a": 1.2, "eval.max_len_b": 10,
     }
-    about = {"format": "marian", "architecture": "MarianMTModel"}
     return Imported(overrides, params, settings, {"src": pieces, "tgt": list(pieces)}, files, about)

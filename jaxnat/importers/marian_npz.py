@@ -1,0 +1,225 @@
+"""Marian's own checkpoints: the `.npz` that Marian writes and OPUS-MT's and the Tatoeba Challenge's releases ship
+(`opus.spm32k-spm32k.transformer-align.model1.npz.best-perplexity.npz` beside `*.vocab.yml`, `decoder.yml`,
+`source.spm` and `target.spm`). docs/import.md.
+
+The reading is the one by which OPUS-MT's models reached Hugging Face (transformers' convert_marian_to_pytorch),
+done on the arrays: Marian's names and layouts become MarianMTModel's, and `marian.build` imports the result as it
+imports a Hugging Face directory. Marian keeps a layer's weights as [in, out] and its biases and layer-norm
+parameters as [1, out]. Its vocabulary has no padding piece: `<pad>` is appended with a zero embedding row and a
+zero output bias, and the decoder starts from it (Marian's decoder starts from a zero vector). Settings that
+conversion cannot express are refused with one line naming them. The file is read with
+`np.load(allow_pickle=False)` and the YAML with PyYAML's BaseLoader (strings, lists and maps only): data, no code.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+
+from jaxnat.errors import DataError
+from jaxnat.importers import Imported, marian
+
+CONFIG_KEY = "special:model.yml"
+# model.yml settings that MarianMTModel computes only at these values, each Marian's default where a file omits it:
+# post-norm layers ("dan": dropout, add, normalise), no embedding norm, self-attention decoders, two-layer FFNs,
+# sinusoidal positions (and tied-embeddings-all: true, one vocabulary for both sides, checked apart)
+REQUIRED = {
+    "type": "transformer", "transformer-preprocess": "", "transformer-postprocess": "dan",
+    "transformer-postprocess-emb": "d", "transformer-decoder-autoreg": "self-attention",
+    "transformer-ffn-depth": "2", "transformer-decoder-ffn-depth": "0", "transformer-no-projection": "false",
+    "transformer-train-position-embeddings": "false", "layer-normalization": "false", "right-left": "false",
+    "ulr": "false",
+}
+# Marian's activations as jaxnat names them. Marian's "gelu" is x * sigmoid(1.702 x), which neither jaxnat nor
+# MarianMTModel computes: refused.
+ACTIVATIONS = {"swish": "swish", "relu": "relu"}
+_PROJECTIONS = {"Wq": "q_proj.weight", "bq": "q_proj.bias", "Wk": "k_proj.weight", "bk": "k_proj.bias",
+                "Wv": "v_proj.weight", "bv": "v_proj.bias", "Wo": "out_proj.weight", "bo": "out_proj.bias"}
+# a layer's parameters: Marian's name after "encoder_l<i>_" / "decoder_l<i>_" -> MarianMTModel's after "layers.<i-1>."
+LAYER = {
+    **{f"self_{m}": f"self_attn.{h}" for m, h in _PROJECTIONS.items()},
+    "self_Wo_ln_scale": "self_attn_layer_norm.weight", "self_Wo_ln_bias": "self_attn_layer_norm.bias",
+    **{f"context_{m}": f"encoder_attn.{h}" for m, h in _PROJECTIONS.items()},
+    "context_Wo_ln_scale": "encoder_attn_layer_norm.weight", "context_Wo_ln_bias": "encoder_attn_layer_norm.bias",
+    "ffn_W1": "fc1.weight", "ffn_b1": "fc1.bias", "ffn_W2": "fc2.weight", "ffn_b2": "fc2.bias",
+    "ffn_ffn_ln_scale": "final_layer_norm.weight", "ffn_ffn_ln_bias": "final_layer_norm.bias",
+}
+
+
+def is_release(path: str) -> bool:
+    """Whether ``marian:PATH`` names Marian's own files: an .npz, or a directory that holds one and no
+    config.json (a Hugging Face directory has config.json)."""
+    if os.path.isfile(path):
+        return path.endswith(".npz")
+    return (os.path.isdir(path) and not os.path.exists(os.path.join(path, "config.json"))
+            and bool(glob.glob(os.path.join(glob.escape(path), "*.npz"))))
+
+
+def _yaml(text: str, where: str):
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CBaseLoader", yaml.BaseLoader))
+    except yaml.YAMLError as e:
+        raise DataError(f"{where}: not YAML ({str(e).splitlines()[0]})") from None
+
+
+def _yaml_file(path: str):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return _yaml(f.read(), path)
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: unreadable ({getattr(e, 'strerror', None) or e})") from None
+
+
+def _decoder_yml(directory: str) -> dict:
+    path = os.path.join(directory, "decoder.yml")
+    if not os.path.isfile(path):
+        return {}
+    found = _yaml_file(path)
+    if not isinstance(found, dict):
+        raise DataError(f"{path}: not a map of Marian's decoding options")
+    return found
+
+
+def _model_file(path: str, decoding: dict) -> str:
+    """The .npz ``path`` names: itself, or in a directory the one decoder.yml's `models` lists, else its only
+    model file (optimizer states left out)."""
+    if os.path.isfile(path):
+        return path
+    models = decoding.get("models")
+    if isinstance(models, list) and models and isinstance(models[0], str):
+        if len(models) > 1:
+            raise DataError(f"{path}/decoder.yml lists an ensemble of {len(models)} models; import one with "
+                            f"marian:{path}/{models[0]}")
+        return os.path.join(path, models[0])
+    found = sorted(f for f in glob.glob(os.path.join(glob.escape(path), "*.npz")) if not f.endswith(".optimizer.npz"))
+    if len(found) != 1:
+        raise DataError(f"{path} holds {len(found)} .npz files and no decoder.yml naming one; name the model: "
+                        f"marian:{found[0] if found else path + '/MODEL.npz'}")
+    return found[0]
+
+
+def _vocabulary(directory: str, decoding: dict) -> tuple[dict, str]:
+    """Marian's vocabulary (piece -> id) and its file: decoder.yml's `vocabs`, else the directory's *.vocab.yml."""
+    vocabs = decoding.get("vocabs")
+    if isinstance(vocabs, list) and vocabs and all(isinstance(v, str) for v in vocabs):
+        names = sorted(set(vocabs))
+    else:
+        names = sorted(os.path.basename(f) for f in glob.glob(os.path.join(glob.escape(directory), "*vocab.yml")))
+    if len(names) != 1:
+        raise DataError(f"{directory}: Marian models with separate source and target vocabularies are not supported "
+                        f"yet ({', '.join(names)})" if names else f"{directory}: no *.vocab.yml (Marian's vocabulary)")
+    path = os.path.join(directory, names[0])
+    if names[0].endswith(".spm"):
+        raise DataError(f"{path}: a SentencePiece model as Marian's vocabulary is not supported (the release's "
+                        f"*.vocab.yml is)")
+    found = _yaml_file(path)
+    if not isinstance(found, dict):
+        raise DataError(f"{path}: not a map of pieces to ids")
+    try:
+        vocab = {str(piece): int(i) for piece, i in found.items()}
+    except (TypeError, ValueError):
+        raise DataError(f"{path}: not a map of pieces to ids") from None
+    if "<pad>" in vocab:
+        raise DataError(f"{path} holds a <pad> piece; Marian's vocabularies have none")
+    return vocab, path
+
+
+def _settings(arrays, where: str) -> dict:
+    if CONFIG_KEY not in arrays:
+        raise DataError(f"{where}: no {CONFIG_KEY} (not a Marian model file)")
+    text = bytes(np.asarray(arrays[CONFIG_KEY]).astype(np.uint8)).decode("utf-8", "replace").rstrip("\0")
+    cfg = _yaml(text, f"{where} ({CONFIG_KEY})")
+    if not isinstance(cfg, dict):
+        raise DataError(f"{where}: {CONFIG_KEY} is not a map of Marian's options")
+    if cfg.get("tied-embeddings-all", "false") != "true":
+        raise DataError(f"{where}: Marian models with separate source and target vocabularies are not supported yet "
+                        f"(tied-embeddings-all: {cfg.get('tied-embeddings-all', 'false')})")
+    for key, want in REQUIRED.items():
+        if cfg.get(key, want) != want:
+            raise DataError(f"{where}: Marian's {key}: {cfg[key]!r} is not supported (jaxnat imports {want!r})")
+    if cfg.get("transformer-tied-layers", []) not in ([], ""):
+        raise DataError(f"{where}: Marian's transformer-tied-layers is not supported")
+    if cfg.get("transformer-decoder-dim-ffn", "0") not in ("0", cfg.get("transformer-dim-ffn")):
+        raise DataError(f"{where}: encoder and decoder of different shapes are not supported")
+    activation = cfg.get("transformer-ffn-activation", "swish")
+    if activation not in ACTIVATIONS:
+        raise DataError(f"{where}: Marian's transformer-ffn-activation: {activation!r} is not supported (swish or "
+                        f"relu; Marian's gelu is x·sigmoid(1.702x))")
+    try:
+        return {"activation": ACTIVATIONS[activation], **{k: int(cfg[k]) for k in (
+            "dim-emb", "enc-depth", "dec-depth", "transformer-heads", "transformer-dim-ffn")},
+            "version": str(cfg.get("version", "")), "dropout": float(cfg.get("transformer-dropout", 0.1))}
+    except KeyError as e:
+        raise DataError(f"{where}: {CONFIG_KEY} lacks {e.args[0]}") from None
+    except (TypeError, ValueError) as e:
+        raise DataError(f"{where}: {CONFIG_KEY}: {e}") from None
+
+
+def _tensors(arrays, layers: tuple[int, int], where: str) -> dict:
+    """Marian's arrays under MarianMTModel's names and layouts (torch's Linear: [out, in]; vectors flat)."""
+    out, seen = {}, {CONFIG_KEY}
+    for stack, depth in zip(("encoder", "decoder"), layers):
+        for i in range(1, depth + 1):
+            for name, hf in LAYER.items():
+                key = f"{stack}_l{i}_{name}"
+                if key not in arrays:
+                    if stack == "encoder" and name.startswith("context_"):
+                        continue
+                    raise DataError(f"{where}: no parameter {key} (not the transformer its model.yml describes?)")
+                matrix = hf.endswith(".weight") and "layer_norm" not in hf
+                out[f"model.{stack}.layers.{i - 1}.{hf}"] = arrays[key].T if matrix else arrays[key].reshape(-1)
+                seen.add(key)
+    if "Wemb" not in arrays or "decoder_ff_logit_out_b" not in arrays:
+        raise DataError(f"{where}: no Wemb and decoder_ff_logit_out_b (a shared vocabulary's embedding and output "
+                        f"bias)")
+    embedding, bias = arrays["Wemb"], arrays["decoder_ff_logit_out_b"].reshape(-1)
+    # <pad>, which Marian lacks: a zero embedding (the decoder's start) and a zero output bias
+    out["model.shared.weight"] = np.concatenate([embedding, np.zeros((1, embedding.shape[1]), embedding.dtype)])
+    out["final_logits_bias"] = np.concatenate([bias, np.zeros(1, bias.dtype)])
+    seen.update({"Wemb", "decoder_ff_logit_out_b"})
+    unused = sorted(set(arrays) - seen)
+    if unused:
+        raise DataError(f"{where}: parameters jaxnat's model would not use: {', '.join(unused[:3])}")
+    return out
+
+
+def read(path: str) -> Imported:
+    directory = path if os.path.isdir(path) else os.path.dirname(os.path.abspath(path))
+    decoding = _decoder_yml(directory)
+    where = _model_file(path, decoding)
+    try:
+        with np.load(where, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError) as e:
+        raise DataError(f"{where}: unreadable .npz file ({e})") from None
+    settings = _settings(arrays, where)
+    vocab, vocab_at = _vocabulary(directory, decoding)
+    for name in ("source.spm", "target.spm"):
+        if not os.path.isfile(os.path.join(directory, name)):
+            raise DataError(f"{directory}: no {name} (a Marian release's SentencePiece models cut the text)")
+    if "</s>" not in vocab:
+        raise DataError(f"{vocab_at}: no </s> piece")
+    rows = np.shape(arrays.get("Wemb"))[:1]
+    if rows and rows[0] != len(vocab):
+        raise DataError(f"{vocab_at} holds {len(vocab)} pieces, the model's embedding {rows[0]} rows: not this "
+                        f"model's vocabulary")
+    pad = len(vocab)
+    vocab["<pad>"] = pad
+    heads, ffn = settings["transformer-heads"], settings["transformer-dim-ffn"]
+    beam = decoding.get("beam-size", "4")
+    cfg = {  # what Hugging Face's conversion writes as the MarianMTModel's config.json
+        "model_type": "marian", "d_model": settings["dim-emb"], "encoder_layers": settings["enc-depth"],
+        "decoder_layers": settings["dec-depth"], "encoder_attention_heads": heads, "decoder_attention_heads": heads,
+        "encoder_ffn_dim": ffn, "decoder_ffn_dim": ffn, "activation_function": settings["activation"],
+        "pad_token_id": pad, "decoder_start_token_id": pad, "eos_token_id": vocab["</s>"],
+        "scale_embedding": True, "normalize_before": False, "tie_word_embeddings": True,
+        "dropout": settings["dropout"], "num_beams": int(beam) if str(beam).isdigit() else 4,
+    }
+    tensors = _tensors(arrays, (settings["enc-depth"], settings["dec-depth"]), where)
+    about = {"format": "marian", "architecture": "Marian transformer (.npz)", "marian_version": settings["version"]}
+    return marian.build(cfg, vocab, tensors, directory, about, cfg_at=f"{where} ({CONFIG_KEY})", vocab_at=vocab_at,
+                        where=where)
