@@ -17,7 +17,9 @@ directory holds the model as its library saves it and `expected.npz` + `expected
 * fairseq-nat/: a `cmlm_transformer`, `nonautoregressive_transformer` and `levenshtein_transformer`
   (`fairseq_nat_fixtures`);
 * marian/: `MarianMTModel.save_pretrained` (safetensors) with `MarianTokenizer.save_pretrained`'s files
-  (`source.spm`, `target.spm`, `vocab.json`).
+  (`source.spm`, `target.spm`, `vocab.json`);
+* marian-npz/: a checkpoint as Marian writes it, with an OPUS-MT release's files, and what MarianMTModel computes
+  once Hugging Face's converter has read it (`marian_npz_fixture`).
 Every parameter is drawn anew (biases and layer norms too), so that a convention missed anywhere shows.
 """
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds .refenv/ (ignored by git): a separate virtual environment holding the reference implementations that make
 # test fixtures and run side-by-side benchmarks: fairseq 0.12.2 (AR Transformer, CMLM, LevT, vanilla NAT,
-# constrained beam search) and Hugging Face transformers (MarianMTModel, OPUS-MT), on CPU PyTorch. It is never a
+# constrained beam search) and Hugging Face transformers (MarianMTModel, OPUS-MT, and the converter of Marian's own
+# checkpoints), on CPU PyTorch. It is never a
 # dependency of jaxnat itself: nothing in jaxnat, its extras or its tests may import torch, fairseq or transformers.
 # The conventions that differ between fairseq and jaxnat: ../shared/docs/reference-setup.md (from the checkout).
 #
