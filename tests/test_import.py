@@ -25,7 +25,7 @@ from tests import cli
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "import")
 SOURCES = {"fairseq": f"fairseq:{DATA}/fairseq/model.pt", "marian": f"marian:{DATA}/marian",
-           "marian-npz": f"marian:{DATA}/marian-npz"}
+           "marian-npz": f"marian:{DATA}/marian-npz", "marian-npz-separate": f"marian:{DATA}/marian-npz-separate"}
 
 
 def expected(kind):
@@ -35,29 +35,30 @@ def expected(kind):
         return {k: z[k] for k in z.files}, outputs
 
 
-def marian_vocab(kind):
-    """The Marian fixture's vocabulary as MarianMTModel numbers it: vocab.json, or Marian's vocab.yml with <pad>
-    appended (Hugging Face's conversion)."""
+def marian_vocab(kind, side):
+    """A Marian fixture's vocabulary of one side as MarianMTModel numbers it: vocab.json, or Marian's vocab.yml
+    (src.vocab.yml, trg.vocab.yml) with <pad> appended (Hugging Face's conversion)."""
     if kind == "marian":
         return json.load(open(os.path.join(DATA, "marian", "vocab.json"), encoding="utf-8"))
     import yaml
 
-    with open(os.path.join(DATA, "marian-npz", "opus.spm50-spm50.vocab.yml"), encoding="utf-8") as f:
+    name = {"marian-npz": "vocab", "marian-npz-separate": {"src": "src.vocab", "tgt": "trg.vocab"}[side]}[kind]
+    with open(os.path.join(DATA, kind, f"opus.spm50-spm50.{name}.yml"), encoding="utf-8") as f:
         vocab = {k: int(v) for k, v in yaml.load(f, Loader=yaml.BaseLoader).items()}
     return {**vocab, "<pad>": len(vocab)}
 
 
 def source_pad(kind):
     """The original's padding id (fairseq's <pad> 1; Marian's <pad>, its vocabulary's last)."""
-    return 1 if kind == "fairseq" else marian_vocab(kind)["<pad>"]
+    return 1 if kind == "fairseq" else marian_vocab(kind, "src")["<pad>"]
 
 
-def to_jaxnat(kind, ids):
-    """A source model's ids -> jaxnat's (the importers' row order: reserved tokens first)."""
+def to_jaxnat(kind, ids, side="tgt"):
+    """A source model's ids of one side -> jaxnat's (the importers' row order: reserved tokens first)."""
     ids = np.asarray(ids)
     if kind == "fairseq":  # <s> 0, <pad> 1, </s> 2, <unk> 3, words from 4
         return np.select([ids == 0, ids == 1, ids == 2, ids == 3], [BOS_ID, PAD_ID, EOS_ID, 3], ids + 2)
-    vocab = marian_vocab(kind)
+    vocab = marian_vocab(kind, side)
     pad, eos, unk = vocab["<pad>"], vocab["</s>"], vocab["<unk>"]
     others = sorted(i for i in vocab.values() if i not in (pad, eos, unk))
     table = np.zeros(len(vocab), np.int64)
@@ -94,7 +95,7 @@ def imported(request, tmp_path_factory):
 def test_log_probabilities_match_the_original(imported):
     kind, _, config, translator = imported
     arrays, _ = expected(kind)
-    src = to_jaxnat(kind, arrays["src_ids"])
+    src = to_jaxnat(kind, arrays["src_ids"], "src")
     pad_src = source_pad(kind)
     # jaxnat's sources: [BOS x EOS] left-aligned (fairseq's fixture pads on the left)
     rows = [[BOS_ID] + [int(t) for t, raw in zip(r, raw_r) if raw != pad_src]
@@ -121,7 +122,7 @@ def test_the_text_pipeline_is_the_models_own(imported):
     # sources: the same pieces as the original pipeline's (its ids without EOS and padding)
     pad_src = source_pad(kind)
     for text, ids in zip(outputs["src"], arrays["src_ids"]):
-        theirs = [int(t) for t in to_jaxnat(kind, [i for i in ids if i != pad_src])][:-1]
+        theirs = [int(t) for t in to_jaxnat(kind, [i for i in ids if i != pad_src], "src")][:-1]
         assert tok.encode([text], "src")[0] == theirs
     # targets: ids to text as the original detokenizes them
     for ids, text in zip(to_jaxnat(kind, arrays["tgt_ids"]), outputs["detok"]):
@@ -224,13 +225,31 @@ def test_a_marian_directory_without_its_tokenizer_is_refused(tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_marians_conversion_of_a_separate_vocabulary_model_imports_as_the_npz_does():
+    """A model with a vocabulary per side as Hugging Face's converter saved it (marian-npz-separate/hf:
+    vocab.json and target_vocab.json, two embedding matrices) imports exactly as its Marian .npz, which the tests
+    above hold to MarianMTModel's outputs."""
+    from jaxnat.importers import read
+
+    hf, npz = read(f"marian:{DATA}/marian-npz-separate/hf"), read(SOURCES["marian-npz-separate"])
+    assert hf.pieces == npz.pieces and hf.pieces["src"] != hf.pieces["tgt"]
+    lengths = ("model.max_len", "data.max_len")  # the converter's position table: d_model rows; the .npz's: 512
+    assert {k: v for k, v in hf.overrides.items() if k not in lengths} == {
+        k: v for k, v in npz.overrides.items() if k not in lengths}
+    assert hf.overrides["model.share_embeddings"] is False and hf.settings == npz.settings
+    flat = [dict(jax.tree_util.tree_flatten_with_path(x.params)[0]) for x in (hf, npz)]
+    assert flat[0].keys() == flat[1].keys() and "tgt_embed" in hf.params
+    for key, value in flat[0].items():
+        np.testing.assert_array_equal(value, flat[1][key], err_msg=jax.tree_util.keystr(key))
+
+
 NPZ = "opus.spm50-spm50.transformer-align.model1.npz.best-perplexity.npz"
 
 
 @pytest.mark.parametrize("damage, message", [
     ("pre-norm", "transformer-preprocess: 'n' is not supported"),
     ("gelu", "'gelu' is not supported"),
-    ("separate vocabularies", "separate source and target vocabularies are not supported"),
+    ("untied output", "target embedding .tied-embeddings: false. is not supported"),
     ("learned positions", "would not use: Wpos"),
     ("vocabulary", "holds 48 pieces, the model's embedding 49 rows"),
     ("not marian", "not a Marian model file"),
@@ -247,7 +266,7 @@ def test_a_marian_release_jaxnat_cannot_read_is_refused_in_one_line(tmp_path, da
     text = bytes(arrays["special:model.yml"].astype(np.uint8)).decode()
     edits = {"pre-norm": ("transformer-preprocess: ''", "transformer-preprocess: n"),
              "gelu": ("transformer-ffn-activation: swish", "transformer-ffn-activation: gelu"),
-             "separate vocabularies": ("tied-embeddings-all: true", "tied-embeddings-all: false")}
+             "untied output": ("tied-embeddings-all: true", "tied-embeddings-all: false")}
     if damage in edits:
         assert edits[damage][0] in text
         arrays["special:model.yml"] = np.frombuffer(text.replace(*edits[damage]).encode(), np.int8)

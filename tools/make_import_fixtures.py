@@ -19,7 +19,8 @@ directory holds the model as its library saves it and `expected.npz` + `expected
 * marian/: `MarianMTModel.save_pretrained` (safetensors) with `MarianTokenizer.save_pretrained`'s files
   (`source.spm`, `target.spm`, `vocab.json`);
 * marian-npz/: a checkpoint as Marian writes it, with an OPUS-MT release's files, and what MarianMTModel computes
-  once Hugging Face's converter has read it (`marian_npz_fixture`).
+  once Hugging Face's converter has read it (`marian_npz_fixture`); marian-npz-separate/ the same with a
+  vocabulary per side, and hf/ in it the converted model as `save_pretrained` writes it.
 Every parameter is drawn anew (biases and layer norms too), so that a convention missed anywhere shows.
 """
 
@@ -349,15 +350,19 @@ def spm_pair(directory: str, normalization: str = "nmt_nfkc") -> dict:
                                        normalization_rule_name=normalization)
         with open(os.path.join(directory, f"{name}.spm"), "wb") as f:
             f.write(proto.getvalue())
-    pieces = {}
-    for name in ("source", "target"):
+    return marian_vocabulary(directory, ("source", "target"))
+
+
+def marian_vocabulary(directory: str, sides: tuple) -> dict:
+    """</s> 0, <unk> 1, then the pieces of the SentencePiece models ``sides`` (source, target) in turn."""
+    import sentencepiece as spm
+
+    vocab = {"</s>": 0, "<unk>": 1}
+    for name in sides:
         sp = spm.SentencePieceProcessor(model_file=os.path.join(directory, f"{name}.spm"))
         for i in range(sp.get_piece_size()):
             if not sp.is_control(i) and not sp.is_unknown(i):
-                pieces.setdefault(sp.id_to_piece(i), None)
-    vocab = {"</s>": 0, "<unk>": 1}
-    for p in pieces:
-        vocab.setdefault(p, len(vocab))
+                vocab.setdefault(sp.id_to_piece(i), len(vocab))
     return vocab
 
 
@@ -423,11 +428,13 @@ MARIAN_YML = {  # a Marian transformer's model.yml as OPUS-MT's releases hold it
     "dec-cell-base-depth": 2, "dec-cell-high-depth": 1, "version": "v1.9.56 jaxnat-fixture"}
 
 
-def marian_npz_fixture(out: str) -> None:
+def marian_npz_fixture(out: str, separate: bool = False) -> None:
     """A Marian checkpoint as Marian saves it (`model.npz` with its configuration under `special:model.yml`,
     `*.vocab.yml`, `decoder.yml`, `source.spm`, `target.spm`: an OPUS-MT release's files), then converted by Hugging
     Face's own converter (transformers 4.46.3's convert_marian_to_pytorch, which tools/reference_env.sh unpacks), whose
-    MarianMTModel (float32; the converter's `convert` would save it in float16) computes the expected outputs."""
+    MarianMTModel (float32; the converter's `convert` would save it in float16) computes the expected outputs.
+    ``separate``: a vocabulary and an embedding per side (the same pieces, each side's own first, in another order),
+    and the converted model saved as a Hugging Face directory too (hf/)."""
     import importlib.util
 
     import yaml
@@ -440,19 +447,31 @@ def marian_npz_fixture(out: str) -> None:
 
     os.makedirs(out, exist_ok=True)
     vocab = spm_pair(out, normalization="identity")  # identity: small .spm files
-    names = {"model": "opus.spm50-spm50.transformer-align.model1.npz.best-perplexity.npz",
-             "vocab": "opus.spm50-spm50.vocab.yml"}
-    with open(os.path.join(out, names["vocab"]), "w", encoding="utf-8") as f:
-        yaml.safe_dump(vocab, f, allow_unicode=True, sort_keys=False)
+    names = {"model": "opus.spm50-spm50.transformer-align.model1.npz.best-perplexity.npz"}
+    if separate:
+        vocabs = {"src.vocab.yml": marian_vocabulary(out, ("source", "target")),
+                  "trg.vocab.yml": marian_vocabulary(out, ("target", "source"))}
+    else:
+        vocabs = {"vocab.yml": vocab}
+    for name, pieces in vocabs.items():
+        with open(os.path.join(out, f"opus.spm50-spm50.{name}"), "w", encoding="utf-8") as f:
+            yaml.safe_dump(pieces, f, allow_unicode=True, sort_keys=False)
+    listed = [f"opus.spm50-spm50.{name}" for name in vocabs] * (1 if separate else 2)
     with open(os.path.join(out, "decoder.yml"), "w", encoding="utf-8") as f:
-        yaml.safe_dump({"models": [names["model"]], "vocabs": [names["vocab"]] * 2, "beam-size": 4,
+        yaml.safe_dump({"models": [names["model"]], "vocabs": listed, "beam-size": 4,
                         "normalize": 0.6, "word-penalty": 0, "mini-batch": 16, "maxi-batch": 100,
                         "maxi-batch-sort": "src", "relative-paths": True}, f, sort_keys=False)
     cfg = dict(MARIAN_YML, **{"dim-vocabs": [len(vocab)] * 2})
     d, ffn = cfg["dim-emb"], cfg["transformer-dim-ffn"]
-    rng = np.random.default_rng(3)
-    params = {"Wemb": 0.3 * rng.standard_normal((len(vocab), d)),
-              "decoder_ff_logit_out_b": 0.5 * rng.standard_normal((1, len(vocab)))}
+    if separate:  # the embeddings tied to the output layer, not to each other
+        cfg.update({"tied-embeddings-all": False, "tied-embeddings-src": False, "tied-embeddings": True})
+        rng = np.random.default_rng(4)
+        params = {"encoder_Wemb": 0.3 * rng.standard_normal((len(vocab), d)),
+                  "decoder_Wemb": 0.3 * rng.standard_normal((len(vocab), d))}
+    else:
+        rng = np.random.default_rng(3)
+        params = {"Wemb": 0.3 * rng.standard_normal((len(vocab), d))}
+    params["decoder_ff_logit_out_b"] = 0.5 * rng.standard_normal((1, len(vocab)))
 
     def block(prefix: str, names_: list) -> None:  # Marian's layout: W [in, out], b and ln_* [1, out]
         for n in names_:
@@ -477,7 +496,7 @@ def marian_npz_fixture(out: str) -> None:
 
     work = tempfile.mkdtemp()  # the converter writes vocab.json and tokenizer_config.json into the model's directory
     try:
-        shutil.copytree(out, os.path.join(work, "en-de"), ignore=shutil.ignore_patterns("expected.*"))
+        shutil.copytree(out, os.path.join(work, "en-de"), ignore=shutil.ignore_patterns("expected.*", "hf"))
         state = converter.OpusState(converter.Path(work) / "en-de")
         model = state.load_marian_model().eval()
         tok = state.tokenizer
@@ -485,6 +504,10 @@ def marian_npz_fixture(out: str) -> None:
         shutil.rmtree(work)
     for file in ("vocab.json", "tokenizer_config.json"):  # not part of Marian's release
         assert not os.path.exists(os.path.join(out, file))
+    if separate:
+        assert tok.separate_vocabs and not model.config.share_encoder_decoder_embeddings
+        model.save_pretrained(os.path.join(out, "hf"), safe_serialization=True)
+        tok.save_pretrained(os.path.join(out, "hf"))
     marian_expected(out, model, tok)
 
 
@@ -496,7 +519,7 @@ def write_expected(out: str, arrays: dict, outputs: dict, name: str = "expected"
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", choices=("fairseq", "fairseq-nat", "marian", "marian-npz"))
+    parser.add_argument("--only", choices=("fairseq", "fairseq-nat", "marian", "marian-npz", "marian-npz-separate"))
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     np.random.seed(0)
@@ -508,6 +531,8 @@ def main(argv=None) -> int:
         marian_fixture(os.path.join(ROOT, "marian"))
     if args.only in (None, "marian", "marian-npz"):
         marian_npz_fixture(os.path.join(ROOT, "marian-npz"))
+    if args.only in (None, "marian", "marian-npz-separate"):
+        marian_npz_fixture(os.path.join(ROOT, "marian-npz-separate"), separate=True)
     print(f"wrote {os.path.normpath(ROOT)}")
     return 0
 

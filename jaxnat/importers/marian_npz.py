@@ -6,7 +6,9 @@ The reading is the one by which OPUS-MT's models reached Hugging Face (transform
 done on the arrays: Marian's names and layouts become MarianMTModel's, and `marian.build` imports the result as it
 imports a Hugging Face directory. Marian keeps a layer's weights as [in, out] and its biases and layer-norm
 parameters as [1, out]. Its vocabulary has no padding piece: `<pad>` is appended with a zero embedding row and a
-zero output bias, and the decoder starts from it (Marian's decoder starts from a zero vector). Settings that
+zero output bias, and the decoder starts from it (Marian's decoder starts from a zero vector). One vocabulary
+(`tied-embeddings-all` or `-src`: `Wemb`) or one per side (`encoder_Wemb`, `decoder_Wemb`, decoder.yml's two
+`vocabs` or `*.src.vocab.yml` and `*.trg.vocab.yml`); the output layer is the target embedding. Settings that
 conversion cannot express are refused with one line naming them. The file is read with
 `np.load(allow_pickle=False)` and the YAML with PyYAML's BaseLoader (strings, lists and maps only): data, no code.
 """
@@ -24,7 +26,7 @@ from jaxnat.importers import Imported, marian
 CONFIG_KEY = "special:model.yml"
 # model.yml settings that MarianMTModel computes only at these values, each Marian's default where a file omits it:
 # post-norm layers ("dan": dropout, add, normalise), no embedding norm, self-attention decoders, two-layer FFNs,
-# sinusoidal positions (and tied-embeddings-all: true, one vocabulary for both sides, checked apart)
+# sinusoidal positions
 REQUIRED = {
     "type": "transformer", "transformer-preprocess": "", "transformer-postprocess": "dan",
     "transformer-postprocess-emb": "d", "transformer-decoder-autoreg": "self-attention",
@@ -102,18 +104,30 @@ def _model_file(path: str, decoding: dict) -> str:
     return found[0]
 
 
-def _vocabulary(directory: str, decoding: dict) -> tuple[dict, str]:
-    """Marian's vocabulary (piece -> id) and its file: decoder.yml's `vocabs`, else the directory's *.vocab.yml."""
+def _vocabulary_files(directory: str, decoding: dict, shared: bool) -> dict:
+    """{"src", "tgt"}: the paths of Marian's vocabularies, from decoder.yml's `vocabs`, else the directory's
+    *.vocab.yml (one shared) or *.src.vocab.yml and *.trg.vocab.yml."""
     vocabs = decoding.get("vocabs")
-    if isinstance(vocabs, list) and vocabs and all(isinstance(v, str) for v in vocabs):
-        names = sorted(set(vocabs))
+    if isinstance(vocabs, list) and len(vocabs) == 2 and all(isinstance(v, str) for v in vocabs):
+        names = {"src": vocabs[0], "tgt": vocabs[0] if shared else vocabs[1]}
     else:
-        names = sorted(os.path.basename(f) for f in glob.glob(os.path.join(glob.escape(directory), "*vocab.yml")))
-    if len(names) != 1:
-        raise DataError(f"{directory}: Marian models with separate source and target vocabularies are not supported "
-                        f"yet ({', '.join(names)})" if names else f"{directory}: no *.vocab.yml (Marian's vocabulary)")
-    path = os.path.join(directory, names[0])
-    if names[0].endswith(".spm"):
+        def only(pattern: str, what: str) -> str:
+            found = sorted(f for f in glob.glob(os.path.join(glob.escape(directory), pattern))
+                           if shared != f.endswith(("src.vocab.yml", "trg.vocab.yml")))
+            if len(found) != 1:
+                raise DataError(f"{directory}: {len(found)} files {pattern} ({what}) and no decoder.yml naming one")
+            return os.path.basename(found[0])
+
+        names = (dict.fromkeys(("src", "tgt"), only("*vocab.yml", "Marian's vocabulary")) if shared else
+                 {"src": only("*src.vocab.yml", "the source vocabulary"),
+                  "tgt": only("*trg.vocab.yml", "the target vocabulary")})
+    return {side: os.path.join(directory, name) for side, name in names.items()}
+
+
+def _vocabulary(path: str, rows: int) -> dict:
+    """Marian's vocabulary file (piece -> id), checked against the ``rows`` of its embedding."""
+    name = os.path.basename(path)
+    if name.endswith(".spm"):
         raise DataError(f"{path}: a SentencePiece model as Marian's vocabulary is not supported (the release's "
                         f"*.vocab.yml is)")
     found = _yaml_file(path)
@@ -125,7 +139,12 @@ def _vocabulary(directory: str, decoding: dict) -> tuple[dict, str]:
         raise DataError(f"{path}: not a map of pieces to ids") from None
     if "<pad>" in vocab:
         raise DataError(f"{path} holds a <pad> piece; Marian's vocabularies have none")
-    return vocab, path
+    if "</s>" not in vocab:
+        raise DataError(f"{path}: no </s> piece")
+    if rows != len(vocab):
+        raise DataError(f"{path} holds {len(vocab)} pieces, the model's embedding {rows} rows: not this model's "
+                        f"vocabulary")
+    return vocab
 
 
 def _settings(arrays, where: str) -> dict:
@@ -135,9 +154,14 @@ def _settings(arrays, where: str) -> dict:
     cfg = _yaml(text, f"{where} ({CONFIG_KEY})")
     if not isinstance(cfg, dict):
         raise DataError(f"{where}: {CONFIG_KEY} is not a map of Marian's options")
-    if cfg.get("tied-embeddings-all", "false") != "true":
-        raise DataError(f"{where}: Marian models with separate source and target vocabularies are not supported yet "
-                        f"(tied-embeddings-all: {cfg.get('tied-embeddings-all', 'false')})")
+    tied_all = cfg.get("tied-embeddings-all", "false") == "true"
+    if not tied_all and cfg.get("tied-embeddings", "false") != "true":
+        raise DataError(f"{where}: an output layer apart from the target embedding (tied-embeddings: false) is not "
+                        f"supported")
+    vocab_sizes = cfg.get("dim-vocabs", [])
+    if not isinstance(vocab_sizes, list) or len(set(vocab_sizes)) > 1:
+        raise DataError(f"{where}: source and target vocabularies of different sizes ({vocab_sizes}) are not "
+                        f"supported")
     for key, want in REQUIRED.items():
         if cfg.get(key, want) != want:
             raise DataError(f"{where}: Marian's {key}: {cfg[key]!r} is not supported (jaxnat imports {want!r})")
@@ -150,7 +174,8 @@ def _settings(arrays, where: str) -> dict:
         raise DataError(f"{where}: Marian's transformer-ffn-activation: {activation!r} is not supported (swish or "
                         f"relu; Marian's gelu is x·sigmoid(1.702x))")
     try:
-        return {"activation": ACTIVATIONS[activation], **{k: int(cfg[k]) for k in (
+        return {"activation": ACTIVATIONS[activation],
+                "shared": tied_all or cfg.get("tied-embeddings-src", "false") == "true", **{k: int(cfg[k]) for k in (
             "dim-emb", "enc-depth", "dec-depth", "transformer-heads", "transformer-dim-ffn")},
             "version": str(cfg.get("version", "")), "dropout": float(cfg.get("transformer-dropout", 0.1))}
     except KeyError as e:
@@ -159,8 +184,9 @@ def _settings(arrays, where: str) -> dict:
         raise DataError(f"{where}: {CONFIG_KEY}: {e}") from None
 
 
-def _tensors(arrays, layers: tuple[int, int], where: str) -> dict:
-    """Marian's arrays under MarianMTModel's names and layouts (torch's Linear: [out, in]; vectors flat)."""
+def _tensors(arrays, layers: tuple[int, int], shared: bool, where: str) -> dict:
+    """Marian's arrays under MarianMTModel's names and layouts (torch's Linear: [out, in]; vectors flat), with
+    <pad>'s rows appended."""
     out, seen = {}, {CONFIG_KEY}
     for stack, depth in zip(("encoder", "decoder"), layers):
         for i in range(1, depth + 1):
@@ -173,14 +199,17 @@ def _tensors(arrays, layers: tuple[int, int], where: str) -> dict:
                 matrix = hf.endswith(".weight") and "layer_norm" not in hf
                 out[f"model.{stack}.layers.{i - 1}.{hf}"] = arrays[key].T if matrix else arrays[key].reshape(-1)
                 seen.add(key)
-    if "Wemb" not in arrays or "decoder_ff_logit_out_b" not in arrays:
-        raise DataError(f"{where}: no Wemb and decoder_ff_logit_out_b (a shared vocabulary's embedding and output "
-                        f"bias)")
-    embedding, bias = arrays["Wemb"], arrays["decoder_ff_logit_out_b"].reshape(-1)
+    embeddings = {"Wemb": "model.shared.weight"} if shared else {
+        "encoder_Wemb": "model.encoder.embed_tokens.weight", "decoder_Wemb": "model.decoder.embed_tokens.weight"}
+    for name in (*embeddings, "decoder_ff_logit_out_b"):
+        if name not in arrays:
+            raise DataError(f"{where}: no parameter {name} (not the vocabulary layout its model.yml describes?)")
     # <pad>, which Marian lacks: a zero embedding (the decoder's start) and a zero output bias
-    out["model.shared.weight"] = np.concatenate([embedding, np.zeros((1, embedding.shape[1]), embedding.dtype)])
+    for name, hf in embeddings.items():
+        out[hf] = np.concatenate([arrays[name], np.zeros((1, arrays[name].shape[1]), arrays[name].dtype)])
+    bias = arrays["decoder_ff_logit_out_b"].reshape(-1)
     out["final_logits_bias"] = np.concatenate([bias, np.zeros(1, bias.dtype)])
-    seen.update({"Wemb", "decoder_ff_logit_out_b"})
+    seen.update({*embeddings, "decoder_ff_logit_out_b"})
     unused = sorted(set(arrays) - seen)
     if unused:
         raise DataError(f"{where}: parameters jaxnat's model would not use: {', '.join(unused[:3])}")
@@ -197,29 +226,29 @@ def read(path: str) -> Imported:
     except (OSError, ValueError, EOFError) as e:
         raise DataError(f"{where}: unreadable .npz file ({e})") from None
     settings = _settings(arrays, where)
-    vocab, vocab_at = _vocabulary(directory, decoding)
+    shared = settings["shared"]
+    tensors = _tensors(arrays, (settings["enc-depth"], settings["dec-depth"]), shared, where)
+    vocab_at = _vocabulary_files(directory, decoding, shared)
+    rows = {side: tensors["model.shared.weight" if shared else f"model.{stack}.embed_tokens.weight"].shape[0] - 1
+            for side, stack in (("src", "encoder"), ("tgt", "decoder"))}
+    vocabs = {side: _vocabulary(vocab_at[side], rows[side]) for side in ("src", "tgt")}
     for name in ("source.spm", "target.spm"):
         if not os.path.isfile(os.path.join(directory, name)):
             raise DataError(f"{directory}: no {name} (a Marian release's SentencePiece models cut the text)")
-    if "</s>" not in vocab:
-        raise DataError(f"{vocab_at}: no </s> piece")
-    rows = np.shape(arrays.get("Wemb"))[:1]
-    if rows and rows[0] != len(vocab):
-        raise DataError(f"{vocab_at} holds {len(vocab)} pieces, the model's embedding {rows[0]} rows: not this "
-                        f"model's vocabulary")
-    pad = len(vocab)
-    vocab["<pad>"] = pad
+    pad = rows["tgt"]
+    for vocab in vocabs.values():
+        vocab["<pad>"] = pad
     heads, ffn = settings["transformer-heads"], settings["transformer-dim-ffn"]
     beam = decoding.get("beam-size", "4")
     cfg = {  # what Hugging Face's conversion writes as the MarianMTModel's config.json
         "model_type": "marian", "d_model": settings["dim-emb"], "encoder_layers": settings["enc-depth"],
         "decoder_layers": settings["dec-depth"], "encoder_attention_heads": heads, "decoder_attention_heads": heads,
         "encoder_ffn_dim": ffn, "decoder_ffn_dim": ffn, "activation_function": settings["activation"],
-        "pad_token_id": pad, "decoder_start_token_id": pad, "eos_token_id": vocab["</s>"],
+        "pad_token_id": pad, "decoder_start_token_id": pad, "eos_token_id": vocabs["tgt"]["</s>"],
         "scale_embedding": True, "normalize_before": False, "tie_word_embeddings": True,
+        "share_encoder_decoder_embeddings": shared,
         "dropout": settings["dropout"], "num_beams": int(beam) if str(beam).isdigit() else 4,
     }
-    tensors = _tensors(arrays, (settings["enc-depth"], settings["dec-depth"]), where)
     about = {"format": "marian", "architecture": "Marian transformer (.npz)", "marian_version": settings["version"]}
-    return marian.build(cfg, vocab, tensors, directory, about, cfg_at=f"{where} ({CONFIG_KEY})", vocab_at=vocab_at,
-                        where=where)
+    return marian.build(cfg, vocabs, tensors, directory, about, cfg_at=f"{where} ({CONFIG_KEY})",
+                        vocab_at=vocab_at, where=where)
