@@ -86,6 +86,13 @@ def _decoder_yml(directory: str) -> dict:
     return found
 
 
+def _listed(directory: str, name: str) -> str:
+    """A file decoder.yml names, relative to its directory (Marian's relative-paths); a path from the machine that
+    wrote it is looked up by its name beside decoder.yml."""
+    path = os.path.join(directory, name)
+    return path if os.path.exists(path) else os.path.join(directory, os.path.basename(name))
+
+
 def _model_file(path: str, decoding: dict) -> str:
     """The .npz ``path`` names: itself, or in a directory the one decoder.yml's `models` lists, else its only
     model file (optimizer states left out)."""
@@ -96,7 +103,7 @@ def _model_file(path: str, decoding: dict) -> str:
         if len(models) > 1:
             raise DataError(f"{path}/decoder.yml lists an ensemble of {len(models)} models; import one with "
                             f"marian:{path}/{models[0]}")
-        return os.path.join(path, models[0])
+        return _listed(path, models[0])
     found = sorted(f for f in glob.glob(os.path.join(glob.escape(path), "*.npz")) if not f.endswith(".optimizer.npz"))
     if len(found) != 1:
         raise DataError(f"{path} holds {len(found)} .npz files and no decoder.yml naming one; name the model: "
@@ -121,7 +128,7 @@ def _vocabulary_files(directory: str, decoding: dict, shared: bool) -> dict:
         names = (dict.fromkeys(("src", "tgt"), only("*vocab.yml", "Marian's vocabulary")) if shared else
                  {"src": only("*src.vocab.yml", "the source vocabulary"),
                   "tgt": only("*trg.vocab.yml", "the target vocabulary")})
-    return {side: os.path.join(directory, name) for side, name in names.items()}
+    return {side: _listed(directory, name) for side, name in names.items()}
 
 
 def _vocabulary(path: str, rows: int) -> dict:
