@@ -394,7 +394,8 @@ def marian_fixture(out: str) -> None:
 
 def marian_expected(out: str, model, tok) -> None:
     """What a MarianMTModel computes on the fixture's sentences: teacher-forced log-probabilities, greedy and beam-4
-    outputs of generate(max_new_tokens=20), the targets detokenized."""
+    outputs of generate(max_new_tokens=20), the targets detokenized; where the vocabulary holds target-language
+    tokens, the ids MarianTokenizer gives sources that start with one (or with one it lacks)."""
     config = model.config
     batch = tok(SRC, return_tensors="pt", padding=True)
     labels = tok(text_target=TGT, return_tensors="pt", padding=True)["input_ids"]
@@ -413,9 +414,14 @@ def marian_expected(out: str, model, tok) -> None:
         outputs[f"beam{beam}"] = gen.tolist()
         outputs[f"beam{beam}_text"] = tok.batch_decode(gen, skip_special_tokens=True)
     outputs["detok"] = tok.batch_decode(labels, skip_special_tokens=True)
+    if LANGUAGE_CODES[0] in tok.get_vocab():
+        outputs["coded"] = [f"{LANGUAGE_CODES[0]} {SRC[0]}", f"{LANGUAGE_CODES[1]}{SRC[1]}", f">>xx<< {SRC[2]}",
+                            f"a >>de<< {SRC[3]}"]
+        outputs["coded_ids"] = tok(outputs["coded"])["input_ids"]
     write_expected(out, expected, outputs)
 
 
+LANGUAGE_CODES = (">>deu<<", ">>fra<<")
 MARIAN_YML = {  # a Marian transformer's model.yml as OPUS-MT's releases hold it (the options the converter reads)
     "type": "transformer", "dim-emb": 32, "enc-depth": 2, "dec-depth": 2, "transformer-heads": 2,
     "transformer-dim-ffn": 48, "transformer-ffn-depth": 2, "transformer-ffn-activation": "swish",
@@ -451,8 +457,8 @@ def marian_npz_fixture(out: str, separate: bool = False) -> None:
     if separate:
         vocabs = {"src.vocab.yml": marian_vocabulary(out, ("source", "target")),
                   "trg.vocab.yml": marian_vocabulary(out, ("target", "source"))}
-    else:
-        vocabs = {"vocab.yml": vocab}
+    else:  # with target-language tokens, as a multilingual OPUS-MT model's vocabulary holds them
+        vocabs = {"vocab.yml": {**vocab, **{code: len(vocab) + i for i, code in enumerate(LANGUAGE_CODES)}}}
     for name, pieces in vocabs.items():
         with open(os.path.join(out, f"opus.spm50-spm50.{name}"), "w", encoding="utf-8") as f:
             yaml.safe_dump(pieces, f, allow_unicode=True, sort_keys=False)
@@ -461,6 +467,7 @@ def marian_npz_fixture(out: str, separate: bool = False) -> None:
         yaml.safe_dump({"models": [names["model"]], "vocabs": listed, "beam-size": 4,
                         "normalize": 0.6, "word-penalty": 0, "mini-batch": 16, "maxi-batch": 100,
                         "maxi-batch-sort": "src", "relative-paths": True}, f, sort_keys=False)
+    vocab = vocabs["vocab.yml"] if not separate else vocab
     cfg = dict(MARIAN_YML, **{"dim-vocabs": [len(vocab)] * 2})
     d, ffn = cfg["dim-emb"], cfg["transformer-dim-ffn"]
     if separate:  # the embeddings tied to the output layer, not to each other

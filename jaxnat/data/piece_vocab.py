@@ -2,9 +2,10 @@
 its own segmentation of text into pieces, behind the interface of `jaxnat.data.tokenizer.Tokenizer`.
 
 A workdir's `vocab/` holds `tokenizer.json` ({"segmenter": "spm" | "bpe", "joint": bool (one vocabulary for
-both sides, each side still cutting text its own way), per side "pieces" and "spm" file names or the Moses
-language, "codes", the Moses settings}), one `<side>.pieces` file per side (one piece a line, line i =
-id i: jaxnat's reserved tokens at ids 0..5, then the model's pieces in its own order) and the segmenter's files:
+both sides, each side still cutting text its own way), "language_codes": bool (Marian's: a leading ">>xx<<" is one
+piece), per side "pieces" and "spm" file names or the Moses language, "codes", the Moses settings}), one
+`<side>.pieces` file per side (one piece a line, line i = id i: jaxnat's reserved tokens at ids 0..5, then the
+model's pieces in its own order) and the segmenter's files:
 * "spm": a SentencePiece model per side, used only to cut text into pieces and join pieces into text (its ids are
   not the model's: Marian's `source.spm`/`target.spm` with `vocab.json`, fairseq's `--bpe sentencepiece`);
 * "bpe": subword-nmt BPE codes over Moses tokens (fairseq's `--tokenizer moses --bpe subword_nmt`): "@@ " marks a
@@ -66,6 +67,7 @@ class _Side:
         for i, p in enumerate(self.pieces):
             self.ids.setdefault(p, i)
         self.kind = settings["segmenter"]
+        self.language_codes = bool(settings.get("language_codes"))
         if self.kind == "spm":
             import sentencepiece as spm
 
@@ -92,7 +94,12 @@ class _Side:
 
     def cut(self, text: str) -> list[str]:
         if self.kind == "spm":
-            return self.sp.encode(text, out_type=str)
+            code = []
+            # Marian's multilingual models read a leading target-language token (">>fra<< ...") as one piece, as
+            # MarianTokenizer cuts it (a code the vocabulary lacks is then UNK)
+            if self.language_codes and text.startswith(">>") and (end := text.find("<<")) != -1:
+                code, text = [text[:end + 2]], text[end + 2:]
+            return code + self.sp.encode(text, out_type=str)
         tokens = self.moses.tokenize(text, aggressive_dash_splits=self.dash_splits, escape=self.escape,
                                      return_str=True)
         return self.bpe.process_line(tokens).split()

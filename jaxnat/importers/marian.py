@@ -164,7 +164,8 @@ def build(cfg: dict, vocabs: dict, tensors: dict, directory: str, about: dict, *
     for name in ("source.spm", "target.spm"):
         with open(os.path.join(directory, name), "rb") as f:
             files[name] = f.read()
-    settings = {"segmenter": "spm", "joint": shared, "src": {"spm": "source.spm"}, "tgt": {"spm": "target.spm"}}
+    settings = {"segmenter": "spm", "joint": shared, "language_codes": True, "src": {"spm": "source.spm"},
+                "tgt": {"spm": "target.spm"}}
     max_len = cfg.get("max_position_embeddings", 512)
     overrides = {
         "model.name": "ar", "model.d_model": d, "model.ffn_dim": cfg["encoder_ffn_dim"], "model.num_heads": heads[0],
