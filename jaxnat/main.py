@@ -50,7 +50,8 @@ def parse_args(argv):
                         help="translate: output file (default stdout); distill: output directory (required)")
     parser.add_argument("--from", dest="source", metavar="FORMAT:PATH",
                         help="import: the model to import, fairseq:FILE.pt, marian:DIR (Hugging Face's or a "
-                             "Marian release's) or marian:FILE.npz")
+                             "Marian release's), marian:FILE.npz or marian:ORG/NAME (from the local Hugging Face "
+                             "cache)")
     parser.add_argument("--dict-dir", help="import from fairseq: the directory of the model's dict.<lang>.txt and "
                                            "BPE files (default: the checkpoint's)")
     args, rest = parser.parse_known_args(argv)

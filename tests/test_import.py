@@ -247,6 +247,31 @@ def test_marians_conversion_of_a_separate_vocabulary_model_imports_as_the_npz_do
         np.testing.assert_array_equal(value, flat[1][key], err_msg=jax.tree_util.keystr(key))
 
 
+def test_a_hugging_face_model_id_is_read_from_the_local_cache(tmp_path, monkeypatch):
+    """marian:ORG/NAME finds the snapshot that refs/main names in the Hugging Face cache (files as links into
+    blobs/, huggingface_hub's layout), @REVISION another; an id the cache lacks names the download command, and
+    nothing is downloaded."""
+    cache = tmp_path / "hub"
+    root = cache / "models--Helsinki-NLP--opus-mt-en-de"
+    for commit in ("c0ffee", "beef"):
+        (root / "snapshots" / commit).mkdir(parents=True)
+    (root / "blobs").mkdir()
+    for f in os.listdir(os.path.join(DATA, "marian")):
+        if not f.startswith("expected"):
+            shutil.copy(os.path.join(DATA, "marian", f), root / "blobs" / f)
+            os.symlink(root / "blobs" / f, root / "snapshots" / "c0ffee" / f)
+    (root / "refs").mkdir()
+    (root / "refs" / "main").write_text("c0ffee")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    assert "MarianMTModel" in write_workdir("marian:Helsinki-NLP/opus-mt-en-de", str(tmp_path / "run"))
+    about = json.load(open(tmp_path / "run" / "imported.json"))
+    assert about["path"].endswith("snapshots/c0ffee") and about["from"] == "marian:Helsinki-NLP/opus-mt-en-de"
+    with pytest.raises(DataError, match="no config.json"):  # the other snapshot: empty
+        write_workdir("marian:Helsinki-NLP/opus-mt-en-de@beef", str(tmp_path / "run2"))
+    with pytest.raises(DataError, match="huggingface-cli download Helsinki-NLP/opus-mt-en-fr` first"):
+        write_workdir("marian:Helsinki-NLP/opus-mt-en-fr", str(tmp_path / "run3"))
+
+
 NPZ = "opus.spm50-spm50.transformer-align.model1.npz.best-perplexity.npz"
 
 

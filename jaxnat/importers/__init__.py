@@ -52,10 +52,16 @@ def remap_rows(matrix: np.ndarray, order: list[int], axis: int = 0) -> np.ndarra
 
 
 def parse_source(spec: str) -> tuple[str, str]:
-    """"fairseq:PATH" | "marian:DIR" -> (format, path); a one-line ConfigError otherwise."""
+    """"fairseq:PATH" | "marian:PATH" | "marian:ORG/NAME[@REVISION]" (a Hugging Face model id, read from the local
+    cache: `hub_cache`) -> (format, path); a one-line ConfigError or DataError otherwise."""
     kind, _, path = spec.partition(":")
     if kind not in FORMATS or not path:
         raise ConfigError(f"--from takes {' or '.join(f'{k}:PATH' for k in FORMATS)}, got {spec!r}")
+    if kind == "marian":
+        from jaxnat.importers import hub_cache
+
+        if hub_cache.looks_like_model_id(path):
+            return kind, hub_cache.snapshot(path)
     if not os.path.exists(path):
         raise DataError(f"--from {spec}: {path} does not exist")
     return kind, path
@@ -137,7 +143,8 @@ def write_workdir(spec: str, workdir: str, dict_dir: str | None = None) -> str:
             f.write(config.to_json_best_effort(indent=2, sort_keys=True))
         piece_vocab.write(os.path.join(staging, piece_vocab.SUBDIR), imported.settings, imported.pieces,
                           imported.files)
-        about = {**imported.about, "from": spec, "sha256": _digest(parse_source(spec)[1])}
+        path = parse_source(spec)[1]
+        about = {**imported.about, "from": spec, "path": os.path.abspath(path), "sha256": _digest(path)}
         with open(os.path.join(staging, "imported.json"), "w") as f:
             json.dump(about, f, indent=2, sort_keys=True)
         ckpt = Checkpoints(staging, config.train.keep_checkpoints)
