@@ -95,6 +95,18 @@ def test_separate_positions_share_the_tokens_and_not_the_position_table(scale):
         np.testing.assert_allclose(got[0], want, rtol=1e-6, atol=1e-6)
 
 
+def test_one_rows_logits_against_the_embedding_are_the_batchs():
+    """Embedder.attend: one row (greedy decoding of one sentence) takes E x, a batch x E^T: the same logits."""
+    cfg = TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=16, ffn_dim=32, num_heads=2,
+                            enc_layers=1, dec_layers=1, max_len=16)
+    embedder = Embedder(cfg, 30)
+    x = np.random.default_rng(0).standard_normal((3, 1, 16)).astype(np.float32)
+    params = embedder.init(jax.random.PRNGKey(0), np.zeros((1, 2), np.int32), False)
+    attend = jax.jit(lambda p, h: embedder.apply(p, h, method=Embedder.attend))
+    batch, one = attend(params, x), attend(params, x[:1])
+    assert one.shape == (1, 1, 30)
+    np.testing.assert_allclose(np.asarray(one), np.asarray(batch[:1]), rtol=1e-5, atol=1e-5)
+
 @pytest.mark.slow
 def test_embedding_dropout_rate():
     """model.embed_dropout: -1 (unset) is model.dropout, so the AR loss is unchanged bit for bit; set, it is the

@@ -1,0 +1,279 @@
+"""Decoding an OPUS-MT-sized Marian model side by side with Hugging Face transformers on the same weights: greedy and
+beam-4 search, batch-1 latency and batch-64 throughput, jaxnat's imported workdir beside `MarianMTModel.generate`.
+
+    D=/tmp/vs-transformers
+    # (a) in the reference environment (tools/reference_env.sh): SentencePiece models learned on Multi30k's training
+    #     text, a MarianMTModel of OPUS-MT's base size (d 512, 6+6 layers, 8 heads, FFN 2048, swish, one shared
+    #     vocabulary of --vocab pieces: Multi30k's, then filler pieces up to OPUS-MT's 58,101) with random weights
+    #     (tools/make_import_fixtures.py's `perturb`), saved by save_pretrained; the first --sentences test sources
+    .refenv/bin/python bench/vs_transformers.py make --data-dir ../shared/data/multi30k --out $D
+    # (b) imported into a jaxnat workdir ($D/jaxnat) with --mode import
+    python bench/vs_transformers.py import --out $D
+    # (c) the first pass (agreement, warm-up, compilation), then the timed pairs and the table
+    python bench/vs_transformers.py run --out $D --cores 2 --pairs 3
+
+How `run` measures: as bench/vs_fairseq.py does. One process per library, both pinned to the same cores: jaxnat in
+this process, transformers in a worker under .refenv/bin/python that loads the model once and answers one request
+at a time over a pipe, so only one of the two computes at any moment (torch.set_num_threads(N); XLA's CPU client
+sizes its pool from the affinity mask). Each side times the same span: the sentences' ids in, the output ids out,
+batching included (transformers: the tokenizer's padded batches, made beforehand, through `generate`; jaxnat:
+`Translator.translate_ids`, the sources encoded beforehand, its allocator set as its command line sets it).
+Length limit: at most --max-new tokens, EOS included (`generate(max_new_tokens=M)`; jaxnat `eval.max_len_a=0`,
+`eval.max_len_b=M-1`). Greedy decoding is the same function on both sides (tests/test_import.py), so the outputs
+agree; Hugging Face's beam search stops by another rule than jaxnat's (docs/import.md), so beam 4's outputs may
+differ, and the agreement column says by how much. A random model writes until the length limit, so both do the
+same number of steps.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vs_fairseq import ROOT, machine_line, pin, read_gz, speed  # noqa: E402
+
+WORKLOADS = {"b1": 1, "b64": 64}
+ROWS = {"greedy": 1, "beam4": 4}  # row: beam size
+
+
+def make(args) -> int:
+    """(reference env) the SentencePiece models, the MarianMTModel and its tokenizer in $out/hf, the inputs."""
+    import io
+
+    import sentencepiece as spm
+    import torch
+    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
+    from make_import_fixtures import perturb
+
+    out = os.path.abspath(args.out)
+    hf = os.path.join(out, "hf")
+    os.makedirs(hf, exist_ok=True)
+    vocab = {"</s>": 0, "<unk>": 1}
+    for name, lang in (("source", "en"), ("target", "de")):
+        proto = io.BytesIO()
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(read_gz(os.path.join(args.data_dir, f"train.{lang}.gz"))),
+                                       model_writer=proto, vocab_size=7000, model_type="unigram", num_threads=2,
+                                       minloglevel=2, bos_id=-1, eos_id=1, unk_id=0, pad_id=-1)
+        path = os.path.join(out, f"{name}.spm")
+        with open(path, "wb") as f:
+            f.write(proto.getvalue())
+        sp = spm.SentencePieceProcessor(model_file=path)
+        for i in range(sp.get_piece_size()):
+            if not sp.is_control(i) and not sp.is_unknown(i):
+                vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    for i in range(args.vocab - 1 - len(vocab)):  # OPUS-MT's vocabulary size: the output layer's cost
+        vocab[f"▁filler{i}"] = len(vocab)
+    vocab["<pad>"] = len(vocab)
+    with open(os.path.join(out, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    tok = MarianTokenizer(os.path.join(out, "source.spm"), os.path.join(out, "target.spm"),
+                          os.path.join(out, "vocab.json"), source_lang="en", target_lang="de")
+    pad = vocab["<pad>"]
+    config = MarianConfig(vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=512, encoder_layers=6,
+                          decoder_layers=6, encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048,
+                          decoder_ffn_dim=2048, max_position_embeddings=512, pad_token_id=pad, eos_token_id=0,
+                          decoder_start_token_id=pad, activation_function="swish", scale_embedding=True,
+                          forced_eos_token_id=0, bad_words_ids=[[pad]])
+    torch.manual_seed(0)
+    model = MarianMTModel(config)
+    perturb(model, seed=0)
+    model.eval()
+    model.save_pretrained(hf, safe_serialization=True)
+    tok.save_pretrained(hf)
+    sources = read_gz(os.path.join(args.data_dir, "test_2016_flickr.en.gz"))[:args.sentences]
+    with open(os.path.join(out, "inputs.json"), "w", encoding="utf-8") as f:
+        json.dump(sources, f, ensure_ascii=False)
+    print(f"wrote {hf} ({sum(p.numel() for p in model.parameters()):,} parameters, {len(vocab):,} pieces) and "
+          f"{len(sources)} sources")
+    return 0
+
+
+def import_model(args) -> int:
+    sys.path.insert(0, ROOT)
+    from jaxnat.importers import write_workdir
+
+    out = os.path.abspath(args.out)
+    workdir = os.path.join(out, "jaxnat")
+    if os.path.exists(workdir):  # a re-made model: imported again
+        import shutil
+
+        shutil.rmtree(workdir)
+    print(write_workdir(f"marian:{os.path.join(out, 'hf')}", workdir))
+    return 0
+
+
+def hf_worker(args) -> int:
+    """Loads the model once, then answers JSON lines on stdin ({"row", "workload", "sentences"}) with JSON lines
+    ({"seconds", "ids", "text"}) on the original stdout."""
+    import torch
+    from transformers import MarianMTModel, MarianTokenizer
+
+    reply = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(1)
+    hf = os.path.join(args.out, "hf")
+    model, tok = MarianMTModel.from_pretrained(hf).eval(), MarianTokenizer.from_pretrained(hf)
+    with open(os.path.join(args.out, "inputs.json"), encoding="utf-8") as f:
+        sources = json.load(f)
+    print(json.dumps({"ready": True}), file=reply, flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        beam, batch, n = ROWS[req["row"]], WORKLOADS[req["workload"]], req["sentences"]
+        batches = [tok(sources[i:i + batch], return_tensors="pt", padding=True) for i in range(0, n, batch)]
+        ids = []
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for b in batches:
+                gen = model.generate(**b, num_beams=beam, do_sample=False, max_new_tokens=args.max_new,
+                                     length_penalty=1.0, early_stopping=False)
+                ids.extend(gen.tolist())
+        seconds = time.perf_counter() - t0
+        outputs = [row[1:row.index(tok.eos_token_id, 1) + 1] if tok.eos_token_id in row[1:] else row[1:]
+                   for row in ids]  # without the decoder's start (<pad>) and what follows EOS
+        print(json.dumps({"seconds": seconds, "steps": list(map(len, outputs)),
+                          "pieces": [tok.convert_ids_to_tokens(row) for row in outputs]},
+                         ensure_ascii=False), file=reply, flush=True)
+    return 0
+
+
+class Transformers:
+    def __init__(self, out: str, threads: int, max_new: int):
+        t0 = time.perf_counter()
+        python = os.path.join(ROOT, ".refenv", "bin", "python")
+        self.proc = subprocess.Popen([python, os.path.abspath(__file__), "hf-worker", "--out", out, "--threads",
+                                      str(threads), "--max-new", str(max_new)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        if not json.loads(self.proc.stdout.readline()).get("ready"):
+            sys.exit("error: the transformers worker did not start")
+        self.load_seconds = time.perf_counter() - t0
+
+    def decode(self, row: str, workload: str, n: int) -> dict:
+        self.proc.stdin.write(json.dumps({"row": row, "workload": workload, "sentences": n}) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
+class Jaxnat:
+    def __init__(self, out: str, max_new: int, sources: list[str]):
+        from jaxnat.config import build_config
+        from jaxnat.restore import load_translator
+
+        t0 = time.perf_counter()
+        workdir = os.path.join(out, "jaxnat")
+        config = build_config(os.path.join(workdir, "config.json"),
+                              ["--config.eval.max_len_a=0", f"--config.eval.max_len_b={max_new - 1}"])
+        self.translator = load_translator(config, workdir)
+        self.src, _ = self.translator.encode(sources)
+        self.load_seconds = time.perf_counter() - t0
+
+    def decode(self, row: str, workload: str, n: int) -> dict:
+        from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+
+        t = self.translator
+        t0 = time.perf_counter()
+        outs = t.translate_ids(self.src[:n], ROWS[row], WORKLOADS[workload], None)
+        seconds = time.perf_counter() - t0
+        ids = [[int(i) for i in o["tokens"] if i not in (BOS_ID, PAD_ID)] for o in outs]
+        ids = [i[:i.index(EOS_ID) + 1] if EOS_ID in i else i for i in ids]
+        return {"seconds": seconds, "steps": list(map(len, ids)),
+                "pieces": [[t.tokenizer.id_to_piece(j, "tgt") for j in i] for i in ids]}
+
+
+def run(args) -> int:
+    out = os.path.abspath(args.out)
+    load = os.getloadavg()[0]
+    cpus = pin(args.cores)
+    with open(os.path.join(out, "inputs.json"), encoding="utf-8") as f:
+        sources = json.load(f)
+    sizes = {"b1": min(args.b1, len(sources)), "b64": len(sources)}
+    sys.path.insert(0, ROOT)
+    from jaxnat.host_memory import keep_freed_memory
+
+    keep_freed_memory()
+    hf, jx = Transformers(out, len(cpus), args.max_new), Jaxnat(out, args.max_new, sources)
+    print(machine_line(cpus).replace("fairseq", "transformers"))
+    print(f"loading: transformers worker {hf.load_seconds:.1f} s, jaxnat {jx.load_seconds:.1f} s; sentences: "
+          f"batch 1 {sizes['b1']}, batch 64 {sizes['b64']}", flush=True)
+    cells = [(r, w) for r in ROWS for w in WORKLOADS]
+    first, agree = {}, {}
+    for r, w in cells:
+        a, b = hf.decode(r, w, sizes[w]), jx.decode(r, w, sizes[w])
+        first[r, w] = (a["seconds"], b["seconds"])
+        agree[r, w] = (sum(x == y for x, y in zip(a["pieces"], b["pieces"])), statistics.median(a["steps"]),
+                       statistics.median(b["steps"]))
+        print(f"  first pass {r} b{WORKLOADS[w]}: transformers {a['seconds']:.1f} s, jaxnat {b['seconds']:.1f} s; "
+              f"identical outputs {agree[r, w][0]}/{sizes[w]}", file=sys.stderr, flush=True)
+    times = {cell: ([], []) for cell in cells}
+    for p in range(args.pairs):
+        for r, w in cells:
+            times[r, w][0].append(hf.decode(r, w, sizes[w])["seconds"])
+            times[r, w][1].append(jx.decode(r, w, sizes[w])["seconds"])
+            print(f"  pair {p + 1}/{args.pairs} {r} b{WORKLOADS[w]}: transformers {times[r, w][0][-1]:.2f} s, "
+                  f"jaxnat {times[r, w][1][-1]:.2f} s", file=sys.stderr, flush=True)
+    hf.close()
+    when = datetime.datetime.now(datetime.timezone.utc)
+    print(f"\n{machine_line(cpus).replace('fairseq', 'transformers')}; {when:%Y-%m-%d %H:%M} UTC; load average "
+          f"{load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; at most {args.max_new} tokens an output\n")
+    print(f"Median of {args.pairs} pairs (transformers, then jaxnat); batch 1: ms a sentence over {sizes['b1']} "
+          f"sentences (ratio: jaxnat/transformers latency); batch 64: sentences a second over {sizes['b64']} (ratio: "
+          f"jaxnat/transformers throughput); ratio: median of the pairs' ratios (min–max)\n")
+    print("| row | batch | identical outputs | median steps (transformers / jaxnat) | first pass, s | transformers | "
+          "jaxnat | ratio |")
+    print("|---|---|---|---|---|---|---|---|")
+    results = {}
+    for (r, w), (a, b) in times.items():
+        sa, sb = [speed(s, w, sizes[w]) for s in a], [speed(s, w, sizes[w]) for s in b]
+        pair = [y / x for x, y in zip(sa, sb)]
+        results[f"{r} {w}"] = {"transformers": a, "jaxnat": b, "first": first[r, w], "identical": agree[r, w][0]}
+        timed = (f"{statistics.median(sa):.1f} | {statistics.median(sb):.1f} | {statistics.median(pair):.2f} "
+                 f"({min(pair):.2f}–{max(pair):.2f})") if pair else "– | – | –"
+        print(f"| {r} | {WORKLOADS[w]} | {agree[r, w][0]}/{sizes[w]} | {agree[r, w][1]:g} / {agree[r, w][2]:g} | "
+              f"{first[r, w][0]:.1f} / {first[r, w][1]:.1f} | {timed} |")
+    path = os.path.join(out, f"results-{when:%Y%m%d-%H%M%S}.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"when": f"{when:%Y-%m-%d %H:%M} UTC", "machine": machine_line(cpus), "sizes": sizes,
+                   "pairs": args.pairs, "max_new": args.max_new, "results": results}, f, indent=1)
+    print(f"\n(written to {path})")
+    return 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("make", help="(reference env) the Marian model, its tokenizer, the inputs")
+    p.add_argument("--data-dir", required=True, help="Multi30k's directory (<split>.{en,de}.gz)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--vocab", type=int, default=58101, help="pieces in the shared vocabulary (OPUS-MT en-de's)")
+    p.add_argument("--sentences", type=int, default=256, help="test sources decoded at batch 64")
+    p = sub.add_parser("import", help="the model imported into $out/jaxnat")
+    p.add_argument("--out", required=True)
+    p = sub.add_parser("hf-worker", help="(reference env; started by run)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--threads", type=int, required=True)
+    p.add_argument("--max-new", type=int, required=True)
+    p = sub.add_parser("run", help="the first pass and the timed pairs")
+    p.add_argument("--out", required=True)
+    p.add_argument("--cores", type=int, default=None, help="pin both to the last N CPUs (default: all)")
+    p.add_argument("--pairs", type=int, default=3)
+    p.add_argument("--b1", type=int, default=16, help="sentences decoded one at a time")
+    p.add_argument("--max-new", type=int, default=32, help="tokens an output at most, EOS included")
+    args = parser.parse_args(argv)
+    return {"make": make, "import": import_model, "hf-worker": hf_worker, "run": run}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
