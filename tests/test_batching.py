@@ -165,9 +165,15 @@ def test_eval_batches_restore_order(with_tgt):
     buckets = batching.bucket_lengths(40)
     out = [None] * n
     shapes = set()
-    for idx, batch in batching.eval_batches(src, tgt if with_tgt else None, 8, buckets):
+    batches = list(batching.eval_batches(src, tgt if with_tgt else None, 8, buckets))
+    # the examples fill one batch after another: PAD rows in the last batch only
+    assert len(batches) == -(-n // 8) and all((idx >= 0).all() for idx, _ in batches[:-1])
+    for idx, batch in batches:
         assert set(batch) == ({"src", "tgt"} if with_tgt else {"src"})
         assert batch["src"].shape[0] == 8 and batch["src"].shape[1] in buckets
+        # as wide as the smallest bucket that holds its longest example
+        longest = max(len(src[i]) for i in idx if i >= 0)
+        assert batch["src"].shape[1] == min(b for b in buckets if b >= longest) or with_tgt
         shapes.add(batch["src"].shape)
         assert _row_ids(batch["src"]) == idx.tolist()
         for r, i in enumerate(idx):

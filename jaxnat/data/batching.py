@@ -680,10 +680,14 @@ def eval_batches(
     init: Sequence[np.ndarray] | None = None,
     extras: dict[str, np.ndarray] | None = None,
 ) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
-    """Batches for evaluation/translation, sorted by length, of fixed shapes [batch_size, L] per bucket.
+    """Batches for evaluation/translation, sorted by length, of fixed shapes [batch_size, L]: the examples in
+    length order fill one batch after another (as fairseq batches), each as wide as the smallest bucket that holds
+    its longest, so that only the last batch has PAD rows, in at most as many shapes as buckets. (Batches of one
+    bucket each left every bucket's last batch part empty: 448 rows for 256 sentences in docs/benchmarks.md's
+    "Decoding side by side with transformers".)
 
     Yields (indices, batch): `indices[r]` is the position in `src` of row r, or -1 for a PAD row that fills
-    the last batch of a bucket, so outputs can be scattered back: `out[indices[indices >= 0]] = ...`.
+    the last batch, so outputs can be scattered back: `out[indices[indices >= 0]] = ...`.
     `batch` has 'src' and, unless `tgt` is None, 'tgt' (and 'init' if `init` is given), all int32[batch_size,
     L], and each of `extras` as int32[batch_size, ...] (see `TrainBatcher`). Each example appears exactly once.
     """
@@ -711,16 +715,15 @@ def eval_batches(
         )
     order = np.argsort(lengths, kind="stable")
     which = np.searchsorted(np.asarray(buckets), lengths[order], side="left")
-    for b, length in enumerate(buckets):
-        members = order[which == b]
-        for start in range(0, members.size, batch_size):
-            rows = np.full(batch_size, -1, dtype=np.int64)
-            chunk = members[start : start + batch_size]
-            rows[: chunk.size] = chunk
-            batch = {"src": _fill(src, rows, length)}
-            if tgt is not None:
-                batch["tgt"] = _fill(tgt, rows, length)
-            if init is not None:
-                batch["init"] = _fill(init, rows, length)
-            batch.update({k: _gather(v, rows) for k, v in extras.items()})
-            yield rows, batch
+    for start in range(0, n, batch_size):
+        rows = np.full(batch_size, -1, dtype=np.int64)
+        chunk = order[start : start + batch_size]
+        rows[: chunk.size] = chunk
+        length = buckets[which[start + chunk.size - 1]]  # the bucket of the batch's longest (its last) example
+        batch = {"src": _fill(src, rows, length)}
+        if tgt is not None:
+            batch["tgt"] = _fill(tgt, rows, length)
+        if init is not None:
+            batch["init"] = _fill(init, rows, length)
+        batch.update({k: _gather(v, rows) for k, v in extras.items()})
+        yield rows, batch
