@@ -5,7 +5,8 @@ beam-4 search, batch-1 latency and batch-64 throughput, jaxnat's imported workdi
     # (a) in the reference environment (tools/reference_env.sh): SentencePiece models learned on Multi30k's training
     #     text, a MarianMTModel of OPUS-MT's base size (d 512, 6+6 layers, 8 heads, FFN 2048, swish, one shared
     #     vocabulary of --vocab pieces: Multi30k's, then filler pieces up to OPUS-MT's 58,101) with random weights
-    #     (tools/make_import_fixtures.py's `perturb`), saved by save_pretrained; the first --sentences test sources
+    #     (tools/make_import_fixtures.py's `random_marian`), saved by save_pretrained; the first --sentences test
+    #     sources
     .refenv/bin/python bench/vs_transformers.py make --data-dir ../shared/data/multi30k --out $D
     # (b) imported into a jaxnat workdir ($D/jaxnat) with --mode import
     python bench/vs_transformers.py import --out $D
@@ -48,11 +49,10 @@ def make(args) -> int:
     import io
 
     import sentencepiece as spm
-    import torch
-    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+    from transformers import MarianTokenizer
 
     sys.path.insert(0, os.path.join(ROOT, "tools"))
-    from make_import_fixtures import perturb
+    from make_import_fixtures import random_marian
 
     out = os.path.abspath(args.out)
     hf = os.path.join(out, "hf")
@@ -77,16 +77,7 @@ def make(args) -> int:
         json.dump(vocab, f, ensure_ascii=False)
     tok = MarianTokenizer(os.path.join(out, "source.spm"), os.path.join(out, "target.spm"),
                           os.path.join(out, "vocab.json"), source_lang="en", target_lang="de")
-    pad = vocab["<pad>"]
-    config = MarianConfig(vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=512, encoder_layers=6,
-                          decoder_layers=6, encoder_attention_heads=8, decoder_attention_heads=8, encoder_ffn_dim=2048,
-                          decoder_ffn_dim=2048, max_position_embeddings=512, pad_token_id=pad, eos_token_id=0,
-                          decoder_start_token_id=pad, activation_function="swish", scale_embedding=True,
-                          forced_eos_token_id=0, bad_words_ids=[[pad]])
-    torch.manual_seed(0)
-    model = MarianMTModel(config)
-    perturb(model, seed=0)
-    model.eval()
+    model = random_marian(len(vocab), vocab["<pad>"], d=512, layers=6, heads=8, ffn=2048, positions=512, seed=0)
     model.save_pretrained(hf, safe_serialization=True)
     tok.save_pretrained(hf)
     sources = read_gz(os.path.join(args.data_dir, "test_2016_flickr.en.gz"))[:args.sentences]

@@ -367,7 +367,7 @@ def marian_vocabulary(directory: str, sides: tuple) -> dict:
 
 
 def marian_fixture(out: str) -> None:
-    from transformers import MarianConfig, MarianMTModel, MarianTokenizer
+    from transformers import MarianTokenizer
 
     os.makedirs(out, exist_ok=True)
     work = tempfile.mkdtemp()
@@ -377,19 +377,28 @@ def marian_fixture(out: str) -> None:
         json.dump(vocab, f, ensure_ascii=False)
     tok = MarianTokenizer(os.path.join(work, "source.spm"), os.path.join(work, "target.spm"),
                           os.path.join(work, "vocab.json"), source_lang="en", target_lang="de")
-    config = MarianConfig(vocab_size=len(vocab), decoder_vocab_size=len(vocab), d_model=16, encoder_layers=2,
-                          decoder_layers=2, encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=24,
-                          decoder_ffn_dim=24, max_position_embeddings=64, pad_token_id=vocab["<pad>"],
-                          eos_token_id=0, decoder_start_token_id=vocab["<pad>"], activation_function="swish",
-                          scale_embedding=True, forced_eos_token_id=0, bad_words_ids=[[vocab["<pad>"]]])
-    torch.manual_seed(2)
-    model = MarianMTModel(config)
-    perturb(model, seed=2)
-    model.eval()
+    model = random_marian(len(vocab), vocab["<pad>"], d=16, layers=2, heads=2, ffn=24, positions=64, seed=2)
     model.save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)
     shutil.rmtree(work)
     marian_expected(out, model, tok)
+
+
+def random_marian(vocab_size: int, pad: int, *, d: int, layers: int, heads: int, ffn: int, positions: int,
+                  seed: int):
+    """A MarianMTModel as OPUS-MT's are configured (post-norm, swish, one vocabulary, </s> 0, decoding from <pad>),
+    its parameters drawn by `perturb`, in eval mode."""
+    from transformers import MarianConfig, MarianMTModel
+
+    config = MarianConfig(vocab_size=vocab_size, decoder_vocab_size=vocab_size, d_model=d, encoder_layers=layers,
+                          decoder_layers=layers, encoder_attention_heads=heads, decoder_attention_heads=heads,
+                          encoder_ffn_dim=ffn, decoder_ffn_dim=ffn, max_position_embeddings=positions,
+                          pad_token_id=pad, eos_token_id=0, decoder_start_token_id=pad, activation_function="swish",
+                          scale_embedding=True, forced_eos_token_id=0, bad_words_ids=[[pad]])
+    torch.manual_seed(seed)
+    model = MarianMTModel(config)
+    perturb(model, seed=seed)
+    return model.eval()
 
 
 def marian_expected(out: str, model, tok) -> None:
