@@ -52,24 +52,19 @@ def make(args) -> int:
     from transformers import MarianTokenizer
 
     sys.path.insert(0, os.path.join(ROOT, "tools"))
-    from make_import_fixtures import random_marian
+    from make_import_fixtures import marian_vocabulary, random_marian
 
     out = os.path.abspath(args.out)
     hf = os.path.join(out, "hf")
     os.makedirs(hf, exist_ok=True)
-    vocab = {"</s>": 0, "<unk>": 1}
     for name, lang in (("source", "en"), ("target", "de")):
         proto = io.BytesIO()
         spm.SentencePieceTrainer.train(sentence_iterator=iter(read_gz(os.path.join(args.data_dir, f"train.{lang}.gz"))),
                                        model_writer=proto, vocab_size=7000, model_type="unigram", num_threads=2,
                                        minloglevel=2, bos_id=-1, eos_id=1, unk_id=0, pad_id=-1)
-        path = os.path.join(out, f"{name}.spm")
-        with open(path, "wb") as f:
+        with open(os.path.join(out, f"{name}.spm"), "wb") as f:
             f.write(proto.getvalue())
-        sp = spm.SentencePieceProcessor(model_file=path)
-        for i in range(sp.get_piece_size()):
-            if not sp.is_control(i) and not sp.is_unknown(i):
-                vocab.setdefault(sp.id_to_piece(i), len(vocab))
+    vocab = marian_vocabulary(out, ("source", "target"))
     for i in range(args.vocab - 1 - len(vocab)):  # OPUS-MT's vocabulary size: the output layer's cost
         vocab[f"▁filler{i}"] = len(vocab)
     vocab["<pad>"] = len(vocab)
