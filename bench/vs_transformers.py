@@ -5,7 +5,7 @@ beam-4 search, batch-1 latency and batch-64 throughput, jaxnat's imported workdi
     # (a) in the reference environment (tools/reference_env.sh): SentencePiece models learned on Multi30k's training
     #     text, a MarianMTModel of OPUS-MT's base size (d 512, 6+6 layers, 8 heads, FFN 2048, swish, one shared
     #     vocabulary of --vocab pieces: Multi30k's, then filler pieces up to OPUS-MT's 58,101) with random weights
-    #     (tools/make_import_fixtures.py's `random_marian`), saved by save_pretrained; the first --sentences test
+    #     (tools/make_import_fixtures.py's `save_marian`), saved by save_pretrained; the first --sentences test
     #     sources
     .refenv/bin/python bench/vs_transformers.py make --data-dir ../shared/data/multi30k --out $D
     # (b) imported into a jaxnat workdir ($D/jaxnat) with --mode import
@@ -49,10 +49,9 @@ def make(args) -> int:
     import io
 
     import sentencepiece as spm
-    from transformers import MarianTokenizer
 
     sys.path.insert(0, os.path.join(ROOT, "tools"))
-    from make_import_fixtures import marian_vocabulary, random_marian
+    from make_import_fixtures import marian_vocabulary, save_marian
 
     out = os.path.abspath(args.out)
     hf = os.path.join(out, "hf")
@@ -67,14 +66,7 @@ def make(args) -> int:
     vocab = marian_vocabulary(out, ("source", "target"))
     for i in range(args.vocab - 1 - len(vocab)):  # OPUS-MT's vocabulary size: the output layer's cost
         vocab[f"▁filler{i}"] = len(vocab)
-    vocab["<pad>"] = len(vocab)
-    with open(os.path.join(out, "vocab.json"), "w", encoding="utf-8") as f:
-        json.dump(vocab, f, ensure_ascii=False)
-    tok = MarianTokenizer(os.path.join(out, "source.spm"), os.path.join(out, "target.spm"),
-                          os.path.join(out, "vocab.json"), source_lang="en", target_lang="de")
-    model = random_marian(len(vocab), vocab["<pad>"], d=512, layers=6, heads=8, ffn=2048, positions=512, seed=0)
-    model.save_pretrained(hf, safe_serialization=True)
-    tok.save_pretrained(hf)
+    model, _ = save_marian(hf, out, vocab, d=512, layers=6, heads=8, ffn=2048, positions=512, seed=0)
     sources = read_gz(os.path.join(args.data_dir, "test_2016_flickr.en.gz"))[:args.sentences]
     with open(os.path.join(out, "inputs.json"), "w", encoding="utf-8") as f:
         json.dump(sources, f, ensure_ascii=False)

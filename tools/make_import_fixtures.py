@@ -367,21 +367,29 @@ def marian_vocabulary(directory: str, sides: tuple) -> dict:
 
 
 def marian_fixture(out: str) -> None:
-    from transformers import MarianTokenizer
-
     os.makedirs(out, exist_ok=True)
     work = tempfile.mkdtemp()
     vocab = spm_pair(work)
-    vocab["<pad>"] = len(vocab)
-    with open(os.path.join(work, "vocab.json"), "w", encoding="utf-8") as f:
-        json.dump(vocab, f, ensure_ascii=False)
-    tok = MarianTokenizer(os.path.join(work, "source.spm"), os.path.join(work, "target.spm"),
-                          os.path.join(work, "vocab.json"), source_lang="en", target_lang="de")
-    model = random_marian(len(vocab), vocab["<pad>"], d=16, layers=2, heads=2, ffn=24, positions=64, seed=2)
-    model.save_pretrained(out, safe_serialization=True)
-    tok.save_pretrained(out)
+    model, tok = save_marian(out, work, vocab, d=16, layers=2, heads=2, ffn=24, positions=64, seed=2)
     shutil.rmtree(work)
     marian_expected(out, model, tok)
+
+
+def save_marian(out: str, spm_dir: str, vocab: dict, **size):
+    """A `random_marian` of ``size`` over ``vocab`` (Marian's order, <pad> appended last) and the MarianTokenizer of
+    the SentencePiece models in ``spm_dir`` (where vocab.json is written), both saved into ``out`` by their
+    save_pretrained; returns (model, tokenizer)."""
+    from transformers import MarianTokenizer
+
+    vocab["<pad>"] = len(vocab)
+    with open(os.path.join(spm_dir, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump(vocab, f, ensure_ascii=False)
+    tok = MarianTokenizer(os.path.join(spm_dir, "source.spm"), os.path.join(spm_dir, "target.spm"),
+                          os.path.join(spm_dir, "vocab.json"), source_lang="en", target_lang="de")
+    model = random_marian(len(vocab), vocab["<pad>"], **size)
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    return model, tok
 
 
 def random_marian(vocab_size: int, pad: int, *, d: int, layers: int, heads: int, ffn: int, positions: int,
