@@ -108,6 +108,9 @@ def default_config() -> ml_collections.ConfigDict:
     c.data = dict(
         source="synthetic",  # synthetic | text | tfds
         dir="", src_lang="en", tgt_lang="de",
+        # a multilingual model's language tokens (an imported NLLB model's "eng_Latn", "deu_Latn"): each source
+        # starts with the first, each output with the second (a translate request's "src_lang"/"tgt_lang" instead)
+        src_lang_token="", tgt_lang_token="",
         train_split="train", valid_split="valid", test_splits="test",  # test_splits: comma-separated
         synthetic_seed=0, synthetic_train=40000, synthetic_valid=500, synthetic_test=500,
         # the synthetic corpus's sentence kinds, e.g. "simple,question" or "simple:3,question:1"; "" = all

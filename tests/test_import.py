@@ -25,7 +25,9 @@ from tests import cli
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "import")
 SOURCES = {"fairseq": f"fairseq:{DATA}/fairseq/model.pt", "marian": f"marian:{DATA}/marian",
-           "marian-npz": f"marian:{DATA}/marian-npz", "marian-npz-separate": f"marian:{DATA}/marian-npz-separate"}
+           "marian-npz": f"marian:{DATA}/marian-npz", "marian-npz-separate": f"marian:{DATA}/marian-npz-separate",
+           "nllb": f"nllb:{DATA}/nllb"}
+FAIRSEQ_IDS = ("fairseq", "nllb")  # <s> 0, <pad> 1, </s> 2, <unk> 3, then the pieces
 
 
 def expected(kind):
@@ -49,14 +51,14 @@ def marian_vocab(kind, side):
 
 
 def source_pad(kind):
-    """The original's padding id (fairseq's <pad> 1; Marian's <pad>, its vocabulary's last)."""
-    return 1 if kind == "fairseq" else marian_vocab(kind, "src")["<pad>"]
+    """The original's padding id (fairseq's and NLLB's <pad> 1; Marian's <pad>, its vocabulary's last)."""
+    return 1 if kind in FAIRSEQ_IDS else marian_vocab(kind, "src")["<pad>"]
 
 
 def to_jaxnat(kind, ids, side="tgt"):
     """A source model's ids of one side -> jaxnat's (the importers' row order: reserved tokens first)."""
     ids = np.asarray(ids)
-    if kind == "fairseq":  # <s> 0, <pad> 1, </s> 2, <unk> 3, words from 4
+    if kind in FAIRSEQ_IDS:  # <s> 0, <pad> 1, </s> 2, <unk> 3, words from 4
         return np.select([ids == 0, ids == 1, ids == 2, ids == 3], [BOS_ID, PAD_ID, EOS_ID, 3], ids + 2)
     vocab = marian_vocab(kind, side)
     pad, eos, unk = vocab["<pad>"], vocab["</s>"], vocab["<unk>"]
@@ -119,11 +121,13 @@ def test_the_text_pipeline_is_the_models_own(imported):
     kind, _, _, translator = imported
     arrays, outputs = expected(kind)
     tok = translator.tokenizer
-    # sources: the same pieces as the original pipeline's (its ids without EOS and padding)
+    # sources: the same pieces as the original pipeline's (its ids without EOS and padding; NLLB's sources start with
+    # their language's token, which the translator adds: `Translator.encode`)
     pad_src = source_pad(kind)
-    for text, ids in zip(outputs["src"], arrays["src_ids"]):
-        theirs = [int(t) for t in to_jaxnat(kind, [i for i in ids if i != pad_src], "src")][:-1]
-        assert tok.encode([text], "src")[0] == theirs
+    src, _ = translator.encode(outputs["src"])
+    for text, ids, ours in zip(outputs["src"], arrays["src_ids"], src):
+        theirs = [int(t) for t in to_jaxnat(kind, [i for i in ids if i != pad_src], "src")]
+        assert ours.tolist() == [BOS_ID] + theirs
     # a leading target-language token (Marian's multilingual models) is one piece, or UNK where the vocabulary
     # lacks it; elsewhere it is text
     for text, ids in zip(outputs.get("coded", []), outputs.get("coded_ids", [])):
@@ -270,6 +274,39 @@ def test_a_hugging_face_model_id_is_read_from_the_local_cache(tmp_path, monkeypa
         write_workdir("marian:Helsinki-NLP/opus-mt-en-de@beef", str(tmp_path / "run2"))
     with pytest.raises(DataError, match="huggingface-cli download Helsinki-NLP/opus-mt-en-fr` first"):
         write_workdir("marian:Helsinki-NLP/opus-mt-en-fr", str(tmp_path / "run3"))
+
+
+@pytest.mark.slow
+def test_nllb_reads_its_languages_from_the_config_or_each_request(tmp_path_factory, tmp_path):
+    """NLLB: a source starts with its language's token, an output with the target language's (forced, as generate's
+    forced_bos_token_id), data.src_lang_token / tgt_lang_token or a JSON line's "src_lang" / "tgt_lang": French-tagged
+    sources forced to French give Hugging Face's outputs; a hard constraint is met after the forced token. A language
+    the model lacks, none given, or one asked of a model without language tokens: one line each."""
+    from jaxnat.decoding.translate_io import translate_stream
+
+    _, _, config, translator = _imported("nllb", tmp_path_factory)
+    _, outputs = expected("nllb")
+    lines = [json.dumps({"src": s, "src_lang": "fra_Latn", "tgt_lang": "fra_Latn"}) for s in outputs["src"]]
+    (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
+    greedy = config.copy_and_resolve_references()
+    greedy.eval.beam_size = 1
+    translate_stream(lambda: translator, greedy, str(tmp_path / "in.jsonl"), str(tmp_path / "out.jsonl"))
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [r["hyp"] for r in rows] == outputs["fra_fra_beam1_text"]
+    src, _ = translator.encode(outputs["src"][:1])
+    out = translator.translate_ids(src, 2, 1, translator.starts(None, [["roter mantel"]], [True]))[0]
+    tok = translator.tokenizer
+    assert out["tokens"][1] == tok.language_id("deu_Latn", "tgt") and "roter mantel" in tok.decode(out["tokens"], "tgt")
+    with pytest.raises(DataError, match="'xx_Latn' is not a language token of the model"):
+        translator.translate(["a dog ."], tgt_langs=["xx_Latn"])
+    translator.config.data.tgt_lang_token = ""
+    try:
+        with pytest.raises(DataError, match="name the target language with --config.data.tgt_lang_token"):
+            translator.translate(["a dog ."])
+    finally:
+        translator.config.data.tgt_lang_token = "deu_Latn"
+    with pytest.raises(DataError, match="this model has none"):
+        _imported("marian", tmp_path_factory)[3].translate(["a dog ."], src_langs=["eng_Latn"])
 
 
 NPZ = "opus.spm50-spm50.transformer-align.model1.npz.best-perplexity.npz"

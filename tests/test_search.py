@@ -48,9 +48,9 @@ def make_src(rng, lengths, width=None):
 
 
 @partial(jax.jit, static_argnames=("beam_size", "max_out"))
-def search(params, src, length_penalty, max_len_a, max_len_b, beam_size, max_out=MAX_OUT):
+def search(params, src, length_penalty, max_len_a, max_len_b, beam_size, max_out=MAX_OUT, prefix=None):
     return ar_generate(MODEL, params, src, beam_size=beam_size, length_penalty=length_penalty,
-                     max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out)
+                     max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, prefix=prefix)
 
 
 @jax.jit
@@ -61,12 +61,15 @@ def _sequence_logprobs(params, src, tgt):
     return jnp.where(tgt[:, 1:] != PAD_ID, gold, 0.0).sum(axis=1)
 
 
-def rescore(params, src_row, rows, length_penalty):
-    """Teacher-forced normalised scores of `rows` (lists [BOS .. EOS]) for one source row."""
+def rescore(params, src_row, rows, length_penalty, forced=()):
+    """Teacher-forced normalised scores of `rows` (lists [BOS .. EOS]) for one source row; the ``forced`` tokens
+    that start every row score 0."""
     width = max(len(r) for r in rows)
     tgt = np.array([r + [PAD_ID] * (width - len(r)) for r in rows], np.int32)
     src = np.repeat(np.asarray(src_row)[None], len(rows), axis=0)
     sums = np.asarray(_sequence_logprobs(params, src, tgt), np.float64)
+    if forced:
+        sums -= np.asarray(_sequence_logprobs(params, src, tgt[:, :1 + len(forced)]), np.float64)
     n = np.array([len(r) - 1 for r in rows], np.float64)
     return sums / n**length_penalty
 
@@ -116,19 +119,21 @@ def test_rejects_bad_static_args():
 # --- exactness ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
-def test_beam_equals_exhaustive_search(seed):
+@pytest.mark.parametrize("seed, forced", [(0, ()), (1, ()), (2, (7,))])
+def test_beam_equals_exhaustive_search(seed, forced):
+    """Exact search over every output; with a forced prefix (`force_prefix`: a multilingual model's language token)
+    over the outputs that start with it, the prefix adding nothing to their log-probabilities."""
     params = make_params(seed)
     max_len = 3  # content tokens; 3 ** 3 = 27 distinct alive prefixes at most, so K = 27 is exact search
     src = make_src(np.random.default_rng(seed), [5, 3, 7], width=7)
-    candidates = [
-        [BOS_ID, *body, EOS_ID] for m in range(max_len + 1) for body in itertools.product(GENERABLE, repeat=m)
-    ]
+    candidates = [[BOS_ID, *forced, *body, EOS_ID] for m in range(max_len + 1 - len(forced))
+                  for body in itertools.product(GENERABLE, repeat=m)]
+    prefix = np.tile(np.asarray(forced, np.int32), (3, 1)) if forced else None
     for lp in (0.0, 1.0, 2.0):
-        out = jax.device_get(search(params, src, lp, 0.0, max_len, beam_size=27))  # indexed on the host
+        out = jax.device_get(search(params, src, lp, 0.0, max_len, beam_size=27, prefix=prefix))
         check_well_formed(out, [max_len] * 3)
         for b in range(src.shape[0]):
-            scores = rescore(params, src[b], candidates, lp)
+            scores = rescore(params, src[b], candidates, lp, forced)
             best = int(np.argmax(scores))
             assert np.sort(scores)[-1] - np.sort(scores)[-2] > 1e-5  # no near-ties in the reference
             assert as_list(out["tokens"][b]) == candidates[best], (seed, lp, b)

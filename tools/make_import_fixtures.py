@@ -20,7 +20,8 @@ directory holds the model as its library saves it and `expected.npz` + `expected
   (`source.spm`, `target.spm`, `vocab.json`);
 * marian-npz/: a checkpoint as Marian writes it, with an OPUS-MT release's files, and what MarianMTModel computes
   once Hugging Face's converter has read it (`marian_npz_fixture`); marian-npz-separate/ the same with a
-  vocabulary per side, and hf/ in it the converted model as `save_pretrained` writes it.
+  vocabulary per side, and hf/ in it the converted model as `save_pretrained` writes it;
+* nllb/: an NLLB-200 model's directory (`nllb_fixture`), with outputs forced to start with a language token.
 Every parameter is drawn anew (biases and layer norms too), so that a convention missed anywhere shows.
 """
 
@@ -535,6 +536,60 @@ def marian_npz_fixture(out: str, separate: bool = False) -> None:
     marian_expected(out, model, tok)
 
 
+NLLB_LANGUAGES = ["eng_Latn", "deu_Latn", "fra_Latn"]  # the fixture's language tokens (NLLB-200 has 202)
+
+
+def nllb_fixture(out: str) -> None:
+    """An NLLB-200 model as its Hugging Face directory holds it: M2M100ForConditionalGeneration's save_pretrained, the
+    SentencePiece model (BPE, one for both sides, as NLLB's `sentencepiece.bpe.model`) and NllbTokenizer's files
+    (tokenizer.json, tokenizer_config.json); its embedding has two rows past the tokenizer's last id, as NLLB's has.
+    Expected: as `marian_expected`, with sources in eng_Latn and outputs forced to start with deu_Latn
+    (generate's forced_bos_token_id); and greedy outputs of French-tagged sources forced to fra_Latn."""
+    import sentencepiece as spm
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, NllbTokenizer
+
+    os.makedirs(out, exist_ok=True)
+    spm.set_random_generator_seed(0)
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS_EN + CORPUS_DE), model_writer=proto,
+                                   vocab_size=60, hard_vocab_limit=False, model_type="bpe", character_coverage=1.0,
+                                   num_threads=1, minloglevel=2, unk_id=0, bos_id=1, eos_id=2, pad_id=-1)
+    with open(os.path.join(out, "sentencepiece.bpe.model"), "wb") as f:
+        f.write(proto.getvalue())
+    tok = NllbTokenizer.from_pretrained(out, src_lang="eng_Latn", tgt_lang="deu_Latn",
+                                        additional_special_tokens=NLLB_LANGUAGES)
+    tok.save_pretrained(out)
+    config = M2M100Config(vocab_size=len(tok) + 2, d_model=16, encoder_layers=2, decoder_layers=2,
+                          encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24,
+                          max_position_embeddings=64, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                          decoder_start_token_id=2, scale_embedding=True, activation_function="relu")
+    torch.manual_seed(4)
+    model = M2M100ForConditionalGeneration(config)
+    perturb(model, seed=4)
+    model.eval().save_pretrained(out, safe_serialization=True)
+    deu, fra = tok.convert_tokens_to_ids(["deu_Latn", "fra_Latn"])
+    batch = tok(SRC, return_tensors="pt", padding=True)
+    labels = tok(text_target=TGT, return_tensors="pt", padding=True)["input_ids"]
+    decoder_in = torch.cat([torch.full((labels.shape[0], 1), 2), labels[:, :-1]], dim=1)
+    with torch.no_grad():
+        logits = model(**batch, decoder_input_ids=decoder_in).logits
+    arrays = {"src_ids": batch["input_ids"].numpy(), "tgt_ids": labels.numpy(),
+              "logp": torch.log_softmax(logits.float(), dim=-1).numpy()}
+    outputs = {}
+    for name, beam, src_lang, forced in (("beam1", 1, "eng_Latn", deu), ("beam4", 4, "eng_Latn", deu),
+                                         ("fra_fra_beam1", 1, "fra_Latn", fra)):
+        tok.src_lang = src_lang
+        with torch.no_grad():
+            gen = model.generate(**tok(SRC, return_tensors="pt", padding=True), num_beams=beam, do_sample=False,
+                                 max_new_tokens=20, length_penalty=1.0, early_stopping=False,
+                                 forced_bos_token_id=forced, forced_eos_token_id=2,  # as jaxnat: EOS at the limit,
+                                 bad_words_ids=[[0], [1]])  # never <s> or <pad>
+        outputs[name] = gen.tolist()
+        outputs[f"{name}_text"] = tok.batch_decode(gen, skip_special_tokens=True)
+    outputs["detok"] = tok.batch_decode(labels, skip_special_tokens=True)
+    write_expected(out, arrays, outputs)
+
+
 def write_expected(out: str, arrays: dict, outputs: dict, name: str = "expected") -> None:
     np.savez_compressed(os.path.join(out, f"{name}.npz"), **{k: np.asarray(v) for k, v in arrays.items()})
     with open(os.path.join(out, f"{name}.json"), "w", encoding="utf-8") as f:
@@ -543,7 +598,8 @@ def write_expected(out: str, arrays: dict, outputs: dict, name: str = "expected"
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", choices=("fairseq", "fairseq-nat", "marian", "marian-npz", "marian-npz-separate"))
+    parser.add_argument("--only", choices=("fairseq", "fairseq-nat", "marian", "marian-npz", "marian-npz-separate",
+                                           "nllb"))
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     np.random.seed(0)
@@ -557,6 +613,8 @@ def main(argv=None) -> int:
         marian_npz_fixture(os.path.join(ROOT, "marian-npz"))
     if args.only in (None, "marian", "marian-npz-separate"):
         marian_npz_fixture(os.path.join(ROOT, "marian-npz-separate"), separate=True)
+    if args.only in (None, "nllb"):
+        nllb_fixture(os.path.join(ROOT, "nllb"))
     print(f"wrote {os.path.normpath(ROOT)}")
     return 0
 

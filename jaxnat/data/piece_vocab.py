@@ -3,7 +3,9 @@ its own segmentation of text into pieces, behind the interface of `jaxnat.data.t
 
 A workdir's `vocab/` holds `tokenizer.json` ({"segmenter": "spm" | "bpe", "joint": bool (one vocabulary for
 both sides, each side still cutting text its own way), "language_codes": bool (Marian's: a leading ">>xx<<" is one
-piece), per side "pieces" and "spm" file names or the Moses language, "codes", the Moses settings}), one
+piece), "languages": [the language tokens of a multilingual model: NLLB's "eng_Latn", …], "specials": [pieces
+never written out: those language tokens, NLLB's "<mask>"], per side "pieces" and "spm" file names or the Moses
+language, "codes", the Moses settings}), one
 `<side>.pieces` file per side (one piece a line, line i = id i: jaxnat's reserved tokens at ids 0..5, then the
 model's pieces in its own order) and the segmenter's files:
 * "spm": a SentencePiece model per side, used only to cut text into pieces and join pieces into text (its ids are
@@ -142,6 +144,20 @@ class PieceTokenizer:
         self.joint = bool(settings.get("joint"))  # one vocabulary (the same ids) for both sides
         self._side = {side: _Side(directory, settings, settings[side]) for side in ("src", "tgt")}
         self._tables = {side: s.tables() for side, s in self._side.items()}
+        self.languages = tuple(settings.get("languages", ()))
+        self._dropped = {side: _DROPPED | {s.ids[p] for p in settings.get("specials", ()) if p in s.ids}
+                         for side, s in self._side.items()}
+
+    def language_id(self, code: str, side: str) -> int:
+        """The id of the language token ``code`` ("deu_Latn") in the ``side`` vocabulary; a one-line DataError for a
+        code the model lacks, or none given."""
+        known = f"one of its {len(self.languages)} language tokens: {', '.join(self.languages[:4])}, …"
+        if not code:
+            raise DataError(f"the model is multilingual: name the {'source' if side == 'src' else 'target'} language "
+                            f"with --config.data.{side}_lang_token or a request's \"{side}_lang\" ({known})")
+        if code not in self.languages or code not in self._side[side].ids:
+            raise DataError(f"{code!r} is not a language token of the model ({known})")
+        return self._side[side].ids[code]
 
     def vocab_size(self, side: str) -> int:
         return len(self._side[side].pieces)
@@ -162,13 +178,14 @@ class PieceTokenizer:
         return [c for c in dict.fromkeys(text) if not c.isspace() and vocab.UNK_ID in self.encode([c], side)[0]]
 
     def decode(self, ids, side: str) -> str:
-        """Text of one id sequence: stops at the first EOS, drops the reserved ids but UNK (and out-of-range ids)."""
-        s = self._side[side]
+        """Text of one id sequence: stops at the first EOS, drops the reserved ids but UNK, the special pieces
+        (language tokens) and out-of-range ids."""
+        s, dropped = self._side[side], self._dropped[side]
         out = []
         for i in np.asarray(ids).reshape(-1).tolist():
             if i == vocab.EOS_ID:
                 break
-            if i not in _DROPPED and 0 <= i < len(s.pieces):
+            if i not in dropped and 0 <= i < len(s.pieces):
                 out.append(s.pieces[i])
         return s.join(out)
 

@@ -165,6 +165,8 @@ def _train_model(
 class Tokenizer:
     """Encodes text to piece ids and back, for the source and target side (possibly one shared model)."""
 
+    languages: tuple[str, ...] = ()  # a multilingual model's language tokens (imported ones: `piece_vocab`)
+
     def __init__(self, src_sp: spm.SentencePieceProcessor, tgt_sp: spm.SentencePieceProcessor, joint: bool):
         self._sp = {"src": src_sp, "tgt": tgt_sp}
         self.joint = joint

@@ -177,7 +177,7 @@ class ConstrainedState:
 def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases: jnp.ndarray, *,
                        beam_size: int, ordered: bool = False, continues=None, joins=None, trails=None,
                        length_penalty: float = 1.0,
-                       max_len_a: float = 1.2, max_len_b: int = 10, max_out: int) -> dict:
+                       max_len_a: float = 1.2, max_len_b: int = 10, max_out: int, prefix_len=0) -> dict:
     """Beam search in which each sentence's output contains all its phrases (module docstring).
 
     tokens_to_logprobs, cache, src_len, length_penalty, max_len_a, max_len_b, max_out: as `search.ar_search`.
@@ -187,6 +187,8 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
     bool[V], the pieces that glue the next one onto their word (`PieceTables.joins`: BPE's "@@"), after which no
     phrase starts, so that it does not glue onto the word before it (None: none); trails: bool[V], punctuation
     (`spec.word_glue`), which leaves a completed phrase's word open: ``continues`` stays barred after it.
+    prefix_len: int32[B], the tokens the callback forces before any phrase can start (`search.force_prefix`), which
+    the length limit makes room for beside the phrases.
 
     Returns {'tokens': int32[B, T], 'score': float32[B], 'length': int32[B], 'token_logp': float32[B, T],
              'token_scored': bool[B, T] (as ar_search: a constraint token is scored too, with the log-probability
@@ -197,7 +199,7 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
     batch, k = src_len.shape[0], beam_size
     lens = phrase_lengths(phrases)
     total = jnp.sum(lens, axis=1)
-    max_len = jnp.minimum(jnp.maximum(decode_length(src_len, max_len_a, max_len_b, max_out - 2), total),
+    max_len = jnp.minimum(jnp.maximum(decode_length(src_len, max_len_a, max_len_b, max_out - 2), total + prefix_len),
                           max_out - 2)
     max_len_rows = jnp.repeat(max_len, k)
     tokens = jnp.full((batch, k, max_out), PAD_ID, jnp.int32).at[:, :, 0].set(BOS_ID)

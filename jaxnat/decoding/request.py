@@ -15,6 +15,8 @@ anything runs.
                                                      constraint pairs, a rescorer's parameters) and 'plan', what
                                                      the model's `ModelSpec.plan` found for this batch
                   reference: int32[B, R] | None,     [BOS … EOS] reference rows, for an oracle analysis only
+                  prefix: int32[B, P] | None,        each output's first tokens after BOS, PAD-padded (a
+                                                     multilingual model's target-language token)
                   max_out, beam_size, trace, oracle) static: output capacity, beam, edit trace on/off, the
                                                      decoding steps an oracle takes against the reference
 
@@ -41,6 +43,7 @@ class DecodeRequest:
     hard: jax.Array | None = None
     extras: dict = struct.field(default_factory=dict)
     reference: jax.Array | None = None
+    prefix: jax.Array | None = None
     max_out: int = struct.field(pytree_node=False, default=0)
     beam_size: int = struct.field(pytree_node=False, default=1)
     trace: bool = struct.field(pytree_node=False, default=False)
@@ -69,11 +72,12 @@ class Supports:
     # decoding where an oracle takes some steps' actions against the reference (`DecodeRequest.oracle`): the
     # modes generate honours, e.g. Gu et al. 2019's "collaborate with the oracle" analysis
     oracle: tuple[str, ...] = ()
+    prefix: bool = False     # DecodeRequest.prefix: outputs that start with given tokens
 
 
 def check_supported(model_name: str, supports: Supports, *, init: bool = False, soft: bool = False,
                     hard: bool = False, trace: bool = False, beam_size: int = 1, pairs: bool = False,
-                    oracle: str = "") -> None:
+                    oracle: str = "", prefix: bool = False) -> None:
     """Raises a one-line DataError naming the first thing the model cannot do."""
     asked = [(init, supports.init, "initial hypotheses (post-editing)"),
              (soft, supports.soft_constraints, "soft constraints"),
@@ -81,7 +85,8 @@ def check_supported(model_name: str, supports: Supports, *, init: bool = False, 
              (trace, supports.trace, "edit traces"),
              (pairs, supports.pairs, "constraint pairs"),
              (beam_size > 1, supports.beam, f"beam search (beam size {beam_size})"),
-             (bool(oracle), oracle in supports.oracle, f"oracle decoding {oracle!r}")]
+             (bool(oracle), oracle in supports.oracle, f"oracle decoding {oracle!r}"),
+             (prefix, supports.prefix, "target prefixes (a multilingual model's target-language token)")]
     for wanted, can, what in asked:
         if wanted and not can:
             raise DataError(f"model {model_name!r} does not take {what}")

@@ -80,6 +80,24 @@ def _restrict(logp: jnp.ndarray, index, max_len: jnp.ndarray, rules: str = "jaxn
     return jnp.where(banned, NEG_INF, logp.astype(jnp.float32))
 
 
+def force_prefix(tokens_to_logprobs, prefix: jnp.ndarray):
+    """A search callback that starts every hypothesis with its row's ``prefix`` (int32[N, P], PAD-padded: a row's
+    first tokens after BOS, e.g. a multilingual model's target-language token): at position index < P the row's
+    distribution is the prefix token's alone, log-probability 0 (every other id -inf), so the prefix adds nothing to
+    a hypothesis's log-probability but counts among its generated tokens, as Hugging Face's forced first token does.
+    Beam search keeps one live beam through the prefix, the other K - 1 slots at -inf, as at its first step."""
+    width = prefix.shape[1]
+
+    def forced(tokens, cache, index):
+        logp, cache = tokens_to_logprobs(tokens, cache, index)
+        token = prefix[:, jnp.minimum(index, width - 1)]  # [N]
+        on = (index < width) & (token != PAD_ID)
+        pinned = jnp.where(jnp.arange(logp.shape[-1])[None, :] == token[:, None], 0.0, NEG_INF)
+        return jnp.where(on[:, None], pinned, logp), cache
+
+    return forced
+
+
 def _normalise(logp_sum: jnp.ndarray, n, length_penalty) -> jnp.ndarray:
     """`logp_sum / n ** length_penalty` (n: generated tokens, EOS included)."""
     return logp_sum / jnp.power(jnp.asarray(n, jnp.float32), length_penalty)

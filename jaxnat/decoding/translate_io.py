@@ -6,7 +6,8 @@ or "constraints" (a list of target phrases, the initial hypothesis in the given 
 guarantee them; they add "iterations" and their edit counts to the output. Every AR model takes "constraints"
 with "hard": true (constrained beam search). Models of vectorized constraints also read "constraint_pairs", a
 list of [source phrase, target phrase] pairs (alone: pairs as the model's input; with "hard" and
-"constraints" as well: both). A model that cannot honour what
+"constraints" as well: both). A multilingual model (an imported NLLB) reads "src_lang" and "tgt_lang", its language
+tokens ("eng_Latn"), in place of data.src_lang_token and data.tgt_lang_token. A model that cannot honour what
 a line asks says so in one line, before anything is translated. Output keeps the input order;
 extra input keys are echoed back.
 """
@@ -40,6 +41,9 @@ def parse_requests(lines: list[str], where: str) -> list[dict]:
                 raise DataError(f'{where}:{n}: "hard" must be true or false')
             if "constraint_pairs" in obj:
                 parse_pairs(json.dumps(obj["constraint_pairs"]), f'{where}:{n}: "constraint_pairs"')
+            for key in ("src_lang", "tgt_lang"):
+                if not isinstance(obj.get(key, ""), str):
+                    raise DataError(f'{where}:{n}: "{key}" must be a string (a language token of the model: eng_Latn)')
             if "init" in obj and phrases:
                 raise DataError(f'{where}:{n}: give either "init" or "constraints", not both')
             requests.append(obj)
@@ -66,6 +70,9 @@ def translate_stream(load_translator, config, input_path: str | None, output_pat
                        hard=[bool(r.get("hard", False)) for r in requests])
     if any("constraint_pairs" in r for r in requests):
         options["pairs"] = [r.get("constraint_pairs") or None for r in requests]
+    for key in ("src_lang", "tgt_lang"):
+        if any(key in r for r in requests):
+            options[f"{key}s"] = [r.get(key) or None for r in requests]
     outs = translator.translate([r["src"] for r in requests], config.eval.beam_size, config.eval.batch_size,
                                 **options)
     sink = open(output_path, "w", encoding="utf-8") if output_path else sys.stdout

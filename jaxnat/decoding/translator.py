@@ -25,12 +25,14 @@ log = logging.getLogger("jaxnat")
 
 class Start(NamedTuple):
     """What one sentence asks beyond its source (target piece ids, no BOS/EOS): an initial hypothesis to
-    refine, or constraint phrases (hard = guaranteed); and, for a model that reads them, constraint pairs
-    (source phrase, target phrase) as text. All None: plain translation."""
+    refine, or constraint phrases (hard = guaranteed); for a model that reads them, constraint pairs
+    (source phrase, target phrase) as text; the tokens its output starts with (a multilingual model's
+    target-language token). All None: plain translation."""
     init: list[int] | None = None
     phrases: list[list[int]] | None = None
     hard: bool = False
     pairs: list[tuple[str, str]] | None = None
+    prefix: list[int] | None = None
 
     def pieces(self) -> list[int]:
         """The starting hypothesis a refining model begins from, without BOS/EOS."""
@@ -57,12 +59,27 @@ class Translator:
         self.narrow_outputs = True
         self._compiled: set = set()  # the request shapes `_generate` has run (`translate_ids`'s warm_up)
 
-    def encode(self, texts: list[str]) -> tuple[list[np.ndarray], list[bool]]:
-        """Source texts -> [BOS … EOS] id arrays (cut to data.max_len) and, per text, whether it was cut."""
+    def language_tokens(self, langs: list | None, side: str, n: int) -> list[list[int]]:
+        """Per sentence, the ``side``'s language token of a multilingual model (NLLB's "deu_Latn"): the request's own
+        (``langs[i]``), else the config's data.src_lang_token / tgt_lang_token, as a one-id list; [] each for a model
+        without language tokens (a request that names a language is then an error)."""
+        if not self.tokenizer.languages:
+            if langs and any(lang is not None for lang in langs):
+                raise DataError(f"\"{side}_lang\" names a language token; this model has none (multilingual "
+                                f"models such as an imported NLLB have)")
+            return [[]] * n
+        default = self.config.data[f"{side}_lang_token"]
+        return [[self.tokenizer.language_id(lang or default, side)] for lang in langs or [None] * n]
+
+    def encode(self, texts: list[str], langs: list | None = None) -> tuple[list[np.ndarray], list[bool]]:
+        """Source texts -> [BOS … EOS] id arrays (cut to data.max_len; a multilingual model's source-language token
+        first, `language_tokens`) and, per text, whether it was cut."""
         out, cut = [], []
-        for ids in self.tokenizer.encode(texts, "src"):
-            cut.append(len(ids) + 2 > self.max_len)
-            out.append(np.asarray([BOS_ID, *ids[: self.max_len - 2], EOS_ID], np.int32))
+        codes = self.language_tokens(langs, "src", len(texts))
+        for ids, code in zip(self.tokenizer.encode(texts, "src"), codes):
+            room = self.max_len - 2 - len(code)
+            cut.append(len(ids) > room)
+            out.append(np.asarray([BOS_ID, *code, *ids[:room], EOS_ID], np.int32))
         return out, cut
 
     def input_notes(self, texts: list[str], cut: list[bool], inits: list | None, constraints: list | None,
@@ -166,9 +183,11 @@ class Translator:
         """
         sup = self.spec.supports
         uniform = sup.init and sup.soft_constraints and sup.hard_constraints
-        needed = max(len(s.pieces()) for s in starts) + 2  # `starts` checked it fits the model
+        needed = max(len(s.pieces()) + len(s.prefix or ()) for s in starts) + 2  # `starts` checked it fits the model
         capacity = min(max(self.output_capacity(src.shape[1]), _round_up(needed, 8)), self.spec.cfg.max_len)
-        init = constraints = hard = None
+        init = constraints = hard = prefix = None
+        if any(s.prefix for s in starts):
+            prefix = pad_phrases([[s.prefix] if s.prefix else None for s in starts])[:, 0]
         if uniform or any(s.init is not None for s in starts):
             init = pad_hypotheses([s.init for s in starts], capacity)
         if uniform or any(s.phrases for s in starts):
@@ -178,7 +197,8 @@ class Translator:
             constraints = np.pad(phrases, ((0, 0), (0, _round_up(c, 4) - c), (0, max(_round_up(p, 4), least) - p)))
             hard = np.asarray([s.hard for s in starts], bool)
         extras = self.spec.request_extras(self, starts) if self.spec.request_extras else {}
-        return DecodeRequest(src, init, constraints, hard, extras, max_out=capacity, beam_size=beam_size, trace=trace)
+        return DecodeRequest(src, init, constraints, hard, extras, prefix=prefix, max_out=capacity, beam_size=beam_size,
+                             trace=trace)
 
     def planned(self, request: DecodeRequest) -> DecodeRequest:
         """The request with the model's plan (`ModelSpec.plan`) and an output only as wide as its longest row
@@ -207,6 +227,10 @@ class Translator:
         if oracle and references is None:
             raise DataError(f"oracle decoding {oracle!r} needs the references")
         starts = starts or [Start()] * len(src)
+        if self.tokenizer.languages and not all(s.prefix for s in starts):  # a multilingual model's output starts
+            code = self.language_tokens(None, "tgt", 1)[0]
+            starts = [s if s.prefix else s._replace(prefix=code) for s in starts]
+        check_supported(self.spec.name, self.spec.supports, prefix=any(s.prefix for s in starts))
         results: list[dict | None] = [None] * len(src)
         for idx, batch in eval_batches(src, None, batch_size, self.buckets):
             request = self.request(batch["src"], [starts[i] if i >= 0 else Start() for i in idx], beam_size, trace)
@@ -231,18 +255,23 @@ class Translator:
                   inits: list | None = None, constraints: list | None = None, hard: list | None = None,
                   cut_long_inits: bool = False, pairs: list | None = None,
                   drop_long_pairs: bool = False, references: list[str] | None = None,
-                  oracle: str = "", token_scores: bool = False) -> list[dict]:
+                  oracle: str = "", token_scores: bool = False, src_langs: list | None = None,
+                  tgt_langs: list | None = None) -> list[dict]:
         """Texts -> [{'hyp': str, 'score': float, and the model's counts}] in input order (`starts` for the
         other arguments, `translate_ids` for ``oracle`` with the target-side ``references``; beam and batch size
-        default to the config's eval.beam_size and eval.batch_size). With ``token_scores`` also the output's
-        pieces without BOS/EOS, 'pieces': [int], with 'token_logp': [float] and 'token_scored': [bool] for each
-        (`ModelSpec.generate`), for calibration."""
+        default to the config's eval.beam_size and eval.batch_size; src_langs, tgt_langs: per text a multilingual
+        model's language tokens or None, `language_tokens`). With ``token_scores`` also the output's
+        pieces without BOS/EOS (and a forced language token), 'pieces': [int], with 'token_logp': [float] and
+        'token_scored': [bool] for each (`ModelSpec.generate`), for calibration."""
         beam_size = self.config.eval.beam_size if beam_size is None else beam_size
         batch_size = self.config.eval.batch_size if batch_size is None else batch_size
-        src, cut = self.encode(texts)
+        src, cut = self.encode(texts, src_langs)
         starts = None
         if inits or constraints or pairs:
             starts = self.starts(inits, constraints, hard, cut_long_inits, pairs, drop_long_pairs)
+        if tgt_langs and any(lang is not None for lang in tgt_langs):
+            codes = self.language_tokens(tgt_langs, "tgt", len(texts))
+            starts = [s._replace(prefix=code) for s, code in zip(starts or [Start()] * len(texts), codes)]
         notes = self.input_notes(texts, cut, inits, constraints, hard)
         ref_ids = self.tokenizer.encode(list(references), "tgt") if references is not None else None
         outs = self.translate_ids(src, beam_size, batch_size, starts, references=ref_ids, oracle=oracle)
@@ -253,6 +282,8 @@ class Translator:
             if token_scores:
                 tokens = np.asarray(o["tokens"])
                 real = (tokens != PAD_ID) & (tokens != BOS_ID) & (tokens != EOS_ID)
+                if self.tokenizer.languages:  # its forced target-language token is no piece of the translation
+                    real[1] = False
                 r.update(pieces=tokens[real].tolist(), token_logp=np.asarray(o["token_logp"])[real].tolist(),
                          token_scored=np.asarray(o["token_scored"])[real].tolist())
             results.append({**r, **note})

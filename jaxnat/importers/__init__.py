@@ -1,7 +1,7 @@
 """`--mode import`: a model trained elsewhere written as an ordinary jaxnat workdir (docs/import.md).
 
 One module per source format reads its files into an `Imported` (`fairseq.read`, `marian.read` for Hugging Face's
-MarianMTModel directories, `marian_npz.read` for Marian's own checkpoints): the config
+MarianMTModel directories, `marian_npz.read` for Marian's own checkpoints, `nllb.read` for NLLB-200's): the config
 overrides that make jaxnat's model compute the original's function (`jaxnat.config`'s model conventions), the
 parameters in jaxnat's tree with the vocabulary's rows in jaxnat's id order (`remap_rows`), and the vocabulary
 (`jaxnat.data.piece_vocab`). `write_workdir` checks the parameters against the model the config builds and writes
@@ -24,7 +24,7 @@ import numpy as np
 from jaxnat.errors import ConfigError, DataError
 
 log = logging.getLogger("jaxnat")
-FORMATS = ("fairseq", "marian")
+FORMATS = ("fairseq", "marian", "nllb")
 
 
 @dataclasses.dataclass
@@ -52,12 +52,13 @@ def remap_rows(matrix: np.ndarray, order: list[int], axis: int = 0) -> np.ndarra
 
 
 def parse_source(spec: str) -> tuple[str, str]:
-    """"fairseq:PATH" | "marian:PATH" | "marian:ORG/NAME[@REVISION]" (a Hugging Face model id, read from the local
-    cache: `hub_cache`) -> (format, path); a one-line ConfigError or DataError otherwise."""
+    """"fairseq:PATH" | "marian:PATH" | "nllb:PATH" | "marian:ORG/NAME[@REVISION]" | "nllb:ORG/NAME[@REVISION]" (a
+    Hugging Face model id, read from the local cache: `hub_cache`) -> (format, path); a one-line ConfigError or
+    DataError otherwise."""
     kind, _, path = spec.partition(":")
     if kind not in FORMATS or not path:
         raise ConfigError(f"--from takes {' or '.join(f'{k}:PATH' for k in FORMATS)}, got {spec!r}")
-    if kind == "marian":
+    if kind in ("marian", "nllb"):
         from jaxnat.importers import hub_cache
 
         if hub_cache.looks_like_model_id(path):
@@ -73,6 +74,10 @@ def read(spec: str, dict_dir: str | None = None) -> Imported:
         from jaxnat.importers import fairseq
 
         return fairseq.read(path, dict_dir or os.path.dirname(os.path.abspath(path)))
+    if kind == "nllb":
+        from jaxnat.importers import nllb
+
+        return nllb.read(path)
     from jaxnat.importers import marian, marian_npz
 
     return marian_npz.read(path) if marian_npz.is_release(path) else marian.read(path)

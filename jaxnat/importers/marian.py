@@ -13,42 +13,16 @@ activation is its configured one (OPUS-MT: swish), layer norms use epsilon 1e-5.
 
 from __future__ import annotations
 
-import json
 import os
 
 import numpy as np
 
 from jaxnat.errors import DataError
-from jaxnat.importers import Imported, remap_rows, torch_file
+from jaxnat.importers import Imported, remap_rows
+from jaxnat.importers.hf_files import read_json, weights
 from jaxnat.importers.torch_layers import StateDict, stacks
 
 FILES = ("config.json", "vocab.json", "source.spm", "target.spm")
-
-
-def _read_json(path: str):
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except OSError as e:
-        raise DataError(f"{path}: unreadable ({e.strerror})") from None
-    except ValueError as e:
-        raise DataError(f"{path}: not JSON ({e})") from None
-
-
-def _weights(directory: str) -> tuple[dict, str]:
-    path = os.path.join(directory, "model.safetensors")
-    if os.path.isfile(path):
-        from safetensors import SafetensorError
-        from safetensors.numpy import load_file
-
-        try:
-            return load_file(path), path
-        except (SafetensorError, OSError, ValueError) as e:
-            raise DataError(f"{path}: unreadable safetensors file ({e})") from None
-    path = os.path.join(directory, "pytorch_model.bin")
-    if os.path.isfile(path):
-        return torch_file.load(path), path
-    raise DataError(f"{directory}: no weights (model.safetensors or pytorch_model.bin)")
 
 
 def _same_positions(table: np.ndarray, d: int) -> bool:
@@ -65,12 +39,12 @@ def read(directory: str) -> Imported:
     for name in FILES:
         if not os.path.isfile(os.path.join(directory, name)):
             raise DataError(f"{directory}: no {name} (a MarianMTModel directory holds {', '.join(FILES)})")
-    cfg = _read_json(os.path.join(directory, "config.json"))
+    cfg = read_json(os.path.join(directory, "config.json"))
     names = {"src": "vocab.json", "tgt": "vocab.json" if _shared(cfg) else "target_vocab.json"}
     if not os.path.isfile(os.path.join(directory, names["tgt"])):
         raise DataError(f"{directory}: no target_vocab.json (the target vocabulary of a model with separate ones)")
-    vocabs = {side: _read_json(os.path.join(directory, name)) for side, name in names.items()}
-    tensors, where = _weights(directory)
+    vocabs = {side: read_json(os.path.join(directory, name)) for side, name in names.items()}
+    tensors, where = weights(directory)
     return build(cfg, vocabs, tensors, directory, {"format": "marian", "architecture": "MarianMTModel"},
                  cfg_at=f"{directory}/config.json",
                  vocab_at={side: f"{directory}/{name}" for side, name in names.items()}, where=where)

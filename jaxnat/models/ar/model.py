@@ -16,7 +16,7 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding import constrained_fairseq
 from jaxnat.decoding.constrained import constrained_search
 from jaxnat.decoding.request import DecodeRequest, Supports
-from jaxnat.decoding.search import ar_search
+from jaxnat.decoding.search import ar_search, force_prefix
 from jaxnat.errors import ConfigError
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import next_in_segment
@@ -124,25 +124,30 @@ def ar_score(model: ARTransformer, params, src: jnp.ndarray, tgt: jnp.ndarray, r
 
 # ----------------------------------------------------------------------------------------------- decoding
 
-SUPPORTS = Supports(beam=True, hard_constraints=True)
+SUPPORTS = Supports(beam=True, hard_constraints=True, prefix=True)
 
 
 def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered: bool = False, continues=None,
            joins=None, trails=None, beam_size: int, length_penalty, max_len_a, max_len_b, max_out: int,
-           rules: str = "jaxnat") -> dict:
+           rules: str = "jaxnat", prefix=None) -> dict:
     """The AR searches behind one callback: greedy or beam search (`search.ar_search`), or with phrases
     (int32[B, C, P], an all-PAD row = none) the constrained beam search that guarantees them
     (`constrained.constrained_search`, DBA/VDBA; beam_size 1 is then a one-beam constrained search), or under
-    fairseq's ``rules`` fairseq's (`constrained_fairseq.search`), which does not."""
+    fairseq's ``rules`` fairseq's (`constrained_fairseq.search`), which does not. prefix: int32[B, P], each
+    output's first tokens (`search.force_prefix`), or None."""
     kwargs = dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
                   max_out=max_out)
     src_len = token_mask(src).sum(axis=1)
+    prefix_len = 0
+    if prefix is not None:
+        tokens_to_logprobs = force_prefix(tokens_to_logprobs, jnp.repeat(prefix, beam_size, axis=0))
+        prefix_len = token_mask(prefix).sum(axis=1)
     if phrases is None:
         return ar_search(tokens_to_logprobs, cache, src_len, rules=rules, **kwargs)
     if rules == "fairseq":
         return constrained_fairseq.search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, **kwargs)
     return constrained_search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, continues=continues,
-                              joins=joins, trails=trails, **kwargs)
+                              joins=joins, trails=trails, prefix_len=prefix_len, **kwargs)
 
 
 def hard_phrases(request: DecodeRequest):
@@ -154,11 +159,11 @@ def hard_phrases(request: DecodeRequest):
 
 def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: int = 1, length_penalty=1.0,
                 max_len_a=1.2, max_len_b=10, max_out: int, phrases=None, ordered: bool = False,
-                continues=None, joins=None, trails=None, rules: str = "jaxnat") -> dict:
+                continues=None, joins=None, trails=None, rules: str = "jaxnat", prefix=None) -> dict:
     """Greedy, beam or constrained beam search (`search`) with the model's KV cache.
 
     src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None (continues,
-    joins, trails: `constrained_search`'s). The source is encoded once and its cross-attention keys and values
+    joins, trails: `constrained_search`'s); prefix: int32[B, P] each output's first tokens, or None. The source is encoded once and its cross-attention keys and values
     repeated per beam (row b * beam_size + k). Returns {'tokens', 'score', 'length'} (and 'constraints_met' with
     phrases).
     """
@@ -179,7 +184,7 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
         lambda tokens, cache, index: model.apply(params, tokens, cache, index, src_mask, method=model.step), cache)
     return search(tokens_to_logprobs, cache, src, phrases=phrases, ordered=ordered, continues=continues,
                   joins=joins, trails=trails, beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
-                  max_len_b=max_len_b, max_out=max_out, rules=rules)
+                  max_len_b=max_len_b, max_out=max_out, rules=rules, prefix=prefix)
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
@@ -194,7 +199,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                            length_penalty=e.length_penalty, max_len_a=e.max_len_a, max_len_b=e.max_len_b,
                            max_out=request.width(capacity),
                            phrases=hard_phrases(request), ordered=e.constraint_order == "given", continues=continues,
-                           joins=joins, trails=trails, rules=e.search_rules)
+                           joins=joins, trails=trails, rules=e.search_rules, prefix=request.prefix)
 
     def loss(params, batch, rng, train=True):
         return ar_loss(module, params, batch, rng, config.train.label_smoothing, train)
