@@ -36,12 +36,13 @@ trap 'rm -f "$log"' EXIT
 pip=("$env/bin/python" -m pip install -q --disable-pip-version-check)
 # torch: exactly this pin, the CPU build on this machine's disk (an unpinned torch downloads a CUDA build of GBs).
 # fairseq's needs (numpy 2.4.6 passed the smoke test too; 1.26.4 is the numpy of fairseq 0.12.2's day), then Marian's
-# and the tokenizers', then everything those pull in, all pinned to the set that was tested together.
+# and the tokenizers' (protobuf: NllbTokenizer converts a SentencePiece model through it), then everything those pull
+# in, all pinned to the set that was tested together.
 "${pip[@]}" torch==2.13.0 \
   numpy==1.26.4 hydra-core==1.3.2 omegaconf==2.3.0 bitarray==3.12.3 sacrebleu==2.6.0 regex==2026.11.19 \
   cffi==2.1.1 tqdm==4.70.1 cython==3.3.1 setuptools==84.2.1 \
   transformers==5.24.0 tokenizers==0.23.3 huggingface-hub==2.4.0 safetensors==0.8.0 sentencepiece==0.2.3 \
-  sacremoses==0.2.0 subword-nmt==0.3.8 \
+  sacremoses==0.2.0 subword-nmt==0.3.8 protobuf==7.36.2 \
   annotated-doc==0.0.7 annotated-types==0.8.0 antlr4-python3-runtime==4.9.3 anyio==4.16.0 click==8.5.1 \
   cloudpickle==3.1.3 colorama==0.4.6 filelock==4.3.1 fsspec==2026.9.0 h11==0.16.0 hf-xet==1.8.0 \
   httpcore2==2.16.2 httpx2==2.16.2 idna==3.20 jinja2==3.1.6 joblib==1.6.0 lxml==6.1.3 markdown-it-py==4.3.0 \

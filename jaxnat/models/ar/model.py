@@ -163,9 +163,9 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
     """Greedy, beam or constrained beam search (`search`) with the model's KV cache.
 
     src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None (continues,
-    joins, trails: `constrained_search`'s); prefix: int32[B, P] each output's first tokens, or None. The source is encoded once and its cross-attention keys and values
-    repeated per beam (row b * beam_size + k). Returns {'tokens', 'score', 'length'} (and 'constraints_met' with
-    phrases).
+    joins, trails: `constrained_search`'s); prefix: int32[B, P] each output's first tokens, or None. The source is
+    encoded once and its cross-attention keys and values repeated per beam (row b * beam_size + k). Returns
+    {'tokens', 'score', 'length'} (and 'constraints_met' with phrases).
     """
     if max_out - 1 > model.cfg.max_len:
         raise ConfigError(f"max_out={max_out} needs {max_out - 1} target positions; the model has "
