@@ -35,7 +35,6 @@ import time
 import numpy as np
 
 from jaxnat.data.sources import load_corpus
-from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.errors import ConfigError, DataError
 
 log = logging.getLogger("jaxnat")
@@ -204,12 +203,6 @@ class Parts:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _generated_length(tokens: np.ndarray) -> int:
-    """Tokens of one output row other than BOS, EOS and padding."""
-    t = np.asarray(tokens)
-    return int(np.count_nonzero((t != PAD_ID) & (t != BOS_ID) & (t != EOS_ID)))
-
-
 def _one_line(text: str) -> str:
     # A newline in a hypothesis would shift every later line of the parallel file (the text loader splits
     # on "\n" only and strips each line).
@@ -224,14 +217,14 @@ def translate_chunk(translator, sources: list[str], references: list[str], beam_
     and for the original references."""
     tok = translator.tokenizer
     pieces = tok.encode(sources, "src")
-    kept = [k for k, ids in enumerate(pieces) if len(ids) + 2 <= translator.max_len]
-    src_ids, _ = translator.encode([sources[k] for k in kept])  # all fit: nothing is cut
-    outs = translator.translate_ids(src_ids, beam_size, batch_size) if kept else []
+    src_ids, cut = translator.encode(sources)
+    kept = [k for k, was_cut in enumerate(cut) if not was_cut]
+    outs = translator.translate_ids([src_ids[k] for k in kept], beam_size, batch_size) if kept else []
     hyps: list[str | None] = [None] * len(sources)
     for k, out in zip(kept, outs):
         hyps[k] = _one_line(tok.decode(list(out["tokens"]), "tgt"))
     src_lens = [len(pieces[k]) for k in kept]
-    out_lens = [_generated_length(o["tokens"]) for o in outs]
+    out_lens = [int(np.count_nonzero(translator.translation_pieces(np.asarray(o["tokens"])))) for o in outs]
     ref_lens = [len(ids) for ids in tok.encode([references[k] for k in kept], "tgt")]
     ratios = [o / s for o, s in zip(out_lens, src_lens) if s > 0]
     ref_ratios = [r / s for r, s in zip(ref_lens, src_lens) if s > 0]

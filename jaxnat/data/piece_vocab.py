@@ -151,7 +151,8 @@ class PieceTokenizer:
     def language_id(self, code: str, side: str) -> int:
         """The id of the language token ``code`` ("deu_Latn") in the ``side`` vocabulary; a one-line DataError for a
         code the model lacks, or none given."""
-        known = f"one of its {len(self.languages)} language tokens: {', '.join(self.languages[:4])}, …"
+        known = (f"one of its {len(self.languages)} language tokens: {', '.join(self.languages[:4])}"
+                 f"{', …' if len(self.languages) > 4 else ''}")
         if not code:
             raise DataError(f"the model is multilingual: name the {'source' if side == 'src' else 'target'} language "
                             f"with --config.data.{side}_lang_token or a request's \"{side}_lang\" ({known})")

@@ -281,13 +281,19 @@ class Translator:
             r.update({k: int(o[k]) for k in self.spec.supports.counts})
             if token_scores:
                 tokens = np.asarray(o["tokens"])
-                real = (tokens != PAD_ID) & (tokens != BOS_ID) & (tokens != EOS_ID)
-                if self.tokenizer.languages:  # its forced target-language token is no piece of the translation
-                    real[1] = False
+                real = self.translation_pieces(tokens)
                 r.update(pieces=tokens[real].tolist(), token_logp=np.asarray(o["token_logp"])[real].tolist(),
                          token_scored=np.asarray(o["token_scored"])[real].tolist())
             results.append({**r, **note})
         return results
+
+    def translation_pieces(self, tokens: np.ndarray) -> np.ndarray:
+        """tokens: int32[T], an output row [BOS … EOS] -> bool[T], True at the translation's pieces: not BOS, EOS or
+        PAD, nor a multilingual model's forced target-language token (position 1)."""
+        real = (tokens != PAD_ID) & (tokens != BOS_ID) & (tokens != EOS_ID)
+        if self.tokenizer.languages:
+            real[1] = False
+        return real
 
     def seconds_per_sentence(self, texts: list[str], beam_size: int, batch_size: int, constraints: list | None = None,
                              hard: list | None = None, pairs: list | None = None) -> float:
