@@ -242,6 +242,8 @@ def test_marians_conversion_of_a_separate_vocabulary_model_imports_as_the_npz_do
     hf, npz = read(f"marian:{DATA}/marian-npz-separate/hf"), read(SOURCES["marian-npz-separate"])
     assert hf.pieces == npz.pieces and hf.pieces["src"] != hf.pieces["tgt"]
     lengths = ("model.max_len", "data.max_len")  # the converter's position table: d_model rows; the .npz's: 512
+    # and decoder.yml's normalize, which the converter drops and the import takes as the length penalty
+    assert npz.overrides.pop("eval.length_penalty") == 0.6 and "eval.length_penalty" not in hf.overrides
     assert {k: v for k, v in hf.overrides.items() if k not in lengths} == {
         k: v for k, v in npz.overrides.items() if k not in lengths}
     assert hf.overrides["model.share_embeddings"] is False and hf.settings == npz.settings

@@ -16,12 +16,15 @@ conversion cannot express are refused with one line naming them. The file is rea
 from __future__ import annotations
 
 import glob
+import logging
 import os
 
 import numpy as np
 
 from jaxnat.errors import DataError
 from jaxnat.importers import Imported, marian
+
+log = logging.getLogger("jaxnat")
 
 CONFIG_KEY = "special:model.yml"
 # model.yml settings that MarianMTModel computes only at these values, each Marian's default where a file omits it:
@@ -257,5 +260,22 @@ def read(path: str) -> Imported:
         "dropout": settings["dropout"], "num_beams": int(beam) if str(beam).isdigit() else 4,
     }
     about = {"format": "marian", "architecture": "Marian transformer (.npz)", "marian_version": settings["version"]}
-    return marian.build(cfg, vocabs, tensors, directory, about, cfg_at=f"{where} ({CONFIG_KEY})",
-                        vocab_at=vocab_at, where=where)
+    imported = marian.build(cfg, vocabs, tensors, directory, about, cfg_at=f"{where} ({CONFIG_KEY})",
+                            vocab_at=vocab_at, where=where)
+    imported.overrides.update(_search_options(decoding, os.path.join(directory, "decoder.yml")))
+    return imported
+
+
+def _search_options(decoding: dict, at: str) -> dict:
+    """decoder.yml's `normalize` as eval.length_penalty: Marian's decoder ranks finished hypotheses by their score
+    over their length (EOS counted) to that power, as jaxnat's searches do (marian-dev's `History`); absent, jaxnat's
+    default stays. A `word-penalty`, which jaxnat's searches lack, is left out with a warning."""
+    def number(key: str) -> float:
+        try:
+            return float(decoding[key])
+        except (TypeError, ValueError):
+            raise DataError(f"{at}: {key} {decoding[key]!r} is not a number") from None
+
+    if "word-penalty" in decoding and number("word-penalty") != 0.0:
+        log.warning("%s: word-penalty %s is not applied (jaxnat's searches have none)", at, decoding["word-penalty"])
+    return {"eval.length_penalty": number("normalize")} if "normalize" in decoding else {}
