@@ -227,7 +227,8 @@ class Translator:
         if oracle and references is None:
             raise DataError(f"oracle decoding {oracle!r} needs the references")
         starts = starts or [Start()] * len(src)
-        if self.tokenizer.languages and not all(s.prefix for s in starts):  # a multilingual model's output starts
+        if self.tokenizer.languages and not all(s.prefix for s in starts):
+            # a multilingual model's outputs start with their language's token: data.tgt_lang_token's by default
             code = self.language_tokens(None, "tgt", 1)[0]
             starts = [s if s.prefix else s._replace(prefix=code) for s in starts]
         check_supported(self.spec.name, self.spec.supports, prefix=any(s.prefix for s in starts))
