@@ -1,5 +1,6 @@
-"""Decoding an OPUS-MT-sized Marian model side by side with Hugging Face transformers on the same weights: greedy and
-beam-4 search, batch-1 latency and batch-64 throughput, jaxnat's imported workdir beside `MarianMTModel.generate`.
+"""Decoding an OPUS-MT-sized Marian model (or an NLLB-200-600M-sized one) side by side with Hugging Face transformers
+on the same weights: greedy and beam-4 search, batch-1 latency and batch-64 throughput, jaxnat's imported workdir
+beside `MarianMTModel.generate` (`M2M100ForConditionalGeneration.generate`).
 
     D=/tmp/vs-transformers
     # (a) in the reference environment (tools/reference_env.sh): SentencePiece models learned on Multi30k's training
@@ -8,6 +9,10 @@ beam-4 search, batch-1 latency and batch-64 throughput, jaxnat's imported workdi
     #     (tools/make_import_fixtures.py's `save_marian`), saved by save_pretrained; the first --sentences test
     #     sources
     .refenv/bin/python bench/vs_transformers.py make --data-dir ../shared/data/multi30k --out $D
+    #     or with --family nllb: a model of NLLB-200-distilled-600M's shape (d 1024, 12+12 layers, 16 heads, FFN 4096,
+    #     relu, pre-norm, 256,206 embedding rows; random weights N(0, 1/fan-in)), a BPE SentencePiece model of 8,000
+    #     pieces learned on Multi30k's English and German with NllbTokenizer's files (the rows past its ids stand for
+    #     NLLB's other pieces: the output layer costs what it costs there); sources eng_Latn, outputs forced deu_Latn
     # (b) imported into a jaxnat workdir ($D/jaxnat) with --mode import
     python bench/vs_transformers.py import --out $D
     # (c) the first pass (agreement, warm-up, compilation), then the timed pairs and the table
@@ -44,35 +49,73 @@ WORKLOADS = {"b1": 1, "b64": 64}
 ROWS = {"greedy": 1, "beam4": 4}  # row: beam size
 
 
-def make(args) -> int:
-    """(reference env) the SentencePiece models, the MarianMTModel and its tokenizer in $out/hf, the inputs."""
+def learn_spm(lines: list[str], path: str, **options) -> None:
     import io
 
     import sentencepiece as spm
 
-    sys.path.insert(0, os.path.join(ROOT, "tools"))
-    from make_import_fixtures import marian_vocabulary, save_marian
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(lines), model_writer=proto, num_threads=2, minloglevel=2,
+                                   pad_id=-1, **options)
+    with open(path, "wb") as f:
+        f.write(proto.getvalue())
 
+
+def make(args) -> int:
+    """(reference env) the SentencePiece models, the model and its tokenizer in $out/hf, the inputs."""
+    sys.path.insert(0, os.path.join(ROOT, "tools"))
     out = os.path.abspath(args.out)
     hf = os.path.join(out, "hf")
     os.makedirs(hf, exist_ok=True)
-    for name, lang in (("source", "en"), ("target", "de")):
-        proto = io.BytesIO()
-        spm.SentencePieceTrainer.train(sentence_iterator=iter(read_gz(os.path.join(args.data_dir, f"train.{lang}.gz"))),
-                                       model_writer=proto, vocab_size=7000, model_type="unigram", num_threads=2,
-                                       minloglevel=2, bos_id=-1, eos_id=1, unk_id=0, pad_id=-1)
-        with open(os.path.join(out, f"{name}.spm"), "wb") as f:
-            f.write(proto.getvalue())
-    vocab = marian_vocabulary(out, ("source", "target"))
-    for i in range(args.vocab - 1 - len(vocab)):  # OPUS-MT's vocabulary size: the output layer's cost
-        vocab[f"▁filler{i}"] = len(vocab)
-    model, _ = save_marian(hf, out, vocab, d=512, layers=6, heads=8, ffn=2048, positions=512, seed=0)
+    train = {lang: read_gz(os.path.join(args.data_dir, f"train.{lang}.gz")) for lang in ("en", "de")}
+    if args.family == "marian":
+        from make_import_fixtures import marian_vocabulary, save_marian
+
+        for name, lang in (("source", "en"), ("target", "de")):
+            learn_spm(train[lang], os.path.join(out, f"{name}.spm"), vocab_size=7000, model_type="unigram",
+                      bos_id=-1, eos_id=1, unk_id=0)
+        vocab = marian_vocabulary(out, ("source", "target"))
+        for i in range(args.vocab - 1 - len(vocab)):  # OPUS-MT's vocabulary size: the output layer's cost
+            vocab[f"▁filler{i}"] = len(vocab)
+        model, _ = save_marian(hf, out, vocab, d=512, layers=6, heads=8, ffn=2048, positions=512, seed=0)
+        pieces = len(vocab)
+    else:
+        model, pieces = make_nllb(train["en"] + train["de"], hf)
     sources = read_gz(os.path.join(args.data_dir, "test_2016_flickr.en.gz"))[:args.sentences]
     with open(os.path.join(out, "inputs.json"), "w", encoding="utf-8") as f:
         json.dump(sources, f, ensure_ascii=False)
-    print(f"wrote {hf} ({sum(p.numel() for p in model.parameters()):,} parameters, {len(vocab):,} pieces) and "
+    print(f"wrote {hf} ({sum(p.numel() for p in model.parameters()):,} parameters, {pieces:,} pieces) and "
           f"{len(sources)} sources")
     return 0
+
+
+NLLB_ROWS = 256206  # NLLB-200's embedding rows
+
+
+def make_nllb(lines: list[str], hf: str):
+    """An M2M100ForConditionalGeneration of NLLB-200-distilled-600M's shape with NllbTokenizer's files in ``hf``;
+    returns (model, the tokenizer's ids)."""
+    import torch
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, NllbTokenizer
+
+    learn_spm(lines, os.path.join(hf, "sentencepiece.bpe.model"), vocab_size=8000, model_type="bpe",
+              character_coverage=1.0, bos_id=1, eos_id=2, unk_id=0)
+    tok = NllbTokenizer.from_pretrained(hf, src_lang="eng_Latn", tgt_lang="deu_Latn",
+                                        additional_special_tokens=["eng_Latn", "deu_Latn"])
+    tok.save_pretrained(hf)
+    config = M2M100Config(vocab_size=NLLB_ROWS, d_model=1024, encoder_layers=12, decoder_layers=12,
+                          encoder_attention_heads=16, decoder_attention_heads=16, encoder_ffn_dim=4096,
+                          decoder_ffn_dim=4096, max_position_embeddings=1024, pad_token_id=1, bos_token_id=0,
+                          eos_token_id=2, decoder_start_token_id=2, scale_embedding=True, activation_function="relu")
+    torch.manual_seed(0)
+    model = M2M100ForConditionalGeneration(config).eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # weights N(0, 1/fan-in), so that outputs vary (the library's N(0, 0.02²) repeats a token)
+        for name, p in model.named_parameters():
+            if p.ndim == 2:
+                p.copy_(torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5)
+    model.save_pretrained(hf, safe_serialization=True)
+    return model, len(tok)
 
 
 def import_model(args) -> int:
@@ -85,22 +128,40 @@ def import_model(args) -> int:
         import shutil
 
         shutil.rmtree(workdir)
-    print(write_workdir(f"marian:{os.path.join(out, 'hf')}", workdir))
+    print(write_workdir(f"{family(out)}:{os.path.join(out, 'hf')}", workdir))
     return 0
+
+
+def family(out: str) -> str:
+    """"marian" or "nllb": the model `make` wrote into $out/hf."""
+    with open(os.path.join(out, "hf", "config.json"), encoding="utf-8") as f:
+        return "nllb" if json.load(f)["model_type"] == "m2m_100" else "marian"
 
 
 def hf_worker(args) -> int:
     """Loads the model once, then answers JSON lines on stdin ({"row", "workload", "sentences"}) with JSON lines
     ({"seconds", "ids", "text"}) on the original stdout."""
     import torch
-    from transformers import MarianMTModel, MarianTokenizer
+    import transformers
 
     reply = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
     hf = os.path.join(args.out, "hf")
-    model, tok = MarianMTModel.from_pretrained(hf).eval(), MarianTokenizer.from_pretrained(hf)
+    options = dict(length_penalty=1.0, early_stopping=False)
+    if family(args.out) == "marian":  # its config forces EOS at the limit and bars <pad>, as jaxnat's searches do
+        model, tok = (transformers.MarianMTModel.from_pretrained(hf).eval(),
+                      transformers.MarianTokenizer.from_pretrained(hf))
+    else:  # NLLB: the output's language token forced first; EOS at the limit, never <s> or <pad>, as in jaxnat
+        model = transformers.M2M100ForConditionalGeneration.from_pretrained(hf).eval()
+        tok = transformers.NllbTokenizer.from_pretrained(hf, src_lang="eng_Latn")
+        options.update(forced_bos_token_id=tok.convert_tokens_to_ids("deu_Latn"), forced_eos_token_id=2,
+                       bad_words_ids=[[0], [1]])
+    known = len(tok)  # the rows past the tokenizer's ids: the import's filler pieces
+
+    def piece(i: int) -> str:
+        return tok.convert_ids_to_tokens(i) if i < known else f"madeupword{i - known:04d}"
     with open(os.path.join(args.out, "inputs.json"), encoding="utf-8") as f:
         sources = json.load(f)
     print(json.dumps({"ready": True}), file=reply, flush=True)
@@ -112,14 +173,13 @@ def hf_worker(args) -> int:
         t0 = time.perf_counter()
         with torch.inference_mode():
             for b in batches:
-                gen = model.generate(**b, num_beams=beam, do_sample=False, max_new_tokens=args.max_new,
-                                     length_penalty=1.0, early_stopping=False)
+                gen = model.generate(**b, num_beams=beam, do_sample=False, max_new_tokens=args.max_new, **options)
                 ids.extend(gen.tolist())
         seconds = time.perf_counter() - t0
         outputs = [row[1:row.index(tok.eos_token_id, 1) + 1] if tok.eos_token_id in row[1:] else row[1:]
-                   for row in ids]  # without the decoder's start (<pad>) and what follows EOS
+                   for row in ids]  # without the decoder's start (<pad>, </s>) and what follows EOS
         print(json.dumps({"seconds": seconds, "steps": list(map(len, outputs)),
-                          "pieces": [tok.convert_ids_to_tokens(row) for row in outputs]},
+                          "pieces": [[piece(i) for i in row] for row in outputs]},
                          ensure_ascii=False), file=reply, flush=True)
     return 0
 
@@ -232,10 +292,12 @@ def run(args) -> int:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("make", help="(reference env) the Marian model, its tokenizer, the inputs")
+    p = sub.add_parser("make", help="(reference env) the model, its tokenizer, the inputs")
     p.add_argument("--data-dir", required=True, help="Multi30k's directory (<split>.{en,de}.gz)")
     p.add_argument("--out", required=True)
-    p.add_argument("--vocab", type=int, default=58101, help="pieces in the shared vocabulary (OPUS-MT en-de's)")
+    p.add_argument("--family", choices=("marian", "nllb"), default="marian",
+                   help="an OPUS-MT-sized Marian model, or an NLLB-200-distilled-600M-sized one")
+    p.add_argument("--vocab", type=int, default=58101, help="Marian: pieces in the shared vocabulary (OPUS-MT en-de's)")
     p.add_argument("--sentences", type=int, default=256, help="test sources decoded at batch 64")
     p = sub.add_parser("import", help="the model imported into $out/jaxnat")
     p.add_argument("--out", required=True)
