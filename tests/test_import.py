@@ -17,7 +17,7 @@ import pytest
 
 from jaxnat.config import workdir_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from jaxnat.errors import DataError
+from jaxnat.errors import ConfigError, DataError
 from jaxnat.importers import torch_file, write_workdir
 from jaxnat.restore import load_translator
 from tests import cli
@@ -286,7 +286,7 @@ def test_nllb_reads_its_languages_from_the_config_or_each_request(tmp_path_facto
     the model lacks, none given, or one asked of a model without language tokens: one line each."""
     from jaxnat.decoding.translate_io import translate_stream
 
-    _, _, config, translator = _imported("nllb", tmp_path_factory)
+    _, workdir, config, translator = _imported("nllb", tmp_path_factory)
     _, outputs = expected("nllb")
     lines = [json.dumps({"src": s, "src_lang": "fra_Latn", "tgt_lang": "fra_Latn"}) for s in outputs["src"]]
     (tmp_path / "in.jsonl").write_text("\n".join(lines) + "\n")
@@ -309,6 +309,13 @@ def test_nllb_reads_its_languages_from_the_config_or_each_request(tmp_path_facto
         translator.config.data.tgt_lang_token = "deu_Latn"
     with pytest.raises(DataError, match="this model has none"):
         _imported("marian", tmp_path_factory)[3].translate(["a dog ."], src_langs=["eng_Latn"])
+    from jaxnat.training.trainer import Trainer  # its training pairs would lack the language tokens: refused
+
+    fine_tune = config.copy_and_resolve_references()
+    fine_tune.train.init_from = workdir
+    with pytest.raises(ConfigError, match="is a multilingual model"):
+        Trainer(fine_tune, str(tmp_path / "fine-tuned"))
+    assert not (tmp_path / "fine-tuned").exists()
 
 
 NPZ = "opus.spm50-spm50.transformer-align.model1.npz.best-perplexity.npz"

@@ -210,6 +210,10 @@ class Trainer:
         self.config, self.workdir = config, workdir
         self.family = family_of(config.model.name)
         d = config.data
+        if config.train.init_from and Tokenizer.load(config.train.init_from).languages:
+            # its training pairs would reach the model without the language tokens its translations start with
+            raise ConfigError(f"train.init_from={config.train.init_from} is a multilingual model (language tokens: "
+                              f"an imported NLLB); fine-tuning one is not supported yet")
         self.corpus = load_corpus(d)  # first: a bad data path fails before anything is written
         self.inits = load_inits(d, self.corpus)  # {split: initial hypotheses}; {} without data.init_lang
         self.pairs = load_pairs(d, self.corpus)  # {split: constraint pairs per sentence}; {} without data.pairs_dir
