@@ -21,6 +21,7 @@ from tqdm import tqdm
 from jaxnat.config import check_matches_workdir, model_keys, workdir_config
 from jaxnat.data.batching import (PackedBatcher, TrainBatcher, bucket_lengths, eval_batches, example_lengths,
                                   fitted_buckets, prefetch, prepare_with_init)
+from jaxnat.data import piece_vocab
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.tokenizer import Tokenizer
 from jaxnat.errors import ConfigError, JaxnatError, Stopped
@@ -210,7 +211,7 @@ class Trainer:
         self.config, self.workdir = config, workdir
         self.family = family_of(config.model.name)
         d = config.data
-        if config.train.init_from and Tokenizer.load(config.train.init_from).languages:
+        if piece_vocab.exists(config.train.init_from) and piece_vocab.PieceTokenizer(config.train.init_from).languages:
             # its training pairs would reach the model without the language tokens its translations start with
             raise ConfigError(f"train.init_from={config.train.init_from} is a multilingual model (language tokens: "
                               f"an imported NLLB); fine-tuning one is not supported yet")
