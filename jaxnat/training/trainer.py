@@ -19,9 +19,9 @@ import optax
 from tqdm import tqdm
 
 from jaxnat.config import check_matches_workdir, model_keys, workdir_config
+from jaxnat.data import piece_vocab
 from jaxnat.data.batching import (PackedBatcher, TrainBatcher, bucket_lengths, eval_batches, example_lengths,
                                   fitted_buckets, prefetch, prepare_with_init)
-from jaxnat.data import piece_vocab
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.tokenizer import Tokenizer
 from jaxnat.errors import ConfigError, JaxnatError, Stopped
