@@ -17,7 +17,7 @@ import pytest
 
 from jaxnat.config import workdir_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from jaxnat.errors import ConfigError, DataError
+from jaxnat.errors import DataError
 from jaxnat.importers import torch_file, write_workdir
 from jaxnat.restore import load_translator
 from tests import cli
@@ -309,13 +309,14 @@ def test_nllb_reads_its_languages_from_the_config_or_each_request(tmp_path_facto
         translator.config.data.tgt_lang_token = "deu_Latn"
     with pytest.raises(DataError, match="this model has none"):
         _imported("marian", tmp_path_factory)[3].translate(["a dog ."], src_langs=["eng_Latn"])
-    from jaxnat.training.trainer import Trainer  # its training pairs would lack the language tokens: refused
+    from jaxnat.training.trainer import Trainer  # fine-tuning: pairs led by their languages' tokens, as decoded
 
     fine_tune = config.copy_and_resolve_references()
     fine_tune.train.init_from = workdir
-    with pytest.raises(ConfigError, match="is a multilingual model"):
-        Trainer(fine_tune, str(tmp_path / "fine-tuned"))
-    assert not (tmp_path / "fine-tuned").exists()
+    fine_tune.data.synthetic_train = fine_tune.data.synthetic_valid = fine_tune.data.synthetic_test = 20
+    src, tgt = Trainer(fine_tune, str(tmp_path / "fine-tuned")).encoded_split("train")[:2]
+    assert {int(s[1]) for s in src} == {tok.language_id("eng_Latn", "src")} and src[0][0] == BOS_ID
+    assert {int(t[1]) for t in tgt} == {tok.language_id("deu_Latn", "tgt")} and tgt[0][0] == BOS_ID
 
 
 NPZ = "opus.spm50-spm50.transformer-align.model1.npz.best-perplexity.npz"

@@ -19,7 +19,6 @@ import optax
 from tqdm import tqdm
 
 from jaxnat.config import check_matches_workdir, model_keys, workdir_config
-from jaxnat.data import piece_vocab
 from jaxnat.data.batching import (PackedBatcher, TrainBatcher, bucket_lengths, eval_batches, example_lengths,
                                   fitted_buckets, prefetch, prepare_with_init)
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
@@ -211,10 +210,6 @@ class Trainer:
         self.config, self.workdir = config, workdir
         self.family = family_of(config.model.name)
         d = config.data
-        if piece_vocab.exists(config.train.init_from) and piece_vocab.PieceTokenizer(config.train.init_from).languages:
-            # its training pairs would reach the model without the language tokens its translations start with
-            raise ConfigError(f"train.init_from={config.train.init_from} is a multilingual model (language tokens: "
-                              f"an imported NLLB); fine-tuning one is not supported yet")
         self.corpus = load_corpus(d)  # first: a bad data path fails before anything is written
         self.inits = load_inits(d, self.corpus)  # {split: initial hypotheses}; {} without data.init_lang
         self.pairs = load_pairs(d, self.corpus)  # {split: constraint pairs per sentence}; {} without data.pairs_dir
@@ -257,6 +252,13 @@ class Trainer:
         src, tgt = self.corpus[split]
         src_ids = self.tokenizer.encode(src, "src")
         tgt_ids = self.tokenizer.encode(tgt, "tgt")
+        if self.tokenizer.languages:
+            # a multilingual model learns its pairs as it translates them, each side led by its language's token
+            # (data.src_lang_token, data.tgt_lang_token: `Translator.language_tokens`)
+            code = {side: self.tokenizer.language_id(self.config.data[f"{side}_lang_token"], side)
+                    for side in ("src", "tgt")}
+            src_ids = [[code["src"], *ids] for ids in src_ids]
+            tgt_ids = [[code["tgt"], *ids] for ids in tgt_ids]
         init_ids = self.tokenizer.encode(self.inits[split], "tgt") if split in self.inits else None
         extras = None
         if self.family.train_extras is not None:
