@@ -77,13 +77,15 @@ def _vocabulary(tokens: list[str], rows: int, path: str) -> list[str]:
                     f"multiple of 8), but the model's embedding has {rows} rows: not this model's dictionary")
 
 
-def _pieces(vocabulary: list[str]) -> list[str]:
+def jaxnat_pieces(vocabulary: list[str]) -> list[str]:
+    """A fairseq dictionary's tokens in the model's id order -> the pieces by jaxnat id (its reserved ones first)."""
     from jaxnat.data.piece_vocab import RESERVED
 
     return list(RESERVED) + vocabulary[len(SPECIALS):]
 
 
-def _order(n: int) -> list[int]:
+def row_order(n: int) -> list[int]:
+    """The rows of a fairseq dictionary's n-row table in jaxnat's id order (`remap_rows`)."""
     return RESERVED_ROWS + list(range(len(SPECIALS), n))
 
 
@@ -220,9 +222,9 @@ def read(path: str, dict_dir: str) -> Imported:
         params["encoder"]["final_norm"] = norm(state, "encoder.layer_norm")
     if final_dec:
         params["decoder"]["final_norm"] = norm(state, "decoder.layer_norm")
-    src_embed = {"tokens": {"embedding": remap_rows(state.take("encoder.embed_tokens.weight"), _order(src_rows))}}
+    src_embed = {"tokens": {"embedding": remap_rows(state.take("encoder.embed_tokens.weight"), row_order(src_rows))}}
     tgt_embed = {} if share_all else {
-        "tokens": {"embedding": remap_rows(state.take("decoder.embed_tokens.weight"), _order(tgt_rows))}}
+        "tokens": {"embedding": remap_rows(state.take("decoder.embed_tokens.weight"), row_order(tgt_rows))}}
     if share_all and state.has("decoder.embed_tokens.weight"):  # the one table, saved under both names
         if not np.array_equal(state.take("decoder.embed_tokens.weight"), state.tensors["encoder.embed_tokens.weight"]):
             raise DataError(f"{path}: share_all_embeddings, but the decoder's embeddings differ from the encoder's")
@@ -233,7 +235,7 @@ def read(path: str, dict_dir: str) -> Imported:
     if tgt_embed:
         params["tgt_embed"] = tgt_embed
     if not tie:
-        params["output"] = {"kernel": remap_rows(state.take("decoder.output_projection.weight"), _order(tgt_rows)).T}
+        params["output"] = {"kernel": remap_rows(state.take("decoder.output_projection.weight"), row_order(tgt_rows)).T}
     if model.get("layernorm_embedding", False):
         params["src_embed_norm"] = norm(state, "encoder.layernorm_embedding")
         params["tgt_embed_norm"] = norm(state, "decoder.layernorm_embedding")
@@ -249,7 +251,7 @@ def read(path: str, dict_dir: str) -> Imported:
 
     settings, files = _segmenter(cfg, task, dict_dir)
     settings["joint"] = src_vocab == tgt_vocab
-    pieces = {"src": _pieces(src_vocab), "tgt": _pieces(tgt_vocab)}
+    pieces = {"src": jaxnat_pieces(src_vocab), "tgt": jaxnat_pieces(tgt_vocab)}
     overrides = {
         **overrides, "model.name": family, "model.d_model": d, "model.ffn_dim": ffn,
         "model.num_heads": model["encoder_attention_heads"], "model.enc_layers": model["encoder_layers"],

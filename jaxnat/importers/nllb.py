@@ -23,13 +23,11 @@ import numpy as np
 
 from jaxnat.errors import DataError
 from jaxnat.importers import Imported, remap_rows
+from jaxnat.importers.fairseq import SPECIALS, jaxnat_pieces, row_order  # NLLB's vocabulary is a fairseq dictionary
 from jaxnat.importers.hf_files import read_json, weights
 from jaxnat.importers.torch_layers import StateDict, norm, stacks
 
 FILES = ("config.json", "tokenizer.json", "sentencepiece.bpe.model")
-SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's dictionary, ids 0..3
-# jaxnat's PAD, BOS, EOS, UNK, PLH, MASK <- the model's rows (PLH and MASK: <unk>'s, never predicted)
-RESERVED_ROWS = [1, 0, 2, 3, 3, 3]
 
 
 def _vocabulary(tokenizer: dict, at: str, rows: int) -> tuple[list[str], list[str]]:
@@ -95,24 +93,21 @@ def read(directory: str) -> Imported:
             raise DataError(f"{where}: {name} differs from model.shared.weight (untied embeddings are not supported)")
     tok_at = os.path.join(directory, "tokenizer.json")
     vocabulary, languages = _vocabulary(read_json(tok_at), tok_at, shared.shape[0])
-    order = RESERVED_ROWS + list(range(len(SPECIALS), len(vocabulary)))
 
     layers = (cfg["encoder_layers"], cfg["decoder_layers"])
     params = stacks(state, "model.encoder.layers", "model.decoder.layers", layers, heads)
     params["encoder"]["final_norm"] = norm(state, "model.encoder.layer_norm")
     params["decoder"]["final_norm"] = norm(state, "model.decoder.layer_norm")
-    params["src_embed"] = {"tokens": {"embedding": remap_rows(shared, order)}}
+    params["src_embed"] = {"tokens": {"embedding": remap_rows(shared, row_order(len(vocabulary)))}}
     unused = state.unused(ignore=("embed_positions.weights", "embed_positions._float_tensor"))
     if unused:
         raise DataError(f"{where}: parameters jaxnat's model would not use: {', '.join(unused[:3])}")
-
-    from jaxnat.data.piece_vocab import RESERVED
 
     with open(os.path.join(directory, "sentencepiece.bpe.model"), "rb") as f:
         files = {"sentencepiece.bpe.model": f.read()}
     settings = {"segmenter": "spm", "joint": True, "languages": languages, "specials": [*languages, "<mask>"],
                 "src": {"spm": "sentencepiece.bpe.model"}, "tgt": {"spm": "sentencepiece.bpe.model"}}
-    pieces = list(RESERVED) + vocabulary[len(SPECIALS):]
+    pieces = jaxnat_pieces(vocabulary)
     default = {side: tok_cfg.get(key) if tok_cfg.get(key) in languages else ""
                for side, key in (("src", "src_lang"), ("tgt", "tgt_lang"))}
     max_len = cfg.get("max_position_embeddings", 1024)
