@@ -145,8 +145,9 @@ def _forward_logprobs(params, src, tgt_in):
     return jax.nn.log_softmax(MODEL.apply(params, src, tgt_in))
 
 
-def python_greedy(params, src_row, max_len, length_penalty):
-    """Plain-Python greedy decoding with a full teacher-forced forward pass per step.
+def python_greedy(params, src_row, max_len, length_penalty, forced=()):
+    """Plain-Python greedy decoding with a full teacher-forced forward pass per step; the ``forced`` tokens first,
+    each with log-probability 0 (`search.force_prefix`).
 
     The prefix is right-padded to MAX_OUT (one compilation); the causal decoder ignores what follows it.
     """
@@ -155,6 +156,8 @@ def python_greedy(params, src_row, max_len, length_penalty):
         tgt_in = np.full((1, MAX_OUT), PAD_ID, np.int32)
         tgt_in[0, : len(tokens)] = tokens
         logp = np.array(_forward_logprobs(params, np.asarray(src_row)[None], tgt_in)[0, len(tokens) - 1], np.float64)
+        if len(tokens) - 1 < len(forced):
+            logp = np.where(np.arange(V) == forced[len(tokens) - 1], 0.0, -np.inf)
         logp[list(FORBIDDEN)] = -np.inf
         if len(tokens) - 1 >= max_len:
             logp[np.arange(V) != EOS_ID] = -np.inf
@@ -181,6 +184,24 @@ def test_greedy_equals_python_loop(seed):
         n = len(tokens)
         assert np.asarray(out["token_scored"][b]).tolist() == [False] + [True] * (n - 1) + [False] * (MAX_OUT - n)
         np.testing.assert_allclose(np.asarray(out["token_logp"][b]), steps + [0.0] * (MAX_OUT - n), atol=1e-4)
+
+
+@settings(max_examples=6, deadline=None)
+@given(st.integers(0, 20), st.lists(st.lists(st.sampled_from([PAD_ID, UNK_ID, 6, 7]), min_size=2, max_size=2),
+                                    min_size=4, max_size=4))
+def test_greedy_with_forced_prefixes_equals_python_loop(seed, rows):
+    """Each row's prefix (PAD-padded; all PAD: none) forced first at log-probability 0, then greedy decoding, as
+    the Python loop does it."""
+    params = make_params(seed % 4)
+    src = make_src(np.random.default_rng(seed), [6, 4, 3, 5])
+    prefix = np.asarray([[t for t in r if t != PAD_ID] + [PAD_ID] * r.count(PAD_ID) for r in rows], np.int32)
+    limits = np.asarray(decode_length((src != PAD_ID).sum(1), 0.5, 2, MAX_OUT - 2))
+    out = jax.device_get(search(params, src, 1.0, 0.5, 2, beam_size=1, prefix=prefix))
+    for b in range(src.shape[0]):
+        forced = [int(t) for t in prefix[b] if t != PAD_ID]
+        tokens, score, _ = python_greedy(params, src[b], limits[b], 1.0, forced)
+        assert as_list(out["tokens"][b]) == tokens and tokens[1:1 + len(forced)] == forced
+        np.testing.assert_allclose(float(out["score"][b]), score, atol=1e-4)
 
 
 # --- batching, well-formedness, jit ---------------------------------------------------------------------
