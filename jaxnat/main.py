@@ -4,8 +4,8 @@
 train (default): trains, checkpoints, then evaluates the best checkpoint on the test splits.
 eval: evaluates a trained workdir.  translate: plain or JSON lines in, JSON lines out.
 distill: the trained (AR) workdir translates the training sources into the text corpus --output DIR.
-import: writes a model trained elsewhere (--from fairseq:FILE.pt, marian:DIR, marian:FILE.npz or nllb:DIR) as the new
-workdir, its config in <workdir>/config.json; every other mode then takes that workdir without --config
+import: writes a model trained elsewhere (--from fairseq:FILE.pt, marian:DIR, marian:FILE.npz, nllb:DIR or hf:DIR)
+as the new workdir, its config in <workdir>/config.json; every other mode then takes that workdir without --config
 (docs/import.md).
 average: writes the average of eval.average_checkpoints checkpoints (eval.average_of) into the workdir.
 curves: draws <workdir>/curves.png from the run's history (no --config needed).
@@ -50,8 +50,9 @@ def parse_args(argv):
                         help="translate: output file (default stdout); distill: output directory (required)")
     parser.add_argument("--from", dest="source", metavar="FORMAT:PATH",
                         help="import: the model to import, fairseq:FILE.pt, marian:DIR (Hugging Face's or a "
-                             "Marian release's), marian:FILE.npz, nllb:DIR (NLLB-200's, Hugging Face's), or "
-                             "marian:ORG/NAME and nllb:ORG/NAME (from the local Hugging Face cache)")
+                             "Marian release's), marian:FILE.npz, nllb:DIR (NLLB-200's, Hugging Face's), "
+                             "marian:ORG/NAME and nllb:ORG/NAME (from the local Hugging Face cache), or hf:DIR / "
+                             "hf:ORG/NAME (the format its config.json's model_type names)")
     parser.add_argument("--dict-dir", help="import from fairseq: the directory of the model's dict.<lang>.txt and "
                                            "BPE files (default: the checkpoint's)")
     args, rest = parser.parse_known_args(argv)

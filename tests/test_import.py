@@ -276,6 +276,15 @@ def test_a_hugging_face_model_id_is_read_from_the_local_cache(tmp_path, monkeypa
         write_workdir("marian:Helsinki-NLP/opus-mt-en-de@beef", str(tmp_path / "run2"))
     with pytest.raises(DataError, match="huggingface-cli download Helsinki-NLP/opus-mt-en-fr` first"):
         write_workdir("marian:Helsinki-NLP/opus-mt-en-fr", str(tmp_path / "run3"))
+    # hf:ORG/NAME and hf:DIR: the format their config.json's model_type names
+    from jaxnat.importers import parse_source
+
+    assert parse_source("hf:Helsinki-NLP/opus-mt-en-de") == ("marian", str(root / "snapshots" / "c0ffee"))
+    assert parse_source(f"hf:{DATA}/nllb") == ("nllb", f"{DATA}/nllb")
+    (tmp_path / "bert").mkdir()
+    (tmp_path / "bert" / "config.json").write_text('{"model_type": "bert"}')
+    with pytest.raises(DataError, match="model_type 'bert'; jaxnat imports Hugging Face's marian, m2m_100 models"):
+        parse_source(f"hf:{tmp_path / 'bert'}")
 
 
 @pytest.mark.slow

@@ -24,7 +24,8 @@ import numpy as np
 from jaxnat.errors import ConfigError, DataError
 
 log = logging.getLogger("jaxnat")
-FORMATS = ("fairseq", "marian", "nllb")
+FORMATS = ("fairseq", "marian", "nllb", "hf")
+HF_TYPES = {"marian": "marian", "m2m_100": "nllb"}  # hf:PATH: its config.json's model_type -> the format reading it
 
 
 @dataclasses.dataclass
@@ -53,19 +54,33 @@ def remap_rows(matrix: np.ndarray, order: list[int], axis: int = 0) -> np.ndarra
 
 def parse_source(spec: str) -> tuple[str, str]:
     """"fairseq:PATH" | "marian:PATH" | "nllb:PATH" | "marian:ORG/NAME[@REVISION]" | "nllb:ORG/NAME[@REVISION]" (a
-    Hugging Face model id, read from the local cache: `hub_cache`) -> (format, path); a one-line ConfigError or
-    DataError otherwise."""
+    Hugging Face model id, read from the local cache: `hub_cache`) | "hf:PATH" | "hf:ORG/NAME[@REVISION]" (the format
+    its config.json's model_type names) -> (format, path); a one-line ConfigError or DataError otherwise."""
     kind, _, path = spec.partition(":")
     if kind not in FORMATS or not path:
         raise ConfigError(f"--from takes {' or '.join(f'{k}:PATH' for k in FORMATS)}, got {spec!r}")
-    if kind in ("marian", "nllb"):
+    if kind in ("marian", "nllb", "hf"):
         from jaxnat.importers import hub_cache
 
         if hub_cache.looks_like_model_id(path):
-            return kind, hub_cache.snapshot(path)
+            path = hub_cache.snapshot(path)
     if not os.path.exists(path):
         raise DataError(f"--from {spec}: {path} does not exist")
-    return kind, path
+    return (_hf_format(path) if kind == "hf" else kind), path
+
+
+def _hf_format(directory: str) -> str:
+    """The format of a Hugging Face model directory, by its config.json's model_type."""
+    from jaxnat.importers.hf_files import read_json
+
+    at = os.path.join(directory, "config.json")
+    if not os.path.isfile(at):
+        raise DataError(f"{directory}: no config.json (hf:DIR names a Hugging Face model's directory)")
+    model_type = read_json(at).get("model_type")
+    if model_type not in HF_TYPES:
+        raise DataError(f"{at}: model_type {model_type!r}; jaxnat imports Hugging Face's "
+                        f"{', '.join(HF_TYPES)} models")
+    return HF_TYPES[model_type]
 
 
 def read(spec: str, dict_dir: str | None = None) -> Imported:
