@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID, UNK_ID
@@ -122,13 +122,15 @@ def test_rejects_bad_static_args():
 @pytest.mark.parametrize("seed, forced", [(0, ()), (1, ()), (2, (7,))])
 def test_beam_equals_exhaustive_search(seed, forced):
     """Exact search over every output; with a forced prefix (`force_prefix`: a multilingual model's language token)
-    over the outputs that start with it, the prefix adding nothing to their log-probabilities."""
+    over the outputs that start with it, the prefix adding nothing to their log-probabilities; an all-PAD prefix
+    forces nothing."""
     params = make_params(seed)
     max_len = 3  # content tokens; 3 ** 3 = 27 distinct alive prefixes at most, so K = 27 is exact search
     src = make_src(np.random.default_rng(seed), [5, 3, 7], width=7)
     candidates = [[BOS_ID, *forced, *body, EOS_ID] for m in range(max_len + 1 - len(forced))
                   for body in itertools.product(GENERABLE, repeat=m)]
-    prefix = np.tile(np.asarray(forced, np.int32), (3, 1)) if forced else None
+    # every case with a prefix array (all PAD: none), so that the three share one compiled program
+    prefix = np.tile(np.asarray(forced or (PAD_ID,), np.int32), (3, 1))
     for lp in (0.0, 1.0, 2.0):
         out = jax.device_get(search(params, src, lp, 0.0, max_len, beam_size=27, prefix=prefix))
         check_well_formed(out, [max_len] * 3)
@@ -168,40 +170,31 @@ def python_greedy(params, src_row, max_len, length_penalty, forced=()):
     return tokens, total / (len(tokens) - 1) ** length_penalty, steps
 
 
-@pytest.mark.parametrize("seed", [0, 3])
-def test_greedy_equals_python_loop(seed):
-    params = make_params(seed)
-    src = make_src(np.random.default_rng(seed), [6, 4, 3, 5])
-    lengths = (src != PAD_ID).sum(1)
-    limits = np.asarray(decode_length(lengths, 0.5, 2, MAX_OUT - 2))
-    out = jax.device_get(search(params, src, 1.0, 0.5, 2, beam_size=1))  # indexed on the host
-    check_well_formed(out, limits)
-    for b in range(src.shape[0]):
-        tokens, score, steps = python_greedy(params, src[b], limits[b], 1.0)
-        assert as_list(out["tokens"][b]) == tokens
-        np.testing.assert_allclose(float(out["score"][b]), score, atol=1e-4)
-        # each token's log-probability at its step; BOS and PAD unscored
-        n = len(tokens)
-        assert np.asarray(out["token_scored"][b]).tolist() == [False] + [True] * (n - 1) + [False] * (MAX_OUT - n)
-        np.testing.assert_allclose(np.asarray(out["token_logp"][b]), steps + [0.0] * (MAX_OUT - n), atol=1e-4)
+NO_PREFIX = [[PAD_ID, PAD_ID]] * 4
 
 
 @settings(max_examples=6, deadline=None)
 @given(st.integers(0, 20), st.lists(st.lists(st.sampled_from([PAD_ID, UNK_ID, 6, 7]), min_size=2, max_size=2),
                                     min_size=4, max_size=4))
-def test_greedy_with_forced_prefixes_equals_python_loop(seed, rows):
-    """Each row's prefix (PAD-padded; all PAD: none) forced first at log-probability 0, then greedy decoding, as
-    the Python loop does it."""
+@example(0, NO_PREFIX)
+@example(3, NO_PREFIX)
+def test_greedy_equals_python_loop(seed, rows):
+    """Greedy decoding as the Python loop does it, each row's prefix (PAD-padded; all PAD: none) forced first at
+    log-probability 0; each token's log-probability at its step, BOS and PAD unscored."""
     params = make_params(seed % 4)
     src = make_src(np.random.default_rng(seed), [6, 4, 3, 5])
     prefix = np.asarray([[t for t in r if t != PAD_ID] + [PAD_ID] * r.count(PAD_ID) for r in rows], np.int32)
     limits = np.asarray(decode_length((src != PAD_ID).sum(1), 0.5, 2, MAX_OUT - 2))
-    out = jax.device_get(search(params, src, 1.0, 0.5, 2, beam_size=1, prefix=prefix))
+    out = jax.device_get(search(params, src, 1.0, 0.5, 2, beam_size=1, prefix=prefix))  # indexed on the host
+    check_well_formed(out, limits)
     for b in range(src.shape[0]):
         forced = [int(t) for t in prefix[b] if t != PAD_ID]
-        tokens, score, _ = python_greedy(params, src[b], limits[b], 1.0, forced)
+        tokens, score, steps = python_greedy(params, src[b], limits[b], 1.0, forced)
         assert as_list(out["tokens"][b]) == tokens and tokens[1:1 + len(forced)] == forced
         np.testing.assert_allclose(float(out["score"][b]), score, atol=1e-4)
+        n = len(tokens)
+        assert np.asarray(out["token_scored"][b]).tolist() == [False] + [True] * (n - 1) + [False] * (MAX_OUT - n)
+        np.testing.assert_allclose(np.asarray(out["token_logp"][b]), steps + [0.0] * (MAX_OUT - n), atol=1e-4)
 
 
 # --- batching, well-formedness, jit ---------------------------------------------------------------------
