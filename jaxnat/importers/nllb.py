@@ -99,6 +99,7 @@ def read(directory: str) -> Imported:
     params["encoder"]["final_norm"] = norm(state, "model.encoder.layer_norm")
     params["decoder"]["final_norm"] = norm(state, "model.decoder.layer_norm")
     params["src_embed"] = {"tokens": {"embedding": remap_rows(shared, row_order(len(vocabulary)))}}
+    # the sinusoidal tables, which jaxnat computes, where a file keeps them (Hugging Face saves them as no parameter)
     unused = state.unused(ignore=("embed_positions.weights", "embed_positions._float_tensor"))
     if unused:
         raise DataError(f"{where}: parameters jaxnat's model would not use: {', '.join(unused[:3])}")
