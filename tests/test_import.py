@@ -26,8 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "import")
 SOURCES = {"fairseq": f"fairseq:{DATA}/fairseq/model.pt", "marian": f"marian:{DATA}/marian",
            "marian-npz": f"marian:{DATA}/marian-npz", "marian-npz-separate": f"marian:{DATA}/marian-npz-separate",
-           "nllb": f"nllb:{DATA}/nllb"}
-FAIRSEQ_IDS = ("fairseq", "nllb")  # <s> 0, <pad> 1, </s> 2, <unk> 3, then the pieces
+           "nllb": f"nllb:{DATA}/nllb", "mbart50": f"mbart50:{DATA}/mbart50"}
+FAIRSEQ_IDS = ("fairseq", "nllb", "mbart50")  # <s> 0, <pad> 1, </s> 2, <unk> 3, then the pieces
 
 
 def expected(kind):
@@ -51,7 +51,7 @@ def marian_vocab(kind, side):
 
 
 def source_pad(kind):
-    """The original's padding id (fairseq's and NLLB's <pad> 1; Marian's <pad>, its vocabulary's last)."""
+    """The original's padding id (fairseq's, NLLB's and mBART's <pad> 1; Marian's <pad>, its vocabulary's last)."""
     return 1 if kind in FAIRSEQ_IDS else marian_vocab(kind, "src")["<pad>"]
 
 
@@ -247,10 +247,42 @@ def test_marians_conversion_of_a_separate_vocabulary_model_imports_as_the_npz_do
     assert {k: v for k, v in hf.overrides.items() if k not in lengths} == {
         k: v for k, v in npz.overrides.items() if k not in lengths}
     assert hf.overrides["model.share_embeddings"] is False and hf.settings == npz.settings
-    flat = [dict(jax.tree_util.tree_flatten_with_path(x.params)[0]) for x in (hf, npz)]
-    assert flat[0].keys() == flat[1].keys() and "tgt_embed" in hf.params
+    assert "tgt_embed" in hf.params
+    assert_same_params(hf, npz)
+
+
+def assert_same_params(a, b):
+    flat = [dict(jax.tree_util.tree_flatten_with_path(x.params)[0]) for x in (a, b)]
+    assert flat[0].keys() == flat[1].keys()
     for key, value in flat[0].items():
         np.testing.assert_array_equal(value, flat[1][key], err_msg=jax.tree_util.keystr(key))
+
+
+def test_mbart50_reads_its_ids_with_or_without_tokenizer_json_and_its_languages_per_request(tmp_path_factory,
+                                                                                             tmp_path):
+    """mBART-50 without tokenizer.json (as some of its releases are): the ids MBart50Tokenizer gives then (the
+    SentencePiece pieces after fairseq's specials, the 52 language codes, <mask>) import the same model; French-tagged
+    sources forced to French give Hugging Face's outputs; hf: reads model_type mbart as mBART-50; mBART-cc25's
+    layout is refused in one line."""
+    from jaxnat.importers import parse_source, read
+
+    source = tmp_path / "mbart50"
+    shutil.copytree(os.path.join(DATA, "mbart50"), source)
+    os.remove(source / "tokenizer.json")
+    with_json, without = read(SOURCES["mbart50"]), read(f"mbart50:{source}")
+    assert with_json.pieces == without.pieces and with_json.settings == without.settings
+    assert with_json.overrides == without.overrides
+    assert_same_params(with_json, without)
+    assert parse_source(f"hf:{source}") == ("mbart50", str(source))
+    translator = _imported("mbart50", tmp_path_factory)[3]
+    _, outputs = expected("mbart50")
+    french = ["fr_XX"] * len(outputs["src"])
+    hyps = translator.translate(outputs["src"], beam_size=1, src_langs=french, tgt_langs=french)
+    assert [h["hyp"] for h in hyps] == outputs["fra_fra_beam1_text"]
+    tok_cfg = json.loads((source / "tokenizer_config.json").read_text())
+    (source / "tokenizer_config.json").write_text(json.dumps({**tok_cfg, "tokenizer_class": "MBartTokenizer"}))
+    with pytest.raises(DataError, match="tokenizer_class 'MBartTokenizer'; jaxnat reads mBART-50's layout"):
+        read(f"mbart50:{source}")
 
 
 def test_a_hugging_face_model_id_is_read_from_the_local_cache(tmp_path, monkeypatch):
@@ -283,7 +315,7 @@ def test_a_hugging_face_model_id_is_read_from_the_local_cache(tmp_path, monkeypa
     assert parse_source(f"hf:{DATA}/nllb") == ("nllb", f"{DATA}/nllb")
     (tmp_path / "bert").mkdir()
     (tmp_path / "bert" / "config.json").write_text('{"model_type": "bert"}')
-    with pytest.raises(DataError, match="model_type 'bert'; jaxnat imports Hugging Face's marian, m2m_100 models"):
+    with pytest.raises(DataError, match="model_type 'bert'; jaxnat imports Hugging Face's marian, m2m_100, mbart "):
         parse_source(f"hf:{tmp_path / 'bert'}")
 
 

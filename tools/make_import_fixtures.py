@@ -21,7 +21,8 @@ directory holds the model as its library saves it and `expected.npz` + `expected
 * marian-npz/: a checkpoint as Marian writes it, with an OPUS-MT release's files, and what MarianMTModel computes
   once Hugging Face's converter has read it (`marian_npz_fixture`); marian-npz-separate/ the same with a
   vocabulary per side, and hf/ in it the converted model as `save_pretrained` writes it;
-* nllb/: an NLLB-200 model's directory (`nllb_fixture`), with outputs forced to start with a language token.
+* nllb/: an NLLB-200 model's directory (`nllb_fixture`), with outputs forced to start with a language token;
+  mbart50/: an mBART-50 translation model's (`mbart50_fixture`), the same way.
 Every parameter is drawn anew (biases and layer norms too), so that a convention missed anywhere shows.
 """
 
@@ -567,7 +568,14 @@ def nllb_fixture(out: str) -> None:
     model = M2M100ForConditionalGeneration(config)
     perturb(model, seed=4)
     model.eval().save_pretrained(out, safe_serialization=True)
-    deu, fra = tok.convert_tokens_to_ids(["deu_Latn", "fra_Latn"])
+    multilingual_expected(out, model, tok, ("eng_Latn", "deu_Latn"), ("fra_Latn", "fra_Latn"))
+
+
+def multilingual_expected(out: str, model, tok, pair: tuple, french: tuple) -> None:
+    """As `marian_expected`, for a model whose sources start with their language's token and whose outputs are
+    forced to start with the target language's (generate's forced_bos_token_id): sources in pair[0], outputs in
+    pair[1]; and greedy outputs of French-tagged sources forced to French (``french``: the codes)."""
+    tok.src_lang, tok.tgt_lang = pair
     batch = tok(SRC, return_tensors="pt", padding=True)
     labels = tok(text_target=TGT, return_tensors="pt", padding=True)["input_ids"]
     decoder_in = torch.cat([torch.full((labels.shape[0], 1), 2), labels[:, :-1]], dim=1)
@@ -576,18 +584,49 @@ def nllb_fixture(out: str) -> None:
     arrays = {"src_ids": batch["input_ids"].numpy(), "tgt_ids": labels.numpy(),
               "logp": torch.log_softmax(logits.float(), dim=-1).numpy()}
     outputs = {}
-    for name, beam, src_lang, forced in (("beam1", 1, "eng_Latn", deu), ("beam4", 4, "eng_Latn", deu),
-                                         ("fra_fra_beam1", 1, "fra_Latn", fra)):
+    for name, beam, (src_lang, tgt_lang) in (("beam1", 1, pair), ("beam4", 4, pair), ("fra_fra_beam1", 1, french)):
         tok.src_lang = src_lang
         with torch.no_grad():
             gen = model.generate(**tok(SRC, return_tensors="pt", padding=True), num_beams=beam, do_sample=False,
                                  max_new_tokens=20, length_penalty=1.0, early_stopping=False,
-                                 forced_bos_token_id=forced, forced_eos_token_id=2,  # as jaxnat: EOS at the limit,
+                                 forced_bos_token_id=tok.convert_tokens_to_ids(tgt_lang),
+                                 forced_eos_token_id=2,  # as jaxnat: EOS at the limit,
                                  bad_words_ids=[[0], [1]])  # never <s> or <pad>
         outputs[name] = gen.tolist()
         outputs[f"{name}_text"] = tok.batch_decode(gen, skip_special_tokens=True)
     outputs["detok"] = tok.batch_decode(labels, skip_special_tokens=True)
     write_expected(out, arrays, outputs)
+
+
+def mbart50_fixture(out: str) -> None:
+    """An mBART-50 translation model as its Hugging Face directory holds it: MBartForConditionalGeneration's
+    save_pretrained (learned positions, layernorm_embedding, an output bias), a unigram SentencePiece model (as
+    mBART's `sentencepiece.bpe.model`) and MBart50Tokenizer's files (its 52 language codes after the pieces, then
+    `<mask>`). Expected: as `nllb_fixture`'s, with en_XX sources forced to de_DE, and fr_XX sources to fr_XX."""
+    import sentencepiece as spm
+    from transformers import MBart50Tokenizer, MBartConfig, MBartForConditionalGeneration
+
+    os.makedirs(out, exist_ok=True)
+    spm.set_random_generator_seed(0)
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS_EN + CORPUS_DE), model_writer=proto,
+                                   vocab_size=60, hard_vocab_limit=False, model_type="unigram",
+                                   character_coverage=1.0, num_threads=1, minloglevel=2, unk_id=0, bos_id=1, eos_id=2,
+                                   pad_id=-1)
+    with open(os.path.join(out, "sentencepiece.bpe.model"), "wb") as f:
+        f.write(proto.getvalue())
+    tok = MBart50Tokenizer.from_pretrained(out, src_lang="en_XX", tgt_lang="de_DE")
+    tok.save_pretrained(out)
+    config = MBartConfig(vocab_size=len(tok), d_model=16, encoder_layers=2, decoder_layers=2,
+                         encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24,
+                         max_position_embeddings=64, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                         decoder_start_token_id=2, forced_eos_token_id=2, scale_embedding=True,
+                         activation_function="gelu")
+    torch.manual_seed(5)
+    model = MBartForConditionalGeneration(config)
+    perturb(model, seed=5)
+    model.eval().save_pretrained(out, safe_serialization=True)
+    multilingual_expected(out, model, tok, ("en_XX", "de_DE"), ("fr_XX", "fr_XX"))
 
 
 def write_expected(out: str, arrays: dict, outputs: dict, name: str = "expected") -> None:
@@ -599,7 +638,7 @@ def write_expected(out: str, arrays: dict, outputs: dict, name: str = "expected"
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=("fairseq", "fairseq-nat", "marian", "marian-npz", "marian-npz-separate",
-                                           "nllb"))
+                                           "nllb", "mbart50"))
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     np.random.seed(0)
@@ -615,6 +654,8 @@ def main(argv=None) -> int:
         marian_npz_fixture(os.path.join(ROOT, "marian-npz-separate"), separate=True)
     if args.only in (None, "nllb"):
         nllb_fixture(os.path.join(ROOT, "nllb"))
+    if args.only in (None, "mbart50"):
+        mbart50_fixture(os.path.join(ROOT, "mbart50"))
     print(f"wrote {os.path.normpath(ROOT)}")
     return 0
 

@@ -1,12 +1,13 @@
 """`--mode import`: a model trained elsewhere written as an ordinary jaxnat workdir (docs/import.md).
 
 One module per source format reads its files into an `Imported` (`fairseq.read`, `marian.read` for Hugging Face's
-MarianMTModel directories, `marian_npz.read` for Marian's own checkpoints, `nllb.read` for NLLB-200's): the config
-overrides that make jaxnat's model compute the original's function (`jaxnat.config`'s model conventions), the
-parameters in jaxnat's tree with the vocabulary's rows in jaxnat's id order (`remap_rows`), and the vocabulary
-(`jaxnat.data.piece_vocab`). `write_workdir` checks the parameters against the model the config builds and writes
-`config.json`, `vocab/`, `checkpoints/best/0` and `imported.json` into a fresh directory it renames into place at
-the end, so that a failed import leaves nothing behind.
+MarianMTModel directories, `marian_npz.read` for Marian's own checkpoints, `nllb.read` for NLLB-200's, `mbart50.read`
+for mBART-50's; hf_fairseq holds what the last two share): the config overrides that make jaxnat's model compute
+the original's function (`jaxnat.config`'s model conventions), the parameters in jaxnat's tree with the
+vocabulary's rows in jaxnat's id order (`remap_rows`), and the vocabulary (`jaxnat.data.piece_vocab`).
+`write_workdir` checks the parameters against the model the config builds and writes `config.json`, `vocab/`,
+`checkpoints/best/0` and `imported.json` into a fresh directory it renames into place at the end, so that a failed
+import leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import numpy as np
 from jaxnat.errors import ConfigError, DataError
 
 log = logging.getLogger("jaxnat")
-FORMATS = ("fairseq", "marian", "nllb", "hf")
-HF_TYPES = {"marian": "marian", "m2m_100": "nllb"}  # hf:PATH: its config.json's model_type -> the format reading it
+FORMATS = ("fairseq", "marian", "nllb", "mbart50", "hf")
+# hf:PATH: its config.json's model_type -> the format reading it
+HF_TYPES = {"marian": "marian", "m2m_100": "nllb", "mbart": "mbart50"}
 
 
 @dataclasses.dataclass
@@ -53,13 +55,13 @@ def remap_rows(matrix: np.ndarray, order: list[int], axis: int = 0) -> np.ndarra
 
 
 def parse_source(spec: str) -> tuple[str, str]:
-    """"fairseq:PATH" | "marian:PATH" | "nllb:PATH" | "marian:ORG/NAME[@REVISION]" | "nllb:ORG/NAME[@REVISION]" (a
-    Hugging Face model id, read from the local cache: `hub_cache`) | "hf:PATH" | "hf:ORG/NAME[@REVISION]" (the format
-    its config.json's model_type names) -> (format, path); a one-line ConfigError or DataError otherwise."""
+    """"fairseq:PATH" | "FORMAT:PATH" | "FORMAT:ORG/NAME[@REVISION]" for the Hugging Face formats marian, nllb,
+    mbart50 (a model id, read from the local cache: `hub_cache`) and hf (the format its config.json's model_type
+    names) -> (format, path); a one-line ConfigError or DataError otherwise."""
     kind, _, path = spec.partition(":")
     if kind not in FORMATS or not path:
         raise ConfigError(f"--from takes {' or '.join(f'{k}:PATH' for k in FORMATS)}, got {spec!r}")
-    if kind in ("marian", "nllb", "hf"):
+    if kind != "fairseq":
         from jaxnat.importers import hub_cache
 
         if hub_cache.looks_like_model_id(path):
@@ -89,10 +91,10 @@ def read(spec: str, dict_dir: str | None = None) -> Imported:
         from jaxnat.importers import fairseq
 
         return fairseq.read(path, dict_dir or os.path.dirname(os.path.abspath(path)))
-    if kind == "nllb":
-        from jaxnat.importers import nllb
+    if kind in ("nllb", "mbart50"):
+        from jaxnat.importers import mbart50, nllb
 
-        return nllb.read(path)
+        return {"nllb": nllb, "mbart50": mbart50}[kind].read(path)
     from jaxnat.importers import marian, marian_npz
 
     return marian_npz.read(path) if marian_npz.is_release(path) else marian.read(path)
