@@ -1,6 +1,7 @@
-"""Decoding an OPUS-MT-sized Marian model (or an NLLB-200-600M-sized one) side by side with Hugging Face transformers
-on the same weights: greedy and beam-4 search, batch-1 latency and batch-64 throughput, jaxnat's imported workdir
-beside `MarianMTModel.generate` (`M2M100ForConditionalGeneration.generate`).
+"""Decoding an OPUS-MT-sized Marian model (or an NLLB-200-600M-sized or mBART-50-sized one) side by side with Hugging
+Face transformers on the same weights: greedy and beam-4 search, batch-1 latency and batch-64 throughput, jaxnat's
+imported workdir beside `MarianMTModel.generate` (`M2M100ForConditionalGeneration.generate`,
+`MBartForConditionalGeneration.generate`).
 
     D=/tmp/vs-transformers
     # (a) in the reference environment (tools/reference_env.sh): SentencePiece models learned on Multi30k's training
@@ -12,7 +13,10 @@ beside `MarianMTModel.generate` (`M2M100ForConditionalGeneration.generate`).
     #     or with --family nllb: a model of NLLB-200-distilled-600M's shape (d 1024, 12+12 layers, 16 heads, FFN 4096,
     #     relu, pre-norm, 256,206 embedding rows; random weights N(0, 1/fan-in)), a BPE SentencePiece model of 8,000
     #     pieces learned on Multi30k's English and German with NllbTokenizer's files (the rows past its ids stand for
-    #     NLLB's other pieces: the output layer costs what it costs there); sources eng_Latn, outputs forced deu_Latn
+    #     NLLB's other pieces: the output layer costs what it costs there); sources eng_Latn, outputs forced deu_Latn;
+    #     or with --family mbart50: one of mbart-large-50's shape (the same, but gelu, learned positions, a layer norm
+    #     over the embeddings, 250,054 rows), a unigram SentencePiece model of 8,000 pieces with MBart50Tokenizer's
+    #     files; sources en_XX, outputs forced de_DE
     # (b) imported into a jaxnat workdir ($D/jaxnat) with --mode import
     python bench/vs_transformers.py import --out $D
     # (c) the first pass (agreement, warm-up, compilation), then the timed pairs and the table
@@ -80,7 +84,7 @@ def make(args) -> int:
         model, _ = save_marian(hf, out, vocab, d=512, layers=6, heads=8, ffn=2048, positions=512, seed=0)
         pieces = len(vocab)
     else:
-        model, pieces = make_nllb(train["en"] + train["de"], hf)
+        model, pieces = make_multilingual(args.family, train["en"] + train["de"], hf)
     sources = read_gz(os.path.join(args.data_dir, "test_2016_flickr.en.gz"))[:args.sentences]
     with open(os.path.join(out, "inputs.json"), "w", encoding="utf-8") as f:
         json.dump(sources, f, ensure_ascii=False)
@@ -89,26 +93,33 @@ def make(args) -> int:
     return 0
 
 
-NLLB_ROWS = 256206  # NLLB-200's embedding rows
+MULTILINGUAL = {  # family: (model_type, the model's class, its tokenizer's, source language, target language)
+    "nllb": ("m2m_100", "M2M100ForConditionalGeneration", "NllbTokenizer", "eng_Latn", "deu_Latn"),
+    "mbart50": ("mbart", "MBartForConditionalGeneration", "MBart50Tokenizer", "en_XX", "de_DE")}
+SHAPES = {  # family: its released model's shape (embedding rows: NLLB-200's, mBART-50's)
+    "nllb": dict(vocab_size=256206, activation_function="relu", spm="bpe"),
+    "mbart50": dict(vocab_size=250054, activation_function="gelu", spm="unigram")}
 
 
-def make_nllb(lines: list[str], hf: str):
-    """An M2M100ForConditionalGeneration of NLLB-200-distilled-600M's shape with NllbTokenizer's files in ``hf``;
-    returns (model, the tokenizer's ids)."""
+def make_multilingual(family_: str, lines: list[str], hf: str):
+    """A model of NLLB-200-distilled-600M's (mbart-large-50's) shape with its tokenizer's files in ``hf``; returns
+    (model, the tokenizer's ids)."""
     import torch
-    from transformers import M2M100Config, M2M100ForConditionalGeneration, NllbTokenizer
+    import transformers
 
-    learn_spm(lines, os.path.join(hf, "sentencepiece.bpe.model"), vocab_size=8000, model_type="bpe",
+    _, model_class, tok_class, src, tgt = MULTILINGUAL[family_]
+    shape = dict(SHAPES[family_])
+    learn_spm(lines, os.path.join(hf, "sentencepiece.bpe.model"), vocab_size=8000, model_type=shape.pop("spm"),
               character_coverage=1.0, bos_id=1, eos_id=2, unk_id=0)
-    tok = NllbTokenizer.from_pretrained(hf, src_lang="eng_Latn", tgt_lang="deu_Latn",
-                                        additional_special_tokens=["eng_Latn", "deu_Latn"])
+    extra = {"additional_special_tokens": [src, tgt]} if family_ == "nllb" else {}  # mBART-50's 52: always there
+    tok = getattr(transformers, tok_class).from_pretrained(hf, src_lang=src, tgt_lang=tgt, **extra)
     tok.save_pretrained(hf)
-    config = M2M100Config(vocab_size=NLLB_ROWS, d_model=1024, encoder_layers=12, decoder_layers=12,
-                          encoder_attention_heads=16, decoder_attention_heads=16, encoder_ffn_dim=4096,
-                          decoder_ffn_dim=4096, max_position_embeddings=1024, pad_token_id=1, bos_token_id=0,
-                          eos_token_id=2, decoder_start_token_id=2, scale_embedding=True, activation_function="relu")
+    config = transformers.AutoConfig.for_model(
+        MULTILINGUAL[family_][0], d_model=1024, encoder_layers=12, decoder_layers=12, encoder_attention_heads=16,
+        decoder_attention_heads=16, encoder_ffn_dim=4096, decoder_ffn_dim=4096, max_position_embeddings=1024,
+        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, scale_embedding=True, **shape)
     torch.manual_seed(0)
-    model = M2M100ForConditionalGeneration(config).eval()
+    model = getattr(transformers, model_class)(config).eval()
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():  # weights N(0, 1/fan-in), so that outputs vary (the library's N(0, 0.02²) repeats a token)
         for name, p in model.named_parameters():
@@ -128,14 +139,15 @@ def import_model(args) -> int:
         import shutil
 
         shutil.rmtree(workdir)
-    print(write_workdir(f"{family(out)}:{os.path.join(out, 'hf')}", workdir))
+    print(write_workdir(f"hf:{os.path.join(out, 'hf')}", workdir))
     return 0
 
 
 def family(out: str) -> str:
-    """"marian" or "nllb": the model `make` wrote into $out/hf."""
+    """"marian", "nllb" or "mbart50": the model `make` wrote into $out/hf."""
     with open(os.path.join(out, "hf", "config.json"), encoding="utf-8") as f:
-        return "nllb" if json.load(f)["model_type"] == "m2m_100" else "marian"
+        model_type = json.load(f)["model_type"]
+    return next((k for k, v in MULTILINGUAL.items() if v[0] == model_type), "marian")
 
 
 def hf_worker(args) -> int:
@@ -153,10 +165,11 @@ def hf_worker(args) -> int:
     if family(args.out) == "marian":  # its config forces EOS at the limit and bars <pad>, as jaxnat's searches do
         model, tok = (transformers.MarianMTModel.from_pretrained(hf).eval(),
                       transformers.MarianTokenizer.from_pretrained(hf))
-    else:  # NLLB: the output's language token forced first; EOS at the limit, never <s> or <pad>, as in jaxnat
-        model = transformers.M2M100ForConditionalGeneration.from_pretrained(hf).eval()
-        tok = transformers.NllbTokenizer.from_pretrained(hf, src_lang="eng_Latn")
-        options.update(forced_bos_token_id=tok.convert_tokens_to_ids("deu_Latn"), forced_eos_token_id=2,
+    else:  # the output's language token forced first; EOS at the limit, never <s> or <pad>, as in jaxnat
+        _, model_class, tok_class, src, tgt = MULTILINGUAL[family(args.out)]
+        model = getattr(transformers, model_class).from_pretrained(hf).eval()
+        tok = getattr(transformers, tok_class).from_pretrained(hf, src_lang=src)
+        options.update(forced_bos_token_id=tok.convert_tokens_to_ids(tgt), forced_eos_token_id=2,
                        bad_words_ids=[[0], [1]])
     known = len(tok)  # the rows past the tokenizer's ids: the import's filler pieces
 
@@ -295,8 +308,8 @@ def main(argv=None) -> int:
     p = sub.add_parser("make", help="(reference env) the model, its tokenizer, the inputs")
     p.add_argument("--data-dir", required=True, help="Multi30k's directory (<split>.{en,de}.gz)")
     p.add_argument("--out", required=True)
-    p.add_argument("--family", choices=("marian", "nllb"), default="marian",
-                   help="an OPUS-MT-sized Marian model, or an NLLB-200-distilled-600M-sized one")
+    p.add_argument("--family", choices=("marian", *MULTILINGUAL), default="marian",
+                   help="an OPUS-MT-sized Marian model, or one of NLLB-200-distilled-600M's or mbart-large-50's size")
     p.add_argument("--vocab", type=int, default=58101, help="Marian: pieces in the shared vocabulary (OPUS-MT en-de's)")
     p.add_argument("--sentences", type=int, default=256, help="test sources decoded at batch 64")
     p = sub.add_parser("import", help="the model imported into $out/jaxnat")
