@@ -26,8 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "import")
 SOURCES = {"fairseq": f"fairseq:{DATA}/fairseq/model.pt", "marian": f"marian:{DATA}/marian",
            "marian-npz": f"marian:{DATA}/marian-npz", "marian-npz-separate": f"marian:{DATA}/marian-npz-separate",
-           "nllb": f"nllb:{DATA}/nllb", "mbart50": f"mbart50:{DATA}/mbart50"}
-FAIRSEQ_IDS = ("fairseq", "nllb", "mbart50")  # <s> 0, <pad> 1, </s> 2, <unk> 3, then the pieces
+           "nllb": f"nllb:{DATA}/nllb", "m2m100": f"m2m100:{DATA}/m2m100", "mbart50": f"mbart50:{DATA}/mbart50"}
+FAIRSEQ_IDS = ("fairseq", "nllb", "m2m100", "mbart50")  # <s> 0, <pad> 1, </s> 2, <unk> 3, then the pieces
 
 
 def expected(kind):
@@ -51,7 +51,7 @@ def marian_vocab(kind, side):
 
 
 def source_pad(kind):
-    """The original's padding id (fairseq's, NLLB's and mBART's <pad> 1; Marian's <pad>, its vocabulary's last)."""
+    """The original's padding id (fairseq's, NLLB's, M2M-100's and mBART's <pad> 1; Marian's <pad>, its vocabulary's last)."""
     return 1 if kind in FAIRSEQ_IDS else marian_vocab(kind, "src")["<pad>"]
 
 
@@ -313,6 +313,7 @@ def test_a_hugging_face_model_id_is_read_from_the_local_cache(tmp_path, monkeypa
 
     assert parse_source("hf:Helsinki-NLP/opus-mt-en-de") == ("marian", str(root / "snapshots" / "c0ffee"))
     assert parse_source(f"hf:{DATA}/nllb") == ("nllb", f"{DATA}/nllb")
+    assert parse_source(f"hf:{DATA}/m2m100") == ("m2m100", f"{DATA}/m2m100")  # the same model_type, its own files
     (tmp_path / "bert").mkdir()
     (tmp_path / "bert" / "config.json").write_text('{"model_type": "bert"}')
     with pytest.raises(DataError, match="model_type 'bert'; jaxnat imports Hugging Face's marian, m2m_100, mbart "):

@@ -22,7 +22,8 @@ directory holds the model as its library saves it and `expected.npz` + `expected
   once Hugging Face's converter has read it (`marian_npz_fixture`); marian-npz-separate/ the same with a
   vocabulary per side, and hf/ in it the converted model as `save_pretrained` writes it;
 * nllb/: an NLLB-200 model's directory (`nllb_fixture`), with outputs forced to start with a language token;
-  mbart50/: an mBART-50 translation model's (`mbart50_fixture`), the same way.
+  m2m100/ and mbart50/: an M2M-100 model's and an mBART-50 translation model's (`m2m100_fixture`,
+  `mbart50_fixture`), the same way.
 Every parameter is drawn anew (biases and layer norms too), so that a convention missed anywhere shows.
 """
 
@@ -571,10 +572,48 @@ def nllb_fixture(out: str) -> None:
     multilingual_expected(out, model, tok, ("eng_Latn", "deu_Latn"), ("fra_Latn", "fra_Latn"))
 
 
-def multilingual_expected(out: str, model, tok, pair: tuple, french: tuple) -> None:
+def m2m100_fixture(out: str) -> None:
+    """An M2M-100 model as its Hugging Face directory holds it: NLLB's architecture with M2M100Tokenizer's files
+    (vocab.json, the SentencePiece model, tokenizer_config.json): vocab.json numbers the pieces in another order than
+    the SentencePiece model and lacks a piece of the first source (which M2M100Tokenizer reads as <unk>), none of
+    the targets'; the
+    100 language tokens follow its last id, then 8 padding words, as in M2M-100's tables. Expected: as
+    `nllb_fixture`'s, en -> de and fr -> fr."""
+    import sentencepiece as spm
+    from transformers import M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer
+
+    os.makedirs(out, exist_ok=True)
+    spm.set_random_generator_seed(0)
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS_EN + CORPUS_DE), model_writer=proto,
+                                   vocab_size=60, hard_vocab_limit=False, model_type="bpe", character_coverage=1.0,
+                                   num_threads=1, minloglevel=2, unk_id=0, bos_id=1, eos_id=2, pad_id=-1)
+    with open(os.path.join(out, "sentencepiece.bpe.model"), "wb") as f:
+        f.write(proto.getvalue())
+    sp = spm.SentencePieceProcessor(model_proto=proto.getvalue())
+    target = {p for t in TGT for p in sp.encode(t, out_type=str)}  # jaxnat writes <unk> out (⁇), generate does not
+    missing = next(p for p in sp.encode(SRC[0], out_type=str) if p not in target)
+    pieces = [p for p in reversed([sp.id_to_piece(i) for i in range(3, sp.get_piece_size())]) if p != missing]
+    with open(os.path.join(out, "vocab.json"), "w", encoding="utf-8") as f:
+        json.dump({p: i for i, p in enumerate(["<s>", "<pad>", "</s>", "<unk>", *pieces])}, f, ensure_ascii=False)
+    tok = M2M100Tokenizer.from_pretrained(out, src_lang="en", tgt_lang="de")
+    tok.save_pretrained(out)
+    config = M2M100Config(vocab_size=4 + len(pieces) + 100 + 8, d_model=16, encoder_layers=2, decoder_layers=2,
+                          encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24,
+                          max_position_embeddings=64, pad_token_id=1, bos_token_id=0, eos_token_id=2,
+                          decoder_start_token_id=2, scale_embedding=True, activation_function="relu")
+    torch.manual_seed(6)
+    model = M2M100ForConditionalGeneration(config)
+    perturb(model, seed=6)
+    model.eval().save_pretrained(out, safe_serialization=True)
+    multilingual_expected(out, model, tok, ("en", "de"), ("fr", "fr"), token=tok.get_lang_token)
+
+
+def multilingual_expected(out: str, model, tok, pair: tuple, french: tuple, token=lambda code: code) -> None:
     """As `marian_expected`, for a model whose sources start with their language's token and whose outputs are
     forced to start with the target language's (generate's forced_bos_token_id): sources in pair[0], outputs in
-    pair[1]; and greedy outputs of French-tagged sources forced to French (``french``: the codes)."""
+    pair[1]; and greedy outputs of French-tagged sources forced to French (``french``: the codes; ``token``: a code's
+    token)."""
     tok.src_lang, tok.tgt_lang = pair
     batch = tok(SRC, return_tensors="pt", padding=True)
     labels = tok(text_target=TGT, return_tensors="pt", padding=True)["input_ids"]
@@ -589,12 +628,14 @@ def multilingual_expected(out: str, model, tok, pair: tuple, french: tuple) -> N
         with torch.no_grad():
             gen = model.generate(**tok(SRC, return_tensors="pt", padding=True), num_beams=beam, do_sample=False,
                                  max_new_tokens=20, length_penalty=1.0, early_stopping=False,
-                                 forced_bos_token_id=tok.convert_tokens_to_ids(tgt_lang),
+                                 forced_bos_token_id=tok.convert_tokens_to_ids(token(tgt_lang)),
                                  forced_eos_token_id=2,  # as jaxnat: EOS at the limit,
                                  bad_words_ids=[[0], [1]])  # never <s> or <pad>
         outputs[name] = gen.tolist()
-        outputs[f"{name}_text"] = tok.batch_decode(gen, skip_special_tokens=True)
-    outputs["detok"] = tok.batch_decode(labels, skip_special_tokens=True)
+        # the text after the decoder's start and the language token (transformers 5's M2M100Tokenizer writes the
+        # latter out, though a special token)
+        outputs[f"{name}_text"] = tok.batch_decode(gen[:, 2:], skip_special_tokens=True)
+    outputs["detok"] = tok.batch_decode(labels[:, 1:], skip_special_tokens=True)
     write_expected(out, arrays, outputs)
 
 
@@ -638,7 +679,7 @@ def write_expected(out: str, arrays: dict, outputs: dict, name: str = "expected"
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=("fairseq", "fairseq-nat", "marian", "marian-npz", "marian-npz-separate",
-                                           "nllb", "mbart50"))
+                                           "nllb", "m2m100", "mbart50"))
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     np.random.seed(0)
@@ -654,6 +695,8 @@ def main(argv=None) -> int:
         marian_npz_fixture(os.path.join(ROOT, "marian-npz-separate"), separate=True)
     if args.only in (None, "nllb"):
         nllb_fixture(os.path.join(ROOT, "nllb"))
+    if args.only in (None, "m2m100"):
+        m2m100_fixture(os.path.join(ROOT, "m2m100"))
     if args.only in (None, "mbart50"):
         mbart50_fixture(os.path.join(ROOT, "mbart50"))
     print(f"wrote {os.path.normpath(ROOT)}")

@@ -1,13 +1,13 @@
 """`--mode import`: a model trained elsewhere written as an ordinary jaxnat workdir (docs/import.md).
 
 One module per source format reads its files into an `Imported` (`fairseq.read`, `marian.read` for Hugging Face's
-MarianMTModel directories, `marian_npz.read` for Marian's own checkpoints, `nllb.read` for NLLB-200's, `mbart50.read`
-for mBART-50's; hf_fairseq holds what the last two share): the config overrides that make jaxnat's model compute
-the original's function (`jaxnat.config`'s model conventions), the parameters in jaxnat's tree with the
-vocabulary's rows in jaxnat's id order (`remap_rows`), and the vocabulary (`jaxnat.data.piece_vocab`).
-`write_workdir` checks the parameters against the model the config builds and writes `config.json`, `vocab/`,
-`checkpoints/best/0` and `imported.json` into a fresh directory it renames into place at the end, so that a failed
-import leaves nothing behind.
+MarianMTModel directories, `marian_npz.read` for Marian's own checkpoints, `nllb.read`, `m2m100.read` and
+`mbart50.read` for NLLB-200's, M2M-100's and mBART-50's; hf_fairseq holds what the last three share): the config
+overrides that make jaxnat's model compute the original's function (`jaxnat.config`'s model conventions), the
+parameters in jaxnat's tree with the vocabulary's rows in jaxnat's id order (`remap_rows`), and the vocabulary
+(`jaxnat.data.piece_vocab`). `write_workdir` checks the parameters against the model the config builds and writes
+`config.json`, `vocab/`, `checkpoints/best/0` and `imported.json` into a fresh directory it renames into place at
+the end, so that a failed import leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ import numpy as np
 from jaxnat.errors import ConfigError, DataError
 
 log = logging.getLogger("jaxnat")
-FORMATS = ("fairseq", "marian", "nllb", "mbart50", "hf")
-# hf:PATH: its config.json's model_type -> the format reading it
+FORMATS = ("fairseq", "marian", "nllb", "m2m100", "mbart50", "hf")
+# hf:PATH: its config.json's model_type -> the format reading it (M2M100's: by its tokenizer, `_hf_format`)
 HF_TYPES = {"marian": "marian", "m2m_100": "nllb", "mbart": "mbart50"}
 
 
@@ -56,7 +56,7 @@ def remap_rows(matrix: np.ndarray, order: list[int], axis: int = 0) -> np.ndarra
 
 def parse_source(spec: str) -> tuple[str, str]:
     """"fairseq:PATH" | "FORMAT:PATH" | "FORMAT:ORG/NAME[@REVISION]" for the Hugging Face formats marian, nllb,
-    mbart50 (a model id, read from the local cache: `hub_cache`) and hf (the format its config.json's model_type
+    m2m100, mbart50 (a model id, read from the local cache: `hub_cache`) and hf (the format its config.json's model_type
     names) -> (format, path); a one-line ConfigError or DataError otherwise."""
     kind, _, path = spec.partition(":")
     if kind not in FORMATS or not path:
@@ -72,7 +72,8 @@ def parse_source(spec: str) -> tuple[str, str]:
 
 
 def _hf_format(directory: str) -> str:
-    """The format of a Hugging Face model directory, by its config.json's model_type."""
+    """The format of a Hugging Face model directory, by its config.json's model_type (and for M2M100's
+    architecture, which NLLB-200 and M2M-100 share, by its tokenizer's files)."""
     from jaxnat.importers.hf_files import read_json
 
     at = os.path.join(directory, "config.json")
@@ -82,6 +83,9 @@ def _hf_format(directory: str) -> str:
     if model_type not in HF_TYPES:
         raise DataError(f"{at}: model_type {model_type!r}; jaxnat imports Hugging Face's "
                         f"{', '.join(HF_TYPES)} models")
+    if model_type == "m2m_100" and not os.path.isfile(os.path.join(directory, "tokenizer.json")) and (
+            os.path.isfile(os.path.join(directory, "vocab.json"))):
+        return "m2m100"  # M2M100Tokenizer's files; NLLB's tokenizer writes tokenizer.json
     return HF_TYPES[model_type]
 
 
@@ -91,10 +95,10 @@ def read(spec: str, dict_dir: str | None = None) -> Imported:
         from jaxnat.importers import fairseq
 
         return fairseq.read(path, dict_dir or os.path.dirname(os.path.abspath(path)))
-    if kind in ("nllb", "mbart50"):
-        from jaxnat.importers import mbart50, nllb
+    if kind in ("nllb", "m2m100", "mbart50"):
+        from jaxnat.importers import m2m100, mbart50, nllb
 
-        return {"nllb": nllb, "mbart50": mbart50}[kind].read(path)
+        return {"nllb": nllb, "m2m100": m2m100, "mbart50": mbart50}[kind].read(path)
     from jaxnat.importers import marian, marian_npz
 
     return marian_npz.read(path) if marian_npz.is_release(path) else marian.read(path)

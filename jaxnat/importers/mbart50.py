@@ -1,7 +1,8 @@
 """mBART-50's translation models (Tang et al. 2020, "Multilingual Translation with Extensible Multilingual
 Pretraining and Finetuning"; Liu et al. 2020 for mBART) as Hugging Face's `MBartForConditionalGeneration`
 directories: `config.json`, the weights (`model.safetensors`, else `pytorch_model.bin`), `sentencepiece.bpe.model`,
-`tokenizer_config.json` naming `MBart50Tokenizer`, and `tokenizer.json` where the directory has one. docs/import.md.
+`tokenizer_config.json` (or config.json) naming `MBart50Tokenizer`, and `tokenizer.json` where the directory has one.
+docs/import.md.
 
 The conventions mBART-50 shares with NLLB are hf_fairseq's. mBART's own: learned positions, each stack its own table
 (Hugging Face's `MBartLearnedPositionalEmbedding`: row p + 2 for position p, as fairseq's tables from
@@ -23,7 +24,7 @@ from jaxnat.importers import Imported, hf_fairseq, remap_rows
 from jaxnat.importers.fairseq import row_order
 from jaxnat.importers.torch_layers import norm
 
-FILES = ("config.json", "tokenizer_config.json", hf_fairseq.SPM)
+FILES = ("config.json", hf_fairseq.SPM)
 DEFAULTS = {"scale_embedding": False, "activation_function": "gelu"}  # MBartConfig's, where config.json is silent
 TOKENIZERS = ("MBart50Tokenizer", "MBart50TokenizerFast")
 LANGUAGES = (  # mBART-50's language codes in the order its dictionary holds them (the 25 of mBART-cc25 first)
@@ -55,10 +56,12 @@ def _spm_vocabulary(at: str, rows: int) -> tuple[list[str], list[str]]:
 
 def read(directory: str) -> Imported:
     port = hf_fairseq.open_port(directory, "mbart50", "mbart", FILES, DEFAULTS)
-    tokenizer = port.tok_cfg.get("tokenizer_class")
+    # the tokenizer's class, which tells mBART-50's layout from mBART-cc25's: named in tokenizer_config.json, or in
+    # config.json (as in Facebook's mBART-50 releases)
+    tokenizer = port.tok_cfg.get("tokenizer_class", port.cfg.get("tokenizer_class"))
     if tokenizer not in TOKENIZERS:
-        raise DataError(f"{port.at('tokenizer_config.json')}: tokenizer_class {tokenizer!r}; jaxnat reads mBART-50's "
-                        f"layout (MBart50Tokenizer: the language token first), not mBART-cc25's (MBartTokenizer)")
+        raise DataError(f"{directory}: tokenizer_class {tokenizer!r}; jaxnat reads mBART-50's layout "
+                        f"(MBart50Tokenizer: the language token first), not mBART-cc25's (MBartTokenizer)")
     shared = hf_fairseq.shared_embedding(port)
     if os.path.isfile(port.at("tokenizer.json")):
         vocabulary, languages = hf_fairseq.tokenizer_json_vocabulary(port.at("tokenizer.json"), shared.shape[0])
