@@ -51,7 +51,8 @@ def marian_vocab(kind, side):
 
 
 def source_pad(kind):
-    """The original's padding id (fairseq's, NLLB's, M2M-100's and mBART's <pad> 1; Marian's <pad>, its vocabulary's last)."""
+    """The original's padding id (fairseq's, NLLB's, M2M-100's and mBART's <pad> 1; Marian's <pad>, its
+    vocabulary's last)."""
     return 1 if kind in FAIRSEQ_IDS else marian_vocab(kind, "src")["<pad>"]
 
 

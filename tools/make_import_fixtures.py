@@ -538,6 +538,36 @@ def marian_npz_fixture(out: str, separate: bool = False) -> None:
     marian_expected(out, model, tok)
 
 
+def joint_spm(out: str, model_type: str) -> bytes:
+    """Trains the multilingual fixtures' SentencePiece model (one for both languages, fairseq's layout: <unk> 0,
+    <s> 1, </s> 2) into ``out``/sentencepiece.bpe.model; returns its bytes."""
+    import sentencepiece as spm
+
+    spm.set_random_generator_seed(0)
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS_EN + CORPUS_DE), model_writer=proto,
+                                   vocab_size=60, hard_vocab_limit=False, model_type=model_type,
+                                   character_coverage=1.0, num_threads=1, minloglevel=2, unk_id=0, bos_id=1, eos_id=2,
+                                   pad_id=-1)
+    with open(os.path.join(out, "sentencepiece.bpe.model"), "wb") as f:
+        f.write(proto.getvalue())
+    return proto.getvalue()
+
+
+def save_tiny(out: str, model_class, config_class, seed: int, **options):
+    """A model of the multilingual fixtures' size (d 16, 2+2 layers, 2 heads, FFN 24, 64 positions) with fairseq's
+    special ids, every parameter drawn (`perturb`), saved into ``out`` by save_pretrained; ``options``: its own."""
+    config = config_class(d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+                          decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24, max_position_embeddings=64,
+                          pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+                          scale_embedding=True, **options)
+    torch.manual_seed(seed)
+    model = model_class(config)
+    perturb(model, seed=seed)
+    model.eval().save_pretrained(out, safe_serialization=True)
+    return model
+
+
 NLLB_LANGUAGES = ["eng_Latn", "deu_Latn", "fra_Latn"]  # the fixture's language tokens (NLLB-200 has 202)
 
 
@@ -547,28 +577,15 @@ def nllb_fixture(out: str) -> None:
     (tokenizer.json, tokenizer_config.json); its embedding has two rows past the tokenizer's last id, as NLLB's has.
     Expected: as `marian_expected`, with sources in eng_Latn and outputs forced to start with deu_Latn
     (generate's forced_bos_token_id); and greedy outputs of French-tagged sources forced to fra_Latn."""
-    import sentencepiece as spm
     from transformers import M2M100Config, M2M100ForConditionalGeneration, NllbTokenizer
 
     os.makedirs(out, exist_ok=True)
-    spm.set_random_generator_seed(0)
-    proto = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS_EN + CORPUS_DE), model_writer=proto,
-                                   vocab_size=60, hard_vocab_limit=False, model_type="bpe", character_coverage=1.0,
-                                   num_threads=1, minloglevel=2, unk_id=0, bos_id=1, eos_id=2, pad_id=-1)
-    with open(os.path.join(out, "sentencepiece.bpe.model"), "wb") as f:
-        f.write(proto.getvalue())
+    joint_spm(out, "bpe")
     tok = NllbTokenizer.from_pretrained(out, src_lang="eng_Latn", tgt_lang="deu_Latn",
                                         additional_special_tokens=NLLB_LANGUAGES)
     tok.save_pretrained(out)
-    config = M2M100Config(vocab_size=len(tok) + 2, d_model=16, encoder_layers=2, decoder_layers=2,
-                          encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24,
-                          max_position_embeddings=64, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-                          decoder_start_token_id=2, scale_embedding=True, activation_function="relu")
-    torch.manual_seed(4)
-    model = M2M100ForConditionalGeneration(config)
-    perturb(model, seed=4)
-    model.eval().save_pretrained(out, safe_serialization=True)
+    model = save_tiny(out, M2M100ForConditionalGeneration, M2M100Config, 4, vocab_size=len(tok) + 2,
+                      activation_function="relu")
     multilingual_expected(out, model, tok, ("eng_Latn", "deu_Latn"), ("fra_Latn", "fra_Latn"))
 
 
@@ -583,14 +600,8 @@ def m2m100_fixture(out: str) -> None:
     from transformers import M2M100Config, M2M100ForConditionalGeneration, M2M100Tokenizer
 
     os.makedirs(out, exist_ok=True)
-    spm.set_random_generator_seed(0)
-    proto = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS_EN + CORPUS_DE), model_writer=proto,
-                                   vocab_size=60, hard_vocab_limit=False, model_type="bpe", character_coverage=1.0,
-                                   num_threads=1, minloglevel=2, unk_id=0, bos_id=1, eos_id=2, pad_id=-1)
-    with open(os.path.join(out, "sentencepiece.bpe.model"), "wb") as f:
-        f.write(proto.getvalue())
-    sp = spm.SentencePieceProcessor(model_proto=proto.getvalue())
+    proto = joint_spm(out, "bpe")
+    sp = spm.SentencePieceProcessor(model_proto=proto)
     target = {p for t in TGT for p in sp.encode(t, out_type=str)}  # jaxnat writes <unk> out (⁇), generate does not
     missing = next(p for p in sp.encode(SRC[0], out_type=str) if p not in target)
     pieces = [p for p in reversed([sp.id_to_piece(i) for i in range(3, sp.get_piece_size())]) if p != missing]
@@ -598,14 +609,8 @@ def m2m100_fixture(out: str) -> None:
         json.dump({p: i for i, p in enumerate(["<s>", "<pad>", "</s>", "<unk>", *pieces])}, f, ensure_ascii=False)
     tok = M2M100Tokenizer.from_pretrained(out, src_lang="en", tgt_lang="de")
     tok.save_pretrained(out)
-    config = M2M100Config(vocab_size=4 + len(pieces) + 100 + 8, d_model=16, encoder_layers=2, decoder_layers=2,
-                          encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24,
-                          max_position_embeddings=64, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-                          decoder_start_token_id=2, scale_embedding=True, activation_function="relu")
-    torch.manual_seed(6)
-    model = M2M100ForConditionalGeneration(config)
-    perturb(model, seed=6)
-    model.eval().save_pretrained(out, safe_serialization=True)
+    model = save_tiny(out, M2M100ForConditionalGeneration, M2M100Config, 6, vocab_size=4 + len(pieces) + 100 + 8,
+                      activation_function="relu")
     multilingual_expected(out, model, tok, ("en", "de"), ("fr", "fr"), token=tok.get_lang_token)
 
 
@@ -644,29 +649,14 @@ def mbart50_fixture(out: str) -> None:
     save_pretrained (learned positions, layernorm_embedding, an output bias), a unigram SentencePiece model (as
     mBART's `sentencepiece.bpe.model`) and MBart50Tokenizer's files (its 52 language codes after the pieces, then
     `<mask>`). Expected: as `nllb_fixture`'s, with en_XX sources forced to de_DE, and fr_XX sources to fr_XX."""
-    import sentencepiece as spm
     from transformers import MBart50Tokenizer, MBartConfig, MBartForConditionalGeneration
 
     os.makedirs(out, exist_ok=True)
-    spm.set_random_generator_seed(0)
-    proto = io.BytesIO()
-    spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS_EN + CORPUS_DE), model_writer=proto,
-                                   vocab_size=60, hard_vocab_limit=False, model_type="unigram",
-                                   character_coverage=1.0, num_threads=1, minloglevel=2, unk_id=0, bos_id=1, eos_id=2,
-                                   pad_id=-1)
-    with open(os.path.join(out, "sentencepiece.bpe.model"), "wb") as f:
-        f.write(proto.getvalue())
+    joint_spm(out, "unigram")
     tok = MBart50Tokenizer.from_pretrained(out, src_lang="en_XX", tgt_lang="de_DE")
     tok.save_pretrained(out)
-    config = MBartConfig(vocab_size=len(tok), d_model=16, encoder_layers=2, decoder_layers=2,
-                         encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24,
-                         max_position_embeddings=64, pad_token_id=1, bos_token_id=0, eos_token_id=2,
-                         decoder_start_token_id=2, forced_eos_token_id=2, scale_embedding=True,
-                         activation_function="gelu")
-    torch.manual_seed(5)
-    model = MBartForConditionalGeneration(config)
-    perturb(model, seed=5)
-    model.eval().save_pretrained(out, safe_serialization=True)
+    model = save_tiny(out, MBartForConditionalGeneration, MBartConfig, 5, vocab_size=len(tok),
+                      forced_eos_token_id=2, activation_function="gelu")
     multilingual_expected(out, model, tok, ("en_XX", "de_DE"), ("fr_XX", "fr_XX"))
 
 

@@ -71,14 +71,9 @@ class _Side:
         self.kind = settings["segmenter"]
         self.language_codes = bool(settings.get("language_codes"))
         if self.kind == "spm":
-            import sentencepiece as spm
+            from jaxnat.data.tokenizer import read_sentencepiece
 
-            self.sp = spm.SentencePieceProcessor()
-            try:
-                with open(where(side["spm"]), "rb") as f:
-                    self.sp.LoadFromSerializedProto(f.read())
-            except (OSError, RuntimeError) as e:
-                raise DataError(f"{where(side['spm'])}: cannot load SentencePiece model ({e})") from None
+            self.sp = read_sentencepiece(where(side["spm"]))
         elif self.kind == "bpe":
             from sacremoses import MosesDetokenizer, MosesTokenizer
             from subword_nmt.apply_bpe import BPE

@@ -74,13 +74,19 @@ def _check_reserved(sp: spm.SentencePieceProcessor, where: str) -> None:
         )
 
 
-def _load_processor(path: str) -> spm.SentencePieceProcessor:
+def read_sentencepiece(path: str) -> spm.SentencePieceProcessor:
+    """The SentencePiece model in the file ``path`` (read as data); a one-line DataError where it is none."""
     sp = spm.SentencePieceProcessor()
     try:
         with open(path, "rb") as f:
             sp.LoadFromSerializedProto(f.read())
     except (OSError, RuntimeError) as e:
         raise DataError(f"{path}: cannot load SentencePiece model ({' '.join(str(e).split())})") from None
+    return sp
+
+
+def _load_processor(path: str) -> spm.SentencePieceProcessor:
+    sp = read_sentencepiece(path)
     _check_reserved(sp, path)
     return sp
 

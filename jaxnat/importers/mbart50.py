@@ -39,14 +39,9 @@ def _spm_vocabulary(at: str, rows: int) -> tuple[list[str], list[str]]:
     """(tokens by the model's id, the language tokens) as MBart50Tokenizer numbers them without a tokenizer.json:
     fairseq's specials, the SentencePiece model's pieces from its id 3 (its own <unk>, <s>, </s> are 0..2), the
     language codes, `<mask>`."""
-    import sentencepiece
+    from jaxnat.data.tokenizer import read_sentencepiece
 
-    sp = sentencepiece.SentencePieceProcessor()
-    try:
-        with open(at, "rb") as f:
-            sp.LoadFromSerializedProto(f.read())
-    except (OSError, RuntimeError) as e:
-        raise DataError(f"{at}: not a SentencePiece model ({e})") from None
+    sp = read_sentencepiece(at)
     if [sp.IdToPiece(i) for i in range(3)] != ["<unk>", "<s>", "</s>"]:
         raise DataError(f"{at}: ids 0..2 are not <unk>, <s>, </s> (fairseq's SentencePiece layout)")
     tokens = ["<s>", "<pad>", "</s>", "<unk>", *(sp.IdToPiece(i) for i in range(3, sp.GetPieceSize())),
