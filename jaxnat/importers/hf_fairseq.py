@@ -1,6 +1,6 @@
 """fairseq's multilingual Transformers as Hugging Face ports them: `M2M100ForConditionalGeneration` (NLLB-200,
-nllb.py) and `MBartForConditionalGeneration` (mBART-50, mbart50.py). What the two formats share, read as data; each
-format's module says what differs (positions, the tokenizer's files).
+nllb.py; M2M-100, m2m100.py) and `MBartForConditionalGeneration` (mBART-50, mbart50.py). What these formats share,
+read as data; each format's module says what differs (positions, the tokenizer's files).
 
 Both are fairseq's pre-norm Transformer (a final layer norm after each stack, one embedding shared by the encoder,
 the decoder and the output) under fairseq's parameter names led by `model.`, with a fairseq dictionary: `<s>` 0,
@@ -11,7 +11,8 @@ pieces follow jaxnat's six reserved ids in the model's order; PLH and MASK, whic
 (model.absent_tokens). A source reads `[source-language token] pieces </s>`; the decoder starts from `</s>` and its
 first token is forced to the target language's (the `forced_bos_token_id` of Hugging Face's generate; jaxnat:
 data.src_lang_token / data.tgt_lang_token, `Translator.language_tokens`). Language tokens and `<mask>` are never
-written out. `sentencepiece.bpe.model` cuts text; the ids are the model's (tokenizer.json's where there is one).
+written out. `sentencepiece.bpe.model` cuts text; the pieces' ids are the model's (from tokenizer.json, vocab.json
+or the format's convention).
 """
 
 from __future__ import annotations
@@ -114,7 +115,7 @@ def padded(tokens: list[str], rows: int, at: str) -> list[str]:
 
 
 def transformer(port: Port, shared: np.ndarray, vocabulary: list[str]) -> dict:
-    """The parameters both ports hold alike: the layers, the stacks' final norms, the shared embedding (rows in
+    """The parameters every port holds alike: the layers, the stacks' final norms, the shared embedding (rows in
     jaxnat's id order)."""
     cfg = port.cfg
     params = stacks(port.state, "model.encoder.layers", "model.decoder.layers",
@@ -129,7 +130,7 @@ def transformer(port: Port, shared: np.ndarray, vocabulary: list[str]) -> dict:
 def imported(port: Port, params: dict, vocabulary: list[str], languages: list[str], overrides: dict,
              about: dict, ignore: tuple[str, ...] = ()) -> Imported:
     """The Imported of a port whose every parameter (but those ending in ``ignore``) ``params`` holds; ``overrides``:
-    the format's own conventions (positions) over those both share."""
+    the format's own conventions (positions) over those all share."""
     unused = port.state.unused(ignore=ignore)
     if unused:
         raise DataError(f"{port.state.where}: parameters jaxnat's model would not use: {', '.join(unused[:3])}")

@@ -52,7 +52,7 @@ def _spm_vocabulary(at: str, rows: int) -> tuple[list[str], list[str]]:
 def read(directory: str) -> Imported:
     port = hf_fairseq.open_port(directory, "mbart50", "mbart", FILES, DEFAULTS)
     # the tokenizer's class, which tells mBART-50's layout from mBART-cc25's: named in tokenizer_config.json, or in
-    # config.json (as in Facebook's mBART-50 releases)
+    # config.json (where AutoTokenizer looks when the former does not name it)
     tokenizer = port.tok_cfg.get("tokenizer_class", port.cfg.get("tokenizer_class"))
     if tokenizer not in TOKENIZERS:
         raise DataError(f"{directory}: tokenizer_class {tokenizer!r}; jaxnat reads mBART-50's layout "
