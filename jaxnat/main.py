@@ -4,9 +4,9 @@
 train (default): trains, checkpoints, then evaluates the best checkpoint on the test splits.
 eval: evaluates a trained workdir.  translate: plain or JSON lines in, JSON lines out.
 distill: the trained (AR) workdir translates the training sources into the text corpus --output DIR.
-import: writes a model trained elsewhere (--from fairseq:FILE.pt, marian:DIR, marian:FILE.npz, nllb:DIR or hf:DIR)
-as the new workdir, its config in <workdir>/config.json; every other mode then takes that workdir without --config
-(docs/import.md).
+import: writes a model trained elsewhere (--from fairseq:FILE.pt, marian:DIR, marian:FILE.npz, nllb:DIR,
+m2m100:DIR, mbart50:DIR or hf:DIR) as the new workdir, its config in <workdir>/config.json; every other mode then
+takes that workdir without --config (docs/import.md).
 average: writes the average of eval.average_checkpoints checkpoints (eval.average_of) into the workdir.
 curves: draws <workdir>/curves.png from the run's history (no --config needed).
 A train or eval command that ends (or a training stopped by a signal) appends its line to <workdir>/runs.jsonl
@@ -50,15 +50,16 @@ def parse_args(argv):
                         help="translate: output file (default stdout); distill: output directory (required)")
     parser.add_argument("--from", dest="source", metavar="FORMAT:PATH",
                         help="import: the model to import, fairseq:FILE.pt, marian:DIR (Hugging Face's or a "
-                             "Marian release's), marian:FILE.npz, nllb:DIR (NLLB-200's, Hugging Face's), "
-                             "marian:ORG/NAME and nllb:ORG/NAME (from the local Hugging Face cache), or hf:DIR / "
-                             "hf:ORG/NAME (the format its config.json's model_type names)")
+                             "Marian release's), marian:FILE.npz, nllb:DIR, m2m100:DIR, mbart50:DIR (Hugging "
+                             "Face's NLLB-200, M2M-100, mBART-50), their ORG/NAME (from the local Hugging Face "
+                             "cache: marian:Helsinki-NLP/opus-mt-en-de), or hf:DIR / hf:ORG/NAME (the format its "
+                             "config.json names)")
     parser.add_argument("--dict-dir", help="import from fairseq: the directory of the model's dict.<lang>.txt and "
                                            "BPE files (default: the checkpoint's)")
     args, rest = parser.parse_known_args(argv)
     if args.mode == "import":
         if not args.source:
-            parser.error("--mode import needs --from fairseq:FILE.pt, marian:DIR or nllb:DIR")
+            parser.error("--mode import needs --from FORMAT:PATH (fairseq:FILE.pt, marian:DIR, hf:DIR, …)")
         if args.config or rest:
             parser.error("--mode import takes no --config: the model's own settings make the workdir's config.json")
     elif args.config is None and args.mode != "curves":

@@ -52,7 +52,7 @@ def open_port(directory: str, kind: str, model_type: str, files: tuple[str, ...]
         raise DataError(f"{directory}: {kind}:DIR names a directory (save_pretrained's, with {', '.join(files)})")
     for name in files:
         if not os.path.isfile(os.path.join(directory, name)):
-            raise DataError(f"{directory}: no {name} (a {kind} model's directory holds {', '.join(files)})")
+            raise DataError(f"{directory}: no {name} ({kind}:DIR's directory holds {', '.join(files)})")
     cfg_at = os.path.join(directory, "config.json")
     cfg = {**defaults, **read_json(cfg_at)}
     if cfg.get("model_type") != model_type:
