@@ -36,7 +36,7 @@ PACKAGES = {
 CORE = {
     "jax": "jax", "jaxlib": "jaxlib", "flax": "flax", "optax": "optax", "orbax.checkpoint": "orbax-checkpoint",
     "sentencepiece": "sentencepiece", "sacrebleu": "sacrebleu", "sacremoses": "sacremoses",
-    "ml_collections": "ml-collections", "numpy": "numpy", "tqdm": "tqdm", "safetensors": "safetensors",
+    "ml_collections": "ml-collections", "numpy": "numpy", "tqdm": "tqdm",
     "subword_nmt": "subword-nmt", "yaml": "pyyaml",
 }
 

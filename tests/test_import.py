@@ -14,6 +14,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from jaxnat.config import workdir_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -198,6 +200,59 @@ def test_a_checkpoint_is_read_as_data(tmp_path):
     data.write_text("not a checkpoint")
     with pytest.raises(DataError, match="not a PyTorch checkpoint"):
         torch_file.load(str(data))
+
+
+@settings(max_examples=25, deadline=None)
+@given(tensors=st.dictionaries(st.text("abc.", min_size=1, max_size=6),
+                               st.tuples(st.sampled_from(["float32", "float16", "bfloat16", "int64", "uint8", "bool"]),
+                                         st.lists(st.integers(0, 3), max_size=3)), min_size=1, max_size=4),
+       metadata=st.booleans())
+def test_a_safetensors_file_reads_as_the_safetensors_package_reads_it(tmp_path_factory, tensors, metadata):
+    """jaxnat's own reader of safetensors files (one tensor at a time, so that an import holds the weights once)
+    against the package's: the same names, dtypes, shapes and values; a truncated file is a one-line error."""
+    from safetensors.numpy import load_file, save_file
+
+    from jaxnat.importers.hf_files import read_safetensors
+
+    rng = np.random.default_rng(len(tensors))
+    arrays = {name: np.asarray(rng.normal(size=shape) * 100).astype(jnp.dtype(dtype))
+              for name, (dtype, shape) in tensors.items()}
+    path = tmp_path_factory.mktemp("safetensors") / "model.safetensors"
+    save_file(arrays, str(path), metadata={"format": "np"} if metadata else None)
+    ours, theirs = read_safetensors(str(path)), load_file(str(path))
+    assert ours.keys() == theirs.keys()
+    for name, value in theirs.items():
+        assert ours[name].dtype == value.dtype and ours[name].shape == value.shape
+        np.testing.assert_array_equal(ours[name], value)
+    path.write_bytes(path.read_bytes()[:-1])
+    with pytest.raises(DataError, match="unreadable safetensors file"):
+        read_safetensors(str(path))
+
+
+def test_sharded_weights_import_as_one_file(tmp_path):
+    """A checkpoint saved in shards (model-0000k-of-0000n.safetensors and the index naming each weight's file, as
+    save_pretrained writes a large model's) imports as the same model in one file; a shard the index names but the
+    directory lacks is a one-line error."""
+    from safetensors.numpy import load_file, save_file
+
+    from jaxnat.importers import read
+
+    source = tmp_path / "nllb"
+    shutil.copytree(os.path.join(DATA, "nllb"), source)
+    tensors = load_file(str(source / "model.safetensors"))
+    os.remove(source / "model.safetensors")
+    names = sorted(tensors)
+    shards = {f"model-0000{k + 1}-of-00002.safetensors": names[k::2] for k in range(2)}
+    for shard, part in shards.items():
+        save_file({n: tensors[n] for n in part}, str(source / shard))
+    index = {"metadata": {}, "weight_map": {n: shard for shard, part in shards.items() for n in part}}
+    (source / "model.safetensors.index.json").write_text(json.dumps(index))
+    one, sharded = read(SOURCES["nllb"]), read(f"nllb:{source}")
+    assert one.overrides == sharded.overrides and one.pieces == sharded.pieces
+    assert_same_params(one, sharded)
+    os.remove(source / "model-00002-of-00002.safetensors")
+    with pytest.raises(DataError, match="names model-00002-of-00002.safetensors, which .* lacks"):
+        read(f"nllb:{source}")
 
 
 @pytest.mark.parametrize("damage, message", [

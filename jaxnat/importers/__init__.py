@@ -133,6 +133,20 @@ def _check_params(config, params: dict, vocab_sizes: tuple[int, int]) -> dict:
     return jax.tree.map(lambda x: np.asarray(x, np.float32), params)
 
 
+def _on_device(imported: Imported) -> dict:
+    """The imported parameters as jax arrays, each numpy array dropped once copied (``imported`` lets go of its
+    tree), so that one copy of the weights is held at a time; Orbax then saves them with less memory besides than
+    numpy arrays need."""
+    import jax
+
+    leaves, tree = jax.tree_util.tree_flatten(imported.params)
+    imported.params = None
+    host = jax.devices("cpu")[0]  # not an accelerator's memory, which may be smaller than the model
+    for i, leaf in enumerate(leaves):
+        leaves[i] = jax.device_put(leaf, host)
+    return jax.tree_util.tree_unflatten(tree, leaves)
+
+
 def _digest(path: str) -> str:
     h = hashlib.sha256()
     files = [path] if os.path.isfile(path) else sorted(
@@ -160,7 +174,8 @@ def write_workdir(spec: str, workdir: str, dict_dir: str | None = None) -> str:
         config[section][name] = value
     validate(family_defaults(config, set(imported.overrides)))
     sizes = tuple(len(imported.pieces[side]) for side in ("src", "tgt"))
-    params = _check_params(config, imported.params, sizes)
+    imported.params = _check_params(config, imported.params, sizes)
+    params = _on_device(imported)
     parent = os.path.dirname(os.path.abspath(workdir))
     os.makedirs(parent, exist_ok=True)
     staging = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(os.path.abspath(workdir))}.import-")

@@ -1,13 +1,22 @@
 """The files of a Hugging Face `save_pretrained` directory that every Hugging Face format reads alike: JSON
-(`config.json`, tokenizer files) and the weights (`model.safetensors`, else `pytorch_model.bin`), read as data."""
+(`config.json`, tokenizer files) and the weights (`model.safetensors`, else `pytorch_model.bin`, or their shards
+with the index naming them), read as data."""
 
 from __future__ import annotations
 
 import json
 import os
+import struct
+
+import numpy as np
 
 from jaxnat.errors import DataError
 from jaxnat.importers import torch_file
+
+# the weights' files by preference: (one file, the index of a sharded one); safetensors first
+WEIGHTS = (("model.safetensors", "model.safetensors.index.json"), ("pytorch_model.bin", "pytorch_model.bin.index.json"))
+SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "bfloat16", "I64": "<i8", "I32": "<i4",
+                      "I16": "<i2", "I8": "i1", "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1", "BOOL": "?"}
 
 
 def read_json(path: str):
@@ -21,17 +30,72 @@ def read_json(path: str):
 
 
 def weights(directory: str) -> tuple[dict, str]:
-    """({name: array}, the file they came from)."""
-    path = os.path.join(directory, "model.safetensors")
-    if os.path.isfile(path):
-        from safetensors import SafetensorError
-        from safetensors.numpy import load_file
+    """({name: array}, the file they came from: the one file, or the index of its shards)."""
+    for single, index in WEIGHTS:
+        read = read_safetensors if single.endswith(".safetensors") else torch_file.load
+        if os.path.isfile(os.path.join(directory, single)):
+            return read(os.path.join(directory, single)), os.path.join(directory, single)
+        at = os.path.join(directory, index)
+        if os.path.isfile(at):
+            weight_map = read_json(at).get("weight_map")
+            if not isinstance(weight_map, dict) or not weight_map:
+                raise DataError(f"{at}: no weight_map (an index of a sharded checkpoint names each weight's file)")
+            tensors = {}
+            for shard in sorted(set(weight_map.values())):
+                path = os.path.join(directory, os.path.basename(str(shard)))
+                if not os.path.isfile(path):
+                    raise DataError(f"{at} names {shard}, which {directory} lacks")
+                tensors.update(read(path))
+            return tensors, at
+    raise DataError(f"{directory}: no weights (model.safetensors or pytorch_model.bin, or their shards' index)")
 
-        try:
-            return load_file(path), path
-        except (SafetensorError, OSError, ValueError) as e:
-            raise DataError(f"{path}: unreadable safetensors file ({e})") from None
-    path = os.path.join(directory, "pytorch_model.bin")
-    if os.path.isfile(path):
-        return torch_file.load(path), path
-    raise DataError(f"{directory}: no weights (model.safetensors or pytorch_model.bin)")
+
+def read_safetensors(path: str) -> dict[str, np.ndarray]:
+    """The tensors of a safetensors file (8 bytes: the header's length; the header: JSON, each tensor's dtype, shape
+    and byte range after the header; then the bytes), each read into its own array: memory grows by the file's size,
+    never twice it (the `safetensors` package reads the whole file before copying it into arrays)."""
+    def bad(why: str) -> DataError:
+        return DataError(f"{path}: unreadable safetensors file ({why})")
+
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size < 8:
+                raise bad("shorter than its header")
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > size - 8:
+                raise bad(f"a header of {n} bytes in a file of {size}")
+            try:
+                header = json.loads(f.read(n))
+            except ValueError as e:
+                raise bad(f"its header is not JSON: {e}") from None
+            if not isinstance(header, dict):
+                raise bad("its header is not a map")
+            header.pop("__metadata__", None)
+            tensors = {}
+            for name, entry in header.items():
+                if not isinstance(entry, dict) or entry.get("dtype") not in SAFETENSORS_DTYPES:
+                    code = entry.get("dtype") if isinstance(entry, dict) else None
+                    raise bad(f"{name}: dtype {code!r} is not one of {', '.join(SAFETENSORS_DTYPES)}")
+                try:
+                    dtype = _dtype(entry["dtype"])
+                    shape = tuple(int(d) for d in entry["shape"])
+                    begin, end = (int(o) for o in entry["data_offsets"])
+                except (KeyError, TypeError, ValueError):
+                    raise bad(f"{name}: no dtype, shape and data_offsets it can read") from None
+                count = int(np.prod(shape, dtype=np.int64))
+                if not 0 <= begin <= end <= size - 8 - n or end - begin != count * dtype.itemsize:
+                    raise bad(f"{name}: bytes {begin}..{end} do not hold {entry['dtype']} {list(shape)}")
+                f.seek(8 + n + begin)
+                tensors[name] = np.fromfile(f, dtype, count).reshape(shape)
+            return tensors
+    except OSError as e:
+        raise DataError(f"{path}: unreadable ({e.strerror})") from None
+
+
+def _dtype(code: str) -> np.dtype:
+    if code == "BF16":  # numpy has none: jax's (ml_dtypes')
+        import jax.numpy as jnp
+
+        return np.dtype(jnp.bfloat16)
+    return np.dtype(SAFETENSORS_DTYPES[code])

@@ -27,7 +27,7 @@ class StateDict:
         if name not in self.tensors:
             raise DataError(f"{self.where}: no parameter {name} (not the architecture its settings name?)")
         self.taken.add(name)
-        return self.tensors[name].astype(np.float32)
+        return self.tensors[name].astype(np.float32, copy=False)  # float32 files: no copy
 
     def unused(self, ignore=()) -> list[str]:
         return sorted(k for k in self.tensors if k not in self.taken and not any(k.endswith(i) for i in ignore))
