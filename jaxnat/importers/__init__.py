@@ -1,18 +1,17 @@
 """`--mode import`: a model trained elsewhere written as an ordinary jaxnat workdir (docs/import.md).
 
-One module per source format reads its files into an `Imported` (`fairseq.read`, `marian.read` for Hugging Face's
-MarianMTModel directories, `marian_npz.read` for Marian's own checkpoints, `nllb.read`, `m2m100.read` and
-`mbart50.read` for NLLB-200's, M2M-100's and mBART-50's; hf_fairseq holds what the last three share): the config
-overrides that make jaxnat's model compute the original's function (`jaxnat.config`'s model conventions), the
-parameters in jaxnat's tree with the vocabulary's rows in jaxnat's id order (`remap_rows`), and the vocabulary
-(`jaxnat.data.piece_vocab`). `write_workdir` checks the parameters against the model the config builds and writes
-`config.json`, `vocab/`, `checkpoints/best/0` and `imported.json` into a fresh directory it renames into place at
-the end, so that a failed import leaves nothing behind.
+One module per source format reads its files into an `Imported` (imported.py): `fairseq.read`, `marian.read` for
+Hugging Face's MarianMTModel directories, `marian_npz.read` for Marian's own checkpoints, `nllb.read`,
+`m2m100.read` and `mbart50.read` for NLLB-200's, M2M-100's and mBART-50's (hf_fairseq holds what the last three
+share). An Imported holds the config overrides that make jaxnat's model compute the original's function
+(`jaxnat.config`'s model conventions), the parameters in jaxnat's tree with the vocabulary's rows in jaxnat's id
+order (`remap_rows`), and the vocabulary (`jaxnat.data.piece_vocab`). `write_workdir` checks the parameters against
+the model the config builds and writes `config.json`, `vocab/`, `checkpoints/best/0` and `imported.json` into a
+fresh directory it renames into place at the end, so that a failed import leaves nothing behind.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import logging
@@ -23,35 +22,12 @@ import tempfile
 import numpy as np
 
 from jaxnat.errors import ConfigError, DataError
+from jaxnat.importers.imported import Imported
 
 log = logging.getLogger("jaxnat")
 FORMATS = ("fairseq", "marian", "nllb", "m2m100", "mbart50", "hf")
 # hf:PATH: its config.json's model_type -> the format reading it (M2M100's: by its tokenizer, `_hf_format`)
 HF_TYPES = {"marian": "marian", "m2m_100": "nllb", "mbart": "mbart50"}
-
-
-@dataclasses.dataclass
-class Imported:
-    """What a source format's reader hands back.
-
-    overrides: {"model.d_model": 512, ...} over jaxnat's default config; params: the parameter tree (numpy, layers
-    as layer_0 …); settings, pieces, files: the vocabulary (`piece_vocab.write`'s arguments); about: what the
-    source was ({"format", "architecture", ...}, for imported.json).
-    """
-
-    overrides: dict
-    params: dict
-    settings: dict
-    pieces: dict
-    files: dict
-    about: dict
-
-
-def remap_rows(matrix: np.ndarray, order: list[int], axis: int = 0) -> np.ndarray:
-    """``matrix`` with its vocabulary axis in jaxnat's id order: row j of the result is row order[j] of the
-    source (the reserved ids first; a reserved token the source lacks repeats a row, and the model holds its
-    logit down: model.absent_tokens)."""
-    return np.take(matrix, np.asarray(order), axis=axis)
 
 
 def parse_source(spec: str) -> tuple[str, str]:

@@ -20,7 +20,8 @@ import os
 import numpy as np
 
 from jaxnat.errors import DataError
-from jaxnat.importers import Imported, remap_rows, torch_file
+from jaxnat.importers import torch_file
+from jaxnat.importers.imported import Imported, remap_rows
 from jaxnat.importers.torch_layers import StateDict, norm, stacks
 
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's Dictionary, ids 0..3

@@ -23,7 +23,7 @@ import os
 import numpy as np
 
 from jaxnat.errors import DataError
-from jaxnat.importers import Imported, remap_rows
+from jaxnat.importers.imported import Imported, remap_rows
 from jaxnat.importers.fairseq import SPECIALS, jaxnat_pieces, row_order
 from jaxnat.importers.hf_files import read_json, weights
 from jaxnat.importers.torch_layers import StateDict, norm, stacks

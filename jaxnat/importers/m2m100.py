@@ -16,7 +16,8 @@ from __future__ import annotations
 import dataclasses
 
 from jaxnat.errors import DataError
-from jaxnat.importers import Imported, hf_fairseq, nllb
+from jaxnat.importers import hf_fairseq, nllb
+from jaxnat.importers.imported import Imported
 from jaxnat.importers.hf_files import read_json
 
 FILES = ("config.json", "vocab.json", hf_fairseq.SPM)

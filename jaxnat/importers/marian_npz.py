@@ -22,7 +22,8 @@ import os
 import numpy as np
 
 from jaxnat.errors import DataError
-from jaxnat.importers import Imported, marian
+from jaxnat.importers import marian
+from jaxnat.importers.imported import Imported
 
 log = logging.getLogger("jaxnat")
 

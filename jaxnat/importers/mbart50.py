@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 
 from jaxnat.errors import DataError
-from jaxnat.importers import Imported, hf_fairseq, remap_rows
+from jaxnat.importers import hf_fairseq
+from jaxnat.importers.imported import Imported, remap_rows
 from jaxnat.importers.fairseq import row_order
 from jaxnat.importers.torch_layers import norm
 

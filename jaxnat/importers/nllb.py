@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from jaxnat.errors import DataError
-from jaxnat.importers import Imported, hf_fairseq
+from jaxnat.importers import hf_fairseq
+from jaxnat.importers.imported import Imported
 
 FILES = ("config.json", "tokenizer.json", hf_fairseq.SPM)
 DEFAULTS = {"scale_embedding": True, "activation_function": "relu"}  # M2M100Config's, where config.json is silent
