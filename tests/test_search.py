@@ -175,17 +175,19 @@ NO_PREFIX = [[PAD_ID, PAD_ID]] * 4
 
 @settings(max_examples=6, deadline=None)
 @given(st.integers(0, 20), st.lists(st.lists(st.sampled_from([PAD_ID, UNK_ID, 6, 7]), min_size=2, max_size=2),
-                                    min_size=4, max_size=4))
-@example(0, NO_PREFIX)
-@example(3, NO_PREFIX)
-def test_greedy_equals_python_loop(seed, rows):
+                                    min_size=4, max_size=4), st.sampled_from([(0.5, 2), (0.0, 0), (0.0, 1)]))
+@example(0, NO_PREFIX, (0.5, 2))
+@example(3, NO_PREFIX, (0.5, 2))
+def test_greedy_equals_python_loop(seed, rows, limit):
     """Greedy decoding as the Python loop does it, each row's prefix (PAD-padded; all PAD: none) forced first at
-    log-probability 0; each token's log-probability at its step, BOS and PAD unscored."""
+    log-probability 0; each token's log-probability at its step, BOS and PAD unscored. The length limit
+    (max_len_a, max_len_b) always leaves room for the prefix, even where it allows no token (0, 0)."""
     params = make_params(seed % 4)
     src = make_src(np.random.default_rng(seed), [6, 4, 3, 5])
     prefix = np.asarray([[t for t in r if t != PAD_ID] + [PAD_ID] * r.count(PAD_ID) for r in rows], np.int32)
-    limits = np.asarray(decode_length((src != PAD_ID).sum(1), 0.5, 2, MAX_OUT - 2))
-    out = jax.device_get(search(params, src, 1.0, 0.5, 2, beam_size=1, prefix=prefix))  # indexed on the host
+    limits = np.maximum(np.asarray(decode_length((src != PAD_ID).sum(1), *limit, MAX_OUT - 2)),
+                        (prefix != PAD_ID).sum(1))
+    out = jax.device_get(search(params, src, 1.0, *limit, beam_size=1, prefix=prefix))  # indexed on the host
     check_well_formed(out, limits)
     for b in range(src.shape[0]):
         forced = [int(t) for t in prefix[b] if t != PAD_ID]

@@ -207,13 +207,14 @@ def order_candidates(score, parent, token, banks, valid, distinct, keep: int) ->
 
 def search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases: jnp.ndarray, *, beam_size: int,
            ordered: bool = False, length_penalty: float = 1.0, max_len_a: float = 1.2, max_len_b: int = 10,
-           max_out: int) -> dict:
+           max_out: int, prefix_len=0) -> dict:
     """fairseq's constrained beam search for B sentences (module docstring). Arguments and result as
-    `constrained.constrained_search` (no ``continues``: fairseq has no such rule); 'constraints_met' says whether
-    the chosen output finished its phrases."""
+    `constrained.constrained_search` (no ``continues``: fairseq has no such rule; the length limit leaves room for
+    the forced prefix, as `search.ar_search`'s, not for the phrases); 'constraints_met' says whether the chosen
+    output finished its phrases."""
     _check_static(beam_size, max_out)
     batch, k = src_len.shape[0], beam_size
-    max_len = decode_length(batch_length(src_len), max_len_a, max_len_b, max_out - 2)
+    max_len = decode_length(batch_length(src_len), max_len_a, max_len_b, max_out - 2, prefix_len)
     max_len_rows = jnp.repeat(max_len, k)
     ph = jax.vmap(prepare)(phrases)
     first = jax.vmap(start, in_axes=(0, None))(ph, ordered)

@@ -43,19 +43,20 @@ NEG_INF = -jnp.inf
 _COPY_CHUNK = 16  # cache rows a step copies at a time (`follow_parents`)
 
 
-def decode_length(src_len, max_len_a, max_len_b, cap: int) -> jnp.ndarray:
+def decode_length(src_len, max_len_a, max_len_b, cap: int, at_least=0) -> jnp.ndarray:
     """Most tokens each sentence may generate between BOS and EOS (neither counted).
 
-    src_len: int32[B], the source's real tokens (BOS and EOS included). Returns int32[B]:
+    src_len: int32[B], the source's real tokens (BOS and EOS included); at_least: int32[B] (or an int), the
+    tokens a forced prefix takes (`force_prefix`), which the limit always leaves room for. Returns int32[B]:
 
-        clip(floor(max_len_a * src_len + max_len_b + 1e-4), 0, cap)
+        clip(max(floor(max_len_a * src_len + max_len_b + 1e-4), at_least), 0, cap)
 
     computed in float32; the 1e-4 slack absorbs float32 rounding (0.7 * 10 gives 7, not 6). A hypothesis then
     holds at most `max_len + 1` generated tokens (EOS included) and its output row `max_len + 2` tokens, so
     `ar_search` uses `cap = max_out - 2`. max_len_a and max_len_b may be traced values; cap is a Python int.
     """
     raw = jnp.asarray(max_len_a, jnp.float32) * jnp.asarray(src_len, jnp.float32) + max_len_b
-    return jnp.clip(jnp.floor(raw + 1e-4), 0, cap).astype(jnp.int32)
+    return jnp.clip(jnp.maximum(jnp.floor(raw + 1e-4), at_least), 0, cap).astype(jnp.int32)
 
 
 def batch_length(src_len: jnp.ndarray) -> jnp.ndarray:
@@ -358,6 +359,7 @@ def ar_search(
     max_len_b: int = 10,
     max_out: int,
     rules: str = "jaxnat",
+    prefix_len=0,
 ) -> dict:
     """Greedy (beam_size=1) or beam search (beam_size > 1) for a batch of B sentences.
 
@@ -368,7 +370,7 @@ def ar_search(
     (BOS and EOS included), for the length limit. beam_size and max_out are static (Python ints);
     length_penalty, max_len_a and max_len_b may be traced. max_out: capacity of the output rows (BOS and EOS
     included); each sentence generates at most `decode_length(src_len, max_len_a, max_len_b, max_out - 2)`
-    tokens before EOS.
+    tokens before EOS (at least prefix_len, int32[B]: the tokens the callback forces first, `force_prefix`).
 
     Returns {'tokens': int32[B, max_out] `[BOS .. EOS]` right-padded with PAD (exactly one EOS),
              'score': float32[B] sum of log-probabilities / n ** length_penalty (n: generated tokens incl. EOS),
@@ -387,7 +389,7 @@ def ar_search(
     if rules not in RULES:
         raise ConfigError(f"search rules must be one of {', '.join(RULES)}, not {rules!r}")
     max_len = decode_length(batch_length(src_len) if rules == "fairseq" else src_len, max_len_a, max_len_b,
-                            max_out - 2)
+                            max_out - 2, prefix_len)
     if beam_size == 1:
         return _greedy(tokens_to_logprobs, cache, max_len, length_penalty, max_out, rules)
     if rules == "fairseq":

@@ -135,19 +135,20 @@ def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered
     (`constrained.constrained_search`, DBA/VDBA; beam_size 1 is then a one-beam constrained search), or under
     fairseq's ``rules`` fairseq's (`constrained_fairseq.search`), which does not. prefix: int32[B, P], each
     output's first tokens (`search.force_prefix`), or None."""
-    kwargs = dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                  max_out=max_out)
     src_len = token_mask(src).sum(axis=1)
     prefix_len = 0
     if prefix is not None:
         tokens_to_logprobs = force_prefix(tokens_to_logprobs, jnp.repeat(prefix, beam_size, axis=0))
         prefix_len = token_mask(prefix).sum(axis=1)
+    # every search's length limit leaves room for the forced tokens
+    kwargs = dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
+                  max_out=max_out, prefix_len=prefix_len)
     if phrases is None:
         return ar_search(tokens_to_logprobs, cache, src_len, rules=rules, **kwargs)
     if rules == "fairseq":
         return constrained_fairseq.search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, **kwargs)
     return constrained_search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, continues=continues,
-                              joins=joins, trails=trails, prefix_len=prefix_len, **kwargs)
+                              joins=joins, trails=trails, **kwargs)
 
 
 def hard_phrases(request: DecodeRequest):
