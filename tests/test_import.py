@@ -317,7 +317,8 @@ def assert_same_params(a, b):
 def test_mbart50_reads_its_ids_with_or_without_tokenizer_json_and_its_languages_per_request(tmp_path_factory,
                                                                                              tmp_path):
     """mBART-50 without tokenizer.json (as some of its releases are): the ids MBart50Tokenizer gives then (the
-    SentencePiece pieces after fairseq's specials, the 52 language codes, <mask>) import the same model; French-tagged
+    SentencePiece pieces after fairseq's specials, the 52 language codes, <mask>) import the same model, and without
+    final_logits_bias one with no output bias; French-tagged
     sources forced to French give Hugging Face's outputs; hf: reads model_type mbart as mBART-50; mBART-cc25's
     layout is refused in one line."""
     from jaxnat.importers import parse_source, read
@@ -330,6 +331,13 @@ def test_mbart50_reads_its_ids_with_or_without_tokenizer_json_and_its_languages_
     assert with_json.overrides == without.overrides
     assert_same_params(with_json, without)
     assert parse_source(f"hf:{source}") == ("mbart50", str(source))
+    from safetensors.numpy import load_file, save_file  # a file without final_logits_bias (a buffer): no output bias
+
+    tensors = load_file(str(source / "model.safetensors"))
+    del tensors["final_logits_bias"]
+    save_file(tensors, str(source / "model.safetensors"))
+    unbiased = read(f"mbart50:{source}")
+    assert unbiased.overrides["model.output_bias"] is False and "output_bias" not in unbiased.params
     translator = _imported("mbart50", tmp_path_factory)[3]
     _, outputs = expected("mbart50")
     french = ["fr_XX"] * len(outputs["src"])

@@ -70,8 +70,11 @@ def read(directory: str) -> Imported:
     params["tgt_embed"] = {"positions": state.take("model.decoder.embed_positions.weight")[2: 2 + max_len]}
     params["src_embed_norm"] = norm(state, "model.encoder.layernorm_embedding")
     params["tgt_embed_norm"] = norm(state, "model.decoder.layernorm_embedding")
-    params["output_bias"] = remap_rows(state.take("final_logits_bias").reshape(-1), row_order(len(vocabulary)))
+    # a file may lack the bias, a buffer Hugging Face fills with zeros where it is missing: then there is none
+    bias = state.has("final_logits_bias")
+    if bias:
+        params["output_bias"] = remap_rows(state.take("final_logits_bias").reshape(-1), row_order(len(vocabulary)))
     overrides = {"model.positions": "learned", "model.position_offset": 0, "model.separate_positions": True,
-                 "model.layernorm_embedding": True, "model.output_bias": True}
+                 "model.layernorm_embedding": True, "model.output_bias": bias}
     return hf_fairseq.imported(port, params, vocabulary, languages, overrides,
                                {"format": "mbart50", "architecture": "MBartForConditionalGeneration"})
