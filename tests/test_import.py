@@ -3,6 +3,8 @@ real fairseq 0.12.2 and Hugging Face transformers in their own file formats, wit
 (tools/make_import_fixtures.py). Each is imported as a user would, then its log-probabilities (within 1e-4),
 its text pipeline and its greedy outputs are compared; bad inputs give one-line errors and leave nothing behind."""
 
+import collections
+import io
 import json
 import os
 import pickle
@@ -200,6 +202,51 @@ def test_a_checkpoint_is_read_as_data(tmp_path):
     data.write_text("not a checkpoint")
     with pytest.raises(DataError, match="not a PyTorch checkpoint"):
         torch_file.load(str(data))
+
+
+def test_a_tensor_outside_its_storage_is_refused(tmp_path, monkeypatch):
+    """A checkpoint whose tensor record reaches past its storage's bytes (a damaged or crafted file) is a one-line
+    error, not a read of whatever memory follows; a tensor within it loads as a view of the file's bytes."""
+    import types
+
+    rebuild = types.ModuleType("torch._utils")  # what the pickle names, as torch.save writes it
+
+    def _rebuild_tensor_v2(*args):
+        raise AssertionError("never called: jaxnat's unpickler resolves the name to its own")
+
+    _rebuild_tensor_v2.__module__, _rebuild_tensor_v2.__qualname__ = "torch._utils", "_rebuild_tensor_v2"
+    rebuild._rebuild_tensor_v2 = _rebuild_tensor_v2
+    torch = types.ModuleType("torch")
+    torch.FloatStorage = type("FloatStorage", (), {"__module__": "torch", "__qualname__": "FloatStorage"})
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "torch._utils", rebuild)
+
+    class Tensor:
+        def __init__(self, size, stride):
+            self.args = (0, size, stride)
+
+        def __reduce__(self):
+            return _rebuild_tensor_v2, (_Storage(), *self.args, False, collections.OrderedDict())
+
+    class _Storage:
+        pass
+
+    class Pickler(pickle.Pickler):
+        def persistent_id(self, obj):
+            return ("storage", torch.FloatStorage, "0", "cpu", 6) if isinstance(obj, _Storage) else None
+
+    for size, stride, ok in (((2, 3), (3, 1), True), ((3, 3), (3, 1), False), ((2, 3), (1, 4), False)):
+        buffer = io.BytesIO()
+        Pickler(buffer, protocol=2).dump({"w": Tensor(size, stride)})
+        path = tmp_path / "model.pt"
+        with zipfile.ZipFile(path, "w") as z:
+            z.writestr("archive/data.pkl", buffer.getvalue())
+            z.writestr("archive/data/0", np.arange(6, dtype="<f4").tobytes())
+        if ok:
+            np.testing.assert_array_equal(torch_file.load(str(path))["w"], np.arange(6).reshape(2, 3))
+        else:
+            with pytest.raises(DataError, match=r"model.pt: a tensor of shape .* lies outside its storage of 6"):
+                torch_file.load(str(path))
 
 
 @settings(max_examples=25, deadline=None)

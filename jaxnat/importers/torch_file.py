@@ -39,15 +39,22 @@ class _Deferred(types.SimpleNamespace):
 
 
 def _rebuild_tensor(storage, offset: int, size, stride, *_):
-    """torch._utils._rebuild_tensor_v2's arguments -> a numpy array (a copy, in C order); over a legacy storage not
-    read yet, a `_Deferred` record of them."""
+    """torch._utils._rebuild_tensor_v2's arguments -> a numpy array (read-only): a view of the storage's bytes
+    where the tensor lies in them in C order (a checkpoint's parameters do), so that loading holds the file's
+    bytes once, else a copy in C order; over a legacy storage not read yet, a `_Deferred` record of them."""
     if isinstance(storage, Storage):
         return _Deferred(storage=storage, args=(offset, size, stride))
+    size, stride = tuple(int(n) for n in size), tuple(int(s) for s in stride)
+    last = offset + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else offset - 1
+    if offset < 0 or len(size) != len(stride) or min(stride, default=0) < 0 or last >= len(storage):
+        raise DataError(f"a tensor of shape {list(size)} at element {offset} lies outside its storage of "
+                        f"{len(storage)} elements (a damaged file?)")
     item = storage.itemsize
     if not size:
         return storage[offset].copy()
-    return np.lib.stride_tricks.as_strided(storage[offset:], shape=tuple(size),
-                                           strides=tuple(s * item for s in stride)).copy()
+    view = np.lib.stride_tricks.as_strided(storage[offset:], shape=tuple(size),
+                                           strides=tuple(s * item for s in stride), writeable=False)
+    return view if view.flags.c_contiguous else view.copy()
 
 
 def _rebuild_parameter(data, *_):
@@ -206,7 +213,7 @@ def load(path: str):
             return _load_legacy(path, f)
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
-    except DataError:
-        raise
+    except DataError as e:
+        raise e if str(e).startswith(path) else DataError(f"{path}: {e}") from None
     except (pickle.UnpicklingError, EOFError, zipfile.BadZipFile, ValueError, TypeError, OSError) as e:
         raise DataError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
