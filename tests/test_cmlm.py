@@ -292,11 +292,9 @@ def test_length_token_reads_the_same_whatever_the_padding():
 # --------------------------------------------------------------------------------- mask-predict
 
 @functools.lru_cache(maxsize=None)
-@functools.lru_cache(maxsize=None)
 def _stub_decoder(options, width, rescored=False, canvas=None):
-    """The jit'd `mask_predict.decode` on the stub model, compiled once per options (tables are arguments; the
-    examples of a property test that draw the same options share it): candidate lengths for canvases of ``width``,
-    decoded on canvases of ``canvas`` (default: ``width``)."""
+    """The jit'd `mask_predict.decode` on the stub model, compiled once per options (tables are arguments):
+    candidate lengths for canvases of ``width``, decoded on canvases of ``canvas`` (default: ``width``)."""
     def run(table, near, length_logits, src, constraints, hard, continues=None, joins=None, trails=None, *,
             rescored):
         rescore = (lambda tokens, rows_of: jnp.sum(tokens % 5, axis=1) / jnp.sum(tokens != PAD_ID, axis=1)
