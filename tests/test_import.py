@@ -229,7 +229,7 @@ def test_a_tensor_outside_its_storage_is_refused(tmp_path, monkeypatch):
             return _rebuild_tensor_v2, (_Storage(), *self.args, False, collections.OrderedDict())
 
     class _Storage:
-        pass
+        """What the pickler writes as a storage record (persistent_id)."""
 
     class Pickler(pickle.Pickler):
         def persistent_id(self, obj):

@@ -199,8 +199,7 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
     batch, k = src_len.shape[0], beam_size
     lens = phrase_lengths(phrases)
     total = jnp.sum(lens, axis=1)
-    max_len = jnp.minimum(jnp.maximum(decode_length(src_len, max_len_a, max_len_b, max_out - 2), total + prefix_len),
-                          max_out - 2)
+    max_len = decode_length(src_len, max_len_a, max_len_b, max_out - 2, at_least=total + prefix_len)
     max_len_rows = jnp.repeat(max_len, k)
     tokens = jnp.full((batch, k, max_out), PAD_ID, jnp.int32).at[:, :, 0].set(BOS_ID)
     first = start(phrases)

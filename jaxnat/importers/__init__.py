@@ -137,6 +137,8 @@ def _digest(path: str) -> str:
 def write_workdir(spec: str, workdir: str, dict_dir: str | None = None) -> str:
     """--mode import: reads the model ``spec`` names and writes it as the workdir ``workdir`` (which must not
     exist). Returns a one-line summary."""
+    import jax
+
     from jaxnat.config import default_config, family_defaults, validate
     from jaxnat.data import piece_vocab
     from jaxnat.training.checkpoint import Checkpoints
@@ -174,6 +176,6 @@ def write_workdir(spec: str, workdir: str, dict_dir: str | None = None) -> str:
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    n = sum(int(np.prod(x.shape)) for x in __import__("jax").tree_util.tree_leaves(params))
+    n = sum(x.size for x in jax.tree_util.tree_leaves(params))
     return (f"imported {about['format']} {about['architecture']} ({n:,} parameters, vocabularies {sizes[0]:,} / "
             f"{sizes[1]:,}) into {workdir}")
