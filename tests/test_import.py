@@ -396,6 +396,19 @@ def test_mbart50_reads_its_ids_with_or_without_tokenizer_json_and_its_languages_
         read(f"mbart50:{source}")
 
 
+def test_m2m100_languages_are_named_by_code_or_token(tmp_path_factory):
+    """M2M-100: "de" names the token __de__, as M2M100Tokenizer takes it; tokenizer_config.json's codes are the
+    defaults; a code the model lacks lists the codes."""
+    _, _, config, translator = _imported("m2m100", tmp_path_factory)
+    tok = translator.tokenizer
+    assert tok.language_id("de", "tgt") == tok.language_id("__de__", "tgt")
+    assert tok.id_to_piece(tok.language_id("de", "tgt"), "tgt") == "__de__"
+    assert (config.data.src_lang_token, config.data.tgt_lang_token) == ("__en__", "__de__")
+    with pytest.raises(DataError, match="'xx' is not a language token of the model .one of its 100 language codes: "
+                                        "af, am, ar, ast, …"):
+        tok.language_id("xx", "src")
+
+
 def test_a_hugging_face_model_id_is_read_from_the_local_cache(tmp_path, monkeypatch):
     """marian:ORG/NAME finds the snapshot that refs/main names in the Hugging Face cache (files as links into
     blobs/, huggingface_hub's layout), @REVISION another; an id the cache lacks names the download command, and

@@ -3,7 +3,8 @@ its own segmentation of text into pieces, behind the interface of `jaxnat.data.t
 
 A workdir's `vocab/` holds `tokenizer.json` ({"segmenter": "spm" | "bpe", "joint": bool (one vocabulary for
 both sides, each side still cutting text its own way), "language_codes": bool (Marian's: a leading ">>xx<<" is one
-piece), "languages": [the language tokens of a multilingual model: NLLB's "eng_Latn", …], "specials": [pieces
+piece), "languages": [the language tokens of a multilingual model: NLLB's "eng_Latn", …], "language_names": {the
+codes a user may name them by, where they differ from the tokens: M2M-100's "de" for "__de__"}, "specials": [pieces
 never written out: those language tokens, NLLB's "<mask>"], per side "pieces" and "spm" file names or the Moses
 language, "codes", the Moses settings}), one
 `<side>.pieces` file per side (one piece a line, line i = id i: jaxnat's reserved tokens at ids 0..5, then the
@@ -140,14 +141,17 @@ class PieceTokenizer:
         self._side = {side: _Side(directory, settings, settings[side]) for side in ("src", "tgt")}
         self._tables = {side: s.tables() for side, s in self._side.items()}
         self.languages = tuple(settings.get("languages", ()))
+        self._names = dict(settings.get("language_names", {}))
         self._dropped = {side: _DROPPED | {s.ids[p] for p in settings.get("specials", ()) if p in s.ids}
                          for side, s in self._side.items()}
 
     def language_id(self, code: str, side: str) -> int:
-        """The id of the language token ``code`` ("deu_Latn") in the ``side`` vocabulary; a one-line DataError for a
-        code the model lacks, or none given."""
-        known = (f"one of its {len(self.languages)} language tokens: {', '.join(self.languages[:4])}"
-                 f"{', …' if len(self.languages) > 4 else ''}")
+        """The id of the language token ``code`` ("deu_Latn"; or the code it is named by: M2M-100's "de" for "__de__")
+        in the ``side`` vocabulary; a one-line DataError for a code the model lacks, or none given."""
+        names = tuple(self._names) or self.languages
+        known = (f"one of its {len(self.languages)} language {'codes' if self._names else 'tokens'}: "
+                 f"{', '.join(names[:4])}{', …' if len(names) > 4 else ''}")
+        code = self._names.get(code, code)
         if not code:
             raise DataError(f"the model is multilingual: name the {'source' if side == 'src' else 'target'} language "
                             f"with --config.data.{side}_lang_token or a request's \"{side}_lang\" ({known})")

@@ -8,7 +8,8 @@ tokens: `M2M100Tokenizer` numbers them after vocab.json's last id, one per code 
 100 for `facebook/m2m100_418M` and `m2m100_1.2B`, 8 for the WMT21 models; `tokenizer_config.json`'s
 `language_codes` names the list), as `__en__`, `__de__`, …; fairseq's padding words fill the rows after them. A
 piece SentencePiece cuts that vocab.json lacks is `<unk>`, as in `M2M100Tokenizer`. `tokenizer_config.json`'s
-`src_lang` and `tgt_lang` (codes: "en") name the default languages.
+`src_lang` and `tgt_lang` (codes: "en") name the default languages; a user names a language by its code ("de", as
+`M2M100Tokenizer` takes it) or by its token ("__de__").
 """
 
 from __future__ import annotations
@@ -54,5 +55,7 @@ def read(directory: str) -> Imported:
     # the default languages as codes ("en") -> as tokens ("__en__"), as hf_fairseq.imported reads them
     named = {k: f"__{port.tok_cfg[k]}__" for k in ("src_lang", "tgt_lang") if port.tok_cfg.get(k)}
     port = dataclasses.replace(port, tok_cfg={**port.tok_cfg, **named})
-    return nllb.transformer(port, shared, vocabulary, languages,
-                            {"format": "m2m100", "architecture": "M2M100ForConditionalGeneration"})
+    result = nllb.transformer(port, shared, vocabulary, languages,
+                              {"format": "m2m100", "architecture": "M2M100ForConditionalGeneration"})
+    result.settings["language_names"] = dict(zip(codes, languages))  # "de" names "__de__", as in Hugging Face's API
+    return result
