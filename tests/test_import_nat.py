@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from jaxnat.config import workdir_config
-from jaxnat.data.vocab import MASK_ID, PAD_ID
+from jaxnat.data.vocab import BOS_ID, MASK_ID, PAD_ID
 from jaxnat.importers import write_workdir
 from jaxnat.models.transformer import token_mask
 from jaxnat.restore import load_translator
@@ -101,3 +101,27 @@ def test_outputs_are_fairseqs_under_its_rules(imported):
         tokens = np.asarray(ours["tokens"])
         assert tokens[tokens != PAD_ID].tolist() == to_jaxnat("fairseq", theirs).tolist()
         assert float(ours["score"]) == pytest.approx(score, abs=1e-4)
+
+
+def test_the_da_transformer_plugins_model_computes_its_graphs(tmp_path_factory):
+    """fairseq-nat/dat.pt, the DA-Transformer authors' `glat_decomposed_link` (their fairseq plugin, sources
+    without BOS, λ = 4): graphs of the plugin's sizes (λ · words + 1 vertices), each vertex's token
+    log-probabilities and the links the plugin's decoding reads, within 1e-4 (−inf on the same edges); and it
+    translates text."""
+    workdir = str(tmp_path_factory.mktemp("dat") / "run")
+    write_workdir(f"fairseq:{DATA}/dat.pt", workdir)
+    translator = load_translator(workdir_config(workdir), workdir)
+    arrays, _ = expected("dat")
+    rows = [[BOS_ID] + to_jaxnat("fairseq", [t for t in r if t != FAIRSEQ_PAD]).tolist() for r in arrays["src_ids"]]
+    src = jnp.asarray([r + [PAD_ID] * (max(map(len, rows)) - len(r)) for r in rows], jnp.int32)
+    logits, links, n_vertices = translator.spec.module.apply(translator.params, src)
+    real = arrays["vertex_ids"] != FAIRSEQ_PAD
+    assert np.asarray(n_vertices).tolist() == real.sum(1).tolist()
+    width = real.shape[1]
+    assert_vocabulary_logp(jax.nn.log_softmax(logits)[:, :width], arrays["vertex_logp"], real)
+    theirs, ours = arrays["links"], np.asarray(links)[:, :width, :width]
+    edges = np.isfinite(theirs)
+    np.testing.assert_array_equal(ours > -1e8, edges)
+    np.testing.assert_allclose(ours[edges], theirs[edges], atol=1e-4)
+    hyps = translator.translate(["a man rides a red bike ."])  # text in, text out: Moses and BPE undone
+    assert hyps[0]["hyp"] and "@@" not in hyps[0]["hyp"] and "&" not in hyps[0]["hyp"], hyps

@@ -243,6 +243,59 @@ def fairseq_nat_fixtures(out: str) -> None:
         write_expected(out, arrays, outputs, f"expected_{name}")
 
 
+def dat_fixture(out: str, plugin: str) -> None:
+    """fairseq-nat/dat.pt: the DA-Transformer authors' `glat_decomposed_link` (their fairseq plugin, read from a
+    checkout of thu-coai/DA-Transformer at ``plugin``: its `fs_plugins`), trained as their recipe sets it up
+    (`translation_dat_task`, sources without BOS, λ = 4, links from the states ⊕ learned positions), over
+    fairseq-nat/'s joined dictionary; expected_dat.npz: each vertex's token log-probabilities and the links, as
+    the plugin's `forward_decoder` computes them at decoding."""
+    from fairseq.data import data_utils
+    from sacremoses import MosesTokenizer
+    from subword_nmt.apply_bpe import BPE
+
+    sys.path.insert(0, plugin)
+    import fs_plugins  # noqa: F401  (registers the architecture and the task)
+
+    with open(os.path.join(out, "bpecodes"), encoding="utf-8") as f:
+        bpe = BPE(f)
+    moses = MosesTokenizer(lang="en")
+    argv = [out, "--task", "translation_dat_task", "-s", "en", "-t", "de", "--arch", "glat_decomposed_link_6e6d512",
+            "--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "16",
+            "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "24", "--decoder-ffn-embed-dim", "24",
+            "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--share-all-embeddings",
+            "--max-source-positions", "128", "--max-target-positions", "1024", "--upsample-scale", "4",
+            "--decode-upsample-scale", "4", "--links-feature", "feature:position", "--criterion", "nat_dag_loss",
+            "--bpe", "subword_nmt", "--bpe-codes", os.path.join(out, "bpecodes"), "--tokenizer", "moses",
+            "--optimizer", "adam", "--lr", "0.0005", "--max-tokens", "1000"]
+    task, cfg, model = fairseq_model(argv)
+    perturb(model, seed=9)
+    model.eval()
+    d = task.source_dictionary
+    src = [d.encode_line(bpe.process_line(moses.tokenize(s, return_str=True, escape=True,
+                                                          aggressive_dash_splits=True)), add_if_not_exist=False).long()
+           for s in SRC]
+    src_tokens = data_utils.collate_tokens(src, d.pad(), left_pad=False)
+    src_lengths = torch.tensor([len(s) for s in src])
+    with torch.no_grad():
+        emb = model.decoder.embed_tokens.weight
+        emb[d.pad()].zero_()
+        emb /= emb.norm(dim=1, keepdim=True).clamp(min=1e-6) / 3.0  # no row dominating the tied output
+        save_fairseq(cfg, model, os.path.join(out, "dat.pt"), criterion="NATDAGLoss")
+        enc = model.forward_encoder([src_tokens, src_lengths])
+        canvas = model.initialize_output_tokens(enc, src_tokens)
+        graph = {}
+
+        def keep(decoder_out, logits, links):  # what forward_decoder hands its decoding strategy
+            graph.update(logits=logits.log_softmax(-1), links=links)
+            return decoder_out
+
+        model.inference = keep
+        model.forward_decoder(canvas, enc)
+    arrays = {"src_ids": src_tokens.numpy(), "vertex_ids": canvas.output_tokens.numpy(),
+              "vertex_logp": graph["logits"].numpy(), "links": graph["links"].numpy()}
+    write_expected(out, arrays, {"arch": "glat_decomposed_link"}, "expected_dat")
+
+
 def trained_like(model, name: str, src_tokens, src_lengths, tgt_tokens) -> None:
     """What a random NAT model lacks to decode anything but degenerate outputs, given as a trained one has it:
     its padding row zero (fairseq's Embedding never updates it); the rows of <s>, </s> and <unk> (the mask and
@@ -668,8 +721,10 @@ def write_expected(out: str, arrays: dict, outputs: dict, name: str = "expected"
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--only", choices=("fairseq", "fairseq-nat", "marian", "marian-npz", "marian-npz-separate",
-                                           "nllb", "m2m100", "mbart50"))
+    parser.add_argument("--only", choices=("fairseq", "fairseq-nat", "dat", "marian", "marian-npz",
+                                           "marian-npz-separate", "nllb", "m2m100", "mbart50"))
+    parser.add_argument("--dat-plugin", metavar="DIR",
+                        help="a checkout of thu-coai/DA-Transformer (its fs_plugins/): also writes fairseq-nat/dat.pt")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     np.random.seed(0)
@@ -677,6 +732,10 @@ def main(argv=None) -> int:
         fairseq_fixture(os.path.join(ROOT, "fairseq"))
     if args.only in (None, "fairseq", "fairseq-nat"):
         fairseq_nat_fixtures(os.path.join(ROOT, "fairseq-nat"))
+    if args.dat_plugin and args.only in (None, "fairseq", "fairseq-nat", "dat"):
+        dat_fixture(os.path.join(ROOT, "fairseq-nat"), args.dat_plugin)
+    elif args.only == "dat":
+        parser.error("--only dat needs --dat-plugin DIR")
     if args.only in (None, "marian"):
         marian_fixture(os.path.join(ROOT, "marian"))
     if args.only in (None, "marian", "marian-npz"):

@@ -1,7 +1,8 @@
 """fairseq (0.x) checkpoints: a `.pt` file of `checkpoint_utils.save_state`, its dictionaries (`dict.<lang>.txt`)
 and its BPE beside it, as fairseq's released models ship them (docs/import.md). Architectures: `transformer` (jaxnat's
 `ar`) and the `translation_lev` models `cmlm_transformer`, `nonautoregressive_transformer` and
-`levenshtein_transformer` (`cmlm`, `nat`, `levt`: the same layers plus their heads, `_nat_heads`).
+`levenshtein_transformer` (`cmlm`, `nat`, `levt`: the same layers plus their heads, `_nat_heads`), and the
+DA-Transformer authors' `glat_decomposed_link` (thu-coai/DA-Transformer's fairseq plugin: `dat`, `_dat_heads`).
 
 Conventions bridged (fairseq -> jaxnat): the dictionary's `<s>` 0, `<pad>` 1, `</s>` 2, `<unk>` 3 become jaxnat's
 BOS, PAD, EOS, UNK rows, its words follow jaxnat's six reserved ids, and the rows it pads the dictionary with
@@ -29,7 +30,9 @@ SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's Dictionary, ids 0..3
 RESERVED_ROWS = [1, 0, 2, 3, 3, 3]
 # fairseq's architectures (and their presets, `<name>_<preset>`) -> jaxnat's family
 ARCHITECTURES = {"transformer": "ar", "cmlm_transformer": "cmlm", "nonautoregressive_transformer": "nat",
-                 "levenshtein_transformer": "levt"}
+                 "levenshtein_transformer": "levt", "glat_decomposed_link": "dat"}
+# the DA-Transformer plugin's decode_strategy -> dat.decode (sample and the others: none in jaxnat)
+DAT_DECODING = {"lookahead": "lookahead", "greedy": "greedy", "jointviterbi": "viterbi", "beamsearch": "beam"}
 NAT_UNSUPPORTED = {  # settings of fairseq's NAT models jaxnat's families have no equivalent of, with their default
     "src_embedding_copy": False, "no_share_discriminator": False, "no_share_maskpredictor": False,
     "share_discriminator_maskpredictor": False, "layernorm_embedding": False,
@@ -166,6 +169,54 @@ def _nat_heads(family: str, model: dict, state: StateDict, params: dict) -> dict
     return overrides
 
 
+def _dat_heads(path: str, model: dict, task: dict, state: StateDict, params: dict) -> dict:
+    """The DA-Transformer plugin's graph heads into ``params`` (the link projections and gate over the states ⊕
+    learned link positions: `dat.links=multihead`, its `links_feature=feature:position`); returns the overrides:
+    the graph's size (λ: decode_upsample_scale, `upsample_base`), its decoder inputs (`[BOS, UNK …, EOS]`) and
+    decoding strategy, and the most vertices a graph has (the plugin's clip)."""
+    def setting(key, default=None):  # the task's copy where there is one (the plugin keeps both)
+        return task.get(key, model.get(key, default))
+
+    checks = {"links_feature": (setting("links_feature", "feature:position"), "feature:position"),
+              "segment_embedding": (bool(setting("segment_embedding", False)), False),
+              "decoder_learned_pos": (bool(model.get("decoder_learned_pos", False)), False)}
+    for key, (value, supported) in checks.items():
+        if value != supported:
+            raise DataError(f"{path}: DA-Transformer setting {key}={value!r} is not supported (jaxnat reads "
+                            f"{key}={supported!r})")
+    base = setting("upsample_base", "source")
+    if base not in ("source", "source_old"):
+        raise DataError(f"{path}: DA-Transformer upsample_base={base!r} is not supported (source, source_old)")
+    scale = setting("decode_upsample_scale") or setting("upsample_scale")
+    try:
+        upsample = float(scale)
+    except (TypeError, ValueError):
+        raise DataError(f"{path}: no decode_upsample_scale, and upsample_scale {scale!r} is a range: the graph's "
+                        f"size at decoding is not known") from None
+    if upsample != int(upsample) or upsample < 1:
+        raise DataError(f"{path}: decode_upsample_scale {scale} is not a whole number, which jaxnat's λ is")
+    strategy = setting("decode_strategy", "lookahead")
+    if strategy not in DAT_DECODING:
+        raise DataError(f"{path}: DA-Transformer decode_strategy {strategy!r} has no equivalent in jaxnat "
+                        f"({', '.join(DAT_DECODING)})")
+    for name, key in (("link_query", "query_linear"), ("link_key", "key_linear"), ("link_gate", "gate_linear")):
+        params[name] = {"kernel": state.take(f"decoder.{key}.weight").T, "bias": state.take(f"decoder.{key}.bias")}
+    # the plugin clips a graph to decoder.max_positions() - 1 vertices; its table's rows from padding_idx + 1
+    rows = model.get("max_target_positions", 1024) - 1
+    limit = setting("max_transition_length", 99999)
+    if limit != -1 and limit < rows - 1:
+        raise DataError(f"{path}: max_transition_length={limit} limits the links, which jaxnat's graphs do not")
+    params["link_positions"] = state.take("decoder.link_positional.weight")[2: 2 + rows]  # rows 0, 1: never read
+    if state.has("decoder.embed_length.weight"):  # the length head of upsample_base=predict, unused by the others
+        state.take("decoder.embed_length.weight")
+    return {"dat.links": "multihead", "dat.vertex_inputs": "tokens", "dat.upsample": int(upsample),
+            "dat.upsample_base": base, "dat.decode": DAT_DECODING[strategy],
+            "dat.lookahead_beta": float(setting("decode_beta", 1.0)),
+            "dat.viterbi_beta": float(setting("decode_viterbibeta", 1.0)),
+            "dat.top_cand": int(setting("decode_top_cand_n", 5)), "dat.beam_alpha": float(setting("decode_alpha", 1.1)),
+            "dat.max_vertices": rows, "model.source_bos": bool(setting("prepend_bos", False))}
+
+
 def read(path: str, dict_dir: str) -> Imported:
     ckpt = torch_file.load(path)
     if not isinstance(ckpt, dict) or "model" not in ckpt:
@@ -241,7 +292,9 @@ def read(path: str, dict_dir: str) -> Imported:
         params["src_embed_norm"] = norm(state, "encoder.layernorm_embedding")
         params["tgt_embed_norm"] = norm(state, "decoder.layernorm_embedding")
     overrides = {}
-    if family != "ar":
+    if family == "dat":
+        overrides = _dat_heads(path, model, task, state, params)
+    elif family != "ar":
         overrides = _nat_heads(family, model, state, params)
     # fairseq 0.12's encoder layers also keep copies of their weights for PyTorch's fused fast path (in_proj_weight,
     # fc1_weight, …), which its own eval path does not read either
@@ -254,7 +307,7 @@ def read(path: str, dict_dir: str) -> Imported:
     settings["joint"] = src_vocab == tgt_vocab
     pieces = {"src": jaxnat_pieces(src_vocab), "tgt": jaxnat_pieces(tgt_vocab)}
     overrides = {
-        **overrides, "model.name": family, "model.d_model": d, "model.ffn_dim": ffn,
+        "model.name": family, "model.d_model": d, "model.ffn_dim": ffn,
         "model.num_heads": model["encoder_attention_heads"], "model.enc_layers": model["encoder_layers"],
         "model.dec_layers": model["decoder_layers"], "model.pre_norm": pre_enc,
         "model.decoder_norm": "pre" if pre_dec else "post", "model.decoder_final_norm": final_dec,
@@ -270,7 +323,7 @@ def read(path: str, dict_dir: str) -> Imported:
         "model.attention_dropout": float(model.get("attention_dropout", 0.0)),
         "model.activation_dropout": float(model.get("activation_dropout", model.get("relu_dropout", 0.0)) or 0.0),
         "data.joint_vocab": settings["joint"], "data.vocab_size": len(pieces["tgt"]),
-        "data.src_lang": src_lang, "data.tgt_lang": tgt_lang, "data.max_len": min(max_len, 256),
+        "data.src_lang": src_lang, "data.tgt_lang": tgt_lang, "data.max_len": min(max_len, 256), **overrides,
     }
     if family == "ar":  # the `translation` task: no BOS on the source; the decoder starts from EOS
         overrides.update({"model.decoder_start": "eos", "model.source_bos": False, "eval.beam_size": 4,

@@ -15,6 +15,12 @@ def defaults() -> dict:
         upsample=8,
         # λ of the graphs built at decoding (0: upsample); at most upsample (the vertex position tables' size)
         decode_upsample=0,
+        # what λ multiplies (the authors' code's upsample_base): "source", the source's tokens but its BOS/EOS, or
+        # "source_old", all of them (the graph then has λ · the source's tokens vertices; their older checkpoints)
+        upsample_base="source",
+        # the most vertices a graph has, the rows of its position tables (a larger graph is clipped, as the
+        # authors' code clips to its tables; an imported model's); 0: as many as sources of model.max_len make
+        max_vertices=0,
         # the transition scores: "paper" (one query/key projection of the vertex states, softmax over j > i) or
         # "multihead" (the authors' code: per-head softmaxes of states ⊕ learned link positions, mixed by a gate)
         links="paper",
@@ -70,11 +76,13 @@ FAMILY = Family(
     "dat", build_spec, SUPPORTS, doc="docs/dat.md", defaults=defaults,
     # no beam unless dat.decode=beam; the DAG loss takes no label smoothing
     shared={"eval.beam_size": 1, "train.label_smoothing": 0.0},
-    choices={"links": ("paper", "multihead"), "vertex_inputs": ("positions", "tokens"),
-             "glance_count": ("number", "bernoulli"), "decode": ("greedy", "lookahead", "viterbi", "beam")},
-    ranges={"upsample": ("[1", None), "decode_upsample": ("[0", None), "glance_start": ("[0", "1]"),
-            "glance_end": ("[0", "1]"), "glance_steps": ("[0", None), "lookahead_beta": ("[0", None),
-            "viterbi_beta": ("[0", None), "beam_alpha": ("[0", None), "top_cand": ("[1", None),
-            "soft_reward": ("[0", None)},
-    architecture=("upsample", "links", "vertex_inputs"),
-    validate=validate, output_metrics=output_metrics, sweep=("decode_upsample", "U"))
+    choices={"links": ("paper", "multihead"), "upsample_base": ("source", "source_old"),
+             "vertex_inputs": ("positions", "tokens"), "glance_count": ("number", "bernoulli"),
+             "decode": ("greedy", "lookahead", "viterbi", "beam")},
+    ranges={"upsample": ("[1", None), "max_vertices": ("[0", None), "decode_upsample": ("[0", None),
+            "glance_start": ("[0", "1]"), "glance_end": ("[0", "1]"), "glance_steps": ("[0", None),
+            "lookahead_beta": ("[0", None), "viterbi_beta": ("[0", None), "beam_alpha": ("[0", None),
+            "top_cand": ("[1", None), "soft_reward": ("[0", None)},
+    architecture=("upsample", "upsample_base", "max_vertices", "links", "vertex_inputs"),
+    validate=validate, output_metrics=output_metrics, sweep=("decode_upsample", "U"),
+    conventions=("absent_tokens", "source_bos"))

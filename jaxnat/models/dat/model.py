@@ -2,8 +2,9 @@
 the vertices of a directed acyclic graph, every path of which is a translation.
 
 **The graph.** The decoder reads L = λ · |x| + 2 vertices (|x| the source's words, BOS/EOS left out,
-λ = ``dat.upsample``, 8), each input its learned vertex position (``dat.vertex_inputs=positions``, the paper) or
-the authors' code's ``[BOS, UNK …, EOS]`` token embeddings plus positions (``tokens``). From the top states V:
+λ = ``dat.upsample``, 8; ``dat.upsample_base`` the authors' other sizes, `graph_sizes`), each input its learned
+vertex position (``dat.vertex_inputs=positions``, the paper) or the authors' code's ``[BOS, UNK …, EOS]`` token
+embeddings plus positions (``tokens``). From the top states V:
 
 * each vertex's token distribution P(y | v) = softmax(V W_outᵀ) (the tied output matrix);
 * the transitions ("links"): E = (V W_Q)(V W_K)ᵀ / √d, masked to the edges i → j with j > i inside the sentence's
@@ -47,40 +48,55 @@ from jaxnat.models.dat.constrained import MAX_PHRASES, constrained_decode
 from jaxnat.models.spec import ModelSpec, word_glue
 from jaxnat.models.dropout import Dropout
 from jaxnat.models.transformer import (Decoder, Encoder, TransformerConfig, absent_logits, einsum_f32, embedders,
-                                      flat_leading, rows_dense, sinusoidal_positions, token_mask)
+                                      flat_leading, rows_dense, sinusoidal_positions, source_tokens,
+                                      token_mask)
 
 
-def max_vertices(max_len: int, upsample: int) -> int:
-    """The most vertices a graph can have: λ · (model.max_len − 2) + 2 (its position tables' rows)."""
-    return upsample * (max_len - 2) + 2
+def max_vertices(max_len: int, upsample: int, ends: int = 2, base: str = "source") -> int:
+    """The most vertices a graph can have (its position tables' rows): `graph_sizes` of a source of
+    model.max_len tokens."""
+    return upsample * (max_len - 2 + (ends if base == "source_old" else 0)) + (0 if base == "source_old" else ends)
 
 
-def graph_sizes(src: jax.Array, upsample: int) -> tuple[int, jax.Array]:
-    """(L, the padded graph's vertices for sources padded to S: λ · (S − 2) + 2; n_vertices int32[B], each
-    sentence's λ · (its source tokens − 2) + 2, at least 2). src: int32[B, S] [BOS … EOS] rows."""
-    real = jnp.sum(token_mask(src), axis=1, dtype=jnp.int32)
-    return (upsample * max(src.shape[1] - 2, 0) + 2,
-            upsample * jnp.maximum(real - 2, 0) + 2)
+def graph_sizes(src: jax.Array, upsample: int, ends: int = 2, base: str = "source") -> tuple[int, jax.Array]:
+    """(L, n_vertices int32[B]): the padded graph's vertices for sources padded to S, and each sentence's, as the
+    authors' code sizes them from the source its encoder reads (``upsample_base``): "source", λ · its words +
+    its ``ends`` (the BOS/EOS it holds: 2, or 1 for a model whose sources have no BOS, `model.source_bos`), these
+    not upsampled; "source_old", λ · (words + ends). At least 2 (the vertices of BOS and EOS).
+    src: int32[B, S] [BOS … EOS] rows, PAD after."""
+    words = jnp.maximum(jnp.sum(token_mask(src), axis=1, dtype=jnp.int32) - 2, 0)
+    if base == "source_old":
+        return max(upsample * (src.shape[1] - 2 + ends), 2), jnp.maximum(upsample * (words + ends), 2)
+    return max(upsample * (src.shape[1] - 2) + ends, 2), jnp.maximum(upsample * words + ends, 2)
 
 
 class DAT(nn.Module):
     """Encoder, vertex decoder, token head and link head.
 
     upsample: λ of training (sizes the vertex position tables); graph_upsample: λ of the graphs built (0: λ);
-    link_form: "paper" | "multihead"; vertex_inputs: "positions" | "tokens"."""
+    link_form: "paper" | "multihead"; vertex_inputs: "positions" | "tokens"; upsample_base: "source" |
+    "source_old" (`graph_sizes`)."""
 
     cfg: TransformerConfig
     upsample: int = 8
     link_form: str = "paper"
     vertex_inputs: str = "positions"
     graph_upsample: int = 0
+    upsample_base: str = "source"
+    max_graph: int = 0  # the most vertices a graph has (its position tables' rows; larger ones clipped); 0: as large
+    # as model.max_len's sources make them
+
+    @property
+    def ends(self) -> int:
+        """The BOS/EOS of a source, which the graph does not upsample: 2, or 1 for sources without BOS."""
+        return 2 if self.cfg.source_bos else 1
 
     def setup(self):
         c = self.cfg
         self.src_embed, self.tgt_embed = embedders(c)
         self.encoder = Encoder(c, name="encoder")
         self.decoder = Decoder(c, c.dec_layers, causal=False, name="decoder")
-        rows = max_vertices(c.max_len, self.upsample)
+        rows = self.max_graph or max_vertices(c.max_len, self.upsample, self.ends, self.upsample_base)
         if c.positions == "learned":
             self.vertex_table = self.param("vertex_positions", c.embed_init(), (rows, c.d_model))
         self.vertex_drop = Dropout(c.dropout if c.embed_dropout < 0 else c.embed_dropout)
@@ -97,10 +113,12 @@ class DAT(nn.Module):
         c = self.cfg
         if c.positions == "learned":
             return self.vertex_table[:n]
-        return sinusoidal_positions(n, c.d_model)
+        return sinusoidal_positions(n, c.d_model, c.position_offset, c.position_layout)
 
     def encode(self, src: jax.Array, train: bool = False) -> jax.Array:
-        """src: int32[B, S] → memory float[B, S, D]."""
+        """src: int32[B, S] → memory float[B, S, D] (without ``model.source_bos`` the BOS dropped:
+        `source_tokens`)."""
+        src = source_tokens(self.cfg, src)[0]
         return self.encoder(self.src_embed(src, train), token_mask(src), train)
 
     def vertex_embed(self, n_vertices: jax.Array, length: int, glanced: jax.Array | None, train: bool):
@@ -142,10 +160,12 @@ class DAT(nn.Module):
 
     def graph(self, src: jax.Array, memory: jax.Array, glanced: jax.Array | None = None, train: bool = False):
         """(logits float32[B, L, V], links float32[B, L, L], n_vertices int32[B]) of the sources' graphs."""
-        length, n_vertices = graph_sizes(src, self.graph_upsample or self.upsample)
+        length, n_vertices = graph_sizes(src, self.graph_upsample or self.upsample, self.ends, self.upsample_base)
+        if self.max_graph:  # clipped, as the authors' code clips to its position tables
+            length, n_vertices = min(length, self.max_graph), jnp.minimum(n_vertices, self.max_graph)
         x = self.vertex_embed(n_vertices, length, glanced, train)
         mask = jnp.arange(length)[None] < n_vertices[:, None]
-        states = self.decoder(x, mask, memory, token_mask(src), train)
+        states = self.decoder(x, mask, memory, token_mask(source_tokens(self.cfg, src)[0]), train)
         logits = self.tgt_embed.attend(states) if self.cfg.tie_output else self.output(states).astype(jnp.float32)
         return absent_logits(self.cfg, logits), self.links(states, n_vertices, length), n_vertices
 
@@ -312,7 +332,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     if s.decode_upsample > s.upsample:  # also reached by eval.iteration_sweep, which sets it after validation
         raise ConfigError(f"dat.decode_upsample={s.decode_upsample} exceeds dat.upsample={s.upsample}, the graphs "
                           f"the vertex positions were trained for")
-    module = DAT(cfg, s.upsample, s.links, s.vertex_inputs)
+    module = DAT(cfg, s.upsample, s.links, s.vertex_inputs, upsample_base=s.upsample_base, max_graph=s.max_vertices)
     decoder = module.clone(graph_upsample=s.decode_upsample)
     glance = Glancing(s.glance_start, s.glance_end, s.glance_steps, s.glance_count, s.glance_fix_alignment)
     options = Decoding(s.decode, s.lookahead_beta, s.viterbi_beta, s.beam_alpha, s.top_cand, s.remove_repeats,
