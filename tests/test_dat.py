@@ -19,7 +19,7 @@ from jaxnat.errors import ConfigError
 from jaxnat.models import build_model
 from jaxnat.models.dat import dag, glancing
 from jaxnat.models.dat.constrained import constrained_decode
-from jaxnat.models.dat.model import Decoding, allowed_tokens, decode_graph, graph_sizes
+from jaxnat.models.dat.model import Decoding, allowed_tokens, decode_graph, graph_sizes, max_vertices
 from tests import dat_reference as ref
 
 B, L, T, V = 2, 8, 6, 9          # V = 9: the inner vertices choose among UNK and ids 6, 7, 8
@@ -53,6 +53,25 @@ def n_of(rows):
         src = jnp.asarray([[1] + [7] * (r - 2) + [2] + [0] * (5 - r)], jnp.int32)
         out.append(int(graph_sizes(src, lam)[1][0]))
     return np.asarray(out, np.int32)
+
+
+@SETTINGS
+@given(st.integers(1, 8), st.lists(st.integers(0, 6), min_size=1, max_size=4), st.sampled_from([1, 2]),
+       st.sampled_from(["source", "source_old"]))
+def test_graph_sizes_are_the_authors_codes(lam, words, ends, base):
+    """`graph_sizes` against the authors' `initialize_output_tokens` written plainly: their source holds the
+    words and its ends (EOS, and BOS where the task prepends one); "source" upsamples the words only, "source_old"
+    all its tokens; jaxnat's graphs hold at least BOS's and EOS's vertices. The padded graph is the longest row's,
+    and `max_vertices` that of a source as long as the padded one."""
+    def theirs(w):
+        n = w * lam + ends if base == "source" else (w + ends) * lam
+        return max(n, 2)
+
+    width = max(words) + 2
+    src = jnp.asarray([[1] + [7] * w + [2] + [0] * (width - w - 2) for w in words], jnp.int32)
+    length, n = graph_sizes(src, lam, ends, base)
+    assert np.asarray(n).tolist() == [theirs(w) for w in words]
+    assert length == max_vertices(width, lam, ends, base) == theirs(width - 2)
 
 
 @functools.lru_cache(maxsize=None)

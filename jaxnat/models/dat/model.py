@@ -52,10 +52,15 @@ from jaxnat.models.transformer import (Decoder, Encoder, TransformerConfig, abse
                                       token_mask)
 
 
+def _vertices(words, upsample: int, ends: int, base: str):
+    """The authors' code's graph size for a source of ``words`` words and ``ends`` BOS/EOS (`graph_sizes`)."""
+    return upsample * (words + ends) if base == "source_old" else upsample * words + ends
+
+
 def max_vertices(max_len: int, upsample: int, ends: int = 2, base: str = "source") -> int:
     """The most vertices a graph can have (its position tables' rows): `graph_sizes` of a source of
     model.max_len tokens."""
-    return upsample * (max_len - 2 + (ends if base == "source_old" else 0)) + (0 if base == "source_old" else ends)
+    return max(_vertices(max_len - 2, upsample, ends, base), 2)
 
 
 def graph_sizes(src: jax.Array, upsample: int, ends: int = 2, base: str = "source") -> tuple[int, jax.Array]:
@@ -65,9 +70,7 @@ def graph_sizes(src: jax.Array, upsample: int, ends: int = 2, base: str = "sourc
     not upsampled; "source_old", λ · (words + ends). At least 2 (the vertices of BOS and EOS).
     src: int32[B, S] [BOS … EOS] rows, PAD after."""
     words = jnp.maximum(jnp.sum(token_mask(src), axis=1, dtype=jnp.int32) - 2, 0)
-    if base == "source_old":
-        return max(upsample * (src.shape[1] - 2 + ends), 2), jnp.maximum(upsample * (words + ends), 2)
-    return max(upsample * (src.shape[1] - 2) + ends, 2), jnp.maximum(upsample * words + ends, 2)
+    return max_vertices(src.shape[1], upsample, ends, base), jnp.maximum(_vertices(words, upsample, ends, base), 2)
 
 
 class DAT(nn.Module):
