@@ -103,15 +103,16 @@ def test_outputs_are_fairseqs_under_its_rules(imported):
         assert float(ours["score"]) == pytest.approx(score, abs=1e-4)
 
 
-def test_the_da_transformer_plugins_model_computes_its_graphs(tmp_path_factory):
+def test_the_da_transformer_plugins_model_computes_its_graphs_and_decodes_as_the_plugin(tmp_path_factory):
     """fairseq-nat/dat.pt, the DA-Transformer authors' `glat_decomposed_link` (their fairseq plugin, sources
     without BOS, λ = 4): graphs of the plugin's sizes (λ · words + 1 vertices), each vertex's token
-    log-probabilities and the links the plugin's decoding reads, within 1e-4 (−inf on the same edges); and it
-    translates text."""
+    log-probabilities and the links the plugin's decoding reads, within 1e-4 (−inf on the same edges); its
+    lookahead (β 0.05, read from the checkpoint) and greedy outputs token for token; and it translates text."""
     workdir = str(tmp_path_factory.mktemp("dat") / "run")
     write_workdir(f"fairseq:{DATA}/dat.pt", workdir)
-    translator = load_translator(workdir_config(workdir), workdir)
-    arrays, _ = expected("dat")
+    config = workdir_config(workdir)
+    translator = load_translator(config, workdir)
+    arrays, outputs = expected("dat")
     rows = [[BOS_ID] + to_jaxnat("fairseq", [t for t in r if t != FAIRSEQ_PAD]).tolist() for r in arrays["src_ids"]]
     src = jnp.asarray([r + [PAD_ID] * (max(map(len, rows)) - len(r)) for r in rows], jnp.int32)
     logits, links, n_vertices = translator.spec.module.apply(translator.params, src)
@@ -123,5 +124,13 @@ def test_the_da_transformer_plugins_model_computes_its_graphs(tmp_path_factory):
     edges = np.isfinite(theirs)
     np.testing.assert_array_equal(ours > -1e8, edges)
     np.testing.assert_allclose(ours[edges], theirs[edges], atol=1e-4)
-    hyps = translator.translate(["a man rides a red bike ."])  # text in, text out: Moses and BPE undone
-    assert hyps[0]["hyp"] and "@@" not in hyps[0]["hyp"] and "&" not in hyps[0]["hyp"], hyps
+    assert (config.dat.decode, config.dat.lookahead_beta) == ("lookahead", 0.05)
+    greedy = config.copy_and_resolve_references()
+    greedy.dat.decode = "greedy"
+    for strategy, decoder in (("lookahead", translator), ("greedy", load_translator(greedy, workdir))):
+        results = decoder.translate_ids([np.asarray(r) for r in rows], beam_size=1, batch_size=len(rows))
+        got = [np.asarray(r["tokens"])[np.asarray(r["tokens"]) != PAD_ID].tolist() for r in results]
+        assert got == [to_jaxnat("fairseq", t).tolist() for t in outputs[strategy]], strategy
+    hyp = translator.translate([outputs["src"][1]])[0]["hyp"]  # text in, text out: Moses and BPE undone
+    assert hyp == translator.tokenizer.decode(to_jaxnat("fairseq", outputs["lookahead"][1]).tolist(), "tgt")
+    assert hyp and "@@" not in hyp, hyp

@@ -245,10 +245,11 @@ def fairseq_nat_fixtures(out: str) -> None:
 
 def dat_fixture(out: str, plugin: str) -> None:
     """fairseq-nat/dat.pt: the DA-Transformer authors' `glat_decomposed_link` (their fairseq plugin, read from a
-    checkout of thu-coai/DA-Transformer at ``plugin``: its `fs_plugins`), trained as their recipe sets it up
-    (`translation_dat_task`, sources without BOS, λ = 4, links from the states ⊕ learned positions), over
-    fairseq-nat/'s joined dictionary; expected_dat.npz: each vertex's token log-probabilities and the links, as
-    the plugin's `forward_decoder` computes them at decoding."""
+    checkout of thu-coai/DA-Transformer at ``plugin``: its `fs_plugins`), set up as their recipe sets it
+    (`translation_dat_task`, sources without BOS, λ = 4, links from the states ⊕ learned positions; an output
+    projection of its own here, lookahead's β 0.05), over fairseq-nat/'s dictionary; expected_dat.npz: each vertex's
+    token log-probabilities and the links, as the plugin's `forward_decoder` computes them at decoding, and
+    expected_dat.json its lookahead and greedy outputs."""
     from fairseq.data import data_utils
     from sacremoses import MosesTokenizer
     from subword_nmt.apply_bpe import BPE
@@ -262,11 +263,11 @@ def dat_fixture(out: str, plugin: str) -> None:
     argv = [out, "--task", "translation_dat_task", "-s", "en", "-t", "de", "--arch", "glat_decomposed_link_6e6d512",
             "--encoder-layers", "2", "--decoder-layers", "2", "--encoder-embed-dim", "16",
             "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "24", "--decoder-ffn-embed-dim", "24",
-            "--encoder-attention-heads", "2", "--decoder-attention-heads", "2", "--share-all-embeddings",
+            "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
             "--max-source-positions", "128", "--max-target-positions", "1024", "--upsample-scale", "4",
-            "--decode-upsample-scale", "4", "--links-feature", "feature:position", "--criterion", "nat_dag_loss",
-            "--bpe", "subword_nmt", "--bpe-codes", os.path.join(out, "bpecodes"), "--tokenizer", "moses",
-            "--optimizer", "adam", "--lr", "0.0005", "--max-tokens", "1000"]
+            "--decode-upsample-scale", "4", "--decode-beta", "0.05", "--links-feature", "feature:position",
+            "--criterion", "nat_dag_loss", "--bpe", "subword_nmt", "--bpe-codes", os.path.join(out, "bpecodes"),
+            "--tokenizer", "moses", "--optimizer", "adam", "--lr", "0.0005", "--max-tokens", "1000"]
     task, cfg, model = fairseq_model(argv)
     perturb(model, seed=9)
     model.eval()
@@ -277,12 +278,15 @@ def dat_fixture(out: str, plugin: str) -> None:
     src_tokens = data_utils.collate_tokens(src, d.pad(), left_pad=False)
     src_lengths = torch.tensor([len(s) for s in src])
     with torch.no_grad():
-        emb = model.decoder.embed_tokens.weight
-        emb[d.pad()].zero_()
-        emb /= emb.norm(dim=1, keepdim=True).clamp(min=1e-6) / 3.0  # no row dominating the tied output
-        save_fairseq(cfg, model, os.path.join(out, "dat.pt"), criterion="NATDAGLoss")
         enc = model.forward_encoder([src_tokens, src_lengths])
         canvas = model.initialize_output_tokens(enc, src_tokens)
+        dat_trained_like(model, enc, canvas.output_tokens, task.target_dictionary)
+        save_fairseq(cfg, model, os.path.join(out, "dat.pt"), criterion="NATDAGLoss")
+        outputs = {"arch": "glat_decomposed_link"}
+        for strategy in ("lookahead", "greedy"):
+            model.args.decode_strategy = strategy
+            tokens = model.forward_decoder(canvas, enc).output_tokens
+            outputs[strategy] = [[t for t in row if t != d.pad()] for row in tokens.tolist()]
         graph = {}
 
         def keep(decoder_out, logits, links):  # what forward_decoder hands its decoding strategy
@@ -293,7 +297,47 @@ def dat_fixture(out: str, plugin: str) -> None:
         model.forward_decoder(canvas, enc)
     arrays = {"src_ids": src_tokens.numpy(), "vertex_ids": canvas.output_tokens.numpy(),
               "vertex_logp": graph["logits"].numpy(), "links": graph["links"].numpy()}
-    write_expected(out, arrays, {"arch": "glat_decomposed_link"}, "expected_dat")
+    write_expected(out, arrays, outputs, "expected_dat")
+
+
+def dat_trained_like(model, enc, vertices, tgt_dict) -> None:
+    """What a random DA-Transformer lacks to decode as a trained one, given through its output projection alone:
+    <s> the best token of each graph's first vertex and </s> of its last (their rows fitted, a logistic fit over
+    the vertices' states, to a margin of 3 over every other row there and under the best row elsewhere), <pad>
+    and <unk> never the best; the other rows redrawn orthogonal to the states' mean, so that what varies between
+    vertices picks their tokens (a random model gives every vertex the same one)."""
+    states, _ = model.decoder.extract_features(vertices, {"prev_output_tokens_segid": torch.ones_like(vertices)},
+                                               encoder_out=enc)
+    real = vertices != tgt_dict.pad()
+    n = real.sum(1)
+    ends = {tgt_dict.bos(): torch.zeros_like(real), tgt_dict.eos(): torch.zeros_like(real)}
+    ends[tgt_dict.bos()][:, 0] = True
+    ends[tgt_dict.eos()][torch.arange(len(n)), n - 1] = True
+    features = states[real]
+    mean = features.mean(0)
+    weight = model.decoder.output_projection.weight
+    weight -= (weight @ mean / mean.dot(mean))[:, None] * mean[None, :]
+    specials = [tgt_dict.bos(), tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk()]
+    weight[specials] = 0.0
+    best_other = (features @ weight.T).max(-1).values
+    g = torch.Generator().manual_seed(9)
+    for token, where in ends.items():
+        w = (torch.randn(features.shape[1], generator=g) * 0.01).requires_grad_(True)
+        opt = torch.optim.Adam([w], lr=0.1)
+        target = where[real]
+        with torch.enable_grad():
+            for _ in range(2000):
+                margin = features @ w - best_other
+                loss = torch.nn.functional.softplus(torch.where(target, 3 - margin, margin + 3)).mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+        weight[token] = w.detach()
+    weight[tgt_dict.pad()] = weight[tgt_dict.unk()] = -3 * mean / mean.norm()
+    best = (features @ weight.T).argmax(-1)
+    inner = ~(ends[tgt_dict.bos()] | ends[tgt_dict.eos()])[real]
+    assert all((best[where[real]] == token).all() for token, where in ends.items()), "an end vertex's best token"
+    assert not any((best[inner] == t).any() for t in specials), "a special token inside a graph"
 
 
 def trained_like(model, name: str, src_tokens, src_lengths, tgt_tokens) -> None:
