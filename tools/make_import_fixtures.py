@@ -15,7 +15,8 @@ directory holds the model as its library saves it and `expected.npz` + `expected
   torch's legacy format (model-legacy.pt), its dictionaries and subword-nmt BPE codes over Moses tokens (and the
   same merges as fastBPE codes), as fairseq's released models ship; fairseq's constrained outputs;
 * fairseq-nat/: a `cmlm_transformer`, `nonautoregressive_transformer` and `levenshtein_transformer`
-  (`fairseq_nat_fixtures`);
+  (`fairseq_nat_fixtures`), and with `--dat-plugin DIR` (a checkout of thu-coai/DA-Transformer) the authors'
+  DA-Transformer, `dat.pt` (`dat_fixture`);
 * marian/: `MarianMTModel.save_pretrained` (safetensors) with `MarianTokenizer.save_pretrained`'s files
   (`source.spm`, `target.spm`, `vocab.json`);
 * marian-npz/: a checkpoint as Marian writes it, with an OPUS-MT release's files, and what MarianMTModel computes
