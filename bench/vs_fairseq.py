@@ -93,7 +93,12 @@ MODELS = {
     "cmlm": Model("cmlm_transformer", "translation_lev", NAT_OPTIONS + ("--pred-length-offset",)),
     "nat": Model("nonautoregressive_transformer", "translation_lev", NAT_OPTIONS + ("--pred-length-offset",)),
     "levt": Model("levenshtein_transformer", "translation_lev", NAT_OPTIONS + ("--early-exit", "3,3,3")),
+    # the DA-Transformer authors' plugin (--dat-plugin): its recipe's graph (λ 8, sources without BOS), pre-norm, an
+    # output projection of its own (shaped by `dat_trained_like`)
+    "dat": Model("glat_decomposed_link_6e6d512", "translation_dat_task",
+                 NAT_OPTIONS[1:] + ("--upsample-scale", "8", "--decode-upsample-scale", "8")),
 }
+PLUGIN_MODELS = {"dat"}  # made and decoded only with --dat-plugin
 
 
 def model_dir(out: str, name: str) -> str:
@@ -127,7 +132,9 @@ ROWS = {
                  "eval.run_all_iterations=true")),
     "nat": Row("NAT, one pass", "nat", dict(iter_decode_max_iter=0, iter_decode_with_beam=1),
                ("eval.search_rules=fairseq", "nat.length_beam=1")),
+    "dat": Row("DA-Transformer lookahead (the authors' plugin)", "dat", {}, ()),
 }
+DEFAULT_ROWS = [r for r in ROWS if ROWS[r].model not in PLUGIN_MODELS]
 
 
 def read_gz(path: str) -> list[str]:
@@ -194,12 +201,13 @@ def write_dictionaries(pieces: dict, out: str, codes: str) -> None:
 def build_model(out: str, name: str, args, examples: tuple[list[str], list[str]]) -> str:
     """fairseq's model ``name`` as fairseq-train builds it with every parameter redrawn (the AR model by
     tools/make_import_fixtures.py's `perturb`, the others by `redraw`), the NAT models given what a trained one has
-    to decode (CMLM and NAT `trained_like`, LevT `shape_levt`, fed with ``examples``: pieces of training pairs),
+    to decode (CMLM and NAT `trained_like`, LevT `shape_levt`, DA-Transformer `dat_trained_like`, fed with
+    ``examples``: pieces of training pairs),
     saved as fairseq saves checkpoints."""
     import torch
 
     sys.path.insert(0, os.path.join(ROOT, "tools"))
-    from make_import_fixtures import fairseq_model, perturb, save_fairseq, trained_like
+    from make_import_fixtures import dat_trained_like, fairseq_model, perturb, save_fairseq, trained_like
 
     m, where = MODELS[name], model_dir(out, name)
     torch.manual_seed(args.seed)
@@ -212,6 +220,7 @@ def build_model(out: str, name: str, args, examples: tuple[list[str], list[str]]
             "--lr", "0.0005", "--max-tokens", "4096"]
     task, cfg, model = fairseq_model(argv)
     model.eval()  # no dropout in the features the NAT models' shaping reads
+    criterion = {"ar": "CrossEntropyCriterion", "dat": "NATDAGLoss"}.get(name, "NatLoss")
     if name == "ar":
         perturb(model, seed=args.seed)
     else:
@@ -219,18 +228,52 @@ def build_model(out: str, name: str, args, examples: tuple[list[str], list[str]]
 
         redraw(model, seed=args.seed)
         d_src, d_tgt = task.source_dictionary, task.target_dictionary
-        bos = torch.tensor([d_src.bos()])
-        src = [torch.cat([bos, d_src.encode_line(s, add_if_not_exist=False).long()]) for s in examples[0]]
-        tgt = [torch.cat([bos, d_tgt.encode_line(t, add_if_not_exist=False).long()]) for t in examples[1]]
+        bos = [] if name == "dat" else [torch.tensor([d_src.bos()])]  # the DA-Transformer task's sources: no BOS
+        src = [torch.cat([*bos, d_src.encode_line(s, add_if_not_exist=False).long()]) for s in examples[0]]
+        tgt = [torch.cat([*bos, d_tgt.encode_line(t, add_if_not_exist=False).long()]) for t in examples[1]]
         src_tokens = data_utils.collate_tokens(src, d_src.pad(), left_pad=True)
         src_lengths, tgt_tokens = torch.tensor([len(s) for s in src]), data_utils.collate_tokens(tgt, d_tgt.pad())
         if name == "levt":
             shape_levt(model, src_tokens, src_lengths, tgt_tokens)
+        elif name == "dat":
+            with torch.no_grad():
+                enc = model.forward_encoder([src_tokens, src_lengths])
+                dat_trained_like(model, enc, model.initialize_output_tokens(enc, src_tokens).output_tokens, d_tgt)
+                shape_dat_links(model, step=8)
         else:
             trained_like(model, name, src_tokens, src_lengths, tgt_tokens)
     path = os.path.join(where, f"{name}.pt")
-    save_fairseq(cfg, model, path, criterion="CrossEntropyCriterion" if name == "ar" else "NatLoss")
+    save_fairseq(cfg, model, path, criterion=criterion)
     return path
+
+
+def shape_dat_links(model, step: int, sharpness: float = 4.0) -> None:
+    """A random DA-Transformer's links made to move as a trained one's do, about ``step`` vertices a token (λ: a
+    path through a graph of λ · words vertices then emits about a word's pieces each): they read the learned link
+    positions only, pos_i = a · (cos ω_m i, sin ω_m i) over D/2 frequencies, keys k_j = pos_j and queries
+    q_i = pos_{i+step} (each frequency's pair rotated by ω_m · step), so that every head's q_i · k_j =
+    a² Σ_m cos(ω_m (j − i − step)) peaks at j = i + step; a² sets the peak's margin to about ``sharpness`` nats."""
+    import torch
+
+    dec = model.decoder
+    rows, dim = dec.link_positional.weight.shape
+    half = dim // 2
+    omega = torch.linspace(2 * torch.pi / 200, 2 * torch.pi / 3, half)
+    angles = (torch.arange(rows, dtype=torch.float32) - 2)[:, None] * omega[None]  # row 2 + i: vertex i
+    chunk = dim // model.args.decoder_attention_heads
+    amplitude = (sharpness * chunk ** 0.5 / (chunk / 2 * (1 - torch.cos(omega).mean()))) ** 0.5
+    dec.link_positional.weight.copy_(amplitude * torch.cat([torch.cos(angles), torch.sin(angles)], 1))
+    cos, sin = torch.cos(omega * step), torch.sin(omega * step)
+    rotate = torch.zeros(dim, dim)  # pos_i -> pos_{i+step}: cos(x + y), sin(x + y) of each frequency
+    idx = torch.arange(half)
+    rotate[idx, idx], rotate[idx, idx + half] = cos, -sin
+    rotate[idx + half, idx], rotate[idx + half, idx + half] = sin, cos
+    for linear, pos_part in ((dec.query_linear, rotate), (dec.key_linear, torch.eye(dim))):
+        linear.weight.zero_()
+        linear.weight[:, dim:] = pos_part
+        linear.bias.zero_()
+    dec.gate_linear.weight.zero_()
+    dec.gate_linear.bias.zero_()
 
 
 def redraw(model, seed: int) -> None:
@@ -326,8 +369,11 @@ def make(args) -> int:
     write_dictionaries(pieces, args.out, codes)
     write_inputs(args.data_dir, args.out, encode, args)
     examples = (pieces[SRC][:64], pieces[TGT][:64])
+    if args.dat_plugin:
+        load_plugin(args.dat_plugin)
     for name in MODELS:
-        print(f"wrote {build_model(args.out, name, args, examples)}")
+        if name not in PLUGIN_MODELS or args.dat_plugin:
+            print(f"wrote {build_model(args.out, name, args, examples)}")
     levt_passes(args.out)
     print(f"made {args.out} in {time.time() - t0:.0f} s")
     return 0
@@ -366,9 +412,17 @@ def levt_passes(out: str) -> None:
 # ---------------------------------------------------------------- (b) import
 
 
+def load_plugin(directory: str) -> None:
+    """Registers the DA-Transformer plugin's model and task with fairseq (a checkout of thu-coai/DA-Transformer)."""
+    sys.path.insert(0, os.path.abspath(directory))
+    import fs_plugins  # noqa: F401
+
+
 def import_models(args) -> int:
     for name in MODELS:
         workdir = os.path.join(args.out, "jaxnat", name)
+        if name in PLUGIN_MODELS and not os.path.exists(os.path.join(model_dir(args.out, name), name + ".pt")):
+            continue  # made without --dat-plugin
         if os.path.exists(workdir):
             print(f"{workdir} exists: kept")
             continue
@@ -393,6 +447,8 @@ def fairseq_worker(args) -> int:
 
     reply = os.fdopen(os.dup(1), "w", encoding="utf-8")
     os.dup2(2, 1)
+    if args.dat_plugin:
+        load_plugin(args.dat_plugin)
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(1)
     with open(os.path.join(args.out, "inputs.json"), encoding="utf-8") as f:
@@ -468,10 +524,11 @@ def pin(cores: int | None) -> list[int]:
 class Fairseq:
     """The fairseq worker: a .refenv/bin/python process holding the models; `decode` asks it for one pass."""
 
-    def __init__(self, out: str, rows: list[str], threads: int):
+    def __init__(self, out: str, rows: list[str], threads: int, plugin: str | None):
         python = os.path.join(ROOT, ".refenv", "bin", "python")
         self.log = open(os.path.join(out, "fairseq-worker.log"), "w")
-        cmd = [python, os.path.abspath(__file__), "worker", "--out", out, "--threads", str(threads), "--rows", *rows]
+        cmd = [python, os.path.abspath(__file__), "worker", "--out", out, "--threads", str(threads), "--rows", *rows,
+               *(["--dat-plugin", os.path.abspath(plugin)] if plugin else [])]
         t0 = time.perf_counter()
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
                                      encoding="utf-8", cwd=ROOT)
@@ -578,6 +635,8 @@ def run(args) -> int:
              "b64": min(64 * args.b64_blocks if args.b64_blocks else len(inputs["b64"]), len(inputs["b64"]))}
     inputs = {w: inputs[w][:n] for w, n in sizes.items()}
     rows = args.rows
+    if any(ROWS[r].model in PLUGIN_MODELS for r in rows) and not args.dat_plugin:
+        sys.exit("the dat row decodes with the DA-Transformer authors' plugin: --dat-plugin DIR")
     sys.path.insert(0, ROOT)
     from jaxnat.host_memory import keep_freed_memory
 
@@ -586,7 +645,7 @@ def run(args) -> int:
         from jaxnat.main import enable_compilation_cache
 
         enable_compilation_cache()
-    fairseq = Fairseq(out, rows, len(cpus))
+    fairseq = Fairseq(out, rows, len(cpus), args.dat_plugin)
     jaxnat = Jaxnat(out, rows, inputs)
     print(machine_line(cpus))
     print(f"loading: fairseq worker {fairseq.load_seconds:.1f} s, jaxnat {jaxnat.load_seconds:.1f} s; "
@@ -707,6 +766,7 @@ def main(argv=None) -> int:
     p.add_argument("--ffn", type=int, default=1024)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--dat-plugin", metavar="DIR", help="a checkout of thu-coai/DA-Transformer: also a DA-Transformer")
     p.set_defaults(fn=make)
     p = sub.add_parser("import", help="python -m jaxnat.main --mode import of each model into OUT/jaxnat/<model>")
     p.add_argument("--out", required=True)
@@ -714,7 +774,8 @@ def main(argv=None) -> int:
     for name, pairs, fn in (("check", 0, run), ("run", 3, run)):
         p = sub.add_parser(name, help="agreement" + (", then the timed pairs and the table" if pairs else " only"))
         p.add_argument("--out", required=True)
-        p.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
+        p.add_argument("--rows", nargs="+", choices=list(ROWS), default=DEFAULT_ROWS)
+        p.add_argument("--dat-plugin", metavar="DIR", help="the DA-Transformer authors' plugin, for the dat row")
         p.add_argument("--cores", type=int, help="pin both tools to the last N CPUs (default: all, unpinned)")
         p.add_argument("--pairs", type=int, default=pairs, help="timed rounds (fairseq, then jaxnat, per row)")
         p.add_argument("--b1", type=int, help="the first N sentences of the batch-1 workload (default: all)")
@@ -725,6 +786,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", required=True)
     p.add_argument("--threads", type=int, required=True)
     p.add_argument("--rows", nargs="+", required=True)
+    p.add_argument("--dat-plugin", metavar="DIR")
     p.set_defaults(fn=fairseq_worker)
     args = parser.parse_args(argv)
     return args.fn(args)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import math
 import os
 import shutil
 import sys
@@ -306,7 +307,9 @@ def dat_trained_like(model, enc, vertices, tgt_dict) -> None:
     <s> the best token of each graph's first vertex and </s> of its last (their rows fitted, a logistic fit over
     the vertices' states, to a margin of 3 over every other row there and under the best row elsewhere), <pad>
     and <unk> never the best; the other rows redrawn orthogonal to the states' mean, so that what varies between
-    vertices picks their tokens (a random model gives every vertex the same one)."""
+    vertices picks their tokens (a random model gives every vertex the same one), and scaled until the median
+    vertex gives its best token a probability above 1/2 (a random model's are flat, and lookahead, which weighs
+    them against the last vertex's sure </s>, then jumps to it at once)."""
     states, _ = model.decoder.extract_features(vertices, {"prev_output_tokens_segid": torch.ones_like(vertices)},
                                                encoder_out=enc)
     real = vertices != tgt_dict.pad()
@@ -320,6 +323,11 @@ def dat_trained_like(model, enc, vertices, tgt_dict) -> None:
     weight -= (weight @ mean / mean.dot(mean))[:, None] * mean[None, :]
     specials = [tgt_dict.bos(), tgt_dict.pad(), tgt_dict.eos(), tgt_dict.unk()]
     weight[specials] = 0.0
+    inner = ~(ends[tgt_dict.bos()] | ends[tgt_dict.eos()])[real]
+    for _ in range(12):  # as sure of each vertex's token as a trained model: the median best token above 1/2
+        if (features[inner] @ weight.T).log_softmax(-1).max(-1).values.median() > math.log(0.5):
+            break
+        weight *= 2.0
     best_other = (features @ weight.T).max(-1).values
     g = torch.Generator().manual_seed(9)
     for token, where in ends.items():
@@ -336,7 +344,6 @@ def dat_trained_like(model, enc, vertices, tgt_dict) -> None:
         weight[token] = w.detach()
     weight[tgt_dict.pad()] = weight[tgt_dict.unk()] = -3 * mean / mean.norm()
     best = (features @ weight.T).argmax(-1)
-    inner = ~(ends[tgt_dict.bos()] | ends[tgt_dict.eos()])[real]
     assert all((best[where[real]] == token).all() for token, where in ends.items()), "an end vertex's best token"
     assert not any((best[inner] == t).any() for t in specials), "a special token inside a graph"
 
