@@ -121,16 +121,24 @@ def best_alignment(match: jax.Array, links: jax.Array, tgt_len: jax.Array, n_ver
 
 # ----------------------------------------------------------------------------------------------- decoding
 
-def vertex_scores(emit: jax.Array, n_vertices: jax.Array, allowed: jax.Array):
+def vertex_scores(logits: jax.Array, n_vertices: jax.Array, allowed: jax.Array):
     """What the decoders read of the emissions: (tok int32[B, L], each vertex's best token among ``allowed``
     (bool[V]); score float32[B, L], its log-probability, and at the last vertex n − 1 that of EOS (the token
-    every path ends with); bos float32[B], log P(BOS | vertex 0))."""
-    masked = jnp.where(allowed, emit, NEG)
-    tok = argmax(masked).astype(jnp.int32)
-    score = jnp.take_along_axis(masked, tok[..., None], axis=2)[..., 0]
-    last = jnp.arange(emit.shape[1])[None] == (n_vertices - 1)[:, None]
-    score = jnp.where(last, emit[..., EOS_ID], score)
-    return tok, score, emit[:, 0, BOS_ID]
+    every path ends with); bos float32[B], log P(BOS | vertex 0)). logits: float32[B, L, V], normalised here
+    (log-probabilities pass unchanged): log_softmax's own arithmetic, x − max − log Σ exp(x − max), on the few
+    entries read, so that no [B, L, V] array of log-probabilities is written (at a vocabulary of 10k, most of the
+    decoders' time)."""
+    shift = jax.lax.stop_gradient(jnp.max(logits, axis=-1))
+    log_total = jnp.log(jnp.sum(jnp.exp(logits - shift[..., None]), axis=-1))
+
+    def log_prob(values):  # values: float32[B, L], one entry of each row
+        return (values - shift) - log_total
+
+    tok = argmax(jnp.where(allowed, logits, NEG)).astype(jnp.int32)
+    score = log_prob(jnp.take_along_axis(logits, tok[..., None], axis=2)[..., 0])
+    last = jnp.arange(logits.shape[1])[None] == (n_vertices - 1)[:, None]
+    score = jnp.where(last, log_prob(logits[..., EOS_ID]), score)
+    return tok, score, log_prob(logits[..., BOS_ID])[:, 0]
 
 
 def pointers(links: jax.Array, scores: jax.Array, beta: float) -> jax.Array:

@@ -279,15 +279,16 @@ def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, wid
     """One batch's translations from its graphs: logits float32[B, L, V], links float32[B, L, L], n_vertices
     int32[B] → generate's outputs (tokens int32[B, width] [BOS … EOS] rows, score, token_logp, token_scored and
     the counts). With ``constraints`` (int32[B, C, P]) and ``hard`` (bool[B]) every strategy gives way to the
-    constrained search."""
-    emit = jax.nn.log_softmax(logits)
-    allowed = allowed_tokens(emit.shape[-1])
-    tok, scores, bos = dag.vertex_scores(emit, n_vertices, allowed)
-    B = emit.shape[0]
+    constrained search. The searches over tokens (constrained, beam) read every token's log-probability; the
+    others only each vertex's best (`dag.vertex_scores`)."""
+    allowed = allowed_tokens(logits.shape[-1])
+    tok, scores, bos = dag.vertex_scores(logits, n_vertices, allowed)
+    B = logits.shape[0]
     infeasible = jnp.zeros(B, jnp.int32)
     phrase = None
     if constraints is not None:
         hard = jnp.zeros(B, bool) if hard is None else hard
+        emit = jax.nn.log_softmax(logits)
         out = constrained_decode(links, emit, n_vertices, constraints, hard, allowed, width, options.viterbi_beta,
                                  options.soft_reward, continues, joins, trails)
         tokens, path, phrase, score, infeasible = (out[k] for k in ("tokens", "path", "phrase", "score",
@@ -295,6 +296,7 @@ def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, wid
         token_lp = jnp.take_along_axis(jnp.take_along_axis(emit, jnp.maximum(path, 0)[..., None], 1),
                                        tokens[..., None], 2)[..., 0]
     elif options.strategy == "beam":
+        emit = jax.nn.log_softmax(logits)
         top_lp, top_tok = jax.lax.top_k(jnp.where(allowed, emit, dag.NEG), options.top_cand)
         eos = jnp.take_along_axis(emit[..., EOS_ID], (n_vertices - 1)[:, None], 1)[:, 0]
         tokens, score, token_lp = dag.beam_search(links, top_tok.astype(jnp.int32), top_lp, bos, eos, n_vertices,
