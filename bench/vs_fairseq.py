@@ -207,7 +207,8 @@ def build_model(out: str, name: str, args, examples: tuple[list[str], list[str]]
     import torch
 
     sys.path.insert(0, os.path.join(ROOT, "tools"))
-    from make_import_fixtures import dat_trained_like, fairseq_model, perturb, save_fairseq, trained_like
+    from make_import_fixtures import (dat_trained_like, fairseq_model, perturb, save_fairseq, shape_dat_links,
+                                      trained_like)
 
     m, where = MODELS[name], model_dir(out, name)
     torch.manual_seed(args.seed)
@@ -245,35 +246,6 @@ def build_model(out: str, name: str, args, examples: tuple[list[str], list[str]]
     path = os.path.join(where, f"{name}.pt")
     save_fairseq(cfg, model, path, criterion=criterion)
     return path
-
-
-def shape_dat_links(model, step: int, sharpness: float = 4.0) -> None:
-    """A random DA-Transformer's links made to move as a trained one's do, about ``step`` vertices a token (λ: a
-    path through a graph of λ · words vertices then emits about a word's pieces each): they read the learned link
-    positions only, pos_i = a · (cos ω_m i, sin ω_m i) over D/2 frequencies, keys k_j = pos_j and queries
-    q_i = pos_{i+step} (each frequency's pair rotated by ω_m · step), so that every head's q_i · k_j =
-    a² Σ_m cos(ω_m (j − i − step)) peaks at j = i + step; a² sets the peak's margin to about ``sharpness`` nats."""
-    import torch
-
-    dec = model.decoder
-    rows, dim = dec.link_positional.weight.shape
-    half = dim // 2
-    omega = torch.linspace(2 * torch.pi / 200, 2 * torch.pi / 3, half)
-    angles = (torch.arange(rows, dtype=torch.float32) - 2)[:, None] * omega[None]  # row 2 + i: vertex i
-    chunk = dim // model.args.decoder_attention_heads
-    amplitude = (sharpness * chunk ** 0.5 / (chunk / 2 * (1 - torch.cos(omega).mean()))) ** 0.5
-    dec.link_positional.weight.copy_(amplitude * torch.cat([torch.cos(angles), torch.sin(angles)], 1))
-    cos, sin = torch.cos(omega * step), torch.sin(omega * step)
-    rotate = torch.zeros(dim, dim)  # pos_i -> pos_{i+step}: cos(x + y), sin(x + y) of each frequency
-    idx = torch.arange(half)
-    rotate[idx, idx], rotate[idx, idx + half] = cos, -sin
-    rotate[idx + half, idx], rotate[idx + half, idx + half] = sin, cos
-    for linear, pos_part in ((dec.query_linear, rotate), (dec.key_linear, torch.eye(dim))):
-        linear.weight.zero_()
-        linear.weight[:, dim:] = pos_part
-        linear.bias.zero_()
-    dec.gate_linear.weight.zero_()
-    dec.gate_linear.bias.zero_()
 
 
 def redraw(model, seed: int) -> None:

@@ -74,7 +74,7 @@ def _model(**model):
     c.model.update(d_model=8, ffn_dim=12, num_heads=2, enc_layers=1, dec_layers=2, max_len=16, dropout=0.0, **model)
     spec = build_model(c, 12, 12)
     batch = {"src": jnp.asarray([[BOS_ID, 6, 7, EOS_ID]]), "tgt": jnp.asarray([[BOS_ID, 8, 9, EOS_ID]])}
-    return spec, spec.init(jax.random.PRNGKey(0), batch)
+    return spec, jax.jit(spec.init)(jax.random.PRNGKey(0), batch)
 
 
 @pytest.mark.slow
@@ -91,17 +91,18 @@ def test_the_conventions_compute_what_they_say():
     module = spec.module
     src = jnp.asarray([[BOS_ID, 6, 7, EOS_ID]])
     stripped, _ = source_tokens(module.cfg, src)
-    with_bos = module.apply({"params": p}, stripped, jnp.asarray([[BOS_ID, 8, 9]]))
+    # each one compiled program (run op by op, the test took half as long again)
+    with_bos = jax.jit(module.apply)({"params": p}, stripped, jnp.asarray([[BOS_ID, 8, 9]]))
     # the same model read as it is told to: without the source's BOS, the decoder started from EOS
     plain = module.clone(cfg=TransformerConfig(**{**module.cfg.__dict__, "source_bos": True, "decoder_start": "bos"}))
-    by_hand = plain.apply({"params": p}, jnp.asarray([[6, 7, EOS_ID, PAD_ID]]), jnp.asarray([[EOS_ID, 8, 9]]))
+    by_hand = jax.jit(plain.apply)({"params": p}, jnp.asarray([[6, 7, EOS_ID, PAD_ID]]), jnp.asarray([[EOS_ID, 8, 9]]))
     np.testing.assert_allclose(with_bos, by_hand, atol=1e-5)
     # absent rows (PLH 4, MASK 5) far below the others
     assert float(jnp.max(with_bos[..., 4:6])) < float(jnp.min(with_bos[..., 6:]))
     # the loss reads the sources the same way (its negative log-likelihood is that of these logits), and stays
     # finite with absent rows under label smoothing
     batch = {"src": src, "tgt": jnp.asarray([[BOS_ID, 8, 9, EOS_ID]])}
-    loss, aux = spec.loss({"params": p}, batch, jax.random.PRNGKey(0), train=False)
+    loss, aux = jax.jit(lambda p, b: spec.loss(p, b, jax.random.PRNGKey(0), train=False))({"params": p}, batch)
     picked = jnp.take_along_axis(jax.nn.log_softmax(with_bos), jnp.asarray([[[8], [9], [EOS_ID]]]), axis=-1)
     np.testing.assert_allclose(float(aux["nll"]), -float(jnp.sum(picked)), rtol=1e-5)
     assert np.isfinite(float(loss)) and float(loss) < 3 * 40

@@ -247,9 +247,10 @@ def fairseq_nat_fixtures(out: str) -> None:
 
 def dat_fixture(out: str, plugin: str) -> None:
     """fairseq-nat/dat.pt: the DA-Transformer authors' `glat_decomposed_link` (their fairseq plugin, read from a
-    checkout of thu-coai/DA-Transformer at ``plugin``: its `fs_plugins`), set up as their recipe sets it
-    (`translation_dat_task`, sources without BOS, λ = 4, links from the states ⊕ learned positions; an output
-    projection of its own here, lookahead's β 0.05), over fairseq-nat/'s dictionary; expected_dat.npz: each vertex's
+    checkout of thu-coai/DA-Transformer at ``plugin``: its `fs_plugins`), set up as their README's recipe sets it
+    (`translation_dat_task`, sources without BOS, `upsample_base=source_old`, learned positions, gelu, links from the
+    states ⊕ learned positions; λ = 4, an output projection of its own here, lookahead's β 0.3), over
+    fairseq-nat/'s dictionary; expected_dat.npz: each vertex's
     token log-probabilities and the links, as the plugin's `forward_decoder` computes them at decoding, and
     expected_dat.json its lookahead and greedy outputs."""
     from fairseq.data import data_utils
@@ -267,7 +268,8 @@ def dat_fixture(out: str, plugin: str) -> None:
             "--decoder-embed-dim", "16", "--encoder-ffn-embed-dim", "24", "--decoder-ffn-embed-dim", "24",
             "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
             "--max-source-positions", "128", "--max-target-positions", "1024", "--upsample-scale", "4",
-            "--decode-upsample-scale", "4", "--decode-beta", "0.05", "--links-feature", "feature:position",
+            "--upsample-base", "source_old", "--encoder-learned-pos", "--decoder-learned-pos", "--activation-fn",
+            "gelu", "--decode-upsample-scale", "4", "--decode-beta", "0.3", "--links-feature", "feature:position",
             "--criterion", "nat_dag_loss", "--bpe", "subword_nmt", "--bpe-codes", os.path.join(out, "bpecodes"),
             "--tokenizer", "moses", "--optimizer", "adam", "--lr", "0.0005", "--max-tokens", "1000"]
     task, cfg, model = fairseq_model(argv)
@@ -283,6 +285,7 @@ def dat_fixture(out: str, plugin: str) -> None:
         enc = model.forward_encoder([src_tokens, src_lengths])
         canvas = model.initialize_output_tokens(enc, src_tokens)
         dat_trained_like(model, enc, canvas.output_tokens, task.target_dictionary)
+        shape_dat_links(model, step=4, sharpness=2.0, features=True)
         save_fairseq(cfg, model, os.path.join(out, "dat.pt"), criterion="NATDAGLoss")
         outputs = {"arch": "glat_decomposed_link"}
         for strategy in ("lookahead", "greedy"):
@@ -346,6 +349,39 @@ def dat_trained_like(model, enc, vertices, tgt_dict) -> None:
     best = (features @ weight.T).argmax(-1)
     assert all((best[where[real]] == token).all() for token, where in ends.items()), "an end vertex's best token"
     assert not any((best[inner] == t).any() for t in specials), "a special token inside a graph"
+
+
+def shape_dat_links(model, step: int, sharpness: float = 4.0, features: bool = False) -> None:
+    """A random DA-Transformer's links made to move as a trained one's do, about ``step`` vertices a token (λ: a
+    path through a graph of λ · words vertices then emits about a word's pieces each): they read the learned link
+    positions, pos_i = a · (cos ω_m i, sin ω_m i) over D/2 frequencies, keys k_j = pos_j and queries
+    q_i = pos_{i+step} (each frequency's pair rotated by ω_m · step), so that every head's q_i · k_j =
+    a² Σ_m cos(ω_m (j − i − step)) peaks at j = i + step; a² sets the peak's margin to about ``sharpness`` nats.
+    The vertex states' part of the projections, their biases and the gate are zeroed, or with ``features`` kept
+    as drawn (their noise on top)."""
+    import torch
+
+    dec = model.decoder
+    rows, dim = dec.link_positional.weight.shape
+    half = dim // 2
+    omega = torch.linspace(2 * torch.pi / 200, 2 * torch.pi / 3, half)
+    angles = (torch.arange(rows, dtype=torch.float32) - 2)[:, None] * omega[None]  # row 2 + i: vertex i
+    chunk = dim // model.args.decoder_attention_heads
+    amplitude = (sharpness * chunk ** 0.5 / (chunk / 2 * (1 - torch.cos(omega).mean()))) ** 0.5
+    dec.link_positional.weight.copy_(amplitude * torch.cat([torch.cos(angles), torch.sin(angles)], 1))
+    cos, sin = torch.cos(omega * step), torch.sin(omega * step)
+    rotate = torch.zeros(dim, dim)  # pos_i -> pos_{i+step}: cos(x + y), sin(x + y) of each frequency
+    idx = torch.arange(half)
+    rotate[idx, idx], rotate[idx, idx + half] = cos, -sin
+    rotate[idx + half, idx], rotate[idx + half, idx + half] = sin, cos
+    for linear, pos_part in ((dec.query_linear, rotate), (dec.key_linear, torch.eye(dim))):
+        if not features:
+            linear.weight.zero_()
+            linear.bias.zero_()
+        linear.weight[:, dim:] = pos_part
+    if not features:
+        dec.gate_linear.weight.zero_()
+        dec.gate_linear.bias.zero_()
 
 
 def trained_like(model, name: str, src_tokens, src_lengths, tgt_tokens) -> None:

@@ -23,7 +23,7 @@ import numpy as np
 from jaxnat.errors import DataError
 from jaxnat.importers import torch_file
 from jaxnat.importers.imported import Imported, remap_rows
-from jaxnat.importers.torch_layers import StateDict, norm, stacks
+from jaxnat.importers.torch_layers import StateDict, dense, norm, stacks
 
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's Dictionary, ids 0..3
 # jaxnat's PAD, BOS, EOS, UNK, PLH, MASK <- fairseq rows (PLH and MASK: <unk>'s, never predicted)
@@ -178,8 +178,7 @@ def _dat_heads(path: str, model: dict, task: dict, state: StateDict, params: dic
         return task.get(key, model.get(key, default))
 
     checks = {"links_feature": (setting("links_feature", "feature:position"), "feature:position"),
-              "segment_embedding": (bool(setting("segment_embedding", False)), False),
-              "decoder_learned_pos": (bool(model.get("decoder_learned_pos", False)), False)}
+              "segment_embedding": (bool(setting("segment_embedding", False)), False)}
     for key, (value, supported) in checks.items():
         if value != supported:
             raise DataError(f"{path}: DA-Transformer setting {key}={value!r} is not supported (jaxnat reads "
@@ -200,13 +199,15 @@ def _dat_heads(path: str, model: dict, task: dict, state: StateDict, params: dic
         raise DataError(f"{path}: DA-Transformer decode_strategy {strategy!r} has no equivalent in jaxnat "
                         f"({', '.join(DAT_DECODING)})")
     for name, key in (("link_query", "query_linear"), ("link_key", "key_linear"), ("link_gate", "gate_linear")):
-        params[name] = {"kernel": state.take(f"decoder.{key}.weight").T, "bias": state.take(f"decoder.{key}.bias")}
+        params[name] = dense(state, f"decoder.{key}")
     # the plugin clips a graph to decoder.max_positions() - 1 vertices; its table's rows from padding_idx + 1
     rows = model.get("max_target_positions", 1024) - 1
     limit = setting("max_transition_length", 99999)
     if limit != -1 and limit < rows - 1:
         raise DataError(f"{path}: max_transition_length={limit} limits the links, which jaxnat's graphs do not")
     params["link_positions"] = state.take("decoder.link_positional.weight")[2: 2 + rows]  # rows 0, 1: never read
+    if model.get("decoder_learned_pos", False):  # the vertices' positions: the decoder's table (the recipe's)
+        params["vertex_positions"] = state.take("decoder.embed_positions.weight")[2: 2 + rows]
     if state.has("decoder.embed_length.weight"):  # the length head of upsample_base=predict, unused by the others
         state.take("decoder.embed_length.weight")
     return {"dat.links": "multihead", "dat.vertex_inputs": "tokens", "dat.upsample": int(upsample),
