@@ -135,3 +135,25 @@ def test_the_da_transformer_plugins_model_computes_its_graphs_and_decodes_as_the
         results = decoder.translate_ids(encoded, beam_size=1, batch_size=len(encoded))
         got = [np.asarray(r["tokens"])[np.asarray(r["tokens"]) != PAD_ID].tolist() for r in results]
         assert got == [to_jaxnat("fairseq", t).tolist() for t in outputs[strategy]], strategy
+
+
+@pytest.mark.parametrize("setting, value, message", [
+    ("_name", "ls_glat_decomposed_link_base", "LightSeq model: convert it with the plugin's .*convert_ls_to_fs.py"),
+    ("upsample_base", "predict", "upsample_base='predict' is not supported"),
+    ("decode_upsample_scale", 6.5, "decode_upsample_scale 6.5 is not a whole number"),
+    ("segment_embedding", True, "segment_embedding=True is not supported"),
+    ("links_feature", "feature:sinposition", "links_feature='feature:sinposition' is not supported"),
+])
+def test_a_da_transformer_jaxnat_cannot_read_is_refused_in_one_line(monkeypatch, setting, value, message):
+    """Settings of the plugin's models that jaxnat's `dat` has no equivalent of, each named (the checkpoint's own
+    settings changed: in its model's and, where it keeps one, its task's)."""
+    from jaxnat.errors import DataError
+    from jaxnat.importers import read, torch_file
+
+    ckpt = torch_file.load(f"{DATA}/dat.pt")
+    setattr(ckpt["cfg"]["model"], setting, value)
+    if setting in ckpt["cfg"]["task"]:
+        ckpt["cfg"]["task"][setting] = value
+    monkeypatch.setattr(torch_file, "load", lambda path: ckpt)
+    with pytest.raises(DataError, match=message):
+        read(f"fairseq:{DATA}/dat.pt")

@@ -231,6 +231,9 @@ def read(path: str, dict_dir: str) -> Imported:
     arch = model.get("_name") or model.get("arch") or "?"
     family = next((f for a, f in sorted(ARCHITECTURES.items(), key=lambda x: -len(x[0]))
                    if arch == a or arch.startswith(a + "_")), None)
+    if family is None and arch.startswith("ls_glat_decomposed_link"):  # the plugin's LightSeq layout
+        raise DataError(f"{path}: {arch!r} is the DA-Transformer plugin's LightSeq model: convert it with the "
+                        f"plugin's fs_plugins/scripts/convert_ls_to_fs.py first")
     if family is None:
         raise DataError(f"{path}: fairseq architecture {arch!r} is not supported (supported: "
                         f"{', '.join(ARCHITECTURES)} and their presets)")
