@@ -128,7 +128,7 @@ def vertex_scores(logits: jax.Array, n_vertices: jax.Array, allowed: jax.Array):
     (log-probabilities pass unchanged): log_softmax's own arithmetic, x − max − log Σ exp(x − max), on the few
     entries read, so that no [B, L, V] array of log-probabilities is written (at a vocabulary of 10k, most of the
     decoders' time)."""
-    shift = jax.lax.stop_gradient(jnp.max(logits, axis=-1))
+    shift = jnp.max(logits, axis=-1)
     log_total = jnp.log(jnp.sum(jnp.exp(logits - shift[..., None]), axis=-1))
 
     def log_prob(values):  # values: float32[B, L], one entry of each row

@@ -78,7 +78,8 @@ class DAT(nn.Module):
 
     upsample: λ of training (sizes the vertex position tables); graph_upsample: λ of the graphs built (0: λ);
     link_form: "paper" | "multihead"; vertex_inputs: "positions" | "tokens"; upsample_base: "source" |
-    "source_old" (`graph_sizes`)."""
+    "source_old" (`graph_sizes`); max_graph: the most vertices a graph has, its position tables' rows (a larger one
+    is clipped; ``dat.max_vertices``), 0: as many as sources of model.max_len make."""
 
     cfg: TransformerConfig
     upsample: int = 8
@@ -86,8 +87,7 @@ class DAT(nn.Module):
     vertex_inputs: str = "positions"
     graph_upsample: int = 0
     upsample_base: str = "source"
-    max_graph: int = 0  # the most vertices a graph has (its position tables' rows; larger ones clipped); 0: as large
-    # as model.max_len's sources make them
+    max_graph: int = 0
 
     @property
     def ends(self) -> int:
