@@ -16,6 +16,9 @@ and a one-pass NAT, each jaxnat row beside fairseq's on the same sentences under
     python bench/vs_fairseq.py check --out $D [--cores 1] [--rows ...]
     # (d) agreement, then the timed pairs and the table
     python bench/vs_fairseq.py run --out $D --cores 1 --pairs 3
+    # the DA-Transformer beside its authors' fairseq plugin (a checkout of thu-coai/DA-Transformer): make with
+    #     --dat-plugin DIR too (a `glat_decomposed_link` in $D/lev/dat.pt), then the row `dat`
+    python bench/vs_fairseq.py run --out $D --cores 1 --pairs 5 --rows dat --dat-plugin DIR
 
 How `run` measures. One process per tool, both pinned to the same cores (--cores N: the last N of this process's
 CPUs, set with sched_setaffinity before JAX or torch start, which every thread of both inherits): jaxnat in this

@@ -116,9 +116,12 @@ def test_embedding_dropout_rate():
     ids = jnp.full((4, 16), 7)
     key = {"dropout": jax.random.PRNGKey(1)}
 
-    def embedded(train, **options):  # jit'd: eagerly, each op would compile its own program
+    # the options change no parameter: one initialisation serves every variant (each a compiled program: eagerly,
+    # each op would compile its own)
+    params = jax.jit(Embedder(TransformerConfig(**base), 30).init, static_argnums=2)(jax.random.PRNGKey(0), ids, False)
+
+    def embedded(train, **options):
         embedder = Embedder(TransformerConfig(**base, **options), 30)
-        params = jax.jit(embedder.init, static_argnums=2)(jax.random.PRNGKey(0), ids, False)
         return np.asarray(jax.jit(embedder.apply, static_argnums=2)(params, ids, train, rngs=key))
 
     clean, trained = embedded(False), embedded(True)
@@ -130,11 +133,13 @@ def test_embedding_dropout_rate():
 
     batch = {"src": jnp.array([[1, 7, 8, 9, 2, 0]]), "tgt": jnp.array([[1, 12, 13, 14, 2, 0]])}
 
+    model_params = jax.jit(ARTransformer(TransformerConfig(**base)).init)(jax.random.PRNGKey(0), batch["src"],
+                                                                          batch["tgt"][:, :-1])
+
     def loss(**options):
         model = ARTransformer(TransformerConfig(**base, **options))
-        params = jax.jit(model.init)(jax.random.PRNGKey(0), batch["src"], batch["tgt"][:, :-1])
         return float(jax.jit(lambda p, b, k: ar_loss(model, p, b, k, 0.1, train=True)[0])(
-            params, batch, jax.random.PRNGKey(2)))
+            model_params, batch, jax.random.PRNGKey(2)))
 
     unset = loss()
     assert unset == loss(embed_dropout=0.3)
