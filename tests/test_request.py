@@ -93,7 +93,8 @@ def test_padding_helpers():
 def test_a_refining_models_requests_share_one_shape(model, shared):
     """`Translator.request`: a model that takes every kind of start gets plain, post-editing and constrained
     rows (phrases up to 8 pieces) in one request shape, so one compiled program; constraints are rounded up to
-    multiples of 4 (a 9-piece phrase: 12). Any other model gets only what its rows ask for."""
+    multiples of 4 (a 9-piece phrase: 12). Any other model gets only what its rows ask for, and one that bounds the
+    phrases a sentence (CMLM's placement, over the sets of phrases placed) their count to a power of two."""
     from jaxnat.decoding.translator import Start, Translator
 
     config = build_config("tests/configs/tiny.py", [f"--config.model.name={model}", "--config.eval.beam_size=1"])
@@ -112,6 +113,7 @@ def test_a_refining_models_requests_share_one_shape(model, shared):
     assert shapes(Start(phrases=[[7] * 9] * 5), Start())[0][1] == (2, 8, 12)
     if not shared:
         assert plain[0] == (None, None, None)
+        assert [shapes(Start(phrases=[[7]] * n), Start())[0][1][1] for n in (1, 2, 3)] == [1, 2, 4]
 
 
 def test_what_each_model_supports_is_checked_in_one_line():

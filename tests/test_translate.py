@@ -108,10 +108,15 @@ def test_translate_missing_input_and_untrained_workdir(trained, tmp_path):
     assert result.returncode == 2 and "holds no trained run" in result.stderr
 
 
-def test_a_timing_warm_up_runs_only_shapes_not_run_before(ar_run):
+def test_a_timing_warm_up_runs_only_shapes_not_run_before(ar_run, monkeypatch, caplog):
     """`seconds_per_sentence` warms up with ``warm_up``: one batch of each request shape the translator has not
     run, none after an evaluation's own pass at that batch size, so that timing a test set does not decode it
-    twice more."""
+    twice more. A pass that takes long logs how far it is (every PROGRESS_SECONDS; here 0: after each batch but
+    the last)."""
+    import logging
+
+    from jaxnat.decoding import translator as translator_module
+
     from jaxnat.config import build_config
     from jaxnat.data.batching import eval_batches
     from jaxnat.restore import load_translator
@@ -129,6 +134,10 @@ def test_a_timing_warm_up_runs_only_shapes_not_run_before(ar_run):
     assert sum(w is not None for w in warm) == 2 * len(set(batches))
     shapes.clear()
     assert all(w is None for w in t.translate_ids(src, 1, 2, warm_up=True)) and shapes == []
-    full = t.translate_ids(src, 1, 2)
+    monkeypatch.setattr(translator_module, "PROGRESS_SECONDS", 0.0)
+    with caplog.at_level(logging.INFO, logger="jaxnat"):
+        full = t.translate_ids(src, 1, 2)
     assert shapes == batches and all(f is not None for f in full)
+    progress = [r.getMessage().split(" in ")[0] for r in caplog.records if r.getMessage().startswith("translated ")]
+    assert progress == [f"translated {n} of 10 sentences" for n in (2, 4, 6, 8)]
     assert all((w["tokens"] == f["tokens"]).all() for w, f in zip(warm, full) if w is not None)

@@ -21,6 +21,7 @@ from jaxnat.decoding.request import DecodeRequest, check_supported, pad_hypothes
 from jaxnat.errors import DataError
 
 log = logging.getLogger("jaxnat")
+PROGRESS_SECONDS = 30.0  # a pass over many sentences logs its progress this often
 
 
 class Start(NamedTuple):
@@ -179,7 +180,8 @@ class Translator:
         rows ask — initial hypotheses as wide as the output, constraints at least 4 phrases × 8 pieces (a
         term of a word or two), PAD where a row has none (which starts it from [BOS, EOS]) — so that plain,
         post-editing and constrained decoding of a bucket share one compiled program. Other models get only what
-        the rows ask for. Constraint shapes are rounded up to multiples of 4.
+        the rows ask for. Constraint shapes are rounded up to multiples of 4, the phrase count of a model that
+        bounds it (`Supports.max_phrases`) to a power of two.
         """
         sup = self.spec.supports
         uniform = sup.init and sup.soft_constraints and sup.hard_constraints
@@ -194,7 +196,11 @@ class Translator:
             phrases = pad_phrases([s.phrases for s in starts])
             c, p = phrases.shape[1:]
             least = 8 if uniform else 0
-            constraints = np.pad(phrases, ((0, 0), (0, _round_up(c, 4) - c), (0, max(_round_up(p, 4), least) - p)))
+            # a search over the sets of phrases done (the models with a most phrases a sentence: their states grow
+            # as 2^C) pads C to a power of two, so that one or two phrases cost what they are: 1, 2, 4, … shapes
+            rounded = _round_up(c, 4) if uniform or not sup.max_phrases else min(1 << (c - 1).bit_length(),
+                                                                                  sup.max_phrases)
+            constraints = np.pad(phrases, ((0, 0), (0, rounded - c), (0, max(_round_up(p, 4), least) - p)))
             hard = np.asarray([s.hard for s in starts], bool)
         extras = self.spec.request_extras(self, starts) if self.spec.request_extras else {}
         return DecodeRequest(src, init, constraints, hard, extras, prefix=prefix, max_out=capacity, beam_size=beam_size,
@@ -233,6 +239,8 @@ class Translator:
             starts = [s if s.prefix else s._replace(prefix=code) for s in starts]
         check_supported(self.spec.name, self.spec.supports, prefix=any(s.prefix for s in starts))
         results: list[dict | None] = [None] * len(src)
+        started = reported = time.perf_counter()
+        done = 0
         for idx, batch in eval_batches(src, None, batch_size, self.buckets):
             request = self.request(batch["src"], [starts[i] if i >= 0 else Start() for i in idx], beam_size, trace)
             if oracle:
@@ -250,6 +258,11 @@ class Translator:
             for row, i in enumerate(idx):
                 if i >= 0:
                     results[i] = {k: v[row] for k, v in out.items()}
+            done += sum(i >= 0 for i in idx)
+            now = time.perf_counter()
+            if now - reported >= PROGRESS_SECONDS and done < len(src):  # a long pass says how far it is
+                log.info("translated %d of %d sentences in %.0f s", done, len(src), now - started)
+                reported = now
         return results
 
     def translate(self, texts: list[str], beam_size: int | None = None, batch_size: int | None = None,
