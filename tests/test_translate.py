@@ -115,10 +115,9 @@ def test_a_timing_warm_up_runs_only_shapes_not_run_before(ar_run, monkeypatch, c
     the last)."""
     import logging
 
-    from jaxnat.decoding import translator as translator_module
-
     from jaxnat.config import build_config
     from jaxnat.data.batching import eval_batches
+    from jaxnat.decoding import translator as translator_module
     from jaxnat.restore import load_translator
 
     # the run decodes in one bucket (conftest.py); three here, so that the batches take more than one shape

@@ -196,8 +196,8 @@ class Translator:
             phrases = pad_phrases([s.phrases for s in starts])
             c, p = phrases.shape[1:]
             least = 8 if uniform else 0
-            # a search over the sets of phrases done (the models with a most phrases a sentence: their states grow
-            # as 2^C) pads C to a power of two, so that one or two phrases cost what they are: 1, 2, 4, … shapes
+            # a model that bounds the phrases a sentence searches over the sets of phrases done (2^C states): C is
+            # padded to a power of two, so that one or two phrases cost what they are (shapes 1, 2, 4, …)
             rounded = _round_up(c, 4) if uniform or not sup.max_phrases else min(1 << (c - 1).bit_length(),
                                                                                   sup.max_phrases)
             constraints = np.pad(phrases, ((0, 0), (0, rounded - c), (0, max(_round_up(p, 4), least) - p)))

@@ -173,8 +173,8 @@ def constrained_decode(links: jax.Array, emit: jax.Array, n_vertices: jax.Array,
 
     def step(delta, _):
         flat = delta.reshape(B, L, NM * NI)
-        # the best predecessor's score only (one vectorised reduction): its index, the back-pointer, is found again
-        # for the one state each row's read-out visits (`walk`), which costs 1/30 of an argmax over all of them here
+        # the best predecessor's score only, one vectorised reduction: its index (the back-pointer) is found again
+        # for the one state each row's read-out visits (`walk`); an argmax over every state here was 97% of a step
         moved = jnp.max(flat[:, :, None, :] + links[..., None], axis=1)     # [B, L_j, Q] over L_i
         at_last = jnp.take_along_axis(moved, last[:, None, None], 1)[:, 0].reshape(B, NM, NI)
         ends = jnp.max(at_last[..., :INSIDE], -1) + eos[:, None]            # [B, NM]: EOS from a free state
