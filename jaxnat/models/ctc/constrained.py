@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxnat.argmax import argmax
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.models.ctc.lattice import NEG
 
@@ -111,7 +112,7 @@ def constrained_path(log_probs, frames, phrases, hard, blank: int, continues=Non
     other = ~is_special & (jnp.arange(v) != blank)
     # each class's most probable token at every frame (one masked reduction per class: nothing [T, 6, V] is built)
     in_class = [other & (token_class == k) for k in range(CLASSES)]
-    class_label = jnp.stack([jnp.argmax(jnp.where(w, lp, NEG), axis=-1) for w in in_class], 1).astype(jnp.int32)
+    class_label = jnp.stack([argmax(jnp.where(w, lp, NEG)) for w in in_class], 1).astype(jnp.int32)
     class_best = jnp.stack([jnp.max(jnp.where(w, lp, NEG), axis=-1) for w in in_class], 1)  # [T, 6]
     slot_valid = jnp.concatenate([special != PAD_ID, jnp.ones(CLASSES, bool)])  # [X]
     slot_token = jnp.concatenate([special, jnp.full(CLASSES, -1, special.dtype)])  # -1: a class, never a piece
