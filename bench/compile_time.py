@@ -18,6 +18,8 @@ without their --config. prefix). Per family, as a run would:
               eval.beam_size, for the source bucket that holds the median validation source, with the validation
               sentences' constraint pairs for the vectorized model; a model with a length plan gets the plan's
               shapes (its small plan program is not counted)
+  hard (s)  — the same with hard constraints, for families that take them: two phrases of each sentence's
+              reference (its pieces 1–2 and 4–5, or one where the reference is short), as `Translator` pads them
 
 Every figure compiles a freshly traced and lowered program (lowering is not timed; the persistent compilation cache
 is off, and jax's in-memory caches hold only what it traced before), median of --repeats; with --scan the two
@@ -64,16 +66,20 @@ class Family:
         self.batcher = self.trainer.make_batcher()
         self.state = self.trainer.init_state(self.batcher.batch(0))
         self.request = self.typical_request()
+        self.hard_request = self.typical_request(hard=True) if self.trainer.spec.supports.hard_constraints else None
 
-    def typical_request(self):
-        """The `DecodeRequest` of eval.batch_size validation sentences in the bucket of the median source."""
+    def typical_request(self, hard: bool = False):
+        """The `DecodeRequest` of eval.batch_size validation sentences in the bucket of the median source (hard:
+        with two phrases of each one's reference as hard constraints)."""
         t, e = self.trainer, self.config.eval
-        valid = t.encoded_split("valid").src
+        prepared = t.encoded_split("valid")
+        valid = prepared.src
         bucket = min(b for b in t.buckets if b >= statistics.median(len(s) for s in valid))
         chosen = [i for i, s in enumerate(valid) if len(s) <= bucket][: e.batch_size]
         src = np.stack([np.pad(valid[i], (0, bucket - len(valid[i]))) for i in chosen]).astype(np.int32)
         pairs = t.pairs["valid"] if t.spec.supports.pairs else None
-        starts = [Start(pairs=[tuple(p) for p in pairs[i]] if pairs else None) for i in chosen]
+        starts = [Start(pairs=[tuple(p) for p in pairs[i]] if pairs else None,
+                        phrases=reference_phrases(prepared.tgt[i]) if hard else None, hard=hard) for i in chosen]
         translator = Translator(t.spec, self.state["params"], t.tokenizer, self.config)
         request = translator.request(src, starts, e.beam_size, trace=False)
         if t.spec.plan is not None:  # generate then decodes the planned lengths: their shapes suffice to compile it
@@ -90,13 +96,19 @@ class Family:
         seconds = (time.perf_counter() - t0) / len(lowered)
         return seconds, max(c.memory_analysis().temp_size_in_bytes for c in compiled) / 2**30
 
-    def compile_decode(self) -> float:
+    def compile_decode(self, request) -> float:
         # a function jit has not traced yet: jax reuses the lowering (and then the executable) of one it has
         generate = self.trainer.spec.generate
-        lowered = jax.jit(lambda params, request: generate(params, request)).lower(self.state["params"], self.request)
+        lowered = jax.jit(lambda params, request: generate(params, request)).lower(self.state["params"], request)
         t0 = time.perf_counter()
         lowered.compile()
         return time.perf_counter() - t0
+
+
+def reference_phrases(tgt) -> list[list[int]]:
+    """Two phrases of a [BOS … EOS] reference: its pieces 1–2 and 4–5 (one phrase where it is too short)."""
+    pieces = [int(x) for x in tgt[1:-1]]
+    return [pieces[0:2], pieces[3:5]] if len(pieces) >= 5 else [pieces[:2]]
 
 
 def median(values):
@@ -127,23 +139,26 @@ def main():
                                           spm_from=os.path.join(tmp, family))
                 except ConfigError as e:
                     note = str(e)
-            times = {(name, what): [] for name in runs for what in ("train", "decode")}
+            times = {(name, what): [] for name in runs for what in ("train", "decode", "hard")}
             temp = {}
             for r in range(args.repeats):
                 for name, run in runs.items():
                     seconds, temp[name] = run.compile_train()
                     times[name, "train"].append(seconds)
-                    times[name, "decode"].append(run.compile_decode())
+                    times[name, "decode"].append(run.compile_decode(run.request))
+                    if run.hard_request is not None:
+                        times[name, "hard"].append(run.compile_decode(run.hard_request))
                     print(f"{family} repeat {r} {name}: train {times[name, 'train'][-1]:.1f} s/program, "
-                          f"decode {times[name, 'decode'][-1]:.1f} s", flush=True)
+                          f"decode {times[name, 'decode'][-1]:.1f} s, hard {median(times[name, 'hard'][-1:])} s",
+                          flush=True)
             cfg = runs["plain"].config
             req = runs["plain"].request
             rows.append((family, cfg, len(runs["plain"].batcher.shapes), req, times, temp, note))
     print(f"\n{machine()}\nmedian of {args.repeats}; configs/<family>/{args.config_name}.py {' '.join(args.set)}")
-    head = "| family | model | train programs | train, per program (s) | temp (GiB) | decode (s) |"
+    head = "| family | model | train programs | train, per program (s) | temp (GiB) | decode (s) | hard (s) |"
     if args.scan:
         head = ("| family | model | train programs | train, per program (s) | with scan (s) | temp (GiB) | "
-                "with scan (GiB) | decode (s) | with scan (s) |")
+                "with scan (GiB) | decode (s) | with scan (s) | hard (s) | with scan (s) |")
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     for family, cfg, programs, req, times, temp, note in rows:
@@ -155,9 +170,10 @@ def main():
             cells.append(median(times.get(("scan", "train"), [])))
         variants = ("plain", "scan") if args.scan else ("plain",)
         cells += [f"{temp[name]:.1f}" if name in temp else "—" for name in variants]
-        cells.append(median(times["plain", "decode"]))
-        if args.scan:
-            cells.append(median(times.get(("scan", "decode"), [])))
+        for what in ("decode", "hard"):
+            cells.append(median(times["plain", what]))
+            if args.scan:
+                cells.append(median(times.get(("scan", what), [])))
         print(f"| {family} | {model} | {programs} | " + " | ".join(cells) + " |")
         if note:
             print(f"  {family}, scan: {note}")

@@ -1,5 +1,6 @@
 """jaxnat.argmax against a plain-Python argmax (first maximum, NaN the largest) on random arrays: ties,
--inf rows, NaN, empty batches, and axis widths that take each of its three paths."""
+-inf rows, NaN, empty batches, and axis widths that take each of its three paths; `masked_best` (a class known
+empty as None) against the same."""
 
 import math
 
@@ -9,7 +10,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jaxnat.argmax import SMALL, argmax, chunk_size, top_k
+from jaxnat.argmax import SMALL, argmax, chunk_size, masked_best, top_k
 
 SMALL_WIDTHS = (1, 2, 40)
 CHUNKED_WIDTHS = (128, 192, 320, 640)
@@ -58,6 +59,26 @@ def test_matches_plain_python(x):
     assert got.dtype == np.int32 and got.shape == x.shape[:-1]
     want = np.asarray([reference(list(r)) for r in x.reshape(-1, x.shape[-1])], np.int32).reshape(x.shape[:-1])
     np.testing.assert_array_equal(got, want)
+
+
+_masked_best = jax.jit(masked_best, static_argnums=2)
+
+
+@settings(max_examples=30, deadline=None)
+@given(arrays(), st.data())
+def test_masked_best_is_the_best_member(x, data):
+    """The maximum of x over the members, fill elsewhere, and its first index; None (a class known to be empty)
+    gives what a mask with no member gives."""
+    width = x.shape[-1]
+    member = np.asarray(data.draw(st.lists(st.booleans(), min_size=width, max_size=width)))
+    fill = -5.0
+    for mask in (member, None):
+        values, index = map(np.asarray, _masked_best(x, mask, fill))
+        keep = mask if mask is not None else np.zeros(width, bool)
+        rows = np.where(keep, x, fill).reshape(-1, width)
+        want = np.asarray([reference(list(r)) for r in rows], np.int32)
+        np.testing.assert_array_equal(index.reshape(-1), want)
+        np.testing.assert_array_equal(values.reshape(-1), rows[np.arange(len(rows)), want])
 
 
 def test_widths_cover_each_path():

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from jaxnat.argmax import argmax
+from jaxnat.argmax import masked_best
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.models.ctc.lattice import NEG
 
@@ -110,10 +110,15 @@ def constrained_path(log_probs, frames, phrases, hard, blank: int, continues=Non
     kind = jnp.where(glue_c, 1, jnp.where(glue_r, 2, 0))
     token_class = KINDS * glue_j.astype(jnp.int32) + kind          # [V]
     other = ~is_special & (jnp.arange(v) != blank)
-    # each class's most probable token at every frame (one masked reduction per class: nothing [T, 6, V] is built)
-    in_class = [other & (token_class == k) for k in range(CLASSES)]
-    class_label = jnp.stack([argmax(jnp.where(w, lp, NEG)) for w in in_class], 1).astype(jnp.int32)
-    class_best = jnp.stack([jnp.max(jnp.where(w, lp, NEG), axis=-1) for w in in_class], 1)  # [T, 6]
+    # each class's most probable token at every frame (one masked reduction per class: nothing [T, 6, V] is built;
+    # none for a class that no word table fills)
+    def members(k):
+        fills = ((k < KINDS or joins is not None) and (k % KINDS != 1 or continues is not None)
+                 and (k % KINDS != 2 or trails is not None))
+        return other & (token_class == k) if fills else None
+
+    class_best, class_label = (jnp.stack(x, 1) for x in zip(*(masked_best(lp, members(k), NEG)
+                                                                  for k in range(CLASSES))))  # [T, 6]
     slot_valid = jnp.concatenate([special != PAD_ID, jnp.ones(CLASSES, bool)])  # [X]
     slot_token = jnp.concatenate([special, jnp.full(CLASSES, -1, special.dtype)])  # -1: a class, never a piece
     classes = jnp.arange(CLASSES)

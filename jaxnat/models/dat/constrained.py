@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxnat.argmax import argmax
+from jaxnat.argmax import argmax, masked_best
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.models.dat.dag import NEG, _at
 
@@ -50,16 +50,11 @@ def _free_tables(emit: jax.Array, allowed: jax.Array, continues, joins, trails):
     join = jnp.zeros(V, bool) if joins is None else joins
     trail = jnp.zeros(V, bool) if trails is None else trails & ~cont
     closing = allowed & ~cont & ~trail
-    classes = [allowed & ~join, allowed & join, closing & ~join, closing & join]
-    lps, toks = [], []
-    for ok in classes + ([allowed & trail & ~join] if trails is not None else []):
-        masked = jnp.where(ok, emit, NEG)
-        tok = argmax(masked).astype(jnp.int32)
-        lps.append(jnp.take_along_axis(masked, tok[..., None], axis=2)[..., 0])
-        toks.append(tok)
-    if trails is None:  # no trailing pieces: the class is empty, and costs no pass over the vocabulary
-        lps.append(jnp.full(emit.shape[:2], NEG))
-        toks.append(jnp.zeros(emit.shape[:2], jnp.int32))
+    # a class no table fills (None) costs no pass over the vocabulary
+    joined = (lambda ok: ok & join) if joins is not None else (lambda ok: None)
+    classes = [allowed & ~join, joined(allowed), closing & ~join, joined(closing),
+               allowed & trail & ~join if trails is not None else None]
+    lps, toks = zip(*(masked_best(emit, ok, NEG) for ok in classes))
     return jnp.stack(lps, -1), jnp.stack(toks, -1)
 
 
