@@ -1,9 +1,10 @@
 """The Multi30k En→De tables of docs/results.md as one resumable pipeline: the AR teacher, its distilled training
-set and constraint-pair alignments, the students of each paper with the controls and ablations of its table, their
-evaluations, speed tables and reports, and three seeds of each paper's central comparison (the seeds table).
+set and constraint-pair alignments, the students of each paper with the controls and ablations of its table, the
+one-pass models (DA-Transformer, CTC), their evaluations, speed tables and reports, and three seeds of each paper's
+central comparison (the seeds table).
 
     python launch/multi30k.py --data-dir DATA --runs RUNS [--gpu [--teacher ar|ar-small]]
-                              [--tables teacher,vecconst,nat,cmlm,edit,seeds] [--only JOB ...] [--align-from DIR]
+                              [--tables teacher,vecconst,nat,cmlm,edit,onepass,seeds] [--only JOB ...] [--align-from DIR]
                               [--parallel N] [--time-limit SECONDS] [--config.KEY=VALUE ...] [--status] [--dry-run]
 
 Jobs run one after another (one machine, one device), each after the jobs it needs; a finished job is marked
@@ -47,7 +48,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEST = "test_2016_flickr"
-TABLES = ("teacher", "vecconst", "nat", "cmlm", "edit", "seeds")
+TABLES = ("teacher", "vecconst", "nat", "cmlm", "edit", "onepass", "seeds")
 SEEDS = (1, 2)  # the seeds table's runs of a configuration beside its seed-0 run in its paper's table
 # the AR models that can teach (distillation, the students' vocabulary, rescoring): configs/<name>[_gpu].py
 TEACHERS = {"ar": "ar/multi30k", "ar-small": "ar/multi30k_small"}  # ar-small: with --gpu only (d 256, 3+3)
@@ -74,6 +75,8 @@ COLUMNS = {  # by the report's name (RUNS/reports/NAME)
     "cmlm-kd": (*MASK_PREDICT, ("repeated words %", "repetition")),
     "edit": (("BLEU", "bleu"), ("tok. BLEU", "tok_bleu"), *CONSTRAINED,
              ("iterations (the papers' count)", "mean_steps"), ("passes", "mean_iterations"), *SPEED),
+    "onepass": (("BLEU", "bleu"), ("tok. BLEU", "tok_bleu"), *CONSTRAINED, ("repeated words %", "repetition"),
+                *SPEED),
     "edit-seeds": (("BLEU", "bleu"), *CONSTRAINED),
     "nat-seeds": (("BLEU", "bleu"), *REPEATED),
     "cmlm-seeds": MASK_PREDICT,
@@ -230,6 +233,20 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
         Job("speed-edit", ("levt", "editor"), speed("--run", teach, "--run", run("levt"), "--run", run("editor"),
                                               distilled), "edit"),
         report("edit", "levt", "editor", "levt-paper", "editor-paper", "editor-nodual", "editor-hardpaper"),
+        # the one-pass models: Huang et al. 2022's DA-Transformer on raw data (its headline setting: no
+        # distillation), decoded with lookahead and joint Viterbi, and on the distilled data; CTC with glancing (Qian
+        # et al. 2021) and without (Libovický & Helcl 2018) on the distilled data, as their papers train them (joint
+        # Viterbi's copy decodes plain only: the constrained search does not depend on dat.decode)
+        Job("dat", (teacher,), main("dat/multi30k", "dat", raw, *student), "onepass"),
+        Job("dat-viterbi", ("dat",), main("dat/multi30k", "dat-viterbi", raw, "--config.dat.decode=viterbi",
+                                          "--config.eval.constraints=", mode=evaluate), "onepass", copy_from=run("dat")),
+        Job("dat-kd", ("distill",), main("dat/multi30k", "dat-kd", distilled, *student), "onepass"),
+        Job("ctc", ("distill",), main("ctc/multi30k", "ctc", distilled, *student), "onepass"),
+        Job("ctc-plain", ("distill",), main("ctc/multi30k", "ctc-plain", distilled, *student,
+                                            "--config.ctc.glancing=false"), "onepass"),
+        Job("speed-onepass", ("dat-kd", "ctc"), speed("--run", teach, "--run", run("dat-kd"), "--run", run("ctc"),
+                                                      distilled), "onepass"),
+        report("onepass", "dat", "dat-viterbi", "dat-kd", "ctc", "ctc-plain"),
     ]
     # three seeds of the comparisons each paper makes its case with (seed 0: the runs above), reported together
     by_name = {j.name: j for j in tables}

@@ -94,7 +94,7 @@ def test_every_config_it_names_exists(tmp_path, gpu):
 
     out = _pipeline(tmp_path, "--dry-run", *(["--gpu"] if gpu else []))[0].stdout
     configs = set(re.findall(r"--config (\S+)", out))
-    assert len(configs) == 9 + gpu and all(os.path.isfile(os.path.join(ROOT, c)) for c in configs), configs
+    assert len(configs) == 11 + gpu and all(os.path.isfile(os.path.join(ROOT, c)) for c in configs), configs
     assert all(c.endswith("_gpu.py") == gpu for c in configs)
     for line in out.splitlines():
         argv = shlex.split(line.split(": ", 1)[1].split(") ", 1)[-1])

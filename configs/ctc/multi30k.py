@@ -4,7 +4,8 @@ config's data, model size and budget (configs/nat/multi30k.py), the CTC canvas o
 First the AR teacher and its distilled training set (configs/ar/multi30k.py, --mode distill), then:
     python -m jaxnat.main --config configs/ctc/multi30k.py --workdir runs/ctc-multi30k \
         --config.data.dir=runs/kd-multi30k --config.data.spm_from=runs/ar-multi30k
-Plain CTC: --config.ctc.glancing=false (and another workdir); prefix beam search: --config.eval.beam_size=5.
+Plain CTC: --config.ctc.glancing=false (and another workdir); prefix beam search: --config.eval.beam_size=5. The
+evaluation adds soft and hard constraint runs on every test split (eval.constraints).
 """
 
 from jaxnat.config import default_config
@@ -25,6 +26,6 @@ def get_config():
     # CPU's caches; a quarter of the rows ran 1.06-1.09x faster than the whole (docs/benchmarks.md, "CTC")
     c.train.update(microbatches=4, steps=2500, lr=1e-3, warmup_steps=1000, weight_decay=0.01, label_smoothing=0.1,
                    log_every=100, eval_every=500, checkpoint_every=250, valid_bleu_sentences=1014)
-    c.eval.update(latency_sentences=100)
+    c.eval.update(latency_sentences=100, constraints="soft,hard")
     c.ctc.update(upsample=3, glancing=True, glance_start=0.5, glance_end=0.3)
     return c

@@ -6,6 +6,7 @@ Raw data, the paper's headline setting (DA-Transformer trains without distillati
 other NAT configs' way, configs/ar/multi30k.py with --mode distill): --config.data.dir=runs/kd-multi30k
 --config.data.spm_from=runs/ar-multi30k. Glancing anneals 0.5 → 0.1 over the whole run; lookahead decoding;
 `--mode eval --config.dat.decode=viterbi` (joint Viterbi) or `--config.dat.decode=beam --config.eval.beam_size=8`.
+The evaluation adds soft and hard constraint runs on every test split (eval.constraints).
 """
 
 from jaxnat.config import default_config
@@ -26,6 +27,6 @@ def get_config():
     # (docs/benchmarks.md, "DA-Transformer")
     c.train.update(microbatches=8, steps=4000, lr=1e-3, warmup_steps=1000, weight_decay=0.01,
                    log_every=100, eval_every=500, checkpoint_every=250, valid_bleu_sentences=1014)
-    c.eval.update(latency_sentences=100, iteration_sweep="4,6,8")
+    c.eval.update(latency_sentences=100, iteration_sweep="4,6,8", constraints="soft,hard")
     c.dat.update(upsample=8, glance_start=0.5, glance_end=0.1, glance_steps=4000, decode="lookahead")
     return c
