@@ -4,8 +4,9 @@ one-pass models (DA-Transformer, CTC), their evaluations, speed tables and repor
 central comparison (the seeds table).
 
     python launch/multi30k.py --data-dir DATA --runs RUNS [--gpu [--teacher ar|ar-small]]
-                              [--tables teacher,vecconst,nat,cmlm,edit,onepass,seeds] [--only JOB ...] [--align-from DIR]
-                              [--parallel N] [--time-limit SECONDS] [--config.KEY=VALUE ...] [--status] [--dry-run]
+                              [--tables teacher,vecconst,nat,cmlm,edit,onepass,seeds] [--only JOB ...]
+                              [--align-from DIR] [--parallel N] [--time-limit SECONDS] [--config.KEY=VALUE ...]
+                              [--status] [--dry-run]
 
 Jobs run one after another (one machine, one device), each after the jobs it needs; a finished job is marked
 done (RUNS/pipeline/done/JOB) and not run again, a failed one is reported and the jobs that need it are left
@@ -239,7 +240,8 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
         # Viterbi's copy decodes plain only: the constrained search does not depend on dat.decode)
         Job("dat", (teacher,), main("dat/multi30k", "dat", raw, *student), "onepass"),
         Job("dat-viterbi", ("dat",), main("dat/multi30k", "dat-viterbi", raw, "--config.dat.decode=viterbi",
-                                          "--config.eval.constraints=", mode=evaluate), "onepass", copy_from=run("dat")),
+                                          "--config.eval.constraints=", mode=evaluate),
+            "onepass", copy_from=run("dat")),
         Job("dat-kd", ("distill",), main("dat/multi30k", "dat-kd", distilled, *student), "onepass"),
         Job("ctc", ("distill",), main("ctc/multi30k", "ctc", distilled, *student), "onepass"),
         Job("ctc-plain", ("distill",), main("ctc/multi30k", "ctc-plain", distilled, *student,

@@ -212,14 +212,15 @@ def trails_of(ids) -> np.ndarray:
 @functools.lru_cache(maxsize=None)
 def _constrained(glue: bool):
     """The constrained search at W + 1 slots, β = 1, reward 0.5: with the word tables (the trails table an
-    argument, so one program serves every table) or without any."""
+    argument, so one program serves every table), or without any and a row at a time (chunks of rows, as a large
+    batch is searched)."""
     allowed = allowed_tokens(V)
     if glue:
         return jax.jit(lambda links, emit, n, phrases, hard, trails: constrained_decode(
             links, emit, n, phrases, hard, allowed, W + 1, 1.0, 0.5, jnp.asarray(CONTINUES), jnp.asarray(JOINS),
             trails))
     plain = jax.jit(lambda links, emit, n, phrases, hard: constrained_decode(
-        links, emit, n, phrases, hard, allowed, W + 1, 1.0, 0.5))
+        links, emit, n, phrases, hard, allowed, W + 1, 1.0, 0.5, rows=1))
     return lambda links, emit, n, phrases, hard, trails=None: plain(links, emit, n, phrases, hard)
 
 

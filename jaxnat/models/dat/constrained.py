@@ -131,9 +131,19 @@ def _transition(moved, free_lp, free_tok, ph, phrases, lens):
     return new, src, tok
 
 
+STORED_BYTES = 1 << 30  # the most the search keeps for its read-out at once: larger batches go in chunks of rows
+
+
+def _states(C: int, P: int, L: int, V: int) -> tuple[int, int, type]:
+    """(NM, NI, the read-out's index type) for C phrases of P pieces (P ≥ 2), L vertices, V token types: 16 bits
+    where every index fits."""
+    NM, NI = 1 << C, INSIDE + C * (P - 1)
+    return NM, NI, jnp.int16 if max(L, NM * NI, V) < 2**15 else jnp.int32
+
+
 def constrained_decode(links: jax.Array, emit: jax.Array, n_vertices: jax.Array, phrases: jax.Array,
                        hard: jax.Array, allowed: jax.Array, width: int, beta: float, soft_reward: float,
-                       continues=None, joins=None, trails=None) -> dict:
+                       continues=None, joins=None, trails=None, rows: int = 0) -> dict:
     """The best path of at most ``width`` vertices that emits every phrase of a hard row (any order, each as a
     run of consecutive vertices), or, on a soft row, the best under a reward of ``soft_reward`` per phrase.
 
@@ -142,14 +152,35 @@ def constrained_decode(links: jax.Array, emit: jax.Array, n_vertices: jax.Array,
     emit; continues, joins, trails: bool[V] or None (`word_glue`). Returns {'tokens' int32[B, width] ([BOS …
     EOS], PAD after), 'path' int32[B, width] (its vertices, −1 after), 'phrase' bool[B, width] (a constraint's
     token), 'score' float32[B] (log P(y, a | x), the reward left out), 'infeasible' int32[B] (a hard row no path
-    satisfies, decoded as soft)}."""
+    satisfies, decoded as soft)}.
+
+    The read-out needs every output slot's scores, sources and tokens of every (vertex, state): W · L · Q values a
+    row (at batch 64, 40 source pieces, λ 8 and four phrases of 8 pieces, 6.4 GB). Rows are therefore searched in
+    chunks (one after another, the same results) of ``rows`` rows, by default the most (a divisor of B) whose
+    store fits `STORED_BYTES`."""
     B, L, _ = links.shape
     C, P = phrases.shape[1:]
     if C > MAX_PHRASES:
         raise ValueError(f"at most {MAX_PHRASES} constraint phrases a sentence, got {C}")
     P = max(P, 2)
     phrases = jnp.pad(phrases, ((0, 0), (0, 0), (0, P - phrases.shape[2])), constant_values=PAD_ID)
-    NM, NI = 1 << C, INSIDE + C * (P - 1)
+    NM, NI, small = _states(C, P, L, emit.shape[-1])
+    if not rows:
+        per_row = (width - 1) * L * NM * NI * (4 + 2 * np.dtype(small).itemsize)
+        rows = max(d for d in range(1, B + 1) if B % d == 0 and (d == 1 or d * per_row <= STORED_BYTES))
+    search = lambda xs: _search(*xs, allowed, width, beta, soft_reward, continues, joins, trails)  # noqa: E731
+    if rows >= B:
+        return search((links, emit, n_vertices, phrases, hard))
+    chunks = lambda x: x.reshape(B // rows, rows, *x.shape[1:])  # noqa: E731
+    out = jax.lax.map(search, tuple(map(chunks, (links, emit, n_vertices, phrases, hard))))
+    return {k: v.reshape(B, *v.shape[2:]) for k, v in out.items()}
+
+
+def _search(links, emit, n_vertices, phrases, hard, allowed, width, beta, soft_reward, continues, joins, trails):
+    """`constrained_decode` of one chunk of rows, phrases padded to P ≥ 2."""
+    B, L, _ = links.shape
+    C, P = phrases.shape[1:]
+    NM, NI, small = _states(C, P, L, emit.shape[-1])
     lens = jnp.sum(phrases != PAD_ID, axis=2).astype(jnp.int32)              # [B, C]
     absent = jnp.sum(jnp.where(lens == 0, 1 << jnp.arange(C), 0), axis=1)   # the mask a row starts from
     n_absent = jnp.sum(lens == 0, axis=1)
@@ -161,8 +192,6 @@ def constrained_decode(links: jax.Array, emit: jax.Array, n_vertices: jax.Array,
     eos = _at(emit[..., EOS_ID], last)
     reward = jnp.where(hard, 0.0, soft_reward)[:, None] * (popcount[None] - n_absent[:, None])  # [B, NM]
 
-    # the read-out's [W, B, L, Q] source states and tokens in 16 bits where every index fits
-    small = jnp.int16 if max(L, NM * NI, emit.shape[-1]) < 2**15 else jnp.int32
     start = jnp.full((B, L, NM, NI), NEG)
     start = start.at[jnp.arange(B), 0, absent, NORMAL].set(emit[:, 0, BOS_ID])
 
