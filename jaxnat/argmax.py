@@ -58,10 +58,9 @@ def argmax(x: jax.Array) -> jax.Array:
     return best_chunk * c + jnp.argmax(inside, axis=-1).astype(jnp.int32)
 
 
-
 def masked_best(x: jax.Array, member, fill: float) -> tuple[jax.Array, jax.Array]:
     """x: float[..., V], member: bool broadcastable to x, or None → (values float[...], indices int32[...]): the
-    best entry of x among the members, the first of ties (none: ``fill`` at index 0).
+    maximum of x where member holds and ``fill`` elsewhere, and its first index (no member: ``fill`` at 0).
 
     None stands for a class known to be empty when the program is traced (a word table the vocabulary lacks),
     and makes no pass over V. A mask XLA can prove all false must not reach the reduction either: XLA:CPU folds
