@@ -424,6 +424,7 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec():
     for decode, beam in (("greedy", 1), ("lookahead", 1), ("viterbi", 1), ("beam", 4)):
         s = build_model(build_config(TINY, BASE + [f"--config.dat.decode={decode}",
                                                    f"--config.eval.beam_size={beam}"]), 24, 24)
+        assert s.supports.beam == (decode == "beam")  # what a Translator and bench/decode_speed.py ask of it
         out = jax.jit(s.generate)(params, DecodeRequest(src, max_out=8, beam_size=beam))
         assert out["tokens"].shape == (2, 8) and np.all(np.asarray(out["tokens"][:, 0]) == 1)
         assert np.asarray(out["tokens"]).tolist() == [[1, 17, 18, 19, 2, 0, 0, 0], [1, 21, 22, 2, 0, 0, 0, 0]]

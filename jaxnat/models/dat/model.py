@@ -356,5 +356,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         return decode_graph(logits, links, n_vertices, request.width(capacity), options, request.beam_size,
                             request.constraints, request.hard, continues, joins, trails)
 
-    return ModelSpec("dat", cfg, module, init, loss, generate, capacity, SUPPORTS, stepped=True,
+    # eval.beam_size is the width of dat.decode=beam and of nothing else
+    supports = dataclasses.replace(SUPPORTS, beam=s.decode == "beam")
+    return ModelSpec("dat", cfg, module, init, loss, generate, capacity, supports, stepped=True,
                      terms=("glance_ratio", "glance_accuracy", "unaligned"))
