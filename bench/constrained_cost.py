@@ -1,14 +1,16 @@
-"""The DA-Transformer's constrained search on its own: time and memory of `generate` with hard constraints beside
-plain decoding, on a random model (the search's work and memory depend on the shapes, not on the weights).
+"""A model's constrained decoding on its own: time and memory of `generate` with hard constraints beside plain
+decoding, on a random model of a family's config (a search's work and memory depend on the shapes, not on the
+weights).
 
-    python bench/dat_constrained.py [--batch 64] [--cases 18x4x8,30x4x4] [--vocab 8000] [--repeats 3] \
-        [--tokens-out FILE.npz] [--config configs/dat/multi30k.py] [overrides]
+    python bench/constrained_cost.py [--config configs/dat/multi30k.py] [--batch 64] [--cases 18x4x8,30x4x4] \
+        [--vocab 8000] [--repeats 3] [--tokens-out FILE.npz] [overrides, e.g. --config.eval.beam_size=4]
 
-Each case SxCxP is a batch of random sources of S pieces, each with C random hard phrases of P pieces. The model is
-the config's (λ, decoding options) shrunk to d 32 and 1+1 layers, with a vocabulary of --vocab pieces, every piece a
-word. Per case: the output slots, XLA's temporary memory of the plain and the hard `generate` programs, and the
-median of --repeats timed runs of each (after one untimed run that compiles). --tokens-out keeps the hard outputs of
-every case (arr_0, arr_1 … in case order, one .npz file) so that two commits' outputs can be compared.
+Each case SxCxP is a batch of random sources of S pieces, each with C random hard phrases of P pieces (the shapes a
+`Translator` request would have after its padding). The model is the config's (its family, decoding options,
+eval.beam_size 1 unless overridden) shrunk to d 32 and 1+1 layers, with a vocabulary of --vocab pieces, every piece
+a word. Per case: the output slots, XLA's temporary memory of the plain and the hard `generate` programs, and the
+median of --repeats timed runs of each (after one untimed run that compiles). --tokens-out keeps the hard outputs
+of every case (arr_0, arr_1 … in case order, one .npz file) so that two commits' outputs can be compared.
 """
 
 from __future__ import annotations
@@ -60,7 +62,10 @@ def main():
         assert all(len(case) == 3 and min(case) > 0 for case in cases)
     except (ValueError, AssertionError):
         sys.exit(f"--cases {args.cases!r}: give SOURCExPHRASESxPIECES, e.g. 18x4x8,30x4x4")
-    spec = build_model(build_config(args.config, SMALL + overrides), args.vocab, args.vocab)
+    config = build_config(args.config, SMALL + overrides)
+    spec = build_model(config, args.vocab, args.vocab)
+    if not spec.supports.hard_constraints:
+        sys.exit(f"error: {spec.name!r} takes no hard constraints")
     rng = np.random.default_rng(0)
     generate = jax.jit(spec.generate)
     print(f"| sources, phrases | output slots | memory, plain / hard | run, plain / hard (batch {args.batch}) |")
@@ -71,8 +76,10 @@ def main():
         params = jax.jit(spec.init)(jax.random.PRNGKey(0), {"src": src[:1], "tgt": src[:1]})
         width = spec.capacity(s)
         phrases = jnp.asarray(rng.integers(5, args.vocab, (args.batch, c, p)), jnp.int32)
-        plain = DecodeRequest(src=src, max_out=width)
-        hard = DecodeRequest(src=src, constraints=phrases, hard=jnp.ones(args.batch, bool), max_out=width)
+        beam = config.eval.beam_size
+        plain = DecodeRequest(src=src, max_out=width, beam_size=beam)
+        hard = DecodeRequest(src=src, constraints=phrases, hard=jnp.ones(args.batch, bool), max_out=width,
+                             beam_size=beam)
         memory = [generate.lower(params, r).compile().memory_analysis().temp_size_in_bytes / 2**30
                   for r in (plain, hard)]
         (t_plain, _), (t_hard, out) = (timed(generate, params, r, repeats=args.repeats) for r in (plain, hard))
@@ -81,7 +88,8 @@ def main():
               f"{t_plain:.2f} / {t_hard:.2f} s |", flush=True)
     if args.tokens_out:
         np.savez(args.tokens_out, *kept)
-    print(f"\nmedian of {args.repeats} runs; random d-32 model of {args.config}, vocabulary {args.vocab}\n{machine()}")
+    print(f"\nmedian of {args.repeats} runs; random d-32 model of {args.config} ({spec.name}, beam "
+          f"{config.eval.beam_size}), vocabulary {args.vocab}\n{machine()}")
 
 
 if __name__ == "__main__":
