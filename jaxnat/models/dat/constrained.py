@@ -131,14 +131,29 @@ def _transition(moved, free_lp, free_tok, ph, phrases, lens):
     return new, src, tok
 
 
+BLOCKS = 8  # `_best_predecessor` takes the vertices j in this many blocks, each over the predecessors before its end
+
+
+def _best_predecessor(scores: jax.Array, links_to: jax.Array) -> jax.Array:
+    """max_i scores[b, i, q] + links[b, i, j] for every vertex j: float32[B, L_j, Q] from scores float32[B, L_i, Q]
+    and links_to float32[B, L_j, L_i] (the links transposed). The links are −inf unless i < j (the DAG's order), so a
+    block of vertices j < hi reads only the predecessors i < hi: BLOCKS blocks do (BLOCKS + 1) / (2 · BLOCKS) of the
+    whole square's work, with the same maxima. The reduced axis (i) is the minor one: XLA:CPU reduced [B, L_i, L_j,
+    Q] over its second axis element by element, 30 times slower than over the last (docs/benchmarks.md)."""
+    L = scores.shape[1]
+    by_state = scores.swapaxes(1, 2)[:, :, None, :]                           # [B, Q, 1, L_i]
+    ends = sorted({round(k * L / BLOCKS) for k in range(1, BLOCKS + 1)})
+    parts = [jnp.max(by_state[..., :hi] + links_to[:, None, lo:hi, :hi], axis=3)
+             for lo, hi in zip([0] + ends[:-1], ends)]
+    return jnp.concatenate(parts, axis=2).swapaxes(1, 2)
+
+
 STORED_BYTES = 1 << 30  # the most the search keeps for its read-out at once: larger batches go in chunks of rows
 
 
-def _states(C: int, P: int, L: int, V: int) -> tuple[int, int, type]:
-    """(NM, NI, the read-out's index type) for C phrases of P pieces (P ≥ 2), L vertices, V token types: 16 bits
-    where every index fits."""
-    NM, NI = 1 << C, INSIDE + C * (P - 1)
-    return NM, NI, jnp.int16 if max(L, NM * NI, V) < 2**15 else jnp.int32
+def _states(C: int, P: int) -> tuple[int, int]:
+    """(NM, NI): the bitmasks of done phrases and the inner states of each, for C phrases of P pieces (P ≥ 2)."""
+    return 1 << C, INSIDE + C * (P - 1)
 
 
 def constrained_decode(links: jax.Array, emit: jax.Array, n_vertices: jax.Array, phrases: jax.Array,
@@ -154,19 +169,19 @@ def constrained_decode(links: jax.Array, emit: jax.Array, n_vertices: jax.Array,
     token), 'score' float32[B] (log P(y, a | x), the reward left out), 'infeasible' int32[B] (a hard row no path
     satisfies, decoded as soft)}.
 
-    The read-out needs every output slot's scores, sources and tokens of every (vertex, state): W · L · Q values a
-    row (at batch 64, 40 source pieces, λ 8 and four phrases of 8 pieces, 6.4 GB). Rows are therefore searched in
-    chunks (one after another, the same results) of ``rows`` rows, by default the most (a divisor of B) whose
-    store fits `STORED_BYTES`."""
+    The read-out needs every output slot's scores of every (vertex, state): W · L · Q values a row (at batch 64,
+    40 source pieces, λ 8 and four phrases of 8 pieces, 3.2 GB). Rows are therefore searched in chunks (one after
+    another, the same results) of ``rows`` rows, by default the most (a divisor of B) whose store fits
+    `STORED_BYTES`."""
     B, L, _ = links.shape
     C, P = phrases.shape[1:]
     if C > MAX_PHRASES:
         raise ValueError(f"at most {MAX_PHRASES} constraint phrases a sentence, got {C}")
     P = max(P, 2)
     phrases = jnp.pad(phrases, ((0, 0), (0, 0), (0, P - phrases.shape[2])), constant_values=PAD_ID)
-    NM, NI, small = _states(C, P, L, emit.shape[-1])
+    NM, NI = _states(C, P)
     if not rows:
-        per_row = (width - 1) * L * NM * NI * (4 + 2 * np.dtype(small).itemsize)
+        per_row = (width - 1) * L * NM * NI * 4
         rows = max(d for d in range(1, B + 1) if B % d == 0 and (d == 1 or d * per_row <= STORED_BYTES))
     search = lambda xs: _search(*xs, allowed, width, beta, soft_reward, continues, joins, trails)  # noqa: E731
     if rows >= B:
@@ -180,7 +195,7 @@ def _search(links, emit, n_vertices, phrases, hard, allowed, width, beta, soft_r
     """`constrained_decode` of one chunk of rows, phrases padded to P ≥ 2."""
     B, L, _ = links.shape
     C, P = phrases.shape[1:]
-    NM, NI, small = _states(C, P, L, emit.shape[-1])
+    NM, NI = _states(C, P)
     lens = jnp.sum(phrases != PAD_ID, axis=2).astype(jnp.int32)              # [B, C]
     absent = jnp.sum(jnp.where(lens == 0, 1 << jnp.arange(C), 0), axis=1)   # the mask a row starts from
     n_absent = jnp.sum(lens == 0, axis=1)
@@ -199,11 +214,9 @@ def _search(links, emit, n_vertices, phrases, hard, allowed, width, beta, soft_r
 
     def step(delta, _):
         flat = delta.reshape(B, L, NM * NI)
-        # the best predecessor's score only, one vectorised reduction: its index (the back-pointer) is found again
-        # for the one state each row's read-out visits (`walk`); an argmax over every state here was 97% of a step.
-        # The reduced axis (the predecessor i) is the minor one: XLA:CPU reduced [B, L_i, L_j, Q] over its second
-        # axis element by element, 30 times slower than over the last (docs/benchmarks.md)
-        moved = jnp.max(flat.swapaxes(1, 2)[:, :, None, :] + links_to[:, None], axis=3).swapaxes(1, 2)  # [B, L_j, Q]
+        # the best predecessor's score only: its index (the back-pointer) is found again for the one state each
+        # row's read-out visits (`walk`); an argmax over every state here was 97% of a step
+        moved = _best_predecessor(flat, links_to)                             # [B, L_j, Q]
         at_last = jnp.take_along_axis(moved, last[:, None, None], 1)[:, 0].reshape(B, NM, NI)
         ends = jnp.max(at_last[..., :INSIDE], -1) + eos[:, None]            # [B, NM]: EOS from a free state
         end_inner = argmax(at_last[..., :INSIDE]).astype(jnp.int32)
@@ -211,10 +224,12 @@ def _search(links, emit, n_vertices, phrases, hard, allowed, width, beta, soft_r
         soft_m = argmax(soft).astype(jnp.int32)
         out = (flat, (_at(soft, soft_m), soft_m * NI + _at(end_inner, soft_m), _at(reward, soft_m)),
                (ends[:, NM - 1], (NM - 1) * NI + end_inner[:, NM - 1]))
-        new, src, tok = _transition(moved.reshape(B, L, NM, NI), free_lp, free_tok, ph, phrases, lens)
-        return new, (out, src.reshape(B, L, NM * NI).astype(small), tok.reshape(B, L, NM * NI).astype(small))
+        # the transition's sources and tokens are not kept: the read-out recomputes them at the one vertex it visits
+        # (storing them as they were made cost as much as the maxima)
+        new, _, _ = _transition(moved.reshape(B, L, NM, NI), free_lp, free_tok, ph, phrases, lens)
+        return new, out
 
-    _, (ys, src, tok) = jax.lax.scan(step, start, None, length=width - 1)
+    _, ys = jax.lax.scan(step, start, None, length=width - 1)
     before, (soft_val, soft_q, soft_reward_got), (hard_val, hard_q) = ys     # each [W − 1, B, ...]
     norm = jnp.arange(2, width + 1, dtype=jnp.float32)[:, None] ** beta     # M = step + 1 vertices
     hard_best = argmax((hard_val / norm).T).astype(jnp.int32)
@@ -225,27 +240,34 @@ def _search(links, emit, n_vertices, phrases, hard, allowed, width, beta, soft_r
     q_end = jnp.where(use_hard, _at(hard_q.T, s_end), _at(soft_q.T, s_end))
     score = jnp.where(use_hard, _at(hard_val.T, s_end), _at(soft_val.T, s_end) - _at(soft_reward_got.T, s_end))
 
+    rows = jnp.arange(B)
+
     def walk(carry, xs):
         v, q = carry                                                         # vertex and state at slot s + 1
-        s, delta, sr, tk = xs
+        s, delta = xs
         at_end = s == s_end
         v = jnp.where(at_end, last, v)
         q = jnp.where(at_end, q_end, q)
         live = s <= s_end
-        token = jnp.where(at_end, EOS_ID, tk[jnp.arange(B), jnp.maximum(v, 0), q].astype(jnp.int32))
+        # the step's transition at vertex v alone: the same sums as the forward pass's, so the same choices
+        u = jnp.maximum(v, 0)
+        column = links[rows, :, u]                                           # [B, L_i]: links into v
+        moved_v = jnp.max(delta + column[:, :, None], axis=1)               # [B, Q]
+        _, src_v, tok_v = _transition(moved_v.reshape(B, 1, NM, NI), free_lp[rows, u][:, None],
+                                      free_tok[rows, u][:, None], ph[rows, u][:, None], phrases, lens)
+        token = jnp.where(at_end, EOS_ID, _at(tok_v.reshape(B, NM * NI), q))
         inner = q % NI
-        q_prev = jnp.where(at_end, q, sr[jnp.arange(B), jnp.maximum(v, 0), q].astype(jnp.int32))
+        q_prev = jnp.where(at_end, q, _at(src_v.reshape(B, NM * NI), q))
         # FINISHED is reached by a phrase's last token, which adds the phrase to the mask, or by a trailing piece,
         # which leaves it as it was
         is_phrase = ~at_end & (((inner == FINISHED) & (q_prev // NI != q // NI)) | (inner >= INSIDE))
         # the predecessor: the vertex i maximising the step's score of (i, q_prev) + links[i, v], as the step's max
-        rows = jnp.arange(B)
-        v_prev = argmax(delta[rows, :, q_prev] + links[rows, :, jnp.maximum(v, 0)]).astype(jnp.int32)
+        v_prev = argmax(delta[rows, :, q_prev] + column).astype(jnp.int32)
         out = (jnp.where(live, v, -1), jnp.where(live, token, PAD_ID), live & is_phrase)
         return (jnp.where(live, v_prev, v), jnp.where(live, q_prev, q)), out
 
     init = (jnp.zeros(B, jnp.int32), jnp.zeros(B, jnp.int32))
-    _, (path, tokens, phrase) = jax.lax.scan(walk, init, (jnp.arange(width - 1), before, src, tok), reverse=True)
+    _, (path, tokens, phrase) = jax.lax.scan(walk, init, (jnp.arange(width - 1), before), reverse=True)
     path = jnp.concatenate([jnp.zeros((B, 1), jnp.int32), path.T], axis=1)
     tokens = jnp.concatenate([jnp.full((B, 1), BOS_ID, jnp.int32), tokens.T], axis=1)
     phrase = jnp.concatenate([jnp.zeros((B, 1), bool), phrase.T], axis=1)
