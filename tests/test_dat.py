@@ -1,7 +1,8 @@
 """DA-Transformer (jaxnat/models/dat/): every dynamic program against tests/dat_reference.py's enumeration of
 tiny graphs (hypothesis over graph sizes, λ, target lengths and padding), the glancing counts, the configuration's
 one-line errors, and a tiny model trained and decoded through its ModelSpec. Shapes are fixed per test (B = 2
-rows, graphs padded to L = 8 vertices), so each kernel compiles once."""
+rows, graphs padded to L = 8 vertices; the constrained search's blocked maxima also at 3 and 13), so each kernel
+compiles once or twice."""
 
 import functools
 import math
@@ -18,6 +19,7 @@ from jaxnat.decoding.request import DecodeRequest
 from jaxnat.errors import ConfigError
 from jaxnat.models import build_model
 from jaxnat.models.dat import dag, glancing
+from jaxnat.models.dat import constrained
 from jaxnat.models.dat.constrained import constrained_decode
 from jaxnat.models.dat.model import Decoding, allowed_tokens, decode_graph, graph_sizes, max_vertices
 from tests import dat_reference as ref
@@ -222,6 +224,26 @@ def _constrained(glue: bool):
     plain = jax.jit(lambda links, emit, n, phrases, hard: constrained_decode(
         links, emit, n, phrases, hard, allowed, W + 1, 1.0, 0.5, rows=1))
     return lambda links, emit, n, phrases, hard, trails=None: plain(links, emit, n, phrases, hard)
+
+
+best_predecessor = jax.jit(constrained._best_predecessor)
+
+
+@settings(max_examples=20, deadline=None, derandomize=True)
+@given(n_vertices=st.sampled_from([3, 13]), seed=st.integers(0, 10**6), unreached=st.floats(0, 0.7))
+def test_best_predecessor_is_the_maximum_over_earlier_vertices(n_vertices, seed, unreached):
+    """`constrained._best_predecessor`'s blocks of successors (3 and 13 vertices: fewer vertices than blocks, and
+    blocks of unequal sizes) against the maximum over every predecessor, written out; some scores −inf."""
+    rng = np.random.default_rng(seed)
+    n, q = n_vertices, 3
+    scores = np.where(rng.random((B, n, q)) < unreached, -np.inf, rng.normal(size=(B, n, q))).astype(np.float32)
+    links = np.where(np.arange(n)[None, :, None] < np.arange(n)[None, None, :], rng.normal(size=(B, n, n)),
+                     -np.inf).astype(np.float32)
+    got = np.asarray(best_predecessor(jnp.asarray(scores), jnp.asarray(links).swapaxes(1, 2)))
+    for b in range(B):
+        for j in range(n):
+            for s in range(q):
+                assert got[b, j, s] == max(float(scores[b, i, s] + links[b, i, j]) for i in range(n)), (b, j, s)
 
 
 phrase_sets = st.lists(st.lists(st.sampled_from([6, 7, 8]), min_size=1, max_size=2), min_size=0, max_size=2)
