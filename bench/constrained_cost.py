@@ -85,7 +85,7 @@ def main():
         (t_plain, _), (t_hard, out) = (timed(generate, params, r, repeats=args.repeats) for r in (plain, hard))
         kept.append(np.asarray(out["tokens"]))
         print(f"| {s} pieces, {c} × {p} pieces | {width} | {memory[0]:.2f} / {memory[1]:.2f} GiB | "
-              f"{t_plain:.2f} / {t_hard:.2f} s |", flush=True)
+              f"{t_plain:.3g} / {t_hard:.3g} s |", flush=True)
     if args.tokens_out:
         np.savez(args.tokens_out, *kept)
     print(f"\nmedian of {args.repeats} runs; random d-32 model of {args.config} ({spec.name}, beam "
