@@ -214,13 +214,14 @@ def trails_of(ids) -> np.ndarray:
 @functools.lru_cache(maxsize=None)
 def _constrained(glue: bool):
     """The constrained search at W + 1 slots, β = 1, reward 0.5: with the word tables (the trails table an
-    argument, so one program serves every table), or without any and a row at a time (chunks of rows, as a large
-    batch is searched)."""
+    argument, so one program serves every table) and the emissions as logits with their log-normalisers (as the
+    model decodes), or without any and a row at a time (chunks of rows, as a large batch is searched)."""
     allowed = allowed_tokens(V)
     if glue:
+        shift = jnp.linspace(-3.0, 5.0, L)                                    # each vertex's logits off by its own
         return jax.jit(lambda links, emit, n, phrases, hard, trails: constrained_decode(
-            links, emit, n, phrases, hard, allowed, W + 1, 1.0, 0.5, jnp.asarray(CONTINUES), jnp.asarray(JOINS),
-            trails))
+            links, emit + shift[:, None], n, phrases, hard, allowed, W + 1, 1.0, 0.5, jnp.asarray(CONTINUES),
+            jnp.asarray(JOINS), trails, log_norm=jnp.broadcast_to(shift, emit.shape[:2])))
     plain = jax.jit(lambda links, emit, n, phrases, hard: constrained_decode(
         links, emit, n, phrases, hard, allowed, W + 1, 1.0, 0.5, rows=1))
     return lambda links, emit, n, phrases, hard, trails=None: plain(links, emit, n, phrases, hard)

@@ -158,16 +158,17 @@ def _states(C: int, P: int) -> tuple[int, int]:
 
 def constrained_decode(links: jax.Array, emit: jax.Array, n_vertices: jax.Array, phrases: jax.Array,
                        hard: jax.Array, allowed: jax.Array, width: int, beta: float, soft_reward: float,
-                       continues=None, joins=None, trails=None, rows: int = 0) -> dict:
+                       continues=None, joins=None, trails=None, rows: int = 0, log_norm=None) -> dict:
     """The best path of at most ``width`` vertices that emits every phrase of a hard row (any order, each as a
     run of consecutive vertices), or, on a soft row, the best under a reward of ``soft_reward`` per phrase.
 
-    links: float32[B, L, L]; emit: float32[B, L, V] log-probabilities; phrases: int32[B, C, P] PAD-padded
-    (C ≤ MAX_PHRASES; an all-PAD phrase is absent); hard: bool[B]; allowed: bool[V], the tokens a free vertex may
-    emit; continues, joins, trails: bool[V] or None (`word_glue`). Returns {'tokens' int32[B, width] ([BOS …
-    EOS], PAD after), 'path' int32[B, width] (its vertices, −1 after), 'phrase' bool[B, width] (a constraint's
-    token), 'score' float32[B] (log P(y, a | x), the reward left out), 'infeasible' int32[B] (a hard row no path
-    satisfies, decoded as soft)}.
+    links: float32[B, L, L]; emit: float32[B, L, V] log-probabilities, or logits with log_norm float32[B, L] their
+    log-normalisers (the search normalises the few entries it reads of each vertex's row: no [B, L, V]
+    log-probabilities are written); phrases: int32[B, C, P] PAD-padded (C ≤ MAX_PHRASES; an all-PAD phrase is
+    absent); hard: bool[B]; allowed: bool[V], the tokens a free vertex may emit; continues, joins, trails: bool[V]
+    or None (`word_glue`). Returns {'tokens' int32[B, width] ([BOS … EOS], PAD after), 'path' int32[B, width] (its
+    vertices, −1 after), 'phrase' bool[B, width] (a constraint's token), 'score' float32[B] (log P(y, a | x), the
+    reward left out), 'infeasible' int32[B] (a hard row no path satisfies, decoded as soft)}.
 
     The read-out needs every output slot's scores of every (vertex, state): W · L · Q values a row (at batch 64,
     40 source pieces, λ 8 and four phrases of 8 pieces, 3.2 GB). Rows are therefore searched in chunks (one after
@@ -183,16 +184,18 @@ def constrained_decode(links: jax.Array, emit: jax.Array, n_vertices: jax.Array,
     if not rows:
         per_row = (width - 1) * L * NM * NI * 4
         rows = max(d for d in range(1, B + 1) if B % d == 0 and (d == 1 or d * per_row <= STORED_BYTES))
+    norm = jnp.zeros(links.shape[:2], emit.dtype) if log_norm is None else log_norm
     search = lambda xs: _search(*xs, allowed, width, beta, soft_reward, continues, joins, trails)  # noqa: E731
     if rows >= B:
-        return search((links, emit, n_vertices, phrases, hard))
+        return search((links, emit, norm, n_vertices, phrases, hard))
     chunks = lambda x: x.reshape(B // rows, rows, *x.shape[1:])  # noqa: E731
-    out = jax.lax.map(search, tuple(map(chunks, (links, emit, n_vertices, phrases, hard))))
+    out = jax.lax.map(search, tuple(map(chunks, (links, emit, norm, n_vertices, phrases, hard))))
     return {k: v.reshape(B, *v.shape[2:]) for k, v in out.items()}
 
 
-def _search(links, emit, n_vertices, phrases, hard, allowed, width, beta, soft_reward, continues, joins, trails):
-    """`constrained_decode` of one chunk of rows, phrases padded to P ≥ 2."""
+def _search(links, emit, norm, n_vertices, phrases, hard, allowed, width, beta, soft_reward, continues, joins,
+            trails):
+    """`constrained_decode` of one chunk of rows, phrases padded to P ≥ 2, emit less norm the log-probabilities."""
     B, L, _ = links.shape
     C, P = phrases.shape[1:]
     NM, NI = _states(C, P)
@@ -201,14 +204,15 @@ def _search(links, emit, n_vertices, phrases, hard, allowed, width, beta, soft_r
     n_absent = jnp.sum(lens == 0, axis=1)
     popcount = np.asarray([bin(m).count("1") for m in range(NM)], np.float32)
     free_lp, free_tok = _free_tables(emit, allowed, continues, joins, trails)
+    free_lp = free_lp - norm[..., None]
     ph = jnp.take_along_axis(emit[:, :, None, :], phrases.reshape(B, 1, C * P, 1).swapaxes(2, 3), -1)
-    ph = ph.reshape(B, L, C, P)                                               # log P(phrase token | vertex)
+    ph = ph.reshape(B, L, C, P) - norm[..., None, None]                        # log P(phrase token | vertex)
     last = n_vertices - 1
-    eos = _at(emit[..., EOS_ID], last)
+    eos = _at(emit[..., EOS_ID] - norm, last)
     reward = jnp.where(hard, 0.0, soft_reward)[:, None] * (popcount[None] - n_absent[:, None])  # [B, NM]
 
     start = jnp.full((B, L, NM, NI), NEG)
-    start = start.at[jnp.arange(B), 0, absent, NORMAL].set(emit[:, 0, BOS_ID])
+    start = start.at[jnp.arange(B), 0, absent, NORMAL].set(emit[:, 0, BOS_ID] - norm[:, 0])
 
     links_to = links.swapaxes(1, 2)                                           # [B, L_j, L_i]
 

@@ -279,8 +279,8 @@ def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, wid
     """One batch's translations from its graphs: logits float32[B, L, V], links float32[B, L, L], n_vertices
     int32[B] → generate's outputs (tokens int32[B, width] [BOS … EOS] rows, score, token_logp, token_scored and
     the counts). With ``constraints`` (int32[B, C, P]) and ``hard`` (bool[B]) every strategy gives way to the
-    constrained search. The searches over tokens (constrained, beam) read every token's log-probability; the
-    others only each vertex's best (`dag.vertex_scores`)."""
+    constrained search. The beam search reads every token's log-probability; the others each vertex's best
+    (`dag.vertex_scores`), the constrained search each vertex's best per token class and its phrases' tokens."""
     allowed = allowed_tokens(logits.shape[-1])
     tok, scores, bos = dag.vertex_scores(logits, n_vertices, allowed)
     B = logits.shape[0]
@@ -288,13 +288,14 @@ def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, wid
     phrase = None
     if constraints is not None:
         hard = jnp.zeros(B, bool) if hard is None else hard
-        emit = jax.nn.log_softmax(logits)
-        out = constrained_decode(links, emit, n_vertices, constraints, hard, allowed, width, options.viterbi_beta,
-                                 options.soft_reward, continues, joins, trails)
+        norm = jax.nn.logsumexp(logits, axis=-1)                           # [B, L]
+        out = constrained_decode(links, logits, n_vertices, constraints, hard, allowed, width, options.viterbi_beta,
+                                 options.soft_reward, continues, joins, trails, log_norm=norm)
         tokens, path, phrase, score, infeasible = (out[k] for k in ("tokens", "path", "phrase", "score",
                                                                      "infeasible"))
-        token_lp = jnp.take_along_axis(jnp.take_along_axis(emit, jnp.maximum(path, 0)[..., None], 1),
-                                       tokens[..., None], 2)[..., 0]
+        at = jnp.maximum(path, 0)
+        token_lp = (jnp.take_along_axis(jnp.take_along_axis(logits, at[..., None], 1), tokens[..., None], 2)[..., 0]
+                    - jnp.take_along_axis(norm, at, 1))
     elif options.strategy == "beam":
         emit = jax.nn.log_softmax(logits)
         top_lp, top_tok = jax.lax.top_k(jnp.where(allowed, emit, dag.NEG), options.top_cand)
