@@ -5,8 +5,9 @@ minutes on a 2-core CPU.
 
 python -m jaxnat.main --config configs/nat/demo.py --workdir runs/nat-demo
 
-NAT-base instead: --config.nat.coverage=false --config.eval.iteration_sweep= (no K_dec to sweep). The paper's second phase, sentence-level coverage agreement
-at a fixed small learning rate, starts from this run (docs/nat.md):
+NAT-base instead: --config.nat.coverage=false --config.eval.iteration_sweep= (no K_dec to sweep).
+The paper's second phase, sentence-level coverage agreement at a fixed small learning rate, starts from this run
+(docs/nat.md):
 python -m jaxnat.main --config configs/nat/demo.py --workdir runs/nat-demo-sca --config.train.init_from=runs/nat-demo \
     --config.nat.sca_weight=0.5 --config.train.lr_schedule=constant --config.train.lr=1e-4 \
     --config.train.warmup_steps=0 --config.train.steps=200 --config.train.eval_every=200

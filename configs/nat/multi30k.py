@@ -4,9 +4,10 @@ En->De, sized for a 2-core CPU: the pre-training phase (token and length losses,
 First the AR teacher and its distilled training set (configs/ar/multi30k.py, --mode distill), then:
     python -m jaxnat.main --config configs/nat/multi30k.py --workdir runs/covnat-multi30k \
         --config.data.dir=runs/kd-multi30k --config.data.spm_from=runs/ar-multi30k
-NAT-base: --config.nat.coverage=false --config.eval.iteration_sweep= (no K_dec to sweep; another workdir). The fine-tuning phase with sentence-level
-coverage agreement is configs/nat/multi30k_sca.py. On the teacher's vocabulary (data.spm_from), the teacher
-rescores length-parallel candidates: --config.nat.length_beam=9 --config.nat.rescorer=runs/ar-multi30k.
+NAT-base: --config.nat.coverage=false --config.eval.iteration_sweep= (no K_dec to sweep; another workdir).
+The fine-tuning phase with sentence-level coverage agreement is configs/nat/multi30k_sca.py. On the teacher's
+vocabulary (data.spm_from), the teacher rescores length-parallel candidates:
+--config.nat.length_beam=9 --config.nat.rescorer=runs/ar-multi30k.
 """
 
 from jaxnat.config import default_config
