@@ -92,7 +92,7 @@ def test_overrides_are_typed():
          "eval.iteration_sweep is a comma list of decoding depths"),
         (["--config.eval.iteration_sweep=1,2"], "got '1,2' with model.name='ar'"),
         (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.eval.iteration_sweep=1,2"],
-         "eval.iteration_sweep of a NAT sweeps the coverage iterations K_dec: set nat.coverage=true"),
+         "set nat.coverage=true, or eval.iteration_sweep= for NAT-base"),
         (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.nat.coverage=true",
           "--config.model.dec_layers=1"], "nat.coverage needs model.dec_layers >= 2"),
         (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.eval.constraints=soft"],

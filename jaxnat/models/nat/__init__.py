@@ -30,7 +30,8 @@ def validate(config) -> None:
         raise ConfigError(f"nat.coverage needs model.dec_layers >= 2 (the layer below the coverage layer starts its "
                           f"iterations); got {config.model.dec_layers}")
     if config.eval.iteration_sweep and not s.coverage:
-        raise ConfigError("eval.iteration_sweep of a NAT sweeps the coverage iterations K_dec: set nat.coverage=true")
+        raise ConfigError("eval.iteration_sweep of a NAT sweeps the coverage iterations K_dec: set nat.coverage=true, "
+                          "or eval.iteration_sweep= for NAT-base (no coverage layer to sweep)")
 
 
 def output_metrics(outs: list[dict], srcs: list[str]) -> dict:
