@@ -160,3 +160,36 @@ def test_every_family_has_its_config_folder_and_docs_page():
 def test_every_family_meets_the_contract(name):
     """tests/family_contract.py: what the shared code relies on of every family."""
     check_contract(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", models.FAMILIES)
+def test_a_sentence_without_constraints_decodes_beside_constrained_ones_as_alone(name):
+    """A request's rows without phrases decode as a plain request's (the model's own strategy and beam), whatever
+    the other rows of the batch ask: a family whose constrained search is another decoder must not lend it them."""
+    from jaxnat.data.vocab import PAD_ID
+    from jaxnat.decoding.request import DecodeRequest
+    from jaxnat.models import build_model
+    from tests.refine_reference import random_batch
+
+    def spec_of(beam):
+        return build_model(build_config(TINY, [f"--config.model.name={name}", f"--config.eval.beam_size={beam}",
+                                               "--config.data.pairs_dir=synthetic", "--config.model.dropout=0"]),
+                           40, 40)
+    spec = spec_of(1)
+    sup = spec.supports
+    if not (sup.soft_constraints or sup.hard_constraints):
+        pytest.skip(f"{name} takes no constraints")
+    beam = 2 if sup.beam else 1
+    spec = spec_of(beam) if sup.beam else spec
+    batch = random_batch(3, 40, b=4, s=9)
+    params = spec.init(jax.random.PRNGKey(1), batch)
+    generate = jax.jit(spec.generate)
+    plain = generate(params, DecodeRequest(batch["src"], max_out=20, beam_size=beam))
+    phrases = np.full((4, 2, 2), PAD_ID, np.int32)  # rows 1-3 with phrases, row 0 none
+    phrases[1, 0], phrases[2, 0, :1], phrases[3, 1] = [7, 8], [9], [10, 11]
+    hard = jnp.asarray([sup.hard_constraints] * 4)
+    mixed = generate(params, DecodeRequest(batch["src"], constraints=jnp.asarray(phrases), hard=hard, max_out=20,
+                                           beam_size=beam))
+    assert np.asarray(mixed["tokens"][0]).tolist() == np.asarray(plain["tokens"][0]).tolist()
+    np.testing.assert_allclose(float(mixed["score"][0]), float(plain["score"][0]), rtol=1e-5, atol=1e-5)

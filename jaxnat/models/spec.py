@@ -80,3 +80,10 @@ def word_glue(pieces: PieceTables) -> tuple:
     continues = table(pieces.continues)
     trails = table(~pieces.word_start & ~pieces.continues) if continues is not None else None
     return continues, table(pieces.joins), trails
+
+
+def skipped_unless(needed: jax.Array, compute: Callable):
+    """``compute()`` where ``needed`` (bool[]) holds, else zeros of its shapes, and its work skipped: a constrained
+    request's plain decoding, which only its rows without phrases read (none, in most batches)."""
+    zeros = lambda: jax.tree.map(lambda s: jax.numpy.zeros(s.shape, s.dtype), jax.eval_shape(compute))  # noqa: E731
+    return jax.lax.cond(needed, compute, zeros)

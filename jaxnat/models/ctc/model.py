@@ -46,7 +46,7 @@ from jaxnat.models.ctc.lattice import NEG, best_alignment, ctc_nll, min_frames
 from jaxnat.models.ctc.search import best_path, collapse, prefix_beam
 from jaxnat.models.dat.glancing import glance_ratio  # GLAT's linear schedule, as DA-Transformer anneals it
 from jaxnat.models.insertion import mean_loss
-from jaxnat.models.spec import ModelSpec, word_glue
+from jaxnat.models.spec import ModelSpec, skipped_unless, word_glue
 from jaxnat.models.dropout import Dropout
 from jaxnat.models.transformer import (Decoder, Encoder, TransformerConfig, absent_logits, embedders, rows_dense,
                                       token_mask)
@@ -251,23 +251,32 @@ def decode(module: CTCModel, params, request: DecodeRequest, upsample: int, widt
     frames = frame_counts(src, upsample, canvas, least)
     logits = module.apply(params, src, memory, frames, canvas, method="frame_logits")
     log_probs = forbid(jax.nn.log_softmax(logits.astype(jnp.float32)))
-    labels, picked, score = best_path(log_probs, frames)
+
+    def plain():  # (tokens, score, token_logp, token_scored) as the request's beam decodes them
+        if request.beam_size > 1:
+            return prefix_beam(log_probs, frames, request.beam_size, width, BLANK_ID)
+        labels, picked, best = best_path(log_probs, frames)
+        tokens, token_logp, scored = collapse(labels, frames, picked, width, BLANK_ID)
+        return tokens, best, token_logp, scored
+
     unsatisfied = jnp.zeros(b, jnp.int32)
-    if request.constraints is not None:
+    if request.constraints is None:
+        tokens, score, token_logp, scored = plain()
+    else:
         hard = request.hard if request.hard is not None else jnp.zeros(b, bool)
         path, placed, ok = constrained_paths(log_probs, frames, request.constraints, hard, BLANK_ID, continues,
                                              joins, trails, soft_bonus)
-        use = ok[:, None]  # a request that cannot be met: the unconstrained best path, and it says so
-        labels, placed = jnp.where(use, path, labels), placed & use
-        picked = jnp.take_along_axis(log_probs, jnp.maximum(labels, 0)[..., None], axis=2)[..., 0]
+        # a row without phrases decodes as it would alone, and so does one whose phrases cannot be met (it says so)
+        use = ok & jnp.any(request.constraints != PAD_ID, axis=(1, 2))
+        c_picked = jnp.take_along_axis(log_probs, jnp.maximum(path, 0)[..., None], axis=2)[..., 0]
         inside = jnp.arange(canvas)[None, :] < frames[:, None]
-        score = jnp.sum(jnp.where(inside, picked, 0.0), axis=1)
+        c_score = jnp.sum(jnp.where(inside, c_picked, 0.0), axis=1)
+        c_tokens, c_logp, c_scored = collapse(path, frames, c_picked, width, BLANK_ID, placed)
+        tokens, score, token_logp, scored = skipped_unless(~jnp.all(use), plain)
+        tokens, token_logp, scored = (jnp.where(use[:, None], c, p) for c, p in
+                                      ((c_tokens, tokens), (c_logp, token_logp), (c_scored, scored)))
+        score = jnp.where(use, c_score, score)
         unsatisfied = (hard & ~ok).astype(jnp.int32)
-        tokens, token_logp, scored = collapse(labels, frames, picked, width, BLANK_ID, placed)
-    elif request.beam_size > 1:
-        tokens, score, token_logp, scored = prefix_beam(log_probs, frames, request.beam_size, width, BLANK_ID)
-    else:
-        tokens, token_logp, scored = collapse(labels, frames, picked, width, BLANK_ID)
     return {"tokens": tokens, "score": score, "token_logp": token_logp, "token_scored": scored,
             "unsatisfied": unsatisfied}
 

@@ -45,7 +45,7 @@ from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.errors import ConfigError
 from jaxnat.models.dat import dag, glancing
 from jaxnat.models.dat.constrained import MAX_PHRASES, constrained_decode
-from jaxnat.models.spec import ModelSpec, word_glue
+from jaxnat.models.spec import ModelSpec, skipped_unless, word_glue
 from jaxnat.models.dropout import Dropout
 from jaxnat.models.transformer import (Decoder, Encoder, TransformerConfig, absent_logits, einsum_f32, embedders,
                                       flat_leading, rows_dense, sinusoidal_positions, source_tokens,
@@ -278,39 +278,31 @@ def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, wid
                  beam: int = 1, constraints=None, hard=None, continues=None, joins=None, trails=None) -> dict:
     """One batch's translations from its graphs: logits float32[B, L, V], links float32[B, L, L], n_vertices
     int32[B] → generate's outputs (tokens int32[B, width] [BOS … EOS] rows, score, token_logp, token_scored and
-    the counts). With ``constraints`` (int32[B, C, P]) and ``hard`` (bool[B]) every strategy gives way to the
-    constrained search. The beam search reads every token's log-probability; the others each vertex's best
-    (`dag.vertex_scores`), the constrained search each vertex's best per token class and its phrases' tokens."""
+    the counts). With ``constraints`` (int32[B, C, P]) and ``hard`` (bool[B]) the rows that have phrases take the
+    constrained search; a row without any decodes as it would alone, by the strategy. The beam search reads every
+    token's log-probability; the others each vertex's best (`dag.vertex_scores`), the constrained search each
+    vertex's best per token class and its phrases' tokens."""
     allowed = allowed_tokens(logits.shape[-1])
-    tok, scores, bos = dag.vertex_scores(logits, n_vertices, allowed)
     B = logits.shape[0]
+    plain = lambda: _decode_plain(logits, links, n_vertices, width, options, beam, allowed)  # noqa: E731
     infeasible = jnp.zeros(B, jnp.int32)
     phrase = None
-    if constraints is not None:
+    if constraints is None:
+        tokens, score, token_lp = plain()
+    else:
         hard = jnp.zeros(B, bool) if hard is None else hard
         norm = jax.nn.logsumexp(logits, axis=-1)                           # [B, L]
         out = constrained_decode(links, logits, n_vertices, constraints, hard, allowed, width, options.viterbi_beta,
                                  options.soft_reward, continues, joins, trails, log_norm=norm)
-        tokens, path, phrase, score, infeasible = (out[k] for k in ("tokens", "path", "phrase", "score",
-                                                                     "infeasible"))
-        at = jnp.maximum(path, 0)
-        token_lp = (jnp.take_along_axis(jnp.take_along_axis(logits, at[..., None], 1), tokens[..., None], 2)[..., 0]
-                    - jnp.take_along_axis(norm, at, 1))
-    elif options.strategy == "beam":
-        emit = jax.nn.log_softmax(logits)
-        top_lp, top_tok = jax.lax.top_k(jnp.where(allowed, emit, dag.NEG), options.top_cand)
-        eos = jnp.take_along_axis(emit[..., EOS_ID], (n_vertices - 1)[:, None], 1)[:, 0]
-        tokens, score, token_lp = dag.beam_search(links, top_tok.astype(jnp.int32), top_lp, bos, eos, n_vertices,
-                                                  width, beam, options.beam_alpha)
-    else:
-        if options.strategy == "viterbi":
-            path, score = dag.joint_viterbi(links, scores, bos, n_vertices, width, options.viterbi_beta)
-        else:
-            beta = options.lookahead_beta if options.strategy == "lookahead" else 0.0
-            path = dag.follow(dag.pointers(links, scores, beta), n_vertices, width)
-            score = dag.path_score(path, links, scores, bos)
-        tokens = dag.path_tokens(path, tok, n_vertices)
-        token_lp = jnp.take_along_axis(scores, jnp.maximum(path, 0), 1)
+        at = jnp.maximum(out["path"], 0)
+        c_token_lp = (jnp.take_along_axis(jnp.take_along_axis(logits, at[..., None], 1),
+                                          out["tokens"][..., None], 2)[..., 0] - jnp.take_along_axis(norm, at, 1))
+        has = jnp.any(constraints != PAD_ID, axis=(1, 2))
+        tokens, score, token_lp = skipped_unless(~jnp.all(has), plain)
+        tokens = jnp.where(has[:, None], out["tokens"], tokens)
+        token_lp = jnp.where(has[:, None], c_token_lp, token_lp)
+        score = jnp.where(has, out["score"], score)
+        phrase, infeasible = out["phrase"] & has[:, None], out["infeasible"]
     inner = (tokens != PAD_ID) & (tokens != BOS_ID) & (tokens != EOS_ID)
     free = inner if phrase is None else inner & ~phrase
     if options.remove_repeats:
@@ -323,6 +315,24 @@ def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, wid
             "token_logp": dag.compact(jnp.where(free, token_lp, 0.0), keep, 0.0),
             "token_scored": dag.compact(free, keep, False),
             "decoded": jnp.sum(inner, axis=1, dtype=jnp.int32), "repeats": repeats, "infeasible": infeasible}
+
+
+def _decode_plain(logits, links, n_vertices, width, options, beam, allowed):
+    """(tokens int32[B, width], score float32[B], token_lp float32[B, width]) by ``options.strategy``."""
+    tok, scores, bos = dag.vertex_scores(logits, n_vertices, allowed)
+    if options.strategy == "beam":
+        emit = jax.nn.log_softmax(logits)
+        top_lp, top_tok = jax.lax.top_k(jnp.where(allowed, emit, dag.NEG), min(options.top_cand, logits.shape[-1]))
+        eos = jnp.take_along_axis(emit[..., EOS_ID], (n_vertices - 1)[:, None], 1)[:, 0]
+        return dag.beam_search(links, top_tok.astype(jnp.int32), top_lp, bos, eos, n_vertices, width, beam,
+                               options.beam_alpha)
+    if options.strategy == "viterbi":
+        path, score = dag.joint_viterbi(links, scores, bos, n_vertices, width, options.viterbi_beta)
+    else:
+        beta = options.lookahead_beta if options.strategy == "lookahead" else 0.0
+        path = dag.follow(dag.pointers(links, scores, beta), n_vertices, width)
+        score = dag.path_score(path, links, scores, bos)
+    return dag.path_tokens(path, tok, n_vertices), score, jnp.take_along_axis(scores, jnp.maximum(path, 0), 1)
 
 
 def output_capacity(cfg: TransformerConfig, eval_cfg):
