@@ -151,3 +151,15 @@ def test_only_overlong_lines_are_reported(tmp_path):
     long_line = " ".join(["word"] * 1000)
     with pytest.raises(DataError, match="every training line is longer than 4192 bytes"):
         Tokenizer.train_or_load(str(tmp_path), [long_line], [long_line], vocab_size=100)
+
+
+def test_whitespace_the_vocabulary_lacks_reads_as_a_space(joint_dir, tmp_path):
+    """Without byte fallback a tab, a no-break or an ideographic space (a copied terminology entry) encodes as the
+    space it stands for, not as UNK, and is not reported as unseen; with byte fallback it is kept exactly."""
+    tok = Tokenizer.load(joint_dir)
+    plain = tok.encode(["the lazy dog"], "tgt")[0]
+    for odd in ("\t", "\u00a0", "\u3000", "\u2028", " \t "):
+        assert tok.encode([f"the{odd}lazy dog"], "tgt")[0] == plain
+        assert tok.unrepresentable(f"the{odd}lazy 🦜", "tgt") == ["🦜"]
+    kept = Tokenizer.train_or_load(str(tmp_path), SRC, TGT, vocab_size=400, byte_fallback=True)
+    assert kept.decode(kept.encode(["the\u00a0lazy\tdog"], "tgt")[0], "tgt") == "the\u00a0lazy\tdog"

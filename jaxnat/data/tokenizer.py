@@ -9,6 +9,8 @@ Training is deterministic: the input is subsampled with a seeded numpy generator
 generator is seeded, and it runs on one thread (its result depends on the thread count). Normalization is
 "identity" by default and every character of the training data is covered, so `decode(encode(x)) == x` for
 training sentences up to whitespace (runs of spaces collapse to one; leading/trailing spaces are dropped).
+Whitespace other than the space that a vocabulary can only encode as UNK (a tab or a no-break space in a text,
+without byte fallback) is read as the space it stands for; with byte fallback it is kept, as byte pieces.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import io
 import logging
 import os
+import re
 import tempfile
 import unicodedata
 from typing import Iterable, Sequence
@@ -32,6 +35,7 @@ WORD_BOUNDARY = "\u2581"  # "▁", SentencePiece's word-start marker
 # Characters that join two word parts into one word ("T-Shirt", "l'homme", "snake_case"): a piece starting with
 # one changes the word before it, like a letter would.
 JOINERS = frozenset("-\u2010\u2011'\u2019\u02bc_")
+ODD_SPACE = re.compile(r"[^\S ]")  # whitespace but the space: tab, line breaks, no-break and ideographic spaces, …
 
 
 def continues_word(piece: str) -> bool:
@@ -178,6 +182,7 @@ class Tokenizer:
         self.joint = joint
         self._word_start = {side: self._build_word_start_table(sp) for side, sp in self._sp.items()}
         self._continues = {side: self._build_continues_table(sp) for side, sp in self._sp.items()}
+        self._space_for = {side: {} for side in self._sp}  # per side: odd whitespace → what encode reads it as
 
     # ---------------------------------------------------------------- construction
 
@@ -328,18 +333,31 @@ class Tokenizer:
         """Piece ids of each text, without BOS/EOS."""
         if isinstance(texts, str):
             raise TypeError("encode takes a list of strings; wrap a single sentence in a list")
-        texts = list(texts)
+        texts = [self._spaces(t, side) for t in texts]
         if not texts:
             return []
         return self.processor(side).encode(texts, out_type=int)
 
+    def _spaces(self, text: str, side: str) -> str:
+        """``text`` with each whitespace character that the vocabulary can only encode as UNK made a space."""
+        if not ODD_SPACE.search(text):
+            return text
+        known, sp = self._space_for[side], self.processor(side)
+
+        def space(m):
+            c = m.group()
+            if c not in known:
+                known[c] = " " if vocab.UNK_ID in sp.encode(c, out_type=int) else c
+            return known[c]
+        return ODD_SPACE.sub(space, text)
+
     def unrepresentable(self, text: str, side: str) -> list[str]:
         """The characters of `text` that this vocabulary can only encode as UNK (none with byte fallback), in
         order of first appearance."""
-        sp = self.processor(side)
+        sp, text = self.processor(side), self._spaces(text, side)
         if vocab.UNK_ID not in sp.encode(text, out_type=int):
             return []
-        return [c for c in dict.fromkeys(text) if not c.isspace() and vocab.UNK_ID in sp.encode(c, out_type=int)]
+        return [c for c in dict.fromkeys(text) if vocab.UNK_ID in sp.encode(c, out_type=int)]
 
     def _clean(self, ids: Iterable[int], n: int) -> list[int]:
         out = []
