@@ -427,12 +427,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
                           f"one: {sweeping}; got {config.eval.iteration_sweep!r} with model.name={m.name!r}")
     try:  # what the evaluation will ask of the model, checked before anything is trained
         check_supported(m.name, family.supports, soft="soft" in modes, hard="hard" in modes,
-                        trace=config.eval.trace_sentences > 0, beam_size=config.eval.beam_size)
+                        trace=config.eval.trace_sentences > 0,
+                        beam_size=max(config.eval.beam_size, config.eval.valid_beam_size))
         for oracle in (v.strip() for v in config.eval.oracle.split(",") if v.strip()):
             check_supported(m.name, family.supports, oracle=oracle)
     except JaxnatError as e:
-        raise ConfigError(f"{e} (asked by eval.constraints, eval.trace_sentences, eval.beam_size or eval.oracle; "
-                          f"oracle modes of {m.name!r}: {', '.join(family.supports.oracle) or 'none'})") from None
+        raise ConfigError(f"{e} (asked by eval.constraints, eval.trace_sentences, eval.beam_size, "
+                          f"eval.valid_beam_size or eval.oracle; oracle modes of {m.name!r}: "
+                          f"{', '.join(family.supports.oracle) or 'none'})") from None
     counts = [v.strip() for v in config.eval.constraint_counts.split(",") if v.strip()]
     if counts and not all(v.isdigit() for v in counts):
         raise ConfigError(f"eval.constraint_counts is a comma list of constraint-word counts (each >= 0), got "

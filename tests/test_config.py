@@ -100,7 +100,9 @@ def test_overrides_are_typed():
         (["--config.editor.hard_mode=paper"], "editor.hard_mode is set, but model.name is 'ar'"),
         (["--config.model.name=editor", "--config.eval.beam_size=1", "--config.eval.oracle=deletion"],
          "model 'editor' does not take oracle decoding 'deletion' (asked by eval.constraints, eval.trace_sentences, "
-         "eval.beam_size or eval.oracle; oracle modes of 'editor': none)"),
+         "eval.beam_size, eval.valid_beam_size or eval.oracle; oracle modes of 'editor': none)"),
+        (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.eval.valid_beam_size=4"],
+         "model 'nat' does not take beam search (beam size 4)"),
         (["--config.eval.constraint_counts=2"], "eval.constraint_counts decodes in the modes of eval.constraints"),
         (["--config.eval.constraints=hard", "--config.eval.constraint_counts=1,-2"],
          "eval.constraint_counts is a comma list of constraint-word counts"),

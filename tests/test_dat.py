@@ -379,6 +379,8 @@ BASE = ["--config.model.name=dat", "--config.dat.upsample=2", "--config.eval.bea
 def test_config_errors_are_one_line():
     for overrides, message in ((["--config.dat.decode_upsample=3"], "at most dat.upsample"),
                                (["--config.eval.beam_size=4"], "width of dat.decode=beam"),
+                               (["--config.eval.valid_beam_size=4"], "eval.valid_beam_size=4 is the width"),
+                               (["--config.eval.iteration_sweep=1,3"], r"eval.iteration_sweep \(3\) must be at most"),
                                (["--config.train.label_smoothing=0.1"], "no label smoothing"),
                                (["--config.dat.links=heads"], "links")):
         with pytest.raises(ConfigError, match=message):

@@ -53,12 +53,15 @@ def defaults() -> dict:
 
 def validate(config) -> None:
     s = config.dat
-    if s.decode_upsample > s.upsample:
-        raise ConfigError(f"dat.decode_upsample ({s.decode_upsample}) must be at most dat.upsample ({s.upsample}): the "
-                          f"vertex positions were trained for that many")
-    if config.eval.beam_size > 1 and s.decode != "beam":
-        raise ConfigError(f"eval.beam_size={config.eval.beam_size} is the width of dat.decode=beam; "
-                          f"dat.decode={s.decode!r} takes eval.beam_size=1")
+    sweep = [int(v) for v in config.eval.iteration_sweep.split(",") if v.strip().isdigit()]  # each a decode_upsample
+    for key, value in [("dat.decode_upsample", s.decode_upsample)] + [("eval.iteration_sweep", v) for v in sweep]:
+        if value > s.upsample:
+            raise ConfigError(f"{key} ({value}) must be at most dat.upsample ({s.upsample}): the vertex positions "
+                              f"were trained for that many")
+    for key in ("beam_size", "valid_beam_size"):
+        if config.eval[key] > 1 and s.decode != "beam":
+            raise ConfigError(f"eval.{key}={config.eval[key]} is the width of dat.decode=beam; "
+                              f"dat.decode={s.decode!r} takes eval.{key}=1")
     if config.train.label_smoothing > 0:
         raise ConfigError("the DAG loss sums over paths and takes no label smoothing: set train.label_smoothing=0")
 
