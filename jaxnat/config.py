@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import json
+import math
 import os
 
 import ml_collections
@@ -56,9 +57,10 @@ RANGES = {
         "train.adam_b1", "train.adam_b2")},
     **{k: ("[0", None) for k in (
         "train.warmup_steps", "train.warmup_init_lr", "train.min_lr", "train.weight_decay", "train.clip_norm",
-        "train.peak_tflops", "model.position_offset", "eval.length_penalty", "eval.max_len_a", "eval.max_len_b",
+        "train.peak_tflops", "model.position_offset", "eval.max_len_a", "eval.max_len_b",
         "eval.latency_sentences", "eval.length_cap_min", "eval.trace_sentences", "eval.average_checkpoints")},
     "data.bucket_growth": ("[1", None),
+    "eval.length_penalty": ("[0", "10]"),  # an exponent of the output's length: 1024^10 still fits a float32
     "train.plateau_factor": ("(0", "1)"), "train.plateau_patience": ("[1", None), "train.stop_patience": ("[0", None),
     "train.xla_gpu_autotune_level": ("[-1", "4]"),
     "data.synthetic_lexicon": ("(0", "1]"), "data.synthetic_synonyms": ("[0", "1]"),
@@ -66,6 +68,8 @@ RANGES = {
 
 
 def _in_range(value, low: str | None, high: str | None) -> bool:
+    if not math.isfinite(value):  # nan, and inf, which no key means: an exponent of inf overflows every score
+        return False
     if low is not None and not (value > float(low[1:]) if low[0] == "(" else value >= float(low[1:])):
         return False
     return high is None or (value < float(high[:-1]) if high[-1] == ")" else value <= float(high[:-1]))
@@ -362,7 +366,8 @@ def _check_values(config: ml_collections.ConfigDict, choices: dict, ranges: dict
     for key, (low, high) in ranges.items():
         section, name = key.split(".")
         if section in config and name in config[section] and not _in_range(config[section][name], low, high):
-            raise ConfigError(f"{key} must be {_range_text(low, high)}, got {config[section][name]}")
+            finite = "a finite number " if not math.isfinite(config[section][name]) else ""
+            raise ConfigError(f"{key} must be {finite}{_range_text(low, high)}, got {config[section][name]}")
 
 
 def _check_other_sections(config: ml_collections.ConfigDict, read: set[str]) -> None:

@@ -111,6 +111,8 @@ def test_overrides_are_typed():
         (["--config.train.plateau_factor=1"], "train.plateau_factor must be in (0, 1), got 1.0"),
         (["--config.train.plateau_patience=0"], "train.plateau_patience must be >= 1, got 0"),
         (["--config.train.stop_patience=-1"], "train.stop_patience must be >= 0, got -1"),
+        (["--config.train.clip_norm=inf"], "train.clip_norm must be a finite number >= 0, got inf"),
+        (["--config.eval.length_penalty=30"], "eval.length_penalty must be in [0, 10], got 30"),
         (["--config.eval.rescorer=runs/ar"], "unknown config key eval.rescorer; it moved to the model family's "
                                              "section: cmlm.rescorer or nat.rescorer"),
         (["--config.cmlm.rescorer=runs/ar"], "cmlm.rescorer is set, but model.name is 'ar'"),

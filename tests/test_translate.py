@@ -140,3 +140,20 @@ def test_a_timing_warm_up_runs_only_shapes_not_run_before(ar_run, monkeypatch, c
     progress = [r.getMessage().split(" in ")[0] for r in caplog.records if r.getMessage().startswith("translated ")]
     assert progress == [f"translated {n} of 10 sentences" for n in (2, 4, 6, 8)]
     assert all((w["tokens"] == f["tokens"]).all() for w, f in zip(warm, full) if w is not None)
+
+
+def test_a_score_that_is_no_finite_number_is_written_as_null(tmp_path):
+    """The JSON lines stay strict JSON (no NaN or -Infinity, which strict readers refuse)."""
+    from types import SimpleNamespace
+
+    from jaxnat.decoding.translate_io import translate_stream
+
+    class Stub:
+        def translate(self, texts, beam_size, batch_size, **options):
+            return [{"hyp": t, "score": s} for t, s in zip(texts, (float("-inf"), float("nan"), -1.5))]
+
+    (tmp_path / "in.txt").write_text("a\nb\nc\n")
+    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4))
+    translate_stream(Stub, config, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"))
+    assert [json.loads(line)["score"] for line in (tmp_path / "out.jsonl").read_text().splitlines()] == [
+        None, None, -1.5]

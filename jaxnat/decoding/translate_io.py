@@ -15,6 +15,7 @@ extra input keys are echoed back.
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 from jaxnat.data.sources import parse_pairs
@@ -78,7 +79,9 @@ def translate_stream(load_translator, config, input_path: str | None, output_pat
     sink = open(output_path, "w", encoding="utf-8") if output_path else sys.stdout
     try:
         for request, out in zip(requests, outs):
-            sink.write(json.dumps({**request, **out}, ensure_ascii=False) + "\n")
+            # strict JSON: a score that is no finite number (no output the search could score) is null
+            out = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in out.items()}
+            sink.write(json.dumps({**request, **out}, ensure_ascii=False, allow_nan=False) + "\n")
     finally:
         if output_path:
             sink.close()

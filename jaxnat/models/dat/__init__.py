@@ -84,7 +84,8 @@ FAMILY = Family(
              "decode": ("greedy", "lookahead", "viterbi", "beam")},
     ranges={"upsample": ("[1", None), "max_vertices": ("[0", None), "decode_upsample": ("[0", None),
             "glance_start": ("[0", "1]"), "glance_end": ("[0", "1]"), "glance_steps": ("[0", None),
-            "lookahead_beta": ("[0", None), "viterbi_beta": ("[0", None), "beam_alpha": ("[0", None),
+            # Viterbi's and the beam's exponents of the output length (256^10 fits a float32), lookahead's weight
+            "lookahead_beta": ("[0", "10]"), "viterbi_beta": ("[0", "10]"), "beam_alpha": ("[0", "10]"),
             "top_cand": ("[1", None), "soft_reward": ("[0", None)},
     architecture=("upsample", "upsample_base", "max_vertices", "links", "vertex_inputs"),
     validate=validate, output_metrics=output_metrics, sweep=("decode_upsample", "U"),
