@@ -391,6 +391,18 @@ def test_config_errors_are_one_line():
 
 
 @pytest.mark.slow
+def test_a_run_whose_graphs_hold_no_target_stops_with_one_line(tmp_path):
+    """Graphs of at most 4 vertices align no target: the first log window says so and the run stops (it would
+    train on a zero loss), instead of finishing as if it had learned."""
+    from jaxnat.training.trainer import Trainer, TrainingError
+
+    config = build_config(TINY, BASE + ["--config.dat.max_vertices=4", "--config.train.log_every=1",
+                                        "--config.data.max_buckets=1", "--config.eval.latency_sentences=0"])
+    with pytest.raises(TrainingError, match=r"steps 1-1 left every pair out of the loss \(unaligned 1.000\)"):
+        Trainer(config, str(tmp_path / "run")).train()
+
+
+@pytest.mark.slow
 def test_tiny_model_trains_glances_and_decodes_through_its_spec():
     """Train a tiny DA-Transformer on two pairs through ModelSpec.loss (the update's number anneals the glancing
     ratio; the first pass's alignment is a best path of its graph; the glanced count is as specified); the loss

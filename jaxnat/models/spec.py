@@ -41,6 +41,9 @@ class ModelSpec:
     stepped: loss takes ``step=`` int32[], the update's number (the trainer passes it; validation does not, and
       the loss then reads it as the end of its schedules): for annealed schedules inside the loss, such as a
       glancing ratio
+    left_out: (term, advice), or (): the term that is the share of a batch's pairs its loss leaves out (a target
+      its graph or canvas cannot hold), and what to change; the trainer stops a run whose log window left out
+      every pair (it would learn nothing) and warns once when a tenth or more were
     summary(params) -> {name: float}, or None: scalars of the parameters themselves worth following (Coverage-NAT's
       λ), in the history at each log step and in metrics.json beside the scores of the parameters decoded
     """
@@ -57,6 +60,7 @@ class ModelSpec:
     packs: bool = False
     stepped: bool = False
     terms: tuple[str, ...] = ()
+    left_out: tuple[str, str] | tuple = ()
     summary: Callable | None = None
     request_extras: Callable | None = None
 

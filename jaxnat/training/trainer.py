@@ -467,6 +467,21 @@ class Trainer:
             window.append(m)
             window_tokens += float(m["tokens"])
 
+        warned_left_out = False
+
+        def check_left_out(done, summary):
+            nonlocal warned_left_out
+            if not self.spec.left_out:
+                return
+            term, advice = self.spec.left_out
+            if summary[term] >= 0.999:
+                raise TrainingError(f"steps {done - len(window) + 1}-{done} left every pair out of the loss ({term} "
+                                    f"{summary[term]:.3f}): the model learns nothing; {advice}")
+            if summary[term] >= 0.1 and not warned_left_out:
+                warned_left_out = True
+                log.warning("steps %d-%d left %.0f%% of the pairs out of the loss (%s); %s", done - len(window) + 1,
+                            done, 100 * summary[term], term, advice)
+
         def log_window(done, state):
             nonlocal pending, window_tokens, tick
             if pending is not None:
@@ -478,6 +493,7 @@ class Trainer:
             if self.spec.summary is not None:
                 summary.update(self.spec.summary(state["params"]))
             summary["tokens_per_s"] = window_tokens / max(elapsed, 1e-9)
+            check_left_out(done, summary)
             summary.update(utilisation.window(elapsed))  # mfu, padding
             bar.set_postfix(loss=f"{summary['loss']:.3f}", tok_s=f"{summary['tokens_per_s']:.0f}",
                             lr=f"{summary['lr']:.2e}")

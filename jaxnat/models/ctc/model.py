@@ -305,4 +305,6 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                       s.soft_bonus)
 
     terms = ("unfit",) + (("glanced",) if s.glancing else ())
-    return ModelSpec("ctc", cfg, module, init, loss, generate, capacity, SUPPORTS, stepped=True, terms=terms)
+    return ModelSpec("ctc", cfg, module, init, loss, generate, capacity, SUPPORTS, stepped=True, terms=terms,
+                     left_out=("unfit", "a target (with a blank between repeats) longer than its canvas has no "
+                                        "alignment: raise ctc.upsample"))

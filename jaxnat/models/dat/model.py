@@ -370,4 +370,6 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     # eval.beam_size is the width of dat.decode=beam and of nothing else
     supports = dataclasses.replace(SUPPORTS, beam=s.decode == "beam")
     return ModelSpec("dat", cfg, module, init, loss, generate, capacity, supports, stepped=True,
-                     terms=("glance_ratio", "glance_accuracy", "unaligned"))
+                     terms=("glance_ratio", "glance_accuracy", "unaligned"),
+                     left_out=("unaligned", "a target longer than its graph has no path: raise dat.upsample or "
+                                            "dat.max_vertices, or lower data.max_len"))
