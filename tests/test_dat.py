@@ -382,6 +382,7 @@ def test_config_errors_are_one_line():
                                (["--config.eval.valid_beam_size=4"], "eval.valid_beam_size=4 is the width"),
                                (["--config.eval.iteration_sweep=1,3"], r"eval.iteration_sweep \(3\) must be at most"),
                                (["--config.train.label_smoothing=0.1"], "no label smoothing"),
+                               (["--config.dat.glance_end=0.9"], "must not exceed dat.glance_start"),
                                (["--config.dat.links=heads"], "links")):
         with pytest.raises(ConfigError, match=message):
             build_config(TINY, BASE + overrides)

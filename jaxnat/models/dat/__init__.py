@@ -27,8 +27,8 @@ def defaults() -> dict:
         # the vertices' decoder inputs: "positions" (learned vertex positions, the paper) or "tokens" (the authors'
         # code: [BOS, UNK …, EOS] embeddings plus positions)
         vertex_inputs="positions",
-        # glancing ratio, annealed linearly from glance_start to glance_end over glance_steps updates (the paper's
-        # 0.5 → 0.1 over 200k); 0 and 0: no glancing (one pass)
+        # glancing ratio, annealed linearly from glance_start down to glance_end over glance_steps updates (0:
+        # train.steps; the paper's 0.5 → 0.1 over 200k); 0 and 0: no glancing (one pass)
         glance_start=0.5, glance_end=0.1, glance_steps=200000,
         # how many target tokens are revealed: "number" (round(ratio · mistakes on the best path), at random:
         # the paper, the authors' number-random) or "bernoulli" (each with probability ratio · mistakes / |y|)
@@ -58,6 +58,9 @@ def validate(config) -> None:
         if value > s.upsample:
             raise ConfigError(f"{key} ({value}) must be at most dat.upsample ({s.upsample}): the vertex positions "
                               f"were trained for that many")
+    if s.glance_end > s.glance_start:
+        raise ConfigError(f"dat.glance_end={s.glance_end} must not exceed dat.glance_start={s.glance_start} "
+                          f"(the glancing ratio anneals down)")
     for key in ("beam_size", "valid_beam_size"):
         if config.eval[key] > 1 and s.decode != "beam":
             raise ConfigError(f"eval.{key}={config.eval[key]} is the width of dat.decode=beam; "

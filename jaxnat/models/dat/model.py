@@ -350,7 +350,8 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                           f"the vertex positions were trained for")
     module = DAT(cfg, s.upsample, s.links, s.vertex_inputs, upsample_base=s.upsample_base, max_graph=s.max_vertices)
     decoder = module.clone(graph_upsample=s.decode_upsample)
-    glance = Glancing(s.glance_start, s.glance_end, s.glance_steps, s.glance_count, s.glance_fix_alignment)
+    glance = Glancing(s.glance_start, s.glance_end, s.glance_steps or config.train.steps, s.glance_count,
+                      s.glance_fix_alignment)
     options = Decoding(s.decode, s.lookahead_beta, s.viterbi_beta, s.beam_alpha, s.top_cand, s.remove_repeats,
                        s.soft_reward)
     continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
