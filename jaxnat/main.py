@@ -208,9 +208,9 @@ def main(argv=None) -> int:
     except Exception as e:  # the device ran out of memory: say what to change, not a traceback
         if type(e).__name__ not in ("JaxRuntimeError", "XlaRuntimeError") or "RESOURCE_EXHAUSTED" not in str(e):
             raise
-        print(f"jaxnat: error: out of device memory ({str(e).splitlines()[0]}); lower data.batch_tokens (or "
-              f"data.max_len, eval.batch_size); the same command resumes training from its newest checkpoint",
-              file=sys.stderr)
+        print(f"jaxnat: error: out of device memory ({str(e).splitlines()[0]}); lower data.batch_tokens or "
+              f"data.max_len (training), eval.batch_size or eval.beam_size (decoding); the same command resumes "
+              f"training from its newest checkpoint", file=sys.stderr)
         return 1
 
 

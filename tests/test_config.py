@@ -377,7 +377,8 @@ def test_out_of_device_memory_is_one_line(monkeypatch, capsys):
     monkeypatch.setattr(main_module, "run", exhausted)
     assert main_module.main([]) == 1
     err = capsys.readouterr().err.strip()
-    assert err.startswith("jaxnat: error: out of device memory (RESOURCE_EXHAUSTED") and "data.batch_tokens" in err
+    assert err.startswith("jaxnat: error: out of device memory (RESOURCE_EXHAUSTED")
+    assert "data.batch_tokens" in err and "eval.beam_size" in err
     assert "\n" not in err
 
 
