@@ -566,8 +566,14 @@ def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str, ignor
     if recorded is None:
         return
     differ = []
+    try:  # a run of another model: the family sections it never read hold defaults, not what it trained
+        trained_sections = {f.name for f in models.lineage(_recorded(recorded, "model.name"))}
+    except (KeyError, ConfigError):
+        trained_sections = None
     for key in (k for k in model_keys(config.model.name) if k not in ignore):
         section, name = key.split(".")
+        if key not in MODEL_KEYS and trained_sections is not None and section not in trained_sections:
+            continue
         try:
             trained = _recorded(recorded, key)
         except KeyError:
