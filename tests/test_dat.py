@@ -398,7 +398,7 @@ def test_a_run_whose_graphs_hold_no_target_stops_with_one_line(tmp_path):
     from jaxnat.training.trainer import Trainer, TrainingError
 
     config = build_config(TINY, BASE + ["--config.dat.max_vertices=4", "--config.train.log_every=1",
-                                        "--config.data.max_buckets=1", "--config.eval.latency_sentences=0"])
+                                        "--config.data.max_buckets=1", "--config.data.synthetic_train=200"])
     with pytest.raises(TrainingError, match=r"steps 1-1 left every pair out of the loss \(unaligned 1.000\)"):
         Trainer(config, str(tmp_path / "run")).train()
 
