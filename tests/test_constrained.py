@@ -209,3 +209,28 @@ def test_punctuation_after_a_met_phrase_keeps_its_word_open():
                         j += 1
                     return row[j] in (6, EOS_ID)
                 assert any(row[i:i + len(p)] == p and whole(i) for i in range(len(row))), row
+
+
+def test_a_row_without_phrases_beside_constrained_ones_is_greedy_at_beam_one():
+    """One beam keeps a finished hypothesis and searches on, so a one-beam constrained search of a row without
+    phrases is not greedy search (some seeds below show it); `ar.model.search` gives such a row greedy's output,
+    as it would have alone, whatever the other rows ask."""
+    from jaxnat.models.ar.model import search
+
+    @jax.jit
+    def mixed(table, seeds, phrases):
+        return search(toy_model(table), seeds, jnp.full((B, MAX_OUT), 6, jnp.int32), phrases=phrases, beam_size=1,
+                      length_penalty=1.0, max_len_a=1.0, max_len_b=0, max_out=MAX_OUT)
+
+    seeds, src_len, differs = np.arange(B, dtype=np.int32), np.full(B, MAX_OUT, np.int32), 0
+    phrases = pad([[]] + [[[6, 7]]] * (B - 1))
+    for seed in range(8):
+        table = make_table(seed)
+        greedy = jax.device_get(plain_search(table, seeds, src_len, 1))
+        one_beam = jax.device_get(run(table, seeds, src_len, phrases, 1.0, 1, False))
+        differs += not np.array_equal(one_beam["tokens"][0], greedy["tokens"][0])
+        got = jax.device_get(mixed(table, seeds, phrases))
+        np.testing.assert_array_equal(got["tokens"][0], greedy["tokens"][0])
+        np.testing.assert_allclose(got["score"][0], greedy["score"][0], rtol=1e-6)
+        np.testing.assert_array_equal(got["tokens"][1:], one_beam["tokens"][1:])
+    assert differs > 0

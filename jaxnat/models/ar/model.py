@@ -20,7 +20,7 @@ from jaxnat.decoding.search import ar_search, force_prefix
 from jaxnat.errors import ConfigError
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import next_in_segment
-from jaxnat.models.spec import ModelSpec, word_glue
+from jaxnat.models.spec import ModelSpec, skipped_unless, word_glue
 from jaxnat.models.transformer import (absent_logits, Decoder, embedders, embedding_norms, Encoder, rows_dense,
                                       source_tokens, TransformerConfig, token_mask, without_cross_cache)
 
@@ -132,8 +132,9 @@ def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered
            rules: str = "jaxnat", prefix=None) -> dict:
     """The AR searches behind one callback: greedy or beam search (`search.ar_search`), or with phrases
     (int32[B, C, P], an all-PAD row = none) the constrained beam search that guarantees them
-    (`constrained.constrained_search`, DBA/VDBA; beam_size 1 is then a one-beam constrained search), or under
-    fairseq's ``rules`` fairseq's (`constrained_fairseq.search`), which does not. prefix: int32[B, P], each
+    (`constrained.constrained_search`, DBA/VDBA; beam_size 1 is then a one-beam constrained search, and a row
+    without phrases is searched greedily, as alone), or under fairseq's ``rules`` fairseq's
+    (`constrained_fairseq.search`), which does not. prefix: int32[B, P], each
     output's first tokens (`search.force_prefix`), or None."""
     src_len = token_mask(src).sum(axis=1)
     prefix_len = 0
@@ -145,10 +146,18 @@ def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered
                   max_out=max_out, prefix_len=prefix_len)
     if phrases is None:
         return ar_search(tokens_to_logprobs, cache, src_len, rules=rules, **kwargs)
-    if rules == "fairseq":
+    if rules == "fairseq":  # fairseq searches its whole batch under the constraints (so does this)
         return constrained_fairseq.search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, **kwargs)
-    return constrained_search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, continues=continues,
-                              joins=joins, trails=trails, **kwargs)
+    out = constrained_search(tokens_to_logprobs, cache, src_len, phrases, ordered=ordered, continues=continues,
+                             joins=joins, trails=trails, **kwargs)
+    if beam_size == 1:  # one beam keeps a finished hypothesis and searches on, which greedy search does not: a row
+        # without phrases takes greedy's output, as it would alone (a wider beam without phrases is the plain beam)
+        has = jnp.any(phrases != PAD_ID, axis=(1, 2))
+        plain = skipped_unless(~jnp.all(has), lambda: ar_search(tokens_to_logprobs, cache, src_len, rules=rules,
+                                                                 **kwargs))
+        out = {k: jnp.where(has.reshape(-1, *(1,) * (v.ndim - 1)), v, plain[k]) if k in plain else v
+               for k, v in out.items()}
+    return out
 
 
 def hard_phrases(request: DecodeRequest):
