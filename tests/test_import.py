@@ -391,6 +391,10 @@ def test_mbart50_reads_its_ids_with_or_without_tokenizer_json_and_its_languages_
     french = ["fr_XX"] * len(outputs["src"])
     hyps = translator.translate(outputs["src"], beam_size=1, src_langs=french, tgt_langs=french)
     assert [h["hyp"] for h in hyps] == outputs["fra_fra_beam1_text"]
+    # its own <mask> (beside jaxnat's reserved one of that name) and its language tokens are never written out
+    tok = translator.tokenizer
+    specials = [i for i in range(tok.vocab_size("tgt")) if tok.id_to_piece(i, "tgt") in ("<mask>", "fr_XX")]
+    assert len(specials) == 3 and tok.decode([*specials, 7], "tgt") == tok.decode([7], "tgt")
     tok_cfg = json.loads((source / "tokenizer_config.json").read_text())
     (source / "tokenizer_config.json").write_text(json.dumps({**tok_cfg, "tokenizer_class": "MBartTokenizer"}))
     with pytest.raises(DataError, match="tokenizer_class 'MBartTokenizer'; jaxnat reads mBART-50's layout"):

@@ -142,7 +142,9 @@ class PieceTokenizer:
         self._tables = {side: s.tables() for side, s in self._side.items()}
         self.languages = tuple(settings.get("languages", ()))
         self._names = dict(settings.get("language_names", {}))
-        self._dropped = {side: _DROPPED | {s.ids[p] for p in settings.get("specials", ()) if p in s.ids}
+        # every id of a special piece: the model's own "<mask>" too, beside jaxnat's reserved MASK of that name
+        specials = set(settings.get("specials", ()))
+        self._dropped = {side: _DROPPED | {i for i, p in enumerate(s.pieces) if p in specials}
                          for side, s in self._side.items()}
 
     def language_id(self, code: str, side: str) -> int:
