@@ -501,6 +501,8 @@ NPZ = "opus.spm50-spm50.transformer-align.model1.npz.best-perplexity.npz"
     ("vocabulary", "holds 50 pieces, the model's embedding 51 rows"),
     ("not marian", "not a Marian model file"),
     ("pickle", "unreadable .npz file"),
+    ("truncated", r"unreadable .npz file \(File is not a zip file\)"),
+    ("text", r"unreadable .npz file \(not a NumPy .npz archive\)"),
     ("two models", "holds 2 .npz files and no decoder.yml"),
 ])
 def test_a_marian_release_jaxnat_cannot_read_is_refused_in_one_line(tmp_path, damage, message):
@@ -526,10 +528,13 @@ def test_a_marian_release_jaxnat_cannot_read_is_refused_in_one_line(tmp_path, da
         del arrays["special:model.yml"]
     elif damage == "pickle":
         arrays["Wemb"] = np.array([_Boom()], dtype=object)
-    else:
+    elif damage == "two models":
         os.remove(source / "decoder.yml")
         shutil.copy(source / NPZ, source / "model.npz")
     np.savez(source / NPZ, **arrays)
+    if damage in ("truncated", "text"):
+        whole = (source / NPZ).read_bytes()
+        (source / NPZ).write_bytes(whole[:4000] if damage == "truncated" else b"not a model\n")
     with pytest.raises(DataError, match=message):
         write_workdir(f"marian:{source}", str(tmp_path / "run"))
     assert not (tmp_path / "run").exists()

@@ -18,6 +18,8 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import zipfile
+import zlib
 
 import numpy as np
 
@@ -234,8 +236,11 @@ def read(path: str) -> Imported:
     try:
         with np.load(where, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-    except (OSError, ValueError, EOFError) as e:
-        raise DataError(f"{where}: unreadable .npz file ({e})") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+        # numpy reads a file that is no zip archive as a pickle, which allow_pickle=False refuses: say what it is not
+        why = "not a NumPy .npz archive" if "allow_pickle" in str(e) and not zipfile.is_zipfile(where) else str(e)
+        why = why if len(why) <= 120 else why[:120] + "…"  # a damaged member's message quotes its bytes
+        raise DataError(f"{where}: unreadable .npz file ({why})") from None
     settings = _settings(arrays, where)
     shared = settings["shared"]
     tensors = _tensors(arrays, (settings["enc-depth"], settings["dec-depth"]), shared, where)
