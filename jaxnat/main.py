@@ -152,6 +152,12 @@ def run(argv=None) -> int:
     from jaxnat.training.mesh import maybe_initialize_distributed
 
     maybe_initialize_distributed()
+    if args.mode in ("eval", "distill") and config.data.source == "synthetic":
+        from jaxnat.data import piece_vocab
+
+        if piece_vocab.exists(args.workdir):  # an import records no corpus: the default is jaxnat's embedded one
+            raise ConfigError(f"{args.workdir} holds an imported model, which the embedded synthetic corpus does "
+                              f"not speak: name its test data with --config.data.source=text --config.data.dir=DIR")
     if args.mode == "train":
         from jaxnat.evaluate import already_evaluated, evaluate
         from jaxnat.training.trainer import Trainer

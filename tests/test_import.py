@@ -159,8 +159,8 @@ def _main(*args, stdin=None):
 @pytest.mark.slow
 def test_import_then_translate_with_hard_constraints_from_the_command_line(tmp_path):
     """The user's path: --mode import, then --mode translate on the workdir alone (no --config), JSON lines with
-    hard constraints through the constrained beam search (VDBA), and a second import into the same workdir
-    refused."""
+    hard constraints through the constrained beam search (VDBA), a second import into the same workdir refused,
+    and an evaluation without test data refused."""
     workdir = tmp_path / "opus"
     result = _main("--mode", "import", "--from", SOURCES["marian"], "--workdir", str(workdir))
     assert result.returncode == 0, result.stderr
@@ -175,6 +175,9 @@ def test_import_then_translate_with_hard_constraints_from_the_command_line(tmp_p
     assert rows[1]["src"] == "two dogs play in the snow ." and isinstance(rows[1]["score"], float)
     again = _main("--mode", "import", "--from", SOURCES["marian"], "--workdir", str(workdir))
     assert again.returncode == 2 and again.stderr.count("\n") == 1 and "exists" in again.stderr
+    # an evaluation names the test data it needs (an import records none: not the embedded synthetic corpus)
+    scored = _main("--mode", "eval", "--workdir", str(workdir))
+    assert scored.returncode == 2 and "holds an imported model" in scored.stderr.splitlines()[-1]
 
 
 class _Boom:
