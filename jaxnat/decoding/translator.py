@@ -140,8 +140,8 @@ class Translator:
                 for phrase in phrases if is_hard else []:  # a guaranteed constraint is never changed
                     if chars := self.tokenizer.unrepresentable(phrase, "tgt"):
                         raise DataError(f"sentence {i + 1}: the hard constraint {phrase!r} has characters the "
-                                        f"vocabulary cannot represent ({''.join(chars)}); the model was trained "
-                                        f"without data.byte_fallback")
+                                        f"model's vocabulary cannot represent ({''.join(chars)}): it could only "
+                                        f"write them as UNK")
                 out.append(Start(phrases=self.tokenizer.encode(list(phrases), "tgt"), hard=bool(is_hard)))
             else:
                 out.append(Start())
