@@ -157,3 +157,13 @@ def test_a_score_that_is_no_finite_number_is_written_as_null(tmp_path):
     translate_stream(Stub, config, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"))
     assert [json.loads(line)["score"] for line in (tmp_path / "out.jsonl").read_text().splitlines()] == [
         None, None, -1.5]
+
+
+def test_a_request_names_its_languages_as_non_empty_strings():
+    from jaxnat.decoding.translate_io import parse_requests
+    from jaxnat.errors import DataError
+
+    for bad in ('{"src": "x", "tgt_lang": ""}', '{"src": "x", "src_lang": 5}', '{"src": "x", "tgt_lang": null}'):
+        with pytest.raises(DataError, match=r'in:1: "(src|tgt)_lang" must be a non-empty string, a language'):
+            parse_requests([bad], "in")
+    assert parse_requests(['{"src": "x", "tgt_lang": "de"}'], "in")[0]["tgt_lang"] == "de"

@@ -43,8 +43,9 @@ def parse_requests(lines: list[str], where: str) -> list[dict]:
             if "constraint_pairs" in obj:
                 parse_pairs(json.dumps(obj["constraint_pairs"]), f'{where}:{n}: "constraint_pairs"')
             for key in ("src_lang", "tgt_lang"):
-                if not isinstance(obj.get(key, ""), str):
-                    raise DataError(f'{where}:{n}: "{key}" must be a string (a language token of the model: eng_Latn)')
+                if key in obj and not (isinstance(obj[key], str) and obj[key].strip()):
+                    raise DataError(f'{where}:{n}: "{key}" must be a non-empty string, a language of the model '
+                                    f'(NLLB\'s "eng_Latn", M2M-100\'s "en", mBART-50\'s "en_XX")')
             if "init" in obj and phrases:
                 raise DataError(f'{where}:{n}: give either "init" or "constraints", not both')
             requests.append(obj)
