@@ -13,6 +13,7 @@ import numpy as np
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.translator import Translator
+from jaxnat.errors import DataError
 from jaxnat.evaluation import diagnostic
 from jaxnat.evaluation.calibration import calibration
 from jaxnat.evaluation.constraints import make_constraints, write_constraints
@@ -64,6 +65,19 @@ def _write_lines(path: str, lines: list[str]) -> None:
             f.writelines(line + "\n" for line in lines)
 
 
+def _check_hard(translator: Translator, split: str, refs: list[str] | None, config) -> None:
+    """eval.constraints=hard's phrases (the split's reference words) checked as a request's are, before anything
+    is decoded: a word the model cannot guarantee (characters its vocabulary lacks) fails at the start, not after
+    the plain run."""
+    if refs is None:
+        return
+    phrases = make_constraints(refs, config.eval.constraint_seed, lang=config.data.tgt_lang)
+    try:
+        translator.starts(constraints=phrases, hard=[True] * len(refs))
+    except DataError as err:
+        raise DataError(f"{split}, eval.constraints=hard (reference words as phrases): {err}") from None
+
+
 def evaluate(config, workdir: str) -> dict:
     """Translates every test split (and, with eval.constraints, again with soft/hard constraint sets built
     from its references as in Post & Vilar 2018), writes hyps/ and metrics.json, prints the table."""
@@ -75,6 +89,9 @@ def evaluate(config, workdir: str) -> dict:
     os.makedirs(os.path.join(workdir, "hyps"), exist_ok=True)
     results = {}
     test_splits = [s for s in corpus if s not in ("train", "valid")]
+    if "hard" in modes:
+        for split in test_splits:
+            _check_hard(translator, split, corpus[split][1], config)
     for i, split in enumerate(test_splits):
         srcs, refs = corpus[split]
         outs = translator.translate(srcs, e.beam_size, e.batch_size, token_scores=True)

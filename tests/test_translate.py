@@ -108,6 +108,22 @@ def test_translate_missing_input_and_untrained_workdir(trained, tmp_path):
     assert result.returncode == 2 and "holds no trained run" in result.stderr
 
 
+def test_eval_hard_constraints_the_vocabulary_cannot_write_fail_before_anything_decodes(ar_run, monkeypatch):
+    """eval.constraints=hard draws reference words as phrases; one the model cannot guarantee (a character its
+    vocabulary lacks) stops the evaluation before its plain pass, not after it."""
+    from jaxnat import evaluate
+    from jaxnat.config import build_config
+    from jaxnat.decoding.translator import Translator
+    from jaxnat.errors import DataError
+
+    config = build_config(os.path.join(ar_run, "config.json"), ["--config.eval.constraints=hard"])
+    monkeypatch.setattr(evaluate, "load_corpus", lambda data: {"test": (["a b", "a b"], ["a b", "東"])})
+    monkeypatch.setattr(Translator, "translate", lambda *args, **kwargs: pytest.fail("decoded before the check"))
+    with pytest.raises(DataError, match=r"^test, eval.constraints=hard \(reference words as phrases\): sentence 2: "
+                                        r"the hard constraint '東' has characters .* cannot represent \(東\)"):
+        evaluate.evaluate(config, str(ar_run))
+
+
 def test_a_timing_warm_up_runs_only_shapes_not_run_before(ar_run, monkeypatch, caplog):
     """`seconds_per_sentence` warms up with ``warm_up``: one batch of each request shape the translator has not
     run, none after an evaluation's own pass at that batch size, so that timing a test set does not decode it
