@@ -481,10 +481,23 @@ def test_nllb_reads_its_languages_from_the_config_or_each_request(tmp_path_facto
             translator.translate(["a dog ."])
     finally:
         translator.config.data.tgt_lang_token = "deu_Latn"
+    _, marian_dir, marian, marian_translator = _imported("marian", tmp_path_factory)
     with pytest.raises(DataError, match="this model has none"):
-        _imported("marian", tmp_path_factory)[3].translate(["a dog ."], src_langs=["eng_Latn"])
+        marian_translator.translate(["a dog ."], src_langs=["eng_Latn"])
+    # a language named in the config of a model without language tokens is refused, not ignored
+    asked = marian.copy_and_resolve_references()
+    asked.data.tgt_lang_token, asked.train.init_from = "deu_Latn", marian_dir
+    marian_translator.config = asked
+    try:
+        with pytest.raises(DataError, match="^data.tgt_lang_token='deu_Latn' set, but this model has no"):
+            marian_translator.translate(["a dog ."])
+    finally:
+        marian_translator.config = marian
     from jaxnat.training.trainer import Trainer  # fine-tuning: pairs led by their languages' tokens, as decoded
 
+    asked.data.synthetic_train = asked.data.synthetic_valid = asked.data.synthetic_test = 20
+    with pytest.raises(DataError, match="^data.tgt_lang_token='deu_Latn' set, but this model has no"):
+        Trainer(asked, str(tmp_path / "marian-tuned")).encoded_split("train")
     fine_tune = config.copy_and_resolve_references()
     fine_tune.train.init_from = workdir
     fine_tune.data.synthetic_train = fine_tune.data.synthetic_valid = fine_tune.data.synthetic_test = 20

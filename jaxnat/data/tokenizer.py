@@ -172,6 +172,16 @@ def _train_model(
     return out.getvalue()
 
 
+def no_language_tokens_named(data) -> None:
+    """For a model without language tokens (all but multilingual imports): data.src_lang_token or tgt_lang_token
+    set is a one-line DataError, not a setting silently ignored."""
+    named = [f"data.{side}_lang_token={data[f'{side}_lang_token']!r}" for side in ("src", "tgt")
+             if data[f"{side}_lang_token"]]
+    if named:
+        raise DataError(f"{' and '.join(named)} set, but this model has no language tokens (multilingual models "
+                        f"such as an imported NLLB have)")
+
+
 class Tokenizer:
     """Encodes text to piece ids and back, for the source and target side (possibly one shared model)."""
 

@@ -16,6 +16,7 @@ import jax
 import numpy as np
 
 from jaxnat.data.batching import bucket_lengths, eval_batches
+from jaxnat.data.tokenizer import no_language_tokens_named
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding.request import DecodeRequest, check_supported, pad_hypotheses, pad_phrases
 from jaxnat.errors import DataError
@@ -68,6 +69,7 @@ class Translator:
             if langs and any(lang is not None for lang in langs):
                 raise DataError(f"\"{side}_lang\" names a language token; this model has none (multilingual "
                                 f"models such as an imported NLLB have)")
+            no_language_tokens_named(self.config.data)
             return [[]] * n
         default = self.config.data[f"{side}_lang_token"]
         return [[self.tokenizer.language_id(lang or default, side)] for lang in langs or [None] * n]

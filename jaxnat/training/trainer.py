@@ -22,7 +22,7 @@ from jaxnat.config import check_matches_workdir, model_keys, workdir_config
 from jaxnat.data.batching import (PackedBatcher, TrainBatcher, bucket_lengths, eval_batches, example_lengths,
                                   fitted_buckets, prefetch, prepare_with_init)
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
-from jaxnat.data.tokenizer import Tokenizer
+from jaxnat.data.tokenizer import Tokenizer, no_language_tokens_named
 from jaxnat.errors import ConfigError, JaxnatError, Stopped
 from jaxnat.evaluation.metrics import bleu
 from jaxnat.models import build_model, count_params, family_of
@@ -259,6 +259,8 @@ class Trainer:
                     for side in ("src", "tgt")}
             src_ids = [[code["src"], *ids] for ids in src_ids]
             tgt_ids = [[code["tgt"], *ids] for ids in tgt_ids]
+        else:
+            no_language_tokens_named(self.config.data)
         init_ids = self.tokenizer.encode(self.inits[split], "tgt") if split in self.inits else None
         extras = None
         if self.family.train_extras is not None:
