@@ -316,13 +316,29 @@ def _parse_value(key: str, text: str, current):
 
 
 def _hint(key: str, known: list[str]) -> str:
-    """What an unknown key may have meant: where a family's key of before the sections went (`Family.moved`), or
-    the nearest known key."""
+    """What an unknown key may have meant: where a family's key of before the sections went (`Family.moved`); the
+    sections, for an unknown one; another section holding a key of that name (another family's: `ctc.decode` is
+    not `dat.decode`); the nearest key of its section, or a near one of another; else its section's keys."""
     moved = [f"{f.name}.{f.moved[key]}" for f in map(models.family_of, models.names()) if key in f.moved]
     if moved:
         return f"; it moved to the model family's section: {' or '.join(moved)}"
-    near = difflib.get_close_matches(key, known, n=1, cutoff=0.0)
-    return f"; did you mean {near[0]}?" if near else ""
+    section, _, name = key.rpartition(".")
+    ours = [k for k in known if k.rpartition(".")[0] == section]
+    if section and not ours:
+        sections = dict.fromkeys(k.rpartition(".")[0] for k in known)
+        return f"; {section} is not a section (the sections: {', '.join(sections)})"
+    if not section:
+        near = difflib.get_close_matches(key, known, n=1, cutoff=0.0)
+        return f"; did you mean {near[0]}?" if near else ""
+    keys = ", ".join(k.rpartition(".")[2] for k in ours)
+    elsewhere = [k.rpartition(".")[0] for k in known if k.rpartition(".")[2] == name]
+    if elsewhere:  # another family's key of that name would configure another model
+        return f"; {name} is a key of the {' and '.join(elsewhere)} section; {section}'s keys: {keys}"
+    near = difflib.get_close_matches(name, [k.rpartition(".")[2] for k in ours], n=1, cutoff=0.6)
+    if near:
+        return f"; did you mean {section}.{near[0]}?"
+    near = difflib.get_close_matches(key, [k for k in known if k not in ours], n=1, cutoff=0.8)
+    return f"; did you mean {near[0]}?" if near else f"; {section}'s keys: {keys}"
 
 
 def apply_override(config: ml_collections.ConfigDict, key: str, text: str) -> None:

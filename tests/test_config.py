@@ -58,6 +58,9 @@ def test_overrides_are_typed():
     [
         (["--config.train.stepz=3"], "unknown config key train.stepz; did you mean train.steps?"),
         (["--config.model.d_modle=3"], "did you mean model.d_model?"),
+        (["--config.ctc.decode=beam"], "ctc.decode; decode is a key of the dat section; ctc's keys: decoder_input, "),
+        (["--config.dat.glance_stat=1"], "did you mean dat.glance_start?"),
+        (["--config.trian.steps=3"], "trian is not a section (the sections: "),
         (["--config.train.steps=abc"], "bad value for train.steps: 'abc' is not a int"),
         (["--config.model.pre_norm=maybe"], "is not a bool"),
         (["--config.train.steps"], "has no value"),
