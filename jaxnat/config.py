@@ -46,7 +46,7 @@ RANGES = {
     **{k: ("(0", None) for k in (
         "model.d_model", "model.num_heads", "model.ffn_dim", "model.enc_layers", "model.dec_layers",
         "model.max_len", "model.ln_eps", "data.max_len", "data.batch_tokens", "data.vocab_size", "data.bucket_multiple",
-        "data.synthetic_train", "data.synthetic_valid", "data.synthetic_test", "train.steps", "train.lr",
+        "data.synthetic_train", "data.synthetic_valid", "data.synthetic_test", "train.lr",
         "train.adam_eps", "train.log_every", "train.eval_every", "train.checkpoint_every", "train.keep_checkpoints",
         "train.keep_best", "train.valid_bleu_sentences",  # (the best checkpoints are those of the best valid BLEU)
         "train.microbatches",
@@ -60,6 +60,7 @@ RANGES = {
         "train.peak_tflops", "model.position_offset", "eval.max_len_a", "eval.max_len_b",
         "eval.latency_sentences", "eval.length_cap_min", "eval.trace_sentences", "eval.average_checkpoints")},
     "data.bucket_growth": ("[1", None),
+    "train.steps": ("(0", "2147483647]"),  # the step counter is an int32
     "eval.length_penalty": ("[0", "10]"),  # an exponent of the output's length: 1024^10 still fits a float32
     "train.plateau_factor": ("(0", "1)"), "train.plateau_patience": ("[1", None), "train.stop_patience": ("[0", None),
     "train.xla_gpu_autotune_level": ("[-1", "4]"),

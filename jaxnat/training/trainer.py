@@ -424,7 +424,8 @@ class Trainer:
         if restored is not None:
             state = restored
             plateau.resume(progress)
-            log.info("resumed from step %d", int(state["step"]))
+            log.info("resumed from step %d%s", int(state["step"]),  # train.init_from only starts a run
+                     f" (its own training state: train.init_from={t.init_from} is not read)" if t.init_from else "")
         elif t.init_from:
             state = self.start_from(state, t.init_from, batcher.batch(0))
         start = int(state["step"])
