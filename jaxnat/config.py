@@ -318,8 +318,8 @@ def _parse_value(key: str, text: str, current):
 
 def _hint(key: str, known: list[str]) -> str:
     """What an unknown key may have meant: where a family's key of before the sections went (`Family.moved`); the
-    sections, for an unknown one; another section holding a key of that name (another family's: `ctc.decode` is
-    not `dat.decode`); the nearest key of its section, or a near one of another; else its section's keys."""
+    sections, for an unknown one; another section holding a key of that name (another family's, which would
+    configure another model); the nearest key of its section, or a near one of another; else its section's keys."""
     moved = [f"{f.name}.{f.moved[key]}" for f in map(models.family_of, models.names()) if key in f.moved]
     if moved:
         return f"; it moved to the model family's section: {' or '.join(moved)}"
