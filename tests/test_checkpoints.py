@@ -114,3 +114,25 @@ def test_average_and_curves_from_the_command_line(run, tmp_path):
     assert [e["step"] for e in history if "loss" in e] == list(range(4, 13, 4))
     assert all(np.isfinite(e["loss"]) and e["tokens_per_s"] > 0 for e in history if "loss" in e)
     assert json.loads((run / "history.jsonl").read_text().splitlines()[-1])["step"] == 12
+
+
+def _params(value: float) -> dict:
+    return {"w": np.full((2, 3), value, np.float32)}
+
+
+def test_a_best_checkpoint_kept_before_a_resume_is_not_saved_again(tmp_path):
+    """A resumed run validates again at steps whose best checkpoint it kept before (kill -9 after the validation,
+    before the training state of that step; or train.eval_every off the train.checkpoint_every grid): Orbax
+    refuses a step it has (StepAlreadyExistsError), which ended every resume; the kept one stays as it is."""
+    ckpt = Checkpoints(str(tmp_path), 3, 2)
+    try:
+        assert ckpt.save_best(100, _params(1.0), 0.0)
+        assert ckpt.save_best(200, _params(2.0), 0.4)
+        # resumed from step 150: step 200 again, the same BLEU (a deterministic rerun) or another one
+        assert not ckpt.save_best(200, _params(3.0), 0.4)
+        assert not ckpt.save_best(200, _params(3.0), 0.9)
+        assert ckpt.best_steps() == [(200, 0.4), (100, 0.0)]
+        np.testing.assert_array_equal(ckpt.restore_best(_params(0.0))["w"], _params(2.0)["w"])
+    finally:
+        ckpt.close()
+

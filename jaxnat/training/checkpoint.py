@@ -116,6 +116,8 @@ class Checkpoints:
         """Keeps the parameters of a validation if it is among the best `keep_best` so far (dropping the one it
         displaces). Returns whether it was kept."""
         ranked = self.best_steps()
+        if step in dict(ranked):  # kept before a resume from an older training state (kill -9, a checkpoint grid
+            return False  # off the validations'): that run's parameters of this step stay, never overwritten
         if len(ranked) >= self.keep_best and bleu <= ranked[self.keep_best - 1][1]:
             return False
         meta = {"bleu": float(bleu), "step": int(step)}
