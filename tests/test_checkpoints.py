@@ -136,3 +136,18 @@ def test_a_best_checkpoint_kept_before_a_resume_is_not_saved_again(tmp_path):
     finally:
         ckpt.close()
 
+
+
+def test_averaging_again_replaces_the_averaged_checkpoint(tmp_path):
+    """--mode average twice with the same newest step (another N, or the same command again) replaced nothing and
+    ended in Orbax's StepAlreadyExistsError traceback; the averaged checkpoint is the newest command's."""
+    ckpt = Checkpoints(str(tmp_path), 3)
+    try:
+        ckpt.save_averaged(_params(1.0), "last", [200, 300])
+        path = ckpt.save_averaged(_params(2.0), "last", [100, 200, 300])
+        assert path.endswith(os.path.join("averaged", "300"))
+        params, meta = ckpt.restore_averaged(_params(0.0))
+        assert meta == {"of": "last", "steps": [100, 200, 300]}
+        np.testing.assert_array_equal(params["w"], _params(2.0)["w"])
+    finally:
+        ckpt.close()

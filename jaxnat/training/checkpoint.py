@@ -152,6 +152,8 @@ class Checkpoints:
 
     def save_averaged(self, params, of: str, steps: list[int]) -> str:
         step = max(steps)
+        if step in self.averaged.all_steps():  # averaged again (another N, the same command twice): the new one
+            self.averaged.delete(step)  # replaces it, as it replaces one of another step (Orbax refuses a step it has)
         self.averaged.save(step, args=ocp.args.Composite(
             params=ocp.args.StandardSave(params), meta=ocp.args.JsonSave({"of": of, "steps": sorted(steps)})),
             force=True)
