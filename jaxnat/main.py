@@ -113,6 +113,8 @@ def check_paths(args) -> None:
         check_creatable_dir(args.workdir, "--workdir")
     else:
         check_existing_dir(args.workdir, "--workdir")
+        if args.mode in ("eval", "average", "curves"):  # they write there (metrics.json, averaged/, curves.png)
+            check_creatable_dir(args.workdir, "--workdir")
     if args.mode == "distill":
         if not args.output:
             raise ConfigError("--mode distill needs --output DIR, the directory to write the distilled corpus to")

@@ -328,6 +328,20 @@ def test_unwritable_workdir_and_output(tmp_path, monkeypatch):
         check_writable_file(str(tmp_path / "o.jsonl"), "--output")
 
 
+@pytest.mark.parametrize("mode", ["eval", "average", "curves"])
+def test_a_mode_that_writes_into_the_workdir_refuses_an_unwritable_one(tmp_path, monkeypatch, mode):
+    """eval (metrics.json, hyps/), average (checkpoints/averaged/) and curves (curves.png) write into the trained
+    workdir: on a read-only one they ended in a traceback after their work (average also hung at its exit);
+    translate only reads it."""
+    from jaxnat.main import check_paths, parse_args
+
+    monkeypatch.setattr(os, "access", lambda path, mode: not mode & os.W_OK)
+    args, _ = parse_args(["--config", CONFIG, "--workdir", str(tmp_path), "--mode", mode])
+    with pytest.raises(ConfigError, match=f"--workdir {tmp_path} cannot be written: {tmp_path} is not writable"):
+        check_paths(args)
+    check_paths(parse_args(["--config", CONFIG, "--workdir", str(tmp_path), "--mode", "translate"])[0])
+
+
 @pytest.mark.parametrize("family, expected", [
     ("nat", {"nat.coverage": True, "nat.length_prediction": "pooled", "nat.train_iterations": 5,
              "nat.decode_iterations": 5, "nat.remove_repeats": True, "nat.candidate_score": "log_probability"}),
