@@ -514,3 +514,23 @@ def test_a_workdir_refuses_an_optimizer_that_cannot_resume_its_checkpoints(tmp_p
                                               "train.clip_norm=0.0, which this config's") as err:
             check_optimizer_matches(config, str(tmp_path))
         assert "\n" not in str(err.value)
+
+
+def test_a_workdir_with_training_states_refuses_another_seed_or_key_implementation(tmp_path):
+    """train.seed and train.prng_impl decide the batch of every step and every random draw: resuming a run with
+    other values trained on as another run and rewrote its config.json to credit the whole run to them. Refused in
+    one line once the workdir has a training state; a new workdir, or another value of an allowed key, is not."""
+    from jaxnat.config import build_config
+    from jaxnat.errors import ConfigError
+    from jaxnat.training.trainer import check_resume_matches
+
+    (tmp_path / "config.json").write_text(build_config(TINY, []).to_json_best_effort(sort_keys=True))
+    seed = build_config(TINY, ["--config.train.seed=7"])
+    check_resume_matches(seed, str(tmp_path))  # no training state yet: a new run
+    (tmp_path / "checkpoints" / "last" / "4").mkdir(parents=True)
+    check_resume_matches(build_config(TINY, ["--config.train.steps=48", "--config.train.lr=1e-4"]), str(tmp_path))
+    with pytest.raises(ConfigError, match=r"train.seed=7 \(trained: 0\)") as err:
+        check_resume_matches(seed, str(tmp_path))
+    assert "\n" not in str(err.value)
+    with pytest.raises(ConfigError, match=r"train.prng_impl='rbg' \(trained: 'threefry2x32'\)"):
+        check_resume_matches(build_config(TINY, ["--config.train.prng_impl=rbg"]), str(tmp_path))

@@ -163,6 +163,27 @@ def check_optimizer_matches(config, workdir: str) -> None:
                           f"those values, or start another workdir from this run with train.init_from={workdir}")
 
 
+RESUME_KEYS = ("seed", "prng_impl")  # train.*: the batch of step t and every random draw depend on them
+
+
+def check_resume_matches(config, workdir: str) -> None:
+    """A one-line `ConfigError` when ``workdir`` has training states made with another train.seed or
+    train.prng_impl: resumed with it, the run's batches and random numbers from there on would be another run's,
+    and its config.json would credit the whole run to the new value."""
+    last = os.path.join(workdir, "checkpoints", "last")
+    if not (os.path.isdir(last) and any(d.isdigit() for d in os.listdir(last))):
+        return
+    try:
+        trained = workdir_config(workdir).train
+    except ConfigError:  # no config.json: nothing to compare with
+        return
+    differ = [f"train.{k}={config.train[k]!r} (trained: {trained[k]!r})" for k in RESUME_KEYS
+              if config.train[k] != trained[k]]
+    if differ:
+        raise ConfigError(f"the checkpoints in {workdir} were trained with other random numbers: {'; '.join(differ)}; "
+                          f"keep the run's values to resume it, or train another --workdir")
+
+
 def _with_configured_keys(method):
     """A `Trainer` method run with train.prng_impl as jax's key implementation: the keys it makes and the programs
     it traces (raw key arrays carry no implementation of their own: jax reads it from this setting)."""
@@ -215,6 +236,7 @@ class Trainer:
         self.pairs = load_pairs(d, self.corpus)  # {split: constraint pairs per sentence}; {} without data.pairs_dir
         check_matches_workdir(config, workdir)  # before anything in the workdir is written
         check_optimizer_matches(config, workdir)
+        check_resume_matches(config, workdir)
         train_src, train_tgt = self.corpus["train"]
         if config.train.init_from:  # the same model (or the one it extends) and vocabulary as the run it starts from
             check_matches_workdir(config, config.train.init_from, self.stage_keys(config.train.init_from))
