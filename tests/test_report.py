@@ -165,6 +165,26 @@ def test_seed_rows_by_hand():
     assert list(out) == ["soft", "hard"] and out["hard"]["cpr"]["a"]["std"] == 0.0
 
 
+def test_runs_of_one_name_must_have_other_seeds(tmp_path):
+    """--names a,a averages runs as seeds of one configuration (mean ± std, t-test): two runs of one train.seed
+    (the same workdir twice, a copy, a run given the wrong name) made a mean over seeds of what is not."""
+    from jaxnat.config import build_config
+    from jaxnat.report import build_report
+
+    tiny = build_config(os.path.join(ROOT, "tests", "configs", "tiny.py"), [])
+    for name in ("one", "two"):
+        (tmp_path / name / "hyps").mkdir(parents=True)
+        (tmp_path / name / "config.json").write_text(tiny.to_json_best_effort(sort_keys=True))
+        (tmp_path / name / "metrics.json").write_text(json.dumps({"test": {"bleu": 1.0}}))
+        (tmp_path / name / "hyps" / "test.txt").write_text("a b\n")
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    with pytest.raises(ConfigError, match=f"--names: {one} and {two} share the name 'a' and train.seed=0; runs "
+                                          f"of one name are seeds"):
+        build_report([one, two], "test", names=["a", "a"])
+    with pytest.raises(ConfigError, match="share the name 'a' and train.seed=0"):
+        build_report([one, one], "test", names=["a", "a"])
+
+
 @pytest.mark.slow
 def test_report_of_two_runs(ar_run, tmp_path):
     from jaxnat.config import workdir_config
@@ -178,6 +198,9 @@ def test_report_of_two_runs(ar_run, tmp_path):
     curve = [(100, 10.0), (200, 20.0), (300, 30.0), (400, 30.2), (500, 30.4)]
     (oracle / "history.jsonl").write_text("".join(json.dumps({"step": s, "valid_bleu": b}) + "\n" for s, b in curve))
     shutil.copytree(oracle, near)  # a second "seed" of the oracle: one sentence off
+    config = json.loads((near / "config.json").read_text())
+    config["train"]["seed"] += 1  # runs of one name are seeds (the report refuses two of one seed)
+    (near / "config.json").write_text(json.dumps(config))
     (near / "hyps" / "test.txt").write_text("".join(r + "\n" for r in ["x"] + refs[1:]))
     out = tmp_path / "report"
     columns = [["BLEU", "bleu"], ["hard, 2 words: BLEU (CPR %)", "rows.hard_c2.bleu/rows.hard_c2.cpr"],
