@@ -48,6 +48,7 @@ import sys
 from jaxnat import analyse, provenance
 from jaxnat.errors import ConfigError, JaxnatError
 from jaxnat.optional import install_hint, optional
+from jaxnat.paths import check_creatable_dir
 
 log = logging.getLogger("jaxnat")
 
@@ -786,6 +787,7 @@ def main(argv=None) -> int:
     logging.getLogger("sacrebleu").setLevel(logging.ERROR)
     logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its INFO on the length buckets' string labels
     try:
+        check_creatable_dir(args.out, "--out")  # first: not after the resampling and the analyses
         if args.samples < 1:
             raise ConfigError(f"--samples must be positive, got {args.samples}")
         if not args.flat_within >= 0:  # (also NaN)

@@ -289,3 +289,16 @@ def test_report_of_two_runs(ar_run, tmp_path):
         result = _report(*args)
         assert result.returncode == 2 and result.stderr.startswith("jaxnat: error: "), result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_out_that_cannot_be_a_directory_is_refused_first(tmp_path, capsys):
+    """--out naming a file (or a path under one) was found only when the report was written, after the workdirs
+    were read and resampled, as `[Errno 17] File exists: ...`."""
+    from jaxnat.report import main
+
+    (tmp_path / "taken").write_text("")
+    for out in (tmp_path / "taken", tmp_path / "taken" / "report"):
+        assert main([str(tmp_path / "no-such-run"), "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"jaxnat: error: --out {out} ") and "not a directory" in err
+        assert len(err.strip().splitlines()) == 1
