@@ -534,3 +534,20 @@ def test_a_workdir_with_training_states_refuses_another_seed_or_key_implementati
     assert "\n" not in str(err.value)
     with pytest.raises(ConfigError, match=r"train.prng_impl='rbg' \(trained: 'threefry2x32'\)"):
         check_resume_matches(build_config(TINY, ["--config.train.prng_impl=rbg"]), str(tmp_path))
+
+
+def test_init_from_a_run_that_has_not_validated_yet_says_so_before_writing(tmp_path):
+    """train.init_from naming a run stopped before its first validation (a training state, no best checkpoint)
+    said 'its best checkpoint is unreadable', after writing config.json, spm/ and checkpoints/ into the new
+    workdir; now one line that says what is missing, and nothing written."""
+    from jaxnat.config import build_config
+    from jaxnat.training.trainer import Trainer, TrainingError
+
+    source = tmp_path / "first"
+    (source / "checkpoints" / "best").mkdir(parents=True)  # Orbax makes it at the run's start
+    (source / "checkpoints" / "last" / "4").mkdir(parents=True)
+    (source / "config.json").write_text(build_config(TINY, []).to_json_best_effort(sort_keys=True))
+    config = build_config(TINY, [f"--config.train.init_from={source}"])
+    with pytest.raises(TrainingError, match=f"train.init_from={source}: no best checkpoint there \\(no validation"):
+        Trainer(config, str(tmp_path / "second"))
+    assert not (tmp_path / "second").exists()

@@ -240,6 +240,10 @@ class Trainer:
         train_src, train_tgt = self.corpus["train"]
         if config.train.init_from:  # the same model (or the one it extends) and vocabulary as the run it starts from
             check_matches_workdir(config, config.train.init_from, self.stage_keys(config.train.init_from))
+            best = os.path.join(config.train.init_from, "checkpoints", "best")
+            if not (os.path.isdir(best) and any(d.isdigit() for d in os.listdir(best))):
+                raise TrainingError(f"train.init_from={config.train.init_from}: no best checkpoint there (no "
+                                    f"validation has run yet: train that run to a train.eval_every step first)")
 
         def write_config_and_vocabulary():
             if jax.process_index() == 0:
@@ -378,8 +382,6 @@ class Trainer:
         """``state`` with the best parameters of the run in ``workdir`` (train.init_from); optimizer and step
         stay fresh. From a run of the model this one extends, the parameters it has are taken by name and the
         others keep their initialisation."""
-        if not os.path.isdir(os.path.join(workdir, "checkpoints", "best")):
-            raise TrainingError(f"train.init_from={workdir}: no best checkpoint there (train that run first)")
         source_config = workdir_config(workdir)
         if source_config.model.name == self.config.model.name:
             target = state["params"]
