@@ -26,11 +26,13 @@ from jaxnat.oracle import real_mask
 from tests import edit_reference as er
 from tests import jitted
 from tests import mask_predict_reference as ref
+from tests.covering import pairwise
 from tests.refine_reference import fit_briefly, pad, random_batch
 
 TINY = "tests/configs/tiny.py"
 V = 40
 SEVERAL = settings(max_examples=60, deadline=None)
+BOTH = [False, True]
 CMLMC = ("--config.cmlm.masked_attn=true", "--config.cmlm.concat_pe=true", "--config.cmlm.correction=true",
          "--config.model.positions=learned")
 
@@ -348,15 +350,15 @@ def test_fairseq_rules_match_fairseqs_loop_in_python(iterations, beam, stop_earl
 
 @pytest.mark.slow
 @SEVERAL
-@given(seed=st.integers(0, 10_000), iterations=st.sampled_from([1, 2, 5]), beam=st.sampled_from([1, 3]),
-       centred=st.booleans(), offset=st.booleans(), stop_early=st.booleans(), rescored=st.booleans(),
-       by_probability=st.booleans(), dedup=st.booleans(), update_all=st.booleans())
-def test_mask_predict_matches_python_loop(seed, iterations, beam, centred, offset, stop_early, rescored,
-                                          by_probability, dedup, update_all):
+@given(seed=st.integers(0, 10_000), case=st.sampled_from(pairwise(dict(
+    iterations=[1, 2, 5], beam=[1, 3], centred=BOTH, offset=BOTH, stop_early=BOTH, rescored=BOTH, by_probability=BOTH,
+    dedup=BOTH, update_all=BOTH))))
+def test_mask_predict_matches_python_loop(seed, case):
     """The candidate of highest mean probability (or log-probability), or, with a rescorer (a stand-in score
     of the finished tokens), the one it prefers; with ``dedup`` (NAT's post-processing) of the candidates
     without their repeated tokens, and how many were removed; with ``update_all`` (the CMLMC code) every pass
-    revises the tokens it did not mask too."""
+    revises the tokens it did not mask too. (The options: rows of `tests.covering.pairwise`, a program each.)"""
+    iterations, beam, centred, offset, stop_early, rescored, by_probability, dedup, update_all = case.values()
     width, vocab, b = 12, 16, 4
     table, near = ref.stub_tables(seed, vocab, width)
     rng = np.random.default_rng(seed)
@@ -462,13 +464,13 @@ def _contains(row, phrase):
 
 @pytest.mark.slow
 @SEVERAL
-@given(seed=st.integers(0, 10_000), iterations=st.sampled_from([1, 3]), beam=st.sampled_from([1, 3]),
-       any_order=st.booleans(), count=st.integers(1, 4), longest=st.integers(1, 3), update_all=st.booleans())
-def test_constraints_appear_whole_whatever_the_model_predicts(seed, iterations, beam, any_order, count, longest,
-                                                              update_all):
+@given(seed=st.integers(0, 10_000), count=st.integers(1, 4), longest=st.integers(1, 3), case=st.sampled_from(
+    pairwise(dict(iterations=[1, 3], beam=[1, 3], any_order=BOTH, update_all=BOTH))))
+def test_constraints_appear_whole_whatever_the_model_predicts(seed, count, longest, case):
     """Hard constraints: every phrase, whole, as a word (no piece glued on), in order where asked. Soft ones
     (the other rows): every phrase whole when the chosen length holds them all (they are never re-masked, nor
     revised by ``update_all``)."""
+    iterations, beam, any_order, update_all = case.values()
     width, vocab, b = 14, 16, 4
     table, near = ref.stub_tables(seed, vocab, width)
     rng = np.random.default_rng(seed)
@@ -523,11 +525,12 @@ _candidates = jax.jit(mp.candidates, static_argnums=(4, 5))
 
 @pytest.mark.slow
 @SEVERAL
-@given(seed=st.integers(0, 10_000), rescored=st.booleans(), constrained=st.booleans(), dedup=st.booleans())
-def test_a_canvas_as_wide_as_the_longest_candidate_decodes_the_same(seed, rescored, constrained, dedup):
+@given(seed=st.integers(0, 10_000), case=st.sampled_from(pairwise(dict(rescored=BOTH, constrained=BOTH, dedup=BOTH))))
+def test_a_canvas_as_wide_as_the_longest_candidate_decodes_the_same(seed, case):
     """What `Translator.planned` relies on: lengths chosen for the full width, decoded on canvases only as wide
     as the longest candidate needs give the same translations, scores and counts. Sources of 0 … 5 words and an
     all-PAD filler row; lengths from 1 up to the full capacity; soft and hard constraints."""
+    rescored, constrained, dedup = case.values()
     width, vocab, b = 14, 16, 4
     table, near = ref.stub_tables(seed, vocab, width)
     rng = np.random.default_rng(seed)
