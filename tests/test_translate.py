@@ -183,3 +183,15 @@ def test_a_request_names_its_languages_as_non_empty_strings():
         with pytest.raises(DataError, match=r'in:1: "(src|tgt)_lang" must be a non-empty string, a language'):
             parse_requests([bad], "in")
     assert parse_requests(['{"src": "x", "tgt_lang": "de"}'], "in")[0]["tgt_lang"] == "de"
+
+
+def test_a_request_with_a_number_strict_json_lacks_is_refused_before_translating():
+    """An echoed key holding NaN, Infinity or a float beyond float64 (Python's json reads them) could not be written
+    back as strict JSON: one line naming the line, before the model is loaded, not a traceback after translating."""
+    from jaxnat.decoding.translate_io import parse_requests
+    from jaxnat.errors import DataError
+
+    for bad, shown in (("NaN", "NaN"), ("-Infinity", "-Infinity"), ("[1, 1e999]", "1e999")):
+        with pytest.raises(DataError, match=rf"in:2: invalid JSON \({shown} is not a finite number\)"):
+            parse_requests(['{"src": "x"}', f'{{"src": "x", "weight": {bad}}}'], "in")
+    assert parse_requests(['{"src": "x", "weight": [1.5, -2, 3e10]}'], "in")[0]["weight"] == [1.5, -2, 3e10]

@@ -23,14 +23,25 @@ from jaxnat.data.text import read_lines, split_lines
 from jaxnat.errors import DataError
 
 
+def _finite(text: str) -> float:
+    """json.loads's parse_float and parse_constant: a number the output could not echo as strict JSON (NaN,
+    Infinity, 1e999) is refused here, not after the whole input is translated."""
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is not a finite number")
+    return value
+
+
 def parse_requests(lines: list[str], where: str) -> list[dict]:
     requests = []
     for n, line in enumerate(lines, 1):
         if line.lstrip().startswith("{"):
             try:
-                obj = json.loads(line)
+                obj = json.loads(line, parse_float=_finite, parse_constant=_finite)
             except json.JSONDecodeError as e:
                 raise DataError(f"{where}:{n}: invalid JSON ({e.msg})") from None
+            except ValueError as e:
+                raise DataError(f"{where}:{n}: invalid JSON ({e})") from None
             if not isinstance(obj, dict) or not isinstance(obj.get("src"), str):
                 raise DataError(f'{where}:{n}: a JSON line needs a string "src" field')
             if "init" in obj and not isinstance(obj["init"], str):
