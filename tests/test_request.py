@@ -128,3 +128,23 @@ def test_what_each_model_supports_is_checked_in_one_line():
     with pytest.raises(DataError, match="beam search"):
         check_supported("editor", family_of("editor").supports, beam_size=4)
     check_supported("x", Supports(beam=True), beam_size=4)
+
+
+def test_a_hard_constraint_that_encodes_to_no_pieces_is_refused():
+    """SentencePiece reads its own space mark "▁" as whitespace: such a hard constraint is an empty phrase, which
+    the decoders would silently leave out of the output. It is refused in one line; as a soft constraint it is only
+    a starting point and is kept (empty)."""
+    from jaxnat.decoding.translator import Translator
+
+    class Pieces:  # a tokenizer whose "▁" has no pieces (as a SentencePiece model's), every other phrase one
+        def encode(self, texts, side):
+            return [[] if text.strip("▁ ") == "" else [7] for text in texts]
+
+        def unrepresentable(self, text, side):
+            return []
+
+    config = build_config("tests/configs/tiny.py", ["--config.model.name=levt", "--config.eval.beam_size=1"])
+    translator = Translator(build_model(config, 40, 40), None, Pieces(), config)
+    with pytest.raises(DataError, match=r"sentence 2: the hard constraint '▁' is no text to the model's vocabulary"):
+        translator.starts(None, [["Hund"], ["Hund", "▁"]], [True, True])
+    assert [s.phrases for s in translator.starts(None, [["Hund", "▁"]], [False])] == [[[7], []]]

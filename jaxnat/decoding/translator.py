@@ -144,7 +144,12 @@ class Translator:
                         raise DataError(f"sentence {i + 1}: the hard constraint {phrase!r} has characters the "
                                         f"model's vocabulary cannot represent ({''.join(chars)}): it could only "
                                         f"write them as UNK")
-                out.append(Start(phrases=self.tokenizer.encode(list(phrases), "tgt"), hard=bool(is_hard)))
+                ids = self.tokenizer.encode(list(phrases), "tgt")
+                for phrase, pieces in zip(phrases, ids if is_hard else []):
+                    if not pieces:  # "▁", SentencePiece's own space mark, encodes to nothing: it could never appear
+                        raise DataError(f"sentence {i + 1}: the hard constraint {phrase!r} is no text to the model's "
+                                        f"vocabulary (it encodes to no pieces): it could never appear in the output")
+                out.append(Start(phrases=ids, hard=bool(is_hard)))
             else:
                 out.append(Start())
             if len(out[-1].pieces()) > room:
