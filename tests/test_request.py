@@ -148,3 +148,30 @@ def test_a_hard_constraint_that_encodes_to_no_pieces_is_refused():
     with pytest.raises(DataError, match=r"sentence 2: the hard constraint '▁' is no text to the model's vocabulary"):
         translator.starts(None, [["Hund"], ["Hund", "▁"]], [True, True])
     assert [s.phrases for s in translator.starts(None, [["Hund", "▁"]], [False])] == [[[7], []]]
+
+
+def test_constraint_pairs_with_characters_the_vocabulary_lacks_are_marked():
+    """A vectorized-constraints model reads constraint pairs as input, like soft constraints: characters of either
+    phrase that the vocabulary holds only as UNK mark the sentence "unknown_characters", as in the source."""
+    from jaxnat.decoding.translator import Translator
+
+    class Ascii:  # a closed alphabet: every character beyond ASCII is UNK; one piece a word
+        languages = {}
+
+        def encode(self, texts, side):
+            return [[7] * len(text.split()) for text in texts]
+
+        def unrepresentable(self, text, side):
+            return [c for c in dict.fromkeys(text) if ord(c) > 127]
+
+        def decode(self, ids, side):
+            return "x"
+
+    config = build_config("tests/configs/tiny.py", ["--config.model.name=vecconst", "--config.eval.beam_size=1",
+                                                    "--config.data.pairs_dir=synthetic"])
+    translator = Translator(build_model(config, 40, 40), None, Ascii(), config)
+    translator.translate_ids = lambda src, *args, **kwargs: [{"tokens": np.array([BOS_ID, 7, EOS_ID]), "score": 0.0}
+                                                             for _ in src]
+    outs = translator.translate(["the dog", "the dog", "the cat"], 1, 4,
+                                pairs=[[("dög", "kélo")], [("dog", "кот")], None])
+    assert [o.get("unknown_characters") for o in outs] == ["öé", "кот", None]

@@ -86,18 +86,23 @@ class Translator:
         return out, cut
 
     def input_notes(self, texts: list[str], cut: list[bool], inits: list | None, constraints: list | None,
-                    hard: list | None) -> list[dict]:
+                    hard: list | None, pairs: list | None = None) -> list[dict]:
         """Per sentence, what the model could not take as written, for the output and a warning: the source
-        cut to data.max_len ('source_truncated'), characters of the source, an initial hypothesis or soft
-        constraints that the vocabulary holds only as UNK ('unknown_characters'). (Hard constraints with such
-        characters are refused by `starts`.)"""
+        cut to data.max_len ('source_truncated'), characters of the source, an initial hypothesis, soft
+        constraints or constraint pairs (source and target phrase) that the vocabulary holds only as UNK
+        ('unknown_characters'). (Hard constraints with such characters are refused by `starts`.)"""
         n = len(texts)
         inits, constraints, hard = inits or [None] * n, constraints or [None] * n, hard or [False] * n
+        pairs = pairs or [None] * n
         notes = []
-        for text, was_cut, init, phrases, is_hard in zip(texts, cut, inits, constraints, hard):
+        for text, was_cut, init, phrases, is_hard, sentence_pairs in zip(texts, cut, inits, constraints, hard,
+                                                                          pairs):
             chars = self.tokenizer.unrepresentable(text, "src")
             for target_text in ([init] if init is not None else []) + ([] if is_hard else list(phrases or [])):
                 chars += self.tokenizer.unrepresentable(target_text, "tgt")
+            for pair in sentence_pairs or []:
+                chars += [c for side, phrase in zip(("src", "tgt"), pair)
+                          for c in self.tokenizer.unrepresentable(phrase, side)]
             note = {"source_truncated": True} if was_cut else {}
             if chars:
                 note["unknown_characters"] = "".join(dict.fromkeys(chars))
@@ -293,7 +298,7 @@ class Translator:
         if tgt_langs and any(lang is not None for lang in tgt_langs):
             codes = self.language_tokens(tgt_langs, "tgt", len(texts))
             starts = [s._replace(prefix=code) for s, code in zip(starts or [Start()] * len(texts), codes)]
-        notes = self.input_notes(texts, cut, inits, constraints, hard)
+        notes = self.input_notes(texts, cut, inits, constraints, hard, pairs)
         ref_ids = self.tokenizer.encode(list(references), "tgt") if references is not None else None
         outs = self.translate_ids(src, beam_size, batch_size, starts, references=ref_ids, oracle=oracle)
         results = []
