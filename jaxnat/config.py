@@ -457,6 +457,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"{e} (asked by eval.constraints, eval.trace_sentences, eval.beam_size, "
                           f"eval.valid_beam_size or eval.oracle; oracle modes of {m.name!r}: "
                           f"{', '.join(family.supports.oracle) or 'none'})") from None
+    if config.eval.constraint_order == "given" and family.supports.hard_constraints and not family.supports.given_order:
+        raise ConfigError(f"eval.constraint_order=given: model {m.name!r} places hard constraints in any order "
+                          f"(it does not read the setting); use eval.constraint_order=any")
     counts = [v.strip() for v in config.eval.constraint_counts.split(",") if v.strip()]
     if counts and not all(v.isdigit() for v in counts):
         raise ConfigError(f"eval.constraint_counts is a comma list of constraint-word counts (each >= 0), got "

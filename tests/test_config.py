@@ -121,6 +121,11 @@ def test_overrides_are_typed():
                                              "section: cmlm.rescorer or nat.rescorer"),
         (["--config.cmlm.rescorer=runs/ar"], "cmlm.rescorer is set, but model.name is 'ar'"),
         (["--config.model.name=cmlm", "--config.eval.beam_size=4"], "model 'cmlm' does not take beam search"),
+        # EDITOR's reposition (and DA-Transformer's and CTC's best paths) place hard constraints in any order
+        (["--config.model.name=editor", "--config.eval.beam_size=1", "--config.eval.constraint_order=given"],
+         "eval.constraint_order=given: model 'editor' places hard constraints in any order"),
+        (["--config.model.name=ctc", "--config.eval.beam_size=1", "--config.eval.constraint_order=given"],
+         "eval.constraint_order=given: model 'ctc' places hard constraints in any order"),
     ],
 )
 def test_bad_overrides(args, message):

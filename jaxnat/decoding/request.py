@@ -73,6 +73,9 @@ class Supports:
     # modes generate honours, e.g. Gu et al. 2019's "collaborate with the oracle" analysis
     oracle: tuple[str, ...] = ()
     prefix: bool = False     # DecodeRequest.prefix: outputs that start with given tokens
+    # hard constraints can be kept in the given order (eval.constraint_order=given); False: a model that places
+    # them in any order it finds best (EDITOR's reposition, a best path over the sets of phrases done)
+    given_order: bool = True
 
 
 def check_supported(model_name: str, supports: Supports, *, init: bool = False, soft: bool = False,

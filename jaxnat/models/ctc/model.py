@@ -228,7 +228,8 @@ def ctc_loss(model: CTCModel, params, batch: dict, rng, *, upsample: int, label_
 
 # ----------------------------------------------------------------------------------------------- decoding
 
-SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, beam=True, max_phrases=4, counts=("unsatisfied",))
+SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, beam=True, max_phrases=4, given_order=False,
+                    counts=("unsatisfied",))
 
 
 def forbid(log_probs: jax.Array) -> jax.Array:

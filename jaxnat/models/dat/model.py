@@ -252,7 +252,7 @@ def dat_loss(module: DAT, params, batch: dict, rng, *, glance: Glancing, step=No
 
 # ----------------------------------------------------------------------------------------------- decoding
 
-SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, beam=True, max_phrases=MAX_PHRASES,
+SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, beam=True, max_phrases=MAX_PHRASES, given_order=False,
                     counts=("decoded", "repeats", "infeasible"))
 
 

@@ -221,7 +221,7 @@ def editor_loss(model: Editor, params, batch: dict, rng, *, word_start: jax.Arra
 
 # ----------------------------------------------------------------------------------------------- decoding
 
-SUPPORTS = Supports(init=True, soft_constraints=True, hard_constraints=True, trace=True,
+SUPPORTS = Supports(init=True, soft_constraints=True, hard_constraints=True, trace=True, given_order=False,
                     counts=("iterations", "steps", "repositions", "deletions", "insertions"))
 
 
