@@ -195,3 +195,16 @@ def test_a_request_with_a_number_strict_json_lacks_is_refused_before_translating
         with pytest.raises(DataError, match=rf"in:2: invalid JSON \({shown} is not a finite number\)"):
             parse_requests(['{"src": "x"}', f'{{"src": "x", "weight": {bad}}}'], "in")
     assert parse_requests(['{"src": "x", "weight": [1.5, -2, 3e10]}'], "in")[0]["weight"] == [1.5, -2, 3e10]
+
+
+def test_a_request_key_near_a_known_one_is_a_typo_not_an_echoed_key():
+    """"constraint" for "constraints" would be echoed back and its hard constraint silently dropped."""
+    from jaxnat.decoding.translate_io import parse_requests
+    from jaxnat.errors import DataError
+
+    for key, near in (("constraint", "constraints"), ("Hard", "hard"), ("constraint_pair", "constraint_pairs"),
+                      ("tgt-lang", "tgt_lang"), ("inits", "init")):
+        with pytest.raises(DataError, match=rf'^in:1: unknown key "{key}"; did you mean "{near}"\?'):
+            parse_requests([f'{{"src": "x", "{key}": ["a"], "hard": true}}'], "in")
+    echoed = parse_requests(['{"src": "x", "id": 3, "doc": "d1", "source": "s", "weight": 1}'], "in")[0]
+    assert echoed == {"src": "x", "id": 3, "doc": "d1", "source": "s", "weight": 1}

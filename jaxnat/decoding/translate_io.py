@@ -9,7 +9,7 @@ list of [source phrase, target phrase] pairs (alone: pairs as the model's input;
 "constraints" as well: both). A multilingual model (an imported NLLB) reads "src_lang" and "tgt_lang", its language
 tokens ("eng_Latn"), in place of data.src_lang_token and data.tgt_lang_token. A model that cannot honour what
 a line asks says so in one line, before anything is translated. Output keeps the input order;
-extra input keys are echoed back.
+extra input keys are echoed back (one near a request key, "constraint", is refused as a typo).
 """
 
 from __future__ import annotations
@@ -32,6 +32,21 @@ def _finite(text: str) -> float:
     return value
 
 
+REQUEST_KEYS = ("src", "init", "constraints", "hard", "constraint_pairs", "src_lang", "tgt_lang")
+
+
+def _misspelt(obj: dict, where: str) -> None:
+    """A key that is no request key but near one ("constraint", "Hard") is refused: echoed back like the caller's
+    own keys ("id"), it would silently drop what it was meant to ask (a hard constraint)."""
+    import difflib
+
+    for key in obj:
+        near = [] if key in REQUEST_KEYS else difflib.get_close_matches(key, REQUEST_KEYS, n=1, cutoff=0.75)
+        if near:
+            raise DataError(f'{where}: unknown key "{key}"; did you mean "{near[0]}"? (keys unlike every request '
+                            f'key are echoed back as they are)')
+
+
 def parse_requests(lines: list[str], where: str) -> list[dict]:
     requests = []
     for n, line in enumerate(lines, 1):
@@ -44,6 +59,7 @@ def parse_requests(lines: list[str], where: str) -> list[dict]:
                 raise DataError(f"{where}:{n}: invalid JSON ({e})") from None
             if not isinstance(obj, dict) or not isinstance(obj.get("src"), str):
                 raise DataError(f'{where}:{n}: a JSON line needs a string "src" field')
+            _misspelt(obj, f"{where}:{n}")
             if "init" in obj and not isinstance(obj["init"], str):
                 raise DataError(f'{where}:{n}: "init" must be a string (a hypothesis to refine)')
             phrases = obj.get("constraints", [])
