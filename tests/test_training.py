@@ -501,18 +501,18 @@ def test_a_workdir_refuses_an_optimizer_that_cannot_resume_its_checkpoints(tmp_p
     the start; a change that keeps the structure (another rate, another decay) resumes."""
     from jaxnat.config import build_config
     from jaxnat.errors import ConfigError
-    from jaxnat.training.trainer import check_optimizer_matches
+    from jaxnat.training.trainer import check_resumable
 
     (tmp_path / "config.json").write_text(build_config(TINY, []).to_json_best_effort(sort_keys=True))
     plateau = build_config(TINY, ["--config.train.lr_schedule=plateau"])
-    check_optimizer_matches(plateau, str(tmp_path))  # no training state yet: a new run
+    check_resumable(plateau, str(tmp_path))  # no training state yet: a new run
     (tmp_path / "checkpoints" / "last" / "4").mkdir(parents=True)
     for args in (["--config.train.lr=1e-4", "--config.train.lr_schedule=constant"], ["--config.train.stop_patience=3"]):
-        check_optimizer_matches(build_config(TINY, args), str(tmp_path))
+        check_resumable(build_config(TINY, args), str(tmp_path))
     for config in (plateau, build_config(TINY, ["--config.train.clip_norm=1.0"])):
         with pytest.raises(ConfigError, match="hold the optimizer state of train.lr_schedule=inverse_sqrt, "
                                               "train.clip_norm=0.0, which this config's") as err:
-            check_optimizer_matches(config, str(tmp_path))
+            check_resumable(config, str(tmp_path))
         assert "\n" not in str(err.value)
 
 
@@ -522,18 +522,18 @@ def test_a_workdir_with_training_states_refuses_another_seed_or_key_implementati
     one line once the workdir has a training state; a new workdir, or another value of an allowed key, is not."""
     from jaxnat.config import build_config
     from jaxnat.errors import ConfigError
-    from jaxnat.training.trainer import check_resume_matches
+    from jaxnat.training.trainer import check_resumable
 
     (tmp_path / "config.json").write_text(build_config(TINY, []).to_json_best_effort(sort_keys=True))
     seed = build_config(TINY, ["--config.train.seed=7"])
-    check_resume_matches(seed, str(tmp_path))  # no training state yet: a new run
+    check_resumable(seed, str(tmp_path))  # no training state yet: a new run
     (tmp_path / "checkpoints" / "last" / "4").mkdir(parents=True)
-    check_resume_matches(build_config(TINY, ["--config.train.steps=48", "--config.train.lr=1e-4"]), str(tmp_path))
+    check_resumable(build_config(TINY, ["--config.train.steps=48", "--config.train.lr=1e-4"]), str(tmp_path))
     with pytest.raises(ConfigError, match=r"train.seed=7 \(trained: 0\)") as err:
-        check_resume_matches(seed, str(tmp_path))
+        check_resumable(seed, str(tmp_path))
     assert "\n" not in str(err.value)
     with pytest.raises(ConfigError, match=r"train.prng_impl='rbg' \(trained: 'threefry2x32'\)"):
-        check_resume_matches(build_config(TINY, ["--config.train.prng_impl=rbg"]), str(tmp_path))
+        check_resumable(build_config(TINY, ["--config.train.prng_impl=rbg"]), str(tmp_path))
 
 
 def test_init_from_a_run_that_has_not_validated_yet_says_so_before_writing(tmp_path):

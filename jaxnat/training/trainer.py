@@ -139,12 +139,21 @@ def make_eval_step(spec):
     return step
 
 
-def check_optimizer_matches(config, workdir: str) -> None:
-    """A one-line `ConfigError` when ``workdir`` has training states whose optimizer state this config's optimizer
-    cannot take (train.lr_schedule=plateau keeps a scale there, train.clip_norm > 0 a state of its own): restoring
-    them would fail, move them aside as unreadable and train from the start."""
-    last = os.path.join(workdir, "checkpoints", "last")
-    if not (os.path.isdir(last) and any(d.isdigit() for d in os.listdir(last))):
+def holds_steps(directory: str) -> bool:
+    """Whether an Orbax checkpoint directory holds a step (every run makes its directories empty at its start)."""
+    return os.path.isdir(directory) and any(d.isdigit() for d in os.listdir(directory))
+
+
+RESUME_KEYS = ("seed", "prng_impl")  # train.*: the batch of step t and every random draw depend on them
+
+
+def check_resumable(config, workdir: str) -> None:
+    """A one-line `ConfigError` when ``workdir`` has training states this config cannot resume as the same run:
+    their optimizer state is another's (train.lr_schedule=plateau keeps a scale there, train.clip_norm > 0 a state
+    of its own: restoring would fail, move them aside as unreadable and train from the start), or they were made
+    with another train.seed or train.prng_impl (the batches and random numbers from there on would be another
+    run's, and config.json would credit the whole run to the new values)."""
+    if not holds_steps(os.path.join(workdir, "checkpoints", "last")):
         return
     try:
         trained = workdir_config(workdir).train
@@ -155,30 +164,13 @@ def check_optimizer_matches(config, workdir: str) -> None:
         params = {"w": jax.ShapeDtypeStruct((1,), jnp.float32)}
         return jax.tree_util.tree_structure(jax.eval_shape(make_optimizer(train_cfg)[0].init, params))
 
-    if structure(trained) != structure(config.train):
-        t = config.train
+    t = config.train
+    if structure(trained) != structure(t):
         raise ConfigError(f"the checkpoints in {workdir} hold the optimizer state of train.lr_schedule="
                           f"{trained.lr_schedule}, train.clip_norm={trained.clip_norm}, which this config's "
                           f"(train.lr_schedule={t.lr_schedule}, train.clip_norm={t.clip_norm}) cannot resume: keep "
                           f"those values, or start another workdir from this run with train.init_from={workdir}")
-
-
-RESUME_KEYS = ("seed", "prng_impl")  # train.*: the batch of step t and every random draw depend on them
-
-
-def check_resume_matches(config, workdir: str) -> None:
-    """A one-line `ConfigError` when ``workdir`` has training states made with another train.seed or
-    train.prng_impl: resumed with it, the run's batches and random numbers from there on would be another run's,
-    and its config.json would credit the whole run to the new value."""
-    last = os.path.join(workdir, "checkpoints", "last")
-    if not (os.path.isdir(last) and any(d.isdigit() for d in os.listdir(last))):
-        return
-    try:
-        trained = workdir_config(workdir).train
-    except ConfigError:  # no config.json: nothing to compare with
-        return
-    differ = [f"train.{k}={config.train[k]!r} (trained: {trained[k]!r})" for k in RESUME_KEYS
-              if config.train[k] != trained[k]]
+    differ = [f"train.{k}={t[k]!r} (trained: {trained[k]!r})" for k in RESUME_KEYS if t[k] != trained[k]]
     if differ:
         raise ConfigError(f"the checkpoints in {workdir} were trained with other random numbers: {'; '.join(differ)}; "
                           f"keep the run's values to resume it, or train another --workdir")
@@ -235,13 +227,12 @@ class Trainer:
         self.inits = load_inits(d, self.corpus)  # {split: initial hypotheses}; {} without data.init_lang
         self.pairs = load_pairs(d, self.corpus)  # {split: constraint pairs per sentence}; {} without data.pairs_dir
         check_matches_workdir(config, workdir)  # before anything in the workdir is written
-        check_optimizer_matches(config, workdir)
-        check_resume_matches(config, workdir)
+        check_resumable(config, workdir)
         train_src, train_tgt = self.corpus["train"]
         if config.train.init_from:  # the same model (or the one it extends) and vocabulary as the run it starts from
             check_matches_workdir(config, config.train.init_from, self.stage_keys(config.train.init_from))
-            best = os.path.join(config.train.init_from, "checkpoints", "best")
-            if not (os.path.isdir(best) and any(d.isdigit() for d in os.listdir(best))):
+            resuming = holds_steps(os.path.join(workdir, "checkpoints", "last"))  # then init_from is not read
+            if not resuming and not holds_steps(os.path.join(config.train.init_from, "checkpoints", "best")):
                 raise TrainingError(f"train.init_from={config.train.init_from}: no best checkpoint there (no "
                                     f"validation has run yet: train that run to a train.eval_every step first)")
 
