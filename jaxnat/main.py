@@ -16,6 +16,7 @@ A train or eval command that ends (or a training stopped by a signal) appends it
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
@@ -213,6 +214,14 @@ def main(argv=None) -> int:
         print("jaxnat: interrupted; the same command resumes (training from the newest checkpoint, distillation "
               "from the last finished chunk)", file=sys.stderr)
         return 130
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        # a checkpoint is written to a temporary directory and renamed when complete: the newest complete one stays
+        print(f"jaxnat: error: {e.strerror} ({e.filename or 'writing'}); free space and run the same command again: "
+              f"training resumes from its newest complete checkpoint, distillation from its last finished chunk",
+              file=sys.stderr)
+        return 1
     except Exception as e:  # the device ran out of memory: say what to change, not a traceback
         if type(e).__name__ not in ("JaxRuntimeError", "XlaRuntimeError") or "RESOURCE_EXHAUSTED" not in str(e):
             raise

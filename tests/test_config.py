@@ -411,6 +411,26 @@ def test_out_of_device_memory_is_one_line(monkeypatch, capsys):
     assert "\n" not in err
 
 
+def test_a_full_disk_is_one_line_and_other_os_errors_are_not_hidden(monkeypatch, capsys):
+    """No space left (a checkpoint, the history, the distilled corpus) ends the command with one line saying that
+    the same command resumes; any other OSError stays a traceback (a bug to report)."""
+    import errno
+
+    from jaxnat import main as main_module
+
+    def full(argv):
+        raise OSError(errno.ENOSPC, "No space left on device", "/runs/x/checkpoints/last/300")
+
+    monkeypatch.setattr(main_module, "run", full)
+    assert main_module.main([]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("jaxnat: error: No space left on device (/runs/x/checkpoints/last/300); free space")
+    assert "\n" not in err
+    monkeypatch.setattr(main_module, "run", lambda argv: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
+    with pytest.raises(OSError, match="I/O error"):
+        main_module.main([])
+
+
 def test_a_family_without_beam_search_defaults_to_one_beam():
     """`Family.shared`: a config of such a family need not set eval.beam_size; one that sets it (the file or the
     command line) keeps its value, and a value beam search cannot take is still refused."""
