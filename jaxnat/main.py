@@ -19,6 +19,7 @@ import argparse
 import errno
 import logging
 import os
+import re
 import sys
 import time
 
@@ -214,15 +215,15 @@ def main(argv=None) -> int:
         print("jaxnat: interrupted; the same command resumes (training from the newest checkpoint, distillation "
               "from the last finished chunk)", file=sys.stderr)
         return 130
-    except OSError as e:
-        if e.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        # a checkpoint is written to a temporary directory and renamed when complete: the newest complete one stays
-        print(f"jaxnat: error: {e.strerror} ({e.filename or 'writing'}); free space and run the same command again: "
-              f"training resumes from its newest complete checkpoint, distillation from its last finished chunk",
-              file=sys.stderr)
-        return 1
-    except Exception as e:  # the device ran out of memory: say what to change, not a traceback
+    except Exception as e:
+        if _disk_full(e):
+            # a checkpoint is written to a temporary directory and renamed when complete: the newest complete one
+            # stays. (The checkpointer's writer threads fail with it: `DISK_FULL`, their errors left unprinted.)
+            print(f"jaxnat: error: no space left on device ({_disk_full(e)}); free space and run the same command "
+                  f"again: training resumes from its newest complete checkpoint, distillation from its last finished "
+                  f"chunk", file=sys.stderr)
+            return DISK_FULL
+        # the device ran out of memory: say what to change, not a traceback
         if type(e).__name__ not in ("JaxRuntimeError", "XlaRuntimeError") or "RESOURCE_EXHAUSTED" not in str(e):
             raise
         print(f"jaxnat: error: out of device memory ({str(e).splitlines()[0]}); lower data.batch_tokens or "
@@ -231,5 +232,25 @@ def main(argv=None) -> int:
         return 1
 
 
+DISK_FULL = 28  # the exit status of a full disk (ENOSPC's number)
+
+
+def _disk_full(error: BaseException) -> str:
+    """What a full disk failed to write ('' if ``error`` is not a full disk): an OSError of ENOSPC or EDQUOT, or
+    the checkpointer's ValueError that carries one (TensorStore's 'No space left on device [os_error_code=...]')."""
+    for e in (error, error.__cause__, error.__context__):
+        if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+            return e.filename or "writing"
+        if e is not None and "No space left on device" in str(e):
+            path = re.search(r'(?:local file|Failed writing:) "([^"]+)"', str(e))
+            return path.group(1) if path else "writing"
+    return ""
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    status = main()
+    if status == DISK_FULL:  # the checkpointer's threads would print their failed writes as the interpreter exits
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)

@@ -412,20 +412,24 @@ def test_out_of_device_memory_is_one_line(monkeypatch, capsys):
 
 
 def test_a_full_disk_is_one_line_and_other_os_errors_are_not_hidden(monkeypatch, capsys):
-    """No space left (a checkpoint, the history, the distilled corpus) ends the command with one line saying that
-    the same command resumes; any other OSError stays a traceback (a bug to report)."""
+    """No space left (a checkpoint, the history, the distilled corpus; the checkpointer's own error carries it in its
+    message) ends the command with one line saying that the same command resumes, exit 28; any other OSError
+    stays a traceback (a bug to report)."""
     import errno
 
     from jaxnat import main as main_module
 
-    def full(argv):
-        raise OSError(errno.ENOSPC, "No space left on device", "/runs/x/checkpoints/last/300")
-
-    monkeypatch.setattr(main_module, "run", full)
-    assert main_module.main([]) == 1
-    err = capsys.readouterr().err.strip()
-    assert err.startswith("jaxnat: error: No space left on device (/runs/x/checkpoints/last/300); free space")
-    assert "\n" not in err
+    tensorstore = ValueError('RESOURCE_EXHAUSTED: Error writing local file "/runs/x/checkpoints/best/250.orbax-'
+                             'checkpoint-tmp/_sharding": Failed to write 61707 bytes to file 17: No space left on '
+                             "device [os_error_code='28']")
+    for error, path in ((OSError(errno.ENOSPC, "No space left on device", "/runs/x/history.jsonl"),
+                         "/runs/x/history.jsonl"), (tensorstore, "/runs/x/checkpoints/best/250.orbax-checkpoint-tmp/"
+                                                                 "_sharding")):
+        monkeypatch.setattr(main_module, "run", lambda argv: (_ for _ in ()).throw(error))
+        assert main_module.main([]) == main_module.DISK_FULL == 28
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"jaxnat: error: no space left on device ({path}); free space and run the same")
+        assert "\n" not in err
     monkeypatch.setattr(main_module, "run", lambda argv: (_ for _ in ()).throw(OSError(errno.EIO, "I/O error")))
     with pytest.raises(OSError, match="I/O error"):
         main_module.main([])
