@@ -216,10 +216,10 @@ def main(argv=None) -> int:
               "from the last finished chunk)", file=sys.stderr)
         return 130
     except Exception as e:
-        if _disk_full(e):
+        if where := _disk_full(e):
             # a checkpoint is written to a temporary directory and renamed when complete: the newest complete one
             # stays. (The checkpointer's writer threads fail with it: `DISK_FULL`, their errors left unprinted.)
-            print(f"jaxnat: error: no space left on device ({_disk_full(e)}); free space and run the same command "
+            print(f"jaxnat: error: no space left on device ({where}); free space and run the same command "
                   f"again: training resumes from its newest complete checkpoint, distillation from its last finished "
                   f"chunk", file=sys.stderr)
             return DISK_FULL
