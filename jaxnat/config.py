@@ -476,6 +476,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if d.source == "synthetic" and d.dir:
         raise ConfigError(f"data.dir={d.dir!r} is not read with data.source=synthetic (the embedded corpus); "
                           f"to train on the files there: --config.data.source=text")
+    _check_file_names(d)
     if d.init_lang:  # post-editing data: a third file per split, refined by the model from y0 = its line
         if not family.supports.init:
             refining = ", ".join(name for name in models.names() if models.family_of(name).supports.init)
@@ -491,6 +492,19 @@ def validate(config: ml_collections.ConfigDict) -> None:
     for each in lineage:
         if each.validate is not None:
             each.validate(config)
+
+
+def _check_file_names(d) -> None:
+    """Split and language names become file names, {split}.{lang} in data.dir and hyps/{split}.txt in the
+    workdir: one with a path separator would be looked up in another directory and fail only when the evaluation
+    writes its hypotheses, after training."""
+    names = [("data.src_lang", d.src_lang), ("data.tgt_lang", d.tgt_lang), ("data.init_lang", d.init_lang),
+             ("data.train_split", d.train_split), ("data.valid_split", d.valid_split)]
+    names += [("data.test_splits", name.strip()) for name in str(d.test_splits).split(",")]
+    for key, name in names:
+        if isinstance(name, str) and (name.strip() in (".", "..") or any(c in name for c in "/\\\0")):
+            raise ConfigError(f"{key}={name!r}: a split or language name is part of a file name and may not hold a "
+                              f"path separator or be '.' or '..' (put the files in data.dir itself)")
 
 
 # The keys that define a trained model's parameters, vocabulary and the meaning of its heads: a workdir is

@@ -162,6 +162,20 @@ def test_text_source_needs_dir_and_a_dir_needs_a_source_that_reads_it():
         validate(c)
 
 
+@pytest.mark.parametrize("key, value", [("test_splits", "test,sub/test"), ("valid_split", "../val"),
+                                        ("train_split", ".."), ("src_lang", "en/x"), ("init_lang", "a\\b")])
+def test_split_and_language_names_hold_no_path(key, value):
+    """They become file names ({split}.{lang}, hyps/{split}.txt): a test split 'sub/test' was read from data.dir's
+    subdirectory, trained for, then stopped the evaluation with a traceback (no directory hyps/sub)."""
+    c = default_config()
+    c.data.update(source="text", dir="/data/corpus", test_splits="test,test.cs", valid_split="val")
+    validate(c)  # a dot inside a name is fine (the code-switched splits: test.cs)
+    c.data[key] = value
+    with pytest.raises(ConfigError, match=f"data.{key}=.*path separator") as e:
+        validate(c)
+    assert "\n" not in str(e.value)
+
+
 def test_a_config_file_with_an_unknown_key_is_refused(tmp_path):
     """ml_collections' update adds any key: a typo in a file would train without the feature it names."""
     typo = tmp_path / "typo.py"
