@@ -197,6 +197,9 @@ def main(argv=None) -> int:
         parser.error(f"--runs {args.runs}: no such directory")
     if not args.flat_within >= 0:
         parser.error(f"--flat-within must be a BLEU difference of 0 or more, got {args.flat_within}")
+    out = args.out or os.path.join(args.runs, "reports")
+    if os.path.exists(out) and not os.path.isdir(out):
+        parser.error(f"--out {out}: not a directory")
     found = Runs(args.runs)
     try:
         checked = targets(found, args.teacher or found.teacher())
@@ -205,12 +208,15 @@ def main(argv=None) -> int:
         return 2
     runs = converged(args.runs, args.flat_within)
     markdown = to_markdown(checked, runs, args.flat_within)
-    out = args.out or os.path.join(args.runs, "reports")
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "targets.md"), "w", encoding="utf-8") as f:
-        f.write(markdown)
-    with open(os.path.join(out, "targets.json"), "w", encoding="utf-8") as f:
-        json.dump({"targets": checked, "runs": runs, "flat_within": args.flat_within}, f, indent=2)
+    try:
+        os.makedirs(out, exist_ok=True)
+        with open(os.path.join(out, "targets.md"), "w", encoding="utf-8") as f:
+            f.write(markdown)
+        with open(os.path.join(out, "targets.json"), "w", encoding="utf-8") as f:
+            json.dump({"targets": checked, "runs": runs, "flat_within": args.flat_within}, f, indent=2)
+    except OSError as e:  # --out under a file, or not writable
+        print(f"targets.py: error: --out {out}: cannot write there ({e.strerror or e})", file=sys.stderr)
+        return 2
     print(markdown, end="")
     return 0
 

@@ -103,3 +103,16 @@ def test_convergence_of_each_trained_run(tmp_path):
     result = cli.run([sys.executable, SCRIPT, "--runs", str(runs)], cwd=ROOT, timeout=120)
     assert result.returncode == 2 and result.stderr.startswith("targets.py: error: ")
     assert "levt/metrics.json cannot be read" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_an_out_that_is_no_directory_is_one_line(tmp_path):
+    """--out naming a file (or a path under one) stopped with FileExistsError's traceback after reading the runs."""
+    runs = tmp_path / "runs"
+    _write(runs, MET)
+    (tmp_path / "afile").write_text("mine\n")
+    for out in (tmp_path / "afile", tmp_path / "afile" / "reports"):
+        result = cli.run([sys.executable, SCRIPT, "--runs", str(runs), "--out", str(out)], cwd=ROOT, timeout=120)
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+        assert lines[-1].startswith("targets.py: error: --out ") and str(tmp_path / "afile") in lines[-1]
+    assert (tmp_path / "afile").read_text() == "mine\n"
