@@ -157,7 +157,8 @@ def test_align_corpus_writes_resumable_files(tmp_path):
     assert any(s == t for p in cs_pairs for s, t in p)
     assert all(t in line for line, p in zip(switched, cs_pairs) for _, t in p)
     assert (out / "test.cs.en").read_text().splitlines() == test_src  # "test.cs" is a split of its own
-    assert set(align_corpus(str(tmp_path), "en", "de", str(out), splits=("test",), switch=True).values()) == {"kept"}
+    assert set(align_corpus(str(tmp_path), "en", "de", str(out), splits=("test",), switch=True,
+                            common_words=0).values()) == {"kept"}
     # the most frequent words never make a constraint on their own
     frequent = align_corpus(str(tmp_path), "en", "de", str(tmp_path / "frequent"), splits=("test",), common_words=3)
     common = json.loads((tmp_path / "frequent" / "train.common.json").read_text())
@@ -190,3 +191,36 @@ def test_load_pairs_reads_aligned_files_and_reports_bad_ones(tmp_path):
     (tmp_path / "train.pairs.jsonl").unlink()
     with pytest.raises(DataError, match="file not found; data.pairs_dir needs the constraint pairs of the train"):
         load_pairs(cfg, corpus)
+
+
+def test_a_rerun_keeps_only_an_alignment_of_the_same_files_and_settings(tmp_path):
+    """A rerun skipped every file that existed, whatever it had been made from: into the same --output, another
+    target language (--tgt fr after --tgt de), another seed or an edited corpus exited 0 with the old pairs."""
+    import pytest
+
+    from jaxnat.data.alignment import align_corpus, main
+    from jaxnat.errors import DataError
+
+    rng = random.Random(0)
+    lexicon = {"red": ("rot", "rouge"), "car": ("Auto", "voiture"), "old": ("alt", "vieux"), "dog": ("Hund", "chien")}
+    src = [" ".join(rng.choice(list(lexicon)) for _ in range(rng.randint(2, 5))) for _ in range(40)]
+    for lang, k in (("de", 0), ("fr", 1)):
+        for split, lines in (("train", src), ("test", src[:5])):
+            (tmp_path / f"{split}.{lang}").write_text("".join(" ".join(lexicon[w][k] for w in s.split()) + "\n"
+                                                              for s in lines))
+    for split, lines in (("train", src), ("test", src[:5])):
+        (tmp_path / f"{split}.en").write_text("".join(s + "\n" for s in lines))
+    out = str(tmp_path / "out")
+    assert set(align_corpus(str(tmp_path), "en", "de", out, splits=("test",), common_words=0).values()) == {"written"}
+    pairs = (tmp_path / "out" / "train.pairs.jsonl").read_text()
+    assert set(align_corpus(str(tmp_path), "en", "de", out, splits=("test",), common_words=0).values()) == {"kept"}
+    for kw, message in ((dict(tgt_lang="fr"), "--tgt 'de' there, 'fr' now"), (dict(seed=2), "--seed 1 there, 2 now")):
+        args = dict(data_dir=str(tmp_path), src_lang="en", tgt_lang="de", out_dir=out, splits=("test",),
+                    common_words=0)
+        with pytest.raises(DataError, match=message):
+            align_corpus(**{**args, **kw})
+    (tmp_path / "test.de").write_text((tmp_path / "test.de").read_text().replace("Hund", "Hunde"))
+    with pytest.raises(DataError, match="other test.en/test.de files"):
+        align_corpus(str(tmp_path), "en", "de", out, splits=("test",), common_words=0)
+    assert main(["--data-dir", str(tmp_path), "--tgt", "fr", "--output", out, "--common-words", "0"]) == 2
+    assert (tmp_path / "out" / "train.pairs.jsonl").read_text() == pairs  # nothing was overwritten

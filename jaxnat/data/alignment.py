@@ -21,13 +21,16 @@ Wang et al. (2022) drawn from it, written beside the corpus (or into --output).
    train on it with data.dir and data.pairs_dir at --output and the split names ending in ".cs".
 
 Every file is written whole under a temporary name and renamed, and a rerun skips the files that exist, so a
-killed run resumes where it stopped. Errors print one line and exit with code 2.
+killed run resumes where it stopped. `{train}.alignment.json` records the settings (--src, --tgt, --seed,
+--common-words) and a fingerprint of each split's files: a rerun with others, or on changed files, stops rather
+than keep pairs made from something else. Errors print one line and exit with code 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -148,11 +151,24 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
     os.makedirs(out_dir, exist_ok=True)
     priors = os.path.join(out_dir, f"{train_split}.priors")
     common_path = os.path.join(out_dir, f"{train_split}.common.json")  # the frequent words phrases avoid
+    # what the files were made from: a rerun keeps them only for the same settings and the same split files
+    record_path = os.path.join(out_dir, f"{train_split}.alignment.json")
+    settings = {"src": src_lang, "tgt": tgt_lang, "seed": seed, "common_words": common_words}
+    record = _read_record(record_path, out_dir, settings)
     written = {}
     for split in (train_split, *splits):
         names = [f"{split}.align", f"{split}.pairs.jsonl"] + (
             [f"{split}.cs.{src_lang}", f"{split}.cs.{tgt_lang}", f"{split}.cs.pairs.jsonl"] if switch else [])
         names += [os.path.basename(p) for p in (priors, common_path) if split == train_split]
+        src, tgt = read_parallel(*find_split_files(data_dir, split, src_lang, tgt_lang))
+        fingerprint = _fingerprint(src, tgt)
+        made_from = (record or {}).get("splits", {}).get(split)
+        if made_from is not None and made_from != fingerprint:
+            raise DataError(f"{out_dir} holds the alignment of other {split}.{src_lang}/{split}.{tgt_lang} files than "
+                            f"those in {data_dir} now; choose another --output or delete it")
+        if record is None and any(os.path.exists(os.path.join(out_dir, n)) for n in names):
+            log.warning("%s: no record of what %s's files there were made from (%s, written by an older jaxnat or "
+                        "by hand); they are kept as found", out_dir, split, os.path.basename(record_path))
         if all(os.path.exists(os.path.join(out_dir, n)) for n in names):
             log.info("%s: already aligned, constraint pairs drawn", split)
             written.update(dict.fromkeys(names, "kept"))
@@ -160,7 +176,6 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
                 with open(common_path, encoding="utf-8") as f:
                     common = tuple(set(words) for words in json.load(f))
             continue
-        src, tgt = read_parallel(*find_split_files(data_dir, split, src_lang, tgt_lang))
         src_words = [moses_tokenize(s, src_lang) for s in tqdm(src, desc=f"tokenize {split}.{src_lang}", disable=None)]
         tgt_words = [moses_tokenize(t, tgt_lang) for t in tqdm(tgt, desc=f"tokenize {split}.{tgt_lang}", disable=None)]
         align_path = os.path.join(out_dir, f"{split}.align")
@@ -193,7 +208,39 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
             log.info("%s: %d constraint pairs in %d sentences%s", prefix, found, len(pairs),
                      " (code-switched)" if switched else "")
         written.update(dict.fromkeys(names, "written"))
+        if record is not None or split == train_split:  # not for a legacy directory's other splits: unverified
+            record = {"settings": settings, "splits": {**(record or {}).get("splits", {}), split: fingerprint}}
+            _write_whole(record_path, [json.dumps(record, indent=2, sort_keys=True)])
     return written
+
+
+def _fingerprint(src: list[str], tgt: list[str]) -> str:
+    """sha256 of a split's two sides as read: tells the files an alignment was made from apart from others."""
+    h = hashlib.sha256()
+    for line in (*src, "", *tgt):
+        h.update(line.encode("utf-8") + b"\n")
+    return h.hexdigest()
+
+
+def _read_record(path: str, out_dir: str, settings: dict) -> dict | None:
+    """The record of an earlier run into ``out_dir`` (None: there is none); DataError where it was made with
+    other settings (its files would be kept as they are, and hold another language's or seed's pairs)."""
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+        old = record["settings"]
+        record["splits"] = dict(record["splits"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise DataError(f"{path}: unreadable (not the record an alignment run writes); delete it and the files "
+                        f"beside it, or choose another --output") from None
+    if old != settings:
+        different = ", ".join(f"--{k.replace('_', '-')} {old.get(k)!r} there, {v!r} now" for k, v in settings.items()
+                              if old.get(k) != v)
+        raise DataError(f"{out_dir} holds an alignment made with other settings ({different}); choose another "
+                        f"--output or delete it")
+    return record
 
 
 def main(argv=None) -> int:
