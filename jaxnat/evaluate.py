@@ -78,6 +78,17 @@ def _check_hard(translator: Translator, split: str, refs: list[str] | None, conf
         raise DataError(f"{split}, eval.constraints=hard (reference words as phrases): {err}") from None
 
 
+def _check_pair_targets(translator: Translator, split: str, pairs: list[list[tuple[str, str]]]) -> None:
+    """The target phrases of the split's constraint pairs, which row `<split>+pairs_hard` guarantees, checked as
+    `_check_hard` checks eval.constraints=hard's: before the first pass, not after the plain and pairs rows."""
+    targets = pair_targets(pairs)
+    try:
+        translator.starts(constraints=[t or None for t in targets], hard=[True] * len(targets))
+    except DataError as err:
+        raise DataError(f"{split}, data.pairs_dir's target phrases as hard constraints ({split}+pairs_hard): "
+                        f"{err}") from None
+
+
 def evaluate(config, workdir: str) -> dict:
     """Translates every test split (and, with eval.constraints, again with soft/hard constraint sets built
     from its references as in Post & Vilar 2018), writes hyps/ and metrics.json, prints the table."""
@@ -92,6 +103,10 @@ def evaluate(config, workdir: str) -> dict:
     if "hard" in modes:
         for split in test_splits:
             _check_hard(translator, split, corpus[split][1], config)
+    if translator.spec.supports.hard_constraints:  # the <split>+pairs_hard rows' phrases, checked alike
+        for split in test_splits:
+            if split in pairs:
+                _check_pair_targets(translator, split, pairs[split])
     for i, split in enumerate(test_splits):
         srcs, refs = corpus[split]
         outs = translator.translate(srcs, e.beam_size, e.batch_size, token_scores=True)

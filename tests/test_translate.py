@@ -124,6 +124,23 @@ def test_eval_hard_constraints_the_vocabulary_cannot_write_fail_before_anything_
         evaluate.evaluate(config, str(ar_run))
 
 
+def test_pair_targets_the_vocabulary_cannot_write_fail_before_anything_decodes(ar_run, monkeypatch):
+    """With data.pairs_dir, row <split>+pairs_hard guarantees the pairs' target phrases; one the model cannot write
+    (a character its vocabulary lacks) stopped the evaluation only after the plain and the other rows' passes."""
+    from jaxnat import evaluate
+    from jaxnat.config import build_config
+    from jaxnat.decoding.translator import Translator
+    from jaxnat.errors import DataError
+
+    config = build_config(os.path.join(ar_run, "config.json"), ["--config.data.pairs_dir=/pairs"])
+    monkeypatch.setattr(evaluate, "load_corpus", lambda data: {"test": (["a b", "a b"], ["a b", "a b"])})
+    monkeypatch.setattr(evaluate, "load_pairs", lambda data, corpus: {"test": [[("a", "b")], [("b", "東")]]})
+    monkeypatch.setattr(Translator, "translate", lambda *args, **kwargs: pytest.fail("decoded before the check"))
+    with pytest.raises(DataError, match=r"^test, data.pairs_dir's target phrases as hard constraints "
+                                        r"\(test\+pairs_hard\): sentence 2: the hard constraint '東' has characters"):
+        evaluate.evaluate(config, str(ar_run))
+
+
 def test_a_timing_warm_up_runs_only_shapes_not_run_before(ar_run, monkeypatch, caplog):
     """`seconds_per_sentence` warms up with ``warm_up``: one batch of each request shape the translator has not
     run, none after an evaluation's own pass at that batch size, so that timing a test set does not decode it
