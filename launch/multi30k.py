@@ -8,13 +8,14 @@ central comparison (the seeds table).
                               [--align-from DIR] [--parallel N] [--time-limit SECONDS] [--config.KEY=VALUE ...]
                               [--status] [--dry-run]
 
-Jobs run one after another (one machine, one device), each after the jobs it needs; a finished job is marked
-done (RUNS/pipeline/done/JOB) and not run again, a failed one is reported and the jobs that need it are left
-for the next start, whose jobs resume from their newest checkpoints: run the same command again after a kill or
-in the next session. Each job's output is in RUNS/pipeline/JOB.log; the reports (python -m jaxnat.report: a table
-in the paper's shape with each row's training and convergence, BLEU with confidence intervals and significance, the
-papers' analyses, the validation curves) in RUNS/reports/TABLE/; launch/targets.py says which of the study's targets
-hold so far.
+Jobs run one after another (one machine, one device), each after the jobs it needs; a finished job is marked done
+(RUNS/pipeline/done/JOB, with its command) and not run again, even with other options (a start and --status say
+which were done with others: delete a job's workdir and mark to run it again), a failed one is reported and the jobs
+that need it are left for the next start, whose jobs resume from their newest checkpoints: run the same command
+again after a kill or in the next session. Each job's output is in RUNS/pipeline/JOB.log; the reports (python -m
+jaxnat.report: a table in the paper's shape with each row's training and convergence, BLEU with confidence intervals
+and significance, the papers' analyses, the validation curves) in RUNS/reports/TABLE/; launch/targets.py says which
+of the study's targets hold so far.
 
 --gpu trains the configs sized for one GPU (configs/*/multi30k_gpu.py and their variants: the papers' base
 model, bf16, packed batches), and the AR model at d 256, 3+3 as well (ar-small, configs/ar/multi30k_small_gpu.py;
@@ -106,6 +107,14 @@ class Job:
 
     def workdir(self) -> str | None:
         return self.argv[self.argv.index("--workdir") + 1] if "--workdir" in self.argv else None
+
+    def output(self) -> str | None:
+        """What the job writes: its --output or --out (a distillation, alignment or report), a copy's
+        destination, else its --workdir (None: it names none, e.g. a speed table)."""
+        for flag in ("--output", "--out"):
+            if flag in self.argv:
+                return self.argv[self.argv.index(flag) + 1]
+        return self.copy_to or self.workdir()
 
 
 def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align_from: str = "",
@@ -299,6 +308,28 @@ def selected(all_jobs: list[Job], tables: list[str], only: list[str]) -> list[Jo
     return [j for j in all_jobs if j.name in wanted]
 
 
+def _mark(job: Job) -> str:
+    """What a done mark records: the job's command, to tell a later start that asks for another one."""
+    return json.dumps({"argv": list(job.argv), "copy_from": job.copy_from})
+
+
+def other_options(state: str, job: Job) -> str:
+    """Where ``job`` is done with another command than now (other overrides, data or options), what differs, in
+    a few words; "" where it is not done, is done with this command, or its mark predates the record."""
+    try:
+        with open(os.path.join(state, "done", job.name), encoding="utf-8") as f:
+            then = json.load(f)
+        argv, copy_from = list(then["argv"]), then["copy_from"]
+    except (OSError, ValueError, KeyError, TypeError):  # not done, or an empty mark of an older pipeline
+        return ""
+    if (argv, copy_from) == (list(job.argv), job.copy_from):
+        return ""
+    gone, new = [a for a in argv if a not in job.argv], [a for a in job.argv if a not in argv]
+    text = "; ".join(filter(None, (gone and f"then {' '.join(gone)}", new and f"now {' '.join(new)}"))) or \
+        "the same arguments in another order"
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 def progress(job: Job) -> str:
     """A training job's newest checkpoint and latest validation BLEU, from its workdir."""
     workdir = job.workdir()
@@ -359,9 +390,16 @@ def run_jobs(todo: list[Job], state: str, python: str, deadline: float = float("
     unmet: set[str] = set()  # failed, or skipped because a job they need did not finish
     busy, pause = 0, 0.01
 
+    for job in todo:  # done with another command: not run again, and said so (its results are the earlier ones)
+        if differs := other_options(state, job):
+            mark = os.path.join(state, "done", job.name)
+            _stamp(f"note: {job.name} is done with other options than now ({differs}) and is not run again; to run "
+                   f"it with these, delete {job.output() or 'what it wrote'} and {mark}")
+
     def finish(job: Job, ok: bool) -> None:
         if ok:
-            open(os.path.join(state, "done", job.name), "w").close()
+            with open(os.path.join(state, "done", job.name), "w", encoding="utf-8") as f:
+                f.write(_mark(job))
             _stamp(f"done {job.name}")
         else:
             unmet.add(job.name)
@@ -468,7 +506,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.status:
         for job in todo:
             if os.path.exists(os.path.join(state, "done", job.name)):
-                print(f"{job.name:<20} done")
+                differs = other_options(state, job)
+                print(f"{job.name:<20} done" + (f" with other options than now ({differs})" if differs else ""))
             else:
                 print(f"{job.name:<20} to run{progress(job)}")
         return 0

@@ -39,7 +39,7 @@ import re
 import shutil
 import sys
 
-from multi30k import ROOT, Job, progress, run_jobs
+from multi30k import ROOT, Job, other_options, progress, run_jobs
 
 SCRIPT = os.path.relpath(os.path.abspath(__file__), ROOT)
 INIT = "mt"  # data.init_lang of the post-editing corpus: {split}.mt
@@ -396,7 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.status:
         for job in todo:
             done = os.path.exists(os.path.join(state, "done", job.name))
-            print(f"{job.name:<10} {'done' if done else 'to run' + progress(job)}")
+            differs = other_options(state, job) if done else ""
+            print(f"{job.name:<10} {'done' if done else 'to run' + progress(job)}"
+                  + (f" with other options than now ({differs})" if differs else ""))
         return 0
     os.makedirs(os.path.join(state, "done"), exist_ok=True)
     code = run_jobs(todo, state, args.python)

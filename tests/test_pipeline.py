@@ -256,3 +256,25 @@ def test_the_teacher_is_a_choice_on_a_gpu(tmp_path):
     cpu, _ = _pipeline(tmp_path, "--teacher", "ar-small", check=False)
     assert cpu.returncode == 2 and "--teacher ar-small: with --gpu only" in cpu.stderr
     assert "ar-small" not in _pipeline(tmp_path, "--dry-run")[0].stdout  # without --gpu, ar is the small model
+
+
+def test_a_job_done_with_other_options_is_named(tmp_path):
+    """A finished job is not run again; one finished with another command (the tiny check's overrides, then the real
+    run on the same --runs) was skipped without a word, and the tables were the tiny models'. A start and --status
+    now name each such job, what differed and what to delete (the distillation's output, not the teacher)."""
+    tiny = "--config.train.steps=6"
+    result, events = _pipeline(tmp_path, "--only", "natbase", tiny)
+    assert result.returncode == 0 and [e for e in events if e[0] == "start"] == [
+        ("start", "ar"), ("start", "distill"), ("start", "natbase")]
+    result, events = _pipeline(tmp_path, "--only", "natbase", tiny)  # the same command: nothing to say
+    assert result.returncode == 0 and not events and "note:" not in result.stdout
+    result, events = _pipeline(tmp_path, "--only", "natbase")
+    runs = tmp_path / "runs"
+    notes = [line for line in result.stdout.splitlines() if " note: " in line]
+    assert result.returncode == 0 and not events and len(notes) == 3, result.stdout
+    assert f"distill is done with other options than now (then {tiny})" in notes[1]
+    assert f"delete {runs}/kd and {runs}/pipeline/done/distill" in notes[1]
+    status = _pipeline(tmp_path, "--only", "natbase", "--status")[0].stdout.splitlines()
+    assert f"natbase              done with other options than now (then {tiny})" in status
+    (runs / "pipeline" / "done" / "ar").write_text("")  # the mark of a pipeline before marks held the command
+    assert "ar                   done" in _pipeline(tmp_path, "--only", "natbase", "--status")[0].stdout.splitlines()
