@@ -196,7 +196,7 @@ def pe_data_job(args) -> None:
         hyps = os.path.join(at.mt, "hyps", f"{name}.txt")
         if not os.path.isfile(hyps):
             raise Failed(f"{hyps}: not found; the MT run's evaluation writes it (job mt)")
-        lines = read_lines(hyps)
+        lines = read_lines(hyps, blank_ok=True)  # an MT output of empty lines is a start (the usual one) too
         sources = read_lines(find_split_file(at.pe_data, split, args.src))
         if len(lines) != len(sources):
             raise Failed(f"{hyps} has {len(lines)} lines, the {split} sources {len(sources)}")

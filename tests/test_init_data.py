@@ -96,6 +96,24 @@ def test_misaligned_init_file_is_one_line_naming_both_files(corpus_dir):
     _one_line(e, str(corpus_dir / "val.en"), "4 lines", str(corpus_dir / "val.mt"), "has 3")
 
 
+def test_an_init_file_of_empty_hypotheses_only_is_read(corpus_dir):
+    """An empty line is an ordinary start ([BOS, EOS]), so a file of only empty ones (an MT system that wrote
+    nothing, e.g. a barely trained one in a pipeline's quick check) is data, not an empty file, which it was
+    refused as; the source and target files still need a sentence."""
+    cfg = _data_cfg(corpus_dir)
+    corpus = sources.load_corpus(cfg)
+    _write(corpus_dir / "val.mt", ["", " ", "", ""])
+    assert sources.load_inits(cfg, corpus)["valid"] == ["", "", "", ""]
+    _write(corpus_dir / "val.mt", [])  # no line at all: still one line naming the file
+    with pytest.raises(DataError) as e:
+        sources.load_inits(cfg, corpus)
+    _one_line(e, str(corpus_dir / "val.mt"), "file is empty")
+    _write(corpus_dir / "val.de", ["", "", "", ""])
+    with pytest.raises(DataError) as e:
+        sources.load_corpus(cfg)
+    _one_line(e, str(corpus_dir / "val.de"), "file is empty")
+
+
 def test_init_lang_needs_text_source(corpus_dir):
     with pytest.raises(ConfigError) as e:
         sources.load_inits(_data_cfg(corpus_dir, source="synthetic"), {})

@@ -191,7 +191,7 @@ def load_inits(data_cfg: Any, corpus: Corpus) -> dict[str, list[str]]:
                 f"{os.path.join(directory, f'{split}.{lang}')}[.gz]: file not found; data.init_lang={lang!r} needs "
                 f"the initial hypotheses of the {key} split, line-aligned with {os.path.basename(src_path)}"
             ) from None
-        out[key] = read_aligned(path, src_path, len(src))
+        out[key] = read_aligned(path, src_path, len(src), blank_ok=True)  # an empty y0 is the usual start
     return out
 
 

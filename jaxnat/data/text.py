@@ -37,19 +37,20 @@ def _one_line(e: BaseException) -> str:
     return " ".join(str(e).split())
 
 
-def read_lines(path: str) -> list[str]:
+def read_lines(path: str, blank_ok: bool = False) -> list[str]:
     """Returns the lines of a UTF-8 text file (plain or gzip), without surrounding whitespace.
 
     Lines are split on "\\n" only (a stray form feed or U+2028 inside a sentence does not split it) and a
     UTF-8 byte-order mark is ignored. Blank lines are kept so that parallel files stay aligned.
 
     Raises:
-      DataError: the file is missing, unreadable, empty, or not valid UTF-8 (the message gives the line).
+      DataError: the file is missing, unreadable, empty (or, unless ``blank_ok``, blank lines only: no sentence;
+        initial hypotheses may all be empty), or not valid UTF-8 (the message gives the line).
     """
-    return split_lines(_read_bytes(path), path)
+    return split_lines(_read_bytes(path), path, blank_ok)
 
 
-def split_lines(data: bytes, path: str) -> list[str]:
+def split_lines(data: bytes, path: str, blank_ok: bool = False) -> list[str]:
     """Decodes UTF-8 bytes (from a file or stdin, named `path` in errors) into stripped lines; see read_lines."""
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
@@ -63,7 +64,7 @@ def split_lines(data: bytes, path: str) -> list[str]:
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last line, not an extra empty sentence
-    if not lines or all(not line.strip() for line in lines):
+    if not lines or not blank_ok and all(not line.strip() for line in lines):
         raise DataError(f"{path}: file is empty")
     return [line.strip() for line in lines]
 
@@ -74,13 +75,14 @@ def read_parallel(src_path: str, tgt_path: str) -> tuple[list[str], list[str]]:
     return src, read_aligned(tgt_path, src_path, len(src))
 
 
-def read_aligned(path: str, other_path: str, other_lines: int) -> list[str]:
-    """Reads `path`, which must have as many lines as `other_path` (already read: `other_lines`).
+def read_aligned(path: str, other_path: str, other_lines: int, blank_ok: bool = False) -> list[str]:
+    """Reads `path`, which must have as many lines as `other_path` (already read: `other_lines`); ``blank_ok``:
+    see read_lines.
 
     Raises:
       DataError: `path` is bad, or (one line naming both files and counts) the line counts differ.
     """
-    lines = read_lines(path)
+    lines = read_lines(path, blank_ok)
     if len(lines) != other_lines:
         raise DataError(
             f"{other_path} has {other_lines} lines but {path} has {len(lines)}; parallel files must be line-aligned"
