@@ -57,6 +57,18 @@ def test_non_utf8_names_line(tmp_path, gz):
     _assert_one_line(e, "latin1.de", "line 2", "UTF-8")
 
 
+@pytest.mark.parametrize("gz", [False, True])
+def test_carriage_return_line_breaks_are_refused(tmp_path, gz):
+    """A file with classic Mac line breaks (\\r alone) was read as one sentence: a test split of 30 such lines in
+    both languages was evaluated as one pair, without a word. A \\r inside a line of a \\n file stays data."""
+    path = _write(tmp_path / "test.en", b"a man .\rtwo dogs .\rthe end .\r", gz)
+    with pytest.raises(DataError) as e:
+        text.read_lines(path)
+    _assert_one_line(e, path, "carriage returns")
+    assert text.read_lines(_write(tmp_path / "one.en", b"one line\r", gz)) == ["one line"]
+    assert text.read_lines(_write(tmp_path / "mixed.en", b"a\rb\nc\r\n", gz)) == ["a\rb", "c"]
+
+
 def test_corrupt_gzip(tmp_path):
     path = _write(tmp_path / "bad.en.gz", gzip.compress(b"hello\n" * 100)[:30])
     with pytest.raises(DataError) as e:

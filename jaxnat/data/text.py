@@ -61,6 +61,9 @@ def split_lines(data: bytes, path: str, blank_ok: bool = False) -> list[str]:
         raise DataError(
             f"{path}: line {line_no} is not valid UTF-8 (byte 0x{data[e.start]:02x}); re-encode the file as UTF-8"
         ) from None
+    if "\n" not in text and "\r" in text.strip():  # classic Mac line breaks: every sentence would be one line
+        raise DataError(f"{path}: its lines end in carriage returns (\\r) alone, not in \\n; convert its line "
+                        f"breaks to \\n (e.g. tr '\\r' '\\n')")
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the newline that ends the last line, not an extra empty sentence
