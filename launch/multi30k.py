@@ -297,7 +297,8 @@ def selected(all_jobs: list[Job], tables: list[str], only: list[str]) -> list[Jo
     by_name = {j.name: j for j in all_jobs}
     for name in only:
         if name not in by_name:
-            raise SystemExit(f"multi30k.py: error: no job {name!r} (jobs: {', '.join(by_name)})")
+            sys.stderr.write(f"multi30k.py: error: no job {name!r} (jobs: {', '.join(by_name)})\n")
+            sys.exit(2)
     wanted = set(only) or {j.name for j in all_jobs if j.table in tables}
     stack = list(wanted)
     while stack:
@@ -461,9 +462,17 @@ def run_jobs(todo: list[Job], state: str, python: str, deadline: float = float("
     return 1 if unmet else 0
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad options: one line (no usage block; --help has it), exit 2."""
+
+    def error(self, message):
+        sys.stderr.write(f"{os.path.basename(self.prog.split()[-1])}: error: {message} (--help for the options)\n")
+        sys.exit(2)
+
+
 def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
-    parser = argparse.ArgumentParser(prog="python launch/multi30k.py", description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python launch/multi30k.py", description=__doc__.split("\n")[0])
     parser.add_argument("--data-dir", required=True, help="the Multi30k folder ({split}.{en,de}[.gz])")
     parser.add_argument("--runs", required=True, help="where the workdirs, logs and reports go")
     parser.add_argument("--gpu", action="store_true", help="the configs sized for one GPU")

@@ -28,7 +28,6 @@ the command exits 0 whatever holds, and 2 only for bad options or a damaged metr
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -36,7 +35,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from multi30k import TEACHERS, TEST, jobs  # noqa: E402
+from multi30k import TEACHERS, TEST, OneLineParser, jobs  # noqa: E402
 
 from jaxnat.report import FLAT_WITHIN, cell, convergence, valid_curve  # noqa: E402
 
@@ -184,7 +183,7 @@ def to_markdown(checked: list[dict], runs: list[dict], within: float) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = OneLineParser(prog="python launch/targets.py", description=__doc__.split("\n")[0])
     parser.add_argument("--runs", required=True, help="the pipeline's --runs directory")
     parser.add_argument("--teacher", choices=tuple(TEACHERS),
                         help="the AR job that distilled (default: the students' data.spm_from)")

@@ -278,3 +278,17 @@ def test_a_job_done_with_other_options_is_named(tmp_path):
     assert f"natbase              done with other options than now (then {tiny})" in status
     (runs / "pipeline" / "done" / "ar").write_text("")  # the mark of a pipeline before marks held the command
     assert "ar                   done" in _pipeline(tmp_path, "--only", "natbase", "--status")[0].stdout.splitlines()
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--tables", "bogus"), "multi30k.py: error: unknown table 'bogus'"),
+    (("--only", "nope"), "multi30k.py: error: no job 'nope'"),
+    (("--parallel", "0"), "multi30k.py: error: --parallel: a number of jobs >= 1"),
+    (("--parallel", "two"), "multi30k.py: error: argument --parallel: invalid int value"),
+])
+def test_bad_options_are_one_line_exit_2(tmp_path, args, message):
+    """As post_edit.py's: one line and exit 2 (argparse printed its five-line usage block first; an unknown --only
+    job exited 1)."""
+    result, _ = _pipeline(tmp_path, *args, check=False)
+    assert result.returncode == 2 and result.stderr.startswith(message), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr

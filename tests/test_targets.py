@@ -99,6 +99,7 @@ def test_convergence_of_each_trained_run(tmp_path):
     assert "| levt | 3 | 31.00 (1500) | 6.00 | **no** |" in (runs / "reports" / "targets.md").read_text()
     result = cli.run([sys.executable, SCRIPT, "--runs", str(tmp_path / "none")], cwd=ROOT, timeout=120)
     assert result.returncode == 2 and "no such directory" in result.stderr
+    assert result.stderr.startswith("targets.py: error: ") and len(result.stderr.strip().splitlines()) == 1
     (runs / "levt" / "metrics.json").write_text('{"test_2016_flickr": {"bleu": 3')  # a damaged file: one line
     result = cli.run([sys.executable, SCRIPT, "--runs", str(runs)], cwd=ROOT, timeout=120)
     assert result.returncode == 2 and result.stderr.startswith("targets.py: error: ")
