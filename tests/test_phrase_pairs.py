@@ -168,6 +168,17 @@ def test_align_corpus_writes_resumable_files(tmp_path):
     assert main(["--data-dir", str(tmp_path / "missing"), "--splits", "test"]) == 2
 
 
+def test_a_deeply_nested_pairs_line_is_one_line():
+    """A pairs line nested deeper than json's decoder recurses ended in RecursionError's traceback."""
+    import pytest
+
+    from jaxnat.data.sources import parse_pairs
+    from jaxnat.errors import DataError
+
+    with pytest.raises(DataError, match=r"^train.pairs.jsonl:3: not JSON"):
+        parse_pairs("[" * 100_000 + "]" * 100_000, "train.pairs.jsonl:3")
+
+
 def test_load_pairs_reads_aligned_files_and_reports_bad_ones(tmp_path):
     import ml_collections
     import pytest

@@ -98,6 +98,16 @@ def test_bad_translate_input(trained, tmp_path, content, message):
     assert "Traceback" not in result.stderr
 
 
+def test_deeply_nested_json_input_is_one_line():
+    """json's decoder recurses per nesting level: a line nested 100,000 deep ended in RecursionError's traceback."""
+    from jaxnat.decoding.translate_io import parse_requests
+    from jaxnat.errors import DataError
+
+    line = '{"src": "a", "x": ' + "[" * 100_000 + "]" * 100_000 + "}"
+    with pytest.raises(DataError, match=r"^in.txt:2: invalid JSON \(nested too deeply\)$"):
+        parse_requests(['{"src": "b"}', line], "in.txt")
+
+
 def test_translate_missing_input_and_untrained_workdir(trained, tmp_path):
     result = _main(trained, "--mode", "translate", "--input", str(tmp_path / "nope.txt"))
     assert result.returncode == 2 and "nope.txt" in result.stderr

@@ -202,7 +202,7 @@ def parse_pairs(line: str, where: str) -> list[tuple[str, str]]:
     """One JSON line of constraint pairs, ``[["source phrase", "target phrase"], ...]`` (``[]``: none)."""
     try:
         value = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested deeper than json's decoder recurses
         raise DataError(f"{where}: not JSON (expected a list of [source phrase, target phrase] pairs)") from None
     if not isinstance(value, list) or not all(
             isinstance(p, list) and len(p) == 2 and all(isinstance(x, str) and x.strip() for x in p) for p in value):

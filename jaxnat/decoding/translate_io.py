@@ -57,6 +57,8 @@ def parse_requests(lines: list[str], where: str) -> list[dict]:
                 raise DataError(f"{where}:{n}: invalid JSON ({e.msg})") from None
             except ValueError as e:
                 raise DataError(f"{where}:{n}: invalid JSON ({e})") from None
+            except RecursionError:  # json's decoder recurses per nesting level
+                raise DataError(f"{where}:{n}: invalid JSON (nested too deeply)") from None
             if not isinstance(obj, dict) or not isinstance(obj.get("src"), str):
                 raise DataError(f'{where}:{n}: a JSON line needs a string "src" field')
             _misspelt(obj, f"{where}:{n}")
