@@ -65,28 +65,25 @@ def _write_lines(path: str, lines: list[str]) -> None:
             f.writelines(line + "\n" for line in lines)
 
 
-def _check_hard(translator: Translator, split: str, refs: list[str] | None, config) -> None:
-    """eval.constraints=hard's phrases (the split's reference words) checked as a request's are, before anything
-    is decoded: a word the model cannot guarantee (characters its vocabulary lacks) fails at the start, not after
-    the plain run."""
-    if refs is None:
-        return
-    phrases = make_constraints(refs, config.eval.constraint_seed, lang=config.data.tgt_lang)
-    try:
-        translator.starts(constraints=phrases, hard=[True] * len(refs))
-    except DataError as err:
-        raise DataError(f"{split}, eval.constraints=hard (reference words as phrases): {err}") from None
-
-
-def _check_pair_targets(translator: Translator, split: str, pairs: list[list[tuple[str, str]]]) -> None:
-    """The target phrases of the split's constraint pairs, which row `<split>+pairs_hard` guarantees, checked as
-    `_check_hard` checks eval.constraints=hard's: before the first pass, not after the plain and pairs rows."""
-    targets = pair_targets(pairs)
-    try:
-        translator.starts(constraints=[t or None for t in targets], hard=[True] * len(targets))
-    except DataError as err:
-        raise DataError(f"{split}, data.pairs_dir's target phrases as hard constraints ({split}+pairs_hard): "
-                        f"{err}") from None
+def _check_hard_phrases(translator: Translator, corpus: dict, pairs: dict, splits: list[str], config) -> None:
+    """The hard phrases an evaluation will ask, checked as a request's are before anything is decoded: the
+    reference words of eval.constraints=hard and the constraint pairs' target phrases of row `<split>+pairs_hard`.
+    A phrase the model cannot guarantee (characters its vocabulary lacks) fails at the start, naming the split,
+    not after the plain pass."""
+    for split in splits:
+        asked = {}
+        refs = corpus[split][1]
+        if "hard" in _split_list(config.eval.constraints) and refs is not None:
+            asked["eval.constraints=hard (reference words as phrases)"] = make_constraints(
+                refs, config.eval.constraint_seed, lang=config.data.tgt_lang)
+        if translator.spec.supports.hard_constraints and split in pairs:
+            asked[f"data.pairs_dir's target phrases as hard constraints ({split}+pairs_hard)"] = [
+                t or None for t in pair_targets(pairs[split])]
+        for what, phrases in asked.items():
+            try:
+                translator.starts(constraints=phrases, hard=[True] * len(phrases))
+            except DataError as err:
+                raise DataError(f"{split}, {what}: {err}") from None
 
 
 def evaluate(config, workdir: str) -> dict:
@@ -100,13 +97,7 @@ def evaluate(config, workdir: str) -> dict:
     os.makedirs(os.path.join(workdir, "hyps"), exist_ok=True)
     results = {}
     test_splits = [s for s in corpus if s not in ("train", "valid")]
-    if "hard" in modes:
-        for split in test_splits:
-            _check_hard(translator, split, corpus[split][1], config)
-    if translator.spec.supports.hard_constraints:  # the <split>+pairs_hard rows' phrases, checked alike
-        for split in test_splits:
-            if split in pairs:
-                _check_pair_targets(translator, split, pairs[split])
+    _check_hard_phrases(translator, corpus, pairs, test_splits, config)
     for i, split in enumerate(test_splits):
         srcs, refs = corpus[split]
         outs = translator.translate(srcs, e.beam_size, e.batch_size, token_scores=True)
