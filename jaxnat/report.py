@@ -307,6 +307,7 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
     ``model_analyses``, each system's family's own `Analysis` of its workdir too; ``flat_within``: the gain in
     validation BLEU over the last fifth of training up to which a run counts as converged (`convergence`);
     ``columns``: (label, key) of the report's first table (`parse_column`); a key no system has is logged."""
+    from jaxnat.config import workdir_config
     from jaxnat.data.sources import load_corpus, load_pairs
     from jaxnat.evaluation.metrics import corpus_metrics
     from jaxnat.models import family_of
@@ -324,7 +325,7 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
     seeded = {}  # (name, train.seed) -> workdir: runs of one name are seeds, their statistics a mean over seeds
     for s, name in zip(systems, configurations):
         if configurations.count(name) > 1:
-            seed = s.config.train.seed  # the seed it trained with (config.json)
+            seed = workdir_config(s.workdir).train.seed  # the seed it trained with (its evaluations' may differ)
             if (name, seed) in seeded:
                 raise ConfigError(f"--names: {seeded[name, seed]} and {s.workdir} share the name {name!r} and "
                                   f"train.seed={seed}; runs of one name are seeds of one configuration, each trained "
