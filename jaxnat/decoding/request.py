@@ -74,7 +74,7 @@ class Supports:
     oracle: tuple[str, ...] = ()
     prefix: bool = False     # DecodeRequest.prefix: outputs that start with given tokens
     # hard constraints can be kept in the given order (eval.constraint_order=given); False: a model that places
-    # them in any order it finds best (EDITOR's reposition, a best path over the sets of phrases done)
+    # them in any order it finds best (a reposition head, a best path over the sets of phrases done)
     given_order: bool = True
 
 
