@@ -480,7 +480,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", default=[], metavar="JOB", help="these jobs and what they need")
     parser.add_argument("--align-from", default="", metavar="DIR", help="the constraint pairs, made elsewhere")
     parser.add_argument("--teacher", default="ar", choices=TEACHERS, help="the AR model the students learn from")
-    parser.add_argument("--time-limit", type=float, default=0, metavar="SECONDS", help="stop after this long (0, the default: no limit)")
+    parser.add_argument("--time-limit", type=float, default=0, metavar="SECONDS",
+                        help="stop after this long (0, the default: no limit)")
     parser.add_argument("--parallel", type=int, default=1, metavar="N", help="run up to N jobs at once (default 1)")
     parser.add_argument("--status", action="store_true", help="where each job stands")
     parser.add_argument("--dry-run", action="store_true", help="print the commands without running them")
