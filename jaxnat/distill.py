@@ -19,7 +19,8 @@ data.max_len would leave such a pair out of its batches anyway (or cut it, with 
 
 All files are UTF-8 plain text, one sentence per line. Work is done in chunks of `CHUNK_SIZE` sentences, each
 written atomically to OUT_DIR/.distill_parts/ as soon as it is translated, so an interrupted run re-run with
-the same command skips the finished chunks. The manifest is written last: a directory with one is finished.
+the same command skips the finished chunks. The manifest is written last: a directory with one is finished, and
+running it again translates nothing (`refresh_copies` makes the other splits' copies the corpus's of now).
 """
 
 from __future__ import annotations
@@ -62,7 +63,11 @@ def _write_atomic(path: str, text: str) -> None:
 
 
 def _write_lines(path: str, lines: list[str]) -> None:
-    _write_atomic(path, "".join(line + "\n" for line in lines))
+    _write_atomic(path, _text(lines))
+
+
+def _text(lines: list[str]) -> str:
+    return "".join(line + "\n" for line in lines)
 
 
 def _read_json(path: str) -> dict | None:
@@ -133,7 +138,7 @@ def _same_identity(old: dict, new: dict) -> bool:
 
 
 def check_output_dir(out_dir: str, identity: dict, files: list[str]) -> dict | None:
-    """Returns the manifest if OUT_DIR already holds this very distillation (nothing to do), None if the work
+    """Returns the manifest if OUT_DIR already holds this very distillation (nothing to translate), None if the work
     may go on (fresh directory, or our own unfinished parts). Raises DataError rather than overwrite anything
     else: another distillation, or files not written by one."""
     manifest = _read_json(os.path.join(out_dir, MANIFEST))
@@ -157,6 +162,37 @@ def check_output_dir(out_dir: str, identity: dict, files: list[str]) -> dict | N
             raise DataError(f"{out_dir} already holds {', '.join(existing[:3])}{', ...' if len(existing) > 3 else ''}"
                             f" not written by a distillation (no {MANIFEST}); choose an empty or new --output")
     return None
+
+
+def refresh_copies(out_dir: str, manifest: dict, names: dict[str, str], corpus: dict, langs: tuple[str, str],
+                   files: list[str]) -> dict:
+    """A finished distillation's copies of the other splits made those of the corpus now: a split added to
+    data.test_splits, or a valid or test file edited since, is (re)written, so that a student trained on OUT_DIR
+    is validated and tested on them; the distilled training split stays. Returns the manifest, updated."""
+    written = []
+    for key, name in names.items():
+        if key == "train":
+            continue
+        for lang, lines in zip(langs, corpus[key]):
+            path = os.path.join(out_dir, f"{name}.{lang}")
+            if lines is not None and _read_text(path) != _text(lines):
+                _write_atomic(path, _text(lines))
+                written.append(os.path.basename(path))
+    if not written and manifest["files"] == files:
+        return manifest
+    log.info("copied the corpus's other splits as they are now: %s", ", ".join(written) or "(none changed)")
+    manifest = {**manifest, "files": files,
+                "splits": {**manifest["splits"], "test": [n for k, n in names.items() if k not in ("train", "valid")]}}
+    _write_atomic(os.path.join(out_dir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, ValueError):
+        return None
 
 
 # -- chunks ------------------------------------------------------------------------------------------
@@ -323,9 +359,9 @@ def distill(config, teacher_workdir: str, out_dir: str, *, config_path: str = ""
     if finished is not None:
         shutil.rmtree(os.path.join(out_dir, PARTS_DIR), ignore_errors=True)  # left if a crash followed the manifest
         log.info("%s already holds this distillation (%d sentences, teacher %s, %s checkpoint of step %d); nothing "
-                 "to do", out_dir, finished["sentences"], finished["teacher_workdir"], finished["checkpoint"]["kind"],
-                 finished["checkpoint"]["step"])
-        return finished
+                 "to translate", out_dir, finished["sentences"], finished["teacher_workdir"],
+                 finished["checkpoint"]["kind"], finished["checkpoint"]["step"])
+        return refresh_copies(out_dir, finished, names, corpus, (src_lang, tgt_lang), files)
 
     translator = load_translator(config, teacher_workdir)
     parts = Parts(out_dir, identity, chunk_size)

@@ -163,6 +163,25 @@ def test_finished_output_is_not_redone(teacher, distilled, monkeypatch):
     assert before == {name: os.stat(os.path.join(out, name)).st_mtime_ns for name in before}
 
 
+def test_a_finished_output_takes_the_other_splits_as_they_are_now(teacher, distilled, tmp_path, monkeypatch):
+    """A test split added to data.test_splits, or a valid or test file edited, since the distillation: its copies
+    are written again (a student trained there would miss the split, or test on the old file), the distilled
+    training split is not translated again nor changed."""
+    out = str(tmp_path / "out")
+    shutil.copytree(distilled[0], out)
+    corpus = load_corpus(_config().data)
+    now = {**corpus, "test": (corpus["test"][0][:-1], corpus["test"][1][:-1]), "extra": (["a b"], None)}
+    monkeypatch.setattr(distill_mod, "load_corpus", lambda data: now)
+    monkeypatch.setattr(distill_mod, "translate_chunk", lambda *a, **k: pytest.fail("translated again"))
+    train = {name: open(os.path.join(out, name), "rb").read() for name in ("train.en", "train.de")}
+    manifest = distill_mod.distill(_config(), teacher, out, chunk_size=CHUNK)
+    assert _lines(os.path.join(out, "test.de")) == corpus["test"][1][:-1]
+    assert _lines(os.path.join(out, "extra.en")) == ["a b"] and not os.path.exists(os.path.join(out, "extra.de"))
+    assert train == {name: open(os.path.join(out, name), "rb").read() for name in train}
+    assert manifest["splits"]["test"] == ["test", "extra"] and "extra.en" in manifest["files"]
+    assert json.loads(open(os.path.join(out, "distill.json")).read()) == manifest
+
+
 def test_command_line_on_a_finished_output(teacher, distilled):
     cmd = [sys.executable, "-m", "jaxnat.main", "--mode", "distill", "--config", TINY, "--workdir", teacher,
            "--output", distilled[0], *OVERRIDES]
