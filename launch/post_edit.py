@@ -373,6 +373,14 @@ def parse_args(argv):
                 parser.error(f"no {split}.{lang}[.gz] in {args.data_dir}")
         if args.levt_from and not os.path.isfile(os.path.join(args.levt_from, "config.json")):
             parser.error(f"--levt-from {args.levt_from}: not a trained workdir (no config.json)")
+        if args.levt_from:  # the post-editing jobs fine-tune and decode it as a LevT: say so now, not in them
+            try:
+                with open(os.path.join(args.levt_from, "config.json"), encoding="utf-8") as f:
+                    name = json.load(f)["model"]["name"]
+            except (OSError, ValueError, KeyError, TypeError):
+                name = None
+            if name != "levt":
+                parser.error(f"--levt-from {args.levt_from}: a workdir of model {name!r}, not a LevT")
     return args
 
 

@@ -110,6 +110,17 @@ def test_bad_options_are_one_line_errors(tmp_path, corpus, args, message):
     assert not (tmp_path / "runs").exists()
 
 
+def test_levt_from_names_a_levt(tmp_path, corpus):
+    """Another model's workdir was taken and failed only inside the post-editing jobs, after the MT model's."""
+    run = tmp_path / "ar-run"
+    run.mkdir()
+    (run / "config.json").write_text(json.dumps({"model": {"name": "ar"}}))
+    result = _script("--data-dir", str(corpus), "--runs", str(tmp_path / "runs"), "--valid-split", "valid",
+                     "--test-splits", "test", "--levt-from", str(run))
+    assert result.returncode == 2 and "a workdir of model 'ar', not a LevT" in result.stderr
+    assert len(result.stderr.splitlines()) == 1 and not (tmp_path / "runs").exists()
+
+
 @pytest.mark.parametrize("missing, message", [(None, "no data directory"), ("valid.de", "no valid.de[.gz] in")])
 def test_missing_data_is_a_one_line_error(tmp_path, corpus, missing, message):
     data = tmp_path / "data"
