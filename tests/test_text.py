@@ -32,6 +32,9 @@ def test_read_lines_plain_and_gz(tmp_path, gz):
 def test_read_lines_no_final_newline_and_bom(tmp_path):
     path = _write(tmp_path / "a.txt", b"\xef\xbb\xbfone\ntwo")
     assert text.read_lines(path) == ["one", "two"]
+    # files joined with cat: each one's byte-order mark leads a line, not a sentence's first word
+    path = _write(tmp_path / "b.txt", b"\xef\xbb\xbfone\n\xef\xbb\xbftwo\nthree\xef\xbb\xbf four\n")
+    assert text.read_lines(path) == ["one", "two", "three\ufeff four"]
 
 
 def test_missing_file(tmp_path):

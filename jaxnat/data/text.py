@@ -41,7 +41,8 @@ def read_lines(path: str, blank_ok: bool = False) -> list[str]:
     """Returns the lines of a UTF-8 text file (plain or gzip), without surrounding whitespace.
 
     Lines are split on "\\n" only (a stray form feed or U+2028 inside a sentence does not split it) and a
-    UTF-8 byte-order mark is ignored. Blank lines are kept so that parallel files stay aligned.
+    UTF-8 byte-order mark is ignored, at the start of the file or of any line. Blank lines are kept so that
+    parallel files stay aligned.
 
     Raises:
       DataError: the file is missing, unreadable, empty (or, unless ``blank_ok``, blank lines only: no sentence;
@@ -69,7 +70,7 @@ def split_lines(data: bytes, path: str, blank_ok: bool = False) -> list[str]:
         lines.pop()  # the newline that ends the last line, not an extra empty sentence
     if not lines or not blank_ok and all(not line.strip() for line in lines):
         raise DataError(f"{path}: file is empty")
-    return [line.strip() for line in lines]
+    return [line.lstrip("\ufeff").strip() for line in lines]  # a mark that leads a line: files joined with cat
 
 
 def read_parallel(src_path: str, tgt_path: str) -> tuple[list[str], list[str]]:
