@@ -1,0 +1,29 @@
+"""The bench/ scripts measure what they say: their programs take their inputs as arguments (not constants XLA
+folds away), their rates divide by the work they timed, and bad input stops them with one line."""
+
+import importlib.util
+import os
+import re
+
+import jax
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def bench(name: str):
+    """bench/<name>.py as a module (its main not run)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", os.path.join(ROOT, "bench", f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_oracle_edit_ops_are_timed_on_arguments_not_folded_constants():
+    """bench/oracle.py's edit-operation latencies: every program reads its inputs (a closure over them made them
+    constants, and XLA compiled carry slots and fill placeholders to a constant, timed at a few µs)."""
+    cases = bench("oracle").edit_op_cases(batch=4, length=16)
+    assert len(cases) == 5
+    for name, (op, inputs) in cases.items():
+        hlo = jax.jit(op).lower(*inputs).compile().as_text()
+        entry = hlo[hlo.index("\nENTRY"):]
+        assert len(re.findall(r"= \S+ parameter\(\d+\)", entry)) == len(inputs), name
