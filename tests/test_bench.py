@@ -27,3 +27,15 @@ def test_oracle_edit_ops_are_timed_on_arguments_not_folded_constants():
         hlo = jax.jit(op).lower(*inputs).compile().as_text()
         entry = hlo[hlo.index("\nENTRY"):]
         assert len(re.findall(r"= \S+ parameter\(\d+\)", entry)) == len(inputs), name
+
+
+def test_oracle_plain_python_rate_counts_the_pairs_it_labelled(monkeypatch, capsys):
+    """--python-pairs beyond the batch labels the whole batch: the rate divides by the batch, not by the flag (a
+    --python-pairs 2560 run reported the plain-Python reference faster than numpy)."""
+    oracle = bench("oracle")
+    small = oracle.make_pairs
+    monkeypatch.setattr(oracle, "make_pairs", lambda batch, length, seed=0: small(4, 16, seed))  # 4 pairs a batch
+    monkeypatch.setattr(oracle, "median_time", lambda fn, repeats: (fn(), 1.0)[1])  # every timed call: 1 s
+    oracle.oracle_table(1, 1000)
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ed")]
+    assert len(rows) == 4 and all(row[5] == "4" for row in rows), rows  # plain Python (pairs/s): 4 pairs in 1 s
