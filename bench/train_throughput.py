@@ -67,8 +67,9 @@ FIRST_LINE = re.compile(r"first train step done ([\d.]+) s")
 FAIRSEQ_LINE = re.compile(r"train_inner .*wps=([\d.]+).*num_updates=(\d+)")
 
 
-def prepare(data_dir: str, work: str) -> tuple[str, str]:
-    """(jaxnat workdir holding the SentencePiece model every run shares, fairseq's binarised data directory)."""
+def prepare(data_dir: str, work: str, fairseq: bool = True) -> tuple[str, str]:
+    """(jaxnat workdir holding the SentencePiece model every run shares, fairseq's binarised data directory: made
+    only for ``fairseq`` rows, which need .refenv)."""
     from jaxnat.config import build_config
     from jaxnat.training.trainer import Trainer
 
@@ -76,7 +77,7 @@ def prepare(data_dir: str, work: str) -> tuple[str, str]:
     if not os.path.isdir(os.path.join(spm_run, "spm")):  # the AR config's joint 8k model, trained as a run would
         Trainer(build_config(os.path.join(ROOT, "configs/ar/multi30k.py"), [f"--config.data.dir={data_dir}"]),
                 spm_run)
-    if os.path.isfile(os.path.join(binary, "train.en-de.de.bin")):
+    if not fairseq or os.path.isfile(os.path.join(binary, "train.en-de.de.bin")):
         return spm_run, binary
     import sentencepiece as spm
 
@@ -216,7 +217,7 @@ def main():
         raise SystemExit("error: vecconst's Multi30k config needs --pairs-dir")
     if args.first_step:
         return first_steps(args, families, names)
-    spm_run, binary = prepare(args.data_dir, args.work)
+    spm_run, binary = prepare(args.data_dir, args.work, bool(fairseq))
     rows = {f: [] for f in families}  # jaxnat rows; "cmlm (plain)" joins them where fairseq's CMLM runs
     if "cmlm" in fairseq:
         rows["cmlm (plain CMLM)"] = []

@@ -39,3 +39,17 @@ def test_oracle_plain_python_rate_counts_the_pairs_it_labelled(monkeypatch, caps
     oracle.oracle_table(1, 1000)
     rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ed")]
     assert len(rows) == 4 and all(row[5] == "4" for row in rows), rows  # plain Python (pairs/s): 4 pairs in 1 s
+
+
+def test_train_throughput_without_fairseq_rows_needs_no_reference_env(monkeypatch, tmp_path, capsys):
+    """`--fairseq ''` (the docs' jaxnat-only commands) neither binarises fairseq's data nor asks for .refenv."""
+    throughput = bench("train_throughput")
+    monkeypatch.setattr(throughput, "ROOT", str(tmp_path))  # a checkout without .refenv
+    (tmp_path / "work" / "spm" / "spm").mkdir(parents=True)  # the shared vocabulary's run, made before
+    run = {"first_step_s": 20.0, "tok_s": 1000.0, "mfu": 0.5, "peak": 0.1}
+    monkeypatch.setattr(throughput, "jaxnat_run", lambda *args: run)
+    monkeypatch.setattr("sys.argv", ["train_throughput.py", "--data-dir", str(tmp_path / "data"), "--work",
+                                     str(tmp_path / "work"), "--families", "ar", "--fairseq", "", "--repeats", "1"])
+    throughput.main()
+    assert "| ar | 20 | 1000 | 50.0 | 50.0% | – | – | – |" in capsys.readouterr().out
+    assert not (tmp_path / "work" / "fairseq-text").exists()
