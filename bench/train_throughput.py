@@ -148,6 +148,9 @@ def jaxnat_run(family: str, extra: list[str], args, spm_run: str, workdir: str) 
     first = [float(m.group(1)) for m in map(FIRST_LINE.search, lines) if m]
     # the first window holds the warm-up; none beside the train programs' compiling
     windows = [m for m in [m for m in map(WINDOW_LINE.search, lines) if m][1:] if "compiling beside it" not in m.string]
+    if not windows:
+        raise SystemExit(f"error: {family}: no log window after the first beside no compiling; more --steps than "
+                         f"--window {args.window}; log: {workdir}.log")
     return {"first_step_s": first[0], "tok_s": statistics.median(float(m.group(2)) for m in windows),
             "mfu": statistics.median(float(m.group(3)) for m in windows) / 100,
             "peak": statistics.median(float(m.group(4)) for m in windows)}
@@ -206,6 +209,9 @@ def main():
     parser.add_argument("--pairs-dir", help="vecconst's Multi30k constraint pairs (python -m jaxnat.data.alignment)")
     args = parser.parse_args()
     args.data_dir = os.path.abspath(args.data_dir)
+    if args.repeats < 1 or args.window < 1 or (not args.first_step and args.steps <= args.window):
+        raise SystemExit("error: --repeats and --window must be at least 1, and --steps more than --window (the first "
+                         "window, the warm-up, is dropped)")
     families = [f for f in args.families.split(",") if f]
     fairseq = [m for m in args.fairseq.split(",") if m]
     for name in families + fairseq:

@@ -6,6 +6,7 @@ import os
 import re
 
 import jax
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -53,3 +54,15 @@ def test_train_throughput_without_fairseq_rows_needs_no_reference_env(monkeypatc
     throughput.main()
     assert "| ar | 20 | 1000 | 50.0 | 50.0% | – | – | – |" in capsys.readouterr().out
     assert not (tmp_path / "work" / "fairseq-text").exists()
+
+
+def test_train_throughput_refuses_counts_that_leave_no_window(monkeypatch, tmp_path):
+    """--steps no more than --window leaves no window after the warm-up's: refused before any run (it trained, then
+    stopped with a traceback of statistics.median)."""
+    throughput = bench("train_throughput")
+    monkeypatch.setattr(throughput, "prepare", lambda *args: pytest.fail("a run started"))
+    for counts in (["--steps", "20", "--window", "20"], ["--repeats", "0"], ["--window", "0"]):
+        monkeypatch.setattr("sys.argv", ["train_throughput.py", "--work", str(tmp_path), "--families", "ar",
+                                         "--fairseq", "", *counts])
+        with pytest.raises(SystemExit, match="^error: --repeats and --window must be at least 1"):
+            throughput.main()
