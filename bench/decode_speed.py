@@ -50,6 +50,8 @@ def main():
     parser.add_argument("--full-canvas", action="store_true",
                         help="also time length-predicting models on canvases sized from the source")
     args, overrides = parser.parse_known_args()
+    if min(args.repeats, args.sentences, args.batch) < 1:
+        raise SystemExit("error: --repeats, --sentences and --batch must be at least 1")
     logging.basicConfig(level=logging.WARNING)
     modes, srcs, split = [], None, None
     for run in args.run:
@@ -108,7 +110,8 @@ def main():
     for label, (lat, thr) in medians.items():
         rel = f"{base[0] / lat:.2f}× / {thr / base[1]:.2f}×" if base else "–"
         print(f"| {label} | {lat:.1f} | {thr:.1f} | {rel} |")
-    print(f"\nmedian of {args.repeats} repeats; batch-1 latency over the first {args.sentences} sentences")
+    print(f"\nmedian of {args.repeats} repeats; batch-1 latency over the first {min(args.sentences, len(srcs))} "
+          f"sentences")
     print(machine())
 
 

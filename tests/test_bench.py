@@ -66,3 +66,14 @@ def test_train_throughput_refuses_counts_that_leave_no_window(monkeypatch, tmp_p
                                          "--fairseq", "", *counts])
         with pytest.raises(SystemExit, match="^error: --repeats and --window must be at least 1"):
             throughput.main()
+
+
+def test_decode_speed_refuses_counts_under_one(monkeypatch):
+    """--sentences 0 timed no sentence and printed a latency of 0.0 ms; --sentences -38 timed all but the last 38
+    and said "the first -38"; --repeats 0 ended in a traceback."""
+    speed = bench("decode_speed")
+    monkeypatch.setattr(speed, "load_translator", lambda *args: pytest.fail("a workdir was loaded"))
+    for counts in (["--sentences", "0"], ["--sentences", "-38"], ["--repeats", "0"], ["--batch", "0"]):
+        monkeypatch.setattr("sys.argv", ["decode_speed.py", "--run", "configs/ar/multi30k.py:/nowhere", *counts])
+        with pytest.raises(SystemExit, match="^error: --repeats, --sentences and --batch must be at least 1"):
+            speed.main()
