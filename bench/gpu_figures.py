@@ -254,6 +254,12 @@ def main():
     parser.add_argument("--config-name", default="multi30k_gpu",
                         help="each family's config: configs/<family>/<this>.py (multi30k: a CPU check)")
     args, args.overrides = parser.parse_known_args()
+    if min(args.steps, args.repeats) < 1:
+        raise SystemExit("error: --steps and --repeats must be at least 1")
+    if not os.path.isdir(args.data_dir):
+        raise SystemExit(f"error: --data-dir {args.data_dir}: no such directory")
+    if os.path.exists(args.out) and not os.path.isdir(args.out):
+        raise SystemExit(f"error: --out {args.out}: not a directory")
     if args.step_flops:
         os.makedirs(args.out, exist_ok=True)
         from jaxnat.provenance import machine  # here: no run beside this one needs the device
@@ -273,12 +279,14 @@ def main():
     from jaxnat.config import build_config
     from jaxnat.errors import ConfigError
 
-    for family, extra in variants:  # a mistyped key fails here, not after the families' runs
+    # a mistyped flag, key or config name fails here, before any run (the runs' own overrides are every flag this
+    # parser does not know: each family's run would fail on it in turn)
+    for family, extra, what in [(f, [], f) for f in families] + [(f, e, f"--variant {f}") for f, e in variants]:
         try:
             build_config(os.path.join(ROOT, f"configs/{family}/{args.config_name}.py"),
                          family_overrides(family, args, {"ar": ""}) + extra)
         except ConfigError as e:
-            raise SystemExit(f"error: --variant {family}: {e}") from None
+            raise SystemExit(f"error: {what}: {e}") from None
     if args.step_cost_to:
         with open(args.step_cost_to, "w") as f:
             json.dump(step_cost(args), f)

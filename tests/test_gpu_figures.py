@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 from jaxnat.training.history import read_history
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,3 +54,25 @@ def test_every_core_dependency_is_in_the_gpu_image_or_carried():
     done = subprocess.run(["bash", os.path.join(ROOT, "bench", "gpu_prepare.sh"), "--check"], env=env,
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_command_is_checked_before_any_run(monkeypatch, tmp_path):
+    """A flag the parser does not know goes to every family's run as an override: a typo failed each run in turn
+    (exit 0, a table of dashes) unless a --variant was given; now it, a count under 1, a missing --data-dir and an
+    --out that is a file stop the command with one line before the first run."""
+    figures = _gpu_figures()
+    monkeypatch.setattr(figures, "machine_apart", lambda env: pytest.fail("a run started"))
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    data = str(tmp_path)
+    for argv, error in (([f"--data-dir={data}", "--families", "ar,levt", "--stesp", "5"],
+                         "error: ar: unrecognised argument --stesp"),
+                        ([f"--data-dir={data}", "--families", "ar", "--config.train.bogus=1"],
+                         "error: ar: unknown config key train.bogus"),
+                        ([f"--data-dir={data}", "--steps", "0"], "error: --steps and --repeats must be at least 1"),
+                        (["--data-dir", str(tmp_path / "none")], "error: --data-dir .*: no such directory"),
+                        ([f"--data-dir={data}", "--out", str(afile)], "error: --out .*: not a directory")):
+        out = [] if "--out" in argv else ["--out", str(tmp_path / "out")]
+        monkeypatch.setattr("sys.argv", ["gpu_figures.py", *argv, *out])
+        with pytest.raises(SystemExit, match=f"^{error}"):
+            figures.main()
