@@ -34,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from jaxnat.config import apply_override, build_config, parse_overrides, workdir_config  # noqa: E402
 from jaxnat.data.sources import load_corpus, load_pairs  # noqa: E402
+from jaxnat.errors import JaxnatError  # noqa: E402
 from jaxnat.provenance import machine  # noqa: E402
 from jaxnat.restore import load_translator  # noqa: E402
 
@@ -116,4 +117,7 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except JaxnatError as e:  # the user's input (a config, a key, a workdir): one line
+        raise SystemExit(f"error: {e}") from None

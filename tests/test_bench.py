@@ -4,6 +4,8 @@ folds away), their rates divide by the work they timed, and bad input stops them
 import importlib.util
 import os
 import re
+import subprocess
+import sys
 
 import jax
 import pytest
@@ -77,3 +79,17 @@ def test_decode_speed_refuses_counts_under_one(monkeypatch):
         monkeypatch.setattr("sys.argv", ["decode_speed.py", "--run", "configs/ar/multi30k.py:/nowhere", *counts])
         with pytest.raises(SystemExit, match="^error: --repeats, --sentences and --batch must be at least 1"):
             speed.main()
+
+
+@pytest.mark.parametrize("script, args", [
+    ("compile_time", ["--families", "ar", "--config-name", "nope", "--data-dir", "."]),
+    ("constrained_cost", ["--config", "configs/nope.py"]),
+    ("decode_speed", ["--run", "/nowhere"]),
+    ("profile_step", ["--config", "tests/configs/tiny.py", "--set", "bogus=1"]),
+])
+def test_a_config_mistake_is_one_line(script, args):
+    """A config that does not exist, an unknown key, a directory that is no trained run: `error: …` on one line,
+    exit 1, no traceback."""
+    done = subprocess.run([sys.executable, f"bench/{script}.py", *args], cwd=ROOT, capture_output=True, text=True,
+                          env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=120)
+    assert done.returncode == 1 and done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
