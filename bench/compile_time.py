@@ -126,6 +126,8 @@ def main():
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a config override for every family, e.g. model.dropout=0 (repeatable)")
     args = parser.parse_args()
+    if args.repeats < 1:
+        raise SystemExit("error: --repeats must be at least 1")
     jax.config.update("jax_enable_compilation_cache", False)  # even where JAX_COMPILATION_CACHE_DIR is set
     families = [f for f in args.families.split(",") if f != "vecconst" or args.pairs_dir]
     rows = []

@@ -63,6 +63,11 @@ def main():
         assert all(len(case) == 3 and min(case) > 0 for case in cases)
     except (ValueError, AssertionError):
         sys.exit(f"--cases {args.cases!r}: give SOURCExPHRASESxPIECES, e.g. 18x4x8,30x4x4")
+    if min(args.batch, args.repeats) < 1 or args.vocab < 6:
+        sys.exit("error: --batch and --repeats must be at least 1, --vocab at least 6 (ids 0-4 are reserved)")
+    if args.tokens_out and (os.path.isdir(args.tokens_out)  # np.savez would write DIR.npz beside it
+                            or not os.path.isdir(os.path.dirname(os.path.abspath(args.tokens_out)))):
+        sys.exit(f"error: --tokens-out {args.tokens_out}: give a file in a directory that exists")
     config = build_config(args.config, SMALL + overrides)
     spec = build_model(config, args.vocab, args.vocab)
     if not spec.supports.hard_constraints:

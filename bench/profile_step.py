@@ -126,7 +126,15 @@ def main():
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--trace-dir", help="keep the trace here (default: a temporary directory)")
     args = parser.parse_args()
-    shape = batch_shape(args.shape)
+    try:
+        shape = batch_shape(args.shape)
+        assert len(shape) == 2
+    except (ValueError, AssertionError):
+        raise SystemExit(f"error: --shape {args.shape!r}: give SENTENCESxTOKENS, e.g. 128x32") from None
+    if args.steps < 1 or args.top < 1:
+        raise SystemExit("error: --steps and --top must be at least 1")
+    if args.trace_dir and os.path.exists(args.trace_dir) and not os.path.isdir(args.trace_dir):
+        raise SystemExit(f"error: --trace-dir {args.trace_dir}: not a directory")
     with tempfile.TemporaryDirectory() as tmp:
         hlo, flops, trace = trace_step(args.config, args.data_dir, shape, args.steps, args.trace_dir or tmp,
                                          args.set)

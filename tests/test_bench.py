@@ -93,3 +93,23 @@ def test_a_config_mistake_is_one_line(script, args):
     done = subprocess.run([sys.executable, f"bench/{script}.py", *args], cwd=ROOT, capture_output=True, text=True,
                           env={**os.environ, "JAX_PLATFORMS": "cpu"}, timeout=120)
     assert done.returncode == 1 and done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+
+
+@pytest.mark.parametrize("script, args, error", [
+    ("constrained_cost", ["--repeats", "0"], "--batch and --repeats must be at least 1"),
+    ("constrained_cost", ["--batch", "0"], "--batch and --repeats must be at least 1"),
+    ("constrained_cost", ["--vocab", "5"], "--vocab at least 6"),
+    ("constrained_cost", ["--tokens-out", "."], "--tokens-out .: give a file"),  # np.savez wrote ../<dir>.npz
+    ("profile_step", ["--config", "tests/configs/tiny.py", "--steps", "0"], "--steps and --top must be at least 1"),
+    ("profile_step", ["--config", "tests/configs/tiny.py", "--shape", "abc"], "--shape 'abc': give SENTENCESxTOKENS"),
+    ("profile_step", ["--config", "tests/configs/tiny.py", "--trace-dir", "README.md"], "not a directory"),
+    ("compile_time", ["--repeats", "0"], "--repeats must be at least 1"),
+])
+def test_bad_counts_and_paths_are_refused_first(script, args, error, monkeypatch):
+    """Counts under 1 and output paths that cannot be written stop the script before any work, with one line (they
+    ended in a traceback, a division by zero, or a file written where it was not asked)."""
+    module = bench(script)
+    monkeypatch.setattr(module, "build_config", lambda *a: pytest.fail("work started"))
+    monkeypatch.setattr("sys.argv", [f"{script}.py", *args])
+    with pytest.raises(SystemExit, match=f"^error: .*{re.escape(error)}"):
+        module.main()
