@@ -486,6 +486,8 @@ def pin(cores: int | None) -> list[int]:
     """Restricts this process (and the worker and every thread either starts) to the last ``cores`` CPUs it may
     use, before JAX or torch start their thread pools; sets the thread counts the worker's libraries read."""
     cpus = sorted(os.sched_getaffinity(0))
+    if cores is not None and cores < 1:
+        sys.exit(f"error: --cores {cores}: give at least 1")
     if cores:
         if cores > len(cpus):
             sys.exit(f"--cores {cores}: only {len(cpus)} CPUs available")
@@ -602,6 +604,9 @@ def run(args) -> int:
     fairseq then jaxnat for each (row, batch); prints the agreement, the timings and the required lines, and writes
     them to $out/results-<UTC time>.json."""
     out = os.path.abspath(args.out)
+    inputs_file(out)
+    if args.pairs < 0 or any(n is not None and n < 1 for n in (args.b1, args.b64_blocks)):
+        sys.exit("error: --pairs must be at least 0, --b1 and --b64-blocks at least 1")
     args.load = os.getloadavg()  # other users' load on the machine, reported with the table
     cpus = pin(args.cores)
     with open(os.path.join(out, "inputs.json"), encoding="utf-8") as f:
@@ -648,6 +653,14 @@ def run(args) -> int:
     fairseq.close()
     report(args, out, cpus, sizes, rows, first, agree, times, inputs)
     return 0
+
+
+def inputs_file(out: str) -> str:
+    """OUT/inputs.json, which `make` writes (a one-line error without it)."""
+    path = os.path.join(out, "inputs.json")
+    if not os.path.isfile(path):
+        sys.exit(f"error: {path} not found: run `make --out {out}` (and `import`) first")
+    return path
 
 
 def speed(seconds: float, workload: str, n: int) -> float:

@@ -47,7 +47,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from vs_fairseq import ROOT, machine_line, pin, read_gz, speed  # noqa: E402
+from vs_fairseq import ROOT, inputs_file, machine_line, pin, read_gz, speed  # noqa: E402
 
 WORKLOADS = {"b1": 1, "b64": 64}
 ROWS = {"greedy": 1, "beam4": 4}  # row: beam size
@@ -246,6 +246,9 @@ class Jaxnat:
 
 def run(args) -> int:
     out = os.path.abspath(args.out)
+    inputs_file(out)
+    if args.pairs < 0 or args.b1 < 1 or args.max_new < 1:
+        sys.exit("error: --pairs must be at least 0, --b1 and --max-new at least 1")
     load = os.getloadavg()[0]
     cpus = pin(args.cores)
     with open(os.path.join(out, "inputs.json"), encoding="utf-8") as f:

@@ -113,3 +113,19 @@ def test_bad_counts_and_paths_are_refused_first(script, args, error, monkeypatch
     monkeypatch.setattr("sys.argv", [f"{script}.py", *args])
     with pytest.raises(SystemExit, match=f"^error: .*{re.escape(error)}"):
         module.main()
+
+
+def test_vs_fairseq_and_vs_transformers_runs_check_their_inputs_first(tmp_path):
+    """`run` or `check` before `make` said so in a FileNotFoundError's traceback; --cores 0 left both tools unpinned
+    and --cores -1 pinned them to all CPUs but the first; negative counts sliced the workloads from their ends."""
+    fairseq = bench("vs_fairseq")
+    transformers = bench("vs_transformers")
+    for main, cmd in ((fairseq.main, "check"), (fairseq.main, "run"), (transformers.main, "run")):
+        with pytest.raises(SystemExit, match="^error: .*inputs.json not found: run `make --out"):
+            main([cmd, "--out", str(tmp_path)])
+    (tmp_path / "inputs.json").write_text("{}")
+    for main, args in ((fairseq.main, ["--cores", "0"]), (fairseq.main, ["--cores", "-1"]),
+                       (fairseq.main, ["--b1", "-5"]), (transformers.main, ["--cores", "0"]),
+                       (transformers.main, ["--pairs", "-1"])):
+        with pytest.raises(SystemExit, match="^error: "):
+            main(["run", "--out", str(tmp_path), *args])
