@@ -551,3 +551,30 @@ def test_init_from_a_run_that_has_not_validated_yet_says_so_before_writing(tmp_p
     with pytest.raises(TrainingError, match=f"train.init_from={source}: no best checkpoint there \\(no validation"):
         Trainer(config, str(tmp_path / "second"))
     assert not (tmp_path / "second").exists()
+
+
+def test_a_log_window_that_spans_a_validation_counts_all_its_steps_time(tmp_path, monkeypatch):
+    """A log window's tokens/s (and MFU) divide its steps' tokens by its steps' time. With train.eval_every not a
+    multiple of train.log_every, validation reset the window's clock while its tokens kept counting: a window of 4
+    steps with a validation after its 2nd divided 4 steps' tokens by the time of the last 2 (about 2x too high).
+    Each step here takes at least 0.25 s (a slowed shard_batch), so no window can exceed its tokens over 1 s."""
+    from jaxnat.config import build_config
+    from jaxnat.training import trainer as trainer_lib
+    from jaxnat.training.history import read_history
+
+    shard, tokens = trainer_lib.mesh_lib.shard_batch, []
+
+    def slow_shard(batch, mesh):
+        tokens.append(int(np.count_nonzero(batch["tgt"])))  # an upper bound of the step's target tokens
+        time.sleep(0.25)
+        return shard(batch, mesh)
+
+    monkeypatch.setattr(trainer_lib.mesh_lib, "shard_batch", slow_shard)
+    monkeypatch.setattr(trainer_lib.Trainer, "validate", lambda self, params, valid_data, translator: {
+        "valid_loss": 1.0, "valid_nll": 1.0, "valid_bleu": 0.0})
+    config = build_config(TINY, ["--config.data.synthetic_train=300", "--config.train.steps=4",
+                                 "--config.train.log_every=4", "--config.train.eval_every=2",
+                                 "--config.train.checkpoint_every=4"])
+    assert trainer_lib.Trainer(config, str(tmp_path / "run")).train()
+    (window,) = [e for e in read_history(str(tmp_path / "run")) if "tokens_per_s" in e]
+    assert len(tokens) == 4 and window["tokens_per_s"] <= sum(tokens) / 1.0

@@ -467,7 +467,8 @@ class Trainer:
         consecutive_bad, skipped, window = 0, 0, []
         pending = None  # metrics of the previous step, read one step late so the device never idles
         bar = tqdm(total=t.steps, initial=start, desc="train", dynamic_ncols=True, disable=None)
-        tick, window_tokens = time.perf_counter(), 0.0
+        # the window's clock: its steps' time, less the validations run inside it (not training's speed)
+        tick, window_tokens, paused = time.perf_counter(), 0.0, 0.0
 
         def drain(metrics, step):
             nonlocal consecutive_bad, skipped, window_tokens
@@ -501,11 +502,11 @@ class Trainer:
                             done, 100 * summary[term], term, advice)
 
         def log_window(done, state):
-            nonlocal pending, window_tokens, tick
+            nonlocal pending, window_tokens, tick, paused
             if pending is not None:
                 drain(*pending)
             pending = None
-            elapsed = time.perf_counter() - tick
+            elapsed = time.perf_counter() - tick - paused
             summary = {k: float(np.mean([m[k] for m in window]))
                        for k in ("loss", "nll", "grad_norm", "lr", *self.spec.terms)}
             if self.spec.summary is not None:
@@ -525,7 +526,7 @@ class Trainer:
                     writer.add_scalar(f"train/{k}", v, done)
                 writer.add_scalar("train/skipped_steps", skipped, done)
             window.clear()
-            window_tokens, tick = 0.0, time.perf_counter()
+            window_tokens, tick, paused = 0.0, time.perf_counter(), 0.0
 
         batches = prefetch(batcher.batch, start)
         stop = StopRequest().install()
@@ -546,6 +547,7 @@ class Trainer:
                 if done % t.log_every == 0 or done == t.steps:
                     log_window(done, state)
                 if done % t.eval_every == 0 or done == t.steps:
+                    validating = time.perf_counter()
                     result = self.validate(state["params"], valid_data, translator)
                     self.history.append({"step": done, **result})
                     log.info("step %d: %s", done, " ".join(f"{k} {v:.3f}" for k, v in result.items()))
@@ -563,7 +565,7 @@ class Trainer:
                                  "learning rate x%g from here (scale %.4g, train.plateau_patience=%d)", done,
                                  plateau.since_best, plateau.best, plateau.best_step, t.plateau_factor,
                                  plateau.scale, t.plateau_patience)
-                    tick = time.perf_counter()
+                    paused += time.perf_counter() - validating  # the window's tokens are its steps', not this
                 stopping = done < t.steps and stop.reached(done)  # SIGTERM or Ctrl-C (stop.py)
                 early = done < t.steps and plateau.stopped  # train.stop_patience validations without a gain
                 if done % t.checkpoint_every == 0 or done == t.steps or stopping or early:
