@@ -578,3 +578,33 @@ def test_a_log_window_that_spans_a_validation_counts_all_its_steps_time(tmp_path
     assert trainer_lib.Trainer(config, str(tmp_path / "run")).train()
     (window,) = [e for e in read_history(str(tmp_path / "run")) if "tokens_per_s" in e]
     assert len(tokens) == 4 and window["tokens_per_s"] <= sum(tokens) / 1.0
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--config.eval.average_checkpoints=3", "--config.eval.average_of=best"],
+     "eval.average_checkpoints=3 with eval.average_of=best needs train.keep_best >= 3 (it is 1)"),
+    (["--config.eval.average_checkpoints=4"],
+     "eval.average_checkpoints=4 with eval.average_of=last needs train.keep_checkpoints >= 4 (it is 3)"),
+    (["--config.eval.average_checkpoints=3", "--config.train.checkpoint_every=12"],
+     "eval.average_checkpoints=3 with eval.average_of=last: the run writes 2 training states (train.steps=24, "
+     "train.checkpoint_every=12)"),
+    (["--config.eval.average_checkpoints=3", "--config.eval.average_of=best", "--config.train.keep_best=3"],
+     "eval.average_checkpoints=3 with eval.average_of=best: the run validates 2 times (train.steps=24, "
+     "train.eval_every=12)"),
+    (["--config.eval.params=averaged"], "eval.params=averaged decodes the checkpoint --mode average writes"),
+])
+def test_the_evaluation_after_training_is_checked_before_training(tmp_path, args, message):
+    """The evaluation a training command ends with decodes what eval.params and eval.average_checkpoints name: an
+    average of more checkpoints than training keeps or writes, or eval.params=averaged (which --mode average writes
+    after training), failed only after the whole run had trained; now one line before anything is written."""
+    from jaxnat.config import build_config
+    from jaxnat.errors import ConfigError
+    from jaxnat.training.trainer import Trainer
+
+    with pytest.raises(ConfigError) as err:
+        Trainer(build_config(TINY, args), str(tmp_path / "run"))
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "run").exists()
+    # what training keeps and writes is enough: no error
+    Trainer(build_config(TINY, ["--config.eval.average_checkpoints=3", "--config.eval.average_of=best",
+                                "--config.train.keep_best=3", "--config.train.eval_every=8"]), str(tmp_path / "ok"))

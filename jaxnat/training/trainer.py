@@ -176,6 +176,33 @@ def check_resumable(config, workdir: str) -> None:
                           f"keep the run's values to resume it, or train another --workdir")
 
 
+def check_final_evaluation(config, workdir: str) -> None:
+    """A one-line `ConfigError` when the evaluation a training command ends with could not find the parameters
+    eval.params and eval.average_checkpoints name, said before the run trains instead of after it: an average of
+    more checkpoints than training keeps (train.keep_checkpoints, train.keep_best) or writes (one training state
+    each train.checkpoint_every steps and at the last; one best candidate a validation), or eval.params=averaged
+    in a workdir without the average `--mode average` writes."""
+    t, e = config.train, config.eval
+    n = e.average_checkpoints
+    if n > 0:
+        last = e.average_of == "last"
+        keep = "keep_checkpoints" if last else "keep_best"
+        if t[keep] < n:
+            raise ConfigError(f"eval.average_checkpoints={n} with eval.average_of={e.average_of} needs train.{keep} "
+                              f">= {n} (it is {t[keep]}): training keeps no more for the evaluation to average")
+        every = "checkpoint_every" if last else "eval_every"
+        written = -(-t.steps // t[every])  # each every-th step, and the last
+        if written < n:
+            what = f"writes {written} training states" if last else f"validates {written} times"
+            raise ConfigError(f"eval.average_checkpoints={n} with eval.average_of={e.average_of}: the run {what} "
+                              f"(train.steps={t.steps}, train.{every}={t[every]}); lower eval.average_checkpoints "
+                              f"or train.{every}")
+    elif e.params == "averaged" and not holds_steps(os.path.join(workdir, "checkpoints", "averaged")):
+        raise ConfigError(f"eval.params=averaged decodes the checkpoint --mode average writes after training, and "
+                          f"{workdir} has none: train with eval.params=best (or eval.average_checkpoints=N to decode "
+                          f"an average of N checkpoints at the end), then run --mode average")
+
+
 def _with_configured_keys(method):
     """A `Trainer` method run with train.prng_impl as jax's key implementation: the keys it makes and the programs
     it traces (raw key arrays carry no implementation of their own: jax reads it from this setting)."""
@@ -228,6 +255,7 @@ class Trainer:
         self.pairs = load_pairs(d, self.corpus)  # {split: constraint pairs per sentence}; {} without data.pairs_dir
         check_matches_workdir(config, workdir)  # before anything in the workdir is written
         check_resumable(config, workdir)
+        check_final_evaluation(config, workdir)
         train_src, train_tgt = self.corpus["train"]
         if config.train.init_from:  # the same model (or the one it extends) and vocabulary as the run it starts from
             check_matches_workdir(config, config.train.init_from, self.stage_keys(config.train.init_from))
