@@ -28,8 +28,11 @@ def shipped(path: str, *overrides: str):
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: os.path.relpath(p, ROOT))
 def test_shipped_configs_load_and_validate(path):
+    from jaxnat.training.trainer import check_schedule_keys
+
     config = shipped(path)
     assert set(leaf_keys(config)) == set(leaf_keys(default_config()))
+    check_schedule_keys(config)  # no learning-rate key the config's schedule does not read
     if config.data.source == "text":
         with pytest.raises(ConfigError, match="needs data.dir .*--config.data.dir=DIR"):
             build_config(path, [])

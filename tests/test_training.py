@@ -608,3 +608,26 @@ def test_the_evaluation_after_training_is_checked_before_training(tmp_path, args
     # what training keeps and writes is enough: no error
     Trainer(build_config(TINY, ["--config.eval.average_checkpoints=3", "--config.eval.average_of=best",
                                 "--config.train.keep_best=3", "--config.train.eval_every=8"]), str(tmp_path / "ok"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--config.train.min_lr=1e-5"], "train.min_lr=1e-05 is read by train.lr_schedule=cosine only; "
+                                     "train.lr_schedule=inverse_sqrt never decays to it"),
+    (["--config.train.lr_schedule=linear", "--config.train.min_lr=1e-5"], "train.lr_schedule=linear never decays"),
+    (["--config.train.lr_schedule=cosine", "--config.train.min_lr=0.01"],
+     "train.min_lr (0.01) must not exceed train.lr (0.002)"),
+    (["--config.train.plateau_patience=2"], "train.plateau_patience=2 is read by train.lr_schedule=plateau only"),
+    (["--config.train.lr_schedule=cosine", "--config.train.plateau_factor=0.5"],
+     "train.plateau_factor=0.5 is read by train.lr_schedule=plateau only"),
+])
+def test_a_schedule_key_the_schedule_does_not_read_is_refused(tmp_path, args, message):
+    """train.min_lr (the cosine schedule's end) and train.plateau_factor / plateau_patience (the plateau schedule's)
+    did nothing with another train.lr_schedule, without a word: refused in one line before anything is written."""
+    from jaxnat.config import build_config
+    from jaxnat.errors import ConfigError
+    from jaxnat.training.trainer import Trainer
+
+    with pytest.raises(ConfigError) as err:
+        Trainer(build_config(TINY, args), str(tmp_path / "run"))
+    assert message in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "run").exists()

@@ -24,7 +24,7 @@ def get_config():
     c.data.update(source="text", src_lang="en", tgt_lang="de", train_split="train",
                   valid_split="validation", test_splits="test", vocab_size=32000, max_len=256,
                   batch_tokens=65536)
-    c.train.update(steps=300000, lr=5e-4, warmup_steps=10000, warmup_init_lr=1e-7, min_lr=1e-9, weight_decay=0.01,
+    c.train.update(steps=300000, lr=5e-4, warmup_steps=10000, warmup_init_lr=1e-7, weight_decay=0.01,
                    label_smoothing=0.1, adam_b2=0.999, adam_eps=1e-6, clip_norm=2.4,
                    log_every=100, eval_every=5000, checkpoint_every=2000, valid_bleu_sentences=1000)
     c.eval.update(batch_size=128)

@@ -18,7 +18,7 @@ import numpy as np
 import optax
 from tqdm import tqdm
 
-from jaxnat.config import check_matches_workdir, model_keys, workdir_config
+from jaxnat.config import check_matches_workdir, default_config, model_keys, workdir_config
 from jaxnat.data.batching import (PackedBatcher, TrainBatcher, bucket_lengths, eval_batches, example_lengths,
                                   fitted_buckets, prefetch, prepare_with_init)
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
@@ -176,6 +176,24 @@ def check_resumable(config, workdir: str) -> None:
                           f"keep the run's values to resume it, or train another --workdir")
 
 
+def check_schedule_keys(config) -> None:
+    """A one-line `ConfigError` for a learning-rate setting that train.lr_schedule does not read (it would train as
+    if unset): train.min_lr is the end of the cosine schedule (at most train.lr: it decays to it), plateau_factor
+    and plateau_patience are the plateau schedule's. Checked when training starts, not in `validate`: a workdir
+    trained with such a key (its config.json) still evaluates."""
+    t, defaults = config.train, default_config().train
+    if t.min_lr and t.lr_schedule != "cosine":
+        raise ConfigError(f"train.min_lr={t.min_lr} is read by train.lr_schedule=cosine only; train.lr_schedule="
+                          f"{t.lr_schedule} never decays to it: leave train.min_lr at 0 or use the cosine schedule")
+    if t.lr_schedule == "cosine" and t.min_lr > t.lr:
+        raise ConfigError(f"train.min_lr ({t.min_lr}) must not exceed train.lr ({t.lr}): the cosine schedule decays "
+                          f"from train.lr to train.min_lr")
+    for key in ("plateau_factor", "plateau_patience"):
+        if t[key] != defaults[key] and t.lr_schedule != "plateau":
+            raise ConfigError(f"train.{key}={t[key]} is read by train.lr_schedule=plateau only (train.lr_schedule is "
+                              f"{t.lr_schedule}); any schedule stops on validation plateaus with train.stop_patience")
+
+
 def check_final_evaluation(config, workdir: str) -> None:
     """A one-line `ConfigError` when the evaluation a training command ends with could not find the parameters
     eval.params and eval.average_checkpoints name, said before the run trains instead of after it: an average of
@@ -256,6 +274,7 @@ class Trainer:
         check_matches_workdir(config, workdir)  # before anything in the workdir is written
         check_resumable(config, workdir)
         check_final_evaluation(config, workdir)
+        check_schedule_keys(config)
         train_src, train_tgt = self.corpus["train"]
         if config.train.init_from:  # the same model (or the one it extends) and vocabulary as the run it starts from
             check_matches_workdir(config, config.train.init_from, self.stage_keys(config.train.init_from))
