@@ -433,6 +433,12 @@ def validate(config: ml_collections.ConfigDict) -> None:
                           f"data.bucket_growth), got {d.max_buckets!r}")
     if d.batch_tokens < d.max_len:
         raise ConfigError(f"data.batch_tokens ({d.batch_tokens}) must be at least data.max_len ({d.max_len})")
+    if t.microbatches > d.batch_tokens // d.max_len:  # a chunk is a row at least: the batch would outgrow its budget
+        raise ConfigError(f"train.microbatches ({t.microbatches}) exceeds the rows of a batch of data.max_len tokens "
+                          f"(data.batch_tokens {d.batch_tokens} // data.max_len {d.max_len} = "
+                          f"{d.batch_tokens // d.max_len}): each chunk takes a row at least, so every batch would grow "
+                          f"to {t.microbatches} rows, past data.batch_tokens; lower train.microbatches or raise "
+                          f"data.batch_tokens")
     if m.share_embeddings and not d.joint_vocab:
         raise ConfigError("model.share_embeddings needs data.joint_vocab=true (one vocabulary for both sides)")
     modes = [mode for mode in config.eval.constraints.split(",") if mode]

@@ -83,6 +83,8 @@ def test_overrides_are_typed():
         (["--config.train.lr=-1"], "train.lr must be positive, got -1.0"),
         (["--config.eval.beam_size=0"], "eval.beam_size must be positive, got 0"),
         (["--config.train.valid_bleu_sentences=0"], "train.valid_bleu_sentences must be positive, got 0"),
+        (["--config.train.microbatches=60"], "train.microbatches (60) exceeds the rows of a batch of data.max_len "
+                                             "tokens (data.batch_tokens 2048 // data.max_len 40 = 51)"),
         (["--config.train.prng_impl=philox"], "train.prng_impl must be one of threefry2x32, rbg, unsafe_rbg"),
         (["--config.train.adam_b2=1"], "train.adam_b2 must be in [0, 1), got 1.0"),
         (["--config.data.bucket_growth=0.5"], "data.bucket_growth must be >= 1, got 0.5"),
