@@ -59,7 +59,7 @@ RANGES = {
         "train.warmup_steps", "train.warmup_init_lr", "train.min_lr", "train.weight_decay", "train.clip_norm",
         "train.peak_tflops", "model.position_offset", "eval.max_len_a", "eval.max_len_b",
         "eval.latency_sentences", "eval.length_cap_min", "eval.trace_sentences", "eval.average_checkpoints")},
-    "data.bucket_growth": ("[1", None),
+    "data.bucket_growth": ("(1", None),  # each bucket about this times the last (`bucket_lengths` needs > 1)
     "train.steps": ("(0", "2147483647]"),  # the step counter is an int32
     "eval.length_penalty": ("[0", "10]"),  # an exponent of the output's length: 1024^10 still fits a float32
     "train.plateau_factor": ("(0", "1)"), "train.plateau_patience": ("[1", None), "train.stop_patience": ("[0", None),
