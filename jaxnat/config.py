@@ -598,10 +598,12 @@ def _read_recorded(workdir: str) -> dict | None:
                           f"with") from None
 
 
-def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str, ignore: tuple[str, ...] = ()) -> None:
+def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str, ignore: tuple[str, ...] = (),
+                          named_by: str = "--workdir") -> None:
     """Raises a one-line `ConfigError` naming every `model_keys` value (but ``ignore``) that differs from the one
     recorded in ``workdir/config.json`` (nothing to compare with: a new workdir). Keys the recorded config lacks
-    (added to jaxnat after that run) are compared with their `BEFORE_ADDED` value, or not at all."""
+    (added to jaxnat after that run) are compared with their `BEFORE_ADDED` value, or not at all. ``named_by``:
+    the option that named ``workdir`` (the message's advice: another of it)."""
     recorded = _read_recorded(workdir)
     if recorded is None:
         return
@@ -622,7 +624,7 @@ def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str, ignor
             differ.append(f"{key}={config[section][name]!r} (trained: {trained!r})")
     if differ:
         raise ConfigError(f"the config does not match the run in {workdir}: {'; '.join(differ)}; use the config it "
-                          f"was trained with, or another --workdir")
+                          f"was trained with, or another {named_by}")
 
 
 def overlay(config: ml_collections.ConfigDict, recorded: dict) -> ml_collections.ConfigDict:

@@ -631,3 +631,21 @@ def test_a_schedule_key_the_schedule_does_not_read_is_refused(tmp_path, args, me
         Trainer(build_config(TINY, args), str(tmp_path / "run"))
     assert message in str(err.value) and "\n" not in str(err.value)
     assert not (tmp_path / "run").exists()
+
+
+def test_init_from_a_run_of_another_shape_names_init_from(tmp_path):
+    """A config whose model differs from the train.init_from run was told to use 'another --workdir', which is not
+    the directory that differs: the message names train.init_from."""
+    from jaxnat.config import build_config
+    from jaxnat.errors import ConfigError
+    from jaxnat.training.trainer import Trainer
+
+    source = tmp_path / "first"
+    source.mkdir()
+    (source / "config.json").write_text(build_config(TINY, []).to_json_best_effort(sort_keys=True))
+    config = build_config(TINY, [f"--config.train.init_from={source}", "--config.model.d_model=64"])
+    with pytest.raises(ConfigError, match=r"model.d_model=64 \(trained: 32\); use the config it was trained with, "
+                                          r"or another train.init_from") as err:
+        Trainer(config, str(tmp_path / "second"))
+    assert "\n" not in str(err.value) and "--workdir" not in str(err.value)
+    assert not (tmp_path / "second").exists()

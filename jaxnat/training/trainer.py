@@ -277,7 +277,8 @@ class Trainer:
         check_schedule_keys(config)
         train_src, train_tgt = self.corpus["train"]
         if config.train.init_from:  # the same model (or the one it extends) and vocabulary as the run it starts from
-            check_matches_workdir(config, config.train.init_from, self.stage_keys(config.train.init_from))
+            check_matches_workdir(config, config.train.init_from, self.stage_keys(config.train.init_from),
+                                  named_by="train.init_from")
             resuming = holds_steps(os.path.join(workdir, "checkpoints", "last"))  # then init_from is not read
             if not resuming and not holds_steps(os.path.join(config.train.init_from, "checkpoints", "best")):
                 raise TrainingError(f"train.init_from={config.train.init_from}: no best checkpoint there (no "
