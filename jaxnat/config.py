@@ -632,7 +632,13 @@ def overlay(config: ml_collections.ConfigDict, recorded: dict) -> ml_collections
     over it, in place; keys jaxnat no longer has are left out."""
     for section, values in _sectioned(recorded).items():
         if section in config:
-            config[section].update({k: v for k, v in values.items() if k in config[section]})
+            for k, v in values.items():
+                if k in config[section]:
+                    try:
+                        config[section][k] = v
+                    except TypeError:  # ml_collections' type check (8.5 for an int): one line, not a traceback
+                        raise ConfigError(f"config key {section}.{k} is set to {_typed(v, config[section][k])}") \
+                            from None
     return config
 
 
@@ -666,10 +672,34 @@ def check_known_keys(config: ml_collections.ConfigDict, path: str) -> None:
     """A one-line `ConfigError` for the first key of ``config`` (loaded from ``path``) that jaxnat does not know,
     with the nearest one it does: ml_collections' ``update`` adds unknown keys without a word, so a misspelt key
     in a config file would otherwise train without its feature."""
-    known = leaf_keys(default_config())
+    defaults = default_config()
+    known = leaf_keys(defaults)
     for key in leaf_keys(config):
         if key not in known:
             raise ConfigError(f"{path} sets unknown config key {key}{_hint(key, known)}")
+        # a section replaced by a plain dict escapes ml_collections' type check (8.5 steps, 'no' to pack)
+        value, default = _leaf(config, key), _leaf(defaults, key)
+        if not _same_type(value, default):
+            raise ConfigError(f"{path} sets {key} to {_typed(value, default)}")
+
+
+def _leaf(config: ml_collections.ConfigDict, key: str):
+    for name in key.split("."):
+        config = config[name]
+    return config
+
+
+def _typed(value, default) -> str:
+    """'8.5, a float; it is an int': what a value of the wrong type is, and what its key holds."""
+    def kind(x):
+        name = type(x).__name__
+        return f"{'an' if name[0] in 'aeiou' else 'a'} {name}"
+    return f"{value!r}, {kind(value)}; it is {kind(default)}"
+
+
+def _same_type(value, default) -> bool:
+    """Whether ``value`` may stand for a key whose default is ``default``: its type, or an int for a float."""
+    return type(value) is type(default) or (type(default) is float and type(value) is int)
 
 
 def family_defaults(config: ml_collections.ConfigDict, given=()) -> ml_collections.ConfigDict:

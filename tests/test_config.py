@@ -193,6 +193,29 @@ def test_a_config_file_with_an_unknown_key_is_refused(tmp_path):
         build_config(str(typo), [])
 
 
+@pytest.mark.parametrize("body, message", [
+    ("    c.train = dict(c.train, steps=8.5)\n", r"sets train.steps to 8.5, a float; it is an int"),
+    ("    c.data = dict(c.data, pack='no')\n", r"sets data.pack to 'no', a str; it is a bool"),
+])
+def test_a_config_file_with_a_value_of_another_type_is_refused(tmp_path, body, message):
+    """A section replaced by a plain dict escapes ml_collections' type check: train.steps=8.5 trained up to the loop
+    and failed there with a traceback (after writing the workdir); data.pack='no' packed (a non-empty string)."""
+    path = tmp_path / "typed.py"
+    path.write_text("from jaxnat.config import default_config\n\n\ndef get_config():\n    c = default_config()\n"
+                    + body + "    return c\n")
+    with pytest.raises(ConfigError, match=message) as err:
+        build_config(str(path), [])
+    assert "\n" not in str(err.value)
+
+
+def test_a_json_config_with_a_value_of_another_type_is_one_line(tmp_path):
+    path = tmp_path / "typed.json"
+    path.write_text(json.dumps({"train": {"steps": 8.5}}))
+    with pytest.raises(ConfigError, match=r"train.steps.*8.5.*int") as err:
+        build_config(str(path), [])
+    assert "\n" not in str(err.value)
+
+
 def _cli(*args, cwd=ROOT, stdin=None):
     return cli.run([sys.executable, "-m", "jaxnat.main", *args], cwd=cwd, input=stdin, timeout=300)
 
