@@ -431,6 +431,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if type(d.max_buckets) is not int or d.max_buckets < 0:
         raise ConfigError(f"data.max_buckets must be an integer >= 0 (0: the geometric buckets of "
                           f"data.bucket_growth), got {d.max_buckets!r}")
+    if config.eval.params == "averaged" and config.eval.average_checkpoints:
+        raise ConfigError(f"eval.params=averaged decodes the average --mode average wrote; eval.average_checkpoints="
+                          f"{config.eval.average_checkpoints} averages checkpoints itself: set one of them")
     if d.batch_tokens < d.max_len:
         raise ConfigError(f"data.batch_tokens ({d.batch_tokens}) must be at least data.max_len ({d.max_len})")
     if t.microbatches > d.batch_tokens // d.max_len:  # a chunk is a row at least: the batch would outgrow its budget

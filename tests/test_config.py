@@ -88,6 +88,9 @@ def test_overrides_are_typed():
         (["--config.train.prng_impl=philox"], "train.prng_impl must be one of threefry2x32, rbg, unsafe_rbg"),
         (["--config.train.adam_b2=1"], "train.adam_b2 must be in [0, 1), got 1.0"),
         (["--config.data.bucket_growth=0.5"], "data.bucket_growth must be > 1, got 0.5"),
+        # the on-the-fly average won, and eval.params=averaged was ignored without a word
+        (["--config.eval.params=averaged", "--config.eval.average_checkpoints=2"],
+         "eval.params=averaged decodes the average --mode average wrote; eval.average_checkpoints=2 averages"),
         # 1 passed here and failed in the trainer after writing config.json and the vocabulary, with a traceback
         (["--config.data.bucket_growth=1"], "data.bucket_growth must be > 1, got 1.0"),
         (["--config.train.warmup_steps=-5"], "train.warmup_steps must be >= 0, got -5"),
