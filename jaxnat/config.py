@@ -61,6 +61,8 @@ RANGES = {
         "eval.latency_sentences", "eval.length_cap_min", "eval.trace_sentences", "eval.average_checkpoints")},
     "data.bucket_growth": ("(1", None),  # each bucket about this times the last (`bucket_lengths` needs > 1)
     "train.steps": ("(0", "2147483647]"),  # the step counter is an int32
+    # SentencePiece's seed is a uint32, and jax's keys of seed and seed + 1 take 32 bits (2**32 is key 0 again)
+    "train.seed": ("[0", "4294967294]"),
     "eval.length_penalty": ("[0", "10]"),  # an exponent of the output's length: 1024^10 still fits a float32
     "train.plateau_factor": ("(0", "1)"), "train.plateau_patience": ("[1", None), "train.stop_patience": ("[0", None),
     "train.xla_gpu_autotune_level": ("[-1", "4]"),

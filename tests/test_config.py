@@ -88,6 +88,9 @@ def test_overrides_are_typed():
         (["--config.train.prng_impl=philox"], "train.prng_impl must be one of threefry2x32, rbg, unsafe_rbg"),
         (["--config.train.adam_b2=1"], "train.adam_b2 must be in [0, 1), got 1.0"),
         (["--config.data.bucket_growth=0.5"], "data.bucket_growth must be > 1, got 0.5"),
+        # -1 wrote config.json and failed at the vocabulary ("tokenizer seed"); 2**32 there with a traceback
+        (["--config.train.seed=-1"], "train.seed must be in [0, 4294967294], got -1"),
+        (["--config.train.seed=4294967296"], "train.seed must be in [0, 4294967294], got 4294967296"),
         # the on-the-fly average won, and eval.params=averaged was ignored without a word
         (["--config.eval.params=averaged", "--config.eval.average_checkpoints=2"],
          "eval.params=averaged decodes the average --mode average wrote; eval.average_checkpoints=2 averages"),
