@@ -649,3 +649,25 @@ def test_init_from_a_run_of_another_shape_names_init_from(tmp_path):
         Trainer(config, str(tmp_path / "second"))
     assert "\n" not in str(err.value) and "--workdir" not in str(err.value)
     assert not (tmp_path / "second").exists()
+
+
+def test_init_from_with_the_vocabulary_of_another_run_is_refused(tmp_path):
+    """data.spm_from took precedence over train.init_from's vocabulary without a word: the run started from the
+    init_from run's parameters with another run's pieces under their embedding rows. Refused in one line (before
+    anything is written) unless both runs hold the same SentencePiece models."""
+    from jaxnat.config import build_config
+    from jaxnat.errors import ConfigError
+    from jaxnat.training.trainer import Trainer
+
+    source, vocab = tmp_path / "first", tmp_path / "vocab"
+    (source / "checkpoints" / "best" / "4").mkdir(parents=True)
+    (source / "config.json").write_text(build_config(TINY, []).to_json_best_effort(sort_keys=True))
+    for run, model in ((source, b"one vocabulary"), (vocab, b"another")):
+        (run / "spm").mkdir(parents=True)
+        (run / "spm" / "joint.model").write_bytes(model)
+    config = build_config(TINY, [f"--config.train.init_from={source}", f"--config.data.spm_from={vocab}"])
+    with pytest.raises(ConfigError, match=f"data.spm_from={vocab} holds another vocabulary than train.init_from="
+                                          f"{source}") as err:
+        Trainer(config, str(tmp_path / "second"))
+    assert "\n" not in str(err.value)
+    assert not (tmp_path / "second").exists()

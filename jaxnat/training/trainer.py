@@ -280,6 +280,11 @@ class Trainer:
             check_matches_workdir(config, config.train.init_from, self.stage_keys(config.train.init_from),
                                   named_by="train.init_from")
             resuming = holds_steps(os.path.join(workdir, "checkpoints", "last"))  # then init_from is not read
+            if d.spm_from and not resuming and not Tokenizer.same_models(d.spm_from, config.train.init_from):
+                # the parameters are init_from's: their embedding rows are its pieces, not another vocabulary's
+                raise ConfigError(f"data.spm_from={d.spm_from} holds another vocabulary than train.init_from="
+                                  f"{config.train.init_from}, whose parameters start this run (and whose vocabulary "
+                                  f"it takes): leave data.spm_from empty")
             if not resuming and not holds_steps(os.path.join(config.train.init_from, "checkpoints", "best")):
                 raise TrainingError(f"train.init_from={config.train.init_from}: no best checkpoint there (no "
                                     f"validation has run yet: train that run to a train.eval_every step first)")
