@@ -671,3 +671,22 @@ def test_init_from_with_the_vocabulary_of_another_run_is_refused(tmp_path):
         Trainer(config, str(tmp_path / "second"))
     assert "\n" not in str(err.value)
     assert not (tmp_path / "second").exists()
+
+
+def test_non_finite_steps_are_numbered_as_the_log_and_checkpoints_are(tmp_path, caplog):
+    """The log lines and checkpoints number a step by the steps done (step 4: after 4 updates); the non-finite
+    warnings and the final error counted from 0, so the 2nd step's skip read 'step 1' and a run stopped after its
+    4th step said 'last: step 3'."""
+    import logging
+
+    from jaxnat.config import build_config
+    from jaxnat.training.trainer import Trainer, TrainingError
+
+    caplog.set_level(logging.INFO, logger="jaxnat")
+    # lr 1e12 blows the parameters up at the first update; steps 2, 3 and 4 are non-finite and skipped
+    config = build_config(TINY, ["--config.data.synthetic_train=300", "--config.train.lr=1e12",
+                                 "--config.train.warmup_steps=1", "--config.train.max_bad_steps=3"])
+    with pytest.raises(TrainingError, match=r"loss was not finite for 3 consecutive steps \(last: step 4\)"):
+        Trainer(config, str(tmp_path / "run")).train()
+    skipped = re.findall(r"step (\d+): non-finite loss or gradient, update skipped \((\d) in a row\)", caplog.text)
+    assert skipped == [("2", "1"), ("3", "2"), ("4", "3")]

@@ -528,12 +528,13 @@ class Trainer:
             m = jax.device_get(metrics)
             if step == start:  # what a user waits before anything trains: loading, vocabulary, compiling
                 log.info("first train step done %.1f s after the command started", process_age_s())
-            if not m["finite"]:
+            if not m["finite"]:  # numbered by the steps done, as the log windows and checkpoints are
                 consecutive_bad, skipped = consecutive_bad + 1, skipped + 1
-                log.warning("step %d: non-finite loss or gradient, update skipped (%d in a row)", step, consecutive_bad)
+                log.warning("step %d: non-finite loss or gradient, update skipped (%d in a row)", step + 1,
+                            consecutive_bad)
                 if consecutive_bad >= t.max_bad_steps:
                     raise TrainingError(f"loss was not finite for {consecutive_bad} consecutive steps (last: step "
-                                        f"{step}); lower train.lr or check the data")
+                                        f"{step + 1}); lower train.lr or check the data")
             else:
                 consecutive_bad = 0
             window.append(m)
