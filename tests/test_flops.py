@@ -65,6 +65,11 @@ def test_padding_is_not_model_flops_and_a_missing_count_is_estimated():
     assert got["padding"] == pytest.approx(3 / 8)
     assert utilisation.describe(got["mfu"]) == f"MFU {100 * got['mfu']:.1f}% of 2 TFLOP/s (configured)"
     assert utilisation.window(1.0) == {"mfu": 0.0, "padding": 1.0}  # a new window
+    # above the peak: a peak configured too low, or measured while the machine was busy, is said beside the figure
+    assert utilisation.describe(1.25) == "MFU 125.0% of 2 TFLOP/s (configured), above train.peak_tflops"
+    utilisation.peak_source = "measured"
+    assert utilisation.describe(1.25).endswith("above the peak: the measured peak was low (the machine busy at the "
+                                               "start); set train.peak_tflops")
 
     estimated = Utilisation(n, config.model.dtype, peak_tflops=2.0)  # no count: from the tokens instead
     estimated.count(None)

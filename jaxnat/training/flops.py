@@ -149,4 +149,8 @@ class Utilisation:
         return out
 
     def describe(self, mfu: float) -> str:
-        return f"MFU {100 * mfu:.1f}% of {self.peak:.3g} TFLOP/s ({self.peak_source})"
+        text = f"MFU {100 * mfu:.1f}% of {self.peak:.3g} TFLOP/s ({self.peak_source})"
+        if mfu > 1.0:  # a peak measured while something else ran, or configured too low: the figure means nothing
+            text += (", above the peak: the measured peak was low (the machine busy at the start); set "
+                     "train.peak_tflops" if self.peak_source == "measured" else ", above train.peak_tflops")
+        return text
