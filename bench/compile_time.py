@@ -7,7 +7,8 @@ program) and its decoding program, and how many train programs the run compiles;
 
 Each family's ``configs/<family>/<config-name>.py`` on the real data (PAIRS: the vectorized model's constraint
 pairs, `python -m jaxnat.data.alignment`; the other families need none), with the --set overrides (config keys
-without their --config. prefix). Per family, as a run would:
+without their --config. prefix; a config of the embedded corpus, `--config-name demo`, reads no --data-dir).
+Per family, as a run would:
 
   programs  — the train programs a run compiles: one per batch shape (``len(batcher.shapes)``; one when packing)
   train (s) — compiling one train program (forward, backward, Adam; `Trainer.trace_train_step`), the mean over
@@ -56,12 +57,15 @@ class Family:
     request its validation would send."""
 
     def __init__(self, family: str, args, scan: bool, workdir: str, spm_from: str = ""):
-        overrides = [f"--config.data.dir={args.data_dir}", f"--config.data.spm_from={spm_from}",
-                     "--config.train.init_from=", f"--config.model.scan_layers={scan}"]
+        overrides = [f"--config.data.spm_from={spm_from}", "--config.train.init_from=",
+                     f"--config.model.scan_layers={scan}"]
         overrides += [f"--config.{key_value}" for key_value in args.set]
-        if family == "vecconst":
-            overrides.append(f"--config.data.pairs_dir={args.pairs_dir}")
-        self.config = build_config(os.path.join(ROOT, "configs", family, f"{args.config_name}.py"), overrides)
+        path = os.path.join(ROOT, "configs", family, f"{args.config_name}.py")
+        if build_config(path, overrides).data.source == "text":  # a demo config reads the embedded corpus
+            overrides.append(f"--config.data.dir={args.data_dir}")
+            if family == "vecconst":
+                overrides.append(f"--config.data.pairs_dir={args.pairs_dir}")
+        self.config = build_config(path, overrides)
         self.trainer = Trainer(self.config, workdir)
         self.batcher = self.trainer.make_batcher()
         self.state = self.trainer.init_state(self.batcher.batch(0))
