@@ -17,6 +17,7 @@ import os
 import platform
 import shlex
 import subprocess
+import sys
 
 FILE = "runs.jsonl"
 SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout holding the jaxnat package
@@ -38,9 +39,10 @@ def commit() -> str | None:
 
 
 def machine() -> str:
-    """One line naming the machine and the code a benchmark ran on, printed with its table: the CPU model and the
-    cores this process may use, jax's version, backend and devices, and `commit()`. Starts JAX's backend: a driver
-    that leaves the accelerator to processes of its own asks one of them (bench/gpu_figures.py)."""
+    """One line naming the machine, the code and the command a benchmark ran, printed with its table: the CPU model
+    and the cores this process may use, jax's version, backend and devices, `commit()` and the command line.
+    Starts JAX's backend: a driver that leaves the accelerator to processes of its own asks one of them
+    (bench/gpu_figures.py)."""
     import jax
 
     cpu = platform.processor() or platform.machine()  # where there is no /proc/cpuinfo
@@ -51,7 +53,19 @@ def machine() -> str:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return (f"machine: {cpu}, {cores} cores; jax {jax.__version__}, {jax.default_backend()} backend, "
-            f"{_devices()}; commit {commit() or 'unknown'}")
+            f"{_devices()}; commit {commit() or 'unknown'}{_command()}")
+
+
+def _command() -> str:
+    """'; command: python bench/oracle.py ...': this process's command line as a reader would type it in the
+    repository ('' for `python -c` or an interactive session, which have none)."""
+    if not sys.argv or sys.argv[0] in ("", "-c"):
+        return ""
+    script = os.path.abspath(sys.argv[0])
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if script.startswith(root + os.sep):
+        script = os.path.relpath(script, root)
+    return "; command: " + shlex.join(["python", script, *sys.argv[1:]])
 
 
 def _devices() -> str:

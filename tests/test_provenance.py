@@ -1,6 +1,7 @@
 """jaxnat.provenance: each command's line in runs.jsonl, and a workdir's summary for the results tables."""
 
 import json
+import os
 
 import jax
 
@@ -62,3 +63,16 @@ def test_the_commit_of_the_checkout_else_the_variable(tmp_path, monkeypatch):
     assert provenance.commit() == head
     (tmp_path / "f.txt").write_text("b\n")
     assert provenance.commit() == head + "+changes"
+
+
+def test_the_machine_line_names_the_command_as_typed_in_the_repository(monkeypatch):
+    """A benchmark's table carries its command (`provenance.machine`), the script relative to the repository."""
+    import sys
+
+    from jaxnat import provenance
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(provenance.__file__)))
+    monkeypatch.setattr(sys, "argv", [os.path.join(root, "bench", "oracle.py"), "--repeats", "5", "--out", "a b"])
+    assert provenance._command() == "; command: python bench/oracle.py --repeats 5 --out 'a b'"
+    monkeypatch.setattr(sys, "argv", ["-c"])  # python -c: no command to name
+    assert provenance._command() == ""
