@@ -619,6 +619,8 @@ def test_the_evaluation_after_training_is_checked_before_training(tmp_path, args
     (["--config.train.plateau_patience=2"], "train.plateau_patience=2 is read by train.lr_schedule=plateau only"),
     (["--config.train.lr_schedule=cosine", "--config.train.plateau_factor=0.5"],
      "train.plateau_factor=0.5 is read by train.lr_schedule=plateau only"),
+    (["--config.train.warmup_init_lr=0.01"], "train.warmup_init_lr (0.01) must not exceed train.lr (0.002): the "
+                                             "warm-up rises from it"),
 ])
 def test_a_schedule_key_the_schedule_does_not_read_is_refused(tmp_path, args, message):
     """train.min_lr (the cosine schedule's end) and train.plateau_factor / plateau_patience (the plateau schedule's)

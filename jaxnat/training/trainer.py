@@ -178,13 +178,17 @@ def check_resumable(config, workdir: str) -> None:
 
 def check_schedule_keys(config) -> None:
     """A one-line `ConfigError` for a learning-rate setting that train.lr_schedule does not read (it would train as
-    if unset): train.min_lr is the end of the cosine schedule (at most train.lr: it decays to it), plateau_factor
+    if unset) or that turns it around: train.min_lr is the end of the cosine schedule (at most train.lr: it decays
+    to it), train.warmup_init_lr the start of the warm-up (at most train.lr: it rises from it), plateau_factor
     and plateau_patience are the plateau schedule's. Checked when training starts, not in `validate`: a workdir
     trained with such a key (its config.json) still evaluates."""
     t, defaults = config.train, default_config().train
     if t.min_lr and t.lr_schedule != "cosine":
         raise ConfigError(f"train.min_lr={t.min_lr} is read by train.lr_schedule=cosine only; train.lr_schedule="
                           f"{t.lr_schedule} never decays to it: leave train.min_lr at 0 or use the cosine schedule")
+    if t.warmup_steps and t.warmup_init_lr > t.lr:
+        raise ConfigError(f"train.warmup_init_lr ({t.warmup_init_lr}) must not exceed train.lr ({t.lr}): the warm-up "
+                          f"rises from it to train.lr over train.warmup_steps")
     if t.lr_schedule == "cosine" and t.min_lr > t.lr:
         raise ConfigError(f"train.min_lr ({t.min_lr}) must not exceed train.lr ({t.lr}): the cosine schedule decays "
                           f"from train.lr to train.min_lr")
