@@ -645,6 +645,8 @@ def test_init_from_a_run_of_another_shape_names_init_from(tmp_path):
     source = tmp_path / "first"
     source.mkdir()
     (source / "config.json").write_text(build_config(TINY, []).to_json_best_effort(sort_keys=True))
+    with pytest.raises(ConfigError, match=f"^train.init_from={tmp_path / 'nowhere'}: no such directory"):
+        Trainer(build_config(TINY, [f"--config.train.init_from={tmp_path / 'nowhere'}"]), str(tmp_path / "second"))
     config = build_config(TINY, [f"--config.train.init_from={source}", "--config.model.d_model=64"])
     with pytest.raises(ConfigError, match=r"model.d_model=64 \(trained: 32\); use the config it was trained with, "
                                           r"or another train.init_from") as err:

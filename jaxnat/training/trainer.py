@@ -281,6 +281,9 @@ class Trainer:
         check_schedule_keys(config)
         train_src, train_tgt = self.corpus["train"]
         if config.train.init_from:  # the same model (or the one it extends) and vocabulary as the run it starts from
+            if not os.path.isdir(config.train.init_from):
+                raise ConfigError(f"train.init_from={config.train.init_from}: no such directory (a trained run's "
+                                  f"workdir)")
             check_matches_workdir(config, config.train.init_from, self.stage_keys(config.train.init_from),
                                   named_by="train.init_from")
             resuming = holds_steps(os.path.join(workdir, "checkpoints", "last"))  # then init_from is not read
