@@ -2,7 +2,8 @@
 # One call of the Multi30k pipeline (launch/multi30k.py --gpu) on a GPU machine that cannot reach the network and
 # keeps nothing between calls: this checkout copied there with .gpu/ beside it (bench/gpu_prepare.sh makes it;
 # .gpu/runs holds what earlier calls brought back). Installs the carried wheels, runs the pipeline's jobs for at most
-# SECONDS with the constraint pairs made here, and leaves in $OUT what comes back:
+# SECONDS (0: no limit, the pipeline's --time-limit 0) with the constraint pairs made here, and leaves in $OUT what
+# comes back:
 #
 #   pipeline.txt        the pipeline's output;  status.txt: where each job stands after it, and which of the
 #                       study's targets hold (launch/targets.py)
