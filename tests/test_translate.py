@@ -192,6 +192,8 @@ def test_a_score_that_is_no_finite_number_is_written_as_null(tmp_path):
     from jaxnat.decoding.translate_io import translate_stream
 
     class Stub:
+        spec = SimpleNamespace(supports=SimpleNamespace(counts=()))
+
         def translate(self, texts, beam_size, batch_size, **options):
             return [{"hyp": t, "score": s} for t, s in zip(texts, (float("-inf"), float("nan"), -1.5))]
 
@@ -235,3 +237,35 @@ def test_a_request_key_near_a_known_one_is_a_typo_not_an_echoed_key():
             parse_requests([f'{{"src": "x", "{key}": ["a"], "hard": true}}'], "in")
     echoed = parse_requests(['{"src": "x", "id": 3, "doc": "d1", "source": "s", "weight": 1}'], "in")[0]
     assert echoed == {"src": "x", "id": 3, "doc": "d1", "source": "s", "weight": 1}
+
+
+def test_a_blank_line_is_an_empty_line_out_untranslated(tmp_path):
+    """A blank source that asks nothing else (a document's paragraph break) gives an empty hypothesis with a null
+    score and zero counts, in its place; the model decodes only the others (a blank source with an initial
+    hypothesis is a request like any). A file of blank lines only is read, and nothing is decoded."""
+    from types import SimpleNamespace
+
+    from jaxnat.decoding.translate_io import translate_stream
+
+    asked = []
+
+    class Stub:
+        spec = SimpleNamespace(supports=SimpleNamespace(counts=("iterations",)))
+
+        def translate(self, texts, beam_size, batch_size, **options):
+            asked.append((texts, options))
+            return [{"hyp": f"<{t}>", "score": -1.0, "iterations": 2} for t in texts]
+
+    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4))
+    (tmp_path / "in.txt").write_text('a\n\n   \n{"src": "", "id": 7}\n{"src": " ", "init": "x"}\nb\n')
+    translate_stream(Stub, config, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"))
+    rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [(r["hyp"], r["score"], r["iterations"]) for r in rows] == [
+        ("<a>", -1.0, 2), ("", None, 0), ("", None, 0), ("", None, 0), ("< >", -1.0, 2), ("<b>", -1.0, 2)]
+    assert rows[3]["id"] == 7 and asked == [(["a", " ", "b"], {"inits": [None, "x", None], "constraints": [None] * 3,
+                                                                "hard": [False] * 3})]
+    asked.clear()
+    (tmp_path / "blank.txt").write_text("\n \n")
+    translate_stream(Stub, config, str(tmp_path / "blank.txt"), str(tmp_path / "blank.jsonl"))
+    assert (tmp_path / "blank.jsonl").read_text().splitlines() == ['{"src": "", "hyp": "", "score": null, '
+                                                                   '"iterations": 0}'] * 2 and asked == []

@@ -8,7 +8,8 @@ with "hard": true (constrained beam search). Models of vectorized constraints al
 list of [source phrase, target phrase] pairs (alone: pairs as the model's input; with "hard" and
 "constraints" as well: both). A multilingual model (an imported NLLB) reads "src_lang" and "tgt_lang", its language
 tokens ("eng_Latn"), in place of data.src_lang_token and data.tgt_lang_token. A model that cannot honour what
-a line asks says so in one line, before anything is translated. Output keeps the input order;
+a line asks says so in one line, before anything is translated. A blank line (a source of whitespace that asks
+nothing else) gives an empty "hyp" with a null "score", untranslated. Output keeps the input order;
 extra input keys are echoed back (one near a request key, "constraint", is refused as a typo).
 """
 
@@ -85,27 +86,36 @@ def parse_requests(lines: list[str], where: str) -> list[dict]:
     return requests
 
 
+def _empty(request: dict) -> bool:
+    """A request with nothing to translate: a blank source, no initial hypothesis, constraints or pairs."""
+    return not request["src"].strip() and not any(request.get(k) for k in ("init", "constraints", "constraint_pairs"))
+
+
 def translate_stream(load_translator, config, input_path: str | None, output_path: str | None) -> None:
     """load_translator() -> the `Translator` to use; called once the input has been read and checked, so a
     malformed input fails before the model is loaded."""
     if input_path:
-        lines, where = read_lines(input_path), input_path
+        lines, where = read_lines(input_path, blank_ok=True), input_path
     else:
-        lines, where = split_lines(sys.stdin.buffer.read(), "stdin"), "stdin"
+        lines, where = split_lines(sys.stdin.buffer.read(), "stdin", blank_ok=True), "stdin"
     requests = parse_requests(lines, where)
     translator = load_translator()
+    # an empty source that asks nothing else is an empty line out (a paragraph break of a document), not what a
+    # model makes of [BOS, EOS]; the others are translated together
+    todo = [r for r in requests if not _empty(r)]
     options = {}
-    if any("init" in r or r.get("constraints") for r in requests):
-        options = dict(inits=[r.get("init") for r in requests],
-                       constraints=[r.get("constraints") or None for r in requests],
-                       hard=[bool(r.get("hard", False)) for r in requests])
-    if any("constraint_pairs" in r for r in requests):
-        options["pairs"] = [r.get("constraint_pairs") or None for r in requests]
+    if any("init" in r or r.get("constraints") for r in todo):
+        options = dict(inits=[r.get("init") for r in todo], constraints=[r.get("constraints") or None for r in todo],
+                       hard=[bool(r.get("hard", False)) for r in todo])
+    if any("constraint_pairs" in r for r in todo):
+        options["pairs"] = [r.get("constraint_pairs") or None for r in todo]
     for key in ("src_lang", "tgt_lang"):
-        if any(key in r for r in requests):
-            options[f"{key}s"] = [r.get(key) or None for r in requests]
-    outs = translator.translate([r["src"] for r in requests], config.eval.beam_size, config.eval.batch_size,
-                                **options)
+        if any(key in r for r in todo):
+            options[f"{key}s"] = [r.get(key) or None for r in todo]
+    done = iter(translator.translate([r["src"] for r in todo], config.eval.beam_size, config.eval.batch_size,
+                                     **options) if todo else ())
+    blank = {"hyp": "", "score": None, **dict.fromkeys(translator.spec.supports.counts, 0)}
+    outs = [blank if _empty(r) else next(done) for r in requests]
     sink = open(output_path, "w", encoding="utf-8") if output_path else sys.stdout
     try:
         for request, out in zip(requests, outs):
