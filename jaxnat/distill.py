@@ -26,7 +26,6 @@ running it again translates nothing (`refresh_copies` makes the other splits' co
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import logging
 import os
@@ -36,6 +35,7 @@ import time
 import numpy as np
 
 from jaxnat.data.sources import load_corpus
+from jaxnat.data.text import lines_sha256
 from jaxnat.errors import ConfigError, DataError
 
 log = logging.getLogger("jaxnat")
@@ -78,15 +78,6 @@ def _read_json(path: str) -> dict | None:
     except (OSError, ValueError):  # absent, unreadable or cut short: not a record of finished work
         return None
     return obj if isinstance(obj, dict) else None
-
-
-def sources_fingerprint(sources: list[str]) -> str:
-    """sha256 of the sources, one per line: tells two corpora of the same size apart."""
-    h = hashlib.sha256()
-    for line in sources:
-        h.update(line.encode("utf-8"))
-        h.update(b"\n")
-    return h.hexdigest()
 
 
 # -- what to write -----------------------------------------------------------------------------------
@@ -352,7 +343,7 @@ def distill(config, teacher_workdir: str, out_dir: str, *, config_path: str = ""
         "checkpoint": params_choice(config, teacher_workdir),
         "decoding": decoding_settings(config),
         "sentences": len(sources),
-        "sources_sha256": sources_fingerprint(sources),
+        "sources_sha256": lines_sha256(sources),
         "too_long_sources": TOO_LONG_SOURCES,
     }
     finished = check_output_dir(out_dir, identity, files)

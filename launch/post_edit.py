@@ -39,7 +39,7 @@ import re
 import shutil
 import sys
 
-from multi30k import ROOT, Job, other_options, progress, run_jobs
+from multi30k import ROOT, Job, OneLineParser, other_options, progress, run_jobs
 
 SCRIPT = os.path.relpath(os.path.abspath(__file__), ROOT)
 INIT = "mt"  # data.init_lang of the post-editing corpus: {split}.mt
@@ -309,16 +309,8 @@ def _settings(parser, values: list[str], option: str) -> list[str]:
     return values
 
 
-class _Parser(argparse.ArgumentParser):
-    """Bad options: one line (no usage block), exit 2."""
-
-    def error(self, message):
-        sys.stderr.write(f"post_edit.py: error: {message} (--help for the options)\n")
-        sys.exit(2)
-
-
 def parse_args(argv):
-    parser = _Parser(prog="python launch/post_edit.py", description=__doc__.split("\n\n")[0],
+    parser = OneLineParser(prog="python launch/post_edit.py", description=__doc__.split("\n\n")[0],
                                      epilog="\n\n".join(__doc__.split("\n\n")[2:]),
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data-dir", required=True,

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import logging
 import os
@@ -145,7 +144,7 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
     common_words: how many of each training side's most frequent words a phrase may not consist of only."""
     from tqdm import tqdm
 
-    from jaxnat.data.text import find_split_files, read_parallel
+    from jaxnat.data.text import find_split_files, lines_sha256, read_parallel
     from jaxnat.data.words import moses_tokenize
 
     os.makedirs(out_dir, exist_ok=True)
@@ -161,7 +160,7 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
             [f"{split}.cs.{src_lang}", f"{split}.cs.{tgt_lang}", f"{split}.cs.pairs.jsonl"] if switch else [])
         names += [os.path.basename(p) for p in (priors, common_path) if split == train_split]
         src, tgt = read_parallel(*find_split_files(data_dir, split, src_lang, tgt_lang))
-        fingerprint = _fingerprint(src, tgt)
+        fingerprint = lines_sha256([*src, "", *tgt])  # the split's two sides as read
         made_from = (record or {}).get("splits", {}).get(split)
         if made_from is not None and made_from != fingerprint:
             raise DataError(f"{out_dir} holds the alignment of other {split}.{src_lang}/{split}.{tgt_lang} files than "
@@ -212,14 +211,6 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
             record = {"settings": settings, "splits": {**(record or {}).get("splits", {}), split: fingerprint}}
             _write_whole(record_path, [json.dumps(record, indent=2, sort_keys=True)])
     return written
-
-
-def _fingerprint(src: list[str], tgt: list[str]) -> str:
-    """sha256 of a split's two sides as read: tells the files an alignment was made from apart from others."""
-    h = hashlib.sha256()
-    for line in (*src, "", *tgt):
-        h.update(line.encode("utf-8") + b"\n")
-    return h.hexdigest()
 
 
 def _read_record(path: str, out_dir: str, settings: dict) -> dict | None:

@@ -7,6 +7,7 @@ can print it and exit without a traceback.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 import zlib
 
@@ -113,3 +114,12 @@ def find_split_file(directory: str, split: str, lang: str) -> str:
 def find_split_files(directory: str, split: str, src_lang: str, tgt_lang: str) -> tuple[str, str]:
     """Returns (src_path, tgt_path) of a split; DataError listing the directory's files if one is missing."""
     return (find_split_file(directory, split, src_lang), find_split_file(directory, split, tgt_lang))
+
+
+def lines_sha256(lines: list[str]) -> str:
+    """sha256 of the lines, each ended by a newline: tells two texts of the same size apart (what a distillation
+    or an alignment was made from)."""
+    h = hashlib.sha256()
+    for line in lines:
+        h.update(line.encode("utf-8") + b"\n")
+    return h.hexdigest()
