@@ -65,17 +65,18 @@ def _write_lines(path: str, lines: list[str]) -> None:
             f.writelines(line + "\n" for line in lines)
 
 
-def _check_hard_phrases(translator: Translator, corpus: dict, pairs: dict, splits: list[str], config) -> None:
+def _check_hard_phrases(translator: Translator, corpus: dict, pairs: dict, splits: list[str], config) -> dict:
     """The hard phrases an evaluation will ask, checked as a request's are before anything is decoded: the
     reference words of eval.constraints=hard and the constraint pairs' target phrases of row `<split>+pairs_hard`.
     A phrase the model cannot guarantee (characters its vocabulary lacks) fails at the start, naming the split,
-    not after the plain pass."""
+    not after the plain pass. Returns {split: the reference words drawn} (the evaluation's, not drawn again)."""
+    drawn = {}
     for split in splits:
         asked = {}
         refs = corpus[split][1]
         if "hard" in _split_list(config.eval.constraints) and refs is not None:
-            asked["eval.constraints=hard (reference words as phrases)"] = make_constraints(
-                refs, config.eval.constraint_seed, lang=config.data.tgt_lang)
+            drawn[split] = make_constraints(refs, config.eval.constraint_seed, lang=config.data.tgt_lang)
+            asked["eval.constraints=hard (reference words as phrases)"] = drawn[split]
         if translator.spec.supports.hard_constraints and split in pairs:
             asked[f"data.pairs_dir's target phrases as hard constraints ({split}+pairs_hard)"] = [
                 t or None for t in pair_targets(pairs[split])]
@@ -84,6 +85,7 @@ def _check_hard_phrases(translator: Translator, corpus: dict, pairs: dict, split
                 translator.starts(constraints=phrases, hard=[True] * len(phrases))
             except DataError as err:
                 raise DataError(f"{split}, {what}: {err}") from None
+    return drawn
 
 
 def evaluate(config, workdir: str) -> dict:
@@ -97,7 +99,7 @@ def evaluate(config, workdir: str) -> dict:
     os.makedirs(os.path.join(workdir, "hyps"), exist_ok=True)
     results = {}
     test_splits = [s for s in corpus if s not in ("train", "valid")]
-    _check_hard_phrases(translator, corpus, pairs, test_splits, config)
+    drawn = _check_hard_phrases(translator, corpus, pairs, test_splits, config)
     for i, split in enumerate(test_splits):
         srcs, refs = corpus[split]
         outs = translator.translate(srcs, e.beam_size, e.batch_size, token_scores=True)
@@ -124,7 +126,8 @@ def evaluate(config, workdir: str) -> dict:
         # Moses words of the references: only where constraints are decoded, traced or diagnosed (sacremoses costs
         # half a second to load)
         wanted = modes or (i == 0 and e.trace_sentences > 0) or (e.diagnostic and translator.spec.supports.init)
-        constraints = (make_constraints(refs, e.constraint_seed, lang=config.data.tgt_lang)
+        constraints = ((drawn[split] if split in drawn else make_constraints(refs, e.constraint_seed,
+                                                                              lang=config.data.tgt_lang))
                        if refs is not None and wanted else None)
         if i == 0 and e.trace_sentences > 0:  # config validation checked the model traces
             n = e.trace_sentences
