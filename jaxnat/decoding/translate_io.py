@@ -15,6 +15,7 @@ extra input keys are echoed back (one near a request key, "constraint", is refus
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 import sys
@@ -39,8 +40,6 @@ REQUEST_KEYS = ("src", "init", "constraints", "hard", "constraint_pairs", "src_l
 def _misspelt(obj: dict, where: str) -> None:
     """A key that is no request key but near one ("constraint", "Hard") is refused: echoed back like the caller's
     own keys ("id"), it would silently drop what it was meant to ask (a hard constraint)."""
-    import difflib
-
     for key in obj:
         near = [] if key in REQUEST_KEYS else difflib.get_close_matches(key, REQUEST_KEYS, n=1, cutoff=0.75)
         if near:
