@@ -358,6 +358,9 @@ def main():
             figures.setdefault("variants", {})[label] = run(family, os.path.join(work, f"{family}-variant{i}"), extra)
             save()
     print(table(figures))
+    runs = [*figures["families"].values(), *figures.get("variants", {}).values()]
+    if not any(run["rc"] == 0 for run in runs):  # a device call's exit status says that nothing came of it
+        raise SystemExit(f"error: no run finished; {os.path.join(args.out, 'logs.txt')} says why")
 
 
 if __name__ == "__main__":

@@ -76,3 +76,17 @@ def test_the_command_is_checked_before_any_run(monkeypatch, tmp_path):
         monkeypatch.setattr("sys.argv", ["gpu_figures.py", *argv, *out])
         with pytest.raises(SystemExit, match=f"^{error}"):
             figures.main()
+
+
+def test_a_call_whose_every_run_failed_exits_non_zero(monkeypatch, tmp_path):
+    """Every family failing (a broken GPU image, a bad data dir) ended the device call with exit 0 and a table of
+    dashes: now its last line says so and the exit status is 1."""
+    figures = _gpu_figures()
+    monkeypatch.setattr(figures, "machine_apart", lambda env: "machine")
+    failed = subprocess.CompletedProcess([], 1, "", "jaxnat: error: boom\n")
+    monkeypatch.setattr(figures.subprocess, "run", lambda *a, **k: failed)
+    monkeypatch.setattr("sys.argv", ["gpu_figures.py", f"--data-dir={tmp_path}", "--families", "ar",
+                                     "--out", str(tmp_path / "out")])
+    with pytest.raises(SystemExit, match="^error: no run finished"):
+        figures.main()
+    assert "ar: exit 1: jaxnat: error: boom" in (tmp_path / "out" / "figures.md").read_text()
