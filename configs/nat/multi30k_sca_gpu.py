@@ -3,7 +3,7 @@ GPU: configs/nat/multi30k_sca.py sized as configs/nat/multi30k_gpu.py (`jaxnat.c
 stacks scanned as there: the run it starts from).
 
     python -m jaxnat.main --config configs/nat/multi30k_sca_gpu.py --workdir runs/covnat-sca-base-multi30k \
-        --config.data.dir=runs/kd-base-multi30k --config.train.init_from=runs/covnat-base-multi30k
+        --config.data.dir=runs/kd-multi30k --config.train.init_from=runs/covnat-base-multi30k
 """
 
 import os
