@@ -4,7 +4,7 @@
 #
 #   COORDINATOR=host0:12345 NUM_PROCESSES=2 PROCESS_ID=0 launch/multiprocess.sh configs/ar/wmt14_en_de.py /shared/runs/wmt14
 set -euo pipefail
-: "${COORDINATOR:?set COORDINATOR=host:port (process 0's host)}"
+: "${COORDINATOR:?set COORDINATOR=host:port, the host of process 0}"
 : "${NUM_PROCESSES:?set NUM_PROCESSES}"
 : "${PROCESS_ID:?set PROCESS_ID}"
 export JAX_COORDINATOR_ADDRESS=$COORDINATOR JAX_NUM_PROCESSES=$NUM_PROCESSES JAX_PROCESS_ID=$PROCESS_ID

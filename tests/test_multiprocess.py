@@ -14,8 +14,6 @@ import pytest
 from jaxnat.data.batching import TrainBatcher
 from jaxnat.training.history import read_history
 
-pytestmark = pytest.mark.slow  # the quick tier (-m 'not slow') leaves this file out
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
 STEPS = 6
@@ -51,6 +49,22 @@ def _params(workdir):
     return [np.asarray(x) for x in jax.tree_util.tree_leaves(checkpointer.restore(path, target)["params"])]
 
 
+def _launch(env: dict, *args: str) -> subprocess.CompletedProcess:
+    """launch/multiprocess.sh with ``env`` as its whole environment (bash and what PATH finds)."""
+    return subprocess.run(["bash", os.path.join(ROOT, "launch", "multiprocess.sh"), *args], cwd=ROOT, text=True,
+                          env={"PATH": os.environ["PATH"], **env}, capture_output=True, timeout=60)
+
+
+def test_launcher_names_what_is_missing():
+    """The launcher parses (an apostrophe in one of its messages once stopped bash at line 7, whatever the
+    variables) and names the variable or argument that is missing."""
+    assert subprocess.run(["bash", "-n", os.path.join(ROOT, "launch", "multiprocess.sh")]).returncode == 0
+    out = _launch({"NUM_PROCESSES": "2", "PROCESS_ID": "0"}, TINY, "w")
+    assert out.returncode != 0 and "set COORDINATOR=host:port" in out.stderr, out.stderr
+    out = _launch({"COORDINATOR": "localhost:1", "NUM_PROCESSES": "2", "PROCESS_ID": "0"})
+    assert out.returncode != 0 and "usage: launch/multiprocess.sh CONFIG WORKDIR" in out.stderr, out.stderr
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("localhost", 0))
@@ -68,6 +82,7 @@ def test_processes_read_only_their_rows():
             np.testing.assert_array_equal(np.concatenate([p.batch(step)[k] for p in parts]), full[k])
 
 
+@pytest.mark.slow  # trains: the quick tier (-m 'not slow') leaves it out
 def test_two_processes_train_as_one_with_all_devices(tmp_path):
     one = _train(tmp_path / "one", _env(4))
     out_one, _ = one.communicate(timeout=600)
