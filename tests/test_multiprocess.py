@@ -12,6 +12,8 @@ import numpy as np
 import pytest
 
 from jaxnat.data.batching import TrainBatcher
+from jaxnat.errors import ConfigError
+from jaxnat.training.mesh import distributed_settings
 from jaxnat.training.history import read_history
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -63,6 +65,41 @@ def test_launcher_names_what_is_missing():
     assert out.returncode != 0 and "set COORDINATOR=host:port" in out.stderr, out.stderr
     out = _launch({"COORDINATOR": "localhost:1", "NUM_PROCESSES": "2", "PROCESS_ID": "0"})
     assert out.returncode != 0 and "usage: launch/multiprocess.sh CONFIG WORKDIR" in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"JAX_COORDINATOR_ADDRESS": "host0", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "0"}, "is not HOST:PORT"),
+    ({"JAX_COORDINATOR_ADDRESS": "host0:x", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "0"}, "is not HOST:PORT"),
+    ({"JAX_COORDINATOR_ADDRESS": "host0:1234", "JAX_PROCESS_ID": "0"}, "JAX_NUM_PROCESSES='' is not an integer"),
+    ({"JAX_COORDINATOR_ADDRESS": "host0:1234", "JAX_NUM_PROCESSES": "two", "JAX_PROCESS_ID": "0"}, "'two' is not"),
+    ({"JAX_COORDINATOR_ADDRESS": "host0:1234", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "-1"}, "'-1' is not"),
+    ({"JAX_COORDINATOR_ADDRESS": "host0:1234", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "2"}, "numbered 0 to"),
+    ({"JAX_COORDINATOR_ADDRESS": "host0:1234", "JAX_NUM_PROCESSES": "0", "JAX_PROCESS_ID": "0"}, "numbered 0 to"),
+])
+def test_malformed_process_variables_are_one_line(env, says):
+    with pytest.raises(ConfigError, match=says):
+        distributed_settings(env)
+
+
+def test_process_variables_read():
+    assert distributed_settings({}) is None
+    env = {"JAX_COORDINATOR_ADDRESS": "host0:1234", "JAX_NUM_PROCESSES": "4", "JAX_PROCESS_ID": "3"}
+    assert distributed_settings(env) == ("host0:1234", 4, 3)
+
+
+def test_taken_coordinator_port_is_one_line():
+    """Process 0 cannot listen at the coordinator's port: a one-line error naming it, not JAX's traceback."""
+    code = ("import sys\nfrom jaxnat.errors import ConfigError\nfrom jaxnat.training.mesh import "
+            "maybe_initialize_distributed\ntry:\n    maybe_initialize_distributed()\nexcept ConfigError as e:\n"
+            "    sys.exit(f'error: {e}')\n")
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = _env(1, JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2", JAX_PROCESS_ID="0")
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=120)
+    assert out.returncode == 1 and f"is port {port} taken?" in out.stderr, out.stderr
 
 
 def _free_port() -> int:

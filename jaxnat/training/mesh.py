@@ -6,9 +6,15 @@ replicated. Every process plans the same global batch from (seed, step) and buil
 
 from __future__ import annotations
 
+import logging
+
 import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
+
+from jaxnat.errors import ConfigError
+
+log = logging.getLogger("jaxnat")
 
 
 def make_mesh(devices=None) -> jax.sharding.Mesh:
@@ -50,6 +56,35 @@ def shard_batch(batch: dict[str, np.ndarray], mesh) -> dict[str, jax.Array]:
             for k, x in batch.items()}
 
 
+def distributed_settings(env) -> tuple[str, int, int] | None:
+    """(coordinator address, process count, this process's id) from JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
+    JAX_PROCESS_ID (what launch/multiprocess.sh sets from COORDINATOR, NUM_PROCESSES and PROCESS_ID); None without
+    JAX_COORDINATOR_ADDRESS. A malformed value is a one-line `ConfigError` here, not JAX's traceback."""
+    address = env.get("JAX_COORDINATOR_ADDRESS")
+    if address is None:
+        return None
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"JAX_COORDINATOR_ADDRESS={address!r} is not HOST:PORT (the host of process 0 and a free "
+                          f"port there)")
+    numbers = []
+    for name in ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID"):
+        value = env.get(name, "")
+        if not value.isdigit():
+            raise ConfigError(f"{name}={value!r} is not an integer of 0 or more (a multi-process run, "
+                              f"JAX_COORDINATOR_ADDRESS set, needs the process count in JAX_NUM_PROCESSES and this "
+                              f"process's 0-based index in JAX_PROCESS_ID)")
+        numbers.append(int(value))
+    count, index = numbers
+    if not 0 <= index < count:
+        raise ConfigError(f"JAX_PROCESS_ID={index} with JAX_NUM_PROCESSES={count}: the processes are numbered 0 to "
+                          f"JAX_NUM_PROCESSES - 1, one each")
+    return address, count, index
+
+
+INITIALIZATION_TIMEOUT_S = 300  # JAX's default: how long a process waits for all the others at the coordinator
+
+
 def maybe_initialize_distributed() -> None:
     """Calls `jax.distributed.initialize()` when this is one process of several.
 
@@ -59,12 +94,23 @@ def maybe_initialize_distributed() -> None:
     import os
 
     env = os.environ
-    if "JAX_COORDINATOR_ADDRESS" in env or int(env.get("SLURM_NTASKS", "1")) > 1:
+    settings = distributed_settings(env)
+    if settings or int(env.get("SLURM_NTASKS", "1")) > 1:
         # CPU devices of several processes need a collectives backend (GPUs use NCCL whatever this says)
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
-    if "JAX_COORDINATOR_ADDRESS" in env:
-        jax.distributed.initialize(env["JAX_COORDINATOR_ADDRESS"], int(env["JAX_NUM_PROCESSES"]),
-                                   int(env["JAX_PROCESS_ID"]))
+    if settings:
+        address, count, index = settings
+        # JAX says nothing while it waits, and a process that never comes ends every other one with an abort
+        log.info("process %d of %d: waiting for every process at %s (up to %d s, then JAX aborts)", index, count,
+                 address, INITIALIZATION_TIMEOUT_S)
+        try:
+            jax.distributed.initialize(address, count, index, initialization_timeout=INITIALIZATION_TIMEOUT_S)
+        except jax.errors.JaxRuntimeError as e:
+            if "Failed to start RPC server" not in str(e):
+                raise
+            raise ConfigError(f"process 0 cannot listen at JAX_COORDINATOR_ADDRESS={address}: is port "
+                              f"{address.rpartition(':')[2]} taken? Name a free port (COORDINATOR of "
+                              f"launch/multiprocess.sh) for every process") from None
     elif int(env.get("SLURM_NTASKS", "1")) > 1:
         jax.distributed.initialize()
 
