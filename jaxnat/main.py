@@ -153,9 +153,10 @@ def run(argv=None) -> int:
 
     config = build_config(args.config, rest)
     set_xla_flags(config)
-    from jaxnat.training.mesh import maybe_initialize_distributed
+    from jaxnat.training.mesh import check_same_command, maybe_initialize_distributed
 
     maybe_initialize_distributed()
+    check_same_command(f"--mode {args.mode}\n{config.to_json_best_effort(sort_keys=True)}")
     if args.mode in ("eval", "distill") and config.data.source == "synthetic":
         from jaxnat.data import piece_vocab
 

@@ -13,7 +13,7 @@ import pytest
 
 from jaxnat.data.batching import TrainBatcher
 from jaxnat.errors import ConfigError
-from jaxnat.training.mesh import distributed_settings
+from jaxnat.training.mesh import differing_rows, distributed_settings
 from jaxnat.training.history import read_history
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -33,8 +33,8 @@ def _env(devices: int, **extra):
     return dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=flags.strip(), **extra)
 
 
-def _train(workdir, env):
-    cmd = [sys.executable, "-m", "jaxnat.main", "--config", TINY, "--workdir", str(workdir), *ARGS]
+def _train(workdir, env, *extra):
+    cmd = [sys.executable, "-m", "jaxnat.main", "--config", TINY, "--workdir", str(workdir), *ARGS, *extra]
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -100,6 +100,26 @@ def test_taken_coordinator_port_is_one_line():
         out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
                              timeout=120)
     assert out.returncode == 1 and f"is port {port} taken?" in out.stderr, out.stderr
+
+
+def test_differing_rows():
+    assert differing_rows(np.array([[1, 2], [1, 2], [1, 3], [0, 2]])) == [2, 3]
+    assert differing_rows(np.array([[1, 2], [1, 2]])) == []
+
+
+@pytest.mark.slow  # starts two jaxnat commands (they stop before loading any data)
+def test_processes_with_other_arguments_stop_at_once(tmp_path):
+    """Another train.lr in one process trained two sets of "replicated" parameters without a word (exit 0, the
+    checkpoint process 0's); every process now stops at the start with one line, having written nothing."""
+    port = _free_port()
+    procs = [_train(tmp_path / "w", _env(1, JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2",
+                                         JAX_PROCESS_ID=str(i)), *lr)
+             for i, lr in enumerate([[], ["--config.train.lr=0.1"]])]
+    for p in procs:
+        out = p.communicate(timeout=300)[0]
+        assert p.returncode == 2, out
+        assert "jaxnat: error: process 1 of 2 runs another command than process 0" in out
+    assert not (tmp_path / "w").exists()
 
 
 def _free_port() -> int:

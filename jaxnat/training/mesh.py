@@ -115,6 +115,30 @@ def maybe_initialize_distributed() -> None:
         jax.distributed.initialize()
 
 
+def check_same_command(command: str) -> None:
+    """A one-line `ConfigError` in every process when another process runs another ``command`` (the mode and the
+    whole config as text): each would train its own copy of the "replicated" parameters with its own settings
+    (another train.lr: no error, the checkpoint process 0's) or wait forever for a program the others never run
+    (another batch shape). One process: nothing to compare."""
+    if jax.process_count() == 1:
+        return
+    import hashlib
+
+    from jax.experimental import multihost_utils
+
+    digest = np.frombuffer(hashlib.sha256(command.encode()).digest(), np.uint32)
+    others = differing_rows(multihost_utils.process_allgather(digest))
+    if others:
+        raise ConfigError(f"process {', '.join(map(str, others))} of {jax.process_count()} runs another command than "
+                          f"process 0 (another --mode, config file or --config.KEY=VALUE): start every process with "
+                          f"the same arguments")
+
+
+def differing_rows(rows: np.ndarray) -> list[int]:
+    """The indices of the rows of ``rows`` that differ from its first."""
+    return [i for i, row in enumerate(rows) if not np.array_equal(row, rows[0])]
+
+
 def one_process_first(what: str, fn):
     """Runs `fn` in process 0, then (after a barrier) in the others: files process 0 writes into the shared
     workdir (the vocabulary) are complete before the others read them. One process: just `fn()`."""
