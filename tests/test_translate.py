@@ -205,6 +205,20 @@ def test_a_score_that_is_no_finite_number_is_written_as_null(tmp_path):
         None, None, -1.5]
 
 
+def test_translation_refuses_several_processes(tmp_path, monkeypatch):
+    """Every process of a multi-process launch translated every line and wrote the same --output (or its own
+    stdout): one line instead, before the input is read or the model loaded."""
+    import jax
+
+    from jaxnat.decoding.translate_io import translate_stream
+    from jaxnat.errors import ConfigError
+
+    monkeypatch.setattr(jax, "process_count", lambda: 2)
+    with pytest.raises(ConfigError, match="--mode translate runs in a single process"):
+        translate_stream(None, None, str(tmp_path / "absent.txt"), str(tmp_path / "out.jsonl"))
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 def test_a_request_names_its_languages_as_non_empty_strings():
     from jaxnat.decoding.translate_io import parse_requests
     from jaxnat.errors import DataError

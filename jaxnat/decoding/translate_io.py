@@ -22,7 +22,7 @@ import sys
 
 from jaxnat.data.sources import parse_pairs
 from jaxnat.data.text import read_lines, split_lines
-from jaxnat.errors import DataError
+from jaxnat.errors import ConfigError, DataError
 
 
 def _finite(text: str) -> float:
@@ -93,6 +93,10 @@ def _empty(request: dict) -> bool:
 def translate_stream(load_translator, config, input_path: str | None, output_path: str | None) -> None:
     """load_translator() -> the `Translator` to use; called once the input has been read and checked, so a
     malformed input fails before the model is loaded."""
+    import jax
+
+    if jax.process_count() > 1:  # each would translate every line and write it to the same --output (or stdout)
+        raise ConfigError("--mode translate runs in a single process; start it without the multi-process launcher")
     if input_path:
         lines, where = read_lines(input_path, blank_ok=True), input_path
     else:
