@@ -265,6 +265,26 @@ def _merge(initial, restored, fresh: list, path: str = ""):
     return out
 
 
+def batch_plan(shapes, devices: int) -> dict:
+    """What a training state records of the batches it was trained on (beside its progress): the global (rows,
+    length) shapes and the device count their rows are rounded to."""
+    return {"devices": devices, "batch_shapes": [list(s) for s in sorted(shapes)]}
+
+
+def plan_change(progress: dict | None, plan: dict) -> str:
+    """Why a run resumed from a training state whose progress records another `batch_plan` than ``plan`` goes on
+    with other batches than the uninterrupted run; '' when the shapes are the same (or the state records none)."""
+    if not progress or "batch_shapes" not in progress or progress["batch_shapes"] == plan["batch_shapes"]:
+        return ""
+
+    def shown(p):
+        return f"{', '.join(f'{rows}x{length}' for rows, length in p['batch_shapes'])} on {p['devices']} device(s)"
+
+    return (f"the checkpoint was trained on batches of {shown(progress)}, this run's are {shown(plan)} (data."
+            f"batch_tokens rounded to a multiple of the devices x train.microbatches): from here on it trains on other "
+            f"batches than the uninterrupted run (resume on {progress['devices']} device(s) to continue it exactly)")
+
+
 class Trainer:
     """Holds one run: config, workdir, data, model, optimizer, checkpoints."""
 
@@ -496,11 +516,14 @@ class Trainer:
         plateau = Plateau(t.plateau_factor, t.plateau_patience if t.lr_schedule == "plateau" else 0, t.stop_patience)
         # None: a new run, or no checkpoint readable (warned)
         restored, progress = self.ckpt.restore_state_and_progress(state)
+        plan = batch_plan(batcher.shapes, jax.device_count())
         if restored is not None:
             state = restored
             plateau.resume(progress)
             log.info("resumed from step %d%s", int(state["step"]),  # train.init_from only starts a run
                      f" (its own training state: train.init_from={t.init_from} is not read)" if t.init_from else "")
+            if change := plan_change(progress, plan):
+                log.warning("%s", change)
         elif t.init_from:
             state = self.start_from(state, t.init_from, batcher.batch(0))
         start = int(state["step"])
@@ -630,7 +653,7 @@ class Trainer:
                 stopping = done < t.steps and stop.reached(done)  # SIGTERM or Ctrl-C (stop.py)
                 early = done < t.steps and plateau.stopped  # train.stop_patience validations without a gain
                 if done % t.checkpoint_every == 0 or done == t.steps or stopping or early:
-                    self.ckpt.save_state(done, state, plateau.progress())
+                    self.ckpt.save_state(done, state, {**plateau.progress(), **plan})
                     if not stopping:  # an earlier stop's checkpoint has served: keep what a run never stopped keeps
                         self.ckpt.drop_off_grid(t.checkpoint_every, t.steps)
                 if stopping:
