@@ -82,6 +82,23 @@ def distributed_settings(env) -> tuple[str, int, int] | None:
     return address, count, index
 
 
+def check_port_free(address: str) -> None:
+    """A one-line `ConfigError` when this host cannot listen at the port of ``address``, as process 0's coordinator
+    must, checked before JAX tries: its failure is a traceback, and at times a segmentation fault."""
+    import os
+    import socket
+
+    port = int(address.rpartition(":")[2])
+    dual = socket.has_dualstack_ipv6()  # JAX listens at [::]:port
+    try:
+        family = socket.AF_INET6 if dual else socket.AF_INET
+        socket.create_server(("", port), family=family, dualstack_ipv6=dual).close()
+    except OSError as e:
+        why = os.strerror(e.errno) if e.errno else str(e)
+        raise ConfigError(f"process 0 cannot listen at JAX_COORDINATOR_ADDRESS={address} ({why}): name a "
+                          f"free port (COORDINATOR of launch/multiprocess.sh) for every process") from None
+
+
 INITIALIZATION_TIMEOUT_S = 300  # JAX's default: how long a process waits for all the others at the coordinator
 
 
@@ -103,14 +120,9 @@ def maybe_initialize_distributed() -> None:
         # JAX says nothing while it waits, and a process that never comes ends every other one with an abort
         log.info("process %d of %d: waiting for every process at %s (up to %d s, then JAX aborts)", index, count,
                  address, INITIALIZATION_TIMEOUT_S)
-        try:
-            jax.distributed.initialize(address, count, index, initialization_timeout=INITIALIZATION_TIMEOUT_S)
-        except jax.errors.JaxRuntimeError as e:
-            if "Failed to start RPC server" not in str(e):
-                raise
-            raise ConfigError(f"process 0 cannot listen at JAX_COORDINATOR_ADDRESS={address}: is port "
-                              f"{address.rpartition(':')[2]} taken? Name a free port (COORDINATOR of "
-                              f"launch/multiprocess.sh) for every process") from None
+        if index == 0:
+            check_port_free(address)
+        jax.distributed.initialize(address, count, index, initialization_timeout=INITIALIZATION_TIMEOUT_S)
     elif int(env.get("SLURM_NTASKS", "1")) > 1:
         jax.distributed.initialize()
 
