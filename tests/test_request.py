@@ -175,3 +175,26 @@ def test_constraint_pairs_with_characters_the_vocabulary_lacks_are_marked():
     outs = translator.translate(["the dog", "the dog", "the cat"], 1, 4,
                                 pairs=[[("dög", "kélo")], [("dog", "кот")], None])
     assert [o.get("unknown_characters") for o in outs] == ["öé", "кот", None]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"texts": "the dog ."}, r"translate takes a list of texts, got str \(one sentence: \[text\]\)"),
+    ({"texts": ["the dog .", None]}, r"texts\[1\] is NoneType, not a string"),
+    ({"constraints": ["kelo", "lan"], "hard": [True, True]},
+     r"constraints\[0\] must be a list of phrases \(strings\) or None, got 'kelo'"),
+    ({"constraints": [["kelo"]], "hard": [True]},
+     r"constraints takes None or a list of one entry per text \(2 texts\), got 1$"),
+    ({"constraints": [["kelo"], ["lan"], ["x"]]}, r"constraints .* \(2 texts\), got 3$"),
+    ({"constraints": [["kelo"], ["lan"]], "hard": True}, r"hard .* \(2 texts\), got a bool$"),
+    ({"inits": ["kelo"]}, r"inits .* \(2 texts\), got 1$"),
+])
+def test_translate_refuses_arguments_of_the_wrong_shape_in_one_line(kwargs, message):
+    """`Translator.translate` from Python: a string where a list is due would be read as its characters (garbage,
+    silently), a list of another length than the texts cut short or fail deep in the batching; each is one line."""
+    from jaxnat.decoding.translator import Translator
+
+    config = build_config("tests/configs/tiny.py", [])
+    translator = Translator(build_model(config, 40, 40), None, None, config)  # refused before anything is encoded
+    kwargs = {"texts": ["the dog .", "the cat ."], **kwargs}
+    with pytest.raises(DataError, match=message):
+        translator.translate(**kwargs)

@@ -45,6 +45,27 @@ def _round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
+LISTS = (list, tuple, np.ndarray)  # what `translate` takes as a list
+
+
+def check_arguments(texts, **per_sentence) -> None:
+    """A one-line DataError where `Translator.translate`'s arguments are not what it takes: ``texts`` a list of
+    strings, each of ``per_sentence`` (inits, constraints, hard, …) None or a list of one entry per text, and each
+    sentence's constraints None or a list of phrases. Unchecked, a string is read as its characters (one sentence
+    or phrase each: garbage, silently) and a list of another length is cut short or fails deep in the batching."""
+    if not isinstance(texts, LISTS):
+        raise DataError(f"translate takes a list of texts, got {type(texts).__name__} (one sentence: [text])")
+    if bad := [i for i, text in enumerate(texts) if not isinstance(text, str)]:
+        raise DataError(f"texts[{bad[0]}] is {type(texts[bad[0]]).__name__}, not a string")
+    for name, values in per_sentence.items():
+        if values is not None and (not isinstance(values, LISTS) or len(values) != len(texts)):
+            got = f"{len(values)}" if isinstance(values, LISTS) else f"a {type(values).__name__}"
+            raise DataError(f"{name} takes None or a list of one entry per text ({len(texts)} texts), got {got}")
+    for i, phrases in enumerate(per_sentence.get("constraints") or []):
+        if phrases is not None and not (isinstance(phrases, LISTS) and all(isinstance(p, str) for p in phrases)):
+            raise DataError(f"constraints[{i}] must be a list of phrases (strings) or None, got {phrases!r}")
+
+
 class Translator:
     def __init__(self, spec, params, tokenizer, config, aux=None, checkpoint: dict | None = None):
         """aux: what the model decodes with beyond its parameters (`Family.aux_run`), or None.
@@ -289,6 +310,8 @@ class Translator:
         model's language tokens or None, `language_tokens`). With ``token_scores`` also the output's
         pieces without BOS/EOS (and a forced language token), 'pieces': [int], with 'token_logp': [float] and
         'token_scored': [bool] for each (`ModelSpec.generate`), for calibration."""
+        check_arguments(texts, inits=inits, constraints=constraints, hard=hard, pairs=pairs, references=references,
+                        src_langs=src_langs, tgt_langs=tgt_langs)
         beam_size = self.config.eval.beam_size if beam_size is None else beam_size
         batch_size = self.config.eval.batch_size if batch_size is None else batch_size
         src, cut = self.encode(texts, src_langs)
