@@ -26,10 +26,10 @@
 
 # %% [markdown]
 # ## Install
-# In Colab, or any fresh environment: clone the jaxnat repository first (in Colab, `!git clone URL jaxnat` and
-# `%cd jaxnat/notebooks`). The cell below installs that checkout (the directory holding `setup.cfg`: the parent
-# of this notebook's directory, or `JAXNAT_SOURCE`) if jaxnat is not importable yet; the configs are read
-# from it too.
+# In Colab, or any fresh environment: clone the jaxnat repository first (in Colab, `!git clone URL jaxnat`). The
+# cell below finds that checkout (the directory holding `setup.cfg` and `configs/`: `JAXNAT_SOURCE`, else the one
+# jaxnat is imported from, else the working directory, its parent or its `jaxnat/`) and installs it if jaxnat is
+# not importable yet; the configs are read from it too.
 
 # %%
 import importlib.util
@@ -37,9 +37,26 @@ import os
 import subprocess
 import sys
 
-if importlib.util.find_spec("jaxnat") is None:
-    source = os.environ.get("JAXNAT_SOURCE", os.path.abspath(".."))
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "-e", source])
+
+def checkout(imported):
+    if "JAXNAT_SOURCE" in os.environ:
+        return os.environ["JAXNAT_SOURCE"]
+    here = os.getcwd()
+    for folder in ([os.path.dirname(os.path.dirname(imported))] if imported else []) + [
+            here, os.path.dirname(here), os.path.join(here, "jaxnat")]:
+        if os.path.isfile(os.path.join(folder, "setup.cfg")) and os.path.isdir(os.path.join(folder, "configs")):
+            return folder
+    raise FileNotFoundError(f"no jaxnat checkout in {here}, its parent or its jaxnat/: clone one there "
+                            f"(git clone URL jaxnat) or set JAXNAT_SOURCE to it")
+
+
+found = importlib.util.find_spec("jaxnat")
+imported = found and found.origin  # None: not installed (a clone's folder named jaxnat is only a namespace)
+SOURCE = checkout(imported)
+if not imported:
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "-e", SOURCE])
+    sys.path.insert(0, SOURCE)  # a running kernel reads the install's .pth file only when restarted
+print("jaxnat from", SOURCE)
 
 # %% [markdown]
 # ## 8 simulated devices
@@ -63,7 +80,6 @@ import tempfile  # noqa: E402
 
 STEPS = int(os.environ.get("QUICKSTART_STEPS", "400"))
 SIZE = int(os.environ.get("QUICKSTART_SIZE", "64"))  # d_model; FFN 4x
-ROOT = os.environ.get("JAXNAT_SOURCE", os.path.abspath(".."))
 RUNS = tempfile.mkdtemp(prefix="jaxnat-quickstart-")
 print("workdirs under", RUNS)
 
@@ -78,7 +94,7 @@ from jaxnat.training.trainer import Trainer  # noqa: E402
 
 
 def tiny(config_file, *overrides):
-    return build_config(os.path.join(ROOT, "configs", config_file), [
+    return build_config(os.path.join(SOURCE, "configs", config_file), [
         f"--config.model.d_model={SIZE}", f"--config.model.ffn_dim={4 * SIZE}", "--config.model.num_heads=2",
         f"--config.train.steps={STEPS}", f"--config.train.eval_every={STEPS}",
         f"--config.train.log_every={max(STEPS // 8, 1)}",

@@ -6,8 +6,6 @@ import os
 import nbformat
 import pytest
 
-pytestmark = pytest.mark.slow  # the quick tier (-m 'not slow') leaves this file out
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NOTEBOOK = os.path.join(ROOT, "notebooks", "quickstart.ipynb")
 
@@ -20,6 +18,18 @@ def test_the_pair_holds_the_same_cells():
     assert [(c.cell_type, c.source) for c in text.cells] == [(c.cell_type, c.source) for c in ipynb.cells]
 
 
+def test_the_install_cell_finds_the_checkout_from_any_working_directory(monkeypatch, tmp_path):
+    """The configs are read from the checkout jaxnat is imported from, not from the working directory's parent: a
+    notebook opened elsewhere (Colab's /content, beside its clone) or run as a script from the repository root."""
+    monkeypatch.delenv("JAXNAT_SOURCE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    install = next(c for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code")
+    namespace = {}
+    exec(install.source, namespace)  # jaxnat is importable here: nothing is installed
+    assert os.path.isfile(os.path.join(namespace["SOURCE"], "configs", "editor", "demo.py"))
+
+
+@pytest.mark.slow  # the quick tier (-m 'not slow') leaves it out
 def test_the_notebook_runs(monkeypatch, tmp_path):
     from nbclient import NotebookClient
 
@@ -27,10 +37,9 @@ def test_the_notebook_runs(monkeypatch, tmp_path):
     monkeypatch.setenv("QUICKSTART_STEPS", "8")
     monkeypatch.setenv("QUICKSTART_DEVICES", "2")  # a mesh all the same, at a quarter of 8 devices' compiling
     monkeypatch.setenv("QUICKSTART_SIZE", "32")
-    monkeypatch.setenv("JAXNAT_SOURCE", ROOT)
+    monkeypatch.delenv("JAXNAT_SOURCE", raising=False)  # the checkout found from the imported jaxnat
     nb = nbformat.read(NOTEBOOK, as_version=4)
-    NotebookClient(nb, timeout=300, kernel_name="python3",
-                   resources={"metadata": {"path": os.path.join(ROOT, "notebooks")}}).execute()
+    NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "2 devices" in outputs and "constraints" in outputs
     html = [o for c in nb.cells for o in c.get("outputs", []) if "text/html" in o.get("data", {})]
