@@ -157,19 +157,23 @@ for words, out in zip(constraints, ar.translate(sources, constraints=constraints
 
 # %% [markdown]
 # ## Training curves
-# From each run's `history.jsonl` (the same scalars as TensorBoard's).
+# From each run's `history.jsonl` (the same scalars as TensorBoard's), with matplotlib (jaxnat's `plots` extra; Colab
+# has it).
 
 # %%
-import matplotlib.pyplot as plt  # noqa: E402
-
+from jaxnat.optional import install_hint, optional  # noqa: E402
 from jaxnat.training.history import read_history  # noqa: E402
 
-fig, (loss_ax, speed_ax) = plt.subplots(1, 2, figsize=(10, 3.5))
-for name, workdir in (("EDITOR", editor_dir), ("AR", ar_dir)):
-    logged = [e for e in read_history(workdir) if "loss" in e]
-    loss_ax.plot([e["step"] for e in logged], [e["loss"] for e in logged], label=name)
-    speed_ax.plot([e["step"] for e in logged], [e["tokens_per_s"] for e in logged], label=name)
-loss_ax.set(title="training loss", xlabel="step")
-speed_ax.set(title="tokens / s", xlabel="step")
-loss_ax.legend()
-plt.show()
+plt = optional("matplotlib.pyplot")
+if plt is None:
+    print("no plot: matplotlib is not installed;", install_hint("matplotlib"))
+else:
+    fig, (loss_ax, speed_ax) = plt.subplots(1, 2, figsize=(10, 3.5))
+    for name, workdir in (("EDITOR", editor_dir), ("AR", ar_dir)):
+        logged = [e for e in read_history(workdir) if "loss" in e]
+        loss_ax.plot([e["step"] for e in logged], [e["loss"] for e in logged], label=name)
+        speed_ax.plot([e["step"] for e in logged], [e["tokens_per_s"] for e in logged], label=name)
+    loss_ax.set(title="training loss", xlabel="step")
+    speed_ax.set(title="tokens / s", xlabel="step")
+    loss_ax.legend()
+    plt.show()

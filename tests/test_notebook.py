@@ -2,6 +2,7 @@
 its two files (the jupytext pair) hold the same cells."""
 
 import os
+import sys
 
 import nbformat
 import pytest
@@ -27,6 +28,17 @@ def test_the_install_cell_finds_the_checkout_from_any_working_directory(monkeypa
     namespace = {}
     exec(install.source, namespace)  # jaxnat is importable here: nothing is installed
     assert os.path.isfile(os.path.join(namespace["SOURCE"], "configs", "editor", "demo.py"))
+
+
+def test_the_plot_cell_says_what_to_install_without_matplotlib(monkeypatch, capsys):
+    """matplotlib is an extra (`plots`): an environment with `pip install -e .` alone ends the notebook with one line
+    saying how to install it, not a ModuleNotFoundError."""
+    for module in ("matplotlib", "matplotlib.pyplot"):
+        monkeypatch.setitem(sys.modules, module, None)  # an import of it raises ModuleNotFoundError
+    plot = [c for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code"][-1]
+    exec(plot.source, {})
+    assert capsys.readouterr().out == ("no plot: matplotlib is not installed; pip install -e '.[plots]' in jaxnat's "
+                                       "directory\n")
 
 
 @pytest.mark.slow  # the quick tier (-m 'not slow') leaves it out
