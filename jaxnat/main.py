@@ -125,6 +125,18 @@ def check_paths(args) -> None:
         check_writable_file(args.output, "--output")
 
 
+def configure_logging() -> None:
+    """jaxnat's progress lines (INFO: training's loss, speed and validations) on stderr with their time, without
+    the libraries' chatter; also for a notebook, whose kernel (or absl, at its first log line) may have set up
+    logging at WARNING already (``force``)."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S",
+                        force=True)
+    for noisy in ("absl", "orbax", "jax._src"):  # Orbax logs every save and restore at INFO
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # sacreBLEU warns at every call that a corpus with "." as its own token looks tokenized (the embedded one is)
+    logging.getLogger("sacrebleu").setLevel(logging.ERROR)
+
+
 def run(argv=None) -> int:
     started = time.time()
     argv = sys.argv[1:] if argv is None else argv
@@ -132,11 +144,7 @@ def run(argv=None) -> int:
     check_paths(args)  # first: nothing is loaded for a command that could not save its results
     check_core()
     keep_freed_memory()  # before jax's backend starts its threads
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
-    for noisy in ("absl", "orbax", "jax._src"):  # Orbax logs every save and restore at INFO
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    # sacreBLEU warns at every call that a corpus with "." as its own token looks tokenized (the embedded one is)
-    logging.getLogger("sacrebleu").setLevel(logging.ERROR)
+    configure_logging()
     if args.mode == "import":
         from jaxnat.importers import write_workdir
 

@@ -74,9 +74,14 @@ print(jax.device_count(), "devices:", jax.devices()[:2], "…")
 # %% [markdown]
 # ## Settings
 # `QUICKSTART_STEPS` and `QUICKSTART_SIZE` shrink the run (the test suite runs this notebook with a few steps).
+# jaxnat's log lines (training's loss, speed and validations) show under each cell, as the command line prints them.
 
 # %%
 import tempfile  # noqa: E402
+
+from jaxnat.main import configure_logging  # noqa: E402
+
+configure_logging()
 
 STEPS = int(os.environ.get("QUICKSTART_STEPS", "400"))
 SIZE = int(os.environ.get("QUICKSTART_SIZE", "64"))  # d_model; FFN 4x

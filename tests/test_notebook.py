@@ -54,6 +54,7 @@ def test_the_notebook_runs(monkeypatch, tmp_path):
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "2 devices" in outputs and "constraints" in outputs
+    assert "training done; best valid BLEU" in outputs  # jaxnat's log lines show under the cells (INFO)
     html = [o for c in nb.cells for o in c.get("outputs", []) if "text/html" in o.get("data", {})]
     assert html and "<h1>jaxnat editor: edit trace</h1>" in html[0]["data"]["text/html"]
     images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
