@@ -652,6 +652,26 @@ def test_a_schedule_key_the_schedule_does_not_read_is_refused(tmp_path, args, me
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("key, value, message", [
+    ("stepz", 5, "the config sets unknown config key train.stepz; did you mean train.steps?"),
+    ("steps", -5, "train.steps must be in (0, 2147483647], got -5"),
+])
+def test_a_config_changed_in_python_is_checked_again(tmp_path, key, value, message):
+    """A config built by build_config and then changed in Python (a notebook's config.train.steps = ...): a misspelt
+    key was added without a word and the run trained without it, a value out of range failed inside the run.
+    One line before anything is written."""
+    from jaxnat.config import build_config
+    from jaxnat.errors import ConfigError
+    from jaxnat.training.trainer import Trainer
+
+    config = build_config(TINY, [])
+    setattr(config.train, key, value)
+    with pytest.raises(ConfigError) as err:
+        Trainer(config, str(tmp_path / "run"))
+    assert str(err.value) == message
+    assert not (tmp_path / "run").exists()
+
+
 def test_init_from_a_run_of_another_shape_names_init_from(tmp_path):
     """A config whose model differs from the train.init_from run was told to use 'another --workdir', which is not
     the directory that differs: the message names train.init_from."""

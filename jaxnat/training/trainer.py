@@ -18,7 +18,8 @@ import numpy as np
 import optax
 from tqdm import tqdm
 
-from jaxnat.config import check_matches_workdir, default_config, model_keys, workdir_config
+from jaxnat.config import (check_known_keys, check_matches_workdir, default_config, model_keys, validate,
+                           workdir_config)
 from jaxnat.data.batching import (PackedBatcher, TrainBatcher, bucket_lengths, eval_batches, example_lengths,
                                   fitted_buckets, prefetch, prepare_with_init)
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
@@ -289,6 +290,10 @@ class Trainer:
     """Holds one run: config, workdir, data, model, optimizer, checkpoints."""
 
     def __init__(self, config, workdir: str):
+        # again, for a config changed in Python after build_config: a misspelt key (config.train.stepz = 5) would be
+        # added without a word and train without its effect, a value out of range fail deep in the first step
+        check_known_keys(config, "the config")
+        validate(config)
         self.config, self.workdir = config, workdir
         self.family = family_of(config.model.name)
         d = config.data
