@@ -12,7 +12,7 @@ import numpy as np
 
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.vocab import BOS_ID, EOS_ID
-from jaxnat.decoding.translator import Translator
+from jaxnat.decoding.translator import Translator, check_arguments
 from jaxnat.errors import DataError
 from jaxnat.evaluation import diagnostic
 from jaxnat.evaluation.calibration import calibration
@@ -406,6 +406,9 @@ def trace_page(translator: Translator, srcs: list[str], refs: list[str] | None,
     the HTML page of `trace_html` (self-contained; a notebook shows it inline)."""
     from jaxnat.evaluation.trace_html import TracedSentence, render_page
 
+    check_arguments(srcs, references=refs, constraints=constraints)
+    if unknown := [mode for mode in modes if mode not in ("soft", "hard")]:  # else traced as soft, labelled so
+        raise DataError(f"trace modes are 'soft' and 'hard', not {unknown[0]!r}")
     tok = translator.tokenizer
     src_ids, _ = translator.encode(srcs)
     runs = [("plain", None)] + [(mode, constraints) for mode in modes if constraints is not None]

@@ -198,3 +198,19 @@ def test_translate_refuses_arguments_of_the_wrong_shape_in_one_line(kwargs, mess
     kwargs = {"texts": ["the dog .", "the cat ."], **kwargs}
     with pytest.raises(DataError, match=message):
         translator.translate(**kwargs)
+
+
+@pytest.mark.parametrize("args, message", [
+    ((["kelo", "lan"], ["hard"]), r"constraints\[0\] must be a list of phrases \(strings\) or None, got 'kelo'"),
+    (([["kelo"], ["lan"]], ["Hard"]), r"trace modes are 'soft' and 'hard', not 'Hard'"),
+])
+def test_the_edit_trace_refuses_arguments_of_the_wrong_shape_in_one_line(args, message):
+    """`evaluate.trace_page` (the notebook's edit trace) decodes without `translate`: the same checks, and a mode
+    other than soft or hard, which was traced as soft under its own name."""
+    from jaxnat.decoding.translator import Translator
+    from jaxnat.evaluate import trace_page
+
+    config = build_config("tests/configs/tiny.py", ["--config.model.name=editor", "--config.eval.beam_size=1"])
+    translator = Translator(build_model(config, 40, 40), None, None, config)  # refused before anything is encoded
+    with pytest.raises(DataError, match=message):
+        trace_page(translator, ["the dog .", "the cat ."], ["kelo .", "lan ."], *args)
