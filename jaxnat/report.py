@@ -314,7 +314,7 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
 
     if not workdirs:
         raise ConfigError("name at least one evaluated workdir")
-    names = names or [os.path.basename(os.path.normpath(w)) for w in workdirs]
+    names = names or default_names(workdirs)
     if len(names) != len(workdirs):
         raise ConfigError(f"--names must give {len(workdirs)} names, one per workdir (a name repeated: seeds)")
     order = [baseline] + [i for i in range(len(workdirs)) if i != baseline]
@@ -397,6 +397,17 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
         report["seeds"] = seed_statistics(configurations, [e["bleu"] for e in report["systems"]], configurations[0])
         report["seed_rows"] = seed_rows(configurations, report["systems"])
     return report
+
+
+def default_names(workdirs: list[str]) -> list[str]:
+    """The systems' names without --names: their workdirs' names, each once (runs that share a name are seeds of one
+    configuration, which only --names says: two runs/<family>/run would have been averaged as seeds)."""
+    names = [os.path.basename(os.path.normpath(w)) for w in workdirs]
+    for k, name in enumerate(names):
+        if name in names[:k]:
+            raise ConfigError(f"the workdirs {workdirs[names.index(name)]} and {workdirs[k]} are both named {name!r}: "
+                              f"name the systems with --names (a name repeated only for seeds of one configuration)")
+    return names
 
 
 def parse_column(spec: str) -> tuple[str, str]:
@@ -768,7 +779,8 @@ def main(argv=None) -> int:
     parser.add_argument("--split", default="test", help="the test split (default: test)")
     parser.add_argument("--out", required=True, help="directory for report.md, report.json and bleu_latency.png")
     parser.add_argument("--baseline", help="the workdir the others are tested against (default: the first)")
-    parser.add_argument("--names", help="comma-separated system names (default: the workdirs' names)")
+    parser.add_argument("--names", help="comma-separated system names, a name repeated for seeds of one configuration "
+                                        "(default: the workdirs' names, which must differ)")
     parser.add_argument("--test", choices=("bs", "ar"), default="bs",
                         help="paired bootstrap resampling (bs, default) or approximate randomisation (ar)")
     parser.add_argument("--samples", type=int, default=1000, help="resamples / permutations (default 1000)")

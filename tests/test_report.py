@@ -11,8 +11,8 @@ import pytest
 from jaxnat.evaluation.metrics import bleu
 from jaxnat.errors import ConfigError
 from jaxnat.report import (FREQUENCY_BINS, bin_label, bleu_by_source_length, constraint_overlap, convergence,
-                           curve_points, iteration_statistics, lookup, parse_column, seed_rows, seed_statistics,
-                           valid_curve, word_f1_by_frequency)
+                           curve_points, default_names, iteration_statistics, lookup, parse_column, seed_rows,
+                           seed_statistics, valid_curve, word_f1_by_frequency)
 from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -183,6 +183,15 @@ def test_runs_of_one_name_must_have_other_seeds(tmp_path):
         build_report([one, two], "test", names=["a", "a"])
     with pytest.raises(ConfigError, match="share the name 'a' and train.seed=0"):
         build_report([one, one], "test", names=["a", "a"])
+
+
+def test_workdirs_of_one_name_are_seeds_only_by_names():
+    """Without --names the systems are named after their workdirs: two of one name (runs/ar/run and runs/levt/run)
+    were averaged as seeds of one configuration; now refused in one line that asks for --names."""
+    assert default_names(["runs/ar", "runs/levt/", "other/ar-s2"]) == ["ar", "levt", "ar-s2"]
+    with pytest.raises(ConfigError, match="the workdirs runs/ar/run and runs/levt/run are both named 'run': name the "
+                                          "systems with --names"):
+        default_names(["runs/ar/run", "x", "runs/levt/run"])
 
 
 @pytest.mark.slow
