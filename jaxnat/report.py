@@ -380,7 +380,10 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
         if s.counts and "iterations" in s.counts[0] and len(s.counts) == len(refs):
             entry["iterations"] = iteration_statistics([c["iterations"] for c in s.counts], corpus[split][0])
         report["systems"].append(entry)
-    pairs = load_pairs(systems[0].config.data, corpus)  # {} without data.pairs_dir
+    # the split's constraint pairs: those of the first system evaluated with pairs (the baseline is often a model
+    # that takes none, the one the paired model is compared with), {} where none was
+    paired = next((s for s in systems if s.config.data.pairs_dir), None)
+    pairs = load_pairs(paired.config.data, corpus) if paired else {}
     if split in pairs:
         for entry, s in zip(report["systems"], systems):
             entry["constraint_overlap"] = constraint_overlap(pairs["train"], pairs[split],

@@ -165,19 +165,41 @@ def test_seed_rows_by_hand():
     assert list(out) == ["soft", "hard"] and out["hard"]["cpr"]["a"]["std"] == 0.0
 
 
+TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
+
+
+def _evaluated(workdir, config, hyps: list[str]) -> str:
+    """A workdir as an evaluation leaves it (config.json, metrics.json, hyps/test.txt), with no model."""
+    (workdir / "hyps").mkdir(parents=True)
+    (workdir / "config.json").write_text(config.to_json_best_effort(sort_keys=True))
+    (workdir / "metrics.json").write_text(json.dumps({"test": {"bleu": 1.0}}))
+    (workdir / "hyps" / "test.txt").write_text("".join(h + "\n" for h in hyps))
+    return str(workdir)
+
+
+def test_constraint_pairs_of_a_system_that_is_not_the_baseline(tmp_path):
+    """The vanilla AR model as the baseline of the vectorized one: the pairs seen in training (Wang et al. 2022,
+    Table 8) were read from the baseline's data only, so that section was left out without a word."""
+    from jaxnat.config import build_config
+    from jaxnat.data.sources import load_corpus
+    from jaxnat.report import build_report
+
+    vanilla = build_config(TINY, [])
+    paired = build_config(TINY, ["--config.model.name=vecconst", "--config.data.pairs_dir=synthetic"])
+    refs = load_corpus(vanilla.data)["test"][1]
+    workdirs = [_evaluated(tmp_path / name, config, refs) for name, config in (("ar", vanilla), ("vc", paired))]
+    report = build_report(workdirs, "test", samples=10)
+    assert [s["constraint_overlap"]["rows"]["plain"]["csr_seen"] for s in report["systems"]] == [100.0, 100.0]
+
+
 def test_runs_of_one_name_must_have_other_seeds(tmp_path):
     """--names a,a averages runs as seeds of one configuration (mean ± std, t-test): two runs of one train.seed
     (the same workdir twice, a copy, a run given the wrong name) made a mean over seeds of what is not."""
     from jaxnat.config import build_config
     from jaxnat.report import build_report
 
-    tiny = build_config(os.path.join(ROOT, "tests", "configs", "tiny.py"), [])
-    for name in ("one", "two"):
-        (tmp_path / name / "hyps").mkdir(parents=True)
-        (tmp_path / name / "config.json").write_text(tiny.to_json_best_effort(sort_keys=True))
-        (tmp_path / name / "metrics.json").write_text(json.dumps({"test": {"bleu": 1.0}}))
-        (tmp_path / name / "hyps" / "test.txt").write_text("a b\n")
-    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    tiny = build_config(TINY, [])
+    one, two = (_evaluated(tmp_path / name, tiny, ["a b"]) for name in ("one", "two"))
     with pytest.raises(ConfigError, match=f"--names: {one} and {two} share the name 'a' and train.seed=0; runs "
                                           f"of one name are seeds"):
         build_report([one, two], "test", names=["a", "a"])
