@@ -60,6 +60,8 @@ SWEEP_ROW = re.compile(r"([A-Z])(\d+)(?:_oracle_(\w+))?")
 COUNT_ROW = re.compile(r"(soft|hard)_c(\d+)")
 LAST_PART_START = 0.8  # convergence: the last fifth of a run's training, after this share of its validated steps
 FLAT_WITHIN = 0.5  # ... is flat when its best validation BLEU gains at most this much over the best before it
+# the report's pictures, as `main` draws them (`plot`, `plot_by_length`, `plot_curves`, `plot_training`)
+PICTURES = ("bleu_latency.png", "bleu_by_length.png", "curves.png", "valid_bleu.png")
 ABSENT = object()  # `lookup`'s answer, when asked, for a path a system's entry lacks (not one whose value is None)
 
 
@@ -610,10 +612,24 @@ def plot_analyses(report: dict, directory: str) -> list[str]:
 
     drawn = []
     for m, results in _analysed(report["systems"]).items():
-        path = os.path.join(directory, f"{m}_analysis.png")
+        path = analysis_picture(directory, m)
         if family_of(m).analysis.plot is not None and (Figure := _figure_class(path)) is not None:
             drawn.append(family_of(m).analysis.plot(results, path, Figure))
     return drawn
+
+
+def analysis_picture(directory: str, model: str) -> str:
+    return os.path.join(directory, f"{model}_analysis.png")
+
+
+def stale_pictures(directory: str) -> list[str]:
+    """The pictures of an earlier report in ``directory``, to remove before this one draws its own: it draws only
+    those it has data (and matplotlib) for, and an earlier report's would stand beside it as if they were its."""
+    from jaxnat import models
+
+    paths = [os.path.join(directory, name) for name in PICTURES] + [analysis_picture(directory, m)
+                                                                      for m in models.names()]
+    return [p for p in paths if os.path.isfile(p)]
 
 
 def _curve_table(curves: list[tuple[str, str, dict]], title: str, caption: str, kind: str,
@@ -823,10 +839,10 @@ def main(argv=None) -> int:
         markdown = to_markdown(report)
         with open(os.path.join(args.out, "report.md"), "w") as f:
             f.write(markdown)
-        plot(report, os.path.join(args.out, "bleu_latency.png"))
-        plot_by_length(report, os.path.join(args.out, "bleu_by_length.png"))
-        plot_curves(report, os.path.join(args.out, "curves.png"))
-        plot_training(report, os.path.join(args.out, "valid_bleu.png"))
+        for path in stale_pictures(args.out):
+            os.remove(path)
+        for draw, name in zip((plot, plot_by_length, plot_curves, plot_training), PICTURES):
+            draw(report, os.path.join(args.out, name))
         plot_analyses(report, args.out)
     except (JaxnatError, OSError) as e:
         print(f"jaxnat: error: {e}", file=sys.stderr)

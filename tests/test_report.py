@@ -192,6 +192,26 @@ def test_constraint_pairs_of_a_system_that_is_not_the_baseline(tmp_path):
     assert [s["constraint_overlap"]["rows"]["plain"]["csr_seen"] for s in report["systems"]] == [100.0, 100.0]
 
 
+def test_a_report_rewritten_leaves_no_picture_of_the_earlier_one(tmp_path, capsys):
+    """A report written again into its --out kept the earlier report's curves.png and cmlm_analysis.png where the
+    new one had no sweeps or analyses to draw (or no matplotlib), beside a report.md that had none of them."""
+    from jaxnat.config import build_config
+    from jaxnat.data.sources import load_corpus
+    from jaxnat.report import main
+
+    config = build_config(TINY, [])
+    workdir = _evaluated(tmp_path / "ar", config, load_corpus(config.data)["test"][1])
+    out = tmp_path / "report"
+    out.mkdir()
+    for name in ("curves.png", "cmlm_analysis.png", "valid_bleu.png", "notes.png"):
+        (out / name).write_text("an earlier report's")
+    assert main([workdir, "--out", str(out), "--samples", "10"]) == 0
+    capsys.readouterr()
+    assert sorted(p.name for p in out.iterdir() if p.read_text(errors="replace") == "an earlier report's") == [
+        "notes.png"]  # (not the report's: kept)
+    assert not (out / "curves.png").exists() and not (out / "cmlm_analysis.png").exists()
+
+
 def test_runs_of_one_name_must_have_other_seeds(tmp_path):
     """--names a,a averages runs as seeds of one configuration (mean ± std, t-test): two runs of one train.seed
     (the same workdir twice, a copy, a run given the wrong name) made a mean over seeds of what is not."""
