@@ -25,6 +25,11 @@ def _families_with_analysis() -> list:
     return [f for f in map(models.family_of, models.names()) if f.analysis is not None]
 
 
+def with_analysis() -> str:
+    """The families that have an analysis, as a message names them ("model.name=..., ...")."""
+    return ", ".join(f"model.name={f.name}" for f in _families_with_analysis())
+
+
 def measure(workdir: str, split: str = SPLIT, sentences: int = SENTENCES, **options) -> dict:
     """Its family's analysis of ``workdir`` on the first ``sentences`` pairs of ``split``, as a JSON-able dict
     with 'workdir', 'checkpoint' (which parameters), 'split' and 'sentences' beside the family's own keys.
@@ -38,9 +43,8 @@ def measure(workdir: str, split: str = SPLIT, sentences: int = SENTENCES, **opti
     config = workdir_config(workdir)
     analysis = family_of(config.model.name).analysis
     if analysis is None:
-        having = ", ".join(f"model.name={f.name}" for f in _families_with_analysis())
         raise ConfigError(f"{workdir} is a {config.model.name} model, whose family has no analysis of its own "
-                          f"(analyses: {having})")
+                          f"(analyses: {with_analysis()})")
     corpus = load_corpus(config.data)
     if split not in corpus or corpus[split][1] is None:
         raise JaxnatError(f"{workdir}'s data has no references for split {split!r} (splits: {', '.join(corpus)})")

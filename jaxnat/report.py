@@ -374,6 +374,8 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
                                    for r, h in row_hyps(s, tuple(first_pass)).items()}}
         if model_analyses and family.analysis is not None:
             entry["analysis"] = analyse.measure(s.workdir)
+        elif model_analyses:
+            report.setdefault("unanalysed", []).append(s.name)  # said in the report, not left out without a word
         entry["word_f1"] = word_f1_by_frequency(s.hyps, refs, train_refs)
         entry["by_length"] = bleu_by_source_length(s.hyps, refs, corpus[split][0])
         entry["runs"] = provenance.summary(s.workdir)  # None for a workdir trained before runs.jsonl existed
@@ -568,6 +570,9 @@ def to_markdown(report: dict) -> str:
     analysed = [(s["model"], s["analysis"]) for s in systems if "analysis" in s]  # --model-analyses
     if analysed:
         lines += ["", analyse.tables(analysed)]
+    if report.get("unanalysed"):
+        lines += ["", f"Model analyses (--model-analyses): none of {', '.join(report['unanalysed'])}, whose families "
+                  f"have no analysis of their own (analyses: {analyse.with_analysis()})."]
     lines += _training_section(systems, report["flat_within"])
     recorded = [s for s in systems if s.get("runs")]
     if recorded:

@@ -212,6 +212,21 @@ def test_a_report_rewritten_leaves_no_picture_of_the_earlier_one(tmp_path, capsy
     assert not (out / "curves.png").exists() and not (out / "cmlm_analysis.png").exists()
 
 
+def test_model_analyses_say_which_systems_have_none(tmp_path):
+    """--model-analyses on systems whose family has no analysis of its own left the report without a word of it."""
+    from jaxnat.config import build_config
+    from jaxnat.data.sources import load_corpus
+    from jaxnat.report import build_report, to_markdown
+
+    config = build_config(TINY, [])
+    workdir = _evaluated(tmp_path / "ar", config, load_corpus(config.data)["test"][1])
+    report = build_report([workdir], "test", samples=10, model_analyses=True)
+    assert report["unanalysed"] == ["ar"]
+    assert ("Model analyses (--model-analyses): none of ar, whose families have no analysis of their own (analyses: "
+            "model.name=") in to_markdown(report)
+    assert "unanalysed" not in build_report([workdir], "test", samples=10)
+
+
 def test_runs_of_one_name_must_have_other_seeds(tmp_path):
     """--names a,a averages runs as seeds of one configuration (mean ± std, t-test): two runs of one train.seed
     (the same workdir twice, a copy, a run given the wrong name) made a mean over seeds of what is not."""
