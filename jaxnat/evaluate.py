@@ -179,13 +179,29 @@ def evaluate(config, workdir: str) -> dict:
     return results
 
 
-def _evaluation_record(config, workdir: str) -> dict:
-    """The config and the checkpoints on disk (every saved step, best and last) an evaluation used."""
+def _checkpoints(workdir: str) -> dict[str, list[str]]:
+    """The checkpoints on disk: {kind (best, last, averaged): every saved step}."""
     root = os.path.join(workdir, "checkpoints")
     kinds = sorted(os.listdir(root)) if os.path.isdir(root) else []
-    saved = {kind: sorted(os.listdir(os.path.join(root, kind))) for kind in kinds
-             if os.path.isdir(os.path.join(root, kind))}
-    return {"config": json.loads(config.to_json_best_effort(sort_keys=True)), "checkpoints": saved}
+    return {kind: sorted(os.listdir(os.path.join(root, kind))) for kind in kinds
+            if os.path.isdir(os.path.join(root, kind))}
+
+
+def _evaluation_record(config, workdir: str) -> dict:
+    """The config and the checkpoints on disk (every saved step, best and last) an evaluation used."""
+    return {"config": json.loads(config.to_json_best_effort(sort_keys=True)), "checkpoints": _checkpoints(workdir)}
+
+
+def trained_since_evaluation(workdir: str) -> bool:
+    """Whether training saved checkpoints after ``workdir/metrics.json`` was computed: the best and last ones on disk
+    are not those its record lists (a run resumed after its evaluation, or training still); False without a record."""
+    try:
+        with open(os.path.join(workdir, EVALUATED), encoding="utf-8") as f:
+            recorded = json.load(f)["checkpoints"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    now = _checkpoints(workdir)
+    return isinstance(recorded, dict) and any(recorded.get(kind) != now.get(kind) for kind in ("best", "last"))
 
 
 def evaluated_config(workdir: str):

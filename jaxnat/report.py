@@ -311,6 +311,7 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
     ``columns``: (label, key) of the report's first table (`parse_column`); a key no system has is logged."""
     from jaxnat.config import workdir_config
     from jaxnat.data.sources import load_corpus, load_pairs
+    from jaxnat.evaluate import trained_since_evaluation
     from jaxnat.evaluation.metrics import corpus_metrics
     from jaxnat.models import family_of
 
@@ -379,6 +380,10 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
         entry["word_f1"] = word_f1_by_frequency(s.hyps, refs, train_refs)
         entry["by_length"] = bleu_by_source_length(s.hyps, refs, corpus[split][0])
         entry["runs"] = provenance.summary(s.workdir)  # None for a workdir trained before runs.jsonl existed
+        if trained_since_evaluation(s.workdir):  # its scores are not of the training its row shows
+            entry["trained_since_evaluation"] = True
+            log.warning("%s trained on after its evaluation (metrics.json): its scores are of earlier checkpoints; "
+                        "evaluate it again (--mode eval)", s.workdir)
         curve = valid_curve(s.workdir)
         entry["training"] = {"valid_bleu": [list(sb) for sb in curve], **convergence(curve, flat_within)}
         if s.counts and "iterations" in s.counts[0] and len(s.counts) == len(refs):
@@ -510,6 +515,9 @@ def to_markdown(report: dict) -> str:
                  " ".join(f"{k}={v}" for k, v in s["architecture"].items()) or "–"]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", *[f"- {k}: `{v}`" for k, v in report["signatures"].items()], ""]
+    if stale := [s["name"] for s in systems if s.get("trained_since_evaluation")]:
+        lines += [f"Trained on after their evaluation, so their scores are of earlier checkpoints than their training "
+                  f"and curves show (evaluate them again: --mode eval): {', '.join(stale)}.", ""]
     rows = sorted({r for s in systems for r in s["rows"]})
     if rows:
         lines += ["## Other rows of the evaluation", "",

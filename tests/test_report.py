@@ -227,6 +227,33 @@ def test_model_analyses_say_which_systems_have_none(tmp_path):
     assert "unanalysed" not in build_report([workdir], "test", samples=10)
 
 
+def test_a_run_trained_on_after_its_evaluation_is_marked(tmp_path):
+    """A run evaluated at step 40, then resumed to step 110 (or still training): the report showed its step-40 scores
+    beside the 110 steps and the validation curve of its runs.jsonl and history, without a word."""
+    from jaxnat.config import build_config
+    from jaxnat.data.sources import load_corpus
+    from jaxnat.evaluate import trained_since_evaluation
+    from jaxnat.report import build_report, to_markdown
+
+    config = build_config(TINY, [])
+    workdir = _evaluated(tmp_path / "run", config, load_corpus(config.data)["test"][1])
+    assert not trained_since_evaluation(workdir)  # no record: evaluated before records existed, or copied in
+    for kind, steps in (("best", ["20"]), ("last", ["20", "40"])):
+        for step in steps:
+            (tmp_path / "run" / "checkpoints" / kind / step).mkdir(parents=True)
+    record = {"config": {}, "checkpoints": {"best": ["20"], "last": ["20", "40"]}}
+    (tmp_path / "run" / "metrics.record.json").write_text(json.dumps(record))
+    assert not trained_since_evaluation(workdir) and "Trained on after" not in to_markdown(
+        build_report([workdir], "test", samples=10))
+    (tmp_path / "run" / "checkpoints" / "averaged" / "40").mkdir(parents=True)  # --mode average: no training
+    assert not trained_since_evaluation(workdir)
+    (tmp_path / "run" / "checkpoints" / "last" / "110").mkdir()
+    assert trained_since_evaluation(workdir)
+    report = build_report([workdir], "test", samples=10)
+    assert report["systems"][0]["trained_since_evaluation"] is True
+    assert "Trained on after their evaluation, so their scores are of earlier checkpoints" in to_markdown(report)
+
+
 def test_runs_of_one_name_must_have_other_seeds(tmp_path):
     """--names a,a averages runs as seeds of one configuration (mean ± std, t-test): two runs of one train.seed
     (the same workdir twice, a copy, a run given the wrong name) made a mean over seeds of what is not."""
