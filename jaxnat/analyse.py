@@ -30,21 +30,28 @@ def with_analysis() -> str:
     return ", ".join(f"model.name={f.name}" for f in _families_with_analysis())
 
 
+def analysis_of(config, workdir: str):
+    """The `Analysis` of ``workdir``'s family (``config``: its config); a one-line ConfigError where it has none."""
+    from jaxnat.models import family_of
+
+    analysis = family_of(config.model.name).analysis
+    if analysis is None:
+        raise ConfigError(f"{workdir}: its family (model.name={config.model.name}) has no analysis of its own "
+                          f"(analyses: {with_analysis()})")
+    return analysis
+
+
 def measure(workdir: str, split: str = SPLIT, sentences: int = SENTENCES, **options) -> dict:
     """Its family's analysis of ``workdir`` on the first ``sentences`` pairs of ``split``, as a JSON-able dict
     with 'workdir', 'checkpoint' (which parameters), 'split' and 'sentences' beside the family's own keys.
     options: values of the family's `Analysis.options` (the others take their defaults)."""
     from jaxnat.config import workdir_config
     from jaxnat.data.sources import load_corpus
-    from jaxnat.models import family_of
     from jaxnat.models.family import AnalysisRun
     from jaxnat.restore import load_translator
 
     config = workdir_config(workdir)
-    analysis = family_of(config.model.name).analysis
-    if analysis is None:
-        raise ConfigError(f"{workdir} is a {config.model.name} model, whose family has no analysis of its own "
-                          f"(analyses: {with_analysis()})")
+    analysis = analysis_of(config, workdir)
     corpus = load_corpus(config.data)
     if split not in corpus or corpus[split][1] is None:
         raise JaxnatError(f"{workdir}'s data has no references for split {split!r} (splits: {', '.join(corpus)})")
@@ -87,8 +94,11 @@ def main(argv=None) -> int:
         if args.sentences < 1:
             raise ConfigError(f"--sentences must be positive, got {args.sentences}")
         options = {k: v for k, v in vars(args).items() if k not in ("workdirs", "split", "sentences")}
-        results = [(workdir_config(w).model.name, measure(w, args.split, args.sentences, **options))
-                   for w in args.workdirs]
+        configs = [workdir_config(w) for w in args.workdirs]
+        for w, config in zip(args.workdirs, configs):  # every workdir before the first one's minutes of measuring
+            analysis_of(config, w)
+        results = [(config.model.name, measure(w, args.split, args.sentences, **options))
+                   for w, config in zip(args.workdirs, configs)]
     except (JaxnatError, OSError) as e:
         print(f"jaxnat: error: {e}", file=sys.stderr)
         return 2

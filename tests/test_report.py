@@ -254,6 +254,21 @@ def test_a_run_trained_on_after_its_evaluation_is_marked(tmp_path):
     assert "Trained on after their evaluation, so their scores are of earlier checkpoints" in to_markdown(report)
 
 
+def test_analyse_checks_every_workdir_before_it_measures_one(tmp_path, monkeypatch, capsys):
+    """python -m jaxnat.analyse A B: B of a family without an analysis was refused only after A's analysis (minutes
+    on a real model's 500 sentences)."""
+    from jaxnat import analyse
+    from jaxnat.config import build_config
+
+    measured = []
+    monkeypatch.setattr(analyse, "measure", lambda workdir, *args, **options: measured.append(workdir) or {})
+    workdirs = [_evaluated(tmp_path / name, build_config(TINY, args), []) for name, args in (
+        ("cmlm", ["--config.model.name=cmlm", "--config.eval.beam_size=1"]), ("ar", []))]
+    assert analyse.main(workdirs) == 2 and measured == []
+    assert capsys.readouterr().err == (f"jaxnat: error: {workdirs[1]}: its family (model.name=ar) has no analysis of "
+                                       f"its own (analyses: {analyse.with_analysis()})\n")
+
+
 def test_runs_of_one_name_must_have_other_seeds(tmp_path):
     """--names a,a averages runs as seeds of one configuration (mean ± std, t-test): two runs of one train.seed
     (the same workdir twice, a copy, a run given the wrong name) made a mean over seeds of what is not."""
