@@ -338,13 +338,16 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
     if split not in corpus or corpus[split][1] is None:
         raise JaxnatError(f"the baseline's data has no references for split {split!r}")
     refs = corpus[split][1]
-    for s in systems:
+    for s in systems:  # other data first: the cause of another number of hypotheses too
+        # systems trained on the same data (the usual case) share one load: a synthetic corpus is not regenerated
+        data, base = s.config.data.to_dict(), systems[0].config.data.to_dict()
+        if data != base and load_corpus(s.config.data).get(split, (None, None))[1] != refs:
+            differ = ", ".join(f"{k} {data.get(k)!r} / {base.get(k)!r}" for k in sorted(set(data) | set(base))
+                               if data.get(k) != base.get(k))
+            raise JaxnatError(f"{s.workdir} was evaluated on other references of {split!r} than the baseline (its "
+                              f"evaluation's data / the baseline's: {differ})")
         if len(s.hyps) != len(refs):
             raise JaxnatError(f"{s.workdir}: {len(s.hyps)} hypotheses for the {len(refs)} references of {split!r}")
-        # systems trained on the same data (the usual case) share one load: a synthetic corpus is not regenerated
-        same_data = s.config.data.to_dict() == systems[0].config.data.to_dict()
-        if not same_data and load_corpus(s.config.data).get(split, (None, None))[1] != refs:
-            raise JaxnatError(f"{s.workdir} was evaluated on other references of {split!r} than the baseline")
     signatures, tests = paired_test(systems, refs, test, samples)
     train_refs = corpus["train"][1]
     report = {"split": split, "sentences": len(refs), "baseline": systems[0].name, "test": test,

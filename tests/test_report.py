@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from jaxnat.evaluation.metrics import bleu
-from jaxnat.errors import ConfigError
+from jaxnat.errors import ConfigError, JaxnatError
 from jaxnat.report import (FREQUENCY_BINS, bin_label, bleu_by_source_length, constraint_overlap, convergence,
                            curve_points, default_names, iteration_statistics, lookup, parse_column, seed_rows,
                            seed_statistics, valid_curve, word_f1_by_frequency)
@@ -267,6 +267,22 @@ def test_analyse_checks_every_workdir_before_it_measures_one(tmp_path, monkeypat
     assert analyse.main(workdirs) == 2 and measured == []
     assert capsys.readouterr().err == (f"jaxnat: error: {workdirs[1]}: its family (model.name=ar) has no analysis of "
                                        f"its own (analyses: {analyse.with_analysis()})\n")
+
+
+def test_a_run_evaluated_on_other_data_is_refused_for_its_data(tmp_path):
+    """A copy evaluated on 20 test sentences beside a run evaluated on 40: refused as "20 hypotheses for the 40
+    references", which left the cause (its evaluation's data) to be guessed."""
+    from jaxnat.config import build_config
+    from jaxnat.data.sources import load_corpus
+    from jaxnat.report import build_report
+
+    workdirs = []
+    for name, sentences in (("ar", 40), ("other", 20)):
+        config = build_config(TINY, [f"--config.data.synthetic_test={sentences}"])
+        workdirs.append(_evaluated(tmp_path / name, config, load_corpus(config.data)["test"][1]))
+    with pytest.raises(JaxnatError, match=r"other was evaluated on other references of 'test' than the baseline \(its "
+                                          r"evaluation's data / the baseline's: synthetic_test 20 / 40\)"):
+        build_report(workdirs, "test", samples=10)
 
 
 def test_runs_of_one_name_must_have_other_seeds(tmp_path):
