@@ -25,6 +25,7 @@ MET = {
     "ar-pairs": {"": {"bleu": 38.2}, "pairs_hard": {"bleu": 42.0, "cpr": 100.0}},
     "vecconst": {"pairs": {"bleu": 41.0, "cpr": 96.0}, "pairs_hard": {"bleu": 42.5, "cpr": 100.0}},
     "vecconst-vdba": {"pairs_hard": {"bleu": 43.0, "cpr": 100.0}},
+    **{job: {"": {"bleu": 36.0}, "hard": {"cpr": 100.0}} for job in ("dat", "dat-kd", "ctc", "ctc-plain")},
 }
 
 
@@ -51,7 +52,7 @@ def test_targets_hold_miss_or_wait(tmp_path):
     held, _ = _targets(runs)
     assert held == {"ar": True, "levt": True, "editor": True, "cmlmc-kd": True, "cmlmc": True, "natbase-rescored": True,
                     "covnat-rescored": True, "covnat-repeats": True, "editor-soft": True, "hard": True,
-                    "vecconst": True}
+                    "hard-onepass": True, "vecconst": True}
     # the teacher is ar-small (38.5): levt's gap is 1.0; with ar (38.2) as the teacher, as given, it is 0.7
     assert "37.50 against 38.50 (gap 1.00)" in (runs / "reports" / "targets.md").read_text()
     _targets(runs, "--teacher", "ar")
@@ -76,6 +77,7 @@ def test_targets_hold_miss_or_wait(tmp_path):
     assert missed(("editor", "soft", "cpr", 84.0)) == {"editor-soft"}  # below LevT's CPR
     assert missed(("editor", "soft", "bleu", 37.1)) == {"editor-soft"}  # below its plain BLEU
     assert missed(("cmlm", "hard", "cpr", 99.9)) == {"hard"}
+    assert missed(("ctc", "hard", "cpr", 99.9)) == {"hard-onepass"}  # (a one-pass model's were not checked)
     assert missed(("vecconst", "pairs", "cpr", 94.0)) == {"vecconst"}
     assert missed(("vecconst-vdba", "pairs_hard", "bleu", 41.9)) == {"vecconst"}  # not above vanilla + VDBA
     # a run not evaluated yet: its targets wait, the others are told
@@ -83,6 +85,10 @@ def test_targets_hold_miss_or_wait(tmp_path):
     _write(tmp_path / "partial", figures)
     held, _ = _targets(tmp_path / "partial")
     assert held["covnat-rescored"] is None and held["natbase-rescored"] is True
+    figures = {job: rows for job, rows in MET.items() if job not in ("dat", "dat-kd", "ctc", "ctc-plain")}
+    _write(tmp_path / "no-onepass", figures)  # the onepass table not trained: its target waits, the others hold
+    held, _ = _targets(tmp_path / "no-onepass")
+    assert held["hard-onepass"] is None and held["hard"] is True
 
 
 def test_convergence_of_each_trained_run(tmp_path):
