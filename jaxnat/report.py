@@ -425,6 +425,18 @@ def default_names(workdirs: list[str]) -> list[str]:
     return names
 
 
+def strict(value):
+    """``value`` with every float that is no finite number as None: report.json is strict JSON, which jq and
+    JavaScript read (a t-test of runs with equal scores is NaN, and so is a metrics.json CPR without constraints)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    return value
+
+
 def parse_column(spec: str) -> tuple[str, str]:
     """--column LABEL=KEY → (label, key). KEY: a dotted path into a system's entry of report.json (`bleu`,
     `tok_bleu`, `metrics.repeated`, `rows.soft.bleu`, `training.best`, `runs.steps`), or two of them as
@@ -851,7 +863,7 @@ def main(argv=None) -> int:
                               args.model_analyses, args.flat_within, columns)
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "report.json"), "w") as f:
-            json.dump(report, f, indent=2)
+            json.dump(strict(report), f, indent=2, allow_nan=False)
         markdown = to_markdown(report)
         with open(os.path.join(args.out, "report.md"), "w") as f:
             f.write(markdown)

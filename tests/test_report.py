@@ -285,6 +285,24 @@ def test_a_run_evaluated_on_other_data_is_refused_for_its_data(tmp_path):
         build_report(workdirs, "test", samples=10)
 
 
+def test_report_json_is_strict_json(tmp_path, capsys):
+    """NaN (a t-test of seeds with equal scores, a CPR of no constraints in metrics.json) was written as NaN, which
+    is no JSON: jq and JavaScript's JSON.parse refuse the file. Now null, as "–" in report.md."""
+    from jaxnat.config import build_config
+    from jaxnat.data.sources import load_corpus
+    from jaxnat.report import main, strict
+
+    assert strict({"a": [1.0, float("nan"), (float("inf"), "x")], "b": {"c": -float("inf"), "d": None}, "e": 2}) == {
+        "a": [1.0, None, [None, "x"]], "b": {"c": None, "d": None}, "e": 2}
+    config = build_config(TINY, [])
+    workdir = _evaluated(tmp_path / "ar", config, load_corpus(config.data)["test"][1])
+    (tmp_path / "ar" / "metrics.json").write_text('{"test": {"bleu": 1.0, "cpr": NaN}}')
+    assert main([workdir, "--out", str(tmp_path / "report"), "--samples", "10"]) == 0
+    capsys.readouterr()
+    report = json.loads((tmp_path / "report" / "report.json").read_text(), parse_constant=lambda name: name)
+    assert report["systems"][0]["cpr"] is None and report["systems"][0]["metrics"]["cpr"] is None
+
+
 def test_runs_of_one_name_must_have_other_seeds(tmp_path):
     """--names a,a averages runs as seeds of one configuration (mean ± std, t-test): two runs of one train.seed
     (the same workdir twice, a copy, a run given the wrong name) made a mean over seeds of what is not."""
