@@ -116,6 +116,21 @@ def test_average_and_curves_from_the_command_line(run, tmp_path):
     assert json.loads((run / "history.jsonl").read_text().splitlines()[-1])["step"] == 12
 
 
+def test_curves_of_an_imported_model_say_it_was_not_trained_here(tmp_path):
+    """--mode curves of an import's workdir said "a run trained by this version of jaxnat writes one", as if the run
+    were too old."""
+    from jaxnat.data import piece_vocab
+    from jaxnat.training.history import plot_curves
+
+    with pytest.raises(JaxnatError, match=r"has no history.jsonl \(a run trained by this version"):
+        plot_curves(str(tmp_path), required=True)
+    os.makedirs(os.path.dirname(piece_vocab.settings_path(str(tmp_path))))
+    with open(piece_vocab.settings_path(str(tmp_path)), "w") as f:
+        f.write("{}")
+    with pytest.raises(JaxnatError, match=r"has no history.jsonl \(it holds an imported model, not trained here\)"):
+        plot_curves(str(tmp_path), required=True)
+
+
 def _params(value: float) -> dict:
     return {"w": np.full((2, 3), value, np.float32)}
 

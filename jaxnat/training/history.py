@@ -79,9 +79,13 @@ def plot_curves(workdir: str, required: bool = False) -> str:
     """Draws `<workdir>/curves.png`: training and validation loss, validation BLEU and tokens/s over steps.
     Returns its path. Without matplotlib (the plots extra) nothing is drawn: a one-line `MissingDependency` when
     the curves are ``required`` (`--mode curves`), else the text returned says so (the trainer logs it)."""
+    from jaxnat.data import piece_vocab
+
     entries = read_history(workdir)
-    if not entries:
-        raise JaxnatError(f"{workdir} has no {FILE} (a run trained by this version of jaxnat writes one)")
+    if not entries:  # an import's workdir (its vocab/ settings) has a model but no training to draw
+        why = ("it holds an imported model, not trained here" if piece_vocab.exists(workdir) else
+               "a run trained by this version of jaxnat writes one")
+        raise JaxnatError(f"{workdir} has no {FILE} ({why})")
     if required:
         require("matplotlib", "drawing curves.png")
     elif optional("matplotlib") is None:
