@@ -437,6 +437,15 @@ def strict(value):
     return value
 
 
+def parse_names(text: str) -> list[str]:
+    """--names a,b,... → the names, without the spaces around each: "a, a" names one configuration twice (seeds),
+    not "a" and " a". An empty name is refused."""
+    names = [name.strip() for name in text.split(",")]
+    if not all(names):
+        raise ConfigError(f"--names has an empty name: {text!r} (comma-separated names, one per workdir)")
+    return names
+
+
 def parse_column(spec: str) -> tuple[str, str]:
     """--column LABEL=KEY → (label, key). KEY: a dotted path into a system's entry of report.json (`bleu`,
     `tok_bleu`, `metrics.repeated`, `rows.soft.bleu`, `training.best`, `runs.steps`), or two of them as
@@ -857,7 +866,7 @@ def main(argv=None) -> int:
             if os.path.realpath(args.baseline) not in real:
                 raise ConfigError(f"--baseline {args.baseline} is not one of the workdirs")
             baseline = real.index(os.path.realpath(args.baseline))
-        names = args.names.split(",") if args.names else None
+        names = parse_names(args.names) if args.names else None
         columns = [parse_column(c) for c in args.column]
         report = build_report(args.workdirs, args.split, baseline, names, args.test, args.samples,
                               args.model_analyses, args.flat_within, columns)

@@ -11,8 +11,8 @@ import pytest
 from jaxnat.evaluation.metrics import bleu
 from jaxnat.errors import ConfigError, JaxnatError
 from jaxnat.report import (FREQUENCY_BINS, bin_label, bleu_by_source_length, constraint_overlap, convergence,
-                           curve_points, default_names, iteration_statistics, lookup, parse_column, seed_rows,
-                           seed_statistics, valid_curve, word_f1_by_frequency)
+                           curve_points, default_names, iteration_statistics, lookup, parse_column, parse_names,
+                           seed_rows, seed_statistics, valid_curve, word_f1_by_frequency)
 from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -316,6 +316,15 @@ def test_runs_of_one_name_must_have_other_seeds(tmp_path):
         build_report([one, two], "test", names=["a", "a"])
     with pytest.raises(ConfigError, match="share the name 'a' and train.seed=0"):
         build_report([one, one], "test", names=["a", "a"])
+
+
+def test_names_are_read_without_the_spaces_around_them():
+    """--names "ar, ar, ar" made "ar" and " ar" two configurations: the baseline alone, and two seeds of " ar"."""
+    assert parse_names("ar, ar ,ar") == ["ar", "ar", "ar"]
+    assert parse_names("a#b,c") == ["a#b", "c"]
+    for bad in ("a,,b", "a, ", ","):
+        with pytest.raises(ConfigError, match="--names has an empty name"):
+            parse_names(bad)
 
 
 def test_workdirs_of_one_name_are_seeds_only_by_names():
