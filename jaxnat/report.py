@@ -280,12 +280,14 @@ class System:
 
 def row_hyps(system: System, rows: tuple[str, ...]) -> dict[str, list[str]]:
     """The hypotheses of the evaluation's rows of the split that ``system`` has (`hyps/<split>.<row>.txt`; "" is
-    the plain row)."""
+    the plain row): rows of its metrics.json only, since an evaluation leaves the files of an earlier one's other
+    rows in hyps/."""
     out = {}
     for row in rows:
         if not row:
             out["plain"] = system.hyps
-        elif os.path.isfile(path := os.path.join(system.workdir, "hyps", f"{system.split}.{row}.txt")):
+        elif row in system.rows and os.path.isfile(path := os.path.join(system.workdir, "hyps",
+                                                                         f"{system.split}.{row}.txt")):
             with open(path, encoding="utf-8") as f:
                 out[row] = [line.rstrip("\n") for line in f]
     return out

@@ -303,6 +303,20 @@ def test_report_json_is_strict_json(tmp_path, capsys):
     assert report["systems"][0]["cpr"] is None and report["systems"][0]["metrics"]["cpr"] is None
 
 
+def test_rows_of_an_earlier_evaluation_are_not_read(tmp_path):
+    """A run evaluated with constraint pairs, then again without: hyps/test.pairs_hard.txt stays, and the report
+    showed its CSR as a row of the evaluation that has none."""
+    from jaxnat.config import build_config
+    from jaxnat.report import System, row_hyps
+
+    workdir = _evaluated(tmp_path / "ar", build_config(TINY, []), ["a b"])
+    (tmp_path / "ar" / "hyps" / "test.pairs_hard.txt").write_text("an earlier evaluation's\n")
+    assert row_hyps(System(workdir, "ar", "test"), ("", "pairs", "pairs_hard")) == {"plain": ["a b"]}
+    (tmp_path / "ar" / "metrics.json").write_text(json.dumps({"test": {"bleu": 1.0}, "test+pairs_hard": {"bleu": 2.0}}))
+    assert row_hyps(System(workdir, "ar", "test"), ("", "pairs_hard")) == {"plain": ["a b"], "pairs_hard": [
+        "an earlier evaluation's"]}
+
+
 def test_runs_of_one_name_must_have_other_seeds(tmp_path):
     """--names a,a averages runs as seeds of one configuration (mean ± std, t-test): two runs of one train.seed
     (the same workdir twice, a copy, a run given the wrong name) made a mean over seeds of what is not."""
