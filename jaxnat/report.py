@@ -262,20 +262,28 @@ class System:
         if not (os.path.isfile(path) and os.path.isfile(hyp_path)):
             raise JaxnatError(f"{workdir} has no evaluation of split {split!r} ({path} and {hyp_path}); run "
                               f"--mode eval on it first")
-        with open(path) as f:
-            metrics = json.load(f)
+        metrics = _read(path, json.load)
+        if not isinstance(metrics, dict) or not all(isinstance(row, dict) for row in metrics.values()):
+            raise JaxnatError(f"{path} is not an evaluation's {{row: {{metric: value}}}}; evaluate the run again "
+                              f"(--mode eval)")
         if split not in metrics:
             raise JaxnatError(f"{path} has no row {split!r} (rows: {', '.join(sorted(metrics))})")
         self.main = metrics[split]
         self.rows = {k[len(split) + 1:]: v for k, v in metrics.items() if k.startswith(split + "+")}
-        with open(hyp_path, encoding="utf-8") as f:
-            self.hyps = [line.rstrip("\n") for line in f]
+        self.hyps = _read(hyp_path, lambda f: [line.rstrip("\n") for line in f])
         self.split = split
         counts = os.path.join(workdir, "hyps", f"{split}.counts.jsonl")  # a model's per-sentence counts, if any
-        self.counts = None
-        if os.path.isfile(counts):
-            with open(counts, encoding="utf-8") as f:
-                self.counts = [json.loads(line) for line in f]
+        self.counts = _read(counts, lambda f: [json.loads(line) for line in f]) if os.path.isfile(counts) else None
+
+
+def _read(path: str, parse):
+    """``parse`` of the open UTF-8 file ``path`` of an evaluation; a one-line JaxnatError for a damaged one (not
+    JSON, not UTF-8: cut short by a full disk, edited by hand)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return parse(f)
+    except ValueError as e:  # (json.JSONDecodeError and UnicodeDecodeError are ValueErrors)
+        raise JaxnatError(f"{path} cannot be read ({e}); evaluate the run again (--mode eval)") from None
 
 
 def row_hyps(system: System, rows: tuple[str, ...]) -> dict[str, list[str]]:

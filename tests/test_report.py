@@ -317,6 +317,25 @@ def test_rows_of_an_earlier_evaluation_are_not_read(tmp_path):
         "an earlier evaluation's"]}
 
 
+def test_a_damaged_evaluation_is_one_line(tmp_path):
+    """A metrics.json cut short or not of rows, a hyps or counts file that is not UTF-8 or JSON: tracebacks
+    (JSONDecodeError, TypeError, AttributeError, UnicodeDecodeError)."""
+    from jaxnat.config import build_config
+    from jaxnat.report import System
+
+    workdir = _evaluated(tmp_path / "ar", build_config(TINY, []), ["a b"])
+    run = tmp_path / "ar"
+    for name, content in (("metrics.json", b'{"test": {"bleu": 3'), ("metrics.json", b"[1, 2]"),
+                          ("metrics.json", b'{"test": 5}'), ("hyps/test.txt", b"\xff\xfe\n"),
+                          ("hyps/test.counts.jsonl", b'{"iterations": 2\n')):
+        saved = {p: (run / p).read_bytes() for p in ("metrics.json", "hyps/test.txt")}
+        (run / name).write_bytes(content)
+        with pytest.raises(JaxnatError, match=f"{run / name} (cannot be read|is not an evaluation's).*--mode eval"):
+            System(workdir, "ar", "test")
+        for p, data in saved.items():
+            (run / p).write_bytes(data)
+
+
 def test_runs_of_one_name_must_have_other_seeds(tmp_path):
     """--names a,a averages runs as seeds of one configuration (mean ± std, t-test): two runs of one train.seed
     (the same workdir twice, a copy, a run given the wrong name) made a mean over seeds of what is not."""
