@@ -2,10 +2,10 @@
 
     python -m jaxnat.analyse RUN [RUN ...] [--split valid] [--sentences 500] [--OPTION VALUE ...]
 
-Each workdir is restored here (its config, its best checkpoint as a `Translator`, the first ``--sentences`` pairs
-of ``--split``) and handed to its family's `Analysis.measure` as an `AnalysisRun`; the family's own options
-(`Analysis.options`) are flags of this command. Prints one table per family.
-`jaxnat.report --model-analyses` adds the same tables to a report.
+Each workdir is restored here (its config, with the data of its evaluation if it has one: `evaluated_config`; its
+best checkpoint as a `Translator`; the first ``--sentences`` pairs of ``--split``) and handed to its family's
+`Analysis.measure` as an `AnalysisRun`; the family's own options (`Analysis.options`) are flags of this command.
+Prints one table per family. `jaxnat.report --model-analyses` adds the same tables to a report.
 """
 
 from __future__ import annotations
@@ -31,13 +31,19 @@ def with_analysis() -> str:
 
 
 def analysis_of(config, workdir: str):
-    """The `Analysis` of ``workdir``'s family (``config``: its config); a one-line ConfigError where it has none."""
+    """The `Analysis` of ``workdir``'s family (``config``: its `evaluated_config`); a one-line ConfigError where it
+    has none, or where it is an imported model with no data of its own to be analysed on."""
+    from jaxnat.data import piece_vocab
     from jaxnat.models import family_of
 
     analysis = family_of(config.model.name).analysis
     if analysis is None:
         raise ConfigError(f"{workdir}: its family (model.name={config.model.name}) has no analysis of its own "
                           f"(analyses: {with_analysis()})")
+    if config.data.source == "synthetic" and piece_vocab.exists(workdir):  # an import records no corpus
+        raise ConfigError(f"{workdir} holds an imported model, which the embedded synthetic corpus does not speak: "
+                          f"evaluate it on its data first (--mode eval --config.data.source=text "
+                          f"--config.data.dir=DIR), whose --split the analysis reads")
     return analysis
 
 
@@ -45,12 +51,12 @@ def measure(workdir: str, split: str = SPLIT, sentences: int = SENTENCES, **opti
     """Its family's analysis of ``workdir`` on the first ``sentences`` pairs of ``split``, as a JSON-able dict
     with 'workdir', 'checkpoint' (which parameters), 'split' and 'sentences' beside the family's own keys.
     options: values of the family's `Analysis.options` (the others take their defaults)."""
-    from jaxnat.config import workdir_config
     from jaxnat.data.sources import load_corpus
+    from jaxnat.evaluate import evaluated_config
     from jaxnat.models.family import AnalysisRun
     from jaxnat.restore import load_translator
 
-    config = workdir_config(workdir)
+    config = evaluated_config(workdir)  # the data of its evaluation, if any: an import's config.json names none
     analysis = analysis_of(config, workdir)
     corpus = load_corpus(config.data)
     if split not in corpus or corpus[split][1] is None:
@@ -89,12 +95,12 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     try:
-        from jaxnat.config import workdir_config
+        from jaxnat.evaluate import evaluated_config
 
         if args.sentences < 1:
             raise ConfigError(f"--sentences must be positive, got {args.sentences}")
         options = {k: v for k, v in vars(args).items() if k not in ("workdirs", "split", "sentences")}
-        configs = [workdir_config(w) for w in args.workdirs]
+        configs = [evaluated_config(w) for w in args.workdirs]
         for w, config in zip(args.workdirs, configs):  # every workdir before the first one's minutes of measuring
             analysis_of(config, w)
         results = [(config.model.name, measure(w, args.split, args.sentences, **options))

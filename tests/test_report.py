@@ -336,6 +336,27 @@ def test_a_damaged_evaluation_is_one_line(tmp_path):
             (run / p).write_bytes(data)
 
 
+def test_an_imported_model_is_analysed_on_its_evaluation_data_only(tmp_path):
+    """python -m jaxnat.analyse of an imported CMLM read its config.json's placeholder data, the embedded synthetic
+    corpus its vocabulary does not speak, and printed figures of that (the report's --model-analyses too, even after
+    --mode eval on its own data); --mode eval refuses that corpus for an import."""
+    from jaxnat.analyse import analysis_of
+    from jaxnat.config import build_config
+    from jaxnat.data import piece_vocab
+    from jaxnat.evaluate import EVALUATED, evaluated_config
+
+    config = build_config(TINY, ["--config.model.name=cmlm", "--config.eval.beam_size=1"])
+    workdir = _evaluated(tmp_path / "imported", config, [])
+    os.makedirs(os.path.dirname(piece_vocab.settings_path(workdir)))
+    (tmp_path / "imported" / os.path.relpath(piece_vocab.settings_path(workdir), workdir)).write_text("{}")
+    with pytest.raises(ConfigError, match="holds an imported model, which the embedded synthetic corpus does not "
+                                          "speak: evaluate it on its data first"):
+        analysis_of(evaluated_config(workdir), workdir)
+    record = {"config": {"data": {"source": "text", "dir": str(tmp_path)}}, "checkpoints": {}}
+    (tmp_path / "imported" / EVALUATED).write_text(json.dumps(record))  # evaluated on its own data
+    assert analysis_of(evaluated_config(workdir), workdir).title.startswith("Position embeddings")
+
+
 def test_runs_of_one_name_must_have_other_seeds(tmp_path):
     """--names a,a averages runs as seeds of one configuration (mean ± std, t-test): two runs of one train.seed
     (the same workdir twice, a copy, a run given the wrong name) made a mean over seeds of what is not."""
