@@ -331,6 +331,23 @@ def test_a_bad_import_names_what_and_leaves_no_workdir(tmp_path, damage, message
     assert not workdir.exists() and os.listdir(tmp_path) == ["fairseq"]
 
 
+@pytest.mark.parametrize("arch, family", [("transformer_wmt_en_de", "ar"), ("transformer_align", "ar"),
+                                          ("cmlm_transformer_wmt_en_de", "cmlm")])
+def test_a_fairseq_architectures_presets_are_its_family(arch, family):
+    from jaxnat.importers.fairseq import family_of
+
+    assert family_of(arch, "m.pt") == family
+
+
+@pytest.mark.parametrize("arch", ["transformer_lm", "transformer_lm_gpt2_small", "transformer_ulm_tiny"])
+def test_a_fairseq_language_model_is_refused_as_one(arch):
+    """fairseq's language models read as presets of `transformer` by their names; they have no encoder."""
+    from jaxnat.importers.fairseq import family_of
+
+    with pytest.raises(DataError, match=f"m.pt: '{arch}' is a fairseq language model .a decoder without an encoder"):
+        family_of(arch, "m.pt")
+
+
 def test_a_marian_directory_without_its_tokenizer_is_refused(tmp_path):
     source = tmp_path / "opus"
     shutil.copytree(os.path.join(DATA, "marian"), source)

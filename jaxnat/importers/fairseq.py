@@ -31,6 +31,8 @@ RESERVED_ROWS = [1, 0, 2, 3, 3, 3]
 # fairseq's architectures (and their presets, `<name>_<preset>`) -> jaxnat's family
 ARCHITECTURES = {"transformer": "ar", "cmlm_transformer": "cmlm", "nonautoregressive_transformer": "nat",
                  "levenshtein_transformer": "levt", "glat_decomposed_link": "dat"}
+# fairseq's decoder-only language models and their presets, whose names read as presets of `transformer`
+LANGUAGE_MODELS = ("transformer_lm", "transformer_ulm")
 # the DA-Transformer plugin's decode_strategy -> dat.decode (sample and the others: none in jaxnat)
 DAT_DECODING = {"lookahead": "lookahead", "greedy": "greedy", "jointviterbi": "viterbi", "beamsearch": "beam"}
 NAT_UNSUPPORTED = {  # settings of fairseq's NAT models jaxnat's families have no equivalent of, with their default
@@ -42,6 +44,23 @@ UNSUPPORTED = {  # settings of fairseq's Transformer that jaxnat's has no equiva
     "no_token_positional_embeddings": False, "decoder_layerdrop": 0.0, "encoder_layerdrop": 0.0,
     "quant_noise_pq": 0.0, "checkpoint_activations": False, "offload_activations": False,
 }
+
+
+def family_of(arch: str, path: str) -> str:
+    """jaxnat's family of fairseq's architecture ``arch`` (or of one of its presets, `<name>_<preset>`); a one-line
+    DataError for any other, naming what it is where that is known."""
+    if any(arch == lm or arch.startswith(lm + "_") for lm in LANGUAGE_MODELS):
+        raise DataError(f"{path}: {arch!r} is a fairseq language model (a decoder without an encoder), not a "
+                        f"translation model")
+    family = next((f for a, f in sorted(ARCHITECTURES.items(), key=lambda x: -len(x[0]))
+                   if arch == a or arch.startswith(a + "_")), None)
+    if family is None and arch.startswith("ls_glat_decomposed_link"):  # the plugin's LightSeq layout
+        raise DataError(f"{path}: {arch!r} is the DA-Transformer plugin's LightSeq model: convert it with the "
+                        f"plugin's fs_plugins/scripts/convert_ls_to_fs.py first")
+    if family is None:
+        raise DataError(f"{path}: fairseq architecture {arch!r} is not supported (supported: "
+                        f"{', '.join(ARCHITECTURES)} and their presets)")
+    return family
 
 
 def _settings(obj) -> dict:
@@ -229,14 +248,7 @@ def read(path: str, dict_dir: str) -> Imported:
     if not cfg:  # an older checkpoint: every setting in args
         cfg = {"bpe": {"_name": args.get("bpe"), **args}, "tokenizer": {"_name": args.get("tokenizer"), **args}}
     arch = model.get("_name") or model.get("arch") or "?"
-    family = next((f for a, f in sorted(ARCHITECTURES.items(), key=lambda x: -len(x[0]))
-                   if arch == a or arch.startswith(a + "_")), None)
-    if family is None and arch.startswith("ls_glat_decomposed_link"):  # the plugin's LightSeq layout
-        raise DataError(f"{path}: {arch!r} is the DA-Transformer plugin's LightSeq model: convert it with the "
-                        f"plugin's fs_plugins/scripts/convert_ls_to_fs.py first")
-    if family is None:
-        raise DataError(f"{path}: fairseq architecture {arch!r} is not supported (supported: "
-                        f"{', '.join(ARCHITECTURES)} and their presets)")
+    family = family_of(arch, path)
     for key, default in {**UNSUPPORTED, **(NAT_UNSUPPORTED if family != "ar" else {})}.items():
         if model.get(key, default) not in (default, None, False, 0, 0.0):
             raise DataError(f"{path}: fairseq setting {key}={model[key]!r} is not supported")
