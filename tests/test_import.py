@@ -348,6 +348,25 @@ def test_a_fairseq_language_model_is_refused_as_one(arch):
         family_of(arch, "m.pt")
 
 
+def test_fairseq_settings_of_training_alone_import_the_same_model(monkeypatch):
+    """LayerDrop and activation checkpointing leave the function fairseq's eval computes as it is (every layer, the
+    same weights): such a checkpoint imports as the one without them; quant_noise_pq, which adds a linear map over
+    the embeddings, is refused."""
+    from jaxnat.importers import fairseq
+
+    path = os.path.join(DATA, "fairseq", "model.pt")
+    plain = fairseq.read(path, os.path.dirname(path))
+    ckpt = torch_file.load(path)
+    monkeypatch.setattr(torch_file, "load", lambda _: ckpt)
+    for key, value in (("checkpoint_activations", True), ("offload_activations", True),
+                       ("encoder_layerdrop", 0.1), ("decoder_layerdrop", 0.2)):
+        setattr(ckpt["cfg"]["model"], key, value)
+    assert_same_params(plain, fairseq.read(path, os.path.dirname(path)))
+    ckpt["cfg"]["model"].quant_noise_pq = 0.1
+    with pytest.raises(DataError, match="fairseq setting quant_noise_pq=0.1 is not supported"):
+        fairseq.read(path, os.path.dirname(path))
+
+
 def test_a_marian_directory_without_its_tokenizer_is_refused(tmp_path):
     source = tmp_path / "opus"
     shutil.copytree(os.path.join(DATA, "marian"), source)
