@@ -201,7 +201,7 @@ def test_a_checkpoint_is_read_as_data(tmp_path):
     data = (tmp_path / "model.pt")
     raw = open(os.path.join(DATA, "fairseq", "model.pt"), "rb").read()
     data.write_bytes(raw[: len(raw) // 2])
-    with pytest.raises(DataError, match="model.pt"):
+    with pytest.raises(DataError, match="model.pt: a zip file cut short or damaged .* a truncated download"):
         torch_file.load(str(data))
     data.write_text("not a checkpoint")
     with pytest.raises(DataError, match="not a PyTorch checkpoint"):
@@ -681,6 +681,9 @@ def test_a_checkpoint_in_torchs_legacy_format_reads_as_the_zip_one(tmp_path):
     raw = open(os.path.join(DATA, "fairseq", "model-legacy.pt"), "rb").read()
     (tmp_path / "cut.pt").write_bytes(raw[:-100])
     with pytest.raises(DataError, match="cut short"):
+        torch_file.load(str(tmp_path / "cut.pt"))
+    (tmp_path / "cut.pt").write_bytes(raw[:20000])  # within the pickle of the settings and parameters
+    with pytest.raises(DataError, match="cut.pt: the checkpoint ends early .a truncated download"):
         torch_file.load(str(tmp_path / "cut.pt"))
     evil = tmp_path / "evil.pt"
     evil.write_bytes(b"".join(pickle.dumps(x, protocol=2) for x in (

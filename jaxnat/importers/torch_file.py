@@ -135,6 +135,7 @@ def _load_zip(path: str):
             return _Unpickler(f, path, _zip_storages(archive, prefix, path)).load()
 
 
+ZIP_MAGIC = b"PK\x03\x04"  # the first bytes of a zip file (of its first entry), as torch.save's zip format starts
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # the first pickle of torch.save's format before 1.6
 
 
@@ -210,10 +211,16 @@ def load(path: str):
             if zipfile.is_zipfile(f):
                 return _load_zip(path)
             f.seek(0)
+            if f.read(4) == ZIP_MAGIC:  # a zip's start without its end (its central directory)
+                raise DataError(f"{path}: a zip file cut short or damaged (no central directory): a truncated "
+                                f"download or copy?")
+            f.seek(0)
             return _load_legacy(path, f)
     except FileNotFoundError:
         raise DataError(f"{path}: no such file") from None
     except DataError as e:
         raise e if str(e).startswith(path) else DataError(f"{path}: {e}") from None
-    except (pickle.UnpicklingError, EOFError, zipfile.BadZipFile, ValueError, TypeError, OSError) as e:
+    except EOFError:
+        raise DataError(f"{path}: the checkpoint ends early (a truncated download or copy?)") from None
+    except (pickle.UnpicklingError, zipfile.BadZipFile, ValueError, TypeError, OSError) as e:
         raise DataError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
