@@ -470,6 +470,9 @@ def test_a_hugging_face_model_id_is_read_from_the_local_cache(tmp_path, monkeypa
     (root / "refs" / "main").write_text("c0ffee")
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     assert "MarianMTModel" in write_workdir("marian:Helsinki-NLP/opus-mt-en-de", str(tmp_path / "run"))
+    (tmp_path / "made").mkdir()  # a workdir's permissions are the umask's, as a trained run's are
+    assert os.stat(tmp_path / "run").st_mode == os.stat(tmp_path / "made").st_mode
+    assert sorted(os.listdir(tmp_path)) == ["hub", "made", "run"]  # and nothing else is left beside it
     about = json.load(open(tmp_path / "run" / "imported.json"))
     assert about["path"].endswith("snapshots/c0ffee") and about["from"] == "marian:Helsinki-NLP/opus-mt-en-de"
     with pytest.raises(DataError, match="no config.json"):  # the other snapshot: empty

@@ -156,8 +156,12 @@ def write_workdir(spec: str, workdir: str, dict_dir: str | None = None) -> str:
     params = _on_device(imported)
     parent = os.path.dirname(os.path.abspath(workdir))
     os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(os.path.abspath(workdir))}.import-")
+    # a unique directory beside the workdir, and in it the workdir made as os.makedirs makes a trained run's (with
+    # the umask's permissions: mkdtemp's own are the owner's alone)
+    unique = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(os.path.abspath(workdir))}.import-")
+    staging = os.path.join(unique, "workdir")
     try:
+        os.mkdir(staging)
         with open(os.path.join(staging, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=2, sort_keys=True))
         piece_vocab.write(os.path.join(staging, piece_vocab.SUBDIR), imported.settings, imported.pieces,
@@ -173,9 +177,8 @@ def write_workdir(spec: str, workdir: str, dict_dir: str | None = None) -> str:
         finally:
             ckpt.close()
         os.replace(staging, workdir)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+    finally:
+        shutil.rmtree(unique, ignore_errors=True)
     n = sum(x.size for x in jax.tree_util.tree_leaves(params))
     return (f"imported {about['format']} {about['architecture']} ({n:,} parameters, vocabularies {sizes[0]:,} / "
             f"{sizes[1]:,}) into {workdir}")
