@@ -52,6 +52,26 @@ def test_padding_does_not_change_outputs():
     np.testing.assert_allclose(np.asarray(padded[:, :3]), np.asarray(short), atol=1e-5)
 
 
+@pytest.mark.parametrize("start", [2, 0])  # model.decoder_start eos (fairseq's) and pad (Marian's)
+def test_only_the_bos_that_starts_a_sequence_is_embedded_as_the_decoder_start(start):
+    """A BOS past the first position (fairseq's search rules may generate one: fairseq reads it as `<s>`) is
+    embedded as BOS, in teacher forcing and in the cached steps; in a packed row each pair's first BOS is the
+    start."""
+    cfg = TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=16, ffn_dim=32, num_heads=2,
+                            enc_layers=1, dec_layers=1, max_len=16, decoder_start={2: "eos", 0: "pad"}[start])
+    model = ARTransformer(cfg)
+    src, tgt = jnp.array([[1, 7, 8, 2]]), jnp.array([[1, 9, 1, 2]])
+    params = jax.jit(model.init)(jax.random.PRNGKey(1), src, tgt)
+    embed = jax.jit(functools.partial(model.apply, method=ARTransformer.embed_target), static_argnums=2)
+    lookup = jax.jit(functools.partial(model.apply, method=lambda m, ids: m.tgt_embed(ids, False)))
+    np.testing.assert_array_equal(embed(params, tgt, False), lookup(params, jnp.array([[start, 9, 1, 2]])))
+    packed = embed(params, tgt, False, 0, jnp.array([[1, 1, 2, 2]]))  # two pairs: [BOS 9] [BOS EOS]
+    by_pair = [lookup(params, jnp.array([[start, 9]])), lookup(params, jnp.array([[start, 2]]))]
+    np.testing.assert_array_equal(packed, jnp.concatenate(by_pair, axis=1))
+    step = jax.jit(functools.partial(model.apply, method=lambda m, t, i: m.embed_target(t[:, None], False, offset=i)))
+    np.testing.assert_array_equal(step(params, jnp.array([1]), 2), embed(params, tgt, False)[:, 2:3])
+
+
 def test_rescorer_score_is_the_mean_log_probability_of_each_candidate():
     """`ar_score` encodes each source once for all its candidates: the same scores as teacher forcing each
     candidate with its own copy of the source, computed here in plain numpy from the full forward pass."""

@@ -19,7 +19,7 @@ from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.decoding.search import ar_search, force_prefix
 from jaxnat.errors import ConfigError
 from jaxnat.models.losses import smoothed_cross_entropy
-from jaxnat.models.packing import next_in_segment
+from jaxnat.models.packing import next_in_segment, segment_starts
 from jaxnat.models.spec import ModelSpec, skipped_unless, word_glue
 from jaxnat.models.transformer import (absent_logits, Decoder, embedders, embedding_norms, Encoder, rows_dense,
                                       source_tokens, TransformerConfig, token_mask, without_cross_cache)
@@ -50,9 +50,17 @@ class ARTransformer(nn.Module):
         return self.encoder(self.src_embed(src, train, segments=segments, norm=self.src_norm), mask, train)
 
     def embed_target(self, tgt_in: jnp.ndarray, train: bool, offset=0, segments=None) -> jnp.ndarray:
-        """tgt_in: int32[B, T] decoder inputs -> float[B, T, D], BOS embedded as the ``decoder_start`` token."""
+        """tgt_in: int32[B, T] decoder inputs from position ``offset`` -> float[B, T, D], the BOS that starts a
+        sequence (each pair's, in a packed row) embedded as the ``decoder_start`` token. A BOS further on is
+        embedded as itself: fairseq's rules (eval.search_rules) may generate one, which fairseq then reads as
+        `<s>`."""
         start = START_IDS[self.cfg.decoder_start]
-        ids = tgt_in if start == BOS_ID else jnp.where(tgt_in == BOS_ID, start, tgt_in)
+        if start == BOS_ID:
+            ids = tgt_in
+        else:
+            first = (segment_starts(segments) if segments is not None
+                     else (offset + jnp.arange(tgt_in.shape[1]) == 0)[None])
+            ids = jnp.where((tgt_in == BOS_ID) & first, start, tgt_in)
         return self.tgt_embed(ids, train, offset=offset, segments=segments, norm=self.tgt_norm)
 
     def logits(self, h: jnp.ndarray) -> jnp.ndarray:
