@@ -367,6 +367,17 @@ def test_fairseq_settings_of_training_alone_import_the_same_model(monkeypatch):
         fairseq.read(path, os.path.dirname(path))
 
 
+def test_a_fairseq_activation_jaxnat_lacks_is_named_as_fairseqs_setting(monkeypatch):
+    from jaxnat.importers import fairseq
+
+    path = os.path.join(DATA, "fairseq", "model.pt")
+    ckpt = torch_file.load(path)
+    ckpt["cfg"]["model"].activation_fn = "tanh"
+    monkeypatch.setattr(torch_file, "load", lambda _: ckpt)
+    with pytest.raises(DataError, match=r"model.pt: fairseq setting activation_fn='tanh' is not supported .relu, gelu"):
+        fairseq.read(path, os.path.dirname(path))
+
+
 def test_a_marian_directory_without_its_tokenizer_is_refused(tmp_path):
     source = tmp_path / "opus"
     shutil.copytree(os.path.join(DATA, "marian"), source)

@@ -31,6 +31,8 @@ RESERVED_ROWS = [1, 0, 2, 3, 3, 3]
 # fairseq's architectures (and their presets, `<name>_<preset>`) -> jaxnat's family
 ARCHITECTURES = {"transformer": "ar", "cmlm_transformer": "cmlm", "nonautoregressive_transformer": "nat",
                  "levenshtein_transformer": "levt", "glat_decomposed_link": "dat"}
+# fairseq's --activation-fn -> jaxnat's model.activation (gelu_fast and gelu_accurate: gelu's tanh approximation)
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_fast": "gelu_tanh", "gelu_accurate": "gelu_tanh"}
 # fairseq's decoder-only language models and their presets, whose names read as presets of `transformer`
 LANGUAGE_MODELS = ("transformer_lm", "transformer_ulm")
 # the DA-Transformer plugin's decode_strategy -> dat.decode (sample and the others: none in jaxnat)
@@ -254,6 +256,10 @@ def read(path: str, dict_dir: str) -> Imported:
     for key, default in {**UNSUPPORTED, **(NAT_UNSUPPORTED if family != "ar" else {})}.items():
         if model.get(key, default) not in (default, None, False, 0, 0.0):
             raise DataError(f"{path}: fairseq setting {key}={model[key]!r} is not supported")
+    activation = model.get("activation_fn", "relu")
+    if activation not in ACTIVATIONS:
+        raise DataError(f"{path}: fairseq setting activation_fn={activation!r} is not supported "
+                        f"({', '.join(ACTIVATIONS)})")
     d, ffn = model["encoder_embed_dim"], model["encoder_ffn_embed_dim"]
     widths = [model.get(k, d) for k in ("decoder_embed_dim", "decoder_output_dim", "decoder_input_dim")]
     if widths != [d] * 3 or model.get("decoder_ffn_embed_dim", ffn) != ffn:
@@ -333,8 +339,7 @@ def read(path: str, dict_dir: str) -> Imported:
         "model.position_offset": 0 if learned else 2, "model.share_embeddings": share_all,
         "model.separate_positions": share_all and learned, "model.tie_output": tie,
         "model.scale_embeddings": not model.get("no_scale_embedding", False), "model.ln_eps": 1e-5,
-        "model.activation": {"gelu_fast": "gelu_tanh", "gelu_accurate": "gelu_tanh"}.get(
-            model.get("activation_fn", "relu"), model.get("activation_fn", "relu")),
+        "model.activation": ACTIVATIONS[activation],
         "model.layernorm_embedding": bool(model.get("layernorm_embedding", False)),
         "model.absent_tokens": "plh,mask",
         "model.dropout": float(model.get("dropout", 0.1)),
