@@ -190,10 +190,11 @@ def test_a_score_that_is_no_finite_number_is_written_as_null(tmp_path):
     """The JSON lines stay strict JSON (no NaN or -Infinity, which strict readers refuse)."""
     from types import SimpleNamespace
 
+    from jaxnat.decoding.request import Supports
     from jaxnat.decoding.translate_io import translate_stream
 
     class Stub:
-        spec = SimpleNamespace(supports=SimpleNamespace(counts=()))
+        spec = SimpleNamespace(name="m", supports=Supports())
 
         def translate(self, texts, beam_size, batch_size, **options):
             return [{"hyp": t, "score": s} for t, s in zip(texts, (float("-inf"), float("nan"), -1.5))]
@@ -203,6 +204,27 @@ def test_a_score_that_is_no_finite_number_is_written_as_null(tmp_path):
     translate_stream(Stub, config, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"))
     assert [json.loads(line)["score"] for line in (tmp_path / "out.jsonl").read_text().splitlines()] == [
         None, None, -1.5]
+
+
+def test_a_request_the_model_cannot_honour_is_named_by_its_line(tmp_path):
+    """One request asking what the model cannot do (soft constraints of a beam-search model) stopped the whole
+    stream with a line that named no line of the input: now its line, before anything is translated."""
+    from types import SimpleNamespace
+
+    from jaxnat.decoding.request import Supports
+    from jaxnat.decoding.translate_io import translate_stream
+    from jaxnat.errors import DataError
+
+    class Stub:
+        spec = SimpleNamespace(name="m", supports=Supports(hard_constraints=True))
+
+        def translate(self, *args, **options):
+            pytest.fail("translated")
+
+    (tmp_path / "in.txt").write_text('a\n{"src": "b", "constraints": ["x"], "hard": true}\n'
+                                     '{"src": "c", "constraints": ["x"]}\n')
+    with pytest.raises(DataError, match=r"in.txt:3: model 'm' does not take soft constraints$"):
+        translate_stream(Stub, None, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"))
 
 
 def test_translation_refuses_several_processes(tmp_path, monkeypatch):
@@ -260,12 +282,13 @@ def test_a_blank_line_is_an_empty_line_out_untranslated(tmp_path):
     hypothesis is a request like any). A file of blank lines only is read, and nothing is decoded."""
     from types import SimpleNamespace
 
+    from jaxnat.decoding.request import Supports
     from jaxnat.decoding.translate_io import translate_stream
 
     asked = []
 
     class Stub:
-        spec = SimpleNamespace(supports=SimpleNamespace(counts=("iterations",)))
+        spec = SimpleNamespace(name="m", supports=Supports(init=True, counts=("iterations",)))
 
         def translate(self, texts, beam_size, batch_size, **options):
             asked.append((texts, options))

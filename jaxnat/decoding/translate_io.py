@@ -22,6 +22,7 @@ import sys
 
 from jaxnat.data.sources import parse_pairs
 from jaxnat.data.text import read_lines, split_lines
+from jaxnat.decoding.request import check_supported
 from jaxnat.errors import ConfigError, DataError
 
 
@@ -90,6 +91,18 @@ def _empty(request: dict) -> bool:
     return not request["src"].strip() and not any(request.get(k) for k in ("init", "constraints", "constraint_pairs"))
 
 
+def check_capabilities(requests: list[dict], spec, where: str) -> None:
+    """`check_supported` of each request: a one-line DataError naming the first line that asks what the model
+    cannot do (the batch's own check names no line, and one such line stops the whole stream)."""
+    for n, r in enumerate(requests, 1):
+        phrases, hard = bool(r.get("constraints")), bool(r.get("hard"))
+        try:
+            check_supported(spec.name, spec.supports, init=r.get("init") is not None, soft=phrases and not hard,
+                            hard=phrases and hard, pairs=bool(r.get("constraint_pairs")))
+        except DataError as e:
+            raise DataError(f"{where}:{n}: {e}") from None
+
+
 def translate_stream(load_translator, config, input_path: str | None, output_path: str | None) -> None:
     """load_translator() -> the `Translator` to use; called once the input has been read and checked, so a
     malformed input fails before the model is loaded."""
@@ -103,6 +116,7 @@ def translate_stream(load_translator, config, input_path: str | None, output_pat
         lines, where = split_lines(sys.stdin.buffer.read(), "stdin", blank_ok=True), "stdin"
     requests = parse_requests(lines, where)
     translator = load_translator()
+    check_capabilities(requests, translator.spec, where)
     # an empty source that asks nothing else is an empty line out (a paragraph break of a document), not what a
     # model makes of [BOS, EOS]; the others are translated together
     todo = [r for r in requests if not _empty(r)]
