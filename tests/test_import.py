@@ -348,6 +348,13 @@ def test_a_fairseq_language_model_is_refused_as_one(arch):
         family_of(arch, "m.pt")
 
 
+def test_a_missing_fairseq_dictionary_points_at_dict_dir(tmp_path):
+    from jaxnat.importers.fairseq import read_dictionary
+
+    with pytest.raises(DataError, match="dict.de.txt: no such dictionary; pass the directory .* with --dict-dir$"):
+        read_dictionary(str(tmp_path / "dict.de.txt"))
+
+
 def test_fairseq_settings_of_training_alone_import_the_same_model(monkeypatch):
     """LayerDrop and activation checkpointing leave the function fairseq's eval computes as it is (every layer, the
     same weights): such a checkpoint imports as the one without them; quant_noise_pq, which adds a linear map over

@@ -78,6 +78,9 @@ def read_dictionary(path: str) -> list[str]:
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such dictionary; pass the directory of the model's dict.<lang>.txt files with "
+                        f"--dict-dir") from None
     except OSError as e:
         raise DataError(f"{path}: unreadable dictionary ({e.strerror})") from None
     tokens = []
