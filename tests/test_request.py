@@ -150,13 +150,14 @@ def test_a_hard_constraint_that_encodes_to_no_pieces_is_refused():
     assert [s.phrases for s in translator.starts(None, [["Hund", "▁"]], [False])] == [[[7], []]]
 
 
-def test_constraint_pairs_with_characters_the_vocabulary_lacks_are_marked():
+def test_constraint_pairs_with_characters_the_vocabulary_lacks_are_marked(caplog):
     """A vectorized-constraints model reads constraint pairs as input, like soft constraints: characters of either
     phrase that the vocabulary holds only as UNK mark the sentence "unknown_characters", as in the source."""
     from jaxnat.decoding.translator import Translator
 
     class Ascii:  # a closed alphabet: every character beyond ASCII is UNK; one piece a word
         languages = {}
+        keeps_unknown = "nothing keeps them"
 
         def encode(self, texts, side):
             return [[7] * len(text.split()) for text in texts]
@@ -175,6 +176,9 @@ def test_constraint_pairs_with_characters_the_vocabulary_lacks_are_marked():
     outs = translator.translate(["the dog", "the dog", "the cat"], 1, 4,
                                 pairs=[[("dög", "kélo")], [("dog", "кот")], None])
     assert [o.get("unknown_characters") for o in outs] == ["öé", "кот", None]
+    # the warning says what would keep them as the vocabulary knows it (byte fallback is no advice for an import)
+    assert "2 of 3 sentences have characters the vocabulary holds only as UNK" in caplog.text
+    assert "nothing keeps them" in caplog.text
 
 
 @pytest.mark.parametrize("kwargs, message", [

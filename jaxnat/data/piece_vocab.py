@@ -130,6 +130,8 @@ class _Side:
 class PieceTokenizer:
     """`Tokenizer`'s interface over an imported vocabulary (see the module's docstring)."""
 
+    keeps_unknown = "the imported model's vocabulary has no piece for them"
+
     def __init__(self, workdir: str):
         directory = os.path.dirname(settings_path(workdir))
         try:

@@ -186,6 +186,8 @@ class Tokenizer:
     """Encodes text to piece ids and back, for the source and target side (possibly one shared model)."""
 
     languages: tuple[str, ...] = ()  # a multilingual model's language tokens (imported ones: `piece_vocab`)
+    # what keeps the characters `unrepresentable` names, said where a translation meets them
+    keeps_unknown = "train with data.byte_fallback=true to keep them"
 
     def __init__(self, src_sp: spm.SentencePieceProcessor, tgt_sp: spm.SentencePieceProcessor, joint: bool):
         self._sp = {"src": src_sp, "tgt": tgt_sp}

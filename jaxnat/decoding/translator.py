@@ -134,8 +134,7 @@ class Translator:
         unknown = sum("unknown_characters" in note for note in notes)
         if unknown:
             log.warning("%d of %d sentences have characters the vocabulary holds only as UNK (marked "
-                        "\"unknown_characters\" in the output; train with data.byte_fallback=true to keep them)",
-                        unknown, n)
+                        "\"unknown_characters\" in the output; %s)", unknown, n, self.tokenizer.keeps_unknown)
         return notes
 
     def starts(self, inits: list | None = None, constraints: list | None = None,
