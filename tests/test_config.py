@@ -105,6 +105,9 @@ def test_overrides_are_typed():
          "cmlm.length_prediction must be one of token, pooled"),
         (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.cmlm.correction_p=1.5"],
          "cmlm.correction_p must be in [0, 1], got 1.5"),
+        # more candidates than the 256 length classes passed here and ended in top_k's traceback at decoding
+        (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.nat.length_beam=300"],
+         "nat.length_beam must be in (0, 256], got 300"),
         (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.eval.iteration_sweep=1,x"],
          "eval.iteration_sweep is a comma list of decoding depths"),
         (["--config.eval.iteration_sweep=1,2"], "got '1,2' with model.name='ar'"),

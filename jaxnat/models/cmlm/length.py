@@ -3,6 +3,8 @@ prediction and its candidates, repeated-token removal, and the AR rescorer of th
 
 from __future__ import annotations
 
+from jaxnat.decoding.mask_predict import LENGTH_CLASSES
+
 
 def length_defaults() -> dict:
     """The keys of a length-predicting family's config section that CMLM and NAT mean alike."""
@@ -27,7 +29,8 @@ def length_defaults() -> dict:
 
 LENGTH_CHOICES = {"length_prediction": ("token", "pooled"), "length_beam_mode": ("top", "centred"),
                   "candidate_score": ("probability", "log_probability")}
-LENGTH_RANGES = {"length_beam": ("(0", None), "length_loss_weight": ("[0", None)}
+# no more candidates than the classifier has classes ("top" takes the ℓ best of them)
+LENGTH_RANGES = {"length_beam": ("(0", f"{LENGTH_CLASSES}]"), "length_loss_weight": ("[0", None)}
 LENGTH_MOVED = {"model.length_prediction": "length_prediction", "model.length_offset": "length_offset",
                 "train.length_loss_weight": "length_loss_weight", "eval.length_beam": "length_beam",
                 "eval.length_beam_mode": "length_beam_mode", "eval.candidate_score": "candidate_score",
