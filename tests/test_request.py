@@ -181,6 +181,36 @@ def test_constraint_pairs_with_characters_the_vocabulary_lacks_are_marked(caplog
     assert "nothing keeps them" in caplog.text
 
 
+def test_a_source_of_max_len_minus_one_pieces_is_cut_and_the_warning_says_how_many_pieces_fit(caplog):
+    """data.max_len counts BOS and EOS: a source of data.max_len - 1 pieces is cut to data.max_len - 2. The warning
+    said it was "longer than data.max_len=48 pieces", which it was not; it names the pieces that fit."""
+    from jaxnat.decoding.translator import Translator
+
+    class Words:  # one piece a word, no languages
+        languages = {}
+
+        def encode(self, texts, side):
+            return [[7] * len(text.split()) for text in texts]
+
+        def unrepresentable(self, text, side):
+            return []
+
+        def decode(self, ids, side):
+            return "x"
+
+    config = build_config("tests/configs/tiny.py", [])
+    translator = Translator(build_model(config, 40, 40), None, Words(), config)
+    kept = []
+    translator.translate_ids = lambda src, *args, **kwargs: kept.extend(len(s) for s in src) or [
+        {"tokens": np.array([BOS_ID, EOS_ID]), "score": 0.0} for _ in src]
+    max_len = config.data.max_len
+    with caplog.at_level("WARNING", logger="jaxnat"):
+        outs = translator.translate([" ".join(["w"] * (max_len - 2)), " ".join(["w"] * (max_len - 1))], 1, 4)
+    assert kept == [max_len, max_len] and [o.get("source_truncated") for o in outs] == [None, True]
+    assert (f"1 of 2 sources are longer than data.max_len={max_len} tokens with BOS and EOS ({max_len - 2} pieces)"
+            in caplog.text)
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"texts": "the dog ."}, r"translate takes a list of texts, got str \(one sentence: \[text\]\)"),
     ({"texts": ["the dog .", None]}, r"texts\[1\] is NoneType, not a string"),

@@ -100,11 +100,16 @@ class Translator:
         first, `language_tokens`) and, per text, whether it was cut."""
         out, cut = [], []
         codes = self.language_tokens(langs, "src", len(texts))
+        room = self.source_room()
         for ids, code in zip(self.tokenizer.encode(texts, "src"), codes):
-            room = self.max_len - 2 - len(code)
             cut.append(len(ids) > room)
             out.append(np.asarray([BOS_ID, *code, *ids[:room], EOS_ID], np.int32))
         return out, cut
+
+    def source_room(self) -> int:
+        """The source pieces a sentence keeps: data.max_len counts BOS, EOS and a multilingual model's language
+        token (`language_tokens`: one a sentence where the tokenizer has languages)."""
+        return self.max_len - 2 - bool(self.tokenizer.languages)
 
     def input_notes(self, texts: list[str], cut: list[bool], inits: list | None, constraints: list | None,
                     hard: list | None, pairs: list | None = None) -> list[dict]:
@@ -128,9 +133,10 @@ class Translator:
             if chars:
                 note["unknown_characters"] = "".join(dict.fromkeys(chars))
             notes.append(note)
-        if any(cut):
-            log.warning("%d of %d sources are longer than data.max_len=%d pieces and were cut (marked "
-                        "\"source_truncated\" in the output)", sum(cut), n, self.max_len)
+        if any(cut):  # in pieces: a source of data.max_len - 1 pieces is cut too
+            log.warning("%d of %d sources are longer than data.max_len=%d tokens with BOS and EOS (%d pieces) and were "
+                        "cut (marked \"source_truncated\" in the output)", sum(cut), n, self.max_len,
+                        self.source_room())
         unknown = sum("unknown_characters" in note for note in notes)
         if unknown:
             log.warning("%d of %d sentences have characters the vocabulary holds only as UNK (marked "
