@@ -150,6 +150,23 @@ def test_a_hard_constraint_that_encodes_to_no_pieces_is_refused():
     assert [s.phrases for s in translator.starts(None, [["Hund", "▁"]], [False])] == [[[7], []]]
 
 
+@pytest.mark.parametrize("pair", [("▁", "kelo"), ("dog", "▁")])
+def test_a_constraint_pair_phrase_that_encodes_to_no_pieces_is_refused(pair):
+    """A pair whose source phrase encodes to no pieces ("▁") was silently no pair (the model reads an empty source
+    phrase as padding), one with such a target phrase a pair that asks for nothing; both are refused in one line."""
+    from jaxnat.decoding.translator import Translator
+
+    class Pieces:  # "▁" has no pieces (as in a SentencePiece model), every other phrase one
+        def encode(self, texts, side):
+            return [[] if text.strip("▁ ") == "" else [7] for text in texts]
+
+    config = build_config("tests/configs/tiny.py", ["--config.model.name=vecconst", "--config.eval.beam_size=1",
+                                                    "--config.data.pairs_dir=synthetic"])
+    translator = Translator(build_model(config, 40, 40), None, Pieces(), config)
+    with pytest.raises(DataError, match=r"sentence 2: the constraint pair phrase '▁' is no text .*: a pair needs both"):
+        translator.starts(pairs=[[("dog", "kelo")], [pair]])
+
+
 def test_constraint_pairs_with_characters_the_vocabulary_lacks_are_marked(caplog):
     """A vectorized-constraints model reads constraint pairs as input, like soft constraints: characters of either
     phrase that the vocabulary holds only as UNK mark the sentence "unknown_characters", as in the source."""

@@ -203,9 +203,13 @@ class Translator:
             raise DataError(f"sentence {i + 1}: {len(pairs)} constraint pairs; the model takes at most "
                             f"data.max_pairs={d.max_pairs}")
         for side, text in ((side, text) for pair in pairs for side, text in zip(("src", "tgt"), pair)):
-            if len(self.tokenizer.encode([text], side)[0]) > d.max_pair_pieces:
+            pieces = len(self.tokenizer.encode([text], side)[0])
+            if pieces > d.max_pair_pieces:
                 raise DataError(f"sentence {i + 1}: the constraint pair phrase {text!r} has more than "
                                 f"data.max_pair_pieces={d.max_pair_pieces} pieces")
+            if not pieces:  # "▁", SentencePiece's space mark: the model reads a pair without a source phrase as none
+                raise DataError(f"sentence {i + 1}: the constraint pair phrase {text!r} is no text to the model's "
+                                f"vocabulary (it encodes to no pieces): a pair needs both phrases")
 
     def output_capacity(self, src_len: int) -> int:
         """Static output length (BOS and EOS included) for sources padded to src_len."""
