@@ -307,3 +307,28 @@ def test_a_blank_line_is_an_empty_line_out_untranslated(tmp_path):
     translate_stream(Stub, config, str(tmp_path / "blank.txt"), str(tmp_path / "blank.jsonl"))
     assert (tmp_path / "blank.jsonl").read_text().splitlines() == ['{"src": "", "hyp": "", "score": null, '
                                                                    '"iterations": 0}'] * 2 and asked == []
+
+
+def test_a_reader_that_closes_stdout_ends_translation_quietly(monkeypatch):
+    """`... --mode translate | head -3`: the reader closes the pipe early. The write (or, for an output short enough
+    to sit in the buffer, the interpreter's flush at exit) raised BrokenPipeError, a traceback; now translation
+    stops quietly and stdout goes nowhere from then on."""
+    import io
+    from types import SimpleNamespace
+
+    from jaxnat.decoding.translate_io import translate_stream
+
+    class Stub:
+        spec = SimpleNamespace(supports=SimpleNamespace(counts=()))
+
+        def translate(self, texts, beam_size, batch_size, **options):
+            return [{"hyp": t, "score": -1.0} for t in texts]
+
+    read, write = os.pipe()
+    os.close(read)
+    monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(b"a\nb\n")))
+    stdout = open(write, "w", encoding="utf-8")
+    monkeypatch.setattr(sys, "stdout", stdout)
+    translate_stream(Stub, SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4)), None, None)
+    stdout.write("more\n")
+    stdout.close()  # flushes: no error either

@@ -18,6 +18,7 @@ from __future__ import annotations
 import difflib
 import json
 import math
+import os
 import sys
 
 from jaxnat.data.sources import parse_pairs
@@ -139,6 +140,13 @@ def translate_stream(load_translator, config, input_path: str | None, output_pat
             # strict JSON: a score that is no finite number (no output the search could score) is null
             out = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in out.items()}
             sink.write(json.dumps({**request, **out}, ensure_ascii=False, allow_nan=False) + "\n")
+        sink.flush()  # here, not at the interpreter's exit: a reader that closed stdout is caught below
+    except BrokenPipeError:
+        if output_path:
+            raise
+        # stdout's reader stopped reading (`| head -3`): it has what it wanted, so stop quietly, as a Unix tool does;
+        # stdout then goes nowhere, or the interpreter's own flush at exit would print the error after all
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     finally:
         if output_path:
             sink.close()
