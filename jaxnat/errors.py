@@ -1,7 +1,7 @@
 """User-facing errors: each carries one line that says what is wrong and how to fix it.
 
-`jaxnat.main` catches `JaxnatError`, prints its message on one line and exits with code 2 (`Stopped`: 128 + the
-signal's number); anything else is a bug and keeps its traceback.
+`jaxnat.main` catches `JaxnatError`, prints its message on one line and exits with code 2 (`Stopped`, `Interrupted`:
+128 + the signal's number); anything else is a bug and keeps its traceback.
 """
 
 import signal
@@ -27,3 +27,9 @@ class Stopped(JaxnatError):
         self.exit_code = 128 + signum
         super().__init__(f"stopped by {signal.Signals(signum).name} after step {step} (checkpoint written); "
                          f"the same command resumes from it")
+
+
+class Interrupted(JaxnatError):
+    """Ctrl-C stopped a command that does not resume (`--mode translate`); the message says what it left behind."""
+
+    exit_code = 128 + signal.SIGINT

@@ -23,7 +23,7 @@ import re
 import sys
 import time
 
-from jaxnat.errors import ConfigError, JaxnatError, Stopped
+from jaxnat.errors import ConfigError, Interrupted, JaxnatError, Stopped
 from jaxnat.host_memory import keep_freed_memory
 from jaxnat.optional import check_core
 from jaxnat.provenance import record
@@ -214,7 +214,8 @@ def run(argv=None) -> int:
 def main(argv=None) -> int:
     try:
         return run(argv)
-    except Stopped as e:  # SIGTERM or Ctrl-C during training, after a checkpoint (jaxnat/training/stop.py)
+    # SIGTERM or Ctrl-C during training, after a checkpoint (jaxnat/training/stop.py); Ctrl-C during translation
+    except (Stopped, Interrupted) as e:
         print(f"jaxnat: {e}", file=sys.stderr)
         return e.exit_code
     except JaxnatError as e:

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from jaxnat.decoding.request import Supports
 from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -190,7 +191,6 @@ def test_a_score_that_is_no_finite_number_is_written_as_null(tmp_path):
     """The JSON lines stay strict JSON (no NaN or -Infinity, which strict readers refuse)."""
     from types import SimpleNamespace
 
-    from jaxnat.decoding.request import Supports
     from jaxnat.decoding.translate_io import translate_stream
 
     class Stub:
@@ -211,7 +211,6 @@ def test_a_request_the_model_cannot_honour_is_named_by_its_line(tmp_path):
     stream with a line that named no line of the input: now its line, before anything is translated."""
     from types import SimpleNamespace
 
-    from jaxnat.decoding.request import Supports
     from jaxnat.decoding.translate_io import translate_stream
     from jaxnat.errors import DataError
 
@@ -282,7 +281,6 @@ def test_a_blank_line_is_an_empty_line_out_untranslated(tmp_path):
     hypothesis is a request like any). A file of blank lines only is read, and nothing is decoded."""
     from types import SimpleNamespace
 
-    from jaxnat.decoding.request import Supports
     from jaxnat.decoding.translate_io import translate_stream
 
     asked = []
@@ -319,7 +317,7 @@ def test_a_reader_that_closes_stdout_ends_translation_quietly(monkeypatch):
     from jaxnat.decoding.translate_io import translate_stream
 
     class Stub:
-        spec = SimpleNamespace(supports=SimpleNamespace(counts=()))
+        spec = SimpleNamespace(name="m", supports=Supports())
 
         def translate(self, texts, beam_size, batch_size, **options):
             return [{"hyp": t, "score": -1.0} for t in texts]
@@ -332,3 +330,45 @@ def test_a_reader_that_closes_stdout_ends_translation_quietly(monkeypatch):
     translate_stream(Stub, SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4)), None, None)
     stdout.write("more\n")
     stdout.close()  # flushes: no error either
+
+
+def test_ctrl_c_says_what_the_output_holds_and_that_nothing_resumes(tmp_path, monkeypatch):
+    """Ctrl-C printed training's and distillation's resume message ('the same command resumes ...'), and translation
+    resumes nothing. Now one line: before the writing, nothing was written and an earlier --output is as it was;
+    during it, how many lines --output holds."""
+    from types import SimpleNamespace
+
+    from jaxnat.decoding import translate_io
+    from jaxnat.errors import Interrupted
+
+    class Stub:
+        spec = SimpleNamespace(name="m", supports=Supports())
+
+        def translate(self, texts, beam_size, batch_size, **options):
+            raise KeyboardInterrupt
+
+    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4))
+    (tmp_path / "in.txt").write_text("a\nb\nc\n")
+    out = tmp_path / "out.jsonl"
+    out.write_text("earlier\n")
+    with pytest.raises(Interrupted, match=rf"^interrupted before anything was written to {out} \(translate writes "
+                                          rf"once the whole input is translated; {out} is left as it was\); the same "
+                                          rf"command translates the input again from its start$") as stopped:
+        translate_io.translate_stream(Stub, config, str(tmp_path / "in.txt"), str(out))
+    assert stopped.value.exit_code == 130 and out.read_text() == "earlier\n"
+
+    Stub.translate = lambda self, texts, beam_size, batch_size, **options: [{"hyp": t, "score": -1.0} for t in texts]
+    dumps = translate_io.json.dumps
+    lines = iter([dumps, dumps, KeyboardInterrupt])
+
+    def interrupted_dumps(*args, **kwargs):
+        step = next(lines)
+        if step is KeyboardInterrupt:
+            raise KeyboardInterrupt
+        return step(*args, **kwargs)
+
+    monkeypatch.setattr(translate_io.json, "dumps", interrupted_dumps)
+    with pytest.raises(Interrupted, match=rf"^interrupted while writing {out}: it holds 2 of the 3 lines; the same "
+                                          rf"command translates the input again$"):
+        translate_io.translate_stream(Stub, config, str(tmp_path / "in.txt"), str(out))
+    assert len(out.read_text().splitlines()) == 2

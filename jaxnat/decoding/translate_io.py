@@ -24,7 +24,7 @@ import sys
 from jaxnat.data.sources import parse_pairs
 from jaxnat.data.text import read_lines, split_lines
 from jaxnat.decoding.request import check_supported
-from jaxnat.errors import ConfigError, DataError
+from jaxnat.errors import ConfigError, DataError, Interrupted
 
 
 def _finite(text: str) -> float:
@@ -116,7 +116,18 @@ def translate_stream(load_translator, config, input_path: str | None, output_pat
     else:
         lines, where = split_lines(sys.stdin.buffer.read(), "stdin", blank_ok=True), "stdin"
     requests = parse_requests(lines, where)
-    translator = load_translator()
+    try:
+        outs = _translate(load_translator(), requests, config, where)
+    except KeyboardInterrupt:  # a long input: the user learns what was kept and that nothing resumes
+        kept = f"; {output_path} is left as it was" if output_path else ""
+        raise Interrupted(f"interrupted before anything was written to {output_path or 'stdout'} (translate writes "
+                          f"once the whole input is translated{kept}); the same command translates the input again "
+                          f"from its start") from None
+    _write(requests, outs, output_path)
+
+
+def _translate(translator, requests: list[dict], config, where: str) -> list[dict]:
+    """Each request's output fields, in order."""
     check_capabilities(requests, translator.spec, where)
     # an empty source that asks nothing else is an empty line out (a paragraph break of a document), not what a
     # model makes of [BOS, EOS]; the others are translated together
@@ -133,13 +144,19 @@ def translate_stream(load_translator, config, input_path: str | None, output_pat
     done = iter(translator.translate([r["src"] for r in todo], config.eval.beam_size, config.eval.batch_size,
                                      **options) if todo else ())
     blank = {"hyp": "", "score": None, **dict.fromkeys(translator.spec.supports.counts, 0)}
-    outs = [blank if _empty(r) else next(done) for r in requests]
+    return [blank if _empty(r) else next(done) for r in requests]
+
+
+def _write(requests: list[dict], outs: list[dict], output_path: str | None) -> None:
+    """The JSON lines to --output (replaced) or stdout."""
     sink = open(output_path, "w", encoding="utf-8") if output_path else sys.stdout
+    written = 0
     try:
         for request, out in zip(requests, outs):
             # strict JSON: a score that is no finite number (no output the search could score) is null
             out = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in out.items()}
             sink.write(json.dumps({**request, **out}, ensure_ascii=False, allow_nan=False) + "\n")
+            written += 1
         sink.flush()  # here, not at the interpreter's exit: a reader that closed stdout is caught below
     except BrokenPipeError:
         if output_path:
@@ -147,6 +164,9 @@ def translate_stream(load_translator, config, input_path: str | None, output_pat
         # stdout's reader stopped reading (`| head -3`): it has what it wanted, so stop quietly, as a Unix tool does;
         # stdout then goes nowhere, or the interpreter's own flush at exit would print the error after all
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted while writing {output_path or 'stdout'}: it holds {written} of the "
+                          f"{len(requests)} lines; the same command translates the input again") from None
     finally:
         if output_path:
             sink.close()
