@@ -55,6 +55,14 @@ def average_params(trees: list):
     return jax.tree.map(lambda *xs: (sum(x.astype(jnp.float32) for x in xs) / len(xs)).astype(xs[0].dtype), *trees)
 
 
+def non_finite(params) -> str:
+    """The path of the first parameter array holding NaN or an infinity ('' when every value is finite)."""
+    for path, leaf in jax.tree_util.tree_leaves_with_path(params):
+        if not bool(jnp.isfinite(leaf).all()):
+            return jax.tree_util.keystr(path, simple=True, separator="/")
+    return ""
+
+
 def params_choice(config, workdir: str, ckpt: Checkpoints | None = None) -> dict:
     """Which parameters a workdir is decoded with, found without restoring them:
     {'kind': 'best', 'step', 'valid_bleu'}, {'kind': 'last', 'step'} (no validation ran yet),
@@ -120,6 +128,10 @@ def _restore(config, workdir: str, spec) -> tuple[object, dict]:
             params = None if state is None else state["params"]
         if params is None:
             raise JaxnatError(f"{workdir}: the {choice['kind']} checkpoint(s) are unreadable (see the warnings above)")
+        if where := non_finite(params):  # they would decode to empty hypotheses with null scores, without a word
+            raise JaxnatError(f"{workdir}: the {choice['kind']} parameters hold NaN or infinite values (first: "
+                              f"{where}): a diverged or damaged model, whose outputs would be empty; retrain it "
+                              f"(a lower train.lr) or decode other checkpoints (eval.average_checkpoints, eval.params)")
         return params, choice
     finally:
         ckpt.close()

@@ -372,3 +372,27 @@ def test_ctrl_c_says_what_the_output_holds_and_that_nothing_resumes(tmp_path, mo
                                           rf"command translates the input again$"):
         translate_io.translate_stream(Stub, config, str(tmp_path / "in.txt"), str(out))
     assert len(out.read_text().splitlines()) == 2
+
+
+def test_parameters_that_are_not_finite_are_refused_at_load(ar_run, monkeypatch):
+    """A diverged or damaged checkpoint (NaN parameters) decoded every sentence to an empty hypothesis with a null
+    score, exit 0; now one line naming the first such parameter, before anything is decoded."""
+    import jax
+    import jax.numpy as jnp
+
+    from jaxnat.config import workdir_config
+    from jaxnat.errors import JaxnatError
+    from jaxnat.restore import load_translator
+    from jaxnat.training.checkpoint import Checkpoints
+
+    restore_best = Checkpoints.restore_best
+
+    def nan_first_bias(self, target):
+        params = restore_best(self, target)
+        path = jax.tree_util.tree_leaves_with_path(params)[0][0]
+        return jax.tree_util.tree_map_with_path(lambda p, x: x * jnp.nan if p == path else x, params)
+
+    monkeypatch.setattr(Checkpoints, "restore_best", nan_first_bias)
+    with pytest.raises(JaxnatError, match=r"the best parameters hold NaN or infinite values \(first: params/\S+\): a "
+                                          r"diverged or damaged model"):
+        load_translator(workdir_config(str(ar_run)), str(ar_run))
