@@ -123,6 +123,11 @@ def check_paths(args) -> None:
         check_creatable_dir(args.output, "--output")
     elif args.mode == "translate" and args.output:
         check_writable_file(args.output, "--output")
+        # the input is read whole before the output is written: the user's text would be replaced by its translations
+        both = args.input and os.path.exists(args.input) and os.path.exists(args.output)
+        if both and os.path.samefile(args.input, args.output):
+            raise ConfigError(f"--output {args.output} is the --input file, which the translations would replace; "
+                              f"write them to another file")
 
 
 def configure_logging() -> None:

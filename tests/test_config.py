@@ -400,6 +400,25 @@ def test_a_mode_that_writes_into_the_workdir_refuses_an_unwritable_one(tmp_path,
     check_paths(parse_args(["--config", CONFIG, "--workdir", str(tmp_path), "--mode", "translate"])[0])
 
 
+def test_translate_refuses_to_write_over_its_input(tmp_path):
+    """`--input f --output f` (or a link to f) read the whole input, then replaced the user's text with its
+    translations; now one line, before anything is loaded."""
+    from jaxnat.main import check_paths, parse_args
+
+    text = tmp_path / "in.txt"
+    text.write_text("a b c\n")
+    (tmp_path / "link.txt").symlink_to(text)
+    for output in (text, tmp_path / "link.txt"):
+        args, _ = parse_args(["--config", CONFIG, "--workdir", str(tmp_path), "--mode", "translate", "--input",
+                              str(text), "--output", str(output)])
+        with pytest.raises(ConfigError, match=f"^--output {output} is the --input file, which the translations would "
+                                              f"replace; write them to another file$"):
+            check_paths(args)
+    assert text.read_text() == "a b c\n"
+    check_paths(parse_args(["--config", CONFIG, "--workdir", str(tmp_path), "--mode", "translate", "--input",
+                            str(text), "--output", str(tmp_path / "out.jsonl")])[0])
+
+
 @pytest.mark.parametrize("family, expected", [
     ("nat", {"nat.coverage": True, "nat.length_prediction": "pooled", "nat.train_iterations": 5,
              "nat.decode_iterations": 5, "nat.remove_repeats": True, "nat.candidate_score": "log_probability"}),
