@@ -396,3 +396,25 @@ def test_parameters_that_are_not_finite_are_refused_at_load(ar_run, monkeypatch)
     with pytest.raises(JaxnatError, match=r"the best parameters hold NaN or infinite values \(first: params/\S+\): a "
                                           r"diverged or damaged model"):
         load_translator(workdir_config(str(ar_run)), str(ar_run))
+
+
+def test_outputs_without_a_finite_score_are_counted_in_a_warning(ar_run, caplog, monkeypatch):
+    """A model whose computation overflows (parameters far too large, yet finite: 1e8 times the tiny run's give NaN
+    and -inf) decodes every sentence to an empty hypothesis with such a score, written as null, without a word;
+    now a warning counts them. (The decoding itself is stood in for: what it hands back.)"""
+    import numpy as np
+
+    from jaxnat.config import workdir_config
+    from jaxnat.data.vocab import BOS_ID, EOS_ID
+    from jaxnat.decoding.translator import Translator
+    from jaxnat.restore import load_translator
+
+    translator = load_translator(workdir_config(str(ar_run)), str(ar_run))
+    for scores, warned in (([-1.5, -2.0, -0.5], False), ([float("-inf"), float("nan"), -0.5], True)):
+        decoded = [{"tokens": np.asarray([BOS_ID, EOS_ID]), "score": np.float32(s)} for s in scores]
+        monkeypatch.setattr(Translator, "translate_ids", lambda *args, **kwargs: decoded)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="jaxnat"):
+            translator.translate(["a b", "c", "a"], 1, 2)
+        said = "2 of 3 sentences got no output with a finite score (null in translate's output)" in caplog.text
+        assert said == warned, caplog.text

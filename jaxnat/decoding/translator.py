@@ -333,6 +333,10 @@ class Translator:
         notes = self.input_notes(texts, cut, inits, constraints, hard, pairs)
         ref_ids = self.tokenizer.encode(list(references), "tgt") if references is not None else None
         outs = self.translate_ids(src, beam_size, batch_size, starts, references=ref_ids, oracle=oracle)
+        if unscored := sum(not np.isfinite(o["score"]) for o in outs):  # else silently empty hypotheses
+            log.warning("%d of %d sentences got no output with a finite score (null in translate's output): hard "
+                        "constraints the search could not meet, or a model whose computation overflows (a diverged "
+                        "run)", unscored, len(outs))
         results = []
         for o, note in zip(outs, notes):
             r = {"hyp": self.tokenizer.decode(list(o["tokens"]), "tgt"), "score": float(o["score"])}
