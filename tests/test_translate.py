@@ -324,7 +324,7 @@ def test_a_reader_that_closes_stdout_ends_translation_quietly(monkeypatch):
 
     read, write = os.pipe()
     os.close(read)
-    monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(b"a\nb\n")))
+    monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(b"a\nb\n"), isatty=lambda: False))
     stdout = open(write, "w", encoding="utf-8")
     monkeypatch.setattr(sys, "stdout", stdout)
     translate_stream(Stub, SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4)), None, None)
@@ -418,3 +418,27 @@ def test_outputs_without_a_finite_score_are_counted_in_a_warning(ar_run, caplog,
             translator.translate(["a b", "c", "a"], 1, 2)
         said = "2 of 3 sentences got no output with a finite score (null in translate's output)" in caplog.text
         assert said == warned, caplog.text
+
+
+def test_reading_from_a_terminal_says_how_to_end_the_input(monkeypatch, caplog, capsys):
+    """Without --input, at a terminal, the command waited for stdin's end without a word; now one line says what it
+    reads and that Ctrl-D ends it (not said when stdin is a pipe or a file)."""
+    import io
+    from types import SimpleNamespace
+
+    from jaxnat.decoding.translate_io import translate_stream
+
+    class Stub:
+        spec = SimpleNamespace(supports=SimpleNamespace(counts=()))
+
+        def translate(self, texts, beam_size, batch_size, **options):
+            return [{"hyp": t, "score": -1.0} for t in texts]
+
+    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4))
+    for tty in (False, True):
+        monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(b"a\n"), isatty=lambda: tty))
+        caplog.clear()
+        with caplog.at_level("INFO", logger="jaxnat"):
+            translate_stream(Stub, config, None, None)
+        said = "reading the sentences to translate from the terminal, one a line; end with Ctrl-D" in caplog.text
+        assert said == tty and capsys.readouterr().out == '{"src": "a", "hyp": "a", "score": -1.0}\n'

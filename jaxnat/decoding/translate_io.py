@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import math
 import os
 import sys
@@ -25,6 +26,8 @@ from jaxnat.data.sources import parse_pairs
 from jaxnat.data.text import read_lines, split_lines
 from jaxnat.decoding.request import check_supported
 from jaxnat.errors import ConfigError, DataError, Interrupted
+
+log = logging.getLogger("jaxnat")
 
 
 def _finite(text: str) -> float:
@@ -114,6 +117,8 @@ def translate_stream(load_translator, config, input_path: str | None, output_pat
     if input_path:
         lines, where = read_lines(input_path, blank_ok=True), input_path
     else:
+        if sys.stdin.isatty():  # typed at a terminal: the command would wait without a word
+            log.info("reading the sentences to translate from the terminal, one a line; end with Ctrl-D")
         lines, where = split_lines(sys.stdin.buffer.read(), "stdin", blank_ok=True), "stdin"
     requests = parse_requests(lines, where)
     try:
