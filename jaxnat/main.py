@@ -30,6 +30,9 @@ from jaxnat.provenance import record
 
 log = logging.getLogger("jaxnat")
 MODES = ("train", "eval", "translate", "distill", "average", "curves", "import")
+# the modes that read each option: another ignored it (`--input f --output o` without `--mode translate` trained)
+OPTION_MODES = {"--input": ("translate",), "--output": ("translate", "distill"), "--from": ("import",),
+                "--dict-dir": ("import",)}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,6 +62,10 @@ def parse_args(argv):
     parser.add_argument("--dict-dir", help="import from fairseq: the directory of the model's dict.<lang>.txt and "
                                            "BPE files (default: the checkpoint's)")
     args, rest = parser.parse_known_args(argv)
+    for option, modes in OPTION_MODES.items():
+        dest = {"--from": "source"}.get(option, option[2:].replace("-", "_"))
+        if getattr(args, dest) is not None and args.mode not in modes:
+            parser.error(f"{option} is for --mode {' or '.join(modes)}, not --mode {args.mode}")
     if args.mode == "import":
         if not args.source:
             parser.error("--mode import needs --from FORMAT:PATH (fairseq:FILE.pt, marian:DIR, hf:DIR, …)")

@@ -263,6 +263,13 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, args, message):
          "--output . is a directory, not a file"),
         (["--config", CONFIG, "--workdir", ".", "--mode", "distill", "--output", "FILE"],
          "--output FILE is a file, not a directory"),
+        # an option the mode does not read was ignored: `--input f --output o` without --mode translate trained
+        (["--config", CONFIG, "--workdir", "W", "--input", "FILE", "--output", "o.jsonl"],
+         "--input is for --mode translate, not --mode train"),
+        (["--config", CONFIG, "--workdir", ".", "--mode", "eval", "--output", "o"],
+         "--output is for --mode translate or distill, not --mode eval"),
+        (["--config", CONFIG, "--workdir", ".", "--mode", "translate", "--from", "fairseq:m.pt"],
+         "--from is for --mode import, not --mode translate"),
     ],
 )
 def test_command_line_and_paths_fail_in_one_line(tmp_path, args, message):
