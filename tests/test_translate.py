@@ -110,6 +110,19 @@ def test_deeply_nested_json_input_is_one_line():
         parse_requests(['{"src": "b"}', line], "in.txt")
 
 
+def test_a_plain_sentence_that_starts_with_a_brace_is_told_how_to_pass():
+    """A sentence such as "{braces} are nice" is read as a JSON request: the error said only "invalid JSON
+    (Expecting property name ...)"; now it says why the line was JSON and how to give such a sentence."""
+    from jaxnat.decoding.translate_io import parse_requests
+    from jaxnat.errors import DataError
+
+    with pytest.raises(DataError, match=r"^in:2: invalid JSON \(Expecting property name enclosed in double quotes\); "
+                                        r"a line that starts with '\{' is read as a JSON request: give such a sentence "
+                                        r'as \{"src": "\.\.\."\}$'):
+        parse_requests(["A dog.", "{braces} are nice"], "in")
+    assert parse_requests(['{"src": "{braces} are nice"}'], "in") == [{"src": "{braces} are nice"}]
+
+
 def test_translate_missing_input_and_untrained_workdir(trained, tmp_path):
     result = _main(trained, "--mode", "translate", "--input", str(tmp_path / "nope.txt"))
     assert result.returncode == 2 and "nope.txt" in result.stderr

@@ -58,8 +58,9 @@ def parse_requests(lines: list[str], where: str) -> list[dict]:
         if line.lstrip().startswith("{"):
             try:
                 obj = json.loads(line, parse_float=_finite, parse_constant=_finite)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}:{n}: invalid JSON ({e.msg})") from None
+            except json.JSONDecodeError as e:  # perhaps a plain sentence that starts with a brace
+                raise DataError(f"{where}:{n}: invalid JSON ({e.msg}); a line that starts with '{{' is read as a JSON "
+                                f"request: give such a sentence as {{\"src\": \"...\"}}") from None
             except ValueError as e:
                 raise DataError(f"{where}:{n}: invalid JSON ({e})") from None
             except RecursionError:  # json's decoder recurses per nesting level
