@@ -386,6 +386,14 @@ def test_ctrl_c_says_what_the_output_holds_and_that_nothing_resumes(tmp_path, mo
         translate_io.translate_stream(Stub, config, str(tmp_path / "in.txt"), str(out))
     assert len(out.read_text().splitlines()) == 2
 
+    def typing_interrupted():
+        raise KeyboardInterrupt  # Ctrl-C at a terminal, for Ctrl-D
+
+    stdin = SimpleNamespace(buffer=SimpleNamespace(read=typing_interrupted), isatty=lambda: True)
+    monkeypatch.setattr(translate_io.sys, "stdin", stdin)
+    with pytest.raises(Interrupted, match=r"^interrupted before anything was written to stdout \(translate writes "):
+        translate_io.translate_stream(Stub, config, None, None)
+
 
 def test_parameters_that_are_not_finite_are_refused_at_load(ar_run, monkeypatch):
     """A diverged or damaged checkpoint (NaN parameters) decoded every sentence to an empty hypothesis with a null
@@ -442,7 +450,7 @@ def test_reading_from_a_terminal_says_how_to_end_the_input(monkeypatch, caplog, 
     from jaxnat.decoding.translate_io import translate_stream
 
     class Stub:
-        spec = SimpleNamespace(supports=SimpleNamespace(counts=()))
+        spec = SimpleNamespace(name="m", supports=Supports())
 
         def translate(self, texts, beam_size, batch_size, **options):
             return [{"hyp": t, "score": -1.0} for t in texts]

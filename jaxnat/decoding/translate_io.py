@@ -115,21 +115,25 @@ def translate_stream(load_translator, config, input_path: str | None, output_pat
 
     if jax.process_count() > 1:  # each would translate every line and write it to the same --output (or stdout)
         raise ConfigError("--mode translate runs in a single process; start it without the multi-process launcher")
-    if input_path:
-        lines, where = read_lines(input_path, blank_ok=True), input_path
-    else:
-        if sys.stdin.isatty():  # typed at a terminal: the command would wait without a word
-            log.info("reading the sentences to translate from the terminal, one a line; end with Ctrl-D")
-        lines, where = split_lines(sys.stdin.buffer.read(), "stdin", blank_ok=True), "stdin"
-    requests = parse_requests(lines, where)
     try:
+        requests, where = _read_requests(input_path)
         outs = _translate(load_translator(), requests, config, where)
-    except KeyboardInterrupt:  # a long input: the user learns what was kept and that nothing resumes
+    except KeyboardInterrupt:  # reading or translating: the user learns what was kept and that nothing resumes
         kept = f"; {output_path} is left as it was" if output_path else ""
         raise Interrupted(f"interrupted before anything was written to {output_path or 'stdout'} (translate writes "
                           f"once the whole input is translated{kept}); the same command translates the input again "
                           f"from its start") from None
     _write(requests, outs, output_path)
+
+
+def _read_requests(input_path: str | None) -> tuple[list[dict], str]:
+    """The requests of --input, or of stdin, and where they were read."""
+    where = input_path or "stdin"
+    if input_path:
+        return parse_requests(read_lines(input_path, blank_ok=True), where), where
+    if sys.stdin.isatty():  # typed at a terminal: the command would wait without a word
+        log.info("reading the sentences to translate from the terminal, one a line; end with Ctrl-D")
+    return parse_requests(split_lines(sys.stdin.buffer.read(), where, blank_ok=True), where), where
 
 
 def _translate(translator, requests: list[dict], config, where: str) -> list[dict]:
