@@ -234,8 +234,8 @@ def main(argv=None) -> int:
         print(f"jaxnat: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("jaxnat: interrupted; the same command resumes (training from the newest checkpoint, distillation "
-              "from the last finished chunk)", file=sys.stderr)
+        print("jaxnat: interrupted; the same command starts again (training resumes from the newest checkpoint, "
+              "distillation from the last finished chunk, an evaluation starts over)", file=sys.stderr)
         return 130
     except Exception as e:
         if where := _disk_full(e):
