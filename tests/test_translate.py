@@ -348,7 +348,7 @@ def test_a_reader_that_closes_stdout_ends_translation_quietly(monkeypatch):
 def test_ctrl_c_says_what_the_output_holds_and_that_nothing_resumes(tmp_path, monkeypatch):
     """Ctrl-C printed training's and distillation's resume message ('the same command resumes ...'), and translation
     resumes nothing. Now one line: before the writing, nothing was written and an earlier --output is as it was;
-    during it, how many lines --output holds."""
+    during it, how many lines --output holds. A full disk names --output."""
     from types import SimpleNamespace
 
     from jaxnat.decoding import translate_io
@@ -385,6 +385,13 @@ def test_ctrl_c_says_what_the_output_holds_and_that_nothing_resumes(tmp_path, mo
                                           rf"command translates the input again$"):
         translate_io.translate_stream(Stub, config, str(tmp_path / "in.txt"), str(out))
     assert len(out.read_text().splitlines()) == 2
+
+    # a full disk: the buffered write's error named no file, so the command's last line said "(writing)"
+    monkeypatch.setattr(translate_io.json, "dumps", dumps)
+    if os.path.exists("/dev/full"):
+        with pytest.raises(OSError) as full:
+            translate_io.translate_stream(Stub, config, str(tmp_path / "in.txt"), "/dev/full")
+        assert full.value.filename == "/dev/full"
 
     def typing_interrupted():
         raise KeyboardInterrupt  # Ctrl-C at a terminal, for Ctrl-D

@@ -15,7 +15,9 @@ extra input keys are echoed back (one near a request key, "constraint", is refus
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import errno
 import json
 import logging
 import math
@@ -168,6 +170,8 @@ def _write(requests: list[dict], outs: list[dict], output_path: str | None) -> N
             sink.write(json.dumps({**request, **out}, ensure_ascii=False, allow_nan=False) + "\n")
             written += 1
         sink.flush()  # here, not at the interpreter's exit: a reader that closed stdout is caught below
+        if output_path:
+            sink.close()
     except BrokenPipeError:
         if output_path:
             raise
@@ -177,6 +181,11 @@ def _write(requests: list[dict], outs: list[dict], output_path: str | None) -> N
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted while writing {output_path or 'stdout'}: it holds {written} of the "
                           f"{len(requests)} lines; the same command translates the input again") from None
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):  # a buffered write's error names no file: the command's line will
+            e.filename = output_path or "stdout"
+        raise
     finally:
         if output_path:
-            sink.close()
+            with contextlib.suppress(OSError):  # closed above unless a write failed, whose error is the one to tell
+                sink.close()
