@@ -172,6 +172,27 @@ def test_reposition_phrases_matches_reference(seqs, index, anchor, runs):
             where = [k for k, m in enumerate(got_marks) if m == pid]
             assert where == list(range(where[0], where[0] + len(where)))
             assert [want[k] for k in where] == [t for t, m in zip(seq, marks[b]) if m == pid]
+        keep, counts = _phrase_keep_and_counts(seq, index[b], anchor[b], marks[b])
+        assert (out.keep[b].tolist(), int(out.num_deleted[b]), int(out.num_moved[b])) == (_row(keep, pad=False),
+                                                                                           *counts)
+
+
+def _phrase_keep_and_counts(seq, index, anchor, phrase):
+    """keep and (num_deleted, num_moved) of `reposition_phrases`, by their definitions: keep marks BOS, EOS,
+    phrase tokens and the free slots that emit a token; num_deleted counts the free interior slots that emit
+    nothing, num_moved the free slots emitting another token plus the tokens of phrases whose anchor is not
+    their start."""
+    n = len(seq)
+    free = [k for k in range(1, n - 1) if not phrase[k]]
+    emits = [k for k in free if 1 <= index[k] < n - 1 and not phrase[index[k]]]
+    keep = [k in (0, n - 1) or bool(phrase[k]) or k in emits for k in range(n)]
+    start = {}
+    for k in range(1, n - 1):
+        if phrase[k] and phrase[k] != phrase[k - 1]:
+            start[phrase[k]] = k
+    moved = sum(index[k] != k for k in emits) + sum(
+        1 for k in range(1, n - 1) if phrase[k] and min(max(anchor[start[phrase[k]]], 1), n - 1) != start[phrase[k]])
+    return keep, (len(free) - len(emits), moved)
 
 
 def test_reposition_phrases_without_phrases_is_reposition():
