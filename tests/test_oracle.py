@@ -117,6 +117,7 @@ def test_oracles_match_reference_multiword(pairs):
     ([], [BOS_ID, 7, EOS_ID]),                                   # all-padding input row
     ([BOS_ID, 7, EOS_ID], []),                                   # all-padding target row
     ([], []),
+    ([BOS_ID, 7], [BOS_ID, 7, 8]),  # no final EOS: an insertion after the last input token has no slot
 ])
 def test_edge_cases(xs, ys):
     _check_against_reference([(xs, ys)], 8, 8)
