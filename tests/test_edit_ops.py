@@ -93,6 +93,20 @@ def test_reposition_matches_reference(seqs, index):
         assert int(out.num_deleted[b]) == len(seq) - len(want)
 
 
+_compact = jax.jit(lambda t, k, s: edit_ops.compact(t, k, PAD, s))
+
+
+@FAST
+@given(rows(), flags(), ints(1, 9, L))
+def test_compact_matches_reference(seqs, keep, sides):
+    """keep is ignored on padding, even where a side array holds a value there (callers pass e.g. ``~repeat``)."""
+    out, out_sides = jax.device_get(_compact(_tokens(seqs), jnp.array(keep), jnp.array(sides)))
+    for b, seq in enumerate(seqs):
+        kept = [k for k in range(len(seq)) if keep[b][k]]
+        assert out[b].tolist() == _row([seq[k] for k in kept])
+        assert out_sides[b].tolist() == _row([sides[b][k] for k in kept])
+
+
 _carry_slots = jax.jit(edit_ops.carry_slots)
 
 
