@@ -458,6 +458,14 @@ def test_placement_is_optimal(seed, count, longest, any_order):
         np.testing.assert_allclose(ref.placement_score(logp[r], phrases[r], got), best, rtol=1e-5, atol=1e-4)
 
 
+def test_a_phrase_the_model_rules_out_is_still_placed():
+    """A piece at log-probability -inf (an id the model never emits) makes its phrase costly, not unplaceable."""
+    logp = np.full((1, 6, 12), -np.log(12), np.float32)
+    logp[:, :, 7] = -np.inf
+    starts = _placer(False)(logp, _phrase_array([[[7, 8], [9]]], 2, 2), np.array([4]))
+    assert np.asarray(starts).tolist() == [[1, 3]]
+
+
 def _contains(row, phrase):
     return any(row[i:i + len(phrase)] == phrase for i in range(len(row)))
 
