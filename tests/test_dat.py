@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from jaxnat.config import build_config
+from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.errors import ConfigError
 from jaxnat.models import build_model
@@ -160,7 +161,13 @@ def test_greedy_lookahead_and_viterbi_match_brute_force(rows, seed, beta):
     walk, viterbi = _decoders()
     path, score, scores, bos = (np.asarray(x) for x in walk(links, emit, n, beta))
     vpath, vscore = (np.asarray(x) for x in viterbi(links, emit, n))
+    allowed = np.asarray(allowed_tokens(V))
     for b in range(B):
+        # what the decoders read: each vertex's best allowed token, EOS at the last vertex, BOS at vertex 0
+        want_scores = np.where(allowed, emit[b], -np.inf).max(axis=1)
+        want_scores[n[b] - 1] = emit[b, n[b] - 1, EOS_ID]
+        np.testing.assert_allclose(scores[b], want_scores, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(bos[b], emit[b, 0, BOS_ID], rtol=1e-5, atol=1e-5)
         want = ref.follow(links[b], scores[b], n[b], W, beta)
         assert tuple(path[b, :len(want)]) == want and np.all(path[b, len(want):] == -1)
         raw = bos[b] + ref.edge_sum(links[b], want) + sum(scores[b][v] for v in want[1:])
@@ -186,6 +193,18 @@ def test_wide_beam_finds_the_most_probable_output(rows, seed):
         toks = [int(t) for t in np.asarray(out["tokens"][b]) if t not in (0, 1, 2)]
         assert tuple(toks) in best
         np.testing.assert_allclose(float(out["score"][b]), best[tuple(toks)], rtol=1e-5, atol=1e-4)
+
+
+def test_a_narrow_beam_never_extends_into_the_last_vertex():
+    """n − 1 only ends a path (it emits EOS): a one-hypothesis beam that took it as an inner vertex for its likely
+    token would die there and return BOS EOS instead of the better BOS 6 EOS (0 → 1 → 3)."""
+    links = np.full((1, 4, 4), -np.inf, np.float32)
+    links[0, 0, 1], links[0, 0, 3], links[0, 1, 3] = np.log(0.4), np.log(0.6), 0.0
+    top_tok = np.full((1, 4, 1), 6, np.int32)
+    top_lp = np.log(np.array([[[0.5], [0.9], [0.5], [0.99]]], np.float32))
+    tokens, _, _ = dag.beam_search(jnp.asarray(links), jnp.asarray(top_tok), jnp.asarray(top_lp), jnp.zeros(1),
+                                   jnp.log(jnp.full((1,), 0.01)), jnp.asarray([4]), 4, 1, 1.1)
+    assert np.asarray(tokens).tolist() == [[BOS_ID, 6, EOS_ID, 0]]
 
 
 @functools.lru_cache(maxsize=None)
