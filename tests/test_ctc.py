@@ -110,6 +110,16 @@ def test_best_alignment_is_the_best_path_to_the_target(seed):
         assert np.all(path[b, frames[b]:] == PAD_ID)
 
 
+def test_best_alignment_breaks_ties_as_documented():
+    """Every path equally likely: the end state 2n before 2n − 1, then stay before s − 1 before s − 2, reading
+    back, gives target 6 over 3 frames as [6, ∅, ∅] (one row; the others are too short to matter)."""
+    lp = np.full((B, T, V), NEG, np.float32)
+    lp[..., list(LABELS)] = np.log(1 / len(LABELS))
+    frames, targets, lengths = (np.asarray(a, np.int32) for a in ([3, 1, 1], [[6, 0, 0]] * B, [1, 0, 0]))
+    path, _ = _align(lp, frames, targets, lengths, BLANK_ID)
+    assert np.asarray(path)[0].tolist() == [6, BLANK_ID, BLANK_ID, PAD_ID, PAD_ID]
+
+
 def test_min_frames_counts_the_blanks_repeats_need():
     targets = np.asarray([[6, 6, 7], [6, 7, 6], [7, 7, 7]], np.int32)
     lengths = np.asarray([3, 3, 2], np.int32)
