@@ -39,6 +39,8 @@ def test_fitted_buckets_examples():
     assert batching.fitted_buckets(np.array([7, 7, 7]), 3, multiple=48, max_len=48) == [48]
     # 1000 pairs of 10 tokens and three longer ones: the 1000 keep a bucket of their own, the three share one
     assert batching.fitted_buckets([10] * 1000 + [11, 12, 40], 2) == [10, 40]
+    # [1, 3] and [2, 3] both pad to 7 tokens: the tie goes to the earliest split
+    assert batching.fitted_buckets([1, 2, 3], 2) == [1, 3]
 
 
 @pytest.mark.parametrize("args, error, message", [
@@ -47,6 +49,7 @@ def test_fitted_buckets_examples():
     (([], 2), DataError, "at least one example"),
     (([3, 0], 2), DataError, "each of length >= 1"),
     (([3, 30], 2, 1, 20), DataError, "1 examples are longer than max_len=20"),
+    (([3, 21, 20], 2, 1, 20), DataError, "1 examples are longer than max_len=20"),
 ])
 def test_fitted_buckets_errors(args, error, message):
     with pytest.raises(error) as e:
