@@ -182,6 +182,17 @@ def test_a_beam_of_one_prefix_is_not_the_best_path_but_a_wide_one_beats_it():
     np.testing.assert_allclose(float(score[0]), math.log(0.4 * 0.4 + 2 * 0.4 * 0.35), rtol=1e-5)
 
 
+def test_the_prefix_beam_keeps_only_prefixes_that_fit_the_output():
+    """Room for one token (width 3): "6 7" (0.49) does not fit, so the answer is the best one-token string, "7"
+    (0.035 + 0.175 + 0.015 = 0.225, above "6": 0.21), not "6 7" cut to "6"."""
+    lp = np.full((B, T, V), NEG, np.float32)
+    lp[:, 0, [6, 7, BLANK_ID]] = np.log([0.7, 0.05, 0.25])
+    lp[:, 1, [7, BLANK_ID]] = np.log([0.7, 0.3])
+    tokens, score, _, _ = _beam(lp, np.full(B, 2, np.int32), 4, 3, BLANK_ID)
+    assert np.asarray(tokens[0]).tolist() == [BOS_ID, 7, EOS_ID]
+    np.testing.assert_allclose(float(score[0]), math.log(0.225), rtol=1e-5)
+
+
 C, P = 2, 2
 _constrained = jax.jit(constrained.constrained_paths, static_argnums=(4, 8))
 
