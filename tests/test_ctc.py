@@ -251,7 +251,7 @@ def test_the_constrained_best_path_is_the_best_path_that_holds_every_phrase(seed
         wanted = [list(p[p > 0]) for p in phrases[b] if (p > 0).any()]
         want = ref.constrained_best(lp[b], frames[b], LABELS, wanted, hard[b], continues, joins, trails, bonus)
         path = labels[b, :frames[b]]
-        assert np.all(labels[b, frames[b]:] == PAD_ID)
+        assert np.all(labels[b, frames[b]:] == PAD_ID) and not placed[b, frames[b]:].any()
         if not hard[b]:
             y = ref.collapse(path)
             got = ref.path_score(lp[b], path) + ref.soft_gain(y, wanted, bonus)
