@@ -307,6 +307,27 @@ def test_constrained_best_path_matches_enumeration(rows, seed, phrases, hard, gl
             assert out["phrase"][b].sum() == sum(len(ph) for ph in phrases[b])
 
 
+def test_an_infeasible_hard_row_decodes_as_a_soft_one_with_its_reward():
+    """Graphs of 3 vertices (one inner) cannot hold 3 constraint tokens: both hard rows are flagged and decoded as
+    soft rows (docs/dat.md), with the reward per phrase they keep — on this graph the second row's best soft output
+    keeps the phrase [6] for the reward, where a search without the reward would emit nothing."""
+    n = n_of([(1, 3), (1, 3)])
+    links, emit = graph(3, n, scale=1.0)
+    phrases = [[[6, 7], [8]], [[8, 8], [6]]]
+    ids = np.zeros((B, 2, 2), np.int32)
+    for b, ps in enumerate(phrases):
+        for c, ph in enumerate(ps):
+            ids[b, c, :len(ph)] = ph
+    out = {k: np.asarray(v) for k, v in _constrained(False)(links, emit, n, ids, np.ones(B, bool)).items()}
+    allowed = np.asarray(allowed_tokens(V))
+    for b in range(B):
+        _, found = ref.constrained_best(links[b], emit[b], allowed, n[b], W + 1, 1.0, phrases[b], False, 0.5)
+        path = tuple(int(v) for v in out["path"][b] if v >= 0)
+        toks = tuple(int(t) for t in out["tokens"][b][1:len(path) - 1])
+        assert out["infeasible"][b] == 1 and (path, toks) in found, (path, toks, found)
+        np.testing.assert_allclose(out["score"][b], found[(path, toks)], rtol=1e-5, atol=1e-4)
+
+
 @settings(max_examples=12, deadline=None, derandomize=True)
 @given(seed=st.integers(0, 10**6), phrases=st.lists(st.sampled_from([6, 8]), min_size=B, max_size=B),
        trailing=st.sets(st.sampled_from([6, 8])))

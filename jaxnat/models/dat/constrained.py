@@ -209,7 +209,8 @@ def _search(links, emit, norm, n_vertices, phrases, hard, allowed, width, beta, 
     ph = ph.reshape(B, L, C, P) - norm[..., None, None]                        # log P(phrase token | vertex)
     last = n_vertices - 1
     eos = _at(emit[..., EOS_ID] - norm, last)
-    reward = jnp.where(hard, 0.0, soft_reward)[:, None] * (popcount[None] - n_absent[:, None])  # [B, NM]
+    # every row's soft ends earn the reward: a hard row reads them only when infeasible, decoded as a soft one
+    reward = soft_reward * (popcount[None] - n_absent[:, None])                 # [B, NM]
 
     start = jnp.full((B, L, NM, NI), NEG)
     start = start.at[jnp.arange(B), 0, absent, NORMAL].set(emit[:, 0, BOS_ID] - norm[:, 0])
