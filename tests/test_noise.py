@@ -167,6 +167,18 @@ def test_apply_word_shuffle_matches_reference(data):
         assert rows(out[b]) == ref_shuffle(tokens[b].tolist(), word_start[b].tolist(), shift[b].tolist())
 
 
+def test_pieces_before_the_first_word_start_form_the_first_word():
+    """Real pieces 5 6 7 8 with a word start only at 7: 5 6 is word 0 (key 0 + 2.9), 7 8 word 1 (key 1 + 0)."""
+    tokens = np.array([padded([1, 5, 6, 7, 8, 2])] * B, np.int32)
+    word_start = np.zeros((B, L), bool)
+    word_start[:, 3] = True
+    shift = np.zeros((B, L), np.float32)
+    shift[:, 0] = 2.9
+    out = np.asarray(apply_shuffle(tokens, word_start, shift))
+    assert rows(out[0]) == ref_shuffle(tokens[0].tolist(), word_start[0].tolist(), shift[0].tolist()) == padded(
+        [1, 7, 8, 5, 6, 2])
+
+
 @pytest.mark.slow
 @SEVERAL
 @given(st.data())
