@@ -56,7 +56,8 @@ def floats(draw, elements, shape):
 
 
 def bools(draw, shape):
-    return draw(npst.arrays(np.bool_, shape))
+    # every element drawn (no fill): a filled array is mostly one value, e.g. word starts all True or all False
+    return draw(npst.arrays(np.bool_, shape, fill=st.nothing()))
 
 
 # ------------------------------------------------------------------------------------ plain-Python references
@@ -358,6 +359,12 @@ def test_random_delete_shuffle_rates():
     p = 1 / 27
     assert abs(reversed_pair.mean() - p) < 4.5 * math.sqrt(p * (1 - p) / ROWS)
     assert not reversed_pair[~shuffle].any()
+
+
+def test_a_share_of_global_shuffles_keeps_the_local_ones():
+    """0 < p_global < 1: a row is shuffled when its local coin or its global coin says so (p_shuffle = 1: all)."""
+    draws = N.draw_delete_shuffle(jax.random.key(0), (64, L), p_shuffle=1.0, p_global=0.5)
+    assert np.asarray(draws[2]).all()
 
 
 def test_global_shuffle_gives_a_uniform_order():
