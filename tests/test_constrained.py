@@ -180,6 +180,24 @@ def test_progress_tracking():
         assert walk(phrases, tokens, glue=glue, trail=(5,)) == (met, state[1], ref.bank(phrases, state))
 
 
+def test_ordered_offers_the_next_phrase_once_one_is_pending():
+    """In order, after "6" completes [6] (pending: the path has not left it), the phrase to start is [8]."""
+    phrases = jnp.asarray([[6], [8]], jnp.int32)
+    t = jax.tree_util.tree_map(lambda x: x[0], constrained.start(phrases[None]))
+    t = constrained.advance(phrases, t, jnp.int32(6), True)
+    tokens, ok = constrained.next_tokens(phrases, t, True)
+    assert {int(tok) for tok, o in zip(np.asarray(tokens), np.asarray(ok)) if o} == {8}
+
+
+def test_round_robin_banks_takes_each_banks_best_first():
+    """Row 0: the best of bank 0 (index 2) comes before the second best of bank 2 (index 1), however the ranks
+    and banks would collide in a narrower order key. Row 1: equal scores in one bank, the lower index first."""
+    score = jnp.asarray([[0.0, -1.0, -0.5], [0.0, 0.0, constrained.NEG_INF]])
+    bank = jnp.asarray([[2, 2, 0], [1, 1, 0]], jnp.int32)
+    pick = constrained.round_robin_banks(score, bank, jnp.asarray([2, 2], jnp.int32), 2)
+    assert np.asarray(pick).tolist() == [[0, 2], [0, 1]]
+
+
 def test_a_met_phrase_is_not_glued_onto():
     """With every generable id but 6 a continuation piece, what follows a met phrase is 6 or EOS."""
     table, seeds, src_len = make_table(2), np.arange(B, dtype=np.int32), np.asarray([8, 10, 12], np.int32)
