@@ -40,10 +40,8 @@ def analysis_of(config, workdir: str):
     if analysis is None:
         raise ConfigError(f"{workdir}: its family (model.name={config.model.name}) has no analysis of its own "
                           f"(analyses: {with_analysis()})")
-    if config.data.source == "synthetic" and piece_vocab.exists(workdir):  # an import records no corpus
-        raise ConfigError(f"{workdir} holds an imported model, which the embedded synthetic corpus does not speak: "
-                          f"evaluate it on its data first (--mode eval --config.data.source=text "
-                          f"--config.data.dir=DIR), whose --split the analysis reads")
+    piece_vocab.check_has_data(config, workdir, "evaluate it on its data first (--mode eval --config.data.source="
+                                                "text --config.data.dir=DIR), whose --split the analysis reads")
     return analysis
 
 

@@ -177,12 +177,11 @@ def run(argv=None) -> int:
 
     maybe_initialize_distributed()
     check_same_command(f"--mode {args.mode}\n{config.to_json_best_effort(sort_keys=True)}")
-    if args.mode in ("eval", "distill") and config.data.source == "synthetic":
+    if args.mode in ("eval", "distill"):
         from jaxnat.data import piece_vocab
 
-        if piece_vocab.exists(args.workdir):  # an import records no corpus: the default is jaxnat's embedded one
-            raise ConfigError(f"{args.workdir} holds an imported model, which the embedded synthetic corpus does "
-                              f"not speak: name its test data with --config.data.source=text --config.data.dir=DIR")
+        piece_vocab.check_has_data(config, args.workdir,
+                                   "name its test data with --config.data.source=text --config.data.dir=DIR")
     if args.mode == "train":
         from jaxnat.evaluate import already_evaluated, evaluate
         from jaxnat.training.trainer import Trainer

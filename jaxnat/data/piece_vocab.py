@@ -24,7 +24,7 @@ import os
 import numpy as np
 
 from jaxnat.data import vocab
-from jaxnat.errors import DataError
+from jaxnat.errors import ConfigError, DataError
 
 SUBDIR = "vocab"
 RESERVED = (vocab.PAD_PIECE, vocab.BOS_PIECE, vocab.EOS_PIECE, vocab.UNK_PIECE, vocab.PLH_PIECE, vocab.MASK_PIECE)
@@ -37,6 +37,15 @@ def settings_path(workdir: str) -> str:
 
 def exists(workdir: str) -> bool:
     return os.path.isfile(settings_path(workdir))
+
+
+def check_has_data(config, workdir: str, then: str) -> None:
+    """A one-line ConfigError where ``workdir`` holds an imported model and ``config`` reads the embedded synthetic
+    corpus: an import records no corpus, so its config.json names jaxnat's default, which its vocabulary does not
+    speak. ``then``: what the user does about it."""
+    if config.data.source == "synthetic" and exists(workdir):
+        raise ConfigError(f"{workdir} holds an imported model, which the embedded synthetic corpus does not speak: "
+                          f"{then}")
 
 
 def write(directory: str, settings: dict, pieces: dict[str, list[str]], files: dict[str, bytes]) -> None:
