@@ -345,30 +345,46 @@ def test_a_reader_that_closes_stdout_ends_translation_quietly(monkeypatch):
     stdout.close()  # flushes: no error either
 
 
-def test_ctrl_c_says_what_the_output_holds_and_that_nothing_resumes(tmp_path, monkeypatch):
+def test_ctrl_c_says_what_the_output_holds_and_that_nothing_resumes(tmp_path, monkeypatch, caplog):
     """Ctrl-C printed training's and distillation's resume message ('the same command resumes ...'), and translation
-    resumes nothing. Now one line: before the writing, nothing was written and an earlier --output is as it was;
-    during it, how many lines --output holds. A full disk names --output."""
+    resumes nothing. Now one line: before any writing, nothing was written and an earlier --output is as it was;
+    later, how many lines --output holds. The output is written a chunk at a time as it is translated (it was written
+    only once the whole input was: an interruption or a crash at the end of a long input lost everything). A full
+    disk names --output."""
     from types import SimpleNamespace
 
     from jaxnat.decoding import translate_io
     from jaxnat.errors import Interrupted
 
+    chunks = []
+
     class Stub:
         spec = SimpleNamespace(name="m", supports=Supports())
 
         def translate(self, texts, beam_size, batch_size, **options):
-            raise KeyboardInterrupt
+            if len(chunks) == 2:
+                raise KeyboardInterrupt
+            chunks.append(texts)
+            return [{"hyp": t, "score": -1.0} for t in texts]
 
     config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4))
-    (tmp_path / "in.txt").write_text("a\nb\nc\n")
+    (tmp_path / "in.txt").write_text("a\nb\nc\nd\ne\n")
     out = tmp_path / "out.jsonl"
     out.write_text("earlier\n")
-    with pytest.raises(Interrupted, match=rf"^interrupted before anything was written to {out} \(translate writes "
-                                          rf"once the whole input is translated; {out} is left as it was\); the same "
-                                          rf"command translates the input again from its start$") as stopped:
+    chunks.extend([None, None])
+    with pytest.raises(Interrupted, match=rf"^interrupted before anything was written to {out}, which is left as it "
+                                          rf"was; the same command translates the input again from its start$") as e:
         translate_io.translate_stream(Stub, config, str(tmp_path / "in.txt"), str(out))
-    assert stopped.value.exit_code == 130 and out.read_text() == "earlier\n"
+    assert e.value.exit_code == 130 and out.read_text() == "earlier\n"
+
+    chunks.clear()
+    with caplog.at_level("INFO", logger="jaxnat"), \
+            pytest.raises(Interrupted, match=rf"^interrupted: {out} holds the translations of the first 4 of the 5 "
+                                             rf"lines; the same command translates the input again from its start$"):
+        translate_io.translate_stream(Stub, config, str(tmp_path / "in.txt"), str(out), chunk_lines=2)
+    assert chunks == [["a", "b"], ["c", "d"]] and [json.loads(line)["hyp"] for line in out.read_text().splitlines()] \
+        == ["a", "b", "c", "d"]
+    assert f"wrote 4 of 5 lines to {out}" in caplog.text
 
     Stub.translate = lambda self, texts, beam_size, batch_size, **options: [{"hyp": t, "score": -1.0} for t in texts]
     dumps = translate_io.json.dumps
@@ -381,8 +397,7 @@ def test_ctrl_c_says_what_the_output_holds_and_that_nothing_resumes(tmp_path, mo
         return step(*args, **kwargs)
 
     monkeypatch.setattr(translate_io.json, "dumps", interrupted_dumps)
-    with pytest.raises(Interrupted, match=rf"^interrupted while writing {out}: it holds 2 of the 3 lines; the same "
-                                          rf"command translates the input again$"):
+    with pytest.raises(Interrupted, match=rf"^interrupted: {out} holds the translations of the first 2 of the 5 "):
         translate_io.translate_stream(Stub, config, str(tmp_path / "in.txt"), str(out))
     assert len(out.read_text().splitlines()) == 2
 
@@ -398,7 +413,7 @@ def test_ctrl_c_says_what_the_output_holds_and_that_nothing_resumes(tmp_path, mo
 
     stdin = SimpleNamespace(buffer=SimpleNamespace(read=typing_interrupted), isatty=lambda: True)
     monkeypatch.setattr(translate_io.sys, "stdin", stdin)
-    with pytest.raises(Interrupted, match=r"^interrupted before anything was written to stdout \(translate writes "):
+    with pytest.raises(Interrupted, match=r"^interrupted before anything was written to stdout; the same command "):
         translate_io.translate_stream(Stub, config, None, None)
 
 
