@@ -512,6 +512,22 @@ def test_a_resume_on_batches_of_another_shape_says_so():
                            "device(s)") and said.endswith("(resume on 8 device(s) to continue it exactly)")
 
 
+def test_a_split_that_filters_down_to_nothing_is_refused(caplog):
+    """A valid set of paragraphs, every pair longer than data.max_len, left validation a loss over no pair: the
+    run logged `valid_loss 0.000 valid_nll 0.000` at every validation (and the plateau schedule saw no gain). Both
+    splits' counts are logged, and a split left empty stops the run in one line before it initialises."""
+    from jaxnat.training import trainer as trainer_lib
+
+    kept = {"kept": 3, "too_long": 1, "truncated": 0, "empty": 0}
+    with caplog.at_level("INFO", logger="jaxnat"):
+        trainer_lib.check_pairs_left(kept, "valid")
+    assert f"valid pairs: {kept}" in caplog.text
+    for split in ("train", "valid"):
+        with pytest.raises(trainer_lib.TrainingError, match=f"^no {split} pair is left after filtering .*'too_long': "
+                                                            "6.*raise data.max_len or set data.truncate=true$"):
+            trainer_lib.check_pairs_left({"kept": 0, "too_long": 6, "truncated": 0, "empty": 0}, split)
+
+
 def test_a_workdir_refuses_an_optimizer_that_cannot_resume_its_checkpoints(tmp_path):
     """Switching to or from the plateau schedule (or clipping) changes the optimizer state's structure: a workdir
     with training states refuses it in one line, where restoring would move every checkpoint aside and train from

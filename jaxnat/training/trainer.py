@@ -56,6 +56,15 @@ class TrainingError(JaxnatError):
     """Training cannot go on (e.g. the loss stayed non-finite)."""
 
 
+def check_pairs_left(counts: dict[str, int], split: str) -> None:
+    """Logs what filtering (`prepare_with_init`) kept of the train or valid split; one line where it kept nothing:
+    no batch to train on, or a validation loss over no pair, which would read 0.000 at every validation."""
+    log.info("%s pairs: %s", split, counts)
+    if not counts["kept"]:
+        raise TrainingError(f"no {split} pair is left after filtering ({counts}): every pair is longer than "
+                            f"data.max_len or has an empty side; raise data.max_len or set data.truncate=true")
+
+
 def make_train_step(spec, optimizer, schedule, microbatches: int = 1):
     """Returns step(state, batch, root_key) -> (state, metrics), to be jit'd with donation.
 
@@ -378,10 +387,7 @@ class Trainer:
 
     def make_batcher(self) -> TrainBatcher | PackedBatcher:
         src, tgt, init, counts, extras = self.encoded_split("train")
-        log.info("train pairs: %s", counts)
-        if not src:
-            raise TrainingError("no training pair is left after filtering; "
-                                "raise data.max_len or set data.truncate=true")
+        check_pairs_left(counts, "train")
         if self.packs():
             if self.family.check_packable is not None:
                 self.family.check_packable(src, tgt, extras)
@@ -514,6 +520,8 @@ class Trainer:
         cfg = self.config
         t = cfg.train
         batcher = self.make_batcher()
+        valid_data = self.encoded_split("valid")
+        check_pairs_left(valid_data.counts, "valid")
         state = self.init_state(batcher.batch(0))
         log.info("model %s: %.2fM parameters; batch shapes %s", cfg.model.name,
                  count_params(state["params"]) / 1e6, sorted(batcher.shapes))
@@ -543,7 +551,6 @@ class Trainer:
         self.history = History(self.workdir, start, write=jax.process_index() == 0)
         best = self.ckpt.best_meta() or {"bleu": -1.0, "step": -1}
 
-        valid_data = self.encoded_split("valid")
         translator = Translator(self.spec, state["params"], self.tokenizer, cfg)
         self._eval_step = jax.jit(make_eval_step(self.spec))
         root_key = jax.random.PRNGKey(t.seed + 1)
