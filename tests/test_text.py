@@ -60,6 +60,21 @@ def test_non_utf8_names_line(tmp_path, gz):
     _assert_one_line(e, "latin1.de", "line 2", "UTF-8")
 
 
+@pytest.mark.parametrize("content, line", [
+    ("one\ntwo\n".encode("utf-16-le"), 1),  # no byte-order mark: valid UTF-8, a NUL after every letter
+    ("one\ntwo\n".encode("utf-16"), 1),  # with one (0xff 0xfe): said to be UTF-16, not just "not UTF-8"
+    (b"one\ntwo\x00 dogs\n", 2),  # a NUL inside a sentence: a corrupted file
+])
+def test_a_nul_byte_names_its_line(tmp_path, content, line):
+    """An English file saved as UTF-16 without a byte-order mark was read as sentences with a NUL after every letter
+    (a test split's source: translated as such without a word; a side of a pair: a line-count error off by one,
+    from the NUL after the last line break), and a NUL inside a sentence became UNK."""
+    path = _write(tmp_path / "train.en", content)
+    with pytest.raises(DataError) as e:
+        text.read_lines(path)
+    _assert_one_line(e, path, f"line {line} holds a NUL byte", "UTF-16", "re-encode the file as UTF-8")
+
+
 @pytest.mark.parametrize("gz", [False, True])
 def test_carriage_return_line_breaks_are_refused(tmp_path, gz):
     """A file with classic Mac line breaks (\\r alone) was read as one sentence: a test split of 30 such lines in

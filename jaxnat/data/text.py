@@ -47,7 +47,7 @@ def read_lines(path: str, blank_ok: bool = False) -> list[str]:
 
     Raises:
       DataError: the file is missing, unreadable, empty (or, unless ``blank_ok``, blank lines only: no sentence;
-        initial hypotheses may all be empty), or not valid UTF-8 (the message gives the line).
+        initial hypotheses may all be empty), or not valid UTF-8 or holds a NUL byte (the message gives the line).
     """
     return split_lines(_read_bytes(path), path, blank_ok)
 
@@ -56,6 +56,10 @@ def split_lines(data: bytes, path: str, blank_ok: bool = False) -> list[str]:
     """Decodes UTF-8 bytes (from a file or stdin, named `path` in errors) into stripped lines; see read_lines."""
     if data.startswith(b"\xef\xbb\xbf"):
         data = data[3:]
+    if b"\0" in data:  # in no text; UTF-16 has one every other byte of ASCII, and decodes as UTF-8 without a mark
+        line_no = data.count(b"\n", 0, data.index(b"\0")) + 1
+        raise DataError(f"{path}: line {line_no} holds a NUL byte, which no UTF-8 text does (a UTF-16 or binary "
+                        f"file?); re-encode the file as UTF-8")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
