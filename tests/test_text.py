@@ -128,16 +128,20 @@ def _cfg(**kw):
     return ml_collections.ConfigDict(base)
 
 
-def test_load_corpus_text(tmp_path):
+def test_load_corpus_text(tmp_path, caplog):
     for split, n in (("train", 3), ("val", 2), ("test_a", 1), ("test_b", 2)):
         _write(tmp_path / f"{split}.en.gz", "".join(f"{split} en {i}\n" for i in range(n)).encode(), gz=True)
         if split != "test_b":
             _write(tmp_path / f"{split}.de", "".join(f"{split} de {i}\n" for i in range(n)).encode())
-    corpus = sources.load_corpus(_cfg(dir=str(tmp_path), test_splits="test_a, test_b"))
+    with caplog.at_level("WARNING"):
+        corpus = sources.load_corpus(_cfg(dir=str(tmp_path), test_splits="test_a, test_b"))
     assert sorted(corpus) == ["test_a", "test_b", "train", "valid"]
     assert corpus["train"] == (["train en 0", "train en 1", "train en 2"], ["train de 0", "train de 1", "train de 2"])
     assert corpus["valid"][1] == ["val de 0", "val de 1"]
     assert corpus["test_b"] == (["test_b en 0", "test_b en 1"], None)
+    # said at the start: a misnamed reference (test_b.deu) gave a metrics table without scores at the end, silently
+    assert caplog.messages == [f"{tmp_path}: no test_b.de or test_b.de.gz there: test split 'test_b' will be "
+                               f"translated, not scored"]
 
 
 def test_load_corpus_errors(tmp_path):

@@ -18,10 +18,13 @@ for post-editing (LevT §5); `load_inits` reads them.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from typing import Any
 
 from jaxnat.errors import ConfigError, DataError
+
+log = logging.getLogger(__name__)
 
 SOURCES = ("synthetic", "text", "tfds")
 
@@ -109,8 +112,10 @@ def _load_text(cfg: Any) -> Corpus:
         src_path = find_split_file(directory, name, src_lang)
         try:
             tgt_path = find_split_file(directory, name, tgt_lang)
-        except DataError:
-            out[name] = (read_lines(src_path), None)  # no reference: translate only
+        except DataError:  # no reference: translated only, said now rather than by a table without scores at the end
+            log.warning("%s: no %s.%s or %s.%s.gz there: test split %r will be translated, not scored", directory,
+                        name, tgt_lang, name, tgt_lang, name)
+            out[name] = (read_lines(src_path), None)
         else:
             out[name] = read_parallel(src_path, tgt_path)
     return out
