@@ -38,7 +38,8 @@ import sys
 import tempfile
 from collections.abc import Iterable
 
-from jaxnat.data.phrase_pairs import code_switch, most_common_words, phrase_pairs, phrase_text, sample_pairs
+from jaxnat.data.phrase_pairs import (MAX_WORDS, code_switch, most_common_words, phrase_pairs, phrase_text,
+                                      sample_pairs)
 from jaxnat.errors import DataError, JaxnatError
 from jaxnat.optional import require
 
@@ -137,6 +138,18 @@ def pairs_of_split(src_words: list[list[str]], tgt_words: list[list[str]], align
     return out, targets
 
 
+def few_pairs(split: str, pairs: list[list]) -> str:
+    """A warning where most of a split's sentences got no constraint pair ('' where not; a few percent have none
+    on Multi30k): a sentence of a language written without spaces is one Moses word, which no phrase of at most
+    3 words on the other side is consistent with."""
+    empty = sum(not p for p in pairs)
+    if 2 * empty <= len(pairs):
+        return ""
+    return (f"{split}: {empty} of {len(pairs)} sentences got no constraint pair; phrases are 1–{MAX_WORDS} Moses "
+            f"words, split at spaces, so a language written without them (Chinese, Japanese, Thai) needs its words "
+            f"segmented first")
+
+
 def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, train_split: str = "train",
                  splits: tuple[str, ...] = (), seed: int = 1, switch: bool = False, common_words: int = 100
                  ) -> dict[str, str]:
@@ -206,6 +219,8 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
             found = sum(len(p) for p in pairs)
             log.info("%s: %d constraint pairs in %d sentences%s", prefix, found, len(pairs),
                      " (code-switched)" if switched else "")
+            if not switched and (warning := few_pairs(split, pairs)):
+                log.warning("%s", warning)
         written.update(dict.fromkeys(names, "written"))
         if record is not None or split == train_split:  # not for a legacy directory's other splits: unverified
             record = {"settings": settings, "splits": {**(record or {}).get("splits", {}), split: fingerprint}}
