@@ -730,6 +730,25 @@ def test_init_from_with_the_vocabulary_of_another_run_is_refused(tmp_path):
     assert not (tmp_path / "second").exists()
 
 
+@pytest.mark.parametrize("named", ["spm/joint.model", "spm"])
+def test_spm_from_naming_a_model_file_or_spm_itself_is_refused_before_writing(tmp_path, named):
+    """data.spm_from=RUN/spm/joint.model (or RUN/spm) said "RUN/spm/joint.model/spm: no SentencePiece model" after
+    writing config.json into the new workdir; now one line that names the key and what it wants, nothing written."""
+    from jaxnat.config import build_config
+    from jaxnat.errors import ConfigError
+    from jaxnat.training.trainer import Trainer
+
+    (tmp_path / "first" / "spm").mkdir(parents=True)
+    (tmp_path / "first" / "spm" / "joint.model").write_bytes(b"a model")
+    given = tmp_path / "first" / named
+    config = build_config(TINY, [f"--config.data.spm_from={given}"])
+    with pytest.raises(ConfigError, match=f"^data.spm_from={given}: no SentencePiece model in {given}/spm; "
+                                          f"data.spm_from names a trained run's workdir, the directory that holds "
+                                          f"spm/$"):
+        Trainer(config, str(tmp_path / "second"))
+    assert not (tmp_path / "second").exists()
+
+
 def test_non_finite_steps_are_numbered_as_the_log_and_checkpoints_are(tmp_path, caplog):
     """The log lines and checkpoints number a step by the steps done (step 4: after 4 updates); the non-finite
     warnings and the final error counted from 0, so the 2nd step's skip read 'step 1' and a run stopped after its

@@ -314,6 +314,10 @@ class Trainer:
         check_final_evaluation(config, workdir)
         check_schedule_keys(config)
         train_src, train_tgt = self.corpus["train"]
+        if d.spm_from and not Tokenizer.exists(workdir) and not Tokenizer.exists(d.spm_from):
+            # a SentencePiece file or a workdir's spm/ itself, given for the workdir, named "<it>/spm" after writing
+            raise ConfigError(f"data.spm_from={d.spm_from}: no SentencePiece model in {os.path.join(d.spm_from, 'spm')}"
+                              f"; data.spm_from names a trained run's workdir, the directory that holds spm/")
         if config.train.init_from:  # the same model (or the one it extends) and vocabulary as the run it starts from
             if not os.path.isdir(config.train.init_from):
                 raise ConfigError(f"train.init_from={config.train.init_from}: no such directory (a trained run's "
