@@ -730,6 +730,22 @@ def test_init_from_with_the_vocabulary_of_another_run_is_refused(tmp_path):
     assert not (tmp_path / "second").exists()
 
 
+def test_training_pairs_a_reused_vocabulary_reads_as_unk_are_counted():
+    """A workdir trained on En-De and run on with En-Zh data (or data.spm_from a run on other text), without byte
+    fallback, trained on targets of UNKs without a word; a warning now counts the pairs."""
+    from jaxnat.data.vocab import BOS_ID, EOS_ID, UNK_ID
+    from jaxnat.training.trainer import unknown_pairs
+
+    def pair(*ids):
+        return np.array([BOS_ID, *ids, EOS_ID], np.int32)
+
+    src, tgt = [pair(7, 8), pair(9), pair(7)], [pair(10), pair(UNK_ID, 11), pair(12)]
+    assert unknown_pairs(src, [pair(10)] * 3) == ""
+    assert unknown_pairs(src, tgt).startswith("1 of 3 training pairs hold characters the vocabulary has no piece for "
+                                              "(UNK), which the model learns to write: it was made from other text")
+    assert unknown_pairs([pair(UNK_ID)] * 3, tgt).startswith("3 of 3 training pairs")
+
+
 @pytest.mark.parametrize("named", ["spm/joint.model", "spm"])
 def test_spm_from_naming_a_model_file_or_spm_itself_is_refused_before_writing(tmp_path, named):
     """data.spm_from=RUN/spm/joint.model (or RUN/spm) said "RUN/spm/joint.model/spm: no SentencePiece model" after

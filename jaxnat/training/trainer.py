@@ -24,6 +24,7 @@ from jaxnat.data.batching import (PackedBatcher, TrainBatcher, bucket_lengths, e
                                   fitted_buckets, prefetch, prepare_with_init)
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.tokenizer import Tokenizer, no_language_tokens_named
+from jaxnat.data.vocab import UNK_ID
 from jaxnat.errors import ConfigError, JaxnatError, Stopped
 from jaxnat.evaluation.metrics import bleu
 from jaxnat.models import build_model, count_params, family_of
@@ -63,6 +64,19 @@ def check_pairs_left(counts: dict[str, int], split: str) -> None:
     if not counts["kept"]:
         raise TrainingError(f"no {split} pair is left after filtering ({counts}): every pair is longer than "
                             f"data.max_len or has an empty side; raise data.max_len or set data.truncate=true")
+
+
+def unknown_pairs(src: list[np.ndarray], tgt: list[np.ndarray]) -> str:
+    """A warning where training pairs hold UNK ('' where none do). A vocabulary trained on these pairs has a piece
+    for each of their characters; one made from other text (data.spm_from, train.init_from, this workdir's first
+    run) or from a sample of them (over a million lines) may not, and without byte fallback the model then learns
+    to write UNK, silently."""
+    n = sum(bool((s == UNK_ID).any() or (t == UNK_ID).any()) for s, t in zip(src, tgt))
+    if not n:
+        return ""
+    return (f"{n} of {len(src)} training pairs hold characters the vocabulary has no piece for (UNK), which the model "
+            f"learns to write: it was made from other text (data.spm_from, train.init_from, an earlier run in this "
+            f"workdir) or a sample of it; one trained with data.byte_fallback=true has none")
 
 
 def make_train_step(spec, optimizer, schedule, microbatches: int = 1):
@@ -392,6 +406,8 @@ class Trainer:
     def make_batcher(self) -> TrainBatcher | PackedBatcher:
         src, tgt, init, counts, extras = self.encoded_split("train")
         check_pairs_left(counts, "train")
+        if unknown := unknown_pairs(src, tgt):
+            log.warning("%s", unknown)
         if self.packs():
             if self.family.check_packable is not None:
                 self.family.check_packable(src, tgt, extras)
