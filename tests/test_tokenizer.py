@@ -47,6 +47,15 @@ def test_reserved_ids_and_files(joint_dir):
         assert vocab.NUM_RESERVED < tok.vocab_size(side) <= 120
 
 
+def test_the_log_says_how_many_pieces_were_trained(tmp_path, caplog):
+    """data.vocab_size=8000 on a corpus of 3 pairs gave 349 pieces, and the log said only the model's path."""
+    with caplog.at_level("INFO", logger="jaxnat.data.tokenizer"):
+        tok = Tokenizer.train_or_load(str(tmp_path), SRC, TGT, vocab_size=8000)
+    path = os.path.join(str(tmp_path), "spm", "joint.model")
+    assert caplog.messages == [f"trained SentencePiece model(s) {path} ({tok.vocab_size('src')} pieces) (fewer than "
+                               f"data.vocab_size=8000: the corpus holds no more)"]
+
+
 def test_round_trip(joint_dir):
     tok = Tokenizer.load(joint_dir)
     for side, texts in (("src", SRC), ("tgt", TGT)):

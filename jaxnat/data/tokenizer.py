@@ -323,7 +323,10 @@ class Tokenizer:
         for name in sorted(models, reverse=True):
             _atomic_write(p[name][: -len(".model")] + ".vocab", _vocab_text(processors[name]).encode("utf-8"))
             _atomic_write(p[name], models[name])
-        log.info("trained SentencePiece model(s) %s", ", ".join(p[n] for n in models))
+        sizes = {p[n]: processors[n].get_piece_size() for n in models}
+        fewer = min(sizes.values()) < vocab_size  # a soft limit: a small corpus has fewer pieces to give
+        log.info("trained SentencePiece model(s) %s%s", ", ".join(f"{k} ({v} pieces)" for k, v in sizes.items()),
+                 f" (fewer than data.vocab_size={vocab_size}: the corpus holds no more)" if fewer else "")
         return cls.load(workdir)
 
     # ---------------------------------------------------------------- queries
