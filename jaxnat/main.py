@@ -112,7 +112,7 @@ def set_xla_flags(config) -> None:
 
 def check_paths(args) -> None:
     """Every path the command will write or read as a run, checked before anything is loaded or computed."""
-    from jaxnat.paths import check_creatable_dir, check_existing_dir, check_writable_file
+    from jaxnat.paths import check_creatable_dir, check_existing_dir, check_not_the_input, check_writable_file
 
     if args.mode == "import":
         if os.path.exists(args.workdir):
@@ -130,11 +130,7 @@ def check_paths(args) -> None:
         check_creatable_dir(args.output, "--output")
     elif args.mode == "translate" and args.output:
         check_writable_file(args.output, "--output")
-        # the input is read whole before the output is written: the user's text would be replaced by its translations
-        both = args.input and os.path.exists(args.input) and os.path.exists(args.output)
-        if both and os.path.samefile(args.input, args.output):
-            raise ConfigError(f"--output {args.output} is the --input file, which the translations would replace; "
-                              f"write them to another file")
+        check_not_the_input(args.output, "--output", args.input, "--input", "translations")
 
 
 def configure_logging() -> None:

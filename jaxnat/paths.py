@@ -50,3 +50,12 @@ def check_writable_file(path: str, flag: str) -> None:
         raise ConfigError(f"{flag} {path} cannot be written: the directory {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise ConfigError(f"{flag} {path} cannot be written: the directory {parent} is not writable")
+
+
+def check_not_the_input(output: str, output_flag: str, source: str | None, source_flag: str, what: str) -> None:
+    """`output` is not the file `source` (nor a link to it): the input is read whole before the output is written,
+    so writing there would replace the user's file with ``what`` (translations, constraints)."""
+    both = source and os.path.exists(source) and os.path.exists(output)
+    if both and os.path.samefile(source, output):
+        raise ConfigError(f"{output_flag} {output} is the {source_flag} file, which the {what} would replace; "
+                          f"write them to another file")

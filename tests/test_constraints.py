@@ -13,6 +13,7 @@ from jaxnat.data import words as words_mod
 from jaxnat.errors import ConfigError, DataError
 from jaxnat.evaluation.constraints import (
     is_word,
+    main,
     make_constraints,
     moses_tokenize,
     read_constraints,
@@ -187,3 +188,16 @@ def test_command_line(tmp_path):
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2 and len(lines) == 1, result.stderr
         assert lines[0].startswith("jaxnat: error: ") and message in lines[0], lines
+
+
+def test_command_line_refuses_to_write_over_its_references(tmp_path, capsys):
+    """`--refs f --output f` (or a link to f) read the references, then replaced them with the constraints; now one
+    line and exit code 2, the references kept."""
+    refs = tmp_path / "refs.de"
+    refs.write_text("Ein Mann läuft.\n", encoding="utf-8")
+    (tmp_path / "link.de").symlink_to(refs)
+    for output in (refs, tmp_path / "link.de"):
+        assert main(["--refs", str(refs), "--output", str(output)]) == 2
+        assert capsys.readouterr().err == (f"jaxnat: error: --output {output} is the --refs file, which the "
+                                           "constraints would replace; write them to another file\n")
+    assert refs.read_text(encoding="utf-8") == "Ein Mann läuft.\n"

@@ -25,6 +25,7 @@ import sys
 
 from jaxnat.data.words import is_word, moses_tokenize
 from jaxnat.errors import ConfigError, DataError, JaxnatError
+from jaxnat.paths import check_not_the_input
 
 
 def reference_words(ref: str, lang: str) -> list[str]:
@@ -103,6 +104,7 @@ def run(argv=None) -> int:
     parser.add_argument("--min-words", type=int, default=1, help="fewest constraints per sentence (default 1)")
     parser.add_argument("--max-words", type=int, default=4, help="most constraints per sentence (default 4)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    check_not_the_input(args.output, "--output", args.refs, "--refs", "constraints")
     from jaxnat.data.text import read_lines
 
     refs = read_lines(args.refs)
