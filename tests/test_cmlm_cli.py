@@ -4,14 +4,19 @@ with hard constraints, and with the AR run as rescorer."""
 
 import copy
 import json
+import os
+import re
 
 import numpy as np
 import pytest
 
 from jaxnat.config import workdir_config
 from jaxnat.decoding.translator import Start
+from jaxnat.models.cmlm.model import SUPPORTS
 from jaxnat.restore import load_translator
 from tests.test_translate import _main as _run  # the CLI on the tiny config, in a subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 pytestmark = pytest.mark.slow  # the quick tier (-m 'not slow') leaves this file out
 
@@ -40,6 +45,13 @@ def test_metrics_include_constraints_iterations_and_length(trained):
     assert metrics["test"]["mean_iterations"] == 4 and metrics["test"]["mean_length"] > 0
     assert "repetition" in metrics["test"] and metrics["test+T2"]["seconds"] > 0
     assert metrics["test+hard"]["cpr"] == 100.0  # guaranteed, however barely trained
+    # every key a user reads in metrics.json is explained in docs/evaluation.md (copy_source_bleu, mean_score,
+    # reference_length, seconds were not)
+    with open(os.path.join(ROOT, "docs", "evaluation.md"), encoding="utf-8") as f:
+        documented = set(re.findall(r"`([a-z_]+)`", f.read()))
+    documented |= {f"mean_{count}" for count in SUPPORTS.counts}  # `mean_<count>`
+    undocumented = {key for row in metrics.values() for key in row} - documented
+    assert not undocumented, undocumented
     header = stdout.splitlines()[0].split()
     assert {"bleu", "ribes", "cpr", "repetition", "latency_ms", "mean_iterations"} <= set(header)
 
