@@ -35,7 +35,7 @@ import time
 import numpy as np
 
 from jaxnat.data.sources import load_corpus
-from jaxnat.data.text import lines_sha256
+from jaxnat.data.text import lines_sha256, one_line
 from jaxnat.errors import ConfigError, DataError
 
 log = logging.getLogger("jaxnat")
@@ -230,12 +230,6 @@ class Parts:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def _one_line(text: str) -> str:
-    # A newline in a hypothesis would shift every later line of the parallel file (the text loader splits
-    # on "\n" only and strips each line).
-    return text.replace("\n", " ").strip()
-
-
 def translate_chunk(translator, sources: list[str], references: list[str], beam_size: int, batch_size: int) -> dict:
     """Translates the sources of one chunk that fit data.max_len (with BOS and EOS) and drops the others
     (module docstring). Returns {'hyps': [str | None] (one per source, None = dropped), 'dropped' (how many),
@@ -249,7 +243,7 @@ def translate_chunk(translator, sources: list[str], references: list[str], beam_
     outs = translator.translate_ids([src_ids[k] for k in kept], beam_size, batch_size) if kept else []
     hyps: list[str | None] = [None] * len(sources)
     for k, out in zip(kept, outs):
-        hyps[k] = _one_line(tok.decode(list(out["tokens"]), "tgt"))
+        hyps[k] = one_line(tok.decode(list(out["tokens"]), "tgt"))
     src_lens = [len(pieces[k]) for k in kept]
     out_lens = [int(np.count_nonzero(translator.translation_pieces(np.asarray(o["tokens"])))) for o in outs]
     ref_lens = [len(ids) for ids in tok.encode([references[k] for k in kept], "tgt")]

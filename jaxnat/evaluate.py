@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
+from jaxnat.data.text import one_line
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.translator import Translator, check_arguments
 from jaxnat.errors import DataError
@@ -60,9 +61,10 @@ def _writes() -> bool:
 
 
 def _write_lines(path: str, lines: list[str]) -> None:
+    """One line per sentence, aligned with the references (`one_line`: a hypothesis's line break as a space)."""
     if _writes():
         with open(path, "w", encoding="utf-8") as f:
-            f.writelines(line + "\n" for line in lines)
+            f.writelines(one_line(line) + "\n" for line in lines)
 
 
 def _check_hard_phrases(translator: Translator, corpus: dict, pairs: dict, splits: list[str], config) -> dict:

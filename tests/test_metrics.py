@@ -556,3 +556,20 @@ def test_unproduced_pairs_keep_what_the_plain_output_misses():
     pairs = [[("house", "Haus"), ("tree", "Baum")], [("dog", "Hund")]]
     assert unproduced_pairs(pairs, ["ein Haus", "eine Katze"], "de") == [[("tree", "Baum")], [("dog", "Hund")]]
     assert unproduced_pairs(pairs, ["Haus Baum", "Hunde"], "de") == [[], [("dog", "Hund")]]  # whole words only
+
+
+def test_hypothesis_files_keep_one_line_per_sentence(tmp_path):
+    """A hypothesis with a line break (byte pieces decode to "\\n", "\\r") made hyps/<split>.txt longer than the
+    references (metrics.json was right; the report and sacrebleu on the file refused it: "41 hypotheses for the 40
+    references"); now the break is written as a space, which changes no score."""
+    from jaxnat.data.text import read_lines
+    from jaxnat.evaluate import _write_lines
+
+    hyps = ["ein Mann", "a\r\nb", "c\rd", "e\nf ", ""]
+    path = tmp_path / "test.txt"
+    _write_lines(str(path), hyps)
+    with open(path, encoding="utf-8") as f:  # as the report reads it (universal newlines: "\r" ends a line too)
+        written = [line.rstrip("\n") for line in f]
+    assert written == read_lines(str(path), blank_ok=True) == ["ein Mann", "a  b", "c d", "e f", ""]
+    refs = ["ein Mann", "a b", "c d", "e f", "g"]
+    assert metrics.corpus_metrics(written, refs) == metrics.corpus_metrics(hyps, refs)

@@ -78,6 +78,12 @@ def split_lines(data: bytes, path: str, blank_ok: bool = False) -> list[str]:
     return [line.lstrip("\ufeff").strip() for line in lines]  # a mark that leads a line: files joined with cat
 
 
+def one_line(text: str) -> str:
+    """``text`` (a decoded hypothesis) as one line of a line-aligned file: a line break inside it (byte pieces decode
+    to "\\n" and "\\r") would shift every later line of the file, so it becomes a space, as the scores read it."""
+    return text.replace("\r", " ").replace("\n", " ").strip()
+
+
 def read_parallel(src_path: str, tgt_path: str) -> tuple[list[str], list[str]]:
     """Reads two line-aligned files; raises DataError (one line) if either is bad or the line counts differ."""
     src = read_lines(src_path)
