@@ -2,23 +2,40 @@
 tests/test_family.py runs for each registered family: it builds from the tiny test config (one beam), its loss
 returns ``(float32[] loss · n, aux)`` with float32[] 'nll' and 'count' (the trainer divides their sums), its
 ``generate`` returns tokens, score, the per-token log-probabilities and exactly the counts it declares, as wide as
-the request asks, and its output capacity stays within `model.max_len`. Shapes and dtypes only (traced with
+the request asks, and its output capacity stays within `model.max_len`; it is built and validated from its own
+config sections (and those of the families it extends) alone. Shapes and dtypes only (traced with
 `jax.eval_shape`): what each computes is tested with it."""
+
+import copy
 
 import jax
 import jax.numpy as jnp
 
-from jaxnat.config import build_config
+from jaxnat.config import build_config, validate
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.request import DecodeRequest
-from jaxnat.models import build_model, family_of
+from jaxnat import models
+from jaxnat.models import build_model, family_of, lineage
 
 OUTPUTS = {"tokens", "score", "token_logp", "token_scored"}
 
 
+def own_sections(config, name: str):
+    """``config`` without the sections of the families that ``name`` neither is nor extends. A family that reads
+    another's section (a copied family still reading its original's) would ignore its own, and read keys its
+    users cannot set (the config refuses values there): here that read fails, naming the section."""
+    read = {family.name for family in lineage(name)}
+    own = copy.deepcopy(config)
+    for other in models.names():
+        if other not in read and other in own:
+            del own[other]
+    return own
+
+
 def check_contract(name: str, vocab: int = 40) -> None:
-    config = build_config("tests/configs/tiny.py", [f"--config.model.name={name}", "--config.eval.beam_size=1",
-                                                    "--config.data.pairs_dir=synthetic"])
+    config = own_sections(build_config("tests/configs/tiny.py", [
+        f"--config.model.name={name}", "--config.eval.beam_size=1", "--config.data.pairs_dir=synthetic"]), name)
+    validate(config)
     spec = build_model(config, vocab, vocab)
     src = jnp.asarray([[BOS_ID, 7, 8, EOS_ID]], jnp.int32)
     batch = {"src": src, "tgt": src}

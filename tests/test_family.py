@@ -162,6 +162,39 @@ def test_every_family_meets_the_contract(name):
     check_contract(name)
 
 
+def _plain(config, cfg, pieces):
+    """The AR model under the toy's name: a family that meets the contract, for the mistakes below to break."""
+    from jaxnat.models.ar.model import build_spec
+
+    return dataclasses.replace(build_spec(config, cfg, pieces), name="toy")
+
+
+# mistake -> (the family's build with it, what the contract's error says)
+MISTAKES = {
+    # a family copied from another that still reads the original's section: its own section would do nothing
+    "another family's section": (lambda config, cfg, pieces: _plain(config, cfg, pieces) if config.nat else None,
+                                 "nat"),
+}
+
+
+def _registered(toy, build):
+    models.unregister(toy.name)
+    models.register(dataclasses.replace(toy, build=build, train_extras=None))
+
+
+def test_the_contract_passes_a_plain_family(toy):
+    _registered(toy, _plain)
+    check_contract(toy.name)
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_the_contract_catches_a_familys_mistake(toy, mistake):
+    build, error = MISTAKES[mistake]
+    _registered(toy, build)
+    with pytest.raises((AssertionError, AttributeError), match=error):
+        check_contract(toy.name)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", [n for n in models.FAMILIES if models.family_of(n).supports.soft_constraints
                                   or models.family_of(n).supports.hard_constraints])
