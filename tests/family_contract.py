@@ -2,9 +2,9 @@
 tests/test_family.py runs for each registered family: it builds from the tiny test config (one beam), its loss
 returns ``(float32[] loss · n, aux)`` with float32[] 'nll' and 'count' (the trainer divides their sums), its
 ``generate`` returns tokens, score, the per-token log-probabilities and exactly the counts it declares, as wide as
-the request asks, and its output capacity stays within `model.max_len`; it is built and validated from its own
-config sections (and those of the families it extends) alone. Shapes and dtypes only (traced with
-`jax.eval_shape`): what each computes is tested with it."""
+the request asks, and its output capacity stays within `model.max_len`; its `ModelSpec` bears its name; it is
+built and validated from its own config sections (and those of the families it extends) alone. Shapes and dtypes
+only (traced with `jax.eval_shape`): what each computes is tested with it."""
 
 import copy
 
@@ -37,6 +37,9 @@ def check_contract(name: str, vocab: int = 40) -> None:
         f"--config.model.name={name}", "--config.eval.beam_size=1", "--config.data.pairs_dir=synthetic"]), name)
     validate(config)
     spec = build_model(config, vocab, vocab)
+    # the evaluator finds the family's hooks (its output metrics) by the spec's name: a copied family's spec still
+    # named after its original would be scored with the original's
+    assert spec.name == name, f"family {name!r} builds a ModelSpec named {spec.name!r}"
     src = jnp.asarray([[BOS_ID, 7, 8, EOS_ID]], jnp.int32)
     batch = {"src": src, "tgt": src}
     params = jax.eval_shape(spec.init, jax.random.PRNGKey(0), batch)

@@ -174,6 +174,8 @@ MISTAKES = {
     # a family copied from another that still reads the original's section: its own section would do nothing
     "another family's section": (lambda config, cfg, pieces: _plain(config, cfg, pieces) if config.nat else None,
                                  "nat"),
+    # ... and still builds its ModelSpec under the original's name
+    "the original's spec name": (lambda *args: dataclasses.replace(_plain(*args), name="ar"), "named 'ar'"),
 }
 
 
