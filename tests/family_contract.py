@@ -1,10 +1,11 @@
 """The contract every model family meets (docs/design.md, "How to add a model family"), one function that
 tests/test_family.py runs for each registered family: it builds from the tiny test config (one beam), its loss
-returns ``(float32[] loss · n, aux)`` with float32[] 'nll' and 'count' (the trainer divides their sums), its
-``generate`` returns tokens, score, the per-token log-probabilities and exactly the counts it declares, as wide as
-the request asks, and its output capacity stays within `model.max_len`; its `ModelSpec` bears its name; it is
-built and validated from its own config sections (and those of the families it extends) alone. Shapes and dtypes
-only (traced with `jax.eval_shape`): what each computes is tested with it."""
+returns ``(float32[] loss · n, aux)`` with float32[] 'nll' and 'count' (the trainer divides their sums) and a
+float32[] for each of the spec's terms (`ModelSpec.left_out` one of them), its ``generate`` returns tokens, score,
+the per-token log-probabilities and exactly the counts it declares, as wide as the request asks, and its output
+capacity stays within `model.max_len`; its `ModelSpec` bears its name; it is built and validated from its own
+config sections (and those of the families it extends) alone. Shapes and dtypes only (traced with
+`jax.eval_shape`): what each computes is tested with it."""
 
 import copy
 
@@ -46,7 +47,10 @@ def check_contract(name: str, vocab: int = 40) -> None:
     if family_of(name).train_extras is None:  # a family with extras of its own is trained on batches that carry them
         loss, aux = jax.eval_shape(lambda p: spec.loss(p, batch, jax.random.PRNGKey(0), False), params)
         assert (loss.shape, loss.dtype) == ((), jnp.float32), name
-        assert all((aux[k].shape, aux[k].dtype) == ((), jnp.float32) for k in ("nll", "count")), name
+        # the trainer reads each of the spec's terms from aux (when it traces the train step, after the data is ready)
+        assert set(spec.terms) <= set(aux), f"{name}: ModelSpec.terms {spec.terms}, its loss's aux {sorted(aux)}"
+        assert all((aux[k].shape, aux[k].dtype) == ((), jnp.float32) for k in ("nll", "count", *spec.terms)), name
+    assert not spec.left_out or spec.left_out[0] in spec.terms, f"{name}: ModelSpec.left_out names none of its terms"
     width = spec.capacity(src.shape[1])
     assert width <= config.model.max_len and spec.capacity(config.model.max_len) <= config.model.max_len, name
     out = jax.eval_shape(spec.generate, params, DecodeRequest(src, max_out=width))

@@ -176,6 +176,9 @@ MISTAKES = {
                                  "nat"),
     # ... and still builds its ModelSpec under the original's name
     "the original's spec name": (lambda *args: dataclasses.replace(_plain(*args), name="ar"), "named 'ar'"),
+    # a loss term added to the spec's terms but not to the loss's aux (or misspelt in one of them)
+    "a term not in aux": (lambda *args: dataclasses.replace(_plain(*args), terms=("length_los",)), "length_los"),
+    "left out, not a term": (lambda *args: dataclasses.replace(_plain(*args), left_out=("unfit", "")), "left_out"),
 }
 
 
