@@ -149,6 +149,14 @@ def test_the_shared_modules_name_no_family():
     assert not found, "\n".join(found)
 
 
+@pytest.mark.parametrize("field, value", [
+    ("choices", {"shfit": ("a", "b")}), ("ranges", {"ofset": ("[0", None)}), ("architecture", ("dep",)),
+    ("sweep", ("shfit", "s")), ("moved", {"model.toy_shift": "shfit"}), ("before_added", {"deep": (True, "dep")})])
+def test_a_family_naming_a_key_its_section_lacks_is_refused(field, value):
+    with pytest.raises(ConfigError, match=f"model family 'toy': its {field} names (shfit|ofset|dep), not a key"):
+        dataclasses.replace(TOY, **{field: value})
+
+
 def test_every_family_has_its_config_folder_and_docs_page():
     for name in models.FAMILIES:
         family = models.family_of(name)

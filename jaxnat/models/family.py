@@ -10,6 +10,7 @@ import dataclasses
 from typing import Callable, Mapping, NamedTuple
 
 from jaxnat.decoding.request import Supports
+from jaxnat.errors import ConfigError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +75,18 @@ class Family:
     analysis: Analysis | None = None
     conventions: tuple[str, ...] = ()
     shared: Mapping[str, object] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        # a key of its section these name that the section lacks (a typo) would be checked, compared with a workdir's
+        # or swept nowhere, and nothing would say so
+        named = {"choices": tuple(self.choices), "ranges": tuple(self.ranges), "architecture": self.architecture,
+                 "sweep": self.sweep[:1], "moved": tuple(self.moved.values()),
+                 "before_added": tuple(self.before_added) + tuple(s for _, s in self.before_added.values() if s)}
+        keys = self.defaults()
+        for field, names in named.items():
+            if unknown := [name for name in names if name not in keys]:
+                raise ConfigError(f"model family {self.name!r}: its {field} names {', '.join(unknown)}, not a key of "
+                                  f"its section (its defaults())")
 
 
 # model.* conventions of models trained elsewhere (docs/import.md) that each model must apply itself, with jaxnat's
