@@ -132,6 +132,11 @@ def test_an_unknown_family_and_a_taken_name_are_one_line_errors(toy):
         models.family_of("toys")
     with pytest.raises(ConfigError, match="a model family named 'nat' exists already"):
         models.register(dataclasses.replace(TOY, name="nat"))
+    models.unregister(toy.name)
+    models.register(dataclasses.replace(toy, extends="ra"))
+    with pytest.raises(ConfigError, match=re.escape(f"model family 'toy' extends 'ra', which is no model family; "
+                                                    f"available: {available}")):
+        build_config(TINY, ["--config.model.name=toy"])
 
 
 def test_the_shared_modules_name_no_family():

@@ -61,7 +61,12 @@ def family_of(name: str):
 
 def lineage(name: str) -> tuple:
     """The families whose config sections a run of ``name`` reads: those it extends, then itself."""
+    from jaxnat.errors import ConfigError
+
     family = family_of(name)
+    if family.extends and family.extends not in names():  # family_of's error would blame model.name
+        raise ConfigError(f"model family {name!r} extends {family.extends!r}, which is no model family; available: "
+                          f"{', '.join(sorted(names()))}")
     return (lineage(family.extends) if family.extends else ()) + (family,)
 
 
