@@ -715,7 +715,10 @@ def family_defaults(config: ml_collections.ConfigDict, given=()) -> ml_collectio
         return config  # validate says so
     shared = default_config()
     for key, value in models.family_of(config.model.name).shared.items():
-        section, name = key.split(".")
+        section, _, name = key.partition(".")
+        if name not in shared.get(section, {}):
+            raise ConfigError(f"model family {config.model.name!r}: its shared names {key!r}, not a key of the shared "
+                              f"sections")
         if key not in given and config[section][name] == shared[section][name]:
             config[section][name] = value
     return config

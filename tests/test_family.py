@@ -126,7 +126,8 @@ def test_a_family_defined_outside_jaxnat_trains_evaluates_and_translates(toy, tm
         _config("--config.toy.offset=-1")
 
 
-def test_an_unknown_family_and_a_taken_name_are_one_line_errors(toy):
+def test_registration_mistakes_are_one_line_errors(toy):
+    """An unknown model.name, a taken name, a family extending an unknown one or giving a default of no shared key."""
     available = ", ".join(sorted((*models.FAMILIES, "toy")))
     with pytest.raises(ConfigError, match=re.escape(f"unknown model.name 'toys'; available: {available}")):
         models.family_of("toys")
@@ -136,6 +137,10 @@ def test_an_unknown_family_and_a_taken_name_are_one_line_errors(toy):
     models.register(dataclasses.replace(toy, extends="ra"))
     with pytest.raises(ConfigError, match=re.escape(f"model family 'toy' extends 'ra', which is no model family; "
                                                     f"available: {available}")):
+        build_config(TINY, ["--config.model.name=toy"])
+    models.unregister(toy.name)
+    models.register(dataclasses.replace(toy, shared={"eval.beamsize": 1}))
+    with pytest.raises(ConfigError, match="model family 'toy': its shared names 'eval.beamsize', not a key of the"):
         build_config(TINY, ["--config.model.name=toy"])
 
 
