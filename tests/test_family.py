@@ -197,7 +197,13 @@ MISTAKES = {
     # a loss term added to the spec's terms but not to the loss's aux (or misspelt in one of them)
     "a term not in aux": (lambda *args: dataclasses.replace(_plain(*args), terms=("length_los",)), "length_los"),
     "left out, not a term": (lambda *args: dataclasses.replace(_plain(*args), left_out=("unfit", "")), "left_out"),
+    # outputs as wide as the model's capacity, whatever width the request asks
+    "the capacity's width": (lambda *args: _capacity_wide(_plain(*args)), r"shape=\(1, \d+\).*, asked \d+"),
 }
+
+
+def _capacity_wide(spec):
+    return dataclasses.replace(spec, generate=lambda params, request: spec.generate(params, request.replace(max_out=0)))
 
 
 def _registered(toy, build):
