@@ -48,7 +48,7 @@ def advance(phrases, state, token, ordered, glue=False, after_join=False, trail=
     done, depth, cand, pending, ended = state
     glued_on = ended and glue
     deeper = {c for c in cand if 0 < depth < len(phrases[c]) and phrases[c][depth] == token}
-    still_open = ended and trail and not deeper
+    still_open = ended and trail  # on the way to a longer phrase too: "Zaun." is open to "Zaun.n"
     if deeper:
         cand, depth = deeper, depth + 1
         if glued_on:

@@ -170,6 +170,8 @@ def test_progress_tracking():
     assert walk([[6]], [6, 5, 5, 7], glue=(7,), trail=(5,)) == ([False], 0, 0)
     assert walk([[6]], [6, 5, 8, 7], glue=(7,), trail=(5,)) == ([True], 0, 1)
     assert walk([[6]], [6, 5], glue=(7,), trail=(5,)) == ([True], 0, 1)  # pending: ending the output meets it
+    # punctuation that continues a longer phrase leaves the word open too: "6 5 8" is no word "6"
+    assert walk([[6], [6, 5, 7]], [6, 5, 8], glue=(8,), trail=(5,)) == ([False, False], 0, 0)
     for phrases, tokens, glue in (([[6], [6, 7]], [6, 7], ()), ([[6, 7, 8], [7, 9]], [6, 7, 9, 6], ()),
                                   ([[6], [6, 7]], [6, 7, 6, 8], (7,)), ([[6, 7], [7, 8], [6]], [6, 7, 8, 6, 5], ()),
                                   ([[6], [6, 5, 7]], [6, 5, 5, 7, 6, 5, 8], (7,)), ([[6]], [6, 5, 7, 6, 5], (7,))):

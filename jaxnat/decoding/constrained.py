@@ -95,7 +95,7 @@ def advance(phrases: jnp.ndarray, t: Tracker, token: jnp.ndarray, ordered: bool,
     deeper = t.cand & (lens > t.depth) & (t.depth > 0) & (at_depth == token)
     moving = jnp.any(deeper)
     glued_on = t.ended & glue  # the phrase whose word was open is not a word
-    still_open = t.ended & jnp.asarray(trail, bool) & ~moving
+    still_open = t.ended & jnp.asarray(trail, bool)  # also on the way to a longer phrase: "Zaun." may be "Zaun.n"
     # falling off the path meets the deepest phrase it completed (once its word is closed), and the token may
     # start a phrase at the root
     done = t.done | (t.pending & ~moving & ~glued_on & ~still_open)
