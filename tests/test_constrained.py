@@ -46,9 +46,9 @@ def run(table, seeds, src_len, phrases, length_penalty, beam_size, ordered, cont
 
 # the searches and the tracker jit'd: eagerly, each of their ops would compile its own program
 @partial(jax.jit, static_argnames="beam_size")
-def plain_search(table, seeds, src_len, beam_size):
+def plain_search(table, seeds, src_len, beam_size, length_penalty=1.0):
     return ar_search(toy_model(table), jnp.repeat(seeds, beam_size), src_len, beam_size=beam_size,
-                     length_penalty=1.0, max_len_a=1.0, max_len_b=0, max_out=MAX_OUT)
+                     length_penalty=length_penalty, max_len_a=1.0, max_len_b=0, max_out=MAX_OUT)
 
 
 def pad(sentences):
@@ -121,6 +121,23 @@ def test_without_constraints_it_is_beam_search():
         want = plain_search(table, seeds, src_len, beam)
         np.testing.assert_array_equal(got["tokens"], want["tokens"])
         np.testing.assert_allclose(got["score"], want["score"], rtol=1e-6)
+
+
+def test_beam_search_searches_on_while_a_beam_can_reach_the_longest_output():
+    """Both searches stop a sentence once no alive beam can beat its worst finished output, bounding a beam's score
+    by the longest output it can reach (max_len + 1 tokens, EOS included). On these rows (found by a sweep) the
+    winning output is that long, and a bound one token short stops before it; the reference, without phrases, is
+    the same beam search."""
+    table, seeds, src_len = make_table(2, peak=3.0), np.asarray([493, 2853], np.int32), np.asarray([8, 11], np.int32)
+    plain = jax.device_get(plain_search(table, seeds, src_len, 2, 2.0))
+    banked = jax.device_get(run(table, seeds, src_len, pad([[], []]), 2.0, 2, False))
+    for b in range(2):
+        tokens, score, _ = ref.search(table, int(seeds[b]), [[]] * C, beam_size=2, ordered=False, length_penalty=2.0,
+                                      max_len=int(src_len[b]), max_out=MAX_OUT)
+        assert len(tokens) == min(src_len[b], MAX_OUT - 2) + 2  # BOS, max_len tokens, EOS
+        for got in (plain, banked):
+            assert until_eos(got["tokens"][b]) == tokens
+            np.testing.assert_allclose(got["score"][b], score, rtol=1e-5)
 
 
 def test_a_sentence_decodes_alone_as_in_a_batch():
