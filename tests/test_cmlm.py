@@ -398,6 +398,22 @@ def test_remask_schedule_uses_integer_arithmetic():
     assert [int(mp.remask_count(jnp.asarray([3]), t, 10)[0]) for t in range(1, 10)] == [2, 2, 2, 1, 1, 1, 1, 1, 1]
 
 
+def test_candidate_lengths_match_reference_for_even_and_odd_beams():
+    """fairseq's centred beam is n* + k − ⌊ℓ/2⌋: for an even ℓ one more candidate below the argmax than above it
+    (the mask-predict cases run ℓ = 1 and 3 only); the top-ℓ mode alike."""
+    rng = np.random.default_rng(0)
+    logits, n_src = rng.normal(size=(3, 256)).astype(np.float32), np.asarray([5, 9, 14], np.int32)
+    logits[:, 40:] -= 10  # the argmax among the short lengths, far from the clipping at 255
+    low, high = np.ones(3, np.int32), np.full(3, 255, np.int32)
+    for beam, centred in ((2, True), (4, True), (3, True), (4, False)):
+        options = mp.Options(length_beam=beam, centred=centred)
+        got = np.asarray(mp.candidate_lengths(jnp.asarray(logits), jnp.asarray(n_src), jnp.asarray(low),
+                                              jnp.asarray(high), options))
+        for b in range(3):
+            want = ref.candidate_lengths(logits[b], int(n_src[b]), 1, 255, beam, centred, False)
+            assert got[b].tolist() == want, (beam, centred)
+
+
 _lowest = jax.jit(mp.lowest)
 
 
