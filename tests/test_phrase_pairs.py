@@ -216,6 +216,37 @@ def test_load_pairs_reads_aligned_files_and_reports_bad_ones(tmp_path):
         load_pairs(cfg, corpus)
 
 
+def test_pairs_drawn_from_other_targets_are_refused_to_a_model_that_trains_on_them(tmp_path):
+    """A distilled corpus has the original's sources and line counts: the original's pairs, whose target phrases
+    the teacher's targets mostly lack, were taken without a word by a model that trains on pairs."""
+    import json
+
+    import ml_collections
+    import pytest
+
+    from jaxnat.data.alignment import split_fingerprint
+    from jaxnat.data.sources import load_pairs
+    from jaxnat.errors import DataError
+
+    original = {"train": (["a b"], ["x y"]), "valid": (["a"], ["x"]), "test": (["b"], ["y"])}
+    distilled = {**original, "train": (["a b"], ["z"])}
+    cfg = ml_collections.ConfigDict({"pairs_dir": str(tmp_path), "dir": "/kd", "train_split": "train",
+                                     "valid_split": "val"})
+    for split, text in (("train", '[["a", "x"]]\n'), ("val", '[["a", "x"]]\n'), ("test", '[["b", "y"]]\n')):
+        (tmp_path / f"{split}.pairs.jsonl").write_text(text)
+    record = {"settings": {}, "splits": {name: split_fingerprint(*original[key])
+                                         for key, name in (("train", "train"), ("valid", "val"), ("test", "test"))}}
+    (tmp_path / "train.alignment.json").write_text(json.dumps(record))
+    assert load_pairs(cfg, original, trains_on=True)["train"] == [[("a", "x")]]
+    with pytest.raises(DataError, match=r"train.pairs.jsonl: drawn from other train files than those in data.dir "
+                                         r".*--data-dir /kd --output DIR"):
+        load_pairs(cfg, distilled, trains_on=True)
+    # a model that does not train on pairs reads only the valid and test splits' (the original's, copied beside)
+    assert load_pairs(cfg, distilled)["test"] == [[("b", "y")]]
+    with pytest.raises(DataError, match="test.pairs.jsonl: drawn from other test files"):
+        load_pairs(cfg, {**distilled, "test": (["b"], ["w"])})
+
+
 def test_a_rerun_keeps_only_an_alignment_of_the_same_files_and_settings(tmp_path):
     """A rerun skipped every file that existed, whatever it had been made from: into the same --output, another
     target language (--tgt fr after --tgt de), another seed or an edited corpus exited 0 with the old pairs."""

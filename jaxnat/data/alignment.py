@@ -46,6 +46,7 @@ from jaxnat.optional import require
 log = logging.getLogger("jaxnat")
 
 Links = set[tuple[int, int]]
+RECORD_SUFFIX = ".alignment.json"  # {train split}.alignment.json: the settings, what each split was drawn from
 NEIGHBOURS = ((-1, 0), (0, -1), (1, 0), (0, 1), (-1, -1), (-1, 1), (1, -1), (1, 1))
 
 
@@ -150,6 +151,27 @@ def few_pairs(split: str, pairs: list[list]) -> str:
             f"segmented first")
 
 
+def split_fingerprint(src: list[str], tgt: list[str]) -> str:
+    """What a split's pairs were drawn from, as the record keeps it: the hash of its two sides as read."""
+    from jaxnat.data.text import lines_sha256
+
+    return lines_sha256([*src, "", *tgt])
+
+
+def recorded_fingerprints(out_dir: str) -> dict[str, str]:
+    """{split: `split_fingerprint` of the files its pairs were drawn from} from the records in ``out_dir`` ({}
+    without one: pairs written by an older jaxnat or by hand; an unreadable record is the alignment's to report)."""
+    found = {}
+    for name in sorted(os.listdir(out_dir)) if os.path.isdir(out_dir) else ():
+        if name.endswith(RECORD_SUFFIX):
+            try:
+                with open(os.path.join(out_dir, name), encoding="utf-8") as f:
+                    found.update(json.load(f)["splits"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+    return found
+
+
 def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, train_split: str = "train",
                  splits: tuple[str, ...] = (), seed: int = 1, switch: bool = False, common_words: int = 100
                  ) -> dict[str, str]:
@@ -157,14 +179,14 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
     common_words: how many of each training side's most frequent words a phrase may not consist of only."""
     from tqdm import tqdm
 
-    from jaxnat.data.text import find_split_files, lines_sha256, read_parallel
+    from jaxnat.data.text import find_split_files, read_parallel
     from jaxnat.data.words import moses_tokenize
 
     os.makedirs(out_dir, exist_ok=True)
     priors = os.path.join(out_dir, f"{train_split}.priors")
     common_path = os.path.join(out_dir, f"{train_split}.common.json")  # the frequent words phrases avoid
     # what the files were made from: a rerun keeps them only for the same settings and the same split files
-    record_path = os.path.join(out_dir, f"{train_split}.alignment.json")
+    record_path = os.path.join(out_dir, f"{train_split}{RECORD_SUFFIX}")
     settings = {"src": src_lang, "tgt": tgt_lang, "seed": seed, "common_words": common_words}
     record = _read_record(record_path, out_dir, settings)
     written = {}
@@ -173,7 +195,7 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
             [f"{split}.cs.{src_lang}", f"{split}.cs.{tgt_lang}", f"{split}.cs.pairs.jsonl"] if switch else [])
         names += [os.path.basename(p) for p in (priors, common_path) if split == train_split]
         src, tgt = read_parallel(*find_split_files(data_dir, split, src_lang, tgt_lang))
-        fingerprint = lines_sha256([*src, "", *tgt])  # the split's two sides as read
+        fingerprint = split_fingerprint(src, tgt)
         made_from = (record or {}).get("splits", {}).get(split)
         if made_from is not None and made_from != fingerprint:
             raise DataError(f"{out_dir} holds the alignment of other {split}.{src_lang}/{split}.{tgt_lang} files than "

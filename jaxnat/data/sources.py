@@ -215,25 +215,32 @@ def parse_pairs(line: str, where: str) -> list[tuple[str, str]]:
     return [(a, b) for a, b in value]
 
 
-def load_pairs(data_cfg: Any, corpus: Corpus) -> dict[str, Pairs]:
+def load_pairs(data_cfg: Any, corpus: Corpus, trains_on: bool = False) -> dict[str, Pairs]:
     """Constraint pairs of the splits of `corpus` that have them (`python -m jaxnat.data.alignment` writes
     them): {corpus key: pairs per sentence}; {} without `data.pairs_dir`.
 
     data.pairs_dir="synthetic" draws them from the lexicon of the synthetic corpus (`_synthetic_pairs`). Else
     `{pairs_dir}/{split}.pairs.jsonl` holds one JSON list of [source phrase, target phrase] per line,
-    line-aligned with the split. Train and valid must have one; a test split may.
+    line-aligned with the split. Train and valid must have one; a test split may. Where the alignment's record
+    names what a split's pairs were drawn from (`jaxnat.data.alignment.recorded_fingerprints`), they must be the
+    split's files as read: the training split's only for a model that ``trains_on`` them (another model reads
+    the valid and test splits' pairs alone, so a student of a distilled corpus is scored on the original's).
 
     Raises:
-      DataError: the train or valid file is missing, a line is not a list of pairs, or the file is not
-        line-aligned with its split (naming the file and the line or the counts).
+      DataError: the train or valid file is missing, a line is not a list of pairs, the file is not line-aligned
+        with its split (naming the file and the line or the counts), or was drawn from other files.
     """
     directory = _str(data_cfg, "pairs_dir", "")
     if not directory:
         return {}
     if directory == "synthetic":
         return _synthetic_pairs(data_cfg, corpus)
+    from jaxnat.data.alignment import recorded_fingerprints, split_fingerprint
+    from jaxnat.data.text import read_lines
+
+    drawn_from = recorded_fingerprints(directory)
     out: dict[str, Pairs] = {}
-    for key, (src, _) in corpus.items():
+    for key, (src, tgt) in corpus.items():
         split = _split(data_cfg, key) if key in ("train", "valid") else key
         path = os.path.join(directory, f"{split}.pairs.jsonl")
         if not os.path.isfile(path):
@@ -241,11 +248,17 @@ def load_pairs(data_cfg: Any, corpus: Corpus) -> dict[str, Pairs]:
                 continue  # a test split without pairs is only translated without them
             raise DataError(f"{path}: file not found; data.pairs_dir needs the constraint pairs of the {key} split "
                             f"(python -m jaxnat.data.alignment writes them)")
-        from jaxnat.data.text import read_lines
-
         lines = read_lines(path)
         if len(lines) != len(src):
             raise DataError(f"{path}: {len(lines)} lines, but the {key} split has {len(src)} sentences")
+        recorded = drawn_from.get(split)
+        checked = trains_on or key != "train"
+        if checked and recorded is not None and tgt is not None and recorded != split_fingerprint(src, tgt):
+            # same sources, other targets (a distilled corpus beside the original's pairs): their target phrases
+            # are not in the targets, and a model trained on them learns to leave its constraints out
+            raise DataError(f"{path}: drawn from other {split} files than those in data.dir (the original corpus's "
+                            f"pairs beside a distilled one?); align those: python -m jaxnat.data.alignment "
+                            f"--data-dir {_str(data_cfg, 'dir', 'DATA_DIR')} --output DIR, then data.pairs_dir=DIR")
         out[key] = [parse_pairs(line, f"{path}:{i + 1}") for i, line in enumerate(lines)]
     return out
 

@@ -329,7 +329,8 @@ class Trainer:
         d = config.data
         self.corpus = load_corpus(d)  # first: a bad data path fails before anything is written
         self.inits = load_inits(d, self.corpus)  # {split: initial hypotheses}; {} without data.init_lang
-        self.pairs = load_pairs(d, self.corpus)  # {split: constraint pairs per sentence}; {} without data.pairs_dir
+        # {split: constraint pairs per sentence}; {} without data.pairs_dir
+        self.pairs = load_pairs(d, self.corpus, trains_on=self.family.supports.pairs)
         check_matches_workdir(config, workdir)  # before anything in the workdir is written
         check_resumable(config, workdir)
         check_final_evaluation(config, workdir)
