@@ -34,6 +34,8 @@ import time
 
 import numpy as np
 
+from jaxnat.data.distilled import (MANIFEST, PARTS_DIR, PARTS_META, describe_difference, read_json, same_identity,
+                                   write_atomic)
 from jaxnat.data.sources import load_corpus
 from jaxnat.data.text import lines_sha256, one_line
 from jaxnat.errors import ConfigError, DataError
@@ -41,43 +43,18 @@ from jaxnat.errors import ConfigError, DataError
 log = logging.getLogger("jaxnat")
 
 CHUNK_SIZE = 1024  # sentences per resumable chunk: small enough to lose little on a crash, big enough to batch well
-PARTS_DIR = ".distill_parts"
-MANIFEST = "distill.json"
-_PARTS_META = "meta.json"
-# Manifest keys that must agree for an existing distillation to count as "this one".
-_IDENTITY_KEYS = ("teacher_workdir", "checkpoint", "decoding", "sentences", "sources_sha256", "too_long_sources")
 # Identity value of what happens to sources longer than data.max_len; distillations without it (older jaxnat)
 # wrote the translation of their cut beginning beside the whole source, and are not resumed or reused.
 TOO_LONG_SOURCES = "dropped"
 
 
 # -- small file helpers ------------------------------------------------------------------------------
-def _write_atomic(path: str, text: str) -> None:
-    """Writes `text` to `path` via a temporary file and os.replace, so `path` is either absent or whole."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def _write_lines(path: str, lines: list[str]) -> None:
-    _write_atomic(path, _text(lines))
+    write_atomic(path, _text(lines))
 
 
 def _text(lines: list[str]) -> str:
     return "".join(line + "\n" for line in lines)
-
-
-def _read_json(path: str) -> dict | None:
-    """The JSON object in `path`, or None if the file is absent or not a whole JSON object."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            obj = json.load(f)
-    except (OSError, ValueError):  # absent, unreadable or cut short: not a record of finished work
-        return None
-    return obj if isinstance(obj, dict) else None
 
 
 # -- what to write -----------------------------------------------------------------------------------
@@ -113,37 +90,22 @@ def decoding_settings(config) -> dict:
 
 
 # -- guarding a user's data ----------------------------------------------------------------------------
-def _describe_difference(old: dict, new: dict) -> str:
-    for key in _IDENTITY_KEYS:
-        if old.get(key) != new[key]:
-            if key == "sources_sha256":
-                return "the training sources differ"
-            if key == "too_long_sources":
-                return "that one kept sources longer than data.max_len, translating only their beginning"
-            return f"{key} {old.get(key)!r} there, {new[key]!r} now"
-    return "unknown difference"
-
-
-def _same_identity(old: dict, new: dict) -> bool:
-    return all(old.get(key) == new[key] for key in _IDENTITY_KEYS)
-
-
 def check_output_dir(out_dir: str, identity: dict, files: list[str]) -> dict | None:
     """Returns the manifest if OUT_DIR already holds this very distillation (nothing to translate), None if the work
     may go on (fresh directory, or our own unfinished parts). Raises DataError rather than overwrite anything
     else: another distillation, or files not written by one."""
-    manifest = _read_json(os.path.join(out_dir, MANIFEST))
+    manifest = read_json(os.path.join(out_dir, MANIFEST))
     if manifest is not None:
-        if _same_identity(manifest, identity):
+        if same_identity(manifest, identity):
             return manifest
-        difference = _describe_difference(manifest, identity)
+        difference = describe_difference(manifest, identity)
         raise DataError(f"{out_dir} already holds a different distillation ({difference}); choose another --output "
                         "or delete that directory")
-    parts_meta = _read_json(os.path.join(out_dir, PARTS_DIR, _PARTS_META))
+    parts_meta = read_json(os.path.join(out_dir, PARTS_DIR, PARTS_META))
     if parts_meta is not None:
-        if not _same_identity(parts_meta, identity):
+        if not same_identity(parts_meta, identity):
             raise DataError(f"{os.path.join(out_dir, PARTS_DIR)} holds an unfinished distillation of a different run "
-                            f"({_describe_difference(parts_meta, identity)}); delete it or choose another --output")
+                            f"({describe_difference(parts_meta, identity)}); delete it or choose another --output")
         return None  # ours: finished files from a crash while finalising may be overwritten
     if os.path.exists(out_dir) and not os.path.isdir(out_dir):
         raise DataError(f"{out_dir} exists and is not a directory (--output)")
@@ -167,14 +129,14 @@ def refresh_copies(out_dir: str, manifest: dict, names: dict[str, str], corpus: 
         for lang, lines in zip(langs, corpus[key]):
             path = os.path.join(out_dir, f"{name}.{lang}")
             if lines is not None and _read_text(path) != _text(lines):
-                _write_atomic(path, _text(lines))
+                write_atomic(path, _text(lines))
                 written.append(os.path.basename(path))
     if not written and manifest["files"] == files:
         return manifest
     log.info("copied the corpus's other splits as they are now: %s", ", ".join(written) or "(none changed)")
     manifest = {**manifest, "files": files,
                 "splits": {**manifest["splits"], "test": [n for k, n in names.items() if k not in ("train", "valid")]}}
-    _write_atomic(os.path.join(out_dir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_atomic(os.path.join(out_dir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
 
 
@@ -194,8 +156,8 @@ class Parts:
 
     def __init__(self, out_dir: str, identity: dict, chunk_size: int):
         self.dir = os.path.join(out_dir, PARTS_DIR)
-        meta_path = os.path.join(self.dir, _PARTS_META)
-        meta = _read_json(meta_path)
+        meta_path = os.path.join(self.dir, PARTS_META)
+        meta = read_json(meta_path)
         if meta is not None and meta.get("chunk_size") != chunk_size:
             # Chunk i must cover the same sentences on every run, or the parts would not line up.
             log.warning("resuming with the chunk size of the unfinished run (%s, not %d)", meta.get("chunk_size"),
@@ -203,7 +165,7 @@ class Parts:
             chunk_size = int(meta["chunk_size"])
         if meta is None:
             os.makedirs(self.dir, exist_ok=True)
-            _write_atomic(meta_path, json.dumps({**identity, "chunk_size": chunk_size}, indent=2, sort_keys=True))
+            write_atomic(meta_path, json.dumps({**identity, "chunk_size": chunk_size}, indent=2, sort_keys=True))
         self.chunk_size = chunk_size
 
     def path(self, index: int) -> str:
@@ -211,7 +173,7 @@ class Parts:
 
     def load(self, index: int, start: int, end: int) -> dict | None:
         """The finished chunk, or None if absent or unusable (then it is simply translated again)."""
-        part = _read_json(self.path(index))
+        part = read_json(self.path(index))
         if part is None:
             if os.path.exists(self.path(index)):  # a file cut short or damaged: say so, then redo the chunk
                 log.warning("%s is unreadable; translating that chunk again", self.path(index))
@@ -224,7 +186,7 @@ class Parts:
         return part
 
     def save(self, index: int, part: dict) -> None:
-        _write_atomic(self.path(index), json.dumps(part, ensure_ascii=False))
+        write_atomic(self.path(index), json.dumps(part, ensure_ascii=False))
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -372,7 +334,7 @@ def distill(config, teacher_workdir: str, out_dir: str, *, config_path: str = ""
         **stats,
         "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    _write_atomic(os.path.join(out_dir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_atomic(os.path.join(out_dir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     parts.remove()  # after the manifest: a crash in between leaves a finished directory plus stale parts
     log.info("distilled %d sentences in %.1f s of translation (%.1f sentences/s) into %s",
              len(sources) - stats["dropped_too_long"], stats["seconds"], stats["sentences_per_s"], out_dir)

@@ -1,0 +1,49 @@
+"""A distilled directory as its writer and readers see it (`jaxnat.distill` writes it): the manifest `distill.json`
+that marks it finished and names the teacher, the parts `.distill_parts/` of one still under way, and what makes
+two distillations the same one."""
+
+from __future__ import annotations
+
+import json
+import os
+
+PARTS_DIR = ".distill_parts"
+MANIFEST = "distill.json"
+PARTS_META = "meta.json"
+# Manifest keys that must agree for an existing distillation to count as "this one".
+IDENTITY_KEYS = ("teacher_workdir", "checkpoint", "decoding", "sentences", "sources_sha256", "too_long_sources")
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Writes `text` to `path` via a temporary file and os.replace, so `path` is either absent or whole."""
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_json(path: str) -> dict | None:
+    """The JSON object in `path`, or None if the file is absent or not a whole JSON object."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            obj = json.load(f)
+    except (OSError, ValueError):  # absent, unreadable or cut short: not a record of finished work
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def same_identity(old: dict, new: dict) -> bool:
+    return all(old.get(key) == new[key] for key in IDENTITY_KEYS)
+
+
+def describe_difference(old: dict, new: dict) -> str:
+    for key in IDENTITY_KEYS:
+        if old.get(key) != new[key]:
+            if key == "sources_sha256":
+                return "the training sources differ"
+            if key == "too_long_sources":
+                return "that one kept sources longer than data.max_len, translating only their beginning"
+            return f"{key} {old.get(key)!r} there, {new[key]!r} now"
+    return "unknown difference"
