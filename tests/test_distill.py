@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+import jaxnat.data.distilled as distilled_mod
 import jaxnat.distill as distill_mod
 from jaxnat.config import build_config
 from jaxnat.data.sources import load_corpus
@@ -153,6 +154,21 @@ def test_a_damaged_chunk_is_translated_again(tmp_path, caplog):
         f.truncate(10)
     assert parts.load(0, 0, 2) is None
     assert "000000.json is unreadable; translating that chunk again" in caplog.text
+
+
+def test_a_student_refuses_an_unfinished_distillation(tmp_path):
+    """An interrupted distillation holds only its parts: a student's config naming it stopped on "no file
+    train.en (found: nothing)", and one interrupted while the files were written could train on a part of them."""
+    out = tmp_path / "kd"
+    parts = distill_mod.Parts(str(out), {"sentences": 300}, chunk_size=CHUNK)
+    parts.save(0, {"start": 0, "end": CHUNK, "hyps": ["a"] * CHUNK, "dropped": 0})
+    (out / "train.en").write_text("a\n")
+    student = _config("--config.data.source=text", f"--config.data.dir={out}").data
+    with pytest.raises(DataError, match=r"kd holds an unfinished distillation \(1 of 3 chunks translated, no "
+                                        r"distill.json yet\): run its --mode distill command again"):
+        load_corpus(student)
+    (out / "distill.json").write_text("{}")  # finished: the parts left by a crash after the manifest do not count
+    distilled_mod.check_finished(str(out))
 
 
 def test_finished_output_is_not_redone(teacher, distilled, monkeypatch):

@@ -1,11 +1,13 @@
 """A distilled directory as its writer and readers see it (`jaxnat.distill` writes it): the manifest `distill.json`
-that marks it finished and names the teacher, the parts `.distill_parts/` of one still under way, and what makes
-two distillations the same one."""
+that marks it finished and names the teacher, the parts `.distill_parts/` of one still under way, what makes
+two distillations the same one, and the check a student's data makes: no unfinished directory is read."""
 
 from __future__ import annotations
 
 import json
 import os
+
+from jaxnat.errors import DataError
 
 PARTS_DIR = ".distill_parts"
 MANIFEST = "distill.json"
@@ -47,3 +49,19 @@ def describe_difference(old: dict, new: dict) -> str:
                 return "that one kept sources longer than data.max_len, translating only their beginning"
             return f"{key} {old.get(key)!r} there, {new[key]!r} now"
     return "unknown difference"
+
+
+def check_finished(directory: str) -> None:
+    """Raises DataError where `directory` is a distillation still under way (its parts, no manifest yet), whose
+    split files are missing or a part of them: a student would stop on a missing file with no word of why, or
+    train on what is there. A finished one (a manifest, perhaps beside parts a crash left) passes."""
+    parts = os.path.join(directory, PARTS_DIR)
+    if not os.path.isdir(parts) or os.path.exists(os.path.join(directory, MANIFEST)):
+        return
+    meta = read_json(os.path.join(parts, PARTS_META)) or {}
+    done = sum(name.endswith(".json") and name[:-5].isdigit() for name in os.listdir(parts))
+    sentences, size = meta.get("sentences"), meta.get("chunk_size")
+    total = f" of {-(-sentences // size)}" if isinstance(sentences, int) and isinstance(size, int) and size else ""
+    raise DataError(f"{directory} holds an unfinished distillation ({done}{total} chunks translated, no {MANIFEST} "
+                    f"yet): run its --mode distill command again to finish it (it resumes from the last finished "
+                    f"chunk)")

@@ -148,6 +148,9 @@ def _data_dir(cfg: Any) -> str:
         raise ConfigError(f"config.data.dir is required for data source {_str(cfg, 'source')!r}")
     if not os.path.isdir(directory):
         raise DataError(f"{directory}: data directory not found (config.data.dir)")
+    from jaxnat.data.distilled import check_finished
+
+    check_finished(directory)
     return directory
 
 
