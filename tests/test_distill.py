@@ -171,6 +171,36 @@ def test_a_student_refuses_an_unfinished_distillation(tmp_path):
     distilled_mod.check_finished(str(out))
 
 
+@pytest.mark.slow
+def test_a_student_trainer_copies_the_manifest(teacher, distilled, tmp_path):
+    from jaxnat.training.trainer import Trainer
+
+    out, manifest = distilled
+    Trainer(_config("--config.data.source=text", f"--config.data.dir={out}"), str(tmp_path / "student"))
+    assert json.loads((tmp_path / "student" / "distill.json").read_text()) == manifest
+
+
+def test_a_student_keeps_the_record_of_its_teacher(tmp_path, caplog):
+    """A student's workdir said nothing of the distillation it trained on but data.dir's path, whose directory may
+    be deleted or distilled again by another teacher; its own vocabulary, trained on the teacher's output, went
+    without a word where the docs' students take the teacher's (data.spm_from)."""
+    caplog.set_level("INFO", logger="jaxnat")
+    kd, run = tmp_path / "kd", tmp_path / "run"
+    kd.mkdir()
+    run.mkdir()
+    assert distilled_mod.record_teacher(str(kd), str(run), own_vocabulary=True) is None  # no distillation: nothing
+    assert not (run / "distill.json").exists() and not caplog.text
+    manifest = {"teacher_workdir": "/runs/ar", "checkpoint": {"kind": "best", "step": 1200}, "beam_size": 4}
+    (kd / "distill.json").write_text(json.dumps(manifest))
+    assert distilled_mod.record_teacher(str(kd), str(run), own_vocabulary=True) == manifest
+    assert json.loads((run / "distill.json").read_text()) == manifest
+    assert "targets by the teacher /runs/ar (best checkpoint of step 1200, beam 4)" in caplog.text
+    assert "--config.data.spm_from=/runs/ar takes the teacher's instead" in caplog.text
+    caplog.clear()
+    distilled_mod.record_teacher(str(kd), str(run), own_vocabulary=False)
+    assert "spm_from" not in caplog.text
+
+
 def test_finished_output_is_not_redone(teacher, distilled, monkeypatch):
     out, manifest = distilled
     before = {name: os.stat(os.path.join(out, name)).st_mtime_ns for name in FILES + ["distill.json"]}

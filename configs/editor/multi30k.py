@@ -3,7 +3,7 @@
 Distilled targets (train the AR teacher with configs/ar/multi30k.py, distil its beam-4 output, see
 configs/levt/multi30k.py), then:
     python -m jaxnat.main --config configs/editor/multi30k.py --workdir runs/editor-kd-multi30k \
-        --config.data.dir=runs/kd-multi30k
+        --config.data.dir=runs/kd-multi30k --config.data.spm_from=runs/ar-multi30k
 The evaluation adds soft and hard constraint runs on every test split (eval.constraints).
 """
 

@@ -7,7 +7,7 @@ Distilled targets (first train the AR teacher with configs/ar/multi30k.py, then 
     python -m jaxnat.main --mode distill --config configs/ar/multi30k.py --workdir runs/ar-multi30k \
         --config.data.dir=../shared/data/multi30k --output runs/kd-multi30k
     python -m jaxnat.main --config configs/levt/multi30k.py --workdir runs/levt-kd-multi30k \
-        --config.data.dir=runs/kd-multi30k
+        --config.data.dir=runs/kd-multi30k --config.data.spm_from=runs/ar-multi30k
 The evaluation adds soft and hard constraint runs on every test split (eval.constraints).
 """
 

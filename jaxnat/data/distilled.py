@@ -1,13 +1,17 @@
 """A distilled directory as its writer and readers see it (`jaxnat.distill` writes it): the manifest `distill.json`
 that marks it finished and names the teacher, the parts `.distill_parts/` of one still under way, what makes
-two distillations the same one, and the check a student's data makes: no unfinished directory is read."""
+two distillations the same one, and the checks a student's data and workdir make: no unfinished directory is read,
+and a student keeps the manifest of the distillation it trained on."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 
 from jaxnat.errors import DataError
+
+log = logging.getLogger("jaxnat")
 
 PARTS_DIR = ".distill_parts"
 MANIFEST = "distill.json"
@@ -65,3 +69,24 @@ def check_finished(directory: str) -> None:
     raise DataError(f"{directory} holds an unfinished distillation ({done}{total} chunks translated, no {MANIFEST} "
                     f"yet): run its --mode distill command again to finish it (it resumes from the last finished "
                     f"chunk)")
+
+
+def record_teacher(data_dir: str, workdir: str, own_vocabulary: bool) -> dict | None:
+    """Where a run trains on a distillation (``data_dir`` holds its manifest), copies the manifest into the
+    run's workdir, so that which teacher, checkpoint and decoding made its targets stays with the run (the
+    directory may be deleted or distilled again), and says so in the log; ``own_vocabulary``: the run trains its
+    SentencePiece model here, on the teacher's translations rather than with the teacher's pieces. Returns the
+    manifest, None where ``data_dir`` holds none."""
+    manifest = read_json(os.path.join(os.path.expanduser(data_dir), MANIFEST)) if data_dir else None
+    if manifest is None:
+        return None
+    write_atomic(os.path.join(workdir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    checkpoint = manifest.get("checkpoint") or {}
+    log.info("training on a distillation: targets by the teacher %s (%s checkpoint of step %s, beam %s); its "
+             "manifest copied to %s", manifest.get("teacher_workdir"), checkpoint.get("kind"), checkpoint.get("step"),
+             manifest.get("beam_size"), os.path.join(workdir, MANIFEST))
+    if own_vocabulary:
+        # the students of docs/results.md share the teacher's: one vocabulary also lets the teacher rescore them
+        log.info("this run's vocabulary is trained on the teacher's translations; --config.data.spm_from=%s takes "
+                 "the teacher's instead", manifest.get("teacher_workdir"))
+    return manifest

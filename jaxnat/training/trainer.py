@@ -22,6 +22,7 @@ from jaxnat.config import (check_known_keys, check_matches_workdir, default_conf
                            workdir_config)
 from jaxnat.data.batching import (PackedBatcher, TrainBatcher, bucket_lengths, eval_batches, example_lengths,
                                   fitted_buckets, prefetch, prepare_with_init)
+from jaxnat.data.distilled import record_teacher
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.tokenizer import Tokenizer, no_language_tokens_named
 from jaxnat.data.vocab import UNK_ID
@@ -363,6 +364,7 @@ class Trainer:
                     f.write(config.to_json_best_effort(indent=2, sort_keys=True))
                 if d.spm_from or config.train.init_from:
                     Tokenizer.copy_models(d.spm_from or config.train.init_from, workdir)
+                record_teacher(d.dir, workdir, own_vocabulary=not Tokenizer.exists(workdir))
             return Tokenizer.train_or_load(workdir, train_src, train_tgt, d.vocab_size, joint=d.joint_vocab,
                                            model_type=d.spm_model_type, seed=config.train.seed,
                                            byte_fallback=d.byte_fallback)
