@@ -215,6 +215,15 @@ def translate_chunk(translator, sources: list[str], references: list[str], beam_
             "ratio_count": len(ratios), "ref_ratio_sum": float(sum(ref_ratios)), "ref_ratio_count": len(ref_ratios)}
 
 
+def duration(seconds: float) -> str:
+    """A time left as a log line says it: "40 s", "12 min", "3 h 05 min"."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
+
+
 def run_chunks(translator, parts: Parts, sources: list[str], references: list[str], beam_size: int,
                batch_size: int) -> list[dict]:
     """Translates every chunk not already in `parts`; returns all chunks' parts, in order."""
@@ -228,6 +237,7 @@ def run_chunks(translator, parts: Parts, sources: list[str], references: list[st
     if done:
         log.info("resuming: %d of %d chunks (%d sentences) already translated", len(done), len(bounds), finished)
     bar = tqdm(total=n, initial=finished, unit="sent", desc="distill", dynamic_ncols=True, disable=None)
+    began, resumed_at = time.perf_counter(), finished
     try:
         for i, start, end in bounds:
             if i in done:
@@ -238,8 +248,12 @@ def run_chunks(translator, parts: Parts, sources: list[str], references: list[st
             parts.save(i, part)
             done[i] = part
             bar.update(end - start)
-            log.info("chunk %d/%d: sentences %d-%d in %.1f s (%.1f sentences/s)", i + 1, len(bounds), start, end - 1,
-                     part["seconds"], (end - start) / max(part["seconds"], 1e-9))
+            finished += end - start
+            # a log file has no bar: the corpus's progress and what is left at this run's pace
+            left = (time.perf_counter() - began) / (finished - resumed_at) * (n - finished)
+            log.info("chunk %d/%d: sentences %d-%d in %.1f s (%.1f sentences/s); %d of %d sentences done%s", i + 1,
+                     len(bounds), start, end - 1, part["seconds"], (end - start) / max(part["seconds"], 1e-9),
+                     finished, n, f", about {duration(left)} left" if finished < n else "")
     finally:
         bar.close()
     return [done[i] for i, _, _ in bounds]

@@ -201,6 +201,22 @@ def test_a_student_keeps_the_record_of_its_teacher(tmp_path, caplog):
     assert "spm_from" not in caplog.text
 
 
+def test_each_chunk_says_how_far_the_corpus_is_and_the_time_left(tmp_path, monkeypatch, caplog):
+    """In a log file (no progress bar) a distillation said how far each chunk was, never the corpus nor when it
+    would end; a resumed run counts the chunks done before it, its pace only its own."""
+    caplog.set_level("INFO", logger="jaxnat")
+    parts = distill_mod.Parts(str(tmp_path), {"sentences": 5}, chunk_size=2)
+    parts.save(0, {"start": 0, "end": 2, "hyps": ["a", "b"], "dropped": 0})
+    clock = iter(range(0, 1000, 10))  # each reading of the clock 10 s after the one before
+    monkeypatch.setattr(distill_mod.time, "perf_counter", lambda: next(clock))
+    monkeypatch.setattr(distill_mod, "translate_chunk", lambda tr, src, *a: {"hyps": src, "dropped": 0})
+    distill_mod.run_chunks(None, parts, list("abcde"), list("abcde"), 1, 1)
+    # the pace: 2 sentences in the 30 s since the run began (the chunk 10 to 20, read at 30): 1 left, 15 s
+    assert "chunk 2/3: sentences 2-3 in 10.0 s (0.2 sentences/s); 4 of 5 sentences done, about 15 s left" in caplog.text
+    assert "chunk 3/3: sentences 4-4 in 10.0 s (0.1 sentences/s); 5 of 5 sentences done\n" in caplog.text + "\n"
+    assert [distill_mod.duration(s) for s in (40.4, 719, 11_100)] == ["40 s", "12 min", "3 h 05 min"]
+
+
 def test_finished_output_is_not_redone(teacher, distilled, monkeypatch):
     out, manifest = distilled
     before = {name: os.stat(os.path.join(out, name)).st_mtime_ns for name in FILES + ["distill.json"]}
