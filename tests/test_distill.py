@@ -178,6 +178,12 @@ def test_a_student_trainer_copies_the_manifest(teacher, distilled, tmp_path):
     out, manifest = distilled
     Trainer(_config("--config.data.source=text", f"--config.data.dir={out}"), str(tmp_path / "student"))
     assert json.loads((tmp_path / "student" / "distill.json").read_text()) == manifest
+    # a run with training states (the teacher's, as a student's stand-in) that recorded another distillation
+    resumed = tmp_path / "resumed"
+    shutil.copytree(teacher, resumed)
+    (resumed / "distill.json").write_text(json.dumps({**manifest, "teacher_workdir": "/elsewhere"}))
+    with pytest.raises(DataError, match="trained on the distillation by /elsewhere"):
+        Trainer(_config("--config.data.source=text", f"--config.data.dir={out}"), str(resumed))
 
 
 def test_a_student_keeps_the_record_of_its_teacher(tmp_path, caplog):
@@ -215,6 +221,26 @@ def test_each_chunk_says_how_far_the_corpus_is_and_the_time_left(tmp_path, monke
     assert "chunk 2/3: sentences 2-3 in 10.0 s (0.2 sentences/s); 4 of 5 sentences done, about 15 s left" in caplog.text
     assert "chunk 3/3: sentences 4-4 in 10.0 s (0.1 sentences/s); 5 of 5 sentences done\n" in caplog.text + "\n"
     assert [distill_mod.duration(s) for s in (40.4, 719, 11_100)] == ["40 s", "12 min", "3 h 05 min"]
+
+
+def test_a_student_does_not_resume_on_another_distillation(tmp_path):
+    kd, run = tmp_path / "kd", tmp_path / "run"
+    kd.mkdir()
+    run.mkdir()
+    manifest = {"teacher_workdir": "/runs/ar", "checkpoint": {"kind": "best", "step": 1200},
+                "decoding": {"beam_size": 4}, "sentences": 3, "sources_sha256": "s", "too_long_sources": "dropped"}
+    (kd / "distill.json").write_text(json.dumps(manifest))
+    distilled_mod.check_same_teacher(str(kd), str(run))  # a run that recorded none
+    distilled_mod.record_teacher(str(kd), str(run), own_vocabulary=False)
+    distilled_mod.check_same_teacher(str(kd), str(run))  # the same one
+    # kd deleted and distilled again from a later checkpoint of the teacher
+    (kd / "distill.json").write_text(json.dumps({**manifest, "checkpoint": {"kind": "best", "step": 2000}}))
+    with pytest.raises(DataError, match=r"run trained on the distillation by /runs/ar that .*run/distill.json records, "
+                                        r"and data.dir=.*kd holds another distillation \(checkpoint .*'step': 1200"):
+        distilled_mod.check_same_teacher(str(kd), str(run))
+    with pytest.raises(DataError, match="holds no distillation"):  # the original corpus instead
+        distilled_mod.check_same_teacher(str(tmp_path), str(run))
+    assert json.loads((run / "distill.json").read_text()) == manifest  # the record of what it trained on stays
 
 
 def test_finished_output_is_not_redone(teacher, distilled, monkeypatch):

@@ -1,7 +1,7 @@
 """A distilled directory as its writer and readers see it (`jaxnat.distill` writes it): the manifest `distill.json`
 that marks it finished and names the teacher, the parts `.distill_parts/` of one still under way, what makes
 two distillations the same one, and the checks a student's data and workdir make: no unfinished directory is read,
-and a student keeps the manifest of the distillation it trained on."""
+and a student keeps the manifest of the distillation it trained on and does not resume on another."""
 
 from __future__ import annotations
 
@@ -69,6 +69,21 @@ def check_finished(directory: str) -> None:
     raise DataError(f"{directory} holds an unfinished distillation ({done}{total} chunks translated, no {MANIFEST} "
                     f"yet): run its --mode distill command again to finish it (it resumes from the last finished "
                     f"chunk)")
+
+
+def check_same_teacher(data_dir: str, workdir: str) -> None:
+    """Raises DataError where a run that trained on one distillation (its copy of the manifest, `record_teacher`)
+    would go on with another in ``data_dir``: distilled again, by another teacher, checkpoint or beam, after it
+    was deleted. The run would resume on other targets without a word, and its record would name the new teacher
+    for steps the old one's targets taught. Call it only for a workdir with training states to resume."""
+    trained = read_json(os.path.join(workdir, MANIFEST))
+    now = read_json(os.path.join(os.path.expanduser(data_dir), MANIFEST)) if data_dir else None
+    now = now and {key: now.get(key) for key in IDENTITY_KEYS}  # a manifest of an older jaxnat may lack some
+    if trained is not None and (now is None or not same_identity(trained, now)):
+        what = "no distillation" if now is None else f"another distillation ({describe_difference(trained, now)})"
+        raise DataError(f"{workdir} trained on the distillation by {trained.get('teacher_workdir')} that "
+                        f"{os.path.join(workdir, MANIFEST)} records, and data.dir={data_dir} holds {what}: keep the "
+                        f"targets it trained on, or train another --workdir")
 
 
 def record_teacher(data_dir: str, workdir: str, own_vocabulary: bool) -> dict | None:

@@ -22,7 +22,7 @@ from jaxnat.config import (check_known_keys, check_matches_workdir, default_conf
                            workdir_config)
 from jaxnat.data.batching import (PackedBatcher, TrainBatcher, bucket_lengths, eval_batches, example_lengths,
                                   fitted_buckets, prefetch, prepare_with_init)
-from jaxnat.data.distilled import record_teacher
+from jaxnat.data.distilled import check_same_teacher, record_teacher
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.tokenizer import Tokenizer, no_language_tokens_named
 from jaxnat.data.vocab import UNK_ID
@@ -334,6 +334,8 @@ class Trainer:
         self.pairs = load_pairs(d, self.corpus, trains_on=self.family.supports.pairs)
         check_matches_workdir(config, workdir)  # before anything in the workdir is written
         check_resumable(config, workdir)
+        if holds_steps(os.path.join(workdir, "checkpoints", "last")):
+            check_same_teacher(d.dir, workdir)
         check_final_evaluation(config, workdir)
         check_schedule_keys(config)
         train_src, train_tgt = self.corpus["train"]
