@@ -72,9 +72,10 @@ def test_layers():
         if here not in families:
             assert not edges & families, f"{here} imports {sorted(edges & families)}"
     # and a family imports nothing above the models: what the shared model code may import, the models, other
-    # families and the metrics (which import only data and errors); the layers above hand it what it needs
+    # families and the metrics (which import only data, errors and paths, a leaf); the layers above hand it the rest
     below = graph["jaxnat.models"] | {"jaxnat.models", "jaxnat.evaluation"} | families
-    assert graph["jaxnat.evaluation"] <= {"jaxnat.data", "jaxnat.errors"}
+    assert graph["jaxnat.evaluation"] <= {"jaxnat.data", "jaxnat.errors", "jaxnat.paths"}
+    assert graph["jaxnat.paths"] <= {"jaxnat.errors"}
     for family in families:
         assert graph[family] <= below, f"{family} imports {sorted(graph[family] - below)}"
 
