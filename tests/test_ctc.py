@@ -419,12 +419,16 @@ def test_a_pair_that_cannot_fit_its_canvas_is_left_out_and_counted():
 
 @pytest.mark.slow
 def test_glancing_training_has_finite_gradients_and_glances_the_alignment():
-    spec = _spec("--config.ctc.glancing=true", "--config.ctc.glance_start=1.0", "--config.ctc.glance_end=1.0")
+    """Update 3 of a 1.0 → 0.5 schedule over 6 updates: a finite loss and gradients, frames glanced, and the
+    'glance_ratio' term the history logs is the schedule's value there, 0.75."""
+    spec = _spec("--config.ctc.glancing=true", "--config.ctc.glance_start=1.0", "--config.ctc.glance_end=0.5",
+                 "--config.ctc.glance_steps=6")
     batch = _batch(long_target=True)
     params = spec.init(jax.random.PRNGKey(0), batch)
     (loss, aux), grads = jax.jit(jax.value_and_grad(
         lambda p: spec.loss(p, batch, jax.random.PRNGKey(1), True, step=jnp.int32(3)), has_aux=True))(params)
     assert np.isfinite(float(loss)) and float(aux["glanced"]) > 0
+    assert "glance_ratio" in spec.terms and float(aux["glance_ratio"]) == pytest.approx(0.75)
     assert all(np.all(np.isfinite(g)) for g in jax.tree_util.tree_leaves(grads))
 
 

@@ -179,7 +179,8 @@ def ctc_loss(model: CTCModel, params, batch: dict, rng, *, upsample: int, label_
     batch['src']: int32[B, S], batch['tgt']: int32[B, T] ([BOS … EOS] rows, PAD after). Returns ``(loss · n,
     aux)``, n the target's tokens (BOS/EOS included, as every family): aux 'nll' (the CTC term · n), 'count',
     'unfit' (the fraction of the batch's pairs left out: a target longer than its frames allow) and, glancing,
-    'glanced' (glanced frames / frames). ``keep_inputs`` (tests): also the glancing's inputs and draws.
+    'glanced' (glanced frames / frames) and 'glance_ratio' (``ratio``: the schedule's value at this update).
+    ``keep_inputs`` (tests): also the glancing's inputs and draws.
     """
     src, tgt = batch["src"], batch["tgt"]
     k_enc, k_first, k_glance, k_dec = jax.random.split(rng, 4)
@@ -195,7 +196,8 @@ def ctc_loss(model: CTCModel, params, batch: dict, rng, *, upsample: int, label_
     pairs = frames > 0                                              # not a filler row
     live = pairs & fits
     labels, lengths = jnp.where(live[:, None], labels, PAD_ID), jnp.where(live, lengths, 0)
-    aux = {"glanced": jnp.float32(0.0)} if glancing else {}  # a term of every call, validation's too
+    # terms of every call, validation's too (which reads the schedule's end and glances nothing)
+    aux = {"glanced": jnp.float32(0.0), "glance_ratio": jnp.asarray(ratio, jnp.float32)} if glancing else {}
     glanced = None
     if glancing and train:  # static
         first = jax.lax.stop_gradient(apply("frame_logits", src, memory, frames, width, key=k_first))
@@ -305,7 +307,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         return decode(module, params, request, s.upsample, request.width(capacity), continues, joins, trails,
                       s.soft_bonus)
 
-    terms = ("unfit",) + (("glanced",) if s.glancing else ())
+    terms = ("unfit",) + (("glanced", "glance_ratio") if s.glancing else ())
     return ModelSpec("ctc", cfg, module, init, loss, generate, capacity, SUPPORTS, stepped=True, terms=terms,
                      left_out=("unfit", "a target (with a blank between repeats) longer than its canvas has no "
                                         "alignment: raise ctc.upsample"))
