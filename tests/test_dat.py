@@ -468,8 +468,8 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec():
 
     # a batch's all-PAD filler row changes nothing (validation: no dropout, no glancing)
     filler = {k: jnp.concatenate([v, jnp.zeros_like(v[:1])]) for k, v in batch.items()}
-    validation = jax.jit(lambda b: spec.loss(params, b, jax.random.PRNGKey(2), False))  # eager: 3x the time
-    plain, padded = validation(batch), validation(filler)
+    validation = jax.jit(lambda p, b: spec.loss(p, b, jax.random.PRNGKey(2), False))  # eager: 3x the time
+    plain, padded = validation(params, batch), validation(params, filler)
     np.testing.assert_allclose(float(plain[0]), float(padded[0]), rtol=1e-5)
     assert float(plain[1]["count"]) == float(padded[1]["count"]) == 9
 
@@ -480,6 +480,15 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec():
         ratios.append(float(aux["glance_ratio"]))
     assert losses[-1] < 0.5 * losses[0], losses
     assert ratios[0] == pytest.approx(0.5) and ratios[10] == pytest.approx(0.3) and ratios[-1] == pytest.approx(0.1)
+    # validation glances nothing: its glance_accuracy is its one pass's tokens right along each best path
+    logits, links, n = (np.asarray(a) for a in spec.module.apply(params, src))
+    hits = 0
+    for b in range(2):
+        t = int(np.sum(np.asarray(tgt[b]) > 0))
+        emit = np.asarray(jax.nn.log_softmax(logits[b]))
+        path = sorted(ref.best_alignment(emit[:, np.asarray(tgt[b])].T, links[b], t, n[b])[1])[0]
+        hits += sum(emit[v].argmax() == int(tgt[b][i]) for i, v in enumerate(path))
+    assert hits > 0 and float(validation(params, batch)[1]["glance_accuracy"]) == pytest.approx(hits / 9)
 
     from jaxnat.models.dat.model import Glancing, dat_loss
     # glancing at the untrained parameters (mistakes to count): a best path, the count as specified, read by pass 2

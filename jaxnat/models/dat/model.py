@@ -200,14 +200,25 @@ class Glancing:
         return self.start > 0 or self.end > 0
 
 
+def _best_path_hits(match, logits, links, n_vertices, tgt, tgt_len, real, ratio):
+    """What glancing reads of a pass: (path int32[B, T], the reference's best path through the graph; aligned
+    bool[B], the real rows that have one; number int32[B], the tokens to reveal at ``ratio``; right int32[B], the
+    tokens the pass's argmax gets right on their vertices of that path). match: `dag.reference_match`'s."""
+    path, score = dag.best_alignment(match, links, tgt_len, n_vertices)
+    aligned = jnp.isfinite(score) & real
+    number, right = glancing.glance_counts(path, argmax(logits), tgt, tgt_len, aligned, ratio)
+    return path, aligned, number, right
+
+
 def dat_loss(module: DAT, params, batch: dict, rng, *, glance: Glancing, step=None, train: bool = True,
              remat: bool = True, keep: bool = False):
     """The DAG loss with glancing (in training). batch['src']: int32[B, S], batch['tgt']: int32[B, T] ([BOS … EOS]
     rows, PAD after; all-PAD filler rows count for nothing). Returns ``(loss · n, aux)``: the loss is the mean over
     sentences of −log P(y | x) / |y| (the authors' normalisation), n the target tokens (BOS/EOS included); aux has
     'nll' (−log P summed over the sentences with a path, per token, · n), 'count' = n, 'glance_ratio',
-    'glance_accuracy' (the first pass's right tokens along the best path / tokens) and 'unaligned' (the share of
-    sentences no path emits). With ``keep`` (tests) also the first pass's arrays and the glanced positions."""
+    'glance_accuracy' (the first pass's right tokens along the best path / tokens; in validation, which glances
+    nothing and reads the schedule's end ratio, its one pass's) and 'unaligned' (the share of sentences no path
+    emits). With ``keep`` (tests) also the first pass's arrays and the glanced positions."""
     src, tgt = batch["src"], batch["tgt"]
     k_enc, k_dec, k_glance = jax.random.split(rng, 3)
     memory = module.apply(params, src, train=train, method="encode", rngs={"dropout": k_enc})
@@ -222,9 +233,8 @@ def dat_loss(module: DAT, params, batch: dict, rng, *, glance: Glancing, step=No
     right = jnp.zeros_like(tgt_len)
     if train and glance.on:  # static
         logits1, links1, n_vertices = jax.tree_util.tree_map(jax.lax.stop_gradient, graph(None))
-        path, score = dag.best_alignment(dag.reference_match(logits1, tgt), links1, tgt_len, n_vertices)
-        aligned = jnp.isfinite(score) & real
-        number, right = glancing.glance_counts(path, argmax(logits1), tgt, tgt_len, aligned, ratio)
+        path, aligned, number, right = _best_path_hits(dag.reference_match(logits1, tgt), logits1, links1,
+                                                       n_vertices, tgt, tgt_len, real, ratio)
         u = jax.random.uniform(k_glance, tgt.shape)
         chosen = (glancing.choose_glanced(path, number, u, aligned) if glance.count == "number"
                   else glancing.choose_bernoulli(path, number, tgt_len, u, aligned))
@@ -235,6 +245,8 @@ def dat_loss(module: DAT, params, batch: dict, rng, *, glance: Glancing, step=No
     match = dag.reference_match(logits, tgt)
     if glanced is not None and glance.fix:
         match = glancing.fix_alignment(match, path, chosen)
+    if not train and glance.on:  # validation's glance_accuracy: its one pass's (no dropout, nothing glanced)
+        right = _best_path_hits(match, logits, links, n_vertices, tgt, tgt_len, real, ratio)[3]
     ll = dag.dag_log_likelihood(match, links, tgt_len, n_vertices, remat=remat)
     valid = real & jnp.isfinite(ll)
     safe_ll = jnp.where(valid, ll, 0.0)
