@@ -111,6 +111,7 @@ def test_overrides_are_typed():
         (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.eval.iteration_sweep=1,x"],
          "eval.iteration_sweep is a comma list of decoding depths"),
         (["--config.eval.iteration_sweep=1,2"], "got '1,2' with model.name='ar'"),
+        (["--config.model.name=ctc", "--config.eval.iteration_sweep=1"], "got '1' with model.name='ctc'"),
         (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.eval.iteration_sweep=1,2"],
          "set nat.coverage=true, or eval.iteration_sweep= for NAT-base"),
         (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.nat.coverage=true",

@@ -42,8 +42,6 @@ def validate(config) -> None:
     if s.glance_end > s.glance_start and s.glancing:
         raise ConfigError(f"ctc.glance_end={s.glance_end} must not exceed ctc.glance_start={s.glance_start} "
                           f"(the glancing ratio anneals down)")
-    if config.eval.iteration_sweep:
-        raise ConfigError("model 'ctc' has no iteration sweep (one decoder pass): leave eval.iteration_sweep empty")
 
 
 FAMILY = Family(
