@@ -423,7 +423,9 @@ def test_config_errors_are_one_line():
                                (["--config.eval.iteration_sweep=1,3"], r"eval.iteration_sweep \(3\) must be at most"),
                                (["--config.train.label_smoothing=0.1"], "no label smoothing"),
                                (["--config.dat.glance_end=0.9"], "must not exceed dat.glance_start"),
-                               (["--config.dat.links=heads"], "links")):
+                               (["--config.dat.links=heads"], "links"),
+                               # a graph of 1 vertex decoded rows without EOS; of 2, empty ones
+                               (["--config.dat.max_vertices=2"], "no vertex between BOS's and EOS's")):
         with pytest.raises(ConfigError, match=message):
             build_config(TINY, BASE + overrides)
     # the family's default of eval.beam_size: 1, where neither the config file nor the command line sets it

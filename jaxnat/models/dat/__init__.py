@@ -19,7 +19,8 @@ def defaults() -> dict:
         # "source_old", all of them (the graph then has λ · the source's tokens vertices; their older checkpoints)
         upsample_base="source",
         # the most vertices a graph has, the rows of its position tables (a larger graph is clipped, as the
-        # authors' code clips to its tables; an imported model's); 0: as many as sources of model.max_len make
+        # authors' code clips to its tables; an imported model's), at least 3; 0: as many as sources of
+        # model.max_len make
         max_vertices=0,
         # the transition scores: "paper" (one query/key projection of the vertex states, softmax over j > i) or
         # "multihead" (the authors' code: per-head softmaxes of states ⊕ learned link positions, mixed by a gate)
@@ -58,6 +59,9 @@ def validate(config) -> None:
         if value > s.upsample:
             raise ConfigError(f"{key} ({value}) must be at most dat.upsample ({s.upsample}): the vertex positions "
                               f"were trained for that many")
+    if 0 < s.max_vertices < 3:  # vertex 0 emits BOS and n − 1 EOS: a smaller graph has no room for a token
+        raise ConfigError(f"dat.max_vertices={s.max_vertices} leaves no vertex between BOS's and EOS's: 0 (as many "
+                          f"as sources of model.max_len make) or at least 3")
     if s.glance_end > s.glance_start:
         raise ConfigError(f"dat.glance_end={s.glance_end} must not exceed dat.glance_start={s.glance_start} "
                           f"(the glancing ratio anneals down)")
