@@ -166,3 +166,18 @@ def test_averaging_again_replaces_the_averaged_checkpoint(tmp_path):
         np.testing.assert_array_equal(params["w"], _params(2.0)["w"])
     finally:
         ckpt.close()
+
+
+def test_only_the_training_removes_checkpoints_in_flight(tmp_path):
+    """A command that reads a workdir (eval, translate, --mode average) while its run trains there removed the
+    temporary directory of the checkpoint the run was writing (Orbax's clean-up of a killed run's leftovers), and
+    the run ended in a FileNotFoundError traceback; only the training of the workdir removes them, at its start."""
+    in_flight = [tmp_path / "checkpoints" / kind / "40.orbax-checkpoint-tmp" / "state" for kind in ("last", "best")]
+    for path in in_flight:
+        path.mkdir(parents=True)
+    reader = Checkpoints(str(tmp_path), 3)
+    reader.close()
+    assert all(path.is_dir() for path in in_flight)
+    trainer = Checkpoints(str(tmp_path), 3, trains=True)
+    trainer.close()
+    assert not any(path.parent.exists() for path in in_flight)

@@ -8,7 +8,10 @@ Layout in the workdir:
 Orbax writes each checkpoint into a temporary directory and renames it when complete, so a run killed at any
 moment (even `kill -9`) leaves only whole checkpoints behind. A checkpoint damaged afterwards (a truncated
 file, a full disk, a copy gone wrong) does not end the run: restoring falls back to the newest readable one,
-with a warning, and moves the damaged one to `checkpoints/unreadable/` (kept, never deleted).
+with a warning, and moves the damaged one to `checkpoints/unreadable/` (kept, never deleted). The temporary
+directories of a killed run's checkpoints are removed by the next training of the workdir alone: a command that
+reads it (eval, translate, average, train.init_from) while a run still trains there would remove the run's
+checkpoint in flight, and end the run.
 """
 
 from __future__ import annotations
@@ -23,17 +26,20 @@ log = logging.getLogger("jaxnat")
 
 
 class Checkpoints:
-    def __init__(self, workdir: str, keep: int, keep_best: int = 1):
+    def __init__(self, workdir: str, keep: int, keep_best: int = 1, trains: bool = False):
+        """``trains``: this process trains the workdir, and removes the temporary directories of a killed run's
+        training states and best parameters (another command reading the workdir leaves them: they may be the
+        checkpoints a running training is writing)."""
         root = self.root = os.path.abspath(os.path.join(workdir, "checkpoints"))
         self.keep_best = keep_best
 
-        def manager(kind, max_to_keep):
+        def manager(kind, max_to_keep, cleanup):
             return ocp.CheckpointManager(os.path.join(root, kind), options=ocp.CheckpointManagerOptions(
-                max_to_keep=max_to_keep, create=True, cleanup_tmp_directories=True))
+                max_to_keep=max_to_keep, create=True, cleanup_tmp_directories=cleanup))
 
-        self.last = manager("last", keep)
-        self.best = manager("best", None)  # pruned by BLEU in save_best, not by age
-        self.averaged = manager("averaged", 1)
+        self.last = manager("last", keep, trains)
+        self.best = manager("best", None, trains)  # pruned by BLEU in save_best, not by age
+        self.averaged = manager("averaged", 1, True)  # written by --mode average alone
 
     # -- training state --------------------------------------------------------------------------------
     def latest_step(self) -> int | None:

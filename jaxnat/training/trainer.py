@@ -377,7 +377,7 @@ class Trainer:
                                self.tokenizer.piece_tables("tgt"))
         self.mesh = mesh_lib.make_mesh()
         self.optimizer, self.schedule = make_optimizer(config.train)
-        self.ckpt = Checkpoints(workdir, config.train.keep_checkpoints, config.train.keep_best)
+        self.ckpt = Checkpoints(workdir, config.train.keep_checkpoints, config.train.keep_best, trains=True)
         # validation's shapes (the translator's too): geometric, so its figures do not depend on data.max_buckets
         self.buckets = bucket_lengths(d.max_len, growth=d.bucket_growth, multiple=d.bucket_multiple)
 
