@@ -181,3 +181,35 @@ def test_only_the_training_removes_checkpoints_in_flight(tmp_path):
     trainer = Checkpoints(str(tmp_path), 3, trains=True)
     trainer.close()
     assert not any(path.parent.exists() for path in in_flight)
+
+
+def test_a_command_that_reads_a_workdir_moves_no_checkpoint(tmp_path, caplog):
+    """A command reading a workdir whose run still trains there lists its checkpoints, and the run may delete one
+    (train.keep_checkpoints, train.keep_best) before or while it is read: that was taken for a damaged checkpoint,
+    whose move to unreadable/ ended the command in a FileNotFoundError traceback, or ended the run, whose deletion
+    failed on the moved directory. A reader leaves it out with a warning and moves nothing; the training moves a
+    damaged one aside."""
+    import shutil
+
+    ckpt = Checkpoints(str(tmp_path), 3, 3)
+    try:
+        for step in (100, 200, 300):
+            assert ckpt.save_best(step, _params(step / 100), step / 1000)
+        ckpt.wait()
+        best = tmp_path / "checkpoints" / "best"
+        shutil.rmtree(best / "300")  # by the training, after this process listed it
+        shutil.rmtree(best / "200" / "params")  # being deleted by it
+        with caplog.at_level("WARNING", logger="jaxnat"):
+            got = ckpt.params_of("best", 3, {"params": _params(0.0)})
+        assert [s for s, _ in got] == [100]
+        assert "the best checkpoint of step 300 was deleted while it was read" in caplog.text
+        assert "the best checkpoint of step 200 is unreadable (" in caplog.text
+        assert (best / "200").is_dir() and not (tmp_path / "checkpoints" / "unreadable").exists()
+    finally:
+        ckpt.close()
+    trainer = Checkpoints(str(tmp_path), 3, 3, trains=True)
+    try:
+        assert [s for s, _ in trainer.params_of("best", 3, {"params": _params(0.0)})] == [100]
+        assert (tmp_path / "checkpoints" / "unreadable" / "best-200").is_dir() and not (best / "200").exists()
+    finally:
+        trainer.close()

@@ -8,10 +8,10 @@ Layout in the workdir:
 Orbax writes each checkpoint into a temporary directory and renames it when complete, so a run killed at any
 moment (even `kill -9`) leaves only whole checkpoints behind. A checkpoint damaged afterwards (a truncated
 file, a full disk, a copy gone wrong) does not end the run: restoring falls back to the newest readable one,
-with a warning, and moves the damaged one to `checkpoints/unreadable/` (kept, never deleted). The temporary
-directories of a killed run's checkpoints are removed by the next training of the workdir alone: a command that
-reads it (eval, translate, average, train.init_from) while a run still trains there would remove the run's
-checkpoint in flight, and end the run.
+with a warning, and the training moves the damaged one to `checkpoints/unreadable/` (kept, never deleted).
+The training of a workdir alone moves checkpoints aside and removes the temporary directories of a killed run's:
+a command that reads the workdir (eval, translate, average, train.init_from) while a run still trains there would
+move or remove what the run is writing or deleting, and end the run.
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ log = logging.getLogger("jaxnat")
 
 class Checkpoints:
     def __init__(self, workdir: str, keep: int, keep_best: int = 1, trains: bool = False):
-        """``trains``: this process trains the workdir, and removes the temporary directories of a killed run's
-        training states and best parameters (another command reading the workdir leaves them: they may be the
-        checkpoints a running training is writing)."""
+        """``trains``: this process trains the workdir: it removes the temporary directories of a killed run's
+        training states and best parameters, and moves unreadable checkpoints aside (another command reading the
+        workdir leaves both: a run may still train there, writing and deleting checkpoints)."""
         root = self.root = os.path.abspath(os.path.join(workdir, "checkpoints"))
-        self.keep_best = keep_best
+        self.keep_best, self.trains = keep_best, trains
 
         def manager(kind, max_to_keep, cleanup):
             return ocp.CheckpointManager(os.path.join(root, kind), options=ocp.CheckpointManagerOptions(
@@ -89,16 +89,26 @@ class Checkpoints:
         return None
 
     def _restore_step(self, manager: ocp.CheckpointManager, kind: str, step: int, args):
-        """One step of `manager`, or None (with a warning, the checkpoint moved aside) if it is unreadable."""
+        """One step of `manager`, or None, with a warning, if it is unreadable: the training moves it aside; a
+        command that reads the workdir leaves it where it is, as a run may still train there (and be deleting it)."""
         try:
             return manager.restore(step, args=args)
         except Exception as e:  # Orbax raises many kinds (ValueError, FileNotFoundError, tensorstore's)
+            where = os.path.join(self.root, kind, str(step))
+            if not os.path.isdir(where):
+                log.warning("the %s checkpoint of step %d was deleted while it was read (a run training in this "
+                            "workdir keeps its newest train.keep_checkpoints and best train.keep_best)", kind, step)
+                manager.reload()
+                return None
+            why = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}" if str(e) else type(e).__name__
+            if not self.trains:
+                log.warning("the %s checkpoint of step %d is unreadable (%s)", kind, step, why)
+                return None
             aside = os.path.join(self.root, "unreadable", f"{kind}-{step}")
-            log.warning("the %s checkpoint of step %d is unreadable (%s); moved to %s", kind, step,
-                        f"{type(e).__name__}: {str(e).splitlines()[0][:200]}" if str(e) else type(e).__name__, aside)
+            log.warning("the %s checkpoint of step %d is unreadable (%s); moved to %s", kind, step, why, aside)
             manager.wait_until_finished()
             os.makedirs(os.path.dirname(aside), exist_ok=True)
-            shutil.move(os.path.join(self.root, kind, str(step)), aside)
+            shutil.move(where, aside)
             manager.reload()
             return None
 
