@@ -613,6 +613,28 @@ def test_a_log_window_that_spans_a_validation_counts_all_its_steps_time(tmp_path
     assert len(tokens) == 4 and window["tokens_per_s"] <= sum(tokens) / 1.0
 
 
+def test_a_signal_during_the_last_validation_stops_before_the_evaluation(tmp_path, monkeypatch):
+    """SIGTERM or Ctrl-C during the last step's validation or checkpoint was read at no step: the command went on
+    to the whole evaluation (minutes with beam search) and exited 0, and a scheduler's SIGKILL came in the middle
+    of it. The run ends there now as at any step, its checkpoint written; the same command then evaluates."""
+    from jaxnat.config import build_config
+    from jaxnat.errors import Stopped
+    from jaxnat.training import trainer as trainer_lib
+
+    def validate(self, params, valid_data, translator):
+        os.kill(os.getpid(), signal.SIGTERM)  # caught by the trainer's handler: recorded, read after the step
+        return {"valid_loss": 1.0, "valid_nll": 1.0, "valid_bleu": 0.0}
+
+    monkeypatch.setattr(trainer_lib.Trainer, "validate", validate)
+    config = build_config(TINY, ["--config.data.synthetic_train=300", "--config.train.steps=4",
+                                 "--config.train.log_every=4", "--config.train.eval_every=4",
+                                 "--config.train.checkpoint_every=4"])
+    trainer = trainer_lib.Trainer(config, str(tmp_path / "run"))
+    with pytest.raises(Stopped, match="stopped by SIGTERM after step 4") as stopped:
+        trainer.train()
+    assert stopped.value.exit_code == 128 + signal.SIGTERM and trainer.ckpt.latest_step() == 4
+
+
 @pytest.mark.parametrize("args, message", [
     (["--config.eval.average_checkpoints=3", "--config.eval.average_of=best"],
      "eval.average_checkpoints=3 with eval.average_of=best needs train.keep_best >= 3 (it is 1)"),

@@ -720,4 +720,6 @@ class Trainer:
         if jax.process_index() == 0 and self.config.train.plot_curves:
             log.info("training curves: %s", plot_curves(self.workdir))
         log.info("training done; best valid BLEU %.2f at step %d", best["bleu"], best["step"])
+        if stop.signum is not None:  # SIGTERM or Ctrl-C during the last step's validation or checkpoint: the command
+            raise Stopped(stop.signum, done)  # ends here, not after the evaluation (the same command runs it)
         return True
