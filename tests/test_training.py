@@ -528,6 +528,29 @@ def test_a_split_that_filters_down_to_nothing_is_refused(caplog):
             trainer_lib.check_pairs_left({"kept": 0, "too_long": 6, "truncated": 0, "empty": 0}, split)
 
 
+def test_a_resume_with_another_learning_rate_schedule_says_so():
+    """A cosine (or linear) run trained to train.steps=12 and resumed with train.steps=24 went on at a rate that
+    jumped from 0 back up to most of train.lr without a word (the schedules end at train.steps); a training state
+    records its schedule's keys and its next step's rate, and a resume whose rate differs says why. More steps of
+    the default inverse square root, which does not end, go on with the same rates: nothing to say."""
+    from jaxnat.config import build_config
+    from jaxnat.training import trainer as trainer_lib
+    from jaxnat.training.optim import make_optimizer
+
+    def record(schedule, steps):
+        t = build_config(TINY, [f"--config.train.lr_schedule={schedule}", f"--config.train.steps={steps}"]).train
+        return trainer_lib.schedule_record(t, make_optimizer(t)[1], 12)
+
+    trained = record("cosine", 12)
+    assert trained["next_lr"] == 0.0 and trained["schedule"]["steps"] == 12
+    assert trainer_lib.schedule_change(trained, record("cosine", 12)) == ""
+    assert trainer_lib.schedule_change({"lr_scale": 1.0}, record("cosine", 24)) == ""  # a state of before the record
+    said = trainer_lib.schedule_change(trained, record("cosine", 24))
+    assert said.startswith("the learning rate jumps at the resume: the next step trains with 0.00178, the "
+                           "checkpoint's schedule with 0 (train.steps=24, trained with 12;"), said
+    assert trainer_lib.schedule_change(record("inverse_sqrt", 12), record("inverse_sqrt", 24)) == ""
+
+
 def test_a_workdir_refuses_an_optimizer_that_cannot_resume_its_checkpoints(tmp_path):
     """Switching to or from the plateau schedule (or clipping) changes the optimizer state's structure: a workdir
     with training states refuses it in one line, where restoring would move every checkpoint aside and train from

@@ -317,6 +317,30 @@ def plan_change(progress: dict | None, plan: dict) -> str:
             f"batches than the uninterrupted run (resume on {progress['devices']} device(s) to continue it exactly)")
 
 
+SCHEDULE_KEYS = ("lr", "lr_schedule", "warmup_steps", "warmup_init_lr", "min_lr", "steps")  # train.*: the schedule's
+
+
+def schedule_record(train_cfg, schedule, step: int) -> dict:
+    """What a training state of ``step`` records of its learning-rate schedule (beside its progress): the keys it
+    reads and the rate the next step trains with."""
+    return {"schedule": {k: train_cfg[k] for k in SCHEDULE_KEYS}, "next_lr": float(schedule(step))}
+
+
+def schedule_change(progress: dict | None, record: dict) -> str:
+    """Why a run resumed from a training state whose progress records another rate for the next step than
+    ``record`` (`schedule_record`) goes on with another learning rate than the uninterrupted run ('' when the
+    rates are the same, or the state records none): a changed train.lr, warm-up, or train.steps, where the linear
+    and cosine schedules end."""
+    if not progress or "next_lr" not in progress or np.float32(progress["next_lr"]) == np.float32(record["next_lr"]):
+        return ""
+    trained = progress["schedule"]
+    keys = "; ".join(f"train.{k}={v!r}, trained with {trained.get(k)!r}" for k, v in record["schedule"].items()
+                     if trained.get(k) != v)
+    return (f"the learning rate jumps at the resume: the next step trains with {record['next_lr']:.3g}, the "
+            f"checkpoint's schedule with {progress['next_lr']:.3g} ({keys}; the linear and cosine schedules end at "
+            f"train.steps): keep the trained values to go on with its schedule")
+
+
 class Trainer:
     """Holds one run: config, workdir, data, model, optimizer, checkpoints."""
 
@@ -567,8 +591,10 @@ class Trainer:
             plateau.resume(progress)
             log.info("resumed from step %d%s", int(state["step"]),  # train.init_from only starts a run
                      f" (its own training state: train.init_from={t.init_from} is not read)" if t.init_from else "")
-            if change := plan_change(progress, plan):
-                log.warning("%s", change)
+            resumed = schedule_record(t, self.schedule, int(state["step"]))
+            for change in (plan_change(progress, plan), schedule_change(progress, resumed)):
+                if change:
+                    log.warning("%s", change)
         elif t.init_from:
             state = self.start_from(state, t.init_from, batcher.batch(0))
         start = int(state["step"])
@@ -697,7 +723,8 @@ class Trainer:
                 stopping = done < t.steps and stop.reached(done)  # SIGTERM or Ctrl-C (stop.py)
                 early = done < t.steps and plateau.stopped  # train.stop_patience validations without a gain
                 if done % t.checkpoint_every == 0 or done == t.steps or stopping or early:
-                    self.ckpt.save_state(done, state, {**plateau.progress(), **plan})
+                    self.ckpt.save_state(done, state, {**plateau.progress(), **plan,
+                                                       **schedule_record(t, self.schedule, done)})
                     if not stopping:  # an earlier stop's checkpoint has served: keep what a run never stopped keeps
                         self.ckpt.drop_off_grid(t.checkpoint_every, t.steps)
                 if stopping:
