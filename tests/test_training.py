@@ -551,6 +551,28 @@ def test_a_resume_with_another_learning_rate_schedule_says_so():
     assert trainer_lib.schedule_change(record("inverse_sqrt", 12), record("inverse_sqrt", 24)) == ""
 
 
+def test_a_workdir_whose_training_states_are_all_unreadable_is_not_trained_from_the_start(tmp_path):
+    """Every training state unreadable (a copy gone wrong, states of another structure): each was moved aside with
+    a warning and the run trained again from step 0 without a line saying so, hours before a user would notice.
+    The command stops in one line instead, before compiling anything; the same command again starts over."""
+    from jaxnat.config import build_config
+    from jaxnat.training import trainer as trainer_lib
+    from jaxnat.training.checkpoint import Checkpoints
+
+    workdir = tmp_path / "run"
+    ckpt = Checkpoints(str(workdir), 3)
+    for step in (4, 8):
+        ckpt.save_state(step, {"step": np.int32(step)})  # no parameters: nothing restores into the run's state
+    ckpt.wait()
+    ckpt.close()
+    trainer = trainer_lib.Trainer(build_config(TINY, ["--config.data.synthetic_train=300"]), str(workdir))
+    with pytest.raises(trainer_lib.TrainingError, match=r"no training state in .+ is readable \(steps \[4, 8\], moved "
+                                                        r"to checkpoints/unreadable/.+; the same command again trains"):
+        trainer.train()
+    assert sorted(os.listdir(workdir / "checkpoints" / "unreadable")) == ["last-4", "last-8"]
+    assert not trainer.ckpt.last.all_steps()
+
+
 def test_a_workdir_refuses_an_optimizer_that_cannot_resume_its_checkpoints(tmp_path):
     """Switching to or from the plateau schedule (or clipping) changes the optimizer state's structure: a workdir
     with training states refuses it in one line, where restoring would move every checkpoint aside and train from

@@ -583,8 +583,12 @@ class Trainer:
                  count_params(state["params"]) / 1e6, sorted(batcher.shapes))
         # validations without a new best perplexity: the plateau schedule's learning-rate scale, train.stop_patience
         plateau = Plateau(t.plateau_factor, t.plateau_patience if t.lr_schedule == "plateau" else 0, t.stop_patience)
-        # None: a new run, or no checkpoint readable (warned)
-        restored, progress = self.ckpt.restore_state_and_progress(state)
+        held = sorted(self.ckpt.last.all_steps())
+        restored, progress = self.ckpt.restore_state_and_progress(state)  # None: a new run, or none readable
+        if restored is None and held:  # each moved aside, warned: training from step 0 would undo days without a word
+            raise TrainingError(f"no training state in {self.ckpt.root}/last is readable (steps {held}, moved to "
+                                f"checkpoints/unreadable/: see the warnings above); the same command again trains "
+                                f"this run from step 0")
         plan = batch_plan(batcher.shapes, jax.device_count())
         if restored is not None:
             state = restored
