@@ -658,26 +658,35 @@ def test_a_log_window_that_spans_a_validation_counts_all_its_steps_time(tmp_path
     assert len(tokens) == 4 and window["tokens_per_s"] <= sum(tokens) / 1.0
 
 
-def test_a_signal_during_the_last_validation_stops_before_the_evaluation(tmp_path, monkeypatch):
-    """SIGTERM or Ctrl-C during the last step's validation or checkpoint was read at no step: the command went on
-    to the whole evaluation (minutes with beam search) and exited 0, and a scheduler's SIGKILL came in the middle
-    of it. The run ends there now as at any step, its checkpoint written; the same command then evaluates."""
+@pytest.mark.parametrize("signalled, windows", [(6, [4, 6]), (8, [4, 8])])
+def test_a_signal_during_a_validation_stops_there_with_its_steps_logged(tmp_path, monkeypatch, signalled, windows):
+    """SIGTERM during a validation (train.eval_every=2 of 8 steps; train.log_every=4) stops the run at that step,
+    its checkpoint written: at step 6 the metrics of steps 5-6 were never logged (history.jsonl, TensorBoard) and the
+    resumed run's window of step 8 counted 7-8 alone; they are logged as a window of step 6. At the last step the
+    signal was read at no step: the command went on to the whole evaluation (minutes with beam search) and exited 0,
+    and a scheduler's SIGKILL came in the middle of it; the run ends there now, the same command evaluates."""
     from jaxnat.config import build_config
     from jaxnat.errors import Stopped
     from jaxnat.training import trainer as trainer_lib
+    from jaxnat.training.history import read_history
+
+    validated = []
 
     def validate(self, params, valid_data, translator):
-        os.kill(os.getpid(), signal.SIGTERM)  # caught by the trainer's handler: recorded, read after the step
+        validated.append(1)
+        if 2 * len(validated) == signalled:
+            os.kill(os.getpid(), signal.SIGTERM)  # caught by the trainer's handler: recorded, read after the step
         return {"valid_loss": 1.0, "valid_nll": 1.0, "valid_bleu": 0.0}
 
     monkeypatch.setattr(trainer_lib.Trainer, "validate", validate)
-    config = build_config(TINY, ["--config.data.synthetic_train=300", "--config.train.steps=4",
-                                 "--config.train.log_every=4", "--config.train.eval_every=4",
+    config = build_config(TINY, ["--config.data.synthetic_train=300", "--config.train.steps=8",
+                                 "--config.train.log_every=4", "--config.train.eval_every=2",
                                  "--config.train.checkpoint_every=4"])
     trainer = trainer_lib.Trainer(config, str(tmp_path / "run"))
-    with pytest.raises(Stopped, match="stopped by SIGTERM after step 4") as stopped:
+    with pytest.raises(Stopped, match=f"stopped by SIGTERM after step {signalled}") as stopped:
         trainer.train()
-    assert stopped.value.exit_code == 128 + signal.SIGTERM and trainer.ckpt.latest_step() == 4
+    assert stopped.value.exit_code == 128 + signal.SIGTERM and trainer.ckpt.latest_step() == signalled
+    assert [e["step"] for e in read_history(str(tmp_path / "run")) if "loss" in e] == windows
 
 
 @pytest.mark.parametrize("args, message", [

@@ -8,7 +8,8 @@ jaxnat.main --mode curves --workdir DIR`).
 
 A resumed run continues from its newest checkpoint, so the entries after that step (written by the killed
 process after its last checkpoint) are dropped first: the file always tells the history of the parameters
-that exist.
+that exist. A run that stops off the train.log_every grid (SIGTERM or Ctrl-C, train.stop_patience) logs the steps
+since its last log window as a window of its last step, so every step trained is in one window.
 """
 
 from __future__ import annotations

@@ -731,11 +731,11 @@ class Trainer:
                                                        **schedule_record(t, self.schedule, done)})
                     if not stopping:  # an earlier stop's checkpoint has served: keep what a run never stopped keeps
                         self.ckpt.drop_off_grid(t.checkpoint_every, t.steps)
+                if (stopping or early) and (pending is not None or window):
+                    log_window(done, state)  # the steps since the last log window, logged as at the last step
                 if stopping:
                     raise Stopped(stop.signum, done)
                 if early:
-                    if pending is not None or window:  # the steps since the last log window, logged as at the last step
-                        log_window(done, state)
                     log.info("step %d: stopping early, before train.steps=%d: %d validations without a new best "
                              "valid perplexity (%.3f at step %d; train.stop_patience=%d)", done, t.steps,
                              plateau.since_best, plateau.best, plateau.best_step, t.stop_patience)
