@@ -499,7 +499,8 @@ def test_plateau_run_lowers_the_lr_stops_early_and_resumes(tmp_path, monkeypatch
 def test_a_resume_on_batches_of_another_shape_says_so():
     """A run trained on 8 devices (batches of 8 rows of 48 tokens for data.batch_tokens=512) and resumed on 1 (10
     rows) went on with other batches than the uninterrupted run without a word; the same shapes on another device
-    count (8 rows on 8, 1 or 2 devices) resume that run, as do the states written before the plan was recorded."""
+    count (8 rows on 8, 1 or 2 devices) resume that run, as do the states written before the plan was recorded.
+    Shapes changed by the config on as many devices are put down to it, not to the device count."""
     from jaxnat.training import trainer as trainer_lib
 
     eight = trainer_lib.batch_plan({(8, 48)}, 8)
@@ -510,6 +511,10 @@ def test_a_resume_on_batches_of_another_shape_says_so():
     said = trainer_lib.plan_change(eight, trainer_lib.batch_plan({(10, 48)}, 1))
     assert said.startswith("the checkpoint was trained on batches of 8x48 on 8 device(s), this run's are 10x48 on 1 "
                            "device(s)") and said.endswith("(resume on 8 device(s) to continue it exactly)")
+    # on as many devices, the config changed them (data.pack=false here): that advice was given all the same
+    said = trainer_lib.plan_change(eight, trainer_lib.batch_plan({(8, 48), (16, 32)}, 8))
+    assert said.endswith("(data.batch_tokens, data.max_len, data.pack, data.max_buckets or train.microbatches "
+                         "changed: resume with the trained values to continue it exactly)"), said
 
 
 def test_a_split_that_filters_down_to_nothing_is_refused(caplog):

@@ -312,9 +312,13 @@ def plan_change(progress: dict | None, plan: dict) -> str:
     def shown(p):
         return f"{', '.join(f'{rows}x{length}' for rows, length in p['batch_shapes'])} on {p['devices']} device(s)"
 
-    return (f"the checkpoint was trained on batches of {shown(progress)}, this run's are {shown(plan)} (data."
-            f"batch_tokens rounded to a multiple of the devices x train.microbatches): from here on it trains on other "
-            f"batches than the uninterrupted run (resume on {progress['devices']} device(s) to continue it exactly)")
+    if progress["devices"] != plan["devices"]:  # data.batch_tokens' rows are rounded to a multiple of the devices
+        how = f"resume on {progress['devices']} device(s) to continue it exactly"
+    else:
+        how = ("data.batch_tokens, data.max_len, data.pack, data.max_buckets or train.microbatches changed: resume "
+               "with the trained values to continue it exactly")
+    return (f"the checkpoint was trained on batches of {shown(progress)}, this run's are {shown(plan)}: from here on "
+            f"it trains on other batches than the uninterrupted run ({how})")
 
 
 SCHEDULE_KEYS = ("lr", "lr_schedule", "warmup_steps", "warmup_init_lr", "min_lr", "steps")  # train.*: the schedule's
