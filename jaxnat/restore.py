@@ -79,11 +79,12 @@ def params_choice(config, workdir: str, ckpt: Checkpoints | None = None) -> dict
             n, of = e.average_checkpoints, e.average_of
             steps = (sorted(ckpt.last.all_steps(), reverse=True) if of == "last"
                      else [s for s, _ in ckpt.best_steps()])[:n]
-            if len(steps) < n:
+            if len(steps) < n:  # training keeps at most train.keep_*, and writes fewer where it stops early
                 raise JaxnatError(
                     f"eval.average_checkpoints={n} with eval.average_of={of}: {workdir} keeps {len(steps)} such "
-                    f"checkpoint(s) (train.{'keep_checkpoints' if of == 'last' else 'keep_best'} sets how many "
-                    f"training keeps)")
+                    f"checkpoint(s) (steps {sorted(steps)}; training keeps at most train."
+                    f"{'keep_checkpoints' if of == 'last' else 'keep_best'}, and writes fewer where it stops early or "
+                    f"validates less often): lower eval.average_checkpoints")
             return {"kind": "average", "of": of, "steps": sorted(steps), "step": max(steps)}
         if e.params == "averaged":
             steps = ckpt.averaged.all_steps()

@@ -213,3 +213,19 @@ def test_a_command_that_reads_a_workdir_moves_no_checkpoint(tmp_path, caplog):
         assert (tmp_path / "checkpoints" / "unreadable" / "best-200").is_dir() and not (best / "200").exists()
     finally:
         trainer.close()
+
+
+def test_an_average_of_more_checkpoints_than_a_run_wrote_names_them(tmp_path):
+    """A run that stopped early (train.stop_patience) wrote 2 training states where eval.average_checkpoints asked
+    for 3 with train.keep_checkpoints=3: the error blamed train.keep_checkpoints ('sets how many training keeps'),
+    which was already 3. It names the steps there are and what to lower."""
+    (tmp_path / "spm").mkdir()
+    ckpt = Checkpoints(str(tmp_path), 3)
+    for step in (4, 8):
+        ckpt.save_state(step, {"step": np.int32(step)})
+    ckpt.wait()
+    ckpt.close()
+    with pytest.raises(JaxnatError, match=r"keeps 2 such checkpoint\(s\) \(steps \[4, 8\]; training keeps at most "
+                                          r"train.keep_checkpoints, and writes fewer where it stops early .+\): lower "
+                                          r"eval.average_checkpoints$"):
+        params_choice(_config("--config.eval.average_checkpoints=3"), str(tmp_path))
