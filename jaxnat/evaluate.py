@@ -94,6 +94,7 @@ def evaluate(config, workdir: str) -> dict:
     """Translates every test split (and, with eval.constraints, again with soft/hard constraint sets built
     from its references as in Post & Vilar 2018), writes hyps/ and metrics.json, prints the table."""
     corpus = load_corpus(config.data)
+    inits = evaluation_inits(config.data, corpus)
     translator = load_translator(config, workdir)
     e = config.eval
     modes = _split_list(e.constraints)  # config validation checked the model takes them
@@ -170,7 +171,7 @@ def evaluate(config, workdir: str) -> dict:
             known = {"plain": results[split], "soft": results.get(f"{split}+soft")}
             results.update(diagnostic_rows(translator, split, srcs, refs, constraints, hyps_plain, config, workdir,
                                            known))
-    results.update(post_edit_rows(config, corpus, translator, workdir))
+    results.update(post_edit_rows(config, corpus, inits, translator, workdir))
     if _writes():
         with open(os.path.join(workdir, "metrics.json"), "w") as f:
             json.dump(results, f, indent=2, sort_keys=True)
@@ -382,25 +383,35 @@ def constraint_count_rows(translator: Translator, split: str, srcs: list[str], r
     return rows
 
 
-def post_edit_rows(config, corpus, translator: Translator, workdir: str) -> dict:
-    """`<split>+init` rows: every test split with initial hypotheses (`{split}.{data.init_lang}`) decoded again
+def evaluation_inits(data_cfg, corpus) -> dict[str, list[str]]:
+    """The initial hypotheses of the test splits that have them (`load_inits`), read before anything is decoded: a
+    missing or misaligned file fails at the start, not after the other passes. Only the test splits': an evaluation
+    needs no train or valid file. With data.init_lang set and no test split's file, a warning says so."""
+    tests = {split: pair for split, pair in corpus.items() if split not in ("train", "valid")}
+    inits = load_inits(data_cfg, tests)
+    if data_cfg.init_lang and not inits:
+        log.warning("data.init_lang=%r: no test split has a file of initial hypotheses (%s), so nothing is "
+                    "post-edited", data_cfg.init_lang, ", ".join(f"{s}.{data_cfg.init_lang}[.gz]" for s in tests))
+    return inits
+
+
+def post_edit_rows(config, corpus, inits: dict[str, list[str]], translator: Translator, workdir: str) -> dict:
+    """`<split>+init` rows: every test split with initial hypotheses (``inits``: `evaluation_inits`) decoded again
     starting from them (post-editing), hyps in `hyps/<split>.init.txt`. With references the row also
     has `init_bleu` and `init_ter`, the scores of the initial hypotheses themselves: what the refinement starts
     from (Gu et al. 2019's "do nothing")."""
     e = config.eval
     rows = {}
-    for split, inits in load_inits(config.data, corpus).items():
-        if split in ("train", "valid"):
-            continue
+    for split, given in inits.items():
         srcs, refs = corpus[split]
         # an initial hypothesis (another system's output) longer than the model holds is cut to fit
-        outs = translator.translate(srcs, e.beam_size, e.batch_size, inits=inits, cut_long_inits=True)
+        outs = translator.translate(srcs, e.beam_size, e.batch_size, inits=given, cut_long_inits=True)
         hyps = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.init.txt"), hyps)
         row = {"mean_score": float(np.mean([o["score"] for o in outs])),
                **_edit_counts(outs, translator.spec.supports.counts)}
         if refs is not None:  # a test split without references is only post-edited
-            row.update(scores(hyps, refs, config), init_bleu=bleu(inits, refs)[0], init_ter=ter(inits, refs))
+            row.update(scores(hyps, refs, config), init_bleu=bleu(given, refs)[0], init_ter=ter(given, refs))
             log.info("%s post-edited from %s: BLEU %.2f (initial hypotheses: %.2f)", split, config.data.init_lang,
                      row["bleu"], row["init_bleu"])
         rows[f"{split}+init"] = row

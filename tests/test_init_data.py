@@ -114,6 +114,30 @@ def test_an_init_file_of_empty_hypotheses_only_is_read(corpus_dir):
     _one_line(e, str(corpus_dir / "val.de"), "file is empty")
 
 
+def test_an_evaluation_reads_the_test_inits_alone_and_first(corpus_dir, caplog):
+    """Evaluating a model from a test split's initial hypotheses (a translation model post-editing an MT system's
+    output) needed train and valid files too, and read them after every other pass: the missing train file, or a
+    misaligned test file, failed minutes after the start. `evaluation_inits` reads the test splits' alone, and
+    says so when none has one."""
+    import logging
+
+    from jaxnat.evaluate import evaluation_inits
+
+    cfg = _data_cfg(corpus_dir)
+    corpus = sources.load_corpus(cfg)
+    os.remove(corpus_dir / "train.mt.gz")
+    os.remove(corpus_dir / "val.mt")
+    assert evaluation_inits(cfg, corpus) == {"test": _MT[:3]}
+    _write(corpus_dir / "test.mt", _MT[:2])
+    with pytest.raises(DataError) as e:
+        evaluation_inits(cfg, corpus)
+    _one_line(e, str(corpus_dir / "test.mt"), "has 2")
+    os.remove(corpus_dir / "test.mt")
+    with caplog.at_level(logging.WARNING, logger="jaxnat"):
+        assert evaluation_inits(cfg, corpus) == {}
+    assert "no test split has a file of initial hypotheses (test.mt[.gz])" in caplog.text
+
+
 def test_init_lang_needs_text_source(corpus_dir):
     with pytest.raises(ConfigError) as e:
         sources.load_inits(_data_cfg(corpus_dir, source="synthetic"), {})
@@ -320,13 +344,13 @@ class _EchoTranslator:
 
 
 def test_evaluation_adds_a_post_editing_row(tmp_path, corpus_dir):
-    from jaxnat.evaluate import post_edit_rows
+    from jaxnat.evaluate import evaluation_inits, post_edit_rows
 
     config = _config(corpus_dir)
     corpus = sources.load_corpus(config.data)
     os.makedirs(tmp_path / "hyps")
     echo = _EchoTranslator()
-    rows = post_edit_rows(config, corpus, echo, str(tmp_path))
+    rows = post_edit_rows(config, corpus, evaluation_inits(config.data, corpus), echo, str(tmp_path))
     assert echo.calls == [(_EN[:3], _MT[:3])]
     assert set(rows) == {"test+init"}
     row = rows["test+init"]
@@ -335,4 +359,4 @@ def test_evaluation_adds_a_post_editing_row(tmp_path, corpus_dir):
     assert (tmp_path / "hyps" / "test.init.txt").read_text().splitlines() == _MT[:3]
     json.dumps(rows)  # goes into metrics.json
     os.remove(corpus_dir / "test.mt")
-    assert post_edit_rows(config, corpus, echo, str(tmp_path)) == {}
+    assert post_edit_rows(config, corpus, evaluation_inits(config.data, corpus), echo, str(tmp_path)) == {}
