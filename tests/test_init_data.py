@@ -160,7 +160,9 @@ def _config(directory, **data):
     ("model.name", "ar", "refining model"),
     ("data.source", "tfds", "data.source=text"),
     ("data.init_lang", "de", "must differ"),
-    ("levt.roll_in_alpha", 0.0, "plain translation training"),  # with roll_in_beta 0 too: y0 never seen
+    # with roll_in_beta 0 too: y0 never seen; the line says an evaluation, which trains nothing, needs the key too
+    ("levt.roll_in_alpha", 0.0, "plain translation training"),
+    ("levt.roll_in_alpha", 0.0, "--mode eval of a model trained without them needs it too"),
 ])
 def test_config_validation(tmp_path, key, value, message):
     c = _config(tmp_path)

@@ -26,7 +26,8 @@ def validate(config) -> None:
     if config.data.init_lang and s.roll_in_alpha == 0 and s.roll_in_beta == 0:
         raise ConfigError("data.init_lang with levt.roll_in_alpha = levt.roll_in_beta = 0: no LevT head would ever "
                           "see the initial hypotheses, so post-editing training would be plain translation training; "
-                          "set either above 0 (the paper's post-editing roll-in, docs/levt.md)")
+                          "set either above 0 (the paper's post-editing roll-in, docs/levt.md; --mode eval of a model "
+                          "trained without them needs it too, though decoding does not read it)")
 
 
 FAMILY = Family(
