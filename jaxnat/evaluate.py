@@ -135,7 +135,8 @@ def evaluate(config, workdir: str) -> dict:
         if i == 0 and e.trace_sentences > 0:  # config validation checked the model traces
             n = e.trace_sentences
             path = write_trace(translator, os.path.join(workdir, "trace.html"), srcs[:n],
-                               refs[:n] if refs else None, constraints[:n] if constraints else None, modes)
+                               refs[:n] if refs else None, constraints[:n] if constraints else None, modes,
+                               inits[split][:n] if split in inits else None)
             log.info("edit trace of %d sentences: %s", min(n, len(srcs)), path)
         if refs is None:
             continue
@@ -430,35 +431,40 @@ def summary_columns(results: dict) -> list[str]:
 
 
 def trace_page(translator: Translator, srcs: list[str], refs: list[str] | None,
-               constraints: list[list[str]] | None, modes: list[str]) -> str:
-    """Decodes ``srcs`` with the edit trace on, without constraints and in each of ``modes`` (soft, hard):
-    the HTML page of `trace_html` (self-contained; a notebook shows it inline)."""
+               constraints: list[list[str]] | None, modes: list[str], inits: list[str] | None = None) -> str:
+    """Decodes ``srcs`` with the edit trace on, without constraints, in each of ``modes`` (soft, hard) and, given
+    ``inits`` (one initial hypothesis per source, cut to fit as evaluation cuts them), post-edited from them (mode
+    "init"): the HTML page of `trace_html` (self-contained; a notebook shows it inline)."""
     from jaxnat.evaluation.trace_html import TracedSentence, render_page
 
-    check_arguments(srcs, references=refs, constraints=constraints)
+    check_arguments(srcs, references=refs, constraints=constraints, inits=inits)
     if unknown := [mode for mode in modes if mode not in ("soft", "hard")]:  # else traced as soft, labelled so
         raise DataError(f"trace modes are 'soft' and 'hard', not {unknown[0]!r}")
     tok = translator.tokenizer
     src_ids, _ = translator.encode(srcs)
-    runs = [("plain", None)] + [(mode, constraints) for mode in modes if constraints is not None]
+    runs = {"plain": None}
+    for mode in modes if constraints is not None else []:
+        runs[mode] = translator.starts(None, constraints, [mode == "hard"] * len(srcs))
+    if inits is not None:
+        runs["init"] = translator.starts(inits, cut_long_inits=True)
     traced = {}
-    for mode, phrases in runs:
-        starts = translator.starts(None, phrases, [mode == "hard"] * len(srcs)) if phrases else None
+    for mode, starts in runs.items():
         outs = translator.translate_ids(src_ids, 1, len(srcs), starts, trace=True)
         for k, out in enumerate(outs):
             initial = [BOS_ID, *(starts[k].pieces() if starts else []), EOS_ID]
+            phrases = list(constraints[k] or []) if mode in modes else []
             traced[k, mode] = TracedSentence(
-                srcs[k], refs[k] if refs else None, mode, list(phrases[k]) if phrases else [], initial,
-                np.asarray(out["trace"]), int(out["iterations"]), tok.decode(list(out["tokens"]), "tgt"))
-    sentences = [traced[k, mode] for k in range(len(srcs)) for mode, _ in runs]
+                srcs[k], refs[k] if refs else None, mode, phrases, initial, np.asarray(out["trace"]),
+                int(out["iterations"]), tok.decode(list(out["tokens"]), "tgt"))
+    sentences = [traced[k, mode] for k in range(len(srcs)) for mode in runs]
     return render_page(f"jaxnat {translator.spec.name}: edit trace", translator.spec.name, sentences,
                        lambda i: tok.id_to_piece(i, "tgt"), lambda phrases: tok.encode(phrases, "tgt"))
 
 
 def write_trace(translator: Translator, path: str, srcs: list[str], refs: list[str] | None,
-                constraints: list[list[str]] | None, modes: list[str]) -> str:
+                constraints: list[list[str]] | None, modes: list[str], inits: list[str] | None = None) -> str:
     """`trace_page` written to ``path``."""
-    page = trace_page(translator, srcs, refs, constraints, modes)
+    page = trace_page(translator, srcs, refs, constraints, modes, inits)
     if _writes():
         with open(path, "w", encoding="utf-8") as f:
             f.write(page)

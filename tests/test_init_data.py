@@ -362,3 +362,47 @@ def test_evaluation_adds_a_post_editing_row(tmp_path, corpus_dir):
     json.dumps(rows)  # goes into metrics.json
     os.remove(corpus_dir / "test.mt")
     assert post_edit_rows(config, corpus, evaluation_inits(config.data, corpus), echo, str(tmp_path)) == {}
+
+
+def test_the_edit_trace_shows_the_post_editing_from_each_initial_hypothesis():
+    """trace.html showed plain and constrained decoding only: how a model edited a given hypothesis (the
+    `<split>+init` row's decoding) could not be seen. With initial hypotheses the trace has an "init" run per
+    sentence, starting from that sentence's hypothesis."""
+    from jaxnat.config import build_config
+    from jaxnat.decoding.translator import Translator
+    from jaxnat.evaluate import trace_page
+    from jaxnat.models import build_model
+
+    words = {"ein": 10, "hund": 11, "katze": 12}
+
+    class Words:  # one piece a word
+        languages = ()
+
+        def encode(self, texts, side):
+            return [[words.get(w, 13) for w in text.split()] for text in texts]
+
+        def decode(self, ids, side):
+            return " ".join(self.id_to_piece(i, side) for i in ids if i > EOS_ID)
+
+        def id_to_piece(self, i, side):
+            return {v: k for k, v in words.items()}.get(int(i), "?")
+
+        def unrepresentable(self, text, side):
+            return []
+
+    config = build_config(os.path.join(ROOT, "tests", "configs", "tiny.py"),
+                          ["--config.model.name=editor", "--config.eval.beam_size=1"])
+    translator = Translator(build_model(config, 40, 40), None, Words(), config)
+    asked = []
+
+    def translate_ids(src, beam_size, batch_size, starts=None, trace=False):  # each output is its start, unedited
+        asked.append(starts)
+        rows = [[BOS_ID, *(s.pieces() if s else []), EOS_ID] for s in starts or [None] * len(src)]
+        return [{"tokens": np.asarray(r), "iterations": 1, "trace": np.asarray([[r, r, r]])} for r in rows]
+
+    translator.translate_ids = translate_ids
+    page = trace_page(translator, ["a dog", "a cat"], None, None, [], inits=["ein hund", "katze"])
+    assert [s is None for s in asked] == [True, False]
+    assert [s.init for s in asked[1]] == [[10, 11], [12]]
+    assert page.count("<h3>plain") == page.count("<h3>init") == 2
+    assert "output: <b>ein hund</b>" in page and "output: <b>katze</b>" in page

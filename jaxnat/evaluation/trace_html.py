@@ -1,7 +1,7 @@
 """A refining model's edits, rendered as a self-contained HTML page (as in EDITOR's Figure 7): for a few
-sentences and each decoding mode, the initial hypothesis (empty or the constraints), then per iteration the
-hypothesis after the first edit (LevT: deletion, EDITOR: reposition), after placeholder insertion and after
-filling the placeholders.
+sentences and each decoding mode, the initial hypothesis (empty, the constraints or a hypothesis to post-edit),
+then per iteration the hypothesis after the first edit (LevT: deletion, EDITOR: reposition), after placeholder
+insertion and after filling the placeholders.
 
 Pieces are shown as sub-word boxes: pieces of the constraints highlighted (by value, wherever they occur),
 placeholders as empty boxes, pieces that a step wrote (filled placeholders) in green, and after the first edit
@@ -40,7 +40,7 @@ td.step { color: #666; white-space: nowrap; text-align: right; }
 class TracedSentence(NamedTuple):
     src: str
     ref: str | None
-    mode: str                 # "plain", "soft", "hard"
+    mode: str                 # "plain", "soft", "hard", "init" (post-edited from a given hypothesis)
     constraints: list[str]
     initial: list[int]        # the initial hypothesis, BOS … EOS
     trace: np.ndarray         # int32[max_iter + 1, 3, L] (see decoding.refine.refine)
