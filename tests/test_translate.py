@@ -263,6 +263,19 @@ def test_a_request_names_its_languages_as_non_empty_strings():
     assert parse_requests(['{"src": "x", "tgt_lang": "de"}'], "in")[0]["tgt_lang"] == "de"
 
 
+def test_an_input_key_the_output_writes_is_refused():
+    """An MT system's output line fed in as it is ({"src", "hyp", "score"}: the natural chain from one translate
+    to a post-editing one) was translated from scratch and its "hyp" replaced, silently: the MT output was lost
+    and nothing said it was not refined. One line instead, pointing at "init"."""
+    from jaxnat.decoding.translate_io import parse_requests
+    from jaxnat.errors import DataError
+
+    for key in ("hyp", "score"):
+        with pytest.raises(DataError, match=rf'in:2: "{key}" is a key translate writes, .* goes in "init"\)$'):
+            parse_requests(['{"src": "x"}', json.dumps({"src": "x", key: "Ein Hund."})], "in")
+    assert parse_requests(['{"src": "x", "init": "Ein Hund.", "id": 1}'], "in")[0]["id"] == 1
+
+
 def test_a_request_with_a_number_strict_json_lacks_is_refused_before_translating():
     """An echoed key holding NaN, Infinity or a float beyond float64 (Python's json reads them) could not be written
     back as strict JSON: one line naming the line, before the model is loaded, not a traceback after translating."""

@@ -11,7 +11,8 @@ tokens ("eng_Latn"), in place of data.src_lang_token and data.tgt_lang_token. A 
 a line asks says so in one line, before anything is translated. A blank line (a source of whitespace that asks
 nothing else) gives an empty "hyp" with a null "score", untranslated. Output keeps the input order (written
 as it is translated, `CHUNK_LINES` lines at a time);
-extra input keys are echoed back (one near a request key, "constraint", is refused as a typo).
+extra input keys are echoed back (one near a request key, "constraint", is refused as a typo; "hyp" and "score",
+which the output writes, are refused: an MT output line fed in as it is would lose its hypothesis).
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ def _finite(text: str) -> float:
 
 
 REQUEST_KEYS = ("src", "init", "constraints", "hard", "constraint_pairs", "src_lang", "tgt_lang")
+# what every output line writes: an input key of the same name would be replaced, not echoed (an MT system's output
+# line fed in as it is: its "hyp" silently gone, and not refined either)
+OUTPUT_KEYS = ("hyp", "score")
 
 
 def _misspelt(obj: dict, where: str) -> None:
@@ -71,6 +75,9 @@ def parse_requests(lines: list[str], where: str) -> list[dict]:
             if not isinstance(obj, dict) or not isinstance(obj.get("src"), str):
                 raise DataError(f'{where}:{n}: a JSON line needs a string "src" field')
             _misspelt(obj, f"{where}:{n}")
+            if clash := [key for key in OUTPUT_KEYS if key in obj]:
+                raise DataError(f'{where}:{n}: "{clash[0]}" is a key translate writes, so this line\'s would be lost; '
+                                f'rename it (a hypothesis to refine goes in "init")')
             if "init" in obj and not isinstance(obj["init"], str):
                 raise DataError(f'{where}:{n}: "init" must be a string (a hypothesis to refine)')
             phrases = obj.get("constraints", [])
