@@ -238,6 +238,9 @@ def test_a_source_of_max_len_minus_one_pieces_is_cut_and_the_warning_says_how_ma
     ({"constraints": [["kelo"], ["lan"], ["x"]]}, r"constraints .* \(2 texts\), got 3$"),
     ({"constraints": [["kelo"], ["lan"]], "hard": True}, r"hard .* \(2 texts\), got a bool$"),
     ({"inits": ["kelo"]}, r"inits .* \(2 texts\), got 1$"),
+    # a hypothesis as a list of words (or bytes) failed in the tokenizer with a TypeError
+    ({"inits": [["kelo", "lan"], None]}, r"inits\[0\] must be a hypothesis to refine \(a string\) or None, got \["),
+    ({"inits": [None, b"kelo"]}, r"inits\[1\] must be a hypothesis to refine \(a string\) or None, got b'kelo'$"),
 ])
 def test_translate_refuses_arguments_of_the_wrong_shape_in_one_line(kwargs, message):
     """`Translator.translate` from Python: a string where a list is due would be read as its characters (garbage,
