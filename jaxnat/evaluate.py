@@ -409,7 +409,7 @@ def post_edit_rows(config, corpus, inits: dict[str, list[str]], translator: Tran
         outs = translator.translate(srcs, e.beam_size, e.batch_size, inits=given, cut_long_inits=True)
         hyps = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.init.txt"), hyps)
-        row = {"mean_score": float(np.mean([o["score"] for o in outs])),
+        row = {"mean_score": float(np.mean([o["score"] for o in outs])), "mean_length": mean_length(hyps),
                **_edit_counts(outs, translator.spec.supports.counts)}
         if refs is not None:  # a test split without references is only post-edited
             row.update(scores(hyps, refs, config), init_bleu=bleu(given, refs)[0], init_ter=ter(given, refs))

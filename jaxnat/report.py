@@ -54,7 +54,8 @@ log = logging.getLogger("jaxnat")
 
 # target-word frequency bins, by the word's count in the training targets (compare-mt's defaults)
 FREQUENCY_BINS = ((0, 0), (1, 1), (2, 2), (3, 3), (4, 4), (5, 9), (10, 99), (100, 999), (1000, math.inf))
-ROW_COLUMNS = ("bleu", "ter", "cpr", "mean_length", "mean_iterations", "latency_ms", "seconds")
+# init_bleu, init_ter: a post-editing row's initial hypotheses scored as they are, the "do nothing" it must beat
+ROW_COLUMNS = ("bleu", "ter", "init_bleu", "init_ter", "cpr", "mean_length", "mean_iterations", "latency_ms", "seconds")
 # the rows of eval.iteration_sweep / eval.oracle (T5, I3_oracle_deletion) and of eval.constraint_counts (hard_c4)
 SWEEP_ROW = re.compile(r"([A-Z])(\d+)(?:_oracle_(\w+))?")
 COUNT_ROW = re.compile(r"(soft|hard)_c(\d+)")
@@ -554,13 +555,14 @@ def to_markdown(report: dict) -> str:
                   f"and curves show (evaluate them again: --mode eval): {', '.join(stale)}.", ""]
     rows = sorted({r for s in systems for r in s["rows"]})
     if rows:
+        columns = [c for c in ROW_COLUMNS if any(c in row for s in systems for row in s["rows"].values())]
         lines += ["## Other rows of the evaluation", "",
-                  "| system | row | " + " | ".join(ROW_COLUMNS) + " |", "|" + "---|" * (len(ROW_COLUMNS) + 2)]
+                  "| system | row | " + " | ".join(columns) + " |", "|" + "---|" * (len(columns) + 2)]
         for s in systems:
             for r in rows:
                 if r in s["rows"]:
                     lines.append(f"| {s['name']} | {r} | " + " | ".join(cell(s["rows"][r].get(c))
-                                                                       for c in ROW_COLUMNS) + " |")
+                                                                       for c in columns) + " |")
         lines.append("")
     labels = list(systems[0]["word_f1"])
     lines += ["## Target-word F1 by frequency in the training targets", "",

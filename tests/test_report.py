@@ -192,6 +192,26 @@ def test_constraint_pairs_of_a_system_that_is_not_the_baseline(tmp_path):
     assert [s["constraint_overlap"]["rows"]["plain"]["csr_seen"] for s in report["systems"]] == [100.0, 100.0]
 
 
+def test_a_post_editing_row_shows_what_it_started_from(tmp_path):
+    """The `+init` row's initial hypotheses scored as they are (init_bleu, init_ter: the do-nothing baseline that
+    post-editing must beat) were left out of the report, which showed only the post-edited BLEU and TER. Columns
+    that no row has are left out, as before these two."""
+    from jaxnat.config import build_config
+    from jaxnat.data.sources import load_corpus
+    from jaxnat.report import build_report, to_markdown
+
+    config = build_config(TINY, [])
+    workdir = _evaluated(tmp_path / "run", config, load_corpus(config.data)["test"][1])
+    metrics = {"test": {"bleu": 1.0}, "test+init": {"bleu": 30.5, "ter": 50.5, "init_bleu": 25.5, "init_ter": 55.5,
+                                                     "mean_length": 9.5}}
+    (tmp_path / "run" / "metrics.json").write_text(json.dumps(metrics))
+    report = build_report([workdir], "test", samples=10)
+    assert report["systems"][0]["rows"]["init"] == metrics["test+init"]
+    markdown = to_markdown(report)
+    assert "| system | row | bleu | ter | init_bleu | init_ter | mean_length |" in markdown
+    assert "| run | init | 30.50 | 50.50 | 25.50 | 55.50 | 9.50 |" in markdown
+
+
 def test_a_report_rewritten_leaves_no_picture_of_the_earlier_one(tmp_path, capsys):
     """A report written again into its --out kept the earlier report's curves.png and cmlm_analysis.png where the
     new one had no sweeps or analyses to draw (or no matplotlib), beside a report.md that had none of them."""
