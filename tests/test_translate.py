@@ -276,6 +276,18 @@ def test_an_input_key_the_output_writes_is_refused():
     assert parse_requests(['{"src": "x", "init": "Ein Hund.", "id": 1}'], "in")[0]["id"] == 1
 
 
+def test_hard_without_constraints_is_refused():
+    """"hard": true beside an "init" (keep this hypothesis?) or alone asked nothing and was silently ignored."""
+    from jaxnat.decoding.translate_io import parse_requests
+    from jaxnat.errors import DataError
+
+    for line in ('{"src": "x", "init": "Ein Hund.", "hard": true}', '{"src": "x", "hard": true}',
+                 '{"src": "x", "constraints": [], "hard": true}'):
+        with pytest.raises(DataError, match=r'^in:1: "hard": true needs "constraints", the phrases it guarantees'):
+            parse_requests([line], "in")
+    assert parse_requests(['{"src": "x", "init": "Ein Hund.", "hard": false}'], "in")[0]["hard"] is False
+
+
 def test_a_request_with_a_number_strict_json_lacks_is_refused_before_translating():
     """An echoed key holding NaN, Infinity or a float beyond float64 (Python's json reads them) could not be written
     back as strict JSON: one line naming the line, before the model is loaded, not a traceback after translating."""

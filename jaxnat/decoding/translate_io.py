@@ -85,6 +85,9 @@ def parse_requests(lines: list[str], where: str) -> list[dict]:
                 raise DataError(f'{where}:{n}: "constraints" must be a list of non-empty strings')
             if not isinstance(obj.get("hard", False), bool):
                 raise DataError(f'{where}:{n}: "hard" must be true or false')
+            if obj.get("hard") and not phrases:  # else silently nothing: what would "init" + "hard" keep?
+                raise DataError(f'{where}:{n}: "hard": true needs "constraints", the phrases it guarantees (an "init" '
+                                f'is a starting point the model may edit, never guaranteed)')
             if "constraint_pairs" in obj:
                 parse_pairs(json.dumps(obj["constraint_pairs"]), f'{where}:{n}: "constraint_pairs"')
             for key in ("src_lang", "tgt_lang"):
