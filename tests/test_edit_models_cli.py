@@ -105,7 +105,7 @@ def test_translate_with_init_and_constraints(trained, tmp_path):
     ({"src": "x", "constraints": ["Hund"], "hard": "yes"}, '"hard" must be true or false'),
     ({"src": "x", "init": "a", "constraints": ["b"]}, 'give either "init" or "constraints"'),
     ({"src": "x", "constraints": ["baste 🦜"], "hard": True},
-     "sentence 1: the hard constraint 'baste 🦜' has characters the model's vocabulary cannot represent (🦜)"),
+     "stdin:1: the hard constraint 'baste 🦜' has characters the model's vocabulary cannot represent (🦜)"),
 ])
 def test_bad_constraint_requests(trained, line, message):
     model, trained, _ = trained

@@ -239,6 +239,36 @@ def test_a_request_the_model_cannot_honour_is_named_by_its_line(tmp_path):
         translate_stream(Stub, None, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"))
 
 
+def test_a_start_the_model_cannot_hold_is_named_by_its_input_line_before_anything_is_written(tmp_path):
+    """An initial hypothesis longer than the model holds (or any start `Translator.starts` refuses) was refused when
+    its chunk was translated, after the chunks before it were written, and named "sentence N", N counting the
+    lines of its chunk left after the blank ones: now its file and line, before anything is translated."""
+    from jaxnat.config import build_config
+    from jaxnat.decoding.translate_io import translate_stream
+    from jaxnat.decoding.translator import Translator
+    from jaxnat.errors import DataError
+    from jaxnat.models import build_model
+
+    class Words:  # a tokenizer of one piece a word, every character known
+        languages = ()
+
+        def encode(self, texts, side):
+            return [[7] * len(text.split()) for text in texts]
+
+        def unrepresentable(self, text, side):
+            return []
+
+    config = build_config(TINY, ["--config.model.name=levt", "--config.eval.beam_size=1"])
+    translator = Translator(build_model(config, 40, 40), None, Words(), config)
+    translator.translate = lambda *args, **kwargs: pytest.fail("translated")
+    long = " ".join(["Hund"] * config.model.max_len)
+    (tmp_path / "in.jsonl").write_text(f'\n\n{{"src": "a", "init": "Hund"}}\n{{"src": "b", "init": "{long}"}}\n')
+    with pytest.raises(DataError, match=r"in.jsonl:4: the initial hypothesis has 64 target pieces, more than the 62"):
+        translate_stream(lambda: translator, config, str(tmp_path / "in.jsonl"), str(tmp_path / "out.jsonl"),
+                         chunk_lines=3)
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 def test_translation_refuses_several_processes(tmp_path, monkeypatch):
     """Every process of a multi-process launch translated every line and wrote the same --output (or its own
     stdout): one line instead, before the input is read or the model loaded."""
@@ -330,14 +360,18 @@ def test_a_blank_line_is_an_empty_line_out_untranslated(tmp_path):
             asked.append((texts, options))
             return [{"hyp": f"<{t}>", "score": -1.0, "iterations": 2} for t in texts]
 
+        def starts(self, inits, constraints, hard, pairs, labels):  # checked before translating, by input line
+            asked.append((inits, labels[0].rsplit(":", 1)[1]))
+
     config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4))
     (tmp_path / "in.txt").write_text('a\n\n   \n{"src": "", "id": 7}\n{"src": " ", "init": "x"}\nb\n')
     translate_stream(Stub, config, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"))
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [(r["hyp"], r["score"], r["iterations"]) for r in rows] == [
         ("<a>", -1.0, 2), ("", None, 0), ("", None, 0), ("", None, 0), ("< >", -1.0, 2), ("<b>", -1.0, 2)]
-    assert rows[3]["id"] == 7 and asked == [(["a", " ", "b"], {"inits": [None, "x", None], "constraints": [None] * 3,
-                                                                "hard": [False] * 3})]
+    assert rows[3]["id"] == 7 and asked == [(["x"], "5"), (["a", " ", "b"], {"inits": [None, "x", None],
+                                                                             "constraints": [None] * 3,
+                                                                             "hard": [False] * 3})]
     asked.clear()
     (tmp_path / "blank.txt").write_text("\n \n")
     translate_stream(Stub, config, str(tmp_path / "blank.txt"), str(tmp_path / "blank.jsonl"))

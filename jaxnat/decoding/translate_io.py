@@ -121,6 +121,20 @@ def check_capabilities(requests: list[dict], spec, where: str) -> None:
             raise DataError(f"{where}:{n}: {e}") from None
 
 
+def check_starts(requests: list[dict], translator, where: str) -> None:
+    """`Translator.starts` of every request that asks for a start (an initial hypothesis, constraints, constraint
+    pairs), before the first chunk is translated: a start the model refuses (an initial hypothesis longer than it
+    holds, a hard constraint it cannot write) is one line naming its input line, not an error after the chunks
+    before it were translated and written that named a sentence of its chunk, blank lines uncounted."""
+    asked = [(n, r) for n, r in enumerate(requests, 1)
+             if not _empty(r) and ("init" in r or r.get("constraints") or r.get("constraint_pairs"))]
+    if asked:
+        translator.starts([r.get("init") for _, r in asked], [r.get("constraints") or None for _, r in asked],
+                          [bool(r.get("hard", False)) for _, r in asked],
+                          pairs=[r.get("constraint_pairs") or None for _, r in asked],
+                          labels=[f"{where}:{n}" for n, _ in asked])
+
+
 # Lines translated and written at a time: a long input's output grows as it is translated (Ctrl-C or a crash keeps
 # every line written, `| head -3` gets its lines early), while each chunk still sorts thousands of sentences by
 # length into full batches (a part-empty last batch per chunk: under 1% more rows at eval.batch_size 32).
@@ -141,6 +155,7 @@ def translate_stream(load_translator, config, input_path: str | None, output_pat
         requests, where = _read_requests(input_path)
         translator = load_translator()
         check_capabilities(requests, translator.spec, where)
+        check_starts(requests, translator, where)
         for start in range(0, len(requests), chunk_lines):
             chunk = requests[start:start + chunk_lines]
             if not sink.write(chunk, _translate(translator, chunk, config)):

@@ -149,7 +149,7 @@ class Translator:
 
     def starts(self, inits: list | None = None, constraints: list | None = None,
                hard: list | None = None, cut_long_inits: bool = False, pairs: list | None = None,
-               drop_long_pairs: bool = False) -> list[Start]:
+               drop_long_pairs: bool = False, labels: list[str] | None = None) -> list[Start]:
         """Per sentence, what it asks beyond the source, tokenised; checks the model can honour it.
 
         inits[i]: a target-side text to refine (post-editing), or None. constraints[i]: a list of phrases, or
@@ -158,61 +158,63 @@ class Translator:
         (BOS/EOS included) is an error, or with ``cut_long_inits`` an initial hypothesis is cut to fit.
         pairs[i]: (source phrase, target phrase) pairs, or None; more than data.max_pairs, or a phrase longer
         than data.max_pair_pieces pieces, is an error, or with ``drop_long_pairs`` such pairs are left out.
+        labels[i]: how an error names sentence i (an input file's line, "requests.jsonl:4"), else "sentence i+1".
         """
         n = len(next(x for x in (inits, constraints, pairs, []) if x is not None))
+        labels = labels or [f"sentence {i + 1}" for i in range(n)]
         inits, constraints, hard = inits or [None] * n, constraints or [None] * n, hard or [False] * n
         room = self.spec.cfg.max_len - 2
         out = []
         for i, (init, phrases, is_hard) in enumerate(zip(inits, constraints, hard)):
             if init is not None and phrases:
-                raise DataError(f"sentence {i + 1}: give either an initial hypothesis or constraints, not both")
+                raise DataError(f"{labels[i]}: give either an initial hypothesis or constraints, not both")
             if init is not None:
                 ids = self.tokenizer.encode([init], "tgt")[0]
                 out.append(Start(init=ids[:room] if cut_long_inits else ids))
             elif phrases:
                 limit = self.spec.supports.max_phrases
                 if limit and len(phrases) > limit:
-                    raise DataError(f"sentence {i + 1}: {len(phrases)} constraint phrases; model "
+                    raise DataError(f"{labels[i]}: {len(phrases)} constraint phrases; model "
                                     f"{self.spec.name!r} takes at most {limit}")
                 for phrase in phrases if is_hard else []:  # a guaranteed constraint is never changed
                     if chars := self.tokenizer.unrepresentable(phrase, "tgt"):
-                        raise DataError(f"sentence {i + 1}: the hard constraint {phrase!r} has characters the "
+                        raise DataError(f"{labels[i]}: the hard constraint {phrase!r} has characters the "
                                         f"model's vocabulary cannot represent ({''.join(chars)}): it could only "
                                         f"write them as UNK")
                 ids = self.tokenizer.encode(list(phrases), "tgt")
                 for phrase, pieces in zip(phrases, ids if is_hard else []):
                     if not pieces:  # "▁", SentencePiece's own space mark, encodes to nothing: it could never appear
-                        raise DataError(f"sentence {i + 1}: the hard constraint {phrase!r} is no text to the model's "
+                        raise DataError(f"{labels[i]}: the hard constraint {phrase!r} is no text to the model's "
                                         f"vocabulary (it encodes to no pieces): it could never appear in the output")
                 out.append(Start(phrases=ids, hard=bool(is_hard)))
             else:
                 out.append(Start())
             if len(out[-1].pieces()) > room:
                 what = "initial hypothesis" if init is not None else "constraint set"
-                raise DataError(f"sentence {i + 1}: the {what} has {len(out[-1].pieces())} target pieces, more than "
+                raise DataError(f"{labels[i]}: the {what} has {len(out[-1].pieces())} target pieces, more than "
                                 f"the {room} the model can hold (model.max_len {self.spec.cfg.max_len} with BOS/EOS)")
             if pairs is not None and pairs[i]:
                 out[-1] = out[-1]._replace(pairs=[tuple(p) for p in pairs[i]])
                 if not drop_long_pairs:
-                    self.check_pairs(i, out[-1].pairs)
+                    self.check_pairs(labels[i], out[-1].pairs)
         check_supported(self.spec.name, self.spec.supports, init=any(s.init is not None for s in out),
                         soft=any(s.phrases and not s.hard for s in out), hard=any(s.phrases and s.hard for s in out),
                         pairs=any(s.pairs for s in out))
         return out
 
-    def check_pairs(self, i: int, pairs: list[tuple[str, str]]) -> None:
-        """A one-line DataError when sentence i's pairs do not fit the model's pair shape."""
+    def check_pairs(self, label: str, pairs: list[tuple[str, str]]) -> None:
+        """A one-line DataError, naming the sentence by ``label``, when its pairs do not fit the model's pair shape."""
         d = self.config.data
         if len(pairs) > d.max_pairs:
-            raise DataError(f"sentence {i + 1}: {len(pairs)} constraint pairs; the model takes at most "
+            raise DataError(f"{label}: {len(pairs)} constraint pairs; the model takes at most "
                             f"data.max_pairs={d.max_pairs}")
         for side, text in ((side, text) for pair in pairs for side, text in zip(("src", "tgt"), pair)):
             pieces = len(self.tokenizer.encode([text], side)[0])
             if pieces > d.max_pair_pieces:
-                raise DataError(f"sentence {i + 1}: the constraint pair phrase {text!r} has more than "
+                raise DataError(f"{label}: the constraint pair phrase {text!r} has more than "
                                 f"data.max_pair_pieces={d.max_pair_pieces} pieces")
             if not pieces:  # "▁", SentencePiece's space mark: the model reads a pair without a source phrase as none
-                raise DataError(f"sentence {i + 1}: the constraint pair phrase {text!r} is no text to the model's "
+                raise DataError(f"{label}: the constraint pair phrase {text!r} is no text to the model's "
                                 f"vocabulary (it encodes to no pieces): a pair needs both phrases")
 
     def output_capacity(self, src_len: int) -> int:
