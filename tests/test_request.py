@@ -268,3 +268,26 @@ def test_the_edit_trace_refuses_arguments_of_the_wrong_shape_in_one_line(args, m
     translator = Translator(build_model(config, 40, 40), None, None, config)  # refused before anything is encoded
     with pytest.raises(DataError, match=message):
         trace_page(translator, ["the dog .", "the cat ."], ["kelo .", "lan ."], *args)
+
+
+def test_constraint_pairs_that_do_not_fit_are_refused_by_their_line_before_translating(tmp_path):
+    """--mode translate checked each line's pairs (and hard constraints) only as its chunk was translated: a bad line
+    of a long input stopped it after the chunks before it, naming "sentence N" of its chunk's non-blank lines, not
+    the input line. Now the line, before anything is translated."""
+    from jaxnat.decoding.translate_io import translate_stream
+    from jaxnat.decoding.translator import Translator
+
+    class Pieces:  # one piece a word
+        def encode(self, texts, side):
+            return [[7] * len(text.split()) for text in texts]
+
+    config = build_config("tests/configs/tiny.py", ["--config.model.name=vecconst",
+                                                    "--config.data.pairs_dir=synthetic"])
+    translator = Translator(build_model(config, 40, 40), None, Pieces(), config)
+    translator.translate = lambda *args, **kwargs: pytest.fail("translated")
+    (tmp_path / "in.jsonl").write_text('\n{"src": "a dog .", "constraint_pairs": [["dog", "kelo"]]}\n'
+                                       '{"src": "a cat .", "constraint_pairs": [["a", "b"], ["c", "d"], ["e", "f"], '
+                                       '["g", "h"]]}\n')
+    with pytest.raises(DataError, match=r"in.jsonl:3: 4 constraint pairs; the model takes at most data.max_pairs=3$"):
+        translate_stream(lambda: translator, config, str(tmp_path / "in.jsonl"), str(tmp_path / "out.jsonl"),
+                         chunk_lines=1)

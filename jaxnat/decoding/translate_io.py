@@ -8,7 +8,8 @@ with "hard": true (constrained beam search). Models of vectorized constraints al
 list of [source phrase, target phrase] pairs (alone: pairs as the model's input; with "hard" and
 "constraints" as well: both). A multilingual model (an imported NLLB) reads "src_lang" and "tgt_lang", its language
 tokens ("eng_Latn"), in place of data.src_lang_token and data.tgt_lang_token. A model that cannot honour what
-a line asks says so in one line, before anything is translated. A blank line (a source of whitespace that asks
+a line asks (a kind of request it does not take, or constraints, pairs or an initial hypothesis that do not fit
+it) says so in one line naming the line, before anything is translated. A blank line (a source of whitespace that asks
 nothing else) gives an empty "hyp" with a null "score", untranslated. Output keeps the input order (written
 as it is translated, `CHUNK_LINES` lines at a time);
 extra input keys are echoed back (one near a request key, "constraint", is refused as a typo; "hyp" and "score",
@@ -109,30 +110,21 @@ def _empty(request: dict) -> bool:
     return not request["src"].strip() and not any(request.get(k) for k in ("init", "constraints", "constraint_pairs"))
 
 
-def check_capabilities(requests: list[dict], spec, where: str) -> None:
-    """`check_supported` of each request: a one-line DataError naming the first line that asks what the model
-    cannot do (the batch's own check names no line, and one such line stops the whole stream)."""
+def check_capabilities(requests: list[dict], translator, where: str) -> None:
+    """`check_supported` and `Translator.start` of each request: a one-line DataError naming the first line that
+    asks what the model cannot do, or constraints, pairs or an initial hypothesis that do not fit it, before
+    anything is translated (the batch's own checks name a sentence of its chunk, not the line, and come only when
+    that chunk is translated)."""
+    spec = translator.spec
     for n, r in enumerate(requests, 1):
         phrases, hard = bool(r.get("constraints")), bool(r.get("hard"))
         try:
             check_supported(spec.name, spec.supports, init=r.get("init") is not None, soft=phrases and not hard,
                             hard=phrases and hard, pairs=bool(r.get("constraint_pairs")))
+            if r.get("init") is not None or phrases or r.get("constraint_pairs"):
+                translator.start(r.get("init"), r.get("constraints"), hard, r.get("constraint_pairs"))
         except DataError as e:
             raise DataError(f"{where}:{n}: {e}") from None
-
-
-def check_starts(requests: list[dict], translator, where: str) -> None:
-    """`Translator.starts` of every request that asks for a start (an initial hypothesis, constraints, constraint
-    pairs), before the first chunk is translated: a start the model refuses (an initial hypothesis longer than it
-    holds, a hard constraint it cannot write) is one line naming its input line, not an error after the chunks
-    before it were translated and written that named a sentence of its chunk, blank lines uncounted."""
-    asked = [(n, r) for n, r in enumerate(requests, 1)
-             if not _empty(r) and ("init" in r or r.get("constraints") or r.get("constraint_pairs"))]
-    if asked:
-        translator.starts([r.get("init") for _, r in asked], [r.get("constraints") or None for _, r in asked],
-                          [bool(r.get("hard", False)) for _, r in asked],
-                          pairs=[r.get("constraint_pairs") or None for _, r in asked],
-                          labels=[f"{where}:{n}" for n, _ in asked])
 
 
 # Lines translated and written at a time: a long input's output grows as it is translated (Ctrl-C or a crash keeps
@@ -154,8 +146,7 @@ def translate_stream(load_translator, config, input_path: str | None, output_pat
     try:
         requests, where = _read_requests(input_path)
         translator = load_translator()
-        check_capabilities(requests, translator.spec, where)
-        check_starts(requests, translator, where)
+        check_capabilities(requests, translator, where)
         for start in range(0, len(requests), chunk_lines):
             chunk = requests[start:start + chunk_lines]
             if not sink.write(chunk, _translate(translator, chunk, config)):

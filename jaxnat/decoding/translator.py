@@ -50,10 +50,9 @@ LISTS = (list, tuple, np.ndarray)  # what `translate` takes as a list
 
 def check_arguments(texts, **per_sentence) -> None:
     """A one-line DataError where `Translator.translate`'s arguments are not what it takes: ``texts`` a list of
-    strings, each of ``per_sentence`` (inits, constraints, hard, …) None or a list of one entry per text, each
-    sentence's initial hypothesis None or a string and its constraints None or a list of phrases. Unchecked, a string
-    is read as its characters (one sentence or phrase each: garbage, silently) and a list of another length is cut
-    short or fails deep in the batching."""
+    strings, each of ``per_sentence`` (inits, constraints, hard, …) None or a list of one entry per text, and each
+    sentence's constraints None or a list of phrases. Unchecked, a string is read as its characters (one sentence
+    or phrase each: garbage, silently) and a list of another length is cut short or fails deep in the batching."""
     if not isinstance(texts, LISTS):
         raise DataError(f"translate takes a list of texts, got {type(texts).__name__} (one sentence: [text])")
     if bad := [i for i, text in enumerate(texts) if not isinstance(text, str)]:
@@ -62,9 +61,6 @@ def check_arguments(texts, **per_sentence) -> None:
         if values is not None and (not isinstance(values, LISTS) or len(values) != len(texts)):
             got = f"{len(values)}" if isinstance(values, LISTS) else f"a {type(values).__name__}"
             raise DataError(f"{name} takes None or a list of one entry per text ({len(texts)} texts), got {got}")
-    for i, init in enumerate(per_sentence.get("inits") or []):  # a list of words would fail deep in the tokenizer
-        if init is not None and not isinstance(init, str):
-            raise DataError(f"inits[{i}] must be a hypothesis to refine (a string) or None, got {init!r}")
     for i, phrases in enumerate(per_sentence.get("constraints") or []):
         if phrases is not None and not (isinstance(phrases, LISTS) and all(isinstance(p, str) for p in phrases)):
             raise DataError(f"constraints[{i}] must be a list of phrases (strings) or None, got {phrases!r}")
@@ -149,73 +145,80 @@ class Translator:
 
     def starts(self, inits: list | None = None, constraints: list | None = None,
                hard: list | None = None, cut_long_inits: bool = False, pairs: list | None = None,
-               drop_long_pairs: bool = False, labels: list[str] | None = None) -> list[Start]:
-        """Per sentence, what it asks beyond the source, tokenised; checks the model can honour it.
-
-        inits[i]: a target-side text to refine (post-editing), or None. constraints[i]: a list of phrases, or
-        None; with hard[i] they must appear in the output (else they are soft: a starting point). A sentence
-        takes an initial hypothesis or constraints, not both. A start longer than the model's maximum length
-        (BOS/EOS included) is an error, or with ``cut_long_inits`` an initial hypothesis is cut to fit.
-        pairs[i]: (source phrase, target phrase) pairs, or None; more than data.max_pairs, or a phrase longer
-        than data.max_pair_pieces pieces, is an error, or with ``drop_long_pairs`` such pairs are left out.
-        labels[i]: how an error names sentence i (an input file's line, "requests.jsonl:4"), else "sentence i+1".
-        """
+               drop_long_pairs: bool = False) -> list[Start]:
+        """Per sentence, what it asks beyond the source, tokenised (`start`, whose errors name the sentence);
+        checks the model can honour it."""
         n = len(next(x for x in (inits, constraints, pairs, []) if x is not None))
-        labels = labels or [f"sentence {i + 1}" for i in range(n)]
         inits, constraints, hard = inits or [None] * n, constraints or [None] * n, hard or [False] * n
-        room = self.spec.cfg.max_len - 2
+        pairs = pairs or [None] * n
         out = []
-        for i, (init, phrases, is_hard) in enumerate(zip(inits, constraints, hard)):
-            if init is not None and phrases:
-                raise DataError(f"{labels[i]}: give either an initial hypothesis or constraints, not both")
-            if init is not None:
-                ids = self.tokenizer.encode([init], "tgt")[0]
-                out.append(Start(init=ids[:room] if cut_long_inits else ids))
-            elif phrases:
-                limit = self.spec.supports.max_phrases
-                if limit and len(phrases) > limit:
-                    raise DataError(f"{labels[i]}: {len(phrases)} constraint phrases; model "
-                                    f"{self.spec.name!r} takes at most {limit}")
-                for phrase in phrases if is_hard else []:  # a guaranteed constraint is never changed
-                    if chars := self.tokenizer.unrepresentable(phrase, "tgt"):
-                        raise DataError(f"{labels[i]}: the hard constraint {phrase!r} has characters the "
-                                        f"model's vocabulary cannot represent ({''.join(chars)}): it could only "
-                                        f"write them as UNK")
-                ids = self.tokenizer.encode(list(phrases), "tgt")
-                for phrase, pieces in zip(phrases, ids if is_hard else []):
-                    if not pieces:  # "▁", SentencePiece's own space mark, encodes to nothing: it could never appear
-                        raise DataError(f"{labels[i]}: the hard constraint {phrase!r} is no text to the model's "
-                                        f"vocabulary (it encodes to no pieces): it could never appear in the output")
-                out.append(Start(phrases=ids, hard=bool(is_hard)))
-            else:
-                out.append(Start())
-            if len(out[-1].pieces()) > room:
-                what = "initial hypothesis" if init is not None else "constraint set"
-                raise DataError(f"{labels[i]}: the {what} has {len(out[-1].pieces())} target pieces, more than "
-                                f"the {room} the model can hold (model.max_len {self.spec.cfg.max_len} with BOS/EOS)")
-            if pairs is not None and pairs[i]:
-                out[-1] = out[-1]._replace(pairs=[tuple(p) for p in pairs[i]])
-                if not drop_long_pairs:
-                    self.check_pairs(labels[i], out[-1].pairs)
+        for i, asked in enumerate(zip(inits, constraints, hard, pairs)):
+            try:
+                out.append(self.start(*asked, cut_long_inits=cut_long_inits, drop_long_pairs=drop_long_pairs))
+            except DataError as e:
+                raise DataError(f"sentence {i + 1}: {e}") from None
         check_supported(self.spec.name, self.spec.supports, init=any(s.init is not None for s in out),
                         soft=any(s.phrases and not s.hard for s in out), hard=any(s.phrases and s.hard for s in out),
                         pairs=any(s.pairs for s in out))
         return out
 
-    def check_pairs(self, label: str, pairs: list[tuple[str, str]]) -> None:
-        """A one-line DataError, naming the sentence by ``label``, when its pairs do not fit the model's pair shape."""
+    def start(self, init: str | None = None, phrases: list | None = None, is_hard: bool = False,
+              pairs: list | None = None, cut_long_inits: bool = False, drop_long_pairs: bool = False) -> Start:
+        """What one sentence asks beyond its source, tokenised; a one-line DataError (naming no sentence) where it
+        does not fit the model.
+
+        init: a target-side text to refine (post-editing), or None. phrases: a list of phrases, or None; with
+        is_hard they must appear in the output (else they are soft: a starting point). A sentence takes an initial
+        hypothesis or constraints, not both. A start longer than the model's maximum length (BOS/EOS included) is
+        an error, or with ``cut_long_inits`` an initial hypothesis is cut to fit. pairs: (source phrase, target
+        phrase) pairs, or None; more than data.max_pairs, or a phrase longer than data.max_pair_pieces pieces, is
+        an error, or with ``drop_long_pairs`` such pairs are left out.
+        """
+        room = self.spec.cfg.max_len - 2
+        if init is not None and phrases:
+            raise DataError("give either an initial hypothesis or constraints, not both")
+        if init is not None:
+            ids = self.tokenizer.encode([init], "tgt")[0]
+            out = Start(init=ids[:room] if cut_long_inits else ids)
+        elif phrases:
+            limit = self.spec.supports.max_phrases
+            if limit and len(phrases) > limit:
+                raise DataError(f"{len(phrases)} constraint phrases; model {self.spec.name!r} takes at most {limit}")
+            for phrase in phrases if is_hard else []:  # a guaranteed constraint is never changed
+                if chars := self.tokenizer.unrepresentable(phrase, "tgt"):
+                    raise DataError(f"the hard constraint {phrase!r} has characters the model's vocabulary cannot "
+                                    f"represent ({''.join(chars)}): it could only write them as UNK")
+            ids = self.tokenizer.encode(list(phrases), "tgt")
+            for phrase, pieces in zip(phrases, ids if is_hard else []):
+                if not pieces:  # "▁", SentencePiece's own space mark, encodes to nothing: it could never appear
+                    raise DataError(f"the hard constraint {phrase!r} is no text to the model's vocabulary (it encodes "
+                                    f"to no pieces): it could never appear in the output")
+            out = Start(phrases=ids, hard=bool(is_hard))
+        else:
+            out = Start()
+        if len(out.pieces()) > room:
+            what = "initial hypothesis" if init is not None else "constraint set"
+            raise DataError(f"the {what} has {len(out.pieces())} target pieces, more than the {room} the model can "
+                            f"hold (model.max_len {self.spec.cfg.max_len} with BOS/EOS)")
+        if pairs:
+            out = out._replace(pairs=[tuple(p) for p in pairs])
+            if not drop_long_pairs:
+                self.check_pairs(out.pairs)
+        return out
+
+    def check_pairs(self, pairs: list[tuple[str, str]]) -> None:
+        """A one-line DataError (naming no sentence) when one sentence's pairs do not fit the model's pair shape."""
         d = self.config.data
         if len(pairs) > d.max_pairs:
-            raise DataError(f"{label}: {len(pairs)} constraint pairs; the model takes at most "
-                            f"data.max_pairs={d.max_pairs}")
+            raise DataError(f"{len(pairs)} constraint pairs; the model takes at most data.max_pairs={d.max_pairs}")
         for side, text in ((side, text) for pair in pairs for side, text in zip(("src", "tgt"), pair)):
             pieces = len(self.tokenizer.encode([text], side)[0])
             if pieces > d.max_pair_pieces:
-                raise DataError(f"{label}: the constraint pair phrase {text!r} has more than "
+                raise DataError(f"the constraint pair phrase {text!r} has more than "
                                 f"data.max_pair_pieces={d.max_pair_pieces} pieces")
             if not pieces:  # "▁", SentencePiece's space mark: the model reads a pair without a source phrase as none
-                raise DataError(f"{label}: the constraint pair phrase {text!r} is no text to the model's "
-                                f"vocabulary (it encodes to no pieces): a pair needs both phrases")
+                raise DataError(f"the constraint pair phrase {text!r} is no text to the model's vocabulary (it "
+                                f"encodes to no pieces): a pair needs both phrases")
 
     def output_capacity(self, src_len: int) -> int:
         """Static output length (BOS and EOS included) for sources padded to src_len."""
