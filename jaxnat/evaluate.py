@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from jaxnat.data.phrase_pairs import encode_pairs
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.text import one_line
 from jaxnat.data.vocab import BOS_ID, EOS_ID
@@ -261,6 +262,8 @@ def pair_rows(translator: Translator, split: str, srcs: list[str], refs: list[st
     if sup.hard_constraints:
         runs["pairs_hard"] = dict(constraints=[t or None for t in targets], hard=[True] * len(srcs),
                                   pairs=pairs if sup.pairs else None)
+    if sup.pairs:
+        report_left_out_pairs(translator, split, pairs)
     rows = {}
     for name, kwargs in runs.items():
         outs = translator.translate(srcs, e.beam_size, e.batch_size, drop_long_pairs=True, **kwargs)
@@ -272,6 +275,20 @@ def pair_rows(translator: Translator, split: str, srcs: list[str], refs: list[st
         rows[f"{split}+{name}"] = row
         log.info("%s with constraint pairs (%s): BLEU %.2f, CSR %.1f", split, name, row["bleu"], row["cpr"])
     return rows
+
+
+def report_left_out_pairs(translator: Translator, split: str, pairs: list[list[tuple[str, str]]]) -> dict:
+    """Warns of the pairs the model's input leaves out (a phrase over data.max_pair_pieces pieces, or beyond the
+    first data.max_pairs of a sentence), as training's log counts its own: the rows still count their target
+    phrases in CSR (and `+pairs_hard` still guarantees them). Returns `encode_pairs`' counts."""
+    d = translator.config.data
+    _, _, counts = encode_pairs(pairs, translator.tokenizer.encode, d.max_pairs, d.max_pair_pieces)
+    if left := counts["too_long"] + counts["too_many"]:
+        log.warning("%s: %d of %d constraint pairs are left out of the model's input (%d with a phrase over "
+                    "data.max_pair_pieces=%d pieces, %d beyond data.max_pairs=%d a sentence); CSR still counts "
+                    "their target phrases", split, left, left + counts["pairs"], counts["too_long"],
+                    d.max_pair_pieces, counts["too_many"], d.max_pairs)
+    return counts
 
 
 def mean_length(texts: list[str]) -> float:

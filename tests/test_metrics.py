@@ -573,3 +573,22 @@ def test_hypothesis_files_keep_one_line_per_sentence(tmp_path):
     assert written == read_lines(str(path), blank_ok=True) == ["ein Mann", "a  b", "c d", "e f", ""]
     refs = ["ein Mann", "a b", "c d", "e f", "g"]
     assert metrics.corpus_metrics(written, refs) == metrics.corpus_metrics(hyps, refs)
+
+
+def test_pairs_the_model_input_leaves_out_are_reported(caplog):
+    """The evaluation's `+pairs` rows left pairs with a phrase over data.max_pair_pieces (the embedded corpus's test
+    split at 6 pieces: 7 of its 51) out of the model's input without a word, while CSR still counted their target
+    phrases; a warning now counts them, as training's log does."""
+    from types import SimpleNamespace
+
+    from jaxnat.evaluate import report_left_out_pairs
+
+    translator = SimpleNamespace(config=SimpleNamespace(data=SimpleNamespace(max_pairs=2, max_pair_pieces=2)),
+                                 tokenizer=SimpleNamespace(encode=lambda texts, side: [t.split() for t in texts]))
+    pairs = [[("dog", "Hund"), ("bus stop", "die Bus Haltestelle")], [("a", "b"), ("c", "d"), ("e", "f")], []]
+    assert report_left_out_pairs(translator, "test", pairs) == {"pairs": 3, "too_long": 1, "too_many": 1}
+    assert ("test: 2 of 5 constraint pairs are left out of the model's input (1 with a phrase over "
+            "data.max_pair_pieces=2 pieces, 1 beyond data.max_pairs=2 a sentence)") in caplog.text
+    caplog.clear()
+    report_left_out_pairs(translator, "test", [[("dog", "Hund")]])
+    assert "left out" not in caplog.text
