@@ -363,8 +363,8 @@ def test_a_blank_line_is_an_empty_line_out_untranslated(tmp_path):
             asked.append((texts, options))
             return [{"hyp": f"<{t}>", "score": -1.0, "iterations": 2} for t in texts]
 
-        def starts(self, inits, constraints, hard, pairs, labels):  # checked before translating, by input line
-            asked.append((inits, labels[0].rsplit(":", 1)[1]))
+        def start(self, init, phrases, is_hard, pairs):  # each line's start, checked before translating
+            asked.append(init)
 
     config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4))
     (tmp_path / "in.txt").write_text('a\n\n   \n{"src": "", "id": 7}\n{"src": " ", "init": "x"}\nb\n')
@@ -372,9 +372,8 @@ def test_a_blank_line_is_an_empty_line_out_untranslated(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [(r["hyp"], r["score"], r["iterations"]) for r in rows] == [
         ("<a>", -1.0, 2), ("", None, 0), ("", None, 0), ("", None, 0), ("< >", -1.0, 2), ("<b>", -1.0, 2)]
-    assert rows[3]["id"] == 7 and asked == [(["x"], "5"), (["a", " ", "b"], {"inits": [None, "x", None],
-                                                                             "constraints": [None] * 3,
-                                                                             "hard": [False] * 3})]
+    assert rows[3]["id"] == 7 and asked == ["x", (["a", " ", "b"], {"inits": [None, "x", None],
+                                                                     "constraints": [None] * 3, "hard": [False] * 3})]
     asked.clear()
     (tmp_path / "blank.txt").write_text("\n \n")
     translate_stream(Stub, config, str(tmp_path / "blank.txt"), str(tmp_path / "blank.jsonl"))

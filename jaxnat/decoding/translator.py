@@ -50,9 +50,10 @@ LISTS = (list, tuple, np.ndarray)  # what `translate` takes as a list
 
 def check_arguments(texts, **per_sentence) -> None:
     """A one-line DataError where `Translator.translate`'s arguments are not what it takes: ``texts`` a list of
-    strings, each of ``per_sentence`` (inits, constraints, hard, …) None or a list of one entry per text, and each
-    sentence's constraints None or a list of phrases. Unchecked, a string is read as its characters (one sentence
-    or phrase each: garbage, silently) and a list of another length is cut short or fails deep in the batching."""
+    strings, each of ``per_sentence`` (inits, constraints, hard, …) None or a list of one entry per text, each
+    sentence's initial hypothesis None or a string and its constraints None or a list of phrases. Unchecked, a string
+    is read as its characters (one sentence or phrase each: garbage, silently) and a list of another length is cut
+    short or fails deep in the batching."""
     if not isinstance(texts, LISTS):
         raise DataError(f"translate takes a list of texts, got {type(texts).__name__} (one sentence: [text])")
     if bad := [i for i, text in enumerate(texts) if not isinstance(text, str)]:
@@ -61,6 +62,9 @@ def check_arguments(texts, **per_sentence) -> None:
         if values is not None and (not isinstance(values, LISTS) or len(values) != len(texts)):
             got = f"{len(values)}" if isinstance(values, LISTS) else f"a {type(values).__name__}"
             raise DataError(f"{name} takes None or a list of one entry per text ({len(texts)} texts), got {got}")
+    for i, init in enumerate(per_sentence.get("inits") or []):  # a list of words would fail deep in the tokenizer
+        if init is not None and not isinstance(init, str):
+            raise DataError(f"inits[{i}] must be a hypothesis to refine (a string) or None, got {init!r}")
     for i, phrases in enumerate(per_sentence.get("constraints") or []):
         if phrases is not None and not (isinstance(phrases, LISTS) and all(isinstance(p, str) for p in phrases)):
             raise DataError(f"constraints[{i}] must be a list of phrases (strings) or None, got {phrases!r}")
