@@ -311,6 +311,8 @@ def test_post_editing_starts_from_the_given_hypothesis():
     assert out["steps"].tolist() == [1]  # the papers' count: the pass that changed nothing is not a step
     assert out["trace"].shape == (1, 4, 3, capacity)
     assert [int(t) for t in out["trace"][0, 0, 0] if t != PAD_ID] == [BOS_ID, 7, 9, 10, EOS_ID]
+    # the passes the loop did not run (2 of 4 ran) repeat the final hypothesis in each of their three snapshots
+    assert (out["trace"][0, 2:] == out["tokens"][0]).all()
 
 
 @pytest.mark.slow
