@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from jaxnat.config import build_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PLH_ID
 from jaxnat import edit_ops
-from jaxnat.decoding.refine import (Heads, RefineOptions, initial_hypotheses, length_cap, narrowed, refine,
-                                    shared_placeholder_logits)
+from jaxnat.decoding.refine import (Heads, RefineOptions, initial_hypotheses, insert_and_fill, length_cap, narrowed,
+                                    refine, shared_placeholder_logits)
 from jaxnat.models import build_model
 from jaxnat.models.insertion import model_choice
 from jaxnat.models.levt.model import levt_delete, levt_loss
@@ -208,6 +208,25 @@ def test_placeholder_head_reuses_the_deletion_features(spec):
         for b in range(8):
             slots = lengths[b] - 1 - (b in rows)
             np.testing.assert_allclose(got[b, :slots], want[b, :slots], atol=2e-5, err_msg=f"{rows}, row {b}")
+
+
+def test_half_canvas_only_when_every_token_fits():
+    """A head runs on the first half of a 32-wide canvas (`refine.narrowed`, and the fill in `insert_and_fill`) only
+    when every row fits in it: a row of 17 tokens, its EOS past the half, is read whole. The heads here answer how
+    many real tokens they were given."""
+    def seen(t):
+        return jnp.sum(t != PAD_ID, axis=1)[:, None, None]
+
+    for n in (16, 17):
+        tokens = jnp.asarray(_pad([[BOS_ID, *[7] * (n - 2), EOS_ID]], 32))
+        got = jax.jit(lambda t: narrowed(lambda t: jnp.broadcast_to(seen(t), t.shape + (2,)), t))(tokens)
+        assert (np.asarray(got)[0, :n] == n).all(), n
+    # one placeholder opened after BOS makes the 16 tokens 17; the token head fills it with the id of what it saw
+    heads = Heads(None, lambda t: jnp.zeros(t.shape[:1] + (t.shape[1] - 1, 256)).at[:, 0, 1].set(9.0),
+                  lambda t: jnp.where(jnp.arange(V) == NUM_RESERVED + seen(t), 9.0, 0.0))
+    hyps = initial_hypotheses(jnp.asarray(_pad([[BOS_ID, *[7] * 14, EOS_ID]], 32)))
+    _, filled, _ = jax.jit(lambda h: insert_and_fill(h, heads, jnp.asarray([32]), jnp.asarray([True]), 0.0))(hyps)
+    assert np.asarray(filled.tokens)[0, :3].tolist() == [BOS_ID, NUM_RESERVED + 17, 7]
 
 
 def test_length_cap_uses_each_sentence_own_source():
