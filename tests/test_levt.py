@@ -314,6 +314,22 @@ def test_capacity_overflow_is_capped():
         assert (row[:n] != PAD_ID).all() and row[0] == BOS_ID and row[n - 1] == EOS_ID
 
 
+def test_a_finished_row_stays_as_it_finished():
+    """A row a pass left unchanged is finished and frozen, even where what a head says of it changes with the rest
+    of the batch: here row 0 is offered a placeholder once row 1 (one token longer each pass) reaches 4 tokens."""
+    def placeholder(t):
+        grown = jnp.sum(t[1] != PAD_ID) >= 4
+        logit = jnp.where(jnp.asarray([grown, ~grown]), 9.0, -9.0)
+        return jnp.zeros(t.shape[:1] + (t.shape[1] - 1, 256)).at[:, 0, 1].set(logit)
+
+    heads = Heads(lambda t: jnp.zeros(t.shape + (2,)).at[..., 0].set(1.0), placeholder,
+                  lambda t: jnp.zeros(t.shape + (V,)).at[..., 7].set(1.0))
+    tokens = jnp.asarray(_pad([[BOS_ID, EOS_ID]] * 2, 8))
+    out = _refine(heads, tokens, jnp.asarray(_pad([[BOS_ID, 7, EOS_ID]] * 2, 3)), RefineOptions(max_iter=5))
+    assert np.asarray(out["tokens"])[:, :4].tolist() == [[BOS_ID, EOS_ID, PAD_ID, PAD_ID], [BOS_ID, 7, 7, EOS_ID]]
+    assert out["iterations"].tolist() == [1, 3] and out["insertions"].tolist() == [0, 2]
+
+
 def test_post_editing_starts_from_the_given_hypothesis():
     capacity = 12
     init = [BOS_ID, 7, 8, 9, 10, EOS_ID]
