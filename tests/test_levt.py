@@ -234,6 +234,9 @@ def test_length_cap_uses_each_sentence_own_source():
     cap = jax.jit(lambda s: length_cap(s, 128, RefineOptions()))
     assert cap(src).tolist() == [60, 10]
     assert cap(src[:1]).tolist() == [60]  # batch size 1: no 10-token cap
+    # a fractional product is cut down, as fairseq's (src_lens * max_ratio).long(): 1.65 · 15 → 24
+    fraction = jax.jit(lambda s: length_cap(s, 128, RefineOptions(cap_ratio=1.65)))
+    assert fraction(jnp.asarray(_pad([[BOS_ID, *[7] * 13, EOS_ID]], 15))).tolist() == [24]
 
 
 # --------------------------------------------------------------------------------- stub heads
