@@ -170,7 +170,8 @@ def fairseq_decode(logprobs, length_logits, n_src, capacity, iterations, beam, o
                    ends_predicted, width):
     """fairseq 0.12's IterativeRefinementGenerator with its CMLM (``ends_predicted`` False) or NAT (True)
     forward_decoder, one sentence, written as fairseq's code reads: ``logprobs(canvas)`` → [width, V], fairseq's
-    <unk> (its mask) written as MASK. Returns (tokens without PAD, score, n, passes)."""
+    <unk> (its mask) written as MASK. Returns (tokens without PAD, score, n, passes, each token's log-probability,
+    whether the model predicted it: a position it writes, left unmasked; 0.0 and False for the others)."""
     best = int(np.argmax(length_logits))
     n_star = max(best + n_src - LENGTH_OFFSET if offset else best - (2 if with_ends else 0), 0)
     results = []
@@ -178,6 +179,7 @@ def fairseq_decode(logprobs, length_logits, n_src, capacity, iterations, beam, o
         n = min(max(n_star + k - beam // 2, 0), capacity - 2)
         tokens = [BOS_ID] + [MASK_ID] * n + [EOS_ID] + [PAD_ID] * (width - n - 2)
         scores = [0.0] * width
+        predictable = [t != PAD_ID if ends_predicted else t == MASK_ID for t in tokens]
         passes = 0
         for step in range(iterations):
             before = list(tokens)
@@ -197,5 +199,7 @@ def fairseq_decode(logprobs, length_logits, n_src, capacity, iterations, beam, o
                 break
         kept = [i for i in range(width) if tokens[i] != PAD_ID]
         out = [3 if tokens[i] == MASK_ID else tokens[i] for i in kept]
-        results.append((out, sum(scores[i] for i in kept) / max(len(kept), 1), n, passes))
+        scored = [predictable[i] and tokens[i] != MASK_ID for i in kept]
+        logp = [scores[i] if s else 0.0 for i, s in zip(kept, scored)]
+        results.append((out, sum(scores[i] for i in kept) / max(len(kept), 1), n, passes, logp, scored))
     return max(results, key=lambda r: r[1])  # max keeps the first of equal scores

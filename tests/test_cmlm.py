@@ -317,14 +317,15 @@ def _fairseq_stub_decoder(options, width, ends_predicted):
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10_000), offset=st.booleans(), with_ends=st.booleans())
-@pytest.mark.parametrize("iterations, beam, stop_early, ends_predicted", [(5, 3, True, False), (4, 1, False, False),
-                                                                          (1, 3, True, True)])
-def test_fairseq_rules_match_fairseqs_loop_in_python(iterations, beam, stop_early, ends_predicted, seed, offset,
+@pytest.mark.parametrize("iterations, beam, stop_early, ends_predicted, dedup", [
+    (5, 3, True, False, False), (4, 1, False, False, True), (1, 3, True, True, True)])
+def test_fairseq_rules_match_fairseqs_loop_in_python(iterations, beam, stop_early, ends_predicted, dedup, seed, offset,
                                                      with_ends):
     """eval.search_rules=fairseq: the candidates around the argmax length (empty ones included), the re-masking
     count in float32 (it may be 0), the stop at a pass that leaves the canvas as it was (masks kept, as UNK), a
     predicted UNK masked again, the pick by the mean over BOS, EOS and masks too; NAT (``ends_predicted``)
-    predicts BOS's and EOS's positions as well."""
+    predicts BOS's and EOS's positions as well; each token's log-probability where the model predicted it (not a
+    mask kept as UNK); with ``dedup`` (a NAT's remove_repeats) the chosen candidate without its repeated tokens."""
     width, vocab, b = 10, 12, 4
     table, near = ref.stub_tables(seed, vocab, width)
     rng = np.random.default_rng(seed)
@@ -334,16 +335,21 @@ def test_fairseq_rules_match_fairseqs_loop_in_python(iterations, beam, stop_earl
     if offset:
         length_logits = np.roll(length_logits, 124, axis=1)
     options = mp.Options(iterations=iterations, length_beam=beam, length_offset=offset, length_with_ends=with_ends,
-                         stop_early=stop_early, rules="fairseq")
+                         stop_early=stop_early, dedup=dedup, rules="fairseq")
     out = _fairseq_stub_decoder(options, width, ends_predicted)(table, near, length_logits, src)
     np_fn = ref.stub_numpy(table, near, every_id=True)
     for k in range(b):
         n_src = int(np.sum(src[k] != PAD_ID)) - 2
-        tokens, score, n, passes = ref.fairseq_decode(lambda t: np_fn(t, k), length_logits[k], n_src, width,
-                                                      iterations, beam, offset, with_ends, stop_early,
-                                                      ends_predicted, width)
-        ours = np.asarray(out["tokens"][k])
-        assert ours[ours != PAD_ID].tolist() == tokens
+        tokens, score, n, passes, logp, scored = ref.fairseq_decode(lambda t: np_fn(t, k), length_logits[k], n_src,
+                                                                    width, iterations, beam, offset, with_ends,
+                                                                    stop_early, ends_predicted, width)
+        row = tokens + [PAD_ID] * (width - len(tokens))
+        if dedup:
+            (row, repeats, logp), scored = ref.remove_repeats(row, logp), ref.remove_repeats(row, scored)[2]
+            assert int(out["repeats"][k]) == repeats
+        assert np.asarray(out["tokens"][k]).tolist() == row
+        np.testing.assert_allclose(out["token_logp"][k], pad([logp], width, 0.0)[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(out["token_scored"][k], pad([scored], width, False)[0])
         assert int(out["length"][k]) == n and int(out["iterations"][k]) == passes
         np.testing.assert_allclose(out["score"][k], score, rtol=1e-5, atol=1e-5)
 
