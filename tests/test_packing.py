@@ -57,6 +57,13 @@ def test_pack_rows_keeps_every_row_within_its_budget(examples, width, capacity, 
             assert lengths[both].sum() > width or sizes[both].sum() > capacity or len(both) > 3
 
 
+def test_pack_rows_puts_each_example_where_it_fits_best():
+    """Best fit, not just any fit: the 6 closes the 18's row exactly, so the 16 takes both 4s; a worst fit (the 6
+    into the 16's row) would leave a 4 for a third row."""
+    assert [r.tolist() for r in batching.pack_rows(np.asarray([18, 16, 6, 4, 4]), 24, np.arange(5))] == [[0, 2],
+                                                                                                       [1, 3, 4]]
+
+
 def test_packed_batcher_refuses_an_example_over_the_budget():
     src, tgt = random_pairs(np.random.default_rng(0), 5)
     with pytest.raises(DataError, match="1 examples need more than the 4 slots a packed row has for them"):
