@@ -77,9 +77,10 @@ def test_packed_batcher_covers_every_pair_once_per_epoch_and_resumes():
     pb = batching.PackedBatcher(src, tgt, 96, 24, seed=4, extras={"tag": extra})
     assert pb.shapes == {(4, 24)} and pb.keys == ("src", "tgt", "src_seg", "tgt_seg", "tag")
     for epoch in range(2):
-        seen = []
+        seen, pads = [], 0
         for step in range(epoch * pb.steps_per_epoch, (epoch + 1) * pb.steps_per_epoch):
             batch, members = pb.batch(step), pb.batch_indices(step)
+            pads += int((batch["src"] == PAD_ID).sum() + (batch["tgt"] == PAD_ID).sum())
             assert {k: v.shape for k, v in batch.items()} == pb.key_shapes((4, 24)) and pb.shape(step) == (4, 24)
             for r in range(4):
                 for k, i in enumerate(members[r][members[r] >= 0]):
@@ -89,6 +90,7 @@ def test_packed_batcher_covers_every_pair_once_per_epoch_and_resumes():
                 seen += members[r][members[r] >= 0].tolist()
                 assert (batch["src"][r][batch["src_seg"][r] == 0] == PAD_ID).all()
         assert sorted(seen) == list(range(70))
+        assert pb.padding == pytest.approx(pads / (2 * pb.steps_per_epoch * 4 * 24))  # the filler rows' too
     fresh = batching.PackedBatcher(src, tgt, 96, 24, seed=4, extras={"tag": extra})
     for step in (pb.steps_per_epoch + 1, 0, 3):
         for k, v in fresh.batch(step).items():
