@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jaxnat.data import batching
-from jaxnat.data.vocab import EOS_ID, PAD_ID
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.errors import ConfigError, DataError
 from jaxnat.models import packing
 from jaxnat.models.ar.model import ARTransformer, ar_loss
@@ -111,6 +111,8 @@ def test_packed_batcher_errors():
     src, tgt = random_pairs(np.random.default_rng(2), 5, longest=30)
     with pytest.raises(DataError, match="longer than a packed row"):
         batching.PackedBatcher(src, tgt, 64, 16, seed=0)
+    whole = [np.asarray([BOS_ID, *[7] * 14, EOS_ID], np.int32)]  # exactly a row: packed, not refused
+    assert batching.PackedBatcher(whole, whole, 64, 16, seed=0).batch(0)["tgt"][0].tolist() == whole[0].tolist()
     with pytest.raises(ConfigError, match="at least one row"):
         batching.PackedBatcher(src, tgt, 8, 32, seed=0)
     with pytest.raises(DataError, match="no training examples"):
