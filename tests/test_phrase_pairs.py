@@ -95,6 +95,14 @@ def test_target_lengths_follow_the_draw():
     assert all(abs(c / total - 1 / 3) < 0.04 for c in counts.values()), counts
 
 
+def test_pairs_side_by_side_do_not_overlap():
+    """Spans [0, 1) and [1, 2) touch but share no word, on either side; sharing one on either side overlaps."""
+    assert not PhrasePair(0, 1, 0, 1).overlaps(PhrasePair(1, 2, 1, 2))
+    assert not PhrasePair(1, 2, 1, 2).overlaps(PhrasePair(0, 1, 0, 1))
+    assert PhrasePair(0, 2, 0, 1).overlaps(PhrasePair(1, 2, 1, 2)) and PhrasePair(0, 1, 0, 2).overlaps(
+        PhrasePair(1, 2, 1, 2))
+
+
 def test_code_switching_replaces_the_target_phrase_by_the_source_phrase():
     src = "the Beatles were a band".split()
     tgt = "die Beatles waren eine Band".split()
