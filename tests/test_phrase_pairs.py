@@ -103,6 +103,29 @@ def test_pairs_side_by_side_do_not_overlap():
         PhrasePair(1, 2, 1, 2))
 
 
+class _Drawn:
+    """A `random.Random` stand-in whose every `randint` draws its low (or high) end: one constraint of the
+    shortest (longest) target length; the first option, no shuffle."""
+    def __init__(self, high):
+        self.high = high
+
+    def randint(self, low, high):
+        return high if self.high else low
+
+    def randrange(self, n):
+        return 0
+
+    def shuffle(self, items):
+        pass
+
+
+def test_a_missing_length_falls_back_to_the_nearest():
+    """No pair of the drawn target length: the longest shorter one, else the shortest longer one (not any)."""
+    two, three, one = PhrasePair(0, 1, 0, 2), PhrasePair(1, 2, 2, 5), PhrasePair(2, 3, 5, 6)
+    assert sample_pairs([three, two], _Drawn(False), max_pairs=1) == [two]  # 1 drawn: 2, not 3
+    assert sample_pairs([one, two], _Drawn(True), max_pairs=1) == [two]  # 3 drawn: 2, not 1
+
+
 def test_code_switching_replaces_the_target_phrase_by_the_source_phrase():
     src = "the Beatles were a band".split()
     tgt = "die Beatles waren eine Band".split()
