@@ -6,7 +6,8 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jaxnat.data.phrase_pairs import PhrasePair, code_switch, phrase_pairs, sample_pairs
+from jaxnat.data.phrase_pairs import PhrasePair, code_switch, encode_pairs, phrase_pairs, sample_pairs
+from jaxnat.data.vocab import PAD_ID
 
 SEVERAL = settings(max_examples=150, deadline=None)
 
@@ -124,6 +125,19 @@ def test_a_missing_length_falls_back_to_the_nearest():
     two, three, one = PhrasePair(0, 1, 0, 2), PhrasePair(1, 2, 2, 5), PhrasePair(2, 3, 5, 6)
     assert sample_pairs([three, two], _Drawn(False), max_pairs=1) == [two]  # 1 drawn: 2, not 3
     assert sample_pairs([one, two], _Drawn(True), max_pairs=1) == [two]  # 3 drawn: 2, not 1
+
+
+def test_encode_pairs_leaves_out_long_and_surplus_pairs_and_counts_them():
+    """Pieces (here one a word, src 7 + its length, tgt 20 + it) PAD-padded to max_pieces; a pair past max_pieces
+    on either side, or past the first max_pairs kept of its sentence, left out and counted."""
+    def encode(texts, side):
+        return [[(7 if side == "src" else 20) + len(w) for w in t.split()] for t in texts]
+
+    pairs = [[("a", "xy"), ("b c d", "z"), ("h", "t s r"), ("ef", "w v"), ("g", "u")], []]
+    pair_src, pair_tgt, counts = encode_pairs(pairs, encode, max_pairs=2, max_pieces=2)
+    assert counts == {"pairs": 2, "too_long": 2, "too_many": 1}
+    assert pair_src.tolist() == [[[8, PAD_ID], [9, PAD_ID]], [[PAD_ID] * 2] * 2]
+    assert pair_tgt.tolist() == [[[22, PAD_ID], [21, 21]], [[PAD_ID] * 2] * 2]
 
 
 def test_code_switching_replaces_the_target_phrase_by_the_source_phrase():
