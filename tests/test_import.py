@@ -647,7 +647,8 @@ def test_translate_without_a_checkpoint_says_so_after_orbax_cleaned_up(tmp_path,
     shutil.rmtree(workdir / "checkpoints" / "best" / "0")
     with pytest.raises(JaxnatError, match="has no checkpoint yet; train first"):
         load_translator(workdir_config(str(workdir)), str(workdir))
-    assert len(started) >= 3 and sorted(finished) == started  # at least the last, best and averaged checkpoints'
+    # a reader's managers clean up the averaged checkpoints' alone (--mode average writes them; a training, its own)
+    assert started and sorted(finished) == started
 
 
 def test_fastbpe_codes_segment_as_fastbpe(tmp_path_factory):
