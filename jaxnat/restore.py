@@ -174,13 +174,18 @@ def write_average(config, workdir: str) -> str:
     return path
 
 
-def load_aux(key: str, path: str, family: str, workdir: str):
-    """The parameters of the trained run in ``path`` (named by config ``key``) that the run in ``workdir`` decodes
-    with, after checking it is a run of ``family`` with the same vocabulary."""
+def check_aux(key: str, path: str, family: str, workdir: str):
+    """The config of the run in ``path`` (named by config ``key``) that the run in ``workdir`` decodes with, after
+    checking it is a run of ``family`` with the same vocabulary (a one-line `JaxnatError` otherwise)."""
     aux_config = workdir_config(path)
     if aux_config.model.name != family:
         raise JaxnatError(f"{key}={path} is a {aux_config.model.name!r} run; it must be a run of model {family!r}")
     if not Tokenizer.same_models(path, workdir):
         raise JaxnatError(f"{key}={path} has another vocabulary than {workdir}; train this run with "
                           f"--config.data.spm_from={path}")
-    return load_translator(aux_config, path).params
+    return aux_config
+
+
+def load_aux(key: str, path: str, family: str, workdir: str):
+    """The parameters of the trained run in ``path`` that the run in ``workdir`` decodes with (`check_aux`)."""
+    return load_translator(check_aux(key, path, family, workdir), path).params

@@ -811,6 +811,27 @@ def test_init_from_with_the_vocabulary_of_another_run_is_refused(tmp_path):
     assert not (tmp_path / "second").exists()
 
 
+@pytest.mark.parametrize("rescorer_model, message", [("cmlm", "is a 'cmlm' run; it must be a run of model 'ar'"),
+                                                     ("ar", "has another vocabulary than")])
+def test_a_rescorer_the_evaluation_would_refuse_is_refused_before_training(tmp_path, rescorer_model, message):
+    """cmlm.rescorer naming a run of another model, or one of another vocabulary, was refused by the evaluation
+    that ends a training command, after every step had run; now in one line before the first."""
+    from jaxnat.config import build_config
+    from jaxnat.errors import JaxnatError
+    from jaxnat.training.trainer import Trainer
+
+    rescorer = tmp_path / "rescorer"
+    (rescorer / "spm").mkdir(parents=True)
+    (rescorer / "spm" / "joint.model").write_bytes(b"another vocabulary")
+    recorded = build_config(TINY, [f"--config.model.name={rescorer_model}", "--config.eval.beam_size=1"])
+    (rescorer / "config.json").write_text(recorded.to_json_best_effort(sort_keys=True))
+    config = build_config(TINY, ["--config.model.name=cmlm", "--config.eval.beam_size=1",
+                                 f"--config.cmlm.rescorer={rescorer}"])
+    with pytest.raises(JaxnatError, match=f"^cmlm.rescorer={rescorer} {re.escape(message)}") as err:
+        Trainer(config, str(tmp_path / "run"))
+    assert "\n" not in str(err.value)
+
+
 def test_training_pairs_a_reused_vocabulary_reads_as_unk_are_counted():
     """A workdir trained on En-De and run on with En-Zh data (or data.spm_from a run on other text), without byte
     fallback, trained on targets of UNKs without a word; a warning now counts the pairs."""

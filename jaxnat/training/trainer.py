@@ -29,6 +29,7 @@ from jaxnat.data.vocab import UNK_ID
 from jaxnat.errors import ConfigError, JaxnatError, Stopped
 from jaxnat.evaluation.metrics import bleu
 from jaxnat.models import build_model, count_params, family_of
+from jaxnat.restore import check_aux
 from jaxnat.training import mesh as mesh_lib
 from jaxnat.training.checkpoint import Checkpoints
 from jaxnat.training.flops import Utilisation, count_correction, program_flops
@@ -403,6 +404,8 @@ class Trainer:
         self.tokenizer = mesh_lib.one_process_first("vocabulary", write_config_and_vocabulary)
         self.spec = build_model(config, self.tokenizer.vocab_size("src"), self.tokenizer.vocab_size("tgt"),
                                self.tokenizer.piece_tables("tgt"))
+        if aux := self.family.aux_run and self.family.aux_run(config):
+            check_aux(*aux, workdir)  # the run the final evaluation decodes with: refused now, not after training
         self.mesh = mesh_lib.make_mesh()
         self.optimizer, self.schedule = make_optimizer(config.train)
         self.ckpt = Checkpoints(workdir, config.train.keep_checkpoints, config.train.keep_best, trains=True)
