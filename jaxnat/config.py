@@ -79,6 +79,8 @@ def _in_range(value, low: str | None, high: str | None) -> bool:
 
 
 def _range_text(low: str | None, high: str | None) -> str:
+    if low is None and high is None:  # any finite number (`_in_range`): the caller says "finite"
+        return ""
     if high is None:
         return "positive" if low == "(0" else f">= {low[1:]}" if low[0] == "[" else f"> {low[1:]}"
     return f"in {low}, {high}"
@@ -386,7 +388,8 @@ def _check_values(config: ml_collections.ConfigDict, choices: dict, ranges: dict
         section, name = key.split(".")
         if section in config and name in config[section] and not _in_range(config[section][name], low, high):
             finite = "a finite number " if not math.isfinite(config[section][name]) else ""
-            raise ConfigError(f"{key} must be {finite}{_range_text(low, high)}, got {config[section][name]}")
+            raise ConfigError(f"{key} must be {(finite + _range_text(low, high)).strip()}, got "
+                              f"{config[section][name]}")
 
 
 def _check_other_sections(config: ml_collections.ConfigDict, read: set[str]) -> None:

@@ -118,6 +118,11 @@ def test_overrides_are_typed():
           "--config.model.dec_layers=1"], "nat.coverage needs model.dec_layers >= 2"),
         (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.eval.constraints=soft"],
          "model 'nat' does not take soft constraints"),
+        # λ = inf passed and decoded every sentence to nothing (score null); nan decoded with the trained λ
+        (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.nat.coverage=true",
+          "--config.nat.coverage_lambda=inf"], "nat.coverage_lambda must be a finite number, got inf"),
+        (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.nat.coverage=true",
+          "--config.nat.coverage_lambda=nan"], "nat.coverage_lambda must be a finite number, got nan"),
         (["--config.editor.hard_mode=paper"], "editor.hard_mode is set, but model.name is 'ar'"),
         (["--config.model.name=editor", "--config.eval.beam_size=1", "--config.eval.oracle=deletion"],
          "model 'editor' does not take oracle decoding 'deletion' (asked by eval.constraints, eval.trace_sentences, "

@@ -46,7 +46,7 @@ FAMILY = Family(
     "nat", build_spec, SUPPORTS, shared={"eval.beam_size": 1}, doc="docs/nat.md", defaults=defaults,
     choices=LENGTH_CHOICES,
     ranges={**LENGTH_RANGES, "train_iterations": ("(0", None), "decode_iterations": ("(0", None),
-            "sca_weight": ("[0", None)},
+            "sca_weight": ("[0", None), "coverage_lambda": (None, None)},  # finite: λ = inf gave no output
     architecture=("length_prediction", "length_offset", "length_with_ends", "coverage", "coverage_bos_eos"),
     moved={**LENGTH_MOVED, "model.coverage": "coverage", "model.coverage_bos_eos": "coverage_bos_eos",
            "train.coverage_iterations": "train_iterations", "eval.coverage_iterations": "decode_iterations",
