@@ -118,6 +118,16 @@ def test_overrides_are_typed():
           "--config.model.dec_layers=1"], "nat.coverage needs model.dec_layers >= 2"),
         (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.eval.constraints=soft"],
          "model 'nat' does not take soft constraints"),
+        # keys that act only with their switch on were set with it off and did nothing: the λ = 0 control of a
+        # NAT-base run, a correction probability without the correction loss
+        (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.nat.coverage_lambda=0",
+          "--config.nat.decode_iterations=2"],
+         "nat.decode_iterations=2, nat.coverage_lambda=0.0 act only with nat.coverage=true, and nat.coverage is "
+         "false: set --config.nat.coverage=true, or --config.nat.decode_iterations=5 "
+         "--config.nat.coverage_lambda=-1.0"),
+        (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.cmlm.correction_count=fixed"],
+         "cmlm.correction_count=fixed acts only with cmlm.correction=true, and cmlm.correction is false: set "
+         "--config.cmlm.correction=true, or --config.cmlm.correction_count=bernoulli"),
         # λ = inf passed and decoded every sentence to nothing (score null); nan decoded with the trained λ
         (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.nat.coverage=true",
           "--config.nat.coverage_lambda=inf"], "nat.coverage_lambda must be a finite number, got inf"),

@@ -2,7 +2,8 @@
 mask-predict, with RevealPosition and the correction loss; soft and hard lexical constraints by placement.
 docs/cmlm.md. Its config section is `config.cmlm`."""
 
-from jaxnat.models.cmlm.length import LENGTH_CHOICES, LENGTH_MOVED, LENGTH_RANGES, length_defaults, rescorer_run
+from jaxnat.models.cmlm.length import (LENGTH_CHOICES, LENGTH_MOVED, LENGTH_RANGES, check_switched, length_defaults,
+                                      rescorer_run)
 from jaxnat.models.cmlm.model import SUPPORTS, build_spec
 from jaxnat.models.cmlm import positions
 from jaxnat.models.family import Analysis, Family
@@ -27,6 +28,11 @@ def defaults() -> dict:
     )
 
 
+def validate(config) -> None:
+    check_switched(config.cmlm, "cmlm", "correction", ("correction_p", "correction_count", "correction_combine"),
+                   defaults())
+
+
 FAMILY = Family(
     "cmlm", build_spec, SUPPORTS, shared={"eval.beam_size": 1}, doc="docs/cmlm.md", defaults=defaults,
     choices={**LENGTH_CHOICES, "correction_count": ("bernoulli", "fixed"), "correction_combine": ("sum", "mean"),
@@ -37,7 +43,7 @@ FAMILY = Family(
            **{f"train.{k}": k for k in ("correction", "correction_p", "correction_count", "correction_combine")},
            "eval.mask_predict_iter": "mask_predict_iter", "eval.update_all": "update_all"},
     before_added={"length_with_ends": (False, None)}, conventions=("absent_tokens",),
-    aux_run=rescorer_run, sweep=("mask_predict_iter", "T"),
+    validate=validate, aux_run=rescorer_run, sweep=("mask_predict_iter", "T"),
     analysis=Analysis("Position embeddings and context use (Huang et al. 2022, Figure 1(a))",
                       positions.measure, positions.to_markdown, positions.plot,
                       options={"positions": (40, "how many leading positions' embeddings to compare")}))

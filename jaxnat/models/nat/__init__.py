@@ -3,7 +3,8 @@ pass over a canvas of predicted length, with token- and sentence-level coverage.
 is `config.nat`."""
 
 from jaxnat.errors import ConfigError
-from jaxnat.models.cmlm.length import LENGTH_CHOICES, LENGTH_MOVED, LENGTH_RANGES, length_defaults, rescorer_run
+from jaxnat.models.cmlm.length import (LENGTH_CHOICES, LENGTH_MOVED, LENGTH_RANGES, check_switched, length_defaults,
+                                      rescorer_run)
 from jaxnat.models.family import Family
 from jaxnat.models.nat.model import SUPPORTS, build_spec
 
@@ -24,11 +25,17 @@ def defaults() -> dict:
     )
 
 
+# what the coverage layer reads (nat.sca_weight, SCA, needs no coverage layer)
+COVERAGE_KEYS = ("coverage_bos_eos", "train_iterations", "decode_iterations", "coverage_stop_gradient",
+                 "coverage_lambda")
+
+
 def validate(config) -> None:
     s = config.nat
     if s.coverage and config.model.dec_layers < 2:
         raise ConfigError(f"nat.coverage needs model.dec_layers >= 2 (the layer below the coverage layer starts its "
                           f"iterations); got {config.model.dec_layers}")
+    check_switched(s, "nat", "coverage", COVERAGE_KEYS, defaults())
     if config.eval.iteration_sweep and not s.coverage:
         raise ConfigError("eval.iteration_sweep of a NAT sweeps the coverage iterations K_dec: set nat.coverage=true, "
                           "or eval.iteration_sweep= for NAT-base (no coverage layer to sweep)")
