@@ -171,6 +171,11 @@ def test_loss_terms_match_plain_reference(spec, dual_path, path_a, alpha, beta, 
         assert (argmax["y_ins"], argmax["y_rps"]) != (want["y_ins"], want["y_rps"])
 
 
+def test_history_reports_each_head_loss(spec):
+    """The trainer logs a spec's terms beside the loss: each head's, whose sum is the loss."""
+    assert spec.terms == ("placeholder_loss", "token_loss", "reposition_loss")
+
+
 def test_alpha_mixes_the_insertion_input_and_beta_the_reposition_input(spec):
     """Eq. 7: α = P(insertion heads see y0); eq. 6: β = P(reposition head sees y0), else y0 itself — order and
     surplus tokens untouched — with the oracle's placeholders filled by the model. With y0 from the data,

@@ -245,7 +245,9 @@ def edit_model_spec(config, section, cfg: TransformerConfig, name: str, module: 
     def capacity_for(src_len: int) -> int:
         return int(min(cfg.max_len, max(e.length_cap_min, int(e.length_cap_ratio * src_len))))
 
-    return ModelSpec(name, cfg, module, init, loss, generate, capacity_for, supports)
+    # each head's cross-entropy, whose sum is the loss: the history reports them beside it (docs/levt.md, "Training")
+    terms = ("placeholder_loss", "token_loss", f"{module.first_name}_loss")
+    return ModelSpec(name, cfg, module, init, loss, generate, capacity_for, supports, terms=terms)
 
 
 def blank_fillers(tokens: jax.Array, tgt: jax.Array) -> jax.Array:
