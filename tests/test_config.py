@@ -354,6 +354,16 @@ def test_own_insertion_roll_in_needs_dual_path():
                 "--config.editor.own_insertion_roll_in=0.5")
 
 
+@pytest.mark.parametrize("keys", [["--config.editor.roll_in_alpha=1"], ["--config.editor.roll_in_beta=0.5"]])
+def test_editor_mixtures_need_the_paper_roll_in(keys):
+    """Dual-path roll-in (the default) reads neither α nor β: the -dual-path ablation asked without
+    editor.dual_path=false would train dual path."""
+    with pytest.raises(ConfigError, match="act only with editor.dual_path=false"):
+        build_config(CONFIG, ["--config.model.name=editor", "--config.eval.beam_size=1", *keys])
+    build_config(CONFIG, ["--config.model.name=editor", "--config.eval.beam_size=1", "--config.editor.dual_path=false",
+                          *keys])
+
+
 def test_a_run_older_than_a_model_key_keeps_what_it_meant(tmp_path):
     """A Coverage-NAT run trained before nat.coverage_bos_eos existed covered BOS and EOS: its config.json
     lacks the key, which then means true there (and nothing in a run without the coverage layer)."""

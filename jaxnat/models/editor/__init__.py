@@ -35,6 +35,12 @@ def defaults() -> dict:
 def validate(config) -> None:
     check_early_exit(config, "editor")
     s = config.editor
+    mixtures = [f"editor.{k}={s[k]}" for k in ("roll_in_alpha", "roll_in_beta") if s[k] != 0]
+    if s.dual_path and mixtures:  # the dual path's coin is per batch and reads neither
+        raise ConfigError(f"{', '.join(mixtures)}: the per-sentence mixtures of the paper's eqs. 6-7 act only with "
+                          f"editor.dual_path=false, and dual-path roll-in is on: set --config.editor.dual_path=false "
+                          f"(alpha=1, beta=0 is the -dual-path ablation, configs/editor/ablation_no_dual_path.py), or "
+                          f"set them to 0")
     if not s.dual_path and s.own_insertion_roll_in > 0:
         raise ConfigError("editor.own_insertion_roll_in is an addition to dual-path roll-in; with "
                           "editor.dual_path=false (the paper's eqs. 6-7, Gu et al.'s roll-in at alpha=1, beta=0) "
