@@ -49,7 +49,8 @@ def validate(config) -> None:
 
 FAMILY = Family(
     "editor", build_spec, SUPPORTS, shared={"eval.beam_size": 1}, doc="docs/editor.md", defaults=defaults,
-    choices={"reposition_deletion": ("vector", "bos"), "hard_mode": ("block", "paper")}, ranges=EDIT_RANGES,
+    choices={"reposition_deletion": ("vector", "bos"), "hard_mode": ("block", "paper")},
+    ranges={**EDIT_RANGES, "deletion_reward": (None, None)},  # nan or inf would take the delete column everywhere
     architecture=("early_exit", "separate_reposition", "separate_placeholder", "reposition_deletion"),
     moved={**EDIT_MOVED, **{f"model.{k}": k for k in ("separate_reposition", "reposition_deletion")},
            **{f"train.{k}": k for k in ("dual_path", "roll_in_sampling", "insert_after_oracle_reposition")},
