@@ -80,6 +80,9 @@ def test_overrides_are_typed():
          "levt.global_shuffle must be in [0, 1], got 1.5"),
         (["--config.model.name=editor", "--config.eval.beam_size=1", "--config.editor.own_insertion_roll_in=-0.1"],
          "editor.own_insertion_roll_in must be in [0, 1], got -0.1"),
+        # the placeholder head trained towards the uniform distribution, whatever the oracle's counts
+        (["--config.model.name=levt", "--config.eval.beam_size=1", "--config.levt.placeholder_smoothing=1"],
+         "levt.placeholder_smoothing must be in [0, 1), got 1.0"),
         # nan or inf in the reposition's delete column took it in every slot: every output empty, no error
         (["--config.model.name=editor", "--config.eval.beam_size=1", "--config.editor.deletion_reward=nan"],
          "editor.deletion_reward must be a finite number, got nan"),

@@ -302,9 +302,10 @@ def edit_defaults() -> dict:
     )
 
 
-EDIT_RANGES = {**{k: ("[0", "1]") for k in ("roll_in_alpha", "roll_in_beta", "placeholder_smoothing", "global_shuffle",
+EDIT_RANGES = {**{k: ("[0", "1]") for k in ("roll_in_alpha", "roll_in_beta", "global_shuffle",
                                             "own_insertion_roll_in")},
-               "max_iter": ("[0", None), "placeholder_penalty": ("[0", None)}
+               # as train.label_smoothing: at 1 the loss no longer reads the oracle's counts (uniform is its optimum)
+               "placeholder_smoothing": ("[0", "1)"), "max_iter": ("[0", None), "placeholder_penalty": ("[0", None)}
 
 # the flat keys of before the config sections that every edit family took over
 EDIT_MOVED = {"model.early_exit": "early_exit", "model.separate_placeholder": "separate_placeholder",
