@@ -80,6 +80,11 @@ def test_overrides_are_typed():
          "levt.global_shuffle must be in [0, 1], got 1.5"),
         (["--config.model.name=editor", "--config.eval.beam_size=1", "--config.editor.own_insertion_roll_in=-0.1"],
          "editor.own_insertion_roll_in must be in [0, 1], got -0.1"),
+        # configs/levt/multi30k.py trains every batch on the model's own insertion: the sampled fills went unused
+        (["--config.model.name=levt", "--config.eval.beam_size=1", "--config.levt.sampling_for_deletion=true",
+          "--config.levt.own_insertion_roll_in=1"], "with levt.own_insertion_roll_in=1 no row learns on them"),
+        (["--config.model.name=levt", "--config.eval.beam_size=1", "--config.levt.sampling_for_deletion=true",
+          "--config.levt.roll_in_alpha=1"], "with levt.roll_in_alpha=1 no row learns on them"),
         # the placeholder head trained towards the uniform distribution, whatever the oracle's counts
         (["--config.model.name=levt", "--config.eval.beam_size=1", "--config.levt.placeholder_smoothing=1"],
          "levt.placeholder_smoothing must be in [0, 1), got 1.0"),

@@ -23,6 +23,13 @@ def defaults() -> dict:
 def validate(config) -> None:
     check_early_exit(config, "levt")
     s = config.levt
+    # each of these at 1 gives every row's deletion head another input than the token head's fills
+    instead = [f"levt.{k}=1" for k in ("roll_in_alpha", "own_insertion_roll_in", "global_shuffle") if s[k] == 1]
+    if s.sampling_for_deletion and instead:
+        raise ConfigError(f"levt.sampling_for_deletion samples the token head's fills that the deletion head learns "
+                          f"on, and with {' and '.join(instead)} no row learns on them: the run would train as without "
+                          f"it; lower {' and '.join(k[:-2] for k in instead)} below 1, or set "
+                          f"--config.levt.sampling_for_deletion=false")
     if config.data.init_lang and s.roll_in_alpha == 0 and s.roll_in_beta == 0:
         raise ConfigError("data.init_lang with levt.roll_in_alpha = levt.roll_in_beta = 0: no LevT head would ever "
                           "see the initial hypotheses, so post-editing training would be plain translation training; "
