@@ -85,6 +85,8 @@ def test_overrides_are_typed():
           "--config.levt.own_insertion_roll_in=1"], "with levt.own_insertion_roll_in=1 no row learns on them"),
         (["--config.model.name=levt", "--config.eval.beam_size=1", "--config.levt.sampling_for_deletion=true",
           "--config.levt.roll_in_alpha=1"], "with levt.roll_in_alpha=1 no row learns on them"),
+        (["--config.model.name=editor", "--config.eval.beam_size=1", "--config.editor.dual_path=false",
+          "--config.editor.insert_after_oracle_reposition=true"], "editor.roll_in_alpha=0 they see none"),
         # the placeholder head trained towards the uniform distribution, whatever the oracle's counts
         (["--config.model.name=levt", "--config.eval.beam_size=1", "--config.levt.placeholder_smoothing=1"],
          "levt.placeholder_smoothing must be in [0, 1), got 1.0"),

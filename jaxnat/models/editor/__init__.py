@@ -41,6 +41,10 @@ def validate(config) -> None:
                           f"editor.dual_path=false, and dual-path roll-in is on: set --config.editor.dual_path=false "
                           f"(alpha=1, beta=0 is the -dual-path ablation, configs/editor/ablation_no_dual_path.py), or "
                           f"set them to 0")
+    if not s.dual_path and s.roll_in_alpha == 0 and s.insert_after_oracle_reposition:
+        raise ConfigError("editor.insert_after_oracle_reposition changes the insertion heads' y0 rows, and with "
+                          "editor.dual_path=false and editor.roll_in_alpha=0 they see none (eq. 7: always the model's "
+                          "reposition): set editor.roll_in_alpha above 0, or the option to false")
     if not s.dual_path and s.own_insertion_roll_in > 0:
         raise ConfigError("editor.own_insertion_roll_in is an addition to dual-path roll-in; with "
                           "editor.dual_path=false (the paper's eqs. 6-7, Gu et al.'s roll-in at alpha=1, beta=0) "
