@@ -867,6 +867,21 @@ def test_spm_from_naming_a_model_file_or_spm_itself_is_refused_before_writing(tm
     assert not (tmp_path / "second").exists()
 
 
+def test_a_vocabulary_too_small_for_the_corpus_leaves_no_config_the_corrected_command_must_match(tmp_path):
+    """data.vocab_size below the corpus's characters was refused by SentencePiece after config.json was written:
+    the command with the larger vocabulary the error asks for was then refused as "does not match the run in W:
+    data.vocab_size=400 (trained: 10)", a run that had trained nothing. Now config.json follows the vocabulary."""
+    from jaxnat.config import build_config, check_matches_workdir
+    from jaxnat.errors import ConfigError
+    from jaxnat.training.trainer import Trainer
+
+    small = ["--config.data.synthetic_train=300"]
+    with pytest.raises(ConfigError, match="data.vocab_size=10 is too small: the corpus's characters need"):
+        Trainer(build_config(TINY, [*small, "--config.data.vocab_size=10"]), str(tmp_path))
+    assert not (tmp_path / "config.json").exists()
+    check_matches_workdir(build_config(TINY, small), str(tmp_path))
+
+
 def test_non_finite_steps_are_numbered_as_the_log_and_checkpoints_are(tmp_path, caplog):
     """The log lines and checkpoints number a step by the steps done (step 4: after 4 updates); the non-finite
     warnings and the final error counted from 0, so the 2nd step's skip read 'step 1' and a run stopped after its

@@ -391,14 +391,18 @@ class Trainer:
         def write_config_and_vocabulary():
             if jax.process_index() == 0:
                 os.makedirs(workdir, exist_ok=True)
-                with open(os.path.join(workdir, "config.json"), "w") as f:
-                    f.write(config.to_json_best_effort(indent=2, sort_keys=True))
                 if d.spm_from or config.train.init_from:
                     Tokenizer.copy_models(d.spm_from or config.train.init_from, workdir)
                 record_teacher(d.dir, workdir, own_vocabulary=not Tokenizer.exists(workdir))
-            return Tokenizer.train_or_load(workdir, train_src, train_tgt, d.vocab_size, joint=d.joint_vocab,
-                                           model_type=d.spm_model_type, seed=config.train.seed,
-                                           byte_fallback=d.byte_fallback)
+            tokenizer = Tokenizer.train_or_load(workdir, train_src, train_tgt, d.vocab_size, joint=d.joint_vocab,
+                                                model_type=d.spm_model_type, seed=config.train.seed,
+                                                byte_fallback=d.byte_fallback)
+            # written after the vocabulary: one refused (data.vocab_size too small) leaves no config.json, which
+            # the command with a larger data.vocab_size would have to match
+            if jax.process_index() == 0:
+                with open(os.path.join(workdir, "config.json"), "w") as f:
+                    f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+            return tokenizer
 
         # process 0 writes, the others read what it wrote (the workdir is shared)
         self.tokenizer = mesh_lib.one_process_first("vocabulary", write_config_and_vocabulary)
