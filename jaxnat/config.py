@@ -40,8 +40,12 @@ CHOICES = {
 }
 
 
+# the upper bound of an int key without one of its own: a length or count past it overflows jax's int32 (in a
+# traceback, after training)
+INT32_MAX = 2**31 - 1
+
 # key -> (low, high) for numeric values: "(0" / "[0" / "1)" / "1]" say whether a bound is open or closed;
-# None = unbounded. (Each family declares the ranges of its own section.)
+# None = unbounded (an int: up to INT32_MAX). (Each family declares the ranges of its own section.)
 RANGES = {
     **{k: ("(0", None) for k in (
         "model.d_model", "model.num_heads", "model.ffn_dim", "model.enc_layers", "model.dec_layers",
@@ -60,7 +64,7 @@ RANGES = {
         "train.peak_tflops", "model.position_offset", "eval.max_len_a", "eval.max_len_b",
         "eval.latency_sentences", "eval.length_cap_min", "eval.trace_sentences", "eval.average_checkpoints")},
     "data.bucket_growth": ("(1", None),  # each bucket about this times the last (`bucket_lengths` needs > 1)
-    "train.steps": ("(0", "2147483647]"),  # the step counter is an int32
+    "train.steps": ("(0", f"{INT32_MAX}]"),  # the step counter is an int32
     # SentencePiece's seed is a uint32, and jax's keys of seed and seed + 1 take 32 bits (2**32 is key 0 again)
     "train.seed": ("[0", "4294967294]"),
     "eval.length_penalty": ("[0", "10]"),  # an exponent of the output's length: 1024^10 still fits a float32
@@ -386,10 +390,14 @@ def _check_values(config: ml_collections.ConfigDict, choices: dict, ranges: dict
             raise ConfigError(f"{key} must be one of {', '.join(allowed)}, not {config[section][name]!r}")
     for key, (low, high) in ranges.items():
         section, name = key.split(".")
-        if section in config and name in config[section] and not _in_range(config[section][name], low, high):
-            finite = "a finite number " if not math.isfinite(config[section][name]) else ""
-            raise ConfigError(f"{key} must be {(finite + _range_text(low, high)).strip()}, got "
-                              f"{config[section][name]}")
+        if section not in config or name not in config[section]:
+            continue
+        value = config[section][name]
+        if not _in_range(value, low, high):
+            finite = "a finite number " if not math.isfinite(value) else ""
+            raise ConfigError(f"{key} must be {(finite + _range_text(low, high)).strip()}, got {value}")
+        if high is None and type(value) is int and value > INT32_MAX:
+            raise ConfigError(f"{key} must be at most {INT32_MAX} (an int32 on the device), got {value}")
 
 
 def _check_other_sections(config: ml_collections.ConfigDict, read: set[str]) -> None:

@@ -162,6 +162,13 @@ def test_overrides_are_typed():
         (["--config.train.stop_patience=-1"], "train.stop_patience must be >= 0, got -1"),
         (["--config.train.clip_norm=inf"], "train.clip_norm must be a finite number >= 0, got inf"),
         (["--config.eval.length_penalty=30"], "eval.length_penalty must be in [0, 10], got 30"),
+        # an int without a bound of its own passed and overflowed jax's int32 in a traceback when decoding
+        (["--config.eval.max_len_b=1000000000000"],
+         "eval.max_len_b must be at most 2147483647 (an int32 on the device), got 1000000000000"),
+        (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.eval.length_cap_min=3000000000"],
+         "eval.length_cap_min must be at most 2147483647 (an int32 on the device), got 3000000000"),
+        (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.cmlm.mask_predict_iter=3000000000"],
+         "cmlm.mask_predict_iter must be at most 2147483647 (an int32 on the device), got 3000000000"),
         (["--config.eval.rescorer=runs/ar"], "unknown config key eval.rescorer; it moved to the model family's "
                                              "section: cmlm.rescorer or nat.rescorer"),
         (["--config.cmlm.rescorer=runs/ar"], "cmlm.rescorer is set, but model.name is 'ar'"),
