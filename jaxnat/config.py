@@ -400,6 +400,23 @@ def _check_values(config: ml_collections.ConfigDict, choices: dict, ranges: dict
             raise ConfigError(f"{key} must be at most {INT32_MAX} (an int32 on the device), got {value}")
 
 
+# key -> (the key it acts with, what that one is set to): set away from its default while that key is off (0,
+# empty), it would do nothing
+SWITCHED = {"eval.average_of": ("eval.average_checkpoints", "N"), "data.max_pairs": ("data.pairs_dir", "DIR"),
+            "data.max_pair_pieces": ("data.pairs_dir", "DIR"), "eval.pairs_unproduced": ("data.pairs_dir", "DIR")}
+
+
+def _check_switched(config: ml_collections.ConfigDict) -> None:
+    """A one-line `ConfigError` for the first `SWITCHED` key set while the key it acts with is off."""
+    defaults = default_config()
+    for key, (switch, wanted) in SWITCHED.items():
+        value, default = _leaf(config, key), _leaf(defaults, key)
+        if value != default and not _leaf(config, switch):
+            shown = str(value).lower() if isinstance(value, bool) else value
+            raise ConfigError(f"{key}={shown} acts only with {switch} set, and {switch} is {_leaf(config, switch)!r}: "
+                              f"set --config.{switch}={wanted}, or --config.{key}={str(default).lower()}")
+
+
 def _check_other_sections(config: ml_collections.ConfigDict, read: set[str]) -> None:
     """A section of a family this run does not use keeps its defaults: a value set there would do nothing."""
     for name in models.names():
@@ -444,6 +461,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if type(d.max_buckets) is not int or d.max_buckets < 0:
         raise ConfigError(f"data.max_buckets must be an integer >= 0 (0: the geometric buckets of "
                           f"data.bucket_growth), got {d.max_buckets!r}")
+    _check_switched(config)
     if config.eval.params == "averaged" and config.eval.average_checkpoints:
         raise ConfigError(f"eval.params=averaged decodes the average --mode average wrote; eval.average_checkpoints="
                           f"{config.eval.average_checkpoints} averages checkpoints itself: set one of them")

@@ -153,6 +153,15 @@ def test_overrides_are_typed():
         (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.eval.valid_beam_size=4"],
          "model 'nat' does not take beam search (beam size 4)"),
         (["--config.eval.constraint_counts=2"], "eval.constraint_counts decodes in the modes of eval.constraints"),
+        # keys that act only with another set: the best checkpoint was decoded, the pairs' shape went unread
+        (["--config.eval.average_of=best"], "eval.average_of=best acts only with eval.average_checkpoints set, and "
+                                            "eval.average_checkpoints is 0: set --config.eval.average_checkpoints=N, "
+                                            "or --config.eval.average_of=last"),
+        (["--config.eval.pairs_unproduced=true"], "eval.pairs_unproduced=true acts only with data.pairs_dir set, and "
+                                                  "data.pairs_dir is '': set --config.data.pairs_dir=DIR, or "
+                                                  "--config.eval.pairs_unproduced=false"),
+        (["--config.data.max_pairs=1"], "data.max_pairs=1 acts only with data.pairs_dir set"),
+        (["--config.data.max_pair_pieces=4"], "data.max_pair_pieces=4 acts only with data.pairs_dir set"),
         (["--config.eval.constraints=hard", "--config.eval.constraint_counts=1,-2"],
          "eval.constraint_counts is a comma list of constraint-word counts"),
         (["--config.train.lr_schedule=exponential"],
