@@ -406,15 +406,27 @@ SWITCHED = {"eval.average_of": ("eval.average_checkpoints", "N"), "data.max_pair
             "data.max_pair_pieces": ("data.pairs_dir", "DIR"), "eval.pairs_unproduced": ("data.pairs_dir", "DIR")}
 
 
-def _check_switched(config: ml_collections.ConfigDict) -> None:
-    """A one-line `ConfigError` for the first `SWITCHED` key set while the key it acts with is off."""
+def check_switched(config: ml_collections.ConfigDict, switched: dict[str, tuple[str, str]]) -> None:
+    """A one-line `ConfigError` naming the keys of ``switched`` ({flat key: (flat key of its switch, a value to
+    set the switch to)}) set away from their defaults while their switch is off (false, 0, empty): they act only with
+    it on, and the run would train or decode as without them, without a word."""
     defaults = default_config()
-    for key, (switch, wanted) in SWITCHED.items():
-        value, default = _leaf(config, key), _leaf(defaults, key)
-        if value != default and not _leaf(config, switch):
-            shown = str(value).lower() if isinstance(value, bool) else value
-            raise ConfigError(f"{key}={shown} acts only with {switch} set, and {switch} is {_leaf(config, switch)!r}: "
-                              f"set --config.{switch}={wanted}, or --config.{key}={str(default).lower()}")
+    off = {}
+    for key, (switch, wanted) in switched.items():
+        if _leaf(config, key) != _leaf(defaults, key) and not _leaf(config, switch):
+            off.setdefault((switch, wanted), []).append(key)
+    for (switch, wanted), keys in off.items():
+        named = ", ".join(f"{k}={_shown(_leaf(config, k))}" for k in keys)
+        back = " ".join(f"--config.{k}={_shown(_leaf(defaults, k))}" for k in keys)
+        is_off = _leaf(config, switch)
+        raise ConfigError(f"{named} {'acts' if len(keys) == 1 else 'act'} only with {switch} set, and {switch} is "
+                          f"{_shown(is_off) if isinstance(is_off, bool) else repr(is_off)}: set "
+                          f"--config.{switch}={wanted}, or {back}")
+
+
+def _shown(value) -> str:
+    """A value as the command line writes it (booleans in lower case)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _check_other_sections(config: ml_collections.ConfigDict, read: set[str]) -> None:
@@ -461,7 +473,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if type(d.max_buckets) is not int or d.max_buckets < 0:
         raise ConfigError(f"data.max_buckets must be an integer >= 0 (0: the geometric buckets of "
                           f"data.bucket_growth), got {d.max_buckets!r}")
-    _check_switched(config)
+    check_switched(config, SWITCHED)
+    for family in lineage:
+        check_switched(config, {f"{family.name}.{k}": (f"{family.name}.{switch}", "true")
+                                for k, switch in family.switched.items()})
     if config.eval.params == "averaged" and config.eval.average_checkpoints:
         raise ConfigError(f"eval.params=averaged decodes the average --mode average wrote; eval.average_checkpoints="
                           f"{config.eval.average_checkpoints} averages checkpoints itself: set one of them")

@@ -135,11 +135,11 @@ def test_overrides_are_typed():
         # NAT-base run, a correction probability without the correction loss
         (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.nat.coverage_lambda=0",
           "--config.nat.decode_iterations=2"],
-         "nat.decode_iterations=2, nat.coverage_lambda=0.0 act only with nat.coverage=true, and nat.coverage is "
+         "nat.decode_iterations=2, nat.coverage_lambda=0.0 act only with nat.coverage set, and nat.coverage is "
          "false: set --config.nat.coverage=true, or --config.nat.decode_iterations=5 "
          "--config.nat.coverage_lambda=-1.0"),
         (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.cmlm.correction_count=fixed"],
-         "cmlm.correction_count=fixed acts only with cmlm.correction=true, and cmlm.correction is false: set "
+         "cmlm.correction_count=fixed acts only with cmlm.correction set, and cmlm.correction is false: set "
          "--config.cmlm.correction=true, or --config.cmlm.correction_count=bernoulli"),
         # λ = inf passed and decoded every sentence to nothing (score null); nan decoded with the trained λ
         (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.nat.coverage=true",

@@ -161,7 +161,8 @@ def test_the_shared_modules_name_no_family():
 
 @pytest.mark.parametrize("field, value", [
     ("choices", {"shfit": ("a", "b")}), ("ranges", {"ofset": ("[0", None)}), ("architecture", ("dep",)),
-    ("sweep", ("shfit", "s")), ("moved", {"model.toy_shift": "shfit"}), ("before_added", {"deep": (True, "dep")})])
+    ("sweep", ("shfit", "s")), ("moved", {"model.toy_shift": "shfit"}), ("before_added", {"deep": (True, "dep")}),
+    ("switched", {"shfit": "deep"}), ("switched", {"shift": "dep"})])
 def test_a_family_naming_a_key_its_section_lacks_is_refused(field, value):
     with pytest.raises(ConfigError, match=f"model family 'toy': its {field} names (shfit|ofset|dep), not a key"):
         dataclasses.replace(TOY, **{field: value})

@@ -29,6 +29,9 @@ class Family:
       trained before the sections still loads (`jaxnat.config.workdir_config`).
     before_added: {key: (value, switch)}: keys added to the section after runs were trained, and what such a run
       did before (`jaxnat.config.BEFORE_ADDED`; switch: a key of the section that must be on, or None).
+    switched: {key: switch}: keys of its section that act only with the section's boolean ``switch`` on; set away
+      from their defaults with it off they are refused (`jaxnat.config.check_switched`), as the shared keys of
+      `jaxnat.config.SWITCHED` are.
     validate(config) -> None: checks across keys, one-line `ConfigError`s.
     extends: the family whose parameters this one keeps under the same names (its runs can start this one's
       training, train.init_from); its section is then part of this family's configuration too.
@@ -64,6 +67,7 @@ class Family:
     architecture: tuple[str, ...] = ()
     moved: Mapping[str, str] = dataclasses.field(default_factory=dict)
     before_added: Mapping[str, tuple] = dataclasses.field(default_factory=dict)
+    switched: Mapping[str, str] = dataclasses.field(default_factory=dict)
     validate: Callable | None = None
     extends: str = ""
     train_extras: Callable | None = None
@@ -81,7 +85,8 @@ class Family:
         # or swept nowhere, and nothing would say so
         named = {"choices": tuple(self.choices), "ranges": tuple(self.ranges), "architecture": self.architecture,
                  "sweep": self.sweep[:1], "moved": tuple(self.moved.values()),
-                 "before_added": tuple(self.before_added) + tuple(s for _, s in self.before_added.values() if s)}
+                 "before_added": tuple(self.before_added) + tuple(s for _, s in self.before_added.values() if s),
+                 "switched": tuple(self.switched) + tuple(self.switched.values())}
         keys = self.defaults()
         for field, names in named.items():
             if unknown := [name for name in names if name not in keys]:

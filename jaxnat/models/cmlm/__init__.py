@@ -2,8 +2,7 @@
 mask-predict, with RevealPosition and the correction loss; soft and hard lexical constraints by placement.
 docs/cmlm.md. Its config section is `config.cmlm`."""
 
-from jaxnat.models.cmlm.length import (LENGTH_CHOICES, LENGTH_MOVED, LENGTH_RANGES, check_switched, length_defaults,
-                                      rescorer_run)
+from jaxnat.models.cmlm.length import LENGTH_CHOICES, LENGTH_MOVED, LENGTH_RANGES, length_defaults, rescorer_run
 from jaxnat.models.cmlm.model import SUPPORTS, build_spec
 from jaxnat.models.cmlm import positions
 from jaxnat.models.family import Analysis, Family
@@ -28,22 +27,19 @@ def defaults() -> dict:
     )
 
 
-def validate(config) -> None:
-    check_switched(config.cmlm, "cmlm", "correction", ("correction_p", "correction_count", "correction_combine"),
-                   defaults())
-
-
 FAMILY = Family(
     "cmlm", build_spec, SUPPORTS, shared={"eval.beam_size": 1}, doc="docs/cmlm.md", defaults=defaults,
     choices={**LENGTH_CHOICES, "correction_count": ("bernoulli", "fixed"), "correction_combine": ("sum", "mean"),
              "update_all": ("auto", "true", "false")},
     ranges={**LENGTH_RANGES, "mask_predict_iter": ("(0", None), "correction_p": ("[0", "1]")},
+    # a correction probability without the correction loss trained plain CMLM
+    switched=dict.fromkeys(("correction_p", "correction_count", "correction_combine"), "correction"),
     architecture=("length_prediction", "length_offset", "length_with_ends", "masked_attn", "concat_pe"),
     moved={**LENGTH_MOVED, "model.masked_attn": "masked_attn", "model.concat_pe": "concat_pe",
            **{f"train.{k}": k for k in ("correction", "correction_p", "correction_count", "correction_combine")},
            "eval.mask_predict_iter": "mask_predict_iter", "eval.update_all": "update_all"},
     before_added={"length_with_ends": (False, None)}, conventions=("absent_tokens",),
-    validate=validate, aux_run=rescorer_run, sweep=("mask_predict_iter", "T"),
+    aux_run=rescorer_run, sweep=("mask_predict_iter", "T"),
     analysis=Analysis("Position embeddings and context use (Huang et al. 2022, Figure 1(a))",
                       positions.measure, positions.to_markdown, positions.plot,
                       options={"positions": (40, "how many leading positions' embeddings to compare")}))

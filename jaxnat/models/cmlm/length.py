@@ -4,7 +4,6 @@ prediction and its candidates, repeated-token removal, and the AR rescorer of th
 from __future__ import annotations
 
 from jaxnat.decoding.mask_predict import LENGTH_CLASSES
-from jaxnat.errors import ConfigError
 
 
 def length_defaults() -> dict:
@@ -36,21 +35,6 @@ LENGTH_MOVED = {"model.length_prediction": "length_prediction", "model.length_of
                 "train.length_loss_weight": "length_loss_weight", "eval.length_beam": "length_beam",
                 "eval.length_beam_mode": "length_beam_mode", "eval.candidate_score": "candidate_score",
                 "eval.rescorer": "rescorer", "eval.remove_repeats": "remove_repeats"}
-
-
-def check_switched(section, name: str, switch: str, keys: tuple[str, ...], defaults: dict) -> None:
-    """A one-line `ConfigError` naming the ``keys`` of config section ``name`` (``section``) set away from their
-    ``defaults`` while ``switch`` is off: they act only with it on, and the run would train and decode without
-    what they ask, without a word."""
-    if section[switch]:
-        return
-    changed = [k for k in keys if section[k] != defaults[k]]
-    if changed:
-        named = ", ".join(f"{name}.{k}={str(section[k]).lower()}" for k in changed)
-        # also what evaluates a run trained so
-        back = " ".join(f"--config.{name}.{k}={str(defaults[k]).lower()}" for k in changed)
-        raise ConfigError(f"{named} {'acts' if len(changed) == 1 else 'act'} only with {name}.{switch}=true, and "
-                          f"{name}.{switch} is false: set --config.{name}.{switch}=true, or {back}")
 
 
 def rescorer_run(config):

@@ -3,8 +3,7 @@ pass over a canvas of predicted length, with token- and sentence-level coverage.
 is `config.nat`."""
 
 from jaxnat.errors import ConfigError
-from jaxnat.models.cmlm.length import (LENGTH_CHOICES, LENGTH_MOVED, LENGTH_RANGES, check_switched, length_defaults,
-                                      rescorer_run)
+from jaxnat.models.cmlm.length import LENGTH_CHOICES, LENGTH_MOVED, LENGTH_RANGES, length_defaults, rescorer_run
 from jaxnat.models.family import Family
 from jaxnat.models.nat.model import SUPPORTS, build_spec
 
@@ -25,7 +24,8 @@ def defaults() -> dict:
     )
 
 
-# what the coverage layer reads (nat.sca_weight, SCA, needs no coverage layer)
+# what the coverage layer reads (nat.sca_weight, SCA, needs no coverage layer): the λ = 0 control of a NAT-base run
+# would decode as without it
 COVERAGE_KEYS = ("coverage_bos_eos", "train_iterations", "decode_iterations", "coverage_stop_gradient",
                  "coverage_lambda")
 
@@ -35,7 +35,6 @@ def validate(config) -> None:
     if s.coverage and config.model.dec_layers < 2:
         raise ConfigError(f"nat.coverage needs model.dec_layers >= 2 (the layer below the coverage layer starts its "
                           f"iterations); got {config.model.dec_layers}")
-    check_switched(s, "nat", "coverage", COVERAGE_KEYS, defaults())
     if config.eval.iteration_sweep and not s.coverage:
         raise ConfigError("eval.iteration_sweep of a NAT sweeps the coverage iterations K_dec: set nat.coverage=true, "
                           "or eval.iteration_sweep= for NAT-base (no coverage layer to sweep)")
@@ -51,7 +50,7 @@ def output_metrics(outs: list[dict], srcs: list[str]) -> dict:
 
 FAMILY = Family(
     "nat", build_spec, SUPPORTS, shared={"eval.beam_size": 1}, doc="docs/nat.md", defaults=defaults,
-    choices=LENGTH_CHOICES,
+    choices=LENGTH_CHOICES, switched=dict.fromkeys(COVERAGE_KEYS, "coverage"),
     ranges={**LENGTH_RANGES, "train_iterations": ("(0", None), "decode_iterations": ("(0", None),
             "sca_weight": ("[0", None), "coverage_lambda": (None, None)},  # finite: λ = inf gave no output
     architecture=("length_prediction", "length_offset", "length_with_ends", "coverage", "coverage_bos_eos"),
