@@ -120,7 +120,7 @@ def median(values):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", default=os.path.join(ROOT, "..", "shared", "data", "multi30k"))
     parser.add_argument("--pairs-dir", default="", help="the vectorized model's constraint pairs (else it is left out)")
     parser.add_argument("--families", default=",".join(FAMILIES))

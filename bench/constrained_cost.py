@@ -50,7 +50,7 @@ def timed(f, *args, repeats: int) -> tuple[float, object]:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="configs/dat/multi30k.py")
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--cases", default="18x4x8,30x4x4", help="SOURCExPHRASESxPIECES, comma-separated")

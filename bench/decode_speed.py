@@ -40,7 +40,7 @@ from jaxnat.restore import load_translator  # noqa: E402
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--run", action="append", required=True, help="CONFIG:WORKDIR (repeatable)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sentences", type=int, default=100, help="sentences timed at batch 1")

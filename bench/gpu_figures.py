@@ -229,7 +229,7 @@ def table(figures: dict) -> str:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", required=True)
     parser.add_argument("--pairs-dir", default="")
     parser.add_argument("--out", required=True)

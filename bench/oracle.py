@@ -195,7 +195,7 @@ def edit_op_table(repeats: int, batch: int = 64, length: int = 128):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--python-pairs", type=int, default=64, help="pairs timed for the plain-Python reference")
     args = parser.parse_args()

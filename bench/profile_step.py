@@ -121,7 +121,7 @@ def op_times(hlo: str, trace_path: str) -> tuple[collections.Counter, collection
 
 
 def main():
-    parser = step_parser(__doc__.split("\n")[0])
+    parser = step_parser(__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--trace-dir", help="keep the trace here (default: a temporary directory)")

@@ -195,7 +195,7 @@ def fairseq_run(model: str, args, binary: str, log_path: str) -> float:
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", default=os.path.join(ROOT, "..", "shared", "data", "multi30k"))
     parser.add_argument("--work", default="/tmp/jaxnat-throughput")
     parser.add_argument("--families", default=",".join(FAMILIES))

@@ -306,7 +306,7 @@ def run(args) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("make", help="(reference env) the model, its tokenizer, the inputs")
     p.add_argument("--data-dir", required=True, help="Multi30k's directory (<split>.{en,de}.gz)")

@@ -81,6 +81,19 @@ def test_decode_speed_refuses_counts_under_one(monkeypatch):
             speed.main()
 
 
+@pytest.mark.parametrize("script", ["compile_time", "constrained_cost", "decode_speed", "gpu_figures", "oracle",
+                                    "profile_step", "train_throughput", "vs_fairseq", "vs_transformers"])
+def test_help_says_the_whole_first_paragraph(script, monkeypatch, capsys):
+    """--help opens with the docstring's first paragraph, not its first line (it stopped mid-sentence: "…through
+    jaxnat's command line, and")."""
+    module = bench(script)
+    monkeypatch.setattr("sys.argv", [f"{script}.py", "--help"])
+    with pytest.raises(SystemExit, match="^0$"):
+        module.main()
+    shown = "".join(capsys.readouterr().out.split())  # without whitespace: argparse rewraps, at hyphens too
+    assert "".join(module.__doc__.split("\n\n")[0].split()) in shown
+
+
 @pytest.mark.parametrize("script, args", [
     ("compile_time", ["--families", "ar", "--config-name", "nope", "--data-dir", "."]),
     ("constrained_cost", ["--config", "configs/nope.py"]),
