@@ -71,10 +71,12 @@ def prepare(data_dir: str, work: str, fairseq: bool = True) -> tuple[str, str]:
     """(jaxnat workdir holding the SentencePiece model every run shares, fairseq's binarised data directory: made
     only for ``fairseq`` rows, which need .refenv)."""
     from jaxnat.config import build_config
+    from jaxnat.data.tokenizer import Tokenizer
     from jaxnat.training.trainer import Trainer
 
     spm_run, binary = os.path.join(work, "spm"), os.path.join(work, "fairseq-bin")
-    if not os.path.isdir(os.path.join(spm_run, "spm")):  # the AR config's joint 8k model, trained as a run would
+    # the AR config's joint 8k model, trained as a run would (again where an interrupted one left no model)
+    if not Tokenizer.exists(spm_run):
         Trainer(build_config(os.path.join(ROOT, "configs/ar/multi30k.py"), [f"--config.data.dir={data_dir}"]),
                 spm_run)
     if not fairseq or os.path.isfile(os.path.join(binary, "train.en-de.de.bin")):

@@ -49,6 +49,7 @@ def test_train_throughput_without_fairseq_rows_needs_no_reference_env(monkeypatc
     throughput = bench("train_throughput")
     monkeypatch.setattr(throughput, "ROOT", str(tmp_path))  # a checkout without .refenv
     (tmp_path / "work" / "spm" / "spm").mkdir(parents=True)  # the shared vocabulary's run, made before
+    (tmp_path / "work" / "spm" / "spm" / "joint.model").write_bytes(b"")
     run = {"first_step_s": 20.0, "tok_s": 1000.0, "mfu": 0.5, "peak": 0.1}
     monkeypatch.setattr(throughput, "jaxnat_run", lambda *args: run)
     monkeypatch.setattr("sys.argv", ["train_throughput.py", "--data-dir", str(tmp_path / "data"), "--work",
@@ -56,6 +57,18 @@ def test_train_throughput_without_fairseq_rows_needs_no_reference_env(monkeypatc
     throughput.main()
     assert "| ar | 20 | 1000 | 50.0 | 50.0% | – | – | – |" in capsys.readouterr().out
     assert not (tmp_path / "work" / "fairseq-text").exists()
+
+
+def test_train_throughput_trains_the_vocabulary_an_interrupted_run_left_unmade(monkeypatch, tmp_path):
+    """A run stopped during the SentencePiece training leaves <work>/spm/spm/ without a model: the next run with that
+    --work trains it again (it took the folder for the model and stopped in SentencePiece's RuntimeError)."""
+    throughput = bench("train_throughput")
+    (tmp_path / "spm" / "spm").mkdir(parents=True)
+    trained = []
+    monkeypatch.setattr("jaxnat.config.build_config", lambda path, overrides: path)
+    monkeypatch.setattr("jaxnat.training.trainer.Trainer", lambda config, workdir: trained.append(workdir))
+    throughput.prepare(str(tmp_path / "data"), str(tmp_path), fairseq=False)
+    assert trained == [str(tmp_path / "spm")]
 
 
 def test_train_throughput_refuses_counts_that_leave_no_window(monkeypatch, tmp_path):
