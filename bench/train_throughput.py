@@ -11,7 +11,7 @@ jaxnat: `python -m jaxnat.main --config configs/<family>/multi30k.py` with the p
 (so the time to the first step includes compiling), stopped once the last log window is out (no evaluation).
 Its log gives the time to the first step and, per window of --window steps, the target tokens/s and the MFU
 (jaxnat/training/flops.py: XLA's FLOP count of the step less the padding share, against the float32 matmul peak
-the run measured at its start); the first window (warm-up) is dropped.
+the run measured at its start); the first window (warm-up) is dropped, and --steps is a multiple of --window.
 fairseq: `fairseq_cli.train` under .refenv/bin/python, `--cpu`, the same model (d 256, FFN 1024, 4 heads, 3+3
 layers, shared embeddings, dropout 0.3/0.1/0.1, label smoothing 0.1, Adam, inverse-sqrt warm-up), `--max-tokens
 4096` (jaxnat's batches hold 4096 slots a side), on the same SentencePiece pieces binarised with jaxnat's
@@ -202,8 +202,8 @@ def main():
     parser.add_argument("--work", default="/tmp/jaxnat-throughput")
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--fairseq", default="ar,cmlm", help="fairseq's models beside them ('' for none)")
-    parser.add_argument("--steps", type=int, default=60)
-    parser.add_argument("--window", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=60, help="train steps a run (a multiple of --window)")
+    parser.add_argument("--window", type=int, default=20, help="steps a log window (the first one dropped)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--first-step", default="", metavar="NAMES",
                         help="comma list of config names (multi30k, demo): only the time from each family's "
@@ -211,9 +211,11 @@ def main():
     parser.add_argument("--pairs-dir", help="vecconst's Multi30k constraint pairs (python -m jaxnat.data.alignment)")
     args = parser.parse_args()
     args.data_dir = os.path.abspath(args.data_dir)
-    if args.repeats < 1 or args.window < 1 or (not args.first_step and args.steps <= args.window):
-        raise SystemExit("error: --repeats and --window must be at least 1, and --steps more than --window (the first "
-                         "window, the warm-up, is dropped)")
+    # fairseq logs only whole windows: a last part window never came, and its run failed after every jaxnat run
+    if args.repeats < 1 or args.window < 1 or (not args.first_step and (args.steps <= args.window
+                                                                        or args.steps % args.window)):
+        raise SystemExit("error: --repeats and --window must be at least 1, and --steps a multiple of --window above "
+                         "it (the first window, the warm-up, is dropped; fairseq logs whole windows only)")
     families = [f for f in args.families.split(",") if f]
     fairseq = [m for m in args.fairseq.split(",") if m]
     for name in families + fairseq:
