@@ -62,7 +62,7 @@ def main():
         cases = [tuple(int(x) for x in case.split("x")) for case in args.cases.split(",")]
         assert all(len(case) == 3 and min(case) > 0 for case in cases)
     except (ValueError, AssertionError):
-        sys.exit(f"--cases {args.cases!r}: give SOURCExPHRASESxPIECES, e.g. 18x4x8,30x4x4")
+        sys.exit(f"error: --cases {args.cases!r}: give SOURCExPHRASESxPIECES, e.g. 18x4x8,30x4x4")
     if min(args.batch, args.repeats) < 1 or args.vocab < 6:
         sys.exit("error: --batch and --repeats must be at least 1, --vocab at least 6 (ids 0-4 are reserved)")
     if args.tokens_out and (os.path.isdir(args.tokens_out)  # np.savez would write DIR.npz beside it

@@ -69,7 +69,7 @@ def main():
             srcs = corpus[split][0]
             pairs = load_pairs(config.data, corpus).get(split) if args.pairs else None
             if args.pairs and pairs is None:
-                sys.exit(f"--pairs: no constraint pairs for {split} (set data.pairs_dir)")
+                sys.exit(f"error: --pairs: no constraint pairs for {split} (set data.pairs_dir)")
         translator = load_translator(config, workdir)
         name = f"{translator.spec.name} ({workdir})"
         beams = (1, 4) if translator.spec.supports.beam else (1,)

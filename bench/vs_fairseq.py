@@ -490,7 +490,7 @@ def pin(cores: int | None) -> list[int]:
         sys.exit(f"error: --cores {cores}: give at least 1")
     if cores:
         if cores > len(cpus):
-            sys.exit(f"--cores {cores}: only {len(cpus)} CPUs available")
+            sys.exit(f"error: --cores {cores}: only {len(cpus)} CPUs available")
         cpus = cpus[-cores:]
         os.sched_setaffinity(0, cpus)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -607,6 +607,9 @@ def run(args) -> int:
     inputs_file(out)
     if args.pairs < 0 or any(n is not None and n < 1 for n in (args.b1, args.b64_blocks)):
         sys.exit("error: --pairs must be at least 0, --b1 and --b64-blocks at least 1")
+    rows = args.rows
+    if any(ROWS[r].model in PLUGIN_MODELS for r in rows) and not args.dat_plugin:
+        sys.exit("error: the dat row decodes with the DA-Transformer authors' plugin: --dat-plugin DIR")
     args.load = os.getloadavg()  # other users' load on the machine, reported with the table
     cpus = pin(args.cores)
     with open(os.path.join(out, "inputs.json"), encoding="utf-8") as f:
@@ -614,9 +617,6 @@ def run(args) -> int:
     sizes = {"b1": min(args.b1 or len(inputs["b1"]), len(inputs["b1"])),
              "b64": min(64 * args.b64_blocks if args.b64_blocks else len(inputs["b64"]), len(inputs["b64"]))}
     inputs = {w: inputs[w][:n] for w, n in sizes.items()}
-    rows = args.rows
-    if any(ROWS[r].model in PLUGIN_MODELS for r in rows) and not args.dat_plugin:
-        sys.exit("the dat row decodes with the DA-Transformer authors' plugin: --dat-plugin DIR")
     sys.path.insert(0, ROOT)
     from jaxnat.host_memory import keep_freed_memory
 

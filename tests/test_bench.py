@@ -96,6 +96,16 @@ def test_decode_speed_refuses_counts_under_one(monkeypatch):
             speed.main()
 
 
+def test_decode_speed_pairs_without_pairs_is_an_error_line(monkeypatch):
+    """--pairs with no data.pairs_dir: `error: …` like the script's other refusals (it said the line bare)."""
+    speed = bench("decode_speed")
+    monkeypatch.setattr(speed, "load_translator", lambda *args: pytest.fail("a workdir was loaded"))
+    monkeypatch.setattr("sys.argv", ["decode_speed.py", "--run", f"{ROOT}/configs/ar/demo.py:/nowhere",
+                                     "--pairs"])
+    with pytest.raises(SystemExit, match="^error: --pairs: no constraint pairs for test"):
+        speed.main()
+
+
 @pytest.mark.parametrize("script", ["compile_time", "constrained_cost", "decode_speed", "gpu_figures", "oracle",
                                     "profile_step", "train_throughput", "vs_fairseq", "vs_transformers"])
 def test_help_says_the_whole_first_paragraph(script, monkeypatch, capsys):
@@ -127,6 +137,7 @@ def test_a_config_mistake_is_one_line(script, args):
     ("constrained_cost", ["--repeats", "0"], "--batch and --repeats must be at least 1"),
     ("constrained_cost", ["--batch", "0"], "--batch and --repeats must be at least 1"),
     ("constrained_cost", ["--vocab", "5"], "--vocab at least 6"),
+    ("constrained_cost", ["--cases", "6x1"], "--cases '6x1': give SOURCExPHRASESxPIECES"),
     ("constrained_cost", ["--tokens-out", "."], "--tokens-out .: give a file"),  # np.savez wrote ../<dir>.npz
     ("profile_step", ["--config", "tests/configs/tiny.py", "--steps", "0"], "--steps and --top must be at least 1"),
     ("profile_step", ["--config", "tests/configs/tiny.py", "--shape", "abc"], "--shape 'abc': give SENTENCESxTOKENS"),
@@ -145,7 +156,8 @@ def test_bad_counts_and_paths_are_refused_first(script, args, error, monkeypatch
 
 def test_vs_fairseq_and_vs_transformers_runs_check_their_inputs_first(tmp_path):
     """`run` or `check` before `make` said so in a FileNotFoundError's traceback; --cores 0 left both tools unpinned
-    and --cores -1 pinned them to all CPUs but the first; negative counts sliced the workloads from their ends."""
+    and --cores -1 pinned them to all CPUs but the first; negative counts sliced the workloads from their ends; more
+    --cores than CPUs and the dat row without its plugin are refused as `error: …` too."""
     fairseq = bench("vs_fairseq")
     transformers = bench("vs_transformers")
     for main, cmd in ((fairseq.main, "check"), (fairseq.main, "run"), (transformers.main, "run")):
@@ -153,7 +165,8 @@ def test_vs_fairseq_and_vs_transformers_runs_check_their_inputs_first(tmp_path):
             main([cmd, "--out", str(tmp_path)])
     (tmp_path / "inputs.json").write_text("{}")
     for main, args in ((fairseq.main, ["--cores", "0"]), (fairseq.main, ["--cores", "-1"]),
-                       (fairseq.main, ["--b1", "-5"]), (transformers.main, ["--cores", "0"]),
+                       (fairseq.main, ["--b1", "-5"]), (fairseq.main, ["--cores", str(os.cpu_count() + 1)]),
+                       (fairseq.main, ["--rows", "dat"]), (transformers.main, ["--cores", "0"]),
                        (transformers.main, ["--pairs", "-1"])):
         with pytest.raises(SystemExit, match="^error: "):
             main(["run", "--out", str(tmp_path), *args])
