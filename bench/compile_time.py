@@ -42,7 +42,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from jaxnat import models  # noqa: E402
-from jaxnat.config import build_config  # noqa: E402
+from jaxnat.config import apply_override, build_config, load_config, parse_overrides  # noqa: E402
 from jaxnat.decoding.translator import Start, Translator  # noqa: E402
 from jaxnat.errors import ConfigError, JaxnatError  # noqa: E402
 from jaxnat.provenance import machine  # noqa: E402
@@ -61,7 +61,7 @@ class Family:
                      f"--config.model.scan_layers={scan}"]
         overrides += [f"--config.{key_value}" for key_value in args.set]
         path = os.path.join(ROOT, "configs", family, f"{args.config_name}.py")
-        if build_config(path, overrides).data.source == "text":  # a demo config reads the embedded corpus
+        if reads_files(path, overrides):  # a demo config reads the embedded corpus
             overrides.append(f"--config.data.dir={args.data_dir}")
             if family == "vecconst":
                 overrides.append(f"--config.data.pairs_dir={args.pairs_dir}")
@@ -107,6 +107,15 @@ class Family:
         t0 = time.perf_counter()
         lowered.compile()
         return time.perf_counter() - t0
+
+
+def reads_files(path: str, overrides: list[str]) -> bool:
+    """Whether a config with ``overrides`` reads its corpus from files (data.source text), so needs --data-dir:
+    asked before validating, which refuses such a config without its data.dir."""
+    config = load_config(path)
+    for key, value in parse_overrides(overrides):
+        apply_override(config, key, value)
+    return config.data.source == "text"
 
 
 def reference_phrases(tgt) -> list[list[int]]:

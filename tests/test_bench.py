@@ -1,6 +1,7 @@
 """The bench/ scripts measure what they say: their programs take their inputs as arguments (not constants XLA
 folds away), their rates divide by the work they timed, and bad input stops them with one line."""
 
+import argparse
 import importlib.util
 import os
 import re
@@ -104,6 +105,25 @@ def test_decode_speed_pairs_without_pairs_is_an_error_line(monkeypatch):
                                      "--pairs"])
     with pytest.raises(SystemExit, match="^error: --pairs: no constraint pairs for test"):
         speed.main()
+
+
+def test_compile_time_gives_the_data_dir_to_configs_that_read_files(monkeypatch, tmp_path):
+    """A Multi30k config (data.source text) gets --data-dir, a demo (the embedded corpus) none: the probe built the
+    config without data.dir, which validation refuses, so every Multi30k run stopped at "needs data.dir"."""
+    compile_time = bench("compile_time")
+
+    class Built(Exception):
+        pass
+
+    def trainer(config, workdir):
+        raise Built(config.data.dir)
+
+    monkeypatch.setattr(compile_time, "Trainer", trainer)
+    args = argparse.Namespace(set=[], data_dir=str(tmp_path), pairs_dir="", config_name="multi30k")
+    for name, data_dir in (("multi30k", str(tmp_path)), ("demo", "")):
+        args.config_name = name
+        with pytest.raises(Built, match=f"^{re.escape(data_dir)}$"):
+            compile_time.Family("ar", args, False, str(tmp_path / name))
 
 
 @pytest.mark.parametrize("script", ["compile_time", "constrained_cost", "decode_speed", "gpu_figures", "oracle",
