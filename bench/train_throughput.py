@@ -188,8 +188,10 @@ def first_steps(args, families: list[str], names: list[str]) -> None:
 
 def fairseq_run(model: str, args, binary: str, log_path: str) -> float:
     """fairseq's median target tokens/s over its windows after the first."""
+    # --save-dir: fairseq makes it even with --no-save, else ./checkpoints in the checkout
     command = [reference_python(), "-m", "fairseq_cli.train", binary, *FAIRSEQ[model], *MODEL, *TRAIN,
-               "--max-update", str(args.steps), "--log-interval", str(args.window)]
+               "--max-update", str(args.steps), "--log-interval", str(args.window),
+               "--save-dir", os.path.join(args.work, f"fairseq-{model}-checkpoints")]
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     last = lambda line: bool((m := FAIRSEQ_LINE.search(line)) and int(m.group(2)) >= args.steps)  # noqa: E731
     lines = watch(command, env, last, log_path)

@@ -5,6 +5,7 @@ import argparse
 import importlib.util
 import os
 import re
+import statistics
 import subprocess
 import sys
 
@@ -70,6 +71,20 @@ def test_train_throughput_trains_the_vocabulary_an_interrupted_run_left_unmade(m
     monkeypatch.setattr("jaxnat.training.trainer.Trainer", lambda config, workdir: trained.append(workdir))
     throughput.prepare(str(tmp_path / "data"), str(tmp_path), fairseq=False)
     assert trained == [str(tmp_path / "spm")]
+
+
+def test_train_throughput_fairseq_writes_under_work_not_the_checkout(monkeypatch, tmp_path):
+    """fairseq_cli.train makes its --save-dir even with --no-save: the default left an empty checkpoints/ in the
+    checkout the script runs from."""
+    throughput = bench("train_throughput")
+    monkeypatch.setattr(throughput, "reference_python", lambda: "python")
+    commands = []
+    monkeypatch.setattr(throughput, "watch", lambda command, *rest: commands.append(command) or [])
+    args = argparse.Namespace(steps=4, window=2, work=str(tmp_path))
+    with pytest.raises(statistics.StatisticsError):  # no window logged by the stand-in
+        throughput.fairseq_run("ar", args, "bin", str(tmp_path / "log"))
+    save_dir = commands[0][commands[0].index("--save-dir") + 1]
+    assert save_dir.startswith(str(tmp_path))
 
 
 def test_train_throughput_refuses_counts_that_leave_no_window(monkeypatch, tmp_path):
