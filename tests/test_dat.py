@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from jaxnat.config import build_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID
@@ -266,22 +266,29 @@ def test_best_predecessor_is_the_maximum_over_earlier_vertices(n_vertices, seed,
                 assert got[b, j, s] == max(float(scores[b, i, s] + links[b, i, j]) for i in range(n)), (b, j, s)
 
 
-phrase_sets = st.lists(st.lists(st.sampled_from([6, 7, 8]), min_size=1, max_size=2), min_size=0, max_size=2)
+phrase_sets = st.lists(st.lists(st.sampled_from([6, 7, 8]), min_size=1, max_size=3), min_size=0, max_size=2)
 
 
 @settings(max_examples=30, deadline=None, derandomize=True)
 @given(rows=sizes, seed=st.integers(0, 10**6), phrases=st.lists(phrase_sets, min_size=B, max_size=B),
        hard=st.lists(st.booleans(), min_size=B, max_size=B), glue=st.booleans(),
        trailing=st.sets(st.sampled_from(TRAILABLE)))
+# three pieces of three different tokens, emitted by the best paths: a phrase's middle piece is scored and read out
+# as its own (a phrase of two pieces has no middle, and drawn phrases often repeat a token)
+@example(rows=[(2, 5), (2, 4)], seed=5, phrases=[[[6, 7, 8]], [[8, 7, 6], [7]]], hard=[True, True], glue=False,
+         trailing=set())
+@example(rows=[(2, 5), (2, 4)], seed=5, phrases=[[[6, 7, 8]], [[8, 7, 6], [7]]], hard=[True, False], glue=True,
+         trailing={3})
 def test_constrained_best_path_matches_enumeration(rows, seed, phrases, hard, glue, trailing):
     """The constrained search against Control-DAG's semantics by enumeration (every path of ≤ W + 1 vertices,
     every string of allowed tokens on it: the best holding every phrase as disjoint whole-word runs, or, soft, the
     best with a reward per phrase held): the same best value, an output among the best, every phrase of a
     feasible hard row in it (CPR 100%) and its tokens the ones flagged, an infeasible hard row flagged. The word
-    tables: 7 continues, 8 joins, a random set of the others trails (8 then both)."""
+    tables: 7 continues, 8 joins, a random set of the others trails (8 then both). Phrases of up to three pieces,
+    so that a phrase has inner states after its first and after its second piece."""
     n = n_of(rows)
     links, emit = graph(seed, n, scale=1.0)
-    ids = np.zeros((B, 2, 2), np.int32)
+    ids = np.zeros((B, 2, 3), np.int32)
     for b, ps in enumerate(phrases):
         for c, ph in enumerate(ps):
             ids[b, c, :len(ph)] = ph
