@@ -34,7 +34,30 @@ def test_ece_by_hand():
     assert r["ece"] == pytest.approx(100 * (2 * 0.45 + 2 * 0.15) / 4)
     assert r["confidence"] == pytest.approx(55.0) and r["accuracy"] == pytest.approx(25.0) and r["tokens"] == 4
     assert inference_ece([1.0], [True])["ece"] == pytest.approx(0.0)  # the top bin is closed
+    # the edges: 0.1 opens the second bin (not in 0.05's), 1.0 is counted in the top one (not dropped)
+    assert inference_ece([0.05, 0.1, 1.0], [True, False, False])["ece"] == pytest.approx(100 * (0.95 + 0.1 + 1) / 3)
     assert inference_ece([], [])["ece"] is None
+
+
+def plain_ece(percents, labels, bins):
+    """ECE ×100 of confidences k/100 written out: token i in bin ⌊k_i · bins / 100⌋ (integer arithmetic), the
+    top bin closed (k = 100 joins bin bins − 1)."""
+    groups = {}
+    for k, label in zip(percents, labels):
+        groups.setdefault(min(k * bins // 100, bins - 1), []).append((k / 100, label))
+    gap = sum(abs(sum(ok for _, ok in g) / len(g) - sum(c for c, _ in g) / len(g)) * len(g) for g in groups.values())
+    return 100 * gap / len(percents)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 20).map(lambda k: 5 * k), st.booleans()), min_size=1, max_size=12),
+       st.sampled_from([1, 3, 10]))
+def test_ece_equals_the_plain_binning(tokens, bins):
+    """Confidences in steps of 0.05, so that every other one is on an edge of the ten bins (0.1, 0.2, ... and
+    1.0), where an open top bin, bins closed on the right or a skipped bin would move or drop tokens."""
+    percents, labels = zip(*tokens)
+    got = inference_ece([k / 100 for k in percents], list(labels), bins)
+    assert got["ece"] == pytest.approx(plain_ece(percents, labels, bins), abs=1e-9)
 
 
 def test_calibration_counts_only_the_models_own_tokens():
