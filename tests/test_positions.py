@@ -5,11 +5,13 @@ one blind to the canvas)."""
 import math
 
 import numpy as np
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID
-from jaxnat.models.cmlm.positions import context_use, mask_share, position_similarity
+from jaxnat.errors import ConfigError
+from jaxnat.models.cmlm.positions import context_use, decoder_inputs, mask_share, position_similarity
 
 
 def plain_similarity(vectors):
@@ -36,6 +38,37 @@ def test_position_similarity_is_the_plain_pairwise_cosine(vectors):
     assert got["above_0.7"] == want["above_0.7"]
     assert math.isclose(got["mean"], want["mean"], abs_tol=1e-9)
     assert math.isclose(got["adjacent"], want["adjacent"], abs_tol=1e-9)
+
+
+def test_position_similarity_histogram_and_edges_by_hand():
+    """The bins of 0.1 from −1 to 1 with known cosines: 1 (computed as 1 + 2⁻⁵², kept in the top bin), 1/√3, 0,
+    −1/√3 and −1 (the bottom bin); a cosine of exactly 0.5 is not above 0.5."""
+    out = position_similarity(np.array([[1, 1, 1], [2, 2, 2], [0, 0, 1], [-1, -1, -1], [1, 0, 0]], float))
+    assert out["histogram"] == [2, 0, 0, 0, 2] + [0] * 5 + [1] + [0] * 4 + [4, 0, 0, 0, 1]
+    assert position_similarity(np.array([[1, 1, 1, 1], [1, 1, -1, 1]], float))["above_0.5"] == 0
+
+
+def test_decoder_inputs_by_hand():
+    """The summed input: the table and the token embeddings (× √D with scale); the concatenated one: the position
+    rows of the input map (after the token rows) applied to the table, the token rows to the scaled embeddings;
+    the decoder's own table with the encoder's tokens (separate positions); no learned table: one line."""
+    rng = np.random.default_rng(0)
+    tokens, table, kernel = rng.normal(size=(3, 2)), rng.normal(size=(4, 2)), rng.normal(size=(4, 2))
+    params = {"params": {"src_embed": {"tokens": {"embedding": tokens}, "positions": table},
+                         "combine": {"kernel": kernel}}}
+    summed = decoder_inputs(params, False, 3)
+    np.testing.assert_allclose(summed["positions"], table[:3])
+    np.testing.assert_allclose(summed["tokens"], tokens * math.sqrt(2))
+    np.testing.assert_allclose(decoder_inputs(params, False, 3, scale=False)["tokens"], tokens)
+    concat = decoder_inputs(params, True, 3)
+    np.testing.assert_allclose(concat["table"], table[:3])
+    np.testing.assert_allclose(concat["positions"], table[:3] @ kernel[2:])
+    np.testing.assert_allclose(concat["tokens"], tokens * math.sqrt(2) @ kernel[:2])
+    own = {"params": {**params["params"], "tgt_embed": {"positions": -table}}}
+    np.testing.assert_allclose(decoder_inputs(own, False, 3, scale=False)["positions"], -table[:3])
+    np.testing.assert_allclose(decoder_inputs(own, False, 3, scale=False)["tokens"], tokens)
+    with pytest.raises(ConfigError, match="sinusoidal"):
+        decoder_inputs({"params": {"src_embed": {"tokens": {"embedding": tokens}}}}, False, 3)
 
 
 def _targets(lengths, width):
@@ -71,6 +104,8 @@ def test_context_use_against_stub_heads():
 
     for row in context_use(oracle, tgt, batch=2):
         assert row["accuracy"] == 100.0 and row["nll"] < 1e-15
+    (lone,) = context_use(oracle, tgt[1:2], shares=("one",), batch=2)  # a single masked token
+    assert lone["masked"] == 1 and lone["accuracy"] == 100.0
     # blind to the canvas, so every share scores as the plain mean over its masked tokens
     fixed = np.random.default_rng(0).normal(size=(vocab,))
     seen = []
