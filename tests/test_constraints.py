@@ -77,6 +77,7 @@ def test_punctuation_and_empty_references():
     assert cons == [[], [], [], ["word"]]
     assert all(is_word(w) for w in ("Mann", "3", "3.50", "T-Shirt", "dit-il", "हिंदी"))  # Hindi ends in a vowel sign
     assert not any(is_word(w) for w in ("", "...", "«", "--", "@-@", "Mann,", "'s", "l'", "„Hallo"))
+    assert not is_word("\u093fहिंदी")  # a vowel sign may end a word, not begin one
 
 
 @pytest.mark.parametrize("ref, lang, words", REAL)
