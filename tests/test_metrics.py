@@ -549,6 +549,8 @@ def test_cpr_by_words_weights_each_constraint_by_its_words():
     assert constraint_preservation(hyps, constraints, lang="de") == 50.0
     assert constraint_preservation(hyps, constraints, lang="de", by_words=True) == pytest.approx(200 / 3)
     assert corpus_metrics(hyps, hyps, constraints, lang="de")["cpr_words"] == pytest.approx(200 / 3)
+    # the words are Moses tokens, not white-space ones: "(net)" is three
+    assert constraint_preservation(["costs (net)"], [["(net)", "Baum"]], by_words=True) == pytest.approx(75.0)
 
 
 def test_unproduced_pairs_keep_what_the_plain_output_misses():
