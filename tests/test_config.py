@@ -196,6 +196,20 @@ def test_bad_overrides(args, message):
     assert "\n" not in str(err.value)
 
 
+def test_keys_of_a_switch_off_are_named_whichever_they_are():
+    """`check_switched` on its own: every key set away from its default is named (the first of the keys too,
+    which no override above sets), none with the switch on or with every key at its default."""
+    from jaxnat.models.cmlm.length import check_switched
+
+    defaults = {"on": False, "a": 1, "b": "x", "c": 0.5}
+    check_switched({**defaults, "on": True, "a": 2}, "s", "on", ("a", "b", "c"), defaults)
+    check_switched(defaults, "s", "on", ("a", "b", "c"), defaults)
+    with pytest.raises(ConfigError, match=r"^s\.a=2 acts only with s\.on=true, .* or --config\.s\.a=1$"):
+        check_switched({**defaults, "a": 2}, "s", "on", ("a", "b", "c"), defaults)
+    with pytest.raises(ConfigError, match=r"^s\.a=2, s\.c=0\.7 act only with .* --config\.s\.a=1 --config\.s\.c=0\.5$"):
+        check_switched({**defaults, "a": 2, "c": 0.7}, "s", "on", ("a", "b", "c"), defaults)
+
+
 def test_missing_and_broken_config_files(tmp_path):
     with pytest.raises(ConfigError, match="config file not found"):
         build_config(str(tmp_path / "nope.py"), [])
