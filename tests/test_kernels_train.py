@@ -81,6 +81,8 @@ def test_cross_entropy_gradient_matches_autodiff_through_log_softmax(eps):
 
     np.testing.assert_allclose(ours(logits), autodiff(logits), rtol=1e-6)
     np.testing.assert_allclose(jax.grad(ours)(logits), jax.grad(autodiff)(logits), atol=1e-6)
+    # the count is of the masked tokens: the weights scale the loss only
+    assert smoothed_cross_entropy(logits, targets, mask, eps, weights=weights)[2] == mask.sum()
 
 
 @pytest.mark.parametrize("features,axis", [((24,), -1), ((2, 5), -1), ((6,), (-2, -1))])
