@@ -142,6 +142,17 @@ def test_a_coins_branches_are_counted_at_its_probability(probability):
     assert coin_probability("jvp(coin_cond_p0.25)/jvp(other)") is None
 
 
+def test_a_coins_probability_is_kept_to_six_digits_and_checked():
+    """The scope keeps a probability such as 1/3 to six significant digits (the count's share), and one outside
+    [0, 1] is refused before anything is traced."""
+    from jaxnat.models.coins import _SCOPE
+
+    assert coin_probability(f"jit(step)/{_SCOPE.format(1 / 3)}") == pytest.approx(1 / 3, rel=1e-6)
+    for probability in (-0.1, 1.5):
+        with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+            coin_cond(probability, jnp.asarray(True), lambda: 0.0, lambda: 1.0)
+
+
 def test_a_scanned_run_is_counted_as_its_unrolled_stacks():
     """A scanned layer stack is a loop: its step's count (`lowered_step_flops`, loops included) is that of the same
     model with the stacks written out, where XLA's count alone leaves out a third of it."""
