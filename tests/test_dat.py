@@ -314,6 +314,20 @@ def test_constrained_best_path_matches_enumeration(rows, seed, phrases, hard, gl
             assert out["phrase"][b].sum() == sum(len(ph) for ph in phrases[b])
 
 
+def test_the_search_takes_up_to_max_phrases():
+    """`MAX_PHRASES` phrases are searched (traced only: no compile), one more is refused in one line."""
+    links, emit = map(jnp.asarray, graph(0, np.full(B, 4, np.int32)))
+
+    def shapes(count):
+        phrases = np.full((B, count, 1), 6, np.int32)
+        return jax.eval_shape(lambda: constrained_decode(links, emit, np.full(B, 4, np.int32), phrases,
+                                                         np.ones(B, bool), allowed_tokens(V), W + 1, 1.0, 0.5))
+
+    assert shapes(constrained.MAX_PHRASES)["tokens"].shape == (B, W + 1)
+    with pytest.raises(ValueError, match=f"at most {constrained.MAX_PHRASES} constraint phrases"):
+        shapes(constrained.MAX_PHRASES + 1)
+
+
 def test_an_infeasible_hard_row_decodes_as_a_soft_one_with_its_reward():
     """Graphs of 3 vertices (one inner) cannot hold 3 constraint tokens: both hard rows are flagged and decoded as
     soft rows (docs/dat.md), with the reward per phrase they keep — on this graph the second row's best soft output
