@@ -199,15 +199,23 @@ def test_bad_overrides(args, message):
 def test_keys_of_a_switch_off_are_named_whichever_they_are():
     """`check_switched` on its own: every key set away from its default is named (the first of the keys too,
     which no override above sets), none with the switch on or with every key at its default."""
-    from jaxnat.models.cmlm.length import check_switched
+    from jaxnat.config import check_switched, default_config
 
-    defaults = {"on": False, "a": 1, "b": "x", "c": 0.5}
-    check_switched({**defaults, "on": True, "a": 2}, "s", "on", ("a", "b", "c"), defaults)
-    check_switched(defaults, "s", "on", ("a", "b", "c"), defaults)
-    with pytest.raises(ConfigError, match=r"^s\.a=2 acts only with s\.on=true, .* or --config\.s\.a=1$"):
-        check_switched({**defaults, "a": 2}, "s", "on", ("a", "b", "c"), defaults)
-    with pytest.raises(ConfigError, match=r"^s\.a=2, s\.c=0\.7 act only with .* --config\.s\.a=1 --config\.s\.c=0\.5$"):
-        check_switched({**defaults, "a": 2, "c": 0.7}, "s", "on", ("a", "b", "c"), defaults)
+    keys = ("coverage_bos_eos", "train_iterations", "coverage_lambda")
+    switched = {f"nat.{k}": ("nat.coverage", "true") for k in keys}
+    config = default_config()
+    check_switched(config, switched)
+    config.nat.coverage_bos_eos = True
+    with pytest.raises(ConfigError, match=r"^nat\.coverage_bos_eos=true acts only with nat\.coverage set, and "
+                                          r"nat\.coverage is false: .* or --config\.nat\.coverage_bos_eos=false$"):
+        check_switched(config, switched)
+    config.nat.coverage_lambda = 0.0
+    with pytest.raises(ConfigError, match=r"^nat\.coverage_bos_eos=true, nat\.coverage_lambda=0\.0 act only with .* "
+                                          r"--config\.nat\.coverage_bos_eos=false "
+                                          r"--config\.nat\.coverage_lambda=-1\.0$"):
+        check_switched(config, switched)
+    config.nat.coverage = True
+    check_switched(config, switched)
 
 
 def test_missing_and_broken_config_files(tmp_path):
