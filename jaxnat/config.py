@@ -647,6 +647,21 @@ def _read_recorded(workdir: str) -> dict | None:
                           f"with") from None
 
 
+def check_aux(key: str, path: str, family: str, workdir: str):
+    """The config of the run in ``path`` (named by config ``key``) that the run in ``workdir`` decodes with, after
+    checking it is a run of ``family`` with the same vocabulary (a one-line `JaxnatError` otherwise): by
+    `jaxnat.restore.load_aux`, and by the trainer before the first step, so that a run is not refused after it."""
+    from jaxnat.data.tokenizer import Tokenizer
+
+    aux_config = workdir_config(path)
+    if aux_config.model.name != family:
+        raise JaxnatError(f"{key}={path} is a {aux_config.model.name!r} run; it must be a run of model {family!r}")
+    if not Tokenizer.same_models(path, workdir):
+        raise JaxnatError(f"{key}={path} has another vocabulary than {workdir}; train this run with "
+                          f"--config.data.spm_from={path}")
+    return aux_config
+
+
 def check_matches_workdir(config: ml_collections.ConfigDict, workdir: str, ignore: tuple[str, ...] = (),
                           named_by: str = "--workdir") -> None:
     """Raises a one-line `ConfigError` naming every `model_keys` value (but ``ignore``) that differs from the one

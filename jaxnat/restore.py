@@ -10,7 +10,7 @@ import os
 import jax
 import jax.numpy as jnp
 
-from jaxnat.config import check_matches_workdir, workdir_config
+from jaxnat.config import check_aux, check_matches_workdir
 from jaxnat.data import piece_vocab
 from jaxnat.data.tokenizer import Tokenizer
 from jaxnat.data.vocab import BOS_ID, EOS_ID
@@ -172,18 +172,6 @@ def write_average(config, workdir: str) -> str:
     log.info("averaged the %s checkpoints of steps %s into %s (decode it with --config.eval.params=averaged)",
              choice["of"], choice["steps"], path)
     return path
-
-
-def check_aux(key: str, path: str, family: str, workdir: str):
-    """The config of the run in ``path`` (named by config ``key``) that the run in ``workdir`` decodes with, after
-    checking it is a run of ``family`` with the same vocabulary (a one-line `JaxnatError` otherwise)."""
-    aux_config = workdir_config(path)
-    if aux_config.model.name != family:
-        raise JaxnatError(f"{key}={path} is a {aux_config.model.name!r} run; it must be a run of model {family!r}")
-    if not Tokenizer.same_models(path, workdir):
-        raise JaxnatError(f"{key}={path} has another vocabulary than {workdir}; train this run with "
-                          f"--config.data.spm_from={path}")
-    return aux_config
 
 
 def load_aux(key: str, path: str, family: str, workdir: str):

@@ -18,7 +18,7 @@ import numpy as np
 import optax
 from tqdm import tqdm
 
-from jaxnat.config import (check_known_keys, check_matches_workdir, default_config, model_keys, validate,
+from jaxnat.config import (check_aux, check_known_keys, check_matches_workdir, default_config, model_keys, validate,
                            workdir_config)
 from jaxnat.data.batching import (PackedBatcher, TrainBatcher, bucket_lengths, eval_batches, example_lengths,
                                   fitted_buckets, prefetch, prepare_with_init)
@@ -29,7 +29,6 @@ from jaxnat.data.vocab import UNK_ID
 from jaxnat.errors import ConfigError, JaxnatError, Stopped
 from jaxnat.evaluation.metrics import bleu
 from jaxnat.models import build_model, count_params, family_of
-from jaxnat.restore import check_aux
 from jaxnat.training import mesh as mesh_lib
 from jaxnat.training.checkpoint import Checkpoints
 from jaxnat.training.flops import Utilisation, count_correction, program_flops
