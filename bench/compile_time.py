@@ -131,7 +131,8 @@ def median(values):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", default=os.path.join(ROOT, "..", "shared", "data", "multi30k"))
-    parser.add_argument("--pairs-dir", default="", help="the vectorized model's constraint pairs (else it is left out)")
+    parser.add_argument("--pairs-dir", default="", help="the vectorized model's constraint pairs, for a config that "
+                        "reads files (else it is left out of the default --families, and refused when named)")
     parser.add_argument("--families", default=",".join(FAMILIES))
     parser.add_argument("--config-name", default="multi30k", help="configs/<family>/<this>.py")
     parser.add_argument("--scan", action="store_true", help="also with model.scan_layers=true")
@@ -142,7 +143,13 @@ def main():
     if args.repeats < 1:
         raise SystemExit("error: --repeats must be at least 1")
     jax.config.update("jax_enable_compilation_cache", False)  # even where JAX_COMPILATION_CACHE_DIR is set
-    families = [f for f in args.families.split(",") if f != "vecconst" or args.pairs_dir]
+    families = args.families.split(",")
+    vecconst = os.path.join(ROOT, "configs", "vecconst", f"{args.config_name}.py")
+    if "vecconst" in families and not args.pairs_dir and reads_files(vecconst, []):  # it trains on pairs of files
+        if args.families != parser.get_default("families"):  # asked by name: an empty table said nothing
+            raise SystemExit(f"error: --families vecconst with {os.path.relpath(vecconst, ROOT)} needs --pairs-dir "
+                             f"PAIRS (python -m jaxnat.data.alignment writes them)")
+        families.remove("vecconst")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for family in families:

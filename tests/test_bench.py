@@ -178,6 +178,9 @@ def test_a_config_mistake_is_one_line(script, args):
     ("profile_step", ["--config", "tests/configs/tiny.py", "--shape", "abc"], "--shape 'abc': give SENTENCESxTOKENS"),
     ("profile_step", ["--config", "tests/configs/tiny.py", "--trace-dir", "README.md"], "not a directory"),
     ("compile_time", ["--repeats", "0"], "--repeats must be at least 1"),
+    # vecconst on files, asked by name without its pairs: an empty table, exit 0
+    ("compile_time", ["--families", "vecconst"], "--families vecconst with configs/vecconst/multi30k.py needs "
+                                                  "--pairs-dir PAIRS"),
 ])
 def test_bad_counts_and_paths_are_refused_first(script, args, error, monkeypatch):
     """Counts under 1 and output paths that cannot be written stop the script before any work, with one line (they
