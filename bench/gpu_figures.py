@@ -117,6 +117,14 @@ PAPER_ROLL_IN = {f"{family}, the paper's roll-in": (family, [f"--config.{family}
                  for family in ("levt", "editor")}
 
 
+def unpacked(family: str) -> list[str]:
+    """The override that trains ``family`` on unpacked batches: data.pack=false where it packs (a family that does
+    not refuses the key, `jaxnat.config.check_read`)."""
+    from jaxnat import models
+
+    return ["--config.data.pack=false"] if "data.pack" in models.family_of(family).reads else []
+
+
 def step_flops(args, batch: dict, tokenizer) -> dict:
     """{label: TFLOP of one train step on ``batch``} by XLA's count of the lowered program with every loop's
     iterations (`lowered_step_flops`): AR, LevT and EDITOR as configured and with the papers' roll-in. Lowered
@@ -132,8 +140,7 @@ def step_flops(args, batch: dict, tokenizer) -> dict:
     for label, (family, extra) in {"ar": ("ar", []), "levt": ("levt", []), "editor": ("editor", []),
                                    **PAPER_ROLL_IN}.items():
         config = build_config(os.path.join(ROOT, f"configs/{family}/{args.config_name}.py"),
-                              [f"--config.data.dir={args.data_dir}", "--config.data.pack=false", *args.overrides,
-                               *extra])
+                              [f"--config.data.dir={args.data_dir}", *unpacked(family), *args.overrides, *extra])
         spec = build_model(config, tokenizer.vocab_size("src"), tokenizer.vocab_size("tgt"),
                            tokenizer.piece_tables("tgt"))
         out[label] = lowered_step_flops(spec, *make_optimizer(config.train), batch, jax.random.PRNGKey(0)) / 1e12
@@ -155,7 +162,7 @@ def step_cost(args, timed: bool = True) -> dict:
         steps = {}
         for family in ("ar", "levt", "editor"):
             config = build_config(os.path.join(ROOT, f"configs/{family}/{args.config_name}.py"),
-                                  [f"--config.data.dir={args.data_dir}", "--config.data.pack=false",
+                                  [f"--config.data.dir={args.data_dir}", *unpacked(family),
                                    f"--config.train.xla_gpu_autotune_level={args.autotune}"] + args.overrides)
             if family == "ar":  # the autotuner's level as the families' runs have it (before the first computation)
                 set_xla_flags(config)

@@ -424,6 +424,34 @@ def check_switched(config: ml_collections.ConfigDict, switched: dict[str, tuple[
                           f"--config.{switch}={wanted}, or {back}")
 
 
+# Keys of the shared sections that only some model families read: each family lists those its runs read in
+# `Family.reads`; set away from its default for a family that does not, the run would be as without it
+READ_BY_SOME = ("eval.length_penalty", "eval.max_len_a", "eval.max_len_b", "eval.length_cap_min",
+                "eval.length_cap_ratio", "eval.run_all_iterations", "eval.search_rules", "data.pack")
+
+
+def check_read(config: ml_collections.ConfigDict, family) -> None:
+    """A one-line `ConfigError` for a key of `READ_BY_SOME` set away from its default (the family's own,
+    `Family.shared`, or the shared one) for a ``family`` that does not read it (`Family.reads`), and for
+    data.max_buckets, which shapes the batches of training that does not pack, with a family that packs."""
+    if unknown := [key for key in family.reads if key not in READ_BY_SOME]:
+        raise ConfigError(f"model family {family.name!r}: its reads names {', '.join(unknown)}, not a key of "
+                          f"jaxnat.config.READ_BY_SOME")
+    shared = default_config()
+    for key in READ_BY_SOME:
+        value, default = _leaf(config, key), family.shared.get(key, _leaf(shared, key))
+        if key not in family.reads and value != default:
+            readers = [name for name in models.names() if key in models.family_of(name).reads]
+            raise ConfigError(f"{key}={_shown(value)} is not read by model {family.name!r} (only by: "
+                              f"{', '.join(readers) or 'none'}): the run would be as without it; leave it at its "
+                              f"default, --config.{key}={_shown(default)}")
+    buckets = shared.data.max_buckets
+    if "data.pack" in family.reads and config.data.pack and config.data.max_buckets != buckets:
+        raise ConfigError(f"data.max_buckets={config.data.max_buckets} shapes the batches of training that does not "
+                          f"pack, and model {family.name!r} packs with data.pack=true: set --config.data.pack=false, "
+                          f"or leave data.max_buckets at {buckets}")
+
+
 def _shown(value) -> str:
     """A value as the command line writes it (booleans in lower case)."""
     return str(value).lower() if isinstance(value, bool) else str(value)
@@ -474,6 +502,7 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"data.max_buckets must be an integer >= 0 (0: the geometric buckets of "
                           f"data.bucket_growth), got {d.max_buckets!r}")
     check_switched(config, SWITCHED)
+    check_read(config, lineage[-1])
     for family in lineage:
         check_switched(config, {f"{family.name}.{k}": (f"{family.name}.{switch}", "true")
                                 for k, switch in family.switched.items()})

@@ -4,15 +4,17 @@ returns ``(float32[] loss · n, aux)`` with float32[] 'nll' and 'count' (the tra
 float32[] for each of the spec's terms (`ModelSpec.left_out` one of them), its ``generate`` returns tokens, score,
 the per-token log-probabilities and exactly the counts it declares, as wide as the request asks, and its output
 capacity stays within `model.max_len`; its `ModelSpec` bears its name; it is built and validated from its own
-config sections (and those of the families it extends) alone. Shapes and dtypes only (traced with
-`jax.eval_shape`): what each computes is tested with it."""
+config sections (and those of the families it extends) alone; its `Family.reads` names exactly the keys of
+`READ_BY_SOME` its build, capacity and generate read (and data.pack where its spec packs). Shapes and dtypes only
+(traced with `jax.eval_shape`): what each computes is tested with it."""
 
 import copy
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 
-from jaxnat.config import build_config, validate
+from jaxnat.config import READ_BY_SOME, build_config, validate
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat import models
@@ -33,11 +35,52 @@ def own_sections(config, name: str):
     return own
 
 
+# (family, key of READ_BY_SOME) that the family reads where the key cannot act, and so does not declare: NAT's
+# one mask-predict pass has no later pass for eval.run_all_iterations to stop
+READ_INERT = {("nat", "eval.run_all_iterations")}
+
+
+class Reads:
+    """``config`` as a family's build sees it, noting in ``seen`` each key of its sections ``watched`` read."""
+
+    def __init__(self, config, seen: set, watched=("eval", "data"), path: str = ""):
+        self._config, self._seen, self._watched, self._path = config, seen, watched, path
+
+    def __getattr__(self, name: str):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self._noted(name, getattr(self._config, name))  # (an absent section: the config's AttributeError)
+
+    def __getitem__(self, name: str):
+        return self._noted(name, self._config[name])
+
+    def _noted(self, name: str, value):
+        if isinstance(value, ml_collections.ConfigDict):
+            return Reads(value, self._seen, (), f"{name}.") if name in self._watched else value
+        self._seen.add(self._path + name)
+        return value
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._config
+
+
+def check_reads(name: str, spec, seen: set) -> None:
+    """`Family.reads` against the keys of `READ_BY_SOME` the spec's build, capacity and generate were ``seen`` to
+    read: one it reads undeclared would be refused where it acts, one it declares unread accepted where it does
+    nothing."""
+    declared = set(family_of(name).reads)
+    read = {key for key in seen if key in READ_BY_SOME and (name, key) not in READ_INERT}
+    read |= {"data.pack"} if spec.packs else set()
+    assert declared == read, (f"{name}: Family.reads lacks {sorted(read - declared)}, and names unread "
+                              f"{sorted(declared - read)}")
+
+
 def check_contract(name: str, vocab: int = 40) -> None:
     config = own_sections(build_config("tests/configs/tiny.py", [
         f"--config.model.name={name}", "--config.eval.beam_size=1", "--config.data.pairs_dir=synthetic"]), name)
     validate(config)
-    spec = build_model(config, vocab, vocab)
+    seen = set()
+    spec = build_model(Reads(config, seen), vocab, vocab)
     # the evaluator finds the family's hooks (its output metrics) by the spec's name: a copied family's spec still
     # named after its original would be scored with the original's
     assert spec.name == name, f"family {name!r} builds a ModelSpec named {spec.name!r}"
@@ -62,3 +105,4 @@ def check_contract(name: str, vocab: int = 40) -> None:
     assert (out["token_logp"].shape, out["token_logp"].dtype) == (shape, jnp.float32), name
     assert (out["token_scored"].shape, out["token_scored"].dtype) == (shape, jnp.bool_), name
     assert all((out[c].shape, out[c].dtype) == ((1,), jnp.int32) for c in spec.supports.counts), name
+    check_reads(name, spec, seen)

@@ -599,3 +599,63 @@ def test_a_family_without_beam_search_defaults_to_one_beam():
     assert build_config("configs/ar/demo.py", ["--config.model.name=cmlm"]).eval.beam_size == 1
     with pytest.raises(ConfigError, match="beam"):
         build_config("configs/cmlm/demo.py", ["--config.eval.beam_size=4"])
+
+
+TINY = os.path.join(ROOT, "tests", "configs", "tiny.py")
+
+
+@pytest.mark.parametrize("family, key, value, message", [
+    ("cmlm", "eval.length_penalty", "0.5", r"eval.length_penalty=0.5 is not read by model 'cmlm' \(only by: ar, "
+                                           r"vecconst\): the run would be as without it; leave it at its default, "
+                                           r"--config.eval.length_penalty=1.0$"),
+    ("dat", "eval.max_len_a", "3", "eval.max_len_a=3.0 is not read by model 'dat'"),
+    ("vecconst", "eval.search_rules", "fairseq", r"eval.search_rules=fairseq is not read by model 'vecconst' \(only "
+                                                 r"by: ar, cmlm, editor, levt, nat\)"),
+    ("nat", "eval.run_all_iterations", "true", "eval.run_all_iterations=true is not read by model 'nat'"),
+    ("ctc", "eval.length_cap_min", "50", r"eval.length_cap_min=50 is not read by model 'ctc' \(only by: cmlm, dat, "),
+    ("ar", "eval.length_cap_ratio", "3", "eval.length_cap_ratio=3.0 is not read by model 'ar'"),
+    ("editor", "data.pack", "false", "data.pack=false is not read by model 'editor'"),
+    ("ar", "data.max_buckets", "12", "data.max_buckets=12 shapes the batches of training that does not pack, and "
+                                     "model 'ar' packs with data.pack=true: set --config.data.pack=false, or leave "
+                                     "data.max_buckets at 3"),
+])
+def test_a_shared_key_the_family_does_not_read_is_refused(family, key, value, message):
+    """`Family.reads`: a key of `READ_BY_SOME` set for a family that never reads it (a left-to-right search's length
+    rules for a model that predicts its length, fairseq's rules for one that has none) would do nothing."""
+    base = [f"--config.model.name={family}", "--config.eval.beam_size=1", "--config.data.pairs_dir=synthetic"]
+    with pytest.raises(ConfigError, match=message):
+        build_config(TINY, [*base, f"--config.{key}={value}"])
+    build_config(TINY, [*base, f"--config.{key}={default_config()[key.split('.')[0]][key.split('.')[1]]}"])
+
+
+@pytest.mark.parametrize("family, overrides", [
+    ("ar", ["eval.length_penalty=0.6", "eval.max_len_a=2", "eval.search_rules=fairseq", "data.pack=false",
+            "data.max_buckets=12"]),
+    ("cmlm", ["eval.length_cap_min=20", "eval.run_all_iterations=true", "eval.search_rules=fairseq"]),
+    ("levt", ["eval.length_cap_ratio=3", "eval.run_all_iterations=true", "data.max_buckets=12"]),
+    ("dat", ["eval.length_cap_min=20", "data.max_buckets=12"]),
+])
+def test_a_shared_key_the_family_reads_is_taken(family, overrides):
+    config = build_config(TINY, [f"--config.model.name={family}", "--config.eval.beam_size=1",
+                                 *(f"--config.{o}" for o in overrides)])
+    assert config.eval.length_cap_min in (10, 20)
+
+
+def test_read_checks_compare_with_the_familys_default_and_name_known_keys():
+    """A family's own default of a shared key (`Family.shared`) is its default there: a run's recorded config
+    holds it; a key of Family.reads outside READ_BY_SOME is a one-line error naming the family."""
+    import dataclasses
+
+    from jaxnat.config import check_read
+    from jaxnat.models import family_of
+
+    ctc = dataclasses.replace(family_of("ctc"), shared={"eval.length_cap_min": 20})
+    config = build_config(TINY, ["--config.model.name=ctc", "--config.eval.beam_size=1"])
+    config.eval.length_cap_min = 20  # as family_defaults sets it
+    check_read(config, ctc)
+    config.eval.length_cap_min = 10
+    with pytest.raises(ConfigError, match="--config.eval.length_cap_min=20$"):
+        check_read(config, ctc)
+    with pytest.raises(ConfigError, match="model family 'ctc': its reads names eval.beam_size, not a key of "
+                                          "jaxnat.config.READ_BY_SOME"):
+        check_read(config, dataclasses.replace(ctc, reads=("eval.beam_size",)))

@@ -74,7 +74,7 @@ TOY = Family(
     architecture=("deep",), validate=_validate, extends="ar", train_extras=_train_extras,
     aux_run=lambda config: ("toy.teacher", config.toy.teacher, "ar") if config.toy.teacher else None,
     output_metrics=lambda outs, srcs: {"toy_output_words": float(np.mean([len(o["hyp"].split()) for o in outs]))},
-    sweep=("shift", "s"))
+    sweep=("shift", "s"), reads=("eval.length_penalty", "eval.max_len_a", "eval.max_len_b", "eval.search_rules"))
 
 
 @pytest.fixture
@@ -200,6 +200,9 @@ MISTAKES = {
     "left out, not a term": (lambda *args: dataclasses.replace(_plain(*args), left_out=("unfit", "")), "left_out"),
     # outputs as wide as the model's capacity, whatever width the request asks
     "the capacity's width": (lambda *args: _capacity_wide(_plain(*args)), r"shape=\(1, \d+\).*, asked \d+"),
+    # a shared key of READ_BY_SOME read but not in Family.reads: refused where it acts
+    "a key read undeclared": (lambda config, *args: _plain(config, *args) if config.eval.length_cap_min else None,
+                              r"lacks \['eval.length_cap_min'\]"),
 }
 
 
@@ -207,9 +210,9 @@ def _capacity_wide(spec):
     return dataclasses.replace(spec, generate=lambda params, request: spec.generate(params, request.replace(max_out=0)))
 
 
-def _registered(toy, build):
+def _registered(toy, build, reads=TOY.reads + ("data.pack",)):  # (the AR spec of _plain packs)
     models.unregister(toy.name)
-    models.register(dataclasses.replace(toy, build=build, train_extras=None))
+    models.register(dataclasses.replace(toy, build=build, train_extras=None, reads=reads))
 
 
 def test_the_contract_passes_a_plain_family(toy):
@@ -222,6 +225,13 @@ def test_the_contract_catches_a_familys_mistake(toy, mistake):
     build, error = MISTAKES[mistake]
     _registered(toy, build)
     with pytest.raises((AssertionError, AttributeError), match=error):
+        check_contract(toy.name)
+
+
+def test_the_contract_catches_a_key_declared_unread(toy):
+    """A key of Family.reads the family's build, capacity and generate never read: accepted where it does nothing."""
+    _registered(toy, _plain, reads=TOY.reads + ("data.pack", "eval.run_all_iterations"))
+    with pytest.raises(AssertionError, match=r"names unread \['eval.run_all_iterations'\]"):
         check_contract(toy.name)
 
 

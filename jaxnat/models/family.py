@@ -55,6 +55,11 @@ class Family:
     shared: {flat key of a shared section ("eval.beam_size"): value}: the defaults its runs take instead of the
       shared ones (a family without beam search: {"eval.beam_size": 1}), where neither the config file nor the
       command line sets the key (`jaxnat.config.family_defaults`).
+    reads: the keys of `jaxnat.config.READ_BY_SOME` (shared keys that only some families read: a left-to-right
+      search's length rules, a canvas's capacity, refinement passes, fairseq's decoding rules, packed training) that
+      its runs read: "data.pack" for a model whose `ModelSpec.packs`, the eval keys its build, capacity and generate
+      read. Its own, not those of the family it extends. Another set away from its default is refused
+      (`jaxnat.config.check_read`): the run would train and decode as without it.
     """
 
     name: str
@@ -79,6 +84,7 @@ class Family:
     analysis: Analysis | None = None
     conventions: tuple[str, ...] = ()
     shared: Mapping[str, object] = dataclasses.field(default_factory=dict)
+    reads: tuple[str, ...] = ()
 
     def __post_init__(self):
         # a key of its section these name that the section lacks (a typo) would be checked, compared with a workdir's

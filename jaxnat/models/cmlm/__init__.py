@@ -39,6 +39,7 @@ FAMILY = Family(
            **{f"train.{k}": k for k in ("correction", "correction_p", "correction_count", "correction_combine")},
            "eval.mask_predict_iter": "mask_predict_iter", "eval.update_all": "update_all"},
     before_added={"length_with_ends": (False, None)}, conventions=("absent_tokens",),
+    reads=("eval.length_cap_min", "eval.length_cap_ratio", "eval.run_all_iterations", "eval.search_rules", "data.pack"),
     aux_run=rescorer_run, sweep=("mask_predict_iter", "T"),
     analysis=Analysis("Position embeddings and context use (Huang et al. 2022, Figure 1(a))",
                       positions.measure, positions.to_markdown, positions.plot,

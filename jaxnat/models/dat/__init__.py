@@ -96,4 +96,5 @@ FAMILY = Family(
             "top_cand": ("[1", None), "soft_reward": ("[0", None)},
     architecture=("upsample", "upsample_base", "max_vertices", "links", "vertex_inputs"),
     validate=validate, output_metrics=output_metrics, sweep=("decode_upsample", "U"),
+    reads=("eval.length_cap_min", "eval.length_cap_ratio"),
     conventions=("absent_tokens", "source_bos"))

@@ -59,4 +59,5 @@ FAMILY = Family(
     moved={**EDIT_MOVED, **{f"model.{k}": k for k in ("separate_reposition", "reposition_deletion")},
            **{f"train.{k}": k for k in ("dual_path", "roll_in_sampling", "insert_after_oracle_reposition")},
            "eval.deletion_reward": "deletion_reward", "eval.hard_mode": "hard_mode"},
-    validate=validate, sweep=("max_iter", "I"))
+    validate=validate, sweep=("max_iter", "I"),
+    reads=("eval.length_cap_min", "eval.length_cap_ratio", "eval.run_all_iterations", "eval.search_rules"))

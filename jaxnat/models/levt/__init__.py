@@ -43,4 +43,5 @@ FAMILY = Family(
     architecture=("early_exit", "separate_deletion", "separate_placeholder"),
     moved={**EDIT_MOVED, "model.separate_deletion": "separate_deletion",
            "train.sampling_for_deletion": "sampling_for_deletion"},
-    validate=validate, sweep=("max_iter", "I"), conventions=("absent_tokens",))
+    validate=validate, sweep=("max_iter", "I"), conventions=("absent_tokens",),
+    reads=("eval.length_cap_min", "eval.length_cap_ratio", "eval.run_all_iterations", "eval.search_rules"))

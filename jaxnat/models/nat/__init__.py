@@ -60,5 +60,7 @@ FAMILY = Family(
            "eval.coverage_lambda": "coverage_lambda"},
     before_added={"coverage_bos_eos": (True, "coverage"), "length_with_ends": (False, None)},
     conventions=("absent_tokens",),
+    # one mask-predict pass: eval.run_all_iterations, which mask_predict_options passes on, stops no later one
+    reads=("eval.length_cap_min", "eval.length_cap_ratio", "eval.search_rules", "data.pack"),
     validate=validate, aux_run=rescorer_run, output_metrics=output_metrics,
     sweep=("decode_iterations", "K"))
