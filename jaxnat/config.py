@@ -150,7 +150,8 @@ def default_config() -> ml_collections.ConfigDict:
         pack=True,
         init_lang="",  # e.g. "mt": refining models train (and evaluate) from {split}.mt[.gz], initial hypotheses y0
         # a trained workdir whose SentencePiece models this run uses instead of training its own (copied into
-        # this workdir at the start): one vocabulary with a model that rescores this one's outputs
+        # this workdir at the start): one vocabulary with a model that rescores this one's outputs. The keys that
+        # would shape a vocabulary of its own must be that run's (`VOCABULARY_KEYS`)
         spm_from="",
         # a directory of {split}.pairs.jsonl constraint pairs (python -m jaxnat.data.alignment writes them) for
         # models that read pairs (vectorized constraints), and the fixed shape they take: at most max_pairs pairs
@@ -601,6 +602,31 @@ MODEL_KEYS = tuple(f"model.{k}" for k in (
     "decoder_norm", "decoder_final_norm", "layernorm_embedding", "position_offset", "position_layout", "output_bias",
     "decoder_start", "source_bos", "absent_tokens")) + (
     "data.vocab_size", "data.joint_vocab", "data.spm_model_type")
+
+
+# The keys that shape a new SentencePiece vocabulary (`jaxnat.data.tokenizer.Tokenizer.train_or_load`): a run that
+# takes another run's (data.spm_from) builds none, and they would do nothing there
+VOCABULARY_KEYS = ("data.vocab_size", "data.joint_vocab", "data.spm_model_type", "data.byte_fallback")
+
+
+def check_vocabulary_from(config: ml_collections.ConfigDict, path: str) -> None:
+    """A one-line `ConfigError` naming each `VOCABULARY_KEYS` value that differs from the one the run in ``path``
+    (data.spm_from, whose vocabulary this run takes) built its vocabulary with: its config.json's (a key it lacks,
+    added since, is not compared), the default where it has none. Set otherwise, the key would not act, and this
+    run's config.json would record a vocabulary it does not have."""
+    recorded = _read_recorded(path)
+    differ = []
+    for key in VOCABULARY_KEYS:
+        value = _leaf(config, key)
+        built = _leaf(default_config(), key) if recorded is None else _recorded(recorded, key, default=value)
+        if value != built:
+            differ.append((key, value, built))
+    if differ:
+        named = ", ".join(f"{key}={value!r}" for key, value, _ in differ)
+        built = " ".join(f"--config.{key}={_shown(value)}" for key, _, value in differ)
+        raise ConfigError(f"{named}: data.spm_from={path} takes the vocabulary of that run, which builds none here, so "
+                          f"{'it does' if len(differ) == 1 else 'they do'} nothing; set the values it was built with "
+                          f"({built}), or leave data.spm_from empty for a vocabulary of this run's own")
 
 
 def model_keys(name: str) -> tuple[str, ...]:

@@ -659,3 +659,47 @@ def test_read_checks_compare_with_the_familys_default_and_name_known_keys():
     with pytest.raises(ConfigError, match="model family 'ctc': its reads names eval.beam_size, not a key of "
                                           "jaxnat.config.READ_BY_SOME"):
         check_read(config, dataclasses.replace(ctc, reads=("eval.beam_size",)))
+
+
+def _vocabulary_run(path, **data) -> str:
+    """A workdir whose config.json records the vocabulary keys ``data`` (none: no config.json) and whose spm/ holds a
+    (placeholder) model: what data.spm_from names."""
+    os.makedirs(os.path.join(path, "spm"))
+    open(os.path.join(path, "spm", "joint.model"), "wb").close()
+    if data:
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump({"model": {"name": "ar"}, "data": data}, f)
+    return str(path)
+
+
+def test_the_vocabulary_keys_of_a_run_taking_another_runs_vocabulary_are_that_runs(tmp_path):
+    """data.spm_from takes a trained run's vocabulary: a vocabulary key set otherwise than that run built it with
+    (its config.json; the default without one) would do nothing, and this run's config.json would record it."""
+    from jaxnat.config import check_vocabulary_from
+
+    config = build_config(TINY, [])  # data.vocab_size=200, byte_fallback=false
+    same = _vocabulary_run(tmp_path / "a", vocab_size=200, joint_vocab=True, spm_model_type="unigram",
+                           byte_fallback=False)
+    check_vocabulary_from(config, same)
+    config.data.update(vocab_size=120, spm_model_type="bpe")
+    with pytest.raises(ConfigError, match=f"^data.vocab_size=120, data.spm_model_type='bpe': data.spm_from={same} "
+                                          f"takes the vocabulary of that run, which builds none here, so they do "
+                                          r"nothing; set the values it was built with \(--config.data.vocab_size=200 "
+                                          r"--config.data.spm_model_type=unigram\), or leave data.spm_from empty"):
+        check_vocabulary_from(config, same)
+    older = _vocabulary_run(tmp_path / "b", vocab_size=120, spm_model_type="bpe")
+    check_vocabulary_from(config, older)  # a run older than data.byte_fallback: not compared
+    bare = _vocabulary_run(tmp_path / "c")  # no config.json: the defaults
+    with pytest.raises(ConfigError, match="data.vocab_size=120, data.spm_model_type='bpe', data.byte_fallback=False: "):
+        check_vocabulary_from(config, bare)
+
+
+def test_training_refuses_vocabulary_keys_that_data_spm_from_makes_inert(tmp_path):
+    """... before the run writes anything (its config.json would record the vocabulary keys it was given)."""
+    from jaxnat.training.trainer import Trainer
+
+    other = _vocabulary_run(tmp_path / "ar", vocab_size=8000)
+    config = build_config(TINY, [f"--config.data.spm_from={other}"])
+    with pytest.raises(ConfigError, match=f"^data.vocab_size=200: data.spm_from={other} takes the vocabulary"):
+        Trainer(config, str(tmp_path / "run"))
+    assert not os.path.exists(tmp_path / "run")

@@ -18,8 +18,8 @@ import numpy as np
 import optax
 from tqdm import tqdm
 
-from jaxnat.config import (check_aux, check_known_keys, check_matches_workdir, default_config, model_keys, validate,
-                           workdir_config)
+from jaxnat.config import (check_aux, check_known_keys, check_matches_workdir, check_vocabulary_from, default_config,
+                           model_keys, validate, workdir_config)
 from jaxnat.data.batching import (PackedBatcher, TrainBatcher, bucket_lengths, eval_batches, example_lengths,
                                   fitted_buckets, prefetch, prepare_with_init)
 from jaxnat.data.distilled import check_same_teacher, record_teacher
@@ -386,6 +386,8 @@ class Trainer:
             if not resuming and not holds_steps(os.path.join(config.train.init_from, "checkpoints", "best")):
                 raise TrainingError(f"train.init_from={config.train.init_from}: no best checkpoint there (no "
                                     f"validation has run yet: train that run to a train.eval_every step first)")
+        if d.spm_from and not Tokenizer.exists(workdir):  # (a workdir's own vocabulary: check_matches_workdir)
+            check_vocabulary_from(config, d.spm_from)
 
         def write_config_and_vocabulary():
             if jax.process_index() == 0:
