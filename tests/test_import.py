@@ -280,6 +280,21 @@ def test_a_safetensors_file_reads_as_the_safetensors_package_reads_it(tmp_path_f
         read_safetensors(str(path))
 
 
+def test_a_hugging_face_json_file_of_another_shape_is_one_line(tmp_path):
+    """config.json, tokenizer.json, vocab.json and the shards' index are JSON objects: another JSON value, or one
+    nested past Python's recursion limit, is a one-line error naming the file (it was a traceback where it was
+    used: `'list' object has no attribute 'get'`, RecursionError)."""
+    from jaxnat.importers.hf_files import read_json
+
+    path = tmp_path / "config.json"
+    for text in ("[1]", '"d_model"', "[" * 100_000 + "]" * 100_000):
+        path.write_text(text)
+        with pytest.raises(DataError, match=r"config.json: not (a JSON object|JSON \(maximum recursion)"):
+            read_json(str(path))
+    path.write_text('{"d_model": 16}')
+    assert read_json(str(path)) == {"d_model": 16}
+
+
 def test_sharded_weights_import_as_one_file(tmp_path):
     """A checkpoint saved in shards (model-0000k-of-0000n.safetensors and the index naming each weight's file, as
     save_pretrained writes a large model's) imports as the same model in one file; a shard the index names but the

@@ -19,14 +19,19 @@ SAFETENSORS_DTYPES = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "BF16": "bfloat1
                       "I16": "<i2", "I8": "i1", "U64": "<u8", "U32": "<u4", "U16": "<u2", "U8": "u1", "BOOL": "?"}
 
 
-def read_json(path: str):
+def read_json(path: str) -> dict:
+    """The JSON object in ``path`` (every Hugging Face file jaxnat reads holds one); a one-line DataError for a
+    file that is unreadable, not JSON (nested past Python's recursion limit too) or another JSON value."""
     try:
         with open(path, encoding="utf-8") as f:
-            return json.load(f)
+            found = json.load(f)
     except OSError as e:
         raise DataError(f"{path}: unreadable ({e.strerror})") from None
-    except ValueError as e:
+    except (ValueError, RecursionError) as e:
         raise DataError(f"{path}: not JSON ({e})") from None
+    if not isinstance(found, dict):
+        raise DataError(f"{path}: not a JSON object (a map of names), as a Hugging Face model's JSON files are")
+    return found
 
 
 def weights(directory: str) -> tuple[dict, str]:
