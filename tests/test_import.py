@@ -295,6 +295,30 @@ def test_a_hugging_face_json_file_of_another_shape_is_one_line(tmp_path):
     assert read_json(str(path)) == {"d_model": 16}
 
 
+@pytest.mark.parametrize("entries, message", [
+    ({"w": {"dtype": ["F32"], "shape": [4], "data_offsets": [0, 16]}}, r"w: dtype \['F32'\] is not one of"),
+    ({"w": {"dtype": "F32", "shape": [-2, -2], "data_offsets": [0, 16]}}, "w: no shape and data_offsets of whole"),
+    ({"w": {"dtype": "F32", "shape": [2.9, 2], "data_offsets": [0, 16]}}, "w: no shape and data_offsets of whole"),
+    ({"w": {"dtype": "F32", "shape": [2 ** 62, 4], "data_offsets": [0, 0]}}, r"w: bytes 0..0 do not hold F32"),
+    ({"w": {"dtype": "F32", "shape": [2 ** 70, 0], "data_offsets": [0, 0]}}, "larger than numpy's arrays"),
+    ({"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+      "v": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, "w and v overlap at byte 4"),
+    ("[" * 100_000 + "]" * 100_000, "its header is not JSON: maximum recursion depth"),
+])
+def test_a_safetensors_header_that_lies_is_one_line(tmp_path, entries, message):
+    """A header whose dtype is no string, whose shape is negative, fractional or so large that its element count
+    wrapped round in int64, whose tensors overlap, or that nests past the recursion limit: a one-line error (it
+    was a traceback: unhashable type, `can only specify one unknown dimension`, `cannot reshape`, RecursionError;
+    the fraction read as its whole part, overlapping tensors as they were)."""
+    from jaxnat.importers.hf_files import read_safetensors
+
+    header = (entries if isinstance(entries, str) else json.dumps(entries)).encode()
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(len(header).to_bytes(8, "little") + header + bytes(16))
+    with pytest.raises(DataError, match=f"model.safetensors: unreadable safetensors file \\(.*{message}"):
+        read_safetensors(str(path))
+
+
 def test_sharded_weights_import_as_one_file(tmp_path):
     """A checkpoint saved in shards (model-0000k-of-0000n.safetensors and the index naming each weight's file, as
     save_pretrained writes a large model's) imports as the same model in one file; a shard the index names but the

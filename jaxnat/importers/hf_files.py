@@ -5,6 +5,7 @@ with the index naming them), read as data."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 
@@ -72,30 +73,42 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
                 raise bad(f"a header of {n} bytes in a file of {size}")
             try:
                 header = json.loads(f.read(n))
-            except ValueError as e:
+            except (ValueError, RecursionError) as e:
                 raise bad(f"its header is not JSON: {e}") from None
             if not isinstance(header, dict):
                 raise bad("its header is not a map")
             header.pop("__metadata__", None)
-            tensors = {}
+            found = []
             for name, entry in header.items():
-                if not isinstance(entry, dict) or entry.get("dtype") not in SAFETENSORS_DTYPES:
-                    code = entry.get("dtype") if isinstance(entry, dict) else None
+                code = entry.get("dtype") if isinstance(entry, dict) else None
+                if not isinstance(code, str) or code not in SAFETENSORS_DTYPES:
                     raise bad(f"{name}: dtype {code!r} is not one of {', '.join(SAFETENSORS_DTYPES)}")
-                try:
-                    dtype = _dtype(entry["dtype"])
-                    shape = tuple(int(d) for d in entry["shape"])
-                    begin, end = (int(o) for o in entry["data_offsets"])
-                except (KeyError, TypeError, ValueError):
-                    raise bad(f"{name}: no dtype, shape and data_offsets it can read") from None
-                count = int(np.prod(shape, dtype=np.int64))
-                if not 0 <= begin <= end <= size - 8 - n or end - begin != count * dtype.itemsize:
-                    raise bad(f"{name}: bytes {begin}..{end} do not hold {entry['dtype']} {list(shape)}")
+                shape, offsets = entry.get("shape"), entry.get("data_offsets")
+                if not (_whole_numbers(shape) and _whole_numbers(offsets) and len(offsets) == 2):
+                    raise bad(f"{name}: no shape and data_offsets of whole numbers it can read")
+                dtype, (begin, end) = _dtype(code), offsets
+                count = math.prod(shape)  # Python's integers: a huge shape does not wrap round to a small count
+                if not begin <= end <= size - 8 - n or end - begin != count * dtype.itemsize:
+                    raise bad(f"{name}: bytes {begin}..{end} do not hold {code} {shape}")
+                found.append((begin, end, name, dtype, shape))
+            found.sort()
+            for (_, end, name, *_), (begin, _, other, *_) in zip(found, found[1:]):
+                if begin < end:  # two tensors in one place: a damaged header (the safetensors package refuses it too)
+                    raise bad(f"{name} and {other} overlap at byte {begin}")
+            tensors = {}
+            for begin, _, name, dtype, shape in found:  # in the file's order
                 f.seek(8 + n + begin)
-                tensors[name] = np.fromfile(f, dtype, count).reshape(shape)
+                try:
+                    tensors[name] = np.fromfile(f, dtype, math.prod(shape)).reshape(shape)
+                except ValueError:  # numpy's limit on a dimension, reached by an empty tensor's [2**70, 0] alone
+                    raise bad(f"{name}: shape {shape} is larger than numpy's arrays") from None
             return tensors
     except OSError as e:
         raise DataError(f"{path}: unreadable ({e.strerror})") from None
+
+
+def _whole_numbers(values) -> bool:
+    return isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
 
 
 def _dtype(code: str) -> np.dtype:
