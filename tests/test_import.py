@@ -753,6 +753,31 @@ def test_a_checkpoint_in_torchs_legacy_format_reads_as_the_zip_one(tmp_path):
         torch_file.load(str(evil))
 
 
+def _pickled_tensor(storage: bytes) -> bytes:
+    """A pickle, by hand, of {"w": torch._utils._rebuild_tensor_v2(STORAGE, 0, (2,), (1,), False)}: what
+    torch.save writes for a tensor, with ``storage`` (opcodes) standing for its storage."""
+    return (b"\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_tensor_v2\n(" + storage
+            + b"K\x00K\x02\x85K\x01\x85\x89tRs.")
+
+
+def test_a_crafted_storage_is_one_line_not_a_traceback(tmp_path):
+    """A legacy checkpoint whose storage claims 2**38 elements (the count read from the file before its bytes)
+    stopped in a MemoryError; a tensor rebuilt over a string instead of a storage in an AttributeError."""
+    record = b"(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpu"
+    huge = 2 ** 38
+    path = tmp_path / "model.pt"
+    path.write_bytes(b"".join(pickle.dumps(x, protocol=2) for x in (torch_file.LEGACY_MAGIC, 1001,
+                                                                     {"little_endian": True}))
+                     + _pickled_tensor(record + b"\x8a\x05" + huge.to_bytes(5, "little") + b"tQ")
+                     + pickle.dumps(["0"], protocol=2) + huge.to_bytes(8, "little") + bytes(8))
+    with pytest.raises(DataError, match="model.pt: tensor storage 0 is cut short"):
+        torch_file.load(str(path))
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", _pickled_tensor(b"X\x06\x00\x00\x00abcdef"))
+    with pytest.raises(DataError, match="model.pt: a tensor rebuilt from a str, not a tensor storage"):
+        torch_file.load(str(path))
+
+
 @pytest.mark.slow
 def test_hard_constraints_stay_whole_words_with_a_bpe_vocabulary(tmp_path_factory):
     """A subword-nmt vocabulary's pieces ending in "@@" glue the next piece onto their word: jaxnat's constrained

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import pickle
 import types
 import zipfile
@@ -44,6 +45,8 @@ def _rebuild_tensor(storage, offset: int, size, stride, *_):
     bytes once, else a copy in C order; over a legacy storage not read yet, a `_Deferred` record of them."""
     if isinstance(storage, Storage):
         return _Deferred(storage=storage, args=(offset, size, stride))
+    if not isinstance(storage, np.ndarray):  # a pickle that hands the rebuilder a string, a dict, …
+        raise DataError(f"a tensor rebuilt from a {type(storage).__name__}, not a tensor storage (a damaged file?)")
     size, stride = tuple(int(n) for n in size), tuple(int(s) for s in stride)
     last = offset + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else offset - 1
     if offset < 0 or len(size) != len(stride) or min(stride, default=0) < 0 or last >= len(storage):
@@ -169,10 +172,10 @@ def _load_legacy(path: str, f):
         st = pending[key]
         head = f.read(8)
         numel = int.from_bytes(head, "little") if len(head) == 8 else -1
-        raw = f.read(max(numel, 0) * st.dtype.itemsize)
-        if numel != st.numel or len(raw) != numel * st.dtype.itemsize:
+        # checked against the bytes left before reading: a damaged count would ask for exabytes (MemoryError)
+        if numel != st.numel or numel * st.dtype.itemsize > os.fstat(f.fileno()).st_size - f.tell():
             raise DataError(f"{path}: tensor storage {key} is cut short (a truncated file?)")
-        st.data = np.frombuffer(raw, dtype=st.dtype.newbyteorder("<"))
+        st.data = np.frombuffer(f.read(numel * st.dtype.itemsize), dtype=st.dtype.newbyteorder("<"))
 
     def elements(st: Storage) -> np.ndarray:
         root = getattr(st, "root", None)
