@@ -345,6 +345,20 @@ def test_sharded_weights_import_as_one_file(tmp_path):
         read(f"nllb:{source}")
 
 
+@pytest.mark.parametrize("kind, name", [("marian", "target.spm"), ("marian-npz", "source.spm"),
+                                        ("nllb", "sentencepiece.bpe.model")])
+def test_a_damaged_sentencepiece_model_is_refused_at_import(tmp_path, kind, name):
+    """The import copies the source's SentencePiece models into the workdir's vocab/: a damaged one was copied
+    without a word, and the workdir then failed at its first translation."""
+    from jaxnat.importers import read
+
+    source = tmp_path / kind
+    shutil.copytree(os.path.join(DATA, kind), source)
+    (source / name).write_bytes(b"garbage\n")
+    with pytest.raises(DataError, match=f"{kind}/{name}: cannot load SentencePiece model"):
+        read(f"{SOURCES[kind].split(':')[0]}:{source}")
+
+
 @pytest.mark.parametrize("damage, message", [
     ("dictionary", "not this model's dictionary"),
     ("codes", "BPE codes"),

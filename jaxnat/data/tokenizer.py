@@ -89,6 +89,15 @@ def read_sentencepiece(path: str) -> spm.SentencePieceProcessor:
     return sp
 
 
+def sentencepiece_bytes(path: str) -> bytes:
+    """The bytes of the file ``path`` once they load as a SentencePiece model (`read_sentencepiece`'s one-line
+    DataError otherwise): an import copies them into a workdir, which would otherwise take a damaged one and fail
+    at its first translation."""
+    read_sentencepiece(path)
+    with open(path, "rb") as f:
+        return f.read()
+
+
 def _load_processor(path: str) -> spm.SentencePieceProcessor:
     sp = read_sentencepiece(path)
     _check_reserved(sp, path)

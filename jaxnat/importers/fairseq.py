@@ -121,25 +121,27 @@ def row_order(n: int) -> list[int]:
 
 def _segmenter(cfg: dict, task: dict, dict_dir: str) -> tuple[dict, dict]:
     """(tokenizer settings, files) for the model's text pipeline: fairseq's --bpe and --tokenizer."""
+    from jaxnat.data.tokenizer import sentencepiece_bytes
+
     bpe, tok = _settings(cfg.get("bpe")), _settings(cfg.get("tokenizer"))
     kind = bpe.get("_name") or cfg.get("_bpe")
 
-    def file(name: str, what: str) -> bytes:
+    def file(name: str, what: str) -> str:  # its path
         path = os.path.join(dict_dir, os.path.basename(name or ""))
         if not name or not os.path.isfile(path):
             raise DataError(f"the model's {what} ({name or 'not named in its settings'}) is not in {dict_dir}; pass "
                             f"the directory that holds it with --dict-dir")
-        with open(path, "rb") as f:
-            return f.read()
+        return path
 
     if kind == "sentencepiece":
-        model = file(bpe.get("sentencepiece_model"), "SentencePiece model (--sentencepiece-model)")
+        model = sentencepiece_bytes(file(bpe.get("sentencepiece_model"), "SentencePiece model (--sentencepiece-model)"))
         return ({"segmenter": "spm", "src": {"spm": "sentencepiece.model"}, "tgt": {"spm": "sentencepiece.model"}},
                 {"sentencepiece.model": model})
     if kind in ("subword_nmt", "fastbpe"):
         if tok.get("_name") not in ("moses", None):
             raise DataError(f"fairseq tokenizer {tok.get('_name')!r} is not supported (moses or none)")
-        codes = file(bpe.get("bpe_codes"), "BPE codes (--bpe-codes)")
+        with open(file(bpe.get("bpe_codes"), "BPE codes (--bpe-codes)"), "rb") as f:
+            codes = f.read()
         if kind == "fastbpe":
             codes = fastbpe_codes(codes, bpe.get("bpe_codes"))
         settings = {"segmenter": "bpe", "codes": "bpecodes",

@@ -134,9 +134,10 @@ def imported(port: Port, params: dict, vocabulary: list[str], languages: list[st
     unused = port.state.unused(ignore=ignore)
     if unused:
         raise DataError(f"{port.state.where}: parameters jaxnat's model would not use: {', '.join(unused[:3])}")
+    from jaxnat.data.tokenizer import sentencepiece_bytes
+
     cfg = port.cfg
-    with open(port.at(SPM), "rb") as f:
-        files = {SPM: f.read()}
+    files = {SPM: sentencepiece_bytes(port.at(SPM))}
     settings = {"segmenter": "spm", "joint": True, "languages": languages, "specials": [*languages, "<mask>"],
                 "src": {"spm": SPM}, "tgt": {"spm": SPM}}
     pieces = jaxnat_pieces(vocabulary)

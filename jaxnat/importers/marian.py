@@ -134,10 +134,11 @@ def build(cfg: dict, vocabs: dict, tensors: dict, directory: str, about: dict, *
     if unused:
         raise DataError(f"{where}: parameters jaxnat's model would not use: {', '.join(unused[:3])}")
 
+    from jaxnat.data.tokenizer import sentencepiece_bytes
+
     files = {}
     for name in ("source.spm", "target.spm"):
-        with open(os.path.join(directory, name), "rb") as f:
-            files[name] = f.read()
+        files[name] = sentencepiece_bytes(os.path.join(directory, name))
     settings = {"segmenter": "spm", "joint": shared, "language_codes": True, "src": {"spm": "source.spm"},
                 "tgt": {"spm": "target.spm"}}
     max_len = cfg.get("max_position_embeddings", 512)
