@@ -689,17 +689,27 @@ def _sectioned(recorded: dict) -> dict:
     return out
 
 
+def _read_json_config(path: str) -> dict:
+    """The config a JSON file records ({section: {key: value}}); a one-line ConfigError naming ``path`` where it
+    is unreadable, not JSON (nested past Python's recursion limit too) or of another shape, whose sections
+    `_sectioned` would drop without a word (the run's then read as jaxnat's defaults)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            found = json.load(f)
+    except (OSError, ValueError, RecursionError) as e:
+        raise ConfigError(f"{path} is unreadable ({type(e).__name__}): not a config jaxnat wrote") from None
+    sections = default_config().keys()
+    if not isinstance(found, dict) or any(not isinstance(found[s], dict) for s in sections if s in found):
+        raise ConfigError(f"{path} is not a config jaxnat wrote (a JSON object of sections, each an object of keys)")
+    return found
+
+
 def _read_recorded(workdir: str) -> dict | None:
     """``workdir/config.json`` in today's layout (`_sectioned`); None when there is none."""
     path = os.path.join(workdir, "config.json")
     if not os.path.isfile(path):
         return None
-    try:
-        with open(path, encoding="utf-8") as f:
-            return _sectioned(json.load(f))
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path} is unreadable ({type(e).__name__}); it records the config the run was trained "
-                          f"with") from None
+    return _sectioned(_read_json_config(path))
 
 
 def check_aux(key: str, path: str, family: str, workdir: str):
@@ -762,11 +772,7 @@ def overlay(config: ml_collections.ConfigDict, recorded: dict) -> ml_collections
 
 
 def _json_config(path: str) -> ml_collections.ConfigDict:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return overlay(default_config(), json.load(f))
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"{path} is unreadable ({type(e).__name__}): not a config jaxnat wrote") from None
+    return overlay(default_config(), _read_json_config(path))
 
 
 def workdir_config(workdir: str) -> ml_collections.ConfigDict:

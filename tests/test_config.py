@@ -292,6 +292,21 @@ def test_a_json_config_with_a_value_of_another_type_is_one_line(tmp_path):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("text", ["[1, 2]", '{"model": "ar"}', "[" * 100_000 + "]" * 100_000])
+def test_a_json_config_of_another_shape_is_one_line(tmp_path, text):
+    """A config.json (a workdir's, or --config FILE.json) that is a JSON list, whose section is no object, or that
+    nests past the recursion limit: one line naming the file. It was a traceback ('list' object has no attribute
+    'items', RecursionError), or, for a section, the defaults read in its place: a workdir's then failed as
+    'the best checkpoint(s) are unreadable'."""
+    (tmp_path / "given.json").write_text(text)
+    (tmp_path / "config.json").write_text(text)
+    one_line = r"{}.json is (unreadable \(RecursionError\)|not a config jaxnat wrote)"
+    with pytest.raises(ConfigError, match=one_line.format("given")):
+        build_config(str(tmp_path / "given.json"), [])
+    with pytest.raises(ConfigError, match=one_line.format("config")):
+        check_matches_workdir(build_config(CONFIG, []), str(tmp_path))
+
+
 def _cli(*args, cwd=ROOT, stdin=None):
     return cli.run([sys.executable, "-m", "jaxnat.main", *args], cwd=cwd, input=stdin, timeout=300)
 
