@@ -131,6 +131,29 @@ def test_curves_of_an_imported_model_say_it_was_not_trained_here(tmp_path):
         plot_curves(str(tmp_path), required=True)
 
 
+def test_a_damaged_history_ends_its_entries_in_one_line_not_a_traceback(tmp_path):
+    """history.jsonl with a line that is not UTF-8 or not a JSON object, or an object without a step, stopped a
+    resumed training, `--mode curves` and the report in a traceback (UnicodeDecodeError, `list indices must be
+    integers`, KeyError: 'step'): such a line ends the entries as a line cut short does; a history.jsonl that is a
+    directory, or holds no entry at all, is one line."""
+    from jaxnat.training.history import History, plot_curves
+
+    path = tmp_path / "history.jsonl"
+    good = [{"step": 4, "loss": 5.7}, {"step": 4, "valid_bleu": 0.1}]
+    for damage in (b"\xff\xfe\x00garbage\n", b"[1, 2]\n"):
+        path.write_bytes(b"".join(json.dumps(e).encode() + b"\n" for e in good) + damage)
+        assert read_history(str(tmp_path)) == good
+    path.write_text('{"loss": 1.0}\n' + json.dumps(good[0]) + "\n")
+    assert History(str(tmp_path), resumed_step=4, write=False).entries == good[:1]
+    path.write_text("[1, 2]\n")
+    with pytest.raises(JaxnatError, match="history.jsonl holds no entry to draw"):
+        plot_curves(str(tmp_path), required=True)
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(JaxnatError, match=r"history.jsonl: unreadable \(Is a directory\)"):
+        read_history(str(tmp_path))
+
+
 def _params(value: float) -> dict:
     return {"w": np.full((2, 3), value, np.float32)}
 

@@ -18,7 +18,7 @@ import json
 import logging
 import os
 
-from jaxnat.errors import JaxnatError
+from jaxnat.errors import DataError, JaxnatError
 from jaxnat.optional import install_hint, optional, require
 
 log = logging.getLogger("jaxnat")
@@ -28,22 +28,30 @@ FILE, PICTURE = "history.jsonl", "curves.png"
 
 def read_jsonl(path: str) -> list[dict]:
     """Every object of a JSON-lines file a run appends to, in order, up to a line cut short (the last one of a
-    process killed while writing it); [] when there is no file."""
+    process killed while writing it) or otherwise damaged (not UTF-8, not a JSON object); [] when there is no file;
+    a one-line DataError where it cannot be read (a directory)."""
     if not os.path.exists(path):
         return []
     entries = []
-    with open(path) as f:
-        for line in f:
-            try:
-                entries.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
+    try:
+        with open(path, "rb") as f:  # bytes, decoded line by line: a damaged line ends the entries, not the command
+            for line in f:
+                try:
+                    entry = json.loads(line.decode("utf-8"))
+                except (ValueError, RecursionError):  # (UnicodeDecodeError and JSONDecodeError are ValueErrors)
+                    break
+                if not isinstance(entry, dict):
+                    break
+                entries.append(entry)
+    except OSError as e:
+        raise DataError(f"{path}: unreadable ({e.strerror})") from None
     return entries
 
 
 def read_history(workdir: str) -> list[dict]:
-    """Every entry of a workdir's history, in order; [] when it has none."""
-    return read_jsonl(os.path.join(workdir, FILE))
+    """Every entry of a workdir's history, in order (those with a step: what training, the curves and the report
+    read); [] when it has none."""
+    return [e for e in read_jsonl(os.path.join(workdir, FILE)) if isinstance(e.get("step"), int)]
 
 
 class History:
@@ -83,6 +91,8 @@ def plot_curves(workdir: str, required: bool = False) -> str:
     from jaxnat.data import piece_vocab
 
     entries = read_history(workdir)
+    if not entries and os.path.exists(os.path.join(workdir, FILE)):
+        raise JaxnatError(f"{os.path.join(workdir, FILE)} holds no entry to draw (none logged yet, or a damaged file)")
     if not entries:  # an import's workdir (its vocab/ settings) has a model but no training to draw
         why = ("it holds an imported model, not trained here" if piece_vocab.exists(workdir) else
                "a run trained by this version of jaxnat writes one")
