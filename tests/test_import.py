@@ -408,6 +408,16 @@ def test_a_missing_fairseq_dictionary_points_at_dict_dir(tmp_path):
         read_dictionary(str(tmp_path / "dict.de.txt"))
 
 
+def test_a_fairseq_dictionary_that_is_not_utf8_is_one_line(tmp_path):
+    """It stopped the import in a UnicodeDecodeError traceback."""
+    from jaxnat.importers.fairseq import read_dictionary
+
+    path = tmp_path / "dict.de.txt"
+    path.write_bytes(b"Haus 5\n\xff\xfe bad 1\n")
+    with pytest.raises(DataError, match=r"dict.de.txt: a dictionary that is not UTF-8 \(invalid start byte at byte 7"):
+        read_dictionary(str(path))
+
+
 def test_fairseq_settings_of_training_alone_import_the_same_model(monkeypatch):
     """LayerDrop and activation checkpointing leave the function fairseq's eval computes as it is (every layer, the
     same weights): such a checkpoint imports as the one without them; quant_noise_pq, which adds a linear map over

@@ -83,6 +83,8 @@ def read_dictionary(path: str) -> list[str]:
                         f"--dict-dir") from None
     except OSError as e:
         raise DataError(f"{path}: unreadable dictionary ({e.strerror})") from None
+    except UnicodeDecodeError as e:  # fairseq reads it as UTF-8 too
+        raise DataError(f"{path}: a dictionary that is not UTF-8 ({e.reason} at byte {e.start})") from None
     tokens = []
     for n, line in enumerate(lines, 1):
         fields = line.rstrip().rsplit(" ", 2)
