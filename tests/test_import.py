@@ -418,6 +418,20 @@ def test_a_fairseq_dictionary_that_is_not_utf8_is_one_line(tmp_path):
         read_dictionary(str(path))
 
 
+@pytest.mark.parametrize("text", ["[1]", '{"segmenter": "spm"}'])
+def test_an_imported_workdirs_damaged_vocabulary_settings_are_one_line(tmp_path, text):
+    """vocab/tokenizer.json that is a JSON list, or lacks its src and tgt settings, stopped every translation in a
+    traceback ('list' object has no attribute 'get', KeyError: 'src')."""
+    from jaxnat.data import piece_vocab
+
+    path = piece_vocab.settings_path(str(tmp_path))
+    os.makedirs(os.path.dirname(path))
+    with open(path, "w") as f:
+        f.write(text)
+    with pytest.raises(DataError, match="vocab/tokenizer.json: not the settings an import writes"):
+        piece_vocab.PieceTokenizer(str(tmp_path))
+
+
 def test_fairseq_settings_of_training_alone_import_the_same_model(monkeypatch):
     """LayerDrop and activation checkpointing leave the function fairseq's eval computes as it is (every layer, the
     same weights): such a checkpoint imports as the one without them; quant_noise_pq, which adds a linear map over

@@ -146,8 +146,11 @@ class PieceTokenizer:
         try:
             with open(settings_path(workdir), encoding="utf-8") as f:
                 settings = json.load(f)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, RecursionError) as e:
             raise DataError(f"{settings_path(workdir)}: unreadable ({type(e).__name__})") from None
+        if not (isinstance(settings, dict) and all(isinstance(settings.get(side), dict) for side in ("src", "tgt"))):
+            raise DataError(f"{settings_path(workdir)}: not the settings an import writes (an object with its src "
+                            f"and tgt objects)")
         self.joint = bool(settings.get("joint"))  # one vocabulary (the same ids) for both sides
         self._side = {side: _Side(directory, settings, settings[side]) for side in ("src", "tgt")}
         self._tables = {side: s.tables() for side, s in self._side.items()}
