@@ -592,6 +592,11 @@ def _check_file_names(d) -> None:
                               f"path separator or be '.' or '..' (put the files in data.dir itself)")
 
 
+# The keys that shape a new SentencePiece vocabulary (`jaxnat.data.tokenizer.Tokenizer.train_or_load`): a run that
+# takes another run's (data.spm_from) builds none, and they would do nothing there
+VOCABULARY_KEYS = ("data.vocab_size", "data.joint_vocab", "data.spm_model_type", "data.byte_fallback")
+
+
 # The keys that define a trained model's parameters, vocabulary and the meaning of its heads: a workdir is
 # resumed, evaluated or translated only with the values it was trained with (and its family's
 # `Family.architecture` keys, `model_keys`). Everything else (dropout, steps, learning rate, decoding settings)
@@ -600,13 +605,7 @@ MODEL_KEYS = tuple(f"model.{k}" for k in (
     "name", "d_model", "ffn_dim", "num_heads", "enc_layers", "dec_layers", "pre_norm", "positions", "max_len",
     "share_embeddings", "scale_embeddings", "separate_positions", "tie_output", "scan_layers", "ln_eps", "activation",
     "decoder_norm", "decoder_final_norm", "layernorm_embedding", "position_offset", "position_layout", "output_bias",
-    "decoder_start", "source_bos", "absent_tokens")) + (
-    "data.vocab_size", "data.joint_vocab", "data.spm_model_type")
-
-
-# The keys that shape a new SentencePiece vocabulary (`jaxnat.data.tokenizer.Tokenizer.train_or_load`): a run that
-# takes another run's (data.spm_from) builds none, and they would do nothing there
-VOCABULARY_KEYS = ("data.vocab_size", "data.joint_vocab", "data.spm_model_type", "data.byte_fallback")
+    "decoder_start", "source_bos", "absent_tokens")) + VOCABULARY_KEYS
 
 
 def check_vocabulary_from(config: ml_collections.ConfigDict, path: str) -> None:

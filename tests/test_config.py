@@ -392,6 +392,10 @@ def test_workdir_check_ignores_settings_that_may_change(tmp_path):
     check_matches_workdir(config, str(tmp_path / "new"))  # nothing recorded: nothing to compare
     with pytest.raises(ConfigError, match="data.vocab_size=8 "):
         check_matches_workdir(build_config(CONFIG, ["--config.data.vocab_size=8"]), str(tmp_path))
+    # every key that shapes the vocabulary: another byte_fallback is another vocabulary
+    flipped = f"--config.data.byte_fallback={str(not config.data.byte_fallback).lower()}"
+    with pytest.raises(ConfigError, match="data.byte_fallback="):
+        check_matches_workdir(build_config(CONFIG, [flipped]), str(tmp_path))
     # a run of another model: its name differs, and not the defaults of a section it never read
     (tmp_path / "config.json").write_text(build_config(CONFIG, ["--config.model.name=ctc"]).to_json_best_effort())
     with pytest.raises(ConfigError, match=r"model.name='dat' \(trained: 'ctc'\); use the config") as err:
