@@ -325,3 +325,7 @@ def test_repeated_token_ratios_over_all_and_the_short_and_long_halves():
     out = repeated_token_ratios([1, 4, 0, 2], [10, 20, 10, 20], [2, 7, 3, 9])
     assert out == {"repeated": 100 * 7 / 60, "repeated_short": 100 * 1 / 20, "repeated_long": 100 * 6 / 40}
     assert repeated_token_ratios([0], [0], [1]) == {"repeated": 0.0, "repeated_short": 0.0, "repeated_long": 0.0}
+    # by source length, not output length; an odd count gives the short half the middle sentence (⌈3/2⌉ = 2), and
+    # tied source lengths keep input order: sentence 2 (source 2), then 0 before 1 (both 4), so 2 and 0 are short
+    out = repeated_token_ratios([1, 0, 3], [10, 5, 20], [4, 4, 2])
+    assert out == {"repeated": 100 * 4 / 35, "repeated_short": 100 * 4 / 30, "repeated_long": 0.0}
