@@ -471,6 +471,12 @@ def test_corpus_metrics_keys_and_scales():
     for lang, expected in (("fr", 100.0), ("en", 0.0)):
         out = corpus_metrics(["L'homme mange."], ["L'homme mange."], [["homme"]], lang=lang)
         assert out["cpr"] == expected
+    # ... and the tokenized scores: "homme" matches the reference's French token, not its English "'homme"
+    hyps, refs = ["un homme mange une pomme rouge."], ["L'homme mange une pomme rouge."]
+    out = corpus_metrics(hyps, refs, lang="fr")
+    assert out["tok_bleu"] == tokenized_bleu(hyps, refs, lang="fr") != tokenized_bleu(hyps, refs, lang="en")
+    assert out["ribes"] == pytest.approx(100 * ribes(hyps, refs, lang="fr"))
+    assert out["ribes"] != pytest.approx(100 * ribes(hyps, refs, lang="en"))
 
 
 def test_format_table():
