@@ -482,7 +482,7 @@ def test_corpus_metrics_keys_and_scales():
 def test_format_table():
     rows = {
         "valid": {"bleu": 27.456, "bleu_signature": "nrefs:1|tok:13a", "ribes": 80.0},
-        "test": {"bleu": 5.0, "ter": 101.234},
+        "test": {"bleu": 5.0, "ter": 101.234, "flat": True},  # a bool is no number: no column
     }
     assert format_table(rows) == (
         "        bleu  ribes     ter\n"
