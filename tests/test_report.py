@@ -78,6 +78,10 @@ def test_seed_statistics_by_hand():
     assert out["b"]["t"] == pytest.approx(t) and 0 < out["b"]["p"] < 0.1
     assert seed_statistics(["a", "b"], [1.0, 2.0], "a")["b"] == {"runs": 1, "mean": 2.0, "std": None, "t": None,
                                                                  "p": None}
+    # one run on either side alone is no test either (scipy would give NaN)
+    for names in (["a", "b", "b"], ["a", "a", "b"]):
+        out = seed_statistics(names, [1.0, 2.0, 4.0], "a")
+        assert out["b"]["t"] is None and out["b"]["p"] is None
 
 
 def test_convergence_by_hand():
