@@ -93,6 +93,7 @@ def test_convergence_by_hand():
     flat = [(100, 10.0), (200, 20.0), (300, 30.0), (400, 30.2), (450, 30.4), (500, 30.1)]
     assert convergence(flat, 0.5) == {"best": 30.4, "best_step": 450, "gain": pytest.approx(0.2), "flat": True}
     assert convergence(flat, 0.1)["flat"] is False
+    assert convergence([(100, 30.0), (500, 30.5)], 0.5)["flat"] is True  # a gain of exactly ``within``: flat
     falling = [(100, 12.0), (200, 12.0), (1000, 11.0)]  # the first of equal bests; a loss is a gain below 0
     assert convergence(falling, 0.0) == {"best": 12.0, "best_step": 100, "gain": -1.0, "flat": True}
     assert convergence([(4, 3.0)], 0.5) == {"best": 3.0, "best_step": 4, "gain": None, "flat": None}
