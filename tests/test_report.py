@@ -46,6 +46,18 @@ def test_bleu_by_source_length_is_bleu_of_each_bucket():
     assert out["11-20"]["bleu"] == bleu([hyps[1], hyps[3]], [refs[1], refs[3]])[0]
 
 
+# a source and its length bucket: 13a words (the commas count), both bounds inclusive, an empty source in the first
+SOURCE_BUCKETS = (("", "1-10"), ("a b c d e f g h i j", "1-10"), ("one, two, three, four, five, six", "11-20"),
+                  (" ".join("w" * k for k in range(1, 21)), "11-20"),
+                  (" ".join("w" * k for k in range(1, 22)), "21-30"))
+
+
+@pytest.mark.parametrize("src, bucket", SOURCE_BUCKETS)
+def test_a_source_is_in_the_bucket_of_its_13a_words(src, bucket):
+    assert bleu_by_source_length(["a b"], ["a b"], [src])[bucket] == {"sentences": 1, "bleu": bleu(["a b"], ["a b"])[0]}
+    assert iteration_statistics([3], [src])["by_length"][bucket] == 3.0
+
+
 def test_iteration_statistics_by_hand():
     srcs = ["a b", "a b c d e f g h i j k l", "x", "one two three four five six seven eight nine ten eleven"]
     out = iteration_statistics([2, 4, 2, 3], srcs)
