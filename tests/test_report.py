@@ -34,6 +34,9 @@ def test_word_f1_by_frequency_by_hand():
     # bin 0 (unseen: d in the reference, e in the hypothesis)
     assert out["0"]["precision"] == 0.0 and out["0"]["ref_words"] == 1 and out["0"]["hyp_words"] == 1
     assert out["1000+"] == {"ref_words": 0, "hyp_words": 0, "precision": 0.0, "recall": 0.0, "f1": 0.0}
+    # a bin's bounds are inclusive: 9 training occurrences are in 5-9, 10 in 10-99
+    out = word_f1_by_frequency(["n t"], ["n t"], ["n " * 9 + "t " * 10])
+    assert out["5-9"]["ref_words"] == 1 and out["10-99"]["ref_words"] == 1
 
 
 def test_bleu_by_source_length_is_bleu_of_each_bucket():
