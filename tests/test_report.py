@@ -5,14 +5,15 @@ import json
 import os
 import shutil
 import sys
+from types import SimpleNamespace
 
 import pytest
 
-from jaxnat.evaluation.metrics import bleu
+from jaxnat.evaluation.metrics import bleu, chrf
 from jaxnat.errors import ConfigError, JaxnatError
 from jaxnat.report import (FREQUENCY_BINS, bin_label, bleu_by_source_length, constraint_overlap, convergence,
-                           curve_points, default_names, iteration_statistics, lookup, parse_column, parse_names,
-                           seed_rows, seed_statistics, valid_curve, word_f1_by_frequency)
+                           curve_points, default_names, iteration_statistics, lookup, paired_test, parse_column,
+                           parse_names, seed_rows, seed_statistics, valid_curve, word_f1_by_frequency)
 from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,6 +79,23 @@ def test_constraint_overlap_by_hand():
     assert out["rows"]["pairs"] == {"csr_seen": 100.0, "csr_unseen": 100.0}
     assert constraint_overlap(train, [[]], {"plain": ["x"]}, "en") == {"pairs": 0, "seen": None, "rows": {
         "plain": {"csr_seen": None, "csr_unseen": None}}}
+
+
+@pytest.mark.parametrize("test, samples", [("bs", 100), ("ar", 20)])
+def test_paired_test_scores_each_system_against_the_first(test, samples):
+    """sacreBLEU's paired test of each system in the given order, the first the baseline (no p-value), with the
+    test and the number of samples asked for; bootstrap resampling gives a confidence interval, randomisation none."""
+    refs = ["the cat sat on the mat", "a dog ran in the park today", "hello there my friend"]
+    systems = [SimpleNamespace(name="base", hyps=["the cat sat on a mat", "a dog ran in the park", "hello there"]),
+               SimpleNamespace(name="oracle", hyps=list(refs))]
+    signatures, results = paired_test(systems, refs, test, samples)
+    assert set(signatures) == set(results) == {"BLEU", "chrF2"}
+    assert all(f"{test}:{samples}|" in signature for signature in signatures.values())
+    for k, s in enumerate(systems):
+        assert results["BLEU"][k].score == pytest.approx(bleu(s.hyps, refs)[0])
+        assert results["chrF2"][k].score == pytest.approx(chrf(s.hyps, refs))
+        assert (results["BLEU"][k].p_value is None) == (k == 0)
+        assert (results["BLEU"][k].ci is None) == (test == "ar")
 
 
 def test_seed_statistics_by_hand():
