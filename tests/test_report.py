@@ -77,6 +77,7 @@ def test_constraint_overlap_by_hand():
     assert out["pairs"] == 3 and out["seen"] == pytest.approx(200 / 3)
     assert out["rows"]["plain"] == {"csr_seen": 50.0, "csr_unseen": 0.0}
     assert out["rows"]["pairs"] == {"csr_seen": 100.0, "csr_unseen": 100.0}
+    assert constraint_overlap(train, [[("Rot", "Red")]], {"plain": ["Red"]}, "en")["seen"] == 0.0  # case kept
     assert constraint_overlap(train, [[]], {"plain": ["x"]}, "en") == {"pairs": 0, "seen": None, "rows": {
         "plain": {"csr_seen": None, "csr_unseen": None}}}
 
