@@ -145,3 +145,16 @@ def test_top_k_chunks_the_searches_candidates():
         got, want = _top_k(x, k, 2), jax.lax.top_k(x.reshape(3, -1), k)
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_top_k_keeps_a_rows_short_last_chunk_inside_the_row():
+    """Rows of 333 (64 does not divide it) taken as one axis: the last chunk of a row holds 13 entries. Its 51 slots
+    past the row's end are never taken, not even before real -inf entries, and never read the next row's first."""
+    x = np.full((1, 4, 333), -np.inf, np.float32)
+    x[0, 0, 330] = 3.0  # one number, in row 0's short chunk: the second best is the first -inf, index 0
+    values, indices = _top_k(x, 2, 2)
+    assert values.tolist() == [[3.0, -np.inf]] and indices.tolist() == [[330, 0]]
+    x = np.full((1, 4, 333), -1.0, np.float32)
+    x[0, 0, 330], x[0, 1, 0] = 3.0, 5.0  # row 1's first entry follows row 0's short chunk
+    values, indices = _top_k(x, 2, 2)
+    assert values.tolist() == [[5.0, 3.0]] and indices.tolist() == [[333, 330]]
