@@ -168,6 +168,19 @@ def test_apply_word_shuffle_matches_reference(data):
         assert rows(out[b]) == ref_shuffle(tokens[b].tolist(), word_start[b].tolist(), shift[b].tolist())
 
 
+def test_a_long_row_keeps_the_pieces_of_each_word_in_order():
+    """Twelve words of three pieces each (a row of 40, where XLA:CPU's unstable sort reorders equal keys; the
+    property tests' rows of 10 are sorted stably either way), with shifts that reverse the words."""
+    words = [[10 + 3 * w, 11 + 3 * w, 12 + 3 * w] for w in range(12)]
+    tokens = np.array([[1, *itertools.chain(*words), 2, PAD_ID, PAD_ID]], np.int32)
+    word_start = np.zeros((1, 40), bool)
+    word_start[0, 1:37:3] = True
+    shift = np.zeros((1, 40), np.float32)
+    shift[0, :12] = 2 * (11 - np.arange(12))  # key w + 2 (11 - w) = 22 - w
+    out = np.asarray(N.apply_word_shuffle(tokens, word_start, shift, PAD_ID))
+    assert rows(out[0]) == [1, *itertools.chain(*words[::-1]), 2, PAD_ID, PAD_ID]
+
+
 def test_pieces_before_the_first_word_start_form_the_first_word():
     """Real pieces 5 6 7 8 with a word start only at 7: 5 6 is word 0 (key 0 + 2.9), 7 8 word 1 (key 1 + 0)."""
     tokens = np.array([padded([1, 5, 6, 7, 8, 2])] * B, np.int32)
