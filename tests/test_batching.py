@@ -173,7 +173,8 @@ def test_eval_batches_restore_order(with_tgt):
         assert batch["src"].shape[0] == 8 and batch["src"].shape[1] in buckets
         # as wide as the smallest bucket that holds its longest example
         longest = max(len(src[i]) for i in idx if i >= 0)
-        assert batch["src"].shape[1] == min(b for b in buckets if b >= longest) or with_tgt
+        longest = max([longest, *(len(tgt[i]) for i in idx if i >= 0 and with_tgt)])
+        assert batch["src"].shape[1] == min(b for b in buckets if b >= longest)
         shapes.add(batch["src"].shape)
         assert _row_ids(batch["src"]) == idx.tolist()
         for r, i in enumerate(idx):
@@ -183,6 +184,8 @@ def test_eval_batches_restore_order(with_tgt):
     assert all(out[i][: len(src[i])].tolist() == src[i].tolist() for i in range(n))
     assert len(shapes) <= len(buckets)
     assert list(batching.eval_batches([], None, 8, buckets)) == []
+    # an example exactly as long as a bucket fits it
+    assert next(batching.eval_batches(*_examples([8, 3], [5, 16]), 8, buckets))[1]["src"].shape == (8, 16)
 
 
 def test_prefetch_matches_direct_calls():
