@@ -35,6 +35,9 @@ def _row_ids(arr, offset=10):
 
 def test_bucket_lengths():
     assert batching.bucket_lengths(256) == [8, 16, 24, 40, 56, 80, 112, 160, 224, 256]
+    # a max_len within a tenth (a quarter of growth - 1) above the last bucket replaces it: one compilation fewer
+    assert batching.bucket_lengths(230)[-2:] == [160, 230] and batching.bucket_lengths(250)[-2:] == [224, 250]
+    assert batching.bucket_lengths(88)[-2:] == [80, 88]  # exactly a tenth above: kept
     for max_len in (3, 8, 9, 50, 100, 115, 513, 1024):
         b = batching.bucket_lengths(max_len)
         assert b[-1] == max_len and b == sorted(set(b)) and len(b) <= 16
