@@ -186,6 +186,18 @@ def test_model_choice_samples_from_the_softmax():
     assert (np.asarray(model_choice(logits)) == 0).all()
 
 
+def test_placeholder_slot_reads_its_left_token_then_its_right_one(spec):
+    """Slot k's logits are [h_k ; h_k+1] times the head's kernel, the left token's features first, as fairseq's
+    LevT concatenates them for embed_mask_ins (which the fairseq importer copies into placeholder_head)."""
+    h = jax.random.normal(jax.random.PRNGKey(0), (2, 5, spec.cfg.d_model))
+    params = spec.module.init(jax.random.PRNGKey(1), h, method="placeholder_from")
+    kernel = np.asarray(params["params"]["placeholder_head"]["kernel"], np.float64)
+    got = np.asarray(spec.module.apply(params, h, method="placeholder_from"))
+    x = np.asarray(h, np.float64)
+    want = [[np.concatenate([x[b, k], x[b, k + 1]]) @ kernel for k in range(4)] for b in range(2)]
+    np.testing.assert_allclose(got, np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
 # --------------------------------------------------------------------------------- the loop vs plain Python
 
 # plain, and with the penalty and every iteration run (one program each)
