@@ -20,7 +20,7 @@ from jaxnat import edit_ops
 from jaxnat.decoding.refine import (Heads, RefineOptions, initial_hypotheses, insert_and_fill, length_cap, narrowed,
                                     refine, shared_placeholder_logits)
 from jaxnat.models import build_model
-from jaxnat.models.insertion import model_choice
+from jaxnat.models.insertion import mean_loss, model_choice
 from jaxnat.models.levt.model import levt_delete, levt_loss
 from tests import edit_reference as er
 from tests.refine_reference import (check_fills_scored, check_loop_against_python, fit_briefly, levt_first,
@@ -196,6 +196,12 @@ def test_placeholder_slot_reads_its_left_token_then_its_right_one(spec):
     x = np.asarray(h, np.float64)
     want = [[np.concatenate([x[b, k], x[b, k + 1]]) @ kernel for k in range(4)] for b in range(2)]
     np.testing.assert_allclose(got, np.asarray(want), rtol=1e-4, atol=1e-5)
+
+
+def test_a_loss_over_no_position_is_zero():
+    """A head with nothing to learn in a batch (no slot, no inserted token) adds 0 to the loss, not NaN."""
+    assert float(mean_loss(jnp.float32(0.0), jnp.float32(0.0))) == 0.0
+    assert float(mean_loss(jnp.float32(3.0), jnp.float32(2.0))) == 1.5
 
 
 # --------------------------------------------------------------------------------- the loop vs plain Python
