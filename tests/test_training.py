@@ -517,6 +517,44 @@ def test_a_resume_on_batches_of_another_shape_says_so():
                          "changed: resume with the trained values to continue it exactly)"), said
 
 
+def test_a_resume_on_other_training_pairs_says_so_and_records_them(tmp_path):
+    """A run resumed with a data.dir whose training files held other pairs trained on them without a word (only a
+    distillation's manifest was compared). A training state records a cheap fingerprint of the pairs it trained
+    on: the same pairs moved elsewhere (and gzipped) resume silently, other ones (one pair edited) warn, naming both
+    places, and are recorded from the step the run resumed at."""
+    import gzip
+
+    import ml_collections
+
+    from jaxnat.data import sources, text
+    from jaxnat.training import trainer as trainer_lib
+
+    def corpus(name, pairs, gz=False):
+        d = tmp_path / name
+        d.mkdir()
+        for lang, i in (("en", 0), ("de", 1)):
+            for split, lines in (("train", [p[i] for p in pairs]), ("val", ["a", "b"])):
+                data = "".join(f"{line}\n" for line in lines).encode()
+                (d / f"{split}.{lang}{'.gz' if gz else ''}").write_bytes(gzip.compress(data) if gz else data)
+        cfg = ml_collections.ConfigDict(dict(source="text", dir=str(d), src_lang="en", tgt_lang="de",
+                                             train_split="train", valid_split="val", test_splits=""))
+        return {"origin": sources.train_origin(cfg),
+                "fingerprint": text.corpus_fingerprint(*sources.load_corpus(cfg)["train"])}
+
+    pairs = [(f"source {i}", f"ziel {i}") for i in range(1000)]
+    first = corpus("a", pairs)
+    assert first["origin"] == f"{tmp_path}/a/train.{{en,de}}"
+    corpora, said = trainer_lib.corpora_from(None, first, 0)
+    assert corpora == [{"step": 0, **first}] and said == ""
+    assert trainer_lib.corpora_from({"corpora": corpora}, corpus("moved", pairs, gz=True), 8) == (corpora, "")
+    assert trainer_lib.corpora_from({"lr_scale": 1.0}, first, 8) == ([{"step": 8, **first}], "")  # an older state
+    other = corpus("b", [*pairs[:501], ("source 501", "ziel 502"), *pairs[502:]])  # 501: a sampled pair
+    recorded, said = trainer_lib.corpora_from({"corpora": corpora}, other, 8)
+    assert recorded == [*corpora, {"step": 8, **other}]
+    assert said.startswith(f"the training pairs of {tmp_path}/b/train.{{en,de}} (1000 pairs) are not those this run "
+                           f"trained on from step 0 to 8, read from {tmp_path}/a/train.{{en,de}} (1000 pairs)"), said
+
+
 def test_a_split_that_filters_down_to_nothing_is_refused(caplog):
     """A valid set of paragraphs, every pair longer than data.max_len, left validation a loss over no pair: the
     run logged `valid_loss 0.000 valid_nll 0.000` at every validation (and the plateau schedule saw no gain). Both

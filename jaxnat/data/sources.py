@@ -142,6 +142,19 @@ def _load_tfds(cfg: Any) -> Corpus:
     return {key: loaded[split] for key, split in splits.items()}
 
 
+def train_origin(data_cfg: Any) -> str:
+    """Where the training pairs of ``data_cfg`` are read from, in words (a record and a warning name it)."""
+    source, split = _str(data_cfg, "source", ""), _str(data_cfg, "train_split", "")
+    if source == "synthetic":
+        return f"the synthetic corpus of data.synthetic_seed={_get(data_cfg, 'synthetic_seed', 0)}"
+    src_lang, tgt_lang = _langs(data_cfg)
+    files = f"{os.path.abspath(os.path.expanduser(_str(data_cfg, 'dir', '')))}/{split}.{{{src_lang},{tgt_lang}}}"
+    if source == "tfds":
+        return f"TFDS {_str(data_cfg, 'tfds_name', '')} split {split}" + (f" built from {files}"
+                                                                         if _str(data_cfg, "dir", "") else "")
+    return files
+
+
 def _data_dir(cfg: Any) -> str:
     directory = os.path.expanduser(_str(cfg, "dir", ""))
     if not directory:

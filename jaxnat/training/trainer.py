@@ -23,7 +23,8 @@ from jaxnat.config import (check_aux, check_known_keys, check_matches_workdir, c
 from jaxnat.data.batching import (PackedBatcher, TrainBatcher, bucket_lengths, eval_batches, example_lengths,
                                   fitted_buckets, prefetch, prepare_with_init)
 from jaxnat.data.distilled import check_same_teacher, record_teacher
-from jaxnat.data.sources import load_corpus, load_inits, load_pairs
+from jaxnat.data.sources import load_corpus, load_inits, load_pairs, train_origin
+from jaxnat.data.text import corpus_fingerprint
 from jaxnat.data.tokenizer import Tokenizer, no_language_tokens_named
 from jaxnat.data.vocab import UNK_ID
 from jaxnat.errors import ConfigError, JaxnatError, Stopped
@@ -319,6 +320,24 @@ def plan_change(progress: dict | None, plan: dict) -> str:
                "with the trained values to continue it exactly")
     return (f"the checkpoint was trained on batches of {shown(progress)}, this run's are {shown(plan)}: from here on "
             f"it trains on other batches than the uninterrupted run ({how})")
+
+
+def corpora_from(progress: dict | None, now: dict, step: int) -> tuple[list[dict], str]:
+    """The corpora a training state records (beside its progress) when training goes on from ``step`` on the
+    training pairs ``now`` ({"origin": where they are read, "fingerprint": `text.corpus_fingerprint`}): each
+    {"step": the first step trained on it, "origin", "fingerprint"}, the one in use last; and why to warn ('' where
+    the pairs are those the state trained on, wherever they are read from now, or the state records none)."""
+    corpora = list((progress or {}).get("corpora") or [])
+    if not corpora:  # a new run, or a state saved before corpora were recorded: known from here on
+        return [{"step": step, **now}], ""
+    if corpora[-1]["fingerprint"] == now["fingerprint"]:
+        return corpora, ""
+    last, pairs = corpora[-1], now["fingerprint"]["pairs"]
+    return [*corpora, {"step": step, **now}], (
+        f"the training pairs of {now['origin']} ({pairs} pairs) are not those this run trained on from step "
+        f"{last['step']} to {step}, read from {last['origin']} ({last['fingerprint']['pairs']} pairs): it goes on "
+        f"training on the new ones, recorded in its training states' progress (\"corpora\"); resume with the old "
+        f"files to continue the run exactly")
 
 
 SCHEDULE_KEYS = ("lr", "lr_schedule", "warmup_steps", "warmup_init_lr", "min_lr", "steps")  # train.*: the schedule's
@@ -621,6 +640,10 @@ class Trainer:
             log.info("training already complete: stopped early at step %d, %d validations without a new best valid "
                      "perplexity (train.stop_patience=%d)", start, plateau.since_best, t.stop_patience)
             return False
+        trained_on = {"origin": train_origin(cfg.data), "fingerprint": corpus_fingerprint(*self.corpus["train"])}
+        corpora, change = corpora_from(progress, trained_on, start)  # recorded beside each training state
+        if change:
+            log.warning("%s", change)
         # one entry per log window and per validation, in <workdir>/history.jsonl (curves.png is drawn from it)
         self.history = History(self.workdir, start, write=jax.process_index() == 0)
         best = self.ckpt.best_meta() or {"bleu": -1.0, "step": -1}
@@ -740,7 +763,8 @@ class Trainer:
                 early = done < t.steps and plateau.stopped  # train.stop_patience validations without a gain
                 if done % t.checkpoint_every == 0 or done == t.steps or stopping or early:
                     self.ckpt.save_state(done, state, {**plateau.progress(), **plan,
-                                                       **schedule_record(t, self.schedule, done)})
+                                                       **schedule_record(t, self.schedule, done),
+                                                       "corpora": corpora})
                     if not stopping:  # an earlier stop's checkpoint has served: keep what a run never stopped keeps
                         self.ckpt.drop_off_grid(t.checkpoint_every, t.steps)
                 if (stopping or early) and (pending is not None or window):
