@@ -10,6 +10,7 @@ import os
 
 import numpy as np
 
+from jaxnat import strict_json
 from jaxnat.data.phrase_pairs import encode_pairs
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.text import one_line
@@ -175,13 +176,19 @@ def evaluate(config, workdir: str) -> dict:
                                            known))
     results.update(post_edit_rows(config, corpus, inits, translator, workdir))
     if _writes():
-        with open(os.path.join(workdir, "metrics.json"), "w") as f:
-            json.dump(results, f, indent=2, sort_keys=True)
-        with open(os.path.join(workdir, EVALUATED), "w") as f:  # after metrics.json: a kill between them redoes it
-            json.dump(_evaluation_record(config, workdir), f, indent=2, sort_keys=True)
+        write_metrics(config, workdir, results)
     print(format_table(results, summary_columns(results)))
     log.info("all metrics: %s", os.path.join(workdir, "metrics.json"))
     return results
+
+
+def write_metrics(config, workdir: str, results: dict) -> None:
+    """``workdir/metrics.json`` (``results``), as standard JSON (a CPR of no constraints is null, not NaN), then the
+    record of what it was computed from."""
+    with open(os.path.join(workdir, "metrics.json"), "w") as f:
+        f.write(strict_json.dumps(results, indent=2, sort_keys=True))
+    with open(os.path.join(workdir, EVALUATED), "w") as f:  # after metrics.json: a kill between them redoes it
+        json.dump(_evaluation_record(config, workdir), f, indent=2, sort_keys=True)
 
 
 def _checkpoints(workdir: str) -> dict[str, list[str]]:

@@ -45,7 +45,7 @@ import re
 import statistics
 import sys
 
-from jaxnat import analyse, provenance
+from jaxnat import analyse, provenance, strict_json
 from jaxnat.errors import ConfigError, JaxnatError
 from jaxnat.optional import install_hint, optional
 from jaxnat.paths import check_creatable_dir
@@ -376,7 +376,7 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
         entry.update({k2: s.main[k2] for k2 in ("cpr", "latency_ms", "sentences_per_s", "ece", "ece_confidence",
                                                 "ece_accuracy") if k2 in s.main})
         # the split's metrics.json row as evaluated, with the metrics a family adds of its own (`output_metrics`)
-        entry["metrics"] = {k2: v for k2, v in s.main.items() if isinstance(v, (int, float))}
+        entry["metrics"] = {k2: v for k2, v in s.main.items() if v is None or isinstance(v, (int, float))}
         family = family_of(s.config.model.name)
         entry["architecture"] = {k: s.config[family.name][k] for k in family.architecture}
         base_latency = report["systems"][0].get("latency_ms") if report["systems"] else entry.get("latency_ms")
@@ -434,18 +434,6 @@ def default_names(workdirs: list[str]) -> list[str]:
             raise ConfigError(f"the workdirs {workdirs[names.index(name)]} and {workdirs[k]} are both named {name!r}: "
                               f"name the systems with --names (a name repeated only for seeds of one configuration)")
     return names
-
-
-def strict(value):
-    """``value`` with every float that is no finite number as None: report.json is strict JSON, which jq and
-    JavaScript read (a t-test of runs with equal scores is NaN, and so is a metrics.json CPR without constraints)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict(v) for v in value]
-    return value
 
 
 def parse_names(text: str) -> list[str]:
@@ -884,7 +872,7 @@ def main(argv=None) -> int:
                               args.model_analyses, args.flat_within, columns)
         os.makedirs(args.out, exist_ok=True)
         with open(os.path.join(args.out, "report.json"), "w") as f:
-            json.dump(strict(report), f, indent=2, allow_nan=False)
+            f.write(strict_json.dumps(report, indent=2))
         markdown = to_markdown(report)
         with open(os.path.join(args.out, "report.md"), "w") as f:
             f.write(markdown)

@@ -344,22 +344,42 @@ def test_a_run_evaluated_on_other_data_is_refused_for_its_data(tmp_path):
         build_report(workdirs, "test", samples=10)
 
 
-def test_report_json_is_strict_json(tmp_path, capsys):
+@pytest.mark.parametrize("cpr", ["NaN", "null"])  # a metrics.json of before it was standard JSON, and of now
+def test_report_json_is_strict_json(tmp_path, capsys, cpr):
     """NaN (a t-test of seeds with equal scores, a CPR of no constraints in metrics.json) was written as NaN, which
     is no JSON: jq and JavaScript's JSON.parse refuse the file. Now null, as "–" in report.md."""
     from jaxnat.config import build_config
     from jaxnat.data.sources import load_corpus
-    from jaxnat.report import main, strict
+    from jaxnat.report import main
+    from jaxnat.strict_json import strict
 
     assert strict({"a": [1.0, float("nan"), (float("inf"), "x")], "b": {"c": -float("inf"), "d": None}, "e": 2}) == {
         "a": [1.0, None, [None, "x"]], "b": {"c": None, "d": None}, "e": 2}
     config = build_config(TINY, [])
     workdir = _evaluated(tmp_path / "ar", config, load_corpus(config.data)["test"][1])
-    (tmp_path / "ar" / "metrics.json").write_text('{"test": {"bleu": 1.0, "cpr": NaN}}')
+    (tmp_path / "ar" / "metrics.json").write_text(f'{{"test": {{"bleu": 1.0, "cpr": {cpr}}}}}')
     assert main([workdir, "--out", str(tmp_path / "report"), "--samples", "10"]) == 0
     capsys.readouterr()
     report = json.loads((tmp_path / "report" / "report.json").read_text(), parse_constant=lambda name: name)
     assert report["systems"][0]["cpr"] is None and report["systems"][0]["metrics"]["cpr"] is None
+
+
+def test_metrics_json_and_the_history_are_standard_json(tmp_path):
+    """metrics.json held NaN for a CPR of no constraints (eval.constraint_counts=0), and history.jsonl would for a
+    loss that overflowed: Python's token, which JavaScript's JSON.parse and other strict readers refuse. Now null,
+    which the report reads as a value not measured (test_report_json_is_strict_json) and curves.png as a gap."""
+    from jaxnat.config import build_config
+    from jaxnat.evaluate import write_metrics
+    from jaxnat.training.history import History
+
+    def strict_loads(text):
+        return json.loads(text, parse_constant=lambda token: pytest.fail(f"{token} is no JSON"))
+
+    write_metrics(build_config(TINY, []), str(tmp_path), {"test": {"bleu": 1.0},
+                                                          "test+hard_c0": {"bleu": 1.0, "cpr": float("nan")}})
+    assert strict_loads((tmp_path / "metrics.json").read_text())["test+hard_c0"] == {"bleu": 1.0, "cpr": None}
+    History(str(tmp_path), 0).append({"step": 4, "loss": float("nan"), "grad_norm": float("inf")})
+    assert strict_loads((tmp_path / "history.jsonl").read_text()) == {"step": 4, "loss": None, "grad_norm": None}
 
 
 def test_rows_of_an_earlier_evaluation_are_not_read(tmp_path):

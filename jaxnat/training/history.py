@@ -18,6 +18,7 @@ import json
 import logging
 import os
 
+from jaxnat import strict_json
 from jaxnat.errors import DataError, JaxnatError
 from jaxnat.optional import install_hint, optional, require
 
@@ -63,14 +64,14 @@ class History:
         if write:
             tmp = self.path + ".tmp"
             with open(tmp, "w") as f:
-                f.writelines(json.dumps(e) + "\n" for e in self.entries)
+                f.writelines(strict_json.dumps(e) + "\n" for e in self.entries)
             os.replace(tmp, self.path)
 
     def append(self, entry: dict) -> None:
         self.entries.append(entry)
         if self.write:
             with open(self.path, "a") as f:
-                f.write(json.dumps(entry) + "\n")
+                f.write(strict_json.dumps(entry) + "\n")  # a loss that overflowed: null
 
 
 def tensorboard_writer(logdir: str):
