@@ -188,11 +188,11 @@ def _task(steps: int, batch: int = 16, length: int = 12):
     return out
 
 
-def _trainer(dtype: str, data, bf16_master: bool = False):
-    """run(seed) → (per-step training losses, final state) of the tiny AR model (dropout 0.1) on ``data``,
-    through the trainer's step and optimizer, one compiled step for every seed. ``bf16_master``: the parameters
-    rounded to bfloat16 after every update (what the recipe's float32 master copy avoids: a control that the
-    comparison can fail)."""
+def _trainer(dtype: str, data):
+    """run(seed, bf16_master=False) → (per-step training losses, final state) of the tiny AR model (dropout 0.1) on
+    ``data``, through the trainer's step and optimizer, one compiled step for every seed and either master.
+    ``bf16_master``: the parameters rounded to bfloat16 after every update (what the recipe's float32 master copy
+    avoids: a control that the comparison can fail)."""
     config = _config(f"--config.model.dtype={dtype}", f"--config.train.steps={len(data)}",
                      "--config.train.warmup_steps=20")
     spec = build_model(config, V, V)
@@ -200,19 +200,19 @@ def _trainer(dtype: str, data, bf16_master: bool = False):
     train_step = make_train_step(spec, optimizer, schedule)
 
     @jax.jit
-    def step(state, batch, key):
+    def step(state, batch, key, bf16_master):
         state, metrics = train_step(state, batch, key)
-        if bf16_master:
-            state = {**state, "params": jax.tree_util.tree_map(lambda p: p.astype(jnp.bfloat16).astype(p.dtype),
-                                                               state["params"])}
-        return state, metrics["loss"]
+        # a traced flag, not a static one: the control run reuses the bfloat16 run's program (a compile fewer)
+        params = jax.tree_util.tree_map(lambda p: jnp.where(bf16_master, p.astype(jnp.bfloat16).astype(p.dtype), p),
+                                        state["params"])
+        return {**state, "params": params}, metrics["loss"]
 
-    def run(seed: int):
+    def run(seed: int, bf16_master: bool = False):
         params = spec.init(jax.random.PRNGKey(0), data[0])
         state = {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": optimizer.init(params)}
         key, losses = jax.random.PRNGKey(seed), []
         for batch in data:
-            state, loss = step(state, batch, key)
+            state, loss = step(state, batch, key, bf16_master)
             losses.append(loss)
         return np.asarray(jax.device_get(losses)), state
 
@@ -222,9 +222,8 @@ def _trainer(dtype: str, data, bf16_master: bool = False):
 @pytest.fixture(scope="module")
 def runs():
     data = _task(STEPS)
-    f32 = _trainer("float32", data)
-    curves = {"f32": f32(1), "f32_other_seed": f32(2), "bf16": _trainer("bfloat16", data)(1),
-              "bf16_master": _trainer("bfloat16", data, bf16_master=True)(1)}
+    f32, bf16 = _trainer("float32", data), _trainer("bfloat16", data)
+    curves = {"f32": f32(1), "f32_other_seed": f32(2), "bf16": bf16(1), "bf16_master": bf16(1, bf16_master=True)}
     windows = {k: losses.reshape(-1, WINDOW).mean(axis=1) for k, (losses, _) in curves.items()}
     return curves, windows
 
