@@ -73,10 +73,11 @@ def test_translate_plain_and_rescored(pretrained, ar_run):
 
 
 def test_speed_table(pretrained, ar_run):
-    """bench/decode_speed.py, the queue's speed-nat job, on the tiny workdirs: AR greedy and beam 4, Coverage-NAT."""
+    """bench/decode_speed.py, the queue's speed-nat job, on the tiny workdirs: AR greedy and beam 4, Coverage-NAT.
+    On a test split of the 2 sentences timed at batch 1 (the throughput pass, here at batch 1 too, decodes all)."""
     workdir, _ = pretrained
     result = cli.run([sys.executable, "bench/decode_speed.py", "--run", str(ar_run), "--run", str(workdir),
-                      "--repeats", "1", "--sentences", "2", "--batch", "1"],
+                      "--repeats", "1", "--sentences", "2", "--batch", "1", "--config.data.synthetic_test=2"],
                      cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), timeout=600)
     assert result.returncode == 0, result.stderr
     labels = [line.split(" | ")[0][2:] for line in result.stdout.splitlines() if line.startswith(("| ar ", "| nat "))]
