@@ -32,7 +32,8 @@ def trained(tmp_path_factory, ar_run):
     workdir = tmp_path_factory.mktemp("tiny-cmlm") / "run"
     result = _main(workdir, f"--config.data.spm_from={ar_run}", "--config.train.steps=8", "--config.train.eval_every=8",
                    "--config.data.bucket_multiple=48", "--config.eval.latency_sentences=1",
-                   "--config.eval.constraints=soft,hard", "--config.eval.iteration_sweep=2")
+                   "--config.eval.constraints=soft,hard", "--config.eval.iteration_sweep=2",
+                   "--config.data.synthetic_test=16")  # one evaluation batch: one output width and constraint shape
     assert result.returncode == 0, result.stderr
     assert "INFO packed " in result.stderr  # trains on packed rows (data.pack): one batch shape
     return workdir, result.stdout

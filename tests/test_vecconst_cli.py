@@ -27,7 +27,8 @@ def stage2(tmp_path_factory, ar_run):
     result = _main(workdir, f"--config.train.init_from={ar_run}", "--config.train.steps=6",
                    "--config.train.eval_every=6", "--config.train.lr_schedule=constant",
                    "--config.train.warmup_steps=0", "--config.eval.latency_sentences=2",
-                   "--config.eval.throughput_batch=16")
+                   "--config.eval.throughput_batch=16",
+                   "--config.data.synthetic_test=16")  # one evaluation batch: one constraint shape a decoding
     assert result.returncode == 0, result.stderr
     return workdir, result.stderr
 
