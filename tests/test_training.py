@@ -45,18 +45,22 @@ def _final_params(workdir, step):
     return restored["params"]
 
 
+# the evaluation that ends a training command: greedy, as validation decodes (its program, compiled already)
+QUICK_EVAL = ("--config.eval.latency_sentences=0", "--config.eval.beam_size=1")
+
+
 @pytest.mark.slow
 def test_kill9_and_a_damaged_checkpoint_resume_reproduces_uninterrupted_run(tmp_path):
     # (and re-running a finished run's command neither trains nor evaluates again)
     steps = 24
-    full = _train(tmp_path / "full", "--config.eval.latency_sentences=0")
+    full = _train(tmp_path / "full", *QUICK_EVAL)
     out, _ = full.communicate(timeout=600)
     assert full.returncode == 0, out
     metrics = json.loads((tmp_path / "full" / "metrics.json").read_text())
     assert "bleu" in metrics["test"]
     # the same command again: nothing left to train, and metrics.json already holds this evaluation
     written = os.path.getmtime(tmp_path / "full" / "metrics.json")
-    again = _train(tmp_path / "full", "--config.eval.latency_sentences=0")
+    again = _train(tmp_path / "full", *QUICK_EVAL)
     out, _ = again.communicate(timeout=600)
     assert again.returncode == 0, out
     assert "training already complete: step 24" in out and "compiled the train step" not in out
@@ -69,7 +73,7 @@ def test_kill9_and_a_damaged_checkpoint_resume_reproduces_uninterrupted_run(tmp_
     assert not already_evaluated(recorded, str(tmp_path / "full"))
 
     # Same run, killed with SIGKILL once a checkpoint in the middle exists, then resumed.
-    killed = _train(tmp_path / "resumed", "--config.eval.latency_sentences=0", "--config.train.plot_curves=true")
+    killed = _train(tmp_path / "resumed", *QUICK_EVAL, "--config.train.plot_curves=true")
     ckpt_dir = tmp_path / "resumed" / "checkpoints" / "last"
     deadline = time.time() + 300
     while time.time() < deadline:
@@ -85,7 +89,7 @@ def test_kill9_and_a_damaged_checkpoint_resume_reproduces_uninterrupted_run(tmp_
     for path in (ckpt_dir / str(newest) / "state").rglob("*"):
         if path.is_file():
             path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
-    resumed = _train(tmp_path / "resumed", "--config.eval.latency_sentences=0", "--config.train.plot_curves=true")
+    resumed = _train(tmp_path / "resumed", *QUICK_EVAL, "--config.train.plot_curves=true")
     out, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, out
     assert f"the last checkpoint of step {newest} is unreadable" in out and f"resumed from step {newest - 4}" in out
@@ -107,7 +111,7 @@ def test_kill9_and_a_damaged_checkpoint_resume_reproduces_uninterrupted_run(tmp_
 
     # Stopped with SIGTERM between two checkpoints (every 1000 steps here: none but the end's): the step in flight
     # finishes, its checkpoint is written, the exit code is 128 + 15; the resumed run ends where the full one does
-    stopped = _train(tmp_path / "stopped", "--config.eval.latency_sentences=0", "--config.train.checkpoint_every=1000")
+    stopped = _train(tmp_path / "stopped", *QUICK_EVAL, "--config.train.checkpoint_every=1000")
     history = tmp_path / "stopped" / "history.jsonl"
     while time.time() < deadline + 300 and not (history.is_file() and history.read_text().count("\n") >= 2):
         time.sleep(0.05)
@@ -117,7 +121,7 @@ def test_kill9_and_a_damaged_checkpoint_resume_reproduces_uninterrupted_run(tmp_
     at = int(re.search(r"jaxnat: stopped by SIGTERM after step (\d+) \(checkpoint written\)", out).group(1))
     assert 8 <= at < steps and "Traceback" not in out
     assert sorted(int(d) for d in os.listdir(tmp_path / "stopped" / "checkpoints" / "last") if d.isdigit()) == [at]
-    resumed = _train(tmp_path / "stopped", "--config.eval.latency_sentences=0", "--config.train.checkpoint_every=1000")
+    resumed = _train(tmp_path / "stopped", *QUICK_EVAL, "--config.train.checkpoint_every=1000")
     out, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0 and f"resumed from step {at}" in out, out
     # the stop's checkpoint is gone once the end's is written
