@@ -38,6 +38,7 @@ JOINS = (np.arange(V) % 3 == 1) & (np.arange(V) >= NUM_RESERVED)  # pieces that 
 COUNTS = ("repositions", "deletions")
 
 
+@functools.lru_cache(maxsize=None)  # one spec (and its jit'd init) a config
 def _spec(*overrides):
     config = build_config(TINY, ["--config.model.name=editor", "--config.eval.beam_size=1",
                                  "--config.editor.separate_reposition=true", *overrides])
@@ -51,6 +52,12 @@ def spec():
 
 def _batch(seed, b=6, s=9, t=12):
     return random_batch(seed, V, b, s, t)
+
+
+def _params(spec, seed):
+    """The spec's parameters drawn from PRNGKey(seed). They depend on the key alone, not on the batch (flax reads
+    its shapes): every test initialises on one batch shape, and so reuses one compiled init program a spec."""
+    return spec.init(jax.random.PRNGKey(seed), _batch(0))
 
 
 @pytest.mark.slow
@@ -102,7 +109,7 @@ def test_dual_path_roll_in(spec, path_a):
     inserts; path B: reposition on y0, insertion on the model's argmax reposition of y0. Whatever the
     (untrained) model predicts, every roll-in is a valid hypothesis."""
     batch = _batch(3, b=8)
-    params = spec.init(jax.random.PRNGKey(3), batch)
+    params = _params(spec, 3)
     tgt = _rows(batch["tgt"])
     _, aux = _on_path(_loss_fn(spec.module), params, batch, path_a)
     roll = aux["roll_in"]
@@ -141,7 +148,7 @@ def test_dual_path_roll_in(spec, path_a):
 def test_loss_terms_match_plain_reference(spec, dual_path, path_a, alpha, beta, sampling, with_init, own, spread,
                                           after):
     batch = er.hand_batch() if with_init else er.with_filler_row(_batch(7))
-    params = spec.init(jax.random.PRNGKey(1), batch)
+    params = _params(spec, 1)
     loss_fn = _loss_fn(spec.module, dual_path, alpha, beta, sampling, own, spread, after)
     if dual_path:
         loss, aux = _on_path(loss_fn, params, batch, path_a)
@@ -181,7 +188,7 @@ def test_alpha_mixes_the_insertion_input_and_beta_the_reposition_input(spec):
     surplus tokens untouched — with the oracle's placeholders filled by the model. With y0 from the data,
     swapped roles would show."""
     batch = er.hand_batch()
-    params = spec.init(jax.random.PRNGKey(1), batch)
+    params = _params(spec, 1)
     init, tgt = _rows(batch["init"])[:4], _rows(batch["tgt"])[:4]
 
     _, aux = _loss_fn(spec.module, False, 1.0, 0.0)(params, batch, jax.random.PRNGKey(3))
@@ -203,7 +210,7 @@ def test_filler_rows_carry_no_loss(spec, dual_path, alpha, beta, sampling):
     gradient, in training mode (dropout on), on either dual path and under eqs. 6–7. (The reference tests
     above also hold a filler row, which their references skip.)"""
     batch = er.hand_batch(with_init=False)
-    params = spec.init(jax.random.PRNGKey(1), batch)
+    params = _params(spec, 1)
 
     def objective(params, batch, key):  # what the trainer differentiates
         loss, aux = editor_loss(spec.module, params, batch, key, word_start=jnp.asarray(WORD_START),
@@ -232,7 +239,7 @@ def test_each_head_reads_exactly_its_layers():
     """Early exit "2,1,2" with the reposition head on its own stack and the placeholder head on the shared one."""
     spec = _spec("--config.model.dec_layers=3", "--config.editor.early_exit=2,1,2")
     batch = _batch(4)
-    params = spec.init(jax.random.PRNGKey(0), batch)
+    params = _params(spec, 0)
     expected = {"reposition_logits": {("reposition_decoder", 0), ("reposition_decoder", 1)},
                 "placeholder_logits": {("decoder", 0)},
                 "token_logits": {("decoder", 0), ("decoder", 1)}}
@@ -248,7 +255,7 @@ def test_reposition_delete_column(option):
     Every other column j scores h_i · e_j, e_j the raw embedding of token j."""
     spec = _spec(f"--config.editor.reposition_deletion={option}")
     batch = _batch(2)
-    params = spec.init(jax.random.PRNGKey(0), batch)
+    params = _params(spec, 0)
     module, tokens = spec.module, batch["tgt"]
     memory, mask = jitted.method(module, "encode")(params, batch["src"]), batch["src"] != PAD_ID
     logits = np.asarray(jitted.method(module, "reposition_logits")(params, tokens, memory, mask))
@@ -389,7 +396,7 @@ def test_hard_constraints_survive_random_models(seed, phrases):
 @pytest.mark.slow
 def test_sentence_alone_equals_sentence_in_batch(spec):
     batch = _batch(5, b=5, s=16)
-    params = spec.init(jax.random.PRNGKey(5), batch)
+    params = _params(spec, 5)
     src = batch["src"]
 
     @jax.jit

@@ -42,6 +42,12 @@ def _batch(seed, b=6, s=9, t=12):
     return random_batch(seed, V, b, s, t)
 
 
+def _params(spec, seed):
+    """The spec's parameters drawn from PRNGKey(seed). They depend on the key alone, not on the batch (flax reads
+    its shapes): every test initialises on one batch shape, and so reuses one compiled init program a spec."""
+    return spec.init(jax.random.PRNGKey(seed), _batch(0))
+
+
 @pytest.mark.slow
 def test_loss_falls(spec):
     losses = [loss for loss, _ in fit_briefly(spec, _batch(0))]
@@ -75,7 +81,7 @@ def _rows(tokens):
 ])
 def test_loss_terms_match_plain_reference(spec, alpha, beta, sampling, with_init, own, spread):
     batch = er.hand_batch() if with_init else er.with_filler_row(_batch(7))
-    params = spec.init(jax.random.PRNGKey(1), batch)
+    params = _params(spec, 1)
     loss, aux = _loss_fn(spec.module, alpha, beta, sampling, own=own, spread=spread)(params, batch,
                                                                                       jax.random.PRNGKey(2))
     heads = er.Heads(spec.module, params, batch["src"], batch["tgt"].shape[1])
@@ -110,7 +116,7 @@ def test_alpha_mixes_the_deletion_input_and_beta_the_insertion_input(spec):
     """Algorithm 1: α = P(deletion head sees y⁰), β = P(insertion heads see y⁰ minus the oracle's deletions).
     With y⁰ from the data, swapped roles would show: y⁰ is neither a subsequence of y* nor the model's fills."""
     batch = er.hand_batch()
-    params = spec.init(jax.random.PRNGKey(1), batch)
+    params = _params(spec, 1)
     init, tgt = _rows(batch["init"])[:4], _rows(batch["tgt"])[:4]
 
     _, aux = _loss_fn(spec.module, 1.0, 0.0)(params, batch, jax.random.PRNGKey(3))
@@ -133,7 +139,7 @@ def test_filler_rows_carry_no_loss(spec, alpha, beta, sampling):
     (α = β = 1, where a filler row once got a [BOS, EOS] start). (The reference tests above also hold a filler
     row, which their references skip.)"""
     batch = er.hand_batch(with_init=False)
-    params = spec.init(jax.random.PRNGKey(1), batch)
+    params = _params(spec, 1)
 
     def objective(params, batch):  # what the trainer differentiates
         loss, aux = levt_loss(spec.module, params, batch, jax.random.PRNGKey(4), label_smoothing=0.1, alpha=alpha,
@@ -170,7 +176,7 @@ def test_each_head_reads_exactly_its_layers(early_exit, separate_deletion, separ
                                  f"--config.levt.separate_placeholder={separate_placeholder}"])
     spec = build_model(config, V, V)
     batch = _batch(4)
-    params = spec.init(jax.random.PRNGKey(0), batch)
+    params = _params(spec, 0)
     for method, layers in expected.items():
         got = er.layers_read(spec.module, params, batch["src"], batch["tgt"], method)
         assert got == {(stack, f"layer_{i}") for stack, i in layers}, method
@@ -219,7 +225,7 @@ def test_placeholder_head_reuses_the_deletion_features(spec):
     many rows the deletion changed: none (the deletion head's features as they are), one of eight (that row's
     computed alone) or half of them (a decoder run on all), on a canvas whose rows fit in half of it."""
     batch = random_batch(3, V, b=8)
-    params = spec.init(jax.random.PRNGKey(3), batch)
+    params = _params(spec, 3)
     shared = model_heads(spec, params, batch["src"], "deletion_logits").shared
     before = jnp.pad(batch["tgt"], ((0, 0), (0, 20)), constant_values=PAD_ID)  # [8, 32], every row within 16
     features = narrowed(shared.features, before)
@@ -381,7 +387,7 @@ def test_post_editing_starts_from_the_given_hypothesis():
 def test_sentence_alone_equals_sentence_in_batch(spec):
     """fairseq once capped batch-1 outputs at 10 tokens (BLEU 4.3): here every row decodes the same alone."""
     batch = _batch(5, b=5, s=16)
-    params = spec.init(jax.random.PRNGKey(5), batch)
+    params = _params(spec, 5)
     src = batch["src"]
     options = RefineOptions(max_iter=4)
     capacity = 32
