@@ -29,7 +29,13 @@ from tests.refine_reference import fit_briefly, pad, random_batch
 TINY = "tests/configs/tiny.py"
 V = 40
 SEVERAL = settings(max_examples=60, deadline=None)
-COVERAGE = ("--config.nat.coverage=true", "--config.model.dec_layers=2", "--config.nat.train_iterations=3")
+# K = 2 iterations in training and decoding: the second reads the first's attention, as every later one does its
+# predecessor's (the iterations are unrolled: each more is one more layer to compile in every program)
+K = 2
+COVERAGE = ("--config.nat.coverage=true", "--config.model.dec_layers=2", f"--config.nat.train_iterations={K}",
+            f"--config.nat.decode_iterations={K}")
+# the decoding tests' options: the forced-λ and the alone-as-in-a-batch tests then share one compiled generate
+DECODING = ("--config.nat.remove_repeats=true", "--config.nat.length_beam=3", "--config.nat.length_beam_mode=centred")
 
 
 @functools.lru_cache(maxsize=None)
@@ -187,11 +193,13 @@ def test_lambda_receives_gradients():
 def test_a_forced_lambda_decodes_as_parameters_with_that_lambda():
     """nat.coverage_lambda=0 (the control without the coverage bias) decodes the trained parameters as if their λ
     were 0; the spec reports λ (history, metrics.json) and the stop-gradient switch reaches the coverage layer."""
-    spec, forced = _spec(*COVERAGE), _spec(*COVERAGE, "--config.nat.coverage_lambda=0")
+    spec, forced = _spec(*COVERAGE, *DECODING), _spec(*COVERAGE, *DECODING, "--config.nat.coverage_lambda=0")
     batch = random_batch(2, V)
     params = spec.init(jax.random.PRNGKey(0), batch)
     iteration = params["params"]["coverage"]["iteration"]
-    zeroed = {"params": {**params["params"], "coverage": {"iteration": {**iteration, "coverage_scale": 0.0}}}}
+    # λ a float32 array, as trained: one program decodes both parameters (and the next test's batch)
+    zeroed = {"params": {**params["params"], "coverage": {"iteration": {
+        **iteration, "coverage_scale": jnp.zeros_like(iteration["coverage_scale"])}}}}
     request = DecodeRequest(batch["src"], max_out=20)
     want = jax.jit(spec.generate)(zeroed, request)
     got = jax.jit(forced.generate)(params, request)
@@ -207,10 +215,10 @@ def test_k_is_a_decoding_choice_with_one_set_of_weights():
     change the parameter tree."""
     batch = random_batch(2, V)
     p1 = _spec(*COVERAGE, "--config.nat.train_iterations=1").init(jax.random.PRNGKey(0), batch)
-    p5 = _spec(*COVERAGE, "--config.nat.train_iterations=5").init(jax.random.PRNGKey(0), batch)
-    assert jax.tree_util.tree_structure(p1) == jax.tree_util.tree_structure(p5)
+    pk = _spec(*COVERAGE).init(jax.random.PRNGKey(0), batch)  # K_train = K
+    assert jax.tree_util.tree_structure(p1) == jax.tree_util.tree_structure(pk)
     shapes = jax.tree_util.tree_map(lambda x: x.shape, p1)
-    assert shapes == jax.tree_util.tree_map(lambda x: x.shape, p5)
+    assert shapes == jax.tree_util.tree_map(lambda x: x.shape, pk)
     spec = _spec(*COVERAGE)
     memory, _ = jitted.method(spec.module, "encode")(p1, batch["src"])
     canvas = jnp.where((batch["tgt"] > EOS_ID), 5, batch["tgt"])
@@ -248,7 +256,9 @@ def reference_loss(spec, params, batch, *, eps, weight, sca, iterations):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("overrides, sca", [((), 0.0), ((), 0.5), (COVERAGE, 0.0), (COVERAGE, 0.5),
+# the coverage layer with SCA is checked pre-norm only: SCA reads the logits and the embeddings, whatever the norms'
+# places, and the post-norm coverage layer is the (COVERAGE, 0.0) case's
+@pytest.mark.parametrize("overrides, sca", [((), 0.0), ((), 0.5), (COVERAGE, 0.0),
                                            ((*COVERAGE, "--config.model.pre_norm=true"), 0.5)])
 def test_loss_matches_plain_reference(overrides, sca):
     spec = _spec(*overrides, f"--config.nat.sca_weight={sca}")
@@ -256,7 +266,7 @@ def test_loss_matches_plain_reference(overrides, sca):
     params = spec.init(jax.random.PRNGKey(0), batch)
     loss, aux = jax.jit(spec.loss, static_argnums=3)(params, batch, jax.random.PRNGKey(1), False)
     want, agreement = reference_loss(spec, params, batch, eps=0.1, weight=0.1, sca=sca,
-                                     iterations=3 if overrides else 1)
+                                     iterations=K if overrides else 1)
     np.testing.assert_allclose(float(loss), want, rtol=1e-4)
     if sca:
         np.testing.assert_allclose(float(aux["coverage_loss"]), agreement, rtol=1e-4)
@@ -302,18 +312,22 @@ def test_remove_repeats_matches_reference(seed, width, kind):
 @pytest.mark.slow
 @pytest.mark.parametrize("overrides", [(), COVERAGE])
 def test_a_sentence_decodes_alone_as_in_a_batch(overrides):
-    spec = _spec(*overrides, "--config.nat.remove_repeats=true", "--config.nat.length_beam=3",
-                 "--config.nat.length_beam_mode=centred")
+    spec = _spec(*overrides, *DECODING)
     batch = random_batch(5, V)
     params = spec.init(jax.random.PRNGKey(0), batch)
-    run = jax.jit(lambda src: spec.generate(params, DecodeRequest(src, max_out=20)))
-    together = run(batch["src"])
+    generate = jax.jit(spec.generate)  # the parameters an argument: the forced-λ test's program for the batch
+
+    def run(src):  # the outputs on the host: indexing them there compiles nothing
+        return jax.tree.map(np.asarray, generate(params, DecodeRequest(jnp.asarray(src), max_out=20)))
+
+    src = np.asarray(batch["src"])
+    together = run(src)
     # every token between BOS and EOS is the model's (one pass, no constraints), with its log-probability
     tokens, scored, token_logp = (np.asarray(together[k]) for k in ("tokens", "token_scored", "token_logp"))
     np.testing.assert_array_equal(scored, np.isin(tokens, [BOS_ID, EOS_ID, PAD_ID], invert=True))
     assert np.all(np.isfinite(token_logp)) and np.all(token_logp[scored] <= 0) and np.all(token_logp[~scored] == 0)
-    for k in range(batch["src"].shape[0]):
-        alone = run(batch["src"][k:k + 1])
+    for k in range(len(src)):
+        alone = run(src[k:k + 1])
         for name in ("tokens", "chosen_length", "repeats", "token_scored"):
             assert np.asarray(alone[name][0]).tolist() == np.asarray(together[name][k]).tolist()
         np.testing.assert_allclose(alone["score"][0], together["score"][k], rtol=1e-5, atol=1e-6)
