@@ -474,9 +474,11 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec():
     hard phrases."""
     config = build_config(TINY, BASE + ["--config.dat.glance_steps=20", "--config.model.dropout=0"])
     spec = build_model(config, 24, 24)
-    src = jnp.asarray([[1, 7, 8, 9, 10, 2], [1, 11, 12, 13, 2, 0]], jnp.int32)
-    tgt = jnp.asarray([[1, 17, 18, 19, 2], [1, 21, 22, 2, 0]], jnp.int32)
-    batch = {"src": src, "tgt": tgt}
+    # host arrays: the checks index them in Python loops, and an eager index of a device array compiles a program
+    src = np.asarray([[1, 7, 8, 9, 10, 2], [1, 11, 12, 13, 2, 0]], np.int32)
+    tgt = np.asarray([[1, 17, 18, 19, 2], [1, 21, 22, 2, 0]], np.int32)
+    batch = {"src": jnp.asarray(src), "tgt": jnp.asarray(tgt)}
+    log_softmax = jax.jit(jax.nn.log_softmax)  # eagerly, each of its ops would compile its own program
     params = first = spec.init(jax.random.PRNGKey(0), batch)
     opt = optax.adam(1e-2)
     state = opt.init(params)
@@ -504,12 +506,12 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec():
     assert losses[-1] < 0.5 * losses[0], losses
     assert ratios[0] == pytest.approx(0.5) and ratios[10] == pytest.approx(0.3) and ratios[-1] == pytest.approx(0.1)
     # validation glances nothing: its glance_accuracy is its one pass's tokens right along each best path
-    logits, links, n = (np.asarray(a) for a in spec.module.apply(params, src))
+    logits, links, n = (np.asarray(a) for a in jax.jit(spec.module.apply)(params, src))
     hits = 0
     for b in range(2):
-        t = int(np.sum(np.asarray(tgt[b]) > 0))
-        emit = np.asarray(jax.nn.log_softmax(logits[b]))
-        path = sorted(ref.best_alignment(emit[:, np.asarray(tgt[b])].T, links[b], t, n[b])[1])[0]
+        t = int(np.sum(tgt[b] > 0))
+        emit = np.asarray(log_softmax(logits[b]))
+        path = sorted(ref.best_alignment(emit[:, tgt[b]].T, links[b], t, n[b])[1])[0]
         hits += sum(emit[v].argmax() == int(tgt[b][i]) for i, v in enumerate(path))
     assert hits > 0 and float(validation(params, batch)[1]["glance_accuracy"]) == pytest.approx(hits / 9)
 
@@ -517,30 +519,32 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec():
     # glancing at the untrained parameters (mistakes to count): a best path, the count as specified, read by pass 2
     _, aux = jax.jit(lambda p: dat_loss(spec.module, p, batch, jax.random.PRNGKey(3), glance=Glancing(0.5, 0.5, 1),
                                         keep=True))(first)
-    emit = np.asarray(jax.nn.log_softmax(aux["first_logits"]))
-    links, n = np.asarray(aux["first_links"]), np.asarray(aux["n_vertices"])
+    aux = jax.tree.map(np.asarray, aux)
+    emit = np.asarray(log_softmax(aux["first_logits"]))
+    links, n = aux["first_links"], aux["n_vertices"]
     pred = emit.argmax(-1)
     for b in range(2):
-        t = int(np.sum(np.asarray(tgt[b]) > 0))
-        match = emit[b][:, np.asarray(tgt[b])].T
+        t = int(np.sum(tgt[b] > 0))
+        match = emit[b][:, tgt[b]].T
         _, best = ref.best_alignment(match, links[b], t, n[b])
-        path = tuple(int(v) for v in np.asarray(aux["path"][b][:t]))
+        path = tuple(int(v) for v in aux["path"][b][:t])
         assert path in best
         wrong = sum(pred[b][v] != int(tgt[b][i]) for i, v in enumerate(path))
         assert int(aux["number"][b]) == math.floor(0.5 * wrong + 0.5) == int(np.sum(aux["chosen"][b]))
     assert int(np.sum(aux["chosen"])) > 0
-    assert not np.allclose(np.asarray(aux["logits"]), np.asarray(aux["first_logits"]), atol=1e-4)
+    assert not np.allclose(aux["logits"], aux["first_logits"], atol=1e-4)
 
     for decode, beam in (("greedy", 1), ("lookahead", 1), ("viterbi", 1), ("beam", 4)):
         s = build_model(build_config(TINY, BASE + [f"--config.dat.decode={decode}",
                                                    f"--config.eval.beam_size={beam}"]), 24, 24)
         assert s.supports.beam == (decode == "beam")  # what a Translator and bench/decode_speed.py ask of it
-        out = jax.jit(s.generate)(params, DecodeRequest(src, max_out=8, beam_size=beam))
-        assert out["tokens"].shape == (2, 8) and np.all(np.asarray(out["tokens"][:, 0]) == 1)
-        assert np.asarray(out["tokens"]).tolist() == [[1, 17, 18, 19, 2, 0, 0, 0], [1, 21, 22, 2, 0, 0, 0, 0]]
+        out = jax.jit(s.generate)(params, DecodeRequest(batch["src"], max_out=8, beam_size=beam))
+        tokens = np.asarray(out["tokens"])
+        assert tokens.shape == (2, 8) and np.all(tokens[:, 0] == 1)
+        assert tokens.tolist() == [[1, 17, 18, 19, 2, 0, 0, 0], [1, 21, 22, 2, 0, 0, 0, 0]]
     phrases = jnp.asarray([[[21, 22], [0, 0]], [[17, 0], [19, 0]]], jnp.int32)
-    out = jax.jit(spec.generate)(params, DecodeRequest(src, constraints=phrases, hard=jnp.asarray([True, True]),
-                                                       max_out=8))
+    out = jax.jit(spec.generate)(params, DecodeRequest(batch["src"], constraints=phrases,
+                                                       hard=jnp.asarray([True, True]), max_out=8))
     rows = np.asarray(out["tokens"]).tolist()
     assert any(rows[0][i:i + 2] == [21, 22] for i in range(7)) and 17 in rows[1] and 19 in rows[1], rows
     assert np.asarray(out["infeasible"]).tolist() == [0, 0]
