@@ -585,17 +585,24 @@ def test_a_canvas_as_wide_as_the_longest_candidate_decodes_the_same(seed, case):
     np.testing.assert_allclose(wide["score"], narrow["score"], rtol=1e-5, atol=1e-5)
 
 
+def _constrained_request(spec):
+    """The decoding tests' parameters and request: five sources, two phrases each, hard in rows 0, 2 and 4, an
+    output wider than 2 × the longest source (the cap is cap_ratio × the source). The same for both tests, so
+    that one compiled generate decodes it for both."""
+    batch = random_batch(5, V, b=5, s=9)
+    params = spec.init(jax.random.PRNGKey(3), batch)
+    cons = jnp.asarray(np.random.default_rng(0).integers(NUM_RESERVED, V, (5, 2, 2)))
+    return params, DecodeRequest(batch["src"], constraints=cons, hard=jnp.asarray([True, False, True, False, True]),
+                                 max_out=32)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("overrides", [(), CMLMC])
 def test_a_planned_request_decodes_as_the_full_canvas(overrides):
     """The model's own plan (encoder memory and candidate lengths) handed to generate with an output only as
     wide as the longest candidate: the same translations as generate planning for itself on the full width."""
     spec = _spec(*overrides)
-    batch = random_batch(5, V, b=5, s=9)
-    params = spec.init(jax.random.PRNGKey(3), batch)
-    cons = jnp.asarray(np.random.default_rng(0).integers(NUM_RESERVED, V, (5, 2, 2)))
-    request = DecodeRequest(batch["src"], constraints=cons, hard=jnp.asarray([True, False, True, False, True]),
-                            max_out=32)  # wider than 2 × the longest source: the cap is cap_ratio × the source
+    params, request = _constrained_request(spec)
     full = jax.jit(spec.generate)(params, request)
     plan = jax.jit(spec.plan)(params, request)
     canvas = int(jnp.max(plan[0])) + 2
@@ -610,18 +617,16 @@ def test_a_planned_request_decodes_as_the_full_canvas(overrides):
 @pytest.mark.parametrize("overrides", [(), CMLMC])
 def test_a_sentence_decodes_alone_as_in_a_batch(overrides):
     spec = _spec(*overrides)
-    batch = random_batch(5, V, b=5, s=9)
-    params = spec.init(jax.random.PRNGKey(3), batch)
-    cons = jnp.asarray(np.random.default_rng(0).integers(NUM_RESERVED, V, (5, 2, 2)))
-    hard = jnp.asarray([True, False, True, False, True])
+    params, request = _constrained_request(spec)
     generate = jax.jit(spec.generate)
-    together = generate(params, DecodeRequest(batch["src"], constraints=cons, hard=hard, max_out=18))
+    together = jax.tree.map(np.asarray, generate(params, request))  # host arrays: indexing them compiles nothing
+    src, cons, hard = (np.asarray(a) for a in (request.src, request.constraints, request.hard))
     for k in range(5):
-        alone = generate(params, DecodeRequest(batch["src"][k:k + 1, :7] if int(np.sum(batch["src"][k] != 0)) <= 7
-                                               else batch["src"][k:k + 1], constraints=cons[k:k + 1],
-                                               hard=hard[k:k + 1], max_out=18))
+        alone = generate(params, request.replace(src=src[k:k + 1, :7] if np.sum(src[k] != 0) <= 7 else src[k:k + 1],
+                                                 constraints=cons[k:k + 1], hard=hard[k:k + 1]))
+        alone = jax.tree.map(np.asarray, alone)
         for key in ("tokens", "chosen_length", "iterations"):
-            assert np.asarray(alone[key][0]).tolist() == np.asarray(together[key][k]).tolist(), key
+            assert alone[key][0].tolist() == together[key][k].tolist(), key
         np.testing.assert_allclose(alone["score"][0], together["score"][k], rtol=1e-5, atol=1e-5)
 
 
