@@ -17,8 +17,9 @@ from jaxnat.models.transformer import Embedder, TransformerConfig
 @pytest.mark.parametrize("pre_norm, positions, shared", [(False, "sinusoidal", True), (False, "learned", False),
                                                          (True, "sinusoidal", False), (True, "learned", True)])
 def test_cached_step_equals_full_forward(pre_norm, positions, shared):
+    # two decoder layers (each its own cache), one encoder layer: both passes read the same encoder memory
     cfg = TransformerConfig(src_vocab_size=50, tgt_vocab_size=50 if shared else 40, d_model=32, ffn_dim=64,
-                            num_heads=4, enc_layers=2, dec_layers=2, pre_norm=pre_norm, positions=positions,
+                            num_heads=4, enc_layers=1, dec_layers=2, pre_norm=pre_norm, positions=positions,
                             max_len=16, share_embeddings=shared, tie_output=shared)
     model = ARTransformer(cfg)
     src = np.array([[1, 7, 8, 9, 2, 0], [1, 10, 11, 2, 0, 0]], np.int32)
