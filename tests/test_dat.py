@@ -202,8 +202,10 @@ def test_a_narrow_beam_never_extends_into_the_last_vertex():
     links[0, 0, 1], links[0, 0, 3], links[0, 1, 3] = np.log(0.4), np.log(0.6), 0.0
     top_tok = np.full((1, 4, 1), 6, np.int32)
     top_lp = np.log(np.array([[[0.5], [0.9], [0.5], [0.99]]], np.float32))
-    tokens, _, _ = dag.beam_search(jnp.asarray(links), jnp.asarray(top_tok), jnp.asarray(top_lp), jnp.zeros(1),
-                                   jnp.log(jnp.full((1,), 0.01)), jnp.asarray([4]), 4, 1, 1.1)
+    # jit'd: eagerly, each of the search's ops would compile its own program
+    search = jax.jit(dag.beam_search, static_argnums=(6, 7, 8))
+    tokens, _, _ = search(links, top_tok, top_lp, np.zeros(1, np.float32), np.log(np.full(1, 0.01, np.float32)),
+                          np.asarray([4], np.int32), 4, 1, 1.1)
     assert np.asarray(tokens).tolist() == [[BOS_ID, 6, EOS_ID, 0]]
 
 
