@@ -9,6 +9,7 @@ import io
 import json
 import os
 import pickle
+import re
 import shutil
 import sys
 import zipfile
@@ -293,6 +294,31 @@ def test_a_hugging_face_json_file_of_another_shape_is_one_line(tmp_path):
             read_json(str(path))
     path.write_text('{"d_model": 16}')
     assert read_json(str(path)) == {"d_model": 16}
+
+
+@pytest.mark.parametrize("kind, file, key, value, must", [
+    ("marian", "config.json", "d_model", "16", "a whole number >= 0"),
+    ("marian", "config.json", "encoder_layers", None, "a whole number >= 0"),
+    ("marian", "config.json", "scale_embedding", 1, "true or false"),
+    ("nllb", "config.json", "max_position_embeddings", "512", "a whole number >= 0"),
+    ("nllb", "config.json", "dropout", "0.1", "a number"),
+    ("m2m100", "config.json", "decoder_layers", True, "a whole number >= 0"),
+    ("marian", "vocab.json", "</s>", "0", "a whole number >= 0"),
+    ("m2m100", "vocab.json", "</s>", -1, "a whole number >= 0"),
+])
+def test_a_hugging_face_value_of_another_type_is_one_line(tmp_path, kind, file, key, value, must):
+    """A config.json value the import computes with, or a vocabulary id, of another type (a dimension as a string, a
+    flag as a number, an id as a string): one line naming the file and the key; it was a TypeError traceback deep in
+    the import's arithmetic, or a misread (True as 1 layer)."""
+    from jaxnat.importers import read
+
+    source = tmp_path / kind
+    shutil.copytree(os.path.join(DATA, kind), source)
+    found = json.loads((source / file).read_text())
+    assert key in found  # the fixture's file holds it: the check, not a missing key, refuses it
+    (source / file).write_text(json.dumps({**found, key: value}))
+    with pytest.raises(DataError, match=f"{kind}/{file}: .*{re.escape(key)}.* where (it|each) must be {must}"):
+        read(f"{SOURCES[kind].split(':')[0]}:{source}")
 
 
 @pytest.mark.parametrize("entries, message", [

@@ -25,7 +25,7 @@ import numpy as np
 from jaxnat.errors import DataError
 from jaxnat.importers.imported import Imported, remap_rows
 from jaxnat.importers.fairseq import SPECIALS, jaxnat_pieces, row_order
-from jaxnat.importers.hf_files import read_json, weights
+from jaxnat.importers.hf_files import read_config, read_json, weights
 from jaxnat.importers.torch_layers import StateDict, norm, stacks
 
 SPM = "sentencepiece.bpe.model"
@@ -54,7 +54,7 @@ def open_port(directory: str, kind: str, model_type: str, files: tuple[str, ...]
         if not os.path.isfile(os.path.join(directory, name)):
             raise DataError(f"{directory}: no {name} ({kind}:DIR's directory holds {', '.join(files)})")
     cfg_at = os.path.join(directory, "config.json")
-    cfg = {**defaults, **read_json(cfg_at)}
+    cfg = {**defaults, **read_config(cfg_at)}
     if cfg.get("model_type") != model_type:
         raise DataError(f"{cfg_at}: model_type {cfg.get('model_type')!r}, not {model_type!r} ({kind}'s)")
     if cfg.get("encoder_ffn_dim") != cfg.get("decoder_ffn_dim") or (

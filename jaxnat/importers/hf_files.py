@@ -35,6 +35,45 @@ def read_json(path: str) -> dict:
     return found
 
 
+# The config.json keys the Hugging Face importers read, by what their values must be: a file edited by hand or
+# damaged is refused in one line naming the key, not in a TypeError deep in the import's arithmetic
+_WHOLE = ("d_model", "encoder_ffn_dim", "decoder_ffn_dim", "encoder_layers", "decoder_layers",
+          "encoder_attention_heads", "decoder_attention_heads", "max_position_embeddings", "pad_token_id",
+          "eos_token_id", "decoder_start_token_id")
+CONFIG_VALUES = {**dict.fromkeys(_WHOLE, "a whole number >= 0"), "num_beams": "a whole number >= 0 or null",
+                 **dict.fromkeys(("dropout", "attention_dropout", "activation_dropout"), "a number"),
+                 **dict.fromkeys(("scale_embedding", "normalize_before", "share_encoder_decoder_embeddings",
+                                  "tie_word_embeddings"), "true or false"),
+                 **dict.fromkeys(("model_type", "activation_function"), "a string")}
+
+
+def _is(value, what: str) -> bool:
+    whole = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return {"a whole number >= 0": whole, "a whole number >= 0 or null": whole or value is None,
+            "a number": isinstance(value, (int, float)) and not isinstance(value, bool),
+            "true or false": isinstance(value, bool), "a string": isinstance(value, str)}[what]
+
+
+def read_config(path: str) -> dict:
+    """A model's config.json (`read_json`), each key of `CONFIG_VALUES` it holds checked: a one-line DataError
+    naming the first that is not what it must be."""
+    cfg = read_json(path)
+    for key, what in CONFIG_VALUES.items():
+        if key in cfg and not _is(cfg[key], what):
+            raise DataError(f"{path}: {key} is {json.dumps(cfg[key])[:40]}, where it must be {what}")
+    return cfg
+
+
+def read_ids(path: str) -> dict[str, int]:
+    """A vocabulary file mapping pieces to ids (vocab.json), each id a whole number >= 0: a one-line DataError
+    otherwise."""
+    vocab = read_json(path)
+    if bad := next((piece for piece, i in vocab.items() if not _is(i, "a whole number >= 0")), None):
+        raise DataError(f"{path}: the id of {bad!r} is {json.dumps(vocab[bad])[:40]}, where each must be a whole "
+                        f"number >= 0")
+    return vocab
+
+
 def weights(directory: str) -> tuple[dict, str]:
     """({name: array}, the file they came from: the one file, or the index of its shards)."""
     for single, index in WEIGHTS:

@@ -19,7 +19,7 @@ import dataclasses
 from jaxnat.errors import DataError
 from jaxnat.importers import hf_fairseq, nllb
 from jaxnat.importers.imported import Imported
-from jaxnat.importers.hf_files import read_json
+from jaxnat.importers.hf_files import read_ids
 
 FILES = ("config.json", "vocab.json", hf_fairseq.SPM)
 LANGUAGES = {  # language_codes: the codes in the order of the release's dictionary
@@ -45,7 +45,7 @@ def read(directory: str) -> Imported:
         raise DataError(f"{tok_cfg_at}: language_codes {port.tok_cfg['language_codes']!r}, not one of "
                         f"{', '.join(LANGUAGES)}")
     vocab_at = port.at("vocab.json")
-    vocab = read_json(vocab_at)
+    vocab = read_ids(vocab_at)
     if not isinstance(vocab, dict) or sorted(vocab.values()) != list(range(len(vocab))):
         raise DataError(f"{vocab_at}: not a map of pieces to the ids 0 .. {len(vocab) - 1}, each once")
     by_id = {i: piece for piece, i in vocab.items()}

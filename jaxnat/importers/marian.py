@@ -19,7 +19,7 @@ import numpy as np
 
 from jaxnat.errors import DataError
 from jaxnat.importers.imported import Imported, remap_rows
-from jaxnat.importers.hf_files import read_json, weights
+from jaxnat.importers.hf_files import read_config, read_ids, weights
 from jaxnat.importers.torch_layers import StateDict, stacks
 
 FILES = ("config.json", "vocab.json", "source.spm", "target.spm")
@@ -39,11 +39,11 @@ def read(directory: str) -> Imported:
     for name in FILES:
         if not os.path.isfile(os.path.join(directory, name)):
             raise DataError(f"{directory}: no {name} (a MarianMTModel directory holds {', '.join(FILES)})")
-    cfg = read_json(os.path.join(directory, "config.json"))
+    cfg = read_config(os.path.join(directory, "config.json"))
     names = {"src": "vocab.json", "tgt": "vocab.json" if _shared(cfg) else "target_vocab.json"}
     if not os.path.isfile(os.path.join(directory, names["tgt"])):
         raise DataError(f"{directory}: no target_vocab.json (the target vocabulary of a model with separate ones)")
-    vocabs = {side: read_json(os.path.join(directory, name)) for side, name in names.items()}
+    vocabs = {side: read_ids(os.path.join(directory, name)) for side, name in names.items()}
     tensors, where = weights(directory)
     return build(cfg, vocabs, tensors, directory, {"format": "marian", "architecture": "MarianMTModel"},
                  cfg_at=f"{directory}/config.json",
