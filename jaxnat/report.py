@@ -283,7 +283,7 @@ def _read(path: str, parse):
     try:
         with open(path, encoding="utf-8") as f:
             return parse(f)
-    except ValueError as e:  # (json.JSONDecodeError and UnicodeDecodeError are ValueErrors)
+    except (ValueError, RecursionError) as e:  # (JSONDecodeError, UnicodeDecodeError are ValueErrors; nesting)
         raise JaxnatError(f"{path} cannot be read ({e}); evaluate the run again (--mode eval)") from None
 
 

@@ -397,15 +397,16 @@ def test_rows_of_an_earlier_evaluation_are_not_read(tmp_path):
 
 
 def test_a_damaged_evaluation_is_one_line(tmp_path):
-    """A metrics.json cut short or not of rows, a hyps or counts file that is not UTF-8 or JSON: tracebacks
-    (JSONDecodeError, TypeError, AttributeError, UnicodeDecodeError)."""
+    """A metrics.json cut short, not of rows or nested past Python's recursion limit, a hyps or counts file that is
+    not UTF-8 or JSON: tracebacks (JSONDecodeError, TypeError, AttributeError, UnicodeDecodeError, RecursionError)."""
     from jaxnat.config import build_config
     from jaxnat.report import System
 
     workdir = _evaluated(tmp_path / "ar", build_config(TINY, []), ["a b"])
     run = tmp_path / "ar"
     for name, content in (("metrics.json", b'{"test": {"bleu": 3'), ("metrics.json", b"[1, 2]"),
-                          ("metrics.json", b'{"test": 5}'), ("hyps/test.txt", b"\xff\xfe\n"),
+                          ("metrics.json", b'{"test": 5}'), ("metrics.json", b"[" * 100_000 + b"]" * 100_000),
+                          ("hyps/test.txt", b"\xff\xfe\n"),
                           ("hyps/test.counts.jsonl", b'{"iterations": 2\n')):
         saved = {p: (run / p).read_bytes() for p in ("metrics.json", "hyps/test.txt")}
         (run / name).write_bytes(content)
