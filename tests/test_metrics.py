@@ -483,18 +483,21 @@ def test_format_table():
     rows = {
         "valid": {"bleu": 27.456, "bleu_signature": "nrefs:1|tok:13a", "ribes": 80.0},
         "test": {"bleu": 5.0, "ter": 101.234, "flat": True},  # a bool is no number: no column
+        "hard": {"bleu": 4.0, "cpr": float("nan")},  # no number to print (null in metrics.json): a dash, not nan
     }
     assert format_table(rows) == (
-        "        bleu  ribes     ter\n"
-        "-----  -----  -----  ------\n"
-        "valid  27.46  80.00       -\n"
-        "test    5.00      -  101.23"
+        "        bleu  ribes     ter  cpr\n"
+        "-----  -----  -----  ------  ---\n"
+        "valid  27.46  80.00       -    -\n"
+        "test    5.00      -  101.23    -\n"
+        "hard    4.00      -       -    -"
     )
     assert format_table(rows, columns=["ter", "bleu_signature"]) == (
         "          ter  bleu_signature\n"
         "-----  ------  --------------\n"
         "valid       -               -\n"
-        "test   101.23               -"
+        "test   101.23               -\n"
+        "hard        -               -"
     )
 
 

@@ -497,7 +497,8 @@ def format_table(rows: dict[str, dict[str, float]], columns: list[str] | None = 
 
     ``columns`` defaults to every key that holds a number in some row, in order of first appearance, so
     non-numeric values such as ``bleu_signature`` are skipped. Numbers are printed with 2 decimals; a
-    missing or non-numeric cell prints ``-``. Columns are separated by two spaces, numbers right-aligned.
+    missing, non-numeric or non-finite cell (the CPR of no constraints: null in metrics.json) prints
+    ``-``. Columns are separated by two spaces, numbers right-aligned.
     """
     if columns is None:
         columns = []
@@ -511,7 +512,7 @@ def format_table(rows: dict[str, dict[str, float]], columns: list[str] | None = 
         cells = [str(name)]
         for column in columns:
             value = metrics.get(column)
-            cells.append(f"{float(value):.2f}" if _is_number(value) else "-")
+            cells.append(f"{float(value):.2f}" if _is_number(value) and math.isfinite(value) else "-")
         body.append(cells)
     widths = [max(len(line[k]) for line in [header, *body]) for k in range(len(header))]
 
