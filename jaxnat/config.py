@@ -613,19 +613,19 @@ def check_vocabulary_from(config: ml_collections.ConfigDict, path: str) -> None:
     (data.spm_from, whose vocabulary this run takes) built its vocabulary with: its config.json's (a key it lacks,
     added since, is not compared), the default where it has none. Set otherwise, the key would not act, and this
     run's config.json would record a vocabulary it does not have."""
-    recorded = _read_recorded(path)
+    recorded, defaults = _read_recorded(path), default_config()
     differ = []
     for key in VOCABULARY_KEYS:
         value = _leaf(config, key)
-        built = _leaf(default_config(), key) if recorded is None else _recorded(recorded, key, default=value)
+        built = _leaf(defaults, key) if recorded is None else _recorded(recorded, key, default=value)
         if value != built:
             differ.append((key, value, built))
     if differ:
         named = ", ".join(f"{key}={value!r}" for key, value, _ in differ)
-        built = " ".join(f"--config.{key}={_shown(value)}" for key, _, value in differ)
+        wanted = " ".join(f"--config.{key}={_shown(built)}" for key, _, built in differ)
         raise ConfigError(f"{named}: data.spm_from={path} takes the vocabulary of that run, which builds none here, so "
                           f"{'it does' if len(differ) == 1 else 'they do'} nothing; set the values it was built with "
-                          f"({built}), or leave data.spm_from empty for a vocabulary of this run's own")
+                          f"({wanted}), or leave data.spm_from empty for a vocabulary of this run's own")
 
 
 def model_keys(name: str) -> tuple[str, ...]:
