@@ -192,9 +192,9 @@ def seed_rows(names: list[str], systems: list[dict]) -> dict[str, dict[str, dict
 
 def valid_curve(workdir: str) -> list[tuple[int, float]]:
     """(step, validation BLEU) of each validation in a run's history.jsonl, by step; [] where it has none."""
-    from jaxnat.training.history import read_history
+    from jaxnat.training.history import read_history, series
 
-    return sorted((e["step"], e["valid_bleu"]) for e in read_history(workdir) if e.get("valid_bleu") is not None)
+    return sorted(series(read_history(workdir), "valid_bleu", workdir))
 
 
 def convergence(curve: list[tuple[int, float]], within: float) -> dict:

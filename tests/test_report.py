@@ -143,6 +143,11 @@ def test_valid_curve_reads_the_validations_of_the_history(tmp_path):
     (tmp_path / "history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries) + '{"step": 1')
     assert valid_curve(str(tmp_path)) == [(4, 1.5), (8, 2.5)]  # (and the line a killed process left unfinished)
     assert valid_curve(str(tmp_path / "none")) == []
+    for bad in ('"30.1"', "true", "NaN"):  # a hand-edited score: one line naming the file and step, not a max() of str
+        lines = f'{{"step": 3, "valid_bleu": 1.0}}\n{{"step": 5, "valid_bleu": {bad}}}\n'
+        (tmp_path / "history.jsonl").write_text(lines)
+        with pytest.raises(JaxnatError, match=r"history.jsonl: step 5's valid_bleu is .*, not a number"):
+            valid_curve(str(tmp_path))
 
 
 def test_columns_name_paths_into_a_systems_entry():

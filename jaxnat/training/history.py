@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 
 from jaxnat import strict_json
@@ -74,6 +75,21 @@ class History:
                 f.write(strict_json.dumps(entry) + "\n")  # a loss that overflowed: null
 
 
+def series(entries: list[dict], key: str, workdir: str) -> list[tuple[int, float]]:
+    """(step, value) of the history ``entries`` logging ``key`` (null, a value not measured, left out); a one-line
+    JaxnatError naming the file for a value that is not a finite number (a hand-edited line)."""
+    points = []
+    for e in entries:
+        value = e.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise JaxnatError(f"{os.path.join(workdir, FILE)}: step {e['step']}'s {key} is {value!r:.40}, not a "
+                              "number (null for none)")
+        points.append((e["step"], value))
+    return points
+
+
 def tensorboard_writer(logdir: str):
     """A tensorboardX ``SummaryWriter`` writing to ``logdir``, or None, with one log line, when tensorboardX (the
     tensorboard extra) is not installed: history.jsonl records the same values either way."""
@@ -104,10 +120,6 @@ def plot_curves(workdir: str, required: bool = False) -> str:
         return f"not drawn, matplotlib is not installed ({install_hint('matplotlib')})"
     from matplotlib.figure import Figure  # no pyplot: the caller's backend (a notebook's) stays as it is
 
-    def series(key):
-        points = [(e["step"], e[key]) for e in entries if key in e]
-        return [p[0] for p in points], [p[1] for p in points]
-
     fig = Figure(figsize=(13, 3.6))
     axes = fig.subplots(1, 3)
     panels = [("loss", [("loss", "train loss"), ("valid_loss", "valid loss")]),
@@ -115,8 +127,9 @@ def plot_curves(workdir: str, required: bool = False) -> str:
               ("tokens / s", [("tokens_per_s", "train tokens/s")])]
     for ax, (title, keys) in zip(axes, panels):
         for key, label in keys:
-            x, y = series(key)
-            if x:
+            points = series(entries, key, workdir)
+            if points:
+                x, y = zip(*points)
                 ax.plot(x, y, marker="o" if len(x) < 30 else None, markersize=3, label=label)
         ax.set_title(title)
         ax.set_xlabel("step")
