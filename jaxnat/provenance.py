@@ -19,7 +19,11 @@ import shlex
 import subprocess
 import sys
 
+from jaxnat.errors import JaxnatError
+
 FILE = "runs.jsonl"
+SHAPE = {"mode": (str,), "command": (str,), "commit": (str, type(None)), "devices": (str,), "seconds": (int, float),
+         "steps": (int,)}  # what `summary` reads of each line ("steps" where training ended)
 SOURCE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout holding the jaxnat package
 
 
@@ -101,9 +105,17 @@ def summary(workdir: str) -> dict | None:
     training command summed: a resumed run's parts); None without a record."""
     from jaxnat.training.history import read_jsonl
 
-    runs = read_jsonl(os.path.join(workdir, FILE))
+    path = os.path.join(workdir, FILE)
+    runs = read_jsonl(path)
     if not runs:
         return None
+    for n, r in enumerate(runs, 1):  # each line as `record` writes it: a hand-edited one says which
+        for key, kinds in SHAPE.items():
+            if key not in r and key != "steps":
+                raise JaxnatError(f"{path}: line {n} has no {key} (a line `python -m jaxnat.main` did not write?)")
+            if key in r and (isinstance(r[key], bool) or not isinstance(r[key], kinds)):
+                raise JaxnatError(f"{path}: line {n}'s {key} is {r[key]!r:.40}, not what `python -m jaxnat.main` "
+                                  f"writes there ({' or '.join(k.__name__ for k in kinds)})")
     train = [r for r in runs if r["mode"] == "train"]
     return {"command": (train or runs)[0]["command"],
             "commits": sorted({r["commit"] or "unknown" for r in runs}),

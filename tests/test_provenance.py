@@ -4,8 +4,10 @@ import json
 import os
 
 import jax
+import pytest
 
 from jaxnat import provenance
+from jaxnat.errors import JaxnatError
 
 
 def _lines(workdir):
@@ -36,6 +38,12 @@ def test_an_evaluated_copy_without_training_lines(tmp_path):
     assert summary["steps"] is None and summary["train_seconds"] is None
     assert summary["command"] == "python -m jaxnat.main --mode eval"
     assert provenance.summary(str(tmp_path / "elsewhere")) is None
+    for line, why in (({"command": "x"}, "line 2 has no mode"),  # hand-edited lines: one line saying which
+                      ({**_lines(tmp_path)[0], "seconds": "3"}, "line 2's seconds is '3', not .* \\(int or float\\)"),
+                      ({**_lines(tmp_path)[0], "steps": True}, "line 2's steps is True")):
+        (tmp_path / provenance.FILE).write_text(json.dumps(_lines(tmp_path)[0]) + "\n" + json.dumps(line) + "\n")
+        with pytest.raises(JaxnatError, match=why):
+            provenance.summary(str(tmp_path))
 
 
 def test_the_commit_of_the_checkout_else_the_variable(tmp_path, monkeypatch):
