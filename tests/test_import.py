@@ -12,6 +12,7 @@ import pickle
 import re
 import shutil
 import sys
+import tracemalloc
 import zipfile
 
 import jax
@@ -840,6 +841,16 @@ def test_a_crafted_storage_is_one_line_not_a_traceback(tmp_path):
         z.writestr("archive/data.pkl", _pickled_tensor(b"X\x06\x00\x00\x00abcdef"))
     with pytest.raises(DataError, match="model.pt: a tensor rebuilt from a str, not a tensor storage"):
         torch_file.load(str(path))
+    # a compressed storage member declaring 16 MiB for a 2-element record: the record's 8 bytes are read, not the rest
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("archive/data.pkl", _pickled_tensor(record + b"K\x02tQ"))
+        z.writestr("archive/data/0", np.array([1.5, -2.0], "<f4").tobytes() + bytes(16 << 20))
+    tracemalloc.start()
+    try:
+        np.testing.assert_array_equal(torch_file.load(str(path))["w"], [1.5, -2.0])
+        assert tracemalloc.get_traced_memory()[1] < 4 << 20
+    finally:
+        tracemalloc.stop()
 
 
 @pytest.mark.slow

@@ -115,11 +115,12 @@ def _zip_storages(archive: zipfile.ZipFile, prefix: str, path: str):
 
     def storage(kind, key, numel, view):
         if key not in storages:
-            try:
-                raw = archive.read(f"{prefix}/data/{key}")
+            dtype = np.dtype(_STORAGES[kind])
+            try:  # no more than the record's bytes: a compressed member declaring gigabytes is not inflated
+                with archive.open(f"{prefix}/data/{key}") as member:
+                    raw = member.read(numel * dtype.itemsize)
             except KeyError:
                 raise DataError(f"{path}: tensor storage {key} is missing (a truncated file?)") from None
-            dtype = np.dtype(_STORAGES[kind])
             if len(raw) < numel * dtype.itemsize:
                 raise DataError(f"{path}: tensor storage {key} holds {len(raw)} bytes, expected "
                                 f"{numel * dtype.itemsize} (a truncated file?)")
