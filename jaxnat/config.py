@@ -255,7 +255,8 @@ def load_config(path: str) -> ml_collections.ConfigDict:
     """Executes a config file and returns its `get_config()`; a run's `config.json` (a workdir's, or an imported
     model's) is read as data instead: its values over the defaults (`workdir_config`)."""
     if not os.path.isfile(path):
-        raise ConfigError(f"config file not found: {path}")
+        raise ConfigError(f"config file {path} is a directory" if os.path.isdir(path) else
+                          f"config file not found: {path}")
     if path.endswith(".json"):
         return workdir_config(os.path.dirname(path) or ".") if os.path.basename(path) == "config.json" else \
             _json_config(path)
@@ -706,7 +707,7 @@ def _read_json_config(path: str) -> dict:
 def _read_recorded(workdir: str) -> dict | None:
     """``workdir/config.json`` in today's layout (`_sectioned`); None when there is none."""
     path = os.path.join(workdir, "config.json")
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):  # (a directory or a broken link there is a damaged record)
         return None
     return _sectioned(_read_json_config(path))
 

@@ -73,7 +73,7 @@ def parse_args(argv):
             parser.error("--mode import takes no --config: the model's own settings make the workdir's config.json")
     elif args.config is None and args.mode != "curves":
         recorded = os.path.join(args.workdir, "config.json")
-        if args.mode == "train" or not os.path.isfile(recorded):
+        if args.mode == "train" or not os.path.lexists(recorded):  # (a directory there: load_config says so)
             parser.error("the following arguments are required: --config (optional for a workdir with a "
                          "config.json, in every mode but train)")
         args.config = recorded

@@ -221,6 +221,9 @@ def test_keys_of_a_switch_off_are_named_whichever_they_are():
 def test_missing_and_broken_config_files(tmp_path):
     with pytest.raises(ConfigError, match="config file not found"):
         build_config(str(tmp_path / "nope.py"), [])
+    (tmp_path / "config.json").mkdir()  # (what `main` hands in for a workdir's config.json, a directory there)
+    with pytest.raises(ConfigError, match="config file .*config.json is a directory"):
+        build_config(str(tmp_path / "config.json"), [])
     bad = tmp_path / "bad.py"
     bad.write_text("def get_config(:\n")
     with pytest.raises(ConfigError, match="failed to load: SyntaxError"):
@@ -304,6 +307,10 @@ def test_a_json_config_of_another_shape_is_one_line(tmp_path, text):
     with pytest.raises(ConfigError, match=one_line.format("given")):
         build_config(str(tmp_path / "given.json"), [])
     with pytest.raises(ConfigError, match=one_line.format("config")):
+        check_matches_workdir(build_config(CONFIG, []), str(tmp_path))
+    (tmp_path / "config.json").unlink()
+    (tmp_path / "config.json").mkdir()  # a directory in its place: a damaged record, not a new workdir
+    with pytest.raises(ConfigError, match=r"config.json is unreadable \(IsADirectoryError\)"):
         check_matches_workdir(build_config(CONFIG, []), str(tmp_path))
 
 
