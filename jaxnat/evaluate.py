@@ -105,6 +105,8 @@ def evaluate(config, workdir: str) -> dict:
     results = {}
     test_splits = [s for s in corpus if s not in ("train", "valid")]
     drawn = _check_hard_phrases(translator, corpus, pairs, test_splits, config)
+    if _writes():
+        forget_evaluation(workdir)
     for i, split in enumerate(test_splits):
         srcs, refs = corpus[split]
         outs = translator.translate(srcs, e.beam_size, e.batch_size, token_scores=True)
@@ -180,6 +182,16 @@ def evaluate(config, workdir: str) -> dict:
     print(format_table(results, summary_columns(results)))
     log.info("all metrics: %s", os.path.join(workdir, "metrics.json"))
     return results
+
+
+def forget_evaluation(workdir: str) -> None:
+    """Removes the earlier evaluation's ``metrics.json`` and its record before ``hyps/`` is rewritten: an evaluation
+    stopped part way (Ctrl-C, SIGTERM, a crash) leaves new hypotheses, and a report that read them beside the old
+    scores, or a finished training command that took those for this config's evaluation, would mix the two."""
+    for name in (EVALUATED, "metrics.json"):  # the reverse of write_metrics: never a record without its metrics
+        path = os.path.join(workdir, name)
+        if os.path.isfile(path):
+            os.remove(path)
 
 
 def write_metrics(config, workdir: str, results: dict) -> None:

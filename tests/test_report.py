@@ -401,6 +401,29 @@ def test_rows_of_an_earlier_evaluation_are_not_read(tmp_path):
         "an earlier evaluation's"]}
 
 
+def test_an_interrupted_evaluation_leaves_no_earlier_scores_beside_its_hypotheses(tmp_path, monkeypatch):
+    """Ctrl-C during --mode eval, after hyps/test.txt was rewritten: metrics.json and its record stayed the earlier
+    evaluation's, so the report showed the new hypotheses' chrF and TER beside the old latency and ECE, and the
+    training command took the workdir for evaluated. Now the evaluation removes them before it writes anything."""
+    from jaxnat import evaluate as evaluate_module
+    from jaxnat.config import build_config
+
+    config = build_config(TINY, [])
+    workdir = _evaluated(tmp_path / "ar", config, ["a b"])
+    (tmp_path / "ar" / evaluate_module.EVALUATED).write_text("{}")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    supports = SimpleNamespace(hard_constraints=False)  # no model: the interruption comes at the first decoding
+    translator = SimpleNamespace(spec=SimpleNamespace(supports=supports), translate=interrupted)
+    monkeypatch.setattr(evaluate_module, "load_translator", lambda config, workdir: translator)
+    with pytest.raises(KeyboardInterrupt):
+        evaluate_module.evaluate(config, workdir)
+    assert not (tmp_path / "ar" / "metrics.json").exists()
+    assert not (tmp_path / "ar" / evaluate_module.EVALUATED).exists()
+
+
 def test_a_damaged_evaluation_is_one_line(tmp_path):
     """A metrics.json cut short, not of rows or nested past Python's recursion limit, a hyps or counts file that is
     not UTF-8 or JSON: tracebacks (JSONDecodeError, TypeError, AttributeError, UnicodeDecodeError, RecursionError)."""
