@@ -48,12 +48,18 @@ def test_reserved_ids_and_files(joint_dir):
 
 
 def test_the_log_says_how_many_pieces_were_trained(tmp_path, caplog):
-    """data.vocab_size=8000 on a corpus of 3 pairs gave 349 pieces, and the log said only the model's path."""
+    """data.vocab_size=8000 on a corpus of 3 pairs gave 349 pieces, and the log said only the model's path. The
+    training is announced too: on a WMT-sized corpus it ran for minutes before the first log line of the run."""
     with caplog.at_level("INFO", logger="jaxnat.data.tokenizer"):
         tok = Tokenizer.train_or_load(str(tmp_path), SRC, TGT, vocab_size=8000)
+        Tokenizer.train_or_load(str(tmp_path / "separate"), SRC, TGT, vocab_size=100, joint=False)
     path = os.path.join(str(tmp_path), "spm", "joint.model")
-    assert caplog.messages == [f"trained SentencePiece model(s) {path} ({tok.vocab_size('src')} pieces) (fewer than "
-                               f"data.vocab_size=8000: the corpus holds no more)"]
+    n = len(SRC)
+    assert caplog.messages[:3] == [
+        f"training SentencePiece model(s) of up to 8000 pieces on {2 * n} joint sentences",
+        f"trained SentencePiece model(s) {path} ({tok.vocab_size('src')} pieces) (fewer than data.vocab_size=8000: "
+        f"the corpus holds no more)",
+        f"training SentencePiece model(s) of up to 100 pieces on {n} src and {n} tgt sentences"]
 
 
 def test_round_trip(joint_dir):

@@ -315,13 +315,14 @@ class Tokenizer:
             byte_fallback=byte_fallback,
         )
         if joint:
-            sentences = _subsample(list(src_texts) + list(tgt_texts), max_sentences, seed)
-            models = {"joint": _train_model(sentences, where=p["joint"], **common)}
+            inputs = {"joint": _subsample(list(src_texts) + list(tgt_texts), max_sentences, seed)}
         else:
-            models = {
-                "src": _train_model(_subsample(src_texts, max_sentences, seed), where=p["src"], **common),
-                "tgt": _train_model(_subsample(tgt_texts, max_sentences, seed + 1), where=p["tgt"], **common),
-            }
+            inputs = {"src": _subsample(src_texts, max_sentences, seed),
+                      "tgt": _subsample(tgt_texts, max_sentences, seed + 1)}
+        # one thread, no progress of its own: on a large corpus the command's longest silence before the first step
+        log.info("training SentencePiece model(s) of up to %d pieces on %s sentences", vocab_size,
+                 " and ".join(f"{len(s)} {name}" for name, s in inputs.items()))
+        models = {name: _train_model(s, where=p[name], **common) for name, s in inputs.items()}
         processors = {}
         for name, proto in models.items():
             sp = spm.SentencePieceProcessor(model_proto=proto)
