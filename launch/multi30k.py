@@ -29,7 +29,8 @@ align job's command: eflomal need not be installed where the models train), copi
 compile N programs at once. A speed job runs alone (its figures are latencies); the training jobs' own tokens/s
 and MFU are then those of a shared device. Jobs start in the listed order as the jobs they need finish.
 --time-limit SECONDS: no job starts after that many seconds, and those running then are stopped (SIGTERM: a
-training job checkpoints first) and left to resume at the next start (a rented machine's hour). --config.KEY=VALUE:
+training job checkpoints first) and left to resume at the next start (a rented machine's hour); Ctrl-C or SIGTERM
+stops them so too, a line each, exit 130 or 143 (a second Ctrl-C kills them at once). --config.KEY=VALUE:
 appended to every training, evaluation and speed job (e.g. the autotuner level, a smaller batch).
 --status: where each job stands (for a training job its newest checkpoint and validation BLEU). --dry-run: the
 commands, in order, without running them.
@@ -368,6 +369,14 @@ def _stamp(text: str) -> None:
     print(f"{time.strftime('%F %T')} {text}", flush=True)
 
 
+class Interrupted(Exception):
+    """SIGTERM (a scheduler's preemption, `kill`) reached the pipeline, as Ctrl-C's KeyboardInterrupt does."""
+
+
+def _terminated(signum, frame):
+    raise Interrupted()
+
+
 def _stop(proc: subprocess.Popen, grace: float = 60.0) -> None:
     """SIGTERM (a training run writes its checkpoint, then exits), SIGKILL after ``grace`` seconds."""
     proc.send_signal(signal.SIGTERM)
@@ -378,11 +387,26 @@ def _stop(proc: subprocess.Popen, grace: float = 60.0) -> None:
         proc.wait()
 
 
+def _stop_all(running: dict, why: str) -> None:
+    """Stops every running job as a time limit does (`_stop`: a training job checkpoints first), a line each; a
+    Ctrl-C while they stop kills them at once."""
+    try:
+        for name, (_, proc) in running.items():
+            _stop(proc)
+            _stamp(f"{why}: stopped {name} (the same command resumes it)")
+    except (KeyboardInterrupt, Interrupted):
+        for _, proc in running.values():
+            proc.kill()
+            proc.wait()
+        _stamp(f"{why}, then again: killed the running jobs (the same command resumes them from their newest "
+               f"checkpoints)")
+
+
 def run_jobs(todo: list[Job], state: str, python: str, deadline: float = float("inf"), parallel: int = 1) -> int:
     """Runs every job that is not done once the jobs it needs are, until ``deadline`` (time.monotonic): up to
     ``parallel`` at once, started in list order as they become ready; a timing job (bench/decode_speed.py) with
     no other beside it. 0 when all ran, 1 if one failed, 3 when the deadline stopped them (the running ones get
-    SIGTERM and resume at the next start)."""
+    SIGTERM and resume at the next start; 130 or 143 when Ctrl-C or SIGTERM stops the pipeline, and so its jobs)."""
     env = dict(os.environ)
     if parallel > 1:  # one device shared: each process a share of its memory (JAX takes 75% by default)
         env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{0.9 / parallel:.2f}")
@@ -406,6 +430,8 @@ def run_jobs(todo: list[Job], state: str, python: str, deadline: float = float("
             unmet.add(job.name)
             _stamp(f"FAILED {job.name} (see {state}/{job.name}.log)")
 
+    # SIGTERM to the pipeline alone ended it without a word and left its jobs running, orphaned
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         while waiting or running:
             for job in list(waiting):
@@ -450,15 +476,19 @@ def run_jobs(todo: list[Job], state: str, python: str, deadline: float = float("
     except TimeUp as e:
         if not running:
             _stamp(f"time limit reached before {e.args[0]}: the same command goes on")
-        for name, (_, proc) in running.items():
-            _stop(proc)
-            _stamp(f"time limit reached: stopped {name} (the same command resumes it)")
+        _stop_all(running, "time limit reached")
         return 3
-    except BaseException:  # the pipeline interrupted: the jobs it started go with it
+    except (KeyboardInterrupt, Interrupted) as e:  # killing the jobs lost each one's steps since its checkpoint
+        signum = signal.SIGTERM if isinstance(e, Interrupted) else signal.SIGINT
+        _stop_all(running, f"interrupted ({signal.Signals(signum).name})")
+        return 128 + signum
+    except BaseException:  # the pipeline failed: the jobs it started go with it
         for _, proc in running.values():
             proc.kill()
             proc.wait()
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 1 if unmet else 0
 
 

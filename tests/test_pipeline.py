@@ -4,8 +4,11 @@ that records its arguments."""
 
 import os
 import re
+import signal
 import stat
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -164,6 +167,32 @@ def test_align_from_overrides_and_time_limit(tmp_path):
     assert not (limited / "runs" / "pipeline" / "done" / "ar").exists()
     result, events = _pipeline(limited, "--only", "distill")
     assert result.returncode == 0 and [e for e in events if e[0] == "done"] == [("done", "ar"), ("done", "distill")]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stopped_pipeline_stops_its_jobs_as_a_time_limit_does(tmp_path, signum):
+    """Ctrl-C killed the running training job (SIGKILL: its steps since the last checkpoint lost) and printed a
+    traceback; SIGTERM ended the pipeline without a word and left the job running, orphaned, beside the next start's.
+    Now each gives the job a SIGTERM (a training run checkpoints), one line, and 128 + the signal's number."""
+    python = tmp_path / "python"
+    python.write_text(FAKE_PYTHON)
+    python.chmod(python.stat().st_mode | stat.S_IEXEC)
+    (tmp_path / "data").mkdir()
+    log = tmp_path / "runs" / "pipeline" / "ar.log"
+    pipeline = subprocess.Popen([sys.executable, PIPELINE, "--data-dir", str(tmp_path / "data"), "--runs",
+                                 str(tmp_path / "runs"), "--python", str(python), "--only", "ar"],
+                                env=dict(os.environ, SLOW_AR="1"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True)
+    deadline = time.time() + 60
+    while "--workdir" not in (log.read_text() if log.exists() else "") and time.time() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # the job's trap is set
+    pipeline.send_signal(signum)
+    out, _ = pipeline.communicate(timeout=60)
+    assert pipeline.returncode == 128 + signum, out
+    assert f"interrupted ({signal.Signals(signum).name}): stopped ar (the same command resumes it)" in out
+    assert "Traceback" not in out and "stopped by SIGTERM" in log.read_text()
+    assert not (tmp_path / "runs" / "pipeline" / "done" / "ar").exists()
 
 
 @pytest.mark.slow
