@@ -1,9 +1,11 @@
 """User-facing errors: each carries one line that says what is wrong and how to fix it.
 
 `jaxnat.main` catches `JaxnatError`, prints its message on one line and exits with code 2 (`Stopped`, `Interrupted`:
-128 + the signal's number); anything else is a bug and keeps its traceback.
+128 + the signal's number); anything else is a bug and keeps its traceback. It raises `Terminated` on SIGTERM, so
+that a command a scheduler stops cleans up as after Ctrl-C.
 """
 
+import contextlib
 import signal
 
 
@@ -29,7 +31,35 @@ class Stopped(JaxnatError):
                          f"the same command resumes from it")
 
 
-class Interrupted(JaxnatError):
-    """Ctrl-C stopped a command that does not resume (`--mode translate`); the message says what it left behind."""
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a scheduler's preemption, `kill`), raised where Ctrl-C raises KeyboardInterrupt (`jaxnat.main`)."""
 
-    exit_code = 128 + signal.SIGINT
+
+def _terminated(signum, frame):
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def sigterm_interrupts():
+    """Within it SIGTERM raises `Terminated`, so that a command stops through its Ctrl-C clean-up and line (it
+    ended at once, without a line, a file it wrote cut). The caller's handler is back after it. (With several
+    processes, JAX's preemption service installs its own handler over this one.)"""
+    previous = signal.signal(signal.SIGTERM, _terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def interrupt_status(interruption: KeyboardInterrupt) -> int:
+    """The exit status of a command that ``interruption`` stopped: 128 + SIGTERM's or SIGINT's number."""
+    return 128 + (signal.SIGTERM if isinstance(interruption, Terminated) else signal.SIGINT)
+
+
+class Interrupted(JaxnatError):
+    """Ctrl-C or SIGTERM (``interruption``) stopped a command that does not resume (`--mode translate`); the message
+    says what it left behind."""
+
+    def __init__(self, message: str, interruption: KeyboardInterrupt):
+        self.exit_code = interrupt_status(interruption)
+        super().__init__(message)

@@ -3,7 +3,9 @@
 import json
 import os
 import shutil
+import signal
 import sys
+import time
 
 import pytest
 
@@ -591,6 +593,29 @@ def test_out_of_device_memory_is_one_line(monkeypatch, capsys):
     assert err.startswith("jaxnat: error: out of device memory (RESOURCE_EXHAUSTED")
     assert "data.batch_tokens" in err and "eval.beam_size" in err
     assert "\n" not in err
+
+
+def test_sigterm_stops_a_command_as_ctrl_c_does(monkeypatch, capsys):
+    """SIGTERM outside training's steps (an evaluation, a translation, an import, training's start-up) ended the
+    command at once without a line: a translation's last line cut, an import's staging directory left. Now it is
+    raised as Ctrl-C's KeyboardInterrupt is, so the same clean-up and line follow, exit 143; the caller's handler
+    is back afterwards."""
+    from jaxnat import errors
+    from jaxnat import main as main_module
+
+    def terminated(argv):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(1)  # the handler raises before this returns
+
+    outer = signal.signal(signal.SIGTERM, lambda signum, frame: None)  # without main's handler: ignored, not fatal
+    try:
+        monkeypatch.setattr(main_module, "run", terminated)
+        assert main_module.main([]) == 128 + signal.SIGTERM
+        assert capsys.readouterr().err.startswith("jaxnat: interrupted; the same command starts again (training "
+                                                  "resumes from the newest checkpoint")
+        assert signal.getsignal(signal.SIGTERM) is not errors._terminated
+    finally:
+        signal.signal(signal.SIGTERM, outer)
 
 
 def test_a_full_disk_is_one_line_and_other_os_errors_are_not_hidden(monkeypatch, capsys):

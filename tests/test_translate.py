@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import signal
 import sys
 
 import pytest
@@ -415,7 +416,7 @@ def test_ctrl_c_says_what_the_output_holds_and_that_nothing_resumes(tmp_path, mo
     from types import SimpleNamespace
 
     from jaxnat.decoding import translate_io
-    from jaxnat.errors import Interrupted
+    from jaxnat.errors import Interrupted, Terminated
 
     chunks = []
 
@@ -476,6 +477,15 @@ def test_ctrl_c_says_what_the_output_holds_and_that_nothing_resumes(tmp_path, mo
     monkeypatch.setattr(translate_io.sys, "stdin", stdin)
     with pytest.raises(Interrupted, match=r"^interrupted before anything was written to stdout; the same command "):
         translate_io.translate_stream(Stub, config, None, None)
+
+    def terminated():  # SIGTERM, as jaxnat.main raises it: the same line, exit 143
+        raise Terminated
+
+    monkeypatch.setattr(translate_io.sys, "stdin", SimpleNamespace(buffer=SimpleNamespace(read=terminated),
+                                                                   isatty=lambda: False))
+    with pytest.raises(Interrupted, match=r"^interrupted before anything was written to stdout") as e:
+        translate_io.translate_stream(Stub, config, None, None)
+    assert e.value.exit_code == 128 + signal.SIGTERM
 
 
 def test_parameters_that_are_not_finite_are_refused_at_load(ar_run, monkeypatch):

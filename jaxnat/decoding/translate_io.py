@@ -153,14 +153,14 @@ def translate_stream(load_translator, config, input_path: str | None, output_pat
                 return  # stdout's reader stopped reading: nothing more to translate for
             if sink.written < len(requests):
                 log.info("wrote %d of %d lines to %s", sink.written, len(requests), sink.name)
-    except KeyboardInterrupt:  # reading, translating or writing: the user learns what was kept and that nothing resumes
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM reading, translating or writing: what was kept, no resume
         sink.close()  # flushes what was written: the count below is what the file holds
         if sink.written == 0:
             kept = ", which is left as it was" if output_path and not sink.opened else ""
             raise Interrupted(f"interrupted before anything was written to {sink.name}{kept}; the same command "
-                              f"translates the input again from its start") from None
+                              f"translates the input again from its start", stop) from None
         raise Interrupted(f"interrupted: {sink.name} holds the translations of the first {sink.written} of the "
-                          f"{len(requests)} lines; the same command translates the input again from its start") \
+                          f"{len(requests)} lines; the same command translates the input again from its start", stop) \
             from None
     finally:
         sink.close()
