@@ -38,6 +38,7 @@ from jaxnat.data.distilled import (MANIFEST, PARTS_DIR, PARTS_META, describe_dif
                                    write_atomic)
 from jaxnat.data.sources import load_corpus
 from jaxnat.data.text import lines_sha256, one_line
+from jaxnat.decoding.translator import duration
 from jaxnat.errors import ConfigError, DataError
 
 log = logging.getLogger("jaxnat")
@@ -213,15 +214,6 @@ def translate_chunk(translator, sources: list[str], references: list[str], beam_
     ref_ratios = [r / s for r, s in zip(ref_lens, src_lens) if s > 0]
     return {"hyps": hyps, "dropped": len(sources) - len(kept), "ratio_sum": float(sum(ratios)),
             "ratio_count": len(ratios), "ref_ratio_sum": float(sum(ref_ratios)), "ref_ratio_count": len(ref_ratios)}
-
-
-def duration(seconds: float) -> str:
-    """A time left as a log line says it: "40 s", "12 min", "3 h 05 min"."""
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes = round(seconds / 60)
-    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
 
 
 def run_chunks(translator, parts: Parts, sources: list[str], references: list[str], beam_size: int,

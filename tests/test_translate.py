@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -171,7 +172,7 @@ def test_a_timing_warm_up_runs_only_shapes_not_run_before(ar_run, monkeypatch, c
     """`seconds_per_sentence` warms up with ``warm_up``: one batch of each request shape the translator has not
     run, none after an evaluation's own pass at that batch size, so that timing a test set does not decode it
     twice more. A pass that takes long logs how far it is (every PROGRESS_SECONDS; here 0: after each batch but
-    the last)."""
+    the last) and the time left at its pace (an evaluation's passes said none)."""
     import logging
 
     from jaxnat.config import build_config
@@ -196,8 +197,9 @@ def test_a_timing_warm_up_runs_only_shapes_not_run_before(ar_run, monkeypatch, c
     with caplog.at_level(logging.INFO, logger="jaxnat"):
         full = t.translate_ids(src, 1, 2)
     assert shapes == batches and all(f is not None for f in full)
-    progress = [r.getMessage().split(" in ")[0] for r in caplog.records if r.getMessage().startswith("translated ")]
-    assert progress == [f"translated {n} of 10 sentences" for n in (2, 4, 6, 8)]
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("translated ")]
+    assert [line.split(" in ")[0] for line in progress] == [f"translated {n} of 10 sentences" for n in (2, 4, 6, 8)]
+    assert all(re.search(r" s, about \d+ s left$", line) for line in progress), progress  # as a distillation's
     assert all((w["tokens"] == f["tokens"]).all() for w, f in zip(warm, full) if w is not None)
 
 

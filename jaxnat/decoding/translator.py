@@ -25,6 +25,15 @@ log = logging.getLogger("jaxnat")
 PROGRESS_SECONDS = 30.0  # a pass over many sentences logs its progress this often
 
 
+def duration(seconds: float) -> str:
+    """A time left as a log line says it: "40 s", "12 min", "3 h 05 min"."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = round(seconds / 60)
+    return f"{minutes} min" if minutes < 60 else f"{minutes // 60} h {minutes % 60:02d} min"
+
+
 class Start(NamedTuple):
     """What one sentence asks beyond its source (target piece ids, no BOS/EOS): an initial hypothesis to
     refine, or constraint phrases (hard = guaranteed); for a model that reads them, constraint pairs
@@ -295,7 +304,8 @@ class Translator:
         check_supported(self.spec.name, self.spec.supports, prefix=any(s.prefix for s in starts))
         results: list[dict | None] = [None] * len(src)
         started = reported = time.perf_counter()
-        done = 0
+        # the time left by the pieces done, not the sentences: the batches come shortest first
+        done, pieces_done, pieces = 0, 0, sum(len(s) for s in src)
         for idx, batch in eval_batches(src, None, batch_size, self.buckets):
             request = self.request(batch["src"], [starts[i] if i >= 0 else Start() for i in idx], beam_size, trace)
             if oracle:
@@ -314,9 +324,12 @@ class Translator:
                 if i >= 0:
                     results[i] = {k: v[row] for k, v in out.items()}
             done += sum(i >= 0 for i in idx)
+            pieces_done += sum(len(src[i]) for i in idx if i >= 0)
             now = time.perf_counter()
             if now - reported >= PROGRESS_SECONDS and done < len(src):  # a long pass says how far it is
-                log.info("translated %d of %d sentences in %.0f s", done, len(src), now - started)
+                left = (now - started) * (pieces - pieces_done) / max(pieces_done, 1)
+                log.info("translated %d of %d sentences in %.0f s, about %s left", done, len(src), now - started,
+                         duration(left))
                 reported = now
         return results
 
