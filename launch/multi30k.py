@@ -32,8 +32,8 @@ and MFU are then those of a shared device. Jobs start in the listed order as the
 training job checkpoints first) and left to resume at the next start (a rented machine's hour); Ctrl-C or SIGTERM
 stops them so too, a line each, exit 130 or 143 (a second Ctrl-C kills them at once). --config.KEY=VALUE:
 appended to every training, evaluation and speed job (e.g. the autotuner level, a smaller batch).
---status: where each job stands (for a training job its newest checkpoint and validation BLEU). --dry-run: the
-commands, in order, without running them.
+--status: where each job stands (a training job: its newest checkpoint, of train.steps, and validation BLEU).
+--dry-run: the commands, in order, without running them.
 """
 
 from __future__ import annotations
@@ -333,13 +333,19 @@ def other_options(state: str, job: Job) -> str:
 
 
 def progress(job: Job) -> str:
-    """A training job's newest checkpoint and latest validation BLEU, from its workdir."""
+    """A training job's newest checkpoint (of its config.json's train.steps) and latest validation BLEU, from its
+    workdir."""
     workdir = job.workdir()
     if not workdir or job.copy_from or "--mode" in job.argv:
         return ""
     last = os.path.join(workdir, "checkpoints", "last")
     steps = [int(s) for s in (os.listdir(last) if os.path.isdir(last) else []) if s.isdigit()]
-    text = f", step {max(steps)}" if steps else ""
+    try:  # "step 250" alone left how far the job has to go unsaid
+        with open(os.path.join(workdir, "config.json"), encoding="utf-8") as f:
+            total = f" of {int(json.load(f)['train']['steps'])}"
+    except (OSError, ValueError, KeyError, TypeError):
+        total = ""
+    text = f", step {max(steps)}{total}" if steps else ""
     try:
         with open(os.path.join(workdir, "history.jsonl"), encoding="utf-8") as f:
             rows = [json.loads(line) for line in f if '"valid_bleu"' in line]

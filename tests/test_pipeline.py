@@ -2,6 +2,7 @@
 start, does not run a finished job again, and names only configs that exist — checked with a stand-in Python
 that records its arguments."""
 
+import json
 import os
 import re
 import signal
@@ -167,6 +168,23 @@ def test_align_from_overrides_and_time_limit(tmp_path):
     assert not (limited / "runs" / "pipeline" / "done" / "ar").exists()
     result, events = _pipeline(limited, "--only", "distill")
     assert result.returncode == 0 and [e for e in events if e[0] == "done"] == [("done", "ar"), ("done", "distill")]
+
+
+def test_status_says_how_far_a_training_job_is(tmp_path):
+    """--status said "step 250" of a training job, not of how many steps: now its config.json's train.steps too."""
+    sys.path.insert(0, os.path.dirname(PIPELINE))
+    try:
+        from multi30k import Job, progress
+    finally:
+        sys.path.remove(os.path.dirname(PIPELINE))
+    workdir = tmp_path / "ar"
+    job = Job("ar", (), ("-m", "jaxnat.main", "--config", "c.py", "--workdir", str(workdir)))
+    assert progress(job) == ""
+    (workdir / "checkpoints" / "last" / "250").mkdir(parents=True)
+    assert progress(job) == ", step 250"  # no config.json (yet): the step alone
+    (workdir / "config.json").write_text(json.dumps({"train": {"steps": 4000}}))
+    (workdir / "history.jsonl").write_text(json.dumps({"step": 250, "valid_bleu": 12.345}) + "\n")
+    assert progress(job) == ", step 250 of 4000, valid BLEU 12.35 at step 250"
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
