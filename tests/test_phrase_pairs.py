@@ -3,11 +3,13 @@ random alignments, sampling (counts, lengths, no overlap, determinism by seed), 
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxnat.data.phrase_pairs import PhrasePair, code_switch, encode_pairs, phrase_pairs, sample_pairs
 from jaxnat.data.vocab import PAD_ID
+from jaxnat.errors import Terminated
 
 SEVERAL = settings(max_examples=150, deadline=None)
 
@@ -180,10 +182,11 @@ def test_a_split_where_most_sentences_get_no_pair_is_warned_about():
         "written without them (Chinese, Japanese, Thai) needs its words segmented first")
 
 
-def test_align_corpus_writes_resumable_files(tmp_path):
+def test_align_corpus_writes_resumable_files(tmp_path, caplog):
     """A small corpus where every source word has one translation: the aligner learns it, each sentence gets
     constraint pairs of real phrases, the test split is aligned with the training model, a rerun redoes
-    nothing, the code-switched files keep the source phrase in the target."""
+    nothing, the code-switched files keep the source phrase in the target. The Moses tokenization, minutes on
+    millions of pairs with a bar only at a terminal, has its log line."""
     import json
 
     from jaxnat.data.alignment import align_corpus, main
@@ -197,8 +200,10 @@ def test_align_corpus_writes_resumable_files(tmp_path):
         (tmp_path / f"{split}.en").write_text("".join(s + "\n" for s in src))
         (tmp_path / f"{split}.de").write_text("".join(" ".join(lexicon[w] for w in s.split()) + "\n" for s in src))
     out = tmp_path / "out"
-    written = align_corpus(str(tmp_path), "en", "de", str(out), splits=("test",), switch=True, common_words=0)
+    with caplog.at_level("INFO", logger="jaxnat"):
+        written = align_corpus(str(tmp_path), "en", "de", str(out), splits=("test",), switch=True, common_words=0)
     assert set(written.values()) == {"written"}
+    assert "train: Moses tokens of 300 sentence pairs" in caplog.messages
     test_src = (tmp_path / "test.en").read_text().splitlines()
     links = [line.split() for line in (out / "test.align").read_text().splitlines()]
     assert len(links) == len(test_src)
@@ -223,6 +228,21 @@ def test_align_corpus_writes_resumable_files(tmp_path):
     for line in (tmp_path / "frequent" / "test.pairs.jsonl").read_text().splitlines():
         assert all(not set(s.lower().split()) <= set(common[0]) for s, _ in json.loads(line))
     assert main(["--data-dir", str(tmp_path / "missing"), "--splits", "test"]) == 2
+
+
+@pytest.mark.parametrize("interruption, status", [(KeyboardInterrupt, 130), (Terminated, 143)])
+def test_an_interrupted_alignment_is_one_line(tmp_path, monkeypatch, capsys, interruption, status):
+    """Ctrl-C printed a traceback out of sacremoses or eflomal, and SIGTERM ended it without a word; now one line
+    saying that the same command goes on from the files written (each is written whole)."""
+    from jaxnat.data import alignment
+
+    def interrupted(*args):
+        raise interruption
+
+    monkeypatch.setattr(alignment, "align_corpus", interrupted)
+    assert alignment.main(["--data-dir", str(tmp_path)]) == status
+    assert capsys.readouterr().err == (f"jaxnat: interrupted; the same command goes on from the files written whole "
+                                       f"in {tmp_path} (each split's alignment, then its constraint pairs)\n")
 
 
 def test_a_deeply_nested_pairs_line_is_one_line():

@@ -40,7 +40,7 @@ from collections.abc import Iterable
 
 from jaxnat.data.phrase_pairs import (MAX_WORDS, code_switch, most_common_words, phrase_pairs, phrase_text,
                                       sample_pairs)
-from jaxnat.errors import DataError, JaxnatError
+from jaxnat.errors import DataError, JaxnatError, interrupt_status, sigterm_interrupts
 from jaxnat.optional import require
 
 log = logging.getLogger("jaxnat")
@@ -210,6 +210,8 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
                 with open(common_path, encoding="utf-8") as f:
                     common = tuple(set(words) for words in json.load(f))
             continue
+        # no bar in a log file: on millions of pairs, minutes of silence before the aligner's first line
+        log.info("%s: Moses tokens of %d sentence pairs", split, len(src))
         src_words = [moses_tokenize(s, src_lang) for s in tqdm(src, desc=f"tokenize {split}.{src_lang}", disable=None)]
         tgt_words = [moses_tokenize(t, tgt_lang) for t in tqdm(tgt, desc=f"tokenize {split}.{tgt_lang}", disable=None)]
         align_path = os.path.join(out_dir, f"{split}.align")
@@ -286,11 +288,16 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     try:
-        align_corpus(args.data_dir, args.src, args.tgt, args.output or args.data_dir, args.train_split,
-                     tuple(s for s in args.splits.split(",") if s), args.seed, args.code_switch, args.common_words)
+        with sigterm_interrupts():
+            align_corpus(args.data_dir, args.src, args.tgt, args.output or args.data_dir, args.train_split,
+                         tuple(s for s in args.splits.split(",") if s), args.seed, args.code_switch, args.common_words)
     except (JaxnatError, OSError) as e:
         print(f"jaxnat: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: a traceback, or nothing at all
+        print(f"jaxnat: interrupted; the same command goes on from the files written whole in "
+              f"{args.output or args.data_dir} (each split's alignment, then its constraint pairs)", file=sys.stderr)
+        return interrupt_status(e)
     return 0
 
 
