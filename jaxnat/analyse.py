@@ -14,7 +14,7 @@ import argparse
 import logging
 import sys
 
-from jaxnat.errors import ConfigError, JaxnatError
+from jaxnat.errors import ConfigError, JaxnatError, interrupt_status, sigterm_interrupts
 
 SPLIT, SENTENCES = "valid", 500  # what an analysis reads unless told otherwise (the report's too)
 
@@ -80,6 +80,7 @@ def tables(results: list[tuple[str, dict]]) -> str:
     return "\n\n".join(sections)
 
 
+@sigterm_interrupts()  # SIGTERM as Ctrl-C
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxnat.analyse", description=__doc__.split("\n")[0])
     parser.add_argument("workdirs", nargs="+", help="trained workdirs (of families with an analysis)")
@@ -106,6 +107,9 @@ def main(argv=None) -> int:
     except (JaxnatError, OSError) as e:
         print(f"jaxnat: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # a traceback, or for SIGTERM nothing at all
+        print("jaxnat: interrupted; nothing was measured to keep: the same command measures again", file=sys.stderr)
+        return interrupt_status(e)
     print(tables(results))
     return 0
 

@@ -46,7 +46,7 @@ import statistics
 import sys
 
 from jaxnat import analyse, provenance, strict_json
-from jaxnat.errors import ConfigError, JaxnatError
+from jaxnat.errors import ConfigError, JaxnatError, interrupt_status, sigterm_interrupts
 from jaxnat.optional import install_hint, optional
 from jaxnat.paths import check_creatable_dir
 
@@ -829,6 +829,7 @@ def plot(report: dict, path: str) -> str | None:
     return path
 
 
+@sigterm_interrupts()  # SIGTERM as Ctrl-C
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxnat.report", description=__doc__.split("\n")[0])
     parser.add_argument("workdirs", nargs="+", help="evaluated workdirs")
@@ -884,6 +885,10 @@ def main(argv=None) -> int:
     except (JaxnatError, OSError) as e:
         print(f"jaxnat: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as e:  # a traceback, or for SIGTERM nothing at all
+        print("jaxnat: interrupted; the same command makes the report again (--out is written at its end)",
+              file=sys.stderr)
+        return interrupt_status(e)
     print(markdown)
     log.info("report: %s", os.path.join(args.out, "report.md"))
     return 0

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from jaxnat.evaluation.metrics import bleu, chrf
-from jaxnat.errors import ConfigError, JaxnatError
+from jaxnat.errors import ConfigError, JaxnatError, Terminated
 from jaxnat.report import (FREQUENCY_BINS, bin_label, bleu_by_source_length, constraint_overlap, convergence,
                            curve_points, default_names, iteration_statistics, lookup, paired_test, parse_column,
                            parse_names, seed_rows, seed_statistics, valid_curve, word_f1_by_frequency)
@@ -422,6 +422,25 @@ def test_an_interrupted_evaluation_leaves_no_earlier_scores_beside_its_hypothese
         evaluate_module.evaluate(config, workdir)
     assert not (tmp_path / "ar" / "metrics.json").exists()
     assert not (tmp_path / "ar" / evaluate_module.EVALUATED).exists()
+
+
+@pytest.mark.parametrize("interruption, status", [(KeyboardInterrupt, 130), (Terminated, 143)])
+def test_an_interrupted_report_or_analysis_is_one_line(tmp_path, monkeypatch, capsys, interruption, status):
+    """Ctrl-C during the resampling of python -m jaxnat.report or the measuring of jaxnat.analyse printed a
+    traceback, and SIGTERM ended them without a word: now one line, exit 130 or 143."""
+    from jaxnat import analyse, evaluate, report
+
+    def interrupted(*args, **kwargs):
+        raise interruption
+
+    monkeypatch.setattr(report, "build_report", interrupted)
+    monkeypatch.setattr(evaluate, "evaluated_config", interrupted)
+    assert report.main([str(tmp_path), "--out", str(tmp_path / "report")]) == status
+    assert capsys.readouterr().err == ("jaxnat: interrupted; the same command makes the report again (--out is "
+                                       "written at its end)\n")
+    assert analyse.main([str(tmp_path)]) == status
+    assert capsys.readouterr().err == ("jaxnat: interrupted; nothing was measured to keep: the same command measures "
+                                       "again\n")
 
 
 def test_a_damaged_evaluation_is_one_line(tmp_path):
