@@ -1,5 +1,10 @@
 """Command line: `python -m jaxnat.main --config configs/<model>/<name>.py --workdir DIR
-[--mode train|eval|translate|distill|average|curves] [--input F] [--output F] [--config.a.b=value ...]`.
+[--mode train|eval|translate|distill|average|curves|import] [--input F] [--output F] [--config.a.b=value ...]`.
+
+--config.SECTION.KEY=VALUE sets one key over the config file's (--config.train.steps=500, --config.eval.beam_size=1).
+Every key, its default and what it does: jaxnat/config.py's default_config (the shared sections model, data, train,
+eval) and each family's own section (its Family.defaults in jaxnat/models/<family>/); a key jaxnat does not know,
+or one the run would not read, is refused in one line.
 
 train (default): trains, checkpoints, then evaluates the best checkpoint on the test splits.
 eval: evaluates a trained workdir.  translate: plain or JSON lines in, JSON lines out.
@@ -10,7 +15,8 @@ takes that workdir without --config (docs/import.md).
 average: writes the average of eval.average_checkpoints checkpoints (eval.average_of) into the workdir.
 curves: draws <workdir>/curves.png from the run's history (no --config needed).
 A train or eval command that ends (or a training stopped by a signal) appends its line to <workdir>/runs.jsonl
-(jaxnat/provenance.py). User errors (config, data, files) print one line and exit with code 2.
+(jaxnat/provenance.py). User errors (config, data, files) print one line and exit with code 2; Ctrl-C and SIGTERM
+one line and 130 or 143 (a training stops after its step in flight, with a checkpoint the same command resumes).
 """
 
 from __future__ import annotations
@@ -45,7 +51,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_args(argv):
-    parser = _Parser(prog="python -m jaxnat.main", description=__doc__.split("\n")[0], allow_abbrev=False)
+    # the whole docstring as written: the modes and how config keys are set (its first line alone was cut short)
+    parser = _Parser(prog="python -m jaxnat.main", description=__doc__, allow_abbrev=False,
+                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="a config file, e.g. configs/ar/demo.py (every mode but curves)")
     parser.add_argument("--workdir", required=True,
                         help="run directory (train: created, resumed if it exists; other modes: a trained run)")

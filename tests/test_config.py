@@ -512,6 +512,17 @@ def test_a_mode_that_writes_into_the_workdir_refuses_an_unwritable_one(tmp_path,
     check_paths(parse_args(["--config", CONFIG, "--workdir", str(tmp_path), "--mode", "translate"])[0])
 
 
+def test_help_says_every_mode_and_how_config_keys_are_set(capsys):
+    """--help showed the docstring's first line alone, cut mid-command; now every mode and where the keys are."""
+    from jaxnat.main import MODES, parse_args
+
+    with pytest.raises(SystemExit) as exit:
+        parse_args(["--help"])
+    text = capsys.readouterr().out
+    assert exit.value.code == 0 and "--config.SECTION.KEY=VALUE" in text and "default_config" in text
+    assert "train (default):" in text and all(f"{mode}:" in text for mode in MODES if mode != "train")
+
+
 def test_translate_refuses_to_write_over_its_input(tmp_path):
     """`--input f --output f` (or a link to f) read the whole input, then replaced the user's text with its
     translations; now one line, before anything is loaded."""
