@@ -15,14 +15,15 @@ import pytest
 from hypothesis import example, given, settings, strategies as st
 
 from jaxnat.config import build_config
-from jaxnat.data.vocab import BOS_ID, EOS_ID
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.errors import ConfigError
 from jaxnat.models import build_model
 from jaxnat.models.dat import dag, glancing
 from jaxnat.models.dat import constrained
 from jaxnat.models.dat.constrained import constrained_decode
-from jaxnat.models.dat.model import Decoding, allowed_tokens, decode_graph, graph_sizes, max_vertices
+from jaxnat.models.dat.model import (Decoding, allowed_tokens, decode_graph, graph_sizes, max_vertices, output_capacity,
+                                     output_limits)
 from tests import dat_reference as ref
 
 B, L, T, V = 2, 8, 6, 9          # V = 9: the inner vertices choose among UNK and ids 6, 7, 8
@@ -133,6 +134,52 @@ def test_a_path_longer_than_the_capacity_jumps_to_the_end():
 
 
 W = 6  # output capacity of the decoding tests: shorter than the longest paths, so the cap is exercised
+
+
+@pytest.mark.parametrize("strategy", ["lookahead", "viterbi", "beam", "hard"])
+def test_a_rows_limit_decodes_it_as_a_request_of_that_width(strategy):
+    """A row decoded at its own output capacity (``limit``) inside a wider request (a batch beside longer sources or
+    constraint sets) gives what a request of that width gives it alone: its tokens, scores and counts. The graphs
+    favour the next vertex, so their paths run past the narrower limit."""
+    links, emit = graph(5, [L, L])
+    links = np.where(np.isfinite(links), links - 2.0 * np.abs(np.arange(L)[None, :, None] + 1 - np.arange(L)), links)
+    links = np.asarray(jax.nn.log_softmax(jnp.asarray(links), axis=2))
+    n = np.asarray([L, L], np.int32)
+    options = Decoding(strategy if strategy != "hard" else "viterbi", 1.0, 1.0, 1.1, 3, True, 1.0)
+    phrases = np.asarray([[[6, 8]]] * B, np.int32) if strategy == "hard" else None
+    hard = np.ones(B, bool) if strategy == "hard" else None
+
+    @functools.partial(jax.jit, static_argnums=0)
+    def decode(width, limit):
+        return decode_graph(jnp.asarray(emit), jnp.asarray(links), jnp.asarray(n), width, options,
+                            2 if strategy == "beam" else 1, phrases, hard, limit=jnp.asarray(limit, jnp.int32))
+
+    width = 4
+    wide, alone = jax.device_get((decode(W, [width] * B), decode(width, [width] * B)))
+    if strategy in ("lookahead", "beam"):  # the limit binds (Viterbi's length penalty may stop short)
+        assert np.all(alone["decoded"] == width - 2)
+    for key, value in alone.items():
+        np.testing.assert_array_equal(wide[key][:, :width] if np.ndim(value) > 1 else wide[key], value, err_msg=key)
+    assert not np.any(wide["tokens"][:, width:])
+
+
+def test_each_sentence_has_its_own_output_capacity_whatever_its_batch():
+    """`output_limits`: a sentence's capacity is the model's capacity of its own source (and constraints), the
+    same in a request padded to a longer source or widened by another row's constraints; a row's own constraints
+    widen its own."""
+    config = build_config(TINY, BASE)
+    cfg = build_model(config, 40, 40).cfg
+    capacity = output_capacity(cfg, config.eval)
+    short = [BOS_ID, 7, 8, 9, 10, 11, EOS_ID]
+    for padded, width, constraints in ((8, capacity(8), None), (40, capacity(40), None),
+                                       (8, 48, np.asarray([[[PAD_ID] * 2], [[6] * 2]], np.int32))):
+        src = np.zeros((2, padded), np.int32)
+        src[0, :len(short)], src[1, :4] = short, [BOS_ID, 7, 8, EOS_ID]
+        limits = np.asarray(output_limits(jnp.asarray(src), constraints, width, cfg, config.eval))
+        assert limits[0] == capacity(len(short)), (padded, width)
+    room = np.asarray([[[6] * 8] * 3, [[PAD_ID] * 8] * 3], np.int32)  # 24 constraint pieces, and none
+    limits = np.asarray(output_limits(jnp.asarray(src), room, 48, cfg, config.eval))
+    assert limits.tolist() == [26, capacity(4)]  # room for its own pieces and BOS/EOS
 
 
 @functools.lru_cache(maxsize=None)

@@ -158,9 +158,11 @@ def _states(C: int, P: int) -> tuple[int, int]:
 
 def constrained_decode(links: jax.Array, emit: jax.Array, n_vertices: jax.Array, phrases: jax.Array,
                        hard: jax.Array, allowed: jax.Array, width: int, beta: float, soft_reward: float,
-                       continues=None, joins=None, trails=None, rows: int = 0, log_norm=None) -> dict:
-    """The best path of at most ``width`` vertices that emits every phrase of a hard row (any order, each as a
-    run of consecutive vertices), or, on a soft row, the best under a reward of ``soft_reward`` per phrase.
+                       continues=None, joins=None, trails=None, rows: int = 0, log_norm=None,
+                       limit: jax.Array | None = None) -> dict:
+    """The best path of at most its row's ``limit`` (int32[B], at most ``width``; None: ``width``) vertices that
+    emits every phrase of a hard row (any order, each as a run of consecutive vertices), or, on a soft row, the
+    best under a reward of ``soft_reward`` per phrase.
 
     links: float32[B, L, L]; emit: float32[B, L, V] log-probabilities, or logits with log_norm float32[B, L] their
     log-normalisers (the search normalises the few entries it reads of each vertex's row: no [B, L, V]
@@ -185,16 +187,17 @@ def constrained_decode(links: jax.Array, emit: jax.Array, n_vertices: jax.Array,
         per_row = (width - 1) * L * NM * NI * 4
         rows = max(d for d in range(1, B + 1) if B % d == 0 and (d == 1 or d * per_row <= STORED_BYTES))
     norm = jnp.zeros(links.shape[:2], emit.dtype) if log_norm is None else log_norm
+    limit = jnp.full((B,), width, jnp.int32) if limit is None else limit
     search = lambda xs: _search(*xs, allowed, width, beta, soft_reward, continues, joins, trails)  # noqa: E731
     if rows >= B:
-        return search((links, emit, norm, n_vertices, phrases, hard))
+        return search((links, emit, norm, n_vertices, phrases, hard, limit))
     chunks = lambda x: x.reshape(B // rows, rows, *x.shape[1:])  # noqa: E731
-    out = jax.lax.map(search, tuple(map(chunks, (links, emit, norm, n_vertices, phrases, hard))))
+    out = jax.lax.map(search, tuple(map(chunks, (links, emit, norm, n_vertices, phrases, hard, limit))))
     return {k: v.reshape(B, *v.shape[2:]) for k, v in out.items()}
 
 
-def _search(links, emit, norm, n_vertices, phrases, hard, allowed, width, beta, soft_reward, continues, joins,
-            trails):
+def _search(links, emit, norm, n_vertices, phrases, hard, limit, allowed, width, beta, soft_reward, continues,
+            joins, trails):
     """`constrained_decode` of one chunk of rows, phrases padded to P ≥ 2, emit less norm the log-probabilities."""
     B, L, _ = links.shape
     C, P = phrases.shape[1:]
@@ -236,7 +239,10 @@ def _search(links, emit, norm, n_vertices, phrases, hard, allowed, width, beta, 
 
     _, ys = jax.lax.scan(step, start, None, length=width - 1)
     before, (soft_val, soft_q, soft_reward_got), (hard_val, hard_q) = ys     # each [W − 1, B, ...]
-    norm = jnp.arange(2, width + 1, dtype=jnp.float32)[:, None] ** beta     # M = step + 1 vertices
+    lengths = jnp.arange(2, width + 1, dtype=jnp.float32)[:, None]           # M = step + 1 vertices
+    fits = lengths <= limit[None]                                            # the row's own capacity
+    hard_val, soft_val = (jnp.where(fits, v, -jnp.inf) for v in (hard_val, soft_val))
+    norm = lengths ** beta
     hard_best = argmax((hard_val / norm).T).astype(jnp.int32)
     soft_best = argmax((soft_val / norm).T).astype(jnp.int32)
     feasible = jnp.isfinite(_at(hard_val.T, hard_best))

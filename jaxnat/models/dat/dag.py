@@ -147,14 +147,16 @@ def pointers(links: jax.Array, scores: jax.Array, beta: float) -> jax.Array:
     return argmax(links + beta * scores[:, None, :]).astype(jnp.int32)
 
 
-def follow(nxt: jax.Array, n_vertices: jax.Array, width: int) -> jax.Array:
+def follow(nxt: jax.Array, n_vertices: jax.Array, width: int, limit: jax.Array | None = None) -> jax.Array:
     """int32[B, width]: the path from vertex 0 along the successors ``nxt`` (int32[B, L]) to n − 1, −1 after it. A
-    path that would need more than ``width`` vertices jumps to n − 1 at the last slot (the output's capacity)."""
+    path that would need more than its row's ``limit`` (int32[B], at most ``width``; None: ``width``) vertices jumps
+    to n − 1 at its last slot (the sentence's output capacity)."""
     last = n_vertices - 1
+    limit = width if limit is None else limit
 
     def step(v, k):
         done = (v == last) | (v < 0)
-        nv = jnp.where(k == width - 1, last, _at(nxt, jnp.maximum(v, 0)))
+        nv = jnp.where(k == limit - 1, last, _at(nxt, jnp.maximum(v, 0)))
         nv = jnp.where(done, -1, nv)
         return nv, nv
 
@@ -163,16 +165,18 @@ def follow(nxt: jax.Array, n_vertices: jax.Array, width: int) -> jax.Array:
 
 
 def joint_viterbi(links: jax.Array, scores: jax.Array, bos: jax.Array, n_vertices: jax.Array, width: int,
-                  beta: float) -> tuple[jax.Array, jax.Array]:
+                  beta: float, limit: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
     """Shao et al. (2022)'s joint Viterbi decoding: the path and tokens maximising log P(y, a | x) / M^β over
-    every length M ≤ width (M = the path's vertices = the output's tokens, BOS and EOS included), each vertex
-    emitting its best token (``scores``, `vertex_scores`). One `viterbi_scan` over the width gives the best path
-    of every length at once. Returns (int32[B, width] the path, −1 after it; float32[B] its log P(y, a | x))."""
+    every length M ≤ its row's ``limit`` (int32[B], at most ``width``; None: ``width``; M = the path's vertices =
+    the output's tokens, BOS and EOS included), each vertex emitting its best token (``scores``, `vertex_scores`).
+    One `viterbi_scan` over the width gives the best path of every length at once. Returns (int32[B, width] the
+    path, −1 after it; float32[B] its log P(y, a | x))."""
     start = _first_vertex(jnp.broadcast_to(bos[:, None], scores.shape))
     deltas = viterbi_scan(start, links, jnp.broadcast_to(scores[None], (width - 1,) + scores.shape))
     ends = jax.vmap(_at, (0, None))(deltas, n_vertices - 1)                   # [width, B]: M = row + 1
     lengths = jnp.arange(1, width + 1, dtype=jnp.float32)[:, None]
-    steps = argmax((ends / lengths ** beta).T).astype(jnp.int32)              # the best M − 1
+    fits = lengths <= (width if limit is None else limit[None])
+    steps = argmax(jnp.where(fits, ends / lengths ** beta, -jnp.inf).T).astype(jnp.int32)  # the best M − 1
     return backtrack(deltas, links, steps, n_vertices - 1), jnp.take_along_axis(ends, steps[None], axis=0)[0]
 
 
@@ -219,7 +223,7 @@ def compact(values: jax.Array, keep: jax.Array, fill) -> jax.Array:
 # ----------------------------------------------------------------------------------------------- beam search
 
 def beam_search(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: jax.Array, eos: jax.Array,
-                n_vertices: jax.Array, width: int, beam: int, alpha: float):
+                n_vertices: jax.Array, width: int, beam: int, alpha: float, limit: jax.Array | None = None):
     """Beam search over token prefixes of the DAG (DA-Transformer's beam search without its n-gram LM): a
     hypothesis is a prefix ending at a vertex, scored by the log-sum over every path that emits it there, so the
     search looks for argmax_y log P(y | x) / M^α (M = |y| with BOS and EOS), summing paths, not the single best
@@ -228,13 +232,16 @@ def beam_search(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: ja
     steps to n − 1 emits EOS and is finished. A beam as wide as the hypotheses finds the exact answer (tested).
 
     links: float32[B, L, L]; top_tok, top_lp: int32/float32[B, L, C], each vertex's C best tokens; bos, eos:
-    float32[B] (log P(BOS | 0), log P(EOS | n − 1)); width: the output's capacity; beam: K. Returns (tokens
-    int32[B, width], the best finished prefix; its log P(y | x) float32[B]; token_logp float32[B, width], each
-    token's share of it: log P(y_≤m) − log P(y_<m) over the merged paths)."""
-    return jax.vmap(lambda *a: _beam_one(*a, width, beam, alpha))(links, top_tok, top_lp, bos, eos, n_vertices)
+    float32[B] (log P(BOS | 0), log P(EOS | n − 1)); width: the output's capacity; limit: int32[B], each row's
+    (at most ``width``; None: ``width``); beam: K. Returns (tokens int32[B, width], the best finished prefix; its
+    log P(y | x) float32[B]; token_logp float32[B, width], each token's share of it: log P(y_≤m) − log P(y_<m)
+    over the merged paths)."""
+    limit = jnp.full(n_vertices.shape, width, jnp.int32) if limit is None else limit
+    return jax.vmap(lambda *a: _beam_one(*a, width, beam, alpha))(links, top_tok, top_lp, bos, eos, n_vertices,
+                                                                   limit)
 
 
-def _beam_one(links, top_tok, top_lp, bos, eos, n, width, beam, alpha):
+def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha):
     L, C = top_tok.shape
     last = n - 1
     toks = jnp.full((beam, width), PAD_ID, jnp.int32).at[:, 0].set(BOS_ID)
@@ -254,7 +261,7 @@ def _beam_one(links, top_tok, top_lp, bos, eos, n, width, beam, alpha):
         merged = safe_logsumexp(jnp.where(same[:, :, None], reach[None], NEG), axis=1)   # [K, L]: per prefix
         merged = jnp.where(first[:, None], merged, NEG)
         # finished: the prefix steps to n − 1 and emits EOS at slot k
-        done_lp = merged[:, last] + eos
+        done_lp = jnp.where(k < limit, merged[:, last] + eos, NEG)             # M = k + 1 tokens fit the row
         done_toks = toks.at[:, k].set(EOS_ID)
         done_steps = steps_lp.at[:, k].set(done_lp - lp)
         done_score = done_lp / (k + 1.0) ** alpha
@@ -265,7 +272,7 @@ def _beam_one(links, top_tok, top_lp, bos, eos, n, width, beam, alpha):
         fin = (all_toks[keep], all_steps[keep], all_lp[keep], all_score[keep])
         # alive: one more inner vertex and one of its top tokens, if EOS still fits after it
         cand = merged[:, :, None] + top_lp[None]                               # [K, L, C]
-        cand = jnp.where(inner[None, :, None] & (k < width - 1), cand, NEG).reshape(-1)
+        cand = jnp.where(inner[None, :, None] & (k < limit - 1), cand, NEG).reshape(-1)
         best, idx = jax.lax.top_k(cand, beam)
         src, j, c = idx // (L * C), (idx // C) % L, idx % C
         tok = top_tok[j, c]

@@ -287,16 +287,18 @@ def allowed_tokens(vocab: int) -> jax.Array:
 
 
 def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, width: int, options: Decoding,
-                 beam: int = 1, constraints=None, hard=None, continues=None, joins=None, trails=None) -> dict:
+                 beam: int = 1, constraints=None, hard=None, continues=None, joins=None, trails=None,
+                 limit: jax.Array | None = None) -> dict:
     """One batch's translations from its graphs: logits float32[B, L, V], links float32[B, L, L], n_vertices
     int32[B] → generate's outputs (tokens int32[B, width] [BOS … EOS] rows, score, token_logp, token_scored and
     the counts). With ``constraints`` (int32[B, C, P]) and ``hard`` (bool[B]) the rows that have phrases take the
-    constrained search; a row without any decodes as it would alone, by the strategy. The beam search reads every
+    constrained search; a row without any decodes as it would alone, by the strategy. limit: int32[B], each row's
+    own output capacity within the width (`output_limits`), or None: the width. The beam search reads every
     token's log-probability; the others each vertex's best (`dag.vertex_scores`), the constrained search each
     vertex's best per token class and its phrases' tokens."""
     allowed = allowed_tokens(logits.shape[-1])
     B = logits.shape[0]
-    plain = lambda: _decode_plain(logits, links, n_vertices, width, options, beam, allowed)  # noqa: E731
+    plain = lambda: _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limit)  # noqa: E731
     infeasible = jnp.zeros(B, jnp.int32)
     phrase = None
     if constraints is None:
@@ -305,7 +307,7 @@ def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, wid
         hard = jnp.zeros(B, bool) if hard is None else hard
         norm = jax.nn.logsumexp(logits, axis=-1)                           # [B, L]
         out = constrained_decode(links, logits, n_vertices, constraints, hard, allowed, width, options.viterbi_beta,
-                                 options.soft_reward, continues, joins, trails, log_norm=norm)
+                                 options.soft_reward, continues, joins, trails, log_norm=norm, limit=limit)
         at = jnp.maximum(out["path"], 0)
         c_token_lp = (jnp.take_along_axis(jnp.take_along_axis(logits, at[..., None], 1),
                                           out["tokens"][..., None], 2)[..., 0] - jnp.take_along_axis(norm, at, 1))
@@ -329,7 +331,7 @@ def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, wid
             "decoded": jnp.sum(inner, axis=1, dtype=jnp.int32), "repeats": repeats, "infeasible": infeasible}
 
 
-def _decode_plain(logits, links, n_vertices, width, options, beam, allowed):
+def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limit):
     """(tokens int32[B, width], score float32[B], token_lp float32[B, width]) by ``options.strategy``."""
     tok, scores, bos = dag.vertex_scores(logits, n_vertices, allowed)
     if options.strategy == "beam":
@@ -337,12 +339,12 @@ def _decode_plain(logits, links, n_vertices, width, options, beam, allowed):
         top_lp, top_tok = jax.lax.top_k(jnp.where(allowed, emit, dag.NEG), min(options.top_cand, logits.shape[-1]))
         eos = jnp.take_along_axis(emit[..., EOS_ID], (n_vertices - 1)[:, None], 1)[:, 0]
         return dag.beam_search(links, top_tok.astype(jnp.int32), top_lp, bos, eos, n_vertices, width, beam,
-                               options.beam_alpha)
+                               options.beam_alpha, limit)
     if options.strategy == "viterbi":
-        path, score = dag.joint_viterbi(links, scores, bos, n_vertices, width, options.viterbi_beta)
+        path, score = dag.joint_viterbi(links, scores, bos, n_vertices, width, options.viterbi_beta, limit)
     else:
         beta = options.lookahead_beta if options.strategy == "lookahead" else 0.0
-        path = dag.follow(dag.pointers(links, scores, beta), n_vertices, width)
+        path = dag.follow(dag.pointers(links, scores, beta), n_vertices, width, limit)
         score = dag.path_score(path, links, scores, bos)
     return dag.path_tokens(path, tok, n_vertices), score, jnp.take_along_axis(scores, jnp.maximum(path, 0), 1)
 
@@ -353,6 +355,18 @@ def output_capacity(cfg: TransformerConfig, eval_cfg):
     def capacity(src_len: int) -> int:
         return int(min(cfg.max_len, max(eval_cfg.length_cap_min, int(eval_cfg.length_cap_ratio * src_len))))
     return capacity
+
+
+def output_limits(src: jax.Array, constraints, width: int, cfg: TransformerConfig, eval_cfg) -> jax.Array:
+    """int32[B]: each sentence's own output capacity, `output_capacity` of its own source (src: int32[B, S], BOS/EOS
+    included) with room for its own constraint pieces (int32[B, C, P] or None) and BOS/EOS, within ``width``. A
+    request's width is its batch's (its longest source's bucket, its largest constraint set): capped by it, a
+    sentence's path would depend on the sentences beside it."""
+    own = jnp.floor(eval_cfg.length_cap_ratio * jnp.sum(src != PAD_ID, axis=1)).astype(jnp.int32)
+    own = jnp.maximum(own, eval_cfg.length_cap_min)
+    if constraints is not None:
+        own = jnp.maximum(own, jnp.sum(constraints != PAD_ID, axis=(1, 2), dtype=jnp.int32) + 2)
+    return jnp.minimum(own, min(cfg.max_len, width))
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
@@ -377,8 +391,10 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
 
     def generate(params, request: DecodeRequest) -> dict:
         logits, links, n_vertices = decoder.apply(params, request.src)
-        return decode_graph(logits, links, n_vertices, request.width(capacity), options, request.beam_size,
-                            request.constraints, request.hard, continues, joins, trails)
+        width = request.width(capacity)
+        limit = output_limits(request.src, request.constraints, width, cfg, config.eval)
+        return decode_graph(logits, links, n_vertices, width, options, request.beam_size, request.constraints,
+                            request.hard, continues, joins, trails, limit)
 
     # eval.beam_size is the width of dat.decode=beam and of nothing else
     supports = dataclasses.replace(SUPPORTS, beam=s.decode == "beam")
