@@ -50,6 +50,8 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from jaxnat.errors import interrupt_status, sigterm_interrupts  # noqa: E402  (signals alone: no JAX started)
 TEST = "test_2016_flickr"
 TABLES = ("teacher", "vecconst", "nat", "cmlm", "edit", "onepass", "seeds")
 SEEDS = (1, 2)  # the seeds table's runs of a configuration beside its seed-0 run in its paper's table
@@ -375,14 +377,6 @@ def _stamp(text: str) -> None:
     print(f"{time.strftime('%F %T')} {text}", flush=True)
 
 
-class Interrupted(Exception):
-    """SIGTERM (a scheduler's preemption, `kill`) reached the pipeline, as Ctrl-C's KeyboardInterrupt does."""
-
-
-def _terminated(signum, frame):
-    raise Interrupted()
-
-
 def _stop(proc: subprocess.Popen, grace: float = 60.0) -> None:
     """SIGTERM (a training run writes its checkpoint, then exits), SIGKILL after ``grace`` seconds."""
     proc.send_signal(signal.SIGTERM)
@@ -400,7 +394,7 @@ def _stop_all(running: dict, why: str) -> None:
         for name, (_, proc) in running.items():
             _stop(proc)
             _stamp(f"{why}: stopped {name} (the same command resumes it)")
-    except (KeyboardInterrupt, Interrupted):
+    except KeyboardInterrupt:  # (SIGTERM too, `sigterm_interrupts`)
         for _, proc in running.values():
             proc.kill()
             proc.wait()
@@ -408,6 +402,7 @@ def _stop_all(running: dict, why: str) -> None:
                f"checkpoints)")
 
 
+@sigterm_interrupts()  # SIGTERM as Ctrl-C: alone, it ended the pipeline without a word, its jobs left running
 def run_jobs(todo: list[Job], state: str, python: str, deadline: float = float("inf"), parallel: int = 1) -> int:
     """Runs every job that is not done once the jobs it needs are, until ``deadline`` (time.monotonic): up to
     ``parallel`` at once, started in list order as they become ready; a timing job (bench/decode_speed.py) with
@@ -436,8 +431,6 @@ def run_jobs(todo: list[Job], state: str, python: str, deadline: float = float("
             unmet.add(job.name)
             _stamp(f"FAILED {job.name} (see {state}/{job.name}.log)")
 
-    # SIGTERM to the pipeline alone ended it without a word and left its jobs running, orphaned
-    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         while waiting or running:
             for job in list(waiting):
@@ -484,17 +477,15 @@ def run_jobs(todo: list[Job], state: str, python: str, deadline: float = float("
             _stamp(f"time limit reached before {e.args[0]}: the same command goes on")
         _stop_all(running, "time limit reached")
         return 3
-    except (KeyboardInterrupt, Interrupted) as e:  # killing the jobs lost each one's steps since its checkpoint
-        signum = signal.SIGTERM if isinstance(e, Interrupted) else signal.SIGINT
-        _stop_all(running, f"interrupted ({signal.Signals(signum).name})")
-        return 128 + signum
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: killing the jobs lost each one's steps since its checkpoint
+        status = interrupt_status(e)
+        _stop_all(running, f"interrupted ({signal.Signals(status - 128).name})")
+        return status
     except BaseException:  # the pipeline failed: the jobs it started go with it
         for _, proc in running.values():
             proc.kill()
             proc.wait()
         raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     return 1 if unmet else 0
 
 
