@@ -109,7 +109,7 @@ def evaluate(config, workdir: str) -> dict:
         forget_evaluation(workdir)
     for i, split in enumerate(test_splits):
         srcs, refs = corpus[split]
-        outs = translator.translate(srcs, e.beam_size, e.batch_size, token_scores=True)
+        outs = translator.translate(srcs, e.beam_size, e.batch_size, token_scores=True, label=split)
         hyps = hyps_plain = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.txt"), hyps)
         if translator.spec.supports.counts:  # per sentence, for the report's analyses (iterations by length)
@@ -148,7 +148,7 @@ def evaluate(config, workdir: str) -> dict:
             write_constraints(os.path.join(workdir, "hyps", f"{split}.constraints.jsonl"), constraints)
         for mode in modes:
             outs = translator.translate(srcs, e.beam_size, e.batch_size, constraints=constraints,
-                                        hard=[mode == "hard"] * len(srcs))
+                                        hard=[mode == "hard"] * len(srcs), label=f"{split}+{mode}")
             hyps = [o["hyp"] for o in outs]
             _write_lines(os.path.join(workdir, "hyps", f"{split}.{mode}.txt"), hyps)
             results[f"{split}+{mode}"] = {**scores(hyps, refs, config, constraints),
@@ -285,7 +285,8 @@ def pair_rows(translator: Translator, split: str, srcs: list[str], refs: list[st
         report_left_out_pairs(translator, split, pairs)
     rows = {}
     for name, kwargs in runs.items():
-        outs = translator.translate(srcs, e.beam_size, e.batch_size, drop_long_pairs=True, **kwargs)
+        outs = translator.translate(srcs, e.beam_size, e.batch_size, drop_long_pairs=True, label=f"{split}+{name}",
+                                    **kwargs)
         hyps = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.{name}.txt"), hyps)
         row = {**scores(hyps, refs, config, targets), "mean_length": mean_length(hyps)}
@@ -332,7 +333,8 @@ def diagnostic_rows(translator: Translator, split: str, srcs: list[str], refs: l
             rows[f"{split}+from_{name}"] = {k: v for k, v in known[name].items() if k not in NOT_ABOUT_THE_START}
             continue
         # a start re-tokenised from text (an output, a reference) may be longer than the model holds: cut it
-        outs = translator.translate(srcs, e.beam_size, e.batch_size, cut_long_inits=True, **kwargs)
+        outs = translator.translate(srcs, e.beam_size, e.batch_size, cut_long_inits=True,
+                                    label=f"{split}+from_{name}", **kwargs)
         hyps = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.from_{name}.txt"), hyps)
         row = scores(hyps, refs, config, kwargs.get("constraints"))
@@ -376,12 +378,12 @@ def iteration_rows(translator: Translator, split: str, srcs: list[str], refs: li
         run = Translator(spec, translator.params, translator.tokenizer, swept, translator.aux)
         for oracle in modes:
             args = dict(references=refs, oracle=oracle) if oracle else {}
-            run.translate(srcs, e.beam_size, e.batch_size, **args)
+            name = f"{label}{depth}" + (f"_oracle_{oracle}" if oracle else "")
+            run.translate(srcs, e.beam_size, e.batch_size, label=f"{split}+{name} (warm-up)", **args)
             t0 = time.perf_counter()
-            outs = run.translate(srcs, e.beam_size, e.batch_size, **args)
+            outs = run.translate(srcs, e.beam_size, e.batch_size, label=f"{split}+{name}", **args)
             seconds = time.perf_counter() - t0
             hyps = [o["hyp"] for o in outs]
-            name = f"{label}{depth}" + (f"_oracle_{oracle}" if oracle else "")
             _write_lines(os.path.join(workdir, "hyps", f"{split}.{name}.txt"), hyps)
             row = scores(hyps, refs, config)
             rows[f"{split}+{name}"] = {**{k: row[k] for k in ("bleu", "ter", "ribes", "repetition")},
@@ -408,10 +410,10 @@ def constraint_count_rows(translator: Translator, split: str, srcs: list[str], r
             continue
         constraints = make_constraints(refs, e.constraint_seed, k, k, lang=lang)
         for mode in modes:
-            outs = translator.translate(srcs, e.beam_size, e.batch_size, constraints=constraints,
-                                        hard=[mode == "hard"] * len(srcs))
-            hyps = [o["hyp"] for o in outs]
             name = f"{mode}_c{k}"
+            outs = translator.translate(srcs, e.beam_size, e.batch_size, constraints=constraints,
+                                        hard=[mode == "hard"] * len(srcs), label=f"{split}+{name}")
+            hyps = [o["hyp"] for o in outs]
             _write_lines(os.path.join(workdir, "hyps", f"{split}.{name}.txt"), hyps)
             row = scores(hyps, refs, config, constraints)
             rows[f"{split}+{name}"] = {"bleu": row["bleu"], "cpr": row["cpr"], "constraints": k,
@@ -442,7 +444,8 @@ def post_edit_rows(config, corpus, inits: dict[str, list[str]], translator: Tran
     for split, given in inits.items():
         srcs, refs = corpus[split]
         # an initial hypothesis (another system's output) longer than the model holds is cut to fit
-        outs = translator.translate(srcs, e.beam_size, e.batch_size, inits=given, cut_long_inits=True)
+        outs = translator.translate(srcs, e.beam_size, e.batch_size, inits=given, cut_long_inits=True,
+                                    label=f"{split}+init")
         hyps = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.init.txt"), hyps)
         row = {"mean_score": float(np.mean([o["score"] for o in outs])), "mean_length": mean_length(hyps),

@@ -172,7 +172,7 @@ def test_a_timing_warm_up_runs_only_shapes_not_run_before(ar_run, monkeypatch, c
     """`seconds_per_sentence` warms up with ``warm_up``: one batch of each request shape the translator has not
     run, none after an evaluation's own pass at that batch size, so that timing a test set does not decode it
     twice more. A pass that takes long logs how far it is (every PROGRESS_SECONDS; here 0: after each batch but
-    the last) and the time left at its pace (an evaluation's passes said none)."""
+    the last), named as its caller labels it (an evaluation's row), and the time left at its pace."""
     import logging
 
     from jaxnat.config import build_config
@@ -195,10 +195,11 @@ def test_a_timing_warm_up_runs_only_shapes_not_run_before(ar_run, monkeypatch, c
     assert all(w is None for w in t.translate_ids(src, 1, 2, warm_up=True)) and shapes == []
     monkeypatch.setattr(translator_module, "PROGRESS_SECONDS", 0.0)
     with caplog.at_level(logging.INFO, logger="jaxnat"):
-        full = t.translate_ids(src, 1, 2)
+        full = t.translate_ids(src, 1, 2, label="test+hard")
     assert shapes == batches and all(f is not None for f in full)
-    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("translated ")]
-    assert [line.split(" in ")[0] for line in progress] == [f"translated {n} of 10 sentences" for n in (2, 4, 6, 8)]
+    progress = [r.getMessage() for r in caplog.records if r.getMessage().startswith("test+hard: translated ")]
+    assert [line.split(" in ")[0] for line in progress] == [f"test+hard: translated {n} of 10 sentences"
+                                                            for n in (2, 4, 6, 8)]
     assert all(re.search(r" s, about \d+ s left$", line) for line in progress), progress  # as a distillation's
     assert all((w["tokens"] == f["tokens"]).all() for w, f in zip(warm, full) if w is not None)
 

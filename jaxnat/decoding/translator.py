@@ -286,13 +286,15 @@ class Translator:
 
     def translate_ids(self, src: list[np.ndarray], beam_size: int, batch_size: int,
                       starts: list[Start] | None = None, trace: bool = False,
-                      references: list[list[int]] | None = None, oracle: str = "", warm_up: bool = False) -> list[dict]:
+                      references: list[list[int]] | None = None, oracle: str = "", warm_up: bool = False,
+                      label: str = "") -> list[dict]:
         """[BOS … EOS] source arrays -> per sentence {'tokens': np.int32 array, 'score': float, and the model's
         counts (refining models: iterations and edit counts; with ``trace`` the edit trace)} in input order.
         oracle: decoding steps an oracle takes against ``references`` (target piece ids, no BOS/EOS), one of the
         model's `Supports.oracle` modes: an analysis of what the model's own decisions cost, not a translation.
         warm_up: only compile and run each request shape not run before, the sentences of the other batches left
-        None (a timing's warm-up: after an evaluation's own pass at the same batch size, nothing to run)."""
+        None (a timing's warm-up: after an evaluation's own pass at the same batch size, nothing to run).
+        label: which pass this is (an evaluation's row, "test+hard"), named in its progress lines."""
         check_supported(self.spec.name, self.spec.supports, trace=trace, beam_size=beam_size, oracle=oracle)
         if oracle and references is None:
             raise DataError(f"oracle decoding {oracle!r} needs the references")
@@ -328,8 +330,8 @@ class Translator:
             now = time.perf_counter()
             if now - reported >= PROGRESS_SECONDS and done < len(src):  # a long pass says how far it is
                 left = (now - started) * (pieces - pieces_done) / max(pieces_done, 1)
-                log.info("translated %d of %d sentences in %.0f s, about %s left", done, len(src), now - started,
-                         duration(left))
+                log.info("%stranslated %d of %d sentences in %.0f s, about %s left", f"{label}: " if label else "",
+                         done, len(src), now - started, duration(left))
                 reported = now
         return results
 
@@ -338,11 +340,11 @@ class Translator:
                   cut_long_inits: bool = False, pairs: list | None = None,
                   drop_long_pairs: bool = False, references: list[str] | None = None,
                   oracle: str = "", token_scores: bool = False, src_langs: list | None = None,
-                  tgt_langs: list | None = None) -> list[dict]:
+                  tgt_langs: list | None = None, label: str = "") -> list[dict]:
         """Texts -> [{'hyp': str, 'score': float, and the model's counts}] in input order (`starts` for the
-        other arguments, `translate_ids` for ``oracle`` with the target-side ``references``; beam and batch size
-        default to the config's eval.beam_size and eval.batch_size; src_langs, tgt_langs: per text a multilingual
-        model's language tokens or None, `language_tokens`). With ``token_scores`` also the output's
+        other arguments, `translate_ids` for ``oracle`` with the target-side ``references`` and for ``label``; beam
+        and batch size default to the config's eval.beam_size and eval.batch_size; src_langs, tgt_langs: per text a
+        multilingual model's language tokens or None, `language_tokens`). With ``token_scores`` also the output's
         pieces without BOS/EOS (and a forced language token), 'pieces': [int], with 'token_logp': [float] and
         'token_scored': [bool] for each (`ModelSpec.generate`), for calibration."""
         check_arguments(texts, inits=inits, constraints=constraints, hard=hard, pairs=pairs, references=references,
@@ -358,7 +360,7 @@ class Translator:
             starts = [s._replace(prefix=code) for s, code in zip(starts or [Start()] * len(texts), codes)]
         notes = self.input_notes(texts, cut, inits, constraints, hard, pairs)
         ref_ids = self.tokenizer.encode(list(references), "tgt") if references is not None else None
-        outs = self.translate_ids(src, beam_size, batch_size, starts, references=ref_ids, oracle=oracle)
+        outs = self.translate_ids(src, beam_size, batch_size, starts, references=ref_ids, oracle=oracle, label=label)
         if unscored := sum(not np.isfinite(o["score"]) for o in outs):  # else silently empty hypotheses
             log.warning("%d of %d sentences got no output with a finite score (null in translate's output): hard "
                         "constraints the search could not meet, or a model whose computation overflows (a diverged "

@@ -592,7 +592,8 @@ class Trainer:
         translator.params = mesh_lib.local_copy(params)  # the program the checkpoint's evaluation decodes with
         hyps = [o["hyp"] for o in translator.translate(srcs, self.config.eval.valid_beam_size,
                                                        self.config.eval.batch_size, pairs=pairs,
-                                                       drop_long_pairs=True, inits=inits, cut_long_inits=True)]
+                                                       drop_long_pairs=True, inits=inits, cut_long_inits=True,
+                                                       label="valid")]
         result["valid_bleu"] = bleu(hyps, refs)[0]
         return result
 
