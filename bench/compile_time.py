@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from jaxnat import models  # noqa: E402
 from jaxnat.config import apply_override, build_config, load_config, parse_overrides  # noqa: E402
 from jaxnat.decoding.translator import Start, Translator  # noqa: E402
-from jaxnat.errors import ConfigError, JaxnatError  # noqa: E402
+from jaxnat.errors import ConfigError, run_script  # noqa: E402
 from jaxnat.provenance import machine  # noqa: E402
 from jaxnat.training.trainer import Trainer  # noqa: E402
 
@@ -202,7 +202,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except JaxnatError as e:  # the user's input (a config, a key, a workdir): one line
-        raise SystemExit(f"error: {e}") from None
+    run_script(main)

@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 
 from jaxnat.config import build_config  # noqa: E402
 from jaxnat.decoding.request import DecodeRequest  # noqa: E402
-from jaxnat.errors import JaxnatError  # noqa: E402
+from jaxnat.errors import run_script  # noqa: E402
 from jaxnat.models import build_model  # noqa: E402
 from jaxnat.provenance import machine  # noqa: E402
 
@@ -99,7 +99,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except JaxnatError as e:  # the user's input (a config, a key, a workdir): one line
-        raise SystemExit(f"error: {e}") from None
+    run_script(main)

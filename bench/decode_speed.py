@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from jaxnat.config import apply_override, build_config, parse_overrides, workdir_config  # noqa: E402
 from jaxnat.data.sources import load_corpus, load_pairs  # noqa: E402
-from jaxnat.errors import JaxnatError  # noqa: E402
+from jaxnat.errors import run_script  # noqa: E402
 from jaxnat.provenance import machine  # noqa: E402
 from jaxnat.restore import load_translator  # noqa: E402
 
@@ -117,7 +117,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except JaxnatError as e:  # the user's input (a config, a key, a workdir): one line
-        raise SystemExit(f"error: {e}") from None
+    run_script(main)

@@ -53,6 +53,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from jaxnat.errors import run_script  # noqa: E402
 from jaxnat.models import FAMILIES  # noqa: E402  (listed, not imported: the driver starts no JAX)
 
 
@@ -371,4 +372,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main, "the figures measured so far are in --out's figures.json and figures.md")

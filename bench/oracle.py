@@ -29,6 +29,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from jaxnat import edit_ops  # noqa: E402
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, PLH_ID  # noqa: E402
+from jaxnat.errors import run_script  # noqa: E402
 from jaxnat.oracle import ed2_labels, ed3_labels  # noqa: E402
 from jaxnat.provenance import machine  # noqa: E402
 from tests import reference  # noqa: E402
@@ -208,4 +209,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

@@ -32,7 +32,7 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from jaxnat.config import build_config  # noqa: E402
-from jaxnat.errors import JaxnatError  # noqa: E402
+from jaxnat.errors import run_script  # noqa: E402
 from jaxnat.provenance import machine  # noqa: E402
 from jaxnat.training.flops import count_correction, program_flops  # noqa: E402
 from jaxnat.training.trainer import Trainer, make_train_step  # noqa: E402
@@ -160,7 +160,4 @@ def main():
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except JaxnatError as e:  # the user's input (a config, a key, a workdir): one line
-        raise SystemExit(f"error: {e}") from None
+    run_script(main)

@@ -41,6 +41,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from jaxnat.errors import run_script  # noqa: E402
 
 FAMILIES = ("ar", "cmlm", "levt", "editor", "nat", "ctc", "dat", "vecconst")
 # fairseq's model for a jaxnat row: (its arguments, the jaxnat row whose FLOPs per token it is credited with)
@@ -274,4 +275,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    run_script(main)

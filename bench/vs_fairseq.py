@@ -781,4 +781,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, ROOT)  # jaxnat.errors needs only the standard library: the reference env runs it too
+    from jaxnat.errors import run_script
+
+    run_script(main)

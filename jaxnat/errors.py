@@ -7,6 +7,7 @@ that a command a scheduler stops cleans up as after Ctrl-C.
 
 import contextlib
 import signal
+import sys
 
 
 class JaxnatError(Exception):
@@ -63,3 +64,20 @@ class Interrupted(JaxnatError):
     def __init__(self, message: str, interruption: KeyboardInterrupt):
         self.exit_code = interrupt_status(interruption)
         super().__init__(message)
+
+
+NOTHING_KEPT = "nothing measured is kept: the same command measures again"
+
+
+def run_script(main, interrupted: str = NOTHING_KEPT):
+    """A script's entry point (bench/): ``main()``'s exit status, a `JaxnatError` as `error: …` on one line (exit
+    1), Ctrl-C or SIGTERM as `interrupted; <interrupted>` (exit 130 or 143), not a traceback of where it stopped."""
+    try:
+        with sigterm_interrupts():
+            status = main()
+    except JaxnatError as e:  # the user's input (a config, a key, a workdir)
+        raise SystemExit(f"error: {e}") from None
+    except KeyboardInterrupt as e:
+        print(f"interrupted; {interrupted}", file=sys.stderr)
+        raise SystemExit(interrupt_status(e)) from None
+    raise SystemExit(status)

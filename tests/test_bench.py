@@ -208,3 +208,26 @@ def test_vs_fairseq_and_vs_transformers_runs_check_their_inputs_first(tmp_path):
                        (transformers.main, ["--pairs", "-1"])):
         with pytest.raises(SystemExit, match="^error: "):
             main(["run", "--out", str(tmp_path), *args])
+
+
+@pytest.mark.parametrize("raised, status", [(KeyboardInterrupt, 130), ("sigterm", 143), (None, 3)])
+def test_a_script_stopped_by_ctrl_c_or_sigterm_says_so_in_one_line(raised, status, capsys):
+    """The scripts' entry point (`jaxnat.errors.run_script`): Ctrl-C or SIGTERM mid-measurement ended in a
+    traceback of wherever it stopped; now one line and 128 + the signal's number. Otherwise main's status."""
+    import signal
+
+    from jaxnat.errors import run_script
+
+    def main():
+        if raised == "sigterm":
+            os.kill(os.getpid(), signal.SIGTERM)  # raised as `Terminated` inside run_script
+        elif raised:
+            raise raised
+        return 3
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(SystemExit) as stopped:
+        run_script(main, "what is kept")
+    assert stopped.value.code == status
+    assert capsys.readouterr().err == ("interrupted; what is kept\n" if raised else "")
+    assert signal.getsignal(signal.SIGTERM) is before  # the caller's handler is back
