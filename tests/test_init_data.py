@@ -339,8 +339,9 @@ class _EchoTranslator:
         self.calls = []
         self.spec = types.SimpleNamespace(supports=Supports(init=True, counts=("iterations",)))
 
-    def translate(self, texts, beam_size, batch_size, inits=None, cut_long_inits=False):
+    def translate(self, texts, beam_size, batch_size, inits=None, cut_long_inits=False, label=""):
         assert cut_long_inits  # another system's output may be longer than the model holds: cut, not refused
+        assert label.endswith("+init")  # the pass's progress lines name its row
         self.calls.append((list(texts), inits))
         return [{"hyp": y0, "score": -1.0, "iterations": 2} for y0 in inits]
 

@@ -81,6 +81,11 @@ def test_decode_drops_special_ids(joint_dir):
     noisy = [vocab.BOS_ID, vocab.PLH_ID, *x[:1], vocab.MASK_ID, vocab.PAD_ID, *x[1:], vocab.EOS_ID, *x]
     assert tok.decode(noisy, "src") == "two dogs"
     assert tok.decode([vocab.EOS_ID, *x], "src") == ""
+    # lone "▁" pieces at the ends (a barely trained model writes them) leave no space there, as fairseq's decoding
+    space = tok.processor("src").piece_to_id("\u2581")
+    assert tok.id_to_piece(space, "src") == "\u2581"
+    assert tok.decode([space, *x, space, space], "src") == "two dogs"
+    assert tok.decode_batch(np.asarray([[space, *x, space, space]]), "src") == ["two dogs"]
 
 
 def test_word_start_mask(joint_dir):

@@ -398,10 +398,12 @@ class Tokenizer:
     def decode(self, ids: Sequence[int] | np.ndarray, side: str) -> str:
         """Text of one id sequence: stops at the first EOS, drops PAD/BOS/PLH/MASK and out-of-range ids.
 
-        UNK is kept and rendered by SentencePiece as " ⁇ ".
+        UNK is kept and rendered by SentencePiece as " ⁇ ". Spaces at the ends are stripped, as fairseq's and
+        transformers' SentencePiece decoding strip them (and jaxnat's of imported vocabularies): a model's lone "▁"
+        pieces at the end (a barely trained one writes them) left the text ending in spaces.
         """
         sp = self.processor(side)
-        return sp.decode(self._clean(np.asarray(ids).reshape(-1).tolist(), sp.get_piece_size()))
+        return sp.decode(self._clean(np.asarray(ids).reshape(-1).tolist(), sp.get_piece_size())).strip()
 
     def decode_batch(self, ids: np.ndarray, side: str) -> list[str]:
         """Texts of the rows of an int array [B, L] (see `decode`)."""
@@ -413,7 +415,7 @@ class Tokenizer:
         rows = [self._clean(row, n) for row in arr.tolist()]
         if not rows:
             return []
-        return sp.decode(rows)
+        return [text.strip() for text in sp.decode(rows)]
 
     # ---------------------------------------------------------------- word structure
 
