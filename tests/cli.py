@@ -7,11 +7,15 @@ stdout=PIPE, stderr=STDOUT, text=True)`` (a process to signal, then `communicate
 ``[sys.executable, "-m", MODULE, ...]`` or ``[sys.executable, SCRIPT, ...]``, whose environment differs from this
 process's in what the imports read (JAX_*, XLA_*, PYTHON*, TF_*), or that comes while a started one still runs
 (the server runs one command at a time), runs as a real subprocess.
+
+`forking_python` stands in for the Python a program starts its own commands with (launch/*.py's --python): their
+`python -m jaxnat.main` runs are forked from a server of their own in the same way.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import select
@@ -57,16 +61,26 @@ def _reply(timeout: float | None) -> dict | None:
     return json.loads(line)
 
 
-def _forkable(cmd, env) -> bool:
-    if _running is not None or len(cmd) < 2 or cmd[0] != sys.executable:
+def read_at_import(env: dict) -> dict:
+    return {k: v for k, v in env.items() if k.startswith(READ_AT_IMPORT)}
+
+
+def forkable(cmd: list[str], env: dict, server_env: dict) -> bool:
+    """Whether a server whose imports read ``server_env`` runs ``cmd`` (with ``env``) as the interpreter would."""
+    if len(cmd) < 2 or cmd[0] != sys.executable:
         return False
     if cmd[1] == "-m" and len(cmd) < 3 or cmd[1].startswith("-") and cmd[1] != "-m":
         return False
+    return read_at_import(env) == read_at_import(server_env)
 
-    def read_at_import(e):
-        return {k: v for k, v in e.items() if k.startswith(READ_AT_IMPORT)}
 
-    return read_at_import(env) == read_at_import(os.environ)
+def target(cmd: list[str]) -> dict:
+    """What a server's request names to run: the module or script of ``cmd`` and its arguments."""
+    return {"module": cmd[2], "args": cmd[3:]} if cmd[1] == "-m" else {"script": cmd[1], "args": cmd[2:]}
+
+
+def _forkable(cmd, env) -> bool:
+    return _running is None and forkable(cmd, env, dict(os.environ))
 
 
 class Forked:
@@ -84,8 +98,7 @@ class Forked:
             f.write(input or "")
         for name in ("stdout", "stderr"):
             open(self.streams[name], "w").close()
-        target = {"module": cmd[2], "args": cmd[3:]} if cmd[1] == "-m" else {"script": cmd[1], "args": cmd[2:]}
-        _start_server().stdin.write((json.dumps({**target, "cwd": str(cwd), "env": env, **self.streams}) + "\n")
+        _start_server().stdin.write((json.dumps({**target(cmd), "cwd": str(cwd), "env": env, **self.streams}) + "\n")
                                     .encode())
         self.pid = _reply(None)["pid"]
         _running = self
@@ -129,3 +142,33 @@ def run(cmd, *, cwd=None, env=None, input=None, timeout=600) -> subprocess.Compl
         forked.communicate()
         raise
     return subprocess.CompletedProcess(cmd, forked.returncode, out, err)
+
+
+@contextlib.contextmanager
+def forking_python(directory):
+    """Yields the path of an executable that a program can start its commands with instead of ``sys.executable``
+    (launch/*.py's --python): each command that `run` would fork (the same interpreter's ``-m MODULE`` or SCRIPT,
+    imports that read the same environment) is forked from a server of its own, with the stand-in's environment,
+    working directory and standard streams, and the stand-in ends as the command does (tests/python_stand_in.py);
+    any other command runs as the interpreter itself would. One command at a time, as a pipeline's jobs run. The
+    server talks through two named pipes in ``directory``, which this process holds open for reading and writing
+    too, so that neither end ever sees the other closed between commands; it ends with the context."""
+    directory = str(directory)
+    paths = {name: os.path.join(directory, name) for name in ("requests", "replies")}
+    for path in paths.values():
+        os.mkfifo(path)
+    stand_in, script = os.path.join(directory, "python"), os.path.join(os.path.dirname(SERVER), "python_stand_in.py")
+    with open(stand_in, "w") as f:  # -S: the stand-in needs the standard library only (a hundredth of a second)
+        f.write(f"#!/bin/sh\nexec '{sys.executable}' -S '{script}' '{directory}' \"$@\"\n")
+    os.chmod(stand_in, 0o755)
+    fds = {name: os.open(path, os.O_RDWR) for name, path in paths.items()}  # Linux opens a FIFO so at once
+    server = subprocess.Popen([sys.executable, SERVER], stdin=fds["requests"], stdout=fds["replies"])
+    with open(os.path.join(directory, "server.json"), "w") as f:
+        json.dump({"python": sys.executable, "env": read_at_import(os.environ), "pid": server.pid}, f)
+    try:
+        yield stand_in
+    finally:
+        server.kill()
+        server.wait()
+        for fd in fds.values():
+            os.close(fd)
