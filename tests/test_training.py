@@ -2,11 +2,11 @@
 with SIGTERM between its checkpoints, and resumed ends with exactly the parameters of the uninterrupted run;
 validation decodes with the program the restored checkpoint's evaluation uses."""
 
+import functools
 import json
 import os
 import re
 import signal
-import subprocess
 import sys
 import textwrap
 import time
@@ -214,8 +214,9 @@ SHARDED = textwrap.dedent(
 def test_data_parallel_step_on_8_devices_equals_1_device(tmp_path):
     script = tmp_path / "sharded.py"
     script.write_text(SHARDED % {"tiny": TINY})
-    result = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=_env(), capture_output=True, text=True,
-                            timeout=300)
+    # forked from the server that has imported jax without starting a backend (`cli.run`): the script's own
+    # XLA_FLAGS still make the 8 devices it asserts
+    result = cli.run([sys.executable, str(script)], cwd=ROOT, env=_env(), timeout=300)
     assert result.returncode == 0, result.stderr
     line = [out_line for out_line in result.stdout.splitlines() if out_line.startswith("MAXDIFF")][0].split()
     diff, loss1, loss8 = float(line[1]), float(line[3]), float(line[4])
@@ -246,10 +247,12 @@ def test_validation_decodes_with_the_program_a_restored_checkpoint_does():
     assert decode.lower(trained, x).as_text() != decode.lower(restored, x).as_text()
 
 
-def _tiny_step_setup(microbatches: int = 1, lengths=None, sgd: bool = False):
+@functools.lru_cache(maxsize=None)
+def _tiny_step_setup(microbatches: int = 1, lengths: tuple = (), sgd: bool = False):
     """(the tiny AR model's jit'd train step, its initial state, a batch of 8 copy pairs of ``lengths``, default 8).
     ``sgd``: plain SGD instead of the config's Adam, whose first update (about lr · sign(g)) would turn rounding
-    noise in near-zero gradients into lr-sized differences."""
+    noise in near-zero gradients into lr-sized differences. Cached: the tests that take the same setup share its
+    compiled step (its arrays are immutable, and the step donates none of them)."""
     import jax
     import jax.numpy as jnp
 
@@ -267,7 +270,7 @@ def _tiny_step_setup(microbatches: int = 1, lengths=None, sgd: bool = False):
         opt = optax.sgd(0.5)
     rng = np.random.default_rng(0)
     tokens = np.concatenate([np.ones((8, 1)), rng.integers(6, 32, (8, 6)), np.full((8, 1), 2)], 1).astype(np.int32)
-    for row, length in enumerate(lengths or ()):  # [BOS, …, EOS] then PAD
+    for row, length in enumerate(lengths):  # [BOS, …, EOS] then PAD
         tokens[row, length - 1], tokens[row, length:] = 2, 0
     batch = {"src": jnp.asarray(tokens), "tgt": jnp.asarray(tokens)}  # learn to copy
     params = spec.init(jax.random.PRNGKey(0), batch)
@@ -281,7 +284,7 @@ def test_microbatches_make_the_whole_batch_update():
     tokens (the AR model's) the update is the whole batch's, even with chunks of unequal token counts."""
     import jax
 
-    lengths = [3, 8, 4, 8, 5, 2, 8, 6]
+    lengths = (3, 8, 4, 8, 5, 2, 8, 6)
     results = []
     for k in (1, 4):  # chunks of rows (0, 4), (1, 5), …: 8, 10, 12 and 14 tokens
         step, state, batch = _tiny_step_setup(k, lengths, sgd=True)
