@@ -351,6 +351,41 @@ def test_learning_rate_schedules():
     # constant (a fine-tuning phase): without warm-up, lr from the first step on
     const = warmed_up_schedule(1e-5, 0, 0.0, "constant")
     np.testing.assert_allclose([float(const(s)) for s in (0, 1, 500)], [1e-5] * 3, rtol=1e-6)
+    # the warm-up rises from train.warmup_init_lr; without one, inverse_sqrt decays from the first step
+    init = warmed_up_schedule(1.0, 4, 0.2, "inverse_sqrt")
+    np.testing.assert_allclose([float(init(s)) for s in (0, 1, 3)], [0.4, 0.6, 1.0], rtol=1e-6)
+    unwarmed = warmed_up_schedule(1.0, 0, 0.0, "inverse_sqrt")
+    np.testing.assert_allclose([float(unwarmed(s)) for s in (0, 3)], [1.0, 0.5], rtol=1e-6)
+
+
+def test_the_optimizer_takes_every_setting_of_the_train_section():
+    """`make_optimizer` against AdamW with clipping written out in NumPy, for three updates with none of the train
+    section's optimizer keys at its default: a key passed as another (adam_b1 as adam_b2), dropped (weight decay,
+    train.min_lr) or scaled wrongly changed every run's training without failing a test."""
+    import jax.numpy as jnp
+    import optax
+
+    from jaxnat.config import build_config
+    from jaxnat.training.optim import make_optimizer
+
+    lr, wd, clip, b1, b2, eps = 0.5, 0.1, 1.0, 0.8, 0.9, 1e-3
+    config = build_config(TINY, [f"--config.train.{k}={v}" for k, v in dict(
+        lr=lr, lr_schedule="cosine", warmup_steps=2, warmup_init_lr=0.1, min_lr=0.05, steps=4, weight_decay=wd,
+        clip_norm=clip, adam_b1=b1, adam_b2=b2, adam_eps=eps).items()])
+    opt, schedule = make_optimizer(config.train)
+    rates = [0.3, 0.5, 0.05 + 0.225 * (1 + np.cos(np.pi / 2)), 0.05]  # warm-up from 0.1, a cosine to min_lr
+    np.testing.assert_allclose([float(schedule(s)) for s in range(4)], rates, rtol=1e-6)
+    params, m, v = np.array([1.0, -2.0, 0.5]), np.zeros(3), np.zeros(3)
+    grads = [np.array([3.0, 4.0, 0.0]), np.array([0.1, -0.2, 0.3]), np.array([-1.0, 0.5, 2.0])]
+    state, got = opt.init({"w": jnp.asarray(params, jnp.float32)}), {"w": jnp.asarray(params, jnp.float32)}
+    for t, g in enumerate(grads, 1):
+        updates, state = opt.update({"w": jnp.asarray(g, jnp.float32)}, state, got)
+        got = optax.apply_updates(got, updates)
+        g = g * min(1.0, clip / np.linalg.norm(g))
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        adam = (m / (1 - b1 ** t)) / (np.sqrt(v / (1 - b2 ** t)) + eps)
+        params = params - rates[t - 1] * (adam + wd * params)
+        np.testing.assert_allclose(np.asarray(got["w"]), params, rtol=1e-5)
 
 
 def _plateau_reference(ppls, factor, patience, stop_patience):
@@ -396,6 +431,8 @@ def test_plateau_rule_matches_a_plain_reference():
     assert (scales, stopped) == _plateau_reference(ppls, 0.7, 4, 20)
     assert stopped and len(scales) == 7 + 20  # the 20th validation after the best at 24.0
     assert scales[:5] == [1.0] * 5 and scales[5] == 0.7 and scales[-1] == pytest.approx(0.7 ** 6)  # 4 + 20 misses
+    # resumed after the rate was lowered (scale 0.7 from the 11th validation): the scale is taken up, not reset
+    assert _plateau_run(ppls, 0.7, 4, 20, resume_at=12) == (scales, stopped)
     # other schedules: no scale, only the stop
     assert _plateau_run(ppls, 0.7, 0, 20) == ([1.0] * 27, True)
     # nan and inf never gain; a finite perplexity after them does
