@@ -320,8 +320,65 @@ def test_non_finite_step_is_skipped():
     new, metrics = step(poisoned, batch, jax.random.PRNGKey(0))
     assert not bool(metrics["finite"])
     assert int(new["step"]) == 1  # the step counts, the update does not happen
-    for a, b in zip(jax.tree_util.tree_leaves(poisoned["params"]), jax.tree_util.tree_leaves(new["params"])):
-        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    for tree in ("params", "opt_state"):  # Adam's moments too: a NaN there would make every later update NaN
+        for a, b in zip(jax.tree_util.tree_leaves(poisoned[tree]), jax.tree_util.tree_leaves(new[tree])):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def _stand_in_spec():
+    """A model of three weights for `make_train_step`, in microseconds: row r's loss is n_r · (x_r · w)² (n_r its
+    tokens), plus √|w_0| times the batch's "kink" (its gradient at w_0 = 0 is not finite, its value is); its term
+    "draw" is a uniform number from the step's key (a batch mean, as a model's terms are)."""
+    import types
+
+    import jax
+    import jax.numpy as jnp
+
+    def loss(params, batch, rng, train):
+        n = batch["n"]
+        loss_sum = jnp.sum(n * (batch["x"] @ params["w"]) ** 2) + jnp.sum(batch["kink"]) * jnp.sqrt(
+            jnp.abs(params["w"][0]))
+        return loss_sum, {"nll": loss_sum, "count": jnp.sum(n), "draw": jax.random.uniform(rng)}
+
+    return types.SimpleNamespace(loss=loss, terms=("draw",), stepped=False)
+
+
+def test_the_train_step_normalises_weights_and_keys_its_chunks():
+    """`make_train_step` on a stand-in model: the loss is the batch's loss sum over its tokens, the learning rate
+    the step's, a term the chunks' token-weighted mean, each chunk's key `fold_in(fold_in(root, step), chunk)`; a
+    step whose gradient alone is not finite changes nothing. Mutations of each (the sum not divided, the next
+    step's rate, a term's plain mean, one key for every chunk or every step, the loss alone checked) passed every
+    test but slow ones, or all."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from jaxnat.training.optim import warmed_up_schedule
+    from jaxnat.training.trainer import make_train_step
+
+    spec, schedule, root = _stand_in_spec(), warmed_up_schedule(1.0, 4, 0.0), jax.random.PRNGKey(3)
+    rng = np.random.default_rng(0)
+    batch = {"x": jnp.asarray(rng.normal(size=(4, 3)), jnp.float32), "n": jnp.asarray([1.0, 2.0, 3.0, 6.0]),
+             "kink": jnp.zeros(4)}
+    state = {"step": jnp.asarray(1, jnp.int32), "params": {"w": jnp.asarray([0.5, -1.0, 2.0])}}
+    state["opt_state"] = optax.sgd(0.1).init(state["params"])
+    key = jax.random.fold_in(root, 1)
+    sums = [float(spec.loss(state["params"], {k: v[i::2] for k, v in batch.items()}, key, True)[0]) for i in (0, 1)]
+    draws = [float(jax.random.uniform(jax.random.fold_in(key, i))) for i in (0, 1)]
+    results = {}
+    for k in (1, 2):  # chunk i: rows i, i + 2, with 4 and 8 tokens
+        step = jax.jit(make_train_step(spec, optax.sgd(0.1), schedule, microbatches=k))
+        new, metrics = step(state, batch, root)
+        results[k] = new["params"]["w"]
+        np.testing.assert_allclose(float(metrics["loss"]), sum(sums) / 12, rtol=1e-5)
+        np.testing.assert_allclose(float(metrics["lr"]), 0.5, rtol=1e-6)  # step 1's rate: 2/4 of the warm-up
+        expected = float(jax.random.uniform(key)) if k == 1 else (4 * draws[0] + 8 * draws[1]) / 12
+        np.testing.assert_allclose(float(metrics["draw"]), expected, rtol=1e-6)
+        kinked, metrics = step({**state, "params": {"w": state["params"]["w"].at[0].set(0.0)}},
+                               {**batch, "kink": jnp.ones(4)}, root)
+        assert np.isfinite(float(metrics["loss"])) and not bool(metrics["finite"])
+        np.testing.assert_array_equal(np.asarray(kinked["params"]["w"]), [0.0, -1.0, 2.0])
+    np.testing.assert_allclose(np.asarray(results[2]), np.asarray(results[1]), rtol=1e-6)
 
 
 @pytest.mark.slow
