@@ -140,8 +140,8 @@ def test_a_damaged_history_ends_its_entries_in_one_line_not_a_traceback(tmp_path
 
     path = tmp_path / "history.jsonl"
     good = [{"step": 4, "loss": 5.7}, {"step": 4, "valid_bleu": 0.1}]
-    for damage in (b"\xff\xfe\x00garbage\n", b"[1, 2]\n"):
-        path.write_bytes(b"".join(json.dumps(e).encode() + b"\n" for e in good) + damage)
+    for damage in (b"\xff\xfe\x00garbage\n", b"[1, 2]\n"):  # the entries end there, whatever follows
+        path.write_bytes(b"".join(json.dumps(e).encode() + b"\n" for e in good) + damage + b'{"step": 8}\n')
         assert read_history(str(tmp_path)) == good
     path.write_text('{"loss": 1.0}\n' + json.dumps(good[0]) + "\n")
     assert History(str(tmp_path), resumed_step=4, write=False).entries == good[:1]
@@ -174,6 +174,42 @@ def test_a_best_checkpoint_kept_before_a_resume_is_not_saved_again(tmp_path):
     finally:
         ckpt.close()
 
+
+
+def test_the_best_n_are_kept_the_newest_states_averaged_and_a_stop_dropped_off_the_grid(tmp_path):
+    """Which checkpoints a run keeps and averages, against lists: the best train.keep_best by BLEU (a tie with the
+    worst kept is not kept: the earlier step stays), the newest N training states and the best N validations for
+    an average, and the states off the train.checkpoint_every grid (a stop's) dropped once a newer one exists.
+    Mutations of each (keeping one too many, the later of a tie, the oldest states, the worst validations, the
+    newest off-grid state deleted) passed every test but the slow ones, or all."""
+    (tmp_path / "spm").mkdir()
+    ckpt = Checkpoints(str(tmp_path), 3, 2)
+    try:
+        kept = [ckpt.save_best(step, _params(step), bleu) for step, bleu in [(4, 0.2), (8, 0.5), (12, 0.2), (16, 0.3)]]
+        assert kept == [True, True, False, True] and ckpt.best_steps() == [(8, 0.5), (16, 0.3)]
+        for step in (4, 8, 10):  # 10: a stopped run's, kept while it is the newest
+            ckpt.save_state(step, {"step": np.int32(step), "params": _params(step)})
+            ckpt.drop_off_grid(4, 24)
+        assert ckpt.last.all_steps() == [4, 8, 10]
+        ckpt.save_state(12, {"step": np.int32(12), "params": _params(12)})
+        ckpt.drop_off_grid(4, 24)
+        assert ckpt.last.all_steps() == [8, 12]  # 4 went with train.keep_checkpoints=3, 10 off the grid
+        target = {"step": np.zeros((), np.int32), "params": _params(0.0)}
+        assert [s for s, _ in ckpt.params_of("last", 1, target)] == [12]
+        assert [s for s, _ in ckpt.params_of("best", 1, target)] == [8]
+        ckpt.wait()
+        for of, steps in (("last", [12]), ("best", [8])):
+            choice = params_choice(_config("--config.eval.average_checkpoints=1", f"--config.eval.average_of={of}"),
+                                   str(tmp_path), ckpt)
+            assert choice["steps"] == steps
+    finally:
+        ckpt.close()
+    ties = Checkpoints(str(tmp_path / "ties"), 3, 2)
+    try:
+        assert ties.save_best(4, _params(4), 0.3) and ties.save_best(8, _params(8), 0.3)
+        assert ties.best_steps() == [(4, 0.3), (8, 0.3)] and ties.best_meta()["step"] == 4
+    finally:
+        ties.close()
 
 
 def test_averaging_again_replaces_the_averaged_checkpoint(tmp_path):
