@@ -66,10 +66,7 @@ class Interrupted(JaxnatError):
         super().__init__(message)
 
 
-NOTHING_KEPT = "nothing measured is kept: the same command measures again"
-
-
-def run_script(main, interrupted: str = NOTHING_KEPT):
+def run_script(main, interrupted: str = "nothing measured is kept: the same command measures again"):
     """A script's entry point (bench/): ``main()``'s exit status, a `JaxnatError` as `error: …` on one line (exit
     1), Ctrl-C or SIGTERM as `interrupted; <interrupted>` (exit 130 or 143), not a traceback of where it stopped."""
     try:
