@@ -392,6 +392,20 @@ def test_run_stops_after_consecutive_non_finite_steps(tmp_path):
     assert last.startswith("jaxnat: error: loss was not finite for 3 consecutive steps"), last
 
 
+def test_only_non_finite_steps_in_a_row_stop_a_run():
+    """train.max_bad_steps counts a row: a finite step starts it again (a count never reset stopped a run after
+    that many scattered bad steps, which the run above, bad from its second step on, could not show)."""
+    from jaxnat.training.trainer import NonFiniteSteps, TrainingError
+
+    bad = NonFiniteSteps(limit=3)
+    for step, finite in enumerate([False, False, True, False, False, True, True, False]):
+        bad.count(finite, step)
+    assert (bad.in_a_row, bad.skipped) == (1, 5)
+    bad.count(False, 8)
+    with pytest.raises(TrainingError, match=r"^loss was not finite for 3 consecutive steps \(last: step 10\)"):
+        bad.count(False, 9)
+
+
 def test_learning_rate_schedules():
     from jaxnat.training.optim import warmed_up_schedule
 

@@ -59,6 +59,26 @@ class TrainingError(JaxnatError):
     """Training cannot go on (e.g. the loss stayed non-finite)."""
 
 
+class NonFiniteSteps:
+    """The steps whose loss or gradient was not finite (`make_train_step` skipped their updates): `count` warns of
+    each and stops the run at ``limit`` in a row (train.max_bad_steps); a finite step starts the row again.
+    ``skipped``: all of them, for the log."""
+
+    def __init__(self, limit: int):
+        self.limit, self.in_a_row, self.skipped = limit, 0, 0
+
+    def count(self, finite: bool, step: int) -> None:
+        """``step``: the steps done before it (its log line numbers it as the log windows and checkpoints do)."""
+        if finite:
+            self.in_a_row = 0
+            return
+        self.in_a_row, self.skipped = self.in_a_row + 1, self.skipped + 1
+        log.warning("step %d: non-finite loss or gradient, update skipped (%d in a row)", step + 1, self.in_a_row)
+        if self.in_a_row >= self.limit:
+            raise TrainingError(f"loss was not finite for {self.in_a_row} consecutive steps (last: step {step + 1}); "
+                                f"lower train.lr or check the data")
+
+
 def check_pairs_left(counts: dict[str, int], split: str) -> None:
     """Logs what filtering (`prepare_with_init`) kept of the train or valid split; one line where it kept nothing:
     no batch to train on, or a validation loss over no pair, which would read 0.000 at every validation."""
@@ -657,26 +677,18 @@ class Trainer:
         utilisation.count(train_steps.flops)
         writer = tensorboard_writer(os.path.join(self.workdir, "tensorboard")) if jax.process_index() == 0 else None
 
-        consecutive_bad, skipped, window = 0, 0, []
+        bad, window = NonFiniteSteps(t.max_bad_steps), []
         pending = None  # metrics of the previous step, read one step late so the device never idles
         bar = tqdm(total=t.steps, initial=start, desc="train", dynamic_ncols=True, disable=None)
         # the window's clock: its steps' time, less the validations run inside it (not training's speed)
         tick, window_tokens, paused = time.perf_counter(), 0.0, 0.0
 
         def drain(metrics, step):
-            nonlocal consecutive_bad, skipped, window_tokens
+            nonlocal window_tokens
             m = jax.device_get(metrics)
             if step == start:  # what a user waits before anything trains: loading, vocabulary, compiling
                 log.info("first train step done %.1f s after the command started", process_age_s())
-            if not m["finite"]:  # numbered by the steps done, as the log windows and checkpoints are
-                consecutive_bad, skipped = consecutive_bad + 1, skipped + 1
-                log.warning("step %d: non-finite loss or gradient, update skipped (%d in a row)", step + 1,
-                            consecutive_bad)
-                if consecutive_bad >= t.max_bad_steps:
-                    raise TrainingError(f"loss was not finite for {consecutive_bad} consecutive steps (last: step "
-                                        f"{step + 1}); lower train.lr or check the data")
-            else:
-                consecutive_bad = 0
+            bad.count(bool(m["finite"]), step)
             window.append(m)
             window_tokens += float(m["tokens"])
 
@@ -714,11 +726,11 @@ class Trainer:
             self.history.append({"step": done, **summary, **({"compiling": True} if compiling else {})})
             log.info("step %d: loss %.4f nll %.4f lr %.3g %.0f tok/s %s skipped %d%s", done, summary["loss"],
                      summary["nll"], summary["lr"], summary["tokens_per_s"], utilisation.describe(summary["mfu"]),
-                     skipped, " (train programs compiling beside it)" if compiling else "")
+                     bad.skipped, " (train programs compiling beside it)" if compiling else "")
             if writer:
                 for k, v in summary.items():
                     writer.add_scalar(f"train/{k}", v, done)
-                writer.add_scalar("train/skipped_steps", skipped, done)
+                writer.add_scalar("train/skipped_steps", bad.skipped, done)
             window.clear()
             window_tokens, tick, paused = 0.0, time.perf_counter(), 0.0
 
