@@ -40,7 +40,7 @@ import jax.numpy as jnp
 
 from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from jaxnat.decoding.refine import NOT_PREDICTED
+from jaxnat.decoding.refine import NOT_PREDICTED, RefineOptions, length_cap
 from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.errors import ConfigError
 from jaxnat.models.dat import dag, glancing
@@ -361,12 +361,12 @@ def output_limits(src: jax.Array, constraints, width: int, cfg: TransformerConfi
     """int32[B]: each sentence's own output capacity, `output_capacity` of its own source (src: int32[B, S], BOS/EOS
     included) with room for its own constraint pieces (int32[B, C, P] or None) and BOS/EOS, within ``width``. A
     request's width is its batch's (its longest source's bucket, its largest constraint set): capped by it, a
-    sentence's path would depend on the sentences beside it."""
-    own = jnp.floor(eval_cfg.length_cap_ratio * jnp.sum(src != PAD_ID, axis=1)).astype(jnp.int32)
-    own = jnp.maximum(own, eval_cfg.length_cap_min)
+    sentence's path would depend on the sentences beside it. (The refining models' per-sentence cap, `length_cap`.)"""
+    cap = min(cfg.max_len, width)
+    own = length_cap(src, cap, RefineOptions(cap_min=eval_cfg.length_cap_min, cap_ratio=eval_cfg.length_cap_ratio))
     if constraints is not None:
-        own = jnp.maximum(own, jnp.sum(constraints != PAD_ID, axis=(1, 2), dtype=jnp.int32) + 2)
-    return jnp.minimum(own, min(cfg.max_len, width))
+        own = jnp.minimum(jnp.maximum(own, jnp.sum(constraints != PAD_ID, axis=(1, 2), dtype=jnp.int32) + 2), cap)
+    return own
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
