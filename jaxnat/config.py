@@ -244,6 +244,10 @@ def default_config() -> ml_collections.ConfigDict:
         # with data.pairs_dir, keep of each test sentence's pairs only those whose target phrase the model's plain
         # output does not already contain (the vectorized-constraints authors' test-set extraction)
         pairs_unproduced=False,
+        # sacreBLEU's tokenizer of BLEU (and of the repetition rate): "" = sacreBLEU's own for data.tgt_lang (zh:
+        # characters, ja/ko: MeCab's words, pip install 'jaxnat[ja]' or '[ko]'; else 13a), or one named: 13a, intl,
+        # char, zh, ja-mecab, ko-mecab, none
+        bleu_tokenize="",
     )
     for name in models.names():  # each family's own keys: its section (none for a family without any)
         if defaults := models.family_of(name).defaults():
@@ -505,6 +509,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
                           f"data.bucket_growth), got {d.max_buckets!r}")
     check_switched(config, SWITCHED)
     check_read(config, lineage[-1])
+    from jaxnat.evaluation.metrics import bleu_tokenize, check_bleu_tokenize
+
+    check_bleu_tokenize(bleu_tokenize(d.tgt_lang, config.eval.bleu_tokenize))  # before training, not at validation
     for family in lineage:
         check_switched(config, {f"{family.name}.{k}": (f"{family.name}.{switch}", "true")
                                 for k, switch in family.switched.items()})

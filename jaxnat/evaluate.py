@@ -15,13 +15,14 @@ from jaxnat.data.phrase_pairs import encode_pairs
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.text import one_line
 from jaxnat.data.vocab import BOS_ID, EOS_ID
+from jaxnat.data.words import unspaced, word_tokens
 from jaxnat.decoding.translator import Translator, check_arguments
 from jaxnat.errors import DataError
 from jaxnat.evaluation import diagnostic
 from jaxnat.evaluation.calibration import calibration
 from jaxnat.evaluation.constraints import make_constraints, write_constraints
-from jaxnat.evaluation.metrics import (bleu, constraint_preservation, contains_phrase, corpus_metrics, format_table,
-                                      ter)
+from jaxnat.evaluation.metrics import (bleu, bleu_tokenize, constraint_preservation, contains_phrase, corpus_metrics,
+                                      format_table, ter)
 from jaxnat.models import family_of
 from jaxnat.restore import load_translator
 
@@ -41,9 +42,15 @@ def _own_metrics(translator: Translator, outs: list[dict], srcs: list[str]) -> d
 
 
 def scores(hyps: list[str], refs: list[str], config, constraints: list[list[str]] | None = None) -> dict:
-    """`corpus_metrics` in the run's target language (its Moses tokens for the tokenized scores and CPR), with
-    the case-insensitive tokenized BLEU where eval.lowercase asks for it."""
-    return corpus_metrics(hyps, refs, constraints, lang=config.data.tgt_lang, lowercase=config.eval.lowercase)
+    """`corpus_metrics` in the run's target language (its words for the tokenized scores and CPR, its sacreBLEU
+    tokenizer or eval.bleu_tokenize's), with the case-insensitive tokenized BLEU where eval.lowercase asks for it."""
+    return corpus_metrics(hyps, refs, constraints, lang=config.data.tgt_lang, lowercase=config.eval.lowercase,
+                          bleu_tokenizer=config.eval.bleu_tokenize)
+
+
+def target_bleu(hyps: list[str], refs: list[str], config) -> float:
+    """sacreBLEU of texts in the run's target language, tokenized as `scores` tokenizes them."""
+    return bleu(hyps, refs, bleu_tokenize(config.data.tgt_lang, config.eval.bleu_tokenize))[0]
 
 
 def calibration_metrics(translator: Translator, outs: list[dict], refs: list[str]) -> dict:
@@ -115,10 +122,10 @@ def evaluate(config, workdir: str) -> dict:
         if translator.spec.supports.counts:  # per sentence, for the report's analyses (iterations by length)
             _write_lines(os.path.join(workdir, "hyps", f"{split}.counts.jsonl"),
                          [json.dumps({k: int(o[k]) for k in translator.spec.supports.counts}) for o in outs])
-        metrics = {"mean_length": mean_length(hyps)}
+        metrics = {"mean_length": mean_length(hyps, config.data.tgt_lang)}
         if refs is not None:  # a test split without references is only translated
-            metrics.update(scores(hyps, refs, config), reference_length=mean_length(refs))
-            metrics["copy_source_bleu"] = bleu(srcs, refs)[0]
+            metrics.update(scores(hyps, refs, config), reference_length=mean_length(refs, config.data.tgt_lang))
+            metrics["copy_source_bleu"] = target_bleu(srcs, refs, config)
             metrics.update(calibration_metrics(translator, outs, refs))
         metrics["mean_score"] = float(np.mean([o["score"] for o in outs]))
         if translator.spec.summary is not None:  # scalars of the decoded parameters (`ModelSpec.summary`)
@@ -152,7 +159,7 @@ def evaluate(config, workdir: str) -> dict:
             hyps = [o["hyp"] for o in outs]
             _write_lines(os.path.join(workdir, "hyps", f"{split}.{mode}.txt"), hyps)
             results[f"{split}+{mode}"] = {**scores(hyps, refs, config, constraints),
-                                         "mean_length": mean_length(hyps),
+                                         "mean_length": mean_length(hyps, config.data.tgt_lang),
                                          **_edit_counts(outs, translator.spec.supports.counts)}
             if i == 0 and e.latency_sentences > 0:
                 n = e.latency_sentences
@@ -289,7 +296,7 @@ def pair_rows(translator: Translator, split: str, srcs: list[str], refs: list[st
                                     **kwargs)
         hyps = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.{name}.txt"), hyps)
-        row = {**scores(hyps, refs, config, targets), "mean_length": mean_length(hyps)}
+        row = {**scores(hyps, refs, config, targets), "mean_length": mean_length(hyps, config.data.tgt_lang)}
         if speed and e.latency_sentences > 0:
             row.update(translator.speed(srcs, e.beam_size, e.latency_sentences, e.throughput_batch, **kwargs))
         rows[f"{split}+{name}"] = row
@@ -311,8 +318,11 @@ def report_left_out_pairs(translator: Translator, split: str, pairs: list[list[t
     return counts
 
 
-def mean_length(texts: list[str]) -> float:
-    """Mean number of whitespace-separated words per sentence."""
+def mean_length(texts: list[str], lang: str) -> float:
+    """Mean number of words per sentence in language ``lang``: whitespace-separated, or in a language written
+    without spaces its characters (`word_tokens`; a clause would otherwise be one word)."""
+    if unspaced(lang):
+        return float(np.mean([len(word_tokens(t, lang)) for t in texts])) if texts else 0.0
     return float(np.mean([len(t.split()) for t in texts])) if texts else 0.0
 
 
@@ -338,7 +348,8 @@ def diagnostic_rows(translator: Translator, split: str, srcs: list[str], refs: l
         hyps = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.from_{name}.txt"), hyps)
         row = scores(hyps, refs, config, kwargs.get("constraints"))
-        row.update(mean_length=mean_length(hyps), **_edit_counts(outs, translator.spec.supports.counts))
+        row.update(mean_length=mean_length(hyps, config.data.tgt_lang),
+                   **_edit_counts(outs, translator.spec.supports.counts))
         rows[f"{split}+from_{name}"] = row
         log.info("%s from %s: BLEU %.2f, %.2f words, %.2f iterations", split, name, row["bleu"],
                  row["mean_length"], row.get("mean_iterations", float("nan")))
@@ -387,7 +398,7 @@ def iteration_rows(translator: Translator, split: str, srcs: list[str], refs: li
             _write_lines(os.path.join(workdir, "hyps", f"{split}.{name}.txt"), hyps)
             row = scores(hyps, refs, config)
             rows[f"{split}+{name}"] = {**{k: row[k] for k in ("bleu", "ter", "ribes", "repetition")},
-                                       "mean_length": mean_length(hyps), "seconds": seconds,
+                                       "mean_length": mean_length(hyps, config.data.tgt_lang), "seconds": seconds,
                                        **_edit_counts(outs, run.spec.supports.counts), **_own_metrics(run, outs, srcs)}
             log.info("%s at %s = %s%s: BLEU %.2f, TER %.2f, repetition %.2f%%, %.1f s", split, key, depth,
                      f" with the oracle's {oracle}" if oracle else "", row["bleu"], row["ter"], row["repetition"],
@@ -417,7 +428,7 @@ def constraint_count_rows(translator: Translator, split: str, srcs: list[str], r
             _write_lines(os.path.join(workdir, "hyps", f"{split}.{name}.txt"), hyps)
             row = scores(hyps, refs, config, constraints)
             rows[f"{split}+{name}"] = {"bleu": row["bleu"], "cpr": row["cpr"], "constraints": k,
-                                       "mean_length": mean_length(hyps)}
+                                       "mean_length": mean_length(hyps, config.data.tgt_lang)}
             log.info("%s with %d %s constraints: BLEU %.2f, CPR %.1f", split, k, mode, row["bleu"], row["cpr"])
     return rows
 
@@ -448,10 +459,12 @@ def post_edit_rows(config, corpus, inits: dict[str, list[str]], translator: Tran
                                     label=f"{split}+init")
         hyps = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.init.txt"), hyps)
-        row = {"mean_score": float(np.mean([o["score"] for o in outs])), "mean_length": mean_length(hyps),
+        row = {"mean_score": float(np.mean([o["score"] for o in outs])),
+               "mean_length": mean_length(hyps, config.data.tgt_lang),
                **_edit_counts(outs, translator.spec.supports.counts)}
         if refs is not None:  # a test split without references is only post-edited
-            row.update(scores(hyps, refs, config), init_bleu=bleu(given, refs)[0], init_ter=ter(given, refs))
+            row.update(scores(hyps, refs, config), init_bleu=target_bleu(given, refs, config),
+                       init_ter=ter(given, refs, config.data.tgt_lang))
             log.info("%s post-edited from %s: BLEU %.2f (initial hypotheses: %.2f)", split, config.data.init_lang,
                      row["bleu"], row["init_bleu"])
         rows[f"{split}+init"] = row

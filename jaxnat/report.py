@@ -66,32 +66,41 @@ PICTURES = ("bleu_latency.png", "bleu_by_length.png", "curves.png", "valid_bleu.
 ABSENT = object()  # `lookup`'s answer, when asked, for a path a system's entry lacks (not one whose value is None)
 
 
-# source-length buckets, in source words (13a): 1-10, 11-20, …, 51+
+# source-length buckets, in source words (`source_length`): 1-10, 11-20, …, 51+
 LENGTH_BUCKETS = ((1, 10), (11, 20), (21, 30), (31, 40), (41, 50), (51, math.inf))
 
 
-def bleu_by_source_length(hyps: list[str], refs: list[str], srcs: list[str]) -> dict[str, dict]:
-    """sacreBLEU per bucket of source length (`LENGTH_BUCKETS`, 13a words of the source): {bucket label:
-    {'sentences', 'bleu'}}; a bucket without sentences has BLEU None."""
-    from jaxnat.evaluation.metrics import bleu, tokenize
+def source_length(src: str, lang: str) -> int:
+    """A source sentence's words for its length bucket, at least 1: 13a's, or in a language written without spaces
+    its characters (`jaxnat.data.words.word_tokens`; 13a would count a clause as one word)."""
+    from jaxnat.data.words import unspaced, word_tokens
+    from jaxnat.evaluation.metrics import tokenize
+
+    return max(len(word_tokens(src, lang) if unspaced(lang) else tokenize(src)), 1)
+
+
+def bleu_by_source_length(hyps: list[str], refs: list[str], srcs: list[str], src_lang: str = "en",
+                          tokenize: str = "13a") -> dict[str, dict]:
+    """sacreBLEU (tokenizer ``tokenize``) per bucket of source length (`LENGTH_BUCKETS`, `source_length` in
+    ``src_lang``): {bucket label: {'sentences', 'bleu'}}; a bucket without sentences has BLEU None."""
+    from jaxnat.evaluation.metrics import bleu
 
     out = {}
     for lo, hi in LENGTH_BUCKETS:
-        chosen = [i for i, s in enumerate(srcs) if lo <= max(len(tokenize(s)), 1) <= hi]
-        score = bleu([hyps[i] for i in chosen], [refs[i] for i in chosen])[0] if chosen else None
+        chosen = [i for i, s in enumerate(srcs) if lo <= source_length(s, src_lang) <= hi]
+        score = bleu([hyps[i] for i in chosen], [refs[i] for i in chosen], tokenize)[0] if chosen else None
         out[bin_label(lo, hi)] = {"sentences": len(chosen), "bleu": score}
     return out
 
 
-def iteration_statistics(iterations: list[int], srcs: list[str]) -> dict:
+def iteration_statistics(iterations: list[int], srcs: list[str], src_lang: str = "en") -> dict:
     """The decoding iterations of each sentence (Gu et al. 2019, Table 6 and Figure 4a): {'histogram': {iterations:
-    sentences}, 'by_length': {source-length bucket (`LENGTH_BUCKETS`): mean iterations, None where empty}}."""
-    from jaxnat.evaluation.metrics import tokenize
-
+    sentences}, 'by_length': {source-length bucket (`LENGTH_BUCKETS`, `source_length`): mean iterations, None where
+    empty}}."""
     histogram = collections.Counter(iterations)
     by_length = {}
     for lo, hi in LENGTH_BUCKETS:
-        chosen = [n for n, s in zip(iterations, srcs) if lo <= max(len(tokenize(s)), 1) <= hi]
+        chosen = [n for n, s in zip(iterations, srcs) if lo <= source_length(s, src_lang) <= hi]
         by_length[bin_label(lo, hi)] = statistics.fmean(chosen) if chosen else None
     return {"histogram": {str(k): histogram[k] for k in sorted(histogram)}, "by_length": by_length}
 
@@ -116,14 +125,15 @@ def count_curves(rows: dict) -> dict[str, dict[int, dict]]:
     return {c: dict(sorted(v.items())) for c, v in sorted(curves.items())}
 
 
-def repetition_histogram(hyps: list[str]) -> dict[str, int]:
-    """{r: the number of sentences where some word is repeated r times in a row (r + 1 equal consecutive 13a
-    words)}, for every r that occurs (Huang et al. 2022, Figure 1(b), there after the first decoding pass)."""
-    from jaxnat.evaluation.metrics import tokenize
+def repetition_histogram(hyps: list[str], tokenize: str = "13a") -> dict[str, int]:
+    """{r: the number of sentences where some word is repeated r times in a row (r + 1 equal consecutive words of
+    sacreBLEU's tokenizer ``tokenize``)}, for every r that occurs (Huang et al. 2022, Figure 1(b), there after the
+    first decoding pass)."""
+    from jaxnat.evaluation.metrics import tokenize as words_of
 
     histogram: collections.Counter = collections.Counter()
     for hyp in hyps:
-        runs, words = set(), tokenize(hyp)
+        runs, words = set(), words_of(hyp, tokenize)
         run = 0
         for k in range(1, len(words) + 1):
             if k < len(words) and words[k] == words[k - 1]:
@@ -221,13 +231,15 @@ def bin_label(low: int, high: float) -> str:
     return str(low) if low == high else (f"{low}+" if math.isinf(high) else f"{low}-{high}")
 
 
-def word_f1_by_frequency(hyps: list[str], refs: list[str], train_refs: list[str]) -> dict[str, dict]:
+def word_f1_by_frequency(hyps: list[str], refs: list[str], train_refs: list[str], tokenize: str = "13a"
+                         ) -> dict[str, dict]:
     """Target-word precision, recall and F1 per frequency bin: a word's bin is its count in `train_refs`;
     a hypothesis word matches a reference word of the same sentence at most once (clipped counts). Words are
-    sacreBLEU's 13a tokens. Returns {bin label: {'ref_words', 'precision', 'recall', 'f1'}} (in 0-100)."""
-    from jaxnat.evaluation.metrics import tokenize
+    the tokens of sacreBLEU's tokenizer ``tokenize`` (BLEU's). Returns {bin label: {'ref_words', 'precision',
+    'recall', 'f1'}} (in 0-100)."""
+    from jaxnat.evaluation.metrics import tokenize as words_of
 
-    freq = collections.Counter(w for line in train_refs for w in tokenize(line))
+    freq = collections.Counter(w for line in train_refs for w in words_of(line, tokenize))
 
     def bin_of(word):
         n = freq[word]
@@ -235,7 +247,7 @@ def word_f1_by_frequency(hyps: list[str], refs: list[str], train_refs: list[str]
 
     match, hyp_n, ref_n = ([0] * len(FREQUENCY_BINS) for _ in range(3))
     for hyp, ref in zip(hyps, refs):
-        h, r = collections.Counter(tokenize(hyp)), collections.Counter(tokenize(ref))
+        h, r = collections.Counter(words_of(hyp, tokenize)), collections.Counter(words_of(ref, tokenize))
         for w, c in h.items():
             hyp_n[bin_of(w)] += c
             match[bin_of(w)] += min(c, r[w])
@@ -302,12 +314,14 @@ def row_hyps(system: System, rows: tuple[str, ...]) -> dict[str, list[str]]:
     return out
 
 
-def paired_test(systems: list[System], refs: list[str], test: str, samples: int) -> tuple[dict, dict]:
-    """sacreBLEU's paired test of every system against the first: ({metric: signature}, {metric: [Result]})."""
+def paired_test(systems: list[System], refs: list[str], test: str, samples: int, tokenize: str = "13a"
+                ) -> tuple[dict, dict]:
+    """sacreBLEU's paired test of every system against the first (BLEU with the tokenizer ``tokenize``): ({metric:
+    signature}, {metric: [Result]})."""
     from sacrebleu.metrics import BLEU, CHRF
     from sacrebleu.significance import PairedTest
 
-    pt = PairedTest([(s.name, s.hyps) for s in systems], {"BLEU": BLEU(), "chrF": CHRF()}, [refs],
+    pt = PairedTest([(s.name, s.hyps) for s in systems], {"BLEU": BLEU(tokenize=tokenize), "chrF": CHRF()}, [refs],
                     test_type=test, n_samples=samples)
     signatures, results = pt()
     return {k: str(v) for k, v in signatures.items()}, {k: v for k, v in results.items() if k != "System"}
@@ -323,7 +337,7 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
     from jaxnat.config import workdir_config
     from jaxnat.data.sources import load_corpus, load_pairs
     from jaxnat.evaluate import trained_since_evaluation
-    from jaxnat.evaluation.metrics import corpus_metrics
+    from jaxnat.evaluation.metrics import bleu_tokenize, check_bleu_tokenize, corpus_metrics
     from jaxnat.models import family_of
 
     if not workdirs:
@@ -359,12 +373,15 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
                               f"evaluation's data / the baseline's: {differ})")
         if len(s.hyps) != len(refs):
             raise JaxnatError(f"{s.workdir}: {len(s.hyps)} hypotheses for the {len(refs)} references of {split!r}")
-    signatures, tests = paired_test(systems, refs, test, samples)
+    langs = systems[0].config.data  # the baseline's languages and BLEU tokenizer
+    tokenize = bleu_tokenize(langs.tgt_lang, systems[0].config.eval.bleu_tokenize)
+    check_bleu_tokenize(tokenize)
+    signatures, tests = paired_test(systems, refs, test, samples, tokenize)
     train_refs = corpus["train"][1]
     report = {"split": split, "sentences": len(refs), "baseline": systems[0].name, "test": test,
               "samples": samples, "flat_within": flat_within, "signatures": signatures, "systems": []}
     for k, s in enumerate(systems):
-        m = corpus_metrics(s.hyps, refs, lang=s.config.data.tgt_lang)
+        m = corpus_metrics(s.hyps, refs, lang=langs.tgt_lang, bleu_tokenizer=tokenize)
         entry = {"name": s.name, "workdir": os.path.abspath(s.workdir), "model": s.config.model.name,
                  "bleu": m["bleu"], "tok_bleu": m["tok_bleu"], "chrf": m["chrf"], "ter": m["ter"], "ribes": m["ribes"],
                  "repetition": m["repetition"], "mean_length": s.main.get("mean_length")}
@@ -384,15 +401,15 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
             entry["speedup"] = base_latency / entry["latency_ms"]  # the baseline's latency over this one's
         entry["rows"] = {row: {c: v[c] for c in ROW_COLUMNS if c in v} for row, v in s.rows.items()}
         first_pass = [r for r in s.rows if (m := SWEEP_ROW.fullmatch(r)) and m[2] == "1" and not m[3]]
-        entry["repetitions"] = {"output": repetition_histogram(s.hyps),
-                                **{f"first pass ({r})": repetition_histogram(h)
+        entry["repetitions"] = {"output": repetition_histogram(s.hyps, tokenize),
+                                **{f"first pass ({r})": repetition_histogram(h, tokenize)
                                    for r, h in row_hyps(s, tuple(first_pass)).items()}}
         if model_analyses and family.analysis is not None:
             entry["analysis"] = analyse.measure(s.workdir)
         elif model_analyses:
             report.setdefault("unanalysed", []).append(s.name)  # said in the report, not left out without a word
-        entry["word_f1"] = word_f1_by_frequency(s.hyps, refs, train_refs)
-        entry["by_length"] = bleu_by_source_length(s.hyps, refs, corpus[split][0])
+        entry["word_f1"] = word_f1_by_frequency(s.hyps, refs, train_refs, tokenize)
+        entry["by_length"] = bleu_by_source_length(s.hyps, refs, corpus[split][0], langs.src_lang, tokenize)
         entry["runs"] = provenance.summary(s.workdir)  # None for a workdir trained before runs.jsonl existed
         if trained_since_evaluation(s.workdir):  # its scores are not of the training its row shows
             entry["trained_since_evaluation"] = True
@@ -401,7 +418,8 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
         curve = valid_curve(s.workdir)
         entry["training"] = {"valid_bleu": [list(sb) for sb in curve], **convergence(curve, flat_within)}
         if s.counts and "iterations" in s.counts[0] and len(s.counts) == len(refs):
-            entry["iterations"] = iteration_statistics([c["iterations"] for c in s.counts], corpus[split][0])
+            entry["iterations"] = iteration_statistics([c["iterations"] for c in s.counts], corpus[split][0],
+                                                       langs.src_lang)
         report["systems"].append(entry)
     # the split's constraint pairs: those of the first system evaluated with pairs (the baseline is often a model
     # that takes none, the one the paired model is compared with), {} where none was
@@ -519,8 +537,9 @@ def to_markdown(report: dict) -> str:
     lines = [f"# {report['split']} ({report['sentences']} sentences)", "",
              f"Paired {'bootstrap resampling' if report['test'] == 'bs' else 'approximate randomisation'} against "
              f"**{report['baseline']}** (sacreBLEU; p < 0.05 marked *). BLEU: sacreBLEU on detokenized text, its "
-             f"signature below; tok. BLEU: multi-bleu.perl's on Moses tokens of the target language, no smoothing "
-             f"(the papers' tables); RIBES on the same tokens.", "", *_table_section(report), "## Scores", ""]
+             f"signature below; tok. BLEU: multi-bleu.perl's on Moses tokens of the target language (Chinese and "
+             f"Japanese characters one each), no smoothing (the papers' tables); RIBES on the same tokens.", "",
+             *_table_section(report), "## Scores", ""]
     counts = sorted({k for s in systems for k in s if k.startswith("mean_") and k != "mean_length"})
     head = ["system", "model", "BLEU", "± 95% CI", "p", "tok. BLEU", "chrF", "p (chrF)", "TER", "RIBES", "repetition %",
             "mean length", *[c[5:] for c in counts], "CPR %", "ECE (prob. / acc.)", "latency ms", "speed-up",

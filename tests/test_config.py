@@ -189,6 +189,7 @@ def test_overrides_are_typed():
          "eval.constraint_order=given: model 'editor' places hard constraints in any order"),
         (["--config.model.name=ctc", "--config.eval.beam_size=1", "--config.eval.constraint_order=given"],
          "eval.constraint_order=given: model 'ctc' places hard constraints in any order"),
+        (["--config.eval.bleu_tokenize=flores200"], "eval.bleu_tokenize must be '' (the target language's) or one of"),
     ],
 )
 def test_bad_overrides(args, message):
@@ -238,6 +239,25 @@ def test_missing_and_broken_config_files(tmp_path):
     empty.write_text("x = 1\n")
     with pytest.raises(ConfigError, match="defines no get_config"):
         build_config(str(empty), [])
+
+
+def test_a_target_language_whose_bleu_tokenizer_is_missing_stops_at_the_start(monkeypatch):
+    from jaxnat.evaluation import metrics
+
+    def no_mecab(tokenize, real=metrics.BLEU):
+        if tokenize.endswith("mecab"):
+            raise RuntimeError("Japanese tokenization requires extra dependencies")
+        return real(tokenize=tokenize)
+
+    monkeypatch.setattr(metrics, "BLEU", no_mecab)
+    metrics._bleu_metric.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=r"ja-mecab tokenizer .* pip install 'jaxnat\[ja\]'"):
+            build_config(os.path.join(ROOT, "configs/ar/demo.py"), ["--config.data.tgt_lang=ja"])
+        build_config(os.path.join(ROOT, "configs/ar/demo.py"),  # another tokenizer named: no MeCab needed
+                     ["--config.data.tgt_lang=ja", "--config.eval.bleu_tokenize=char"])
+    finally:
+        metrics._bleu_metric.cache_clear()
 
 
 def test_text_source_needs_dir_and_a_dir_needs_a_source_that_reads_it():

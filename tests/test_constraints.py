@@ -10,12 +10,12 @@ import unicodedata
 import pytest
 
 from jaxnat.data import words as words_mod
+from jaxnat.data.words import moses_tokenize
 from jaxnat.errors import ConfigError, DataError
 from jaxnat.evaluation.constraints import (
     is_word,
     main,
     make_constraints,
-    moses_tokenize,
     read_constraints,
     reference_words,
     write_constraints,

@@ -408,6 +408,12 @@ def test_constraints_are_moses_words_hand_made():
         ("I don't know.", "know", "en", True),
         ("L'homme mange.", "homme", "fr", True),
         ("L'homme mange.", "homme", "en", False),  # English Moses keeps "'homme" as one token
+        ("我住在北京。", "北京", "zh", True),  # unspaced: characters in a row, wherever they stand
+        ("我住在 北京 。", "北京", "zh", True),  # a constrained decoder's spaces between them change nothing
+        ("我住在北方。", "北京", "zh", False),
+        ("我去NBA比赛", "NBA比赛", "zh", True),
+        ("私は東京に住んでいます。", "東京", "ja", True),
+        ("私は東京に住んでいます。", "京都", "ja-JP", False),
     ],
 )
 def test_constraints_are_found_as_whole_moses_tokens(hyp, constraint, lang, found):
@@ -605,3 +611,47 @@ def test_pairs_the_model_input_leaves_out_are_reported(caplog):
     caplog.clear()
     report_left_out_pairs(translator, "test", [[("dog", "Hund")]])
     assert "left out" not in caplog.text
+
+
+def test_words_of_unspaced_languages_are_their_characters():
+    assert metrics.word_tokens("我住在NBA比赛, 北京.", "zh") == [
+        "我", "住", "在", "NBA", "比", "赛", ",", "北", "京", "."]
+    assert metrics.word_tokens("スーパーで買った。", "ja") == ["ス", "ー", "パ", "ー", "で", "買", "っ", "た", "。"]
+    assert metrics.word_tokens("北京 und Bonn.", "de") == moses_tokenize("北京 und Bonn.", "de")  # spaced: Moses'
+    assert [metrics.unspaced(x) for x in ("zh", "zh_Hant", "ja-JP", "JA", "ko", "de", "")] == [True] * 4 + [False] * 3
+
+
+@given(st.text(alphabet="北京我住在スーパ。、abc ,.!", max_size=30))
+def test_unspaced_words_refine_moses_tokens(text):
+    # each Moses token is cut into pieces, never joined to another: the words join back into the Moses tokens
+    words, tokens = metrics.word_tokens(text, "zh"), moses_tokenize(text, "zh")
+    assert "".join(words) == "".join(tokens) and len(words) >= len(tokens)
+    assert all(len(w) == 1 for w in words if "\u4e00" <= w[0] <= "\u9fff")  # a Han character stands alone
+
+
+def test_bleu_tokenizes_as_sacrebleu_does_for_the_target_language():
+    assert [metrics.bleu_tokenize(x) for x in ("zh", "zh-CN", "ja", "ko_KR", "de", "")] == [
+        "zh", "zh", "ja-mecab", "ko-mecab", "13a", "13a"]
+    assert metrics.bleu_tokenize("zh", "13a") == "13a"  # eval.bleu_tokenize names it
+    hyps, refs = ["我们住在北京的东边。"], ["我们住在上海的东边。"]
+    m = corpus_metrics(hyps, refs, lang="zh")
+    assert m["bleu"] == pytest.approx(sacrebleu.corpus_bleu(hyps, [refs], tokenize="zh").score)
+    assert "tok:zh" in m["bleu_signature"] and 0 < m["bleu"] < 100  # 13a: one word each, 0
+    assert m["ter"] == pytest.approx(100 * 2 / 10)  # two of the reference's ten characters substituted
+    assert 0 < m["tok_bleu"] < 100 and m["repetition"] == 0.0
+    assert corpus_metrics(["谢谢谢谢"], ["谢谢"], lang="zh")["repetition"] == 75.0  # characters repeat
+
+
+def test_a_bleu_tokenizer_that_cannot_be_had_is_one_line(monkeypatch):
+    def no_mecab(**kwargs):
+        raise RuntimeError("Japanese tokenization requires extra dependencies\n\n    pip install sacrebleu[ja]\n")
+
+    monkeypatch.setattr(metrics, "BLEU", no_mecab)
+    metrics._bleu_metric.cache_clear()
+    try:
+        with pytest.raises(metrics.ConfigError, match=r"^BLEU with sacreBLEU's ja-mecab .*'jaxnat\[ja\]'[^\n]*$"):
+            metrics.check_bleu_tokenize("ja-mecab")
+        with pytest.raises(metrics.ConfigError, match="eval.bleu_tokenize must be .* not 'flores200'"):
+            metrics.check_bleu_tokenize("flores200")  # it would fetch its model at run time
+    finally:
+        metrics._bleu_metric.cache_clear()

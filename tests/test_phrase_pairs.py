@@ -203,7 +203,7 @@ def test_align_corpus_writes_resumable_files(tmp_path, caplog):
     with caplog.at_level("INFO", logger="jaxnat"):
         written = align_corpus(str(tmp_path), "en", "de", str(out), splits=("test",), switch=True, common_words=0)
     assert set(written.values()) == {"written"}
-    assert "train: Moses tokens of 300 sentence pairs" in caplog.messages
+    assert "train: words of 300 sentence pairs" in caplog.messages
     test_src = (tmp_path / "test.en").read_text().splitlines()
     links = [line.split() for line in (out / "test.align").read_text().splitlines()]
     assert len(links) == len(test_src)

@@ -62,6 +62,13 @@ def test_a_source_is_in_the_bucket_of_its_13a_words(src, bucket):
     assert iteration_statistics([3], [src])["by_length"][bucket] == 3.0
 
 
+def test_a_source_in_an_unspaced_language_counts_its_characters():
+    src = "我们住在北京的东边。" * 2  # one 13a word, 20 characters
+    assert bleu_by_source_length(["我"], ["我"], [src], "zh", "zh")["11-20"]["sentences"] == 1
+    assert iteration_statistics([3], [src], "zh")["by_length"]["11-20"] == 3.0
+    assert iteration_statistics([3], [src], "en")["by_length"]["1-10"] == 3.0
+
+
 def test_iteration_statistics_by_hand():
     srcs = ["a b", "a b c d e f g h i j k l", "x", "one two three four five six seven eight nine ten eleven"]
     out = iteration_statistics([2, 4, 2, 3], srcs)

@@ -4,8 +4,8 @@ Wang et al. (2022) drawn from it, written beside the corpus (or into --output).
     python -m jaxnat.data.alignment --data-dir DIR --src en --tgt de [--output DIR] [--train-split train]
         [--splits val,test_2016_flickr] [--seed 1] [--code-switch] [--common-words 100]
 
-1. Both sides of every split are Moses-tokenized (`moses_tokenize`: the words constraints are made of and
-   CSR counts).
+1. Both sides of every split are split into words (`word_tokens`: Moses tokens, Chinese and Japanese characters
+   one each; the words constraints are made of and CSR counts).
 2. The training split is aligned in both directions and the two directions are symmetrised with
    grow-diag-final-and (`symmetrise`): `{train}.align`, Pharaoh links ``i-j`` over Moses words, a line per pair.
 3. Every other split is aligned *with the model learned on the training data*: eflomal's lexical, jump and
@@ -180,7 +180,7 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
     from tqdm import tqdm
 
     from jaxnat.data.text import find_split_files, read_parallel
-    from jaxnat.data.words import moses_tokenize
+    from jaxnat.data.words import word_tokens
 
     os.makedirs(out_dir, exist_ok=True)
     priors = os.path.join(out_dir, f"{train_split}.priors")
@@ -211,9 +211,9 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
                     common = tuple(set(words) for words in json.load(f))
             continue
         # no bar in a log file: on millions of pairs, minutes of silence before the aligner's first line
-        log.info("%s: Moses tokens of %d sentence pairs", split, len(src))
-        src_words = [moses_tokenize(s, src_lang) for s in tqdm(src, desc=f"tokenize {split}.{src_lang}", disable=None)]
-        tgt_words = [moses_tokenize(t, tgt_lang) for t in tqdm(tgt, desc=f"tokenize {split}.{tgt_lang}", disable=None)]
+        log.info("%s: words of %d sentence pairs", split, len(src))
+        src_words = [word_tokens(s, src_lang) for s in tqdm(src, desc=f"tokenize {split}.{src_lang}", disable=None)]
+        tgt_words = [word_tokens(t, tgt_lang) for t in tqdm(tgt, desc=f"tokenize {split}.{tgt_lang}", disable=None)]
         align_path = os.path.join(out_dir, f"{split}.align")
         if os.path.exists(align_path):
             with open(align_path, encoding="utf-8") as f:

@@ -1,12 +1,25 @@
-"""Words, as constraints and the constraint metrics count them: Moses tokens (sacremoses, the target language's
-rules, no HTML escaping, hyphenated words kept whole) that begin and end like a word (`is_word`). Used by the
-constraint test sets (`jaxnat.evaluation.constraints`), CPR/CSR (`jaxnat.evaluation.metrics`) and
-the constraint pairs drawn from word alignments (`jaxnat.data.alignment`)."""
+"""Words, as constraints and the constraint metrics count them (`word_tokens`): Moses tokens (sacremoses, the
+target language's rules, no HTML escaping, hyphenated words kept whole), in Chinese and Japanese each character of
+their scripts a token of its own; a constraint is made of tokens that begin and end like a word (`is_word`). Used by
+the constraint test sets (`jaxnat.evaluation.constraints`), CPR/CSR and the tokenized scores
+(`jaxnat.evaluation.metrics`) and the constraint pairs drawn from word alignments (`jaxnat.data.alignment`)."""
 
 from __future__ import annotations
 
 import functools
+import re
 import unicodedata
+
+# Languages written without spaces between words (primary subtags): Moses leaves a whole clause as one token there
+# ("我住在北京。"), so a constraint would never be found in it as a token. Their words are the characters of their
+# scripts, as sacreBLEU's Chinese tokenizer counts them: a constraint is then found wherever its characters occur in
+# a row, which is what a term's presence means in such text.
+UNSPACED = frozenset({"zh", "ja"})
+
+# One character a token: Han ideographs (and their extensions and compatibility forms), kana, CJK punctuation
+# and fullwidth forms (sacreBLEU's Chinese ranges with kana added)
+_CJK_CHAR = re.compile("([\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3100-\u312f\u31a0-\u31ff\u3200-"
+                       "\u4dbf\u4e00-\u9fff\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003134f])")
 
 
 @functools.lru_cache(maxsize=None)
@@ -27,6 +40,26 @@ def moses_tokenize(text: str, lang: str) -> list[str]:
     whole ("T-Shirt"; no `-a`), and nothing is HTML-escaped, so quotes and "&" stay as written.
     """
     return _moses_tokenizer(lang).tokenize(text, aggressive_dash_splits=False, escape=False)
+
+
+def primary_language(lang: str) -> str:
+    """The language of a code, lowercased: "zh" of "zh", "zh-CN" and "zh_Hant"."""
+    return re.split("[-_]", lang, maxsplit=1)[0].lower()
+
+
+def unspaced(lang: str) -> bool:
+    """Whether language ``lang`` is written without spaces between words (`UNSPACED`, by `primary_language`)."""
+    return primary_language(lang) in UNSPACED
+
+
+def word_tokens(text: str, lang: str) -> list[str]:
+    """The words of one detokenized sentence in language ``lang``: its Moses tokens (`moses_tokenize`), where
+    ``lang`` is written without spaces (`unspaced`: Chinese, Japanese) with each character of those scripts a
+    token of its own ("我住在北京。" -> "我" "住" "在" "北" "京" "。"; "NBA比赛" -> "NBA" "比" "赛")."""
+    tokens = moses_tokenize(text, lang)
+    if not unspaced(lang):
+        return tokens
+    return [part for token in tokens for part in _CJK_CHAR.split(token) if part]
 
 
 def is_word(token: str) -> bool:

@@ -9,19 +9,22 @@ reference per hypothesis. Scales:
   print it; ``corpus_metrics`` multiplies it by 100 so that every number in a results table is in 0-100.
 
 Two scores, as the papers report them. ``bleu`` is the headline: sacreBLEU on detokenized text, with its
-signature (comparable across papers that give one). ``tokenized_bleu`` and ``ribes`` are the scores of the
-papers' own tables (multi-bleu.perl, fairseq's scorer): on Moses tokens of the target language (sacremoses, no
-HTML escaping; `jaxnat.data.words.moses_tokenize`), no smoothing, optionally case-insensitive. The repetition
-rate counts sacreBLEU's ``13a`` words (``tokenize``: punctuation split off, case kept).
+signature (comparable across papers that give one), tokenized as sacreBLEU does for the target language
+(`bleu_tokenize`: 13a, Chinese characters for Chinese, MeCab's words for Japanese and Korean). ``tokenized_bleu``
+and ``ribes`` are the scores of the papers' own tables (multi-bleu.perl, fairseq's scorer): on the words of the
+target language (`jaxnat.data.words.word_tokens`: Moses tokens, sacremoses, no HTML escaping; in Chinese and
+Japanese each character of their scripts), no smoothing, optionally case-insensitive. The repetition rate counts
+the tokens of the headline BLEU (``tokenize``: 13a's punctuation split off, case kept).
 
 The constraint metric (``constraint_preservation``, CPR; terminology papers call it term usage) uses the words
-constraints are chosen from instead (``jaxnat.evaluation.constraints``): Moses tokens, ``moses_tokenize(text,
-lang)`` with the target language ``lang``. The rule: a constraint is found in a hypothesis when the Moses tokens
-of the constraint occur in the Moses tokens of the detokenized hypothesis as a contiguous run, same case -- for a
+constraints are chosen from (``jaxnat.evaluation.constraints``): ``word_tokens(text, lang)`` with the target
+language ``lang``. The rule: a constraint is found in a hypothesis when the words (tokens) of
+the constraint occur in the words of the detokenized hypothesis as a contiguous run, same case -- for a
 single word, when the word is a whole token. So ``"Mann"`` is found in ``"Ein Mann, der läuft."`` (tokens ``Ein
 Mann , der läuft .``) but not in ``"Die Mannschaft"``, ``"T-Shirt"`` is found in ``"ein rotes T-Shirt."`` but
 ``"Shirt"`` is not (Moses keeps hyphenated words whole), and ``"New York"`` is found in ``"New York, 1999"`` but
-not in ``"new York"`` or ``"York New"``. A final period Moses keeps on a word it takes for an abbreviation
+not in ``"new York"`` or ``"York New"``; in Chinese ``"北京"`` is found in ``"我住在北京。"`` (each character a
+token). A final period Moses keeps on a word it takes for an abbreviation
 (``"Zaun. der"``) is split off first (`constraint_words`).
 
 Input errors (an empty hypothesis list, lists of different lengths, a string where a list of strings is
@@ -38,13 +41,13 @@ from collections import Counter
 from collections.abc import Sequence
 
 from sacrebleu.metrics import BLEU, CHRF, TER
-from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
-from jaxnat.errors import DataError
-from jaxnat.data.words import moses_tokenize
+from jaxnat.errors import ConfigError, DataError
+from jaxnat.data.words import primary_language, unspaced, word_tokens
 
 __all__ = [
     "bleu",
+    "bleu_tokenize",
     "chrf",
     "constraint_preservation",
     "corpus_metrics",
@@ -55,9 +58,15 @@ __all__ = [
     "ter",
     "tokenize",
     "tokenized_bleu",
+    "tokenized_words",
 ]
 
-_TOKENIZER_13A = Tokenizer13a()
+# sacreBLEU's tokenizer of a target language when none is named, as its own `BLEU(trg_lang=...)` picks it
+BLEU_TOKENIZE_BY_LANG = {"zh": "zh", "ja": "ja-mecab", "ko": "ko-mecab"}
+# the tokenizers eval.bleu_tokenize may name: sacreBLEU's that need no download (its flores ones fetch a model)
+BLEU_TOKENIZERS = ("13a", "intl", "char", "zh", "ja-mecab", "ko-mecab", "none")
+# the package extra that brings a tokenizer's analyser (MeCab and its dictionary)
+_EXTRA = {"ja-mecab": "ja", "ko-mecab": "ko"}
 
 RIBES_VARIANTS = ("official", "nltk")
 
@@ -67,13 +76,42 @@ RIBES_VARIANTS = ("official", "nltk")
 # ----------------------------------------------------------------------------------------------------------
 
 
-def tokenize(text: str) -> list[str]:
-    """Words of a detokenized sentence: sacreBLEU's 13a tokenization, then a whitespace split.
+def bleu_tokenize(lang: str = "", name: str = "") -> str:
+    """The sacreBLEU tokenizer of BLEU in target language ``lang``: ``name`` where given (eval.bleu_tokenize), else
+    sacreBLEU's own choice for the language (`BLEU_TOKENIZE_BY_LANG`, by `primary_language`), else 13a. Languages
+    written without spaces would otherwise be scored as if a clause were one word."""
+    if name:
+        return name
+    return BLEU_TOKENIZE_BY_LANG.get(primary_language(lang), "13a")
+
+
+@functools.lru_cache(maxsize=None)
+def _bleu_metric(name: str) -> BLEU:
+    # one per tokenizer: MeCab's analyser takes a tenth of a second to load (a BLEU keeps no state between scores
+    # when it is given no references up front)
+    if name not in BLEU_TOKENIZERS:
+        raise ConfigError(f"eval.bleu_tokenize must be '' (the target language's) or one of "
+                          f"{', '.join(BLEU_TOKENIZERS)}, not {name!r}")
+    try:
+        return BLEU(tokenize=name)
+    except RuntimeError:  # sacreBLEU's message when MeCab or its dictionary is missing: several lines
+        raise ConfigError(f"BLEU with sacreBLEU's {name} tokenizer (the target language's) needs MeCab and its "
+                          f"dictionary: pip install 'jaxnat[{_EXTRA[name]}]', or name another tokenizer with "
+                          f"eval.bleu_tokenize") from None
+
+
+def check_bleu_tokenize(name: str) -> None:
+    """A one-line ConfigError, before anything is decoded, where BLEU could not tokenize with ``name``."""
+    _bleu_metric(name)
+
+
+def tokenize(text: str, name: str = "13a") -> list[str]:
+    """Words of a detokenized sentence: sacreBLEU's tokenization ``name`` (`bleu_tokenize`), then a whitespace split.
 
     13a splits punctuation off words (``"Hello, world!"`` -> ``["Hello", ",", "world", "!"]``), keeps
-    case, and unescapes ``&quot; &amp; &lt; &gt;``.
+    case, and unescapes ``&quot; &amp; &lt; &gt;``; zh splits Chinese characters apart too.
     """
-    return _TOKENIZER_13A(text).split()
+    return _bleu_metric(name).tokenizer(text).split()
 
 
 def _string_list(values, what: str) -> list[str]:
@@ -130,29 +168,29 @@ def _constraint_lists(constraints, n_hyps: int) -> list[list[str]]:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def bleu(hyps: list[str], refs: list[str]) -> tuple[float, str]:
+def bleu(hyps: list[str], refs: list[str], tokenize: str = "13a") -> tuple[float, str]:
     """sacreBLEU corpus BLEU (0-100) on detokenized text, and its signature string.
 
-    Exactly ``sacrebleu.corpus_bleu(hyps, [refs])``: default ``13a`` tokenizer, case-sensitive, ``exp``
-    smoothing, one reference. The signature looks like
-    ``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0``.
+    Exactly ``sacrebleu.corpus_bleu(hyps, [refs], tokenize=tokenize)``: the ``13a`` tokenizer unless another is
+    named (`bleu_tokenize` picks the target language's), case-sensitive, ``exp`` smoothing, one reference. The
+    signature looks like ``nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0``.
     """
     hyps, refs = _parallel(hyps, refs)
-    metric = BLEU()
+    metric = _bleu_metric(tokenize)
     score = metric.corpus_score(hyps, [refs]).score
     return float(score), str(metric.get_signature())
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _moses_words(text: str, lang: str, lowercase: bool) -> tuple[str, ...]:
+def _words(text: str, lang: str, lowercase: bool) -> tuple[str, ...]:
     # an evaluation scores a split's references once per row (plain, constraints, pairs, sweeps, ...): tokenized once
-    return tuple(t.lower() for t in moses_tokenize(text, lang)) if lowercase else tuple(moses_tokenize(text, lang))
+    return tuple(t.lower() for t in word_tokens(text, lang)) if lowercase else tuple(word_tokens(text, lang))
 
 
-def moses_words(texts: list[str], lang: str, lowercase: bool = False) -> list[list[str]]:
-    """Each text's Moses tokens in language ``lang`` (``moses_tokenize``), lowercased with ``lowercase``: the
-    tokens of the papers' tokenized scores."""
-    return [list(_moses_words(x, lang, lowercase)) for x in texts]
+def tokenized_words(texts: list[str], lang: str, lowercase: bool = False) -> list[list[str]]:
+    """Each text's words in language ``lang`` (``word_tokens``: Moses tokens, characters in Chinese and Japanese),
+    lowercased with ``lowercase``: the tokens of the papers' tokenized scores."""
+    return [list(_words(x, lang, lowercase)) for x in texts]
 
 
 def tokenized_bleu(hyps: list[str], refs: list[str], *, lang: str = "en", lowercase: bool = False) -> float:
@@ -160,7 +198,8 @@ def tokenized_bleu(hyps: list[str], refs: list[str], *, lang: str = "en", lowerc
     on text tokenized by Moses' ``tokenizer.perl -l LANG`` (fairseq's scorer counts the same n-grams).
 
     Exact definition: every hypothesis and reference is Moses-tokenized in the target language ``lang``
-    (``moses_words``: sacremoses, no HTML escaping, hyphenated words whole) and re-joined with single spaces;
+    (``tokenized_words``: sacremoses, no HTML escaping, hyphenated words whole; Chinese and Japanese characters
+    one token each) and re-joined with single spaces;
     then corpus BLEU over whitespace tokens: clipped 1-4-gram precisions, their geometric mean, the brevity
     penalty exp(1 - r/c) when the c hypothesis tokens are fewer than the r reference tokens, and NO smoothing:
     the score is 0 when some n-gram order has no match in the whole corpus. (sacreBLEU with ``tokenize='none'``
@@ -168,8 +207,8 @@ def tokenized_bleu(hyps: list[str], refs: list[str], *, lang: str = "en", lowerc
     """
     hyps, refs = _parallel(hyps, refs)
     metric = BLEU(tokenize="none", smooth_method="none", force=True)
-    tok_hyps = [" ".join(words) for words in moses_words(hyps, lang, lowercase)]
-    tok_refs = [" ".join(words) for words in moses_words(refs, lang, lowercase)]
+    tok_hyps = [" ".join(words) for words in tokenized_words(hyps, lang, lowercase)]
+    tok_refs = [" ".join(words) for words in tokenized_words(refs, lang, lowercase)]
     return float(metric.corpus_score(tok_hyps, [tok_refs]).score)
 
 
@@ -179,11 +218,14 @@ def chrf(hyps: list[str], refs: list[str]) -> float:
     return float(CHRF().corpus_score(hyps, [refs]).score)
 
 
-def ter(hyps: list[str], refs: list[str]) -> float:
+def ter(hyps: list[str], refs: list[str], lang: str = "") -> float:
     """sacreBLEU corpus TER (0-100, lower is better, may exceed 100), case-sensitive as the papers report it (Gu et
-    al. 2019, Table 3; sacreBLEU's own default ignores case)."""
+    al. 2019, Table 3; sacreBLEU's own default ignores case). In a target language ``lang`` written without spaces
+    (`unspaced`), with sacreBLEU's normalisation and Asian-script support, which count its characters as words (a
+    clause would otherwise be one word)."""
     hyps, refs = _parallel(hyps, refs)
-    return float(TER(case_sensitive=True).corpus_score(hyps, [refs]).score)
+    asian = unspaced(lang)
+    return float(TER(case_sensitive=True, normalized=asian, asian_support=asian).corpus_score(hyps, [refs]).score)
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -317,7 +359,7 @@ def ribes(
 ) -> float:
     """Corpus RIBES (Isozaki et al., 2010) in [0, 1] -- NOT multiplied by 100 (``corpus_metrics`` does that).
 
-    Our own implementation. Sentences are split into the tokens of ``tokenized_bleu`` (``moses_words`` of
+    Our own implementation. Sentences are split into the tokens of ``tokenized_bleu`` (``tokenized_words`` of
     ``lang``, lowercased with ``lowercase``). Per sentence: ``NKT * P**alpha * BP**beta`` where
 
     * the word alignment maps each hypothesis word to a reference position: a word occurring exactly once in
@@ -344,7 +386,7 @@ def ribes(
     hyps, refs = _parallel(hyps, refs)
     if variant not in RIBES_VARIANTS:
         raise ValueError(f"unknown RIBES variant {variant!r}; expected one of {RIBES_VARIANTS}")
-    pairs = zip(moses_words(hyps, lang, lowercase), moses_words(refs, lang, lowercase))
+    pairs = zip(tokenized_words(hyps, lang, lowercase), tokenized_words(refs, lang, lowercase))
     scores = [_sentence_ribes(r, h, alpha, beta, variant) for h, r in pairs]
     return math.fsum(scores) / len(scores)
 
@@ -355,12 +397,12 @@ def ribes(
 
 
 def constraint_words(text: str, lang: str) -> list[str]:
-    """The Moses tokens CPR compares (`moses_tokenize`), with a final period split off a word Moses kept it on.
+    """The words CPR compares (`word_tokens`), with a final period split off a word Moses kept it on.
     Moses reads "Zaun." before a lowercase word as an abbreviation and keeps the period ("Zaun. der" →
     ``Zaun. der``, but "Zaun." at the end → ``Zaun .``); the decoders write it as punctuation after the word,
     and the papers, which decode Moses-tokenized text, score ``Zaun .`` either way."""
     out = []
-    for token in moses_tokenize(text, lang):
+    for token in word_tokens(text, lang):
         if len(token) > 1 and token.endswith(".") and not token.endswith(".."):
             out += [token[:-1], "."]
         else:
@@ -378,10 +420,10 @@ def constraint_preservation(hyps: list[str], constraints: list[list[str]], *, la
     """Constraint preservation rate (CPR), in percent.
 
     ``constraints[i]`` lists the word-level constraints (sub-word marks already removed) of hypothesis
-    ``i``, ``lang`` is the target language. A constraint is preserved when its Moses tokens occur in the
-    Moses tokens of the hypothesis as a contiguous run, same case (module docstring). Micro-average:
+    ``i``, ``lang`` is the target language. A constraint is preserved when its words (`constraint_words`) occur
+    in the words of the hypothesis as a contiguous run, same case (module docstring). Micro-average:
     preserved constraints / all constraints over the corpus (``by_words``: each constraint weighted by its
-    number of Moses tokens, the share of constraint words preserved, as the vectorized-constraints authors'
+    number of words, the share of constraint words preserved, as the vectorized-constraints authors'
     scorer counts); each listed constraint is checked once (a constraint listed twice is preserved twice by one
     occurrence). Returns ``nan`` when there are no constraints at all. An empty constraint string raises
     ``DataError``.
@@ -404,7 +446,7 @@ def constraint_preservation(hyps: list[str], constraints: list[list[str]], *, la
 
 
 def contains_phrase(hyp: str, phrase: str, *, lang: str = "en") -> bool:
-    """Whether ``hyp`` contains ``phrase`` by CPR's rule (contiguous whole Moses tokens, same case)."""
+    """Whether ``hyp`` contains ``phrase`` by CPR's rule (contiguous whole words, same case)."""
     pattern = constraint_words(phrase, lang)
     return bool(pattern) and _contains_sequence(constraint_words(hyp, lang), pattern)
 
@@ -457,28 +499,29 @@ def repeated_token_ratios(repeats: Sequence[int], lengths: Sequence[int], src_le
 
 def corpus_metrics(
     hyps: list[str], refs: list[str], constraints: list[list[str]] | None = None, *, lang: str = "en",
-    lowercase: bool = False,
+    lowercase: bool = False, bleu_tokenizer: str = "",
 ) -> dict[str, float | str]:
     """Every metric of this module for one system output, ``lang`` the target language.
 
-    Keys: ``bleu`` (sacreBLEU), ``bleu_signature`` (str), ``tok_bleu`` (``tokenized_bleu``, case-sensitive;
-    with ``lowercase`` also ``tok_bleu_lc``, case-insensitive), ``chrf``, ``ter``, ``ribes`` (on the tokens of
-    ``tok_bleu``, lowercased with ``lowercase``), ``repetition`` (``repetition_rate`` of the 13a words of each
-    hypothesis) and, when ``constraints`` is given, ``cpr`` and ``cpr_words`` (CPR weighted by the constraints'
-    words; Moses tokens of ``lang``).
+    Keys: ``bleu`` (sacreBLEU with ``bleu_tokenize(lang, bleu_tokenizer)``), ``bleu_signature`` (str), ``tok_bleu``
+    (``tokenized_bleu``, case-sensitive; with ``lowercase`` also ``tok_bleu_lc``, case-insensitive), ``chrf``,
+    ``ter``, ``ribes`` (on the tokens of ``tok_bleu``, lowercased with ``lowercase``), ``repetition``
+    (``repetition_rate`` of the BLEU tokens of each hypothesis) and, when ``constraints`` is given, ``cpr`` and
+    ``cpr_words`` (CPR weighted by the constraints' words; `word_tokens` of ``lang``).
     All numbers are in 0-100: here RIBES is ``100 * ribes(...)``, unlike the [0, 1] value ``ribes`` returns.
     ``cpr`` and ``cpr_words`` are ``nan`` when ``constraints`` holds no constraint.
     """
     hyps, refs = _parallel(hyps, refs)
-    bleu_score, signature = bleu(hyps, refs)
+    name = bleu_tokenize(lang, bleu_tokenizer)
+    bleu_score, signature = bleu(hyps, refs, name)
     out: dict[str, float | str] = {
         "bleu": bleu_score,
         "bleu_signature": signature,
         "tok_bleu": tokenized_bleu(hyps, refs, lang=lang),
         "chrf": chrf(hyps, refs),
-        "ter": ter(hyps, refs),
+        "ter": ter(hyps, refs, lang),
         "ribes": 100.0 * ribes(hyps, refs, lang=lang, lowercase=lowercase),
-        "repetition": repetition_rate([tokenize(h) for h in hyps]),
+        "repetition": repetition_rate([tokenize(h, name) for h in hyps]),
     }
     if lowercase:
         out["tok_bleu_lc"] = tokenized_bleu(hyps, refs, lang=lang, lowercase=True)
