@@ -11,14 +11,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from jaxnat.config import build_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, NUM_RESERVED, PAD_ID, PLH_ID
 from jaxnat import edit_ops
 from jaxnat.decoding.refine import (Heads, RefineOptions, initial_hypotheses, insert_and_fill, length_cap, narrowed,
-                                    refine, shared_placeholder_logits)
+                                    refine, shared_placeholder_logits, static_length_cap)
 from jaxnat.models import build_model
 from jaxnat.models.insertion import mean_loss, model_choice
 from jaxnat.models.levt.model import levt_delete, levt_loss
@@ -273,6 +273,20 @@ def test_length_cap_uses_each_sentence_own_source():
     # a fractional product is cut down, as fairseq's (src_lens * max_ratio).long(): 1.65 · 15 → 24
     fraction = jax.jit(lambda s: length_cap(s, 128, RefineOptions(cap_ratio=1.65)))
     assert fraction(jnp.asarray(_pad([[BOS_ID, *[7] * 13, EOS_ID]], 15))).tolist() == [24]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(2, 256), min_size=8, max_size=8), st.integers(0, 300), st.floats(0.0, 4.0),
+       st.integers(1, 1024))
+@example([45, 90, 30, 100, 2, 2, 2, 2], 10, 1.4, 1024)  # float64 gave 62 for 1.4 · 45 where float32 gives 63
+@example([90, 2, 2, 2, 2, 2, 2, 2], 10, 1.3, 1024)      # and 117 for 1.3 · 90, not 116
+def test_the_static_length_cap_is_the_traced_one(src_lens, cap_min, cap_ratio, capacity):
+    """A model's static output capacity (`static_length_cap`, host side) and the per-sentence cap it decodes
+    under (`length_cap`, traced) are one formula: a sentence as long as its batch's source gets the same cap as
+    beside a longer one. (Fixed shapes: the traced ops compile once.)"""
+    src = jnp.asarray(_pad([[BOS_ID, *[7] * (n - 2), EOS_ID] for n in src_lens], 256))
+    traced = length_cap(src, capacity, RefineOptions(cap_min=cap_min, cap_ratio=cap_ratio))
+    assert traced.tolist() == [static_length_cap(n, capacity, cap_min, cap_ratio) for n in src_lens]
 
 
 # --------------------------------------------------------------------------------- stub heads

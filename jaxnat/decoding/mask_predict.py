@@ -44,6 +44,7 @@ from jax import lax
 from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID
 from jaxnat.decoding import words
+from jaxnat.decoding.refine import length_cap
 from jaxnat.edit_ops.compaction import compact
 
 LENGTH_CLASSES = 256
@@ -270,12 +271,11 @@ def whole_words(logits, tokens, scores, masked, written, in_phrase, last, contin
 def candidates(length_logits: jax.Array, src: jax.Array, constraints: jax.Array | None, hard: jax.Array | None,
                capacity: int, options: Options) -> jax.Array:
     """int32[B, ℓ]: the lengths (real tokens) of each sentence's candidates, at most what a canvas of
-    ``capacity`` (and ``Options.cap_ratio`` × the source) holds, at least 1 and, with hard constraints, their
+    ``capacity`` holds within the source's `refine.length_cap`, at least 1 and, with hard constraints, their
     total length. length_logits: float32[B, 256]; src: int32[B, S]; constraints: int32[B, C, P] or None;
     hard: bool[B] or None."""
     n_src = jnp.sum(src != PAD_ID, axis=1) - 2
-    cap = jnp.minimum(jnp.maximum(options.cap_min, jnp.floor(options.cap_ratio * (n_src + 2)).astype(jnp.int32)),
-                      capacity) - 2
+    cap = length_cap(src, capacity, options) - 2
     need = jnp.zeros(src.shape[:1], jnp.int32)  # hard constraints always fit: the length beam makes room for them
     if constraints is not None and hard is not None:
         need = jnp.where(hard, jnp.sum(constraints != PAD_ID, axis=(1, 2)), 0)

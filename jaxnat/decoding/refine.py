@@ -27,6 +27,7 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from jaxnat.argmax import argmax
@@ -144,13 +145,22 @@ def start_from_request(request, capacity: int) -> Hypotheses:
 
 
 def length_cap(src: jax.Array, capacity: int, options: RefineOptions) -> jax.Array:
-    """int32[B]: max(cap_min, cap_ratio · src_len) tokens, never above the capacity (src_len counts BOS/EOS).
+    """int32[B]: max(cap_min, cap_ratio · src_len) tokens, never above the capacity (src_len counts BOS/EOS;
+    ``options``: anything with cap_min and cap_ratio, as `mask_predict.Options`).
 
     Computed per sentence from its own source length, so a sentence decodes the same alone or in a batch.
     """
     src_len = edit_ops.lengths(src, PAD_ID)
     cap = jnp.maximum(options.cap_min, jnp.floor(options.cap_ratio * src_len).astype(jnp.int32))
     return jnp.minimum(cap, capacity)
+
+
+def static_length_cap(src_len: int, capacity: int, cap_min: int, cap_ratio: float) -> int:
+    """`length_cap` of a source of src_len tokens (BOS/EOS included) as a Python int: a model's output capacity
+    for sources padded to src_len (`ModelSpec.capacity`). Multiplied in float32, as the traced cap is (and
+    fairseq's (src_lens * max_ratio).long()): in float64 1.4 · 45 gives 62, not 63, and a sentence whose own
+    length is its batch's would get one token less than beside a longer source."""
+    return int(min(capacity, max(cap_min, int(np.float32(cap_ratio) * np.float32(src_len)))))
 
 
 def inside_phrase(phrase: jax.Array) -> jax.Array:

@@ -23,7 +23,7 @@ from jaxnat import edit_ops
 from jaxnat.errors import ConfigError
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, PLH_ID
 from jaxnat.decoding.refine import (LOOP_COUNTS, Heads, RefineOptions, SharedFeatures, forbid_reserved, length_cap,
-                                    refine, start_from_request)
+                                    refine, start_from_request, static_length_cap)
 from jaxnat.decoding.request import DecodeRequest
 from jaxnat.models.coins import coin_cond
 from jaxnat.models.losses import smoothed_cross_entropy
@@ -243,7 +243,7 @@ def edit_model_spec(config, section, cfg: TransformerConfig, name: str, module: 
                       options._replace(trace=request.trace), count_names, continues, joins, trails)
 
     def capacity_for(src_len: int) -> int:
-        return int(min(cfg.max_len, max(e.length_cap_min, int(e.length_cap_ratio * src_len))))
+        return static_length_cap(src_len, cfg.max_len, e.length_cap_min, e.length_cap_ratio)
 
     # each head's cross-entropy, whose sum is the loss: the history reports them beside it (docs/levt.md, "Training")
     terms = ("placeholder_loss", "token_loss", f"{module.first_name}_loss")

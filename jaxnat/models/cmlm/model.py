@@ -40,7 +40,7 @@ import jax.numpy as jnp
 from jaxnat.data.vocab import MASK_ID
 from jaxnat.decoding import mask_predict, mask_predict_fairseq
 from jaxnat.decoding.request import DecodeRequest, Supports
-from jaxnat.decoding.refine import forbid_reserved
+from jaxnat.decoding.refine import forbid_reserved, static_length_cap
 from jaxnat.models.insertion import head_runner, mean_loss, model_choice
 from jaxnat.errors import ConfigError
 from jaxnat.models.ar.model import ARTransformer, ar_score
@@ -312,7 +312,7 @@ def canvas_capacity(cfg: TransformerConfig, eval_cfg):
     def capacity(src_len: int) -> int:
         if eval_cfg.search_rules == "fairseq":
             return cfg.max_len
-        return int(min(cfg.max_len, max(eval_cfg.length_cap_min, int(eval_cfg.length_cap_ratio * src_len))))
+        return static_length_cap(src_len, cfg.max_len, eval_cfg.length_cap_min, eval_cfg.length_cap_ratio)
     return capacity
 
 

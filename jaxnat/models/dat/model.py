@@ -40,7 +40,7 @@ import jax.numpy as jnp
 
 from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
-from jaxnat.decoding.refine import NOT_PREDICTED, RefineOptions, length_cap
+from jaxnat.decoding.refine import NOT_PREDICTED, RefineOptions, length_cap, static_length_cap
 from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.errors import ConfigError
 from jaxnat.models.dat import dag, glancing
@@ -353,7 +353,7 @@ def output_capacity(cfg: TransformerConfig, eval_cfg):
     """capacity(src_len): max(eval.length_cap_min, eval.length_cap_ratio · src_len) output slots (BOS/EOS
     included; the authors' Viterbi decoding also stops at twice the source), within model.max_len."""
     def capacity(src_len: int) -> int:
-        return int(min(cfg.max_len, max(eval_cfg.length_cap_min, int(eval_cfg.length_cap_ratio * src_len))))
+        return static_length_cap(src_len, cfg.max_len, eval_cfg.length_cap_min, eval_cfg.length_cap_ratio)
     return capacity
 
 
