@@ -14,7 +14,7 @@ import argparse
 import logging
 import sys
 
-from jaxnat.errors import ConfigError, JaxnatError, interrupt_status, sigterm_interrupts
+from jaxnat.errors import ConfigError, JaxnatError, run_command
 
 SPLIT, SENTENCES = "valid", 500  # what an analysis reads unless told otherwise (the report's too)
 
@@ -80,7 +80,6 @@ def tables(results: list[tuple[str, dict]]) -> str:
     return "\n\n".join(sections)
 
 
-@sigterm_interrupts()  # SIGTERM as Ctrl-C
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxnat.analyse", description=__doc__.split("\n")[0])
     parser.add_argument("workdirs", nargs="+", help="trained workdirs (of families with an analysis)")
@@ -93,7 +92,8 @@ def main(argv=None) -> int:
                                 help=f"{family.name}: {text} (default {default})")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
-    try:
+
+    def measure_all() -> int:
         from jaxnat.evaluate import evaluated_config
 
         if args.sentences < 1:
@@ -104,14 +104,10 @@ def main(argv=None) -> int:
             analysis_of(config, w)
         results = [(config.model.name, measure(w, args.split, args.sentences, **options))
                    for w, config in zip(args.workdirs, configs)]
-    except (JaxnatError, OSError) as e:
-        print(f"jaxnat: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as e:  # a traceback, or for SIGTERM nothing at all
-        print("jaxnat: interrupted; nothing was measured to keep: the same command measures again", file=sys.stderr)
-        return interrupt_status(e)
-    print(tables(results))
-    return 0
+        print(tables(results))
+        return 0
+    return run_command(measure_all, "nothing was measured to keep: the same command measures again",
+                       (JaxnatError, OSError))
 
 
 if __name__ == "__main__":

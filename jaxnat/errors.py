@@ -1,8 +1,8 @@
 """User-facing errors: each carries one line that says what is wrong and how to fix it.
 
-`jaxnat.main` catches `JaxnatError`, prints its message on one line and exits with code 2 (`Stopped`, `Interrupted`:
-128 + the signal's number); anything else is a bug and keeps its traceback. It raises `Terminated` on SIGTERM, so
-that a command a scheduler stops cleans up as after Ctrl-C.
+A command's entry point (`run_command`) catches `JaxnatError`, prints its message on one line and exits with code
+2 (`Stopped`, `Interrupted`: 128 + the signal's number); anything else is a bug and keeps its traceback. It raises
+`Terminated` on SIGTERM, so that a command a scheduler stops cleans up as after Ctrl-C.
 """
 
 import contextlib
@@ -66,15 +66,26 @@ class Interrupted(JaxnatError):
         super().__init__(message)
 
 
-def run_script(main, interrupted: str = "nothing measured is kept: the same command measures again"):
-    """A script's entry point (bench/): ``main()``'s exit status, a `JaxnatError` as `error: …` on one line (exit
-    1), Ctrl-C or SIGTERM as `interrupted; <interrupted>` (exit 130 or 143), not a traceback of where it stopped."""
+def run_command(body, interrupted: str, catches=(JaxnatError,), prefix: str = "jaxnat: ", error_status: int = 2) -> int:
+    """A command's exit status: ``body()``'s, its SIGTERM raised as Ctrl-C (`sigterm_interrupts`); an error of
+    the user's input (``catches``) as `<prefix>error: …` on one line (``error_status``); `Stopped` and
+    `Interrupted` as their own line and status; Ctrl-C or SIGTERM as `<prefix>interrupted; <interrupted>` (what
+    it left and how to go on), 130 or 143. Not a traceback of wherever it stopped, nor a silent end."""
     try:
         with sigterm_interrupts():
-            status = main()
-    except JaxnatError as e:  # the user's input (a config, a key, a workdir)
-        raise SystemExit(f"error: {e}") from None
+            return body()
+    except catches as e:
+        if isinstance(e, (Stopped, Interrupted)):  # a stop on a signal: the line says what was kept
+            print(f"{prefix}{e}", file=sys.stderr)
+            return e.exit_code
+        print(f"{prefix}error: {e}", file=sys.stderr)
+        return error_status
     except KeyboardInterrupt as e:
-        print(f"interrupted; {interrupted}", file=sys.stderr)
-        raise SystemExit(interrupt_status(e)) from None
-    raise SystemExit(status)
+        print(f"{prefix}interrupted; {interrupted}", file=sys.stderr)
+        return interrupt_status(e)
+
+
+def run_script(main, interrupted: str = "nothing measured is kept: the same command measures again"):
+    """A script's entry point (bench/): `run_command` of ``main``, its lines without "jaxnat: " (not jaxnat's
+    commands), a `JaxnatError` as `error: …` with exit 1."""
+    raise SystemExit(run_command(main, interrupted, prefix="", error_status=1))

@@ -29,7 +29,7 @@ import re
 import sys
 import time
 
-from jaxnat.errors import ConfigError, Interrupted, JaxnatError, Stopped, interrupt_status, sigterm_interrupts
+from jaxnat.errors import ConfigError, Stopped, run_command
 from jaxnat.host_memory import keep_freed_memory
 from jaxnat.optional import check_core
 from jaxnat.provenance import record
@@ -227,21 +227,11 @@ def run(argv=None) -> int:
 
 
 def main(argv=None) -> int:
-    # SIGTERM as Ctrl-C outside training's steps, whose own handler stops after a checkpoint (training/stop.py)
+    # SIGTERM as Ctrl-C outside training's steps, whose own handler stops after a checkpoint (training/stop.py,
+    # `Stopped`); during a translation Ctrl-C or SIGTERM is `Interrupted`
     try:
-        with sigterm_interrupts():
-            return run(argv)
-    # SIGTERM or Ctrl-C during training, after a checkpoint; during translation
-    except (Stopped, Interrupted) as e:
-        print(f"jaxnat: {e}", file=sys.stderr)
-        return e.exit_code
-    except JaxnatError as e:
-        print(f"jaxnat: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM
-        print("jaxnat: interrupted; the same command starts again (training resumes from the newest checkpoint, "
-              "distillation from the last finished chunk, an evaluation starts over)", file=sys.stderr)
-        return interrupt_status(e)
+        return run_command(lambda: run(argv), "the same command starts again (training resumes from the newest "
+                           "checkpoint, distillation from the last finished chunk, an evaluation starts over)")
     except Exception as e:
         if where := _disk_full(e):
             # a checkpoint is written to a temporary directory and renamed when complete: the newest complete one

@@ -46,7 +46,7 @@ import statistics
 import sys
 
 from jaxnat import analyse, provenance, strict_json
-from jaxnat.errors import ConfigError, JaxnatError, interrupt_status, sigterm_interrupts
+from jaxnat.errors import ConfigError, JaxnatError, run_command
 from jaxnat.optional import install_hint, optional
 from jaxnat.paths import check_creatable_dir
 
@@ -848,7 +848,6 @@ def plot(report: dict, path: str) -> str | None:
     return path
 
 
-@sigterm_interrupts()  # SIGTERM as Ctrl-C
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxnat.report", description=__doc__.split("\n")[0])
     parser.add_argument("workdirs", nargs="+", help="evaluated workdirs")
@@ -874,7 +873,8 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
     logging.getLogger("sacrebleu").setLevel(logging.ERROR)
     logging.getLogger("matplotlib").setLevel(logging.WARNING)  # its INFO on the length buckets' string labels
-    try:
+
+    def write() -> int:
         check_creatable_dir(args.out, "--out")  # first: not after the resampling and the analyses
         if args.samples < 1:
             raise ConfigError(f"--samples must be positive, got {args.samples}")
@@ -901,16 +901,11 @@ def main(argv=None) -> int:
         for draw, name in zip((plot, plot_by_length, plot_curves, plot_training), PICTURES):
             draw(report, os.path.join(args.out, name))
         plot_analyses(report, args.out)
-    except (JaxnatError, OSError) as e:
-        print(f"jaxnat: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as e:  # a traceback, or for SIGTERM nothing at all
-        print("jaxnat: interrupted; the same command makes the report again (--out is written at its end)",
-              file=sys.stderr)
-        return interrupt_status(e)
-    print(markdown)
-    log.info("report: %s", os.path.join(args.out, "report.md"))
-    return 0
+        print(markdown)
+        log.info("report: %s", os.path.join(args.out, "report.md"))
+        return 0
+    return run_command(write, "the same command makes the report again (--out is written at its end)",
+                       (JaxnatError, OSError))
 
 
 if __name__ == "__main__":

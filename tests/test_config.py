@@ -11,7 +11,7 @@ import pytest
 
 from jaxnat.config import (apply_override, build_config, check_matches_workdir, default_config, leaf_keys,
                            load_config, parse_overrides, validate, workdir_config)
-from jaxnat.errors import ConfigError
+from jaxnat.errors import ConfigError, Stopped, Terminated
 from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -647,6 +647,36 @@ def test_sigterm_stops_a_command_as_ctrl_c_does(monkeypatch, capsys):
         assert signal.getsignal(signal.SIGTERM) is not errors._terminated
     finally:
         signal.signal(signal.SIGTERM, outer)
+
+
+@pytest.mark.parametrize("raised, status, line", [
+    (None, 3, ""), (ConfigError("bad key"), 2, "jaxnat: error: bad key"),
+    (OSError("no such file"), 2, "jaxnat: error: no such file"),  # caught where the command says
+    (Stopped(signal.SIGTERM, 5), 143,
+     "jaxnat: stopped by SIGTERM after step 5 (checkpoint written); the same command resumes from it"),
+    (KeyboardInterrupt(), 130, "jaxnat: interrupted; what is left"),
+    (Terminated(), 143, "jaxnat: interrupted; what is left")])
+def test_a_command_ends_in_one_line_and_its_status(raised, status, line, capsys):
+    """`run_command`, every command's entry point: the body's status, or one line and 2 for the user's error,
+    128 + the signal's number for a stop; a bench script's (`run_script`) the same lines without "jaxnat: ", its
+    error exiting 1; what a command does not catch stays a traceback."""
+    from jaxnat.errors import JaxnatError, run_command, run_script
+
+    def body():
+        if raised is not None:
+            raise raised
+        return 3
+
+    assert run_command(body, "what is left", (JaxnatError, OSError)) == status
+    assert capsys.readouterr().err == (line and line + "\n")
+    if isinstance(raised, OSError):  # a script catches only the user's errors
+        with pytest.raises(OSError):
+            run_script(body, "what is left")
+        return
+    with pytest.raises(SystemExit) as script:
+        run_script(body, "what is left")
+    assert script.value.code == (1 if status == 2 else status)
+    assert capsys.readouterr().err == (line and line.removeprefix("jaxnat: ") + "\n")
 
 
 def test_a_full_disk_is_one_line_and_other_os_errors_are_not_hidden(monkeypatch, capsys):

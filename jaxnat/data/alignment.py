@@ -40,7 +40,7 @@ from collections.abc import Iterable
 
 from jaxnat.data.phrase_pairs import (MAX_WORDS, code_switch, most_common_words, phrase_pairs, phrase_text,
                                       sample_pairs)
-from jaxnat.errors import DataError, JaxnatError, interrupt_status, sigterm_interrupts
+from jaxnat.errors import DataError, JaxnatError, run_command
 from jaxnat.optional import require
 
 log = logging.getLogger("jaxnat")
@@ -287,18 +287,14 @@ def main(argv=None) -> int:
                         help="no constraint phrase consists only of a side's this many most frequent words")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S")
-    try:
-        with sigterm_interrupts():
-            align_corpus(args.data_dir, args.src, args.tgt, args.output or args.data_dir, args.train_split,
-                         tuple(s for s in args.splits.split(",") if s), args.seed, args.code_switch, args.common_words)
-    except (JaxnatError, OSError) as e:
-        print(f"jaxnat: error: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: a traceback, or nothing at all
-        print(f"jaxnat: interrupted; the same command goes on from the files written whole in "
-              f"{args.output or args.data_dir} (each split's alignment, then its constraint pairs)", file=sys.stderr)
-        return interrupt_status(e)
-    return 0
+    written = args.output or args.data_dir
+
+    def align() -> int:
+        align_corpus(args.data_dir, args.src, args.tgt, written, args.train_split,
+                     tuple(s for s in args.splits.split(",") if s), args.seed, args.code_switch, args.common_words)
+        return 0
+    return run_command(align, f"the same command goes on from the files written whole in {written} (each split's "
+                              f"alignment, then its constraint pairs)", (JaxnatError, OSError))
 
 
 if __name__ == "__main__":
