@@ -43,8 +43,28 @@ def piece_id(tok, piece):
 def test_continues_word_rule():
     for piece in ("s", "en", "2", "-", "'s", "’", "é", "\u0301x"):
         assert continues_word(piece), piece
-    for piece in (".", ",", '"', "?", "!", ")", "▁Zaun", "▁", "", "“"):
+    for piece in (".", ",", '"', "?", "!", ")", "▁Zaun", "▁", "", "“", "北", "京城", "ス", "。"):  # CJK: words alone
         assert not continues_word(piece), piece
+
+
+def test_a_phrase_inside_unspaced_text_loses_its_word_boundary():
+    from jaxnat.data.tokenizer import inside_word
+
+    class Pieces:  # the tokenizer interface inside_word reads
+        pieces = ["▁", "北", "京", "▁北京", "北京", "▁上海", "Zaun"]
+
+        def id_to_piece(self, i, side):
+            return self.pieces[i]
+
+        def piece_id(self, piece, side):
+            return self.pieces.index(piece) if piece in self.pieces else None
+
+    t = Pieces()
+    assert inside_word([0, 1, 2], t, "tgt") == [1, 2]  # "▁" "北" "京": the boundary dropped
+    assert inside_word([3, 1], t, "tgt") == [4, 1]  # "▁北京": the same piece without it
+    assert inside_word([5], t, "tgt") == [5]  # no "上海" piece: kept as it is
+    assert inside_word([6, 1], t, "tgt") == [6, 1] and inside_word([], t, "tgt") == []
+    assert inside_word([0], t, "tgt") == [0]  # the boundary alone: left for the hard-constraint check to refuse
 
 
 def test_table_marks_letters_not_punctuation(tok):

@@ -181,6 +181,9 @@ class PieceTokenizer:
     def id_to_piece(self, i: int, side: str) -> str:
         return self._side[side].pieces[int(i)]
 
+    def piece_id(self, piece: str, side: str) -> int | None:
+        return self._side[side].ids.get(piece)
+
     def encode(self, texts, side: str) -> list[list[int]]:
         """Piece ids of each text, without BOS/EOS (pieces the vocabulary lacks: UNK)."""
         if isinstance(texts, str):

@@ -27,6 +27,7 @@ import numpy as np
 import sentencepiece as spm
 
 from jaxnat.data import piece_vocab, vocab
+from jaxnat.data.words import cjk_character
 from jaxnat.errors import ConfigError, DataError
 
 SIDES = ("src", "tgt")
@@ -41,11 +42,28 @@ ODD_SPACE = re.compile(r"[^\S ]")  # whitespace but the space: tab, line breaks,
 def continues_word(piece: str) -> bool:
     """True for a SentencePiece piece that, written right after a word, would make it another word: it does
     not start a word itself ("▁…") and begins with a letter, digit, combining mark or joiner. Punctuation and
-    symbols (".", ",", '"', ")", "!") leave the word intact, so a hard constraint may be followed by them."""
+    symbols (".", ",", '"', ")", "!") leave the word intact, so a hard constraint may be followed by them; so does
+    a Chinese or Japanese character, a word of its own in the text written without spaces it belongs to
+    (`jaxnat.data.words.word_tokens`)."""
     if not piece or piece.startswith(WORD_BOUNDARY):
         return False
     first = piece[0]
-    return unicodedata.category(first)[0] in "LNM" or first in JOINERS
+    return (unicodedata.category(first)[0] in "LNM" or first in JOINERS) and not cjk_character(first)
+
+
+def inside_word(ids: list[int], tokenizer, side: str) -> list[int]:
+    """A phrase's pieces (``ids``, from ``tokenizer.encode``) as they stand inside text written without spaces:
+    without the word boundary SentencePiece puts before a text's first piece ("北京" -> "▁" "北" "京", or
+    "▁北京"), which placed inside a Chinese sentence would write a space there. A merged first piece ("▁北京") is
+    swapped for its piece without the boundary where the vocabulary has one, else kept (a space before the phrase:
+    rare, and still the phrase)."""
+    first = tokenizer.id_to_piece(ids[0], side) if ids else ""
+    if not first.startswith(WORD_BOUNDARY):
+        return ids
+    if first == WORD_BOUNDARY:
+        return ids[1:] or ids  # a phrase of the boundary alone stays what it is (an error where it is hard)
+    inner = tokenizer.piece_id(first[len(WORD_BOUNDARY):], side)
+    return ids if inner is None else [inner, *ids[1:]]
 SPM_SUBDIR = "spm"
 
 _RESERVED_PIECES = (
@@ -351,6 +369,11 @@ class Tokenizer:
 
     def id_to_piece(self, i: int, side: str) -> str:
         return self.processor(side).id_to_piece(int(i))
+
+    def piece_id(self, piece: str, side: str) -> int | None:
+        """The id of ``piece`` in the ``side`` vocabulary, None where it has no such piece."""
+        i = self.processor(side).piece_to_id(piece)
+        return None if i == vocab.UNK_ID and piece != vocab.UNK_PIECE else i
 
     # ---------------------------------------------------------------- encode / decode
 

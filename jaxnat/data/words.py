@@ -42,6 +42,11 @@ def moses_tokenize(text: str, lang: str) -> list[str]:
     return _moses_tokenizer(lang).tokenize(text, aggressive_dash_splits=False, escape=False)
 
 
+def cjk_character(char: str) -> bool:
+    """Whether ``char`` is a character of the Chinese and Japanese scripts that `word_tokens` makes a word."""
+    return _CJK_CHAR.fullmatch(char) is not None
+
+
 def primary_language(lang: str) -> str:
     """The language of a code, lowercased: "zh" of "zh", "zh-CN" and "zh_Hant"."""
     return re.split("[-_]", lang, maxsplit=1)[0].lower()

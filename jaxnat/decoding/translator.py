@@ -16,8 +16,9 @@ import jax
 import numpy as np
 
 from jaxnat.data.batching import bucket_lengths, eval_batches
-from jaxnat.data.tokenizer import no_language_tokens_named
+from jaxnat.data.tokenizer import inside_word, no_language_tokens_named
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.data.words import unspaced
 from jaxnat.decoding.request import DecodeRequest, check_supported, pad_hypotheses, pad_phrases
 from jaxnat.errors import DataError
 
@@ -202,6 +203,8 @@ class Translator:
                     raise DataError(f"the hard constraint {phrase!r} has characters the model's vocabulary cannot "
                                     f"represent ({''.join(chars)}): it could only write them as UNK")
             ids = self.tokenizer.encode(list(phrases), "tgt")
+            if unspaced(self.config.data.tgt_lang):  # a phrase there stands inside a clause, after no space
+                ids = [inside_word(pieces, self.tokenizer, "tgt") for pieces in ids]
             for phrase, pieces in zip(phrases, ids if is_hard else []):
                 if not pieces:  # "▁", SentencePiece's own space mark, encodes to nothing: it could never appear
                     raise DataError(f"the hard constraint {phrase!r} is no text to the model's vocabulary (it encodes "
