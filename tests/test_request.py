@@ -291,3 +291,30 @@ def test_constraint_pairs_that_do_not_fit_are_refused_by_their_line_before_trans
     with pytest.raises(DataError, match=r"in.jsonl:3: 4 constraint pairs; the model takes at most data.max_pairs=3$"):
         translate_stream(lambda: translator, config, str(tmp_path / "in.jsonl"), str(tmp_path / "out.jsonl"),
                          chunk_lines=1)
+
+
+def test_a_phrase_into_an_unspaced_language_starts_inside_the_clause():
+    """SentencePiece encodes a phrase alone with the word boundary of a text's start ("▁" "北" "京"); placed inside
+    a Chinese sentence that boundary would write a space. The target language decides (`inside_word`)."""
+    from jaxnat.decoding.translator import Translator
+
+    class Pieces:
+        pieces = ["▁", "北", "京"]
+
+        def encode(self, texts, side):
+            return [[0, 1, 2] for _ in texts]
+
+        def unrepresentable(self, text, side):
+            return []
+
+        def id_to_piece(self, i, side):
+            return self.pieces[i]
+
+        def piece_id(self, piece, side):
+            return self.pieces.index(piece) if piece in self.pieces else None
+
+    for lang, phrase in (("zh", [1, 2]), ("de", [0, 1, 2])):
+        config = build_config("tests/configs/tiny.py", ["--config.model.name=levt", "--config.eval.beam_size=1",
+                                                        f"--config.data.tgt_lang={lang}"])
+        translator = Translator(build_model(config, 40, 40), None, Pieces(), config)
+        assert [s.phrases for s in translator.starts(None, [["北京"]], [True])] == [[phrase]]
