@@ -406,6 +406,15 @@ def test_only_non_finite_steps_in_a_row_stop_a_run():
         bad.count(False, 9)
 
 
+def test_periodic_work_falls_on_its_period_and_on_the_last_step():
+    from jaxnat.training.trainer import due
+
+    # train.steps=12 with a period of 5: steps 5 and 10, and 12, the run's end (its last window, validation and
+    # checkpoint), not 11
+    assert [done for done in range(1, 13) if due(done, 5, 12)] == [5, 10, 12]
+    assert [done for done in range(1, 13) if due(done, 20, 12)] == [12]  # a period longer than the run: the end
+
+
 def test_learning_rate_schedules():
     from jaxnat.training.optim import warmed_up_schedule
 

@@ -59,6 +59,13 @@ class TrainingError(JaxnatError):
     """Training cannot go on (e.g. the loss stayed non-finite)."""
 
 
+def due(done: int, every: int, steps: int) -> bool:
+    """Whether the step count ``done`` is one of a periodic task's (a log window, a validation, a checkpoint):
+    every ``every`` steps, and at the last of ``steps`` whatever the period, so that a run's end is always logged,
+    validated and saved."""
+    return done % every == 0 or done == steps
+
+
 class NonFiniteSteps:
     """The steps whose loss or gradient was not finite (`make_train_step` skipped their updates): `count` warns of
     each and stops the run at ``limit`` in a row (train.max_bad_steps); a finite step starts the row again.
@@ -751,9 +758,9 @@ class Trainer:
                     train_steps.release()
                 done = step + 1
                 bar.update(1)
-                if done % t.log_every == 0 or done == t.steps:
+                if due(done, t.log_every, t.steps):
                     log_window(done, state)
-                if done % t.eval_every == 0 or done == t.steps:
+                if due(done, t.eval_every, t.steps):
                     validating = time.perf_counter()
                     result = self.validate(state["params"], valid_data, translator)
                     self.history.append({"step": done, **result})
@@ -775,7 +782,7 @@ class Trainer:
                     paused += time.perf_counter() - validating  # the window's tokens are its steps', not this
                 stopping = done < t.steps and stop.reached(done)  # SIGTERM or Ctrl-C (stop.py)
                 early = done < t.steps and plateau.stopped  # train.stop_patience validations without a gain
-                if done % t.checkpoint_every == 0 or done == t.steps or stopping or early:
+                if due(done, t.checkpoint_every, t.steps) or stopping or early:
                     self.ckpt.save_state(done, state, {**plateau.progress(), **plan,
                                                        **schedule_record(t, self.schedule, done),
                                                        "corpora": corpora})
