@@ -270,6 +270,7 @@ def test_load_pairs_reads_aligned_files_and_reports_bad_ones(tmp_path):
     assert load_pairs(cfg, corpus) == {"train": [[("a", "x"), ("b", "y")], []], "valid": [[("a", "x")]]}
     assert load_pairs(ml_collections.ConfigDict({"pairs_dir": ""}), corpus) == {}
     for text, message in [('[["a", "x"]]\n', "1 lines, but the train split has 2"),
+                          ('[]\n[]\n[]\n', "3 lines, but the train split has 2"),
                           ('[["a", "x"]]\n{"a": 1}\n', "train.pairs.jsonl:2: expected a list"),
                           ('[["a", ""]]\n[]\n', "train.pairs.jsonl:1: expected a list"),
                           ('[["a", "x"]\n[]\n', "train.pairs.jsonl:1: not JSON")]:
@@ -279,6 +280,24 @@ def test_load_pairs_reads_aligned_files_and_reports_bad_ones(tmp_path):
     (tmp_path / "train.pairs.jsonl").unlink()
     with pytest.raises(DataError, match="file not found; data.pairs_dir needs the constraint pairs of the train"):
         load_pairs(cfg, corpus)
+
+
+def test_synthetic_pairs_are_one_to_three_of_the_lexicons_drawn_by_the_seed():
+    import ml_collections
+
+    from jaxnat.data import synthetic
+    from jaxnat.data.sources import load_pairs
+
+    corpus = synthetic.generate_corpus(0, {"train": 40, "valid": 1, "test": 1})
+    cfg = ml_collections.ConfigDict({"pairs_dir": "synthetic", "source": "synthetic", "synthetic_seed": 0})
+    pairs = load_pairs(cfg, corpus)
+    assert sorted(pairs) == ["test", "train", "valid"]
+    for src, tgt, chosen in zip(*corpus["train"], pairs["train"]):
+        found = synthetic.lexicon_pairs(src, tgt)
+        assert set(chosen) <= set(found) and len(chosen) == len(set(chosen))
+        assert 1 <= len(chosen) <= 3 if found else chosen == []
+    cfg.synthetic_seed = 1
+    assert load_pairs(cfg, corpus)["train"] != pairs["train"]
 
 
 def test_pairs_drawn_from_other_targets_are_refused_to_a_model_that_trains_on_them(tmp_path):

@@ -100,6 +100,9 @@ def test_read_parallel_mismatch(tmp_path):
     with pytest.raises(DataError) as e:
         text.read_parallel(src, tgt)
     _assert_one_line(e, "x.en", "x.de.gz", "3", "2")
+    with pytest.raises(DataError) as e:  # the longer file second: refused as well, not cut to the shorter
+        text.read_parallel(tgt, src)
+    _assert_one_line(e, "x.de.gz has 2 lines but", "x.en has 3")
     assert text.read_parallel(src, src) == (["a", "b", "c"], ["a", "b", "c"])
 
 
@@ -116,6 +119,24 @@ def test_find_split_files(tmp_path):
     with pytest.raises(DataError) as e:
         text.find_split_files(str(tmp_path / "nodir"), "train", "en", "de")
     _assert_one_line(e, "nodir")
+    _write(tmp_path / "train.en", b"plain\n")  # both there: the plain file, as documented
+    assert text.find_split_file(str(tmp_path), "train", "en") == str(tmp_path / "train.en")
+
+
+def test_corpus_fingerprint_samples_the_last_pair():
+    """Six pairs sampled every third: pairs 0 and 3, and the last, whose edit (same size) must show."""
+    src, tgt = [f"s{i}" for i in range(6)], [f"t{i}" for i in range(6)]
+    before = text.corpus_fingerprint(src, tgt, samples=2)
+    assert before["pairs"] == 6 and before["chars"] == [12, 12]
+    assert text.corpus_fingerprint(src, tgt[:-1] + ["t9"], samples=2)["sample_sha256"] != before["sample_sha256"]
+    assert text.corpus_fingerprint(src, tgt[:1] + ["t9"] + tgt[2:], samples=2) == before  # pair 1: not sampled
+
+
+def test_lines_sha256_ends_each_line():
+    import hashlib
+
+    assert text.lines_sha256(["a", "b"]) == hashlib.sha256(b"a\nb\n").hexdigest()
+    assert text.lines_sha256(["ab"]) != text.lines_sha256(["a", "b"])
 
 
 def _cfg(**kw):
@@ -155,6 +176,30 @@ def test_load_corpus_errors(tmp_path):
     _assert_one_line(e, "train.en")
     with pytest.raises(ConfigError):
         sources.load_corpus(_cfg(dir=str(tmp_path), tgt_lang="en"))
+
+
+@pytest.mark.parametrize("splits, message", [("test,dev,test", "names a split twice"),
+                                             ("test,valid", "'valid' is reserved"), ("train", "'train' is reserved")])
+def test_test_splits_that_would_overwrite_another_are_refused(splits, message):
+    """A split named twice would be translated twice into one file; one named valid or train would replace that
+    split of the corpus (its key)."""
+    with pytest.raises(ConfigError, match=message):
+        sources.named_test_splits(_cfg(test_splits=splits))
+    assert sources.named_test_splits(_cfg(test_splits=" test , dev ,")) == ["test", "dev"]
+
+
+def test_config_strings_are_read_without_surrounding_spaces(tmp_path):
+    for lang in ("en", "de"):
+        _write(tmp_path / f"train.{lang}", b"a\n")
+        _write(tmp_path / f"val.{lang}", b"b\n")
+    corpus = sources.load_corpus(_cfg(dir=f" {tmp_path} ", src_lang=" en", tgt_lang="de ", valid_split="val "))
+    assert corpus == {"train": (["a"], ["a"]), "valid": (["b"], ["b"])}
+
+
+@pytest.mark.parametrize("key", ["synthetic_train", "synthetic_valid", "synthetic_test"])
+def test_an_empty_synthetic_split_is_a_config_error_naming_its_field(key):
+    with pytest.raises(ConfigError, match=f"config.data.{key} must be an integer >= 1, got 0"):
+        sources.load_corpus(_cfg(source="synthetic", **{key: 0}))
 
 
 def test_load_corpus_synthetic(monkeypatch):
