@@ -238,9 +238,20 @@ def test_a_student_does_not_resume_on_another_distillation(tmp_path):
     with pytest.raises(DataError, match=r"run trained on the distillation by /runs/ar that .*run/distill.json records, "
                                         r"and data.dir=.*kd holds another distillation \(checkpoint .*'step': 1200"):
         distilled_mod.check_same_teacher(str(kd), str(run))
+    # the same teacher and decoding, run on other training sources
+    (kd / "distill.json").write_text(json.dumps({**manifest, "sources_sha256": "other"}))
+    with pytest.raises(DataError, match=r"another distillation \(the training sources differ\)"):
+        distilled_mod.check_same_teacher(str(kd), str(run))
     with pytest.raises(DataError, match="holds no distillation"):  # the original corpus instead
         distilled_mod.check_same_teacher(str(tmp_path), str(run))
     assert json.loads((run / "distill.json").read_text()) == manifest  # the record of what it trained on stays
+
+
+@pytest.mark.parametrize("text", ["[1, 2]", '"distill"', "null", '{"sentences": ', ""])
+def test_a_manifest_that_is_not_a_whole_object_reads_as_none(tmp_path, text):
+    """Not a record of finished work: its readers call .get on what read_json returns."""
+    (tmp_path / "distill.json").write_text(text)
+    assert distilled_mod.read_json(str(tmp_path / "distill.json")) is None
 
 
 def test_finished_output_is_not_redone(teacher, distilled, monkeypatch):
