@@ -151,3 +151,11 @@ def test_check_packable_refuses_phrases_longer_than_their_sentence():
     pairs["pair_tgt"][1, :, :] = 7  # 9 target pieces for a sentence of at most 2
     with pytest.raises(DataError, match="1 training examples have constraint phrases with more pieces"):
         check_packable(src, tgt, pairs["pair_src"], pairs["pair_tgt"])
+    # at the bound, on the source side: as many pieces as the sentence passes, one more does not
+    one = [np.array([1, 7, 8, 2], np.int32)]
+    phrase = np.full((1, 2, 2), PAD_ID, np.int32)
+    phrase[0, 0] = [7, 8]
+    check_packable(one, one, phrase, phrase.copy())
+    phrase[0, 1, 0] = 9
+    with pytest.raises(DataError, match="1 training examples"):
+        check_packable(one, one, phrase, np.full((1, 2, 2), PAD_ID, np.int32))

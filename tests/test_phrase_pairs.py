@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jaxnat.data.phrase_pairs import PhrasePair, code_switch, encode_pairs, phrase_pairs, sample_pairs
+from jaxnat.data.phrase_pairs import (PhrasePair, code_switch, encode_pairs, most_common_words, phrase_pairs,
+                                      sample_pairs)
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.errors import Terminated
 
@@ -153,6 +154,22 @@ def test_code_switching_replaces_the_target_phrase_by_the_source_phrase():
     assert kept == tgt and constraints == [("Beatles", "Beatles"), ("band", "Band")]
     longer = code_switch("x a b y".split(), "X P Y".split(), [PhrasePair(1, 3, 1, 2)], random.Random(0), 1.0)
     assert longer == ("X a b Y".split(), [("a b", "a b")])
+    # two switched spans of other lengths than their targets: each replaces its own words (right to left)
+    two = code_switch("x1 x2 y".split(), "X Y1 Y2".split(), [PhrasePair(0, 2, 0, 1), PhrasePair(2, 3, 1, 3)],
+                      random.Random(0), 1.0)
+    assert two == ("x1 x2 y".split(), [("x1 x2", "x1 x2"), ("y", "y")])
+
+
+def test_a_target_phrase_of_three_words_is_a_pair_and_of_four_is_not():
+    links = {(0, 0), (0, 1), (0, 2)}
+    assert phrase_pairs(["firehouse"], "stanu di foko".split(), links) == [PhrasePair(0, 1, 0, 3)]
+    assert phrase_pairs(["firehouse"], "stanu di foko x".split(), links | {(0, 3)}) == []
+
+
+def test_most_common_words_are_counted_lowercased():
+    sentences = [["The", "cat"], ["the", "dog"], ["THE", "cat"]]
+    assert most_common_words(sentences, 1) == {"the"}  # 3 of "the", not 1 each of three spellings
+    assert most_common_words(sentences, 2) == {"the", "cat"}
 
 
 # --------------------------------------------------------------------------------- alignment
