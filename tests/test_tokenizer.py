@@ -81,6 +81,7 @@ def test_decode_drops_special_ids(joint_dir):
     noisy = [vocab.BOS_ID, vocab.PLH_ID, *x[:1], vocab.MASK_ID, vocab.PAD_ID, *x[1:], vocab.EOS_ID, *x]
     assert tok.decode(noisy, "src") == "two dogs"
     assert tok.decode([vocab.EOS_ID, *x], "src") == ""
+    assert tok.decode([*x, tok.vocab_size("src"), -1], "src") == "two dogs"  # out of range, from the first
     # lone "▁" pieces at the ends (a barely trained model writes them) leave no space there, as fairseq's decoding
     space = tok.processor("src").piece_to_id("\u2581")
     assert tok.id_to_piece(space, "src") == "\u2581"
@@ -104,6 +105,7 @@ def test_word_start_mask(joint_dir):
             words[-1] += piece
     assert [w.lstrip("\u2581") for w in words] == sent.split()
     assert tok.word_start_mask([vocab.BOS_ID, vocab.EOS_ID, vocab.PAD_ID, vocab.PLH_ID], "src") == [True] * 4
+    assert tok.word_start_mask([-1, tok.vocab_size("src")], "src") == [True, True]  # out of range: units too
 
 
 def _model_bytes(workdir) -> bytes:
@@ -118,6 +120,29 @@ def test_deterministic_and_reused(tmp_path, joint_dir):
     tok = Tokenizer.train_or_load(d, ["completely different"], ["data"], vocab_size=50, model_type="bpe")
     assert _model_bytes(d) == _model_bytes(joint_dir)
     assert tok.vocab_size("src") == Tokenizer.load(joint_dir).vocab_size("src")
+
+
+def test_copy_models_keeps_a_workdirs_own_vocabulary(tmp_path, joint_dir):
+    """A resumed run (spm_from / init_from) keeps the vocabulary its checkpoints were trained with."""
+    own, fresh = str(tmp_path / "own"), str(tmp_path / "fresh")
+    Tokenizer.train_or_load(own, SRC, TGT, vocab_size=100)
+    mine = _model_bytes(own)
+    assert mine != _model_bytes(joint_dir) and not Tokenizer.same_models(own, joint_dir)
+    Tokenizer.copy_models(joint_dir, own)
+    assert _model_bytes(own) == mine
+    Tokenizer.copy_models(joint_dir, fresh)
+    assert _model_bytes(fresh) == _model_bytes(joint_dir) and Tokenizer.same_models(fresh, joint_dir)
+    assert not Tokenizer.same_models(str(tmp_path / "none"), str(tmp_path / "nor"))  # no models: not one vocabulary
+
+
+def test_subsample_is_seeded_in_order_and_leaves_out_blank_lines():
+    from jaxnat.data.tokenizer import _subsample
+
+    texts = [f"s{i}" for i in range(20)] + ["", "  \t"]
+    assert _subsample(texts, 0, seed=0) == texts[:20]
+    kept = _subsample(texts, 5, seed=0)
+    assert len(kept) == 5 and kept == sorted(kept, key=texts.index) and _subsample(texts, 5, seed=0) == kept
+    assert _subsample(texts, 5, seed=1) != kept
 
 
 def test_separate_vocabularies(tmp_path):
@@ -135,6 +160,8 @@ def test_errors(tmp_path):
         Tokenizer.load(str(tmp_path))
     with pytest.raises(ConfigError):
         Tokenizer.train_or_load(str(tmp_path / "a"), SRC, TGT, vocab_size=100, model_type="wordpiece")
+    with pytest.raises(ConfigError, match="character_coverage must be in"):
+        Tokenizer.train_or_load(str(tmp_path / "a"), SRC, TGT, vocab_size=100, character_coverage=0.0)
     with pytest.raises(DataError):
         Tokenizer.train_or_load(str(tmp_path / "b"), ["", " "], [""], vocab_size=100)
     os.makedirs(tmp_path / "c" / "spm")
@@ -155,6 +182,10 @@ def test_byte_fallback_represents_every_text_exactly(tmp_path):
             ids = tok.encode([text], side)[0]
             assert vocab.UNK_ID not in ids and tok.decode(ids, side) == text
             assert tok.unrepresentable(text, side) == []
+    # a byte piece spells a character of the word before it: it continues that word
+    sp = tok.processor("tgt")
+    byte_ids = [i for i in range(sp.get_piece_size()) if sp.is_byte(i)]
+    assert len(byte_ids) == 256 and tok.continues_table("tgt")[byte_ids].all()
 
 
 def test_without_byte_fallback_the_unrepresentable_characters_are_named(joint_dir, tmp_path):
