@@ -64,6 +64,10 @@ def test_prepare_examples_filter_and_truncate():
     assert t is None and counts == {"kept": 3, "too_long": 1, "truncated": 0, "empty": 1}
     with pytest.raises(ConfigError):
         batching.prepare_examples(src, tgt, max_len=2, truncate=True)
+    # exactly max_len tokens with BOS and EOS: kept whole, neither dropped nor cut
+    for truncate in (False, True):
+        s, t, counts = batching.prepare_examples([[7] * 4], [[9] * 4], max_len=6, truncate=truncate)
+        assert counts == {"kept": 1, "too_long": 0, "truncated": 0, "empty": 0} and len(s[0]) == len(t[0]) == 6
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -152,6 +156,11 @@ def test_train_batcher_errors():
         batching.TrainBatcher([], [], 100, [8], seed=0)
     with pytest.raises(ConfigError):
         batching.TrainBatcher(src, tgt, 0, [8, 32], seed=0)
+    for buckets in ([32, 8], [8, 8, 32]):  # unsorted: an example would go to a bucket too short for it
+        with pytest.raises(ConfigError, match="strictly increasing"):
+            batching.TrainBatcher(src, tgt, 100, buckets, seed=0)
+    with pytest.raises(ConfigError, match="count dividing multiple_of=1"):  # 2 processes cannot split 1 row
+        batching.TrainBatcher(src, tgt, 100, [8, 32], seed=0, process=(0, 2))
 
 
 def test_num_tokens():

@@ -98,6 +98,14 @@ def test_packed_batcher_covers_every_pair_once_per_epoch_and_resumes():
     assert pb.batch_indices(0).tolist() != batching.PackedBatcher(src, tgt, 96, 24, seed=5).batch_indices(0).tolist()
 
 
+def test_the_packing_of_equal_lengths_depends_on_the_seed():
+    """Ties are broken by a seeded order: another seed packs other examples together, the same seed the same."""
+    same = [np.array([1, *[i + 10] * 6, 2], np.int32) for i in range(12)]
+    rows = {seed: [r.tolist() for r in batching.PackedBatcher(same, same, 96, 24, seed=seed).rows] for seed in (0, 1)}
+    assert all(len(r) == 3 for r in rows[0]) and rows[0] != rows[1]
+    assert [r.tolist() for r in batching.PackedBatcher(same, same, 96, 24, seed=0).rows] == rows[0]
+
+
 def test_packed_batcher_splits_rows_between_processes():
     rng = np.random.default_rng(1)
     src, tgt = random_pairs(rng, 50)
