@@ -110,6 +110,9 @@ def test_lexicon_share(corpus):
         0.3 * len(S._NOUNS_BY_CLASS[c]))]} | {n.src_sg for n in S.NOUNS if n.term}
     with pytest.raises(ConfigError, match=r"lexicon share must be in \(0, 1\]"):
         S.Variant(lexicon=0.0)
+    for synonyms in (-0.1, 1.5):
+        with pytest.raises(ConfigError, match=r"synonym share must be in \[0, 1\]"):
+            S.Variant(synonyms=synonyms)
 
 
 def test_without_multimodality_each_source_has_one_translation():
@@ -137,8 +140,6 @@ def test_synonyms_are_a_free_choice_of_noun_stem():
     words = {w for e in S.generate_annotated(5000, 0) for w in e.tgt.split()}
     assert not set(stems.values()) & words and len(set(stems.values())) == len(stems)
     assert 0 < len(S._Generator(1, 2, synonyms=0.5).with_synonym) < len(S._Generator(1, 2, synonyms=1.0).with_synonym)
-    with pytest.raises(ConfigError, match=r"synonym share must be in \[0, 1\]"):
-        S.Variant(synonyms=1.5)
 
 
 def test_lexicon_pairs_follow_the_stem_the_reference_uses():
@@ -157,6 +158,13 @@ def test_lexicon_pairs_follow_the_stem_the_reference_uses():
         used += sum(y in second for _, y in pb)
         assert not any(y in second for _, y in pa)  # a corpus without synonyms never pairs with one
     assert used > 100
+
+
+def test_a_noun_inside_a_term_pairs_as_the_term_only():
+    src = "the dog sees the tennis ball at the fire station ."
+    tgt = "lo kelo vide lan bumba di raketa ve stanu di foko ."  # "tennis" (raketa) and "ball" (bumba) inside too
+    assert S.lexicon_pairs(src, tgt) == [("dog", "kelo"), ("tennis ball", "bumba di raketa"),
+                                         ("fire station", "stanu di foko")]
 
 
 def test_invalid_sizes_raise():
