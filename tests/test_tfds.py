@@ -58,6 +58,19 @@ def test_build_and_load_round_trip(tmp_path, text_dir):
     (text_dir / "val.de").write_text("zwei\n", encoding="utf-8")
     with pytest.raises(DataError, match="other files"):
         tfds_builder.build_parallel_tfds("tiny_en_de", data_dir, _files(text_dir), "en", "de")
+    (text_dir / "val.de").write_text("eins\n", encoding="utf-8")  # the target as built, the source edited
+    (text_dir / "val.en.gz").write_bytes(gzip.compress(b"two\n"))
+    with pytest.raises(DataError, match="other files"):
+        tfds_builder.build_parallel_tfds("tiny_en_de", data_dir, _files(text_dir), "en", "de")
+
+
+def test_examples_are_read_as_stripped_text():
+    """A prepared dataset's text (bytes or a numpy value, as tfds.data_source gives it) is read as the text files
+    are: without surrounding whitespace."""
+    import numpy as np
+
+    examples = [{"en": b" a man .\n", "de": np.array(b"ein Mann . ")}, {"en": "x", "de": np.bytes_(b"\ty")}]
+    assert tfds_builder._read_source(examples, "en", "de", "here") == (["a man .", "x"], ["ein Mann .", "y"])
 
 
 def test_load_errors(tmp_path, text_dir):
