@@ -459,6 +459,41 @@ def test_an_imported_workdirs_damaged_vocabulary_settings_are_one_line(tmp_path,
         piece_vocab.PieceTokenizer(str(tmp_path))
 
 
+def test_an_imported_vocabulary_reads_ids_as_documented(tmp_path):
+    """piece_vocab by hand, without a model: a repeated piece is its first id (encode), decode stops at EOS, keeps
+    UNK and drops the reserved ids and special pieces, a language token must be one of the model's languages, and
+    no piece may hold a line break (a piece a line)."""
+    from jaxnat.data import piece_vocab
+
+    pieces = [*piece_vocab.RESERVED, "a", "b@@", "c", "a", "__de__"]
+    settings = {"segmenter": "bpe", "codes": "bpe.codes", "languages": ["__de__"], "specials": ["__de__"],
+                "src": {"lang": "en"}, "tgt": {"lang": "en"}}
+    piece_vocab.write(str(tmp_path / "vocab"), settings, {"src": pieces, "tgt": pieces},
+                      {"bpe.codes": b"#version: 0.2\nq r\n"})
+    tok = piece_vocab.PieceTokenizer(str(tmp_path))
+    assert tok.encode(["a c x"], "src") == [[6, 8, 3]]
+    assert tok.decode([1, 6, 3, 7, 8, 10, 4, 5, 0, EOS_ID, 8], "tgt") == "a <unk> bc"
+    assert tok.language_id("__de__", "tgt") == 10
+    with pytest.raises(DataError, match="'a' is not a language token of the model"):
+        tok.language_id("a", "src")
+    with pytest.raises(ValueError, match="hold no newline"):
+        piece_vocab.write(str(tmp_path / "other"), settings, {"src": [*pieces, "x\ny"]}, {})
+
+
+def test_an_imported_sentencepiece_vocabularys_reserved_pieces_start_words(tmp_path):
+    from jaxnat.data import piece_vocab
+    from jaxnat.data.tokenizer import Tokenizer
+
+    Tokenizer.train_or_load(str(tmp_path / "spm"), ["a b c d", "the dog"], ["x y", "z"], vocab_size=30)
+    model = (tmp_path / "spm" / "spm" / "joint.model").read_bytes()
+    pieces = [*piece_vocab.RESERVED, "\u2581a", "b", "."]
+    piece_vocab.write(str(tmp_path / "vocab"), {"segmenter": "spm", "src": {"spm": "m"}, "tgt": {"spm": "m"}},
+                      {"src": pieces, "tgt": pieces}, {"m": model})
+    tables = piece_vocab.PieceTokenizer(str(tmp_path)).piece_tables("tgt")
+    assert tables.word_start.tolist() == [True] * 7 + [False, False]
+    assert tables.continues.tolist() == [False] * 7 + [True, False]
+
+
 def test_fairseq_settings_of_training_alone_import_the_same_model(monkeypatch):
     """LayerDrop and activation checkpointing leave the function fairseq's eval computes as it is (every layer, the
     same weights): such a checkpoint imports as the one without them; quant_noise_pq, which adds a linear map over
