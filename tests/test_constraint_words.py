@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxnat.data.tokenizer import Tokenizer, continues_word
-from jaxnat.data.vocab import PAD_ID
+from jaxnat.data.vocab import PAD_ID, PieceTables
 from jaxnat.decoding.refine import Heads, RefineOptions, initial_hypotheses, length_cap, refine
 from jaxnat.decoding.request import pad_hypotheses
 from jaxnat.models.editor.model import editor_reposition
@@ -65,6 +65,12 @@ def test_a_phrase_inside_unspaced_text_loses_its_word_boundary():
     assert inside_word([5], t, "tgt") == [5]  # no "上海" piece: kept as it is
     assert inside_word([6, 1], t, "tgt") == [6, 1] and inside_word([], t, "tgt") == []
     assert inside_word([0], t, "tgt") == [0]  # the boundary alone: left for the hard-constraint check to refuse
+
+
+def test_a_vocabulary_without_word_structure_glues_no_piece_onto_another():
+    tables = PieceTables.every_piece_a_word(4)
+    assert tables.word_start.tolist() == [True] * 4 and tables.continues.tolist() == [False] * 4
+    assert tables.joins is None
 
 
 def test_table_marks_letters_not_punctuation(tok):
