@@ -621,6 +621,15 @@ def test_words_of_unspaced_languages_are_their_characters():
     assert [metrics.unspaced(x) for x in ("zh", "zh_Hant", "ja-JP", "JA", "ko", "de", "")] == [True] * 4 + [False] * 3
 
 
+def test_a_regional_language_code_has_its_language_s_moses_rules():
+    # Moses knows "ko" and "en", not "ko-KR" or "en_US": it would split Hangul into syllables, "'s" into two tokens
+    for lang in ("ko", "en", "zh"):
+        for code in (f"{lang}-XX", f"{lang.upper()}_xx"):
+            text = "서울에 갔다. Peter's 北京。"
+            assert metrics.word_tokens(text, code) == metrics.word_tokens(text, lang), code
+    assert metrics.word_tokens("서울에 갔다.", "ko-KR") == ["서울에", "갔다", "."]
+
+
 @given(st.text(alphabet="北京我住在スーパ。、abc ,.!", max_size=30))
 def test_unspaced_words_refine_moses_tokens(text):
     # each Moses token is cut into pieces, never joined to another: the words join back into the Moses tokens

@@ -199,6 +199,15 @@ def test_a_split_where_most_sentences_get_no_pair_is_warned_about():
         "written without them (Chinese, Japanese, Thai) needs its words segmented first")
 
 
+def test_pairs_are_detokenized_by_the_primary_language():
+    # Moses's detokenizer joins Hangul words under any code but "ko": "ko-KR" wrote "서울에갔다"
+    from jaxnat.data.alignment import pairs_of_split
+
+    out, _ = pairs_of_split([["to", "Seoul", "went"]], [["서울에", "갔다"]], [{(1, 0), (2, 1)}], 1, "en", "ko-KR",
+                            False, (set(), set()))
+    assert out == [[["Seoul went", "서울에 갔다"]]]
+
+
 def test_align_corpus_writes_resumable_files(tmp_path, caplog):
     """A small corpus where every source word has one translation: the aligner learns it, each sentence gets
     constraint pairs of real phrases, the test split is aligned with the training model, a rerun redoes

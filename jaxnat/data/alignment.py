@@ -124,7 +124,10 @@ def pairs_of_split(src_words: list[list[str]], tgt_words: list[list[str]], align
     the switches, so the pairs themselves do not change)."""
     from sacremoses import MosesDetokenizer
 
-    detok_src, detok_tgt = MosesDetokenizer(lang=src_lang), MosesDetokenizer(lang=tgt_lang)
+    from jaxnat.data.words import primary_language
+
+    # by the primary language, as the words were tokenized (Moses joins Hangul words under "ko-KR", not "ko")
+    detok_src, detok_tgt = (MosesDetokenizer(lang=primary_language(lang)) for lang in (src_lang, tgt_lang))
     rng, switch_rng = random.Random(seed), random.Random(seed + 7919)
     out, targets = [], [] if switch else None
     for src, tgt, links in zip(src_words, tgt_words, alignments):

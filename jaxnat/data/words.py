@@ -32,14 +32,15 @@ def _moses_tokenizer(lang: str):
 
 
 def moses_tokenize(text: str, lang: str) -> list[str]:
-    """Moses tokens of one detokenized sentence, with the rules of language `lang` (ISO code such as "de";
-    a language Moses has no rules for gets its language-independent ones).
+    """Moses tokens of one detokenized sentence, with the rules of language `lang` (ISO code such as "de"; a
+    regional code has its language's, `primary_language`: Moses knows "ko", not "ko-KR", which it would tokenize
+    by the rules of no language; a language Moses has no rules for gets its language-independent ones).
 
     Punctuation is split off words ("Mann," -> "Mann" ","), apostrophes are split by the language's rule
     ("Peter's" -> "Peter" "'s" in English, "l'homme" -> "l'" "homme" in French), hyphenated words stay
     whole ("T-Shirt"; no `-a`), and nothing is HTML-escaped, so quotes and "&" stay as written.
     """
-    return _moses_tokenizer(lang).tokenize(text, aggressive_dash_splits=False, escape=False)
+    return _moses_tokenizer(primary_language(lang)).tokenize(text, aggressive_dash_splits=False, escape=False)
 
 
 def cjk_character(char: str) -> bool:
