@@ -188,15 +188,17 @@ def test_symmetrise_grows_from_the_intersection():
 
 
 def test_a_split_where_most_sentences_get_no_pair_is_warned_about():
-    """Chinese targets (no spaces: a sentence is one Moses word) gave "train: 0 constraint pairs in 300 sentences"
-    at INFO, and a vectorized-constraints run trained on them without a pair; a few sentences without one are
-    normal (5% of a Multi30k sample)."""
+    """Targets without spaces (a sentence one Moses word) gave "train: 0 constraint pairs in 300 sentences" at INFO,
+    and a vectorized-constraints run trained on them without a pair; a few sentences without one are normal (5% of
+    a Multi30k sample). Chinese and Japanese are split into characters: there a small corpus's most frequent
+    characters (--common-words) were the cause, which the warning names, not a segmentation they do not need."""
     from jaxnat.data.alignment import few_pairs
 
-    assert few_pairs("train", [[["a", "b"]], [], [["c", "d"]]]) == ""
-    assert few_pairs("train", [[["a", "b"]], [], []]) == (
-        "train: 2 of 3 sentences got no constraint pair; phrases are 1–3 Moses words, split at spaces, so a language "
-        "written without them (Chinese, Japanese, Thai) needs its words segmented first")
+    assert few_pairs("train", [[["a", "b"]], [], [["c", "d"]]], 100) == ""
+    assert few_pairs("train", [[["a", "b"]], [], []], 100) == (
+        "train: 2 of 3 sentences got no constraint pair; a phrase is 1–3 words (Moses's, split at spaces; Chinese and "
+        "Japanese characters) not all among a side's 100 most frequent: lower --common-words for a small vocabulary, "
+        "and segment a language written without spaces other than Chinese and Japanese (Thai) into words first")
 
 
 def test_pairs_are_detokenized_by_the_primary_language():

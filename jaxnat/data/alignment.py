@@ -142,16 +142,19 @@ def pairs_of_split(src_words: list[list[str]], tgt_words: list[list[str]], align
     return out, targets
 
 
-def few_pairs(split: str, pairs: list[list]) -> str:
+def few_pairs(split: str, pairs: list[list], common_words: int) -> str:
     """A warning where most of a split's sentences got no constraint pair ('' where not; a few percent have none
-    on Multi30k): a sentence of a language written without spaces is one Moses word, which no phrase of at most
-    3 words on the other side is consistent with."""
+    on Multi30k): a sentence of a language written without spaces that `word_tokens` does not split (Thai) is one
+    Moses word, which no phrase of at most 3 words on the other side is consistent with; in a small corpus, or on
+    the characters of Chinese and Japanese, a side's ``common_words`` most frequent words may make up every
+    phrase."""
     empty = sum(not p for p in pairs)
     if 2 * empty <= len(pairs):
         return ""
-    return (f"{split}: {empty} of {len(pairs)} sentences got no constraint pair; phrases are 1–{MAX_WORDS} Moses "
-            f"words, split at spaces, so a language written without them (Chinese, Japanese, Thai) needs its words "
-            f"segmented first")
+    return (f"{split}: {empty} of {len(pairs)} sentences got no constraint pair; a phrase is 1–{MAX_WORDS} words "
+            f"(Moses's, split at spaces; Chinese and Japanese characters) not all among a side's {common_words} most "
+            f"frequent: lower --common-words for a small vocabulary, and segment a language written without spaces "
+            f"other than Chinese and Japanese (Thai) into words first")
 
 
 def split_fingerprint(src: list[str], tgt: list[str]) -> str:
@@ -246,7 +249,7 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
             found = sum(len(p) for p in pairs)
             log.info("%s: %d constraint pairs in %d sentences%s", prefix, found, len(pairs),
                      " (code-switched)" if switched else "")
-            if not switched and (warning := few_pairs(split, pairs)):
+            if not switched and (warning := few_pairs(split, pairs, common_words)):
                 log.warning("%s", warning)
         written.update(dict.fromkeys(names, "written"))
         if record is not None or split == train_split:  # not for a legacy directory's other splits: unverified
