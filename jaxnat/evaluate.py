@@ -309,7 +309,7 @@ def report_left_out_pairs(translator: Translator, split: str, pairs: list[list[t
     first data.max_pairs of a sentence), as training's log counts its own: the rows still count their target
     phrases in CSR (and `+pairs_hard` still guarantees them). Returns `encode_pairs`' counts."""
     d = translator.config.data
-    _, _, counts = encode_pairs(pairs, translator.tokenizer.encode, d.max_pairs, d.max_pair_pieces)
+    _, _, counts = encode_pairs(pairs, translator.encode_phrases, d.max_pairs, d.max_pair_pieces)
     if left := counts["too_long"] + counts["too_many"]:
         log.warning("%s: %d of %d constraint pairs are left out of the model's input (%d with a phrase over "
                     "data.max_pair_pieces=%d pieces, %d beyond data.max_pairs=%d a sentence); CSR still counts "

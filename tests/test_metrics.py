@@ -601,9 +601,11 @@ def test_pairs_the_model_input_leaves_out_are_reported(caplog):
 
     from jaxnat.evaluate import report_left_out_pairs
 
-    words = SimpleNamespace(encode=lambda texts, side: [[7] * len(t.split()) for t in texts])  # a piece a word
+    def words(texts, side):  # a piece a word
+        return [[7] * len(t.split()) for t in texts]
+
     translator = SimpleNamespace(config=SimpleNamespace(data=SimpleNamespace(max_pairs=2, max_pair_pieces=2)),
-                                 tokenizer=words)
+                                 encode_phrases=words)
     pairs = [[("dog", "Hund"), ("bus stop", "die Bus Haltestelle")], [("a", "b"), ("c", "d"), ("e", "f")], []]
     assert report_left_out_pairs(translator, "test", pairs) == {"pairs": 3, "too_long": 1, "too_many": 1}
     assert ("test: 2 of 5 constraint pairs are left out of the model's input (1 with a phrase over "

@@ -143,6 +143,33 @@ def test_encode_pairs_leaves_out_long_and_surplus_pairs_and_counts_them():
     assert pair_tgt.tolist() == [[[22, PAD_ID], [21, 21]], [[PAD_ID] * 2] * 2]
 
 
+def test_pair_phrases_of_an_unspaced_language_are_encoded_as_inside_their_sentence():
+    """A Chinese pair phrase encoded alone starts with SentencePiece's "▁" ("市" -> "▁" "市"), which its sentence
+    ("我喜欢城市。", "▁我喜欢" "城" "市" "。") has not: on a toy En-Zh corpus 39 of 600 examples then held more phrase
+    than sentence pieces and packed training stopped at its start, and the plug-in could copy that "▁" (a space)
+    into a Chinese output. The pairs take the translator's encoding of phrases (`phrase_encoder`); English keeps
+    its boundary."""
+    from types import SimpleNamespace
+
+    from jaxnat.models.vecconst import train_extras
+
+    class Pieces:
+        pieces = ["<pad>", "▁", "市", "城", "▁city", "▁the"]
+
+        def encode(self, texts, side):
+            return [[1, 3, 2] if t == "城市" else [self.pieces.index("▁" + w) for w in t.split()] for t in texts]
+
+        def id_to_piece(self, i, side):
+            return self.pieces[i]
+
+        def piece_id(self, piece, side):
+            return self.pieces.index(piece) if piece in self.pieces else None
+
+    data = SimpleNamespace(src_lang="en", tgt_lang="zh-CN", max_pairs=1, max_pair_pieces=3)
+    extras, _ = train_extras(SimpleNamespace(data=data), Pieces(), None, None, [[("the city", "城市")]])
+    assert extras["pair_src"].tolist() == [[[5, 4, PAD_ID]]] and extras["pair_tgt"].tolist() == [[[3, 2, PAD_ID]]]
+
+
 def test_code_switching_replaces_the_target_phrase_by_the_source_phrase():
     src = "the Beatles were a band".split()
     tgt = "die Beatles waren eine Band".split()

@@ -27,7 +27,7 @@ import numpy as np
 import sentencepiece as spm
 
 from jaxnat.data import piece_vocab, vocab
-from jaxnat.data.words import cjk_character
+from jaxnat.data.words import cjk_character, unspaced
 from jaxnat.errors import ConfigError, DataError
 
 SIDES = ("src", "tgt")
@@ -64,6 +64,23 @@ def inside_word(ids: list[int], tokenizer, side: str) -> list[int]:
         return ids[1:] or ids  # a phrase of the boundary alone stays what it is (an error where it is hard)
     inner = tokenizer.piece_id(first[len(WORD_BOUNDARY):], side)
     return ids if inner is None else [inner, *ids[1:]]
+
+
+def phrase_encoder(tokenizer, src_lang: str, tgt_lang: str):
+    """``encode(texts, side)`` of phrases that stand inside a sentence (constraints, constraint pairs): the
+    tokenizer's, in a language written without spaces (`unspaced`) each phrase `inside_word`. One encoding for a
+    phrase wherever it goes (a hard constraint, a pair's vectors and the pieces the model may copy from them, the
+    piece counts checked against data.max_pair_pieces and a packed row): alone it would carry a word boundary
+    its sentence does not have."""
+    langs = {"src": src_lang, "tgt": tgt_lang}
+
+    def encode(texts, side: str) -> list[list[int]]:
+        ids = tokenizer.encode(list(texts), side)
+        return [inside_word(pieces, tokenizer, side) for pieces in ids] if unspaced(langs[side]) else ids
+
+    return encode
+
+
 SPM_SUBDIR = "spm"
 
 _RESERVED_PIECES = (

@@ -16,9 +16,8 @@ import jax
 import numpy as np
 
 from jaxnat.data.batching import bucket_lengths, eval_batches
-from jaxnat.data.tokenizer import inside_word, no_language_tokens_named
+from jaxnat.data.tokenizer import no_language_tokens_named, phrase_encoder
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from jaxnat.data.words import unspaced
 from jaxnat.decoding.request import DecodeRequest, check_supported, pad_hypotheses, pad_phrases
 from jaxnat.errors import DataError
 
@@ -88,6 +87,7 @@ class Translator:
         self.aux, self.checkpoint = aux, checkpoint
         self.max_len = config.data.max_len
         d = config.data
+        self.encode_phrases = phrase_encoder(tokenizer, d.src_lang, d.tgt_lang)  # constraints and pairs' phrases
         self.buckets = bucket_lengths(self.max_len, growth=d.bucket_growth, multiple=d.bucket_multiple)
         self._generate = jax.jit(spec.generate)
         self._plan = jax.jit(spec.plan) if spec.plan is not None else None
@@ -202,9 +202,7 @@ class Translator:
                 if chars := self.tokenizer.unrepresentable(phrase, "tgt"):
                     raise DataError(f"the hard constraint {phrase!r} has characters the model's vocabulary cannot "
                                     f"represent ({''.join(chars)}): it could only write them as UNK")
-            ids = self.tokenizer.encode(list(phrases), "tgt")
-            if unspaced(self.config.data.tgt_lang):  # a phrase there stands inside a clause, after no space
-                ids = [inside_word(pieces, self.tokenizer, "tgt") for pieces in ids]
+            ids = self.encode_phrases(phrases, "tgt")
             for phrase, pieces in zip(phrases, ids if is_hard else []):
                 if not pieces:  # "▁", SentencePiece's own space mark, encodes to nothing: it could never appear
                     raise DataError(f"the hard constraint {phrase!r} is no text to the model's vocabulary (it encodes "
@@ -228,7 +226,7 @@ class Translator:
         if len(pairs) > d.max_pairs:
             raise DataError(f"{len(pairs)} constraint pairs; the model takes at most data.max_pairs={d.max_pairs}")
         for side, text in ((side, text) for pair in pairs for side, text in zip(("src", "tgt"), pair)):
-            pieces = len(self.tokenizer.encode([text], side)[0])
+            pieces = len(self.encode_phrases([text], side)[0])
             if pieces > d.max_pair_pieces:
                 raise DataError(f"the constraint pair phrase {text!r} has more than "
                                 f"data.max_pair_pieces={d.max_pair_pieces} pieces")

@@ -3,6 +3,7 @@ attention entries of every layer and as an output plug-in, on the AR Transformer
 stage, train.init_from). docs/vecconst.md. Its config section is `config.vecconst`."""
 
 from jaxnat.data.phrase_pairs import check_packable, encode_pairs
+from jaxnat.data.tokenizer import phrase_encoder
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.models.family import Family
 from jaxnat.models.vecconst.model import SUPPORTS, build_spec
@@ -42,7 +43,8 @@ def train_extras(config, tokenizer, src, tgt, pairs):
     """{'pair_src', 'pair_tgt'} int32[N, data.max_pairs, data.max_pair_pieces] of each sentence's pairs."""
     del src, tgt  # the pairs are given beside them
     d = config.data
-    pair_src, pair_tgt, counts = encode_pairs(pairs, tokenizer.encode, d.max_pairs, d.max_pair_pieces)
+    encode = phrase_encoder(tokenizer, d.src_lang, d.tgt_lang)  # as the translator encodes them
+    pair_src, pair_tgt, counts = encode_pairs(pairs, encode, d.max_pairs, d.max_pair_pieces)
     return {"pair_src": pair_src, "pair_tgt": pair_tgt}, f"constraint pairs: {counts}"
 
 

@@ -528,7 +528,7 @@ def pair_extras(translator, starts) -> dict:
     """{'pairs': `PairInputs`} of every request, pairs or not (an all-PAD row is no pair): the entries each
     batch needs (vecconst.pack_entries), or all of them."""
     d = translator.config.data
-    pair_src, pair_tgt, _ = encode_pairs([s.pairs or [] for s in starts], translator.tokenizer.encode, d.max_pairs,
+    pair_src, pair_tgt, _ = encode_pairs([s.pairs or [] for s in starts], translator.encode_phrases, d.max_pairs,
                                          d.max_pair_pieces)
     entries = entry_capacity(pair_src) if translator.config.vecconst.pack_entries else None
     return {"pairs": PairInputs(pair_src, pair_tgt, entries)}
