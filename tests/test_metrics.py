@@ -632,6 +632,14 @@ def test_a_regional_language_code_has_its_language_s_moses_rules():
     assert metrics.word_tokens("서울에 갔다.", "ko-KR") == ["서울에", "갔다", "."]
 
 
+def test_three_letter_codes_of_chinese_japanese_and_korean_are_theirs():
+    # FLORES-200's file names: "zho_Hans" was scored as a spaced language, 13a's BLEU 0 on a whole clause a word
+    assert [metrics.bleu_tokenize(x) for x in ("zho_Hans", "cmn", "jpn_Jpan", "kor_Hang", "deu_Latn")] == [
+        "zh", "zh", "ja-mecab", "ko-mecab", "13a"]
+    assert metrics.unspaced("zho_Hant") and metrics.unspaced("JPN") and not metrics.unspaced("kor_Hang")
+    assert metrics.word_tokens("我住在北京。", "zho_Hans") == metrics.word_tokens("我住在北京。", "zh")
+
+
 @given(st.text(alphabet="北京我住在スーパ。、abc ,.!", max_size=30))
 def test_unspaced_words_refine_moses_tokens(text):
     # each Moses token is cut into pieces, never joined to another: the words join back into the Moses tokens

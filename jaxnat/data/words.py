@@ -15,6 +15,10 @@ import unicodedata
 # scripts, as sacreBLEU's Chinese tokenizer counts them: a constraint is then found wherever its characters occur in
 # a row, which is what a term's presence means in such text.
 UNSPACED = frozenset({"zh", "ja"})
+# The three-letter codes (ISO 639-3, as FLORES-200 and NLLB name files: "zho_Hans", "jpn_Jpan", "kor_Hang") of the
+# languages words and BLEU treat by their own rules: read as their two-letter codes, else such a target would be
+# scored as a spaced language (13a's BLEU, a clause one word)
+ISO_639_1 = {"zho": "zh", "cmn": "zh", "jpn": "ja", "kor": "ko"}
 
 # One character a token: Han ideographs (and their extensions and compatibility forms), kana, CJK punctuation
 # and fullwidth forms (sacreBLEU's Chinese ranges with kana added)
@@ -49,8 +53,10 @@ def cjk_character(char: str) -> bool:
 
 
 def primary_language(lang: str) -> str:
-    """The language of a code, lowercased: "zh" of "zh", "zh-CN" and "zh_Hant"."""
-    return re.split("[-_]", lang, maxsplit=1)[0].lower()
+    """The language of a code, lowercased: "zh" of "zh", "zh-CN", "zh_Hant" and FLORES-200's "zho_Hans"
+    (`ISO_639_1`)."""
+    code = re.split("[-_]", lang, maxsplit=1)[0].lower()
+    return ISO_639_1.get(code, code)
 
 
 def unspaced(lang: str) -> bool:
