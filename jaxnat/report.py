@@ -411,6 +411,12 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
         entry["word_f1"] = word_f1_by_frequency(s.hyps, refs, train_refs, tokenize)
         entry["by_length"] = bleu_by_source_length(s.hyps, refs, corpus[split][0], langs.src_lang, tokenize)
         entry["runs"] = provenance.summary(s.workdir)  # None for a workdir trained before runs.jsonl existed
+        if (own := bleu_tokenize(s.config.data.tgt_lang, s.config.eval.bleu_tokenize)) != tokenize:
+            # its Scores row is scored here with the baseline's tokenizer, its metrics.json rows were not
+            entry["bleu_tokenize"] = own
+            log.warning("%s was evaluated with BLEU tokenized by %s, the baseline with %s: its other rows' BLEU is "
+                        "not comparable (evaluate it again with --config.eval.bleu_tokenize=%s)", s.workdir, own,
+                        tokenize, tokenize)
         if trained_since_evaluation(s.workdir):  # its scores are not of the training its row shows
             entry["trained_since_evaluation"] = True
             log.warning("%s trained on after its evaluation (metrics.json): its scores are of earlier checkpoints; "
@@ -560,6 +566,10 @@ def to_markdown(report: dict) -> str:
     if stale := [s["name"] for s in systems if s.get("trained_since_evaluation")]:
         lines += [f"Trained on after their evaluation, so their scores are of earlier checkpoints than their training "
                   f"and curves show (evaluate them again: --mode eval): {', '.join(stale)}.", ""]
+    if other := [f"{s['name']} (tok:{s['bleu_tokenize']})" for s in systems if s.get("bleu_tokenize")]:
+        lines += [f"Evaluated with BLEU tokenized otherwise than the baseline, so the BLEU of their other rows below "
+                  f"is not comparable with the table above, rescored with the baseline's tokenizer (evaluate them "
+                  f"again with --config.eval.bleu_tokenize): {', '.join(other)}.", ""]
     rows = sorted({r for s in systems for r in s["rows"]})
     if rows:
         columns = [c for c in ROW_COLUMNS if any(c in row for s in systems for row in s["rows"].values())]

@@ -325,6 +325,24 @@ def test_a_run_trained_on_after_its_evaluation_is_marked(tmp_path):
     assert "Trained on after their evaluation, so their scores are of earlier checkpoints" in to_markdown(report)
 
 
+def test_a_run_evaluated_with_another_bleu_tokenizer_is_marked(tmp_path, caplog):
+    """A Chinese baseline evaluated with eval.bleu_tokenize=13a (to compare with a paper) and a run evaluated with
+    the language's own (zh): the Scores table rescored both with 13a, while the other rows' BLEU (metrics.json)
+    stayed zh's (28.28 beside 0.00), without a word."""
+    from jaxnat.config import build_config
+    from jaxnat.data.sources import load_corpus
+    from jaxnat.report import build_report, to_markdown
+
+    configs = [build_config(TINY, [f"--config.eval.bleu_tokenize={name}"]) for name in ("13a", "char")]
+    refs = load_corpus(configs[0].data)["test"][1]
+    workdirs = [_evaluated(tmp_path / name, c, refs) for name, c in (("base", configs[0]), ("other", configs[1]))]
+    report = build_report(workdirs, "test", samples=10)
+    assert [s.get("bleu_tokenize") for s in report["systems"]] == [None, "char"]
+    assert "evaluated with BLEU tokenized by char, the baseline with 13a" in caplog.text
+    assert "Evaluated with BLEU tokenized otherwise than the baseline" in to_markdown(report)
+    assert "otherwise than the baseline" not in to_markdown(build_report(workdirs[:1], "test", samples=10))
+
+
 def test_analyse_checks_every_workdir_before_it_measures_one(tmp_path, monkeypatch, capsys):
     """python -m jaxnat.analyse A B: B of a family without an analysis was refused only after A's analysis (minutes
     on a real model's 500 sentences)."""
