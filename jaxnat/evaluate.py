@@ -510,7 +510,7 @@ def trace_page(translator: Translator, srcs: list[str], refs: list[str] | None,
                 int(out["iterations"]), tok.decode(list(out["tokens"]), "tgt"))
     sentences = [traced[k, mode] for k in range(len(srcs)) for mode in runs]
     return render_page(f"jaxnat {translator.spec.name}: edit trace", translator.spec.name, sentences,
-                       lambda i: tok.id_to_piece(i, "tgt"), lambda phrases: tok.encode(phrases, "tgt"))
+                       lambda i: tok.id_to_piece(i, "tgt"), lambda phrases: translator.encode_phrases(phrases, "tgt"))
 
 
 def write_trace(translator: Translator, path: str, srcs: list[str], refs: list[str] | None,

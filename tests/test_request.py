@@ -318,3 +318,43 @@ def test_a_phrase_into_an_unspaced_language_starts_inside_the_clause():
                                                         f"--config.data.tgt_lang={lang}"])
         translator = Translator(build_model(config, 40, 40), None, Pieces(), config)
         assert [s.phrases for s in translator.starts(None, [["北京"]], [True])] == [[phrase]]
+
+
+def test_the_edit_trace_marks_the_pieces_a_constraint_into_chinese_is_placed_as():
+    """The edit trace marked a constraint's pieces as encoded alone ("▁" "北" "京"), not as placed inside a Chinese
+    clause ("北" "京"): every "▁" the model wrote was shown as a constraint piece, and a merged first piece ("▁北京"
+    swapped for "北京") was not."""
+    from jaxnat.decoding.translator import Translator
+    from jaxnat.evaluate import trace_page
+
+    class Pieces:
+        pieces = {10: "▁", 11: "北", 12: "京"}
+        languages = ()
+
+        def encode(self, texts, side):
+            return [[10, 11, 12] if t == "北京" else [10] for t in texts]
+
+        def decode(self, ids, side):
+            return "".join(self.pieces.get(int(i), "") for i in ids)
+
+        def id_to_piece(self, i, side):
+            return self.pieces.get(int(i), "?")
+
+        def piece_id(self, piece, side):
+            return {v: k for k, v in self.pieces.items()}.get(piece)
+
+        def unrepresentable(self, text, side):
+            return []
+
+    config = build_config("tests/configs/tiny.py", ["--config.model.name=editor", "--config.eval.beam_size=1",
+                                                    "--config.data.tgt_lang=zh"])
+    translator = Translator(build_model(config, 40, 40), None, Pieces(), config)
+
+    def translate_ids(src, beam_size, batch_size, starts=None, trace=False):  # a "▁" written before the start
+        rows = [[BOS_ID, 10, *(s.pieces() if s else []), EOS_ID] for s in starts or [None] * len(src)]
+        return [{"tokens": np.asarray(r), "iterations": 1, "trace": np.asarray([[r, r, r]])} for r in rows]
+
+    translator.translate_ids = translate_ids
+    page = trace_page(translator, ["Beijing"], None, [["北京"]], ["hard"])
+    assert '<span class="p c">北</span><span class="p c">京</span>' in page
+    assert '<span class="p c">▁</span>' not in page and '<span class="p">▁</span>' in page
