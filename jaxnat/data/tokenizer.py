@@ -55,8 +55,8 @@ def inside_word(ids: list[int], tokenizer, side: str) -> list[int]:
     """A phrase's pieces (``ids``, from ``tokenizer.encode``) as they stand inside text written without spaces:
     without the word boundary SentencePiece puts before a text's first piece ("北京" -> "▁" "北" "京", or
     "▁北京"), which placed inside a Chinese sentence would write a space there. A merged first piece ("▁北京") is
-    swapped for its piece without the boundary where the vocabulary has one, else kept (a space before the phrase:
-    rare, and still the phrase)."""
+    swapped for its piece without the boundary where the vocabulary has one, else kept (a space before the phrase,
+    still the phrase: a Latin word of a joint En-Zh vocabulary, "▁Beijing", often has no other piece)."""
     first = tokenizer.id_to_piece(ids[0], side) if ids else ""
     if not first.startswith(WORD_BOUNDARY):
         return ids
