@@ -318,6 +318,9 @@ def test_a_phrase_into_an_unspaced_language_starts_inside_the_clause():
                                                         f"--config.data.tgt_lang={lang}"])
         translator = Translator(build_model(config, 40, 40), None, Pieces(), config)
         assert [s.phrases for s in translator.starts(None, [["北京"]], [True])] == [[phrase]]
+    # a multilingual model's request names its output language: that language's, not data.tgt_lang's
+    assert [s.phrases for s in translator.starts(None, [["北京"]] * 2, [True] * 2, tgt_langs=["zho_Hans", None])] == [
+        [[1, 2]], [[0, 1, 2]]]
 
 
 def test_the_edit_trace_marks_the_pieces_a_constraint_into_chinese_is_placed_as():

@@ -159,16 +159,17 @@ class Translator:
 
     def starts(self, inits: list | None = None, constraints: list | None = None,
                hard: list | None = None, cut_long_inits: bool = False, pairs: list | None = None,
-               drop_long_pairs: bool = False) -> list[Start]:
-        """Per sentence, what it asks beyond the source, tokenised (`start`, whose errors name the sentence);
-        checks the model can honour it."""
+               drop_long_pairs: bool = False, tgt_langs: list | None = None) -> list[Start]:
+        """Per sentence, what it asks beyond the source, tokenised (`start`, whose errors name the sentence; each in
+        the output language ``tgt_langs`` names for it, if any); checks the model can honour it."""
         n = len(next(x for x in (inits, constraints, pairs, []) if x is not None))
         inits, constraints, hard = inits or [None] * n, constraints or [None] * n, hard or [False] * n
-        pairs = pairs or [None] * n
+        pairs, tgt_langs = pairs or [None] * n, tgt_langs or [None] * n
         out = []
-        for i, asked in enumerate(zip(inits, constraints, hard, pairs)):
+        for i, (*asked, lang) in enumerate(zip(inits, constraints, hard, pairs, tgt_langs)):
             try:
-                out.append(self.start(*asked, cut_long_inits=cut_long_inits, drop_long_pairs=drop_long_pairs))
+                out.append(self.start(*asked, cut_long_inits=cut_long_inits, drop_long_pairs=drop_long_pairs,
+                                      tgt_lang=lang))
             except DataError as e:
                 raise DataError(f"sentence {i + 1}: {e}") from None
         check_supported(self.spec.name, self.spec.supports, init=any(s.init is not None for s in out),
@@ -177,7 +178,8 @@ class Translator:
         return out
 
     def start(self, init: str | None = None, phrases: list | None = None, is_hard: bool = False,
-              pairs: list | None = None, cut_long_inits: bool = False, drop_long_pairs: bool = False) -> Start:
+              pairs: list | None = None, cut_long_inits: bool = False, drop_long_pairs: bool = False,
+              tgt_lang: str | None = None) -> Start:
         """What one sentence asks beyond its source, tokenised; a one-line DataError (naming no sentence) where it
         does not fit the model.
 
@@ -186,7 +188,9 @@ class Translator:
         hypothesis or constraints, not both. A start longer than the model's maximum length (BOS/EOS included) is
         an error, or with ``cut_long_inits`` an initial hypothesis is cut to fit. pairs: (source phrase, target
         phrase) pairs, or None; more than data.max_pairs, or a phrase longer than data.max_pair_pieces pieces, is
-        an error, or with ``drop_long_pairs`` such pairs are left out.
+        an error, or with ``drop_long_pairs`` such pairs are left out. tgt_lang: the output's language where a
+        request names it (a multilingual model's code, "zho_Hans"), else data.tgt_lang's: it decides how phrases
+        are encoded (`phrase_encoder`).
         """
         room = self.spec.cfg.max_len - 2
         if init is not None and phrases:
@@ -202,7 +206,9 @@ class Translator:
                 if chars := self.tokenizer.unrepresentable(phrase, "tgt"):
                     raise DataError(f"the hard constraint {phrase!r} has characters the model's vocabulary cannot "
                                     f"represent ({''.join(chars)}): it could only write them as UNK")
-            ids = self.encode_phrases(phrases, "tgt")
+            encode = self.encode_phrases if tgt_lang is None else phrase_encoder(
+                self.tokenizer, self.config.data.src_lang, tgt_lang)
+            ids = encode(phrases, "tgt")
             for phrase, pieces in zip(phrases, ids if is_hard else []):
                 if not pieces:  # "▁", SentencePiece's own space mark, encodes to nothing: it could never appear
                     raise DataError(f"the hard constraint {phrase!r} is no text to the model's vocabulary (it encodes "
@@ -355,7 +361,7 @@ class Translator:
         src, cut = self.encode(texts, src_langs)
         starts = None
         if inits or constraints or pairs:
-            starts = self.starts(inits, constraints, hard, cut_long_inits, pairs, drop_long_pairs)
+            starts = self.starts(inits, constraints, hard, cut_long_inits, pairs, drop_long_pairs, tgt_langs)
         if tgt_langs and any(lang is not None for lang in tgt_langs):
             codes = self.language_tokens(tgt_langs, "tgt", len(texts))
             starts = [s._replace(prefix=code) for s, code in zip(starts or [Start()] * len(texts), codes)]
