@@ -21,8 +21,8 @@ from jaxnat.errors import DataError
 from jaxnat.evaluation import diagnostic
 from jaxnat.evaluation.calibration import calibration
 from jaxnat.evaluation.constraints import make_constraints, write_constraints
-from jaxnat.evaluation.metrics import (bleu, bleu_tokenize, constraint_preservation, contains_phrase, corpus_metrics,
-                                      format_table, ter)
+from jaxnat.evaluation.metrics import (bleu, bleu_tokenize, check_bleu_tokenize, constraint_preservation,
+                                      contains_phrase, corpus_metrics, format_table, ter)
 from jaxnat.models import family_of
 from jaxnat.restore import load_translator
 
@@ -102,6 +102,7 @@ def _check_hard_phrases(translator: Translator, corpus: dict, pairs: dict, split
 def evaluate(config, workdir: str) -> dict:
     """Translates every test split (and, with eval.constraints, again with soft/hard constraint sets built
     from its references as in Post & Vilar 2018), writes hyps/ and metrics.json, prints the table."""
+    check_bleu_tokenize(bleu_tokenize(config.data.tgt_lang, config.eval.bleu_tokenize))  # not after decoding
     corpus = load_corpus(config.data)
     inits = evaluation_inits(config.data, corpus)
     translator = load_translator(config, workdir)

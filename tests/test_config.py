@@ -241,8 +241,10 @@ def test_missing_and_broken_config_files(tmp_path):
         build_config(str(empty), [])
 
 
-def test_a_target_language_whose_bleu_tokenizer_is_missing_stops_at_the_start(monkeypatch):
+def test_a_target_language_whose_bleu_tokenizer_is_missing_stops_a_scoring_run_at_its_start(monkeypatch, tmp_path):
+    from jaxnat.evaluate import evaluate
     from jaxnat.evaluation import metrics
+    from jaxnat.training.trainer import Trainer
 
     def no_mecab(tokenize, real=metrics.BLEU):
         if tokenize.endswith("mecab"):
@@ -251,11 +253,14 @@ def test_a_target_language_whose_bleu_tokenizer_is_missing_stops_at_the_start(mo
 
     monkeypatch.setattr(metrics, "BLEU", no_mecab)
     metrics._bleu_metric.cache_clear()
+    demo = os.path.join(ROOT, "configs/ar/demo.py")
     try:
-        with pytest.raises(ConfigError, match=r"ja-mecab tokenizer .* pip install 'jaxnat\[ja\]'"):
-            build_config(os.path.join(ROOT, "configs/ar/demo.py"), ["--config.data.tgt_lang=ja"])
-        build_config(os.path.join(ROOT, "configs/ar/demo.py"),  # another tokenizer named: no MeCab needed
-                     ["--config.data.tgt_lang=ja", "--config.eval.bleu_tokenize=char"])
+        config = build_config(demo, ["--config.data.tgt_lang=ja"])  # a run that only translates needs no MeCab
+        for start in (lambda: Trainer(config, str(tmp_path)), lambda: evaluate(config, str(tmp_path))):
+            with pytest.raises(ConfigError, match=r"ja-mecab tokenizer .* pip install 'jaxnat\[ja\]'"):
+                start()
+        Trainer(build_config(demo, ["--config.data.tgt_lang=ja", "--config.eval.bleu_tokenize=char"]),
+                str(tmp_path / "char"))  # another tokenizer named: no MeCab needed
     finally:
         metrics._bleu_metric.cache_clear()
 

@@ -85,13 +85,18 @@ def bleu_tokenize(lang: str = "", name: str = "") -> str:
     return BLEU_TOKENIZE_BY_LANG.get(primary_language(lang), "13a")
 
 
+def check_bleu_tokenize_name(name: str) -> None:
+    """A one-line ConfigError where ``name`` is neither '' (the target language's) nor one of `BLEU_TOKENIZERS`."""
+    if name and name not in BLEU_TOKENIZERS:
+        raise ConfigError(f"eval.bleu_tokenize must be '' (the target language's) or one of "
+                          f"{', '.join(BLEU_TOKENIZERS)}, not {name!r}")
+
+
 @functools.lru_cache(maxsize=None)
 def _bleu_metric(name: str) -> BLEU:
     # one per tokenizer: MeCab's analyser takes a tenth of a second to load (a BLEU keeps no state between scores
     # when it is given no references up front)
-    if name not in BLEU_TOKENIZERS:
-        raise ConfigError(f"eval.bleu_tokenize must be '' (the target language's) or one of "
-                          f"{', '.join(BLEU_TOKENIZERS)}, not {name!r}")
+    check_bleu_tokenize_name(name)
     try:
         return BLEU(tokenize=name)
     except RuntimeError:  # sacreBLEU's message when MeCab or its dictionary is missing: several lines
@@ -101,7 +106,9 @@ def _bleu_metric(name: str) -> BLEU:
 
 
 def check_bleu_tokenize(name: str) -> None:
-    """A one-line ConfigError, before anything is decoded, where BLEU could not tokenize with ``name``."""
+    """A one-line ConfigError, before anything is decoded, where BLEU could not tokenize with ``name``: a run that
+    scores (training's validation, an evaluation, a report) checks it at its start; one that only translates
+    needs no tokenizer of BLEU's."""
     _bleu_metric(name)
 
 

@@ -28,7 +28,7 @@ from jaxnat.data.text import corpus_fingerprint
 from jaxnat.data.tokenizer import Tokenizer, no_language_tokens_named
 from jaxnat.data.vocab import UNK_ID
 from jaxnat.errors import ConfigError, JaxnatError, Stopped
-from jaxnat.evaluation.metrics import bleu, bleu_tokenize
+from jaxnat.evaluation.metrics import bleu, bleu_tokenize, check_bleu_tokenize
 from jaxnat.models import build_model, count_params, family_of
 from jaxnat.training import mesh as mesh_lib
 from jaxnat.training.checkpoint import Checkpoints
@@ -399,6 +399,8 @@ class Trainer:
         # added without a word and train without its effect, a value out of range fail deep in the first step
         check_known_keys(config, "the config")
         validate(config)
+        # validation BLEU's tokenizer (MeCab for ja, ko): before training, not at its first validation
+        check_bleu_tokenize(bleu_tokenize(config.data.tgt_lang, config.eval.bleu_tokenize))
         self.config, self.workdir = config, workdir
         self.family = family_of(config.model.name)
         d = config.data
