@@ -100,7 +100,7 @@ def _bleu_metric(name: str) -> BLEU:
     try:
         return BLEU(tokenize=name)
     except RuntimeError:  # sacreBLEU's message when MeCab or its dictionary is missing: several lines
-        raise ConfigError(f"BLEU with sacreBLEU's {name} tokenizer (the target language's) needs MeCab and its "
+        raise ConfigError(f"BLEU with sacreBLEU's {name} tokenizer needs MeCab and its "
                           f"dictionary: pip install 'jaxnat[{_EXTRA[name]}]', or name another tokenizer with "
                           f"eval.bleu_tokenize") from None
 
