@@ -43,7 +43,8 @@ def piece_id(tok, piece):
 def test_continues_word_rule():
     for piece in ("s", "en", "2", "-", "'s", "’", "é", "\u0301x"):
         assert continues_word(piece), piece
-    for piece in (".", ",", '"', "?", "!", ")", "▁Zaun", "▁", "", "“", "北", "京城", "ス", "。"):  # CJK: words alone
+    for piece in (".", ",", '"', "?", "!", ")", "▁Zaun", "▁", "", "“", "北", "京城", "ス", "。", "에"):
+        # CJK characters are words alone; a Hangul syllable is a Korean particle or ending, which a term may take
         assert not continues_word(piece), piece
 
 

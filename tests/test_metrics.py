@@ -414,6 +414,10 @@ def test_constraints_are_moses_words_hand_made():
         ("我去NBA比赛", "NBA比赛", "zh", True),
         ("私は東京に住んでいます。", "東京", "ja", True),
         ("私は東京に住んでいます。", "京都", "ja-JP", False),
+        ("저는 서울에 살아요.", "서울", "ko", True),  # a particle written onto it: Korean on syllables
+        ("저는 서울에 살아요.", "서울에", "ko-KR", True),
+        ("저는 부산에 살아요.", "서울", "kor_Hang", False),
+        ("Er lebt in Seoulstadt.", "Seoul", "de", False),  # elsewhere whole words as before
     ],
 )
 def test_constraints_are_found_as_whole_moses_tokens(hyp, constraint, lang, found):

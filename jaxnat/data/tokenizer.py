@@ -27,7 +27,7 @@ import numpy as np
 import sentencepiece as spm
 
 from jaxnat.data import piece_vocab, vocab
-from jaxnat.data.words import cjk_character, unspaced
+from jaxnat.data.words import attaches_freely, unspaced
 from jaxnat.errors import ConfigError, DataError
 
 SIDES = ("src", "tgt")
@@ -42,13 +42,13 @@ ODD_SPACE = re.compile(r"[^\S ]")  # whitespace but the space: tab, line breaks,
 def continues_word(piece: str) -> bool:
     """True for a SentencePiece piece that, written right after a word, would make it another word: it does
     not start a word itself ("▁…") and begins with a letter, digit, combining mark or joiner. Punctuation and
-    symbols (".", ",", '"', ")", "!") leave the word intact, so a hard constraint may be followed by them; so does
-    a Chinese or Japanese character, a word of its own in the text written without spaces it belongs to
-    (`jaxnat.data.words.word_tokens`)."""
+    symbols (".", ",", '"', ")", "!") leave the word intact, so a hard constraint may be followed by them; so do
+    a Chinese or Japanese character, a word of its own in the text written without spaces it belongs to, and a
+    Hangul syllable, a Korean particle or ending (`jaxnat.data.words.attaches_freely`)."""
     if not piece or piece.startswith(WORD_BOUNDARY):
         return False
     first = piece[0]
-    return (unicodedata.category(first)[0] in "LNM" or first in JOINERS) and not cjk_character(first)
+    return (unicodedata.category(first)[0] in "LNM" or first in JOINERS) and not attaches_freely(first)
 
 
 def inside_word(ids: list[int], tokenizer, side: str) -> list[int]:

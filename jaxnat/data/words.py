@@ -25,6 +25,11 @@ ISO_639_1 = {"zho": "zh", "cmn": "zh", "jpn": "ja", "kor": "ko"}
 _CJK_CHAR = re.compile("([\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3100-\u312f\u31a0-\u31ff\u3200-"
                        "\u4dbf\u4e00-\u9fff\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003134f])")
 
+# Hangul syllables. Korean writes its particles and endings onto the word before them ("서울에": "서울" + "에"), so a
+# term is matched on syllables (`term_tokens`): found inside such a word, as a term written in the output counts in
+# WMT 2021's terminology task (Alam et al. 2021)
+_HANGUL = re.compile("([\uac00-\ud7a3])")
+
 
 @functools.lru_cache(maxsize=None)
 def _moses_tokenizer(lang: str):
@@ -47,9 +52,11 @@ def moses_tokenize(text: str, lang: str) -> list[str]:
     return _moses_tokenizer(primary_language(lang)).tokenize(text, aggressive_dash_splits=False, escape=False)
 
 
-def cjk_character(char: str) -> bool:
-    """Whether ``char`` is a character of the Chinese and Japanese scripts that `word_tokens` makes a word."""
-    return _CJK_CHAR.fullmatch(char) is not None
+def attaches_freely(char: str) -> bool:
+    """Whether a piece beginning with ``char`` may follow a constraint without changing what CPR finds: a Chinese
+    or Japanese character (a word of its own, `word_tokens`) or a Hangul syllable (a Korean particle or ending,
+    written onto the word before it; Korean terms are matched on syllables, `term_tokens`)."""
+    return _CJK_CHAR.fullmatch(char) is not None or _HANGUL.fullmatch(char) is not None
 
 
 def primary_language(lang: str) -> str:
@@ -79,3 +86,12 @@ def is_word(token: str) -> bool:
     letter, digit or combining mark (so that words of scripts written with vowel signs, such as Hindi, count).
     False for punctuation (".", "„", "--"), Moses's markers ("@-@") and apostrophe clitics ("'s", "l'")."""
     return bool(token) and unicodedata.category(token[0])[0] in "LN" and unicodedata.category(token[-1])[0] in "LNM"
+
+
+def term_tokens(text: str, lang: str) -> list[str]:
+    """The tokens a constraint is matched on (CPR): `word_tokens`, in Korean with each Hangul syllable a token of its
+    own ("서울에" -> "서" "울" "에"), so that "서울" is found in "서울에 갔다" with its particle attached."""
+    tokens = word_tokens(text, lang)
+    if primary_language(lang) != "ko":
+        return tokens
+    return [part for token in tokens for part in _HANGUL.split(token) if part]

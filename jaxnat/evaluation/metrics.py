@@ -24,8 +24,8 @@ single word, when the word is a whole token. So ``"Mann"`` is found in ``"Ein Ma
 Mann , der läuft .``) but not in ``"Die Mannschaft"``, ``"T-Shirt"`` is found in ``"ein rotes T-Shirt."`` but
 ``"Shirt"`` is not (Moses keeps hyphenated words whole), and ``"New York"`` is found in ``"New York, 1999"`` but
 not in ``"new York"`` or ``"York New"``; in Chinese ``"北京"`` is found in ``"我住在北京。"`` (each character a
-token). A final period Moses keeps on a word it takes for an abbreviation
-(``"Zaun. der"``) is split off first (`constraint_words`).
+token), in Korean ``"서울"`` in ``"서울에 갔다"`` (a particle attached: Korean is matched on syllables). A final
+period Moses keeps on a word it takes for an abbreviation (``"Zaun. der"``) is split off first (`constraint_words`).
 
 Input errors (an empty hypothesis list, lists of different lengths, a string where a list of strings is
 expected, an empty constraint) raise ``jaxnat.errors.DataError``. Empty hypothesis *strings* are fine: they
@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from sacrebleu.metrics import BLEU, CHRF, TER
 
 from jaxnat.errors import ConfigError, DataError
-from jaxnat.data.words import primary_language, unspaced, word_tokens
+from jaxnat.data.words import primary_language, term_tokens, unspaced, word_tokens
 
 __all__ = [
     "bleu",
@@ -404,12 +404,13 @@ def ribes(
 
 
 def constraint_words(text: str, lang: str) -> list[str]:
-    """The words CPR compares (`word_tokens`), with a final period split off a word Moses kept it on.
+    """The words CPR compares (`term_tokens`: Korean on syllables), with a final period split off a word Moses kept
+    it on.
     Moses reads "Zaun." before a lowercase word as an abbreviation and keeps the period ("Zaun. der" →
     ``Zaun. der``, but "Zaun." at the end → ``Zaun .``); the decoders write it as punctuation after the word,
     and the papers, which decode Moses-tokenized text, score ``Zaun .`` either way."""
     out = []
-    for token in word_tokens(text, lang):
+    for token in term_tokens(text, lang):
         if len(token) > 1 and token.endswith(".") and not token.endswith(".."):
             out += [token[:-1], "."]
         else:
