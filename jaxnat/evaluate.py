@@ -322,9 +322,8 @@ def report_left_out_pairs(translator: Translator, split: str, pairs: list[list[t
 def mean_length(texts: list[str], lang: str) -> float:
     """Mean number of words per sentence in language ``lang``: whitespace-separated, or in a language written
     without spaces its characters (`word_tokens`; a clause would otherwise be one word)."""
-    if unspaced(lang):
-        return float(np.mean([len(word_tokens(t, lang)) for t in texts])) if texts else 0.0
-    return float(np.mean([len(t.split()) for t in texts])) if texts else 0.0
+    words = (lambda t: word_tokens(t, lang)) if unspaced(lang) else str.split
+    return float(np.mean([len(words(t)) for t in texts])) if texts else 0.0
 
 
 NOT_ABOUT_THE_START = ("latency_ms", "sentences_per_s", "copy_source_bleu", "reference_length")

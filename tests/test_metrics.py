@@ -652,6 +652,13 @@ def test_unspaced_words_refine_moses_tokens(text):
     assert all(len(w) == 1 for w in words if "\u4e00" <= w[0] <= "\u9fff")  # a Han character stands alone
 
 
+def test_mean_length_counts_words_or_the_characters_of_an_unspaced_language():
+    from jaxnat.evaluate import mean_length
+
+    assert mean_length(["Ein Mann, der läuft.", "Ja"], "de") == 2.5  # whitespace words
+    assert mean_length(["我住在北京。", "你好"], "zh-CN") == 4.0 and mean_length([], "ja") == 0.0
+
+
 def test_bleu_tokenizes_as_sacrebleu_does_for_the_target_language():
     assert [metrics.bleu_tokenize(x) for x in ("zh", "zh-CN", "ja", "ko_KR", "de", "")] == [
         "zh", "zh", "ja-mecab", "ko-mecab", "13a", "13a"]
