@@ -34,12 +34,12 @@ import time
 
 import numpy as np
 
-from jaxnat.data.distilled import (MANIFEST, PARTS_DIR, PARTS_META, describe_difference, read_json, same_identity,
-                                   write_atomic)
+from jaxnat.data.distilled import MANIFEST, PARTS_DIR, PARTS_META, describe_difference, read_json, same_identity
 from jaxnat.data.sources import load_corpus
 from jaxnat.data.text import lines_sha256, one_line
 from jaxnat.decoding.translator import duration
 from jaxnat.errors import ConfigError, DataError
+from jaxnat.paths import write_whole
 
 log = logging.getLogger("jaxnat")
 
@@ -51,7 +51,7 @@ TOO_LONG_SOURCES = "dropped"
 
 # -- small file helpers ------------------------------------------------------------------------------
 def _write_lines(path: str, lines: list[str]) -> None:
-    write_atomic(path, _text(lines))
+    write_whole(path, _text(lines))
 
 
 def _text(lines: list[str]) -> str:
@@ -130,14 +130,14 @@ def refresh_copies(out_dir: str, manifest: dict, names: dict[str, str], corpus: 
         for lang, lines in zip(langs, corpus[key]):
             path = os.path.join(out_dir, f"{name}.{lang}")
             if lines is not None and _read_text(path) != _text(lines):
-                write_atomic(path, _text(lines))
+                write_whole(path, _text(lines))
                 written.append(os.path.basename(path))
     if not written and manifest["files"] == files:
         return manifest
     log.info("copied the corpus's other splits as they are now: %s", ", ".join(written) or "(none changed)")
     manifest = {**manifest, "files": files,
                 "splits": {**manifest["splits"], "test": [n for k, n in names.items() if k not in ("train", "valid")]}}
-    write_atomic(os.path.join(out_dir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_whole(os.path.join(out_dir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
 
 
@@ -166,7 +166,7 @@ class Parts:
             chunk_size = int(meta["chunk_size"])
         if meta is None:
             os.makedirs(self.dir, exist_ok=True)
-            write_atomic(meta_path, json.dumps({**identity, "chunk_size": chunk_size}, indent=2, sort_keys=True))
+            write_whole(meta_path, json.dumps({**identity, "chunk_size": chunk_size}, indent=2, sort_keys=True))
         self.chunk_size = chunk_size
 
     def path(self, index: int) -> str:
@@ -187,7 +187,7 @@ class Parts:
         return part
 
     def save(self, index: int, part: dict) -> None:
-        write_atomic(self.path(index), json.dumps(part, ensure_ascii=False))
+        write_whole(self.path(index), json.dumps(part, ensure_ascii=False))
 
     def remove(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -340,7 +340,7 @@ def distill(config, teacher_workdir: str, out_dir: str, *, config_path: str = ""
         **stats,
         "finished": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    write_atomic(os.path.join(out_dir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_whole(os.path.join(out_dir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     parts.remove()  # after the manifest: a crash in between leaves a finished directory plus stale parts
     log.info("distilled %d sentences in %.1f s of translation (%.1f sentences/s) into %s",
              len(sources) - stats["dropped_too_long"], stats["seconds"], stats["sentences_per_s"], out_dir)

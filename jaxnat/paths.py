@@ -1,14 +1,34 @@
-"""Checks that a path given on the command line can be used, made before any work starts.
+"""Checks that a path given on the command line can be used, made before any work starts, and `write_whole`, the
+one way jaxnat writes a file that must never be found half written.
 
-Each raises a `ConfigError` with one line naming the flag and the path, so a run that could never save its
+Each check raises a `ConfigError` with one line naming the flag and the path, so a run that could never save its
 results fails in a second instead of after hours of training or translating.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from jaxnat.errors import ConfigError
+
+
+def write_whole(path: str, data: str | bytes) -> None:
+    """Writes ``data`` (text as UTF-8) to ``path`` through a file beside it and a rename, so that ``path`` is absent,
+    as it was, or whole: never the first part of a write that a kill, Ctrl-C or a full disk cut short (a rerun that
+    skips what exists would take it for done). The file is on disk before the rename (fsync); the temporary file,
+    named by the process, goes on failure."""
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
 
 
 def _nearest_existing(path: str) -> str:

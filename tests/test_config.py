@@ -819,3 +819,20 @@ def test_training_refuses_vocabulary_keys_that_data_spm_from_makes_inert(tmp_pat
     with pytest.raises(ConfigError, match=f"^data.vocab_size=200: data.spm_from={other} takes the vocabulary"):
         Trainer(config, str(tmp_path / "run"))
     assert not os.path.exists(tmp_path / "run")
+
+
+def test_a_file_is_written_whole_or_left_as_it_was(tmp_path, monkeypatch):
+    from jaxnat.paths import write_whole
+
+    path = str(tmp_path / "out.jsonl")
+    write_whole(path, "old\n")
+    write_whole(path, b"new\n")  # bytes as they are, text as UTF-8
+    assert open(path).read() == "new\n"
+
+    def cut(fd):  # Ctrl-C (or a full disk) after part of the write
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "fsync", cut)
+    with pytest.raises(KeyboardInterrupt):
+        write_whole(path, "newer, cut short\n")
+    assert open(path).read() == "new\n" and os.listdir(tmp_path) == ["out.jsonl"]  # no temporary file left

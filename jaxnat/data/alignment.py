@@ -42,6 +42,7 @@ from jaxnat.data.phrase_pairs import (MAX_WORDS, code_switch, most_common_words,
                                       sample_pairs)
 from jaxnat.errors import DataError, JaxnatError, run_command
 from jaxnat.optional import require
+from jaxnat.paths import write_whole
 
 log = logging.getLogger("jaxnat")
 
@@ -110,10 +111,7 @@ def _write_priors(path: str, src: list[str], tgt: list[str], forward: list[Links
 
 
 def _write_whole(path: str, lines: Iterable[str]) -> None:
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(line + "\n" for line in lines)
-    os.replace(tmp, path)
+    write_whole(path, "".join(line + "\n" for line in lines))
 
 
 def pairs_of_split(src_words: list[list[str]], tgt_words: list[list[str]], alignments: list[Links], seed: int,

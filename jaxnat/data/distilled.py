@@ -10,6 +10,7 @@ import logging
 import os
 
 from jaxnat.errors import DataError
+from jaxnat.paths import write_whole
 
 log = logging.getLogger("jaxnat")
 
@@ -18,16 +19,6 @@ MANIFEST = "distill.json"
 PARTS_META = "meta.json"
 # Manifest keys that must agree for an existing distillation to count as "this one".
 IDENTITY_KEYS = ("teacher_workdir", "checkpoint", "decoding", "sentences", "sources_sha256", "too_long_sources")
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Writes `text` to `path` via a temporary file and os.replace, so `path` is either absent or whole."""
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def read_json(path: str) -> dict | None:
@@ -95,7 +86,7 @@ def record_teacher(data_dir: str, workdir: str, own_vocabulary: bool) -> dict | 
     manifest = read_json(os.path.join(os.path.expanduser(data_dir), MANIFEST)) if data_dir else None
     if manifest is None:
         return None
-    write_atomic(os.path.join(workdir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+    write_whole(os.path.join(workdir, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     checkpoint = manifest.get("checkpoint") or {}
     log.info("training on a distillation: targets by the teacher %s (%s checkpoint of step %s, beam %s); its "
              "manifest copied to %s", manifest.get("teacher_workdir"), checkpoint.get("kind"), checkpoint.get("step"),

@@ -19,7 +19,6 @@ import io
 import logging
 import os
 import re
-import tempfile
 import unicodedata
 from typing import Iterable, Sequence
 
@@ -29,6 +28,7 @@ import sentencepiece as spm
 from jaxnat.data import piece_vocab, vocab
 from jaxnat.data.words import attaches_freely, unspaced
 from jaxnat.errors import ConfigError, DataError
+from jaxnat.paths import write_whole
 
 SIDES = ("src", "tgt")
 MODEL_TYPES = ("unigram", "bpe", "char", "word")
@@ -137,19 +137,6 @@ def _load_processor(path: str) -> spm.SentencePieceProcessor:
     sp = read_sentencepiece(path)
     _check_reserved(sp, path)
     return sp
-
-
-def _atomic_write(path: str, data: bytes) -> None:
-    directory = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 MAX_SENTENCE_BYTES = 4192  # SentencePiece's default: longer lines are left out of the vocabulary's training
@@ -274,7 +261,7 @@ class Tokenizer:
         for name in sorted(files, key=lambda n: n.endswith("tokenizer.json")):  # the file that marks it: last
             os.makedirs(os.path.dirname(os.path.join(os.fspath(workdir), name)), exist_ok=True)
             with open(files[name], "rb") as f:
-                _atomic_write(os.path.join(os.fspath(workdir), name), f.read())
+                write_whole(os.path.join(os.fspath(workdir), name), f.read())
 
     @classmethod
     def same_models(cls, a: str, b: str) -> bool:
@@ -366,8 +353,8 @@ class Tokenizer:
         # Each file is written atomically, and for separate models tgt before src, so that `exists` (which
         # needs both) never sees a half-written pair after a crash.
         for name in sorted(models, reverse=True):
-            _atomic_write(p[name][: -len(".model")] + ".vocab", _vocab_text(processors[name]).encode("utf-8"))
-            _atomic_write(p[name], models[name])
+            write_whole(p[name][: -len(".model")] + ".vocab", _vocab_text(processors[name]))
+            write_whole(p[name], models[name])
         sizes = {p[n]: processors[n].get_piece_size() for n in models}
         fewer = min(sizes.values()) < vocab_size  # a soft limit: a small corpus has fewer pieces to give
         log.info("trained SentencePiece model(s) %s%s", ", ".join(f"{k} ({v} pieces)" for k, v in sizes.items()),

@@ -27,7 +27,7 @@ import sys
 
 from jaxnat.data.words import is_word, word_tokens
 from jaxnat.errors import ConfigError, DataError, JaxnatError
-from jaxnat.paths import check_not_the_input
+from jaxnat.paths import check_not_the_input, write_whole
 
 
 def reference_words(ref: str, lang: str) -> list[str]:
@@ -62,10 +62,8 @@ def make_constraints(refs: list[str], seed: int, min_words: int = 1, max_words: 
 
 
 def write_constraints(path: str, constraints: list[list[str]]) -> None:
-    """Writes one JSON list of strings per line (UTF-8, non-ASCII kept as is)."""
-    with open(path, "w", encoding="utf-8") as f:
-        for phrases in constraints:
-            f.write(json.dumps(list(phrases), ensure_ascii=False) + "\n")
+    """Writes one JSON list of strings per line (UTF-8, non-ASCII kept as is), whole or not at all (`write_whole`)."""
+    write_whole(path, "".join(json.dumps(list(phrases), ensure_ascii=False) + "\n" for phrases in constraints))
 
 
 def parse_constraint_line(line: str, where: str) -> list[str]:

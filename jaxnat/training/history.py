@@ -22,6 +22,7 @@ import os
 from jaxnat import strict_json
 from jaxnat.errors import DataError, JaxnatError
 from jaxnat.optional import install_hint, optional, require
+from jaxnat.paths import write_whole
 
 log = logging.getLogger("jaxnat")
 
@@ -63,10 +64,7 @@ class History:
         self.path, self.write = os.path.join(workdir, FILE), write
         self.entries = [e for e in read_history(workdir) if e["step"] <= resumed_step]
         if write:
-            tmp = self.path + ".tmp"
-            with open(tmp, "w") as f:
-                f.writelines(strict_json.dumps(e) + "\n" for e in self.entries)
-            os.replace(tmp, self.path)
+            write_whole(self.path, "".join(strict_json.dumps(e) + "\n" for e in self.entries))
 
     def append(self, entry: dict) -> None:
         self.entries.append(entry)
