@@ -24,6 +24,7 @@ from jaxnat.evaluation.constraints import make_constraints, write_constraints
 from jaxnat.evaluation.metrics import (bleu, bleu_tokenize, check_bleu_tokenize, constraint_preservation,
                                       contains_phrase, corpus_metrics, format_table, ter)
 from jaxnat.models import family_of
+from jaxnat.paths import write_whole
 from jaxnat.restore import load_translator
 
 log = logging.getLogger("jaxnat")
@@ -72,8 +73,7 @@ def _writes() -> bool:
 def _write_lines(path: str, lines: list[str]) -> None:
     """One line per sentence, aligned with the references (`one_line`: a hypothesis's line break as a space)."""
     if _writes():
-        with open(path, "w", encoding="utf-8") as f:
-            f.writelines(one_line(line) + "\n" for line in lines)
+        write_whole(path, "".join(one_line(line) + "\n" for line in lines))
 
 
 def _check_hard_phrases(translator: Translator, corpus: dict, pairs: dict, splits: list[str], config) -> dict:
@@ -205,10 +205,10 @@ def forget_evaluation(workdir: str) -> None:
 def write_metrics(config, workdir: str, results: dict) -> None:
     """``workdir/metrics.json`` (``results``), as standard JSON (a CPR of no constraints is null, not NaN), then the
     record of what it was computed from."""
-    with open(os.path.join(workdir, "metrics.json"), "w") as f:
-        f.write(strict_json.dumps(results, indent=2, sort_keys=True))
-    with open(os.path.join(workdir, EVALUATED), "w") as f:  # after metrics.json: a kill between them redoes it
-        json.dump(_evaluation_record(config, workdir), f, indent=2, sort_keys=True)
+    write_whole(os.path.join(workdir, "metrics.json"), strict_json.dumps(results, indent=2, sort_keys=True))
+    # after metrics.json: a kill between them redoes it
+    write_whole(os.path.join(workdir, EVALUATED), json.dumps(_evaluation_record(config, workdir), indent=2,
+                                                             sort_keys=True))
 
 
 def _checkpoints(workdir: str) -> dict[str, list[str]]:
@@ -518,6 +518,5 @@ def write_trace(translator: Translator, path: str, srcs: list[str], refs: list[s
     """`trace_page` written to ``path``."""
     page = trace_page(translator, srcs, refs, constraints, modes, inits)
     if _writes():
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(page)
+        write_whole(path, page)
     return path
