@@ -26,7 +26,7 @@ import random
 import sys
 
 from jaxnat.data.words import is_word, word_tokens
-from jaxnat.errors import ConfigError, DataError, JaxnatError
+from jaxnat.errors import ConfigError, DataError, run_command
 from jaxnat.paths import check_not_the_input, write_whole
 
 
@@ -120,11 +120,8 @@ def run(argv=None) -> int:
 
 
 def main(argv=None) -> int:
-    try:
-        return run(argv)
-    except JaxnatError as e:
-        print(f"jaxnat: error: {e}", file=sys.stderr)
-        return 2
+    return run_command(lambda: run(argv), "nothing was written (the output is written whole): the same command "
+                                          "draws the same constraints")
 
 
 if __name__ == "__main__":
