@@ -21,8 +21,8 @@ from jaxnat.errors import DataError
 from jaxnat.evaluation import diagnostic
 from jaxnat.evaluation.calibration import calibration
 from jaxnat.evaluation.constraints import make_constraints, write_constraints
-from jaxnat.evaluation.metrics import (bleu, bleu_tokenize, check_bleu_tokenize, constraint_preservation,
-                                      contains_phrase, corpus_metrics, format_table, ter)
+from jaxnat.evaluation.metrics import (bleu, check_bleu_tokenize, constraint_preservation, contains_phrase,
+                                      corpus_metrics, format_table, run_bleu_tokenize, ter)
 from jaxnat.models import family_of
 from jaxnat.paths import write_whole
 from jaxnat.restore import load_translator
@@ -51,7 +51,7 @@ def scores(hyps: list[str], refs: list[str], config, constraints: list[list[str]
 
 def target_bleu(hyps: list[str], refs: list[str], config) -> float:
     """sacreBLEU of texts in the run's target language, tokenized as `scores` tokenizes them."""
-    return bleu(hyps, refs, bleu_tokenize(config.data.tgt_lang, config.eval.bleu_tokenize))[0]
+    return bleu(hyps, refs, run_bleu_tokenize(config))[0]
 
 
 def calibration_metrics(translator: Translator, outs: list[dict], refs: list[str]) -> dict:
@@ -102,7 +102,7 @@ def _check_hard_phrases(translator: Translator, corpus: dict, pairs: dict, split
 def evaluate(config, workdir: str) -> dict:
     """Translates every test split (and, with eval.constraints, again with soft/hard constraint sets built
     from its references as in Post & Vilar 2018), writes hyps/ and metrics.json, prints the table."""
-    check_bleu_tokenize(bleu_tokenize(config.data.tgt_lang, config.eval.bleu_tokenize))  # not after decoding
+    check_bleu_tokenize(run_bleu_tokenize(config))  # not after decoding
     corpus = load_corpus(config.data)
     inits = evaluation_inits(config.data, corpus)
     translator = load_translator(config, workdir)

@@ -337,7 +337,7 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
     from jaxnat.config import workdir_config
     from jaxnat.data.sources import load_corpus, load_pairs
     from jaxnat.evaluate import trained_since_evaluation
-    from jaxnat.evaluation.metrics import bleu_tokenize, check_bleu_tokenize, corpus_metrics
+    from jaxnat.evaluation.metrics import check_bleu_tokenize, corpus_metrics, run_bleu_tokenize
     from jaxnat.models import family_of
 
     if not workdirs:
@@ -374,7 +374,7 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
         if len(s.hyps) != len(refs):
             raise JaxnatError(f"{s.workdir}: {len(s.hyps)} hypotheses for the {len(refs)} references of {split!r}")
     langs = systems[0].config.data  # the baseline's languages and BLEU tokenizer
-    tokenize = bleu_tokenize(langs.tgt_lang, systems[0].config.eval.bleu_tokenize)
+    tokenize = run_bleu_tokenize(systems[0].config)
     check_bleu_tokenize(tokenize)
     signatures, tests = paired_test(systems, refs, test, samples, tokenize)
     train_refs = corpus["train"][1]
@@ -411,7 +411,7 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
         entry["word_f1"] = word_f1_by_frequency(s.hyps, refs, train_refs, tokenize)
         entry["by_length"] = bleu_by_source_length(s.hyps, refs, corpus[split][0], langs.src_lang, tokenize)
         entry["runs"] = provenance.summary(s.workdir)  # None for a workdir trained before runs.jsonl existed
-        if (own := bleu_tokenize(s.config.data.tgt_lang, s.config.eval.bleu_tokenize)) != tokenize:
+        if (own := run_bleu_tokenize(s.config)) != tokenize:
             # its Scores row is scored here with the baseline's tokenizer, its metrics.json rows were not
             entry["bleu_tokenize"] = own
             log.warning("%s was evaluated with BLEU tokenized by %s, the baseline with %s: its other rows' BLEU is "

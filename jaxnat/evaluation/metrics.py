@@ -92,6 +92,11 @@ def check_bleu_tokenize_name(name: str) -> None:
                           f"{', '.join(BLEU_TOKENIZERS)}, not {name!r}")
 
 
+def run_bleu_tokenize(config) -> str:
+    """`bleu_tokenize` of a run: its config's data.tgt_lang and eval.bleu_tokenize."""
+    return bleu_tokenize(config.data.tgt_lang, config.eval.bleu_tokenize)
+
+
 @functools.lru_cache(maxsize=None)
 def _bleu_metric(name: str) -> BLEU:
     # one per tokenizer: MeCab's analyser takes a tenth of a second to load (a BLEU keeps no state between scores

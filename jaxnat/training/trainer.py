@@ -28,7 +28,7 @@ from jaxnat.data.text import corpus_fingerprint
 from jaxnat.data.tokenizer import Tokenizer, no_language_tokens_named
 from jaxnat.data.vocab import UNK_ID
 from jaxnat.errors import ConfigError, JaxnatError, Stopped
-from jaxnat.evaluation.metrics import bleu, bleu_tokenize, check_bleu_tokenize
+from jaxnat.evaluation.metrics import bleu, check_bleu_tokenize, run_bleu_tokenize
 from jaxnat.models import build_model, count_params, family_of
 from jaxnat.training import mesh as mesh_lib
 from jaxnat.training.checkpoint import Checkpoints
@@ -400,7 +400,7 @@ class Trainer:
         check_known_keys(config, "the config")
         validate(config)
         # validation BLEU's tokenizer (MeCab for ja, ko): before training, not at its first validation
-        check_bleu_tokenize(bleu_tokenize(config.data.tgt_lang, config.eval.bleu_tokenize))
+        check_bleu_tokenize(run_bleu_tokenize(config))
         self.config, self.workdir = config, workdir
         self.family = family_of(config.model.name)
         d = config.data
@@ -623,8 +623,7 @@ class Trainer:
                                                        self.config.eval.batch_size, pairs=pairs,
                                                        drop_long_pairs=True, inits=inits, cut_long_inits=True,
                                                        label="valid")]
-        result["valid_bleu"] = bleu(hyps, refs, bleu_tokenize(self.config.data.tgt_lang,
-                                                              self.config.eval.bleu_tokenize))[0]
+        result["valid_bleu"] = bleu(hyps, refs, run_bleu_tokenize(self.config))[0]
         return result
 
     # -- the loop ----------------------------------------------------------------------------------------
