@@ -6,6 +6,8 @@ only where that feature runs, so that training needs nothing beyond jaxnat's cor
     align         eflomal              constraint pairs from word alignments (`python -m jaxnat.data.alignment`)
     tensorboard   tensorboardX         TensorBoard logs of a training run (without it: history.jsonl only)
     plots         matplotlib           curves.png of a run, report plots (without it: skipped, with a log line)
+    zh            rjieba               Chinese words for drawn constraints (`jaxnat.data.words.dictionary_words`;
+                                       without it: characters, with a warning)
 
 ``pip install -e '.[test]'`` installs all of them. A feature asked for without its package stops with a one-line
 `MissingDependency` naming the extra (`require`); where the feature is only a by-product of a run, the run goes
@@ -29,6 +31,7 @@ PACKAGES = {
     "eflomal": ("eflomal", "align"),
     "tensorboardX": ("tensorboardX", "tensorboard"),
     "matplotlib": ("matplotlib", "plots"),
+    "rjieba": ("rjieba", "zh"),
 }
 
 

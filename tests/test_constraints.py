@@ -1,5 +1,6 @@
-"""Constraint test sets (Post & Vilar 2018): random words of the Moses-tokenized reference (never punctuation),
-deterministic per sentence, and their JSON lines file format and command line."""
+"""Constraint test sets (Post & Vilar 2018): random words of the Moses-tokenized reference (never punctuation; a
+segmenter's words in Chinese and Japanese), deterministic per sentence, and their JSON lines file format and command
+line."""
 
 import gzip
 import json
@@ -20,6 +21,7 @@ from jaxnat.evaluation.constraints import (
     reference_words,
     write_constraints,
 )
+from jaxnat.evaluation.metrics import constraint_preservation
 from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -99,6 +101,55 @@ def test_chosen_words_are_reference_tokens_without_punctuation():
                 assert word in tokens, (ref, lang, word)
                 assert word == word.strip() and not any(unicodedata.category(ch).startswith("P") and ch != "-"
                                                         for ch in word), (ref, lang, word)
+
+
+CHINESE = "我住在北京。他在清华大学读书，NBA比赛很好看。"
+CHINESE_WORDS = ["我", "住", "在", "北京", "他", "在", "清华大学", "读书", "NBA", "比赛", "很", "好看"]
+
+
+def test_chinese_references_offer_words_of_several_characters():
+    """Drawn from jieba's words (rjieba: `jaxnat[zh]`, in the test extra), not single characters; each found in the
+    reference by CPR, which matches them on characters."""
+    for lang in ("zh", "zh-CN", "zho_Hans"):
+        assert reference_words(CHINESE, lang) == CHINESE_WORDS, lang
+    assert words_mod.segmenter_name("zh") == "jieba's dictionary (rjieba)" and words_mod.segmenter_name("de") == "Moses"
+    (cons,) = make_constraints([CHINESE], seed=0, min_words=20, max_words=20, lang="zh")
+    assert sorted(cons) == sorted(CHINESE_WORDS)
+    assert constraint_preservation([CHINESE], [["北京", "清华大学", "好看"]], lang="zh") == 100.0
+    assert constraint_preservation(["他在清华读书。"], [["清华大学"]], lang="zh") == 0.0
+
+
+def test_without_its_segmenter_a_language_offers_characters_and_says_so(monkeypatch, caplog):
+    """rjieba missing (and here MeCab, never installed by the test extra): characters, as before, with a warning
+    naming the extra, once per language."""
+    monkeypatch.setitem(sys.modules, "rjieba", None)  # an import of it raises ImportError
+    words_mod._segmenter.cache_clear()
+    try:
+        with caplog.at_level("WARNING", logger="jaxnat"):
+            assert reference_words(CHINESE, "zh")[:5] == ["我", "住", "在", "北", "京"]
+            assert reference_words("東京に行きました。", "ja") == ["東", "京", "に", "行", "き", "ま", "し", "た"]
+            assert reference_words(CHINESE, "zh-TW")[3:5] == ["北", "京"]
+            assert words_mod.segmenter_name("zh") == "characters"
+        warned = [r.getMessage() for r in caplog.records]
+        assert len(warned) == 2 and "pip install -e '.[zh]'" in warned[0] and "pip install -e '.[ja]'" in warned[1]
+    finally:
+        words_mod._segmenter.cache_clear()
+
+
+def test_japanese_references_offer_mecabs_words(monkeypatch):
+    """MeCab's wakati output (sacreBLEU's ja-mecab tokenizer, here a stand-in: IPADIC is not in the test extra)."""
+    class Wakati:
+        def __call__(self, line):
+            return {"東京に行きました。": "東京 に 行き まし た 。"}[line]
+
+    from sacrebleu.tokenizers import tokenizer_ja_mecab
+
+    monkeypatch.setattr(tokenizer_ja_mecab, "TokenizerJaMecab", Wakati)
+    words_mod._segmenter.cache_clear()
+    try:
+        assert reference_words("東京に行きました。", "ja-JP") == ["東京", "に", "行き", "まし", "た"]
+    finally:
+        words_mod._segmenter.cache_clear()
 
 
 def test_moses_tokens_are_not_html_escaped():

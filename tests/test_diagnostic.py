@@ -31,6 +31,8 @@ def test_starts():
     assert got["soft_in_order"] == {"constraints": [["Mann", "läuft"]]}
     assert got["every_second_word"] == {"inits": ["Ein der"]}
     assert got["own_output"] == {"inits": ["Ein Mann"]} and got["reference"] == {"inits": REFS[:1]}
+    # Chinese words are written without spaces between them (and drawn as words: rjieba)
+    assert starts(["我住在北京。"], [["北京"]], [""], "zh")["every_second_word"] == {"inits": ["我在"]}
 
 
 @pytest.fixture(scope="module")

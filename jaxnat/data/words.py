@@ -1,14 +1,20 @@
 """Words, as constraints and the constraint metrics count them (`word_tokens`): Moses tokens (sacremoses, the
 target language's rules, no HTML escaping, hyphenated words kept whole), in Chinese and Japanese each character of
 their scripts a token of its own; a constraint is made of tokens that begin and end like a word (`is_word`). Used by
-the constraint test sets (`jaxnat.evaluation.constraints`), CPR/CSR and the tokenized scores
-(`jaxnat.evaluation.metrics`) and the constraint pairs drawn from word alignments (`jaxnat.data.alignment`)."""
+CPR/CSR and the tokenized scores (`jaxnat.evaluation.metrics`) and the constraint pairs drawn from word alignments
+(`jaxnat.data.alignment`). The constraint test sets (`jaxnat.evaluation.constraints`) draw from `dictionary_words`:
+in Chinese and Japanese a dictionary segmenter's words ("北京", not "北" and "京"), elsewhere the same Moses tokens."""
 
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import unicodedata
+
+from jaxnat.optional import optional
+
+log = logging.getLogger(__name__)
 
 # Languages written without spaces between words (primary subtags): Moses leaves a whole clause as one token there
 # ("我住在北京。"), so a constraint would never be found in it as a token. Their words are the characters of their
@@ -85,6 +91,54 @@ def word_tokens(text: str, lang: str) -> list[str]:
     # into characters here anyway; the two differ only where a period stands between a Latin letter and such a
     # character ("c.在": kept on the letter there, split off here, as CPR splits it either way)
     return [part for token in moses_tokenize(text, LANGUAGE_INDEPENDENT) for part in _CJK_CHAR.split(token) if part]
+
+
+# The dictionary segmenters of the languages written without spaces, and the extra that brings each: a constraint
+# drawn from a reference is then a word of several characters, as a term is ("清华大学"), not one character
+SEGMENTERS = {"zh": ("jieba's dictionary (rjieba)", "zh"),
+              "ja": ("MeCab with IPADIC (sacreBLEU's ja-mecab words)", "ja")}
+
+
+@functools.lru_cache(maxsize=None)
+def _segmenter(lang: str):
+    """The function that cuts a sentence of primary language ``lang`` (`SEGMENTERS`) into words, or None (said once)
+    where its package is not installed. Imported here: only constraint drawing needs one."""
+    name, extra = SEGMENTERS[lang]
+    if lang == "zh":
+        rjieba = optional("rjieba")
+        if rjieba is not None:
+            return rjieba.cut
+    else:
+        from sacrebleu.tokenizers.tokenizer_ja_mecab import TokenizerJaMecab
+
+        try:
+            return TokenizerJaMecab().__call__  # wakati output: the words with spaces between them
+        except RuntimeError:  # sacreBLEU's where MeCab or IPADIC is missing
+            pass
+    log.warning("constraints drawn from %s references are single characters: their word segmenter, %s, is not "
+                "installed (pip install -e '.[%s]' in jaxnat's directory)", lang, name, extra)
+    return None
+
+
+def segmenter_name(lang: str) -> str:
+    """What `dictionary_words` cuts sentences of ``lang`` with: a segmenter of `SEGMENTERS`, "characters" where it is
+    not installed, "Moses" for a language written with spaces."""
+    primary = primary_language(lang)
+    if primary not in SEGMENTERS:
+        return "Moses"
+    return SEGMENTERS[primary][0] if _segmenter(primary) is not None else "characters"
+
+
+def dictionary_words(text: str, lang: str) -> list[str]:
+    """The words constraints are drawn from: in Chinese and Japanese a dictionary segmenter's (`SEGMENTERS`:
+    "我住在北京。" -> "我" "住" "在" "北京" "。"), elsewhere, and where it is not installed, `word_tokens`. A drawn
+    word is then matched on `term_tokens` (characters in a row), as any term is."""
+    primary = primary_language(lang)
+    cut = _segmenter(primary) if primary in SEGMENTERS else None
+    if cut is None:
+        return word_tokens(text, lang)
+    words = cut(text.strip())
+    return (words.split() if isinstance(words, str) else [w for w in words if w.strip()])
 
 
 def is_word(token: str) -> bool:

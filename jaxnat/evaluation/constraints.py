@@ -5,14 +5,15 @@ in random order, to be given to a lexically constrained decoder.
     write_constraints(path, constraints) / read_constraints(path)   JSON lines: one list of strings a line
 
 Words, as in Post & Vilar and EDITOR (Xu & Carpuat 2021), are tokens of the Moses-tokenized reference
-(`word_tokens`: sacremoses with the rules of the target language `lang`, no HTML escaping, no aggressive
-hyphen splitting; in Chinese and Japanese each character of their scripts) that pass `is_word`: they start with
-a letter or digit and end with a letter, digit or combining mark. So "Ein Mann, der läuft." offers "Ein", "Mann",
-"der", "läuft"; "T-Shirt" and "blau-weiß" stay whole words; punctuation, Moses's split markers ("@-@") and
-clitics that keep their apostrophe ("'s" in English, "l'" in French) are never chosen. The decoder is given the
-words as they are, and `jaxnat.evaluation.metrics.constraint_preservation` looks for them with the same tokenizer.
-(Chinese and Japanese references offer single characters: a term of several characters comes from a
-terminology file, not from this drawing.)
+(`dictionary_words`: sacremoses with the rules of the target language `lang`, no HTML escaping, no aggressive
+hyphen splitting) that pass `is_word`: they start with a letter or digit and end with a letter, digit or combining
+mark. So "Ein Mann, der läuft." offers "Ein", "Mann", "der", "läuft"; "T-Shirt" and "blau-weiß" stay whole words;
+punctuation, Moses's split markers ("@-@") and clitics that keep their apostrophe ("'s" in English, "l'" in French)
+are never chosen. Chinese and Japanese references are cut by a dictionary segmenter ("我住在北京。" offers "我",
+"住", "在", "北京"; jieba's dictionary through rjieba, `pip install 'jaxnat[zh]'`, and MeCab with IPADIC,
+`'jaxnat[ja]'`); where it is not installed, they offer single characters, with a warning. The decoder is given the
+words as they are, and `jaxnat.evaluation.metrics.constraint_preservation` looks for them with the same tokenizer
+(in Chinese and Japanese a word's characters in a row).
 
 Command line: `python -m jaxnat.evaluation.constraints --refs FILE --output FILE [--lang en] [--seed N]
 [--min-words 1] [--max-words 4]`; errors print one line and exit with code 2.
@@ -25,14 +26,14 @@ import json
 import random
 import sys
 
-from jaxnat.data.words import is_word, word_tokens
+from jaxnat.data.words import dictionary_words, is_word, segmenter_name
 from jaxnat.errors import ConfigError, DataError, run_command
 from jaxnat.paths import check_not_the_input, write_whole
 
 
 def reference_words(ref: str, lang: str) -> list[str]:
-    """The tokens of `ref` (`word_tokens`) that pass `is_word`, in sentence order, repeats kept."""
-    return [token for token in word_tokens(ref, lang) if is_word(token)]
+    """The words of `ref` (`dictionary_words`) that pass `is_word`, in sentence order, repeats kept."""
+    return [token for token in dictionary_words(ref, lang) if is_word(token)]
 
 
 def sentence_constraints(ref: str, rng: random.Random, min_words: int, max_words: int, lang: str) -> list[str]:
@@ -114,8 +115,8 @@ def run(argv=None) -> int:
     except OSError as e:
         raise DataError(f"{args.output}: cannot write ({e.strerror})") from None
     total = sum(len(c) for c in constraints)
-    print(f"{len(refs)} sentences, {total} constraints ({total / len(refs):.2f} per sentence) -> {args.output}",
-          file=sys.stderr)
+    print(f"{len(refs)} sentences, {total} constraints ({total / len(refs):.2f} per sentence; words by "
+          f"{segmenter_name(args.lang)}) -> {args.output}", file=sys.stderr)
     return 0
 
 

@@ -14,6 +14,7 @@ given it; `docs/editor.md` reads the figures. `starts` builds the requests, `jax
 
 from __future__ import annotations
 
+from jaxnat.data.words import unspaced
 from jaxnat.evaluation.constraints import reference_words
 
 STARTS = ("plain", "soft", "soft_in_order", "every_second_word", "own_output", "reference")
@@ -38,11 +39,12 @@ def in_reference_order(words: list[str], ref_words: list[str]) -> list[str]:
 def starts(refs: list[str], constraints: list[list[str]], plain_hyps: list[str], lang: str) -> dict[str, dict]:
     """For each name of STARTS, the keyword arguments of `Translator.translate` that start from it."""
     ref_words = [reference_words(r, lang) for r in refs]
+    space = "" if unspaced(lang) else " "  # Chinese and Japanese words are written without spaces between them
     return {
         "plain": {},
         "soft": {"constraints": constraints},
         "soft_in_order": {"constraints": [in_reference_order(c, w) for c, w in zip(constraints, ref_words)]},
-        "every_second_word": {"inits": [" ".join(w[::2]) for w in ref_words]},
+        "every_second_word": {"inits": [space.join(w[::2]) for w in ref_words]},
         "own_output": {"inits": list(plain_hyps)},
         "reference": {"inits": list(refs)},
     }
