@@ -5,10 +5,14 @@ XLA's backend optimisation off, and, with jaxlib 0.10, the CPU backend's older l
 (`xla_cpu_use_fusion_emitters=false`; jaxlib 0.11's and 0.12's XLA have only the new one and abort on the flag,
 so there the suite takes 14 min on 2 cores: test_mask_predict_matches_python_loop's 68 programs compile in 5.1 s on
 jaxlib 0.10.2, 12.2 s on 0.11.2 and 14.7 s on 0.12.0.1); one LLVM
-module a program instead of XLA's split of it for parallel code generation. The tests' models are tiny, so their
-time goes into compiling, not running: without LLVM's optimisation passes the suite uses about a third less CPU,
-the older emitters compile a fifth faster again, and the unsplit module a twelfth (the EDITOR and CMLMC test
-models' train and decoding programs); what the programs compute is the same. The command-line tests fork their
+module a program instead of XLA's split of it for parallel code generation; and no source locations in the programs
+(JAX_TRACEBACK_IN_LOCATIONS_LIMIT=0: a traceback of up to ten frames is otherwise attached to every operation, which
+XLA carries through its passes). The tests' models are tiny, so their time goes into compiling, not running: without
+LLVM's optimisation passes the suite uses about a third less CPU, the older emitters compile a fifth faster again,
+the unsplit module a twelfth (the EDITOR and CMLMC test models' train and decoding programs), and the programs
+without locations a fourteenth (test_scan_layers' loss and gradient tests, paired runs); what the programs compute
+is the same. The cache compresses its programs with zstd (zstandard, in the test extra; jax falls back to zlib):
+test_cmlm.py's hundreds of programs in 4.5% less time (paired runs). The command-line tests fork their
 `python -m jaxnat.main` runs from a server that has imported jax already (tests/cli.py)."""
 
 import atexit
@@ -25,6 +29,7 @@ if "JAXNAT_COMPILATION_CACHE" not in os.environ:
     os.environ["JAXNAT_COMPILATION_CACHE"] = tempfile.mkdtemp(prefix="jaxnat-xla-cache-")
     atexit.register(shutil.rmtree, os.environ["JAXNAT_COMPILATION_CACHE"], ignore_errors=True)
 os.environ.setdefault("JAXNAT_COMPILATION_CACHE_MIN_SECONDS", "0")
+os.environ.setdefault("JAX_TRACEBACK_IN_LOCATIONS_LIMIT", "0")
 _OLD_EMITTERS = importlib.metadata.version("jaxlib").startswith("0.10.")
 _FLAGS = ("--xla_backend_optimization_level=0", "--xla_cpu_parallel_codegen_split_count=1",
           *(["--xla_cpu_use_fusion_emitters=false"] * _OLD_EMITTERS))
