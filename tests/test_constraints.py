@@ -112,42 +112,49 @@ def test_chinese_references_offer_words_of_several_characters():
     reference by CPR, which matches them on characters."""
     for lang in ("zh", "zh-CN", "zho_Hans"):
         assert reference_words(CHINESE, lang) == CHINESE_WORDS, lang
-    assert words_mod.segmenter_name("zh") == "jieba's dictionary (rjieba)" and words_mod.segmenter_name("de") == "Moses"
+    assert words_mod.drawn_as("zh") == "words of jieba's dictionary (rjieba)"
+    assert words_mod.drawn_as("de") == "Moses words"
     (cons,) = make_constraints([CHINESE], seed=0, min_words=20, max_words=20, lang="zh")
     assert sorted(cons) == sorted(CHINESE_WORDS)
     assert constraint_preservation([CHINESE], [["北京", "清华大学", "好看"]], lang="zh") == 100.0
     assert constraint_preservation(["他在清华读书。"], [["清华大学"]], lang="zh") == 0.0
 
 
-def test_without_its_segmenter_a_language_offers_characters_and_says_so(monkeypatch, caplog):
-    """rjieba missing (and here MeCab, never installed by the test extra): characters, as before, with a warning
-    naming the extra, once per language."""
+def test_without_its_segmenter_a_language_offers_what_moses_gives_and_says_so(monkeypatch, caplog):
+    """rjieba missing (and here MeCab, never installed by the test extra): Chinese and Japanese characters, Korean
+    Moses words with their particles, as before, with a warning naming the extra, once per language."""
     monkeypatch.setitem(sys.modules, "rjieba", None)  # an import of it raises ImportError
     words_mod._segmenter.cache_clear()
     try:
         with caplog.at_level("WARNING", logger="jaxnat"):
             assert reference_words(CHINESE, "zh")[:5] == ["我", "住", "在", "北", "京"]
             assert reference_words("東京に行きました。", "ja") == ["東", "京", "に", "行", "き", "ま", "し", "た"]
+            assert reference_words("나는 서울에 갔다.", "ko-KR") == ["나는", "서울에", "갔다"]
             assert reference_words(CHINESE, "zh-TW")[3:5] == ["北", "京"]
-            assert words_mod.segmenter_name("zh") == "characters"
+            assert words_mod.drawn_as("zh") == "single characters (no segmenter installed)"
         warned = [r.getMessage() for r in caplog.records]
-        assert len(warned) == 2 and "pip install -e '.[zh]'" in warned[0] and "pip install -e '.[ja]'" in warned[1]
+        said = [("zh", "single characters"), ("ja", "single characters"), ("ko", "Moses words, particles attached")]
+        assert [w.split(":")[0] for w in warned] == [f"constraints drawn from {lang} references are {what}"
+                                                     for lang, what in said]
+        assert all(f"pip install -e '.[{lang}]'" in w for lang, w in zip(("zh", "ja", "ko"), warned))
     finally:
         words_mod._segmenter.cache_clear()
 
 
-def test_japanese_references_offer_mecabs_words(monkeypatch):
-    """MeCab's wakati output (sacreBLEU's ja-mecab tokenizer, here a stand-in: IPADIC is not in the test extra)."""
-    class Wakati:
-        def __call__(self, line):
-            return {"東京に行きました。": "東京 に 行き まし た 。"}[line]
+@pytest.mark.parametrize("lang, ref, wakati, words", [
+    ("ja-JP", "東京に行きました。", "東京 に 行き まし た 。", ["東京", "に", "行き", "まし", "た"]),
+    ("kor_Hang", "나는 서울에 갔다.", "나 는 서울 에 갔 다 .", ["나", "는", "서울", "에", "갔", "다"])])
+def test_japanese_and_korean_references_offer_mecabs_words(monkeypatch, lang, ref, wakati, words):
+    """MeCab's wakati output (sacreBLEU's ja-mecab and ko-mecab tokenizers, here a stand-in: their dictionaries are
+    not in the test extra)."""
+    from sacrebleu.tokenizers import tokenizer_ja_mecab, tokenizer_ko_mecab
 
-    from sacrebleu.tokenizers import tokenizer_ja_mecab
-
-    monkeypatch.setattr(tokenizer_ja_mecab, "TokenizerJaMecab", Wakati)
+    for module, name in ((tokenizer_ja_mecab, "TokenizerJaMecab"), (tokenizer_ko_mecab, "TokenizerKoMecab")):
+        monkeypatch.setattr(module, name, lambda: {ref: wakati}.get)
     words_mod._segmenter.cache_clear()
     try:
-        assert reference_words("東京に行きました。", "ja-JP") == ["東京", "に", "行き", "まし", "た"]
+        assert reference_words(ref, lang) == words
+        assert words_mod.drawn_as(lang).startswith("words of MeCab")
     finally:
         words_mod._segmenter.cache_clear()
 

@@ -3,7 +3,8 @@ target language's rules, no HTML escaping, hyphenated words kept whole), in Chin
 their scripts a token of its own; a constraint is made of tokens that begin and end like a word (`is_word`). Used by
 CPR/CSR and the tokenized scores (`jaxnat.evaluation.metrics`) and the constraint pairs drawn from word alignments
 (`jaxnat.data.alignment`). The constraint test sets (`jaxnat.evaluation.constraints`) draw from `dictionary_words`:
-in Chinese and Japanese a dictionary segmenter's words ("北京", not "北" and "京"), elsewhere the same Moses tokens."""
+in Chinese, Japanese and Korean a dictionary segmenter's words ("北京", not "北" and "京"; "서울", not "서울에"),
+elsewhere the same Moses tokens."""
 
 from __future__ import annotations
 
@@ -93,46 +94,52 @@ def word_tokens(text: str, lang: str) -> list[str]:
     return [part for token in moses_tokenize(text, LANGUAGE_INDEPENDENT) for part in _CJK_CHAR.split(token) if part]
 
 
-# The dictionary segmenters of the languages written without spaces, and the extra that brings each: a constraint
-# drawn from a reference is then a word of several characters, as a term is ("清华大学"), not one character
-SEGMENTERS = {"zh": ("jieba's dictionary (rjieba)", "zh"),
-              "ja": ("MeCab with IPADIC (sacreBLEU's ja-mecab words)", "ja")}
+# The dictionary segmenters of the languages whose words Moses cannot find, the extra that brings each, and what
+# drawn constraints are without it: with it a constraint is a word of several characters, as a term is ("清华大学"),
+# not one character, and a Korean one a word without the particle written onto it ("서울", not "서울에")
+SEGMENTERS = {"zh": ("jieba's dictionary (rjieba)", "zh", "single characters"),
+              "ja": ("MeCab with IPADIC (sacreBLEU's ja-mecab words)", "ja", "single characters"),
+              "ko": ("MeCab-ko with mecab-ko-dic (sacreBLEU's ko-mecab words)", "ko",
+                     "Moses words, particles attached")}
 
 
 @functools.lru_cache(maxsize=None)
 def _segmenter(lang: str):
     """The function that cuts a sentence of primary language ``lang`` (`SEGMENTERS`) into words, or None (said once)
     where its package is not installed. Imported here: only constraint drawing needs one."""
-    name, extra = SEGMENTERS[lang]
+    name, extra, without = SEGMENTERS[lang]
     if lang == "zh":
         rjieba = optional("rjieba")
         if rjieba is not None:
             return rjieba.cut
-    else:
+    else:  # sacreBLEU's MeCab tokenizers: wakati output, the words with spaces between them
         from sacrebleu.tokenizers.tokenizer_ja_mecab import TokenizerJaMecab
+        from sacrebleu.tokenizers.tokenizer_ko_mecab import TokenizerKoMecab
 
         try:
-            return TokenizerJaMecab().__call__  # wakati output: the words with spaces between them
-        except RuntimeError:  # sacreBLEU's where MeCab or IPADIC is missing
+            return (TokenizerJaMecab if lang == "ja" else TokenizerKoMecab)().__call__
+        except RuntimeError:  # sacreBLEU's where MeCab or its dictionary is missing
             pass
-    log.warning("constraints drawn from %s references are single characters: their word segmenter, %s, is not "
-                "installed (pip install -e '.[%s]' in jaxnat's directory)", lang, name, extra)
+    log.warning("constraints drawn from %s references are %s: their word segmenter, %s, is not installed "
+                "(pip install -e '.[%s]' in jaxnat's directory)", lang, without, name, extra)
     return None
 
 
-def segmenter_name(lang: str) -> str:
-    """What `dictionary_words` cuts sentences of ``lang`` with: a segmenter of `SEGMENTERS`, "characters" where it is
-    not installed, "Moses" for a language written with spaces."""
+def drawn_as(lang: str) -> str:
+    """What the constraints drawn from references in ``lang`` are (`dictionary_words`), said in the constraints
+    command's summary: "words of <segmenter>", what they are without it, or "Moses words"."""
     primary = primary_language(lang)
     if primary not in SEGMENTERS:
-        return "Moses"
-    return SEGMENTERS[primary][0] if _segmenter(primary) is not None else "characters"
+        return "Moses words"
+    name, _, without = SEGMENTERS[primary]
+    return f"words of {name}" if _segmenter(primary) is not None else f"{without} (no segmenter installed)"
 
 
 def dictionary_words(text: str, lang: str) -> list[str]:
-    """The words constraints are drawn from: in Chinese and Japanese a dictionary segmenter's (`SEGMENTERS`:
-    "我住在北京。" -> "我" "住" "在" "北京" "。"), elsewhere, and where it is not installed, `word_tokens`. A drawn
-    word is then matched on `term_tokens` (characters in a row), as any term is."""
+    """The words constraints are drawn from: in Chinese, Japanese and Korean a dictionary segmenter's (`SEGMENTERS`:
+    "我住在北京。" -> "我" "住" "在" "北京" "。", "서울에 갔다." -> "서울" "에" "갔" "다" "."), elsewhere, and where it
+    is not installed, `word_tokens`. A drawn word is then matched on `term_tokens` (characters or syllables in a
+    row), as any term is."""
     primary = primary_language(lang)
     cut = _segmenter(primary) if primary in SEGMENTERS else None
     if cut is None:

@@ -9,9 +9,10 @@ Words, as in Post & Vilar and EDITOR (Xu & Carpuat 2021), are tokens of the Mose
 hyphen splitting) that pass `is_word`: they start with a letter or digit and end with a letter, digit or combining
 mark. So "Ein Mann, der läuft." offers "Ein", "Mann", "der", "läuft"; "T-Shirt" and "blau-weiß" stay whole words;
 punctuation, Moses's split markers ("@-@") and clitics that keep their apostrophe ("'s" in English, "l'" in French)
-are never chosen. Chinese and Japanese references are cut by a dictionary segmenter ("我住在北京。" offers "我",
-"住", "在", "北京"; jieba's dictionary through rjieba, `pip install 'jaxnat[zh]'`, and MeCab with IPADIC,
-`'jaxnat[ja]'`); where it is not installed, they offer single characters, with a warning. The decoder is given the
+are never chosen. Chinese, Japanese and Korean references are cut by a dictionary segmenter ("我住在北京。" offers
+"我", "住", "在", "北京"; "서울에 갔다." "서울", "에", "갔", "다"): jieba's dictionary through rjieba (`pip install
+'jaxnat[zh]'`), MeCab with IPADIC (`'jaxnat[ja]'`) and MeCab-ko (`'jaxnat[ko]'`); where it is not installed, they
+offer single characters (Korean: Moses words, particles attached), with a warning. The decoder is given the
 words as they are, and `jaxnat.evaluation.metrics.constraint_preservation` looks for them with the same tokenizer
 (in Chinese and Japanese a word's characters in a row).
 
@@ -26,7 +27,7 @@ import json
 import random
 import sys
 
-from jaxnat.data.words import dictionary_words, is_word, segmenter_name
+from jaxnat.data.words import dictionary_words, drawn_as, is_word
 from jaxnat.errors import ConfigError, DataError, run_command
 from jaxnat.paths import check_not_the_input, write_whole
 
@@ -115,8 +116,8 @@ def run(argv=None) -> int:
     except OSError as e:
         raise DataError(f"{args.output}: cannot write ({e.strerror})") from None
     total = sum(len(c) for c in constraints)
-    print(f"{len(refs)} sentences, {total} constraints ({total / len(refs):.2f} per sentence; words by "
-          f"{segmenter_name(args.lang)}) -> {args.output}", file=sys.stderr)
+    print(f"{len(refs)} sentences, {total} constraints ({total / len(refs):.2f} per sentence; "
+          f"{drawn_as(args.lang)}) -> {args.output}", file=sys.stderr)
     return 0
 
 
