@@ -2,6 +2,7 @@
 random alignments, sampling (counts, lengths, no overlap, determinism by seed), and code-switching."""
 
 import random
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -217,15 +218,16 @@ def test_symmetrise_grows_from_the_intersection():
 def test_a_split_where_most_sentences_get_no_pair_is_warned_about():
     """Targets without spaces (a sentence one Moses word) gave "train: 0 constraint pairs in 300 sentences" at INFO,
     and a vectorized-constraints run trained on them without a pair; a few sentences without one are normal (5% of
-    a Multi30k sample). Chinese and Japanese are split into characters: there a small corpus's most frequent
-    characters (--common-words) were the cause, which the warning names, not a segmentation they do not need."""
+    a Multi30k sample). Chinese and Japanese are cut by their segmenters (or into characters without one): there a
+    small corpus's most frequent words (--common-words) are the likelier cause, which the warning names."""
     from jaxnat.data.alignment import few_pairs
 
     assert few_pairs("train", [[["a", "b"]], [], [["c", "d"]]], 100) == ""
     assert few_pairs("train", [[["a", "b"]], [], []], 100) == (
         "train: 2 of 3 sentences got no constraint pair; a phrase is 1–3 words (Moses's, split at spaces; Chinese and "
-        "Japanese characters) not all among a side's 100 most frequent: lower --common-words for a small vocabulary, "
-        "and segment a language written without spaces other than Chinese and Japanese (Thai) into words first")
+        "Japanese by their segmenters) not all among a side's 100 most frequent: lower --common-words for a small "
+        "vocabulary, and segment a language written without spaces other than Chinese and Japanese (Thai) into words "
+        "first")
 
 
 def test_pairs_are_detokenized_by_the_primary_language():
@@ -384,6 +386,45 @@ def test_pairs_drawn_from_other_targets_are_refused_to_a_model_that_trains_on_th
     assert load_pairs(cfg, distilled)["test"] == [[("b", "y")]]
     with pytest.raises(DataError, match="test.pairs.jsonl: drawn from other test files"):
         load_pairs(cfg, {**distilled, "test": (["b"], ["w"])})
+
+
+def test_chinese_pairs_are_aligned_on_words_and_recorded_so(tmp_path, monkeypatch):
+    """A Chinese side is aligned on its segmenter's words (rjieba): a target phrase is whole words ("汽车", never
+    "汽"), up to three of them, written without spaces. The record says what cut the words: an alignment made on
+    characters (no segmenter installed) is not kept by a run that has one."""
+    import json
+
+    from jaxnat.data import words
+    from jaxnat.data.alignment import align_corpus
+    from jaxnat.errors import DataError
+
+    # words jieba keeps apart in any order (a single character such as "大" merges: "大房子")
+    lexicon = {"red": "红色", "car": "汽车", "house": "房子", "dog": "小狗", "sees": "看见", "teacher": "老师",
+               "city": "城市", "beautiful": "美丽"}
+    rng = random.Random(0)
+    src = [" ".join(rng.choice(list(lexicon)) for _ in range(rng.randint(2, 5))) for _ in range(200)]
+    for split, lines in (("train", src), ("test", src[:12])):
+        (tmp_path / f"{split}.en").write_text("".join(s + "\n" for s in lines))
+        (tmp_path / f"{split}.zh").write_text("".join("".join(lexicon[w] for w in s.split()) + "\n" for s in lines))
+    assert words.aligned_words("红色汽车看见小狗", "zh") == ["红色", "汽车", "看见", "小狗"]
+    out = tmp_path / "out"
+    align_corpus(str(tmp_path), "en", "zh", str(out), splits=("test",), common_words=0)
+    pairs = [p for line in (out / "test.pairs.jsonl").read_text().splitlines() for p in json.loads(line)]
+    assert pairs and all(t == "".join(lexicon[w] for w in s.split()) for s, t in pairs)
+    record = json.loads((out / "train.alignment.json").read_text())
+    assert record["settings"]["words"] == {"zh": "words of jieba's dictionary (rjieba)"}
+
+    monkeypatch.setitem(sys.modules, "rjieba", None)
+    words._segmenter.cache_clear()
+    try:
+        chars = tmp_path / "chars"
+        align_corpus(str(tmp_path), "en", "zh", str(chars), common_words=0)
+        with pytest.raises(DataError, match="other settings \\(words .*single characters.* there, .*rjieba.* now"):
+            words._segmenter.cache_clear()
+            monkeypatch.delitem(sys.modules, "rjieba")
+            align_corpus(str(tmp_path), "en", "zh", str(chars), common_words=0)
+    finally:
+        words._segmenter.cache_clear()
 
 
 def test_a_rerun_keeps_only_an_alignment_of_the_same_files_and_settings(tmp_path):

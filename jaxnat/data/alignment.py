@@ -4,8 +4,9 @@ Wang et al. (2022) drawn from it, written beside the corpus (or into --output).
     python -m jaxnat.data.alignment --data-dir DIR --src en --tgt de [--output DIR] [--train-split train]
         [--splits val,test_2016_flickr] [--seed 1] [--code-switch] [--common-words 100]
 
-1. Both sides of every split are split into words (`word_tokens`: Moses tokens, Chinese and Japanese characters
-   one each; the words constraints are made of and CSR counts).
+1. Both sides of every split are split into words (`aligned_words`: Moses tokens; in Chinese and Japanese a
+   dictionary segmenter's words, jieba's through rjieba and MeCab's, `jaxnat.data.words.SEGMENTERS`, or
+   characters where it is not installed).
 2. The training split is aligned in both directions and the two directions are symmetrised with
    grow-diag-final-and (`symmetrise`): `{train}.align`, Pharaoh links ``i-j`` over Moses words, a line per pair.
 3. Every other split is aligned *with the model learned on the training data*: eflomal's lexical, jump and
@@ -22,8 +23,9 @@ Wang et al. (2022) drawn from it, written beside the corpus (or into --output).
 
 Every file is written whole under a temporary name and renamed, and a rerun skips the files that exist, so a
 killed run resumes where it stopped. `{train}.alignment.json` records the settings (--src, --tgt, --seed,
---common-words) and a fingerprint of each split's files: a rerun with others, or on changed files, stops rather
-than keep pairs made from something else. Errors print one line and exit with code 2.
+--common-words, and what cut a Chinese or Japanese side into words) and a fingerprint of each split's files: a rerun
+with others, or on changed files, stops rather than keep pairs made from something else. Errors print one line and
+exit with code 2.
 """
 
 from __future__ import annotations
@@ -142,17 +144,17 @@ def pairs_of_split(src_words: list[list[str]], tgt_words: list[list[str]], align
 
 def few_pairs(split: str, pairs: list[list], common_words: int) -> str:
     """A warning where most of a split's sentences got no constraint pair ('' where not; a few percent have none
-    on Multi30k): a sentence of a language written without spaces that `word_tokens` does not split (Thai) is one
+    on Multi30k): a sentence of a language written without spaces that `aligned_words` does not split (Thai) is one
     Moses word, which no phrase of at most 3 words on the other side is consistent with; in a small corpus, or on
-    the characters of Chinese and Japanese, a side's ``common_words`` most frequent words may make up every
-    phrase."""
+    the characters of Chinese and Japanese without their segmenter, a side's ``common_words`` most frequent words
+    may make up every phrase."""
     empty = sum(not p for p in pairs)
     if 2 * empty <= len(pairs):
         return ""
     return (f"{split}: {empty} of {len(pairs)} sentences got no constraint pair; a phrase is 1–{MAX_WORDS} words "
-            f"(Moses's, split at spaces; Chinese and Japanese characters) not all among a side's {common_words} most "
-            f"frequent: lower --common-words for a small vocabulary, and segment a language written without spaces "
-            f"other than Chinese and Japanese (Thai) into words first")
+            f"(Moses's, split at spaces; Chinese and Japanese by their segmenters) not all among a side's "
+            f"{common_words} most frequent: lower --common-words for a small vocabulary, and segment a language "
+            f"written without spaces other than Chinese and Japanese (Thai) into words first")
 
 
 def split_fingerprint(src: list[str], tgt: list[str]) -> str:
@@ -184,7 +186,7 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
     from tqdm import tqdm
 
     from jaxnat.data.text import find_split_files, read_parallel
-    from jaxnat.data.words import word_tokens
+    from jaxnat.data.words import aligned_words, drawn_as, unspaced
 
     os.makedirs(out_dir, exist_ok=True)
     priors = os.path.join(out_dir, f"{train_split}.priors")
@@ -192,6 +194,8 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
     # what the files were made from: a rerun keeps them only for the same settings and the same split files
     record_path = os.path.join(out_dir, f"{train_split}{RECORD_SUFFIX}")
     settings = {"src": src_lang, "tgt": tgt_lang, "seed": seed, "common_words": common_words}
+    if segmented := {lang: drawn_as(lang) for lang in (src_lang, tgt_lang) if unspaced(lang)}:
+        settings["words"] = segmented  # characters, or a segmenter's words: pairs of another kind
     record = _read_record(record_path, out_dir, settings)
     written = {}
     for split in (train_split, *splits):
@@ -216,8 +220,8 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
             continue
         # no bar in a log file: on millions of pairs, minutes of silence before the aligner's first line
         log.info("%s: words of %d sentence pairs", split, len(src))
-        src_words = [word_tokens(s, src_lang) for s in tqdm(src, desc=f"tokenize {split}.{src_lang}", disable=None)]
-        tgt_words = [word_tokens(t, tgt_lang) for t in tqdm(tgt, desc=f"tokenize {split}.{tgt_lang}", disable=None)]
+        src_words = [aligned_words(s, src_lang) for s in tqdm(src, desc=f"tokenize {split}.{src_lang}", disable=None)]
+        tgt_words = [aligned_words(t, tgt_lang) for t in tqdm(tgt, desc=f"tokenize {split}.{tgt_lang}", disable=None)]
         align_path = os.path.join(out_dir, f"{split}.align")
         if os.path.exists(align_path):
             with open(align_path, encoding="utf-8") as f:
@@ -270,8 +274,8 @@ def _read_record(path: str, out_dir: str, settings: dict) -> dict | None:
         raise DataError(f"{path}: unreadable (not the record an alignment run writes); delete it and the files "
                         f"beside it, or choose another --output") from None
     if old != settings:
-        different = ", ".join(f"--{k.replace('_', '-')} {old.get(k)!r} there, {v!r} now" for k, v in settings.items()
-                              if old.get(k) != v)
+        different = ", ".join(f"{'' if k == 'words' else '--'}{k.replace('_', '-')} {old.get(k)!r} there, {v!r} now"
+                              for k, v in settings.items() if old.get(k) != v)
         raise DataError(f"{out_dir} holds an alignment made with other settings ({different}); choose another "
                         f"--output or delete it")
     return record

@@ -1,6 +1,6 @@
 """Constraint pairs from word-aligned parallel text (Wang et al. 2022, §4.1, following Chen et al. 2021).
 
-A sentence pair is given as words (`jaxnat.data.words.word_tokens`) and its word
+A sentence pair is given as words (`jaxnat.data.words.aligned_words`) and its word
 alignment, a set of links ``(i, j)``: source word i is aligned to target word j. From it:
 
 * `phrase_pairs` lists the *tight consistent* phrase pairs: a source span of 1–3 words and a target span of

@@ -1,10 +1,10 @@
 """Words, as constraints and the constraint metrics count them (`word_tokens`): Moses tokens (sacremoses, the
 target language's rules, no HTML escaping, hyphenated words kept whole), in Chinese and Japanese each character of
 their scripts a token of its own; a constraint is made of tokens that begin and end like a word (`is_word`). Used by
-CPR/CSR and the tokenized scores (`jaxnat.evaluation.metrics`) and the constraint pairs drawn from word alignments
-(`jaxnat.data.alignment`). The constraint test sets (`jaxnat.evaluation.constraints`) draw from `dictionary_words`:
-in Chinese, Japanese and Korean a dictionary segmenter's words ("北京", not "北" and "京"; "서울", not "서울에"),
-elsewhere the same Moses tokens."""
+CPR/CSR and the tokenized scores (`jaxnat.evaluation.metrics`). The constraint pairs drawn from word alignments
+(`jaxnat.data.alignment`) are aligned on `aligned_words`, and the constraint test sets
+(`jaxnat.evaluation.constraints`) draw from `dictionary_words`: in Chinese, Japanese and Korean a dictionary
+segmenter's words ("北京", not "北" and "京"; "서울", not "서울에"), elsewhere the same Moses tokens."""
 
 from __future__ import annotations
 
@@ -146,6 +146,14 @@ def dictionary_words(text: str, lang: str) -> list[str]:
         return word_tokens(text, lang)
     words = cut(text.strip())
     return (words.split() if isinstance(words, str) else [w for w in words if w.strip()])
+
+
+def aligned_words(text: str, lang: str) -> list[str]:
+    """The words constraint pairs are aligned and drawn on (`jaxnat.data.alignment`): `dictionary_words` in Chinese
+    and Japanese (a pair's phrase is up to three words, not three characters, and Moses's detokenizer writes it back
+    without spaces), `word_tokens` elsewhere; Korean keeps its Moses words, whose particles stay attached (its
+    segmenter's morphemes would come back with a space before each particle: "서울 에")."""
+    return dictionary_words(text, lang) if unspaced(lang) else word_tokens(text, lang)
 
 
 def is_word(token: str) -> bool:

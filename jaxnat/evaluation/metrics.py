@@ -18,7 +18,8 @@ the tokens of the headline BLEU (``tokenize``: 13a's punctuation split off, case
 
 The constraint metric (``constraint_preservation``, CPR; terminology papers call it term usage) uses the words
 constraints are chosen from (``jaxnat.evaluation.constraints``): ``word_tokens(text, lang)`` with the target
-language ``lang``. The rule: a constraint is found in a hypothesis when the words (tokens) of
+language ``lang`` (where constraints are drawn from a segmenter's words, Chinese and Japanese, a word is matched
+as its characters in a row). The rule: a constraint is found in a hypothesis when the words (tokens) of
 the constraint occur in the words of the detokenized hypothesis as a contiguous run, same case -- for a
 single word, when the word is a whole token. So ``"Mann"`` is found in ``"Ein Mann, der läuft."`` (tokens ``Ein
 Mann , der läuft .``) but not in ``"Die Mannschaft"``, ``"T-Shirt"`` is found in ``"ein rotes T-Shirt."`` but
