@@ -141,6 +141,34 @@ def test_without_its_segmenter_a_language_offers_what_moses_gives_and_says_so(mo
         words_mod._segmenter.cache_clear()
 
 
+def test_an_evaluation_of_drawn_chinese_constraints_is_redone_once_its_segmenter_is_installed(tmp_path, monkeypatch):
+    """A run evaluated without rjieba (constraints of single characters) counted as evaluated after its install: the
+    same command kept the character rows. The record says what the drawn constraints were made of, where a segmenter
+    decides it; a German target's record is as before (no evaluation of it is redone)."""
+    from jaxnat.config import build_config
+    from jaxnat.evaluate import _evaluation_record, already_evaluated, write_metrics
+
+    tiny = os.path.join(ROOT, "tests", "configs", "tiny.py")
+    config = build_config(tiny, ["--config.data.tgt_lang=zh", "--config.model.name=editor",
+                                 "--config.eval.beam_size=1", "--config.eval.constraints=soft"])
+    monkeypatch.setitem(sys.modules, "rjieba", None)
+    words_mod._segmenter.cache_clear()
+    try:
+        write_metrics(config, str(tmp_path), {"test": {"bleu": 1.0}})
+        assert already_evaluated(config, str(tmp_path))
+        monkeypatch.delitem(sys.modules, "rjieba")
+        words_mod._segmenter.cache_clear()
+        assert not already_evaluated(config, str(tmp_path))
+    finally:
+        words_mod._segmenter.cache_clear()
+    assert _evaluation_record(config, str(tmp_path))["constraint_words"] == "words of jieba's dictionary (rjieba)"
+    plain = build_config(tiny, ["--config.data.tgt_lang=zh"])  # an AR model draws no constraint (no diagnostic)
+    assert "constraint_words" not in _evaluation_record(plain, str(tmp_path))
+    german = build_config(tiny, ["--config.model.name=editor", "--config.eval.beam_size=1",
+                                 "--config.eval.constraints=soft"])
+    assert "constraint_words" not in _evaluation_record(german, str(tmp_path))
+
+
 @pytest.mark.parametrize("lang, ref, wakati, words", [
     ("ja-JP", "東京に行きました。", "東京 に 行き まし た 。", ["東京", "に", "行き", "まし", "た"]),
     ("kor_Hang", "나는 서울에 갔다.", "나 는 서울 에 갔 다 .", ["나", "는", "서울", "에", "갔", "다"])])
