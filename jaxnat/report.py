@@ -327,6 +327,17 @@ def paired_test(systems: list[System], refs: list[str], test: str, samples: int,
     return {k: str(v) for k, v in signatures.items()}, {k: v for k, v in results.items() if k != "System"}
 
 
+def drawn_constraints(workdir: str, split: str) -> str | None:
+    """The constraints a run's evaluation drew from the references of ``split`` (`hyps/<split>.constraints.jsonl`, as
+    text), or None where it drew none: two systems' constrained rows compare only on the same set."""
+    path = os.path.join(workdir, "hyps", f"{split}.constraints.jsonl")
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
+
+
 def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list[str] | None = None,
                  test: str = "bs", samples: int = 1000, model_analyses: bool = False,
                  flat_within: float = FLAT_WITHIN, columns: list[tuple[str, str]] = ()) -> dict:
@@ -378,6 +389,7 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
     check_bleu_tokenize(tokenize)
     signatures, tests = paired_test(systems, refs, test, samples, tokenize)
     train_refs = corpus["train"][1]
+    baseline_drawn = drawn_constraints(systems[0].workdir, split)
     report = {"split": split, "sentences": len(refs), "baseline": systems[0].name, "test": test,
               "samples": samples, "flat_within": flat_within, "signatures": signatures, "systems": []}
     for k, s in enumerate(systems):
@@ -417,6 +429,11 @@ def build_report(workdirs: list[str], split: str, baseline: int = 0, names: list
             log.warning("%s was evaluated with BLEU tokenized by %s, the baseline with %s: its other rows' BLEU is "
                         "not comparable (evaluate it again with --config.eval.bleu_tokenize=%s)", s.workdir, own,
                         tokenize, tokenize)
+        if (drawn := drawn_constraints(s.workdir, split)) != baseline_drawn and drawn and baseline_drawn:
+            entry["other_constraints"] = True
+            log.warning("%s drew other constraints from the references of %s than the baseline (another "
+                        "eval.constraint_seed, or Chinese, Japanese or Korean words cut otherwise): its constrained "
+                        "rows are not comparable (evaluate it again as the baseline was)", s.workdir, split)
         if trained_since_evaluation(s.workdir):  # its scores are not of the training its row shows
             entry["trained_since_evaluation"] = True
             log.warning("%s trained on after its evaluation (metrics.json): its scores are of earlier checkpoints; "
@@ -570,6 +587,10 @@ def to_markdown(report: dict) -> str:
         lines += [f"Evaluated with BLEU tokenized otherwise than the baseline, so the BLEU of their other rows below "
                   f"is not comparable with the table above, rescored with the baseline's tokenizer (evaluate them "
                   f"again with --config.eval.bleu_tokenize): {', '.join(other)}.", ""]
+    if other := [s["name"] for s in systems if s.get("other_constraints")]:
+        lines += [f"Evaluated with other constraints drawn from the references than the baseline (another "
+                  f"eval.constraint_seed, or words cut otherwise), so their constrained rows below are not comparable "
+                  f"with the baseline's: {', '.join(other)}.", ""]
     rows = sorted({r for s in systems for r in s["rows"]})
     if rows:
         columns = [c for c in ROW_COLUMNS if any(c in row for s in systems for row in s["rows"].values())]

@@ -243,6 +243,26 @@ def test_constraint_pairs_of_a_system_that_is_not_the_baseline(tmp_path):
     assert [s["constraint_overlap"]["rows"]["plain"]["csr_seen"] for s in report["systems"]] == [100.0, 100.0]
 
 
+def test_a_run_whose_constrained_rows_drew_other_constraints_is_marked(tmp_path, caplog):
+    """Two runs evaluated with soft constraints drawn with other seeds (or, for a Chinese target, one with its
+    segmenter's words and one with characters): their constrained rows sat side by side in the report without a
+    word. The sets written beside the hypotheses are compared."""
+    from jaxnat.config import build_config
+    from jaxnat.data.sources import load_corpus
+    from jaxnat.report import build_report, to_markdown
+
+    config = build_config(TINY, [])
+    refs = load_corpus(config.data)["test"][1]
+    workdirs = [_evaluated(tmp_path / name, config, refs) for name in ("base", "same", "other", "none")]
+    for name, words in (("base", "Mann"), ("same", "Mann"), ("other", "Frau")):
+        (tmp_path / name / "hyps" / "test.constraints.jsonl").write_text(f'["{words}"]\n')
+    report = build_report(workdirs, "test", samples=10)
+    assert [s.get("other_constraints") for s in report["systems"]] == [None, None, True, None]
+    assert "other drew other constraints from the references of test than the baseline" in caplog.text
+    assert "Evaluated with other constraints drawn from the references than the baseline" in to_markdown(report)
+    assert "other constraints" not in to_markdown(build_report(workdirs[:2], "test", samples=10))
+
+
 def test_a_post_editing_row_shows_what_it_started_from(tmp_path):
     """The `+init` row's initial hypotheses scored as they are (init_bleu, init_ter: the do-nothing baseline that
     post-editing must beat) were left out of the report, which showed only the post-edited BLEU and TER. Columns
