@@ -15,7 +15,7 @@ from jaxnat.data.phrase_pairs import encode_pairs
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.text import one_line
 from jaxnat.data.vocab import BOS_ID, EOS_ID
-from jaxnat.data.words import SEGMENTERS, drawn_as, primary_language, unspaced, word_tokens
+from jaxnat.data.words import segmenter, unspaced, word_tokens
 from jaxnat.decoding.translator import Translator, check_arguments
 from jaxnat.errors import DataError
 from jaxnat.evaluation import diagnostic
@@ -220,15 +220,16 @@ def _checkpoints(workdir: str) -> dict[str, list[str]]:
 
 
 def _evaluation_record(config, workdir: str) -> dict:
-    """The config and the checkpoints on disk (every saved step, best and last) an evaluation used, and where a
-    segmenter decides what its drawn constraints are made of (a Chinese, Japanese or Korean target: words, or without
-    the segmenter characters), what they were: the same command after the segmenter's install evaluates again."""
+    """The config and the checkpoints on disk (every saved step, best and last) an evaluation used, and the segmenter
+    that cut its references into the words of its drawn constraints (a Chinese, Japanese or Korean target, where one
+    is installed: without, characters or Moses words, and the record as before), so that the same command after a
+    segmenter's install evaluates again."""
     record = {"config": json.loads(config.to_json_best_effort(sort_keys=True)), "checkpoints": _checkpoints(workdir)}
     e, lang = config.eval, config.data.tgt_lang
     draws = _split_list(e.constraints) or e.constraint_counts or (e.diagnostic and
                                                                   family_of(config.model.name).supports.init)
-    if draws and primary_language(lang) in SEGMENTERS:
-        record["constraint_words"] = drawn_as(lang)
+    if draws and (name := segmenter(lang)):
+        record["constraint_words"] = name
     return record
 
 

@@ -161,7 +161,7 @@ def test_an_evaluation_of_drawn_chinese_constraints_is_redone_once_its_segmenter
         assert not already_evaluated(config, str(tmp_path))
     finally:
         words_mod._segmenter.cache_clear()
-    assert _evaluation_record(config, str(tmp_path))["constraint_words"] == "words of jieba's dictionary (rjieba)"
+    assert _evaluation_record(config, str(tmp_path))["constraint_words"] == "jieba's dictionary (rjieba)"
     plain = build_config(tiny, ["--config.data.tgt_lang=zh"])  # an AR model draws no constraint (no diagnostic)
     assert "constraint_words" not in _evaluation_record(plain, str(tmp_path))
     german = build_config(tiny, ["--config.model.name=editor", "--config.eval.beam_size=1",

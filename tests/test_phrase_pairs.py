@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jaxnat.data.phrase_pairs import (PhrasePair, code_switch, encode_pairs, most_common_words, phrase_pairs,
-                                      sample_pairs)
+from jaxnat.data.phrase_pairs import (PhrasePair, Written, code_switch, encode_pairs, most_common_words, phrase_pairs,
+                                      sample_pairs, word_spans)
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.errors import Terminated
 
@@ -171,21 +171,58 @@ def test_pair_phrases_of_an_unspaced_language_are_encoded_as_inside_their_senten
     assert extras["pair_src"].tolist() == [[[5, 4, PAD_ID]]] and extras["pair_tgt"].tolist() == [[[3, 2, PAD_ID]]]
 
 
-def test_code_switching_replaces_the_target_phrase_by_the_source_phrase():
-    src = "the Beatles were a band".split()
-    tgt = "die Beatles waren eine Band".split()
+def _written(text: str, words: str | None = None) -> Written:
+    """``text`` with the words ``words`` (its own split at spaces where None), joined by spaces where unplaced."""
+    return Written.of(text, (words or text).split(), " ".join)
+
+
+@pytest.mark.parametrize("placed", [True, False])
+def test_code_switching_replaces_the_target_phrase_by_the_source_phrase(placed):
+    """In the sentence as written (placed: every word found in it), or where a word is not, in its words joined."""
+    def written(text):
+        return _written(text) if placed else _written("", text)
+
+    src, tgt = written("the Beatles were a band"), written("die Beatles waren eine Band")
     pairs = [PhrasePair(1, 2, 1, 2), PhrasePair(4, 5, 4, 5)]
+    assert (tgt.spans is not None) == placed
     switched, constraints = code_switch(src, tgt, pairs, random.Random(0), rate=1.0)
-    assert switched == "die Beatles waren eine band".split()
+    assert switched == "die Beatles waren eine band"
     assert constraints == [("Beatles", "Beatles"), ("band", "band")]
     kept, constraints = code_switch(src, tgt, pairs, random.Random(0), rate=0.0)
-    assert kept == tgt and constraints == [("Beatles", "Beatles"), ("band", "Band")]
-    longer = code_switch("x a b y".split(), "X P Y".split(), [PhrasePair(1, 3, 1, 2)], random.Random(0), 1.0)
-    assert longer == ("X a b Y".split(), [("a b", "a b")])
+    assert kept == "die Beatles waren eine Band" and constraints == [("Beatles", "Beatles"), ("band", "Band")]
+    longer = code_switch(written("x a b y"), written("X P Y"), [PhrasePair(1, 3, 1, 2)], random.Random(0), 1.0)
+    assert longer == ("X a b Y", [("a b", "a b")])
     # two switched spans of other lengths than their targets: each replaces its own words (right to left)
-    two = code_switch("x1 x2 y".split(), "X Y1 Y2".split(), [PhrasePair(0, 2, 0, 1), PhrasePair(2, 3, 1, 3)],
+    two = code_switch(written("x1 x2 y"), written("X Y1 Y2"), [PhrasePair(0, 2, 0, 1), PhrasePair(2, 3, 1, 3)],
                       random.Random(0), 1.0)
-    assert two == ("x1 x2 y".split(), [("x1 x2", "x1 x2"), ("y", "y")])
+    assert two == ("x1 x2 y", [("x1 x2", "x1 x2"), ("y", "y")])
+
+
+def test_phrases_are_written_as_their_sentences_write_them():
+    """A Korean word aligned without its particle (MeCab-ko's morphemes) is "서울", not "서울 에"; Chinese keeps
+    "NBA比赛" whole (Moses's detokenizer wrote "NBA 比赛"); a switched phrase is spliced into the sentence as written,
+    its punctuation and spacing kept."""
+    korean = _written("나는 서울에 갔다.", "나 는 서울 에 갔 다 .")
+    assert korean.phrase(2, 3) == "서울" and korean.phrase(2, 4) == "서울에" and korean.phrase(0, 3) == "나는 서울"
+    assert _written("NBA比赛很好看", "NBA 比赛 很 好看").phrase(0, 2) == "NBA比赛"
+    german = _written("Er sah „Die Beatles“, sagte sie.", "Er sah „ Die Beatles “ , sagte sie .")
+    target, pairs = code_switch(_written("He saw the Beatles"), german, [PhrasePair(3, 4, 4, 5)], random.Random(0),
+                                1.0)
+    assert target == "Er sah „Die Beatles“, sagte sie." and pairs == [("Beatles", "Beatles")]
+    target, _ = code_switch(_written("He saw the band"), german, [PhrasePair(3, 4, 4, 5)], random.Random(0), 1.0)
+    assert target == "Er sah „Die band“, sagte sie."
+
+
+@given(st.lists(st.text(alphabet="ab 서울에", min_size=1, max_size=4).map(str.strip).filter(bool), max_size=6),
+       st.lists(st.sampled_from([" ", "  ", "\t"]), min_size=6, max_size=6))
+def test_word_spans_find_each_word_where_it_stands(words, gaps):
+    """Property: words written with whitespace between them are found in order at their own places; a word that
+    is not written there (a tokenizer that changed a character) gives None."""
+    text = "".join(w + g for w, g in zip(words, gaps))
+    spans = word_spans(text, [w for w in words])
+    assert spans is not None and [text[a:b] for a, b in spans] == words
+    assert all(text[b:c].isspace() for (_, b), (c, _) in zip(spans, spans[1:]))
+    assert word_spans(text, [*words, "x"]) is None
 
 
 def test_a_target_phrase_of_three_words_is_a_pair_and_of_four_is_not():
@@ -231,12 +268,14 @@ def test_a_split_where_most_sentences_get_no_pair_is_warned_about():
 
 
 def test_pairs_are_detokenized_by_the_primary_language():
-    # Moses's detokenizer joins Hangul words under any code but "ko": "ko-KR" wrote "서울에갔다"
+    # where the words are not found in the sentence as written, Moses's detokenizer joins them; it joins Hangul
+    # words under any code but "ko": "ko-KR" wrote "서울에갔다"
     from jaxnat.data.alignment import pairs_of_split
 
-    out, _ = pairs_of_split([["to", "Seoul", "went"]], [["서울에", "갔다"]], [{(1, 0), (2, 1)}], 1, "en", "ko-KR",
-                            False, (set(), set()))
-    assert out == [[["Seoul went", "서울에 갔다"]]]
+    for src, tgt in (("to Seoul went", "서울에 갔다"), ("", "")):
+        out, _ = pairs_of_split([src], [tgt], [["to", "Seoul", "went"]], [["서울에", "갔다"]], [{(1, 0), (2, 1)}], 1,
+                                "en", "ko-KR", False, (set(), set()))
+        assert out == [[["Seoul went", "서울에 갔다"]]]
 
 
 def test_align_corpus_writes_resumable_files(tmp_path, caplog):
@@ -406,20 +445,20 @@ def test_chinese_pairs_are_aligned_on_words_and_recorded_so(tmp_path, monkeypatc
     for split, lines in (("train", src), ("test", src[:12])):
         (tmp_path / f"{split}.en").write_text("".join(s + "\n" for s in lines))
         (tmp_path / f"{split}.zh").write_text("".join("".join(lexicon[w] for w in s.split()) + "\n" for s in lines))
-    assert words.aligned_words("红色汽车看见小狗", "zh") == ["红色", "汽车", "看见", "小狗"]
+    assert words.dictionary_words("红色汽车看见小狗", "zh") == ["红色", "汽车", "看见", "小狗"]
     out = tmp_path / "out"
     align_corpus(str(tmp_path), "en", "zh", str(out), splits=("test",), common_words=0)
     pairs = [p for line in (out / "test.pairs.jsonl").read_text().splitlines() for p in json.loads(line)]
     assert pairs and all(t == "".join(lexicon[w] for w in s.split()) for s, t in pairs)
     record = json.loads((out / "train.alignment.json").read_text())
-    assert record["settings"]["words"] == {"zh": "words of jieba's dictionary (rjieba)"}
+    assert record["settings"]["words"] == {"zh": "jieba's dictionary (rjieba)"}
 
     monkeypatch.setitem(sys.modules, "rjieba", None)
     words._segmenter.cache_clear()
     try:
         chars = tmp_path / "chars"
         align_corpus(str(tmp_path), "en", "zh", str(chars), common_words=0)
-        with pytest.raises(DataError, match="other settings \\(words .*single characters.* there, .*rjieba.* now"):
+        with pytest.raises(DataError, match="other settings \\(words None there, .*rjieba.* now"):
             words._segmenter.cache_clear()
             monkeypatch.delitem(sys.modules, "rjieba")
             align_corpus(str(tmp_path), "en", "zh", str(chars), common_words=0)

@@ -4,9 +4,10 @@ Wang et al. (2022) drawn from it, written beside the corpus (or into --output).
     python -m jaxnat.data.alignment --data-dir DIR --src en --tgt de [--output DIR] [--train-split train]
         [--splits val,test_2016_flickr] [--seed 1] [--code-switch] [--common-words 100]
 
-1. Both sides of every split are split into words (`aligned_words`: Moses tokens; in Chinese and Japanese a
-   dictionary segmenter's words, jieba's through rjieba and MeCab's, `jaxnat.data.words.SEGMENTERS`, or
-   characters where it is not installed).
+1. Both sides of every split are split into words (`dictionary_words`: Moses tokens; in Chinese, Japanese and
+   Korean a dictionary segmenter's words, jieba's through rjieba and MeCab's, `jaxnat.data.words.SEGMENTERS`, or
+   without it Chinese and Japanese characters and Korean Moses words). A pair's phrases are cut from their
+   sentences as written (`jaxnat.data.phrase_pairs.Written`): a Korean word without the particle after it.
 2. The training split is aligned in both directions and the two directions are symmetrised with
    grow-diag-final-and (`symmetrise`): `{train}.align`, Pharaoh links ``i-j`` over Moses words, a line per pair.
 3. Every other split is aligned *with the model learned on the training data*: eflomal's lexical, jump and
@@ -23,9 +24,9 @@ Wang et al. (2022) drawn from it, written beside the corpus (or into --output).
 
 Every file is written whole under a temporary name and renamed, and a rerun skips the files that exist, so a
 killed run resumes where it stopped. `{train}.alignment.json` records the settings (--src, --tgt, --seed,
---common-words, and what cut a Chinese or Japanese side into words) and a fingerprint of each split's files: a rerun
-with others, or on changed files, stops rather than keep pairs made from something else. Errors print one line and
-exit with code 2.
+--common-words, and the segmenter that cut a Chinese, Japanese or Korean side into words) and a fingerprint of each
+split's files: a rerun with others, or on changed files, stops rather than keep pairs made from something else.
+Errors print one line and exit with code 2.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ import sys
 import tempfile
 from collections.abc import Iterable
 
-from jaxnat.data.phrase_pairs import (MAX_WORDS, code_switch, most_common_words, phrase_pairs, phrase_text,
+from jaxnat.data.phrase_pairs import (MAX_WORDS, Written, code_switch, most_common_words, phrase_pairs,
                                       sample_pairs)
 from jaxnat.errors import DataError, JaxnatError, run_command
 from jaxnat.optional import require
@@ -116,12 +117,12 @@ def _write_whole(path: str, lines: Iterable[str]) -> None:
     write_whole(path, "".join(line + "\n" for line in lines))
 
 
-def pairs_of_split(src_words: list[list[str]], tgt_words: list[list[str]], alignments: list[Links], seed: int,
-                   src_lang: str, tgt_lang: str, switch: bool, common: tuple[set[str], set[str]]
-                   ) -> tuple[list[list[list[str]]], list[str] | None]:
-    """Per sentence the sampled [source phrase, target phrase] pairs (detokenized); with ``switch``, the
-    code-switched pairs and targets instead: the same pairs, half of them switched (a second generator draws
-    the switches, so the pairs themselves do not change)."""
+def pairs_of_split(src_texts: list[str], tgt_texts: list[str], src_words: list[list[str]],
+                   tgt_words: list[list[str]], alignments: list[Links], seed: int, src_lang: str, tgt_lang: str,
+                   switch: bool, common: tuple[set[str], set[str]]) -> tuple[list[list[list[str]]], list[str] | None]:
+    """Per sentence the sampled [source phrase, target phrase] pairs, each as its sentence writes it
+    (`jaxnat.data.phrase_pairs.Written`); with ``switch``, the code-switched pairs and targets instead: the same
+    pairs, half of them switched (a second generator draws the switches, so the pairs themselves do not change)."""
     from sacremoses import MosesDetokenizer
 
     from jaxnat.data.words import primary_language
@@ -130,21 +131,21 @@ def pairs_of_split(src_words: list[list[str]], tgt_words: list[list[str]], align
     detok_src, detok_tgt = (MosesDetokenizer(lang=primary_language(lang)) for lang in (src_lang, tgt_lang))
     rng, switch_rng = random.Random(seed), random.Random(seed + 7919)
     out, targets = [], [] if switch else None
-    for src, tgt, links in zip(src_words, tgt_words, alignments):
+    for src_text, tgt_text, src, tgt, links in zip(src_texts, tgt_texts, src_words, tgt_words, alignments):
         chosen = sample_pairs(phrase_pairs(src, tgt, links, common=common), rng)
+        s, t = Written.of(src_text, src, detok_src.detokenize), Written.of(tgt_text, tgt, detok_tgt.detokenize)
         if switch:
-            switched, pairs = code_switch(src, tgt, chosen, switch_rng)
-            targets.append(detok_tgt.detokenize(switched))
-            out.append([[detok_src.detokenize(s.split()), detok_tgt.detokenize(t.split())] for s, t in pairs])
+            target, pairs = code_switch(s, t, chosen, switch_rng)
+            targets.append(target)
+            out.append([list(pair) for pair in pairs])
         else:
-            out.append([[detok_src.detokenize(phrase_text(src, p.src_start, p.src_end).split()),
-                         detok_tgt.detokenize(phrase_text(tgt, p.tgt_start, p.tgt_end).split())] for p in chosen])
+            out.append([[s.phrase(p.src_start, p.src_end), t.phrase(p.tgt_start, p.tgt_end)] for p in chosen])
     return out, targets
 
 
 def few_pairs(split: str, pairs: list[list], common_words: int) -> str:
     """A warning where most of a split's sentences got no constraint pair ('' where not; a few percent have none
-    on Multi30k): a sentence of a language written without spaces that `aligned_words` does not split (Thai) is one
+    on Multi30k): a sentence of a language written without spaces that `dictionary_words` does not split (Thai) is one
     Moses word, which no phrase of at most 3 words on the other side is consistent with; in a small corpus, or on
     the characters of Chinese and Japanese without their segmenter, a side's ``common_words`` most frequent words
     may make up every phrase."""
@@ -186,7 +187,7 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
     from tqdm import tqdm
 
     from jaxnat.data.text import find_split_files, read_parallel
-    from jaxnat.data.words import aligned_words, drawn_as, unspaced
+    from jaxnat.data.words import dictionary_words, segmenter
 
     os.makedirs(out_dir, exist_ok=True)
     priors = os.path.join(out_dir, f"{train_split}.priors")
@@ -194,8 +195,8 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
     # what the files were made from: a rerun keeps them only for the same settings and the same split files
     record_path = os.path.join(out_dir, f"{train_split}{RECORD_SUFFIX}")
     settings = {"src": src_lang, "tgt": tgt_lang, "seed": seed, "common_words": common_words}
-    if segmented := {lang: drawn_as(lang) for lang in (src_lang, tgt_lang) if unspaced(lang)}:
-        settings["words"] = segmented  # characters, or a segmenter's words: pairs of another kind
+    if segmented := {lang: name for lang in (src_lang, tgt_lang) if (name := segmenter(lang))}:
+        settings["words"] = segmented  # a segmenter's words, not characters (or Korean Moses words): other pairs
     record = _read_record(record_path, out_dir, settings)
     written = {}
     for split in (train_split, *splits):
@@ -220,8 +221,10 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
             continue
         # no bar in a log file: on millions of pairs, minutes of silence before the aligner's first line
         log.info("%s: words of %d sentence pairs", split, len(src))
-        src_words = [aligned_words(s, src_lang) for s in tqdm(src, desc=f"tokenize {split}.{src_lang}", disable=None)]
-        tgt_words = [aligned_words(t, tgt_lang) for t in tqdm(tgt, desc=f"tokenize {split}.{tgt_lang}", disable=None)]
+        src_words = [dictionary_words(s, src_lang) for s in tqdm(src, desc=f"tokenize {split}.{src_lang}",
+                                                                  disable=None)]
+        tgt_words = [dictionary_words(t, tgt_lang) for t in tqdm(tgt, desc=f"tokenize {split}.{tgt_lang}",
+                                                                  disable=None)]
         align_path = os.path.join(out_dir, f"{split}.align")
         if os.path.exists(align_path):
             with open(align_path, encoding="utf-8") as f:
@@ -240,8 +243,8 @@ def align_corpus(data_dir: str, src_lang: str, tgt_lang: str, out_dir: str, trai
             common = most_common_words(src_words, common_words), most_common_words(tgt_words, common_words)
             _write_whole(common_path, [json.dumps([sorted(c) for c in common], ensure_ascii=False)])
         for switched in (False, True) if switch else (False,):
-            pairs, targets = pairs_of_split(src_words, tgt_words, alignments, seed, src_lang, tgt_lang, switched,
-                                            common)
+            pairs, targets = pairs_of_split(src, tgt, src_words, tgt_words, alignments, seed, src_lang, tgt_lang,
+                                            switched, common)
             prefix = f"{split}.cs" if switched else split
             if targets is not None:  # the split "<split>.cs": the same sources, the switched targets
                 _write_whole(os.path.join(out_dir, f"{prefix}.{src_lang}"), src)

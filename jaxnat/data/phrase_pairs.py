@@ -1,6 +1,6 @@
 """Constraint pairs from word-aligned parallel text (Wang et al. 2022, §4.1, following Chen et al. 2021).
 
-A sentence pair is given as words (`jaxnat.data.words.aligned_words`) and its word
+A sentence pair is given as words (`jaxnat.data.words.dictionary_words`) and its word
 alignment, a set of links ``(i, j)``: source word i is aligned to target word j. From it:
 
 * `phrase_pairs` lists the *tight consistent* phrase pairs: a source span of 1–3 words and a target span of
@@ -15,6 +15,10 @@ alignment, a set of links ``(i, j)``: source word i is aligned to target word j.
 * `code_switch` makes the code-switched variant (§4.4): each pair's target phrase is replaced, with
   probability 0.5, by its source phrase, in the constraint and in the target sentence.
 
+A phrase is written as its sentence writes it (`Written.phrase`: the sentence's characters from its first word to
+its last), so that a Korean word aligned without its particle is "서울", not "서울에", and "NBA比赛" keeps its
+writing; Moses's detokenizer joins the words only where a tokenizer changed a character (`word_spans`).
+
 Everything takes a `random.Random`, so a seed gives the same constraints on every machine.
 
 `encode_pairs` turns the pairs of many sentences into the fixed-shape piece-id arrays a model reads.
@@ -26,7 +30,7 @@ language-independent stand-in for the stop-word lists of Chen et al.'s script).
 from __future__ import annotations
 
 import random
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 import numpy as np
 
@@ -103,23 +107,57 @@ def sample_pairs(pairs: list[PhrasePair], rng: random.Random, max_pairs: int = M
     return chosen
 
 
-def phrase_text(words: list[str], start: int, end: int) -> str:
-    return " ".join(words[start:end])
+def word_spans(text: str, words: list[str]) -> list[tuple[int, int]] | None:
+    """Where each of ``words`` stands in ``text``, in order ([start, end) character offsets), with nothing but
+    whitespace between two of them; None where a word is not there as written (a tokenizer that changed it)."""
+    spans, at = [], 0
+    for word in words:
+        start = text.find(word, at)
+        if start < 0 or text[at:start].strip():
+            return None
+        spans.append((start, start + len(word)))
+        at = start + len(word)
+    return spans
 
 
-def code_switch(src: list[str], tgt: list[str], pairs: list[PhrasePair], rng: random.Random,
-                rate: float = 0.5) -> tuple[list[str], list[tuple[str, str]]]:
-    """The code-switched target words and constraint pairs: each pair, with probability ``rate``, has its target
+class Written(NamedTuple):
+    """A sentence as written (``text``), its aligned words, where they stand in it (`word_spans`, or None), and
+    the detokenizer that joins words where that is not known."""
+
+    text: str
+    words: list[str]
+    spans: list[tuple[int, int]] | None
+    detokenize: Callable[[list[str]], str]
+
+    @classmethod
+    def of(cls, text: str, words: list[str], detokenize: Callable[[list[str]], str]) -> "Written":
+        return cls(text, words, word_spans(text, words), detokenize)
+
+    def phrase(self, start: int, end: int) -> str:
+        """Words [start, end) as the sentence writes them: its characters from the first word to the last."""
+        if self.spans is None:
+            return self.detokenize(self.words[start:end])
+        return self.text[self.spans[start][0]:self.spans[end - 1][1]]
+
+
+def code_switch(src: Written, tgt: Written, pairs: list[PhrasePair], rng: random.Random,
+                rate: float = 0.5) -> tuple[str, list[tuple[str, str]]]:
+    """The code-switched target sentence and constraint pairs: each pair, with probability ``rate``, has its target
     phrase replaced by its source phrase, in the constraint and in the target sentence (pairs do not overlap)."""
     switched = [p for p in pairs if rng.random() < rate]
-    out = list(tgt)
-    for p in sorted(switched, key=lambda p: -p.tgt_start):  # right to left: earlier spans keep their indices
-        out[p.tgt_start:p.tgt_end] = src[p.src_start:p.src_end]
-    constraints = []
-    for p in pairs:
-        source = phrase_text(src, p.src_start, p.src_end)
-        constraints.append((source, source if p in switched else phrase_text(tgt, p.tgt_start, p.tgt_end)))
-    return out, constraints
+    constraints = [(src.phrase(p.src_start, p.src_end), src.phrase(p.src_start, p.src_end) if p in switched
+                    else tgt.phrase(p.tgt_start, p.tgt_end)) for p in pairs]
+    right_to_left = sorted(switched, key=lambda p: -p.tgt_start)  # earlier spans keep their places
+    if tgt.spans is None:  # the words replaced, then joined
+        words = list(tgt.words)
+        for p in right_to_left:
+            words[p.tgt_start:p.tgt_end] = src.words[p.src_start:p.src_end]
+        return tgt.detokenize(words), constraints
+    text = tgt.text
+    for p in right_to_left:
+        start, end = tgt.spans[p.tgt_start][0], tgt.spans[p.tgt_end - 1][1]
+        text = text[:start] + src.phrase(p.src_start, p.src_end) + text[end:]
+    return text, constraints
 
 
 def most_common_words(sentences: list[list[str]], count: int = 100) -> set[str]:

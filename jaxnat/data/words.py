@@ -2,8 +2,8 @@
 target language's rules, no HTML escaping, hyphenated words kept whole), in Chinese and Japanese each character of
 their scripts a token of its own; a constraint is made of tokens that begin and end like a word (`is_word`). Used by
 CPR/CSR and the tokenized scores (`jaxnat.evaluation.metrics`). The constraint pairs drawn from word alignments
-(`jaxnat.data.alignment`) are aligned on `aligned_words`, and the constraint test sets
-(`jaxnat.evaluation.constraints`) draw from `dictionary_words`: in Chinese, Japanese and Korean a dictionary
+(`jaxnat.data.alignment`) are aligned on, and the constraint test sets (`jaxnat.evaluation.constraints`) drawn from,
+`dictionary_words`: in Chinese, Japanese and Korean a dictionary
 segmenter's words ("北京", not "北" and "京"; "서울", not "서울에"), elsewhere the same Moses tokens."""
 
 from __future__ import annotations
@@ -125,14 +125,21 @@ def _segmenter(lang: str):
     return None
 
 
+def segmenter(lang: str) -> str:
+    """The name of the dictionary segmenter that cuts sentences of ``lang`` into words (`SEGMENTERS`), or '' where
+    the language needs none or it is not installed: what an alignment's and an evaluation's records keep (without
+    one, the words are those jaxnat drew before it had segmenters, and the records are as they were)."""
+    primary = primary_language(lang)
+    return SEGMENTERS[primary][0] if primary in SEGMENTERS and _segmenter(primary) is not None else ""
+
+
 def drawn_as(lang: str) -> str:
     """What the constraints drawn from references in ``lang`` are (`dictionary_words`), said in the constraints
     command's summary: "words of <segmenter>", what they are without it, or "Moses words"."""
     primary = primary_language(lang)
     if primary not in SEGMENTERS:
         return "Moses words"
-    name, _, without = SEGMENTERS[primary]
-    return f"words of {name}" if _segmenter(primary) is not None else f"{without} (no segmenter installed)"
+    return f"words of {name}" if (name := segmenter(lang)) else f"{SEGMENTERS[primary][2]} (no segmenter installed)"
 
 
 def dictionary_words(text: str, lang: str) -> list[str]:
@@ -146,14 +153,6 @@ def dictionary_words(text: str, lang: str) -> list[str]:
         return word_tokens(text, lang)
     words = cut(text.strip())
     return (words.split() if isinstance(words, str) else [w for w in words if w.strip()])
-
-
-def aligned_words(text: str, lang: str) -> list[str]:
-    """The words constraint pairs are aligned and drawn on (`jaxnat.data.alignment`): `dictionary_words` in Chinese
-    and Japanese (a pair's phrase is up to three words, not three characters, and Moses's detokenizer writes it back
-    without spaces), `word_tokens` elsewhere; Korean keeps its Moses words, whose particles stay attached (its
-    segmenter's morphemes would come back with a space before each particle: "서울 에")."""
-    return dictionary_words(text, lang) if unspaced(lang) else word_tokens(text, lang)
 
 
 def is_word(token: str) -> bool:
