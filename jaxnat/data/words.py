@@ -3,8 +3,8 @@ target language's rules, no HTML escaping, hyphenated words kept whole), in Chin
 their scripts a token of its own; a constraint is made of tokens that begin and end like a word (`is_word`). Used by
 CPR/CSR and the tokenized scores (`jaxnat.evaluation.metrics`). The constraint pairs drawn from word alignments
 (`jaxnat.data.alignment`) are aligned on, and the constraint test sets (`jaxnat.evaluation.constraints`) drawn from,
-`dictionary_words`: in Chinese, Japanese and Korean a dictionary
-segmenter's words ("北京", not "北" and "京"; "서울", not "서울에"), elsewhere the same Moses tokens."""
+`dictionary_words`: in Chinese, Japanese and Korean a dictionary segmenter's words ("北京", not "北" and "京"; "서울",
+not "서울에"), elsewhere the same Moses tokens."""
 
 from __future__ import annotations
 
@@ -143,16 +143,16 @@ def drawn_as(lang: str) -> str:
 
 
 def dictionary_words(text: str, lang: str) -> list[str]:
-    """The words constraints are drawn from: in Chinese, Japanese and Korean a dictionary segmenter's (`SEGMENTERS`:
-    "我住在北京。" -> "我" "住" "在" "北京" "。", "서울에 갔다." -> "서울" "에" "갔" "다" "."), elsewhere, and where it
-    is not installed, `word_tokens`. A drawn word is then matched on `term_tokens` (characters or syllables in a
-    row), as any term is."""
+    """The words constraints are drawn from and constraint pairs aligned on: in Chinese, Japanese and Korean a
+    dictionary segmenter's (`SEGMENTERS`: "我住在北京。" -> "我" "住" "在" "北京" "。", "서울에 갔다." -> "서울" "에"
+    "갔" "다" "."), elsewhere, and where it is not installed, `word_tokens`. A drawn word is then matched on
+    `term_tokens` (characters or syllables in a row), as any term is."""
     primary = primary_language(lang)
     cut = _segmenter(primary) if primary in SEGMENTERS else None
     if cut is None:
         return word_tokens(text, lang)
     words = cut(text.strip())
-    return (words.split() if isinstance(words, str) else [w for w in words if w.strip()])
+    return words.split() if isinstance(words, str) else [w for w in words if w.strip()]
 
 
 def is_word(token: str) -> bool:
