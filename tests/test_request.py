@@ -321,6 +321,16 @@ def test_a_phrase_into_an_unspaced_language_starts_inside_the_clause():
     # a multilingual model's request names its output language: that language's, not data.tgt_lang's
     assert [s.phrases for s in translator.starts(None, [["北京"]] * 2, [True] * 2, tgt_langs=["zho_Hans", None])] == [
         [[1, 2]], [[0, 1, 2]]]
+    # and the translate command's check of each input line before anything is translated encodes it so too (it
+    # took data.tgt_lang's: a phrase at the model's length limit was judged with a boundary piece it would not have)
+    from jaxnat.decoding import translate_io
+
+    checked = []
+    start = translator.start
+    translator.start = lambda *a, **kw: checked.append(start(*a, **kw).phrases)
+    translate_io.check_capabilities([{"src": "x", "constraints": ["北京"], "hard": True, "tgt_lang": "zho_Hans"},
+                                     {"src": "x", "constraints": ["北京"], "hard": True}], translator, "in")
+    assert checked == [[[1, 2]], [[0, 1, 2]]]
 
 
 def test_the_edit_trace_marks_the_pieces_a_constraint_into_chinese_is_placed_as():

@@ -234,7 +234,7 @@ def test_a_request_the_model_cannot_honour_is_named_by_its_line(tmp_path):
     class Stub:
         spec = SimpleNamespace(name="m", supports=Supports(hard_constraints=True))
 
-        def start(self, *asked):  # every constraint fits
+        def start(self, *asked, tgt_lang=None):  # every constraint fits
             pass
 
         def translate(self, *args, **options):
@@ -367,7 +367,7 @@ def test_a_blank_line_is_an_empty_line_out_untranslated(tmp_path):
             asked.append((texts, options))
             return [{"hyp": f"<{t}>", "score": -1.0, "iterations": 2} for t in texts]
 
-        def start(self, init, phrases, is_hard, pairs):  # each line's start, checked before translating
+        def start(self, init, phrases, is_hard, pairs, tgt_lang=None):  # each line's start, checked before translating
             asked.append(init)
 
     config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4))

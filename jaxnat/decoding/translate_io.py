@@ -111,8 +111,9 @@ def _empty(request: dict) -> bool:
 
 
 def check_capabilities(requests: list[dict], translator, where: str) -> None:
-    """`check_supported` and `Translator.start` of each request: a one-line DataError naming the first line that
-    asks what the model cannot do, or constraints, pairs or an initial hypothesis that do not fit it, before
+    """`check_supported` and `Translator.start` of each request (in its own "tgt_lang", as it is translated): a
+    one-line DataError naming the first line that asks what the model cannot do, or constraints, pairs or an initial
+    hypothesis that do not fit it, before
     anything is translated (the batch's own checks name a sentence of its chunk, not the line, and come only when
     that chunk is translated)."""
     spec = translator.spec
@@ -122,7 +123,8 @@ def check_capabilities(requests: list[dict], translator, where: str) -> None:
             check_supported(spec.name, spec.supports, init=r.get("init") is not None, soft=phrases and not hard,
                             hard=phrases and hard, pairs=bool(r.get("constraint_pairs")))
             if r.get("init") is not None or phrases or r.get("constraint_pairs"):
-                translator.start(r.get("init"), r.get("constraints"), hard, r.get("constraint_pairs"))
+                translator.start(r.get("init"), r.get("constraints"), hard, r.get("constraint_pairs"),
+                                 tgt_lang=r.get("tgt_lang"))
         except DataError as e:
             raise DataError(f"{where}:{n}: {e}") from None
 
