@@ -110,16 +110,17 @@ def _segmenter(lang: str):
     name, extra, without = SEGMENTERS[lang]
     if lang == "zh":
         rjieba = optional("rjieba")
-        if rjieba is not None:
-            return rjieba.cut
+        cut = rjieba.cut if rjieba is not None else None
     else:  # sacreBLEU's MeCab tokenizers: wakati output, the words with spaces between them
         from sacrebleu.tokenizers.tokenizer_ja_mecab import TokenizerJaMecab
         from sacrebleu.tokenizers.tokenizer_ko_mecab import TokenizerKoMecab
 
         try:
-            return (TokenizerJaMecab if lang == "ja" else TokenizerKoMecab)().__call__
+            cut = (TokenizerJaMecab if lang == "ja" else TokenizerKoMecab)().__call__
         except RuntimeError:  # sacreBLEU's where MeCab or its dictionary is missing
-            pass
+            cut = None
+    if cut is not None:
+        return cut
     log.warning("constraints drawn from %s references are %s: their word segmenter, %s, is not installed "
                 "(pip install -e '.[%s]' in jaxnat's directory)", lang, without, name, extra)
     return None
