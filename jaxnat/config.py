@@ -55,7 +55,7 @@ RANGES = {
         "train.keep_best", "train.valid_bleu_sentences",  # (the best checkpoints are those of the best valid BLEU)
         "train.microbatches",
         "train.max_bad_steps", "eval.beam_size", "eval.batch_size", "eval.throughput_batch",
-        "eval.length_cap_ratio", "eval.valid_beam_size", "data.max_pairs", "data.max_pair_pieces")},
+        "eval.length_cap_ratio", "eval.valid_beam_size", "data.max_pairs", "data.max_pair_pieces", "eval.nbest")},
     **{k: ("[0", "1)") for k in (
         "model.dropout", "model.attention_dropout", "model.activation_dropout", "train.label_smoothing",
         "train.adam_b1", "train.adam_b2")},
@@ -205,6 +205,9 @@ def default_config() -> ml_collections.ConfigDict:
     c.eval = dict(
         beam_size=4, length_penalty=1.0, max_len_a=1.2, max_len_b=10, batch_size=64,
         valid_beam_size=1,  # beam used for periodic validation BLEU (greedy is faster)
+        # --mode translate: with N > 1, each output line also lists the sentence's N best outputs of its beam search
+        # (at most eval.beam_size; models that keep several outputs: `Supports.nbest`)
+        nbest=1,
         latency_sentences=100, throughput_batch=64,
         # the parameters decoded: "best" (best validation BLEU), or "averaged" (written by --mode average).
         # average_checkpoints N > 0 decodes instead the mean of N checkpoints: the newest N training states
@@ -540,15 +543,18 @@ def validate(config: ml_collections.ConfigDict) -> None:
                              if f.sweep)
         raise ConfigError(f"eval.iteration_sweep is a comma list of decoding depths (each >= 1) of a model that has "
                           f"one: {sweeping}; got {config.eval.iteration_sweep!r} with model.name={m.name!r}")
+    if config.eval.nbest > config.eval.beam_size:
+        raise ConfigError(f"eval.nbest={config.eval.nbest} needs eval.beam_size >= {config.eval.nbest} (beam size "
+                          f"{config.eval.beam_size}): the search keeps as many finished outputs as it has beams")
     try:  # what the evaluation will ask of the model, checked before anything is trained
         check_supported(m.name, family.supports, soft="soft" in modes, hard="hard" in modes,
                         trace=config.eval.trace_sentences > 0,
-                        beam_size=max(config.eval.beam_size, config.eval.valid_beam_size))
+                        beam_size=max(config.eval.beam_size, config.eval.valid_beam_size), nbest=config.eval.nbest)
         for oracle in (v.strip() for v in config.eval.oracle.split(",") if v.strip()):
             check_supported(m.name, family.supports, oracle=oracle)
     except JaxnatError as e:
         raise ConfigError(f"{e} (asked by eval.constraints, eval.trace_sentences, eval.beam_size, "
-                          f"eval.valid_beam_size or eval.oracle; oracle modes of {m.name!r}: "
+                          f"eval.valid_beam_size, eval.nbest or eval.oracle; oracle modes of {m.name!r}: "
                           f"{', '.join(family.supports.oracle) or 'none'})") from None
     if config.eval.constraint_order == "given" and family.supports.hard_constraints and not family.supports.given_order:
         raise ConfigError(f"eval.constraint_order=given: model {m.name!r} places hard constraints in any order "

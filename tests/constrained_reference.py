@@ -88,11 +88,17 @@ def offered_tokens(phrases, state, ordered, after_join=False):
 
 
 # -- the search ---------------------------------------------------------------------------------------
-def search(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len, max_out, continues=(), joins=(),
-           trails=()):
+def search(table, seed, phrases, **kwargs):
+    """The best output of `finished`: (tokens, score, met)."""
+    return finished(table, seed, phrases, **kwargs)[0]
+
+
+def finished(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len, max_out, continues=(), joins=(),
+             trails=()):
     """phrases: list of piece-id lists (empty lists = no phrase); continues: the ids never taken right after a
     phrase is met, nor after the trails ids (punctuation) that follow it; joins: the ids after which no phrase
-    starts. Returns (tokens, score, met)."""
+    starts. Returns the finished outputs when the search stops, [(tokens, score, met)], those that meet every
+    phrase first, each part best first."""
     k = beam_size
     real = [p for p in phrases if p]
     max_len = min(max(max_len, sum(len(p) for p in real)), max_out - 2)
@@ -142,4 +148,4 @@ def search(table, seed, phrases, *, beam_size, ordered, length_penalty, max_len,
                  for _, s, _ in alive]
         if not alive or (len(fin) == k and all(f[2] for f in fin) and max(reach) <= min(f[1] for f in fin)):
             break
-    return fin[0]
+    return fin

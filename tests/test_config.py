@@ -151,7 +151,7 @@ def test_overrides_are_typed():
         (["--config.editor.hard_mode=paper"], "editor.hard_mode is set, but model.name is 'ar'"),
         (["--config.model.name=editor", "--config.eval.beam_size=1", "--config.eval.oracle=deletion"],
          "model 'editor' does not take oracle decoding 'deletion' (asked by eval.constraints, eval.trace_sentences, "
-         "eval.beam_size, eval.valid_beam_size or eval.oracle; oracle modes of 'editor': none)"),
+         "eval.beam_size, eval.valid_beam_size, eval.nbest or eval.oracle; oracle modes of 'editor': none)"),
         (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.eval.valid_beam_size=4"],
          "model 'nat' does not take beam search (beam size 4)"),
         (["--config.eval.constraint_counts=2"], "eval.constraint_counts decodes in the modes of eval.constraints"),
@@ -184,6 +184,12 @@ def test_overrides_are_typed():
                                              "section: cmlm.rescorer or nat.rescorer"),
         (["--config.cmlm.rescorer=runs/ar"], "cmlm.rescorer is set, but model.name is 'ar'"),
         (["--config.model.name=cmlm", "--config.eval.beam_size=4"], "model 'cmlm' does not take beam search"),
+        # an n-best list is the finished outputs of a beam, as many as it has beams, in a model that keeps them
+        (["--config.eval.nbest=5"], "eval.nbest=5 needs eval.beam_size >= 5 (beam size 4): the search keeps as many"),
+        (["--config.eval.nbest=0"], "eval.nbest must be positive, got 0"),
+        (["--config.model.name=ctc", "--config.eval.beam_size=4", "--config.eval.nbest=2"],
+         "model 'ctc' does not take n-best lists (nbest 2): it keeps one output per sentence (asked by "
+         "eval.constraints, eval.trace_sentences, eval.beam_size, eval.valid_beam_size, eval.nbest or eval.oracle"),
         # EDITOR's reposition (and DA-Transformer's and CTC's best paths) place hard constraints in any order
         (["--config.model.name=editor", "--config.eval.beam_size=1", "--config.eval.constraint_order=given"],
          "eval.constraint_order=given: model 'editor' places hard constraints in any order"),

@@ -34,14 +34,14 @@ def toy_model(table):
     return tokens_to_logprobs
 
 
-@partial(jax.jit, static_argnames=("beam_size", "ordered"))
+@partial(jax.jit, static_argnames=("beam_size", "ordered", "nbest"))
 def run(table, seeds, src_len, phrases, length_penalty, beam_size, ordered, continues=np.zeros(V, bool),
-        joins=np.zeros(V, bool), trails=np.zeros(V, bool)):
+        joins=np.zeros(V, bool), trails=np.zeros(V, bool), nbest=1):
     cache = jnp.repeat(seeds, beam_size)
     return constrained.constrained_search(toy_model(table), cache, src_len, phrases, beam_size=beam_size,
                                           ordered=ordered, continues=continues, joins=joins, trails=trails,
                                           length_penalty=length_penalty,
-                                          max_len_a=1.0, max_len_b=0, max_out=MAX_OUT)
+                                          max_len_a=1.0, max_len_b=0, max_out=MAX_OUT, nbest=nbest)
 
 
 # the searches and the tracker jit'd: eagerly, each of their ops would compile its own program
@@ -80,7 +80,8 @@ sentence = st.lists(phrase, min_size=0, max_size=C)
 def test_matches_reference(sentences, src_len, seed, beam, ordered, length_penalty, continues, joins, trails):
     """``continues``: pieces that glue onto the word before them (SentencePiece's, never right after a phrase
     nor after the ``trails`` pieces, punctuation, that follow it); ``joins``: pieces that glue the next one onto
-    their word (BPE's "@@", never right before a phrase)."""
+    their word (BPE's "@@", never right before a phrase). The n-best list: the reference's finished outputs that
+    meet every phrase, best first (the best output first, as the fallback it is, where none does)."""
     continues = continues - {p[0] for phrases in sentences for p in phrases}  # phrases start a word
     trails = trails - continues - {p[0] for phrases in sentences for p in phrases}
     joins = joins - {p[-1] for phrases in sentences for p in phrases}  # and end one
@@ -88,13 +89,19 @@ def test_matches_reference(sentences, src_len, seed, beam, ordered, length_penal
     seeds = np.arange(B, dtype=np.int32) + seed
     out = jax.device_get(run(table, seeds, np.asarray(src_len, np.int32), pad(sentences), length_penalty, beam,
                              ordered, np.isin(np.arange(V), list(continues)), np.isin(np.arange(V), list(joins)),
-                             np.isin(np.arange(V), list(trails))))
+                             np.isin(np.arange(V), list(trails)), nbest=beam))
     for b, phrases in enumerate(sentences):
         padded = phrases + [[]] * (C - len(phrases))
-        tokens, score, met = ref.search(table, int(seeds[b]), padded, beam_size=beam, ordered=ordered,
-                                        length_penalty=length_penalty, max_len=src_len[b], max_out=MAX_OUT,
-                                        continues=continues, joins=joins, trails=trails)
+        fin = ref.finished(table, int(seeds[b]), padded, beam_size=beam, ordered=ordered,
+                           length_penalty=length_penalty, max_len=src_len[b], max_out=MAX_OUT,
+                           continues=continues, joins=joins, trails=trails)
+        tokens, score, met = fin[0]
         assert until_eos(out["tokens"][b]) == tokens
+        if beam > 1:
+            listed = fin[:1] + [f for f in fin[1:] if f[2]]
+            got = [(until_eos(t), s) for t, s in zip(out["nbest_tokens"][b], out["nbest_score"][b]) if s > -np.inf]
+            assert [t for t, _ in got] == [t for t, _, _ in listed]
+            np.testing.assert_allclose([s for _, s in got], [s for _, s, _ in listed], rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose(out["score"][b], score, rtol=1e-5, atol=1e-5)
         assert bool(out["constraints_met"][b]) == met
         # each generated token (constraint tokens and EOS too) with the model's log-probability of it after its

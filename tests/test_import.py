@@ -161,8 +161,8 @@ def _main(*args, stdin=None):
 @pytest.mark.slow
 def test_import_then_translate_with_hard_constraints_from_the_command_line(tmp_path):
     """The user's path: --mode import, then --mode translate on the workdir alone (no --config), JSON lines with
-    hard constraints through the constrained beam search (VDBA), a second import into the same workdir refused,
-    and an evaluation without test data refused."""
+    hard constraints through the constrained beam search (VDBA) and n-best lists (each output meeting the
+    constraints), a second import into the same workdir refused, and an evaluation without test data refused."""
     workdir = tmp_path / "opus"
     result = _main("--mode", "import", "--from", SOURCES["marian"], "--workdir", str(workdir))
     assert result.returncode == 0, result.stderr
@@ -170,11 +170,17 @@ def test_import_then_translate_with_hard_constraints_from_the_command_line(tmp_p
     assert {p.name for p in workdir.iterdir()} == {"config.json", "vocab", "checkpoints", "imported.json"}
     lines = ['{"src": "a man rides a red bike .", "constraints": ["mantel"], "hard": true}',
              "two dogs play in the snow ."]
-    result = _main("--mode", "translate", "--workdir", str(workdir), stdin="\n".join(lines) + "\n")
+    result = _main("--mode", "translate", "--workdir", str(workdir), "--config.eval.nbest=3",
+                   stdin="\n".join(lines) + "\n")
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert "mantel" in rows[0]["hyp"] and rows[0]["constraints"] == ["mantel"]
     assert rows[1]["src"] == "two dogs play in the snow ." and isinstance(rows[1]["score"], float)
+    for row in rows:
+        listed = row["nbest"]
+        assert 1 <= len(listed) <= 3 and (listed[0]["hyp"], listed[0]["score"]) == (row["hyp"], row["score"])
+        assert [n["score"] for n in listed] == sorted((n["score"] for n in listed), reverse=True)
+    assert len(rows[1]["nbest"]) == 3 and all("mantel" in n["hyp"] for n in rows[0]["nbest"])
     again = _main("--mode", "import", "--from", SOURCES["marian"], "--workdir", str(workdir))
     assert again.returncode == 2 and again.stderr.count("\n") == 1 and "exists" in again.stderr
     # an evaluation names the test data it needs (an import records none: not the embedded synthetic corpus)
@@ -755,12 +761,16 @@ def test_a_marian_release_jaxnat_cannot_read_is_refused_in_one_line(tmp_path, da
 
 @pytest.mark.slow
 def test_beam_search_under_fairseq_rules_is_fairseqs(tmp_path_factory):
-    """(Hugging Face's beam search, another stopping rule again, is not reproduced: docs/import.md.)"""
+    """And its n-best lists (--nbest 4). (Hugging Face's beam search, another stopping rule again, is not
+    reproduced: docs/import.md.)"""
     kind, _, config, translator = _imported("fairseq", tmp_path_factory)
     _, outputs = expected(kind)
-    hyps = translator.translate(outputs["src"], beam_size=4)
+    hyps = translator.translate(outputs["src"], beam_size=4, nbest=4)
     assert [h["hyp"] for h in hyps] == outputs["beam4_text"]
     np.testing.assert_allclose([h["score"] for h in hyps], outputs["beam4_score"], atol=1e-4)
+    assert [[n["hyp"] for n in h["nbest"]] for h in hyps] == outputs["beam4_nbest_text"]
+    np.testing.assert_allclose([[n["score"] for n in h["nbest"]] for h in hyps], outputs["beam4_nbest_score"],
+                               atol=1e-4)
 
 
 def test_translate_without_a_checkpoint_says_so_after_orbax_cleaned_up(tmp_path, monkeypatch):
@@ -813,8 +823,9 @@ def test_fastbpe_codes_segment_as_fastbpe(tmp_path_factory):
 @pytest.mark.parametrize("order", ["ordered", "unordered"])
 def test_constrained_beam_search_under_fairseq_rules_is_fairseqs(tmp_path_factory, order):
     """fairseq's --constraints ordered / unordered (its LexicallyConstrainedBeamSearch), beam 4, on the same
-    weights and the same phrases: the same outputs and scores. fairseq's length limit reads its batch's longest
-    source: the four sentences are one batch there, and one bucket here."""
+    weights and the same phrases: the same outputs and scores, and the same n-best lists (fairseq's finished outputs,
+    some fewer than the beam). fairseq's length limit reads its batch's longest source: the four sentences are one
+    batch there, and one bucket here."""
     kind, workdir, config, _ = _imported("fairseq", tmp_path_factory)
     _, outputs = expected(kind)
     config = config.copy_and_resolve_references()
@@ -822,10 +833,16 @@ def test_constrained_beam_search_under_fairseq_rules_is_fairseqs(tmp_path_factor
     config.data.bucket_multiple = 32
     translator = load_translator(config, workdir)
     hyps = translator.translate(outputs["src"], beam_size=4, constraints=outputs["constraints"],
-                                hard=[True] * len(outputs["src"]), token_scores=True)
+                                hard=[True] * len(outputs["src"]), token_scores=True, nbest=4)
     for hyp, theirs, score in zip(hyps, outputs[f"constrained_{order}"], outputs[f"constrained_{order}_score"]):
         assert hyp["pieces"] + [EOS_ID] == to_jaxnat(kind, theirs).tolist()
         assert hyp["score"] == pytest.approx(score, abs=1e-4)
+    for hyp, theirs, scores in zip(hyps, outputs[f"constrained_{order}_nbest"],
+                                   outputs[f"constrained_{order}_nbest_score"]):
+        assert [n["hyp"] for n in hyp["nbest"]] == [
+            translator.tokenizer.decode(to_jaxnat(kind, ids).tolist(), "tgt") for ids in theirs]
+        np.testing.assert_allclose([n["score"] for n in hyp["nbest"]], scores, atol=1e-4)
+    assert len({len(h["nbest"]) for h in hyps}) > 1  # some sentences finished fewer outputs than the beam
 
 
 def test_a_checkpoint_in_torchs_legacy_format_reads_as_the_zip_one(tmp_path):

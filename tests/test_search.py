@@ -25,6 +25,7 @@ CFG = TransformerConfig(
 )
 MODEL = ARTransformer(CFG)
 MAX_OUT = 8
+NBEST = 5  # the n-best lists the exactness tests compare
 
 
 @partial(jax.jit, static_argnames="scale")  # one program: eagerly, each op would compile its own
@@ -47,10 +48,10 @@ def make_src(rng, lengths, width=None):
     return out
 
 
-@partial(jax.jit, static_argnames=("beam_size", "max_out"))
-def search(params, src, length_penalty, max_len_a, max_len_b, beam_size, max_out=MAX_OUT, prefix=None):
+@partial(jax.jit, static_argnames=("beam_size", "max_out", "nbest"))
+def search(params, src, length_penalty, max_len_a, max_len_b, beam_size, max_out=MAX_OUT, prefix=None, nbest=1):
     return ar_generate(MODEL, params, src, beam_size=beam_size, length_penalty=length_penalty,
-                     max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, prefix=prefix)
+                       max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, prefix=prefix, nbest=nbest)
 
 
 @jax.jit
@@ -123,7 +124,7 @@ def test_rejects_bad_static_args():
 def test_beam_equals_exhaustive_search(seed, forced):
     """Exact search over every output; with a forced prefix (`force_prefix`: a multilingual model's language token)
     over the outputs that start with it, the prefix adding nothing to their log-probabilities; an all-PAD prefix
-    forces nothing."""
+    forces nothing. The n-best list is the exhaustive ranking's first outputs."""
     params = make_params(seed)
     max_len = 3  # content tokens; 3 ** 3 = 27 distinct alive prefixes at most, so K = 27 is exact search
     src = make_src(np.random.default_rng(seed), [5, 3, 7], width=7)
@@ -132,14 +133,16 @@ def test_beam_equals_exhaustive_search(seed, forced):
     # every case with a prefix array (all PAD: none), so that the three share one compiled program
     prefix = np.tile(np.asarray(forced or (PAD_ID,), np.int32), (3, 1))
     for lp in (0.0, 1.0, 2.0):
-        out = jax.device_get(search(params, src, lp, 0.0, max_len, beam_size=27, prefix=prefix))
+        out = jax.device_get(search(params, src, lp, 0.0, max_len, beam_size=27, prefix=prefix, nbest=NBEST))
         check_well_formed(out, [max_len] * 3)
         for b in range(src.shape[0]):
             scores = rescore(params, src[b], candidates, lp, forced)
-            best = int(np.argmax(scores))
-            assert np.sort(scores)[-1] - np.sort(scores)[-2] > 1e-5  # no near-ties in the reference
-            assert as_list(out["tokens"][b]) == candidates[best], (seed, lp, b)
-            np.testing.assert_allclose(float(out["score"][b]), scores[best], atol=1e-4)
+            ranked = np.argsort(-scores, kind="stable")
+            assert np.all(-np.diff(scores[ranked[:NBEST + 1]]) > 1e-5)  # no near-ties in the reference's n-best
+            assert as_list(out["tokens"][b]) == candidates[ranked[0]], (seed, lp, b)
+            np.testing.assert_allclose(float(out["score"][b]), scores[ranked[0]], atol=1e-4)
+            assert [as_list(row) for row in out["nbest_tokens"][b]] == [candidates[i] for i in ranked[:NBEST]]
+            np.testing.assert_allclose(out["nbest_score"][b], scores[ranked[:NBEST]], atol=1e-4)
 
 
 @jax.jit
@@ -256,14 +259,15 @@ def check_token_logp(params, src, out, length_penalty):
 @partial(jax.jit, static_argnames=("beam_size", "max_out"))
 def fairseq_search(params, src, length_penalty, max_len_a, max_len_b, beam_size, max_out=MAX_OUT):
     return ar_generate(MODEL, params, src, beam_size=beam_size, length_penalty=length_penalty,
-                       max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, rules="fairseq")
+                       max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, rules="fairseq", nbest=beam_size)
 
 
 def python_fairseq_beam(params, src_row, max_len, beam, length_penalty):
     """fairseq's SequenceGenerator with its BeamSearch, as plain Python: only PAD (and jaxnat's PLH, MASK)
     banned, EOS banned at the first step and forced at max_len; at each step the 2K best extensions (cumulative
     log-prob) of the live beams (step 0: the first only), the EOS ones among the first K finished while fewer
-    than K are, the first K others kept; stop at K finished; the best normalised finished one wins."""
+    than K are, the first K others kept; stop at K finished; the finished ones by normalised score, best first
+    (fairseq's sort; the first is the output, the list its --nbest)."""
     def logprobs(prefix):
         tgt_in = np.full((1, MAX_OUT), PAD_ID, np.int32)
         tgt_in[0, : len(prefix)] = prefix
@@ -286,7 +290,7 @@ def python_fairseq_beam(params, src_row, max_len, beam, length_penalty):
         alive = [(row, total) for total, row in cands if row[-1] != EOS_ID and total > -np.inf][:beam]
         if step > max_len:
             break
-    return max(finished, key=lambda f: f[0])
+    return sorted(finished, key=lambda f: -f[0])
 
 
 @settings(max_examples=6, deadline=None)
@@ -298,9 +302,14 @@ def test_fairseq_beam_equals_python_reference(seed, beam, length_penalty):
     limits = np.asarray(decode_length(np.full(src.shape[0], (src != PAD_ID).sum(1).max()), 0.5, 2, MAX_OUT - 2))
     out = jax.device_get(fairseq_search(params, src, length_penalty, 0.5, 2, beam_size=beam))
     for b in range(src.shape[0]):
-        score, tokens = python_fairseq_beam(params, src[b], limits[b], beam, length_penalty)
+        finished = python_fairseq_beam(params, src[b], limits[b], beam, length_penalty)
+        score, tokens = finished[0]
         assert as_list(out["tokens"][b]) == tokens
         np.testing.assert_allclose(float(out["score"][b]), score, atol=1e-4)
+        listed = [(as_list(t), float(s)) for t, s in zip(out["nbest_tokens"][b], out["nbest_score"][b])
+                  if s > -np.inf]
+        assert [t for t, _ in listed] == [t for _, t in finished]
+        np.testing.assert_allclose([s for _, s in listed], [s for s, _ in finished], atol=1e-4)
 
 
 def python_follow_parents(parent, live, index):

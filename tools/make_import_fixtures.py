@@ -151,6 +151,9 @@ def fairseq_fixture(out: str) -> None:
         outputs[f"beam{beam}"] = [h[0]["tokens"].tolist() for h in hyps]
         outputs[f"beam{beam}_score"] = [float(h[0]["score"]) for h in hyps]
         outputs[f"beam{beam}_text"] = [hub.decode(h[0]["tokens"]) for h in hyps]
+    # fairseq's n-best lists (--nbest 4 with --beam 4: every finished hypothesis, best first)
+    outputs["beam4_nbest_text"] = [[hub.decode(h["tokens"]) for h in hs] for hs in hyps]
+    outputs["beam4_nbest_score"] = [[float(h["score"]) for h in hs] for hs in hyps]
     outputs.update(constrained_fairseq(hub, src))
     outputs["src_pieces"] = [hub.apply_bpe(hub.tokenize(s)) for s in SRC]
     outputs["fastbpe_pieces"] = fastbpe_fixture(out, [hub.tokenize(s) for s in SRC])
@@ -444,6 +447,8 @@ def constrained_fairseq(hub, src) -> dict:
             hyps = hub.task.inference_step(generator, hub.models, sample, constraints=pack_constraints(phrases))
         out[f"constrained_{order}"] = [h[0]["tokens"].tolist() for h in hyps]
         out[f"constrained_{order}_score"] = [float(h[0]["score"]) for h in hyps]
+        out[f"constrained_{order}_nbest"] = [[h["tokens"].tolist() for h in hs] for hs in hyps]
+        out[f"constrained_{order}_nbest_score"] = [[float(h["score"]) for h in hs] for hs in hyps]
     return out
 
 

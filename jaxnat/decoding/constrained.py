@@ -48,8 +48,8 @@ from flax import struct
 
 from jaxnat.argmax import argmax, top_k
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from jaxnat.decoding.search import (NEG_INF, _check_static, _normalise, _restrict, _result, decode_length,
-                                    follow_parents)
+from jaxnat.decoding.search import (NEG_INF, _check_static, _normalise, _restrict, decode_length, follow_parents,
+                                    ranked_result)
 
 
 @struct.dataclass
@@ -176,8 +176,8 @@ class ConstrainedState:
 
 def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases: jnp.ndarray, *,
                        beam_size: int, ordered: bool = False, continues=None, joins=None, trails=None,
-                       length_penalty: float = 1.0,
-                       max_len_a: float = 1.2, max_len_b: int = 10, max_out: int, prefix_len=0) -> dict:
+                       length_penalty: float = 1.0, max_len_a: float = 1.2, max_len_b: int = 10, max_out: int,
+                       prefix_len=0, nbest: int = 1) -> dict:
     """Beam search in which each sentence's output contains all its phrases (module docstring).
 
     tokens_to_logprobs, cache, src_len, length_penalty, max_len_a, max_len_b, max_out: as `search.ar_search`.
@@ -193,9 +193,11 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
     Returns {'tokens': int32[B, T], 'score': float32[B], 'length': int32[B], 'token_logp': float32[B, T],
              'token_scored': bool[B, T] (as ar_search: a constraint token is scored too, with the log-probability
              the model gave it where it was produced),
-             'constraints_met': bool[B] (False only for a fallback output cut by the length limit)}.
+             'constraints_met': bool[B] (False only for a fallback output cut by the length limit)},
+    and with nbest > 1 (static, at most beam_size) the nbest best outputs that meet every phrase, best first
+    (`search.ranked_result`; a fallback output only as the first, where none meets them; -inf beyond those found).
     """
-    _check_static(beam_size, max_out)
+    _check_static(beam_size, max_out, nbest)
     batch, k = src_len.shape[0], beam_size
     lens = phrase_lengths(phrases)
     total = jnp.sum(lens, axis=1)
@@ -286,4 +288,6 @@ def constrained_search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases:
                                 fin_score, fin_met, done, cache)
 
     s = jax.lax.while_loop(cond, body, init)
-    return {**_result(s.fin_tokens[:, 0], s.fin_score[:, 0], s.fin_steps[:, 0]), "constraints_met": s.fin_met[:, 0]}
+    # ranked already: those that meet their phrases first; an n-best list holds no other fallback
+    ranked = jnp.where(s.fin_met | (jnp.arange(k) == 0)[None, :], s.fin_score, NEG_INF)
+    return {**ranked_result(s.fin_tokens, ranked, s.fin_steps, nbest), "constraints_met": s.fin_met[:, 0]}

@@ -39,8 +39,8 @@ import jax.numpy as jnp
 
 from jaxnat.argmax import top_k
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from jaxnat.decoding.search import (NEG_INF, _check_static, _normalise, _restrict, _result, batch_length,
-                                    decode_length, fairseq_selection, follow_parents)
+from jaxnat.decoding.search import (NEG_INF, _check_static, _normalise, _restrict, batch_length, by_score,
+                                    decode_length, fairseq_selection, follow_parents, ranked_result)
 from jaxnat.edit_ops.compaction import compact
 
 MAX_SCORE = -100.0  # fairseq's weight of a bank in the candidates' sort key
@@ -207,12 +207,13 @@ def order_candidates(score, parent, token, banks, valid, distinct, keep: int) ->
 
 def search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases: jnp.ndarray, *, beam_size: int,
            ordered: bool = False, length_penalty: float = 1.0, max_len_a: float = 1.2, max_len_b: int = 10,
-           max_out: int, prefix_len=0) -> dict:
+           max_out: int, prefix_len=0, nbest: int = 1) -> dict:
     """fairseq's constrained beam search for B sentences (module docstring). Arguments and result as
     `constrained.constrained_search` (no ``continues``: fairseq has no such rule; the length limit leaves room for
     the forced prefix, as `search.ar_search`'s, not for the phrases); 'constraints_met' says whether the chosen
-    output finished its phrases."""
-    _check_static(beam_size, max_out)
+    output finished its phrases. An n-best list is fairseq's: its finished outputs by score, whether or not they
+    finished their phrases."""
+    _check_static(beam_size, max_out, nbest)
     batch, k = src_len.shape[0], beam_size
     max_len = decode_length(batch_length(src_len), max_len_a, max_len_b, max_out - 2, prefix_len)
     max_len_rows = jnp.repeat(max_len, k)
@@ -278,7 +279,5 @@ def search(tokens_to_logprobs, cache, src_len: jnp.ndarray, phrases: jnp.ndarray
                     fin_count=fin_count, done=done, cache=cache)
 
     s = jax.lax.while_loop(lambda s: ~jnp.all(s["done"]) & (s["index"] < max_out - 1), body, init)
-    best = jnp.argmax(s["fin_score"], axis=1)[:, None]
-    out = _result(_take(s["fin_tokens"], best)[:, 0], _take(s["fin_score"], best)[:, 0],
-                  _take(s["fin_steps"], best)[:, 0])
-    return {**out, "constraints_met": _take(s["fin_met"], best)[:, 0]}
+    score, tokens, steps, met = by_score(s["fin_score"], s["fin_tokens"], s["fin_steps"], s["fin_met"])
+    return {**ranked_result(tokens, score, steps, nbest), "constraints_met": met[:, 0]}

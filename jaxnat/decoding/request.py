@@ -17,8 +17,9 @@ anything runs.
                   reference: int32[B, R] | None,     [BOS … EOS] reference rows, for an oracle analysis only
                   prefix: int32[B, P] | None,        each output's first tokens after BOS, PAD-padded (a
                                                      multilingual model's target-language token)
-                  max_out, beam_size, trace, oracle) static: output capacity, beam, edit trace on/off, the
-                                                     decoding steps an oracle takes against the reference
+                  max_out, beam_size, trace, oracle, nbest) static: output capacity, beam, edit trace on/off, the
+                                                     decoding steps an oracle takes against the reference, the
+                                                     outputs kept per sentence (an n-best list: `Supports.nbest`)
 
 A sentence takes an initial hypothesis or constraints, not both (the translator checks it).
 """
@@ -48,6 +49,7 @@ class DecodeRequest:
     beam_size: int = struct.field(pytree_node=False, default=1)
     trace: bool = struct.field(pytree_node=False, default=False)
     oracle: str = struct.field(pytree_node=False, default="")
+    nbest: int = struct.field(pytree_node=False, default=1)
 
     def width(self, capacity) -> int:
         """The output capacity: ``max_out`` when set, else the model's ``capacity(src_len)`` (static)."""
@@ -76,12 +78,16 @@ class Supports:
     # hard constraints can be kept in the given order (eval.constraint_order=given); False: a model that places
     # them in any order it finds best (a reposition head, a best path over the sets of phrases done)
     given_order: bool = True
+    # n-best lists: with DecodeRequest.nbest = N > 1, generate adds 'nbest_tokens': int32[B, N, T] and 'nbest_score':
+    # float32[B, N], each sentence's N best outputs of its beam, best first (-inf: no such output), N <= beam_size
+    nbest: bool = False
 
 
 def check_supported(model_name: str, supports: Supports, *, init: bool = False, soft: bool = False,
                     hard: bool = False, trace: bool = False, beam_size: int = 1, pairs: bool = False,
-                    oracle: str = "", prefix: bool = False) -> None:
-    """Raises a one-line DataError naming the first thing the model cannot do."""
+                    oracle: str = "", prefix: bool = False, nbest: int = 1) -> None:
+    """Raises a one-line DataError naming the first thing the model cannot do (or an n-best list longer than the
+    beam that makes it)."""
     asked = [(init, supports.init, "initial hypotheses (post-editing)"),
              (soft, supports.soft_constraints, "soft constraints"),
              (hard, supports.hard_constraints, "hard constraints"),
@@ -89,10 +95,14 @@ def check_supported(model_name: str, supports: Supports, *, init: bool = False, 
              (pairs, supports.pairs, "constraint pairs"),
              (beam_size > 1, supports.beam, f"beam search (beam size {beam_size})"),
              (bool(oracle), oracle in supports.oracle, f"oracle decoding {oracle!r}"),
-             (prefix, supports.prefix, "target prefixes (a multilingual model's target-language token)")]
+             (prefix, supports.prefix, "target prefixes (a multilingual model's target-language token)"),
+             (nbest > 1, supports.nbest, f"n-best lists (nbest {nbest}): it keeps one output per sentence")]
     for wanted, can, what in asked:
         if wanted and not can:
             raise DataError(f"model {model_name!r} does not take {what}")
+    if nbest > beam_size:
+        raise DataError(f"an n-best list of {nbest} needs a beam of at least {nbest} (beam size {beam_size}): the "
+                        f"search keeps as many finished outputs as it has beams")
 
 
 def pad_hypotheses(rows: list[list[int]], width: int) -> np.ndarray:

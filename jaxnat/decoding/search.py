@@ -104,9 +104,11 @@ def _normalise(logp_sum: jnp.ndarray, n, length_penalty) -> jnp.ndarray:
     return logp_sum / jnp.power(jnp.asarray(n, jnp.float32), length_penalty)
 
 
-def _check_static(beam_size: int, max_out: int) -> None:
+def _check_static(beam_size: int, max_out: int, nbest: int = 1) -> None:
     if beam_size < 1:
         raise ConfigError(f"beam_size={beam_size} must be at least 1")
+    if not 1 <= nbest <= beam_size:
+        raise ConfigError(f"nbest={nbest} must be from 1 to the beam size, {beam_size}")
     if max_out < 2:
         raise ConfigError(f"max_out={max_out} must be at least 2 (room for BOS and EOS)")
 
@@ -116,6 +118,16 @@ def _result(tokens: jnp.ndarray, score: jnp.ndarray, token_logp: jnp.ndarray) ->
     generated = (tokens != PAD_ID) & (jnp.arange(tokens.shape[1]) > 0)[None, :]
     return {"tokens": tokens, "score": score, "length": (tokens != PAD_ID).sum(axis=-1).astype(jnp.int32),
             "token_logp": jnp.where(generated, token_logp, 0.0), "token_scored": generated}
+
+
+def ranked_result(fin_tokens: jnp.ndarray, fin_score: jnp.ndarray, fin_steps: jnp.ndarray, nbest: int) -> dict:
+    """A beam search's output from its K finished hypotheses ranked best first (fin_tokens: int32[B, K, T],
+    fin_score: float32[B, K], -inf for an empty slot; fin_steps: float32[B, K, T]): `_result` of the first, and with
+    nbest > 1 the first nbest as 'nbest_tokens': int32[B, N, T] and 'nbest_score': float32[B, N]."""
+    out = _result(fin_tokens[:, 0], fin_score[:, 0], fin_steps[:, 0])
+    if nbest > 1:
+        out.update(nbest_tokens=fin_tokens[:, :nbest], nbest_score=fin_score[:, :nbest])
+    return out
 
 
 @struct.dataclass
@@ -218,7 +230,7 @@ def follow_parents(cache, parent: jnp.ndarray, live: jnp.ndarray, index) -> tupl
     return cache, in_slot
 
 
-def _beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, max_out: int) -> dict:
+def _beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, max_out: int, nbest: int = 1) -> dict:
     batch, k = max_len.shape[0], beam_size
     max_len_rows = jnp.repeat(max_len, k)
     tokens = jnp.full((batch, k, max_out), PAD_ID, jnp.int32).at[:, :, 0].set(BOS_ID)
@@ -277,7 +289,7 @@ def _beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, ma
         return BeamState(i + 1, alive_tokens, alive_logp, alive_steps, fin_tokens, fin_steps, fin_score, done, cache)
 
     s = jax.lax.while_loop(cond, body, init)
-    return _result(s.fin_tokens[:, 0], s.fin_score[:, 0], s.fin_steps[:, 0])
+    return ranked_result(s.fin_tokens, s.fin_score, s.fin_steps, nbest)  # top_k keeps them ranked
 
 
 def fairseq_selection(eos: jnp.ndarray, fin_count: jnp.ndarray, done: jnp.ndarray, k: int):
@@ -302,12 +314,14 @@ def fairseq_selection(eos: jnp.ndarray, fin_count: jnp.ndarray, done: jnp.ndarra
     return put, fin_count + jnp.sum(taken, axis=1), keep
 
 
-def _fairseq_beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, max_out: int) -> dict:
+def _fairseq_beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, max_out: int,
+                  nbest: int = 1) -> dict:
     """fairseq's SequenceGenerator beam search (its BeamSearch, normalised scores, no prefix or n-gram blocking):
     at each step the 2K best extensions are ranked; those of the first K that end in EOS are finished (while the
     sentence has fewer than K finished), the first K that do not stay alive; a sentence stops once K hypotheses
-    have finished, and returns the best-scoring of them. Not an exact search: a better hypothesis that would
-    have finished later is never found (the default rules' `_beam` keeps searching until none can win)."""
+    have finished, and returns them ranked by score (its --nbest), the best first. Not an exact search: a better
+    hypothesis that would have finished later is never found (the default rules' `_beam` keeps searching until
+    none can win)."""
     batch, k = max_len.shape[0], beam_size
     max_len_rows = jnp.repeat(max_len, k)
     tokens = jnp.full((batch, k, max_out), PAD_ID, jnp.int32).at[:, :, 0].set(BOS_ID)
@@ -343,9 +357,15 @@ def _fairseq_beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_pen
                     cache=cache)
 
     s = jax.lax.while_loop(lambda s: ~jnp.all(s["done"]) & (s["index"] < max_out - 1), body, init)
-    best = jnp.argmax(s["fin_score"], axis=1)[:, None]
-    first = lambda x: jnp.take_along_axis(x, best.reshape(best.shape + (1,) * (x.ndim - 2)), 1)[:, 0]  # noqa: E731
-    return _result(first(s["fin_tokens"]), first(s["fin_score"]), first(s["fin_steps"]))
+    score, tokens, steps = by_score(s["fin_score"], s["fin_tokens"], s["fin_steps"])
+    return ranked_result(tokens, score, steps, nbest)
+
+
+def by_score(score: jnp.ndarray, *rows: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
+    """(score, *rows) with each sentence's K entries sorted by score, the best first (score: float32[B, K]; rows:
+    [B, K, ...]); equal scores keep their slot order (the first finished first, as fairseq's argmax takes it)."""
+    order = jnp.argsort(-score, axis=1, stable=True)
+    return tuple(jnp.take_along_axis(x, order.reshape(order.shape + (1,) * (x.ndim - 2)), 1) for x in (score, *rows))
 
 
 def ar_search(
@@ -360,6 +380,7 @@ def ar_search(
     max_out: int,
     rules: str = "jaxnat",
     prefix_len=0,
+    nbest: int = 1,
 ) -> dict:
     """Greedy (beam_size=1) or beam search (beam_size > 1) for a batch of B sentences.
 
@@ -384,8 +405,11 @@ def ar_search(
     hypotheses and the K best finished ones per sentence, and stops a sentence once no alive hypothesis can
     beat the worst finished one (exact bound, so with K at least the number of distinct prefixes it is exact
     search); it returns the best finished hypothesis. Note beam_size=1 is greedy, not a one-beam search.
+    nbest (static, at most beam_size): with nbest > 1 also the nbest best finished hypotheses, best first
+    (`ranked_result`: 'nbest_tokens' int32[B, nbest, max_out], 'nbest_score' float32[B, nbest], -inf where the
+    search finished fewer).
     """
-    _check_static(beam_size, max_out)
+    _check_static(beam_size, max_out, nbest)
     if rules not in RULES:
         raise ConfigError(f"search rules must be one of {', '.join(RULES)}, not {rules!r}")
     max_len = decode_length(batch_length(src_len) if rules == "fairseq" else src_len, max_len_a, max_len_b,
@@ -393,5 +417,5 @@ def ar_search(
     if beam_size == 1:
         return _greedy(tokens_to_logprobs, cache, max_len, length_penalty, max_out, rules)
     if rules == "fairseq":
-        return _fairseq_beam(tokens_to_logprobs, cache, max_len, beam_size, length_penalty, max_out)
-    return _beam(tokens_to_logprobs, cache, max_len, beam_size, length_penalty, max_out)
+        return _fairseq_beam(tokens_to_logprobs, cache, max_len, beam_size, length_penalty, max_out, nbest)
+    return _beam(tokens_to_logprobs, cache, max_len, beam_size, length_penalty, max_out, nbest)

@@ -1,4 +1,6 @@
 """`--mode translate`: plain lines or JSON lines (`{"src": ...}`) in, JSON lines (`{"src", "hyp", "score"}`) out.
+With eval.nbest = N > 1 (a model that keeps several outputs: the AR searches), each output line also has "nbest", the
+sentence's N best outputs of its beam, best first, `[{"hyp", "score"}]` (fewer where the search finished fewer).
 
 Each input line is either a JSON object with at least "src", or plain text (a line that does not start with
 '{'). Refining models (LevT) also read, per line, "init" (a target-side hypothesis to refine: post-editing)
@@ -45,9 +47,9 @@ def _finite(text: str) -> float:
 
 
 REQUEST_KEYS = ("src", "init", "constraints", "hard", "constraint_pairs", "src_lang", "tgt_lang")
-# what every output line writes: an input key of the same name would be replaced, not echoed (an MT system's output
-# line fed in as it is: its "hyp" silently gone, and not refined either)
-OUTPUT_KEYS = ("hyp", "score")
+# what output lines write: an input key of the same name would be replaced, not echoed (an MT system's output
+# line fed in as it is: its "hyp" silently gone, and not refined either); "nbest" with eval.nbest > 1
+OUTPUT_KEYS = ("hyp", "score", "nbest")
 
 
 def _misspelt(obj: dict, where: str) -> None:
@@ -192,9 +194,11 @@ def _translate(translator, requests: list[dict], config) -> list[dict]:
     for key in ("src_lang", "tgt_lang"):
         if any(key in r for r in todo):
             options[f"{key}s"] = [r.get(key) or None for r in todo]
+    nbest = config.eval.nbest
     done = iter(translator.translate([r["src"] for r in todo], config.eval.beam_size, config.eval.batch_size,
-                                     **options) if todo else ())
-    blank = {"hyp": "", "score": None, **dict.fromkeys(translator.spec.supports.counts, 0)}
+                                     nbest=nbest, **options) if todo else ())
+    blank = {"hyp": "", "score": None, **dict.fromkeys(translator.spec.supports.counts, 0),
+             **({"nbest": []} if nbest > 1 else {})}
     return [blank if _empty(r) else next(done) for r in requests]
 
 

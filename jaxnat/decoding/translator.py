@@ -294,15 +294,17 @@ class Translator:
     def translate_ids(self, src: list[np.ndarray], beam_size: int, batch_size: int,
                       starts: list[Start] | None = None, trace: bool = False,
                       references: list[list[int]] | None = None, oracle: str = "", warm_up: bool = False,
-                      label: str = "") -> list[dict]:
+                      label: str = "", nbest: int = 1) -> list[dict]:
         """[BOS … EOS] source arrays -> per sentence {'tokens': np.int32 array, 'score': float, and the model's
         counts (refining models: iterations and edit counts; with ``trace`` the edit trace)} in input order.
         oracle: decoding steps an oracle takes against ``references`` (target piece ids, no BOS/EOS), one of the
         model's `Supports.oracle` modes: an analysis of what the model's own decisions cost, not a translation.
         warm_up: only compile and run each request shape not run before, the sentences of the other batches left
         None (a timing's warm-up: after an evaluation's own pass at the same batch size, nothing to run).
-        label: which pass this is (an evaluation's row, "test+hard"), named in its progress lines."""
-        check_supported(self.spec.name, self.spec.supports, trace=trace, beam_size=beam_size, oracle=oracle)
+        label: which pass this is (an evaluation's row, "test+hard"), named in its progress lines. nbest: also each
+        sentence's nbest best outputs, 'nbest_tokens' and 'nbest_score' (`Supports.nbest`)."""
+        check_supported(self.spec.name, self.spec.supports, trace=trace, beam_size=beam_size, oracle=oracle,
+                        nbest=nbest)
         if oracle and references is None:
             raise DataError(f"oracle decoding {oracle!r} needs the references")
         starts = starts or [Start()] * len(src)
@@ -317,6 +319,7 @@ class Translator:
         done, pieces_done, pieces = 0, 0, sum(len(s) for s in src)
         for idx, batch in eval_batches(src, None, batch_size, self.buckets):
             request = self.request(batch["src"], [starts[i] if i >= 0 else Start() for i in idx], beam_size, trace)
+            request = request.replace(nbest=nbest)
             if oracle:
                 rows = [references[i][:self.spec.cfg.max_len - 2] if i >= 0 else None for i in idx]
                 width = self.bucket_width(max(len(r) for r in rows if r is not None) + 2, self.spec.cfg.max_len)
@@ -347,13 +350,15 @@ class Translator:
                   cut_long_inits: bool = False, pairs: list | None = None,
                   drop_long_pairs: bool = False, references: list[str] | None = None,
                   oracle: str = "", token_scores: bool = False, src_langs: list | None = None,
-                  tgt_langs: list | None = None, label: str = "") -> list[dict]:
+                  tgt_langs: list | None = None, label: str = "", nbest: int = 1) -> list[dict]:
         """Texts -> [{'hyp': str, 'score': float, and the model's counts}] in input order (`starts` for the
         other arguments, `translate_ids` for ``oracle`` with the target-side ``references`` and for ``label``; beam
         and batch size default to the config's eval.beam_size and eval.batch_size; src_langs, tgt_langs: per text a
         multilingual model's language tokens or None, `language_tokens`). With ``token_scores`` also the output's
         pieces without BOS/EOS (and a forced language token), 'pieces': [int], with 'token_logp': [float] and
-        'token_scored': [bool] for each (`ModelSpec.generate`), for calibration."""
+        'token_scored': [bool] for each (`ModelSpec.generate`), for calibration. With ``nbest`` > 1 (a model that keeps
+        several outputs, `Supports.nbest`; at most the beam size) also 'nbest': the sentence's best outputs, best first,
+        [{'hyp', 'score'}], as many as the search finished up to nbest (the first is 'hyp' and 'score')."""
         check_arguments(texts, inits=inits, constraints=constraints, hard=hard, pairs=pairs, references=references,
                         src_langs=src_langs, tgt_langs=tgt_langs)
         beam_size = self.config.eval.beam_size if beam_size is None else beam_size
@@ -367,7 +372,8 @@ class Translator:
             starts = [s._replace(prefix=code) for s, code in zip(starts or [Start()] * len(texts), codes)]
         notes = self.input_notes(texts, cut, inits, constraints, hard, pairs)
         ref_ids = self.tokenizer.encode(list(references), "tgt") if references is not None else None
-        outs = self.translate_ids(src, beam_size, batch_size, starts, references=ref_ids, oracle=oracle, label=label)
+        outs = self.translate_ids(src, beam_size, batch_size, starts, references=ref_ids, oracle=oracle, label=label,
+                                  nbest=nbest)
         if unscored := sum(not np.isfinite(o["score"]) for o in outs):  # else silently empty hypotheses
             log.warning("%d of %d sentences got no output with a finite score (null in translate's output): hard "
                         "constraints the search could not meet, or a model whose computation overflows (a diverged "
@@ -376,6 +382,9 @@ class Translator:
         for o, note in zip(outs, notes):
             r = {"hyp": self.tokenizer.decode(list(o["tokens"]), "tgt"), "score": float(o["score"])}
             r.update({k: int(o[k]) for k in self.spec.supports.counts})
+            if nbest > 1:
+                r["nbest"] = [{"hyp": self.tokenizer.decode(list(t), "tgt"), "score": float(score)}
+                              for t, score in zip(o["nbest_tokens"], o["nbest_score"]) if np.isfinite(score)]
             if token_scores:
                 tokens = np.asarray(o["tokens"])
                 real = self.translation_pieces(tokens)

@@ -132,18 +132,18 @@ def ar_score(model: ARTransformer, params, src: jnp.ndarray, tgt: jnp.ndarray, r
 
 # ----------------------------------------------------------------------------------------------- decoding
 
-SUPPORTS = Supports(beam=True, hard_constraints=True, prefix=True)
+SUPPORTS = Supports(beam=True, hard_constraints=True, prefix=True, nbest=True)
 
 
 def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered: bool = False, continues=None,
            joins=None, trails=None, beam_size: int, length_penalty, max_len_a, max_len_b, max_out: int,
-           rules: str = "jaxnat", prefix=None) -> dict:
+           rules: str = "jaxnat", prefix=None, nbest: int = 1) -> dict:
     """The AR searches behind one callback: greedy or beam search (`search.ar_search`), or with phrases
     (int32[B, C, P], an all-PAD row = none) the constrained beam search that guarantees them
     (`constrained.constrained_search`, DBA/VDBA; beam_size 1 is then a one-beam constrained search, and a row
     without phrases is searched greedily, as alone), or under fairseq's ``rules`` fairseq's
     (`constrained_fairseq.search`), which does not. prefix: int32[B, P], each
-    output's first tokens (`search.force_prefix`), or None."""
+    output's first tokens (`search.force_prefix`), or None. nbest: the n-best lists' length (`search.ar_search`)."""
     src_len = token_mask(src).sum(axis=1)
     prefix_len = 0
     if prefix is not None:
@@ -151,7 +151,7 @@ def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered
         prefix_len = token_mask(prefix).sum(axis=1)
     # every search's length limit leaves room for the forced tokens
     kwargs = dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
-                  max_out=max_out, prefix_len=prefix_len)
+                  max_out=max_out, prefix_len=prefix_len, nbest=nbest)
     if phrases is None:
         return ar_search(tokens_to_logprobs, cache, src_len, rules=rules, **kwargs)
     if rules == "fairseq":  # fairseq searches its whole batch under the constraints (so does this)
@@ -177,13 +177,14 @@ def hard_phrases(request: DecodeRequest):
 
 def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: int = 1, length_penalty=1.0,
                 max_len_a=1.2, max_len_b=10, max_out: int, phrases=None, ordered: bool = False,
-                continues=None, joins=None, trails=None, rules: str = "jaxnat", prefix=None) -> dict:
+                continues=None, joins=None, trails=None, rules: str = "jaxnat", prefix=None,
+                nbest: int = 1) -> dict:
     """Greedy, beam or constrained beam search (`search`) with the model's KV cache.
 
     src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None (continues,
     joins, trails: `constrained_search`'s); prefix: int32[B, P] each output's first tokens, or None. The source is
     encoded once and its cross-attention keys and values repeated per beam (row b * beam_size + k). Returns
-    {'tokens', 'score', 'length'} (and 'constraints_met' with phrases).
+    {'tokens', 'score', 'length'} (and 'constraints_met' with phrases; with nbest > 1 the n-best lists).
     """
     if max_out - 1 > model.cfg.max_len:
         raise ConfigError(f"max_out={max_out} needs {max_out - 1} target positions; the model has "
@@ -202,7 +203,7 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
         lambda tokens, cache, index: model.apply(params, tokens, cache, index, src_mask, method=model.step), cache)
     return search(tokens_to_logprobs, cache, src, phrases=phrases, ordered=ordered, continues=continues,
                   joins=joins, trails=trails, beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
-                  max_len_b=max_len_b, max_out=max_out, rules=rules, prefix=prefix)
+                  max_len_b=max_len_b, max_out=max_out, rules=rules, prefix=prefix, nbest=nbest)
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
@@ -217,7 +218,8 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                            length_penalty=e.length_penalty, max_len_a=e.max_len_a, max_len_b=e.max_len_b,
                            max_out=request.width(capacity),
                            phrases=hard_phrases(request), ordered=e.constraint_order == "given", continues=continues,
-                           joins=joins, trails=trails, rules=e.search_rules, prefix=request.prefix)
+                           joins=joins, trails=trails, rules=e.search_rules, prefix=request.prefix,
+                           nbest=request.nbest)
 
     def loss(params, batch, rng, train=True):
         return ar_loss(module, params, batch, rng, config.train.label_smoothing, train)

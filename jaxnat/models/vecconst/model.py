@@ -481,10 +481,10 @@ def vecconst_generate(module: VecConstTransformer, params, request: DecodeReques
 
     return search(tokens_to_logprobs, (layers, repeat(pair_tgt)), src, phrases=hard_phrases(request), ordered=ordered,
                   continues=continues, joins=joins, trails=trails, beam_size=k, length_penalty=length_penalty,
-                  max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out)
+                  max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, nbest=request.nbest)
 
 
-SUPPORTS = Supports(beam=True, hard_constraints=True, pairs=True)
+SUPPORTS = Supports(beam=True, hard_constraints=True, pairs=True, nbest=True)
 
 
 @struct.dataclass
