@@ -72,10 +72,14 @@ def test_translate_with_constraint_pairs(stage2):
              json.dumps({"src": "the dog sees a cat .", "constraint_pairs": [["dog", "kelo"]], "constraints": ["kelo"],
                          "hard": True}),
              json.dumps({"src": "a house ."})]
-    result = _main(workdir, "--mode", "translate", "--config.eval.beam_size=2", stdin="\n".join(lines) + "\n")
+    result = _main(workdir, "--mode", "translate", "--config.eval.beam_size=2", "--config.eval.nbest=2",
+                   stdin="\n".join(lines) + "\n")
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     assert len(rows) == 3 and "kelo" in rows[1]["hyp"].split()
+    # its n-best lists: the output first, then the beam's other finished outputs (those that meet hard constraints)
+    assert all(r["nbest"][0] == {"hyp": r["hyp"], "score": r["score"]} for r in rows)
+    assert all("kelo" in n["hyp"].split() for n in rows[1]["nbest"]) and len(rows[2]["nbest"]) == 2
 
 
 @pytest.mark.parametrize("line, message", [
