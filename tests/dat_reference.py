@@ -79,6 +79,13 @@ def beam_best(links, emit, allowed, n: int, width: int, alpha: float, top: int):
     """argmax_y log P(y | x) / |y|^α, P(y | x) summed over every path and token choice (each inner vertex one of
     its ``top`` best allowed tokens) that emits y, y with BOS and EOS and at most ``width`` tokens. Returns
     (best normalised score, {y: log P(y | x)} of the best ones)."""
+    ranked = beam_ranked(links, emit, allowed, n, width, alpha, top)
+    best = ranked[0][0]
+    return best, {y: total for normed, y, total in ranked if normed >= best - 1e-4}
+
+
+def beam_ranked(links, emit, allowed, n: int, width: int, alpha: float, top: int):
+    """Every output y of `beam_best`'s kind as (log P(y | x) / |y|^α, y, log P(y | x)), the best first."""
     cands = {}
     for v in range(1, n - 1):
         order = [int(t) for t in np.argsort(-np.where(allowed, emit[v], -np.inf), kind="stable") if allowed[t]]
@@ -89,9 +96,8 @@ def beam_best(links, emit, allowed, n: int, width: int, alpha: float, top: int):
         for toks in itertools.product(*(cands[v] for v in p[1:-1])):
             score = base + sum(float(emit[v, t]) for v, t in zip(p[1:-1], toks))
             totals.setdefault(toks, []).append(score)
-    normed = {y: logsumexp(s) / (len(y) + 2) ** alpha for y, s in totals.items()}
-    best = max(normed.values())
-    return best, {y: logsumexp(totals[y]) for y, s in normed.items() if s >= best - 1e-4}
+    return sorted(((logsumexp(s) / (len(y) + 2) ** alpha, y, logsumexp(s)) for y, s in totals.items()),
+                  key=lambda r: -r[0])
 
 
 def placeable(tokens, phrases, continues=None, joins=None, trails=None) -> int:

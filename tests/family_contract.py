@@ -2,7 +2,8 @@
 tests/test_family.py runs for each registered family: it builds from the tiny test config (one beam), its loss
 returns ``(float32[] loss · n, aux)`` with float32[] 'nll' and 'count' (the trainer divides their sums) and a
 float32[] for each of the spec's terms (`ModelSpec.left_out` one of them), its ``generate`` returns tokens, score,
-the per-token log-probabilities and exactly the counts it declares, as wide as the request asks, and its output
+the per-token log-probabilities and exactly the counts it declares, as wide as the request asks (and n-best lists
+where it declares them), and its output
 capacity stays within `model.max_len`; its `ModelSpec` bears its name; it is built and validated from its own
 config sections (and those of the families it extends) alone; its `Family.reads` names exactly the keys of
 `READ_BY_SOME` its build, capacity and generate read (and data.pack where its spec packs). Shapes and dtypes only
@@ -105,4 +106,8 @@ def check_contract(name: str, vocab: int = 40) -> None:
     assert (out["token_logp"].shape, out["token_logp"].dtype) == (shape, jnp.float32), name
     assert (out["token_scored"].shape, out["token_scored"].dtype) == (shape, jnp.bool_), name
     assert all((out[c].shape, out[c].dtype) == ((1,), jnp.int32) for c in spec.supports.counts), name
+    if spec.supports.nbest:  # n-best lists beside the output (`Supports.nbest`), as many as asked
+        out = jax.eval_shape(spec.generate, params, DecodeRequest(src, max_out=width, beam_size=3, nbest=2))
+        assert (out["nbest_tokens"].shape, out["nbest_tokens"].dtype) == ((1, 2, width), jnp.int32), name
+        assert (out["nbest_score"].shape, out["nbest_score"].dtype) == ((1, 2), jnp.float32), name
     check_reads(name, spec, seen)

@@ -149,7 +149,7 @@ def test_collapse_merges_repeats_then_drops_blanks(seed):
         assert scored[b].sum() == len(want) and np.all(token_logp[b, len(want) + 1:] == 0)
 
 
-_beam = jax.jit(search.prefix_beam, static_argnums=(2, 3, 4))
+_beam = jax.jit(search.prefix_beam, static_argnums=(2, 3, 4, 5))
 
 
 @SOME
@@ -157,11 +157,12 @@ _beam = jax.jit(search.prefix_beam, static_argnums=(2, 3, 4))
 def test_a_wide_prefix_beam_finds_the_most_probable_collapsed_string(seed):
     """With more beams than prefixes, the prefix beam search is exact: its output is the collapsed string of
     highest probability summed over its alignments (which the best single path need not be), its score that
-    probability."""
+    probability; its n-best list, the strings of the next highest."""
     rng = np.random.default_rng(seed)
     lp = _log_probs(rng, concentration=0.7)
     frames = rng.integers(1, T + 1, B).astype(np.int32)
-    tokens, score, token_logp, scored = (np.asarray(x) for x in _beam(lp, frames, 64, T + 2, BLANK_ID))
+    out = jax.device_get(_beam(lp, frames, 64, T + 2, BLANK_ID, 4))
+    tokens, score, token_logp, scored = out["tokens"], out["score"], out["token_logp"], out["token_scored"]
     for b in range(B):
         totals = ref.string_totals(lp[b], frames[b], LABELS)
         got = tuple(int(x) for x in tokens[b] if x not in (BOS_ID, EOS_ID, PAD_ID))
@@ -169,6 +170,11 @@ def test_a_wide_prefix_beam_finds_the_most_probable_collapsed_string(seed):
         np.testing.assert_allclose(totals[got], best, rtol=1e-5, atol=1e-5)  # the best string (or one tied)
         np.testing.assert_allclose(score[b], best, rtol=1e-5, atol=1e-5)
         assert scored[b].sum() == len(got) and np.all(token_logp[b][scored[b]] <= 0)
+        ranked = sorted(totals.values(), reverse=True)[:4]  # fewer where fewer strings have a path
+        listed = [tuple(int(x) for x in row if x not in (BOS_ID, EOS_ID, PAD_ID)) for row in out["nbest_tokens"][b]]
+        np.testing.assert_allclose(out["nbest_score"][b][:len(ranked)], ranked, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose([totals[s] for s in listed[:len(ranked)]], ranked, rtol=1e-5, atol=1e-5)
+        assert listed[0] == got and np.all(out["nbest_score"][b][len(ranked):] == -np.inf)
 
 
 def test_a_beam_of_one_prefix_is_not_the_best_path_but_a_wide_one_beats_it():
@@ -176,8 +182,8 @@ def test_a_beam_of_one_prefix_is_not_the_best_path_but_a_wide_one_beats_it():
     summed over its alignments (a∅, ∅a, aa: 0.44) and the beam keeps that total."""
     lp = np.full((1, 2, V), NEG, np.float32)
     lp[0, :, [6, BLANK_ID, 7]] = np.log([[0.4, 0.4], [0.35, 0.35], [0.25, 0.25]])
-    tokens, score, _, _ = _beam(np.repeat(lp, B, 0).repeat(3, 1)[:, :T], np.full(B, 2, np.int32), 4, T + 2,
-                                BLANK_ID)
+    out = _beam(np.repeat(lp, B, 0).repeat(3, 1)[:, :T], np.full(B, 2, np.int32), 4, T + 2, BLANK_ID)
+    tokens, score = out["tokens"], out["score"]
     assert list(np.asarray(tokens[0, :3])) == [BOS_ID, 6, EOS_ID]
     np.testing.assert_allclose(float(score[0]), math.log(0.4 * 0.4 + 2 * 0.4 * 0.35), rtol=1e-5)
 
@@ -188,7 +194,8 @@ def test_the_prefix_beam_keeps_only_prefixes_that_fit_the_output():
     lp = np.full((B, T, V), NEG, np.float32)
     lp[:, 0, [6, 7, BLANK_ID]] = np.log([0.7, 0.05, 0.25])
     lp[:, 1, [7, BLANK_ID]] = np.log([0.7, 0.3])
-    tokens, score, _, _ = _beam(lp, np.full(B, 2, np.int32), 4, 3, BLANK_ID)
+    out = _beam(lp, np.full(B, 2, np.int32), 4, 3, BLANK_ID)
+    tokens, score = out["tokens"], out["score"]
     assert np.asarray(tokens[0]).tolist() == [BOS_ID, 7, EOS_ID]
     np.testing.assert_allclose(float(score[0]), math.log(0.225), rtol=1e-5)
 

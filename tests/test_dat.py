@@ -229,7 +229,10 @@ def test_greedy_lookahead_and_viterbi_match_brute_force(rows, seed, beta):
 @given(rows=sizes, seed=st.integers(0, 10**6))
 def test_wide_beam_finds_the_most_probable_output(rows, seed):
     """A beam wider than every prefix finds argmax_y log P(y | x) / |y|^α with P(y | x) summed over every path
-    and token choice that emits y (the reference's exhaustive sum), and reports that log P(y | x)."""
+    and token choice that emits y (the reference's exhaustive sum), and reports that log P(y | x); its n-best list
+    holds the outputs of the next highest normalised scores, with their log P(y | x). (A hypothesis is a prefix at
+    a vertex: 256 beams keep every such pair here, so that the lower outputs too sum all their paths; 64 kept the
+    best output's, not always those of the next.)"""
     n = n_of(rows)
     links, emit = graph(seed, n, scale=1.0)
     options = Decoding("beam", beam_alpha=1.1, top_cand=2, remove_repeats=False)
@@ -240,6 +243,14 @@ def test_wide_beam_finds_the_most_probable_output(rows, seed):
         toks = [int(t) for t in np.asarray(out["tokens"][b]) if t not in (0, 1, 2)]
         assert tuple(toks) in best
         np.testing.assert_allclose(float(out["score"][b]), best[tuple(toks)], rtol=1e-5, atol=1e-4)
+        ranked = ref.beam_ranked(links[b], emit[b], allowed, n[b], W, 1.1, 2)[:NBEST]
+        listed = [tuple(int(t) for t in row if t not in (0, 1, 2)) for row in np.asarray(out["nbest_tokens"][b])]
+        assert listed[0] == tuple(toks)
+        for (normed, y, total), got, score in zip(ranked, listed, np.asarray(out["nbest_score"][b])):
+            if [r[0] for r in ranked].count(normed) == 1:  # (tied outputs may come in either order)
+                assert got == y
+            np.testing.assert_allclose(score, total, rtol=1e-5, atol=1e-4)
+        assert np.all(np.asarray(out["nbest_score"][b][len(ranked):]) == -np.inf)
 
 
 def test_a_narrow_beam_never_extends_into_the_last_vertex():
@@ -253,12 +264,15 @@ def test_a_narrow_beam_never_extends_into_the_last_vertex():
     search = jax.jit(dag.beam_search, static_argnums=(6, 7, 8))
     tokens, _, _ = search(links, top_tok, top_lp, np.zeros(1, np.float32), np.log(np.full(1, 0.01, np.float32)),
                           np.asarray([4], np.int32), 4, 1, 1.1)
-    assert np.asarray(tokens).tolist() == [[BOS_ID, 6, EOS_ID, 0]]
+    assert np.asarray(tokens).tolist() == [[[BOS_ID, 6, EOS_ID, 0]]]
 
 
 @functools.lru_cache(maxsize=None)
 def _beam_program(options):
-    return jax.jit(lambda links, emit, n: decode_graph(jnp.asarray(emit), links, n, W, options, beam=64))
+    return jax.jit(lambda links, emit, n: decode_graph(jnp.asarray(emit), links, n, W, options, beam=256, nbest=NBEST))
+
+
+NBEST = 3  # the n-best lists the wide beam's test compares
 
 
 def _beam(links, emit, n, options):

@@ -1,5 +1,5 @@
 """`--mode translate`: plain lines or JSON lines (`{"src": ...}`) in, JSON lines (`{"src", "hyp", "score"}`) out.
-With eval.nbest = N > 1 (a model that keeps several outputs: the AR searches), each output line also has "nbest", the
+With eval.nbest = N > 1 (a model that keeps several outputs: `Supports.nbest`), each output line also has "nbest", the
 sentence's N best outputs of its beam, best first, `[{"hyp", "score"}]` (fewer where the search finished fewer).
 
 Each input line is either a JSON object with at least "src", or plain text (a line that does not start with

@@ -231,7 +231,7 @@ def ctc_loss(model: CTCModel, params, batch: dict, rng, *, upsample: int, label_
 # ----------------------------------------------------------------------------------------------- decoding
 
 SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, beam=True, max_phrases=4, given_order=False,
-                    counts=("unsatisfied",))
+                    counts=("unsatisfied",), nbest=True)
 
 
 def forbid(log_probs: jax.Array) -> jax.Array:
@@ -255,33 +255,31 @@ def decode(module: CTCModel, params, request: DecodeRequest, upsample: int, widt
     logits = module.apply(params, src, memory, frames, canvas, method="frame_logits")
     log_probs = forbid(jax.nn.log_softmax(logits.astype(jnp.float32)))
 
-    def plain():  # (tokens, score, token_logp, token_scored) as the request's beam decodes them
+    def plain():  # {tokens, score, token_logp, token_scored (and the n-best lists)} as the request's beam decodes them
         if request.beam_size > 1:
-            return prefix_beam(log_probs, frames, request.beam_size, width, BLANK_ID)
+            return prefix_beam(log_probs, frames, request.beam_size, width, BLANK_ID, request.nbest)
         labels, picked, best = best_path(log_probs, frames)
         tokens, token_logp, scored = collapse(labels, frames, picked, width, BLANK_ID)
-        return tokens, best, token_logp, scored
+        return {"tokens": tokens, "score": best, "token_logp": token_logp, "token_scored": scored}
 
-    unsatisfied = jnp.zeros(b, jnp.int32)
     if request.constraints is None:
-        tokens, score, token_logp, scored = plain()
-    else:
-        hard = request.hard if request.hard is not None else jnp.zeros(b, bool)
-        path, placed, ok = constrained_paths(log_probs, frames, request.constraints, hard, BLANK_ID, continues,
-                                             joins, trails, soft_bonus)
-        # a row without phrases decodes as it would alone, and so does one whose phrases cannot be met (it says so)
-        use = ok & jnp.any(request.constraints != PAD_ID, axis=(1, 2))
-        c_picked = jnp.take_along_axis(log_probs, jnp.maximum(path, 0)[..., None], axis=2)[..., 0]
-        inside = jnp.arange(canvas)[None, :] < frames[:, None]
-        c_score = jnp.sum(jnp.where(inside, c_picked, 0.0), axis=1)
-        c_tokens, c_logp, c_scored = collapse(path, frames, c_picked, width, BLANK_ID, placed)
-        tokens, score, token_logp, scored = skipped_unless(~jnp.all(use), plain)
-        tokens, token_logp, scored = (jnp.where(use[:, None], c, p) for c, p in
-                                      ((c_tokens, tokens), (c_logp, token_logp), (c_scored, scored)))
-        score = jnp.where(use, c_score, score)
-        unsatisfied = (hard & ~ok).astype(jnp.int32)
-    return {"tokens": tokens, "score": score, "token_logp": token_logp, "token_scored": scored,
-            "unsatisfied": unsatisfied}
+        return {**plain(), "unsatisfied": jnp.zeros(b, jnp.int32)}
+    hard = request.hard if request.hard is not None else jnp.zeros(b, bool)
+    path, placed, ok = constrained_paths(log_probs, frames, request.constraints, hard, BLANK_ID, continues,
+                                         joins, trails, soft_bonus)
+    # a row without phrases decodes as it would alone, and so does one whose phrases cannot be met (it says so)
+    use = ok & jnp.any(request.constraints != PAD_ID, axis=(1, 2))
+    c_picked = jnp.take_along_axis(log_probs, jnp.maximum(path, 0)[..., None], axis=2)[..., 0]
+    inside = jnp.arange(canvas)[None, :] < frames[:, None]
+    c_score = jnp.sum(jnp.where(inside, c_picked, 0.0), axis=1)
+    c_tokens, c_logp, c_scored = collapse(path, frames, c_picked, width, BLANK_ID, placed)
+    out = skipped_unless(~jnp.all(use), plain)
+    constrained = {"tokens": c_tokens, "score": c_score, "token_logp": c_logp, "token_scored": c_scored}
+    if request.nbest > 1:  # a row decoded by its constrained best path lists that one output
+        constrained.update(nbest_tokens=out["nbest_tokens"].at[:, 0].set(c_tokens),
+                           nbest_score=jnp.full_like(out["nbest_score"], -jnp.inf).at[:, 0].set(c_score))
+    out = {k: jnp.where(use.reshape((b,) + (1,) * (v.ndim - 1)), constrained[k], v) for k, v in out.items()}
+    return {**out, "unsatisfied": (hard & ~ok).astype(jnp.int32)}
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:

@@ -78,11 +78,12 @@ def best_path(log_probs: jax.Array, frames: jax.Array) -> tuple[jax.Array, jax.A
 _HASH = (np.uint32(1000003), np.uint32(2654435761))
 
 
-def prefix_beam(log_probs: jax.Array, frames: jax.Array, beam: int, width: int,
-                blank: int) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
-    """CTC prefix beam search (the module's docstring) → (tokens int32[B, W], score float32[B] the best prefix's
-    log-probability summed over its alignments, token_logp float32[B, W] each token's frame log-probability when
-    it was appended, token_scored bool[B, W])."""
+def prefix_beam(log_probs: jax.Array, frames: jax.Array, beam: int, width: int, blank: int, nbest: int = 1) -> dict:
+    """CTC prefix beam search (the module's docstring) → {'tokens': int32[B, W], 'score': float32[B] the best
+    prefix's log-probability summed over its alignments, 'token_logp': float32[B, W] each token's frame
+    log-probability when it was appended, 'token_scored': bool[B, W]}, and with nbest > 1 (static, at most beam)
+    the nbest most probable prefixes kept at the end, 'nbest_tokens': int32[B, N, W] and 'nbest_score':
+    float32[B, N], best first (-inf where fewer prefixes were kept)."""
     b, t_max, v = log_probs.shape
     k, room = beam, width - 2
     m = min(beam, v - 1)                                       # labels tried per frame (the blank apart)
@@ -141,10 +142,17 @@ def prefix_beam(log_probs: jax.Array, frames: jax.Array, beam: int, width: int,
             lambda n, o: jnp.where(active.reshape(active.shape + (1,) * (n.ndim - 2)), n, o), new, state), None
 
     state, _ = lax.scan(frame, start, (lp, jnp.arange(t_max)))
-    total = jnp.logaddexp(state["pb"], state["pnb"])
-    top = jnp.argmax(total, axis=1)
-    pick = lambda x: jnp.take_along_axis(x, top.reshape((b, 1) + (1,) * (x.ndim - 2)), axis=1)[:, 0]  # noqa: E731
-    ids, logp, length = pick(state["tokens"]), pick(state["logp"]), pick(state["length"])
+    total = jnp.where(state["length"] >= 0, jnp.logaddexp(state["pb"], state["pnb"]), NEG)
+    n = max(nbest, 1)
+    order = jnp.argsort(-total, axis=1, stable=True)[:, :n]    # the best first (the first of equals, as argmax)
+    pick = lambda x: jnp.take_along_axis(x, order.reshape((b, n) + (1,) * (x.ndim - 2)), axis=1)  # noqa: E731
+    ids, logp, length = (pick(state[key]).reshape((b * n,) + state[key].shape[2:])
+                         for key in ("tokens", "logp", "length"))
     keep = jnp.arange(room)[None, :] < length[:, None]
-    tokens, token_logp, scored = write_rows(ids, keep, jnp.where(keep, logp, 0.0), keep, width)
-    return tokens, jnp.max(total, axis=1), token_logp, scored
+    tokens, token_logp, scored = (x.reshape(b, n, width) for x in
+                                  write_rows(ids, keep, jnp.where(keep, logp, 0.0), keep, width))
+    out = {"tokens": tokens[:, 0], "score": pick(total)[:, 0], "token_logp": token_logp[:, 0],
+           "token_scored": scored[:, 0]}
+    if nbest > 1:
+        out.update(nbest_tokens=tokens, nbest_score=jnp.where(pick(total) > NEG / 2, pick(total), -jnp.inf))
+    return out

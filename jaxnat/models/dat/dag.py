@@ -223,7 +223,8 @@ def compact(values: jax.Array, keep: jax.Array, fill) -> jax.Array:
 # ----------------------------------------------------------------------------------------------- beam search
 
 def beam_search(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: jax.Array, eos: jax.Array,
-                n_vertices: jax.Array, width: int, beam: int, alpha: float, limit: jax.Array | None = None):
+                n_vertices: jax.Array, width: int, beam: int, alpha: float, limit: jax.Array | None = None,
+                nbest: int = 1):
     """Beam search over token prefixes of the DAG (DA-Transformer's beam search without its n-gram LM): a
     hypothesis is a prefix ending at a vertex, scored by the log-sum over every path that emits it there, so the
     search looks for argmax_y log P(y | x) / M^α (M = |y| with BOS and EOS), summing paths, not the single best
@@ -233,15 +234,15 @@ def beam_search(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: ja
 
     links: float32[B, L, L]; top_tok, top_lp: int32/float32[B, L, C], each vertex's C best tokens; bos, eos:
     float32[B] (log P(BOS | 0), log P(EOS | n − 1)); width: the output's capacity; limit: int32[B], each row's
-    (at most ``width``; None: ``width``); beam: K. Returns (tokens int32[B, width], the best finished prefix; its
-    log P(y | x) float32[B]; token_logp float32[B, width], each token's share of it: log P(y_≤m) − log P(y_<m)
-    over the merged paths)."""
+    (at most ``width``; None: ``width``); beam: K; nbest: N ≤ K. Returns the N best finished prefixes, best first:
+    (tokens int32[B, N, width]; their log P(y | x) float32[B, N], -inf where fewer finished; token_logp
+    float32[B, N, width], each token's share of it: log P(y_≤m) − log P(y_<m) over the merged paths)."""
     limit = jnp.full(n_vertices.shape, width, jnp.int32) if limit is None else limit
-    return jax.vmap(lambda *a: _beam_one(*a, width, beam, alpha))(links, top_tok, top_lp, bos, eos, n_vertices,
-                                                                   limit)
+    return jax.vmap(lambda *a: _beam_one(*a, width, beam, alpha, nbest))(links, top_tok, top_lp, bos, eos,
+                                                                          n_vertices, limit)
 
 
-def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha):
+def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha, nbest):
     L, C = top_tok.shape
     last = n - 1
     toks = jnp.full((beam, width), PAD_ID, jnp.int32).at[:, 0].set(BOS_ID)
@@ -281,6 +282,5 @@ def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha):
         return (toks, steps_lp, best, j.astype(jnp.int32), fin), None
 
     (_, _, _, _, fin), _ = jax.lax.scan(step, (toks, steps_lp, lp, vert, fin), jnp.arange(1, width))
-    b = argmax(fin[3])
-    shares = jnp.where(fin[0][b] == PAD_ID, 0.0, fin[1][b])
-    return fin[0][b], fin[2][b], shares
+    toks, steps_lp, lp = fin[0][:nbest], fin[1][:nbest], fin[2][:nbest]  # top_k kept them ranked, the best first
+    return toks, lp, jnp.where(toks == PAD_ID, 0.0, steps_lp)

@@ -265,7 +265,7 @@ def dat_loss(module: DAT, params, batch: dict, rng, *, glance: Glancing, step=No
 # ----------------------------------------------------------------------------------------------- decoding
 
 SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, beam=True, max_phrases=MAX_PHRASES, given_order=False,
-                    counts=("decoded", "repeats", "infeasible"))
+                    counts=("decoded", "repeats", "infeasible"), nbest=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -288,21 +288,23 @@ def allowed_tokens(vocab: int) -> jax.Array:
 
 def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, width: int, options: Decoding,
                  beam: int = 1, constraints=None, hard=None, continues=None, joins=None, trails=None,
-                 limit: jax.Array | None = None) -> dict:
+                 limit: jax.Array | None = None, nbest: int = 1) -> dict:
     """One batch's translations from its graphs: logits float32[B, L, V], links float32[B, L, L], n_vertices
     int32[B] → generate's outputs (tokens int32[B, width] [BOS … EOS] rows, score, token_logp, token_scored and
     the counts). With ``constraints`` (int32[B, C, P]) and ``hard`` (bool[B]) the rows that have phrases take the
     constrained search; a row without any decodes as it would alone, by the strategy. limit: int32[B], each row's
     own output capacity within the width (`output_limits`), or None: the width. The beam search reads every
     token's log-probability; the others each vertex's best (`dag.vertex_scores`), the constrained search each
-    vertex's best per token class and its phrases' tokens."""
+    vertex's best per token class and its phrases' tokens. nbest > 1 (the beam search, at most ``beam``): also the
+    beam's nbest best outputs, 'nbest_tokens' int32[B, N, width] and their log P(y | x) 'nbest_score' float32[B, N],
+    ranked by the beam's normalised score (a row that takes the constrained search lists its one output)."""
     allowed = allowed_tokens(logits.shape[-1])
     B = logits.shape[0]
-    plain = lambda: _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limit)  # noqa: E731
+    plain = lambda: _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limit, nbest)  # noqa: E731
     infeasible = jnp.zeros(B, jnp.int32)
     phrase = None
     if constraints is None:
-        tokens, score, token_lp = plain()
+        tokens, score, token_lp, listed = plain()
     else:
         hard = jnp.zeros(B, bool) if hard is None else hard
         norm = jax.nn.logsumexp(logits, axis=-1)                           # [B, L]
@@ -312,41 +314,59 @@ def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, wid
         c_token_lp = (jnp.take_along_axis(jnp.take_along_axis(logits, at[..., None], 1),
                                           out["tokens"][..., None], 2)[..., 0] - jnp.take_along_axis(norm, at, 1))
         has = jnp.any(constraints != PAD_ID, axis=(1, 2))
-        tokens, score, token_lp = skipped_unless(~jnp.all(has), plain)
+        tokens, score, token_lp, listed = skipped_unless(~jnp.all(has), plain)
         tokens = jnp.where(has[:, None], out["tokens"], tokens)
         token_lp = jnp.where(has[:, None], c_token_lp, token_lp)
         score = jnp.where(has, out["score"], score)
         phrase, infeasible = out["phrase"] & has[:, None], out["infeasible"]
+        if listed is not None:  # a constrained row lists its one output
+            listed = (jnp.where(has[:, None, None], tokens[:, None], listed[0]),
+                      jnp.where(has[:, None], jnp.full_like(listed[1], -jnp.inf).at[:, 0].set(score), listed[1]))
     inner = (tokens != PAD_ID) & (tokens != BOS_ID) & (tokens != EOS_ID)
     free = inner if phrase is None else inner & ~phrase
-    if options.remove_repeats:
+    keep, repeats = _kept(tokens, free, options.remove_repeats)
+    out = {"tokens": dag.compact(tokens, keep, PAD_ID),
+           "score": score.astype(jnp.float32),
+           "token_logp": dag.compact(jnp.where(free, token_lp, 0.0), keep, 0.0),
+           "token_scored": dag.compact(free, keep, False),
+           "decoded": jnp.sum(inner, axis=1, dtype=jnp.int32), "repeats": repeats, "infeasible": infeasible}
+    if listed is not None:  # repeats removed as from the output; the first is the output (a constrained phrase kept)
+        rows = listed[0]
+        rows_free = ((rows != PAD_ID) & (rows != BOS_ID) & (rows != EOS_ID)).at[:, 0].set(free)
+        kept, _ = _kept(rows.reshape(-1, width), rows_free.reshape(-1, width), options.remove_repeats)
+        out.update(nbest_tokens=dag.compact(rows.reshape(-1, width), kept, PAD_ID).reshape(rows.shape),
+                   nbest_score=listed[1].astype(jnp.float32))
+    return out
+
+
+def _kept(tokens: jax.Array, free: jax.Array, remove_repeats: bool) -> tuple[jax.Array, jax.Array]:
+    """(bool[B, W] the tokens an output keeps: not PAD, nor with ``remove_repeats`` a free token repeating the one
+    before it (`dag.drop_repeats`); int32[B] the repeats dropped)."""
+    if remove_repeats:
         keep, repeats = dag.drop_repeats(tokens, free)
     else:
-        keep, repeats = tokens != PAD_ID, jnp.zeros(B, jnp.int32)
-    keep = keep & (tokens != PAD_ID)
-    return {"tokens": dag.compact(tokens, keep, PAD_ID),
-            "score": score.astype(jnp.float32),
-            "token_logp": dag.compact(jnp.where(free, token_lp, 0.0), keep, 0.0),
-            "token_scored": dag.compact(free, keep, False),
-            "decoded": jnp.sum(inner, axis=1, dtype=jnp.int32), "repeats": repeats, "infeasible": infeasible}
+        keep, repeats = tokens != PAD_ID, jnp.zeros(tokens.shape[0], jnp.int32)
+    return keep & (tokens != PAD_ID), repeats
 
 
-def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limit):
-    """(tokens int32[B, width], score float32[B], token_lp float32[B, width]) by ``options.strategy``."""
+def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limit, nbest=1):
+    """(tokens int32[B, width], score float32[B], token_lp float32[B, width], and with nbest > 1 the beam's n-best
+    lists (tokens int32[B, N, width], log P(y | x) float32[B, N]), else None) by ``options.strategy``."""
     tok, scores, bos = dag.vertex_scores(logits, n_vertices, allowed)
     if options.strategy == "beam":
         emit = jax.nn.log_softmax(logits)
         top_lp, top_tok = jax.lax.top_k(jnp.where(allowed, emit, dag.NEG), min(options.top_cand, logits.shape[-1]))
         eos = jnp.take_along_axis(emit[..., EOS_ID], (n_vertices - 1)[:, None], 1)[:, 0]
-        return dag.beam_search(links, top_tok.astype(jnp.int32), top_lp, bos, eos, n_vertices, width, beam,
-                               options.beam_alpha, limit)
+        tokens, lp, shares = dag.beam_search(links, top_tok.astype(jnp.int32), top_lp, bos, eos, n_vertices, width,
+                                             beam, options.beam_alpha, limit, nbest)
+        return tokens[:, 0], lp[:, 0], shares[:, 0], (tokens, lp) if nbest > 1 else None
     if options.strategy == "viterbi":
         path, score = dag.joint_viterbi(links, scores, bos, n_vertices, width, options.viterbi_beta, limit)
     else:
         beta = options.lookahead_beta if options.strategy == "lookahead" else 0.0
         path = dag.follow(dag.pointers(links, scores, beta), n_vertices, width, limit)
         score = dag.path_score(path, links, scores, bos)
-    return dag.path_tokens(path, tok, n_vertices), score, jnp.take_along_axis(scores, jnp.maximum(path, 0), 1)
+    return dag.path_tokens(path, tok, n_vertices), score, jnp.take_along_axis(scores, jnp.maximum(path, 0), 1), None
 
 
 def output_capacity(cfg: TransformerConfig, eval_cfg):
@@ -394,10 +414,10 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         width = request.width(capacity)
         limit = output_limits(request.src, request.constraints, width, cfg, config.eval)
         return decode_graph(logits, links, n_vertices, width, options, request.beam_size, request.constraints,
-                            request.hard, continues, joins, trails, limit)
+                            request.hard, continues, joins, trails, limit, request.nbest)
 
-    # eval.beam_size is the width of dat.decode=beam and of nothing else
-    supports = dataclasses.replace(SUPPORTS, beam=s.decode == "beam")
+    # eval.beam_size is the width of dat.decode=beam and of nothing else, eval.nbest its n-best lists'
+    supports = dataclasses.replace(SUPPORTS, beam=s.decode == "beam", nbest=s.decode == "beam")
     return ModelSpec("dat", cfg, module, init, loss, generate, capacity, supports, stepped=True,
                      terms=("glance_ratio", "glance_accuracy", "unaligned"),
                      left_out=("unaligned", "a target longer than its graph has no path: raise dat.upsample or "
