@@ -543,9 +543,6 @@ def validate(config: ml_collections.ConfigDict) -> None:
                              if f.sweep)
         raise ConfigError(f"eval.iteration_sweep is a comma list of decoding depths (each >= 1) of a model that has "
                           f"one: {sweeping}; got {config.eval.iteration_sweep!r} with model.name={m.name!r}")
-    if config.eval.nbest > config.eval.beam_size:
-        raise ConfigError(f"eval.nbest={config.eval.nbest} needs eval.beam_size >= {config.eval.nbest} (beam size "
-                          f"{config.eval.beam_size}): the search keeps as many finished outputs as it has beams")
     try:  # what the evaluation will ask of the model, checked before anything is trained
         check_supported(m.name, family.supports, soft="soft" in modes, hard="hard" in modes,
                         trace=config.eval.trace_sentences > 0,
@@ -556,6 +553,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"{e} (asked by eval.constraints, eval.trace_sentences, eval.beam_size, "
                           f"eval.valid_beam_size, eval.nbest or eval.oracle; oracle modes of {m.name!r}: "
                           f"{', '.join(family.supports.oracle) or 'none'})") from None
+    if config.eval.nbest > config.eval.beam_size:
+        raise ConfigError(f"eval.nbest={config.eval.nbest} needs eval.beam_size >= {config.eval.nbest} (beam size "
+                          f"{config.eval.beam_size}): the search keeps as many finished outputs as it has beams")
     if config.eval.constraint_order == "given" and family.supports.hard_constraints and not family.supports.given_order:
         raise ConfigError(f"eval.constraint_order=given: model {m.name!r} places hard constraints in any order "
                           f"(it does not read the setting); use eval.constraint_order=any")

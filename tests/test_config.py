@@ -187,8 +187,8 @@ def test_overrides_are_typed():
         # an n-best list is the finished outputs of a beam, as many as it has beams, in a model that keeps them
         (["--config.eval.nbest=5"], "eval.nbest=5 needs eval.beam_size >= 5 (beam size 4): the search keeps as many"),
         (["--config.eval.nbest=0"], "eval.nbest must be positive, got 0"),
-        (["--config.model.name=ctc", "--config.eval.beam_size=4", "--config.eval.nbest=2"],
-         "model 'ctc' does not take n-best lists (nbest 2): it keeps one output per sentence (asked by "
+        (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.eval.nbest=2"],
+         "model 'cmlm' does not take n-best lists (nbest 2): it keeps one output per sentence (asked by "
          "eval.constraints, eval.trace_sentences, eval.beam_size, eval.valid_beam_size, eval.nbest or eval.oracle"),
         # EDITOR's reposition (and DA-Transformer's and CTC's best paths) place hard constraints in any order
         (["--config.model.name=editor", "--config.eval.beam_size=1", "--config.eval.constraint_order=given"],

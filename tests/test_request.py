@@ -241,6 +241,7 @@ def test_a_source_of_max_len_minus_one_pieces_is_cut_and_the_warning_says_how_ma
     # a hypothesis as a list of words (or bytes) failed in the tokenizer with a TypeError
     ({"inits": [["kelo", "lan"], None]}, r"inits\[0\] must be a hypothesis to refine \(a string\) or None, got \["),
     ({"inits": [None, b"kelo"]}, r"inits\[1\] must be a hypothesis to refine \(a string\) or None, got b'kelo'$"),
+    ({"beam_size": 2, "nbest": 3}, r"^an n-best list of 3 needs a beam of at least 3 \(beam size 2\): the search"),
 ])
 def test_translate_refuses_arguments_of_the_wrong_shape_in_one_line(kwargs, message):
     """`Translator.translate` from Python: a string where a list is due would be read as its characters (garbage,

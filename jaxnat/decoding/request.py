@@ -86,8 +86,7 @@ class Supports:
 def check_supported(model_name: str, supports: Supports, *, init: bool = False, soft: bool = False,
                     hard: bool = False, trace: bool = False, beam_size: int = 1, pairs: bool = False,
                     oracle: str = "", prefix: bool = False, nbest: int = 1) -> None:
-    """Raises a one-line DataError naming the first thing the model cannot do (or an n-best list longer than the
-    beam that makes it)."""
+    """Raises a one-line DataError naming the first thing the model cannot do."""
     asked = [(init, supports.init, "initial hypotheses (post-editing)"),
              (soft, supports.soft_constraints, "soft constraints"),
              (hard, supports.hard_constraints, "hard constraints"),
@@ -100,9 +99,6 @@ def check_supported(model_name: str, supports: Supports, *, init: bool = False, 
     for wanted, can, what in asked:
         if wanted and not can:
             raise DataError(f"model {model_name!r} does not take {what}")
-    if nbest > beam_size:
-        raise DataError(f"an n-best list of {nbest} needs a beam of at least {nbest} (beam size {beam_size}): the "
-                        f"search keeps as many finished outputs as it has beams")
 
 
 def pad_hypotheses(rows: list[list[int]], width: int) -> np.ndarray:

@@ -363,6 +363,9 @@ class Translator:
                         src_langs=src_langs, tgt_langs=tgt_langs)
         beam_size = self.config.eval.beam_size if beam_size is None else beam_size
         batch_size = self.config.eval.batch_size if batch_size is None else batch_size
+        if nbest > beam_size:  # (the search refuses it too, but after the texts are encoded)
+            raise DataError(f"an n-best list of {nbest} needs a beam of at least {nbest} (beam size {beam_size}): the "
+                            f"search keeps as many finished outputs as it has beams")
         src, cut = self.encode(texts, src_langs)
         starts = None
         if inits or constraints or pairs:
