@@ -70,6 +70,8 @@ RANGES = {
     "eval.length_penalty": ("[0", "10]"),  # an exponent of the output's length: 1024^10 still fits a float32
     "train.plateau_factor": ("(0", "1)"), "train.plateau_patience": ("[1", None), "train.stop_patience": ("[0", None),
     "train.xla_gpu_autotune_level": ("[-1", "4]"),
+    "eval.temperature": ("(0", None), "eval.top_k": ("[0", None), "eval.top_p": ("(0", "1]"),
+    "eval.epsilon": ("[0", "1)"), "eval.sample_seed": ("[0", "4294967294]"),
     "data.synthetic_lexicon": ("(0", "1]"), "data.synthetic_synonyms": ("[0", "1]"),
 }
 
@@ -208,6 +210,11 @@ def default_config() -> ml_collections.ConfigDict:
         # --mode translate: with N > 1, each output line also lists the sentence's N best outputs of its beam search
         # (at most eval.beam_size; models that keep several outputs: `Supports.nbest`)
         nbest=1,
+        # the left-to-right models: every decoding of the run (translate, eval, distill, validation) draws
+        # eval.beam_size samples a sentence in place of the search, and outputs the best-scoring one (`Sampling`): the
+        # distribution divided by the temperature, cut to its top_k tokens (0: all), to the most probable ones
+        # reaching top_p, and to those of probability >= epsilon (0: none cut); seeded by sample_seed
+        sampling=False, temperature=1.0, top_k=0, top_p=1.0, epsilon=0.0, sample_seed=0,
         latency_sentences=100, throughput_batch=64,
         # the parameters decoded: "best" (best validation BLEU), or "averaged" (written by --mode average).
         # average_checkpoints N > 0 decodes instead the mean of N checkpoints: the newest N training states
@@ -412,7 +419,9 @@ def _check_values(config: ml_collections.ConfigDict, choices: dict, ranges: dict
 # key -> (the key it acts with, what that one is set to): set away from its default while that key is off (0,
 # empty), it would do nothing
 SWITCHED = {"eval.average_of": ("eval.average_checkpoints", "N"), "data.max_pairs": ("data.pairs_dir", "DIR"),
-            "data.max_pair_pieces": ("data.pairs_dir", "DIR"), "eval.pairs_unproduced": ("data.pairs_dir", "DIR")}
+            "data.max_pair_pieces": ("data.pairs_dir", "DIR"), "eval.pairs_unproduced": ("data.pairs_dir", "DIR"),
+            **{f"eval.{k}": ("eval.sampling", "true") for k in ("temperature", "top_k", "top_p", "epsilon",
+                                                                 "sample_seed")}}
 
 
 def check_switched(config: ml_collections.ConfigDict, switched: dict[str, tuple[str, str]]) -> None:
@@ -436,7 +445,7 @@ def check_switched(config: ml_collections.ConfigDict, switched: dict[str, tuple[
 # Keys of the shared sections that only some model families read: each family lists those its runs read in
 # `Family.reads`; set away from its default for a family that does not, the run would be as without it
 READ_BY_SOME = ("eval.length_penalty", "eval.max_len_a", "eval.max_len_b", "eval.length_cap_min",
-                "eval.length_cap_ratio", "eval.run_all_iterations", "eval.search_rules", "data.pack")
+                "eval.length_cap_ratio", "eval.run_all_iterations", "eval.search_rules", "data.pack", "eval.sampling")
 
 
 def check_read(config: ml_collections.ConfigDict, family) -> None:
@@ -553,6 +562,9 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"{e} (asked by eval.constraints, eval.trace_sentences, eval.beam_size, "
                           f"eval.valid_beam_size, eval.nbest or eval.oracle; oracle modes of {m.name!r}: "
                           f"{', '.join(family.supports.oracle) or 'none'})") from None
+    if config.eval.sampling and "hard" in modes:
+        raise ConfigError("eval.sampling=true samples without constraints, and eval.constraints asks for hard ones: "
+                          "leave eval.constraints without hard, or eval.sampling=false")
     if config.eval.nbest > config.eval.beam_size:
         raise ConfigError(f"eval.nbest={config.eval.nbest} needs eval.beam_size >= {config.eval.nbest} (beam size "
                           f"{config.eval.beam_size}): the search keeps as many finished outputs as it has beams")

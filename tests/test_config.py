@@ -184,6 +184,14 @@ def test_overrides_are_typed():
                                              "section: cmlm.rescorer or nat.rescorer"),
         (["--config.cmlm.rescorer=runs/ar"], "cmlm.rescorer is set, but model.name is 'ar'"),
         (["--config.model.name=cmlm", "--config.eval.beam_size=4"], "model 'cmlm' does not take beam search"),
+        # sampling: its settings act only with it on, only the left-to-right models sample, and not under constraints
+        (["--config.eval.top_p=0.9"], "eval.top_p=0.9 acts only with eval.sampling set, and eval.sampling is false: "
+                                      "set --config.eval.sampling=true, or --config.eval.top_p=1.0"),
+        (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.eval.sampling=true"],
+         "eval.sampling=true is not read by model 'cmlm' (only by: ar, vecconst)"),
+        (["--config.eval.sampling=true", "--config.eval.constraints=hard"],
+         "eval.sampling=true samples without constraints, and eval.constraints asks for hard ones"),
+        (["--config.eval.sampling=true", "--config.eval.top_p=0"], "eval.top_p must be in (0, 1], got 0"),
         # an n-best list is the finished outputs of a beam, as many as it has beams, in a model that keeps them
         (["--config.eval.nbest=5"], "eval.nbest=5 needs eval.beam_size >= 5 (beam size 4): the search keeps as many"),
         (["--config.eval.nbest=0"], "eval.nbest must be positive, got 0"),

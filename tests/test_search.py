@@ -11,7 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID, UNK_ID
-from jaxnat.decoding.search import decode_length, follow_parents
+from jaxnat.decoding.search import Sampling, decode_length, follow_parents, truncate
 from jaxnat.errors import ConfigError
 from jaxnat.models.ar.model import ARTransformer, ar_generate
 from jaxnat.models.transformer import TransformerConfig
@@ -352,3 +352,117 @@ def test_follow_parents_equals_python_reference(batch, parent, live, index):
 
 
 _follow_parents = jax.jit(follow_parents)
+
+
+# --- sampling ---------------------------------------------------------------------------------------------
+
+
+def python_truncate(logp, temperature, top_k, top_p, epsilon):
+    """bool[V]: the tokens a step may sample (`Sampling`), in plain Python: the tempered distribution cut to its top_k,
+    then to the fewest most probable reaching top_p, then to those of probability >= epsilon, each on the one before
+    renormalised, ties at a cut kept, and the most probable never cut."""
+    x = np.asarray(logp, np.float64) / temperature
+    keep = np.isfinite(x)
+
+    def probs():
+        e = np.where(keep, np.exp(x - x[keep].max()), 0.0)
+        return e / e.sum()
+    if 0 < top_k < len(x):
+        keep &= x >= sorted(x[keep], reverse=True)[min(top_k, keep.sum()) - 1]
+    if top_p < 1.0:
+        p, mass, floor = probs(), 0.0, None
+        for t in sorted(np.flatnonzero(keep), key=lambda t: -x[t]):
+            if floor is not None and mass >= top_p:
+                break
+            floor, mass = x[t], mass + p[t]
+        keep &= x >= floor
+    if epsilon > 0.0:
+        keep &= (probs() >= epsilon) | (x == x[keep].max())
+    return keep
+
+
+_truncate = jax.jit(truncate, static_argnums=1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 10**6), st.sampled_from([0.5, 1.0, 2.0]), st.sampled_from([0, 1, 2, 4, 9]),
+       st.sampled_from([1.0, 0.9, 0.5, 0.1]), st.sampled_from([0.0, 0.02, 0.1]))
+def test_truncation_equals_python_reference(seed, temperature, top_k, top_p, epsilon):
+    rng = np.random.default_rng(seed)
+    logp = np.array(jax.nn.log_softmax(rng.normal(size=(4, V)) * 2.0), np.float32)
+    logp[:, list(FORBIDDEN)] = -np.inf
+    logp[1, 6] = logp[1, 7]  # a tie
+    got = np.isfinite(np.asarray(_truncate(jnp.asarray(logp), Sampling(temperature, top_k, top_p, epsilon))))
+    for row, kept in zip(logp, got):
+        want = python_truncate(row, temperature, top_k, top_p, epsilon)
+        x = row[np.isfinite(row)] / temperature
+        p = np.exp(x - x.max()) / np.exp(x - x.max()).sum()
+        near = np.min(np.abs(np.concatenate([np.cumsum(np.sort(p)[::-1]) - top_p, p - epsilon]))) < 1e-5
+        assert list(kept) == list(want) or near  # (a mass on a cut's edge may round either way in float32)
+
+
+@partial(jax.jit, static_argnames=("beam_size", "sampling", "nbest"))
+def sample(params, src, beam_size, sampling, nbest=1, length_penalty=1.0):
+    return ar_generate(MODEL, params, src, beam_size=beam_size, length_penalty=length_penalty, max_len_a=0.0,
+                       max_len_b=5, max_out=MAX_OUT, sampling=sampling, nbest=nbest)
+
+
+def _limits(src, max_len_b=5):
+    return np.asarray(decode_length(jnp.asarray((np.asarray(src) != PAD_ID).sum(1)), 0.0, max_len_b, MAX_OUT - 2))
+
+
+@settings(max_examples=8, deadline=None)
+@given(st.integers(0, 10**6), st.sampled_from([Sampling(), Sampling(0.7, 3, 0.9, 0.02), Sampling(2.0, 0, 0.8),
+                                               Sampling(1.0, 2, 1.0, 0.1)]))
+def test_each_sample_draws_from_the_truncated_distribution_and_is_scored_by_the_model(seed, sampling):
+    """Every sampled token is one the truncation keeps after its prefix (the plain-Python one); each sample's score
+    is the model's own (untempered, untruncated) normalised log-probability of it; the list is ranked, the output
+    its first."""
+    params = make_params(seed % 3)  # (the sampling's own seed stays: a static argument, each compiles a program)
+    src = make_src(np.random.default_rng(seed), [5, 3, 7])
+    out = jax.device_get(sample(params, src, 4, sampling, nbest=4, length_penalty=0.5))
+    limits = _limits(src)
+    for b in range(src.shape[0]):
+        rows = [as_list(r) for r in out["nbest_tokens"][b]]
+        assert rows[0] == as_list(out["tokens"][b]) and list(out["nbest_score"][b]) == sorted(
+            out["nbest_score"][b], reverse=True)
+        np.testing.assert_allclose(out["nbest_score"][b], rescore(params, src[b], rows, 0.5), atol=1e-4)
+        for row in rows:
+            for i in range(1, len(row)):
+                tgt_in = np.full((1, MAX_OUT), PAD_ID, np.int32)
+                tgt_in[0, :i] = row[:i]
+                logp = np.array(_forward_logprobs(params, src[b][None], tgt_in)[0, i - 1], np.float32)
+                logp[list(FORBIDDEN)] = -np.inf
+                if i - 1 >= limits[b]:
+                    logp[np.arange(V) != EOS_ID] = -np.inf
+                kept = python_truncate(logp, sampling.temperature, sampling.top_k, sampling.top_p, sampling.epsilon)
+                assert kept[row[i]], (b, row, i)
+
+
+def test_samples_depend_on_the_sentence_and_the_seed_alone():
+    """A sentence samples the same alone as in a batch, at another padded width; another seed draws others; top_k=1
+    leaves one token a step: greedy search's output, whatever the seed."""
+    params, src = make_params(1), make_src(np.random.default_rng(3), [5, 3, 7])
+    batch = jax.device_get(sample(params, src, 3, Sampling(1.5), nbest=3))
+    alone = jax.device_get(sample(params, src[1:2, :4], 3, Sampling(1.5), nbest=3))
+    np.testing.assert_array_equal(alone["nbest_tokens"][0, :, :], batch["nbest_tokens"][1])
+    other = jax.device_get(sample(params, src, 3, Sampling(1.5, seed=7), nbest=3))
+    assert not np.array_equal(other["nbest_tokens"], batch["nbest_tokens"])
+    greedy = jax.device_get(search(params, src, 1.0, 0.0, 5, beam_size=1))
+    for seed in (0, 5):
+        top1 = jax.device_get(sample(params, src, 3, Sampling(top_k=1, seed=seed), nbest=3))
+        for j in range(3):
+            np.testing.assert_array_equal(top1["nbest_tokens"][:, j], greedy["tokens"])
+
+
+def test_first_tokens_are_drawn_in_proportion_to_their_probabilities():
+    """512 samples of one sentence: each first token's share within 0.08 of its probability (about 3.5 standard
+    deviations at p = 1/2; the seed is fixed, so the test is deterministic)."""
+    params, src = make_params(2, scale=1.0), make_src(np.random.default_rng(0), [5])
+    out = jax.device_get(sample(params, src, 512, Sampling(), nbest=512))
+    first = np.array([[BOS_ID] + [PAD_ID] * (MAX_OUT - 1)], np.int32)
+    logp = np.array(_forward_logprobs(params, src, first)[0, 0], np.float64)
+    logp[list(FORBIDDEN)] = -np.inf
+    p = np.exp(logp) / np.exp(logp).sum()
+    shares = np.bincount(out["nbest_tokens"][0, :, 1], minlength=V) / 512
+    assert np.max(np.abs(shares - p)) < 0.08 and len(set(shares.nonzero()[0])) > 1

@@ -77,6 +77,25 @@ def test_hard_constraints_stay_with_their_sentence(trained, tmp_path):
         assert all(w in row["hyp"] for w in want.split()), (row, want)
 
 
+def test_sampled_translations_and_their_lists(trained):
+    """`--config.eval.sampling=true`: eval.beam_size samples a sentence, the best-scoring one the output and the
+    n-best list the samples by score; the same command samples the same; a hard constraint is refused in one line
+    before anything is translated."""
+    lines = "the dog sees the cat .\nthe small house .\n"
+    args = ("--mode", "translate", "--config.eval.sampling=true", "--config.eval.beam_size=4", "--config.eval.nbest=4",
+            "--config.eval.temperature=1.5")
+    result = _main(trained, *args, stdin=lines)
+    assert result.returncode == 0, result.stderr
+    rows = [json.loads(line) for line in result.stdout.splitlines()]
+    for row in rows:
+        assert len(row["nbest"]) == 4 and row["nbest"][0] == {"hyp": row["hyp"], "score": row["score"]}
+        assert [n["score"] for n in row["nbest"]] == sorted((n["score"] for n in row["nbest"]), reverse=True)
+    assert _main(trained, *args, stdin=lines).stdout == result.stdout
+    hard = _main(trained, *args, stdin=json.dumps({"src": "a dog .", "constraints": ["dog"], "hard": True}) + "\n")
+    assert hard.returncode == 2 and hard.stderr.strip().splitlines()[-1].endswith(
+        "does not take hard constraints (eval.sampling=true samples without constraints)"), hard.stderr
+
+
 def test_eval_mode_rewrites_metrics(trained):
     os.remove(trained / "metrics.json")
     result = _main(trained, "--mode", "eval", "--config.eval.latency_sentences=0")

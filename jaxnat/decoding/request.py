@@ -81,6 +81,8 @@ class Supports:
     # n-best lists: with DecodeRequest.nbest = N > 1, generate adds 'nbest_tokens': int32[B, N, T] and 'nbest_score':
     # float32[B, N], each sentence's N best outputs of its beam, best first (-inf: no such output), N <= beam_size
     nbest: bool = False
+    # why the model does not take what it lacks here, added to the refusal (a setting that takes it away)
+    note: str = ""
 
 
 def check_supported(model_name: str, supports: Supports, *, init: bool = False, soft: bool = False,
@@ -98,7 +100,8 @@ def check_supported(model_name: str, supports: Supports, *, init: bool = False, 
              (nbest > 1, supports.nbest, f"n-best lists (nbest {nbest}): it keeps one output per sentence")]
     for wanted, can, what in asked:
         if wanted and not can:
-            raise DataError(f"model {model_name!r} does not take {what}")
+            raise DataError(f"model {model_name!r} does not take {what}" + (f" ({supports.note})" if supports.note
+                                                                             else ""))
 
 
 def pad_hypotheses(rows: list[list[int]], width: int) -> np.ndarray:

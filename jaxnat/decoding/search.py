@@ -27,10 +27,12 @@ Shapes: `B` batch, `S` source length, `K` beam size, `V` target vocabulary, `T =
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import struct
 
 from jaxnat.argmax import argmax, top_k
@@ -140,7 +142,11 @@ class GreedyState:
     cache: Any  # the model's cache, B rows
 
 
-def _greedy(tokens_to_logprobs, cache, max_len, length_penalty, max_out: int, rules: str = "jaxnat") -> dict:
+def _greedy(tokens_to_logprobs, cache, max_len, length_penalty, max_out: int, rules: str = "jaxnat",
+            pick=None) -> dict:
+    """Left to right, one token per row and step: the most probable allowed one, or ``pick(logp float32[N, V],
+    index) -> int32[N]``'s (`_sample`)."""
+    pick = pick or (lambda logp, index: argmax(logp))
     batch = max_len.shape[0]
     tokens = jnp.full((batch, max_out), PAD_ID, jnp.int32).at[:, 0].set(BOS_ID)
     init = GreedyState(jnp.int32(0), tokens, jnp.zeros(tokens.shape, jnp.float32), jnp.zeros(batch, jnp.float32),
@@ -152,7 +158,7 @@ def _greedy(tokens_to_logprobs, cache, max_len, length_penalty, max_out: int, ru
     def body(s: GreedyState):
         logp, cache = tokens_to_logprobs(s.tokens[:, s.index], s.cache, s.index)
         logp = _restrict(logp, s.index, max_len, rules)
-        best = argmax(logp)
+        best = pick(logp, s.index)
         gain = jnp.take_along_axis(logp, best[:, None], axis=-1)[:, 0]
         best = jnp.where(s.finished, PAD_ID, best)
         gain = jnp.where(s.finished, 0.0, gain)
@@ -228,6 +234,69 @@ def follow_parents(cache, parent: jnp.ndarray, live: jnp.ndarray, index) -> tupl
 
     cache = jax.lax.fori_loop(0, (n_moved + _COPY_CHUNK - 1) // _COPY_CHUNK, copy_chunk, cache)
     return cache, in_slot
+
+
+@dataclasses.dataclass(frozen=True)
+class Sampling:
+    """Ancestral sampling (`ar_search`): each step draws the next token from the model's distribution divided by
+    ``temperature`` and cut, in this order (Hugging Face's), to its ``top_k`` most probable tokens (0: all), to the
+    fewest most probable tokens whose probability reaches ``top_p`` (Holtzman et al. 2020; 1: all), and to the
+    tokens of probability at least ``epsilon`` (Hewitt et al. 2022; 0: all), each cut on what the one before left,
+    renormalised, and never leaving no token. ``seed`` seeds the draws: a sentence's samples depend on its source
+    and the seed alone, not on the batch it is decoded in."""
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    epsilon: float = 0.0
+    seed: int = 0
+
+
+def truncate(logp: jnp.ndarray, sampling: Sampling) -> jnp.ndarray:
+    """logp: float32[N, V], a step's restricted log-probabilities (-inf for barred ids) → the logits sampled from:
+    divided by the temperature, -inf outside the kept tokens (`Sampling`). A token tied with the last one kept
+    is kept too."""
+    x = logp / sampling.temperature
+    if 0 < sampling.top_k < x.shape[-1]:
+        x = jnp.where(x >= jax.lax.top_k(x, sampling.top_k)[0][:, -1:], x, NEG_INF)
+    if sampling.top_p < 1.0:
+        ranked = -jnp.sort(-x, axis=-1)
+        p = jax.nn.softmax(ranked, axis=-1)
+        before = jnp.cumsum(p, axis=-1) - p  # the mass of the more probable tokens
+        floor = jnp.min(jnp.where((before < sampling.top_p) | (jnp.arange(x.shape[-1]) == 0), ranked, jnp.inf),
+                        axis=-1, keepdims=True)
+        x = jnp.where(x >= floor, x, NEG_INF)
+    if sampling.epsilon > 0.0:
+        p = jax.nn.softmax(x, axis=-1)
+        x = jnp.where((p >= sampling.epsilon) | (x >= jnp.max(x, axis=-1, keepdims=True)), x, NEG_INF)
+    return x
+
+
+def source_keys(src: jnp.ndarray, seed: int) -> jnp.ndarray:
+    """src: int32[B, S], PAD-padded rows → uint32[B, 2], a PRNG key per sentence from ``seed`` and its tokens alone
+    (a polynomial hash of them, which PAD after them leaves unchanged), so that a sentence samples the same in any
+    batch and bucket."""
+    real = src != PAD_ID
+    powers = jnp.cumprod(jnp.full(src.shape[1], np.uint32(1000003)), dtype=jnp.uint32)
+    h = jnp.sum(jnp.where(real, (src.astype(jnp.uint32) + np.uint32(1)) * powers[None, :], np.uint32(0)), axis=1,
+                dtype=jnp.uint32)
+    return jax.vmap(lambda x: jax.random.fold_in(jax.random.PRNGKey(seed), x))(h)
+
+
+def _sample(tokens_to_logprobs, cache, max_len, k: int, length_penalty, max_out: int, rules: str,
+            sampling: Sampling, keys: jnp.ndarray, nbest: int) -> dict:
+    """K samples a sentence (rows b · K + j), each scored as a search's output is (the model's log-probabilities,
+    not the truncated ones); ranked by score, the best first (`ranked_result`). keys: uint32[B, 2] (`source_keys`)."""
+    batch = max_len.shape[0]
+    row_keys = jax.vmap(jax.random.fold_in)(jnp.repeat(keys, k, axis=0), jnp.tile(jnp.arange(k), batch))
+
+    def pick(logp, index):
+        step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, index)
+        return jax.vmap(jax.random.categorical)(step_keys, truncate(logp, sampling)).astype(jnp.int32)
+
+    out = _greedy(tokens_to_logprobs, cache, jnp.repeat(max_len, k), length_penalty, max_out, rules, pick)
+    rows = lambda x: x.reshape((batch, k) + x.shape[1:])  # noqa: E731
+    score, tokens, steps = by_score(rows(out["score"]), rows(out["tokens"]), rows(out["token_logp"]))
+    return ranked_result(tokens, score, steps, nbest)
 
 
 def _beam(tokens_to_logprobs, cache, max_len, beam_size: int, length_penalty, max_out: int, nbest: int = 1) -> dict:
@@ -381,6 +450,8 @@ def ar_search(
     rules: str = "jaxnat",
     prefix_len=0,
     nbest: int = 1,
+    sampling: Sampling | None = None,
+    sample_keys: jnp.ndarray | None = None,
 ) -> dict:
     """Greedy (beam_size=1) or beam search (beam_size > 1) for a batch of B sentences.
 
@@ -408,12 +479,17 @@ def ar_search(
     nbest (static, at most beam_size): with nbest > 1 also the nbest best finished hypotheses, best first
     (`ranked_result`: 'nbest_tokens' int32[B, nbest, max_out], 'nbest_score' float32[B, nbest], -inf where the
     search finished fewer).
+    With ``sampling`` (static; sample_keys: uint32[B, 2], `source_keys`), beam_size samples a sentence instead
+    (`Sampling`; beam_size 1: one sample), the best-scoring one the output and the n-best list the best of them.
     """
     _check_static(beam_size, max_out, nbest)
     if rules not in RULES:
         raise ConfigError(f"search rules must be one of {', '.join(RULES)}, not {rules!r}")
     max_len = decode_length(batch_length(src_len) if rules == "fairseq" else src_len, max_len_a, max_len_b,
                             max_out - 2, prefix_len)
+    if sampling is not None:
+        return _sample(tokens_to_logprobs, cache, max_len, beam_size, length_penalty, max_out, rules, sampling,
+                       sample_keys, nbest)
     if beam_size == 1:
         return _greedy(tokens_to_logprobs, cache, max_len, length_penalty, max_out, rules)
     if rules == "fairseq":

@@ -9,4 +9,5 @@ from jaxnat.models.family import Family
 
 FAMILY = Family("ar", build_spec, SUPPORTS, doc="docs/ar.md",
                 conventions=("layernorm_embedding", "output_bias", "decoder_start", "source_bos", "absent_tokens"),
-                reads=("eval.length_penalty", "eval.max_len_a", "eval.max_len_b", "eval.search_rules", "data.pack"))
+                reads=("eval.length_penalty", "eval.max_len_a", "eval.max_len_b", "eval.search_rules", "data.pack",
+                       "eval.sampling"))

@@ -8,6 +8,8 @@ the searches of `jaxnat.decoding.search` (`ar_generate`).
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -16,7 +18,7 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding import constrained_fairseq
 from jaxnat.decoding.constrained import constrained_search
 from jaxnat.decoding.request import DecodeRequest, Supports
-from jaxnat.decoding.search import ar_search, force_prefix
+from jaxnat.decoding.search import Sampling, ar_search, force_prefix, source_keys
 from jaxnat.errors import ConfigError
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import next_in_segment, segment_starts
@@ -135,15 +137,30 @@ def ar_score(model: ARTransformer, params, src: jnp.ndarray, tgt: jnp.ndarray, r
 SUPPORTS = Supports(beam=True, hard_constraints=True, prefix=True, nbest=True)
 
 
+def sampling_of(eval_cfg) -> Sampling | None:
+    """The run's `Sampling` (eval.sampling and its settings), or None: its searches are the beam's."""
+    if not eval_cfg.sampling:
+        return None
+    return Sampling(eval_cfg.temperature, eval_cfg.top_k, eval_cfg.top_p, eval_cfg.epsilon, eval_cfg.sample_seed)
+
+
+def sampled(supports: Supports, sampling: Sampling | None) -> Supports:
+    """What a model that samples takes: no hard constraints (the constrained beam search is a search)."""
+    if sampling is None:
+        return supports
+    return dataclasses.replace(supports, hard_constraints=False, note="eval.sampling=true samples without constraints")
+
+
 def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered: bool = False, continues=None,
            joins=None, trails=None, beam_size: int, length_penalty, max_len_a, max_len_b, max_out: int,
-           rules: str = "jaxnat", prefix=None, nbest: int = 1) -> dict:
+           rules: str = "jaxnat", prefix=None, nbest: int = 1, sampling: Sampling | None = None) -> dict:
     """The AR searches behind one callback: greedy or beam search (`search.ar_search`), or with phrases
     (int32[B, C, P], an all-PAD row = none) the constrained beam search that guarantees them
     (`constrained.constrained_search`, DBA/VDBA; beam_size 1 is then a one-beam constrained search, and a row
     without phrases is searched greedily, as alone), or under fairseq's ``rules`` fairseq's
     (`constrained_fairseq.search`), which does not. prefix: int32[B, P], each
-    output's first tokens (`search.force_prefix`), or None. nbest: the n-best lists' length (`search.ar_search`)."""
+    output's first tokens (`search.force_prefix`), or None. nbest: the n-best lists' length (`search.ar_search`).
+    sampling: beam_size samples a sentence in place of the search (`search.Sampling`; not with phrases)."""
     src_len = token_mask(src).sum(axis=1)
     prefix_len = 0
     if prefix is not None:
@@ -152,6 +169,11 @@ def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered
     # every search's length limit leaves room for the forced tokens
     kwargs = dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
                   max_out=max_out, prefix_len=prefix_len, nbest=nbest)
+    if sampling is not None:
+        if phrases is not None:
+            raise ConfigError("eval.sampling=true samples without constraints; these sentences have hard ones")
+        return ar_search(tokens_to_logprobs, cache, src_len, rules=rules, sampling=sampling,
+                         sample_keys=source_keys(src, sampling.seed), **kwargs)
     if phrases is None:
         return ar_search(tokens_to_logprobs, cache, src_len, rules=rules, **kwargs)
     if rules == "fairseq":  # fairseq searches its whole batch under the constraints (so does this)
@@ -178,13 +200,14 @@ def hard_phrases(request: DecodeRequest):
 def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: int = 1, length_penalty=1.0,
                 max_len_a=1.2, max_len_b=10, max_out: int, phrases=None, ordered: bool = False,
                 continues=None, joins=None, trails=None, rules: str = "jaxnat", prefix=None,
-                nbest: int = 1) -> dict:
+                nbest: int = 1, sampling: Sampling | None = None) -> dict:
     """Greedy, beam or constrained beam search (`search`) with the model's KV cache.
 
     src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None (continues,
     joins, trails: `constrained_search`'s); prefix: int32[B, P] each output's first tokens, or None. The source is
     encoded once and its cross-attention keys and values repeated per beam (row b * beam_size + k). Returns
-    {'tokens', 'score', 'length'} (and 'constraints_met' with phrases; with nbest > 1 the n-best lists).
+    {'tokens', 'score', 'length'} (and 'constraints_met' with phrases; with nbest > 1 the n-best lists); with
+    ``sampling``, beam_size samples a sentence in place of the search.
     """
     if max_out - 1 > model.cfg.max_len:
         raise ConfigError(f"max_out={max_out} needs {max_out - 1} target positions; the model has "
@@ -203,12 +226,13 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
         lambda tokens, cache, index: model.apply(params, tokens, cache, index, src_mask, method=model.step), cache)
     return search(tokens_to_logprobs, cache, src, phrases=phrases, ordered=ordered, continues=continues,
                   joins=joins, trails=trails, beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
-                  max_len_b=max_len_b, max_out=max_out, rules=rules, prefix=prefix, nbest=nbest)
+                  max_len_b=max_len_b, max_out=max_out, rules=rules, prefix=prefix, nbest=nbest, sampling=sampling)
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     module, e = ARTransformer(cfg), config.eval
     continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
+    sampling = sampling_of(e)
 
     def init(rng, batch):
         return module.init(rng, batch["src"][:1], batch["tgt"][:1, :-1])
@@ -219,13 +243,13 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                            max_out=request.width(capacity),
                            phrases=hard_phrases(request), ordered=e.constraint_order == "given", continues=continues,
                            joins=joins, trails=trails, rules=e.search_rules, prefix=request.prefix,
-                           nbest=request.nbest)
+                           nbest=request.nbest, sampling=sampling)
 
     def loss(params, batch, rng, train=True):
         return ar_loss(module, params, batch, rng, config.train.label_smoothing, train)
 
     capacity = output_capacity(cfg, e)
-    return ModelSpec("ar", cfg, module, init, loss, generate, capacity, SUPPORTS, packs=True)
+    return ModelSpec("ar", cfg, module, init, loss, generate, capacity, sampled(SUPPORTS, sampling), packs=True)
 
 
 def output_capacity(cfg: TransformerConfig, eval_cfg):

@@ -44,7 +44,7 @@ from flax import struct
 from jaxnat.data.phrase_pairs import encode_pairs, entry_capacity
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.decoding.request import DecodeRequest, Supports
-from jaxnat.models.ar.model import ARTransformer, hard_phrases, output_capacity, search
+from jaxnat.models.ar.model import ARTransformer, hard_phrases, output_capacity, sampled, sampling_of, search
 from jaxnat.models.losses import log_prob_losses, token_losses, token_sums
 from jaxnat.models.packing import next_in_segment
 from jaxnat.models.spec import ModelSpec, word_glue
@@ -453,11 +453,11 @@ def vecconst_loss(model: VecConstTransformer, params, batch: dict, rng, *, label
 
 def vecconst_generate(module: VecConstTransformer, params, request: DecodeRequest, *, length_penalty, max_len_a,
                       max_len_b, max_out: int, ordered: bool = False, continues=None, joins=None, trails=None,
-                      consumes: bool = False) -> dict:
+                      consumes: bool = False, sampling=None) -> dict:
     """Greedy, beam or, with hard constraints in ``request``, constrained beam search (`ar.search`) with the
     pairs of ``request`` (none: an all-PAD pair per sentence). ``consumes``: each beam's plug-in drops the
     constraint tokens it has produced (`consume`; the phrases are part of the searched state, so they follow
-    their beams)."""
+    their beams). ``sampling``: beam_size samples a sentence in place of the search (`ar.search`)."""
     src, k = request.src, request.beam_size
     pairs = request.extras.get("pairs")
     if pairs is None:
@@ -481,7 +481,7 @@ def vecconst_generate(module: VecConstTransformer, params, request: DecodeReques
 
     return search(tokens_to_logprobs, (layers, repeat(pair_tgt)), src, phrases=hard_phrases(request), ordered=ordered,
                   continues=continues, joins=joins, trails=trails, beam_size=k, length_penalty=length_penalty,
-                  max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, nbest=request.nbest)
+                  max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, nbest=request.nbest, sampling=sampling)
 
 
 SUPPORTS = Supports(beam=True, hard_constraints=True, pairs=True, nbest=True)
@@ -501,6 +501,7 @@ class PairInputs:
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     s, t, e = config.vecconst, config.train, config.eval
     continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
+    sampling = sampling_of(e)
     module = VecConstTransformer(cfg, s.attention, s.plug_in, s.renormalise, s.adapters, s.output, s.packed_entries)
 
     def init(rng, batch):  # the parameters' shapes do not depend on the pairs' (nor on packing): one empty pair
@@ -517,10 +518,9 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         return vecconst_generate(module, params, request, length_penalty=e.length_penalty, max_len_a=e.max_len_a,
                                  max_len_b=e.max_len_b, max_out=request.width(capacity),
                                  ordered=e.constraint_order == "given", continues=continues, joins=joins,
-                                 trails=trails,
-                                 consumes=pair_consumes(s))
+                                 trails=trails, consumes=pair_consumes(s), sampling=sampling)
 
-    return ModelSpec("vecconst", cfg, module, init, loss, generate, capacity, SUPPORTS, packs=True,
+    return ModelSpec("vecconst", cfg, module, init, loss, generate, capacity, sampled(SUPPORTS, sampling), packs=True,
                      request_extras=pair_extras)
 
 
