@@ -37,6 +37,7 @@ CHOICES = {
     "eval.search_rules": ("jaxnat", "fairseq"),
     "eval.params": ("best", "averaged"),
     "eval.average_of": ("last", "best"),
+    "eval.mbr": ("", "chrf", "bleu"),  # (jaxnat.decoding.mbr.UTILITIES)
 }
 
 
@@ -215,6 +216,10 @@ def default_config() -> ml_collections.ConfigDict:
         # distribution divided by the temperature, cut to its top_k tokens (0: all), to the most probable ones
         # reaching top_p, and to those of probability >= epsilon (0: none cut); seeded by sample_seed
         sampling=False, temperature=1.0, top_k=0, top_p=1.0, epsilon=0.0, sample_seed=0,
+        # translate and eval: each sentence's output is, of the eval.beam_size outputs of its beam (or its samples),
+        # the one the others agree with most by this utility (minimum Bayes risk decoding, `jaxnat.decoding.mbr`):
+        # '' (off), chrf or bleu
+        mbr="",
         latency_sentences=100, throughput_batch=64,
         # the parameters decoded: "best" (best validation BLEU), or "averaged" (written by --mode average).
         # average_checkpoints N > 0 decodes instead the mean of N checkpoints: the newest N training states
@@ -403,7 +408,8 @@ def _check_values(config: ml_collections.ConfigDict, choices: dict, ranges: dict
     for key, allowed in choices.items():
         section, name = key.split(".")
         if section in config and name in config[section] and config[section][name] not in allowed:
-            raise ConfigError(f"{key} must be one of {', '.join(allowed)}, not {config[section][name]!r}")
+            raise ConfigError(f"{key} must be one of {', '.join(v or repr(v) for v in allowed)}, not "
+                              f"{config[section][name]!r}")
     for key, (low, high) in ranges.items():
         section, name = key.split(".")
         if section not in config or name not in config[section]:
@@ -565,6 +571,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
     if config.eval.sampling and "hard" in modes:
         raise ConfigError("eval.sampling=true samples without constraints, and eval.constraints asks for hard ones: "
                           "leave eval.constraints without hard, or eval.sampling=false")
+    if config.eval.mbr and (config.eval.beam_size < 2 or not family.supports.nbest):
+        raise ConfigError(f"eval.mbr={config.eval.mbr} chooses among a sentence's outputs: it needs a model that keeps "
+                          f"several (those of n-best lists) and eval.beam_size >= 2, here model {m.name!r} and beam "
+                          f"size {config.eval.beam_size}")
     if config.eval.nbest > config.eval.beam_size:
         raise ConfigError(f"eval.nbest={config.eval.nbest} needs eval.beam_size >= {config.eval.nbest} (beam size "
                           f"{config.eval.beam_size}): the search keeps as many finished outputs as it has beams")

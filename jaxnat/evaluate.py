@@ -117,7 +117,8 @@ def evaluate(config, workdir: str) -> dict:
         forget_evaluation(workdir)
     for i, split in enumerate(test_splits):
         srcs, refs = corpus[split]
-        outs = translator.translate(srcs, e.beam_size, e.batch_size, token_scores=True, label=split)
+        # (with MBR, the chosen output has no token scores: calibration reads the model's own best output's)
+        outs = translator.translate(srcs, e.beam_size, e.batch_size, token_scores=not e.mbr, label=split, mbr=e.mbr)
         hyps = hyps_plain = [o["hyp"] for o in outs]
         _write_lines(os.path.join(workdir, "hyps", f"{split}.txt"), hyps)
         if translator.spec.supports.counts:  # per sentence, for the report's analyses (iterations by length)
@@ -127,8 +128,11 @@ def evaluate(config, workdir: str) -> dict:
         if refs is not None:  # a test split without references is only translated
             metrics.update(scores(hyps, refs, config), reference_length=mean_length(refs, config.data.tgt_lang))
             metrics["copy_source_bleu"] = target_bleu(srcs, refs, config)
-            metrics.update(calibration_metrics(translator, outs, refs))
+            if not e.mbr:
+                metrics.update(calibration_metrics(translator, outs, refs))
         metrics["mean_score"] = float(np.mean([o["score"] for o in outs]))
+        if e.mbr:  # how much the chosen outputs agree with the others of their beams
+            metrics["mean_mbr_utility"] = float(np.nanmean([o.get("mbr_utility", np.nan) for o in outs]))
         if translator.spec.summary is not None:  # scalars of the decoded parameters (`ModelSpec.summary`)
             metrics.update(translator.spec.summary(translator.params))
         metrics.update(_edit_counts(outs, translator.spec.supports.counts))
@@ -156,7 +160,7 @@ def evaluate(config, workdir: str) -> dict:
             write_constraints(os.path.join(workdir, "hyps", f"{split}.constraints.jsonl"), constraints)
         for mode in modes:
             outs = translator.translate(srcs, e.beam_size, e.batch_size, constraints=constraints,
-                                        hard=[mode == "hard"] * len(srcs), label=f"{split}+{mode}")
+                                        hard=[mode == "hard"] * len(srcs), label=f"{split}+{mode}", mbr=e.mbr)
             hyps = [o["hyp"] for o in outs]
             _write_lines(os.path.join(workdir, "hyps", f"{split}.{mode}.txt"), hyps)
             results[f"{split}+{mode}"] = {**scores(hyps, refs, config, constraints),

@@ -18,6 +18,7 @@ import numpy as np
 from jaxnat.data.batching import bucket_lengths, eval_batches
 from jaxnat.data.tokenizer import no_language_tokens_named, phrase_encoder
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.decoding import mbr as mbr_rule
 from jaxnat.decoding.request import DecodeRequest, check_supported, pad_hypotheses, pad_phrases
 from jaxnat.errors import DataError
 
@@ -350,7 +351,7 @@ class Translator:
                   cut_long_inits: bool = False, pairs: list | None = None,
                   drop_long_pairs: bool = False, references: list[str] | None = None,
                   oracle: str = "", token_scores: bool = False, src_langs: list | None = None,
-                  tgt_langs: list | None = None, label: str = "", nbest: int = 1) -> list[dict]:
+                  tgt_langs: list | None = None, label: str = "", nbest: int = 1, mbr: str = "") -> list[dict]:
         """Texts -> [{'hyp': str, 'score': float, and the model's counts}] in input order (`starts` for the
         other arguments, `translate_ids` for ``oracle`` with the target-side ``references`` and for ``label``; beam
         and batch size default to the config's eval.beam_size and eval.batch_size; src_langs, tgt_langs: per text a
@@ -358,7 +359,10 @@ class Translator:
         pieces without BOS/EOS (and a forced language token), 'pieces': [int], with 'token_logp': [float] and
         'token_scored': [bool] for each (`ModelSpec.generate`), for calibration. With ``nbest`` > 1 (a model that keeps
         several outputs, `Supports.nbest`; at most the beam size) also 'nbest': the sentence's best outputs, best first,
-        [{'hyp', 'score'}], as many as the search finished up to nbest (the first is 'hyp' and 'score')."""
+        [{'hyp', 'score'}], as many as the search finished up to nbest (the first is 'hyp' and 'score'). With ``mbr``
+        (a utility of `mbr.UTILITIES`; a model that keeps several outputs, a beam of two at least), 'hyp' and 'score'
+        are those of the output of highest expected utility among the beam's (`mbr.choose`), 'mbr_utility' that
+        utility (the lists keep the model's order)."""
         check_arguments(texts, inits=inits, constraints=constraints, hard=hard, pairs=pairs, references=references,
                         src_langs=src_langs, tgt_langs=tgt_langs)
         beam_size = self.config.eval.beam_size if beam_size is None else beam_size
@@ -366,6 +370,10 @@ class Translator:
         if nbest > beam_size:  # (the search refuses it too, but after the texts are encoded)
             raise DataError(f"an n-best list of {nbest} needs a beam of at least {nbest} (beam size {beam_size}): the "
                             f"search keeps as many finished outputs as it has beams")
+        if mbr and (beam_size < 2 or token_scores or mbr not in mbr_rule.UTILITIES):
+            raise DataError(f"MBR decoding ({mbr!r}) needs a utility of {', '.join(mbr_rule.UTILITIES)}, a beam of "
+                            f"two at least (beam size {beam_size}), and no token scores (they are the model's best "
+                            f"output's)")
         src, cut = self.encode(texts, src_langs)
         starts = None
         if inits or constraints or pairs:
@@ -375,19 +383,25 @@ class Translator:
             starts = [s._replace(prefix=code) for s, code in zip(starts or [Start()] * len(texts), codes)]
         notes = self.input_notes(texts, cut, inits, constraints, hard, pairs)
         ref_ids = self.tokenizer.encode(list(references), "tgt") if references is not None else None
+        listed = beam_size if mbr else nbest  # MBR chooses among the whole beam
         outs = self.translate_ids(src, beam_size, batch_size, starts, references=ref_ids, oracle=oracle, label=label,
-                                  nbest=nbest)
+                                  nbest=listed)
         if unscored := sum(not np.isfinite(o["score"]) for o in outs):  # else silently empty hypotheses
             log.warning("%d of %d sentences got no output with a finite score (null in translate's output): hard "
                         "constraints the search could not meet, or a model whose computation overflows (a diverged "
                         "run)", unscored, len(outs))
         results = []
+        chooser = self.mbr_chooser(mbr, len(outs), label) if mbr else None
         for o, note in zip(outs, notes):
             r = {"hyp": self.tokenizer.decode(list(o["tokens"]), "tgt"), "score": float(o["score"])}
             r.update({k: int(o[k]) for k in self.spec.supports.counts})
-            if nbest > 1:
-                r["nbest"] = [{"hyp": self.tokenizer.decode(list(t), "tgt"), "score": float(score)}
+            if listed > 1:
+                candidates = [{"hyp": self.tokenizer.decode(list(t), "tgt"), "score": float(score)}
                               for t, score in zip(o["nbest_tokens"], o["nbest_score"]) if np.isfinite(score)]
+                if chooser is not None and candidates:
+                    r.update(chooser(candidates))
+                if nbest > 1:
+                    r["nbest"] = candidates[:nbest]
             if token_scores:
                 tokens = np.asarray(o["tokens"])
                 real = self.translation_pieces(tokens)
@@ -395,6 +409,29 @@ class Translator:
                          token_scored=np.asarray(o["token_scored"])[real].tolist())
             results.append({**r, **note})
         return results
+
+    def mbr_chooser(self, utility: str, sentences: int, label: str = ""):
+        """A function of a sentence's candidates ([{'hyp', 'score'}], the model's order) → its MBR choice
+        {'hyp', 'score', 'mbr_utility'} (`mbr.choose`, the BLEU utility with the run's tokenizer), logging its
+        progress over ``sentences`` as a long pass does."""
+        from jaxnat.evaluation.metrics import run_bleu_tokenize
+
+        tokenize = run_bleu_tokenize(self.config)
+        started = reported = time.perf_counter()
+        done = 0
+
+        def choose(candidates: list[dict]) -> dict:
+            nonlocal done, reported
+            best, expected = mbr_rule.choose([c["hyp"] for c in candidates], utility, tokenize)
+            done += 1
+            now = time.perf_counter()
+            if now - reported >= PROGRESS_SECONDS and done < sentences:
+                log.info("%sMBR chose for %d of %d sentences in %.0f s, about %s left", f"{label}: " if label else "",
+                         done, sentences, now - started, duration((now - started) * (sentences / done - 1)))
+                reported = now
+            return {**candidates[best], "mbr_utility": expected}
+
+        return choose
 
     def translation_pieces(self, tokens: np.ndarray) -> np.ndarray:
         """tokens: int32[T], an output row [BOS … EOS] -> bool[T], True at the translation's pieces: not BOS, EOS or
