@@ -1,6 +1,6 @@
-"""Greedy and beam search for the autoregressive Transformer, batched and jit-compatible.
+"""Greedy search, beam search and sampling for the autoregressive Transformer, batched and jit-compatible.
 
-Both searches run one `lax.while_loop` over target positions, feeding one token per step through a
+Each runs one `lax.while_loop` over target positions, feeding one token per step through a
 ``tokens_to_logprobs(tokens, cache, index)`` callback: the model behind it (an `ARTransformer` with its KV
 cache, see `jaxnat.models.ar.model.ar_generate`, or a model with constraint memories) is the caller's business, so
 constrained searches reuse the same loops. Nothing syncs with the host inside the loop. Conventions
@@ -21,6 +21,9 @@ constrained searches reuse the same loops. Nothing syncs with the host inside th
   (``token_logp``, for calibration): the term it added to ``sum_logprob``, so the row's ``token_logp`` sum to the
   score before the length penalty. ``token_scored`` marks those positions: every generated token, EOS included
   (BOS and PAD are not generated: 0.0 and False).
+* A beam search ends with each sentence's K finished hypotheses ranked, of which ``nbest`` are returned as its
+  n-best list (`ranked_result`). Sampling (`Sampling`) is the greedy loop with each token drawn, seeded per sentence,
+  from the tempered and truncated distribution (`truncate`), K samples a sentence ranked like a beam's outputs.
 
 Shapes: `B` batch, `S` source length, `K` beam size, `V` target vocabulary, `T = max_out` output capacity.
 """
