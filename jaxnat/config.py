@@ -37,7 +37,7 @@ CHOICES = {
     "eval.search_rules": ("jaxnat", "fairseq"),
     "eval.params": ("best", "averaged"),
     "eval.average_of": ("last", "best"),
-    "eval.mbr": ("", "chrf", "bleu"),  # (jaxnat.decoding.mbr.UTILITIES)
+    "eval.mbr": ("", "chrf"),  # (jaxnat.decoding.mbr.UTILITIES)
 }
 
 
@@ -218,7 +218,7 @@ def default_config() -> ml_collections.ConfigDict:
         sampling=False, temperature=1.0, top_k=0, top_p=1.0, epsilon=0.0, sample_seed=0,
         # translate and eval: each sentence's output is, of the eval.beam_size outputs of its beam (or its samples),
         # the one the others agree with most by this utility (minimum Bayes risk decoding, `jaxnat.decoding.mbr`):
-        # '' (off), chrf or bleu
+        # '' (off) or chrf
         mbr="",
         latency_sentences=100, throughput_batch=64,
         # the parameters decoded: "best" (best validation BLEU), or "averaged" (written by --mode average).

@@ -193,10 +193,10 @@ def test_overrides_are_typed():
          "eval.sampling=true samples without constraints, and eval.constraints asks for hard ones"),
         (["--config.eval.sampling=true", "--config.eval.top_p=0"], "eval.top_p must be in (0, 1], got 0"),
         # MBR decoding chooses among a beam's outputs, of a model that keeps several
-        (["--config.eval.mbr=comet"], "eval.mbr must be one of '', chrf, bleu, not 'comet'"),
+        (["--config.eval.mbr=comet"], "eval.mbr must be one of '', chrf, not 'comet'"),
         (["--config.eval.mbr=chrf", "--config.eval.beam_size=1"], "eval.mbr=chrf chooses among a sentence's outputs: "
                                                                   "it needs a model that keeps several"),
-        (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.eval.mbr=bleu"],
+        (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.eval.mbr=chrf"],
          "here model 'cmlm' and beam size 1"),
         # an n-best list is the finished outputs of a beam, as many as it has beams, in a model that keeps them
         (["--config.eval.nbest=5"], "eval.nbest=5 needs eval.beam_size >= 5 (beam size 4): the search keeps as many"),

@@ -4,12 +4,12 @@ A search returns the output the model scores highest; MBR decoding (Kumar & Byrn
 highest expected utility under the model, estimated with the candidates themselves as pseudo-references: with
 samples (`eval.sampling`) an unbiased estimate (Eikema & Aziz 2020), with a beam's n-best list a common
 approximation. Freitag et al. 2022 and 2023 found it, with chrF or a neural utility, better than beam search by
-human judgement. Here the utilities are sacreBLEU's sentence chrF and BLEU (with the run's BLEU tokenizer and
-effective n-gram order), each candidate scored against every other one of the same sentence (not against itself:
-a candidate drawn k times is supported by its k − 1 copies), and their mean its expected utility; ties go to the
-candidate the model ranks first. K candidates cost K · (K − 1) sentence scores: about 0.15 ms each for chrF and
-0.04 ms for BLEU on this project's CPU (Intel Xeon, 2 cores), so 16 candidates of 1,000 sentences take about 36 s
-with chrF, 10 s with BLEU. `Translator.translate(..., mbr=...)` chooses among a beam's outputs (eval.mbr).
+human judgement. Here the utility is sacreBLEU's sentence chrF (character n-grams, so it reads every language alike,
+those written without spaces too), each candidate scored against every other one of the same sentence (not against
+itself: a candidate drawn k times is supported by its k − 1 copies), and their mean its expected utility; ties go
+to the candidate the model ranks first. K candidates cost K · (K − 1) sentence scores, about 0.15 ms each on this
+project's CPU (Intel Xeon, 2 cores): 16 candidates of 1,000 sentences take about 36 s.
+`Translator.translate(..., mbr=...)` chooses among a beam's outputs (eval.mbr).
 """
 
 from __future__ import annotations
@@ -18,20 +18,20 @@ import functools
 
 import numpy as np
 
-UTILITIES = ("chrf", "bleu")  # eval.mbr
+UTILITIES = ("chrf",)  # eval.mbr: the utilities `choose` computes
 
 
 @functools.lru_cache(maxsize=None)
-def _metric(utility: str, tokenize: str):
-    from sacrebleu.metrics import BLEU, CHRF
+def _chrf():
+    from sacrebleu.metrics import CHRF
 
-    return CHRF() if utility == "chrf" else BLEU(tokenize=tokenize, effective_order=True)
+    return CHRF()
 
 
-def utility_matrix(candidates: list[str], utility: str, tokenize: str = "13a") -> np.ndarray:
+def utility_matrix(candidates: list[str]) -> np.ndarray:
     """float64[K, K]: the utility of candidate i as a hypothesis with candidate j as its reference (sacreBLEU's
-    sentence score, 0-100); the diagonal is not computed (0)."""
-    metric = _metric(utility, tokenize)
+    sentence chrF, 0-100); the diagonal is not computed (0)."""
+    metric = _chrf()
     k = len(candidates)
     out = np.zeros((k, k))
     for i in range(k):
@@ -41,12 +41,12 @@ def utility_matrix(candidates: list[str], utility: str, tokenize: str = "13a") -
     return out
 
 
-def choose(candidates: list[str], utility: str, tokenize: str = "13a") -> tuple[int, float]:
+def choose(candidates: list[str]) -> tuple[int, float]:
     """(the index of the candidate of highest expected utility, that expected utility): its mean utility against the
     other candidates, the first of equals (the candidates in the model's order); one candidate is chosen as it is,
     with utility NaN (no other to agree with)."""
     if len(candidates) < 2:
         return 0, float("nan")
-    expected = utility_matrix(candidates, utility, tokenize).sum(axis=1) / (len(candidates) - 1)
+    expected = utility_matrix(candidates).sum(axis=1) / (len(candidates) - 1)
     best = int(np.argmax(expected))
     return best, float(expected[best])

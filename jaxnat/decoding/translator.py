@@ -391,7 +391,7 @@ class Translator:
                         "constraints the search could not meet, or a model whose computation overflows (a diverged "
                         "run)", unscored, len(outs))
         results = []
-        chooser = self.mbr_chooser(mbr, len(outs), label) if mbr else None
+        chooser = self.mbr_chooser(len(outs), label) if mbr else None
         for o, note in zip(outs, notes):
             r = {"hyp": self.tokenizer.decode(list(o["tokens"]), "tgt"), "score": float(o["score"])}
             r.update({k: int(o[k]) for k in self.spec.supports.counts})
@@ -410,19 +410,16 @@ class Translator:
             results.append({**r, **note})
         return results
 
-    def mbr_chooser(self, utility: str, sentences: int, label: str = ""):
+    def mbr_chooser(self, sentences: int, label: str = ""):
         """A function of a sentence's candidates ([{'hyp', 'score'}], the model's order) → its MBR choice
-        {'hyp', 'score', 'mbr_utility'} (`mbr.choose`, the BLEU utility with the run's tokenizer), logging its
-        progress over ``sentences`` as a long pass does."""
-        from jaxnat.evaluation.metrics import run_bleu_tokenize
-
-        tokenize = run_bleu_tokenize(self.config)
+        {'hyp', 'score', 'mbr_utility'} (`mbr.choose`), logging its progress over ``sentences`` as a long pass
+        does."""
         started = reported = time.perf_counter()
         done = 0
 
         def choose(candidates: list[dict]) -> dict:
             nonlocal done, reported
-            best, expected = mbr_rule.choose([c["hyp"] for c in candidates], utility, tokenize)
+            best, expected = mbr_rule.choose([c["hyp"] for c in candidates])
             done += 1
             now = time.perf_counter()
             if now - reported >= PROGRESS_SECONDS and done < sentences:
