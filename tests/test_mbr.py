@@ -1,8 +1,12 @@
-"""MBR decoding's choice (`jaxnat/decoding/mbr.py`): the candidate of highest mean utility against the others."""
+"""MBR decoding's choice (`jaxnat/decoding/mbr.py`): the candidate of highest mean utility against the others, and
+its utilities all at once against sacreBLEU's sentence chrF, one pair at a time."""
 
 import math
 
+import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 from sacrebleu.metrics import CHRF
 
 from jaxnat.decoding import mbr
@@ -35,3 +39,15 @@ def test_the_utility_matrix_is_sacrebleus_sentence_chrf_in_any_script():
             if i != j:
                 assert matrix[i, j] == pytest.approx(chrf.sentence_score(h, [r]).score)
     assert 0 < matrix[0, 1] < 100 and mbr.choose(candidates)[0] == 0  # 我住在北京 shares most with the others
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet="ab cé北京.\t", max_size=12), min_size=1, max_size=6))
+@example(["", "a", "ab ab", "  ", "北京北京北京", "a b c d e f g"])
+def test_the_matrix_is_sacrebleus_chrf_of_every_pair(candidates):
+    """Empty candidates, ones of whitespace only, shorter than an order, repeated n-grams, any script: each entry is
+    sacreBLEU's score of the pair, to the last bit (the same operations in the same order)."""
+    chrf, matrix = CHRF(), mbr.utility_matrix(candidates)
+    want = np.array([[chrf.sentence_score(h, [r]).score if i != j else 0.0 for j, r in enumerate(candidates)]
+                     for i, h in enumerate(candidates)])
+    np.testing.assert_array_equal(matrix, want)

@@ -7,37 +7,51 @@ approximation. Freitag et al. 2022 and 2023 found it, with chrF or a neural util
 human judgement. Here the utility is sacreBLEU's sentence chrF (character n-grams, so it reads every language alike,
 those written without spaces too), each candidate scored against every other one of the same sentence (not against
 itself: a candidate drawn k times is supported by its k − 1 copies), and their mean its expected utility; ties go
-to the candidate the model ranks first. K candidates cost K · (K − 1) sentence scores, about 0.15 ms each on this
-project's CPU (Intel Xeon, 2 cores): 16 candidates of 1,000 sentences take about 36 s.
+to the candidate the model ranks first. All K · (K − 1) scores of a sentence are computed at once (`utility_matrix`).
 `Translator.translate(..., mbr=...)` chooses among a beam's outputs (eval.mbr).
 """
 
 from __future__ import annotations
-
-import functools
 
 import numpy as np
 
 UTILITIES = ("chrf",)  # eval.mbr: the utilities `choose` computes
 
 
-@functools.lru_cache(maxsize=None)
-def _chrf():
-    from sacrebleu.metrics import CHRF
-
-    return CHRF()
+CHAR_ORDER, BETA = 6, 2  # sacreBLEU's chrF: character n-grams of orders 1-6, recall weighted β = 2
 
 
 def utility_matrix(candidates: list[str]) -> np.ndarray:
-    """float64[K, K]: the utility of candidate i as a hypothesis with candidate j as its reference (sacreBLEU's
-    sentence chrF, 0-100); the diagonal is not computed (0)."""
-    metric = _chrf()
+    """float64[K, K]: sacreBLEU's sentence chrF (0-100) of candidate i as the hypothesis with candidate j as its
+    reference (the diagonal: 0, not computed), for all pairs at once. chrF reads the character n-grams of each
+    candidate with its whitespace removed: per order n, the n-grams the hypothesis and the reference share (their
+    counts' minimum, summed), over the hypothesis's for precision and over the reference's for recall; precision and
+    recall are averaged over the orders both sides have n-grams of, and F_β is their weighted harmonic mean. The
+    shared n-grams of every pair come from one count matrix per order (K candidates × the n-grams any of them has),
+    so K candidates cost K² · n-grams elementwise minima in NumPy instead of K · (K − 1) calls of sacreBLEU's
+    sentence_score (equal to theirs to the last bit: tests/test_mbr.py): on this project's CPU (Intel Xeon), 1.7 ms
+    a sentence of 16 candidates against sacreBLEU's 36 ms, 38 ms for 64."""
     k = len(candidates)
-    out = np.zeros((k, k))
-    for i in range(k):
-        for j in range(k):
-            if i != j:
-                out[i, j] = metric.sentence_score(candidates[i], [candidates[j]]).score
+    text = ["".join(c.split()) for c in candidates]
+    prec_sum, rec_sum, orders = np.zeros((k, k)), np.zeros((k, k)), np.zeros((k, k))
+    for n in range(1, CHAR_ORDER + 1):
+        grams: dict[str, int] = {}
+        rows = [[grams.setdefault(t[i:i + n], len(grams)) for i in range(len(t) - n + 1)] for t in text]
+        counts = np.zeros((k, max(len(grams), 1)), np.int64)
+        for r, ids in enumerate(rows):
+            np.add.at(counts[r], ids, 1)
+        total = counts.sum(axis=1).astype(np.float64)                      # [K]: n-grams of each candidate
+        shared = np.minimum(counts[:, None, :], counts[None, :, :]).sum(axis=-1)  # [K, K]
+        both = (total[:, None] > 0) & (total[None, :] > 0)
+        prec_sum += np.where(both, shared / np.where(total > 0, total, 1)[:, None], 0.0)
+        rec_sum += np.where(both, shared / np.where(total > 0, total, 1)[None, :], 0.0)
+        orders += both
+    prec, rec = prec_sum / np.maximum(orders, 1), rec_sum / np.maximum(orders, 1)
+    factor = BETA ** 2
+    denominator = factor * prec + rec
+    # (sacreBLEU's operations in its order, so that the scores are its own to the last bit)
+    out = np.where(prec + rec > 0, 100 * ((1 + factor) * prec * rec / np.where(denominator > 0, denominator, 1)), 0.0)
+    np.fill_diagonal(out, 0.0)
     return out
 
 
