@@ -141,8 +141,8 @@ def test_compile_time_gives_the_data_dir_to_configs_that_read_files(monkeypatch,
             compile_time.Family("ar", args, False, str(tmp_path / name))
 
 
-@pytest.mark.parametrize("script", ["compile_time", "constrained_cost", "decode_speed", "gpu_figures", "oracle",
-                                    "profile_step", "train_throughput", "vs_fairseq", "vs_transformers"])
+@pytest.mark.parametrize("script", ["compile_time", "constrained_cost", "decode_speed", "gpu_figures", "mbr_speed",
+                                    "oracle", "profile_step", "train_throughput", "vs_fairseq", "vs_transformers"])
 def test_help_says_the_whole_first_paragraph(script, monkeypatch, capsys):
     """--help opens with the docstring's first paragraph, not its first line (it stopped mid-sentence: "…through
     jaxnat's command line, and")."""
@@ -190,6 +190,15 @@ def test_bad_counts_and_paths_are_refused_first(script, args, error, monkeypatch
     monkeypatch.setattr("sys.argv", [f"{script}.py", *args])
     with pytest.raises(SystemExit, match=f"^error: .*{re.escape(error)}"):
         module.main()
+
+
+def test_mbr_speed_refuses_counts_under_one(monkeypatch):
+    module = bench("mbr_speed")
+    monkeypatch.setattr(module.mbr, "utility_matrix", lambda texts: pytest.fail("work started"))
+    for args in (["--repeats", "0"], ["--sentences", "0"]):
+        monkeypatch.setattr("sys.argv", ["mbr_speed.py", *args])
+        with pytest.raises(SystemExit, match="^error: --sentences and --repeats must be at least 1$"):
+            module.main()
 
 
 def test_vs_fairseq_and_vs_transformers_runs_check_their_inputs_first(tmp_path):
