@@ -29,8 +29,8 @@ def utility_matrix(candidates: list[str]) -> np.ndarray:
     recall are averaged over the orders both sides have n-grams of, and F_β is their weighted harmonic mean. The
     shared n-grams of every pair come from one count matrix per order (K candidates × the n-grams any of them has),
     so K candidates cost K² · n-grams elementwise minima in NumPy instead of K · (K − 1) calls of sacreBLEU's
-    sentence_score (equal to theirs to the last bit: tests/test_mbr.py): on this project's CPU (Intel Xeon), 1.7 ms
-    a sentence of 16 candidates against sacreBLEU's 36 ms, 38 ms for 64."""
+    sentence_score (equal to theirs to the last bit: tests/test_mbr.py), 21x faster at 16 candidates and 14x at 64
+    (bench/mbr_speed.py)."""
     k = len(candidates)
     text = ["".join(c.split()) for c in candidates]
     prec_sum, rec_sum, orders = np.zeros((k, k)), np.zeros((k, k)), np.zeros((k, k))
