@@ -84,10 +84,18 @@ def planned_files(names: dict[str, str], corpus: dict, src_lang: str, tgt_lang: 
 
 
 def decoding_settings(config) -> dict:
-    """The settings that change the teacher's output (batch size does not)."""
+    """The settings that change the teacher's output (batch size does not). fairseq's search rules and sampling
+    (sampled distillation, back-translation) are named only where set, so that a distillation recorded before they
+    were is still the same one."""
     e = config.eval
-    return {"beam_size": int(e.beam_size), "length_penalty": float(e.length_penalty), "max_len_a": float(e.max_len_a),
-            "max_len_b": int(e.max_len_b), "max_len": int(config.data.max_len)}
+    out = {"beam_size": int(e.beam_size), "length_penalty": float(e.length_penalty), "max_len_a": float(e.max_len_a),
+           "max_len_b": int(e.max_len_b), "max_len": int(config.data.max_len)}
+    if e.search_rules != "jaxnat":
+        out["search_rules"] = e.search_rules
+    if e.sampling:
+        out["sampling"] = {"temperature": float(e.temperature), "top_k": int(e.top_k), "top_p": float(e.top_p),
+                           "epsilon": float(e.epsilon), "seed": int(e.sample_seed)}
+    return out
 
 
 # -- guarding a user's data ----------------------------------------------------------------------------

@@ -298,6 +298,9 @@ def test_refuses_another_teacher_or_other_sources(teacher, distilled, tmp_path):
         distill_mod.distill(_config(), other, out, chunk_size=CHUNK)
     with pytest.raises(DataError, match="sentences 300 there, 200 now"):
         distill_mod.distill(_config("--config.data.synthetic_train=200"), teacher, out, chunk_size=CHUNK)
+    # sampled outputs are another distillation too (it was taken for the beam's, and nothing was translated)
+    with pytest.raises(DataError, match="already holds a different distillation .decoding.*'sampling': "):
+        distill_mod.distill(_config("--config.eval.sampling=true"), teacher, out, chunk_size=CHUNK)
     assert before == {name: open(os.path.join(out, name), "rb").read() for name in before}
     # A distillation written before too-long sources were dropped holds inconsistent pairs: not reused.
     old = tmp_path / "old"
