@@ -301,6 +301,9 @@ def distill(config, teacher_workdir: str, out_dir: str, *, config_path: str = ""
 
     if chunk_size < 1:
         raise ConfigError(f"chunk size must be positive, got {chunk_size}")
+    if config.eval.mbr:  # the teacher's own best output is distilled: the setting would do nothing
+        raise ConfigError(f"eval.mbr={config.eval.mbr} chooses outputs in translate and eval; distillation writes the "
+                          f"teacher's own best output: leave eval.mbr empty")
     if jax.process_count() > 1:
         raise ConfigError("distillation runs in a single process; start it without the multi-process launcher")
     corpus = load_corpus(config.data)

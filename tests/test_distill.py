@@ -18,7 +18,7 @@ import jaxnat.data.distilled as distilled_mod
 import jaxnat.distill as distill_mod
 from jaxnat.config import build_config
 from jaxnat.data.sources import load_corpus
-from jaxnat.errors import DataError
+from jaxnat.errors import ConfigError, DataError
 from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -298,6 +298,8 @@ def test_refuses_another_teacher_or_other_sources(teacher, distilled, tmp_path):
         distill_mod.distill(_config(), other, out, chunk_size=CHUNK)
     with pytest.raises(DataError, match="sentences 300 there, 200 now"):
         distill_mod.distill(_config("--config.data.synthetic_train=200"), teacher, out, chunk_size=CHUNK)
+    with pytest.raises(ConfigError, match="^eval.mbr=chrf chooses outputs in translate and eval; distillation"):
+        distill_mod.distill(_config("--config.eval.mbr=chrf"), teacher, out, chunk_size=CHUNK)
     # sampled outputs are another distillation too (it was taken for the beam's, and nothing was translated)
     with pytest.raises(DataError, match="already holds a different distillation .decoding.*'sampling': "):
         distill_mod.distill(_config("--config.eval.sampling=true"), teacher, out, chunk_size=CHUNK)
