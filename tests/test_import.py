@@ -800,6 +800,29 @@ def test_translate_without_a_checkpoint_says_so_after_orbax_cleaned_up(tmp_path,
     assert started and sorted(finished) == started
 
 
+def test_an_import_removes_what_a_killed_import_into_the_same_workdir_left(tmp_path, caplog):
+    """`kill -9` during an import left its hidden staging directory (a copy of the model) beside the workdir for good;
+    the next import into that workdir removes it when its process is gone, and leaves a live process's, another
+    host's, one without its owner file, and those of other workdirs."""
+    import socket
+    import subprocess
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    host = socket.gethostname()
+    owners = {".run.import-dead": f"{host} {gone.pid}", ".run.import-live": f"{host} {os.getpid()}",
+              ".run.import-far": f"elsewhere {gone.pid}", ".run.import-bare": None, ".other.import-dead": f"{host} "
+              f"{gone.pid}"}
+    for name, owner in owners.items():
+        (tmp_path / name / "workdir").mkdir(parents=True)
+        if owner:
+            (tmp_path / name / "owner").write_text(owner + "\n")
+    with caplog.at_level("INFO", logger="jaxnat"):
+        write_workdir(SOURCES["fairseq"], str(tmp_path / "run"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(set(owners) - {".run.import-dead"} | {"run"})
+    assert f"process {gone.pid} is gone" in caplog.text
+
+
 def test_fastbpe_codes_segment_as_fastbpe(tmp_path_factory):
     """fairseq's --bpe fastbpe: its codes become subword-nmt's, which cut the fixture's sources into the pieces the
     real fastBPE gave (the same merges as the subword-nmt fixture's, in fastBPE's format); a line that is not

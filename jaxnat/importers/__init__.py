@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import shutil
+import socket
 import tempfile
 
 import numpy as np
@@ -134,6 +135,41 @@ def _digest(path: str) -> str:
     return h.hexdigest()
 
 
+OWNER = "owner"  # in an import's staging directory: "<host> <pid>" of the process writing it
+
+
+def remove_abandoned(parent: str, prefix: str) -> None:
+    """Removes the staging directories (``parent/<prefix>*``) of imports into the same workdir whose process is gone:
+    an import killed with `kill -9` (or by the machine's end) leaves its copy of the model, gigabytes for an NLLB
+    model, hidden beside the workdir. One of another host, of a live process, or without its owner file (written
+    first: none is an import that has barely started, or not an import's) is left."""
+    host = socket.gethostname()
+    for name in sorted(os.listdir(parent)):
+        path = os.path.join(parent, name)
+        if not name.startswith(prefix) or not os.path.isdir(path):
+            continue
+        try:
+            with open(os.path.join(path, OWNER)) as f:
+                owner_host, pid = f.read().split()
+            if owner_host != host or _alive(int(pid)):
+                continue
+        except (OSError, ValueError):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        log.info("removed %s, left by an import into the same workdir that did not finish (process %s is gone)",
+                 path, pid)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
 def write_workdir(spec: str, workdir: str, dict_dir: str | None = None) -> str:
     """--mode import: reads the model ``spec`` names and writes it as the workdir ``workdir`` (which must not
     exist). Returns a one-line summary."""
@@ -156,11 +192,15 @@ def write_workdir(spec: str, workdir: str, dict_dir: str | None = None) -> str:
     params = _on_device(imported)
     parent = os.path.dirname(os.path.abspath(workdir))
     os.makedirs(parent, exist_ok=True)
+    prefix = f".{os.path.basename(os.path.abspath(workdir))}.import-"
+    remove_abandoned(parent, prefix)
     # a unique directory beside the workdir, and in it the workdir made as os.makedirs makes a trained run's (with
     # the umask's permissions: mkdtemp's own are the owner's alone)
-    unique = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(os.path.abspath(workdir))}.import-")
+    unique = tempfile.mkdtemp(dir=parent, prefix=prefix)
     staging = os.path.join(unique, "workdir")
     try:
+        with open(os.path.join(unique, OWNER), "w") as f:  # whose it is, for a later import to tell it abandoned
+            f.write(f"{socket.gethostname()} {os.getpid()}\n")
         os.mkdir(staging)
         with open(os.path.join(staging, "config.json"), "w") as f:
             f.write(config.to_json_best_effort(indent=2, sort_keys=True))
