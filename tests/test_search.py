@@ -65,7 +65,7 @@ def _sequence_logprobs(params, src, tgt):
 def rescore(params, src_row, rows, length_penalty, forced=()):
     """Teacher-forced normalised scores of `rows` (lists [BOS .. EOS]) for one source row; the ``forced`` tokens
     that start every row score 0."""
-    width = max(len(r) for r in rows)
+    width = MAX_OUT  # one width whatever the rows: one program to compile
     tgt = np.array([r + [PAD_ID] * (width - len(r)) for r in rows], np.int32)
     src = np.repeat(np.asarray(src_row)[None], len(rows), axis=0)
     sums = np.asarray(_sequence_logprobs(params, src, tgt), np.float64)
@@ -410,12 +410,12 @@ def _limits(src, max_len_b=5):
 
 
 @settings(max_examples=8, deadline=None)
-@given(st.integers(0, 10**6), st.sampled_from([Sampling(), Sampling(0.7, 3, 0.9, 0.02), Sampling(2.0, 0, 0.8),
-                                               Sampling(1.0, 2, 1.0, 0.1)]))
+@given(st.integers(0, 10**6), st.sampled_from([Sampling(), Sampling(0.7, 3, 0.9, 0.02)]))
 def test_each_sample_draws_from_the_truncated_distribution_and_is_scored_by_the_model(seed, sampling):
     """Every sampled token is one the truncation keeps after its prefix (the plain-Python one); each sample's score
     is the model's own (untempered, untruncated) normalised log-probability of it; the list is ranked, the output
-    its first."""
+    its first. (Every cut at once, and none: each setting compiles a program; the cuts' combinations are
+    test_truncation_equals_python_reference's.)"""
     params = make_params(seed % 3)  # (the sampling's own seed stays: a static argument, each compiles a program)
     src = make_src(np.random.default_rng(seed), [5, 3, 7])
     out = jax.device_get(sample(params, src, 4, sampling, nbest=4, length_penalty=0.5))
@@ -426,10 +426,11 @@ def test_each_sample_draws_from_the_truncated_distribution_and_is_scored_by_the_
             out["nbest_score"][b], reverse=True)
         np.testing.assert_allclose(out["nbest_score"][b], rescore(params, src[b], rows, 0.5), atol=1e-4)
         for row in rows:
+            tgt_in = np.full((1, MAX_OUT), PAD_ID, np.int32)
+            tgt_in[0, :len(row)] = row
+            every = np.array(_forward_logprobs(params, src[b][None], tgt_in)[0], np.float32)  # causal: each prefix's
             for i in range(1, len(row)):
-                tgt_in = np.full((1, MAX_OUT), PAD_ID, np.int32)
-                tgt_in[0, :i] = row[:i]
-                logp = np.array(_forward_logprobs(params, src[b][None], tgt_in)[0, i - 1], np.float32)
+                logp = every[i - 1].copy()
                 logp[list(FORBIDDEN)] = -np.inf
                 if i - 1 >= limits[b]:
                     logp[np.arange(V) != EOS_ID] = -np.inf
@@ -439,7 +440,7 @@ def test_each_sample_draws_from_the_truncated_distribution_and_is_scored_by_the_
 
 def test_samples_depend_on_the_sentence_and_the_seed_alone():
     """A sentence samples the same alone as in a batch, at another padded width; another seed draws others; top_k=1
-    leaves one token a step: greedy search's output, whatever the seed."""
+    leaves one token a step: greedy search's output, whatever the seed (not the default one here)."""
     params, src = make_params(1), make_src(np.random.default_rng(3), [5, 3, 7])
     batch = jax.device_get(sample(params, src, 3, Sampling(1.5), nbest=3))
     alone = jax.device_get(sample(params, src[1:2, :4], 3, Sampling(1.5), nbest=3))
@@ -447,10 +448,9 @@ def test_samples_depend_on_the_sentence_and_the_seed_alone():
     other = jax.device_get(sample(params, src, 3, Sampling(1.5, seed=7), nbest=3))
     assert not np.array_equal(other["nbest_tokens"], batch["nbest_tokens"])
     greedy = jax.device_get(search(params, src, 1.0, 0.0, 5, beam_size=1))
-    for seed in (0, 5):
-        top1 = jax.device_get(sample(params, src, 3, Sampling(top_k=1, seed=seed), nbest=3))
-        for j in range(3):
-            np.testing.assert_array_equal(top1["nbest_tokens"][:, j], greedy["tokens"])
+    top1 = jax.device_get(sample(params, src, 3, Sampling(top_k=1, seed=5), nbest=3))
+    for j in range(3):
+        np.testing.assert_array_equal(top1["nbest_tokens"][:, j], greedy["tokens"])
 
 
 def test_first_tokens_are_drawn_in_proportion_to_their_probabilities():
