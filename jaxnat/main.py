@@ -1,5 +1,5 @@
 """Command line: `python -m jaxnat.main --config configs/<model>/<name>.py --workdir DIR
-[--mode train|eval|translate|distill|average|curves|import] [--input F] [--output F] [--config.a.b=value ...]`.
+[--mode train|eval|translate|score|distill|average|curves|import] [--input F] [--output F] [--config.a.b=value ...]`.
 
 --config.SECTION.KEY=VALUE sets one key over the config file's (--config.train.steps=500, --config.eval.beam_size=1).
 Every key, its default and what it does: jaxnat/config.py's default_config (the shared sections model, data, train,
@@ -8,6 +8,8 @@ or one the run would not read, is refused in one line.
 
 train (default): trains, checkpoints, then evaluates the best checkpoint on the test splits.
 eval: evaluates a trained workdir.  translate: plain or JSON lines in, JSON lines out.
+score: source-translation pairs (JSON lines, or a tab between them) in, each with the model's log P(translation |
+source), JSON lines out.
 distill: the trained (AR) workdir translates the training sources into the text corpus --output DIR.
 import: writes a model trained elsewhere (--from fairseq:FILE.pt, marian:DIR, marian:FILE.npz, nllb:DIR,
 m2m100:DIR, mbart50:DIR or hf:DIR) as the new workdir, its config in <workdir>/config.json; every other mode then
@@ -35,9 +37,9 @@ from jaxnat.optional import check_core
 from jaxnat.provenance import record
 
 log = logging.getLogger("jaxnat")
-MODES = ("train", "eval", "translate", "distill", "average", "curves", "import")
+MODES = ("train", "eval", "translate", "score", "distill", "average", "curves", "import")
 # the modes that read each option: another ignored it (`--input f --output o` without `--mode translate` trained)
-OPTION_MODES = {"--input": ("translate",), "--output": ("translate", "distill"), "--from": ("import",),
+OPTION_MODES = {"--input": ("translate", "score"), "--output": ("translate", "score", "distill"), "--from": ("import",),
                 "--dict-dir": ("import",)}
 
 
@@ -58,9 +60,9 @@ def parse_args(argv):
     parser.add_argument("--workdir", required=True,
                         help="run directory (train: created, resumed if it exists; other modes: a trained run)")
     parser.add_argument("--mode", choices=MODES, default="train")
-    parser.add_argument("--input", help="translate: input file (default stdin)")
+    parser.add_argument("--input", help="translate, score: input file (default stdin)")
     parser.add_argument("--output",
-                        help="translate: output file (default stdout); distill: output directory (required)")
+                        help="translate, score: output file (default stdout); distill: output directory (required)")
     parser.add_argument("--from", dest="source", metavar="FORMAT:PATH",
                         help="import: the model to import, fairseq:FILE.pt, marian:DIR (Hugging Face's or a "
                              "Marian release's), marian:FILE.npz, nllb:DIR, m2m100:DIR, mbart50:DIR (Hugging "
@@ -136,9 +138,10 @@ def check_paths(args) -> None:
         if not args.output:
             raise ConfigError("--mode distill needs --output DIR, the directory to write the distilled corpus to")
         check_creatable_dir(args.output, "--output")
-    elif args.mode == "translate" and args.output:
+    elif args.mode in ("translate", "score") and args.output:
         check_writable_file(args.output, "--output")
-        check_not_the_input(args.output, "--output", args.input, "--input", "translations")
+        check_not_the_input(args.output, "--output", args.input, "--input",
+                            "translations" if args.mode == "translate" else "scores")
 
 
 def configure_logging() -> None:
@@ -219,10 +222,12 @@ def run(argv=None) -> int:
 
         distill(config, args.workdir, args.output, config_path=args.config, overrides=rest)
     else:
+        from jaxnat.decoding.score_io import score_stream
         from jaxnat.decoding.translate_io import translate_stream
         from jaxnat.restore import load_translator
 
-        translate_stream(lambda: load_translator(config, args.workdir), config, args.input, args.output)
+        run_stream = translate_stream if args.mode == "translate" else score_stream
+        run_stream(lambda: load_translator(config, args.workdir), config, args.input, args.output)
     return 0
 
 

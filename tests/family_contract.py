@@ -3,7 +3,8 @@ tests/test_family.py runs for each registered family: it builds from the tiny te
 returns ``(float32[] loss · n, aux)`` with float32[] 'nll' and 'count' (the trainer divides their sums) and a
 float32[] for each of the spec's terms (`ModelSpec.left_out` one of them), its ``generate`` returns tokens, score,
 the per-token log-probabilities and exactly the counts it declares, as wide as the request asks (and n-best lists
-where it declares them), and its output
+where it declares them; and where it declares forced decoding, `ModelSpec.score`, each given output's log P and
+score), and its output
 capacity stays within `model.max_len`; its `ModelSpec` bears its name; it is built and validated from its own
 config sections (and those of the families it extends) alone; its `Family.reads` names exactly the keys of
 `READ_BY_SOME` its build, capacity and generate read (and data.pack where its spec packs). Shapes and dtypes only
@@ -110,4 +111,13 @@ def check_contract(name: str, vocab: int = 40) -> None:
         out = jax.eval_shape(spec.generate, params, DecodeRequest(src, max_out=width, beam_size=3, nbest=2))
         assert (out["nbest_tokens"].shape, out["nbest_tokens"].dtype) == ((1, 2, width), jnp.int32), name
         assert (out["nbest_score"].shape, out["nbest_score"].dtype) == ((1, 2), jnp.float32), name
+    # forced decoding where the family declares it (`Supports.score`): the log-probability and score of given outputs
+    assert spec.supports.score == family_of(name).supports.score == (spec.score is not None), (
+        f"{name}: Supports.score {spec.supports.score} (its Family's {family_of(name).supports.score}), "
+        f"ModelSpec.score {'None' if spec.score is None else 'set'}")
+    if spec.score is not None:
+        tgt = jnp.asarray([[BOS_ID, 9, 7, EOS_ID, 0]], jnp.int32)
+        out = jax.eval_shape(spec.score, params, DecodeRequest(src), tgt)
+        assert {k: (v.shape, v.dtype) for k, v in out.items()} == dict.fromkeys(("logp", "score"),
+                                                                              ((1,), jnp.float32)), name
     check_reads(name, spec, seen)

@@ -203,6 +203,8 @@ MISTAKES = {
     # a shared key of READ_BY_SOME read but not in Family.reads: refused where it acts
     "a key read undeclared": (lambda config, *args: _plain(config, *args) if config.eval.length_cap_min else None,
                               r"lacks \['eval.length_cap_min'\]"),
+    # forced decoding declared (the translator would score with it) but without its hook
+    "a score declared, no hook": (lambda *args: dataclasses.replace(_plain(*args), score=None), "ModelSpec.score None"),
 }
 
 
@@ -212,7 +214,8 @@ def _capacity_wide(spec):
 
 def _registered(toy, build, reads=TOY.reads + ("data.pack", "eval.sampling")):  # (the AR spec of _plain packs, samples)
     models.unregister(toy.name)
-    models.register(dataclasses.replace(toy, build=build, train_extras=None, reads=reads))
+    models.register(dataclasses.replace(toy, build=build, train_extras=None, reads=reads,
+                                        supports=dataclasses.replace(toy.supports, score=True)))  # (and scores)
 
 
 def test_the_contract_passes_a_plain_family(toy):

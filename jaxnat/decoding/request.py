@@ -81,13 +81,16 @@ class Supports:
     # n-best lists: with DecodeRequest.nbest = N > 1, generate adds 'nbest_tokens': int32[B, N, T] and 'nbest_score':
     # float32[B, N], each sentence's N best outputs of its beam, best first (-inf: no such output), N <= beam_size
     nbest: bool = False
+    # scoring given translations (forced decoding): the model defines log P(y | x) of a whole output, and
+    # `ModelSpec.score` computes it
+    score: bool = False
     # why the model does not take what it lacks here, added to the refusal (a setting that takes it away)
     note: str = ""
 
 
 def check_supported(model_name: str, supports: Supports, *, init: bool = False, soft: bool = False,
                     hard: bool = False, trace: bool = False, beam_size: int = 1, pairs: bool = False,
-                    oracle: str = "", prefix: bool = False, nbest: int = 1) -> None:
+                    oracle: str = "", prefix: bool = False, nbest: int = 1, score: bool = False) -> None:
     """Raises a one-line DataError naming the first thing the model cannot do."""
     asked = [(init, supports.init, "initial hypotheses (post-editing)"),
              (soft, supports.soft_constraints, "soft constraints"),
@@ -97,7 +100,9 @@ def check_supported(model_name: str, supports: Supports, *, init: bool = False, 
              (beam_size > 1, supports.beam, f"beam search (beam size {beam_size})"),
              (bool(oracle), oracle in supports.oracle, f"oracle decoding {oracle!r}"),
              (prefix, supports.prefix, "target prefixes (a multilingual model's target-language token)"),
-             (nbest > 1, supports.nbest, f"n-best lists (nbest {nbest}): it keeps one output per sentence")]
+             (nbest > 1, supports.nbest, f"n-best lists (nbest {nbest}): it keeps one output per sentence"),
+             (score, supports.score,
+              "forced decoding (scoring given translations): it defines no probability of a whole output")]
     for wanted, can, what in asked:
         if wanted and not can:
             raise DataError(f"model {model_name!r} does not take {what}" + (f" ({supports.note})" if supports.note

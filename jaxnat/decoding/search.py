@@ -440,6 +440,32 @@ def by_score(score: jnp.ndarray, *rows: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
     return tuple(jnp.take_along_axis(x, order.reshape(order.shape + (1,) * (x.ndim - 2)), 1) for x in (score, *rows))
 
 
+def forced_logp(tokens_to_logprobs, cache, tgt: jnp.ndarray) -> jnp.ndarray:
+    """Forced decoding through a search's callback: tgt int32[B, T], given [BOS … EOS] rows (PAD after) →
+    float32[B, T - 1], the log-probability the callback gives each tgt[:, i + 1] after feeding tgt[:, : i + 1], one
+    `lax.scan` step a position (0.0 at PAD). The same numbers as the search's, for a model whose callback carries
+    state a teacher-forced pass would not (a vectorized model's consumed phrase tokens)."""
+    def step(cache, xs):
+        fed, nxt, index = xs
+        logp, cache = tokens_to_logprobs(fed, cache, index)
+        return cache, jnp.take_along_axis(logp.astype(jnp.float32), nxt[:, None], axis=1)[:, 0]
+
+    width = tgt.shape[1] - 1
+    _, picked = jax.lax.scan(step, cache, (tgt[:, :-1].T, tgt[:, 1:].T, jnp.arange(width)))
+    return jnp.where(tgt[:, 1:] != PAD_ID, picked.T, 0.0)
+
+
+def forced_result(token_logp: jnp.ndarray, tgt: jnp.ndarray, prefix: jnp.ndarray | None, length_penalty) -> dict:
+    """`ModelSpec.score`'s output for a left-to-right model: token_logp float32[B, T - 1], the model's log-probability
+    of each of tgt[:, 1:] (0.0 at PAD); tgt int32[B, T] [BOS, prefix …, y …, EOS] rows; prefix int32[B, P] or None,
+    the forced tokens (`force_prefix`: they add nothing but count among the generated tokens) → {'logp': float32[B],
+    'score': float32[B]}, the score a search gives the output (`_normalise`)."""
+    positions = jnp.arange(token_logp.shape[1])[None, :]
+    forced = positions < (0 if prefix is None else jnp.sum(prefix != PAD_ID, axis=1, keepdims=True))
+    logp = jnp.sum(jnp.where(forced, 0.0, token_logp), axis=1)
+    return {"logp": logp, "score": _normalise(logp, jnp.sum(tgt[:, 1:] != PAD_ID, axis=1), length_penalty)}
+
+
 def ar_search(
     tokens_to_logprobs,
     cache,

@@ -29,6 +29,7 @@ import logging
 import math
 import os
 import sys
+from typing import Callable, NamedTuple
 
 from jaxnat.data.sources import parse_pairs
 from jaxnat.data.text import read_lines, split_lines
@@ -54,35 +55,50 @@ REQUEST_KEYS = ("src", "init", "constraints", "hard", "constraint_pairs", "src_l
 OUTPUT_KEYS = ("hyp", "score", "nbest", "mbr_utility")
 
 
-def _misspelt(obj: dict, where: str) -> None:
-    """A key that is no request key but near one ("constraint", "Hard") is refused: echoed back like the caller's
-    own keys ("id"), it would silently drop what it was meant to ask (a hard constraint)."""
+def misspelt(obj: dict, where: str, keys: tuple = REQUEST_KEYS) -> None:
+    """A key that is no request key (of ``keys``) but near one ("constraint", "Hard") is refused: echoed back like the
+    caller's own keys ("id"), it would silently drop what it was meant to ask (a hard constraint)."""
     for key in obj:
-        near = [] if key in REQUEST_KEYS else difflib.get_close_matches(key, REQUEST_KEYS, n=1, cutoff=0.75)
+        near = [] if key in keys else difflib.get_close_matches(key, keys, n=1, cutoff=0.75)
         if near:
             raise DataError(f'{where}: unknown key "{key}"; did you mean "{near[0]}"? (keys unlike every request '
                             f'key are echoed back as they are)')
+
+
+def json_request(line: str, where: str, keys: tuple, written: tuple, mode: str, hint: str = "") -> dict:
+    """One JSON line of requests: an object with a string "src", none of its keys misspelt ``keys`` (`misspelt`) nor
+    one of the keys the ``mode`` writes (``written``: an input's own would be lost); one-line DataErrors at ``where``
+    (its file and line number). Numbers that are no finite number are refused (the output could not echo them)."""
+    try:
+        obj = json.loads(line, parse_float=_finite, parse_constant=_finite)
+    except json.JSONDecodeError as e:  # perhaps a plain sentence that starts with a brace
+        raise DataError(f"{where}: invalid JSON ({e.msg}); a line that starts with '{{' is read as a JSON "
+                        f"request: give such a sentence as {{\"src\": \"...\"}}") from None
+    except ValueError as e:
+        raise DataError(f"{where}: invalid JSON ({e})") from None
+    except RecursionError:  # json's decoder recurses per nesting level
+        raise DataError(f"{where}: invalid JSON (nested too deeply)") from None
+    if not isinstance(obj, dict) or not isinstance(obj.get("src"), str):
+        raise DataError(f'{where}: a JSON line needs a string "src" field')
+    misspelt(obj, where, keys)
+    if clash := [key for key in written if key in obj]:
+        raise DataError(f'{where}: "{clash[0]}" is a key {mode} writes, so this line\'s would be lost; rename '
+                        f'it{hint}')
+    for key in ("src_lang", "tgt_lang"):
+        if key in obj and not (isinstance(obj[key], str) and obj[key].strip()):
+            raise DataError(f'{where}: "{key}" must be a non-empty string, a language of the model (NLLB\'s '
+                            f'"eng_Latn", M2M-100\'s "en", mBART-50\'s "en_XX")')
+    if "constraint_pairs" in obj:
+        parse_pairs(json.dumps(obj["constraint_pairs"]), f'{where}: "constraint_pairs"')
+    return obj
 
 
 def parse_requests(lines: list[str], where: str) -> list[dict]:
     requests = []
     for n, line in enumerate(lines, 1):
         if line.lstrip().startswith("{"):
-            try:
-                obj = json.loads(line, parse_float=_finite, parse_constant=_finite)
-            except json.JSONDecodeError as e:  # perhaps a plain sentence that starts with a brace
-                raise DataError(f"{where}:{n}: invalid JSON ({e.msg}); a line that starts with '{{' is read as a JSON "
-                                f"request: give such a sentence as {{\"src\": \"...\"}}") from None
-            except ValueError as e:
-                raise DataError(f"{where}:{n}: invalid JSON ({e})") from None
-            except RecursionError:  # json's decoder recurses per nesting level
-                raise DataError(f"{where}:{n}: invalid JSON (nested too deeply)") from None
-            if not isinstance(obj, dict) or not isinstance(obj.get("src"), str):
-                raise DataError(f'{where}:{n}: a JSON line needs a string "src" field')
-            _misspelt(obj, f"{where}:{n}")
-            if clash := [key for key in OUTPUT_KEYS if key in obj]:
-                raise DataError(f'{where}:{n}: "{clash[0]}" is a key translate writes, so this line\'s would be lost; '
-                                f'rename it (a hypothesis to refine goes in "init")')
+            obj = json_request(line, f"{where}:{n}", REQUEST_KEYS, OUTPUT_KEYS, "translate",
+                               ' (a hypothesis to refine goes in "init")')
             if "init" in obj and not isinstance(obj["init"], str):
                 raise DataError(f'{where}:{n}: "init" must be a string (a hypothesis to refine)')
             phrases = obj.get("constraints", [])
@@ -93,12 +109,6 @@ def parse_requests(lines: list[str], where: str) -> list[dict]:
             if obj.get("hard") and not phrases:  # else silently nothing: what would "init" + "hard" keep?
                 raise DataError(f'{where}:{n}: "hard": true needs "constraints", the phrases it guarantees (an "init" '
                                 f'is a starting point the model may edit, never guaranteed)')
-            if "constraint_pairs" in obj:
-                parse_pairs(json.dumps(obj["constraint_pairs"]), f'{where}:{n}: "constraint_pairs"')
-            for key in ("src_lang", "tgt_lang"):
-                if key in obj and not (isinstance(obj[key], str) and obj[key].strip()):
-                    raise DataError(f'{where}:{n}: "{key}" must be a non-empty string, a language of the model '
-                                    f'(NLLB\'s "eng_Latn", M2M-100\'s "en", mBART-50\'s "en_XX")')
             if "init" in obj and phrases:
                 raise DataError(f'{where}:{n}: give either "init" or "constraints", not both')
             requests.append(obj)
@@ -139,47 +149,60 @@ def check_capabilities(requests: list[dict], translator, where: str) -> None:
 CHUNK_LINES = 4096
 
 
-def translate_stream(load_translator, config, input_path: str | None, output_path: str | None,
-                     chunk_lines: int = CHUNK_LINES) -> None:
+class Job(NamedTuple):
+    """What a mode that streams lines does with them (`stream`): parse(lines, where) -> requests, one-line DataErrors
+    naming the line; check(requests, translator, where) -> None, what the model cannot do, before anything runs;
+    run(translator, requests, config) -> each request's output fields; mode: its --mode; noun, verb, lines: what it
+    writes, does and reads ("translations", "translates", "sentences to translate")."""
+    parse: Callable
+    check: Callable
+    run: Callable
+    mode: str
+    noun: str
+    verb: str
+    lines: str
+
+
+def stream(job: Job, load_translator, config, input_path: str | None, output_path: str | None,
+           chunk_lines: int = CHUNK_LINES) -> None:
     """load_translator() -> the `Translator` to use; called once the input has been read and checked, so a
     malformed input fails before the model is loaded. The output is written chunk_lines lines at a time;
     --output is replaced at its first chunk (kept as it was if nothing could be written)."""
     import jax
 
-    if jax.process_count() > 1:  # each would translate every line and write it to the same --output (or stdout)
-        raise ConfigError("--mode translate runs in a single process; start it without the multi-process launcher")
+    if jax.process_count() > 1:  # each would run every line and write it to the same --output (or stdout)
+        raise ConfigError(f"--mode {job.mode} runs in a single process; start it without the multi-process launcher")
     sink = _Sink(output_path)
     try:
-        requests, where = _read_requests(input_path)
+        requests, where = _read_requests(job, input_path)
         translator = load_translator()
-        check_capabilities(requests, translator, where)
+        job.check(requests, translator, where)
         for start in range(0, len(requests), chunk_lines):
             chunk = requests[start:start + chunk_lines]
-            if not sink.write(chunk, _translate(translator, chunk, config)):
-                return  # stdout's reader stopped reading: nothing more to translate for
+            if not sink.write(chunk, job.run(translator, chunk, config)):
+                return  # stdout's reader stopped reading: nothing more to do for it
             if sink.written < len(requests):
                 log.info("wrote %d of %d lines to %s", sink.written, len(requests), sink.name)
-    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM reading, translating or writing: what was kept, no resume
+    except KeyboardInterrupt as stop:  # Ctrl-C or SIGTERM reading, running or writing: what was kept, no resume
         sink.close()  # flushes what was written: the count below is what the file holds
+        again = f"the same command {job.verb} the input again from its start"
         if sink.written == 0:
             kept = ", which is left as it was" if output_path and not sink.opened else ""
-            raise Interrupted(f"interrupted before anything was written to {sink.name}{kept}; the same command "
-                              f"translates the input again from its start", stop) from None
-        raise Interrupted(f"interrupted: {sink.name} holds the translations of the first {sink.written} of the "
-                          f"{len(requests)} lines; the same command translates the input again from its start", stop) \
-            from None
+            raise Interrupted(f"interrupted before anything was written to {sink.name}{kept}; {again}", stop) from None
+        raise Interrupted(f"interrupted: {sink.name} holds the {job.noun} of the first {sink.written} of the "
+                          f"{len(requests)} lines; {again}", stop) from None
     finally:
         sink.close()
 
 
-def _read_requests(input_path: str | None) -> tuple[list[dict], str]:
+def _read_requests(job: Job, input_path: str | None) -> tuple[list[dict], str]:
     """The requests of --input, or of stdin, and where they were read."""
     where = input_path or "stdin"
     if input_path:
-        return parse_requests(read_lines(input_path, blank_ok=True), where), where
+        return job.parse(read_lines(input_path, blank_ok=True), where), where
     if sys.stdin.isatty():  # typed at a terminal: the command would wait without a word
-        log.info("reading the sentences to translate from the terminal, one a line; end with Ctrl-D")
-    return parse_requests(split_lines(sys.stdin.buffer.read(), where, blank_ok=True), where), where
+        log.info("reading the %s from the terminal, one a line; end with Ctrl-D", job.lines)
+    return job.parse(split_lines(sys.stdin.buffer.read(), where, blank_ok=True), where), where
 
 
 def _translate(translator, requests: list[dict], config) -> list[dict]:
@@ -202,6 +225,16 @@ def _translate(translator, requests: list[dict], config) -> list[dict]:
     blank = {"hyp": "", "score": None, **dict.fromkeys(translator.spec.supports.counts, 0),
              **({"nbest": []} if nbest > 1 else {})}
     return [blank if _empty(r) else next(done) for r in requests]
+
+
+TRANSLATE = Job(parse_requests, check_capabilities, _translate, "translate", "translations", "translates",
+                "sentences to translate")
+
+
+def translate_stream(load_translator, config, input_path: str | None, output_path: str | None,
+                     chunk_lines: int = CHUNK_LINES) -> None:
+    """`--mode translate` (`stream`)."""
+    stream(TRANSLATE, load_translator, config, input_path, output_path, chunk_lines)
 
 
 class _Sink:

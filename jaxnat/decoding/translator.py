@@ -92,6 +92,7 @@ class Translator:
         self.buckets = bucket_lengths(self.max_len, growth=d.bucket_growth, multiple=d.bucket_multiple)
         self._generate = jax.jit(spec.generate)
         self._plan = jax.jit(spec.plan) if spec.plan is not None else None
+        self._score = jax.jit(spec.score) if spec.score is not None else None
         # a model with a plan (length prediction): outputs as wide as the planned lengths need (`planned`);
         # False: as wide as the source allows (bench/decode_speed.py --full-canvas)
         self.narrow_outputs = True
@@ -292,6 +293,16 @@ class Translator:
         take a few shapes, so a few compiled programs."""
         return min([b for b in self.buckets if b >= needed] + [cap])
 
+    def prefixed(self, starts: list[Start] | None, n: int) -> list[Start]:
+        """The ``n`` sentences' starts (None: plain) with a multilingual model's target-language token as the prefix
+        of those that name none (data.tgt_lang_token's), checked the model takes them."""
+        starts = starts or [Start()] * n
+        if self.tokenizer.languages and not all(s.prefix for s in starts):
+            code = self.language_tokens(None, "tgt", 1)[0]
+            starts = [s if s.prefix else s._replace(prefix=code) for s in starts]
+        check_supported(self.spec.name, self.spec.supports, prefix=any(s.prefix for s in starts))
+        return starts
+
     def translate_ids(self, src: list[np.ndarray], beam_size: int, batch_size: int,
                       starts: list[Start] | None = None, trace: bool = False,
                       references: list[list[int]] | None = None, oracle: str = "", warm_up: bool = False,
@@ -308,12 +319,7 @@ class Translator:
                         nbest=nbest)
         if oracle and references is None:
             raise DataError(f"oracle decoding {oracle!r} needs the references")
-        starts = starts or [Start()] * len(src)
-        if self.tokenizer.languages and not all(s.prefix for s in starts):
-            # a multilingual model's outputs start with their language's token: data.tgt_lang_token's by default
-            code = self.language_tokens(None, "tgt", 1)[0]
-            starts = [s if s.prefix else s._replace(prefix=code) for s in starts]
-        check_supported(self.spec.name, self.spec.supports, prefix=any(s.prefix for s in starts))
+        starts = self.prefixed(starts, len(src))
         results: list[dict | None] = [None] * len(src)
         started = reported = time.perf_counter()
         # the time left by the pieces done, not the sentences: the batches come shortest first
@@ -408,6 +414,61 @@ class Translator:
                 r.update(pieces=tokens[real].tolist(), token_logp=np.asarray(o["token_logp"])[real].tolist(),
                          token_scored=np.asarray(o["token_scored"])[real].tolist())
             results.append({**r, **note})
+        return results
+
+    def score_ids(self, src: list[np.ndarray], tgt: list[list[int]], batch_size: int,
+                  starts: list[Start] | None = None) -> list[dict]:
+        """Forced decoding: [BOS … EOS] source arrays and their given translations' target piece ids (no BOS/EOS) →
+        per sentence {'logp': float, log P(translation | source) under the model, 'score': float, the score the
+        model's search gives that output} (`ModelSpec.score`), in input order; None for both where the translation
+        and its prefix (``starts``' language token) would not fit the model's max_len."""
+        check_supported(self.spec.name, self.spec.supports, score=True)
+        starts = self.prefixed(starts, len(src))
+        rows = [[*(s.prefix or ()), *ids] for s, ids in zip(starts, tgt)]
+        fits = [len(row) + 2 <= self.spec.cfg.max_len for row in rows]
+        results: list[dict] = [{"logp": None, "score": None}] * len(src)
+        todo = [i for i, fit in enumerate(fits) if fit]
+        for idx, batch in eval_batches([src[i] for i in todo], None, batch_size, self.buckets):
+            kept = [todo[i] if i >= 0 else -1 for i in idx]
+            request = self.request(batch["src"], [starts[i] if i >= 0 else Start() for i in kept], 1, False)
+            longest = max(len(rows[i]) for i in kept if i >= 0) + 2
+            tgt_rows = pad_hypotheses([rows[i] if i >= 0 else [] for i in kept], self.bucket_width(longest, longest))
+            out = jax.device_get(self._score(self.params, request, tgt_rows))
+            for row, i in enumerate(kept):
+                if i >= 0:
+                    results[i] = {k: float(v[row]) for k, v in out.items()}
+        return results
+
+    def score(self, texts: list[str], targets: list[str], batch_size: int | None = None, pairs: list | None = None,
+              src_langs: list | None = None, tgt_langs: list | None = None) -> list[dict]:
+        """Given translations scored (`score_ids`): texts and their translations ``targets`` → [{'logp', 'score',
+        'length': the translation's target pieces and its end, and `input_notes`' notes}], in input order, with
+        'target_too_long' where a translation does not fit the model (its logp and score None). pairs (a model
+        that reads constraint pairs), src_langs, tgt_langs: per text, as `translate` takes them."""
+        check_arguments(texts, targets=targets, pairs=pairs, src_langs=src_langs, tgt_langs=tgt_langs)
+        if bad := [i for i, target in enumerate(targets) if not isinstance(target, str)]:
+            raise DataError(f"targets[{bad[0]}] is {type(targets[bad[0]]).__name__}, not a string")
+        check_supported(self.spec.name, self.spec.supports, score=True)
+        batch_size = self.config.eval.batch_size if batch_size is None else batch_size
+        src, cut = self.encode(texts, src_langs)
+        starts = self.starts(pairs=pairs) if pairs else None
+        if tgt_langs and any(lang is not None for lang in tgt_langs):
+            codes = self.language_tokens(tgt_langs, "tgt", len(texts))
+            starts = [s._replace(prefix=code) for s, code in zip(starts or [Start()] * len(texts), codes)]
+        notes = self.input_notes(texts, cut, targets, None, None, pairs)  # a translation's characters as an init's
+        tgt = self.tokenizer.encode(list(targets), "tgt")
+        scored = self.score_ids(src, tgt, batch_size, starts)
+        results = []
+        for out, ids, note in zip(scored, tgt, notes):
+            too_long = {"target_too_long": True} if out["logp"] is None else {}
+            results.append({**out, "length": len(ids) + 1, **note, **too_long})
+        if long := sum("target_too_long" in r for r in results):
+            log.warning("%d of %d translations are longer than the model's max_len (%d tokens with BOS and EOS) and "
+                        "were not scored (marked \"target_too_long\", with null scores)", long, len(results),
+                        self.spec.cfg.max_len)
+        if impossible := sum(r["logp"] is not None and not np.isfinite(r["logp"]) for r in results):
+            log.warning("%d of %d translations have probability 0 under the model (null scores): it cannot produce "
+                        "them, e.g. a translation longer than its canvas or graph", impossible, len(results))
         return results
 
     def mbr_chooser(self, sentences: int, label: str = ""):

@@ -44,6 +44,11 @@ class ModelSpec:
     left_out: (term, advice), or (): the term that is the share of a batch's pairs its loss leaves out (a target
       its graph or canvas cannot hold), and what to change; the trainer stops a run whose log window left out
       every pair (it would learn nothing) and warns once when a tenth or more were
+    score(params, request, tgt) -> {'logp': float32[B], 'score': float32[B]}, or None: forced decoding, for a model
+      that defines the probability of a whole output (`Supports.score`): tgt int32[B, T] are given outputs, [BOS,
+      request.prefix's tokens, y, EOS] rows (PAD after), each a translation of its row of request.src; 'logp' is
+      log P(y | x) under the model as its decoders read it (the prefix forced, adding nothing), −inf where the
+      model cannot produce y, 'score' the score its search would give that output
     summary(params) -> {name: float}, or None: scalars of the parameters themselves worth following (Coverage-NAT's
       λ), in the history at each log step and in metrics.json beside the scores of the parameters decoded
     """
@@ -62,6 +67,7 @@ class ModelSpec:
     terms: tuple[str, ...] = ()
     left_out: tuple[str, str] | tuple = ()
     summary: Callable | None = None
+    score: Callable | None = None
     request_extras: Callable | None = None
 
     def __post_init__(self):

@@ -18,7 +18,7 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding import constrained_fairseq
 from jaxnat.decoding.constrained import constrained_search
 from jaxnat.decoding.request import DecodeRequest, Supports
-from jaxnat.decoding.search import Sampling, ar_search, force_prefix, source_keys
+from jaxnat.decoding.search import Sampling, ar_search, force_prefix, forced_result, source_keys
 from jaxnat.errors import ConfigError
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import next_in_segment, segment_starts
@@ -119,22 +119,30 @@ def ar_loss(model: ARTransformer, params, batch: dict, rng, label_smoothing: flo
     return loss, {"nll": nll, "count": count}
 
 
+def ar_token_logp(model: ARTransformer, params, src: jnp.ndarray, tgt: jnp.ndarray,
+                  rows_of: jnp.ndarray | None = None) -> jnp.ndarray:
+    """Teacher forcing: float32[R, T - 1], the log-probability of each of tgt[:, 1:] given the tokens before it (0.0 at
+    PAD). src: int32[B, S]; tgt: int32[R, T] [BOS … EOS] rows, row r a translation of source rows_of[r] (int32[R];
+    None: row r of src). Each source is encoded once, however many candidates it has."""
+    src, _ = source_tokens(model.cfg, src)
+    memory, src_mask = model.apply(params, src, method="encode"), token_mask(src)
+    if rows_of is not None:
+        memory, src_mask = memory[rows_of], src_mask[rows_of]
+    logp = nn.log_softmax(model.apply(params, tgt[:, :-1], memory, src_mask, method="decode"))
+    picked = jnp.take_along_axis(logp, tgt[:, 1:, None], axis=-1)[..., 0]
+    return jnp.where(token_mask(tgt[:, 1:]), picked, 0.0)
+
+
 def ar_score(model: ARTransformer, params, src: jnp.ndarray, tgt: jnp.ndarray, rows_of: jnp.ndarray) -> jnp.ndarray:
     """The rescorer's score: mean log-probability of each row's tokens after BOS (EOS included) under teacher
-    forcing. src: int32[B, S]; tgt: int32[R, T] [BOS … EOS] rows, row r a translation of source rows_of[r]
-    (int32[R]) → float32[R]. Each source is encoded once, however many candidates it has."""
-    src, _ = source_tokens(model.cfg, src)
-    memory = model.apply(params, src, method="encode")
-    logp = nn.log_softmax(model.apply(params, tgt[:, :-1], memory[rows_of], token_mask(src)[rows_of],
-                                      method="decode"))
-    picked = jnp.take_along_axis(logp, tgt[:, 1:, None], axis=-1)[..., 0]
-    real = token_mask(tgt[:, 1:])
-    return jnp.sum(jnp.where(real, picked, 0.0), axis=1) / jnp.maximum(jnp.sum(real, axis=1), 1)
+    forcing (`ar_token_logp`) → float32[R]."""
+    return jnp.sum(ar_token_logp(model, params, src, tgt, rows_of), axis=1) / jnp.maximum(
+        jnp.sum(token_mask(tgt[:, 1:]), axis=1), 1)
 
 
 # ----------------------------------------------------------------------------------------------- decoding
 
-SUPPORTS = Supports(beam=True, hard_constraints=True, prefix=True, nbest=True)
+SUPPORTS = Supports(beam=True, hard_constraints=True, prefix=True, nbest=True, score=True)
 
 
 def sampling_of(eval_cfg) -> Sampling | None:
@@ -248,8 +256,12 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     def loss(params, batch, rng, train=True):
         return ar_loss(module, params, batch, rng, config.train.label_smoothing, train)
 
+    def score(params, request: DecodeRequest, tgt) -> dict:
+        return forced_result(ar_token_logp(module, params, request.src, tgt), tgt, request.prefix, e.length_penalty)
+
     capacity = output_capacity(cfg, e)
-    return ModelSpec("ar", cfg, module, init, loss, generate, capacity, sampled(SUPPORTS, sampling), packs=True)
+    return ModelSpec("ar", cfg, module, init, loss, generate, capacity, sampled(SUPPORTS, sampling), packs=True,
+                     score=score)
 
 
 def output_capacity(cfg: TransformerConfig, eval_cfg):

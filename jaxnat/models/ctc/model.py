@@ -231,12 +231,33 @@ def ctc_loss(model: CTCModel, params, batch: dict, rng, *, upsample: int, label_
 # ----------------------------------------------------------------------------------------------- decoding
 
 SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, beam=True, max_phrases=4, given_order=False,
-                    counts=("unsatisfied",), nbest=True)
+                    counts=("unsatisfied",), nbest=True, score=True)
 
 
 def forbid(log_probs: jax.Array) -> jax.Array:
     """float32[..., V] with the ids no frame may take (PAD, BOS, EOS, MASK) at NEG."""
     return log_probs.at[..., jnp.asarray(FORBIDDEN)].set(NEG)
+
+
+def frame_log_probs(module: CTCModel, params, src: jax.Array, upsample: int, canvas: int, least=None):
+    """What the decoders read: (log_probs float32[B, canvas, V], each frame's log-probabilities with the forbidden
+    ids at NEG, unrenormalised; frames int32[B], each row's frames, at least ``least`` (int32[B]) where given)."""
+    memory = module.apply(params, src, method="encode")
+    frames = frame_counts(src, upsample, canvas, least)
+    logits = module.apply(params, src, memory, frames, canvas, method="frame_logits")
+    return forbid(jax.nn.log_softmax(logits.astype(jnp.float32))), frames
+
+
+def forced(module: CTCModel, params, request: DecodeRequest, tgt: jax.Array, upsample: int) -> dict:
+    """`ModelSpec.score`: log P(y | x), the sum over every alignment of the plain decoders' frames that collapses to y
+    (BOS/EOS not emitted; −inf where y does not fit them), which prefix beam search scores its outputs by."""
+    src = request.src
+    log_probs, frames = frame_log_probs(module, params, src, upsample,
+                                        canvas_width(upsample, src.shape[1], module.cfg.max_len))
+    labels, lengths = ctc_targets(tgt, with_ends=False)
+    fits = frames >= min_frames(labels, lengths)
+    logp = jnp.where(fits, -ctc_nll(log_probs, jnp.maximum(frames, 1), labels, lengths, BLANK_ID), -jnp.inf)
+    return {"logp": logp, "score": logp}
 
 
 def decode(module: CTCModel, params, request: DecodeRequest, upsample: int, width: int, continues=None, joins=None,
@@ -245,15 +266,12 @@ def decode(module: CTCModel, params, request: DecodeRequest, upsample: int, widt
     docstring), on outputs of ``width`` (BOS/EOS included)."""
     src = request.src
     b = src.shape[0]
-    memory = module.apply(params, src, method="encode")
     canvas = canvas_width(upsample, src.shape[1], module.cfg.max_len)
     least = None
     if request.constraints is not None:  # frames for the phrases, as far as the output and the model allow
         canvas = int(min(module.cfg.max_len, max(canvas, width - 2)))
         least = constraint_frames(request.constraints)
-    frames = frame_counts(src, upsample, canvas, least)
-    logits = module.apply(params, src, memory, frames, canvas, method="frame_logits")
-    log_probs = forbid(jax.nn.log_softmax(logits.astype(jnp.float32)))
+    log_probs, frames = frame_log_probs(module, params, src, upsample, canvas, least)
 
     def plain():  # {tokens, score, token_logp, token_scored (and the n-best lists)} as the request's beam decodes them
         if request.beam_size > 1:
@@ -305,7 +323,11 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         return decode(module, params, request, s.upsample, request.width(capacity), continues, joins, trails,
                       s.soft_bonus)
 
+    def score(params, request: DecodeRequest, tgt) -> dict:
+        return forced(module, params, request, tgt, s.upsample)
+
     terms = ("unfit",) + (("glanced", "glance_ratio") if s.glancing else ())
     return ModelSpec("ctc", cfg, module, init, loss, generate, capacity, SUPPORTS, stepped=True, terms=terms,
+                     score=score,
                      left_out=("unfit", "a target (with a blank between repeats) longer than its canvas has no "
                                         "alignment: raise ctc.upsample"))

@@ -265,7 +265,7 @@ def dat_loss(module: DAT, params, batch: dict, rng, *, glance: Glancing, step=No
 # ----------------------------------------------------------------------------------------------- decoding
 
 SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, beam=True, max_phrases=MAX_PHRASES, given_order=False,
-                    counts=("decoded", "repeats", "infeasible"), nbest=True)
+                    counts=("decoded", "repeats", "infeasible"), nbest=True, score=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -416,9 +416,15 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         return decode_graph(logits, links, n_vertices, width, options, request.beam_size, request.constraints,
                             request.hard, continues, joins, trails, limit, request.nbest)
 
+    def score(params, request: DecodeRequest, tgt) -> dict:  # the decoders' graph; the beam search's log P
+        logits, links, n_vertices = decoder.apply(params, request.src)
+        tgt_len = jnp.sum(token_mask(tgt), axis=1, dtype=jnp.int32)
+        logp = dag.dag_log_likelihood(dag.reference_match(logits, tgt), links, tgt_len, n_vertices, remat=False)
+        return {"logp": logp, "score": logp}
+
     # eval.beam_size is the width of dat.decode=beam and of nothing else, eval.nbest its n-best lists'
     supports = dataclasses.replace(SUPPORTS, beam=s.decode == "beam", nbest=s.decode == "beam")
-    return ModelSpec("dat", cfg, module, init, loss, generate, capacity, supports, stepped=True,
+    return ModelSpec("dat", cfg, module, init, loss, generate, capacity, supports, stepped=True, score=score,
                      terms=("glance_ratio", "glance_accuracy", "unaligned"),
                      left_out=("unaligned", "a target longer than its graph has no path: raise dat.upsample or "
                                             "dat.max_vertices, or lower data.max_len"))

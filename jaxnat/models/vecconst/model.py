@@ -44,6 +44,7 @@ from flax import struct
 from jaxnat.data.phrase_pairs import encode_pairs, entry_capacity
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.decoding.request import DecodeRequest, Supports
+from jaxnat.decoding.search import forced_logp, forced_result
 from jaxnat.models.ar.model import ARTransformer, hard_phrases, output_capacity, sampled, sampling_of, search
 from jaxnat.models.losses import log_prob_losses, token_losses, token_sums
 from jaxnat.models.packing import next_in_segment
@@ -451,22 +452,20 @@ def vecconst_loss(model: VecConstTransformer, params, batch: dict, rng, *, label
     return loss, {"nll": nll, "count": count, "constraint_tokens": jnp.sum(constrained & real, dtype=jnp.float32)}
 
 
-def vecconst_generate(module: VecConstTransformer, params, request: DecodeRequest, *, length_penalty, max_len_a,
-                      max_len_b, max_out: int, ordered: bool = False, continues=None, joins=None, trails=None,
-                      consumes: bool = False, sampling=None) -> dict:
-    """Greedy, beam or, with hard constraints in ``request``, constrained beam search (`ar.search`) with the
-    pairs of ``request`` (none: an all-PAD pair per sentence). ``consumes``: each beam's plug-in drops the
-    constraint tokens it has produced (`consume`; the phrases are part of the searched state, so they follow
-    their beams). ``sampling``: beam_size samples a sentence in place of the search (`ar.search`)."""
-    src, k = request.src, request.beam_size
+def pair_decoder(module: VecConstTransformer, params, request: DecodeRequest, k: int, max_out: int,
+                 consumes: bool = False):
+    """The search's callback over the pairs of ``request`` (none: an all-PAD pair per sentence), each sentence's
+    rows repeated ``k`` times (row b * k + j: sentence b's beam j): (tokens_to_logprobs, its cache). ``consumes``:
+    each row's plug-in drops the constraint tokens it has produced (`consume`; the phrases are part of the cache, so
+    they follow their beams)."""
+    src = request.src
     pairs = request.extras.get("pairs")
     if pairs is None:
         none = jnp.full((src.shape[0], 1, 1), PAD_ID, jnp.int32)
         pairs = PairInputs(none, none)
-    pair_tgt = pairs.tgt
     memory, memory_mask, prefixes = module.apply(params, src, pairs.src, pairs.tgt, method="encode_with_pairs",
                                                  entries=pairs.entries)
-    repeat = lambda x: jnp.repeat(x, k, axis=0)  # noqa: E731  (row b * k + j: sentence b's beam j)
+    repeat = lambda x: jnp.repeat(x, k, axis=0)  # noqa: E731
     memory, memory_mask, prefixes = repeat(memory), repeat(memory_mask), jax.tree_util.tree_map(repeat, prefixes)
     cache = module.apply(params, memory, max_out - 1, prefixes, method="init_pair_cache")
 
@@ -479,12 +478,23 @@ def vecconst_generate(module: VecConstTransformer, params, request: DecodeReques
         logp, layers = layer_step(tokens, layers, index, pair_tgt)
         return logp, (layers, pair_tgt)
 
-    return search(tokens_to_logprobs, (layers, repeat(pair_tgt)), src, phrases=hard_phrases(request), ordered=ordered,
+    return tokens_to_logprobs, (layers, repeat(pairs.tgt))
+
+
+def vecconst_generate(module: VecConstTransformer, params, request: DecodeRequest, *, length_penalty, max_len_a,
+                      max_len_b, max_out: int, ordered: bool = False, continues=None, joins=None, trails=None,
+                      consumes: bool = False, sampling=None) -> dict:
+    """Greedy, beam or, with hard constraints in ``request``, constrained beam search (`ar.search`) with the
+    pairs of ``request`` (`pair_decoder`). ``sampling``: beam_size samples a sentence in place of the search
+    (`ar.search`)."""
+    k = request.beam_size
+    tokens_to_logprobs, cache = pair_decoder(module, params, request, k, max_out, consumes)
+    return search(tokens_to_logprobs, cache, request.src, phrases=hard_phrases(request), ordered=ordered,
                   continues=continues, joins=joins, trails=trails, beam_size=k, length_penalty=length_penalty,
                   max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, nbest=request.nbest, sampling=sampling)
 
 
-SUPPORTS = Supports(beam=True, hard_constraints=True, pairs=True, nbest=True)
+SUPPORTS = Supports(beam=True, hard_constraints=True, pairs=True, nbest=True, score=True)
 
 
 @struct.dataclass
@@ -520,8 +530,12 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                                  ordered=e.constraint_order == "given", continues=continues, joins=joins,
                                  trails=trails, consumes=pair_consumes(s), sampling=sampling)
 
+    def score(params, request: DecodeRequest, tgt) -> dict:  # stepped, as the search: the plug-in may consume
+        tokens_to_logprobs, cache = pair_decoder(module, params, request, 1, tgt.shape[1], pair_consumes(s))
+        return forced_result(forced_logp(tokens_to_logprobs, cache, tgt), tgt, None, e.length_penalty)
+
     return ModelSpec("vecconst", cfg, module, init, loss, generate, capacity, sampled(SUPPORTS, sampling), packs=True,
-                     request_extras=pair_extras)
+                     request_extras=pair_extras, score=score)
 
 
 def pair_extras(translator, starts) -> dict:
