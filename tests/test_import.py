@@ -947,3 +947,25 @@ def test_hard_constraints_stay_whole_words_with_a_bpe_vocabulary(tmp_path_factor
     hyps = translator.translate(sources, beam_size=4, constraints=words, hard=[True] * len(words))
     for hyp, (word,) in zip(hyps, words):
         assert re.search(rf"(?<!\w){word}(?!\w)", hyp["hyp"]), (word, hyp["hyp"])
+
+
+@pytest.mark.slow
+def test_a_reference_scores_the_originals_log_probability(imported):
+    """--mode score of the fixture's references (from their text): log P(reference | source) is the sum of the
+    original's log-probabilities of its tokens (the fixture's teacher-forced ones; a multilingual model's forced
+    language token adds nothing, as its generate scores it), and under fairseq's rules with its length penalty 1 the
+    score is that sum over the tokens, fairseq-generate's --score-reference."""
+    kind, _, config, translator = imported
+    arrays, outputs = expected(kind)
+    tgt = to_jaxnat(kind, arrays["tgt_ids"])
+    theirs = np.take_along_axis(arrays["logp"], arrays["tgt_ids"][..., None], axis=-1)[..., 0]
+    real = tgt != PAD_ID
+    if translator.tokenizer.languages:
+        real[:, 0] = False  # the forced target-language token
+    scored = translator.score(outputs["src"], outputs["detok"])
+    np.testing.assert_allclose([s["logp"] for s in scored], np.where(real, theirs, 0.0).sum(axis=1), atol=1e-4)
+    # n: the tokens generated, the forced language token too (`search.forced_result`); fairseq's length penalty is 1
+    n, penalty = (tgt != PAD_ID).sum(axis=1), config.eval.length_penalty
+    assert kind != "fairseq" or penalty == 1.0
+    np.testing.assert_allclose([s["score"] for s in scored], [s["logp"] / k ** penalty for s, k in zip(scored, n)],
+                               rtol=1e-6)
