@@ -220,6 +220,10 @@ def default_config() -> ml_collections.ConfigDict:
         # the one the others agree with most by this utility (minimum Bayes risk decoding, `jaxnat.decoding.mbr`):
         # '' (off) or chrf
         mbr="",
+        # decoding (translate, eval, distill, score): a comma list of other trained workdirs of this model config
+        # and vocabulary, decoded together with this one as an ensemble (the mean of their probabilities at each
+        # step; models that take it: `Supports.ensemble`); each decodes with the parameters eval.params chooses
+        ensemble="",
         latency_sentences=100, throughput_batch=64,
         # the parameters decoded: "best" (best validation BLEU), or "averaged" (written by --mode average).
         # average_checkpoints N > 0 decodes instead the mean of N checkpoints: the newest N training states
@@ -561,13 +565,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
     try:  # what the evaluation will ask of the model, checked before anything is trained
         check_supported(m.name, family.supports, soft="soft" in modes, hard="hard" in modes,
                         trace=config.eval.trace_sentences > 0,
-                        beam_size=max(config.eval.beam_size, config.eval.valid_beam_size), nbest=config.eval.nbest)
+                        beam_size=max(config.eval.beam_size, config.eval.valid_beam_size), nbest=config.eval.nbest,
+                        ensemble=bool(ensemble_members(config)))
         for oracle in (v.strip() for v in config.eval.oracle.split(",") if v.strip()):
             check_supported(m.name, family.supports, oracle=oracle)
     except JaxnatError as e:
         raise ConfigError(f"{e} (asked by eval.constraints, eval.trace_sentences, eval.beam_size, "
-                          f"eval.valid_beam_size, eval.nbest or eval.oracle; oracle modes of {m.name!r}: "
-                          f"{', '.join(family.supports.oracle) or 'none'})") from None
+                          f"eval.valid_beam_size, eval.nbest, eval.ensemble or eval.oracle; oracle modes of "
+                          f"{m.name!r}: {', '.join(family.supports.oracle) or 'none'})") from None
     if config.eval.sampling and "hard" in modes:
         raise ConfigError("eval.sampling=true samples without constraints, and eval.constraints asks for hard ones: "
                           "leave eval.constraints without hard, or eval.sampling=false")
@@ -745,6 +750,11 @@ def _read_recorded(workdir: str) -> dict | None:
     if not os.path.lexists(path):  # (a directory or a broken link there is a damaged record)
         return None
     return _sectioned(_read_json_config(path))
+
+
+def ensemble_members(config) -> list[str]:
+    """The workdirs eval.ensemble names (its comma list, blanks dropped)."""
+    return [path.strip() for path in config.eval.ensemble.split(",") if path.strip()]
 
 
 def check_aux(key: str, path: str, family: str, workdir: str):

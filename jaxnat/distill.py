@@ -34,6 +34,7 @@ import time
 
 import numpy as np
 
+from jaxnat.config import ensemble_members
 from jaxnat.data.distilled import MANIFEST, PARTS_DIR, PARTS_META, describe_difference, read_json, same_identity
 from jaxnat.data.sources import load_corpus
 from jaxnat.data.text import lines_sha256, one_line
@@ -319,6 +320,9 @@ def distill(config, teacher_workdir: str, out_dir: str, *, config_path: str = ""
         "sources_sha256": lines_sha256(sources),
         "too_long_sources": TOO_LONG_SOURCES,
     }
+    if members := ensemble_members(config):  # an ensemble of teachers: each run and the parameters it decodes with
+        identity["ensemble"] = [{"workdir": os.path.realpath(path), "checkpoint": params_choice(config, path)}
+                                for path in members]
     finished = check_output_dir(out_dir, identity, files)
     if finished is not None:
         shutil.rmtree(os.path.join(out_dir, PARTS_DIR), ignore_errors=True)  # left if a crash followed the manifest

@@ -399,7 +399,8 @@ def iteration_rows(translator: Translator, split: str, srcs: list[str], refs: li
             swept[section][key] = depth
         spec = build_model(swept, translator.spec.cfg.src_vocab_size, translator.spec.cfg.tgt_vocab_size,
                            translator.tokenizer.piece_tables("tgt"))
-        run = Translator(spec, translator.params, translator.tokenizer, swept, translator.aux)
+        run = Translator(spec, translator.params, translator.tokenizer, swept, translator.aux,
+                         members=translator.members)
         for oracle in modes:
             args = dict(references=refs, oracle=oracle) if oracle else {}
             name = f"{label}{depth}" + (f"_oracle_{oracle}" if oracle else "")

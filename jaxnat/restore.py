@@ -4,18 +4,19 @@ translate`, distillation and the benchmarks; `--mode average` writes an average 
 
 from __future__ import annotations
 
+import copy
 import logging
 import os
 
 import jax
 import jax.numpy as jnp
 
-from jaxnat.config import check_aux, check_matches_workdir
+from jaxnat.config import check_aux, check_matches_workdir, ensemble_members
 from jaxnat.data import piece_vocab
 from jaxnat.data.tokenizer import Tokenizer
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.translator import Translator
-from jaxnat.errors import JaxnatError
+from jaxnat.errors import ConfigError, JaxnatError
 from jaxnat.models import build_model, family_of
 from jaxnat.training.checkpoint import Checkpoints
 from jaxnat.training.mesh import first_local_device
@@ -151,7 +152,23 @@ def load_translator(config, workdir: str) -> Translator:
     aux_run = family_of(config.model.name).aux_run
     run = aux_run(config) if aux_run else None
     aux = load_aux(*run, workdir) if run else None
-    return Translator(spec, params, tokenizer, config, aux, checkpoint=choice)
+    members = [load_member(config, path, workdir) for path in ensemble_members(config)]
+    return Translator(spec, params, tokenizer, config, aux, checkpoint=choice, members=members)
+
+
+def load_member(config, path: str, workdir: str):
+    """The parameters of ``path``, a run eval.ensemble decodes with the one in ``workdir``: a run of the same model
+    config (its architecture) and vocabulary, its parameters those ``config``'s eval.params chooses there (one-line
+    errors otherwise)."""
+    check_aux("eval.ensemble", path, config.model.name, workdir)
+    member = copy.deepcopy(config)
+    member.eval.ensemble = ""
+    try:
+        check_matches_workdir(member, path, named_by="eval.ensemble")
+    except ConfigError as e:
+        raise ConfigError(f"eval.ensemble: {e}") from None
+    log.info("ensemble: decoding with %s too", path)
+    return load_translator(member, path).params
 
 
 def write_average(config, workdir: str) -> str:

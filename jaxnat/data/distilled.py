@@ -18,7 +18,9 @@ PARTS_DIR = ".distill_parts"
 MANIFEST = "distill.json"
 PARTS_META = "meta.json"
 # Manifest keys that must agree for an existing distillation to count as "this one".
-IDENTITY_KEYS = ("teacher_workdir", "checkpoint", "decoding", "sentences", "sources_sha256", "too_long_sources")
+# ("ensemble": the other teachers of an ensemble, absent without one)
+IDENTITY_KEYS = ("teacher_workdir", "checkpoint", "decoding", "sentences", "sources_sha256", "too_long_sources",
+                 "ensemble")
 
 
 def read_json(path: str) -> dict | None:
@@ -32,17 +34,17 @@ def read_json(path: str) -> dict | None:
 
 
 def same_identity(old: dict, new: dict) -> bool:
-    return all(old.get(key) == new[key] for key in IDENTITY_KEYS)
+    return all(old.get(key) == new.get(key) for key in IDENTITY_KEYS)
 
 
 def describe_difference(old: dict, new: dict) -> str:
     for key in IDENTITY_KEYS:
-        if old.get(key) != new[key]:
+        if old.get(key) != new.get(key):
             if key == "sources_sha256":
                 return "the training sources differ"
             if key == "too_long_sources":
                 return "that one kept sources longer than data.max_len, translating only their beginning"
-            return f"{key} {old.get(key)!r} there, {new[key]!r} now"
+            return f"{key} {old.get(key)!r} there, {new.get(key)!r} now"
     return "unknown difference"
 
 

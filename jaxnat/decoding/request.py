@@ -84,13 +84,18 @@ class Supports:
     # scoring given translations (forced decoding): the model defines log P(y | x) of a whole output, and
     # `ModelSpec.score` computes it
     score: bool = False
+    # ensembles (eval.ensemble): generate and score read the other members' parameters in the request's
+    # extras['ensemble'] (a tuple of parameter trees of the same model) and decode with the mean of the members'
+    # probabilities
+    ensemble: bool = False
     # why the model does not take what it lacks here, added to the refusal (a setting that takes it away)
     note: str = ""
 
 
 def check_supported(model_name: str, supports: Supports, *, init: bool = False, soft: bool = False,
                     hard: bool = False, trace: bool = False, beam_size: int = 1, pairs: bool = False,
-                    oracle: str = "", prefix: bool = False, nbest: int = 1, score: bool = False) -> None:
+                    oracle: str = "", prefix: bool = False, nbest: int = 1, score: bool = False,
+                    ensemble: bool = False) -> None:
     """Raises a one-line DataError naming the first thing the model cannot do."""
     asked = [(init, supports.init, "initial hypotheses (post-editing)"),
              (soft, supports.soft_constraints, "soft constraints"),
@@ -102,7 +107,8 @@ def check_supported(model_name: str, supports: Supports, *, init: bool = False, 
              (prefix, supports.prefix, "target prefixes (a multilingual model's target-language token)"),
              (nbest > 1, supports.nbest, f"n-best lists (nbest {nbest}): it keeps one output per sentence"),
              (score, supports.score,
-              "forced decoding (scoring given translations): it defines no probability of a whole output")]
+              "forced decoding (scoring given translations): it defines no probability of a whole output"),
+             (ensemble, supports.ensemble, "ensembles (eval.ensemble)")]
     for wanted, can, what in asked:
         if wanted and not can:
             raise DataError(f"model {model_name!r} does not take {what}" + (f" ({supports.note})" if supports.note

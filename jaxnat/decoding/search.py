@@ -440,6 +440,26 @@ def by_score(score: jnp.ndarray, *rows: jnp.ndarray) -> tuple[jnp.ndarray, ...]:
     return tuple(jnp.take_along_axis(x, order.reshape(order.shape + (1,) * (x.ndim - 2)), 1) for x in (score, *rows))
 
 
+def mean_probability(logp: jnp.ndarray) -> jnp.ndarray:
+    """float[M, ...] log-probabilities of M models → float32[...], the log of their mean probability: an ensemble's
+    (fairseq's EnsembleModel), each model's distribution weighted alike."""
+    return jax.nn.logsumexp(logp.astype(jnp.float32), axis=0) - jnp.log(float(logp.shape[0]))
+
+
+def ensembled(decoders: list) -> tuple:
+    """One search callback of several models' (tokens_to_logprobs, cache) pairs, their caches a tuple, the
+    log-probabilities each step the log of the members' mean probability (`mean_probability`)."""
+    if len(decoders) == 1:
+        return decoders[0]
+    steps, caches = zip(*decoders)
+
+    def tokens_to_logprobs(tokens, cache, index):
+        outs = [step(tokens, c, index) for step, c in zip(steps, cache)]
+        return mean_probability(jnp.stack([logp for logp, _ in outs])), tuple(c for _, c in outs)
+
+    return tokens_to_logprobs, tuple(caches)
+
+
 def forced_logp(tokens_to_logprobs, cache, tgt: jnp.ndarray) -> jnp.ndarray:
     """Forced decoding through a search's callback: tgt int32[B, T], given [BOS … EOS] rows (PAD after) →
     float32[B, T - 1], the log-probability the callback gives each tgt[:, i + 1] after feeding tgt[:, : i + 1], one

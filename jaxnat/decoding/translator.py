@@ -81,11 +81,15 @@ def check_arguments(texts, **per_sentence) -> None:
 
 
 class Translator:
-    def __init__(self, spec, params, tokenizer, config, aux=None, checkpoint: dict | None = None):
+    def __init__(self, spec, params, tokenizer, config, aux=None, checkpoint: dict | None = None,
+                 members: list | None = None):
         """aux: what the model decodes with beyond its parameters (`Family.aux_run`), or None.
-        checkpoint: which checkpoint `params` come from (`restore.params_choice`), reported with the results."""
+        checkpoint: which checkpoint `params` come from (`restore.params_choice`), reported with the results.
+        members: the parameters of the other models of an ensemble (eval.ensemble, `Supports.ensemble`), which every
+        request carries (extras['ensemble'])."""
         self.spec, self.params, self.tokenizer, self.config = spec, params, tokenizer, config
-        self.aux, self.checkpoint = aux, checkpoint
+        self.aux, self.checkpoint, self.members = aux, checkpoint, list(members or [])
+        check_supported(spec.name, spec.supports, ensemble=bool(self.members))
         self.max_len = config.data.max_len
         d = config.data
         self.encode_phrases = phrase_encoder(tokenizer, d.src_lang, d.tgt_lang)  # constraints and pairs' phrases
@@ -276,6 +280,8 @@ class Translator:
             constraints = np.pad(phrases, ((0, 0), (0, rounded - c), (0, max(_round_up(p, 4), least) - p)))
             hard = np.asarray([s.hard for s in starts], bool)
         extras = self.spec.request_extras(self, starts) if self.spec.request_extras else {}
+        if self.members:
+            extras["ensemble"] = tuple(self.members)
         return DecodeRequest(src, init, constraints, hard, extras, prefix=prefix, max_out=capacity, beam_size=beam_size,
                              trace=trace)
 

@@ -18,7 +18,8 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding import constrained_fairseq
 from jaxnat.decoding.constrained import constrained_search
 from jaxnat.decoding.request import DecodeRequest, Supports
-from jaxnat.decoding.search import Sampling, ar_search, force_prefix, forced_result, source_keys
+from jaxnat.decoding.search import (Sampling, ar_search, ensembled, force_prefix, forced_result, mean_probability,
+                                    source_keys)
 from jaxnat.errors import ConfigError
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import next_in_segment, segment_starts
@@ -142,7 +143,7 @@ def ar_score(model: ARTransformer, params, src: jnp.ndarray, tgt: jnp.ndarray, r
 
 # ----------------------------------------------------------------------------------------------- decoding
 
-SUPPORTS = Supports(beam=True, hard_constraints=True, prefix=True, nbest=True, score=True)
+SUPPORTS = Supports(beam=True, hard_constraints=True, prefix=True, nbest=True, score=True, ensemble=True)
 
 
 def sampling_of(eval_cfg) -> Sampling | None:
@@ -205,23 +206,10 @@ def hard_phrases(request: DecodeRequest):
     return jnp.where(request.hard[:, None, None], request.constraints, PAD_ID)
 
 
-def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: int = 1, length_penalty=1.0,
-                max_len_a=1.2, max_len_b=10, max_out: int, phrases=None, ordered: bool = False,
-                continues=None, joins=None, trails=None, rules: str = "jaxnat", prefix=None,
-                nbest: int = 1, sampling: Sampling | None = None) -> dict:
-    """Greedy, beam or constrained beam search (`search`) with the model's KV cache.
-
-    src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None (continues,
-    joins, trails: `constrained_search`'s); prefix: int32[B, P] each output's first tokens, or None. The source is
-    encoded once and its cross-attention keys and values repeated per beam (row b * beam_size + k). Returns
-    {'tokens', 'score', 'length'} (and 'constraints_met' with phrases; with nbest > 1 the n-best lists); with
-    ``sampling``, beam_size samples a sentence in place of the search.
-    """
-    if max_out - 1 > model.cfg.max_len:
-        raise ConfigError(f"max_out={max_out} needs {max_out - 1} target positions; the model has "
-                          f"max_len={model.cfg.max_len}")
-    if beam_size < 1:
-        raise ConfigError(f"beam_size={beam_size} must be at least 1")
+def ar_decoder(model: ARTransformer, params, src: jnp.ndarray, beam_size: int, max_out: int):
+    """The search's callback of one model with its KV cache: (tokens_to_logprobs, cache). The source is encoded once
+    and its cross-attention keys and values repeated per beam (row b * beam_size + k), kept out of the searched
+    cache (`without_cross_cache`)."""
     src, _ = source_tokens(model.cfg, src)
     src_mask = jnp.repeat(token_mask(src), beam_size, axis=0)
     memory = model.apply(params, src, method=model.encode)
@@ -229,12 +217,36 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
     # keys and values projected once a sentence, then repeated for its beams
     cache = model.apply(params, memory, max_out - 1, method=model.init_cache)
     cache = jax.tree_util.tree_map(lambda x: jnp.repeat(x, beam_size, axis=0), cache)
-
-    tokens_to_logprobs, cache = without_cross_cache(
+    return without_cross_cache(
         lambda tokens, cache, index: model.apply(params, tokens, cache, index, src_mask, method=model.step), cache)
+
+
+def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: int = 1, length_penalty=1.0,
+                max_len_a=1.2, max_len_b=10, max_out: int, phrases=None, ordered: bool = False,
+                continues=None, joins=None, trails=None, rules: str = "jaxnat", prefix=None,
+                nbest: int = 1, sampling: Sampling | None = None, members: tuple = ()) -> dict:
+    """Greedy, beam or constrained beam search (`search`) with the model's KV cache (`ar_decoder`).
+
+    src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None (continues,
+    joins, trails: `constrained_search`'s); prefix: int32[B, P] each output's first tokens, or None; members: the
+    parameters of the ensemble's other models (`search.ensembled`). Returns {'tokens', 'score', 'length'} (and
+    'constraints_met' with phrases; with nbest > 1 the n-best lists); with ``sampling``, beam_size samples a
+    sentence in place of the search.
+    """
+    if max_out - 1 > model.cfg.max_len:
+        raise ConfigError(f"max_out={max_out} needs {max_out - 1} target positions; the model has "
+                          f"max_len={model.cfg.max_len}")
+    if beam_size < 1:
+        raise ConfigError(f"beam_size={beam_size} must be at least 1")
+    tokens_to_logprobs, cache = ensembled([ar_decoder(model, p, src, beam_size, max_out) for p in (params, *members)])
     return search(tokens_to_logprobs, cache, src, phrases=phrases, ordered=ordered, continues=continues,
                   joins=joins, trails=trails, beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
                   max_len_b=max_len_b, max_out=max_out, rules=rules, prefix=prefix, nbest=nbest, sampling=sampling)
+
+
+def members(request: DecodeRequest) -> tuple:
+    """The parameters of an ensemble's other models in ``request`` (`Supports.ensemble`), or ()."""
+    return tuple(request.extras.get("ensemble", ()))
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
@@ -251,13 +263,15 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                            max_out=request.width(capacity),
                            phrases=hard_phrases(request), ordered=e.constraint_order == "given", continues=continues,
                            joins=joins, trails=trails, rules=e.search_rules, prefix=request.prefix,
-                           nbest=request.nbest, sampling=sampling)
+                           nbest=request.nbest, sampling=sampling, members=members(request))
 
     def loss(params, batch, rng, train=True):
         return ar_loss(module, params, batch, rng, config.train.label_smoothing, train)
 
     def score(params, request: DecodeRequest, tgt) -> dict:
-        return forced_result(ar_token_logp(module, params, request.src, tgt), tgt, request.prefix, e.length_penalty)
+        token_logp = mean_probability(jnp.stack([ar_token_logp(module, p, request.src, tgt)
+                                                 for p in (params, *members(request))]))
+        return forced_result(token_logp, tgt, request.prefix, e.length_penalty)
 
     capacity = output_capacity(cfg, e)
     return ModelSpec("ar", cfg, module, init, loss, generate, capacity, sampled(SUPPORTS, sampling), packs=True,

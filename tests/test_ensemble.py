@@ -1,0 +1,132 @@
+"""Ensembles (eval.ensemble, `search.ensembled`): the AR models' searches over the mean of several models'
+probabilities, against a plain-Python greedy loop over teacher-forced distributions; an ensemble's scores are its
+forced decoding's; one model twice is the model alone; the constrained search carries the members' caches; the
+members a workdir names are loaded and checked (another family, architecture or vocabulary: one line)."""
+
+import json
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxnat.config import build_config
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.decoding.request import DecodeRequest
+from jaxnat.decoding.search import FORBIDDEN_IDS, mean_probability
+from jaxnat.errors import ConfigError, JaxnatError
+from tests.test_score import SRC, _params, _spec
+
+
+def test_mean_probability_is_the_log_of_the_mean():
+    rng = np.random.default_rng(0)
+    logp = np.log(rng.dirichlet(np.ones(6), (3, 4)))  # [M, rows, V]
+    want = np.log(np.exp(logp).mean(axis=0))
+    np.testing.assert_allclose(np.asarray(mean_probability(jnp.asarray(logp))), want, rtol=1e-5, atol=1e-6)
+
+
+def _python_greedy(spec, members, src, max_len):
+    """Each sentence alone, token by token: every model teacher-forced on the prefix, their probabilities averaged,
+    the most probable allowed token taken; EOS once max_len tokens stand (the search's forced end)."""
+    apply = jax.jit(spec.module.apply)
+    rows = []
+    for s in src:
+        s = s[s != PAD_ID][None]
+        out = [BOS_ID]
+        while out[-1] != EOS_ID or len(out) == 1:
+            if len(out) - 1 == max_len:
+                out.append(EOS_ID)
+                break
+            probs = np.mean([np.exp(jax.nn.log_softmax(apply(p, s, jnp.asarray([out])))[0, -1]) for p in members], 0)
+            probs[list(FORBIDDEN_IDS)] = -1
+            out.append(int(np.argmax(probs)))
+        rows.append(out)
+    return rows
+
+
+def test_an_ensembles_greedy_search_follows_the_mean_of_its_models_probabilities():
+    """Two models of the same config with other weights: greedy search over their mean probability is the Python
+    loop's, token for token; the forced decoding of each output (with the same members) gives the search's score;
+    a model ensembled with itself decodes as the model alone."""
+    spec = _spec("--config.eval.max_len_a=0", "--config.eval.max_len_b=6")
+    a, b = _params(spec, seed=0), _params(spec, seed=1)
+    generate, score = jax.jit(spec.generate), jax.jit(spec.score)
+    request = DecodeRequest(jnp.asarray(SRC), extras={"ensemble": (b,)}, max_out=9)
+    out = jax.device_get(generate(a, request))
+    rows = [[int(t) for t in row if t != PAD_ID] for row in out["tokens"]]
+    assert rows == _python_greedy(spec, (a, b), SRC, 6)
+    scored = jax.device_get(score(a, request, jnp.asarray(out["tokens"])))
+    np.testing.assert_allclose(scored["score"], out["score"], rtol=1e-5, atol=1e-5)
+    alone = jax.device_get(generate(a, request.replace(extras={})))
+    twice = jax.device_get(generate(a, request.replace(extras={"ensemble": (a,)})))
+    assert np.array_equal(alone["tokens"], twice["tokens"])
+    np.testing.assert_allclose(alone["score"], twice["score"], rtol=1e-5, atol=1e-6)
+
+
+def test_an_ensembles_constrained_beam_search_meets_its_phrases_and_scores_as_forced_decoding():
+    """The constrained beam search reorders a cache of every member's rows: its outputs hold their phrases and score
+    what forced decoding with the same members gives them."""
+    spec = _spec("--config.eval.max_len_a=0", "--config.eval.max_len_b=6")
+    a, b = _params(spec, seed=0), _params(spec, seed=1)
+    phrases = jnp.asarray([[[20, 21]], [[22, 0]]], jnp.int32)
+    request = DecodeRequest(jnp.asarray(SRC), constraints=phrases, hard=jnp.asarray([True, True]),
+                            extras={"ensemble": (b,)}, max_out=9, beam_size=3)
+    out = jax.device_get(jax.jit(spec.generate)(a, request))
+    rows = out["tokens"].tolist()
+    assert any(rows[0][i:i + 2] == [20, 21] for i in range(8)) and 22 in rows[1]
+    scored = jax.device_get(jax.jit(spec.score)(a, request, jnp.asarray(out["tokens"])))
+    np.testing.assert_allclose(scored["score"], out["score"], rtol=1e-5, atol=1e-5)
+
+
+def _copy(ar_run, tmp_path, name):
+    workdir = tmp_path / name
+    shutil.copytree(ar_run, workdir)
+    return workdir
+
+
+def test_a_workdir_decodes_with_the_members_it_names_and_refuses_others_in_one_line(ar_run, tmp_path):
+    """An ensemble of the run and its copy is the run alone (the same weights); a member trained with another
+    architecture, with another vocabulary, or of another family is refused, naming it, before anything decodes."""
+    from jaxnat.config import workdir_config
+    from jaxnat.restore import load_translator
+
+    config = workdir_config(str(ar_run))
+    config.eval.beam_size = 2
+    texts = ["the old man reads a book .", "a dog runs ."]
+    alone = load_translator(config, str(ar_run)).translate(texts)
+    config.eval.ensemble = str(_copy(ar_run, tmp_path, "copy"))
+    translator = load_translator(config, str(ar_run))
+    assert len(translator.members) == 1
+    both = translator.translate(texts)
+    assert [o["hyp"] for o in both] == [o["hyp"] for o in alone]
+    np.testing.assert_allclose([o["score"] for o in both], [o["score"] for o in alone], rtol=1e-5, atol=1e-6)
+
+    wider = _copy(ar_run, tmp_path, "wider")
+    recorded = json.loads((wider / "config.json").read_text())
+    recorded["model"]["ffn_dim"] += 8
+    (wider / "config.json").write_text(json.dumps(recorded))
+    other_vocab = _copy(ar_run, tmp_path, "other-vocab")
+    model = next((other_vocab / "spm").glob("*.model"))
+    model.write_bytes(model.read_bytes() + b"\0")
+    other_family = _copy(ar_run, tmp_path, "cmlm")
+    recorded = json.loads((other_family / "config.json").read_text())
+    recorded["model"]["name"] = "cmlm"
+    (other_family / "config.json").write_text(json.dumps(recorded))
+    for member, error, message in (
+            (wider, ConfigError, rf"^eval.ensemble: the config does not match the run in {wider}: model.ffn_dim="),
+            (other_vocab, JaxnatError, rf"^eval.ensemble={other_vocab} has another vocabulary than {ar_run}"),
+            (other_family, JaxnatError, rf"^eval.ensemble={other_family} is a 'cmlm' run; it must be a run of model "
+                                        rf"'ar'$")):
+        config.eval.ensemble = f"{tmp_path / 'copy'},{member}"
+        with pytest.raises(error, match=message):
+            load_translator(config, str(ar_run))
+
+
+def test_a_family_without_ensembles_refuses_members():
+    from jaxnat.decoding.translator import Translator
+
+    config = build_config("tests/configs/tiny.py", ["--config.model.name=cmlm", "--config.eval.beam_size=1"])
+    spec = _spec("--config.model.name=cmlm", "--config.eval.beam_size=1")
+    with pytest.raises(JaxnatError, match=r"^model 'cmlm' does not take ensembles \(eval.ensemble\)$"):
+        Translator(spec, None, None, config, members=[{}])
