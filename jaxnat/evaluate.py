@@ -11,6 +11,7 @@ import os
 import numpy as np
 
 from jaxnat import strict_json
+from jaxnat.config import ensemble_members
 from jaxnat.data.phrase_pairs import encode_pairs
 from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.text import one_line
@@ -224,7 +225,8 @@ def _checkpoints(workdir: str) -> dict[str, list[str]]:
 
 
 def _evaluation_record(config, workdir: str) -> dict:
-    """The config and the checkpoints on disk (every saved step, best and last) an evaluation used, and the segmenter
+    """The config and the checkpoints on disk (every saved step, best and last) an evaluation used (an ensemble's
+    members' too), and the segmenter
     that cut its references into the words of its drawn constraints (a Chinese, Japanese or Korean target, where one
     is installed: without, characters or Moses words, and the record as before), so that the same command after a
     segmenter's install evaluates again."""
@@ -234,6 +236,8 @@ def _evaluation_record(config, workdir: str) -> dict:
                                                                   family_of(config.model.name).supports.init)
     if draws and (name := segmenter(lang)):
         record["constraint_words"] = name
+    if members := ensemble_members(config):  # an ensemble's other runs may train on: their checkpoints too
+        record["ensemble"] = {path: _checkpoints(path) for path in members}
     return record
 
 
