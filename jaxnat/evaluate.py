@@ -226,10 +226,9 @@ def _checkpoints(workdir: str) -> dict[str, list[str]]:
 
 def _evaluation_record(config, workdir: str) -> dict:
     """The config and the checkpoints on disk (every saved step, best and last) an evaluation used (an ensemble's
-    members' too), and the segmenter
-    that cut its references into the words of its drawn constraints (a Chinese, Japanese or Korean target, where one
-    is installed: without, characters or Moses words, and the record as before), so that the same command after a
-    segmenter's install evaluates again."""
+    members' too), and the segmenter that cut its references into the words of its drawn constraints (a Chinese,
+    Japanese or Korean target, where one is installed: without, characters or Moses words, and the record as
+    before), so that the same command after a segmenter's install evaluates again."""
     record = {"config": json.loads(config.to_json_best_effort(sort_keys=True)), "checkpoints": _checkpoints(workdir)}
     e, lang = config.eval, config.data.tgt_lang
     draws = _split_list(e.constraints) or e.constraint_counts or (e.diagnostic and
