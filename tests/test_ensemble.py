@@ -1,5 +1,5 @@
 """Ensembles (eval.ensemble, `search.ensembled`): the AR models' searches over the mean of several models'
-probabilities, against a plain-Python greedy loop over teacher-forced distributions; an ensemble's scores are its
+probabilities, against greedy search's definition over teacher-forced distributions; an ensemble's scores are its
 forced decoding's; one model twice is the model alone; the constrained search carries the members' caches; the
 members a workdir names are loaded and checked (another family, architecture or vocabulary: one line)."""
 
@@ -26,36 +26,33 @@ def test_mean_probability_is_the_log_of_the_mean():
     np.testing.assert_allclose(np.asarray(mean_probability(jnp.asarray(logp))), want, rtol=1e-5, atol=1e-6)
 
 
-def _python_greedy(spec, members, src, max_len):
-    """Each sentence alone, token by token: every model teacher-forced on the prefix, their probabilities averaged,
-    the most probable allowed token taken; EOS once max_len tokens stand (the search's forced end)."""
+def _check_greedy(spec, members, src, rows, max_len):
+    """Greedy search's definition, one sentence and one position at a time: each token of a row is the most probable
+    allowed one under the mean of the models' probabilities given the tokens before it (every model teacher-forced
+    on the row, one pass each), and the row ends at its first EOS, forced once max_len tokens stand."""
     apply = jax.jit(spec.module.apply)
-    rows = []
-    for s in src:
-        s = s[s != PAD_ID][None]
-        out = [BOS_ID]
-        while out[-1] != EOS_ID or len(out) == 1:
-            if len(out) - 1 == max_len:
-                out.append(EOS_ID)
-                break
-            probs = np.mean([np.exp(jax.nn.log_softmax(apply(p, s, jnp.asarray([out])))[0, -1]) for p in members], 0)
-            probs[list(FORBIDDEN_IDS)] = -1
-            out.append(int(np.argmax(probs)))
-        rows.append(out)
-    return rows
+    width = max(map(len, rows))
+    tgt = jnp.asarray([row + [PAD_ID] * (width - len(row)) for row in rows], jnp.int32)
+    probs = np.mean([np.exp(jax.nn.log_softmax(apply(p, jnp.asarray(src), tgt[:, :-1]))) for p in members], 0)
+    probs[..., list(FORBIDDEN_IDS)] = -1
+    for b, row in enumerate(rows):
+        assert row[0] == BOS_ID and row[-1] == EOS_ID and EOS_ID not in row[1:-1]
+        for t in range(1, len(row)):
+            want = EOS_ID if t - 1 == max_len else int(np.argmax(probs[b, t - 1]))
+            assert row[t] == want, (b, t, row)
 
 
 def test_an_ensembles_greedy_search_follows_the_mean_of_its_models_probabilities():
-    """Two models of the same config with other weights: greedy search over their mean probability is the Python
-    loop's, token for token; the forced decoding of each output (with the same members) gives the search's score;
-    a model ensembled with itself decodes as the model alone."""
+    """Two models of the same config with other weights: greedy search over their mean probability takes the most
+    probable token of their mean teacher-forced distribution at every step; the forced decoding of each output (with
+    the same members) gives the search's score; a model ensembled with itself decodes as the model alone."""
     spec = _spec("--config.eval.max_len_a=0", "--config.eval.max_len_b=6")
     a, b = _params(spec, seed=0), _params(spec, seed=1)
     generate, score = jax.jit(spec.generate), jax.jit(spec.score)
     request = DecodeRequest(jnp.asarray(SRC), extras={"ensemble": (b,)}, max_out=9)
     out = jax.device_get(generate(a, request))
     rows = [[int(t) for t in row if t != PAD_ID] for row in out["tokens"]]
-    assert rows == _python_greedy(spec, (a, b), SRC, 6)
+    _check_greedy(spec, (a, b), SRC, rows, 6)
     scored = jax.device_get(score(a, request, jnp.asarray(out["tokens"])))
     np.testing.assert_allclose(scored["score"], out["score"], rtol=1e-5, atol=1e-5)
     alone = jax.device_get(generate(a, request.replace(extras={})))
