@@ -969,3 +969,26 @@ def test_a_reference_scores_the_originals_log_probability(imported):
     assert kind != "fairseq" or penalty == 1.0
     np.testing.assert_allclose([s["score"] for s in scored], [s["logp"] / k ** penalty for s, k in zip(scored, n)],
                                rtol=1e-6)
+
+
+@pytest.mark.slow
+def test_an_ensemble_of_imported_fairseq_checkpoints_is_fairseqs(tmp_path_factory):
+    """fairseq's --path model.pt:model2.pt (two checkpoints of one architecture): each imported as its own workdir
+    and decoded together with eval.ensemble under fairseq's rules, greedy and beam-4 outputs token for token with
+    their scores; and fairseq-generate --score-reference (its SequenceScorer) of the references, by the one model and
+    by the ensemble. fairseq's length limit reads its batch's longest source: one batch there, one bucket here."""
+    kind, workdir, config, translator = _imported("fairseq", tmp_path_factory)
+    _, outputs = expected(kind)
+    second = str(tmp_path_factory.mktemp("fairseq2") / "run")
+    write_workdir(f"fairseq:{DATA}/fairseq/model2.pt", second)
+    config = config.copy_and_resolve_references()
+    config.eval.ensemble, config.data.bucket_multiple = second, 32
+    ensemble = load_translator(config, workdir)
+    for beam in (1, 4):
+        hyps = ensemble.translate(outputs["src"], beam_size=beam, token_scores=True)
+        for hyp, theirs, score in zip(hyps, outputs[f"ensemble_beam{beam}"], outputs[f"ensemble_beam{beam}_score"]):
+            assert hyp["pieces"] + [EOS_ID] == to_jaxnat(kind, theirs).tolist()
+            assert hyp["score"] == pytest.approx(score, abs=1e-4)
+    for scorer, key in ((translator, "score_reference"), (ensemble, "ensemble_score_reference")):
+        scored = scorer.score(outputs["src"], outputs["detok"])
+        np.testing.assert_allclose([s["score"] for s in scored], outputs[key], atol=1e-4)

@@ -13,7 +13,9 @@ directory holds the model as its library saves it and `expected.npz` + `expected
 * fairseq/: `checkpoint_utils.torch_persistent_save` of a `transformer` (pre-norm encoder, post-norm decoder,
   learned positions in neither, shared embeddings: the options differ between the stacks on purpose), the same in
   torch's legacy format (model-legacy.pt), its dictionaries and subword-nmt BPE codes over Moses tokens (and the
-  same merges as fastBPE codes), as fairseq's released models ship; fairseq's constrained outputs;
+  same merges as fastBPE codes), as fairseq's released models ship; fairseq's constrained outputs and n-best
+  lists; a second checkpoint of the architecture (model2.pt) and the two's outputs as fairseq's ensemble
+  (--path model.pt:model2.pt); --score-reference's scores of the references, by the one model and the ensemble;
 * fairseq-nat/: a `cmlm_transformer`, `nonautoregressive_transformer` and `levenshtein_transformer`
   (`fairseq_nat_fixtures`), and with `--dat-plugin DIR` (a checkout of thu-coai/DA-Transformer) the authors'
   DA-Transformer, `dat.pt` (`dat_fixture`);
@@ -136,6 +138,9 @@ def fairseq_fixture(out: str) -> None:
     state = save_fairseq(cfg, model, os.path.join(out, "model.pt"))
     # the same checkpoint in torch.save's format before torch 1.6, as fairseq's released models of 2019 are
     torch.save(state, os.path.join(out, "model-legacy.pt"), _use_new_zipfile_serialization=False)
+    # a second model of the architecture, other weights: the two as fairseq's ensemble (--path model.pt:model2.pt)
+    perturb(model, seed=2)
+    save_fairseq(cfg, model, os.path.join(out, "model2.pt"))
 
     hub = TransformerModel.from_pretrained(out, checkpoint_file="model.pt", data_name_or_path=out, bpe="subword_nmt",
                                            bpe_codes=codes, tokenizer="moses")
@@ -155,6 +160,17 @@ def fairseq_fixture(out: str) -> None:
     outputs["beam4_nbest_text"] = [[hub.decode(h["tokens"]) for h in hs] for hs in hyps]
     outputs["beam4_nbest_score"] = [[float(h["score"]) for h in hs] for hs in hyps]
     outputs.update(constrained_fairseq(hub, src))
+    # fairseq-generate --score-reference (its SequenceScorer) of the references, by the model and by the ensemble
+    outputs["score_reference"] = score_reference(hub.models, src, tgt, hub.tgt_dict)
+    ensemble = TransformerModel.from_pretrained(out, checkpoint_file="model.pt:model2.pt", data_name_or_path=out,
+                                                bpe="subword_nmt", bpe_codes=codes, tokenizer="moses")
+    ensemble.eval()
+    assert len(ensemble.models) == 2
+    outputs["ensemble_score_reference"] = score_reference(ensemble.models, src, tgt, hub.tgt_dict)
+    for beam in (1, 4):
+        hyps = ensemble.generate(src, beam=beam, max_len_a=1.2, max_len_b=10)
+        outputs[f"ensemble_beam{beam}"] = [h[0]["tokens"].tolist() for h in hyps]
+        outputs[f"ensemble_beam{beam}_score"] = [float(h[0]["score"]) for h in hyps]
     outputs["src_pieces"] = [hub.apply_bpe(hub.tokenize(s)) for s in SRC]
     outputs["fastbpe_pieces"] = fastbpe_fixture(out, [hub.tokenize(s) for s in SRC])
     outputs["detok"] = [hub.decode(t) for t in tgt]
@@ -469,6 +485,23 @@ def pad_ids(rows, pad: int) -> np.ndarray:
     n = max(len(r) for r in rows)
     return np.array([list(r) + [pad] * (n - len(r)) for r in (r.tolist() if hasattr(r, "tolist") else r
                                                                   for r in rows)], np.int64)
+
+
+def score_reference(models, src, tgt, tgt_dict) -> list[float]:
+    """fairseq-generate --score-reference: each target's score under ``models`` (one, or an ensemble) by fairseq's
+    SequenceScorer, its tokens' log-probabilities (EOS included; an ensemble's: the log of the models' mean
+    probability) summed over its length."""
+    from fairseq.data import data_utils
+    from fairseq.sequence_scorer import SequenceScorer
+
+    pad, eos = tgt_dict.pad(), tgt_dict.eos()
+    sample = {"net_input": {"src_tokens": data_utils.collate_tokens(src, pad, eos, left_pad=True),
+                            "src_lengths": torch.tensor([len(s) for s in src]),
+                            "prev_output_tokens": data_utils.collate_tokens(tgt, pad, eos, left_pad=False,
+                                                                            move_eos_to_beginning=True)},
+              "target": data_utils.collate_tokens(tgt, pad, eos, left_pad=False)}
+    with torch.no_grad():
+        return [float(hypos[0]["score"]) for hypos in SequenceScorer(tgt_dict).generate(models, sample)]
 
 
 def teacher_forced_fairseq(model, src, tgt, tgt_dict) -> np.ndarray:
