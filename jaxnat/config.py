@@ -763,7 +763,10 @@ def check_aux(key: str, path: str, family: str, workdir: str):
     `jaxnat.restore.load_aux`, and by the trainer before the first step, so that a run is not refused after it."""
     from jaxnat.data.tokenizer import Tokenizer
 
-    aux_config = workdir_config(path)
+    try:
+        aux_config = workdir_config(path)
+    except ConfigError as e:  # the line names the key that named the directory
+        raise ConfigError(f"{key}={path}: {e}") from None
     if aux_config.model.name != family:
         raise JaxnatError(f"{key}={path} is a {aux_config.model.name!r} run; it must be a run of model {family!r}")
     if not Tokenizer.same_models(path, workdir):

@@ -83,8 +83,9 @@ def _copy(ar_run, tmp_path, name):
 
 
 def test_a_workdir_decodes_with_the_members_it_names_and_refuses_others_in_one_line(ar_run, tmp_path):
-    """An ensemble of the run and its copy is the run alone (the same weights); a member trained with another
-    architecture, with another vocabulary, or of another family is refused, naming it, before anything decodes."""
+    """An ensemble of the run and its copy is the run alone (the same weights); a member that is no run, trained with
+    another architecture, with another vocabulary, or of another family is refused, naming it, before anything
+    decodes."""
     from jaxnat.config import workdir_config
     from jaxnat.restore import load_translator
 
@@ -110,7 +111,10 @@ def test_a_workdir_decodes_with_the_members_it_names_and_refuses_others_in_one_l
     recorded = json.loads((other_family / "config.json").read_text())
     recorded["model"]["name"] = "cmlm"
     (other_family / "config.json").write_text(json.dumps(recorded))
+    absent = tmp_path / "absent"
     for member, error, message in (
+            (absent, ConfigError, rf"^eval.ensemble={absent}: {absent}/config.json: no readable config of a trained "
+                                  rf"run$"),
             (wider, ConfigError, rf"^eval.ensemble: the config does not match the run in {wider}: model.ffn_dim="),
             (other_vocab, JaxnatError, rf"^eval.ensemble={other_vocab} has another vocabulary than {ar_run}"),
             (other_family, JaxnatError, rf"^eval.ensemble={other_family} is a 'cmlm' run; it must be a run of model "
