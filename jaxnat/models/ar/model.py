@@ -240,9 +240,10 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
         raise ConfigError(f"beam_size={beam_size} must be at least 1")
     tokens_to_logprobs, cache = ensembled([ar_decoder(model, p, src, beam_size, max_out) for p in (params, *members)])
     # the length limit reads the source as the model does (without BOS where model.source_bos is off: fairseq's)
-    return search(tokens_to_logprobs, cache, source_tokens(model.cfg, src)[0], phrases=phrases, ordered=ordered, continues=continues,
-                  joins=joins, trails=trails, beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a,
-                  max_len_b=max_len_b, max_out=max_out, rules=rules, prefix=prefix, nbest=nbest, sampling=sampling)
+    return search(tokens_to_logprobs, cache, source_tokens(model.cfg, src)[0], phrases=phrases, ordered=ordered,
+                  continues=continues, joins=joins, trails=trails, beam_size=beam_size, length_penalty=length_penalty,
+                  max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, rules=rules, prefix=prefix, nbest=nbest,
+                  sampling=sampling)
 
 
 def members(request: DecodeRequest) -> tuple:
