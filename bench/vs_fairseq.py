@@ -93,6 +93,8 @@ NAT_OPTIONS = ("--share-all-embeddings", "--encoder-normalize-before", "--decode
 # decoder layers (early exits 3,3,3)
 MODELS = {
     "ar": Model("transformer", "translation", ("--share-decoder-input-output-embed",)),
+    # a second AR model of the same architecture and dictionaries, other weights: the ensemble rows' other member
+    "ar2": Model("transformer", "translation", ("--share-decoder-input-output-embed",)),
     "cmlm": Model("cmlm_transformer", "translation_lev", NAT_OPTIONS + ("--pred-length-offset",)),
     "nat": Model("nonautoregressive_transformer", "translation_lev", NAT_OPTIONS + ("--pred-length-offset",)),
     "levt": Model("levenshtein_transformer", "translation_lev", NAT_OPTIONS + ("--early-exit", "3,3,3")),
@@ -115,6 +117,8 @@ class Row(NamedTuple):
     jaxnat: tuple[str, ...]  # config overrides of jaxnat's workdir
     beam: int = 1
     constrained: bool = False
+    members: tuple[str, ...] = ()  # the other models of an ensemble (fairseq --path a.pt:b.pt, jaxnat eval.ensemble)
+    score: bool = False  # the references scored (fairseq-generate --score-reference, jaxnat --mode score)
 
 
 AR_FS, AR_OWN = ("eval.search_rules=fairseq",), ("eval.search_rules=jaxnat",)
@@ -136,6 +140,8 @@ ROWS = {
     "nat": Row("NAT, one pass", "nat", dict(iter_decode_max_iter=0, iter_decode_with_beam=1),
                ("eval.search_rules=fairseq", "nat.length_beam=1")),
     "dat": Row("DA-Transformer lookahead (the authors' plugin)", "dat", {}, ()),
+    "ensemble": Row("AR beam 4, an ensemble of two", "ar", dict(beam=4), AR_FS, beam=4, members=("ar2",)),
+    "score": Row("AR scoring the references", "ar", {}, AR_FS, score=True),
 }
 DEFAULT_ROWS = [r for r in ROWS if ROWS[r].model not in PLUGIN_MODELS]
 
@@ -224,9 +230,10 @@ def build_model(out: str, name: str, args, examples: tuple[list[str], list[str]]
             "--lr", "0.0005", "--max-tokens", "4096"]
     task, cfg, model = fairseq_model(argv)
     model.eval()  # no dropout in the features the NAT models' shaping reads
-    criterion = {"ar": "CrossEntropyCriterion", "dat": "NATDAGLoss"}.get(name, "NatLoss")
-    if name == "ar":
-        perturb(model, seed=args.seed)
+    ar = m.task == "translation"
+    criterion = "CrossEntropyCriterion" if ar else {"dat": "NATDAGLoss"}.get(name, "NatLoss")
+    if ar:
+        perturb(model, seed=args.seed + list(MODELS).index(name))  # ar2: other weights
     else:
         from fairseq.data import data_utils
 
@@ -317,9 +324,9 @@ def shape_levt(model, src_tokens, src_lengths, tgt_tokens) -> None:
 
 
 def write_inputs(data_dir: str, out: str, encode, args) -> None:
-    """inputs.json: {"b64": [{"src", "constraints"}, ...], "b1": [...]}. The batch-64 workload: --groups blocks of 64
-    sentences, each of one length in pieces (the most frequent lengths of --splits, first sentences first); the
-    batch-1 workload: the first --batch1-sentences // --groups of each block."""
+    """inputs.json: {"b64": [{"src", "ref", "constraints"}, ...], "b1": [...]}. The batch-64 workload: --groups
+    blocks of 64 sentences, each of one length in pieces (the most frequent lengths of --splits, first sentences
+    first); the batch-1 workload: the first --batch1-sentences // --groups of each block."""
     src, ref = [], []
     for split in args.splits.split(","):
         src += read_gz(os.path.join(data_dir, f"{split}.{SRC}.gz"))
@@ -328,7 +335,7 @@ def write_inputs(data_dir: str, out: str, encode, args) -> None:
     common = sorted(set(lengths), key=lambda n: (-lengths.count(n), n))[:args.groups]
     blocks = [[i for i, n in enumerate(lengths) if n == length][:64] for length in sorted(common)]
     rng = random.Random(args.seed)
-    rows = {i: {"src": src[i], "constraints": pick_constraints(ref[i], rng)} for b in blocks for i in b}
+    rows = {i: {"src": src[i], "ref": ref[i], "constraints": pick_constraints(ref[i], rng)} for b in blocks for i in b}
     inputs = {"b64": [rows[i] for b in blocks for i in b],
               "b1": [rows[i] for b in blocks for i in b[:args.batch1_sentences // args.groups]]}
     with open(os.path.join(out, "inputs.json"), "w", encoding="utf-8") as f:
@@ -428,17 +435,22 @@ def fairseq_worker(args) -> int:
     torch.set_num_interop_threads(1)
     with open(os.path.join(args.out, "inputs.json"), encoding="utf-8") as f:
         inputs = json.load(f)
-    hubs = {}
-    for name in {ROWS[r].model for r in args.rows}:
-        where = model_dir(args.out, name)
+    hubs = {}  # (model, members): the hub of the model, or of the ensemble (fairseq's --path a.pt:b.pt)
+    for names in {(ROWS[r].model, *ROWS[r].members) for r in args.rows}:
+        where = model_dir(args.out, names[0])
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task(
-            [os.path.join(where, f"{name}.pt")], arg_overrides={"data": where})
+            [os.path.join(where, f"{name}.pt") for name in names], arg_overrides={"data": where})
         for m in models:
             m.eval()
-        hubs[name] = GeneratorHubInterface(cfg, task, models)
+        hubs[names] = GeneratorHubInterface(cfg, task, models)
     generators = {}
     for r in args.rows:
-        row, hub = ROWS[r], hubs[ROWS[r].model]
+        row, hub = ROWS[r], hubs[ROWS[r].model, *ROWS[r].members]
+        if row.score:  # fairseq-generate --score-reference's generator
+            from fairseq.sequence_scorer import SequenceScorer
+
+            generators[r] = SequenceScorer(hub.tgt_dict)
+            continue
         gen = hub.cfg.generation
         gen.max_len_a, gen.max_len_b, gen.beam, gen.constraints = MAX_LEN_A, MAX_LEN_B, 1, None
         gen.iter_decode_max_iter, gen.iter_decode_force_max_iter, gen.iter_decode_with_beam = 10, False, 1
@@ -450,12 +462,22 @@ def fairseq_worker(args) -> int:
     def encode_target(hub, phrase: str):  # as fairseq-interactive encodes a constraint: no EOS
         return hub.tgt_dict.encode_line(hub.apply_bpe(hub.tokenize(phrase)), append_eos=False, add_if_not_exist=False)
 
+    def encode_reference(hub, ref: str):  # as fairseq-preprocess encodes a target: with EOS
+        return hub.tgt_dict.encode_line(hub.apply_bpe(hub.tokenize(ref)), add_if_not_exist=False).long()
+
     encoded = {}  # (model, workload, constrained) -> per sentence (source ids, constraint ids or None)
     print(json.dumps({"ready": True}), file=reply, flush=True)
     for line in sys.stdin:
         req = json.loads(line)
         row, workload, n = ROWS[req["row"]], req["workload"], req["sentences"]
-        hub, generator, batch = hubs[row.model], generators[req["row"]], WORKLOADS[workload]
+        hub, generator, batch = hubs[row.model, *row.members], generators[req["row"]], WORKLOADS[workload]
+        if row.score:
+            key = (row.model, workload, "references")
+            if key not in encoded:
+                encoded[key] = [(hub.encode(s["src"]), encode_reference(hub, s["ref"])) for s in inputs[workload]]
+            seconds, scores = score_references(hub, generator, encoded[key][:n], batch)
+            print(json.dumps({"seconds": seconds, "hyps": scores, "text": scores}), file=reply, flush=True)
+            continue
         key = (row.model, workload, row.constrained)
         if key not in encoded:
             encoded[key] = [(hub.encode(s["src"]), [encode_target(hub, c) for c in s["constraints"]]
@@ -477,6 +499,28 @@ def fairseq_worker(args) -> int:
         print(json.dumps({"seconds": seconds, "hyps": [hub.string(t) for t in out],
                           "text": [hub.decode(t) for t in out]}, ensure_ascii=False), file=reply, flush=True)
     return 0
+
+
+def score_references(hub, scorer, pairs: list, batch: int) -> tuple[float, list[float]]:
+    """fairseq-generate --score-reference on (source ids, reference ids) pairs, ``batch`` at a time: (seconds, each
+    reference's score, its log-probability over its tokens). Each batch collated as fairseq's LanguagePairDataset
+    collates one (sources left-padded, the decoder's input the target after EOS)."""
+    import torch
+    from fairseq.data import data_utils
+
+    pad, eos = hub.tgt_dict.pad(), hub.tgt_dict.eos()
+    scores = []
+    t0 = time.perf_counter()
+    for start in range(0, len(pairs), batch):
+        src, tgt = zip(*pairs[start:start + batch])
+        sample = {"net_input": {"src_tokens": data_utils.collate_tokens(src, pad, eos, left_pad=True),
+                                "src_lengths": torch.tensor([len(x) for x in src]),
+                                "prev_output_tokens": data_utils.collate_tokens(tgt, pad, eos,
+                                                                                move_eos_to_beginning=True)},
+                  "target": data_utils.collate_tokens(tgt, pad, eos)}
+        with torch.no_grad():
+            scores += [float(hypos[0]["score"]) for hypos in scorer.generate(hub.models, sample)]
+    return time.perf_counter() - t0, scores
 
 
 # ---------------------------------------------------------------- (c, d) check and run: jaxnat's venv
@@ -542,14 +586,17 @@ class Jaxnat:
         for r in rows:
             row = ROWS[r]
             workdir = os.path.join(out, "jaxnat", row.model)
+            members = ",".join(os.path.join(out, "jaxnat", m) for m in row.members)
             overrides = [f"--config.{o}" for o in (f"eval.max_len_a={MAX_LEN_A}", f"eval.max_len_b={MAX_LEN_B}",
-                                                   *row.jaxnat)]
+                                                   *row.jaxnat, *([f"eval.ensemble={members}"] if members else []))]
             t = load_translator(build_config(os.path.join(workdir, "config.json"), overrides), workdir)
             self.translators[r] = t
             for workload, sentences in inputs.items():
                 src, _ = t.encode([s["src"] for s in sentences])
                 starts = t.starts(None, [s["constraints"] for s in sentences], [True] * len(sentences)) \
                     if row.constrained else None
+                if row.score:  # the references' pieces in place of the starts
+                    starts = t.tokenizer.encode([s["ref"] for s in sentences], "tgt")
                 self.encoded[r, workload] = src, starts
         self.load_seconds = time.perf_counter() - t0
 
@@ -557,6 +604,10 @@ class Jaxnat:
         from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
         t, (src, starts) = self.translators[row], self.encoded[row, workload]
+        if ROWS[row].score:
+            t0 = time.perf_counter()
+            scores = [o["score"] for o in t.score_ids(src[:sentences], starts[:sentences], WORKLOADS[workload])]
+            return {"seconds": time.perf_counter() - t0, "hyps": scores, "text": scores}
         t0 = time.perf_counter()
         outs = t.translate_ids(src[:sentences], ROWS[row].beam, WORKLOADS[workload],
                                starts[:sentences] if starts else None)
@@ -635,7 +686,11 @@ def run(args) -> int:
     for r, w in cells:  # the agreement pass: warm-up and compilation
         fs, jx = fairseq.decode(r, w, sizes[w]), jaxnat.decode(r, w, sizes[w])
         first[r, w] = {"fairseq": fs["seconds"], "jaxnat": jx["seconds"]}
-        same = sum(a == b for a, b in zip(fs["hyps"], jx["hyps"]))
+        same = sum(map(agrees(r), fs["hyps"], jx["hyps"]))
+        if ROWS[r].score:
+            gap = max(abs(a - b) for a, b in zip(fs["hyps"], jx["hyps"]))
+            print(f"  {ROWS[r].label}, batch {WORKLOADS[w]}: scores from {min(fs['hyps']):.2f} to "
+                  f"{max(fs['hyps']):.2f}, largest difference {gap:.2g}", file=sys.stderr)
         agree[r, w] = {"identical": same, "of": sizes[w], "fairseq": fs, "jaxnat": jx}
         print(f"  first pass {ROWS[r].label}, batch {WORKLOADS[w]}: fairseq {fs['seconds']:.1f} s, jaxnat "
               f"{jx['seconds']:.1f} s; identical outputs {same}/{sizes[w]}", file=sys.stderr, flush=True)
@@ -655,6 +710,16 @@ def run(args) -> int:
     return 0
 
 
+def agrees(row: str):
+    """Whether two outputs of ``row`` agree: the same text; a score within 0.1%. The random model's reference tokens
+    have log-probabilities of about -20 (logits up to 50), where float32's rounding moves a score by up to 3e-4 of its
+    size: jaxnat's own scores of the batch-64 workload's first 64 sentences at batch 1 and at batch 64 differ by up
+    to 0.006 (on scores of -16 to -24)."""
+    if ROWS[row].score:
+        return lambda a, b: abs(a - b) <= 1e-3 * max(1.0, abs(a))
+    return lambda a, b: a == b
+
+
 def inputs_file(out: str) -> str:
     """OUT/inputs.json, which `make` writes (a one-line error without it)."""
     path = os.path.join(out, "inputs.json")
@@ -672,14 +737,15 @@ def report(args, out, cpus, sizes, rows, first, agree, times, inputs) -> None:
     when = datetime.datetime.now(datetime.timezone.utc)
     print(f"\n{machine_line(cpus)}; {when:%Y-%m-%d %H:%M} UTC; load average {args.load[0]:.1f} at the start, "
           f"{os.getloadavg()[0]:.1f} at the end")
-    print("\nAgreement (first pass): outputs identical to fairseq's, piece for piece\n")
+    print("\nAgreement (first pass): outputs identical to fairseq's, piece for piece (scores: within 0.1%)\n")
     print("| row | batch 1 | batch 64 | median output length, pieces (batch 64) | constraints found in order "
           "(fairseq / jaxnat, batch 64) |")
     print("|---|---|---|---|---|")
     for r in rows:
         cells = [f"{agree[r, w]['identical']}/{agree[r, w]['of']}" for w in WORKLOADS]
-        cells.append(" / ".join(f"{statistics.median(len(h.split()) for h in agree[r, 'b64'][side]['hyps']):g}"
-                                for side in ("fairseq", "jaxnat")))
+        cells.append("– (scores)" if ROWS[r].score else " / ".join(
+            f"{statistics.median(len(h.split()) for h in agree[r, 'b64'][side]['hyps']):g}"
+            for side in ("fairseq", "jaxnat")))
         met = "–"
         if ROWS[r].constrained:
             phrases = [s["constraints"] for s in inputs["b64"]]
