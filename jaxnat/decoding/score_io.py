@@ -10,12 +10,10 @@ models: logp / length ** eval.length_penalty, translate's "score" of it; DA-Tran
 "length", the translation's pieces and its end. A translation the model cannot produce (longer than a canvas or
 graph allows) has null scores, and one longer than the model's max_len is marked "target_too_long" with null scores;
 a warning counts each. Only models that define the probability of a whole output score (`Supports.score`); another
-says so in one line before anything is read.
+says so in one line before anything is scored.
 """
 
 from __future__ import annotations
-
-import math
 
 from jaxnat.decoding.request import check_supported
 from jaxnat.decoding.translate_io import CHUNK_LINES, Job, json_request, stream
@@ -66,10 +64,9 @@ def _score(translator, requests: list[dict], config) -> list[dict]:
     for key in ("constraint_pairs", "src_lang", "tgt_lang"):
         if any(key in r for r in requests):
             options["pairs" if key == "constraint_pairs" else f"{key}s"] = [r.get(key) or None for r in requests]
-    outs = translator.score([r["src"] for r in requests], [r["tgt"] for r in requests], config.eval.batch_size,
+    # (a translation the model cannot produce scores -inf: the output writes null, as translate's non-finite scores)
+    return translator.score([r["src"] for r in requests], [r["tgt"] for r in requests], config.eval.batch_size,
                             **options)
-    # a translation the model cannot produce: null, as translate writes a score that is no finite number
-    return [{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in out.items()} for out in outs]
 
 
 SCORE = Job(parse_scored, check_scored, _score, "score", "scores", "scores", "source-translation pairs to score")
