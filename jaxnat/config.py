@@ -224,6 +224,8 @@ def default_config() -> ml_collections.ConfigDict:
         # and vocabulary, decoded together with this one as an ensemble (the mean of their probabilities at each
         # step; models that take it: `Supports.ensemble`); each decodes with the parameters eval.params chooses
         ensemble="",
+        # --mode score: also each piece's log-probability ("pieces", "token_logp"; the left-to-right models)
+        token_scores=False,
         latency_sentences=100, throughput_batch=64,
         # the parameters decoded: "best" (best validation BLEU), or "averaged" (written by --mode average).
         # average_checkpoints N > 0 decodes instead the mean of N checkpoints: the newest N training states

@@ -118,6 +118,7 @@ def check_contract(name: str, vocab: int = 40) -> None:
     if spec.score is not None:
         tgt = jnp.asarray([[BOS_ID, 9, 7, EOS_ID, 0]], jnp.int32)
         out = jax.eval_shape(spec.score, params, DecodeRequest(src), tgt)
-        assert {k: (v.shape, v.dtype) for k, v in out.items()} == dict.fromkeys(("logp", "score"),
-                                                                              ((1,), jnp.float32)), name
+        shapes = {k: (v.shape, v.dtype) for k, v in out.items()}
+        assert shapes.pop("token_logp", ((1, 4), jnp.float32)) == ((1, 4), jnp.float32), name  # [B, T - 1], if any
+        assert shapes == dict.fromkeys(("logp", "score"), ((1,), jnp.float32)), name
     check_reads(name, spec, seen)

@@ -136,6 +136,9 @@ class Pieces:
     def decode(self, ids, side):
         return " ".join(f"w{i}" for i in ids if i > EOS_ID)
 
+    def id_to_piece(self, i, side):
+        return f"w{i}"
+
 
 def _translator(*overrides):
     from jaxnat.decoding.translator import Translator
@@ -158,19 +161,26 @@ def test_the_translator_scores_in_input_order_whatever_the_batches_and_marks_wha
         scored = translator.score(texts + ["a"], targets + [" ".join(["w9"] * (max_len - 1))], batch_size=2)
     for o, s, t in zip(outs, scored, targets):
         assert abs(o["score"] - s["score"]) < 1e-5 and s["length"] == len(t.split()) + 1
-    alone = [translator.score([text], [target], batch_size=1)[0] for text, target in zip(texts, targets)]
+    alone = [translator.score([text], [target], batch_size=1, token_scores=True)[0]
+             for text, target in zip(texts, targets)]
     np.testing.assert_allclose([s["logp"] for s in alone], [s["logp"] for s in scored[:4]], rtol=1e-5, atol=1e-5)
+    for s, t in zip(alone, targets):  # each piece's log-probability and the end's, summing to logp
+        assert s["pieces"] == t.split() + [f"w{EOS_ID}"] and len(s["token_logp"]) == s["length"]
+        assert abs(sum(s["token_logp"]) - s["logp"]) < 1e-4
     assert scored[4] == {"logp": None, "score": None, "length": max_len, "target_too_long": True}
     assert "1 of 5 translations are longer than the model's max_len" in caplog.text
 
 
 def test_a_model_without_a_probability_of_its_outputs_refuses_to_score_in_one_line():
+    """And one whose probability sums over alignments refuses per-piece scores."""
     translator = _translator("--config.model.name=cmlm")
     with pytest.raises(DataError, match=r"^model 'cmlm' does not take forced decoding \(scoring given translations\): "
                                         r"it defines no probability of a whole output$"):
         translator.score(["a"], ["a"])
     with pytest.raises(DataError, match=r"targets\[1\] is NoneType, not a string"):
         _translator().score(["a", "b"], ["a", None])
+    with pytest.raises(DataError, match=r"^model 'ctc' scores whole translations only: its probability sums over "):
+        _translator("--config.model.name=ctc").score(["a"], ["a"], token_scores=True)
 
 
 @pytest.mark.parametrize("line, message", [
@@ -192,7 +202,7 @@ def test_score_stream_writes_each_line_with_its_scores(tmp_path):
     from jaxnat.decoding.score_io import score_stream
 
     class Stub:
-        spec = _spec()
+        spec, config = _spec(), build_config(TINY, [])
 
         def score(self, texts, targets, batch_size, **options):
             return [{"logp": -float(len(t)) if t != "x" else -math.inf, "score": -1.0, "length": 2} for t in targets]
@@ -208,7 +218,8 @@ def test_score_stream_writes_each_line_with_its_scores(tmp_path):
 @pytest.mark.slow
 def test_score_a_translations_own_outputs_from_the_command_line(ar_run, tmp_path):
     """The workflow of reranking or quality estimation: --mode translate's outputs, fed to --mode score as JSON lines
-    (their "id" echoed) and as tab lines, score as translate scored them; --output over the input is refused."""
+    (their "id" echoed) and as tab lines, score as translate scored them, with each piece's log-probability
+    (eval.token_scores); --output over the input is refused."""
     from tests.test_translate import _main
 
     sources = ["the old man reads a book .", "a dog runs ."]
@@ -218,11 +229,15 @@ def test_score_a_translations_own_outputs_from_the_command_line(ar_run, tmp_path
     (tmp_path / "in.txt").write_text(json.dumps({"src": sources[0], "tgt": translated[0]["hyp"], "id": 1}) + "\n"
                                      + f"{sources[1]}\t{translated[1]['hyp']}\n")
     out = tmp_path / "out.jsonl"
-    result = _main(ar_run, "--mode", "score", "--input", str(tmp_path / "in.txt"), "--output", str(out))
+    result = _main(ar_run, "--mode", "score", "--input", str(tmp_path / "in.txt"), "--output", str(out),
+                   "--config.eval.token_scores=true")
     assert result.returncode == 0, result.stderr
     scored = [json.loads(line) for line in out.read_text().splitlines()]
     assert scored[0]["id"] == 1 and [s["tgt"] for s in scored] == [t["hyp"] for t in translated]
     np.testing.assert_allclose([s["score"] for s in scored], [t["score"] for t in translated], rtol=1e-5, atol=1e-5)
     assert all(s["logp"] <= s["score"] < 0 and s["length"] >= 1 for s in scored)
+    for s in scored:  # each piece's log-probability, the end's last
+        assert len(s["pieces"]) == len(s["token_logp"]) == s["length"] and s["pieces"][-1] == "</s>"
+        assert abs(sum(s["token_logp"]) - s["logp"]) < 1e-4
     result = _main(ar_run, "--mode", "score", "--input", str(out), "--output", str(out))
     assert result.returncode == 2 and "is the --input file, which the scores would replace" in result.stderr

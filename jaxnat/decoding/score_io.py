@@ -7,10 +7,11 @@ plain text, the source and its translation separated by one tab (`paste src.txt 
 input with "logp", log P(tgt | src) under the model (natural log, the translation's end included; its
 target-language token, forced, adds nothing), "score", the score the model's search gives that output (the AR
 models: logp / length ** eval.length_penalty, translate's "score" of it; DA-Transformer and CTC: logp), and
-"length", the translation's pieces and its end. A translation the model cannot produce (longer than a canvas or
-graph allows) has null scores, and one longer than the model's max_len is marked "target_too_long" with null scores;
-a warning counts each. Only models that define the probability of a whole output score (`Supports.score`); another
-says so in one line before anything is scored.
+"length", the translation's pieces and its end; with eval.token_scores=true (a left-to-right model) also "pieces",
+those pieces and the end's, and "token_logp", the log-probability of each (fairseq's positional scores). A
+translation the model cannot produce (longer than a canvas or graph allows) has null scores, and one longer than the
+model's max_len is marked "target_too_long" with null scores; a warning counts each. Only models that define the
+probability of a whole output score (`Supports.score`); another says so in one line before anything is scored.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from jaxnat.decoding.translate_io import CHUNK_LINES, Job, json_request, stream
 from jaxnat.errors import DataError
 
 REQUEST_KEYS = ("src", "tgt", "src_lang", "tgt_lang", "constraint_pairs")
-OUTPUT_KEYS = ("logp", "score", "length")
+OUTPUT_KEYS = ("logp", "score", "length", "pieces", "token_logp")
 
 
 def parse_scored(lines: list[str], where: str) -> list[dict]:
@@ -50,6 +51,8 @@ def check_scored(requests: list[dict], translator, where: str) -> None:
     model without them, pairs that do not fit it), before anything is scored."""
     spec = translator.spec
     check_supported(spec.name, spec.supports, score=True)
+    if translator.config.eval.token_scores:
+        translator.check_token_scores()
     for n, r in enumerate(requests, 1):
         try:
             check_supported(spec.name, spec.supports, pairs=bool(r.get("constraint_pairs")))
@@ -66,7 +69,7 @@ def _score(translator, requests: list[dict], config) -> list[dict]:
             options["pairs" if key == "constraint_pairs" else f"{key}s"] = [r.get(key) or None for r in requests]
     # (a translation the model cannot produce scores -inf: the output writes null, as translate's non-finite scores)
     return translator.score([r["src"] for r in requests], [r["tgt"] for r in requests], config.eval.batch_size,
-                            **options)
+                            token_scores=config.eval.token_scores, **options)
 
 
 SCORE = Job(parse_scored, check_scored, _score, "score", "scores", "scores", "source-translation pairs to score")

@@ -479,11 +479,14 @@ def forced_result(token_logp: jnp.ndarray, tgt: jnp.ndarray, prefix: jnp.ndarray
     """`ModelSpec.score`'s output for a left-to-right model: token_logp float32[B, T - 1], the model's log-probability
     of each of tgt[:, 1:] (0.0 at PAD); tgt int32[B, T] [BOS, prefix …, y …, EOS] rows; prefix int32[B, P] or None,
     the forced tokens (`force_prefix`: they add nothing but count among the generated tokens) → {'logp': float32[B],
-    'score': float32[B]}, the score a search gives the output (`_normalise`)."""
+    'score': float32[B], the score a search gives the output (`_normalise`), 'token_logp': float32[B, T - 1], each
+    token's share of logp (0.0 at the prefix and PAD)}."""
     positions = jnp.arange(token_logp.shape[1])[None, :]
     forced = positions < (0 if prefix is None else jnp.sum(prefix != PAD_ID, axis=1, keepdims=True))
-    logp = jnp.sum(jnp.where(forced, 0.0, token_logp), axis=1)
-    return {"logp": logp, "score": _normalise(logp, jnp.sum(tgt[:, 1:] != PAD_ID, axis=1), length_penalty)}
+    token_logp = jnp.where(forced, 0.0, token_logp)
+    logp = jnp.sum(token_logp, axis=1)
+    return {"logp": logp, "score": _normalise(logp, jnp.sum(tgt[:, 1:] != PAD_ID, axis=1), length_penalty),
+            "token_logp": token_logp}
 
 
 def ar_search(

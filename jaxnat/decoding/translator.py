@@ -423,16 +423,20 @@ class Translator:
         return results
 
     def score_ids(self, src: list[np.ndarray], tgt: list[list[int]], batch_size: int,
-                  starts: list[Start] | None = None) -> list[dict]:
+                  starts: list[Start] | None = None, token_scores: bool = False) -> list[dict]:
         """Forced decoding: [BOS … EOS] source arrays and their given translations' target piece ids (no BOS/EOS) →
         per sentence {'logp': float, log P(translation | source) under the model, 'score': float, the score the
         model's search gives that output} (`ModelSpec.score`), in input order; None for both where the translation
-        and its prefix (``starts``' language token) would not fit the model's max_len."""
+        and its prefix (``starts``' language token) would not fit the model's max_len. With ``token_scores`` also
+        'token_logp': [float], the log-probability of each piece and of the end (a left-to-right model's)."""
         check_supported(self.spec.name, self.spec.supports, score=True)
         starts = self.prefixed(starts, len(src))
+        if token_scores:
+            self.check_token_scores()
         rows = [[*(s.prefix or ()), *ids] for s, ids in zip(starts, tgt)]
         fits = [len(row) + 2 <= self.spec.cfg.max_len for row in rows]
-        results: list[dict] = [{"logp": None, "score": None}] * len(src)
+        results: list[dict] = [{"logp": None, "score": None, **({"token_logp": None} if token_scores else {})}
+                               for _ in src]
         todo = [i for i, fit in enumerate(fits) if fit]
         for idx, batch in eval_batches([src[i] for i in todo], None, batch_size, self.buckets):
             kept = [todo[i] if i >= 0 else -1 for i in idx]
@@ -442,15 +446,29 @@ class Translator:
             out = jax.device_get(self._score(self.params, request, tgt_rows))
             for row, i in enumerate(kept):
                 if i >= 0:
-                    results[i] = {k: float(v[row]) for k, v in out.items()}
+                    results[i] = {"logp": float(out["logp"][row]), "score": float(out["score"][row])}
+                    if token_scores:  # the translation's pieces and its end, after the prefix
+                        first = len(starts[i].prefix or ())
+                        results[i]["token_logp"] = out["token_logp"][row][first:len(rows[i]) + 1].tolist()
         return results
 
+    def check_token_scores(self) -> None:
+        """A one-line DataError where the model's forced decoding has no per-piece log-probabilities (a sum over
+        alignments or paths: `ModelSpec.score`), found by tracing it on a one-sentence request."""
+        request = self.request(np.asarray([[BOS_ID, EOS_ID]], np.int32), [Start()], 1, False)
+        if "token_logp" not in jax.eval_shape(self.spec.score, self.params, request,
+                                              np.asarray([[BOS_ID, EOS_ID]], np.int32)):
+            raise DataError(f"model {self.spec.name!r} scores whole translations only: its probability sums over "
+                            f"alignments, with no log-probability of each piece (those of the left-to-right models)")
+
     def score(self, texts: list[str], targets: list[str], batch_size: int | None = None, pairs: list | None = None,
-              src_langs: list | None = None, tgt_langs: list | None = None) -> list[dict]:
+              src_langs: list | None = None, tgt_langs: list | None = None, token_scores: bool = False) -> list[dict]:
         """Given translations scored (`score_ids`): texts and their translations ``targets`` → [{'logp', 'score',
         'length': the translation's target pieces and its end, and `input_notes`' notes}], in input order, with
         'target_too_long' where a translation does not fit the model (its logp and score None). pairs (a model
-        that reads constraint pairs), src_langs, tgt_langs: per text, as `translate` takes them."""
+        that reads constraint pairs), src_langs, tgt_langs: per text, as `translate` takes them. With
+        ``token_scores`` (a left-to-right model) also 'pieces': the translation's pieces and the end's, and
+        'token_logp': the log-probability of each."""
         check_arguments(texts, targets=targets, pairs=pairs, src_langs=src_langs, tgt_langs=tgt_langs)
         if bad := [i for i, target in enumerate(targets) if not isinstance(target, str)]:
             raise DataError(f"targets[{bad[0]}] is {type(targets[bad[0]]).__name__}, not a string")
@@ -463,11 +481,15 @@ class Translator:
             starts = [s._replace(prefix=code) for s, code in zip(starts or [Start()] * len(texts), codes)]
         notes = self.input_notes(texts, cut, targets, None, None, pairs)  # a translation's characters as an init's
         tgt = self.tokenizer.encode(list(targets), "tgt")
-        scored = self.score_ids(src, tgt, batch_size, starts)
+        scored = self.score_ids(src, tgt, batch_size, starts, token_scores)
         results = []
         for out, ids, note in zip(scored, tgt, notes):
             too_long = {"target_too_long": True} if out["logp"] is None else {}
-            results.append({**out, "length": len(ids) + 1, **note, **too_long})
+            r = {"logp": out["logp"], "score": out["score"], "length": len(ids) + 1}
+            if token_scores:
+                r.update(pieces=[self.tokenizer.id_to_piece(i, "tgt") for i in [*ids, EOS_ID]],
+                         token_logp=out["token_logp"])
+            results.append({**r, **note, **too_long})
         if long := sum("target_too_long" in r for r in results):
             log.warning("%d of %d translations are longer than the model's max_len (%d tokens with BOS and EOS) and "
                         "were not scored (marked \"target_too_long\", with null scores)", long, len(results),
