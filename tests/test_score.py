@@ -43,15 +43,15 @@ def _listed(out, beam):
 
 
 @pytest.mark.parametrize("overrides, beam, prefix", [
-    (("--config.eval.length_penalty=0.6",), 3, None),
+    (("--config.eval.length_penalty=0.6", "--config.eval.search_rules=fairseq"), 3, None),
     ((), 1, [[12], [13]]),  # a forced first token (a multilingual model's language): adds nothing, counts in n
-    (("--config.eval.search_rules=fairseq",), 3, None),
     (("--config.model.name=vecconst", "--config.vecconst.consume=true", "--config.data.pairs_dir=synthetic"), 3,
      None),  # the plug-in consumes its tokens
 ])
 def test_a_left_to_right_models_score_of_each_output_it_found_is_the_searchs(overrides, beam, prefix):
     """Scored by teacher forcing (AR) or by the search's own callback (the vectorized model), every output of the
-    search's n-best list gets the search's score, its log P the sum of the output's token log-probabilities."""
+    search's n-best list gets the search's score, its log P the sum of the output's token log-probabilities. (jaxnat's
+    own beam search: the ensemble's constrained test, tests/test_ensemble.py.)"""
     spec = _spec(*overrides)
     params = _params(spec)
     extras = {}
