@@ -123,6 +123,41 @@ def test_ctc_log_p_sums_every_alignment_of_its_frames():
             assert (want == -math.inf and got["logp"][b] == -np.inf) or abs(got["logp"][b] - want) < 1e-4, (b, y)
 
 
+@pytest.mark.parametrize("rules", ["jaxnat", "fairseq"])
+def test_nat_log_p_is_its_length_times_its_tokens_and_its_pass_scores_as_decoding(rules):
+    """NAT-base: P(y | x) = P(|y| | x) Π P(y_i | x, |y|). Over every y of one and of two pieces, log P less the token
+    part is the same for every y of a length (the length's probability), and under jaxnat's rules (the ids a pass may
+    write, renormalised) the token part sums to 1; the one pass's output (length beam 1) scores what decoding scored
+    it, under either rules (fairseq's average BOS and EOS too, which its NAT predicts), and its length's term is the
+    largest (decoding took the most probable length)."""
+    from jaxnat.decoding.refine import NOT_PREDICTED
+
+    spec = _spec("--config.model.name=nat", "--config.eval.beam_size=1", "--config.nat.length_beam=1",
+                 f"--config.eval.search_rules={rules}")
+    src = SRC[:1]
+    params = _params(spec, src)
+    score = jax.jit(spec.score)
+    ids = [v for v in range(40) if v not in NOT_PREDICTED]
+    lengths = {}
+    for m in (1, 2):
+        ys = np.array(np.meshgrid(*[ids] * m, indexing="ij")).reshape(m, -1).T
+        tgt = np.concatenate([np.full((len(ys), 1), BOS_ID), ys, np.full((len(ys), 1), EOS_ID)], axis=1)
+        got = jax.device_get(score(params, DecodeRequest(jnp.asarray(np.repeat(src, len(ys), 0))), jnp.asarray(tgt)))
+        tokens_lp = got["score"] * (m + 2 * (rules == "fairseq"))  # the score: the mean over the predicted positions
+        length_lp = got["logp"] - tokens_lp
+        np.testing.assert_allclose(length_lp, length_lp[0], atol=1e-4)
+        lengths[m] = length_lp[0]
+        if rules == "jaxnat":
+            np.testing.assert_allclose(np.exp(tokens_lp.astype(np.float64)).sum(), 1.0, rtol=1e-4)
+    out = jax.device_get(jax.jit(spec.generate)(params, DecodeRequest(jnp.asarray(src), max_out=8)))
+    got = jax.device_get(score(params, DecodeRequest(jnp.asarray(src)), jnp.asarray(out["tokens"])))
+    np.testing.assert_allclose(got["score"], out["score"], rtol=1e-5, atol=1e-5)
+    # decoding took the most probable length: its length term is the largest
+    chosen = int(out["chosen_length"][0])
+    assert all(v < 0 for v in lengths.values())  # log-probabilities of lengths, one of 256 classes each
+    assert got["logp"][0] - got["score"][0] * (chosen + 2 * (rules == "fairseq")) >= max(lengths.values()) - 1e-4
+
+
 class Pieces:
     """One piece a word: "w<id>" is piece id, other words 7; no languages."""
     languages = {}

@@ -41,6 +41,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from jaxnat.decoding import mask_predict
+from jaxnat.decoding.refine import forbid_reserved
 from jaxnat.decoding.request import Supports
 from jaxnat.models.cmlm.length import rescorer_extras
 from jaxnat.models.cmlm.model import (CMLM, canvas_capacity, full_canvas, length_prediction_loss, mask_predict_generate,
@@ -229,7 +231,31 @@ def nat_loss(model: NAT, params, batch: dict, rng, *, label_smoothing: float, le
     return loss * n, aux
 
 
-SUPPORTS = Supports(counts=("chosen_length", "repeats"))
+SUPPORTS = Supports(counts=("chosen_length", "repeats"), score=True)
+
+
+def nat_forced(module: NAT, params, src: jax.Array, tgt: jax.Array, *, length_offset: bool, length_with_ends: bool,
+               iterations: int, fairseq: bool = False) -> dict:
+    """`ModelSpec.score`: log P(y | x) = log P(|y| | x) + Σ_i log P(y_i | x, |y|), the length classifier's
+    probability of y's length (−inf for a length without a class of its own, beyond the 256) and each token's on
+    the canvas [BOS, MASK × |y|, EOS], as the one mask-predict pass reads them: jaxnat's rules over the ids a pass
+    may write (the reserved ones barred, renormalised), fairseq's over every id and every position, BOS and EOS
+    included (its NAT predicts them too). 'score' is the pass's candidate score, the mean of those positions'
+    log-probabilities (the length not in it), which picks among the length candidates. src, tgt: int32[B, S],
+    int32[B, T] [BOS … EOS] rows; iterations: the coverage layer's K."""
+    memory, length_logits = module.apply(params, src, method="encode")
+    n_tgt, n_src = real_counts(tgt), real_counts(src)
+    cls = n_tgt - n_src + mask_predict.LENGTH_OFFSET if length_offset else n_tgt + 2 * length_with_ends
+    length_lp = jnp.take_along_axis(jax.nn.log_softmax(length_logits.astype(jnp.float32)),
+                                    jnp.clip(cls, 0, mask_predict.LENGTH_CLASSES - 1)[:, None], axis=1)[:, 0]
+    length_lp = jnp.where((cls >= 0) & (cls < mask_predict.LENGTH_CLASSES), length_lp, -jnp.inf)
+    canvas = mask_predict.canvases(n_tgt, tgt.shape[1])
+    logits = module.apply(params, canvas, memory, token_mask(src), iterations=iterations,
+                          method="token_logits").astype(jnp.float32)
+    scored = token_mask(tgt) if fairseq else real_mask(tgt)
+    lp = jax.nn.log_softmax(logits if fairseq else forbid_reserved(logits))
+    tokens_lp = jnp.sum(jnp.where(scored, jnp.take_along_axis(lp, tgt[..., None], axis=2)[..., 0], 0.0), axis=1)
+    return {"logp": length_lp + tokens_lp, "score": tokens_lp / jnp.maximum(jnp.sum(scored, axis=1), 1)}
 
 
 def coverage_lambda(params) -> dict:
@@ -259,6 +285,11 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                         length_with_ends=s.length_with_ends,
                         iterations=s.train_iterations, sca_weight=s.sca_weight, train=train)
 
+    def score(params, request, tgt) -> dict:
+        return nat_forced(decoder, params, request.src, tgt, length_offset=s.length_offset,
+                          length_with_ends=s.length_with_ends, iterations=s.decode_iterations,
+                          fairseq=config.eval.search_rules == "fairseq")
+
     terms = ("length_loss",) + (("coverage_loss",) if s.sca_weight > 0 else ())
     return ModelSpec("nat", cfg, module, init, loss, generate, capacity, SUPPORTS, plan, packs=True, terms=terms,
-                     summary=coverage_lambda if s.coverage else None, request_extras=rescorer_extras)
+                     summary=coverage_lambda if s.coverage else None, request_extras=rescorer_extras, score=score)
