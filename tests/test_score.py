@@ -207,14 +207,14 @@ def test_the_translator_scores_in_input_order_whatever_the_batches_and_marks_wha
 
 
 def test_a_model_without_a_probability_of_its_outputs_refuses_to_score_in_one_line():
-    """And one whose probability sums over alignments refuses per-piece scores."""
+    """And one whose probability is no product of each piece's (a sum over alignments) refuses per-piece scores."""
     translator = _translator("--config.model.name=cmlm")
     with pytest.raises(DataError, match=r"^model 'cmlm' does not take forced decoding \(scoring given translations\): "
                                         r"it defines no probability of a whole output$"):
         translator.score(["a"], ["a"])
     with pytest.raises(DataError, match=r"targets\[1\] is NoneType, not a string"):
         _translator().score(["a", "b"], ["a", None])
-    with pytest.raises(DataError, match=r"^model 'ctc' scores whole translations only: its probability sums over "):
+    with pytest.raises(DataError, match=r"^model 'ctc' scores whole translations only: its probability is no "):
         _translator("--config.model.name=ctc").score(["a"], ["a"], token_scores=True)
 
 

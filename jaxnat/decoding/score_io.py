@@ -6,12 +6,13 @@ Each input line is a JSON object with "src" and "tgt" strings (and, as translate
 plain text, the source and its translation separated by one tab (`paste src.txt hyp.txt`). Each output line is the
 input with "logp", log P(tgt | src) under the model (natural log, the translation's end included; its
 target-language token, forced, adds nothing), "score", the score the model's search gives that output (the AR
-models: logp / length ** eval.length_penalty, translate's "score" of it; DA-Transformer and CTC: logp), and
-"length", the translation's pieces and its end; with eval.token_scores=true (a left-to-right model) also "pieces",
-those pieces and the end's, and "token_logp", the log-probability of each (fairseq's positional scores). A
-translation the model cannot produce (longer than a canvas or graph allows) has null scores, and one longer than the
-model's max_len is marked "target_too_long" with null scores; a warning counts each. Only models that define the
-probability of a whole output score (`Supports.score`); another says so in one line before anything is scored.
+models: logp / length ** eval.length_penalty, translate's "score" of it; NAT: its pass's mean token log-probability;
+DA-Transformer and CTC: logp), and "length", the translation's pieces and its end; with eval.token_scores=true (a
+left-to-right model) also "pieces", those pieces and the end's, and "token_logp", the log-probability of each
+(fairseq's positional scores). A translation the model cannot produce (longer than a canvas or graph allows) has
+null scores, and one longer than the model's max_len is marked "target_too_long" with null scores; a warning counts
+each. Only models that define the probability of a whole output score (`Supports.score`); another says so in one
+line before anything is scored.
 """
 
 from __future__ import annotations

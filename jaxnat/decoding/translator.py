@@ -454,12 +454,14 @@ class Translator:
 
     def check_token_scores(self) -> None:
         """A one-line DataError where the model's forced decoding has no per-piece log-probabilities (a sum over
-        alignments or paths: `ModelSpec.score`), found by tracing it on a one-sentence request."""
+        alignments or paths, a length's probability: `ModelSpec.score`), found by tracing it on a one-sentence
+        request."""
         request = self.request(np.asarray([[BOS_ID, EOS_ID]], np.int32), [Start()], 1, False)
         if "token_logp" not in jax.eval_shape(self.spec.score, self.params, request,
                                               np.asarray([[BOS_ID, EOS_ID]], np.int32)):
-            raise DataError(f"model {self.spec.name!r} scores whole translations only: its probability sums over "
-                            f"alignments, with no log-probability of each piece (those of the left-to-right models)")
+            raise DataError(f"model {self.spec.name!r} scores whole translations only: its probability is no product "
+                            f"of each piece's given the pieces before it (a sum over alignments, or a length's "
+                            f"probability times the pieces'), as the left-to-right models' is")
 
     def score(self, texts: list[str], targets: list[str], batch_size: int | None = None, pairs: list | None = None,
               src_langs: list | None = None, tgt_langs: list | None = None, token_scores: bool = False) -> list[dict]:

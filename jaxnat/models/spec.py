@@ -50,7 +50,8 @@ class ModelSpec:
       log P(y | x) under the model as its decoders read it (the prefix forced, adding nothing), −inf where the
       model cannot produce y, 'score' the score its search would give that output; a left-to-right model adds
       'token_logp' float32[B, T − 1], each of tgt[:, 1:]'s log-probability given the tokens before it (0.0 at the
-      prefix and PAD), whose sum is logp (a sum over alignments or paths has no such shares)
+      prefix and PAD), whose sum is logp (a sum over alignments or paths, or a length's probability times the
+      tokens', has no such shares)
     summary(params) -> {name: float}, or None: scalars of the parameters themselves worth following (Coverage-NAT's
       λ), in the history at each log step and in metrics.json beside the scores of the parameters decoded
     """
