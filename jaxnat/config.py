@@ -759,6 +759,17 @@ def ensemble_members(config) -> list[str]:
     return [path.strip() for path in config.eval.ensemble.split(",") if path.strip()]
 
 
+def check_member(config: ml_collections.ConfigDict, path: str, workdir: str) -> None:
+    """``path``, a run eval.ensemble decodes with the one in ``workdir``: a run of this config's family, vocabulary
+    and architecture (its model keys), or a one-line error naming it: at load, and by the trainer before the first
+    step (its final evaluation decodes with it)."""
+    check_aux("eval.ensemble", path, config.model.name, workdir)
+    try:
+        check_matches_workdir(config, path, named_by="eval.ensemble")
+    except ConfigError as e:
+        raise ConfigError(f"eval.ensemble: {e}") from None
+
+
 def check_aux(key: str, path: str, family: str, workdir: str):
     """The config of the run in ``path`` (named by config ``key``) that the run in ``workdir`` decodes with, after
     checking it is a run of ``family`` with the same vocabulary (a one-line `JaxnatError` otherwise): by

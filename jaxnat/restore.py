@@ -11,12 +11,12 @@ import os
 import jax
 import jax.numpy as jnp
 
-from jaxnat.config import check_aux, check_matches_workdir, ensemble_members
+from jaxnat.config import check_aux, check_matches_workdir, check_member, ensemble_members
 from jaxnat.data import piece_vocab
 from jaxnat.data.tokenizer import Tokenizer
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.translator import Translator
-from jaxnat.errors import ConfigError, JaxnatError
+from jaxnat.errors import JaxnatError
 from jaxnat.models import build_model, family_of
 from jaxnat.training.checkpoint import Checkpoints
 from jaxnat.training.mesh import first_local_device
@@ -160,13 +160,9 @@ def load_member(config, path: str, workdir: str):
     """The parameters of ``path``, a run eval.ensemble decodes with the one in ``workdir``: a run of the same model
     config (its architecture) and vocabulary, its parameters those ``config``'s eval.params chooses there (one-line
     errors otherwise)."""
-    check_aux("eval.ensemble", path, config.model.name, workdir)
+    check_member(config, path, workdir)
     member = copy.deepcopy(config)
-    member.eval.ensemble = ""
-    try:
-        check_matches_workdir(member, path, named_by="eval.ensemble")
-    except ConfigError as e:
-        raise ConfigError(f"eval.ensemble: {e}") from None
+    member.eval.ensemble = ""  # (its own members: none)
     log.info("ensemble: decoding with %s too", path)
     return load_translator(member, path).params
 

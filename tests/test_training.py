@@ -973,23 +973,26 @@ def test_init_from_with_the_vocabulary_of_another_run_is_refused(tmp_path):
     assert not (tmp_path / "second").exists()
 
 
-@pytest.mark.parametrize("rescorer_model, message", [("cmlm", "is a 'cmlm' run; it must be a run of model 'ar'"),
-                                                     ("ar", "has another vocabulary than")])
-def test_a_rescorer_the_evaluation_would_refuse_is_refused_before_training(tmp_path, rescorer_model, message):
-    """cmlm.rescorer naming a run of another model, or one of another vocabulary, was refused by the evaluation
-    that ends a training command, after every step had run; now in one line before the first."""
+@pytest.mark.parametrize("model, key, other_model, message", [
+    ("cmlm", "cmlm.rescorer", "cmlm", "is a 'cmlm' run; it must be a run of model 'ar'"),
+    ("cmlm", "cmlm.rescorer", "ar", "has another vocabulary than"),
+    ("ar", "eval.ensemble", "cmlm", "is a 'cmlm' run; it must be a run of model 'ar'")])
+def test_a_run_the_evaluation_would_refuse_is_refused_before_training(tmp_path, model, key, other_model, message):
+    """cmlm.rescorer (or an ensemble's member, eval.ensemble) naming a run of another model, or one of another
+    vocabulary, was refused by the evaluation that ends a training command, after every step had run; now in one
+    line before the first."""
     from jaxnat.config import build_config
     from jaxnat.errors import JaxnatError
     from jaxnat.training.trainer import Trainer
 
-    rescorer = tmp_path / "rescorer"
-    (rescorer / "spm").mkdir(parents=True)
-    (rescorer / "spm" / "joint.model").write_bytes(b"another vocabulary")
-    recorded = build_config(TINY, [f"--config.model.name={rescorer_model}", "--config.eval.beam_size=1"])
-    (rescorer / "config.json").write_text(recorded.to_json_best_effort(sort_keys=True))
-    config = build_config(TINY, ["--config.model.name=cmlm", "--config.eval.beam_size=1",
-                                 f"--config.cmlm.rescorer={rescorer}"])
-    with pytest.raises(JaxnatError, match=f"^cmlm.rescorer={rescorer} {re.escape(message)}") as err:
+    other = tmp_path / "other"
+    (other / "spm").mkdir(parents=True)
+    (other / "spm" / "joint.model").write_bytes(b"another vocabulary")
+    recorded = build_config(TINY, [f"--config.model.name={other_model}", "--config.eval.beam_size=1"])
+    (other / "config.json").write_text(recorded.to_json_best_effort(sort_keys=True))
+    config = build_config(TINY, [f"--config.model.name={model}", "--config.eval.beam_size=1",
+                                 f"--config.{key}={other}"])
+    with pytest.raises(JaxnatError, match=f"^{key}={other} {re.escape(message)}") as err:
         Trainer(config, str(tmp_path / "run"))
     assert "\n" not in str(err.value)
 

@@ -18,8 +18,8 @@ import numpy as np
 import optax
 from tqdm import tqdm
 
-from jaxnat.config import (check_aux, check_known_keys, check_matches_workdir, check_vocabulary_from, default_config,
-                           ensemble_members, model_keys, validate, workdir_config)
+from jaxnat.config import (check_aux, check_known_keys, check_matches_workdir, check_member, check_vocabulary_from,
+                           default_config, ensemble_members, model_keys, validate, workdir_config)
 from jaxnat.data.batching import (PackedBatcher, TrainBatcher, bucket_lengths, eval_batches, example_lengths,
                                   fitted_buckets, prefetch, prepare_with_init)
 from jaxnat.data.distilled import check_same_teacher, record_teacher
@@ -460,7 +460,7 @@ class Trainer:
         if aux := self.family.aux_run and self.family.aux_run(config):
             check_aux(*aux, workdir)  # the run the final evaluation decodes with: refused now, not after training
         for path in ensemble_members(config):  # so are the runs it decodes with as an ensemble
-            check_aux("eval.ensemble", path, config.model.name, workdir)
+            check_member(config, path, workdir)
         self.mesh = mesh_lib.make_mesh()
         self.optimizer, self.schedule = make_optimizer(config.train)
         self.ckpt = Checkpoints(workdir, config.train.keep_checkpoints, config.train.keep_best, trains=True)
