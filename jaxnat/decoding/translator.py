@@ -97,6 +97,7 @@ class Translator:
         self._generate = jax.jit(spec.generate)
         self._plan = jax.jit(spec.plan) if spec.plan is not None else None
         self._score = jax.jit(spec.score) if spec.score is not None else None
+        self._token_scores: bool | None = None  # whether spec.score gives per-piece scores (`check_token_scores`)
         # a model with a plan (length prediction): outputs as wide as the planned lengths need (`planned`);
         # False: as wide as the source allows (bench/decode_speed.py --full-canvas)
         self.narrow_outputs = True
@@ -455,10 +456,12 @@ class Translator:
     def check_token_scores(self) -> None:
         """A one-line DataError where the model's forced decoding has no per-piece log-probabilities (a sum over
         alignments or paths, a length's probability: `ModelSpec.score`), found by tracing it on a one-sentence
-        request."""
-        request = self.request(np.asarray([[BOS_ID, EOS_ID]], np.int32), [Start()], 1, False)
-        if "token_logp" not in jax.eval_shape(self.spec.score, self.params, request,
-                                              np.asarray([[BOS_ID, EOS_ID]], np.int32)):
+        request, once (`--mode score` asks at every chunk of its input)."""
+        if self._token_scores is None:
+            request = self.request(np.asarray([[BOS_ID, EOS_ID]], np.int32), [Start()], 1, False)
+            self._token_scores = "token_logp" in jax.eval_shape(self.spec.score, self.params, request,
+                                                                np.asarray([[BOS_ID, EOS_ID]], np.int32))
+        if not self._token_scores:
             raise DataError(f"model {self.spec.name!r} scores whole translations only: its probability is no product "
                             f"of each piece's given the pieces before it (a sum over alignments, or a length's "
                             f"probability times the pieces'), as the left-to-right models' is")
