@@ -38,6 +38,7 @@ CHOICES = {
     "eval.params": ("best", "averaged"),
     "eval.average_of": ("last", "best"),
     "eval.mbr": ("", "chrf"),  # (jaxnat.decoding.mbr.UTILITIES)
+    "eval.alignment": ("", "words", "pieces", "soft"),  # (jaxnat.decoding.alignment.KINDS)
 }
 
 
@@ -226,6 +227,10 @@ def default_config() -> ml_collections.ConfigDict:
         ensemble="",
         # --mode score: also each piece's log-probability ("pieces", "token_logp"; the left-to-right models)
         token_scores=False,
+        # translate and score: also each output's alignment to its source, read off the attention (the left-to-right
+        # models, `jaxnat.decoding.alignment`): '' (none), words (Pharaoh pairs of whitespace words), pieces
+        # (fairseq's --print-alignment hard) or soft (fairseq's --print-alignment soft)
+        alignment="",
         latency_sentences=100, throughput_batch=64,
         # the parameters decoded: "best" (best validation BLEU), or "averaged" (written by --mode average).
         # average_checkpoints N > 0 decodes instead the mean of N checkpoints: the newest N training states
@@ -568,13 +573,13 @@ def validate(config: ml_collections.ConfigDict) -> None:
         check_supported(m.name, family.supports, soft="soft" in modes, hard="hard" in modes,
                         trace=config.eval.trace_sentences > 0,
                         beam_size=max(config.eval.beam_size, config.eval.valid_beam_size), nbest=config.eval.nbest,
-                        ensemble=bool(ensemble_members(config)))
+                        ensemble=bool(ensemble_members(config)), align=bool(config.eval.alignment))
         for oracle in (v.strip() for v in config.eval.oracle.split(",") if v.strip()):
             check_supported(m.name, family.supports, oracle=oracle)
     except JaxnatError as e:
         raise ConfigError(f"{e} (asked by eval.constraints, eval.trace_sentences, eval.beam_size, "
-                          f"eval.valid_beam_size, eval.nbest, eval.ensemble or eval.oracle; oracle modes of "
-                          f"{m.name!r}: {', '.join(family.supports.oracle) or 'none'})") from None
+                          f"eval.valid_beam_size, eval.nbest, eval.ensemble, eval.alignment or eval.oracle; oracle "
+                          f"modes of {m.name!r}: {', '.join(family.supports.oracle) or 'none'})") from None
     if config.eval.sampling and "hard" in modes:
         raise ConfigError("eval.sampling=true samples without constraints, and eval.constraints asks for hard ones: "
                           "leave eval.constraints without hard, or eval.sampling=false")

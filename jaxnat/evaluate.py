@@ -59,7 +59,7 @@ def calibration_metrics(translator: Translator, outs: list[dict], refs: list[str
     """Inference ECE of the model's own output tokens against the references' pieces (`jaxnat.evaluation.
     calibration`): ece, ece_confidence, ece_accuracy (×100)."""
     ref_pieces = [[str(i) for i in ids] for ids in translator.tokenizer.encode(refs, "tgt")]
-    r = calibration([([str(i) for i in o["pieces"]], o["token_logp"], o["token_scored"]) for o in outs], ref_pieces)
+    r = calibration([([str(i) for i in o["piece_ids"]], o["token_logp"], o["token_scored"]) for o in outs], ref_pieces)
     return {"ece": r["ece"], "ece_confidence": r["confidence"], "ece_accuracy": r["accuracy"]}
 
 

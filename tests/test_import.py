@@ -858,7 +858,7 @@ def test_constrained_beam_search_under_fairseq_rules_is_fairseqs(tmp_path_factor
     hyps = translator.translate(outputs["src"], beam_size=4, constraints=outputs["constraints"],
                                 hard=[True] * len(outputs["src"]), token_scores=True, nbest=4)
     for hyp, theirs, score in zip(hyps, outputs[f"constrained_{order}"], outputs[f"constrained_{order}_score"]):
-        assert hyp["pieces"] + [EOS_ID] == to_jaxnat(kind, theirs).tolist()
+        assert hyp["piece_ids"] + [EOS_ID] == to_jaxnat(kind, theirs).tolist()
         assert hyp["score"] == pytest.approx(score, abs=1e-4)
     for hyp, theirs, scores in zip(hyps, outputs[f"constrained_{order}_nbest"],
                                    outputs[f"constrained_{order}_nbest_score"]):
@@ -987,8 +987,40 @@ def test_an_ensemble_of_imported_fairseq_checkpoints_is_fairseqs(tmp_path_factor
     for beam in (1, 4):
         hyps = ensemble.translate(outputs["src"], beam_size=beam, token_scores=True)
         for hyp, theirs, score in zip(hyps, outputs[f"ensemble_beam{beam}"], outputs[f"ensemble_beam{beam}_score"]):
-            assert hyp["pieces"] + [EOS_ID] == to_jaxnat(kind, theirs).tolist()
+            assert hyp["piece_ids"] + [EOS_ID] == to_jaxnat(kind, theirs).tolist()
             assert hyp["score"] == pytest.approx(score, abs=1e-4)
     for scorer, key in ((translator, "score_reference"), (ensemble, "ensemble_score_reference")):
         scored = scorer.score(outputs["src"], outputs["detok"])
         np.testing.assert_allclose([s["score"] for s in scored], outputs[key], atol=1e-4)
+    # --print-alignment: the ensemble's attention is its models' mean
+    aligned = ensemble.translate(outputs["src"], beam_size=4, alignment="pieces")
+    assert [a["alignment"] for a in aligned] == [pharaoh(p) for p in outputs["ensemble_align_hard"]]
+
+
+def test_alignments_are_fairseqs(tmp_path_factory):
+    """fairseq-generate --print-alignment hard and soft (beam 4, its outputs): the same source and target pieces
+    paired, and the same attention rows to the 6 decimals fairseq prints; scoring those outputs as given
+    translations aligns them alike; word alignments pair the source's words (its Moses tokens here) and the
+    translation's words that those pieces stand for."""
+    kind, _, _, translator = _imported("fairseq", tmp_path_factory)
+    _, outputs = expected(kind)
+    hard = translator.translate(outputs["src"], beam_size=4, alignment="pieces", token_scores=True)
+    soft = translator.translate(outputs["src"], beam_size=4, alignment="soft")
+    for h, s, tokens, pairs, rows in zip(hard, soft, outputs["align_hard_tokens"], outputs["align_hard"],
+                                         outputs["align_soft"]):
+        assert h["piece_ids"] + [EOS_ID] == to_jaxnat(kind, tokens).tolist()
+        assert h["alignment"] == pharaoh(pairs) and s["pieces"] == h["pieces"]
+        np.testing.assert_allclose(s["alignment"], rows, atol=1.5e-6)
+    assert [h["src_pieces"][:-1] for h in hard] == [p.split() for p in outputs["src_pieces"]]
+    scored = translator.score(outputs["src"], [h["hyp"] for h in hard], alignment="pieces")
+    assert [s["alignment"] for s in scored] == [h["alignment"] for h in hard]
+    # the outputs are one word each ("...", "der"); a source piece's word counts the pieces before it that end one
+    words = translator.translate(outputs["src"], beam_size=4, alignment="words")
+    for w, h in zip(words, hard):
+        word_of = np.cumsum([0] + [not p.endswith("@@") for p in h["src_pieces"][:-2]])
+        pieces = [int(pair.split("-")[0]) for pair in h["alignment"].split()]
+        assert len(w["hyp"].split()) == 1 and w["alignment"] == pharaoh(sorted({(word_of[i], 0) for i in pieces}))
+
+
+def pharaoh(pairs) -> str:
+    return " ".join(f"{i}-{j}" for i, j in pairs)

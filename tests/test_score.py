@@ -254,20 +254,25 @@ def test_score_stream_writes_each_line_with_its_scores(tmp_path):
 def test_score_a_translations_own_outputs_from_the_command_line(ar_run, tmp_path):
     """The workflow of reranking or quality estimation: --mode translate's outputs, fed to --mode score as JSON lines
     (their "id" echoed) and as tab lines, score as translate scored them, with each piece's log-probability
-    (eval.token_scores); --output over the input is refused."""
+    (eval.token_scores) and translate's word alignment (eval.alignment); --output over the input is refused."""
     from tests.test_translate import _main
 
     sources = ["the old man reads a book .", "a dog runs ."]
-    result = _main(ar_run, "--mode", "translate", "--config.eval.beam_size=2", stdin="\n".join(sources) + "\n")
+    result = _main(ar_run, "--mode", "translate", "--config.eval.beam_size=2", "--config.eval.alignment=words",
+                   stdin="\n".join(sources) + "\n")
     assert result.returncode == 0, result.stderr
     translated = [json.loads(line) for line in result.stdout.splitlines()]
     (tmp_path / "in.txt").write_text(json.dumps({"src": sources[0], "tgt": translated[0]["hyp"], "id": 1}) + "\n"
                                      + f"{sources[1]}\t{translated[1]['hyp']}\n")
     out = tmp_path / "out.jsonl"
     result = _main(ar_run, "--mode", "score", "--input", str(tmp_path / "in.txt"), "--output", str(out),
-                   "--config.eval.token_scores=true")
+                   "--config.eval.token_scores=true", "--config.eval.alignment=words")
     assert result.returncode == 0, result.stderr
     scored = [json.loads(line) for line in out.read_text().splitlines()]
+    for s, t in zip(scored, translated):  # the same word alignment of the same translation, over their words
+        pairs = [tuple(map(int, pair.split("-"))) for pair in s["alignment"].split()]
+        assert s["alignment"] == t["alignment"] and {j for _, j in pairs} == set(range(len(t["hyp"].split())))
+        assert all(i < len(t["src"].split()) for i, _ in pairs)
     assert scored[0]["id"] == 1 and [s["tgt"] for s in scored] == [t["hyp"] for t in translated]
     np.testing.assert_allclose([s["score"] for s in scored], [t["score"] for t in translated], rtol=1e-5, atol=1e-5)
     assert all(s["logp"] <= s["score"] < 0 and s["length"] >= 1 for s in scored)

@@ -171,6 +171,7 @@ def fairseq_fixture(out: str) -> None:
         hyps = ensemble.generate(src, beam=beam, max_len_a=1.2, max_len_b=10)
         outputs[f"ensemble_beam{beam}"] = [h[0]["tokens"].tolist() for h in hyps]
         outputs[f"ensemble_beam{beam}_score"] = [float(h[0]["score"]) for h in hyps]
+    outputs.update(fairseq_alignments(hub, ensemble, src))
     outputs["src_pieces"] = [hub.apply_bpe(hub.tokenize(s)) for s in SRC]
     outputs["fastbpe_pieces"] = fastbpe_fixture(out, [hub.tokenize(s) for s in SRC])
     outputs["detok"] = [hub.decode(t) for t in tgt]
@@ -479,6 +480,21 @@ def fastbpe_fixture(out: str, tokenized: list[str]) -> list[str]:
     with open(path, "w", encoding="utf-8") as f:
         f.writelines(f"{m} {len(merges) - i}\n" for i, m in enumerate(merges))
     return fastBPE.fastBPE(path).apply(tokenized)
+
+
+def fairseq_alignments(hub, ensemble, src) -> dict:
+    """fairseq-generate --print-alignment hard and soft (SequenceGeneratorWithAlignment: the last decoder layer's
+    cross-attention, heads averaged, an ensemble's averaged over its models) of beam 4's best outputs: per sentence
+    the hard pairs [source token, target token] and the soft rows (each target token and EOS over the source tokens
+    and EOS, as fairseq prints them: 6 decimals); the ensemble's hard pairs too."""
+    out = {}
+    for name, model in (("", hub), ("ensemble_", ensemble)):
+        for kind in ("hard", "soft") if not name else ("hard",):
+            hyps = model.generate(src, beam=4, max_len_a=1.2, max_len_b=10, print_alignment=kind, constraints=None)
+            out[f"{name}align_{kind}_tokens"] = [h[0]["tokens"].tolist() for h in hyps]
+            out[f"{name}align_{kind}"] = [[list(map(int, pair)) for pair in h[0]["alignment"]] if kind == "hard"
+                                          else [[float(p) for p in row] for row in h[0]["alignment"]] for h in hyps]
+    return out
 
 
 def pad_ids(rows, pad: int) -> np.ndarray:

@@ -88,6 +88,8 @@ class Supports:
     # extras['ensemble'] (a tuple of parameter trees of the same model) and decode with the mean of the members'
     # probabilities
     ensemble: bool = False
+    # word alignments (eval.alignment) from the attention of a given output under teacher forcing (`ModelSpec.align`)
+    align: bool = False
     # why the model does not take what it lacks here, added to the refusal (a setting that takes it away)
     note: str = ""
 
@@ -95,7 +97,7 @@ class Supports:
 def check_supported(model_name: str, supports: Supports, *, init: bool = False, soft: bool = False,
                     hard: bool = False, trace: bool = False, beam_size: int = 1, pairs: bool = False,
                     oracle: str = "", prefix: bool = False, nbest: int = 1, score: bool = False,
-                    ensemble: bool = False) -> None:
+                    ensemble: bool = False, align: bool = False) -> None:
     """Raises a one-line DataError naming the first thing the model cannot do."""
     asked = [(init, supports.init, "initial hypotheses (post-editing)"),
              (soft, supports.soft_constraints, "soft constraints"),
@@ -108,7 +110,9 @@ def check_supported(model_name: str, supports: Supports, *, init: bool = False, 
              (nbest > 1, supports.nbest, f"n-best lists (nbest {nbest}): it keeps one output per sentence"),
              (score, supports.score,
               "forced decoding (scoring given translations): it defines no probability of a whole output"),
-             (ensemble, supports.ensemble, "ensembles (eval.ensemble)")]
+             (ensemble, supports.ensemble, "ensembles (eval.ensemble)"),
+             (align, supports.align, "word alignments (eval.alignment), which are read off a left-to-right "
+                                     "model's attention")]
     for wanted, can, what in asked:
         if wanted and not can:
             raise DataError(f"model {model_name!r} does not take {what}" + (f" ({supports.note})" if supports.note

@@ -9,7 +9,8 @@ target-language token, forced, adds nothing), "score", the score the model's sea
 models: logp / length ** eval.length_penalty, translate's "score" of it; NAT: its pass's mean token log-probability;
 DA-Transformer and CTC: logp), and "length", the translation's pieces and its end; with eval.token_scores=true (a
 left-to-right model) also "pieces", those pieces and the end's, and "token_logp", the log-probability of each
-(fairseq's positional scores). A translation the model cannot produce (longer than a canvas or graph allows) has
+(fairseq's positional scores); with eval.alignment (the left-to-right models) also "alignment", the translation's
+alignment to its source (`alignment`). A translation the model cannot produce (longer than a canvas or graph allows) has
 null scores, and one longer than the model's max_len is marked "target_too_long" with null scores; a warning counts
 each. Only models that define the probability of a whole output score (`Supports.score`); another says so in one
 line before anything is scored.
@@ -22,7 +23,7 @@ from jaxnat.decoding.translate_io import CHUNK_LINES, Job, json_request, stream
 from jaxnat.errors import DataError
 
 REQUEST_KEYS = ("src", "tgt", "src_lang", "tgt_lang", "constraint_pairs")
-OUTPUT_KEYS = ("logp", "score", "length", "pieces", "token_logp")
+OUTPUT_KEYS = ("logp", "score", "length", "pieces", "token_logp", "alignment", "src_pieces")
 
 
 def parse_scored(lines: list[str], where: str) -> list[dict]:
@@ -70,7 +71,7 @@ def _score(translator, requests: list[dict], config) -> list[dict]:
             options["pairs" if key == "constraint_pairs" else f"{key}s"] = [r.get(key) or None for r in requests]
     # (a translation the model cannot produce scores -inf: the output writes null, as translate's non-finite scores)
     return translator.score([r["src"] for r in requests], [r["tgt"] for r in requests], config.eval.batch_size,
-                            token_scores=config.eval.token_scores, **options)
+                            token_scores=config.eval.token_scores, alignment=config.eval.alignment, **options)
 
 
 SCORE = Job(parse_scored, check_scored, _score, "score", "scores", "scores", "source-translation pairs to score")

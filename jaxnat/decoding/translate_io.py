@@ -2,6 +2,7 @@
 With eval.nbest = N > 1 (a model that keeps several outputs: `Supports.nbest`), each output line also has "nbest", the
 sentence's N best outputs of its beam, best first, `[{"hyp", "score"}]` (fewer where the search finished fewer).
 With eval.mbr, "hyp" and "score" are those of the beam's output the others agree with most, "mbr_utility" how much.
+With eval.alignment (the left-to-right models), "alignment": "hyp"'s alignment to its source (`alignment`).
 
 Each input line is either a JSON object with at least "src", or plain text (a line that does not start with
 '{'). Refining models (LevT) also read, per line, "init" (a target-side hypothesis to refine: post-editing)
@@ -33,6 +34,7 @@ from typing import Callable, NamedTuple
 
 from jaxnat.data.sources import parse_pairs
 from jaxnat.data.text import read_lines, split_lines
+from jaxnat.decoding import alignment
 from jaxnat.decoding.request import check_supported
 from jaxnat.errors import ConfigError, DataError, Interrupted
 
@@ -51,8 +53,8 @@ def _finite(text: str) -> float:
 REQUEST_KEYS = ("src", "init", "constraints", "hard", "constraint_pairs", "src_lang", "tgt_lang")
 # what output lines write: an input key of the same name would be replaced, not echoed (an MT system's output
 # line fed in as it is: its "hyp" silently gone, and not refined either); "nbest" with eval.nbest > 1, "mbr_utility"
-# with eval.mbr
-OUTPUT_KEYS = ("hyp", "score", "nbest", "mbr_utility")
+# with eval.mbr, "alignment", "src_pieces" and "pieces" with eval.alignment
+OUTPUT_KEYS = ("hyp", "score", "nbest", "mbr_utility", "alignment", "src_pieces", "pieces")
 
 
 def misspelt(obj: dict, where: str, keys: tuple = REQUEST_KEYS) -> None:
@@ -221,9 +223,11 @@ def _translate(translator, requests: list[dict], config) -> list[dict]:
             options[f"{key}s"] = [r.get(key) or None for r in todo]
     nbest = config.eval.nbest
     done = iter(translator.translate([r["src"] for r in todo], config.eval.beam_size, config.eval.batch_size,
-                                     nbest=nbest, mbr=config.eval.mbr, **options) if todo else ())
+                                     nbest=nbest, mbr=config.eval.mbr, alignment=config.eval.alignment, **options)
+                if todo else ())
     blank = {"hyp": "", "score": None, **dict.fromkeys(translator.spec.supports.counts, 0),
-             **({"nbest": []} if nbest > 1 else {})}
+             **({"nbest": []} if nbest > 1 else {}), **(alignment.blank(config.eval.alignment)
+                                                        if config.eval.alignment else {})}
     return [blank if _empty(r) else next(done) for r in requests]
 
 

@@ -18,6 +18,7 @@ import numpy as np
 from jaxnat.data.batching import bucket_lengths, eval_batches
 from jaxnat.data.tokenizer import no_language_tokens_named, phrase_encoder
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.decoding import alignment as align_rule
 from jaxnat.decoding import mbr as mbr_rule
 from jaxnat.decoding.request import DecodeRequest, check_supported, pad_hypotheses, pad_phrases
 from jaxnat.errors import DataError
@@ -49,6 +50,12 @@ class Start(NamedTuple):
     def pieces(self) -> list[int]:
         """The starting hypothesis a refining model begins from, without BOS/EOS."""
         return self.init if self.init is not None else [t for p in self.phrases or [] for t in p]
+
+
+def output_row(tokens: np.ndarray) -> np.ndarray:
+    """An output row int32[T] [BOS … EOS, PAD …] → its tokens after BOS up to its end (all, without one)."""
+    ends = np.flatnonzero((tokens[1:] == EOS_ID) | (tokens[1:] == PAD_ID))
+    return tokens[1:1 + (ends[0] if len(ends) else len(tokens) - 1)]
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -97,6 +104,7 @@ class Translator:
         self._generate = jax.jit(spec.generate)
         self._plan = jax.jit(spec.plan) if spec.plan is not None else None
         self._score = jax.jit(spec.score) if spec.score is not None else None
+        self._align = jax.jit(spec.align) if spec.align is not None else None
         self._token_scores: bool | None = None  # whether spec.score gives per-piece scores (`check_token_scores`)
         # a model with a plan (length prediction): outputs as wide as the planned lengths need (`planned`);
         # False: as wide as the source allows (bench/decode_speed.py --full-canvas)
@@ -364,20 +372,24 @@ class Translator:
                   cut_long_inits: bool = False, pairs: list | None = None,
                   drop_long_pairs: bool = False, references: list[str] | None = None,
                   oracle: str = "", token_scores: bool = False, src_langs: list | None = None,
-                  tgt_langs: list | None = None, label: str = "", nbest: int = 1, mbr: str = "") -> list[dict]:
+                  tgt_langs: list | None = None, label: str = "", nbest: int = 1, mbr: str = "",
+                  alignment: str = "") -> list[dict]:
         """Texts -> [{'hyp': str, 'score': float, and the model's counts}] in input order (`starts` for the
         other arguments, `translate_ids` for ``oracle`` with the target-side ``references`` and for ``label``; beam
         and batch size default to the config's eval.beam_size and eval.batch_size; src_langs, tgt_langs: per text a
         multilingual model's language tokens or None, `language_tokens`). With ``token_scores`` also the output's
-        pieces without BOS/EOS (and a forced language token), 'pieces': [int], with 'token_logp': [float] and
+        pieces without BOS/EOS (and a forced language token), 'piece_ids': [int], with 'token_logp': [float] and
         'token_scored': [bool] for each (`ModelSpec.generate`), for calibration. With ``nbest`` > 1 (a model that keeps
         several outputs, `Supports.nbest`; at most the beam size) also 'nbest': the sentence's best outputs, best first,
         [{'hyp', 'score'}], as many as the search finished up to nbest (the first is 'hyp' and 'score'). With ``mbr``
         (a utility of `mbr.UTILITIES`; a model that keeps several outputs, a beam of two at least), 'hyp' and 'score'
         are those of the output of highest expected utility among the beam's (`mbr.choose`), 'mbr_utility' that
-        utility (the lists keep the model's order)."""
+        utility (the lists keep the model's order). With ``alignment`` (`alignment.KINDS`; a model that aligns,
+        `Supports.align`) also the word alignment of 'hyp' and its source (`alignment.fields`: 'alignment', and
+        'src_pieces' and 'pieces' where it counts pieces)."""
         check_arguments(texts, inits=inits, constraints=constraints, hard=hard, pairs=pairs, references=references,
                         src_langs=src_langs, tgt_langs=tgt_langs)
+        self.check_alignment(alignment)
         beam_size = self.config.eval.beam_size if beam_size is None else beam_size
         batch_size = self.config.eval.batch_size if batch_size is None else batch_size
         if nbest > beam_size:  # (the search refuses it too, but after the texts are encoded)
@@ -403,25 +415,71 @@ class Translator:
             log.warning("%d of %d sentences got no output with a finite score (null in translate's output): hard "
                         "constraints the search could not meet, or a model whose computation overflows (a diverged "
                         "run)", unscored, len(outs))
-        results = []
+        results, chosen = [], []  # chosen: each 'hyp''s tokens
         chooser = self.mbr_chooser(len(outs), label) if mbr else None
         for o, note in zip(outs, notes):
             r = {"hyp": self.tokenizer.decode(list(o["tokens"]), "tgt"), "score": float(o["score"])}
             r.update({k: int(o[k]) for k in self.spec.supports.counts})
+            chosen.append(o["tokens"])
             if listed > 1:
-                candidates = [{"hyp": self.tokenizer.decode(list(t), "tgt"), "score": float(score)}
-                              for t, score in zip(o["nbest_tokens"], o["nbest_score"]) if np.isfinite(score)]
+                kept = [k for k, score in enumerate(o["nbest_score"]) if np.isfinite(score)]
+                candidates = [{"hyp": self.tokenizer.decode(list(o["nbest_tokens"][k]), "tgt"),
+                               "score": float(o["nbest_score"][k])} for k in kept]
                 if chooser is not None and candidates:
-                    r.update(chooser(candidates))
+                    best, fields = chooser(candidates)
+                    r.update(fields)
+                    chosen[-1] = o["nbest_tokens"][kept[best]]
                 if nbest > 1:
                     r["nbest"] = candidates[:nbest]
             if token_scores:
                 tokens = np.asarray(o["tokens"])
                 real = self.translation_pieces(tokens)
-                r.update(pieces=tokens[real].tolist(), token_logp=np.asarray(o["token_logp"])[real].tolist(),
+                r.update(piece_ids=tokens[real].tolist(), token_logp=np.asarray(o["token_logp"])[real].tolist(),
                          token_scored=np.asarray(o["token_scored"])[real].tolist())
             results.append({**r, **note})
+        if alignment:
+            rows = [list(map(int, output_row(tokens))) for tokens in chosen]
+            lead = [int(bool(self.tokenizer.languages))] * len(rows)  # the forced target-language token
+            for r, fields in zip(results, self.alignments(alignment, texts, src, rows, lead, starts, batch_size)):
+                r.update(fields)
         return results
+
+    def check_alignment(self, kind: str) -> None:
+        """A one-line DataError where ``kind`` is no alignment kind, or the model gives no alignments."""
+        if kind and kind not in align_rule.KINDS:
+            raise DataError(f"alignment {kind!r} is none of {', '.join(align_rule.KINDS)}")
+        check_supported(self.spec.name, self.spec.supports, align=bool(kind))
+
+    def forced(self, fn, src: list[np.ndarray], rows: list[list[int]], starts: list[Start], batch_size: int):
+        """Yields (sentence, its row of ``fn``'s outputs) for the sentences whose output rows fit the model: fn one of
+        `ModelSpec`'s functions of given outputs (score, align) taking (params, request, tgt int32[B, T] [BOS, row,
+        EOS] rows); src: [BOS … EOS] source arrays; rows: per sentence its given output's tokens (a prefix's
+        included); starts: each sentence's `Start` (prefixed)."""
+        todo = [i for i, row in enumerate(rows) if len(row) + 2 <= self.spec.cfg.max_len]
+        for idx, batch in eval_batches([src[i] for i in todo], None, batch_size, self.buckets):
+            kept = [todo[i] if i >= 0 else -1 for i in idx]
+            request = self.request(batch["src"], [starts[i] if i >= 0 else Start() for i in kept], 1, False)
+            longest = max(len(rows[i]) for i in kept if i >= 0) + 2
+            tgt_rows = pad_hypotheses([rows[i] if i >= 0 else [] for i in kept], self.bucket_width(longest, longest))
+            out = jax.device_get(fn(self.params, request, tgt_rows))
+            for row, i in enumerate(kept):
+                if i >= 0:
+                    yield i, jax.tree_util.tree_map(lambda v: v[row], out)
+
+    def alignments(self, kind: str, texts: list[str], src: list[np.ndarray], rows: list[list[int]], lead: list[int],
+                   starts: list[Start] | None, batch_size: int) -> list[dict]:
+        """Per sentence the fields of its alignment ``kind`` (`alignment.fields`; {'alignment': None} where its
+        output does not fit the model): the source ``texts`` and their arrays as `encode` gives them; rows: each
+        output's tokens after BOS, its end left out, ``lead`` of them a prefix that is no translation (a forced
+        target-language token)."""
+        starts = self.prefixed(starts, len(src))
+        out = [{"alignment": None} for _ in src]
+        first = 1 + bool(self.tokenizer.languages)  # the source's first piece, after BOS and a language token
+        for i, attention in self.forced(self._align, src, rows, starts, batch_size):
+            seen = attention[lead[i]:len(rows[i]) + 1, first:len(src[i])]  # the translation's and end's rows
+            out[i] = align_rule.fields(kind, seen, texts[i], src[i][first:-1].tolist(), rows[i][lead[i]:],
+                                       self.tokenizer)
+        return out
 
     def score_ids(self, src: list[np.ndarray], tgt: list[list[int]], batch_size: int,
                   starts: list[Start] | None = None, token_scores: bool = False) -> list[dict]:
@@ -435,22 +493,13 @@ class Translator:
         if token_scores:
             self.check_token_scores()
         rows = [[*(s.prefix or ()), *ids] for s, ids in zip(starts, tgt)]
-        fits = [len(row) + 2 <= self.spec.cfg.max_len for row in rows]
         results: list[dict] = [{"logp": None, "score": None, **({"token_logp": None} if token_scores else {})}
                                for _ in src]
-        todo = [i for i, fit in enumerate(fits) if fit]
-        for idx, batch in eval_batches([src[i] for i in todo], None, batch_size, self.buckets):
-            kept = [todo[i] if i >= 0 else -1 for i in idx]
-            request = self.request(batch["src"], [starts[i] if i >= 0 else Start() for i in kept], 1, False)
-            longest = max(len(rows[i]) for i in kept if i >= 0) + 2
-            tgt_rows = pad_hypotheses([rows[i] if i >= 0 else [] for i in kept], self.bucket_width(longest, longest))
-            out = jax.device_get(self._score(self.params, request, tgt_rows))
-            for row, i in enumerate(kept):
-                if i >= 0:
-                    results[i] = {"logp": float(out["logp"][row]), "score": float(out["score"][row])}
-                    if token_scores:  # the translation's pieces and its end, after the prefix
-                        first = len(starts[i].prefix or ())
-                        results[i]["token_logp"] = out["token_logp"][row][first:len(rows[i]) + 1].tolist()
+        for i, out in self.forced(self._score, src, rows, starts, batch_size):
+            results[i] = {"logp": float(out["logp"]), "score": float(out["score"])}
+            if token_scores:  # the translation's pieces and its end, after the prefix
+                first = len(starts[i].prefix or ())
+                results[i]["token_logp"] = out["token_logp"][first:len(rows[i]) + 1].tolist()
         return results
 
     def check_token_scores(self) -> None:
@@ -467,14 +516,17 @@ class Translator:
                             f"probability times the pieces'), as the left-to-right models' is")
 
     def score(self, texts: list[str], targets: list[str], batch_size: int | None = None, pairs: list | None = None,
-              src_langs: list | None = None, tgt_langs: list | None = None, token_scores: bool = False) -> list[dict]:
+              src_langs: list | None = None, tgt_langs: list | None = None, token_scores: bool = False,
+              alignment: str = "") -> list[dict]:
         """Given translations scored (`score_ids`): texts and their translations ``targets`` → [{'logp', 'score',
         'length': the translation's target pieces and its end, and `input_notes`' notes}], in input order, with
         'target_too_long' where a translation does not fit the model (its logp and score None). pairs (a model
         that reads constraint pairs), src_langs, tgt_langs: per text, as `translate` takes them. With
         ``token_scores`` (a left-to-right model) also 'pieces': the translation's pieces and the end's, and
-        'token_logp': the log-probability of each."""
+        'token_logp': the log-probability of each. With ``alignment`` also the translation's word alignment to its
+        source, as `translate` gives it."""
         check_arguments(texts, targets=targets, pairs=pairs, src_langs=src_langs, tgt_langs=tgt_langs)
+        self.check_alignment(alignment)
         if bad := [i for i, target in enumerate(targets) if not isinstance(target, str)]:
             raise DataError(f"targets[{bad[0]}] is {type(targets[bad[0]]).__name__}, not a string")
         check_supported(self.spec.name, self.spec.supports, score=True)
@@ -487,14 +539,19 @@ class Translator:
         notes = self.input_notes(texts, cut, targets, None, None, pairs)  # a translation's characters as an init's
         tgt = self.tokenizer.encode(list(targets), "tgt")
         scored = self.score_ids(src, tgt, batch_size, starts, token_scores)
+        aligned = [{}] * len(texts)
+        if alignment:
+            prefixes = [list(s.prefix or ()) for s in self.prefixed(starts, len(texts))]  # as score_ids forces them
+            aligned = self.alignments(alignment, texts, src, [[*p, *ids] for p, ids in zip(prefixes, tgt)],
+                                      list(map(len, prefixes)), starts, batch_size)
         results = []
-        for out, ids, note in zip(scored, tgt, notes):
+        for out, ids, note, fields in zip(scored, tgt, notes, aligned):
             too_long = {"target_too_long": True} if out["logp"] is None else {}
             r = {"logp": out["logp"], "score": out["score"], "length": len(ids) + 1}
             if token_scores:
                 r.update(pieces=[self.tokenizer.id_to_piece(i, "tgt") for i in [*ids, EOS_ID]],
                          token_logp=out["token_logp"])
-            results.append({**r, **note, **too_long})
+            results.append({**r, **fields, **note, **too_long})
         if long := sum("target_too_long" in r for r in results):
             log.warning("%d of %d translations are longer than the model's max_len (%d tokens with BOS and EOS) and "
                         "were not scored (marked \"target_too_long\", with null scores)", long, len(results),
@@ -505,7 +562,7 @@ class Translator:
         return results
 
     def mbr_chooser(self, sentences: int, label: str = ""):
-        """A function of a sentence's candidates ([{'hyp', 'score'}], the model's order) → its MBR choice
+        """A function of a sentence's candidates ([{'hyp', 'score'}], the model's order) → its MBR choice: its index and
         {'hyp', 'score', 'mbr_utility'} (`mbr.choose`), logging its progress over ``sentences`` as a long pass
         does."""
         started = reported = time.perf_counter()
@@ -520,7 +577,7 @@ class Translator:
                 log.info("%sMBR chose for %d of %d sentences in %.0f s, about %s left", f"{label}: " if label else "",
                          done, sentences, now - started, duration((now - started) * (sentences / done - 1)))
                 reported = now
-            return {**candidates[best], "mbr_utility": expected}
+            return best, {**candidates[best], "mbr_utility": expected}
 
         return choose
 

@@ -52,6 +52,9 @@ class ModelSpec:
       'token_logp' float32[B, T − 1], each of tgt[:, 1:]'s log-probability given the tokens before it (0.0 at the
       prefix and PAD), whose sum is logp (a sum over alignments or paths, or a length's probability times the
       tokens', has no such shares)
+    align(params, request, tgt) -> float32[B, T − 1, S], or None: word alignment (`Supports.align`): tgt as score
+      takes it; where each position predicting tgt[:, 1:] looks in request.src's columns, the last decoder layer's
+      cross-attention averaged over its heads (an ensemble's over its models: `jaxnat.decoding.alignment`)
     summary(params) -> {name: float}, or None: scalars of the parameters themselves worth following (Coverage-NAT's
       λ), in the history at each log step and in metrics.json beside the scores of the parameters decoded
     """
@@ -71,6 +74,7 @@ class ModelSpec:
     left_out: tuple[str, str] | tuple = ()
     summary: Callable | None = None
     score: Callable | None = None
+    align: Callable | None = None
     request_extras: Callable | None = None
 
     def __post_init__(self):

@@ -507,6 +507,14 @@ def source_tokens(c: TransformerConfig, src: jnp.ndarray, segments=None):
     return jnp.where(bos, PAD_ID, src), jnp.where(bos, 0, segments)
 
 
+def source_columns(c: TransformerConfig, weights: jnp.ndarray) -> jnp.ndarray:
+    """float[..., S] over the source positions the encoder read (`source_tokens`) → over the given [BOS … EOS]
+    source's own S columns: without ``source_bos`` shifted right by one, BOS's column 0 (it was not read)."""
+    if c.source_bos:
+        return weights
+    return jnp.pad(weights, [(0, 0)] * (weights.ndim - 1) + [(1, 0)])[..., :-1]
+
+
 def scan_stack(body, layer: nn.Module, length: int, carry, per_layer=None):
     """``body(layer, carry, x_i) -> (carry, None)`` run over ``length`` layers as one `nn.scan` (``scan_layers``):
     one traced layer body, ``layer``'s parameters stacked along a leading layer axis [length, ...], each layer its

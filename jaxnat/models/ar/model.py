@@ -25,7 +25,8 @@ from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import next_in_segment, segment_starts
 from jaxnat.models.spec import ModelSpec, skipped_unless, word_glue
 from jaxnat.models.transformer import (absent_logits, Decoder, embedders, embedding_norms, Encoder, rows_dense,
-                                      source_tokens, TransformerConfig, token_mask, without_cross_cache)
+                                      source_columns, source_tokens, TransformerConfig, token_mask,
+                                      without_cross_cache)
 
 START_IDS = {"bos": BOS_ID, "eos": EOS_ID, "pad": PAD_ID}  # model.decoder_start -> the id embedded for BOS
 
@@ -88,6 +89,14 @@ class ARTransformer(nn.Module):
         h = self.decoder(self.embed_target(tgt_in, train, segments=segments), mask, memory, src_mask, train)
         return self.logits(h)
 
+    def cross_attention(self, tgt_in: jnp.ndarray, memory: jnp.ndarray, src_mask: jnp.ndarray) -> jnp.ndarray:
+        """Teacher forcing on an encoded source (`decode`'s arguments) → where each position looks in the source
+        as it predicts the next token: the last decoder layer's cross-attention weights averaged over its heads,
+        float32[B, T, S] (fairseq's alignment layer and heads: `jaxnat.decoding.alignment`)."""
+        x = self.embed_target(tgt_in, False)
+        _, weights = self.decoder(x, token_mask(tgt_in), memory, src_mask, False, return_attention=True)
+        return jnp.mean(weights, axis=1)
+
     def init_cache(self, memory: jnp.ndarray, max_len: int):
         """memory: float[B, S, D] -> per-layer cache for `step` (self-attention slots for max_len tokens)."""
         return self.decoder.init_cache(memory, max_len)
@@ -141,9 +150,19 @@ def ar_score(model: ARTransformer, params, src: jnp.ndarray, tgt: jnp.ndarray, r
         jnp.sum(token_mask(tgt[:, 1:]), axis=1), 1)
 
 
+def ar_attention(model: ARTransformer, params, src: jnp.ndarray, tgt: jnp.ndarray) -> jnp.ndarray:
+    """Teacher forcing: float32[B, T - 1, S], the attention of each position predicting tgt[:, 1:] over src's columns
+    (`ARTransformer.cross_attention`; a column the encoder did not read, BOS without ``source_bos``, 0). src:
+    int32[B, S] [BOS … EOS]; tgt: int32[B, T] [BOS … EOS] rows, row b a translation of src's row b."""
+    read, _ = source_tokens(model.cfg, src)
+    memory = model.apply(params, read, method="encode")
+    weights = model.apply(params, tgt[:, :-1], memory, token_mask(read), method="cross_attention")
+    return source_columns(model.cfg, weights)
+
+
 # ----------------------------------------------------------------------------------------------- decoding
 
-SUPPORTS = Supports(beam=True, hard_constraints=True, prefix=True, nbest=True, score=True, ensemble=True)
+SUPPORTS = Supports(beam=True, hard_constraints=True, prefix=True, nbest=True, score=True, ensemble=True, align=True)
 
 
 def sampling_of(eval_cfg) -> Sampling | None:
@@ -275,9 +294,13 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                                                  for p in (params, *members(request))]))
         return forced_result(token_logp, tgt, request.prefix, e.length_penalty)
 
+    def align(params, request: DecodeRequest, tgt) -> jnp.ndarray:  # an ensemble's: its models' mean (fairseq's)
+        return jnp.mean(jnp.stack([ar_attention(module, p, request.src, tgt) for p in (params, *members(request))]),
+                        axis=0)
+
     capacity = output_capacity(cfg, e)
     return ModelSpec("ar", cfg, module, init, loss, generate, capacity, sampled(SUPPORTS, sampling), packs=True,
-                     score=score)
+                     score=score, align=align)
 
 
 def output_capacity(cfg: TransformerConfig, eval_cfg):

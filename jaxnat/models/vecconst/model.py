@@ -315,6 +315,15 @@ class VecConstTransformer(ARTransformer):
         h = self.decode_with_pairs(src, tgt_in, pair_src, pair_tgt, train, src_seg, tgt_seg)
         return self.pair_token_losses(h, labels, pair_tgt, eps, tgt_seg, train)
 
+    def pair_cross_attention(self, src, tgt_in, pair_src, pair_tgt, entries: int | None = None):
+        """Teacher forcing → where each position looks in the source as it predicts the next token, float32[B, T, S]:
+        the last decoder layer's cross-attention weights averaged over its heads (`ARTransformer.cross_attention`),
+        over the source's columns only (the constraint entries' left out)."""
+        memory, memory_mask, prefixes = self.encode_with_pairs(src, pair_src, pair_tgt, entries=entries)
+        _, weights = self.decoder(self.tgt_embed(tgt_in, False), token_mask(tgt_in), memory, memory_mask, False,
+                                  return_attention=True, prefixes=prefixes)
+        return jnp.mean(weights[..., -src.shape[1]:], axis=1)
+
     # -- cached decoding ---------------------------------------------------------------------------------
     def init_pair_cache(self, memory: jax.Array, max_len: int, prefixes):
         return self.decoder.init_cache(memory, max_len, prefixes)
@@ -494,7 +503,7 @@ def vecconst_generate(module: VecConstTransformer, params, request: DecodeReques
                   max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, nbest=request.nbest, sampling=sampling)
 
 
-SUPPORTS = Supports(beam=True, hard_constraints=True, pairs=True, nbest=True, score=True)
+SUPPORTS = Supports(beam=True, hard_constraints=True, pairs=True, nbest=True, score=True, align=True)
 
 
 @struct.dataclass
@@ -534,8 +543,13 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         tokens_to_logprobs, cache = pair_decoder(module, params, request, 1, tgt.shape[1], pair_consumes(s))
         return forced_result(forced_logp(tokens_to_logprobs, cache, tgt), tgt, None, e.length_penalty)
 
+    def align(params, request: DecodeRequest, tgt) -> jax.Array:
+        pairs = request.extras["pairs"]
+        return module.apply(params, request.src, tgt[:, :-1], pairs.src, pairs.tgt, pairs.entries,
+                            method="pair_cross_attention")
+
     return ModelSpec("vecconst", cfg, module, init, loss, generate, capacity, sampled(SUPPORTS, sampling), packs=True,
-                     request_extras=pair_extras, score=score)
+                     request_extras=pair_extras, score=score, align=align)
 
 
 def pair_extras(translator, starts) -> dict:
