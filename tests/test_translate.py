@@ -245,7 +245,7 @@ def test_a_score_that_is_no_finite_number_is_written_as_null(tmp_path):
             return [{"hyp": t, "score": s} for t, s in zip(texts, (float("-inf"), float("nan"), -1.5))]
 
     (tmp_path / "in.txt").write_text("a\nb\nc\n")
-    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4, nbest=1, mbr=""))
+    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4, nbest=1, mbr="", alignment=""))
     translate_stream(Stub, config, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"))
     assert [json.loads(line)["score"] for line in (tmp_path / "out.jsonl").read_text().splitlines()] == [
         None, None, -1.5]
@@ -398,13 +398,14 @@ def test_a_blank_line_is_an_empty_line_out_untranslated(tmp_path):
         def start(self, init, phrases, is_hard, pairs, tgt_lang=None):  # each line's start, checked before translating
             asked.append(init)
 
-    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4, nbest=1, mbr=""))
+    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4, nbest=1, mbr="", alignment=""))
     (tmp_path / "in.txt").write_text('a\n\n   \n{"src": "", "id": 7}\n{"src": " ", "init": "x"}\nb\n')
     translate_stream(Stub, config, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"))
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert [(r["hyp"], r["score"], r["iterations"]) for r in rows] == [
         ("<a>", -1.0, 2), ("", None, 0), ("", None, 0), ("", None, 0), ("< >", -1.0, 2), ("<b>", -1.0, 2)]
-    assert rows[3]["id"] == 7 and asked == ["x", (["a", " ", "b"], {"nbest": 1, "mbr": "", "inits": [None, "x", None],
+    assert rows[3]["id"] == 7 and asked == ["x", (["a", " ", "b"], {"nbest": 1, "mbr": "", "alignment": "",
+                                                                     "inits": [None, "x", None],
                                                                      "constraints": [None] * 3, "hard": [False] * 3})]
     asked.clear()
     (tmp_path / "blank.txt").write_text("\n \n")
@@ -415,6 +416,11 @@ def test_a_blank_line_is_an_empty_line_out_untranslated(tmp_path):
     config.eval.nbest = 2
     translate_stream(Stub, config, str(tmp_path / "blank.txt"), str(tmp_path / "blank.jsonl"))
     assert [json.loads(line)["nbest"] for line in (tmp_path / "blank.jsonl").read_text().splitlines()] == [[], []]
+    # and so are its alignment and the pieces it counts
+    config.eval.alignment = "pieces"
+    translate_stream(Stub, config, str(tmp_path / "blank.txt"), str(tmp_path / "blank.jsonl"))
+    assert [json.loads(line)["alignment"] for line in (tmp_path / "blank.jsonl").read_text().splitlines()] == [""] * 2
+    assert json.loads((tmp_path / "blank.jsonl").read_text().splitlines()[0])["src_pieces"] == []
 
 
 def test_a_reader_that_closes_stdout_ends_translation_quietly(monkeypatch):
@@ -437,7 +443,7 @@ def test_a_reader_that_closes_stdout_ends_translation_quietly(monkeypatch):
     monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(b"a\nb\n"), isatty=lambda: False))
     stdout = open(write, "w", encoding="utf-8")
     monkeypatch.setattr(sys, "stdout", stdout)
-    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4, nbest=1, mbr=""))
+    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4, nbest=1, mbr="", alignment=""))
     translate_stream(Stub, config, None, None)
     stdout.write("more\n")
     stdout.close()  # flushes: no error either
@@ -465,7 +471,7 @@ def test_ctrl_c_says_what_the_output_holds_and_that_nothing_resumes(tmp_path, mo
             chunks.append(texts)
             return [{"hyp": t, "score": -1.0} for t in texts]
 
-    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4, nbest=1, mbr=""))
+    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4, nbest=1, mbr="", alignment=""))
     (tmp_path / "in.txt").write_text("a\nb\nc\nd\ne\n")
     out = tmp_path / "out.jsonl"
     out.write_text("earlier\n")
@@ -584,7 +590,7 @@ def test_reading_from_a_terminal_says_how_to_end_the_input(monkeypatch, caplog, 
         def translate(self, texts, beam_size, batch_size, **options):
             return [{"hyp": t, "score": -1.0} for t in texts]
 
-    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4, nbest=1, mbr=""))
+    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4, nbest=1, mbr="", alignment=""))
     for tty in (False, True):
         monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(b"a\n"), isatty=lambda: tty))
         caplog.clear()
