@@ -43,7 +43,10 @@ port of fairseq's search and its own VDBA/DBA (`eval.constraint_order=given`); L
 `eval.run_all_iterations=true`); CMLM mask-predict, 10 passes forced, length beam 1 (fairseq's recipe's
 `--iter-decode-max-iter 9`, forced so that no candidate stops early on either side; jaxnat
 `cmlm.mask_predict_iter=10`, `cmlm.length_beam=1`); NAT, one pass, length beam 1 (fairseq
-`--iter-decode-max-iter 0`). The length-predicting and edit models decode under `eval.search_rules=fairseq`
+`--iter-decode-max-iter 0`); AR beam 4 with each output's alignment (fairseq `--print-alignment hard`, its
+SequenceGeneratorWithAlignment, which reads the search's attention and extracts every beam's; jaxnat
+`eval.alignment=pieces`, one teacher-forced pass over the best outputs, `Translator.alignments`), outputs and pairs
+compared. The length-predicting and edit models decode under `eval.search_rules=fairseq`
 (`jaxnat/decoding/mask_predict_fairseq.py`; LevT's refinement is fairseq's under either rule).
 
 The sentences: fairseq limits a batch's outputs by its padded source width, jaxnat under fairseq's rules by the
@@ -119,6 +122,8 @@ class Row(NamedTuple):
     constrained: bool = False
     members: tuple[str, ...] = ()  # the other models of an ensemble (fairseq --path a.pt:b.pt, jaxnat eval.ensemble)
     score: bool = False  # the references scored (fairseq-generate --score-reference, jaxnat --mode score)
+    # each output's alignment too (fairseq-generate --print-alignment hard, jaxnat eval.alignment=pieces)
+    align: bool = False
 
 
 AR_FS, AR_OWN = ("eval.search_rules=fairseq",), ("eval.search_rules=jaxnat",)
@@ -142,6 +147,7 @@ ROWS = {
     "dat": Row("DA-Transformer lookahead (the authors' plugin)", "dat", {}, ()),
     "ensemble": Row("AR beam 4, an ensemble of two", "ar", dict(beam=4), AR_FS, beam=4, members=("ar2",)),
     "score": Row("AR scoring the references", "ar", {}, AR_FS, score=True),
+    "align": Row("AR beam 4 with alignments", "ar", dict(beam=4, print_alignment="hard"), AR_FS, beam=4, align=True),
 }
 DEFAULT_ROWS = [r for r in ROWS if ROWS[r].model not in PLUGIN_MODELS]
 
@@ -454,7 +460,7 @@ def fairseq_worker(args) -> int:
         gen = hub.cfg.generation
         gen.max_len_a, gen.max_len_b, gen.beam, gen.constraints = MAX_LEN_A, MAX_LEN_B, 1, None
         gen.iter_decode_max_iter, gen.iter_decode_force_max_iter, gen.iter_decode_with_beam = 10, False, 1
-        gen.iter_decode_eos_penalty = 0.0
+        gen.iter_decode_eos_penalty, gen.print_alignment = 0.0, None
         for key, value in row.fairseq.items():
             setattr(gen, key, value)
         generators[r] = hub.task.build_generator(hub.models, gen)
@@ -494,11 +500,17 @@ def fairseq_worker(args) -> int:
             sample = data.collater([data[i] for i in range(len(tokens))])
             hyps = hub.task.inference_step(generator, hub.models, sample, constraints=sample.get("constraints"))
             for i, h in zip(sample["id"].tolist(), hyps):  # the collater sorts by length
-                out[start + i] = h[0]["tokens"]
+                out[start + i] = h[0]["tokens"], h[0]["alignment"]
         seconds = time.perf_counter() - t0
-        print(json.dumps({"seconds": seconds, "hyps": [hub.string(t) for t in out],
+        out, alignments = zip(*out)
+        print(json.dumps({"seconds": seconds, "hyps": [hub.string(t) + (f" ||| {pharaoh(a)}" if row.align else "")
+                                                       for t, a in zip(out, alignments)],
                           "text": [hub.decode(t) for t in out]}, ensure_ascii=False), file=reply, flush=True)
     return 0
+
+
+def pharaoh(pairs) -> str:
+    return " ".join(f"{i}-{j}" for i, j in pairs)
 
 
 def score_references(hub, scorer, pairs: list, batch: int) -> tuple[float, list[float]]:
@@ -602,6 +614,7 @@ class Jaxnat:
 
     def decode(self, row: str, workload: str, sentences: int) -> dict:
         from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+        from jaxnat.decoding.translator import output_row
 
         t, (src, starts) = self.translators[row], self.encoded[row, workload]
         if ROWS[row].score:
@@ -611,14 +624,19 @@ class Jaxnat:
         t0 = time.perf_counter()
         outs = t.translate_ids(src[:sentences], ROWS[row].beam, WORKLOADS[workload],
                                starts[:sentences] if starts else None)
+        aligned = [{}] * sentences
+        if ROWS[row].align:  # the outputs' attention run and read (`Translator.alignments`)
+            rows = [[int(i) for i in output_row(o["tokens"])] for o in outs]
+            aligned = t.alignments("pieces", [""] * sentences, src[:sentences], rows, [0] * sentences, None,
+                                   WORKLOADS[workload])
         seconds = time.perf_counter() - t0
         hyps, text = [], []
-        for o in outs:
+        for o, a in zip(outs, aligned):
             ids = [int(i) for i in o["tokens"]]
             ids = ids[:ids.index(EOS_ID)] if EOS_ID in ids else ids
             # fairseq's dictionary writes <unk> for its unknown id (its NAT models' mask too)
             hyps.append(" ".join("<unk>" if i == UNK_ID else t.tokenizer.id_to_piece(i, "tgt")
-                                 for i in ids if i not in (PAD_ID, BOS_ID)))
+                                 for i in ids if i not in (PAD_ID, BOS_ID)) + (f" ||| {a['alignment']}" if a else ""))
             text.append(t.tokenizer.decode(ids, "tgt"))
         return {"seconds": seconds, "hyps": hyps, "text": text}
 
@@ -691,6 +709,10 @@ def run(args) -> int:
             gap = max(abs(a - b) for a, b in zip(fs["hyps"], jx["hyps"]))
             print(f"  {ROWS[r].label}, batch {WORKLOADS[w]}: scores from {min(fs['hyps']):.2f} to "
                   f"{max(fs['hyps']):.2f}, largest difference {gap:.2g}", file=sys.stderr)
+        if ROWS[r].align:  # of the outputs that differ, those whose tokens agree (their alignments do not)
+            tokens = sum(a != b and a.split(" ||| ")[0] == b.split(" ||| ")[0] for a, b in zip(fs["hyps"], jx["hyps"]))
+            print(f"  {ROWS[r].label}, batch {WORKLOADS[w]}: {tokens} of the {sizes[w] - same} outputs that differ "
+                  f"differ in their alignments only", file=sys.stderr)
         agree[r, w] = {"identical": same, "of": sizes[w], "fairseq": fs, "jaxnat": jx}
         print(f"  first pass {ROWS[r].label}, batch {WORKLOADS[w]}: fairseq {fs['seconds']:.1f} s, jaxnat "
               f"{jx['seconds']:.1f} s; identical outputs {same}/{sizes[w]}", file=sys.stderr, flush=True)
@@ -744,7 +766,7 @@ def report(args, out, cpus, sizes, rows, first, agree, times, inputs) -> None:
     for r in rows:
         cells = [f"{agree[r, w]['identical']}/{agree[r, w]['of']}" for w in WORKLOADS]
         cells.append("– (scores)" if ROWS[r].score else " / ".join(
-            f"{statistics.median(len(h.split()) for h in agree[r, 'b64'][side]['hyps']):g}"
+            f"{statistics.median(len(h.split(' ||| ')[0].split()) for h in agree[r, 'b64'][side]['hyps']):g}"
             for side in ("fairseq", "jaxnat")))
         met = "–"
         if ROWS[r].constrained:
