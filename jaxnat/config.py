@@ -231,6 +231,10 @@ def default_config() -> ml_collections.ConfigDict:
         # models, `jaxnat.decoding.alignment`): '' (none), words (Pharaoh pairs of whitespace words), pieces
         # (fairseq's --print-alignment hard) or soft (fairseq's --print-alignment soft)
         alignment="",
+        # translate: a glossary, lines of a source term, a tab and its target term; each sentence's terms found in
+        # its source become its constraints (`jaxnat.decoding.glossary`), hard (guaranteed) with glossary_hard, and
+        # a model of constraint pairs reads them as its pairs; glossary_ignore_case matches terms in any case
+        glossary="", glossary_hard=True, glossary_ignore_case=False,
         latency_sentences=100, throughput_batch=64,
         # the parameters decoded: "best" (best validation BLEU), or "averaged" (written by --mode average).
         # average_checkpoints N > 0 decodes instead the mean of N checkpoints: the newest N training states
@@ -437,6 +441,7 @@ def _check_values(config: ml_collections.ConfigDict, choices: dict, ranges: dict
 # empty), it would do nothing
 SWITCHED = {"eval.average_of": ("eval.average_checkpoints", "N"), "data.max_pairs": ("data.pairs_dir", "DIR"),
             "data.max_pair_pieces": ("data.pairs_dir", "DIR"), "eval.pairs_unproduced": ("data.pairs_dir", "DIR"),
+            "eval.glossary_hard": ("eval.glossary", "FILE"), "eval.glossary_ignore_case": ("eval.glossary", "FILE"),
             **{f"eval.{k}": ("eval.sampling", "true") for k in ("temperature", "top_k", "top_p", "epsilon",
                                                                  "sample_seed")}}
 
@@ -580,6 +585,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"{e} (asked by eval.constraints, eval.trace_sentences, eval.beam_size, "
                           f"eval.valid_beam_size, eval.nbest, eval.ensemble, eval.alignment or eval.oracle; oracle "
                           f"modes of {m.name!r}: {', '.join(family.supports.oracle) or 'none'})") from None
+    if config.eval.glossary:
+        takes = family.supports.pairs or (family.supports.hard_constraints if config.eval.glossary_hard
+                                          else family.supports.soft_constraints)
+        if not takes:
+            kind = "hard" if config.eval.glossary_hard else "soft"
+            hint = "; set eval.glossary_hard=true" if family.supports.hard_constraints else ""
+            raise ConfigError(f"eval.glossary gives each sentence's terms as {kind} constraints, which model "
+                              f"{m.name!r} does not take{hint}")
     if config.eval.sampling and "hard" in modes:
         raise ConfigError("eval.sampling=true samples without constraints, and eval.constraints asks for hard ones: "
                           "leave eval.constraints without hard, or eval.sampling=false")

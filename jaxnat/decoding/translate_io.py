@@ -3,6 +3,8 @@ With eval.nbest = N > 1 (a model that keeps several outputs: `Supports.nbest`), 
 sentence's N best outputs of its beam, best first, `[{"hyp", "score"}]` (fewer where the search finished fewer).
 With eval.mbr, "hyp" and "score" are those of the beam's output the others agree with most, "mbr_utility" how much.
 With eval.alignment (the left-to-right models), "alignment": "hyp"'s alignment to its source (`alignment`).
+With eval.glossary, "terms": the glossary's entries found in the line's source, whose target terms the model was
+given as constraints (`glossary`).
 
 Each input line is either a JSON object with at least "src", or plain text (a line that does not start with
 '{'). Refining models (LevT) also read, per line, "init" (a target-side hypothesis to refine: post-editing)
@@ -35,6 +37,7 @@ from typing import Callable, NamedTuple
 from jaxnat.data.sources import parse_pairs
 from jaxnat.data.text import read_lines, split_lines
 from jaxnat.decoding import alignment
+from jaxnat.decoding.glossary import Glossary
 from jaxnat.decoding.request import check_supported
 from jaxnat.errors import ConfigError, DataError, Interrupted
 
@@ -53,8 +56,8 @@ def _finite(text: str) -> float:
 REQUEST_KEYS = ("src", "init", "constraints", "hard", "constraint_pairs", "src_lang", "tgt_lang")
 # what output lines write: an input key of the same name would be replaced, not echoed (an MT system's output
 # line fed in as it is: its "hyp" silently gone, and not refined either); "nbest" with eval.nbest > 1, "mbr_utility"
-# with eval.mbr, "alignment", "src_pieces" and "pieces" with eval.alignment
-OUTPUT_KEYS = ("hyp", "score", "nbest", "mbr_utility", "alignment", "src_pieces", "pieces")
+# with eval.mbr, "alignment", "src_pieces" and "pieces" with eval.alignment, "terms" with eval.glossary
+OUTPUT_KEYS = ("hyp", "score", "nbest", "mbr_utility", "alignment", "src_pieces", "pieces", "terms")
 
 
 def misspelt(obj: dict, where: str, keys: tuple = REQUEST_KEYS) -> None:
@@ -121,6 +124,38 @@ def parse_requests(lines: list[str], where: str) -> list[dict]:
     return requests
 
 
+def with_terms(parse: Callable, glossary: Glossary) -> Callable:
+    """``parse`` whose requests each hold "terms", the entries of ``glossary`` found in its source (in its own
+    "src_lang" where it names one), [[source term, target term], …] (`glossary.Glossary.match`); a line that asks
+    for its "init" to be refined and holds terms is refused (a sentence takes a hypothesis or constraints)."""
+    def parse_with_terms(lines: list[str], where: str) -> list[dict]:
+        requests = parse(lines, where)
+        for n, r in enumerate(requests, 1):
+            r["terms"] = [list(entry) for entry in glossary.match(r["src"], r.get("src_lang", "").strip("_") or None)]
+            if r["terms"] and "init" in r:
+                raise DataError(f'{where}:{n}: the glossary finds {r["terms"][0][0]!r} in this source, whose target '
+                                f'term would be a constraint, and the line gives an "init" to refine: a sentence '
+                                f'takes either')
+        return requests
+
+    return parse_with_terms
+
+
+def constraints_of(request: dict, supports, glossary_hard: bool) -> tuple[list | None, bool, list | None]:
+    """(constraints, hard, constraint pairs) that a request asks for, with its glossary terms ("terms",
+    `with_terms`) added: their target terms join its "constraints" (under its own "hard" where it gives
+    constraints, else ``glossary_hard``; a model that reads constraint pairs, `Supports.pairs`, takes them as pairs,
+    and as constraints too where they are hard), each phrase once."""
+    phrases, hard, pairs = request.get("constraints") or [], bool(request.get("hard")), request.get("constraint_pairs")
+    terms = request.get("terms") or []
+    if terms and supports.pairs:
+        pairs = [*(pairs or []), *([s, t] for s, t in terms if [s, t] not in (pairs or []))]
+    if terms and (not supports.pairs or (request.get("hard") if phrases else glossary_hard)):
+        hard = hard if phrases else glossary_hard
+        phrases = [*phrases, *(t for _, t in terms if t not in phrases)]
+    return phrases or None, hard and bool(phrases), pairs or None
+
+
 def _empty(request: dict) -> bool:
     """A request with nothing to translate: a blank source, no initial hypothesis, constraints or pairs."""
     return not request["src"].strip() and not any(request.get(k) for k in ("init", "constraints", "constraint_pairs"))
@@ -134,13 +169,12 @@ def check_capabilities(requests: list[dict], translator, where: str) -> None:
     that chunk is translated)."""
     spec = translator.spec
     for n, r in enumerate(requests, 1):
-        phrases, hard = bool(r.get("constraints")), bool(r.get("hard"))
+        constraints, hard, pairs = constraints_of(r, spec.supports, translator.config.eval.glossary_hard)
         try:
-            check_supported(spec.name, spec.supports, init=r.get("init") is not None, soft=phrases and not hard,
-                            hard=phrases and hard, pairs=bool(r.get("constraint_pairs")))
-            if r.get("init") is not None or phrases or r.get("constraint_pairs"):
-                translator.start(r.get("init"), r.get("constraints"), hard, r.get("constraint_pairs"),
-                                 tgt_lang=r.get("tgt_lang"))
+            check_supported(spec.name, spec.supports, init=r.get("init") is not None,
+                            soft=bool(constraints) and not hard, hard=bool(constraints) and hard, pairs=bool(pairs))
+            if r.get("init") is not None or constraints or pairs:
+                translator.start(r.get("init"), constraints, hard, pairs, tgt_lang=r.get("tgt_lang"))
         except DataError as e:
             raise DataError(f"{where}:{n}: {e}") from None
 
@@ -212,12 +246,13 @@ def _translate(translator, requests: list[dict], config) -> list[dict]:
     # an empty source that asks nothing else is an empty line out (a paragraph break of a document), not what a
     # model makes of [BOS, EOS]; the others are translated together
     todo = [r for r in requests if not _empty(r)]
+    asked = [constraints_of(r, translator.spec.supports, config.eval.glossary_hard) for r in todo]
     options = {}
-    if any("init" in r or r.get("constraints") for r in todo):
-        options = dict(inits=[r.get("init") for r in todo], constraints=[r.get("constraints") or None for r in todo],
-                       hard=[bool(r.get("hard", False)) for r in todo])
-    if any("constraint_pairs" in r for r in todo):
-        options["pairs"] = [r.get("constraint_pairs") or None for r in todo]
+    if any("init" in r for r in todo) or any(constraints for constraints, _, _ in asked):
+        options = dict(inits=[r.get("init") for r in todo], constraints=[constraints for constraints, _, _ in asked],
+                       hard=[hard for _, hard, _ in asked])
+    if any(pairs for _, _, pairs in asked):
+        options["pairs"] = [pairs for _, _, pairs in asked]
     for key in ("src_lang", "tgt_lang"):
         if any(key in r for r in todo):
             options[f"{key}s"] = [r.get(key) or None for r in todo]
@@ -237,8 +272,13 @@ TRANSLATE = Job(parse_requests, check_capabilities, _translate, "translate", "tr
 
 def translate_stream(load_translator, config, input_path: str | None, output_path: str | None,
                      chunk_lines: int = CHUNK_LINES) -> None:
-    """`--mode translate` (`stream`)."""
-    stream(TRANSLATE, load_translator, config, input_path, output_path, chunk_lines)
+    """`--mode translate` (`stream`); with eval.glossary, each line's glossary terms as its constraints
+    (`with_terms`: the glossary is read before the input and the model)."""
+    job = TRANSLATE
+    if config.eval.glossary:
+        glossary = Glossary.read(config.eval.glossary, config.data.src_lang, config.eval.glossary_ignore_case)
+        job = job._replace(parse=with_terms(job.parse, glossary))
+    stream(job, load_translator, config, input_path, output_path, chunk_lines)
 
 
 class _Sink:
