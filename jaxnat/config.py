@@ -231,9 +231,10 @@ def default_config() -> ml_collections.ConfigDict:
         # models, `jaxnat.decoding.alignment`): '' (none), words (Pharaoh pairs of whitespace words), pieces
         # (fairseq's --print-alignment hard) or soft (fairseq's --print-alignment soft)
         alignment="",
-        # translate: a glossary, lines of a source term, a tab and its target term; each sentence's terms found in
-        # its source become its constraints (`jaxnat.decoding.glossary`), hard (guaranteed) with glossary_hard, and
-        # a model of constraint pairs reads them as its pairs; glossary_ignore_case matches terms in any case
+        # translate and eval (row <split>+glossary): a glossary, lines of a source term, a tab and its target term;
+        # each sentence's terms found in its source become its constraints (`jaxnat.decoding.glossary`), hard
+        # (guaranteed) with glossary_hard, and a model of constraint pairs reads them as its pairs;
+        # glossary_ignore_case matches terms in any case
         glossary="", glossary_hard=True, glossary_ignore_case=False,
         latency_sentences=100, throughput_batch=64,
         # the parameters decoded: "best" (best validation BLEU), or "averaged" (written by --mode average).

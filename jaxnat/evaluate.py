@@ -1,9 +1,11 @@
 """Evaluation of a trained workdir: translate every test split with the best checkpoint, score it, measure
 speed, and write `hyps/<split>.txt` and `metrics.json` = {split: {metric: value}} (constrained runs under
-`<split>+soft` / `<split>+hard`, post-editing from the data's initial hypotheses under `<split>+init`)."""
+`<split>+soft` / `<split>+hard`, post-editing from the data's initial hypotheses under `<split>+init`, a glossary's
+terms as constraints under `<split>+glossary`)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -17,6 +19,7 @@ from jaxnat.data.sources import load_corpus, load_inits, load_pairs
 from jaxnat.data.text import one_line
 from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.data.words import segmenter, unspaced, word_tokens
+from jaxnat.decoding.glossary import constraints_of, Glossary
 from jaxnat.decoding.translator import Translator, check_arguments
 from jaxnat.errors import DataError
 from jaxnat.evaluation import diagnostic
@@ -77,9 +80,11 @@ def _write_lines(path: str, lines: list[str]) -> None:
         write_whole(path, "".join(one_line(line) + "\n" for line in lines))
 
 
-def _check_hard_phrases(translator: Translator, corpus: dict, pairs: dict, splits: list[str], config) -> dict:
+def _check_hard_phrases(translator: Translator, corpus: dict, pairs: dict, splits: list[str], config,
+                        glossary: Glossary | None = None) -> dict:
     """The hard phrases an evaluation will ask, checked as a request's are before anything is decoded: the
-    reference words of eval.constraints=hard and the constraint pairs' target phrases of row `<split>+pairs_hard`.
+    reference words of eval.constraints=hard, the constraint pairs' target phrases of row `<split>+pairs_hard` and the
+    glossary's terms of row `<split>+glossary` (`glossary_terms`).
     A phrase the model cannot guarantee (characters its vocabulary lacks) fails at the start, naming the split,
     not after the plain pass. Returns {split: the reference words drawn} (the evaluation's, not drawn again)."""
     drawn = {}
@@ -92,8 +97,14 @@ def _check_hard_phrases(translator: Translator, corpus: dict, pairs: dict, split
         if translator.spec.supports.hard_constraints and split in pairs:
             asked[f"data.pairs_dir's target phrases as hard constraints ({split}+pairs_hard)"] = [
                 t or None for t in pair_targets(pairs[split])]
+        if glossary is not None and refs is not None:
+            asked[f"eval.glossary's terms ({split}+glossary)"] = glossary_terms(translator, corpus[split][0],
+                                                                                glossary)[0]
         for what, phrases in asked.items():
             try:
+                if isinstance(phrases, dict):  # the glossary's row: its constraints, hard or soft, and pairs
+                    translator.starts(**phrases)
+                    continue
                 translator.starts(constraints=phrases, hard=[True] * len(phrases))
             except DataError as err:
                 raise DataError(f"{split}, {what}: {err}") from None
@@ -113,7 +124,8 @@ def evaluate(config, workdir: str) -> dict:
     os.makedirs(os.path.join(workdir, "hyps"), exist_ok=True)
     results = {}
     test_splits = [s for s in corpus if s not in ("train", "valid")]
-    drawn = _check_hard_phrases(translator, corpus, pairs, test_splits, config)
+    glossary = Glossary.of(config)
+    drawn = _check_hard_phrases(translator, corpus, pairs, test_splits, config, glossary)
     if _writes():
         forget_evaluation(workdir)
     for i, split in enumerate(test_splits):
@@ -181,6 +193,8 @@ def evaluate(config, workdir: str) -> dict:
             results[split]["cpr"] = constraint_preservation(hyps_plain, pair_targets(split_pairs),
                                                             lang=config.data.tgt_lang)
             results.update(pair_rows(translator, split, srcs, refs, split_pairs, config, workdir, speed=i == 0))
+        if glossary is not None:
+            results.update(glossary_row(translator, split, srcs, refs, glossary, config, workdir, speed=i == 0))
         if i == 0 and (e.iteration_sweep or e.oracle):
             results.update(iteration_rows(translator, split, srcs, refs, config, workdir))
         if i == 0 and e.constraint_counts:
@@ -228,7 +242,7 @@ def _evaluation_record(config, workdir: str) -> dict:
     """The config and the checkpoints on disk (every saved step, best and last) an evaluation used (an ensemble's
     members' too), and the segmenter that cut its references into the words of its drawn constraints (a Chinese,
     Japanese or Korean target, where one is installed: without, characters or Moses words, and the record as
-    before), so that the same command after a segmenter's install evaluates again."""
+    before), so that the same command after a segmenter's install evaluates again; and the glossary's contents."""
     record = {"config": json.loads(config.to_json_best_effort(sort_keys=True)), "checkpoints": _checkpoints(workdir)}
     e, lang = config.eval, config.data.tgt_lang
     draws = _split_list(e.constraints) or e.constraint_counts or (e.diagnostic and
@@ -237,6 +251,12 @@ def _evaluation_record(config, workdir: str) -> dict:
         record["constraint_words"] = name
     if members := ensemble_members(config):  # an ensemble's other runs may train on: their checkpoints too
         record["ensemble"] = {path: _checkpoints(path) for path in members}
+    if e.glossary:  # a glossary edited in place is another evaluation (an unreadable one: evaluating names it)
+        try:
+            with open(e.glossary, "rb") as f:
+                record["glossary"] = hashlib.sha256(f.read()).hexdigest()
+        except OSError:
+            record["glossary"] = None
     return record
 
 
@@ -319,6 +339,39 @@ def pair_rows(translator: Translator, split: str, srcs: list[str], refs: list[st
         rows[f"{split}+{name}"] = row
         log.info("%s with constraint pairs (%s): BLEU %.2f, CSR %.1f", split, name, row["bleu"], row["cpr"])
     return rows
+
+
+def glossary_terms(translator: Translator, srcs: list[str], glossary: Glossary) -> tuple[dict, list[list[str]]]:
+    """(`Translator.translate`'s constraints, hard and pairs of each source's glossary terms, `Glossary.match`, as
+    translate gives them a line: `constraints_of`; each source's target terms)."""
+    e, sup = translator.config.eval, translator.spec.supports
+    terms = [glossary.match(src) for src in srcs]
+    asked = [constraints_of({"src": src, "terms": found}, sup, e.glossary_hard) for src, found in zip(srcs, terms)]
+    constraints, hard, pairs = (list(column) for column in zip(*asked))
+    return ({"constraints": constraints, "hard": hard, "pairs": pairs if sup.pairs else None},
+            [[t for _, t in found] for found in terms])
+
+
+def glossary_row(translator: Translator, split: str, srcs: list[str], refs: list[str], glossary: Glossary, config,
+                 workdir: str, speed: bool) -> dict:
+    """`<split>+glossary`: the split translated with each sentence's glossary terms as its constraints (eval.glossary,
+    as translate takes them: `constraints_of`), its CPR the share of the terms' target phrases in the outputs (the
+    term usage of WMT 2021's terminology task, exact match), 'term_sentences' the share of sentences with a term;
+    with ``speed``, latency at batch 1 (`latency_ms`)."""
+    e = config.eval
+    asked, targets = glossary_terms(translator, srcs, glossary)
+    outs = translator.translate(srcs, e.beam_size, e.batch_size, label=f"{split}+glossary", **asked)
+    hyps = [o["hyp"] for o in outs]
+    _write_lines(os.path.join(workdir, "hyps", f"{split}.glossary.txt"), hyps)
+    row = {**scores(hyps, refs, config, targets), "mean_length": mean_length(hyps, config.data.tgt_lang),
+           "term_sentences": 100.0 * sum(map(bool, targets)) / max(len(srcs), 1)}
+    if speed and e.latency_sentences > 0:
+        n = e.latency_sentences
+        row["latency_ms"] = translator.latency(srcs[:n], e.beam_size, asked["constraints"][:n], asked["hard"][:n],
+                                               asked["pairs"][:n] if asked["pairs"] else None)
+    log.info("%s with the glossary's terms (%.1f%% of its sentences have one): BLEU %.2f, CPR %.1f", split,
+             row["term_sentences"], row["bleu"], row["cpr"])
+    return {f"{split}+glossary": row}
 
 
 def report_left_out_pairs(translator: Translator, split: str, pairs: list[list[tuple[str, str]]]) -> dict:

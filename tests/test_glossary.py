@@ -9,10 +9,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from jaxnat.config import build_config
-from jaxnat.decoding.glossary import Glossary
+from jaxnat.decoding.glossary import constraints_of, Glossary
 from jaxnat.decoding.request import Supports
-from jaxnat.decoding.translate_io import constraints_of, translate_stream
+from jaxnat.decoding.translate_io import translate_stream
 from jaxnat.errors import ConfigError, DataError
+from tests.test_translate import stub_config
 
 TINY = "tests/configs/tiny.py"
 
@@ -97,7 +98,7 @@ def test_translate_gives_each_lines_terms_as_its_constraints_and_writes_them(tmp
 
     class Stub:
         spec = SimpleNamespace(name="m", supports=Supports(init=True, soft_constraints=True, hard_constraints=True))
-        config = SimpleNamespace(eval=SimpleNamespace(glossary_hard=True))
+        config = stub_config()
 
         def translate(self, texts, beam_size, batch_size, **options):
             asked.append(options)
@@ -107,9 +108,7 @@ def test_translate_gives_each_lines_terms_as_its_constraints_and_writes_them(tmp
             asked.append((init, phrases, is_hard))
 
     (tmp_path / "terms.tsv").write_text("dog\tHund\nred cat\trote Katze\n")
-    config = SimpleNamespace(data=SimpleNamespace(src_lang="en"), eval=SimpleNamespace(
-        beam_size=1, batch_size=4, nbest=1, mbr="", alignment="", glossary=str(tmp_path / "terms.tsv"),
-        glossary_hard=True, glossary_ignore_case=False))
+    config = stub_config(glossary=str(tmp_path / "terms.tsv"))
     (tmp_path / "in.txt").write_text('a red cat and a dog\n\n{"src": "a dog", "constraints": ["rot"]}\nnone\n')
     translate_stream(Stub, config, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"))
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]

@@ -21,6 +21,15 @@ def _main(workdir, *args, stdin=None):
     return cli.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), input=stdin, timeout=600)
 
 
+def stub_config(**eval_options):
+    """What `--mode translate`'s streaming and its line checks read of a config, for a stub translator."""
+    from types import SimpleNamespace
+
+    e = dict(beam_size=1, batch_size=4, nbest=1, mbr="", alignment="", glossary="", glossary_hard=True,
+             glossary_ignore_case=False)
+    return SimpleNamespace(eval=SimpleNamespace(**{**e, **eval_options}), data=SimpleNamespace(src_lang="en"))
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, ar_run):
     """A copy of the session's tiny AR run (conftest.py; trained by this CLI), which these tests may change."""
@@ -114,11 +123,16 @@ def test_sampled_translations_their_lists_and_mbr(trained):
         "does not take hard constraints (eval.sampling=true samples without constraints)"), hard.stderr
 
 
-def test_eval_mode_rewrites_metrics(trained):
+def test_eval_mode_rewrites_metrics(trained, tmp_path):
+    """And with a glossary, its row: the terms found in the test sources, hard constraints, all in the outputs."""
     os.remove(trained / "metrics.json")
-    result = _main(trained, "--mode", "eval", "--config.eval.latency_sentences=0")
+    (tmp_path / "terms.tsv").write_text("the\tsmall\n")
+    result = _main(trained, "--mode", "eval", "--config.eval.latency_sentences=0",
+                   f"--config.eval.glossary={tmp_path / 'terms.tsv'}")
     assert result.returncode == 0, result.stderr
-    assert "bleu" in json.loads((trained / "metrics.json").read_text())["test"]
+    metrics = json.loads((trained / "metrics.json").read_text())
+    assert "bleu" in metrics["test"] and metrics["test+glossary"]["term_sentences"] > 50
+    assert metrics["test+glossary"]["cpr"] == 100.0
 
 
 @pytest.mark.parametrize(
@@ -249,12 +263,13 @@ def test_a_score_that_is_no_finite_number_is_written_as_null(tmp_path):
 
     class Stub:
         spec = SimpleNamespace(name="m", supports=Supports())
+        config = stub_config()
 
         def translate(self, texts, beam_size, batch_size, **options):
             return [{"hyp": t, "score": s} for t, s in zip(texts, (float("-inf"), float("nan"), -1.5))]
 
     (tmp_path / "in.txt").write_text("a\nb\nc\n")
-    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4, nbest=1, mbr="", alignment=""))
+    config = stub_config()
     translate_stream(Stub, config, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"))
     assert [json.loads(line)["score"] for line in (tmp_path / "out.jsonl").read_text().splitlines()] == [
         None, None, -1.5]
@@ -270,6 +285,7 @@ def test_a_request_the_model_cannot_honour_is_named_by_its_line(tmp_path):
 
     class Stub:
         spec = SimpleNamespace(name="m", supports=Supports(hard_constraints=True))
+        config = stub_config()
 
         def start(self, *asked, tgt_lang=None):  # every constraint fits
             pass
@@ -280,7 +296,7 @@ def test_a_request_the_model_cannot_honour_is_named_by_its_line(tmp_path):
     (tmp_path / "in.txt").write_text('a\n{"src": "b", "constraints": ["x"], "hard": true}\n'
                                      '{"src": "c", "constraints": ["x"]}\n')
     with pytest.raises(DataError, match=r"in.txt:3: model 'm' does not take soft constraints$"):
-        translate_stream(Stub, None, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"))
+        translate_stream(Stub, stub_config(), str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"))
 
 
 def test_a_start_the_model_cannot_hold_is_named_by_its_input_line_before_anything_is_written(tmp_path):
@@ -323,7 +339,7 @@ def test_translation_refuses_several_processes(tmp_path, monkeypatch):
 
     monkeypatch.setattr(jax, "process_count", lambda: 2)
     with pytest.raises(ConfigError, match="--mode translate runs in a single process"):
-        translate_stream(None, None, str(tmp_path / "absent.txt"), str(tmp_path / "out.jsonl"))
+        translate_stream(None, stub_config(), str(tmp_path / "absent.txt"), str(tmp_path / "out.jsonl"))
     assert not (tmp_path / "out.jsonl").exists()
 
 
@@ -399,6 +415,7 @@ def test_a_blank_line_is_an_empty_line_out_untranslated(tmp_path):
 
     class Stub:
         spec = SimpleNamespace(name="m", supports=Supports(init=True, counts=("iterations",)))
+        config = stub_config()
 
         def translate(self, texts, beam_size, batch_size, **options):
             asked.append((texts, options))
@@ -407,7 +424,7 @@ def test_a_blank_line_is_an_empty_line_out_untranslated(tmp_path):
         def start(self, init, phrases, is_hard, pairs, tgt_lang=None):  # each line's start, checked before translating
             asked.append(init)
 
-    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4, nbest=1, mbr="", alignment=""))
+    config = stub_config()
     (tmp_path / "in.txt").write_text('a\n\n   \n{"src": "", "id": 7}\n{"src": " ", "init": "x"}\nb\n')
     translate_stream(Stub, config, str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"))
     rows = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
@@ -443,6 +460,7 @@ def test_a_reader_that_closes_stdout_ends_translation_quietly(monkeypatch):
 
     class Stub:
         spec = SimpleNamespace(name="m", supports=Supports())
+        config = stub_config()
 
         def translate(self, texts, beam_size, batch_size, **options):
             return [{"hyp": t, "score": -1.0} for t in texts]
@@ -452,7 +470,7 @@ def test_a_reader_that_closes_stdout_ends_translation_quietly(monkeypatch):
     monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(b"a\nb\n"), isatty=lambda: False))
     stdout = open(write, "w", encoding="utf-8")
     monkeypatch.setattr(sys, "stdout", stdout)
-    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4, nbest=1, mbr="", alignment=""))
+    config = stub_config()
     translate_stream(Stub, config, None, None)
     stdout.write("more\n")
     stdout.close()  # flushes: no error either
@@ -473,6 +491,7 @@ def test_ctrl_c_says_what_the_output_holds_and_that_nothing_resumes(tmp_path, mo
 
     class Stub:
         spec = SimpleNamespace(name="m", supports=Supports())
+        config = stub_config()
 
         def translate(self, texts, beam_size, batch_size, **options):
             if len(chunks) == 2:
@@ -480,7 +499,7 @@ def test_ctrl_c_says_what_the_output_holds_and_that_nothing_resumes(tmp_path, mo
             chunks.append(texts)
             return [{"hyp": t, "score": -1.0} for t in texts]
 
-    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4, nbest=1, mbr="", alignment=""))
+    config = stub_config()
     (tmp_path / "in.txt").write_text("a\nb\nc\nd\ne\n")
     out = tmp_path / "out.jsonl"
     out.write_text("earlier\n")
@@ -595,11 +614,12 @@ def test_reading_from_a_terminal_says_how_to_end_the_input(monkeypatch, caplog, 
 
     class Stub:
         spec = SimpleNamespace(name="m", supports=Supports())
+        config = stub_config()
 
         def translate(self, texts, beam_size, batch_size, **options):
             return [{"hyp": t, "score": -1.0} for t in texts]
 
-    config = SimpleNamespace(eval=SimpleNamespace(beam_size=1, batch_size=4, nbest=1, mbr="", alignment=""))
+    config = stub_config()
     for tty in (False, True):
         monkeypatch.setattr(sys, "stdin", SimpleNamespace(buffer=io.BytesIO(b"a\n"), isatty=lambda: tty))
         caplog.clear()

@@ -13,7 +13,8 @@ overlap ("New York" in "New York City", not "York" as well). Each term counts on
 occurs.
 
 `jaxnat.decoding.translate_io` records each sentence's matches as its output's "terms" ([[source term, target term],
-…]) and hands the target terms to the model: as the sentence's constraints (hard with eval.glossary_hard, the
+…]) and `jaxnat.evaluate` translates each test split so in a row of its own (`<split>+glossary`); both hand the
+target terms to the model (`constraints_of`): as the sentence's constraints (hard with eval.glossary_hard, the
 default; joined to a line's own "constraints", under its own "hard"), and to a model that reads constraint pairs
 (`Supports.pairs`: the vectorized model) as its pairs too.
 """
@@ -64,6 +65,12 @@ class Glossary(NamedTuple):
             raise DataError(f"{path}: no glossary entries (lines of a source term, a tab and its target term)")
         return cls(entries, lang, ignore_case, max(map(len, entries)))
 
+    @classmethod
+    def of(cls, config) -> "Glossary | None":
+        """The run's glossary (eval.glossary, in data.src_lang, eval.glossary_ignore_case), or None."""
+        e = config.eval
+        return cls.read(e.glossary, config.data.src_lang, e.glossary_ignore_case) if e.glossary else None
+
     @staticmethod
     def key(text: str, lang: str, ignore_case: bool) -> tuple:
         tokens = term_tokens(text, lang)
@@ -85,3 +92,19 @@ class Glossary(NamedTuple):
             else:
                 i += 1
         return list(found.values())
+
+
+def constraints_of(request: dict, supports, glossary_hard: bool) -> tuple[list | None, bool, list | None]:
+    """(constraints, hard, constraint pairs) that a request (a translate line's, {"src", …}) asks for, with its
+    glossary terms ("terms", [[source term, target term], …]: `Glossary.match`) added: their target terms join its
+    "constraints" (under its own "hard" where it gives constraints, else ``glossary_hard``; a model that reads
+    constraint pairs, `Supports.pairs`, takes them as pairs, and as constraints too where they are hard), each phrase
+    once."""
+    phrases, hard, pairs = request.get("constraints") or [], bool(request.get("hard")), request.get("constraint_pairs")
+    terms = request.get("terms") or []
+    if terms and supports.pairs:
+        pairs = [*(pairs or []), *([s, t] for s, t in terms if [s, t] not in (pairs or []))]
+    if terms and (not supports.pairs or (request.get("hard") if phrases else glossary_hard)):
+        hard = hard if phrases else glossary_hard
+        phrases = [*phrases, *(t for _, t in terms if t not in phrases)]
+    return phrases or None, hard and bool(phrases), pairs or None

@@ -37,7 +37,7 @@ from typing import Callable, NamedTuple
 from jaxnat.data.sources import parse_pairs
 from jaxnat.data.text import read_lines, split_lines
 from jaxnat.decoding import alignment
-from jaxnat.decoding.glossary import Glossary
+from jaxnat.decoding.glossary import constraints_of, Glossary
 from jaxnat.decoding.request import check_supported
 from jaxnat.errors import ConfigError, DataError, Interrupted
 
@@ -139,21 +139,6 @@ def with_terms(parse: Callable, glossary: Glossary) -> Callable:
         return requests
 
     return parse_with_terms
-
-
-def constraints_of(request: dict, supports, glossary_hard: bool) -> tuple[list | None, bool, list | None]:
-    """(constraints, hard, constraint pairs) that a request asks for, with its glossary terms ("terms",
-    `with_terms`) added: their target terms join its "constraints" (under its own "hard" where it gives
-    constraints, else ``glossary_hard``; a model that reads constraint pairs, `Supports.pairs`, takes them as pairs,
-    and as constraints too where they are hard), each phrase once."""
-    phrases, hard, pairs = request.get("constraints") or [], bool(request.get("hard")), request.get("constraint_pairs")
-    terms = request.get("terms") or []
-    if terms and supports.pairs:
-        pairs = [*(pairs or []), *([s, t] for s, t in terms if [s, t] not in (pairs or []))]
-    if terms and (not supports.pairs or (request.get("hard") if phrases else glossary_hard)):
-        hard = hard if phrases else glossary_hard
-        phrases = [*phrases, *(t for _, t in terms if t not in phrases)]
-    return phrases or None, hard and bool(phrases), pairs or None
 
 
 def _empty(request: dict) -> bool:
@@ -276,8 +261,7 @@ def translate_stream(load_translator, config, input_path: str | None, output_pat
     (`with_terms`: the glossary is read before the input and the model)."""
     job = TRANSLATE
     if config.eval.glossary:
-        glossary = Glossary.read(config.eval.glossary, config.data.src_lang, config.eval.glossary_ignore_case)
-        job = job._replace(parse=with_terms(job.parse, glossary))
+        job = job._replace(parse=with_terms(job.parse, Glossary.of(config)))
     stream(job, load_translator, config, input_path, output_path, chunk_lines)
 
 
