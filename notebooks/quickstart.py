@@ -6,7 +6,7 @@
 #       extension: .py
 #       format_name: percent
 #       format_version: '1.3'
-#       jupytext_version: 1.19.6
+#       jupytext_version: 1.19.7
 #   kernelspec:
 #     display_name: Python 3
 #     language: python
@@ -159,6 +159,36 @@ Trainer(ar_config, ar_dir).train()
 ar = load_translator(ar_config, ar_dir)
 for words, out in zip(constraints, ar.translate(sources, constraints=constraints, hard=[True] * len(sources))):
     print(f"{out['hyp']!r} (constraints {words})")
+
+# %% [markdown]
+# ## Word alignments and a glossary
+# `alignment="words"` adds each output's alignment to its source, read off the model's attention: "i-j", the i-th
+# source word and the j-th output word (`--config.eval.alignment=words` on the command line). A glossary, lines of a
+# source term, a tab and its target term, finds its terms in each source (whole words, the longest first); their target
+# terms go in as hard constraints, as `--mode translate --config.eval.glossary=FILE` gives them. The glossary here is
+# the embedded corpus's own lexicon, one translation a noun.
+
+# %%
+from jaxnat.data.synthetic import NOUN_PAIRS  # noqa: E402
+from jaxnat.decoding.glossary import Glossary  # noqa: E402
+
+for src, out in zip(sources, ar.translate(sources, alignment="words")):
+    words, hyp = src.split(), out["hyp"].split()
+    links = (map(int, pair.split("-")) for pair in out["alignment"].split())
+    print(f"{out['hyp']!r}:", ", ".join(f"{words[i]}→{hyp[j]}" for i, j in links))
+
+glossary_file = os.path.join(RUNS, "glossary.tsv")
+entries = {}
+for source_term, target_term in NOUN_PAIRS:
+    entries.setdefault(source_term, target_term)
+with open(glossary_file, "w", encoding="utf-8") as f:
+    f.writelines(f"{s}\t{t}\n" for s, t in entries.items())
+glossary = Glossary.read(glossary_file, ar_config.data.src_lang)
+terms = [glossary.match(src) for src in sources]
+outs = ar.translate(sources, constraints=[[t for _, t in found] or None for found in terms],
+                    hard=[True] * len(sources))
+for found, out in zip(terms, outs):
+    print(f"{out['hyp']!r} (glossary terms {found})")
 
 # %% [markdown]
 # ## Training curves
