@@ -221,9 +221,10 @@ def default_config() -> ml_collections.ConfigDict:
         # the one the others agree with most by this utility (minimum Bayes risk decoding, `jaxnat.decoding.mbr`):
         # '' (off) or chrf
         mbr="",
-        # decoding (translate, eval, distill, score): a comma list of other trained workdirs of this model config
-        # and vocabulary, decoded together with this one as an ensemble (the mean of their probabilities at each
-        # step; models that take it: `Supports.ensemble`); each decodes with the parameters eval.params chooses
+        # decoding (translate, eval, distill, score): a comma list of other trained workdirs of this model family and
+        # vocabulary (any architecture), decoded together with this one as an ensemble (the mean of their
+        # probabilities at each step; models that take it: `Supports.ensemble`); each decodes with the parameters
+        # eval.params chooses
         ensemble="",
         # --mode score: also each piece's log-probability ("pieces", "token_logp"; the left-to-right models)
         token_scores=False,
@@ -778,15 +779,12 @@ def ensemble_members(config) -> list[str]:
     return [path.strip() for path in config.eval.ensemble.split(",") if path.strip()]
 
 
-def check_member(config: ml_collections.ConfigDict, path: str, workdir: str) -> None:
-    """``path``, a run eval.ensemble decodes with the one in ``workdir``: a run of this config's family, vocabulary
-    and architecture (its model keys), or a one-line error naming it: at load, and by the trainer before the first
-    step (its final evaluation decodes with it)."""
-    check_aux("eval.ensemble", path, config.model.name, workdir)
-    try:
-        check_matches_workdir(config, path, named_by="eval.ensemble")
-    except ConfigError as e:
-        raise ConfigError(f"eval.ensemble: {e}") from None
+def check_member(config: ml_collections.ConfigDict, path: str, workdir: str) -> ml_collections.ConfigDict:
+    """The config of ``path``, a run eval.ensemble decodes with the one in ``workdir``: a run of this config's family
+    and vocabulary (its architecture its own, as fairseq's ensembles of checkpoints over one dictionary), or a
+    one-line error naming it: at load, and by the trainer before the first step (its final evaluation decodes with
+    it)."""
+    return check_aux("eval.ensemble", path, config.model.name, workdir)
 
 
 def check_aux(key: str, path: str, family: str, workdir: str):

@@ -15,6 +15,7 @@ from jaxnat.config import check_aux, check_matches_workdir, check_member, ensemb
 from jaxnat.data import piece_vocab
 from jaxnat.data.tokenizer import Tokenizer
 from jaxnat.data.vocab import BOS_ID, EOS_ID
+from jaxnat.decoding.request import Member
 from jaxnat.decoding.translator import Translator
 from jaxnat.errors import JaxnatError
 from jaxnat.models import build_model, family_of
@@ -156,15 +157,16 @@ def load_translator(config, workdir: str) -> Translator:
     return Translator(spec, params, tokenizer, config, aux, checkpoint=choice, members=members)
 
 
-def load_member(config, path: str, workdir: str):
-    """The parameters of ``path``, a run eval.ensemble decodes with the one in ``workdir``: a run of the same model
-    config (its architecture) and vocabulary, its parameters those ``config``'s eval.params chooses there (one-line
-    errors otherwise)."""
-    check_member(config, path, workdir)
-    member = copy.deepcopy(config)
-    member.eval.ensemble = ""  # (its own members: none)
+def load_member(config, path: str, workdir: str) -> Member:
+    """The model of ``path``, a run eval.ensemble decodes with the one in ``workdir``: a run of the same family and
+    vocabulary (of any architecture: its own model config), its parameters those ``config``'s eval.params chooses
+    there (one-line errors otherwise)."""
+    member = check_member(config, path, workdir)
+    member.eval = copy.deepcopy(config.eval)  # which parameters, decoded how (its own members: none)
+    member.eval.ensemble = ""
     log.info("ensemble: decoding with %s too", path)
-    return load_translator(member, path).params
+    translator = load_translator(member, path)
+    return Member(translator.params, translator.spec.cfg)
 
 
 def write_average(config, workdir: str) -> str:

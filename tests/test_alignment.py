@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding import alignment
-from jaxnat.decoding.request import DecodeRequest
+from jaxnat.decoding.request import DecodeRequest, Member
 from jaxnat.errors import DataError
 from tests.test_score import _params, _spec, _translator, SRC
 
@@ -93,7 +93,7 @@ def test_word_pairs_are_each_once_by_target_word_and_leave_out_pieces_in_no_word
 
 
 def _align(spec, params, tgt, members=()):
-    request = DecodeRequest(jnp.asarray(SRC), extras={"ensemble": members} if members else {})
+    request = DecodeRequest(jnp.asarray(SRC), extras={"ensemble": tuple(Member(p, spec.cfg) for p in members)})
     return np.asarray(jax.jit(spec.align)(params, request, jnp.asarray(tgt)))
 
 

@@ -976,7 +976,8 @@ def test_an_ensemble_of_imported_fairseq_checkpoints_is_fairseqs(tmp_path_factor
     """fairseq's --path model.pt:model2.pt (two checkpoints of one architecture): each imported as its own workdir
     and decoded together with eval.ensemble under fairseq's rules, greedy and beam-4 outputs token for token with
     their scores; and fairseq-generate --score-reference (its SequenceScorer) of the references, by the one model and
-    by the ensemble. fairseq's length limit reads its batch's longest source: one batch there, one bucket here."""
+    by the ensemble; the same of --path model.pt:model3.pt, two architectures. fairseq's length limit reads its
+    batch's longest source: one batch there, one bucket here."""
     kind, workdir, config, translator = _imported("fairseq", tmp_path_factory)
     _, outputs = expected(kind)
     second = str(tmp_path_factory.mktemp("fairseq2") / "run")
@@ -995,6 +996,19 @@ def test_an_ensemble_of_imported_fairseq_checkpoints_is_fairseqs(tmp_path_factor
     # --print-alignment: the ensemble's attention is its models' mean
     aligned = ensemble.translate(outputs["src"], beam_size=4, alignment="pieces")
     assert [a["alignment"] for a in aligned] == [pharaoh(p) for p in outputs["ensemble_align_hard"]]
+    # --path model.pt:model3.pt, a model of another architecture (post-norm, its own sizes and depths) beside it
+    third = str(tmp_path_factory.mktemp("fairseq3") / "run")
+    write_workdir(f"fairseq:{DATA}/fairseq/model3.pt", third)
+    config.eval.ensemble = third
+    mixed = load_translator(config, workdir)
+    assert mixed.members[0].cfg.dec_layers == 3 and not mixed.members[0].cfg.pre_norm
+    for beam in (1, 4):
+        hyps = mixed.translate(outputs["src"], beam_size=beam, token_scores=True)
+        for hyp, theirs, score in zip(hyps, outputs[f"mixed_beam{beam}"], outputs[f"mixed_beam{beam}_score"]):
+            assert hyp["piece_ids"] + [EOS_ID] == to_jaxnat(kind, theirs).tolist()
+            assert hyp["score"] == pytest.approx(score, abs=1e-4)
+    scored = mixed.score(outputs["src"], outputs["detok"])
+    np.testing.assert_allclose([s["score"] for s in scored], outputs["mixed_score_reference"], atol=1e-4)
 
 
 def test_alignments_are_fairseqs(tmp_path_factory):

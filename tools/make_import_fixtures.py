@@ -141,6 +141,18 @@ def fairseq_fixture(out: str) -> None:
     # a second model of the architecture, other weights: the two as fairseq's ensemble (--path model.pt:model2.pt)
     perturb(model, seed=2)
     save_fairseq(cfg, model, os.path.join(out, "model2.pt"))
+    # a model of another architecture over the same dictionaries (post-norm, its own sizes and depths): fairseq's
+    # ensembles need one dictionary only (--path model.pt:model3.pt)
+    other = [a for a in argv if a not in ("--encoder-normalize-before", "--share-decoder-input-output-embed")]
+    for key, value in (("--encoder-layers", "1"), ("--decoder-layers", "3"), ("--encoder-embed-dim", "24"),
+                       ("--decoder-embed-dim", "24"), ("--encoder-ffn-embed-dim", "40"),
+                       ("--decoder-ffn-embed-dim", "40"), ("--encoder-attention-heads", "3"),
+                       ("--decoder-attention-heads", "3"), ("--activation-fn", "relu")):
+        other[other.index(key) + 1] = value
+    _, cfg3, model3 = fairseq_model(other)
+    perturb(model3, seed=3)
+    model3.eval()
+    save_fairseq(cfg3, model3, os.path.join(out, "model3.pt"))
 
     hub = TransformerModel.from_pretrained(out, checkpoint_file="model.pt", data_name_or_path=out, bpe="subword_nmt",
                                            bpe_codes=codes, tokenizer="moses")
@@ -172,6 +184,14 @@ def fairseq_fixture(out: str) -> None:
         outputs[f"ensemble_beam{beam}"] = [h[0]["tokens"].tolist() for h in hyps]
         outputs[f"ensemble_beam{beam}_score"] = [float(h[0]["score"]) for h in hyps]
     outputs.update(fairseq_alignments(hub, ensemble, src))
+    mixed = TransformerModel.from_pretrained(out, checkpoint_file="model.pt:model3.pt", data_name_or_path=out,
+                                             bpe="subword_nmt", bpe_codes=codes, tokenizer="moses")
+    mixed.eval()
+    outputs["mixed_score_reference"] = score_reference(mixed.models, src, tgt, hub.tgt_dict)
+    for beam in (1, 4):
+        hyps = mixed.generate(src, beam=beam, max_len_a=1.2, max_len_b=10, constraints=None)
+        outputs[f"mixed_beam{beam}"] = [h[0]["tokens"].tolist() for h in hyps]
+        outputs[f"mixed_beam{beam}_score"] = [float(h[0]["score"]) for h in hyps]
     outputs["src_pieces"] = [hub.apply_bpe(hub.tokenize(s)) for s in SRC]
     outputs["fastbpe_pieces"] = fastbpe_fixture(out, [hub.tokenize(s) for s in SRC])
     outputs["detok"] = [hub.decode(t) for t in tgt]

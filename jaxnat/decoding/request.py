@@ -84,14 +84,23 @@ class Supports:
     # scoring given translations (forced decoding): the model defines log P(y | x) of a whole output, and
     # `ModelSpec.score` computes it
     score: bool = False
-    # ensembles (eval.ensemble): generate and score read the other members' parameters in the request's
-    # extras['ensemble'] (a tuple of parameter trees of the same model) and decode with the mean of the members'
-    # probabilities
+    # ensembles (eval.ensemble): generate and score read the other models in the request's extras['ensemble'] (a
+    # tuple of `Member`s: models of the family over the same vocabulary, of any architecture) and decode with the
+    # mean of the members' probabilities
     ensemble: bool = False
     # word alignments (eval.alignment) from the attention of a given output under teacher forcing (`ModelSpec.align`)
     align: bool = False
     # why the model does not take what it lacks here, added to the refusal (a setting that takes it away)
     note: str = ""
+
+
+@struct.dataclass
+class Member:
+    """One other model of an ensemble (`Supports.ensemble`, DecodeRequest.extras['ensemble']): its parameters and its
+    model config (static: the family builds the member's module from it, `ModelSpec.cfg`'s kind)."""
+
+    params: object
+    cfg: object = struct.field(pytree_node=False)
 
 
 def check_supported(model_name: str, supports: Supports, *, init: bool = False, soft: bool = False,

@@ -92,7 +92,7 @@ class Translator:
                  members: list | None = None):
         """aux: what the model decodes with beyond its parameters (`Family.aux_run`), or None.
         checkpoint: which checkpoint `params` come from (`restore.params_choice`), reported with the results.
-        members: the parameters of the other models of an ensemble (eval.ensemble, `Supports.ensemble`), which every
+        members: the other models of an ensemble (`request.Member`s: eval.ensemble, `Supports.ensemble`), which every
         request carries (extras['ensemble'])."""
         self.spec, self.params, self.tokenizer, self.config = spec, params, tokenizer, config
         self.aux, self.checkpoint, self.members = aux, checkpoint, list(members or [])

@@ -248,16 +248,18 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
 
     src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None (continues,
     joins, trails: `constrained_search`'s); prefix: int32[B, P] each output's first tokens, or None; members: the
-    parameters of the ensemble's other models (`search.ensembled`). Returns {'tokens', 'score', 'length'} (and
-    'constraints_met' with phrases; with nbest > 1 the n-best lists); with ``sampling``, beam_size samples a
-    sentence in place of the search.
+    ensemble's other models, (module, parameters) pairs (`members`, `search.ensembled`). Returns {'tokens', 'score',
+    'length'} (and 'constraints_met' with phrases; with nbest > 1 the n-best lists); with ``sampling``, beam_size
+    samples a sentence in place of the search.
     """
-    if max_out - 1 > model.cfg.max_len:
-        raise ConfigError(f"max_out={max_out} needs {max_out - 1} target positions; the model has "
-                          f"max_len={model.cfg.max_len}")
+    for m in (model, *(m for m, _ in members)):
+        if max_out - 1 > m.cfg.max_len:
+            raise ConfigError(f"max_out={max_out} needs {max_out - 1} target positions; the model"
+                              f"{' (an ensemble member)' if m is not model else ''} has max_len={m.cfg.max_len}")
     if beam_size < 1:
         raise ConfigError(f"beam_size={beam_size} must be at least 1")
-    tokens_to_logprobs, cache = ensembled([ar_decoder(model, p, src, beam_size, max_out) for p in (params, *members)])
+    tokens_to_logprobs, cache = ensembled([ar_decoder(m, p, src, beam_size, max_out)
+                                           for m, p in ((model, params), *members)])
     # the length limit reads the source as the model does (without BOS where model.source_bos is off: fairseq's)
     return search(tokens_to_logprobs, cache, source_tokens(model.cfg, src)[0], phrases=phrases, ordered=ordered,
                   continues=continues, joins=joins, trails=trails, beam_size=beam_size, length_penalty=length_penalty,
@@ -266,8 +268,9 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
 
 
 def members(request: DecodeRequest) -> tuple:
-    """The parameters of an ensemble's other models in ``request`` (`Supports.ensemble`), or ()."""
-    return tuple(request.extras.get("ensemble", ()))
+    """An ensemble's other models in ``request`` (`Supports.ensemble`: `request.Member`s) as (module, parameters)
+    pairs, each its own architecture; () without."""
+    return tuple((ARTransformer(m.cfg), m.params) for m in request.extras.get("ensemble", ()))
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
@@ -290,13 +293,13 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         return ar_loss(module, params, batch, rng, config.train.label_smoothing, train)
 
     def score(params, request: DecodeRequest, tgt) -> dict:
-        token_logp = mean_probability(jnp.stack([ar_token_logp(module, p, request.src, tgt)
-                                                 for p in (params, *members(request))]))
+        token_logp = mean_probability(jnp.stack([ar_token_logp(m, p, request.src, tgt)
+                                                 for m, p in ((module, params), *members(request))]))
         return forced_result(token_logp, tgt, request.prefix, e.length_penalty)
 
     def align(params, request: DecodeRequest, tgt) -> jnp.ndarray:  # an ensemble's: its models' mean (fairseq's)
-        return jnp.mean(jnp.stack([ar_attention(module, p, request.src, tgt) for p in (params, *members(request))]),
-                        axis=0)
+        return jnp.mean(jnp.stack([ar_attention(m, p, request.src, tgt)
+                                   for m, p in ((module, params), *members(request))]), axis=0)
 
     capacity = output_capacity(cfg, e)
     return ModelSpec("ar", cfg, module, init, loss, generate, capacity, sampled(SUPPORTS, sampling), packs=True,
