@@ -1,5 +1,6 @@
 """Command line: `python -m jaxnat.main --config configs/<model>/<name>.py --workdir DIR
-[--mode train|eval|translate|score|distill|average|curves|import] [--input F] [--output F] [--config.a.b=value ...]`.
+[--mode train|eval|translate|score|serve|distill|average|curves|import] [--input F] [--output F]
+[--config.a.b=value ...]`.
 
 --config.SECTION.KEY=VALUE sets one key over the config file's (--config.train.steps=500, --config.eval.beam_size=1).
 Every key, its default and what it does: jaxnat/config.py's default_config (the shared sections model, data, train,
@@ -9,7 +10,7 @@ or one the run would not read, is refused in one line.
 train (default): trains, checkpoints, then evaluates the best checkpoint on the test splits.
 eval: evaluates a trained workdir.  translate: plain or JSON lines in, JSON lines out.
 score: source-translation pairs (JSON lines, or a tab between them) in, each with the model's log P(translation |
-source), JSON lines out.
+source), JSON lines out.  serve: the model behind an HTTP JSON API (POST /translate, /score) at --host:--port.
 distill: the trained (AR) workdir translates the training sources into the text corpus --output DIR.
 import: writes a model trained elsewhere (--from fairseq:FILE.pt, marian:DIR, marian:FILE.npz, nllb:DIR,
 m2m100:DIR, mbart50:DIR or hf:DIR) as the new workdir, its config in <workdir>/config.json; every other mode then
@@ -37,10 +38,10 @@ from jaxnat.optional import check_core
 from jaxnat.provenance import record
 
 log = logging.getLogger("jaxnat")
-MODES = ("train", "eval", "translate", "score", "distill", "average", "curves", "import")
+MODES = ("train", "eval", "translate", "score", "serve", "distill", "average", "curves", "import")
 # the modes that read each option: another ignored it (`--input f --output o` without `--mode translate` trained)
 OPTION_MODES = {"--input": ("translate", "score"), "--output": ("translate", "score", "distill"), "--from": ("import",),
-                "--dict-dir": ("import",)}
+                "--dict-dir": ("import",), "--host": ("serve",), "--port": ("serve",), "--max-body": ("serve",)}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,11 +72,19 @@ def parse_args(argv):
                              "config.json names)")
     parser.add_argument("--dict-dir", help="import from fairseq: the directory of the model's dict.<lang>.txt and "
                                            "BPE files (default: the checkpoint's)")
+    parser.add_argument("--host", help="serve: the address to listen on (default 127.0.0.1, this machine only; "
+                                       "0.0.0.0: every interface)")
+    parser.add_argument("--port", type=int, help="serve: the port to listen on (default 8080; 0: any free one)")
+    parser.add_argument("--max-body", type=int, help="serve: the largest request body taken, in bytes (default 16 MiB)")
     args, rest = parser.parse_known_args(argv)
     for option, modes in OPTION_MODES.items():
         dest = {"--from": "source"}.get(option, option[2:].replace("-", "_"))
         if getattr(args, dest) is not None and args.mode not in modes:
             parser.error(f"{option} is for --mode {' or '.join(modes)}, not --mode {args.mode}")
+    if args.port is not None and not 0 <= args.port <= 65535:
+        parser.error(f"--port {args.port}: a port is 0 (any free one) to 65535")
+    if args.max_body is not None and args.max_body < 1:
+        parser.error(f"--max-body {args.max_body}: at least 1 byte")
     if args.mode == "import":
         if not args.source:
             parser.error("--mode import needs --from FORMAT:PATH (fairseq:FILE.pt, marian:DIR, hf:DIR, …)")
@@ -221,6 +230,12 @@ def run(argv=None) -> int:
         from jaxnat.distill import distill
 
         distill(config, args.workdir, args.output, config_path=args.config, overrides=rest)
+    elif args.mode == "serve":
+        from jaxnat.decoding.serve import MAX_BODY, serve
+        from jaxnat.restore import load_translator
+
+        serve(lambda: load_translator(config, args.workdir), config, args.workdir, args.host or "127.0.0.1",
+              8080 if args.port is None else args.port, args.max_body or MAX_BODY)
     else:
         from jaxnat.decoding.score_io import score_stream
         from jaxnat.decoding.translate_io import translate_stream

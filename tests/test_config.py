@@ -389,7 +389,7 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, args, message):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--config", CONFIG, "--mode", "serve", "--workdir", "W"], "argument --mode: invalid choice"),
+        (["--config", CONFIG, "--mode", "predict", "--workdir", "W"], "argument --mode: invalid choice"),
         (["--config", CONFIG], "the following arguments are required: --workdir"),
         (["--config", CONFIG, "--workdir", "W", "--stray"], "unrecognised argument --stray"),
         (["--config", CONFIG, "--workdir", "FILE"], "--workdir FILE is a file, not a directory"),
@@ -409,6 +409,10 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, args, message):
          "--output is for --mode translate or score or distill, not --mode eval"),
         (["--config", CONFIG, "--workdir", ".", "--mode", "translate", "--from", "fairseq:m.pt"],
          "--from is for --mode import, not --mode translate"),
+        (["--config", CONFIG, "--workdir", ".", "--mode", "translate", "--port", "8080"],
+         "--port is for --mode serve, not --mode translate"),
+        (["--config", CONFIG, "--workdir", ".", "--mode", "serve", "--port", "70000"],
+         "--port 70000: a port is 0 (any free one) to 65535"),
     ],
 )
 def test_command_line_and_paths_fail_in_one_line(tmp_path, args, message):

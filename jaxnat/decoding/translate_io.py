@@ -255,14 +255,24 @@ TRANSLATE = Job(parse_requests, check_capabilities, _translate, "translate", "tr
                 "sentences to translate")
 
 
+def translate_job(config) -> Job:
+    """`TRANSLATE`, with eval.glossary each line's glossary terms as its constraints (`with_terms`: the glossary is
+    read here, before any input or model)."""
+    if not config.eval.glossary:
+        return TRANSLATE
+    return TRANSLATE._replace(parse=with_terms(TRANSLATE.parse, Glossary.of(config)))
+
+
 def translate_stream(load_translator, config, input_path: str | None, output_path: str | None,
                      chunk_lines: int = CHUNK_LINES) -> None:
-    """`--mode translate` (`stream`); with eval.glossary, each line's glossary terms as its constraints
-    (`with_terms`: the glossary is read before the input and the model)."""
-    job = TRANSLATE
-    if config.eval.glossary:
-        job = job._replace(parse=with_terms(job.parse, Glossary.of(config)))
-    stream(job, load_translator, config, input_path, output_path, chunk_lines)
+    """`--mode translate` (`stream`)."""
+    stream(translate_job(config), load_translator, config, input_path, output_path, chunk_lines)
+
+
+def output_line(request: dict, out: dict) -> dict:
+    """What is written of a request and its output fields: the request's keys, then the output's, strict JSON (a
+    score that is no finite number, no output the search could score, is null)."""
+    return {**request, **{k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in out.items()}}
 
 
 class _Sink:
@@ -283,9 +293,7 @@ class _Sink:
             self.file = open(self.path, "w", encoding="utf-8") if self.path else sys.stdout
         try:
             for request, out in zip(requests, outs):
-                # strict JSON: a score that is no finite number (no output the search could score) is null
-                out = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in out.items()}
-                self.file.write(json.dumps({**request, **out}, ensure_ascii=False, allow_nan=False) + "\n")
+                self.file.write(json.dumps(output_line(request, out), ensure_ascii=False, allow_nan=False) + "\n")
                 self.written += 1
             self.file.flush()  # here, not at the interpreter's exit: a reader that closed stdout is caught below
         except BrokenPipeError:
