@@ -121,6 +121,11 @@ def default_config() -> ml_collections.ConfigDict:
         ln_eps=1e-6, activation="relu", decoder_norm="", decoder_final_norm=True, layernorm_embedding=False,
         position_offset=0, position_layout="fairseq", output_bias=False, decoder_start="bos", source_bos=True,
         absent_tokens="",
+        # a left-to-right model's word alignments (eval.alignment, `jaxnat.decoding.alignment`): the cross-attention
+        # of this decoder layer (0-based; -1: the last), averaged over its first alignment_heads heads (0: all), of a
+        # decoder pass with the causal mask or, with full_context_alignment, without it (fairseq's transformer_align:
+        # --alignment-layer, --alignment-heads, --full-context-alignment; Garg et al. 2019)
+        alignment_layer=-1, alignment_heads=0, full_context_alignment=False,
     )
     c.data = dict(
         source="synthetic",  # synthetic | text | tfds
@@ -540,6 +545,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"model.embed_dropout must be -1 (= model.dropout) or in [0, 1), got {m.embed_dropout}")
     if d.max_len > m.max_len:
         raise ConfigError(f"data.max_len ({d.max_len}) exceeds model.max_len ({m.max_len})")
+    if not -m.dec_layers <= m.alignment_layer < m.dec_layers or not 0 <= m.alignment_heads <= m.num_heads:
+        raise ConfigError(f"model.alignment_layer={m.alignment_layer} and model.alignment_heads={m.alignment_heads} "
+                          f"name a decoder layer (0 to {m.dec_layers - 1}, or -1 the last, -2 the one before, …) and "
+                          f"how many of its {m.num_heads} heads (0: all)")
     if type(d.max_buckets) is not int or d.max_buckets < 0:
         raise ConfigError(f"data.max_buckets must be an integer >= 0 (0: the geometric buckets of "
                           f"data.bucket_growth), got {d.max_buckets!r}")
@@ -668,7 +677,8 @@ MODEL_KEYS = tuple(f"model.{k}" for k in (
     "name", "d_model", "ffn_dim", "num_heads", "enc_layers", "dec_layers", "pre_norm", "positions", "max_len",
     "share_embeddings", "scale_embeddings", "separate_positions", "tie_output", "scan_layers", "ln_eps", "activation",
     "decoder_norm", "decoder_final_norm", "layernorm_embedding", "position_offset", "position_layout", "output_bias",
-    "decoder_start", "source_bos", "absent_tokens")) + VOCABULARY_KEYS
+    "decoder_start", "source_bos", "absent_tokens", "alignment_layer", "alignment_heads", "full_context_alignment")
+) + VOCABULARY_KEYS
 
 
 def check_vocabulary_from(config: ml_collections.ConfigDict, path: str) -> None:
@@ -704,7 +714,8 @@ BEFORE_ADDED = {"model.scale_embeddings": (True, None), "model.separate_position
                 **{f"model.{k}": (v, None) for k, v in dict(
                     ln_eps=1e-6, activation="relu", decoder_norm="", decoder_final_norm=True,
                     layernorm_embedding=False, position_offset=0, position_layout="fairseq", output_bias=False,
-                    decoder_start="bos", source_bos=True, absent_tokens="").items()}}
+                    decoder_start="bos", source_bos=True, absent_tokens="", alignment_layer=-1, alignment_heads=0,
+                    full_context_alignment=False).items()}}
 
 
 def before_added() -> dict:

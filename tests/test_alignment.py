@@ -178,3 +178,31 @@ def test_a_model_without_alignments_or_an_unknown_kind_is_one_line():
         _translator("--config.model.name=nat").translate(["a"], alignment="words")
     with pytest.raises(DataError, match=r"^alignment 'hard' is none of words, pieces, soft$"):
         _translator().score(["a"], ["a"], alignment="hard")
+
+
+def test_the_alignment_layer_heads_and_full_context_are_the_models():
+    """model.alignment_layer / alignment_heads: the rows are that layer's first heads' mean, the layer read off a pass
+    stopped after it (an early exit), with the layers scanned too (one traced layer, the wanted one's weights kept);
+    model.full_context_alignment: a pass without the causal mask, whose rows see the tokens after them."""
+    from jaxnat.models.transformer import stack_layers, token_mask
+
+    keys = ("--config.model.dec_layers=2", "--config.model.alignment_layer=0", "--config.model.alignment_heads=1")
+    spec = _spec(*keys)
+    params = _params(spec)
+    rows = _align(spec, params, TGT)
+
+    def first_layer(module, src, tgt_in):
+        memory = module.encode(src)
+        _, weights = module.decoder(module.embed_target(tgt_in, False), token_mask(tgt_in), memory, token_mask(src),
+                                    False, num_layers=1, return_attention=True)
+        return weights[:, 0]
+
+    want = spec.module.apply(params, jnp.asarray(SRC), jnp.asarray(TGT[:, :-1]), method=first_layer)
+    np.testing.assert_allclose(rows, np.asarray(want), rtol=1e-5, atol=1e-7)
+    scanned = _spec(*keys, "--config.model.scan_layers=true")
+    np.testing.assert_allclose(_align(scanned, stack_layers(params), TGT), rows, rtol=1e-5, atol=1e-7)
+    assert np.abs(_align(_spec("--config.model.dec_layers=2"), params, TGT) - rows).max() > 1e-3
+    full = _spec(*keys, "--config.model.full_context_alignment=true")
+    changed = TGT.copy()
+    changed[0, 3] = 13
+    assert np.abs(_align(full, params, changed)[0, 0] - _align(full, params, TGT)[0, 0]).max() > 1e-6

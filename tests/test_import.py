@@ -1036,5 +1036,24 @@ def test_alignments_are_fairseqs(tmp_path_factory):
         assert len(w["hyp"].split()) == 1 and w["alignment"] == pharaoh(sorted({(word_of[i], 0) for i in pieces}))
 
 
+@pytest.mark.slow
+def test_a_fairseq_transformer_align_model_aligns_as_fairseq(tmp_path_factory):
+    """A transformer_align checkpoint (Garg et al. 2019) with --alignment-layer 0 --alignment-heads 1
+    --full-context-alignment imports with those settings (model.alignment_layer, alignment_heads,
+    full_context_alignment), and its beam-4 outputs' alignments are --print-alignment hard's."""
+    workdir = str(tmp_path_factory.mktemp("fairseq-align") / "run")
+    write_workdir(f"fairseq:{DATA}/fairseq/model-align.pt", workdir)
+    config = workdir_config(workdir)
+    config.eval.search_rules = "fairseq"
+    m = config.model
+    assert (m.alignment_layer, m.alignment_heads, m.full_context_alignment) == (0, 1, True)
+    _, outputs = expected("fairseq")
+    hyps = load_translator(config, workdir).translate(outputs["src"], beam_size=4, alignment="pieces",
+                                                      token_scores=True)
+    for hyp, tokens, pairs in zip(hyps, outputs["align_model_tokens"], outputs["align_model_hard"]):
+        assert hyp["piece_ids"] + [EOS_ID] == to_jaxnat("fairseq", tokens).tolist()
+        assert hyp["alignment"] == pharaoh(pairs)
+
+
 def pharaoh(pairs) -> str:
     return " ".join(f"{i}-{j}" for i, j in pairs)

@@ -184,6 +184,21 @@ def fairseq_fixture(out: str) -> None:
         outputs[f"ensemble_beam{beam}"] = [h[0]["tokens"].tolist() for h in hyps]
         outputs[f"ensemble_beam{beam}_score"] = [float(h[0]["score"]) for h in hyps]
     outputs.update(fairseq_alignments(hub, ensemble, src))
+    # a transformer_align model (Garg et al. 2019): --print-alignment reads its first decoder layer's first head of
+    # a pass without the causal mask (its alignment settings; without --full-context-alignment fairseq's generator
+    # reads the search's last layer instead)
+    arch = argv.index("--arch") + 1
+    _, cfg_a, model_a = fairseq_model([*argv[:arch], "transformer_align", *argv[arch + 1:], "--alignment-layer", "0",
+                                       "--alignment-heads", "1", "--full-context-alignment"])
+    perturb(model_a, seed=4)
+    model_a.eval()
+    save_fairseq(cfg_a, model_a, os.path.join(out, "model-align.pt"))
+    hub_a = TransformerModel.from_pretrained(out, checkpoint_file="model-align.pt", data_name_or_path=out,
+                                             bpe="subword_nmt", bpe_codes=codes, tokenizer="moses")
+    hub_a.eval()
+    hyps = hub_a.generate(src, beam=4, max_len_a=1.2, max_len_b=10, print_alignment="hard", constraints=None)
+    outputs["align_model_tokens"] = [h[0]["tokens"].tolist() for h in hyps]
+    outputs["align_model_hard"] = [[list(map(int, pair)) for pair in h[0]["alignment"]] for h in hyps]
     mixed = TransformerModel.from_pretrained(out, checkpoint_file="model.pt:model3.pt", data_name_or_path=out,
                                              bpe="subword_nmt", bpe_codes=codes, tokenizer="moses")
     mixed.eval()

@@ -358,5 +358,9 @@ def read(path: str, dict_dir: str) -> Imported:
     if family == "ar":  # the `translation` task: no BOS on the source; the decoder starts from EOS
         overrides.update({"model.decoder_start": "eos", "model.source_bos": False, "eval.beam_size": 4,
                           "eval.max_len_a": 1.2, "eval.max_len_b": 10})
+        if "alignment_layer" in model:  # transformer_align (Garg et al. 2019): the layer and heads it aligns with
+            overrides.update({"model.alignment_layer": int(model["alignment_layer"]),
+                              "model.alignment_heads": int(model.get("alignment_heads") or 0),
+                              "model.full_context_alignment": bool(model.get("full_context_alignment", False))})
     about = {"format": "fairseq", "architecture": arch, "family": family}
     return Imported(overrides, params, settings, pieces, files, about)

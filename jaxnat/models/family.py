@@ -103,7 +103,7 @@ class Family:
 # model.* conventions of models trained elsewhere (docs/import.md) that each model must apply itself, with jaxnat's
 # own values: a family lists in `Family.conventions` those its model applies
 MODEL_CONVENTIONS = {"layernorm_embedding": False, "output_bias": False, "decoder_start": "bos", "source_bos": True,
-                     "absent_tokens": ""}
+                     "absent_tokens": "", "alignment_layer": -1, "alignment_heads": 0, "full_context_alignment": False}
 
 
 class AnalysisRun(NamedTuple):

@@ -70,6 +70,11 @@ class TransformerConfig:
     # reserved tokens the model has no output row for (an imported vocabulary): their logits are held far below
     # every other (`absent_logits`), so that the softmax is the original model's over its own rows
     absent_tokens: tuple = ()
+    # which cross-attention an AR model's word alignments read (`ARTransformer.cross_attention`): a decoder layer
+    # (-1: the last), its first heads (0: all), a pass without the causal mask (full context)
+    alignment_layer: int = -1
+    alignment_heads: int = 0
+    full_context_alignment: bool = False
 
     @property
     def decoder_pre_norm(self) -> bool:
@@ -592,7 +597,8 @@ class Decoder(nn.Module):
         return [layer.cross_kv(memory) for layer in self.layer_modules()]
 
     def __call__(self, x, mask, memory, memory_mask, train: bool, num_layers: int | None = None,
-                 return_attention: bool = False, finish: bool = True, prefixes=None):
+                 return_attention: bool = False, finish: bool = True, prefixes=None, attention_layer: int = -1,
+                 causal: bool | None = None):
         """x: float[B, T, D]; mask: bool[B, T]; memory: float[B, S, D], or its keys and values (`memory_kv`);
         memory_mask: bool[B, S] (or both int32 segment ids of a packed batch: `attention_bias`).
 
@@ -600,21 +606,30 @@ class Decoder(nn.Module):
         not computed; not with ``scan_layers``, which runs whole stacks), then the final norm (unless not
         ``finish``: a caller that stacks more layers on top applies it). With ``return_attention`` (static;
         Coverage-NAT reads it) also the last layer's cross-attention weights float32[B, H, T, S]; other callers get
-        no extra output. prefixes: per layer
-        (key inputs, value inputs) float[B, C, D] of C cross-attention entries before the memory's; memory_mask
-        then covers C + S (vectorized constraints).
+        no extra output; ``attention_layer`` (static) another layer's (0-based, negative from the last: word
+        alignments, `ARTransformer.cross_attention`). prefixes: per layer (key inputs, value inputs) float[B, C, D]
+        of C cross-attention entries before the memory's; memory_mask then covers C + S (vectorized constraints).
+        causal: the self-attention's mask for this call (None: the stack's own, ``self.causal``).
         """
-        self_bias = attention_bias(mask, causal=self.causal)
+        self_bias = attention_bias(mask, causal=self.causal if causal is None else causal)
         causal_bias = attention_bias(mask, causal=True) if self.masked_attn else None
         cross_bias = attention_bias(memory_mask, query_mask=mask)
 
         projected = isinstance(memory, list)  # `memory_kv`'s: each layer's keys and values, prefixes included
 
-        def run(layer, carry, own):  # one layer: (x, the last cross-attention weights or None) -> the same
+        wanted = attention_layer % (num_layers or self.num_layers)  # of the layers run (-1: the last of them)
+
+        def run(layer, carry, own):  # one layer: (x, the wanted layer's cross-attention weights or None) -> the same
             x, weights = carry
+            index, own = own
             out = layer(x, self_bias, own if projected else layer.cross_kv(memory, own), cross_bias, train,
                         causal_bias, return_attention=return_attention)
-            return (out if return_attention else (out, weights)), None
+            if not return_attention:
+                return (out, weights), None
+            out, mine = out
+            if isinstance(index, int):  # layer by layer: the wanted one's kept
+                return (out, mine if index == wanted else weights), None
+            return (out, jnp.where(index == wanted, mine, weights)), None  # a scan's traced layer index
 
         if projected:
             prefixes = memory
@@ -623,14 +638,16 @@ class Decoder(nn.Module):
             if num_layers not in (None, self.num_layers):
                 raise ConfigError(f"model.scan_layers runs whole layer stacks; early exit after {num_layers} of "
                                   f"{self.num_layers} decoder layers needs model.scan_layers=false")
-            # a scan's carry keeps one shape: the weights' [B, H, T, C + S], each layer's replacing the one before
+            # a scan's carry keeps one shape: the weights' [B, H, T, C + S], the wanted layer's kept
             weights = (jnp.zeros((x.shape[0], self.cfg.num_heads, x.shape[1], cross_bias.shape[-1]), jnp.float32)
                        if return_attention else None)
-            x, weights = scan_stack(run, self.layers, self.num_layers, (x, weights), prefixes)
+            x, weights = scan_stack(run, self.layers, self.num_layers, (x, weights),
+                                    [(jnp.int32(i), None if prefixes is None else prefixes[i])
+                                     for i in range(self.num_layers)])
         else:
             carry = (x, None)
             for i, layer in enumerate(self.layers[:num_layers]):
-                carry, _ = run(layer, carry, None if prefixes is None else prefixes[i])
+                carry, _ = run(layer, carry, (i, None if prefixes is None else prefixes[i]))
             x, weights = carry
         x = self.output_norm(x) if finish else x
         return (x, weights) if return_attention else x

@@ -91,11 +91,15 @@ class ARTransformer(nn.Module):
 
     def cross_attention(self, tgt_in: jnp.ndarray, memory: jnp.ndarray, src_mask: jnp.ndarray) -> jnp.ndarray:
         """Teacher forcing on an encoded source (`decode`'s arguments) → where each position looks in the source
-        as it predicts the next token: the last decoder layer's cross-attention weights averaged over its heads,
-        float32[B, T, S] (fairseq's alignment layer and heads: `jaxnat.decoding.alignment`)."""
-        x = self.embed_target(tgt_in, False)
-        _, weights = self.decoder(x, token_mask(tgt_in), memory, src_mask, False, return_attention=True)
-        return jnp.mean(weights, axis=1)
+        as it predicts the next token, float32[B, T, S]: the cross-attention weights of decoder layer
+        ``alignment_layer`` (the last by default), averaged over its first ``alignment_heads`` heads (all by
+        default), of a pass with the causal mask, or without it with ``full_context_alignment`` (fairseq's
+        transformer_align; its alignment layer and heads by default: `jaxnat.decoding.alignment`)."""
+        c = self.cfg
+        _, weights = self.decoder(self.embed_target(tgt_in, False), token_mask(tgt_in), memory, src_mask, False,
+                                  return_attention=True, attention_layer=c.alignment_layer,
+                                  causal=not c.full_context_alignment)
+        return jnp.mean(weights[:, :c.alignment_heads or None], axis=1)
 
     def init_cache(self, memory: jnp.ndarray, max_len: int):
         """memory: float[B, S, D] -> per-layer cache for `step` (self-attention slots for max_len tokens)."""
