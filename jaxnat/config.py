@@ -63,7 +63,7 @@ RANGES = {
         "train.adam_b1", "train.adam_b2")},
     **{k: ("[0", None) for k in (
         "train.warmup_steps", "train.warmup_init_lr", "train.min_lr", "train.weight_decay", "train.clip_norm",
-        "train.peak_tflops", "model.position_offset", "eval.max_len_a", "eval.max_len_b",
+        "train.peak_tflops", "model.position_offset", "eval.max_len_a", "eval.max_len_b", "train.alignment_lambda",
         "eval.latency_sentences", "eval.length_cap_min", "eval.trace_sentences", "eval.average_checkpoints")},
     "data.bucket_growth": ("(1", None),  # each bucket about this times the last (`bucket_lengths` needs > 1)
     "train.steps": ("(0", f"{INT32_MAX}]"),  # the step counter is an int32
@@ -166,6 +166,9 @@ def default_config() -> ml_collections.ConfigDict:
         # models that read pairs (vectorized constraints), and the fixed shape they take: at most max_pairs pairs
         # a sentence, each phrase at most max_pair_pieces pieces (a pair with a longer phrase is left out)
         pairs_dir="", max_pairs=3, max_pair_pieces=8,
+        # guided alignment (train.alignment_lambda): a directory of {split}.align word alignments, Pharaoh links over
+        # Moses words (python -m jaxnat.data.alignment writes them), of the train split (and of valid, if there)
+        alignments_dir="",
     )
     c.train = dict(
         steps=100000, lr=5e-4, warmup_steps=4000, warmup_init_lr=1e-7,
@@ -181,6 +184,10 @@ def default_config() -> ml_collections.ConfigDict:
         stop_patience=0,  # the run stops after this many validations in a row without a new best perplexity; 0: off
         adam_b1=0.9, adam_b2=0.98, adam_eps=1e-8, weight_decay=0.0, clip_norm=0.0,  # clip_norm 0: off
         label_smoothing=0.1, seed=0,
+        # guided alignment (Garg et al. 2019): the weight of a loss that trains the attention word alignments read
+        # (model.alignment_layer, alignment_heads, full_context_alignment) to follow data.alignments_dir's links
+        # (0: off; the paper's 0.05)
+        alignment_lambda=0.0,
         # each batch cut into this many row chunks whose gradients one scan adds up: one update of the same batch
         # with a k-th of the activations alive at a time (a model too large for the device's memory at its
         # batch; on a CPU, activations that stay in cache: DA-Transformer's graphs of λ x the source)
@@ -449,6 +456,8 @@ def _check_values(config: ml_collections.ConfigDict, choices: dict, ranges: dict
 SWITCHED = {"eval.average_of": ("eval.average_checkpoints", "N"), "data.max_pairs": ("data.pairs_dir", "DIR"),
             "data.max_pair_pieces": ("data.pairs_dir", "DIR"), "eval.pairs_unproduced": ("data.pairs_dir", "DIR"),
             "eval.glossary_hard": ("eval.glossary", "FILE"), "eval.glossary_ignore_case": ("eval.glossary", "FILE"),
+            "train.alignment_lambda": ("data.alignments_dir", "DIR"), "data.alignments_dir": ("train.alignment_lambda",
+                                                                                             "0.05"),
             **{f"eval.{k}": ("eval.sampling", "true") for k in ("temperature", "top_k", "top_p", "epsilon",
                                                                  "sample_seed")}}
 
@@ -474,7 +483,8 @@ def check_switched(config: ml_collections.ConfigDict, switched: dict[str, tuple[
 # Keys of the shared sections that only some model families read: each family lists those its runs read in
 # `Family.reads`; set away from its default for a family that does not, the run would be as without it
 READ_BY_SOME = ("eval.length_penalty", "eval.max_len_a", "eval.max_len_b", "eval.length_cap_min",
-                "eval.length_cap_ratio", "eval.run_all_iterations", "eval.search_rules", "data.pack", "eval.sampling")
+                "eval.length_cap_ratio", "eval.run_all_iterations", "eval.search_rules", "data.pack", "eval.sampling",
+                "train.alignment_lambda", "data.alignments_dir")
 
 
 def check_read(config: ml_collections.ConfigDict, family) -> None:

@@ -279,6 +279,44 @@ def load_pairs(data_cfg: Any, corpus: Corpus, trains_on: bool = False) -> dict[s
     return out
 
 
+def load_alignments(data_cfg: Any, corpus: Corpus) -> dict[str, list[set[tuple[int, int]]]]:
+    """The word alignments of the train and valid splits of `corpus` in data.alignments_dir ({} without it), what
+    guided alignment trains on (`jaxnat.data.piece_links`): `{split}.align`, Pharaoh links ``i-j`` over the words of
+    `dictionary_words`, a line per pair, as `python -m jaxnat.data.alignment` writes them ({corpus key: links per
+    pair}). The training split's is needed, the valid split's taken where it is there.
+
+    Raises:
+      DataError: the training split's file is missing, a line is not Pharaoh links, or a file is not line-aligned
+        with its split (naming the file and the line or the counts).
+    """
+    directory = _str(data_cfg, "alignments_dir", "")
+    if not directory:
+        return {}
+    from jaxnat.data.alignment import parse_links
+    from jaxnat.data.text import read_lines
+
+    out = {}
+    for key in ("train", "valid"):
+        src = corpus[key][0]
+        path = os.path.join(directory, f"{_split(data_cfg, key)}.align")
+        if not os.path.isfile(path):
+            if key == "valid":
+                continue
+            raise DataError(f"{path}: file not found; data.alignments_dir needs the word alignments of the {key} "
+                            f"split (python -m jaxnat.data.alignment writes them)")
+        lines = read_lines(path, blank_ok=True)
+        if len(lines) != len(src):
+            raise DataError(f"{path}: {len(lines)} lines, but the {key} split has {len(src)} sentences")
+        parsed = []
+        for i, line in enumerate(lines):
+            try:
+                parsed.append(parse_links(line))
+            except DataError as e:
+                raise DataError(f"{path}:{i + 1}: {e}") from None
+        out[key] = parsed
+    return out
+
+
 def _synthetic_pairs(data_cfg: Any, corpus: Corpus) -> dict[str, Pairs]:
     """Per sentence of the synthetic corpus, 1–3 of its nouns and multi-word terms with their fixed
     translations (`synthetic.lexicon_pairs`) in a random order, the draw seeded by data.synthetic_seed."""

@@ -390,6 +390,19 @@ class Tokenizer:
             return []
         return self.processor(side).encode(texts, out_type=int)
 
+    def piece_spans(self, texts: Sequence[str], side: str) -> list[list[tuple[int, int]]]:
+        """Per text, the characters [start, end) of it that each of its pieces (`encode`'s) stands for; a piece of
+        none (SentencePiece's word boundary before a text's first word) (start, start)."""
+        sp, out = self.processor(side), []
+        for text in texts:
+            text = self._spaces(text, side)  # as encoded (a whitespace made a space: one character for one)
+            char_at, at = {0: 0}, 0  # SentencePiece's offsets count the text's UTF-8 bytes
+            for n, char in enumerate(text, 1):
+                at += len(char.encode("utf-8"))
+                char_at[at] = n
+            out.append([(char_at[p.begin], char_at[p.end]) for p in sp.encode_as_proto(text).pieces])
+        return out
+
     def _spaces(self, text: str, side: str) -> str:
         """``text`` with each whitespace character that the vocabulary can only encode as UNK made a space."""
         if not ODD_SPACE.search(text):

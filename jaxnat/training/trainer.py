@@ -23,7 +23,8 @@ from jaxnat.config import (check_aux, check_known_keys, check_matches_workdir, c
 from jaxnat.data.batching import (PackedBatcher, TrainBatcher, bucket_lengths, eval_batches, example_lengths,
                                   fitted_buckets, prefetch, prepare_with_init)
 from jaxnat.data.distilled import check_same_teacher, record_teacher
-from jaxnat.data.sources import load_corpus, load_inits, load_pairs, train_origin
+from jaxnat.data.piece_links import sentence_links
+from jaxnat.data.sources import load_alignments, load_corpus, load_inits, load_pairs, train_origin
 from jaxnat.data.text import corpus_fingerprint
 from jaxnat.data.tokenizer import Tokenizer, no_language_tokens_named
 from jaxnat.data.vocab import UNK_ID
@@ -408,6 +409,8 @@ class Trainer:
         self.inits = load_inits(d, self.corpus)  # {split: initial hypotheses}; {} without data.init_lang
         # {split: constraint pairs per sentence}; {} without data.pairs_dir
         self.pairs = load_pairs(d, self.corpus, trains_on=self.family.supports.pairs)
+        # {split: word alignments per sentence} of guided alignment; {} without data.alignments_dir
+        self.alignments = load_alignments(d, self.corpus)
         check_matches_workdir(config, workdir)  # before anything in the workdir is written
         check_resumable(config, workdir)
         if holds_steps(os.path.join(workdir, "checkpoints", "last")):
@@ -493,8 +496,27 @@ class Trainer:
         if self.family.train_extras is not None:
             extras, summary = self.family.train_extras(self.config, self.tokenizer, src, tgt, self.pairs.get(split))
             log.info("%s %s", split, summary)
+        if self.config.data.alignments_dir:  # guided alignment: each pair's piece links (none where a split has none)
+            extras = {**(extras or {}), "links": self.piece_links(split, src, tgt)}
         return prepare_with_init(src_ids, tgt_ids, init_ids, self.config.data.max_len, self.config.data.truncate,
                                  extras=extras)
+
+    def piece_links(self, split: str, src: list[str], tgt: list[str]):
+        """int32[N, K, 3], the piece links of the split's pairs from its word alignments (`piece_links.as_array`; one
+        empty row each for a split without them)."""
+        if not hasattr(self.tokenizer, "piece_spans") or self.tokenizer.languages:
+            raise ConfigError("data.alignments_dir: guided alignment maps words to pieces by a SentencePiece "
+                              "vocabulary of jaxnat's own, without language tokens (this run's is an imported one)")
+        if split not in self.alignments:
+            return np.full((len(src), 1, 3), -1, np.int32)
+        d = self.config.data
+        links, counts = sentence_links(self.tokenizer, src, tgt, self.alignments[split], d.src_lang, d.tgt_lang)
+        log.info("%s guided alignment: %d piece links in %d of %d pairs", split, counts["links"],
+                 counts["sentences"], len(src))
+        if counts["unfound"]:
+            log.warning("%s: %d pairs have words the alignments name that are not in their text as written; they "
+                        "are trained without links", split, counts["unfound"])
+        return links
 
     def packs(self) -> bool:
         """Whether training packs several pairs a row (data.pack, for a model whose loss takes packed batches, not

@@ -89,17 +89,34 @@ class ARTransformer(nn.Module):
         h = self.decoder(self.embed_target(tgt_in, train, segments=segments), mask, memory, src_mask, train)
         return self.logits(h)
 
-    def cross_attention(self, tgt_in: jnp.ndarray, memory: jnp.ndarray, src_mask: jnp.ndarray) -> jnp.ndarray:
-        """Teacher forcing on an encoded source (`decode`'s arguments) → where each position looks in the source
-        as it predicts the next token, float32[B, T, S]: the cross-attention weights of decoder layer
-        ``alignment_layer`` (the last by default), averaged over its first ``alignment_heads`` heads (all by
-        default), of a pass with the causal mask, or without it with ``full_context_alignment`` (fairseq's
-        transformer_align; its alignment layer and heads by default: `jaxnat.decoding.alignment`)."""
+    def aligned_decode(self, tgt_in: jnp.ndarray, memory: jnp.ndarray, src_mask: jnp.ndarray, train: bool = False,
+                       segments=None) -> tuple[jnp.ndarray, jnp.ndarray]:
+        """Teacher forcing on an encoded source (`decode`'s arguments) → (logits float32[B, T, V], where each
+        position looks in the source as it predicts the next token, float32[B, T, S]): the cross-attention weights
+        of decoder layer ``alignment_layer`` (the last by default), averaged over its first ``alignment_heads``
+        heads (all by default), of this pass, or with ``full_context_alignment`` of a second one without the causal
+        mask (fairseq's transformer_align; its alignment layer and heads by default: `jaxnat.decoding.alignment`,
+        and guided alignment's loss, `alignment_loss`)."""
         c = self.cfg
-        _, weights = self.decoder(self.embed_target(tgt_in, False), token_mask(tgt_in), memory, src_mask, False,
-                                  return_attention=True, attention_layer=c.alignment_layer,
-                                  causal=not c.full_context_alignment)
-        return jnp.mean(weights[:, :c.alignment_heads or None], axis=1)
+        mask = token_mask(tgt_in) if segments is None else segments
+        x = self.embed_target(tgt_in, train, segments=segments)
+        h, weights = self.decoder(x, mask, memory, src_mask, train, return_attention=True,
+                                  attention_layer=c.alignment_layer)
+        if c.full_context_alignment:
+            _, weights = self.decoder(x, mask, memory, src_mask, train, return_attention=True,
+                                      attention_layer=c.alignment_layer, causal=False)
+        return self.logits(h), jnp.mean(weights[:, :c.alignment_heads or None], axis=1)
+
+    def cross_attention(self, tgt_in: jnp.ndarray, memory: jnp.ndarray, src_mask: jnp.ndarray) -> jnp.ndarray:
+        """The attention of `aligned_decode`, float32[B, T, S] (its logits, unused, are left out of the program)."""
+        return self.aligned_decode(tgt_in, memory, src_mask)[1]
+
+    def forward_aligned(self, src: jnp.ndarray, tgt_in: jnp.ndarray, train: bool = False, src_seg=None,
+                        tgt_seg=None) -> tuple[jnp.ndarray, jnp.ndarray]:
+        """`__call__` with the attention word alignments read: (logits float32[B, T, V], float32[B, T, S])
+        (`aligned_decode`)."""
+        src_mask = token_mask(src) if src_seg is None else src_seg
+        return self.aligned_decode(tgt_in, self.encode(src, train, src_seg), src_mask, train, tgt_seg)
 
     def init_cache(self, memory: jnp.ndarray, max_len: int):
         """memory: float[B, S, D] -> per-layer cache for `step` (self-attention slots for max_len tokens)."""
@@ -112,8 +129,10 @@ class ARTransformer(nn.Module):
         return nn.log_softmax(self.logits(h[:, 0])), cache
 
 
-def ar_loss(model: ARTransformer, params, batch: dict, rng, label_smoothing: float, train: bool = True):
-    """Teacher-forced label-smoothed cross-entropy.
+def ar_loss(model: ARTransformer, params, batch: dict, rng, label_smoothing: float, train: bool = True,
+            alignment_lambda: float = 0.0):
+    """Teacher-forced label-smoothed cross-entropy, and with ``alignment_lambda`` > 0 and batch['links'] guided
+    alignment's loss times it (`alignment_loss`, reported as 'alignment', per target token).
 
     batch['src']: int32[B, S], batch['tgt']: int32[B, T] ([BOS … EOS], PAD after), or a packed batch (several
     such pairs a row, with 'src_seg' and 'tgt_seg'; a token is a target only after a token of its own pair).
@@ -121,16 +140,54 @@ def ar_loss(model: ARTransformer, params, batch: dict, rng, label_smoothing: flo
     """
     tgt = batch["tgt"]
     src, src_seg = source_tokens(model.cfg, batch["src"], batch.get("src_seg"))
-    if "tgt_seg" in batch:
-        seg = batch["tgt_seg"]
-        logits = model.apply(params, src, tgt[:, :-1], train=train, src_seg=src_seg, tgt_seg=seg[:, :-1],
-                             rngs={"dropout": rng})
-        targets = next_in_segment(seg)
-    else:
-        logits = model.apply(params, src, tgt[:, :-1], train=train, rngs={"dropout": rng})
-        targets = token_mask(tgt[:, 1:])
+    seg = batch.get("tgt_seg")
+    kwargs = dict(train=train, src_seg=src_seg, tgt_seg=None if seg is None else seg[:, :-1], rngs={"dropout": rng})
+    aligned = alignment_lambda > 0 and "links" in batch
+    out = model.apply(params, src, tgt[:, :-1], method="forward_aligned" if aligned else None, **kwargs)
+    logits, attention = out if aligned else (out, None)
+    targets = token_mask(tgt[:, 1:]) if seg is None else next_in_segment(seg)
     loss, nll, count = smoothed_cross_entropy(logits, tgt[:, 1:], targets, label_smoothing)
-    return loss, {"nll": nll, "count": count}
+    aux = {"nll": nll, "count": count}
+    if aligned:
+        links = alignment_loss(attention, batch["links"], src, tgt, src_seg, seg)
+        loss = loss + alignment_lambda * links
+        aux["alignment"] = links / jnp.maximum(count, 1.0)
+    return loss, aux
+
+
+def alignment_loss(attention: jnp.ndarray, links: jnp.ndarray, src: jnp.ndarray, tgt: jnp.ndarray, src_seg=None,
+                   tgt_seg=None) -> jnp.ndarray:
+    """Guided alignment (Garg et al. 2019; fairseq's label_smoothed_cross_entropy_with_alignment): the sum over a
+    batch's links of −log A[row, col] / n, A the attention word alignments read (`aligned_decode`) at the decoder
+    position predicting the link's target piece and the source position of its source piece, n the number of links
+    of that target piece (each target piece's links weigh 1 together).
+
+    attention: float32[B, T - 1, S]; links: int32[B, K, 3] (source piece, target piece, n; -1 rows after a pair's
+    own: `piece_links.as_array`), or in a packed batch int32[B, M, K, 3] per segment; src: int32[B, S] as the
+    encoder read it (`source_tokens`), tgt: int32[B, T]; src_seg, tgt_seg: a packed batch's segment ids (None:
+    one pair a row). A piece's position: its index after its pair's first source piece (past BOS, where read) or
+    its target BOS; a link to a piece its pair no longer holds (cut to data.max_len) counts nothing.
+    """
+    if src_seg is None:  # one pair a row: segment 1 wherever a token stands
+        src_seg, tgt_seg, links = token_mask(src).astype(jnp.int32), token_mask(tgt).astype(jnp.int32), links[:, None]
+    segment = jnp.arange(1, links.shape[1] + 1)[None, :, None]  # [1, M, 1]
+
+    def first(seg, ok):  # [B, M]: each segment's first position where ``ok`` holds, and whether it has one
+        at = (seg[:, None, :] == segment) & ok[:, None, :]
+        return jnp.argmax(at, axis=-1), jnp.any(at, axis=-1)
+
+    src_first, src_has = first(src_seg, src != BOS_ID)
+    tgt_first, tgt_has = first(tgt_seg, tgt == BOS_ID)
+    i, j, n = links[..., 0], links[..., 1], links[..., 2]  # [B, M, K]
+    col, row = src_first[..., None] + i, tgt_first[..., None] + j
+    b = jnp.arange(src.shape[0])[:, None, None]
+    col_c, row_c = jnp.clip(col, 0, src.shape[1] - 1), jnp.clip(row + 1, 0, tgt.shape[1] - 1)
+    segs = segment[..., 0][:, :, None]  # [1, M, 1]
+    valid = ((i >= 0) & (src_has & tgt_has)[..., None] & (col < src.shape[1]) & (row + 1 < tgt.shape[1])
+             & (src_seg[b, col_c] == segs) & (src[b, col_c] != EOS_ID)
+             & (tgt_seg[b, row_c] == segs) & (tgt[b, row_c] != EOS_ID))
+    picked = attention[b, jnp.clip(row, 0, attention.shape[1] - 1), col_c]
+    return -jnp.sum(jnp.where(valid, jnp.log(jnp.maximum(picked, 1e-9)) / jnp.maximum(n, 1), 0.0))
 
 
 def ar_token_logp(model: ARTransformer, params, src: jnp.ndarray, tgt: jnp.ndarray,
@@ -294,7 +351,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                            nbest=request.nbest, sampling=sampling, members=members(request))
 
     def loss(params, batch, rng, train=True):
-        return ar_loss(module, params, batch, rng, config.train.label_smoothing, train)
+        return ar_loss(module, params, batch, rng, config.train.label_smoothing, train, config.train.alignment_lambda)
 
     def score(params, request: DecodeRequest, tgt) -> dict:
         token_logp = mean_probability(jnp.stack([ar_token_logp(m, p, request.src, tgt)
@@ -307,7 +364,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
 
     capacity = output_capacity(cfg, e)
     return ModelSpec("ar", cfg, module, init, loss, generate, capacity, sampled(SUPPORTS, sampling), packs=True,
-                     score=score, align=align)
+                     score=score, align=align, terms=("alignment",) if config.train.alignment_lambda > 0 else ())
 
 
 def output_capacity(cfg: TransformerConfig, eval_cfg):
