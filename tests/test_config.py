@@ -23,9 +23,11 @@ CONFIGS = sorted(
 
 def shipped(path: str, *overrides: str):
     """A shipped config built as its command does: a config of text files takes its data directory from the
-    command line (no config names a directory of one machine)."""
-    text = load_config(path).data.source == "text"
-    return build_config(path, [*(["--config.data.dir=/data/corpus"] if text else []), *overrides])
+    command line (no config names a directory of one machine), one of guided alignment its alignments' too."""
+    loaded = load_config(path)
+    text, aligned = loaded.data.source == "text", loaded.train.alignment_lambda > 0
+    return build_config(path, [*(["--config.data.dir=/data/corpus"] if text else []),
+                               *(["--config.data.alignments_dir=/data/alignments"] if aligned else []), *overrides])
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: os.path.relpath(p, ROOT))
@@ -37,7 +39,7 @@ def test_shipped_configs_load_and_validate(path):
     check_schedule_keys(config)  # no learning-rate key the config's schedule does not read
     if config.data.source == "text":
         with pytest.raises(ConfigError, match="needs data.dir .*--config.data.dir=DIR"):
-            build_config(path, [])
+            build_config(path, [f"--config.data.alignments_dir={config.data.alignments_dir}"])
 
 
 @pytest.mark.parametrize("name, alpha, beta", [("demo", 0.8, 0.2), ("demo_vdba", 0.5, 0.5), ("multi30k", 0.8, 0.2),
