@@ -155,3 +155,24 @@ def test_a_run_trains_on_alignment_files_and_reports_the_loss(tmp_path):
     terms = [h["alignment"] for h in history if "alignment" in h]
     assert len(terms) >= 2 and terms[-1] < terms[0]
     assert any("valid_alignment" in h for h in history)
+
+
+@pytest.mark.parametrize("files, message", [
+    ({}, "train.align: file not found; data.alignments_dir needs the word alignments of the train split"),
+    ({"train.align": "0-0\n"}, "train.align: 1 lines, but the train split has 2 sentences"),
+    ({"train.align": "0-0\n1-x\n"}, "train.align:2: not an alignment line"),
+])
+def test_alignment_files_that_do_not_fit_their_split_are_one_line(tmp_path, files, message):
+    from types import SimpleNamespace
+
+    from jaxnat.data.sources import load_alignments
+    from jaxnat.errors import DataError
+
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    data = SimpleNamespace(alignments_dir=str(tmp_path), train_split="train", valid_split="valid")
+    corpus = {"train": (["a b", "c"], ["x y", "z"]), "valid": (["a"], ["x"])}
+    with pytest.raises(DataError, match=message):
+        load_alignments(data, corpus)
+    (tmp_path / "train.align").write_text("0-0 1-1\n\n")
+    assert load_alignments(data, corpus) == {"train": [{(0, 0), (1, 1)}, set()]}  # (valid: none there, none read)
