@@ -7,7 +7,8 @@ where it declares them; and where it declares forced decoding, `ModelSpec.score`
 score), and its output
 capacity stays within `model.max_len`; its `ModelSpec` bears its name; it is built and validated from its own
 config sections (and those of the families it extends) alone; its `Family.reads` names exactly the keys of
-`READ_BY_SOME` its build, capacity and generate read (and data.pack where its spec packs). Shapes and dtypes only
+`READ_BY_SOME` its build, capacity and generate read (and data.pack where its spec packs, data.alignments_dir where it
+reads train.alignment_lambda). Shapes and dtypes only
 (traced with `jax.eval_shape`): what each computes is tested with it."""
 
 import copy
@@ -45,7 +46,7 @@ READ_INERT = {("nat", "eval.run_all_iterations")}
 class Reads:
     """``config`` as a family's build sees it, noting in ``seen`` each key of its sections ``watched`` read."""
 
-    def __init__(self, config, seen: set, watched=("eval", "data"), path: str = ""):
+    def __init__(self, config, seen: set, watched=("eval", "data", "train"), path: str = ""):
         self._config, self._seen, self._watched, self._path = config, seen, watched, path
 
     def __getattr__(self, name: str):
@@ -73,6 +74,8 @@ def check_reads(name: str, spec, seen: set) -> None:
     declared = set(family_of(name).reads)
     read = {key for key in seen if key in READ_BY_SOME and (name, key) not in READ_INERT}
     read |= {"data.pack"} if spec.packs else set()
+    # the trainer reads a guided alignment's files for a model whose loss weighs them (config.SWITCHED pairs the two)
+    read |= {"data.alignments_dir"} if "train.alignment_lambda" in read else set()
     assert declared == read, (f"{name}: Family.reads lacks {sorted(read - declared)}, and names unread "
                               f"{sorted(declared - read)}")
 

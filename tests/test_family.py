@@ -212,7 +212,11 @@ def _capacity_wide(spec):
     return dataclasses.replace(spec, generate=lambda params, request: spec.generate(params, request.replace(max_out=0)))
 
 
-def _registered(toy, build, reads=TOY.reads + ("data.pack", "eval.sampling")):  # (the AR spec of _plain packs, samples)
+# (the AR spec of _plain packs, samples and weighs a guided alignment's loss)
+PLAIN_READS = TOY.reads + ("data.pack", "eval.sampling", "train.alignment_lambda", "data.alignments_dir")
+
+
+def _registered(toy, build, reads=PLAIN_READS):
     models.unregister(toy.name)
     models.register(dataclasses.replace(toy, build=build, train_extras=None, reads=reads,
                                         supports=dataclasses.replace(toy.supports, score=True)))  # (and scores)
@@ -233,7 +237,7 @@ def test_the_contract_catches_a_familys_mistake(toy, mistake):
 
 def test_the_contract_catches_a_key_declared_unread(toy):
     """A key of Family.reads the family's build, capacity and generate never read: accepted where it does nothing."""
-    _registered(toy, _plain, reads=TOY.reads + ("data.pack", "eval.sampling", "eval.run_all_iterations"))
+    _registered(toy, _plain, reads=PLAIN_READS + ("eval.run_all_iterations",))
     with pytest.raises(AssertionError, match=r"names unread \['eval.run_all_iterations'\]"):
         check_contract(toy.name)
 
