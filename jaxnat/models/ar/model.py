@@ -3,7 +3,9 @@
 Training is teacher forcing with a causal decoder: the decoder reads `tgt[:, :-1]` (starting with BOS, which
 it embeds as `decoder_start`'s token: fairseq's models start from EOS, Marian's from PAD) and predicts
 `tgt[:, 1:]`. Decoding feeds one token at a time with cached keys/values (`init_cache`, `step`) to
-the searches of `jaxnat.decoding.search` (`ar_generate`).
+the searches of `jaxnat.decoding.search` (`ar_generate`). Word alignments are read off one decoder layer's
+cross-attention (`aligned_decode`), which guided alignment (Garg et al. 2019) trains towards given word links
+(`alignment_loss`).
 """
 
 from __future__ import annotations
