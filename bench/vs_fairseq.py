@@ -510,6 +510,8 @@ def fairseq_worker(args) -> int:
 
 
 def pharaoh(pairs) -> str:
+    """fairseq's pairs as `jaxnat.decoding.alignment.pharaoh` writes them (this side runs in the reference
+    environment, without jaxnat)."""
     return " ".join(f"{i}-{j}" for i, j in pairs)
 
 

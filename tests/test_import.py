@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from jaxnat.config import workdir_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.decoding.alignment import pharaoh
 from jaxnat.errors import DataError, JaxnatError
 from jaxnat.importers import torch_file, write_workdir
 from jaxnat.restore import load_translator
@@ -1055,5 +1056,3 @@ def test_a_fairseq_transformer_align_model_aligns_as_fairseq(tmp_path_factory):
         assert hyp["alignment"] == pharaoh(pairs)
 
 
-def pharaoh(pairs) -> str:
-    return " ".join(f"{i}-{j}" for i, j in pairs)

@@ -72,7 +72,8 @@ def test_translate_plain_and_json_lines_round_trip(trained, tmp_path):
 @pytest.mark.slow
 def test_hard_constraints_stay_with_their_sentence(trained, tmp_path):
     """An AR model decodes "hard" constraints with constrained beam search (VDBA): each sentence's output has
-    its own phrases, though bucketing sorts the sentences by length; and a glossary's terms, found in the sources."""
+    its own phrases, though bucketing sorts the sentences by length. (A glossary's terms decoded so:
+    test_eval_mode_rewrites_metrics; their lines: tests/test_glossary.py.)"""
     words = ["house", "dog", "red cat", "small", "sees the", "garden"]
     sources = ["a dog .", "the small red cat sees the big dog in the garden .", "the house .",
                "the cat sees a dog and a house and a small garden .", "a garden .", "the man sees the house ."]
@@ -84,15 +85,6 @@ def test_hard_constraints_stay_with_their_sentence(trained, tmp_path):
     rows = [json.loads(line) for line in result.stdout.splitlines()]
     for row, want in zip(rows, words + ["small red"]):
         assert all(w in row["hyp"] for w in want.split()), (row, want)
-    # a glossary's terms found in each source, the longest first, as hard constraints (eval.glossary)
-    (tmp_path / "terms.tsv").write_text("cat\tgarden\nred cat\thouse\ndog\tsmall\n")
-    result = _main(trained, "--mode", "translate", "--config.eval.beam_size=3",
-                   f"--config.eval.glossary={tmp_path / 'terms.tsv'}", stdin="\n".join(sources) + "\n")
-    assert result.returncode == 0, result.stderr
-    rows = [json.loads(line) for line in result.stdout.splitlines()]
-    assert rows[1]["terms"] == [["red cat", "house"], ["dog", "small"]] and rows[2]["terms"] == []
-    for row in rows:
-        assert all(target in row["hyp"] for _, target in row["terms"]), row
 
 
 def test_sampled_translations_their_lists_and_mbr(trained):
@@ -124,7 +116,8 @@ def test_sampled_translations_their_lists_and_mbr(trained):
 
 
 def test_eval_mode_rewrites_metrics(trained, tmp_path):
-    """And with a glossary, its row: the terms found in the test sources, hard constraints, all in the outputs."""
+    """And with a glossary, its row: the terms found in the test sources (the read, the match and the constraints
+    translate gives them, `glossary.constraints_of`), hard constraints, all in the outputs."""
     os.remove(trained / "metrics.json")
     (tmp_path / "terms.tsv").write_text("the\tsmall\n")
     result = _main(trained, "--mode", "eval", "--config.eval.latency_sentences=0",

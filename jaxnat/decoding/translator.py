@@ -538,10 +538,11 @@ class Translator:
             starts = [s._replace(prefix=code) for s, code in zip(starts or [Start()] * len(texts), codes)]
         notes = self.input_notes(texts, cut, targets, None, None, pairs)  # a translation's characters as an init's
         tgt = self.tokenizer.encode(list(targets), "tgt")
+        starts = self.prefixed(starts, len(texts))  # (a multilingual model's target-language token forced)
         scored = self.score_ids(src, tgt, batch_size, starts, token_scores)
         aligned = [{}] * len(texts)
         if alignment:
-            prefixes = [list(s.prefix or ()) for s in self.prefixed(starts, len(texts))]  # as score_ids forces them
+            prefixes = [list(s.prefix or ()) for s in starts]
             aligned = self.alignments(alignment, texts, src, [[*p, *ids] for p, ids in zip(prefixes, tgt)],
                                       list(map(len, prefixes)), starts, batch_size)
         results = []
