@@ -104,7 +104,7 @@ def test_translate_gives_each_lines_terms_as_its_constraints_and_writes_them(tmp
             asked.append(options)
             return [{"hyp": t, "score": -1.0} for t in texts]
 
-        def start(self, init, phrases, is_hard, pairs, tgt_lang=None):
+        def start(self, init, phrases, is_hard, pairs, tgt_lang=None, given=None):
             asked.append((init, phrases, is_hard))
 
     (tmp_path / "terms.tsv").write_text("dog\tHund\nred cat\trote Katze\n")

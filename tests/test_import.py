@@ -774,6 +774,36 @@ def test_beam_search_under_fairseq_rules_is_fairseqs(tmp_path_factory):
                                atol=1e-4)
 
 
+@pytest.mark.slow
+def test_a_prefix_is_continued_as_fairseqs_prefix_size(tmp_path_factory):
+    """fairseq-generate --prefix-size: each output forced to start with the given pieces (whole words of its
+    reference, several lengths in one batch), greedy and beam 4: the same outputs and scores, the given pieces'
+    log-probabilities counted, so that the completed output scores as the same output given whole (`score_ids`).
+    Hard constraints the prefix holds are met by it (`translator.unmet`); the others follow it under jaxnat's rules
+    (fairseq's constrained search loses every hypothesis to a forced prefix: refused in one line)."""
+    kind, workdir, config, _ = _imported("fairseq", tmp_path_factory)
+    _, outputs = expected(kind)
+    config = config.copy_and_resolve_references()
+    config.data.bucket_multiple = 32  # fairseq's length limit reads its batch's longest source: one bucket here
+    translator = load_translator(config, workdir)
+    for beam in (1, 4):
+        hyps = translator.translate(outputs["src"], beam_size=beam, prefixes=outputs["prefixes"], token_scores=True)
+        for hyp, theirs, score in zip(hyps, outputs[f"prefix_beam{beam}"], outputs[f"prefix_beam{beam}_score"]):
+            assert hyp["piece_ids"] + [EOS_ID] == to_jaxnat(kind, theirs).tolist()
+            assert hyp["score"] == pytest.approx(score, abs=1e-4)
+    src, _ = translator.encode(outputs["src"])
+    scored = translator.score_ids(src, [h["piece_ids"] for h in hyps], 4)
+    np.testing.assert_allclose([s["score"] for s in scored], [h["score"] for h in hyps], atol=1e-5)
+    asked = dict(constraints=[["mann", "fahrrad"]], hard=[True], prefixes=["ein mann"])
+    with pytest.raises(DataError, match="^sentence 1: a prefix with constraints under eval.search_rules=fairseq"):
+        translator.translate(outputs["src"][:1], **asked)
+    config.eval.search_rules = "jaxnat"
+    translator = load_translator(config, workdir)
+    assert translator.starts(**asked)[0].phrases == [translator.tokenizer.encode(["fahrrad"], "tgt")[0]]
+    hyp = translator.translate(outputs["src"][:1], beam_size=4, **asked)[0]["hyp"]
+    assert hyp.startswith("ein mann") and "fahrrad" in hyp
+
+
 def test_translate_without_a_checkpoint_says_so_after_orbax_cleaned_up(tmp_path, monkeypatch):
     """Orbax starts a thread at each checkpoint manager's start that cleans temporary directories, and its own close
     does not wait for it: an error raised before it ends left it to fail at the interpreter's shutdown (a traceback

@@ -150,6 +150,38 @@ def test_a_hard_constraint_that_encodes_to_no_pieces_is_refused():
     assert [s.phrases for s in translator.starts(None, [["Hund", "▁"]], [False])] == [[[7], []]]
 
 
+def test_a_prefix_meets_the_hard_constraints_it_holds_and_must_fit_the_model():
+    """A sentence's prefix (the start of its translation) meets each hard constraint it holds once, at positions no
+    other met one took (`unmet`), and the search places the rest; a prefix the model could not hold, or that the
+    vocabulary could only write as UNK, is refused in one line naming the sentence."""
+    from jaxnat.decoding.translator import Translator, unmet
+
+    assert unmet([[5], [6, 7], [5], [9]], [5, 6, 7, 8]) == [[5], [9]]  # one occurrence meets one phrase
+    assert unmet([[6, 7], [7, 8]], [6, 7, 8]) == [[7, 8]]  # overlapping the one met before
+    assert unmet([[3]], []) == [[3]] and unmet([], [3]) == []
+
+    class Words:  # a tokenizer of one piece a word, which cannot write "€"
+        def encode(self, texts, side):
+            return [[10 + ord(w[0]) % 50 for w in text.split()] for text in texts]
+
+        def unrepresentable(self, text, side):
+            return [c for c in text if c == "€"]
+
+        languages = ()
+
+    config = build_config("tests/configs/tiny.py", ["--config.eval.beam_size=1"])
+    translator = Translator(build_model(config, 80, 80), None, Words(), config)
+    start = translator.starts(constraints=[["a b", "c"]], hard=[True], prefixes=["x a b"])[0]
+    assert (start.given, start.phrases) == ([10 + ord("x") % 50, 10 + ord("a") % 50, 10 + ord("b") % 50],
+                                            [[10 + ord("c") % 50]])
+    with pytest.raises(DataError, match=r"^sentence 2: the prefix and constraint set have 63 target pieces, more "
+                                        r"than the 62 the model can hold \(model.max_len 64"):
+        translator.starts(constraints=[None, ["c"]], hard=[False, True], prefixes=[None, "w " * 62])
+    with pytest.raises(DataError, match=r"^sentence 1: the prefix '5 €' has characters the model's vocabulary "
+                                        r"cannot represent \(€\): the output would start with UNK$"):
+        translator.starts(prefixes=["5 €"])
+
+
 @pytest.mark.parametrize("pair", [("▁", "kelo"), ("dog", "▁")])
 def test_a_constraint_pair_phrase_that_encodes_to_no_pieces_is_refused(pair):
     """A pair whose source phrase encodes to no pieces ("▁") was silently no pair (the model reads an empty source
@@ -242,6 +274,7 @@ def test_a_source_of_max_len_minus_one_pieces_is_cut_and_the_warning_says_how_ma
     ({"inits": [["kelo", "lan"], None]}, r"inits\[0\] must be a hypothesis to refine \(a string\) or None, got \["),
     ({"inits": [None, b"kelo"]}, r"inits\[1\] must be a hypothesis to refine \(a string\) or None, got b'kelo'$"),
     ({"beam_size": 2, "nbest": 3}, r"^an n-best list of 3 needs a beam of at least 3 \(beam size 2\): the search"),
+    ({"prefixes": ["ein", ["Hund"]]}, r"prefixes\[1\] must be the start of a translation \(a string\) or None, got"),
 ])
 def test_translate_refuses_arguments_of_the_wrong_shape_in_one_line(kwargs, message):
     """`Translator.translate` from Python: a string where a list is due would be read as its characters (garbage,

@@ -42,15 +42,17 @@ def _listed(out, beam):
             for b in range(len(out["nbest_score"]))]
 
 
-@pytest.mark.parametrize("overrides, beam, prefix", [
-    (("--config.eval.length_penalty=0.6", "--config.eval.search_rules=fairseq"), 3, None),
-    ((), 1, [[12], [13]]),  # a forced first token (a multilingual model's language): adds nothing, counts in n
+@pytest.mark.parametrize("overrides, beam, prefix, free", [
+    (("--config.eval.length_penalty=0.6", "--config.eval.search_rules=fairseq"), 3, None, None),
+    ((), 1, [[12], [13]], None),  # a forced first token (a multilingual model's language): adds nothing, counts in n
+    ((), 3, [[12, 9, 14], [13, 0, 0]], [1, 0]),  # a language token, then given starts: scored as the model's own
     (("--config.model.name=vecconst", "--config.vecconst.consume=true", "--config.data.pairs_dir=synthetic"), 3,
-     None),  # the plug-in consumes its tokens
+     [[9], [0]], [0, 0]),  # the plug-in consumes its tokens; a given start
 ])
-def test_a_left_to_right_models_score_of_each_output_it_found_is_the_searchs(overrides, beam, prefix):
+def test_a_left_to_right_models_score_of_each_output_it_found_is_the_searchs(overrides, beam, prefix, free):
     """Scored by teacher forcing (AR) or by the search's own callback (the vectorized model), every output of the
-    search's n-best list gets the search's score, its log P the sum of the output's token log-probabilities. (jaxnat's
+    search's n-best list gets the search's score, its log P the sum of the output's token log-probabilities: with a
+    forced prefix too, whose free tokens add nothing and whose given ones count (`search.force_prefix`). (jaxnat's
     own beam search: the ensemble's constrained test, tests/test_ensemble.py.)"""
     spec = _spec(*overrides)
     params = _params(spec)
@@ -61,9 +63,15 @@ def test_a_left_to_right_models_score_of_each_output_it_found_is_the_searchs(ove
         pair = np.asarray([[[7, 8]], [[10, 0]]], np.int32)
         extras = {"pairs": PairInputs(jnp.asarray(pair), jnp.asarray(pair + np.where(pair > 0, 5, 0)))}
     prefix = None if prefix is None else jnp.asarray(prefix, jnp.int32)
-    request = DecodeRequest(jnp.asarray(SRC), extras=extras, prefix=prefix, max_out=9, beam_size=beam,
-                            nbest=beam)
+    request = DecodeRequest(jnp.asarray(SRC), extras=extras, prefix=prefix,
+                            prefix_free=None if free is None else jnp.asarray(free, jnp.int32), max_out=9,
+                            beam_size=beam, nbest=beam)
     out = jax.device_get(jax.jit(spec.generate)(params, request))
+    if prefix is not None:  # every output starts with its prefix, whose given tokens have their log-probabilities
+        assert all((out["tokens"][b, 1:1 + len(p)] == p)[p > 0].all() for b, p in enumerate(np.asarray(prefix)))
+        given = np.arange(prefix.shape[1])[None, :] >= request.free_prefix()[:, None]
+        scored = out["token_logp"][:, 1:1 + prefix.shape[1]]
+        assert (scored[given & (np.asarray(prefix) > 0)] < 0).all() and (scored[~given] == 0).all()
     score = jax.jit(spec.score)
     for j in range(beam):
         rows = [listed[min(j, len(listed) - 1)] for listed in _listed(out, beam)]

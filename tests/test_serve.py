@@ -53,7 +53,7 @@ class Stub:
         self.asked.append((texts, options))
         return [{"hyp": f"<{t}>", "score": -1.0 if t != "inf" else float("-inf")} for t in texts]
 
-    def start(self, init, phrases, is_hard, pairs, tgt_lang=None):
+    def start(self, init, phrases, is_hard, pairs, tgt_lang=None, given=None):
         """Every start fits this model (the line checks pass it)."""
 
 

@@ -280,7 +280,7 @@ def test_a_request_the_model_cannot_honour_is_named_by_its_line(tmp_path):
         spec = SimpleNamespace(name="m", supports=Supports(hard_constraints=True))
         config = stub_config()
 
-        def start(self, *asked, tgt_lang=None):  # every constraint fits
+        def start(self, *asked, tgt_lang=None, given=None):  # every constraint fits
             pass
 
         def translate(self, *args, **options):
@@ -396,6 +396,37 @@ def test_a_request_key_near_a_known_one_is_a_typo_not_an_echoed_key():
     assert echoed == {"src": "x", "id": 3, "doc": "d1", "source": "s", "weight": 1}
 
 
+def test_a_prefix_is_a_string_and_a_model_without_prefixes_refuses_it_by_its_line(tmp_path):
+    """A line's "prefix" (the start of its translation) is a string; a blank one asks nothing; a model that does not
+    continue given starts (a non-autoregressive one) refuses it in one line naming the line, before translating."""
+    from types import SimpleNamespace
+
+    from jaxnat.decoding.translate_io import parse_requests, translate_stream
+    from jaxnat.errors import DataError
+
+    with pytest.raises(DataError, match=r'^in:1: "prefix" must be a string \(the start of the translation\)$'):
+        parse_requests(['{"src": "x", "prefix": ["ein"]}'], "in")
+    asked = []
+
+    class Stub:
+        spec = SimpleNamespace(name="m", supports=Supports(hard_constraints=True))
+        config = stub_config()
+
+        def start(self, *asked_, tgt_lang=None, given=None):
+            asked.append(given)
+
+        def translate(self, texts, beam_size, batch_size, **options):
+            asked.append(options["prefixes"])
+            return [{"hyp": t, "score": -1.0} for t in texts]
+
+    (tmp_path / "in.txt").write_text('{"src": "a", "prefix": "  "}\nb\n')
+    translate_stream(Stub, stub_config(), str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"))
+    assert asked == [[None, None]]  # no start to check, and no prefix
+    (tmp_path / "in.txt").write_text('a\n{"src": "b", "prefix": "ein"}\n')
+    with pytest.raises(DataError, match=r"in.txt:2: model 'm' does not take target prefixes \(a given start"):
+        translate_stream(Stub, stub_config(), str(tmp_path / "in.txt"), str(tmp_path / "out.jsonl"))
+
+
 def test_a_blank_line_is_an_empty_line_out_untranslated(tmp_path):
     """A blank source that asks nothing else (a document's paragraph break) gives an empty hypothesis with a null
     score and zero counts (and an empty n-best list), in its place; the model decodes only the others (a blank source
@@ -414,7 +445,7 @@ def test_a_blank_line_is_an_empty_line_out_untranslated(tmp_path):
             asked.append((texts, options))
             return [{"hyp": f"<{t}>", "score": -1.0, "iterations": 2} for t in texts]
 
-        def start(self, init, phrases, is_hard, pairs, tgt_lang=None):  # each line's start, checked before translating
+        def start(self, init, phrases, is_hard, pairs, tgt_lang=None, given=None):  # each line's, before translating
             asked.append(init)
 
     config = stub_config()

@@ -172,6 +172,7 @@ def fairseq_fixture(out: str) -> None:
     outputs["beam4_nbest_text"] = [[hub.decode(h["tokens"]) for h in hs] for hs in hyps]
     outputs["beam4_nbest_score"] = [[float(h["score"]) for h in hs] for hs in hyps]
     outputs.update(constrained_fairseq(hub, src))
+    outputs.update(prefixed_fairseq(hub, src))
     # fairseq-generate --score-reference (its SequenceScorer) of the references, by the model and by the ensemble
     outputs["score_reference"] = score_reference(hub.models, src, tgt, hub.tgt_dict)
     ensemble = TransformerModel.from_pretrained(out, checkpoint_file="model.pt:model2.pt", data_name_or_path=out,
@@ -501,6 +502,35 @@ def constrained_fairseq(hub, src) -> dict:
         out[f"constrained_{order}_score"] = [float(h[0]["score"]) for h in hyps]
         out[f"constrained_{order}_nbest"] = [[h["tokens"].tolist() for h in hs] for hs in hyps]
         out[f"constrained_{order}_nbest_score"] = [[float(h["score"]) for h in hs] for hs in hyps]
+    return out
+
+
+# each sentence's start of its translation (whole words of its reference, of several lengths), for --prefix-size
+PREFIXES = ["ein mann", "zwei", "die frau in", "ein kind isst einen"]
+
+
+def prefixed_fairseq(hub, src) -> dict:
+    """fairseq-generate's --prefix-size (SequenceGenerator's prefix_tokens): beam 1 and 4 on the sources, each output
+    forced to start with its `PREFIXES` entry encoded as fairseq-interactive encodes a target text (tokenized, BPE,
+    no EOS; PAD after a shorter one, which fairseq leaves unforced) and continued by the search."""
+    from fairseq.data import data_utils
+
+    tgt_dict = hub.tgt_dict
+    prefix = data_utils.collate_tokens([tgt_dict.encode_line(hub.apply_bpe(hub.tokenize(p)), append_eos=False,
+                                                             add_if_not_exist=False).long() for p in PREFIXES],
+                                       tgt_dict.pad())
+    sample = {"id": torch.arange(len(src)),
+              "net_input": {"src_tokens": data_utils.collate_tokens(src, tgt_dict.pad(), left_pad=True),
+                            "src_lengths": torch.tensor([len(s) for s in src])}}
+    out = {"prefixes": PREFIXES}
+    for beam in (1, 4):
+        gen_args = hub.cfg.generation
+        gen_args.beam, gen_args.max_len_a, gen_args.max_len_b, gen_args.constraints = beam, 1.2, 10, None
+        generator = hub.task.build_generator(hub.models, gen_args)
+        with torch.no_grad():
+            hyps = hub.task.inference_step(generator, hub.models, sample, prefix_tokens=prefix)
+        out[f"prefix_beam{beam}"] = [h[0]["tokens"].tolist() for h in hyps]
+        out[f"prefix_beam{beam}_score"] = [float(h[0]["score"]) for h in hyps]
     return out
 
 

@@ -15,8 +15,12 @@ anything runs.
                                                      constraint pairs, a rescorer's parameters) and 'plan', what
                                                      the model's `ModelSpec.plan` found for this batch
                   reference: int32[B, R] | None,     [BOS … EOS] reference rows, for an oracle analysis only
-                  prefix: int32[B, P] | None,        each output's first tokens after BOS, PAD-padded (a
-                                                     multilingual model's target-language token)
+                  prefix: int32[B, P] | None,        each output's first tokens after BOS, PAD-padded: a
+                                                     multilingual model's target-language token, then a given
+                                                     start of the translation (interactive translation)
+                  prefix_free: int32[B] | None,      how many of a row's prefix tokens are forced at log-probability
+                                                     0 (the language token, `search.force_prefix`); the rest keep
+                                                     the model's. None: all of them
                   max_out, beam_size, trace, oracle, nbest) static: output capacity, beam, edit trace on/off, the
                                                      decoding steps an oracle takes against the reference, the
                                                      outputs kept per sentence (an n-best list: `Supports.nbest`)
@@ -29,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
@@ -45,11 +50,19 @@ class DecodeRequest:
     extras: dict = struct.field(default_factory=dict)
     reference: jax.Array | None = None
     prefix: jax.Array | None = None
+    prefix_free: jax.Array | None = None
     max_out: int = struct.field(pytree_node=False, default=0)
     beam_size: int = struct.field(pytree_node=False, default=1)
     trace: bool = struct.field(pytree_node=False, default=False)
     oracle: str = struct.field(pytree_node=False, default="")
     nbest: int = struct.field(pytree_node=False, default=1)
+
+    def free_prefix(self):
+        """int32[B]: how many of each row's first output tokens are forced at log-probability 0 (`prefix_free`), or 0
+        without a prefix."""
+        if self.prefix is None:
+            return 0
+        return jnp.sum(self.prefix != PAD_ID, axis=1) if self.prefix_free is None else self.prefix_free
 
     def width(self, capacity) -> int:
         """The output capacity: ``max_out`` when set, else the model's ``capacity(src_len)`` (static)."""
@@ -115,7 +128,8 @@ def check_supported(model_name: str, supports: Supports, *, init: bool = False, 
              (pairs, supports.pairs, "constraint pairs"),
              (beam_size > 1, supports.beam, f"beam search (beam size {beam_size})"),
              (bool(oracle), oracle in supports.oracle, f"oracle decoding {oracle!r}"),
-             (prefix, supports.prefix, "target prefixes (a multilingual model's target-language token)"),
+             (prefix, supports.prefix, "target prefixes (a given start of the translation, or a multilingual "
+                                       "model's target-language token)"),
              (nbest > 1, supports.nbest, f"n-best lists (nbest {nbest}): it keeps one output per sentence"),
              (score, supports.score,
               "forced decoding (scoring given translations): it defines no probability of a whole output"),

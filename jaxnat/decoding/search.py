@@ -86,11 +86,13 @@ def _restrict(logp: jnp.ndarray, index, max_len: jnp.ndarray, rules: str = "jaxn
     return jnp.where(banned, NEG_INF, logp.astype(jnp.float32))
 
 
-def force_prefix(tokens_to_logprobs, prefix: jnp.ndarray):
+def force_prefix(tokens_to_logprobs, prefix: jnp.ndarray, free=None):
     """A search callback that starts every hypothesis with its row's ``prefix`` (int32[N, P], PAD-padded: a row's
-    first tokens after BOS, e.g. a multilingual model's target-language token): at position index < P the row's
-    distribution is the prefix token's alone, log-probability 0 (every other id -inf), so the prefix adds nothing to
-    a hypothesis's log-probability but counts among its generated tokens, as Hugging Face's forced first token does.
+    first tokens after BOS): at position index < P the row's distribution is the prefix token's alone (every other id
+    -inf). The first ``free`` tokens of a row (int32[N]; None: all) take log-probability 0, so they add nothing to a
+    hypothesis's log-probability but count among its generated tokens, as Hugging Face's forced first token (a
+    multilingual model's target-language token); the others (a given start of the translation) keep the model's,
+    as fairseq's --prefix-size does, so that a completed output scores as the same output given whole.
     Beam search keeps one live beam through the prefix, the other K - 1 slots at -inf, as at its first step."""
     width = prefix.shape[1]
 
@@ -98,7 +100,12 @@ def force_prefix(tokens_to_logprobs, prefix: jnp.ndarray):
         logp, cache = tokens_to_logprobs(tokens, cache, index)
         token = prefix[:, jnp.minimum(index, width - 1)]  # [N]
         on = (index < width) & (token != PAD_ID)
-        pinned = jnp.where(jnp.arange(logp.shape[-1])[None, :] == token[:, None], 0.0, NEG_INF)
+        if free is None:
+            kept = 0.0
+        else:  # [N, 1]
+            own = jnp.take_along_axis(logp, token[:, None], axis=-1).astype(jnp.float32)
+            kept = jnp.where((index < free)[:, None], 0.0, own)
+        pinned = jnp.where(jnp.arange(logp.shape[-1])[None, :] == token[:, None], kept, NEG_INF)
         return jnp.where(on[:, None], pinned, logp), cache
 
     return forced
@@ -475,15 +482,15 @@ def forced_logp(tokens_to_logprobs, cache, tgt: jnp.ndarray) -> jnp.ndarray:
     return jnp.where(tgt[:, 1:] != PAD_ID, picked.T, 0.0)
 
 
-def forced_result(token_logp: jnp.ndarray, tgt: jnp.ndarray, prefix: jnp.ndarray | None, length_penalty) -> dict:
+def forced_result(token_logp: jnp.ndarray, tgt: jnp.ndarray, free, length_penalty) -> dict:
     """`ModelSpec.score`'s output for a left-to-right model: token_logp float32[B, T - 1], the model's log-probability
-    of each of tgt[:, 1:] (0.0 at PAD); tgt int32[B, T] [BOS, prefix …, y …, EOS] rows; prefix int32[B, P] or None,
-    the forced tokens (`force_prefix`: they add nothing but count among the generated tokens) → {'logp': float32[B],
-    'score': float32[B], the score a search gives the output (`_normalise`), 'token_logp': float32[B, T - 1], each
-    token's share of logp (0.0 at the prefix and PAD)}."""
+    of each of tgt[:, 1:] (0.0 at PAD); tgt int32[B, T] [BOS, prefix …, y …, EOS] rows; free int32[B] or 0, how many
+    of each row's first tokens were forced at log-probability 0 (`force_prefix`'s free tokens, `request.free_prefix`:
+    they add nothing but count among the generated tokens) → {'logp': float32[B], 'score': float32[B], the score a
+    search gives the output (`_normalise`), 'token_logp': float32[B, T - 1], each token's share of logp (0.0 at the
+    free prefix and PAD)}."""
     positions = jnp.arange(token_logp.shape[1])[None, :]
-    forced = positions < (0 if prefix is None else jnp.sum(prefix != PAD_ID, axis=1, keepdims=True))
-    token_logp = jnp.where(forced, 0.0, token_logp)
+    token_logp = jnp.where(positions < jnp.reshape(jnp.asarray(free), (-1, 1)), 0.0, token_logp)
     logp = jnp.sum(token_logp, axis=1)
     return {"logp": logp, "score": _normalise(logp, jnp.sum(tgt[:, 1:] != PAD_ID, axis=1), length_penalty),
             "token_logp": token_logp}

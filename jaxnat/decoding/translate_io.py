@@ -1,25 +1,25 @@
-"""`--mode translate`: plain lines or JSON lines (`{"src": ...}`) in, JSON lines (`{"src", "hyp", "score"}`) out.
-With eval.nbest = N > 1 (a model that keeps several outputs: `Supports.nbest`), each output line also has "nbest", the
-sentence's N best outputs of its beam, best first, `[{"hyp", "score"}]` (fewer where the search finished fewer).
-With eval.mbr, "hyp" and "score" are those of the beam's output the others agree with most, "mbr_utility" how much.
-With eval.alignment (the left-to-right models), "alignment": "hyp"'s alignment to its source (`alignment`).
-With eval.glossary, "terms": the glossary's entries found in the line's source, whose target terms the model was
-given as constraints (`glossary`).
+"""`--mode translate`: plain lines or JSON lines (`{"src": ...}`) in, JSON lines (`{"src", "hyp", "score"}`) out. With
+eval.nbest = N > 1 (a model that keeps several outputs: `Supports.nbest`), each output line also has "nbest", the
+sentence's N best outputs of its beam, best first, `[{"hyp", "score"}]` (fewer where the search finished fewer). With
+eval.mbr, "hyp" and "score" are those of the beam's output the others agree with most, "mbr_utility" how much. With
+eval.alignment (the left-to-right models), "alignment": "hyp"'s alignment to its source (`alignment`). With
+eval.glossary, "terms": the glossary's entries found in the line's source, whose target terms the model was given as
+constraints (`glossary`).
 
-Each input line is either a JSON object with at least "src", or plain text (a line that does not start with
-'{'). Refining models (LevT) also read, per line, "init" (a target-side hypothesis to refine: post-editing)
-or "constraints" (a list of target phrases, the initial hypothesis in the given order) with "hard": true to
-guarantee them; they add "iterations" and their edit counts to the output. Every AR model takes "constraints"
-with "hard": true (constrained beam search). Models of vectorized constraints also read "constraint_pairs", a
-list of [source phrase, target phrase] pairs (alone: pairs as the model's input; with "hard" and
-"constraints" as well: both). A multilingual model (an imported NLLB) reads "src_lang" and "tgt_lang", its language
-tokens ("eng_Latn"), in place of data.src_lang_token and data.tgt_lang_token. A model that cannot honour what
-a line asks (a kind of request it does not take, or constraints, pairs or an initial hypothesis that do not fit
-it) says so in one line naming the line, before anything is translated. A blank line (a source of whitespace that asks
-nothing else) gives an empty "hyp" with a null "score", untranslated. Output keeps the input order (written
-as it is translated, `CHUNK_LINES` lines at a time);
-extra input keys are echoed back (one near a request key, "constraint", is refused as a typo; "hyp" and "score",
-which the output writes, are refused: an MT output line fed in as it is would lose its hypothesis).
+Each input line is either a JSON object with at least "src", or plain text (a line that does not start with '{').
+Refining models (LevT) also read, per line, "init" (a target-side hypothesis to refine: post-editing) or "constraints"
+(a list of target phrases, the initial hypothesis in the given order) with "hard": true to guarantee them; they add
+"iterations" and their edit counts to the output. Every AR model takes "constraints" with "hard": true (constrained beam
+search). Models of vectorized constraints also read "constraint_pairs", a list of [source phrase, target phrase] pairs
+(alone: pairs as the model's input; with "hard" and "constraints" as well: both). A multilingual model (an imported
+NLLB) reads "src_lang" and "tgt_lang", its language tokens ("eng_Latn"), in place of data.src_lang_token and
+data.tgt_lang_token. The left-to-right models read "prefix", the start of the translation (whole words), which "hyp"
+continues (interactive translation). A model that cannot honour what a line asks (a kind of request it does not take, or
+constraints, pairs, an initial hypothesis or a prefix that do not fit it) says so in one line naming the line, before
+anything is translated. A blank line (a source of whitespace that asks nothing else) gives an empty "hyp" with a null
+"score", untranslated. Output keeps the input order (written as it is translated, `CHUNK_LINES` lines at a time); extra
+input keys are echoed back (one near a request key, "constraint", is refused as a typo; "hyp" and "score", which the
+output writes, are refused: an MT output line fed in as it is would lose its hypothesis).
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _finite(text: str) -> float:
     return value
 
 
-REQUEST_KEYS = ("src", "init", "constraints", "hard", "constraint_pairs", "src_lang", "tgt_lang")
+REQUEST_KEYS = ("src", "init", "constraints", "hard", "constraint_pairs", "src_lang", "tgt_lang", "prefix")
 # what output lines write: an input key of the same name would be replaced, not echoed (an MT system's output
 # line fed in as it is: its "hyp" silently gone, and not refined either); "nbest" with eval.nbest > 1, "mbr_utility"
 # with eval.mbr, "alignment", "src_pieces" and "pieces" with eval.alignment, "terms" with eval.glossary
@@ -106,6 +106,8 @@ def parse_requests(lines: list[str], where: str) -> list[dict]:
                                ' (a hypothesis to refine goes in "init")')
             if "init" in obj and not isinstance(obj["init"], str):
                 raise DataError(f'{where}:{n}: "init" must be a string (a hypothesis to refine)')
+            if "prefix" in obj and not isinstance(obj["prefix"], str):
+                raise DataError(f'{where}:{n}: "prefix" must be a string (the start of the translation)')
             phrases = obj.get("constraints", [])
             if not isinstance(phrases, list) or not all(isinstance(p, str) and p.strip() for p in phrases):
                 raise DataError(f'{where}:{n}: "constraints" must be a list of non-empty strings')
@@ -156,10 +158,12 @@ def check_capabilities(requests: list[dict], translator, where: str) -> None:
     for n, r in enumerate(requests, 1):
         constraints, hard, pairs = constraints_of(r, spec.supports, translator.config.eval.glossary_hard)
         try:
+            given = r.get("prefix", "").strip() or None
             check_supported(spec.name, spec.supports, init=r.get("init") is not None,
-                            soft=bool(constraints) and not hard, hard=bool(constraints) and hard, pairs=bool(pairs))
-            if r.get("init") is not None or constraints or pairs:
-                translator.start(r.get("init"), constraints, hard, pairs, tgt_lang=r.get("tgt_lang"))
+                            soft=bool(constraints) and not hard, hard=bool(constraints) and hard, pairs=bool(pairs),
+                            prefix=bool(given))
+            if r.get("init") is not None or constraints or pairs or given:
+                translator.start(r.get("init"), constraints, hard, pairs, tgt_lang=r.get("tgt_lang"), given=given)
         except DataError as e:
             raise DataError(f"{where}:{n}: {e}") from None
 
@@ -241,6 +245,8 @@ def _translate(translator, requests: list[dict], config) -> list[dict]:
     for key in ("src_lang", "tgt_lang"):
         if any(key in r for r in todo):
             options[f"{key}s"] = [r.get(key) or None for r in todo]
+    if any("prefix" in r for r in todo):
+        options["prefixes"] = [r.get("prefix", "").strip() or None for r in todo]
     nbest = config.eval.nbest
     done = iter(translator.translate([r["src"] for r in todo], config.eval.beam_size, config.eval.batch_size,
                                      nbest=nbest, mbr=config.eval.mbr, alignment=config.eval.alignment, **options)

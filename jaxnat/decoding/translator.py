@@ -39,13 +39,19 @@ def duration(seconds: float) -> str:
 class Start(NamedTuple):
     """What one sentence asks beyond its source (target piece ids, no BOS/EOS): an initial hypothesis to
     refine, or constraint phrases (hard = guaranteed); for a model that reads them, constraint pairs
-    (source phrase, target phrase) as text; the tokens its output starts with (a multilingual model's
-    target-language token). All None: plain translation."""
+    (source phrase, target phrase) as text; the tokens its output starts with: ``prefix``, forced at no cost (a
+    multilingual model's target-language token), then ``given``, a start of the translation that the output
+    continues (interactive translation; scored as the model's own tokens). All None: plain translation."""
     init: list[int] | None = None
     phrases: list[list[int]] | None = None
     hard: bool = False
     pairs: list[tuple[str, str]] | None = None
     prefix: list[int] | None = None
+    given: list[int] | None = None
+
+    def forced(self) -> list[int]:
+        """Every token the output starts with: the prefix, then the given start."""
+        return [*(self.prefix or ()), *(self.given or ())]
 
     def pieces(self) -> list[int]:
         """The starting hypothesis a refining model begins from, without BOS/EOS."""
@@ -56,6 +62,22 @@ def output_row(tokens: np.ndarray) -> np.ndarray:
     """An output row int32[T] [BOS … EOS, PAD …] → its tokens after BOS up to its end (all, without one)."""
     ends = np.flatnonzero((tokens[1:] == EOS_ID) | (tokens[1:] == PAD_ID))
     return tokens[1:1 + (ends[0] if len(ends) else len(tokens) - 1)]
+
+
+def unmet(phrases: list[list[int]], given: list[int]) -> list[list[int]]:
+    """The constraint phrases (piece ids) that ``given``, the start of the output, does not hold already: each phrase,
+    in order, is met by its first appearance in ``given`` that overlaps none met before it, and is left out. The
+    search places the others after the given start (a phrase can only begin after the forced tokens)."""
+    used = [False] * len(given)
+    out = []
+    for phrase in phrases:
+        n = len(phrase)
+        at = next((i for i in range(len(given) - n + 1) if given[i:i + n] == phrase and not any(used[i:i + n])), None)
+        if at is None:
+            out.append(phrase)
+        else:
+            used[at:at + n] = [True] * n
+    return out
 
 
 def _round_up(n: int, multiple: int) -> int:
@@ -82,6 +104,9 @@ def check_arguments(texts, **per_sentence) -> None:
     for i, init in enumerate(per_sentence.get("inits") or []):  # a list of words would fail deep in the tokenizer
         if init is not None and not isinstance(init, str):
             raise DataError(f"inits[{i}] must be a hypothesis to refine (a string) or None, got {init!r}")
+    for i, prefix in enumerate(per_sentence.get("prefixes") or []):
+        if prefix is not None and not isinstance(prefix, str):
+            raise DataError(f"prefixes[{i}] must be the start of a translation (a string) or None, got {prefix!r}")
     for i, phrases in enumerate(per_sentence.get("constraints") or []):
         if phrases is not None and not (isinstance(phrases, LISTS) and all(isinstance(p, str) for p in phrases)):
             raise DataError(f"constraints[{i}] must be a list of phrases (strings) or None, got {phrases!r}")
@@ -174,27 +199,28 @@ class Translator:
 
     def starts(self, inits: list | None = None, constraints: list | None = None,
                hard: list | None = None, cut_long_inits: bool = False, pairs: list | None = None,
-               drop_long_pairs: bool = False, tgt_langs: list | None = None) -> list[Start]:
+               drop_long_pairs: bool = False, tgt_langs: list | None = None,
+               prefixes: list | None = None) -> list[Start]:
         """Per sentence, what it asks beyond the source, tokenised (`start`, whose errors name the sentence; each in
         the output language ``tgt_langs`` names for it, if any); checks the model can honour it."""
-        n = len(next(x for x in (inits, constraints, pairs, []) if x is not None))
+        n = len(next(x for x in (inits, constraints, pairs, prefixes, []) if x is not None))
         inits, constraints, hard = inits or [None] * n, constraints or [None] * n, hard or [False] * n
-        pairs, tgt_langs = pairs or [None] * n, tgt_langs or [None] * n
+        pairs, tgt_langs, prefixes = pairs or [None] * n, tgt_langs or [None] * n, prefixes or [None] * n
         out = []
-        for i, (*asked, lang) in enumerate(zip(inits, constraints, hard, pairs, tgt_langs)):
+        for i, (*asked, lang, given) in enumerate(zip(inits, constraints, hard, pairs, tgt_langs, prefixes)):
             try:
                 out.append(self.start(*asked, cut_long_inits=cut_long_inits, drop_long_pairs=drop_long_pairs,
-                                      tgt_lang=lang))
+                                      tgt_lang=lang, given=given))
             except DataError as e:
                 raise DataError(f"sentence {i + 1}: {e}") from None
         check_supported(self.spec.name, self.spec.supports, init=any(s.init is not None for s in out),
                         soft=any(s.phrases and not s.hard for s in out), hard=any(s.phrases and s.hard for s in out),
-                        pairs=any(s.pairs for s in out))
+                        pairs=any(s.pairs for s in out), prefix=any(s.given for s in out))
         return out
 
     def start(self, init: str | None = None, phrases: list | None = None, is_hard: bool = False,
               pairs: list | None = None, cut_long_inits: bool = False, drop_long_pairs: bool = False,
-              tgt_lang: str | None = None) -> Start:
+              tgt_lang: str | None = None, given: str | None = None) -> Start:
         """What one sentence asks beyond its source, tokenised; a one-line DataError (naming no sentence) where it
         does not fit the model.
 
@@ -205,7 +231,8 @@ class Translator:
         phrase) pairs, or None; more than data.max_pairs, or a phrase longer than data.max_pair_pieces pieces, is
         an error, or with ``drop_long_pairs`` such pairs are left out. tgt_lang: the output's language where a
         request names it (a multilingual model's code, "zho_Hans"), else data.tgt_lang's: it decides how phrases
-        are encoded (`phrase_encoder`).
+        are encoded (`phrase_encoder`). given: a start of the translation (target text, whole words), which the output
+        continues, or None; hard constraints it holds already are met (`unmet`).
         """
         room = self.spec.cfg.max_len - 2
         if init is not None and phrases:
@@ -231,10 +258,24 @@ class Translator:
             out = Start(phrases=ids, hard=bool(is_hard))
         else:
             out = Start()
-        if len(out.pieces()) > room:
-            what = "initial hypothesis" if init is not None else "constraint set"
-            raise DataError(f"the {what} has {len(out.pieces())} target pieces, more than the {room} the model can "
-                            f"hold (model.max_len {self.spec.cfg.max_len} with BOS/EOS)")
+        if given is not None and given.strip():
+            if chars := self.tokenizer.unrepresentable(given, "tgt"):
+                raise DataError(f"the prefix {given!r} has characters the model's vocabulary cannot represent "
+                                f"({''.join(chars)}): the output would start with UNK")
+            ids = self.tokenizer.encode([given], "tgt")[0]
+            out = out._replace(given=ids or None, phrases=unmet(out.phrases, ids) if out.hard else out.phrases)
+            if out.given and out.phrases and self.config.eval.search_rules == "fairseq":
+                raise DataError("a prefix with constraints under eval.search_rules=fairseq: fairseq's constrained beam "
+                                "search loses every hypothesis to a forced prefix (0.12.2 stops on an assertion); "
+                                "jaxnat's rules continue it")
+            room -= bool(self.tokenizer.languages)  # the forced target-language token before it
+        if len(out.pieces()) + len(out.given or ()) > room:
+            what = " and ".join(name for name, asked in (("initial hypothesis", init is not None),
+                                                         ("prefix", out.given), ("constraint set", out.phrases))
+                                if asked)
+            raise DataError(f"the {what} {'have' if ' and ' in what else 'has'} "
+                            f"{len(out.pieces()) + len(out.given or ())} target pieces, more than the "
+                            f"{room} the model can hold (model.max_len {self.spec.cfg.max_len} with BOS/EOS)")
         if pairs:
             out = out._replace(pairs=[tuple(p) for p in pairs])
             if not drop_long_pairs:
@@ -271,11 +312,13 @@ class Translator:
         """
         sup = self.spec.supports
         uniform = sup.init and sup.soft_constraints and sup.hard_constraints
-        needed = max(len(s.pieces()) + len(s.prefix or ()) for s in starts) + 2  # `starts` checked it fits the model
+        needed = max(len(s.pieces()) + len(s.forced()) for s in starts) + 2  # `starts` checked it fits the model
         capacity = min(max(self.output_capacity(src.shape[1]), _round_up(needed, 8)), self.spec.cfg.max_len)
-        init = constraints = hard = prefix = None
-        if any(s.prefix for s in starts):
-            prefix = pad_phrases([[s.prefix] if s.prefix else None for s in starts])[:, 0]
+        init = constraints = hard = prefix = free = None
+        if any(s.forced() for s in starts):
+            prefix = pad_phrases([[s.forced()] if s.forced() else None for s in starts])[:, 0]
+            if any(s.given for s in starts):
+                free = np.asarray([len(s.prefix or ()) for s in starts], np.int32)
         if uniform or any(s.init is not None for s in starts):
             init = pad_hypotheses([s.init for s in starts], capacity)
         if uniform or any(s.phrases for s in starts):
@@ -291,8 +334,8 @@ class Translator:
         extras = self.spec.request_extras(self, starts) if self.spec.request_extras else {}
         if self.members:
             extras["ensemble"] = tuple(self.members)
-        return DecodeRequest(src, init, constraints, hard, extras, prefix=prefix, max_out=capacity, beam_size=beam_size,
-                             trace=trace)
+        return DecodeRequest(src, init, constraints, hard, extras, prefix=prefix, prefix_free=free, max_out=capacity,
+                             beam_size=beam_size, trace=trace)
 
     def planned(self, request: DecodeRequest) -> DecodeRequest:
         """The request with the model's plan (`ModelSpec.plan`) and an output only as wide as its longest row
@@ -315,7 +358,7 @@ class Translator:
         if self.tokenizer.languages and not all(s.prefix for s in starts):
             code = self.language_tokens(None, "tgt", 1)[0]
             starts = [s if s.prefix else s._replace(prefix=code) for s in starts]
-        check_supported(self.spec.name, self.spec.supports, prefix=any(s.prefix for s in starts))
+        check_supported(self.spec.name, self.spec.supports, prefix=any(s.forced() for s in starts))
         return starts
 
     def translate_ids(self, src: list[np.ndarray], beam_size: int, batch_size: int,
@@ -373,7 +416,7 @@ class Translator:
                   drop_long_pairs: bool = False, references: list[str] | None = None,
                   oracle: str = "", token_scores: bool = False, src_langs: list | None = None,
                   tgt_langs: list | None = None, label: str = "", nbest: int = 1, mbr: str = "",
-                  alignment: str = "") -> list[dict]:
+                  alignment: str = "", prefixes: list | None = None) -> list[dict]:
         """Texts -> [{'hyp': str, 'score': float, and the model's counts}] in input order (`starts` for the
         other arguments, `translate_ids` for ``oracle`` with the target-side ``references`` and for ``label``; beam
         and batch size default to the config's eval.beam_size and eval.batch_size; src_langs, tgt_langs: per text a
@@ -386,9 +429,11 @@ class Translator:
         are those of the output of highest expected utility among the beam's (`mbr.choose`), 'mbr_utility' that
         utility (the lists keep the model's order). With ``alignment`` (`alignment.KINDS`; a model that aligns,
         `Supports.align`) also the word alignment of 'hyp' and its source (`alignment.fields`: 'alignment', and
-        'src_pieces' and 'pieces' where it counts pieces)."""
+        'src_pieces' and 'pieces' where it counts pieces). ``prefixes``: per text a start of its translation (whole
+        words; None or "": none) that its output continues, as the model would have continued it (interactive
+        translation; `Supports.prefix`): 'hyp' holds it, and 'score' counts its pieces' log-probabilities too."""
         check_arguments(texts, inits=inits, constraints=constraints, hard=hard, pairs=pairs, references=references,
-                        src_langs=src_langs, tgt_langs=tgt_langs)
+                        src_langs=src_langs, tgt_langs=tgt_langs, prefixes=prefixes)
         self.check_alignment(alignment)
         beam_size = self.config.eval.beam_size if beam_size is None else beam_size
         batch_size = self.config.eval.batch_size if batch_size is None else batch_size
@@ -401,8 +446,8 @@ class Translator:
                             f"output's)")
         src, cut = self.encode(texts, src_langs)
         starts = None
-        if inits or constraints or pairs:
-            starts = self.starts(inits, constraints, hard, cut_long_inits, pairs, drop_long_pairs, tgt_langs)
+        if inits or constraints or pairs or prefixes:
+            starts = self.starts(inits, constraints, hard, cut_long_inits, pairs, drop_long_pairs, tgt_langs, prefixes)
         if tgt_langs and any(lang is not None for lang in tgt_langs):
             codes = self.language_tokens(tgt_langs, "tgt", len(texts))
             starts = [s._replace(prefix=code) for s, code in zip(starts or [Start()] * len(texts), codes)]

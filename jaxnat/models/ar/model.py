@@ -244,18 +244,21 @@ def sampled(supports: Supports, sampling: Sampling | None) -> Supports:
 
 def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered: bool = False, continues=None,
            joins=None, trails=None, beam_size: int, length_penalty, max_len_a, max_len_b, max_out: int,
-           rules: str = "jaxnat", prefix=None, nbest: int = 1, sampling: Sampling | None = None) -> dict:
+           rules: str = "jaxnat", prefix=None, prefix_free=None, nbest: int = 1,
+           sampling: Sampling | None = None) -> dict:
     """The AR searches behind one callback: greedy or beam search (`search.ar_search`), or with phrases
     (int32[B, C, P], an all-PAD row = none) the constrained beam search that guarantees them
     (`constrained.constrained_search`, DBA/VDBA; beam_size 1 is then a one-beam constrained search, and a row
     without phrases is searched greedily, as alone), or under fairseq's ``rules`` fairseq's
     (`constrained_fairseq.search`), which does not. prefix: int32[B, P], each
-    output's first tokens (`search.force_prefix`), or None. nbest: the n-best lists' length (`search.ar_search`).
+    output's first tokens, the first prefix_free (int32[B] or None: all) at log-probability 0 (`search.force_prefix`),
+    or None. nbest: the n-best lists' length (`search.ar_search`).
     sampling: beam_size samples a sentence in place of the search (`search.Sampling`; not with phrases)."""
     src_len = token_mask(src).sum(axis=1)
     prefix_len = 0
     if prefix is not None:
-        tokens_to_logprobs = force_prefix(tokens_to_logprobs, jnp.repeat(prefix, beam_size, axis=0))
+        free = None if prefix_free is None else jnp.repeat(prefix_free, beam_size, axis=0)
+        tokens_to_logprobs = force_prefix(tokens_to_logprobs, jnp.repeat(prefix, beam_size, axis=0), free)
         prefix_len = token_mask(prefix).sum(axis=1)
     # every search's length limit leaves room for the forced tokens
     kwargs = dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
@@ -305,15 +308,15 @@ def ar_decoder(model: ARTransformer, params, src: jnp.ndarray, beam_size: int, m
 
 def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: int = 1, length_penalty=1.0,
                 max_len_a=1.2, max_len_b=10, max_out: int, phrases=None, ordered: bool = False,
-                continues=None, joins=None, trails=None, rules: str = "jaxnat", prefix=None,
+                continues=None, joins=None, trails=None, rules: str = "jaxnat", prefix=None, prefix_free=None,
                 nbest: int = 1, sampling: Sampling | None = None, members: tuple = ()) -> dict:
     """Greedy, beam or constrained beam search (`search`) with the model's KV cache (`ar_decoder`).
 
     src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None (continues,
-    joins, trails: `constrained_search`'s); prefix: int32[B, P] each output's first tokens, or None; members: the
-    ensemble's other models, (module, parameters) pairs (`members`, `search.ensembled`). Returns {'tokens', 'score',
-    'length'} (and 'constraints_met' with phrases; with nbest > 1 the n-best lists); with ``sampling``, beam_size
-    samples a sentence in place of the search.
+    joins, trails: `constrained_search`'s); prefix, prefix_free: each output's first tokens (`search`), or None;
+    members: the ensemble's other models, (module, parameters) pairs (`members`, `search.ensembled`). Returns
+    {'tokens', 'score', 'length'} (and 'constraints_met' with phrases; with nbest > 1 the n-best lists); with
+    ``sampling``, beam_size samples a sentence in place of the search.
     """
     for m in (model, *(m for m, _ in members)):
         if max_out - 1 > m.cfg.max_len:
@@ -326,8 +329,8 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
     # the length limit reads the source as the model does (without BOS where model.source_bos is off: fairseq's)
     return search(tokens_to_logprobs, cache, source_tokens(model.cfg, src)[0], phrases=phrases, ordered=ordered,
                   continues=continues, joins=joins, trails=trails, beam_size=beam_size, length_penalty=length_penalty,
-                  max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, rules=rules, prefix=prefix, nbest=nbest,
-                  sampling=sampling)
+                  max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, rules=rules, prefix=prefix,
+                  prefix_free=prefix_free, nbest=nbest, sampling=sampling)
 
 
 def members(request: DecodeRequest) -> tuple:
@@ -350,7 +353,8 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                            max_out=request.width(capacity),
                            phrases=hard_phrases(request), ordered=e.constraint_order == "given", continues=continues,
                            joins=joins, trails=trails, rules=e.search_rules, prefix=request.prefix,
-                           nbest=request.nbest, sampling=sampling, members=members(request))
+                           prefix_free=request.prefix_free, nbest=request.nbest, sampling=sampling,
+                           members=members(request))
 
     def loss(params, batch, rng, train=True):
         return ar_loss(module, params, batch, rng, config.train.label_smoothing, train, config.train.alignment_lambda)
@@ -358,7 +362,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     def score(params, request: DecodeRequest, tgt) -> dict:
         token_logp = mean_probability(jnp.stack([ar_token_logp(m, p, request.src, tgt)
                                                  for m, p in ((module, params), *members(request))]))
-        return forced_result(token_logp, tgt, request.prefix, e.length_penalty)
+        return forced_result(token_logp, tgt, request.free_prefix(), e.length_penalty)
 
     def align(params, request: DecodeRequest, tgt) -> jnp.ndarray:  # an ensemble's: its models' mean (fairseq's)
         return jnp.mean(jnp.stack([ar_attention(m, p, request.src, tgt)

@@ -500,10 +500,11 @@ def vecconst_generate(module: VecConstTransformer, params, request: DecodeReques
     tokens_to_logprobs, cache = pair_decoder(module, params, request, k, max_out, consumes)
     return search(tokens_to_logprobs, cache, request.src, phrases=hard_phrases(request), ordered=ordered,
                   continues=continues, joins=joins, trails=trails, beam_size=k, length_penalty=length_penalty,
-                  max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, nbest=request.nbest, sampling=sampling)
+                  max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, prefix=request.prefix,
+                  prefix_free=request.prefix_free, nbest=request.nbest, sampling=sampling)
 
 
-SUPPORTS = Supports(beam=True, hard_constraints=True, pairs=True, nbest=True, score=True, align=True)
+SUPPORTS = Supports(beam=True, hard_constraints=True, pairs=True, prefix=True, nbest=True, score=True, align=True)
 
 
 @struct.dataclass
@@ -541,7 +542,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
 
     def score(params, request: DecodeRequest, tgt) -> dict:  # stepped, as the search: the plug-in may consume
         tokens_to_logprobs, cache = pair_decoder(module, params, request, 1, tgt.shape[1], pair_consumes(s))
-        return forced_result(forced_logp(tokens_to_logprobs, cache, tgt), tgt, None, e.length_penalty)
+        return forced_result(forced_logp(tokens_to_logprobs, cache, tgt), tgt, request.free_prefix(), e.length_penalty)
 
     def align(params, request: DecodeRequest, tgt) -> jax.Array:
         pairs = request.extras["pairs"]
