@@ -787,14 +787,15 @@ def test_a_prefix_is_continued_as_fairseqs_prefix_size(tmp_path_factory):
     config.data.bucket_multiple = 32  # fairseq's length limit reads its batch's longest source: one bucket here
     translator = load_translator(config, workdir)
     for beam in (1, 4):
-        hyps = translator.translate(outputs["src"], beam_size=beam, prefixes=outputs["prefixes"], token_scores=True)
+        hyps = translator.translate(outputs["src"], beam_size=beam, prefixes=[p + " " for p in outputs["prefixes"]],
+                                    token_scores=True)
         for hyp, theirs, score in zip(hyps, outputs[f"prefix_beam{beam}"], outputs[f"prefix_beam{beam}_score"]):
             assert hyp["piece_ids"] + [EOS_ID] == to_jaxnat(kind, theirs).tolist()
             assert hyp["score"] == pytest.approx(score, abs=1e-4)
     src, _ = translator.encode(outputs["src"])
     scored = translator.score_ids(src, [h["piece_ids"] for h in hyps], 4)
     np.testing.assert_allclose([s["score"] for s in scored], [h["score"] for h in hyps], atol=1e-5)
-    asked = dict(constraints=[["mann", "fahrrad"]], hard=[True], prefixes=["ein mann"])
+    asked = dict(constraints=[["mann", "fahrrad"]], hard=[True], prefixes=["ein mann "])
     with pytest.raises(DataError, match="^sentence 1: a prefix with constraints under eval.search_rules=fairseq"):
         translator.translate(outputs["src"][:1], **asked)
     config.eval.search_rules = "jaxnat"
@@ -802,6 +803,17 @@ def test_a_prefix_is_continued_as_fairseqs_prefix_size(tmp_path_factory):
     assert translator.starts(**asked)[0].phrases == [translator.tokenizer.encode(["fahrrad"], "tgt")[0]]
     hyp = translator.translate(outputs["src"][:1], beam_size=4, **asked)[0]["hyp"]
     assert hyp.startswith("ein mann") and "fahrrad" in hyp
+    # a last word typed in part ("fa", which the BPE vocabulary holds only inside words: "ein fa" encodes to UNK) is
+    # spelt on by the pieces the search chooses, in every output of the beam, as by SentencePiece's (Marian's)
+    for kind, typed in (("fairseq", ["ein fa", "zwei hu", "die frau in ein", "k"]), ("marian", ["ein ma", "zwei h"])):
+        _, _, _, translator = _imported(kind, tmp_path_factory)
+        texts = expected(kind)[1]["src"][:len(typed)]
+        hyps = translator.translate(texts, beam_size=4, nbest=4, prefixes=typed, token_scores=True)
+        for hyp, start in zip(hyps, typed):
+            assert hyp["nbest"] and all(n["hyp"].startswith(start) for n in hyp["nbest"]), (start, hyp["nbest"])
+        src, _ = translator.encode(texts)
+        np.testing.assert_allclose([s["score"] for s in translator.score_ids(src, [h["piece_ids"] for h in hyps], 4)],
+                                   [h["score"] for h in hyps], atol=1e-5)
 
 
 def test_translate_without_a_checkpoint_says_so_after_orbax_cleaned_up(tmp_path, monkeypatch):

@@ -171,7 +171,7 @@ def test_a_prefix_meets_the_hard_constraints_it_holds_and_must_fit_the_model():
 
     config = build_config("tests/configs/tiny.py", ["--config.eval.beam_size=1"])
     translator = Translator(build_model(config, 80, 80), None, Words(), config)
-    start = translator.starts(constraints=[["a b", "c"]], hard=[True], prefixes=["x a b"])[0]
+    start = translator.starts(constraints=[["a b", "c"]], hard=[True], prefixes=["x a b "])[0]
     assert (start.given, start.phrases) == ([10 + ord("x") % 50, 10 + ord("a") % 50, 10 + ord("b") % 50],
                                             [[10 + ord("c") % 50]])
     with pytest.raises(DataError, match=r"^sentence 2: the prefix and constraint set have 63 target pieces, more "

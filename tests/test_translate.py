@@ -52,14 +52,15 @@ def test_workdir_contents(trained):
 
 
 def test_translate_plain_and_json_lines_round_trip(trained, tmp_path):
-    lines = ["the dog sees the cat .", '{"src": "a small house .", "id": 7}', ""]
+    lines = ["the dog sees the cat .", '{"src": "a small house .", "id": 7}', "", '{"src": "a dog .", "prefix": "ke"}']
     src = tmp_path / "in.txt"
     src.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out.jsonl"
     result = _main(trained, "--mode", "translate", "--input", str(src), "--output", str(out))
     assert result.returncode == 0, result.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["src"] for r in rows] == ["the dog sees the cat .", "a small house .", ""]
+    assert [r["src"] for r in rows] == ["the dog sees the cat .", "a small house .", "", "a dog ."]
+    assert rows[3]["hyp"].startswith("ke")  # a word typed in part, spelt on
     assert rows[1]["id"] == 7
     assert all(isinstance(r["hyp"], str) and isinstance(r["score"], float) for r in rows[:2])
     assert (rows[2]["hyp"], rows[2]["score"]) == ("", None)  # a blank line: an empty line out, untranslated

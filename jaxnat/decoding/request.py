@@ -21,6 +21,8 @@ anything runs.
                   prefix_free: int32[B] | None,      how many of a row's prefix tokens are forced at log-probability
                                                      0 (the language token, `search.force_prefix`); the rest keep
                                                      the model's. None: all of them
+                  completion: Completion | None,     after the prefix, the word each output goes on spelling (a
+                                                     prefix typed up to inside a word: `completion`)
                   max_out, beam_size, trace, oracle, nbest) static: output capacity, beam, edit trace on/off, the
                                                      decoding steps an oracle takes against the reference, the
                                                      outputs kept per sentence (an n-best list: `Supports.nbest`)
@@ -38,6 +40,7 @@ import numpy as np
 from flax import struct
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.decoding.completion import Completion
 from jaxnat.errors import DataError
 
 
@@ -51,6 +54,7 @@ class DecodeRequest:
     reference: jax.Array | None = None
     prefix: jax.Array | None = None
     prefix_free: jax.Array | None = None
+    completion: Completion | None = None
     max_out: int = struct.field(pytree_node=False, default=0)
     beam_size: int = struct.field(pytree_node=False, default=1)
     trace: bool = struct.field(pytree_node=False, default=False)

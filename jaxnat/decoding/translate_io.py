@@ -13,13 +13,14 @@ Refining models (LevT) also read, per line, "init" (a target-side hypothesis to 
 search). Models of vectorized constraints also read "constraint_pairs", a list of [source phrase, target phrase] pairs
 (alone: pairs as the model's input; with "hard" and "constraints" as well: both). A multilingual model (an imported
 NLLB) reads "src_lang" and "tgt_lang", its language tokens ("eng_Latn"), in place of data.src_lang_token and
-data.tgt_lang_token. The left-to-right models read "prefix", the start of the translation (whole words), which "hyp"
-continues (interactive translation). A model that cannot honour what a line asks (a kind of request it does not take, or
-constraints, pairs, an initial hypothesis or a prefix that do not fit it) says so in one line naming the line, before
-anything is translated. A blank line (a source of whitespace that asks nothing else) gives an empty "hyp" with a null
-"score", untranslated. Output keeps the input order (written as it is translated, `CHUNK_LINES` lines at a time); extra
-input keys are echoed back (one near a request key, "constraint", is refused as a typo; "hyp" and "score", which the
-output writes, are refused: an MT output line fed in as it is would lose its hypothesis).
+data.tgt_lang_token. The left-to-right models read "prefix", the start of the translation as typed, which "hyp"
+continues (interactive translation; a last word typed in part is spelt on). A model that cannot honour what a line asks
+(a kind of request it does not take, or constraints, pairs, an initial hypothesis or a prefix that do not fit it) says
+so in one line naming the line, before anything is translated. A blank line (a source of whitespace that asks nothing
+else) gives an empty "hyp" with a null "score", untranslated. Output keeps the input order (written as it is translated,
+`CHUNK_LINES` lines at a time); extra input keys are echoed back (one near a request key, "constraint", is refused as a
+typo; "hyp" and "score", which the output writes, are refused: an MT output line fed in as it is would lose its
+hypothesis).
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ def check_capabilities(requests: list[dict], translator, where: str) -> None:
     for n, r in enumerate(requests, 1):
         constraints, hard, pairs = constraints_of(r, spec.supports, translator.config.eval.glossary_hard)
         try:
-            given = r.get("prefix", "").strip() or None
+            given = r["prefix"] if r.get("prefix", "").strip() else None
             check_supported(spec.name, spec.supports, init=r.get("init") is not None,
                             soft=bool(constraints) and not hard, hard=bool(constraints) and hard, pairs=bool(pairs),
                             prefix=bool(given))
@@ -246,7 +247,7 @@ def _translate(translator, requests: list[dict], config) -> list[dict]:
         if any(key in r for r in todo):
             options[f"{key}s"] = [r.get(key) or None for r in todo]
     if any("prefix" in r for r in todo):
-        options["prefixes"] = [r.get("prefix", "").strip() or None for r in todo]
+        options["prefixes"] = [r["prefix"] if r.get("prefix", "").strip() else None for r in todo]
     nbest = config.eval.nbest
     done = iter(translator.translate([r["src"] for r in todo], config.eval.beam_size, config.eval.batch_size,
                                      nbest=nbest, mbr=config.eval.mbr, alignment=config.eval.alignment, **options)

@@ -9,7 +9,9 @@ requests share one shape, so that a test set compiles a few programs, not one pe
 from __future__ import annotations
 
 import logging
+import re
 import time
+import unicodedata
 from typing import NamedTuple
 
 import jax
@@ -20,6 +22,7 @@ from jaxnat.data.tokenizer import no_language_tokens_named, phrase_encoder
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding import alignment as align_rule
 from jaxnat.decoding import mbr as mbr_rule
+from jaxnat.decoding.completion import Completion, Spelling
 from jaxnat.decoding.request import DecodeRequest, check_supported, pad_hypotheses, pad_phrases
 from jaxnat.errors import DataError
 
@@ -41,13 +44,15 @@ class Start(NamedTuple):
     refine, or constraint phrases (hard = guaranteed); for a model that reads them, constraint pairs
     (source phrase, target phrase) as text; the tokens its output starts with: ``prefix``, forced at no cost (a
     multilingual model's target-language token), then ``given``, a start of the translation that the output
-    continues (interactive translation; scored as the model's own tokens). All None: plain translation."""
+    continues (interactive translation; scored as the model's own tokens), and ``partial``, the typed part of the word
+    it goes on spelling (`completion`). All None: plain translation."""
     init: list[int] | None = None
     phrases: list[list[int]] | None = None
     hard: bool = False
     pairs: list[tuple[str, str]] | None = None
     prefix: list[int] | None = None
     given: list[int] | None = None
+    partial: str | None = None
 
     def forced(self) -> list[int]:
         """Every token the output starts with: the prefix, then the given start."""
@@ -135,6 +140,7 @@ class Translator:
         # False: as wide as the source allows (bench/decode_speed.py --full-canvas)
         self.narrow_outputs = True
         self._compiled: set = set()  # the request shapes `_generate` has run (`translate_ids`'s warm_up)
+        self._spelling: Spelling | None = None  # `spelling`
 
     def language_tokens(self, langs: list | None, side: str, n: int) -> list[list[int]]:
         """Per sentence, the ``side``'s language token of a multilingual model (NLLB's "deu_Latn"): the request's own
@@ -231,8 +237,9 @@ class Translator:
         phrase) pairs, or None; more than data.max_pairs, or a phrase longer than data.max_pair_pieces pieces, is
         an error, or with ``drop_long_pairs`` such pairs are left out. tgt_lang: the output's language where a
         request names it (a multilingual model's code, "zho_Hans"), else data.tgt_lang's: it decides how phrases
-        are encoded (`phrase_encoder`). given: a start of the translation (target text, whole words), which the output
-        continues, or None; hard constraints it holds already are met (`unmet`).
+        are encoded (`phrase_encoder`). given: a start of the translation (target text), which the output continues, or
+        None: its words are forced, but a last one of letters and digits after a space, which the output goes on
+        spelling (`completion`); hard constraints it holds already are met (`unmet`).
         """
         room = self.spec.cfg.max_len - 2
         if init is not None and phrases:
@@ -259,22 +266,29 @@ class Translator:
         else:
             out = Start()
         if given is not None and given.strip():
-            if chars := self.tokenizer.unrepresentable(given, "tgt"):
+            # a last word of letters and digits after a space may be typed in part: the output goes on spelling it
+            typed = re.search(r"(?:^|(?<=\s))\w+$", given)
+            whole = given[:typed.start()] if typed else given
+            if chars := self.tokenizer.unrepresentable(whole, "tgt"):
                 raise DataError(f"the prefix {given!r} has characters the model's vocabulary cannot represent "
                                 f"({''.join(chars)}): the output would start with UNK")
-            ids = self.tokenizer.encode([given], "tgt")[0]
-            out = out._replace(given=ids or None, phrases=unmet(out.phrases, ids) if out.hard else out.phrases)
+            partial = unicodedata.normalize("NFKC", typed.group()) if typed else ""
+            if partial and self.spelling().automaton(partial) is None:
+                raise DataError(f"the prefix {given!r} ends in {typed.group()!r}, which starts no word the model's "
+                                f"vocabulary can spell")
+            ids = self.tokenizer.encode([whole], "tgt")[0] if whole.strip() else []
+            out = out._replace(given=ids or None, partial=partial or None,
+                               phrases=unmet(out.phrases, ids) if out.hard else out.phrases)
             if out.given and out.phrases and self.config.eval.search_rules == "fairseq":
                 raise DataError("a prefix with constraints under eval.search_rules=fairseq: fairseq's constrained beam "
                                 "search loses every hypothesis to a forced prefix (0.12.2 stops on an assertion); "
                                 "jaxnat's rules continue it")
             room -= bool(self.tokenizer.languages)  # the forced target-language token before it
-        if len(out.pieces()) + len(out.given or ()) > room:
+        if (count := len(out.pieces()) + len(out.given or ()) + len(out.partial or "")) > room:
             what = " and ".join(name for name, asked in (("initial hypothesis", init is not None),
                                                          ("prefix", out.given), ("constraint set", out.phrases))
                                 if asked)
-            raise DataError(f"the {what} {'have' if ' and ' in what else 'has'} "
-                            f"{len(out.pieces()) + len(out.given or ())} target pieces, more than the "
+            raise DataError(f"the {what} {'have' if ' and ' in what else 'has'} {count} target pieces, more than the "
                             f"{room} the model can hold (model.max_len {self.spec.cfg.max_len} with BOS/EOS)")
         if pairs:
             out = out._replace(pairs=[tuple(p) for p in pairs])
@@ -312,13 +326,19 @@ class Translator:
         """
         sup = self.spec.supports
         uniform = sup.init and sup.soft_constraints and sup.hard_constraints
-        needed = max(len(s.pieces()) + len(s.forced()) for s in starts) + 2  # `starts` checked it fits the model
+        # `starts` checked it fits the model (a typed word's characters: the most pieces spelling it takes)
+        needed = max(len(s.pieces()) + len(s.forced()) + len(s.partial or "") for s in starts) + 2
         capacity = min(max(self.output_capacity(src.shape[1]), _round_up(needed, 8)), self.spec.cfg.max_len)
         init = constraints = hard = prefix = free = None
         if any(s.forced() for s in starts):
             prefix = pad_phrases([[s.forced()] if s.forced() else None for s in starts])[:, 0]
             if any(s.given for s in starts):
                 free = np.asarray([len(s.prefix or ()) for s in starts], np.int32)
+        completion = None
+        if any(s.partial for s in starts):
+            completion = Completion.of([self.spelling().automaton(s.partial) if s.partial else None for s in starts],
+                                       [len(s.forced()) for s in starts], [len(s.partial or "") for s in starts],
+                                       self.tokenizer.vocab_size("tgt"))
         if uniform or any(s.init is not None for s in starts):
             init = pad_hypotheses([s.init for s in starts], capacity)
         if uniform or any(s.phrases for s in starts):
@@ -334,8 +354,14 @@ class Translator:
         extras = self.spec.request_extras(self, starts) if self.spec.request_extras else {}
         if self.members:
             extras["ensemble"] = tuple(self.members)
-        return DecodeRequest(src, init, constraints, hard, extras, prefix=prefix, prefix_free=free, max_out=capacity,
-                             beam_size=beam_size, trace=trace)
+        return DecodeRequest(src, init, constraints, hard, extras, prefix=prefix, prefix_free=free,
+                             completion=completion, max_out=capacity, beam_size=beam_size, trace=trace)
+
+    def spelling(self) -> Spelling:
+        """The target vocabulary's pieces as text (`completion.Spelling`), read at the first typed word."""
+        if self._spelling is None:
+            self._spelling = Spelling.of(self.tokenizer)
+        return self._spelling
 
     def planned(self, request: DecodeRequest) -> DecodeRequest:
         """The request with the model's plan (`ModelSpec.plan`) and an output only as wide as its longest row
@@ -429,9 +455,10 @@ class Translator:
         are those of the output of highest expected utility among the beam's (`mbr.choose`), 'mbr_utility' that
         utility (the lists keep the model's order). With ``alignment`` (`alignment.KINDS`; a model that aligns,
         `Supports.align`) also the word alignment of 'hyp' and its source (`alignment.fields`: 'alignment', and
-        'src_pieces' and 'pieces' where it counts pieces). ``prefixes``: per text a start of its translation (whole
-        words; None or "": none) that its output continues, as the model would have continued it (interactive
-        translation; `Supports.prefix`): 'hyp' holds it, and 'score' counts its pieces' log-probabilities too."""
+        'src_pieces' and 'pieces' where it counts pieces). ``prefixes``: per text a start of its translation (None or
+        "": none; a last word typed in part is spelt on, `start`) that its output continues, as the model would have
+        continued it (interactive translation; `Supports.prefix`): 'hyp' holds it, and 'score' counts its pieces'
+        log-probabilities too."""
         check_arguments(texts, inits=inits, constraints=constraints, hard=hard, pairs=pairs, references=references,
                         src_langs=src_langs, tgt_langs=tgt_langs, prefixes=prefixes)
         self.check_alignment(alignment)

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding import constrained_fairseq
 from jaxnat.decoding.constrained import constrained_search
+from jaxnat.decoding.completion import spell
 from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.decoding.search import (Sampling, ar_search, ensembled, force_prefix, forced_result, mean_probability,
                                     source_keys)
@@ -244,7 +245,7 @@ def sampled(supports: Supports, sampling: Sampling | None) -> Supports:
 
 def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered: bool = False, continues=None,
            joins=None, trails=None, beam_size: int, length_penalty, max_len_a, max_len_b, max_out: int,
-           rules: str = "jaxnat", prefix=None, prefix_free=None, nbest: int = 1,
+           rules: str = "jaxnat", prefix=None, prefix_free=None, completion=None, nbest: int = 1,
            sampling: Sampling | None = None) -> dict:
     """The AR searches behind one callback: greedy or beam search (`search.ar_search`), or with phrases
     (int32[B, C, P], an all-PAD row = none) the constrained beam search that guarantees them
@@ -252,14 +253,18 @@ def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered
     without phrases is searched greedily, as alone), or under fairseq's ``rules`` fairseq's
     (`constrained_fairseq.search`), which does not. prefix: int32[B, P], each
     output's first tokens, the first prefix_free (int32[B] or None: all) at log-probability 0 (`search.force_prefix`),
-    or None. nbest: the n-best lists' length (`search.ar_search`).
-    sampling: beam_size samples a sentence in place of the search (`search.Sampling`; not with phrases)."""
+    or None; completion: the word each output then goes on spelling (`completion.Completion`), or None. nbest: the
+    n-best lists' length (`search.ar_search`). sampling: beam_size samples a sentence in place of the search
+    (`search.Sampling`; not with phrases)."""
     src_len = token_mask(src).sum(axis=1)
     prefix_len = 0
     if prefix is not None:
         free = None if prefix_free is None else jnp.repeat(prefix_free, beam_size, axis=0)
         tokens_to_logprobs = force_prefix(tokens_to_logprobs, jnp.repeat(prefix, beam_size, axis=0), free)
         prefix_len = token_mask(prefix).sum(axis=1)
+    if completion is not None:
+        tokens_to_logprobs, cache = spell(tokens_to_logprobs, cache, completion, beam_size)
+        prefix_len = prefix_len + completion.length
     # every search's length limit leaves room for the forced tokens
     kwargs = dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
                   max_out=max_out, prefix_len=prefix_len, nbest=nbest)
@@ -309,11 +314,11 @@ def ar_decoder(model: ARTransformer, params, src: jnp.ndarray, beam_size: int, m
 def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: int = 1, length_penalty=1.0,
                 max_len_a=1.2, max_len_b=10, max_out: int, phrases=None, ordered: bool = False,
                 continues=None, joins=None, trails=None, rules: str = "jaxnat", prefix=None, prefix_free=None,
-                nbest: int = 1, sampling: Sampling | None = None, members: tuple = ()) -> dict:
+                completion=None, nbest: int = 1, sampling: Sampling | None = None, members: tuple = ()) -> dict:
     """Greedy, beam or constrained beam search (`search`) with the model's KV cache (`ar_decoder`).
 
     src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None (continues,
-    joins, trails: `constrained_search`'s); prefix, prefix_free: each output's first tokens (`search`), or None;
+    joins, trails: `constrained_search`'s); prefix, prefix_free, completion: each output's start (`search`), or None;
     members: the ensemble's other models, (module, parameters) pairs (`members`, `search.ensembled`). Returns
     {'tokens', 'score', 'length'} (and 'constraints_met' with phrases; with nbest > 1 the n-best lists); with
     ``sampling``, beam_size samples a sentence in place of the search.
@@ -330,7 +335,7 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
     return search(tokens_to_logprobs, cache, source_tokens(model.cfg, src)[0], phrases=phrases, ordered=ordered,
                   continues=continues, joins=joins, trails=trails, beam_size=beam_size, length_penalty=length_penalty,
                   max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, rules=rules, prefix=prefix,
-                  prefix_free=prefix_free, nbest=nbest, sampling=sampling)
+                  prefix_free=prefix_free, completion=completion, nbest=nbest, sampling=sampling)
 
 
 def members(request: DecodeRequest) -> tuple:
@@ -353,7 +358,8 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                            max_out=request.width(capacity),
                            phrases=hard_phrases(request), ordered=e.constraint_order == "given", continues=continues,
                            joins=joins, trails=trails, rules=e.search_rules, prefix=request.prefix,
-                           prefix_free=request.prefix_free, nbest=request.nbest, sampling=sampling,
+                           prefix_free=request.prefix_free, completion=request.completion, nbest=request.nbest,
+                           sampling=sampling,
                            members=members(request))
 
     def loss(params, batch, rng, train=True):

@@ -501,7 +501,8 @@ def vecconst_generate(module: VecConstTransformer, params, request: DecodeReques
     return search(tokens_to_logprobs, cache, request.src, phrases=hard_phrases(request), ordered=ordered,
                   continues=continues, joins=joins, trails=trails, beam_size=k, length_penalty=length_penalty,
                   max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, prefix=request.prefix,
-                  prefix_free=request.prefix_free, nbest=request.nbest, sampling=sampling)
+                  prefix_free=request.prefix_free, completion=request.completion, nbest=request.nbest,
+                  sampling=sampling)
 
 
 SUPPORTS = Supports(beam=True, hard_constraints=True, pairs=True, prefix=True, nbest=True, score=True, align=True)
