@@ -141,8 +141,9 @@ def test_compile_time_gives_the_data_dir_to_configs_that_read_files(monkeypatch,
             compile_time.Family("ar", args, False, str(tmp_path / name))
 
 
-@pytest.mark.parametrize("script", ["compile_time", "constrained_cost", "decode_speed", "gpu_figures", "mbr_speed",
-                                    "oracle", "profile_step", "train_throughput", "vs_fairseq", "vs_transformers"])
+@pytest.mark.parametrize("script", ["compile_time", "constrained_cost", "decode_speed", "gpu_figures", "interactive",
+                                    "mbr_speed", "oracle", "profile_step", "train_throughput", "vs_fairseq",
+                                    "vs_transformers"])
 def test_help_says_the_whole_first_paragraph(script, monkeypatch, capsys):
     """--help opens with the docstring's first paragraph, not its first line (it stopped mid-sentence: "…through
     jaxnat's command line, and")."""
@@ -190,6 +191,18 @@ def test_bad_counts_and_paths_are_refused_first(script, args, error, monkeypatch
     monkeypatch.setattr("sys.argv", [f"{script}.py", *args])
     with pytest.raises(SystemExit, match=f"^error: .*{re.escape(error)}"):
         module.main()
+
+
+def test_interactive_asks_each_reference_word_and_reads_the_completions_next_word():
+    """bench/interactive.py: each reference word is asked after the words before it, with c of its characters typed
+    where more than c of its first letters and digits are left; the completion's word read is the one begun."""
+    module = bench("interactive")
+    assert module.requests(["s"], ["Ein Hund läuft."], 1) == [("s", "E", "Ein"), ("s", "Ein H", "Hund"),
+                                                              ("s", "Ein Hund l", "läuft.")]
+    assert module.requests(["s"], ["Ein Hund"], 0) == [("s", " ", "Ein"), ("s", "Ein ", "Hund")]
+    assert module.requests(["s"], ["a b."], 1) == []  # nothing of them left to guess after one letter
+    assert [module.next_word("Ein Hund rennt", p) for p in ("Ein H", "Ein Hund ", " ", "Ein Hund rennt ")] == [
+        "Hund", "rennt", "Ein", ""]
 
 
 def test_mbr_speed_refuses_counts_under_one(monkeypatch):

@@ -180,6 +180,10 @@ def test_a_prefix_meets_the_hard_constraints_it_holds_and_must_fit_the_model():
     with pytest.raises(DataError, match=r"^sentence 1: the prefix '5 €' has characters the model's vocabulary "
                                         r"cannot represent \(€\): the output would start with UNK$"):
         translator.starts(prefixes=["5 €"])
+    config = build_config("tests/configs/tiny.py", ["--config.model.name=nat", "--config.eval.beam_size=1"])
+    nat = Translator(build_model(config, 80, 80), None, Words(), config)
+    with pytest.raises(DataError, match=r"^sentence 2: model 'nat' does not take target prefixes"):
+        nat.starts(prefixes=[None, "ma"])  # a word typed in part alone
 
 
 @pytest.mark.parametrize("pair", [("▁", "kelo"), ("dog", "▁")])

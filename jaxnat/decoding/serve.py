@@ -4,7 +4,7 @@ requests.
 
     GET  /            {"model", "workdir", "endpoints", "supports"}: what the server takes
     POST /translate   a request or a list of them, each a JSON object as `--mode translate` reads a JSON line
-                      ({"src": ..., "constraints": [...], "hard": true, "constraint_pairs": ..., "init": ...}) or a
+                      ({"src": ..., "constraints": [...], "hard": true, "prefix": ..., "init": ...}) or a
                       string (its source) → the output, or the list of outputs in order, each as translate writes its
                       line (the request's keys, "hyp", "score", and what eval.nbest, eval.alignment, eval.glossary
                       add)

@@ -221,7 +221,7 @@ class Translator:
                 raise DataError(f"sentence {i + 1}: {e}") from None
         check_supported(self.spec.name, self.spec.supports, init=any(s.init is not None for s in out),
                         soft=any(s.phrases and not s.hard for s in out), hard=any(s.phrases and s.hard for s in out),
-                        pairs=any(s.pairs for s in out), prefix=any(s.given for s in out))
+                        pairs=any(s.pairs for s in out), prefix=any(s.given or s.partial for s in out))
         return out
 
     def start(self, init: str | None = None, phrases: list | None = None, is_hard: bool = False,
@@ -266,6 +266,7 @@ class Translator:
         else:
             out = Start()
         if given is not None and given.strip():
+            check_supported(self.spec.name, self.spec.supports, prefix=True)
             # a last word of letters and digits after a space may be typed in part: the output goes on spelling it
             typed = re.search(r"(?:^|(?<=\s))\w+$", given)
             whole = given[:typed.start()] if typed else given
@@ -279,14 +280,15 @@ class Translator:
             ids = self.tokenizer.encode([whole], "tgt")[0] if whole.strip() else []
             out = out._replace(given=ids or None, partial=partial or None,
                                phrases=unmet(out.phrases, ids) if out.hard else out.phrases)
-            if out.given and out.phrases and self.config.eval.search_rules == "fairseq":
+            if (out.given or out.partial) and out.phrases and self.config.eval.search_rules == "fairseq":
                 raise DataError("a prefix with constraints under eval.search_rules=fairseq: fairseq's constrained beam "
                                 "search loses every hypothesis to a forced prefix (0.12.2 stops on an assertion); "
                                 "jaxnat's rules continue it")
             room -= bool(self.tokenizer.languages)  # the forced target-language token before it
         if (count := len(out.pieces()) + len(out.given or ()) + len(out.partial or "")) > room:
             what = " and ".join(name for name, asked in (("initial hypothesis", init is not None),
-                                                         ("prefix", out.given), ("constraint set", out.phrases))
+                                                         ("prefix", out.given or out.partial),
+                                                         ("constraint set", out.phrases))
                                 if asked)
             raise DataError(f"the {what} {'have' if ' and ' in what else 'has'} {count} target pieces, more than the "
                             f"{room} the model can hold (model.max_len {self.spec.cfg.max_len} with BOS/EOS)")
