@@ -118,3 +118,57 @@ def test_an_address_in_use_is_one_line():
         with pytest.raises(ConfigError, match=rf"^--host 127.0.0.1 --port {port}: the address is in use \(.*\); "
                                               rf"choose another --port \(or --host\)$"):
             make_server(None, "127.0.0.1", port)
+
+
+def test_requests_that_wait_for_the_model_are_decoded_as_one_job():
+    """While the model decodes one request, five others arrive (one a list of two): the next job decodes the six
+    sentences as one input, oldest first, and each request gets its own outputs back; where that job fails, each of
+    its requests runs alone, so that the error reaches the request it comes from only."""
+    import time
+
+    from jaxnat.errors import DataError
+
+    busy, gate = threading.Event(), threading.Event()
+
+    class Slow(Stub):
+        def translate(self, texts, beam_size, batch_size, **options):
+            if not self.asked:  # the first job: busy until the others wait
+                busy.set()
+                gate.wait(30)
+            if "bad" in texts:
+                raise DataError("this sentence breaks the model")
+            return super().translate(texts, beam_size, batch_size, **options)
+
+    for bad in (False, True):
+        busy.clear()
+        gate.clear()
+        translator = Slow()
+        service = Service(translator, stub_config(), "runs/x")
+        results = {}
+
+        def ask(name, body):
+            try:
+                results[name] = service.run("/translate", body)
+            except DataError as e:
+                results[name] = str(e)
+
+        first = threading.Thread(target=ask, args=("first", "a"))
+        first.start()
+        assert busy.wait(30)
+        bodies = {f"r{i}": f"s{i}" for i in range(4)} | {"pair": ["x", "bad" if bad else "y"]}
+        threads = []
+        for name, body in bodies.items():
+            threads.append(threading.Thread(target=ask, args=(name, body)))
+            threads[-1].start()
+            while len(service.waiting) < len(threads):  # arrival order is the job's order
+                time.sleep(0.001)
+        gate.set()
+        for t in [first, *threads]:
+            t.join(30)
+        assert results["first"]["hyp"] == "<a>" and [results[f"r{i}"]["hyp"] for i in range(4)] == [
+            f"<s{i}>" for i in range(4)]
+        if bad:
+            assert results["pair"] == "this sentence breaks the model" and service.jobs_run == 1 + 5
+        else:
+            assert [o["hyp"] for o in results["pair"]] == ["<x>", "<y>"] and service.jobs_run == 2
+            assert translator.asked[1][0] == ["s0", "s1", "s2", "s3", "x", "y"]

@@ -12,9 +12,12 @@ requests.
 
 A request translate or score would refuse is refused whole with status 400 and {"error": one line} naming it
 ("request:2: ..."), before anything is decoded; a body that is no JSON, 400; one over --max-body bytes, 413; another
-path, 404. The model computes one batch at a time: requests wait their turn, and the items of one request are
-batched together as translate batches its lines, so a client that sends sentences in lists of tens gets the
-throughput of batched decoding. Each request is logged with its size and time; Ctrl-C or SIGTERM stops the server.
+path, 404. The model computes one job at a time, and the items of one request are batched together as translate
+batches its lines. Requests that arrive while the model is busy wait together: the next job takes all of them that
+are waiting at the same path (up to `MERGE_ITEMS` items, oldest first) and decodes them as one input, so that many
+clients sending a sentence each get the throughput of batched decoding, with no added wait when the model is idle
+(`Service.run`: whichever request's thread gets the model runs the waiting ones). Each request is logged with its
+size and time; Ctrl-C or SIGTERM stops the server.
 """
 
 from __future__ import annotations
@@ -33,17 +36,33 @@ from jaxnat.errors import ConfigError, DataError, JaxnatError
 
 log = logging.getLogger("jaxnat")
 MAX_BODY = 16 << 20  # bytes: a request larger than this is refused (413), not read
+# the most items one job takes from waiting requests (a request larger than this is one job of its own): enough for
+# full batches, few enough that a request that arrives meanwhile waits for one job, not for a flood of them
+MERGE_ITEMS = 256
+
+
+class Waiting:
+    """One request's checked items waiting for the model at ``path``; ``outs`` (or ``error``) once decoded."""
+
+    def __init__(self, path: str, requests: list[dict]):
+        self.path, self.requests = path, requests
+        self.outs: list | None = None
+        self.error: BaseException | None = None
+        self.done = threading.Event()
 
 
 class Service:
-    """The jobs a server runs on one `Translator`, one at a time."""
+    """The jobs a server runs on one `Translator`, one at a time, each over the requests waiting for it."""
 
     def __init__(self, translator, config, workdir: str):
         self.translator, self.config, self.workdir = translator, config, workdir
         self.jobs = {"/translate": translate_job(config)}
         if translator.spec.supports.score:
             self.jobs["/score"] = SCORE
-        self.lock = threading.Lock()
+        self.model = threading.Lock()  # held while a job runs
+        self.queue = threading.Lock()  # guards `waiting`
+        self.waiting: list[Waiting] = []
+        self.jobs_run = 0  # jobs the model ran (a log line, and the tests, count them against the requests)
 
     def info(self) -> dict:
         supports = dataclasses.asdict(self.translator.spec.supports)
@@ -67,11 +86,59 @@ class Service:
                                 f"not {type(item).__name__}")
             lines.append(json.dumps(item, ensure_ascii=False))
         requests = job.parse(lines, "request")
-        with self.lock:
-            job.check(requests, self.translator, "request")
-            outs = job.run(self.translator, requests, self.config)
-        written = [output_line(r, o) for r, o in zip(requests, outs)]
+        # checked while another request may decode (tokenizing only), so that it waits checked, ready to join the next
+        job.check(requests, self.translator, "request")
+        mine = Waiting(path, requests)
+        with self.queue:
+            self.waiting.append(mine)
+        while not mine.done.is_set():
+            with self.model:  # whoever gets the model decodes what waits, this request or others with it
+                if not mine.done.is_set():
+                    self.run_waiting(path)
+        if mine.error is not None:
+            raise mine.error
+        written = [output_line(r, o) for r, o in zip(requests, mine.outs)]
         return written if isinstance(body, list) else written[0]
+
+    def run_waiting(self, path: str) -> None:
+        """One job over the requests waiting at ``path``, oldest first, as long as they stay within `MERGE_ITEMS`
+        items (the oldest always); the model is held. Where it fails, each of them runs alone, so that an error is
+        told to the request it comes from."""
+        with self.queue:
+            taken, items = [], 0
+            for w in self.waiting:
+                if w.path == path and (not taken or items + len(w.requests) <= MERGE_ITEMS):
+                    taken.append(w)
+                    items += len(w.requests)
+            self.waiting = [w for w in self.waiting if w not in taken]
+        if not taken:  # (this request's job ran meanwhile: `run` sees it done)
+            return
+        job = self.jobs[path]
+        try:
+            try:
+                outs = job.run(self.translator, [r for w in taken for r in w.requests], self.config)
+                self.jobs_run += 1
+                for w in taken:
+                    w.outs, outs = outs[:len(w.requests)], outs[len(w.requests):]
+            except Exception as e:
+                if len(taken) == 1:
+                    raise
+                log.info("a job of %d waiting requests failed (%s); each runs alone", len(taken), e)
+                for w in taken:
+                    try:
+                        w.outs = job.run(self.translator, w.requests, self.config)
+                    except Exception as alone:
+                        w.error = alone
+                    self.jobs_run += 1
+            if len(taken) > 1:
+                log.info("decoded %d waiting requests (%d items) as one job", len(taken), items)
+        except Exception as e:
+            taken[0].error = e
+        finally:  # a request is never left waiting: one the job did not answer (it was stopped) gets an error
+            for w in taken:
+                if w.outs is None and w.error is None:
+                    w.error = RuntimeError("the server stopped before this request was decoded")
+                w.done.set()
 
 
 def make_server(service: Service | None, host: str, port: int, max_body: int = MAX_BODY) -> ThreadingHTTPServer:
