@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxnat.data.vocab import NUM_RESERVED
-from jaxnat.decoding.completion import Completion, Spelling, spell
+from jaxnat.decoding.completion import Completion, FINISHES, GOES_ON, Spelling, spell
 
 RESERVED = ["<pad>", "<s>", "</s>", "<unk>", "<plh>", "<mask>"][:NUM_RESERVED]
 
@@ -42,16 +42,16 @@ def finishable(seq: list[int], spelling: Spelling, word: str) -> bool:
                for more in itertools.product(range(spelling.size), repeat=n))
 
 
-def walk(automaton, seq: list[int]) -> str:
+def walk(spelling: Spelling, automaton, seq: list[int]) -> str:
     """The automaton's reading of ``seq``: "done", "open" (a state reached), or "refused"."""
     state = 0
     for v in seq:
-        pieces, moves = automaton[state]
+        pieces, does = automaton[state]
         if v not in pieces:
             return "refused"
-        state = int(moves[list(pieces).index(v)])
-        if state == -1:
+        if does[list(pieces).index(v)] == FINISHES:
             return "done"
+        state = spelling.next_state(state, v)
     return "open"
 
 
@@ -84,7 +84,7 @@ def test_the_automaton_keeps_exactly_the_pieces_that_go_on_spelling_the_word(voc
             read = reading(seq, spelling, word)
             expected = read if read == "done" or (read == "open" and finishable(seq, spelling, word)) else "refused"
             # a sequence finished before its end is read as finished at that point by both
-            assert walk(automaton, seq) == expected, (seq, [spelling.texts[v] for v in seq])
+            assert walk(spelling, automaton, seq) == expected, (seq, [spelling.texts[v] for v in seq])
 
 
 def test_a_word_is_spelt_by_any_cut_of_its_pieces():
@@ -95,13 +95,13 @@ def test_a_word_is_spelt_by_any_cut_of_its_pieces():
     sp, ids = Spelling(pieces, bpe=False), {p: i for i, p in enumerate(pieces)}
     first = sp.automaton("Ma")[0][0]
     assert sorted(pieces[v] for v in first) == ["▁", "▁M", "▁Ma", "▁Mann", "▁Maus"]
-    assert [walk(sp.automaton("Ma"), [ids[a], ids[b]]) for a, b in (("▁M", "ann"), ("▁", "Ma"), ("▁M", "nn"))] == [
+    assert [walk(sp, sp.automaton("Ma"), [ids[a], ids[b]]) for a, b in (("▁M", "ann"), ("▁", "Ma"), ("▁M", "nn"))] == [
         "done", "done", "refused"]
     pieces = RESERVED + ["m@@", "ma", "man@@", "a", "ann", "m", "x@@"]
     bpe = Spelling(pieces, bpe=True)
-    first, moves = bpe.automaton("ma")[0]
+    first, does = bpe.automaton("ma")[0]
     assert sorted(pieces[v] for v in first) == ["m@@", "ma", "man@@"]
-    assert [pieces[v] for v, m in zip(first, moves) if m != -1] == ["m@@"]  # the one that goes on
+    assert [pieces[v] for v, d in zip(first, does) if d == GOES_ON] == ["m@@"]  # the one that goes on
     assert bpe.automaton("q") is None and sp.automaton("é") is None
     dead = Spelling(RESERVED + ["ab", "a@@"], bpe=True)  # "a@@" leaves "b", which no piece starts: a dead end
     assert [dead.texts[v] for v in dead.automaton("ab")[0][0]] == ["ab"]
@@ -119,7 +119,7 @@ def test_the_search_callback_allows_what_the_automaton_allows_at_every_step(voca
     if automaton is None:
         return
     v = spelling.size
-    completion = Completion.of([automaton, None], [start, 0], [len(word), 0], v)
+    completion = Completion.of([automaton, None], [start, 0], [len(word), 0], spelling)
     step, cache = spell(lambda tokens, c, index: (jnp.zeros((4, v)), c), None, completion, 2)
     step = jax.jit(step)
     states = [0, 0, -1, -1]
@@ -130,9 +130,10 @@ def test_the_search_callback_allows_what_the_automaton_allows_at_every_step(voca
         for row in range(4):
             if states[row] >= 0 and index >= start:
                 assert set(np.flatnonzero(allowed[row])) == set(automaton[states[row]][0].tolist()), (row, index)
-                pieces, moves = automaton[states[row]]
+                pieces, does = automaton[states[row]]
                 pick = rng.randrange(len(pieces))
-                fed[row], states[row] = pieces[pick], moves[pick]
+                fed[row] = pieces[pick]
+                states[row] = -1 if does[pick] == FINISHES else spelling.next_state(states[row], pieces[pick])
             else:
                 assert allowed[row].all()
                 fed[row] = rng.randrange(v)

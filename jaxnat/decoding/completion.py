@@ -8,19 +8,22 @@ Host side, `Spelling` reads a target vocabulary's pieces as text with their word
 "▁" opens a word (the pieces after it, until the next "▁", continue it), subword-nmt's "@@" carries a word on into the
 next piece. `Spelling.automaton` turns the typed part of a word into a small automaton: its states are how many of
 the typed characters the pieces chosen so far spell (and, for SentencePiece, whether the word is opened); from each,
-the pieces whose text goes on spelling it, each leading to a further state, or finishing it (a piece whose text
-starts with what is left: the word may then go on or end as the model likes). `Completion.of` pads a batch's
-automata into arrays.
+the pieces whose text goes on spelling it, each leading to the state of the characters it adds, or finishing it (a
+piece whose text starts with what is left: the word may then go on or end as the model likes). `Completion.of` lays
+a batch's automata out as one table.
 
 Device side, `spell` wraps a search's callback: the state of each hypothesis rides in the search's cache (so beam
 search reorders it with the hypotheses), moves with the token fed, and while the word is not spelt every other piece
-(and the end of the sentence) gets -inf.
+(and the end of the sentence) gets -inf. Its shapes are the batch's, S rounded up to a power of two and the
+vocabulary's V, so that the words a server is asked compile a handful of programs, not one per word.
 
-    Completion(pieces: int32[B, S, M],  per sentence and state the pieces that go on spelling its word (V: none)
-               moves:  int32[B, S, M],  the state each leads to (-1: spelt, nothing restricted any more)
-               state:  int32[B],        the first state: 0, or -1 for a sentence whose prefix ends a word
-               start:  int32[B],        the position of the word's first piece: the forced tokens before it
-               length: int32[B])        the typed characters, the most pieces spelling them takes
+    Completion(table: int8[B, S, V],      per sentence and state what each piece does: 0 not allowed, `GOES_ON`
+                                           (to the state of the characters it adds), `FINISHES` the word
+               piece_length: int32[V],    the characters each piece spells
+               state: int32[B],           the first state: 0, or -1 for a sentence whose prefix ends a word
+               start: int32[B],           the position of the word's first piece: the forced tokens before it
+               length: int32[B],          the typed characters, the most pieces spelling them takes
+               first) static              1 for SentencePiece (state 0: before the word), 0 for subword-nmt
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from jaxnat.data.vocab import NUM_RESERVED
 
 NO_TEXT = re.compile(r"^<.*>$")  # byte pieces "<0xE4>", control pieces "<unk>", "<mask>": no text to spell with
 JOINER = "@@"  # subword-nmt's mark of a piece whose word goes on in the next one
+GOES_ON, FINISHES = 1, 2  # what a piece does in an automaton's state (0: not allowed there)
 
 
 class Spelling:
@@ -53,15 +57,17 @@ class Spelling:
         texts = []
         for i, p in enumerate(pieces):
             text = (p[:-len(JOINER)] if p.endswith(JOINER) else p) if bpe else p.removeprefix(WORD_BOUNDARY)
-            usable = i >= NUM_RESERVED and p not in excluded and not NO_TEXT.match(p) and (bpe or WORD_BOUNDARY
-                                                                                             not in text)
-            texts.append(text if usable else None)
+            usable = i >= NUM_RESERVED and p not in excluded and not NO_TEXT.match(p)
+            inner_space = not bpe and WORD_BOUNDARY in text  # a piece of several words: no part of one
+            texts.append(text if usable and not inner_space else None)
         self.texts = texts
         self.size = len(pieces)
         # the pieces of text in the order of their texts: those starting with a string are one run of it
         self.order = sorted((t, i) for i, t in enumerate(texts) if t)
         self.sorted_texts = [t for t, _ in self.order]
         self.bare = [i for i, t in enumerate(texts) if t == "" and not bpe and self.opens[i]]  # "▁" alone
+        self.lengths = np.asarray([len(t or "") for t in texts], np.int32)  # the characters each piece spells
+        self.first = 0 if bpe else 1  # SentencePiece's state 0 is before its word is opened
         self._automata: dict = {}  # `automaton`'s, by word: a server is asked the same words again
 
     @classmethod
@@ -82,52 +88,59 @@ class Spelling:
         hi = bisect.bisect_right(self.sorted_texts, text)
         return np.asarray([i for _, i in self.order[lo:hi]], np.int64)
 
+    def next_state(self, state: int, piece: int) -> int:
+        """The state after ``piece`` goes on spelling the word from ``state`` (`automaton`'s numbering)."""
+        return max(state, self.first) + int(self.lengths[piece])
+
     def automaton(self, word: str) -> list[tuple[np.ndarray, np.ndarray]] | None:
-        """Per state (state 0 first: before the word), (pieces int64[n], the state each leads to int64[n], -1 where it
-        finishes spelling ``word``), or None where no pieces spell it. A state is (characters spelt, opened):
-        SentencePiece's word is opened by a "▁" piece and continued by the others; subword-nmt's goes on after a "@@"
-        piece and ends after any other. A piece that leads only to states from which no pieces finish the word is
-        left out, so that every piece kept can be finished (greedy search never walks into a dead end)."""
+        """Per state, (pieces int64[n], what each does there int8[n]: `GOES_ON` to `next_state`, or `FINISHES` the
+        word), or None where no pieces spell ``word``. State k is k characters spelt (subword-nmt: its word goes on
+        after a "@@" piece and ends after any other); SentencePiece's state 0 is before the word, which a "▁" piece
+        opens and the others continue, and state 1 + k the word opened with k characters spelt. A piece that leads
+        only to states from which no pieces finish the word is left out, so that every piece kept can be finished
+        (greedy search never walks into a dead end); a state no piece leads to has none."""
         if word not in self._automata:
-            if len(self._automata) >= 4096:
+            if len(self._automata) >= 1024:
                 self._automata.clear()
             self._automata[word] = self._automaton(word)
         return self._automata[word]
 
     def _automaton(self, word: str) -> list[tuple[np.ndarray, np.ndarray]] | None:
-        states, arcs = [(0, False)], []
-        for k, opened in states:
-            rest = word[k:]
+        n = len(word) + self.first
+        arcs: list[list] = [[] for _ in range(n)]  # per state: (pieces, the state they go on to, or None: finished)
+        reached = {0}
+        for state in range(n):  # every move goes to a later state
+            if state not in reached:
+                continue
+            k = max(state - self.first, 0)  # the characters spelt
+            rest, opened = word[k:], self.bpe or state > 0
 
-            def eligible(ids: np.ndarray) -> np.ndarray:
-                if self.bpe:
-                    return ids
-                return ids[self.opens[ids] != opened]  # the word's first piece opens it, the others continue it
+            def eligible(ids: np.ndarray) -> np.ndarray:  # SentencePiece: the first piece opens it, the others go on
+                return ids if self.bpe else ids[self.opens[ids] != opened]
 
-            found = [(eligible(self._starting(rest)), None)]
-            steps = [(j, eligible(self._exactly(rest[:j]))) for j in range(1, len(rest))]
-            if not self.bpe and not opened:
-                steps.append((0, np.asarray(self.bare, np.int64)))
-            for j, ids in steps:
+            arcs[state].append((eligible(self._starting(rest)), None))
+            steps = [eligible(self._exactly(rest[:j])) for j in range(1, len(rest))]
+            if not opened:
+                steps.append(np.asarray(self.bare, np.int64))
+            for ids in steps:
                 if self.bpe:
                     ids = ids[self.carries[ids]]  # a piece that ends its word cannot leave characters unspelt
                 if len(ids):
-                    if (k + j, True) not in states:
-                        states.append((k + j, True))
-                    found.append((ids, states.index((k + j, True))))
-            arcs.append(found)
-        # the states from which some pieces finish the word
-        alive = [len(found[0][0]) > 0 for found in arcs]
-        while True:
-            more = [a or any(alive[t] for ids, t in found[1:]) for a, found in zip(alive, arcs)]
-            if more == alive:
-                break
-            alive = more
+                    target = self.next_state(state, int(ids[0]))
+                    reached.add(target)
+                    arcs[state].append((ids, target))
+        alive = [False] * n  # the states from which some pieces finish the word
+        for state in reversed(range(n)):
+            alive[state] = any(len(ids) and (t is None or alive[t]) for ids, t in arcs[state])
         if not alive[0]:
             return None
-        kept = [[(ids, -1 if t is None else t) for ids, t in found if t is None or alive[t]] for found in arcs]
-        return [(np.concatenate([ids for ids, _ in arcs_]), np.concatenate([np.full(len(ids), t) for ids, t in arcs_]))
-                for arcs_ in kept]
+        out = []
+        for found in arcs:
+            kept = [(ids, t) for ids, t in found if t is None or alive[t]]
+            out.append((np.concatenate([ids for ids, _ in kept] + [np.zeros(0, np.int64)]),
+                        np.concatenate([np.full(len(ids), FINISHES if t is None else GOES_ON, np.int8)
+                                        for ids, t in kept] + [np.zeros(0, np.int8)])))
+        return out
 
 
 def _bucket(n: int, least: int) -> int:
@@ -137,25 +150,25 @@ def _bucket(n: int, least: int) -> int:
 
 @struct.dataclass
 class Completion:
-    pieces: jax.Array
-    moves: jax.Array
+    table: jax.Array
+    piece_length: jax.Array
     state: jax.Array
     start: jax.Array
     length: jax.Array
+    first: int = struct.field(pytree_node=False, default=1)
 
     @classmethod
-    def of(cls, automata: list, starts: list[int], lengths: list[int], vocab_size: int) -> "Completion":
-        """The arrays of a batch's automata (`Spelling.automaton`; None for a sentence without a typed word), each
-        with the position its word starts at and its typed characters; S and M rounded up to powers of two."""
-        s = _bucket(max([len(a) for a in automata if a] + [1]), 2)
-        m = _bucket(max([len(p) for a in automata if a for p, _ in a] + [1]), 16)
-        pieces = np.full((len(automata), s, m), vocab_size, np.int32)
-        moves = np.full((len(automata), s, m), -1, np.int32)
+    def of(cls, automata: list, starts: list[int], lengths: list[int], spelling: Spelling) -> "Completion":
+        """The table of a batch's automata (`Spelling.automaton`; None for a sentence without a typed word), each
+        with the position its word starts at and its typed characters; S rounded up to a power of two."""
+        s = _bucket(max([len(a) for a in automata if a] + [1]), 4)
+        table = np.zeros((len(automata), s, spelling.size), np.int8)
         for b, automaton in enumerate(automata):
-            for state, (ids, nxt) in enumerate(automaton or []):
-                pieces[b, state, :len(ids)], moves[b, state, :len(ids)] = ids, nxt
+            for state, (ids, does) in enumerate(automaton or []):
+                table[b, state, ids] = does
         state = np.asarray([0 if a else -1 for a in automata], np.int32)
-        return cls(pieces, moves, state, np.asarray(starts, np.int32), np.asarray(lengths, np.int32))
+        return cls(table, spelling.lengths, state, np.asarray(starts, np.int32), np.asarray(lengths, np.int32),
+                   spelling.first)
 
 
 def spell(tokens_to_logprobs, cache, completion: Completion, per: int):
@@ -167,20 +180,12 @@ def spell(tokens_to_logprobs, cache, completion: Completion, per: int):
     def step(tokens, carry, index):
         inner, state = carry
         logp, inner = tokens_to_logprobs(tokens, inner, index)
-        rows = jnp.arange(state.shape[0])
-        sentence = rows // per
+        sentence = jnp.arange(state.shape[0]) // per
         start = completion.start[sentence]
-
-        def options(at):  # [N, M] each row's pieces and moves in its state (any, where the word is spelt)
-            at = jnp.maximum(at, 0)
-            return completion.pieces[sentence, at], completion.moves[sentence, at]
-
-        pieces, moves = options(state)
-        hit = pieces == tokens[:, None]
-        moved = jnp.where(jnp.any(hit, axis=1), jnp.take_along_axis(moves, jnp.argmax(hit, axis=1)[:, None], 1)[:, 0],
-                          -1)
-        state = jnp.where((index > start) & (state >= 0), moved, state)  # the token fed was the word's
-        allowed = jnp.zeros(logp.shape, bool).at[rows[:, None], options(state)[0]].set(True, mode="drop")
+        did = completion.table[sentence, jnp.maximum(state, 0), tokens]  # what the token fed did in its state
+        moved = jnp.where(did == GOES_ON, jnp.maximum(state, completion.first) + completion.piece_length[tokens], -1)
+        state = jnp.where((index > start) & (state >= 0), moved, state)  # (before the word: the prefix's last token)
+        allowed = completion.table[sentence, jnp.maximum(state, 0)] > 0  # [N, V]
         spelling = (index >= start) & (state >= 0)
         return jnp.where(spelling[:, None] & ~allowed, -jnp.inf, logp), (inner, state)
 

@@ -334,13 +334,14 @@ class Translator:
         init = constraints = hard = prefix = free = None
         if any(s.forced() for s in starts):
             prefix = pad_phrases([[s.forced()] if s.forced() else None for s in starts])[:, 0]
+            prefix = np.pad(prefix, ((0, 0), (0, -prefix.shape[1] % 8)))  # (PAD: a few shapes for every prefix)
             if any(s.given for s in starts):
                 free = np.asarray([len(s.prefix or ()) for s in starts], np.int32)
         completion = None
         if any(s.partial for s in starts):
             completion = Completion.of([self.spelling().automaton(s.partial) if s.partial else None for s in starts],
                                        [len(s.forced()) for s in starts], [len(s.partial or "") for s in starts],
-                                       self.tokenizer.vocab_size("tgt"))
+                                       self.spelling())
         if uniform or any(s.init is not None for s in starts):
             init = pad_hypotheses([s.init for s in starts], capacity)
         if uniform or any(s.phrases for s in starts):
