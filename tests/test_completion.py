@@ -71,13 +71,19 @@ def spelling_of(bpe: bool, entries) -> Spelling:
 @given(vocabularies)
 def test_the_automaton_keeps_exactly_the_pieces_that_go_on_spelling_the_word(vocabulary):
     """Every sequence of up to three pieces: the automaton takes it where the plain reading does and the word can still
-    be finished (dead ends are pruned), finishes where it does, and is None where nothing spells the word."""
+    be finished (dead ends are pruned), finishes where it does, and is None where nothing spells the word; no path
+    through it takes more pieces than the search leaves room for."""
     bpe, entries, word = vocabulary
     spelling = spelling_of(bpe, entries)
     automaton = spelling.automaton(word)
     assert (automaton is None) == (not finishable([], spelling, word))
     if automaton is None:
         return
+    def longest(state: int) -> int:  # the most pieces a path from ``state`` takes to finish the word
+        pieces, does = automaton[state]
+        return max(1 if d == FINISHES else 1 + longest(spelling.next_state(state, v)) for v, d in zip(pieces, does))
+
+    assert longest(0) <= spelling.most_pieces(word)  # the room the search leaves the word
     for n in range(1, 4):
         for seq in itertools.product(range(spelling.size), repeat=n):
             seq = list(seq)
@@ -119,7 +125,7 @@ def test_the_search_callback_allows_what_the_automaton_allows_at_every_step(voca
     if automaton is None:
         return
     v = spelling.size
-    completion = Completion.of([automaton, None], [start, 0], [len(word), 0], spelling)
+    completion = Completion.of([word, None], [start, 0], spelling)
     step, cache = spell(lambda tokens, c, index: (jnp.zeros((4, v)), c), None, completion, 2)
     step = jax.jit(step)
     states = [0, 0, -1, -1]

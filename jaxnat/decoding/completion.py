@@ -22,7 +22,7 @@ vocabulary's V, so that the words a server is asked compile a handful of program
                piece_length: int32[V],    the characters each piece spells
                state: int32[B],           the first state: 0, or -1 for a sentence whose prefix ends a word
                start: int32[B],           the position of the word's first piece: the forced tokens before it
-               length: int32[B],          the typed characters, the most pieces spelling them takes
+               length: int32[B],          the most pieces spelling the typed word takes (`Spelling.most_pieces`)
                first) static              1 for SentencePiece (state 0: before the word), 0 for subword-nmt
 """
 
@@ -87,6 +87,10 @@ class Spelling:
         lo = bisect.bisect_left(self.sorted_texts, text)
         hi = bisect.bisect_right(self.sorted_texts, text)
         return np.asarray([i for _, i in self.order[lo:hi]], np.int64)
+
+    def most_pieces(self, word: str | None) -> int:
+        """The most pieces spelling ``word`` takes: one a character, and SentencePiece's "▁" alone before them."""
+        return len(word) + self.first if word else 0
 
     def next_state(self, state: int, piece: int) -> int:
         """The state after ``piece`` goes on spelling the word from ``state`` (`automaton`'s numbering)."""
@@ -158,17 +162,18 @@ class Completion:
     first: int = struct.field(pytree_node=False, default=1)
 
     @classmethod
-    def of(cls, automata: list, starts: list[int], lengths: list[int], spelling: Spelling) -> "Completion":
-        """The table of a batch's automata (`Spelling.automaton`; None for a sentence without a typed word), each
-        with the position its word starts at and its typed characters; S rounded up to a power of two."""
+    def of(cls, words: list[str | None], starts: list[int], spelling: Spelling) -> "Completion":
+        """The table of a batch's typed words (None: a sentence without one), each with the position it starts at;
+        S rounded up to a power of two."""
+        automata = [spelling.automaton(w) if w else None for w in words]
         s = _bucket(max([len(a) for a in automata if a] + [1]), 4)
         table = np.zeros((len(automata), s, spelling.size), np.int8)
         for b, automaton in enumerate(automata):
             for state, (ids, does) in enumerate(automaton or []):
                 table[b, state, ids] = does
         state = np.asarray([0 if a else -1 for a in automata], np.int32)
-        return cls(table, spelling.lengths, state, np.asarray(starts, np.int32), np.asarray(lengths, np.int32),
-                   spelling.first)
+        return cls(table, spelling.lengths, state, np.asarray(starts, np.int32),
+                   np.asarray([spelling.most_pieces(w) for w in words], np.int32), spelling.first)
 
 
 def spell(tokens_to_logprobs, cache, completion: Completion, per: int):

@@ -285,7 +285,7 @@ class Translator:
                                 "search loses every hypothesis to a forced prefix (0.12.2 stops on an assertion); "
                                 "jaxnat's rules continue it")
             room -= bool(self.tokenizer.languages)  # the forced target-language token before it
-        if (count := len(out.pieces()) + len(out.given or ()) + len(out.partial or "")) > room:
+        if (count := len(out.pieces()) + len(out.given or ()) + len(out.partial or "") + bool(out.partial)) > room:
             what = " and ".join(name for name, asked in (("initial hypothesis", init is not None),
                                                          ("prefix", out.given or out.partial),
                                                          ("constraint set", out.phrases))
@@ -328,8 +328,8 @@ class Translator:
         """
         sup = self.spec.supports
         uniform = sup.init and sup.soft_constraints and sup.hard_constraints
-        # `starts` checked it fits the model (a typed word's characters: the most pieces spelling it takes)
-        needed = max(len(s.pieces()) + len(s.forced()) + len(s.partial or "") for s in starts) + 2
+        # `starts` checked it fits the model (a typed word: as many pieces as spelling it may take)
+        needed = max(len(s.pieces()) + len(s.forced()) + len(s.partial or "") + bool(s.partial) for s in starts) + 2
         capacity = min(max(self.output_capacity(src.shape[1]), _round_up(needed, 8)), self.spec.cfg.max_len)
         init = constraints = hard = prefix = free = None
         if any(s.forced() for s in starts):
@@ -339,8 +339,7 @@ class Translator:
                 free = np.asarray([len(s.prefix or ()) for s in starts], np.int32)
         completion = None
         if any(s.partial for s in starts):
-            completion = Completion.of([self.spelling().automaton(s.partial) if s.partial else None for s in starts],
-                                       [len(s.forced()) for s in starts], [len(s.partial or "") for s in starts],
+            completion = Completion.of([s.partial for s in starts], [len(s.forced()) for s in starts],
                                        self.spelling())
         if uniform or any(s.init is not None for s in starts):
             init = pad_hypotheses([s.init for s in starts], capacity)
