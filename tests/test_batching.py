@@ -198,6 +198,12 @@ def test_eval_batches_restore_order(with_tgt):
     assert list(batching.eval_batches([], None, 8, buckets)) == []
     # an example exactly as long as a bucket fits it
     assert next(batching.eval_batches(*_examples([8, 3], [5, 16]), 8, buckets))[1]["src"].shape == (8, 16)
+    # fitted rows (a server's few sentences): the last batch as a power of two that holds its examples
+    for count, rows in ((1, [1]), (3, [4]), (8, [8]), (11, [8, 4])):
+        src, tgt = _examples([5] * count, [5] * count)
+        batches = list(batching.eval_batches(src, tgt, 8, buckets, fit_rows=True))
+        assert [b["src"].shape[0] for _, b in batches] == rows
+        assert sorted(i for idx, _ in batches for i in idx if i >= 0) == list(range(count))
 
 
 def test_prefetch_matches_direct_calls():

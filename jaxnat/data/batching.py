@@ -679,6 +679,7 @@ def eval_batches(
     buckets: Sequence[int],
     init: Sequence[np.ndarray] | None = None,
     extras: dict[str, np.ndarray] | None = None,
+    fit_rows: bool = False,
 ) -> Iterator[tuple[np.ndarray, dict[str, np.ndarray]]]:
     """Batches for evaluation/translation, sorted by length, of fixed shapes [batch_size, L]: the examples in
     length order fill one batch after another (as fairseq batches), each as wide as the smallest bucket that holds
@@ -690,6 +691,8 @@ def eval_batches(
     the last batch, so outputs can be scattered back: `out[indices[indices >= 0]] = ...`.
     `batch` has 'src' and, unless `tgt` is None, 'tgt' (and 'init' if `init` is given), all int32[batch_size,
     L], and each of `extras` as int32[batch_size, ...] (see `TrainBatcher`). Each example appears exactly once.
+    With ``fit_rows`` the last batch has the fewest rows, a power of two, that hold its examples: a server's requests
+    of a sentence or a few decode a row or a few, not batch_size (a few more shapes, each compiled once).
     """
     if int(batch_size) != batch_size or batch_size < 1:
         raise ConfigError(f"eval batch_size must be a positive integer, got {batch_size!r}")
@@ -716,8 +719,8 @@ def eval_batches(
     order = np.argsort(lengths, kind="stable")
     which = np.searchsorted(np.asarray(buckets), lengths[order], side="left")
     for start in range(0, n, batch_size):
-        rows = np.full(batch_size, -1, dtype=np.int64)
         chunk = order[start : start + batch_size]
+        rows = np.full(min(batch_size, 1 << (chunk.size - 1).bit_length()) if fit_rows else batch_size, -1, np.int64)
         rows[: chunk.size] = chunk
         length = buckets[which[start + chunk.size - 1]]  # the bucket of the batch's longest (its last) example
         batch = {"src": _fill(src, rows, length)}

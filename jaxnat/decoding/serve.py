@@ -56,6 +56,7 @@ class Service:
 
     def __init__(self, translator, config, workdir: str):
         self.translator, self.config, self.workdir = translator, config, workdir
+        translator.fit_rows = True  # a request of one sentence decodes one row, not eval.batch_size
         self.jobs = {"/translate": translate_job(config)}
         if translator.spec.supports.score:
             self.jobs["/score"] = SCORE
@@ -141,6 +142,12 @@ class Service:
                 w.done.set()
 
 
+class Server(ThreadingHTTPServer):
+    # connections that wait to be accepted: socketserver's 5 reset the sixth of many clients connecting at once
+    request_queue_size = 128
+    daemon_threads = True  # a client's thread does not keep the server's process from ending
+
+
 def make_server(service: Service | None, host: str, port: int, max_body: int = MAX_BODY) -> ThreadingHTTPServer:
     """An HTTP server of ``service`` (its ``service``, which may be set later: the address is had before the model is
     loaded) bound to ``host``:``port`` (0: a free port, `server.server_address` says which); a one-line ConfigError
@@ -208,7 +215,7 @@ def make_server(service: Service | None, host: str, port: int, max_body: int = M
             log.debug("%s %s", self.address_string(), format % args)
 
     try:
-        server = ThreadingHTTPServer((host, port), Handler)
+        server = Server((host, port), Handler)
     except OSError as e:
         why = "is in use" if e.errno == errno.EADDRINUSE else "cannot be had"
         raise ConfigError(f"--host {host} --port {port}: the address {why} ({e.strerror}); choose another --port (or "

@@ -140,6 +140,9 @@ class Translator:
         # False: as wide as the source allows (bench/decode_speed.py --full-canvas)
         self.narrow_outputs = True
         self._compiled: set = set()  # the request shapes `_generate` has run (`translate_ids`'s warm_up)
+        # a batch of fewer sentences than the batch size decodes as many rows as a power of two holds them
+        # (`eval_batches`' fit_rows), not the batch size: a server's requests of a sentence or a few (`serve`)
+        self.fit_rows = False
         self._spelling: Spelling | None = None  # `spelling`
 
     def language_tokens(self, langs: list | None, side: str, n: int) -> list[list[int]]:
@@ -410,7 +413,7 @@ class Translator:
         started = reported = time.perf_counter()
         # the time left by the pieces done, not the sentences: the batches come shortest first
         done, pieces_done, pieces = 0, 0, sum(len(s) for s in src)
-        for idx, batch in eval_batches(src, None, batch_size, self.buckets):
+        for idx, batch in eval_batches(src, None, batch_size, self.buckets, fit_rows=self.fit_rows):
             request = self.request(batch["src"], [starts[i] if i >= 0 else Start() for i in idx], beam_size, trace)
             request = request.replace(nbest=nbest)
             if oracle:
@@ -530,7 +533,8 @@ class Translator:
         EOS] rows); src: [BOS … EOS] source arrays; rows: per sentence its given output's tokens (a prefix's
         included); starts: each sentence's `Start` (prefixed)."""
         todo = [i for i, row in enumerate(rows) if len(row) + 2 <= self.spec.cfg.max_len]
-        for idx, batch in eval_batches([src[i] for i in todo], None, batch_size, self.buckets):
+        for idx, batch in eval_batches([src[i] for i in todo], None, batch_size, self.buckets,
+                                              fit_rows=self.fit_rows):
             kept = [todo[i] if i >= 0 else -1 for i in idx]
             request = self.request(batch["src"], [starts[i] if i >= 0 else Start() for i in kept], 1, False)
             longest = max(len(rows[i]) for i in kept if i >= 0) + 2
