@@ -6,15 +6,17 @@ behaviour before), side by side in one run.
         [--clients 1,8,32] [--sentences 256] [--repeats 3] WORKDIR
 
 The server runs in this process on a free port of 127.0.0.1 (`jaxnat.decoding.serve.make_server`); each client is a
-thread that POSTs its sentences to /translate one by one over HTTP, the next when the last is answered. Every
-request shape is compiled before timing (a pass of all the sentences alone and then as one list); each figure is
-the median of --repeats passes, the two ways alternating within each repeat so that both see the same machine load.
+process of its own that POSTs its sentences to /translate one by one over HTTP, the next when the last is answered. Each
+setting runs once untimed first, which compiles the request shapes it meets (the jobs of waiting requests take
+shapes of several rows); each figure is the median of --repeats passes, the two ways alternating within each repeat
+so that both see the same machine load.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import statistics
 import sys
@@ -31,30 +33,22 @@ def post(url: str, body) -> object:
         return json.loads(response.read())
 
 
-def load(url: str, sentences: list[str], clients: int) -> tuple[float, list[float]]:
-    """(seconds for all sentences, each request's seconds) with ``clients`` threads taking turns over them."""
-    latencies: list[float] = []
-    queue = list(reversed(sentences))
-    lock = threading.Lock()
+def client(url: str, sentences: list[str]) -> list[float]:
+    """One client: its sentences posted one by one, each when the last is answered → each request's seconds."""
+    latencies = []
+    for sentence in sentences:
+        start = time.perf_counter()
+        post(url, sentence)
+        latencies.append(time.perf_counter() - start)
+    return latencies
 
-    def client():
-        while True:
-            with lock:
-                if not queue:
-                    return
-                sentence = queue.pop()
-            start = time.perf_counter()
-            post(url, sentence)
-            with lock:
-                latencies.append(time.perf_counter() - start)
 
-    threads = [threading.Thread(target=client) for _ in range(clients)]
+def load(pool, url: str, sentences: list[str], clients: int) -> tuple[float, list[float]]:
+    """(seconds for all sentences, each request's seconds) with ``clients`` client processes of ``pool`` (processes,
+    so that their HTTP and JSON work does not hold the server's interpreter lock), sentence i by client i % clients."""
     start = time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return time.perf_counter() - start, latencies
+    done = pool.starmap(client, [(url, sentences[c::clients]) for c in range(clients)])
+    return time.perf_counter() - start, [x for latencies in done for x in latencies]
 
 
 def main(argv=None) -> int:
@@ -83,23 +77,23 @@ def main(argv=None) -> int:
     service = serve.Service(load_translator(config, args.workdir), config, args.workdir)
     server = serve.make_server(service, "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+    pool = multiprocessing.get_context("spawn").Pool(max(clients))  # (spawned: no copy of this process's XLA)
     url = f"http://127.0.0.1:{server.server_address[1]}/translate"
     merged = serve.MERGE_ITEMS
-    for sentence in sentences:  # compile every shape a request of one sentence takes, and those of lists
-        post(url, sentence)
-    for n in range(1, max(clients) + 1):
-        post(url, sentences[:n])
     print(f"{machine()}; {args.workdir}, {len(sentences)} sentences of {args.split}, beam {config.eval.beam_size}, "
           f"batch {config.eval.batch_size}, median of {args.repeats}")
     print("| clients | requests a job | sentences/s | median latency (ms) | 90th percentile (ms) | jobs run |")
     print("|---|---|---|---|---|---|")
     for c in clients:
         runs = {merged: [], 1: []}
+        for limit in runs:  # untimed: compiles the shapes these jobs take
+            serve.MERGE_ITEMS = limit
+            load(pool, url, sentences, c)
         for _ in range(args.repeats):
             for limit in runs:
                 serve.MERGE_ITEMS = limit
                 before = service.jobs_run
-                seconds, latencies = load(url, sentences, c)
+                seconds, latencies = load(pool, url, sentences, c)
                 runs[limit].append((seconds, latencies, service.jobs_run - before))
         for limit, done in runs.items():
             seconds = statistics.median(s for s, _, _ in done)
@@ -108,6 +102,7 @@ def main(argv=None) -> int:
                   f"{1000 * statistics.median(latencies):.1f} | {1000 * latencies[int(0.9 * len(latencies))]:.1f} | "
                   f"{statistics.median(j for _, _, j in done):.0f} |")
     serve.MERGE_ITEMS = merged
+    pool.close()
     server.shutdown()
     return 0
 
