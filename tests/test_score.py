@@ -44,8 +44,9 @@ def _listed(out, beam):
 
 @pytest.mark.parametrize("overrides, beam, prefix, free", [
     (("--config.eval.length_penalty=0.6", "--config.eval.search_rules=fairseq"), 3, None, None),
-    ((), 1, [[12], [13]], None),  # a forced first token (a multilingual model's language): adds nothing, counts in n
-    ((), 3, [[12, 9, 14], [13, 0, 0]], [1, 0]),  # a language token, then given starts: scored as the model's own
+    # a forced first token (a multilingual model's language: adds nothing, counts in n), then given starts (scored as
+    # the model's own tokens); the second sentence's prefix all given
+    ((), 3, [[12, 9, 14], [13, 0, 0]], [1, 0]),
     (("--config.model.name=vecconst", "--config.vecconst.consume=true", "--config.data.pairs_dir=synthetic"), 3,
      [[9], [0]], [0, 0]),  # the plug-in consumes its tokens; a given start
 ])
