@@ -191,6 +191,19 @@ for found, out in zip(terms, outs):
     print(f"{out['hyp']!r} (glossary terms {found})")
 
 # %% [markdown]
+# ## Completing what a translator types
+# `prefixes` gives the start of each translation as a translator has typed it: the output goes on from there, and a
+# last word typed in part is spelt on to a whole word of the vocabulary (`"prefix"` in a `--mode translate` line or
+# a `--mode serve` request). Here each sentence's typed start is its plain output's first word and the first letter
+# of its second.
+
+# %%
+for src, out in zip(sources, ar.translate(sources)):
+    words = out["hyp"].split()
+    typed = " ".join(words[:1] + [w[:1] for w in words[1:2]])
+    print(f"{typed!r} → {ar.translate([src], prefixes=[typed])[0]['hyp']!r}")
+
+# %% [markdown]
 # ## Training curves
 # From each run's `history.jsonl` (the same scalars as TensorBoard's), with matplotlib (jaxnat's `plots` extra; Colab
 # has it).
