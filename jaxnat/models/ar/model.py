@@ -359,8 +359,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                            phrases=hard_phrases(request), ordered=e.constraint_order == "given", continues=continues,
                            joins=joins, trails=trails, rules=e.search_rules, prefix=request.prefix,
                            prefix_free=request.prefix_free, completion=request.completion, nbest=request.nbest,
-                           sampling=sampling,
-                           members=members(request))
+                           sampling=sampling, members=members(request))
 
     def loss(params, batch, rng, train=True):
         return ar_loss(module, params, batch, rng, config.train.label_smoothing, train, config.train.alignment_lambda)
