@@ -1,5 +1,5 @@
 """Command line: `python -m jaxnat.main --config configs/<model>/<name>.py --workdir DIR
-[--mode train|eval|translate|score|serve|distill|average|curves|import] [--input F] [--output F]
+[--mode train|eval|translate|score|serve|distill|average|curves|import|export] [--input F] [--output F]
 [--config.a.b=value ...]`.
 
 --config.SECTION.KEY=VALUE sets one key over the config file's (--config.train.steps=500, --config.eval.beam_size=1).
@@ -15,6 +15,7 @@ distill: the trained (AR) workdir translates the training sources into the text 
 import: writes a model trained elsewhere (--from fairseq:FILE.pt, marian:DIR, marian:FILE.npz, nllb:DIR,
 m2m100:DIR, mbart50:DIR or hf:DIR) as the new workdir, its config in <workdir>/config.json; every other mode then
 takes that workdir without --config (docs/import.md).
+export: writes the (AR) workdir's model for another inference engine (--to ctranslate2:DIR, --quantization int8).
 average: writes the average of eval.average_checkpoints checkpoints (eval.average_of) into the workdir.
 curves: draws <workdir>/curves.png from the run's history (no --config needed).
 A train or eval command that ends (or a training stopped by a signal) appends its line to <workdir>/runs.jsonl
@@ -33,15 +34,17 @@ import sys
 import time
 
 from jaxnat.errors import ConfigError, Stopped, run_command
+from jaxnat.exporters.ctranslate2 import QUANTIZATIONS
 from jaxnat.host_memory import keep_freed_memory
 from jaxnat.optional import check_core
 from jaxnat.provenance import record
 
 log = logging.getLogger("jaxnat")
-MODES = ("train", "eval", "translate", "score", "serve", "distill", "average", "curves", "import")
+MODES = ("train", "eval", "translate", "score", "serve", "distill", "average", "curves", "import", "export")
 # the modes that read each option: another ignored it (`--input f --output o` without `--mode translate` trained)
 OPTION_MODES = {"--input": ("translate", "score"), "--output": ("translate", "score", "distill"), "--from": ("import",),
-                "--dict-dir": ("import",), "--host": ("serve",), "--port": ("serve",), "--max-body": ("serve",)}
+                "--dict-dir": ("import",), "--host": ("serve",), "--port": ("serve",), "--max-body": ("serve",),
+                "--to": ("export",), "--quantization": ("export",)}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -72,13 +75,18 @@ def parse_args(argv):
                              "config.json names)")
     parser.add_argument("--dict-dir", help="import from fairseq: the directory of the model's dict.<lang>.txt and "
                                            "BPE files (default: the checkpoint's)")
+    parser.add_argument("--to", dest="target", metavar="FORMAT:DIR",
+                        help="export: where to write the model, ctranslate2:DIR (a new directory)")
+    parser.add_argument("--quantization", choices=QUANTIZATIONS,
+                        help="export: the weights' type in CTranslate2 (default float32; int8: a quarter of the size, "
+                             "faster on a CPU)")
     parser.add_argument("--host", help="serve: the address to listen on (default 127.0.0.1, this machine only; "
                                        "0.0.0.0: every interface)")
     parser.add_argument("--port", type=int, help="serve: the port to listen on (default 8080; 0: any free one)")
     parser.add_argument("--max-body", type=int, help="serve: the largest request body taken, in bytes (default 16 MiB)")
     args, rest = parser.parse_known_args(argv)
     for option, modes in OPTION_MODES.items():
-        dest = {"--from": "source"}.get(option, option[2:].replace("-", "_"))
+        dest = {"--from": "source", "--to": "target"}.get(option, option[2:].replace("-", "_"))
         if getattr(args, dest) is not None and args.mode not in modes:
             parser.error(f"{option} is for --mode {' or '.join(modes)}, not --mode {args.mode}")
     if args.port is not None and not 0 <= args.port <= 65535:
@@ -90,7 +98,9 @@ def parse_args(argv):
             parser.error("--mode import needs --from FORMAT:PATH (fairseq:FILE.pt, marian:DIR, hf:DIR, …)")
         if args.config or rest:
             parser.error("--mode import takes no --config: the model's own settings make the workdir's config.json")
-    elif args.config is None and args.mode != "curves":
+    elif args.mode == "export" and not args.target:
+        parser.error("--mode export needs --to FORMAT:DIR (ctranslate2:DIR)")
+    if args.mode != "import" and args.config is None and args.mode != "curves":
         recorded = os.path.join(args.workdir, "config.json")
         if args.mode == "train" or not os.path.lexists(recorded):  # (a directory there: load_config says so)
             parser.error("the following arguments are required: --config (optional for a workdir with a "
@@ -143,6 +153,13 @@ def check_paths(args) -> None:
         check_existing_dir(args.workdir, "--workdir")
         if args.mode in ("eval", "average", "curves"):  # they write there (metrics.json, averaged/, curves.png)
             check_creatable_dir(args.workdir, "--workdir")
+    if args.mode == "export":
+        from jaxnat.exporters import parse_target
+
+        directory = parse_target(args.target)[1]
+        if os.path.lexists(directory):
+            raise ConfigError(f"--to {args.target}: {directory} exists; an export writes a new directory")
+        check_creatable_dir(directory, "--to")
     if args.mode == "distill":
         if not args.output:
             raise ConfigError("--mode distill needs --output DIR, the directory to write the distilled corpus to")
@@ -226,6 +243,10 @@ def run(argv=None) -> int:
         from jaxnat.restore import write_average
 
         print(write_average(config, args.workdir))
+    elif args.mode == "export":
+        from jaxnat.exporters import export
+
+        print(export(config, args.workdir, args.target, args.quantization or "float32"))
     elif args.mode == "distill":
         from jaxnat.distill import distill
 

@@ -8,6 +8,7 @@ only where that feature runs, so that training needs nothing beyond jaxnat's cor
     plots         matplotlib           curves.png of a run, report plots (without it: skipped, with a log line)
     zh            rjieba               Chinese words for drawn constraints (`jaxnat.data.words.dictionary_words`;
                                        without it: characters, with a warning)
+    ct2           ctranslate2          --mode export --to ctranslate2:DIR (`jaxnat.exporters`)
 
 ``pip install -e '.[test]'`` installs all of them. A feature asked for without its package stops with a one-line
 `MissingDependency` naming the extra (`require`); where the feature is only a by-product of a run, the run goes
@@ -32,6 +33,7 @@ PACKAGES = {
     "tensorboardX": ("tensorboardX", "tensorboard"),
     "matplotlib": ("matplotlib", "plots"),
     "rjieba": ("rjieba", "zh"),
+    "ctranslate2": ("ctranslate2", "ct2"),
 }
 
 

@@ -1,7 +1,8 @@
 """Imported models compute their originals' functions: tests/data/import/ holds tiny random models written by the
 real fairseq 0.12.2 and Hugging Face transformers in their own file formats, with what those libraries computed
 (tools/make_import_fixtures.py). Each is imported as a user would, then its log-probabilities (within 1e-4),
-its text pipeline and its greedy outputs are compared; bad inputs give one-line errors and leave nothing behind."""
+its text pipeline and its greedy outputs are compared; bad inputs give one-line errors and leave nothing behind.
+Exported to CTranslate2 (`--mode export`), each of them and a model jaxnat trained compute the workdir's function."""
 
 import asyncio
 import collections
@@ -23,7 +24,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxnat.config import workdir_config
-from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from jaxnat.decoding.alignment import pharaoh
 from jaxnat.errors import DataError, JaxnatError
 from jaxnat.importers import torch_file, write_workdir
@@ -1098,3 +1099,102 @@ def test_a_fairseq_transformer_align_model_aligns_as_fairseq(tmp_path_factory):
         assert hyp["alignment"] == pharaoh(pairs)
 
 
+
+
+# ------------------------------------------------------------------ exported to CTranslate2 (docs/import.md)
+
+def _readme_translate(directory):
+    """The `translate` function of the README.md an export writes beside its model, run as a user would run it."""
+    with open(os.path.join(directory, "README.md"), encoding="utf-8") as f:
+        code = re.search(r"```python\n(.*?)```", f.read(), re.S).group(1)
+    code = code.replace('model = "."', f"model = {directory!r}").replace("print(translate(", "(translate(")
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    return scope["translate"], scope["translate_pieces"], scope["translator"], scope["cut"]
+
+
+@pytest.mark.slow
+def test_an_export_to_ctranslate2_computes_the_workdirs_function(imported, tmp_path):
+    """CTranslate2 runs the exported model with jaxnat's log-probabilities (each piece's within 1e-5 of `--mode
+    score`'s) and, by its README's code, jaxnat's greedy outputs and text pipeline (a sentence at a time: jaxnat's
+    length limit is per sentence), for every imported format's conventions."""
+    from jaxnat.exporters import export
+
+    kind, workdir, config, translator = imported
+    _, outputs = expected(kind)
+    if kind == "fairseq":  # the README follows jaxnat's search rules, not fairseq's
+        config = workdir_config(workdir)
+        config.eval.max_len_a, config.eval.max_len_b = 0.0, 19
+        translator = load_translator(config, workdir)
+    directory = str(tmp_path / "ct2")
+    export(config, workdir, f"ctranslate2:{directory}")
+    translate, translate_pieces, ct2, cut = _readme_translate(directory)
+    srcs = outputs["src"]
+    ours = translator.translate(srcs, beam_size=1)
+    tok = translator.tokenizer
+    lang = [config.data.tgt_lang_token or tok.languages[0]] if tok.languages else []
+    src_ids, _ = translator.encode(srcs)
+    for src, row, out, got in zip(srcs, src_ids, ours, translator.translate_ids(src_ids, 1, len(srcs))):
+        assert [tok.piece_id(p, "tgt") for p in translate_pieces([src], beam_size=1)[0]] == [
+            i for i in got["tokens"].tolist() if i not in (BOS_ID, EOS_ID, PAD_ID)]
+        if not lang:  # (a random multilingual model repeats its language token, which jaxnat's text leaves out)
+            assert translate([src], beam_size=1) == [out["hyp"]]
+    # the README's pieces are jaxnat's (a piece the vocabulary lacks is UNK to both; a multilingual model's sources
+    # start with their language's token, which the README's translate adds)
+    src_ids = [[i for i in row if i not in (BOS_ID, EOS_ID, PAD_ID)] for row in src_ids]
+    piece_ids = [[tok.piece_id(p, "src") or UNK_ID for p in cut(s)] for s in srcs]
+    assert piece_ids == [row[len(lang):] for row in src_ids]
+    src_pieces = [[tok.id_to_piece(i, "src") for i in row] for row in src_ids]
+    scored = translator.score(srcs, [o["hyp"] for o in ours], token_scores=True)
+    targets = [lang + r["pieces"][:-1] for r in scored]
+    for r, theirs in zip(scored, ct2.score_batch(src_pieces, targets)):
+        np.testing.assert_allclose(theirs.log_probs[len(lang):], r["token_logp"], atol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_model_jaxnat_trained_exports_from_the_command_line(ar_run, tmp_path):
+    """jaxnat's own conventions (BOS before each source, layer norms' epsilon 1e-6, sinusoidal positions from 0):
+    exported by the command a user runs, the README's code translates as jaxnat does and CTranslate2 scores as
+    `--mode score`; int8 weights export too; a second export into the same directory, another family, a missing
+    --to are one-line errors, and a failed export leaves nothing behind."""
+    from jaxnat.exporters import export
+
+    directory = tmp_path / "ct2"
+    result = _main("--mode", "export", "--workdir", str(ar_run), "--to", f"ctranslate2:{directory}")
+    assert result.returncode == 0 and f"as a CTranslate2 model into {directory}" in result.stdout, result.stderr
+    config = workdir_config(str(ar_run))
+    translator = load_translator(config, str(ar_run))
+    srcs = ["the old man reads a book .", "a dog runs .", "do they make a banana with the girl ?"]
+    translate, _, ct2, cut = _readme_translate(str(directory))
+    for src, ours in zip(srcs, translator.translate(srcs, beam_size=1)):
+        assert translate([src], beam_size=1) == [ours["hyp"]]
+    config.eval.token_scores = True
+    for src, r in zip(srcs, translator.score(srcs, srcs, token_scores=True)):
+        (theirs,) = ct2.score_batch([cut(src)], [r["pieces"][:-1]])
+        np.testing.assert_allclose(theirs.log_probs, r["token_logp"], atol=1e-5)
+
+    again = _main("--mode", "export", "--workdir", str(ar_run), "--to", f"ctranslate2:{directory}")
+    assert again.returncode == 2 and again.stderr.strip().splitlines()[-1] == (
+        f"jaxnat: error: --to ctranslate2:{directory}: {directory} exists; an export writes a new directory")
+    small = tmp_path / "int8"
+    assert _main("--mode", "export", "--workdir", str(ar_run), "--to", f"ctranslate2:{small}", "--quantization",
+                 "int8").returncode == 0
+    assert (small / "model.bin").stat().st_size < (directory / "model.bin").stat().st_size / 2
+    assert _readme_translate(str(small))[0](srcs[:1], beam_size=1)[0].strip()
+    missing = _main("--mode", "export", "--workdir", str(ar_run))
+    assert missing.returncode == 2 and "--mode export needs --to FORMAT:DIR" in missing.stderr
+
+    config.model.name = "cmlm"
+    with pytest.raises(JaxnatError, match="writes the autoregressive Transformer .* holds a cmlm model"):
+        export(config, str(ar_run), f"ctranslate2:{tmp_path / 'other'}")
+    config.model.name = "ar"
+    from jaxnat.exporters import ctranslate2
+
+    def fail(spec, at, quantization):
+        os.makedirs(at)
+        raise OSError("disk full")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ctranslate2, "write", fail)
+        with pytest.raises(OSError, match="disk full"):
+            export(config, str(ar_run), f"ctranslate2:{tmp_path / 'failed'}")
+    assert sorted(os.listdir(tmp_path)) == ["ct2", "int8"]

@@ -17,7 +17,8 @@ from jaxnat.optional import CORE, PACKAGES, MissingDependency, optional, require
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # every module of an extra, and what they would pull in
-BLOCKED = ("tensorflow_datasets", "tensorflow", "array_record", "eflomal", "tensorboardX", "tensorboard", "matplotlib")
+BLOCKED = ("tensorflow_datasets", "tensorflow", "array_record", "eflomal", "tensorboardX", "tensorboard", "matplotlib",
+           "ctranslate2")
 
 # runs a command of jaxnat.main with the optional modules made unimportable (None in sys.modules: an import
 # raises ModuleNotFoundError), and fails if any of them was imported anyway
@@ -68,6 +69,12 @@ def test_a_training_run_needs_none_of_the_optional_packages(tmp_path):
     assert curves.returncode == 2 and "Traceback" not in curves.stderr, curves.stderr[-3000:]
     assert lines[-1] == ("jaxnat: error: drawing curves.png needs matplotlib, which is not installed: "
                          "pip install -e '.[plots]' in jaxnat's directory")
+    export = _blocked_main("--mode", "export", "--workdir", str(workdir), "--to", f"ctranslate2:{tmp_path / 'ct2'}")
+    assert export.returncode == 2 and "Traceback" not in export.stderr, export.stderr[-3000:]
+    assert export.stderr.strip().splitlines()[-1] == (
+        "jaxnat: error: --mode export --to ctranslate2:DIR needs ctranslate2, which is not installed: "
+        "pip install -e '.[ct2]' in jaxnat's directory")
+    assert not (tmp_path / "ct2").exists()
 
 
 def test_tfds_source_without_tensorflow_datasets_is_one_line(tmp_path):
