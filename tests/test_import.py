@@ -1154,8 +1154,8 @@ def test_an_export_to_ctranslate2_computes_the_workdirs_function(imported, tmp_p
 @pytest.mark.slow
 def test_a_model_jaxnat_trained_exports_from_the_command_line(ar_run, tmp_path):
     """jaxnat's own conventions (BOS before each source, layer norms' epsilon 1e-6, sinusoidal positions from 0):
-    exported by the command a user runs, the README's code translates as jaxnat does and CTranslate2 scores as
-    `--mode score`; int8 weights export too; a second export into the same directory, another family, a missing
+    exported by the command a user runs, the README's code translates as jaxnat does, CTranslate2 scores as
+    `--mode score` and attends as jaxnat's soft alignments; int8 weights export too; a second export into the same directory, another family, a missing
     --to are one-line errors, and a failed export leaves nothing behind."""
     from jaxnat.exporters import export
 
@@ -1166,8 +1166,12 @@ def test_a_model_jaxnat_trained_exports_from_the_command_line(ar_run, tmp_path):
     translator = load_translator(config, str(ar_run))
     srcs = ["the old man reads a book .", "a dog runs .", "do they make a banana with the girl ?"]
     translate, _, ct2, cut = _readme_translate(str(directory))
-    for src, ours in zip(srcs, translator.translate(srcs, beam_size=1)):
+    for src, ours in zip(srcs, translator.translate(srcs, beam_size=1, alignment="soft")):
         assert translate([src], beam_size=1) == [ours["hyp"]]
+        # its attention, as CTranslate2 returns it: jaxnat's soft alignment but for the EOS row and column
+        (theirs,) = ct2.translate_batch([cut(src)], [ours["pieces"][:-1]], min_decoding_length=0,
+                                        return_attention=True, max_decoding_length=len(ours["pieces"]) - 1)
+        np.testing.assert_allclose(theirs.attention[0], np.asarray(ours["alignment"])[:-1, :-1], atol=1e-5)
     config.eval.token_scores = True
     for src, r in zip(srcs, translator.score(srcs, srcs, token_scores=True)):
         (theirs,) = ct2.score_batch([cut(src)], [r["pieces"][:-1]])
