@@ -1155,8 +1155,8 @@ def test_an_export_to_ctranslate2_computes_the_workdirs_function(imported, tmp_p
 def test_a_model_jaxnat_trained_exports_from_the_command_line(ar_run, tmp_path):
     """jaxnat's own conventions (BOS before each source, layer norms' epsilon 1e-6, sinusoidal positions from 0):
     exported by the command a user runs, the README's code translates as jaxnat does, CTranslate2 scores as
-    `--mode score` and attends as jaxnat's soft alignments; int8 weights export too; a second export into the same directory, another family, a missing
-    --to are one-line errors, and a failed export leaves nothing behind."""
+    `--mode score` and attends as jaxnat's soft alignments; int8 weights export too; a second export into the same
+    directory, another family, a missing --to are one-line errors, and a failed export leaves nothing behind."""
     from jaxnat.exporters import export
 
     directory = tmp_path / "ct2"

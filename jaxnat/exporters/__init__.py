@@ -10,11 +10,14 @@ place at the end, so that a failed export leaves nothing behind.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
 
 from jaxnat.errors import ConfigError
+
+log = logging.getLogger("jaxnat")
 
 FORMATS = ("ctranslate2",)
 EXPORTED_FAMILY = "ar"  # the family whose model the formats hold: the encoder-decoder Transformer
@@ -150,6 +153,9 @@ def export(config, workdir: str, target: str, quantization: str = "float32") -> 
     params = unstack_layers(params) if cfg.scan_layers else params
     pieces = {side: [tok.id_to_piece(i, side) for i in range(tok.vocab_size(side))] for side in ("src", "tgt")}
     spec = ctranslate2.model_spec(cfg, params, positions, pieces, cfg.absent_tokens)
+    if cfg.full_context_alignment:
+        log.warning("model.full_context_alignment: CTranslate2's return_attention will be the attention of the "
+                    "causal pass, not the alignment jaxnat reads from a pass without the causal mask")
 
     files, how = _tokenizer_files(workdir)
     parent = os.path.dirname(os.path.abspath(directory))
