@@ -1187,11 +1187,20 @@ def test_a_model_jaxnat_trained_exports_from_the_command_line(ar_run, tmp_path):
     assert _readme_translate(str(small))[0](srcs[:1], beam_size=1)[0].strip()
     missing = _main("--mode", "export", "--workdir", str(ar_run))
     assert missing.returncode == 2 and "--mode export needs --to FORMAT:DIR" in missing.stderr
+    from jaxnat.main import check_paths, parse_args
+
+    with pytest.raises(SystemExit):  # argparse's choices, in jaxnat's one line
+        parse_args(["--mode", "export", "--workdir", str(ar_run), "--to", "ctranslate2:x", "--quantization", "int3"])
+    with pytest.raises(JaxnatError, match="--to takes ctranslate2:DIR, got 'onnx:x'"):
+        check_paths(parse_args(["--mode", "export", "--workdir", str(ar_run), "--to", "onnx:x"])[0])
 
     config.model.name = "cmlm"
     with pytest.raises(JaxnatError, match="writes the autoregressive Transformer .* holds a cmlm model"):
         export(config, str(ar_run), f"ctranslate2:{tmp_path / 'other'}")
-    config.model.name = "ar"
+    config.model.name, config.eval.ensemble = "ar", str(ar_run)
+    with pytest.raises(JaxnatError, match="writes one model; eval.ensemble names others"):
+        export(config, str(ar_run), f"ctranslate2:{tmp_path / 'other'}")
+    config.eval.ensemble = ""
     from jaxnat.exporters import ctranslate2
 
     def fail(spec, at, quantization):
