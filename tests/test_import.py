@@ -1110,31 +1110,33 @@ def _readme_translate(directory):
     code = code.replace('model = "."', f"model = {directory!r}").replace("print(translate(", "(translate(")
     scope = {}
     exec(compile(code, "README.md", "exec"), scope)
-    return scope["translate"], scope["translate_pieces"], scope["translator"], scope["cut"]
+    return scope["translate"], scope["translate_pieces"], scope["translator"], scope["cut"], scope["join"]
 
 
 @pytest.mark.slow
-def test_an_export_to_ctranslate2_computes_the_workdirs_function(imported, tmp_path):
+@pytest.mark.parametrize("kind", ["fairseq", "marian", "marian-npz-separate", "nllb", "mbart50"])  # (marian-npz and
+def test_an_export_to_ctranslate2_computes_the_workdirs_function(kind, tmp_path, tmp_path_factory):  # m2m100: alike)
     """CTranslate2 runs the exported model with jaxnat's log-probabilities (each piece's within 1e-5 of `--mode
-    score`'s) and, by its README's code, jaxnat's greedy outputs and text pipeline (a sentence at a time: jaxnat's
-    length limit is per sentence), for every imported format's conventions."""
+    score`'s) and, by its README's code, jaxnat's text pipeline and greedy outputs (a sentence at a time: jaxnat's
+    length limit is per sentence; the fixture's fairseq model decodes under fairseq's rules, the README jaxnat's),
+    for every imported format's conventions."""
     from jaxnat.exporters import export
 
-    kind, workdir, config, translator = imported
+    kind, workdir, config, translator = _imported(kind, tmp_path_factory)
     _, outputs = expected(kind)
-    if kind == "fairseq":  # the README follows jaxnat's search rules, not fairseq's
-        config = workdir_config(workdir)
-        config.eval.max_len_a, config.eval.max_len_b = 0.0, 19
-        translator = load_translator(config, workdir)
     directory = str(tmp_path / "ct2")
     export(config, workdir, f"ctranslate2:{directory}")
-    translate, translate_pieces, ct2, cut = _readme_translate(directory)
+    translate, translate_pieces, ct2, cut, join = _readme_translate(directory)
     srcs = outputs["src"]
-    ours = translator.translate(srcs, beam_size=1)
+    ours = translator.translate(srcs, beam_size=1, token_scores=True)
     tok = translator.tokenizer
     lang = [config.data.tgt_lang_token or tok.languages[0]] if tok.languages else []
     src_ids, _ = translator.encode(srcs)
     for src, row, out, got in zip(srcs, src_ids, ours, translator.translate_ids(src_ids, 1, len(srcs))):
+        pieces = [tok.id_to_piece(i, "tgt") for i in out["piece_ids"]]
+        assert join([p for p in pieces if p not in tok.languages]) == out["hyp"]
+        if config.eval.search_rules == "fairseq":
+            continue
         assert [tok.piece_id(p, "tgt") for p in translate_pieces([src], beam_size=1)[0]] == [
             i for i in got["tokens"].tolist() if i not in (BOS_ID, EOS_ID, PAD_ID)]
         if not lang:  # (a random multilingual model repeats its language token, which jaxnat's text leaves out)
@@ -1165,7 +1167,7 @@ def test_a_model_jaxnat_trained_exports_from_the_command_line(ar_run, tmp_path):
     config = workdir_config(str(ar_run))
     translator = load_translator(config, str(ar_run))
     srcs = ["the old man reads a book .", "a dog runs .", "do they make a banana with the girl ?"]
-    translate, _, ct2, cut = _readme_translate(str(directory))
+    translate, _, ct2, cut, _ = _readme_translate(str(directory))
     for src, ours in zip(srcs, translator.translate(srcs, beam_size=1, alignment="soft")):
         assert translate([src], beam_size=1) == [ours["hyp"]]
         # its attention, as CTranslate2 returns it: jaxnat's soft alignment but for the EOS row and column
