@@ -15,7 +15,7 @@ distill: the trained (AR) workdir translates the training sources into the text 
 import: writes a model trained elsewhere (--from fairseq:FILE.pt, marian:DIR, marian:FILE.npz, nllb:DIR,
 m2m100:DIR, mbart50:DIR or hf:DIR) as the new workdir, its config in <workdir>/config.json; every other mode then
 takes that workdir without --config (docs/import.md).
-export: writes the (AR) workdir's model for another inference engine (--to ctranslate2:DIR, --quantization int8).
+export: writes the (AR) workdir's model for another library (--to ctranslate2:DIR [--quantization int8], marian:DIR).
 average: writes the average of eval.average_checkpoints checkpoints (eval.average_of) into the workdir.
 curves: draws <workdir>/curves.png from the run's history (no --config needed).
 A train or eval command that ends (or a training stopped by a signal) appends its line to <workdir>/runs.jsonl
@@ -76,7 +76,8 @@ def parse_args(argv):
     parser.add_argument("--dict-dir", help="import from fairseq: the directory of the model's dict.<lang>.txt and "
                                            "BPE files (default: the checkpoint's)")
     parser.add_argument("--to", dest="target", metavar="FORMAT:DIR",
-                        help="export: where to write the model, ctranslate2:DIR (a new directory)")
+                        help="export: where to write the model, ctranslate2:DIR (CTranslate2's) or marian:DIR (Hugging "
+                             "Face's MarianMTModel, for a model of Marian's conventions); a new directory")
     parser.add_argument("--quantization", choices=QUANTIZATIONS,
                         help="export: the weights' type in CTranslate2 (default float32; int8: a quarter of the size, "
                              "faster on a CPU)")
@@ -99,7 +100,7 @@ def parse_args(argv):
         if args.config or rest:
             parser.error("--mode import takes no --config: the model's own settings make the workdir's config.json")
     elif args.mode == "export" and not args.target:
-        parser.error("--mode export needs --to FORMAT:DIR (ctranslate2:DIR)")
+        parser.error("--mode export needs --to FORMAT:DIR (ctranslate2:DIR or marian:DIR)")
     if args.mode != "import" and args.config is None and args.mode != "curves":
         recorded = os.path.join(args.workdir, "config.json")
         if args.mode == "train" or not os.path.lexists(recorded):  # (a directory there: load_config says so)

@@ -1213,3 +1213,36 @@ def test_a_model_jaxnat_trained_exports_from_the_command_line(ar_run, tmp_path):
         with pytest.raises(OSError, match="disk full"):
             export(config, str(ar_run), f"ctranslate2:{tmp_path / 'failed'}")
     assert sorted(os.listdir(tmp_path)) == ["ct2", "int8"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["marian", "marian-npz-separate"])
+def test_an_export_to_marian_imports_back_as_the_same_model(kind, tmp_path, tmp_path_factory):
+    """`--to marian:DIR` writes what the Marian importer reads, so that importing the export gives back the same
+    model: its config's model section, its vocabularies and its parameters, bit for bit (the importer computes
+    MarianMTModel's function: the tests above; transformers itself reads the export: tools/check_hf_export.py)."""
+    from jaxnat.exporters import export
+
+    _, workdir, config, translator = _imported(kind, tmp_path_factory)
+    directory = tmp_path / "hf"
+    export(config, workdir, f"marian:{directory}")
+    assert json.loads((directory / "generation_config.json").read_text())["bad_words_ids"] == [[0]]  # <pad>
+    write_workdir(f"marian:{directory}", str(tmp_path / "back"))
+    back = load_translator(workdir_config(str(tmp_path / "back")), str(tmp_path / "back"))
+    assert back.spec.cfg == translator.spec.cfg
+    for side in ("src", "tgt"):
+        size = translator.tokenizer.vocab_size(side)
+        assert [back.tokenizer.id_to_piece(i, side) for i in range(size)] == [
+            translator.tokenizer.id_to_piece(i, side) for i in range(size)]
+    jax.tree.map(np.testing.assert_array_equal, back.params, translator.params)
+    with pytest.raises(JaxnatError, match="--quantization is CTranslate2's"):
+        export(config, workdir, f"marian:{tmp_path / 'int8'}", "int8")
+
+
+def test_a_model_of_jaxnats_own_conventions_is_not_exported_as_marians(ar_run, tmp_path):
+    from jaxnat.exporters import export
+
+    with pytest.raises(JaxnatError, match=r"MarianMTModel cannot compute this model \(model.position_layout=fairseq, "
+                                          r"model.ln_eps=1e-06, model.source_bos=True, model.decoder_start=bos\)"):
+        export(workdir_config(str(ar_run)), str(ar_run), f"marian:{tmp_path / 'hf'}")
+    assert os.listdir(tmp_path) == []

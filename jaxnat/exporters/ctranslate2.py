@@ -24,6 +24,10 @@ spec takes, by jaxnat's model conventions (`jaxnat.models.transformer.Transforme
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
+
 import numpy as np
 
 from jaxnat.data.vocab import BOS_ID, MASK_ID, PAD_ID, PLH_ID
@@ -31,6 +35,7 @@ from jaxnat.errors import ConfigError
 
 SUPPRESSED = (PAD_ID, BOS_ID, PLH_ID, MASK_ID)  # jaxnat.decoding.search's FORBIDDEN_IDS: never emitted
 BLOCKED = -1e4  # the output bias of an absent token: e^-10000 is 0 in every dtype, and -1e4 fits float16
+log = logging.getLogger("jaxnat")
 START_TOKENS = {"bos": "<s>", "eos": "</s>", "pad": "<pad>"}  # model.decoder_start -> the token CTranslate2 embeds
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 
@@ -152,3 +157,94 @@ def write(spec, directory: str, quantization: str) -> None:
             return spec
 
     Given().convert(directory, quantization=None if quantization == "float32" else quantization)
+
+
+def export(translator, config, directory: str, quantization: str, files: dict[str, str], how: dict) -> None:
+    """Writes the translator's model into ``directory`` (made here): CTranslate2's files, the tokenizer ``files``
+    ({name: path}, cutting text as ``how`` says: `jaxnat.exporters._tokenizer_files`) and README.md."""
+    import jax
+
+    from jaxnat.models.transformer import unstack_layers
+
+    cfg, tok = translator.spec.cfg, translator.tokenizer
+    params = jax.tree.map(np.asarray, translator.params["params"])
+    bound = translator.spec.module.bind({"params": params})
+    positions = {"src": np.asarray(bound.src_embed.position_table()),
+                 "tgt": np.asarray(bound.tgt_embed.position_table())}
+    params = unstack_layers(params) if cfg.scan_layers else params
+    pieces = {side: [tok.id_to_piece(i, side) for i in range(tok.vocab_size(side))] for side in ("src", "tgt")}
+    spec = model_spec(cfg, params, positions, pieces, cfg.absent_tokens)
+    if cfg.full_context_alignment:
+        log.warning("model.full_context_alignment: CTranslate2's return_attention will be the attention of the "
+                    "causal pass, not the alignment jaxnat reads from a pass without the causal mask")
+    write(spec, directory, quantization)
+    for name, path in files.items():
+        shutil.copyfile(path, os.path.join(directory, name))
+    with open(os.path.join(directory, "README.md"), "w", encoding="utf-8") as f:
+        f.write(readme(how, config, cfg, [tok.id_to_piece(i, "tgt") for i in SUPPRESSED],
+                       tuple(getattr(tok, "languages", ()))))
+
+
+def readme(how: dict, config, cfg, suppressed: list[str], languages: tuple[str, ...]) -> str:
+    """README.md of an exported CTranslate2 model: Python that cuts sentences into its pieces, translates them with
+    the options that make CTranslate2's search jaxnat's (tests/test_import.py runs it) and joins the pieces."""
+    if how["segmenter"] == "spm":
+        cut = ('import sentencepiece as spm\n'
+               'source, target = (spm.SentencePieceProcessor(model_file=f"{model}/{s}.spm") for s in ("source", '
+               '"target"))\n'
+               'def cut(text): return source.encode(text, out_type=str)\n'
+               'def join(pieces): return target.decode_pieces(pieces).replace("\\u2581", " ").strip()\n')
+    else:
+        cut = ('from sacremoses import MosesDetokenizer, MosesTokenizer\n'
+               'from subword_nmt.apply_bpe import BPE\n'
+               f'moses = MosesTokenizer(lang="{how["src_lang"]}")\n'
+               f'demoses = MosesDetokenizer(lang="{how["tgt_lang"]}")\n'
+               'bpe = BPE(open(f"{model}/bpecodes", encoding="utf-8"))\n'
+               'def cut(text):\n'
+               f'    words = moses.tokenize(text, aggressive_dash_splits={how["dash_splits"]}, escape={how["escape"]}, '
+               'return_str=True)\n'
+               '    return bpe.process_line(words).split()\n'
+               'def join(pieces): return demoses.detokenize((" ".join(pieces) + " ").replace("@@ ", "").split())\n')
+    extra = 1 + bool(cfg.source_bos)  # what jaxnat's length limit counts besides the pieces: EOS, and BOS
+    if languages:
+        src_lang = config.data.src_lang_token or languages[0]
+        tgt_lang = config.data.tgt_lang_token or languages[0]
+        head = f'src_lang, tgt_lang = "{src_lang}", "{tgt_lang}"  # any of its language tokens\n'
+        batch, prefix, out = ("[[src_lang] + cut(t) for t in texts]", "target_prefix=[[tgt_lang]] * len(batch), ",
+                              "pieces[1:]")
+    else:
+        head, batch, prefix, out = "", "[cut(t) for t in texts]", "", "pieces"
+    return f"""# A jaxnat model exported for CTranslate2
+
+Written by `python -m jaxnat.main --mode export` from a jaxnat workdir (`jaxnat_export.json` says which, its
+checkpoint and the commit). CTranslate2 translates pieces; the files beside the model cut text into them and join
+them back. With these options its search is jaxnat's (`eval.beam_size`, `eval.length_penalty`, `eval.max_len_a`
+and `eval.max_len_b` as the workdir's config sets them; jaxnat's length limit is per sentence, CTranslate2's per
+batch, here the longest source's):
+
+```python
+import ctranslate2
+model = "."  # this directory
+{cut}{head}translator = ctranslate2.Translator(model, device="cpu")
+never = {suppressed!r}  # tokens jaxnat's search never emits
+
+def translate_pieces(texts, beam_size={config.eval.beam_size}):
+    batch = {batch}
+    longest = max(map(len, batch)) + {extra}  # a source's pieces and its {'BOS and ' if cfg.source_bos else ''}EOS
+    results = translator.translate_batch(
+        batch, {prefix}beam_size=beam_size, patience=2, length_penalty={config.eval.length_penalty},
+        min_decoding_length=0, max_decoding_length=int({config.eval.max_len_a} * longest + {config.eval.max_len_b}),
+        suppress_sequences=[[t] for t in never])
+    return [r.hypotheses[0] for r in results]
+
+def translate(texts, beam_size={config.eval.beam_size}):
+    return [join({out}) for pieces in translate_pieces(texts, beam_size)]
+
+print(translate(["a sentence to translate"]))
+```
+
+`translator.score_batch(sources, targets)` gives each piece's log-probability, as `--mode score` with
+`eval.token_scores=true` does; `translate_batch`'s scores are over the tokens it may emit (`suppress_sequences`
+left out). The model adds the source's {'BOS and ' if cfg.source_bos else ''}EOS itself and starts the decoder from
+`{START_TOKENS[cfg.decoder_start]}`.
+"""

@@ -146,6 +146,22 @@ def read_safetensors(path: str) -> dict[str, np.ndarray]:
         raise DataError(f"{path}: unreadable ({e.strerror})") from None
 
 
+def write_safetensors(path: str, tensors: dict[str, np.ndarray]) -> None:
+    """Writes float32 ``tensors`` as a safetensors file (`read_safetensors`'s format; names in sorted order, as the
+    `safetensors` package orders them)."""
+    header, offset = {}, 0
+    for name in sorted(tensors):
+        size = tensors[name].size * 4
+        header[name] = {"dtype": "F32", "shape": list(tensors[name].shape), "data_offsets": [offset, offset + size]}
+        offset += size
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)  # the tensors' bytes aligned to 8, as the package writes them
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text)
+        for name in sorted(tensors):
+            f.write(np.ascontiguousarray(tensors[name], "<f4").tobytes())
+
+
 def _whole_numbers(values) -> bool:
     return isinstance(values, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in values)
 

@@ -1,4 +1,5 @@
-"""fairseq's Transformer layers, whose parameter names Hugging Face's BART family (Marian) keeps, as jaxnat's.
+"""fairseq's Transformer layers, whose parameter names Hugging Face's BART family (Marian) keeps, as jaxnat's, and
+back (`stack_tensors`, for `--mode export`).
 
 PyTorch's `Linear` holds its weight as [out, in] and computes x Wᵀ + b; flax's `Dense` holds a kernel [in, out].
 jaxnat's attention projections split the model width into heads ([D, H, K] in, [H, K, D] out). Layer norms:
@@ -73,3 +74,43 @@ def stacks(state: StateDict, encoder: str, decoder: str, layers: tuple[int, int]
     ``decoder`` (e.g. "encoder.layers", "model.decoder.layers")."""
     return {"encoder": {f"layer_{i}": encoder_layer(state, f"{encoder}.{i}", heads[0]) for i in range(layers[0])},
             "decoder": {f"layer_{i}": decoder_layer(state, f"{decoder}.{i}", heads[1]) for i in range(layers[1])}}
+
+
+def _tensors(tree: dict, prefix: str, out: dict) -> None:
+    """The inverse of `dense`, `norm` and `attention` over one layer's subtree, into ``out`` by name."""
+    for name, value in tree.items():
+        if "kernel" in value and np.ndim(value["kernel"]) == 3:  # an attention projection, [D, H, K] or [H, K, D]
+            kernel = np.asarray(value["kernel"])
+            torch = {"query": "q_proj", "key": "k_proj", "value": "v_proj", "out": "out_proj"}[name]
+            d = kernel.shape[-1] if name == "out" else kernel.shape[0]
+            out[f"{prefix}.{torch}.weight"] = (kernel.reshape(-1, d) if name == "out" else kernel.reshape(d, -1)).T
+            out[f"{prefix}.{torch}.bias"] = np.asarray(value["bias"]).reshape(-1)
+        elif "kernel" in value:
+            out[f"{prefix}.{name}.weight"], out[f"{prefix}.{name}.bias"] = np.asarray(value["kernel"]).T, value["bias"]
+        else:
+            out[f"{prefix}.weight"], out[f"{prefix}.bias"] = value["scale"], value["bias"]
+
+
+# jaxnat's sublayer -> fairseq's name, per layer (the norms: the residual blocks around each sublayer)
+ENCODER_NAMES = {"self_attn": "self_attn", "res_attn": "self_attn_layer_norm", "res_ffn": "final_layer_norm"}
+DECODER_NAMES = {"self_attn": "self_attn", "res_self": "self_attn_layer_norm", "cross_attn": "encoder_attn",
+                 "res_cross": "encoder_attn_layer_norm", "res_ffn": "final_layer_norm"}
+
+
+def stack_tensors(params: dict, encoder: str, decoder: str) -> dict:
+    """The inverse of `stacks`: jaxnat's {'encoder': {layer_i}, 'decoder': {layer_i}} as {fairseq's name: array}
+    under the prefixes ``encoder`` and ``decoder``."""
+    out = {}
+    for stack, prefix, names in (("encoder", encoder, ENCODER_NAMES), ("decoder", decoder, DECODER_NAMES)):
+        for layer, tree in params[stack].items():
+            if not layer.startswith("layer_"):
+                continue
+            at = f"{prefix}.{layer[len('layer_'):]}"
+            for sub, value in tree.items():
+                if sub == "ffn":
+                    _tensors(value, at, out)
+                elif sub.startswith("res_"):
+                    _tensors({"norm": value["norm"]}, f"{at}.{names[sub]}", out)
+                else:
+                    _tensors(value, f"{at}.{names[sub]}", out)
+    return {k: np.asarray(v, np.float32) for k, v in out.items()}
