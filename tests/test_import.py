@@ -1193,7 +1193,7 @@ def test_a_model_jaxnat_trained_exports_from_the_command_line(ar_run, tmp_path):
 
     with pytest.raises(SystemExit):  # argparse's choices, in jaxnat's one line
         parse_args(["--mode", "export", "--workdir", str(ar_run), "--to", "ctranslate2:x", "--quantization", "int3"])
-    with pytest.raises(JaxnatError, match="--to takes ctranslate2:DIR, got 'onnx:x'"):
+    with pytest.raises(JaxnatError, match="--to takes ctranslate2:DIR or marian:DIR, got 'onnx:x'"):
         check_paths(parse_args(["--mode", "export", "--workdir", str(ar_run), "--to", "onnx:x"])[0])
 
     config.model.name = "cmlm"
