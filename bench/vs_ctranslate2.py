@@ -2,7 +2,7 @@
 beam-4 search, BLEU and agreement on a whole test split, batch-1 latency and batch-64 throughput.
 
     python bench/vs_ctranslate2.py WORKDIR --data-dir ../shared/data/multi30k --split test_2016_flickr --src en \
-        --tgt de [--sentences 0] [--latency 100] [--pairs 3] [--cores 2] [--max-new 0]
+        --tgt de [--sentences 0] [--latency 100] [--pairs 3] [--cores 2] [--max-new 0] [--search-rules jaxnat]
 
 WORKDIR is exported twice (float32, int8) into a temporary directory. jaxnat decodes in this process, CTranslate2 in a
 worker process of its own (`worker`: ctranslate2 alone imported, the model loaded once, one request at a time over a
@@ -100,6 +100,9 @@ def main(argv=None) -> int:
     parser.add_argument("--sentences", type=int, default=0, help="the split's first N sentences (0: all)")
     parser.add_argument("--latency", type=int, default=100, help="sentences timed at batch 1")
     parser.add_argument("--pairs", type=int, default=3, help="timed rounds")
+    parser.add_argument("--search-rules", choices=("jaxnat", "fairseq"), default="jaxnat",
+                        help="jaxnat's eval.search_rules: fairseq's stops a beam once beam-size hypotheses finished "
+                             "(jaxnat's: once none alive can win)")
     parser.add_argument("--max-new", type=int, default=0,
                         help="at most N tokens an output, EOS included, for every sentence (eval.max_len_a=0, "
                              "max_len_b=N-1: a random model writes to its limit, the same on both sides); 0: the "
@@ -117,6 +120,7 @@ def main(argv=None) -> int:
     from jaxnat.restore import load_translator
 
     config = workdir_config(args.workdir)
+    config.eval.search_rules = args.search_rules
     if args.max_new:
         config.eval.max_len_a, config.eval.max_len_b = 0.0, args.max_new - 1
     translator = load_translator(config, args.workdir)
