@@ -80,7 +80,7 @@ def parse_args(argv):
                              "Face's MarianMTModel, for a model of Marian's conventions); a new directory")
     parser.add_argument("--quantization", choices=QUANTIZATIONS,
                         help="export: the weights' type in CTranslate2 (default float32; int8: a quarter of the size, "
-                             "faster on a CPU)")
+                             "faster at large batches, docs/benchmarks.md)")
     parser.add_argument("--host", help="serve: the address to listen on (default 127.0.0.1, this machine only; "
                                        "0.0.0.0: every interface)")
     parser.add_argument("--port", type=int, help="serve: the port to listen on (default 8080; 0: any free one)")

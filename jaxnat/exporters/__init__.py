@@ -78,8 +78,6 @@ def export(config, workdir: str, target: str, quantization: str = "float32") -> 
         raise ConfigError(f"--quantization is CTranslate2's; --to {kind}:DIR writes float32 weights")
     translator = load_translator(config, workdir)
     files, how = _tokenizer_files(workdir)
-    if kind == "marian":
-        marian.check(translator.spec.cfg, config)  # before anything is written
     parent = os.path.dirname(os.path.abspath(directory))
     os.makedirs(parent, exist_ok=True)
     unique = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(os.path.abspath(directory))}.export-")

@@ -218,9 +218,10 @@ def readme(how: dict, config, cfg, suppressed: list[str], languages: tuple[str, 
 
 Written by `python -m jaxnat.main --mode export` from a jaxnat workdir (`jaxnat_export.json` says which, its
 checkpoint and the commit). CTranslate2 translates pieces; the files beside the model cut text into them and join
-them back. With these options its search is jaxnat's (`eval.beam_size`, `eval.length_penalty`, `eval.max_len_a`
-and `eval.max_len_b` as the workdir's config sets them; jaxnat's length limit is per sentence, CTranslate2's per
-batch, here the longest source's):
+them back. With these options its greedy search is jaxnat's, and its beam search nearly (`eval.beam_size`,
+`eval.length_penalty`, `eval.max_len_a` and `eval.max_len_b` as the workdir's config sets them; jaxnat's length
+limit is per sentence, CTranslate2's per batch, here the longest source's; a beam stops once `beam_size × patience`
+hypotheses finished, jaxnat's once none alive can win):
 
 ```python
 import ctranslate2
