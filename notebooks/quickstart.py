@@ -204,6 +204,38 @@ for src, out in zip(sources, ar.translate(sources)):
     print(f"{typed!r} → {ar.translate([src], prefixes=[typed])[0]['hyp']!r}")
 
 # %% [markdown]
+# ## Taking the model elsewhere: CTranslate2
+# `export` writes the AR model as a CTranslate2 model (`--mode export --to ctranslate2:DIR` on the command line; the
+# `ct2` extra), with its SentencePiece models and a README: CTranslate2 then translates the pieces as jaxnat does
+# (int8 weights with `quantization="int8"`). Constrained decoding and typed prefixes stay jaxnat's.
+
+# %%
+import shutil  # noqa: E402
+
+from jaxnat.exporters import export  # noqa: E402
+from jaxnat.optional import install_hint, optional  # noqa: E402
+
+ctranslate2 = optional("ctranslate2")
+if ctranslate2 is None:
+    print("no export: ctranslate2 is not installed;", install_hint("ctranslate2"))
+else:
+    import sentencepiece as spm
+
+    ct2_dir = os.path.join(RUNS, "ar-ct2")
+    shutil.rmtree(ct2_dir, ignore_errors=True)
+    print(export(ar_config, ar_dir, f"ctranslate2:{ct2_dir}"))
+    cut, join = (spm.SentencePieceProcessor(model_file=f"{ct2_dir}/{s}.spm") for s in ("source", "target"))
+    engine = ctranslate2.Translator(ct2_dir, device="cpu")
+    never = [["<pad>"], ["<s>"], ["<plh>"], ["<mask>"]]  # tokens jaxnat's search never emits
+    for src, out in zip(sources, ar.translate(sources, beam_size=1)):
+        pieces = cut.encode(src, out_type=str)
+        limit = int(ar_config.eval.max_len_a * (len(pieces) + 2) + ar_config.eval.max_len_b)  # jaxnat's, BOS and EOS
+        result = engine.translate_batch([pieces], beam_size=1, min_decoding_length=0, max_decoding_length=limit,
+                                        suppress_sequences=never)[0]
+        theirs = join.decode_pieces(result.hypotheses[0])
+        print(f"CTranslate2 {theirs!r} (jaxnat's: {'the same' if theirs == out['hyp'] else repr(out['hyp'])})")
+
+# %% [markdown]
 # ## Training curves
 # From each run's `history.jsonl` (the same scalars as TensorBoard's), with matplotlib (jaxnat's `plots` extra; Colab
 # has it).

@@ -55,6 +55,7 @@ def test_the_notebook_runs(monkeypatch, tmp_path):
     outputs = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
     assert "2 devices" in outputs and "constraints" in outputs
     assert "training done; best valid BLEU" in outputs  # jaxnat's log lines show under the cells (INFO)
+    assert "CTranslate2 '" in outputs and "(jaxnat's: '" not in outputs  # the exported model translates as jaxnat
     html = [o for c in nb.cells for o in c.get("outputs", []) if "text/html" in o.get("data", {})]
     assert html and "<h1>jaxnat editor: edit trace</h1>" in html[0]["data"]["text/html"]
     images = [o for c in nb.cells for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
