@@ -2,7 +2,8 @@
 real fairseq 0.12.2 and Hugging Face transformers in their own file formats, with what those libraries computed
 (tools/make_import_fixtures.py). Each is imported as a user would, then its log-probabilities (within 1e-4),
 its text pipeline and its greedy outputs are compared; bad inputs give one-line errors and leave nothing behind.
-Exported to CTranslate2 (`--mode export`), each of them and a model jaxnat trained compute the workdir's function."""
+Exported (`--mode export`) to CTranslate2, each of them and a model jaxnat trained compute the workdir's function;
+to Hugging Face's Marian, the Marian ones import back as they were."""
 
 import asyncio
 import collections
@@ -1099,9 +1100,7 @@ def test_a_fairseq_transformer_align_model_aligns_as_fairseq(tmp_path_factory):
         assert hyp["alignment"] == pharaoh(pairs)
 
 
-
-
-# ------------------------------------------------------------------ exported to CTranslate2 (docs/import.md)
+# ------------------------------------------------------------------ exported (docs/import.md)
 
 def _readme_translate(directory):
     """The `translate` function of the README.md an export writes beside its model, run as a user would run it."""
@@ -1132,7 +1131,7 @@ def test_an_export_to_ctranslate2_computes_the_workdirs_function(kind, tmp_path,
     tok = translator.tokenizer
     lang = [config.data.tgt_lang_token or tok.languages[0]] if tok.languages else []
     src_ids, _ = translator.encode(srcs)
-    for src, row, out, got in zip(srcs, src_ids, ours, translator.translate_ids(src_ids, 1, len(srcs))):
+    for src, out, got in zip(srcs, ours, translator.translate_ids(src_ids, 1, len(srcs))):
         pieces = [tok.id_to_piece(i, "tgt") for i in out["piece_ids"]]
         assert join([p for p in pieces if p not in tok.languages]) == out["hyp"]
         if config.eval.search_rules == "fairseq":
@@ -1174,7 +1173,6 @@ def test_a_model_jaxnat_trained_exports_from_the_command_line(ar_run, tmp_path):
         (theirs,) = ct2.translate_batch([cut(src)], [ours["pieces"][:-1]], min_decoding_length=0,
                                         return_attention=True, max_decoding_length=len(ours["pieces"]) - 1)
         np.testing.assert_allclose(theirs.attention[0], np.asarray(ours["alignment"])[:-1, :-1], atol=1e-5)
-    config.eval.token_scores = True
     for src, r in zip(srcs, translator.score(srcs, srcs, token_scores=True)):
         (theirs,) = ct2.score_batch([cut(src)], [r["pieces"][:-1]])
         np.testing.assert_allclose(theirs.log_probs, r["token_logp"], atol=1e-5)
@@ -1239,6 +1237,7 @@ def test_an_export_to_marian_imports_back_as_the_same_model(kind, tmp_path, tmp_
         export(config, workdir, f"marian:{tmp_path / 'int8'}", "int8")
 
 
+@pytest.mark.slow
 def test_a_model_of_jaxnats_own_conventions_is_not_exported_as_marians(ar_run, tmp_path):
     from jaxnat.exporters import export
 
