@@ -109,6 +109,8 @@ def main(argv=None) -> int:
                              "workdir's limit")
     parser.add_argument("--cores", type=int, default=None, help="pin to the last N CPUs (default: all allowed)")
     args = parser.parse_args(argv)
+    if min(args.latency, args.pairs) < 1 or min(args.sentences, args.max_new) < 0:
+        raise SystemExit("error: --latency and --pairs take 1 or more, --sentences and --max-new 0 or more")
     cpus = pin(args.cores)
 
     import sacrebleu
@@ -202,4 +204,6 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from jaxnat.errors import run_script
+
+    run_script(main)

@@ -143,7 +143,7 @@ def test_compile_time_gives_the_data_dir_to_configs_that_read_files(monkeypatch,
 
 @pytest.mark.parametrize("script", ["compile_time", "constrained_cost", "decode_speed", "gpu_figures", "interactive",
                                     "mbr_speed", "oracle", "profile_step", "serve_load", "train_throughput",
-                                    "vs_fairseq", "vs_transformers"])
+                                    "vs_ctranslate2", "vs_fairseq", "vs_transformers"])
 def test_help_says_the_whole_first_paragraph(script, monkeypatch, capsys):
     """--help opens with the docstring's first paragraph, not its first line (it stopped mid-sentence: "…through
     jaxnat's command line, and")."""
@@ -203,6 +203,14 @@ def test_interactive_asks_each_reference_word_and_reads_the_completions_next_wor
     assert module.requests(["s"], ["a b."], 1) == []  # nothing of them left to guess after one letter
     assert [module.next_word("Ein Hund rennt", p) for p in ("Ein H", "Ein Hund ", " ", "Ein Hund rennt ")] == [
         "Hund", "rennt", "Ein", ""]
+
+
+def test_vs_ctranslate2_refuses_counts_before_any_work(monkeypatch):
+    module = bench("vs_ctranslate2")
+    monkeypatch.setattr(module, "pin", lambda *a: pytest.fail("work started"))
+    for args in (["--pairs", "0"], ["--latency", "0"], ["--max-new", "-1"]):
+        with pytest.raises(SystemExit, match="^error: --latency and --pairs take 1 or more"):
+            module.main(["run", "--data-dir", ".", "--split", "x", *args])
 
 
 def test_mbr_speed_refuses_counts_under_one(monkeypatch):
