@@ -139,6 +139,7 @@ def model_spec(cfg, params: dict, positions: dict, pieces: dict, absent: list[in
     spec.config.add_source_eos = True
     spec.config.decoder_start_token = START_TOKENS[cfg.decoder_start]
     spec.config.layer_norm_epsilon = float(cfg.ln_eps)
+    # (a piece listed twice stands for its first id, in CTranslate2's lookup as in jaxnat's tokenizers)
     spec.register_source_vocabulary(pieces["src"])
     spec.register_target_vocabulary(pieces["tgt"])
     return spec
