@@ -1022,7 +1022,8 @@ def test_an_ensemble_of_imported_fairseq_checkpoints_is_fairseqs(tmp_path_factor
     and decoded together with eval.ensemble under fairseq's rules, greedy and beam-4 outputs token for token with
     their scores; and fairseq-generate --score-reference (its SequenceScorer) of the references, by the one model and
     by the ensemble; the same of --path model.pt:model3.pt, two architectures. fairseq's length limit reads its
-    batch's longest source: one batch there, one bucket here."""
+    batch's longest source: one batch there, one bucket here. A given start continued by the ensemble scores as the
+    whole output does."""
     kind, workdir, config, translator = _imported("fairseq", tmp_path_factory)
     _, outputs = expected(kind)
     second = str(tmp_path_factory.mktemp("fairseq2") / "run")
@@ -1038,6 +1039,13 @@ def test_an_ensemble_of_imported_fairseq_checkpoints_is_fairseqs(tmp_path_factor
     for scorer, key in ((translator, "score_reference"), (ensemble, "ensemble_score_reference")):
         scored = scorer.score(outputs["src"], outputs["detok"])
         np.testing.assert_allclose([s["score"] for s in scored], outputs[key], atol=1e-4)
+    # a given start (--prefix-size) continued by the ensemble: each output starts with it, scored as given whole
+    prefixes = [p + " " for p in outputs["prefixes"]]
+    hyps = ensemble.translate(outputs["src"], beam_size=4, prefixes=prefixes, token_scores=True)
+    assert all(hyp["hyp"].startswith(p.strip()) for hyp, p in zip(hyps, prefixes))
+    src, _ = ensemble.encode(outputs["src"])
+    np.testing.assert_allclose([s["score"] for s in ensemble.score_ids(src, [h["piece_ids"] for h in hyps], 4)],
+                               [h["score"] for h in hyps], atol=1e-5)
     # --print-alignment: the ensemble's attention is its models' mean
     aligned = ensemble.translate(outputs["src"], beam_size=4, alignment="pieces")
     assert [a["alignment"] for a in aligned] == [pharaoh(p) for p in outputs["ensemble_align_hard"]]
