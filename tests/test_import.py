@@ -782,7 +782,8 @@ def test_a_prefix_is_continued_as_fairseqs_prefix_size(tmp_path_factory):
     reference, several lengths in one batch), greedy and beam 4: the same outputs and scores, the given pieces'
     log-probabilities counted, so that the completed output scores as the same output given whole (`score_ids`).
     Hard constraints the prefix holds are met by it (`translator.unmet`); the others follow it under jaxnat's rules
-    (fairseq's constrained search loses every hypothesis to a forced prefix: refused in one line)."""
+    (fairseq's constrained search loses every hypothesis to a forced prefix: refused in one line). A last word typed
+    in part is spelt on in every output of a beam, of MBR's candidates and of samples."""
     kind, workdir, config, _ = _imported("fairseq", tmp_path_factory)
     _, outputs = expected(kind)
     config = config.copy_and_resolve_references()
@@ -816,6 +817,17 @@ def test_a_prefix_is_continued_as_fairseqs_prefix_size(tmp_path_factory):
         src, _ = translator.encode(texts)
         np.testing.assert_allclose([s["score"] for s in translator.score_ids(src, [h["piece_ids"] for h in hyps], 4)],
                                    [h["score"] for h in hyps], atol=1e-5)
+        # minimum Bayes risk picks among candidates that all start as typed
+        chosen = translator.translate(texts, beam_size=4, prefixes=typed, mbr="chrf")
+        assert all(c["hyp"].startswith(start) and "mbr_utility" in c for c, start in zip(chosen, typed))
+    # and so do samples (eval.sampling: every draw goes on from the typed start)
+    config = workdir_config(_imported("marian", tmp_path_factory)[1])
+    config.eval.sampling, config.eval.nbest = True, 3
+    sampler = load_translator(config, _imported("marian", tmp_path_factory)[1])
+    texts = expected("marian")[1]["src"][:2]
+    for hyp, start in zip(sampler.translate(texts, beam_size=3, nbest=3, prefixes=["ein ma", "zwei h"]),
+                          ["ein ma", "zwei h"]):
+        assert len(hyp["nbest"]) == 3 and all(n["hyp"].startswith(start) for n in hyp["nbest"]), hyp["nbest"]
 
 
 def test_translate_without_a_checkpoint_says_so_after_orbax_cleaned_up(tmp_path, monkeypatch):
