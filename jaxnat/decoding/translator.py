@@ -288,7 +288,7 @@ class Translator:
                                 "search loses every hypothesis to a forced prefix (0.12.2 stops on an assertion); "
                                 "jaxnat's rules continue it")
             room -= bool(self.tokenizer.languages)  # the forced target-language token before it
-        if (count := len(out.pieces()) + len(out.given or ()) + len(out.partial or "") + bool(out.partial)) > room:
+        if (count := len(out.pieces()) + len(out.given or ()) + self.typed_pieces(out.partial)) > room:
             what = " and ".join(name for name, asked in (("initial hypothesis", init is not None),
                                                          ("prefix", out.given or out.partial),
                                                          ("constraint set", out.phrases))
@@ -331,8 +331,8 @@ class Translator:
         """
         sup = self.spec.supports
         uniform = sup.init and sup.soft_constraints and sup.hard_constraints
-        # `starts` checked it fits the model (a typed word: as many pieces as spelling it may take)
-        needed = max(len(s.pieces()) + len(s.forced()) + len(s.partial or "") + bool(s.partial) for s in starts) + 2
+        # `starts` checked it fits the model
+        needed = max(len(s.pieces()) + len(s.forced()) + self.typed_pieces(s.partial) for s in starts) + 2
         capacity = min(max(self.output_capacity(src.shape[1]), _round_up(needed, 8)), self.spec.cfg.max_len)
         init = constraints = hard = prefix = free = None
         if any(s.forced() for s in starts):
@@ -367,6 +367,10 @@ class Translator:
         if self._spelling is None:
             self._spelling = Spelling.of(self.tokenizer)
         return self._spelling
+
+    def typed_pieces(self, partial: str | None) -> int:
+        """The most pieces spelling a word typed in part takes (`Spelling.most_pieces`; 0 without one)."""
+        return self.spelling().most_pieces(partial) if partial else 0
 
     def planned(self, request: DecodeRequest) -> DecodeRequest:
         """The request with the model's plan (`ModelSpec.plan`) and an output only as wide as its longest row
@@ -533,8 +537,7 @@ class Translator:
         EOS] rows); src: [BOS … EOS] source arrays; rows: per sentence its given output's tokens (a prefix's
         included); starts: each sentence's `Start` (prefixed)."""
         todo = [i for i, row in enumerate(rows) if len(row) + 2 <= self.spec.cfg.max_len]
-        for idx, batch in eval_batches([src[i] for i in todo], None, batch_size, self.buckets,
-                                              fit_rows=self.fit_rows):
+        for idx, batch in eval_batches([src[i] for i in todo], None, batch_size, self.buckets, fit_rows=self.fit_rows):
             kept = [todo[i] if i >= 0 else -1 for i in idx]
             request = self.request(batch["src"], [starts[i] if i >= 0 else Start() for i in kept], 1, False)
             longest = max(len(rows[i]) for i in kept if i >= 0) + 2
