@@ -238,6 +238,12 @@ def default_config() -> ml_collections.ConfigDict:
         # probabilities at each step; models that take it: `Supports.ensemble`); each decodes with the parameters
         # eval.params chooses
         ensemble="",
+        # decoding: an n-gram language model of target pieces (an ARPA file, plain or .gz: KenLM's lmplz, or
+        # --mode lm) whose score the beam search adds (shallow fusion; models that take it: `Supports.lm`, with
+        # their own weight, e.g. dat.lm_weight); '' (off)
+        lm="",
+        # --mode lm: the order of the n-gram model it estimates from the training targets
+        lm_order=4,
         # --mode score: also each piece's log-probability ("pieces", "token_logp"; the left-to-right models)
         token_scores=False,
         # translate and score: also each output's alignment to its source, read off the attention (the left-to-right
@@ -599,13 +605,14 @@ def validate(config: ml_collections.ConfigDict) -> None:
         check_supported(m.name, family.supports, soft="soft" in modes, hard="hard" in modes,
                         trace=config.eval.trace_sentences > 0,
                         beam_size=max(config.eval.beam_size, config.eval.valid_beam_size), nbest=config.eval.nbest,
-                        ensemble=bool(ensemble_members(config)), align=bool(config.eval.alignment))
+                        ensemble=bool(ensemble_members(config)), align=bool(config.eval.alignment),
+                        lm=bool(config.eval.lm))
         for oracle in (v.strip() for v in config.eval.oracle.split(",") if v.strip()):
             check_supported(m.name, family.supports, oracle=oracle)
     except JaxnatError as e:
         raise ConfigError(f"{e} (asked by eval.constraints, eval.trace_sentences, eval.beam_size, "
-                          f"eval.valid_beam_size, eval.nbest, eval.ensemble, eval.alignment or eval.oracle; oracle "
-                          f"modes of {m.name!r}: {', '.join(family.supports.oracle) or 'none'})") from None
+                          f"eval.valid_beam_size, eval.nbest, eval.ensemble, eval.alignment, eval.lm or eval.oracle; "
+                          f"oracle modes of {m.name!r}: {', '.join(family.supports.oracle) or 'none'})") from None
     if config.eval.glossary:
         takes = family.supports.pairs or (family.supports.hard_constraints if config.eval.glossary_hard
                                           else family.supports.soft_constraints)

@@ -16,6 +16,8 @@ import: writes a model trained elsewhere (--from fairseq:FILE.pt, marian:DIR, ma
 m2m100:DIR, mbart50:DIR or hf:DIR) as the new workdir, its config in <workdir>/config.json; every other mode then
 takes that workdir without --config (docs/import.md).
 export: writes the (AR) workdir's model for another library (--to ctranslate2:DIR [--quantization int8], marian:DIR).
+lm: estimates an n-gram language model of the run's training targets, in its pieces (eval.lm_order, Kneser-Ney),
+as the ARPA file --output FILE, for eval.lm (docs/evaluation.md).
 average: writes the average of eval.average_checkpoints checkpoints (eval.average_of) into the workdir.
 curves: draws <workdir>/curves.png from the run's history (no --config needed).
 A train or eval command that ends (or a training stopped by a signal) appends its line to <workdir>/runs.jsonl
@@ -40,9 +42,10 @@ from jaxnat.optional import check_core
 from jaxnat.provenance import record
 
 log = logging.getLogger("jaxnat")
-MODES = ("train", "eval", "translate", "score", "serve", "distill", "average", "curves", "import", "export")
+MODES = ("train", "eval", "translate", "score", "serve", "distill", "average", "curves", "import", "export", "lm")
 # the modes that read each option: another ignored it (`--input f --output o` without `--mode translate` trained)
-OPTION_MODES = {"--input": ("translate", "score"), "--output": ("translate", "score", "distill"), "--from": ("import",),
+OPTION_MODES = {"--input": ("translate", "score"), "--output": ("translate", "score", "distill", "lm"),
+                "--from": ("import",),
                 "--dict-dir": ("import",), "--host": ("serve",), "--port": ("serve",), "--max-body": ("serve",),
                 "--to": ("export",), "--quantization": ("export",)}
 
@@ -161,6 +164,10 @@ def check_paths(args) -> None:
         if os.path.lexists(directory):
             raise ConfigError(f"--to {args.target}: {directory} exists; an export writes a new directory")
         check_creatable_dir(directory, "--to")
+    if args.mode == "lm":
+        if not args.output:
+            raise ConfigError("--mode lm needs --output FILE, the ARPA file to write")
+        check_writable_file(args.output, "--output")
     if args.mode == "distill":
         if not args.output:
             raise ConfigError("--mode distill needs --output DIR, the directory to write the distilled corpus to")
@@ -248,6 +255,10 @@ def run(argv=None) -> int:
         from jaxnat.exporters import export
 
         print(export(config, args.workdir, args.target, args.quantization or "float32"))
+    elif args.mode == "lm":
+        from jaxnat.data.kneser_ney import write_run_lm
+
+        print(write_run_lm(config, args.workdir, args.output))
     elif args.mode == "distill":
         from jaxnat.distill import distill
 

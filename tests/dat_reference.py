@@ -75,17 +75,20 @@ def joint_viterbi(links, scores, bos: float, n: int, width: int, beta: float):
     return best, {p: raw for s, raw, p in scored if s >= best - 1e-4}
 
 
-def beam_best(links, emit, allowed, n: int, width: int, alpha: float, top: int):
+def beam_best(links, emit, allowed, n: int, width: int, alpha: float, top: int, bonus=None):
     """argmax_y log P(y | x) / |y|^α, P(y | x) summed over every path and token choice (each inner vertex one of
     its ``top`` best allowed tokens) that emits y, y with BOS and EOS and at most ``width`` tokens. Returns
-    (best normalised score, {y: log P(y | x)} of the best ones)."""
-    ranked = beam_ranked(links, emit, allowed, n, width, alpha, top)
+    (best normalised score, {y: log P(y | x)} of the best ones). bonus: y → what is added to log P(y | x) before
+    the normalisation (an LM's weighted score), or None."""
+    ranked = beam_ranked(links, emit, allowed, n, width, alpha, top, bonus)
     best = ranked[0][0]
     return best, {y: total for normed, y, total in ranked if normed >= best - 1e-4}
 
 
-def beam_ranked(links, emit, allowed, n: int, width: int, alpha: float, top: int):
-    """Every output y of `beam_best`'s kind as (log P(y | x) / |y|^α, y, log P(y | x)), the best first."""
+def beam_ranked(links, emit, allowed, n: int, width: int, alpha: float, top: int, bonus=None):
+    """Every output y of `beam_best`'s kind as ((log P(y | x) + bonus(y)) / |y|^α, y, log P(y | x)), the best
+    first."""
+    bonus = bonus or (lambda y: 0.0)
     cands = {}
     for v in range(1, n - 1):
         order = [int(t) for t in np.argsort(-np.where(allowed, emit[v], -np.inf), kind="stable") if allowed[t]]
@@ -96,7 +99,7 @@ def beam_ranked(links, emit, allowed, n: int, width: int, alpha: float, top: int
         for toks in itertools.product(*(cands[v] for v in p[1:-1])):
             score = base + sum(float(emit[v, t]) for v, t in zip(p[1:-1], toks))
             totals.setdefault(toks, []).append(score)
-    return sorted(((logsumexp(s) / (len(y) + 2) ** alpha, y, logsumexp(s)) for y, s in totals.items()),
+    return sorted((((logsumexp(s) + bonus(y)) / (len(y) + 2) ** alpha, y, logsumexp(s)) for y, s in totals.items()),
                   key=lambda r: -r[0])
 
 

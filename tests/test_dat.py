@@ -253,6 +253,44 @@ def test_wide_beam_finds_the_most_probable_output(rows, seed):
         assert np.all(np.asarray(out["nbest_score"][b][len(ranked):]) == -np.inf)
 
 
+@SETTINGS
+@given(rows=sizes, seed=st.integers(0, 10**6), order=st.integers(1, 3))
+def test_a_wide_beam_with_an_lm_finds_the_best_sum_of_both(tmp_path_factory, rows, seed, order):
+    """With an n-gram LM (γ = 0.7) a beam wide enough for every extension finds argmax_y [log P(y | x) + γ log10
+    P_lm(y)] / |y|^α (the reference: every output's summed paths, its LM score from the plain-Python back-off rule)
+    and reports its log P(y | x) alone."""
+    from jaxnat.data.kneser_ney import estimate, write_arpa
+    from jaxnat.decoding import ngram
+    from tests import ngram_reference
+
+    pieces = ["<pad>", "<s>", "</s>", "<unk>", "<plh>", "<mask>", "a", "b", "c"]  # c: a word the LM lacks
+    rng = np.random.default_rng(seed)
+    path = str(tmp_path_factory.mktemp("lm") / "lm.arpa")
+    write_arpa(path, estimate([list(rng.choice(["a", "b"], size=rng.integers(0, 5))) for _ in range(20)], order))
+    grams = ngram_reference.read(path)
+    n = n_of(rows)
+    links, emit = graph(seed, n, scale=1.0)
+    out = _beam_lm(links, emit, n, ngram.read_arpa(path, pieces))
+    allowed = np.asarray(allowed_tokens(V))
+    bonus = lambda y: 0.7 * ngram_reference.sentence(grams, [pieces[t] for t in y])  # noqa: E731
+    for b in range(B):
+        _, best = ref.beam_best(links[b], emit[b], allowed, n[b], W, 1.1, 2, bonus)
+        toks = tuple(int(t) for t in np.asarray(out["tokens"][b]) if t not in (0, 1, 2))
+        assert toks in best
+        np.testing.assert_allclose(float(out["score"][b]), best[toks], rtol=1e-5, atol=1e-4)
+
+
+@functools.lru_cache(maxsize=None)
+def _beam_lm_program():
+    # 1024 hypotheses: the K · top_cand extensions the LM scores are every extension of these graphs'
+    options = Decoding("beam", beam_alpha=1.1, top_cand=2, remove_repeats=False, lm_weight=0.7)
+    return jax.jit(lambda links, emit, n, lm: decode_graph(jnp.asarray(emit), links, n, W, options, beam=1024, lm=lm))
+
+
+def _beam_lm(links, emit, n, lm):
+    return _beam_lm_program()(links, emit, n, lm)
+
+
 def test_a_narrow_beam_never_extends_into_the_last_vertex():
     """n − 1 only ends a path (it emits EOS): a one-hypothesis beam that took it as an inner vertex for its likely
     token would die there and return BOS EOS instead of the better BOS 6 EOS (0 → 1 → 3)."""
@@ -506,6 +544,7 @@ def test_config_errors_are_one_line():
                                (["--config.eval.valid_beam_size=4"], "eval.valid_beam_size=4 is the width"),
                                (["--config.eval.iteration_sweep=1,3"], r"eval.iteration_sweep \(3\) must be at most"),
                                (["--config.train.label_smoothing=0.1"], "no label smoothing"),
+                               (["--config.eval.lm=lm.arpa"], "eval.lm is fused into the beam search"),
                                (["--config.dat.glance_end=0.9"], "must not exceed dat.glance_start"),
                                (["--config.dat.links=heads"], "links"),
                                # a graph of 1 vertex decoded rows without EOS; of 2, empty ones

@@ -107,6 +107,9 @@ class Supports:
     ensemble: bool = False
     # word alignments (eval.alignment) from the attention of a given output under teacher forcing (`ModelSpec.align`)
     align: bool = False
+    # an n-gram language model fused into the beam search (eval.lm): generate reads it in the request's
+    # extras['lm'] (`ngram.NgramLM`)
+    lm: bool = False
     # why the model does not take what it lacks here, added to the refusal (a setting that takes it away)
     note: str = ""
 
@@ -123,7 +126,7 @@ class Member:
 def check_supported(model_name: str, supports: Supports, *, init: bool = False, soft: bool = False,
                     hard: bool = False, trace: bool = False, beam_size: int = 1, pairs: bool = False,
                     oracle: str = "", prefix: bool = False, nbest: int = 1, score: bool = False,
-                    ensemble: bool = False, align: bool = False) -> None:
+                    ensemble: bool = False, align: bool = False, lm: bool = False) -> None:
     """Raises a one-line DataError naming the first thing the model cannot do."""
     asked = [(init, supports.init, "initial hypotheses (post-editing)"),
              (soft, supports.soft_constraints, "soft constraints"),
@@ -139,7 +142,8 @@ def check_supported(model_name: str, supports: Supports, *, init: bool = False, 
               "forced decoding (scoring given translations): it defines no probability of a whole output"),
              (ensemble, supports.ensemble, "ensembles (eval.ensemble)"),
              (align, supports.align, "word alignments (eval.alignment), which are read off a left-to-right "
-                                     "model's attention")]
+                                     "model's attention"),
+             (lm, supports.lm, "an n-gram language model (eval.lm)")]
     for wanted, can, what in asked:
         if wanted and not can:
             raise DataError(f"model {model_name!r} does not take {what}" + (f" ({supports.note})" if supports.note

@@ -22,6 +22,7 @@ from jaxnat.data.tokenizer import no_language_tokens_named, phrase_encoder
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding import alignment as align_rule
 from jaxnat.decoding import mbr as mbr_rule
+from jaxnat.decoding import ngram
 from jaxnat.decoding.completion import Completion, Spelling
 from jaxnat.decoding.request import DecodeRequest, check_supported, pad_hypotheses, pad_phrases
 from jaxnat.errors import DataError
@@ -126,7 +127,12 @@ class Translator:
         request carries (extras['ensemble'])."""
         self.spec, self.params, self.tokenizer, self.config = spec, params, tokenizer, config
         self.aux, self.checkpoint, self.members = aux, checkpoint, list(members or [])
-        check_supported(spec.name, spec.supports, ensemble=bool(self.members))
+        check_supported(spec.name, spec.supports, ensemble=bool(self.members), lm=bool(config.eval.lm))
+        self.lm = None  # eval.lm's tables, which every request carries (extras['lm'])
+        if config.eval.lm:
+            self.lm = ngram.read_arpa(config.eval.lm, [tokenizer.id_to_piece(i, "tgt")
+                                                       for i in range(tokenizer.vocab_size("tgt"))])
+            log.info("language model: %s, order %d", config.eval.lm, self.lm.order)
         self.max_len = config.data.max_len
         d = config.data
         self.encode_phrases = phrase_encoder(tokenizer, d.src_lang, d.tgt_lang)  # constraints and pairs' phrases
@@ -359,6 +365,8 @@ class Translator:
         extras = self.spec.request_extras(self, starts) if self.spec.request_extras else {}
         if self.members:
             extras["ensemble"] = tuple(self.members)
+        if self.lm is not None:
+            extras["lm"] = self.lm
         return DecodeRequest(src, init, constraints, hard, extras, prefix=prefix, prefix_free=free,
                              completion=completion, max_out=capacity, beam_size=beam_size, trace=trace)
 

@@ -45,6 +45,9 @@ def defaults() -> dict:
         viterbi_beta=1.0,
         # beam: the finished prefix maximising log P(y | x) / M^beam_alpha; each vertex's top_cand tokens extend it
         beam_alpha=1.1, top_cand=5,
+        # beam with eval.lm (an n-gram LM of target pieces): maximise [log P(y | x) + lm_weight · log10 P_lm(y)] /
+        # M^beam_alpha (the authors' decode_gamma, on KenLM's log10 scores)
+        lm_weight=0.1,
         # drop a decoded token equal to the one before it (the authors' greedy, lookahead and Viterbi decoders)
         remove_repeats=True,
         # soft constraints: the constrained search's reward (log-probability) for each phrase a path emits
@@ -69,6 +72,8 @@ def validate(config) -> None:
         if config.eval[key] > 1 and s.decode != "beam":
             raise ConfigError(f"eval.{key}={config.eval[key]} is the width of dat.decode=beam; "
                               f"dat.decode={s.decode!r} takes eval.{key}=1")
+    if config.eval.lm and s.decode != "beam":
+        raise ConfigError(f"eval.lm is fused into the beam search: set dat.decode=beam (dat.decode={s.decode!r})")
     if config.train.label_smoothing > 0:
         raise ConfigError("the DAG loss sums over paths and takes no label smoothing: set train.label_smoothing=0")
 
@@ -93,7 +98,7 @@ FAMILY = Family(
             "glance_start": ("[0", "1]"), "glance_end": ("[0", "1]"), "glance_steps": ("[0", None),
             # Viterbi's and the beam's exponents of the output length (256^10 fits a float32), lookahead's weight
             "lookahead_beta": ("[0", "10]"), "viterbi_beta": ("[0", "10]"), "beam_alpha": ("[0", "10]"),
-            "top_cand": ("[1", None), "soft_reward": ("[0", None)},
+            "top_cand": ("[1", None), "soft_reward": ("[0", None), "lm_weight": ("[0", None)},
     architecture=("upsample", "upsample_base", "max_vertices", "links", "vertex_inputs"),
     validate=validate, output_metrics=output_metrics, sweep=("decode_upsample", "U"),
     reads=("eval.length_cap_min", "eval.length_cap_ratio"),

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 
 from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.decoding import ngram
 
 NEG = -jnp.inf
 
@@ -224,7 +225,7 @@ def compact(values: jax.Array, keep: jax.Array, fill) -> jax.Array:
 
 def beam_search(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: jax.Array, eos: jax.Array,
                 n_vertices: jax.Array, width: int, beam: int, alpha: float, limit: jax.Array | None = None,
-                nbest: int = 1):
+                nbest: int = 1, lm: ngram.NgramLM | None = None, gamma: float = 0.0):
     """Beam search over token prefixes of the DAG (DA-Transformer's beam search without its n-gram LM): a
     hypothesis is a prefix ending at a vertex, scored by the log-sum over every path that emits it there, so the
     search looks for argmax_y log P(y | x) / M^α (M = |y| with BOS and EOS), summing paths, not the single best
@@ -236,13 +237,18 @@ def beam_search(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: ja
     float32[B] (log P(BOS | 0), log P(EOS | n − 1)); width: the output's capacity; limit: int32[B], each row's
     (at most ``width``; None: ``width``); beam: K; nbest: N ≤ K. Returns the N best finished prefixes, best first:
     (tokens int32[B, N, width]; their log P(y | x) float32[B, N], -inf where fewer finished; token_logp
-    float32[B, N, width], each token's share of it: log P(y_≤m) − log P(y_<m) over the merged paths)."""
+    float32[B, N, width], each token's share of it: log P(y_≤m) − log P(y_<m) over the merged paths).
+
+    With an n-gram ``lm`` (`ngram.NgramLM`) the search looks for the authors' argmax_y [log P(y | x) + γ log10
+    P_lm(y)] / M^α (γ = ``gamma``, P_lm with ``</s>``): the hypotheses carry their LM state, the K · C best
+    extensions by the graph's score alone are scored with the LM (C: the top tokens per vertex) and the K best of them
+    by the sum go on. The outputs' log P(y | x) stay the model's."""
     limit = jnp.full(n_vertices.shape, width, jnp.int32) if limit is None else limit
-    return jax.vmap(lambda *a: _beam_one(*a, width, beam, alpha, nbest))(links, top_tok, top_lp, bos, eos,
-                                                                          n_vertices, limit)
+    return jax.vmap(lambda *a: _beam_one(*a, width, beam, alpha, nbest, lm, gamma))(links, top_tok, top_lp, bos, eos,
+                                                                                     n_vertices, limit)
 
 
-def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha, nbest):
+def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha, nbest, lm=None, gamma=0.0):
     L, C = top_tok.shape
     last = n - 1
     toks = jnp.full((beam, width), PAD_ID, jnp.int32).at[:, 0].set(BOS_ID)
@@ -252,9 +258,11 @@ def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha, nb
     fin = (jnp.full((beam, width), PAD_ID, jnp.int32), jnp.zeros((beam, width), jnp.float32),
            jnp.full((beam,), NEG), jnp.full((beam,), NEG))                    # tokens, token shares, log P, score
     inner = (jnp.arange(L) > 0) & (jnp.arange(L) < last)
+    # the LM's state after each prefix and γ · log10 P_lm of it (nothing without an LM)
+    fused = (ngram.start(lm, (beam,)), jnp.zeros((beam,), jnp.float32)) if lm is not None else ()
 
     def step(state, k):
-        toks, steps_lp, lp, vert, fin = state
+        toks, steps_lp, lp, vert, fin, fused = state
         alive = lp > NEG
         same = alive[:, None] & alive[None, :] & jnp.all(toks[:, None, :] == toks[None, :, :], axis=2)
         first = ~jnp.any(same & (jnp.arange(beam)[None, :] < jnp.arange(beam)[:, None]), axis=1) & alive
@@ -266,6 +274,9 @@ def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha, nb
         done_toks = toks.at[:, k].set(EOS_ID)
         done_steps = steps_lp.at[:, k].set(done_lp - lp)
         done_score = done_lp / (k + 1.0) ** alpha
+        if lm is not None:  # the LM's </s> ends the sentence
+            end_lm = gamma * ngram.advance(lm, fused[0], jnp.full((beam,), EOS_ID, jnp.int32))[0]
+            done_score = jnp.where(done_lp > NEG, (done_lp + fused[1] + end_lm) / (k + 1.0) ** alpha, NEG)
         all_toks = jnp.concatenate([fin[0], done_toks])
         all_steps = jnp.concatenate([fin[1], done_steps])
         all_lp, all_score = jnp.concatenate([fin[2], done_lp]), jnp.concatenate([fin[3], done_score])
@@ -274,13 +285,20 @@ def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha, nb
         # alive: one more inner vertex and one of its top tokens, if EOS still fits after it
         cand = merged[:, :, None] + top_lp[None]                               # [K, L, C]
         cand = jnp.where(inner[None, :, None] & (k < limit - 1), cand, NEG).reshape(-1)
-        best, idx = jax.lax.top_k(cand, beam)
+        if lm is None:
+            best, idx = jax.lax.top_k(cand, beam)
+        else:  # the K · C best by the graph, then the K best with the LM's score added
+            best, idx = jax.lax.top_k(cand, min(beam * C, cand.shape[0]))
+            lm_lp, lm_state = ngram.advance(lm, fused[0][idx // (L * C)], top_tok[(idx // C) % L, idx % C])
+            with_lm = fused[1][idx // (L * C)] + gamma * lm_lp
+            pick = jax.lax.top_k(jnp.where(best > NEG, best + with_lm, NEG), beam)[1]
+            best, idx, fused = best[pick], idx[pick], (lm_state[pick], with_lm[pick])
         src, j, c = idx // (L * C), (idx // C) % L, idx % C
         tok = top_tok[j, c]
         toks = toks[src].at[:, k].set(tok)
         steps_lp = steps_lp[src].at[:, k].set(best - lp[src])
-        return (toks, steps_lp, best, j.astype(jnp.int32), fin), None
+        return (toks, steps_lp, best, j.astype(jnp.int32), fin, fused), None
 
-    (_, _, _, _, fin), _ = jax.lax.scan(step, (toks, steps_lp, lp, vert, fin), jnp.arange(1, width))
+    (_, _, _, _, fin, _), _ = jax.lax.scan(step, (toks, steps_lp, lp, vert, fin, fused), jnp.arange(1, width))
     toks, steps_lp, lp = fin[0][:nbest], fin[1][:nbest], fin[2][:nbest]  # top_k kept them ranked, the best first
     return toks, lp, jnp.where(toks == PAD_ID, 0.0, steps_lp)

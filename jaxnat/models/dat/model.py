@@ -265,7 +265,7 @@ def dat_loss(module: DAT, params, batch: dict, rng, *, glance: Glancing, step=No
 # ----------------------------------------------------------------------------------------------- decoding
 
 SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, beam=True, max_phrases=MAX_PHRASES, given_order=False,
-                    counts=("decoded", "repeats", "infeasible"), nbest=True, score=True)
+                    counts=("decoded", "repeats", "infeasible"), nbest=True, score=True, lm=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,6 +279,7 @@ class Decoding:
     top_cand: int = 5
     remove_repeats: bool = True
     soft_reward: float = 1.0
+    lm_weight: float = 0.1
 
 
 def allowed_tokens(vocab: int) -> jax.Array:
@@ -288,7 +289,7 @@ def allowed_tokens(vocab: int) -> jax.Array:
 
 def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, width: int, options: Decoding,
                  beam: int = 1, constraints=None, hard=None, continues=None, joins=None, trails=None,
-                 limit: jax.Array | None = None, nbest: int = 1) -> dict:
+                 limit: jax.Array | None = None, nbest: int = 1, lm=None) -> dict:
     """One batch's translations from its graphs: logits float32[B, L, V], links float32[B, L, L], n_vertices
     int32[B] → generate's outputs (tokens int32[B, width] [BOS … EOS] rows, score, token_logp, token_scored and
     the counts). With ``constraints`` (int32[B, C, P]) and ``hard`` (bool[B]) the rows that have phrases take the
@@ -297,10 +298,11 @@ def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, wid
     token's log-probability; the others each vertex's best (`dag.vertex_scores`), the constrained search each
     vertex's best per token class and its phrases' tokens. nbest > 1 (the beam search, at most ``beam``): also the
     beam's nbest best outputs, 'nbest_tokens' int32[B, N, width] and their log P(y | x) 'nbest_score' float32[B, N],
-    ranked by the beam's normalised score (a row that takes the constrained search lists its one output)."""
+    ranked by the beam's normalised score (a row that takes the constrained search lists its one output). lm: an
+    n-gram LM (`ngram.NgramLM`) the beam search fuses (``options.lm_weight``), or None."""
     allowed = allowed_tokens(logits.shape[-1])
     B = logits.shape[0]
-    plain = lambda: _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limit, nbest)  # noqa: E731
+    plain = lambda: _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limit, nbest, lm)  # noqa: E731
     infeasible = jnp.zeros(B, jnp.int32)
     phrase = None
     if constraints is None:
@@ -349,7 +351,7 @@ def _kept(tokens: jax.Array, free: jax.Array, remove_repeats: bool) -> tuple[jax
     return keep & (tokens != PAD_ID), repeats
 
 
-def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limit, nbest=1):
+def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limit, nbest=1, lm=None):
     """(tokens int32[B, width], score float32[B], token_lp float32[B, width], and with nbest > 1 the beam's n-best
     lists (tokens int32[B, N, width], log P(y | x) float32[B, N]), else None) by ``options.strategy``."""
     tok, scores, bos = dag.vertex_scores(logits, n_vertices, allowed)
@@ -358,7 +360,7 @@ def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limi
         top_lp, top_tok = jax.lax.top_k(jnp.where(allowed, emit, dag.NEG), min(options.top_cand, logits.shape[-1]))
         eos = jnp.take_along_axis(emit[..., EOS_ID], (n_vertices - 1)[:, None], 1)[:, 0]
         tokens, lp, shares = dag.beam_search(links, top_tok.astype(jnp.int32), top_lp, bos, eos, n_vertices, width,
-                                             beam, options.beam_alpha, limit, nbest)
+                                             beam, options.beam_alpha, limit, nbest, lm, options.lm_weight)
         return tokens[:, 0], lp[:, 0], shares[:, 0], (tokens, lp) if nbest > 1 else None
     if options.strategy == "viterbi":
         path, score = dag.joint_viterbi(links, scores, bos, n_vertices, width, options.viterbi_beta, limit)
@@ -399,7 +401,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     glance = Glancing(s.glance_start, s.glance_end, s.glance_steps or config.train.steps, s.glance_count,
                       s.glance_fix_alignment)
     options = Decoding(s.decode, s.lookahead_beta, s.viterbi_beta, s.beam_alpha, s.top_cand, s.remove_repeats,
-                       s.soft_reward)
+                       s.soft_reward, s.lm_weight)
     continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
     capacity = output_capacity(cfg, config.eval)
 
@@ -414,7 +416,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         width = request.width(capacity)
         limit = output_limits(request.src, request.constraints, width, cfg, config.eval)
         return decode_graph(logits, links, n_vertices, width, options, request.beam_size, request.constraints,
-                            request.hard, continues, joins, trails, limit, request.nbest)
+                            request.hard, continues, joins, trails, limit, request.nbest, request.extras.get("lm"))
 
     def score(params, request: DecodeRequest, tgt) -> dict:  # the decoders' graph; the beam search's log P
         logits, links, n_vertices = decoder.apply(params, request.src)
@@ -423,7 +425,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         return {"logp": logp, "score": logp}
 
     # eval.beam_size is the width of dat.decode=beam and of nothing else, eval.nbest its n-best lists'
-    supports = dataclasses.replace(SUPPORTS, beam=s.decode == "beam", nbest=s.decode == "beam")
+    supports = dataclasses.replace(SUPPORTS, beam=s.decode == "beam", nbest=s.decode == "beam", lm=s.decode == "beam")
     return ModelSpec("dat", cfg, module, init, loss, generate, capacity, supports, stepped=True, score=score,
                      terms=("glance_ratio", "glance_accuracy", "unaligned"),
                      left_out=("unaligned", "a target longer than its graph has no path: raise dat.upsample or "

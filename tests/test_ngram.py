@@ -1,0 +1,112 @@
+"""The n-gram language model: Kneser-Ney estimation (`jaxnat.data.kneser_ney`), the ARPA reader and the device
+queries (`jaxnat.decoding.ngram`) against a plain-Python reference (tests/ngram_reference.py) and KenLM's scores,
+and `--mode lm`."""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+import os
+import random
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from jaxnat.data.kneser_ney import estimate, write_arpa
+from jaxnat.decoding import ngram
+from jaxnat.errors import DataError
+from tests import ngram_reference as ref
+
+RESERVED = ["<pad>", "<s>", "</s>", "<unk>", "<plh>", "<mask>"]
+WORDS = [f"w{i}" for i in range(7)]
+PIECES = RESERVED + WORDS + ["never_seen"]  # a piece no corpus has: read as <unk>
+WIDTH = 12
+FIXTURE = os.path.join(os.path.dirname(__file__), "data", "ngram")
+
+
+@functools.lru_cache(maxsize=None)
+def _scorer():
+    return jax.jit(ngram.sentence_logp10)
+
+
+def rows(sentences: list[list[str]]) -> np.ndarray:
+    """[BOS … EOS] rows of piece ids, PAD after, WIDTH wide."""
+    out = np.zeros((len(sentences), WIDTH), np.int32)
+    for i, words in enumerate(sentences):
+        ids = [1, *(PIECES.index(w) for w in words), 2]
+        out[i, :len(ids)] = ids
+    return out
+
+
+corpora = st.lists(st.lists(st.sampled_from(WORDS[:5]), max_size=8), min_size=1, max_size=40)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(corpus=corpora, order=st.integers(1, 4), seed=st.integers(0, 10**6))
+def test_queries_are_the_back_off_rule_and_every_distribution_sums_to_one(tmp_path_factory, corpus, order, seed):
+    """A Kneser-Ney model of a random corpus, written and read back: each sentence's log10 P on the device is the
+    reference's word by word (words the model never saw read as <unk>), and after any context the probabilities of
+    every word but <s> sum to 1 (the interpolated estimate that the back-off weights keep)."""
+    path = str(tmp_path_factory.mktemp("lm") / "lm.arpa")
+    write_arpa(path, estimate(corpus, order))
+    grams = ref.read(path)
+    lm = ngram.read_arpa(path, PIECES)
+    rng = random.Random(seed)
+    sentences = [[rng.choice(WORDS + ["never_seen"]) for _ in range(rng.randint(0, WIDTH - 2))] for _ in range(6)]
+    got = np.asarray(_scorer()(lm, jnp.asarray(rows(sentences))))
+    np.testing.assert_allclose(got, [ref.sentence(grams, s) for s in sentences], rtol=1e-5, atol=1e-4)
+    vocab = [w for (w,) in (g for g in grams if g is not None and len(g) == 1) if w != "<s>"]
+    for words in sentences[:3]:
+        context = ("<s>", *words)
+        total = math.fsum(10 ** ref.logp(grams, context, w) for w in vocab)
+        assert total == pytest.approx(1.0, abs=1e-5), (context, total)
+
+
+def test_kenlm_reads_the_fixture_as_jaxnat_does():
+    """tests/data/ngram/: a Kneser-Ney model written by jaxnat and the full scores KenLM gave its sentences
+    (tools/make_ngram_fixture.py): KenLM reads the file, and jaxnat's scores are KenLM's."""
+    with open(os.path.join(FIXTURE, "kenlm_scores.json"), encoding="utf-8") as f:
+        fixture = json.load(f)
+    lm = ngram.read_arpa(os.path.join(FIXTURE, "lm.arpa"), fixture["pieces"])
+    width = max(len(s) for s in fixture["sentences"]) + 2
+    ids = np.zeros((len(fixture["sentences"]), width), np.int32)
+    for i, words in enumerate(fixture["sentences"]):
+        row = [1, *(fixture["pieces"].index(w) for w in words), 2]
+        ids[i, :len(row)] = row
+    got = np.asarray(jax.jit(ngram.sentence_logp10)(lm, jnp.asarray(ids)))
+    np.testing.assert_allclose(got, fixture["kenlm"], rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("no arpa here\n", "no ARPA language model"),
+    ("\\data\\\nngram 1=2\n\n\\1-grams:\n-1\t</s>\n\n\\end\\\n", "announces 2 1-grams, the file has 1"),
+    ("\\data\\\nngram 1=1\n\n\\1-grams:\nx\t</s>\n\n\\end\\\n", "no number"),
+    ("\\data\\\nngram 1=1\nngram 2=1\n\n\\1-grams:\n-1\t</s>\n\n\\2-grams:\n-1\t<s> </s>\n\n\\end\\\n",
+     "the word '<s>' of a 2-gram has no unigram"),
+    ("\\data\\\nngram 1=2\nngram 2=1\nngram 3=1\n\n\\1-grams:\n-1\t</s>\n-1\t<s>\n\n\\2-grams:\n-1\t<s> </s>\n\n"
+     "\\3-grams:\n-1\t</s> <s> </s>\n\n\\end\\\n", "has no 2-gram of its first 2 words"),
+    ("\\data\\\nngram 1=1\n\n\\1-grams:\n-1\t</s>\n", "ends before \\\\end"),
+])
+def test_a_file_that_is_no_arpa_model_is_refused_in_one_line(tmp_path, text, message):
+    path = tmp_path / "lm.arpa"
+    path.write_text(text)
+    with pytest.raises(DataError, match=message) as e:
+        ngram.read_arpa(str(path), PIECES)
+    assert "\n" not in str(e.value)
+
+
+def test_too_small_a_corpus_takes_the_fallback_discounts_and_still_sums_to_one(tmp_path):
+    """One sentence has no counts of counts for Kneser-Ney's discounts: lmplz's fallback (0.5, 1, 1.5)."""
+    path = str(tmp_path / "lm.arpa")
+    write_arpa(path, estimate([["w0", "w1"]], 3))
+    grams = ref.read(path)
+    vocab = ["w0", "w1", "</s>", "<unk>"]
+    for context in [("<s>",), ("<s>", "w0"), ("w1", "w0"), ("w5",)]:
+        assert math.fsum(10 ** ref.logp(grams, context, w) for w in vocab) == pytest.approx(1.0, abs=1e-6)
+    # p(w0 | <s>) = (1 - 0.5) / 1 + γ(<s>) p(w0), γ(<s>) = 0.5: the discounted count and the back-off's share
+    assert 10 ** grams[("<s>", "w0")][0] == pytest.approx(0.5 + 0.5 * 10 ** grams[("w0",)][0], rel=1e-5)
