@@ -177,6 +177,37 @@ def test_a_wide_prefix_beam_finds_the_most_probable_collapsed_string(seed):
         assert listed[0] == got and np.all(out["nbest_score"][b][len(ranked):] == -np.inf)
 
 
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1), order=st.integers(1, 3))
+def test_a_wide_prefix_beam_with_an_lm_ranks_by_the_fused_score(tmp_path_factory, seed, order):
+    """With an n-gram LM and more beams than prefixes, the output is the collapsed string of highest log P(y | x)
+    + α ln P_lm(y) + β |y| (α 0.8, β 0.3; the LM's </s> counted), reported with its log P(y | x) alone."""
+    from jaxnat.data.kneser_ney import estimate, write_arpa
+    from jaxnat.decoding import ngram
+    from tests import ngram_reference
+
+    pieces = ["<pad>", "<s>", "</s>", "<unk>", "<plh>", "<mask>", "a", "b", "c"]  # c: a word the LM lacks
+    rng = np.random.default_rng(seed)
+    path = str(tmp_path_factory.mktemp("lm") / "lm.arpa")
+    write_arpa(path, estimate([list(rng.choice(["a", "b"], size=rng.integers(0, 5))) for _ in range(20)], order))
+    grams = ngram_reference.read(path)
+    lp = _log_probs(rng, concentration=0.7)
+    frames = rng.integers(1, T + 1, B).astype(np.int32)
+    out = jax.device_get(_beam_lm(lp, frames, ngram.read_arpa(path, pieces)))
+    for b in range(B):
+        totals = ref.string_totals(lp[b], frames[b], LABELS)
+        fused = {y: total + 0.8 * math.log(10) * ngram_reference.sentence(grams, [pieces[t] for t in y]) + 0.3 * len(y)
+                 for y, total in totals.items()}
+        got = tuple(int(x) for x in out["tokens"][b] if x not in (BOS_ID, EOS_ID, PAD_ID))
+        np.testing.assert_allclose(fused[got], max(fused.values()), rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(out["score"][b], totals[got], rtol=1e-5, atol=1e-5)
+
+
+@functools.partial(jax.jit, static_argnums=())
+def _beam_lm(lp, frames, lm):
+    return search.prefix_beam(lp, frames, 64, T + 2, BLANK_ID, 1, lm, 0.8, 0.3)
+
+
 def test_a_beam_of_one_prefix_is_not_the_best_path_but_a_wide_one_beats_it():
     """Two frames, p(a) = 0.4 in each, p(∅) = 0.35, p(b) = 0.25: the best path is "a a" → "a" (0.16), but "a"
     summed over its alignments (a∅, ∅a, aa: 0.44) and the beam keeps that total."""
@@ -391,6 +422,8 @@ def test_the_glancing_ratio_anneals_linearly_and_validation_reads_its_end():
         build_config(TINY, ["--config.model.name=ctc", "--config.ctc.glance_end=0.9"])
     with pytest.raises(ConfigError, match="ctc.decoder_input"):
         build_config(TINY, ["--config.model.name=ctc", "--config.ctc.decoder_input=fertility"])
+    with pytest.raises(ConfigError, match="eval.lm is fused into the prefix beam search"):
+        build_config(TINY, ["--config.model.name=ctc", "--config.eval.lm=lm.arpa"])
 
 
 def _batch(long_target=False):

@@ -34,6 +34,7 @@ from jaxnat.errors import DataError
 
 BOS_WORD, EOS_WORD, UNK_WORD = "<s>", "</s>", "<unk>"
 UNK_LOGP = -100.0  # log10 P(<unk>) where a file has no <unk> (KenLM's value)
+LN10 = float(np.log(10.0))  # ln P = LN10 · log10 P
 _MIX = (np.uint32(0x9E3779B1), np.uint32(0x85EBCA77), np.uint32(0xC2B2AE3D))
 
 
@@ -226,8 +227,10 @@ def start(lm: NgramLM, shape: tuple) -> jax.Array:
 
 def advance(lm: NgramLM, state: jax.Array, token: jax.Array) -> tuple[jax.Array, jax.Array]:
     """(log10 P(token | the state's words) float32[...], the state after it int32[..., n − 1]). state:
-    int32[..., n − 1]; token: int32[...] jaxnat target ids."""
-    w = lm.word[token]
+    int32[..., n − 1]; token: int32[...] jaxnat target ids (the two broadcast)."""
+    shape = jnp.broadcast_shapes(state.shape[:-1], jnp.shape(token))
+    state = jnp.broadcast_to(state, (*shape, state.shape[-1]))
+    w = jnp.broadcast_to(lm.word[token], shape)
     found = [w]  # per order j = 1 … n: the slot of the j-gram (last j - 1 words, w), −1 where absent
     for j in range(2, lm.order + 1):
         k = j - 2

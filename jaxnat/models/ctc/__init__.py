@@ -34,6 +34,9 @@ def defaults() -> dict:
         glance_count="floor",
         # soft constraints: the log-probability bonus per piece of each phrase the best path places
         soft_bonus=1.0,
+        # prefix beam search with eval.lm (an n-gram LM of target pieces): prefixes ranked by log P + lm_weight ·
+        # ln P_lm + lm_bonus · |prefix| (shallow fusion: α and β of Gu & Kong's ctcdecode)
+        lm_weight=0.5, lm_bonus=0.0,
     )
 
 
@@ -42,6 +45,8 @@ def validate(config) -> None:
     if s.glance_end > s.glance_start and s.glancing:
         raise ConfigError(f"ctc.glance_end={s.glance_end} must not exceed ctc.glance_start={s.glance_start} "
                           f"(the glancing ratio anneals down)")
+    if config.eval.lm and config.eval.beam_size < 2:
+        raise ConfigError("eval.lm is fused into the prefix beam search: set eval.beam_size to 2 or more")
 
 
 FAMILY = Family(
@@ -49,6 +54,6 @@ FAMILY = Family(
     choices={"decoder_input": ("copy", "soft", "embedding"), "loss_mean": ("token", "sentence"),
              "glance_count": ("floor", "poisson")},
     ranges={"upsample": ("[1", None), "glance_start": ("[0", "1]"), "glance_end": ("[0", "1]"),
-            "glance_steps": ("[0", None), "soft_bonus": ("[0", None)},
+            "glance_steps": ("[0", None), "soft_bonus": ("[0", None), "lm_weight": ("[0", None)},
     architecture=("upsample", "decoder_input", "target_ends"),
     validate=validate)

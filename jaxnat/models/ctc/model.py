@@ -231,7 +231,7 @@ def ctc_loss(model: CTCModel, params, batch: dict, rng, *, upsample: int, label_
 # ----------------------------------------------------------------------------------------------- decoding
 
 SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, beam=True, max_phrases=4, given_order=False,
-                    counts=("unsatisfied",), nbest=True, score=True)
+                    counts=("unsatisfied",), nbest=True, score=True, lm=True)
 
 
 def forbid(log_probs: jax.Array) -> jax.Array:
@@ -261,9 +261,10 @@ def forced(module: CTCModel, params, request: DecodeRequest, tgt: jax.Array, ups
 
 
 def decode(module: CTCModel, params, request: DecodeRequest, upsample: int, width: int, continues=None, joins=None,
-           trails=None, soft_bonus: float = 1.0) -> dict:
-    """`ModelSpec.generate` of the family: greedy, prefix beam search or the constrained best path (module
-    docstring), on outputs of ``width`` (BOS/EOS included)."""
+           trails=None, soft_bonus: float = 1.0, lm_weight: float = 0.0, lm_bonus: float = 0.0) -> dict:
+    """`ModelSpec.generate` of the family: greedy, prefix beam search (with the request's n-gram LM, if any:
+    `search.prefix_beam`) or the constrained best path (module docstring), on outputs of ``width`` (BOS/EOS
+    included)."""
     src = request.src
     b = src.shape[0]
     canvas = canvas_width(upsample, src.shape[1], module.cfg.max_len)
@@ -275,7 +276,8 @@ def decode(module: CTCModel, params, request: DecodeRequest, upsample: int, widt
 
     def plain():  # {tokens, score, token_logp, token_scored (and the n-best lists)} as the request's beam decodes them
         if request.beam_size > 1:
-            return prefix_beam(log_probs, frames, request.beam_size, width, BLANK_ID, request.nbest)
+            return prefix_beam(log_probs, frames, request.beam_size, width, BLANK_ID, request.nbest,
+                               request.extras.get("lm"), lm_weight, lm_bonus)
         labels, picked, best = best_path(log_probs, frames)
         tokens, token_logp, scored = collapse(labels, frames, picked, width, BLANK_ID)
         return {"tokens": tokens, "score": best, "token_logp": token_logp, "token_scored": scored}
@@ -321,7 +323,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
 
     def generate(params, request: DecodeRequest) -> dict:
         return decode(module, params, request, s.upsample, request.width(capacity), continues, joins, trails,
-                      s.soft_bonus)
+                      s.soft_bonus, s.lm_weight, s.lm_bonus)
 
     def score(params, request: DecodeRequest, tgt) -> dict:
         return forced(module, params, request, tgt, s.upsample)

@@ -14,6 +14,10 @@ Both read per-frame log-probabilities ``log_probs`` float32[B, T, V] (reserved i
   tries the K most probable labels (all of them when V − 1 ≤ K). The result is the best prefix's total
   probability, summed over its alignments — so a wide enough beam finds the most probable *collapsed string*,
   which the best single path need not be. One `lax.scan` over frames.
+* with an n-gram LM (shallow fusion, as Gu & Kong 2021 decode with `ctcdecode`): the prefixes are ranked by
+  log P(prefix) + α ln P_lm(prefix) + β |prefix| (α, β: `ctc.lm_weight`, `ctc.lm_bonus`; ln, not KenLM's log10, as
+  ctcdecode converts it), each prefix carrying its LM state; the outputs by the same with the LM's ``</s>``. The
+  scores reported stay the model's log P.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from jax import lax
 
 from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.decoding import ngram
 from jaxnat.models.ctc.lattice import NEG
 
 
@@ -78,12 +83,14 @@ def best_path(log_probs: jax.Array, frames: jax.Array) -> tuple[jax.Array, jax.A
 _HASH = (np.uint32(1000003), np.uint32(2654435761))
 
 
-def prefix_beam(log_probs: jax.Array, frames: jax.Array, beam: int, width: int, blank: int, nbest: int = 1) -> dict:
+def prefix_beam(log_probs: jax.Array, frames: jax.Array, beam: int, width: int, blank: int, nbest: int = 1,
+                lm: ngram.NgramLM | None = None, lm_weight: float = 0.0, lm_bonus: float = 0.0) -> dict:
     """CTC prefix beam search (the module's docstring) → {'tokens': int32[B, W], 'score': float32[B] the best
     prefix's log-probability summed over its alignments, 'token_logp': float32[B, W] each token's frame
     log-probability when it was appended, 'token_scored': bool[B, W]}, and with nbest > 1 (static, at most beam)
     the nbest most probable prefixes kept at the end, 'nbest_tokens': int32[B, N, W] and 'nbest_score':
-    float32[B, N], best first (-inf where fewer prefixes were kept)."""
+    float32[B, N], best first (-inf where fewer prefixes were kept). lm: an n-gram LM fused into the ranking
+    (the module's docstring), or None."""
     b, t_max, v = log_probs.shape
     k, room = beam, width - 2
     m = min(beam, v - 1)                                       # labels tried per frame (the blank apart)
@@ -94,6 +101,8 @@ def prefix_beam(log_probs: jax.Array, frames: jax.Array, beam: int, width: int, 
                  pb=jnp.where(jnp.arange(k) == 0, 0.0, NEG)[None].repeat(b, 0).astype(jnp.float32),
                  pnb=jnp.full((b, k), NEG, jnp.float32),
                  h1=jnp.zeros((b, k), jnp.uint32), h2=jnp.zeros((b, k), jnp.uint32))
+    if lm is not None:  # each prefix's LM state and α ln P_lm + β |prefix|
+        start.update(lm_state=ngram.start(lm, (b, k)), lm=jnp.zeros((b, k), jnp.float32))
 
     def frame(state, xs):
         lp_t, t = xs                                               # [B, V], []
@@ -119,7 +128,14 @@ def prefix_beam(log_probs: jax.Array, frames: jax.Array, beam: int, width: int, 
         ext = jnp.where(jnp.any(match, axis=-1), NEG, ext)
         # the K best of K kept prefixes and K·M extensions
         scores = jnp.concatenate([jnp.logaddexp(stay_pb, stay_pnb), ext.reshape(b, k * m)], axis=1)
-        best, pick = lax.top_k(scores, k)                                           # [B, K]
+        if lm is not None:  # ranked with the LM's score; the prefixes' own probabilities stay the model's
+            lm_lp, lm_state = ngram.advance(lm, state["lm_state"][:, :, None], labels[:, None, :])   # [B, K, M]
+            fused = state["lm"][:, :, None] + lm_weight * ngram.LN10 * lm_lp + lm_bonus
+            ranked = scores + jnp.concatenate([state["lm"], fused.reshape(b, k * m)], axis=1)
+            pick = lax.top_k(jnp.where(scores > NEG, ranked, NEG), k)[1]
+            best = jnp.take_along_axis(scores, pick, axis=1)
+        else:
+            best, pick = lax.top_k(scores, k)                                       # [B, K]
         parent = jnp.where(pick < k, pick, (pick - k) // m)
         extended = pick >= k
         label = jnp.take_along_axis(labels, jnp.maximum(pick - k, 0) % m, axis=1)
@@ -137,14 +153,24 @@ def prefix_beam(log_probs: jax.Array, frames: jax.Array, beam: int, width: int, 
                          take(state["h1"])),
             h2=jnp.where(extended, jnp.take_along_axis(h2.reshape(b, k * m), jnp.maximum(pick - k, 0), axis=1),
                          take(state["h2"])))
+        if lm is not None:
+            at = jnp.maximum(pick - k, 0)
+            new.update(lm_state=jnp.where(extended[..., None], jnp.take_along_axis(
+                           lm_state.reshape(b, k * m, -1), at[..., None], axis=1), take(state["lm_state"])),
+                       lm=jnp.where(extended, jnp.take_along_axis(fused.reshape(b, k * m), at, axis=1),
+                                    take(state["lm"])))
         active = (t < frames)[:, None]
         return jax.tree_util.tree_map(
             lambda n, o: jnp.where(active.reshape(active.shape + (1,) * (n.ndim - 2)), n, o), new, state), None
 
     state, _ = lax.scan(frame, start, (lp, jnp.arange(t_max)))
     total = jnp.where(state["length"] >= 0, jnp.logaddexp(state["pb"], state["pnb"]), NEG)
+    ranked = total
+    if lm is not None:  # the LM's </s> ends each output
+        end = ngram.advance(lm, state["lm_state"], jnp.full((b, k), EOS_ID, jnp.int32))[0]
+        ranked = jnp.where(total > NEG, total + state["lm"] + lm_weight * ngram.LN10 * end, NEG)
     n = max(nbest, 1)
-    order = jnp.argsort(-total, axis=1, stable=True)[:, :n]    # the best first (the first of equals, as argmax)
+    order = jnp.argsort(-ranked, axis=1, stable=True)[:, :n]    # the best first (the first of equals, as argmax)
     pick = lambda x: jnp.take_along_axis(x, order.reshape((b, n) + (1,) * (x.ndim - 2)), axis=1)  # noqa: E731
     ids, logp, length = (pick(state[key]).reshape((b * n,) + state[key].shape[2:])
                          for key in ("tokens", "logp", "length"))
