@@ -423,7 +423,7 @@ def test_the_glancing_ratio_anneals_linearly_and_validation_reads_its_end():
     with pytest.raises(ConfigError, match="ctc.decoder_input"):
         build_config(TINY, ["--config.model.name=ctc", "--config.ctc.decoder_input=fertility"])
     with pytest.raises(ConfigError, match="eval.lm is fused into the prefix beam search"):
-        build_config(TINY, ["--config.model.name=ctc", "--config.eval.lm=lm.arpa"])
+        build_config(TINY, ["--config.model.name=ctc", "--config.eval.lm=lm.arpa", "--config.eval.beam_size=1"])
 
 
 def _batch(long_target=False):
