@@ -9,12 +9,13 @@ def read(path: str) -> dict:
     grams, order, section = {}, 0, None
     with open(path, encoding="utf-8") as f:
         for line in f:
-            line = line.strip()
+            line = line.strip(" \t\r\n")
             if line.startswith("\\") and line.endswith("-grams:"):
                 section = order = int(line[1:-len("-grams:")])
             elif section and line and not line.startswith("\\"):
                 fields = line.split("\t")
-                grams[tuple(fields[1].split())] = (float(fields[0]), float(fields[2]) if len(fields) > 2 else 0.0)
+                backoff = float(fields[2]) if len(fields) > 2 else 0.0
+                grams[tuple(w for w in fields[1].split(" ") if w)] = (float(fields[0]), backoff)
     grams[None] = order
     return grams
 

@@ -45,18 +45,31 @@ def _discounts(adjusted: dict, order: int) -> tuple[float, float, float]:
     return FALLBACK
 
 
+def _writable(word: str, unwritable: collections.Counter) -> str:
+    """The word, or ``<unk>`` where an ARPA line cannot hold it (counted in ``unwritable``): a query reads such a
+    piece, which the file lacks, as ``<unk>`` too."""
+    if word and not any(c in word for c in " \t\r\n"):
+        return word
+    unwritable[word] += 1
+    return UNK_WORD
+
+
 def estimate(sentences: Iterable[list[str]], order: int) -> list[dict]:
     """Sentences (lists of words) → per order k = 1 … n a dict {k-gram (tuple of words): (log10 p, log10 back-off
     or None)}: every n-gram seen, ``<unk>`` and ``<s>`` (log10 p = −99) among the unigrams."""
     if order < 1:
         raise DataError(f"an n-gram model's order must be at least 1, not {order}")
     raw = [collections.Counter() for _ in range(order)]
+    unwritable = collections.Counter()
     for words in sentences:
-        seq = (BOS_WORD, *words, EOS_WORD)
+        seq = (BOS_WORD, *(_writable(w, unwritable) for w in words), EOS_WORD)
         for k in range(1, order + 1):
             raw[k - 1].update(seq[i:i + k] for i in range(len(seq) - k + 1))
     if not raw[0]:
         raise DataError("no sentences to estimate a language model from")
+    if unwritable:
+        log.info("language model: %d words an ARPA file cannot hold (empty, or with an ASCII space: %s) counted as "
+                 "%s", sum(unwritable.values()), ", ".join(map(repr, list(unwritable)[:3])), UNK_WORD)
     adjusted = raw[-1:]
     for k in range(order - 1, 0, -1):  # continuation counts: the distinct words before each k-gram
         before = collections.Counter(gram[1:] for gram in raw[k])

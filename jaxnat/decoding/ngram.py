@@ -11,7 +11,7 @@ its last j words, or −1 where the file has no such n-gram. Extending the state
 j = 2 … n, the j-gram (last j − 1 words, w) by its key (the slot of its first j − 1 words, w): n − 1 lookups, which
 give at once the longest n-gram ending in w that the file has (its log-probability) and the next state. The back-off
 weights to add are those of the state's contexts longer than the n-gram found. Each order's n-grams sit in a hash
-table of open addressing (at most half full; linear probing, as many probes as the longest run the build made, so
+table of open addressing (at most a quarter full; linear probing, as many probes as the longest run the build made, so
 every lookup is exact and of a fixed shape). The tables are built once on the host with the same lookup (`_find`,
 written for NumPy and jax.numpy alike); the file is data, read line by line, never run.
 
@@ -35,6 +35,7 @@ from jaxnat.errors import DataError
 BOS_WORD, EOS_WORD, UNK_WORD = "<s>", "</s>", "<unk>"
 UNK_LOGP = -100.0  # log10 P(<unk>) where a file has no <unk> (KenLM's value)
 LN10 = float(np.log(10.0))  # ln P = LN10 · log10 P
+_SPACES = " \t\r\n"  # what separates an ARPA line's fields and words (KenLM's)
 _MIX = (np.uint32(0x9E3779B1), np.uint32(0x85EBCA77), np.uint32(0xC2B2AE3D))
 
 
@@ -79,10 +80,10 @@ def _find(xp, keys_ctx, keys_word, probes: int, ctx, word):
 
 def _table(ctx: np.ndarray, word: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """Open addressing for the keys (ctx, word), int32[N] each and distinct: (keys_ctx, keys_word int32[S] with −1
-    where empty, the slot of each key int32[N], the most probes a lookup needs). S: a power of two ≥ 2N, so that the
+    where empty, the slot of each key int32[N], the most probes a lookup needs). S: a power of two ≥ 4N, so that the
     runs stay short. Placed in rounds: each round every unplaced key tries its next slot, and of the keys that try
     one empty slot the first takes it."""
-    size = 1 << max(1, (2 * len(ctx) - 1).bit_length())
+    size = 1 << max(1, (4 * len(ctx) - 1).bit_length())
     keys_ctx, keys_word = np.full(size, -1, np.int32), np.full(size, -1, np.int32)
     slot_of = np.full(len(ctx), -1, np.int64)
     home = _hash(np, ctx, word).astype(np.int64)
@@ -108,6 +109,10 @@ def _lines(path: str):
         raise DataError(f"cannot read the language model {path}: {e}") from None
 
 
+def _words(text: str) -> list[str]:
+    return [w for w in text.split(" ") if w]
+
+
 def parse_arpa(path: str) -> tuple[list[str], list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
     """An ARPA file → (its words in the order of its unigrams, per order j = 1 … n (ids int32[N_j, j], log10 P
     float32[N_j], log10 back-off float32[N_j], 0 where the line has none)). One-line DataErrors for what is no ARPA
@@ -118,7 +123,7 @@ def parse_arpa(path: str) -> tuple[list[str], list[tuple[np.ndarray, np.ndarray,
     words: list[str] = []
     section = None  # None: before \data\; 0: in \data\; j: in \j-grams:
     for no, line in _lines(path):
-        line = line.strip()
+        line = line.strip(_SPACES)  # ASCII only: a piece may hold other spaces (U+00A0)
         if not line:
             continue
         if section is None:
@@ -140,10 +145,10 @@ def parse_arpa(path: str) -> tuple[list[str], list[tuple[np.ndarray, np.ndarray,
                 raise DataError(f"{path}:{no}: expected 'ngram N=COUNT' in \\data\\, got {line[:60]!r}")
             counts.append(int(value))
             continue
-        fields = line.split("\t") if "\t" in line else line.split()
+        fields = line.split("\t") if "\t" in line else _words(line)
         j = section
         if "\t" in line:
-            gram = fields[1].split() if len(fields) > 1 else []
+            gram = _words(fields[1]) if len(fields) > 1 else []
             rest = fields[2:]
         else:
             gram, rest = fields[1:1 + j], fields[1 + j:]
