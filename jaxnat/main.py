@@ -17,7 +17,7 @@ m2m100:DIR, mbart50:DIR or hf:DIR) as the new workdir, its config in <workdir>/c
 takes that workdir without --config (docs/import.md).
 export: writes the (AR) workdir's model for another library (--to ctranslate2:DIR [--quantization int8], marian:DIR).
 lm: estimates an n-gram language model of the run's training targets, in its pieces (eval.lm_order, Kneser-Ney),
-as the ARPA file --output FILE, for eval.lm (docs/evaluation.md).
+as the ARPA file --output FILE, for eval.lm (docs/language_models.md).
 average: writes the average of eval.average_checkpoints checkpoints (eval.average_of) into the workdir.
 curves: draws <workdir>/curves.png from the run's history (no --config needed).
 A train or eval command that ends (or a training stopped by a signal) appends its line to <workdir>/runs.jsonl

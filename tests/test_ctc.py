@@ -8,6 +8,7 @@ an impossible request reported)."""
 
 import functools
 import math
+import os
 
 import jax
 import jax.numpy as jnp
@@ -495,6 +496,20 @@ def test_the_glanced_labels_are_the_first_passs_best_alignment():
 # ------------------------------------------------------------------------------------------------ end to end
 
 @pytest.mark.slow
+def _tiny_lm(vocab: int):
+    """An n-gram LM (order 2) over pieces "t6", "t7", … of a vocabulary of ``vocab`` ids, of a few sentences."""
+    import tempfile
+
+    from jaxnat.data.kneser_ney import estimate, write_arpa
+    from jaxnat.decoding import ngram
+
+    with tempfile.TemporaryDirectory() as directory:
+        path = os.path.join(directory, "lm.arpa")
+        write_arpa(path, estimate([["t11", "t12", "t13"], ["t12", "t13"], ["t14"]], 2))
+        return ngram.read_arpa(path, ["<pad>", "<s>", "</s>", "<unk>", "<plh>", "<mask>"]
+                               + [f"t{i}" for i in range(6, vocab)])
+
+
 def test_a_tiny_model_learns_and_decodes_through_its_spec():
     """A few Adam steps on one batch lower the loss; generate decodes greedily, with a prefix beam (its score at
     least the greedy path's), and with hard constraints: every phrase in every output (CPR 100%), the phrases'
@@ -510,6 +525,9 @@ def test_a_tiny_model_learns_and_decodes_through_its_spec():
     greedy = generate(params, DecodeRequest(src, max_out=width))
     beam = generate(params, DecodeRequest(src, max_out=width, beam_size=4))
     assert np.all(np.asarray(beam["score"]) >= np.asarray(greedy["score"]) - 1e-4)
+    lm = _tiny_lm(spec.cfg.tgt_vocab_size)  # the prefix beam with an n-gram LM in the request's extras
+    fused = generate(params, DecodeRequest(src, max_out=width, beam_size=4, extras={"lm": lm}))
+    assert fused["tokens"].shape == beam["tokens"].shape and np.all(np.isfinite(np.asarray(fused["score"])))
     phrases = np.zeros((4, 4, 8), np.int32)
     phrases[:, 0, :2] = [11, 12]
     phrases[:, 1, :1] = 13

@@ -569,11 +569,11 @@ def test_a_run_whose_graphs_hold_no_target_stops_with_one_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_tiny_model_trains_glances_and_decodes_through_its_spec():
+def test_tiny_model_trains_glances_and_decodes_through_its_spec(tmp_path):
     """Train a tiny DA-Transformer on two pairs through ModelSpec.loss (the update's number anneals the glancing
     ratio; the first pass's alignment is a best path of its graph; the glanced count is as specified); the loss
-    falls; every strategy decodes the pairs learned through ModelSpec.generate; a constrained request holds its
-    hard phrases."""
+    falls; every strategy decodes the pairs learned through ModelSpec.generate, the beam with an n-gram LM of the
+    targets in the request's extras too; a constrained request holds its hard phrases."""
     config = build_config(TINY, BASE + ["--config.dat.glance_steps=20", "--config.model.dropout=0"])
     spec = build_model(config, 24, 24)
     # host arrays: the checks index them in Python loops, and an eager index of a device array compiles a program
@@ -644,6 +644,13 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec():
         tokens = np.asarray(out["tokens"])
         assert tokens.shape == (2, 8) and np.all(tokens[:, 0] == 1)
         assert tokens.tolist() == [[1, 17, 18, 19, 2, 0, 0, 0], [1, 21, 22, 2, 0, 0, 0, 0]]
+    from jaxnat.data.kneser_ney import estimate, write_arpa
+    from jaxnat.decoding import ngram
+
+    write_arpa(str(tmp_path / "lm.arpa"), estimate([["t17", "t18", "t19"], ["t21", "t22"]], 3))
+    lm = ngram.read_arpa(str(tmp_path / "lm.arpa"), ["<pad>", "<s>", "</s>", "<unk>"] + [f"t{i}" for i in range(4, 24)])
+    out = jax.jit(s.generate)(params, DecodeRequest(batch["src"], max_out=8, beam_size=4, extras={"lm": lm}))
+    assert np.asarray(out["tokens"]).tolist() == [[1, 17, 18, 19, 2, 0, 0, 0], [1, 21, 22, 2, 0, 0, 0, 0]]
     phrases = jnp.asarray([[[21, 22], [0, 0]], [[17, 0], [19, 0]]], jnp.int32)
     out = jax.jit(spec.generate)(params, DecodeRequest(batch["src"], constraints=phrases,
                                                        hard=jnp.asarray([True, True]), max_out=8))

@@ -110,3 +110,48 @@ def test_too_small_a_corpus_takes_the_fallback_discounts_and_still_sums_to_one(t
         assert math.fsum(10 ** ref.logp(grams, context, w) for w in vocab) == pytest.approx(1.0, abs=1e-6)
     # p(w0 | <s>) = (1 - 0.5) / 1 + γ(<s>) p(w0), γ(<s>) = 0.5: the discounted count and the back-off's share
     assert 10 ** grams[("<s>", "w0")][0] == pytest.approx(0.5 + 0.5 * 10 ** grams[("w0",)][0], rel=1e-5)
+
+
+def test_a_piece_with_a_unicode_space_is_a_word_and_one_with_an_ascii_space_is_unk(tmp_path):
+    """ARPA separates by ASCII spaces only (as KenLM): a piece holding U+00A0 is a word of its own; a piece an ARPA
+    line cannot hold (a tab) is counted as <unk> and read back as <unk>."""
+    nbsp, tab = "\u00a0x", "\t"
+    path = str(tmp_path / "lm.arpa")
+    write_arpa(path, estimate([[nbsp, "w0"], ["w0", tab], [nbsp]], 2))
+    grams = ref.read(path)
+    assert (nbsp,) in grams and (tab,) not in grams and (nbsp, "w0") in grams and ("w0", "<unk>") in grams
+    pieces = PIECES + [nbsp, tab]
+    lm = ngram.read_arpa(path, pieces)
+    ids = np.asarray([[1, len(PIECES), 6, len(PIECES) + 1, 2]], np.int32)  # <s> nbsp w0 tab </s>
+    want = ref.sentence(grams, [nbsp, "w0", "<unk>"])
+    np.testing.assert_allclose(np.asarray(_scorer()(lm, jnp.asarray(ids))), [want], rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_mode_lm_writes_a_model_of_the_runs_target_pieces(ar_run, tmp_path):
+    """`--mode lm` on a trained run: an ARPA file of eval.lm_order whose words are the run's target pieces, every
+    distribution summing to 1; without --output, one line and exit 2; the AR model refuses eval.lm in one line."""
+    import sys
+
+    from jaxnat.data.tokenizer import Tokenizer
+    from tests import cli
+
+    out = tmp_path / "lm.arpa"
+    run = functools.partial(cli.run, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                            env=dict(os.environ, JAX_PLATFORMS="cpu"))
+    base = [sys.executable, "-m", "jaxnat.main", "--workdir", str(ar_run)]
+    result = run([*base, "--mode", "lm", "--output", str(out), "--config.eval.lm_order=3"])
+    assert result.returncode == 0, result.stderr
+    assert "a 3-gram model of" in result.stdout
+    grams = ref.read(str(out))
+    tokenizer = Tokenizer.load(str(ar_run))
+    pieces = {tokenizer.id_to_piece(i, "tgt") for i in range(tokenizer.vocab_size("tgt"))}
+    words = {g[0] for g in grams if g is not None and len(g) == 1}
+    assert grams[None] == 3 and words - {"<s>", "</s>", "<unk>"} <= pieces and len(words) > 10
+    vocab = sorted(words - {"<s>"})
+    for context in [("<s>",), ("<s>", sorted(pieces)[7]), tuple(vocab[:2])]:
+        assert math.fsum(10 ** ref.logp(grams, context, w) for w in vocab) == pytest.approx(1.0, abs=1e-5)
+    missing = run([*base, "--mode", "lm"])
+    assert missing.returncode == 2 and missing.stderr.strip().count("\n") == 0 and "--output FILE" in missing.stderr
+    refused = run([*base, "--mode", "translate", f"--config.eval.lm={out}"], input="a b\n")
+    assert refused.returncode == 2 and "does not take an n-gram language model (eval.lm)" in refused.stderr

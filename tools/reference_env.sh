@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds .refenv/ (ignored by git): a separate virtual environment holding the reference implementations that make
 # test fixtures and run side-by-side benchmarks: fairseq 0.12.2 (AR Transformer, CMLM, LevT, vanilla NAT,
-# constrained beam search) and Hugging Face transformers (MarianMTModel, OPUS-MT, and the converter of Marian's own
-# checkpoints), on CPU PyTorch. It is never a
+# constrained beam search), Hugging Face transformers (MarianMTModel, OPUS-MT, and the converter of Marian's own
+# checkpoints), on CPU PyTorch, and KenLM's query module. It is never a
 # dependency of jaxnat itself: nothing in jaxnat, its extras or its tests may import torch, fairseq or transformers.
 # The conventions that differ between fairseq and jaxnat: ../shared/docs/reference-setup.md (from the checkout).
 #
@@ -125,6 +125,9 @@ if ! echo "$transformers_sdist_sha256  $converter_sdist" | sha256sum -c --status
 fi
 tar -xzf "$converter_sdist" -C "$src" --strip-components=5 \
   transformers-4.46.3/src/transformers/models/marian/convert_marian_to_pytorch.py
+# KenLM's Python module (queries only: tools/make_ngram_fixture.py scores jaxnat's ARPA files with it), built from
+# PyPI's sdist
+"${pip[@]}" kenlm==0.3.0 >"$log" 2>&1 || { cat "$log" >&2; echo "error: building kenlm failed" >&2; exit 1; }
 site=$("$env/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 echo "$src/fairseq-0.12.2" >"$site/fairseq-0.12.2-src.pth"
 
