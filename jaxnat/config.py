@@ -239,8 +239,8 @@ def default_config() -> ml_collections.ConfigDict:
         # eval.params chooses
         ensemble="",
         # decoding: an n-gram language model of target pieces (an ARPA file, plain or .gz: KenLM's lmplz, or
-        # --mode lm) whose score the beam search adds (shallow fusion; models that take it: `Supports.lm`, with
-        # their own weight, e.g. dat.lm_weight); '' (off)
+        # --mode lm) whose score the beam search adds (shallow fusion; models that take it: `Supports.lm`, each
+        # with a weight in its own section: docs/language_models.md); '' (off)
         lm="",
         # --mode lm: the order of the n-gram model it estimates from the training targets
         lm_order=4,

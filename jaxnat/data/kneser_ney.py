@@ -29,7 +29,7 @@ from jaxnat.errors import DataError
 
 log = logging.getLogger(__name__)
 
-BOS_WORD, EOS_WORD, UNK_WORD = "<s>", "</s>", "<unk>"
+BOS_WORD, EOS_WORD, UNK_WORD = "<s>", "</s>", "<unk>"  # an ARPA model's sentence ends and unknown word
 FALLBACK = (0.5, 1.0, 1.5)
 NEVER = -99.0  # log10 P(<s>): never predicted (the value ARPA files hold)
 

@@ -29,10 +29,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
+from jaxnat.data.kneser_ney import BOS_WORD, EOS_WORD, UNK_WORD
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.errors import DataError
 
-BOS_WORD, EOS_WORD, UNK_WORD = "<s>", "</s>", "<unk>"
 UNK_LOGP = -100.0  # log10 P(<unk>) where a file has no <unk> (KenLM's value)
 LN10 = float(np.log(10.0))  # ln P = LN10 · log10 P
 _SPACES = " \t\r\n"  # what separates an ARPA line's fields and words (KenLM's)
