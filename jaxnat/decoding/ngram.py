@@ -22,7 +22,9 @@ written for NumPy and jax.numpy alike); the file is data, read line by line, nev
 
 from __future__ import annotations
 
+import functools
 import gzip
+import os
 
 import jax
 import jax.numpy as jnp
@@ -218,9 +220,19 @@ def _slots(grams: np.ndarray, tables: list) -> np.ndarray:
 
 
 def read_arpa(path: str, pieces: list[str]) -> NgramLM:
-    """The ARPA file at ``path`` (plain or .gz) as device tables for the target vocabulary ``pieces``."""
+    """The ARPA file at ``path`` (plain or .gz) as device tables for the target vocabulary ``pieces``; read once
+    while the file is unchanged (an evaluation's translators of each sweep value share it)."""
+    try:
+        stat = os.stat(path)
+    except OSError as e:
+        raise DataError(f"cannot read the language model {path}: {e.strerror}") from None
+    return _read(os.path.realpath(path), stat.st_mtime_ns, stat.st_size, tuple(pieces))
+
+
+@functools.lru_cache(maxsize=2)
+def _read(path: str, mtime_ns: int, size: int, pieces: tuple) -> NgramLM:
     words, orders = parse_arpa(path)
-    return build(words, orders, pieces)
+    return build(words, orders, list(pieces))
 
 
 def start(lm: NgramLM, shape: tuple) -> jax.Array:
