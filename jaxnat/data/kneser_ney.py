@@ -89,14 +89,12 @@ def estimate(sentences: Iterable[list[str]], order: int) -> list[dict]:
                  + gamma[gram[:-1]] * (below[gram[1:]] if k > 1 else 1.0 / size) for gram, count in counts.items()}
         if k == 1:
             probs.setdefault((UNK_WORD,), gamma[()] / size)
-        else:  # this order's contexts: their back-off weights belong to the order below's entries
-            if k == 2:
-                out[0][(BOS_WORD,)] = (NEVER, None)
-            for h, g in gamma.items():
-                out[-1][h] = (out[-1][h][0], math.log10(g))
+        for h, g in gamma.items() if k > 1 else ():  # the contexts' back-offs, on the order below's entries
+            out[-1][h] = (out[-1][h][0], math.log10(g))
         out.append({gram: (math.log10(p), None) for gram, p in probs.items()})
+        if k == 1:  # <s>: never predicted; a context (its back-off) from the bigrams on
+            out[0][(BOS_WORD,)] = (NEVER, None)
         below = probs
-    out[0].setdefault((BOS_WORD,), (NEVER, None))
     return out
 
 
