@@ -82,6 +82,20 @@ def test_kenlm_reads_the_fixture_as_jaxnat_does():
     np.testing.assert_allclose(got, fixture["kenlm"], rtol=1e-5, atol=1e-4)
 
 
+def test_the_estimate_is_kenlms(tmp_path):
+    """tests/data/ngram/: `--mode lm`'s Kneser-Ney estimate of corpus.txt is KenLM's (`lmplz -o 3`, lmplz.arpa): the
+    same n-grams, their log-probabilities and back-offs within the files' 7 digits (but <s>'s own log-probability,
+    never used: −99 here, 0 in lmplz's)."""
+    with open(os.path.join(FIXTURE, "corpus.txt"), encoding="utf-8") as f:
+        corpus = [line.split(" ") if line.strip() else [] for line in f.read().splitlines()]
+    write_arpa(str(tmp_path / "lm.arpa"), estimate(corpus, 3))
+    ours, kenlm = ref.read(str(tmp_path / "lm.arpa")), ref.read(os.path.join(FIXTURE, "lmplz.arpa"))
+    assert set(ours) == set(kenlm)
+    for gram in set(ours) - {None, ("<s>",)}:
+        assert ours[gram] == pytest.approx(kenlm[gram], abs=2e-6), gram
+    assert ours[("<s>",)][1] == pytest.approx(kenlm[("<s>",)][1], abs=2e-6)
+
+
 @pytest.mark.parametrize("text, message", [
     ("no arpa here\n", "no ARPA language model"),
     ("\\data\\\nngram 1=2\n\n\\1-grams:\n-1\t</s>\n\n\\end\\\n", "announces 2 1-grams, the file has 1"),

@@ -5,7 +5,10 @@ tools/reference_env.sh installs) runs in the reference environment, as a child p
 
     .venv/bin/python tools/make_ngram_fixture.py [--refenv .refenv]
 
-Deterministic: rerun, it rewrites the same files byte for byte.
+Deterministic: rerun, it rewrites the same files byte for byte. It also writes the corpus, corpus.txt (a sentence a
+line); lmplz.arpa beside it is KenLM's own estimate of that corpus, `lmplz -o 3 --discount_fallback < corpus.txt`
+(KenLM's builder compiled by hand from its sources: no script here builds it), which tests/test_ngram.py requires
+`--mode lm`'s estimate to equal.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ def main(argv=None) -> int:
     # a skewed corpus, so that every order has counts of counts 1 … 4 (no fallback discounts)
     corpus = [[rng.choice(words[:rng.randint(2, 12)]) for _ in range(rng.randint(0, 10))] for _ in range(300)]
     os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "corpus.txt"), "w", encoding="utf-8") as f:
+        f.writelines(" ".join(words) + "\n" for words in corpus)
     path = os.path.join(OUT, "lm.arpa")
     write_arpa(path, estimate(corpus, 3))
     pieces = ["<pad>", "<s>", "</s>", "<unk>", "<plh>", "<mask>", *words, "never_seen"]
