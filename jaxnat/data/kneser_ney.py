@@ -92,6 +92,7 @@ def estimate(sentences: Iterable[list[str]], order: int) -> list[dict]:
         for h, g in gamma.items() if k > 1 else ():  # the contexts' back-offs, on the order below's entries
             out[-1][h] = (out[-1][h][0], math.log10(g))
         out.append({gram: (math.log10(p), None) for gram, p in probs.items()})
+        log.info("language model: %d %d-grams, discounts %s", len(probs), k, ", ".join(f"{x:.3f}" for x in d))
         if k == 1:  # <s>: never predicted; a context (its back-off) from the bigrams on
             out[0][(BOS_WORD,)] = (NEVER, None)
         below = probs
