@@ -153,8 +153,8 @@ def test_overrides_are_typed():
         (["--config.editor.hard_mode=paper"], "editor.hard_mode is set, but model.name is 'ar'"),
         (["--config.model.name=editor", "--config.eval.beam_size=1", "--config.eval.oracle=deletion"],
          "model 'editor' does not take oracle decoding 'deletion' (asked by eval.constraints, eval.trace_sentences, "
-         "eval.beam_size, eval.valid_beam_size, eval.nbest, eval.ensemble, eval.alignment or eval.oracle; oracle modes "
-         "of 'editor': none)"),
+         "eval.beam_size, eval.valid_beam_size, eval.nbest, eval.ensemble, eval.alignment, eval.lm or eval.oracle; "
+         "oracle modes of 'editor': none)"),
         (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.eval.ensemble=runs/a,runs/b"],
          "model 'cmlm' does not take ensembles (eval.ensemble) (asked by"),
         (["--config.model.name=nat", "--config.eval.beam_size=1", "--config.eval.valid_beam_size=4"],
@@ -209,7 +209,7 @@ def test_overrides_are_typed():
         (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.eval.nbest=2"],
          "model 'cmlm' does not take n-best lists (nbest 2): it keeps one output per sentence (asked by "
          "eval.constraints, eval.trace_sentences, eval.beam_size, eval.valid_beam_size, eval.nbest, eval.ensemble, "
-         "eval.alignment or eval.oracle"),
+         "eval.alignment, eval.lm or eval.oracle"),
         # EDITOR's reposition (and DA-Transformer's and CTC's best paths) place hard constraints in any order
         (["--config.model.name=editor", "--config.eval.beam_size=1", "--config.eval.constraint_order=given"],
          "eval.constraint_order=given: model 'editor' places hard constraints in any order"),
@@ -408,7 +408,7 @@ def test_cli_errors_are_one_line_exit_2(tmp_path, args, message):
         (["--config", CONFIG, "--workdir", "W", "--input", "FILE", "--output", "o.jsonl"],
          "--input is for --mode translate or score, not --mode train"),
         (["--config", CONFIG, "--workdir", ".", "--mode", "eval", "--output", "o"],
-         "--output is for --mode translate or score or distill, not --mode eval"),
+         "--output is for --mode translate or score or distill or lm, not --mode eval"),
         (["--config", CONFIG, "--workdir", ".", "--mode", "translate", "--from", "fairseq:m.pt"],
          "--from is for --mode import, not --mode translate"),
         (["--config", CONFIG, "--workdir", ".", "--mode", "translate", "--port", "8080"],
