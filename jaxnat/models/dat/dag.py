@@ -226,7 +226,7 @@ def compact(values: jax.Array, keep: jax.Array, fill) -> jax.Array:
 def beam_search(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: jax.Array, eos: jax.Array,
                 n_vertices: jax.Array, width: int, beam: int, alpha: float, limit: jax.Array | None = None,
                 nbest: int = 1, lm: ngram.NgramLM | None = None, gamma: float = 0.0):
-    """Beam search over token prefixes of the DAG (DA-Transformer's beam search without its n-gram LM): a
+    """Beam search over token prefixes of the DAG (DA-Transformer's beam search; its n-gram LM below): a
     hypothesis is a prefix ending at a vertex, scored by the log-sum over every path that emits it there, so the
     search looks for argmax_y log P(y | x) / M^α (M = |y| with BOS and EOS), summing paths, not the single best
     path (`joint_viterbi`). Each step extends every hypothesis by one vertex j and one of j's top tokens; the
