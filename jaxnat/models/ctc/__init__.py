@@ -35,8 +35,9 @@ def defaults() -> dict:
         # soft constraints: the log-probability bonus per piece of each phrase the best path places
         soft_bonus=1.0,
         # prefix beam search with eval.lm (an n-gram LM of target pieces): prefixes ranked by log P + lm_weight ·
-        # ln P_lm + lm_bonus · |prefix| (shallow fusion: α and β of Gu & Kong's ctcdecode)
-        lm_weight=0.5, lm_bonus=0.0,
+        # ln P_lm + lm_bonus · |prefix| (shallow fusion: α and β of Gu & Kong's ctcdecode; the best of those tried on
+        # Multi30k's validation split, docs/language_models.md: without the bonus the LM's cost shortens outputs)
+        lm_weight=0.3, lm_bonus=1.5,
     )
 
 
