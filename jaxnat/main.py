@@ -69,7 +69,8 @@ def parse_args(argv):
     parser.add_argument("--mode", choices=MODES, default="train")
     parser.add_argument("--input", help="translate, score: input file (default stdin)")
     parser.add_argument("--output",
-                        help="translate, score: output file (default stdout); distill: output directory (required)")
+                        help="translate, score: output file (default stdout); distill: output directory (required); "
+                             "lm: the ARPA file (required)")
     parser.add_argument("--from", dest="source", metavar="FORMAT:PATH",
                         help="import: the model to import, fairseq:FILE.pt, marian:DIR (Hugging Face's or a "
                              "Marian release's), marian:FILE.npz, nllb:DIR, m2m100:DIR, mbart50:DIR (Hugging "
