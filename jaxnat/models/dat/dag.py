@@ -289,8 +289,9 @@ def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha, nb
             best, idx = jax.lax.top_k(cand, beam)
         else:  # the K · C best by the graph, then the K best with the LM's score added
             best, idx = jax.lax.top_k(cand, min(beam * C, cand.shape[0]))
-            lm_lp, lm_state = ngram.advance(lm, fused[0][idx // (L * C)], top_tok[(idx // C) % L, idx % C])
-            with_lm = fused[1][idx // (L * C)] + gamma * lm_lp
+            parent = idx // (L * C)
+            lm_lp, lm_state = ngram.advance(lm, fused[0][parent], top_tok[(idx // C) % L, idx % C])
+            with_lm = fused[1][parent] + gamma * lm_lp
             pick = jax.lax.top_k(jnp.where(best > NEG, best + with_lm, NEG), beam)[1]
             best, idx, fused = best[pick], idx[pick], (lm_state[pick], with_lm[pick])
         src, j, c = idx // (L * C), (idx // C) % L, idx % C
