@@ -764,8 +764,9 @@ def _recorded(recorded: dict, key: str, default=_UNKNOWN):
 
 def _sectioned(recorded: dict) -> dict:
     """A recorded config.json in today's layout: one written before the family sections had each family's keys
-    in the shared sections; they move to the run's family's section (`Family.moved`), and the other families'
-    (defaults there, meaningless in that run) are dropped."""
+    in the shared sections; they move to the run's family's section (`Family.moved`). The sections of the families
+    the run did not read (their defaults then, meaningless in that run) are dropped, so that today's defaults
+    stand there."""
     out = {section: dict(values) for section, values in recorded.items() if isinstance(values, dict)}
     name = out.get("model", {}).get("name")
     read = {f.name for f in models.lineage(name)} if name in models.names() else set()
@@ -776,6 +777,10 @@ def _sectioned(recorded: dict) -> dict:
                 out[section].pop(key, None)
                 if family.name in read and new not in out.get(family.name, {}):
                     out.setdefault(family.name, {})[new] = recorded[section][key]
+    if read:  # the sections of the families the run never read held the defaults of its day, which may have moved
+        for family in models.names():
+            if family not in read:
+                out.pop(family, None)
     return out
 
 

@@ -522,6 +522,15 @@ def test_a_run_older_than_a_model_key_keeps_what_it_meant(tmp_path):
                                           r"model.separate_positions=True \(trained: False\)"):
         check_matches_workdir(build_config(os.path.join(ROOT, "configs/cmlm/demo.py"), []), str(tmp_path))
     assert workdir_config(str(tmp_path)).model.scale_embeddings is True
+    # another family's section records its defaults of the run's day: today's stand there, so that a run trained
+    # before a default of a family it never read changed still loads and decodes (a DA-Transformer run of before
+    # ctc.lm_bonus's default moved)
+    dat = build_config(os.path.join(ROOT, "configs/dat/demo.py"), []).to_dict()
+    dat["ctc"]["lm_bonus"] = dat["ctc"]["lm_bonus"] + 1.0
+    (tmp_path / "config.json").write_text(json.dumps(dat))
+    config = workdir_config(str(tmp_path))
+    assert config.ctc.lm_bonus == default_config().ctc.lm_bonus
+    validate(config)
 
 
 @pytest.mark.parametrize("family", ["ar", "levt", "editor", "cmlm", "nat", "vecconst"])
