@@ -168,3 +168,42 @@ def constrained_best(links, emit, allowed, n: int, width: int, beta: float, phra
             elif value >= best - 1e-4:
                 found[(p, toks)] = raw
     return best, found
+
+
+def sample_candidates(links, emit, allowed, n: int, top: int, temperature: float, i: int, forced: bool) -> dict:
+    """{(j, token): log-probability}: what a sampled path at vertex i draws its next vertex j and j's token from,
+    before any cut: the transitions of i divided by the temperature and renormalised, plus log P(token | j) of j's
+    ``top`` best allowed tokens, n − 1 emitting EOS alone; with ``forced`` (the output's last slot) only n − 1."""
+    tempered = {j: float(links[i, j]) / temperature for j in range(i + 1, n)}
+    norm = logsumexp(tempered.values())
+    out = {}
+    for j, value in tempered.items():
+        if j == n - 1:
+            out[(j, EOS)] = value - norm + float(emit[j, EOS])
+        elif not forced:
+            order = [int(t) for t in np.argsort(-np.where(allowed, emit[j], -np.inf), kind="stable") if allowed[t]]
+            for t in order[:top]:
+                out[(j, t)] = value - norm + float(emit[j, t])
+    return out
+
+
+def sample_distribution(links, emit, allowed, n: int, limit: int, top: int, temperature: float, cut) -> dict:
+    """{(path, tokens): probability} of every (path, inner tokens) a sampled path can take: at each vertex the
+    candidates of `sample_candidates` cut by ``cut`` (candidates' log-probabilities → the bool mask kept), the kept
+    ones renormalised; a path at slot limit − 1 is forced to n − 1."""
+    out: dict = {}
+
+    def walk(path, tokens, prob):
+        if path[-1] == n - 1:
+            out[(tuple(path), tuple(tokens))] = out.get((tuple(path), tuple(tokens)), 0.0) + prob
+            return
+        cands = sample_candidates(links, emit, allowed, n, top, temperature, path[-1], len(path) == limit - 1)
+        keys = list(cands)
+        kept = cut(np.array([cands[k] for k in keys]))
+        weights = np.where(kept, np.exp(np.array([cands[k] for k in keys], np.float64)), 0.0)
+        for (j, t), w in zip(keys, weights / weights.sum()):
+            if w > 0:
+                walk(path + [j], tokens + ([t] if j != n - 1 else []), prob * w)
+
+    walk([0], [], 1.0)
+    return out

@@ -193,7 +193,7 @@ def test_overrides_are_typed():
         (["--config.eval.top_p=0.9"], "eval.top_p=0.9 acts only with eval.sampling set, and eval.sampling is false: "
                                       "set --config.eval.sampling=true, or --config.eval.top_p=1.0"),
         (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.eval.sampling=true"],
-         "eval.sampling=true is not read by model 'cmlm' (only by: ar, vecconst)"),
+         "eval.sampling=true is not read by model 'cmlm' (only by: ar, dat, vecconst)"),
         (["--config.eval.sampling=true", "--config.eval.constraints=hard"],
          "eval.sampling=true samples without constraints, and eval.constraints asks for hard ones"),
         (["--config.eval.sampling=true", "--config.eval.top_p=0"], "eval.top_p must be in (0, 1], got 0"),

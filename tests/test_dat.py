@@ -17,6 +17,7 @@ from hypothesis import example, given, settings, strategies as st
 from jaxnat.config import build_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding.request import DecodeRequest
+from jaxnat.decoding.search import Sampling, sample_keys
 from jaxnat.errors import ConfigError
 from jaxnat.models import build_model
 from jaxnat.models.dat import dag, glancing
@@ -25,6 +26,7 @@ from jaxnat.models.dat.constrained import constrained_decode
 from jaxnat.models.dat.model import (Decoding, allowed_tokens, decode_graph, graph_sizes, max_vertices, output_capacity,
                                      output_limits)
 from tests import dat_reference as ref
+from tests.sampling_reference import python_truncate
 
 B, L, T, V = 2, 8, 6, 9          # V = 9: the inner vertices choose among UNK and ids 6, 7, 8
 SETTINGS = settings(max_examples=12, deadline=None, derandomize=True)
@@ -136,7 +138,7 @@ def test_a_path_longer_than_the_capacity_jumps_to_the_end():
 W = 6  # output capacity of the decoding tests: shorter than the longest paths, so the cap is exercised
 
 
-@pytest.mark.parametrize("strategy", ["lookahead", "viterbi", "beam", "hard"])
+@pytest.mark.parametrize("strategy", ["lookahead", "viterbi", "beam", "hard", "sample"])
 def test_a_rows_limit_decodes_it_as_a_request_of_that_width(strategy):
     """A row decoded at its own output capacity (``limit``) inside a wider request (a batch beside longer sources or
     constraint sets) gives what a request of that width gives it alone: its tokens, scores and counts. The graphs
@@ -145,21 +147,25 @@ def test_a_rows_limit_decodes_it_as_a_request_of_that_width(strategy):
     links = np.where(np.isfinite(links), links - 2.0 * np.abs(np.arange(L)[None, :, None] + 1 - np.arange(L)), links)
     links = np.asarray(jax.nn.log_softmax(jnp.asarray(links), axis=2))
     n = np.asarray([L, L], np.int32)
-    options = Decoding(strategy if strategy != "hard" else "viterbi", 1.0, 1.0, 1.1, 3, True, 1.0)
+    sampling = Sampling(1.5) if strategy == "sample" else None
+    options = Decoding(strategy if strategy in ("lookahead", "viterbi", "beam") else "viterbi", 1.0, 1.0, 1.1, 3, True,
+                       1.0, sampling=sampling)
     phrases = np.asarray([[[6, 8]]] * B, np.int32) if strategy == "hard" else None
     hard = np.ones(B, bool) if strategy == "hard" else None
+    keys = sample_keys(jax.random.split(jax.random.PRNGKey(3), B), 2) if sampling else None
 
     @functools.partial(jax.jit, static_argnums=0)
     def decode(width, limit):
         return decode_graph(jnp.asarray(emit), jnp.asarray(links), jnp.asarray(n), width, options,
-                            2 if strategy == "beam" else 1, phrases, hard, limit=jnp.asarray(limit, jnp.int32))
+                            1 if strategy in ("lookahead", "viterbi", "hard") else 2, phrases, hard,
+                            limit=jnp.asarray(limit, jnp.int32), nbest=2 if sampling else 1, keys=keys)
 
     width = 4
     wide, alone = jax.device_get((decode(W, [width] * B), decode(width, [width] * B)))
     if strategy in ("lookahead", "beam"):  # the limit binds (Viterbi's length penalty may stop short)
         assert np.all(alone["decoded"] == width - 2)
     for key, value in alone.items():
-        np.testing.assert_array_equal(wide[key][:, :width] if np.ndim(value) > 1 else wide[key], value, err_msg=key)
+        np.testing.assert_array_equal(wide[key][..., :width] if np.ndim(value) > 1 else wide[key], value, err_msg=key)
     assert not np.any(wide["tokens"][:, width:])
 
 
@@ -303,6 +309,74 @@ def test_a_narrow_beam_never_extends_into_the_last_vertex():
     tokens, _, _ = search(links, top_tok, top_lp, np.zeros(1, np.float32), np.log(np.full(1, 0.01, np.float32)),
                           np.asarray([4], np.int32), 4, 1, 1.1)
     assert np.asarray(tokens).tolist() == [[[BOS_ID, 6, EOS_ID, 0]]]
+
+
+@functools.lru_cache(maxsize=None)
+def _sampler(sampling: Sampling, top: int, k: int):
+    allowed = allowed_tokens(V)
+
+    def run(links, emit, n, limit, seed):
+        tok, scores, bos = dag.vertex_scores(emit, n, allowed)
+        top_lp, top_tok = jax.lax.top_k(jnp.where(allowed, emit, dag.NEG), top)
+        eos = jnp.take_along_axis(emit[..., EOS_ID], (n - 1)[:, None], 1)[:, 0]
+        keys = sample_keys(jax.random.split(jax.random.PRNGKey(seed), B), k)
+        return dag.sample_paths(links, top_tok.astype(jnp.int32), top_lp, bos, eos, n, W, keys, sampling, limit)
+
+    return jax.jit(run)
+
+
+@SETTINGS
+@given(rows=sizes, seed=st.integers(0, 10**6),
+       sampling=st.sampled_from([Sampling(), Sampling(0.7, 3, 0.9, 0.02), Sampling(top_k=1)]))
+def test_sampled_paths_step_inside_the_cut_and_are_scored_by_the_model(rows, seed, sampling):
+    """Every sampled path runs 0 → n − 1 within its row's limit (the second row's 4: forced to n − 1 at its last
+    slot), each (vertex, token) step one the reference's cut keeps (its candidates: the tempered transitions plus
+    the vertex's 2 best tokens, n − 1 emitting EOS); the tokens are BOS, the vertices' tokens, EOS, then PAD, each
+    scored by log P(token | vertex), the sample by the model's own untempered log P(y, a | x). With top_k = 1 every
+    sample is the reference's most probable step at each vertex, whatever the key."""
+    n = n_of(rows)
+    links, emit = graph(seed, n)
+    limit = np.asarray([W, 4], np.int32)
+    tokens, score, token_lp, path = jax.device_get(_sampler(sampling, 2, 3)(links, emit, n, limit, seed))
+    allowed = np.asarray(allowed_tokens(V))
+    for b in range(B):
+        for k in range(3):
+            p = [int(v) for v in path[b, k] if v >= 0]
+            assert p[0] == 0 and p[-1] == n[b] - 1 and len(p) <= limit[b] and np.all(path[b, k, len(p):] == -1)
+            toks = [int(t) for t in tokens[b, k, :len(p)]]
+            assert toks[0] == BOS_ID and toks[-1] == EOS_ID and np.all(tokens[b, k, len(p):] == PAD_ID)
+            want = float(emit[b, 0, BOS_ID])
+            for slot, (i, j, t) in enumerate(zip(p, p[1:], toks[1:]), start=1):
+                cands = ref.sample_candidates(links[b], emit[b], allowed, n[b], 2, sampling.temperature, i,
+                                              slot == limit[b] - 1)
+                order = list(cands)
+                kept = python_truncate(np.array([cands[c] for c in order]), 1.0, sampling.top_k, sampling.top_p,
+                                       sampling.epsilon)
+                assert kept[order.index((j, t))], (b, k, p, toks)
+                if sampling.top_k == 1:
+                    assert (j, t) == max(cands, key=cands.get)
+                want += float(links[b, i, j]) + float(emit[b, j, t])
+                np.testing.assert_allclose(token_lp[b, k, slot], 0.0 if t == EOS_ID else emit[b, j, t], atol=1e-5)
+            np.testing.assert_allclose(score[b, k], want, rtol=1e-5, atol=1e-4)
+
+
+def test_paths_are_drawn_in_proportion_to_their_probabilities():
+    """4096 samples of one graph (5 vertices, each inner one's 2 best tokens): every (path, tokens) outcome's share
+    within 0.03 of its probability by the reference's enumeration (about 4 standard deviations at p = 1/2; the keys
+    are fixed, so the test is deterministic), at temperatures 1 and 3 (the transitions tempered, not the tokens)."""
+    n = np.asarray([5, 5], np.int32)
+    links, emit = graph(11, n, scale=1.0)
+    allowed = np.asarray(allowed_tokens(V))
+    limit = np.asarray([W, W], np.int32)
+    for temperature in (1.0, 3.0):
+        tokens, _, _, path = jax.device_get(_sampler(Sampling(temperature), 2, 4096)(links, emit, n, limit, 0))
+        want = ref.sample_distribution(links[0], emit[0], allowed, 5, W, 2, temperature,
+                                       lambda x: np.isfinite(x))
+        got: dict = {}
+        for p, t in zip(path[0], tokens[0]):
+            key = (tuple(int(v) for v in p if v >= 0), tuple(int(x) for x in t if x not in (PAD_ID, BOS_ID, EOS_ID)))
+            got[key] = got.get(key, 0) + 1 / 4096
+        assert set(got) <= set(want) and max(abs(got.get(o, 0.0) - q) for o, q in want.items()) < 0.03, temperature
 
 
 @functools.lru_cache(maxsize=None)
@@ -545,6 +619,10 @@ def test_config_errors_are_one_line():
                                (["--config.eval.iteration_sweep=1,3"], r"eval.iteration_sweep \(3\) must be at most"),
                                (["--config.train.label_smoothing=0.1"], "no label smoothing"),
                                (["--config.eval.lm=lm.arpa"], "eval.lm is fused into the beam search"),
+                               (["--config.eval.sampling=true", "--config.dat.decode=beam", "--config.eval.lm=lm.arpa"],
+                                "eval.sampling=true samples in its place"),
+                               (["--config.eval.sampling=true", "--config.eval.constraints=soft"],
+                                "eval.sampling=true samples without constraints"),
                                (["--config.dat.glance_end=0.9"], "must not exceed dat.glance_start"),
                                (["--config.dat.links=heads"], "links"),
                                # a graph of 1 vertex decoded rows without EOS; of 2, empty ones
@@ -554,6 +632,8 @@ def test_config_errors_are_one_line():
     # the family's default of eval.beam_size: 1, where neither the config file nor the command line sets it
     demo = build_config("configs/dat/demo.py", [])
     assert demo.eval.beam_size == 1 and demo.train.label_smoothing == 0  # the DAG loss takes none
+    # eval.beam_size is the samples a sentence draws with eval.sampling=true, whatever dat.decode
+    assert build_config(TINY, BASE + ["--config.eval.sampling=true", "--config.eval.beam_size=4"]).eval.beam_size == 4
 
 
 @pytest.mark.slow
@@ -572,8 +652,9 @@ def test_a_run_whose_graphs_hold_no_target_stops_with_one_line(tmp_path):
 def test_tiny_model_trains_glances_and_decodes_through_its_spec(tmp_path):
     """Train a tiny DA-Transformer on two pairs through ModelSpec.loss (the update's number anneals the glancing
     ratio; the first pass's alignment is a best path of its graph; the glanced count is as specified); the loss
-    falls; every strategy decodes the pairs learned through ModelSpec.generate, the beam with an n-gram LM of the
-    targets in the request's extras too; a constrained request holds its hard phrases."""
+    falls; every strategy and sampling's most probable steps decode the pairs learned through ModelSpec.generate,
+    the beam with an n-gram LM of the targets in the request's extras too; a constrained request holds its hard
+    phrases."""
     config = build_config(TINY, BASE + ["--config.dat.glance_steps=20", "--config.model.dropout=0"])
     spec = build_model(config, 24, 24)
     # host arrays: the checks index them in Python loops, and an eager index of a device array compiles a program
@@ -636,21 +717,27 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec(tmp_path):
     assert int(np.sum(aux["chosen"])) > 0
     assert not np.allclose(aux["logits"], aux["first_logits"], atol=1e-4)
 
-    for decode, beam in (("greedy", 1), ("lookahead", 1), ("viterbi", 1), ("beam", 4)):
-        s = build_model(build_config(TINY, BASE + [f"--config.dat.decode={decode}",
-                                                   f"--config.eval.beam_size={beam}"]), 24, 24)
-        assert s.supports.beam == (decode == "beam")  # what a Translator and bench/decode_speed.py ask of it
-        out = jax.jit(s.generate)(params, DecodeRequest(batch["src"], max_out=8, beam_size=beam))
+    learned = [[1, 17, 18, 19, 2, 0, 0, 0], [1, 21, 22, 2, 0, 0, 0, 0]]
+    # the most probable step at each vertex (top_k = 1): each of the 2 samples the pairs learned
+    for decode, beam, more in (("greedy", 1, []), ("lookahead", 1, []), ("viterbi", 1, []),
+                               ("lookahead", 2, ["--config.eval.sampling=true", "--config.eval.top_k=1"]),
+                               ("beam", 4, [])):
+        s = build_model(build_config(TINY, BASE + [f"--config.dat.decode={decode}", f"--config.eval.beam_size={beam}"]
+                                     + more), 24, 24)
+        assert s.supports.beam == (decode == "beam" or bool(more))  # what a Translator and bench/decode_speed.py ask
+        out = jax.jit(s.generate)(params, DecodeRequest(batch["src"], max_out=8, beam_size=beam, nbest=beam))
         tokens = np.asarray(out["tokens"])
         assert tokens.shape == (2, 8) and np.all(tokens[:, 0] == 1)
-        assert tokens.tolist() == [[1, 17, 18, 19, 2, 0, 0, 0], [1, 21, 22, 2, 0, 0, 0, 0]]
+        assert tokens.tolist() == learned
+        if more:
+            assert np.asarray(out["nbest_tokens"]).tolist() == [[row] * 2 for row in learned]
     from jaxnat.data.kneser_ney import estimate, write_arpa
     from jaxnat.decoding import ngram
 
     write_arpa(str(tmp_path / "lm.arpa"), estimate([["t17", "t18", "t19"], ["t21", "t22"]], 3))
     lm = ngram.read_arpa(str(tmp_path / "lm.arpa"), ["<pad>", "<s>", "</s>", "<unk>"] + [f"t{i}" for i in range(4, 24)])
     out = jax.jit(s.generate)(params, DecodeRequest(batch["src"], max_out=8, beam_size=4, extras={"lm": lm}))
-    assert np.asarray(out["tokens"]).tolist() == [[1, 17, 18, 19, 2, 0, 0, 0], [1, 21, 22, 2, 0, 0, 0, 0]]
+    assert np.asarray(out["tokens"]).tolist() == learned
     phrases = jnp.asarray([[[21, 22], [0, 0]], [[17, 0], [19, 0]]], jnp.int32)
     out = jax.jit(spec.generate)(params, DecodeRequest(batch["src"], constraints=phrases,
                                                        hard=jnp.asarray([True, True]), max_out=8))

@@ -261,6 +261,13 @@ class Sampling:
     seed: int = 0
 
 
+def sampling_of(eval_cfg) -> Sampling | None:
+    """The run's `Sampling` (eval.sampling and its settings), or None: its decoders search."""
+    if not eval_cfg.sampling:
+        return None
+    return Sampling(eval_cfg.temperature, eval_cfg.top_k, eval_cfg.top_p, eval_cfg.epsilon, eval_cfg.sample_seed)
+
+
 def truncate(logp: jnp.ndarray, sampling: Sampling) -> jnp.ndarray:
     """logp: float32[N, V], a step's restricted log-probabilities (-inf for barred ids) → the logits sampled from:
     divided by the temperature, -inf outside the kept tokens (`Sampling`). A token tied with the last one kept
@@ -292,12 +299,17 @@ def source_keys(src: jnp.ndarray, seed: int) -> jnp.ndarray:
     return jax.vmap(lambda x: jax.random.fold_in(jax.random.PRNGKey(seed), x))(h)
 
 
+def sample_keys(keys: jnp.ndarray, k: int) -> jnp.ndarray:
+    """keys: uint32[B, 2], a sentence's (`source_keys`) → uint32[B, K, 2], the key of each of its K samples."""
+    return jax.vmap(lambda key: jax.vmap(lambda j: jax.random.fold_in(key, j))(jnp.arange(k)))(keys)
+
+
 def _sample(tokens_to_logprobs, cache, max_len, k: int, length_penalty, max_out: int, rules: str,
             sampling: Sampling, keys: jnp.ndarray, nbest: int) -> dict:
     """K samples a sentence (rows b · K + j), each scored as a search's output is (the model's log-probabilities,
     not the truncated ones); ranked by score, the best first (`ranked_result`). keys: uint32[B, 2] (`source_keys`)."""
     batch = max_len.shape[0]
-    row_keys = jax.vmap(jax.random.fold_in)(jnp.repeat(keys, k, axis=0), jnp.tile(jnp.arange(k), batch))
+    row_keys = sample_keys(keys, k).reshape(batch * k, -1)
 
     def pick(logp, index):
         step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(row_keys, index)

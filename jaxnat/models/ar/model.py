@@ -22,7 +22,7 @@ from jaxnat.decoding.constrained import constrained_search
 from jaxnat.decoding.completion import spell
 from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.decoding.search import (Sampling, ar_search, ensembled, force_prefix, forced_result, mean_probability,
-                                    source_keys)
+                                    sampling_of, source_keys)
 from jaxnat.errors import ConfigError
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import next_in_segment, segment_starts
@@ -227,13 +227,6 @@ def ar_attention(model: ARTransformer, params, src: jnp.ndarray, tgt: jnp.ndarra
 # ----------------------------------------------------------------------------------------------- decoding
 
 SUPPORTS = Supports(beam=True, hard_constraints=True, prefix=True, nbest=True, score=True, ensemble=True, align=True)
-
-
-def sampling_of(eval_cfg) -> Sampling | None:
-    """The run's `Sampling` (eval.sampling and its settings), or None: its searches are the beam's."""
-    if not eval_cfg.sampling:
-        return None
-    return Sampling(eval_cfg.temperature, eval_cfg.top_k, eval_cfg.top_p, eval_cfg.epsilon, eval_cfg.sample_seed)
 
 
 def sampled(supports: Supports, sampling: Sampling | None) -> Supports:

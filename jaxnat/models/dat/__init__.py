@@ -1,6 +1,6 @@
 """DA-Transformer (Huang et al. 2022): a decoder over a directed acyclic graph of λ · |x| vertices, trained with
 the DAG loss and glancing on the graph's best alignment; greedy, lookahead, joint Viterbi (Shao et al. 2022) and
-beam decoding; hard constraints as a constrained best path (Control-DAG's semantics). docs/dat.md. Its config
+beam decoding, sampling; hard constraints as a constrained best path (Control-DAG's semantics). docs/dat.md. Its config
 section is `config.dat`."""
 
 from jaxnat.errors import ConfigError
@@ -69,9 +69,16 @@ def validate(config) -> None:
         raise ConfigError(f"dat.glance_end={s.glance_end} must not exceed dat.glance_start={s.glance_start} "
                           f"(the glancing ratio anneals down)")
     for key in ("beam_size", "valid_beam_size"):
-        if config.eval[key] > 1 and s.decode != "beam":
-            raise ConfigError(f"eval.{key}={config.eval[key]} is the width of dat.decode=beam; "
-                              f"dat.decode={s.decode!r} takes eval.{key}=1")
+        if config.eval[key] > 1 and s.decode != "beam" and not config.eval.sampling:
+            raise ConfigError(f"eval.{key}={config.eval[key]} is the width of dat.decode=beam (or the samples a "
+                              f"sentence draws with eval.sampling=true); dat.decode={s.decode!r} takes eval.{key}=1")
+    if config.eval.sampling and {"soft", "hard"} & set(config.eval.constraints.split(",")):
+        raise ConfigError(f"eval.sampling=true samples without constraints (the constrained search is a search), and "
+                          f"eval.constraints={config.eval.constraints} asks for some: set --config.eval.constraints= "
+                          f"(no constraint runs), or eval.sampling=false")
+    if config.eval.lm and config.eval.sampling:
+        raise ConfigError("eval.lm is fused into the beam search, and eval.sampling=true samples in its place: "
+                          "leave out one of them")
     if config.eval.lm and s.decode != "beam":
         raise ConfigError(f"eval.lm is fused into the beam search: set dat.decode=beam (dat.decode={s.decode!r})")
     if config.train.label_smoothing > 0:
@@ -101,5 +108,5 @@ FAMILY = Family(
             "top_cand": ("[1", None), "soft_reward": ("[0", None), "lm_weight": ("[0", None)},
     architecture=("upsample", "upsample_base", "max_vertices", "links", "vertex_inputs"),
     validate=validate, output_metrics=output_metrics, sweep=("decode_upsample", "U"),
-    reads=("eval.length_cap_min", "eval.length_cap_ratio"),
+    reads=("eval.length_cap_min", "eval.length_cap_ratio", "eval.sampling"),
     conventions=("absent_tokens", "source_bos"))

@@ -11,9 +11,9 @@ forwards only (j > i). The model gives, per sentence:
 A path a = (a_1 = 0, …, a_M = n − 1) with tokens y_1 … y_M has log P(y, a | x) = Σ_m log P(a_{m+1} | a_m) + Σ_m
 log P(y_m | a_m). Here are the exact log-sum over every path that emits a reference (the training loss), the best
 such path (glancing's alignment), and the decoders' programs: following greedy or lookahead pointers, the joint
-Viterbi path of Shao et al. (2022) under a length penalty, and a beam search over token prefixes that sums the
-paths emitting the same prefix. Each is a `lax.scan` over positions of the output, batched; tests/dat_reference.py
-enumerates every path of tiny graphs to check them.
+Viterbi path of Shao et al. (2022) under a length penalty, a beam search over token prefixes that sums the
+paths emitting the same prefix, and ancestral sampling of paths. Each is a `lax.scan` over positions of the
+output, batched; tests/dat_reference.py enumerates every path of tiny graphs to check them.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import jax.numpy as jnp
 from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding import ngram
+from jaxnat.decoding.search import Sampling, truncate
 
 NEG = -jnp.inf
 
@@ -303,3 +304,63 @@ def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha, nb
     (_, _, _, _, fin, _), _ = jax.lax.scan(step, (toks, steps_lp, lp, vert, fin, fused), jnp.arange(1, width))
     toks, steps_lp, lp = fin[0][:nbest], fin[1][:nbest], fin[2][:nbest]  # top_k kept them ranked, the best first
     return toks, lp, jnp.where(toks == PAD_ID, 0.0, steps_lp)
+
+
+# ----------------------------------------------------------------------------------------------- sampling
+
+def step_logits(links_row: jax.Array, top_lp: jax.Array, eos: jax.Array, last: jax.Array, temperature: float,
+                forced: jax.Array) -> jax.Array:
+    """float32[L · C]: what a sampled path draws its next (vertex j, token c) from at a vertex whose transitions
+    are ``links_row`` (float32[L], log P(j | i)): the transitions divided by the temperature and renormalised (the
+    authors' sample decoding tempers the links alone), plus log P(c | j) of j's C best tokens (``top_lp``:
+    float32[L, C]); the last vertex ``last`` emits EOS alone (``eos``, its log-probability: entry c = 0). With
+    ``forced`` (the output's last slot) only the last vertex remains. Entry j · C + c."""
+    L, C = top_lp.shape
+    tempered = jax.nn.log_softmax(jnp.where(jnp.isfinite(links_row), links_row / temperature, NEG))
+    is_last = jnp.arange(L)[:, None] == last
+    emitted = jnp.where(is_last, jnp.where(jnp.arange(C)[None] == 0, eos, NEG), top_lp)
+    return jnp.where(~forced | is_last, tempered[:, None] + emitted, NEG).reshape(-1)
+
+
+def sample_paths(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: jax.Array, eos: jax.Array,
+                 n_vertices: jax.Array, width: int, keys: jax.Array, sampling: Sampling,
+                 limit: jax.Array | None = None):
+    """Ancestral sampling of (path, tokens) pairs (the authors' "sample" decoding): from vertex 0, each step draws
+    the next vertex j and j's token together from `step_logits`, cut by ``sampling``'s top_k, top_p and epsilon
+    (`search.truncate`, on the L · C pairs; its temperature tempers the transitions) until the path reaches
+    n − 1, which emits EOS; a path still inside the graph at its row's last slot (``limit``, int32[B], at most
+    ``width``; None: ``width``) steps to n − 1 there. Without temperature or cuts and with C the whole vocabulary
+    this draws from P(y, a | x) itself.
+
+    links: float32[B, L, L]; top_tok, top_lp: int32/float32[B, L, C], each vertex's C best tokens; bos, eos:
+    float32[B] (log P(BOS | 0), log P(EOS | n − 1)); keys: uint32[B, K, 2], one key per sample (K samples a
+    sentence). Returns (tokens int32[B, K, width], [BOS … EOS] then PAD; score float32[B, K], the sample's
+    log P(y, a | x) under the model's own (untempered, uncut) distributions; token_lp float32[B, K, width], each
+    token's log P(token | vertex), 0 at BOS, EOS and PAD; path int32[B, K, width], its vertices, −1 after)."""
+    limit = jnp.full(n_vertices.shape, width, jnp.int32) if limit is None else limit
+    cut = Sampling(1.0, sampling.top_k, sampling.top_p, sampling.epsilon, sampling.seed)
+
+    def one(links, top_tok, top_lp, bos, eos, n, limit, key):
+        L, C = top_tok.shape
+        last = n - 1
+
+        def step(state, k):
+            v, done = state
+            # a finished sample reads vertex 0's row (one past n − 1 has no edges), its draw unused
+            x = step_logits(links[jnp.where(done, 0, v)], top_lp, eos, last, sampling.temperature, k >= limit - 1)
+            pick = jax.random.categorical(jax.random.fold_in(key, k), truncate(x[None], cut)[0])
+            j, c = pick // C, pick % C
+            tok = jnp.where(j == last, EOS_ID, top_tok[j, c])
+            lp = jnp.where(j == last, eos, top_lp[j, c])
+            edge = links[v, j]
+            out = (jnp.where(done, PAD_ID, tok), jnp.where(done | (j == last), 0.0, lp),
+                   jnp.where(done, 0.0, edge + lp), jnp.where(done, -1, j))
+            return (jnp.where(done, v, j), done | (j == last)), out
+
+        _, (toks, token_lp, terms, path) = jax.lax.scan(step, (jnp.int32(0), jnp.bool_(False)), jnp.arange(1, width))
+        first = lambda x, value: jnp.concatenate([jnp.full(1, value, x.dtype), x])  # noqa: E731 (slot 0: BOS at 0)
+        return (first(toks.astype(jnp.int32), BOS_ID), bos + jnp.sum(terms), first(token_lp, 0.0),
+                first(path.astype(jnp.int32), 0))
+
+    per_sample = jax.vmap(one, (None, None, None, None, None, None, None, 0))
+    return jax.vmap(per_sample)(links, top_tok, top_lp, bos, eos, n_vertices, limit, keys)

@@ -26,7 +26,8 @@ trainer's update number: `ModelSpec.stepped`); validation measures the plain los
 **Decoding** (and Shao et al. 2022): ``dat.decode`` = greedy (the most probable next vertex), lookahead (the
 next vertex by link + β · its best token), viterbi (the joint Viterbi path under the length penalty M^β) or beam
 (prefixes summed over paths, `dag.beam_search`); each vertex on the path emits its most probable token,
-consecutive repeats removed (``dat.remove_repeats``). Constraints: `constrained.constrained_decode`.
+consecutive repeats removed (``dat.remove_repeats``). ``eval.sampling`` draws paths with their tokens instead
+(`dag.sample_paths`). Constraints: `constrained.constrained_decode`.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from jaxnat.decoding.refine import NOT_PREDICTED, RefineOptions, length_cap, static_length_cap
 from jaxnat.decoding.request import DecodeRequest, Supports
+from jaxnat.decoding.search import Sampling, by_score, sample_keys, sampling_of, source_keys
 from jaxnat.errors import ConfigError
 from jaxnat.models.dat import dag, glancing
 from jaxnat.models.dat.constrained import MAX_PHRASES, constrained_decode
@@ -271,7 +273,8 @@ SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, beam=True, max
 @dataclasses.dataclass(frozen=True)
 class Decoding:
     """``dat``'s decoding keys: strategy, lookahead's β, Viterbi's length exponent, the beam's length exponent and
-    candidate tokens per vertex, repeat removal, the soft constraints' reward per phrase."""
+    candidate tokens per vertex, repeat removal, the soft constraints' reward per phrase, the beam's LM weight; and
+    ``sampling`` (eval.sampling's `Sampling`), which draws paths in place of the strategy."""
     strategy: str = "lookahead"
     lookahead_beta: float = 1.0
     viterbi_beta: float = 1.0
@@ -280,6 +283,7 @@ class Decoding:
     remove_repeats: bool = True
     soft_reward: float = 1.0
     lm_weight: float = 0.1
+    sampling: Sampling | None = None
 
 
 def allowed_tokens(vocab: int) -> jax.Array:
@@ -289,7 +293,7 @@ def allowed_tokens(vocab: int) -> jax.Array:
 
 def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, width: int, options: Decoding,
                  beam: int = 1, constraints=None, hard=None, continues=None, joins=None, trails=None,
-                 limit: jax.Array | None = None, nbest: int = 1, lm=None) -> dict:
+                 limit: jax.Array | None = None, nbest: int = 1, lm=None, keys=None) -> dict:
     """One batch's translations from its graphs: logits float32[B, L, V], links float32[B, L, L], n_vertices
     int32[B] → generate's outputs (tokens int32[B, width] [BOS … EOS] rows, score, token_logp, token_scored and
     the counts). With ``constraints`` (int32[B, C, P]) and ``hard`` (bool[B]) the rows that have phrases take the
@@ -299,10 +303,12 @@ def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, wid
     vertex's best per token class and its phrases' tokens. nbest > 1 (the beam search, at most ``beam``): also the
     beam's nbest best outputs, 'nbest_tokens' int32[B, N, width] and their log P(y | x) 'nbest_score' float32[B, N],
     ranked by the beam's normalised score (a row that takes the constrained search lists its one output). lm: an
-    n-gram LM (`ngram.NgramLM`) the beam search fuses (``options.lm_weight``), or None."""
+    n-gram LM (`ngram.NgramLM`) the beam search fuses (``options.lm_weight``), or None. keys: uint32[B, beam, 2],
+    the samples' keys with ``options.sampling`` (`search.sample_keys`): beam samples a sentence, ranked by
+    log P(y, a | x) / M^viterbi_beta, the best the output and the first nbest its list."""
     allowed = allowed_tokens(logits.shape[-1])
     B = logits.shape[0]
-    plain = lambda: _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limit, nbest, lm)  # noqa: E731
+    plain = lambda: _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limit, nbest, lm, keys)  # noqa: E731
     infeasible = jnp.zeros(B, jnp.int32)
     phrase = None
     if constraints is None:
@@ -351,15 +357,24 @@ def _kept(tokens: jax.Array, free: jax.Array, remove_repeats: bool) -> tuple[jax
     return keep & (tokens != PAD_ID), repeats
 
 
-def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limit, nbest=1, lm=None):
-    """(tokens int32[B, width], score float32[B], token_lp float32[B, width], and with nbest > 1 the beam's n-best
-    lists (tokens int32[B, N, width], log P(y | x) float32[B, N]), else None) by ``options.strategy``."""
+def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limit, nbest=1, lm=None, keys=None):
+    """(tokens int32[B, width], score float32[B], token_lp float32[B, width], and with nbest > 1 the beam's or the
+    samples' n-best lists (tokens int32[B, N, width], log P(y | x) or log P(y, a | x) float32[B, N]), else None) by
+    ``options.strategy``, or ``options.sampling``'s samples."""
     tok, scores, bos = dag.vertex_scores(logits, n_vertices, allowed)
-    if options.strategy == "beam":
+    if options.strategy == "beam" or options.sampling is not None:  # each vertex's top_cand tokens, EOS at n − 1
         emit = jax.nn.log_softmax(logits)
         top_lp, top_tok = jax.lax.top_k(jnp.where(allowed, emit, dag.NEG), min(options.top_cand, logits.shape[-1]))
+        top_tok = top_tok.astype(jnp.int32)
         eos = jnp.take_along_axis(emit[..., EOS_ID], (n_vertices - 1)[:, None], 1)[:, 0]
-        tokens, lp, shares = dag.beam_search(links, top_tok.astype(jnp.int32), top_lp, bos, eos, n_vertices, width,
+    if options.sampling is not None:
+        tokens, lp, shares, _ = dag.sample_paths(links, top_tok, top_lp, bos, eos, n_vertices, width, keys,
+                                                 options.sampling, limit)
+        length = jnp.sum(tokens != PAD_ID, axis=2).astype(jnp.float32)
+        _, tokens, lp, shares = by_score(lp / length ** options.viterbi_beta, tokens, lp, shares)
+        return tokens[:, 0], lp[:, 0], shares[:, 0], (tokens[:, :nbest], lp[:, :nbest]) if nbest > 1 else None
+    if options.strategy == "beam":
+        tokens, lp, shares = dag.beam_search(links, top_tok, top_lp, bos, eos, n_vertices, width,
                                              beam, options.beam_alpha, limit, nbest, lm, options.lm_weight)
         return tokens[:, 0], lp[:, 0], shares[:, 0], (tokens, lp) if nbest > 1 else None
     if options.strategy == "viterbi":
@@ -401,7 +416,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     glance = Glancing(s.glance_start, s.glance_end, s.glance_steps or config.train.steps, s.glance_count,
                       s.glance_fix_alignment)
     options = Decoding(s.decode, s.lookahead_beta, s.viterbi_beta, s.beam_alpha, s.top_cand, s.remove_repeats,
-                       s.soft_reward, s.lm_weight)
+                       s.soft_reward, s.lm_weight, sampling_of(config.eval))
     continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
     capacity = output_capacity(cfg, config.eval)
 
@@ -415,8 +430,11 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         logits, links, n_vertices = decoder.apply(params, request.src)
         width = request.width(capacity)
         limit = output_limits(request.src, request.constraints, width, cfg, config.eval)
+        keys = None if options.sampling is None else sample_keys(source_keys(request.src, options.sampling.seed),
+                                                                 request.beam_size)
         return decode_graph(logits, links, n_vertices, width, options, request.beam_size, request.constraints,
-                            request.hard, continues, joins, trails, limit, request.nbest, request.extras.get("lm"))
+                            request.hard, continues, joins, trails, limit, request.nbest, request.extras.get("lm"),
+                            keys)
 
     def score(params, request: DecodeRequest, tgt) -> dict:  # the decoders' graph; the beam search's log P
         logits, links, n_vertices = decoder.apply(params, request.src)
@@ -424,8 +442,14 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         logp = dag.dag_log_likelihood(dag.reference_match(logits, tgt), links, tgt_len, n_vertices, remat=False)
         return {"logp": logp, "score": logp}
 
-    # eval.beam_size is the width of dat.decode=beam and of nothing else, eval.nbest its n-best lists'
-    supports = dataclasses.replace(SUPPORTS, beam=s.decode == "beam", nbest=s.decode == "beam", lm=s.decode == "beam")
+    # eval.beam_size is the width of dat.decode=beam, or the samples a sentence draws with eval.sampling, and of
+    # nothing else, eval.nbest its n-best lists'; the samples take no constraints and no LM
+    if options.sampling is None:
+        supports = dataclasses.replace(SUPPORTS, beam=s.decode == "beam", nbest=s.decode == "beam",
+                                       lm=s.decode == "beam")
+    else:
+        supports = dataclasses.replace(SUPPORTS, soft_constraints=False, hard_constraints=False, lm=False,
+                                       note="eval.sampling=true samples without constraints")
     return ModelSpec("dat", cfg, module, init, loss, generate, capacity, supports, stepped=True, score=score,
                      terms=("glance_ratio", "glance_accuracy", "unaligned"),
                      left_out=("unaligned", "a target longer than its graph has no path: raise dat.upsample or "

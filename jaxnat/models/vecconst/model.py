@@ -44,8 +44,8 @@ from flax import struct
 from jaxnat.data.phrase_pairs import encode_pairs, entry_capacity
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.decoding.request import DecodeRequest, Supports
-from jaxnat.decoding.search import forced_logp, forced_result
-from jaxnat.models.ar.model import ARTransformer, hard_phrases, output_capacity, sampled, sampling_of, search
+from jaxnat.decoding.search import forced_logp, forced_result, sampling_of
+from jaxnat.models.ar.model import ARTransformer, hard_phrases, output_capacity, sampled, search
 from jaxnat.models.losses import log_prob_losses, token_losses, token_sums
 from jaxnat.models.packing import next_in_segment
 from jaxnat.models.spec import ModelSpec, word_glue
