@@ -621,9 +621,15 @@ def validate(config: ml_collections.ConfigDict) -> None:
             hint = "; set eval.glossary_hard=true" if family.supports.hard_constraints else ""
             raise ConfigError(f"eval.glossary gives each sentence's terms as {kind} constraints, which model "
                               f"{m.name!r} does not take{hint}")
-    if config.eval.sampling and "hard" in modes:
-        raise ConfigError("eval.sampling=true samples without constraints, and eval.constraints asks for hard ones: "
-                          "leave eval.constraints without hard, or eval.sampling=false")
+    # the constrained searches are searches: samples take no constraints, but a model's pairs (its inputs)
+    barred = [mode for mode in ("soft", "hard") if mode in modes and not (mode == "soft" and family.supports.pairs)]
+    if config.eval.sampling and barred:
+        raise ConfigError(f"eval.sampling=true samples without constraints, and eval.constraints asks for "
+                          f"{' and '.join(barred)} ones: leave eval.constraints without {' and '.join(barred)}, or "
+                          f"eval.sampling=false")
+    if config.eval.sampling and config.eval.lm:
+        raise ConfigError("eval.lm is fused into a beam search, and eval.sampling=true samples in its place: leave out "
+                          "one of them")
     if config.eval.mbr and (config.eval.beam_size < 2 or not family.supports.nbest):
         raise ConfigError(f"eval.mbr={config.eval.mbr} chooses among a sentence's outputs: it needs a model that keeps "
                           f"several (those of n-best lists) and eval.beam_size >= 2, here model {m.name!r} and beam "

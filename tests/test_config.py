@@ -193,9 +193,13 @@ def test_overrides_are_typed():
         (["--config.eval.top_p=0.9"], "eval.top_p=0.9 acts only with eval.sampling set, and eval.sampling is false: "
                                       "set --config.eval.sampling=true, or --config.eval.top_p=1.0"),
         (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.eval.sampling=true"],
-         "eval.sampling=true is not read by model 'cmlm' (only by: ar, dat, vecconst)"),
+         "eval.sampling=true is not read by model 'cmlm' (only by: ar, ctc, dat, vecconst)"),
         (["--config.eval.sampling=true", "--config.eval.constraints=hard"],
          "eval.sampling=true samples without constraints, and eval.constraints asks for hard ones"),
+        (["--config.model.name=dat", "--config.eval.sampling=true", "--config.eval.constraints=soft,hard"],
+         "eval.constraints asks for soft and hard ones: leave eval.constraints without soft and hard"),
+        (["--config.model.name=ctc", "--config.eval.beam_size=4", "--config.eval.sampling=true", "--config.eval.lm=x"],
+         "eval.lm is fused into a beam search, and eval.sampling=true samples in its place"),
         (["--config.eval.sampling=true", "--config.eval.top_p=0"], "eval.top_p must be in (0, 1], got 0"),
         # MBR decoding chooses among a beam's outputs, of a model that keeps several
         (["--config.eval.mbr=comet"], "eval.mbr must be one of '', chrf, not 'comet'"),

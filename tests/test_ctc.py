@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from jaxnat.config import build_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding.request import DecodeRequest
+from jaxnat.decoding.search import Sampling, sample_keys
 from jaxnat.errors import ConfigError
 from jaxnat.models import build_model
 from jaxnat.models.ctc import constrained, lattice, search
@@ -27,6 +28,7 @@ from jaxnat.models.ctc.model import (BLANK_ID, copy_positions, ctc_targets, glan
                                      soft_weights)
 from tests import ctc_reference as ref
 from tests.refine_reference import fit_briefly
+from tests.sampling_reference import python_truncate
 
 TINY = "tests/configs/tiny.py"
 SOME = settings(max_examples=25, deadline=None)
@@ -176,6 +178,49 @@ def test_a_wide_prefix_beam_finds_the_most_probable_collapsed_string(seed):
         np.testing.assert_allclose(out["nbest_score"][b][:len(ranked)], ranked, rtol=1e-5, atol=1e-5)
         np.testing.assert_allclose([totals[s] for s in listed[:len(ranked)]], ranked, rtol=1e-5, atol=1e-5)
         assert listed[0] == got and np.all(out["nbest_score"][b][len(ranked):] == -np.inf)
+
+
+_sample = jax.jit(search.sample_paths, static_argnums=3)
+
+
+def _keys(seed: int, k: int, rows: int = B):
+    return sample_keys(jax.random.split(jax.random.PRNGKey(seed), rows), k)
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 2**31 - 1),
+       sampling=st.sampled_from([Sampling(), Sampling(0.7, 2, 0.9, 0.02), Sampling(top_k=1)]))
+def test_sampled_paths_draw_each_frame_inside_its_cut(seed, sampling):
+    """Every sampled frame's label is one the plain-Python cut of its frame keeps, its log-probability the model's;
+    a path's score is the sum over its row's frames; with top_k = 1 every sample is the greedy best path."""
+    rng = np.random.default_rng(seed)
+    lp = _log_probs(rng, concentration=0.7)
+    frames = rng.integers(1, T + 1, B).astype(np.int32)
+    labels, picked, score = jax.device_get(_sample(lp, frames, _keys(seed, 3), sampling))
+    for b in range(B):
+        for k in range(3):
+            for t in range(T):
+                kept = python_truncate(lp[b, t], sampling.temperature, sampling.top_k, sampling.top_p,
+                                       sampling.epsilon)
+                assert kept[labels[b, k, t]] and picked[b, k, t] == lp[b, t, labels[b, k, t]]
+                if sampling.top_k == 1:
+                    assert labels[b, k, t] == np.argmax(lp[b, t])
+            np.testing.assert_allclose(score[b, k], picked[b, k, :frames[b]].sum(), rtol=1e-5, atol=1e-5)
+
+
+def test_collapsed_samples_are_drawn_in_proportion_to_each_strings_probability():
+    """4096 sampled paths of one row of 3 frames, collapsed: each string's share within 0.03 of its probability
+    summed over its alignments (the reference's enumeration; about 4 standard deviations at p = 1/2, the keys
+    fixed, so the test is deterministic)."""
+    lp = _log_probs(np.random.default_rng(5), shape=(1, 3), concentration=1.0)
+    frames = np.asarray([3], np.int32)
+    labels, _, _ = jax.device_get(_sample(lp, frames, _keys(0, 4096, rows=1), Sampling()))
+    got: dict = {}
+    for path in labels[0]:
+        y = tuple(ref.collapse([int(x) for x in path]))
+        got[y] = got.get(y, 0) + 1 / 4096
+    want = {y: math.exp(total) for y, total in ref.string_totals(lp[0], 3, LABELS).items()}
+    assert set(got) <= set(want) and max(abs(got.get(y, 0.0) - p) for y, p in want.items()) < 0.03
 
 
 @settings(max_examples=8, deadline=None)
@@ -495,7 +540,6 @@ def test_the_glanced_labels_are_the_first_passs_best_alignment():
 
 # ------------------------------------------------------------------------------------------------ end to end
 
-@pytest.mark.slow
 def _tiny_lm(vocab: int):
     """An n-gram LM (order 2) over pieces "t6", "t7", … of a vocabulary of ``vocab`` ids, of a few sentences."""
     import tempfile
@@ -510,10 +554,12 @@ def _tiny_lm(vocab: int):
                                + [f"t{i}" for i in range(6, vocab)])
 
 
+@pytest.mark.slow
 def test_a_tiny_model_learns_and_decodes_through_its_spec():
     """A few Adam steps on one batch lower the loss; generate decodes greedily, with a prefix beam (its score at
-    least the greedy path's), and with hard constraints: every phrase in every output (CPR 100%), the phrases'
-    tokens not scored; a request whose phrases cannot fit is answered unconstrained and reported."""
+    least the greedy path's), by sampling (at top_k = 1 each sample the greedy output), and with hard constraints:
+    every phrase in every output (CPR 100%), the phrases' tokens not scored; a request whose phrases cannot fit is
+    answered unconstrained and reported."""
     spec = _spec("--config.ctc.glancing=false")
     batch = _batch()
     history = fit_briefly(spec, batch, steps=25)
@@ -528,6 +574,11 @@ def test_a_tiny_model_learns_and_decodes_through_its_spec():
     lm = _tiny_lm(spec.cfg.tgt_vocab_size)  # the prefix beam with an n-gram LM in the request's extras
     fused = generate(params, DecodeRequest(src, max_out=width, beam_size=4, extras={"lm": lm}))
     assert fused["tokens"].shape == beam["tokens"].shape and np.all(np.isfinite(np.asarray(fused["score"])))
+    sampler = _spec("--config.ctc.glancing=false", "--config.eval.sampling=true", "--config.eval.top_k=1")
+    top1 = jax.jit(sampler.generate)(params, DecodeRequest(src, max_out=width, beam_size=2, nbest=2))
+    np.testing.assert_array_equal(top1["tokens"], greedy["tokens"])
+    np.testing.assert_allclose(top1["score"], greedy["score"], rtol=1e-5)
+    assert np.array_equal(top1["nbest_tokens"][:, 1], greedy["tokens"])
     phrases = np.zeros((4, 4, 8), np.int32)
     phrases[:, 0, :2] = [11, 12]
     phrases[:, 1, :1] = 13

@@ -619,10 +619,6 @@ def test_config_errors_are_one_line():
                                (["--config.eval.iteration_sweep=1,3"], r"eval.iteration_sweep \(3\) must be at most"),
                                (["--config.train.label_smoothing=0.1"], "no label smoothing"),
                                (["--config.eval.lm=lm.arpa"], "eval.lm is fused into the beam search"),
-                               (["--config.eval.sampling=true", "--config.dat.decode=beam", "--config.eval.lm=lm.arpa"],
-                                "eval.sampling=true samples in its place"),
-                               (["--config.eval.sampling=true", "--config.eval.constraints=soft"],
-                                "eval.sampling=true samples without constraints"),
                                (["--config.dat.glance_end=0.9"], "must not exceed dat.glance_start"),
                                (["--config.dat.links=heads"], "links"),
                                # a graph of 1 vertex decoded rows without EOS; of 2, empty ones

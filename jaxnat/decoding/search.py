@@ -273,14 +273,18 @@ def truncate(logp: jnp.ndarray, sampling: Sampling) -> jnp.ndarray:
     divided by the temperature, -inf outside the kept tokens (`Sampling`). A token tied with the last one kept
     is kept too."""
     x = logp / sampling.temperature
+    ranked = None  # the values the nucleus is read from, descending
     if 0 < sampling.top_k < x.shape[-1]:
-        x = jnp.where(x >= jax.lax.top_k(x, sampling.top_k)[0][:, -1:], x, NEG_INF)
+        # after a top-k cut the nucleus is among those k: they alone are ranked, not the whole vocabulary (their
+        # probabilities still over every kept token, the k-th's ties too)
+        ranked = jax.lax.top_k(x, sampling.top_k)[0]
+        x = jnp.where(x >= ranked[:, -1:], x, NEG_INF)
     if sampling.top_p < 1.0:
-        ranked = -jnp.sort(-x, axis=-1)
-        p = jax.nn.softmax(ranked, axis=-1)
+        ranked = -jnp.sort(-x, axis=-1) if ranked is None else ranked
+        p = jnp.exp(ranked - jax.nn.logsumexp(x, axis=-1, keepdims=True))
         before = jnp.cumsum(p, axis=-1) - p  # the mass of the more probable tokens
-        floor = jnp.min(jnp.where((before < sampling.top_p) | (jnp.arange(x.shape[-1]) == 0), ranked, jnp.inf),
-                        axis=-1, keepdims=True)
+        first = jnp.arange(ranked.shape[-1]) == 0
+        floor = jnp.min(jnp.where((before < sampling.top_p) | first, ranked, jnp.inf), axis=-1, keepdims=True)
         x = jnp.where(x >= floor, x, NEG_INF)
     if sampling.epsilon > 0.0:
         p = jax.nn.softmax(x, axis=-1)

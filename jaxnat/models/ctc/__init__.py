@@ -1,6 +1,6 @@
 """CTC-based non-autoregressive translation with glancing training (Libovický & Helcl 2018; Saharia et al. 2020;
 Gu & Kong 2021; Qian et al. 2021): an upsampled decoder canvas, the CTC loss, glancing on the best CTC alignment,
-greedy and prefix beam decoding, and hard and soft lexical constraints as a constrained best path over CTC's
+greedy and prefix beam decoding, sampling, and hard and soft lexical constraints as a constrained best path over CTC's
 alignment lattice. docs/ctc.md. Its config section is `config.ctc`."""
 
 from jaxnat.errors import ConfigError
@@ -56,5 +56,5 @@ FAMILY = Family(
              "glance_count": ("floor", "poisson")},
     ranges={"upsample": ("[1", None), "glance_start": ("[0", "1]"), "glance_end": ("[0", "1]"),
             "glance_steps": ("[0", None), "soft_bonus": ("[0", None), "lm_weight": ("[0", None)},
-    architecture=("upsample", "decoder_input", "target_ends"),
+    architecture=("upsample", "decoder_input", "target_ends"), reads=("eval.sampling",),
     validate=validate)

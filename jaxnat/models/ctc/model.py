@@ -34,6 +34,8 @@ placed). A request with constraints gets frames for them: ``max(λ·S_b, what th
 
 from __future__ import annotations
 
+import dataclasses
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -41,9 +43,10 @@ import jax.numpy as jnp
 from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID
 from jaxnat.decoding.request import DecodeRequest, Supports
+from jaxnat.decoding.search import Sampling, by_score, sample_keys, sampling_of, source_keys
 from jaxnat.models.ctc.constrained import constrained_paths, constraint_frames
 from jaxnat.models.ctc.lattice import NEG, best_alignment, ctc_nll, min_frames
-from jaxnat.models.ctc.search import best_path, collapse, prefix_beam
+from jaxnat.models.ctc.search import best_path, collapse, prefix_beam, sample_paths
 from jaxnat.models.dat.glancing import glance_ratio  # GLAT's linear schedule, as DA-Transformer anneals it
 from jaxnat.models.insertion import mean_loss
 from jaxnat.models.spec import ModelSpec, skipped_unless, word_glue
@@ -261,10 +264,12 @@ def forced(module: CTCModel, params, request: DecodeRequest, tgt: jax.Array, ups
 
 
 def decode(module: CTCModel, params, request: DecodeRequest, upsample: int, width: int, continues=None, joins=None,
-           trails=None, soft_bonus: float = 1.0, lm_weight: float = 0.0, lm_bonus: float = 0.0) -> dict:
+           trails=None, soft_bonus: float = 1.0, lm_weight: float = 0.0, lm_bonus: float = 0.0,
+           sampling: Sampling | None = None) -> dict:
     """`ModelSpec.generate` of the family: greedy, prefix beam search (with the request's n-gram LM, if any:
     `search.prefix_beam`) or the constrained best path (module docstring), on outputs of ``width`` (BOS/EOS
-    included)."""
+    included); with ``sampling``, the request's beam_size sampled paths a sentence in place of the plain decoders
+    (`search.sample_paths`), ranked by their log-probability."""
     src = request.src
     b = src.shape[0]
     canvas = canvas_width(upsample, src.shape[1], module.cfg.max_len)
@@ -275,6 +280,9 @@ def decode(module: CTCModel, params, request: DecodeRequest, upsample: int, widt
     log_probs, frames = frame_log_probs(module, params, src, upsample, canvas, least)
 
     def plain():  # {tokens, score, token_logp, token_scored (and the n-best lists)} as the request's beam decodes them
+        if sampling is not None:
+            return sampled(log_probs, frames, sample_keys(source_keys(src, sampling.seed), request.beam_size),
+                           sampling, width, request.nbest)
         if request.beam_size > 1:
             return prefix_beam(log_probs, frames, request.beam_size, width, BLANK_ID, request.nbest,
                                request.extras.get("lm"), lm_weight, lm_bonus)
@@ -302,9 +310,26 @@ def decode(module: CTCModel, params, request: DecodeRequest, upsample: int, widt
     return {**out, "unsatisfied": (hard & ~ok).astype(jnp.int32)}
 
 
+def sampled(log_probs: jax.Array, frames: jax.Array, keys: jax.Array, sampling: Sampling, width: int,
+            nbest: int) -> dict:
+    """K sampled paths a sentence (keys: uint32[B, K, 2]) collapsed and ranked by their log-probability, the best
+    the output and the first ``nbest`` its list (generate's outputs)."""
+    b, k = keys.shape[:2]
+    labels, picked, score = sample_paths(log_probs, frames, keys, sampling)
+    score, labels, picked = by_score(score, labels, picked)
+    rows = lambda x: x.reshape((b * k,) + x.shape[2:])  # noqa: E731
+    tokens, token_logp, scored = (x.reshape((b, k) + x.shape[1:]) for x in
+                                  collapse(rows(labels), jnp.repeat(frames, k), rows(picked), width, BLANK_ID))
+    out = {"tokens": tokens[:, 0], "score": score[:, 0], "token_logp": token_logp[:, 0], "token_scored": scored[:, 0]}
+    if nbest > 1:
+        out.update(nbest_tokens=tokens[:, :nbest], nbest_score=score[:, :nbest])
+    return out
+
+
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     s, t = config.ctc, config.train
     module = CTCModel(cfg, s.decoder_input)
+    sampling = sampling_of(config.eval)
     continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
 
     def capacity(src_len: int) -> int:
@@ -323,13 +348,16 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
 
     def generate(params, request: DecodeRequest) -> dict:
         return decode(module, params, request, s.upsample, request.width(capacity), continues, joins, trails,
-                      s.soft_bonus, s.lm_weight, s.lm_bonus)
+                      s.soft_bonus, s.lm_weight, s.lm_bonus, sampling)
 
     def score(params, request: DecodeRequest, tgt) -> dict:
         return forced(module, params, request, tgt, s.upsample)
 
     terms = ("unfit",) + (("glanced", "glance_ratio") if s.glancing else ())
-    return ModelSpec("ctc", cfg, module, init, loss, generate, capacity, SUPPORTS, stepped=True, terms=terms,
+    supports = SUPPORTS if sampling is None else dataclasses.replace(
+        SUPPORTS, soft_constraints=False, hard_constraints=False, lm=False,
+        note="eval.sampling=true samples without constraints")
+    return ModelSpec("ctc", cfg, module, init, loss, generate, capacity, supports, stepped=True, terms=terms,
                      score=score,
                      left_out=("unfit", "a target (with a blank between repeats) longer than its canvas has no "
                                         "alignment: raise ctc.upsample"))

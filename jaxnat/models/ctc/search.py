@@ -1,4 +1,5 @@
-"""Decoding the CTC frames without constraints: the greedy best path collapsed, and a CTC prefix beam search.
+"""Decoding the CTC frames without constraints: the greedy best path collapsed, a CTC prefix beam search, and
+sampled paths.
 
 Both read per-frame log-probabilities ``log_probs`` float32[B, T, V] (reserved ids already at NEG) of rows of
 ``frames`` int32[B] frames, the blank's id ``blank``, and write [BOS … EOS] rows of a fixed width W.
@@ -18,6 +19,10 @@ Both read per-frame log-probabilities ``log_probs`` float32[B, T, V] (reserved i
   log P(prefix) + α ln P_lm(prefix) + β |prefix| (α, β: `ctc.lm_weight`, `ctc.lm_bonus`; ln, not KenLM's log10, as
   ctcdecode converts it), each prefix carrying its LM state; the outputs by the same with the LM's ``</s>``. The
   scores reported stay the model's log P.
+* sampling (`sample_paths`, eval.sampling): every frame's label drawn from its own distribution, tempered and cut
+  as the autoregressive model's steps are (`search.truncate`), then collapsed. The frames are independent given
+  the source, so without temperature or cuts this draws a path from P(a | x) itself, and its collapse a string
+  from P(y | x). Its score is the path's log-probability, as greedy's.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from jax import lax
 from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding import ngram
+from jaxnat.decoding.search import Sampling, truncate
 from jaxnat.models.ctc.lattice import NEG
 
 
@@ -76,6 +82,27 @@ def best_path(log_probs: jax.Array, frames: jax.Array) -> tuple[jax.Array, jax.A
     picked = jnp.max(log_probs, axis=-1)
     inside = jnp.arange(log_probs.shape[1])[None, :] < frames[:, None]
     return labels, picked, jnp.sum(jnp.where(inside, picked, 0.0), axis=1)
+
+
+def sample_paths(log_probs: jax.Array, frames: jax.Array, keys: jax.Array,
+                 sampling: Sampling) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """K sampled paths a sentence (keys: uint32[B, K, 2], one a sample, `search.sample_keys`): (labels int32[B, K, T],
+    each frame's label drawn from ``sampling``'s cut of its log-probabilities (the same cut for every sample, made
+    once); float32[B, K, T] their log-probabilities under the model; float32[B, K] each path's log-probability over
+    the row's frames). The samples are drawn one after another (`lax.map`), so that one [B, T, V] array of noise is
+    alive at a time."""
+    b, t, _ = log_probs.shape
+    cut = truncate(log_probs.reshape(b * t, -1), sampling).reshape(log_probs.shape)
+    inside = jnp.arange(t)[None, :] < frames[:, None]
+
+    def one(sample_keys):  # uint32[B, 2] → the B paths of one sample
+        frame_keys = jax.vmap(lambda key: jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(t)))(sample_keys)
+        labels = jax.vmap(jax.vmap(jax.random.categorical))(frame_keys, cut).astype(jnp.int32)
+        picked = jnp.take_along_axis(log_probs, labels[..., None], axis=2)[..., 0]
+        return labels, picked, jnp.sum(jnp.where(inside, picked, 0.0), axis=1)
+
+    labels, picked, score = jax.lax.map(one, jnp.moveaxis(keys, 1, 0))
+    return jnp.moveaxis(labels, 0, 1), jnp.moveaxis(picked, 0, 1), score.T
 
 
 # two multipliers of the rolling prefix hashes (NumPy scalars: a module constant must not start JAX's backend, which

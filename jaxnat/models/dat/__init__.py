@@ -72,13 +72,6 @@ def validate(config) -> None:
         if config.eval[key] > 1 and s.decode != "beam" and not config.eval.sampling:
             raise ConfigError(f"eval.{key}={config.eval[key]} is the width of dat.decode=beam (or the samples a "
                               f"sentence draws with eval.sampling=true); dat.decode={s.decode!r} takes eval.{key}=1")
-    if config.eval.sampling and {"soft", "hard"} & set(config.eval.constraints.split(",")):
-        raise ConfigError(f"eval.sampling=true samples without constraints (the constrained search is a search), and "
-                          f"eval.constraints={config.eval.constraints} asks for some: set --config.eval.constraints= "
-                          f"(no constraint runs), or eval.sampling=false")
-    if config.eval.lm and config.eval.sampling:
-        raise ConfigError("eval.lm is fused into the beam search, and eval.sampling=true samples in its place: "
-                          "leave out one of them")
     if config.eval.lm and s.decode != "beam":
         raise ConfigError(f"eval.lm is fused into the beam search: set dat.decode=beam (dat.decode={s.decode!r})")
     if config.train.label_smoothing > 0:
