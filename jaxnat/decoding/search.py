@@ -292,6 +292,20 @@ def truncate(logp: jnp.ndarray, sampling: Sampling) -> jnp.ndarray:
     return x
 
 
+def cumulative(x: jnp.ndarray) -> jnp.ndarray:
+    """x: float32[..., V], logits after `truncate` (-inf for what is cut) → float32[..., V], their cumulative
+    probabilities, what `draw` reads: made once, drawn from many times."""
+    return jnp.cumsum(jax.nn.softmax(x, axis=-1), axis=-1)
+
+
+def draw(cdf: jnp.ndarray, key: jnp.ndarray) -> jnp.ndarray:
+    """int32: an index drawn from one row of `cumulative` (float32[V]) by inverse transform sampling, the first whose
+    cumulative probability reaches a uniform number in (0, total]: never an index of no probability (its cumulative
+    equals the one before it) nor past the end. One number a draw, where the Gumbel-max trick draws V."""
+    u = (1.0 - jax.random.uniform(key)) * cdf[-1]
+    return jnp.sum(cdf < u, dtype=jnp.int32)
+
+
 def source_keys(src: jnp.ndarray, seed: int) -> jnp.ndarray:
     """src: int32[B, S], PAD-padded rows → uint32[B, 2], a PRNG key per sentence from ``seed`` and its tokens alone
     (a polynomial hash of them, which PAD after them leaves unchanged), so that a sentence samples the same in any

@@ -35,7 +35,7 @@ from jax import lax
 from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding import ngram
-from jaxnat.decoding.search import Sampling, truncate
+from jaxnat.decoding.search import Sampling, cumulative, draw, truncate
 from jaxnat.models.ctc.lattice import NEG
 
 
@@ -89,20 +89,17 @@ def sample_paths(log_probs: jax.Array, frames: jax.Array, keys: jax.Array,
     """K sampled paths a sentence (keys: uint32[B, K, 2], one a sample, `search.sample_keys`): (labels int32[B, K, T],
     each frame's label drawn from ``sampling``'s cut of its log-probabilities; float32[B, K, T] their
     log-probabilities under the model; float32[B, K] each path's log-probability over the row's frames). The cut and
-    its cumulative distribution are made once; a sample then draws one uniform number a frame and takes the first
-    label whose cumulative probability reaches it (inverse transform sampling: the Gumbel-max trick would draw a
-    number for every label of every frame of every sample, most of the time of a 16-sample Multi30k decoding), and
-    the samples are drawn one after another (`lax.map`)."""
+    its cumulative distribution are made once; a sample then draws one uniform number a frame (`search.draw`: the
+    Gumbel-max trick would draw a number for every label of every frame of every sample, most of the time of a
+    16-sample Multi30k decoding), the samples one after another (`lax.map`)."""
     b, t, _ = log_probs.shape
     cut = truncate(log_probs.reshape(b * t, -1), sampling).reshape(log_probs.shape)
-    cdf = jnp.cumsum(jax.nn.softmax(cut, axis=-1), axis=-1)                   # [B, T, V]
+    cdf = cumulative(cut)                                                       # [B, T, V]
     inside = jnp.arange(t)[None, :] < frames[:, None]
 
     def one(sample_keys):  # uint32[B, 2] → the B paths of one sample
         frame_keys = jax.vmap(lambda key: jax.vmap(lambda i: jax.random.fold_in(key, i))(jnp.arange(t)))(sample_keys)
-        # in (0, total]: never a label of no probability (its cumulative equals the one before it), never past the end
-        u = (1.0 - jax.vmap(jax.vmap(jax.random.uniform))(frame_keys)) * cdf[..., -1]
-        labels = jnp.sum(cdf < u[..., None], axis=-1, dtype=jnp.int32)
+        labels = jax.vmap(jax.vmap(draw))(cdf, frame_keys)
         picked = jnp.take_along_axis(log_probs, labels[..., None], axis=2)[..., 0]
         return labels, picked, jnp.sum(jnp.where(inside, picked, 0.0), axis=1)
 

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding import ngram
-from jaxnat.decoding.search import Sampling, truncate
+from jaxnat.decoding.search import Sampling, cumulative, draw, truncate
 
 NEG = -jnp.inf
 
@@ -308,18 +308,18 @@ def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha, nb
 
 # ----------------------------------------------------------------------------------------------- sampling
 
-def step_logits(links_row: jax.Array, top_lp: jax.Array, eos: jax.Array, last: jax.Array, temperature: float,
-                forced: jax.Array) -> jax.Array:
+def step_logits(links_row: jax.Array, top_lp: jax.Array, eos: jax.Array, last: jax.Array,
+                temperature: float) -> jax.Array:
     """float32[L · C]: what a sampled path draws its next (vertex j, token c) from at a vertex whose transitions
     are ``links_row`` (float32[L], log P(j | i)): the transitions divided by the temperature and renormalised (the
     authors' sample decoding tempers the links alone), plus log P(c | j) of j's C best tokens (``top_lp``:
-    float32[L, C]); the last vertex ``last`` emits EOS alone (``eos``, its log-probability: entry c = 0). With
-    ``forced`` (the output's last slot) only the last vertex remains. Entry j · C + c."""
+    float32[L, C]); the last vertex ``last`` emits EOS alone (``eos``, its log-probability: entry c = 0). Entry
+    j · C + c."""
     L, C = top_lp.shape
     tempered = jax.nn.log_softmax(jnp.where(jnp.isfinite(links_row), links_row / temperature, NEG))
     is_last = jnp.arange(L)[:, None] == last
     emitted = jnp.where(is_last, jnp.where(jnp.arange(C)[None] == 0, eos, NEG), top_lp)
-    return jnp.where(~forced | is_last, tempered[:, None] + emitted, NEG).reshape(-1)
+    return (tempered[:, None] + emitted).reshape(-1)
 
 
 def sample_paths(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: jax.Array, eos: jax.Array,
@@ -330,7 +330,8 @@ def sample_paths(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: j
     (`search.truncate`, on the L · C pairs; its temperature tempers the transitions) until the path reaches
     n − 1, which emits EOS; a path still inside the graph at its row's last slot (``limit``, int32[B], at most
     ``width``; None: ``width``) steps to n − 1 there. Without temperature or cuts and with C the whole vocabulary
-    this draws from P(y, a | x) itself.
+    this draws from P(y, a | x) itself. What a path draws from depends on its vertex alone, so every vertex's cut
+    distribution is made once for all the samples and steps, each draw one uniform number (`search.draw`).
 
     links: float32[B, L, L]; top_tok, top_lp: int32/float32[B, L, C], each vertex's C best tokens; bos, eos:
     float32[B] (log P(BOS | 0), log P(EOS | n − 1)); keys: uint32[B, K, 2], one key per sample (K samples a
@@ -340,27 +341,34 @@ def sample_paths(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: j
     limit = jnp.full(n_vertices.shape, width, jnp.int32) if limit is None else limit
     cut = Sampling(1.0, sampling.top_k, sampling.top_p, sampling.epsilon, sampling.seed)
 
-    def one(links, top_tok, top_lp, bos, eos, n, limit, key):
+    def one(links, top_tok, top_lp, bos, eos, n, limit, keys):  # a sentence, keys: uint32[K, 2]
         L, C = top_tok.shape
         last = n - 1
+        rows = jax.vmap(lambda row: step_logits(row, top_lp, eos, last, sampling.temperature))(links)  # [L, L·C]
+        # the vertices from n − 1 on have no edges: their rows (read by finished samples only) step to n − 1
+        rows = jnp.where(jnp.arange(L)[:, None] < last, rows, jnp.where(jnp.arange(L * C) == last * C, 0.0, NEG))
+        cdf = cumulative(truncate(rows, cut))
+        return jax.vmap(lambda key: _sample_one(links, top_tok, top_lp, bos, eos, last, limit, cdf, key, width))(keys)
 
-        def step(state, k):
-            v, done = state
-            # a finished sample reads vertex 0's row (one past n − 1 has no edges), its draw unused
-            x = step_logits(links[jnp.where(done, 0, v)], top_lp, eos, last, sampling.temperature, k >= limit - 1)
-            pick = jax.random.categorical(jax.random.fold_in(key, k), truncate(x[None], cut)[0])
-            j, c = pick // C, pick % C
-            tok = jnp.where(j == last, EOS_ID, top_tok[j, c])
-            lp = jnp.where(j == last, eos, top_lp[j, c])
-            edge = links[v, j]
-            out = (jnp.where(done, PAD_ID, tok), jnp.where(done | (j == last), 0.0, lp),
-                   jnp.where(done, 0.0, edge + lp), jnp.where(done, -1, j))
-            return (jnp.where(done, v, j), done | (j == last)), out
+    return jax.vmap(one)(links, top_tok, top_lp, bos, eos, n_vertices, limit, keys)
 
-        _, (toks, token_lp, terms, path) = jax.lax.scan(step, (jnp.int32(0), jnp.bool_(False)), jnp.arange(1, width))
-        first = lambda x, value: jnp.concatenate([jnp.full(1, value, x.dtype), x])  # noqa: E731 (slot 0: BOS at 0)
-        return (first(toks.astype(jnp.int32), BOS_ID), bos + jnp.sum(terms), first(token_lp, 0.0),
-                first(path.astype(jnp.int32), 0))
 
-    per_sample = jax.vmap(one, (None, None, None, None, None, None, None, 0))
-    return jax.vmap(per_sample)(links, top_tok, top_lp, bos, eos, n_vertices, limit, keys)
+def _sample_one(links, top_tok, top_lp, bos, eos, last, limit, cdf, key, width):
+    """One sampled path of a sentence (`sample_paths`), from ``cdf`` float32[L, L · C], each vertex's cut
+    cumulative distribution over its (vertex, token) pairs."""
+    C = top_tok.shape[1]
+
+    def step(state, k):
+        v, done = state
+        pick = jnp.where(k >= limit - 1, last * C, draw(cdf[v], jax.random.fold_in(key, k)))  # the last slot: n − 1
+        j, c = pick // C, pick % C
+        tok = jnp.where(j == last, EOS_ID, top_tok[j, c])
+        lp = jnp.where(j == last, eos, top_lp[j, c])
+        out = (jnp.where(done, PAD_ID, tok), jnp.where(done | (j == last), 0.0, lp),
+               jnp.where(done, 0.0, links[v, j] + lp), jnp.where(done, -1, j))
+        return (jnp.where(done, v, j), done | (j == last)), out
+
+    _, (toks, token_lp, terms, path) = jax.lax.scan(step, (jnp.int32(0), jnp.bool_(False)), jnp.arange(1, width))
+    first = lambda x, value: jnp.concatenate([jnp.full(1, value, x.dtype), x])  # noqa: E731 (slot 0: BOS at 0)
+    return (first(toks.astype(jnp.int32), BOS_ID), bos + jnp.sum(terms), first(token_lp, 0.0),
+            first(path.astype(jnp.int32), 0))
