@@ -648,9 +648,9 @@ def test_a_run_whose_graphs_hold_no_target_stops_with_one_line(tmp_path):
 def test_tiny_model_trains_glances_and_decodes_through_its_spec(tmp_path):
     """Train a tiny DA-Transformer on two pairs through ModelSpec.loss (the update's number anneals the glancing
     ratio; the first pass's alignment is a best path of its graph; the glanced count is as specified); the loss
-    falls; every strategy and sampling's most probable steps decode the pairs learned through ModelSpec.generate,
-    the beam with an n-gram LM of the targets in the request's extras too; a constrained request holds its hard
-    phrases."""
+    falls; every strategy decodes the pairs learned from the graph, and through ModelSpec.generate so do sampling's
+    most probable steps and the beam with an n-gram LM of the targets in the request's extras; a constrained
+    request holds its hard phrases."""
     config = build_config(TINY, BASE + ["--config.dat.glance_steps=20", "--config.model.dropout=0"])
     spec = build_model(config, 24, 24)
     # host arrays: the checks index them in Python loops, and an eager index of a device array compiles a program
@@ -714,19 +714,23 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec(tmp_path):
     assert not np.allclose(aux["logits"], aux["first_logits"], atol=1e-4)
 
     learned = [[1, 17, 18, 19, 2, 0, 0, 0], [1, 21, 22, 2, 0, 0, 0, 0]]
-    # the most probable step at each vertex (top_k = 1): each of the 2 samples the pairs learned
-    for decode, beam, more in (("greedy", 1, []), ("lookahead", 1, []), ("viterbi", 1, []),
-                               ("lookahead", 2, ["--config.eval.sampling=true", "--config.eval.top_k=1"]),
-                               ("beam", 4, [])):
-        s = build_model(build_config(TINY, BASE + [f"--config.dat.decode={decode}", f"--config.eval.beam_size={beam}"]
-                                     + more), 24, 24)
-        assert s.supports.beam == (decode == "beam" or bool(more))  # what a Translator and bench/decode_speed.py ask
-        out = jax.jit(s.generate)(params, DecodeRequest(batch["src"], max_out=8, beam_size=beam, nbest=beam))
-        tokens = np.asarray(out["tokens"])
-        assert tokens.shape == (2, 8) and np.all(tokens[:, 0] == 1)
-        assert tokens.tolist() == learned
-        if more:
-            assert np.asarray(out["nbest_tokens"]).tolist() == [[row] * 2 for row in learned]
+    # each strategy on the trained graph (its program alone: the graph's was compiled above), as generate decodes it
+    graph = jax.jit(spec.module.apply)(params, batch["src"])
+    for decode, beam in (("greedy", 1), ("lookahead", 1), ("viterbi", 1), ("beam", 4)):
+        s = build_model(build_config(TINY, BASE + [f"--config.dat.decode={decode}", f"--config.eval.beam_size={beam}"]),
+                        24, 24)
+        assert s.supports.beam == (decode == "beam")  # what a Translator and bench/decode_speed.py ask of it
+        out = jax.jit(decode_graph, static_argnums=(3, 4, 5))(*graph, 8, Decoding(decode), beam)
+        assert np.asarray(out["tokens"]).tolist() == learned, decode
+    # through ModelSpec.generate: sampling's most probable step at each vertex (top_k = 1), each of the 2 samples the
+    # pairs learned
+    s = build_model(build_config(TINY, BASE + ["--config.eval.sampling=true", "--config.eval.top_k=1",
+                                               "--config.eval.beam_size=2"]), 24, 24)
+    assert s.supports.beam and s.supports.nbest and not s.supports.hard_constraints
+    out = jax.jit(s.generate)(params, DecodeRequest(batch["src"], max_out=8, beam_size=2, nbest=2))
+    assert np.asarray(out["tokens"]).tolist() == learned
+    assert np.asarray(out["nbest_tokens"]).tolist() == [[row] * 2 for row in learned]
+    s = build_model(build_config(TINY, BASE + ["--config.dat.decode=beam", "--config.eval.beam_size=4"]), 24, 24)
     from jaxnat.data.kneser_ney import estimate, write_arpa
     from jaxnat.decoding import ngram
 
