@@ -37,7 +37,7 @@ CHOICES = {
     "eval.search_rules": ("jaxnat", "fairseq"),
     "eval.params": ("best", "averaged"),
     "eval.average_of": ("last", "best"),
-    "eval.mbr": ("", "chrf"),  # (jaxnat.decoding.mbr.UTILITIES)
+    "eval.mbr": ("", "chrf", "bleu"),  # (jaxnat.decoding.mbr.UTILITIES)
     "eval.alignment": ("", "words", "pieces", "soft"),  # (jaxnat.decoding.alignment.KINDS)
 }
 
@@ -231,7 +231,7 @@ def default_config() -> ml_collections.ConfigDict:
         sampling=False, temperature=1.0, top_k=0, top_p=1.0, epsilon=0.0, sample_seed=0,
         # translate and eval: each sentence's output is, of the eval.beam_size outputs of its beam (or its samples),
         # the one the others agree with most by this utility (minimum Bayes risk decoding, `jaxnat.decoding.mbr`):
-        # '' (off) or chrf
+        # '' (off), chrf or bleu (sentence BLEU, what a BLEU table rewards)
         mbr="",
         # decoding (translate, eval, distill, score): a comma list of other trained workdirs of this model family and
         # vocabulary (any architecture), decoded together with this one as an ensemble (the mean of their

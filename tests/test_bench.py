@@ -215,7 +215,7 @@ def test_vs_ctranslate2_refuses_counts_before_any_work(monkeypatch):
 
 def test_mbr_speed_refuses_counts_under_one(monkeypatch):
     module = bench("mbr_speed")
-    monkeypatch.setattr(module.mbr, "utility_matrix", lambda texts: pytest.fail("work started"))
+    monkeypatch.setattr(module.mbr, "chrf_matrix", lambda texts: pytest.fail("work started"))
     for args in (["--repeats", "0"], ["--sentences", "0"]):
         monkeypatch.setattr("sys.argv", ["mbr_speed.py", *args])
         with pytest.raises(SystemExit, match="^error: --sentences and --repeats must be at least 1$"):

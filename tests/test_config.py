@@ -202,7 +202,7 @@ def test_overrides_are_typed():
          "eval.lm is fused into a beam search, and eval.sampling=true samples in its place"),
         (["--config.eval.sampling=true", "--config.eval.top_p=0"], "eval.top_p must be in (0, 1], got 0"),
         # MBR decoding chooses among a beam's outputs, of a model that keeps several
-        (["--config.eval.mbr=comet"], "eval.mbr must be one of '', chrf, not 'comet'"),
+        (["--config.eval.mbr=comet"], "eval.mbr must be one of '', chrf, bleu, not 'comet'"),
         (["--config.eval.mbr=chrf", "--config.eval.beam_size=1"], "eval.mbr=chrf chooses among a sentence's outputs: "
                                                                   "it needs a model that keeps several"),
         (["--config.model.name=cmlm", "--config.eval.beam_size=1", "--config.eval.mbr=chrf"],

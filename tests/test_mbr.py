@@ -1,5 +1,5 @@
 """MBR decoding's choice (`jaxnat/decoding/mbr.py`): the candidate of highest mean utility against the others, and
-its utilities all at once against sacreBLEU's sentence chrF, one pair at a time."""
+its utilities all at once against sacreBLEU's sentence chrF and BLEU, one pair at a time."""
 
 import math
 
@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from sacrebleu import sentence_bleu
 from sacrebleu.metrics import CHRF
 
 from jaxnat.decoding import mbr
@@ -28,10 +29,10 @@ def test_the_candidate_the_others_agree_with_wins():
     assert best == 0 and math.isnan(utility)
 
 
-def test_the_utility_matrix_is_sacrebleus_sentence_chrf_in_any_script():
+def test_the_chrf_matrix_is_sacrebleus_sentence_chrf_in_any_script():
     """chrF reads characters: Chinese written without spaces gets partial credit as any language does."""
     candidates = ["我住在北京。", "我住在上海。", "他住在北京。"]
-    matrix = mbr.utility_matrix(candidates)
+    matrix = mbr.chrf_matrix(candidates)
     chrf = CHRF()
     for i, h in enumerate(candidates):
         assert matrix[i, i] == 0.0
@@ -47,7 +48,23 @@ def test_the_utility_matrix_is_sacrebleus_sentence_chrf_in_any_script():
 def test_the_matrix_is_sacrebleus_chrf_of_every_pair(candidates):
     """Empty candidates, ones of whitespace only, shorter than an order, repeated n-grams, any script: each entry is
     sacreBLEU's score of the pair, to the last bit (the same operations in the same order)."""
-    chrf, matrix = CHRF(), mbr.utility_matrix(candidates)
+    chrf, matrix = CHRF(), mbr.chrf_matrix(candidates)
     want = np.array([[chrf.sentence_score(h, [r]).score if i != j else 0.0 for j, r in enumerate(candidates)]
                      for i, h in enumerate(candidates)])
     np.testing.assert_array_equal(matrix, want)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet="ab c.,-\té北", max_size=16), min_size=1, max_size=6))
+@example(["", "a", "a a a a a", "  ", "a b c d e", "a b. c, d-e", "b a b a b a"])
+def test_the_bleu_matrix_is_sacrebleus_sentence_bleu_of_every_pair(candidates):
+    """Empty candidates, shorter than an order, repeated n-grams, punctuation the 13a tokenizer splits off: each
+    entry is `sacrebleu.sentence_bleu`'s score of the pair, to the last bit; a choice by BLEU is the candidate of
+    the highest mean of those."""
+    matrix = mbr.bleu_matrix(candidates)
+    want = np.array([[sentence_bleu(h, [r]).score if i != j else 0.0 for j, r in enumerate(candidates)]
+                     for i, h in enumerate(candidates)])
+    np.testing.assert_array_equal(matrix, want)
+    if len(candidates) > 1:
+        expected = want.sum(axis=1) / (len(candidates) - 1)
+        assert mbr.choose(candidates, "bleu") == (int(np.argmax(expected)), float(expected.max()))

@@ -197,13 +197,14 @@ def test_a_stopped_pipeline_stops_its_jobs_as_a_time_limit_does(tmp_path, signum
     python.chmod(python.stat().st_mode | stat.S_IEXEC)
     (tmp_path / "data").mkdir()
     log = tmp_path / "runs" / "pipeline" / "ar.log"
-    pipeline = subprocess.Popen([sys.executable, PIPELINE, "--data-dir", str(tmp_path / "data"), "--runs",
-                                 str(tmp_path / "runs"), "--python", str(python), "--only", "ar"],
+    # started with Ctrl-C's default, as at a terminal: a suite started in the background (a shell's `&`) passes SIGINT
+    # ignored to its children, and Python then never raises KeyboardInterrupt (an exec keeps the default it is given)
+    at_default = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                  "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+    pipeline = subprocess.Popen([sys.executable, "-c", at_default, PIPELINE, "--data-dir", str(tmp_path / "data"),
+                                 "--runs", str(tmp_path / "runs"), "--python", str(python), "--only", "ar"],
                                 env=dict(os.environ, SLOW_AR="1"), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True,
-                                # Ctrl-C's default, as at a terminal: a suite started in the background (a shell's `&`)
-                                # passes SIGINT ignored to its children, and Python then never raises KeyboardInterrupt
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                text=True)
     deadline = time.time() + 60
     while "--workdir" not in (log.read_text() if log.exists() else "") and time.time() < deadline:
         time.sleep(0.05)

@@ -90,9 +90,9 @@ def test_hard_constraints_stay_with_their_sentence(trained, tmp_path):
 
 def test_sampled_translations_their_lists_and_mbr(trained):
     """`--config.eval.sampling=true`: eval.beam_size samples a sentence, the best-scoring one the output and the
-    n-best list the samples by score; the same command samples the same, and with `eval.mbr=chrf` outputs the sample
-    of highest mean chrF against the others (`mbr.choose`); a hard constraint is refused in one line before anything
-    is translated."""
+    n-best list the samples by score; the same command samples the same, and with `eval.mbr=bleu` outputs the sample
+    of highest mean sentence BLEU against the others (`mbr.choose`); a hard constraint is refused in one line before
+    anything is translated."""
     from jaxnat.decoding import mbr
 
     lines = "the dog sees the cat .\nthe small house .\nthe big red cat sees a small dog in the garden .\n"
@@ -104,11 +104,11 @@ def test_sampled_translations_their_lists_and_mbr(trained):
     for row in rows:
         assert len(row["nbest"]) == 4 and row["nbest"][0] == {"hyp": row["hyp"], "score": row["score"]}
         assert [n["score"] for n in row["nbest"]] == sorted((n["score"] for n in row["nbest"]), reverse=True)
-    chosen = _main(trained, *args, "--config.eval.mbr=chrf", stdin=lines)
+    chosen = _main(trained, *args, "--config.eval.mbr=bleu", stdin=lines)
     assert chosen.returncode == 0, chosen.stderr
     for row, again in zip(rows, (json.loads(line) for line in chosen.stdout.splitlines())):
         assert again["nbest"] == row["nbest"]  # the same samples
-        best, utility = mbr.choose([n["hyp"] for n in row["nbest"]])
+        best, utility = mbr.choose([n["hyp"] for n in row["nbest"]], "bleu")
         assert (again["hyp"], again["score"]) == (row["nbest"][best]["hyp"], row["nbest"][best]["score"])
         assert again["mbr_utility"] == pytest.approx(utility)
     hard = _main(trained, *args, stdin=json.dumps({"src": "a dog .", "constraints": ["dog"], "hard": True}) + "\n")

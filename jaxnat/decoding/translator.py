@@ -505,7 +505,7 @@ class Translator:
                         "constraints the search could not meet, or a model whose computation overflows (a diverged "
                         "run)", unscored, len(outs))
         results, chosen = [], []  # chosen: each 'hyp''s tokens
-        chooser = self.mbr_chooser(len(outs), label) if mbr else None
+        chooser = self.mbr_chooser(len(outs), label, mbr) if mbr else None
         for o, note in zip(outs, notes):
             r = {"hyp": self.tokenizer.decode(list(o["tokens"]), "tgt"), "score": float(o["score"])}
             r.update({k: int(o[k]) for k in self.spec.supports.counts})
@@ -651,16 +651,16 @@ class Translator:
                         "them, e.g. a translation longer than its canvas or graph", impossible, len(results))
         return results
 
-    def mbr_chooser(self, sentences: int, label: str = ""):
-        """A function of a sentence's candidates ([{'hyp', 'score'}], the model's order) → its MBR choice: its index and
-        {'hyp', 'score', 'mbr_utility'} (`mbr.choose`), logging its progress over ``sentences`` as a long pass
-        does."""
+    def mbr_chooser(self, sentences: int, label: str = "", utility: str = "chrf"):
+        """A function of a sentence's candidates ([{'hyp', 'score'}], the model's order) → its MBR choice by
+        ``utility``: its index and {'hyp', 'score', 'mbr_utility'} (`mbr.choose`), logging its progress over
+        ``sentences`` as a long pass does."""
         started = reported = time.perf_counter()
         done = 0
 
         def choose(candidates: list[dict]) -> dict:
             nonlocal done, reported
-            best, expected = mbr_rule.choose([c["hyp"] for c in candidates])
+            best, expected = mbr_rule.choose([c["hyp"] for c in candidates], utility)
             done += 1
             now = time.perf_counter()
             if now - reported >= PROGRESS_SECONDS and done < sentences:
