@@ -142,6 +142,9 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
     student = (f"--config.data.spm_from={teach}",)
     stage_two = (f"--config.train.init_from={ar}",)
 
+    def lm(name):  # the 4-gram LM of a run's training targets (`--mode lm`), beside its run
+        return os.path.join(runs, f"{name}.arpa")
+
     def speed(*flags):
         return ("bench/decode_speed.py", *flags, *overrides)
 
@@ -258,9 +261,23 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
         Job("ctc", ("distill",), main("ctc/multi30k", "ctc", distilled, *student), "onepass"),
         Job("ctc-plain", ("distill",), main("ctc/multi30k", "ctc-plain", distilled, *student,
                                             "--config.ctc.glancing=false"), "onepass"),
+        # and their papers' best decodings: DA-Transformer's beam search alone and with a 4-gram LM of its training
+        # targets (the authors' dag_search: beam 100, γ 0.1, α 1.1), CTC's prefix beam with one (Gu & Kong's
+        # ctcdecode: beam 20; α 0.3, β 1.5, the best on the Multi30k short run); `--mode lm` writes each LM
+        *(Job(f"{name}-lm", (name,), main(cfg, name, data, *student, mode=("--mode", "lm", "--output", lm(name))),
+              "onepass") for name, cfg, data in (("dat", "dat/multi30k", raw), ("ctc", "ctc/multi30k", distilled))),
+        *(Job(f"dat-{row}", ("dat",) + (("dat-lm",) if extra else ()),
+              main("dat/multi30k", f"dat-{row}", raw, "--config.dat.decode=beam", "--config.eval.beam_size=100",
+                   "--config.eval.constraints=", "--config.eval.iteration_sweep=", *extra, mode=evaluate),
+              "onepass", copy_from=run("dat"))
+          for row, extra in (("beam", ()), ("beam-lm", (f"--config.eval.lm={lm('dat')}",)))),
+        Job("ctc-beam-lm", ("ctc", "ctc-lm"),
+            main("ctc/multi30k", "ctc-beam-lm", distilled, "--config.eval.beam_size=20",
+                 f"--config.eval.lm={lm('ctc')}", "--config.eval.constraints=", mode=evaluate),
+            "onepass", copy_from=run("ctc")),
         Job("speed-onepass", ("dat-kd", "ctc"), speed("--run", teach, "--run", run("dat-kd"), "--run", run("ctc"),
                                                       distilled), "onepass"),
-        report("onepass", "dat", "dat-viterbi", "dat-kd", "ctc", "ctc-plain"),
+        report("onepass", "dat", "dat-viterbi", "dat-beam", "dat-beam-lm", "dat-kd", "ctc", "ctc-plain", "ctc-beam-lm"),
     ]
     # three seeds of the comparisons each paper makes its case with (seed 0: the runs above), reported together
     by_name = {j.name: j for j in tables}

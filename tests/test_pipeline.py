@@ -284,6 +284,22 @@ def test_the_seeds_table(tmp_path):
     assert [name for what, name in events if what == "start"] == ["align", "ar-s1", "vecconst-s1"]
 
 
+def test_the_one_pass_models_best_decodings_read_the_lms_of_their_runs(tmp_path):
+    """The onepass table's papers' best decodings: `--mode lm` writes each run's 4-gram LM beside it, which a copy of
+    the run evaluates with (DA-Transformer's beam with and without it, CTC's prefix beam with it)."""
+    out = _pipeline(tmp_path, "--dry-run", "--tables", "onepass")[0].stdout
+    lines = dict(line.split(": ", 1) for line in out.splitlines())
+    runs = tmp_path / "runs"
+    for name in ("dat", "ctc"):
+        assert f"--mode lm --output {runs / name}.arpa " in lines[f"{name}-lm"]
+        assert f" --workdir {runs / name} " in lines[f"{name}-lm"]
+    assert lines["dat-beam-lm"].startswith(f"(copy {runs / 'dat'} -> {runs / 'dat-beam-lm'}) ")
+    assert f"--config.eval.lm={runs / 'dat'}.arpa" in lines["dat-beam-lm"] and "eval.lm" not in lines["dat-beam"]
+    assert f"--config.eval.lm={runs / 'ctc'}.arpa" in lines["ctc-beam-lm"]
+    events = _pipeline(tmp_path, "--only", "dat-beam-lm")[1]
+    assert [name for what, name in events if what == "start"] == ["ar", "dat", "dat-lm", "dat-beam-lm"]
+
+
 def test_the_teacher_is_a_choice_on_a_gpu(tmp_path):
     """--teacher ar-small (with --gpu: the d 256, 3+3 AR model beside the base one) distils, lends every student
     its vocabulary, rescores and is the edit models' speed baseline; the vectorized model still starts from ar."""
