@@ -11,7 +11,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID, UNK_ID
-from jaxnat.decoding.search import Sampling, decode_length, follow_parents, truncate
+from jaxnat.decoding.search import Sampling, cumulative, decode_length, draw, follow_parents, truncate
 from jaxnat.errors import ConfigError
 from jaxnat.models.ar.model import ARTransformer, ar_generate
 from jaxnat.models.transformer import TransformerConfig
@@ -374,6 +374,27 @@ def test_truncation_equals_python_reference(seed, temperature, top_k, top_p, eps
         p = np.exp(x - x.max()) / np.exp(x - x.max()).sum()
         near = np.min(np.abs(np.concatenate([np.cumsum(np.sort(p)[::-1]) - top_p, p - epsilon]))) < 1e-5
         assert list(kept) == list(want) or near  # (a mass on a cut's edge may round either way in float32)
+
+
+_draws = jax.jit(lambda x, seed: jax.vmap(lambda k: draw(cumulative(x), k))(
+    jax.random.split(jax.random.PRNGKey(seed), 512)))
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(st.lists(st.one_of(st.just(-np.inf), st.floats(-30, 5)), min_size=1, max_size=9).filter(
+    lambda x: np.isfinite(x).any()), st.integers(0, 10**6))
+def test_inverse_transform_draws_only_what_the_cut_kept(logits, seed):
+    """`draw` from `cumulative` (what DA-Transformer's and CTC's samples use): 512 draws never take a cut entry
+    (-inf), first or last included, nor one past the end; with one entry kept, always it; the most probable of
+    entries at least 1/4 likely is drawn (a plain-Python reading of the probabilities)."""
+    x = np.full(9, -np.inf, np.float32)
+    x[:len(logits)] = logits
+    got = np.asarray(_draws(jnp.asarray(x), seed))
+    assert np.all((got >= 0) & (got < 9)) and np.all(np.isfinite(x[got]))
+    p = np.exp(x.astype(np.float64) - x[np.isfinite(x)].max())
+    p /= p.sum()
+    if p.max() >= 0.25:
+        assert int(np.argmax(p)) in got
 
 
 @partial(jax.jit, static_argnames=("beam_size", "sampling", "nbest"))
