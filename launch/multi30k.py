@@ -275,6 +275,12 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
             main("ctc/multi30k", "ctc-beam-lm", distilled, "--config.eval.beam_size=20",
                  f"--config.eval.lm={lm('ctc')}", "--config.eval.constraints=", mode=evaluate),
             "onepass", copy_from=run("ctc")),
+        # the LMs' weights as the papers choose them, on the validation split (their logs: a table of valid BLEU per
+        # weight, then the test split with the best); the rows above keep the papers' own weights
+        *(Job(f"{name}-lm-sweep", (name, f"{name}-lm"), ("bench/lm_sweep.py", run(name), "--lm", lm(name), "--weights",
+                                                         weights, "--repeats", "1", *flags, *overrides), "onepass")
+          for name, weights, flags in (("dat", "0.1,0.3,1,2", ("--config.dat.decode=beam",)),
+                                       ("ctc", "0.1,0.3,0.5,1", ()))),
         Job("speed-onepass", ("dat-kd", "ctc"), speed("--run", teach, "--run", run("dat-kd"), "--run", run("ctc"),
                                                       distilled), "onepass"),
         report("onepass", "dat", "dat-viterbi", "dat-beam", "dat-beam-lm", "dat-kd", "ctc", "ctc-plain", "ctc-beam-lm"),
