@@ -113,6 +113,15 @@ class Supports:
     # why the model does not take what it lacks here, added to the refusal (a setting that takes it away)
     note: str = ""
 
+    def when_sampling(self, sampling) -> Supports:
+        """What the model takes when it samples (``sampling``: eval.sampling's `search.Sampling`; None: it searches,
+        and takes all it does): no constraints, the constrained searches being searches (a model's pairs stay: they
+        are its inputs), and no LM, which is fused into a beam search."""
+        if sampling is None:
+            return self
+        return dataclasses.replace(self, soft_constraints=False, hard_constraints=False, lm=False,
+                                   note="eval.sampling=true samples without constraints")
+
 
 @struct.dataclass
 class Member:

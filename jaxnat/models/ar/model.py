@@ -10,7 +10,6 @@ cross-attention (`aligned_decode`), which guided alignment (Garg et al. 2019) tr
 
 from __future__ import annotations
 
-import dataclasses
 
 import flax.linen as nn
 import jax
@@ -229,13 +228,6 @@ def ar_attention(model: ARTransformer, params, src: jnp.ndarray, tgt: jnp.ndarra
 SUPPORTS = Supports(beam=True, hard_constraints=True, prefix=True, nbest=True, score=True, ensemble=True, align=True)
 
 
-def sampled(supports: Supports, sampling: Sampling | None) -> Supports:
-    """What a model that samples takes: no hard constraints (the constrained beam search is a search)."""
-    if sampling is None:
-        return supports
-    return dataclasses.replace(supports, hard_constraints=False, note="eval.sampling=true samples without constraints")
-
-
 def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered: bool = False, continues=None,
            joins=None, trails=None, beam_size: int, length_penalty, max_len_a, max_len_b, max_out: int,
            rules: str = "jaxnat", prefix=None, prefix_free=None, completion=None, nbest: int = 1,
@@ -367,7 +359,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                                    for m, p in ((module, params), *members(request))]), axis=0)
 
     capacity = output_capacity(cfg, e)
-    return ModelSpec("ar", cfg, module, init, loss, generate, capacity, sampled(SUPPORTS, sampling), packs=True,
+    return ModelSpec("ar", cfg, module, init, loss, generate, capacity, SUPPORTS.when_sampling(sampling), packs=True,
                      score=score, align=align, terms=("alignment",) if config.train.alignment_lambda > 0 else ())
 
 

@@ -34,7 +34,6 @@ placed). A request with constraints gets frames for them: ``max(λ·S_b, what th
 
 from __future__ import annotations
 
-import dataclasses
 
 import flax.linen as nn
 import jax
@@ -354,10 +353,8 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         return forced(module, params, request, tgt, s.upsample)
 
     terms = ("unfit",) + (("glanced", "glance_ratio") if s.glancing else ())
-    supports = SUPPORTS if sampling is None else dataclasses.replace(
-        SUPPORTS, soft_constraints=False, hard_constraints=False, lm=False,
-        note="eval.sampling=true samples without constraints")
-    return ModelSpec("ctc", cfg, module, init, loss, generate, capacity, supports, stepped=True, terms=terms,
+    return ModelSpec("ctc", cfg, module, init, loss, generate, capacity, SUPPORTS.when_sampling(sampling), stepped=True,
+                     terms=terms,
                      score=score,
                      left_out=("unfit", "a target (with a blank between repeats) longer than its canvas has no "
                                         "alignment: raise ctc.upsample"))

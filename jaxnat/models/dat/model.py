@@ -444,12 +444,8 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
 
     # eval.beam_size is the width of dat.decode=beam, or the samples a sentence draws with eval.sampling, and of
     # nothing else, eval.nbest its n-best lists'; the samples take no constraints and no LM
-    if options.sampling is None:
-        supports = dataclasses.replace(SUPPORTS, beam=s.decode == "beam", nbest=s.decode == "beam",
-                                       lm=s.decode == "beam")
-    else:
-        supports = dataclasses.replace(SUPPORTS, soft_constraints=False, hard_constraints=False, lm=False,
-                                       note="eval.sampling=true samples without constraints")
+    supports = SUPPORTS.when_sampling(options.sampling) if options.sampling else dataclasses.replace(
+        SUPPORTS, beam=s.decode == "beam", nbest=s.decode == "beam", lm=s.decode == "beam")
     return ModelSpec("dat", cfg, module, init, loss, generate, capacity, supports, stepped=True, score=score,
                      terms=("glance_ratio", "glance_accuracy", "unaligned"),
                      left_out=("unaligned", "a target longer than its graph has no path: raise dat.upsample or "

@@ -45,7 +45,7 @@ from jaxnat.data.phrase_pairs import encode_pairs, entry_capacity
 from jaxnat.data.vocab import PAD_ID
 from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.decoding.search import forced_logp, forced_result, sampling_of
-from jaxnat.models.ar.model import ARTransformer, hard_phrases, output_capacity, sampled, search
+from jaxnat.models.ar.model import ARTransformer, hard_phrases, output_capacity, search
 from jaxnat.models.losses import log_prob_losses, token_losses, token_sums
 from jaxnat.models.packing import next_in_segment
 from jaxnat.models.spec import ModelSpec, word_glue
@@ -550,8 +550,8 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         return module.apply(params, request.src, tgt[:, :-1], pairs.src, pairs.tgt, pairs.entries,
                             method="pair_cross_attention")
 
-    return ModelSpec("vecconst", cfg, module, init, loss, generate, capacity, sampled(SUPPORTS, sampling), packs=True,
-                     request_extras=pair_extras, score=score, align=align)
+    return ModelSpec("vecconst", cfg, module, init, loss, generate, capacity, SUPPORTS.when_sampling(sampling),
+                     packs=True, request_extras=pair_extras, score=score, align=align)
 
 
 def pair_extras(translator, starts) -> dict:
