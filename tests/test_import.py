@@ -764,9 +764,9 @@ def test_a_marian_release_jaxnat_cannot_read_is_refused_in_one_line(tmp_path, da
 
 @pytest.mark.slow
 def test_beam_search_under_fairseq_rules_is_fairseqs(tmp_path_factory):
-    """And its n-best lists (--nbest 4). (Hugging Face's beam search, another stopping rule again, is not
-    reproduced: docs/import.md.)"""
-    kind, _, config, translator = _imported("fairseq", tmp_path_factory)
+    """And its n-best lists (--nbest 4), and with eval.no_repeat_ngram its --no-repeat-ngram-size. (Hugging Face's
+    beam search, another stopping rule again, is not reproduced: docs/import.md.)"""
+    kind, workdir, config, translator = _imported("fairseq", tmp_path_factory)
     _, outputs = expected(kind)
     hyps = translator.translate(outputs["src"], beam_size=4, nbest=4)
     assert [h["hyp"] for h in hyps] == outputs["beam4_text"]
@@ -774,6 +774,17 @@ def test_beam_search_under_fairseq_rules_is_fairseqs(tmp_path_factory):
     assert [[n["hyp"] for n in h["nbest"]] for h in hyps] == outputs["beam4_nbest_text"]
     np.testing.assert_allclose([[n["score"] for n in h["nbest"]] for h in hyps], outputs["beam4_nbest_score"],
                                atol=1e-4)
+    # eval.no_repeat_ngram=2: fairseq's --no-repeat-ngram-size 2 (as its CUDA kernel blocks: docs/import.md)
+    config = config.copy_and_resolve_references()
+    config.eval.no_repeat_ngram = 2
+    blocking = load_translator(config, workdir)
+    for beam in (1, 4):
+        hyps = blocking.translate(outputs["src"], beam_size=beam, nbest=beam)
+        assert [h["hyp"] for h in hyps] == outputs[f"no_repeat2_beam{beam}_text"]
+        np.testing.assert_allclose([h["score"] for h in hyps], outputs[f"no_repeat2_beam{beam}_score"], atol=1e-4)
+    assert [[n["hyp"] for n in h["nbest"]] for h in hyps] == outputs["no_repeat2_beam4_nbest_text"]
+    np.testing.assert_allclose([[n["score"] for n in h["nbest"]] for h in hyps],
+                               outputs["no_repeat2_beam4_nbest_score"], atol=1e-4)
 
 
 @pytest.mark.slow

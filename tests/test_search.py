@@ -49,10 +49,12 @@ def make_src(rng, lengths, width=None):
     return out
 
 
-@partial(jax.jit, static_argnames=("beam_size", "max_out", "nbest"))
-def search(params, src, length_penalty, max_len_a, max_len_b, beam_size, max_out=MAX_OUT, prefix=None, nbest=1):
+@partial(jax.jit, static_argnames=("beam_size", "max_out", "nbest", "no_repeat"))
+def search(params, src, length_penalty, max_len_a, max_len_b, beam_size, max_out=MAX_OUT, prefix=None, nbest=1,
+           no_repeat=0):
     return ar_generate(MODEL, params, src, beam_size=beam_size, length_penalty=length_penalty,
-                       max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, prefix=prefix, nbest=nbest)
+                       max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, prefix=prefix, nbest=nbest,
+                       no_repeat_ngram=no_repeat)
 
 
 @jax.jit
@@ -121,20 +123,30 @@ def test_rejects_bad_static_args():
 # --- exactness ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("seed, forced", [(0, ()), (1, ()), (2, (7,))])
-def test_beam_equals_exhaustive_search(seed, forced):
+def repeats_an_ngram(row, n, forced):
+    """Whether a generated token of ``row`` ([BOS, forced …, generated …, EOS]) completes an n-gram the row already
+    holds (fairseq's --no-repeat-ngram-size: the forced tokens count among the n-grams, and are never banned)."""
+    grams = [tuple(row[t - n + 1:t + 1]) for t in range(n - 1, len(row))]  # the n-gram ending at t = n − 1 + i
+    return any(grams[i] in grams[:i] for i in range(len(grams)) if i + n - 1 > len(forced))
+
+
+@pytest.mark.parametrize("seed, forced, no_repeat", [(0, (), 0), (1, (), 2), (2, (7, 7), 1)])
+def test_beam_equals_exhaustive_search(seed, forced, no_repeat):
     """Exact search over every output; with a forced prefix (`force_prefix`: a multilingual model's language token)
     over the outputs that start with it, the prefix adding nothing to their log-probabilities; an all-PAD prefix
-    forces nothing. The n-best list is the exhaustive ranking's first outputs."""
+    forces nothing; with eval.no_repeat_ngram n over the outputs that repeat no n-gram. The n-best list is the
+    exhaustive ranking's first outputs."""
     params = make_params(seed)
     max_len = 3  # content tokens; 3 ** 3 = 27 distinct alive prefixes at most, so K = 27 is exact search
     src = make_src(np.random.default_rng(seed), [5, 3, 7], width=7)
     candidates = [[BOS_ID, *forced, *body, EOS_ID] for m in range(max_len + 1 - len(forced))
                   for body in itertools.product(GENERABLE, repeat=m)]
-    # every case with a prefix array (all PAD: none), so that the three share one compiled program
+    candidates = [row for row in candidates if not (no_repeat and repeats_an_ngram(row, no_repeat, forced))]
+    # every case with a prefix array (all PAD: none), so that they share one compiled program a no_repeat
     prefix = np.tile(np.asarray(forced or (PAD_ID,), np.int32), (3, 1))
     for lp in (0.0, 1.0, 2.0):
-        out = jax.device_get(search(params, src, lp, 0.0, max_len, beam_size=27, prefix=prefix, nbest=NBEST))
+        out = jax.device_get(search(params, src, lp, 0.0, max_len, beam_size=27, prefix=prefix, nbest=NBEST,
+                                    no_repeat=no_repeat))
         check_well_formed(out, [max_len] * 3)
         for b in range(src.shape[0]):
             scores = rescore(params, src[b], candidates, lp, forced)
@@ -142,8 +154,11 @@ def test_beam_equals_exhaustive_search(seed, forced):
             assert np.all(-np.diff(scores[ranked[:NBEST + 1]]) > 1e-5)  # no near-ties in the reference's n-best
             assert as_list(out["tokens"][b]) == candidates[ranked[0]], (seed, lp, b)
             np.testing.assert_allclose(float(out["score"][b]), scores[ranked[0]], atol=1e-4)
-            assert [as_list(row) for row in out["nbest_tokens"][b]] == [candidates[i] for i in ranked[:NBEST]]
-            np.testing.assert_allclose(out["nbest_score"][b], scores[ranked[:NBEST]], atol=1e-4)
+            listed = min(NBEST, len(candidates))  # the rest of the list empty (-inf)
+            assert [as_list(row) for row in out["nbest_tokens"][b][:listed]] == [candidates[i] for i in
+                                                                                 ranked[:listed]]
+            np.testing.assert_allclose(out["nbest_score"][b], np.pad(scores[ranked[:listed]], (0, NBEST - listed),
+                                                                     constant_values=-np.inf), atol=1e-4)
 
 
 @jax.jit

@@ -13,9 +13,10 @@ directory holds the model as its library saves it and `expected.npz` + `expected
 * fairseq/: `checkpoint_utils.torch_persistent_save` of a `transformer` (pre-norm encoder, post-norm decoder,
   learned positions in neither, shared embeddings: the options differ between the stacks on purpose), the same in
   torch's legacy format (model-legacy.pt), its dictionaries and subword-nmt BPE codes over Moses tokens (and the
-  same merges as fastBPE codes), as fairseq's released models ship; fairseq's constrained outputs and n-best
-  lists; a second checkpoint of the architecture (model2.pt) and the two's outputs as fairseq's ensemble
-  (--path model.pt:model2.pt); --score-reference's scores of the references, by the one model and the ensemble;
+  same merges as fastBPE codes), as fairseq's released models ship; fairseq's constrained outputs, n-best
+  lists and outputs with --no-repeat-ngram-size 2; a second checkpoint of the architecture (model2.pt) and the
+  two's outputs as fairseq's ensemble (--path model.pt:model2.pt); --score-reference's scores of the references,
+  by the one model and the ensemble;
 * fairseq-nat/: a `cmlm_transformer`, `nonautoregressive_transformer` and `levenshtein_transformer`
   (`fairseq_nat_fixtures`), and with `--dat-plugin DIR` (a checkout of thu-coai/DA-Transformer) the authors'
   DA-Transformer, `dat.pt` (`dat_fixture`);
@@ -171,6 +172,7 @@ def fairseq_fixture(out: str) -> None:
     # fairseq's n-best lists (--nbest 4 with --beam 4: every finished hypothesis, best first)
     outputs["beam4_nbest_text"] = [[hub.decode(h["tokens"]) for h in hs] for hs in hyps]
     outputs["beam4_nbest_score"] = [[float(h["score"]) for h in hs] for hs in hyps]
+    outputs.update(no_repeat_fairseq(hub, src))
     outputs.update(constrained_fairseq(hub, src))
     outputs.update(prefixed_fairseq(hub, src))
     # fairseq-generate --score-reference (its SequenceScorer) of the references, by the model and by the ensemble
@@ -507,6 +509,32 @@ def constrained_fairseq(hub, src) -> dict:
 
 # each sentence's start of its translation (whole words of its reference, of several lengths), for --prefix-size
 PREFIXES = ["ein mann", "zwei", "die frau in", "ein kind isst einen"]
+
+
+def no_repeat_fairseq(hub, src) -> dict:
+    """fairseq-generate --no-repeat-ngram-size 2 (greedy and beam 4 with its n-best list: no output repeats a pair
+    of tokens) as its CUDA kernel computes it. On a CPU, fairseq 0.12.2's NGramRepeatBlock reads the last n − 1
+    entries of the whole token buffer, which are padding, and bans nothing (fairseq issues 4709 and 5206); here it
+    reads the step's tokens, the n − 1 its kernel compares, as those issues' fix does."""
+    from fairseq.ngram_repeat_block import NGramRepeatBlock
+
+    plain = NGramRepeatBlock.forward
+
+    def forward(self, tokens, lprobs, bsz, beam_size, step):
+        return plain(self, tokens[:, : step + 1], lprobs, bsz, beam_size, step)
+
+    out = {}
+    NGramRepeatBlock.forward = forward
+    try:
+        for beam in (1, 4):
+            hyps = hub.generate(src, beam=beam, max_len_a=1.2, max_len_b=10, no_repeat_ngram_size=2)
+            out[f"no_repeat2_beam{beam}_text"] = [hub.decode(h[0]["tokens"]) for h in hyps]
+            out[f"no_repeat2_beam{beam}_score"] = [float(h[0]["score"]) for h in hyps]
+        out["no_repeat2_beam4_nbest_text"] = [[hub.decode(h["tokens"]) for h in hs] for hs in hyps]
+        out["no_repeat2_beam4_nbest_score"] = [[float(h["score"]) for h in hs] for hs in hyps]
+    finally:
+        NGramRepeatBlock.forward = plain
+    return out
 
 
 def prefixed_fairseq(hub, src) -> dict:

@@ -20,6 +20,7 @@ from jaxnat.decoding import constrained_fairseq
 from jaxnat.decoding.constrained import constrained_search
 from jaxnat.decoding.completion import spell
 from jaxnat.decoding.request import DecodeRequest, Supports
+from jaxnat.decoding.repeats import block_repeats
 from jaxnat.decoding.search import (Sampling, ar_search, ensembled, force_prefix, forced_result, mean_probability,
                                     sampling_of, source_keys)
 from jaxnat.errors import ConfigError
@@ -231,7 +232,7 @@ SUPPORTS = Supports(beam=True, hard_constraints=True, prefix=True, nbest=True, s
 def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered: bool = False, continues=None,
            joins=None, trails=None, beam_size: int, length_penalty, max_len_a, max_len_b, max_out: int,
            rules: str = "jaxnat", prefix=None, prefix_free=None, completion=None, nbest: int = 1,
-           sampling: Sampling | None = None) -> dict:
+           sampling: Sampling | None = None, no_repeat_ngram: int = 0) -> dict:
     """The AR searches behind one callback: greedy or beam search (`search.ar_search`), or with phrases
     (int32[B, C, P], an all-PAD row = none) the constrained beam search that guarantees them
     (`constrained.constrained_search`, DBA/VDBA; beam_size 1 is then a one-beam constrained search, and a row
@@ -240,7 +241,8 @@ def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered
     output's first tokens, the first prefix_free (int32[B] or None: all) at log-probability 0 (`search.force_prefix`),
     or None; completion: the word each output then goes on spelling (`completion.Completion`), or None. nbest: the
     n-best lists' length (`search.ar_search`). sampling: beam_size samples a sentence in place of the search
-    (`search.Sampling`; not with phrases)."""
+    (`search.Sampling`; not with phrases). no_repeat_ngram: n > 0 bans every token that would repeat an n-gram of
+    its row after the forced tokens (`repeats.block_repeats`), in each of these searches."""
     src_len = token_mask(src).sum(axis=1)
     prefix_len = 0
     if prefix is not None:
@@ -250,6 +252,9 @@ def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered
     if completion is not None:
         tokens_to_logprobs, cache = spell(tokens_to_logprobs, cache, completion, beam_size)
         prefix_len = prefix_len + completion.length
+    if no_repeat_ngram:
+        rows_free = jnp.repeat(prefix_len, beam_size) if jnp.ndim(prefix_len) else prefix_len
+        tokens_to_logprobs, cache = block_repeats(tokens_to_logprobs, cache, no_repeat_ngram, max_out, rows_free)
     # every search's length limit leaves room for the forced tokens
     kwargs = dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
                   max_out=max_out, prefix_len=prefix_len, nbest=nbest)
@@ -299,11 +304,13 @@ def ar_decoder(model: ARTransformer, params, src: jnp.ndarray, beam_size: int, m
 def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: int = 1, length_penalty=1.0,
                 max_len_a=1.2, max_len_b=10, max_out: int, phrases=None, ordered: bool = False,
                 continues=None, joins=None, trails=None, rules: str = "jaxnat", prefix=None, prefix_free=None,
-                completion=None, nbest: int = 1, sampling: Sampling | None = None, members: tuple = ()) -> dict:
+                completion=None, nbest: int = 1, sampling: Sampling | None = None, members: tuple = (),
+                no_repeat_ngram: int = 0) -> dict:
     """Greedy, beam or constrained beam search (`search`) with the model's KV cache (`ar_decoder`).
 
     src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None (continues,
     joins, trails: `constrained_search`'s); prefix, prefix_free, completion: each output's start (`search`), or None;
+    no_repeat_ngram: the n-grams no output repeats (`search`; 0: off);
     members: the ensemble's other models, (module, parameters) pairs (`members`, `search.ensembled`). Returns
     {'tokens', 'score', 'length'} (and 'constraints_met' with phrases; with nbest > 1 the n-best lists); with
     ``sampling``, beam_size samples a sentence in place of the search.
@@ -320,7 +327,8 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
     return search(tokens_to_logprobs, cache, source_tokens(model.cfg, src)[0], phrases=phrases, ordered=ordered,
                   continues=continues, joins=joins, trails=trails, beam_size=beam_size, length_penalty=length_penalty,
                   max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, rules=rules, prefix=prefix,
-                  prefix_free=prefix_free, completion=completion, nbest=nbest, sampling=sampling)
+                  prefix_free=prefix_free, completion=completion, nbest=nbest, sampling=sampling,
+                  no_repeat_ngram=no_repeat_ngram)
 
 
 def members(request: DecodeRequest) -> tuple:
@@ -344,7 +352,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                            phrases=hard_phrases(request), ordered=e.constraint_order == "given", continues=continues,
                            joins=joins, trails=trails, rules=e.search_rules, prefix=request.prefix,
                            prefix_free=request.prefix_free, completion=request.completion, nbest=request.nbest,
-                           sampling=sampling, members=members(request))
+                           sampling=sampling, members=members(request), no_repeat_ngram=e.no_repeat_ngram)
 
     def loss(params, batch, rng, train=True):
         return ar_loss(module, params, batch, rng, config.train.label_smoothing, train, config.train.alignment_lambda)

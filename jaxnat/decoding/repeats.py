@@ -1,0 +1,91 @@
+"""Outputs that do not repeat themselves: the tokens a decoder may not generate next, given what it generated.
+
+Two rules, both read off a row's tokens so far (``history``: int32[N, T], positions 0 … ``last`` filled, BOS
+first), each giving the tokens it bans as a fixed-shape list (−1 = none), so that a search's loop stays one
+program:
+
+* `ngram_bans` (fairseq's ``--no-repeat-ngram-size``, Hugging Face's ``no_repeat_ngram_size``, the
+  DA-Transformer authors' ``decode_no_repeated_ngram``): a token that would complete an n-gram the row already
+  holds, anywhere. With n = 1 no token appears twice.
+* `consecutive_bans` (the DA-Transformer authors' ``decode_no_consecutive_repeated_ngram``): the token equal to the
+  one before it, and, for each k from 2 to n, the token that would make the last k tokens repeat the k right before
+  them ("a b a" + "b").
+
+`block_repeats` wraps a left-to-right search's callback (`search.ar_search`) with the first rule: the callback's
+cache then carries each row's history, which a beam search reorders with the rest of the cache. A banned token gets
+log-probability −inf; the others keep the model's, so an output's score is the model's. tests/test_repeats.py checks
+both rules against plain-Python transcriptions of fairseq's and the authors' loops.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from jaxnat.data.vocab import PAD_ID
+
+
+def ngram_bans(history: jnp.ndarray, last, n: int) -> jnp.ndarray:
+    """int32[N, T − n + 1]: at p, the token history[p + n − 1] if history[p : p + n − 1] equals the row's last
+    n − 1 tokens (history[last − n + 2 : last + 1]) and p + n − 1 ≤ last, −1 elsewhere: the tokens that would
+    complete a repeat of an n-gram of the row. history: int32[N, T]; last: int32 (scalar or [N]), the position of
+    each row's newest token; n ≥ 1 static (n ≤ T)."""
+    width = history.shape[1]
+    last = jnp.broadcast_to(jnp.asarray(last, jnp.int32), history.shape[:1])[:, None]
+    starts = jnp.arange(width - n + 1)[None]
+    same = starts + n - 1 <= last                                               # the n-gram at p lies in the row
+    for j in range(n - 1):  # the n-gram's j-th token against the row's (n − 1 − j)-th last
+        key = jnp.take_along_axis(history, jnp.maximum(last - (n - 2) + j, 0), axis=1)
+        same = same & (history[:, j:width - n + 1 + j] == key)
+    return jnp.where(same, history[:, n - 1:], -1)
+
+
+def consecutive_bans(history: jnp.ndarray, last, n: int) -> jnp.ndarray:
+    """int32[N, max(n, 1)]: entry k − 1 the token that would make the last k tokens repeat the k before them
+    (history[last + 1 − k], if the last k − 1 tokens equal the k − 1 before those and the row holds at least
+    2k − 1 tokens), −1 elsewhere; k = 1 (the last token itself) is always banned. history: int32[N, T]; last:
+    int32 (scalar or [N]); n static (0 or 1: the last token alone)."""
+    last = jnp.broadcast_to(jnp.asarray(last, jnp.int32), history.shape[:1])
+    at = lambda pos: jnp.take_along_axis(history, jnp.maximum(pos, 0)[:, None], axis=1)[:, 0]  # noqa: E731
+    bans = []
+    for k in range(1, max(n, 1) + 1):
+        fits = 2 * k - 1 <= last + 1
+        for m in range(1, k):
+            fits = fits & (at(last + 1 - m) == at(last + 1 - m - k))
+        bans.append(jnp.where(fits, at(last + 1 - k), -1))
+    return jnp.stack(bans, axis=1)
+
+
+def banned(tokens: jnp.ndarray, bans: jnp.ndarray) -> jnp.ndarray:
+    """bool[N, ...]: whether each of ``tokens`` (int32[N, ...]) is among its row's ``bans`` (int32[N, M], −1 =
+    none): for a few candidates a row (the DA-Transformer's), where a mask over the vocabulary would cost more."""
+    flat = tokens.reshape(tokens.shape[0], -1)
+    hit = jnp.any(flat[:, :, None] == jnp.where(bans < 0, -2, bans)[:, None, :], axis=2)
+    return hit.reshape(tokens.shape)
+
+
+def without(logp: jnp.ndarray, bans: jnp.ndarray) -> jnp.ndarray:
+    """logp float[N, V] with each row's ``bans`` (int32[N, M], −1 = none) at −inf (a scatter into a mask, so the
+    cost is the vocabulary's once, not once per ban)."""
+    rows = jnp.arange(logp.shape[0])[:, None]
+    mask = jnp.zeros(logp.shape, bool).at[rows, jnp.where(bans < 0, logp.shape[1], bans)].set(True, mode="drop")
+    return jnp.where(mask, -jnp.inf, logp)
+
+
+def block_repeats(tokens_to_logprobs, cache, n: int, width: int, free=0):
+    """A search callback (and its cache, which then also carries each row's tokens, int32[N, width]) that bans the
+    tokens completing a repeated n-gram (`ngram_bans`): fairseq's SequenceGenerator with --no-repeat-ngram-size n,
+    its history the tokens fed so far, BOS included. Banning starts after a row's first ``free`` (int32[N] or an
+    int) generated tokens, those a caller forces (a given prefix), so that a forced token is never banned; they
+    count among the n-grams. n ≥ 1, width: the output rows' capacity, both static."""
+    rows = jax.tree_util.tree_leaves(cache)[0].shape[0]
+    n = min(n, width)
+
+    def step(tokens, carry, index):
+        inner, history = carry
+        logp, inner = tokens_to_logprobs(tokens, inner, index)
+        history = history.at[:, index].set(tokens)
+        bans = jnp.where((index >= jnp.asarray(free))[..., None], ngram_bans(history, index, n), -1)
+        return without(logp, bans), (inner, history)
+
+    return step, (cache, jnp.full((rows, width), PAD_ID, jnp.int32))
