@@ -64,6 +64,48 @@ def follow(links, scores, n: int, width: int, beta: float):
     return tuple(path)
 
 
+def follow_unrepeated(links, emit, allowed, n: int, width: int, beta: float, top: int, no_repeat: int,
+                      no_consecutive: int, top_p: float):
+    """The authors' lookahead with n-gram prevention (their inference_lookahead_repeatprevent) on one graph, with
+    jaxnat's capacity (the last slot of ``width`` steps to n − 1): at vertex i the ``top`` best (j, token) pairs by
+    links[i, j] + β · log P(token | j) among j's ``top`` best allowed tokens (n − 1: EOS), in order; the first whose
+    token is neither the last one, nor one repeating the last k tokens (k ≤ no_consecutive), nor one completing an
+    n-gram the output holds (n = no_repeat > 0) is taken, unless the banned ones before it sum past ``top_p`` in
+    probability, or all are banned: then the first. Returns (tokens [BOS … EOS], log P(y, a | x), each token's
+    log P(token | vertex), 0 at BOS)."""
+    def tops(j):
+        if j == n - 1:
+            return [EOS]
+        return [int(t) for t in np.argsort(-np.where(allowed, emit[j], -np.inf), kind="stable") if allowed[t]][:top]
+
+    res, lps, i, score = [BOS], [0.0], 0, float(emit[0, BOS])
+    while i != n - 1:
+        cands = sorted(((float(links[i, j]) + beta * float(emit[j, t]), j, t) for j in range(i + 1, n)
+                        for t in tops(j)), key=lambda c: -c[0])[:top]        # stable: by vertex, then token rank
+        bans = {res[-1]}
+        for k in range(2, min(no_consecutive, (len(res) + 1) // 2) + 1):
+            if all(res[-m] == res[-k - m] for m in range(1, k)):
+                bans.add(res[-k])
+        grams = {tuple(res[p:p + no_repeat]) for p in range(len(res) - no_repeat + 1)} if no_repeat else set()
+        key = tuple(res[len(res) - no_repeat + 1:]) if no_repeat else ()
+        pick, mass = 0, 0.0
+        for rank, (value, j, t) in enumerate(cands):
+            if t not in bans and key + (t,) not in grams:
+                pick = rank
+                break
+            mass += math.exp(value)
+            if mass > top_p:
+                break
+        _, j, t = cands[pick]
+        if len(res) == width - 1:
+            j, t = n - 1, EOS
+        score += float(links[i, j]) + float(emit[j, t])
+        res.append(t)
+        lps.append(float(emit[j, t]))
+        i = j
+    return res, score, lps
+
+
 def joint_viterbi(links, scores, bos: float, n: int, width: int, beta: float):
     """(best normalised score, its raw score, the best paths) over paths of ≤ width vertices; a vertex emits its
     score (the last one EOS's, in ``scores``), vertex 0 BOS (``bos``)."""

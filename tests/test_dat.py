@@ -32,7 +32,7 @@ B, L, T, V = 2, 8, 6, 9          # V = 9: the inner vertices choose among UNK an
 SETTINGS = settings(max_examples=12, deadline=None, derandomize=True)
 
 
-def graph(seed: int, n_vertices, scale: float = 2.0):
+def graph(seed: int, n_vertices, scale: float = 2.0, L: int = L):
     """Random (links float32[B, L, L], emit float32[B, L, V]) log-probabilities of graphs of n_vertices."""
     rng = np.random.default_rng(seed)
     raw = rng.normal(size=(B, L, L)) * scale
@@ -229,6 +229,68 @@ def test_greedy_lookahead_and_viterbi_match_brute_force(rows, seed, beta):
         got = tuple(int(v) for v in vpath[b] if v >= 0)
         assert got in best
         np.testing.assert_allclose(vscore[b], best[got], rtol=1e-5, atol=1e-4)
+
+
+LONG = 16  # the prevention tests' graphs: paths long enough to repeat pairs ("a b a b")
+
+
+@functools.lru_cache(maxsize=None)
+def _unrepeated(no_repeat: int, no_consecutive: int):
+    allowed = allowed_tokens(V)
+
+    def run(links, emit, n, beta, top_p):
+        _, _, bos = dag.vertex_scores(emit, n, allowed)
+        top_lp, top_tok = jax.lax.top_k(jnp.where(allowed, emit, dag.NEG), 3)
+        eos = jnp.take_along_axis(emit[..., EOS_ID], (n - 1)[:, None], 1)[:, 0]
+        return dag.follow_unrepeated(links, top_tok.astype(jnp.int32), top_lp, bos, eos, n, LONG, beta, no_repeat,
+                                     no_consecutive, top_p, jnp.asarray([LONG, 7], jnp.int32))
+
+    return jax.jit(run)
+
+
+def _check_unrepeated(n, seed, beta, bans, top_p) -> list:
+    """follow_unrepeated against the reference's transcription of the authors' loop on two graphs of n (int32[2])
+    vertices (the second row's capacity 7); returns the two outputs."""
+    links, emit = graph(seed, n, scale=1.0, L=LONG)
+    # paths that run long (a trained model's links step a vertex or two) through vertices that mostly agree on their
+    # tokens (a sentence-wide preference), so that they run into repeats
+    near = links - 1.5 * np.maximum(np.arange(LONG)[None, :] - np.arange(LONG)[:, None] - 1, 0)
+    with np.errstate(invalid="ignore"):
+        links = np.where(np.isfinite(links), np.asarray(jax.nn.log_softmax(jnp.asarray(near), axis=-1)), -np.inf)
+    shared = np.random.default_rng(seed + 1).normal(size=(B, 1, V)) * 2.0
+    emit = np.asarray(jax.nn.log_softmax(jnp.asarray(emit + shared, jnp.float32)))
+    tokens, score, token_lp = jax.device_get(_unrepeated(*bans)(links, emit, n, beta, top_p))
+    allowed, outputs = np.asarray(allowed_tokens(V)), []
+    for b, width in enumerate((LONG, 7)):
+        want, want_score, want_lp = ref.follow_unrepeated(links[b], emit[b], allowed, n[b], width, beta, 3, *bans,
+                                                          top_p)
+        assert tokens[b, :len(want)].tolist() == want and np.all(tokens[b, len(want):] == PAD_ID), (b, want)
+        np.testing.assert_allclose(score[b], want_score, rtol=1e-5, atol=1e-4)
+        np.testing.assert_allclose(token_lp[b, :len(want)], want_lp, atol=1e-5)
+        outputs.append(want)
+    return outputs
+
+
+@settings(max_examples=24, deadline=None, derandomize=True)
+@given(n=st.lists(st.integers(3, LONG), min_size=B, max_size=B), seed=st.integers(0, 10**6),
+       beta=st.sampled_from([0.0, 1.0]), bans=st.sampled_from([(0, 0), (2, 0), (1, 3), (3, 2)]),
+       top_p=st.sampled_from([0.1, 0.9, 1.0]))
+def test_lookahead_steps_around_repeats_as_the_authors_loop(n, seed, beta, bans, top_p):
+    """Greedy and lookahead with the authors' n-gram prevention (dat.no_consecutive_repeat, eval.no_repeat_ngram,
+    dat.top_p): the same tokens, log P(y, a | x) and token scores as a transcription of their loop, rows of two
+    capacities."""
+    _check_unrepeated(np.asarray(n, np.int32), seed, beta, bans, top_p)
+
+
+def test_each_rule_changes_what_lookahead_outputs():
+    """... on graphs where each rule changes the outputs (of 8 × 2): the tests are not of the plain lookahead."""
+    n = np.asarray([LONG, 12], np.int32)
+    runs = {(bans, top_p): [row for seed in range(4) for row in _check_unrepeated(n, seed, 1.0, bans, top_p)]
+            for bans, top_p in (((0, 0), 0.0), ((0, 0), 0.9), ((2, 0), 0.9), ((0, 3), 0.9), ((0, 3), 0.1))}
+    plain = runs[((0, 0), 0.0)]    # the first candidate always: plain lookahead
+    for asked, base in ((((0, 0), 0.9), plain), (((2, 0), 0.9), runs[((0, 0), 0.9)]),
+                        (((0, 3), 0.9), runs[((0, 0), 0.9)]), (((0, 3), 0.1), runs[((0, 3), 0.9)])):
+        assert sum(a != b for a, b in zip(runs[asked], base)) >= 2, asked
 
 
 @SETTINGS
@@ -622,7 +684,11 @@ def test_config_errors_are_one_line():
                                (["--config.dat.glance_end=0.9"], "must not exceed dat.glance_start"),
                                (["--config.dat.links=heads"], "links"),
                                # a graph of 1 vertex decoded rows without EOS; of 2, empty ones
-                               (["--config.dat.max_vertices=2"], "no vertex between BOS's and EOS's")):
+                               (["--config.dat.max_vertices=2"], "no vertex between BOS's and EOS's"),
+                               (["--config.eval.no_repeat_ngram=3", "--config.dat.decode=viterbi"],
+                                "eval.no_repeat_ngram=3 steps around repeats .* not dat.decode='viterbi'"),
+                               (["--config.dat.no_consecutive_repeat=2", "--config.eval.sampling=true"],
+                                "dat.no_consecutive_repeat=2 steps around .* not eval.sampling=true")):
         with pytest.raises(ConfigError, match=message):
             build_config(TINY, BASE + overrides)
     # the family's default of eval.beam_size: 1, where neither the config file nor the command line sets it
@@ -722,6 +788,11 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec(tmp_path):
         assert s.supports.beam == (decode == "beam")  # what a Translator and bench/decode_speed.py ask of it
         out = jax.jit(decode_graph, static_argnums=(3, 4, 5))(*graph, 8, Decoding(decode), beam)
         assert np.asarray(out["tokens"]).tolist() == learned, decode
+    # lookahead stepping around repeats, through ModelSpec.generate: the pairs hold none
+    prevent = ["--config.eval.no_repeat_ngram=2", "--config.dat.no_consecutive_repeat=2"]
+    s = build_model(build_config(TINY, BASE + prevent), 24, 24)
+    out = jax.jit(s.generate)(params, DecodeRequest(batch["src"], max_out=8))
+    assert np.asarray(out["tokens"]).tolist() == learned
     # through ModelSpec.generate: sampling's most probable step at each vertex (top_k = 1), each of the 2 samples the
     # pairs learned
     s = build_model(build_config(TINY, BASE + ["--config.eval.sampling=true", "--config.eval.top_k=1",

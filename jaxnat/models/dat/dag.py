@@ -23,7 +23,7 @@ import jax.numpy as jnp
 
 from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from jaxnat.decoding import ngram
+from jaxnat.decoding import ngram, repeats
 from jaxnat.decoding.search import Sampling, cumulative, draw, truncate
 
 NEG = -jnp.inf
@@ -222,6 +222,59 @@ def compact(values: jax.Array, keep: jax.Array, fill) -> jax.Array:
     return jnp.full_like(values, fill).at[rows, pos].set(values, mode="drop")
 
 
+def follow_unrepeated(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: jax.Array, eos: jax.Array,
+                      n_vertices: jax.Array, width: int, beta: float, no_repeat: int, no_consecutive: int,
+                      top_p: float, limit: jax.Array | None = None):
+    """Lookahead (β > 0) or greedy (β = 0) decoding that steps around repeats, as the authors' lookahead with n-gram
+    prevention: at vertex i the C best (vertex j, token c) pairs by links[i, j] + β · log P(c | j) (C = top_tok's
+    width; j's C best tokens, EOS alone at n − 1) are tried best first, and the path takes the first whose token is
+    not banned: the token before it and those `repeats.consecutive_bans` names (k ≤ ``no_consecutive``), and with
+    ``no_repeat`` n > 0 those completing a repeated n-gram (`repeats.ngram_bans`), the output so far from BOS on.
+    Once the banned pairs tried hold more than ``top_p`` of exp(their scores), or all C are banned, it takes the
+    best pair after all (the repeat costs less than the detour). A path still inside the graph at its row's last
+    slot (``limit``, int32[B]; None: ``width``) steps to n − 1 there.
+
+    links: float32[B, L, L]; top_tok, top_lp: int32/float32[B, L, C]; bos, eos: float32[B] (log P(BOS | 0),
+    log P(EOS | n − 1)). Returns (tokens int32[B, width], [BOS … EOS] then PAD; score float32[B], log P(y, a | x);
+    token_lp float32[B, width], each token's log P(token | vertex), log P(EOS) at EOS, 0 at BOS and PAD)."""
+    limit = jnp.full(n_vertices.shape, width, jnp.int32) if limit is None else limit
+
+    def one(links, top_tok, top_lp, bos, eos, n, limit):
+        L, C = top_tok.shape
+        last = n - 1
+        pairs = jax.vmap(lambda row: step_logits(row, top_lp, eos, last, 1.0, beta))(links)       # [L, L·C]
+        cand_score, cand = jax.lax.top_k(jnp.where(jnp.isnan(pairs), NEG, pairs), C)  # [L, C], best first (rows
+        # from n − 1 on have no edges, and only a finished path reads them)
+        cand_p = jnp.exp(cand_score)
+
+        def step(state, k):
+            v, done, history, total = state
+            j, c = cand[v] // C, cand[v] % C
+            toks = jnp.where(j == last, EOS_ID, top_tok[j, c])
+            bans = repeats.consecutive_bans(history[None], k - 1, no_consecutive)
+            if no_repeat:
+                bans = jnp.concatenate([bans, repeats.ngram_bans(history[None], k - 1, no_repeat)], axis=1)
+            free = ~repeats.banned(toks[None], bans)[0] & jnp.isfinite(cand_score[v])
+            first = argmax(free).astype(jnp.int32)
+            tried = jnp.sum(jnp.where(jnp.arange(C) < first, cand_p[v], 0.0))
+            pick = jnp.where(jnp.any(free) & (tried <= top_p), first, 0)
+            j, c, tok = j[pick], c[pick], toks[pick]
+            j, tok = jnp.where(k >= limit - 1, last, j), jnp.where(k >= limit - 1, EOS_ID, tok)  # the last slot
+            lp = jnp.where(j == last, eos, top_lp[j, c])
+            out = (jnp.where(done, PAD_ID, tok), jnp.where(done, 0.0, lp))
+            state = (jnp.where(done, v, j), done | (j == last), history.at[k].set(jnp.where(done, PAD_ID, tok)),
+                     total + jnp.where(done, 0.0, links[v, j] + lp))
+            return state, out
+
+        history = jnp.full(width, PAD_ID, jnp.int32).at[0].set(BOS_ID)
+        (_, _, _, total), (toks, token_lp) = jax.lax.scan(step, (jnp.int32(0), jnp.bool_(False), history, bos),
+                                                          jnp.arange(1, width))
+        return (jnp.concatenate([jnp.full(1, BOS_ID, jnp.int32), toks.astype(jnp.int32)]), total,
+                jnp.concatenate([jnp.zeros(1), token_lp]))
+
+    return jax.vmap(one)(links, top_tok, top_lp, bos, eos, n_vertices, limit)
+
+
 # ----------------------------------------------------------------------------------------------- beam search
 
 def beam_search(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: jax.Array, eos: jax.Array,
@@ -309,17 +362,17 @@ def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha, nb
 # ----------------------------------------------------------------------------------------------- sampling
 
 def step_logits(links_row: jax.Array, top_lp: jax.Array, eos: jax.Array, last: jax.Array,
-                temperature: float) -> jax.Array:
+                temperature: float, beta: float = 1.0) -> jax.Array:
     """float32[L · C]: what a sampled path draws its next (vertex j, token c) from at a vertex whose transitions
     are ``links_row`` (float32[L], log P(j | i)): the transitions divided by the temperature and renormalised (the
-    authors' sample decoding tempers the links alone), plus log P(c | j) of j's C best tokens (``top_lp``:
-    float32[L, C]); the last vertex ``last`` emits EOS alone (``eos``, its log-probability: entry c = 0). Entry
-    j · C + c."""
+    authors' sample decoding tempers the links alone), plus β · log P(c | j) of j's C best tokens (``top_lp``:
+    float32[L, C]; β: lookahead's weight, `follow_unrepeated`); the last vertex ``last`` emits EOS alone (``eos``,
+    its log-probability: entry c = 0). Entry j · C + c."""
     L, C = top_lp.shape
     tempered = jax.nn.log_softmax(jnp.where(jnp.isfinite(links_row), links_row / temperature, NEG))
     is_last = jnp.arange(L)[:, None] == last
     emitted = jnp.where(is_last, jnp.where(jnp.arange(C)[None] == 0, eos, NEG), top_lp)
-    return (tempered[:, None] + emitted).reshape(-1)
+    return (tempered[:, None] + jnp.where(jnp.isfinite(emitted), beta * emitted, NEG)).reshape(-1)
 
 
 def sample_paths(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: jax.Array, eos: jax.Array,

@@ -274,7 +274,8 @@ SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, beam=True, max
 class Decoding:
     """``dat``'s decoding keys: strategy, lookahead's β, Viterbi's length exponent, the beam's length exponent and
     candidate tokens per vertex, repeat removal, the soft constraints' reward per phrase, the beam's LM weight; and
-    ``sampling`` (eval.sampling's `Sampling`), which draws paths in place of the strategy."""
+    ``sampling`` (eval.sampling's `Sampling`), which draws paths in place of the strategy; greedy's and lookahead's
+    repeat prevention (`dag.follow_unrepeated`: eval.no_repeat_ngram, dat.no_consecutive_repeat, dat.top_p)."""
     strategy: str = "lookahead"
     lookahead_beta: float = 1.0
     viterbi_beta: float = 1.0
@@ -284,6 +285,14 @@ class Decoding:
     soft_reward: float = 1.0
     lm_weight: float = 0.1
     sampling: Sampling | None = None
+    no_repeat: int = 0
+    no_consecutive: int = 0
+    top_p: float = 0.9
+
+    @property
+    def prevents(self) -> bool:
+        """Whether greedy and lookahead step around repeats as they go (`dag.follow_unrepeated`)."""
+        return self.no_repeat > 0 or self.no_consecutive > 0
 
 
 def allowed_tokens(vocab: int) -> jax.Array:
@@ -362,7 +371,8 @@ def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limi
     samples' n-best lists (tokens int32[B, N, width], log P(y | x) or log P(y, a | x) float32[B, N]), else None) by
     ``options.strategy``, or ``options.sampling``'s samples."""
     tok, scores, bos = dag.vertex_scores(logits, n_vertices, allowed)
-    if options.strategy == "beam" or options.sampling is not None:  # each vertex's top_cand tokens, EOS at n − 1
+    if options.strategy == "beam" or options.sampling is not None or options.prevents:  # each vertex's top_cand
+        # tokens, EOS at n − 1
         emit = jax.nn.log_softmax(logits)
         top_lp, top_tok = jax.lax.top_k(jnp.where(allowed, emit, dag.NEG), min(options.top_cand, logits.shape[-1]))
         top_tok = top_tok.astype(jnp.int32)
@@ -377,6 +387,12 @@ def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limi
         tokens, lp, shares = dag.beam_search(links, top_tok, top_lp, bos, eos, n_vertices, width,
                                              beam, options.beam_alpha, limit, nbest, lm, options.lm_weight)
         return tokens[:, 0], lp[:, 0], shares[:, 0], (tokens, lp) if nbest > 1 else None
+    if options.prevents:  # greedy or lookahead (validate), stepping around repeats
+        beta = options.lookahead_beta if options.strategy == "lookahead" else 0.0
+        tokens, score, token_lp = dag.follow_unrepeated(links, top_tok, top_lp, bos, eos, n_vertices, width, beta,
+                                                        options.no_repeat, options.no_consecutive, options.top_p,
+                                                        limit)
+        return tokens, score, token_lp, None
     if options.strategy == "viterbi":
         path, score = dag.joint_viterbi(links, scores, bos, n_vertices, width, options.viterbi_beta, limit)
     else:
@@ -416,7 +432,8 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     glance = Glancing(s.glance_start, s.glance_end, s.glance_steps or config.train.steps, s.glance_count,
                       s.glance_fix_alignment)
     options = Decoding(s.decode, s.lookahead_beta, s.viterbi_beta, s.beam_alpha, s.top_cand, s.remove_repeats,
-                       s.soft_reward, s.lm_weight, sampling_of(config.eval))
+                       s.soft_reward, s.lm_weight, sampling_of(config.eval), config.eval.no_repeat_ngram,
+                       s.no_consecutive_repeat, s.top_p)
     continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
     capacity = output_capacity(cfg, config.eval)
 
