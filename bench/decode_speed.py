@@ -2,7 +2,8 @@
 
     python bench/decode_speed.py --run configs/ar/multi30k.py:runs/ar-multi30k \
         --run configs/levt/multi30k.py:runs/levt-kd-multi30k \
-        --config.data.dir=../shared/data/multi30k [--repeats 3] [--sentences 100] [--batch 64] [--pairs] [--full-canvas]
+        --config.data.dir=../shared/data/multi30k [--repeats 3] [--sentences 100] [--batch 64] [--pairs] \
+        [--full-canvas] [--variant "eval.no_repeat_ngram=3 dat.no_consecutive_repeat=2"]
 
 With --pairs (and data.pairs_dir in the configs or overrides) the AR models are also timed with the test split's
 constraint pairs, beam 4: a model of vectorized constraints with the pairs as input, and every AR model with the
@@ -11,7 +12,8 @@ Table 5, with each row's speed relative to the first run's plain beam search. Wi
 vectorized constraints is also timed attending over all data.max_pairs × data.max_pair_pieces constraint entries
 in every batch (`vecconst.pack_entries=false`), without its pairs and with them. With --full-canvas a model that
 predicts its lengths (CMLM, NAT) is also timed on outputs as wide as its source allows (`Translator.narrow_outputs`
-off) instead of as wide as its longest predicted candidate needs.
+off) instead of as wide as its longest predicted candidate needs. Each --variant (repeatable: space-separated
+KEY=VALUE settings) times every run again with those settings on top of its own, alternating with it.
 
 Each --run is CONFIG:WORKDIR, or a WORKDIR alone (the config it was trained with); overrides after the flags
 apply to every run. AR models are timed greedy and with beam 4, refining models (LevT, EDITOR) with their
@@ -50,18 +52,24 @@ def main():
                         help="with --pairs: also time vectorized constraints over all padded constraint entries")
     parser.add_argument("--full-canvas", action="store_true",
                         help="also time length-predicting models on canvases sized from the source")
+    parser.add_argument("--variant", action="append", default=[], metavar="'KEY=VALUE …'",
+                        help="also time every run with these settings (repeatable)")
     args, overrides = parser.parse_known_args()
     if min(args.repeats, args.sentences, args.batch) < 1:
         raise SystemExit("error: --repeats, --sentences and --batch must be at least 1")
     logging.basicConfig(level=logging.WARNING)
     modes, srcs, split = [], None, None
-    for run in args.run:
+    runs = [(run, "", []) for run in args.run]
+    for variant in args.variant:
+        extra = [f"--config.{setting}" for setting in variant.split()]
+        runs += [(run, f", with {variant}", extra) for run in args.run]
+    for run, variation, extra in runs:
         config_path, _, workdir = run.rpartition(":")
         if config_path:
-            config = build_config(config_path, overrides)
+            config = build_config(config_path, overrides + extra)
         else:  # the workdir's own config, with the overrides
             config = workdir_config(workdir)
-            for key, value in parse_overrides(overrides):
+            for key, value in parse_overrides(overrides + extra):
                 apply_override(config, key, value)
         if srcs is None:
             corpus = load_corpus(config.data)
@@ -71,7 +79,7 @@ def main():
             if args.pairs and pairs is None:
                 sys.exit(f"error: --pairs: no constraint pairs for {split} (set data.pairs_dir)")
         translator = load_translator(config, workdir)
-        name = f"{translator.spec.name} ({workdir})"
+        name = f"{translator.spec.name} ({workdir}){variation}"
         beams = (1, 4) if translator.spec.supports.beam else (1,)
         for beam in beams:
             label = f"{name}, beam {beam}" if beam > 1 else f"{name}, {'greedy' if len(beams) > 1 else 'decoding'}"
