@@ -8,6 +8,7 @@ import re
 import statistics
 import subprocess
 import sys
+import types
 
 import jax
 import pytest
@@ -120,6 +121,31 @@ def test_decode_speed_pairs_without_pairs_is_an_error_line(monkeypatch):
                                      "--pairs"])
     with pytest.raises(SystemExit, match="^error: --pairs: no constraint pairs for test"):
         speed.main()
+
+
+def test_decode_speed_times_each_variant_beside_its_run(monkeypatch, capsys):
+    """--variant 'KEY=VALUE …': each run is loaded again with those settings on top of its own and timed beside it."""
+    speed = bench("decode_speed")
+    loaded = []
+
+    class Timed:  # what the script reads of a Translator
+        spec = types.SimpleNamespace(name="ar", supports=types.SimpleNamespace(beam=False, pairs=False,
+                                                                               hard_constraints=False), plan=None)
+
+        def __init__(self, config):
+            self.config = config
+
+        def speed(self, srcs, beam, sentences, batch, **starts):
+            return {"latency_ms": 1.0 + self.config.eval.no_repeat_ngram, "sentences_per_s": 10.0}
+
+    monkeypatch.setattr(speed, "load_translator", lambda config, workdir: loaded.append(config) or Timed(config))
+    monkeypatch.setattr("sys.argv", ["decode_speed.py", "--run", f"{ROOT}/configs/ar/demo.py:/nowhere", "--repeats",
+                                     "1", "--variant", "eval.no_repeat_ngram=3 eval.length_penalty=0.5"])
+    speed.main()
+    assert [(c.eval.no_repeat_ngram, c.eval.length_penalty) for c in loaded] == [(0, 1.0), (3, 0.5)]
+    table = capsys.readouterr().out
+    assert "| ar (/nowhere), decoding | 1.0 |" in table
+    assert "| ar (/nowhere), with eval.no_repeat_ngram=3 eval.length_penalty=0.5, decoding | 4.0 |" in table
 
 
 def test_compile_time_gives_the_data_dir_to_configs_that_read_files(monkeypatch, tmp_path):
