@@ -156,6 +156,19 @@ def test_greedy_outputs_are_the_originals(imported):
     assert [h["hyp"] for h in hyps] == outputs["beam1_text"]
 
 
+@pytest.mark.slow
+def test_greedy_without_repeated_pairs_is_hugging_faces(tmp_path_factory):
+    """eval.no_repeat_ngram=2 is generate(no_repeat_ngram_size=2) (its NoRepeatNGramLogitsProcessor), on Marian's
+    greedy outputs, which repeat pairs without it."""
+    kind, workdir, config, _ = _imported("marian", tmp_path_factory)
+    _, outputs = expected(kind)
+    assert outputs["no_repeat2_beam1_text"] != outputs["beam1_text"]
+    config = config.copy_and_resolve_references()
+    config.eval.no_repeat_ngram = 2
+    hyps = load_translator(config, workdir).translate(outputs["src"], beam_size=1)
+    assert [h["hyp"] for h in hyps] == outputs["no_repeat2_beam1_text"]
+
+
 def _main(*args, stdin=None):
     cmd = [sys.executable, "-m", "jaxnat.main", *args]
     return cli.run(cmd, cwd=ROOT, env=dict(os.environ, JAX_PLATFORMS="cpu"), input=stdin, timeout=600)

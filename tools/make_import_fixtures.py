@@ -702,8 +702,9 @@ def random_marian(vocab_size: int, pad: int, *, d: int, layers: int, heads: int,
 
 def marian_expected(out: str, model, tok) -> None:
     """What a MarianMTModel computes on the fixture's sentences: teacher-forced log-probabilities, greedy and beam-4
-    outputs of generate(max_new_tokens=20), the targets detokenized; where the vocabulary holds target-language
-    tokens, the ids MarianTokenizer gives sources that start with one (or with one it lacks)."""
+    outputs of generate(max_new_tokens=20) and greedy with no_repeat_ngram_size=2, the targets detokenized; where
+    the vocabulary holds target-language tokens, the ids MarianTokenizer gives sources that start with one (or with
+    one it lacks)."""
     config = model.config
     batch = tok(SRC, return_tensors="pt", padding=True)
     labels = tok(text_target=TGT, return_tensors="pt", padding=True)["input_ids"]
@@ -721,6 +722,9 @@ def marian_expected(out: str, model, tok) -> None:
                                  early_stopping=False)
         outputs[f"beam{beam}"] = gen.tolist()
         outputs[f"beam{beam}_text"] = tok.batch_decode(gen, skip_special_tokens=True)
+    with torch.no_grad():  # no_repeat_ngram_size (NoRepeatNGramLogitsProcessor): greedy that repeats no pair of tokens
+        gen = model.generate(**batch, num_beams=1, do_sample=False, max_new_tokens=20, no_repeat_ngram_size=2)
+    outputs["no_repeat2_beam1_text"] = tok.batch_decode(gen, skip_special_tokens=True)
     outputs["detok"] = tok.batch_decode(labels, skip_special_tokens=True)
     if LANGUAGE_CODES[0] in tok.get_vocab():
         outputs["coded"] = [f"{LANGUAGE_CODES[0]} {SRC[0]}", f"{LANGUAGE_CODES[1]}{SRC[1]}", f">>xx<< {SRC[2]}",
