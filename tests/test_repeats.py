@@ -1,6 +1,7 @@
 """The repeat bans (`jaxnat.decoding.repeats`) against plain-Python transcriptions of fairseq's NGramRepeatBlock and
 of the DA-Transformer authors' consecutive-repeat rule."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from hypothesis import example, given, settings
@@ -33,17 +34,20 @@ def authors_consecutive_bans(res: list[int], n: int) -> set[int]:
 
 
 ROWS = st.lists(st.lists(st.integers(0, 3), min_size=1, max_size=12), min_size=1, max_size=4)
+# one program a rule and n: every example's rows padded to 4 × 12 (eagerly, each shape compiled its ops anew)
+ngram_bans = jax.jit(repeats.ngram_bans, static_argnums=2)
+consecutive_bans = jax.jit(repeats.consecutive_bans, static_argnums=2)
 
 
 def _padded(rows, width=12):
-    history = np.full((len(rows), width), 9, np.int32)  # what lies past a row's last token is never read
+    history = np.full((4, width), 9, np.int32)  # what lies past a row's last token is never read
     for r, row in enumerate(rows):
         history[r, :len(row)] = row
-    return history, np.array([len(row) - 1 for row in rows], np.int32)
+    return history, np.array([len(row) - 1 for row in rows] + [0] * (4 - len(rows)), np.int32)
 
 
-def _sets(bans):
-    return [set(int(t) for t in row if t >= 0) for row in np.asarray(bans)]
+def _sets(bans, rows):
+    return [set(int(t) for t in row if t >= 0) for row in np.asarray(bans)[:len(rows)]]
 
 
 @settings(max_examples=80, deadline=None)
@@ -52,11 +56,11 @@ def _sets(bans):
 @example([[2, 2, 2]], 1)         # n = 1: every token of the row
 def test_ngram_bans_are_fairseqs(rows, n):
     history, last = _padded(rows)
-    got = _sets(repeats.ngram_bans(jnp.asarray(history), jnp.asarray(last), n))
-    assert got == [fairseq_ngram_bans(row, n) for row in rows]
-    for r, row in enumerate(rows):  # a scalar last reads every row at the same position
-        same = _sets(repeats.ngram_bans(jnp.asarray(history[r:r + 1]), len(row) - 1, n))
-        assert same == [fairseq_ngram_bans(row, n)]
+    assert _sets(ngram_bans(history, last, n), rows) == [fairseq_ngram_bans(row, n) for row in rows]
+    # a scalar last reads every row at the same position: the first row's
+    same = [fairseq_ngram_bans(row[:len(rows[0])], n) if len(row) >= len(rows[0]) else None for row in rows]
+    got = _sets(ngram_bans(history, np.int32(len(rows[0]) - 1), n), rows)
+    assert [g for g, s in zip(got, same) if s is not None] == [s for s in same if s is not None]
 
 
 @settings(max_examples=80, deadline=None)
@@ -65,8 +69,7 @@ def test_ngram_bans_are_fairseqs(rows, n):
 @example([[1, 2, 1]], 2)         # + "2" would repeat "1 2"
 def test_consecutive_bans_are_the_authors(rows, n):
     history, last = _padded(rows)
-    got = _sets(repeats.consecutive_bans(jnp.asarray(history), jnp.asarray(last), n))
-    assert got == [authors_consecutive_bans(row, n) for row in rows]
+    assert _sets(consecutive_bans(history, last, n), rows) == [authors_consecutive_bans(row, n) for row in rows]
 
 
 def test_bans_reach_the_scores_and_the_candidates():
