@@ -230,8 +230,8 @@ def default_config() -> ml_collections.ConfigDict:
         # distribution divided by the temperature, cut to its top_k tokens (0: all), to the most probable ones
         # reaching top_p, and to those of probability >= epsilon (0: none cut); seeded by sample_seed
         sampling=False, temperature=1.0, top_k=0, top_p=1.0, epsilon=0.0, sample_seed=0,
-        # every decoding (the searches and samples of the left-to-right models, the DA-Transformer's lookahead and
-        # greedy decoders): n > 0 never generates a token that would repeat an n-gram of its output (fairseq's
+        # decoding (the searches and samples of the left-to-right models; the decoders of other families that take
+        # it, their docs): n > 0 never generates a token that would repeat an n-gram of its output (fairseq's
         # --no-repeat-ngram-size, `jaxnat.decoding.repeats`); 0: off
         no_repeat_ngram=0,
         # translate and eval: each sentence's output is, of the eval.beam_size outputs of its beam (or its samples),

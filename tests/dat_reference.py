@@ -106,6 +106,21 @@ def follow_unrepeated(links, emit, allowed, n: int, width: int, beta: float, top
     return res, score, lps
 
 
+def unrepeated(tokens, no_repeat: int, no_consecutive: int) -> bool:
+    """Whether the inner tokens ``tokens`` (BOS before them) pass the authors' n-gram prevention: no token equal to
+    the one before it, none making the last k tokens repeat the k before them (k ≤ no_consecutive), none completing an
+    n-gram already there (n = no_repeat > 0)."""
+    res = [BOS, *tokens]
+    for t in range(1, len(res)):
+        if res[t] == res[t - 1] or any(res[t - k + 1:t + 1] == res[t - 2 * k + 1:t - k + 1]
+                                       for k in range(2, no_consecutive + 1) if t - 2 * k + 1 >= 0):
+            return False
+        if no_repeat and t >= no_repeat - 1 and any(res[t - no_repeat + 1:t + 1] == res[p:p + no_repeat]
+                                                    for p in range(t - no_repeat + 1)):
+            return False
+    return True
+
+
 def joint_viterbi(links, scores, bos: float, n: int, width: int, beta: float):
     """(best normalised score, its raw score, the best paths) over paths of ≤ width vertices; a vertex emits its
     score (the last one EOS's, in ``scores``), vertex 0 BOS (``bos``)."""
@@ -117,19 +132,19 @@ def joint_viterbi(links, scores, bos: float, n: int, width: int, beta: float):
     return best, {p: raw for s, raw, p in scored if s >= best - 1e-4}
 
 
-def beam_best(links, emit, allowed, n: int, width: int, alpha: float, top: int, bonus=None):
+def beam_best(links, emit, allowed, n: int, width: int, alpha: float, top: int, bonus=None, keep=None):
     """argmax_y log P(y | x) / |y|^α, P(y | x) summed over every path and token choice (each inner vertex one of
     its ``top`` best allowed tokens) that emits y, y with BOS and EOS and at most ``width`` tokens. Returns
     (best normalised score, {y: log P(y | x)} of the best ones). bonus: y → what is added to log P(y | x) before
-    the normalisation (an LM's weighted score), or None."""
-    ranked = beam_ranked(links, emit, allowed, n, width, alpha, top, bonus)
+    the normalisation (an LM's weighted score), or None; keep: y → whether y is searched (`beam_ranked`)."""
+    ranked = beam_ranked(links, emit, allowed, n, width, alpha, top, bonus, keep)
     best = ranked[0][0]
     return best, {y: total for normed, y, total in ranked if normed >= best - 1e-4}
 
 
-def beam_ranked(links, emit, allowed, n: int, width: int, alpha: float, top: int, bonus=None):
+def beam_ranked(links, emit, allowed, n: int, width: int, alpha: float, top: int, bonus=None, keep=None):
     """Every output y of `beam_best`'s kind as ((log P(y | x) + bonus(y)) / |y|^α, y, log P(y | x)), the best
-    first."""
+    first; with ``keep`` (y → bool) only those it keeps."""
     bonus = bonus or (lambda y: 0.0)
     cands = {}
     for v in range(1, n - 1):
@@ -141,8 +156,8 @@ def beam_ranked(links, emit, allowed, n: int, width: int, alpha: float, top: int
         for toks in itertools.product(*(cands[v] for v in p[1:-1])):
             score = base + sum(float(emit[v, t]) for v, t in zip(p[1:-1], toks))
             totals.setdefault(toks, []).append(score)
-    return sorted((((logsumexp(s) + bonus(y)) / (len(y) + 2) ** alpha, y, logsumexp(s)) for y, s in totals.items()),
-                  key=lambda r: -r[0])
+    return sorted((((logsumexp(s) + bonus(y)) / (len(y) + 2) ** alpha, y, logsumexp(s)) for y, s in totals.items()
+                   if keep is None or keep(y)), key=lambda r: -r[0])
 
 
 def placeable(tokens, phrases, continues=None, joins=None, trails=None) -> int:

@@ -234,6 +234,18 @@ def test_greedy_lookahead_and_viterbi_match_brute_force(rows, seed, beta):
 LONG = 16  # the prevention tests' graphs: paths long enough to repeat pairs ("a b a b")
 
 
+def _repetitive_graph(n, seed):
+    """(links, emit) of two graphs of n (int32[2]) ≤ LONG vertices whose paths run long (a trained model's links step
+    a vertex or two) through vertices that mostly agree on their tokens (a sentence-wide preference), so that they
+    run into repeats."""
+    links, emit = graph(seed, n, scale=1.0, L=LONG)
+    near = links - 1.5 * np.maximum(np.arange(LONG)[None, :] - np.arange(LONG)[:, None] - 1, 0)
+    with np.errstate(invalid="ignore"):
+        links = np.where(np.isfinite(links), np.asarray(jax.nn.log_softmax(jnp.asarray(near), axis=-1)), -np.inf)
+    shared = np.random.default_rng(seed + 1).normal(size=(B, 1, V)) * 2.0
+    return links, np.asarray(jax.nn.log_softmax(jnp.asarray(emit + shared, jnp.float32)))
+
+
 @functools.lru_cache(maxsize=None)
 def _unrepeated(no_repeat: int, no_consecutive: int):
     allowed = allowed_tokens(V)
@@ -251,14 +263,7 @@ def _unrepeated(no_repeat: int, no_consecutive: int):
 def _check_unrepeated(n, seed, beta, bans, top_p) -> list:
     """follow_unrepeated against the reference's transcription of the authors' loop on two graphs of n (int32[2])
     vertices (the second row's capacity 7); returns the two outputs."""
-    links, emit = graph(seed, n, scale=1.0, L=LONG)
-    # paths that run long (a trained model's links step a vertex or two) through vertices that mostly agree on their
-    # tokens (a sentence-wide preference), so that they run into repeats
-    near = links - 1.5 * np.maximum(np.arange(LONG)[None, :] - np.arange(LONG)[:, None] - 1, 0)
-    with np.errstate(invalid="ignore"):
-        links = np.where(np.isfinite(links), np.asarray(jax.nn.log_softmax(jnp.asarray(near), axis=-1)), -np.inf)
-    shared = np.random.default_rng(seed + 1).normal(size=(B, 1, V)) * 2.0
-    emit = np.asarray(jax.nn.log_softmax(jnp.asarray(emit + shared, jnp.float32)))
+    links, emit = _repetitive_graph(n, seed)
     tokens, score, token_lp = jax.device_get(_unrepeated(*bans)(links, emit, n, beta, top_p))
     allowed, outputs = np.asarray(allowed_tokens(V)), []
     for b, width in enumerate((LONG, 7)):
@@ -282,6 +287,30 @@ def test_lookahead_steps_around_repeats_as_the_authors_loop(n, seed, beta, bans,
     _check_unrepeated(np.asarray(n, np.int32), seed, beta, bans, top_p)
 
 
+@functools.lru_cache(maxsize=None)
+def _unrepeated_beam(bans):
+    options = Decoding("beam", top_cand=3, remove_repeats=False, no_repeat=bans[0], no_consecutive=bans[1])
+    return jax.jit(lambda links, emit, n: decode_graph(jnp.asarray(emit), links, n, LONG, options, beam=8, nbest=8))
+
+
+def test_the_beams_outputs_repeat_nothing_the_rules_ban():
+    """On the graphs whose paths run into repeats (`_repetitive_graph`), every output of the beam's n-best lists
+    passes the rules asked (a plain-Python check of the whole string), where without them some do not."""
+    n = np.asarray([LONG, 12], np.int32)
+    for bans in ((2, 0), (0, 3), (3, 2)):
+        failing = 0
+        for seed in range(3):
+            links, emit = _repetitive_graph(n, seed)
+            for asked in (bans, (0, 0)):
+                rows = np.asarray(_unrepeated_beam(asked)(links, emit, n)["nbest_tokens"]).reshape(-1, LONG)
+                passed = [ref.unrepeated([int(t) for t in row if t not in (0, 1, 2)], *bans) for row in rows]
+                if asked == bans:
+                    assert all(passed), bans
+                else:
+                    failing += passed.count(False)
+        assert failing >= 3, bans
+
+
 def test_each_rule_changes_what_lookahead_outputs():
     """... on graphs where each rule changes the outputs (of 8 × 2): the tests are not of the plain lookahead."""
     n = np.asarray([LONG, 12], np.int32)
@@ -294,24 +323,27 @@ def test_each_rule_changes_what_lookahead_outputs():
 
 
 @SETTINGS
-@given(rows=sizes, seed=st.integers(0, 10**6))
-def test_wide_beam_finds_the_most_probable_output(rows, seed):
+@given(rows=sizes, seed=st.integers(0, 10**6), bans=st.sampled_from([(0, 0), (2, 0), (0, 2)]))
+def test_wide_beam_finds_the_most_probable_output(rows, seed, bans):
     """A beam wider than every prefix finds argmax_y log P(y | x) / |y|^α with P(y | x) summed over every path
     and token choice that emits y (the reference's exhaustive sum), and reports that log P(y | x); its n-best list
     holds the outputs of the next highest normalised scores, with their log P(y | x). (A hypothesis is a prefix at
     a vertex: 256 beams keep every such pair here, so that the lower outputs too sum all their paths; 64 kept the
-    best output's, not always those of the next.)"""
+    best output's, not always those of the next.) With the authors' n-gram prevention (eval.no_repeat_ngram=2 or
+    dat.no_consecutive_repeat=2) the same over the outputs that repeat nothing so."""
     n = n_of(rows)
     links, emit = graph(seed, n, scale=1.0)
-    options = Decoding("beam", beam_alpha=1.1, top_cand=2, remove_repeats=False)
+    options = Decoding("beam", beam_alpha=1.1, top_cand=2, remove_repeats=False, no_repeat=bans[0],
+                       no_consecutive=bans[1])
     out = _beam(links, emit, n, options)
     allowed = np.asarray(allowed_tokens(V))
+    keep = (lambda y: ref.unrepeated(y, *bans)) if any(bans) else None
     for b in range(B):
-        _, best = ref.beam_best(links[b], emit[b], allowed, n[b], W, 1.1, 2)
+        _, best = ref.beam_best(links[b], emit[b], allowed, n[b], W, 1.1, 2, keep=keep)
         toks = [int(t) for t in np.asarray(out["tokens"][b]) if t not in (0, 1, 2)]
         assert tuple(toks) in best
         np.testing.assert_allclose(float(out["score"][b]), best[tuple(toks)], rtol=1e-5, atol=1e-4)
-        ranked = ref.beam_ranked(links[b], emit[b], allowed, n[b], W, 1.1, 2)[:NBEST]
+        ranked = ref.beam_ranked(links[b], emit[b], allowed, n[b], W, 1.1, 2, keep=keep)[:NBEST]
         listed = [tuple(int(t) for t in row if t not in (0, 1, 2)) for row in np.asarray(out["nbest_tokens"][b])]
         assert listed[0] == tuple(toks)
         for (normed, y, total), got, score in zip(ranked, listed, np.asarray(out["nbest_score"][b])):

@@ -50,12 +50,13 @@ def defaults() -> dict:
         lm_weight=0.1,
         # drop a decoded token equal to the one before it (the authors' greedy, lookahead and Viterbi decoders)
         remove_repeats=True,
-        # greedy and lookahead step around repeats as they go, as the authors' n-gram prevention (with
+        # greedy, lookahead and beam step around repeats as they go, as the authors' n-gram prevention (with
         # eval.no_repeat_ngram, their decode_no_repeated_ngram, or this): the next token is never the one before it
         # nor one that makes the last k tokens repeat the k before them, k <= no_consecutive_repeat (their
         # decode_no_consecutive_repeated_ngram); 0: off
         no_consecutive_repeat=0,
-        # ... unless the banned candidates tried hold more than top_p of the probability (their decode_top_p)
+        # ... unless (greedy, lookahead) the banned candidates tried hold more than top_p of the probability (their
+        # decode_top_p)
         top_p=0.9,
         # soft constraints: the constrained search's reward (log-probability) for each phrase a path emits
         soft_reward=1.0,
@@ -79,13 +80,12 @@ def validate(config) -> None:
         if config.eval[key] > 1 and s.decode != "beam" and not config.eval.sampling:
             raise ConfigError(f"eval.{key}={config.eval[key]} is the width of dat.decode=beam (or the samples a "
                               f"sentence draws with eval.sampling=true); dat.decode={s.decode!r} takes eval.{key}=1")
-    if (config.eval.no_repeat_ngram or s.no_consecutive_repeat) and (s.decode not in ("greedy", "lookahead")
-                                                                     or config.eval.sampling):
+    if (config.eval.no_repeat_ngram or s.no_consecutive_repeat) and (s.decode == "viterbi" or config.eval.sampling):
         asked = ", ".join(f"{k}={v}" for k, v in (("eval.no_repeat_ngram", config.eval.no_repeat_ngram),
                                                   ("dat.no_consecutive_repeat", s.no_consecutive_repeat)) if v)
         doing = "eval.sampling=true" if config.eval.sampling else f"dat.decode={s.decode!r}"
-        raise ConfigError(f"{asked} steps around repeats in greedy and lookahead decoding: set dat.decode=lookahead "
-                          f"(or greedy), not {doing}")
+        raise ConfigError(f"{asked} steps around repeats in greedy, lookahead and beam decoding: set dat.decode="
+                          f"lookahead (or greedy, or beam), not {doing}")
     if config.eval.lm and s.decode != "beam":
         raise ConfigError(f"eval.lm is fused into the beam search: set dat.decode=beam (dat.decode={s.decode!r})")
     if config.train.label_smoothing > 0:

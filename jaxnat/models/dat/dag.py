@@ -251,9 +251,7 @@ def follow_unrepeated(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, b
             v, done, history, total = state
             j, c = cand[v] // C, cand[v] % C
             toks = jnp.where(j == last, EOS_ID, top_tok[j, c])
-            bans = repeats.consecutive_bans(history[None], k - 1, no_consecutive)
-            if no_repeat:
-                bans = jnp.concatenate([bans, repeats.ngram_bans(history[None], k - 1, no_repeat)], axis=1)
+            bans = prefix_bans(history[None], k - 1, no_repeat, no_consecutive)
             free = ~repeats.banned(toks[None], bans)[0] & jnp.isfinite(cand_score[v])
             first = argmax(free).astype(jnp.int32)
             tried = jnp.sum(jnp.where(jnp.arange(C) < first, cand_p[v], 0.0))
@@ -279,7 +277,8 @@ def follow_unrepeated(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, b
 
 def beam_search(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: jax.Array, eos: jax.Array,
                 n_vertices: jax.Array, width: int, beam: int, alpha: float, limit: jax.Array | None = None,
-                nbest: int = 1, lm: ngram.NgramLM | None = None, gamma: float = 0.0):
+                nbest: int = 1, lm: ngram.NgramLM | None = None, gamma: float = 0.0, no_repeat: int = 0,
+                no_consecutive: int = 0):
     """Beam search over token prefixes of the DAG (DA-Transformer's beam search; its n-gram LM below): a
     hypothesis is a prefix ending at a vertex, scored by the log-sum over every path that emits it there, so the
     search looks for argmax_y log P(y | x) / M^α (M = |y| with BOS and EOS), summing paths, not the single best
@@ -296,13 +295,28 @@ def beam_search(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: ja
     With an n-gram ``lm`` (`ngram.NgramLM`) the search looks for the authors' argmax_y [log P(y | x) + γ log10
     P_lm(y)] / M^α (γ = ``gamma``, P_lm with ``</s>``): the hypotheses carry their LM state, the K · C best
     extensions by the graph's score alone are scored with the LM (C: the top tokens per vertex) and the K best of them
-    by the sum go on. The outputs' log P(y | x) stay the model's."""
+    by the sum go on. The outputs' log P(y | x) stay the model's.
+
+    With ``no_repeat`` or ``no_consecutive`` > 0 (the authors' n-gram prevention, `follow_unrepeated`'s bans) no
+    hypothesis extends by a token its prefix bans: the one before it, those `repeats.consecutive_bans` names, those
+    completing a repeated n-gram; the search is then over the outputs that repeat nothing so."""
     limit = jnp.full(n_vertices.shape, width, jnp.int32) if limit is None else limit
-    return jax.vmap(lambda *a: _beam_one(*a, width, beam, alpha, nbest, lm, gamma))(links, top_tok, top_lp, bos, eos,
-                                                                                     n_vertices, limit)
+    return jax.vmap(lambda *a: _beam_one(*a, width, beam, alpha, nbest, lm, gamma, no_repeat, no_consecutive))(
+        links, top_tok, top_lp, bos, eos, n_vertices, limit)
 
 
-def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha, nbest, lm=None, gamma=0.0):
+def prefix_bans(tokens: jax.Array, last, no_repeat: int, no_consecutive: int) -> jax.Array:
+    """int32[N, M]: the tokens the authors' n-gram prevention bans after each prefix (tokens: int32[N, W], BOS first,
+    positions 0 … last filled): the last token, the consecutive repeats of up to ``no_consecutive`` tokens
+    (`repeats.consecutive_bans`) and with ``no_repeat`` > 0 the tokens completing a repeated n-gram; −1 = none."""
+    bans = repeats.consecutive_bans(tokens, last, no_consecutive)
+    if no_repeat:
+        bans = jnp.concatenate([bans, repeats.ngram_bans(tokens, last, no_repeat)], axis=1)
+    return bans
+
+
+def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha, nbest, lm=None, gamma=0.0,
+              no_repeat=0, no_consecutive=0):
     L, C = top_tok.shape
     last = n - 1
     toks = jnp.full((beam, width), PAD_ID, jnp.int32).at[:, 0].set(BOS_ID)
@@ -338,7 +352,11 @@ def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha, nb
         fin = (all_toks[keep], all_steps[keep], all_lp[keep], all_score[keep])
         # alive: one more inner vertex and one of its top tokens, if EOS still fits after it
         cand = merged[:, :, None] + top_lp[None]                               # [K, L, C]
-        cand = jnp.where(inner[None, :, None] & (k < limit - 1), cand, NEG).reshape(-1)
+        cand = jnp.where(inner[None, :, None] & (k < limit - 1), cand, NEG)
+        if no_repeat or no_consecutive:  # each prefix's banned tokens among every vertex's candidates
+            bans = prefix_bans(toks, k - 1, no_repeat, no_consecutive)
+            cand = jnp.where(repeats.banned(jnp.broadcast_to(top_tok[None], cand.shape), bans), NEG, cand)
+        cand = cand.reshape(-1)
         if lm is None:
             best, idx = jax.lax.top_k(cand, beam)
         else:  # the K · C best by the graph, then the K best with the LM's score added

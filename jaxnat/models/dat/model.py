@@ -275,7 +275,8 @@ class Decoding:
     """``dat``'s decoding keys: strategy, lookahead's β, Viterbi's length exponent, the beam's length exponent and
     candidate tokens per vertex, repeat removal, the soft constraints' reward per phrase, the beam's LM weight; and
     ``sampling`` (eval.sampling's `Sampling`), which draws paths in place of the strategy; greedy's and lookahead's
-    repeat prevention (`dag.follow_unrepeated`: eval.no_repeat_ngram, dat.no_consecutive_repeat, dat.top_p)."""
+    and the beam's repeat prevention (`dag.follow_unrepeated`, `dag.beam_search`: eval.no_repeat_ngram,
+    dat.no_consecutive_repeat, dat.top_p)."""
     strategy: str = "lookahead"
     lookahead_beta: float = 1.0
     viterbi_beta: float = 1.0
@@ -291,7 +292,7 @@ class Decoding:
 
     @property
     def prevents(self) -> bool:
-        """Whether greedy and lookahead step around repeats as they go (`dag.follow_unrepeated`)."""
+        """Whether the decoders step around repeats as they go (`dag.follow_unrepeated`, `dag.beam_search`)."""
         return self.no_repeat > 0 or self.no_consecutive > 0
 
 
@@ -385,9 +386,10 @@ def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limi
         return tokens[:, 0], lp[:, 0], shares[:, 0], (tokens[:, :nbest], lp[:, :nbest]) if nbest > 1 else None
     if options.strategy == "beam":
         tokens, lp, shares = dag.beam_search(links, top_tok, top_lp, bos, eos, n_vertices, width,
-                                             beam, options.beam_alpha, limit, nbest, lm, options.lm_weight)
+                                             beam, options.beam_alpha, limit, nbest, lm, options.lm_weight,
+                                             options.no_repeat, options.no_consecutive)
         return tokens[:, 0], lp[:, 0], shares[:, 0], (tokens, lp) if nbest > 1 else None
-    if options.prevents:  # greedy or lookahead (validate), stepping around repeats
+    if options.prevents:  # greedy or lookahead, stepping around repeats (validate: not Viterbi)
         beta = options.lookahead_beta if options.strategy == "lookahead" else 0.0
         tokens, score, token_lp = dag.follow_unrepeated(links, top_tok, top_lp, bos, eos, n_vertices, width, beta,
                                                         options.no_repeat, options.no_consecutive, options.top_p,
