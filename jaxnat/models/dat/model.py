@@ -290,6 +290,11 @@ class Decoding:
     no_consecutive: int = 0
     top_p: float = 0.9
 
+    def __post_init__(self):
+        if self.prevents and (self.strategy == "viterbi" or self.sampling is not None):  # (the config says so first)
+            raise ConfigError("the n-gram prevention steps greedy, lookahead and beam decoding around repeats, not "
+                              + ("sampling" if self.sampling is not None else "joint Viterbi decoding"))
+
     @property
     def prevents(self) -> bool:
         """Whether the decoders step around repeats as they go (`dag.follow_unrepeated`, `dag.beam_search`)."""
