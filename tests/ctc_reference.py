@@ -62,6 +62,13 @@ def string_totals(log_probs, frames, labels):
     return totals
 
 
+def repeats_an_ngram(y, n: int) -> bool:
+    """Whether a token of y (BOS before it) completes an n-gram that y already holds before it."""
+    row = [1, *y]
+    grams = [tuple(row[t - n + 1:t + 1]) for t in range(n - 1, len(row))]
+    return any(g in grams[:i] for i, g in enumerate(grams))
+
+
 def placements(y, phrases):
     """Every way of placing each phrase once in the output y as non-overlapping contiguous runs: lists of
     (start, end) spans, one per phrase, in the phrases' order."""

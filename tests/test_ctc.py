@@ -152,22 +152,24 @@ def test_collapse_merges_repeats_then_drops_blanks(seed):
         assert scored[b].sum() == len(want) and np.all(token_logp[b, len(want) + 1:] == 0)
 
 
-_beam = jax.jit(search.prefix_beam, static_argnums=(2, 3, 4, 5))
+_beam = jax.jit(search.prefix_beam, static_argnums=(2, 3, 4, 5), static_argnames="no_repeat")
 
 
 @SOME
-@given(seed=st.integers(0, 2**31 - 1))
-def test_a_wide_prefix_beam_finds_the_most_probable_collapsed_string(seed):
+@given(seed=st.integers(0, 2**31 - 1), no_repeat=st.sampled_from([0, 1, 2]))
+def test_a_wide_prefix_beam_finds_the_most_probable_collapsed_string(seed, no_repeat):
     """With more beams than prefixes, the prefix beam search is exact: its output is the collapsed string of
     highest probability summed over its alignments (which the best single path need not be), its score that
-    probability; its n-best list, the strings of the next highest."""
+    probability; its n-best list, the strings of the next highest. With eval.no_repeat_ngram n, the same among the
+    strings that repeat no n-gram."""
     rng = np.random.default_rng(seed)
     lp = _log_probs(rng, concentration=0.7)
     frames = rng.integers(1, T + 1, B).astype(np.int32)
-    out = jax.device_get(_beam(lp, frames, 64, T + 2, BLANK_ID, 4))
+    out = jax.device_get(_beam(lp, frames, 64, T + 2, BLANK_ID, 4, no_repeat=no_repeat))
     tokens, score, token_logp, scored = out["tokens"], out["score"], out["token_logp"], out["token_scored"]
     for b in range(B):
-        totals = ref.string_totals(lp[b], frames[b], LABELS)
+        totals = {y: total for y, total in ref.string_totals(lp[b], frames[b], LABELS).items()
+                  if not (no_repeat and ref.repeats_an_ngram(y, no_repeat))}
         got = tuple(int(x) for x in tokens[b] if x not in (BOS_ID, EOS_ID, PAD_ID))
         best = max(totals.values())
         np.testing.assert_allclose(totals[got], best, rtol=1e-5, atol=1e-5)  # the best string (or one tied)
@@ -470,6 +472,9 @@ def test_the_glancing_ratio_anneals_linearly_and_validation_reads_its_end():
         build_config(TINY, ["--config.model.name=ctc", "--config.ctc.decoder_input=fertility"])
     with pytest.raises(ConfigError, match="eval.lm is fused into the prefix beam search"):
         build_config(TINY, ["--config.model.name=ctc", "--config.eval.lm=lm.arpa", "--config.eval.beam_size=1"])
+    with pytest.raises(ConfigError, match="eval.no_repeat_ngram=2 bans repeats in the prefix beam search, and "):
+        build_config(TINY, ["--config.model.name=ctc", "--config.eval.no_repeat_ngram=2",
+                            "--config.eval.sampling=true"])
 
 
 def _batch(long_target=False):
@@ -557,9 +562,9 @@ def _tiny_lm(vocab: int):
 @pytest.mark.slow
 def test_a_tiny_model_learns_and_decodes_through_its_spec():
     """A few Adam steps on one batch lower the loss; generate decodes greedily, with a prefix beam (its score at
-    least the greedy path's), by sampling (at top_k = 1 each sample the greedy output), and with hard constraints:
-    every phrase in every output (CPR 100%), the phrases' tokens not scored; a request whose phrases cannot fit is
-    answered unconstrained and reported."""
+    least the greedy path's; without repeated tokens with eval.no_repeat_ngram=1), by sampling (at top_k = 1 each
+    sample the greedy output), and with hard constraints: every phrase in every output (CPR 100%), the phrases'
+    tokens not scored; a request whose phrases cannot fit is answered unconstrained and reported."""
     spec = _spec("--config.ctc.glancing=false")
     batch = _batch()
     history = fit_briefly(spec, batch, steps=25)
@@ -574,6 +579,12 @@ def test_a_tiny_model_learns_and_decodes_through_its_spec():
     lm = _tiny_lm(spec.cfg.tgt_vocab_size)  # the prefix beam with an n-gram LM in the request's extras
     fused = generate(params, DecodeRequest(src, max_out=width, beam_size=4, extras={"lm": lm}))
     assert fused["tokens"].shape == beam["tokens"].shape and np.all(np.isfinite(np.asarray(fused["score"])))
+    # eval.no_repeat_ngram=1: a prefix beam (of 1 here) whose outputs hold no token twice, where greedy's do
+    once = jax.jit(_spec("--config.ctc.glancing=false", "--config.eval.no_repeat_ngram=1").generate)(
+        params, DecodeRequest(src, max_out=width))
+    words = lambda out: [[int(x) for x in row if x not in (BOS_ID, EOS_ID, PAD_ID)]  # noqa: E731
+                         for row in np.asarray(out["tokens"])]
+    assert all(len(set(y)) == len(y) for y in words(once)) and any(len(set(y)) < len(y) for y in words(greedy))
     sampler = _spec("--config.ctc.glancing=false", "--config.eval.sampling=true", "--config.eval.top_k=1")
     top1 = jax.jit(sampler.generate)(params, DecodeRequest(src, max_out=width, beam_size=2, nbest=2))
     np.testing.assert_array_equal(top1["tokens"], greedy["tokens"])

@@ -19,6 +19,9 @@ Both read per-frame log-probabilities ``log_probs`` float32[B, T, V] (reserved i
   log P(prefix) + α ln P_lm(prefix) + β |prefix| (α, β: `ctc.lm_weight`, `ctc.lm_bonus`; ln, not KenLM's log10, as
   ctcdecode converts it), each prefix carrying its LM state; the outputs by the same with the LM's ``</s>``. The
   scores reported stay the model's log P.
+* with ``no_repeat`` n > 0 (eval.no_repeat_ngram) no prefix extends by a label that would complete an n-gram it
+  already holds, BOS included (`repeats.ngram_bans`, the AR searches' rule): the search is over the strings that
+  repeat none.
 * sampling (`sample_paths`, eval.sampling): every frame's label drawn from its own distribution, tempered and cut
   as the autoregressive model's steps are (`search.truncate`), then collapsed. The frames are independent given
   the source, so without temperature or cuts this draws a path from P(a | x) itself, and its collapse a string
@@ -34,7 +37,7 @@ from jax import lax
 
 from jaxnat.argmax import argmax
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
-from jaxnat.decoding import ngram
+from jaxnat.decoding import ngram, repeats
 from jaxnat.decoding.search import Sampling, cumulative, draw, truncate
 from jaxnat.models.ctc.lattice import NEG
 
@@ -113,13 +116,14 @@ _HASH = (np.uint32(1000003), np.uint32(2654435761))
 
 
 def prefix_beam(log_probs: jax.Array, frames: jax.Array, beam: int, width: int, blank: int, nbest: int = 1,
-                lm: ngram.NgramLM | None = None, lm_weight: float = 0.0, lm_bonus: float = 0.0) -> dict:
+                lm: ngram.NgramLM | None = None, lm_weight: float = 0.0, lm_bonus: float = 0.0,
+                no_repeat: int = 0) -> dict:
     """CTC prefix beam search (the module's docstring) → {'tokens': int32[B, W], 'score': float32[B] the best
     prefix's log-probability summed over its alignments, 'token_logp': float32[B, W] each token's frame
     log-probability when it was appended, 'token_scored': bool[B, W]}, and with nbest > 1 (static, at most beam)
     the nbest most probable prefixes kept at the end, 'nbest_tokens': int32[B, N, W] and 'nbest_score':
     float32[B, N], best first (-inf where fewer prefixes were kept). lm: an n-gram LM fused into the ranking
-    (the module's docstring), or None."""
+    (the module's docstring), or None. no_repeat: the n of the n-grams no prefix repeats (0: off; static)."""
     b, t_max, v = log_probs.shape
     k, room = beam, width - 2
     m = min(beam, v - 1)                                       # labels tried per frame (the blank apart)
@@ -146,6 +150,12 @@ def prefix_beam(log_probs: jax.Array, frames: jax.Array, beam: int, width: int, 
         same = labels[:, None, :] == state["last"][:, :, None]                   # [B, K, M]
         ext = jnp.where(same, state["pb"][:, :, None], total[:, :, None]) + values[:, None, :]
         ext = jnp.where((alive & (state["length"] < room))[:, :, None], ext, NEG)
+        if no_repeat:  # the labels that would repeat an n-gram of their prefix (BOS first) extend nothing
+            history = jnp.concatenate([jnp.full((b, k, 1), BOS_ID, jnp.int32), state["tokens"]], axis=2)
+            bans = repeats.ngram_bans(history.reshape(b * k, room + 1), jnp.maximum(state["length"], 0).reshape(-1),
+                                      min(no_repeat, room + 1))
+            blocked = repeats.banned(jnp.broadcast_to(labels[:, None, :], (b, k, m)).reshape(b * k, m), bans)
+            ext = jnp.where(blocked.reshape(b, k, m), NEG, ext)
         h1 = state["h1"][:, :, None] * _HASH[0] + (labels[:, None, :] + 1).astype(jnp.uint32)
         h2 = (state["h2"][:, :, None] ^ (labels[:, None, :] + 1).astype(jnp.uint32)) * _HASH[1]
         # an extension equal to a kept prefix (one longer) adds to that prefix's p_nb instead
