@@ -3,7 +3,7 @@
     python bench/decode_speed.py --run configs/ar/multi30k.py:runs/ar-multi30k \
         --run configs/levt/multi30k.py:runs/levt-kd-multi30k \
         --config.data.dir=../shared/data/multi30k [--repeats 3] [--sentences 100] [--batch 64] [--pairs] \
-        [--full-canvas] [--variant "eval.no_repeat_ngram=3 dat.no_consecutive_repeat=2"]
+        [--full-canvas] [--variant "eval.no_repeat_ngram=3 eval.no_consecutive_repeat=2"]
 
 With --pairs (and data.pairs_dir in the configs or overrides) the AR models are also timed with the test split's
 constraint pairs, beam 4: a model of vectorized constraints with the pairs as input, and every AR model with the

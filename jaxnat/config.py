@@ -73,7 +73,7 @@ RANGES = {
     "train.plateau_factor": ("(0", "1)"), "train.plateau_patience": ("[1", None), "train.stop_patience": ("[0", None),
     "train.xla_gpu_autotune_level": ("[-1", "4]"),
     "eval.temperature": ("(0", None), "eval.top_k": ("[0", None), "eval.top_p": ("(0", "1]"),
-    "eval.no_repeat_ngram": ("[0", None),
+    "eval.no_repeat_ngram": ("[0", None), "eval.no_consecutive_repeat": ("[0", None),
     "eval.epsilon": ("[0", "1)"), "eval.sample_seed": ("[0", "4294967294]"),
     "data.synthetic_lexicon": ("(0", "1]"), "data.synthetic_synonyms": ("[0", "1]"),
 }
@@ -231,9 +231,11 @@ def default_config() -> ml_collections.ConfigDict:
         # reaching top_p, and to those of probability >= epsilon (0: none cut); seeded by sample_seed
         sampling=False, temperature=1.0, top_k=0, top_p=1.0, epsilon=0.0, sample_seed=0,
         # decoding (the searches and samples of the left-to-right models; the decoders of other families that take
-        # it, their docs): n > 0 never generates a token that would repeat an n-gram of its output (fairseq's
-        # --no-repeat-ngram-size, `jaxnat.decoding.repeats`); 0: off
-        no_repeat_ngram=0,
+        # them, their docs): no_repeat_ngram n > 0 never generates a token that would repeat an n-gram of its output
+        # (fairseq's --no-repeat-ngram-size); no_consecutive_repeat k > 0 never one equal to the token before it, nor
+        # one that makes the last m tokens repeat the m before them, m <= k ("a b a" + "b"; the DA-Transformer
+        # authors' decode_no_consecutive_repeated_ngram); `jaxnat.decoding.repeats`; 0: off
+        no_repeat_ngram=0, no_consecutive_repeat=0,
         # translate and eval: each sentence's output is, of the eval.beam_size outputs of its beam (or its samples),
         # the one the others agree with most by this utility (minimum Bayes risk decoding, `jaxnat.decoding.mbr`):
         # '' (off), chrf or bleu (sentence BLEU, what a BLEU table rewards)
@@ -495,7 +497,7 @@ def check_switched(config: ml_collections.ConfigDict, switched: dict[str, tuple[
 # `Family.reads`; set away from its default for a family that does not, the run would be as without it
 READ_BY_SOME = ("eval.length_penalty", "eval.max_len_a", "eval.max_len_b", "eval.length_cap_min",
                 "eval.length_cap_ratio", "eval.run_all_iterations", "eval.search_rules", "data.pack", "eval.sampling",
-                "eval.no_repeat_ngram",
+                "eval.no_repeat_ngram", "eval.no_consecutive_repeat",
                 "train.alignment_lambda", "data.alignments_dir")
 
 

@@ -62,11 +62,14 @@ def string_totals(log_probs, frames, labels):
     return totals
 
 
-def repeats_an_ngram(y, n: int) -> bool:
-    """Whether a token of y (BOS before it) completes an n-gram that y already holds before it."""
+def repeats(y, no_repeat: int, no_consecutive: int) -> bool:
+    """Whether a token of y (BOS before it) completes an n-gram y already holds before it (n = no_repeat > 0), or
+    makes the last m tokens repeat the m before them (m ≤ no_consecutive)."""
     row = [1, *y]
-    grams = [tuple(row[t - n + 1:t + 1]) for t in range(n - 1, len(row))]
-    return any(g in grams[:i] for i, g in enumerate(grams))
+    grams = [tuple(row[t - no_repeat + 1:t + 1]) for t in range(no_repeat - 1, len(row))] if no_repeat else []
+    return any(g in grams[:i] for i, g in enumerate(grams)) or any(
+        row[t - m + 1:t + 1] == row[t - 2 * m + 1:t - m + 1] for t in range(1, len(row))
+        for m in range(1, no_consecutive + 1) if t - 2 * m + 1 >= 0)
 
 
 def placements(y, phrases):

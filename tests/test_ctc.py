@@ -152,24 +152,25 @@ def test_collapse_merges_repeats_then_drops_blanks(seed):
         assert scored[b].sum() == len(want) and np.all(token_logp[b, len(want) + 1:] == 0)
 
 
-_beam = jax.jit(search.prefix_beam, static_argnums=(2, 3, 4, 5), static_argnames="no_repeat")
+_beam = jax.jit(search.prefix_beam, static_argnums=(2, 3, 4, 5), static_argnames=("no_repeat", "no_consecutive"))
 
 
 @SOME
-@given(seed=st.integers(0, 2**31 - 1), no_repeat=st.sampled_from([0, 1, 2]))
-def test_a_wide_prefix_beam_finds_the_most_probable_collapsed_string(seed, no_repeat):
+@given(seed=st.integers(0, 2**31 - 1), bans=st.sampled_from([(0, 0), (1, 0), (2, 0), (0, 1), (0, 2)]))
+def test_a_wide_prefix_beam_finds_the_most_probable_collapsed_string(seed, bans):
     """With more beams than prefixes, the prefix beam search is exact: its output is the collapsed string of
     highest probability summed over its alignments (which the best single path need not be), its score that
-    probability; its n-best list, the strings of the next highest. With eval.no_repeat_ngram n, the same among the
-    strings that repeat no n-gram."""
+    probability; its n-best list, the strings of the next highest. With eval.no_repeat_ngram n or
+    eval.no_consecutive_repeat k, the same among the strings that repeat no n-gram, or no run of m ≤ k tokens right
+    after itself."""
     rng = np.random.default_rng(seed)
     lp = _log_probs(rng, concentration=0.7)
     frames = rng.integers(1, T + 1, B).astype(np.int32)
-    out = jax.device_get(_beam(lp, frames, 64, T + 2, BLANK_ID, 4, no_repeat=no_repeat))
+    out = jax.device_get(_beam(lp, frames, 64, T + 2, BLANK_ID, 4, no_repeat=bans[0], no_consecutive=bans[1]))
     tokens, score, token_logp, scored = out["tokens"], out["score"], out["token_logp"], out["token_scored"]
     for b in range(B):
         totals = {y: total for y, total in ref.string_totals(lp[b], frames[b], LABELS).items()
-                  if not (no_repeat and ref.repeats_an_ngram(y, no_repeat))}
+                  if not ref.repeats(y, *bans)}
         got = tuple(int(x) for x in tokens[b] if x not in (BOS_ID, EOS_ID, PAD_ID))
         best = max(totals.values())
         np.testing.assert_allclose(totals[got], best, rtol=1e-5, atol=1e-5)  # the best string (or one tied)

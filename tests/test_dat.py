@@ -281,7 +281,7 @@ def _check_unrepeated(n, seed, beta, bans, top_p) -> list:
        beta=st.sampled_from([0.0, 1.0]), bans=st.sampled_from([(0, 0), (2, 0), (1, 3), (3, 2)]),
        top_p=st.sampled_from([0.1, 0.9, 1.0]))
 def test_lookahead_steps_around_repeats_as_the_authors_loop(n, seed, beta, bans, top_p):
-    """Greedy and lookahead with the authors' n-gram prevention (dat.no_consecutive_repeat, eval.no_repeat_ngram,
+    """Greedy and lookahead with the authors' n-gram prevention (eval.no_consecutive_repeat, eval.no_repeat_ngram,
     dat.top_p): the same tokens, log P(y, a | x) and token scores as a transcription of their loop, rows of two
     capacities."""
     _check_unrepeated(np.asarray(n, np.int32), seed, beta, bans, top_p)
@@ -330,7 +330,7 @@ def test_wide_beam_finds_the_most_probable_output(rows, seed, bans):
     holds the outputs of the next highest normalised scores, with their log P(y | x). (A hypothesis is a prefix at
     a vertex: 256 beams keep every such pair here, so that the lower outputs too sum all their paths; 64 kept the
     best output's, not always those of the next.) With the authors' n-gram prevention (eval.no_repeat_ngram=2 or
-    dat.no_consecutive_repeat=2) the same over the outputs that repeat nothing so."""
+    eval.no_consecutive_repeat=2) the same over the outputs that repeat nothing so."""
     n = n_of(rows)
     links, emit = graph(seed, n, scale=1.0)
     options = Decoding("beam", beam_alpha=1.1, top_cand=2, remove_repeats=False, no_repeat=bans[0],
@@ -719,8 +719,8 @@ def test_config_errors_are_one_line():
                                (["--config.dat.max_vertices=2"], "no vertex between BOS's and EOS's"),
                                (["--config.eval.no_repeat_ngram=3", "--config.dat.decode=viterbi"],
                                 "eval.no_repeat_ngram=3 steps around repeats .* not dat.decode='viterbi'"),
-                               (["--config.dat.no_consecutive_repeat=2", "--config.eval.sampling=true"],
-                                "dat.no_consecutive_repeat=2 steps around .* not eval.sampling=true")):
+                               (["--config.eval.no_consecutive_repeat=2", "--config.eval.sampling=true"],
+                                "eval.no_consecutive_repeat=2 steps around .* not eval.sampling=true")):
         with pytest.raises(ConfigError, match=message):
             build_config(TINY, BASE + overrides)
     # the family's default of eval.beam_size: 1, where neither the config file nor the command line sets it
@@ -821,7 +821,7 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec(tmp_path):
         out = jax.jit(decode_graph, static_argnums=(3, 4, 5))(*graph, 8, Decoding(decode), beam)
         assert np.asarray(out["tokens"]).tolist() == learned, decode
     # lookahead stepping around repeats, through ModelSpec.generate: the pairs hold none
-    prevent = ["--config.eval.no_repeat_ngram=2", "--config.dat.no_consecutive_repeat=2"]
+    prevent = ["--config.eval.no_repeat_ngram=2", "--config.eval.no_consecutive_repeat=2"]
     s = build_model(build_config(TINY, BASE + prevent), 24, 24)
     out = jax.jit(s.generate)(params, DecodeRequest(batch["src"], max_out=8))
     assert np.asarray(out["tokens"]).tolist() == learned

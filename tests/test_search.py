@@ -49,12 +49,12 @@ def make_src(rng, lengths, width=None):
     return out
 
 
-@partial(jax.jit, static_argnames=("beam_size", "max_out", "nbest", "no_repeat"))
+@partial(jax.jit, static_argnames=("beam_size", "max_out", "nbest", "no_repeat", "no_consecutive"))
 def search(params, src, length_penalty, max_len_a, max_len_b, beam_size, max_out=MAX_OUT, prefix=None, nbest=1,
-           no_repeat=0):
+           no_repeat=0, no_consecutive=0):
     return ar_generate(MODEL, params, src, beam_size=beam_size, length_penalty=length_penalty,
                        max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, prefix=prefix, nbest=nbest,
-                       no_repeat_ngram=no_repeat)
+                       no_repeat_ngram=no_repeat, no_consecutive_repeat=no_consecutive)
 
 
 @jax.jit
@@ -130,23 +130,33 @@ def repeats_an_ngram(row, n, forced):
     return any(grams[i] in grams[:i] for i in range(len(grams)) if i + n - 1 > len(forced))
 
 
-@pytest.mark.parametrize("seed, forced, no_repeat", [(0, (), 0), (1, (), 2), (2, (7, 7), 1)])
-def test_beam_equals_exhaustive_search(seed, forced, no_repeat):
+def repeats_consecutively(row, k, forced):
+    """Whether a generated token of ``row`` repeats the token before it, or makes the last m tokens repeat the m
+    before them, m ≤ k (eval.no_consecutive_repeat)."""
+    return any(row[t - m + 1:t + 1] == row[t - 2 * m + 1:t - m + 1] for t in range(1 + len(forced), len(row))
+               for m in range(1, k + 1) if t - 2 * m + 1 >= 0)
+
+
+@pytest.mark.parametrize("seed, forced, no_repeat, no_consecutive",
+                         [(0, (), 0, 0), (1, (), 2, 0), (2, (7, 7), 1, 0), (3, (), 0, 2)])
+def test_beam_equals_exhaustive_search(seed, forced, no_repeat, no_consecutive):
     """Exact search over every output; with a forced prefix (`force_prefix`: a multilingual model's language token)
     over the outputs that start with it, the prefix adding nothing to their log-probabilities; an all-PAD prefix
-    forces nothing; with eval.no_repeat_ngram n over the outputs that repeat no n-gram. The n-best list is the
-    exhaustive ranking's first outputs."""
+    forces nothing; with eval.no_repeat_ngram n over the outputs that repeat no n-gram, with
+    eval.no_consecutive_repeat k over those that repeat no run of m ≤ k tokens right after itself. The n-best list
+    is the exhaustive ranking's first outputs."""
     params = make_params(seed)
     max_len = 3  # content tokens; 3 ** 3 = 27 distinct alive prefixes at most, so K = 27 is exact search
     src = make_src(np.random.default_rng(seed), [5, 3, 7], width=7)
     candidates = [[BOS_ID, *forced, *body, EOS_ID] for m in range(max_len + 1 - len(forced))
                   for body in itertools.product(GENERABLE, repeat=m)]
-    candidates = [row for row in candidates if not (no_repeat and repeats_an_ngram(row, no_repeat, forced))]
+    candidates = [row for row in candidates if not (no_repeat and repeats_an_ngram(row, no_repeat, forced))
+                  and not repeats_consecutively(row, no_consecutive, forced)]
     # every case with a prefix array (all PAD: none), so that they share one compiled program a no_repeat
     prefix = np.tile(np.asarray(forced or (PAD_ID,), np.int32), (3, 1))
     for lp in (0.0, 1.0, 2.0):
         out = jax.device_get(search(params, src, lp, 0.0, max_len, beam_size=27, prefix=prefix, nbest=NBEST,
-                                    no_repeat=no_repeat))
+                                    no_repeat=no_repeat, no_consecutive=no_consecutive))
         check_well_formed(out, [max_len] * 3)
         for b in range(src.shape[0]):
             scores = rescore(params, src[b], candidates, lp, forced)

@@ -11,8 +11,9 @@ program:
   one before it, and, for each k from 2 to n, the token that would make the last k tokens repeat the k right before
   them ("a b a" + "b").
 
-`block_repeats` wraps a left-to-right search's callback (`search.ar_search`) with the first rule: the callback's
-cache then carries each row's history, which a beam search reorders with the rest of the cache. A banned token gets
+`bans` is both, as eval.no_repeat_ngram and eval.no_consecutive_repeat ask. `block_repeats` wraps a left-to-right
+search's callback (`search.ar_search`) with them: the callback's cache then carries each row's history, which a beam
+search reorders with the rest of the cache. A banned token gets
 log-probability −inf; the others keep the model's, so an output's score is the model's. tests/test_repeats.py checks
 both rules against plain-Python transcriptions of fairseq's and the authors' loops.
 """
@@ -56,6 +57,17 @@ def consecutive_bans(history: jnp.ndarray, last, n: int) -> jnp.ndarray:
     return jnp.stack(bans, axis=1)
 
 
+def bans(history: jnp.ndarray, last, no_repeat: int, no_consecutive: int) -> jnp.ndarray:
+    """int32[N, M]: what both rules ban after each row (`ngram_bans` with n = ``no_repeat``, `consecutive_bans` with
+    n = ``no_consecutive``; 0: the rule off, both static), −1 = none; M ≥ 1."""
+    parts = [jnp.full(history.shape[:1] + (1,), -1, jnp.int32)]
+    if no_repeat:
+        parts.append(ngram_bans(history, last, min(no_repeat, history.shape[1])))
+    if no_consecutive:
+        parts.append(consecutive_bans(history, last, no_consecutive))
+    return jnp.concatenate(parts, axis=1)
+
+
 def banned(tokens: jnp.ndarray, bans: jnp.ndarray) -> jnp.ndarray:
     """bool[N, ...]: whether each of ``tokens`` (int32[N, ...]) is among its row's ``bans`` (int32[N, M], −1 =
     none): for a few candidates a row (the DA-Transformer's), where a mask over the vocabulary would cost more."""
@@ -72,20 +84,20 @@ def without(logp: jnp.ndarray, bans: jnp.ndarray) -> jnp.ndarray:
     return jnp.where(mask, -jnp.inf, logp)
 
 
-def block_repeats(tokens_to_logprobs, cache, n: int, width: int, free=0):
-    """A search callback (and its cache, which then also carries each row's tokens, int32[N, width]) that bans the
-    tokens completing a repeated n-gram (`ngram_bans`): fairseq's SequenceGenerator with --no-repeat-ngram-size n,
-    its history the tokens fed so far, BOS included. Banning starts after a row's first ``free`` (int32[N] or an
-    int) generated tokens, those a caller forces (a given prefix), so that a forced token is never banned; they
-    count among the n-grams. n ≥ 1, width: the output rows' capacity, both static."""
+def block_repeats(tokens_to_logprobs, cache, width: int, no_repeat: int, no_consecutive: int = 0, free=0):
+    """A search callback (and its cache, which then also carries each row's tokens, int32[N, width]) that bans what
+    `bans` bans: with ``no_repeat`` n the tokens completing a repeated n-gram (fairseq's SequenceGenerator with
+    --no-repeat-ngram-size n), with ``no_consecutive`` k the consecutive repeats of up to k tokens; the history is
+    the tokens fed so far, BOS included. Banning starts after a row's first ``free`` (int32[N] or an int) generated
+    tokens, those a caller forces (a given prefix), so that a forced token is never banned; they count among the
+    n-grams. width (the output rows' capacity), no_repeat and no_consecutive static."""
     rows = jax.tree_util.tree_leaves(cache)[0].shape[0]
-    n = min(n, width)
 
     def step(tokens, carry, index):
         inner, history = carry
         logp, inner = tokens_to_logprobs(tokens, inner, index)
         history = history.at[:, index].set(tokens)
-        bans = jnp.where((index >= jnp.asarray(free))[..., None], ngram_bans(history, index, n), -1)
-        return without(logp, bans), (inner, history)
+        banned = jnp.where((index >= jnp.asarray(free))[..., None], bans(history, index, no_repeat, no_consecutive), -1)
+        return without(logp, banned), (inner, history)
 
     return step, (cache, jnp.full((rows, width), PAD_ID, jnp.int32))

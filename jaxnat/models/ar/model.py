@@ -232,7 +232,7 @@ SUPPORTS = Supports(beam=True, hard_constraints=True, prefix=True, nbest=True, s
 def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered: bool = False, continues=None,
            joins=None, trails=None, beam_size: int, length_penalty, max_len_a, max_len_b, max_out: int,
            rules: str = "jaxnat", prefix=None, prefix_free=None, completion=None, nbest: int = 1,
-           sampling: Sampling | None = None, no_repeat_ngram: int = 0) -> dict:
+           sampling: Sampling | None = None, no_repeat_ngram: int = 0, no_consecutive_repeat: int = 0) -> dict:
     """The AR searches behind one callback: greedy or beam search (`search.ar_search`), or with phrases
     (int32[B, C, P], an all-PAD row = none) the constrained beam search that guarantees them
     (`constrained.constrained_search`, DBA/VDBA; beam_size 1 is then a one-beam constrained search, and a row
@@ -242,7 +242,8 @@ def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered
     or None; completion: the word each output then goes on spelling (`completion.Completion`), or None. nbest: the
     n-best lists' length (`search.ar_search`). sampling: beam_size samples a sentence in place of the search
     (`search.Sampling`; not with phrases). no_repeat_ngram: n > 0 bans every token that would repeat an n-gram of
-    its row after the forced tokens (`repeats.block_repeats`), in each of these searches."""
+    its row after the forced tokens, no_consecutive_repeat k > 0 every consecutive repeat of up to k tokens
+    (`repeats.block_repeats`), in each of these searches."""
     src_len = token_mask(src).sum(axis=1)
     prefix_len = 0
     if prefix is not None:
@@ -252,9 +253,10 @@ def search(tokens_to_logprobs, cache, src: jnp.ndarray, *, phrases=None, ordered
     if completion is not None:
         tokens_to_logprobs, cache = spell(tokens_to_logprobs, cache, completion, beam_size)
         prefix_len = prefix_len + completion.length
-    if no_repeat_ngram:
+    if no_repeat_ngram or no_consecutive_repeat:
         rows_free = jnp.repeat(prefix_len, beam_size) if jnp.ndim(prefix_len) else prefix_len
-        tokens_to_logprobs, cache = block_repeats(tokens_to_logprobs, cache, no_repeat_ngram, max_out, rows_free)
+        tokens_to_logprobs, cache = block_repeats(tokens_to_logprobs, cache, max_out, no_repeat_ngram,
+                                                  no_consecutive_repeat, rows_free)
     # every search's length limit leaves room for the forced tokens
     kwargs = dict(beam_size=beam_size, length_penalty=length_penalty, max_len_a=max_len_a, max_len_b=max_len_b,
                   max_out=max_out, prefix_len=prefix_len, nbest=nbest)
@@ -305,12 +307,12 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
                 max_len_a=1.2, max_len_b=10, max_out: int, phrases=None, ordered: bool = False,
                 continues=None, joins=None, trails=None, rules: str = "jaxnat", prefix=None, prefix_free=None,
                 completion=None, nbest: int = 1, sampling: Sampling | None = None, members: tuple = (),
-                no_repeat_ngram: int = 0) -> dict:
+                no_repeat_ngram: int = 0, no_consecutive_repeat: int = 0) -> dict:
     """Greedy, beam or constrained beam search (`search`) with the model's KV cache (`ar_decoder`).
 
     src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None (continues,
     joins, trails: `constrained_search`'s); prefix, prefix_free, completion: each output's start (`search`), or None;
-    no_repeat_ngram: the n-grams no output repeats (`search`; 0: off);
+    no_repeat_ngram, no_consecutive_repeat: the repeats no output holds (`search`; 0: off);
     members: the ensemble's other models, (module, parameters) pairs (`members`, `search.ensembled`). Returns
     {'tokens', 'score', 'length'} (and 'constraints_met' with phrases; with nbest > 1 the n-best lists); with
     ``sampling``, beam_size samples a sentence in place of the search.
@@ -328,7 +330,7 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
                   continues=continues, joins=joins, trails=trails, beam_size=beam_size, length_penalty=length_penalty,
                   max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, rules=rules, prefix=prefix,
                   prefix_free=prefix_free, completion=completion, nbest=nbest, sampling=sampling,
-                  no_repeat_ngram=no_repeat_ngram)
+                  no_repeat_ngram=no_repeat_ngram, no_consecutive_repeat=no_consecutive_repeat)
 
 
 def members(request: DecodeRequest) -> tuple:
@@ -352,7 +354,8 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                            phrases=hard_phrases(request), ordered=e.constraint_order == "given", continues=continues,
                            joins=joins, trails=trails, rules=e.search_rules, prefix=request.prefix,
                            prefix_free=request.prefix_free, completion=request.completion, nbest=request.nbest,
-                           sampling=sampling, members=members(request), no_repeat_ngram=e.no_repeat_ngram)
+                           sampling=sampling, members=members(request), no_repeat_ngram=e.no_repeat_ngram,
+                           no_consecutive_repeat=e.no_consecutive_repeat)
 
     def loss(params, batch, rng, train=True):
         return ar_loss(module, params, batch, rng, config.train.label_smoothing, train, config.train.alignment_lambda)

@@ -48,9 +48,10 @@ def validate(config) -> None:
                           f"(the glancing ratio anneals down)")
     if config.eval.lm and config.eval.beam_size < 2:
         raise ConfigError("eval.lm is fused into the prefix beam search: set eval.beam_size to 2 or more")
-    if config.eval.no_repeat_ngram and config.eval.sampling:
-        raise ConfigError(f"eval.no_repeat_ngram={config.eval.no_repeat_ngram} bans repeats in the prefix beam "
-                          f"search, and eval.sampling=true samples in its place: leave out one of them")
+    for key in ("no_repeat_ngram", "no_consecutive_repeat"):
+        if config.eval[key] and config.eval.sampling:
+            raise ConfigError(f"eval.{key}={config.eval[key]} bans repeats in the prefix beam search, and "
+                              f"eval.sampling=true samples in its place: leave out one of them")
 
 
 FAMILY = Family(
@@ -59,5 +60,6 @@ FAMILY = Family(
              "glance_count": ("floor", "poisson")},
     ranges={"upsample": ("[1", None), "glance_start": ("[0", "1]"), "glance_end": ("[0", "1]"),
             "glance_steps": ("[0", None), "soft_bonus": ("[0", None), "lm_weight": ("[0", None)},
-    architecture=("upsample", "decoder_input", "target_ends"), reads=("eval.sampling", "eval.no_repeat_ngram"),
+    architecture=("upsample", "decoder_input", "target_ends"), reads=("eval.sampling", "eval.no_repeat_ngram",
+                                                                   "eval.no_consecutive_repeat"),
     validate=validate)

@@ -264,12 +264,12 @@ def forced(module: CTCModel, params, request: DecodeRequest, tgt: jax.Array, ups
 
 def decode(module: CTCModel, params, request: DecodeRequest, upsample: int, width: int, continues=None, joins=None,
            trails=None, soft_bonus: float = 1.0, lm_weight: float = 0.0, lm_bonus: float = 0.0,
-           sampling: Sampling | None = None, no_repeat: int = 0) -> dict:
+           sampling: Sampling | None = None, no_repeat: int = 0, no_consecutive: int = 0) -> dict:
     """`ModelSpec.generate` of the family: greedy, prefix beam search (with the request's n-gram LM, if any, and
-    without repeated ``no_repeat``-grams, a beam of 1 too: `search.prefix_beam`) or the constrained best path
-    (module docstring), on outputs of ``width`` (BOS/EOS included); with ``sampling``, the request's beam_size
-    sampled paths a sentence in place of the plain decoders (`search.sample_paths`), ranked by their
-    log-probability."""
+    without the repeats ``no_repeat`` and ``no_consecutive`` ban, a beam of 1 too: `search.prefix_beam`) or the
+    constrained best path (module docstring), on outputs of ``width`` (BOS/EOS included); with ``sampling``, the
+    request's beam_size sampled paths a sentence in place of the plain decoders (`search.sample_paths`), ranked by
+    their log-probability."""
     src = request.src
     b = src.shape[0]
     canvas = canvas_width(upsample, src.shape[1], module.cfg.max_len)
@@ -283,9 +283,9 @@ def decode(module: CTCModel, params, request: DecodeRequest, upsample: int, widt
         if sampling is not None:
             return sampled(log_probs, frames, sample_keys(source_keys(src, sampling.seed), request.beam_size),
                            sampling, width, request.nbest)
-        if request.beam_size > 1 or no_repeat:  # (greedy's frames cannot see the string they make)
+        if request.beam_size > 1 or no_repeat or no_consecutive:  # (greedy's frames cannot see their string)
             return prefix_beam(log_probs, frames, request.beam_size, width, BLANK_ID, request.nbest,
-                               request.extras.get("lm"), lm_weight, lm_bonus, no_repeat)
+                               request.extras.get("lm"), lm_weight, lm_bonus, no_repeat, no_consecutive)
         labels, picked, best = best_path(log_probs, frames)
         tokens, token_logp, scored = collapse(labels, frames, picked, width, BLANK_ID)
         return {"tokens": tokens, "score": best, "token_logp": token_logp, "token_scored": scored}
@@ -348,7 +348,8 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
 
     def generate(params, request: DecodeRequest) -> dict:
         return decode(module, params, request, s.upsample, request.width(capacity), continues, joins, trails,
-                      s.soft_bonus, s.lm_weight, s.lm_bonus, sampling, config.eval.no_repeat_ngram)
+                      s.soft_bonus, s.lm_weight, s.lm_bonus, sampling, config.eval.no_repeat_ngram,
+                      config.eval.no_consecutive_repeat)
 
     def score(params, request: DecodeRequest, tgt) -> dict:
         return forced(module, params, request, tgt, s.upsample)

@@ -20,8 +20,8 @@ Both read per-frame log-probabilities ``log_probs`` float32[B, T, V] (reserved i
   ctcdecode converts it), each prefix carrying its LM state; the outputs by the same with the LM's ``</s>``. The
   scores reported stay the model's log P.
 * with ``no_repeat`` n > 0 (eval.no_repeat_ngram) no prefix extends by a label that would complete an n-gram it
-  already holds, BOS included (`repeats.ngram_bans`, the AR searches' rule): the search is over the strings that
-  repeat none.
+  already holds, BOS included, and with ``no_consecutive`` k > 0 (eval.no_consecutive_repeat) by one repeating its
+  last m labels, m ≤ k (`repeats.bans`, the AR searches' rules): the search is over the strings that repeat none.
 * sampling (`sample_paths`, eval.sampling): every frame's label drawn from its own distribution, tempered and cut
   as the autoregressive model's steps are (`search.truncate`), then collapsed. The frames are independent given
   the source, so without temperature or cuts this draws a path from P(a | x) itself, and its collapse a string
@@ -117,13 +117,14 @@ _HASH = (np.uint32(1000003), np.uint32(2654435761))
 
 def prefix_beam(log_probs: jax.Array, frames: jax.Array, beam: int, width: int, blank: int, nbest: int = 1,
                 lm: ngram.NgramLM | None = None, lm_weight: float = 0.0, lm_bonus: float = 0.0,
-                no_repeat: int = 0) -> dict:
+                no_repeat: int = 0, no_consecutive: int = 0) -> dict:
     """CTC prefix beam search (the module's docstring) → {'tokens': int32[B, W], 'score': float32[B] the best
     prefix's log-probability summed over its alignments, 'token_logp': float32[B, W] each token's frame
     log-probability when it was appended, 'token_scored': bool[B, W]}, and with nbest > 1 (static, at most beam)
     the nbest most probable prefixes kept at the end, 'nbest_tokens': int32[B, N, W] and 'nbest_score':
     float32[B, N], best first (-inf where fewer prefixes were kept). lm: an n-gram LM fused into the ranking
-    (the module's docstring), or None. no_repeat: the n of the n-grams no prefix repeats (0: off; static)."""
+    (the module's docstring), or None. no_repeat, no_consecutive: the repeats no prefix holds (the module's
+    docstring; 0: off; static)."""
     b, t_max, v = log_probs.shape
     k, room = beam, width - 2
     m = min(beam, v - 1)                                       # labels tried per frame (the blank apart)
@@ -150,10 +151,10 @@ def prefix_beam(log_probs: jax.Array, frames: jax.Array, beam: int, width: int, 
         same = labels[:, None, :] == state["last"][:, :, None]                   # [B, K, M]
         ext = jnp.where(same, state["pb"][:, :, None], total[:, :, None]) + values[:, None, :]
         ext = jnp.where((alive & (state["length"] < room))[:, :, None], ext, NEG)
-        if no_repeat:  # the labels that would repeat an n-gram of their prefix (BOS first) extend nothing
+        if no_repeat or no_consecutive:  # the labels that would repeat their prefix (BOS first) extend nothing
             history = jnp.concatenate([jnp.full((b, k, 1), BOS_ID, jnp.int32), state["tokens"]], axis=2)
-            bans = repeats.ngram_bans(history.reshape(b * k, room + 1), jnp.maximum(state["length"], 0).reshape(-1),
-                                      min(no_repeat, room + 1))
+            bans = repeats.bans(history.reshape(b * k, room + 1), jnp.maximum(state["length"], 0).reshape(-1),
+                                no_repeat, no_consecutive)
             blocked = repeats.banned(jnp.broadcast_to(labels[:, None, :], (b, k, m)).reshape(b * k, m), bans)
             ext = jnp.where(blocked.reshape(b, k, m), NEG, ext)
         h1 = state["h1"][:, :, None] * _HASH[0] + (labels[:, None, :] + 1).astype(jnp.uint32)

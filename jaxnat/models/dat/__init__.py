@@ -50,13 +50,9 @@ def defaults() -> dict:
         lm_weight=0.1,
         # drop a decoded token equal to the one before it (the authors' greedy, lookahead and Viterbi decoders)
         remove_repeats=True,
-        # greedy, lookahead and beam step around repeats as they go, as the authors' n-gram prevention (with
-        # eval.no_repeat_ngram, their decode_no_repeated_ngram, or this): the next token is never the one before it
-        # nor one that makes the last k tokens repeat the k before them, k <= no_consecutive_repeat (their
-        # decode_no_consecutive_repeated_ngram); 0: off
-        no_consecutive_repeat=0,
-        # ... unless (greedy, lookahead) the banned candidates tried hold more than top_p of the probability (their
-        # decode_top_p)
+        # with eval.no_repeat_ngram or eval.no_consecutive_repeat (the authors' n-gram prevention: greedy, lookahead
+        # and beam step around repeats as they go, never to the token before them), greedy and lookahead take a
+        # banned candidate after all once those tried hold more than top_p of the probability (their decode_top_p)
         top_p=0.9,
         # soft constraints: the constrained search's reward (log-probability) for each phrase a path emits
         soft_reward=1.0,
@@ -80,9 +76,10 @@ def validate(config) -> None:
         if config.eval[key] > 1 and s.decode != "beam" and not config.eval.sampling:
             raise ConfigError(f"eval.{key}={config.eval[key]} is the width of dat.decode=beam (or the samples a "
                               f"sentence draws with eval.sampling=true); dat.decode={s.decode!r} takes eval.{key}=1")
-    if (config.eval.no_repeat_ngram or s.no_consecutive_repeat) and (s.decode == "viterbi" or config.eval.sampling):
-        asked = ", ".join(f"{k}={v}" for k, v in (("eval.no_repeat_ngram", config.eval.no_repeat_ngram),
-                                                  ("dat.no_consecutive_repeat", s.no_consecutive_repeat)) if v)
+    if (config.eval.no_repeat_ngram or config.eval.no_consecutive_repeat) and (s.decode == "viterbi"
+                                                                               or config.eval.sampling):
+        asked = ", ".join(f"eval.{k}={config.eval[k]}" for k in ("no_repeat_ngram", "no_consecutive_repeat")
+                          if config.eval[k])
         doing = "eval.sampling=true" if config.eval.sampling else f"dat.decode={s.decode!r}"
         raise ConfigError(f"{asked} steps around repeats in greedy, lookahead and beam decoding: set dat.decode="
                           f"lookahead (or greedy, or beam), not {doing}")
@@ -113,8 +110,9 @@ FAMILY = Family(
             # Viterbi's and the beam's exponents of the output length (256^10 fits a float32), lookahead's weight
             "lookahead_beta": ("[0", "10]"), "viterbi_beta": ("[0", "10]"), "beam_alpha": ("[0", "10]"),
             "top_cand": ("[1", None), "soft_reward": ("[0", None), "lm_weight": ("[0", None),
-            "no_consecutive_repeat": ("[0", None), "top_p": ("[0", "1]")},
+            "top_p": ("[0", "1]")},
     architecture=("upsample", "upsample_base", "max_vertices", "links", "vertex_inputs"),
     validate=validate, output_metrics=output_metrics, sweep=("decode_upsample", "U"),
-    reads=("eval.length_cap_min", "eval.length_cap_ratio", "eval.sampling", "eval.no_repeat_ngram"),
+    reads=("eval.length_cap_min", "eval.length_cap_ratio", "eval.sampling", "eval.no_repeat_ngram",
+           "eval.no_consecutive_repeat"),
     conventions=("absent_tokens", "source_bos"))

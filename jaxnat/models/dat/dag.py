@@ -307,12 +307,9 @@ def beam_search(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: ja
 
 def prefix_bans(tokens: jax.Array, last, no_repeat: int, no_consecutive: int) -> jax.Array:
     """int32[N, M]: the tokens the authors' n-gram prevention bans after each prefix (tokens: int32[N, W], BOS first,
-    positions 0 … last filled): the last token, the consecutive repeats of up to ``no_consecutive`` tokens
-    (`repeats.consecutive_bans`) and with ``no_repeat`` > 0 the tokens completing a repeated n-gram; −1 = none."""
-    bans = repeats.consecutive_bans(tokens, last, no_consecutive)
-    if no_repeat:
-        bans = jnp.concatenate([bans, repeats.ngram_bans(tokens, last, no_repeat)], axis=1)
-    return bans
+    positions 0 … last filled; `repeats.bans`): the last token always, the consecutive repeats of up to
+    ``no_consecutive`` tokens and with ``no_repeat`` > 0 the tokens completing a repeated n-gram; −1 = none."""
+    return repeats.bans(tokens, last, no_repeat, max(no_consecutive, 1))
 
 
 def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha, nbest, lm=None, gamma=0.0,

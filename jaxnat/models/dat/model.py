@@ -276,7 +276,7 @@ class Decoding:
     candidate tokens per vertex, repeat removal, the soft constraints' reward per phrase, the beam's LM weight; and
     ``sampling`` (eval.sampling's `Sampling`), which draws paths in place of the strategy; greedy's and lookahead's
     and the beam's repeat prevention (`dag.follow_unrepeated`, `dag.beam_search`: eval.no_repeat_ngram,
-    dat.no_consecutive_repeat, dat.top_p)."""
+    eval.no_consecutive_repeat, dat.top_p)."""
     strategy: str = "lookahead"
     lookahead_beta: float = 1.0
     viterbi_beta: float = 1.0
@@ -440,7 +440,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                       s.glance_fix_alignment)
     options = Decoding(s.decode, s.lookahead_beta, s.viterbi_beta, s.beam_alpha, s.top_cand, s.remove_repeats,
                        s.soft_reward, s.lm_weight, sampling_of(config.eval), config.eval.no_repeat_ngram,
-                       s.no_consecutive_repeat, s.top_p)
+                       config.eval.no_consecutive_repeat, s.top_p)
     continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
     capacity = output_capacity(cfg, config.eval)
 

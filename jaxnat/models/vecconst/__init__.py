@@ -71,4 +71,4 @@ FAMILY = Family(
     extends="ar", train_extras=train_extras, check_packable=packable, pack_budget=pack_budget,
     # its own beam search: the AR one's length rules, not fairseq's search rules
     reads=("eval.length_penalty", "eval.max_len_a", "eval.max_len_b", "data.pack", "eval.sampling",
-           "eval.no_repeat_ngram"))
+           "eval.no_repeat_ngram", "eval.no_consecutive_repeat"))

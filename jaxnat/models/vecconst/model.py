@@ -492,17 +492,18 @@ def pair_decoder(module: VecConstTransformer, params, request: DecodeRequest, k:
 
 def vecconst_generate(module: VecConstTransformer, params, request: DecodeRequest, *, length_penalty, max_len_a,
                       max_len_b, max_out: int, ordered: bool = False, continues=None, joins=None, trails=None,
-                      consumes: bool = False, sampling=None, no_repeat_ngram: int = 0) -> dict:
+                      consumes: bool = False, sampling=None, no_repeat_ngram: int = 0,
+                      no_consecutive_repeat: int = 0) -> dict:
     """Greedy, beam or, with hard constraints in ``request``, constrained beam search (`ar.search`) with the
     pairs of ``request`` (`pair_decoder`). ``sampling``: beam_size samples a sentence in place of the search;
-    ``no_repeat_ngram``: the n-grams no output repeats (`ar.search`)."""
+    ``no_repeat_ngram``, ``no_consecutive_repeat``: the repeats no output holds (`ar.search`)."""
     k = request.beam_size
     tokens_to_logprobs, cache = pair_decoder(module, params, request, k, max_out, consumes)
     return search(tokens_to_logprobs, cache, request.src, phrases=hard_phrases(request), ordered=ordered,
                   continues=continues, joins=joins, trails=trails, beam_size=k, length_penalty=length_penalty,
                   max_len_a=max_len_a, max_len_b=max_len_b, max_out=max_out, prefix=request.prefix,
                   prefix_free=request.prefix_free, completion=request.completion, nbest=request.nbest,
-                  sampling=sampling, no_repeat_ngram=no_repeat_ngram)
+                  sampling=sampling, no_repeat_ngram=no_repeat_ngram, no_consecutive_repeat=no_consecutive_repeat)
 
 
 SUPPORTS = Supports(beam=True, hard_constraints=True, pairs=True, prefix=True, nbest=True, score=True, align=True)
@@ -540,7 +541,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                                  max_len_b=e.max_len_b, max_out=request.width(capacity),
                                  ordered=e.constraint_order == "given", continues=continues, joins=joins,
                                  trails=trails, consumes=pair_consumes(s), sampling=sampling,
-                                 no_repeat_ngram=e.no_repeat_ngram)
+                                 no_repeat_ngram=e.no_repeat_ngram, no_consecutive_repeat=e.no_consecutive_repeat)
 
     def score(params, request: DecodeRequest, tgt) -> dict:  # stepped, as the search: the plug-in may consume
         tokens_to_logprobs, cache = pair_decoder(module, params, request, 1, tgt.shape[1], pair_consumes(s))
