@@ -720,7 +720,10 @@ def test_config_errors_are_one_line():
                                (["--config.eval.no_repeat_ngram=3", "--config.dat.decode=viterbi"],
                                 "eval.no_repeat_ngram=3 steps around repeats .* not dat.decode='viterbi'"),
                                (["--config.eval.no_consecutive_repeat=2", "--config.eval.sampling=true"],
-                                "eval.no_consecutive_repeat=2 steps around .* not eval.sampling=true")):
+                                "eval.no_consecutive_repeat=2 steps around .* not eval.sampling=true"),
+                               (["--config.dat.top_p=0.5"], "dat.top_p=0.5 acts only where"),
+                               (["--config.dat.top_p=0.5", "--config.eval.no_repeat_ngram=2",
+                                 "--config.dat.decode=beam"], "dat.top_p=0.5 acts only where")):
         with pytest.raises(ConfigError, match=message):
             build_config(TINY, BASE + overrides)
     # the family's default of eval.beam_size: 1, where neither the config file nor the command line sets it

@@ -83,6 +83,10 @@ def validate(config) -> None:
         doing = "eval.sampling=true" if config.eval.sampling else f"dat.decode={s.decode!r}"
         raise ConfigError(f"{asked} steps around repeats in greedy, lookahead and beam decoding: set dat.decode="
                           f"lookahead (or greedy, or beam), not {doing}")
+    prevents = config.eval.no_repeat_ngram or config.eval.no_consecutive_repeat
+    if s.top_p != defaults()["top_p"] and (not prevents or s.decode not in ("greedy", "lookahead")):
+        raise ConfigError(f"dat.top_p={s.top_p} acts only where greedy or lookahead decoding steps around repeats "
+                          f"(eval.no_repeat_ngram or eval.no_consecutive_repeat set): set them, or leave dat.top_p out")
     if config.eval.lm and s.decode != "beam":
         raise ConfigError(f"eval.lm is fused into the beam search: set dat.decode=beam (dat.decode={s.decode!r})")
     if config.train.label_smoothing > 0:
