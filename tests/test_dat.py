@@ -312,7 +312,7 @@ def test_the_beams_outputs_repeat_nothing_the_rules_ban():
 
 
 def test_each_rule_changes_what_lookahead_outputs():
-    """... on graphs where each rule changes the outputs (of 8 × 2): the tests are not of the plain lookahead."""
+    """... on graphs where each rule changes the outputs (of 8 rows): the tests are not of the plain lookahead."""
     n = np.asarray([LONG, 12], np.int32)
     runs = {(bans, top_p): [row for seed in range(4) for row in _check_unrepeated(n, seed, 1.0, bans, top_p)]
             for bans, top_p in (((0, 0), 0.0), ((0, 0), 0.9), ((2, 0), 0.9), ((0, 3), 0.9), ((0, 3), 0.1))}

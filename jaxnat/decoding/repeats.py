@@ -13,9 +13,9 @@ program:
 
 `bans` is both, as eval.no_repeat_ngram and eval.no_consecutive_repeat ask. `block_repeats` wraps a left-to-right
 search's callback (`search.ar_search`) with them: the callback's cache then carries each row's history, which a beam
-search reorders with the rest of the cache. A banned token gets
-log-probability −inf; the others keep the model's, so an output's score is the model's. tests/test_repeats.py checks
-both rules against plain-Python transcriptions of fairseq's and the authors' loops.
+search reorders with the rest of the cache. A banned token gets log-probability −inf; the others keep the model's,
+so an output's score is the model's. tests/test_repeats.py checks both rules against plain-Python transcriptions of
+fairseq's and the authors' loops.
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def block_repeats(tokens_to_logprobs, cache, width: int, no_repeat: int, no_cons
         inner, history = carry
         logp, inner = tokens_to_logprobs(tokens, inner, index)
         history = history.at[:, index].set(tokens)
-        banned = jnp.where((index >= jnp.asarray(free))[..., None], bans(history, index, no_repeat, no_consecutive), -1)
-        return without(logp, banned), (inner, history)
+        ruled = jnp.where((index >= jnp.asarray(free))[..., None], bans(history, index, no_repeat, no_consecutive), -1)
+        return without(logp, ruled), (inner, history)
 
     return step, (cache, jnp.full((rows, width), PAD_ID, jnp.int32))
