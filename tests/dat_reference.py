@@ -244,10 +244,12 @@ def sample_candidates(links, emit, allowed, n: int, top: int, temperature: float
     return out
 
 
-def sample_distribution(links, emit, allowed, n: int, limit: int, top: int, temperature: float, cut) -> dict:
+def sample_distribution(links, emit, allowed, n: int, limit: int, top: int, temperature: float, cut,
+                        banned=None) -> dict:
     """{(path, tokens): probability} of every (path, inner tokens) a sampled path can take: at each vertex the
     candidates of `sample_candidates` cut by ``cut`` (candidates' log-probabilities → the bool mask kept), the kept
-    ones renormalised; a path at slot limit − 1 is forced to n − 1."""
+    ones renormalised; a path at slot limit − 1 is forced to n − 1. banned: (tokens so far, token) → whether the
+    authors' n-gram prevention bans it (its probability then 1e-5 of the cut distribution's), or None."""
     out: dict = {}
 
     def walk(path, tokens, prob):
@@ -258,6 +260,9 @@ def sample_distribution(links, emit, allowed, n: int, limit: int, top: int, temp
         keys = list(cands)
         kept = cut(np.array([cands[k] for k in keys]))
         weights = np.where(kept, np.exp(np.array([cands[k] for k in keys], np.float64)), 0.0)
+        weights = weights / weights.sum()
+        if banned is not None:
+            weights = np.where((weights > 0) & np.array([banned(tokens, t) for j, t in keys]), 1e-5, weights)
         for (j, t), w in zip(keys, weights / weights.sum()):
             if w > 0:
                 walk(path + [j], tokens + ([t] if j != n - 1 else []), prob * w)

@@ -51,8 +51,9 @@ def defaults() -> dict:
         # drop a decoded token equal to the one before it (the authors' greedy, lookahead and Viterbi decoders)
         remove_repeats=True,
         # with eval.no_repeat_ngram or eval.no_consecutive_repeat (the authors' n-gram prevention: greedy, lookahead
-        # and beam step around repeats as they go, never to the token before them), greedy and lookahead take a
-        # banned candidate after all once those tried hold more than top_p of the probability (their decode_top_p)
+        # and beam step around repeats as they go, never to the token before them, and samples draw them at 1e-5),
+        # greedy and lookahead take a banned candidate after all once those tried hold more than top_p of the
+        # probability (their decode_top_p)
         top_p=0.9,
         # soft constraints: the constrained search's reward (log-probability) for each phrase a path emits
         soft_reward=1.0,
@@ -76,15 +77,15 @@ def validate(config) -> None:
         if config.eval[key] > 1 and s.decode != "beam" and not config.eval.sampling:
             raise ConfigError(f"eval.{key}={config.eval[key]} is the width of dat.decode=beam (or the samples a "
                               f"sentence draws with eval.sampling=true); dat.decode={s.decode!r} takes eval.{key}=1")
-    if (config.eval.no_repeat_ngram or config.eval.no_consecutive_repeat) and (s.decode == "viterbi"
-                                                                               or config.eval.sampling):
+    if (config.eval.no_repeat_ngram or config.eval.no_consecutive_repeat) and s.decode == "viterbi" and not (
+            config.eval.sampling):
         asked = ", ".join(f"eval.{k}={config.eval[k]}" for k in ("no_repeat_ngram", "no_consecutive_repeat")
                           if config.eval[k])
-        doing = "eval.sampling=true" if config.eval.sampling else f"dat.decode={s.decode!r}"
-        raise ConfigError(f"{asked} steps around repeats in greedy, lookahead and beam decoding: set dat.decode="
-                          f"lookahead (or greedy, or beam), not {doing}")
+        raise ConfigError(f"{asked} steps around repeats in greedy, lookahead and beam decoding and sampling: set "
+                          f"dat.decode=lookahead (or greedy, or beam), not 'viterbi'")
     prevents = config.eval.no_repeat_ngram or config.eval.no_consecutive_repeat
-    if s.top_p != defaults()["top_p"] and (not prevents or s.decode not in ("greedy", "lookahead")):
+    if s.top_p != defaults()["top_p"] and (not prevents or s.decode not in ("greedy", "lookahead")
+                                           or config.eval.sampling):
         raise ConfigError(f"dat.top_p={s.top_p} acts only where greedy or lookahead decoding steps around repeats "
                           f"(eval.no_repeat_ngram or eval.no_consecutive_repeat set): set them, or leave dat.top_p out")
     if config.eval.lm and s.decode != "beam":

@@ -392,14 +392,17 @@ def step_logits(links_row: jax.Array, top_lp: jax.Array, eos: jax.Array, last: j
 
 def sample_paths(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: jax.Array, eos: jax.Array,
                  n_vertices: jax.Array, width: int, keys: jax.Array, sampling: Sampling,
-                 limit: jax.Array | None = None):
+                 limit: jax.Array | None = None, no_repeat: int = 0, no_consecutive: int = 0, vocab: int = 0):
     """Ancestral sampling of (path, tokens) pairs (the authors' "sample" decoding): from vertex 0, each step draws
     the next vertex j and j's token together from `step_logits`, cut by ``sampling``'s top_k, top_p and epsilon
     (`search.truncate`, on the L · C pairs; its temperature tempers the transitions) until the path reaches
     n − 1, which emits EOS; a path still inside the graph at its row's last slot (``limit``, int32[B], at most
     ``width``; None: ``width``) steps to n − 1 there. Without temperature or cuts and with C the whole vocabulary
     this draws from P(y, a | x) itself. What a path draws from depends on its vertex alone, so every vertex's cut
-    distribution is made once for all the samples and steps, each draw one uniform number (`search.draw`).
+    distribution is made once for all the samples and steps, each draw one uniform number (`search.draw`). With
+    ``no_repeat`` or ``no_consecutive`` > 0 (the authors' n-gram prevention, `prefix_bans`; ``vocab``: the
+    vocabulary's size) a pair whose token the sample's tokens so far ban keeps a probability of 1e-5 of its cut
+    distribution, as the authors' sampling gives it, the others theirs.
 
     links: float32[B, L, L]; top_tok, top_lp: int32/float32[B, L, C], each vertex's C best tokens; bos, eos:
     float32[B] (log P(BOS | 0), log P(EOS | n − 1)); keys: uint32[B, K, 2], one key per sample (K samples a
@@ -416,27 +419,39 @@ def sample_paths(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: j
         # the vertices from n − 1 on have no edges: their rows (read by finished samples only) step to n − 1
         rows = jnp.where(jnp.arange(L)[:, None] < last, rows, jnp.where(jnp.arange(L * C) == last * C, 0.0, NEG))
         cdf = cumulative(truncate(rows, cut))
-        return jax.vmap(lambda key: _sample_one(links, top_tok, top_lp, bos, eos, last, limit, cdf, key, width))(keys)
+        pair_tok = jnp.where(jnp.arange(L)[:, None] == last, EOS_ID, top_tok).reshape(-1)   # each pair's token
+        return jax.vmap(lambda key: _sample_one(links, top_tok, top_lp, bos, eos, last, limit, cdf, key, width,
+                                                pair_tok, no_repeat, no_consecutive, vocab))(keys)
 
     return jax.vmap(one)(links, top_tok, top_lp, bos, eos, n_vertices, limit, keys)
 
 
-def _sample_one(links, top_tok, top_lp, bos, eos, last, limit, cdf, key, width):
+def _sample_one(links, top_tok, top_lp, bos, eos, last, limit, cdf, key, width, pair_tok, no_repeat=0,
+                no_consecutive=0, vocab=0):
     """One sampled path of a sentence (`sample_paths`), from ``cdf`` float32[L, L · C], each vertex's cut
-    cumulative distribution over its (vertex, token) pairs."""
+    cumulative distribution over its (vertex, token) pairs (pair_tok: int32[L · C], their tokens)."""
     C = top_tok.shape[1]
+    prevents = bool(no_repeat or no_consecutive)
 
     def step(state, k):
-        v, done = state
-        pick = jnp.where(k >= limit - 1, last * C, draw(cdf[v], jax.random.fold_in(key, k)))  # the last slot: n − 1
+        v, done, history = state
+        row = cdf[v]
+        if prevents:  # the banned pairs at 1e-5 (a mask over the vocabulary: L · C candidates, many bans)
+            p = jnp.diff(row, prepend=0.0)
+            bans = prefix_bans(history[None], k - 1, no_repeat, no_consecutive)[0]
+            mask = jnp.zeros(vocab, bool).at[jnp.where(bans < 0, vocab, bans)].set(True, mode="drop")
+            row = jnp.cumsum(jnp.where(mask[pair_tok] & (p > 0), 1e-5, p))
+        pick = jnp.where(k >= limit - 1, last * C, draw(row, jax.random.fold_in(key, k)))  # the last slot: n − 1
         j, c = pick // C, pick % C
         tok = jnp.where(j == last, EOS_ID, top_tok[j, c])
         lp = jnp.where(j == last, eos, top_lp[j, c])
         out = (jnp.where(done, PAD_ID, tok), jnp.where(done | (j == last), 0.0, lp),
                jnp.where(done, 0.0, links[v, j] + lp), jnp.where(done, -1, j))
-        return (jnp.where(done, v, j), done | (j == last)), out
+        return (jnp.where(done, v, j), done | (j == last), history.at[k].set(jnp.where(done, PAD_ID, tok))), out
 
-    _, (toks, token_lp, terms, path) = jax.lax.scan(step, (jnp.int32(0), jnp.bool_(False)), jnp.arange(1, width))
+    history = jnp.full(width, PAD_ID, jnp.int32).at[0].set(BOS_ID)
+    _, (toks, token_lp, terms, path) = jax.lax.scan(step, (jnp.int32(0), jnp.bool_(False), history),
+                                                    jnp.arange(1, width))
     first = lambda x, value: jnp.concatenate([jnp.full(1, value, x.dtype), x])  # noqa: E731 (slot 0: BOS at 0)
     return (first(toks.astype(jnp.int32), BOS_ID), bos + jnp.sum(terms), first(token_lp, 0.0),
             first(path.astype(jnp.int32), 0))

@@ -274,9 +274,9 @@ SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, beam=True, max
 class Decoding:
     """``dat``'s decoding keys: strategy, lookahead's β, Viterbi's length exponent, the beam's length exponent and
     candidate tokens per vertex, repeat removal, the soft constraints' reward per phrase, the beam's LM weight; and
-    ``sampling`` (eval.sampling's `Sampling`), which draws paths in place of the strategy; greedy's and lookahead's
-    and the beam's repeat prevention (`dag.follow_unrepeated`, `dag.beam_search`: eval.no_repeat_ngram,
-    eval.no_consecutive_repeat, dat.top_p)."""
+    ``sampling`` (eval.sampling's `Sampling`), which draws paths in place of the strategy; the repeat prevention of
+    every strategy but Viterbi and of sampling (`dag.follow_unrepeated`, `dag.beam_search`, `dag.sample_paths`:
+    eval.no_repeat_ngram, eval.no_consecutive_repeat, dat.top_p)."""
     strategy: str = "lookahead"
     lookahead_beta: float = 1.0
     viterbi_beta: float = 1.0
@@ -291,13 +291,14 @@ class Decoding:
     top_p: float = 0.9
 
     def __post_init__(self):
-        if self.prevents and (self.strategy == "viterbi" or self.sampling is not None):  # (the config says so first)
-            raise ConfigError("the n-gram prevention steps greedy, lookahead and beam decoding around repeats, not "
-                              + ("sampling" if self.sampling is not None else "joint Viterbi decoding"))
+        if self.prevents and self.strategy == "viterbi" and self.sampling is None:  # (the config says so first)
+            raise ConfigError("the n-gram prevention steps greedy, lookahead and beam decoding and sampling around "
+                              "repeats, not joint Viterbi decoding")
 
     @property
     def prevents(self) -> bool:
-        """Whether the decoders step around repeats as they go (`dag.follow_unrepeated`, `dag.beam_search`)."""
+        """Whether the decoders step around repeats as they go (`dag.follow_unrepeated`, `dag.beam_search`,
+        `dag.sample_paths`)."""
         return self.no_repeat > 0 or self.no_consecutive > 0
 
 
@@ -385,7 +386,8 @@ def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limi
         eos = jnp.take_along_axis(emit[..., EOS_ID], (n_vertices - 1)[:, None], 1)[:, 0]
     if options.sampling is not None:
         tokens, lp, shares, _ = dag.sample_paths(links, top_tok, top_lp, bos, eos, n_vertices, width, keys,
-                                                 options.sampling, limit)
+                                                 options.sampling, limit, options.no_repeat, options.no_consecutive,
+                                                 logits.shape[-1])
         length = jnp.sum(tokens != PAD_ID, axis=2).astype(jnp.float32)
         _, tokens, lp, shares = by_score(lp / length ** options.viterbi_beta, tokens, lp, shares)
         return tokens[:, 0], lp[:, 0], shares[:, 0], (tokens[:, :nbest], lp[:, :nbest]) if nbest > 1 else None
