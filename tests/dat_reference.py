@@ -106,14 +106,16 @@ def follow_unrepeated(links, emit, allowed, n: int, width: int, beta: float, top
     return res, score, lps
 
 
-def unrepeated(tokens, no_repeat: int, no_consecutive: int) -> bool:
+def unrepeated(tokens, no_repeat: int, no_consecutive: int, beam: bool = False) -> bool:
     """Whether the inner tokens ``tokens`` (BOS before them) pass the authors' n-gram prevention: no token equal to
-    the one before it, none making the last k tokens repeat the k before them (k ≤ no_consecutive), none completing an
-    n-gram already there (n = no_repeat > 0)."""
+    the one before it (in their beam search only with no_consecutive > 0), none making the last k tokens repeat the k
+    before them (k ≤ no_consecutive), none completing an n-gram already there (n = no_repeat > 0)."""
     res = [BOS, *tokens]
     for t in range(1, len(res)):
-        if res[t] == res[t - 1] or any(res[t - k + 1:t + 1] == res[t - 2 * k + 1:t - k + 1]
-                                       for k in range(2, no_consecutive + 1) if t - 2 * k + 1 >= 0):
+        if res[t] == res[t - 1] and (no_consecutive or not beam):
+            return False
+        if any(res[t - k + 1:t + 1] == res[t - 2 * k + 1:t - k + 1] for k in range(2, no_consecutive + 1)
+               if t - 2 * k + 1 >= 0):
             return False
         if no_repeat and t >= no_repeat - 1 and any(res[t - no_repeat + 1:t + 1] == res[p:p + no_repeat]
                                                     for p in range(t - no_repeat + 1)):

@@ -303,7 +303,8 @@ def test_the_beams_outputs_repeat_nothing_the_rules_ban():
             links, emit = _repetitive_graph(n, seed)
             for asked in (bans, (0, 0)):
                 rows = np.asarray(_unrepeated_beam(asked)(links, emit, n)["nbest_tokens"]).reshape(-1, LONG)
-                passed = [ref.unrepeated([int(t) for t in row if t not in (0, 1, 2)], *bans) for row in rows]
+                passed = [ref.unrepeated([int(t) for t in row if t not in (0, 1, 2)], *bans, beam=True)
+                          for row in rows]
                 if asked == bans:
                     assert all(passed), bans
                 else:
@@ -337,7 +338,7 @@ def test_wide_beam_finds_the_most_probable_output(rows, seed, bans):
                        no_consecutive=bans[1])
     out = _beam(links, emit, n, options)
     allowed = np.asarray(allowed_tokens(V))
-    keep = (lambda y: ref.unrepeated(y, *bans)) if any(bans) else None
+    keep = (lambda y: ref.unrepeated(y, *bans, beam=True)) if any(bans) else None
     for b in range(B):
         _, best = ref.beam_best(links[b], emit[b], allowed, n[b], W, 1.1, 2, keep=keep)
         toks = [int(t) for t in np.asarray(out["tokens"][b]) if t not in (0, 1, 2)]

@@ -51,7 +51,7 @@ def defaults() -> dict:
         # drop a decoded token equal to the one before it (the authors' greedy, lookahead and Viterbi decoders)
         remove_repeats=True,
         # with eval.no_repeat_ngram or eval.no_consecutive_repeat (the authors' n-gram prevention: greedy, lookahead
-        # and beam step around repeats as they go, never to the token before them, and samples draw them at 1e-5),
+        # and beam step around repeats as they go, and samples draw them at 1e-5; docs/dat.md),
         # greedy and lookahead take a banned candidate after all once those tried hold more than top_p of the
         # probability (their decode_top_p)
         top_p=0.9,

@@ -297,18 +297,20 @@ def beam_search(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: ja
     extensions by the graph's score alone are scored with the LM (C: the top tokens per vertex) and the K best of them
     by the sum go on. The outputs' log P(y | x) stay the model's.
 
-    With ``no_repeat`` or ``no_consecutive`` > 0 (the authors' n-gram prevention, `follow_unrepeated`'s bans) no
-    hypothesis extends by a token its prefix bans: the one before it, those `repeats.consecutive_bans` names, those
-    completing a repeated n-gram; the search is then over the outputs that repeat nothing so."""
+    With ``no_repeat`` or ``no_consecutive`` > 0 (the authors' n-gram prevention, as their C++ beam search applies
+    it: `repeats.bans`) no hypothesis extends by a token its prefix bans: with ``no_consecutive`` the one before it
+    and those `repeats.consecutive_bans` names, with ``no_repeat`` those completing a repeated n-gram; the search is
+    then over the outputs that repeat nothing so."""
     limit = jnp.full(n_vertices.shape, width, jnp.int32) if limit is None else limit
     return jax.vmap(lambda *a: _beam_one(*a, width, beam, alpha, nbest, lm, gamma, no_repeat, no_consecutive))(
         links, top_tok, top_lp, bos, eos, n_vertices, limit)
 
 
 def prefix_bans(tokens: jax.Array, last, no_repeat: int, no_consecutive: int) -> jax.Array:
-    """int32[N, M]: the tokens the authors' n-gram prevention bans after each prefix (tokens: int32[N, W], BOS first,
-    positions 0 … last filled; `repeats.bans`): the last token always, the consecutive repeats of up to
-    ``no_consecutive`` tokens and with ``no_repeat`` > 0 the tokens completing a repeated n-gram; −1 = none."""
+    """int32[N, M]: the tokens the authors' n-gram prevention bans after each prefix in their lookahead and sampling
+    (tokens: int32[N, W], BOS first, positions 0 … last filled; `repeats.bans`): the last token always, the
+    consecutive repeats of up to ``no_consecutive`` tokens and with ``no_repeat`` > 0 the tokens completing a repeated
+    n-gram; −1 = none."""
     return repeats.bans(tokens, last, no_repeat, max(no_consecutive, 1))
 
 
@@ -351,7 +353,7 @@ def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha, nb
         cand = merged[:, :, None] + top_lp[None]                               # [K, L, C]
         cand = jnp.where(inner[None, :, None] & (k < limit - 1), cand, NEG)
         if no_repeat or no_consecutive:  # each prefix's banned tokens among every vertex's candidates
-            bans = prefix_bans(toks, k - 1, no_repeat, no_consecutive)
+            bans = repeats.bans(toks, k - 1, no_repeat, no_consecutive)
             cand = jnp.where(repeats.banned(jnp.broadcast_to(top_tok[None], cand.shape), bans), NEG, cand)
         cand = cand.reshape(-1)
         if lm is None:
