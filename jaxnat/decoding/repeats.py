@@ -63,8 +63,8 @@ def bans(history: jnp.ndarray, last, no_repeat: int, no_consecutive: int) -> jnp
     parts = [jnp.full(history.shape[:1] + (1,), -1, jnp.int32)]
     if no_repeat:
         parts.append(ngram_bans(history, last, min(no_repeat, history.shape[1])))
-    if no_consecutive:
-        parts.append(consecutive_bans(history, last, no_consecutive))
+    if no_consecutive:  # (a repeat of m tokens right after themselves needs 2m − 1 of the row's T before it)
+        parts.append(consecutive_bans(history, last, min(no_consecutive, (history.shape[1] + 1) // 2)))
     return jnp.concatenate(parts, axis=1)
 
 
