@@ -70,18 +70,22 @@ def bans(history: jnp.ndarray, last, no_repeat: int, no_consecutive: int) -> jnp
 
 def banned(tokens: jnp.ndarray, bans: jnp.ndarray) -> jnp.ndarray:
     """bool[N, ...]: whether each of ``tokens`` (int32[N, ...]) is among its row's ``bans`` (int32[N, M], −1 =
-    none): for a few candidates a row (the DA-Transformer's), where a mask over the vocabulary would cost more."""
+    none), by comparing each with each: for a few candidates a row, where `ban_mask` would cost more."""
     flat = tokens.reshape(tokens.shape[0], -1)
     hit = jnp.any(flat[:, :, None] == jnp.where(bans < 0, -2, bans)[:, None, :], axis=2)
     return hit.reshape(tokens.shape)
 
 
+def ban_mask(bans: jnp.ndarray, vocab: int) -> jnp.ndarray:
+    """bool[N, V]: each row's ``bans`` (int32[N, M], −1 = none) as a mask over the vocabulary (a scatter: the cost
+    is the vocabulary's once, not once per ban and candidate), for many candidates a row."""
+    rows = jnp.arange(bans.shape[0])[:, None]
+    return jnp.zeros((bans.shape[0], vocab), bool).at[rows, jnp.where(bans < 0, vocab, bans)].set(True, mode="drop")
+
+
 def without(logp: jnp.ndarray, bans: jnp.ndarray) -> jnp.ndarray:
-    """logp float[N, V] with each row's ``bans`` (int32[N, M], −1 = none) at −inf (a scatter into a mask, so the
-    cost is the vocabulary's once, not once per ban)."""
-    rows = jnp.arange(logp.shape[0])[:, None]
-    mask = jnp.zeros(logp.shape, bool).at[rows, jnp.where(bans < 0, logp.shape[1], bans)].set(True, mode="drop")
-    return jnp.where(mask, -jnp.inf, logp)
+    """logp float[N, V] with each row's ``bans`` (int32[N, M], −1 = none) at −inf (`ban_mask`)."""
+    return jnp.where(ban_mask(bans, logp.shape[1]), -jnp.inf, logp)
 
 
 def block_repeats(tokens_to_logprobs, cache, width: int, no_repeat: int, no_consecutive: int = 0, free=0):

@@ -34,7 +34,6 @@ placed). A request with constraints gets frames for them: ``max(λ·S_b, what th
 
 from __future__ import annotations
 
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp

@@ -278,7 +278,7 @@ def follow_unrepeated(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, b
 def beam_search(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: jax.Array, eos: jax.Array,
                 n_vertices: jax.Array, width: int, beam: int, alpha: float, limit: jax.Array | None = None,
                 nbest: int = 1, lm: ngram.NgramLM | None = None, gamma: float = 0.0, no_repeat: int = 0,
-                no_consecutive: int = 0):
+                no_consecutive: int = 0, vocab: int = 0):
     """Beam search over token prefixes of the DAG (DA-Transformer's beam search; its n-gram LM below): a
     hypothesis is a prefix ending at a vertex, scored by the log-sum over every path that emits it there, so the
     search looks for argmax_y log P(y | x) / M^α (M = |y| with BOS and EOS), summing paths, not the single best
@@ -300,9 +300,10 @@ def beam_search(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: ja
     With ``no_repeat`` or ``no_consecutive`` > 0 (the authors' n-gram prevention, as their C++ beam search applies
     it: `repeats.bans`) no hypothesis extends by a token its prefix bans: with ``no_consecutive`` the one before it
     and those `repeats.consecutive_bans` names, with ``no_repeat`` those completing a repeated n-gram; the search is
-    then over the outputs that repeat nothing so."""
+    then over the outputs that repeat nothing so (``vocab``: the vocabulary's size, for the bans' mask)."""
     limit = jnp.full(n_vertices.shape, width, jnp.int32) if limit is None else limit
-    return jax.vmap(lambda *a: _beam_one(*a, width, beam, alpha, nbest, lm, gamma, no_repeat, no_consecutive))(
+    return jax.vmap(lambda *a: _beam_one(*a, width, beam, alpha, nbest, lm, gamma, no_repeat, no_consecutive,
+                                         vocab))(
         links, top_tok, top_lp, bos, eos, n_vertices, limit)
 
 
@@ -315,7 +316,7 @@ def prefix_bans(tokens: jax.Array, last, no_repeat: int, no_consecutive: int) ->
 
 
 def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha, nbest, lm=None, gamma=0.0,
-              no_repeat=0, no_consecutive=0):
+              no_repeat=0, no_consecutive=0, vocab=0):
     L, C = top_tok.shape
     last = n - 1
     toks = jnp.full((beam, width), PAD_ID, jnp.int32).at[:, 0].set(BOS_ID)
@@ -353,8 +354,8 @@ def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha, nb
         cand = merged[:, :, None] + top_lp[None]                               # [K, L, C]
         cand = jnp.where(inner[None, :, None] & (k < limit - 1), cand, NEG)
         if no_repeat or no_consecutive:  # each prefix's banned tokens among every vertex's candidates
-            bans = repeats.bans(toks, k - 1, no_repeat, no_consecutive)
-            cand = jnp.where(repeats.banned(jnp.broadcast_to(top_tok[None], cand.shape), bans), NEG, cand)
+            mask = repeats.ban_mask(repeats.bans(toks, k - 1, no_repeat, no_consecutive), vocab)      # [K, V]
+            cand = jnp.where(mask[:, top_tok], NEG, cand)
         cand = cand.reshape(-1)
         if lm is None:
             best, idx = jax.lax.top_k(cand, beam)
@@ -440,8 +441,7 @@ def _sample_one(links, top_tok, top_lp, bos, eos, last, limit, cdf, key, width, 
         row = cdf[v]
         if prevents:  # the banned pairs at 1e-5 (a mask over the vocabulary: L · C candidates, many bans)
             p = jnp.diff(row, prepend=0.0)
-            bans = prefix_bans(history[None], k - 1, no_repeat, no_consecutive)[0]
-            mask = jnp.zeros(vocab, bool).at[jnp.where(bans < 0, vocab, bans)].set(True, mode="drop")
+            mask = repeats.ban_mask(prefix_bans(history[None], k - 1, no_repeat, no_consecutive), vocab)[0]
             row = jnp.cumsum(jnp.where(mask[pair_tok] & (p > 0), 1e-5, p))
         pick = jnp.where(k >= limit - 1, last * C, draw(row, jax.random.fold_in(key, k)))  # the last slot: n − 1
         j, c = pick // C, pick % C

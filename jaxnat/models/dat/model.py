@@ -394,7 +394,7 @@ def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limi
     if options.strategy == "beam":
         tokens, lp, shares = dag.beam_search(links, top_tok, top_lp, bos, eos, n_vertices, width,
                                              beam, options.beam_alpha, limit, nbest, lm, options.lm_weight,
-                                             options.no_repeat, options.no_consecutive)
+                                             options.no_repeat, options.no_consecutive, logits.shape[-1])
         return tokens[:, 0], lp[:, 0], shares[:, 0], (tokens, lp) if nbest > 1 else None
     if options.prevents:  # greedy or lookahead, stepping around repeats (validate: not Viterbi)
         beta = options.lookahead_beta if options.strategy == "lookahead" else 0.0
