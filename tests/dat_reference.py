@@ -271,3 +271,98 @@ def sample_distribution(links, emit, allowed, n: int, limit: int, top: int, temp
 
     walk([0], [], 1.0)
     return out
+
+
+def authors_candidates(links, logp, n: int, top: int, beta: float):
+    """Each vertex's ``top`` (score, next vertex, token) pairs as the authors' beam search makes them (their
+    inference_beamsearch): the ``top`` best tokens of every vertex j, then the ``top`` best pairs by
+    links[i, j] + β · log P(token | j), ties to the lower (j, rank)."""
+    out = []
+    for i in range(n):
+        pairs = []
+        for j in range(n):
+            ranked = sorted(range(logp.shape[1]), key=lambda t: (-float(logp[j, t]), t))[:top]
+            pairs += [(float(links[i, j]) + beta * float(logp[j, t]), j * top + r, j, t) for r, t in enumerate(ranked)]
+        pairs.sort(key=lambda p: (-p[0], p[1]))
+        out.append([(s, j, t) for s, _, j, t in pairs[:top]])
+    return out
+
+
+def cxx_bans(words, no_repeat: int, no_consecutive: int) -> list:
+    """What the authors' C++ beam search (DAG-Search's expand_beam) bans after a prefix (words: BOS first): their
+    walk back over the prefix, transcribed."""
+    banned = []
+    if not (no_repeat or no_consecutive):
+        return banned
+    last = len(words) - 1
+    if no_consecutive > 0:
+        banned.append(words[last])
+    for p in range(last - 1, -1, -1):            # prevEnd, the earlier occurrence; dist = last - p
+        if words[p] == words[last]:
+            match, a, b = 1, last - 1, p - 1
+            while a >= 0 and b >= 0 and words[a] == words[b]:
+                match, a, b = match + 1, a - 1, b - 1
+            if no_consecutive >= last - p and match + 1 >= last - p:
+                banned.append(words[p + 1])
+            if 0 < no_repeat <= match + 1:
+                banned.append(words[p + 1])
+    return banned
+
+
+def dag_search(cands, n: int, beam: int, per_length: int, top_p: float, alpha: float, gamma: float = 0.0,
+               lm_step=None, lm_start=None, no_repeat: int = 0, no_consecutive: int = 0, limit: int | None = None):
+    """The authors' beam search (DAG-Search's dag_search, one thread), transcribed: ``cands`` per vertex its
+    (score, vertex, token) pairs (`authors_candidates`); lm_step(state, token) -> (log10 P, state). Returns (the
+    best prefix at the last vertex, BOS first; the log-sum of its paths), or (None, -inf). ``limit``: jaxnat's
+    output capacity (their search has none)."""
+    class Node:
+        def __init__(self, parent, word, dag, lm, state):
+            self.parent, self.word, self.dag, self.lm, self.state = parent, word, dag, lm, state
+            self.length = 0 if parent is None else parent.length + 1
+            self.at = {}
+
+        def words(self):
+            return ([] if self.parent is None else self.parent.words()) + [self.word]
+
+    root = Node(None, BOS, 0.0, 0.0, lm_start)
+    root.at[0] = 0.0
+    arrivals, children = {0: [root]}, {}
+
+    def ranking(node):
+        return 0.0 if node.length == 0 else (gamma * node.lm + node.dag) / node.length ** alpha
+
+    for i in range(n):
+        last = i == n - 1
+        by_length = {}
+        for node in arrivals.get(i, []):
+            by_length.setdefault(node.length, []).append(node)
+        kept = []
+        for group in by_length.values():
+            kept += sorted(group, key=lambda nd: -ranking(nd))[:1 if last else per_length]
+        arrival = {id(nd): k for k, nd in enumerate(arrivals.get(i, []))}
+        kept = sorted(kept, key=lambda nd: (-ranking(nd), arrival[id(nd)]))[:1 if last else beam]
+        if last:
+            return (kept[0].words(), kept[0].dag) if kept else (None, -math.inf)
+        for node in kept:
+            banned = cxx_bans(node.words(), no_repeat, no_consecutive)
+            total = np.float32(0.0)
+            for score, j, token in cands[i]:
+                if not total < np.float32(top_p):
+                    break
+                if token in banned or score == -math.inf:
+                    continue
+                total = np.float32(total + np.exp(np.float32(score)))
+                if limit is not None and node.length + 1 > limit - (1 if j == n - 1 and token == EOS else 2):
+                    continue
+                child = children.get((id(node), token))
+                if child is None:
+                    lp, state = lm_step(node.state, token) if lm_step else (0.0, None)
+                    child = children[(id(node), token)] = Node(node, token, -math.inf, node.lm + lp, state)
+                reach = node.at[i] + score
+                child.dag = float(np.logaddexp(child.dag, reach))
+                if j in child.at:
+                    child.at[j] = float(np.logaddexp(child.at[j], reach))
+                else:
+                    child.at[j] = reach
+                    arrivals.setdefault(j, []).append(child)
+    return None, -math.inf

@@ -727,9 +727,11 @@ def test_config_errors_are_one_line():
                                (["--config.dat.max_vertices=2"], "no vertex between BOS's and EOS's"),
                                (["--config.eval.no_repeat_ngram=3", "--config.dat.decode=viterbi"],
                                 "eval.no_repeat_ngram=3 steps around repeats .* not 'viterbi'"),
-                               (["--config.dat.top_p=0.5"], "dat.top_p=0.5 acts only where"),
+                               (["--config.dat.top_p=0.5"], "dat.top_p=0.5 acts only in dat.decode=dagsearch"),
                                (["--config.dat.top_p=0.5", "--config.eval.no_repeat_ngram=2",
-                                 "--config.dat.decode=beam"], "dat.top_p=0.5 acts only where")):
+                                 "--config.dat.decode=beam"], "dat.top_p=0.5 acts only in"),
+                               (["--config.dat.beam_per_length=3", "--config.dat.decode=beam"],
+                                "dat.beam_per_length=3 acts only in dat.decode=dagsearch")):
         with pytest.raises(ConfigError, match=message):
             build_config(TINY, BASE + overrides)
     # the family's default of eval.beam_size: 1, where neither the config file nor the command line sets it
@@ -737,6 +739,9 @@ def test_config_errors_are_one_line():
     assert demo.eval.beam_size == 1 and demo.train.label_smoothing == 0  # the DAG loss takes none
     # eval.beam_size is the samples a sentence draws with eval.sampling=true, whatever dat.decode
     assert build_config(TINY, BASE + ["--config.eval.sampling=true", "--config.eval.beam_size=4"]).eval.beam_size == 4
+    # the authors' beam search reads the width, its per-length beam, top-p and the LM
+    build_config(TINY, BASE + ["--config.dat.decode=dagsearch", "--config.eval.beam_size=4", "--config.dat.top_p=0.5",
+                               "--config.dat.beam_per_length=3", "--config.eval.lm=lm.arpa"])
 
 
 @pytest.mark.slow
@@ -823,10 +828,10 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec(tmp_path):
     learned = [[1, 17, 18, 19, 2, 0, 0, 0], [1, 21, 22, 2, 0, 0, 0, 0]]
     # each strategy on the trained graph (its program alone: the graph's was compiled above), as generate decodes it
     graph = jax.jit(spec.module.apply)(params, batch["src"])
-    for decode, beam in (("greedy", 1), ("lookahead", 1), ("viterbi", 1), ("beam", 4)):
+    for decode, beam in (("greedy", 1), ("lookahead", 1), ("viterbi", 1), ("beam", 4), ("dagsearch", 4)):
         s = build_model(build_config(TINY, BASE + [f"--config.dat.decode={decode}", f"--config.eval.beam_size={beam}"]),
                         24, 24)
-        assert s.supports.beam == (decode == "beam")  # what a Translator and bench/decode_speed.py ask of it
+        assert s.supports.beam == (beam > 1)  # what a Translator and bench/decode_speed.py ask of it
         out = jax.jit(decode_graph, static_argnums=(3, 4, 5))(*graph, 8, Decoding(decode), beam)
         assert np.asarray(out["tokens"]).tolist() == learned, decode
     # lookahead stepping around repeats, through ModelSpec.generate: the pairs hold none

@@ -108,7 +108,8 @@ def test_the_da_transformer_plugins_model_computes_its_graphs_and_decodes_as_the
     """fairseq-nat/dat.pt, the DA-Transformer authors' `glat_decomposed_link` (their fairseq plugin, sources
     without BOS, λ = 4): graphs of the plugin's sizes (λ · words + 1 vertices), each vertex's token
     log-probabilities and the links the plugin's decoding reads, within 1e-4 (−inf on the same edges); its
-    lookahead (β 0.3, read from the checkpoint) and greedy outputs token for token, from the text."""
+    lookahead (β 0.3, read from the checkpoint), greedy and beam search (dat.decode=dagsearch) outputs token for
+    token, from the text."""
     workdir = str(tmp_path_factory.mktemp("dat") / "run")
     write_workdir(f"fairseq:{DATA}/dat.pt", workdir)
     config = workdir_config(workdir)
@@ -131,10 +132,33 @@ def test_the_da_transformer_plugins_model_computes_its_graphs_and_decodes_as_the
     greedy.dat.decode = "greedy"
     encoded, _ = translator.encode(outputs["src"])  # the text pipeline: Moses and BPE as the plugin's task applies them
     assert [np.asarray(r).tolist() for r in encoded] == rows
-    for strategy, decoder in (("lookahead", translator), ("greedy", load_translator(greedy, workdir))):
-        results = decoder.translate_ids(encoded, beam_size=1, batch_size=len(encoded))
+    # their beam search (the DAG-Search extension) at beam 6, 2 prefixes a length, repeats kept (their decode_dedup)
+    authors = config.copy_and_resolve_references()
+    authors.dat.decode, authors.dat.beam_per_length, authors.dat.remove_repeats = "dagsearch", 2, False
+    for strategy, decoder, beam in (("lookahead", translator, 1), ("greedy", load_translator(greedy, workdir), 1),
+                                    ("beamsearch", load_translator(authors, workdir), 6)):
+        results = decoder.translate_ids(encoded, beam_size=beam, batch_size=len(encoded))
         got = [np.asarray(r["tokens"])[np.asarray(r["tokens"]) != PAD_ID].tolist() for r in results]
         assert got == [to_jaxnat("fairseq", t).tolist() for t in outputs[strategy]], strategy
+
+
+def test_the_da_transformer_plugins_beam_search_settings_are_imported(monkeypatch):
+    """A checkpoint whose decode_strategy is beamsearch decodes with their beam search, as it is set up there: its
+    width, prefixes per length, top-p, LM weight and repeat removal (decode_dedup, off by default)."""
+    from jaxnat.importers import read, torch_file
+
+    ckpt = torch_file.load(f"{DATA}/dat.pt")
+    for key, value in (("decode_strategy", "beamsearch"), ("decode_beamsize", 200.0),
+                       ("decode_max_beam_per_length", 20.0), ("decode_top_p", 0.8), ("decode_gamma", 0.3)):
+        setattr(ckpt["cfg"]["model"], key, value)
+        if key in ckpt["cfg"]["task"]:
+            ckpt["cfg"]["task"][key] = value
+    monkeypatch.setattr(torch_file, "load", lambda path: ckpt)
+    overrides = read(f"fairseq:{DATA}/dat.pt").overrides
+    assert {k: overrides[k] for k in ("dat.decode", "eval.beam_size", "dat.beam_per_length", "dat.top_p",
+                                      "dat.lm_weight", "dat.remove_repeats")} == {
+        "dat.decode": "dagsearch", "eval.beam_size": 200, "dat.beam_per_length": 20, "dat.top_p": 0.8,
+        "dat.lm_weight": 0.3, "dat.remove_repeats": False}
 
 
 @pytest.mark.parametrize("setting, value, message", [

@@ -310,7 +310,7 @@ def dat_fixture(out: str, plugin: str) -> None:
     states ⊕ learned positions; λ = 4, an output projection of its own here, lookahead's β 0.3), over
     fairseq-nat/'s dictionary; expected_dat.npz: each vertex's
     token log-probabilities and the links, as the plugin's `forward_decoder` computes them at decoding, and
-    expected_dat.json its lookahead and greedy outputs."""
+    expected_dat.json its lookahead, greedy and beam search outputs."""
     from fairseq.data import data_utils
     from sacremoses import MosesTokenizer
     from subword_nmt.apply_bpe import BPE
@@ -358,6 +358,21 @@ def dat_fixture(out: str, plugin: str) -> None:
 
         model.inference = keep
         model.forward_decoder(canvas, enc)
+        # their beam search on that graph, at beam 6, 2 prefixes a length: the DAG-Search extension (built into this
+        # environment, docs/import.md) called as their inference_beamsearch calls it, in this process (the plugin
+        # runs it in a worker process on a CPU, which would import fairseq afresh, unpatched)
+        from fs_plugins.models.glat_decomposed_with_link import call_dag_search, init_beam_search
+        from make_dag_search_fixture import candidates
+
+        args = model.args
+        init_beam_search(len(SRC), 6, int(args.decode_top_cand_n), model.decoder.max_positions(),
+                         len(SRC) * model.decoder.max_positions(), 1, task.target_dictionary, None)
+        pairs = candidates(graph["links"].numpy(), graph["logits"].numpy(), int(args.decode_top_cand_n),
+                           args.decode_beta)
+        length = canvas.output_tokens.ne(d.pad()).sum(-1).int().numpy()
+        tokens, _ = call_dag_search(*pairs, length, args.decode_alpha, args.decode_gamma, 6, 2, args.decode_top_p,
+                                    d.pad(), d.bos(), 0, 0, 0)
+        outputs["beamsearch"] = [[t for t in row if t != d.pad()] for row in tokens.tolist()]
     arrays = {"src_ids": src_tokens.numpy(), "vertex_ids": canvas.output_tokens.numpy(),
               "vertex_logp": graph["logits"].numpy(), "links": graph["links"].numpy()}
     write_expected(out, arrays, outputs, "expected_dat")

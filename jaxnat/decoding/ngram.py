@@ -62,10 +62,11 @@ class NgramLM(struct.PyTreeNode):
 
 def _hash(xp, ctx, word):
     """uint32 hash of the key (ctx, word), int32 arrays of one shape; the same bits in NumPy and jax.numpy."""
-    h = xp.asarray(ctx).astype(xp.uint32) * _MIX[0] ^ xp.asarray(word).astype(xp.uint32) * _MIX[1]
-    h = h ^ (h >> np.uint32(15))
-    h = h * _MIX[2]
-    return h ^ (h >> np.uint32(13))
+    with np.errstate(over="ignore"):  # the products wrap, as meant (NumPy warns of it on scalars)
+        h = xp.asarray(ctx).astype(xp.uint32) * _MIX[0] ^ xp.asarray(word).astype(xp.uint32) * _MIX[1]
+        h = h ^ (h >> np.uint32(15))
+        h = h * _MIX[2]
+        return h ^ (h >> np.uint32(13))
 
 
 def _find(xp, keys_ctx, keys_word, probes: int, ctx, word):
@@ -235,35 +236,36 @@ def _read(path: str, mtime_ns: int, size: int, pieces: tuple) -> NgramLM:
     return build(words, orders, list(pieces))
 
 
-def start(lm: NgramLM, shape: tuple) -> jax.Array:
-    """int32[*shape, n − 1]: the state after ``<s>``."""
-    bos = lm.word[BOS_ID]
-    state = jnp.full((*shape, lm.order - 1), -1, jnp.int32)
-    return state.at[..., 0].set(bos) if lm.order > 1 else state
+def start(lm: NgramLM, shape: tuple, xp=jnp) -> jax.Array:
+    """int32[*shape, n − 1]: the state after ``<s>`` (``xp``: jax.numpy, or NumPy for a search on the host)."""
+    state = xp.full((*shape, lm.order - 1), -1, xp.int32)
+    first = xp.arange(lm.order - 1) == 0
+    return xp.where(first, xp.asarray(lm.word[BOS_ID], xp.int32), state) if lm.order > 1 else state
 
 
-def advance(lm: NgramLM, state: jax.Array, token: jax.Array) -> tuple[jax.Array, jax.Array]:
+def advance(lm: NgramLM, state: jax.Array, token: jax.Array, xp=jnp) -> tuple[jax.Array, jax.Array]:
     """(log10 P(token | the state's words) float32[...], the state after it int32[..., n − 1]). state:
-    int32[..., n − 1]; token: int32[...] jaxnat target ids (the two broadcast)."""
-    shape = jnp.broadcast_shapes(state.shape[:-1], jnp.shape(token))
-    state = jnp.broadcast_to(state, (*shape, state.shape[-1]))
-    w = jnp.broadcast_to(lm.word[token], shape)
+    int32[..., n − 1]; token: int32[...] jaxnat target ids (the two broadcast); ``xp``: jax.numpy, or NumPy
+    (the tables then NumPy arrays)."""
+    shape = np.broadcast_shapes(state.shape[:-1], xp.shape(token))
+    state = xp.broadcast_to(state, (*shape, state.shape[-1]))
+    w = xp.broadcast_to(lm.word[token], shape)
     found = [w]  # per order j = 1 … n: the slot of the j-gram (last j - 1 words, w), −1 where absent
     for j in range(2, lm.order + 1):
         k = j - 2
-        found.append(_find(jnp, lm.keys_ctx[k], lm.keys_word[k], lm.probes[k], state[..., j - 2], w))
+        found.append(_find(xp, lm.keys_ctx[k], lm.keys_word[k], lm.probes[k], state[..., j - 2], w))
     logp = lm.unigram_logp[w]
     for j in range(2, lm.order + 1):  # the longest found wins
-        logp = jnp.where(found[j - 1] >= 0, lm.logp[j - 2][jnp.maximum(found[j - 1], 0)], logp)
+        logp = xp.where(found[j - 1] >= 0, lm.logp[j - 2][xp.maximum(found[j - 1], 0)], logp)
     # the back-offs of the contexts (last j words) from the longest one down to the found n-gram's own
     longest = 1
     for j in range(2, lm.order + 1):
-        longest = jnp.where(found[j - 1] >= 0, j, longest)
+        longest = xp.where(found[j - 1] >= 0, j, longest)
     for j in range(1, lm.order):
         ctx = state[..., j - 1]
-        weight = lm.unigram_backoff[jnp.maximum(ctx, 0)] if j == 1 else lm.backoff[j - 2][jnp.maximum(ctx, 0)]
-        logp = logp + jnp.where((ctx >= 0) & (j >= longest), weight, 0.0)
-    new = jnp.stack(found[:lm.order - 1], axis=-1) if lm.order > 1 else state
+        weight = lm.unigram_backoff[xp.maximum(ctx, 0)] if j == 1 else lm.backoff[j - 2][xp.maximum(ctx, 0)]
+        logp = logp + xp.where((ctx >= 0) & (j >= longest), weight, 0.0)
+    new = xp.stack(found[:lm.order - 1], axis=-1) if lm.order > 1 else state
     return logp, new
 
 

@@ -26,46 +26,47 @@ import jax.numpy as jnp
 from jaxnat.data.vocab import PAD_ID
 
 
-def ngram_bans(history: jnp.ndarray, last, n: int) -> jnp.ndarray:
+def ngram_bans(history: jnp.ndarray, last, n: int, xp=jnp) -> jnp.ndarray:
     """int32[N, T − n + 1]: at p, the token history[p + n − 1] if history[p : p + n − 1] equals the row's last
     n − 1 tokens (history[last − n + 2 : last + 1]) and p + n − 1 ≤ last, −1 elsewhere: the tokens that would
     complete a repeat of an n-gram of the row. history: int32[N, T]; last: int32 (scalar or [N]), the position of
     each row's newest token; n ≥ 1 static (n ≤ T)."""
     width = history.shape[1]
-    last = jnp.broadcast_to(jnp.asarray(last, jnp.int32), history.shape[:1])[:, None]
-    starts = jnp.arange(width - n + 1)[None]
+    last = xp.broadcast_to(xp.asarray(last, xp.int32), history.shape[:1])[:, None]
+    starts = xp.arange(width - n + 1)[None]
     same = starts + n - 1 <= last                                               # the n-gram at p lies in the row
     for j in range(n - 1):  # the n-gram's j-th token against the row's (n − 1 − j)-th last
-        key = jnp.take_along_axis(history, jnp.maximum(last - (n - 2) + j, 0), axis=1)
+        key = xp.take_along_axis(history, xp.maximum(last - (n - 2) + j, 0), axis=1)
         same = same & (history[:, j:width - n + 1 + j] == key)
-    return jnp.where(same, history[:, n - 1:], -1)
+    return xp.where(same, history[:, n - 1:], -1)
 
 
-def consecutive_bans(history: jnp.ndarray, last, n: int) -> jnp.ndarray:
+def consecutive_bans(history: jnp.ndarray, last, n: int, xp=jnp) -> jnp.ndarray:
     """int32[N, max(n, 1)]: entry k − 1 the token that would make the last k tokens repeat the k before them
     (history[last + 1 − k], if the last k − 1 tokens equal the k − 1 before those and the row holds at least
     2k − 1 tokens), −1 elsewhere; k = 1 (the last token itself) is always banned. history: int32[N, T]; last:
     int32 (scalar or [N]); n static (0 or 1: the last token alone)."""
-    last = jnp.broadcast_to(jnp.asarray(last, jnp.int32), history.shape[:1])
-    at = lambda pos: jnp.take_along_axis(history, jnp.maximum(pos, 0)[:, None], axis=1)[:, 0]  # noqa: E731
+    last = xp.broadcast_to(xp.asarray(last, xp.int32), history.shape[:1])
+    at = lambda pos: xp.take_along_axis(history, xp.maximum(pos, 0)[:, None], axis=1)[:, 0]  # noqa: E731
     bans = []
     for k in range(1, max(n, 1) + 1):
         fits = 2 * k - 1 <= last + 1
         for m in range(1, k):
             fits = fits & (at(last + 1 - m) == at(last + 1 - m - k))
-        bans.append(jnp.where(fits, at(last + 1 - k), -1))
-    return jnp.stack(bans, axis=1)
+        bans.append(xp.where(fits, at(last + 1 - k), -1))
+    return xp.stack(bans, axis=1)
 
 
-def bans(history: jnp.ndarray, last, no_repeat: int, no_consecutive: int) -> jnp.ndarray:
+def bans(history: jnp.ndarray, last, no_repeat: int, no_consecutive: int, xp=jnp) -> jnp.ndarray:
     """int32[N, M]: what both rules ban after each row (`ngram_bans` with n = ``no_repeat``, `consecutive_bans` with
-    n = ``no_consecutive``; 0: the rule off, both static), −1 = none; M ≥ 1."""
-    parts = [jnp.full(history.shape[:1] + (1,), -1, jnp.int32)]
+    n = ``no_consecutive``; 0: the rule off, both static), −1 = none; M ≥ 1. ``xp``: jax.numpy, or NumPy (a
+    search on the host, `dat.dag_search`)."""
+    parts = [xp.full(history.shape[:1] + (1,), -1, xp.int32)]
     if no_repeat:
-        parts.append(ngram_bans(history, last, min(no_repeat, history.shape[1])))
+        parts.append(ngram_bans(history, last, min(no_repeat, history.shape[1]), xp))
     if no_consecutive:  # (a repeat of m tokens right after themselves needs 2m − 1 of the row's T before it)
-        parts.append(consecutive_bans(history, last, min(no_consecutive, (history.shape[1] + 1) // 2)))
-    return jnp.concatenate(parts, axis=1)
+        parts.append(consecutive_bans(history, last, min(no_consecutive, (history.shape[1] + 1) // 2), xp))
+    return xp.concatenate(parts, axis=1)
 
 
 def banned(tokens: jnp.ndarray, bans: jnp.ndarray) -> jnp.ndarray:

@@ -35,8 +35,9 @@ ARCHITECTURES = {"transformer": "ar", "cmlm_transformer": "cmlm", "nonautoregres
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_fast": "gelu_tanh", "gelu_accurate": "gelu_tanh"}
 # fairseq's decoder-only language models and their presets, whose names read as presets of `transformer`
 LANGUAGE_MODELS = ("transformer_lm", "transformer_ulm")
-# the DA-Transformer plugin's decode_strategy -> dat.decode (sample and the others: none in jaxnat)
-DAT_DECODING = {"lookahead": "lookahead", "greedy": "greedy", "jointviterbi": "viterbi", "beamsearch": "beam"}
+# the DA-Transformer plugin's decode_strategy -> dat.decode (beamsearch: their DAG-Search, output for output; sample
+# and the others: none in jaxnat)
+DAT_DECODING = {"lookahead": "lookahead", "greedy": "greedy", "jointviterbi": "viterbi", "beamsearch": "dagsearch"}
 NAT_UNSUPPORTED = {  # settings of fairseq's NAT models jaxnat's families have no equivalent of, with their default
     "src_embedding_copy": False, "no_share_discriminator": False, "no_share_maskpredictor": False,
     "share_discriminator_maskpredictor": False, "layernorm_embedding": False,
@@ -240,12 +241,19 @@ def _dat_heads(path: str, model: dict, task: dict, state: StateDict, params: dic
         params["vertex_positions"] = state.take("decoder.embed_positions.weight")[2: 2 + rows]
     if state.has("decoder.embed_length.weight"):  # the length head of upsample_base=predict, unused by the others
         state.take("decoder.embed_length.weight")
-    return {"dat.links": "multihead", "dat.vertex_inputs": "tokens", "dat.upsample": int(upsample),
-            "dat.upsample_base": base, "dat.decode": DAT_DECODING[strategy],
-            "dat.lookahead_beta": float(setting("decode_beta", 1.0)),
-            "dat.viterbi_beta": float(setting("decode_viterbibeta", 1.0)),
-            "dat.top_cand": int(setting("decode_top_cand_n", 5)), "dat.beam_alpha": float(setting("decode_alpha", 1.1)),
-            "dat.max_vertices": rows, "model.source_bos": bool(setting("prepend_bos", False))}
+    out = {"dat.links": "multihead", "dat.vertex_inputs": "tokens", "dat.upsample": int(upsample),
+           "dat.upsample_base": base, "dat.decode": DAT_DECODING[strategy],
+           "dat.lookahead_beta": float(setting("decode_beta", 1.0)),
+           "dat.viterbi_beta": float(setting("decode_viterbibeta", 1.0)),
+           "dat.top_cand": int(setting("decode_top_cand_n", 5)), "dat.beam_alpha": float(setting("decode_alpha", 1.1)),
+           "dat.max_vertices": rows, "model.source_bos": bool(setting("prepend_bos", False))}
+    if strategy == "beamsearch":  # their beam search's own settings; it drops repeats only with decode_dedup
+        out.update({"eval.beam_size": int(setting("decode_beamsize", 100)),
+                    "dat.beam_per_length": int(setting("decode_max_beam_per_length", 10)),
+                    "dat.top_p": float(setting("decode_top_p", 0.9)),
+                    "dat.lm_weight": float(setting("decode_gamma", 0.1)),
+                    "dat.remove_repeats": bool(setting("decode_dedup", False))})
+    return out
 
 
 def read(path: str, dict_dir: str) -> Imported:

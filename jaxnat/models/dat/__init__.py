@@ -36,15 +36,20 @@ def defaults() -> dict:
         glance_count="number",
         # the authors' code's forced emission: a glanced token sits on its glanced vertex in the second pass's loss
         glance_fix_alignment=False,
-        # decoding: greedy, lookahead (the authors' default), viterbi (Shao et al.'s joint Viterbi) or beam (over
-        # prefixes, paths summed; eval.beam_size hypotheses)
+        # decoding: greedy, lookahead (the authors' default), viterbi (Shao et al.'s joint Viterbi), beam (over
+        # prefixes, paths summed; eval.beam_size hypotheses) or dagsearch (the authors' beam search, DAG-Search,
+        # output for output: vertex by vertex, on the host)
         decode="lookahead",
-        # lookahead: the next vertex maximises its link + lookahead_beta · its best token's log-probability
+        # lookahead: the next vertex maximises its link + lookahead_beta · its best token's log-probability (and
+        # dagsearch's candidate pairs are ranked so: the authors' decode_beta)
         lookahead_beta=1.0,
         # joint Viterbi (and the constrained search): the output length M maximises log P(y, a | x) / M^viterbi_beta
         viterbi_beta=1.0,
         # beam: the finished prefix maximising log P(y | x) / M^beam_alpha; each vertex's top_cand tokens extend it
+        # (dagsearch: each vertex's top_cand best (vertex, token) pairs, prefixes ranked by their score / m^beam_alpha)
         beam_alpha=1.1, top_cand=5,
+        # dagsearch: the prefixes of each length kept at a vertex (the authors' decode_max_beam_per_length)
+        beam_per_length=10,
         # beam with eval.lm (an n-gram LM of target pieces): maximise [log P(y | x) + lm_weight · log10 P_lm(y)] /
         # M^beam_alpha (the authors' decode_gamma, on KenLM's log10 scores)
         lm_weight=0.1,
@@ -53,7 +58,7 @@ def defaults() -> dict:
         # with eval.no_repeat_ngram or eval.no_consecutive_repeat (the authors' n-gram prevention: greedy, lookahead
         # and beam step around repeats as they go, and samples draw them at 1e-5; docs/dat.md),
         # greedy and lookahead take a banned candidate after all once those tried hold more than top_p of the
-        # probability (their decode_top_p)
+        # probability (their decode_top_p); dagsearch extends a prefix by its candidate pairs until they hold top_p
         top_p=0.9,
         # soft constraints: the constrained search's reward (log-probability) for each phrase a path emits
         soft_reward=1.0,
@@ -74,22 +79,29 @@ def validate(config) -> None:
         raise ConfigError(f"dat.glance_end={s.glance_end} must not exceed dat.glance_start={s.glance_start} "
                           f"(the glancing ratio anneals down)")
     for key in ("beam_size", "valid_beam_size"):
-        if config.eval[key] > 1 and s.decode != "beam" and not config.eval.sampling:
-            raise ConfigError(f"eval.{key}={config.eval[key]} is the width of dat.decode=beam (or the samples a "
-                              f"sentence draws with eval.sampling=true); dat.decode={s.decode!r} takes eval.{key}=1")
+        if config.eval[key] > 1 and s.decode not in ("beam", "dagsearch") and not config.eval.sampling:
+            raise ConfigError(f"eval.{key}={config.eval[key]} is the width of dat.decode=beam or dagsearch (or the "
+                              f"samples a sentence draws with eval.sampling=true); dat.decode={s.decode!r} takes "
+                              f"eval.{key}=1")
     if (config.eval.no_repeat_ngram or config.eval.no_consecutive_repeat) and s.decode == "viterbi" and not (
             config.eval.sampling):
         asked = ", ".join(f"eval.{k}={config.eval[k]}" for k in ("no_repeat_ngram", "no_consecutive_repeat")
                           if config.eval[k])
-        raise ConfigError(f"{asked} steps around repeats in greedy, lookahead and beam decoding and sampling: set "
-                          f"dat.decode=lookahead (or greedy, or beam), not 'viterbi'")
+        raise ConfigError(f"{asked} steps around repeats in greedy, lookahead, beam and dagsearch decoding and "
+                          f"sampling: set dat.decode=lookahead (or greedy, beam, dagsearch), not 'viterbi'")
     prevents = config.eval.no_repeat_ngram or config.eval.no_consecutive_repeat
-    if s.top_p != defaults()["top_p"] and (not prevents or s.decode not in ("greedy", "lookahead")
-                                           or config.eval.sampling):
-        raise ConfigError(f"dat.top_p={s.top_p} acts only where greedy or lookahead decoding steps around repeats "
-                          f"(eval.no_repeat_ngram or eval.no_consecutive_repeat set): set them, or leave dat.top_p out")
-    if config.eval.lm and s.decode != "beam":
-        raise ConfigError(f"eval.lm is fused into the beam search: set dat.decode=beam (dat.decode={s.decode!r})")
+    authors_beam = s.decode == "dagsearch" and not config.eval.sampling
+    if s.top_p != defaults()["top_p"] and not authors_beam and (not prevents or s.decode not in ("greedy", "lookahead")
+                                                                or config.eval.sampling):
+        raise ConfigError(f"dat.top_p={s.top_p} acts only in dat.decode=dagsearch and where greedy or lookahead "
+                          f"decoding steps around repeats (eval.no_repeat_ngram or eval.no_consecutive_repeat set): "
+                          f"set them, or leave dat.top_p out")
+    if s.beam_per_length != defaults()["beam_per_length"] and not authors_beam:
+        raise ConfigError(f"dat.beam_per_length={s.beam_per_length} acts only in dat.decode=dagsearch (without "
+                          f"eval.sampling): set it, or leave dat.beam_per_length out")
+    if config.eval.lm and s.decode not in ("beam", "dagsearch"):
+        raise ConfigError(f"eval.lm is fused into the beam searches: set dat.decode=beam or dagsearch "
+                          f"(dat.decode={s.decode!r})")
     if config.train.label_smoothing > 0:
         raise ConfigError("the DAG loss sums over paths and takes no label smoothing: set train.label_smoothing=0")
 
@@ -105,17 +117,17 @@ def output_metrics(outs: list[dict], srcs: list[str]) -> dict:
 
 FAMILY = Family(
     "dat", build_spec, SUPPORTS, doc="docs/dat.md", defaults=defaults,
-    # no beam unless dat.decode=beam; the DAG loss takes no label smoothing
+    # no beam unless dat.decode=beam or dagsearch; the DAG loss takes no label smoothing
     shared={"eval.beam_size": 1, "train.label_smoothing": 0.0},
     choices={"links": ("paper", "multihead"), "upsample_base": ("source", "source_old"),
              "vertex_inputs": ("positions", "tokens"), "glance_count": ("number", "bernoulli"),
-             "decode": ("greedy", "lookahead", "viterbi", "beam")},
+             "decode": ("greedy", "lookahead", "viterbi", "beam", "dagsearch")},
     ranges={"upsample": ("[1", None), "max_vertices": ("[0", None), "decode_upsample": ("[0", None),
             "glance_start": ("[0", "1]"), "glance_end": ("[0", "1]"), "glance_steps": ("[0", None),
             # Viterbi's and the beam's exponents of the output length (256^10 fits a float32), lookahead's weight
             "lookahead_beta": ("[0", "10]"), "viterbi_beta": ("[0", "10]"), "beam_alpha": ("[0", "10]"),
             "top_cand": ("[1", None), "soft_reward": ("[0", None), "lm_weight": ("[0", None),
-            "top_p": ("[0", "1]")},
+            "top_p": ("[0", "1]"), "beam_per_length": ("[1", None)},
     architecture=("upsample", "upsample_base", "max_vertices", "links", "vertex_inputs"),
     validate=validate, output_metrics=output_metrics, sweep=("decode_upsample", "U"),
     reads=("eval.length_cap_min", "eval.length_cap_ratio", "eval.sampling", "eval.no_repeat_ngram",

@@ -46,6 +46,7 @@ from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.decoding.search import Sampling, by_score, sample_keys, sampling_of, source_keys
 from jaxnat.errors import ConfigError
 from jaxnat.models.dat import dag, glancing
+from jaxnat.models.dat.dag_search import dag_search
 from jaxnat.models.dat.constrained import MAX_PHRASES, constrained_decode
 from jaxnat.models.spec import ModelSpec, skipped_unless, word_glue
 from jaxnat.models.dropout import Dropout
@@ -272,11 +273,13 @@ SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, beam=True, max
 
 @dataclasses.dataclass(frozen=True)
 class Decoding:
-    """``dat``'s decoding keys: strategy, lookahead's β, Viterbi's length exponent, the beam's length exponent and
-    candidate tokens per vertex, repeat removal, the soft constraints' reward per phrase, the beam's LM weight; and
-    ``sampling`` (eval.sampling's `Sampling`), which draws paths in place of the strategy; the repeat prevention of
-    every strategy but Viterbi and of sampling (`dag.follow_unrepeated`, `dag.beam_search`, `dag.sample_paths`:
-    eval.no_repeat_ngram, eval.no_consecutive_repeat, dat.top_p)."""
+    """``dat``'s decoding keys: strategy, lookahead's β (also the authors' beam search's), Viterbi's length
+    exponent, the beams' length exponent and candidate tokens per vertex, repeat removal, the soft constraints'
+    reward per phrase, the beams' LM weight; and ``sampling`` (eval.sampling's `Sampling`), which draws paths in place
+    of the strategy; the repeat prevention of every strategy but Viterbi and of sampling (`dag.follow_unrepeated`,
+    `dag.beam_search`, `dag.sample_paths`, `dag_search`: eval.no_repeat_ngram, eval.no_consecutive_repeat,
+    dat.top_p); the authors' beam search's prefixes kept per length and its candidates' mass (`dag_search`:
+    dat.beam_per_length, dat.top_p)."""
     strategy: str = "lookahead"
     lookahead_beta: float = 1.0
     viterbi_beta: float = 1.0
@@ -289,6 +292,7 @@ class Decoding:
     no_repeat: int = 0
     no_consecutive: int = 0
     top_p: float = 0.9
+    per_length: int = 10
 
     def __post_init__(self):
         if self.prevents and self.strategy == "viterbi" and self.sampling is None:  # (the config says so first)
@@ -377,6 +381,15 @@ def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limi
     """(tokens int32[B, width], score float32[B], token_lp float32[B, width], and with nbest > 1 the beam's or the
     samples' n-best lists (tokens int32[B, N, width], log P(y | x) or log P(y, a | x) float32[B, N]), else None) by
     ``options.strategy``, or ``options.sampling``'s samples."""
+    if options.strategy == "dagsearch" and options.sampling is None:  # the authors' candidates: every token
+        limit = jnp.full(n_vertices.shape, width, jnp.int32) if limit is None else limit
+        tokens, score, shares = dag_search(links, jax.nn.log_softmax(logits), n_vertices, limit, width, beam=beam,
+                                           per_length=options.per_length,
+                                           top=min(options.top_cand, logits.shape[-1]), top_p=options.top_p,
+                                           alpha=options.beam_alpha, beta=options.lookahead_beta,
+                                           gamma=options.lm_weight, lm=lm, no_repeat=options.no_repeat,
+                                           no_consecutive=options.no_consecutive)
+        return tokens, score, shares, None
     tok, scores, bos = dag.vertex_scores(logits, n_vertices, allowed)
     if options.strategy == "beam" or options.sampling is not None or options.prevents:  # each vertex's top_cand
         # tokens, EOS at n − 1
@@ -442,7 +455,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                       s.glance_fix_alignment)
     options = Decoding(s.decode, s.lookahead_beta, s.viterbi_beta, s.beam_alpha, s.top_cand, s.remove_repeats,
                        s.soft_reward, s.lm_weight, sampling_of(config.eval), config.eval.no_repeat_ngram,
-                       config.eval.no_consecutive_repeat, s.top_p)
+                       config.eval.no_consecutive_repeat, s.top_p, s.beam_per_length)
     continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
     capacity = output_capacity(cfg, config.eval)
 
@@ -468,10 +481,12 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         logp = dag.dag_log_likelihood(dag.reference_match(logits, tgt), links, tgt_len, n_vertices, remat=False)
         return {"logp": logp, "score": logp}
 
-    # eval.beam_size is the width of dat.decode=beam, or the samples a sentence draws with eval.sampling, and of
-    # nothing else, eval.nbest its n-best lists'; the samples take no constraints and no LM
+    # eval.beam_size is the width of dat.decode=beam or dagsearch, or the samples a sentence draws with
+    # eval.sampling, and of nothing else, eval.nbest the n-best lists of beam (the authors' keeps one output); the
+    # samples take no constraints and no LM
+    beams = s.decode in ("beam", "dagsearch")
     supports = SUPPORTS.when_sampling(options.sampling) if options.sampling else dataclasses.replace(
-        SUPPORTS, beam=s.decode == "beam", nbest=s.decode == "beam", lm=s.decode == "beam")
+        SUPPORTS, beam=beams, nbest=s.decode == "beam", lm=beams)
     return ModelSpec("dat", cfg, module, init, loss, generate, capacity, supports, stepped=True, score=score,
                      terms=("glance_ratio", "glance_accuracy", "unaligned"),
                      left_out=("unaligned", "a target longer than its graph has no path: raise dat.upsample or "

@@ -1,0 +1,143 @@
+"""The DA-Transformer authors' beam search (`jaxnat.models.dat.dag_search`, dat.decode=dagsearch): their extension's
+outputs on the fixture's graphs (tests/data/dag_search/, tools/make_dag_search_fixture.py), a transcription of their
+C++ loop (tests/dat_reference.py) on random graphs, and the jit'd decoder that calls it."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from hypothesis import given, settings, strategies as st
+
+from jaxnat.decoding import ngram
+from jaxnat.models.dat import dag_search as ds
+from jaxnat.models.dat.model import Decoding, decode_graph
+from tests import dat_reference as ref
+
+FIXTURE = os.path.join(os.path.dirname(__file__), "data", "dag_search", "dag_search.npz")
+NGRAM = os.path.join(os.path.dirname(__file__), "data", "ngram")
+PAD, BOS, EOS = 0, 1, 2
+
+
+@functools.cache
+def _lm():
+    """The n-gram fixture's LM over its pieces (V = 19), NumPy tables (the host search's)."""
+    with open(os.path.join(NGRAM, "kenlm_scores.json"), encoding="utf-8") as f:
+        pieces = json.load(f)["pieces"]
+    return jax.tree_util.tree_map(np.asarray, ngram.read_arpa(os.path.join(NGRAM, "lm.arpa"), pieces))
+
+
+def _printed(words) -> list:
+    """An output as fairseq prints the authors' (BOS, EOS, PAD dropped), in jaxnat's [BOS … EOS] form."""
+    return [BOS, *(int(w) for w in words if w not in (PAD, BOS, EOS)), EOS]
+
+
+def _reference(links, logp, n, top, beta, lm=None, **kw):
+    cands = ref.authors_candidates(links, logp, n, top, beta)
+    step = None if lm is None else lambda state, token: ngram.advance(lm, state, np.int32(token), xp=np)
+    start = None if lm is None else ngram.start(lm, (), xp=np)
+    return ref.dag_search(cands, n, lm_step=step, lm_start=start, **kw)
+
+
+@functools.cache
+def _candidates(top: int, beta: float):
+    return jax.jit(lambda links, logp: ds.candidates(links, logp, top, beta))
+
+
+def test_the_authors_extension_decodes_the_fixture_graphs_as_jaxnat_does():
+    """Their DAG-Search (C++, one thread) on 16 random graphs under 9 settings (beam, per-length beam, candidate
+    pairs, top-p, α, β, the LM's γ, both n-gram rules, their n = 1): jaxnat's search outputs what it output, and
+    their score of each, [log-sum of its paths + γ · log10 P_lm] / m^α, is the transcription's."""
+    f = np.load(FIXTURE)
+    links, logp, n = f["links"], f["logp"], f["n"]
+    B, L, V = logp.shape
+    changed = 0
+    for k, (beam, per_length, top, top_p, alpha, beta, gamma, consecutive, repeat) in enumerate(f["settings"]):
+        beam, per_length, top, consecutive, repeat = (int(v) for v in (beam, per_length, top, consecutive, repeat))
+        lm = _lm() if gamma else None
+        cands = (np.asarray(a) for a in _candidates(top, float(beta))(jnp.asarray(links), jnp.asarray(logp)))
+        tokens, _, _ = ds.search(*cands, n, np.full(B, L + 1), L + 1, V, beam, per_length, top_p, alpha, gamma, lm,
+                                 repeat, consecutive)
+        for b in range(B):
+            theirs = [int(t) for t in f[f"tokens{k}"][b] if t != PAD]
+            assert [int(t) for t in tokens[b] if t != PAD] == _printed(theirs[1:]), (k, b)
+            words, dag = _reference(links[b], logp[b], int(n[b]), top, float(beta), lm, beam=beam,
+                                    per_length=per_length, top_p=top_p, alpha=alpha, gamma=gamma,
+                                    no_repeat=repeat, no_consecutive=consecutive)
+            assert words == theirs, (k, b)
+            lm10 = 0.0
+            if lm is not None:
+                state = ngram.start(lm, (), xp=np)
+                for w in words[1:]:
+                    lp, state = ngram.advance(lm, state, np.int32(w), xp=np)
+                    lm10 += float(lp)
+            np.testing.assert_allclose(f[f"scores{k}"][b], (dag + gamma * lm10) / (len(words) - 1) ** alpha,
+                                       rtol=1e-5, atol=1e-5)
+        changed += sum(f[f"tokens{k}"][b].tolist() != f["tokens0"][b].tolist() for b in range(B))
+    assert changed >= 10  # the settings change outputs
+
+
+def _graphs(rng, batch: int, width: int, vocab: int):
+    n = rng.integers(3, width + 1, size=batch)
+    links = np.full((batch, width, width), -np.inf, np.float32)
+    for b in range(batch):
+        for i in range(n[b] - 1):
+            row = rng.normal(size=n[b] - i - 1) * 1.5 - 0.5 * np.arange(n[b] - i - 1)
+            links[b, i, i + 1:n[b]] = row - np.logaddexp.reduce(row)
+    logp = rng.normal(size=(batch, width, vocab)) * 1.5
+    return links, (logp - np.logaddexp.reduce(logp, axis=-1, keepdims=True)).astype(np.float32), n
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2 ** 31 - 1), beam=st.integers(1, 6), per_length=st.integers(1, 4),
+       top=st.integers(1, 4), top_p=st.sampled_from([0.3, 0.9, 1.0]), alpha=st.sampled_from([0.0, 1.1]),
+       bans=st.sampled_from([(0, 0), (1, 0), (2, 0), (0, 1), (0, 3), (2, 2)]), gamma=st.sampled_from([0.0, 1.0]),
+       capped=st.booleans())
+def test_the_search_is_the_authors_loop(seed, beam, per_length, top, top_p, alpha, bans, gamma, capped):
+    """Rows of random graphs (up to 12 vertices, mostly short jumps so that outputs run long enough to repeat):
+    jaxnat's batched search outputs what the transcription of their C++ loop outputs, each row as it would alone,
+    with the log-sum of its paths; an output capacity (jaxnat's only departure) caps the prefixes."""
+    rng = np.random.default_rng(seed)
+    B, L, V = 3, 12, 19
+    links, logp, n = _graphs(rng, B, L, V)
+    limit = rng.integers(3, L + 2, size=B) if capped else np.full(B, L + 1)
+    lm = _lm() if gamma else None
+    cands = (np.asarray(a) for a in _candidates(top, 1.0)(jnp.asarray(links), jnp.asarray(logp)))
+    tokens, score, shares = ds.search(*cands, n, limit, L + 1, V, beam, per_length, top_p, alpha, gamma, lm, *bans)
+    for b in range(B):
+        words, dag = _reference(links[b], logp[b], int(n[b]), top, 1.0, lm, beam=beam, per_length=per_length,
+                                top_p=top_p, alpha=alpha, gamma=gamma, no_repeat=bans[0], no_consecutive=bans[1],
+                                limit=int(limit[b]))
+        row = [int(t) for t in tokens[b] if t != PAD]
+        if words is None:
+            assert row == [BOS, EOS] and score[b] == -np.inf
+            continue
+        assert row == _printed(words[1:]) and len(row) <= limit[b], b
+        np.testing.assert_allclose(score[b], dag, rtol=1e-5, atol=1e-5)
+        assert np.all(shares[b, len(row) - 1:] == 0)
+
+
+def test_the_jitted_decoder_calls_the_host_search():
+    """dat.decode=dagsearch through `decode_graph` under jit (the candidates on the device, the search by
+    `jax.pure_callback`): the outputs, scores and token shares of `search` on the same candidates, each row within
+    its own capacity; twice the same."""
+    rng = np.random.default_rng(0)
+    B, L, V = 3, 10, 12
+    links, logp, n = _graphs(rng, B, L, V)
+    links = np.where(np.isfinite(links), links, -1e9).astype(np.float32)
+    limit = np.asarray([L + 1, 5, L + 1], np.int32)
+    options = Decoding("dagsearch", top_cand=3, remove_repeats=False, per_length=2)
+    run = jax.jit(lambda lg, lk, nv, lim: decode_graph(lg, lk, nv, L + 1, options, 4, limit=lim))
+    out = jax.device_get(run(jnp.asarray(logp), jnp.asarray(links), jnp.asarray(n, jnp.int32), jnp.asarray(limit)))
+    cands = (np.asarray(a) for a in ds.candidates(jnp.asarray(links), jax.nn.log_softmax(jnp.asarray(logp)), 3, 1.0))
+    tokens, score, shares = ds.search(*cands, n, limit, L + 1, V, 4, 2, 0.9, 1.1)
+    np.testing.assert_array_equal(out["tokens"], tokens)
+    np.testing.assert_allclose(out["score"], score, rtol=1e-6)
+    np.testing.assert_allclose(out["token_logp"], shares, rtol=1e-6)
+    assert np.all(np.sum(tokens != PAD, axis=1) <= limit) and np.sum(tokens[1] != PAD) <= 5
+    again = jax.device_get(run(jnp.asarray(logp), jnp.asarray(links), jnp.asarray(n, jnp.int32), jnp.asarray(limit)))
+    np.testing.assert_array_equal(again["tokens"], tokens)
