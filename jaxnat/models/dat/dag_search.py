@@ -92,7 +92,7 @@ class _Prefixes:
         out = np.empty(len(key), np.int64)
         out[found] = self.ids[pos[found]]
         new_keys = np.sort(key[~found])
-        new_keys = new_keys[np.r_[True, new_keys[1:] != new_keys[:-1]]] if len(new_keys) else new_keys
+        new_keys = new_keys[_run_starts(new_keys)]
         ids = np.arange(self.size, self.size + len(new_keys))
         if len(new_keys):
             self._grow(self.size + len(new_keys))
@@ -122,11 +122,19 @@ class _Prefixes:
         return out
 
 
+def _run_starts(keys: np.ndarray) -> np.ndarray:
+    """bool[N]: where each run of equal sorted ``keys`` begins."""
+    out = np.empty(len(keys), bool)
+    out[:1] = True
+    np.not_equal(keys[1:], keys[:-1], out=out[1:])
+    return out
+
+
 def _logsumexp_groups(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """float64[G]: the log-sum-exp of each run values[starts[g] : starts[g + 1]]."""
     top = np.maximum.reduceat(values, starts)
     safe = np.where(np.isfinite(top), top, 0.0)
-    sizes = np.diff(np.append(starts, len(values)))
+    sizes = np.diff(starts, append=len(values))
     with np.errstate(divide="ignore"):
         return np.log(np.add.reduceat(np.exp(values - np.repeat(safe, sizes)), starts)) + safe
 
@@ -135,7 +143,7 @@ def _groups(keys: np.ndarray):
     """(order, starts, unique keys): ``keys`` sorted stably and the start of each run of equal keys."""
     order = np.argsort(keys, kind="stable")
     sorted_keys = keys[order]
-    starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+    starts = np.flatnonzero(_run_starts(sorted_keys))
     return order, starts, sorted_keys[starts]
 
 
@@ -143,7 +151,7 @@ def _ranked(group: np.ndarray, score: np.ndarray) -> np.ndarray:
     """int64[N]: each item's rank among the items of its group, best score first, ties to the earlier item."""
     order = np.lexsort((-score, group))
     g = group[order]
-    start = np.r_[True, g[1:] != g[:-1]]
+    start = _run_starts(g)
     run_start = np.maximum.accumulate(np.where(start, np.arange(len(order)), 0))
     rank = np.empty(len(order), np.int64)
     rank[order] = np.arange(len(order)) - run_start
@@ -211,8 +219,8 @@ def search(score: np.ndarray, vertex: np.ndarray, token: np.ndarray, n_vertices:
         prefixes.score[kids] = np.logaddexp(prefixes.score[kids], _logsumexp_groups(reach[order], starts))
         target = to[k, c]
         order, starts, targets = _groups(target)
-        for t, a, b in zip(targets, starts, np.append(starts[1:], len(order))):
-            inbox.setdefault(int(t), []).append((child[order[a:b]], reach[order[a:b]]))
+        for t, a, b in zip(targets.tolist(), starts.tolist(), starts[1:].tolist() + [len(order)]):
+            inbox.setdefault(t, []).append((child[order[a:b]], reach[order[a:b]]))
     return _outputs(prefixes, best, width)
 
 
