@@ -6,7 +6,7 @@ each vertex j its paths reach, the log-sum of the paths that emit it ending at j
 path that has emitted it so far ("its score", which grows as later steps reach it elsewhere). At vertex i:
 
 1. the prefixes that reach i are ranked by (score + γ · log10 P_lm(y_≤m)) / m^α (m: the prefix's tokens after BOS);
-   the ``per_length`` best of each length are kept, of those the ``beam`` best (one and one at the last vertex);
+   the ``per_length`` best of each length are kept, of those the ``beam`` best (at the last vertex: one and one);
 2. each kept prefix extends by i's candidate pairs (`candidates`: the ``top`` best (vertex j > i, token) pairs by
    log P(j | i) + β · log P(token | j), each j offering its ``top`` best tokens), best first, skipping a pair whose
    token the prefix bans (the authors' n-gram prevention, `repeats.bans`) and stopping once the pairs taken hold
