@@ -142,23 +142,45 @@ def test_the_da_transformer_plugins_model_computes_its_graphs_and_decodes_as_the
         assert got == [to_jaxnat("fairseq", t).tolist() for t in outputs[strategy]], strategy
 
 
-def test_the_da_transformer_plugins_beam_search_settings_are_imported(monkeypatch):
-    """A checkpoint whose decode_strategy is beamsearch decodes with their beam search, as it is set up there: its
-    width, prefixes per length, top-p, LM weight and repeat removal (decode_dedup, off by default)."""
+BEAM = {"decode_strategy": "beamsearch", "decode_beamsize": 200.0, "decode_max_beam_per_length": 20.0,
+        "decode_top_p": 0.8, "decode_gamma": 0.3}
+PREVENT = {"decode_no_repeated_ngram": 1, "decode_no_consecutive_repeated_ngram": 0, "decode_top_p": 0.8}
+
+
+@pytest.mark.parametrize("settings, imported", [
+    # their beam search as it is set up there: width, prefixes per length, top-p, LM weight, repeats kept
+    (BEAM, {"dat.decode": "dagsearch", "eval.beam_size": 200, "dat.beam_per_length": 20, "dat.top_p": 0.8,
+            "dat.lm_weight": 0.3, "dat.remove_repeats": False, "eval.no_repeat_ngram": 0}),
+    ({**BEAM, **PREVENT}, {"dat.decode": "dagsearch", "eval.no_repeat_ngram": 1, "eval.no_consecutive_repeat": 0}),
+    # lookahead's loop: its n = 1 bans nothing but the token before
+    ({**PREVENT, "decode_strategy": "lookahead"}, {"dat.decode": "lookahead", "eval.no_repeat_ngram": 0,
+                                                   "eval.no_consecutive_repeat": 1, "dat.top_p": 0.8}),
+    # greedy steps around repeats in lookahead's loop (decode_beta) with the consecutive rule, not with n-grams alone
+    ({**PREVENT, "decode_strategy": "greedy", "decode_no_repeated_ngram": 3, "decode_no_consecutive_repeated_ngram": 2},
+     {"dat.decode": "lookahead", "eval.no_repeat_ngram": 3, "eval.no_consecutive_repeat": 2}),
+    ({**PREVENT, "decode_strategy": "greedy", "decode_no_repeated_ngram": 3}, {"dat.decode": "greedy"}),
+    ({**PREVENT, "decode_strategy": "jointviterbi"}, "jointviterbi with decode_no_repeated_ngram=1 .* refuses them"),
+])
+def test_the_da_transformer_plugins_decoding_settings_are_imported(monkeypatch, settings, imported):
+    """A checkpoint's decoding settings decode in jaxnat as they would in the plugin: its beam search with its own
+    settings (decode_dedup off by default), its n-gram prevention where its decoders apply it (joint Viterbi
+    refuses it in one line, as theirs asserts)."""
     from jaxnat.importers import read, torch_file
 
     ckpt = torch_file.load(f"{DATA}/dat.pt")
-    for key, value in (("decode_strategy", "beamsearch"), ("decode_beamsize", 200.0),
-                       ("decode_max_beam_per_length", 20.0), ("decode_top_p", 0.8), ("decode_gamma", 0.3)):
+    for key, value in settings.items():
         setattr(ckpt["cfg"]["model"], key, value)
         if key in ckpt["cfg"]["task"]:
             ckpt["cfg"]["task"][key] = value
     monkeypatch.setattr(torch_file, "load", lambda path: ckpt)
+    if isinstance(imported, str):
+        from jaxnat.errors import DataError
+
+        with pytest.raises(DataError, match=imported):
+            read(f"fairseq:{DATA}/dat.pt")
+        return
     overrides = read(f"fairseq:{DATA}/dat.pt").overrides
-    assert {k: overrides[k] for k in ("dat.decode", "eval.beam_size", "dat.beam_per_length", "dat.top_p",
-                                      "dat.lm_weight", "dat.remove_repeats")} == {
-        "dat.decode": "dagsearch", "eval.beam_size": 200, "dat.beam_per_length": 20, "dat.top_p": 0.8,
-        "dat.lm_weight": 0.3, "dat.remove_repeats": False}
+    assert {k: overrides.get(k) for k in imported} == imported
 
 
 @pytest.mark.parametrize("setting, value, message", [

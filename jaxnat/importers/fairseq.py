@@ -253,6 +253,20 @@ def _dat_heads(path: str, model: dict, task: dict, state: StateDict, params: dic
                     "dat.top_p": float(setting("decode_top_p", 0.9)),
                     "dat.lm_weight": float(setting("decode_gamma", 0.1)),
                     "dat.remove_repeats": bool(setting("decode_dedup", False))})
+    # their n-gram prevention, where their decoders apply it: beam search always; greedy and lookahead step around
+    # repeats with the consecutive rule set, or the n-gram rule in lookahead: both rules in lookahead's loop (with
+    # decode_beta), which always bans the token before and whose n = 1 bans nothing more; joint Viterbi refuses it
+    repeat = int(setting("decode_no_repeated_ngram", 0) or 0)
+    consecutive = int(setting("decode_no_consecutive_repeated_ngram", 0) or 0)
+    if (repeat or consecutive) and strategy == "jointviterbi":
+        raise DataError(f"{path}: decode_strategy jointviterbi with decode_no_repeated_ngram={repeat} and "
+                        f"decode_no_consecutive_repeated_ngram={consecutive}: the plugin's Viterbi refuses them too")
+    if strategy == "beamsearch":
+        out.update({"eval.no_repeat_ngram": repeat, "eval.no_consecutive_repeat": consecutive})
+    elif consecutive or (repeat and strategy == "lookahead"):
+        out.update({"dat.decode": "lookahead", "eval.no_repeat_ngram": 0 if repeat == 1 else repeat,
+                    "eval.no_consecutive_repeat": max(consecutive, 1),
+                    "dat.top_p": float(setting("decode_top_p", 0.9))})
     return out
 
 
