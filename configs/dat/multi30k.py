@@ -5,7 +5,8 @@ python -m jaxnat.main --config configs/dat/multi30k.py --workdir runs/dat-multi3
 Raw data, the paper's headline setting (DA-Transformer trains without distillation); a distilled set instead (the
 other NAT configs' way, configs/ar/multi30k.py with --mode distill): --config.data.dir=runs/kd-multi30k
 --config.data.spm_from=runs/ar-multi30k. Glancing anneals 0.5 → 0.1 over the whole run; lookahead decoding;
-`--mode eval --config.dat.decode=viterbi` (joint Viterbi) or `--config.dat.decode=beam --config.eval.beam_size=8`.
+`--mode eval --config.dat.decode=viterbi` (joint Viterbi) or `--config.dat.decode=beam --config.eval.beam_size=8`
+(`dagsearch` for the authors' beam search).
 The evaluation adds soft and hard constraint runs on every test split (eval.constraints).
 """
 

@@ -5,8 +5,9 @@ d 512, FFN 2048, 8 heads, 6+6 layers, λ = 8 (graphs of 8 · |x| vertices), lear
 glancing annealed 0.5 → 0.1 over 200k updates; Adam (β 0.9, 0.999), lr 5e-4 with 10k warm-up steps from 1e-7 and
 inverse-sqrt decay, weight decay 0.01, dropout 0.1, no label smoothing, gradients clipped at norm 0.1, batches of
 64k tokens, 300k updates; raw data (no distillation); lookahead decoding (β = 1), or joint Viterbi
-(--config.dat.decode=viterbi), or beam search (--config.dat.decode=beam --config.eval.beam_size=200, without the
-paper's 5-gram LM).
+(--config.dat.decode=viterbi), or beam search (--config.dat.decode=beam --config.eval.beam_size=200, or the
+authors' own: --config.dat.decode=dagsearch --config.eval.beam_size=200; the paper's 5-gram LM with
+--config.eval.lm=FILE, which --mode lm --config.eval.lm_order=5 writes).
 
 python -m jaxnat.main --config configs/dat/wmt14_en_de.py --workdir runs/dat-wmt14 --config.data.dir=data/wmt14
 """
