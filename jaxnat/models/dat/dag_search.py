@@ -189,11 +189,13 @@ def search(score: np.ndarray, vertex: np.ndarray, token: np.ndarray, n_vertices:
         with np.errstate(invalid="ignore", divide="ignore"):
             ranking = np.where(length > 0, (gamma * prefixes.lm_score[node] + prefixes.score[node])
                                / np.maximum(length, 1) ** alpha, 0.0)
-        keep = _ranked(row * (L + 1) + length, ranking) < np.where(last, 1, per_length)
-        node, here, row, length, last, ranking = (a[keep] for a in (node, here, row, length, last, ranking))
-        keep = _ranked(row, ranking) < np.where(last, 1, beam)
-        order = np.lexsort((-ranking[keep], row[keep]))              # the beam, best first, as it extends
-        node, here, row, length, last = (a[keep][order] for a in (node, here, row, length, last))
+        if len(node) > min(per_length, beam) or last.any():         # (else every prefix is kept)
+            keep = _ranked(row * (L + 1) + length, ranking) < np.where(last, 1, per_length)
+            node, here, row, length, last, ranking = (a[keep] for a in (node, here, row, length, last, ranking))
+            keep = _ranked(row, ranking) < np.where(last, 1, beam)
+            node, here, row, length, last, ranking = (a[keep] for a in (node, here, row, length, last, ranking))
+        order = np.lexsort((-ranking, row))                          # the beam, best first, as it extends
+        node, here, row, length, last = (a[order] for a in (node, here, row, length, last))
         best[row[last]] = node[last]
         node, here, row, length = node[~last], here[~last], row[~last], length[~last]
         if not len(node):
