@@ -6,7 +6,7 @@ the share of identical outputs and the time of the search itself, each side give
         [--beam 100] [--per-length 10] [--top-p 0.9] [--sentences 1000] [--batch 32] [--repeats 3] [--lm LM.arpa]
 
 For each batch of the first test split's sources the run's model computes its graphs and the candidate pairs their
-`inference_beamsearch` makes (`dag_search.candidates`, β = dat.lookahead_beta, dat.top_cand per vertex); both
+`inference_beamsearch` makes (`dag.candidates`, β = dat.lookahead_beta, dat.top_cand per vertex); both
 searches then read those arrays: jaxnat's `dag_search.search` here (NumPy, vectorised over the batch) and theirs
 (C++, one thread) in a worker under .refenv/bin/python that answers one request at a time over a pipe, so only one
 computes at any moment. No output capacity (theirs has none); α, γ (with --lm: its LM over the run's target pieces)
@@ -79,7 +79,7 @@ def main():
     import jax
     import jax.numpy as jnp
 
-    from jaxnat.models.dat import dag_search
+    from jaxnat.models.dat import dag, dag_search
 
     config = workdir_config(args.run)
     for key, value in parse_overrides(overrides):
@@ -95,7 +95,7 @@ def main():
     translator = load_translator(config, args.run)
     s = config.dat
     decoder = translator.spec.module.clone(graph_upsample=s.decode_upsample)
-    pairs = jax.jit(lambda p, src: (lambda lg, lk, n: (*dag_search.candidates(lk, jax.nn.log_softmax(lg), s.top_cand,
+    pairs = jax.jit(lambda p, src: (lambda lg, lk, n: (*dag.candidates(lk, jax.nn.log_softmax(lg), s.top_cand,
                                                                                s.lookahead_beta), n))(
         *decoder.apply(p, src)))
     ids, _ = translator.encode(srcs)

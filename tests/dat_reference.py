@@ -366,3 +366,36 @@ def dag_search(cands, n: int, beam: int, per_length: int, top_p: float, alpha: f
                     child.at[j] = reach
                     arrivals.setdefault(j, []).append(child)
     return None, -math.inf
+
+
+def authors_sample_distribution(cands, n: int, top_p: float, no_repeat: int = 0, no_consecutive: int = 0,
+                                limit: int | None = None) -> dict:
+    """{(path after vertex 0, tokens drawn): probability} of the authors' `sample` decoding (their
+    inference_sample's loop, transcribed, each draw enumerated): ``cands`` per vertex its (score, vertex, token)
+    pairs (`authors_candidates` of the tempered transitions). ``limit``: jaxnat's output capacity (a sample ends
+    once it has drawn limit − 2 tokens; theirs has none)."""
+    out: dict = {}
+
+    def walk(j, path, res, banned_ngram, prob):
+        if j == n - 1 or (limit is not None and len(res) >= limit - 2):
+            out[(tuple(path), tuple(res))] = out.get((tuple(path), tuple(res)), 0.0) + prob
+            return
+        temp = {res[-1]} if res else set()
+        for k in range(2, min(no_consecutive, (len(res) + 1) // 2) + 1):
+            if all(res[-m] == res[-k - m] for m in range(1, k)):
+                temp.add(res[-k])
+        weights, real = [], 0.0
+        for score, _, cand in cands[j]:
+            real += math.exp(score)
+            banned = cand in temp or (tuple(res[-no_repeat + 1:]) + (cand,)) in banned_ngram
+            weights.append(1e-5 if banned else math.exp(score))
+            if real > top_p:
+                break
+        total = sum(weights)
+        for (_, nxt, cand), w in zip(cands[j], weights):
+            grown = res + [cand]
+            ngrams = banned_ngram | ({tuple(grown[-no_repeat:])} if no_repeat and len(grown) >= no_repeat else set())
+            walk(nxt, path + [nxt], grown, ngrams, prob * w / total)
+
+    walk(0, [], [], frozenset(), 1.0)
+    return out

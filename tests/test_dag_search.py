@@ -14,7 +14,7 @@ import numpy as np
 from hypothesis import given, settings, strategies as st
 
 from jaxnat.decoding import ngram
-from jaxnat.models.dat import dag_search as ds
+from jaxnat.models.dat import dag, dag_search as ds
 from jaxnat.models.dat.model import Decoding, decode_graph
 from tests import dat_reference as ref
 
@@ -45,7 +45,7 @@ def _reference(links, logp, n, top, beta, lm=None, **kw):
 
 @functools.cache
 def _candidates(top: int, beta: float):
-    return jax.jit(lambda links, logp: ds.candidates(links, logp, top, beta))
+    return jax.jit(lambda links, logp: dag.candidates(links, logp, top, beta))
 
 
 def test_the_authors_extension_decodes_the_fixture_graphs_as_jaxnat_does():
@@ -133,7 +133,7 @@ def test_the_jitted_decoder_calls_the_host_search():
     options = Decoding("dagsearch", top_cand=3, remove_repeats=False, per_length=2)
     run = jax.jit(lambda lg, lk, nv, lim: decode_graph(lg, lk, nv, L + 1, options, 4, limit=lim))
     out = jax.device_get(run(jnp.asarray(logp), jnp.asarray(links), jnp.asarray(n, jnp.int32), jnp.asarray(limit)))
-    cands = (np.asarray(a) for a in ds.candidates(jnp.asarray(links), jax.nn.log_softmax(jnp.asarray(logp)), 3, 1.0))
+    cands = (np.asarray(a) for a in dag.candidates(jnp.asarray(links), jax.nn.log_softmax(jnp.asarray(logp)), 3, 1.0))
     tokens, score, shares = ds.search(*cands, n, limit, L + 1, V, 4, 2, 0.9, 1.1)
     np.testing.assert_array_equal(out["tokens"], tokens)
     np.testing.assert_allclose(out["score"], score, rtol=1e-6)
@@ -141,3 +141,57 @@ def test_the_jitted_decoder_calls_the_host_search():
     assert np.all(np.sum(tokens != PAD, axis=1) <= limit) and np.sum(tokens[1] != PAD) <= 5
     again = jax.device_get(run(jnp.asarray(logp), jnp.asarray(links), jnp.asarray(n, jnp.int32), jnp.asarray(limit)))
     np.testing.assert_array_equal(again["tokens"], tokens)
+
+
+@functools.cache
+def _authors_sampler(temperature: float, top_p: float, bans: tuple, samples: int):
+    keys = jax.random.split(jax.random.PRNGKey(5), samples)[None]
+    return jax.jit(lambda links, logp, n, limit: dag.authors_samples(links, logp, n, 12, keys, temperature, 2, 1.0,
+                                                                     top_p, limit, *bans))
+
+
+def test_the_authors_samples_are_drawn_as_their_loop_draws_them():
+    """4096 samples of one graph (6 vertices, 2 candidate pairs a vertex): every (path, printed tokens) outcome's
+    share within 0.03 of its probability under a transcription of their sampling loop, enumerated (about 4
+    standard deviations at p = 1/2; fixed keys), at temperatures 1 and 2, with top-p cutting the pairs, with both
+    n-gram rules and their n = 1 (which bans only the token before), with a capacity that ends samples early, and
+    where every pair a step tries is banned (drawn evenly, 1e-5 each); each sample's score its path's untempered
+    log P(y, a | x), vertex 0's token aside."""
+    rng = np.random.default_rng(3)
+    links, logp, _ = _graphs(rng, 1, 6, 7)
+    links = np.where(np.isfinite(links), links, -np.inf).astype(np.float32)
+    logp[..., (PAD, BOS)] = -np.inf
+    logp[0, :5, EOS], logp[0, 5], logp[0, 5, EOS] = -np.inf, -np.inf, 0.0   # EOS at the last vertex alone
+    n = np.asarray([6], np.int32)
+    same = logp.copy()  # every inner vertex sure of token 3: after a 3, a step's pairs are often all banned
+    same[0, 1:5] = np.where(np.isfinite(same[0, 1:5]), -20.0, -np.inf)
+    same[0, 1:5, 3] = 0.0
+    same[0, 1:5] -= np.logaddexp.reduce(same[0, 1:5], -1, keepdims=True)
+    for temperature, top_p, bans, limit, logp in ((1.0, 1.0, (0, 0), 12, logp), (2.0, 0.5, (0, 0), 12, logp),
+                                                  (1.0, 1.0, (2, 2), 12, logp), (1.0, 1.0, (1, 0), 12, logp),
+                                                  (1.0, 1.0, (0, 0), 4, logp), (1.0, 1.0, (0, 0), 12, same)):
+        tokens, score, _, path = jax.device_get(_authors_sampler(temperature, top_p, bans, 4096)(
+            jnp.asarray(links), jnp.asarray(logp), jnp.asarray(n), jnp.asarray([limit], np.int32)))
+        tempered = np.where(np.isfinite(links[0]), links[0] / temperature, -np.inf)
+        with np.errstate(invalid="ignore"):  # the last vertex's row: no edge
+            tempered = np.where(np.isfinite(tempered), tempered - np.logaddexp.reduce(tempered, -1, keepdims=True),
+                                -np.inf)
+        cands = ref.authors_candidates(tempered, logp[0], 6, 2, 1.0)
+        want: dict = {}
+        for (p, res), q in ref.authors_sample_distribution(cands, 6, top_p, *bans, limit=limit).items():
+            key = (p, tuple(_printed(res)))
+            want[key] = want.get(key, 0.0) + q
+        got: dict = {}
+        for k in range(4096):
+            p = tuple(int(v) for v in path[0, k] if v >= 0)
+            key = (p, tuple(int(t) for t in tokens[0, k] if t != PAD))
+            got[key] = got.get(key, 0) + 1 / 4096
+            if k < 64:  # the score: the path's links and its tokens' log-probabilities (EOS only at n − 1)
+                drawn = [int(t) for t in tokens[0, k, 1:] if t not in (PAD, EOS)] + [EOS] * (p[-1] == 5)
+                want_score = sum(float(links[0, a, b]) + float(logp[0, b, t]) for (a, b), t in
+                                 zip(zip((0,) + p, p), drawn))
+                assert len(drawn) == len(p)
+                np.testing.assert_allclose(score[0, k], want_score, rtol=1e-5)
+        assert set(got) <= set(want), (temperature, set(got) - set(want))
+        assert max(abs(got.get(o, 0.0) - q) for o, q in want.items()) < 0.03, (temperature, top_p, bans, limit)
+        assert np.all(np.sum(tokens[0] != PAD, axis=1) <= limit)

@@ -731,7 +731,10 @@ def test_config_errors_are_one_line():
                                (["--config.dat.top_p=0.5", "--config.eval.no_repeat_ngram=2",
                                  "--config.dat.decode=beam"], "dat.top_p=0.5 acts only in"),
                                (["--config.dat.beam_per_length=3", "--config.dat.decode=beam"],
-                                "dat.beam_per_length=3 acts only in dat.decode=dagsearch")):
+                                "dat.beam_per_length=3 acts only in dat.decode=dagsearch"),
+                               (["--config.dat.sampler=authors"], "dat.sampler=authors is the cut of eval.sampling"),
+                               (["--config.dat.sampler=authors", "--config.eval.sampling=true",
+                                 "--config.eval.top_k=5"], "dat.sampler=authors cuts to dat.top_cand pairs")):
         with pytest.raises(ConfigError, match=message):
             build_config(TINY, BASE + overrides)
     # the family's default of eval.beam_size: 1, where neither the config file nor the command line sets it
@@ -742,6 +745,8 @@ def test_config_errors_are_one_line():
     # the authors' beam search reads the width, its per-length beam, top-p and the LM
     build_config(TINY, BASE + ["--config.dat.decode=dagsearch", "--config.eval.beam_size=4", "--config.dat.top_p=0.5",
                                "--config.dat.beam_per_length=3", "--config.eval.lm=lm.arpa"])
+    # and the authors' sampling its top-p
+    build_config(TINY, BASE + ["--config.eval.sampling=true", "--config.dat.sampler=authors", "--config.dat.top_p=0.5"])
 
 
 @pytest.mark.slow
@@ -847,6 +852,11 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec(tmp_path):
     out = jax.jit(s.generate)(params, DecodeRequest(batch["src"], max_out=8, beam_size=2, nbest=2))
     assert np.asarray(out["tokens"]).tolist() == learned
     assert np.asarray(out["nbest_tokens"]).tolist() == [[row] * 2 for row in learned]
+    # the authors' sampling with its top-p below the best pair's probability: that pair at every step
+    s = build_model(build_config(TINY, BASE + ["--config.eval.sampling=true", "--config.dat.sampler=authors",
+                                               "--config.dat.top_p=0.01"]), 24, 24)
+    out = jax.jit(s.generate)(params, DecodeRequest(batch["src"], max_out=8))
+    assert np.asarray(out["tokens"]).tolist() == learned
     s = build_model(build_config(TINY, BASE + ["--config.dat.decode=beam", "--config.eval.beam_size=4"]), 24, 24)
     from jaxnat.data.kneser_ney import estimate, write_arpa
     from jaxnat.decoding import ngram

@@ -35,9 +35,10 @@ ARCHITECTURES = {"transformer": "ar", "cmlm_transformer": "cmlm", "nonautoregres
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_fast": "gelu_tanh", "gelu_accurate": "gelu_tanh"}
 # fairseq's decoder-only language models and their presets, whose names read as presets of `transformer`
 LANGUAGE_MODELS = ("transformer_lm", "transformer_ulm")
-# the DA-Transformer plugin's decode_strategy -> dat.decode (beamsearch: their DAG-Search, output for output; sample
-# and the others: none in jaxnat)
-DAT_DECODING = {"lookahead": "lookahead", "greedy": "greedy", "jointviterbi": "viterbi", "beamsearch": "dagsearch"}
+# the DA-Transformer plugin's decode_strategy -> dat.decode (beamsearch: their DAG-Search, output for output; sample:
+# eval.sampling with their cut, `_dat_heads`; the others: none in jaxnat)
+DAT_DECODING = {"lookahead": "lookahead", "greedy": "greedy", "jointviterbi": "viterbi", "beamsearch": "dagsearch",
+                "sample": "lookahead"}
 NAT_UNSUPPORTED = {  # settings of fairseq's NAT models jaxnat's families have no equivalent of, with their default
     "src_embedding_copy": False, "no_share_discriminator": False, "no_share_maskpredictor": False,
     "share_discriminator_maskpredictor": False, "layernorm_embedding": False,
@@ -261,9 +262,12 @@ def _dat_heads(path: str, model: dict, task: dict, state: StateDict, params: dic
     if (repeat or consecutive) and strategy == "jointviterbi":
         raise DataError(f"{path}: decode_strategy jointviterbi with decode_no_repeated_ngram={repeat} and "
                         f"decode_no_consecutive_repeated_ngram={consecutive}: the plugin's Viterbi refuses them too")
-    if strategy == "beamsearch":
+    if strategy in ("beamsearch", "sample"):
         out.update({"eval.no_repeat_ngram": repeat, "eval.no_consecutive_repeat": consecutive})
-    elif consecutive or (repeat and strategy == "lookahead"):
+    if strategy == "sample":  # one sample a sentence, drawn as theirs (`dag.authors_samples`)
+        out.update({"eval.sampling": True, "dat.sampler": "authors", "dat.top_p": float(setting("decode_top_p", 0.9)),
+                    "eval.temperature": float(setting("decode_temperature", 1.0))})
+    elif strategy != "beamsearch" and (consecutive or (repeat and strategy == "lookahead")):
         out.update({"dat.decode": "lookahead", "eval.no_repeat_ngram": 0 if repeat == 1 else repeat,
                     "eval.no_consecutive_repeat": max(consecutive, 1),
                     "dat.top_p": float(setting("decode_top_p", 0.9))})

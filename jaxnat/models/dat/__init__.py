@@ -60,6 +60,10 @@ def defaults() -> dict:
         # greedy and lookahead take a banned candidate after all once those tried hold more than top_p of the
         # probability (their decode_top_p); dagsearch extends a prefix by its candidate pairs until they hold top_p
         top_p=0.9,
+        # eval.sampling's cut: "jaxnat" (eval.top_k, eval.top_p, eval.epsilon over every vertex's pairs, as the AR
+        # model's samples) or "authors" (their `sample` decoding: each vertex's top_cand pairs of the tempered links
+        # until they hold top_p, the token before and the banned ones at 1e-5; docs/dat.md)
+        sampler="jaxnat",
         # soft constraints: the constrained search's reward (log-probability) for each phrase a path emits
         soft_reward=1.0,
     )
@@ -91,11 +95,18 @@ def validate(config) -> None:
                           f"sampling: set dat.decode=lookahead (or greedy, beam, dagsearch), not 'viterbi'")
     prevents = config.eval.no_repeat_ngram or config.eval.no_consecutive_repeat
     authors_beam = s.decode == "dagsearch" and not config.eval.sampling
-    if s.top_p != defaults()["top_p"] and not authors_beam and (not prevents or s.decode not in ("greedy", "lookahead")
-                                                                or config.eval.sampling):
-        raise ConfigError(f"dat.top_p={s.top_p} acts only in dat.decode=dagsearch and where greedy or lookahead "
-                          f"decoding steps around repeats (eval.no_repeat_ngram or eval.no_consecutive_repeat set): "
-                          f"set them, or leave dat.top_p out")
+    authors_samples = s.sampler == "authors" and config.eval.sampling
+    if s.sampler == "authors" and not config.eval.sampling:
+        raise ConfigError("dat.sampler=authors is the cut of eval.sampling's samples: set eval.sampling=true")
+    if authors_samples and (config.eval.top_k or config.eval.top_p != 1.0 or config.eval.epsilon):
+        raise ConfigError(f"dat.sampler=authors cuts to dat.top_cand pairs and dat.top_p, not eval.top_k="
+                          f"{config.eval.top_k}, eval.top_p={config.eval.top_p}, eval.epsilon={config.eval.epsilon}: "
+                          f"leave those out")
+    if s.top_p != defaults()["top_p"] and not (authors_beam or authors_samples) and (
+            not prevents or s.decode not in ("greedy", "lookahead") or config.eval.sampling):
+        raise ConfigError(f"dat.top_p={s.top_p} acts only in dat.decode=dagsearch, dat.sampler=authors and where "
+                          f"greedy or lookahead decoding steps around repeats (eval.no_repeat_ngram or "
+                          f"eval.no_consecutive_repeat set): set them, or leave dat.top_p out")
     if s.beam_per_length != defaults()["beam_per_length"] and not authors_beam:
         raise ConfigError(f"dat.beam_per_length={s.beam_per_length} acts only in dat.decode=dagsearch (without "
                           f"eval.sampling): set it, or leave dat.beam_per_length out")
@@ -121,7 +132,7 @@ FAMILY = Family(
     shared={"eval.beam_size": 1, "train.label_smoothing": 0.0},
     choices={"links": ("paper", "multihead"), "upsample_base": ("source", "source_old"),
              "vertex_inputs": ("positions", "tokens"), "glance_count": ("number", "bernoulli"),
-             "decode": ("greedy", "lookahead", "viterbi", "beam", "dagsearch")},
+             "decode": ("greedy", "lookahead", "viterbi", "beam", "dagsearch"), "sampler": ("jaxnat", "authors")},
     ranges={"upsample": ("[1", None), "max_vertices": ("[0", None), "decode_upsample": ("[0", None),
             "glance_start": ("[0", "1]"), "glance_end": ("[0", "1]"), "glance_steps": ("[0", None),
             # Viterbi's and the beam's exponents of the output length (256^10 fits a float32), lookahead's weight

@@ -379,6 +379,76 @@ def _beam_one(links, top_tok, top_lp, bos, eos, n, limit, width, beam, alpha, nb
 
 # ----------------------------------------------------------------------------------------------- sampling
 
+def candidates(links: jax.Array, logp: jax.Array, top: int, beta: float):
+    """Each vertex's ``top`` best (next vertex j, token) pairs, best first, as the authors' beam search
+    (`dag_search`) and sampling (`authors_samples`) make them: each j offers its ``top`` best tokens, a pair scores
+    log P(j | i) + β · log P(token | j). links: float32[B, L, L] (log P(j | i)); logp: float32[B, L, V]
+    (log P(token | j)). Returns (score float32[B, L, top], vertex int32[B, L,
+    top], token int32[B, L, top])."""
+    B, L, _ = links.shape
+    top_lp, top_tok = jax.lax.top_k(logp, top)                                    # [B, L, top]
+    pair = links[:, :, :, None] + beta * top_lp[:, None, :, :]                    # [B, i, j, c]
+    score, index = jax.lax.top_k(pair.reshape(B, L, L * top), top)
+    vertex = (index // top).astype(jnp.int32)
+    token = jnp.take_along_axis(top_tok.reshape(B, 1, L * top), (vertex * top + index % top).reshape(B, 1, -1),
+                                axis=2).reshape(B, L, top)
+    return score, vertex, token.astype(jnp.int32)
+
+
+
+def authors_samples(links: jax.Array, logp: jax.Array, n_vertices: jax.Array, width: int, keys: jax.Array,
+                    temperature: float, top: int, beta: float, top_p: float, limit: jax.Array | None = None,
+                    no_repeat: int = 0, no_consecutive: int = 0):
+    """The authors' sampling (their `sample` decoding), distribution for distribution: each vertex offers its
+    `candidates` of the tempered transitions (log_softmax(log P(j | i) / T), their `decode_temperature`) and β · log
+    P(token | j), best first; a step tries them until the probability tried passes ``top_p`` (the pair that passes
+    it included), gives a pair whose token the sample's tokens ban 1e-5 in place of its probability (the token
+    before it always; `repeats.bans`' rules with their loop's n = 1 banning nothing more), and draws among those
+    tried in proportion. No token is barred from any vertex: the last vertex's token is drawn as any other. A
+    sample still inside the graph at its row's last slot (``limit``, int32[B]; None: ``width``) ends there.
+
+    links: float32[B, L, L]; logp: float32[B, L, V] (log P(token | j), over the whole vocabulary); keys: uint32[B,
+    K, 2], one a sample. Returns (tokens int32[B, K, width]: BOS, the drawn tokens but any BOS, EOS or PAD (as
+    fairseq prints their output), EOS, then PAD; score float32[B, K], the sample's log P(y, a | x) under the model's
+    untempered distributions, vertex 0's token aside as theirs; token_lp float32[B, K, width], each kept token's
+    log P(token | vertex); path int32[B, K, width], the vertices after 0, −1 after the last)."""
+    limit = jnp.full(n_vertices.shape, width, jnp.int32) if limit is None else limit
+    edge = jnp.isfinite(links)
+    tempered = jnp.where(edge, jax.nn.log_softmax(jnp.where(edge, links / temperature, -1e30), axis=-1), NEG)
+    score, vertex, token = candidates(tempered, logp, top, beta)
+    ngram_n = 0 if no_repeat == 1 else no_repeat   # their loop compares n − 1 = 0 tokens: no n-gram is banned
+
+    def sample(score, vertex, token, links, logp, n, limit, key):
+        def step(state, k):  # slot k: the k-th token drawn
+            v, done, history = state
+            p = jnp.exp(score[v])
+            tried = jnp.cumsum(p) - p <= top_p
+            ban = prefix_bans(history[None], k - 1, ngram_n, no_consecutive)[0]
+            banned = jnp.any(token[v][:, None] == ban[None, :], axis=1) & (k > 1)   # the first token: nothing before
+            c = draw(jnp.cumsum(jnp.where(tried, jnp.where(banned, 1e-5, p), 0.0)), jax.random.fold_in(key, k))
+            j, tok = vertex[v, c], token[v, c]
+            out = (jnp.where(done, PAD_ID, tok), jnp.where(done, 0.0, logp[j, tok]),
+                   jnp.where(done, 0.0, links[v, j] + logp[j, tok]), jnp.where(done, -1, j))
+            ends = (j == n - 1) | (k >= limit - 2)
+            return (jnp.where(done, v, j), done | ends, history.at[k].set(jnp.where(done, PAD_ID, tok))), out
+
+        history = jnp.full(width, PAD_ID, jnp.int32).at[0].set(BOS_ID)
+        _, (toks, token_lp, terms, path) = jax.lax.scan(step, (jnp.int32(0), jnp.bool_(False), history),
+                                                        jnp.arange(1, width - 1))
+        row = jnp.concatenate([jnp.full(1, BOS_ID, jnp.int32), toks.astype(jnp.int32), jnp.full(1, PAD_ID, jnp.int32)])
+        keep = ((row != PAD_ID) & (row != BOS_ID) & (row != EOS_ID)).at[0].set(True)
+        tokens = compact(row[None], keep[None], PAD_ID)[0]
+        tokens = tokens.at[jnp.sum(keep)].set(EOS_ID)
+        shares = compact(jnp.concatenate([jnp.zeros(1), token_lp, jnp.zeros(1)])[None], keep[None], 0.0)[0]
+        path = jnp.concatenate([path.astype(jnp.int32), jnp.full(2, -1, jnp.int32)])
+        return tokens, jnp.sum(terms), shares, path
+
+    def one(score, vertex, token, links, logp, n, limit, keys):
+        return jax.vmap(lambda key: sample(score, vertex, token, links, logp, n, limit, key))(keys)
+
+    return jax.vmap(one)(score, vertex, token, links, logp, n_vertices, limit, keys)
+
+
 def step_logits(links_row: jax.Array, top_lp: jax.Array, eos: jax.Array, last: jax.Array,
                 temperature: float, beta: float = 1.0) -> jax.Array:
     """float32[L · C]: what a sampled path draws its next (vertex j, token c) from at a vertex whose transitions

@@ -7,7 +7,7 @@ path that has emitted it so far ("its score", which grows as later steps reach i
 
 1. the prefixes that reach i are ranked by (score + γ · log10 P_lm(y_≤m)) / m^α (m: the prefix's tokens after BOS);
    the ``per_length`` best of each length are kept, of those the ``beam`` best (at the last vertex: one and one);
-2. each kept prefix extends by i's candidate pairs (`candidates`: the ``top`` best (vertex j > i, token) pairs by
+2. each kept prefix extends by i's candidate pairs (`dag.candidates`: the ``top`` best (vertex j > i, token) pairs by
    log P(j | i) + β · log P(token | j), each j offering its ``top`` best tokens), best first, skipping a pair whose
    token the prefix bans (the authors' n-gram prevention, `repeats.bans`) and stopping once the pairs taken hold
    ``top_p`` of the probability; the extended prefix reaches j with its score at i plus the pair's.
@@ -30,21 +30,7 @@ import jax.numpy as jnp
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.decoding import ngram, repeats
-
-
-def candidates(links: jax.Array, logp: jax.Array, top: int, beta: float):
-    """Each vertex's ``top`` best (next vertex j, token) pairs, best first, as the authors' beam search makes them:
-    each j offers its ``top`` best tokens, a pair scores log P(j | i) + β · log P(token | j). links: float32[B, L, L]
-    (log P(j | i)); logp: float32[B, L, V] (log P(token | j)). Returns (score float32[B, L, top], vertex int32[B, L,
-    top], token int32[B, L, top])."""
-    B, L, _ = links.shape
-    top_lp, top_tok = jax.lax.top_k(logp, top)                                    # [B, L, top]
-    pair = links[:, :, :, None] + beta * top_lp[:, None, :, :]                    # [B, i, j, c]
-    score, index = jax.lax.top_k(pair.reshape(B, L, L * top), top)
-    vertex = (index // top).astype(jnp.int32)
-    token = jnp.take_along_axis(top_tok.reshape(B, 1, L * top), (vertex * top + index % top).reshape(B, 1, -1),
-                                axis=2).reshape(B, L, top)
-    return score, vertex, token.astype(jnp.int32)
+from jaxnat.models.dat import dag
 
 
 class _Prefixes:
@@ -162,8 +148,8 @@ def search(score: np.ndarray, vertex: np.ndarray, token: np.ndarray, n_vertices:
            width: int, vocab: int, beam: int, per_length: int, top_p: float, alpha: float, gamma: float = 0.0,
            lm=None, no_repeat: int = 0, no_consecutive: int = 0):
     """The authors' beam search (module docstring) over a batch of graphs, on the host. score, vertex, token:
-    [B, L, C] each vertex's candidate pairs (`candidates`); n_vertices, limit: int[B] (each row's vertices and output
-    capacity, BOS and EOS counted, ≤ width); lm: an `ngram.NgramLM` of NumPy tables, or None. Returns (tokens
+    [B, L, C] each vertex's candidate pairs (`dag.candidates`); n_vertices, limit: int[B] (each row's vertices and
+    output capacity, BOS and EOS counted, ≤ width); lm: an `ngram.NgramLM` of NumPy tables, or None. Returns (tokens
     int32[B, width]: [BOS, the output's tokens but any BOS, EOS or PAD, EOS] then PAD, as fairseq prints the
     authors' output; log-sum of the output prefix's paths float32[B] (−inf: no prefix reached the last vertex
     within the capacity, the output then empty); each kept token's share of it float32[B, width])."""
@@ -250,12 +236,12 @@ def _outputs(prefixes: _Prefixes, best: np.ndarray, width: int):
 def dag_search(links: jax.Array, logp: jax.Array, n_vertices: jax.Array, limit: jax.Array, width: int, *,
                beam: int, per_length: int, top: int, top_p: float, alpha: float, beta: float = 1.0,
                gamma: float = 0.0, lm=None, no_repeat: int = 0, no_consecutive: int = 0):
-    """The authors' beam search from inside a jit'd decoder: the candidate pairs on the device (`candidates`),
+    """The authors' beam search from inside a jit'd decoder: the candidate pairs on the device (`dag.candidates`),
     the search on the host (`search`). links: float32[B, L, L]; logp: float32[B, L, V] log-softmaxed over the whole
     vocabulary (theirs: no token is barred from any vertex); n_vertices, limit: int32[B]. Returns `search`'s
     (tokens int32[B, width], score float32[B], shares float32[B, width])."""
     B = links.shape[0]
-    score, vertex, token = candidates(links, logp, top, beta)
+    score, vertex, token = dag.candidates(links, logp, top, beta)
     shapes = (jax.ShapeDtypeStruct((B, width), jnp.int32), jax.ShapeDtypeStruct((B,), jnp.float32),
               jax.ShapeDtypeStruct((B, width), jnp.float32))
 

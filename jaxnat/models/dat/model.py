@@ -279,7 +279,8 @@ class Decoding:
     of the strategy; the repeat prevention of every strategy but Viterbi and of sampling (`dag.follow_unrepeated`,
     `dag.beam_search`, `dag.sample_paths`, `dag_search`: eval.no_repeat_ngram, eval.no_consecutive_repeat,
     dat.top_p); the authors' beam search's prefixes kept per length and its candidates' mass (`dag_search`:
-    dat.beam_per_length, dat.top_p)."""
+    dat.beam_per_length, dat.top_p); whose cut the samples take (``sampler``: "jaxnat", `dag.sample_paths` with
+    eval.top_k/top_p/epsilon, or "authors", `dag.authors_samples` with dat.top_cand and dat.top_p)."""
     strategy: str = "lookahead"
     lookahead_beta: float = 1.0
     viterbi_beta: float = 1.0
@@ -293,6 +294,7 @@ class Decoding:
     no_consecutive: int = 0
     top_p: float = 0.9
     per_length: int = 10
+    sampler: str = "jaxnat"
 
     def __post_init__(self):
         if self.prevents and self.strategy == "viterbi" and self.sampling is None:  # (the config says so first)
@@ -377,6 +379,14 @@ def _kept(tokens: jax.Array, free: jax.Array, remove_repeats: bool) -> tuple[jax
     return keep & (tokens != PAD_ID), repeats
 
 
+def _ranked_samples(tokens, lp, shares, options, nbest):
+    """A sentence's samples (tokens int32[B, K, W], log P(y, a | x) float32[B, K], token shares float32[B, K, W])
+    ranked by log P(y, a | x) / M^viterbi_beta: `_decode_plain`'s outputs, the best first."""
+    length = jnp.sum(tokens != PAD_ID, axis=2).astype(jnp.float32)
+    _, tokens, lp, shares = by_score(lp / length ** options.viterbi_beta, tokens, lp, shares)
+    return tokens[:, 0], lp[:, 0], shares[:, 0], (tokens[:, :nbest], lp[:, :nbest]) if nbest > 1 else None
+
+
 def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limit, nbest=1, lm=None, keys=None):
     """(tokens int32[B, width], score float32[B], token_lp float32[B, width], and with nbest > 1 the beam's or the
     samples' n-best lists (tokens int32[B, N, width], log P(y | x) or log P(y, a | x) float32[B, N]), else None) by
@@ -390,6 +400,12 @@ def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limi
                                            gamma=options.lm_weight, lm=lm, no_repeat=options.no_repeat,
                                            no_consecutive=options.no_consecutive)
         return tokens, score, shares, None
+    if options.sampling is not None and options.sampler == "authors":  # their cut, every token
+        tokens, lp, shares, _ = dag.authors_samples(links, jax.nn.log_softmax(logits), n_vertices, width, keys,
+                                                    options.sampling.temperature,
+                                                    min(options.top_cand, logits.shape[-1]), options.lookahead_beta,
+                                                    options.top_p, limit, options.no_repeat, options.no_consecutive)
+        return _ranked_samples(tokens, lp, shares, options, nbest)
     tok, scores, bos = dag.vertex_scores(logits, n_vertices, allowed)
     if options.strategy == "beam" or options.sampling is not None or options.prevents:  # each vertex's top_cand
         # tokens, EOS at n − 1
@@ -401,9 +417,7 @@ def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limi
         tokens, lp, shares, _ = dag.sample_paths(links, top_tok, top_lp, bos, eos, n_vertices, width, keys,
                                                  options.sampling, limit, options.no_repeat, options.no_consecutive,
                                                  logits.shape[-1])
-        length = jnp.sum(tokens != PAD_ID, axis=2).astype(jnp.float32)
-        _, tokens, lp, shares = by_score(lp / length ** options.viterbi_beta, tokens, lp, shares)
-        return tokens[:, 0], lp[:, 0], shares[:, 0], (tokens[:, :nbest], lp[:, :nbest]) if nbest > 1 else None
+        return _ranked_samples(tokens, lp, shares, options, nbest)
     if options.strategy == "beam":
         tokens, lp, shares = dag.beam_search(links, top_tok, top_lp, bos, eos, n_vertices, width,
                                              beam, options.beam_alpha, limit, nbest, lm, options.lm_weight,
@@ -455,7 +469,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                       s.glance_fix_alignment)
     options = Decoding(s.decode, s.lookahead_beta, s.viterbi_beta, s.beam_alpha, s.top_cand, s.remove_repeats,
                        s.soft_reward, s.lm_weight, sampling_of(config.eval), config.eval.no_repeat_ngram,
-                       config.eval.no_consecutive_repeat, s.top_p, s.beam_per_length)
+                       config.eval.no_consecutive_repeat, s.top_p, s.beam_per_length, s.sampler)
     continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
     capacity = output_capacity(cfg, config.eval)
 
