@@ -163,7 +163,7 @@ PREVENT = {"decode_no_repeated_ngram": 1, "decode_no_consecutive_repeated_ngram"
     # their sampling: eval.sampling with their cut, temperature and bans
     ({**PREVENT, "decode_strategy": "sample", "decode_temperature": 0.5, "decode_no_consecutive_repeated_ngram": 2},
      {"eval.sampling": True, "dat.sampler": "authors", "dat.top_p": 0.8, "eval.temperature": 0.5,
-      "eval.no_repeat_ngram": 1, "eval.no_consecutive_repeat": 2}),
+      "eval.no_repeat_ngram": 1, "eval.no_consecutive_repeat": 2, "dat.remove_repeats": False}),
 ])
 def test_the_da_transformer_plugins_decoding_settings_are_imported(monkeypatch, settings, imported):
     """A checkpoint's decoding settings decode in jaxnat as they would in the plugin: its beam search with its own

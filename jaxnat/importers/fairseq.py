@@ -264,9 +264,9 @@ def _dat_heads(path: str, model: dict, task: dict, state: StateDict, params: dic
                         f"decode_no_consecutive_repeated_ngram={consecutive}: the plugin's Viterbi refuses them too")
     if strategy in ("beamsearch", "sample"):
         out.update({"eval.no_repeat_ngram": repeat, "eval.no_consecutive_repeat": consecutive})
-    if strategy == "sample":  # one sample a sentence, drawn as theirs (`dag.authors_samples`)
+    if strategy == "sample":  # one sample a sentence, drawn as theirs (`dag.authors_samples`), repeats kept
         out.update({"eval.sampling": True, "dat.sampler": "authors", "dat.top_p": float(setting("decode_top_p", 0.9)),
-                    "eval.temperature": float(setting("decode_temperature", 1.0))})
+                    "eval.temperature": float(setting("decode_temperature", 1.0)), "dat.remove_repeats": False})
     elif strategy != "beamsearch" and (consecutive or (repeat and strategy == "lookahead")):
         out.update({"dat.decode": "lookahead", "eval.no_repeat_ngram": 0 if repeat == 1 else repeat,
                     "eval.no_consecutive_repeat": max(consecutive, 1),
