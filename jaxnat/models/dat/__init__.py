@@ -1,7 +1,7 @@
 """DA-Transformer (Huang et al. 2022): a decoder over a directed acyclic graph of λ · |x| vertices, trained with
 the DAG loss and glancing on the graph's best alignment; greedy, lookahead, joint Viterbi (Shao et al. 2022) and
-beam decoding, sampling; hard constraints as a constrained best path (Control-DAG's semantics). docs/dat.md. Its config
-section is `config.dat`."""
+beam decoding, sampling, and the authors' own beam search and sampling; hard constraints as a constrained best path
+(Control-DAG's semantics). docs/dat.md. Its config section is `config.dat`."""
 
 from jaxnat.errors import ConfigError
 from jaxnat.models.dat.model import SUPPORTS, build_spec

@@ -24,10 +24,11 @@ anneals linearly (``dat.glance_start`` → ``dat.glance_end`` over ``dat.glance_
 trainer's update number: `ModelSpec.stepped`); validation measures the plain loss.
 
 **Decoding** (and Shao et al. 2022): ``dat.decode`` = greedy (the most probable next vertex), lookahead (the
-next vertex by link + β · its best token), viterbi (the joint Viterbi path under the length penalty M^β) or beam
-(prefixes summed over paths, `dag.beam_search`); each vertex on the path emits its most probable token,
-consecutive repeats removed (``dat.remove_repeats``). ``eval.sampling`` draws paths with their tokens instead
-(`dag.sample_paths`). Constraints: `constrained.constrained_decode`.
+next vertex by link + β · its best token), viterbi (the joint Viterbi path under the length penalty M^β), beam
+(prefixes summed over paths, `dag.beam_search`) or dagsearch (the authors' beam search, `dag_search`); each vertex
+on the path emits its most probable token, consecutive repeats removed (``dat.remove_repeats``). ``eval.sampling``
+draws paths with their tokens instead (`dag.sample_paths`, or with ``dat.sampler=authors`` the authors' sampling,
+`dag.authors_samples`). Constraints: `constrained.constrained_decode`.
 """
 
 from __future__ import annotations
