@@ -69,11 +69,12 @@ def bans(history: jnp.ndarray, last, no_repeat: int, no_consecutive: int, xp=jnp
     return xp.concatenate(parts, axis=1)
 
 
-def banned(tokens: jnp.ndarray, bans: jnp.ndarray) -> jnp.ndarray:
+def banned(tokens: jnp.ndarray, bans: jnp.ndarray, xp=jnp) -> jnp.ndarray:
     """bool[N, ...]: whether each of ``tokens`` (int32[N, ...]) is among its row's ``bans`` (int32[N, M], −1 =
-    none), by comparing each with each: for a few candidates a row, where `ban_mask` would cost more."""
+    none), by comparing each with each: for a few candidates a row, where `ban_mask` would cost more (``xp``: as
+    `bans`'s)."""
     flat = tokens.reshape(tokens.shape[0], -1)
-    hit = jnp.any(flat[:, :, None] == jnp.where(bans < 0, -2, bans)[:, None, :], axis=2)
+    hit = xp.any(flat[:, :, None] == xp.where(bans < 0, -2, bans)[:, None, :], axis=2)
     return hit.reshape(tokens.shape)
 
 

@@ -383,8 +383,7 @@ def candidates(links: jax.Array, logp: jax.Array, top: int, beta: float):
     """Each vertex's ``top`` best (next vertex j, token) pairs, best first, as the authors' beam search
     (`dag_search`) and sampling (`authors_samples`) make them: each j offers its ``top`` best tokens, a pair scores
     log P(j | i) + β · log P(token | j). links: float32[B, L, L] (log P(j | i)); logp: float32[B, L, V]
-    (log P(token | j)). Returns (score float32[B, L, top], vertex int32[B, L,
-    top], token int32[B, L, top])."""
+    (log P(token | j)). Returns (score float32[B, L, top], vertex int32[B, L, top], token int32[B, L, top])."""
     B, L, _ = links.shape
     top_lp, top_tok = jax.lax.top_k(logp, top)                                    # [B, L, top]
     pair = links[:, :, :, None] + beta * top_lp[:, None, :, :]                    # [B, i, j, c]
@@ -393,7 +392,6 @@ def candidates(links: jax.Array, logp: jax.Array, top: int, beta: float):
     token = jnp.take_along_axis(top_tok.reshape(B, 1, L * top), (vertex * top + index % top).reshape(B, 1, -1),
                                 axis=2).reshape(B, L, top)
     return score, vertex, token.astype(jnp.int32)
-
 
 
 def authors_samples(links: jax.Array, logp: jax.Array, n_vertices: jax.Array, width: int, keys: jax.Array,
@@ -424,7 +422,7 @@ def authors_samples(links: jax.Array, logp: jax.Array, n_vertices: jax.Array, wi
             p = jnp.exp(score[v])
             tried = jnp.cumsum(p) - p <= top_p
             ban = prefix_bans(history[None], k - 1, ngram_n, no_consecutive)[0]
-            banned = jnp.any(token[v][:, None] == ban[None, :], axis=1) & (k > 1)   # the first token: nothing before
+            banned = repeats.banned(token[v][None], ban[None])[0] & (k > 1)   # the first token: nothing before
             c = draw(jnp.cumsum(jnp.where(tried, jnp.where(banned, 1e-5, p), 0.0)), jax.random.fold_in(key, k))
             j, tok = vertex[v, c], token[v, c]
             out = (jnp.where(done, PAD_ID, tok), jnp.where(done, 0.0, logp[j, tok]),

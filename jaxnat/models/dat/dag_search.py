@@ -191,7 +191,7 @@ def search(score: np.ndarray, vertex: np.ndarray, token: np.ndarray, n_vertices:
         if no_repeat or no_consecutive:
             # (an n-gram longer than the history fits in none: `repeats.ngram_bans` reads n ≤ T)
             ban = repeats.bans(prefixes.history(node, ngram_n), length, ngram_n, no_consecutive, xp=np)  # [N, M]
-            ok &= ~np.any(tok[:, :, None] == np.where(ban < 0, -2, ban)[:, None, :], axis=2)
+            ok &= ~repeats.banned(tok, ban, xp=np)
         taken = np.where(ok, np.exp(add.astype(np.float32)), np.float32(0.0))
         ok &= (np.cumsum(taken, axis=1, dtype=np.float32) - taken) < np.float32(top_p)   # the mass before each
         # within the row's capacity with EOS after the output (a last token other than EOS takes a slot of its own)
