@@ -123,13 +123,26 @@ def unrepeated(tokens, no_repeat: int, no_consecutive: int, beam: bool = False) 
     return True
 
 
-def joint_viterbi(links, scores, bos: float, n: int, width: int, beta: float):
-    """(best normalised score, its raw score, the best paths) over paths of ≤ width vertices; a vertex emits its
-    score (the last one EOS's, in ``scores``), vertex 0 BOS (``bos``)."""
+def viterbi(links, scores, bos: float, n: int, width: int, beta: float, joint: bool = True, authors: bool = False):
+    """(best normalised score, {best path: its log P(y, a | x)}) over paths of ≤ width vertices, a vertex emitting
+    its score (the last one EOS's, in ``scores``), vertex 0 BOS (``bos``). Ranked by joint: log P(y, a | x), else the
+    links alone; over the length M, the path's vertices; with ``authors`` (their code) the inner vertices, at least
+    one (or the direct path, where no other fits), BOS's term but not EOS's, and the first inner vertex's token also
+    when not joint."""
     scored = []
     for p in paths(n, width):
         raw = bos + edge_sum(links, p) + sum(float(scores[v]) for v in p[1:])
-        scored.append((raw / len(p) ** beta, raw, p))
+        if authors:
+            inner = p[1:-1]
+            if not inner:
+                continue
+            tokens = [float(scores[v]) for v in (inner if joint else inner[:1])]
+            ranked, length = (bos if joint else 0.0) + edge_sum(links, p) + sum(tokens), len(inner)
+        else:
+            ranked, length = raw if joint else edge_sum(links, p), len(p)
+        scored.append((ranked / length ** beta, raw, p))
+    if not scored:  # the authors' convention, no inner vertex within the width: the direct path
+        scored = [(0.0, bos + float(links[0, n - 1]) + float(scores[n - 1]), (0, n - 1))]
     best = max(s for s, _, _ in scored)
     return best, {p: raw for s, raw, p in scored if s >= best - 1e-4}
 

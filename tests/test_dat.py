@@ -197,23 +197,25 @@ def _decoders():
         path = dag.follow(dag.pointers(links, scores, beta), n, W)
         return path, dag.path_score(path, links, scores, bos), scores, bos
 
-    def viterbi(links, emit, n):
+    def viterbi(links, emit, n, joint, authors):
         tok, scores, bos = dag.vertex_scores(emit, n, allowed)
-        return dag.joint_viterbi(links, scores, bos, n, W, 0.7)
+        return dag.viterbi(links, scores, bos, n, W, 0.7, joint=joint, authors=authors)
 
-    return jax.jit(walk), jax.jit(viterbi)
+    return jax.jit(walk), jax.jit(viterbi, static_argnums=(3, 4))
 
 
+@pytest.mark.parametrize("joint, authors", [(True, False), (False, False), (True, True), (False, True)])
 @SETTINGS
 @given(rows=sizes, seed=st.integers(0, 10**6), beta=st.sampled_from([0.0, 1.0]))
-def test_greedy_lookahead_and_viterbi_match_brute_force(rows, seed, beta):
-    """Greedy (β = 0) and lookahead follow the reference's pointers (within the capacity W); joint Viterbi's path
-    is a best one of all paths of ≤ W vertices under the length penalty, with its log P(y, a | x)."""
+def test_greedy_lookahead_and_viterbi_match_brute_force(rows, seed, beta, joint, authors):
+    """Greedy (β = 0) and lookahead follow the reference's pointers (within the capacity W); the Viterbi path (joint
+    or the links alone, jaxnat's or the authors' convention) is a best one of all paths of ≤ W vertices under the
+    length penalty, with its log P(y, a | x)."""
     n = n_of(rows)
     links, emit = graph(seed, n)
     walk, viterbi = _decoders()
     path, score, scores, bos = (np.asarray(x) for x in walk(links, emit, n, beta))
-    vpath, vscore = (np.asarray(x) for x in viterbi(links, emit, n))
+    vpath, vscore = (np.asarray(x) for x in viterbi(links, emit, n, joint, authors))
     allowed = np.asarray(allowed_tokens(V))
     for b in range(B):
         # what the decoders read: each vertex's best allowed token, EOS at the last vertex, BOS at vertex 0
@@ -225,7 +227,7 @@ def test_greedy_lookahead_and_viterbi_match_brute_force(rows, seed, beta):
         assert tuple(path[b, :len(want)]) == want and np.all(path[b, len(want):] == -1)
         raw = bos[b] + ref.edge_sum(links[b], want) + sum(scores[b][v] for v in want[1:])
         np.testing.assert_allclose(score[b], raw, rtol=1e-5, atol=1e-4)
-        _, best = ref.joint_viterbi(links[b], scores[b], bos[b], n[b], W, 0.7)
+        _, best = ref.viterbi(links[b], scores[b], bos[b], n[b], W, 0.7, joint, authors)
         got = tuple(int(v) for v in vpath[b] if v >= 0)
         assert got in best
         np.testing.assert_allclose(vscore[b], best[got], rtol=1e-5, atol=1e-4)
@@ -727,6 +729,11 @@ def test_config_errors_are_one_line():
                                (["--config.dat.max_vertices=2"], "no vertex between BOS's and EOS's"),
                                (["--config.eval.no_repeat_ngram=3", "--config.dat.decode=viterbi"],
                                 "eval.no_repeat_ngram=3 steps around repeats .* not 'viterbi'"),
+                               (["--config.eval.no_consecutive_repeat=1", "--config.dat.decode=path_viterbi"],
+                                "steps around repeats .* not 'path_viterbi'"),
+                               (["--config.dat.viterbi_convention=authors"],
+                                "dat.viterbi_convention=authors is read by dat.decode=viterbi and path_viterbi"),
+                               (["--config.dat.viterbi_convention=theirs"], "viterbi_convention"),
                                (["--config.dat.top_p=0.5"], "dat.top_p=0.5 acts only in dat.decode=dagsearch"),
                                (["--config.dat.top_p=0.5", "--config.eval.no_repeat_ngram=2",
                                  "--config.dat.decode=beam"], "dat.top_p=0.5 acts only in"),
@@ -745,6 +752,8 @@ def test_config_errors_are_one_line():
     # the authors' beam search reads the width, its per-length beam, top-p and the LM
     build_config(TINY, BASE + ["--config.dat.decode=dagsearch", "--config.eval.beam_size=4", "--config.dat.top_p=0.5",
                                "--config.dat.beam_per_length=3", "--config.eval.lm=lm.arpa"])
+    # the Viterbi decodings their convention
+    build_config(TINY, BASE + ["--config.dat.decode=path_viterbi", "--config.dat.viterbi_convention=authors"])
     # and the authors' sampling its top-p
     build_config(TINY, BASE + ["--config.eval.sampling=true", "--config.dat.sampler=authors", "--config.dat.top_p=0.5"])
 

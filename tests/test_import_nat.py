@@ -108,8 +108,8 @@ def test_the_da_transformer_plugins_model_computes_its_graphs_and_decodes_as_the
     """fairseq-nat/dat.pt, the DA-Transformer authors' `glat_decomposed_link` (their fairseq plugin, sources
     without BOS, λ = 4): graphs of the plugin's sizes (λ · words + 1 vertices), each vertex's token
     log-probabilities and the links the plugin's decoding reads, within 1e-4 (−inf on the same edges); its
-    lookahead (β 0.3, read from the checkpoint), greedy and beam search (dat.decode=dagsearch) outputs token for
-    token, from the text."""
+    lookahead (β 0.3, read from the checkpoint), greedy, Viterbi and joint Viterbi (dat.viterbi_convention=authors),
+    and beam search (dat.decode=dagsearch) outputs token for token, from the text."""
     workdir = str(tmp_path_factory.mktemp("dat") / "run")
     write_workdir(f"fairseq:{DATA}/dat.pt", workdir)
     config = workdir_config(workdir)
@@ -128,15 +128,20 @@ def test_the_da_transformer_plugins_model_computes_its_graphs_and_decodes_as_the
     np.testing.assert_array_equal(ours > -1e8, edges)
     np.testing.assert_allclose(ours[edges], theirs[edges], atol=1e-4)
     assert (config.dat.decode, config.dat.lookahead_beta) == ("lookahead", 0.3)
-    greedy = config.copy_and_resolve_references()
-    greedy.dat.decode = "greedy"
+
+    def decoding(**keys):
+        changed = config.copy_and_resolve_references()
+        changed.dat.update(keys)
+        return load_translator(changed, workdir)
+
     encoded, _ = translator.encode(outputs["src"])  # the text pipeline: Moses and BPE as the plugin's task applies them
     assert [np.asarray(r).tolist() for r in encoded] == rows
     # their beam search (the DAG-Search extension) at beam 6, 2 prefixes a length, repeats kept (their decode_dedup)
-    authors = config.copy_and_resolve_references()
-    authors.dat.decode, authors.dat.beam_per_length, authors.dat.remove_repeats = "dagsearch", 2, False
-    for strategy, decoder, beam in (("lookahead", translator, 1), ("greedy", load_translator(greedy, workdir), 1),
-                                    ("beamsearch", load_translator(authors, workdir), 6)):
+    authors = decoding(decode="dagsearch", beam_per_length=2, remove_repeats=False)
+    for strategy, decoder, beam in (
+            ("lookahead", translator, 1), ("greedy", decoding(decode="greedy"), 1),
+            ("viterbi", decoding(decode="path_viterbi", viterbi_convention="authors"), 1),
+            ("jointviterbi", decoding(decode="viterbi", viterbi_convention="authors"), 1), ("beamsearch", authors, 6)):
         results = decoder.translate_ids(encoded, beam_size=beam, batch_size=len(encoded))
         got = [np.asarray(r["tokens"])[np.asarray(r["tokens"]) != PAD_ID].tolist() for r in results]
         assert got == [to_jaxnat("fairseq", t).tolist() for t in outputs[strategy]], strategy
@@ -159,7 +164,12 @@ PREVENT = {"decode_no_repeated_ngram": 1, "decode_no_consecutive_repeated_ngram"
     ({**PREVENT, "decode_strategy": "greedy", "decode_no_repeated_ngram": 3, "decode_no_consecutive_repeated_ngram": 2},
      {"dat.decode": "lookahead", "eval.no_repeat_ngram": 3, "eval.no_consecutive_repeat": 2}),
     ({**PREVENT, "decode_strategy": "greedy", "decode_no_repeated_ngram": 3}, {"dat.decode": "greedy"}),
+    # their Viterbi decodings under their convention; n-gram prevention refused as theirs asserts
+    ({"decode_strategy": "viterbi", "decode_viterbibeta": 0.5},
+     {"dat.decode": "path_viterbi", "dat.viterbi_convention": "authors", "dat.viterbi_beta": 0.5}),
+    ({"decode_strategy": "jointviterbi"}, {"dat.decode": "viterbi", "dat.viterbi_convention": "authors"}),
     ({**PREVENT, "decode_strategy": "jointviterbi"}, "jointviterbi with decode_no_repeated_ngram=1 .* refuses them"),
+    ({**PREVENT, "decode_strategy": "viterbi"}, "viterbi with decode_no_repeated_ngram=1 .* refuses them"),
     # their sampling: eval.sampling with their cut, temperature and bans
     ({**PREVENT, "decode_strategy": "sample", "decode_temperature": 0.5, "decode_no_consecutive_repeated_ngram": 2},
      {"eval.sampling": True, "dat.sampler": "authors", "dat.top_p": 0.8, "eval.temperature": 0.5,
@@ -167,8 +177,8 @@ PREVENT = {"decode_no_repeated_ngram": 1, "decode_no_consecutive_repeated_ngram"
 ])
 def test_the_da_transformer_plugins_decoding_settings_are_imported(monkeypatch, settings, imported):
     """A checkpoint's decoding settings decode in jaxnat as they would in the plugin: its beam search with its own
-    settings (decode_dedup off by default), its n-gram prevention where its decoders apply it (joint Viterbi
-    refuses it in one line, as theirs asserts)."""
+    settings (decode_dedup off by default), its Viterbi decodings under its convention, its n-gram prevention where
+    its decoders apply it (Viterbi refuses it in one line, as theirs asserts)."""
     from jaxnat.importers import read, torch_file
 
     ckpt = torch_file.load(f"{DATA}/dat.pt")

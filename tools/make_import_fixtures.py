@@ -310,7 +310,7 @@ def dat_fixture(out: str, plugin: str) -> None:
     states ⊕ learned positions; λ = 4, an output projection of its own here, lookahead's β 0.3), over
     fairseq-nat/'s dictionary; expected_dat.npz: each vertex's
     token log-probabilities and the links, as the plugin's `forward_decoder` computes them at decoding, and
-    expected_dat.json its lookahead, greedy and beam search outputs."""
+    expected_dat.json its lookahead, greedy, Viterbi, joint Viterbi and beam search outputs."""
     from fairseq.data import data_utils
     from sacremoses import MosesTokenizer
     from subword_nmt.apply_bpe import BPE
@@ -350,6 +350,17 @@ def dat_fixture(out: str, plugin: str) -> None:
             model.args.decode_strategy = strategy
             tokens = model.forward_decoder(canvas, enc).output_tokens
             outputs[strategy] = [[t for t in row if t != d.pad()] for row in tokens.tolist()]
+        # their Viterbi decodings, which the plugin runs on a GPU alone (`.cuda` on the length penalty: the identity
+        # here); they leave BOS and EOS out of their outputs, which the others keep
+        cuda = torch.Tensor.cuda
+        torch.Tensor.cuda = lambda self, *args, **kwargs: self
+        try:
+            for strategy in ("viterbi", "jointviterbi"):
+                model.args.decode_strategy = strategy
+                tokens = model.forward_decoder(canvas, enc).output_tokens
+                outputs[strategy] = [[d.bos(), *(t for t in row if t != d.pad()), d.eos()] for row in tokens.tolist()]
+        finally:
+            torch.Tensor.cuda = cuda
         graph = {}
 
         def keep(decoder_out, logits, links):  # what forward_decoder hands its decoding strategy

@@ -36,9 +36,9 @@ ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_fast": "gelu_tanh", "gelu_a
 # fairseq's decoder-only language models and their presets, whose names read as presets of `transformer`
 LANGUAGE_MODELS = ("transformer_lm", "transformer_ulm")
 # the DA-Transformer plugin's decode_strategy -> dat.decode (beamsearch: their DAG-Search, output for output; sample:
-# eval.sampling with their cut, `_dat_heads`; the others: none in jaxnat)
-DAT_DECODING = {"lookahead": "lookahead", "greedy": "greedy", "jointviterbi": "viterbi", "beamsearch": "dagsearch",
-                "sample": "lookahead"}
+# eval.sampling with their cut; viterbi and jointviterbi with their convention: `_dat_heads`)
+DAT_DECODING = {"lookahead": "lookahead", "greedy": "greedy", "viterbi": "path_viterbi", "jointviterbi": "viterbi",
+                "beamsearch": "dagsearch", "sample": "lookahead"}
 NAT_UNSUPPORTED = {  # settings of fairseq's NAT models jaxnat's families have no equivalent of, with their default
     "src_embedding_copy": False, "no_share_discriminator": False, "no_share_maskpredictor": False,
     "share_discriminator_maskpredictor": False, "layernorm_embedding": False,
@@ -256,12 +256,15 @@ def _dat_heads(path: str, model: dict, task: dict, state: StateDict, params: dic
                     "dat.remove_repeats": bool(setting("decode_dedup", False))})
     # their n-gram prevention, where their decoders apply it: beam search always; greedy and lookahead step around
     # repeats with the consecutive rule set, or the n-gram rule in lookahead: both rules in lookahead's loop (with
-    # decode_beta), which always bans the token before and whose n = 1 bans nothing more; joint Viterbi refuses it
+    # decode_beta), which always bans the token before and whose n = 1 bans nothing more; their Viterbi refuses it
     repeat = int(setting("decode_no_repeated_ngram", 0) or 0)
     consecutive = int(setting("decode_no_consecutive_repeated_ngram", 0) or 0)
-    if (repeat or consecutive) and strategy == "jointviterbi":
-        raise DataError(f"{path}: decode_strategy jointviterbi with decode_no_repeated_ngram={repeat} and "
-                        f"decode_no_consecutive_repeated_ngram={consecutive}: the plugin's Viterbi refuses them too")
+    if strategy in ("viterbi", "jointviterbi"):
+        if repeat or consecutive:
+            raise DataError(f"{path}: decode_strategy {strategy} with decode_no_repeated_ngram={repeat} and "
+                            f"decode_no_consecutive_repeated_ngram={consecutive}: the plugin's Viterbi refuses them "
+                            f"too")
+        out["dat.viterbi_convention"] = "authors"  # their lengths and terms (`dag.viterbi`), output for output
     if strategy in ("beamsearch", "sample"):
         out.update({"eval.no_repeat_ngram": repeat, "eval.no_consecutive_repeat": consecutive})
     if strategy == "sample":  # one sample a sentence, drawn as theirs (`dag.authors_samples`), repeats kept

@@ -1,10 +1,10 @@
 """DA-Transformer (Huang et al. 2022): a decoder over a directed acyclic graph of λ · |x| vertices, trained with
-the DAG loss and glancing on the graph's best alignment; greedy, lookahead, joint Viterbi (Shao et al. 2022) and
-beam decoding, sampling, and the authors' own beam search and sampling; hard constraints as a constrained best path
-(Control-DAG's semantics). docs/dat.md. Its config section is `config.dat`."""
+the DAG loss and glancing on the graph's best alignment; greedy, lookahead, Viterbi and joint Viterbi (Shao et al.
+2022) and beam decoding, sampling, and the authors' own beam search and sampling; hard constraints as a
+constrained best path (Control-DAG's semantics). docs/dat.md. Its config section is `config.dat`."""
 
 from jaxnat.errors import ConfigError
-from jaxnat.models.dat.model import SUPPORTS, build_spec
+from jaxnat.models.dat.model import SUPPORTS, VITERBI, build_spec
 from jaxnat.models.family import Family
 
 
@@ -36,15 +36,21 @@ def defaults() -> dict:
         glance_count="number",
         # the authors' code's forced emission: a glanced token sits on its glanced vertex in the second pass's loss
         glance_fix_alignment=False,
-        # decoding: greedy, lookahead (the authors' default), viterbi (Shao et al.'s joint Viterbi), beam (over
-        # prefixes, paths summed; eval.beam_size hypotheses) or dagsearch (the authors' beam search, DAG-Search,
-        # output for output: vertex by vertex, on the host)
+        # decoding: greedy, lookahead (the authors' default), viterbi (Shao et al.'s joint Viterbi), path_viterbi
+        # (their Viterbi: the path by its links alone), beam (over prefixes, paths summed; eval.beam_size
+        # hypotheses) or dagsearch (the authors' beam search, DAG-Search, output for output: vertex by vertex, on
+        # the host)
         decode="lookahead",
         # lookahead: the next vertex maximises its link + lookahead_beta · its best token's log-probability (and
         # dagsearch's candidate pairs are ranked so: the authors' decode_beta)
         lookahead_beta=1.0,
-        # joint Viterbi (and the constrained search): the output length M maximises log P(y, a | x) / M^viterbi_beta
+        # the Viterbi decodings (and the constrained search): the output length M maximises log P(y, a | x) /
+        # M^viterbi_beta (path_viterbi: log P(a | x) / M^viterbi_beta)
         viterbi_beta=1.0,
+        # their reading of M and of the score: "jaxnat" (M the path's vertices, BOS and EOS included, every vertex's
+        # term) or "authors" (their code's, output for output: M its inner vertices, the EOS term left out, the
+        # first inner vertex's token also in path_viterbi's score; an imported model's)
+        viterbi_convention="jaxnat",
         # beam: the finished prefix maximising log P(y | x) / M^beam_alpha; each vertex's top_cand tokens extend it
         # (dagsearch: each vertex's top_cand best (vertex, token) pairs, prefixes ranked by their score / m^beam_alpha)
         beam_alpha=1.1, top_cand=5,
@@ -87,12 +93,12 @@ def validate(config) -> None:
             raise ConfigError(f"eval.{key}={config.eval[key]} is the width of dat.decode=beam or dagsearch (or the "
                               f"samples a sentence draws with eval.sampling=true); dat.decode={s.decode!r} takes "
                               f"eval.{key}=1")
-    if (config.eval.no_repeat_ngram or config.eval.no_consecutive_repeat) and s.decode == "viterbi" and not (
+    if (config.eval.no_repeat_ngram or config.eval.no_consecutive_repeat) and s.decode in VITERBI and not (
             config.eval.sampling):
         asked = ", ".join(f"eval.{k}={config.eval[k]}" for k in ("no_repeat_ngram", "no_consecutive_repeat")
                           if config.eval[k])
         raise ConfigError(f"{asked} steps around repeats in greedy, lookahead, beam and dagsearch decoding and "
-                          f"sampling: set dat.decode=lookahead (or greedy, beam, dagsearch), not 'viterbi'")
+                          f"sampling: set dat.decode=lookahead (or greedy, beam, dagsearch), not {s.decode!r}")
     prevents = config.eval.no_repeat_ngram or config.eval.no_consecutive_repeat
     authors_beam = s.decode == "dagsearch" and not config.eval.sampling
     authors_samples = s.sampler == "authors" and config.eval.sampling
@@ -110,6 +116,9 @@ def validate(config) -> None:
     if s.beam_per_length != defaults()["beam_per_length"] and not authors_beam:
         raise ConfigError(f"dat.beam_per_length={s.beam_per_length} acts only in dat.decode=dagsearch (without "
                           f"eval.sampling): set it, or leave dat.beam_per_length out")
+    if s.viterbi_convention != defaults()["viterbi_convention"] and (s.decode not in VITERBI or config.eval.sampling):
+        raise ConfigError(f"dat.viterbi_convention={s.viterbi_convention} is read by dat.decode=viterbi and "
+                          f"path_viterbi (without eval.sampling): set one, or leave dat.viterbi_convention out")
     if config.eval.lm and s.decode not in ("beam", "dagsearch"):
         raise ConfigError(f"eval.lm is fused into the beam searches: set dat.decode=beam or dagsearch "
                           f"(dat.decode={s.decode!r})")
@@ -132,7 +141,8 @@ FAMILY = Family(
     shared={"eval.beam_size": 1, "train.label_smoothing": 0.0},
     choices={"links": ("paper", "multihead"), "upsample_base": ("source", "source_old"),
              "vertex_inputs": ("positions", "tokens"), "glance_count": ("number", "bernoulli"),
-             "decode": ("greedy", "lookahead", "viterbi", "beam", "dagsearch"), "sampler": ("jaxnat", "authors")},
+             "decode": ("greedy", "lookahead", *VITERBI, "beam", "dagsearch"), "sampler": ("jaxnat", "authors"),
+             "viterbi_convention": ("jaxnat", "authors")},
     ranges={"upsample": ("[1", None), "max_vertices": ("[0", None), "decode_upsample": ("[0", None),
             "glance_start": ("[0", "1]"), "glance_end": ("[0", "1]"), "glance_steps": ("[0", None),
             # Viterbi's and the beam's exponents of the output length (256^10 fits a float32), lookahead's weight

@@ -166,20 +166,34 @@ def follow(nxt: jax.Array, n_vertices: jax.Array, width: int, limit: jax.Array |
     return jnp.concatenate([jnp.zeros_like(last)[:, None], rest.T], axis=1)
 
 
-def joint_viterbi(links: jax.Array, scores: jax.Array, bos: jax.Array, n_vertices: jax.Array, width: int,
-                  beta: float, limit: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
-    """Shao et al. (2022)'s joint Viterbi decoding: the path and tokens maximising log P(y, a | x) / M^β over
-    every length M ≤ its row's ``limit`` (int32[B], at most ``width``; None: ``width``; M = the path's vertices =
-    the output's tokens, BOS and EOS included), each vertex emitting its best token (``scores``, `vertex_scores`).
-    One `viterbi_scan` over the width gives the best path of every length at once. Returns (int32[B, width] the
-    path, −1 after it; float32[B] its log P(y, a | x))."""
-    start = _first_vertex(jnp.broadcast_to(bos[:, None], scores.shape))
-    deltas = viterbi_scan(start, links, jnp.broadcast_to(scores[None], (width - 1,) + scores.shape))
-    ends = jax.vmap(_at, (0, None))(deltas, n_vertices - 1)                   # [width, B]: M = row + 1
-    lengths = jnp.arange(1, width + 1, dtype=jnp.float32)[:, None]
-    fits = lengths <= (width if limit is None else limit[None])
-    steps = argmax(jnp.where(fits, ends / lengths ** beta, -jnp.inf).T).astype(jnp.int32)  # the best M − 1
-    return backtrack(deltas, links, steps, n_vertices - 1), jnp.take_along_axis(ends, steps[None], axis=0)[0]
+def viterbi(links: jax.Array, scores: jax.Array, bos: jax.Array, n_vertices: jax.Array, width: int, beta: float,
+            limit: jax.Array | None = None, joint: bool = True, authors: bool = False) -> tuple[jax.Array, jax.Array]:
+    """Shao et al. (2022)'s Viterbi decodings: the path maximising its score / length^β over every length within its
+    row's ``limit`` (int32[B], in vertices, at most ``width``; None: ``width``), each of its vertices then emitting
+    its best token (``scores``, `vertex_scores`). ``joint`` (their joint Viterbi): the score is log P(y, a | x) with
+    those tokens; otherwise (their Viterbi) log P(a | x), the path's links alone.
+    jaxnat's reading: the length M counts the path's vertices, BOS and EOS included, and the score takes every
+    vertex's term. ``authors``, output for output with the authors' code (thu-coai/DA-Transformer's
+    inference_viterbi): the length counts the inner vertices (at least one: the direct path only where no other
+    fits), the last vertex's EOS term is left out, and the first inner vertex's token term is in both scores (the
+    path's alone too).
+    One `viterbi_scan` over the width gives the best path of every length at once: δ[s] at vertex n − 1 is the best
+    path of s + 1 vertices. Returns (int32[B, width] the path, −1 after it; float32[B] its log P(y, a | x))."""
+    last = jnp.arange(scores.shape[1])[None] == (n_vertices - 1)[:, None]
+    emit = jnp.where(last, 0.0, scores) if authors else scores
+    start = _first_vertex(jnp.broadcast_to((bos if joint else jnp.zeros_like(bos))[:, None], scores.shape))
+    emitting = jnp.arange(width - 1) < (width - 1 if joint else int(authors))     # the steps whose vertex emits
+    deltas = viterbi_scan(start, links, jnp.where(emitting[:, None, None], emit[None], 0.0))
+    ends = jax.vmap(_at, (0, None))(deltas, n_vertices - 1)                   # [width, B]: row s, s + 1 vertices
+    vertices = jnp.arange(1, width + 1, dtype=jnp.float32)[:, None]
+    length = vertices - 2 if authors else vertices
+    fits = (length >= 1) & (vertices <= (width if limit is None else limit[None]))
+    ranked = jnp.where(fits, ends / jnp.maximum(length, 1.0) ** beta, -jnp.inf)
+    if authors:  # a row with no inner vertex within its limit (a graph of 2, a limit of 2) takes the direct path
+        ranked = ranked.at[1].set(jnp.where(jnp.any(ranked > -jnp.inf, axis=0), -jnp.inf, 0.0))
+    steps = argmax(ranked.T).astype(jnp.int32)
+    path = backtrack(deltas, links, steps, n_vertices - 1)
+    return path, path_score(path, links, scores, bos)
 
 
 def path_tokens(path: jax.Array, tok: jax.Array, n_vertices: jax.Array) -> jax.Array:
@@ -282,7 +296,7 @@ def beam_search(links: jax.Array, top_tok: jax.Array, top_lp: jax.Array, bos: ja
     """Beam search over token prefixes of the DAG (DA-Transformer's beam search; its n-gram LM below): a
     hypothesis is a prefix ending at a vertex, scored by the log-sum over every path that emits it there, so the
     search looks for argmax_y log P(y | x) / M^α (M = |y| with BOS and EOS), summing paths, not the single best
-    path (`joint_viterbi`). Each step extends every hypothesis by one vertex j and one of j's top tokens; the
+    path (`viterbi`). Each step extends every hypothesis by one vertex j and one of j's top tokens; the
     hypotheses with the same prefix are merged (their path sums added) before they extend; a hypothesis that
     steps to n − 1 emits EOS and is finished. A beam as wide as the hypotheses finds the exact answer (tested).
 

@@ -24,7 +24,8 @@ anneals linearly (``dat.glance_start`` → ``dat.glance_end`` over ``dat.glance_
 trainer's update number: `ModelSpec.stepped`); validation measures the plain loss.
 
 **Decoding** (and Shao et al. 2022): ``dat.decode`` = greedy (the most probable next vertex), lookahead (the
-next vertex by link + β · its best token), viterbi (the joint Viterbi path under the length penalty M^β), beam
+next vertex by link + β · its best token), viterbi (the joint Viterbi path under the length penalty M^β),
+path_viterbi (the Viterbi path of the links alone, `dag.viterbi`), beam
 (prefixes summed over paths, `dag.beam_search`) or dagsearch (the authors' beam search, `dag_search`); each vertex
 on the path emits its most probable token, consecutive repeats removed (``dat.remove_repeats``). ``eval.sampling``
 draws paths with their tokens instead (`dag.sample_paths`, or with ``dat.sampler=authors`` the authors' sampling,
@@ -270,6 +271,8 @@ def dat_loss(module: DAT, params, batch: dict, rng, *, glance: Glancing, step=No
 
 SUPPORTS = Supports(soft_constraints=True, hard_constraints=True, beam=True, max_phrases=MAX_PHRASES, given_order=False,
                     counts=("decoded", "repeats", "infeasible"), nbest=True, score=True, lm=True)
+# the Viterbi decodings (`dag.viterbi`): joint (path and tokens), and the path's links alone
+VITERBI = ("viterbi", "path_viterbi")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -281,7 +284,8 @@ class Decoding:
     `dag.beam_search`, `dag.sample_paths`, `dag_search`: eval.no_repeat_ngram, eval.no_consecutive_repeat,
     dat.top_p); the authors' beam search's prefixes kept per length and its candidates' mass (`dag_search`:
     dat.beam_per_length, dat.top_p); whose cut the samples take (``sampler``: "jaxnat", `dag.sample_paths` with
-    eval.top_k/top_p/epsilon, or "authors", `dag.authors_samples` with dat.top_cand and dat.top_p)."""
+    eval.top_k/top_p/epsilon, or "authors", `dag.authors_samples` with dat.top_cand and dat.top_p); whose reading of
+    the Viterbi decodings' score and length (``viterbi_convention``, `dag.viterbi`: "jaxnat" or "authors")."""
     strategy: str = "lookahead"
     lookahead_beta: float = 1.0
     viterbi_beta: float = 1.0
@@ -296,11 +300,12 @@ class Decoding:
     top_p: float = 0.9
     per_length: int = 10
     sampler: str = "jaxnat"
+    viterbi_convention: str = "jaxnat"
 
     def __post_init__(self):
-        if self.prevents and self.strategy == "viterbi" and self.sampling is None:  # (the config says so first)
+        if self.prevents and self.strategy in VITERBI and self.sampling is None:  # (the config says so first)
             raise ConfigError("the n-gram prevention steps greedy, lookahead and beam decoding and sampling around "
-                              "repeats, not joint Viterbi decoding")
+                              "repeats, not Viterbi decoding")
 
     @property
     def prevents(self) -> bool:
@@ -430,8 +435,9 @@ def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limi
                                                         options.no_repeat, options.no_consecutive, options.top_p,
                                                         limit)
         return tokens, score, token_lp, None
-    if options.strategy == "viterbi":
-        path, score = dag.joint_viterbi(links, scores, bos, n_vertices, width, options.viterbi_beta, limit)
+    if options.strategy in VITERBI:
+        path, score = dag.viterbi(links, scores, bos, n_vertices, width, options.viterbi_beta, limit,
+                                  joint=options.strategy == "viterbi", authors=options.viterbi_convention == "authors")
     else:
         beta = options.lookahead_beta if options.strategy == "lookahead" else 0.0
         path = dag.follow(dag.pointers(links, scores, beta), n_vertices, width, limit)
@@ -470,7 +476,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                       s.glance_fix_alignment)
     options = Decoding(s.decode, s.lookahead_beta, s.viterbi_beta, s.beam_alpha, s.top_cand, s.remove_repeats,
                        s.soft_reward, s.lm_weight, sampling_of(config.eval), config.eval.no_repeat_ngram,
-                       config.eval.no_consecutive_repeat, s.top_p, s.beam_per_length, s.sampler)
+                       config.eval.no_consecutive_repeat, s.top_p, s.beam_per_length, s.sampler, s.viterbi_convention)
     continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
     capacity = output_capacity(cfg, config.eval)
 
