@@ -169,7 +169,8 @@ def test_compile_time_gives_the_data_dir_to_configs_that_read_files(monkeypatch,
 
 @pytest.mark.parametrize("script", ["compile_time", "constrained_cost", "decode_speed", "gpu_figures", "interactive",
                                     "mbr_speed", "oracle", "profile_step", "serve_load", "train_throughput",
-                                    "vs_ctranslate2", "vs_dag_search", "vs_fairseq", "vs_transformers"])
+                                    "vs_authors_viterbi", "vs_ctranslate2", "vs_dag_search", "vs_fairseq",
+                                    "vs_transformers"])
 def test_help_says_the_whole_first_paragraph(script, monkeypatch, capsys):
     """--help opens with the docstring's first paragraph, not its first line (it stopped mid-sentence: "…through
     jaxnat's command line, and")."""
