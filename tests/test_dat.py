@@ -732,7 +732,8 @@ def test_config_errors_are_one_line():
                                (["--config.eval.no_consecutive_repeat=1", "--config.dat.decode=path_viterbi"],
                                 "steps around repeats .* not 'path_viterbi'"),
                                (["--config.dat.viterbi_convention=authors"],
-                                "dat.viterbi_convention=authors is read by dat.decode=viterbi and path_viterbi"),
+                                "viterbi_convention=authors .* is read by dat.decode=viterbi and path_viterbi .*"
+                                "dat.viterbi_convention=jaxnat .* with dat.decode='lookahead'"),
                                (["--config.dat.viterbi_convention=theirs"], "viterbi_convention"),
                                (["--config.dat.top_p=0.5"], "dat.top_p=0.5 acts only in dat.decode=dagsearch"),
                                (["--config.dat.top_p=0.5", "--config.eval.no_repeat_ngram=2",

@@ -117,8 +117,9 @@ def validate(config) -> None:
         raise ConfigError(f"dat.beam_per_length={s.beam_per_length} acts only in dat.decode=dagsearch (without "
                           f"eval.sampling): set it, or leave dat.beam_per_length out")
     if s.viterbi_convention != defaults()["viterbi_convention"] and (s.decode not in VITERBI or config.eval.sampling):
-        raise ConfigError(f"dat.viterbi_convention={s.viterbi_convention} is read by dat.decode=viterbi and "
-                          f"path_viterbi (without eval.sampling): set one, or leave dat.viterbi_convention out")
+        raise ConfigError(f"dat.viterbi_convention={s.viterbi_convention} (an imported Viterbi decoding's) is read "
+                          f"by dat.decode=viterbi and path_viterbi without eval.sampling alone: set one, or "
+                          f"dat.viterbi_convention=jaxnat (the default) with dat.decode={s.decode!r}")
     if config.eval.lm and s.decode not in ("beam", "dagsearch"):
         raise ConfigError(f"eval.lm is fused into the beam searches: set dat.decode=beam or dagsearch "
                           f"(dat.decode={s.decode!r})")
