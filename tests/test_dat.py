@@ -719,7 +719,7 @@ BASE = ["--config.model.name=dat", "--config.dat.upsample=2", "--config.eval.bea
 def test_config_errors_are_one_line():
     for overrides, message in ((["--config.dat.decode_upsample=3"], "at most dat.upsample"),
                                (["--config.eval.beam_size=4"], "width of dat.decode=beam"),
-                               (["--config.eval.valid_beam_size=4"], "eval.valid_beam_size=4 is the width"),
+                               (["--config.eval.valid_beam_size=4"], r"eval.valid_beam_size=4 \(the width"),
                                (["--config.eval.iteration_sweep=1,3"], r"eval.iteration_sweep \(3\) must be at most"),
                                (["--config.train.label_smoothing=0.1"], "no label smoothing"),
                                (["--config.eval.lm=lm.arpa"], "eval.lm is fused into the beam search"),
@@ -732,14 +732,19 @@ def test_config_errors_are_one_line():
                                (["--config.eval.no_consecutive_repeat=1", "--config.dat.decode=path_viterbi"],
                                 "steps around repeats .* not 'path_viterbi'"),
                                (["--config.dat.viterbi_convention=authors"],
-                                "viterbi_convention=authors .* is read by dat.decode=viterbi and path_viterbi .*"
-                                "dat.viterbi_convention=jaxnat .* with dat.decode='lookahead'"),
+                                r"dat.decode='lookahead' reads none of dat.viterbi_convention=authors \(an imported "
+                                r"Viterbi decoding's: read by dat.decode=viterbi and path_viterbi .*jaxnat otherwise"),
+                               # an imported beam search's keys, another decoder chosen: every one in the same line
+                               (["--config.eval.beam_size=20", "--config.dat.beam_per_length=5",
+                                 "--config.dat.top_p=0.8"], r"reads none of eval.beam_size=20 \(.*1 otherwise\); "
+                                r"dat.top_p=0.8 \(.*0.9 otherwise\); dat.beam_per_length=5 \(.*10 otherwise\): "
+                                r"choose the decoding that reads them, or reset them$"),
                                (["--config.dat.viterbi_convention=theirs"], "viterbi_convention"),
-                               (["--config.dat.top_p=0.5"], "dat.top_p=0.5 acts only in dat.decode=dagsearch"),
+                               (["--config.dat.top_p=0.5"], r"dat.top_p=0.5 \(acts only in dat.decode=dagsearch"),
                                (["--config.dat.top_p=0.5", "--config.eval.no_repeat_ngram=2",
-                                 "--config.dat.decode=beam"], "dat.top_p=0.5 acts only in"),
+                                 "--config.dat.decode=beam"], r"dat.top_p=0.5 \(acts only in"),
                                (["--config.dat.beam_per_length=3", "--config.dat.decode=beam"],
-                                "dat.beam_per_length=3 acts only in dat.decode=dagsearch"),
+                                r"dat.beam_per_length=3 \(acts only in dat.decode=dagsearch"),
                                (["--config.dat.sampler=authors"], "dat.sampler=authors is the cut of eval.sampling"),
                                (["--config.dat.sampler=authors", "--config.eval.sampling=true",
                                  "--config.eval.top_k=5"], "dat.sampler=authors cuts to dat.top_cand pairs")):

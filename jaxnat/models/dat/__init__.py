@@ -88,11 +88,11 @@ def validate(config) -> None:
     if s.glance_end > s.glance_start:
         raise ConfigError(f"dat.glance_end={s.glance_end} must not exceed dat.glance_start={s.glance_start} "
                           f"(the glancing ratio anneals down)")
-    for key in ("beam_size", "valid_beam_size"):
-        if config.eval[key] > 1 and s.decode not in ("beam", "dagsearch") and not config.eval.sampling:
-            raise ConfigError(f"eval.{key}={config.eval[key]} is the width of dat.decode=beam or dagsearch (or the "
-                              f"samples a sentence draws with eval.sampling=true); dat.decode={s.decode!r} takes "
-                              f"eval.{key}=1")
+    # the keys set that the chosen decoding does not read, every one in the same line (an imported model's, whose
+    # decoding keys stay set when another decoder is chosen)
+    unread = [f"eval.{key}={config.eval[key]} (the width of dat.decode=beam or dagsearch, or the samples a sentence "
+              f"draws with eval.sampling=true; 1 otherwise)" for key in ("beam_size", "valid_beam_size")
+              if config.eval[key] > 1 and s.decode not in ("beam", "dagsearch") and not config.eval.sampling]
     if (config.eval.no_repeat_ngram or config.eval.no_consecutive_repeat) and s.decode in VITERBI and not (
             config.eval.sampling):
         asked = ", ".join(f"eval.{k}={config.eval[k]}" for k in ("no_repeat_ngram", "no_consecutive_repeat")
@@ -110,16 +110,19 @@ def validate(config) -> None:
                           f"leave those out")
     if s.top_p != defaults()["top_p"] and not (authors_beam or authors_samples) and (
             not prevents or s.decode not in ("greedy", "lookahead") or config.eval.sampling):
-        raise ConfigError(f"dat.top_p={s.top_p} acts only in dat.decode=dagsearch, dat.sampler=authors and where "
-                          f"greedy or lookahead decoding steps around repeats (eval.no_repeat_ngram or "
-                          f"eval.no_consecutive_repeat set): set them, or leave dat.top_p out")
+        unread.append(f"dat.top_p={s.top_p} (acts only in dat.decode=dagsearch, dat.sampler=authors and where greedy "
+                      f"or lookahead decoding steps around repeats, eval.no_repeat_ngram or eval.no_consecutive_repeat "
+                      f"set; {defaults()['top_p']} otherwise)")
     if s.beam_per_length != defaults()["beam_per_length"] and not authors_beam:
-        raise ConfigError(f"dat.beam_per_length={s.beam_per_length} acts only in dat.decode=dagsearch (without "
-                          f"eval.sampling): set it, or leave dat.beam_per_length out")
+        unread.append(f"dat.beam_per_length={s.beam_per_length} (acts only in dat.decode=dagsearch without "
+                      f"eval.sampling; {defaults()['beam_per_length']} otherwise)")
     if s.viterbi_convention != defaults()["viterbi_convention"] and (s.decode not in VITERBI or config.eval.sampling):
-        raise ConfigError(f"dat.viterbi_convention={s.viterbi_convention} (an imported Viterbi decoding's) is read "
-                          f"by dat.decode=viterbi and path_viterbi without eval.sampling alone: set one, or "
-                          f"dat.viterbi_convention=jaxnat (the default) with dat.decode={s.decode!r}")
+        unread.append(f"dat.viterbi_convention={s.viterbi_convention} (an imported Viterbi decoding's: read by "
+                      f"dat.decode=viterbi and path_viterbi without eval.sampling; {defaults()['viterbi_convention']} "
+                      f"otherwise)")
+    if unread:
+        raise ConfigError(f"dat.decode={s.decode!r}{' with eval.sampling' if config.eval.sampling else ''} reads "
+                          f"none of {'; '.join(unread)}: choose the decoding that reads them, or reset them")
     if config.eval.lm and s.decode not in ("beam", "dagsearch"):
         raise ConfigError(f"eval.lm is fused into the beam searches: set dat.decode=beam or dagsearch "
                           f"(dat.decode={s.decode!r})")
