@@ -187,10 +187,14 @@ def viterbi(links: jax.Array, scores: jax.Array, bos: jax.Array, n_vertices: jax
     ends = jax.vmap(_at, (0, None))(deltas, n_vertices - 1)                   # [width, B]: row s, s + 1 vertices
     vertices = jnp.arange(1, width + 1, dtype=jnp.float32)[:, None]
     length = vertices - 2 if authors else vertices
-    fits = (length >= 1) & (vertices <= (width if limit is None else limit[None]))
+    # the lengths a path of the graph can have, within the row's limit (the others score −inf through the missing
+    # links; bounded here too, so that links masked with a finite negative, whose sums a large β's penalty lifts
+    # towards 0, cannot win)
+    most = jnp.minimum(n_vertices, width if limit is None else limit)
+    fits = (length >= 1) & (vertices >= 2) & (vertices <= most[None])
     ranked = jnp.where(fits, ends / jnp.maximum(length, 1.0) ** beta, -jnp.inf)
     if authors:  # a row with no inner vertex within its limit (a graph of 2, a limit of 2) takes the direct path
-        ranked = ranked.at[1].set(jnp.where(jnp.any(ranked > -jnp.inf, axis=0), -jnp.inf, 0.0))
+        ranked = ranked.at[1].set(jnp.where(jnp.any(fits, axis=0), -jnp.inf, 0.0))
     steps = argmax(ranked.T).astype(jnp.int32)
     path = backtrack(deltas, links, steps, n_vertices - 1)
     return path, path_score(path, links, scores, bos)
