@@ -118,6 +118,8 @@ def _run_starts(keys: np.ndarray) -> np.ndarray:
 
 def _logsumexp_groups(values: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """float64[G]: the log-sum-exp of each run values[starts[g] : starts[g + 1]]."""
+    if len(starts) == len(values):  # every run one value (most steps of a small beam): its own log-sum-exp
+        return values.astype(np.float64)
     top = np.maximum.reduceat(values, starts)
     safe = np.where(np.isfinite(top), top, 0.0)
     sizes = np.diff(starts, append=len(values))
