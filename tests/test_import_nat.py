@@ -22,6 +22,7 @@ from tests.test_import import to_jaxnat
 pytestmark = pytest.mark.slow  # the quick tier (-m 'not slow') leaves this file out
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "import", "fairseq-nat")
+LM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "ngram", "lm.arpa")
 FAIRSEQ_PAD, FAIRSEQ_UNK = 1, 3
 _IMPORTED = {}
 
@@ -157,6 +158,9 @@ PREVENT = {"decode_no_repeated_ngram": 1, "decode_no_consecutive_repeated_ngram"
     (BEAM, {"dat.decode": "dagsearch", "eval.beam_size": 200, "dat.beam_per_length": 20, "dat.top_p": 0.8,
             "dat.lm_weight": 0.3, "dat.remove_repeats": False, "eval.no_repeat_ngram": 0}),
     ({**BEAM, **PREVENT}, {"dat.decode": "dagsearch", "eval.no_repeat_ngram": 1, "eval.no_consecutive_repeat": 0}),
+    # the n-gram LM their beam search fuses: eval.lm where it is an ARPA file here, else left out with a warning
+    ({**BEAM, "decode_lm_path": LM}, {"eval.lm": LM}),
+    ({**BEAM, "decode_lm_path": f"{DATA}/dat.pt"}, {"eval.lm": None}),
     # lookahead's loop: its n = 1 bans nothing but the token before
     ({**PREVENT, "decode_strategy": "lookahead"}, {"dat.decode": "lookahead", "eval.no_repeat_ngram": 0,
                                                    "eval.no_consecutive_repeat": 1, "dat.top_p": 0.8}),
@@ -175,10 +179,11 @@ PREVENT = {"decode_no_repeated_ngram": 1, "decode_no_consecutive_repeated_ngram"
      {"eval.sampling": True, "dat.sampler": "authors", "dat.top_p": 0.8, "eval.temperature": 0.5,
       "eval.no_repeat_ngram": 1, "eval.no_consecutive_repeat": 2, "dat.remove_repeats": False}),
 ])
-def test_the_da_transformer_plugins_decoding_settings_are_imported(monkeypatch, settings, imported):
+def test_the_da_transformer_plugins_decoding_settings_are_imported(monkeypatch, caplog, settings, imported):
     """A checkpoint's decoding settings decode in jaxnat as they would in the plugin: its beam search with its own
-    settings (decode_dedup off by default), its Viterbi decodings under its convention, its n-gram prevention where
-    its decoders apply it (Viterbi refuses it in one line, as theirs asserts)."""
+    settings (decode_dedup off by default) and its n-gram LM (one that is not here, a warning), its Viterbi
+    decodings under its convention, its n-gram prevention where its decoders apply it (Viterbi refuses it in one
+    line, as theirs asserts)."""
     from jaxnat.importers import read, torch_file
 
     ckpt = torch_file.load(f"{DATA}/dat.pt")
@@ -195,6 +200,8 @@ def test_the_da_transformer_plugins_decoding_settings_are_imported(monkeypatch, 
         return
     overrides = read(f"fairseq:{DATA}/dat.pt").overrides
     assert {k: overrides.get(k) for k in imported} == imported
+    assert ("which is no ARPA file here: decode with --config.eval.lm=FILE" in caplog.text) == (
+        "decode_lm_path" in settings and not overrides.get("eval.lm"))
 
 
 @pytest.mark.parametrize("setting, value, message", [

@@ -16,6 +16,7 @@ with `<s>`, and `<unk>` is their mask and placeholder (jaxnat's MASK and PLH row
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 
 import numpy as np
@@ -24,6 +25,8 @@ from jaxnat.errors import DataError
 from jaxnat.importers import torch_file
 from jaxnat.importers.imported import Imported, remap_rows
 from jaxnat.importers.torch_layers import StateDict, dense, norm, stacks
+
+log = logging.getLogger("jaxnat")
 
 SPECIALS = ("<s>", "<pad>", "</s>", "<unk>")  # fairseq's Dictionary, ids 0..3
 # jaxnat's PAD, BOS, EOS, UNK, PLH, MASK <- fairseq rows (PLH and MASK: <unk>'s, never predicted)
@@ -201,6 +204,16 @@ def _nat_heads(family: str, model: dict, state: StateDict, params: dict) -> dict
     return overrides
 
 
+def _is_arpa(path: str) -> bool:
+    """Whether ``path`` is a file that opens with ARPA's ``\\data\\`` (its first bytes alone: an LM may be
+    gigabytes, and `ngram.read_arpa` checks the rest when a decoder reads it)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4096).lstrip().startswith(b"\\data\\")
+    except OSError:
+        return False
+
+
 def _dat_heads(path: str, model: dict, task: dict, state: StateDict, params: dict) -> dict:
     """The DA-Transformer plugin's graph heads into ``params`` (the link projections and gate over the states ⊕
     learned link positions: `dat.links=multihead`, its `links_feature=feature:position`); returns the overrides:
@@ -254,6 +267,13 @@ def _dat_heads(path: str, model: dict, task: dict, state: StateDict, params: dic
                     "dat.top_p": float(setting("decode_top_p", 0.9)),
                     "dat.lm_weight": float(setting("decode_gamma", 0.1)),
                     "dat.remove_repeats": bool(setting("decode_dedup", False))})
+        lm = setting("decode_lm_path", None)
+        if lm:  # the n-gram LM their search fuses (γ: decode_gamma), an ARPA file of the target's pieces
+            if _is_arpa(lm):
+                out["eval.lm"] = os.path.abspath(lm)
+            else:
+                log.warning("%s: its beam search fuses the n-gram LM %s, which is no ARPA file here: decode with "
+                            "--config.eval.lm=FILE (its ARPA file) to fuse it", path, lm)
     # their n-gram prevention, where their decoders apply it: beam search always; greedy and lookahead step around
     # repeats with the consecutive rule set, or the n-gram rule in lookahead: both rules in lookahead's loop (with
     # decode_beta), which always bans the token before and whose n = 1 bans nothing more; their Viterbi refuses it
