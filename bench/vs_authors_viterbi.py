@@ -2,7 +2,7 @@
 `inference_viterbi` (their fairseq plugin, thu-coai/DA-Transformer), on a trained run's graphs: identical outputs.
 
     python bench/vs_authors_viterbi.py --run runs/dat-m30k --plugin ../DA-Transformer \
-        --config.data.dir=../shared/data/multi30k [--sentences 1000] [--batch 32] [--config.eval.length_cap_ratio=4]
+        --config.data.dir=../shared/data/multi30k [--sentences 1000] [--batch 32]
 
 jaxnat decodes the first test split's sources through the run's translator (`dat.decode=path_viterbi` and
 `viterbi`, `dat.viterbi_convention=authors`, the run's `dat.viterbi_beta` and λ). The run's model computes the
@@ -10,8 +10,8 @@ graphs of the same sources in batches of --batch, with each inner vertex's reser
 −1e9, since jaxnat's inner vertices never emit them and theirs read every token's argmax; their `viterbi` and
 `jointviterbi` decode those in a worker under .refenv/bin/python (torch, fairseq 0.12.2 and the plugin; on the CPU,
 their length penalty's `.cuda` made the identity). Compared: the tokens fairseq prints (BOS, EOS and PAD dropped,
-repeats removed by both). Their length cap is 2 · the batch's graph size / λ inner vertices, jaxnat's each
-sentence's own output capacity (`eval.length_cap_ratio`, `eval.length_cap_min`).
+repeats removed by both). Their length cap is int(2 · n / λ) inner vertices with n their batch's graph size,
+jaxnat's the same of each sentence's own graph (theirs at batch 1: `--batch 1` compares sentences alone).
 """
 
 from __future__ import annotations

@@ -764,6 +764,23 @@ def test_config_errors_are_one_line():
     build_config(TINY, BASE + ["--config.eval.sampling=true", "--config.dat.sampler=authors", "--config.dat.top_p=0.5"])
 
 
+@pytest.mark.slow  # a whole model's programs
+def test_the_authors_viterbi_stops_where_theirs_does_alone():
+    """dat.viterbi_convention=authors: their Viterbi's cap, int(2 · n / λ) inner vertices of the sentence's own graph
+    (theirs at batch 1), in place of the output capacity (here twice as wide): a random model's path of the links
+    alone runs into it, and no output passes it."""
+    src = jnp.asarray([[1, 7, 8, 9, 10, 2, 0, 0], [1, 7, 8, 2, 0, 0, 0, 0], [1, 11, 12, 13, 14, 15, 16, 2]], jnp.int32)
+    config = build_config(TINY, ["--config.model.name=dat", "--config.dat.upsample=8", "--config.eval.beam_size=1",
+                                 "--config.dat.decode=path_viterbi", "--config.dat.viterbi_convention=authors",
+                                 "--config.eval.length_cap_ratio=4"])
+    spec = build_model(config, 24, 24)
+    out = jax.jit(spec.generate)(spec.init(jax.random.PRNGKey(0), {"src": src}),
+                                 DecodeRequest(src, max_out=spec.capacity(src.shape[1])))
+    cap = 2 * np.asarray(graph_sizes(src, 8)[1]) // 8
+    decoded = np.asarray(out["decoded"])
+    assert np.all(decoded <= cap) and np.any(decoded == cap), (decoded, cap)
+
+
 @pytest.mark.slow
 def test_a_run_whose_graphs_hold_no_target_stops_with_one_line(tmp_path):
     """Graphs of at most 4 vertices align no target: the first log window says so and the run stops (it would

@@ -350,17 +350,6 @@ def dat_fixture(out: str, plugin: str) -> None:
             model.args.decode_strategy = strategy
             tokens = model.forward_decoder(canvas, enc).output_tokens
             outputs[strategy] = [[t for t in row if t != d.pad()] for row in tokens.tolist()]
-        # their Viterbi decodings, which the plugin runs on a GPU alone (`.cuda` on the length penalty: the identity
-        # here); they leave BOS and EOS out of their outputs, which the others keep
-        cuda = torch.Tensor.cuda
-        torch.Tensor.cuda = lambda self, *args, **kwargs: self
-        try:
-            for strategy in ("viterbi", "jointviterbi"):
-                model.args.decode_strategy = strategy
-                tokens = model.forward_decoder(canvas, enc).output_tokens
-                outputs[strategy] = [[d.bos(), *(t for t in row if t != d.pad()), d.eos()] for row in tokens.tolist()]
-        finally:
-            torch.Tensor.cuda = cuda
         graph = {}
 
         def keep(decoder_out, logits, links):  # what forward_decoder hands its decoding strategy
@@ -369,6 +358,23 @@ def dat_fixture(out: str, plugin: str) -> None:
 
         model.inference = keep
         model.forward_decoder(canvas, enc)
+        # their Viterbi decodings on those graphs, each sentence alone (their length cap reads the batch's graph: a
+        # sentence's own at batch 1, which jaxnat takes), which the plugin runs on a GPU alone (`.cuda` on the length
+        # penalty: the identity here; the links copied, as their first step adds to them in place); they leave BOS
+        # and EOS out of their outputs, which the others keep
+        length = canvas.output_tokens.ne(d.pad()).sum(-1)
+        cuda = torch.Tensor.cuda
+        torch.Tensor.cuda = lambda self, *args, **kwargs: self
+        try:
+            for strategy in ("viterbi", "jointviterbi"):
+                model.args.decode_strategy = strategy
+                outputs[strategy] = []
+                for b, n in enumerate(length.tolist()):
+                    tokens, _ = model.inference_viterbi(graph["links"][b:b + 1, :n, :n].clone(),
+                                                        graph["logits"][b:b + 1, :n], length[b:b + 1])
+                    outputs[strategy].append([d.bos(), *(t for t in tokens[0].tolist() if t != d.pad()), d.eos()])
+        finally:
+            torch.Tensor.cuda = cuda
         # their beam search on that graph, at beam 6, 2 prefixes a length: the DAG-Search extension (built into this
         # environment, docs/import.md) called as their inference_beamsearch calls it, in this process (the plugin
         # runs it in a worker process on a CPU, which would import fairseq afresh, unpatched)

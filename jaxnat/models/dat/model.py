@@ -465,6 +465,13 @@ def output_limits(src: jax.Array, constraints, width: int, cfg: TransformerConfi
     return own
 
 
+def authors_viterbi_limits(n_vertices: jax.Array, upsample: int, width: int) -> jax.Array:
+    """int32[B]: each sentence's output capacity as the authors' Viterbi decodings cap it, int(2 · n / λ) inner
+    vertices and BOS/EOS, within ``width``; n_vertices: int32[B]. Their n is the batch's graph size (the padded
+    links'), a sentence's own at batch 1: what jaxnat takes for every sentence, in place of `output_limits`."""
+    return jnp.minimum(2 * n_vertices // upsample + 2, width).astype(jnp.int32)
+
+
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     s = config.dat
     if s.decode_upsample > s.upsample:  # also reached by eval.iteration_sweep, which sets it after validation
@@ -479,6 +486,15 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                        config.eval.no_consecutive_repeat, s.top_p, s.beam_per_length, s.sampler, s.viterbi_convention)
     continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
     capacity = output_capacity(cfg, config.eval)
+    upsample = s.decode_upsample or s.upsample
+    authors_viterbi = s.decode in VITERBI and s.viterbi_convention == "authors" and options.sampling is None
+    if authors_viterbi:  # the output as wide as their cap of a bucket's largest graph (`authors_viterbi_limits`)
+        ours = capacity
+
+        def capacity(src_len: int) -> int:
+            graph = max_vertices(src_len, upsample, decoder.ends, s.upsample_base)
+            graph = min(graph, s.max_vertices) if s.max_vertices else graph
+            return min(cfg.max_len, max(ours(src_len), 2 * graph // upsample + 2))
 
     def init(rng, batch):
         return module.init(rng, batch["src"][:1])
@@ -490,6 +506,10 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         logits, links, n_vertices = decoder.apply(params, request.src)
         width = request.width(capacity)
         limit = output_limits(request.src, request.constraints, width, cfg, config.eval)
+        if authors_viterbi:  # on the rows without constraints (the others take the constrained search)
+            theirs = authors_viterbi_limits(n_vertices, upsample, width)
+            limit = theirs if request.constraints is None else jnp.where(
+                jnp.any(request.constraints != PAD_ID, axis=(1, 2)), limit, theirs)
         keys = None if options.sampling is None else sample_keys(source_keys(request.src, options.sampling.seed),
                                                                  request.beam_size)
         return decode_graph(logits, links, n_vertices, width, options, request.beam_size, request.constraints,
