@@ -79,7 +79,7 @@ def main():
     import jax
     import jax.numpy as jnp
 
-    from jaxnat.decoding.refine import NOT_PREDICTED
+    from jaxnat.models.dat.model import allowed_tokens
 
     config = workdir_config(args.run)
     for key, value in parse_overrides(overrides):
@@ -105,8 +105,7 @@ def main():
         logp = jax.nn.log_softmax(logits)
         vertex = jnp.arange(logp.shape[1])[None]
         inner = (vertex > 0) & (vertex < (n - 1)[:, None])
-        reserved = jnp.zeros(logp.shape[-1], bool).at[jnp.asarray(NOT_PREDICTED)].set(True)
-        return jnp.where(inner[..., None] & reserved, -1e9, logp), links, n
+        return jnp.where(inner[..., None] & ~allowed_tokens(logp.shape[-1]), -1e9, logp), links, n
 
     arrays = {}
     for k, start in enumerate(range(0, len(ids), args.batch)):
