@@ -121,6 +121,37 @@ def test_the_search_is_the_authors_loop(seed, beam, per_length, top, top_p, alph
         assert np.all(shares[b, len(row) - 1:] == 0)
 
 
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2 ** 31 - 1), size=st.integers(0, 3000), spread=st.sampled_from([3, 1000, 2 ** 16]))
+def test_the_searchs_sorts_and_tables_are_their_plain_python(seed, size, spread):
+    """The host search's bookkeeping at the sizes a batch of beam 100 reaches, against plain Python: its stable
+    orders of integers (narrowed to int16 for a radix sort where they fit and outnumber 512) and of scores best first
+    (a quicksort from 1024, the stable sort where two are equal or one is NaN) are Python's stable sort's; its
+    grouping of prefix ids lists each prefix's items in order, the prefixes in the order of their first; its table
+    of keys (a large and a small sorted run) answers as a dict, over insertions that merge the runs."""
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(0, spread, size)
+    assert ds._stable_order(keys).tolist() == sorted(range(size), key=lambda i: keys[i])
+    scores = rng.integers(0, spread, size) / 7.0          # equal scores where the spread is small
+    if spread == 3 and size:
+        scores[rng.integers(0, size, 3)] = np.nan
+    assert ds._best_first(scores).tolist() == sorted(range(size), key=lambda i: (np.isnan(scores[i]), -scores[i]))
+    prefixes = ds._Prefixes(1, None, None)
+    prefixes._grow(spread)
+    order, starts = prefixes.groups(keys)
+    leaders = list(dict.fromkeys(keys.tolist()))        # the distinct ids, in the order of their first item
+    assert [keys[order[a]] for a in starts] == leaders
+    assert order.tolist() == [i for k in leaders for i in range(size) if keys[i] == k]
+    table, plain = ds._Keys(), {}
+    for chunk in np.array_split(rng.permutation(keys.max() + 1 if size else 0)[:size], max(1, size // 97)):
+        ask = np.concatenate([chunk, rng.integers(0, spread + 5, 8)])
+        assert table.find(ask).tolist() == [plain.get(k, -1) for k in ask.tolist()]
+        chunk = np.sort(chunk)
+        table.add(chunk, chunk * 3 + 1)
+        plain.update((k, 3 * k + 1) for k in chunk.tolist())
+    assert prefixes.first.min() == ds._NONE                  # the scratch left as it was found
+
+
 def test_the_jitted_decoder_calls_the_host_search():
     """dat.decode=dagsearch through `decode_graph` under jit (the candidates on the device, the search by
     `jax.pure_callback`): the outputs, scores and token shares of `search` on the same candidates, each row within
