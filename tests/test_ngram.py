@@ -49,9 +49,11 @@ corpora = st.lists(st.lists(st.sampled_from(WORDS[:5]), max_size=8), min_size=1,
 @settings(max_examples=15, deadline=None, derandomize=True)
 @given(corpus=corpora, order=st.integers(1, 4), seed=st.integers(0, 10**6))
 def test_queries_are_the_back_off_rule_and_every_distribution_sums_to_one(tmp_path_factory, corpus, order, seed):
-    """A Kneser-Ney model of a random corpus, written and read back: each sentence's log10 P on the device is the
-    reference's word by word (words the model never saw read as <unk>), and after any context the probabilities of
-    every word but <s> sum to 1 (the interpolated estimate that the back-off weights keep)."""
+    """A Kneser-Ney model of a random corpus, written and read back: each sentence's log10 P on the device, and
+    word by word on the host (NumPy tables, as the DA-Transformer authors' search reads them: each lookup probes
+    only until it meets its key or an empty slot), is the reference's (words the model never saw read as <unk>), and
+    after any context the probabilities of every word but <s> sum to 1 (the interpolated estimate that the
+    back-off weights keep)."""
     path = str(tmp_path_factory.mktemp("lm") / "lm.arpa")
     write_arpa(path, estimate(corpus, order))
     grams = ref.read(path)
@@ -59,7 +61,14 @@ def test_queries_are_the_back_off_rule_and_every_distribution_sums_to_one(tmp_pa
     rng = random.Random(seed)
     sentences = [[rng.choice(WORDS + ["never_seen"]) for _ in range(rng.randint(0, WIDTH - 2))] for _ in range(6)]
     got = np.asarray(_scorer()(lm, jnp.asarray(rows(sentences))))
-    np.testing.assert_allclose(got, [ref.sentence(grams, s) for s in sentences], rtol=1e-5, atol=1e-4)
+    want = [ref.sentence(grams, s) for s in sentences]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+    host, tokens = jax.tree_util.tree_map(np.asarray, lm), rows(sentences)
+    state, total = ngram.start(host, (len(tokens),), xp=np), np.zeros(len(tokens))
+    for t in range(1, WIDTH):
+        lp, state = ngram.advance(host, state, tokens[:, t], xp=np)
+        total += np.where(tokens[:, t] != 0, lp, 0.0)
+    np.testing.assert_allclose(total, want, rtol=1e-5, atol=1e-4)
     vocab = [w for (w,) in (g for g in grams if g is not None and len(g) == 1) if w != "<s>"]
     for words in sentences[:3]:
         context = ("<s>", *words)

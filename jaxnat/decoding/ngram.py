@@ -73,6 +73,20 @@ def _find(xp, keys_ctx, keys_word, probes: int, ctx, word):
     """The slot of the key (ctx, word) in one order's table, −1 where it is absent (or ctx is −1)."""
     mask = keys_ctx.shape[0] - 1
     home = _hash(xp, ctx, word)
+    if xp is np:  # on the host each key probes only until it is found or meets an empty slot (then it is absent)
+        shape = home.shape
+        ctx, word, home = (np.broadcast_to(a, shape).ravel() for a in (ctx, word, home))
+        found = np.full(len(ctx), -1, np.int32)
+        left = np.flatnonzero(ctx >= 0)
+        for p in range(probes):
+            if not len(left):
+                break
+            slot = ((home[left] + np.uint32(p)) & np.uint32(mask)).astype(np.int32)
+            held = keys_ctx[slot]
+            hit = (held == ctx[left]) & (keys_word[slot] == word[left])
+            found[left[hit]] = slot[hit]
+            left = left[~hit & (held >= 0)]
+        return found.reshape(shape)
     found = xp.full(xp.shape(ctx), -1, xp.int32)
     for p in range(probes):  # static: the longest run of the build
         slot = ((home + np.uint32(p)) & np.uint32(mask)).astype(xp.int32)
