@@ -15,9 +15,10 @@ among a beam's outputs.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from sacrebleu.metrics.bleu import BLEU
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 
 UTILITIES = ("chrf", "bleu")  # eval.mbr: the utilities `choose` computes
@@ -29,14 +30,21 @@ CHAR_ORDER, BETA = 6, 2  # sacreBLEU's chrF: character n-grams of orders 1-6, re
 def _matches(rows: list, n: int) -> tuple[np.ndarray, np.ndarray]:
     """The order-``n`` n-grams of K sequences (``rows``: strings, of characters, or tuples, of words): (int64[K, K]
     the n-grams sequence i shares with sequence j, each counted at most as often as either has it; int64[K] each
-    one's n-grams), from one matrix of their counts (K sequences × the n-grams any of them has): K² elementwise
-    minima in NumPy instead of K · (K − 1) comparisons of counters."""
+    one's n-grams), from one matrix of their counts C (K sequences × the n-grams any of them has) instead of
+    K · (K − 1) comparisons of counters. Since min(a, b) = Σ_t≥1 [a ≥ t] · [b ≥ t], the shared counts are
+    Σ_t A_t A_tᵀ with A_t = [C ≥ t] (t up to the largest count; each A_t of the columns that reach t): matrix products
+    of 0/1 entries, exact in float64, in place of K² elementwise minima over every n-gram."""
     grams: dict = {}
     ids = [[grams.setdefault(r[i:i + n], len(grams)) for i in range(len(r) - n + 1)] for r in rows]
     counts = np.zeros((len(rows), max(len(grams), 1)), np.int64)
     for r, row in enumerate(ids):
         np.add.at(counts[r], row, 1)
-    return np.minimum(counts[:, None, :], counts[None, :, :]).sum(axis=-1), counts.sum(axis=1)
+    shared = np.zeros((len(rows), len(rows)))
+    most = counts.max(axis=0)
+    for t in range(1, int(most.max()) + 1):
+        above = (counts[:, most >= t] >= t).astype(np.float64)
+        shared += above @ above.T
+    return shared.astype(np.int64), counts.sum(axis=1)
 
 
 def chrf_matrix(candidates: list[str]) -> np.ndarray:
@@ -75,20 +83,32 @@ _TOKENIZE = Tokenizer13a()
 def bleu_matrix(candidates: list[str]) -> np.ndarray:
     """float64[K, K]: sacreBLEU's sentence BLEU (0-100; `sacrebleu.sentence_bleu`'s settings: 13a tokens, exponential
     smoothing, the effective order) of candidate i as the hypothesis with candidate j as its reference (the diagonal:
-    0, not computed). The matches of every pair come from one count matrix per order (`_matches`); the score of a
-    pair from them is sacreBLEU's own `BLEU.compute_bleu`, so that it is theirs to the last bit (tests/test_mbr.py).
-    At 16 candidates it is 11x faster than sentence_bleu pair by pair, at 64 10x (bench/mbr_speed.py)."""
+    0, not computed). The matches of every pair come from one count matrix per order (`_matches`), the precisions
+    and the orders each pair counts from NumPy in `BLEU.compute_bleu`'s operations; the logarithms, their sum and
+    the exponential are Python's own (`math.log` of each distinct precision, then per pair `sum` and `math.exp`, as
+    sacreBLEU calls them; NumPy's may differ in the last bit, and Python's `sum` of floats is compensated from 3.12),
+    so that each score is theirs to the last bit (tests/test_mbr.py)."""
     k = len(candidates)
     words = [tuple(_TOKENIZE(c.rstrip()).split()) for c in candidates]
+    lengths = [len(w) for w in words]
     correct, total = zip(*(_matches(words, n) for n in range(1, WORD_ORDER + 1)))
-    out = np.zeros((k, k))
-    for i in range(k):
-        for j in range(k):
-            if i != j:
-                out[i, j] = BLEU.compute_bleu([int(c[i, j]) for c in correct], [int(t[i]) for t in total],
-                                              len(words[i]), len(words[j]), smooth_method="exp",
-                                              effective_order=True, max_ngram_order=WORD_ORDER).score
-    return out
+    correct = np.stack(correct)                                             # [n, K, K]: hypothesis i, reference j
+    total = np.broadcast_to(np.stack(total)[:, :, None], correct.shape)    # [n, K, K]: the hypothesis's n-grams
+    counted = np.cumprod(total > 0, axis=0).astype(bool)   # the orders before the first the hypothesis has none of
+    zero = correct == 0
+    smooth = 2.0 ** np.cumsum(zero & counted, axis=0)     # exponential smoothing: halved at each order matching none
+    with np.errstate(divide="ignore", invalid="ignore"):
+        precision = np.where(zero, 100. / (smooth * total), 100. * correct / total)
+    distinct, which = np.unique(precision[counted], return_inverse=True)
+    logs = np.zeros(correct.shape)
+    logs[counted] = np.array([math.log(p) for p in distinct.tolist()])[which]
+    brevity = {(h, r): (math.exp(1 - r / h) if h > 0 else 0.0) if h < r else 1.0
+               for h in set(lengths) for r in set(lengths)}
+    pairs = zip(logs.reshape(WORD_ORDER, k * k).T.tolist(), counted.sum(axis=0).ravel().tolist(),
+                correct.any(axis=0).ravel().tolist(), range(k * k))
+    out = np.array([brevity[lengths[at // k], lengths[at % k]] * math.exp(sum(row[:orders]) / orders)
+                    if matched and at // k != at % k else 0.0 for row, orders, matched, at in pairs])
+    return out.reshape(k, k)
 
 
 def choose(candidates: list[str], utility: str = "chrf") -> tuple[int, float]:
