@@ -121,7 +121,7 @@ def main():
             L = score.shape[1]
             tokens, _, _ = dag_search.search(score, vertex, token, n, np.full(len(n), L + 1), L + 1, vocab, args.beam,
                                              args.per_length, args.top_p, s.beam_alpha, gamma, lm)
-            out += [printed(row) for row in tokens]
+            out += [printed(row) for row in tokens[:, 0]]
         return time.perf_counter() - t0, out
 
     with tempfile.TemporaryDirectory() as tmp:

@@ -323,11 +323,12 @@ def cxx_bans(words, no_repeat: int, no_consecutive: int) -> list:
 
 
 def dag_search(cands, n: int, beam: int, per_length: int, top_p: float, alpha: float, gamma: float = 0.0,
-               lm_step=None, lm_start=None, no_repeat: int = 0, no_consecutive: int = 0, limit: int | None = None):
+               lm_step=None, lm_start=None, no_repeat: int = 0, no_consecutive: int = 0, limit: int | None = None,
+               nbest: int = 1):
     """The authors' beam search (DAG-Search's dag_search, one thread), transcribed: ``cands`` per vertex its
-    (score, vertex, token) pairs (`authors_candidates`); lm_step(state, token) -> (log10 P, state). Returns (the
-    best prefix at the last vertex, BOS first; the log-sum of its paths), or (None, -inf). ``limit``: jaxnat's
-    output capacity (their search has none)."""
+    (score, vertex, token) pairs (`authors_candidates`); lm_step(state, token) -> (log10 P, state). Returns the
+    ``nbest`` best prefixes at the last vertex (theirs: the one best), each (its words, BOS first; the log-sum of
+    its paths), best first: [] where none reaches it. ``limit``: jaxnat's output capacity (their search has none)."""
     class Node:
         def __init__(self, parent, word, dag, lm, state):
             self.parent, self.word, self.dag, self.lm, self.state = parent, word, dag, lm, state
@@ -351,11 +352,11 @@ def dag_search(cands, n: int, beam: int, per_length: int, top_p: float, alpha: f
             by_length.setdefault(node.length, []).append(node)
         kept = []
         for group in by_length.values():
-            kept += sorted(group, key=lambda nd: -ranking(nd))[:1 if last else per_length]
+            kept += sorted(group, key=lambda nd: -ranking(nd))[:nbest if last else per_length]
         arrival = {id(nd): k for k, nd in enumerate(arrivals.get(i, []))}
-        kept = sorted(kept, key=lambda nd: (-ranking(nd), arrival[id(nd)]))[:1 if last else beam]
+        kept = sorted(kept, key=lambda nd: (-ranking(nd), arrival[id(nd)]))[:nbest if last else beam]
         if last:
-            return (kept[0].words(), kept[0].dag) if kept else (None, -math.inf)
+            return [(nd.words(), nd.dag) for nd in kept]
         for node in kept:
             banned = cxx_bans(node.words(), no_repeat, no_consecutive)
             total = np.float32(0.0)
@@ -378,7 +379,7 @@ def dag_search(cands, n: int, beam: int, per_length: int, top_p: float, alpha: f
                 else:
                     child.at[j] = reach
                     arrivals.setdefault(j, []).append(child)
-    return None, -math.inf
+    return []
 
 
 def authors_sample_distribution(cands, n: int, top_p: float, no_repeat: int = 0, no_consecutive: int = 0,

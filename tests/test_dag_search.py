@@ -64,10 +64,10 @@ def test_the_authors_extension_decodes_the_fixture_graphs_as_jaxnat_does():
                                  repeat, consecutive)
         for b in range(B):
             theirs = [int(t) for t in f[f"tokens{k}"][b] if t != PAD]
-            assert [int(t) for t in tokens[b] if t != PAD] == _printed(theirs[1:]), (k, b)
-            words, dag = _reference(links[b], logp[b], int(n[b]), top, float(beta), lm, beam=beam,
-                                    per_length=per_length, top_p=top_p, alpha=alpha, gamma=gamma,
-                                    no_repeat=repeat, no_consecutive=consecutive)
+            assert [int(t) for t in tokens[b, 0] if t != PAD] == _printed(theirs[1:]), (k, b)
+            [(words, dag)] = _reference(links[b], logp[b], int(n[b]), top, float(beta), lm, beam=beam,
+                                        per_length=per_length, top_p=top_p, alpha=alpha, gamma=gamma,
+                                        no_repeat=repeat, no_consecutive=consecutive)
             assert words == theirs, (k, b)
             lm10 = 0.0
             if lm is not None:
@@ -96,29 +96,33 @@ def _graphs(rng, batch: int, width: int, vocab: int):
 @given(seed=st.integers(0, 2 ** 31 - 1), beam=st.integers(1, 6), per_length=st.integers(1, 4),
        top=st.integers(1, 4), top_p=st.sampled_from([0.3, 0.9, 1.0]), alpha=st.sampled_from([0.0, 1.1]),
        bans=st.sampled_from([(0, 0), (1, 0), (2, 0), (0, 1), (0, 3), (2, 2)]), gamma=st.sampled_from([0.0, 1.0]),
-       capped=st.booleans())
-def test_the_search_is_the_authors_loop(seed, beam, per_length, top, top_p, alpha, bans, gamma, capped):
+       capped=st.booleans(), nbest=st.integers(1, 3))
+def test_the_search_is_the_authors_loop(seed, beam, per_length, top, top_p, alpha, bans, gamma, capped, nbest):
     """Rows of random graphs (up to 12 vertices, mostly short jumps so that outputs run long enough to repeat):
     jaxnat's batched search outputs what the transcription of their C++ loop outputs, each row as it would alone,
-    with the log-sum of its paths; an output capacity (jaxnat's only departure) caps the prefixes."""
+    with the log-sum of its paths; an output capacity (jaxnat's only departure) caps the prefixes; an n-best list
+    (jaxnat's addition) holds the N best prefixes at the last vertex, the output first."""
     rng = np.random.default_rng(seed)
     B, L, V = 3, 12, 19
     links, logp, n = _graphs(rng, B, L, V)
     limit = rng.integers(3, L + 2, size=B) if capped else np.full(B, L + 1)
     lm = _lm() if gamma else None
     cands = (np.asarray(a) for a in _candidates(top, 1.0)(jnp.asarray(links), jnp.asarray(logp)))
-    tokens, score, shares = ds.search(*cands, n, limit, L + 1, V, beam, per_length, top_p, alpha, gamma, lm, *bans)
+    tokens, score, shares = ds.search(*cands, n, limit, L + 1, V, beam, per_length, top_p, alpha, gamma, lm, *bans,
+                                      nbest)
     for b in range(B):
-        words, dag = _reference(links[b], logp[b], int(n[b]), top, 1.0, lm, beam=beam, per_length=per_length,
-                                top_p=top_p, alpha=alpha, gamma=gamma, no_repeat=bans[0], no_consecutive=bans[1],
-                                limit=int(limit[b]))
-        row = [int(t) for t in tokens[b] if t != PAD]
-        if words is None:
-            assert row == [BOS, EOS] and score[b] == -np.inf
-            continue
-        assert row == _printed(words[1:]) and len(row) <= limit[b], b
-        np.testing.assert_allclose(score[b], dag, rtol=1e-5, atol=1e-5)
-        assert np.all(shares[b, len(row) - 1:] == 0)
+        listed = _reference(links[b], logp[b], int(n[b]), top, 1.0, lm, beam=beam, per_length=per_length,
+                            top_p=top_p, alpha=alpha, gamma=gamma, no_repeat=bans[0], no_consecutive=bans[1],
+                            limit=int(limit[b]), nbest=nbest)
+        for k in range(nbest):
+            row = [int(t) for t in tokens[b, k] if t != PAD]
+            if k >= len(listed):                  # none (the output empty, the list short)
+                assert row == [BOS, EOS] and score[b, k] == -np.inf
+                continue
+            words, dag = listed[k]
+            assert row == _printed(words[1:]) and len(row) <= limit[b], (b, k)
+            np.testing.assert_allclose(score[b, k], dag, rtol=1e-5, atol=1e-5)
+            assert np.all(shares[b, k, len(row) - 1:] == 0)
 
 
 @settings(max_examples=30, deadline=None)
@@ -155,23 +159,26 @@ def test_the_searchs_sorts_and_tables_are_their_plain_python(seed, size, spread)
 def test_the_jitted_decoder_calls_the_host_search():
     """dat.decode=dagsearch through `decode_graph` under jit (the candidates on the device, the search by
     `jax.pure_callback`): the outputs, scores and token shares of `search` on the same candidates, each row within
-    its own capacity; twice the same."""
+    its own capacity, and its n-best lists; twice the same."""
     rng = np.random.default_rng(0)
     B, L, V = 3, 10, 12
     links, logp, n = _graphs(rng, B, L, V)
     links = np.where(np.isfinite(links), links, -1e9).astype(np.float32)
     limit = np.asarray([L + 1, 5, L + 1], np.int32)
     options = Decoding("dagsearch", top_cand=3, remove_repeats=False, per_length=2)
-    run = jax.jit(lambda lg, lk, nv, lim: decode_graph(lg, lk, nv, L + 1, options, 4, limit=lim))
+    run = jax.jit(lambda lg, lk, nv, lim: decode_graph(lg, lk, nv, L + 1, options, 4, limit=lim, nbest=3))
     out = jax.device_get(run(jnp.asarray(logp), jnp.asarray(links), jnp.asarray(n, jnp.int32), jnp.asarray(limit)))
     cands = (np.asarray(a) for a in dag.candidates(jnp.asarray(links), jax.nn.log_softmax(jnp.asarray(logp)), 3, 1.0))
-    tokens, score, shares = ds.search(*cands, n, limit, L + 1, V, 4, 2, 0.9, 1.1)
-    np.testing.assert_array_equal(out["tokens"], tokens)
-    np.testing.assert_allclose(out["score"], score, rtol=1e-6)
-    np.testing.assert_allclose(out["token_logp"], shares, rtol=1e-6)
-    assert np.all(np.sum(tokens != PAD, axis=1) <= limit) and np.sum(tokens[1] != PAD) <= 5
+    tokens, score, shares = ds.search(*cands, n, limit, L + 1, V, 4, 2, 0.9, 1.1, nbest=3)
+    np.testing.assert_array_equal(out["tokens"], tokens[:, 0])
+    np.testing.assert_allclose(out["score"], score[:, 0], rtol=1e-6)
+    np.testing.assert_allclose(out["token_logp"], shares[:, 0], rtol=1e-6)
+    np.testing.assert_array_equal(out["nbest_tokens"], tokens)
+    np.testing.assert_allclose(out["nbest_score"], score, rtol=1e-6)
+    assert np.isfinite(score[:, 1]).any() and (np.asarray(out["nbest_tokens"][:, 0]) == out["tokens"]).all()
+    assert np.all(np.sum(tokens != PAD, axis=2) <= limit[:, None]) and np.sum(tokens[1, 0] != PAD) <= 5
     again = jax.device_get(run(jnp.asarray(logp), jnp.asarray(links), jnp.asarray(n, jnp.int32), jnp.asarray(limit)))
-    np.testing.assert_array_equal(again["tokens"], tokens)
+    np.testing.assert_array_equal(again["tokens"], tokens[:, 0])
 
 
 @functools.cache

@@ -868,7 +868,7 @@ def test_tiny_model_trains_glances_and_decodes_through_its_spec(tmp_path):
     for decode, beam in (("greedy", 1), ("lookahead", 1), ("viterbi", 1), ("beam", 4), ("dagsearch", 4)):
         s = build_model(build_config(TINY, BASE + [f"--config.dat.decode={decode}", f"--config.eval.beam_size={beam}"]),
                         24, 24)
-        assert s.supports.beam == (beam > 1)  # what a Translator and bench/decode_speed.py ask of it
+        assert s.supports.beam == s.supports.nbest == (beam > 1)  # what a Translator and bench/decode_speed.py ask
         out = jax.jit(decode_graph, static_argnums=(3, 4, 5))(*graph, 8, Decoding(decode), beam)
         assert np.asarray(out["tokens"]).tolist() == learned, decode
     # lookahead stepping around repeats, through ModelSpec.generate: the pairs hold none

@@ -6,13 +6,15 @@ each vertex j its paths reach, the log-sum of the paths that emit it ending at j
 path that has emitted it so far ("its score", which grows as later steps reach it elsewhere). At vertex i:
 
 1. the prefixes that reach i are ranked by (score + γ · log10 P_lm(y_≤m)) / m^α (m: the prefix's tokens after BOS);
-   the ``per_length`` best of each length are kept, of those the ``beam`` best (at the last vertex: one and one);
+   the ``per_length`` best of each length are kept, of those the ``beam`` best (at the last vertex: one and one, or
+   with an n-best list of N, N and N);
 2. each kept prefix extends by i's candidate pairs (`dag.candidates`: the ``top`` best (vertex j > i, token) pairs by
    log P(j | i) + β · log P(token | j), each j offering its ``top`` best tokens), best first, skipping a pair whose
    token the prefix bans (the authors' n-gram prevention, `repeats.bans`) and stopping once the pairs taken hold
    ``top_p`` of the probability; the extended prefix reaches j with its score at i plus the pair's.
 
-The output is the best prefix at the last vertex. Each step reads and writes a few pointers per hypothesis, so it runs
+The output is the best prefix at the last vertex (its n-best list, jaxnat's addition, the N best there, the output
+first: theirs keeps one). Each step reads and writes a few pointers per hypothesis, so it runs
 on the host in NumPy (as the authors' runs in C++ beside the GPU), vectorised over the batch, through
 `jax.pure_callback` from the jit'd decoder. tests/dat_reference.py transcribes the authors' C++ loop;
 tests/data/dag_search/ holds their extension's outputs.
@@ -220,19 +222,20 @@ def _places(keys: np.ndarray) -> np.ndarray:
 
 def search(score: np.ndarray, vertex: np.ndarray, token: np.ndarray, n_vertices: np.ndarray, limit: np.ndarray,
            width: int, vocab: int, beam: int, per_length: int, top_p: float, alpha: float, gamma: float = 0.0,
-           lm=None, no_repeat: int = 0, no_consecutive: int = 0):
+           lm=None, no_repeat: int = 0, no_consecutive: int = 0, nbest: int = 1):
     """The authors' beam search (module docstring) over a batch of graphs, on the host. score, vertex, token:
     [B, L, C] each vertex's candidate pairs (`dag.candidates`); n_vertices, limit: int[B] (each row's vertices and
-    output capacity, BOS and EOS counted, ≤ width); lm: an `ngram.NgramLM` of NumPy tables, or None. Returns (tokens
-    int32[B, width]: [BOS, the output's tokens but any BOS, EOS or PAD, EOS] then PAD, as fairseq prints the
-    authors' output; log-sum of the output prefix's paths float32[B] (−inf: no prefix reached the last vertex
-    within the capacity, the output then empty); each kept token's share of it float32[B, width])."""
+    output capacity, BOS and EOS counted, ≤ width); lm: an `ngram.NgramLM` of NumPy tables, or None. Returns each
+    row's ``nbest`` best prefixes at its last vertex, the output first: (tokens int32[B, N, width]: [BOS, the
+    output's tokens but any BOS, EOS or PAD, EOS] then PAD, as fairseq prints the authors' output; log-sum of the
+    output prefix's paths float32[B, N] (−inf: no such prefix within the capacity, the output then empty); each kept
+    token's share of it float32[B, N, width])."""
     B, L, C = score.shape
     n_vertices, limit = np.asarray(n_vertices, np.int64), np.asarray(limit, np.int64)
     prefixes = _Prefixes(B, lm, None if lm is None else np.asarray(ngram.start(lm, (B,), xp=np)))
     # per vertex, the (prefix, log-sum of its paths ending there) pairs the steps before sent to it
     inbox: dict[int, list] = {0: [(np.arange(B), np.zeros(B))]}
-    best = np.full(B, -1, np.int64)
+    best = np.full((B, nbest), -1, np.int64)    # each row's n-best list at its last vertex
     ngram_n = 2 if no_repeat == 1 else no_repeat   # their C++ rule: n = 1 bans what n = 2 bans
     for i in range(L):
         arrived = inbox.pop(i, None)
@@ -251,11 +254,11 @@ def search(score: np.ndarray, vertex: np.ndarray, token: np.ndarray, n_vertices:
         order = order[_stable_order(row[order])]   # each row's prefixes best first (ties: the earlier), as they extend
         node, here, row, length, last = (a[order] for a in (node, here, row, length, last))
         if len(node) > min(per_length, beam) or last.any():         # (else every prefix is kept)
-            keep = _ranks(row * (L + 1) + length) < np.where(last, 1, per_length)
+            keep = _ranks(row * (L + 1) + length) < np.where(last, nbest, per_length)
             node, here, row, length, last = (a[keep] for a in (node, here, row, length, last))
-            keep = _places(row) < np.where(last, 1, beam)                 # (rows in order)
+            keep = _places(row) < np.where(last, nbest, beam)             # (rows in order)
             node, here, row, length, last = (a[keep] for a in (node, here, row, length, last))
-        best[row[last]] = node[last]
+        best[row[last], _places(row[last])] = node[last]
         node, here, row, length = node[~last], here[~last], row[~last], length[~last]
         if not len(node):
             continue
@@ -289,41 +292,42 @@ def search(score: np.ndarray, vertex: np.ndarray, token: np.ndarray, n_vertices:
 
 
 def _outputs(prefixes: _Prefixes, best: np.ndarray, width: int):
-    B = len(best)
-    tokens = np.full((B, width), PAD_ID, np.int32)
-    shares = np.zeros((B, width), np.float32)
-    score = np.full(B, -np.inf, np.float32)
-    tokens[:, :2] = [BOS_ID, EOS_ID]
-    for b in np.nonzero(best >= 0)[0]:
+    """`search`'s outputs of the prefixes ``best`` int64[B, N] (−1: none)."""
+    tokens = np.full((*best.shape, width), PAD_ID, np.int32)
+    shares = np.zeros((*best.shape, width), np.float32)
+    score = np.full(best.shape, -np.inf, np.float32)
+    tokens[..., :2] = [BOS_ID, EOS_ID]
+    for b, k in zip(*np.nonzero(best >= 0)):
         path = []
-        at = best[b]
+        at = best[b, k]
         while prefixes.parent[at] >= 0:
             path.append(at)
             at = prefixes.parent[at]
         path.reverse()
         kept = [p for p in path if prefixes.token[p] not in (BOS_ID, EOS_ID, PAD_ID)]
-        tokens[b, 1:len(kept) + 1] = prefixes.token[kept]
-        tokens[b, len(kept) + 1] = EOS_ID
-        shares[b, 1:len(kept) + 1] = prefixes.score[kept] - prefixes.score[prefixes.parent[kept]]
-        score[b] = prefixes.score[best[b]]
+        tokens[b, k, 1:len(kept) + 1] = prefixes.token[kept]
+        tokens[b, k, len(kept) + 1] = EOS_ID
+        shares[b, k, 1:len(kept) + 1] = prefixes.score[kept] - prefixes.score[prefixes.parent[kept]]
+        score[b, k] = prefixes.score[best[b, k]]
     return tokens, score, shares
 
 
 def dag_search(links: jax.Array, logp: jax.Array, n_vertices: jax.Array, limit: jax.Array, width: int, *,
                beam: int, per_length: int, top: int, top_p: float, alpha: float, beta: float = 1.0,
-               gamma: float = 0.0, lm=None, no_repeat: int = 0, no_consecutive: int = 0):
+               gamma: float = 0.0, lm=None, no_repeat: int = 0, no_consecutive: int = 0, nbest: int = 1):
     """The authors' beam search from inside a jit'd decoder: the candidate pairs on the device (`dag.candidates`),
     the search on the host (`search`). links: float32[B, L, L]; logp: float32[B, L, V] log-softmaxed over the whole
     vocabulary (theirs: no token is barred from any vertex); n_vertices, limit: int32[B]. Returns `search`'s
-    (tokens int32[B, width], score float32[B], shares float32[B, width])."""
+    n-best lists (tokens int32[B, N, width], score float32[B, N], shares float32[B, N, width]), the output first."""
     B = links.shape[0]
     score, vertex, token = dag.candidates(links, logp, top, beta)
-    shapes = (jax.ShapeDtypeStruct((B, width), jnp.int32), jax.ShapeDtypeStruct((B,), jnp.float32),
-              jax.ShapeDtypeStruct((B, width), jnp.float32))
+    shapes = (jax.ShapeDtypeStruct((B, nbest, width), jnp.int32), jax.ShapeDtypeStruct((B, nbest), jnp.float32),
+              jax.ShapeDtypeStruct((B, nbest, width), jnp.float32))
 
     def host(score, vertex, token, n_vertices, limit, lm):
         return search(np.asarray(score), np.asarray(vertex), np.asarray(token), np.asarray(n_vertices),
                       np.asarray(limit), width, logp.shape[-1], beam, per_length, top_p, alpha, gamma,
-                      None if lm is None else jax.tree_util.tree_map(np.asarray, lm), no_repeat, no_consecutive)
+                      None if lm is None else jax.tree_util.tree_map(np.asarray, lm), no_repeat, no_consecutive,
+                      nbest)
 
     return jax.pure_callback(host, shapes, score, vertex, token, n_vertices, limit, lm)

@@ -328,9 +328,10 @@ def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, wid
     constrained search; a row without any decodes as it would alone, by the strategy. limit: int32[B], each row's
     own output capacity within the width (`output_limits`), or None: the width. The beam search reads every
     token's log-probability; the others each vertex's best (`dag.vertex_scores`), the constrained search each
-    vertex's best per token class and its phrases' tokens. nbest > 1 (the beam search, at most ``beam``): also the
-    beam's nbest best outputs, 'nbest_tokens' int32[B, N, width] and their log P(y | x) 'nbest_score' float32[B, N],
-    ranked by the beam's normalised score (a row that takes the constrained search lists its one output). lm: an
+    vertex's best per token class and its phrases' tokens. nbest > 1 (the beam searches, at most ``beam``): also the
+    beam's nbest best outputs, 'nbest_tokens' int32[B, N, width] and their log P(y | x) 'nbest_score' float32[B, N]
+    (the authors' search: the log-sum of the paths it found), ranked by the beam's normalised score (a row that takes
+    the constrained search lists its one output). lm: an
     n-gram LM (`ngram.NgramLM`) the beam search fuses (``options.lm_weight``), or None. keys: uint32[B, beam, 2],
     the samples' keys with ``options.sampling`` (`search.sample_keys`): beam samples a sentence, ranked by
     log P(y, a | x) / M^viterbi_beta, the best the output and the first nbest its list."""
@@ -404,8 +405,8 @@ def _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limi
                                            top=min(options.top_cand, logits.shape[-1]), top_p=options.top_p,
                                            alpha=options.beam_alpha, beta=options.lookahead_beta,
                                            gamma=options.lm_weight, lm=lm, no_repeat=options.no_repeat,
-                                           no_consecutive=options.no_consecutive)
-        return tokens, score, shares, None
+                                           no_consecutive=options.no_consecutive, nbest=nbest)
+        return tokens[:, 0], score[:, 0], shares[:, 0], (tokens, score) if nbest > 1 else None
     if options.sampling is not None and options.sampler == "authors":  # their cut, every token
         tokens, lp, shares, _ = dag.authors_samples(links, jax.nn.log_softmax(logits), n_vertices, width, keys,
                                                     options.sampling.temperature,
@@ -523,11 +524,11 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         return {"logp": logp, "score": logp}
 
     # eval.beam_size is the width of dat.decode=beam or dagsearch, or the samples a sentence draws with
-    # eval.sampling, and of nothing else, eval.nbest the n-best lists of beam (the authors' keeps one output); the
-    # samples take no constraints and no LM
+    # eval.sampling, and of nothing else, eval.nbest the n-best lists of the two; the samples take no constraints
+    # and no LM
     beams = s.decode in ("beam", "dagsearch")
     supports = SUPPORTS.when_sampling(options.sampling) if options.sampling else dataclasses.replace(
-        SUPPORTS, beam=beams, nbest=s.decode == "beam", lm=beams)
+        SUPPORTS, beam=beams, nbest=beams, lm=beams)
     return ModelSpec("dat", cfg, module, init, loss, generate, capacity, supports, stepped=True, score=score,
                      terms=("glance_ratio", "glance_accuracy", "unaligned"),
                      left_out=("unaligned", "a target longer than its graph has no path: raise dat.upsample or "
