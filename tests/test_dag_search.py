@@ -143,9 +143,11 @@ def test_the_searchs_sorts_and_tables_are_their_plain_python(seed, size, spread)
     prefixes = ds._Prefixes(1, None, None)
     prefixes._grow(spread)
     order, starts = prefixes.groups(keys)
-    leaders = list(dict.fromkeys(keys.tolist()))        # the distinct ids, in the order of their first item
-    assert [keys[order[a]] for a in starts] == leaders
-    assert order.tolist() == [i for k in leaders for i in range(size) if keys[i] == k]
+    items: dict = {}                                     # each id's items, the ids in the order of their first
+    for i, k in enumerate(keys.tolist()):
+        items.setdefault(k, []).append(i)
+    assert [keys[order[a]] for a in starts] == list(items)
+    assert order.tolist() == [i for group in items.values() for i in group]
     table, plain = ds._Keys(), {}
     for chunk in np.array_split(rng.permutation(keys.max() + 1 if size else 0)[:size], max(1, size // 97)):
         ask = np.concatenate([chunk, rng.integers(0, spread + 5, 8)])
