@@ -35,6 +35,9 @@ from jaxnat.decoding import ngram, repeats
 from jaxnat.models.dat import dag
 
 
+_NONE = np.iinfo(np.int64).max  # no item yet (`_Prefixes.groups`)
+
+
 class _Keys:
     """Distinct int64 keys → int64 values, looked up and added an array at a time. They are kept sorted in two runs,
     a large one and a small one that takes the insertions, merged into the large one once copying it at each insertion
@@ -96,7 +99,7 @@ class _Prefixes:
         self.lm_state = None if lm is None else np.zeros((cap, lm_state.shape[-1]), np.int32)
         if lm is not None:
             self.lm_state[:rows] = lm_state
-        self.first = np.full(cap, _NONE)    # scratch of `firsts`, _NONE between calls
+        self.first = np.full(cap, _NONE)    # the scratch of `groups`, _NONE between calls
         self.children = _Keys()             # parent · V + token → the prefix, of every prefix but the BOS ones
 
     def _grow(self, need: int):
@@ -160,9 +163,6 @@ class _Prefixes:
             out[np.nonzero(live)[0], pos[live]] = self.token[at[live]]
             at = np.where(live & (self.parent[at] >= 0), self.parent[at], at)
         return out
-
-
-_NONE = np.iinfo(np.int64).max
 
 
 def _stable_order(keys: np.ndarray) -> np.ndarray:

@@ -331,10 +331,10 @@ def decode_graph(logits: jax.Array, links: jax.Array, n_vertices: jax.Array, wid
     vertex's best per token class and its phrases' tokens. nbest > 1 (the beam searches, at most ``beam``): also the
     beam's nbest best outputs, 'nbest_tokens' int32[B, N, width] and their log P(y | x) 'nbest_score' float32[B, N]
     (the authors' search: the log-sum of the paths it found), ranked by the beam's normalised score (a row that takes
-    the constrained search lists its one output). lm: an
-    n-gram LM (`ngram.NgramLM`) the beam search fuses (``options.lm_weight``), or None. keys: uint32[B, beam, 2],
-    the samples' keys with ``options.sampling`` (`search.sample_keys`): beam samples a sentence, ranked by
-    log P(y, a | x) / M^viterbi_beta, the best the output and the first nbest its list."""
+    the constrained search lists its one output). lm: an n-gram LM (`ngram.NgramLM`) the beam search fuses
+    (``options.lm_weight``), or None. keys: uint32[B, beam, 2], the samples' keys with ``options.sampling``
+    (`search.sample_keys`): beam samples a sentence, ranked by log P(y, a | x) / M^viterbi_beta, the best the output
+    and the first nbest its list."""
     allowed = allowed_tokens(logits.shape[-1])
     B = logits.shape[0]
     plain = lambda: _decode_plain(logits, links, n_vertices, width, options, beam, allowed, limit, nbest, lm, keys)  # noqa: E731
