@@ -45,6 +45,7 @@ def test_the_chrf_matrix_is_sacrebleus_sentence_chrf_in_any_script():
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.text(alphabet="ab cé北京.\t", max_size=12), min_size=1, max_size=6))
 @example(["", "a", "ab ab", "  ", "北京北京北京", "a b c d e f g"])
+@example(["a\ud800b", "a\ud800", "🙂 x🙂"])  # a lone surrogate (a str may hold one), a character beyond 16 bits
 def test_the_matrix_is_sacrebleus_chrf_of_every_pair(candidates):
     """Empty candidates, ones of whitespace only, shorter than an order, repeated n-grams, any script: each entry is
     sacreBLEU's score of the pair, to the last bit (the same operations in the same order)."""
