@@ -28,10 +28,10 @@ CHAR_ORDER, BETA = 6, 2  # sacreBLEU's chrF: character n-grams of orders 1-6, re
 
 
 def _matches(rows: list[np.ndarray], orders: int):
-    """Per order n = 1 … ``orders``, the n-grams of K sequences (``rows``: int arrays ≥ 0, of characters' code points
-    or words' ids): (int64[K, K] the n-grams sequence i shares with sequence j, each counted at most as often as either
-    has it; int64[K] each one's n-grams), from one matrix of their counts C (K sequences × the n-grams any of them
-    has) instead of K · (K − 1) comparisons of counters. An n-gram's column is the pair (its first n − 1 items'
+    """Yields per order n = 1 … ``orders`` the n-grams of K sequences (``rows``: int arrays ≥ 0, of characters' code
+    points or words' ids): (int64[K, K] the n-grams sequence i shares with sequence j, each counted at most as often
+    as either has it; int64[K] each one's n-grams), from one matrix of their counts C (K sequences × the n-grams any
+    of them has) instead of K · (K − 1) comparisons of counters. An n-gram's column is the pair (its first n − 1 items'
     column, its last item) numbered by np.unique, so that no n-gram is made as a Python object. Since min(a, b) =
     Σ_t≥1 [a ≥ t] · [b ≥ t], the shared counts are Σ_t A_t A_tᵀ with A_t = [C ≥ t] (t up to the largest count; each
     A_t of the columns that reach t): matrix products of 0/1 entries, exact in float64, in place of K² elementwise
