@@ -75,7 +75,9 @@ def _find(xp, keys_ctx, keys_word, probes: int, ctx, word):
     home = _hash(xp, ctx, word)
     if xp is np:  # on the host each key probes only until it is found or meets an empty slot (then it is absent)
         shape = home.shape
-        ctx, word, home = (np.broadcast_to(a, shape).ravel() for a in (ctx, word, home))
+        # (np.broadcast_to only where a side needs it: it costs more than the probes at a few dozen keys)
+        ctx, word, home = (np.ravel(a) if np.shape(a) == shape else np.broadcast_to(a, shape).ravel()
+                           for a in (ctx, word, home))
         found = np.full(len(ctx), -1, np.int32)
         left = np.flatnonzero(ctx >= 0)
         for p in range(probes):
