@@ -262,12 +262,13 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
         Job("ctc-plain", ("distill",), main("ctc/multi30k", "ctc-plain", distilled, *student,
                                             "--config.ctc.glancing=false"), "onepass"),
         # and their papers' best decodings: DA-Transformer's beam search alone and with a 4-gram LM of its training
-        # targets (the authors' dag_search: beam 100, γ 0.1, α 1.1), CTC's prefix beam with one (Gu & Kong's
-        # ctcdecode: beam 20; α 0.3, β 1.5, the best on the Multi30k short run); `--mode lm` writes each LM
+        # targets (the authors' own, dat.decode=dagsearch, at their defaults: beam 100, 10 a length, γ 0.1, α 1.1),
+        # CTC's prefix beam with one (Gu & Kong's ctcdecode: beam 20; α 0.3, β 1.5, the best on the Multi30k short
+        # run); `--mode lm` writes each LM
         *(Job(f"{name}-lm", (name,), main(cfg, name, data, *student, mode=("--mode", "lm", "--output", lm(name))),
               "onepass") for name, cfg, data in (("dat", "dat/multi30k", raw), ("ctc", "ctc/multi30k", distilled))),
         *(Job(f"dat-{row}", ("dat",) + (("dat-lm",) if extra else ()),
-              main("dat/multi30k", f"dat-{row}", raw, "--config.dat.decode=beam", "--config.eval.beam_size=100",
+              main("dat/multi30k", f"dat-{row}", raw, "--config.dat.decode=dagsearch", "--config.eval.beam_size=100",
                    "--config.eval.constraints=", "--config.eval.iteration_sweep=", *extra, mode=evaluate),
               "onepass", copy_from=run("dat"))
           for row, extra in (("beam", ()), ("beam-lm", (f"--config.eval.lm={lm('dat')}",)))),
@@ -279,7 +280,7 @@ def jobs(data: str, runs: str, gpu: bool, overrides: tuple[str, ...] = (), align
         # weight, then the test split with the best); the rows above keep the papers' own weights
         *(Job(f"{name}-lm-sweep", (name, f"{name}-lm"), ("bench/lm_sweep.py", run(name), "--lm", lm(name), "--weights",
                                                          weights, "--repeats", "1", *flags, *overrides), "onepass")
-          for name, weights, flags in (("dat", "0.1,0.3,1,2", ("--config.dat.decode=beam",)),
+          for name, weights, flags in (("dat", "0.1,0.3,1,2", ("--config.dat.decode=dagsearch", "--beam", "100")),
                                        ("ctc", "0.1,0.3,0.5,1", ()))),
         Job("speed-onepass", ("dat-kd", "ctc"), speed("--run", teach, "--run", run("dat-kd"), "--run", run("ctc"),
                                                       distilled), "onepass"),

@@ -286,8 +286,8 @@ def test_the_seeds_table(tmp_path):
 
 def test_the_one_pass_models_best_decodings_read_the_lms_of_their_runs(tmp_path):
     """The onepass table's papers' best decodings: `--mode lm` writes each run's 4-gram LM beside it, which a copy of
-    the run evaluates with (DA-Transformer's beam with and without it, CTC's prefix beam with it) and
-    bench/lm_sweep.py weighs on the validation split."""
+    the run evaluates with (DA-Transformer's beam, the authors' own search, with and without it, CTC's prefix beam
+    with it) and bench/lm_sweep.py weighs on the validation split."""
     out = _pipeline(tmp_path, "--dry-run", "--tables", "onepass")[0].stdout
     lines = dict(line.split(": ", 1) for line in out.splitlines())
     runs = tmp_path / "runs"
@@ -296,6 +296,7 @@ def test_the_one_pass_models_best_decodings_read_the_lms_of_their_runs(tmp_path)
         assert f" --workdir {runs / name} " in lines[f"{name}-lm"]
     assert lines["dat-beam-lm"].startswith(f"(copy {runs / 'dat'} -> {runs / 'dat-beam-lm'}) ")
     assert f"--config.eval.lm={runs / 'dat'}.arpa" in lines["dat-beam-lm"] and "eval.lm" not in lines["dat-beam"]
+    assert all("--config.dat.decode=dagsearch" in lines[job] for job in ("dat-beam", "dat-beam-lm", "dat-lm-sweep"))
     assert f"--config.eval.lm={runs / 'ctc'}.arpa" in lines["ctc-beam-lm"]
     assert lines["ctc-lm-sweep"].startswith(f"python bench/lm_sweep.py {runs / 'ctc'} --lm {runs / 'ctc'}.arpa ")
     events = _pipeline(tmp_path, "--only", "dat-beam-lm")[1]
