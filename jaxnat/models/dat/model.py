@@ -166,11 +166,17 @@ class DAT(nn.Module):
         mixed = dag.safe_logsumexp(per_head + jnp.moveaxis(gates, 2, 1)[..., None], axis=1)
         return jnp.where(edges, mixed, dag.NEG)
 
+    def graph_length(self, src_len: int) -> int:
+        """L: the padded graph's vertices for sources padded to ``src_len`` (`graph_sizes`), clipped to max_graph as
+        the authors' code clips to its position tables."""
+        length = max_vertices(src_len, self.graph_upsample or self.upsample, self.ends, self.upsample_base)
+        return min(length, self.max_graph) if self.max_graph else length
+
     def graph(self, src: jax.Array, memory: jax.Array, glanced: jax.Array | None = None, train: bool = False):
         """(logits float32[B, L, V], links float32[B, L, L], n_vertices int32[B]) of the sources' graphs."""
-        length, n_vertices = graph_sizes(src, self.graph_upsample or self.upsample, self.ends, self.upsample_base)
-        if self.max_graph:  # clipped, as the authors' code clips to its position tables
-            length, n_vertices = min(length, self.max_graph), jnp.minimum(n_vertices, self.max_graph)
+        _, n_vertices = graph_sizes(src, self.graph_upsample or self.upsample, self.ends, self.upsample_base)
+        length = self.graph_length(src.shape[1])
+        n_vertices = jnp.minimum(n_vertices, length)
         x = self.vertex_embed(n_vertices, length, glanced, train)
         mask = jnp.arange(length)[None] < n_vertices[:, None]
         states = self.decoder(x, mask, memory, token_mask(source_tokens(self.cfg, src)[0]), train)
@@ -466,11 +472,17 @@ def output_limits(src: jax.Array, constraints, width: int, cfg: TransformerConfi
     return own
 
 
+def _authors_viterbi_cap(n_vertices, upsample: int):
+    """The authors' Viterbi decodings' output capacity for a graph of ``n_vertices`` (an int or int32[B]):
+    int(2 · n / λ) inner vertices, and BOS/EOS."""
+    return 2 * n_vertices // upsample + 2
+
+
 def authors_viterbi_limits(n_vertices: jax.Array, upsample: int, width: int) -> jax.Array:
-    """int32[B]: each sentence's output capacity as the authors' Viterbi decodings cap it, int(2 · n / λ) inner
-    vertices and BOS/EOS, within ``width``; n_vertices: int32[B]. Their n is the batch's graph size (the padded
-    links'), a sentence's own at batch 1: what jaxnat takes for every sentence, in place of `output_limits`."""
-    return jnp.minimum(2 * n_vertices // upsample + 2, width).astype(jnp.int32)
+    """int32[B]: each sentence's output capacity as the authors' Viterbi decodings cap it (`_authors_viterbi_cap`),
+    within ``width``; n_vertices: int32[B]. Their n is the batch's graph size (the padded links'), a sentence's own
+    at batch 1: what jaxnat takes for every sentence, in place of `output_limits`."""
+    return jnp.minimum(_authors_viterbi_cap(n_vertices, upsample), width).astype(jnp.int32)
 
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
@@ -493,9 +505,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
         ours = capacity
 
         def capacity(src_len: int) -> int:
-            graph = max_vertices(src_len, upsample, decoder.ends, s.upsample_base)
-            graph = min(graph, s.max_vertices) if s.max_vertices else graph
-            return min(cfg.max_len, max(ours(src_len), 2 * graph // upsample + 2))
+            return min(cfg.max_len, max(ours(src_len), _authors_viterbi_cap(decoder.graph_length(src_len), upsample)))
 
     def init(rng, batch):
         return module.init(rng, batch["src"][:1])
