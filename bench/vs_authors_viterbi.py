@@ -28,10 +28,13 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from jaxnat.config import apply_override, parse_overrides, workdir_config  # noqa: E402
 from jaxnat.data.sources import load_corpus  # noqa: E402
-from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID  # noqa: E402
+from jaxnat.data.vocab import PAD_ID  # noqa: E402
 from jaxnat.errors import run_script  # noqa: E402
 from jaxnat.provenance import machine  # noqa: E402
 from jaxnat.restore import load_translator  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vs_dag_search import printed, source_batches  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STRATEGIES = {"viterbi": "path_viterbi", "jointviterbi": "viterbi"}  # theirs -> dat.decode
@@ -58,10 +61,6 @@ for strategy in ("viterbi", "jointviterbi"):
         out[strategy] += tokens.tolist()
 print(json.dumps(out))
 """
-
-
-def printed(row) -> list[int]:
-    return [int(t) for t in row if t not in (PAD_ID, BOS_ID, EOS_ID)]
 
 
 def main():
@@ -108,11 +107,7 @@ def main():
         return jnp.where(inner[..., None] & ~allowed_tokens(logp.shape[-1]), -1e9, logp), links, n
 
     arrays = {}
-    for k, start in enumerate(range(0, len(ids), args.batch)):
-        chunk = ids[start:start + args.batch]
-        src = np.zeros((len(chunk), max(map(len, chunk))), np.int32)
-        for r, row in enumerate(chunk):
-            src[r, :len(row)] = row
+    for k, src in enumerate(source_batches(ids, args.batch)):
         for name, a in zip(("logp", "links", "n"), graphs(translator.params, jnp.asarray(src))):
             arrays[f"{name}{k}"] = np.asarray(a)
     python = os.path.join(args.refenv, "bin", "python")

@@ -59,7 +59,18 @@ for line in sys.stdin:
 
 
 def printed(row) -> list[int]:
+    """An output as fairseq prints the authors' (BOS, EOS, PAD dropped)."""
     return [int(t) for t in row if t not in (PAD_ID, BOS_ID, EOS_ID)]
+
+
+def source_batches(ids: list, batch: int):
+    """The encoded sources (`Translator.encode`) in batches of ``batch``, each int32[B, S], PAD after."""
+    for start in range(0, len(ids), batch):
+        chunk = ids[start:start + batch]
+        src = np.full((len(chunk), max(map(len, chunk))), PAD_ID, np.int32)
+        for r, row in enumerate(chunk):
+            src[r, :len(row)] = row
+        yield src
 
 
 def main():
@@ -99,13 +110,8 @@ def main():
                                                                                s.lookahead_beta), n))(
         *decoder.apply(p, src)))
     ids, _ = translator.encode(srcs)
-    batches = []
-    for start in range(0, len(ids), args.batch):
-        chunk = ids[start:start + args.batch]
-        src = np.zeros((len(chunk), max(map(len, chunk))), np.int32)
-        for r, row in enumerate(chunk):
-            src[r, :len(row)] = row
-        batches.append(tuple(np.asarray(a) for a in pairs(translator.params, jnp.asarray(src))))
+    batches = [tuple(np.asarray(a) for a in pairs(translator.params, jnp.asarray(src)))
+               for src in source_batches(ids, args.batch)]
     width = max(b[0].shape[1] for b in batches)
     vocab = translator.tokenizer.vocab_size("tgt")
     pieces = [translator.tokenizer.id_to_piece(i, "tgt") for i in range(vocab)]
