@@ -5,6 +5,7 @@ and `--mode lm`."""
 from __future__ import annotations
 
 import functools
+import gzip
 import json
 import math
 import os
@@ -121,6 +122,19 @@ def test_a_file_that_is_no_arpa_model_is_refused_in_one_line(tmp_path, text, mes
     with pytest.raises(DataError, match=message) as e:
         ngram.read_arpa(str(path), PIECES)
     assert "\n" not in str(e.value)
+    assert ngram.is_arpa(str(path)) == text.startswith("\\data\\")  # the header alone: what an import checks
+
+
+def test_an_arpa_header_is_found_in_plain_and_gzipped_files_after_a_preamble(tmp_path):
+    """`ngram.is_arpa` (an imported model's LM, checked before it is read) finds what `read_arpa` starts from:
+    the ``\\data\\`` line, after comment lines too, in a .gz as in a plain file; no binary or unreadable file."""
+    text = "written by a tool\n\n" + open(os.path.join(FIXTURE, "lm.arpa"), encoding="utf-8").read()
+    (tmp_path / "lm.arpa").write_text(text)
+    with gzip.open(tmp_path / "lm.arpa.gz", "wt", encoding="utf-8") as f:
+        f.write(text)
+    (tmp_path / "model.pt").write_bytes(bytes(range(256)))
+    assert ngram.is_arpa(str(tmp_path / "lm.arpa")) and ngram.is_arpa(str(tmp_path / "lm.arpa.gz"))
+    assert not ngram.is_arpa(str(tmp_path / "model.pt")) and not ngram.is_arpa(str(tmp_path / "absent.arpa"))
 
 
 def test_too_small_a_corpus_takes_the_fallback_discounts_and_still_sums_to_one(tmp_path):

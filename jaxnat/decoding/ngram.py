@@ -132,6 +132,21 @@ def _words(text: str) -> list[str]:
     return [w for w in text.split(" ") if w]
 
 
+def is_arpa(path: str, lines: int = 1000) -> bool:
+    """Whether ``path`` (plain or .gz) holds the ``\\data\\`` line `parse_arpa` starts from within its first ``lines``
+    lines: a cheap check of a file named as an LM, which may be gigabytes (`parse_arpa` reads the rest when a decoder
+    loads it)."""
+    try:
+        for no, line in _lines(path):
+            if line.strip(_SPACES) == "\\data\\":
+                return True
+            if no >= lines:
+                break
+    except DataError:
+        return False
+    return False
+
+
 def parse_arpa(path: str) -> tuple[list[str], list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
     """An ARPA file → (its words in the order of its unigrams, per order j = 1 … n (ids int32[N_j, j], log10 P
     float32[N_j], log10 back-off float32[N_j], 0 where the line has none)). One-line DataErrors for what is no ARPA

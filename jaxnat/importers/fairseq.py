@@ -21,6 +21,7 @@ import os
 
 import numpy as np
 
+from jaxnat.decoding import ngram
 from jaxnat.errors import DataError
 from jaxnat.importers import torch_file
 from jaxnat.importers.imported import Imported, remap_rows
@@ -204,16 +205,6 @@ def _nat_heads(family: str, model: dict, state: StateDict, params: dict) -> dict
     return overrides
 
 
-def _is_arpa(path: str) -> bool:
-    """Whether ``path`` is a file that opens with ARPA's ``\\data\\`` (its first bytes alone: an LM may be
-    gigabytes, and `ngram.read_arpa` checks the rest when a decoder reads it)."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(4096).lstrip().startswith(b"\\data\\")
-    except OSError:
-        return False
-
-
 def _dat_heads(path: str, model: dict, task: dict, state: StateDict, params: dict) -> dict:
     """The DA-Transformer plugin's graph heads into ``params`` (the link projections and gate over the states ⊕
     learned link positions: `dat.links=multihead`, its `links_feature=feature:position`); returns the overrides:
@@ -269,7 +260,7 @@ def _dat_heads(path: str, model: dict, task: dict, state: StateDict, params: dic
                     "dat.remove_repeats": bool(setting("decode_dedup", False))})
         lm = setting("decode_lm_path", None)
         if lm:  # the n-gram LM their search fuses (γ: decode_gamma), an ARPA file of the target's pieces
-            if _is_arpa(lm):
+            if ngram.is_arpa(lm):
                 out["eval.lm"] = os.path.abspath(lm)
             else:
                 log.warning("%s: its beam search fuses the n-gram LM %s, which is no ARPA file here: decode with "
