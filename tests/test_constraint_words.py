@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jaxnat.data.tokenizer import Tokenizer, continues_word
+from jaxnat.data.pieces import continues_word
+from jaxnat.data.tokenizer import Tokenizer
 from jaxnat.data.vocab import PAD_ID, PieceTables
 from jaxnat.decoding.refine import Heads, RefineOptions, initial_hypotheses, length_cap, refine
 from jaxnat.decoding.request import pad_hypotheses

@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxnat.config import workdir_config
-from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, RESERVED_PIECES, UNK_ID
 from jaxnat.decoding.alignment import pharaoh
 from jaxnat.errors import DataError, JaxnatError
 from jaxnat.importers import torch_file, write_workdir
@@ -487,7 +487,7 @@ def test_an_imported_vocabulary_reads_ids_as_documented(tmp_path):
     no piece may hold a line break (a piece a line)."""
     from jaxnat.data import piece_vocab
 
-    pieces = [*piece_vocab.RESERVED, "a", "b@@", "c", "a", "__de__"]
+    pieces = [*RESERVED_PIECES, "a", "b@@", "c", "a", "__de__"]
     settings = {"segmenter": "bpe", "codes": "bpe.codes", "languages": ["__de__"], "specials": ["__de__"],
                 "src": {"lang": "en"}, "tgt": {"lang": "en"}}
     piece_vocab.write(str(tmp_path / "vocab"), settings, {"src": pieces, "tgt": pieces},
@@ -508,7 +508,7 @@ def test_an_imported_sentencepiece_vocabularys_reserved_pieces_start_words(tmp_p
 
     Tokenizer.train_or_load(str(tmp_path / "spm"), ["a b c d", "the dog"], ["x y", "z"], vocab_size=30)
     model = (tmp_path / "spm" / "spm" / "joint.model").read_bytes()
-    pieces = [*piece_vocab.RESERVED, "\u2581a", "b", "."]
+    pieces = [*RESERVED_PIECES, "\u2581a", "b", "."]
     piece_vocab.write(str(tmp_path / "vocab"), {"segmenter": "spm", "src": {"spm": "m"}, "tgt": {"spm": "m"}},
                       {"src": pieces, "tgt": pieces}, {"m": model})
     tables = piece_vocab.PieceTokenizer(str(tmp_path)).piece_tables("tgt")

@@ -24,11 +24,10 @@ import os
 import numpy as np
 
 from jaxnat.data import vocab
+from jaxnat.data.pieces import WORD_BOUNDARY, continues_word, read_sentencepiece
 from jaxnat.errors import ConfigError, DataError
 
 SUBDIR = "vocab"
-RESERVED = (vocab.PAD_PIECE, vocab.BOS_PIECE, vocab.EOS_PIECE, vocab.UNK_PIECE, vocab.PLH_PIECE, vocab.MASK_PIECE)
-_DROPPED = frozenset(range(vocab.NUM_RESERVED)) - {vocab.UNK_ID}
 
 
 def settings_path(workdir: str) -> str:
@@ -56,8 +55,8 @@ def write(directory: str, settings: dict, pieces: dict[str, list[str]], files: d
         with open(os.path.join(directory, name), "wb") as f:
             f.write(data)
     for side, items in pieces.items():
-        if tuple(items[: vocab.NUM_RESERVED]) != RESERVED or any("\n" in p for p in items):
-            raise ValueError(f"{side} pieces must start with {RESERVED} and hold no newline")
+        if tuple(items[: vocab.NUM_RESERVED]) != vocab.RESERVED_PIECES or any("\n" in p for p in items):
+            raise ValueError(f"{side} pieces must start with {vocab.RESERVED_PIECES} and hold no newline")
         with open(os.path.join(directory, f"{side}.pieces"), "w", encoding="utf-8") as f:
             f.write("".join(p + "\n" for p in items))
     sides = {side: {"pieces": f"{side}.pieces", **settings.get(side, {})} for side in ("src", "tgt")}
@@ -81,8 +80,6 @@ class _Side:
         self.kind = settings["segmenter"]
         self.language_codes = bool(settings.get("language_codes"))
         if self.kind == "spm":
-            from jaxnat.data.tokenizer import read_sentencepiece
-
             self.sp = read_sentencepiece(where(side["spm"]))
         elif self.kind == "bpe":
             from sacremoses import MosesDetokenizer, MosesTokenizer
@@ -128,8 +125,6 @@ class _Side:
             real = np.arange(n) >= vocab.NUM_RESERVED
             joins = np.array([p.endswith("@@") for p in self.pieces]) & real
             return vocab.PieceTables(np.ones(n, bool), np.zeros(n, bool), joins)
-        from jaxnat.data.tokenizer import WORD_BOUNDARY, continues_word
-
         real = np.arange(n) >= vocab.NUM_RESERVED
         start = np.array([p.startswith(WORD_BOUNDARY) for p in self.pieces]) | ~real
         continues = np.array([continues_word(p) for p in self.pieces]) & real
@@ -158,7 +153,7 @@ class PieceTokenizer:
         self._names = dict(settings.get("language_names", {}))
         # every id of a special piece: the model's own "<mask>" too, beside jaxnat's reserved MASK of that name
         specials = set(settings.get("specials", ()))
-        self._dropped = {side: _DROPPED | {i for i, p in enumerate(s.pieces) if p in specials}
+        self._dropped = {side: vocab.UNWRITTEN_IDS | {i for i, p in enumerate(s.pieces) if p in specials}
                          for side, s in self._side.items()}
 
     def language_id(self, code: str, side: str) -> int:
@@ -219,8 +214,3 @@ class PieceTokenizer:
 
     def continues_table(self, side: str) -> np.ndarray:
         return self._tables[side].continues
-
-    def word_start_mask(self, ids, side: str) -> list[bool]:
-        from jaxnat.data.tokenizer import Tokenizer
-
-        return Tokenizer.word_start_mask(self, ids, side)  # reads only word_start_table

@@ -19,36 +19,20 @@ import io
 import logging
 import os
 import re
-import unicodedata
 from typing import Iterable, Sequence
 
 import numpy as np
 import sentencepiece as spm
 
 from jaxnat.data import piece_vocab, vocab
-from jaxnat.data.words import attaches_freely, unspaced
+from jaxnat.data.pieces import WORD_BOUNDARY, continues_word, read_sentencepiece
+from jaxnat.data.words import unspaced
 from jaxnat.errors import ConfigError, DataError
 from jaxnat.paths import write_whole
 
 SIDES = ("src", "tgt")
 MODEL_TYPES = ("unigram", "bpe", "char", "word")
-WORD_BOUNDARY = "\u2581"  # "▁", SentencePiece's word-start marker
-# Characters that join two word parts into one word ("T-Shirt", "l'homme", "snake_case"): a piece starting with
-# one changes the word before it, like a letter would.
-JOINERS = frozenset("-\u2010\u2011'\u2019\u02bc_")
 ODD_SPACE = re.compile(r"[^\S ]")  # whitespace but the space: tab, line breaks, no-break and ideographic spaces, …
-
-
-def continues_word(piece: str) -> bool:
-    """True for a SentencePiece piece that, written right after a word, would make it another word: it does
-    not start a word itself ("▁…") and begins with a letter, digit, combining mark or joiner. Punctuation and
-    symbols (".", ",", '"', ")", "!") leave the word intact, so a hard constraint may be followed by them; so do
-    a Chinese or Japanese character, a word of its own in the text written without spaces it belongs to, and a
-    Hangul syllable, a Korean particle or ending (`jaxnat.data.words.attaches_freely`)."""
-    if not piece or piece.startswith(WORD_BOUNDARY):
-        return False
-    first = piece[0]
-    return (unicodedata.category(first)[0] in "LNM" or first in JOINERS) and not attaches_freely(first)
 
 
 def inside_word(ids: list[int], tokenizer, side: str) -> list[int]:
@@ -83,17 +67,6 @@ def phrase_encoder(tokenizer, src_lang: str, tgt_lang: str):
 
 SPM_SUBDIR = "spm"
 
-_RESERVED_PIECES = (
-    vocab.PAD_PIECE,
-    vocab.BOS_PIECE,
-    vocab.EOS_PIECE,
-    vocab.UNK_PIECE,
-    vocab.PLH_PIECE,
-    vocab.MASK_PIECE,
-)
-# Ids `decode` drops: every reserved id except UNK (which SentencePiece renders as " ⁇ ").
-_DROPPED_IDS = frozenset(range(vocab.NUM_RESERVED)) - {vocab.UNK_ID}
-
 log = logging.getLogger(__name__)
 
 
@@ -106,31 +79,11 @@ def _check_reserved(sp: spm.SentencePieceProcessor, where: str) -> None:
     pieces = tuple(sp.id_to_piece(i) for i in range(min(vocab.NUM_RESERVED, sp.get_piece_size())))
     ids = (sp.pad_id(), sp.bos_id(), sp.eos_id(), sp.unk_id())
     expected_ids = (vocab.PAD_ID, vocab.BOS_ID, vocab.EOS_ID, vocab.UNK_ID)
-    if pieces != _RESERVED_PIECES or ids != expected_ids:
+    if pieces != vocab.RESERVED_PIECES or ids != expected_ids:
         raise DataError(
             f"{where}: reserved pieces are {list(pieces)} (pad/bos/eos/unk ids {list(ids)}), expected "
-            f"{list(_RESERVED_PIECES)} at ids 0..{vocab.NUM_RESERVED - 1}; delete it to retrain"
+            f"{list(vocab.RESERVED_PIECES)} at ids 0..{vocab.NUM_RESERVED - 1}; delete it to retrain"
         )
-
-
-def read_sentencepiece(path: str) -> spm.SentencePieceProcessor:
-    """The SentencePiece model in the file ``path`` (read as data); a one-line DataError where it is none."""
-    sp = spm.SentencePieceProcessor()
-    try:
-        with open(path, "rb") as f:
-            sp.LoadFromSerializedProto(f.read())
-    except (OSError, RuntimeError) as e:
-        raise DataError(f"{path}: cannot load SentencePiece model ({' '.join(str(e).split())})") from None
-    return sp
-
-
-def sentencepiece_bytes(path: str) -> bytes:
-    """The bytes of the file ``path`` once they load as a SentencePiece model (`read_sentencepiece`'s one-line
-    DataError otherwise): an import copies them into a workdir, which would otherwise take a damaged one and fail
-    at its first translation."""
-    read_sentencepiece(path)
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def _load_processor(path: str) -> spm.SentencePieceProcessor:
@@ -430,7 +383,7 @@ class Tokenizer:
             i = int(i)
             if i == vocab.EOS_ID:
                 break
-            if i in _DROPPED_IDS or i < 0 or i >= n:
+            if i in vocab.UNWRITTEN_IDS or i < 0 or i >= n:
                 continue
             out.append(i)
         return out
@@ -487,22 +440,10 @@ class Tokenizer:
         return vocab.PieceTables(self.word_start_table(side), self.continues_table(side))
 
     def word_start_table(self, side: str) -> np.ndarray:
-        """bool[vocab_size]: True for ids that begin a word (see `word_start_mask`). Do not modify."""
+        """bool[vocab_size]: True for ids that begin a word: a "▁" piece, a reserved, control or unused one. Do not
+        modify."""
         _check_side(side)
         return self._word_start[side]
-
-    def word_start_mask(self, ids: Sequence[int] | np.ndarray, side: str) -> list[bool]:
-        """True where a piece begins a new word ("▁"-prefixed piece).
-
-        Reserved ids (PAD, BOS, EOS, UNK, PLH, MASK) and other control/unused pieces count as word
-        starts: each forms a unit of its own. Out-of-range ids also count as word starts.
-        """
-        table = self.word_start_table(side)
-        arr = np.asarray(ids, dtype=np.int64).reshape(-1)
-        inside = (arr >= 0) & (arr < table.shape[0])
-        out = np.ones(arr.shape, dtype=bool)
-        out[inside] = table[arr[inside]]
-        return out.tolist()
 
 
 def _vocab_text(sp: spm.SentencePieceProcessor) -> str:

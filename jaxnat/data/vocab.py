@@ -18,6 +18,9 @@ NUM_RESERVED = 6
 
 PAD_PIECE, BOS_PIECE, EOS_PIECE, UNK_PIECE = "<pad>", "<s>", "</s>", "<unk>"
 PLH_PIECE, MASK_PIECE = "<plh>", "<mask>"
+RESERVED_PIECES = (PAD_PIECE, BOS_PIECE, EOS_PIECE, UNK_PIECE, PLH_PIECE, MASK_PIECE)  # ids 0 … NUM_RESERVED − 1
+# the ids a decoded text leaves out: every reserved one but UNK (which SentencePiece renders as " ⁇ ")
+UNWRITTEN_IDS = frozenset(range(NUM_RESERVED)) - {UNK_ID}
 
 
 class PieceTables(NamedTuple):

@@ -36,7 +36,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxnat.data.tokenizer import WORD_BOUNDARY
+from jaxnat.data.pieces import WORD_BOUNDARY
 from jaxnat.data.vocab import NUM_RESERVED
 
 NO_TEXT = re.compile(r"^<.*>$")  # byte pieces "<0xE4>", control pieces "<unk>", "<mask>": no text to spell with

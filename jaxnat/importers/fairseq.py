@@ -117,9 +117,9 @@ def _vocabulary(tokens: list[str], rows: int, path: str) -> list[str]:
 
 def jaxnat_pieces(vocabulary: list[str]) -> list[str]:
     """A fairseq dictionary's tokens in the model's id order -> the pieces by jaxnat id (its reserved ones first)."""
-    from jaxnat.data.piece_vocab import RESERVED
+    from jaxnat.data.vocab import RESERVED_PIECES
 
-    return list(RESERVED) + vocabulary[len(SPECIALS):]
+    return list(RESERVED_PIECES) + vocabulary[len(SPECIALS):]
 
 
 def row_order(n: int) -> list[int]:
@@ -129,7 +129,7 @@ def row_order(n: int) -> list[int]:
 
 def _segmenter(cfg: dict, task: dict, dict_dir: str) -> tuple[dict, dict]:
     """(tokenizer settings, files) for the model's text pipeline: fairseq's --bpe and --tokenizer."""
-    from jaxnat.data.tokenizer import sentencepiece_bytes
+    from jaxnat.data.pieces import sentencepiece_bytes
 
     bpe, tok = _settings(cfg.get("bpe")), _settings(cfg.get("tokenizer"))
     kind = bpe.get("_name") or cfg.get("_bpe")

@@ -134,7 +134,7 @@ def imported(port: Port, params: dict, vocabulary: list[str], languages: list[st
     unused = port.state.unused(ignore=ignore)
     if unused:
         raise DataError(f"{port.state.where}: parameters jaxnat's model would not use: {', '.join(unused[:3])}")
-    from jaxnat.data.tokenizer import sentencepiece_bytes
+    from jaxnat.data.pieces import sentencepiece_bytes
 
     cfg = port.cfg
     files = {SPM: sentencepiece_bytes(port.at(SPM))}

@@ -60,7 +60,7 @@ def _rows(vocab: dict, at: str, rows: int, pad: int, eos: int) -> tuple[list[int
     PLH, MASK from `<pad>`, `<pad>`, `</s>`, `<unk>`, `<unk>`, `<unk>`: BOS, PLH and MASK are absent, never
     predicted; the decoder's BOS is its start, `<pad>`), then the other pieces in the source's order; and the
     pieces by jaxnat id."""
-    from jaxnat.data.piece_vocab import RESERVED
+    from jaxnat.data.vocab import RESERVED_PIECES
 
     by_id = sorted(vocab.items(), key=lambda kv: kv[1])
     if [i for _, i in by_id] != list(range(len(by_id))):
@@ -73,7 +73,7 @@ def _rows(vocab: dict, at: str, rows: int, pad: int, eos: int) -> tuple[list[int
         raise DataError(f"{at}: expected <unk>, and <pad> and </s> at the model's pad and eos ids ({pad}, {eos})")
     special = {pad, eos, unk}
     return ([pad, pad, eos, unk, unk, unk] + [i for _, i in by_id if i not in special],
-            list(RESERVED) + [p for p, i in by_id if i not in special])
+            list(RESERVED_PIECES) + [p for p, i in by_id if i not in special])
 
 
 def build(cfg: dict, vocabs: dict, tensors: dict, directory: str, about: dict, *, cfg_at: str, vocab_at: dict,
@@ -134,7 +134,7 @@ def build(cfg: dict, vocabs: dict, tensors: dict, directory: str, about: dict, *
     if unused:
         raise DataError(f"{where}: parameters jaxnat's model would not use: {', '.join(unused[:3])}")
 
-    from jaxnat.data.tokenizer import sentencepiece_bytes
+    from jaxnat.data.pieces import sentencepiece_bytes
 
     files = {}
     for name in ("source.spm", "target.spm"):

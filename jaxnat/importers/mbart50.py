@@ -40,7 +40,7 @@ def _spm_vocabulary(at: str, rows: int) -> tuple[list[str], list[str]]:
     """(tokens by the model's id, the language tokens) as MBart50Tokenizer numbers them without a tokenizer.json:
     fairseq's specials, the SentencePiece model's pieces from its id 3 (its own <unk>, <s>, </s> are 0..2), the
     language codes, `<mask>`."""
-    from jaxnat.data.tokenizer import read_sentencepiece
+    from jaxnat.data.pieces import read_sentencepiece
 
     sp = read_sentencepiece(at)
     if [sp.IdToPiece(i) for i in range(3)] != ["<unk>", "<s>", "</s>"]:
