@@ -593,7 +593,9 @@ def test_mbart50_reads_its_ids_with_or_without_tokenizer_json_and_its_languages_
     shutil.copytree(os.path.join(DATA, "mbart50"), source)
     os.remove(source / "tokenizer.json")
     with_json, without = read(SOURCES["mbart50"]), read(f"mbart50:{source}")
-    assert with_json.pieces == without.pieces and with_json.settings == without.settings
+    assert with_json.pieces == without.pieces
+    assert without.settings == {**with_json.settings, "hugging_face": {"format": "mbart50",  # the files kept: its own
+                                                                       "files": ["tokenizer_config.json"]}}
     assert with_json.overrides == without.overrides
     assert_same_params(with_json, without)
     assert parse_source(f"hf:{source}") == ("mbart50", str(source))
@@ -722,6 +724,7 @@ def test_nllb_reads_its_languages_from_the_config_or_each_request(tmp_path_facto
     src, tgt = Trainer(fine_tune, str(tmp_path / "fine-tuned")).encoded_split("train")[:2]
     assert {int(s[1]) for s in src} == {tok.language_id("eng_Latn", "src")} and src[0][0] == BOS_ID
     assert {int(t[1]) for t in tgt} == {tok.language_id("deu_Latn", "tgt")} and tgt[0][0] == BOS_ID
+    assert (tmp_path / "fine-tuned" / "vocab" / "hf-tokenizer.json").is_file()  # what an export writes back
 
 
 NPZ = "opus.spm50-spm50.transformer-align.model1.npz.best-perplexity.npz"
@@ -1235,7 +1238,8 @@ def test_a_model_jaxnat_trained_exports_from_the_command_line(ar_run, tmp_path):
 
     with pytest.raises(SystemExit):  # argparse's choices, in jaxnat's one line
         parse_args(["--mode", "export", "--workdir", str(ar_run), "--to", "ctranslate2:x", "--quantization", "int3"])
-    with pytest.raises(JaxnatError, match="--to takes ctranslate2:DIR or marian:DIR, got 'onnx:x'"):
+    with pytest.raises(JaxnatError, match="--to takes ctranslate2:DIR, marian:DIR, nllb:DIR, m2m100:DIR, "
+                                          "mbart50:DIR or hf:DIR, got 'onnx:x'"):
         check_paths(parse_args(["--mode", "export", "--workdir", str(ar_run), "--to", "onnx:x"])[0])
 
     config.model.name = "cmlm"
@@ -1258,34 +1262,83 @@ def test_a_model_jaxnat_trained_exports_from_the_command_line(ar_run, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["marian", "marian-npz-separate"])
-def test_an_export_to_marian_imports_back_as_the_same_model(kind, tmp_path, tmp_path_factory):
-    """`--to marian:DIR` writes what the Marian importer reads, so that importing the export gives back the same
-    model: its config's model section, its vocabularies and its parameters, bit for bit (the importer computes
-    MarianMTModel's function: the tests above; transformers itself reads the export: tools/check_hf_export.py)."""
+@pytest.mark.parametrize("kind", ["marian", "marian-npz-separate", "nllb", "m2m100", "mbart50"])
+def test_an_export_to_hugging_face_imports_back_as_the_same_model(kind, tmp_path, tmp_path_factory):
+    """`--to marian:DIR` (`nllb:DIR`, `m2m100:DIR`, `mbart50:DIR`) writes what that format's importer reads, so that
+    importing the export gives back the same model: its config's model section and languages, its vocabularies and
+    its parameters, bit for bit (the importers compute the originals' functions: the tests above; transformers itself
+    reads the exports: tools/check_hf_export.py). The multilingual ones carry the original's tokenizer files, their
+    default target language data.tgt_lang_token's, which the generation config forces first."""
     from jaxnat.exporters import export
+    from jaxnat.importers.hf_fairseq import SPM, TOKENIZER_FILES
 
     _, workdir, config, translator = _imported(kind, tmp_path_factory)
+    to = "marian" if kind.startswith("marian") else kind
     directory = tmp_path / "hf"
-    export(config, workdir, f"marian:{directory}")
-    assert json.loads((directory / "generation_config.json").read_text())["bad_words_ids"] == [[0]]  # <pad>
-    write_workdir(f"marian:{directory}", str(tmp_path / "back"))
-    back = load_translator(workdir_config(str(tmp_path / "back")), str(tmp_path / "back"))
+    export(config, workdir, f"{'hf' if kind in ('marian-npz-separate', 'mbart50') else to}:{directory}")  # hf: either
+    generation = json.loads((directory / "generation_config.json").read_text())
+    write_workdir(f"{to}:{directory}", str(tmp_path / "back"))
+    back_config = workdir_config(str(tmp_path / "back"))
+    back = load_translator(back_config, str(tmp_path / "back"))
     assert back.spec.cfg == translator.spec.cfg
+    assert (back_config.data.src_lang_token, back_config.data.tgt_lang_token) == (
+        config.data.src_lang_token, config.data.tgt_lang_token)
     for side in ("src", "tgt"):
         size = translator.tokenizer.vocab_size(side)
         assert [back.tokenizer.id_to_piece(i, side) for i in range(size)] == [
             translator.tokenizer.id_to_piece(i, side) for i in range(size)]
     jax.tree.map(np.testing.assert_array_equal, back.params, translator.params)
     with pytest.raises(JaxnatError, match="--quantization is CTranslate2's"):
-        export(config, workdir, f"marian:{tmp_path / 'int8'}", "int8")
+        export(config, workdir, f"{to}:{tmp_path / 'int8'}", "int8")
+    if to == "marian":
+        assert generation["bad_words_ids"] == [[0]]  # <pad>
+        return
+    original = os.path.join(DATA, kind)
+    for name in (SPM, *TOKENIZER_FILES):
+        if os.path.isfile(os.path.join(original, name)):
+            with open(os.path.join(original, name), "rb") as f:
+                assert (directory / name).read_bytes() == f.read(), name
+    assert generation["bad_words_ids"] == [[0], [1]] and generation["forced_eos_token_id"] == 2  # <s>, <pad>; </s>
+    tok = translator.tokenizer
+    fairseq_id = lambda token: tok.piece_id(token, "tgt") - 2  # noqa: E731  (a piece's id past jaxnat's reserved)
+    assert generation["forced_bos_token_id"] == fairseq_id(config.data.tgt_lang_token)
+    # another target language: the export's default, forced first (M2M-100's tokenizer names it by its code)
+    other = next(lang for lang in tok.languages if lang != config.data.tgt_lang_token)
+    config.data.tgt_lang_token = other
+    try:
+        export(config, workdir, f"{to}:{tmp_path / 'other'}")
+    finally:
+        config.data.tgt_lang_token = back_config.data.tgt_lang_token
+    tok_cfg = json.loads((tmp_path / "other" / "tokenizer_config.json").read_text())
+    assert tok_cfg["tgt_lang"] == (other.strip("_") if kind == "m2m100" else other)
+    assert json.loads((tmp_path / "other" / "generation_config.json").read_text())[
+        "forced_bos_token_id"] == fairseq_id(other)
 
 
 @pytest.mark.slow
-def test_a_model_of_jaxnats_own_conventions_is_not_exported_as_marians(ar_run, tmp_path):
+def test_a_model_of_other_conventions_or_vocabulary_is_not_exported_to_hugging_face(ar_run, tmp_path,
+                                                                                      tmp_path_factory):
+    """jaxnat's own conventions are refused as Marian's and as M2M100's, each named; an NLLB import as M2M-100's (its
+    tokenizer is NLLB's) and a vocabulary that kept no tokenizer files; nothing is written."""
+    from jaxnat.data import piece_vocab
     from jaxnat.exporters import export
 
     with pytest.raises(JaxnatError, match=r"MarianMTModel cannot compute this model \(model.position_layout=fairseq, "
                                           r"model.ln_eps=1e-06, model.source_bos=True, model.decoder_start=bos\)"):
         export(workdir_config(str(ar_run)), str(ar_run), f"marian:{tmp_path / 'hf'}")
-    assert os.listdir(tmp_path) == []
+    with pytest.raises(JaxnatError, match=r"^Hugging Face's M2M100ForConditionalGeneration cannot compute this model "
+                                          r"\(model.pre_norm=False, .*model.source_bos=True, "
+                                          r"model.position_offset=0\); export it with --to ctranslate2:DIR$"):
+        export(workdir_config(str(ar_run)), str(ar_run), f"nllb:{tmp_path / 'hf'}")
+    _, workdir, config, _ = _imported("nllb", tmp_path_factory)
+    with pytest.raises(JaxnatError, match=r"this workdir's vocabulary came from nllb:DIR \(export it with --to "
+                                          r"nllb:DIR\)"):
+        export(config, workdir, f"m2m100:{tmp_path / 'hf'}")
+    shutil.copytree(workdir, tmp_path / "old")
+    settings = json.loads(open(piece_vocab.settings_path(str(tmp_path / "old"))).read())
+    del settings["hugging_face"]
+    with open(piece_vocab.settings_path(str(tmp_path / "old")), "w") as f:
+        json.dump(settings, f)
+    with pytest.raises(JaxnatError, match="keeps no such tokenizer .* import the original again"):
+        export(config, str(tmp_path / "old"), f"nllb:{tmp_path / 'hf'}")
+    assert sorted(os.listdir(tmp_path)) == ["old"]

@@ -1,7 +1,8 @@
 """`--mode export`: a workdir's model written for another inference engine (docs/import.md, "Exporting").
 
-One module per target format: `ctranslate2` (the AR Transformer as a CTranslate2 model) and `marian` (one of
-Marian's conventions as Hugging Face's MarianMTModel). `export` reads the
+One module per target format: `ctranslate2` (the AR Transformer as a CTranslate2 model), `marian` (one of
+Marian's conventions as Hugging Face's MarianMTModel) and `hf_fairseq` (an NLLB-200, M2M-100 or mBART-50 import as
+Hugging Face's class of it). `export` reads the
 workdir as every decoding mode does (`jaxnat.restore.load_translator`: the parameters `eval.params` names, the
 best validation's by default), builds the target's model from its parameters and conventions, and writes it with
 the files that cut text into its pieces into a fresh directory it renames into
@@ -17,16 +18,20 @@ import tempfile
 
 from jaxnat.errors import ConfigError
 
-FORMATS = ("ctranslate2", "marian")
-NAMES = {"ctranslate2": "CTranslate2", "marian": "Hugging Face MarianMTModel"}
+FORMATS = ("ctranslate2", "marian", "nllb", "m2m100", "mbart50", "hf")  # hf: the Hugging Face format it came from
+NAMES = {"ctranslate2": "CTranslate2", "marian": "Hugging Face MarianMTModel",
+         "nllb": "Hugging Face M2M100ForConditionalGeneration (NLLB)",
+         "m2m100": "Hugging Face M2M100ForConditionalGeneration (M2M-100)",
+         "mbart50": "Hugging Face MBartForConditionalGeneration (mBART-50)"}
 EXPORTED_FAMILY = "ar"  # the family whose model the formats hold: the encoder-decoder Transformer
 
 
 def parse_target(spec: str) -> tuple[str, str]:
-    """"ctranslate2:DIR" | "marian:DIR" -> (format, DIR); a one-line ConfigError otherwise."""
+    """"FORMAT:DIR" (FORMATS) -> (format, DIR); a one-line ConfigError otherwise."""
     kind, _, path = spec.partition(":")
     if kind not in FORMATS or not path:
-        raise ConfigError(f"--to takes {' or '.join(f'{k}:DIR' for k in FORMATS)}, got {spec!r}")
+        raise ConfigError(f"--to takes {', '.join(f'{k}:DIR' for k in FORMATS[:-1])} or {FORMATS[-1]}:DIR, got "
+                          f"{spec!r}")
     return kind, path
 
 
@@ -54,17 +59,30 @@ def _tokenizer_files(workdir: str) -> tuple[dict[str, str], dict]:
              "escape": settings.get("escape", True), "dash_splits": settings.get("dash_splits", True)})
 
 
+def _hugging_face_format(workdir: str) -> str:
+    """The format `--to hf:DIR` writes: the one the workdir's vocabulary was imported from (NLLB, M2M-100, mBART-50),
+    else Marian's (whose conventions `marian.check` then holds the model to)."""
+    from jaxnat.data import piece_vocab
+
+    if not piece_vocab.exists(workdir):
+        return "marian"
+    with open(piece_vocab.settings_path(workdir), encoding="utf-8") as f:
+        return json.load(f).get("hugging_face", {}).get("format", "marian")
+
+
 def export(config, workdir: str, target: str, quantization: str = "float32") -> str:
-    """--mode export: writes ``workdir``'s model (as ``config`` reads it) to ``target`` ("ctranslate2:DIR" or
-    "marian:DIR", a directory that must not exist). Returns a one-line summary."""
+    """--mode export: writes ``workdir``'s model (as ``config`` reads it) to ``target`` ("FORMAT:DIR", a directory
+    that must not exist). Returns a one-line summary."""
     import jax
 
-    from jaxnat.exporters import ctranslate2, marian
+    from jaxnat.exporters import ctranslate2, hf_fairseq, marian
     from jaxnat.optional import require
     from jaxnat.provenance import commit
     from jaxnat.restore import load_translator
 
     kind, directory = parse_target(target)
+    if kind == "hf":
+        kind = _hugging_face_format(workdir)
     if os.path.exists(directory):
         raise ConfigError(f"--to {target}: {directory} exists; an export writes a new directory")
     if config.model.name != EXPORTED_FAMILY:
@@ -85,8 +103,10 @@ def export(config, workdir: str, target: str, quantization: str = "float32") -> 
     try:
         if kind == "ctranslate2":
             ctranslate2.export(translator, config, staging, quantization, files, how)
-        else:
+        elif kind == "marian":
             marian.write(translator, config, staging, files, how)
+        else:
+            hf_fairseq.write(translator, config, kind, workdir, staging)
         about = {"format": kind, "quantization": quantization, "workdir": os.path.abspath(workdir),
                  "checkpoint": translator.checkpoint, "commit": commit(), "tokenizer": how,
                  "src_lang_token": config.data.src_lang_token, "tgt_lang_token": config.data.tgt_lang_token}

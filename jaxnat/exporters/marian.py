@@ -22,7 +22,6 @@ import numpy as np
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID
 from jaxnat.errors import ConfigError
 
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "swish": "swish"}  # jaxnat -> transformers
 
 
 def check(cfg, config) -> None:
@@ -49,7 +48,7 @@ def write(translator, config, directory: str, files: dict[str, str], how: dict) 
     import jax
 
     from jaxnat.importers.hf_files import write_safetensors
-    from jaxnat.importers.torch_layers import stack_tensors
+    from jaxnat.importers.torch_layers import HF_ACTIVATIONS, stack_tensors
     from jaxnat.models.transformer import sinusoidal_positions, unstack_layers
 
     cfg, tok = translator.spec.cfg, translator.tokenizer
@@ -100,7 +99,7 @@ def write(translator, config, directory: str, files: dict[str, str], how: dict) 
         "encoder_layers": cfg.enc_layers, "decoder_layers": cfg.dec_layers,
         "encoder_attention_heads": cfg.num_heads, "decoder_attention_heads": cfg.num_heads,
         "encoder_ffn_dim": cfg.ffn_dim, "decoder_ffn_dim": cfg.ffn_dim,
-        "activation_function": ACTIVATIONS[cfg.activation], "scale_embedding": bool(cfg.scale_embeddings),
+        "activation_function": HF_ACTIVATIONS[cfg.activation], "scale_embedding": bool(cfg.scale_embeddings),
         "max_position_embeddings": cfg.max_len, "vocab_size": len(rows["src"]), "decoder_vocab_size": len(rows["tgt"]),
         "share_encoder_decoder_embeddings": bool(shared), "tie_word_embeddings": bool(cfg.tie_output),
         "pad_token_id": pad, "eos_token_id": eos, "decoder_start_token_id": pad, "forced_eos_token_id": eos,

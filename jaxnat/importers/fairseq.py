@@ -127,6 +127,15 @@ def row_order(n: int) -> list[int]:
     return RESERVED_ROWS + list(range(len(SPECIALS), n))
 
 
+def fairseq_order(n: int) -> list[int]:
+    """The inverse of `row_order`: the jaxnat ids of a fairseq dictionary's n rows, in its order (an export's; the
+    reserved ids it lacks, PLH and MASK, left out)."""
+    from jaxnat.data.vocab import NUM_RESERVED
+
+    return [RESERVED_ROWS.index(row) for row in range(len(SPECIALS))] + list(
+        range(NUM_RESERVED, n - len(SPECIALS) + NUM_RESERVED))
+
+
 def _segmenter(cfg: dict, task: dict, dict_dir: str) -> tuple[dict, dict]:
     """(tokenizer settings, files) for the model's text pipeline: fairseq's --bpe and --tokenizer."""
     from jaxnat.data.pieces import sentencepiece_bytes

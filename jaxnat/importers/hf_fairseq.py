@@ -26,9 +26,14 @@ from jaxnat.errors import DataError
 from jaxnat.importers.imported import Imported, remap_rows
 from jaxnat.importers.fairseq import SPECIALS, jaxnat_pieces, row_order
 from jaxnat.importers.hf_files import read_config, read_json, weights
-from jaxnat.importers.torch_layers import StateDict, norm, stacks
+from jaxnat.importers.torch_layers import FROM_HF_ACTIVATIONS, StateDict, norm, stacks
 
 SPM = "sentencepiece.bpe.model"
+# the files of a directory's tokenizer an import keeps in the workdir's vocab/, under the name KEPT + theirs (beside
+# jaxnat's own tokenizer.json), so that `--mode export --to FORMAT:DIR` (jaxnat.exporters.hf_fairseq) writes the
+# original's tokenizer back: a vocabulary does not change after an import
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json")
+KEPT = "hf-"
 
 
 @dataclasses.dataclass
@@ -138,8 +143,13 @@ def imported(port: Port, params: dict, vocabulary: list[str], languages: list[st
 
     cfg = port.cfg
     files = {SPM: sentencepiece_bytes(port.at(SPM))}
+    kept = [name for name in TOKENIZER_FILES if os.path.isfile(port.at(name))]
+    for name in kept:
+        with open(port.at(name), "rb") as f:
+            files[KEPT + name] = f.read()
     settings = {"segmenter": "spm", "joint": True, "languages": languages, "specials": [*languages, "<mask>"],
-                "src": {"spm": SPM}, "tgt": {"spm": SPM}}
+                "src": {"spm": SPM}, "tgt": {"spm": SPM},
+                "hugging_face": {"format": about["format"], "files": kept}}
     pieces = jaxnat_pieces(vocabulary)
     default = {side: port.tok_cfg.get(key) if port.tok_cfg.get(key) in languages else ""
                for side, key in (("src", "src_lang"), ("tgt", "tgt_lang"))}
@@ -151,7 +161,7 @@ def imported(port: Port, params: dict, vocabulary: list[str], languages: list[st
         "model.dec_layers": cfg["decoder_layers"], "model.pre_norm": True, "model.decoder_norm": "pre",
         "model.decoder_final_norm": True, "model.max_len": max_len, "model.share_embeddings": True,
         "model.tie_output": True, "model.scale_embeddings": bool(cfg["scale_embedding"]), "model.ln_eps": 1e-5,
-        "model.activation": {"gelu_new": "gelu_tanh", "silu": "swish"}.get(activation, activation),
+        "model.activation": FROM_HF_ACTIVATIONS.get(activation, activation),
         "model.decoder_start": "eos", "model.source_bos": False, "model.absent_tokens": "plh,mask",
         "model.dropout": float(cfg.get("dropout", 0.1)),
         "model.attention_dropout": float(cfg.get("attention_dropout", 0.0)),

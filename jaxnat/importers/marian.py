@@ -20,7 +20,7 @@ import numpy as np
 from jaxnat.errors import DataError
 from jaxnat.importers.imported import Imported, remap_rows
 from jaxnat.importers.hf_files import read_config, read_ids, weights
-from jaxnat.importers.torch_layers import StateDict, stacks
+from jaxnat.importers.torch_layers import FROM_HF_ACTIVATIONS, StateDict, stacks
 
 FILES = ("config.json", "vocab.json", "source.spm", "target.spm")
 
@@ -92,8 +92,7 @@ def build(cfg: dict, vocabs: dict, tensors: dict, directory: str, about: dict, *
     if cfg.get("encoder_ffn_dim") != cfg.get("decoder_ffn_dim") or cfg.get(
             "encoder_attention_heads") != cfg.get("decoder_attention_heads"):
         raise DataError(f"{directory}: encoder and decoder of different shapes are not supported")
-    activation = {"gelu_new": "gelu_tanh", "silu": "swish"}.get(cfg.get("activation_function"),
-                                                               cfg.get("activation_function"))
+    activation = FROM_HF_ACTIVATIONS.get(cfg.get("activation_function"), cfg.get("activation_function"))
     pad, eos = cfg["pad_token_id"], cfg["eos_token_id"]
     if cfg.get("decoder_start_token_id", pad) != pad:
         raise DataError(f"{cfg_at}: decoding starts from id {cfg['decoder_start_token_id']}, not from <pad> ({pad})")

@@ -12,6 +12,10 @@ import numpy as np
 
 from jaxnat.errors import DataError
 
+# model.activation -> transformers' activation_function, and back (their "silu" is jaxnat's swish too)
+HF_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_new", "swish": "swish"}
+FROM_HF_ACTIVATIONS = {**{hf: ours for ours, hf in HF_ACTIVATIONS.items()}, "silu": "swish"}
+
 
 class StateDict:
     """A source's parameters by name; `take` hands each out once, so that `unused` lists what no mapping read."""
