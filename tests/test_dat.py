@@ -689,27 +689,89 @@ def test_no_continuing_piece_after_a_phrase_and_its_punctuation():
         assert {toks for _, toks in found} == {tuple(inner(out, b))}
 
 
-def test_glancing_counts_as_specified():
-    """round(ratio · mistakes along the best path) positions (BOS and EOS count), chosen among the aligned ones
-    only, none on a row without a path; the ratio's linear schedule and its end value without a step."""
-    path = jnp.asarray([[0, 2, 3, 5, -1], [0, 1, 4, -1, -1]], jnp.int32)
-    predicted = jnp.asarray([[1, 9, 7, 8, 9, 2, 0, 0], [3, 6, 6, 6, 6, 6, 6, 6]], jnp.int32)
-    tgt = jnp.asarray([[1, 7, 8, 7, 0], [1, 6, 2, 0, 0]], jnp.int32)  # row 0: vertex 5 says 2 ≠ 7
-    tgt_len = jnp.asarray([4, 3], jnp.int32)
-    for aligned, want_right, want_n in (([True, True], [3, 1], [1, 1]), ([True, False], [3, 1], [1, 0])):
-        number, right = glancing.glance_counts(path, predicted, tgt, tgt_len, jnp.asarray(aligned), 0.5)
-        assert right.tolist() == want_right and number.tolist() == want_n  # round(0.5 · 1) = 1, round(0.5 · 2) = 1
-    number, _ = glancing.glance_counts(path, predicted, tgt, tgt_len, jnp.asarray([True, True]), 1.0)
-    assert number.tolist() == [1, 2]
-    u = jax.random.uniform(jax.random.PRNGKey(0), (2, 5))
-    chosen = np.asarray(glancing.choose_glanced(path, number, u, jnp.asarray([True, False])))
-    assert chosen[0].sum() == 1 and chosen[1].sum() == 0 and not chosen[0, 4]
-    inputs = np.asarray(glancing.glanced_inputs(path, jnp.asarray(chosen), tgt, 8))
-    v = int(np.asarray(path)[0][chosen[0]][0])
-    assert inputs[0, v] == int(np.asarray(tgt)[0][chosen[0]][0]) and (inputs != 0).sum() == 1
-    assert float(glancing.glance_ratio(jnp.int32(50), 0.5, 0.1, 100)) == pytest.approx(0.3)
-    assert float(glancing.glance_ratio(jnp.int32(500), 0.5, 0.1, 100)) == pytest.approx(0.1)
-    assert float(glancing.glance_ratio(None, 0.5, 0.1, 100)) == pytest.approx(0.1)
+def python_glancing(path, predicted, tgt, aligned, ratio, u, match, count):
+    """Plain-Python glancing of one row (path: its vertices, −1 after the target's last position): (tokens right
+    along the path, the number to reveal, the chosen positions, the second pass's inputs over the predicted row's
+    vertices, the forced match)."""
+    on = [t for t, v in enumerate(path) if v >= 0 and aligned]
+    right = sum(1 for t, v in enumerate(path) if v >= 0 and predicted[v] == tgt[t])
+    wrong = sum(1 for v in path if v >= 0) - right if aligned else 0
+    number = int(np.floor(np.float32(ratio) * np.float32(wrong) + np.float32(0.5)))
+    if count == "number":  # the lowest u first, ties by position
+        chosen = set(sorted(on, key=lambda t: (u[t], t))[:number])
+    else:  # each with probability number / tokens
+        p = np.float32(number) / np.float32(max(sum(1 for v in path if v >= 0), 1))
+        chosen = {t for t in on if u[t] < p}
+    inputs = [PAD_ID] * len(predicted)
+    for t in chosen:
+        inputs[path[t]] = int(tgt[t])
+    forced = [[(0.0 if path[t] == j else -np.inf) if t in chosen else match[t][j] for j in range(len(predicted))]
+              for t in range(len(path))]
+    return right, number, chosen, inputs, forced
+
+
+@SETTINGS
+@given(st.integers(0, 10**6), st.sampled_from([0.0, 0.1, 0.3, 0.5, 1.0]), st.sampled_from(["number", "bernoulli"]))
+def test_glancing_equals_python_reference(seed, ratio, count):
+    """The first pass's mistakes along the best path (BOS and EOS count) and round(ratio · mistakes), halves up;
+    that many positions chosen uniformly (GLAT's subset) or each with probability number / length (the authors'
+    Bernoulli), none on a row without a path; the glanced tokens at their vertices in the second pass's input; the
+    forced emission (`fix_alignment`); the ratio's linear schedule: all against plain Python on 16 random rows an
+    example (paths of 0 to T positions, a fifth of the rows without one)."""
+    rng = np.random.default_rng(seed)
+    rows = 16
+    lengths = rng.integers(0, T + 1, size=rows)
+    aligned = (rng.random(rows) < 0.8).tolist()
+    path = np.full((rows, T), -1, np.int32)
+    for b, n in enumerate(lengths):
+        path[b, :n] = np.sort(rng.choice(L, size=n, replace=False))
+    predicted = rng.integers(5, 8, size=(rows, L)).astype(np.int32)  # few tokens: many right, many wrong
+    tgt = np.where(path >= 0, rng.integers(5, 8, size=(rows, T)), PAD_ID).astype(np.int32)
+    u = rng.choice([0.0, 0.25, 0.5, 0.75], size=(rows, T)).astype(np.float32)  # ties included
+    match = rng.normal(size=(rows, T, L)).astype(np.float32)
+    tgt_len = jnp.asarray(lengths, jnp.int32)
+    number, right = glancing.glance_counts(jnp.asarray(path), jnp.asarray(predicted), jnp.asarray(tgt), tgt_len,
+                                           jnp.asarray(aligned), jnp.float32(ratio))
+    choose = (functools.partial(glancing.choose_glanced, jnp.asarray(path), number) if count == "number" else
+              functools.partial(glancing.choose_bernoulli, jnp.asarray(path), number, tgt_len))
+    chosen = np.asarray(choose(jnp.asarray(u), jnp.asarray(aligned)))
+    inputs = np.asarray(glancing.glanced_inputs(jnp.asarray(path), jnp.asarray(chosen), jnp.asarray(tgt), L))
+    forced = np.asarray(glancing.fix_alignment(jnp.asarray(match), jnp.asarray(path), jnp.asarray(chosen)))
+    for b in range(rows):
+        want = python_glancing(path[b], predicted[b], tgt[b], aligned[b], ratio, u[b], match[b], count)
+        assert (int(right[b]), int(number[b])) == want[:2]
+        assert set(np.flatnonzero(chosen[b]).tolist()) == want[2]
+        assert inputs[b].tolist() == want[3]
+        np.testing.assert_array_equal(forced[b], np.asarray(want[4], np.float32))
+    step, steps = int(rng.integers(0, 300)), int(rng.integers(-1, 200))
+    expected = 0.1 if steps <= 0 else 0.5 + (0.1 - 0.5) * min(step / steps, 1.0)
+    assert float(glancing.glance_ratio(jnp.int32(step), 0.5, 0.1, steps)) == pytest.approx(expected, abs=1e-6)
+    assert float(glancing.glance_ratio(None, 0.5, 0.1, steps)) == pytest.approx(0.1)
+
+
+@SETTINGS
+@given(st.integers(0, 10**6), st.booleans())
+def test_repeats_removed_and_rows_closed_up_as_in_python(seed, remove):
+    """`dag.drop_repeats` (a free token equal to the free token before it goes; a constraint's never, nor a free
+    token after one), `dag.compact` and the model's `_kept` (PAD never kept): against plain Python on random rows
+    of few tokens (repeats everywhere), PAD tails and constraint runs."""
+    from jaxnat.models.dat.model import _kept
+
+    W = 9
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(5, 8, size=(B, W)).astype(np.int32)
+    for b in range(B):
+        tokens[b, rng.integers(1, W + 1):] = PAD_ID
+    free = (rng.random((B, W)) < 0.7) & (tokens != PAD_ID)  # as the decoders mark them
+    keep, dropped = _kept(jnp.asarray(tokens), jnp.asarray(free), remove)
+    closed = np.asarray(dag.compact(jnp.asarray(tokens), keep, PAD_ID))
+    for b in range(B):
+        drop = [remove and j > 0 and free[b, j] and free[b, j - 1] and tokens[b, j] == tokens[b, j - 1]
+                for j in range(W)]
+        want = [not d and t != PAD_ID for d, t in zip(drop, tokens[b])]
+        assert np.asarray(keep[b]).tolist() == want and int(dropped[b]) == sum(drop)
+        kept = [int(t) for t, k in zip(tokens[b], want) if k]
+        assert closed[b].tolist() == kept + [PAD_ID] * (W - len(kept))
 
 
 TINY = "tests/configs/tiny.py"
