@@ -24,7 +24,7 @@ from jaxnat.decoding.search import Sampling, sample_keys
 from jaxnat.errors import ConfigError
 from jaxnat.models import build_model
 from jaxnat.models.ctc import constrained, lattice, search
-from jaxnat.models.ctc.model import (BLANK_ID, copy_positions, ctc_targets, glance_choice, glance_ratio,
+from jaxnat.models.ctc.model import (BLANK_ID, copy_positions, ctc_targets, frame_counts, glance_choice, glance_ratio,
                                      soft_weights)
 from tests import ctc_reference as ref
 from tests.refine_reference import fit_briefly
@@ -407,17 +407,27 @@ def test_constraint_frames_hold_the_phrases():
 
 # ------------------------------------------------------------------------------------------------ training
 
-def test_the_canvas_copies_the_source_uniformly():
-    """Frame t reads source position ⌊t·S/T⌋: each of λ frames per source token when T = λS, spread evenly when
-    a request's constraints enlarge the canvas; the authors' soft weights are distributions peaking there."""
-    src_len, frames = np.asarray([4, 3, 0], np.int32), np.asarray([12, 7, 0], np.int32)
-    got = np.asarray(copy_positions(src_len, frames, 12))
-    assert list(got[0]) == [t // 3 for t in range(12)]
-    assert list(got[1, :7]) == [(t * 3) // 7 for t in range(7)] and set(got[1, 7:]) == {0}
-    weights = np.asarray(soft_weights(src_len, frames, 12, 5))
-    for b in range(2):  # the authors' formula, frame t against block centres (s + ½)·T/S (t itself not centred)
-        logits = np.asarray([[-(t - (s + 0.5) * frames[b] / src_len[b]) ** 2 / 0.3 if s < src_len[b] else -np.inf
-                              for s in range(5)] for t in range(12)])
+@settings(max_examples=12, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(0, 6), st.integers(0, 20)), min_size=3, max_size=3), st.integers(1, 4))
+def test_the_canvas_copies_the_source_uniformly(rows, upsample):
+    """A row's frames: λ × its source tokens, at least a request's need, within the canvas (0 for an all-PAD row);
+    frame t reads source position ⌊t·S/T⌋ (each of λ frames per token when T = λS, spread evenly when constraints
+    enlarge the canvas); the authors' soft weights, frame t against block centres (s + ½)·T/S (t itself not
+    centred), a softmax over the real positions: all against plain Python."""
+    width, src_width = 16, 6
+    src = np.full((3, src_width), PAD_ID, np.int32)
+    for b, (n, _) in enumerate(rows):
+        src[b, :n] = 7
+    least = jnp.asarray([need for _, need in rows], jnp.int32)
+    frames = np.asarray(frame_counts(jnp.asarray(src), upsample, width, least))
+    src_len = np.asarray([n for n, _ in rows], np.int32)
+    got = np.asarray(copy_positions(jnp.asarray(src_len), jnp.asarray(frames), width))
+    weights = np.asarray(soft_weights(jnp.asarray(src_len), jnp.asarray(frames), width, src_width))
+    for b, (n, need) in enumerate(rows):
+        assert frames[b] == (min(max(upsample * n, need), width) if n else 0)
+        assert got[b].tolist() == [(t * n) // frames[b] if t < frames[b] else 0 for t in range(width)]
+        logits = np.asarray([[-(t - (s + 0.5) * frames[b] / max(n, 1)) ** 2 / 0.3 if s < n else -1e9
+                              for s in range(src_width)] for t in range(width)])
         want = np.exp(logits - logits.max(-1, keepdims=True))
         np.testing.assert_allclose(weights[b], want / want.sum(-1, keepdims=True), rtol=1e-4, atol=1e-6)
 
