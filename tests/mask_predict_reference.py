@@ -82,42 +82,108 @@ def remove_repeats(tokens, values=None):
     return (*out, kept_values + [0.0] * (len(tokens) - len(kept_values)))
 
 
+def _logsumexp(values):
+    values = np.asarray(values, np.float64)
+    top = np.max(values)
+    return float(top + np.log(np.sum(np.exp(values - top)))) if np.isfinite(top) else float(top)
+
+
+def _pick(lp_row, allowed=None):
+    """A position's argmax token and its log-probability renormalised over the pieces ``allowed`` (bool per id;
+    None: all), as the decoder's `choose` forms it from the logits it reads."""
+    row = np.asarray(lp_row, np.float64) if allowed is None else np.where(allowed, lp_row, -np.inf)
+    return int(np.argmax(row)), float(np.max(row)) - _logsumexp(row)
+
+
+def _pass(lp, tokens, scores, masked, written, hard, continues, trails):
+    """One pass: the ``masked`` positions take their argmax; with ``hard`` ((in_phrase, last) lists) the pass is
+    then repaired until it glues nothing onto a phrase's word, re-choosing the ``written`` positions under the
+    levels `tests.words_reference.repair` finds. Returns (tokens, scores)."""
+    from tests import words_reference
+
+    def choose(levels, at):
+        row, new = list(tokens), list(scores)
+        for i in at:
+            allowed = None if levels is None else words_reference.allowed(levels[i], continues, trails)
+            row[i], new[i] = _pick(lp[i], allowed)
+        return row, new
+
+    first = choose(None, masked)
+    if hard is None or continues is None or trails is None:
+        return first
+    _, levels = words_reference.repair(lambda levels: choose(levels, written)[0], first[0],
+                                       [i in written for i in range(len(tokens))], *hard, continues, trails)
+    return first if not any(levels) else choose(levels, written)
+
+
 def mask_predict(logprobs, length_logits, n_src, cap, iterations, beam, centred=False, offset=False,
                  stop_early=False, width=None, need=0, rescore=None, by_probability=True, dedup=False,
-                 with_repeats=False, update_all=False):
-    """One sentence without constraints. logprobs(tokens: list of width ids) → float[width, V] log-probabilities.
-    Returns (tokens, mean score, length, passes) of the best candidate: by mean token probability (or mean
-    score, i.e. log-probability, without by_probability), or by rescore(tokens); with ``dedup`` every
-    candidate's repeated tokens are removed before the choice (``with_repeats``: also how many it has, and
-    each token's score, 0.0 for BOS, EOS and PAD, aligned with the tokens, last); with ``update_all`` passes
-    after the first also take the prediction at every position they did not mask."""
+                 with_repeats=False, update_all=False, phrases=None, hard=False, any_order=True, continues=None,
+                 joins=None, trails=None):
+    """One sentence. logprobs(tokens: list of width ids) → float[width, V] log-probabilities. Returns (tokens,
+    mean score, length, passes) of the best candidate: by mean token probability (or mean score, i.e.
+    log-probability, without by_probability), or by rescore(tokens); with ``dedup`` every candidate's repeated
+    tokens are removed before the choice (``with_repeats``: also how many it has, each token's score, 0.0 for BOS,
+    EOS, PAD and placed constraint pieces, and whether the model chose it, aligned with the tokens, last); with
+    ``update_all`` passes after the first also take the prediction at every position they did not mask.
+
+    ``phrases`` (lists of ids): placed after pass 0 where its distributions score them best (`best_placement`),
+    never re-masked; ``hard``: the candidate lengths make room for all of them, and no piece of ``continues``
+    (bool per id) follows one nor one of ``joins`` precedes one; each pass is repaired so that nothing glues onto
+    a phrase's word over the ``trails`` pieces (tests/words_reference.py)."""
+    if phrases is not None and hard:
+        need = sum(len(p) for p in phrases)
     results = []
     for n in candidate_lengths(length_logits, n_src, max(need, 1), cap, beam, centred, offset):
         tokens = [BOS_ID] + [MASK_ID] * n + [EOS_ID] + [PAD_ID] * (width - n - 2)
         scores = [0.0] * width
         real = [1 <= i <= n for i in range(width)]
-        masked = {i for i in range(width) if real[i]}
-        passes = 0
-        for t in range(iterations):
-            if t > 0:
-                masked = lowest(scores, real, remask_count(n, t, iterations))
-            canvas = [MASK_ID if i in masked else tok for i, tok in enumerate(tokens)]
-            lp = logprobs(canvas)
-            new = list(tokens)
-            for i in (masked if t == 0 or not update_all else [i for i in range(width) if real[i]]):
-                new[i] = int(np.argmax(lp[i]))
-                scores[i] = float(np.max(lp[i]))
+        fixed = [False] * width
+        lp = logprobs(tokens)
+        tokens, scores = _pass(lp, tokens, scores, [i for i in range(width) if real[i]], None, None, None, None)
+        glue, words = (lambda lp: lp), None  # the rules of a hard candidate: unglued logits, its phrases' words
+        if phrases is not None:
+            for k, start in best_placement(lp, phrases, n, any_order)[1].items():
+                for j, t in enumerate(phrases[k]):
+                    tokens[start + j], scores[start + j] = int(t), float(lp[start + j][t]) - _logsumexp(lp[start + j])
+                    fixed[start + j] = True
+            if hard:
+                free = [i for i in range(width) if real[i] and not fixed[i]]
+                after = {i for i in free if fixed[i - 1]}
+                before = {i for i in free if i + 1 < width and fixed[i + 1]}
+                words = (fixed, [fixed[i] and not (i + 1 < width and fixed[i + 1]) for i in range(width)])
+
+                def glue(lp):
+                    lp = np.array(lp, np.float64)
+                    for i in after if continues is not None else ():
+                        lp[i] = np.where(continues, -np.inf, lp[i])
+                    for i in before if joins is not None else ():
+                        lp[i] = np.where(joins, -np.inf, lp[i])
+                    return lp
+
+                tokens, scores = _pass(glue(lp), tokens, scores, sorted(after | before), free, words, continues,
+                                       trails)
+        passes = 1
+        for t in range(1, iterations):
+            free = [real[i] and not fixed[i] for i in range(width)]
+            masked = lowest(scores, free, remask_count(n, t, iterations))
+            lp = glue(logprobs([MASK_ID if i in masked else tok for i, tok in enumerate(tokens)]))
+            written = [i for i in range(width) if free[i]] if update_all else sorted(masked)
+            new, scores = _pass(lp, tokens, scores, written, written, words, continues, trails)
             passes += 1
             changed = new != tokens
             tokens = new
-            if t > 0 and stop_early and not changed:
+            if stop_early and not changed:
                 break
         mean = sum(scores[i] for i in range(width) if real[i]) / max(n, 1)
         prob = sum(np.exp(np.float32(scores[i])) for i in range(width) if real[i]) / max(n, 1)
-        token_scores = [scores[i] if real[i] else 0.0 for i in range(width)]
+        scored = [real[i] and not fixed[i] for i in range(width)]
+        token_scores = [scores[i] if scored[i] else 0.0 for i in range(width)]
         deduped, repeats, deduped_scores = remove_repeats(tokens, token_scores)  # counted whether or not removed
-        tokens, token_scores = (deduped, deduped_scores) if dedup else (tokens, token_scores)
-        results.append((tokens, mean, n, passes, prob, repeats, token_scores))
+        if dedup:
+            tokens, token_scores, scored = (deduped, deduped_scores,
+                                            [bool(x) for x in remove_repeats(tokens, scored)[2]])
+        results.append((tokens, mean, n, passes, prob, repeats, token_scores, scored))
     pick = max(results, key=lambda r: rescore(r[0]) if rescore else (r[4] if by_probability else r[1]))
     return (*pick[:4], *pick[5:]) if with_repeats else pick[:4]  # max keeps the first of equal scores
 

@@ -384,7 +384,7 @@ def test_mask_predict_matches_python_loop(seed, case):
         cap = min(max(4, int(np.floor(np.float32(1.5) * (n_src + 2)))), width) - 2
         rescore = (lambda t: np.float32(sum(x % 5 for x in t)) / np.float32(sum(x != PAD_ID for x in t))
                    ) if rescored else None
-        tokens, score, length, passes, repeats, token_logp = ref.mask_predict(
+        tokens, score, length, passes, repeats, token_logp, scored = ref.mask_predict(
             lambda t: np_fn(t, k), length_logits[k], n_src, cap, iterations, beam, centred, offset, stop_early,
             width, rescore=rescore, by_probability=by_probability, dedup=dedup, with_repeats=True,
             update_all=update_all)
@@ -394,8 +394,8 @@ def test_mask_predict_matches_python_loop(seed, case):
         np.testing.assert_allclose(out["score"][k], score, rtol=1e-5, atol=1e-5)
         # each token's log-probability from the pass that last wrote it, aligned with the tokens after dedup
         np.testing.assert_allclose(out["token_logp"][k], token_logp, rtol=1e-5, atol=1e-5)
-        real = np.isin(tokens, [BOS_ID, EOS_ID, PAD_ID], invert=True)
-        np.testing.assert_array_equal(out["token_scored"][k], real)
+        np.testing.assert_array_equal(out["token_scored"][k], scored)  # every real token, unconstrained
+        assert scored == np.isin(tokens, [BOS_ID, EOS_ID, PAD_ID], invert=True).tolist()
 
 
 def test_remask_schedule_uses_integer_arithmetic():
@@ -499,7 +499,9 @@ def _contains(row, phrase):
 def test_constraints_appear_whole_whatever_the_model_predicts(seed, count, longest, case):
     """Hard constraints: every phrase, whole, as a word (no piece glued on), in order where asked. Soft ones
     (the other rows): every phrase whole when the chosen length holds them all (they are never re-masked, nor
-    revised by ``update_all``)."""
+    revised by ``update_all``). Tokens, scores, passes and each token's log-probability are those of the
+    plain-Python loop (tests/mask_predict_reference.py: the best placement by brute force, each pass repaired as
+    tests/words_reference.py walks it)."""
     iterations, beam, any_order, update_all = case.values()
     width, vocab, b = 14, 16, 4
     table, near = ref.stub_tables(seed, vocab, width)
@@ -523,8 +525,19 @@ def test_constraints_appear_whole_whatever_the_model_predicts(seed, count, longe
     hard = np.arange(b) % 2 == 0
     out = _stub_decoder(options, width)(table, near, length_logits, src, _phrase_array(phrases, 4, 3), hard,
                                         continues, joins, trails)
+    np_fn = ref.stub_numpy(table, near)
     for r in range(b):
         row = [int(t) for t in np.asarray(out["tokens"][r])]
+        n_src = int(np.sum(src[r] != PAD_ID)) - 2
+        tokens, score, length, passes, _, token_logp, scored = ref.mask_predict(
+            lambda t: np_fn(t, r), length_logits[r], n_src, min(max(4, 2 * (n_src + 2)), width) - 2, iterations,
+            beam, width=width, with_repeats=True, update_all=update_all, phrases=[[int(t) for t in p]
+                                                                                  for p in phrases[r]],
+            hard=bool(hard[r]), any_order=any_order, continues=continues, joins=joins, trails=trails)
+        assert row == tokens and (int(out["length"][r]), int(out["iterations"][r])) == (length, passes)
+        np.testing.assert_allclose(out["score"][r], score, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(out["token_logp"][r], token_logp, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(out["token_scored"][r], scored)
         assert row[0] == BOS_ID and row[int(out["length"][r]) + 1] == EOS_ID
         # the model's own tokens are scored (finite log-probabilities), the phrases placed for it are not
         scored, token_logp = np.asarray(out["token_scored"][r]), np.asarray(out["token_logp"][r])
