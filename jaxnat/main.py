@@ -13,8 +13,8 @@ score: source-translation pairs (JSON lines, or a tab between them) in, each wit
 source), JSON lines out.  serve: the model behind an HTTP JSON API (POST /translate, /score) at --host:--port.
 distill: the trained (AR) workdir translates the training sources into the text corpus --output DIR.
 import: writes a model trained elsewhere (--from fairseq:FILE.pt, marian:DIR, marian:FILE.npz, nllb:DIR,
-m2m100:DIR, mbart50:DIR or hf:DIR) as the new workdir, its config in <workdir>/config.json; every other mode then
-takes that workdir without --config (docs/import.md).
+m2m100:DIR, mbart50:DIR, fsmt:DIR or hf:DIR) as the new workdir, its config in <workdir>/config.json; every other
+mode then takes that workdir without --config (docs/import.md).
 export: writes the (AR) workdir's model for another library (--to ctranslate2:DIR [--quantization int8], marian:DIR,
 nllb:DIR, m2m100:DIR, mbart50:DIR, or hf:DIR: the Hugging Face format it came from).
 lm: estimates an n-gram language model of the run's training targets, in its pieces (eval.lm_order, Kneser-Ney),

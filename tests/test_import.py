@@ -36,8 +36,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "import")
 SOURCES = {"fairseq": f"fairseq:{DATA}/fairseq/model.pt", "marian": f"marian:{DATA}/marian",
            "marian-npz": f"marian:{DATA}/marian-npz", "marian-npz-separate": f"marian:{DATA}/marian-npz-separate",
-           "nllb": f"nllb:{DATA}/nllb", "m2m100": f"m2m100:{DATA}/m2m100", "mbart50": f"mbart50:{DATA}/mbart50"}
-FAIRSEQ_IDS = ("fairseq", "nllb", "m2m100", "mbart50")  # <s> 0, <pad> 1, </s> 2, <unk> 3, then the pieces
+           "nllb": f"nllb:{DATA}/nllb", "m2m100": f"m2m100:{DATA}/m2m100", "mbart50": f"mbart50:{DATA}/mbart50",
+           "fsmt": f"fsmt:{DATA}/fsmt"}
+FAIRSEQ_IDS = ("fairseq", "nllb", "m2m100", "mbart50", "fsmt")  # <s> 0, <pad> 1, </s> 2, <unk> 3, then the pieces
 
 
 def expected(kind):
@@ -142,6 +143,9 @@ def test_the_text_pipeline_is_the_models_own(imported):
     # a leading target-language token (Marian's multilingual models) is one piece, or UNK where the vocabulary
     # lacks it; elsewhere it is text
     for text, ids in zip(outputs.get("coded", []), outputs.get("coded_ids", [])):
+        assert tok.encode([text], "src")[0] == [int(t) for t in to_jaxnat(kind, ids, "src")][:-1]
+    # FSMT's punctuation normalisation before Moses (quotes, dashes, spaces, control characters)
+    for text, ids in zip(outputs.get("punctuated", []), outputs.get("punctuated_ids", [])):
         assert tok.encode([text], "src")[0] == [int(t) for t in to_jaxnat(kind, ids, "src")][:-1]
     # targets: ids to text as the original detokenizes them
     for ids, text in zip(to_jaxnat(kind, arrays["tgt_ids"]), outputs["detok"]):
@@ -668,7 +672,8 @@ def test_a_hugging_face_model_id_is_read_from_the_local_cache(tmp_path, monkeypa
     assert parse_source(f"hf:{DATA}/m2m100") == ("m2m100", f"{DATA}/m2m100")  # the same model_type, its own files
     (tmp_path / "bert").mkdir()
     (tmp_path / "bert" / "config.json").write_text('{"model_type": "bert"}')
-    with pytest.raises(DataError, match="model_type 'bert'; jaxnat imports Hugging Face's marian, m2m_100, mbart "):
+    with pytest.raises(DataError, match="model_type 'bert'; jaxnat imports Hugging Face's marian, m2m_100, mbart, "
+                                          "fsmt "):
         parse_source(f"hf:{tmp_path / 'bert'}")
 
 
@@ -907,14 +912,48 @@ def test_an_import_removes_what_a_killed_import_into_the_same_workdir_left(tmp_p
     assert f"process {gone.pid} is gone" in caplog.text
 
 
+@pytest.mark.parametrize("damage, message", [
+    ("langs", "langs .'en'. is not .source language, target language."),
+    ("ids", "pad, eos and decoder start ids 1, 2, 0 are not fairseq's"),
+    ("positions", "model.encoder.embed_positions.weight is not fairseq's sinusoidal table"),
+    ("vocabulary", "vocab-src.json holds 52 pieces, the model.s embedding 53 rows"),
+    ("merges", "merges.txt:2: not a BPE merges line"),
+])
+def test_an_fsmt_directory_jaxnat_cannot_read_is_refused_in_one_line(tmp_path, damage, message):
+    """FSMT (fairseq's WMT19 models as Hugging Face ports them): hf:DIR reads model_type fsmt as such; settings
+    or files that are not the port's layout are one line naming what, nothing written."""
+    from jaxnat.importers import parse_source
+    from safetensors.numpy import load_file, save_file
+
+    source = tmp_path / "fsmt"
+    shutil.copytree(os.path.join(DATA, "fsmt"), source, ignore=shutil.ignore_patterns("expected.*"))
+    assert parse_source(f"hf:{source}") == ("fsmt", str(source))
+    config = json.loads((source / "config.json").read_text())
+    if damage in ("langs", "ids"):
+        config.update({"langs": ["en"]} if damage == "langs" else {"decoder_start_token_id": 0})
+        (source / "config.json").write_text(json.dumps(config))
+    elif damage == "positions":
+        tensors = load_file(str(source / "model.safetensors"))
+        tensors["model.encoder.embed_positions.weight"] = tensors["model.encoder.embed_positions.weight"] * 1.01
+        save_file(tensors, str(source / "model.safetensors"))
+    elif damage == "vocabulary":
+        vocab = json.loads((source / "vocab-src.json").read_text())
+        (source / "vocab-src.json").write_text(json.dumps({p: i for p, i in vocab.items() if i < len(vocab) - 1}))
+    else:
+        (source / "merges.txt").write_text("m a\nm a 3 x\n")
+    with pytest.raises(DataError, match=message):
+        write_workdir(f"fsmt:{source}", str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
 def test_fastbpe_codes_segment_as_fastbpe(tmp_path_factory):
     """fairseq's --bpe fastbpe: its codes become subword-nmt's, which cut the fixture's sources into the pieces the
     real fastBPE gave (the same merges as the subword-nmt fixture's, in fastBPE's format); a line that is not
     fastBPE's is refused."""
-    from jaxnat.importers.fairseq import fastbpe_codes
+    from jaxnat.importers.fairseq import merge_codes
 
     with open(os.path.join(DATA, "fairseq", "fastbpe.codes"), "rb") as f:
-        converted = fastbpe_codes(f.read(), "fastbpe.codes")
+        converted = merge_codes(f.read(), "fastbpe.codes", counted=True)
     with open(os.path.join(DATA, "fairseq", "bpecodes"), "rb") as f:
         assert converted == f.read()
     _, _, _, translator = _imported("fairseq", tmp_path_factory)
@@ -923,7 +962,7 @@ def test_fastbpe_codes_segment_as_fastbpe(tmp_path_factory):
     for text, theirs in zip(outputs["src"], outputs["fastbpe_pieces"]):
         assert " ".join(tok.id_to_piece(i, "src") for i in tok.encode([text], "src")[0]) == theirs
     with pytest.raises(DataError, match="codes:2: not a fastBPE codes line"):
-        fastbpe_codes(b"a b 3\na b\n", "codes")
+        merge_codes(b"a b 3\na b\n", "codes", counted=True)
 
 
 @pytest.mark.slow
@@ -1160,8 +1199,8 @@ def _readme_translate(directory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["fairseq", "marian", "marian-npz-separate", "nllb", "mbart50"])  # (marian-npz and
-def test_an_export_to_ctranslate2_computes_the_workdirs_function(kind, tmp_path, tmp_path_factory):  # m2m100: alike)
+@pytest.mark.parametrize("kind", ["fairseq", "marian", "marian-npz-separate", "nllb", "mbart50", "fsmt"])  # (marian-npz
+def test_an_export_to_ctranslate2_computes_the_workdirs_function(kind, tmp_path, tmp_path_factory):  # and m2m100 alike)
     """CTranslate2 runs the exported model with jaxnat's log-probabilities (each piece's within 1e-5 of `--mode
     score`'s) and, by its README's code, jaxnat's text pipeline and greedy outputs (a sentence at a time: jaxnat's
     length limit is per sentence; the fixture's fairseq model decodes under fairseq's rules, the README jaxnat's),
@@ -1192,6 +1231,8 @@ def test_an_export_to_ctranslate2_computes_the_workdirs_function(kind, tmp_path,
     src_ids = [[i for i in row if i not in (BOS_ID, EOS_ID, PAD_ID)] for row in src_ids]
     piece_ids = [[tok.piece_id(p, "src") or UNK_ID for p in cut(s)] for s in srcs]
     assert piece_ids == [row[len(lang):] for row in src_ids]
+    for text in outputs.get("punctuated", []):  # FSMT's normalised punctuation, cut alike
+        assert [tok.piece_id(p, "src") or UNK_ID for p in cut(text)] == tok.encode([text], "src")[0]
     src_pieces = [[tok.id_to_piece(i, "src") for i in row] for row in src_ids]
     scored = translator.score(srcs, [o["hyp"] for o in ours], token_scores=True)
     targets = [lang + r["pieces"][:-1] for r in scored]

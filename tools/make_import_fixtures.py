@@ -27,7 +27,7 @@ directory holds the model as its library saves it and `expected.npz` + `expected
   vocabulary per side, and hf/ in it the converted model as `save_pretrained` writes it;
 * nllb/: an NLLB-200 model's directory (`nllb_fixture`), with outputs forced to start with a language token;
   m2m100/ and mbart50/: an M2M-100 model's and an mBART-50 translation model's (`m2m100_fixture`,
-  `mbart50_fixture`), the same way.
+  `mbart50_fixture`), the same way; fsmt/: a fairseq WMT19 model as Hugging Face ports it (`fsmt_fixture`).
 Every parameter is drawn anew (biases and layer norms too), so that a convention missed anywhere shows.
 """
 
@@ -984,6 +984,80 @@ def mbart50_fixture(out: str) -> None:
     multilingual_expected(out, model, tok, ("en_XX", "de_DE"), ("fr_XX", "fr_XX"))
 
 
+def fsmt_fixture(out: str) -> None:
+    """A fairseq WMT19 model as Hugging Face ports it (`facebook/wmt19-en-de`): FSMTForConditionalGeneration's
+    save_pretrained (post-norm, a vocabulary and an embedding per side, an output projection of its own) and
+    FSMTTokenizer's files: BPE merges learned by subword-nmt over Moses tokens as merges.txt (no version line), and
+    vocab-src.json / vocab-tgt.json in its convention (a word's last piece ends in `</w>`, the others lose their
+    `@@`). Expected: as `marian_expected` (the targets' ids from the target vocabulary: FSMTTokenizer's text_target
+    reads the source's)."""
+    from collections import Counter
+
+    from sacremoses import MosesTokenizer
+    from subword_nmt.apply_bpe import BPE
+    from subword_nmt.learn_bpe import learn_bpe
+    from transformers import FSMTConfig, FSMTForConditionalGeneration, FSMTTokenizer
+
+    os.makedirs(out, exist_ok=True)
+    moses = {lang: MosesTokenizer(lang=lang) for lang in ("en", "de")}
+    punctuated = ['a man says " hello " .', "the dog - a red dog - runs ...", "it is 5 % ."]  # the normalised forms
+    tokenized = {lang: [moses[lang].tokenize(s, return_str=True, escape=True, aggressive_dash_splits=True)
+                        for s in corpus] for lang, corpus in (("en", CORPUS_EN + punctuated), ("de", CORPUS_DE))}
+    codes = io.StringIO()
+    learn_bpe(io.StringIO("\n".join(tokenized["en"] + tokenized["de"]) + "\n"), codes, 40)
+    bpe = BPE(io.StringIO(codes.getvalue()))
+    with open(os.path.join(out, "merges.txt"), "w", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in codes.getvalue().splitlines() if not line.startswith("#version"))
+    vocab = {}
+    for side, lang in (("src", "en"), ("tgt", "de")):
+        counts = Counter(w for line in tokenized[lang] for w in bpe.process_line(line).split())
+        pieces = sorted(counts, key=lambda w: (-counts[w], w))  # fairseq-preprocess's order
+        vocab[side] = {p: i for i, p in enumerate(["<s>", "<pad>", "</s>", "<unk>"] + [
+            w[:-2] if w.endswith("@@") else w + "</w>" for w in pieces])}
+        with open(os.path.join(out, f"vocab-{side}.json"), "w", encoding="utf-8") as f:
+            json.dump(vocab[side], f, ensure_ascii=False)
+    tok = FSMTTokenizer(langs=["en", "de"], src_vocab_file=os.path.join(out, "vocab-src.json"),
+                        tgt_vocab_file=os.path.join(out, "vocab-tgt.json"), merges_file=os.path.join(out, "merges.txt"))
+    tok.save_pretrained(out)
+    config = FSMTConfig(langs=["en", "de"], src_vocab_size=len(vocab["src"]), tgt_vocab_size=len(vocab["tgt"]),
+                        d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
+                        decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24, max_position_embeddings=64,
+                        activation_function="relu", scale_embedding=True, tie_word_embeddings=False, pad_token_id=1,
+                        bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=2)
+    torch.manual_seed(7)
+    model = FSMTForConditionalGeneration(config)
+    perturb(model, seed=7)
+    for stack in (model.model.encoder, model.model.decoder):  # the sinusoidal tables, which perturb redrew
+        table = stack.embed_positions
+        table.make_weight(*table.weight.shape, table.padding_idx)
+    model.eval().save_pretrained(out, safe_serialization=True)
+
+    batch = tok(SRC, return_tensors="pt", padding=True)
+    rows = [[vocab["tgt"].get(w[:-2] if w.endswith("@@") else w + "</w>", 3) for w in bpe.process_line(
+        moses["de"].tokenize(t, return_str=True, escape=True, aggressive_dash_splits=True)).split()] + [2]
+        for t in TGT]
+    labels = torch.tensor(pad_ids(rows, 1))
+    decoder_in = torch.cat([torch.full((labels.shape[0], 1), 2), labels[:, :-1]], dim=1)
+    with torch.no_grad():  # use_cache=False: with the cache on, FSMT's full pass leaves out its causal mask
+        logits = model(**batch, decoder_input_ids=decoder_in, use_cache=False).logits
+    arrays = {"src_ids": batch["input_ids"].numpy(), "tgt_ids": labels.numpy(),
+              "logp": torch.log_softmax(logits.float(), dim=-1).numpy()}
+    outputs = {}
+    for beam in (1, 4):
+        with torch.no_grad():
+            gen = model.generate(**batch, num_beams=beam, do_sample=False, max_new_tokens=20, length_penalty=1.0,
+                                 early_stopping=False, bad_words_ids=[[0], [1]])  # as jaxnat: never <s> or <pad>
+        outputs[f"beam{beam}"] = gen.tolist()
+        outputs[f"beam{beam}_text"] = tok.batch_decode(gen, skip_special_tokens=True)
+    outputs["detok"] = tok.batch_decode(labels, skip_special_tokens=True)
+    # sources the punctuation normalisation rewrites into the pieces above (quotes, dashes, an ellipsis, a no-break
+    # space, a zero-width space, a control character)
+    outputs["punctuated"] = ["a man says \u201ehello\u201c.", "the dog \u2013 a red dog \u2013 runs\u2026",
+                             "it is 5\u00a0%.", "a\u200b man\x07 runs."]
+    outputs["punctuated_ids"] = tok(outputs["punctuated"])["input_ids"]
+    write_expected(out, arrays, outputs)
+
+
 def write_expected(out: str, arrays: dict, outputs: dict, name: str = "expected") -> None:
     np.savez_compressed(os.path.join(out, f"{name}.npz"), **{k: np.asarray(v) for k, v in arrays.items()})
     with open(os.path.join(out, f"{name}.json"), "w", encoding="utf-8") as f:
@@ -993,7 +1067,7 @@ def write_expected(out: str, arrays: dict, outputs: dict, name: str = "expected"
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=("fairseq", "fairseq-nat", "dat", "marian", "marian-npz",
-                                           "marian-npz-separate", "nllb", "m2m100", "mbart50"))
+                                           "marian-npz-separate", "nllb", "m2m100", "mbart50", "fsmt"))
     parser.add_argument("--dat-plugin", metavar="DIR",
                         help="a checkout of thu-coai/DA-Transformer (its fs_plugins/): also writes fairseq-nat/dat.pt")
     args = parser.parse_args(argv)
@@ -1019,6 +1093,8 @@ def main(argv=None) -> int:
         m2m100_fixture(os.path.join(ROOT, "m2m100"))
     if args.only in (None, "mbart50"):
         mbart50_fixture(os.path.join(ROOT, "mbart50"))
+    if args.only in (None, "fsmt"):
+        fsmt_fixture(os.path.join(ROOT, "fsmt"))
     print(f"wrote {os.path.normpath(ROOT)}")
     return 0
 

@@ -7,7 +7,7 @@ piece), "languages": [the language tokens of a multilingual model: NLLB's "eng_L
 codes a user may name them by, where they differ from the tokens: M2M-100's "de" for "__de__"}, "specials": [pieces
 never written out: those language tokens, NLLB's "<mask>"], "hugging_face": {"format": "nllb" | "m2m100" | "mbart50",
 "files": the original tokenizer's files, kept as `hf-NAME` for an export}, per side "pieces" and "spm" file names or
-the Moses language, "codes", the Moses settings}), one
+the Moses language, "codes", the Moses settings: "dash_splits", "escape", and FSMT's "lowercase" and "normalize"}), one
 `<side>.pieces` file per side (one piece a line, line i = id i: jaxnat's reserved tokens at ids 0..5, then the
 model's pieces in its own order) and the segmenter's files:
 * "spm": a SentencePiece model per side, used only to cut text into pieces and join pieces into text (its ids are
@@ -83,7 +83,7 @@ class _Side:
         if self.kind == "spm":
             self.sp = read_sentencepiece(where(side["spm"]))
         elif self.kind == "bpe":
-            from sacremoses import MosesDetokenizer, MosesTokenizer
+            from sacremoses import MosesDetokenizer, MosesPunctNormalizer, MosesTokenizer
             from subword_nmt.apply_bpe import BPE
 
             try:
@@ -92,6 +92,10 @@ class _Side:
             except OSError as e:
                 raise DataError(f"{where(settings['codes'])}: unreadable BPE codes ({e.strerror})") from None
             self.moses = MosesTokenizer(lang=side["lang"])
+            # FSMTTokenizer's steps before Moses: lower case, then its punctuation normalisation
+            self.lowercase = settings.get("lowercase", False)
+            self.normalizer = None if not settings.get("normalize") else MosesPunctNormalizer(
+                lang=side["lang"], pre_replace_unicode_punct=True, post_remove_control_chars=True)
             self.demoses = MosesDetokenizer(lang=side["lang"])
             self.dash_splits, self.escape = settings.get("dash_splits", True), settings.get("escape", True)
         else:
@@ -105,6 +109,8 @@ class _Side:
             if self.language_codes and text.startswith(">>") and (end := text.find("<<")) != -1:
                 code, text = [text[:end + 2]], text[end + 2:]
             return code + self.sp.encode(text, out_type=str)
+        text = text.lower() if self.lowercase else text
+        text = self.normalizer.normalize(text) if self.normalizer else text
         tokens = self.moses.tokenize(text, aggressive_dash_splits=self.dash_splits, escape=self.escape,
                                      return_str=True)
         return self.bpe.process_line(tokens).split()

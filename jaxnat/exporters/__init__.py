@@ -56,7 +56,8 @@ def _tokenizer_files(workdir: str) -> tuple[dict[str, str], dict]:
                 {"segmenter": "spm", "language_codes": bool(settings.get("language_codes"))})
     return ({"bpecodes": os.path.join(at, settings["codes"])},
             {"segmenter": "bpe", "src_lang": settings["src"]["lang"], "tgt_lang": settings["tgt"]["lang"],
-             "escape": settings.get("escape", True), "dash_splits": settings.get("dash_splits", True)})
+             "escape": settings.get("escape", True), "dash_splits": settings.get("dash_splits", True),
+             "lowercase": settings.get("lowercase", False), "normalize": settings.get("normalize", False)})
 
 
 def _hugging_face_format(workdir: str) -> str:

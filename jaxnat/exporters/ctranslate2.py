@@ -195,13 +195,18 @@ def readme(how: dict, config, cfg, suppressed: list[str], languages: tuple[str, 
                '"target"))\n'
                'def cut(text): return source.encode(text, out_type=str)\n'
                'def join(pieces): return target.decode_pieces(pieces).replace("\\u2581", " ").strip()\n')
-    else:
-        cut = ('from sacremoses import MosesDetokenizer, MosesTokenizer\n'
+    else:  # (an FSMT import's text is lower-cased and its punctuation normalised first, as FSMTTokenizer's)
+        normalize = how.get("normalize", False)
+        cut = ('from sacremoses import MosesDetokenizer, MosesPunctNormalizer, MosesTokenizer\n'
                'from subword_nmt.apply_bpe import BPE\n'
                f'moses = MosesTokenizer(lang="{how["src_lang"]}")\n'
                f'demoses = MosesDetokenizer(lang="{how["tgt_lang"]}")\n'
+               + (f'normalizer = MosesPunctNormalizer(lang="{how["src_lang"]}", pre_replace_unicode_punct=True, '
+                  'post_remove_control_chars=True)\n' if normalize else '') +
                'bpe = BPE(open(f"{model}/bpecodes", encoding="utf-8"))\n'
                'def cut(text):\n'
+               + ('    text = text.lower()\n' if how.get("lowercase") else '')
+               + ('    text = normalizer.normalize(text)\n' if normalize else '') +
                f'    words = moses.tokenize(text, aggressive_dash_splits={how["dash_splits"]}, escape={how["escape"]}, '
                'return_str=True)\n'
                '    return bpe.process_line(words).split()\n'

@@ -3,11 +3,12 @@
 One module per source format reads its files into an `Imported` (imported.py): `fairseq.read`, `marian.read` for
 Hugging Face's MarianMTModel directories, `marian_npz.read` for Marian's own checkpoints, `nllb.read`,
 `m2m100.read` and `mbart50.read` for NLLB-200's, M2M-100's and mBART-50's (hf_fairseq holds what the last three
-share). An Imported holds the config overrides that make jaxnat's model compute the original's function
-(`jaxnat.config`'s model conventions), the parameters in jaxnat's tree with the vocabulary's rows in jaxnat's id
-order (`remap_rows`), and the vocabulary (`jaxnat.data.piece_vocab`). `write_workdir` checks the parameters against
-the model the config builds and writes `config.json`, `vocab/`, `checkpoints/best/0` and `imported.json` into a
-fresh directory it renames into place at the end, so that a failed import leaves nothing behind.
+share), `fsmt.read` for fairseq's WMT19 models as Hugging Face ports them. An Imported holds the config overrides
+that make jaxnat's model compute the original's function (`jaxnat.config`'s model conventions), the parameters in
+jaxnat's tree with the vocabulary's rows in jaxnat's id order (`remap_rows`), and the vocabulary
+(`jaxnat.data.piece_vocab`). `write_workdir` checks the parameters against the model the config builds and writes
+`config.json`, `vocab/`, `checkpoints/best/0` and `imported.json` into a fresh directory it renames into place at
+the end, so that a failed import leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -26,15 +27,15 @@ from jaxnat.errors import ConfigError, DataError
 from jaxnat.importers.imported import Imported
 
 log = logging.getLogger("jaxnat")
-FORMATS = ("fairseq", "marian", "nllb", "m2m100", "mbart50", "hf")
+FORMATS = ("fairseq", "marian", "nllb", "m2m100", "mbart50", "fsmt", "hf")
 # hf:PATH: its config.json's model_type -> the format reading it (M2M100's: by its tokenizer, `_hf_format`)
-HF_TYPES = {"marian": "marian", "m2m_100": "nllb", "mbart": "mbart50"}
+HF_TYPES = {"marian": "marian", "m2m_100": "nllb", "mbart": "mbart50", "fsmt": "fsmt"}
 
 
 def parse_source(spec: str) -> tuple[str, str]:
     """"fairseq:PATH" | "FORMAT:PATH" | "FORMAT:ORG/NAME[@REVISION]" for the Hugging Face formats marian, nllb,
-    m2m100, mbart50 (a model id, read from the local cache: `hub_cache`) and hf (the format its config.json's model_type
-    names) -> (format, path); a one-line ConfigError or DataError otherwise."""
+    m2m100, mbart50, fsmt (a model id, read from the local cache: `hub_cache`) and hf (the format its config.json's
+    model_type names) -> (format, path); a one-line ConfigError or DataError otherwise."""
     kind, _, path = spec.partition(":")
     if kind not in FORMATS or not path:
         raise ConfigError(f"--from takes {' or '.join(f'{k}:PATH' for k in FORMATS)}, got {spec!r}")
@@ -72,10 +73,10 @@ def read(spec: str, dict_dir: str | None = None) -> Imported:
         from jaxnat.importers import fairseq
 
         return fairseq.read(path, dict_dir or os.path.dirname(os.path.abspath(path)))
-    if kind in ("nllb", "m2m100", "mbart50"):
-        from jaxnat.importers import m2m100, mbart50, nllb
+    if kind in ("nllb", "m2m100", "mbart50", "fsmt"):
+        from jaxnat.importers import fsmt, m2m100, mbart50, nllb
 
-        return {"nllb": nllb, "m2m100": m2m100, "mbart50": mbart50}[kind].read(path)
+        return {"nllb": nllb, "m2m100": m2m100, "mbart50": mbart50, "fsmt": fsmt}[kind].read(path)
     from jaxnat.importers import marian, marian_npz
 
     return marian_npz.read(path) if marian_npz.is_release(path) else marian.read(path)

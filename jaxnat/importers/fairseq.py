@@ -160,7 +160,7 @@ def _segmenter(cfg: dict, task: dict, dict_dir: str) -> tuple[dict, dict]:
         with open(file(bpe.get("bpe_codes"), "BPE codes (--bpe-codes)"), "rb") as f:
             codes = f.read()
         if kind == "fastbpe":
-            codes = fastbpe_codes(codes, bpe.get("bpe_codes"))
+            codes = merge_codes(codes, bpe.get("bpe_codes"), counted=True)
         settings = {"segmenter": "bpe", "codes": "bpecodes",
                     "dash_splits": not tok.get("moses_no_dash_splits", False),
                     "escape": not tok.get("moses_no_escape", False),
@@ -172,15 +172,18 @@ def _segmenter(cfg: dict, task: dict, dict_dir: str) -> tuple[dict, dict]:
                     f"--tokenizer moses)")
 
 
-def fastbpe_codes(codes: bytes, name: str) -> bytes:
-    """fastBPE's codes ("left right count" lines, a merge's priority its line) as subword-nmt's ("#version: 0.2",
-    then "left right"): both learn and apply the same merges with the same end-of-word marker `</w>`, so
-    subword-nmt segments as fastBPE does (checked against the real fastBPE by tools/make_import_fixtures.py)."""
+def merge_codes(codes: bytes, name: str, counted: bool) -> bytes:
+    """BPE merges, one a line in priority order, as subword-nmt's codes ("#version: 0.2", then "left right"):
+    fastBPE's codes (``counted``: "left right count") or Hugging Face FSMT's merges.txt ("left right"). All three
+    learn and apply the same merges with the same end-of-word marker `</w>`, so subword-nmt segments as fastBPE and
+    FSMTTokenizer do (checked against the real fastBPE by tools/make_import_fixtures.py, and against FSMTTokenizer
+    by tests/test_import.py)."""
+    what = "fastBPE codes line ('left right count')" if counted else "BPE merges line ('left right')"
     merges = []
     for n, line in enumerate(codes.decode("utf-8").splitlines(), 1):
         fields = line.split(" ")
-        if len(fields) != 3 or not fields[2].isdigit():
-            raise DataError(f"{name}:{n}: not a fastBPE codes line ('left right count'): {line[:60]!r}")
+        if len(fields) != 2 + counted or (counted and not fields[2].isdigit()):
+            raise DataError(f"{name}:{n}: not a {what}: {line[:60]!r}")
         merges.append(f"{fields[0]} {fields[1]}")
     return ("#version: 0.2\n" + "\n".join(merges) + "\n").encode("utf-8")
 
@@ -301,6 +304,19 @@ def read(path: str, dict_dir: str) -> Imported:
     ckpt = torch_file.load(path)
     if not isinstance(ckpt, dict) or "model" not in ckpt:
         raise DataError(f"{path}: not a fairseq checkpoint (no 'model' entry)")
+
+    def dictionary(lang: str, rows: int) -> list[str]:
+        at = os.path.join(dict_dir, f"dict.{lang}.txt")
+        return _vocabulary(read_dictionary(at), rows, at)
+
+    return convert(ckpt, path, dictionary, lambda cfg, task: _segmenter(cfg, task, dict_dir))
+
+
+def convert(ckpt: dict, path: str, dictionary, segmenter) -> Imported:
+    """A checkpoint's contents (``ckpt``: its settings and its 'model' state dict, fairseq's names) as an Imported.
+    dictionary(lang, rows) → the language's tokens in the model's id order (the specials first, ``rows`` of them in
+    all); segmenter(cfg, task) → (the vocabulary's settings, its files): `piece_vocab.write`'s. ``path`` names the
+    source in messages."""
     cfg = _settings(ckpt.get("cfg"))
     args = _settings(ckpt.get("args"))
     model = _settings(cfg.get("model")) or args
@@ -336,10 +352,7 @@ def read(path: str, dict_dir: str) -> Imported:
         "encoder.embed_tokens.weight") else 0
     tgt_rows = state.tensors["decoder.embed_tokens.weight"].shape[0] if state.has(
         "decoder.embed_tokens.weight") else src_rows
-    src_vocab = _vocabulary(read_dictionary(os.path.join(dict_dir, f"dict.{src_lang}.txt")), src_rows,
-                            os.path.join(dict_dir, f"dict.{src_lang}.txt"))
-    tgt_vocab = _vocabulary(read_dictionary(os.path.join(dict_dir, f"dict.{tgt_lang}.txt")), tgt_rows,
-                            os.path.join(dict_dir, f"dict.{tgt_lang}.txt"))
+    src_vocab, tgt_vocab = dictionary(src_lang, src_rows), dictionary(tgt_lang, tgt_rows)
     if share_all and src_vocab != tgt_vocab:
         raise DataError(f"{path}: share_all_embeddings with two different dictionaries")
 
@@ -383,7 +396,7 @@ def read(path: str, dict_dir: str) -> Imported:
     if unused:
         raise DataError(f"{path}: parameters jaxnat's model would not use: {', '.join(unused[:3])}")
 
-    settings, files = _segmenter(cfg, task, dict_dir)
+    settings, files = segmenter(cfg, task)
     settings["joint"] = src_vocab == tgt_vocab
     pieces = {"src": jaxnat_pieces(src_vocab), "tgt": jaxnat_pieces(tgt_vocab)}
     overrides = {
