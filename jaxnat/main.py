@@ -16,7 +16,7 @@ import: writes a model trained elsewhere (--from fairseq:FILE.pt, marian:DIR, ma
 m2m100:DIR, mbart50:DIR, fsmt:DIR or hf:DIR) as the new workdir, its config in <workdir>/config.json; every other
 mode then takes that workdir without --config (docs/import.md).
 export: writes the (AR) workdir's model for another library (--to ctranslate2:DIR [--quantization int8], marian:DIR,
-nllb:DIR, m2m100:DIR, mbart50:DIR, or hf:DIR: the Hugging Face format it came from).
+nllb:DIR, m2m100:DIR, mbart50:DIR, fsmt:DIR, or hf:DIR: the Hugging Face format it came from).
 lm: estimates an n-gram language model of the run's training targets, in its pieces (eval.lm_order, Kneser-Ney),
 as the ARPA file --output FILE, for eval.lm (docs/language_models.md).
 average: writes the average of eval.average_checkpoints checkpoints (eval.average_of) into the workdir.
@@ -106,7 +106,7 @@ def parse_args(argv):
             parser.error("--mode import takes no --config: the model's own settings make the workdir's config.json")
     elif args.mode == "export" and not args.target:
         parser.error("--mode export needs --to FORMAT:DIR (ctranslate2:DIR, marian:DIR, nllb:DIR, m2m100:DIR, "
-                     "mbart50:DIR or hf:DIR)")
+                     "mbart50:DIR, fsmt:DIR or hf:DIR)")
     if args.mode != "import" and args.config is None and args.mode != "curves":
         recorded = os.path.join(args.workdir, "config.json")
         if args.mode == "train" or not os.path.lexists(recorded):  # (a directory there: load_config says so)

@@ -1280,7 +1280,7 @@ def test_a_model_jaxnat_trained_exports_from_the_command_line(ar_run, tmp_path):
     with pytest.raises(SystemExit):  # argparse's choices, in jaxnat's one line
         parse_args(["--mode", "export", "--workdir", str(ar_run), "--to", "ctranslate2:x", "--quantization", "int3"])
     with pytest.raises(JaxnatError, match="--to takes ctranslate2:DIR, marian:DIR, nllb:DIR, m2m100:DIR, "
-                                          "mbart50:DIR or hf:DIR, got 'onnx:x'"):
+                                          "mbart50:DIR, fsmt:DIR or hf:DIR, got 'onnx:x'"):
         check_paths(parse_args(["--mode", "export", "--workdir", str(ar_run), "--to", "onnx:x"])[0])
 
     config.model.name = "cmlm"
@@ -1303,7 +1303,7 @@ def test_a_model_jaxnat_trained_exports_from_the_command_line(ar_run, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["marian", "marian-npz-separate", "nllb", "m2m100", "mbart50"])
+@pytest.mark.parametrize("kind", ["marian", "marian-npz-separate", "nllb", "m2m100", "mbart50", "fsmt"])
 def test_an_export_to_hugging_face_imports_back_as_the_same_model(kind, tmp_path, tmp_path_factory):
     """`--to marian:DIR` (`nllb:DIR`, `m2m100:DIR`, `mbart50:DIR`) writes what that format's importer reads, so that
     importing the export gives back the same model: its config's model section and languages, its vocabularies and
@@ -1311,6 +1311,7 @@ def test_an_export_to_hugging_face_imports_back_as_the_same_model(kind, tmp_path
     reads the exports: tools/check_hf_export.py). The multilingual ones carry the original's tokenizer files, their
     default target language data.tgt_lang_token's, which the generation config forces first."""
     from jaxnat.exporters import export
+    from jaxnat.importers import fsmt
     from jaxnat.importers.hf_fairseq import SPM, TOKENIZER_FILES
 
     _, workdir, config, translator = _imported(kind, tmp_path_factory)
@@ -1335,12 +1336,15 @@ def test_an_export_to_hugging_face_imports_back_as_the_same_model(kind, tmp_path
         assert generation["bad_words_ids"] == [[0]]  # <pad>
         return
     original = os.path.join(DATA, kind)
-    for name in (SPM, *TOKENIZER_FILES):
+    for name in (SPM, *TOKENIZER_FILES, *fsmt.TOKENIZER_FILES):
         if os.path.isfile(os.path.join(original, name)):
             with open(os.path.join(original, name), "rb") as f:
                 assert (directory / name).read_bytes() == f.read(), name
     assert generation["bad_words_ids"] == [[0], [1]] and generation["forced_eos_token_id"] == 2  # <s>, <pad>; </s>
     tok = translator.tokenizer
+    if not tok.languages:  # FSMT's: no language to force first
+        assert "forced_bos_token_id" not in generation
+        return
     fairseq_id = lambda token: tok.piece_id(token, "tgt") - 2  # noqa: E731  (a piece's id past jaxnat's reserved)
     assert generation["forced_bos_token_id"] == fairseq_id(config.data.tgt_lang_token)
     # another target language: the export's default, forced first (M2M-100's tokenizer names it by its code)
@@ -1368,8 +1372,8 @@ def test_a_model_of_other_conventions_or_vocabulary_is_not_exported_to_hugging_f
                                           r"model.ln_eps=1e-06, model.source_bos=True, model.decoder_start=bos\)"):
         export(workdir_config(str(ar_run)), str(ar_run), f"marian:{tmp_path / 'hf'}")
     with pytest.raises(JaxnatError, match=r"^Hugging Face's M2M100ForConditionalGeneration cannot compute this model "
-                                          r"\(model.pre_norm=False, .*model.source_bos=True, "
-                                          r"model.position_offset=0\); export it with --to ctranslate2:DIR$"):
+                                          r"\(model.ln_eps=1e-06, .*model.source_bos=True, model.pre_norm=False, "
+                                          r".*model.position_offset=0\); export it with --to ctranslate2:DIR$"):
         export(workdir_config(str(ar_run)), str(ar_run), f"nllb:{tmp_path / 'hf'}")
     _, workdir, config, _ = _imported("nllb", tmp_path_factory)
     with pytest.raises(JaxnatError, match=r"this workdir's vocabulary came from nllb:DIR \(export it with --to "

@@ -52,7 +52,8 @@ def main(argv=None) -> int:
         batch = tokenizer(sources, return_tensors="pt", padding=True)
         with torch.no_grad():
             out = model.generate(**batch, max_new_tokens=20, num_beams=1, do_sample=False, **settings)
-            logp = torch.log_softmax(model(**batch, decoder_input_ids=out).logits, -1)
+            # (use_cache=False: with the cache on, FSMT's full pass leaves out its causal mask)
+            logp = torch.log_softmax(model(**batch, decoder_input_ids=out, use_cache=False).logits, -1)
         chosen = logp[:, :-1].gather(-1, out[:, 1:, None])[..., 0]
         real = out[:, 1:] != tokenizer.pad_token_id
         ids.append([tokenizer.convert_ids_to_tokens(row.tolist()) for row in batch["input_ids"]])

@@ -1,12 +1,11 @@
 """`--mode export`: a workdir's model written for another inference engine (docs/import.md, "Exporting").
 
 One module per target format: `ctranslate2` (the AR Transformer as a CTranslate2 model), `marian` (one of
-Marian's conventions as Hugging Face's MarianMTModel) and `hf_fairseq` (an NLLB-200, M2M-100 or mBART-50 import as
-Hugging Face's class of it). `export` reads the
-workdir as every decoding mode does (`jaxnat.restore.load_translator`: the parameters `eval.params` names, the
-best validation's by default), builds the target's model from its parameters and conventions, and writes it with
-the files that cut text into its pieces into a fresh directory it renames into
-place at the end, so that a failed export leaves nothing behind.
+Marian's conventions as Hugging Face's MarianMTModel) and `hf_fairseq` (an NLLB-200, M2M-100, mBART-50 or FSMT
+import as Hugging Face's class of it). `export` reads the workdir as every decoding mode does
+(`jaxnat.restore.load_translator`: the parameters `eval.params` names, the best validation's by default), builds the
+target's model from its parameters and conventions, and writes it with the files that cut text into its pieces into
+a fresh directory it renames into place at the end, so that a failed export leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -18,11 +17,13 @@ import tempfile
 
 from jaxnat.errors import ConfigError
 
-FORMATS = ("ctranslate2", "marian", "nllb", "m2m100", "mbart50", "hf")  # hf: the Hugging Face format it came from
+# hf: the Hugging Face format the model came from
+FORMATS = ("ctranslate2", "marian", "nllb", "m2m100", "mbart50", "fsmt", "hf")
 NAMES = {"ctranslate2": "CTranslate2", "marian": "Hugging Face MarianMTModel",
          "nllb": "Hugging Face M2M100ForConditionalGeneration (NLLB)",
          "m2m100": "Hugging Face M2M100ForConditionalGeneration (M2M-100)",
-         "mbart50": "Hugging Face MBartForConditionalGeneration (mBART-50)"}
+         "mbart50": "Hugging Face MBartForConditionalGeneration (mBART-50)",
+         "fsmt": "Hugging Face FSMTForConditionalGeneration (fairseq's WMT19)"}
 EXPORTED_FAMILY = "ar"  # the family whose model the formats hold: the encoder-decoder Transformer
 
 

@@ -22,11 +22,14 @@ import os
 
 from jaxnat.errors import DataError
 from jaxnat.importers import fairseq
+from jaxnat.importers.hf_fairseq import keep_tokenizer_files
 from jaxnat.importers.hf_files import read_config, read_ids, read_json, weights
 from jaxnat.importers.imported import Imported
 from jaxnat.importers.torch_layers import FROM_HF_ACTIVATIONS
 
 FILES = ("config.json", "vocab-src.json", "vocab-tgt.json", "merges.txt")
+# the tokenizer's files an import keeps for an export back (`hf_fairseq.keep_tokenizer_files`)
+TOKENIZER_FILES = ("vocab-src.json", "vocab-tgt.json", "merges.txt", "tokenizer_config.json", "special_tokens_map.json")
 WORD_END = "</w>"
 DEFAULTS = {"scale_embedding": True, "tie_word_embeddings": False, "activation_function": "relu",
             "max_position_embeddings": 1024}  # FSMTConfig's, where config.json is silent
@@ -122,5 +125,8 @@ def read(directory: str) -> Imported:
 
     ckpt = {"model": state, "cfg": {"model": model, "task": {"source_lang": langs[0], "target_lang": langs[1]}}}
     imported = fairseq.convert(ckpt, where, dictionary, segmenter)
+    kept, kept_settings = keep_tokenizer_files(directory, TOKENIZER_FILES, "fsmt")
+    imported.files.update(kept)
+    imported.settings.update(kept_settings)
     imported.about = {"format": "fsmt", "architecture": "FSMTForConditionalGeneration", "family": "ar"}
     return imported

@@ -29,11 +29,23 @@ from jaxnat.importers.hf_files import read_config, read_json, weights
 from jaxnat.importers.torch_layers import FROM_HF_ACTIVATIONS, StateDict, norm, stacks
 
 SPM = "sentencepiece.bpe.model"
-# the files of a directory's tokenizer an import keeps in the workdir's vocab/, under the name KEPT + theirs (beside
-# jaxnat's own tokenizer.json), so that `--mode export --to FORMAT:DIR` (jaxnat.exporters.hf_fairseq) writes the
-# original's tokenizer back: a vocabulary does not change after an import
+# the files of a directory's tokenizer an import keeps in the workdir's vocab/ (`keep_tokenizer_files`)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json")
 KEPT = "hf-"
+
+
+def keep_tokenizer_files(directory: str, names: tuple[str, ...], kind: str) -> tuple[dict, dict]:
+    """({KEPT + name: bytes} of those of the tokenizer files ``names`` that ``directory`` holds, the vocabulary
+    settings' entry that lists them): kept in the workdir's vocab/ under those names (beside jaxnat's own
+    tokenizer.json), so that `--mode export --to KIND:DIR` (jaxnat.exporters.hf_fairseq) writes the original's
+    tokenizer back; a vocabulary does not change after an import."""
+    kept, files = [], {}
+    for name in names:
+        if os.path.isfile(os.path.join(directory, name)):
+            with open(os.path.join(directory, name), "rb") as f:
+                files[KEPT + name] = f.read()
+            kept.append(name)
+    return files, {"hugging_face": {"format": kind, "files": kept}}
 
 
 @dataclasses.dataclass
@@ -142,14 +154,10 @@ def imported(port: Port, params: dict, vocabulary: list[str], languages: list[st
     from jaxnat.data.pieces import sentencepiece_bytes
 
     cfg = port.cfg
-    files = {SPM: sentencepiece_bytes(port.at(SPM))}
-    kept = [name for name in TOKENIZER_FILES if os.path.isfile(port.at(name))]
-    for name in kept:
-        with open(port.at(name), "rb") as f:
-            files[KEPT + name] = f.read()
+    kept, kept_settings = keep_tokenizer_files(port.directory, TOKENIZER_FILES, about["format"])
+    files = {SPM: sentencepiece_bytes(port.at(SPM)), **kept}
     settings = {"segmenter": "spm", "joint": True, "languages": languages, "specials": [*languages, "<mask>"],
-                "src": {"spm": SPM}, "tgt": {"spm": SPM},
-                "hugging_face": {"format": about["format"], "files": kept}}
+                "src": {"spm": SPM}, "tgt": {"spm": SPM}, **kept_settings}
     pieces = jaxnat_pieces(vocabulary)
     default = {side: port.tok_cfg.get(key) if port.tok_cfg.get(key) in languages else ""
                for side, key in (("src", "src_lang"), ("tgt", "tgt_lang"))}
