@@ -21,9 +21,8 @@ from __future__ import annotations
 import os
 
 from jaxnat.errors import DataError
-from jaxnat.importers import fairseq
-from jaxnat.importers.hf_fairseq import keep_tokenizer_files
-from jaxnat.importers.hf_files import read_config, read_ids, read_json, weights
+from jaxnat.importers import fairseq, hf_fairseq
+from jaxnat.importers.hf_files import read_ids
 from jaxnat.importers.imported import Imported
 from jaxnat.importers.torch_layers import FROM_HF_ACTIVATIONS
 
@@ -69,25 +68,12 @@ def _check_positions(tensors: dict, cfg: dict, where: str) -> None:
 
 
 def read(directory: str) -> Imported:
-    if not os.path.isdir(directory):
-        raise DataError(f"{directory}: fsmt:DIR names a directory (save_pretrained's, with {', '.join(FILES)})")
-    for name in FILES:
-        if not os.path.isfile(os.path.join(directory, name)):
-            raise DataError(f"{directory}: no {name} (fsmt:DIR's directory holds {', '.join(FILES)})")
-    cfg_at = os.path.join(directory, "config.json")
-    cfg = {**DEFAULTS, **read_config(cfg_at)}
-    if cfg.get("model_type") != "fsmt":
-        raise DataError(f"{cfg_at}: model_type {cfg.get('model_type')!r}, not 'fsmt'")
+    port = hf_fairseq.open_port(directory, "fsmt", "fsmt", FILES, DEFAULTS)
+    cfg, tensors, where = port.cfg, port.state.tensors, port.state.where
     langs = cfg.get("langs")
-    if not (isinstance(langs, list) and len(langs) == 2 and all(isinstance(x, str) and x for x in langs)):
-        raise DataError(f"{cfg_at}: langs {langs!r} is not [source language, target language]")
-    ids = (cfg.get("pad_token_id", 1), cfg.get("eos_token_id", 2), cfg.get("decoder_start_token_id", 2))
-    if ids != (1, 2, 2):
-        raise DataError(f"{cfg_at}: pad, eos and decoder start ids {', '.join(map(str, ids))} are not fairseq's "
-                        f"(1, 2, 2)")
-    tok_at = os.path.join(directory, "tokenizer_config.json")
-    tok_cfg = read_json(tok_at) if os.path.isfile(tok_at) else {}
-    tensors, where = weights(directory)
+    if not (isinstance(langs, list) and len(langs) == 2 and all(isinstance(x, str) and x for x in langs)
+            and langs[0] != langs[1]):
+        raise DataError(f"{port.at('config.json')}: langs {langs!r} is not [source language, target language]")
     _check_positions(tensors, cfg, where)
     # fairseq's names; the sinusoidal tables, which jaxnat computes, left out
     state = {k[len("model."):]: v for k, v in tensors.items() if k.startswith("model.")
@@ -120,12 +106,12 @@ def read(directory: str) -> Imported:
         with open(os.path.join(directory, "merges.txt"), "rb") as f:
             codes = fairseq.merge_codes(f.read(), os.path.join(directory, "merges.txt"), counted=False)
         return ({"segmenter": "bpe", "codes": "bpecodes", "dash_splits": True, "escape": True, "normalize": True,
-                 "lowercase": bool(tok_cfg.get("do_lower_case", False)),
+                 "lowercase": bool(port.tok_cfg.get("do_lower_case", False)),
                  "src": {"lang": langs[0]}, "tgt": {"lang": langs[1]}}, {"bpecodes": codes})
 
     ckpt = {"model": state, "cfg": {"model": model, "task": {"source_lang": langs[0], "target_lang": langs[1]}}}
     imported = fairseq.convert(ckpt, where, dictionary, segmenter)
-    kept, kept_settings = keep_tokenizer_files(directory, TOKENIZER_FILES, "fsmt")
+    kept, kept_settings = hf_fairseq.keep_tokenizer_files(directory, TOKENIZER_FILES, "fsmt")
     imported.files.update(kept)
     imported.settings.update(kept_settings)
     imported.about = {"format": "fsmt", "architecture": "FSMTForConditionalGeneration", "family": "ar"}

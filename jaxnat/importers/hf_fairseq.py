@@ -1,6 +1,8 @@
 """fairseq's multilingual Transformers as Hugging Face ports them: `M2M100ForConditionalGeneration` (NLLB-200,
 nllb.py; M2M-100, m2m100.py) and `MBartForConditionalGeneration` (mBART-50, mbart50.py). What these formats share,
-read as data; each format's module says what differs (positions, the tokenizer's files).
+read as data; each format's module says what differs (positions, the tokenizer's files). fsmt.py (fairseq's WMT19
+models) opens its directory and keeps its tokenizer's files with the same functions (`open_port`,
+`keep_tokenizer_files`).
 
 Both are fairseq's pre-norm Transformer (a final layer norm after each stack, one embedding shared by the encoder,
 the decoder and the output) under fairseq's parameter names led by `model.`, with a fairseq dictionary: `<s>` 0,
