@@ -5,9 +5,10 @@ A workdir's `vocab/` holds `tokenizer.json` ({"segmenter": "spm" | "bpe", "joint
 both sides, each side still cutting text its own way), "language_codes": bool (Marian's: a leading ">>xx<<" is one
 piece), "languages": [the language tokens of a multilingual model: NLLB's "eng_Latn", …], "language_names": {the
 codes a user may name them by, where they differ from the tokens: M2M-100's "de" for "__de__"}, "specials": [pieces
-never written out: those language tokens, NLLB's "<mask>"], "hugging_face": {"format": "nllb" | "m2m100" | "mbart50",
-"files": the original tokenizer's files, kept as `hf-NAME` for an export}, per side "pieces" and "spm" file names or
-the Moses language, "codes", the Moses settings: "dash_splits", "escape", and FSMT's "lowercase" and "normalize"}), one
+never written out: those language tokens, NLLB's "<mask>"], "hugging_face": {"format": "nllb" | "m2m100" | "mbart50" |
+"fsmt", "files": the original tokenizer's files, kept as `hf-NAME` for an export}, per side "pieces" and "spm" file
+names or the Moses language, "codes", the Moses settings: "dash_splits", "escape", and FSMT's "lowercase" and
+"normalize"}), one
 `<side>.pieces` file per side (one piece a line, line i = id i: jaxnat's reserved tokens at ids 0..5, then the
 model's pieces in its own order) and the segmenter's files:
 * "spm": a SentencePiece model per side, used only to cut text into pieces and join pieces into text (its ids are

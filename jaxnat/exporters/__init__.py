@@ -62,8 +62,8 @@ def _tokenizer_files(workdir: str) -> tuple[dict[str, str], dict]:
 
 
 def _hugging_face_format(workdir: str) -> str:
-    """The format `--to hf:DIR` writes: the one the workdir's vocabulary was imported from (NLLB, M2M-100, mBART-50),
-    else Marian's (whose conventions `marian.check` then holds the model to)."""
+    """The format `--to hf:DIR` writes: the one the workdir's vocabulary was imported from (NLLB, M2M-100, mBART-50,
+    FSMT), else Marian's (whose conventions `marian.check` then holds the model to)."""
     from jaxnat.data import piece_vocab
 
     if not piece_vocab.exists(workdir):
