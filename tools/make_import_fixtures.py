@@ -27,7 +27,8 @@ directory holds the model as its library saves it and `expected.npz` + `expected
   vocabulary per side, and hf/ in it the converted model as `save_pretrained` writes it;
 * nllb/: an NLLB-200 model's directory (`nllb_fixture`), with outputs forced to start with a language token;
   m2m100/ and mbart50/: an M2M-100 model's and an mBART-50 translation model's (`m2m100_fixture`,
-  `mbart50_fixture`), the same way; fsmt/: a fairseq WMT19 model as Hugging Face ports it (`fsmt_fixture`).
+  `mbart50_fixture`), the same way; fsmt/: a fairseq WMT19 model as Hugging Face ports it (`fsmt_fixture`),
+  fsmt-tied/ one with its three tables tied.
 Every parameter is drawn anew (biases and layer norms too), so that a convention missed anywhere shows.
 """
 
@@ -984,13 +985,14 @@ def mbart50_fixture(out: str) -> None:
     multilingual_expected(out, model, tok, ("en_XX", "de_DE"), ("fr_XX", "fr_XX"))
 
 
-def fsmt_fixture(out: str) -> None:
+def fsmt_fixture(out: str, tied: bool = False) -> None:
     """A fairseq WMT19 model as Hugging Face ports it (`facebook/wmt19-en-de`): FSMTForConditionalGeneration's
     save_pretrained (post-norm, a vocabulary and an embedding per side, an output projection of its own) and
     FSMTTokenizer's files: BPE merges learned by subword-nmt over Moses tokens as merges.txt (no version line), and
     vocab-src.json / vocab-tgt.json in its convention (a word's last piece ends in `</w>`, the others lose their
     `@@`). Expected: as `marian_expected` (the targets' ids from the target vocabulary: FSMTTokenizer's text_target
-    reads the source's)."""
+    reads the source's). ``tied``: one vocabulary of both languages' pieces and `tie_word_embeddings`, the encoder's,
+    the decoder's and the output's one table (fsmt-tied/)."""
     from collections import Counter
 
     from sacremoses import MosesTokenizer
@@ -1010,7 +1012,8 @@ def fsmt_fixture(out: str) -> None:
         f.writelines(line + "\n" for line in codes.getvalue().splitlines() if not line.startswith("#version"))
     vocab = {}
     for side, lang in (("src", "en"), ("tgt", "de")):
-        counts = Counter(w for line in tokenized[lang] for w in bpe.process_line(line).split())
+        lines = tokenized["en"] + tokenized["de"] if tied else tokenized[lang]
+        counts = Counter(w for line in lines for w in bpe.process_line(line).split())
         pieces = sorted(counts, key=lambda w: (-counts[w], w))  # fairseq-preprocess's order
         vocab[side] = {p: i for i, p in enumerate(["<s>", "<pad>", "</s>", "<unk>"] + [
             w[:-2] if w.endswith("@@") else w + "</w>" for w in pieces])}
@@ -1022,7 +1025,7 @@ def fsmt_fixture(out: str) -> None:
     config = FSMTConfig(langs=["en", "de"], src_vocab_size=len(vocab["src"]), tgt_vocab_size=len(vocab["tgt"]),
                         d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
                         decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24, max_position_embeddings=64,
-                        activation_function="relu", scale_embedding=True, tie_word_embeddings=False, pad_token_id=1,
+                        activation_function="relu", scale_embedding=True, tie_word_embeddings=tied, pad_token_id=1,
                         bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=2)
     torch.manual_seed(7)
     model = FSMTForConditionalGeneration(config)
@@ -1095,6 +1098,7 @@ def main(argv=None) -> int:
         mbart50_fixture(os.path.join(ROOT, "mbart50"))
     if args.only in (None, "fsmt"):
         fsmt_fixture(os.path.join(ROOT, "fsmt"))
+        fsmt_fixture(os.path.join(ROOT, "fsmt-tied"), tied=True)
     print(f"wrote {os.path.normpath(ROOT)}")
     return 0
 

@@ -94,8 +94,10 @@ def read(directory: str) -> Imported:
         "max_source_positions": cfg["max_position_embeddings"], "max_target_positions": cfg["max_position_embeddings"],
         "dropout": cfg.get("dropout", 0.1), "attention_dropout": cfg.get("attention_dropout", 0.0),
         "activation_dropout": cfg.get("activation_dropout", 0.0)}
-    if tie and "decoder.embed_tokens.weight" not in state and "encoder.embed_tokens.weight" in state:
-        state["decoder.embed_tokens.weight"] = state["encoder.embed_tokens.weight"]  # a tied table, saved once
+    if tie:  # one table, which save_pretrained keeps once (the decoder's)
+        for name, other in (("encoder", "decoder"), ("decoder", "encoder")):
+            if f"{name}.embed_tokens.weight" not in state and f"{other}.embed_tokens.weight" in state:
+                state[f"{name}.embed_tokens.weight"] = state[f"{other}.embed_tokens.weight"]
     files = {side: os.path.join(directory, f"vocab-{side}.json") for side in ("src", "tgt")}
     sides = dict(zip(langs, ("src", "tgt")))
 
