@@ -6,6 +6,7 @@ import itertools
 import numpy as np
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, NUM_RESERVED, PAD_ID
+from tests import words_reference
 
 LENGTH_OFFSET = 128
 
@@ -99,8 +100,6 @@ def _pass(lp, tokens, scores, masked, written, hard, continues, trails):
     """One pass: the ``masked`` positions take their argmax; with ``hard`` ((in_phrase, last) lists) the pass is
     then repaired until it glues nothing onto a phrase's word, re-choosing the ``written`` positions under the
     levels `tests.words_reference.repair` finds. Returns (tokens, scores)."""
-    from tests import words_reference
-
     def choose(levels, at):
         row, new = list(tokens), list(scores)
         for i in at:

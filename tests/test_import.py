@@ -1306,11 +1306,12 @@ def test_a_model_jaxnat_trained_exports_from_the_command_line(ar_run, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["marian", "marian-npz-separate", "nllb", "m2m100", "mbart50", "fsmt", "fsmt-tied"])
 def test_an_export_to_hugging_face_imports_back_as_the_same_model(kind, tmp_path, tmp_path_factory):
-    """`--to marian:DIR` (`nllb:DIR`, `m2m100:DIR`, `mbart50:DIR`) writes what that format's importer reads, so that
-    importing the export gives back the same model: its config's model section and languages, its vocabularies and
-    its parameters, bit for bit (the importers compute the originals' functions: the tests above; transformers itself
-    reads the exports: tools/check_hf_export.py). The multilingual ones carry the original's tokenizer files, their
-    default target language data.tgt_lang_token's, which the generation config forces first."""
+    """`--to marian:DIR` (`nllb:DIR`, `m2m100:DIR`, `mbart50:DIR`, `fsmt:DIR`) writes what that format's importer
+    reads, so that importing the export gives back the same model: its config's model section and languages, its
+    vocabularies and its parameters, bit for bit (the importers compute the originals' functions: the tests above;
+    transformers itself reads the exports: tools/check_hf_export.py). The fairseq ports carry the original's tokenizer
+    files; the multilingual ones' default target language is data.tgt_lang_token's, which the generation config
+    forces first."""
     from jaxnat.exporters import export
     from jaxnat.importers import fsmt
     from jaxnat.importers.hf_fairseq import SPM, TOKENIZER_FILES
@@ -1381,7 +1382,8 @@ def test_a_model_of_other_conventions_or_vocabulary_is_not_exported_to_hugging_f
                                           r"nllb:DIR\)"):
         export(config, workdir, f"m2m100:{tmp_path / 'hf'}")
     shutil.copytree(workdir, tmp_path / "old")
-    settings = json.loads(open(piece_vocab.settings_path(str(tmp_path / "old"))).read())
+    with open(piece_vocab.settings_path(str(tmp_path / "old")), encoding="utf-8") as f:
+        settings = json.load(f)
     del settings["hugging_face"]
     with open(piece_vocab.settings_path(str(tmp_path / "old")), "w") as f:
         json.dump(settings, f)
