@@ -225,12 +225,28 @@ def check_fills_scored(out):
     assert np.all(np.isfinite(token_logp)) and np.all(token_logp[scored] <= 0) and np.all(token_logp[~scored] == 0)
 
 
+_LOOPS = {}  # the jit'd loops of `check_loop_against_python`, one program for every seed of a configuration
+
+
+def _jit_loop(spec, options, first_method, first_edit, count_names, edit_key):
+    """`refine` with the model's heads, jit'd over (params, src, tokens, marks, cap, tables): compiled once per
+    (spec, options, first edit, ``edit_key``: what tells closures of one first edit apart)."""
+    key = (id(spec), options, first_method, count_names, edit_key)
+    if key not in _LOOPS or _LOOPS[key][0] is not spec:
+        def run(params, src, tokens, marks, cap, table, join_table, trail_table):
+            return refine(model_heads(spec, params, src, first_method), first_edit, initial_hypotheses(tokens, marks),
+                          cap, options, count_names, table, join_table, trail_table)
+        _LOOPS[key] = spec, jax.jit(run)
+    return _LOOPS[key][1]
+
+
 def check_loop_against_python(spec, seed, options, first_method, first_edit, first_py, count_names, vocab,
-                              continues=None, joins=None, trails=None):
+                              continues=None, joins=None, trails=None, edit_key=None):
     """Decodes six canvases (empty, with one- and multi-token phrases, random) with the jit'd `refine` of an
-    untrained model and with `python_refine`, and asserts they agree on tokens, counts, scores and each token's
-    log-probability, scored only where the token head filled it (with the word-boundary rules of ``continues``,
-    bool[V], when given)."""
+    untrained model (its parameters and sources drawn from ``seed``) and with `python_refine`, and asserts they
+    agree on tokens, counts, scores and each token's log-probability, scored only where the token head filled it
+    (with the word-boundary rules of ``continues``, bool[V], when given). ``edit_key``: see `_jit_loop` (None: the
+    first edit itself)."""
     batch = random_batch(seed, vocab)
     params = spec.init(jax.random.PRNGKey(seed), batch)
     src = batch["src"]
@@ -245,8 +261,9 @@ def check_loop_against_python(spec, seed, options, first_method, first_edit, fir
     table = None if continues is None else jnp.asarray(continues)
     join_table = None if joins is None else jnp.asarray(joins)
     trail_table = None if trails is None else jnp.asarray(trails)
-    got = jax.jit(lambda t, m: refine(heads, first_edit, initial_hypotheses(t, m), cap, options, count_names,
-                                      table, join_table, trail_table))(tokens, marks)
+    loop = _jit_loop(spec, options, first_method, first_edit, count_names,
+                     first_edit if edit_key is None else edit_key)
+    got = loop(params, src, tokens, marks, cap, table, join_table, trail_table)
     rows, iters, counts, inss, scores, token_scores = python_refine(heads, tokens, marks, np.asarray(cap), options,
                                                                     first_py, continues, joins, trails)
     assert [[int(t) for t in r if t != PAD_ID] for r in np.asarray(got["tokens"])] == rows

@@ -218,9 +218,13 @@ def test_a_loss_over_no_position_is_zero():
 
 # --------------------------------------------------------------------------------- the loop vs plain Python
 
-# plain, and with the penalty and every iteration run (one program each)
-@pytest.mark.parametrize("seed, penalty, run_all", [(0, 0.0, False), (1, 1.5, True)])
-def test_jit_loop_equals_python_loop(spec, seed, penalty, run_all):
+# plain, and with the penalty and every iteration run (one program each, for random models: hypothesis over seeds)
+@pytest.mark.parametrize("penalty, run_all", [(0.0, False), (1.5, True)])
+@settings(max_examples=2, deadline=None)
+@given(st.integers(0, 10**6))
+@example(0)
+@example(1)
+def test_jit_loop_equals_python_loop(spec, penalty, run_all, seed):
     options = RefineOptions(max_iter=4, placeholder_penalty=penalty, run_all=run_all)
     check_loop_against_python(spec, seed, options, "deletion_logits", levt_delete, levt_first, ("deletions",), V,
                               CONTINUES, JOINS, TRAILS)
