@@ -947,6 +947,23 @@ def test_an_fsmt_directory_jaxnat_cannot_read_is_refused_in_one_line(tmp_path, d
     assert not (tmp_path / "run").exists()
 
 
+def test_an_fsmt_tokenizer_that_lower_cases_cuts_lower_cased_text(tmp_path):
+    """FSMTTokenizer's do_lower_case: the import's pipeline lower-cases text before its normalisation and Moses, as
+    FSMTTokenizer does (without it, capitals are other pieces)."""
+    from jaxnat.data.tokenizer import Tokenizer
+
+    source = tmp_path / "fsmt"
+    shutil.copytree(os.path.join(DATA, "fsmt"), source, ignore=shutil.ignore_patterns("expected.*"))
+    write_workdir(f"fsmt:{source}", str(tmp_path / "cased"))
+    settings = json.loads((source / "tokenizer_config.json").read_text())
+    (source / "tokenizer_config.json").write_text(json.dumps({**settings, "do_lower_case": True}))
+    write_workdir(f"fsmt:{source}", str(tmp_path / "lower"))
+    cased, lower = (Tokenizer.load(str(tmp_path / name)) for name in ("cased", "lower"))
+    text, plain = "A MAN Rides a red bike \u201eagain\u201c.", "a man rides a red bike \u201eagain\u201c."
+    assert lower.encode([text], "src") == lower.encode([plain], "src") == cased.encode([plain], "src")
+    assert cased.encode([text], "src") != cased.encode([plain], "src")
+
+
 def test_fastbpe_codes_segment_as_fastbpe(tmp_path_factory):
     """fairseq's --bpe fastbpe: its codes become subword-nmt's, which cut the fixture's sources into the pieces the
     real fastBPE gave (the same merges as the subword-nmt fixture's, in fastBPE's format); a line that is not
