@@ -5,12 +5,14 @@ carries the members' caches; the members a workdir names are loaded and checked 
 line). fairseq's ensembles, of one architecture and of two: tests/test_import.py."""
 
 import json
+import math
 import shutil
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from jaxnat.config import build_config
 from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
@@ -21,11 +23,24 @@ from jaxnat.models.transformer import source_tokens
 from tests.test_score import SRC, _params, _spec
 
 
-def test_mean_probability_is_the_log_of_the_mean():
-    rng = np.random.default_rng(0)
-    logp = np.log(rng.dirichlet(np.ones(6), (3, 4)))  # [M, rows, V]
-    want = np.log(np.exp(logp).mean(axis=0))
-    np.testing.assert_allclose(np.asarray(mean_probability(jnp.asarray(logp))), want, rtol=1e-5, atol=1e-6)
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**16), st.integers(1, 4))
+def test_mean_probability_is_the_log_of_the_mean(seed, members):
+    """`mean_probability` against the mean of the members' probabilities, entry by entry in plain Python; forbidden
+    ids (−inf in every member) stay −inf, and an id one member forbids keeps the others' share."""
+    rng = np.random.default_rng(seed)
+    logp = np.log(rng.dirichlet(np.ones(6), (members, 4)))  # [M, rows, V]
+    logp[:, :, 0] = -np.inf
+    logp[0, :, 1] = -np.inf
+    got = np.asarray(_mean_probability(jnp.asarray(logp, jnp.float32)))
+    for r in range(4):
+        for v in range(6):
+            want = sum(math.exp(logp[m, r, v]) for m in range(members)) / members
+            assert (got[r, v] == -np.inf) if want == 0 else math.isclose(got[r, v], math.log(want), rel_tol=1e-5,
+                                                                          abs_tol=1e-6)
+
+
+_mean_probability = jax.jit(mean_probability)
 
 
 def _check_greedy(models, src, rows, max_len):

@@ -21,7 +21,7 @@ from jaxnat.models.ar.model import ARTransformer
 from jaxnat.models.losses import log_prob_losses
 from jaxnat.models.transformer import config_from
 from jaxnat.data.phrase_pairs import entry_capacity
-from jaxnat.models.vecconst.model import PairInputs, build_spec, first_spans, pack_entries
+from jaxnat.models.vecconst.model import PairInputs, build_spec, consume, first_spans, pack_entries
 from tests import jitted
 from tests.refine_reference import random_batch
 
@@ -462,6 +462,21 @@ def span_rows(draw):
     return labels, phrases, segments
 
 
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**16))
+def test_consume_drops_every_occurrence_of_the_token_just_produced(seed):
+    """`consume` (vecconst.consume) against plain Python: in each row's phrases every occurrence of that row's token
+    becomes PAD, nothing else changes (few tokens: repeats within and across phrases)."""
+    rng = np.random.default_rng(seed)
+    pair_tgt = np.where(rng.random((5, 3, 4)) < 0.7, rng.integers(NUM_RESERVED, NUM_RESERVED + 4, (5, 3, 4)), PAD_ID)
+    token = rng.integers(NUM_RESERVED - 1, NUM_RESERVED + 5, 5)
+    got = np.asarray(_consume(jnp.asarray(pair_tgt, jnp.int32), jnp.asarray(token, jnp.int32)))
+    want = [[[PAD_ID if t == token[b] else t for t in phrase] for phrase in row]
+            for b, row in enumerate(pair_tgt.tolist())]
+    assert got.tolist() == want
+
+
+_consume = jax.jit(consume)
 _first_spans = jax.jit(first_spans)
 
 
