@@ -39,6 +39,28 @@ def ctc_nll(log_probs, frames, target, labels):
     return -(top + math.log(sum(math.exp(s - top) for s in scores)))
 
 
+def forward_nll(log_probs, frames, target, blank=BLANK):
+    """The same sum by the forward recursion (Graves et al. 2006) over the target with blanks around and between
+    its labels, one frame at a time: for lattices too long to enumerate; inf if no path."""
+    ext = [blank]
+    for label in target:
+        ext += [label, blank]
+    alpha = [-math.inf] * len(ext)
+    alpha[0] = float(log_probs[0][blank])
+    if len(ext) > 1:
+        alpha[1] = float(log_probs[0][ext[1]])
+    for t in range(1, frames):
+        alpha = [_logsumexp([alpha[s]] + ([alpha[s - 1]] if s else [])
+                            + ([alpha[s - 2]] if s > 1 and ext[s] != blank and ext[s] != ext[s - 2] else []))
+                 + float(log_probs[t][ext[s]]) for s in range(len(ext))]
+    return -_logsumexp(alpha[-2:])
+
+
+def _logsumexp(values):
+    top = max(values)
+    return top if top == -math.inf else top + math.log(sum(math.exp(v - top) for v in values))
+
+
 def best_alignment(log_probs, frames, target, labels):
     """(the best score, every path reaching it) among the paths that collapse to ``target``."""
     best, argbest = -math.inf, []

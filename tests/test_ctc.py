@@ -85,6 +85,7 @@ def test_ctc_loss_is_the_sum_over_every_alignment(seed):
     for b in range(B):
         want = ref.ctc_nll(lp[b], frames[b], targets[b, :lengths[b]], LABELS)
         assert fits[b] == math.isfinite(want), (b, frames[b], targets[b])
+        assert math.isclose(ref.forward_nll(lp[b], frames[b], targets[b, :lengths[b]]), want, rel_tol=1e-9)
         if fits[b]:
             np.testing.assert_allclose(got[b], want, rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(by_optax[b], want, rtol=1e-4, atol=1e-4)
@@ -503,19 +504,68 @@ def _batch(long_target=False):
     return {"src": jnp.asarray(src), "tgt": jnp.asarray(tgt)}
 
 
-@pytest.mark.slow
-def test_a_pair_that_cannot_fit_its_canvas_is_left_out_and_counted():
-    """The loss with an unfit pair is the loss without it (finite, finite gradients), and 'unfit' counts it."""
-    spec = _spec("--config.ctc.glancing=false")
-    full, fit = _batch(long_target=True), _batch()
-    params = spec.init(jax.random.PRNGKey(0), fit)
+@functools.lru_cache(maxsize=None)
+def _validation_loss(mean: str):
+    """A tiny CTC model (λ = 1, so that targets often outgrow their frames) at its initial weights: (params, the
+    jit'd validation loss and gradient, the jit'd frame logits (B, frames, width), ``mean``: ctc.loss_mean)."""
+    from jaxnat.models.ctc.model import frame_counts
+
+    spec = _spec("--config.ctc.glancing=false", "--config.ctc.upsample=1", f"--config.ctc.loss_mean={mean}")
+    params = spec.init(jax.random.PRNGKey(0), _batch())
     grad = jax.jit(jax.value_and_grad(lambda p, b: spec.loss(p, b, jax.random.PRNGKey(1), False), has_aux=True))
-    (loss, aux), grads = grad(params, full)
-    drop = {k: v.at[3].set(0) for k, v in full.items()}  # the unfit pair as a filler row
-    (loss_without, aux_without), _ = grad(params, drop)
-    assert float(aux["unfit"]) == pytest.approx(1 / 4) and float(aux_without["unfit"]) == 0.0
-    n, n_without = float(aux["count"]), float(aux_without["count"])
-    np.testing.assert_allclose(float(loss) / n, float(loss_without) / n_without, rtol=1e-5)
+
+    @jax.jit
+    def frame_log_probs(p, src):
+        frames = frame_counts(src, 1, src.shape[1])
+        memory = spec.module.apply(p, src, method="encode")
+        logits = spec.module.apply(p, src, memory, frames, src.shape[1], method="frame_logits")
+        return jax.nn.log_softmax(logits.astype(jnp.float32)), frames
+
+    return params, grad, frame_log_probs
+
+
+@SOME
+@given(seed=st.integers(0, 2**31 - 1), mean=st.sampled_from(["token", "sentence"]))
+def test_the_loss_is_plain_pythons_over_the_frame_distributions(seed, mean):
+    """The validation loss and its terms against plain Python over the model's frame distributions (the CTC sum
+    by `ctc_reference.forward_nll`): the CTC term averaged over the fitting pairs' target tokens
+    (ctc.loss_mean=token) or over those pairs of their per-token values (sentence), mixed with label smoothing's
+    mean over their real frames of −(the mean log-probability over the vocabulary), 0.1; a pair that cannot fit its
+    frames left out and counted in 'unfit' (finite loss and gradients), an all-PAD filler row nowhere."""
+    params, grad, frame_log_probs = _validation_loss(mean)
+    rng = np.random.default_rng(seed)
+    src, tgt = np.zeros((4, 8), np.int32), np.zeros((4, 8), np.int32)
+    for b in range(4):
+        words = int(rng.integers(0, 7))         # 0: a filler row
+        if words:
+            src[b, :words + 2] = [BOS_ID, *rng.integers(6, 40, words), EOS_ID]
+            m = int(rng.integers(0, 7))
+            tgt[b, :m + 2] = [BOS_ID, *rng.integers(6, 9, m), EOS_ID]   # few tokens: repeats need their blanks
+    (value, aux), grads = jax.device_get(grad(params, {"src": jnp.asarray(src), "tgt": jnp.asarray(tgt)}))
+    log_probs, frames = jax.device_get(frame_log_probs(params, jnp.asarray(src)))
+    terms, labels, smooth, frames_in, pairs, unfit = [], 0, 0.0, 0, 0, 0
+    for b in range(4):
+        if not frames[b]:
+            continue
+        pairs += 1
+        target = [int(t) for t in tgt[b] if t not in (PAD_ID, BOS_ID, EOS_ID)]
+        nll = ref.forward_nll(log_probs[b], int(frames[b]), target, BLANK_ID)
+        if nll == math.inf:
+            unfit += 1
+            continue
+        terms.append((nll, len(target)))
+        labels += len(target)
+        smooth -= float(np.sum(np.mean(log_probs[b, :frames[b]], axis=-1)))
+        frames_in += int(frames[b])
+    if mean == "token":
+        nll = sum(t for t, _ in terms) / max(labels, 1)
+    else:
+        nll = sum(t / max(n, 1) for t, n in terms) / max(len(terms), 1)
+    tokens = int(np.sum(tgt != PAD_ID))
+    assert float(aux["count"]) == tokens
+    np.testing.assert_allclose(aux["nll"], nll * tokens, rtol=2e-5, atol=1e-3)
+    np.testing.assert_allclose(value, (0.9 * nll + 0.1 * smooth / max(frames_in, 1)) * tokens, rtol=2e-5, atol=1e-3)
+    assert float(aux["unfit"]) == pytest.approx(unfit / max(pairs, 1))
     assert all(np.all(np.isfinite(g)) for g in jax.tree_util.tree_leaves(grads))
 
 

@@ -114,11 +114,13 @@ def backtrack(deltas: jax.Array, links: jax.Array, end_step: jax.Array, end_vert
 
 def best_alignment(match: jax.Array, links: jax.Array, tgt_len: jax.Array, n_vertices: jax.Array):
     """The most probable path that emits the reference: (int32[B, T] the vertex of each target position, −1 on
-    padding; float32[B] its log-probability, −inf where there is none). Glancing reads it (no gradient)."""
+    padding and throughout a row without one; float32[B] its log-probability, −inf where there is none). Glancing
+    reads it (no gradient)."""
     deltas = viterbi_scan(_first_vertex(match[:, 0]), links, jnp.swapaxes(match[:, 1:], 0, 1))
     end = jnp.maximum(tgt_len - 1, 0)
     score = jnp.take_along_axis(jax.vmap(_at, (0, None))(deltas, n_vertices - 1), end[None], axis=0)[0]
-    return backtrack(deltas, links, end, n_vertices - 1), score
+    path = backtrack(deltas, links, end, n_vertices - 1)
+    return jnp.where(jnp.isfinite(score)[:, None], path, -1), score   # an empty row or |y| > L: no vertex
 
 
 # ----------------------------------------------------------------------------------------------- decoding
