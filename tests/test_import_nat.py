@@ -1,5 +1,6 @@
 """fairseq's length-predicting and edit models imported: tests/data/import/fairseq-nat/ holds a tiny `cmlm_transformer`,
-`nonautoregressive_transformer` and `levenshtein_transformer` with random weights, written by the real fairseq
+`nonautoregressive_transformer` (and one with `--src-embedding-copy`) and `levenshtein_transformer` with random
+weights, written by the real fairseq
 0.12.2, and what fairseq computed with them (tools/make_import_fixtures.py). Each is imported as a user would; its
 heads' log-probabilities must be fairseq's within 1e-4, and its outputs under eval.search_rules=fairseq (LevT: its
 own rules, which are fairseq's) fairseq's `IterativeRefinementGenerator`'s token for token."""
@@ -34,7 +35,7 @@ def expected(name):
         return {k: z[k] for k in z.files}, outputs
 
 
-@pytest.fixture(scope="module", params=["cmlm", "levt", "nat"])
+@pytest.fixture(scope="module", params=["cmlm", "levt", "nat", "nat-copy"])
 def imported(request, tmp_path_factory):
     name = request.param
     if name not in _IMPORTED:
@@ -89,7 +90,8 @@ def test_heads_compute_fairseqs_log_probabilities(imported):
     else:
         memory, length_logits = apply(params, src, method="encode")
         np.testing.assert_allclose(jax.nn.log_softmax(length_logits), arrays["length_logp"], atol=1e-4)
-        logits = apply(params, tokens, memory, token_mask(src), method="token_logits")
+        copies = {"src": src} if name == "nat-copy" else {}  # the decoder reads the source's embeddings
+        logits = apply(params, tokens, memory, token_mask(src), method="token_logits", **copies)
     assert_vocabulary_logp(jax.nn.log_softmax(logits), arrays["token_logp"], real)
 
 
@@ -202,6 +204,20 @@ def test_the_da_transformer_plugins_decoding_settings_are_imported(monkeypatch, 
     assert {k: overrides.get(k) for k in imported} == imported
     assert ("which is no ARPA file here: decode with --config.eval.lm=FILE" in caplog.text) == (
         "decode_lm_path" in settings and not overrides.get("eval.lm"))
+
+
+def test_a_cmlm_with_copied_source_embeddings_is_refused_in_one_line(monkeypatch):
+    """fairseq's CMLM with --src-embedding-copy (inherited from its NAT) would copy in every pass, and read none of
+    the tokens it keeps: refused, named."""
+    from jaxnat.errors import DataError
+    from jaxnat.importers import read, torch_file
+
+    ckpt = torch_file.load(f"{DATA}/cmlm.pt")
+    setattr(ckpt["cfg"]["model"], "src_embedding_copy", True)
+    monkeypatch.setattr(torch_file, "load", lambda path: ckpt)
+    with pytest.raises(DataError, match="src_embedding_copy=True is supported in nonautoregressive_transformer only, "
+                                        "not in cmlm_transformer"):
+        read(f"fairseq:{DATA}/cmlm.pt")
 
 
 @pytest.mark.parametrize("setting, value, message", [

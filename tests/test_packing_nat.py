@@ -18,7 +18,7 @@ from jaxnat.data.batching import max_segments
 from jaxnat.data.vocab import MASK_ID, PAD_ID
 from jaxnat.models import build_model, packing
 from jaxnat.models.cmlm.model import cmlm_loss, full_canvas, real_counts, substitution_mask
-from jaxnat.models.nat.model import coverage
+from jaxnat.models.nat.model import coverage, uniform_copy
 from jaxnat.oracle import draw_subset
 from tests.packing_helpers import SEGMENT_WIDTH, pack_and_pad, random_pairs, rows_of_segments, segment_ids
 from tests.test_cmlm import _masked_positions, _substituted
@@ -123,6 +123,37 @@ def test_masking_and_substitution_counts_per_segment(rows, seed, p):
     assert draw_subset(jax.random.PRNGKey(seed), (3, width), k)[0].shape == (3, k)
 
 
+def python_uniform_copy(pairs) -> list[int]:
+    """One row's copied source positions: [(S_k, T_k)] its segments' source and canvas lengths; position t of
+    canvas k copies round(t · (S_k − 1) / (T_k − 1)) of source k (float32 arithmetic, halves to even, as fairseq)."""
+    out, start = [], 0
+    for s, t in pairs:
+        step = np.float32(s - 1) / np.float32(max(t - 1, 1))
+        out += [start + round(float(step * np.float32(p))) for p in range(t)]
+        start += s
+    return out
+
+
+_uniform_copy = jax.jit(uniform_copy)
+
+
+@FAST
+@given(st.lists(st.lists(st.tuples(st.integers(1, 7), st.integers(2, 8)), max_size=3), min_size=1, max_size=3))
+def test_the_uniform_copy_matches_plain_python(rows):
+    """`uniform_copy` against plain Python: each row's first pair as a padded batch (bool masks), and every pair
+    packed (segment ids), each canvas position into its own segment's source; 0 on padding."""
+    src_width, tgt_width = 21, 24
+    src_seg = segment_ids([[s for s, _ in row] for row in rows], src_width)
+    tgt_seg = segment_ids([[t for _, t in row] for row in rows], tgt_width)
+    packed = np.asarray(_uniform_copy(jnp.asarray(src_seg), jnp.asarray(tgt_seg)))
+    padded = np.asarray(_uniform_copy(jnp.asarray(src_seg == 1), jnp.asarray(tgt_seg == 1)))
+    for r, row in enumerate(rows):
+        want = python_uniform_copy(row)
+        assert packed[r].tolist() == want + [0] * (tgt_width - len(want))
+        first = python_uniform_copy(row[:1])
+        assert padded[r].tolist() == first + [0] * (tgt_width - len(first))
+
+
 # ------------------------------------------------------------------------------- packed = unpacked
 
 TINY = "tests/configs/tiny.py"
@@ -131,7 +162,8 @@ CMLMC = ("--config.cmlm.masked_attn=true", "--config.cmlm.concat_pe=true", "--co
 CASES = {
     "cmlm-token": ("cmlm", ()),
     "cmlmc": ("cmlm", CMLMC),
-    "nat": ("nat", ()),
+    # the source's embeddings copied onto each segment's canvas (NAT's decoder otherwise reads CMLM's inputs)
+    "nat-copy": ("nat", ("--config.nat.decoder_input=copy",)),
     # the pooled length classifier, its length offset too: CMLM's encoder and length loss, which NAT inherits (one
     # model fewer to compile than a pooled CMLM of its own)
     "coverage-nat-sca-pooled": ("nat", ("--config.nat.coverage=true", "--config.model.dec_layers=2",
@@ -165,8 +197,8 @@ def _model(case):
         memory, length_logits = module.apply(params, batch["src"], segments=src_seg, method="encode")
         src_mask = batch["src"] != PAD_ID if src_seg is None else src_seg
         tokens = aux["masked_in"] if "masked_in" in aux else full_canvas(batch["tgt"], tgt_seg)[0]
-        logits = module.apply(params, tokens, memory, src_mask, segments=tgt_seg, method="token_logits",
-                              **({"iterations": config.nat.train_iterations} if name == "nat" else {}))
+        nat = {"iterations": config.nat.train_iterations, "src": batch["src"]} if name == "nat" else {}
+        logits = module.apply(params, tokens, memory, src_mask, segments=tgt_seg, method="token_logits", **nat)
         return value, aux, grads, jax.nn.log_softmax(logits), jax.nn.log_softmax(length_logits)
 
     params = jax.jit(spec.init)(jax.random.PRNGKey(1), {"src": jnp.ones((1, 4), jnp.int32),

@@ -17,7 +17,8 @@ directory holds the model as its library saves it and `expected.npz` + `expected
   lists and outputs with --no-repeat-ngram-size 2; a second checkpoint of the architecture (model2.pt) and the
   two's outputs as fairseq's ensemble (--path model.pt:model2.pt); --score-reference's scores of the references,
   by the one model and the ensemble;
-* fairseq-nat/: a `cmlm_transformer`, `nonautoregressive_transformer` and `levenshtein_transformer`
+* fairseq-nat/: a `cmlm_transformer`, `nonautoregressive_transformer` (also one with --src-embedding-copy) and
+  `levenshtein_transformer`
   (`fairseq_nat_fixtures`), and with `--dat-plugin DIR` (a checkout of thu-coai/DA-Transformer) the authors'
   DA-Transformer, `dat.pt` (`dat_fixture`);
 * marian/: `MarianMTModel.save_pretrained` (safetensors) with `MarianTokenizer.save_pretrained`'s files
@@ -224,13 +225,16 @@ NAT_MODELS = {
     "nat": ("nonautoregressive_transformer", [], dict(max_iter=0, beam_size=3)),
     "levt": ("levenshtein_transformer", ["--early-exit", "1,2,2", "--decoder-normalize-before",
                                          "--encoder-normalize-before"], dict(max_iter=9, beam_size=1)),
+    # the decoder reads the source's embeddings, uniformly copied (its sources right-padded: fairseq's copy indexes
+    # each row from position 0, so that in a left-padded batch a shorter row would copy its padding)
+    "nat-copy": ("nonautoregressive_transformer", ["--src-embedding-copy"], dict(max_iter=0, beam_size=3)),
 }
 
 
 def fairseq_nat_fixtures(out: str) -> None:
-    """fairseq-nat/: cmlm.pt, nat.pt, levt.pt, `translation_lev` models sharing all embeddings over a joined
-    dictionary (fairseq/'s BPE codes), and expected_<name>.npz/json: the heads' log-probabilities on given
-    canvases and fairseq's generator's outputs."""
+    """fairseq-nat/: cmlm.pt, nat.pt, levt.pt and nat-copy.pt (NAT with --src-embedding-copy), `translation_lev`
+    models sharing all embeddings over a joined dictionary (fairseq/'s BPE codes), and expected_<name>.npz/json: the
+    heads' log-probabilities on given canvases and fairseq's generator's outputs."""
     from fairseq.data import data_utils
     from fairseq.iterative_refinement_generator import IterativeRefinementGenerator
     from sacremoses import MosesTokenizer
@@ -272,7 +276,7 @@ def fairseq_nat_fixtures(out: str) -> None:
         bos = torch.tensor([src_dict.bos()])
         src = [torch.cat([bos, src_dict.encode_line(pieces(s, "en"), add_if_not_exist=False).long()]) for s in SRC]
         tgt = [torch.cat([bos, tgt_dict.encode_line(pieces(t, "de"), add_if_not_exist=False).long()]) for t in TGT]
-        src_tokens = data_utils.collate_tokens(src, src_dict.pad(), left_pad=True)
+        src_tokens = data_utils.collate_tokens(src, src_dict.pad(), left_pad=name != "nat-copy")
         src_lengths = torch.tensor([len(s) for s in src])
         tgt_tokens = data_utils.collate_tokens(tgt, tgt_dict.pad(), left_pad=False)
         trained_like(model, name, src_tokens, src_lengths, tgt_tokens)

@@ -44,7 +44,7 @@ LANGUAGE_MODELS = ("transformer_lm", "transformer_ulm")
 DAT_DECODING = {"lookahead": "lookahead", "greedy": "greedy", "viterbi": "path_viterbi", "jointviterbi": "viterbi",
                 "beamsearch": "dagsearch", "sample": "lookahead"}
 NAT_UNSUPPORTED = {  # settings of fairseq's NAT models jaxnat's families have no equivalent of, with their default
-    "src_embedding_copy": False, "no_share_discriminator": False, "no_share_maskpredictor": False,
+    "no_share_discriminator": False, "no_share_maskpredictor": False,
     "share_discriminator_maskpredictor": False, "layernorm_embedding": False,
 }
 # settings of fairseq's Transformer that jaxnat's has no equivalent of, with their default. Those of training alone
@@ -193,7 +193,8 @@ def _nat_heads(family: str, model: dict, state: StateDict, params: dict) -> dict
 
     CMLM and NAT: the length head, `F.linear` over the mean-pooled encoder (no bias), its classes n + 2 or, with
     --pred-length-offset, the offset from the source length. NAT: W_s of Coverage-NAT's SCA, which fairseq's
-    NAT lacks, drawn fresh (seeded), so that fine-tuning with nat.sca_weight > 0 can learn it. LevT: the
+    NAT lacks, drawn fresh (seeded), so that fine-tuning with nat.sca_weight > 0 can learn it, and
+    --src-embedding-copy as nat.decoder_input=copy. LevT: the
     deletion and placeholder heads (bias-free linears) and the early exits "del,ins,word"."""
     if family == "levt":
         params["deletion_head"] = {"kernel": state.take("decoder.embed_word_del.weight").T}
@@ -211,6 +212,7 @@ def _nat_heads(family: str, model: dict, state: StateDict, params: dict) -> dict
     if family == "cmlm":
         overrides["cmlm.mask_predict_iter"] = 10
     else:
+        overrides["nat.decoder_input"] = "copy" if model.get("src_embedding_copy", False) else "mask"
         d = length.shape[1]
         params["source_map"] = {"kernel": (np.random.default_rng(0).standard_normal((d, d)) *
                                            np.sqrt(1.0 / d)).astype(np.float32)}
@@ -328,6 +330,9 @@ def convert(ckpt: dict, path: str, dictionary, segmenter) -> Imported:
     for key, default in {**UNSUPPORTED, **(NAT_UNSUPPORTED if family != "ar" else {})}.items():
         if model.get(key, default) not in (default, None, False, 0, 0.0):
             raise DataError(f"{path}: fairseq setting {key}={model[key]!r} is not supported")
+    if model.get("src_embedding_copy", False) and family != "nat":  # (CMLM's would copy in every pass)
+        raise DataError(f"{path}: fairseq setting src_embedding_copy=True is supported in "
+                        f"nonautoregressive_transformer only, not in {arch}")
     activation = model.get("activation_fn", "relu")
     if activation not in ACTIVATIONS:
         raise DataError(f"{path}: fairseq setting activation_fn={activation!r} is not supported "

@@ -431,11 +431,14 @@ class Embedder(nn.Module):
             return self.pos_table
         return sinusoidal_positions(c.max_len, c.d_model, c.position_offset, c.position_layout)
 
-    def __call__(self, ids: jnp.ndarray, train: bool, offset=0, segments=None, norm=None) -> jnp.ndarray:
+    def __call__(self, ids: jnp.ndarray, train: bool, offset=0, segments=None, norm=None,
+                 vectors: jnp.ndarray | None = None) -> jnp.ndarray:
         """ids: int32[B, L] -> float[B, L, D]. segments: int32[B, L] segment ids of a packed row (positions then
         restart with each segment) or None. norm: the stack's layer norm of its embedded inputs
-        (``layernorm_embedding``, `embedding_norms`), applied before dropout, or None."""
-        x = self.table()(ids) * self.scale + self.position_codes(ids, offset, segments)
+        (``layernorm_embedding``, `embedding_norms`), applied before dropout, or None. vectors: float[B, L, D] read
+        in place of the ids' scaled embeddings (copied source embeddings), or None."""
+        tokens = self.table()(ids) * self.scale if vectors is None else vectors
+        x = tokens + self.position_codes(ids, offset, segments)
         x = x if norm is None else norm(x)
         return self.drop(x.astype(self.cfg.compute_dtype), deterministic=not train)
 

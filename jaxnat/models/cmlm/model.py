@@ -318,10 +318,11 @@ def canvas_capacity(cfg: TransformerConfig, eval_cfg):
 
 def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity, rescorer, counts: tuple[str, ...],
                           continues=None, ends_predicted: bool = False, joins=None, trails=None,
-                          **logits_kwargs):
+                          reads_source: bool = False, **logits_kwargs):
     """(plan, generate) of a length-predicting model (`ModelSpec`): plan encodes the source and picks the
     candidate lengths (`mask_predict.candidates`); generate runs `mask_predict.decode` with the model's token
-    head (``logits_kwargs``: static extra arguments of its ``token_logits``) on canvases as wide as the request's
+    head (``logits_kwargs``: static extra arguments of its ``token_logits``; ``reads_source``: it takes the
+    sources too, as ``src``) on canvases as wide as the request's
     output, from the request's plan or its own; it reports the per-sentence ``counts`` the model declares.
     Under fairseq's rules (``options.rules``) a request without constraints is decoded as fairseq does
     (`mask_predict_fairseq`; ``ends_predicted``: its model predicts BOS and EOS too, as fairseq's NAT)."""
@@ -345,8 +346,9 @@ def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity,
 
         def token_logits(tokens, rows_of):
             """tokens: int32[R, L] canvases of the sentences ``rows_of`` (int32[R]) → float32[R, L, V]."""
+            sources = {"src": src[rows_of]} if reads_source else {}
             return module.apply(params, tokens, memory[rows_of], src_mask[rows_of], method="token_logits",
-                                **logits_kwargs)
+                                **sources, **logits_kwargs)
 
         def rescore(tokens, rows_of):
             """The AR rescorer's log-probabilities of the length candidates (the section's rescorer)."""

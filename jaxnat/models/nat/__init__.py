@@ -11,6 +11,9 @@ from jaxnat.models.nat.model import SUPPORTS, build_spec
 def defaults() -> dict:
     return dict(
         length_defaults(),
+        # what the decoder reads: [BOS, MASK × n, EOS]'s embeddings, or the source's copied uniformly onto the canvas
+        # (Gu et al. 2018; fairseq's --src-embedding-copy)
+        decoder_input="mask",
         # Coverage-NAT: the iterative coverage layer in place of the top decoder layer; its bias λ(1 − C) on the
         # source words, or on BOS and EOS too (coverage_bos_eos: how jaxnat covered before)
         coverage=False, coverage_bos_eos=False,
@@ -50,15 +53,17 @@ def output_metrics(outs: list[dict], srcs: list[str]) -> dict:
 
 FAMILY = Family(
     "nat", build_spec, SUPPORTS, shared={"eval.beam_size": 1}, doc="docs/nat.md", defaults=defaults,
-    choices=LENGTH_CHOICES, switched=dict.fromkeys(COVERAGE_KEYS, "coverage"),
+    choices={**LENGTH_CHOICES, "decoder_input": ("mask", "copy")}, switched=dict.fromkeys(COVERAGE_KEYS, "coverage"),
     ranges={**LENGTH_RANGES, "train_iterations": ("(0", None), "decode_iterations": ("(0", None),
             "sca_weight": ("[0", None), "coverage_lambda": (None, None)},  # finite: λ = inf gave no output
-    architecture=("length_prediction", "length_offset", "length_with_ends", "coverage", "coverage_bos_eos"),
+    architecture=("length_prediction", "length_offset", "length_with_ends", "coverage", "coverage_bos_eos",
+                  "decoder_input"),
     moved={**LENGTH_MOVED, "model.coverage": "coverage", "model.coverage_bos_eos": "coverage_bos_eos",
            "train.coverage_iterations": "train_iterations", "eval.coverage_iterations": "decode_iterations",
            "train.sca_weight": "sca_weight", "train.coverage_stop_gradient": "coverage_stop_gradient",
            "eval.coverage_lambda": "coverage_lambda"},
-    before_added={"coverage_bos_eos": (True, "coverage"), "length_with_ends": (False, None)},
+    before_added={"coverage_bos_eos": (True, "coverage"), "length_with_ends": (False, None),
+                  "decoder_input": ("mask", None)},
     conventions=("absent_tokens",),
     # one mask-predict pass: eval.run_all_iterations, which mask_predict_options passes on, stops no later one
     reads=("eval.length_cap_min", "eval.length_cap_ratio", "eval.search_rules", "data.pack"),

@@ -2,9 +2,10 @@
 
 **NAT-base** (the paper's §III-A): the encoder and its length classifier are CMLM's (`cmlm.CMLM`: a 256-way
 length class from the mean-pooled encoder or a LENGTH token, weight α = ``nat.length_loss_weight``, 0.1);
-the decoder reads ``[BOS, MASK × n, EOS]`` — no copied source embeddings, no positional attention — and
-predicts all n tokens in one bidirectional pass. Training: label-smoothed cross-entropy of the n tokens given
-the reference length (eq. 4) + α × the length loss (eq. 15).
+the decoder reads ``[BOS, MASK × n, EOS]`` (``nat.decoder_input=mask``; no positional attention) and predicts
+all n tokens in one bidirectional pass. Training: label-smoothed cross-entropy of the n tokens given the
+reference length (eq. 4) + α × the length loss (eq. 15). ``nat.decoder_input=copy`` gives the decoder Gu et al.
+(2018)'s uniformly copied source embeddings instead (fairseq's ``--src-embedding-copy``, `uniform_copy`).
 
 **Coverage-NAT** (``nat.coverage``) replaces the top decoder layer by an *iterative coverage layer* run K
 times with shared weights (``nat.train_iterations`` = K_train, ``nat.decode_iterations`` = K_dec,
@@ -49,7 +50,8 @@ from jaxnat.models.cmlm.model import (CMLM, canvas_capacity, full_canvas, length
                                 mask_predict_options, real_counts, rescorer_module)
 from jaxnat.models.insertion import head_runner, mean_loss
 from jaxnat.models.losses import smoothed_cross_entropy
-from jaxnat.models.packing import segment_cumsum, segment_interior, segment_lengths, segment_mean
+from jaxnat.models.packing import (broadcast_segments, is_segments, max_segments, segment_cumsum, segment_interior,
+                                  segment_lengths, segment_mean, segment_positions)
 from jaxnat.models.spec import ModelSpec
 from jaxnat.models.transformer import DecoderLayer, TransformerConfig, attention_bias, rows_dense, token_mask
 from jaxnat.oracle import real_mask
@@ -74,6 +76,29 @@ def source_words(src_mask: jax.Array) -> jax.Array:
         return segment_interior(src_mask)
     after = jnp.pad(src_mask[:, 1:], ((0, 0), (0, 1)))      # a token follows: not the EOS
     return src_mask & after & (jnp.arange(src_mask.shape[1]) > 0)[None, :]
+
+
+def uniform_copy(src_mask: jax.Array, tgt_mask: jax.Array) -> jax.Array:
+    """int32[B, T]: the source position each canvas position copies (Gu et al. 2018's uniform copy, fairseq's
+    ``--src-embedding-copy``): position t of a canvas of T_b tokens reads source position round(t · (S_b − 1) /
+    (T_b − 1)) of its S_b (BOS and EOS included, so that they read each other; the ratio and product in float32
+    and the rounding half to even, as fairseq computes them); 0 on padding. src_mask: bool[B, S] and tgt_mask:
+    bool[B, T], or both int32 segment ids of a packed batch: then per segment, into the source's segment of the
+    same id."""
+    if not is_segments(tgt_mask):
+        src_len = jnp.sum(src_mask, axis=1, dtype=jnp.int32)[:, None]
+        tgt_len = jnp.sum(tgt_mask, axis=1, dtype=jnp.int32)[:, None]
+        start, position = 0, jnp.arange(tgt_mask.shape[1], dtype=jnp.int32)[None]
+    else:  # a packed row: segments k = 1, 2, … one after another on both sides
+        k = max(max_segments(src_mask.shape[1]), max_segments(tgt_mask.shape[1]))
+        src_lengths = segment_lengths(src_mask, k=k)
+        src_len = broadcast_segments(src_lengths, tgt_mask)
+        tgt_len = broadcast_segments(segment_lengths(tgt_mask, k=k), tgt_mask)
+        start = broadcast_segments(jnp.cumsum(src_lengths, axis=1) - src_lengths, tgt_mask)
+        position = segment_positions(tgt_mask)
+    step = (src_len - 1).astype(jnp.float32) / jnp.maximum(tgt_len - 1, 1).astype(jnp.float32)
+    index = start + jnp.round(step * position.astype(jnp.float32)).astype(jnp.int32)
+    return jnp.where(tgt_mask > 0, index, 0)
 
 
 class CoverageIteration(nn.Module):
@@ -133,12 +158,14 @@ class CoverageLayer(nn.Module):
 
 
 class NAT(CMLM):
-    """CMLM's encoder, length classifier and token head; a decoder read once over a fully masked canvas, with
-    Coverage-NAT's coverage layer on top when ``coverage`` (``coverage_options``: `CoverageLayer`'s bos_eos,
-    stop_gradient, forced_lambda); W_s for the SCA source representation."""
+    """CMLM's encoder, length classifier and token head; a decoder read once over a fully masked canvas (or, with
+    ``decoder_input`` "copy", the source's embeddings copied onto it: `uniform_copy`), with Coverage-NAT's coverage
+    layer on top when ``coverage`` (``coverage_options``: `CoverageLayer`'s bos_eos, stop_gradient,
+    forced_lambda); W_s for the SCA source representation."""
 
     coverage: bool = False
     coverage_options: tuple = (False, False, None)
+    decoder_input: str = "mask"
 
     def plain_layers(self) -> int:
         return self.cfg.dec_layers - 1 if self.coverage else self.cfg.dec_layers
@@ -151,11 +178,17 @@ class NAT(CMLM):
                                    name="source_map")  # W_s of eq. 11
 
     def token_logits(self, tokens: jax.Array, memory: jax.Array, src_mask: jax.Array, train: bool = False,
-                     iterations: int = 1, segments=None) -> jax.Array:
+                     iterations: int = 1, segments=None, src: jax.Array | None = None) -> jax.Array:
         """tokens: int32[B, T] canvases → float32[B, T, V]; iterations: K of the coverage layer (static). A packed
-        batch gives the canvas's segment ids ``segments`` int32[B, T] and the source's as ``src_mask``."""
-        x = self.embed_target(tokens, train, segments)
+        batch gives the canvas's segment ids ``segments`` int32[B, T] and the source's as ``src_mask``. src:
+        int32[B, S], the sources (read by ``decoder_input`` "copy" alone)."""
         mask = token_mask(tokens) if segments is None else segments
+        if self.decoder_input == "copy":  # the scaled source embeddings, plus the canvas's positions
+            copied = jnp.take_along_axis(self.src_embed.lookup(src) * self.src_embed.scale,
+                                         uniform_copy(src_mask, mask)[..., None], axis=1)
+            x = self.tgt_embed(tokens, train, segments=segments, vectors=copied)
+        else:
+            x = self.embed_target(tokens, train, segments)
         if not self.coverage:
             return self.project(self.decoder(x, mask, memory, src_mask, train))
         hidden, attention = self.decoder(x, mask, memory, src_mask, train, return_attention=True, finish=False)
@@ -176,7 +209,8 @@ class NAT(CMLM):
         return self.tgt_embed.expected(jax.nn.softmax(logits, axis=-1))
 
     def __call__(self, src, tokens, train: bool = False):
-        length_logits, logits = super().__call__(src, tokens, train)
+        memory, length_logits = self.encode(src, train)
+        logits = self.token_logits(tokens, memory, token_mask(src), train, src=src)
         return length_logits, logits, self.source_summary(src)
 
 
@@ -214,7 +248,7 @@ def nat_loss(model: NAT, params, batch: dict, rng, *, label_smoothing: float, le
     canvas, predicted = full_canvas(tgt, tgt_seg)
     src_mask = token_mask(src) if src_seg is None else src_seg
     logits = model.apply(params, canvas, memory, src_mask, train=train, iterations=iterations, segments=tgt_seg,
-                         method="token_logits", rngs={"dropout": k_dec})
+                         src=src, method="token_logits", rngs={"dropout": k_dec})
     tok_sum, nll_sum, count = smoothed_cross_entropy(logits, tgt, predicted, label_smoothing)
     length_loss = length_prediction_loss(length_logits, real_counts(src, src_seg), real_counts(tgt, tgt_seg),
                                          length_offset, length_with_ends)
@@ -250,7 +284,7 @@ def nat_forced(module: NAT, params, src: jax.Array, tgt: jax.Array, *, length_of
                                     jnp.clip(cls, 0, mask_predict.LENGTH_CLASSES - 1)[:, None], axis=1)[:, 0]
     length_lp = jnp.where((cls >= 0) & (cls < mask_predict.LENGTH_CLASSES), length_lp, -jnp.inf)
     canvas = mask_predict.canvases(n_tgt, tgt.shape[1])
-    logits = module.apply(params, canvas, memory, token_mask(src), iterations=iterations,
+    logits = module.apply(params, canvas, memory, token_mask(src), iterations=iterations, src=src,
                           method="token_logits").astype(jnp.float32)
     scored = token_mask(tgt) if fairseq else real_mask(tgt)
     lp = jax.nn.log_softmax(logits if fairseq else forbid_reserved(logits))
@@ -267,14 +301,15 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     del pieces  # no constraints: every piece may follow any other
     s, t = config.nat, config.train
     module = NAT(cfg, s.length_prediction, coverage=s.coverage,
-                 coverage_options=(s.coverage_bos_eos, s.coverage_stop_gradient, None))
+                 coverage_options=(s.coverage_bos_eos, s.coverage_stop_gradient, None), decoder_input=s.decoder_input)
     # decoding may force λ (nat.coverage_lambda ≥ 0, a control: 0 removes the coverage bias)
     decoder = module.clone(coverage_options=(s.coverage_bos_eos, False,
                                              s.coverage_lambda if s.coverage_lambda >= 0 else None))
     capacity = canvas_capacity(cfg, config.eval)
     options = mask_predict_options(s, config.eval, iterations=1)
     plan, generate = mask_predict_generate(decoder, options, capacity, rescorer_module(s, cfg), SUPPORTS.counts,
-                                           ends_predicted=True, iterations=s.decode_iterations)
+                                           ends_predicted=True, reads_source=s.decoder_input == "copy",
+                                           iterations=s.decode_iterations)
 
     def init(rng, batch):
         return module.init(rng, batch["src"][:1], batch["tgt"][:1])
