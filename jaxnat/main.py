@@ -16,7 +16,7 @@ import: writes a model trained elsewhere (--from fairseq:FILE.pt, marian:DIR, ma
 m2m100:DIR, mbart50:DIR, fsmt:DIR or hf:DIR) as the new workdir, its config in <workdir>/config.json; every other
 mode then takes that workdir without --config (docs/import.md).
 export: writes the (AR) workdir's model for another library (--to ctranslate2:DIR [--quantization int8], marian:DIR,
-nllb:DIR, m2m100:DIR, mbart50:DIR, fsmt:DIR, or hf:DIR: the Hugging Face format it came from).
+nllb:DIR, m2m100:DIR, mbart50:DIR, fsmt:DIR, fairseq:DIR, or hf:DIR: the Hugging Face format it came from).
 lm: estimates an n-gram language model of the run's training targets, in its pieces (eval.lm_order, Kneser-Ney),
 as the ARPA file --output FILE, for eval.lm (docs/language_models.md).
 average: writes the average of eval.average_checkpoints checkpoints (eval.average_of) into the workdir.
@@ -81,8 +81,10 @@ def parse_args(argv):
     parser.add_argument("--dict-dir", help="import from fairseq: the directory of the model's dict.<lang>.txt and "
                                            "BPE files (default: the checkpoint's)")
     parser.add_argument("--to", dest="target", metavar="FORMAT:DIR",
-                        help="export: where to write the model, ctranslate2:DIR (CTranslate2's) or marian:DIR (Hugging "
-                             "Face's MarianMTModel, for a model of Marian's conventions); a new directory")
+                        help="export: where to write the model, ctranslate2:DIR (CTranslate2's), marian:DIR (Hugging "
+                             "Face's MarianMTModel, for a model of Marian's conventions), nllb:DIR, m2m100:DIR, "
+                             "mbart50:DIR, fsmt:DIR, hf:DIR (a Hugging Face import's own class) or fairseq:DIR "
+                             "(fairseq's checkpoint); a new directory")
     parser.add_argument("--quantization", choices=QUANTIZATIONS,
                         help="export: the weights' type in CTranslate2 (default float32; int8: a quarter of the size, "
                              "faster at large batches, docs/benchmarks.md)")
@@ -106,7 +108,7 @@ def parse_args(argv):
             parser.error("--mode import takes no --config: the model's own settings make the workdir's config.json")
     elif args.mode == "export" and not args.target:
         parser.error("--mode export needs --to FORMAT:DIR (ctranslate2:DIR, marian:DIR, nllb:DIR, m2m100:DIR, "
-                     "mbart50:DIR, fsmt:DIR or hf:DIR)")
+                     "mbart50:DIR, fsmt:DIR, fairseq:DIR or hf:DIR)")
     if args.mode != "import" and args.config is None and args.mode != "curves":
         recorded = os.path.join(args.workdir, "config.json")
         if args.mode == "train" or not os.path.lexists(recorded):  # (a directory there: load_config says so)

@@ -13,6 +13,7 @@ import os
 import pickle
 import re
 import shutil
+import struct
 import sys
 import tracemalloc
 import zipfile
@@ -235,6 +236,39 @@ def test_a_checkpoint_is_read_as_data(tmp_path):
     data.write_text("not a checkpoint")
     with pytest.raises(DataError, match="not a PyTorch checkpoint"):
         torch_file.load(str(data))
+
+
+def test_a_checkpoint_written_here_reads_back_as_written(tmp_path):
+    """`torch_file.save` (the fairseq export's writer): arrays of every storage type and shape (0-d, empty, a
+    transposed view), nested in dicts, lists, tuples and a Namespace, read back equal by `torch_file.load` (PyTorch
+    reads them too: tools/check_fairseq_export.py); each member's bytes start at a multiple of 64, as PyTorch aligns
+    them; the same object, the same bytes."""
+    import argparse
+
+    import ml_dtypes
+
+    arrays = {str(dtype): np.arange(6).reshape(2, 3).astype(dtype) for dtype in (
+        np.float32, np.float64, np.float16, ml_dtypes.bfloat16, np.int64, np.int32, np.int16, np.int8, np.uint8)}
+    arrays.update(bool=np.asarray([True, False]), scalar=np.asarray(7, np.int64), empty=np.zeros((0, 3), np.float32),
+                  view=np.arange(6.0, dtype=np.float32).reshape(2, 3).T)
+    obj = {"model": collections.OrderedDict(arrays), "args": argparse.Namespace(arch="transformer", lr=[0.1]),
+           "nested": [np.ones(2, np.float32), (1, "x", None)]}
+    for name in ("a.pt", "b.pt"):
+        torch_file.save(obj, str(tmp_path / name))
+    assert (tmp_path / "a.pt").read_bytes() == (tmp_path / "b.pt").read_bytes()
+    back = torch_file.load(str(tmp_path / "a.pt"))
+    assert list(back["model"]) == list(arrays) and vars(back["args"]) == vars(obj["args"])
+    for name, array in arrays.items():
+        got = np.asarray(back["model"][name])
+        assert got.dtype == array.dtype and got.shape == array.shape, name
+        np.testing.assert_array_equal(got, array)
+    np.testing.assert_array_equal(back["nested"][0], obj["nested"][0])
+    assert back["nested"][1] == (1, "x", None)
+    with zipfile.ZipFile(tmp_path / "a.pt") as z, open(tmp_path / "a.pt", "rb") as f:
+        for info in z.infolist():
+            f.seek(info.header_offset + 26)
+            name_length, extra_length = struct.unpack("<HH", f.read(4))
+            assert (info.header_offset + 30 + name_length + extra_length) % 64 == 0, info.filename
 
 
 def test_a_tensor_outside_its_storage_is_refused(tmp_path, monkeypatch):
@@ -1298,7 +1332,7 @@ def test_a_model_jaxnat_trained_exports_from_the_command_line(ar_run, tmp_path):
     with pytest.raises(SystemExit):  # argparse's choices, in jaxnat's one line
         parse_args(["--mode", "export", "--workdir", str(ar_run), "--to", "ctranslate2:x", "--quantization", "int3"])
     with pytest.raises(JaxnatError, match="--to takes ctranslate2:DIR, marian:DIR, nllb:DIR, m2m100:DIR, "
-                                          "mbart50:DIR, fsmt:DIR or hf:DIR, got 'onnx:x'"):
+                                          "mbart50:DIR, fsmt:DIR, fairseq:DIR or hf:DIR, got 'onnx:x'"):
         check_paths(parse_args(["--mode", "export", "--workdir", str(ar_run), "--to", "onnx:x"])[0])
 
     config.model.name = "cmlm"
@@ -1407,3 +1441,72 @@ def test_a_model_of_other_conventions_or_vocabulary_is_not_exported_to_hugging_f
     with pytest.raises(JaxnatError, match="keeps no such tokenizer .* import the original again"):
         export(config, str(tmp_path / "old"), f"nllb:{tmp_path / 'hf'}")
     assert sorted(os.listdir(tmp_path)) == ["old"]
+
+
+# the copies of their weights fairseq 0.12's encoder layers keep for PyTorch's fused path (derived when loading)
+FUSED = tuple(f"{n}_{w}" for n in ("in_proj", "out_proj", "fc1", "fc2") for w in ("weight", "bias"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["model", "model3", "model-align"])
+def test_an_export_to_fairseq_writes_back_the_original_checkpoint(name, tmp_path):
+    """`--to fairseq:DIR` of an imported fairseq checkpoint (pre-norm encoder and post-norm decoder sharing all
+    embeddings; post-norm stacks of their own sizes with learned positions; `transformer_align`) writes what fairseq
+    saved: the same tensors under the same names, bit for bit (but the copies fairseq 0.12 derives when loading and
+    the sinusoidal tables' one-element buffers, whose values nothing reads), the same architecture and options, the
+    same dictionaries and BPE codes; importing the export gives back the same model (fairseq itself loads the exports
+    and translates as the originals: tools/check_fairseq_export.py)."""
+    from jaxnat.exporters import export
+    from jaxnat.exporters.fairseq import ACTIVATIONS
+    from jaxnat.importers import torch_file
+    from jaxnat.importers.fairseq import _settings
+
+    workdir, out = str(tmp_path / "run"), tmp_path / "out"
+    write_workdir(f"fairseq:{DATA}/fairseq/{name}.pt", workdir)
+    config = workdir_config(workdir)
+    export(config, workdir, f"fairseq:{out}")
+    original, exported = torch_file.load(f"{DATA}/fairseq/{name}.pt"), torch_file.load(str(out / "model.pt"))
+    theirs = {k: v for k, v in original["model"].items() if not k.endswith(FUSED)}
+    assert sorted(exported["model"]) == sorted(theirs)
+    for key, value in theirs.items():
+        if not key.endswith("_float_tensor"):
+            np.testing.assert_array_equal(exported["model"][key], value, err_msg=key)
+    settings, ours = _settings(original["cfg"]["model"]), vars(exported["args"])
+    for key, value in settings.items():
+        if key.startswith(("encoder_", "decoder_", "share_", "alignment", "full_context")) or key in (
+                "no_scale_embedding", "layernorm_embedding", "no_decoder_final_norm"):
+            assert ours.get(key, value) == value, key  # (fairseq's own defaults may stay unwritten)
+    assert ours["arch"] == settings["_name"] and ACTIVATIONS[config.model.activation] == settings["activation_fn"]
+    for lang in ("en", "de"):  # the same words in the same order (their counts: 0)
+        words = lambda path: [line.rsplit(" ", 1)[0] for line in open(path, encoding="utf-8")]  # noqa: E731
+        assert words(out / f"dict.{lang}.txt") == words(f"{DATA}/fairseq/dict.{lang}.txt")
+    assert (out / "bpecodes").read_bytes() == open(f"{DATA}/fairseq/bpecodes", "rb").read()
+    write_workdir(f"fairseq:{out}/model.pt", str(tmp_path / "back"))
+    back = load_translator(workdir_config(str(tmp_path / "back")), str(tmp_path / "back"))
+    translator = load_translator(config, workdir)
+    assert back.spec.cfg == translator.spec.cfg
+    jax.tree.map(np.testing.assert_array_equal, back.params, translator.params)
+    export(config, workdir, f"fairseq:{tmp_path / 'again'}")  # deterministic: the same model, the same bytes
+    assert (tmp_path / "again" / "model.pt").read_bytes() == (out / "model.pt").read_bytes()
+
+
+@pytest.mark.slow
+def test_a_model_fairseq_cannot_compute_is_not_exported_to_fairseq(ar_run, tmp_path, tmp_path_factory):
+    """jaxnat's own conventions are refused, each named; so are an FSMT import (its text pipeline normalises
+    punctuation, which fairseq's Moses tokenizer does not) and a model without languages to name its dictionaries;
+    nothing is written."""
+    from jaxnat.exporters import export
+
+    with pytest.raises(JaxnatError, match=r"^fairseq's Transformer cannot compute this model \(model.ln_eps=1e-06, "
+                                          r"model.decoder_start=bos, model.source_bos=True, model.position_offset=0, "
+                                          r"model.absent_tokens=\(none\) .*\); export it with --to ctranslate2:DIR$"):
+        export(workdir_config(str(ar_run)), str(ar_run), f"fairseq:{tmp_path / 'out'}")
+    _, workdir, config, _ = _imported("fsmt", tmp_path_factory)
+    with pytest.raises(JaxnatError, match=r"fairseq's Moses tokenizer has no normalize step, .* --to fsmt:DIR"):
+        export(config, workdir, f"fairseq:{tmp_path / 'out'}")
+    _, workdir, config, _ = _imported("fairseq", tmp_path_factory)
+    unnamed = config.copy_and_resolve_references()
+    unnamed.data.src_lang = ""
+    with pytest.raises(JaxnatError, match=r"set data.src_lang and data.tgt_lang .*got '' and 'de'"):
+        export(unnamed, workdir, f"fairseq:{tmp_path / 'out'}")
+    assert os.listdir(tmp_path) == []

@@ -1,11 +1,12 @@
 """`--mode export`: a workdir's model written for another inference engine (docs/import.md, "Exporting").
 
 One module per target format: `ctranslate2` (the AR Transformer as a CTranslate2 model), `marian` (one of
-Marian's conventions as Hugging Face's MarianMTModel) and `hf_fairseq` (an NLLB-200, M2M-100, mBART-50 or FSMT
-import as Hugging Face's class of it). `export` reads the workdir as every decoding mode does
-(`jaxnat.restore.load_translator`: the parameters `eval.params` names, the best validation's by default), builds the
-target's model from its parameters and conventions, and writes it with the files that cut text into its pieces into
-a fresh directory it renames into place at the end, so that a failed export leaves nothing behind.
+Marian's conventions as Hugging Face's MarianMTModel), `hf_fairseq` (an NLLB-200, M2M-100, mBART-50 or FSMT
+import as Hugging Face's class of it) and `fairseq` (fairseq's conventions as its own checkpoint). `export` reads
+the workdir as every decoding mode does (`jaxnat.restore.load_translator`: the parameters `eval.params` names, the
+best validation's by default), builds the target's model from its parameters and conventions, and writes it with
+the files that cut text into its pieces into a fresh directory it renames into place at the end, so that a failed
+export leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -18,12 +19,13 @@ import tempfile
 from jaxnat.errors import ConfigError
 
 # hf: the Hugging Face format the model came from
-FORMATS = ("ctranslate2", "marian", "nllb", "m2m100", "mbart50", "fsmt", "hf")
+FORMATS = ("ctranslate2", "marian", "nllb", "m2m100", "mbart50", "fsmt", "fairseq", "hf")
 NAMES = {"ctranslate2": "CTranslate2", "marian": "Hugging Face MarianMTModel",
          "nllb": "Hugging Face M2M100ForConditionalGeneration (NLLB)",
          "m2m100": "Hugging Face M2M100ForConditionalGeneration (M2M-100)",
          "mbart50": "Hugging Face MBartForConditionalGeneration (mBART-50)",
-         "fsmt": "Hugging Face FSMTForConditionalGeneration (fairseq's WMT19)"}
+         "fsmt": "Hugging Face FSMTForConditionalGeneration (fairseq's WMT19)",
+         "fairseq": "fairseq transformer checkpoint"}
 EXPORTED_FAMILY = "ar"  # the family whose model the formats hold: the encoder-decoder Transformer
 
 
@@ -77,7 +79,7 @@ def export(config, workdir: str, target: str, quantization: str = "float32") -> 
     that must not exist). Returns a one-line summary."""
     import jax
 
-    from jaxnat.exporters import ctranslate2, hf_fairseq, marian
+    from jaxnat.exporters import ctranslate2, fairseq, hf_fairseq, marian
     from jaxnat.optional import require
     from jaxnat.provenance import commit
     from jaxnat.restore import load_translator
@@ -107,6 +109,8 @@ def export(config, workdir: str, target: str, quantization: str = "float32") -> 
             ctranslate2.export(translator, config, staging, quantization, files, how)
         elif kind == "marian":
             marian.write(translator, config, staging, files, how)
+        elif kind == "fairseq":
+            fairseq.write(translator, config, staging, files, how, (translator.checkpoint or {}).get("step", 0))
         else:
             hf_fairseq.write(translator, config, kind, workdir, staging)
         about = {"format": kind, "quantization": quantization, "workdir": os.path.abspath(workdir),

@@ -1,6 +1,6 @@
 """PyTorch's checkpoint files (`torch.save`'s zip format, and the legacy format of torch before 1.6 in which fairseq's
 released models of 2019 were saved: fairseq's `.pt`, Hugging Face's `pytorch_model.bin`) read as data, without
-PyTorch.
+PyTorch; and written (`save`, the zip format), also without it.
 
 A pickle can name any Python callable and have it called while loading; this reader's unpickler resolves only
 the few names a checkpoint of tensors, dicts and settings needs (`_ALLOWED`: tensors rebuilt from their storages
@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import argparse
 import collections
+import io
 import os
 import pickle
+import struct
 import types
 import zipfile
 
@@ -228,3 +230,93 @@ def load(path: str):
         raise DataError(f"{path}: the checkpoint ends early (a truncated download or copy?)") from None
     except (pickle.UnpicklingError, zipfile.BadZipFile, ValueError, TypeError, OSError) as e:
         raise DataError(f"{path}: unreadable checkpoint ({type(e).__name__}: {e})") from None
+
+
+# ----------------------------------------------------------------------------------------------- writing
+
+class _Name:
+    """A module-level name a pickle refers to (its GLOBAL opcode), written without importing it: PyTorch's tensor
+    rebuilder and storage classes, which only the reader of the file resolves."""
+
+    def __init__(self, module: str, name: str):
+        self.module, self.name, self.__name__ = module, name, name
+
+    def __call__(self, *_):
+        raise TypeError(f"{self.module}.{self.name} is a name in a pickle, not callable here")
+
+
+class _Storage:
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+
+class _Tensor:
+    """A numpy array that pickles as `torch.save` pickles a tensor: `_rebuild_tensor_v2` over its own storage."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = np.asarray(array, dtype=array.dtype.newbyteorder("<"), order="C")  # (0-d stays 0-d)
+
+    def __reduce__(self):
+        shape = tuple(int(n) for n in self.array.shape)
+        stride = tuple(int(s) // self.array.itemsize for s in self.array.strides)
+        return (_Name("torch._utils", "_rebuild_tensor_v2"),
+                (_Storage(self.array), 0, shape, stride, False, collections.OrderedDict()))
+
+
+def _save_name(pickler, obj: _Name) -> None:
+    pickler.write(pickle.GLOBAL + f"{obj.module}\n{obj.name}\n".encode("utf-8"))
+    pickler.memoize(obj)
+
+
+class _Writer(pickle._Pickler):  # the Python pickler: its dispatch table takes `_Name`
+    dispatch = dict(pickle._Pickler.dispatch)
+    dispatch[_Name] = _save_name
+
+    def __init__(self, file):
+        super().__init__(file, protocol=2)  # torch.save's
+        self.storages: list[np.ndarray] = []
+
+    def persistent_id(self, obj):
+        if not isinstance(obj, _Storage):
+            return None
+        kind = next((k for k, t in _STORAGES.items() if np.dtype(t) == obj.array.dtype.newbyteorder("=")), None)
+        if kind is None:
+            raise ValueError(f"no PyTorch storage holds {obj.array.dtype} elements")
+        self.storages.append(obj.array)
+        return ("storage", _Name("torch", kind), str(len(self.storages) - 1), "cpu", int(obj.array.size))
+
+
+def _record(archive: zipfile.ZipFile, name: str, data) -> None:
+    """One uncompressed member whose bytes start at a multiple of 64 in the file, as PyTorch aligns them (a
+    padding extra field, "FB", in its local header)."""
+    info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+    info.compress_type, info.file_size = zipfile.ZIP_STORED, len(data)
+    zip64 = info.file_size * 1.05 > zipfile.ZIP64_LIMIT  # zipfile then adds its own 20-byte extra field
+    at = archive.fp.tell() + 30 + len(name.encode("utf-8")) + 4 + 20 * zip64
+    info.extra = b"FB" + struct.pack("<H", -at % 64) + b"Z" * (-at % 64)
+    with archive.open(info, "w", force_zip64=zip64) as f:
+        f.write(data)
+
+
+def save(obj, path: str) -> None:
+    """Writes ``obj`` (dicts, lists, numbers, strings, argparse Namespaces, numpy arrays as tensors) as `torch.save`
+    does (the zip format of torch >= 1.6: data.pkl, each tensor's storage, byteorder, version), which `torch.load`
+    and `load` read. Deterministic: the same object gives the same bytes."""
+    def tensors(x):
+        if isinstance(x, np.ndarray):
+            return _Tensor(x)
+        if isinstance(x, dict):
+            return type(x)((k, tensors(v)) for k, v in x.items())
+        if isinstance(x, (list, tuple)):
+            return type(x)(tensors(v) for v in x)
+        return x
+
+    buffer = io.BytesIO()
+    writer = _Writer(buffer)
+    writer.dump(tensors(obj))
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as archive:
+        _record(archive, "archive/data.pkl", buffer.getbuffer())
+        _record(archive, "archive/byteorder", b"little")
+        for key, array in enumerate(writer.storages):
+            _record(archive, f"archive/data/{key}", memoryview(array.reshape(-1).view(np.uint8)))
+        _record(archive, "archive/version", b"3\n")

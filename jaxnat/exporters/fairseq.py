@@ -1,0 +1,180 @@
+"""fairseq's own checkpoint, written back (`--mode export --to fairseq:DIR`; docs/import.md): what
+`jaxnat.importers.fairseq` reads of a `transformer` (or `transformer_align`), so that a fairseq model imported and
+fine-tuned (or distilled, or trained with fairseq's conventions) here goes back to fairseq's tools:
+`fairseq-interactive DIR --path DIR/model.pt`, or `TransformerModel.from_pretrained(DIR, "model.pt")`.
+
+The layout is the import's, inverted: the layers under fairseq's names; the embeddings with their rows back in
+fairseq's order (`<s> <pad> </s> <unk>`, then the dictionary's words; jaxnat's PLH and MASK rows, which fairseq's
+model lacks, left out); learned position tables with fairseq's two leading rows (zeros: the padding row, and one
+never read); the buffers fairseq's modules keep (the stacks' `version`, the sinusoidal tables' `_float_tensor`).
+The settings are an `args` namespace, as fairseq's checkpoints before its Hydra configs hold them and as every
+fairseq since reads them (`convert_namespace_to_omegaconf`): the architecture's sizes and options, the
+`translation` task's languages, and the text pipeline, whose files lie beside the checkpoint: `dict.<lang>.txt`
+per side (the words in id order; their counts, which decoding never reads, 0), and `bpecodes` (subword-nmt codes
+over Moses tokens) or `sentencepiece.bpe.model`, under the names `from_pretrained` looks for. The file is PyTorch's
+zip format, written without PyTorch (`torch_file.save`).
+
+A model fairseq's Transformer does not compute (another epsilon, BOS on the source, a decoder starting from BOS,
+reserved tokens it predicts, an output bias, …) or a text pipeline fairseq's options cannot express is refused in
+one line naming what differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+
+import numpy as np
+
+from jaxnat.data.vocab import MASK_ID, PLH_ID
+from jaxnat.errors import ConfigError
+
+
+def conventions(cfg) -> list[str]:
+    """What of ``cfg`` (a `TransformerConfig`) fairseq's `transformer` does not compute, each as "model.KEY=value"
+    (empty: it computes this model)."""
+    want = {"ln_eps": 1e-5, "decoder_start": "eos", "source_bos": False, "output_bias": False}
+    if cfg.positions == "sinusoidal":
+        want.update(position_offset=2, position_layout="fairseq")
+    elif cfg.share_embeddings:  # one token table, but fairseq keeps a position table per stack
+        want["separate_positions"] = True
+    wrong = [f"model.{key}={getattr(cfg, key)}" for key, value in want.items() if getattr(cfg, key) != value]
+    if cfg.share_embeddings and not cfg.tie_output:
+        wrong.append("model.share_embeddings=True with model.tie_output=False")
+    if not {PLH_ID, MASK_ID} <= set(cfg.absent_tokens):
+        wrong.append(f"model.absent_tokens={','.join(map(str, cfg.absent_tokens)) or '(none)'} (fairseq's model has "
+                     f"no PLH or MASK row: 'plh,mask')")
+    if cfg.activation not in ACTIVATIONS:
+        wrong.append(f"model.activation={cfg.activation}")
+    return wrong
+
+
+# jaxnat's model.activation -> fairseq's --activation-fn (gelu_fast: the tanh approximation)
+ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_tanh": "gelu_fast"}
+
+
+def _pipeline(files: dict, how: dict) -> tuple[dict, dict]:
+    """(the args of fairseq's --bpe and --tokenizer, {name in the export: path}) of the workdir's text pipeline
+    (`jaxnat.exporters._tokenizer_files`); a one-line ConfigError where fairseq's options cannot express it."""
+    if how["segmenter"] == "spm":
+        if files["source.spm"] != files["target.spm"] and not _same_file(files["source.spm"], files["target.spm"]):
+            raise ConfigError("fairseq's --bpe sentencepiece cuts both sides with one model; this workdir has a "
+                              "SentencePiece model per side")
+        return ({"bpe": "sentencepiece", "sentencepiece_model": "sentencepiece.bpe.model", "tokenizer": None},
+                {"sentencepiece.bpe.model": files["source.spm"]})
+    extra = [key for key in ("lowercase", "normalize") if how.get(key)]
+    if extra:
+        raise ConfigError(f"fairseq's Moses tokenizer has no {' or '.join(extra)} step, which this workdir's text "
+                          f"pipeline takes (an FSMT import: export it with --to fsmt:DIR)")
+    return ({"bpe": "subword_nmt", "bpe_codes": "bpecodes", "bpe_separator": "@@", "tokenizer": "moses",
+             "moses_no_dash_splits": not how["dash_splits"], "moses_no_escape": not how["escape"]},
+            {"bpecodes": files["bpecodes"]})
+
+
+def _same_file(a: str, b: str) -> bool:
+    with open(a, "rb") as f, open(b, "rb") as g:
+        return f.read() == g.read()
+
+
+def _positions(table: np.ndarray) -> np.ndarray:
+    """A learned position table with fairseq's two leading rows (padding_idx 1 and the row before it: zeros)."""
+    return np.concatenate([np.zeros((2, table.shape[1]), np.float32), np.asarray(table, np.float32)])
+
+
+def state_dict(params: dict, cfg, rows: dict) -> collections.OrderedDict:
+    """fairseq's `TransformerModel.state_dict()` of jaxnat's AR parameters (layers unstacked): {name: float32
+    array}. rows: per side, jaxnat's ids in fairseq's row order (`fairseq_order`)."""
+    from jaxnat.importers.torch_layers import stack_tensors
+
+    out = stack_tensors(params, "encoder.layers", "decoder.layers")
+    src = np.asarray(params["src_embed"]["tokens"]["embedding"], np.float32)
+    tgt = src if cfg.share_embeddings else np.asarray(params["tgt_embed"]["tokens"]["embedding"], np.float32)
+    out["encoder.embed_tokens.weight"], out["decoder.embed_tokens.weight"] = src[rows["src"]], tgt[rows["tgt"]]
+    out["decoder.output_projection.weight"] = (tgt[rows["tgt"]] if cfg.tie_output else
+                                               np.asarray(params["output"]["kernel"], np.float32).T[rows["tgt"]])
+    for stack, side in (("encoder", "src"), ("decoder", "tgt")):
+        out[f"{stack}.version"] = np.asarray([3.0], np.float32)
+        if cfg.positions == "learned":
+            out[f"{stack}.embed_positions.weight"] = _positions(params[f"{side}_embed"]["positions"])
+        else:  # fairseq's sinusoidal tables are computed; the module keeps a one-element buffer
+            out[f"{stack}.embed_positions._float_tensor"] = np.zeros(1, np.float32)
+        if cfg.layernorm_embedding:
+            embed_norm = params[f"{side}_embed_norm"]
+            out[f"{stack}.layernorm_embedding.weight"] = np.asarray(embed_norm["scale"], np.float32)
+            out[f"{stack}.layernorm_embedding.bias"] = np.asarray(embed_norm["bias"], np.float32)
+        if "final_norm" in params[stack]:
+            final = params[stack]["final_norm"]
+            out[f"{stack}.layer_norm.weight"] = np.asarray(final["scale"], np.float32)
+            out[f"{stack}.layer_norm.bias"] = np.asarray(final["bias"], np.float32)
+    return collections.OrderedDict(sorted(out.items()))
+
+
+def arguments(cfg, src_lang: str, tgt_lang: str, pipeline: dict) -> argparse.Namespace:
+    """The checkpoint's `args`: fairseq's `transformer` (`transformer_align` where the model names the attention
+    its word alignments read) with this model's sizes and options, the `translation` task, the text pipeline."""
+    learned = cfg.positions == "learned"
+    args = dict(
+        arch="transformer", task="translation", data=".", source_lang=src_lang, target_lang=tgt_lang,
+        encoder_embed_dim=cfg.d_model, encoder_ffn_embed_dim=cfg.ffn_dim, encoder_layers=cfg.enc_layers,
+        encoder_attention_heads=cfg.num_heads, encoder_normalize_before=cfg.pre_norm, encoder_learned_pos=learned,
+        decoder_embed_dim=cfg.d_model, decoder_ffn_embed_dim=cfg.ffn_dim, decoder_layers=cfg.dec_layers,
+        decoder_attention_heads=cfg.num_heads, decoder_normalize_before=cfg.decoder_pre_norm,
+        decoder_learned_pos=learned, decoder_output_dim=cfg.d_model, decoder_input_dim=cfg.d_model,
+        no_decoder_final_norm=cfg.decoder_pre_norm and not cfg.decoder_final_norm,
+        share_all_embeddings=cfg.share_embeddings, share_decoder_input_output_embed=cfg.tie_output,
+        no_scale_embedding=not cfg.scale_embeddings, layernorm_embedding=cfg.layernorm_embedding,
+        activation_fn=ACTIVATIONS[cfg.activation], dropout=cfg.dropout, attention_dropout=cfg.attention_dropout,
+        activation_dropout=cfg.activation_dropout, max_source_positions=cfg.max_len,
+        max_target_positions=cfg.max_len, left_pad_source=True, left_pad_target=False, **pipeline)
+    if (cfg.alignment_layer, cfg.alignment_heads, cfg.full_context_alignment) != (-1, 0, False):
+        args.update(arch="transformer_align", full_context_alignment=cfg.full_context_alignment,
+                    alignment_layer=cfg.alignment_layer % cfg.dec_layers,
+                    alignment_heads=cfg.alignment_heads or cfg.num_heads)
+    return argparse.Namespace(**args)
+
+
+def write(translator, config, directory: str, files: dict, how: dict, step: int) -> None:
+    """Writes the translator's AR model into ``directory`` (made here): model.pt, dict.<lang>.txt per side, and the
+    BPE file. files, how: the workdir's text pipeline (`jaxnat.exporters._tokenizer_files`); step: the update the
+    parameters are of (the checkpoint's num_updates)."""
+    import jax
+
+    from jaxnat.importers import torch_file
+    from jaxnat.importers.fairseq import SPECIALS, fairseq_order
+    from jaxnat.models.transformer import unstack_layers
+
+    cfg, tok = translator.spec.cfg, translator.tokenizer
+    wrong = conventions(cfg)
+    params = jax.tree.map(np.asarray, translator.params["params"])
+    params = unstack_layers(params) if cfg.scan_layers else params
+    for stack, norm in (("encoder", cfg.pre_norm), ("decoder", cfg.decoder_pre_norm)):
+        if ("final_norm" in params[stack]) != norm:
+            wrong.append(f"a {'pre' if norm else 'post'}-norm {stack} {'without' if norm else 'with'} a final norm")
+    if wrong:
+        raise ConfigError(f"fairseq's Transformer cannot compute this model ({', '.join(wrong)}); export it with "
+                          f"--to ctranslate2:DIR")
+    src_lang, tgt_lang = config.data.src_lang, config.data.tgt_lang
+    if not src_lang or not tgt_lang or src_lang == tgt_lang:
+        raise ConfigError(f"fairseq names a model's dictionaries by its languages: set data.src_lang and "
+                          f"data.tgt_lang (two different names; got {src_lang!r} and {tgt_lang!r})")
+    pipeline, pipeline_files = _pipeline(files, how)
+    rows = {side: fairseq_order(tok.vocab_size(side) - 2) for side in ("src", "tgt")}
+
+    os.makedirs(directory)
+    for side, lang in (("src", src_lang), ("tgt", tgt_lang)):
+        words = [tok.id_to_piece(i, side) for i in rows[side][len(SPECIALS):]]
+        with open(os.path.join(directory, f"dict.{lang}.txt"), "w", encoding="utf-8") as f:
+            f.writelines(f"{word} 0\n" for word in words)
+    for name, path in pipeline_files.items():
+        shutil.copyfile(path, os.path.join(directory, name))
+    checkpoint = {
+        "args": arguments(cfg, src_lang, tgt_lang, pipeline),
+        "model": state_dict(params, cfg, rows),
+        "optimizer_history": [{"criterion_name": "LabelSmoothedCrossEntropyCriterion", "optimizer_name": "Adam",
+                               "lr_scheduler_state": {"best": None}, "num_updates": int(step)}],
+        "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0}},
+        "last_optimizer_state": None,
+    }
+    torch_file.save(checkpoint, os.path.join(directory, "model.pt"))

@@ -1,0 +1,83 @@
+"""Does fairseq compute an exported model's function? Run in the reference environment (tools/reference_env.sh:
+fairseq 0.12.2), on an original fairseq checkpoint and the directory `--mode export --to fairseq:DIR` wrote from
+its import:
+
+    .refenv/bin/python tools/check_fairseq_export.py ORIGINAL.pt EXPORTED --sources expected.json
+
+Each is loaded as fairseq's hub loads a model directory (`TransformerModel.from_pretrained`: the checkpoint's own
+settings, its dictionaries and BPE file beside it; the original's with the BPE file its settings name): the two state
+dicts must hold the same tensors under the same names (but the fused copies fairseq 0.12 derives at loading, and the
+values of the sinusoidal tables' uninitialised one-element buffers), the
+settings the same architecture and options, and the sources (a JSON file's "src" list, as
+tests/data/import/fairseq/expected.json holds them) the same pieces and the same translations, greedy and at beam 4,
+with the same scores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+# fairseq 0.12's encoder layers keep copies of their weights for PyTorch's fused path, derived when loading
+FUSED = ("in_proj_weight", "in_proj_bias", "out_proj_weight", "out_proj_bias", "fc1_weight", "fc1_bias",
+         "fc2_weight", "fc2_bias")
+# settings whose value the export must carry over (the rest: training's, or the paths of the original's files)
+MODEL_SETTINGS = ("arch", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder_layers", "encoder_attention_heads",
+                  "encoder_normalize_before", "encoder_learned_pos", "decoder_embed_dim", "decoder_ffn_embed_dim",
+                  "decoder_layers", "decoder_attention_heads", "decoder_normalize_before", "decoder_learned_pos",
+                  "share_all_embeddings", "share_decoder_input_output_embed", "no_scale_embedding",
+                  "layernorm_embedding", "activation_fn", "alignment_layer", "alignment_heads",
+                  "full_context_alignment")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("original")
+    parser.add_argument("exported")
+    parser.add_argument("--sources", required=True)
+    args = parser.parse_args(argv)
+
+    import torch
+    from fairseq.models.transformer import TransformerModel
+
+    with open(args.sources, encoding="utf-8") as f:
+        sources = json.load(f)["src"]
+    hubs = []
+    for directory, name in ((os.path.dirname(os.path.abspath(args.original)), os.path.basename(args.original)),
+                            (args.exported, "model.pt")):
+        hub = TransformerModel.from_pretrained(directory, checkpoint_file=name, data_name_or_path=directory,
+                                               bpe_codes=os.path.join(directory, "bpecodes"))
+        hubs.append(hub.eval())
+    problems = []
+    states = [{k: v for k, v in h.models[0].state_dict().items() if not k.endswith(FUSED)} for h in hubs]
+    if set(states[0]) != set(states[1]):
+        problems.append(f"state dict names differ: {sorted(set(states[0]) ^ set(states[1]))[:6]}")
+    for key in sorted(set(states[0]) & set(states[1])):
+        placeholder = key.endswith("_float_tensor")  # a sinusoidal table's one-element buffer, never read
+        if states[0][key].shape != states[1][key].shape or not (placeholder or torch.equal(states[0][key],
+                                                                                           states[1][key])):
+            problems.append(f"{key} differs")
+    settings = [vars(h.cfg.model) if not hasattr(h.cfg.model, "_content") else dict(h.cfg.model) for h in hubs]
+    for key in MODEL_SETTINGS:
+        if settings[0].get(key) != settings[1].get(key):
+            problems.append(f"setting {key}: {settings[0].get(key)!r} != {settings[1].get(key)!r}")
+    pieces = [[h.apply_bpe(h.tokenize(s)) for s in sources] for h in hubs]
+    if pieces[0] != pieces[1]:
+        problems.append(f"the sources' pieces differ: {pieces[0][0]!r} != {pieces[1][0]!r}")
+    for beam in (1, 4):
+        outs = [[h.generate(h.encode(s), beam=beam)[0] for s in sources] for h in hubs]
+        for source, a, b in zip(sources, *outs):
+            if a["tokens"].tolist() != b["tokens"].tolist() or abs(float(a["score"]) - float(b["score"])) > 1e-5:
+                problems.append(f"beam {beam}, {source!r}: {hubs[0].decode(a['tokens'])!r} ({float(a['score']):.6f}) "
+                                f"!= {hubs[1].decode(b['tokens'])!r} ({float(b['score']):.6f})")
+        print(f"beam {beam}: " + " | ".join(hubs[1].decode(o["tokens"]) for o in outs[1]))
+    print(f"{len(states[1])} tensors, {len(sources)} sources")
+    for problem in problems:
+        print("MISMATCH:", problem)
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
