@@ -1,4 +1,4 @@
-"""Test helpers for sequence packing: random pairs, their packed and padded batches, segment ids by hand."""
+"""Test helpers for batches: random pairs, their packed and padded batches (with filler rows), segment ids by hand."""
 
 import jax.numpy as jnp
 import numpy as np
@@ -12,6 +12,20 @@ def random_pairs(rng, n, vocab=40, longest=9):
     """n random pairs of [BOS … EOS] int32 arrays, 1 … longest pieces a side."""
     side = lambda: np.r_[BOS_ID, rng.integers(5, vocab, rng.integers(1, longest + 1)), EOS_ID].astype(np.int32)  # noqa: E731
     return [side() for _ in range(n)], [side() for _ in range(n)]
+
+
+def padded_pairs(rng, rows: int, src_width: int, tgt_width: int, src_ids=(6, 40), tgt_ids=(6, 40)):
+    """(src int32[rows, src_width], tgt int32[rows, tgt_width]): random [BOS … EOS] pairs, PAD after; a source of
+    0 … src_width − 2 words (0: an all-PAD filler row, its target too) from ids [src_ids), a target of
+    0 … tgt_width − 2 from [tgt_ids)."""
+    src, tgt = np.zeros((rows, src_width), np.int32), np.zeros((rows, tgt_width), np.int32)
+    for b in range(rows):
+        words = int(rng.integers(0, src_width - 1))
+        if words:
+            src[b, :words + 2] = [BOS_ID, *rng.integers(*src_ids, words), EOS_ID]
+            m = int(rng.integers(0, tgt_width - 1))
+            tgt[b, :m + 2] = [BOS_ID, *rng.integers(*tgt_ids, m), EOS_ID]
+    return src, tgt
 
 
 def pack_and_pad(src, tgt, width=28, extras=None):

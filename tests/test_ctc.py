@@ -27,6 +27,7 @@ from jaxnat.models.ctc import constrained, lattice, search
 from jaxnat.models.ctc.model import (BLANK_ID, copy_positions, ctc_targets, frame_counts, glance_choice, glance_ratio,
                                      soft_weights)
 from tests import ctc_reference as ref
+from tests.packing_helpers import padded_pairs
 from tests.refine_reference import fit_briefly
 from tests.sampling_reference import python_truncate
 
@@ -533,14 +534,8 @@ def test_the_loss_is_plain_pythons_over_the_frame_distributions(seed, mean):
     mean over their real frames of −(the mean log-probability over the vocabulary), 0.1; a pair that cannot fit its
     frames left out and counted in 'unfit' (finite loss and gradients), an all-PAD filler row nowhere."""
     params, grad, frame_log_probs = _validation_loss(mean)
-    rng = np.random.default_rng(seed)
-    src, tgt = np.zeros((4, 8), np.int32), np.zeros((4, 8), np.int32)
-    for b in range(4):
-        words = int(rng.integers(0, 7))         # 0: a filler row
-        if words:
-            src[b, :words + 2] = [BOS_ID, *rng.integers(6, 40, words), EOS_ID]
-            m = int(rng.integers(0, 7))
-            tgt[b, :m + 2] = [BOS_ID, *rng.integers(6, 9, m), EOS_ID]   # few tokens: repeats need their blanks
+    # few target tokens: repeats, which need their blanks
+    src, tgt = padded_pairs(np.random.default_rng(seed), 4, 8, 8, tgt_ids=(6, 9))
     (value, aux), grads = jax.device_get(grad(params, {"src": jnp.asarray(src), "tgt": jnp.asarray(tgt)}))
     log_probs, frames = jax.device_get(frame_log_probs(params, jnp.asarray(src)))
     terms, labels, smooth, frames_in, pairs, unfit = [], 0, 0.0, 0, 0, 0

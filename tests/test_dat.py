@@ -26,6 +26,7 @@ from jaxnat.models.dat.constrained import constrained_decode
 from jaxnat.models.dat.model import (Decoding, allowed_tokens, decode_graph, graph_sizes, max_vertices, output_capacity,
                                      output_limits)
 from tests import dat_reference as ref
+from tests.packing_helpers import padded_pairs
 from tests.sampling_reference import python_truncate
 
 B, L, T, V = 2, 8, 6, 9          # V = 9: the inner vertices choose among UNK and ids 6, 7, 8
@@ -795,14 +796,7 @@ def test_the_loss_is_the_mean_over_sentences_of_their_per_token_nll(seed):
     per token over the sentences with a path; 'count' the target tokens; 'glance_accuracy' the tokens the argmax
     gets right along each best path; an all-PAD filler row changes nothing."""
     params, loss_fn, graph_fn = _validation_loss()
-    rng = np.random.default_rng(seed)
-    src, tgt = np.zeros((4, 6), np.int32), np.zeros((4, 7), np.int32)
-    for b in range(4):
-        words = int(rng.integers(0, 5))           # 0: a filler row
-        if words:
-            src[b, :words + 2] = [BOS_ID, *rng.integers(6, 24, words), EOS_ID]
-            m = int(rng.integers(0, 6))
-            tgt[b, :m + 2] = [BOS_ID, *rng.integers(6, 24, m), EOS_ID]
+    src, tgt = padded_pairs(np.random.default_rng(seed), 4, 6, 7, (6, 24), (6, 24))
     value, aux = jax.device_get(loss_fn(params, {"src": jnp.asarray(src), "tgt": jnp.asarray(tgt)}))
     logits, links, n = jax.device_get(graph_fn(params, jnp.asarray(src)))
     emit = np.asarray(jax.nn.log_softmax(jnp.asarray(logits)))
