@@ -1,16 +1,22 @@
 """Does fairseq compute an exported model's function? Run in the reference environment (tools/reference_env.sh:
-fairseq 0.12.2), on an original fairseq checkpoint and the directory `--mode export --to fairseq:DIR` wrote from
-its import:
+fairseq 0.12.2) on the directory `--mode export --to fairseq:DIR` wrote:
 
-    .refenv/bin/python tools/check_fairseq_export.py ORIGINAL.pt EXPORTED --sources expected.json
+    .refenv/bin/python tools/check_fairseq_export.py DIR --original ORIGINAL.pt --sources expected.json
+    .refenv/bin/python tools/check_fairseq_export.py DIR --scores scores.jsonl
 
-Each is loaded as fairseq's hub loads a model directory (`TransformerModel.from_pretrained`: the checkpoint's own
-settings, its dictionaries and BPE file beside it; the original's with the BPE file its settings name): the two state
-dicts must hold the same tensors under the same names (but the fused copies fairseq 0.12 derives at loading, and the
-values of the sinusoidal tables' uninitialised one-element buffers), the
-settings the same architecture and options, and the sources (a JSON file's "src" list, as
-tests/data/import/fairseq/expected.json holds them) the same pieces and the same translations, greedy and at beam 4,
-with the same scores.
+The export is loaded as fairseq's hub loads a model directory (`TransformerModel.from_pretrained`: the checkpoint's
+own settings, its dictionaries and BPE file beside it).
+
+--original (a checkpoint fairseq saved, which jaxnat imported before exporting): the original is loaded the same
+way (with the BPE file its settings name, in its directory); the two state dicts must hold the same tensors under
+the same names (but the fused copies fairseq 0.12 derives at loading, and the values of the sinusoidal tables'
+uninitialised one-element buffers), the settings the same architecture and options, and the sources (--sources: a
+JSON file's "src" list, as tests/data/import/fairseq/expected.json holds them) the same pieces and the same
+translations, greedy and at beam 4, with the same scores.
+
+--scores (what `--mode score --config.eval.token_scores=true` printed for source/translation pairs, JSON lines with
+"src", "tgt", "pieces" and "token_logp"; a model trained or fine-tuned here): fairseq cuts each translation into the
+same pieces and gives each piece, and the end, the same log-probability within 1e-4.
 """
 
 from __future__ import annotations
@@ -32,24 +38,19 @@ MODEL_SETTINGS = ("arch", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder
                   "full_context_alignment")
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("original")
-    parser.add_argument("exported")
-    parser.add_argument("--sources", required=True)
-    args = parser.parse_args(argv)
-
-    import torch
+def _load(directory: str, name: str):
     from fairseq.models.transformer import TransformerModel
 
-    with open(args.sources, encoding="utf-8") as f:
-        sources = json.load(f)["src"]
-    hubs = []
-    for directory, name in ((os.path.dirname(os.path.abspath(args.original)), os.path.basename(args.original)),
-                            (args.exported, "model.pt")):
-        hub = TransformerModel.from_pretrained(directory, checkpoint_file=name, data_name_or_path=directory,
-                                               bpe_codes=os.path.join(directory, "bpecodes"))
-        hubs.append(hub.eval())
+    codes = os.path.join(directory, "bpecodes")
+    extra = {"bpe_codes": codes} if os.path.isfile(codes) else {}
+    return TransformerModel.from_pretrained(directory, checkpoint_file=name, data_name_or_path=directory,
+                                            **extra).eval()
+
+
+def against_original(original, exported, sources) -> list[str]:
+    import torch
+
+    hubs = [original, exported]
     problems = []
     states = [{k: v for k, v in h.models[0].state_dict().items() if not k.endswith(FUSED)} for h in hubs]
     if set(states[0]) != set(states[1]):
@@ -74,6 +75,54 @@ def main(argv=None) -> int:
                                 f"!= {hubs[1].decode(b['tokens'])!r} ({float(b['score']):.6f})")
         print(f"beam {beam}: " + " | ".join(hubs[1].decode(o["tokens"]) for o in outs[1]))
     print(f"{len(states[1])} tensors, {len(sources)} sources")
+    return problems
+
+
+def against_scores(hub, rows: list[dict]) -> list[str]:
+    """fairseq's teacher-forced log-probability of each piece of each row's translation (its decoder starts from
+    </s>, as its generator does) against jaxnat's."""
+    import torch
+
+    problems, worst = [], 0.0
+    model, dictionary = hub.models[0], hub.tgt_dict
+    for row in rows:
+        src, tgt = hub.encode(row["src"]), hub.encode(row["tgt"])  # pieces' ids, then </s>
+        pieces = [dictionary[i] for i in tgt[:-1].tolist()]
+        if pieces != row["pieces"][:-1]:
+            problems.append(f"{row['tgt']!r}: fairseq's pieces {pieces} != jaxnat's {row['pieces'][:-1]}")
+            continue
+        previous = torch.cat([torch.tensor([dictionary.eos()]), tgt[:-1]])[None]
+        with torch.no_grad():
+            logits = model(src[None], torch.tensor([len(src)]), previous)[0]
+        logp = torch.log_softmax(logits.float(), dim=-1)[0].gather(1, tgt[:, None])[:, 0].tolist()
+        gap = max(abs(a - b) for a, b in zip(logp, row["token_logp"]))
+        worst = max(worst, gap)
+        if len(logp) != len(row["token_logp"]) or gap > 1e-4:
+            problems.append(f"{row['tgt']!r}: log-probabilities {gap:.2e} apart")
+    print(f"{len(rows)} pairs, the pieces' log-probabilities at most {worst:.2e} from jaxnat's")
+    return problems
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("exported")
+    parser.add_argument("--original", help="the checkpoint the export came from (imported, exported unchanged)")
+    parser.add_argument("--sources", help="with --original: a JSON file whose 'src' list is translated by both")
+    parser.add_argument("--scores", help="JSON lines of --mode score --config.eval.token_scores=true")
+    args = parser.parse_args(argv)
+    if not args.scores and not (args.original and args.sources):
+        parser.error("give --original with --sources, or --scores")
+
+    exported = _load(args.exported, "model.pt")
+    problems = []
+    if args.original:
+        with open(args.sources, encoding="utf-8") as f:
+            sources = json.load(f)["src"]
+        original = _load(os.path.dirname(os.path.abspath(args.original)), os.path.basename(args.original))
+        problems += against_original(original, exported, sources)
+    if args.scores:
+        with open(args.scores, encoding="utf-8") as f:
+            problems += against_scores(exported, [json.loads(line) for line in f if line.strip()])
     for problem in problems:
         print("MISMATCH:", problem)
     return 1 if problems else 0
