@@ -27,6 +27,7 @@ CHOICES = {
     "model.dtype": ("float32", "bfloat16"),
     "model.activation": ("relu", "gelu", "gelu_tanh", "swish"),
     "model.decoder_norm": ("", "pre", "post"),
+    "model.decoder_autoreg": ("self_attention", "ssru"),
     "model.position_layout": ("fairseq", "marian"),
     "model.decoder_start": ("bos", "eos", "pad"),
     "data.source": ("synthetic", "text", "tfds"),
@@ -122,6 +123,9 @@ def default_config() -> ml_collections.ConfigDict:
         ln_eps=1e-6, activation="relu", decoder_norm="", decoder_final_norm=True, layernorm_embedding=False,
         position_offset=0, position_layout="fairseq", output_bias=False, decoder_start="bos", source_bos=True,
         absent_tokens="",
+        # what a left-to-right decoder's layers read of the tokens before: self-attention, or Marian's SSRU (Kim et al.
+        # 2019; its transformer-decoder-autoreg: rnn with dec-cell: ssru), a recurrence of one state vector a layer
+        decoder_autoreg="self_attention",
         # a left-to-right model's word alignments (eval.alignment, `jaxnat.decoding.alignment`): the cross-attention
         # of this decoder layer (0-based; -1: the last), averaged over its first alignment_heads heads (0: all), of a
         # decoder pass with the causal mask or, with full_context_alignment, without it (fairseq's transformer_align:
@@ -708,7 +712,8 @@ MODEL_KEYS = tuple(f"model.{k}" for k in (
     "name", "d_model", "ffn_dim", "num_heads", "enc_layers", "dec_layers", "pre_norm", "positions", "max_len",
     "share_embeddings", "scale_embeddings", "separate_positions", "tie_output", "scan_layers", "ln_eps", "activation",
     "decoder_norm", "decoder_final_norm", "layernorm_embedding", "position_offset", "position_layout", "output_bias",
-    "decoder_start", "source_bos", "absent_tokens", "alignment_layer", "alignment_heads", "full_context_alignment")
+    "decoder_start", "source_bos", "absent_tokens", "alignment_layer", "alignment_heads", "full_context_alignment",
+    "decoder_autoreg")
 ) + VOCABULARY_KEYS
 
 
@@ -746,7 +751,7 @@ BEFORE_ADDED = {"model.scale_embeddings": (True, None), "model.separate_position
                     ln_eps=1e-6, activation="relu", decoder_norm="", decoder_final_norm=True,
                     layernorm_embedding=False, position_offset=0, position_layout="fairseq", output_bias=False,
                     decoder_start="bos", source_bos=True, absent_tokens="", alignment_layer=-1, alignment_heads=0,
-                    full_context_alignment=False).items()}}
+                    full_context_alignment=False, decoder_autoreg="self_attention").items()}}
 
 
 def before_added() -> dict:

@@ -1,26 +1,32 @@
-"""The Transformer: cached one-token decoding equals the full teacher-forced pass, for every layout option;
-padding changes nothing; the embedding dropout rate; beam search carries no cross-attention cache."""
+"""The Transformer: cached one-token decoding equals the full teacher-forced pass, for every layout option (Marian's
+SSRU decoder too, whose scan is its recurrence written out: hypothesis); padding changes nothing; the embedding
+dropout rate; beam search carries no cross-attention cache."""
 
 import functools
+
+import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from jaxnat.models.ar.model import ARTransformer, ar_generate, ar_loss, ar_score
-from jaxnat.models.transformer import Embedder, TransformerConfig
+from jaxnat.models.transformer import SSRU, Embedder, TransformerConfig
 
 
-# every pair of the three options' values, in four runs (an orthogonal array), not all eight combinations
+# every pair of the three options' values, in four runs (an orthogonal array), not all eight combinations; the
+# last with Marian's SSRU in the self-attention's place
 @pytest.mark.slow
-@pytest.mark.parametrize("pre_norm, positions, shared", [(False, "sinusoidal", True), (False, "learned", False),
-                                                         (True, "sinusoidal", False), (True, "learned", True)])
-def test_cached_step_equals_full_forward(pre_norm, positions, shared):
+@pytest.mark.parametrize("pre_norm, positions, shared, autoreg", [
+    (False, "sinusoidal", True, "self_attention"), (False, "learned", False, "self_attention"),
+    (True, "sinusoidal", False, "self_attention"), (True, "learned", True, "ssru")])
+def test_cached_step_equals_full_forward(pre_norm, positions, shared, autoreg):
     # two decoder layers (each its own cache), one encoder layer: both passes read the same encoder memory
     cfg = TransformerConfig(src_vocab_size=50, tgt_vocab_size=50 if shared else 40, d_model=32, ffn_dim=64,
                             num_heads=4, enc_layers=1, dec_layers=2, pre_norm=pre_norm, positions=positions,
-                            max_len=16, share_embeddings=shared, tie_output=shared)
+                            max_len=16, share_embeddings=shared, tie_output=shared, decoder_autoreg=autoreg)
     model = ARTransformer(cfg)
     src = np.array([[1, 7, 8, 9, 2, 0], [1, 10, 11, 2, 0, 0]], np.int32)
     tgt = np.array([[1, 12, 13, 14, 2, 0], [1, 15, 2, 0, 0, 0]], np.int32)
@@ -39,6 +45,45 @@ def test_cached_step_equals_full_forward(pre_norm, positions, shared):
     cached = np.stack(steps, 1)
     real = np.asarray(tgt != 0)
     np.testing.assert_allclose(np.asarray(cached)[real], np.asarray(full)[real], atol=1e-5)
+
+
+@functools.cache
+def _ssru():
+    """An `SSRU` of width 8 at random weights (its bias too): (params, the jit'd scan, the jit'd step)."""
+    module = SSRU(TransformerConfig(src_vocab_size=10, tgt_vocab_size=10, d_model=8))
+    params = jax.jit(module.init)(jax.random.PRNGKey(0), jnp.zeros((1, 2, 8)), jnp.ones((1, 2), bool))
+    params = jax.tree.map(lambda p: p + 0.3 * jax.random.normal(jax.random.PRNGKey(1), p.shape), params)
+    return params, jax.jit(module.apply), jax.jit(functools.partial(module.apply, method="step"))
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**16), st.lists(st.lists(st.booleans(), min_size=6, max_size=6), min_size=3, max_size=3))
+def test_the_ssru_scan_is_its_recurrence_written_out(seed, resets):
+    """`SSRU` over whole sequences (the associative scan) and position by position (`SSRU.step`, the state reset
+    where a sequence starts) against its recurrence in plain Python: c = σ(W_f x + b_f) c + (1 − σ(·)) W x from
+    c = 0 at each start (position 0 and any other: packed segments), the output ReLU(c)."""
+    params, scan, step = _ssru()
+    x = np.random.default_rng(seed).normal(size=(3, 7, 8)).astype(np.float32)
+    starts = np.asarray([[True] + row for row in resets])
+    p = jax.tree.map(lambda a: np.asarray(a, np.float64), params["params"])
+    got = np.asarray(scan(params, x, starts))
+    state, stepped = np.zeros((3, 8), np.float32), []
+    for t in range(7):
+        state = np.where(starts[:, t, None], 0.0, state).astype(np.float32)
+        out, state = step(params, x[:, t:t + 1], state)
+        stepped.append(np.asarray(out[:, 0]))
+    for b in range(3):
+        c = [0.0] * 8
+        for t in range(7):
+            if starts[b, t]:
+                c = [0.0] * 8
+            u = [sum(float(x[b, t, i]) * p["W"]["kernel"][i, j] for i in range(8)) for j in range(8)]
+            f = [1 / (1 + math.exp(-(sum(float(x[b, t, i]) * p["Wf"]["kernel"][i, j] for i in range(8))
+                                     + p["Wf"]["bias"][j]))) for j in range(8)]
+            c = [f[j] * c[j] + (1 - f[j]) * u[j] for j in range(8)]
+            want = [max(v, 0.0) for v in c]
+            np.testing.assert_allclose(got[b, t], want, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(stepped[t][b], want, rtol=1e-5, atol=1e-5)
 
 
 def test_padding_does_not_change_outputs():

@@ -26,7 +26,7 @@ import numpy as np
 from jaxnat.data.vocab import BOS_ID, MASK_ID, PAD_ID, PLH_ID
 from jaxnat.errors import ConfigError
 from jaxnat.models.dropout import Dropout
-from jaxnat.models.packing import is_segments, segment_positions
+from jaxnat.models.packing import is_segments, segment_positions, segment_starts
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,6 +75,8 @@ class TransformerConfig:
     alignment_layer: int = -1
     alignment_heads: int = 0
     full_context_alignment: bool = False
+    # what a left-to-right decoder's layers read of the tokens before: "self_attention", or "ssru" (`SSRU`)
+    decoder_autoreg: str = "self_attention"
 
     @property
     def decoder_pre_norm(self) -> bool:
@@ -322,8 +324,52 @@ class EncoderLayer(nn.Module):
         return self.res_ffn(x, lambda h: self.ffn(h, train), train)
 
 
+class SSRU(nn.Module):
+    """The Simpler Simple Recurrent Unit (Kim et al. 2019) as Marian computes it in a decoder layer's place of
+    self-attention (`transformer-decoder-autoreg: rnn`, `dec-cell: ssru`; decoder_autoreg "ssru"): per position t,
+
+        c_t = σ(f_t) ⊙ c_{t−1} + (1 − σ(f_t)) ⊙ W x_t,   f_t = W_f x_t + b_f,   c_{−1} = 0,   output ReLU(c_t)
+
+    (Marian's `highway` gate). One state vector a layer is all a decoding step keeps of the tokens before. Over a
+    whole sequence the recurrence, linear in c, is an associative scan: O(log T) steps deep, not T."""
+
+    cfg: TransformerConfig
+
+    def setup(self):
+        c = self.cfg
+        self.W = nn.Dense(c.d_model, use_bias=False, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="W",
+                          dot_general=rows_dot_general)
+        self.Wf = nn.Dense(c.d_model, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name="Wf",
+                           dot_general=rows_dot_general)
+
+    def gates(self, x):
+        """x: float[..., D] -> (the candidate W x float32[..., D], the forget gate σ(W_f x + b_f) float32[..., D])."""
+        return (flat_leading(self.W, x).astype(jnp.float32),
+                jax.nn.sigmoid(flat_leading(self.Wf, x).astype(jnp.float32)))
+
+    def __call__(self, x, starts):
+        """x: float[B, T, D]; starts: bool[B, T], where a sequence begins (its state starts from 0 there: position 0,
+        each packed segment's first) -> float[B, T, D]."""
+        u, f = self.gates(x)
+        a = jnp.where(starts[..., None], 0.0, f)
+
+        def combine(first, then):  # c = a c' + b, composed: the later (a2, b2) after the earlier (a1, b1)
+            return first[0] * then[0], then[0] * first[1] + then[1]
+
+        _, c = jax.lax.associative_scan(combine, (a, (1.0 - f) * u), axis=1)
+        return nn.relu(c).astype(x.dtype)
+
+    def step(self, x, c):
+        """One position: x float[B, 1, D], c float32[B, D] the state after the position before -> (the output
+        float[B, 1, D], the new state)."""
+        u, f = self.gates(x[:, 0])
+        c = f * c + (1.0 - f) * u
+        return nn.relu(c)[:, None].astype(x.dtype), c
+
+
 class DecoderLayer(nn.Module):
-    """Self-attention (causal or bidirectional) -> cross-attention -> feed-forward.
+    """Self-attention (causal or bidirectional) -> cross-attention -> feed-forward; with decoder_autoreg "ssru" a
+    left-to-right recurrence (`SSRU`) in the self-attention's place.
 
     ``masked_attn`` (CMLMC's RevealPosition, Huang et al. 2022 §3.1) adds a causal self-attention sublayer
     between the self-attention and the cross-attention: FULL-ATT → MASKED-ATT → ENCODER-ATT → FFN.
@@ -333,7 +379,10 @@ class DecoderLayer(nn.Module):
     masked_attn: bool = False
 
     def setup(self):
-        self.self_attn = MultiHeadAttention(self.cfg)
+        if self.cfg.decoder_autoreg == "ssru":
+            self.ssru = SSRU(self.cfg)
+        else:
+            self.self_attn = MultiHeadAttention(self.cfg)
         self.cross_attn = MultiHeadAttention(self.cfg)
         self.ffn = FeedForward(self.cfg)
         pre = self.cfg.decoder_pre_norm
@@ -344,9 +393,13 @@ class DecoderLayer(nn.Module):
 
     def __call__(self, x, self_bias, memory_kv, cross_bias, train: bool, causal_bias=None,
                  return_attention: bool = False):
-        """causal_bias: float32[B, 1, T, T], the causal sublayer's bias (with ``masked_attn``). With
+        """self_bias: the self-attention's bias float32[B, 1|H, T, T], or with an `SSRU` bool[B, T], where each
+        sequence starts. causal_bias: float32[B, 1, T, T], the causal sublayer's bias (with ``masked_attn``). With
         ``return_attention`` (static) also the cross-attention weights float32[B, H, T, S]."""
-        x = self.res_self(x, lambda h: self.self_attn(h, h, self_bias, train), train)
+        if self.cfg.decoder_autoreg == "ssru":
+            x = self.res_self(x, lambda h: self.ssru(h, self_bias), train)
+        else:
+            x = self.res_self(x, lambda h: self.self_attn(h, h, self_bias, train), train)
         if self.masked_attn:
             x = self.res_causal(x, lambda h: self.causal_attn(h, h, causal_bias, train), train)
         weights = []
@@ -371,11 +424,16 @@ class DecoderLayer(nn.Module):
         into it; keys and values written as [B, T, H, K] were transposed whole at every step, a quarter of a beam
         search's time at batch 64); index: int32 scalar.
 
-        Writes this position's key/value at `index` and attends to positions <= index.
+        Writes this position's key/value at `index` and attends to positions <= index. With an `SSRU`, cache['c']:
+        float32[B, D], its state, in place of the keys and values.
         """
-        attn = self.self_attn
+        def ssru_sublayer(h):
+            out, c = self.ssru.step(h, cache["c"])
+            cache.update(c=c)
+            return out
 
         def self_sublayer(h):
+            attn = self.self_attn
             k_new, v_new = (jnp.swapaxes(t, 1, 2) for t in attn.project_kv(h))
             k = jax.lax.dynamic_update_slice_in_dim(cache["k"], k_new.astype(cache["k"].dtype), index, axis=2)
             v = jax.lax.dynamic_update_slice_in_dim(cache["v"], v_new.astype(cache["v"].dtype), index, axis=2)
@@ -384,7 +442,7 @@ class DecoderLayer(nn.Module):
             bias = jnp.where(visible, 0.0, -1e9).astype(jnp.float32)[None, None, None, :]
             return attn.attend(h, k, v, bias, False, heads_first=True)
 
-        x = self.res_self(x, self_sublayer, False)
+        x = self.res_self(x, ssru_sublayer if self.cfg.decoder_autoreg == "ssru" else self_sublayer, False)
         x = self.res_cross(x, lambda h: self.cross_attn.attend(h, cache["ck"], cache["cv"], cross_bias, False,
                                                                heads_first=True), False)
         return self.res_ffn(x, lambda h: self.ffn(h, False), False), cache
@@ -614,7 +672,16 @@ class Decoder(nn.Module):
         of C cross-attention entries before the memory's; memory_mask then covers C + S (vectorized constraints).
         causal: the self-attention's mask for this call (None: the stack's own, ``self.causal``).
         """
-        self_bias = attention_bias(mask, causal=self.causal if causal is None else causal)
+        causal = self.causal if causal is None else causal
+        if self.cfg.decoder_autoreg == "ssru":  # a recurrence reads the tokens before alone
+            if not causal:
+                raise ConfigError("model.decoder_autoreg=ssru reads the tokens before each position only: a decoder "
+                                  "that reads its whole canvas, or a pass without the causal mask "
+                                  "(model.full_context_alignment), cannot use it")
+            self_bias = segment_starts(mask) if is_segments(mask) else jnp.broadcast_to(
+                jnp.arange(mask.shape[1]) == 0, mask.shape)
+        else:
+            self_bias = attention_bias(mask, causal=causal)
         causal_bias = attention_bias(mask, causal=True) if self.masked_attn else None
         cross_bias = attention_bias(memory_mask, query_mask=mask)
 
@@ -665,8 +732,11 @@ class Decoder(nn.Module):
         cache = []
         for i, layer in enumerate(self.layer_modules()):
             ck, cv = (jnp.swapaxes(t, 1, 2) for t in layer.cross_kv(memory, None if prefixes is None else prefixes[i]))
-            zeros = jnp.zeros(shape, c.compute_dtype)
-            cache.append(dict(k=zeros, v=zeros, ck=ck, cv=cv))
+            if c.decoder_autoreg == "ssru":  # its state, zero before the first token
+                own = dict(c=jnp.zeros((batch, c.d_model), jnp.float32))
+            else:
+                own = dict(k=jnp.zeros(shape, c.compute_dtype), v=jnp.zeros(shape, c.compute_dtype))
+            cache.append(dict(**own, ck=ck, cv=cv))
         return cache
 
     def step(self, x, cache, index, memory_mask):
@@ -687,7 +757,7 @@ def without_cross_cache(step, cache):
     never change and are the same for every beam of a sentence (its source repeated), so they stay out of the
     searched cache: loop constants of the search, not a copy of [B·K, S, H, K] per layer and step."""
     fixed = [{"ck": layer["ck"], "cv": layer["cv"]} for layer in cache]
-    own = lambda cache: [{"k": layer["k"], "v": layer["v"]} for layer in cache]  # noqa: E731
+    own = lambda cache: [{k: v for k, v in layer.items() if k not in ("ck", "cv")} for layer in cache]  # noqa: E731
 
     def tokens_to_logprobs(tokens, cache, index, *extra):  # extra: further arguments of step
         logp, cache = step(tokens, [{**layer, **f} for layer, f in zip(cache, fixed)], index, *extra)
