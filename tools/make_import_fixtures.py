@@ -783,13 +783,16 @@ MARIAN_YML = {  # a Marian transformer's model.yml as OPUS-MT's releases hold it
     "dec-cell-base-depth": 2, "dec-cell-high-depth": 1, "version": "v1.9.56 jaxnat-fixture"}
 
 
-def marian_npz_fixture(out: str, separate: bool = False) -> None:
+def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = None) -> None:
     """A Marian checkpoint as Marian saves it (`model.npz` with its configuration under `special:model.yml`,
     `*.vocab.yml`, `decoder.yml`, `source.spm`, `target.spm`: an OPUS-MT release's files), then converted by Hugging
     Face's own converter (transformers 4.46.3's convert_marian_to_pytorch, which tools/reference_env.sh unpacks), whose
     MarianMTModel (float32; the converter's `convert` would save it in float16) computes the expected outputs.
     ``separate``: a vocabulary and an embedding per side (the same pieces, each side's own first, in another order),
-    and the converted model saved as a Hugging Face directory too (hf/)."""
+    and the converted model saved as a Hugging Face directory too (hf/). ``pymarian`` (a Python with pymarian, Marian
+    itself): a decoder of SSRU layers (`transformer-decoder-autoreg: rnn`, `dec-cell: ssru`, as OPUS-MT's tiny and
+    Bergamot's student models have), which Hugging Face's converter does not take: Marian computes the expected
+    outputs (`marian_expected_by_marian`), and `</s>`'s output bias is raised so that outputs end."""
     import importlib.util
 
     import yaml
@@ -818,6 +821,8 @@ def marian_npz_fixture(out: str, separate: bool = False) -> None:
                         "maxi-batch-sort": "src", "relative-paths": True}, f, sort_keys=False)
     vocab = vocabs["vocab.yml"] if not separate else vocab
     cfg = dict(MARIAN_YML, **{"dim-vocabs": [len(vocab)] * 2})
+    if pymarian:
+        cfg.update({"transformer-decoder-autoreg": "rnn", "dec-cell": "ssru"})
     d, ffn = cfg["dim-emb"], cfg["transformer-dim-ffn"]
     if separate:  # the embeddings tied to the output layer, not to each other
         cfg.update({"tied-embeddings-all": False, "tied-embeddings-src": False, "tied-embeddings": True})
@@ -828,6 +833,8 @@ def marian_npz_fixture(out: str, separate: bool = False) -> None:
         rng = np.random.default_rng(3)
         params = {"Wemb": 0.3 * rng.standard_normal((len(vocab), d))}
     params["decoder_ff_logit_out_b"] = 0.5 * rng.standard_normal((1, len(vocab)))
+    if pymarian:
+        params["decoder_ff_logit_out_b"][0, vocab["</s>"]] += 1.0
 
     def block(prefix: str, names_: list) -> None:  # Marian's layout: W [in, out], b and ln_* [1, out]
         for n in names_:
@@ -843,12 +850,16 @@ def marian_npz_fixture(out: str, separate: bool = False) -> None:
     ffn_names = ["ffn_W1", "ffn_b1", "ffn_W2", "ffn_b2", "ffn_ffn_ln_scale", "ffn_ffn_ln_bias"]
     for i in range(1, cfg["enc-depth"] + 1):
         block(f"encoder_l{i}_", attention + ffn_names)
+    autoreg = ["rnn_W", "rnn_Wf", "rnn_bf", "rnn_ffn_ln_scale", "rnn_ffn_ln_bias"] if pymarian else attention
     for i in range(1, cfg["dec-depth"] + 1):
-        block(f"decoder_l{i}_", attention + [a.replace("self", "context") for a in attention] + ffn_names)
+        block(f"decoder_l{i}_", autoreg + [a.replace("self", "context") for a in attention] + ffn_names)
     params = {k: v.astype(np.float32) for k, v in params.items()}
     text = yaml.safe_dump(cfg, sort_keys=True).encode() + b"\0"  # Marian stores the YAML with its NUL
     params["special:model.yml"] = np.frombuffer(text, np.int8)
     np.savez(os.path.join(out, names["model"]), **params)
+    if pymarian:
+        marian_expected_by_marian(out, pymarian, names["model"], listed)
+        return
 
     work = tempfile.mkdtemp()  # the converter writes vocab.json and tokenizer_config.json into the model's directory
     try:
@@ -865,6 +876,46 @@ def marian_npz_fixture(out: str, separate: bool = False) -> None:
         model.save_pretrained(os.path.join(out, "hf"), safe_serialization=True)
         tok.save_pretrained(os.path.join(out, "hf"))
     marian_expected(out, model, tok)
+
+
+# Marian's translator run by pymarian in the Python that has it (its own environment: pymarian's wheel brings Marian's
+# libraries): each source alone, its pieces as Marian's vocabulary reads them, n-best lists with each word's score
+PYMARIAN = """
+import json, sys
+from pymarian import Translator
+args = json.loads(sys.argv[1])
+out = {}
+for beam, normalize in ((1, 0.0), (4, 0.6)):
+    t = Translator(models=args["model"], vocabs=args["vocabs"], cpu_threads=1, beam_size=beam, n_best=True,
+                   word_scores=True, normalize=normalize, mini_batch=1, maxi_batch=1, max_length_factor=2, quiet=True)
+    out[beam] = [t.translate(line) for line in args["sources"]]
+print(json.dumps(out))
+"""
+
+
+def marian_expected_by_marian(out: str, python: str, model: str, vocabs: list) -> None:
+    """What Marian itself (pymarian, in ``python``) computes on the fixture's sources, cut by source.spm into
+    pieces: its greedy and beam-4 (normalize 0.6, decoder.yml's) n-best lists, each hypothesis's pieces, word scores
+    and score, into expected.json."""
+    import subprocess
+
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(out, "source.spm"))
+    sources = [" ".join(sp.encode(s, out_type=str)) for s in SRC]
+    args = {"model": model, "vocabs": vocabs, "sources": sources}
+    raw = json.loads(subprocess.run([python, "-c", PYMARIAN, json.dumps(args)], cwd=out, check=True,
+                                    capture_output=True, text=True).stdout)
+    outputs = {"pieces_in": sources}
+    for beam, lists in raw.items():
+        hypotheses = []
+        for text in lists:
+            first = text.splitlines()[0].split(" ||| ")  # the best: "0 ||| pieces ||| WordScores= … ||| F0= … ||| s"
+            hypotheses.append({"pieces": first[1].split(), "word_scores": [float(v) for v in first[2].split()[1:]],
+                               "score": float(first[-1])})
+        outputs[f"beam{beam}"] = hypotheses
+    with open(os.path.join(out, "expected.json"), "w", encoding="utf-8") as f:
+        json.dump({"src": SRC, **outputs}, f, indent=1, ensure_ascii=False)
 
 
 def joint_spm(out: str, model_type: str) -> bytes:
@@ -1074,7 +1125,9 @@ def write_expected(out: str, arrays: dict, outputs: dict, name: str = "expected"
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=("fairseq", "fairseq-nat", "dat", "marian", "marian-npz",
-                                           "marian-npz-separate", "nllb", "m2m100", "mbart50", "fsmt"))
+                                           "marian-npz-separate", "marian-ssru", "nllb", "m2m100", "mbart50", "fsmt"))
+    parser.add_argument("--pymarian", metavar="PYTHON",
+                        help="a Python with pymarian (Marian itself): also writes marian-ssru/")
     parser.add_argument("--dat-plugin", metavar="DIR",
                         help="a checkout of thu-coai/DA-Transformer (its fs_plugins/): also writes fairseq-nat/dat.pt")
     args = parser.parse_args(argv)
@@ -1094,6 +1147,10 @@ def main(argv=None) -> int:
         marian_npz_fixture(os.path.join(ROOT, "marian-npz"))
     if args.only in (None, "marian", "marian-npz-separate"):
         marian_npz_fixture(os.path.join(ROOT, "marian-npz-separate"), separate=True)
+    if args.pymarian and args.only in (None, "marian", "marian-ssru"):
+        marian_npz_fixture(os.path.join(ROOT, "marian-ssru"), pymarian=args.pymarian)
+    elif args.only == "marian-ssru":
+        parser.error("--only marian-ssru needs --pymarian PYTHON")
     if args.only in (None, "nllb"):
         nllb_fixture(os.path.join(ROOT, "nllb"))
     if args.only in (None, "m2m100"):

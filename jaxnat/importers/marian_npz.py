@@ -30,16 +30,18 @@ from jaxnat.importers.imported import Imported
 log = logging.getLogger("jaxnat")
 
 CONFIG_KEY = "special:model.yml"
-# model.yml settings that MarianMTModel computes only at these values, each Marian's default where a file omits it:
-# post-norm layers ("dan": dropout, add, normalise), no embedding norm, self-attention decoders, two-layer FFNs,
-# sinusoidal positions
+# model.yml settings that jaxnat computes only at these values, each Marian's default where a file omits it: post-norm
+# layers ("dan": dropout, add, normalise), no embedding norm, two-layer FFNs, sinusoidal positions, an SSRU without
+# layer norms or output projection where the decoder's layers are recurrent (AUTOREG)
 REQUIRED = {
     "type": "transformer", "transformer-preprocess": "", "transformer-postprocess": "dan",
-    "transformer-postprocess-emb": "d", "transformer-decoder-autoreg": "self-attention",
-    "transformer-ffn-depth": "2", "transformer-decoder-ffn-depth": "0", "transformer-no-projection": "false",
-    "transformer-train-position-embeddings": "false", "layer-normalization": "false", "right-left": "false",
-    "ulr": "false",
+    "transformer-postprocess-emb": "d", "transformer-ffn-depth": "2", "transformer-decoder-ffn-depth": "0",
+    "transformer-no-projection": "false", "transformer-train-position-embeddings": "false",
+    "layer-normalization": "false", "right-left": "false", "ulr": "false", "transformer-rnn-projection": "false",
 }
+# Marian's transformer-decoder-autoreg (and dec-cell, for "rnn") -> model.decoder_autoreg; MarianMTModel (and so
+# Hugging Face's conversion) computes the first alone
+AUTOREG = {("self-attention", None): "self_attention", ("rnn", "ssru"): "ssru"}
 # Marian's activations as jaxnat names them. Marian's "gelu" is x * sigmoid(1.702 x), which neither jaxnat nor
 # MarianMTModel computes: refused.
 ACTIVATIONS = {"swish": "swish", "relu": "relu"}
@@ -53,6 +55,13 @@ LAYER = {
     "context_Wo_ln_scale": "encoder_attn_layer_norm.weight", "context_Wo_ln_bias": "encoder_attn_layer_norm.bias",
     "ffn_W1": "fc1.weight", "ffn_b1": "fc1.bias", "ffn_W2": "fc2.weight", "ffn_b2": "fc2.bias",
     "ffn_ffn_ln_scale": "final_layer_norm.weight", "ffn_ffn_ln_bias": "final_layer_norm.bias",
+}
+# an SSRU decoder layer's own (`rnn_*`) in place of its self-attention's (`self_*`), under names of this module's own
+# in the MarianMTModel layout (`torch_layers.decoder_layer` reads them)
+SSRU_LAYER = {
+    "rnn_W": "ssru.W.weight", "rnn_Wf": "ssru.Wf.weight", "rnn_bf": "ssru.Wf.bias",
+    "rnn_ffn_ln_scale": "self_attn_layer_norm.weight", "rnn_ffn_ln_bias": "self_attn_layer_norm.bias",
+    **{k: v for k, v in LAYER.items() if not k.startswith("self_")},
 }
 
 
@@ -178,6 +187,12 @@ def _settings(arrays, where: str) -> dict:
     for key, want in REQUIRED.items():
         if cfg.get(key, want) != want:
             raise DataError(f"{where}: Marian's {key}: {cfg[key]!r} is not supported (jaxnat imports {want!r})")
+    kind = cfg.get("transformer-decoder-autoreg", "self-attention")
+    autoreg = AUTOREG.get((kind, cfg.get("dec-cell", "gru") if kind == "rnn" else None))
+    if autoreg is None:
+        raise DataError(f"{where}: Marian's transformer-decoder-autoreg: {kind!r}"
+                        + (f" with dec-cell: {cfg.get('dec-cell', 'gru')!r}" if kind == "rnn" else "")
+                        + " is not supported (self-attention, or rnn with dec-cell: ssru)")
     if cfg.get("transformer-tied-layers", []) not in ([], ""):
         raise DataError(f"{where}: Marian's transformer-tied-layers is not supported")
     if cfg.get("transformer-decoder-dim-ffn", "0") not in ("0", cfg.get("transformer-dim-ffn")):
@@ -187,7 +202,7 @@ def _settings(arrays, where: str) -> dict:
         raise DataError(f"{where}: Marian's transformer-ffn-activation: {activation!r} is not supported (swish or "
                         f"relu; Marian's gelu is x·sigmoid(1.702x))")
     try:
-        return {"activation": ACTIVATIONS[activation],
+        return {"activation": ACTIVATIONS[activation], "autoreg": autoreg,
                 "shared": tied_all or cfg.get("tied-embeddings-src", "false") == "true", **{k: int(cfg[k]) for k in (
             "dim-emb", "enc-depth", "dec-depth", "transformer-heads", "transformer-dim-ffn")},
             "version": str(cfg.get("version", "")), "dropout": float(cfg.get("transformer-dropout", 0.1))}
@@ -197,13 +212,14 @@ def _settings(arrays, where: str) -> dict:
         raise DataError(f"{where}: {CONFIG_KEY}: {e}") from None
 
 
-def _tensors(arrays, layers: tuple[int, int], shared: bool, where: str) -> dict:
+def _tensors(arrays, layers: tuple[int, int], shared: bool, where: str, autoreg: str = "self_attention") -> dict:
     """Marian's arrays under MarianMTModel's names and layouts (torch's Linear: [out, in]; vectors flat), with
-    <pad>'s rows appended."""
+    <pad>'s rows appended; an SSRU decoder's (``autoreg``) under `SSRU_LAYER`'s names."""
     out, seen = {}, {CONFIG_KEY}
     for stack, depth in zip(("encoder", "decoder"), layers):
+        names = SSRU_LAYER if stack == "decoder" and autoreg == "ssru" else LAYER
         for i in range(1, depth + 1):
-            for name, hf in LAYER.items():
+            for name, hf in names.items():
                 key = f"{stack}_l{i}_{name}"
                 if key not in arrays:
                     if stack == "encoder" and name.startswith("context_"):
@@ -243,7 +259,7 @@ def read(path: str) -> Imported:
         raise DataError(f"{where}: unreadable .npz file ({why})") from None
     settings = _settings(arrays, where)
     shared = settings["shared"]
-    tensors = _tensors(arrays, (settings["enc-depth"], settings["dec-depth"]), shared, where)
+    tensors = _tensors(arrays, (settings["enc-depth"], settings["dec-depth"]), shared, where, settings["autoreg"])
     vocab_at = _vocabulary_files(directory, decoding, shared)
     rows = {side: tensors["model.shared.weight" if shared else f"model.{stack}.embed_tokens.weight"].shape[0] - 1
             for side, stack in (("src", "encoder"), ("tgt", "decoder"))}
@@ -269,6 +285,7 @@ def read(path: str) -> Imported:
     imported = marian.build(cfg, vocabs, tensors, directory, about, cfg_at=f"{where} ({CONFIG_KEY})",
                             vocab_at=vocab_at, where=where)
     imported.overrides.update(_search_options(decoding, os.path.join(directory, "decoder.yml")))
+    imported.overrides["model.decoder_autoreg"] = settings["autoreg"]
     return imported
 
 

@@ -65,8 +65,14 @@ def encoder_layer(state: StateDict, prefix: str, heads: int) -> dict:
 
 
 def decoder_layer(state: StateDict, prefix: str, heads: int) -> dict:
-    return {"self_attn": attention(state, f"{prefix}.self_attn", heads),
-            "res_self": {"norm": norm(state, f"{prefix}.self_attn_layer_norm")},
+    """One decoder layer; one whose self-attention is Marian's SSRU (`ssru.W`, `ssru.Wf`: model.decoder_autoreg=ssru)
+    where the source holds those in its place."""
+    if state.has(f"{prefix}.ssru.W.weight"):
+        own = {"ssru": {"W": {"kernel": state.take(f"{prefix}.ssru.W.weight").T},
+                        "Wf": dense(state, f"{prefix}.ssru.Wf")}}
+    else:
+        own = {"self_attn": attention(state, f"{prefix}.self_attn", heads)}
+    return {**own, "res_self": {"norm": norm(state, f"{prefix}.self_attn_layer_norm")},
             "cross_attn": attention(state, f"{prefix}.encoder_attn", heads),
             "res_cross": {"norm": norm(state, f"{prefix}.encoder_attn_layer_norm")},
             "ffn": {"fc1": dense(state, f"{prefix}.fc1"), "fc2": dense(state, f"{prefix}.fc2")},
