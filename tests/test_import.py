@@ -1510,3 +1510,46 @@ def test_a_model_fairseq_cannot_compute_is_not_exported_to_fairseq(ar_run, tmp_p
     with pytest.raises(JaxnatError, match=r"set data.src_lang and data.tgt_lang .*got '' and 'de'"):
         export(unnamed, workdir, f"fairseq:{tmp_path / 'out'}")
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_a_marian_model_of_ssru_decoder_layers_computes_marians_outputs(tmp_path):
+    """marian-ssru/: a Marian checkpoint whose decoder layers are SSRUs (`transformer-decoder-autoreg: rnn`,
+    `dec-cell: ssru`: OPUS-MT's tiny and Bergamot's student models), which Hugging Face's converter does not take,
+    and what Marian itself computed with it (pymarian 1.12.42: tools/make_import_fixtures.py --pymarian). Imported,
+    with model.decoder_autoreg=ssru: the sources cut into Marian's pieces; Marian's greedy outputs piece for piece
+    (the end at once, or 42 to 64 pieces up to its max-length-factor 2: the state carried over every step) with each
+    piece's and the end's log-probability (its WordScores) within 1e-4; its beam-4 outputs' scores under decoder.yml's
+    normalize 0.6, and jaxnat's beam 4 finding outputs as good or better (Marian narrows its beam as hypotheses
+    finish); every export refuses it in one line."""
+    from jaxnat.exporters import export
+
+    workdir = str(tmp_path / "run")
+    write_workdir(f"marian:{DATA}/marian-ssru", workdir)
+    config = workdir_config(workdir)
+    assert config.model.decoder_autoreg == "ssru" and config.eval.length_penalty == 0.6
+    config.eval.max_len_a, config.eval.max_len_b = 2.0, 0  # Marian's max-length-factor: × the source's pieces and end
+    translator = load_translator(config, workdir)
+    tok = translator.tokenizer
+    with open(os.path.join(DATA, "marian-ssru", "expected.json"), encoding="utf-8") as f:
+        want = json.load(f)
+    src, _ = translator.encode(want["src"])
+    assert [[tok.id_to_piece(int(i), "src") for i in s if i not in (BOS_ID, EOS_ID)] for s in src] == [
+        p.split() for p in want["pieces_in"]]
+    ids = {beam: [[tok.piece_id(p, "tgt") for p in h["pieces"]] for h in want[f"beam{beam}"]] for beam in (1, 4)}
+    greedy = translator.translate_ids(src, beam_size=1, batch_size=len(src))
+    assert [[int(t) for t in r["tokens"] if t not in (PAD_ID, BOS_ID, EOS_ID)] for r in greedy] == ids[1]
+    beam = translator.translate_ids(src, beam_size=4, batch_size=len(src))
+    theirs = [s["score"] for s in translator.score_ids(src, ids[4], len(src))]
+    np.testing.assert_allclose(theirs, [h["score"] for h in want["beam4"]], atol=1e-4)
+    assert all(r["score"] >= score - 1e-5 for r, score in zip(beam, theirs))
+    scored = translator.score_ids(src, ids[1], len(src), token_scores=True)
+    for ours, h in zip(scored, want["beam1"]):
+        cut = len(h["word_scores"]) == len(h["pieces"])  # stopped at the length limit: no end, no end's score
+        np.testing.assert_allclose(ours["token_logp"][:-1] if cut else ours["token_logp"], h["word_scores"],
+                                   atol=1e-4)
+    assert sum(len(h["pieces"]) for h in want["beam1"]) > 150
+    for to in ("ctranslate2", "marian", "fairseq"):
+        with pytest.raises(JaxnatError, match=r"decoder layers are Marian's SSRU \(model.decoder_autoreg=ssru\), "
+                                              r"which .* does not compute"):
+            export(config, workdir, f"{to}:{tmp_path / to}")

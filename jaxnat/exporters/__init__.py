@@ -94,6 +94,10 @@ def export(config, workdir: str, target: str, quantization: str = "float32") -> 
                           f"{workdir} holds a {config.model.name} model, which {NAMES[kind]} does not run")
     if config.eval.ensemble:
         raise ConfigError("--mode export writes one model; eval.ensemble names others (export each on its own)")
+    if config.model.decoder_autoreg != "self_attention":
+        raise ConfigError(f"{workdir}'s decoder layers are Marian's SSRU (model.decoder_autoreg="
+                          f"{config.model.decoder_autoreg}), which {NAMES[kind]} does not compute: its decoders "
+                          f"attend to the tokens before")
     if kind == "ctranslate2":
         require("ctranslate2", "--mode export --to ctranslate2:DIR")
     elif quantization != "float32":

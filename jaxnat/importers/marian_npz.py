@@ -9,7 +9,11 @@ parameters as [1, out]. Its vocabulary has no padding piece: `<pad>` is appended
 zero output bias, and the decoder starts from it (Marian's decoder starts from a zero vector). One vocabulary
 (`tied-embeddings-all` or `-src`: `Wemb`) or one per side (`encoder_Wemb`, `decoder_Wemb`, decoder.yml's two
 `vocabs` or `*.src.vocab.yml` and `*.trg.vocab.yml`); the output layer is the target embedding. Settings that
-conversion cannot express are refused with one line naming them. The file is read with
+conversion cannot express are refused with one line naming them, but for SSRU decoder layers (`transformer-decoder-
+autoreg: rnn`, `dec-cell: ssru`), which no MarianMTModel computes: such a model is imported as Marian itself computes
+it, which differs from that conversion's reading in two places (measured with pymarian: tests/data/import/marian-ssru/):
+Marian's sinusoids take the frequencies 10000^(−i / (D/2 − 1)) (jaxnat's "fairseq" layout; MarianMTModel's
+10000^(−2i / D)), and its softmax has no `<pad>` row (model.absent_tokens names it). The file is read with
 `np.load(allow_pickle=False)` and the YAML with PyYAML's BaseLoader (strings, lists and maps only): data, no code.
 """
 
@@ -286,6 +290,8 @@ def read(path: str) -> Imported:
                             vocab_at=vocab_at, where=where)
     imported.overrides.update(_search_options(decoding, os.path.join(directory, "decoder.yml")))
     imported.overrides["model.decoder_autoreg"] = settings["autoreg"]
+    if settings["autoreg"] == "ssru":  # Marian's own function: no MarianMTModel to stay convertible to (see above)
+        imported.overrides.update({"model.position_layout": "fairseq", "model.absent_tokens": "pad,bos,plh,mask"})
     return imported
 
 

@@ -795,7 +795,8 @@ def token_mask(ids: jnp.ndarray) -> jnp.ndarray:
     return ids != PAD_ID
 
 
-ABSENT_CHOICES = {"bos": BOS_ID, "plh": PLH_ID, "mask": MASK_ID}  # the reserved tokens a vocabulary may lack
+# the reserved tokens a vocabulary may lack (pad: Marian's, whose decoder starts from a zero vector, `PAD`'s row)
+ABSENT_CHOICES = {"pad": PAD_ID, "bos": BOS_ID, "plh": PLH_ID, "mask": MASK_ID}
 
 
 def absent_ids(names: str) -> tuple[int, ...]:
