@@ -1,6 +1,7 @@
 """Sequence packing: the packer, the per-segment kernels against plain Python, and the AR model's packed
 loss against the same pairs unpacked (per-pair log-probabilities, loss, gradients; no pair sees another)."""
 
+import dataclasses
 import functools
 
 import jax
@@ -162,8 +163,8 @@ CFG = TransformerConfig(src_vocab_size=40, tgt_vocab_size=40, d_model=32, ffn_di
 
 
 @functools.lru_cache(maxsize=None)
-def _model():
-    model = ARTransformer(CFG)
+def _model(autoreg: str = "self_attention"):
+    model = ARTransformer(dataclasses.replace(CFG, decoder_autoreg=autoreg))
     params = jax.jit(model.init)(jax.random.PRNGKey(0), jnp.ones((1, 4), jnp.int32), jnp.ones((1, 4), jnp.int32))
     logp = jax.jit(lambda p, b: jax.nn.log_softmax(model.apply(
         p, b["src"], b["tgt"][:, :-1], src_seg=b.get("src_seg"),
@@ -172,8 +173,9 @@ def _model():
 
 
 @pytest.mark.slow
-def test_packed_ar_loss_and_gradients_equal_the_unpacked_ones():
-    model, params, logp_fn = _model()
+@pytest.mark.parametrize("autoreg", ["self_attention", "ssru"])  # Marian's SSRU: its state reset at each pair
+def test_packed_ar_loss_and_gradients_equal_the_unpacked_ones(autoreg):
+    model, params, logp_fn = _model(autoreg)
     src, tgt = random_pairs(np.random.default_rng(3), 9)
     packed, padded, members = pack_and_pad(src, tgt)
     assert int((np.asarray(packed["tgt_seg"]).max(axis=1) > 1).sum()) >= 2  # some rows do hold several pairs
