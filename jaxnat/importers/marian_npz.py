@@ -289,9 +289,9 @@ def read(path: str) -> Imported:
     imported = marian.build(cfg, vocabs, tensors, directory, about, cfg_at=f"{where} ({CONFIG_KEY})",
                             vocab_at=vocab_at, where=where)
     imported.overrides.update(_search_options(decoding, os.path.join(directory, "decoder.yml")))
-    imported.overrides["model.decoder_autoreg"] = settings["autoreg"]
     if settings["autoreg"] == "ssru":  # Marian's own function: no MarianMTModel to stay convertible to (see above)
-        imported.overrides.update({"model.position_layout": "fairseq", "model.absent_tokens": "pad,bos,plh,mask"})
+        imported.overrides.update({"model.decoder_autoreg": "ssru", "model.position_layout": "fairseq",
+                                   "model.absent_tokens": "pad,bos,plh,mask"})
     return imported
 
 
