@@ -93,6 +93,8 @@ def _imported(kind, tmp_path_factory):
     if kind not in _IMPORTED:
         workdir = str(tmp_path_factory.mktemp(kind) / "run")
         write_workdir(SOURCES[kind], workdir)
+        if kind.startswith("marian-npz"):  # read as Hugging Face's conversion reads it, to be held to MarianMTModel's
+            _hugging_face_reading(workdir)  # outputs (as Marian reads it: test_a_marian_npz_computes_marians_own_…)
         config = workdir_config(workdir)
         if kind == "fairseq":
             config.eval.search_rules = "fairseq"
@@ -100,6 +102,17 @@ def _imported(kind, tmp_path_factory):
             config.eval.max_len_a, config.eval.max_len_b = 0.0, 19
         _IMPORTED[kind] = kind, workdir, config, load_translator(config, workdir)
     return _IMPORTED[kind]
+
+
+def _hugging_face_reading(workdir):
+    """A Marian .npz import's workdir as Hugging Face's conversion reads the model: MarianMTModel's sinusoids and a
+    <pad> in its softmax (the import computes Marian's own: `jaxnat.importers.marian_npz`)."""
+    path = os.path.join(workdir, "config.json")
+    with open(path, encoding="utf-8") as f:
+        config = json.load(f)
+    config["model"].update(position_layout="marian", absent_tokens="bos,plh,mask")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(config, f)
 
 
 @pytest.fixture(scope="module", params=sorted(SOURCES))
@@ -597,7 +610,8 @@ def test_a_marian_directory_without_its_tokenizer_is_refused(tmp_path):
 def test_marians_conversion_of_a_separate_vocabulary_model_imports_as_the_npz_does():
     """A model with a vocabulary per side as Hugging Face's converter saved it (marian-npz-separate/hf:
     vocab.json and target_vocab.json, two embedding matrices) imports exactly as its Marian .npz, which the tests
-    above hold to MarianMTModel's outputs."""
+    above hold to MarianMTModel's outputs, but for the two places where the .npz import computes Marian's own function
+    instead of MarianMTModel's (its sinusoids, no <pad> in its softmax)."""
     from jaxnat.importers import read
 
     hf, npz = read(f"marian:{DATA}/marian-npz-separate/hf"), read(SOURCES["marian-npz-separate"])
@@ -605,6 +619,10 @@ def test_marians_conversion_of_a_separate_vocabulary_model_imports_as_the_npz_do
     lengths = ("model.max_len", "data.max_len")  # the converter's position table: d_model rows; the .npz's: 512
     # and decoder.yml's normalize, which the converter drops and the import takes as the length penalty
     assert npz.overrides.pop("eval.length_penalty") == 0.6 and "eval.length_penalty" not in hf.overrides
+    assert [npz.overrides.pop(k) for k in ("model.position_layout", "model.absent_tokens")] == [
+        "fairseq", "pad,bos,plh,mask"]
+    assert [hf.overrides.pop(k) for k in ("model.position_layout", "model.absent_tokens")] == [
+        "marian", "bos,plh,mask"]
     assert {k: v for k, v in hf.overrides.items() if k not in lengths} == {
         k: v for k, v in npz.overrides.items() if k not in lengths}
     assert hf.overrides["model.share_embeddings"] is False and hf.settings == npz.settings
@@ -1513,25 +1531,29 @@ def test_a_model_fairseq_cannot_compute_is_not_exported_to_fairseq(ar_run, tmp_p
 
 
 @pytest.mark.slow
-def test_a_marian_model_of_ssru_decoder_layers_computes_marians_outputs(tmp_path):
-    """marian-ssru/: a Marian checkpoint whose decoder layers are SSRUs (`transformer-decoder-autoreg: rnn`,
-    `dec-cell: ssru`: OPUS-MT's tiny and Bergamot's student models), which Hugging Face's converter does not take,
-    and what Marian itself computed with it (pymarian 1.12.42: tools/make_import_fixtures.py --pymarian). Imported,
-    with model.decoder_autoreg=ssru: the sources cut into Marian's pieces; Marian's greedy outputs piece for piece
-    (the end at once, or 42 to 64 pieces up to its max-length-factor 2: the state carried over every step) with each
-    piece's and the end's log-probability (its WordScores) within 1e-4; its beam-4 outputs' scores under decoder.yml's
-    normalize 0.6, and jaxnat's beam 4 finding outputs as good or better (Marian narrows its beam as hypotheses
-    finish); every export refuses it in one line."""
+@pytest.mark.parametrize("kind", ["marian-npz", "marian-npz-separate", "marian-ssru"])
+def test_a_marian_npz_computes_marians_own_outputs(kind, tmp_path):
+    """Marian's own checkpoints against what Marian itself computes with them (pymarian 1.12.42, the Marian
+    decoder's Python binding: expected_marian.json, tools/make_import_fixtures.py --pymarian): the two self-attention
+    fixtures and marian-ssru/, whose decoder layers are SSRUs (`transformer-decoder-autoreg: rnn`, `dec-cell: ssru`:
+    OPUS-MT's tiny and Bergamot's student models; Hugging Face's converter does not take them). Imported as a user
+    imports them: the sources cut into Marian's pieces; Marian's greedy outputs piece for piece (up to its
+    max-length-factor 2, the SSRU's state carried over every step) with each piece's and the end's log-probability
+    (its WordScores) within 1e-4; its beam-4 outputs' scores under decoder.yml's normalize 0.6, and jaxnat's beam 4
+    finding outputs as good or better (Marian narrows its beam as hypotheses finish); Hugging Face's MarianMTModel,
+    which computes other position codes and a <pad> in its softmax, refuses the import in one line, and every export
+    an SSRU decoder."""
     from jaxnat.exporters import export
 
     workdir = str(tmp_path / "run")
-    write_workdir(f"marian:{DATA}/marian-ssru", workdir)
+    write_workdir(SOURCES.get(kind, f"marian:{DATA}/{kind}"), workdir)
     config = workdir_config(workdir)
-    assert config.model.decoder_autoreg == "ssru" and config.eval.length_penalty == 0.6
+    assert (config.model.decoder_autoreg, config.eval.length_penalty) == (
+        "ssru" if kind == "marian-ssru" else "self_attention", 0.6)
     config.eval.max_len_a, config.eval.max_len_b = 2.0, 0  # Marian's max-length-factor: × the source's pieces and end
     translator = load_translator(config, workdir)
     tok = translator.tokenizer
-    with open(os.path.join(DATA, "marian-ssru", "expected.json"), encoding="utf-8") as f:
+    with open(os.path.join(DATA, kind, "expected_marian.json"), encoding="utf-8") as f:
         want = json.load(f)
     src, _ = translator.encode(want["src"])
     assert [[tok.id_to_piece(int(i), "src") for i in s if i not in (BOS_ID, EOS_ID)] for s in src] == [
@@ -1540,15 +1562,21 @@ def test_a_marian_model_of_ssru_decoder_layers_computes_marians_outputs(tmp_path
     greedy = translator.translate_ids(src, beam_size=1, batch_size=len(src))
     assert [[int(t) for t in r["tokens"] if t not in (PAD_ID, BOS_ID, EOS_ID)] for r in greedy] == ids[1]
     beam = translator.translate_ids(src, beam_size=4, batch_size=len(src))
-    theirs = [s["score"] for s in translator.score_ids(src, ids[4], len(src))]
-    np.testing.assert_allclose(theirs, [h["score"] for h in want["beam4"]], atol=1e-4)
-    assert all(r["score"] >= score - 1e-5 for r, score in zip(beam, theirs))
+    for r, ours, h in zip(beam, translator.score_ids(src, ids[4], len(src), token_scores=True), want["beam4"]):
+        n = len(h["word_scores"])  # the pieces, and the end where Marian's hypothesis has one (not at the limit)
+        np.testing.assert_allclose(sum(ours["token_logp"][:n]) / n ** 0.6, h["score"], atol=1e-4)
+        assert n == len(h["pieces"]) or r["score"] >= ours["score"] - 1e-5
     scored = translator.score_ids(src, ids[1], len(src), token_scores=True)
     for ours, h in zip(scored, want["beam1"]):
         cut = len(h["word_scores"]) == len(h["pieces"])  # stopped at the length limit: no end, no end's score
         np.testing.assert_allclose(ours["token_logp"][:-1] if cut else ours["token_logp"], h["word_scores"],
                                    atol=1e-4)
-    assert sum(len(h["pieces"]) for h in want["beam1"]) > 150
+    assert sum(len(h["pieces"]) for h in want["beam1"]) > 100
+    if kind != "marian-ssru":
+        with pytest.raises(JaxnatError, match=r"MarianMTModel cannot compute this model \(model.position_layout="
+                                              r"fairseq, model.absent_tokens with pad .*\)"):
+            export(config, workdir, f"marian:{tmp_path / 'hf'}")
+        return
     for to in ("ctranslate2", "marian", "fairseq"):
         with pytest.raises(JaxnatError, match=r"decoder layers are Marian's SSRU \(model.decoder_autoreg=ssru\), "
                                               r"which .* does not compute"):

@@ -783,16 +783,17 @@ MARIAN_YML = {  # a Marian transformer's model.yml as OPUS-MT's releases hold it
     "dec-cell-base-depth": 2, "dec-cell-high-depth": 1, "version": "v1.9.56 jaxnat-fixture"}
 
 
-def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = None) -> None:
+def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = None, ssru: bool = False) -> None:
     """A Marian checkpoint as Marian saves it (`model.npz` with its configuration under `special:model.yml`,
     `*.vocab.yml`, `decoder.yml`, `source.spm`, `target.spm`: an OPUS-MT release's files), then converted by Hugging
     Face's own converter (transformers 4.46.3's convert_marian_to_pytorch, which tools/reference_env.sh unpacks), whose
     MarianMTModel (float32; the converter's `convert` would save it in float16) computes the expected outputs.
     ``separate``: a vocabulary and an embedding per side (the same pieces, each side's own first, in another order),
     and the converted model saved as a Hugging Face directory too (hf/). ``pymarian`` (a Python with pymarian, Marian
-    itself): a decoder of SSRU layers (`transformer-decoder-autoreg: rnn`, `dec-cell: ssru`, as OPUS-MT's tiny and
-    Bergamot's student models have), which Hugging Face's converter does not take: Marian computes the expected
-    outputs (`marian_expected_by_marian`), and `</s>`'s output bias is raised so that outputs end."""
+    itself): also what Marian computes (`marian_expected_by_marian`, expected_marian.json). ``ssru``: a decoder of SSRU
+    layers (`transformer-decoder-autoreg: rnn`, `dec-cell: ssru`, as OPUS-MT's tiny and Bergamot's student models
+    have), which Hugging Face's converter does not take: Marian's outputs alone, `</s>`'s output bias raised so that
+    some end."""
     import importlib.util
 
     import yaml
@@ -821,7 +822,7 @@ def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = 
                         "maxi-batch-sort": "src", "relative-paths": True}, f, sort_keys=False)
     vocab = vocabs["vocab.yml"] if not separate else vocab
     cfg = dict(MARIAN_YML, **{"dim-vocabs": [len(vocab)] * 2})
-    if pymarian:
+    if ssru:
         cfg.update({"transformer-decoder-autoreg": "rnn", "dec-cell": "ssru"})
     d, ffn = cfg["dim-emb"], cfg["transformer-dim-ffn"]
     if separate:  # the embeddings tied to the output layer, not to each other
@@ -833,7 +834,7 @@ def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = 
         rng = np.random.default_rng(3)
         params = {"Wemb": 0.3 * rng.standard_normal((len(vocab), d))}
     params["decoder_ff_logit_out_b"] = 0.5 * rng.standard_normal((1, len(vocab)))
-    if pymarian:
+    if ssru:
         params["decoder_ff_logit_out_b"][0, vocab["</s>"]] += 1.0
 
     def block(prefix: str, names_: list) -> None:  # Marian's layout: W [in, out], b and ln_* [1, out]
@@ -850,7 +851,7 @@ def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = 
     ffn_names = ["ffn_W1", "ffn_b1", "ffn_W2", "ffn_b2", "ffn_ffn_ln_scale", "ffn_ffn_ln_bias"]
     for i in range(1, cfg["enc-depth"] + 1):
         block(f"encoder_l{i}_", attention + ffn_names)
-    autoreg = ["rnn_W", "rnn_Wf", "rnn_bf", "rnn_ffn_ln_scale", "rnn_ffn_ln_bias"] if pymarian else attention
+    autoreg = ["rnn_W", "rnn_Wf", "rnn_bf", "rnn_ffn_ln_scale", "rnn_ffn_ln_bias"] if ssru else attention
     for i in range(1, cfg["dec-depth"] + 1):
         block(f"decoder_l{i}_", autoreg + [a.replace("self", "context") for a in attention] + ffn_names)
     params = {k: v.astype(np.float32) for k, v in params.items()}
@@ -859,6 +860,7 @@ def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = 
     np.savez(os.path.join(out, names["model"]), **params)
     if pymarian:
         marian_expected_by_marian(out, pymarian, names["model"], listed)
+    if ssru:
         return
 
     work = tempfile.mkdtemp()  # the converter writes vocab.json and tokenizer_config.json into the model's directory
@@ -896,7 +898,7 @@ print(json.dumps(out))
 def marian_expected_by_marian(out: str, python: str, model: str, vocabs: list) -> None:
     """What Marian itself (pymarian, in ``python``) computes on the fixture's sources, cut by source.spm into
     pieces: its greedy and beam-4 (normalize 0.6, decoder.yml's) n-best lists, each hypothesis's pieces, word scores
-    and score, into expected.json."""
+    and score, into expected_marian.json."""
     import subprocess
 
     import sentencepiece as spm
@@ -914,7 +916,7 @@ def marian_expected_by_marian(out: str, python: str, model: str, vocabs: list) -
             hypotheses.append({"pieces": first[1].split(), "word_scores": [float(v) for v in first[2].split()[1:]],
                                "score": float(first[-1])})
         outputs[f"beam{beam}"] = hypotheses
-    with open(os.path.join(out, "expected.json"), "w", encoding="utf-8") as f:
+    with open(os.path.join(out, "expected_marian.json"), "w", encoding="utf-8") as f:
         json.dump({"src": SRC, **outputs}, f, indent=1, ensure_ascii=False)
 
 
@@ -1127,7 +1129,7 @@ def main(argv=None) -> int:
     parser.add_argument("--only", choices=("fairseq", "fairseq-nat", "dat", "marian", "marian-npz",
                                            "marian-npz-separate", "marian-ssru", "nllb", "m2m100", "mbart50", "fsmt"))
     parser.add_argument("--pymarian", metavar="PYTHON",
-                        help="a Python with pymarian (Marian itself): also writes marian-ssru/")
+                        help="a Python with pymarian (Marian itself), which the Marian .npz fixtures need")
     parser.add_argument("--dat-plugin", metavar="DIR",
                         help="a checkout of thu-coai/DA-Transformer (its fs_plugins/): also writes fairseq-nat/dat.pt")
     args = parser.parse_args(argv)
@@ -1143,14 +1145,14 @@ def main(argv=None) -> int:
         parser.error("--only dat needs --dat-plugin DIR")
     if args.only in (None, "marian"):
         marian_fixture(os.path.join(ROOT, "marian"))
+    if not args.pymarian and args.only in (None, "marian", "marian-npz", "marian-npz-separate", "marian-ssru"):
+        parser.error("the Marian .npz fixtures need --pymarian PYTHON (Marian itself computes what they expect)")
     if args.only in (None, "marian", "marian-npz"):
-        marian_npz_fixture(os.path.join(ROOT, "marian-npz"))
+        marian_npz_fixture(os.path.join(ROOT, "marian-npz"), pymarian=args.pymarian)
     if args.only in (None, "marian", "marian-npz-separate"):
-        marian_npz_fixture(os.path.join(ROOT, "marian-npz-separate"), separate=True)
-    if args.pymarian and args.only in (None, "marian", "marian-ssru"):
-        marian_npz_fixture(os.path.join(ROOT, "marian-ssru"), pymarian=args.pymarian)
-    elif args.only == "marian-ssru":
-        parser.error("--only marian-ssru needs --pymarian PYTHON")
+        marian_npz_fixture(os.path.join(ROOT, "marian-npz-separate"), separate=True, pymarian=args.pymarian)
+    if args.only in (None, "marian", "marian-ssru"):
+        marian_npz_fixture(os.path.join(ROOT, "marian-ssru"), pymarian=args.pymarian, ssru=True)
     if args.only in (None, "nllb"):
         nllb_fixture(os.path.join(ROOT, "nllb"))
     if args.only in (None, "m2m100"):

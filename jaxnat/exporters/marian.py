@@ -33,6 +33,8 @@ def check(cfg, config) -> None:
         ("model.position_offset", cfg.position_offset, 0), ("model.ln_eps", cfg.ln_eps, 1e-5),
         ("model.layernorm_embedding", cfg.layernorm_embedding, False), ("model.source_bos", cfg.source_bos, False),
         ("model.decoder_start", cfg.decoder_start, "pad")) if value != marian]
+    if PAD_ID in cfg.absent_tokens:  # (a Marian .npz import: Marian's own softmax)
+        wrong.append("model.absent_tokens with pad (MarianMTModel's softmax has a <pad> row)")
     if config.data.src_lang_token or config.data.tgt_lang_token:
         wrong.append("data.src_lang_token / tgt_lang_token (language tokens outside the text)")
     if wrong:

@@ -2,18 +2,19 @@
 (`opus.spm32k-spm32k.transformer-align.model1.npz.best-perplexity.npz` beside `*.vocab.yml`, `decoder.yml`,
 `source.spm` and `target.spm`). docs/import.md.
 
-The reading is the one by which OPUS-MT's models reached Hugging Face (transformers' convert_marian_to_pytorch),
-done on the arrays: Marian's names and layouts become MarianMTModel's, and `marian.build` imports the result as it
-imports a Hugging Face directory. Marian keeps a layer's weights as [in, out] and its biases and layer-norm
+The arrays are read as Hugging Face's conversion reads them (transformers' convert_marian_to_pytorch, by which
+OPUS-MT's models reached the hub): Marian's names and layouts become MarianMTModel's, and `marian.build` imports the
+result as it imports a Hugging Face directory; the model then computes what Marian computes, not MarianMTModel's
+approximation of it, in the two places where those differ (measured with Marian itself, pymarian:
+tests/data/import/marian-*/expected_marian.json): Marian's sinusoids take the frequencies 10000^(−i / (D/2 − 1))
+(jaxnat's "fairseq" layout; MarianMTModel's 10000^(−2i / D)), and its softmax has no `<pad>` row
+(model.absent_tokens names it). Marian keeps a layer's weights as [in, out] and its biases and layer-norm
 parameters as [1, out]. Its vocabulary has no padding piece: `<pad>` is appended with a zero embedding row and a
 zero output bias, and the decoder starts from it (Marian's decoder starts from a zero vector). One vocabulary
 (`tied-embeddings-all` or `-src`: `Wemb`) or one per side (`encoder_Wemb`, `decoder_Wemb`, decoder.yml's two
 `vocabs` or `*.src.vocab.yml` and `*.trg.vocab.yml`); the output layer is the target embedding. Settings that
 conversion cannot express are refused with one line naming them, but for SSRU decoder layers (`transformer-decoder-
-autoreg: rnn`, `dec-cell: ssru`), which no MarianMTModel computes: such a model is imported as Marian itself computes
-it, which differs from that conversion's reading in two places (measured with pymarian: tests/data/import/marian-ssru/):
-Marian's sinusoids take the frequencies 10000^(−i / (D/2 − 1)) (jaxnat's "fairseq" layout; MarianMTModel's
-10000^(−2i / D)), and its softmax has no `<pad>` row (model.absent_tokens names it). The file is read with
+autoreg: rnn`, `dec-cell: ssru`, which no MarianMTModel computes). The file is read with
 `np.load(allow_pickle=False)` and the YAML with PyYAML's BaseLoader (strings, lists and maps only): data, no code.
 """
 
@@ -289,9 +290,10 @@ def read(path: str) -> Imported:
     imported = marian.build(cfg, vocabs, tensors, directory, about, cfg_at=f"{where} ({CONFIG_KEY})",
                             vocab_at=vocab_at, where=where)
     imported.overrides.update(_search_options(decoding, os.path.join(directory, "decoder.yml")))
-    if settings["autoreg"] == "ssru":  # Marian's own function: no MarianMTModel to stay convertible to (see above)
-        imported.overrides.update({"model.decoder_autoreg": "ssru", "model.position_layout": "fairseq",
-                                   "model.absent_tokens": "pad,bos,plh,mask"})
+    # Marian's own function (module docstring)
+    imported.overrides.update({"model.position_layout": "fairseq", "model.absent_tokens": "pad,bos,plh,mask"})
+    if settings["autoreg"] == "ssru":
+        imported.overrides["model.decoder_autoreg"] = "ssru"
     return imported
 
 
