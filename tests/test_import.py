@@ -1531,12 +1531,15 @@ def test_a_model_fairseq_cannot_compute_is_not_exported_to_fairseq(ar_run, tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["marian-npz", "marian-npz-separate", "marian-ssru"])
+@pytest.mark.parametrize("kind", ["marian-npz", "marian-npz-separate", "marian-ssru", "marian-prenorm"])
 def test_a_marian_npz_computes_marians_own_outputs(kind, tmp_path):
     """Marian's own checkpoints against what Marian itself computes with them (pymarian 1.12.42, the Marian
     decoder's Python binding: expected_marian.json, tools/make_import_fixtures.py --pymarian): the two self-attention
-    fixtures and marian-ssru/, whose decoder layers are SSRUs (`transformer-decoder-autoreg: rnn`, `dec-cell: ssru`:
-    OPUS-MT's tiny and Bergamot's student models; Hugging Face's converter does not take them). Imported as a user
+    fixtures, marian-ssru/, whose decoder layers are SSRUs (`transformer-decoder-autoreg: rnn`, `dec-cell: ssru`:
+    OPUS-MT's tiny and Bergamot's student models), and marian-prenorm/, pre-norm layers with a norm over each
+    stack's top (`transformer-preprocess: n`, `-postprocess: da`, `-postprocess-top: n`), neither of which Hugging
+    Face's converter takes (Marian's decoder departs from its pre-norm model after the first step: the first piece's
+    log-probability alone is the trained model's, docs/import.md). Imported as a user
     imports them: the sources cut into Marian's pieces; Marian's greedy outputs piece for piece (up to its
     max-length-factor 2, the SSRU's state carried over every step) with each piece's and the end's log-probability
     (its WordScores) within 1e-4; its beam-4 outputs' scores under decoder.yml's normalize 0.6, and jaxnat's beam 4
@@ -1559,6 +1562,12 @@ def test_a_marian_npz_computes_marians_own_outputs(kind, tmp_path):
     assert [[tok.id_to_piece(int(i), "src") for i in s if i not in (BOS_ID, EOS_ID)] for s in src] == [
         p.split() for p in want["pieces_in"]]
     ids = {beam: [[tok.piece_id(p, "tgt") for p in h["pieces"]] for h in want[f"beam{beam}"]] for beam in (1, 4)}
+    if kind == "marian-prenorm":  # (its cached keys and values: the un-normalised states from the second step on)
+        scored = translator.score_ids(src, ids[1], len(src), token_scores=True)
+        np.testing.assert_allclose([s["token_logp"][0] for s in scored], [h["word_scores"][0] for h in want["beam1"]],
+                                   atol=1e-4)
+        assert config.model.pre_norm and config.model.decoder_final_norm
+        return
     greedy = translator.translate_ids(src, beam_size=1, batch_size=len(src))
     assert [[int(t) for t in r["tokens"] if t not in (PAD_ID, BOS_ID, EOS_ID)] for r in greedy] == ids[1]
     beam = translator.translate_ids(src, beam_size=4, batch_size=len(src))
@@ -1571,10 +1580,10 @@ def test_a_marian_npz_computes_marians_own_outputs(kind, tmp_path):
         cut = len(h["word_scores"]) == len(h["pieces"])  # stopped at the length limit: no end, no end's score
         np.testing.assert_allclose(ours["token_logp"][:-1] if cut else ours["token_logp"], h["word_scores"],
                                    atol=1e-4)
-    assert sum(len(h["pieces"]) for h in want["beam1"]) > 100
+    assert sum(len(h["pieces"]) for h in want["beam1"]) > 100 and not config.model.pre_norm
     if kind != "marian-ssru":
-        with pytest.raises(JaxnatError, match=r"MarianMTModel cannot compute this model \(model.position_layout="
-                                              r"fairseq, model.absent_tokens with pad .*\)"):
+        with pytest.raises(JaxnatError, match=r"MarianMTModel cannot compute this model \(.*model.position_layout="
+                                              r"fairseq, .*model.absent_tokens with pad .*\)"):
             export(config, workdir, f"marian:{tmp_path / 'hf'}")
         return
     for to in ("ctranslate2", "marian", "fairseq"):

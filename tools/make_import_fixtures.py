@@ -783,7 +783,8 @@ MARIAN_YML = {  # a Marian transformer's model.yml as OPUS-MT's releases hold it
     "dec-cell-base-depth": 2, "dec-cell-high-depth": 1, "version": "v1.9.56 jaxnat-fixture"}
 
 
-def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = None, ssru: bool = False) -> None:
+def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = None, ssru: bool = False,
+                       prenorm: bool = False) -> None:
     """A Marian checkpoint as Marian saves it (`model.npz` with its configuration under `special:model.yml`,
     `*.vocab.yml`, `decoder.yml`, `source.spm`, `target.spm`: an OPUS-MT release's files), then converted by Hugging
     Face's own converter (transformers 4.46.3's convert_marian_to_pytorch, which tools/reference_env.sh unpacks), whose
@@ -793,7 +794,8 @@ def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = 
     itself): also what Marian computes (`marian_expected_by_marian`, expected_marian.json). ``ssru``: a decoder of SSRU
     layers (`transformer-decoder-autoreg: rnn`, `dec-cell: ssru`, as OPUS-MT's tiny and Bergamot's student models
     have), which Hugging Face's converter does not take: Marian's outputs alone, `</s>`'s output bias raised so that
-    some end."""
+    some end. ``prenorm``: pre-norm layers with a norm over each stack's top (`transformer-preprocess: n`,
+    `-postprocess: da`, `-postprocess-top: n`), which that converter does not take either: Marian's outputs alone."""
     import importlib.util
 
     import yaml
@@ -824,6 +826,8 @@ def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = 
     cfg = dict(MARIAN_YML, **{"dim-vocabs": [len(vocab)] * 2})
     if ssru:
         cfg.update({"transformer-decoder-autoreg": "rnn", "dec-cell": "ssru"})
+    if prenorm:
+        cfg.update({"transformer-preprocess": "n", "transformer-postprocess": "da", "transformer-postprocess-top": "n"})
     d, ffn = cfg["dim-emb"], cfg["transformer-dim-ffn"]
     if separate:  # the embeddings tied to the output layer, not to each other
         cfg.update({"tied-embeddings-all": False, "tied-embeddings-src": False, "tied-embeddings": True})
@@ -854,13 +858,17 @@ def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = 
     autoreg = ["rnn_W", "rnn_Wf", "rnn_bf", "rnn_ffn_ln_scale", "rnn_ffn_ln_bias"] if ssru else attention
     for i in range(1, cfg["dec-depth"] + 1):
         block(f"decoder_l{i}_", autoreg + [a.replace("self", "context") for a in attention] + ffn_names)
+    if prenorm:  # the norms before each sublayer (`_pre`), and each stack's top norm
+        params = {(k + "_pre" if "_ln_" in k else k): v for k, v in params.items()}
+        for stack in ("encoder", "decoder"):
+            block(f"{stack}_top_", ["ln_scale", "ln_bias"])
     params = {k: v.astype(np.float32) for k, v in params.items()}
     text = yaml.safe_dump(cfg, sort_keys=True).encode() + b"\0"  # Marian stores the YAML with its NUL
     params["special:model.yml"] = np.frombuffer(text, np.int8)
     np.savez(os.path.join(out, names["model"]), **params)
     if pymarian:
         marian_expected_by_marian(out, pymarian, names["model"], listed)
-    if ssru:
+    if ssru or prenorm:
         return
 
     work = tempfile.mkdtemp()  # the converter writes vocab.json and tokenizer_config.json into the model's directory
@@ -1127,7 +1135,8 @@ def write_expected(out: str, arrays: dict, outputs: dict, name: str = "expected"
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=("fairseq", "fairseq-nat", "dat", "marian", "marian-npz",
-                                           "marian-npz-separate", "marian-ssru", "nllb", "m2m100", "mbart50", "fsmt"))
+                                           "marian-npz-separate", "marian-ssru", "marian-prenorm", "nllb", "m2m100",
+                                           "mbart50", "fsmt"))
     parser.add_argument("--pymarian", metavar="PYTHON",
                         help="a Python with pymarian (Marian itself), which the Marian .npz fixtures need")
     parser.add_argument("--dat-plugin", metavar="DIR",
@@ -1145,7 +1154,8 @@ def main(argv=None) -> int:
         parser.error("--only dat needs --dat-plugin DIR")
     if args.only in (None, "marian"):
         marian_fixture(os.path.join(ROOT, "marian"))
-    if not args.pymarian and args.only in (None, "marian", "marian-npz", "marian-npz-separate", "marian-ssru"):
+    if not args.pymarian and args.only in (None, "marian", "marian-npz", "marian-npz-separate", "marian-ssru",
+                                           "marian-prenorm"):
         parser.error("the Marian .npz fixtures need --pymarian PYTHON (Marian itself computes what they expect)")
     if args.only in (None, "marian", "marian-npz"):
         marian_npz_fixture(os.path.join(ROOT, "marian-npz"), pymarian=args.pymarian)
@@ -1153,6 +1163,8 @@ def main(argv=None) -> int:
         marian_npz_fixture(os.path.join(ROOT, "marian-npz-separate"), separate=True, pymarian=args.pymarian)
     if args.only in (None, "marian", "marian-ssru"):
         marian_npz_fixture(os.path.join(ROOT, "marian-ssru"), pymarian=args.pymarian, ssru=True)
+    if args.only in (None, "marian", "marian-prenorm"):
+        marian_npz_fixture(os.path.join(ROOT, "marian-prenorm"), pymarian=args.pymarian, prenorm=True)
     if args.only in (None, "nllb"):
         nllb_fixture(os.path.join(ROOT, "nllb"))
     if args.only in (None, "m2m100"):

@@ -35,15 +35,19 @@ from jaxnat.importers.imported import Imported
 log = logging.getLogger("jaxnat")
 
 CONFIG_KEY = "special:model.yml"
-# model.yml settings that jaxnat computes only at these values, each Marian's default where a file omits it: post-norm
-# layers ("dan": dropout, add, normalise), no embedding norm, two-layer FFNs, sinusoidal positions, an SSRU without
-# layer norms or output projection where the decoder's layers are recurrent (AUTOREG)
+# model.yml settings that jaxnat computes only at these values, each Marian's default where a file omits it: no
+# embedding norm, two-layer FFNs, sinusoidal positions, an SSRU without layer norms or output projection where the
+# decoder's layers are recurrent (AUTOREG); the residual layouts: NORMS
 REQUIRED = {
-    "type": "transformer", "transformer-preprocess": "", "transformer-postprocess": "dan",
-    "transformer-postprocess-emb": "d", "transformer-ffn-depth": "2", "transformer-decoder-ffn-depth": "0",
+    "type": "transformer", "transformer-postprocess-emb": "d", "transformer-ffn-depth": "2",
+    "transformer-decoder-ffn-depth": "0",
     "transformer-no-projection": "false", "transformer-train-position-embeddings": "false",
     "layer-normalization": "false", "right-left": "false", "ulr": "false", "transformer-rnn-projection": "false",
 }
+# (transformer-preprocess, transformer-postprocess, transformer-postprocess-top) -> pre-norm: post-norm layers ("dan":
+# dropout, add, normalise), or pre-norm ones ("n" before, "da" after) with a norm over each stack's top ("n"), as
+# Marian's documentation recommends for them
+NORMS = {("", "dan", ""): False, ("n", "da", "n"): True}
 # Marian's transformer-decoder-autoreg (and dec-cell, for "rnn") -> model.decoder_autoreg; MarianMTModel (and so
 # Hugging Face's conversion) computes the first alone
 AUTOREG = {("self-attention", None): "self_attention", ("rnn", "ssru"): "ssru"}
@@ -192,6 +196,11 @@ def _settings(arrays, where: str) -> dict:
     for key, want in REQUIRED.items():
         if cfg.get(key, want) != want:
             raise DataError(f"{where}: Marian's {key}: {cfg[key]!r} is not supported (jaxnat imports {want!r})")
+    norms = tuple(cfg.get(f"transformer-{k}", d) for k, d in (("preprocess", ""), ("postprocess", "dan"),
+                                                              ("postprocess-top", "")))
+    if norms not in NORMS:
+        raise DataError(f"{where}: Marian's transformer-preprocess/-postprocess/-postprocess-top {norms!r} are not "
+                        f"supported ({' or '.join(map(repr, NORMS))}: post-norm, or pre-norm with a top norm)")
     kind = cfg.get("transformer-decoder-autoreg", "self-attention")
     autoreg = AUTOREG.get((kind, cfg.get("dec-cell", "gru") if kind == "rnn" else None))
     if autoreg is None:
@@ -207,7 +216,7 @@ def _settings(arrays, where: str) -> dict:
         raise DataError(f"{where}: Marian's transformer-ffn-activation: {activation!r} is not supported (swish or "
                         f"relu; Marian's gelu is x·sigmoid(1.702x))")
     try:
-        return {"activation": ACTIVATIONS[activation], "autoreg": autoreg,
+        return {"activation": ACTIVATIONS[activation], "autoreg": autoreg, "pre_norm": NORMS[norms],
                 "shared": tied_all or cfg.get("tied-embeddings-src", "false") == "true", **{k: int(cfg[k]) for k in (
             "dim-emb", "enc-depth", "dec-depth", "transformer-heads", "transformer-dim-ffn")},
             "version": str(cfg.get("version", "")), "dropout": float(cfg.get("transformer-dropout", 0.1))}
@@ -217,12 +226,28 @@ def _settings(arrays, where: str) -> dict:
         raise DataError(f"{where}: {CONFIG_KEY}: {e}") from None
 
 
-def _tensors(arrays, layers: tuple[int, int], shared: bool, where: str, autoreg: str = "self_attention") -> dict:
+def _pre_norm_names(names: dict) -> dict:
+    """A layer's names with its norms before each sublayer (Marian's preprocess "n": `_ln_*_pre`; an SSRU's under the
+    layer's own prefix, `rnn_ln_*_pre`, not its post-process's `rnn_ffn_`)."""
+    return {(k.replace("rnn_ffn_", "rnn_") + "_pre" if "_ln_" in k else k): v for k, v in names.items()}
+
+
+def _tensors(arrays, layers: tuple[int, int], shared: bool, where: str, autoreg: str = "self_attention",
+             pre_norm: bool = False) -> dict:
     """Marian's arrays under MarianMTModel's names and layouts (torch's Linear: [out, in]; vectors flat), with
-    <pad>'s rows appended; an SSRU decoder's (``autoreg``) under `SSRU_LAYER`'s names."""
+    <pad>'s rows appended; an SSRU decoder's (``autoreg``) under `SSRU_LAYER`'s names; with ``pre_norm`` the norms
+    before the sublayers, and each stack's top norm as `model.<stack>.layer_norm`."""
     out, seen = {}, {CONFIG_KEY}
     for stack, depth in zip(("encoder", "decoder"), layers):
         names = SSRU_LAYER if stack == "decoder" and autoreg == "ssru" else LAYER
+        names = _pre_norm_names(names) if pre_norm else names
+        if pre_norm:
+            for part in ("scale", "bias"):
+                key = f"{stack}_top_ln_{part}"
+                if key not in arrays:
+                    raise DataError(f"{where}: no parameter {key} (not the transformer its model.yml describes?)")
+                out[f"model.{stack}.layer_norm.{'weight' if part == 'scale' else 'bias'}"] = arrays[key].reshape(-1)
+                seen.add(key)
         for i in range(1, depth + 1):
             for name, hf in names.items():
                 key = f"{stack}_l{i}_{name}"
@@ -264,7 +289,11 @@ def read(path: str) -> Imported:
         raise DataError(f"{where}: unreadable .npz file ({why})") from None
     settings = _settings(arrays, where)
     shared = settings["shared"]
-    tensors = _tensors(arrays, (settings["enc-depth"], settings["dec-depth"]), shared, where, settings["autoreg"])
+    tensors = _tensors(arrays, (settings["enc-depth"], settings["dec-depth"]), shared, where, settings["autoreg"],
+                       settings["pre_norm"])
+    tops = {stack: {"scale": tensors.pop(f"model.{stack}.layer_norm.weight"),  # (no MarianMTModel has them)
+                    "bias": tensors.pop(f"model.{stack}.layer_norm.bias")}
+            for stack in ("encoder", "decoder") if settings["pre_norm"]}
     vocab_at = _vocabulary_files(directory, decoding, shared)
     rows = {side: tensors["model.shared.weight" if shared else f"model.{stack}.embed_tokens.weight"].shape[0] - 1
             for side, stack in (("src", "encoder"), ("tgt", "decoder"))}
@@ -282,7 +311,7 @@ def read(path: str) -> Imported:
         "decoder_layers": settings["dec-depth"], "encoder_attention_heads": heads, "decoder_attention_heads": heads,
         "encoder_ffn_dim": ffn, "decoder_ffn_dim": ffn, "activation_function": settings["activation"],
         "pad_token_id": pad, "decoder_start_token_id": pad, "eos_token_id": vocabs["tgt"]["</s>"],
-        "scale_embedding": True, "normalize_before": False, "tie_word_embeddings": True,
+        "scale_embedding": True, "normalize_before": settings["pre_norm"], "tie_word_embeddings": True,
         "share_encoder_decoder_embeddings": shared,
         "dropout": settings["dropout"], "num_beams": int(beam) if str(beam).isdigit() else 4,
     }
@@ -292,6 +321,8 @@ def read(path: str) -> Imported:
     imported.overrides.update(_search_options(decoding, os.path.join(directory, "decoder.yml")))
     # Marian's own function (module docstring)
     imported.overrides.update({"model.position_layout": "fairseq", "model.absent_tokens": "pad,bos,plh,mask"})
+    for stack, top in tops.items():  # pre-norm: each stack's top norm, its final norm
+        imported.params[stack]["final_norm"] = top
     if settings["autoreg"] == "ssru":
         imported.overrides["model.decoder_autoreg"] = "ssru"
     return imported
