@@ -789,7 +789,8 @@ NPZ = "opus.spm50-spm50.transformer-align.model1.npz.best-perplexity.npz"
 
 
 @pytest.mark.parametrize("damage, message", [
-    ("pre-norm", "transformer-preprocess: 'n' is not supported"),
+    ("pre-norm", r"transformer-preprocess/-postprocess/-postprocess-top \('n', 'dan', ''\) are not supported"),
+    ("ssru cell", "transformer-decoder-autoreg: 'rnn' with dec-cell: 'lstm' is not supported"),
     ("gelu", "'gelu' is not supported"),
     ("untied output", "target embedding .tied-embeddings: false. is not supported"),
     ("learned positions", "would not use: Wpos"),
@@ -801,8 +802,9 @@ NPZ = "opus.spm50-spm50.transformer-align.model1.npz.best-perplexity.npz"
     ("two models", "holds 2 .npz files and no decoder.yml"),
 ])
 def test_a_marian_release_jaxnat_cannot_read_is_refused_in_one_line(tmp_path, damage, message):
-    """Marian's .npz: settings Hugging Face's conversion cannot express, a foreign or pickled file, an ambiguous
-    directory: one line naming what, nothing written (np.load(allow_pickle=False): an object array is refused)."""
+    """Marian's .npz: settings jaxnat cannot express (pre-norm layers still post-processed with a norm, a recurrent
+    decoder layer other than the SSRU, …), a foreign or pickled file, an ambiguous directory: one line naming what,
+    nothing written (np.load(allow_pickle=False): an object array is refused)."""
     source = tmp_path / "opus"
     shutil.copytree(os.path.join(DATA, "marian-npz"), source, ignore=shutil.ignore_patterns("expected.*"))
     with np.load(source / NPZ) as z:
@@ -810,7 +812,9 @@ def test_a_marian_release_jaxnat_cannot_read_is_refused_in_one_line(tmp_path, da
     text = bytes(arrays["special:model.yml"].astype(np.uint8)).decode()
     edits = {"pre-norm": ("transformer-preprocess: ''", "transformer-preprocess: n"),
              "gelu": ("transformer-ffn-activation: swish", "transformer-ffn-activation: gelu"),
-             "untied output": ("tied-embeddings-all: true", "tied-embeddings-all: false")}
+             "untied output": ("tied-embeddings-all: true", "tied-embeddings-all: false"),
+             "ssru cell": ("transformer-decoder-autoreg: self-attention",
+                           "transformer-decoder-autoreg: rnn\ndec-cell: lstm")}
     if damage in edits:
         assert edits[damage][0] in text
         arrays["special:model.yml"] = np.frombuffer(text.replace(*edits[damage]).encode(), np.int8)
