@@ -5,7 +5,10 @@ tests/test_import.py requires jaxnat's imported models to reproduce.
 Run it in the reference environment (tools/reference_env.sh builds .refenv; torch, fairseq and transformers are
 never jaxnat's dependencies):
 
-    bash tools/reference_env.sh && .refenv/bin/python tools/make_import_fixtures.py
+    bash tools/reference_env.sh && .refenv/bin/python tools/make_import_fixtures.py --pymarian PYTHON
+
+(PYTHON: a Python with pymarian 1.12.42, Marian itself, which the Marian `.npz` fixtures need; its own venv:
+`python3 -m venv /tmp/pm && /tmp/pm/bin/pip install pymarian==1.12.42`.)
 
 It is deterministic (seeded): rerun, it rewrites the same files byte for byte, but for the `.pt` files, in which
 torch writes a random serialization id or memory addresses as keys (their tensors are the same). Each fixture
@@ -25,7 +28,9 @@ directory holds the model as its library saves it and `expected.npz` + `expected
   (`source.spm`, `target.spm`, `vocab.json`);
 * marian-npz/: a checkpoint as Marian writes it, with an OPUS-MT release's files, and what MarianMTModel computes
   once Hugging Face's converter has read it (`marian_npz_fixture`); marian-npz-separate/ the same with a
-  vocabulary per side, and hf/ in it the converted model as `save_pretrained` writes it;
+  vocabulary per side, and hf/ in it the converted model as `save_pretrained` writes it; marian-ssru/ (SSRU decoder
+  layers) and marian-prenorm/ (pre-norm layers), which that converter does not take; each `.npz` fixture's
+  expected_marian.json: what Marian itself computes (`marian_expected_by_marian`);
 * nllb/: an NLLB-200 model's directory (`nllb_fixture`), with outputs forced to start with a language token;
   m2m100/ and mbart50/: an M2M-100 model's and an mBART-50 translation model's (`m2m100_fixture`,
   `mbart50_fixture`), the same way; fsmt/: a fairseq WMT19 model as Hugging Face ports it (`fsmt_fixture`),
