@@ -1147,6 +1147,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dat-plugin", metavar="DIR",
                         help="a checkout of thu-coai/DA-Transformer (its fs_plugins/): also writes fairseq-nat/dat.pt")
     args = parser.parse_args(argv)
+    if not args.pymarian and args.only in (None, "marian", "marian-npz", "marian-npz-separate", "marian-ssru",
+                                           "marian-prenorm"):
+        parser.error("the Marian .npz fixtures need --pymarian PYTHON (Marian itself computes what they expect)")
     torch.manual_seed(0)
     np.random.seed(0)
     if args.only in (None, "fairseq"):
@@ -1159,9 +1162,6 @@ def main(argv=None) -> int:
         parser.error("--only dat needs --dat-plugin DIR")
     if args.only in (None, "marian"):
         marian_fixture(os.path.join(ROOT, "marian"))
-    if not args.pymarian and args.only in (None, "marian", "marian-npz", "marian-npz-separate", "marian-ssru",
-                                           "marian-prenorm"):
-        parser.error("the Marian .npz fixtures need --pymarian PYTHON (Marian itself computes what they expect)")
     if args.only in (None, "marian", "marian-npz"):
         marian_npz_fixture(os.path.join(ROOT, "marian-npz"), pymarian=args.pymarian)
     if args.only in (None, "marian", "marian-npz-separate"):
