@@ -83,17 +83,24 @@ def _positions(table: np.ndarray) -> np.ndarray:
     return np.concatenate([np.zeros((2, table.shape[1]), np.float32), np.asarray(table, np.float32)])
 
 
+def token_tables(params: dict, cfg, rows: dict, prefix: str = "") -> dict:
+    """The token embeddings of each stack and the decoder's output projection (the target embedding where tied) under
+    fairseq's names (after ``prefix``: Hugging Face's FSMT port keeps them under "model."), their rows in fairseq's
+    order. rows: per side, jaxnat's ids in that order (`fairseq_order`)."""
+    src = np.asarray(params["src_embed"]["tokens"]["embedding"], np.float32)
+    tgt = src if cfg.share_embeddings else np.asarray(params["tgt_embed"]["tokens"]["embedding"], np.float32)
+    output = tgt if cfg.tie_output else np.asarray(params["output"]["kernel"], np.float32).T
+    return {f"{prefix}encoder.embed_tokens.weight": src[rows["src"]],
+            f"{prefix}decoder.embed_tokens.weight": tgt[rows["tgt"]],
+            f"{prefix}decoder.output_projection.weight": output[rows["tgt"]]}
+
+
 def state_dict(params: dict, cfg, rows: dict) -> collections.OrderedDict:
     """fairseq's `TransformerModel.state_dict()` of jaxnat's AR parameters (layers unstacked): {name: float32
     array}. rows: per side, jaxnat's ids in fairseq's row order (`fairseq_order`)."""
     from jaxnat.importers.torch_layers import stack_tensors
 
-    out = stack_tensors(params, "encoder.layers", "decoder.layers")
-    src = np.asarray(params["src_embed"]["tokens"]["embedding"], np.float32)
-    tgt = src if cfg.share_embeddings else np.asarray(params["tgt_embed"]["tokens"]["embedding"], np.float32)
-    out["encoder.embed_tokens.weight"], out["decoder.embed_tokens.weight"] = src[rows["src"]], tgt[rows["tgt"]]
-    out["decoder.output_projection.weight"] = (tgt[rows["tgt"]] if cfg.tie_output else
-                                               np.asarray(params["output"]["kernel"], np.float32).T[rows["tgt"]])
+    out = {**stack_tensors(params, "encoder.layers", "decoder.layers"), **token_tables(params, cfg, rows)}
     for stack, side in (("encoder", "src"), ("decoder", "tgt")):
         out[f"{stack}.version"] = np.asarray([3.0], np.float32)
         if cfg.positions == "learned":

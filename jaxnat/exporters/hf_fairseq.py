@@ -103,14 +103,10 @@ def _multilingual_tensors(params: dict, cfg, rows: list[int]) -> dict:
 def _fsmt_tensors(params: dict, cfg, rows: dict) -> dict:
     """FSMT's own tensors: an embedding per side (one table where tied), the output projection, and the sinusoidal
     tables FSMT reads from its file: fairseq's for positions 0 … max_len + 1, the padding row (1) zero."""
+    from jaxnat.exporters.fairseq import token_tables
     from jaxnat.models.transformer import sinusoidal_positions
 
-    src = np.asarray(params["src_embed"]["tokens"]["embedding"])
-    tgt = src if cfg.share_embeddings else np.asarray(params["tgt_embed"]["tokens"]["embedding"])
-    tensors = {"model.encoder.embed_tokens.weight": src[rows["src"]],
-               "model.decoder.embed_tokens.weight": tgt[rows["tgt"]],
-               "model.decoder.output_projection.weight": tgt[rows["tgt"]] if cfg.tie_output else
-               np.asarray(params["output"]["kernel"]).T[rows["tgt"]]}
+    tensors = token_tables(params, cfg, rows, "model.")
     table = np.array(sinusoidal_positions(cfg.max_len + 2, cfg.d_model, 0, "fairseq"))
     table[1] = 0.0
     for stack in ("encoder", "decoder"):
