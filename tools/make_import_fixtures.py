@@ -788,6 +788,66 @@ MARIAN_YML = {  # a Marian transformer's model.yml as OPUS-MT's releases hold it
     "dec-cell-base-depth": 2, "dec-cell-high-depth": 1, "version": "v1.9.56 jaxnat-fixture"}
 
 
+def marian_arrays(cfg: dict, rng) -> dict:
+    """The arrays of the Marian transformer that ``cfg`` (model.yml's options) describes, in Marian's names and
+    layouts (W [in, out], b and ln_* [1, out]), drawn from ``rng`` (float64; written as float32): weights and
+    embeddings N(0, 0.3²), biases N(0, 0.1²), layer norms' scales 1 + N(0, 0.1²), the output bias N(0, 0.5²); one
+    embedding (`Wemb`) with `tied-embeddings-all`, one per side otherwise."""
+    d, ffn, rows = cfg["dim-emb"], cfg["transformer-dim-ffn"], cfg["dim-vocabs"][0]
+    if cfg["tied-embeddings-all"]:
+        params = {"Wemb": 0.3 * rng.standard_normal((rows, d))}
+    else:
+        params = {"encoder_Wemb": 0.3 * rng.standard_normal((rows, d)),
+                  "decoder_Wemb": 0.3 * rng.standard_normal((rows, d))}
+    params["decoder_ff_logit_out_b"] = 0.5 * rng.standard_normal((1, rows))
+
+    def block(prefix: str, names_: list) -> None:
+        for n in names_:
+            if n.endswith("ln_scale"):
+                value = 1.0 + 0.1 * rng.standard_normal((1, d))
+            elif "_W" in n and not n.endswith("ln_bias"):
+                value = 0.3 * rng.standard_normal({"W1": (d, ffn), "W2": (ffn, d)}.get(n[-2:], (d, d)))
+            else:
+                value = 0.1 * rng.standard_normal((1, ffn if n.endswith("b1") else d))
+            params[prefix + n] = value
+
+    attention = [f"self_{w}" for w in ("Wq", "bq", "Wk", "bk", "Wv", "bv", "Wo", "bo", "Wo_ln_scale", "Wo_ln_bias")]
+    ffn_names = ["ffn_W1", "ffn_b1", "ffn_W2", "ffn_b2", "ffn_ffn_ln_scale", "ffn_ffn_ln_bias"]
+    for i in range(1, cfg["enc-depth"] + 1):
+        block(f"encoder_l{i}_", attention + ffn_names)
+    ssru = cfg["transformer-decoder-autoreg"] == "rnn"
+    autoreg = ["rnn_W", "rnn_Wf", "rnn_bf", "rnn_ffn_ln_scale", "rnn_ffn_ln_bias"] if ssru else attention
+    for i in range(1, cfg["dec-depth"] + 1):
+        block(f"decoder_l{i}_", autoreg + [a.replace("self", "context") for a in attention] + ffn_names)
+    if cfg["transformer-preprocess"] == "n":  # the norms before each sublayer (`_pre`), and each stack's top norm
+        params = {(k + "_pre" if "_ln_" in k else k): v for k, v in params.items()}
+        for stack in ("encoder", "decoder"):
+            block(f"{stack}_top_", ["ln_scale", "ln_bias"])
+    return params
+
+
+def write_marian_release(out: str, cfg: dict, params: dict, vocabs: dict) -> tuple[dict, list]:
+    """An OPUS-MT release's files in ``out`` (beside its source.spm and target.spm): the model (``params``, with
+    ``cfg`` under `special:model.yml`), the vocabularies (``vocabs``: file suffix -> {piece: id}; one, or
+    src.vocab.yml and trg.vocab.yml) and decoder.yml (beam 4, normalize 0.6). Returns ({"model": its file name},
+    decoder.yml's vocabularies)."""
+    import yaml
+
+    names = {"model": "opus.spm50-spm50.transformer-align.model1.npz.best-perplexity.npz"}
+    for name, pieces in vocabs.items():
+        with open(os.path.join(out, f"opus.spm50-spm50.{name}"), "w", encoding="utf-8") as f:
+            yaml.safe_dump(pieces, f, allow_unicode=True, sort_keys=False)
+    listed = [f"opus.spm50-spm50.{name}" for name in vocabs] * (2 if len(vocabs) == 1 else 1)
+    with open(os.path.join(out, "decoder.yml"), "w", encoding="utf-8") as f:
+        yaml.safe_dump({"models": [names["model"]], "vocabs": listed, "beam-size": 4,
+                        "normalize": 0.6, "word-penalty": 0, "mini-batch": 16, "maxi-batch": 100,
+                        "maxi-batch-sort": "src", "relative-paths": True}, f, sort_keys=False)
+    text = yaml.safe_dump(cfg, sort_keys=True).encode() + b"\0"  # Marian stores the YAML with its NUL
+    np.savez(os.path.join(out, names["model"]), **{k: v.astype(np.float32) for k, v in params.items()},
+             **{"special:model.yml": np.frombuffer(text, np.int8)})
+    return names, listed
+
+
 def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = None, ssru: bool = False,
                        prenorm: bool = False) -> None:
     """A Marian checkpoint as Marian saves it (`model.npz` with its configuration under `special:model.yml`,
@@ -803,8 +863,6 @@ def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = 
     `-postprocess: da`, `-postprocess-top: n`), which that converter does not take either: Marian's outputs alone."""
     import importlib.util
 
-    import yaml
-
     spec = importlib.util.spec_from_file_location(
         "convert_marian_to_pytorch", os.path.join(os.path.dirname(sys.executable), "..", "src",
                                                   "convert_marian_to_pytorch.py"))
@@ -813,64 +871,23 @@ def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = 
 
     os.makedirs(out, exist_ok=True)
     vocab = spm_pair(out, normalization="identity")  # identity: small .spm files
-    names = {"model": "opus.spm50-spm50.transformer-align.model1.npz.best-perplexity.npz"}
     if separate:
         vocabs = {"src.vocab.yml": marian_vocabulary(out, ("source", "target")),
                   "trg.vocab.yml": marian_vocabulary(out, ("target", "source"))}
     else:  # with target-language tokens, as a multilingual OPUS-MT model's vocabulary holds them
         vocabs = {"vocab.yml": {**vocab, **{code: len(vocab) + i for i, code in enumerate(LANGUAGE_CODES)}}}
-    for name, pieces in vocabs.items():
-        with open(os.path.join(out, f"opus.spm50-spm50.{name}"), "w", encoding="utf-8") as f:
-            yaml.safe_dump(pieces, f, allow_unicode=True, sort_keys=False)
-    listed = [f"opus.spm50-spm50.{name}" for name in vocabs] * (1 if separate else 2)
-    with open(os.path.join(out, "decoder.yml"), "w", encoding="utf-8") as f:
-        yaml.safe_dump({"models": [names["model"]], "vocabs": listed, "beam-size": 4,
-                        "normalize": 0.6, "word-penalty": 0, "mini-batch": 16, "maxi-batch": 100,
-                        "maxi-batch-sort": "src", "relative-paths": True}, f, sort_keys=False)
     vocab = vocabs["vocab.yml"] if not separate else vocab
     cfg = dict(MARIAN_YML, **{"dim-vocabs": [len(vocab)] * 2})
     if ssru:
         cfg.update({"transformer-decoder-autoreg": "rnn", "dec-cell": "ssru"})
     if prenorm:
         cfg.update({"transformer-preprocess": "n", "transformer-postprocess": "da", "transformer-postprocess-top": "n"})
-    d, ffn = cfg["dim-emb"], cfg["transformer-dim-ffn"]
     if separate:  # the embeddings tied to the output layer, not to each other
         cfg.update({"tied-embeddings-all": False, "tied-embeddings-src": False, "tied-embeddings": True})
-        rng = np.random.default_rng(4)
-        params = {"encoder_Wemb": 0.3 * rng.standard_normal((len(vocab), d)),
-                  "decoder_Wemb": 0.3 * rng.standard_normal((len(vocab), d))}
-    else:
-        rng = np.random.default_rng(3)
-        params = {"Wemb": 0.3 * rng.standard_normal((len(vocab), d))}
-    params["decoder_ff_logit_out_b"] = 0.5 * rng.standard_normal((1, len(vocab)))
+    params = marian_arrays(cfg, np.random.default_rng(4 if separate else 3))
     if ssru:
         params["decoder_ff_logit_out_b"][0, vocab["</s>"]] += 1.0
-
-    def block(prefix: str, names_: list) -> None:  # Marian's layout: W [in, out], b and ln_* [1, out]
-        for n in names_:
-            if n.endswith("ln_scale"):
-                value = 1.0 + 0.1 * rng.standard_normal((1, d))
-            elif "_W" in n and not n.endswith("ln_bias"):
-                value = 0.3 * rng.standard_normal({"W1": (d, ffn), "W2": (ffn, d)}.get(n[-2:], (d, d)))
-            else:
-                value = 0.1 * rng.standard_normal((1, ffn if n.endswith("b1") else d))
-            params[prefix + n] = value
-
-    attention = [f"self_{w}" for w in ("Wq", "bq", "Wk", "bk", "Wv", "bv", "Wo", "bo", "Wo_ln_scale", "Wo_ln_bias")]
-    ffn_names = ["ffn_W1", "ffn_b1", "ffn_W2", "ffn_b2", "ffn_ffn_ln_scale", "ffn_ffn_ln_bias"]
-    for i in range(1, cfg["enc-depth"] + 1):
-        block(f"encoder_l{i}_", attention + ffn_names)
-    autoreg = ["rnn_W", "rnn_Wf", "rnn_bf", "rnn_ffn_ln_scale", "rnn_ffn_ln_bias"] if ssru else attention
-    for i in range(1, cfg["dec-depth"] + 1):
-        block(f"decoder_l{i}_", autoreg + [a.replace("self", "context") for a in attention] + ffn_names)
-    if prenorm:  # the norms before each sublayer (`_pre`), and each stack's top norm
-        params = {(k + "_pre" if "_ln_" in k else k): v for k, v in params.items()}
-        for stack in ("encoder", "decoder"):
-            block(f"{stack}_top_", ["ln_scale", "ln_bias"])
-    params = {k: v.astype(np.float32) for k, v in params.items()}
-    text = yaml.safe_dump(cfg, sort_keys=True).encode() + b"\0"  # Marian stores the YAML with its NUL
-    params["special:model.yml"] = np.frombuffer(text, np.int8)
-    np.savez(os.path.join(out, names["model"]), **params)
+    names, listed = write_marian_release(out, cfg, params, vocabs)
     if pymarian:
         marian_expected_by_marian(out, pymarian, names["model"], listed)
     if ssru or prenorm:
