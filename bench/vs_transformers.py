@@ -1,7 +1,8 @@
 """Decoding an OPUS-MT-sized Marian model (or an NLLB-200-600M-sized or mBART-50-sized one) side by side with Hugging
-Face transformers on the same weights: greedy and beam-4 search, batch-1 latency and batch-64 throughput, jaxnat's
-imported workdir beside `MarianMTModel.generate` (`M2M100ForConditionalGeneration.generate`,
-`MBartForConditionalGeneration.generate`).
+Face transformers on the same weights, or an OPUS-MT-sized Marian release side by side with Marian itself: greedy and
+beam-4 search, batch-1 latency and batch-64 throughput, jaxnat's imported workdir beside
+`MarianMTModel.generate` (`M2M100ForConditionalGeneration.generate`, `MBartForConditionalGeneration.generate`), or
+beside Marian's own decoder (pymarian, the Python binding of Marian's C++ translator).
 
     D=/tmp/vs-transformers
     # (a) in the reference environment (tools/reference_env.sh): SentencePiece models learned on Multi30k's training
@@ -16,10 +17,15 @@ imported workdir beside `MarianMTModel.generate` (`M2M100ForConditionalGeneratio
     #     NLLB's other pieces: the output layer costs what it costs there); sources eng_Latn, outputs forced deu_Latn;
     #     or with --family mbart50: one of mbart-large-50's shape (the same, but gelu, learned positions, a layer norm
     #     over the embeddings, 250,054 rows), a unigram SentencePiece model of 8,000 pieces with MBart50Tokenizer's
-    #     files; sources en_XX, outputs forced de_DE
-    # (b) imported into a jaxnat workdir ($D/jaxnat) with --mode import
+    #     files; sources en_XX, outputs forced de_DE;
+    #     or with --family marian-npz: the same OPUS-MT-sized model as Marian writes it ($D/marian: model.npz,
+    #     vocab.yml, decoder.yml, source.spm, target.spm; tools/make_import_fixtures.py's `marian_arrays`), and the
+    #     sources cut by source.spm to exactly --source-pieces pieces each (those with fewer left out)
+    # (b) imported into a jaxnat workdir ($D/jaxnat) with --mode import (marian-npz: `--from marian:$D/marian`)
     python bench/vs_transformers.py import --out $D
-    # (c) the first pass (agreement, warm-up, compilation), then the timed pairs and the table
+    # (c) the first pass (agreement, warm-up, compilation), then the timed pairs and the table; marian-npz: with
+    #     --pymarian PYTHON, a Python with pymarian 1.12.42 (its own venv: python3 -m venv /tmp/pm &&
+    #     /tmp/pm/bin/pip install pymarian==1.12.42)
     python bench/vs_transformers.py run --out $D --cores 2 --pairs 3
 
 How `run` measures: as bench/vs_fairseq.py does. One process per library, both pinned to the same cores: jaxnat in
@@ -33,6 +39,16 @@ Length limit: at most --max-new tokens, EOS included (`generate(max_new_tokens=M
 agree; Hugging Face's beam search stops by another rule than jaxnat's (docs/import.md), so beam 4's outputs may
 differ, and the agreement column says by how much. A random model writes until the length limit, so both do the
 same number of steps.
+
+Beside Marian (marian-npz): the worker runs under --pymarian's Python with one `pymarian.Translator` a row and batch
+(float32 matrix products, Marian's default; --cpu-threads N, Marian's N workers, each translating a batch of its own;
+decoder.yml's normalize 0.6 for beam 4), given the sources' pieces as Marian's vocabulary reads them and answering
+pieces: batch 1 is one `translate` call a sentence (one worker busy: Marian's latency), batch 64 one call over all
+sentences with --mini-batch 64 (its workers each taking batches). Marian limits an output to max-length-factor ×
+its batch's widest source (pieces and </s>); sources of one length make that every sentence's limit, and jaxnat's
+`eval.max_len_a` is set to the same factor (--max-new / (--source-pieces + 1)), so both decode the same number of
+steps (jaxnat one more at the limit, where it writes </s>). Marian decodes the `.npz` itself; jaxnat computes Marian's
+function from it (docs/import.md), so greedy outputs agree but where float32 rounding flips a near tie.
 """
 
 from __future__ import annotations
@@ -66,21 +82,19 @@ def learn_spm(lines: list[str], path: str, **options) -> None:
 
 
 def make(args) -> int:
-    """(reference env) the SentencePiece models, the model and its tokenizer in $out/hf, the inputs."""
+    """(reference env) the SentencePiece models, the model and its tokenizer in $out/hf (marian-npz: the release in
+    $out/marian), the inputs."""
     sys.path.insert(0, os.path.join(ROOT, "tools"))
     out = os.path.abspath(args.out)
+    train = {lang: read_gz(os.path.join(args.data_dir, f"train.{lang}.gz")) for lang in ("en", "de")}
+    if args.family == "marian-npz":
+        return make_marian_release(args, out, train)
     hf = os.path.join(out, "hf")
     os.makedirs(hf, exist_ok=True)
-    train = {lang: read_gz(os.path.join(args.data_dir, f"train.{lang}.gz")) for lang in ("en", "de")}
     if args.family == "marian":
-        from make_import_fixtures import marian_vocabulary, save_marian
+        from make_import_fixtures import save_marian
 
-        for name, lang in (("source", "en"), ("target", "de")):
-            learn_spm(train[lang], os.path.join(out, f"{name}.spm"), vocab_size=7000, model_type="unigram",
-                      bos_id=-1, eos_id=1, unk_id=0)
-        vocab = marian_vocabulary(out, ("source", "target"))
-        for i in range(args.vocab - 1 - len(vocab)):  # OPUS-MT's vocabulary size: the output layer's cost
-            vocab[f"▁filler{i}"] = len(vocab)
+        vocab = opus_mt_pieces(out, train, args.vocab - 1)  # and <pad>, which save_marian appends
         model, _ = save_marian(hf, out, vocab, d=512, layers=6, heads=8, ffn=2048, positions=512, seed=0)
         pieces = len(vocab)
     else:
@@ -90,6 +104,46 @@ def make(args) -> int:
         json.dump(sources, f, ensure_ascii=False)
     print(f"wrote {hf} ({sum(p.numel() for p in model.parameters()):,} parameters, {pieces:,} pieces) and "
           f"{len(sources)} sources")
+    return 0
+
+
+def opus_mt_pieces(out: str, train: dict, size: int) -> dict:
+    """SentencePiece models of 7,000 pieces a side learned on ``train``'s English and German (source.spm,
+    target.spm in ``out``) and Marian's vocabulary of their pieces, then filler pieces up to ``size`` (OPUS-MT's
+    vocabulary size: the output layer's cost)."""
+    from make_import_fixtures import marian_vocabulary
+
+    for name, lang in (("source", "en"), ("target", "de")):
+        learn_spm(train[lang], os.path.join(out, f"{name}.spm"), vocab_size=7000, model_type="unigram",
+                  bos_id=-1, eos_id=1, unk_id=0)
+    vocab = marian_vocabulary(out, ("source", "target"))
+    for i in range(size - len(vocab)):
+        vocab[f"▁filler{i}"] = len(vocab)
+    return vocab
+
+
+def make_marian_release(args, out: str, train: dict) -> int:
+    """An OPUS-MT release's files of OPUS-MT's base size in $out/marian (random weights) and, in inputs.json, the
+    first --sentences test sources of exactly --source-pieces pieces (cut to them)."""
+    import numpy as np
+    import sentencepiece as spm
+    from make_import_fixtures import MARIAN_YML, marian_arrays, write_marian_release
+
+    release = os.path.join(out, "marian")
+    os.makedirs(release, exist_ok=True)
+    vocab = opus_mt_pieces(release, train, args.vocab)
+    cfg = dict(MARIAN_YML, **{"dim-emb": 512, "enc-depth": 6, "dec-depth": 6, "transformer-heads": 8,
+                              "transformer-dim-ffn": 2048, "dim-vocabs": [len(vocab)] * 2})
+    params = marian_arrays(cfg, np.random.default_rng(0))
+    write_marian_release(release, cfg, params, {"vocab.yml": vocab})
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(release, "source.spm"))
+    pieces = [p for p in sp.encode(read_gz(os.path.join(args.data_dir, "test_2016_flickr.en.gz")), out_type=str)
+              if len(p) >= args.source_pieces]
+    sources = [" ".join(p[:args.source_pieces]) for p in pieces[:args.sentences]]
+    with open(os.path.join(out, "inputs.json"), "w", encoding="utf-8") as f:
+        json.dump(sources, f, ensure_ascii=False)
+    print(f"wrote {release} ({sum(a.size for a in params.values()):,} parameters, {len(vocab):,} pieces) and "
+          f"{len(sources)} sources of {args.source_pieces} pieces")
     return 0
 
 
@@ -139,12 +193,18 @@ def import_model(args) -> int:
         import shutil
 
         shutil.rmtree(workdir)
-    print(write_workdir(f"hf:{os.path.join(out, 'hf')}", workdir))
+    source = f"marian:{os.path.join(out, 'marian')}" if family(out) == "marian-npz" else f"hf:{os.path.join(out, 'hf')}"
+    print(write_workdir(source, workdir))
     return 0
 
 
 def family(out: str) -> str:
-    """"marian", "nllb" or "mbart50": the model `make` wrote into $out/hf."""
+    """"marian", "nllb" or "mbart50": the model `make` wrote into $out/hf; "marian-npz": the release in
+    $out/marian."""
+    if os.path.isdir(os.path.join(out, "marian")):
+        return "marian-npz"
+    if not os.path.isfile(os.path.join(out, "hf", "config.json")):
+        sys.exit(f"error: {out} holds no model (hf/config.json or marian/): run `make --out {out}` first")
     with open(os.path.join(out, "hf", "config.json"), encoding="utf-8") as f:
         model_type = json.load(f)["model_type"]
     return next((k for k, v in MULTILINGUAL.items() if v[0] == model_type), "marian")
@@ -197,15 +257,54 @@ def hf_worker(args) -> int:
     return 0
 
 
-class Transformers:
-    def __init__(self, out: str, threads: int, max_new: int):
+def marian_worker(args) -> int:
+    """(pymarian's Python) One Marian translator a row and batch size, loaded once; then answers JSON lines on stdin
+    ({"row", "workload", "sentences"}) with JSON lines ({"seconds", "steps", "pieces"}) on the original stdout."""
+    from pymarian import Translator
+
+    reply = os.fdopen(os.dup(1), "w", encoding="utf-8")
+    os.dup2(2, 1)
+    release = os.path.join(args.out, "marian")
+    with open(os.path.join(release, "decoder.yml"), encoding="utf-8") as f:  # yaml: pymarian's own requirement
+        import yaml
+
+        decoder = yaml.safe_load(f)
+    with open(os.path.join(args.out, "inputs.json"), encoding="utf-8") as f:
+        sources = json.load(f)
+    factor = args.max_new / (len(sources[0].split()) + 1)
+    vocabs = [os.path.join(release, v) for v in decoder["vocabs"]]
+    translators = {(r, w): Translator(
+        models=os.path.join(release, decoder["models"][0]), vocabs=vocabs, cpu_threads=args.threads,
+        beam_size=beam, normalize=decoder["normalize"] if beam > 1 else 0.0, mini_batch=batch, maxi_batch=100,
+        max_length_factor=factor, quiet=True) for r, beam in ROWS.items() for w, batch in WORKLOADS.items()}
+    print(json.dumps({"ready": True}), file=reply, flush=True)
+    for line in sys.stdin:
+        req = json.loads(line)
+        engine, chunk = translators[req["row"], req["workload"]], sources[:req["sentences"]]
         t0 = time.perf_counter()
-        python = os.path.join(ROOT, ".refenv", "bin", "python")
-        self.proc = subprocess.Popen([python, os.path.abspath(__file__), "hf-worker", "--out", out, "--threads",
+        outputs = [engine.translate(s) for s in chunk] if req["workload"] == "b1" else engine.translate(chunk)
+        seconds = time.perf_counter() - t0
+        pieces = [o.split() for o in outputs]  # without </s>, which ends those under the limit
+        steps = [len(p) + (len(p) < args.max_new) for p in pieces]
+        print(json.dumps({"seconds": seconds, "steps": steps, "pieces": pieces}, ensure_ascii=False), file=reply,
+              flush=True)
+    return 0
+
+
+class Worker:
+    """The other library's worker process (`hf_worker` under .refenv/bin/python, or `marian_worker` under
+    ``python``): `decode` asks it for one pass."""
+
+    def __init__(self, out: str, threads: int, max_new: int, python: str | None = None):
+        t0 = time.perf_counter()
+        self.name = "marian" if python else "transformers"
+        python = python or os.path.join(ROOT, ".refenv", "bin", "python")
+        worker = "marian-worker" if self.name == "marian" else "hf-worker"
+        self.proc = subprocess.Popen([python, os.path.abspath(__file__), worker, "--out", out, "--threads",
                                       str(threads), "--max-new", str(max_new)],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        if not json.loads(self.proc.stdout.readline()).get("ready"):
-            sys.exit("error: the transformers worker did not start")
+        if not json.loads(self.proc.stdout.readline() or "{}").get("ready"):
+            sys.exit(f"error: the {self.name} worker did not start")
         self.load_seconds = time.perf_counter() - t0
 
     def decode(self, row: str, workload: str, n: int) -> dict:
@@ -219,16 +318,23 @@ class Transformers:
 
 
 class Jaxnat:
-    def __init__(self, out: str, max_new: int, sources: list[str]):
+    def __init__(self, out: str, max_new: int, sources: list[str], pieces: bool):
+        """``pieces``: the sources are pieces (marian-npz's), each limited to max_new / (its pieces + 1) a piece (as
+        Marian's max-length-factor); otherwise texts, limited to max_new tokens."""
+        import numpy as np
+
         from jaxnat.config import build_config
+        from jaxnat.data.vocab import BOS_ID, EOS_ID, UNK_ID
         from jaxnat.restore import load_translator
 
         t0 = time.perf_counter()
         workdir = os.path.join(out, "jaxnat")
-        config = build_config(os.path.join(workdir, "config.json"),
-                              ["--config.eval.max_len_a=0", f"--config.eval.max_len_b={max_new - 1}"])
-        self.translator = load_translator(config, workdir)
-        self.src, _ = self.translator.encode(sources)
+        limit = ([f"--config.eval.max_len_a={max_new / (len(sources[0].split()) + 1)}", "--config.eval.max_len_b=0"]
+                 if pieces else ["--config.eval.max_len_a=0", f"--config.eval.max_len_b={max_new - 1}"])
+        self.translator = load_translator(build_config(os.path.join(workdir, "config.json"), limit), workdir)
+        tok = self.translator.tokenizer
+        self.src = [np.asarray([BOS_ID, *(tok.piece_id(p, "src") or UNK_ID for p in s.split()), EOS_ID], np.int32)
+                    for s in sources] if pieces else self.translator.encode(sources)[0]
         self.load_seconds = time.perf_counter() - t0
 
     def decode(self, row: str, workload: str, n: int) -> dict:
@@ -249,6 +355,10 @@ def run(args) -> int:
     inputs_file(out)
     if args.pairs < 0 or args.b1 < 1 or args.max_new < 1:
         sys.exit("error: --pairs must be at least 0, --b1 and --max-new at least 1")
+    npz = family(out) == "marian-npz"
+    if npz != bool(args.pymarian):
+        sys.exit(f"error: {out} holds " + ("a Marian release: give --pymarian PYTHON (a Python with pymarian)" if npz
+                                           else "no Marian release (make --family marian-npz): leave --pymarian out"))
     load = os.getloadavg()[0]
     cpus = pin(args.cores)
     with open(os.path.join(out, "inputs.json"), encoding="utf-8") as f:
@@ -258,41 +368,43 @@ def run(args) -> int:
     from jaxnat.host_memory import keep_freed_memory
 
     keep_freed_memory()
-    hf, jx = Transformers(out, len(cpus), args.max_new), Jaxnat(out, args.max_new, sources)
-    print(machine_line(cpus).replace("fairseq", "transformers"))
-    print(f"loading: transformers worker {hf.load_seconds:.1f} s, jaxnat {jx.load_seconds:.1f} s; sentences: "
+    other, jx = Worker(out, len(cpus), args.max_new, args.pymarian), Jaxnat(out, args.max_new, sources, npz)
+    name = other.name
+    print(machine_line(cpus).replace("fairseq", name))
+    print(f"loading: {name} worker {other.load_seconds:.1f} s, jaxnat {jx.load_seconds:.1f} s; sentences: "
           f"batch 1 {sizes['b1']}, batch 64 {sizes['b64']}", flush=True)
     cells = [(r, w) for r in ROWS for w in WORKLOADS]
     first, agree = {}, {}
     for r, w in cells:
-        a, b = hf.decode(r, w, sizes[w]), jx.decode(r, w, sizes[w])
+        a, b = other.decode(r, w, sizes[w]), jx.decode(r, w, sizes[w])
         first[r, w] = (a["seconds"], b["seconds"])
-        agree[r, w] = (sum(x == y for x, y in zip(a["pieces"], b["pieces"])), statistics.median(a["steps"]),
-                       statistics.median(b["steps"]))
-        print(f"  first pass {r} b{WORKLOADS[w]}: transformers {a['seconds']:.1f} s, jaxnat {b['seconds']:.1f} s; "
-              f"identical outputs {agree[r, w][0]}/{sizes[w]}", file=sys.stderr, flush=True)
+        same = sum([p for p in x if p != "</s>"] == [p for p in y if p != "</s>"]
+                   for x, y in zip(a["pieces"], b["pieces"]))
+        agree[r, w] = (same, statistics.median(a["steps"]), statistics.median(b["steps"]))
+        print(f"  first pass {r} b{WORKLOADS[w]}: {name} {a['seconds']:.1f} s, jaxnat {b['seconds']:.1f} s; "
+              f"identical outputs {same}/{sizes[w]}", file=sys.stderr, flush=True)
     times = {cell: ([], []) for cell in cells}
     for p in range(args.pairs):
         for r, w in cells:
-            times[r, w][0].append(hf.decode(r, w, sizes[w])["seconds"])
+            times[r, w][0].append(other.decode(r, w, sizes[w])["seconds"])
             times[r, w][1].append(jx.decode(r, w, sizes[w])["seconds"])
-            print(f"  pair {p + 1}/{args.pairs} {r} b{WORKLOADS[w]}: transformers {times[r, w][0][-1]:.2f} s, "
+            print(f"  pair {p + 1}/{args.pairs} {r} b{WORKLOADS[w]}: {name} {times[r, w][0][-1]:.2f} s, "
                   f"jaxnat {times[r, w][1][-1]:.2f} s", file=sys.stderr, flush=True)
-    hf.close()
+    other.close()
     when = datetime.datetime.now(datetime.timezone.utc)
-    print(f"\n{machine_line(cpus).replace('fairseq', 'transformers')}; {when:%Y-%m-%d %H:%M} UTC; load average "
+    print(f"\n{machine_line(cpus).replace('fairseq', name)}; {when:%Y-%m-%d %H:%M} UTC; load average "
           f"{load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end; at most {args.max_new} tokens an output\n")
-    print(f"Median of {args.pairs} pairs (transformers, then jaxnat); batch 1: ms a sentence over {sizes['b1']} "
-          f"sentences (ratio: jaxnat/transformers latency); batch 64: sentences a second over {sizes['b64']} (ratio: "
-          f"jaxnat/transformers throughput); ratio: median of the pairs' ratios (min–max)\n")
-    print("| row | batch | identical outputs | median steps (transformers / jaxnat) | first pass, s | transformers | "
+    print(f"Median of {args.pairs} pairs ({name}, then jaxnat); batch 1: ms a sentence over {sizes['b1']} "
+          f"sentences (ratio: jaxnat/{name} latency); batch 64: sentences a second over {sizes['b64']} (ratio: "
+          f"jaxnat/{name} throughput); ratio: median of the pairs' ratios (min–max)\n")
+    print(f"| row | batch | identical outputs | median steps ({name} / jaxnat) | first pass, s | {name} | "
           "jaxnat | ratio |")
     print("|---|---|---|---|---|---|---|---|")
     results = {}
     for (r, w), (a, b) in times.items():
         sa, sb = [speed(s, w, sizes[w]) for s in a], [speed(s, w, sizes[w]) for s in b]
         pair = [y / x for x, y in zip(sa, sb)]
-        results[f"{r} {w}"] = {"transformers": a, "jaxnat": b, "first": first[r, w], "identical": agree[r, w][0]}
+        results[f"{r} {w}"] = {name: a, "jaxnat": b, "first": first[r, w], "identical": agree[r, w][0]}
         timed = (f"{statistics.median(sa):.1f} | {statistics.median(sb):.1f} | {statistics.median(pair):.2f} "
                  f"({min(pair):.2f}–{max(pair):.2f})") if pair else "– | – | –"
         print(f"| {r} | {WORKLOADS[w]} | {agree[r, w][0]}/{sizes[w]} | {agree[r, w][1]:g} / {agree[r, w][2]:g} | "
@@ -311,24 +423,30 @@ def main(argv=None) -> int:
     p = sub.add_parser("make", help="(reference env) the model, its tokenizer, the inputs")
     p.add_argument("--data-dir", required=True, help="Multi30k's directory (<split>.{en,de}.gz)")
     p.add_argument("--out", required=True)
-    p.add_argument("--family", choices=("marian", *MULTILINGUAL), default="marian",
-                   help="an OPUS-MT-sized Marian model, or one of NLLB-200-distilled-600M's or mbart-large-50's size")
+    p.add_argument("--family", choices=("marian", "marian-npz", *MULTILINGUAL), default="marian",
+                   help="an OPUS-MT-sized Marian model (marian-npz: as Marian writes it), or one of "
+                        "NLLB-200-distilled-600M's or mbart-large-50's size")
     p.add_argument("--vocab", type=int, default=58101, help="Marian: pieces in the shared vocabulary (OPUS-MT en-de's)")
     p.add_argument("--sentences", type=int, default=256, help="test sources decoded at batch 64")
+    p.add_argument("--source-pieces", type=int, default=15, help="marian-npz: the pieces of every source")
     p = sub.add_parser("import", help="the model imported into $out/jaxnat")
     p.add_argument("--out", required=True)
-    p = sub.add_parser("hf-worker", help="(reference env; started by run)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--threads", type=int, required=True)
-    p.add_argument("--max-new", type=int, required=True)
+    for worker in ("hf-worker", "marian-worker"):
+        p = sub.add_parser(worker, help="(started by run)")
+        p.add_argument("--out", required=True)
+        p.add_argument("--threads", type=int, required=True)
+        p.add_argument("--max-new", type=int, required=True)
     p = sub.add_parser("run", help="the first pass and the timed pairs")
     p.add_argument("--out", required=True)
     p.add_argument("--cores", type=int, default=None, help="pin both to the last N CPUs (default: all)")
     p.add_argument("--pairs", type=int, default=3)
     p.add_argument("--b1", type=int, default=16, help="sentences decoded one at a time")
-    p.add_argument("--max-new", type=int, default=32, help="tokens an output at most, EOS included")
+    p.add_argument("--max-new", type=int, default=32, help="tokens an output at most, EOS included (marian-npz: "
+                                                           "pieces, the factor × each source's pieces and EOS)")
+    p.add_argument("--pymarian", metavar="PYTHON", help="marian-npz: a Python with pymarian 1.12.42 (Marian itself)")
     args = parser.parse_args(argv)
-    return {"make": make, "import": import_model, "hf-worker": hf_worker, "run": run}[args.cmd](args)
+    return {"make": make, "import": import_model, "hf-worker": hf_worker, "marian-worker": marian_worker,
+            "run": run}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ import argparse
 import importlib.util
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -252,7 +253,8 @@ def test_mbr_speed_refuses_counts_under_one(monkeypatch):
 def test_vs_fairseq_and_vs_transformers_runs_check_their_inputs_first(tmp_path):
     """`run` or `check` before `make` said so in a FileNotFoundError's traceback; --cores 0 left both tools unpinned
     and --cores -1 pinned them to all CPUs but the first; negative counts sliced the workloads from their ends; more
-    --cores than CPUs and the dat row without its plugin are refused as `error: …` too."""
+    --cores than CPUs and the dat row without its plugin are refused as `error: …` too; so are a vs_transformers
+    run without a model, a Marian release without --pymarian, and --pymarian for a Hugging Face model."""
     fairseq = bench("vs_fairseq")
     transformers = bench("vs_transformers")
     for main, cmd in ((fairseq.main, "check"), (fairseq.main, "run"), (transformers.main, "run")):
@@ -265,6 +267,15 @@ def test_vs_fairseq_and_vs_transformers_runs_check_their_inputs_first(tmp_path):
                        (transformers.main, ["--pairs", "-1"])):
         with pytest.raises(SystemExit, match="^error: "):
             main(["run", "--out", str(tmp_path), *args])
+    for made, args, said in ((None, [], "holds no model"), ("marian", [], "give --pymarian"),
+                             ("hf", ["--pymarian", sys.executable], "leave --pymarian out")):
+        if made:
+            (tmp_path / made).mkdir()
+            (tmp_path / made / "config.json").write_text('{"model_type": "marian"}')
+        with pytest.raises(SystemExit, match=f"^error: .*{said}"):
+            transformers.main(["run", "--out", str(tmp_path), *args])
+        if made:
+            shutil.rmtree(tmp_path / made)
 
 
 @pytest.mark.parametrize("raised, status", [(KeyboardInterrupt, 130), ("sigterm", 143), (None, 3)])
