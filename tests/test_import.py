@@ -792,7 +792,8 @@ NPZ = "opus.spm50-spm50.transformer-align.model1.npz.best-perplexity.npz"
     ("pre-norm", r"transformer-preprocess/-postprocess/-postprocess-top \('n', 'dan', ''\) are not supported"),
     ("ssru cell", "transformer-decoder-autoreg: 'rnn' with dec-cell: 'lstm' is not supported"),
     ("gelu", "'gelu' is not supported"),
-    ("untied output", "target embedding .tied-embeddings: false. is not supported"),
+    ("untied output", "no parameter decoder_ff_logit_out_W .not the vocabulary layout"),
+    ("vocabulary sizes", r"dim-vocabs \['51', '50'\] with tied-embeddings-all or -src: one embedding for"),
     ("learned positions", "would not use: Wpos"),
     ("vocabulary", "holds 50 pieces, the model's embedding 51 rows"),
     ("not marian", "not a Marian model file"),
@@ -810,14 +811,18 @@ def test_a_marian_release_jaxnat_cannot_read_is_refused_in_one_line(tmp_path, da
     with np.load(source / NPZ) as z:
         arrays = {k: z[k] for k in z.files}
     text = bytes(arrays["special:model.yml"].astype(np.uint8)).decode()
-    edits = {"pre-norm": ("transformer-preprocess: ''", "transformer-preprocess: n"),
-             "gelu": ("transformer-ffn-activation: swish", "transformer-ffn-activation: gelu"),
-             "untied output": ("tied-embeddings-all: true", "tied-embeddings-all: false"),
-             "ssru cell": ("transformer-decoder-autoreg: self-attention",
-                           "transformer-decoder-autoreg: rnn\ndec-cell: lstm")}
+    edits = {"pre-norm": [("transformer-preprocess: ''", "transformer-preprocess: n")],
+             "gelu": [("transformer-ffn-activation: swish", "transformer-ffn-activation: gelu")],
+             "untied output": [("tied-embeddings-all: true", "tied-embeddings-all: false"),  # (one embedding)
+                               ("tied-embeddings-src: false", "tied-embeddings-src: true")],
+             "vocabulary sizes": [("dim-vocabs:\n- 51\n- 51", "dim-vocabs:\n- 51\n- 50")],
+             "ssru cell": [("transformer-decoder-autoreg: self-attention",
+                            "transformer-decoder-autoreg: rnn\ndec-cell: lstm")]}
     if damage in edits:
-        assert edits[damage][0] in text
-        arrays["special:model.yml"] = np.frombuffer(text.replace(*edits[damage]).encode(), np.int8)
+        for old, new in edits[damage]:
+            assert old in text
+            text = text.replace(old, new)
+        arrays["special:model.yml"] = np.frombuffer(text.encode(), np.int8)
     elif damage == "learned positions":
         arrays["Wpos"] = np.zeros((64, 32), np.float32)
     elif damage == "vocabulary":
@@ -1535,7 +1540,8 @@ def test_a_model_fairseq_cannot_compute_is_not_exported_to_fairseq(ar_run, tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["marian-npz", "marian-npz-separate", "marian-ssru", "marian-prenorm"])
+@pytest.mark.parametrize("kind", ["marian-npz", "marian-npz-separate", "marian-ssru", "marian-prenorm",
+                                  "marian-untied"])
 def test_a_marian_npz_computes_marians_own_outputs(kind, tmp_path):
     """Marian's own checkpoints against what Marian itself computes with them (pymarian 1.12.42, the Marian
     decoder's Python binding: expected_marian.json, tools/make_import_fixtures.py --pymarian): the two self-attention
@@ -1543,7 +1549,9 @@ def test_a_marian_npz_computes_marians_own_outputs(kind, tmp_path):
     OPUS-MT's tiny and Bergamot's student models), and marian-prenorm/, pre-norm layers with a norm over each
     stack's top (`transformer-preprocess: n`, `-postprocess: da`, `-postprocess-top: n`), neither of which Hugging
     Face's converter takes (Marian's decoder departs from its pre-norm model after the first step: the first piece's
-    log-probability alone is the trained model's, docs/import.md). Imported as a user
+    log-probability alone is the trained model's, docs/import.md), and marian-untied/, what Marian trains without
+    tied-embeddings options: vocabularies of different sizes, an embedding per side and an output layer of its own
+    (`decoder_ff_logit_out_W`). Imported as a user
     imports them: the sources cut into Marian's pieces; Marian's greedy outputs piece for piece (up to its
     max-length-factor 2, the SSRU's state carried over every step) with each piece's and the end's log-probability
     (its WordScores) within 1e-4; its beam-4 outputs' scores under decoder.yml's normalize 0.6, and jaxnat's beam 4

@@ -792,14 +792,15 @@ def marian_arrays(cfg: dict, rng) -> dict:
     """The arrays of the Marian transformer that ``cfg`` (model.yml's options) describes, in Marian's names and
     layouts (W [in, out], b and ln_* [1, out]), drawn from ``rng`` (float64; written as float32): weights and
     embeddings N(0, 0.3²), biases N(0, 0.1²), layer norms' scales 1 + N(0, 0.1²), the output bias N(0, 0.5²); one
-    embedding (`Wemb`) with `tied-embeddings-all`, one per side otherwise."""
-    d, ffn, rows = cfg["dim-emb"], cfg["transformer-dim-ffn"], cfg["dim-vocabs"][0]
+    embedding (`Wemb`) with `tied-embeddings-all`, one per side otherwise (of `dim-vocabs` rows each); an output layer
+    of its own (`decoder_ff_logit_out_W`, drawn last) without `tied-embeddings-all` or `tied-embeddings`."""
+    d, ffn, (rows, target_rows) = cfg["dim-emb"], cfg["transformer-dim-ffn"], cfg["dim-vocabs"]
     if cfg["tied-embeddings-all"]:
         params = {"Wemb": 0.3 * rng.standard_normal((rows, d))}
     else:
         params = {"encoder_Wemb": 0.3 * rng.standard_normal((rows, d)),
-                  "decoder_Wemb": 0.3 * rng.standard_normal((rows, d))}
-    params["decoder_ff_logit_out_b"] = 0.5 * rng.standard_normal((1, rows))
+                  "decoder_Wemb": 0.3 * rng.standard_normal((target_rows, d))}
+    params["decoder_ff_logit_out_b"] = 0.5 * rng.standard_normal((1, target_rows))
 
     def block(prefix: str, names_: list) -> None:
         for n in names_:
@@ -823,6 +824,8 @@ def marian_arrays(cfg: dict, rng) -> dict:
         params = {(k + "_pre" if "_ln_" in k else k): v for k, v in params.items()}
         for stack in ("encoder", "decoder"):
             block(f"{stack}_top_", ["ln_scale", "ln_bias"])
+    if not (cfg["tied-embeddings-all"] or cfg["tied-embeddings"]):
+        params["decoder_ff_logit_out_W"] = 0.3 * rng.standard_normal((d, target_rows))
     return params
 
 
@@ -849,7 +852,7 @@ def write_marian_release(out: str, cfg: dict, params: dict, vocabs: dict) -> tup
 
 
 def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = None, ssru: bool = False,
-                       prenorm: bool = False) -> None:
+                       prenorm: bool = False, untied: bool = False) -> None:
     """A Marian checkpoint as Marian saves it (`model.npz` with its configuration under `special:model.yml`,
     `*.vocab.yml`, `decoder.yml`, `source.spm`, `target.spm`: an OPUS-MT release's files), then converted by Hugging
     Face's own converter (transformers 4.46.3's convert_marian_to_pytorch, which tools/reference_env.sh unpacks), whose
@@ -860,7 +863,10 @@ def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = 
     layers (`transformer-decoder-autoreg: rnn`, `dec-cell: ssru`, as OPUS-MT's tiny and Bergamot's student models
     have), which Hugging Face's converter does not take: Marian's outputs alone, `</s>`'s output bias raised so that
     some end. ``prenorm``: pre-norm layers with a norm over each stack's top (`transformer-preprocess: n`,
-    `-postprocess: da`, `-postprocess-top: n`), which that converter does not take either: Marian's outputs alone."""
+    `-postprocess: da`, `-postprocess-top: n`), which that converter does not take either: Marian's outputs alone.
+    ``untied``: what Marian trains by default (no tied-embeddings option given): each side's vocabulary of its own
+    pieces alone (of different sizes: the target's with language tokens), an embedding per side and an output layer
+    of its own, `</s>`'s output bias raised; Marian's outputs alone."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
@@ -871,26 +877,30 @@ def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = 
 
     os.makedirs(out, exist_ok=True)
     vocab = spm_pair(out, normalization="identity")  # identity: small .spm files
-    if separate:
+    if untied:  # (the target's with the language tokens too: one more size)
+        target = marian_vocabulary(out, ("target",))
+        vocabs = {"src.vocab.yml": marian_vocabulary(out, ("source",)),
+                  "trg.vocab.yml": {**target, **{code: len(target) + i for i, code in enumerate(LANGUAGE_CODES)}}}
+    elif separate:
         vocabs = {"src.vocab.yml": marian_vocabulary(out, ("source", "target")),
                   "trg.vocab.yml": marian_vocabulary(out, ("target", "source"))}
     else:  # with target-language tokens, as a multilingual OPUS-MT model's vocabulary holds them
         vocabs = {"vocab.yml": {**vocab, **{code: len(vocab) + i for i, code in enumerate(LANGUAGE_CODES)}}}
-    vocab = vocabs["vocab.yml"] if not separate else vocab
-    cfg = dict(MARIAN_YML, **{"dim-vocabs": [len(vocab)] * 2})
+    vocab = vocabs["vocab.yml"] if len(vocabs) == 1 else vocab
+    cfg = dict(MARIAN_YML, **{"dim-vocabs": [len(v) for v in vocabs.values()] if untied else [len(vocab)] * 2})
     if ssru:
         cfg.update({"transformer-decoder-autoreg": "rnn", "dec-cell": "ssru"})
     if prenorm:
         cfg.update({"transformer-preprocess": "n", "transformer-postprocess": "da", "transformer-postprocess-top": "n"})
-    if separate:  # the embeddings tied to the output layer, not to each other
-        cfg.update({"tied-embeddings-all": False, "tied-embeddings-src": False, "tied-embeddings": True})
-    params = marian_arrays(cfg, np.random.default_rng(4 if separate else 3))
-    if ssru:
-        params["decoder_ff_logit_out_b"][0, vocab["</s>"]] += 1.0
+    if separate or untied:  # the embeddings tied to the output layer (untied: not), not to each other
+        cfg.update({"tied-embeddings-all": False, "tied-embeddings-src": False, "tied-embeddings": not untied})
+    params = marian_arrays(cfg, np.random.default_rng(5 if untied else 4 if separate else 3))
+    if ssru or untied:  # (that some outputs end)
+        params["decoder_ff_logit_out_b"][0, vocab["</s>"]] += 2.5 if untied else 1.0
     names, listed = write_marian_release(out, cfg, params, vocabs)
     if pymarian:
         marian_expected_by_marian(out, pymarian, names["model"], listed)
-    if ssru or prenorm:
+    if ssru or prenorm or untied:
         return
 
     work = tempfile.mkdtemp()  # the converter writes vocab.json and tokenizer_config.json into the model's directory
@@ -1157,15 +1167,15 @@ def write_expected(out: str, arrays: dict, outputs: dict, name: str = "expected"
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=("fairseq", "fairseq-nat", "dat", "marian", "marian-npz",
-                                           "marian-npz-separate", "marian-ssru", "marian-prenorm", "nllb", "m2m100",
-                                           "mbart50", "fsmt"))
+                                           "marian-npz-separate", "marian-ssru", "marian-prenorm", "marian-untied",
+                                           "nllb", "m2m100", "mbart50", "fsmt"))
     parser.add_argument("--pymarian", metavar="PYTHON",
                         help="a Python with pymarian (Marian itself), which the Marian .npz fixtures need")
     parser.add_argument("--dat-plugin", metavar="DIR",
                         help="a checkout of thu-coai/DA-Transformer (its fs_plugins/): also writes fairseq-nat/dat.pt")
     args = parser.parse_args(argv)
     if not args.pymarian and args.only in (None, "marian", "marian-npz", "marian-npz-separate", "marian-ssru",
-                                           "marian-prenorm"):
+                                           "marian-prenorm", "marian-untied"):
         parser.error("the Marian .npz fixtures need --pymarian PYTHON (Marian itself computes what they expect)")
     torch.manual_seed(0)
     np.random.seed(0)
@@ -1187,6 +1197,8 @@ def main(argv=None) -> int:
         marian_npz_fixture(os.path.join(ROOT, "marian-ssru"), pymarian=args.pymarian, ssru=True)
     if args.only in (None, "marian", "marian-prenorm"):
         marian_npz_fixture(os.path.join(ROOT, "marian-prenorm"), pymarian=args.pymarian, prenorm=True)
+    if args.only in (None, "marian", "marian-untied"):
+        marian_npz_fixture(os.path.join(ROOT, "marian-untied"), pymarian=args.pymarian, untied=True)
     if args.only in (None, "nllb"):
         nllb_fixture(os.path.join(ROOT, "nllb"))
     if args.only in (None, "m2m100"):

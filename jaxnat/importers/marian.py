@@ -114,8 +114,9 @@ def build(cfg: dict, vocabs: dict, tensors: dict, directory: str, about: dict, *
             raise DataError(f"{where}: {name} differs from the embedding it is tied to (untied embeddings are not "
                             f"supported)")
     order, pieces = {}, {}
-    for side in ("src", "tgt"):
-        order[side], pieces[side] = _rows(vocabs[side], vocab_at[side], embeddings[side].shape[0], pad, eos)
+    for side in ("src", "tgt"):  # the source's <pad> where its vocabulary has it (one of another size: its own)
+        side_pad = vocabs[side].get("<pad>", pad) if side == "src" and not shared else pad
+        order[side], pieces[side] = _rows(vocabs[side], vocab_at[side], embeddings[side].shape[0], side_pad, eos)
 
     layers = (cfg["encoder_layers"], cfg["decoder_layers"])
     heads = (cfg["encoder_attention_heads"], cfg["decoder_attention_heads"])

@@ -12,9 +12,11 @@ tests/data/import/marian-*/expected_marian.json): Marian's sinusoids take the fr
 parameters as [1, out]. Its vocabulary has no padding piece: `<pad>` is appended with a zero embedding row and a
 zero output bias, and the decoder starts from it (Marian's decoder starts from a zero vector). One vocabulary
 (`tied-embeddings-all` or `-src`: `Wemb`) or one per side (`encoder_Wemb`, `decoder_Wemb`, decoder.yml's two
-`vocabs` or `*.src.vocab.yml` and `*.trg.vocab.yml`); the output layer is the target embedding. Settings that
-conversion cannot express are refused with one line naming them, but for SSRU decoder layers (`transformer-decoder-
-autoreg: rnn`, `dec-cell: ssru`, which no MarianMTModel computes). The file is read with
+`vocabs` or `*.src.vocab.yml` and `*.trg.vocab.yml`, of the same size or not); the output layer is the target
+embedding, or one of its own (`decoder_ff_logit_out_W`, without `tied-embeddings-all` or `tied-embeddings`: Marian's
+default; `lm_head.weight`). Settings that conversion cannot express are refused with one line naming them, but for
+SSRU decoder layers (`transformer-decoder-autoreg: rnn`, `dec-cell: ssru`) and pre-norm layers with top norms, which
+no MarianMTModel computes. The file is read with
 `np.load(allow_pickle=False)` and the YAML with PyYAML's BaseLoader (strings, lists and maps only): data, no code.
 """
 
@@ -186,13 +188,11 @@ def _settings(arrays, where: str) -> dict:
     if not isinstance(cfg, dict):
         raise DataError(f"{where}: {CONFIG_KEY} is not a map of Marian's options")
     tied_all = cfg.get("tied-embeddings-all", "false") == "true"
-    if not tied_all and cfg.get("tied-embeddings", "false") != "true":
-        raise DataError(f"{where}: an output layer apart from the target embedding (tied-embeddings: false) is not "
-                        f"supported")
+    shared = tied_all or cfg.get("tied-embeddings-src", "false") == "true"
     vocab_sizes = cfg.get("dim-vocabs", [])
-    if not isinstance(vocab_sizes, list) or len(set(vocab_sizes)) > 1:
-        raise DataError(f"{where}: source and target vocabularies of different sizes ({vocab_sizes}) are not "
-                        f"supported")
+    if not isinstance(vocab_sizes, list) or shared and len(set(vocab_sizes)) > 1:
+        raise DataError(f"{where}: dim-vocabs {vocab_sizes!r} with tied-embeddings-all or -src: one embedding for "
+                        f"vocabularies of different sizes")
     for key, want in REQUIRED.items():
         if cfg.get(key, want) != want:
             raise DataError(f"{where}: Marian's {key}: {cfg[key]!r} is not supported (jaxnat imports {want!r})")
@@ -216,8 +216,8 @@ def _settings(arrays, where: str) -> dict:
         raise DataError(f"{where}: Marian's transformer-ffn-activation: {activation!r} is not supported (swish or "
                         f"relu; Marian's gelu is x·sigmoid(1.702x))")
     try:
-        return {"activation": ACTIVATIONS[activation], "autoreg": autoreg, "pre_norm": NORMS[norms],
-                "shared": tied_all or cfg.get("tied-embeddings-src", "false") == "true", **{k: int(cfg[k]) for k in (
+        return {"activation": ACTIVATIONS[activation], "autoreg": autoreg, "pre_norm": NORMS[norms], "shared": shared,
+                "tied": tied_all or cfg.get("tied-embeddings", "false") == "true", **{k: int(cfg[k]) for k in (
             "dim-emb", "enc-depth", "dec-depth", "transformer-heads", "transformer-dim-ffn")},
             "version": str(cfg.get("version", "")), "dropout": float(cfg.get("transformer-dropout", 0.1))}
     except KeyError as e:
@@ -233,10 +233,11 @@ def _pre_norm_names(names: dict) -> dict:
 
 
 def _tensors(arrays, layers: tuple[int, int], shared: bool, where: str, autoreg: str = "self_attention",
-             pre_norm: bool = False) -> dict:
+             pre_norm: bool = False, tied: bool = True) -> dict:
     """Marian's arrays under MarianMTModel's names and layouts (torch's Linear: [out, in]; vectors flat), with
     <pad>'s rows appended; an SSRU decoder's (``autoreg``) under `SSRU_LAYER`'s names; with ``pre_norm`` the norms
-    before the sublayers, and each stack's top norm as `model.<stack>.layer_norm`."""
+    before the sublayers, and each stack's top norm as `model.<stack>.layer_norm`; an output layer of its own
+    (not ``tied``: `decoder_ff_logit_out_W`) as `lm_head.weight`."""
     out, seen = {}, {CONFIG_KEY}
     for stack, depth in zip(("encoder", "decoder"), layers):
         names = SSRU_LAYER if stack == "decoder" and autoreg == "ssru" else LAYER
@@ -260,12 +261,15 @@ def _tensors(arrays, layers: tuple[int, int], shared: bool, where: str, autoreg:
                 seen.add(key)
     embeddings = {"Wemb": "model.shared.weight"} if shared else {
         "encoder_Wemb": "model.encoder.embed_tokens.weight", "decoder_Wemb": "model.decoder.embed_tokens.weight"}
+    if not tied:
+        embeddings["decoder_ff_logit_out_W"] = "lm_head.weight"
     for name in (*embeddings, "decoder_ff_logit_out_b"):
         if name not in arrays:
             raise DataError(f"{where}: no parameter {name} (not the vocabulary layout its model.yml describes?)")
     # <pad>, which Marian lacks: a zero embedding (the decoder's start) and a zero output bias
     for name, hf in embeddings.items():
-        out[hf] = np.concatenate([arrays[name], np.zeros((1, arrays[name].shape[1]), arrays[name].dtype)])
+        rows = arrays[name].T if hf == "lm_head.weight" else arrays[name]  # (Marian's output layer: [d, vocabulary])
+        out[hf] = np.concatenate([rows, np.zeros((1, rows.shape[1]), rows.dtype)])
     bias = arrays["decoder_ff_logit_out_b"].reshape(-1)
     out["final_logits_bias"] = np.concatenate([bias, np.zeros(1, bias.dtype)])
     seen.update({*embeddings, "decoder_ff_logit_out_b"})
@@ -290,7 +294,7 @@ def read(path: str) -> Imported:
     settings = _settings(arrays, where)
     shared = settings["shared"]
     tensors = _tensors(arrays, (settings["enc-depth"], settings["dec-depth"]), shared, where, settings["autoreg"],
-                       settings["pre_norm"])
+                       settings["pre_norm"], settings["tied"])
     tops = {stack: {"scale": tensors.pop(f"model.{stack}.layer_norm.weight"),  # (no MarianMTModel has them)
                     "bias": tensors.pop(f"model.{stack}.layer_norm.bias")}
             for stack in ("encoder", "decoder") if settings["pre_norm"]}
@@ -301,9 +305,9 @@ def read(path: str) -> Imported:
     for name in ("source.spm", "target.spm"):
         if not os.path.isfile(os.path.join(directory, name)):
             raise DataError(f"{directory}: no {name} (a Marian release's SentencePiece models cut the text)")
+    for side, vocab in vocabs.items():  # (each side's own: vocabularies of different sizes)
+        vocab["<pad>"] = rows[side]
     pad = rows["tgt"]
-    for vocab in vocabs.values():
-        vocab["<pad>"] = pad
     heads, ffn = settings["transformer-heads"], settings["transformer-dim-ffn"]
     beam = decoding.get("beam-size", "4")
     cfg = {  # what Hugging Face's conversion writes as the MarianMTModel's config.json
@@ -311,7 +315,7 @@ def read(path: str) -> Imported:
         "decoder_layers": settings["dec-depth"], "encoder_attention_heads": heads, "decoder_attention_heads": heads,
         "encoder_ffn_dim": ffn, "decoder_ffn_dim": ffn, "activation_function": settings["activation"],
         "pad_token_id": pad, "decoder_start_token_id": pad, "eos_token_id": vocabs["tgt"]["</s>"],
-        "scale_embedding": True, "normalize_before": settings["pre_norm"], "tie_word_embeddings": True,
+        "scale_embedding": True, "normalize_before": settings["pre_norm"], "tie_word_embeddings": settings["tied"],
         "share_encoder_decoder_embeddings": shared,
         "dropout": settings["dropout"], "num_beams": int(beam) if str(beam).isdigit() else 4,
     }
