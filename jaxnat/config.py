@@ -27,7 +27,7 @@ CHOICES = {
     "model.dtype": ("float32", "bfloat16"),
     "model.activation": ("relu", "gelu", "gelu_tanh", "swish"),
     "model.decoder_norm": ("", "pre", "post"),
-    "model.decoder_autoreg": ("self_attention", "ssru"),
+    "model.decoder_autoreg": ("self_attention", "ssru", "aan"),
     "model.position_layout": ("fairseq", "marian"),
     "model.decoder_start": ("bos", "eos", "pad"),
     "data.source": ("synthetic", "text", "tfds"),
@@ -123,8 +123,9 @@ def default_config() -> ml_collections.ConfigDict:
         ln_eps=1e-6, activation="relu", decoder_norm="", decoder_final_norm=True, layernorm_embedding=False,
         position_offset=0, position_layout="fairseq", output_bias=False, decoder_start="bos", source_bos=True,
         absent_tokens="",
-        # what a left-to-right decoder's layers read of the tokens before: self-attention, or Marian's SSRU (Kim et al.
-        # 2019; its transformer-decoder-autoreg: rnn with dec-cell: ssru), a recurrence of one state vector a layer
+        # what a left-to-right decoder's layers read of the tokens before: self-attention, or one state vector a layer:
+        # Marian's SSRU (Kim et al. 2019; its transformer-decoder-autoreg: rnn with dec-cell: ssru) or average
+        # attention ("aan": Zhang et al. 2018; its transformer-decoder-autoreg: average-attention)
         decoder_autoreg="self_attention",
         # a left-to-right model's word alignments (eval.alignment, `jaxnat.decoding.alignment`): the cross-attention
         # of this decoder layer (0-based; -1: the last), averaged over its first alignment_heads heads (0: all), of a

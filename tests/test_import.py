@@ -791,6 +791,7 @@ NPZ = "opus.spm50-spm50.transformer-align.model1.npz.best-perplexity.npz"
 @pytest.mark.parametrize("damage, message", [
     ("pre-norm", r"transformer-preprocess/-postprocess/-postprocess-top \('n', 'dan', ''\) are not supported"),
     ("ssru cell", "transformer-decoder-autoreg: 'rnn' with dec-cell: 'lstm' is not supported"),
+    ("aan width", "transformer-dim-aan: '2048' with average-attention is not supported"),
     ("gelu", "'gelu' is not supported"),
     ("untied output", "no parameter decoder_ff_logit_out_W .not the vocabulary layout"),
     ("vocabulary sizes", r"dim-vocabs \['51', '50'\] with tied-embeddings-all or -src: one embedding for"),
@@ -804,8 +805,9 @@ NPZ = "opus.spm50-spm50.transformer-align.model1.npz.best-perplexity.npz"
 ])
 def test_a_marian_release_jaxnat_cannot_read_is_refused_in_one_line(tmp_path, damage, message):
     """Marian's .npz: settings jaxnat cannot express (pre-norm layers still post-processed with a norm, a recurrent
-    decoder layer other than the SSRU, …), a foreign or pickled file, an ambiguous directory: one line naming what,
-    nothing written (np.load(allow_pickle=False): an object array is refused)."""
+    decoder layer other than the SSRU, an average attention of another width than the feed-forward layers', …), a
+    foreign or pickled file, an ambiguous directory: one line naming what, nothing written
+    (np.load(allow_pickle=False): an object array is refused)."""
     source = tmp_path / "opus"
     shutil.copytree(os.path.join(DATA, "marian-npz"), source, ignore=shutil.ignore_patterns("expected.*"))
     with np.load(source / NPZ) as z:
@@ -817,7 +819,9 @@ def test_a_marian_release_jaxnat_cannot_read_is_refused_in_one_line(tmp_path, da
                                ("tied-embeddings-src: false", "tied-embeddings-src: true")],
              "vocabulary sizes": [("dim-vocabs:\n- 51\n- 51", "dim-vocabs:\n- 51\n- 50")],
              "ssru cell": [("transformer-decoder-autoreg: self-attention",
-                            "transformer-decoder-autoreg: rnn\ndec-cell: lstm")]}
+                            "transformer-decoder-autoreg: rnn\ndec-cell: lstm")],
+             "aan width": [("transformer-decoder-autoreg: self-attention",  # (Marian's default width, not the FFN's)
+                            "transformer-decoder-autoreg: average-attention")]}
     if damage in edits:
         for old, new in edits[damage]:
             assert old in text
@@ -1541,7 +1545,7 @@ def test_a_model_fairseq_cannot_compute_is_not_exported_to_fairseq(ar_run, tmp_p
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["marian-npz", "marian-npz-separate", "marian-ssru", "marian-prenorm",
-                                  "marian-untied"])
+                                  "marian-aan"])
 def test_a_marian_npz_computes_marians_own_outputs(kind, tmp_path):
     """Marian's own checkpoints against what Marian itself computes with them (pymarian 1.12.42, the Marian
     decoder's Python binding: expected_marian.json, tools/make_import_fixtures.py --pymarian): the two self-attention
@@ -1549,8 +1553,9 @@ def test_a_marian_npz_computes_marians_own_outputs(kind, tmp_path):
     OPUS-MT's tiny and Bergamot's student models), and marian-prenorm/, pre-norm layers with a norm over each
     stack's top (`transformer-preprocess: n`, `-postprocess: da`, `-postprocess-top: n`), neither of which Hugging
     Face's converter takes (Marian's decoder departs from its pre-norm model after the first step: the first piece's
-    log-probability alone is the trained model's, docs/import.md), and marian-untied/, what Marian trains without
-    tied-embeddings options: vocabularies of different sizes, an embedding per side and an output layer of its own
+    log-probability alone is the trained model's, docs/import.md), and marian-aan/, average-attention decoder layers
+    (`transformer-decoder-autoreg: average-attention`) with the embeddings Marian trains without tied-embeddings
+    options: vocabularies of different sizes, an embedding per side and an output layer of its own
     (`decoder_ff_logit_out_W`). Imported as a user
     imports them: the sources cut into Marian's pieces; Marian's greedy outputs piece for piece (up to its
     max-length-factor 2, the SSRU's state carried over every step) with each piece's and the end's log-probability
@@ -1564,7 +1569,7 @@ def test_a_marian_npz_computes_marians_own_outputs(kind, tmp_path):
     write_workdir(SOURCES.get(kind, f"marian:{DATA}/{kind}"), workdir)
     config = workdir_config(workdir)
     assert (config.model.decoder_autoreg, config.eval.length_penalty) == (
-        "ssru" if kind == "marian-ssru" else "self_attention", 0.6)
+        {"marian-ssru": "ssru", "marian-aan": "aan"}.get(kind, "self_attention"), 0.6)
     config.eval.max_len_a, config.eval.max_len_b = 2.0, 0  # Marian's max-length-factor: × the source's pieces and end
     translator = load_translator(config, workdir)
     tok = translator.tokenizer
@@ -1593,12 +1598,14 @@ def test_a_marian_npz_computes_marians_own_outputs(kind, tmp_path):
         np.testing.assert_allclose(ours["token_logp"][:-1] if cut else ours["token_logp"], h["word_scores"],
                                    atol=1e-4)
     assert sum(len(h["pieces"]) for h in want["beam1"]) > 100 and not config.model.pre_norm
-    if kind != "marian-ssru":
+    autoreg = config.model.decoder_autoreg
+    if autoreg == "self_attention":
         with pytest.raises(JaxnatError, match=r"MarianMTModel cannot compute this model \(.*model.position_layout="
                                               r"fairseq, .*model.absent_tokens with pad .*\)"):
             export(config, workdir, f"marian:{tmp_path / 'hf'}")
         return
+    layers = {"ssru": "SSRU", "aan": "average attention"}[autoreg]
     for to in ("ctranslate2", "marian", "fairseq"):
-        with pytest.raises(JaxnatError, match=r"decoder layers are Marian's SSRU \(model.decoder_autoreg=ssru\), "
-                                              r"which .* does not compute"):
+        with pytest.raises(JaxnatError, match=rf"decoder layers are Marian's {layers} \(model.decoder_autoreg="
+                                              rf"{autoreg}\), which .* does not compute"):
             export(config, workdir, f"{to}:{tmp_path / to}")

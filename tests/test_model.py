@@ -1,6 +1,6 @@
 """The Transformer: cached one-token decoding equals the full teacher-forced pass, for every layout option (Marian's
-SSRU decoder too, whose scan is its recurrence written out: hypothesis); padding changes nothing; the embedding
-dropout rate; beam search carries no cross-attention cache."""
+SSRU and average-attention decoders too, whose scans are their recurrences written out: hypothesis); padding changes
+nothing; the embedding dropout rate; beam search carries no cross-attention cache."""
 
 import functools
 
@@ -13,14 +13,14 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from jaxnat.models.ar.model import ARTransformer, ar_generate, ar_loss, ar_score
-from jaxnat.models.transformer import SSRU, Embedder, TransformerConfig
+from jaxnat.models.transformer import RECURRENT, Embedder, TransformerConfig
 
 
 # every pair of the three options' values, in four runs (an orthogonal array), not all eight combinations; the
-# last with Marian's SSRU in the self-attention's place
+# last two with Marian's average attention and SSRU in the self-attention's place
 @pytest.mark.slow
 @pytest.mark.parametrize("pre_norm, positions, shared, autoreg", [
-    (False, "sinusoidal", True, "self_attention"), (False, "learned", False, "self_attention"),
+    (False, "sinusoidal", True, "self_attention"), (False, "learned", False, "aan"),
     (True, "sinusoidal", False, "self_attention"), (True, "learned", True, "ssru")])
 def test_cached_step_equals_full_forward(pre_norm, positions, shared, autoreg):
     # two decoder layers (each its own cache), one encoder layer: both passes read the same encoder memory
@@ -48,40 +48,62 @@ def test_cached_step_equals_full_forward(pre_norm, positions, shared, autoreg):
 
 
 @functools.cache
-def _ssru():
-    """An `SSRU` of width 8 at random weights (its bias too): (params, the jit'd scan, the jit'd step)."""
-    module = SSRU(TransformerConfig(src_vocab_size=10, tgt_vocab_size=10, d_model=8))
+def _recurrent(kind: str):
+    """A `RECURRENT` layer of width 8 (the average attention's FFN 12 wide) at random weights (its biases too):
+    (params, the jit'd scan, the jit'd step)."""
+    module = RECURRENT[kind](TransformerConfig(src_vocab_size=10, tgt_vocab_size=10, d_model=8, ffn_dim=12))
     params = jax.jit(module.init)(jax.random.PRNGKey(0), jnp.zeros((1, 2, 8)), jnp.ones((1, 2), bool))
     params = jax.tree.map(lambda p: p + 0.3 * jax.random.normal(jax.random.PRNGKey(1), p.shape), params)
     return params, jax.jit(module.apply), jax.jit(functools.partial(module.apply, method="step"))
 
 
+def _dense(p: dict, x: list) -> list:
+    """x @ kernel (+ bias) in plain Python, float64."""
+    return [sum(x[i] * p["kernel"][i, j] for i in range(len(x))) + (p["bias"][j] if "bias" in p else 0.0)
+            for j in range(p["kernel"].shape[1])]
+
+
+def _sigmoid(v: list) -> list:
+    return [1 / (1 + math.exp(-a)) for a in v]
+
+
 @settings(max_examples=20, deadline=None)
-@given(st.integers(0, 2**16), st.lists(st.lists(st.booleans(), min_size=6, max_size=6), min_size=3, max_size=3))
-def test_the_ssru_scan_is_its_recurrence_written_out(seed, resets):
-    """`SSRU` over whole sequences (the associative scan) and position by position (`SSRU.step`, the state reset
-    where a sequence starts) against its recurrence in plain Python: c = σ(W_f x + b_f) c + (1 − σ(·)) W x from
-    c = 0 at each start (position 0 and any other: packed segments), the output ReLU(c)."""
-    params, scan, step = _ssru()
+@given(st.sampled_from(sorted(RECURRENT)), st.integers(0, 2**16),
+       st.lists(st.lists(st.booleans(), min_size=6, max_size=6), min_size=3, max_size=3))
+def test_the_recurrent_layers_scans_are_their_recurrences_written_out(kind, seed, resets):
+    """`SSRU` and `AverageAttention` over whole sequences (the associative scans) and position by position (their
+    `step`, the state reset where a sequence starts) against their recurrences in plain Python, from each start
+    (position 0 and any other: packed segments). SSRU: c = σ(W_f x + b_f) c + (1 − σ(·)) W x from c = 0, the
+    output ReLU(c); average attention: the mean a of the inputs since the start (the step's state, which Marian
+    updates as (a·t + x) / (t + 1)), y = FFN(a), the output σ(W_i x + b_i) x + σ(W_f y + b_f) y."""
+    params, scan, step = _recurrent(kind)
     x = np.random.default_rng(seed).normal(size=(3, 7, 8)).astype(np.float32)
     starts = np.asarray([[True] + row for row in resets])
     p = jax.tree.map(lambda a: np.asarray(a, np.float64), params["params"])
     got = np.asarray(scan(params, x, starts))
-    state, stepped = np.zeros((3, 8), np.float32), []
-    for t in range(7):
+    state, since, stepped = np.zeros((3, 8), np.float32), np.zeros(3, np.int32), []
+    for t in range(7):  # the rows start anew at different positions: one row at a time
+        since = np.where(starts[:, t], 0, since + 1)
         state = np.where(starts[:, t, None], 0.0, state).astype(np.float32)
-        out, state = step(params, x[:, t:t + 1], state)
-        stepped.append(np.asarray(out[:, 0]))
+        rows = [step(params, x[b:b + 1, t:t + 1], state[b:b + 1], since[b]) for b in range(3)]
+        stepped.append(np.concatenate([np.asarray(out[:, 0]) for out, _ in rows]))
+        state = np.concatenate([np.asarray(c) for _, c in rows])
     for b in range(3):
-        c = [0.0] * 8
+        c, seen = [0.0] * 8, []
         for t in range(7):
+            xt = [float(v) for v in x[b, t]]
             if starts[b, t]:
-                c = [0.0] * 8
-            u = [sum(float(x[b, t, i]) * p["W"]["kernel"][i, j] for i in range(8)) for j in range(8)]
-            f = [1 / (1 + math.exp(-(sum(float(x[b, t, i]) * p["Wf"]["kernel"][i, j] for i in range(8))
-                                     + p["Wf"]["bias"][j]))) for j in range(8)]
-            c = [f[j] * c[j] + (1 - f[j]) * u[j] for j in range(8)]
-            want = [max(v, 0.0) for v in c]
+                c, seen = [0.0] * 8, []
+            seen.append(xt)
+            if kind == "ssru":
+                u, f = _dense(p["W"], xt), _sigmoid(_dense(p["Wf"], xt))
+                c = [f[j] * c[j] + (1 - f[j]) * u[j] for j in range(8)]
+                want = [max(v, 0.0) for v in c]
+            else:
+                mean = [sum(s[j] for s in seen) / len(seen) for j in range(8)]
+                y = _dense(p["ffn"]["fc2"], [max(v, 0.0) for v in _dense(p["ffn"]["fc1"], mean)])
+                gi, gf = _sigmoid(_dense(p["Wi"], xt)), _sigmoid(_dense(p["Wf"], y))
+                want = [gi[j] * xt[j] + gf[j] * y[j] for j in range(8)]
             np.testing.assert_allclose(got[b, t], want, rtol=1e-5, atol=1e-5)
             np.testing.assert_allclose(stepped[t][b], want, rtol=1e-5, atol=1e-5)
 

@@ -816,8 +816,10 @@ def marian_arrays(cfg: dict, rng) -> dict:
     ffn_names = ["ffn_W1", "ffn_b1", "ffn_W2", "ffn_b2", "ffn_ffn_ln_scale", "ffn_ffn_ln_bias"]
     for i in range(1, cfg["enc-depth"] + 1):
         block(f"encoder_l{i}_", attention + ffn_names)
-    ssru = cfg["transformer-decoder-autoreg"] == "rnn"
-    autoreg = ["rnn_W", "rnn_Wf", "rnn_bf", "rnn_ffn_ln_scale", "rnn_ffn_ln_bias"] if ssru else attention
+    autoreg = {"rnn": ["rnn_W", "rnn_Wf", "rnn_bf", "rnn_ffn_ln_scale", "rnn_ffn_ln_bias"],
+               "average-attention": [f"aan_{w}" for w in ("W1", "b1", "W2", "b2", "Wi", "bi", "Wf", "bf",
+                                                          "ffn_ln_scale", "ffn_ln_bias")]
+               }.get(cfg["transformer-decoder-autoreg"], attention)
     for i in range(1, cfg["dec-depth"] + 1):
         block(f"decoder_l{i}_", autoreg + [a.replace("self", "context") for a in attention] + ffn_names)
     if cfg["transformer-preprocess"] == "n":  # the norms before each sublayer (`_pre`), and each stack's top norm
@@ -852,7 +854,7 @@ def write_marian_release(out: str, cfg: dict, params: dict, vocabs: dict) -> tup
 
 
 def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = None, ssru: bool = False,
-                       prenorm: bool = False, untied: bool = False) -> None:
+                       prenorm: bool = False, aan: bool = False) -> None:
     """A Marian checkpoint as Marian saves it (`model.npz` with its configuration under `special:model.yml`,
     `*.vocab.yml`, `decoder.yml`, `source.spm`, `target.spm`: an OPUS-MT release's files), then converted by Hugging
     Face's own converter (transformers 4.46.3's convert_marian_to_pytorch, which tools/reference_env.sh unpacks), whose
@@ -864,9 +866,10 @@ def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = 
     have), which Hugging Face's converter does not take: Marian's outputs alone, `</s>`'s output bias raised so that
     some end. ``prenorm``: pre-norm layers with a norm over each stack's top (`transformer-preprocess: n`,
     `-postprocess: da`, `-postprocess-top: n`), which that converter does not take either: Marian's outputs alone.
-    ``untied``: what Marian trains by default (no tied-embeddings option given): each side's vocabulary of its own
-    pieces alone (of different sizes: the target's with language tokens), an embedding per side and an output layer
-    of its own, `</s>`'s output bias raised; Marian's outputs alone."""
+    ``aan``: a decoder of average-attention layers (`transformer-decoder-autoreg: average-attention`), and the
+    embeddings Marian trains by default (no tied-embeddings option given): each side's vocabulary of its own pieces
+    alone (of different sizes: the target's with language tokens), an embedding per side and an output layer of its
+    own, `</s>`'s output bias raised; Marian's outputs alone."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
@@ -877,7 +880,7 @@ def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = 
 
     os.makedirs(out, exist_ok=True)
     vocab = spm_pair(out, normalization="identity")  # identity: small .spm files
-    if untied:  # (the target's with the language tokens too: one more size)
+    if aan:  # (the target's with the language tokens too: one more size)
         target = marian_vocabulary(out, ("target",))
         vocabs = {"src.vocab.yml": marian_vocabulary(out, ("source",)),
                   "trg.vocab.yml": {**target, **{code: len(target) + i for i, code in enumerate(LANGUAGE_CODES)}}}
@@ -887,20 +890,24 @@ def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = 
     else:  # with target-language tokens, as a multilingual OPUS-MT model's vocabulary holds them
         vocabs = {"vocab.yml": {**vocab, **{code: len(vocab) + i for i, code in enumerate(LANGUAGE_CODES)}}}
     vocab = vocabs["vocab.yml"] if len(vocabs) == 1 else vocab
-    cfg = dict(MARIAN_YML, **{"dim-vocabs": [len(v) for v in vocabs.values()] if untied else [len(vocab)] * 2})
+    cfg = dict(MARIAN_YML, **{"dim-vocabs": [len(v) for v in vocabs.values()] if aan else [len(vocab)] * 2})
     if ssru:
         cfg.update({"transformer-decoder-autoreg": "rnn", "dec-cell": "ssru"})
     if prenorm:
         cfg.update({"transformer-preprocess": "n", "transformer-postprocess": "da", "transformer-postprocess-top": "n"})
-    if separate or untied:  # the embeddings tied to the output layer (untied: not), not to each other
-        cfg.update({"tied-embeddings-all": False, "tied-embeddings-src": False, "tied-embeddings": not untied})
-    params = marian_arrays(cfg, np.random.default_rng(5 if untied else 4 if separate else 3))
-    if ssru or untied:  # (that some outputs end)
-        params["decoder_ff_logit_out_b"][0, vocab["</s>"]] += 2.5 if untied else 1.0
+    if aan:
+        cfg.update({"transformer-decoder-autoreg": "average-attention",
+                    "transformer-dim-aan": cfg["transformer-dim-ffn"],
+                    "transformer-aan-activation": cfg["transformer-ffn-activation"]})
+    if separate or aan:  # the embeddings tied to the output layer (aan: not), not to each other
+        cfg.update({"tied-embeddings-all": False, "tied-embeddings-src": False, "tied-embeddings": not aan})
+    params = marian_arrays(cfg, np.random.default_rng(5 if aan else 4 if separate else 3))
+    if ssru or aan:  # (that some outputs end)
+        params["decoder_ff_logit_out_b"][0, vocab["</s>"]] += 1.5 if aan else 1.0
     names, listed = write_marian_release(out, cfg, params, vocabs)
     if pymarian:
         marian_expected_by_marian(out, pymarian, names["model"], listed)
-    if ssru or prenorm or untied:
+    if ssru or prenorm or aan:
         return
 
     work = tempfile.mkdtemp()  # the converter writes vocab.json and tokenizer_config.json into the model's directory
@@ -1167,7 +1174,7 @@ def write_expected(out: str, arrays: dict, outputs: dict, name: str = "expected"
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=("fairseq", "fairseq-nat", "dat", "marian", "marian-npz",
-                                           "marian-npz-separate", "marian-ssru", "marian-prenorm", "marian-untied",
+                                           "marian-npz-separate", "marian-ssru", "marian-prenorm", "marian-aan",
                                            "nllb", "m2m100", "mbart50", "fsmt"))
     parser.add_argument("--pymarian", metavar="PYTHON",
                         help="a Python with pymarian (Marian itself), which the Marian .npz fixtures need")
@@ -1175,7 +1182,7 @@ def main(argv=None) -> int:
                         help="a checkout of thu-coai/DA-Transformer (its fs_plugins/): also writes fairseq-nat/dat.pt")
     args = parser.parse_args(argv)
     if not args.pymarian and args.only in (None, "marian", "marian-npz", "marian-npz-separate", "marian-ssru",
-                                           "marian-prenorm", "marian-untied"):
+                                           "marian-prenorm", "marian-aan"):
         parser.error("the Marian .npz fixtures need --pymarian PYTHON (Marian itself computes what they expect)")
     torch.manual_seed(0)
     np.random.seed(0)
@@ -1197,8 +1204,8 @@ def main(argv=None) -> int:
         marian_npz_fixture(os.path.join(ROOT, "marian-ssru"), pymarian=args.pymarian, ssru=True)
     if args.only in (None, "marian", "marian-prenorm"):
         marian_npz_fixture(os.path.join(ROOT, "marian-prenorm"), pymarian=args.pymarian, prenorm=True)
-    if args.only in (None, "marian", "marian-untied"):
-        marian_npz_fixture(os.path.join(ROOT, "marian-untied"), pymarian=args.pymarian, untied=True)
+    if args.only in (None, "marian", "marian-aan"):
+        marian_npz_fixture(os.path.join(ROOT, "marian-aan"), pymarian=args.pymarian, aan=True)
     if args.only in (None, "nllb"):
         nllb_fixture(os.path.join(ROOT, "nllb"))
     if args.only in (None, "m2m100"):

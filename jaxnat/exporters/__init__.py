@@ -95,7 +95,8 @@ def export(config, workdir: str, target: str, quantization: str = "float32") -> 
     if config.eval.ensemble:
         raise ConfigError("--mode export writes one model; eval.ensemble names others (export each on its own)")
     if config.model.decoder_autoreg != "self_attention":
-        raise ConfigError(f"{workdir}'s decoder layers are Marian's SSRU (model.decoder_autoreg="
+        layers = {"ssru": "Marian's SSRU", "aan": "Marian's average attention"}[config.model.decoder_autoreg]
+        raise ConfigError(f"{workdir}'s decoder layers are {layers} (model.decoder_autoreg="
                           f"{config.model.decoder_autoreg}), which {NAMES[kind]} does not compute: its decoders "
                           f"attend to the tokens before")
     if kind == "ctranslate2":

@@ -15,8 +15,8 @@ zero output bias, and the decoder starts from it (Marian's decoder starts from a
 `vocabs` or `*.src.vocab.yml` and `*.trg.vocab.yml`, of the same size or not); the output layer is the target
 embedding, or one of its own (`decoder_ff_logit_out_W`, without `tied-embeddings-all` or `tied-embeddings`: Marian's
 default; `lm_head.weight`). Settings that conversion cannot express are refused with one line naming them, but for
-SSRU decoder layers (`transformer-decoder-autoreg: rnn`, `dec-cell: ssru`) and pre-norm layers with top norms, which
-no MarianMTModel computes. The file is read with
+SSRU decoder layers (`transformer-decoder-autoreg: rnn`, `dec-cell: ssru`), average-attention ones (`average-
+attention`) and pre-norm layers with top norms, which no MarianMTModel computes. The file is read with
 `np.load(allow_pickle=False)` and the YAML with PyYAML's BaseLoader (strings, lists and maps only): data, no code.
 """
 
@@ -52,7 +52,7 @@ REQUIRED = {
 NORMS = {("", "dan", ""): False, ("n", "da", "n"): True}
 # Marian's transformer-decoder-autoreg (and dec-cell, for "rnn") -> model.decoder_autoreg; MarianMTModel (and so
 # Hugging Face's conversion) computes the first alone
-AUTOREG = {("self-attention", None): "self_attention", ("rnn", "ssru"): "ssru"}
+AUTOREG = {("self-attention", None): "self_attention", ("rnn", "ssru"): "ssru", ("average-attention", None): "aan"}
 # Marian's activations as jaxnat names them. Marian's "gelu" is x * sigmoid(1.702 x), which neither jaxnat nor
 # MarianMTModel computes: refused.
 ACTIVATIONS = {"swish": "swish", "relu": "relu"}
@@ -72,6 +72,13 @@ LAYER = {
 SSRU_LAYER = {
     "rnn_W": "ssru.W.weight", "rnn_Wf": "ssru.Wf.weight", "rnn_bf": "ssru.Wf.bias",
     "rnn_ffn_ln_scale": "self_attn_layer_norm.weight", "rnn_ffn_ln_bias": "self_attn_layer_norm.bias",
+    **{k: v for k, v in LAYER.items() if not k.startswith("self_")},
+}
+# an average-attention decoder layer's own (`aan_*`: its feed-forward network, its two gates)
+AAN_LAYER = {
+    "aan_W1": "aan.fc1.weight", "aan_b1": "aan.fc1.bias", "aan_W2": "aan.fc2.weight", "aan_b2": "aan.fc2.bias",
+    "aan_Wi": "aan.Wi.weight", "aan_bi": "aan.Wi.bias", "aan_Wf": "aan.Wf.weight", "aan_bf": "aan.Wf.bias",
+    "aan_ffn_ln_scale": "self_attn_layer_norm.weight", "aan_ffn_ln_bias": "self_attn_layer_norm.bias",
     **{k: v for k, v in LAYER.items() if not k.startswith("self_")},
 }
 
@@ -206,7 +213,9 @@ def _settings(arrays, where: str) -> dict:
     if autoreg is None:
         raise DataError(f"{where}: Marian's transformer-decoder-autoreg: {kind!r}"
                         + (f" with dec-cell: {cfg.get('dec-cell', 'gru')!r}" if kind == "rnn" else "")
-                        + " is not supported (self-attention, or rnn with dec-cell: ssru)")
+                        + " is not supported (self-attention, average-attention, or rnn with dec-cell: ssru)")
+    if autoreg == "aan":
+        _average_attention(cfg, norms, where)
     if cfg.get("transformer-tied-layers", []) not in ([], ""):
         raise DataError(f"{where}: Marian's transformer-tied-layers is not supported")
     if cfg.get("transformer-decoder-dim-ffn", "0") not in ("0", cfg.get("transformer-dim-ffn")):
@@ -226,6 +235,23 @@ def _settings(arrays, where: str) -> dict:
         raise DataError(f"{where}: {CONFIG_KEY}: {e}") from None
 
 
+def _average_attention(cfg: dict, norms: tuple, where: str) -> None:
+    """An average-attention decoder's options that jaxnat's `AverageAttention` computes: its feed-forward network
+    the layers' own (width, activation, two layers deep), the gates on, post-norm layers; else a one-line error."""
+    wanted = {"transformer-dim-aan": cfg.get("transformer-dim-ffn"), "transformer-aan-depth": "2",
+              "transformer-aan-activation": cfg.get("transformer-ffn-activation", "swish"),
+              "transformer-aan-nogate": "false"}
+    defaults = {"transformer-dim-aan": "2048", "transformer-aan-depth": "2", "transformer-aan-activation": "swish",
+                "transformer-aan-nogate": "false"}
+    for key, want in wanted.items():
+        if cfg.get(key, defaults[key]) != want:
+            raise DataError(f"{where}: Marian's {key}: {cfg.get(key, defaults[key])!r} with average-attention is not "
+                            f"supported (jaxnat's average attention: {want!r}, the feed-forward layers' own, gated)")
+    if NORMS[norms]:
+        raise DataError(f"{where}: average-attention decoder layers with pre-norm are not supported (Marian "
+                        f"normalises the mean of the layer's inputs, jaxnat averages normalised inputs)")
+
+
 def _pre_norm_names(names: dict) -> dict:
     """A layer's names with its norms before each sublayer (Marian's preprocess "n": `_ln_*_pre`; an SSRU's under the
     layer's own prefix, `rnn_ln_*_pre`, not its post-process's `rnn_ffn_`)."""
@@ -240,7 +266,7 @@ def _tensors(arrays, layers: tuple[int, int], shared: bool, where: str, autoreg:
     (not ``tied``: `decoder_ff_logit_out_W`) as `lm_head.weight`."""
     out, seen = {}, {CONFIG_KEY}
     for stack, depth in zip(("encoder", "decoder"), layers):
-        names = SSRU_LAYER if stack == "decoder" and autoreg == "ssru" else LAYER
+        names = {"ssru": SSRU_LAYER, "aan": AAN_LAYER}.get(autoreg, LAYER) if stack == "decoder" else LAYER
         names = _pre_norm_names(names) if pre_norm else names
         if pre_norm:
             for part in ("scale", "bias"):
@@ -327,8 +353,8 @@ def read(path: str) -> Imported:
     imported.overrides.update({"model.position_layout": "fairseq", "model.absent_tokens": "pad,bos,plh,mask"})
     for stack, top in tops.items():  # pre-norm: each stack's top norm, its final norm
         imported.params[stack]["final_norm"] = top
-    if settings["autoreg"] == "ssru":
-        imported.overrides["model.decoder_autoreg"] = "ssru"
+    if settings["autoreg"] != "self_attention":
+        imported.overrides["model.decoder_autoreg"] = settings["autoreg"]
     return imported
 
 

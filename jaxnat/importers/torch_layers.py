@@ -66,10 +66,14 @@ def encoder_layer(state: StateDict, prefix: str, heads: int) -> dict:
 
 def decoder_layer(state: StateDict, prefix: str, heads: int) -> dict:
     """One decoder layer; one whose self-attention is Marian's SSRU (`ssru.W`, `ssru.Wf`: model.decoder_autoreg=ssru)
-    where the source holds those in its place."""
+    or average attention (`aan.fc1`, `aan.fc2`, `aan.Wi`, `aan.Wf`: model.decoder_autoreg=aan) where the source holds
+    those in its place."""
     if state.has(f"{prefix}.ssru.W.weight"):
         own = {"ssru": {"W": {"kernel": state.take(f"{prefix}.ssru.W.weight").T},
                         "Wf": dense(state, f"{prefix}.ssru.Wf")}}
+    elif state.has(f"{prefix}.aan.Wi.weight"):
+        own = {"aan": {"ffn": {"fc1": dense(state, f"{prefix}.aan.fc1"), "fc2": dense(state, f"{prefix}.aan.fc2")},
+                       **{gate: dense(state, f"{prefix}.aan.{gate}") for gate in ("Wi", "Wf")}}}
     else:
         own = {"self_attn": attention(state, f"{prefix}.self_attn", heads)}
     return {**own, "res_self": {"norm": norm(state, f"{prefix}.self_attn_layer_norm")},

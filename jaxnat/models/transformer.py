@@ -75,7 +75,8 @@ class TransformerConfig:
     alignment_layer: int = -1
     alignment_heads: int = 0
     full_context_alignment: bool = False
-    # what a left-to-right decoder's layers read of the tokens before: "self_attention", or "ssru" (`SSRU`)
+    # what a left-to-right decoder's layers read of the tokens before: "self_attention", "ssru" (`SSRU`) or "aan"
+    # (`AverageAttention`)
     decoder_autoreg: str = "self_attention"
 
     @property
@@ -324,6 +325,15 @@ class EncoderLayer(nn.Module):
         return self.res_ffn(x, lambda h: self.ffn(h, train), train)
 
 
+def reset_scan(a, b):
+    """The linear recurrence s_t = a_t s_{t−1} + b_t (s_{−1} = 0) at every position t of axis 1, as an associative
+    scan (O(log T) steps deep, not T): a, b float32[B, T, D] (a = 0 where a sequence starts: the sum restarts)."""
+    def combine(first, then):  # s = a s' + b, composed: the later (a2, b2) after the earlier (a1, b1)
+        return first[0] * then[0], then[0] * first[1] + then[1]
+
+    return jax.lax.associative_scan(combine, (a, b), axis=1)[1]
+
+
 class SSRU(nn.Module):
     """The Simpler Simple Recurrent Unit (Kim et al. 2019) as Marian computes it in a decoder layer's place of
     self-attention (`transformer-decoder-autoreg: rnn`, `dec-cell: ssru`; decoder_autoreg "ssru"): per position t,
@@ -347,29 +357,68 @@ class SSRU(nn.Module):
         return (flat_leading(self.W, x).astype(jnp.float32),
                 jax.nn.sigmoid(flat_leading(self.Wf, x).astype(jnp.float32)))
 
-    def __call__(self, x, starts):
+    def __call__(self, x, starts, train: bool = False):
         """x: float[B, T, D]; starts: bool[B, T], where a sequence begins (its state starts from 0 there: position 0,
-        each packed segment's first) -> float[B, T, D]."""
+        each packed segment's first) -> float[B, T, D] (no dropout: ``train`` unread)."""
         u, f = self.gates(x)
-        a = jnp.where(starts[..., None], 0.0, f)
-
-        def combine(first, then):  # c = a c' + b, composed: the later (a2, b2) after the earlier (a1, b1)
-            return first[0] * then[0], then[0] * first[1] + then[1]
-
-        _, c = jax.lax.associative_scan(combine, (a, (1.0 - f) * u), axis=1)
+        c = reset_scan(jnp.where(starts[..., None], 0.0, f), (1.0 - f) * u)
         return nn.relu(c).astype(x.dtype)
 
-    def step(self, x, c):
-        """One position: x float[B, 1, D], c float32[B, D] the state after the position before -> (the output
-        float[B, 1, D], the new state)."""
+    def step(self, x, c, index):
+        """One position: x float[B, 1, D], c float32[B, D] the state after the position before, index: the
+        position (int32 scalar; unread) -> (the output float[B, 1, D], the new state)."""
         u, f = self.gates(x[:, 0])
         c = f * c + (1.0 - f) * u
         return nn.relu(c)[:, None].astype(x.dtype), c
 
 
+class AverageAttention(nn.Module):
+    """The average attention network (Zhang et al. 2018) as Marian computes it in a decoder layer's place of
+    self-attention (`transformer-decoder-autoreg: average-attention`; decoder_autoreg "aan"): per position t of
+    the sublayer's input x,
+
+        a_t = (x_1 + … + x_t) / t,   y_t = FFN(a_t),   output σ(W_i x_t + b_i) ⊙ x_t + σ(W_f y_t + b_f) ⊙ y_t
+
+    with a feed-forward network of the layer's own shape (Marian's `transformer-dim-aan` and `-aan-activation`
+    equal to its FFN's; its default gate). A decoding step keeps the running mean alone. Post-norm layers give x
+    as Marian does (the layer's input); pre-norm ones give the normalised input, where Marian averages the input
+    and normalises the mean: jaxnat's own layout, which no Marian model has."""
+
+    cfg: TransformerConfig
+
+    def setup(self):
+        c = self.cfg
+        self.ffn = FeedForward(c)
+        self.Wi, self.Wf = (nn.Dense(c.d_model, kernel_init=c.kernel_init(), dtype=c.compute_dtype, name=name,
+                                     dot_general=rows_dot_general) for name in ("Wi", "Wf"))
+
+    def mix(self, x, mean, train: bool):
+        """x, mean: float[B, T, D] -> the gated sum float[B, T, D]."""
+        y = self.ffn(mean.astype(x.dtype), train)
+        return jax.nn.sigmoid(flat_leading(self.Wi, x)) * x + jax.nn.sigmoid(flat_leading(self.Wf, y)) * y
+
+    def __call__(self, x, starts, train: bool = False):
+        """x: float[B, T, D]; starts: bool[B, T], where a sequence begins (its mean starts there: position 0, each
+        packed segment's first) -> float[B, T, D]."""
+        keep = jnp.where(starts[..., None], 0.0, 1.0)
+        sums = reset_scan(jnp.broadcast_to(keep, x.shape), x.astype(jnp.float32))
+        counts = reset_scan(keep, jnp.ones(keep.shape, jnp.float32))
+        return self.mix(x, sums / counts, train)
+
+    def step(self, x, mean, index):
+        """One position: x float[B, 1, D], mean float32[B, D] that of the positions before, index: this position
+        (int32 scalar) -> (the output float[B, 1, D], the mean through it), as Marian updates it."""
+        mean = (mean * index.astype(jnp.float32) + x[:, 0].astype(jnp.float32)) / (index + 1).astype(jnp.float32)
+        return self.mix(x, mean[:, None], False), mean
+
+
+# decoder_autoreg values whose layers keep one state vector of the tokens before, and their modules
+RECURRENT = {"ssru": SSRU, "aan": AverageAttention}
+
+
 class DecoderLayer(nn.Module):
-    """Self-attention (causal or bidirectional) -> cross-attention -> feed-forward; with decoder_autoreg "ssru" a
-    left-to-right recurrence (`SSRU`) in the self-attention's place.
+    """Self-attention (causal or bidirectional) -> cross-attention -> feed-forward; with decoder_autoreg "ssru" or
+    "aan" a left-to-right recurrence (`SSRU`, `AverageAttention`: `RECURRENT`) in the self-attention's place.
 
     ``masked_attn`` (CMLMC's RevealPosition, Huang et al. 2022 §3.1) adds a causal self-attention sublayer
     between the self-attention and the cross-attention: FULL-ATT → MASKED-ATT → ENCODER-ATT → FFN.
@@ -379,8 +428,8 @@ class DecoderLayer(nn.Module):
     masked_attn: bool = False
 
     def setup(self):
-        if self.cfg.decoder_autoreg == "ssru":
-            self.ssru = SSRU(self.cfg)
+        if self.cfg.decoder_autoreg in RECURRENT:  # (its parameters under the kind's name: "ssru", "aan")
+            self.recurrent = RECURRENT[self.cfg.decoder_autoreg](self.cfg, name=self.cfg.decoder_autoreg)
         else:
             self.self_attn = MultiHeadAttention(self.cfg)
         self.cross_attn = MultiHeadAttention(self.cfg)
@@ -393,11 +442,11 @@ class DecoderLayer(nn.Module):
 
     def __call__(self, x, self_bias, memory_kv, cross_bias, train: bool, causal_bias=None,
                  return_attention: bool = False):
-        """self_bias: the self-attention's bias float32[B, 1|H, T, T], or with an `SSRU` bool[B, T], where each
-        sequence starts. causal_bias: float32[B, 1, T, T], the causal sublayer's bias (with ``masked_attn``). With
-        ``return_attention`` (static) also the cross-attention weights float32[B, H, T, S]."""
-        if self.cfg.decoder_autoreg == "ssru":
-            x = self.res_self(x, lambda h: self.ssru(h, self_bias), train)
+        """self_bias: the self-attention's bias float32[B, 1|H, T, T], or with a `RECURRENT` layer bool[B, T],
+        where each sequence starts. causal_bias: float32[B, 1, T, T], the causal sublayer's bias (with
+        ``masked_attn``). With ``return_attention`` (static) also the cross-attention weights float32[B, H, T, S]."""
+        if self.cfg.decoder_autoreg in RECURRENT:
+            x = self.res_self(x, lambda h: self.recurrent(h, self_bias, train), train)
         else:
             x = self.res_self(x, lambda h: self.self_attn(h, h, self_bias, train), train)
         if self.masked_attn:
@@ -424,11 +473,11 @@ class DecoderLayer(nn.Module):
         into it; keys and values written as [B, T, H, K] were transposed whole at every step, a quarter of a beam
         search's time at batch 64); index: int32 scalar.
 
-        Writes this position's key/value at `index` and attends to positions <= index. With an `SSRU`, cache['c']:
-        float32[B, D], its state, in place of the keys and values.
+        Writes this position's key/value at `index` and attends to positions <= index. With a `RECURRENT` layer,
+        cache['c']: float32[B, D], its state, in place of the keys and values.
         """
-        def ssru_sublayer(h):
-            out, c = self.ssru.step(h, cache["c"])
+        def recurrent_sublayer(h):
+            out, c = self.recurrent.step(h, cache["c"], index)
             cache.update(c=c)
             return out
 
@@ -442,7 +491,7 @@ class DecoderLayer(nn.Module):
             bias = jnp.where(visible, 0.0, -1e9).astype(jnp.float32)[None, None, None, :]
             return attn.attend(h, k, v, bias, False, heads_first=True)
 
-        x = self.res_self(x, ssru_sublayer if self.cfg.decoder_autoreg == "ssru" else self_sublayer, False)
+        x = self.res_self(x, recurrent_sublayer if self.cfg.decoder_autoreg in RECURRENT else self_sublayer, False)
         x = self.res_cross(x, lambda h: self.cross_attn.attend(h, cache["ck"], cache["cv"], cross_bias, False,
                                                                heads_first=True), False)
         return self.res_ffn(x, lambda h: self.ffn(h, False), False), cache
@@ -673,11 +722,11 @@ class Decoder(nn.Module):
         causal: the self-attention's mask for this call (None: the stack's own, ``self.causal``).
         """
         causal = self.causal if causal is None else causal
-        if self.cfg.decoder_autoreg == "ssru":  # a recurrence reads the tokens before alone
+        if self.cfg.decoder_autoreg in RECURRENT:  # a recurrence reads the tokens before alone
             if not causal:
-                raise ConfigError("model.decoder_autoreg=ssru reads the tokens before each position only: a decoder "
-                                  "that reads its whole canvas, or a pass without the causal mask "
-                                  "(model.full_context_alignment), cannot use it")
+                raise ConfigError(f"model.decoder_autoreg={self.cfg.decoder_autoreg} reads the tokens before each "
+                                  f"position only: a decoder that reads its whole canvas, or a pass without the "
+                                  f"causal mask (model.full_context_alignment), cannot use it")
             self_bias = segment_starts(mask) if is_segments(mask) else jnp.broadcast_to(
                 jnp.arange(mask.shape[1]) == 0, mask.shape)
         else:
@@ -732,7 +781,7 @@ class Decoder(nn.Module):
         cache = []
         for i, layer in enumerate(self.layer_modules()):
             ck, cv = (jnp.swapaxes(t, 1, 2) for t in layer.cross_kv(memory, None if prefixes is None else prefixes[i]))
-            if c.decoder_autoreg == "ssru":  # its state, zero before the first token
+            if c.decoder_autoreg in RECURRENT:  # its state, zero before the first token
                 own = dict(c=jnp.zeros((batch, c.d_model), jnp.float32))
             else:
                 own = dict(k=jnp.zeros(shape, c.compute_dtype), v=jnp.zeros(shape, c.compute_dtype))
