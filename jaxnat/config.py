@@ -288,6 +288,9 @@ def default_config() -> ml_collections.ConfigDict:
         # the left-to-right searches' rules: jaxnat's (exact beam search; BOS never generated) or fairseq's
         # SequenceGenerator's (an imported fairseq model then decodes as fairseq does, token for token: docs/import.md)
         search_rules="jaxnat",
+        # whether a left-to-right search may write the unknown piece (false: UNK barred from every output, its
+        # log-probability still in the others' softmax: Marian's --allow-unk off, which a Marian .npz import sets)
+        allow_unk=True,
         # also decode the first test split at each of these decoding depths, e.g. "1,2,5,10" (BLEU, RIBES,
         # repetition rate and time per depth): the decoding depth of a family that has one (`Family.sweep`, e.g.
         # refinement passes or iterations of a layer)
@@ -501,7 +504,8 @@ def check_switched(config: ml_collections.ConfigDict, switched: dict[str, tuple[
 # Keys of the shared sections that only some model families read: each family lists those its runs read in
 # `Family.reads`; set away from its default for a family that does not, the run would be as without it
 READ_BY_SOME = ("eval.length_penalty", "eval.max_len_a", "eval.max_len_b", "eval.length_cap_min",
-                "eval.length_cap_ratio", "eval.run_all_iterations", "eval.search_rules", "data.pack", "eval.sampling",
+                "eval.length_cap_ratio", "eval.run_all_iterations", "eval.search_rules", "eval.allow_unk", "data.pack",
+                "eval.sampling",
                 "eval.no_repeat_ngram", "eval.no_consecutive_repeat",
                 "train.alignment_lambda", "data.alignments_dir")
 

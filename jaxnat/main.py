@@ -82,7 +82,8 @@ def parse_args(argv):
                                            "BPE files (default: the checkpoint's)")
     parser.add_argument("--to", dest="target", metavar="FORMAT:DIR",
                         help="export: where to write the model, ctranslate2:DIR (CTranslate2's), marian:DIR (Hugging "
-                             "Face's MarianMTModel, for a model of Marian's conventions), nllb:DIR, m2m100:DIR, "
+                             "Face's MarianMTModel, for a model of Marian's conventions), marian-npz:DIR (Marian's "
+                             "own .npz, for a model computing Marian's function), nllb:DIR, m2m100:DIR, "
                              "mbart50:DIR, fsmt:DIR, hf:DIR (a Hugging Face import's own class) or fairseq:DIR "
                              "(fairseq's checkpoint); a new directory")
     parser.add_argument("--quantization", choices=QUANTIZATIONS,

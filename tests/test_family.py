@@ -75,7 +75,7 @@ TOY = Family(
     aux_run=lambda config: ("toy.teacher", config.toy.teacher, "ar") if config.toy.teacher else None,
     output_metrics=lambda outs, srcs: {"toy_output_words": float(np.mean([len(o["hyp"].split()) for o in outs]))},
     sweep=("shift", "s"), reads=("eval.length_penalty", "eval.max_len_a", "eval.max_len_b", "eval.search_rules",
-                                 "eval.no_repeat_ngram", "eval.no_consecutive_repeat"))
+                                 "eval.no_repeat_ngram", "eval.no_consecutive_repeat", "eval.allow_unk"))
 
 
 @pytest.fixture

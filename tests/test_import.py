@@ -619,6 +619,7 @@ def test_marians_conversion_of_a_separate_vocabulary_model_imports_as_the_npz_do
     lengths = ("model.max_len", "data.max_len")  # the converter's position table: d_model rows; the .npz's: 512
     # and decoder.yml's normalize, which the converter drops and the import takes as the length penalty
     assert npz.overrides.pop("eval.length_penalty") == 0.6 and "eval.length_penalty" not in hf.overrides
+    assert npz.overrides.pop("eval.allow_unk") is False  # (Marian's decoder never writes <unk>; generate does)
     assert [npz.overrides.pop(k) for k in ("model.position_layout", "model.absent_tokens")] == [
         "fairseq", "pad,bos,plh,mask"]
     assert [hf.overrides.pop(k) for k in ("model.position_layout", "model.absent_tokens")] == [
@@ -1362,8 +1363,8 @@ def test_a_model_jaxnat_trained_exports_from_the_command_line(ar_run, tmp_path):
 
     with pytest.raises(SystemExit):  # argparse's choices, in jaxnat's one line
         parse_args(["--mode", "export", "--workdir", str(ar_run), "--to", "ctranslate2:x", "--quantization", "int3"])
-    with pytest.raises(JaxnatError, match="--to takes ctranslate2:DIR, marian:DIR, nllb:DIR, m2m100:DIR, "
-                                          "mbart50:DIR, fsmt:DIR, fairseq:DIR or hf:DIR, got 'onnx:x'"):
+    with pytest.raises(JaxnatError, match="--to takes ctranslate2:DIR, marian:DIR, marian-npz:DIR, nllb:DIR, "
+                                          "m2m100:DIR, mbart50:DIR, fsmt:DIR, fairseq:DIR or hf:DIR, got 'onnx:x'"):
         check_paths(parse_args(["--mode", "export", "--workdir", str(ar_run), "--to", "onnx:x"])[0])
 
     config.model.name = "cmlm"
@@ -1541,6 +1542,70 @@ def test_a_model_fairseq_cannot_compute_is_not_exported_to_fairseq(ar_run, tmp_p
     with pytest.raises(JaxnatError, match=r"set data.src_lang and data.tgt_lang .*got '' and 'de'"):
         export(unnamed, workdir, f"fairseq:{tmp_path / 'out'}")
     assert os.listdir(tmp_path) == []
+
+
+MARIAN_RELEASES = ("marian-npz", "marian-npz-separate", "marian-ssru", "marian-prenorm", "marian-aan")
+
+
+def test_an_export_to_marian_npz_writes_back_the_original_release(ar_run, tmp_path):
+    """`--to marian-npz:DIR` of each Marian `.npz` fixture's import (one vocabulary or one per side of different
+    sizes, tied or untied output layers, SSRU and average-attention decoders, pre-norm layers) writes what Marian
+    saved: every array bit for bit under its name and row-major (Marian refuses another order), the options its
+    import reads, the vocabularies piece for piece and id for id; decoder.yml keeps normalize and Marian's
+    allow-unk (off). Marian itself decodes the exports of fine-tuned models as jaxnat does (tools/
+    check_marian_export.py, docs/import.md). jaxnat's own conventions are refused, each named, nothing written."""
+    import yaml
+
+    from jaxnat.exporters import export
+    from jaxnat.importers.marian_npz import _settings
+
+    for kind in MARIAN_RELEASES:
+        workdir, out = str(tmp_path / kind / "run"), tmp_path / kind / "out"
+        write_workdir(f"marian:{DATA}/{kind}", workdir)
+        export(workdir_config(workdir), workdir, f"marian-npz:{out}")
+        with np.load(f"{DATA}/{kind}/{NPZ}") as z, np.load(out / "model.npz") as e:
+            original, exported = {k: z[k] for k in z.files}, {k: e[k] for k in e.files}
+        assert sorted(exported) == sorted(original), kind
+        for key, value in original.items():
+            if key != "special:model.yml":
+                np.testing.assert_array_equal(exported[key], value, err_msg=f"{kind} {key}")
+                assert exported[key].flags.c_contiguous and exported[key].dtype == np.float32
+        theirs, ours = _settings(original, kind), _settings(exported, kind)
+        assert {**theirs, "version": ""} == {**ours, "version": ""}, kind
+        with open(f"{DATA}/{kind}/decoder.yml", encoding="utf-8") as f:
+            listed = yaml.safe_load(f)["vocabs"]
+        with open(out / "decoder.yml", encoding="utf-8") as f:
+            written = yaml.safe_load(f)
+        assert (written["normalize"], written["allow-unk"]) == (0.6, False)
+        for theirs_file, ours_file in zip(listed, written["vocabs"]):
+            with open(f"{DATA}/{kind}/{theirs_file}", encoding="utf-8") as a, open(out / ours_file,
+                                                                                   encoding="utf-8") as b:
+                assert yaml.safe_load(a) == yaml.safe_load(b), (kind, theirs_file)
+    with pytest.raises(JaxnatError, match=r"^Marian cannot compute this model \(model.source_bos=True, "
+                                          r"model.decoder_start=bos, model.output_bias=False, model.absent_tokens "
+                                          r"without pad,bos,plh,mask .*\); export it with --to ctranslate2:DIR$"):
+        export(workdir_config(str(ar_run)), str(ar_run), f"marian-npz:{tmp_path / 'own'}")
+    assert not (tmp_path / "own").exists()
+
+
+def test_a_marian_import_never_writes_unk_as_marian_decodes(tmp_path):
+    """Marian's decoder never writes `<unk>` (its --allow-unk, off by default): a `.npz` import sets
+    eval.allow_unk=false, under which no output holds UNK even where the model ranks it first (its output bias raised
+    here), and the other pieces keep their log-probabilities; eval.allow_unk=true lets it through."""
+    source = tmp_path / "opus"
+    shutil.copytree(os.path.join(DATA, "marian-npz"), source, ignore=shutil.ignore_patterns("expected.*"))
+    with np.load(source / NPZ) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["decoder_ff_logit_out_b"][0, 1] += 50.0  # Marian's <unk>: id 1
+    np.savez(source / NPZ, **arrays)
+    write_workdir(f"marian:{source}", str(tmp_path / "run"))
+    config = workdir_config(str(tmp_path / "run"))
+    assert config.eval.allow_unk is False
+    texts = expected("marian-npz")[1]["src"][:2]
+    for allow in (False, True):
+        config.eval.allow_unk = allow
+        hyps = load_translator(config, str(tmp_path / "run")).translate(texts, beam_size=1, token_scores=True)
+        assert all((UNK_ID in h["piece_ids"]) == allow and h["piece_ids"] for h in hyps)
 
 
 @pytest.mark.slow

@@ -927,42 +927,16 @@ def marian_npz_fixture(out: str, separate: bool = False, pymarian: str | None = 
     marian_expected(out, model, tok)
 
 
-# Marian's translator run by pymarian in the Python that has it (its own environment: pymarian's wheel brings Marian's
-# libraries): each source alone, its pieces as Marian's vocabulary reads them, n-best lists with each word's score
-PYMARIAN = """
-import json, sys
-from pymarian import Translator
-args = json.loads(sys.argv[1])
-out = {}
-for beam, normalize in ((1, 0.0), (4, 0.6)):
-    t = Translator(models=args["model"], vocabs=args["vocabs"], cpu_threads=1, beam_size=beam, n_best=True,
-                   word_scores=True, normalize=normalize, mini_batch=1, maxi_batch=1, max_length_factor=2, quiet=True)
-    out[beam] = [t.translate(line) for line in args["sources"]]
-print(json.dumps(out))
-"""
-
-
 def marian_expected_by_marian(out: str, python: str, model: str, vocabs: list) -> None:
-    """What Marian itself (pymarian, in ``python``) computes on the fixture's sources, cut by source.spm into
-    pieces: its greedy and beam-4 (normalize 0.6, decoder.yml's) n-best lists, each hypothesis's pieces, word scores
-    and score, into expected_marian.json."""
-    import subprocess
-
+    """What Marian itself (pymarian, in ``python``: tools/marian_reference.py) computes on the fixture's sources,
+    cut by source.spm into pieces: its greedy and beam-4 (normalize 0.6, decoder.yml's) n-best lists, each
+    hypothesis's pieces, word scores and score, into expected_marian.json."""
     import sentencepiece as spm
+    from marian_reference import decode
 
     sp = spm.SentencePieceProcessor(model_file=os.path.join(out, "source.spm"))
     sources = [" ".join(sp.encode(s, out_type=str)) for s in SRC]
-    args = {"model": model, "vocabs": vocabs, "sources": sources}
-    raw = json.loads(subprocess.run([python, "-c", PYMARIAN, json.dumps(args)], cwd=out, check=True,
-                                    capture_output=True, text=True).stdout)
-    outputs = {"pieces_in": sources}
-    for beam, lists in raw.items():
-        hypotheses = []
-        for text in lists:
-            first = text.splitlines()[0].split(" ||| ")  # the best: "0 ||| pieces ||| WordScores= … ||| F0= … ||| s"
-            hypotheses.append({"pieces": first[1].split(), "word_scores": [float(v) for v in first[2].split()[1:]],
-                               "score": float(first[-1])})
-        outputs[f"beam{beam}"] = hypotheses
+    outputs = {"pieces_in": sources, **decode(python, out, model, vocabs, sources)}
     with open(os.path.join(out, "expected_marian.json"), "w", encoding="utf-8") as f:
         json.dump({"src": SRC, **outputs}, f, indent=1, ensure_ascii=False)
 

@@ -86,6 +86,16 @@ def _restrict(logp: jnp.ndarray, index, max_len: jnp.ndarray, rules: str = "jaxn
     return jnp.where(banned, NEG_INF, logp.astype(jnp.float32))
 
 
+def barred(tokens_to_logprobs, ids: tuple):
+    """A search callback under which no hypothesis takes the tokens ``ids``: their log-probabilities -inf after the
+    model's softmax, the others' unchanged (Marian's suppressed words, its `<unk>` unless --allow-unk)."""
+    def step(tokens, cache, index):
+        logp, cache = tokens_to_logprobs(tokens, cache, index)
+        return logp.at[..., jnp.asarray(ids)].set(NEG_INF), cache
+
+    return step
+
+
 def force_prefix(tokens_to_logprobs, prefix: jnp.ndarray, free=None):
     """A search callback that starts every hypothesis with its row's ``prefix`` (int32[N, P], PAD-padded: a row's
     first tokens after BOS): at position index < P the row's distribution is the prefix token's alone (every other id

@@ -1,8 +1,9 @@
 """`--mode export`: a workdir's model written for another inference engine (docs/import.md, "Exporting").
 
 One module per target format: `ctranslate2` (the AR Transformer as a CTranslate2 model), `marian` (one of
-Marian's conventions as Hugging Face's MarianMTModel), `hf_fairseq` (an NLLB-200, M2M-100, mBART-50 or FSMT
-import as Hugging Face's class of it) and `fairseq` (fairseq's conventions as its own checkpoint). `export` reads
+Marian's conventions as Hugging Face's MarianMTModel), `marian_npz` (Marian's own function as Marian's `.npz`),
+`hf_fairseq` (an NLLB-200, M2M-100, mBART-50 or FSMT import as Hugging Face's class of it) and `fairseq` (fairseq's
+conventions as its own checkpoint). `export` reads
 the workdir as every decoding mode does (`jaxnat.restore.load_translator`: the parameters `eval.params` names, the
 best validation's by default), builds the target's model from its parameters and conventions, and writes it with
 the files that cut text into its pieces into a fresh directory it renames into place at the end, so that a failed
@@ -19,8 +20,8 @@ import tempfile
 from jaxnat.errors import ConfigError
 
 # hf: the Hugging Face format the model came from
-FORMATS = ("ctranslate2", "marian", "nllb", "m2m100", "mbart50", "fsmt", "fairseq", "hf")
-NAMES = {"ctranslate2": "CTranslate2", "marian": "Hugging Face MarianMTModel",
+FORMATS = ("ctranslate2", "marian", "marian-npz", "nllb", "m2m100", "mbart50", "fsmt", "fairseq", "hf")
+NAMES = {"ctranslate2": "CTranslate2", "marian": "Hugging Face MarianMTModel", "marian-npz": "Marian .npz",
          "nllb": "Hugging Face M2M100ForConditionalGeneration (NLLB)",
          "m2m100": "Hugging Face M2M100ForConditionalGeneration (M2M-100)",
          "mbart50": "Hugging Face MBartForConditionalGeneration (mBART-50)",
@@ -79,7 +80,7 @@ def export(config, workdir: str, target: str, quantization: str = "float32") -> 
     that must not exist). Returns a one-line summary."""
     import jax
 
-    from jaxnat.exporters import ctranslate2, fairseq, hf_fairseq, marian
+    from jaxnat.exporters import ctranslate2, fairseq, hf_fairseq, marian, marian_npz
     from jaxnat.optional import require
     from jaxnat.provenance import commit
     from jaxnat.restore import load_translator
@@ -94,7 +95,7 @@ def export(config, workdir: str, target: str, quantization: str = "float32") -> 
                           f"{workdir} holds a {config.model.name} model, which {NAMES[kind]} does not run")
     if config.eval.ensemble:
         raise ConfigError("--mode export writes one model; eval.ensemble names others (export each on its own)")
-    if config.model.decoder_autoreg != "self_attention":
+    if config.model.decoder_autoreg != "self_attention" and kind != "marian-npz":
         layers = {"ssru": "Marian's SSRU", "aan": "Marian's average attention"}[config.model.decoder_autoreg]
         raise ConfigError(f"{workdir}'s decoder layers are {layers} (model.decoder_autoreg="
                           f"{config.model.decoder_autoreg}), which {NAMES[kind]} does not compute: its decoders "
@@ -114,6 +115,8 @@ def export(config, workdir: str, target: str, quantization: str = "float32") -> 
             ctranslate2.export(translator, config, staging, quantization, files, how)
         elif kind == "marian":
             marian.write(translator, config, staging, files, how)
+        elif kind == "marian-npz":
+            marian_npz.write(translator, config, staging, files, how)
         elif kind == "fairseq":
             fairseq.write(translator, config, staging, files, how, (translator.checkpoint or {}).get("step", 0))
         else:

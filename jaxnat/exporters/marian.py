@@ -34,7 +34,8 @@ def check(cfg, config) -> None:
         ("model.layernorm_embedding", cfg.layernorm_embedding, False), ("model.source_bos", cfg.source_bos, False),
         ("model.decoder_start", cfg.decoder_start, "pad")) if value != marian]
     if PAD_ID in cfg.absent_tokens:  # (a Marian .npz import: Marian's own softmax)
-        wrong.append("model.absent_tokens with pad (MarianMTModel's softmax has a <pad> row)")
+        wrong.append("model.absent_tokens with pad (MarianMTModel's softmax has a <pad> row; Marian's own model: "
+                     "--to marian-npz:DIR)")
     if config.data.src_lang_token or config.data.tgt_lang_token:
         wrong.append("data.src_lang_token / tgt_lang_token (language tokens outside the text)")
     if wrong:

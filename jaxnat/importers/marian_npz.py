@@ -361,7 +361,8 @@ def read(path: str) -> Imported:
 def _search_options(decoding: dict, at: str) -> dict:
     """decoder.yml's `normalize` as eval.length_penalty: Marian's decoder ranks finished hypotheses by their score
     over their length (EOS counted) to that power, as jaxnat's searches do (marian-dev's `History`); absent, jaxnat's
-    default stays. A `word-penalty`, which jaxnat's searches lack, is left out with a warning."""
+    default stays. Its `allow-unk` as eval.allow_unk (Marian's default: off, `<unk>` never written). A
+    `word-penalty`, which jaxnat's searches lack, is left out with a warning."""
     def number(key: str) -> float:
         try:
             return float(decoding[key])
@@ -370,4 +371,6 @@ def _search_options(decoding: dict, at: str) -> dict:
 
     if "word-penalty" in decoding and number("word-penalty") != 0.0:
         log.warning("%s: word-penalty %s is not applied (jaxnat's searches have none)", at, decoding["word-penalty"])
-    return {"eval.length_penalty": number("normalize")} if "normalize" in decoding else {}
+    allow_unk = str(decoding.get("allow-unk", "false")).lower() == "true"
+    return {"eval.allow_unk": allow_unk, **({"eval.length_penalty": number("normalize")} if "normalize" in decoding
+                                            else {})}

@@ -100,7 +100,9 @@ def _tensors(tree: dict, prefix: str, out: dict) -> None:
             out[f"{prefix}.{torch}.weight"] = (kernel.reshape(-1, d) if name == "out" else kernel.reshape(d, -1)).T
             out[f"{prefix}.{torch}.bias"] = np.asarray(value["bias"]).reshape(-1)
         elif "kernel" in value:
-            out[f"{prefix}.{name}.weight"], out[f"{prefix}.{name}.bias"] = np.asarray(value["kernel"]).T, value["bias"]
+            out[f"{prefix}.{name}.weight"] = np.asarray(value["kernel"]).T
+            if "bias" in value:  # (an SSRU's W has none)
+                out[f"{prefix}.{name}.bias"] = value["bias"]
         else:
             out[f"{prefix}.weight"], out[f"{prefix}.bias"] = value["scale"], value["bias"]
 
@@ -123,6 +125,9 @@ def stack_tensors(params: dict, encoder: str, decoder: str) -> dict:
             for sub, value in tree.items():
                 if sub == "ffn":
                     _tensors(value, at, out)
+                elif sub in ("ssru", "aan"):  # a recurrent layer in the self-attention's place (`decoder_layer`)
+                    _tensors({**value.get("ffn", {}), **{k: v for k, v in value.items() if k != "ffn"}},
+                             f"{at}.{sub}", out)
                 elif sub.startswith("res_"):
                     _tensors({"norm": value["norm"]}, f"{at}.{names[sub]}", out)
                 else:

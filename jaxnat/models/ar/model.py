@@ -15,14 +15,14 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 from jaxnat.decoding import constrained_fairseq
 from jaxnat.decoding.constrained import constrained_search
 from jaxnat.decoding.completion import spell
 from jaxnat.decoding.request import DecodeRequest, Supports
 from jaxnat.decoding.repeats import block_repeats
-from jaxnat.decoding.search import (Sampling, ar_search, ensembled, force_prefix, forced_result, mean_probability,
-                                    sampling_of, source_keys)
+from jaxnat.decoding.search import (Sampling, ar_search, barred, ensembled, force_prefix, forced_result,
+                                    mean_probability, sampling_of, source_keys)
 from jaxnat.errors import ConfigError
 from jaxnat.models.losses import smoothed_cross_entropy
 from jaxnat.models.packing import next_in_segment, segment_starts
@@ -307,13 +307,14 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
                 max_len_a=1.2, max_len_b=10, max_out: int, phrases=None, ordered: bool = False,
                 continues=None, joins=None, trails=None, rules: str = "jaxnat", prefix=None, prefix_free=None,
                 completion=None, nbest: int = 1, sampling: Sampling | None = None, members: tuple = (),
-                no_repeat_ngram: int = 0, no_consecutive_repeat: int = 0) -> dict:
+                no_repeat_ngram: int = 0, no_consecutive_repeat: int = 0, allow_unk: bool = True) -> dict:
     """Greedy, beam or constrained beam search (`search`) with the model's KV cache (`ar_decoder`).
 
     src: int32[B, S]; beam_size and max_out static; phrases: int32[B, C, P] hard constraints or None (continues,
     joins, trails: `constrained_search`'s); prefix, prefix_free, completion: each output's start (`search`), or None;
     no_repeat_ngram, no_consecutive_repeat: the repeats no output holds (`search`; 0: off);
-    members: the ensemble's other models, (module, parameters) pairs (`members`, `search.ensembled`). Returns
+    members: the ensemble's other models, (module, parameters) pairs (`members`, `search.ensembled`); without
+    ``allow_unk`` no output holds UNK (`search.barred`). Returns
     {'tokens', 'score', 'length'} (and 'constraints_met' with phrases; with nbest > 1 the n-best lists); with
     ``sampling``, beam_size samples a sentence in place of the search.
     """
@@ -325,6 +326,8 @@ def ar_generate(model: ARTransformer, params, src: jnp.ndarray, *, beam_size: in
         raise ConfigError(f"beam_size={beam_size} must be at least 1")
     tokens_to_logprobs, cache = ensembled([ar_decoder(m, p, src, beam_size, max_out)
                                            for m, p in ((model, params), *members)])
+    if not allow_unk:
+        tokens_to_logprobs = barred(tokens_to_logprobs, (UNK_ID,))
     # the length limit reads the source as the model does (without BOS where model.source_bos is off: fairseq's)
     return search(tokens_to_logprobs, cache, source_tokens(model.cfg, src)[0], phrases=phrases, ordered=ordered,
                   continues=continues, joins=joins, trails=trails, beam_size=beam_size, length_penalty=length_penalty,
@@ -355,7 +358,7 @@ def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
                            joins=joins, trails=trails, rules=e.search_rules, prefix=request.prefix,
                            prefix_free=request.prefix_free, completion=request.completion, nbest=request.nbest,
                            sampling=sampling, members=members(request), no_repeat_ngram=e.no_repeat_ngram,
-                           no_consecutive_repeat=e.no_consecutive_repeat)
+                           no_consecutive_repeat=e.no_consecutive_repeat, allow_unk=e.allow_unk)
 
     def loss(params, batch, rng, train=True):
         return ar_loss(module, params, batch, rng, config.train.label_smoothing, train, config.train.alignment_lambda)
