@@ -543,12 +543,13 @@ class Embedder(nn.Module):
         """ids: int32[B, L] -> float[B, L, D]. segments: int32[B, L] segment ids of a packed row (positions then
         restart with each segment) or None. norm: the stack's layer norm of its embedded inputs
         (``layernorm_embedding``, `embedding_norms`), applied before dropout, or None. vectors: float[B, L, D] read
-        in place of the ids' scaled embeddings (copied source embeddings), or None. A token the model lacks
-        (``absent_tokens``) embeds as a zero vector whatever its row holds: a Marian import's decoder starts from
-        `<pad>`, where Marian starts from zeros, and fine-tuning leaves it there."""
+        in place of the ids' scaled embeddings (copied source embeddings), or None. PAD, where the model lacks it
+        (``absent_tokens``: a Marian .npz import), embeds as a zero vector whatever its row holds: the decoder
+        starts from it where Marian starts from zeros, and fine-tuning leaves it there. (fairseq's NAT imports lack
+        PLH and MASK as outputs but read them as inputs: they keep their rows.)"""
         tokens = self.table()(ids) * self.scale if vectors is None else vectors
-        if self.cfg.absent_tokens and vectors is None:
-            tokens = jnp.where(jnp.isin(ids, jnp.asarray(self.cfg.absent_tokens))[..., None], 0.0, tokens)
+        if PAD_ID in self.cfg.absent_tokens and vectors is None:
+            tokens = jnp.where((ids == PAD_ID)[..., None], 0.0, tokens)
         x = tokens + self.position_codes(ids, offset, segments)
         x = x if norm is None else norm(x)
         return self.drop(x.astype(self.cfg.compute_dtype), deterministic=not train)
