@@ -408,7 +408,8 @@ class AverageAttention(nn.Module):
     def step(self, x, mean, index):
         """One position: x float[B, 1, D], mean float32[B, D] that of the positions before, index: this position
         (int32 scalar) -> (the output float[B, 1, D], the mean through it), as Marian updates it."""
-        mean = (mean * index.astype(jnp.float32) + x[:, 0].astype(jnp.float32)) / (index + 1).astype(jnp.float32)
+        t = jnp.asarray(index, jnp.float32)
+        mean = (mean * t + x[:, 0].astype(jnp.float32)) / (t + 1.0)
         return self.mix(x, mean[:, None], False), mean
 
 
