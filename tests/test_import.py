@@ -1287,14 +1287,18 @@ def _readme_translate(directory):
 def test_an_export_to_ctranslate2_computes_the_workdirs_function(kind, tmp_path, tmp_path_factory):  # and m2m100 alike)
     """CTranslate2 runs the exported model with jaxnat's log-probabilities (each piece's within 1e-5 of `--mode
     score`'s) and, by its README's code, jaxnat's text pipeline and greedy outputs (a sentence at a time: jaxnat's
-    length limit is per sentence; the fixture's fairseq model decodes under fairseq's rules, the README jaxnat's),
-    for every imported format's conventions."""
+    length limit is per sentence; the fixture's fairseq model decodes under fairseq's rules, the README jaxnat's;
+    `<unk>` among the suppressed pieces where eval.allow_unk is off: a Marian .npz import), for every imported
+    format's conventions."""
     from jaxnat.exporters import export
 
     kind, workdir, config, translator = _imported(kind, tmp_path_factory)
     _, outputs = expected(kind)
     directory = str(tmp_path / "ct2")
     export(config, workdir, f"ctranslate2:{directory}")
+    with open(os.path.join(directory, "README.md"), encoding="utf-8") as f:
+        never = next(line for line in f if line.startswith("never = "))
+    assert ("'<unk>'" in never) == (kind == "marian-npz-separate") and "'<pad>'" in never
     translate, translate_pieces, ct2, cut, join = _readme_translate(directory)
     srcs = outputs["src"]
     ours = translator.translate(srcs, beam_size=1, token_scores=True)

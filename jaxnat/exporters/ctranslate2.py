@@ -15,7 +15,8 @@ spec takes, by jaxnat's model conventions (`jaxnat.models.transformer.Transforme
   tokens an imported vocabulary lacks (`absent_tokens`, whose logits jaxnat holds 30 below the lowest): the model's
   log-probabilities are jaxnat's (`--mode score`'s). The tokens jaxnat's search never emits (PAD, BOS, PLH, MASK)
   keep their probabilities, as in jaxnat's model; a search that must not emit them either is given them as
-  `suppress_sequences` (`SUPPRESSED`, the README written beside the model says so): baked into the bias they would
+  `suppress_sequences` (`SUPPRESSED`, and UNK without `eval.allow_unk`: the README written beside the model says
+  so): baked into the bias they would
   change every score (by 2.6e-3 a sentence for the AR demo's model after 300 updates);
 * the config: the decoder's start token (`decoder_start`), BOS before each source (`source_bos`) and EOS after it,
   the layer norms' epsilon (`ln_eps`), and the word alignments' layer and heads (`alignment_layer`,
@@ -30,7 +31,7 @@ import shutil
 
 import numpy as np
 
-from jaxnat.data.vocab import BOS_ID, MASK_ID, PAD_ID, PLH_ID
+from jaxnat.data.vocab import BOS_ID, MASK_ID, PAD_ID, PLH_ID, UNK_ID
 from jaxnat.errors import ConfigError
 
 SUPPRESSED = (PAD_ID, BOS_ID, PLH_ID, MASK_ID)  # jaxnat.decoding.search's FORBIDDEN_IDS: never emitted
@@ -182,7 +183,8 @@ def export(translator, config, directory: str, quantization: str, files: dict[st
     for name, path in files.items():
         shutil.copyfile(path, os.path.join(directory, name))
     with open(os.path.join(directory, "README.md"), "w", encoding="utf-8") as f:
-        f.write(readme(how, config, cfg, [tok.id_to_piece(i, "tgt") for i in SUPPRESSED],
+        never = SUPPRESSED + (() if config.eval.allow_unk else (UNK_ID,))  # (a Marian .npz import: Marian's rule)
+        f.write(readme(how, config, cfg, [tok.id_to_piece(i, "tgt") for i in never],
                        tuple(getattr(tok, "languages", ()))))
 
 
