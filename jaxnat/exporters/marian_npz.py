@@ -21,9 +21,11 @@ import numpy as np
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, NUM_RESERVED, PAD_ID, PLH_ID, UNK_ID
 from jaxnat.errors import ConfigError
+from jaxnat.importers.marian_npz import ACTIVATIONS, AUTOREG
+
+MARIAN_ACTIVATIONS = {ours: theirs for theirs, ours in ACTIVATIONS.items()}  # jaxnat's -> Marian's
 
 MODEL = "model.npz"
-ACTIVATIONS = {"swish": "swish", "relu": "relu"}  # jaxnat's -> Marian's transformer-ffn-activation
 
 
 def check(cfg, config, how: dict) -> None:
@@ -41,7 +43,7 @@ def check(cfg, config, how: dict) -> None:
         if value != marian]
     if cfg.pre_norm and not cfg.decoder_final_norm:
         wrong.append("model.decoder_final_norm=False (Marian's pre-norm stacks end in a norm)")
-    if cfg.activation not in ACTIVATIONS:
+    if cfg.activation not in MARIAN_ACTIVATIONS:
         wrong.append(f"model.activation={cfg.activation}")
     if {PAD_ID, BOS_ID, PLH_ID, MASK_ID} - set(cfg.absent_tokens):
         wrong.append("model.absent_tokens without pad,bos,plh,mask (Marian's vocabularies have none of them)")
@@ -62,16 +64,16 @@ def marian_rows(size: int) -> list[int]:
 
 def arrays(params: dict, cfg) -> dict:
     """Marian's arrays (but the embeddings and the output layer) of jaxnat's parameters: each layer's under Marian's
-    names (`marian_npz.LAYER`, `SSRU_LAYER`, `AAN_LAYER`; the pre-norm names with ``cfg.pre_norm``), each stack's
+    names (`marian_npz.LAYER`, `DECODER_LAYERS`; the pre-norm names with ``cfg.pre_norm``), each stack's
     top norm (pre-norm)."""
-    from jaxnat.importers.marian_npz import AAN_LAYER, LAYER, SSRU_LAYER, _pre_norm_names
+    from jaxnat.importers.marian_npz import DECODER_LAYERS, LAYER, pre_norm_names
     from jaxnat.importers.torch_layers import stack_tensors
 
     tensors = stack_tensors(params, "encoder", "decoder")
     out = {}
     for stack, depth in (("encoder", cfg.enc_layers), ("decoder", cfg.dec_layers)):
-        names = {"ssru": SSRU_LAYER, "aan": AAN_LAYER}.get(cfg.decoder_autoreg, LAYER) if stack == "decoder" else LAYER
-        names = _pre_norm_names(names) if cfg.pre_norm else names
+        names = DECODER_LAYERS[cfg.decoder_autoreg] if stack == "decoder" else LAYER
+        names = pre_norm_names(names) if cfg.pre_norm else names
         for i in range(depth):
             for marian, hf in names.items():
                 key = f"{stack}.{i}.{hf}"
@@ -88,27 +90,28 @@ def arrays(params: dict, cfg) -> dict:
 
 
 def settings(cfg, vocab_sizes: list[int]) -> dict:
-    """`special:model.yml`: the options Marian builds the model from (the ones `marian_npz._settings` reads)."""
+    """`special:model.yml`: the options Marian builds the model from (the ones `marian_npz._settings` reads, its
+    ACTIVATIONS and AUTOREG read backwards)."""
     tied_all = cfg.share_embeddings and cfg.tie_output
+    autoreg, cell = {ours: theirs for theirs, ours in AUTOREG.items()}[cfg.decoder_autoreg]
     yml = {"type": "transformer", "dim-emb": cfg.d_model, "enc-depth": cfg.enc_layers, "dec-depth": cfg.dec_layers,
            "transformer-heads": cfg.num_heads, "transformer-dim-ffn": cfg.ffn_dim, "transformer-ffn-depth": 2,
-           "transformer-decoder-ffn-depth": 0, "transformer-ffn-activation": ACTIVATIONS[cfg.activation],
+           "transformer-decoder-ffn-depth": 0, "transformer-ffn-activation": MARIAN_ACTIVATIONS[cfg.activation],
            "transformer-preprocess": "n" if cfg.pre_norm else "",
            "transformer-postprocess": "da" if cfg.pre_norm else "dan",
            "transformer-postprocess-top": "n" if cfg.pre_norm else "", "transformer-postprocess-emb": "d",
-           "transformer-decoder-autoreg": {"ssru": "rnn", "aan": "average-attention"}.get(cfg.decoder_autoreg,
-                                                                                          "self-attention"),
+           "transformer-decoder-autoreg": autoreg,
            "transformer-tied-layers": [], "transformer-no-projection": False,
            "transformer-train-position-embeddings": False, "transformer-dropout": cfg.dropout,
            "tied-embeddings-all": tied_all, "tied-embeddings-src": cfg.share_embeddings and not tied_all,
            "tied-embeddings": cfg.tie_output and not tied_all, "dim-vocabs": vocab_sizes,
            "layer-normalization": False, "right-left": False, "ulr": False, "transformer-rnn-projection": False,
            "version": "jaxnat export"}
-    if cfg.decoder_autoreg == "ssru":
-        yml["dec-cell"] = "ssru"
+    if cell:
+        yml["dec-cell"] = cell
     if cfg.decoder_autoreg == "aan":
         yml.update({"transformer-dim-aan": cfg.ffn_dim, "transformer-aan-depth": 2, "transformer-aan-nogate": False,
-                    "transformer-aan-activation": ACTIVATIONS[cfg.activation]})
+                    "transformer-aan-activation": MARIAN_ACTIVATIONS[cfg.activation]})
     return yml
 
 

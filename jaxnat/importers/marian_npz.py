@@ -81,6 +81,8 @@ AAN_LAYER = {
     "aan_ffn_ln_scale": "self_attn_layer_norm.weight", "aan_ffn_ln_bias": "self_attn_layer_norm.bias",
     **{k: v for k, v in LAYER.items() if not k.startswith("self_")},
 }
+# a decoder layer's names by model.decoder_autoreg (an encoder layer's: LAYER)
+DECODER_LAYERS = {"self_attention": LAYER, "ssru": SSRU_LAYER, "aan": AAN_LAYER}
 
 
 def is_release(path: str) -> bool:
@@ -252,7 +254,7 @@ def _average_attention(cfg: dict, norms: tuple, where: str) -> None:
                         f"normalises the mean of the layer's inputs, jaxnat averages normalised inputs)")
 
 
-def _pre_norm_names(names: dict) -> dict:
+def pre_norm_names(names: dict) -> dict:
     """A layer's names with its norms before each sublayer (Marian's preprocess "n": `_ln_*_pre`; an SSRU's under the
     layer's own prefix, `rnn_ln_*_pre`, not its post-process's `rnn_ffn_`)."""
     return {(k.replace("rnn_ffn_", "rnn_") + "_pre" if "_ln_" in k else k): v for k, v in names.items()}
@@ -266,8 +268,8 @@ def _tensors(arrays, layers: tuple[int, int], shared: bool, where: str, autoreg:
     (not ``tied``: `decoder_ff_logit_out_W`) as `lm_head.weight`."""
     out, seen = {}, {CONFIG_KEY}
     for stack, depth in zip(("encoder", "decoder"), layers):
-        names = {"ssru": SSRU_LAYER, "aan": AAN_LAYER}.get(autoreg, LAYER) if stack == "decoder" else LAYER
-        names = _pre_norm_names(names) if pre_norm else names
+        names = DECODER_LAYERS[autoreg] if stack == "decoder" else LAYER
+        names = pre_norm_names(names) if pre_norm else names
         if pre_norm:
             for part in ("scale", "bias"):
                 key = f"{stack}_top_ln_{part}"
