@@ -505,8 +505,7 @@ def check_switched(config: ml_collections.ConfigDict, switched: dict[str, tuple[
 # `Family.reads`; set away from its default for a family that does not, the run would be as without it
 READ_BY_SOME = ("eval.length_penalty", "eval.max_len_a", "eval.max_len_b", "eval.length_cap_min",
                 "eval.length_cap_ratio", "eval.run_all_iterations", "eval.search_rules", "eval.allow_unk", "data.pack",
-                "eval.sampling",
-                "eval.no_repeat_ngram", "eval.no_consecutive_repeat",
+                "eval.sampling", "eval.no_repeat_ngram", "eval.no_consecutive_repeat",
                 "train.alignment_lambda", "data.alignments_dir")
 
 

@@ -11,6 +11,5 @@ FAMILY = Family("ar", build_spec, SUPPORTS, doc="docs/ar.md",
                 conventions=("layernorm_embedding", "output_bias", "decoder_start", "source_bos", "absent_tokens",
                              "alignment_layer", "alignment_heads", "full_context_alignment"),
                 reads=("eval.length_penalty", "eval.max_len_a", "eval.max_len_b", "eval.search_rules", "eval.allow_unk",
-                       "data.pack",
-                       "eval.sampling", "eval.no_repeat_ngram", "eval.no_consecutive_repeat",
+                       "data.pack", "eval.sampling", "eval.no_repeat_ngram", "eval.no_consecutive_repeat",
                        "train.alignment_lambda", "data.alignments_dir"))
