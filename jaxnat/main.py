@@ -220,7 +220,7 @@ def run(argv=None) -> int:
 
     config = build_config(args.config, rest)
     set_xla_flags(config)
-    from jaxnat.training.mesh import check_same_command, maybe_initialize_distributed
+    from jaxnat.training.mesh import agreed, check_same_command, maybe_initialize_distributed
 
     maybe_initialize_distributed()
     check_same_command(f"--mode {args.mode}\n{config.to_json_best_effort(sort_keys=True)}")
@@ -241,7 +241,7 @@ def run(argv=None) -> int:
             raise
         if trained:
             record(args.workdir, "train", time.time() - started, argv, steps=trainer.ckpt.latest_step())
-        if trained or not already_evaluated(config, args.workdir):
+        if agreed(trained or not already_evaluated(config, args.workdir)):  # process 0 writes what it reads
             evaluated = time.time()
             evaluate(config, args.workdir)
             record(args.workdir, "eval", time.time() - evaluated, argv)

@@ -104,6 +104,23 @@ def test_taken_coordinator_port_is_one_line():
     assert out.returncode == 1 and said in out.stderr, out.stderr
 
 
+@pytest.mark.parametrize("index", [0, 1])
+def test_process_zero_writes_after_every_process_has_read(monkeypatch, index):
+    """one_process_first in two processes, its barriers recorded: process 0 writes only after a barrier every
+    process reaches after its own reads of the workdir (a process running late once read process 0's half-written
+    config.json and stopped), the others read only after a barrier process 0 reaches after writing."""
+    from jax.experimental import multihost_utils
+
+    from jaxnat.training import mesh
+
+    events = []
+    monkeypatch.setattr(mesh.jax, "process_count", lambda: 2)
+    monkeypatch.setattr(mesh.jax, "process_index", lambda: index)
+    monkeypatch.setattr(multihost_utils, "sync_global_devices", lambda name: events.append("barrier"))
+    assert mesh.one_process_first("vocabulary", lambda: events.append("fn") or "tokenizer") == "tokenizer"
+    assert events == (["barrier", "fn", "barrier"] if index == 0 else ["barrier", "barrier", "fn"])
+
+
 def test_differing_rows():
     assert differing_rows(np.array([[1, 2], [1, 2], [1, 3], [0, 2]])) == [2, 3]
     assert differing_rows(np.array([[1, 2], [1, 2]])) == []
@@ -151,8 +168,8 @@ def test_two_processes_train_as_one_with_all_devices(tmp_path):
     procs = [_train(tmp_path / "two", _env(2, JAX_COORDINATOR_ADDRESS=f"localhost:{port}", JAX_NUM_PROCESSES="2",
                                            JAX_PROCESS_ID=str(i))) for i in range(2)]
     outs = [p.communicate(timeout=600)[0] for p in procs]
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out
+    said = "\n".join(f"--- process {i} (exit {p.returncode}) ---\n{out}" for i, (p, out) in enumerate(zip(procs, outs)))
+    assert all(p.returncode == 0 for p in procs), said  # both: a process that stops leaves the other waiting
     for a, b in zip(_params(tmp_path / "one"), _params(tmp_path / "two")):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)  # float sums in another order, nothing else
     losses = [[(e["step"], e.get("loss")) for e in read_history(str(tmp_path / w))] for w in ("one", "two")]

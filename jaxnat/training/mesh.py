@@ -153,11 +153,26 @@ def differing_rows(rows: np.ndarray) -> list[int]:
 
 def one_process_first(what: str, fn):
     """Runs `fn` in process 0, then (after a barrier) in the others: files process 0 writes into the shared
-    workdir (the vocabulary) are complete before the others read them. One process: just `fn()`."""
+    workdir (the vocabulary) are complete before the others read them. A barrier before too: every process has
+    read the workdir as the command found it (the checks before this call) before process 0 writes there; a
+    process running late read a config.json process 0 was writing, stopped, and left it waiting for good. One
+    process: just `fn()`."""
     if jax.process_count() == 1:
         return fn()
     from jax.experimental import multihost_utils
 
+    multihost_utils.sync_global_devices(f"{what}: read")
     out = fn() if jax.process_index() == 0 else None
     multihost_utils.sync_global_devices(what)
     return out if jax.process_index() == 0 else fn()
+
+
+def agreed(flag: bool) -> bool:
+    """Process 0's ``flag`` in every process: a decision read from the shared workdir, which one process may read
+    after another has written to it, taken once for all (a process that chose otherwise would leave the others
+    waiting in a collective it never runs)."""
+    if jax.process_count() == 1:
+        return flag
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.broadcast_one_to_all(np.bool_(flag)))

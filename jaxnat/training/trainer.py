@@ -31,6 +31,7 @@ from jaxnat.data.vocab import UNK_ID
 from jaxnat.errors import ConfigError, JaxnatError, Stopped
 from jaxnat.evaluation.metrics import bleu, check_bleu_tokenize, run_bleu_tokenize
 from jaxnat.models import build_model, count_params, family_of
+from jaxnat.paths import write_whole
 from jaxnat.training import mesh as mesh_lib
 from jaxnat.training.checkpoint import Checkpoints
 from jaxnat.training.flops import Utilisation, count_correction, program_flops
@@ -451,9 +452,8 @@ class Trainer:
                                                 byte_fallback=d.byte_fallback)
             # written after the vocabulary: one refused (data.vocab_size too small) leaves no config.json, which
             # the command with a larger data.vocab_size would have to match
-            if jax.process_index() == 0:
-                with open(os.path.join(workdir, "config.json"), "w") as f:
-                    f.write(config.to_json_best_effort(indent=2, sort_keys=True))
+            if jax.process_index() == 0:  # whole or absent (a kill mid-write left a config.json no command reads)
+                write_whole(os.path.join(workdir, "config.json"), config.to_json_best_effort(indent=2, sort_keys=True))
             return tokenizer
 
         # process 0 writes, the others read what it wrote (the workdir is shared)
