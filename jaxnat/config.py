@@ -119,10 +119,10 @@ def default_config() -> ml_collections.ConfigDict:
         # pre_norm, "pre", "post") and a pre-norm decoder's final norm; a layer norm over each stack's embedded
         # inputs; the first row and the frequencies of the sinusoidal table; a bias over the output vocabulary;
         # the token an autoregressive decoder starts from; whether sources begin with BOS; reserved tokens the
-        # vocabulary lacks
+        # vocabulary lacks; reserved tokens read as <unk> (fairseq's translation_lev models mask and place with it)
         ln_eps=1e-6, activation="relu", decoder_norm="", decoder_final_norm=True, layernorm_embedding=False,
         position_offset=0, position_layout="fairseq", output_bias=False, decoder_start="bos", source_bos=True,
-        absent_tokens="",
+        absent_tokens="", unk_inputs="",
         # what a left-to-right decoder's layers read of the tokens before: self-attention, or one state vector a layer:
         # Marian's SSRU (Kim et al. 2019; its transformer-decoder-autoreg: rnn with dec-cell: ssru) or average
         # attention ("aan": Zhang et al. 2018; its transformer-decoder-autoreg: average-attention)
@@ -566,9 +566,10 @@ def validate(config: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"train.warmup_steps ({t.warmup_steps}) must be below train.steps ({t.steps}) with "
                           f"train.lr_schedule={t.lr_schedule}, which decays to its end at the last step")
     from jaxnat.models.family import MODEL_CONVENTIONS
-    from jaxnat.models.transformer import absent_ids
+    from jaxnat.models.transformer import absent_ids, unk_input_ids
 
     absent_ids(m.absent_tokens)
+    unk_input_ids(m.unk_inputs)
     for key, default in MODEL_CONVENTIONS.items():
         if m[key] != default and key not in lineage[-1].conventions:
             raise ConfigError(f"model.{key}={m[key]!r} is not applied by model {m.name!r} (only by: "
@@ -716,8 +717,8 @@ MODEL_KEYS = tuple(f"model.{k}" for k in (
     "name", "d_model", "ffn_dim", "num_heads", "enc_layers", "dec_layers", "pre_norm", "positions", "max_len",
     "share_embeddings", "scale_embeddings", "separate_positions", "tie_output", "scan_layers", "ln_eps", "activation",
     "decoder_norm", "decoder_final_norm", "layernorm_embedding", "position_offset", "position_layout", "output_bias",
-    "decoder_start", "source_bos", "absent_tokens", "alignment_layer", "alignment_heads", "full_context_alignment",
-    "decoder_autoreg")
+    "decoder_start", "source_bos", "absent_tokens", "unk_inputs", "alignment_layer", "alignment_heads",
+    "full_context_alignment", "decoder_autoreg")
 ) + VOCABULARY_KEYS
 
 
@@ -754,8 +755,8 @@ BEFORE_ADDED = {"model.scale_embeddings": (True, None), "model.separate_position
                 **{f"model.{k}": (v, None) for k, v in dict(
                     ln_eps=1e-6, activation="relu", decoder_norm="", decoder_final_norm=True,
                     layernorm_embedding=False, position_offset=0, position_layout="fairseq", output_bias=False,
-                    decoder_start="bos", source_bos=True, absent_tokens="", alignment_layer=-1, alignment_heads=0,
-                    full_context_alignment=False, decoder_autoreg="self_attention").items()}}
+                    decoder_start="bos", source_bos=True, absent_tokens="", unk_inputs="", alignment_layer=-1,
+                    alignment_heads=0, full_context_alignment=False, decoder_autoreg="self_attention").items()}}
 
 
 def before_added() -> dict:

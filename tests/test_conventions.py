@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from jaxnat.config import default_config
-from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
+from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, PAD_ID, PLH_ID, UNK_ID
 from jaxnat.errors import ConfigError
 from jaxnat.models import build_model
 from jaxnat.models.transformer import TransformerConfig, absent_logits, absent_ids, sinusoidal_positions, source_tokens
@@ -55,6 +55,41 @@ def test_absent_tokens_leave_the_other_rows_distribution(row, absent):
 def test_absent_tokens_names_are_checked():
     with pytest.raises(ConfigError, match="absent_tokens"):
         absent_ids("plh,eos")
+
+
+@pytest.mark.parametrize("names", ["plh,mask", ""])
+def test_unk_inputs_read_unks_row(names):
+    """model.unk_inputs=plh,mask (fairseq's NAT models mask and place with <unk>): PLH and MASK embed as UNK's row,
+    whatever their own rows hold; every other token, and every token without the setting, reads its own row."""
+    from jaxnat.models.transformer import Embedder, unk_input_ids
+
+    embedder = Embedder(TransformerConfig(8, 8, d_model=4, unk_inputs=unk_input_ids(names)), 8)
+    ids = jnp.arange(8)[None]
+    params = embedder.init(jax.random.PRNGKey(0), ids, method="lookup")
+    table = np.asarray(params["params"]["tokens"]["embedding"])
+    rows = [UNK_ID if names and i in (PLH_ID, MASK_ID) else i for i in range(8)]
+    np.testing.assert_array_equal(embedder.apply(params, ids, method="lookup")[0], table[rows])
+    with pytest.raises(ConfigError, match="model.unk_inputs is a comma list of plh, mask; got 'pad'"):
+        unk_input_ids("pad")
+
+
+def test_a_translation_lev_model_of_other_conventions_is_named():
+    """What fairseq's CMLM and LevT would not compute of jaxnat's own (`--to fairseq:DIR` refuses them so)."""
+    from jaxnat.exporters.fairseq import conventions
+    from jaxnat.models.transformer import config_from
+
+    c = default_config()
+    common = ["model.ln_eps=1e-06", "model.position_offset=0", "model.absent_tokens=(none) (fairseq's model has no "
+              "PLH or MASK row: 'plh,mask')"]
+    for family, arch, own in (("cmlm", "cmlm_transformer", ["cmlm.length_prediction=token", "cmlm.length_bias=True",
+                                                            "cmlm.length_with_ends=False"]),
+                              ("levt", "levenshtein_transformer", [])):
+        c.model.name = family
+        unk = f"model.unk_inputs=(none) (fairseq's {arch} reads <unk> as its mask and placeholder: 'plh,mask')"
+        assert conventions(config_from(c.model, 10, 10), family, c[family]) == common + [unk] + own
+    c.model.update(name="cmlm", ln_eps=1e-5, position_offset=2, absent_tokens="plh,mask", unk_inputs="plh,mask")
+    c.cmlm.update(length_prediction="pooled", length_bias=False, length_offset=True)
+    assert conventions(config_from(c.model, 10, 10), "cmlm", c.cmlm) == []
 
 
 def test_source_tokens_drop_each_sentences_bos():

@@ -1374,6 +1374,10 @@ def test_a_model_jaxnat_trained_exports_from_the_command_line(ar_run, tmp_path):
     config.model.name = "cmlm"
     with pytest.raises(JaxnatError, match="writes the autoregressive Transformer .* holds a cmlm model"):
         export(config, str(ar_run), f"ctranslate2:{tmp_path / 'other'}")
+    config.model.name = "dat"
+    with pytest.raises(JaxnatError, match=r"--to fairseq:DIR writes these models \(model.name ar, cmlm, nat, levt\); "
+                                          r".* holds a dat model"):
+        export(config, str(ar_run), f"fairseq:{tmp_path / 'other'}")
     config.model.name, config.eval.ensemble = "ar", str(ar_run)
     with pytest.raises(JaxnatError, match="writes one model; eval.ensemble names others"):
         export(config, str(ar_run), f"ctranslate2:{tmp_path / 'other'}")
@@ -1484,24 +1488,26 @@ FUSED = tuple(f"{n}_{w}" for n in ("in_proj", "out_proj", "fc1", "fc2") for w in
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["model", "model3", "model-align"])
+@pytest.mark.parametrize("name", ["fairseq/model", "fairseq/model3", "fairseq/model-align", "fairseq-nat/cmlm",
+                                  "fairseq-nat/nat-copy", "fairseq-nat/levt"])
 def test_an_export_to_fairseq_writes_back_the_original_checkpoint(name, tmp_path):
     """`--to fairseq:DIR` of an imported fairseq checkpoint (pre-norm encoder and post-norm decoder sharing all
-    embeddings; post-norm stacks of their own sizes with learned positions; `transformer_align`) writes what fairseq
-    saved: the same tensors under the same names, bit for bit (but the copies fairseq 0.12 derives when loading and
-    the sinusoidal tables' one-element buffers, whose values nothing reads), the same architecture and options, the
-    same dictionaries and BPE codes; importing the export gives back the same model (fairseq itself loads the exports
-    and translates as the originals: tools/check_fairseq_export.py)."""
+    embeddings; post-norm stacks of their own sizes with learned positions; `transformer_align`; the translation_lev
+    task's CMLM with its length offset, NAT with copied source embeddings, LevT with its early exits) writes what
+    fairseq saved: the same tensors under the same names, bit for bit (but the copies fairseq 0.12 derives when
+    loading and the sinusoidal tables' one-element buffers, whose values nothing reads), the same task, architecture
+    and options, the same dictionaries and BPE codes; importing the export gives back the same model (fairseq itself
+    loads the exports and translates as the originals: tools/check_fairseq_export.py)."""
     from jaxnat.exporters import export
     from jaxnat.exporters.fairseq import ACTIVATIONS
     from jaxnat.importers import torch_file
     from jaxnat.importers.fairseq import _settings
 
-    workdir, out = str(tmp_path / "run"), tmp_path / "out"
-    write_workdir(f"fairseq:{DATA}/fairseq/{name}.pt", workdir)
+    workdir, out, source = str(tmp_path / "run"), tmp_path / "out", os.path.dirname(f"{DATA}/{name}")
+    write_workdir(f"fairseq:{DATA}/{name}.pt", workdir)
     config = workdir_config(workdir)
     export(config, workdir, f"fairseq:{out}")
-    original, exported = torch_file.load(f"{DATA}/fairseq/{name}.pt"), torch_file.load(str(out / "model.pt"))
+    original, exported = torch_file.load(f"{DATA}/{name}.pt"), torch_file.load(str(out / "model.pt"))
     theirs = {k: v for k, v in original["model"].items() if not k.endswith(FUSED)}
     assert sorted(exported["model"]) == sorted(theirs)
     for key, value in theirs.items():
@@ -1510,13 +1516,15 @@ def test_an_export_to_fairseq_writes_back_the_original_checkpoint(name, tmp_path
     settings, ours = _settings(original["cfg"]["model"]), vars(exported["args"])
     for key, value in settings.items():
         if key.startswith(("encoder_", "decoder_", "share_", "alignment", "full_context")) or key in (
-                "no_scale_embedding", "layernorm_embedding", "no_decoder_final_norm"):
+                "no_scale_embedding", "layernorm_embedding", "no_decoder_final_norm", "pred_length_offset",
+                "sg_length_pred", "src_embedding_copy", "early_exit", "length_loss_factor"):
             assert ours.get(key, value) == value, key  # (fairseq's own defaults may stay unwritten)
     assert ours["arch"] == settings["_name"] and ACTIVATIONS[config.model.activation] == settings["activation_fn"]
+    assert ours["task"] == original["cfg"]["task"]["_name"]
     for lang in ("en", "de"):  # the same words in the same order (their counts: 0)
         words = lambda path: [line.rsplit(" ", 1)[0] for line in open(path, encoding="utf-8")]  # noqa: E731
-        assert words(out / f"dict.{lang}.txt") == words(f"{DATA}/fairseq/dict.{lang}.txt")
-    assert (out / "bpecodes").read_bytes() == open(f"{DATA}/fairseq/bpecodes", "rb").read()
+        assert words(out / f"dict.{lang}.txt") == words(f"{source}/dict.{lang}.txt")
+    assert (out / "bpecodes").read_bytes() == open(f"{source}/bpecodes", "rb").read()
     write_workdir(f"fairseq:{out}/model.pt", str(tmp_path / "back"))
     back = load_translator(workdir_config(str(tmp_path / "back")), str(tmp_path / "back"))
     translator = load_translator(config, workdir)

@@ -3,9 +3,11 @@ fairseq 0.12.2) on the directory `--mode export --to fairseq:DIR` wrote:
 
     .refenv/bin/python tools/check_fairseq_export.py DIR --original ORIGINAL.pt --sources expected.json
     .refenv/bin/python tools/check_fairseq_export.py DIR --scores scores.jsonl
+    .refenv/bin/python tools/check_fairseq_export.py DIR --translations hyps.jsonl --max-iter 9 --beam 3
 
 The export is loaded as fairseq's hub loads a model directory (`TransformerModel.from_pretrained`: the checkpoint's
-own settings, its dictionaries and BPE file beside it).
+own settings, its dictionaries and BPE file beside it; a `translation_lev` model's through its task, which puts
+`<s>` before each source).
 
 --original (a checkpoint fairseq saved, which jaxnat imported before exporting): the original is loaded the same
 way (with the BPE file its settings name, in its directory); the two state dicts must hold the same tensors under
@@ -13,6 +15,14 @@ the same names (but the fused copies fairseq 0.12 derives at loading, and the va
 uninitialised one-element buffers), the settings the same architecture and options, and the sources (--sources: a
 JSON file's "src" list, as tests/data/import/fairseq/expected.json holds them) the same pieces and the same
 translations, greedy and at beam 4, with the same scores.
+
+A `translation_lev` model (CMLM, NAT, LevT) is decoded by fairseq's `IterativeRefinementGenerator` with
+--max-iter and --beam (its `--iter-decode-max-iter` and `--iter-decode-with-beam`: jaxnat's cmlm.mask_predict_iter
+minus 1, 0 for NAT, levt.max_iter; the length beam), one sentence at a time.
+
+--translations (a `translation_lev` export; what `--mode translate --config.eval.search_rules=fairseq` printed for
+JSON lines `{"src": …}`: each source with its "hyp" and "score"): fairseq's output is the same text with the same
+score within 1e-4.
 
 --scores (what `--mode score --config.eval.token_scores=true` printed for source/translation pairs, JSON lines with
 "src", "tgt", "pieces" and "token_logp"; a model trained or fine-tuned here): fairseq cuts each translation into the
@@ -36,6 +46,68 @@ MODEL_SETTINGS = ("arch", "encoder_embed_dim", "encoder_ffn_embed_dim", "encoder
                   "share_all_embeddings", "share_decoder_input_output_embed", "no_scale_embedding",
                   "layernorm_embedding", "activation_fn", "alignment_layer", "alignment_heads",
                   "full_context_alignment")
+
+
+class Lev:
+    """A `translation_lev` checkpoint with the hub's text pipeline, decoded by fairseq's iterative generator."""
+
+    def __init__(self, directory: str, name: str, max_iter: int, beam: int):
+        from fairseq import checkpoint_utils
+        from fairseq.hub_utils import GeneratorHubInterface
+        from fairseq.iterative_refinement_generator import IterativeRefinementGenerator
+
+        codes = os.path.join(directory, "bpecodes")
+        overrides = {"data": directory, **({"bpe_codes": codes} if os.path.isfile(codes) else {})}
+        models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([os.path.join(directory, name)],
+                                                                          arg_overrides=overrides)
+        self.hub = GeneratorHubInterface(cfg, task, models)
+        self.hub.eval()
+        self.models = list(self.hub.models)
+        self.generator = IterativeRefinementGenerator(task.target_dictionary, models=self.models, max_iter=max_iter,
+                                                      beam_size=beam)
+
+    def translate(self, source: str) -> tuple[str, float]:
+        import torch
+
+        src = torch.cat([torch.tensor([self.hub.src_dict.bos()]), self.hub.encode(source)])
+        sample = {"net_input": {"src_tokens": src[None], "src_lengths": torch.tensor([len(src)])}}
+        with torch.no_grad():
+            best = self.generator.generate(self.models, sample)[0][0]
+        return self.hub.decode(best["tokens"]), float(best["score"])
+
+
+def against_original_lev(original: Lev, exported: Lev, sources: list[str]) -> list[str]:
+    problems = []
+    states = [h.models[0].state_dict() for h in (original, exported)]
+    if set(states[0]) != set(states[1]):
+        problems.append(f"state dict names differ: {sorted(set(states[0]) ^ set(states[1]))[:6]}")
+    problems += [f"{key} differs" for key in sorted(set(states[0]) & set(states[1]))
+                 if not key.endswith("_float_tensor") and not states[0][key].equal(states[1][key])]
+    for source in sources:
+        (a, sa), (b, sb) = original.translate(source), exported.translate(source)
+        if a != b or abs(sa - sb) > 1e-5:
+            problems.append(f"{source!r}: {a!r} ({sa:.6f}) != {b!r} ({sb:.6f})")
+    print(f"{len(states[1])} tensors, {len(sources)} sources: " + " | ".join(exported.translate(s)[0] for s in sources))
+    return problems
+
+
+def against_translations(exported: Lev, rows: list[dict]) -> list[str]:
+    problems, worst = [], 0.0
+    for row in rows:
+        hyp, score = exported.translate(row["src"])
+        worst = max(worst, abs(score - row["score"]))
+        if hyp != row["hyp"] or abs(score - row["score"]) > 1e-4:
+            problems.append(f"{row['src']!r}: fairseq {hyp!r} ({score:.6f}), jaxnat {row['hyp']!r} "
+                            f"({row['score']:.6f})")
+    print(f"{len(rows)} sources, {len(rows) - len(problems)} the same translation, scores at most {worst:.2e} apart")
+    return problems
+
+
+def _is_lev(directory: str, name: str) -> bool:
+    from fairseq import checkpoint_utils
+
+    state = checkpoint_utils.load_checkpoint_to_cpu(os.path.join(directory, name))
+    return state["cfg"].task._name == "translation_lev"
 
 
 def _load(directory: str, name: str):
@@ -109,20 +181,32 @@ def main(argv=None) -> int:
     parser.add_argument("--original", help="the checkpoint the export came from (imported, exported unchanged)")
     parser.add_argument("--sources", help="with --original: a JSON file whose 'src' list is translated by both")
     parser.add_argument("--scores", help="JSON lines of --mode score --config.eval.token_scores=true")
+    parser.add_argument("--translations", help="a translation_lev export: JSON lines of src, hyp and score")
+    parser.add_argument("--max-iter", type=int, default=9, help="--iter-decode-max-iter (translation_lev)")
+    parser.add_argument("--beam", type=int, default=1, help="--iter-decode-with-beam (translation_lev)")
     args = parser.parse_args(argv)
-    if not args.scores and not (args.original and args.sources):
-        parser.error("give --original with --sources, or --scores")
+    if not args.scores and not args.translations and not (args.original and args.sources):
+        parser.error("give --original with --sources, --scores or --translations")
 
-    exported = _load(args.exported, "model.pt")
+    def rows(path: str) -> list[dict]:
+        with open(path, encoding="utf-8") as f:
+            return [json.loads(line) for line in f if line.strip()]
+
+    lev = _is_lev(args.exported, "model.pt")
+    if (args.scores and lev) or (args.translations and not lev):
+        parser.error("--scores checks a translation task's model, --translations a translation_lev one")
+    load = (lambda d, name: Lev(d, name, args.max_iter, args.beam)) if lev else _load
+    exported = load(args.exported, "model.pt")
     problems = []
     if args.original:
         with open(args.sources, encoding="utf-8") as f:
             sources = json.load(f)["src"]
-        original = _load(os.path.dirname(os.path.abspath(args.original)), os.path.basename(args.original))
-        problems += against_original(original, exported, sources)
+        original = load(os.path.dirname(os.path.abspath(args.original)), os.path.basename(args.original))
+        problems += (against_original_lev if lev else against_original)(original, exported, sources)
     if args.scores:
-        with open(args.scores, encoding="utf-8") as f:
-            problems += against_scores(exported, [json.loads(line) for line in f if line.strip()])
+        problems += against_scores(exported, rows(args.scores))
+    if args.translations:
+        problems += against_translations(exported, rows(args.translations))
     for problem in problems:
         print("MISMATCH:", problem)
     return 1 if problems else 0

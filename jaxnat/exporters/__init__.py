@@ -26,8 +26,16 @@ NAMES = {"ctranslate2": "CTranslate2", "marian": "Hugging Face MarianMTModel", "
          "m2m100": "Hugging Face M2M100ForConditionalGeneration (M2M-100)",
          "mbart50": "Hugging Face MBartForConditionalGeneration (mBART-50)",
          "fsmt": "Hugging Face FSMTForConditionalGeneration (fairseq's WMT19)",
-         "fairseq": "fairseq transformer checkpoint"}
-EXPORTED_FAMILY = "ar"  # the family whose model the formats hold: the encoder-decoder Transformer
+         "fairseq": "fairseq checkpoint"}
+EXPORTED_FAMILY = "ar"  # the family whose model every format holds: the encoder-decoder Transformer
+
+
+def _families(kind: str) -> tuple[str, ...]:
+    """The model families (model.name) format ``kind`` holds: fairseq's `fairseq.FAMILIES`, the others'
+    `EXPORTED_FAMILY`."""
+    from jaxnat.exporters import fairseq
+
+    return fairseq.FAMILIES if kind == "fairseq" else (EXPORTED_FAMILY,)
 
 
 def parse_target(spec: str) -> tuple[str, str]:
@@ -90,9 +98,11 @@ def export(config, workdir: str, target: str, quantization: str = "float32") -> 
         kind = _hugging_face_format(workdir)
     if os.path.exists(directory):
         raise ConfigError(f"--to {target}: {directory} exists; an export writes a new directory")
-    if config.model.name != EXPORTED_FAMILY:
-        raise ConfigError(f"--mode export writes the autoregressive Transformer (model.name {EXPORTED_FAMILY}); "
-                          f"{workdir} holds a {config.model.name} model, which {NAMES[kind]} does not run")
+    if config.model.name not in _families(kind):
+        writes = ("the autoregressive Transformer" if _families(kind) == (EXPORTED_FAMILY,) else
+                  "these models") + f" (model.name {', '.join(_families(kind))})"
+        raise ConfigError(f"--mode export --to {kind}:DIR writes {writes}; {workdir} holds a {config.model.name} "
+                          f"model, which {NAMES[kind]} does not run")
     if config.eval.ensemble:
         raise ConfigError("--mode export writes one model; eval.ensemble names others (export each on its own)")
     if config.model.decoder_autoreg != "self_attention" and kind != "marian-npz":

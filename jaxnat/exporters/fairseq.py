@@ -1,22 +1,26 @@
 """fairseq's own checkpoint, written back (`--mode export --to fairseq:DIR`; docs/import.md): what
-`jaxnat.importers.fairseq` reads of a `transformer` (or `transformer_align`), so that a fairseq model imported and
-fine-tuned (or distilled, or trained with fairseq's conventions) here goes back to fairseq's tools:
-`fairseq-interactive DIR --path DIR/model.pt`, or `TransformerModel.from_pretrained(DIR, "model.pt")`.
+`jaxnat.importers.fairseq` reads of a `transformer` (or `transformer_align`) and of the `translation_lev` task's
+`cmlm_transformer`, `nonautoregressive_transformer` and `levenshtein_transformer`, so that a fairseq model imported
+and fine-tuned (or distilled, or trained with fairseq's conventions) here goes back to fairseq's tools:
+`fairseq-interactive DIR --path DIR/model.pt` with the text pipeline's options (and `--task translation_lev` and its
+`--iter-decode-*` options for the others), or `TransformerModel.from_pretrained(DIR, "model.pt")`.
 
 The layout is the import's, inverted: the layers under fairseq's names; the embeddings with their rows back in
 fairseq's order (`<s> <pad> </s> <unk>`, then the dictionary's words; jaxnat's PLH and MASK rows, which fairseq's
-model lacks, left out); learned position tables with fairseq's two leading rows (zeros: the padding row, and one
-never read); the buffers fairseq's modules keep (the stacks' `version`, the sinusoidal tables' `_float_tensor`).
-The settings are an `args` namespace, as fairseq's checkpoints before its Hydra configs hold them and as every
-fairseq since reads them (`convert_namespace_to_omegaconf`): the architecture's sizes and options, the
-`translation` task's languages, and the text pipeline, whose files lie beside the checkpoint: `dict.<lang>.txt`
+model lacks, left out: `<unk>`'s row, which fairseq's `translation_lev` models read as their mask and placeholder,
+is jaxnat's UNK, which a model with `model.unk_inputs` reads for them); learned position tables with fairseq's two
+leading rows (zeros: the padding row, and one never read); the buffers fairseq's modules keep (the stacks'
+`version`, the sinusoidal tables' `_float_tensor`); the heads of the `translation_lev` models (`_heads`). The
+settings are an `args` namespace, as fairseq's checkpoints before its Hydra configs hold them and as every fairseq
+since reads them (`convert_namespace_to_omegaconf`): the architecture's sizes and options, the `translation` (or
+`translation_lev`) task's languages, and the text pipeline, whose files lie beside the checkpoint: `dict.<lang>.txt`
 per side (the words in id order; their counts, which decoding never reads, 0), and `bpecodes` (subword-nmt codes
 over Moses tokens) or `sentencepiece.bpe.model`, under the names `from_pretrained` looks for. The file is PyTorch's
 zip format, written without PyTorch (`torch_file.save`).
 
-A model fairseq's Transformer does not compute (another epsilon, BOS on the source, a decoder starting from BOS,
-reserved tokens it predicts, an output bias, …) or a text pipeline fairseq's options cannot express is refused in
-one line naming what differs.
+A model fairseq's architecture does not compute (another epsilon, BOS on the source or none, a decoder starting
+from BOS, reserved tokens it predicts, an output bias, PLH and MASK rows of their own, a length classifier with a
+bias, …) or a text pipeline fairseq's options cannot express is refused in one line naming what differs.
 """
 
 from __future__ import annotations
@@ -30,12 +34,31 @@ import numpy as np
 
 from jaxnat.data.vocab import MASK_ID, PLH_ID
 from jaxnat.errors import ConfigError
+from jaxnat.importers.fairseq import ARCHITECTURES as IMPORTED
 
 
-def conventions(cfg) -> list[str]:
-    """What of ``cfg`` (a `TransformerConfig`) fairseq's `transformer` does not compute, each as "model.KEY=value"
+# jaxnat's families -> fairseq's architectures (the import's, inverted; the DA-Transformer plugin's stays there)
+ARCHITECTURES = {family: arch for arch, family in IMPORTED.items() if family != "dat"}
+FAMILIES = tuple(ARCHITECTURES)
+# the translation_lev task's noise, which its training puts on the references (fairseq's --noise)
+NOISE = {"cmlm": "random_mask", "nat": "full_mask", "levt": "random_delete"}
+# the values of a family's config section that fairseq's model of it computes (the rest: jaxnat's own heads)
+FAMILY_SETTINGS = {
+    "cmlm": {"length_prediction": "pooled", "length_bias": False, "masked_attn": False, "concat_pe": False},
+    "nat": {"length_prediction": "pooled", "length_bias": False, "coverage": False},
+    "levt": {"separate_deletion": False, "separate_placeholder": False},
+}
+
+
+def conventions(cfg, family: str = "ar", section=None) -> list[str]:
+    """What of ``cfg`` (a `TransformerConfig`) and of ``section`` (the config section of ``family``, a
+    `translation_lev` model's) fairseq's architecture of ``family`` does not compute, each as "model.KEY=value"
     (empty: it computes this model)."""
-    want = {"ln_eps": 1e-5, "decoder_start": "eos", "source_bos": False, "output_bias": False}
+    want = {"ln_eps": 1e-5, "output_bias": False}
+    if family == "ar":  # the translation task: no BOS on the source, the decoder starts from </s>
+        want.update(decoder_start="eos", source_bos=False)
+    else:  # translation_lev: sources begin with <s>
+        want.update(source_bos=True, layernorm_embedding=False)
     if cfg.positions == "sinusoidal":
         want.update(position_offset=2, position_layout="fairseq")
     elif cfg.share_embeddings:  # one token table, but fairseq keeps a position table per stack
@@ -46,8 +69,16 @@ def conventions(cfg) -> list[str]:
     if not {PLH_ID, MASK_ID} <= set(cfg.absent_tokens):
         wrong.append(f"model.absent_tokens={','.join(map(str, cfg.absent_tokens)) or '(none)'} (fairseq's model has "
                      f"no PLH or MASK row: 'plh,mask')")
+    if family != "ar" and not {PLH_ID, MASK_ID} <= set(cfg.unk_inputs):
+        wrong.append(f"model.unk_inputs={','.join(map(str, cfg.unk_inputs)) or '(none)'} (fairseq's "
+                     f"{ARCHITECTURES[family]} reads <unk> as its mask and placeholder: 'plh,mask')")
     if cfg.activation not in ACTIVATIONS:
         wrong.append(f"model.activation={cfg.activation}")
+    if section is not None:
+        settings = dict(FAMILY_SETTINGS[family])
+        if "length_offset" in section:  # fairseq's classes: n + 2, or the offset from the source length
+            settings["length_with_ends"] = not section.length_offset
+        wrong += [f"{family}.{key}={section[key]}" for key, value in settings.items() if section[key] != value]
     return wrong
 
 
@@ -95,12 +126,25 @@ def token_tables(params: dict, cfg, rows: dict, prefix: str = "") -> dict:
             f"{prefix}decoder.output_projection.weight": output[rows["tgt"]]}
 
 
-def state_dict(params: dict, cfg, rows: dict) -> collections.OrderedDict:
-    """fairseq's `TransformerModel.state_dict()` of jaxnat's AR parameters (layers unstacked): {name: float32
-    array}. rows: per side, jaxnat's ids in fairseq's row order (`fairseq_order`)."""
+def _heads(family: str, params: dict) -> dict:
+    """The heads of a `translation_lev` model under fairseq's names (bias-free linears, kept as [out, in]): the
+    length classifier (CMLM, NAT); LevT's deletion and placeholder classifiers. (NAT's W_s, which Coverage-NAT's
+    sentence-level agreement loss alone reads, is not fairseq's: left out.)"""
+    if family == "levt":
+        return {"decoder.embed_word_del.weight": np.asarray(params["deletion_head"]["kernel"], np.float32).T,
+                "decoder.embed_mask_ins.weight": np.asarray(params["placeholder_head"]["kernel"], np.float32).T}
+    if family in ("cmlm", "nat"):
+        return {"decoder.embed_length.weight": np.asarray(params["length_head"]["kernel"], np.float32).T}
+    return {}
+
+
+def state_dict(params: dict, cfg, rows: dict, family: str = "ar") -> collections.OrderedDict:
+    """fairseq's `state_dict()` of the model of ``family`` (its layers unstacked): {name: float32 array}. rows: per
+    side, jaxnat's ids in fairseq's row order (`fairseq_order`)."""
     from jaxnat.importers.torch_layers import stack_tensors
 
-    out = {**stack_tensors(params, "encoder.layers", "decoder.layers"), **token_tables(params, cfg, rows)}
+    out = {**stack_tensors(params, "encoder.layers", "decoder.layers"), **token_tables(params, cfg, rows),
+           **_heads(family, params)}
     for stack, side in (("encoder", "src"), ("decoder", "tgt")):
         out[f"{stack}.version"] = np.asarray([3.0], np.float32)
         if cfg.positions == "learned":
@@ -118,9 +162,11 @@ def state_dict(params: dict, cfg, rows: dict) -> collections.OrderedDict:
     return collections.OrderedDict(sorted(out.items()))
 
 
-def arguments(cfg, src_lang: str, tgt_lang: str, pipeline: dict) -> argparse.Namespace:
+def arguments(cfg, src_lang: str, tgt_lang: str, pipeline: dict, family: str = "ar",
+              section=None) -> argparse.Namespace:
     """The checkpoint's `args`: fairseq's `transformer` (`transformer_align` where the model names the attention
-    its word alignments read) with this model's sizes and options, the `translation` task, the text pipeline."""
+    its word alignments read) with this model's sizes and options, the `translation` task, the text pipeline; or
+    fairseq's architecture of ``family`` (section: its config section) and the `translation_lev` task."""
     learned = cfg.positions == "learned"
     args = dict(
         arch="transformer", task="translation", data=".", source_lang=src_lang, target_lang=tgt_lang,
@@ -139,13 +185,24 @@ def arguments(cfg, src_lang: str, tgt_lang: str, pipeline: dict) -> argparse.Nam
         args.update(arch="transformer_align", full_context_alignment=cfg.full_context_alignment,
                     alignment_layer=cfg.alignment_layer % cfg.dec_layers,
                     alignment_heads=cfg.alignment_heads or cfg.num_heads)
+    if family != "ar":
+        args.update(arch=ARCHITECTURES[family], task="translation_lev", noise=NOISE[family])
+    if family in ("cmlm", "nat"):
+        args.update(pred_length_offset=section.length_offset, length_loss_factor=section.length_loss_weight,
+                    sg_length_pred=False, src_embedding_copy=family == "nat" and section.decoder_input == "copy")
+    if family == "levt":
+        from jaxnat.models.insertion import early_exit
+
+        args.update(early_exit=",".join(map(str, early_exit(section, cfg))), no_share_discriminator=False,
+                    no_share_maskpredictor=False, share_discriminator_maskpredictor=False,
+                    sampling_for_deletion=section.sampling_for_deletion)
     return argparse.Namespace(**args)
 
 
 def write(translator, config, directory: str, files: dict, how: dict, step: int) -> None:
-    """Writes the translator's AR model into ``directory`` (made here): model.pt, dict.<lang>.txt per side, and the
-    BPE file. files, how: the workdir's text pipeline (`jaxnat.exporters._tokenizer_files`); step: the update the
-    parameters are of (the checkpoint's num_updates)."""
+    """Writes the translator's model (of `FAMILIES`) into ``directory`` (made here): model.pt, dict.<lang>.txt per
+    side, and the BPE file. files, how: the workdir's text pipeline (`jaxnat.exporters._tokenizer_files`); step: the
+    update the parameters are of (the checkpoint's num_updates)."""
     import jax
 
     from jaxnat.importers import torch_file
@@ -153,15 +210,18 @@ def write(translator, config, directory: str, files: dict, how: dict, step: int)
     from jaxnat.models.transformer import unstack_layers
 
     cfg, tok = translator.spec.cfg, translator.tokenizer
-    wrong = conventions(cfg)
+    family = config.model.name
+    section = config[family] if family != "ar" else None
+    wrong = conventions(cfg, family, section)
     params = jax.tree.map(np.asarray, translator.params["params"])
     params = unstack_layers(params) if cfg.scan_layers else params
     for stack, norm in (("encoder", cfg.pre_norm), ("decoder", cfg.decoder_pre_norm)):
         if ("final_norm" in params[stack]) != norm:
             wrong.append(f"a {'pre' if norm else 'post'}-norm {stack} {'without' if norm else 'with'} a final norm")
     if wrong:
-        raise ConfigError(f"fairseq's Transformer cannot compute this model ({', '.join(wrong)}); export it with "
-                          f"--to ctranslate2:DIR")
+        instead = "; export it with --to ctranslate2:DIR" if family == "ar" else ""
+        raise ConfigError(f"fairseq's {ARCHITECTURES[family] if family != 'ar' else 'Transformer'} cannot compute "
+                          f"this model ({', '.join(wrong)}){instead}")
     src_lang, tgt_lang = config.data.src_lang, config.data.tgt_lang
     if not src_lang or not tgt_lang or src_lang == tgt_lang:
         raise ConfigError(f"fairseq names a model's dictionaries by its languages: set data.src_lang and "
@@ -177,9 +237,10 @@ def write(translator, config, directory: str, files: dict, how: dict, step: int)
     for name, path in pipeline_files.items():
         shutil.copyfile(path, os.path.join(directory, name))
     checkpoint = {
-        "args": arguments(cfg, src_lang, tgt_lang, pipeline),
-        "model": state_dict(params, cfg, rows),
-        "optimizer_history": [{"criterion_name": "LabelSmoothedCrossEntropyCriterion", "optimizer_name": "Adam",
+        "args": arguments(cfg, src_lang, tgt_lang, pipeline, family, section),
+        "model": state_dict(params, cfg, rows, family),
+        "optimizer_history": [{"criterion_name": "LabelSmoothedCrossEntropyCriterion" if family == "ar" else "NatLoss",
+                               "optimizer_name": "Adam",
                                "lr_scheduler_state": {"best": None}, "num_updates": int(step)}],
         "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0}},
         "last_optimizer_state": None,

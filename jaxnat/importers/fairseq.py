@@ -202,9 +202,9 @@ def _nat_heads(family: str, model: dict, state: StateDict, params: dict) -> dict
         return {"levt.early_exit": str(model.get("early_exit", "6,6,6")).replace(" ", ""),
                 "levt.max_iter": 9}
     length = state.take("decoder.embed_length.weight")
-    params["length_head"] = {"kernel": length.T, "bias": np.zeros(length.shape[0], np.float32)}
+    params["length_head"] = {"kernel": length.T}
     section = family
-    overrides = {f"{section}.length_prediction": "pooled",
+    overrides = {f"{section}.length_prediction": "pooled", f"{section}.length_bias": False,
                  f"{section}.length_offset": bool(model.get("pred_length_offset", False)),
                  f"{section}.length_with_ends": not model.get("pred_length_offset", False),
                  f"{section}.length_beam": 3, f"{section}.length_beam_mode": "centred",
@@ -415,7 +415,7 @@ def convert(ckpt: dict, path: str, dictionary, segmenter) -> Imported:
         "model.scale_embeddings": not model.get("no_scale_embedding", False), "model.ln_eps": 1e-5,
         "model.activation": ACTIVATIONS[activation],
         "model.layernorm_embedding": bool(model.get("layernorm_embedding", False)),
-        "model.absent_tokens": "plh,mask",
+        "model.absent_tokens": "plh,mask", "model.unk_inputs": "" if family == "ar" else "plh,mask",
         "model.dropout": float(model.get("dropout", 0.1)),
         "model.attention_dropout": float(model.get("attention_dropout", 0.0)),
         "model.activation_dropout": float(model.get("activation_dropout", model.get("relu_dropout", 0.0)) or 0.0),

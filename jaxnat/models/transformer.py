@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxnat.data.vocab import BOS_ID, MASK_ID, PAD_ID, PLH_ID
+from jaxnat.data.vocab import BOS_ID, MASK_ID, PAD_ID, PLH_ID, UNK_ID
 from jaxnat.errors import ConfigError
 from jaxnat.models.dropout import Dropout
 from jaxnat.models.packing import is_segments, segment_positions, segment_starts
@@ -70,6 +70,9 @@ class TransformerConfig:
     # reserved tokens the model has no output row for (an imported vocabulary): their logits are held far below
     # every other (`absent_logits`), so that the softmax is the original model's over its own rows
     absent_tokens: tuple = ()
+    # reserved tokens read as <unk> (its row): fairseq's NAT models mask and place with <unk>, so that fine-tuning
+    # an import trains the one row they have for the three (and its export writes it back)
+    unk_inputs: tuple = ()
     # which cross-attention an AR model's word alignments read (`ARTransformer.cross_attention`): a decoder layer
     # (-1: the last), its first heads (0: all), a pass without the causal mask (full context)
     alignment_layer: int = -1
@@ -546,9 +549,9 @@ class Embedder(nn.Module):
         (``layernorm_embedding``, `embedding_norms`), applied before dropout, or None. vectors: float[B, L, D] read
         in place of the ids' scaled embeddings (copied source embeddings), or None. PAD, where the model lacks it
         (``absent_tokens``: a Marian .npz import), embeds as a zero vector whatever its row holds: the decoder
-        starts from it where Marian starts from zeros, and fine-tuning leaves it there. (fairseq's NAT imports lack
-        PLH and MASK as outputs but read them as inputs: they keep their rows.)"""
-        tokens = self.table()(ids) * self.scale if vectors is None else vectors
+        starts from it where Marian starts from zeros, and fine-tuning leaves it there. ``unk_inputs`` read UNK's
+        row (`lookup`)."""
+        tokens = self.lookup(ids) * self.scale if vectors is None else vectors
         if PAD_ID in self.cfg.absent_tokens and vectors is None:
             tokens = jnp.where((ids == PAD_ID)[..., None], 0.0, tokens)
         x = tokens + self.position_codes(ids, offset, segments)
@@ -562,7 +565,10 @@ class Embedder(nn.Module):
         return self.position_table()[jnp.minimum(segment_positions(segments), self.cfg.max_len - 1)]
 
     def lookup(self, ids: jnp.ndarray) -> jnp.ndarray:
-        """ids: int32[B, L] -> float32[B, L, D], the raw token embeddings (no scaling, positions or dropout)."""
+        """ids: int32[B, L] -> float32[B, L, D], the raw token embeddings (no scaling, positions or dropout);
+        the tokens of ``unk_inputs`` (fairseq's NAT imports' PLH and MASK) read UNK's row, not their own."""
+        if self.cfg.unk_inputs:
+            ids = jnp.where(jnp.isin(ids, jnp.asarray(self.cfg.unk_inputs, ids.dtype)), UNK_ID, ids)
         return self.table()(ids).astype(jnp.float32)
 
     def attend(self, x: jnp.ndarray) -> jnp.ndarray:
@@ -854,13 +860,23 @@ def token_mask(ids: jnp.ndarray) -> jnp.ndarray:
 ABSENT_CHOICES = {"pad": PAD_ID, "bos": BOS_ID, "plh": PLH_ID, "mask": MASK_ID}
 
 
-def absent_ids(names: str) -> tuple[int, ...]:
-    """model.absent_tokens (a comma list of `ABSENT_CHOICES`' names) -> their ids, sorted."""
+# the reserved tokens a model may read as <unk> (fairseq's NAT models' mask and placeholder)
+UNK_INPUT_CHOICES = {"plh": PLH_ID, "mask": MASK_ID}
+
+
+def absent_ids(names: str, key: str = "absent_tokens", choices: dict = ABSENT_CHOICES) -> tuple[int, ...]:
+    """model.absent_tokens (a comma list of `ABSENT_CHOICES`' names; ``key`` another such key of ``choices``) ->
+    their ids, sorted."""
     names = [n.strip() for n in names.split(",") if n.strip()]
-    unknown = [n for n in names if n not in ABSENT_CHOICES]
+    unknown = [n for n in names if n not in choices]
     if unknown:
-        raise ConfigError(f"model.absent_tokens is a comma list of {', '.join(ABSENT_CHOICES)}; got {unknown[0]!r}")
-    return tuple(sorted(ABSENT_CHOICES[n] for n in names))
+        raise ConfigError(f"model.{key} is a comma list of {', '.join(choices)}; got {unknown[0]!r}")
+    return tuple(sorted(choices[n] for n in names))
+
+
+def unk_input_ids(names: str) -> tuple[int, ...]:
+    """model.unk_inputs (a comma list of `UNK_INPUT_CHOICES`' names) -> their ids, sorted."""
+    return absent_ids(names, "unk_inputs", UNK_INPUT_CHOICES)
 
 
 def config_from(model_cfg: Any, src_vocab_size: int, tgt_vocab_size: int) -> TransformerConfig:
@@ -868,4 +884,5 @@ def config_from(model_cfg: Any, src_vocab_size: int, tgt_vocab_size: int) -> Tra
     fields = {f.name for f in dataclasses.fields(TransformerConfig)}
     values = {k: v for k, v in dict(model_cfg).items() if k in fields}
     values["absent_tokens"] = absent_ids(values.get("absent_tokens", ""))
+    values["unk_inputs"] = unk_input_ids(values.get("unk_inputs", ""))
     return TransformerConfig(src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **values)

@@ -34,11 +34,11 @@ FAMILY = Family(
     ranges={**LENGTH_RANGES, "mask_predict_iter": ("(0", None), "correction_p": ("[0", "1]")},
     # a correction probability without the correction loss trained plain CMLM
     switched=dict.fromkeys(("correction_p", "correction_count", "correction_combine"), "correction"),
-    architecture=("length_prediction", "length_offset", "length_with_ends", "masked_attn", "concat_pe"),
+    architecture=("length_prediction", "length_offset", "length_with_ends", "length_bias", "masked_attn", "concat_pe"),
     moved={**LENGTH_MOVED, "model.masked_attn": "masked_attn", "model.concat_pe": "concat_pe",
            **{f"train.{k}": k for k in ("correction", "correction_p", "correction_count", "correction_combine")},
            "eval.mask_predict_iter": "mask_predict_iter", "eval.update_all": "update_all"},
-    before_added={"length_with_ends": (False, None)}, conventions=("absent_tokens",),
+    before_added={"length_with_ends": (False, None), "length_bias": (True, None)}, conventions=("absent_tokens",),
     reads=("eval.length_cap_min", "eval.length_cap_ratio", "eval.run_all_iterations", "eval.search_rules", "data.pack"),
     aux_run=rescorer_run, sweep=("mask_predict_iter", "T"),
     analysis=Analysis("Position embeddings and context use (Huang et al. 2022, Figure 1(a))",

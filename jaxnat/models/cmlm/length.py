@@ -14,6 +14,7 @@ def length_defaults() -> dict:
         length_prediction="token", length_offset=False,
         # the classes count BOS and EOS (n + 2, without length_offset): a fairseq model's (docs/import.md)
         length_with_ends=False,
+        length_bias=True,  # the classifier's bias (fairseq's has none: false)
         length_loss_weight=0.1,  # the length loss's weight
         # ℓ candidate lengths: "top" (the ℓ most probable) or "centred" (fairseq's argmax ± ⌊ℓ/2⌋); the candidate
         # kept: highest average token probability ("probability", CMLMC §3.3) or mean log-probability

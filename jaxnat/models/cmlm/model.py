@@ -62,20 +62,23 @@ AUTHORS_RECIPE = dict(bert_init=True, scale_embeddings=False, separate_positions
 class CMLM(nn.Module):
     """Encoder (+ length classifier) and a bidirectional decoder with the tied token head.
 
-    length_prediction: "token" | "pooled"; masked_attn, concat_pe: the two halves of RevealPosition.
+    length_prediction: "token" | "pooled"; masked_attn, concat_pe: the two halves of RevealPosition; length_bias:
+    the length classifier's bias (fairseq's has none).
     """
 
     cfg: TransformerConfig
     length_prediction: str = "token"
     masked_attn: bool = False
     concat_pe: bool = False
+    length_bias: bool = True
 
     def setup(self):
         c = self.cfg
         self.src_embed, self.tgt_embed = embedders(c)
         self.encoder = Encoder(c, name="encoder")
         self.decoder = Decoder(c, self.plain_layers(), causal=False, masked_attn=self.masked_attn, name="decoder")
-        self.length_head = rows_dense(mask_predict.LENGTH_CLASSES, kernel_init=c.kernel_init(), name="length_head")
+        self.length_head = rows_dense(mask_predict.LENGTH_CLASSES, use_bias=self.length_bias,
+                                      kernel_init=c.kernel_init(), name="length_head")
         if self.length_prediction == "token":
             self.length_token = self.param("length_token", c.embed_init(), (c.d_model,))
         if self.concat_pe:
@@ -369,7 +372,7 @@ def mask_predict_generate(module: CMLM, options: mask_predict.Options, capacity,
 
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     s, t = config.cmlm, config.train
-    module = CMLM(cfg, s.length_prediction, s.masked_attn, s.concat_pe)
+    module = CMLM(cfg, s.length_prediction, s.masked_attn, s.concat_pe, s.length_bias)
     continues, joins, trails = word_glue(pieces)  # hard constraints: whole words
     capacity = canvas_capacity(cfg, config.eval)
     options = mask_predict_options(s, config.eval, s.mask_predict_iter, updates_all(s))

@@ -56,14 +56,14 @@ FAMILY = Family(
     choices={**LENGTH_CHOICES, "decoder_input": ("mask", "copy")}, switched=dict.fromkeys(COVERAGE_KEYS, "coverage"),
     ranges={**LENGTH_RANGES, "train_iterations": ("(0", None), "decode_iterations": ("(0", None),
             "sca_weight": ("[0", None), "coverage_lambda": (None, None)},  # finite: λ = inf gave no output
-    architecture=("length_prediction", "length_offset", "length_with_ends", "coverage", "coverage_bos_eos",
-                  "decoder_input"),
+    architecture=("length_prediction", "length_offset", "length_with_ends", "length_bias", "coverage",
+                  "coverage_bos_eos", "decoder_input"),
     moved={**LENGTH_MOVED, "model.coverage": "coverage", "model.coverage_bos_eos": "coverage_bos_eos",
            "train.coverage_iterations": "train_iterations", "eval.coverage_iterations": "decode_iterations",
            "train.sca_weight": "sca_weight", "train.coverage_stop_gradient": "coverage_stop_gradient",
            "eval.coverage_lambda": "coverage_lambda"},
     before_added={"coverage_bos_eos": (True, "coverage"), "length_with_ends": (False, None),
-                  "decoder_input": ("mask", None)},
+                  "length_bias": (True, None), "decoder_input": ("mask", None)},
     conventions=("absent_tokens",),
     # one mask-predict pass: eval.run_all_iterations, which mask_predict_options passes on, stops no later one
     reads=("eval.length_cap_min", "eval.length_cap_ratio", "eval.search_rules", "data.pack"),

@@ -300,7 +300,7 @@ def coverage_lambda(params) -> dict:
 def build_spec(config, cfg: TransformerConfig, pieces) -> ModelSpec:
     del pieces  # no constraints: every piece may follow any other
     s, t = config.nat, config.train
-    module = NAT(cfg, s.length_prediction, coverage=s.coverage,
+    module = NAT(cfg, s.length_prediction, length_bias=s.length_bias, coverage=s.coverage,
                  coverage_options=(s.coverage_bos_eos, s.coverage_stop_gradient, None), decoder_input=s.decoder_input)
     # decoding may force λ (nat.coverage_lambda ≥ 0, a control: 0 removes the coverage bias)
     decoder = module.clone(coverage_options=(s.coverage_bos_eos, False,
