@@ -40,11 +40,13 @@ phrase = st.lists(st.integers(6, 9), min_size=1, max_size=P)
 @given(phrases=st.lists(phrase, min_size=1, max_size=C), tokens=st.lists(st.integers(6, 10), min_size=1,
                                                                           max_size=12), ordered=st.booleans())
 def test_progress_is_fairseqs(phrases, tokens, ordered):
-    """Few distinct tokens, so that phrases share prefixes, repeat and overlap, and tokens break them."""
+    """Few distinct tokens, so that phrases share prefixes, repeat and overlap, and tokens break them. (The walk
+    scans 12 tokens whatever their number, those after ``tokens`` unread: one compiled program, not one a length.)"""
     table = np.full((C, P), PAD_ID, np.int32)
     for c, p in enumerate(phrases):
         table[c, :len(p)] = p
-    banks, done, nxt, ok = _walk(ordered)(jnp.asarray(table), jnp.asarray(tokens, jnp.int32))
+    padded = jnp.asarray(tokens + [10] * (12 - len(tokens)), jnp.int32)
+    banks, done, nxt, ok = _walk(ordered)(jnp.asarray(table), padded)
     state = ref.start(phrases, ordered)
     for t, token in enumerate(tokens):
         state = state.advance(token)
