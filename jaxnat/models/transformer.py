@@ -864,9 +864,8 @@ ABSENT_CHOICES = {"pad": PAD_ID, "bos": BOS_ID, "plh": PLH_ID, "mask": MASK_ID}
 UNK_INPUT_CHOICES = {"plh": PLH_ID, "mask": MASK_ID}
 
 
-def absent_ids(names: str, key: str = "absent_tokens", choices: dict = ABSENT_CHOICES) -> tuple[int, ...]:
-    """model.absent_tokens (a comma list of `ABSENT_CHOICES`' names; ``key`` another such key of ``choices``) ->
-    their ids, sorted."""
+def _reserved_ids(names: str, key: str, choices: dict) -> tuple[int, ...]:
+    """model.``key``, a comma list of ``choices``' names -> their ids, sorted; a one-line ConfigError otherwise."""
     names = [n.strip() for n in names.split(",") if n.strip()]
     unknown = [n for n in names if n not in choices]
     if unknown:
@@ -874,9 +873,14 @@ def absent_ids(names: str, key: str = "absent_tokens", choices: dict = ABSENT_CH
     return tuple(sorted(choices[n] for n in names))
 
 
+def absent_ids(names: str) -> tuple[int, ...]:
+    """model.absent_tokens (a comma list of `ABSENT_CHOICES`' names) -> their ids, sorted."""
+    return _reserved_ids(names, "absent_tokens", ABSENT_CHOICES)
+
+
 def unk_input_ids(names: str) -> tuple[int, ...]:
     """model.unk_inputs (a comma list of `UNK_INPUT_CHOICES`' names) -> their ids, sorted."""
-    return absent_ids(names, "unk_inputs", UNK_INPUT_CHOICES)
+    return _reserved_ids(names, "unk_inputs", UNK_INPUT_CHOICES)
 
 
 def config_from(model_cfg: Any, src_vocab_size: int, tgt_vocab_size: int) -> TransformerConfig:
