@@ -106,9 +106,10 @@ def test_taken_coordinator_port_is_one_line():
 
 @pytest.mark.parametrize("index", [0, 1])
 def test_process_zero_writes_after_every_process_has_read(monkeypatch, index):
-    """one_process_first in two processes, its barriers recorded: process 0 writes only after a barrier every
-    process reaches after its own reads of the workdir (a process running late once read process 0's half-written
-    config.json and stopped), the others read only after a barrier process 0 reaches after writing."""
+    """one_process_first and in_process_zero in two processes, their barriers recorded: process 0 writes only after
+    a barrier every process reaches after its own reads of the workdir (a process running late once read process
+    0's half-written config.json and stopped), the others read only after a barrier process 0 reaches after
+    writing; in_process_zero's change (moving an unreadable checkpoint aside) is process 0's alone."""
     from jax.experimental import multihost_utils
 
     from jaxnat.training import mesh
@@ -119,6 +120,9 @@ def test_process_zero_writes_after_every_process_has_read(monkeypatch, index):
     monkeypatch.setattr(multihost_utils, "sync_global_devices", lambda name: events.append("barrier"))
     assert mesh.one_process_first("vocabulary", lambda: events.append("fn") or "tokenizer") == "tokenizer"
     assert events == (["barrier", "fn", "barrier"] if index == 0 else ["barrier", "barrier", "fn"])
+    events.clear()
+    assert mesh.in_process_zero("move", lambda: events.append("fn") or "moved") == ("moved" if index == 0 else None)
+    assert events == (["barrier", "fn", "barrier"] if index == 0 else ["barrier", "barrier"])
 
 
 def test_differing_rows():

@@ -22,6 +22,8 @@ import shutil
 
 import orbax.checkpoint as ocp
 
+from jaxnat.training import mesh
+
 log = logging.getLogger("jaxnat")
 
 
@@ -107,8 +109,11 @@ class Checkpoints:
             aside = os.path.join(self.root, "unreadable", f"{kind}-{step}")
             log.warning("the %s checkpoint of step %d is unreadable (%s); moved to %s", kind, step, why, aside)
             manager.wait_until_finished()
-            os.makedirs(os.path.dirname(aside), exist_ok=True)
-            shutil.move(where, aside)
+
+            def move():
+                os.makedirs(os.path.dirname(aside), exist_ok=True)
+                shutil.move(where, aside)
+            mesh.in_process_zero("unreadable checkpoint", move)  # several processes: one moves it (a shared workdir)
             manager.reload()
             return None
 

@@ -151,12 +151,11 @@ def differing_rows(rows: np.ndarray) -> list[int]:
     return [i for i, row in enumerate(rows) if not np.array_equal(row, rows[0])]
 
 
-def one_process_first(what: str, fn):
-    """Runs `fn` in process 0, then (after a barrier) in the others: files process 0 writes into the shared
-    workdir (the vocabulary) are complete before the others read them. A barrier before too: every process has
-    read the workdir as the command found it (the checks before this call) before process 0 writes there; a
-    process running late read a config.json process 0 was writing, stopped, and left it waiting for good. One
-    process: just `fn()`."""
+def in_process_zero(what: str, fn):
+    """Runs `fn`, a change to the shared workdir, in process 0 alone, between two barriers: every process has read
+    the workdir as it was (a process running late read a config.json process 0 was writing, stopped, and left it
+    waiting for good) before the change, and sees it whole after. Returns fn's value in process 0, None in the
+    others. One process: just `fn()`."""
     if jax.process_count() == 1:
         return fn()
     from jax.experimental import multihost_utils
@@ -164,6 +163,13 @@ def one_process_first(what: str, fn):
     multihost_utils.sync_global_devices(f"{what}: read")
     out = fn() if jax.process_index() == 0 else None
     multihost_utils.sync_global_devices(what)
+    return out
+
+
+def one_process_first(what: str, fn):
+    """Runs `fn` in process 0 (`in_process_zero`), then in the others: files process 0 writes into the shared
+    workdir (the vocabulary) are complete before the others read them. One process: just `fn()`."""
+    out = in_process_zero(what, fn)
     return out if jax.process_index() == 0 else fn()
 
 
