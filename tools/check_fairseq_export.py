@@ -56,8 +56,10 @@ class Lev:
         from fairseq.hub_utils import GeneratorHubInterface
         from fairseq.iterative_refinement_generator import IterativeRefinementGenerator
 
-        codes = os.path.join(directory, "bpecodes")
-        overrides = {"data": directory, **({"bpe_codes": codes} if os.path.isfile(codes) else {})}
+        overrides = {"data": directory}  # the text pipeline's files, where they lie (the export names them alone)
+        for key, file in (("bpe_codes", "bpecodes"), ("sentencepiece_model", "sentencepiece.bpe.model")):
+            if os.path.isfile(os.path.join(directory, file)):
+                overrides[key] = os.path.join(directory, file)
         models, cfg, task = checkpoint_utils.load_model_ensemble_and_task([os.path.join(directory, name)],
                                                                           arg_overrides=overrides)
         self.hub = GeneratorHubInterface(cfg, task, models)

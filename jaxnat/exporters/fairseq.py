@@ -27,14 +27,18 @@ from __future__ import annotations
 
 import argparse
 import collections
+import logging
 import os
 import shutil
 
 import numpy as np
 
 from jaxnat.data.vocab import MASK_ID, PLH_ID
+from jaxnat.decoding.mask_predict import LENGTH_CLASSES
 from jaxnat.errors import ConfigError
 from jaxnat.importers.fairseq import ARCHITECTURES as IMPORTED
+
+log = logging.getLogger("jaxnat")
 
 
 # jaxnat's families -> fairseq's architectures (the import's, inverted; the DA-Transformer plugin's stays there)
@@ -222,6 +226,10 @@ def write(translator, config, directory: str, files: dict, how: dict, step: int)
         instead = "; export it with --to ctranslate2:DIR" if family == "ar" else ""
         raise ConfigError(f"fairseq's {ARCHITECTURES[family] if family != 'ar' else 'Transformer'} cannot compute "
                           f"this model ({', '.join(wrong)}){instead}")
+    if family in ("cmlm", "nat") and cfg.max_len < LENGTH_CLASSES - 1:
+        log.warning("model.max_len=%d: jaxnat decodes at most that many tokens, fairseq's %s as many as its length "
+                    "classifier predicts (up to %d): a longer prediction decodes differently there", cfg.max_len,
+                    ARCHITECTURES[family], LENGTH_CLASSES - 1)
     src_lang, tgt_lang = config.data.src_lang, config.data.tgt_lang
     if not src_lang or not tgt_lang or src_lang == tgt_lang:
         raise ConfigError(f"fairseq names a model's dictionaries by its languages: set data.src_lang and "
