@@ -61,7 +61,8 @@ _order = jax.jit(cf.order_candidates, static_argnums=6)
 @settings(max_examples=100, deadline=None)
 @given(seed=st.integers(0, 2**31 - 1), m=st.integers(4, 14), spread=st.sampled_from([1.0, 150.0]))
 def test_the_kept_candidates_are_fairseqs(seed, m, spread):
-    """Repeated pairs, offered and not, banks that interleave where scores span more than 100 (``spread``)."""
+    """Repeated pairs, offered and not, banks that interleave where scores span more than 100 (``spread``). (14
+    candidates whatever ``m``, those after the m-th not offered: one compiled program, not one an m.)"""
     rng = np.random.default_rng(seed)
     parents, tokens = rng.integers(0, 2, m), rng.integers(6, 9, m)
     banks = rng.integers(0, 4, m)
@@ -72,8 +73,11 @@ def test_the_kept_candidates_are_fairseqs(seed, m, spread):
             scores[i], banks[i] = scores[j], banks[j]
     valid = rng.random(m) < 0.8
     keep = 4
-    ours = np.asarray(_order(jnp.asarray(scores), jnp.asarray(parents), jnp.asarray(tokens), jnp.asarray(banks),
-                             jnp.asarray(valid), jnp.int32(3), keep))
+
+    def padded(x, fill):
+        return jnp.asarray(np.concatenate([x, np.full(14 - m, fill, x.dtype)]))
+    ours = np.asarray(_order(padded(scores, 0.0), padded(parents, 0), padded(tokens, 6), padded(banks, 0),
+                             padded(valid, False), jnp.int32(3), keep))
     live = np.flatnonzero(valid)
     theirs = ref.keep_candidates(scores[live], parents[live], tokens[live], banks[live], 3, keep)
     assert ours[:len(theirs)].tolist() == live[theirs].tolist()

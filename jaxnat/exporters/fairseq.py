@@ -35,23 +35,31 @@ import numpy as np
 
 from jaxnat.data.vocab import MASK_ID, PLH_ID
 from jaxnat.decoding.mask_predict import LENGTH_CLASSES
+from jaxnat.models.dat.model import VITERBI, max_vertices
 from jaxnat.errors import ConfigError
-from jaxnat.importers.fairseq import ARCHITECTURES as IMPORTED
+from jaxnat.importers.fairseq import ARCHITECTURES as IMPORTED, DAT_DECODING
 
 log = logging.getLogger("jaxnat")
 
 
-# jaxnat's families -> fairseq's architectures (the import's, inverted; the DA-Transformer plugin's stays there)
-ARCHITECTURES = {family: arch for arch, family in IMPORTED.items() if family != "dat"}
+# jaxnat's families -> fairseq's architectures (the import's, inverted; dat: the DA-Transformer plugin's)
+ARCHITECTURES = {family: arch for arch, family in IMPORTED.items()}
 FAMILIES = tuple(ARCHITECTURES)
-# the translation_lev task's noise, which its training puts on the references (fairseq's --noise)
+# the plugin registers its architecture under presets alone: the base one, whose every size the settings name
+PRESETS = {"dat": "glat_decomposed_link_6e6d512"}
+# the task each trains with; the translation_lev task's noise, which its training puts on the references
+TASKS = {"ar": "translation", "dat": "translation_dat_task"}
 NOISE = {"cmlm": "random_mask", "nat": "full_mask", "levt": "random_delete"}
 # the values of a family's config section that fairseq's model of it computes (the rest: jaxnat's own heads)
 FAMILY_SETTINGS = {
     "cmlm": {"length_prediction": "pooled", "length_bias": False, "masked_attn": False, "concat_pe": False},
     "nat": {"length_prediction": "pooled", "length_bias": False, "coverage": False},
     "levt": {"separate_deletion": False, "separate_placeholder": False},
+    "dat": {"links": "multihead", "vertex_inputs": "tokens"},  # links from the states ⊕ learned link positions
 }
+CRITERIA = {"ar": "LabelSmoothedCrossEntropyCriterion", "dat": "NATDAGLoss"}  # (the checkpoint's training record)
+# jaxnat's dat.decode -> the plugin's decode_strategy (Viterbi's: with dat.viterbi_convention=authors)
+DAT_STRATEGIES = {ours: theirs for theirs, ours in DAT_DECODING.items() if theirs != "sample"}
 
 
 def conventions(cfg, family: str = "ar", section=None) -> list[str]:
@@ -61,6 +69,8 @@ def conventions(cfg, family: str = "ar", section=None) -> list[str]:
     want = {"ln_eps": 1e-5, "output_bias": False}
     if family == "ar":  # the translation task: no BOS on the source, the decoder starts from </s>
         want.update(decoder_start="eos", source_bos=False)
+    elif family == "dat":  # (its task's prepend_bos says whether sources begin with <s>)
+        want.update(layernorm_embedding=False)
     else:  # translation_lev: sources begin with <s>
         want.update(source_bos=True, layernorm_embedding=False)
     if cfg.positions == "sinusoidal":
@@ -73,7 +83,7 @@ def conventions(cfg, family: str = "ar", section=None) -> list[str]:
     if not {PLH_ID, MASK_ID} <= set(cfg.absent_tokens):
         wrong.append(f"model.absent_tokens={','.join(map(str, cfg.absent_tokens)) or '(none)'} (fairseq's model has "
                      f"no PLH or MASK row: 'plh,mask')")
-    if family != "ar" and not {PLH_ID, MASK_ID} <= set(cfg.unk_inputs):
+    if family not in ("ar", "dat") and not {PLH_ID, MASK_ID} <= set(cfg.unk_inputs):
         wrong.append(f"model.unk_inputs={','.join(map(str, cfg.unk_inputs)) or '(none)'} (fairseq's "
                      f"{ARCHITECTURES[family]} reads <unk> as its mask and placeholder: 'plh,mask')")
     if cfg.activation not in ACTIVATIONS:
@@ -139,7 +149,27 @@ def _heads(family: str, params: dict) -> dict:
                 "decoder.embed_mask_ins.weight": np.asarray(params["placeholder_head"]["kernel"], np.float32).T}
     if family in ("cmlm", "nat"):
         return {"decoder.embed_length.weight": np.asarray(params["length_head"]["kernel"], np.float32).T}
+    if family == "dat":
+        return _dat_heads(params)
     return {}
+
+
+def _dat_heads(params: dict) -> dict:
+    """The DA-Transformer plugin's graph heads: the link projections and gate (linears with biases), the learned
+    link positions and, with learned positions, the vertices' (the decoder's own table), each a table of fairseq's
+    layout (two leading rows and a last one, which no graph of the plugin's reaches: zeros); the length head of its
+    upsample_base=predict, which the other bases never read (refused at import): zeros."""
+    out = {}
+    for ours, theirs in (("link_query", "query_linear"), ("link_key", "key_linear"), ("link_gate", "gate_linear")):
+        out[f"decoder.{theirs}.weight"] = np.asarray(params[ours]["kernel"], np.float32).T
+        out[f"decoder.{theirs}.bias"] = np.asarray(params[ours]["bias"], np.float32)
+    for ours, theirs in (("link_positions", "link_positional"), ("vertex_positions", "embed_positions")):
+        if ours in params:
+            rows = np.asarray(params[ours], np.float32)
+            out[f"decoder.{theirs}.weight"] = np.concatenate([_positions(rows), np.zeros_like(rows[:1])])
+    d = params["link_positions"].shape[1]
+    out["decoder.embed_length.weight"] = np.zeros((LENGTH_CLASSES, d), np.float32)
+    return out
 
 
 def state_dict(params: dict, cfg, rows: dict, family: str = "ar") -> collections.OrderedDict:
@@ -147,8 +177,7 @@ def state_dict(params: dict, cfg, rows: dict, family: str = "ar") -> collections
     side, jaxnat's ids in fairseq's row order (`fairseq_order`)."""
     from jaxnat.importers.torch_layers import stack_tensors
 
-    out = {**stack_tensors(params, "encoder.layers", "decoder.layers"), **token_tables(params, cfg, rows),
-           **_heads(family, params)}
+    out = {**stack_tensors(params, "encoder.layers", "decoder.layers"), **token_tables(params, cfg, rows)}
     for stack, side in (("encoder", "src"), ("decoder", "tgt")):
         out[f"{stack}.version"] = np.asarray([3.0], np.float32)
         if cfg.positions == "learned":
@@ -163,14 +192,16 @@ def state_dict(params: dict, cfg, rows: dict, family: str = "ar") -> collections
             final = params[stack]["final_norm"]
             out[f"{stack}.layer_norm.weight"] = np.asarray(final["scale"], np.float32)
             out[f"{stack}.layer_norm.bias"] = np.asarray(final["bias"], np.float32)
+    out.update(_heads(family, params))  # (a DA-Transformer's vertex positions: the decoder's table)
     return collections.OrderedDict(sorted(out.items()))
 
 
-def arguments(cfg, src_lang: str, tgt_lang: str, pipeline: dict, family: str = "ar",
-              section=None) -> argparse.Namespace:
+def arguments(cfg, src_lang: str, tgt_lang: str, pipeline: dict, family: str = "ar", section=None,
+              eval_cfg=None) -> argparse.Namespace:
     """The checkpoint's `args`: fairseq's `transformer` (`transformer_align` where the model names the attention
     its word alignments read) with this model's sizes and options, the `translation` task, the text pipeline; or
-    fairseq's architecture of ``family`` (section: its config section) and the `translation_lev` task."""
+    fairseq's architecture of ``family`` (section: its config section; eval_cfg: the eval section, a
+    DA-Transformer's decoding) and its task."""
     learned = cfg.positions == "learned"
     args = dict(
         arch="transformer", task="translation", data=".", source_lang=src_lang, target_lang=tgt_lang,
@@ -190,7 +221,9 @@ def arguments(cfg, src_lang: str, tgt_lang: str, pipeline: dict, family: str = "
                     alignment_layer=cfg.alignment_layer % cfg.dec_layers,
                     alignment_heads=cfg.alignment_heads or cfg.num_heads)
     if family != "ar":
-        args.update(arch=ARCHITECTURES[family], task="translation_lev", noise=NOISE[family])
+        args.update(arch=PRESETS.get(family, ARCHITECTURES[family]), task=TASKS.get(family, "translation_lev"))
+    if family in NOISE:
+        args.update(noise=NOISE[family])
     if family in ("cmlm", "nat"):
         args.update(pred_length_offset=section.length_offset, length_loss_factor=section.length_loss_weight,
                     sg_length_pred=False, src_embedding_copy=family == "nat" and section.decoder_input == "copy")
@@ -200,7 +233,36 @@ def arguments(cfg, src_lang: str, tgt_lang: str, pipeline: dict, family: str = "
         args.update(early_exit=",".join(map(str, early_exit(section, cfg))), no_share_discriminator=False,
                     no_share_maskpredictor=False, share_discriminator_maskpredictor=False,
                     sampling_for_deletion=section.sampling_for_deletion)
+    if family == "dat":
+        args.update(_dat_arguments(cfg, section, eval_cfg))
     return argparse.Namespace(**args)
+
+
+def _dat_arguments(cfg, section, eval_cfg) -> dict:
+    """The DA-Transformer plugin's settings of this model: its graph (λ, its base, the most vertices: its
+    positions' count less one), links and task, and how it decodes (`DAT_STRATEGIES`; a decoding of jaxnat's own,
+    which the plugin lacks, written as its lookahead, with a warning)."""
+    strategy = DAT_STRATEGIES.get(section.decode, "lookahead")
+    if (section.decode != "lookahead" and strategy == "lookahead") or (
+            section.decode in VITERBI and section.viterbi_convention != "authors") or eval_cfg.sampling:
+        log.warning("dat.decode=%s (dat.viterbi_convention=%s, eval.sampling=%s) has no equivalent among the "
+                    "plugin's decode_strategy: written as %s (its --decode-strategy chooses another)", section.decode,
+                    section.viterbi_convention, eval_cfg.sampling, strategy)
+    vertices = section.max_vertices or max_vertices(cfg.max_len, section.upsample, 2 if cfg.source_bos else 1,
+                                                    section.upsample_base)  # (the rows of its position tables)
+    out = dict(links_feature="feature:position", segment_embedding=False, max_transition_length=99999,
+               max_target_positions=vertices + 1, upsample_scale=str(section.upsample),
+               upsample_base=section.upsample_base, decode_upsample_scale=float(section.decode_upsample or
+                                                                                section.upsample),
+               prepend_bos=cfg.source_bos, decode_strategy=strategy, decode_beta=section.lookahead_beta,
+               decode_viterbibeta=section.viterbi_beta, decode_top_cand_n=section.top_cand,
+               decode_alpha=section.beam_alpha, decode_no_repeated_ngram=0, decode_no_consecutive_repeated_ngram=0)
+    if strategy == "beamsearch":  # their beam search's own settings
+        out.update(decode_beamsize=eval_cfg.beam_size, decode_max_beam_per_length=section.beam_per_length,
+                   decode_top_p=section.top_p, decode_gamma=section.lm_weight, decode_dedup=section.remove_repeats,
+                   decode_no_repeated_ngram=eval_cfg.no_repeat_ngram,
+                   decode_no_consecutive_repeated_ngram=eval_cfg.no_consecutive_repeat)
+    return out
 
 
 def write(translator, config, directory: str, files: dict, how: dict, step: int) -> None:
@@ -245,9 +307,9 @@ def write(translator, config, directory: str, files: dict, how: dict, step: int)
     for name, path in pipeline_files.items():
         shutil.copyfile(path, os.path.join(directory, name))
     checkpoint = {
-        "args": arguments(cfg, src_lang, tgt_lang, pipeline, family, section),
+        "args": arguments(cfg, src_lang, tgt_lang, pipeline, family, section, config.eval),
         "model": state_dict(params, cfg, rows, family),
-        "optimizer_history": [{"criterion_name": "LabelSmoothedCrossEntropyCriterion" if family == "ar" else "NatLoss",
+        "optimizer_history": [{"criterion_name": CRITERIA.get(family, "NatLoss"),
                                "optimizer_name": "Adam",
                                "lr_scheduler_state": {"best": None}, "num_updates": int(step)}],
         "extra_state": {"train_iterator": {"epoch": 1, "iterations_in_epoch": 0}},
