@@ -74,7 +74,8 @@ def test_unk_inputs_read_unks_row(names):
 
 
 def test_a_translation_lev_model_of_other_conventions_is_named():
-    """What fairseq's CMLM and LevT would not compute of jaxnat's own (`--to fairseq:DIR` refuses them so)."""
+    """What fairseq's CMLM and LevT, and the DA-Transformer plugin's model, would not compute of jaxnat's own
+    (`--to fairseq:DIR` refuses them so)."""
     from jaxnat.exporters.fairseq import conventions
     from jaxnat.models.transformer import config_from
 
@@ -83,10 +84,11 @@ def test_a_translation_lev_model_of_other_conventions_is_named():
               "PLH or MASK row: 'plh,mask')"]
     for family, arch, own in (("cmlm", "cmlm_transformer", ["cmlm.length_prediction=token", "cmlm.length_bias=True",
                                                             "cmlm.length_with_ends=False"]),
-                              ("levt", "levenshtein_transformer", [])):
+                              ("levt", "levenshtein_transformer", []),
+                              ("dat", "", ["dat.links=paper", "dat.vertex_inputs=positions"])):  # (no <unk> input)
         c.model.name = family
-        unk = f"model.unk_inputs=(none) (fairseq's {arch} reads <unk> as its mask and placeholder: 'plh,mask')"
-        assert conventions(config_from(c.model, 10, 10), family, c[family]) == common + [unk] + own
+        unk = [f"model.unk_inputs=(none) (fairseq's {arch} reads <unk> as its mask and placeholder: 'plh,mask')"]
+        assert conventions(config_from(c.model, 10, 10), family, c[family]) == common + unk * bool(arch) + own
     c.model.update(name="cmlm", ln_eps=1e-5, position_offset=2, absent_tokens="plh,mask", unk_inputs="plh,mask")
     c.cmlm.update(length_prediction="pooled", length_bias=False, length_offset=True)
     assert conventions(config_from(c.model, 10, 10), "cmlm", c.cmlm) == []

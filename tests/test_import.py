@@ -1374,9 +1374,9 @@ def test_a_model_jaxnat_trained_exports_from_the_command_line(ar_run, tmp_path):
     config.model.name = "cmlm"
     with pytest.raises(JaxnatError, match="writes the autoregressive Transformer .* holds a cmlm model"):
         export(config, str(ar_run), f"ctranslate2:{tmp_path / 'other'}")
-    config.model.name = "dat"
-    with pytest.raises(JaxnatError, match=r"--to fairseq:DIR writes these models \(model.name ar, cmlm, nat, levt\); "
-                                          r".* holds a dat model"):
+    config.model.name = "ctc"
+    with pytest.raises(JaxnatError, match=r"--to fairseq:DIR writes these models \(model.name ar, cmlm, nat, levt, "
+                                          r"dat\); .* holds a ctc model"):
         export(config, str(ar_run), f"fairseq:{tmp_path / 'other'}")
     config.model.name, config.eval.ensemble = "ar", str(ar_run)
     with pytest.raises(JaxnatError, match="writes one model; eval.ensemble names others"):
