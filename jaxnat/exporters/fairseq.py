@@ -35,9 +35,9 @@ import numpy as np
 
 from jaxnat.data.vocab import MASK_ID, PLH_ID
 from jaxnat.decoding.mask_predict import LENGTH_CLASSES
-from jaxnat.models.dat.model import VITERBI, max_vertices
 from jaxnat.errors import ConfigError
 from jaxnat.importers.fairseq import ARCHITECTURES as IMPORTED, DAT_DECODING
+from jaxnat.models.dat.model import VITERBI, max_vertices
 
 log = logging.getLogger("jaxnat")
 
@@ -63,9 +63,9 @@ DAT_STRATEGIES = {ours: theirs for theirs, ours in DAT_DECODING.items() if their
 
 
 def conventions(cfg, family: str = "ar", section=None) -> list[str]:
-    """What of ``cfg`` (a `TransformerConfig`) and of ``section`` (the config section of ``family``, a
-    `translation_lev` model's) fairseq's architecture of ``family`` does not compute, each as "model.KEY=value"
-    (empty: it computes this model)."""
+    """What of ``cfg`` (a `TransformerConfig`) and of ``section`` (the config section of ``family``: a
+    `translation_lev` model's, a DA-Transformer's) fairseq's architecture of ``family`` does not compute, each as
+    "model.KEY=value" (empty: it computes this model)."""
     want = {"ln_eps": 1e-5, "output_bias": False}
     if family == "ar":  # the translation task: no BOS on the source, the decoder starts from </s>
         want.update(decoder_start="eos", source_bos=False)
@@ -141,9 +141,10 @@ def token_tables(params: dict, cfg, rows: dict, prefix: str = "") -> dict:
 
 
 def _heads(family: str, params: dict) -> dict:
-    """The heads of a `translation_lev` model under fairseq's names (bias-free linears, kept as [out, in]): the
-    length classifier (CMLM, NAT); LevT's deletion and placeholder classifiers. (NAT's W_s, which Coverage-NAT's
-    sentence-level agreement loss alone reads, is not fairseq's: left out.)"""
+    """The heads beyond the Transformer's under fairseq's names: of a `translation_lev` model (bias-free linears,
+    kept as [out, in]) the length classifier (CMLM, NAT), LevT's deletion and placeholder classifiers (NAT's W_s,
+    which Coverage-NAT's sentence-level agreement loss alone reads, is not fairseq's: left out); a DA-Transformer's
+    graph heads (`_dat_heads`)."""
     if family == "levt":
         return {"decoder.embed_word_del.weight": np.asarray(params["deletion_head"]["kernel"], np.float32).T,
                 "decoder.embed_mask_ins.weight": np.asarray(params["placeholder_head"]["kernel"], np.float32).T}
