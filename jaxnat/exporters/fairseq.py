@@ -37,7 +37,6 @@ from jaxnat.data.vocab import MASK_ID, PLH_ID
 from jaxnat.decoding.mask_predict import LENGTH_CLASSES
 from jaxnat.errors import ConfigError
 from jaxnat.importers.fairseq import ARCHITECTURES as IMPORTED, DAT_DECODING
-from jaxnat.models.dat.model import VITERBI, max_vertices
 
 log = logging.getLogger("jaxnat")
 
@@ -60,6 +59,7 @@ FAMILY_SETTINGS = {
 CRITERIA = {"ar": "LabelSmoothedCrossEntropyCriterion", "dat": "NATDAGLoss"}  # (the checkpoint's training record)
 # jaxnat's dat.decode -> the plugin's decode_strategy (Viterbi's: with dat.viterbi_convention=authors)
 DAT_STRATEGIES = {ours: theirs for theirs, ours in DAT_DECODING.items() if theirs != "sample"}
+DAT_VITERBI = {DAT_DECODING["viterbi"], DAT_DECODING["jointviterbi"]}
 
 
 def conventions(cfg, family: str = "ar", section=None) -> list[str]:
@@ -198,11 +198,11 @@ def state_dict(params: dict, cfg, rows: dict, family: str = "ar") -> collections
 
 
 def arguments(cfg, src_lang: str, tgt_lang: str, pipeline: dict, family: str = "ar", section=None,
-              eval_cfg=None) -> argparse.Namespace:
+              own: dict | None = None) -> argparse.Namespace:
     """The checkpoint's `args`: fairseq's `transformer` (`transformer_align` where the model names the attention
     its word alignments read) with this model's sizes and options, the `translation` task, the text pipeline; or
-    fairseq's architecture of ``family`` (section: its config section; eval_cfg: the eval section, a
-    DA-Transformer's decoding) and its task."""
+    fairseq's architecture of ``family`` (section: its config section; own: settings of its own, a
+    DA-Transformer's `_dat_arguments`) and its task."""
     learned = cfg.positions == "learned"
     args = dict(
         arch="transformer", task="translation", data=".", source_lang=src_lang, target_lang=tgt_lang,
@@ -234,23 +234,21 @@ def arguments(cfg, src_lang: str, tgt_lang: str, pipeline: dict, family: str = "
         args.update(early_exit=",".join(map(str, early_exit(section, cfg))), no_share_discriminator=False,
                     no_share_maskpredictor=False, share_discriminator_maskpredictor=False,
                     sampling_for_deletion=section.sampling_for_deletion)
-    if family == "dat":
-        args.update(_dat_arguments(cfg, section, eval_cfg))
+    args.update(own or {})
     return argparse.Namespace(**args)
 
 
-def _dat_arguments(cfg, section, eval_cfg) -> dict:
-    """The DA-Transformer plugin's settings of this model: its graph (λ, its base, the most vertices: its
-    positions' count less one), links and task, and how it decodes (`DAT_STRATEGIES`; a decoding of jaxnat's own,
-    which the plugin lacks, written as its lookahead, with a warning)."""
+def _dat_arguments(cfg, section, eval_cfg, vertices: int) -> dict:
+    """The DA-Transformer plugin's settings of this model: its graph (λ, its base, the most vertices: ``vertices``,
+    its position tables' rows, which the plugin counts as its positions less one), links and task, and how it
+    decodes (`DAT_STRATEGIES`; a decoding of jaxnat's own, which the plugin lacks, written as its lookahead, with a
+    warning)."""
     strategy = DAT_STRATEGIES.get(section.decode, "lookahead")
     if (section.decode != "lookahead" and strategy == "lookahead") or (
-            section.decode in VITERBI and section.viterbi_convention != "authors") or eval_cfg.sampling:
+            section.decode in DAT_VITERBI and section.viterbi_convention != "authors") or eval_cfg.sampling:
         log.warning("dat.decode=%s (dat.viterbi_convention=%s, eval.sampling=%s) has no equivalent among the "
                     "plugin's decode_strategy: written as %s (its --decode-strategy chooses another)", section.decode,
                     section.viterbi_convention, eval_cfg.sampling, strategy)
-    vertices = section.max_vertices or max_vertices(cfg.max_len, section.upsample, 2 if cfg.source_bos else 1,
-                                                    section.upsample_base)  # (the rows of its position tables)
     out = dict(links_feature="feature:position", segment_embedding=False, max_transition_length=99999,
                max_target_positions=vertices + 1, upsample_scale=str(section.upsample),
                upsample_base=section.upsample_base, decode_upsample_scale=float(section.decode_upsample or
@@ -298,6 +296,7 @@ def write(translator, config, directory: str, files: dict, how: dict, step: int)
         raise ConfigError(f"fairseq names a model's dictionaries by its languages: set data.src_lang and "
                           f"data.tgt_lang (two different names; got {src_lang!r} and {tgt_lang!r})")
     pipeline, pipeline_files = _pipeline(files, how)
+    own = _dat_arguments(cfg, section, config.eval, params["link_positions"].shape[0]) if family == "dat" else {}
     rows = {side: fairseq_order(tok.vocab_size(side) - 2) for side in ("src", "tgt")}
 
     os.makedirs(directory)
@@ -308,7 +307,7 @@ def write(translator, config, directory: str, files: dict, how: dict, step: int)
     for name, path in pipeline_files.items():
         shutil.copyfile(path, os.path.join(directory, name))
     checkpoint = {
-        "args": arguments(cfg, src_lang, tgt_lang, pipeline, family, section, config.eval),
+        "args": arguments(cfg, src_lang, tgt_lang, pipeline, family, section, own),
         "model": state_dict(params, cfg, rows, family),
         "optimizer_history": [{"criterion_name": CRITERIA.get(family, "NatLoss"),
                                "optimizer_name": "Adam",
