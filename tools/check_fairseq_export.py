@@ -4,6 +4,7 @@ fairseq 0.12.2) on the directory `--mode export --to fairseq:DIR` wrote:
     .refenv/bin/python tools/check_fairseq_export.py DIR --original ORIGINAL.pt --sources expected.json
     .refenv/bin/python tools/check_fairseq_export.py DIR --scores scores.jsonl
     .refenv/bin/python tools/check_fairseq_export.py DIR --translations hyps.jsonl --max-iter 9 --beam 3
+    .refenv/bin/python tools/check_fairseq_export.py DIR --translations hyps.jsonl --dat-plugin CHECKOUT
 
 The export is loaded as fairseq's hub loads a model directory (`TransformerModel.from_pretrained`: the checkpoint's
 own settings, its dictionaries and BPE file beside it; a `translation_lev` model's through its task, which puts
@@ -18,11 +19,13 @@ translations, greedy and at beam 4, with the same scores.
 
 A `translation_lev` model (CMLM, NAT, LevT) is decoded by fairseq's `IterativeRefinementGenerator` with
 --max-iter and --beam (its `--iter-decode-max-iter` and `--iter-decode-with-beam`: jaxnat's cmlm.mask_predict_iter
-minus 1, 0 for NAT, levt.max_iter; the length beam), one sentence at a time.
+minus 1, 0 for NAT, levt.max_iter; the length beam), one sentence at a time. A DA-Transformer (the authors' plugin's
+`glat_decomposed_link`; --dat-plugin: a checkout of thu-coai/DA-Transformer, whose fs_plugins registers it) by the
+plugin's own `forward_decoder`, with the decoding its settings name; its outputs carry no score (texts compared).
 
---translations (a `translation_lev` export; what `--mode translate --config.eval.search_rules=fairseq` printed for
-JSON lines `{"src": …}`: each source with its "hyp" and "score"): fairseq's output is the same text with the same
-score within 1e-4.
+--translations (a `translation_lev` or DA-Transformer export; what `--mode translate` printed for JSON lines
+`{"src": …}`, with `--config.eval.search_rules=fairseq` but for the DA-Transformer: each source with its "hyp" and
+"score"): fairseq's output is the same text with the same score within 1e-4.
 
 --scores (what `--mode score --config.eval.token_scores=true` printed for source/translation pairs, JSON lines with
 "src", "tgt", "pieces" and "token_logp"; a model trained or fine-tuned here): fairseq cuts each translation into the
