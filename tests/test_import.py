@@ -1497,9 +1497,9 @@ def test_an_export_to_fairseq_writes_back_the_original_checkpoint(name, tmp_path
     fairseq saved: the same tensors under the same names, bit for bit (but the copies fairseq 0.12 derives when
     loading and the sinusoidal tables' one-element buffers, whose values nothing reads; of the DA-Transformer's
     position tables, the rows no graph reaches, and the length head its settings never read: zeros), the same task,
-    architecture and options, the same dictionaries and BPE codes; importing the export gives back the same model;
-    a second export is the same bytes (fairseq itself loads the exports and translates as the originals:
-    tools/check_fairseq_export.py)."""
+    architecture and options, the same dictionaries and BPE codes, a README whose fairseq-interactive command decodes
+    as the workdir does; importing the export gives back the same model; a second export is the same bytes (fairseq
+    itself loads the exports and translates as the originals: tools/check_fairseq_export.py)."""
     from jaxnat.exporters import export
     from jaxnat.exporters.fairseq import ACTIVATIONS
     from jaxnat.importers import torch_file
@@ -1531,6 +1531,12 @@ def test_an_export_to_fairseq_writes_back_the_original_checkpoint(name, tmp_path
             assert ours.get(key, value) == value, key  # (fairseq's own defaults may stay unwritten)
     assert ours["arch"] == settings["_name"] and ACTIVATIONS[config.model.activation] == settings["activation_fn"]
     assert ours["task"] == original["cfg"]["task"]["_name"]
+    decodes = {"ar": "--beam 4 --lenpen 1.0 --max-len-a 1.2 --max-len-b 10",  # as the import decodes
+               "cmlm": "--task translation_lev --iter-decode-max-iter 9 --iter-decode-with-beam 3",
+               "levt": "--task translation_lev --iter-decode-max-iter 9 --iter-decode-with-beam 1",
+               "dat": "--user-dir DA-Transformer/fs_plugins --task translation_dat_task"}
+    readme = (out / "README.md").read_text()
+    assert "--bpe subword_nmt --bpe-codes bpecodes" in readme and decodes[config.model.name] in readme
     for lang in ("en", "de"):  # the same words in the same order (their counts: 0)
         words = lambda path: [line.rsplit(" ", 1)[0] for line in open(path, encoding="utf-8")]  # noqa: E731
         assert words(out / f"dict.{lang}.txt") == words(f"{source}/dict.{lang}.txt")

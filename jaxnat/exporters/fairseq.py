@@ -316,3 +316,42 @@ def write(translator, config, directory: str, files: dict, how: dict, step: int)
         "last_optimizer_state": None,
     }
     torch_file.save(checkpoint, os.path.join(directory, "model.pt"))
+    with open(os.path.join(directory, "README.md"), "w", encoding="utf-8") as f:
+        f.write(readme(config, family, src_lang, tgt_lang, pipeline))
+
+
+def interactive_command(config, family: str, src_lang: str, tgt_lang: str, pipeline: dict) -> str:
+    """The `fairseq-interactive` command, run in the export's directory, that decodes as the workdir's config does:
+    the text pipeline's options (fairseq-interactive reads them from its command line, not from the checkpoint), the
+    search's (its beam and length limit; a refining model's passes and length beam, fairseq's
+    `--iter-decode-*`), the plugin for a DA-Transformer (a checkout of thu-coai/DA-Transformer)."""
+    words = ["fairseq-interactive . --path model.pt", f"--source-lang {src_lang} --target-lang {tgt_lang}"]
+    if pipeline["bpe"] == "subword_nmt":
+        words.append("--tokenizer moses" + " --moses-no-dash-splits" * pipeline["moses_no_dash_splits"]
+                     + " --moses-no-escape" * pipeline["moses_no_escape"] + " --bpe subword_nmt --bpe-codes bpecodes")
+    else:
+        words.append(f"--bpe sentencepiece --sentencepiece-model {pipeline['sentencepiece_model']}")
+    e, section = config.eval, config[family] if family != "ar" else None
+    passes = {"cmlm": lambda: (section.mask_predict_iter - 1, section.length_beam),
+              "nat": lambda: (0, section.length_beam), "levt": lambda: (section.max_iter, 1)}
+    if family == "ar":
+        words.append(f"--beam {e.beam_size} --lenpen {e.length_penalty} --max-len-a {e.max_len_a} "
+                     f"--max-len-b {e.max_len_b}")
+    elif family == "dat":
+        words.append("--user-dir DA-Transformer/fs_plugins --task translation_dat_task")
+    else:
+        iterations, beam = passes[family]()
+        words.append(f"--task translation_lev --iter-decode-max-iter {iterations} --iter-decode-with-beam {beam}")
+    return " \\\n    ".join(words)
+
+
+def readme(config, family: str, src_lang: str, tgt_lang: str, pipeline: dict) -> str:
+    """README.md of a fairseq export: how to decode it as the workdir decodes (`interactive_command`)."""
+    notes = {"dat": "`DA-Transformer/` is a checkout of thu-coai/DA-Transformer (its `fs_plugins` registers the "
+                    "model).\n",
+             "ar": "In Python, `TransformerModel.from_pretrained(\".\", \"model.pt\")` loads it with its text pipeline "
+                   "from the checkpoint's settings.\n"}
+    return (f"# {ARCHITECTURES[family]}, exported by jaxnat\n\nTranslate one sentence a line, in this directory, "
+            f"with the workdir's decoding settings (fairseq-interactive prints scores in base 2):\n\n"
+            f"```bash\n{interactive_command(config, family, src_lang, tgt_lang, pipeline)}\n```\n"
+            + (f"\n{notes[family]}" if family in notes else ""))
