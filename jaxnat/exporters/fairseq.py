@@ -332,15 +332,14 @@ def interactive_command(config, family: str, src_lang: str, tgt_lang: str, pipel
     else:
         words.append(f"--bpe sentencepiece --sentencepiece-model {pipeline['sentencepiece_model']}")
     e, section = config.eval, config[family] if family != "ar" else None
-    passes = {"cmlm": lambda: (section.mask_predict_iter - 1, section.length_beam),
-              "nat": lambda: (0, section.length_beam), "levt": lambda: (section.max_iter, 1)}
     if family == "ar":
         words.append(f"--beam {e.beam_size} --lenpen {e.length_penalty} --max-len-a {e.max_len_a} "
                      f"--max-len-b {e.max_len_b}")
     elif family == "dat":
         words.append("--user-dir DA-Transformer/fs_plugins --task translation_dat_task")
-    else:
-        iterations, beam = passes[family]()
+    else:  # fairseq's max_iter N runs N + 1 passes; its beam is the length beam (LevT: none)
+        iterations = section.mask_predict_iter - 1 if family == "cmlm" else section.get("max_iter", 0)
+        beam = section.get("length_beam", 1)
         words.append(f"--task translation_lev --iter-decode-max-iter {iterations} --iter-decode-with-beam {beam}")
     return " \\\n    ".join(words)
 
