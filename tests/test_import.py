@@ -105,12 +105,13 @@ def _imported(kind, tmp_path_factory):
 
 
 def _hugging_face_reading(workdir):
-    """A Marian .npz import's workdir as Hugging Face's conversion reads the model: MarianMTModel's sinusoids and a
-    <pad> in its softmax (the import computes Marian's own: `jaxnat.importers.marian_npz`)."""
+    """A Marian .npz import's workdir as Hugging Face's conversion reads the model: MarianMTModel's sinusoids, a
+    <pad> in its softmax and PyTorch's layer-norm epsilon (the import computes Marian's own:
+    `jaxnat.importers.marian_npz`)."""
     path = os.path.join(workdir, "config.json")
     with open(path, encoding="utf-8") as f:
         config = json.load(f)
-    config["model"].update(position_layout="marian", absent_tokens="bos,plh,mask")
+    config["model"].update(position_layout="marian", absent_tokens="bos,plh,mask", ln_eps=1e-5)
     with open(path, "w", encoding="utf-8") as f:
         json.dump(config, f)
 
@@ -610,8 +611,8 @@ def test_a_marian_directory_without_its_tokenizer_is_refused(tmp_path):
 def test_marians_conversion_of_a_separate_vocabulary_model_imports_as_the_npz_does():
     """A model with a vocabulary per side as Hugging Face's converter saved it (marian-npz-separate/hf:
     vocab.json and target_vocab.json, two embedding matrices) imports exactly as its Marian .npz, which the tests
-    above hold to MarianMTModel's outputs, but for the two places where the .npz import computes Marian's own function
-    instead of MarianMTModel's (its sinusoids, no <pad> in its softmax)."""
+    above hold to MarianMTModel's outputs, but for the three places where the .npz import computes Marian's own
+    function instead of MarianMTModel's (its sinusoids, no <pad> in its softmax, its layer norms' epsilon)."""
     from jaxnat.importers import read
 
     hf, npz = read(f"marian:{DATA}/marian-npz-separate/hf"), read(SOURCES["marian-npz-separate"])
@@ -620,10 +621,10 @@ def test_marians_conversion_of_a_separate_vocabulary_model_imports_as_the_npz_do
     # and decoder.yml's normalize, which the converter drops and the import takes as the length penalty
     assert npz.overrides.pop("eval.length_penalty") == 0.6 and "eval.length_penalty" not in hf.overrides
     assert npz.overrides.pop("eval.allow_unk") is False  # (Marian's decoder never writes <unk>; generate does)
-    assert [npz.overrides.pop(k) for k in ("model.position_layout", "model.absent_tokens")] == [
-        "fairseq", "pad,bos,plh,mask"]
-    assert [hf.overrides.pop(k) for k in ("model.position_layout", "model.absent_tokens")] == [
-        "marian", "bos,plh,mask"]
+    assert [npz.overrides.pop(k) for k in ("model.position_layout", "model.absent_tokens", "model.ln_eps")] == [
+        "fairseq", "pad,bos,plh,mask", 1e-6]
+    assert [hf.overrides.pop(k) for k in ("model.position_layout", "model.absent_tokens", "model.ln_eps")] == [
+        "marian", "bos,plh,mask", 1e-5]
     assert {k: v for k, v in hf.overrides.items() if k not in lengths} == {
         k: v for k, v in npz.overrides.items() if k not in lengths}
     assert hf.overrides["model.share_embeddings"] is False and hf.settings == npz.settings
@@ -1576,13 +1577,15 @@ def test_a_model_fairseq_cannot_compute_is_not_exported_to_fairseq(ar_run, tmp_p
 MARIAN_RELEASES = ("marian-npz", "marian-npz-separate", "marian-ssru", "marian-prenorm", "marian-aan")
 
 
-def test_an_export_to_marian_npz_writes_back_the_original_release(ar_run, tmp_path):
+def test_an_export_to_marian_npz_writes_back_the_original_release(ar_run, tmp_path, caplog):
     """`--to marian-npz:DIR` of each Marian `.npz` fixture's import (one vocabulary or one per side of different
     sizes, tied or untied output layers, SSRU and average-attention decoders, pre-norm layers) writes what Marian
     saved: every array bit for bit under its name and row-major (Marian refuses another order), the options its
     import reads, the vocabularies piece for piece and id for id; decoder.yml keeps normalize and Marian's
     allow-unk (off). Marian itself decodes the exports of fine-tuned models as jaxnat does (tools/
-    check_marian_export.py, docs/import.md). jaxnat's own conventions are refused, each named, nothing written."""
+    check_marian_export.py, docs/import.md). A model of another layer-norm epsilon than Marian's (an import of
+    before the import took Marian's) is written with a warning; jaxnat's own conventions are refused, each named,
+    nothing written."""
     import yaml
 
     from jaxnat.exporters import export
@@ -1610,6 +1613,13 @@ def test_an_export_to_marian_npz_writes_back_the_original_release(ar_run, tmp_pa
             with open(f"{DATA}/{kind}/{theirs_file}", encoding="utf-8") as a, open(out / ours_file,
                                                                                    encoding="utf-8") as b:
                 assert yaml.safe_load(a) == yaml.safe_load(b), (kind, theirs_file)
+    assert "epsilon" not in caplog.text
+    older = tmp_path / MARIAN_RELEASES[0] / "run" / "config.json"
+    older.write_text(older.read_text().replace('"ln_eps": 1e-06', '"ln_eps": 1e-05'))
+    with caplog.at_level("WARNING", logger="jaxnat"):
+        export(workdir_config(str(older.parent)), str(older.parent), f"marian-npz:{tmp_path / 'older'}")
+    assert "Marian computes its layer norms with epsilon 1e-06, this model was trained with model.ln_eps=1e-05" in \
+        caplog.text
     with pytest.raises(JaxnatError, match=r"^Marian cannot compute this model \(model.source_bos=True, "
                                           r"model.decoder_start=bos, model.output_bias=False, model.absent_tokens "
                                           r"without pad,bos,plh,mask .*\); export it with --to ctranslate2:DIR$"):
@@ -1662,8 +1672,8 @@ def test_a_marian_npz_computes_marians_own_outputs(kind, tmp_path):
     workdir = str(tmp_path / "run")
     write_workdir(SOURCES.get(kind, f"marian:{DATA}/{kind}"), workdir)
     config = workdir_config(workdir)
-    assert (config.model.decoder_autoreg, config.eval.length_penalty) == (
-        {"marian-ssru": "ssru", "marian-aan": "aan"}.get(kind, "self_attention"), 0.6)
+    assert (config.model.decoder_autoreg, config.eval.length_penalty, config.model.ln_eps) == (
+        {"marian-ssru": "ssru", "marian-aan": "aan"}.get(kind, "self_attention"), 0.6, 1e-6)
     config.eval.max_len_a, config.eval.max_len_b = 2.0, 0  # Marian's max-length-factor: × the source's pieces and end
     translator = load_translator(config, workdir)
     tok = translator.tokenizer

@@ -4,16 +4,18 @@ marian-npz:DIR`, docs/import.md): what `jaxnat.importers.marian_npz` reads, writ
 Marian's decoder reads (marian-decoder, pymarian; marian-conv makes Bergamot's 8-bit models from it). A Marian
 model imported and fine-tuned here goes back to Marian, its SSRU and average-attention decoders included.
 
-Marian computes one family of layouts: those of a `.npz` import (`check`): post-norm layers, or pre-norm ones with
-a norm over each stack's top; its sinusoids (jaxnat's "fairseq" frequencies) from 0; sources without BOS; the decoder
-started from a zero vector (`<pad>`, whose embedding row is zero); an output bias; no `<pad>`, `<s>`, placeholder or
-mask token in its vocabulary (`model.absent_tokens`). Its vocabulary holds `</s>` (id 0), `<unk>` (1), then the
-other pieces in jaxnat's order; the arrays take Marian's names and layouts (`marian_npz.LAYER`, read backwards:
-weights [in, out], biases and layer-norm parameters [1, out]), and `special:model.yml` the options the import reads.
+Marian computes one family of layouts: those of a `.npz` import (`check`): post-norm layers, or pre-norm ones with a
+norm over each stack's top, of epsilon 1e-6; its sinusoids (jaxnat's "fairseq" frequencies) from 0; sources without
+BOS; the decoder started from a zero vector (`<pad>`, whose embedding row is zero); an output bias; no `<pad>`,
+`<s>`, placeholder or mask token in its vocabulary (`model.absent_tokens`). Its vocabulary holds `</s>` (id 0),
+`<unk>` (1), then the other pieces in jaxnat's order; the arrays take Marian's names and layouts
+(`marian_npz.LAYER`, read backwards: weights [in, out], biases and layer-norm parameters [1, out]), and
+`special:model.yml` the options the import reads.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 
@@ -21,7 +23,9 @@ import numpy as np
 
 from jaxnat.data.vocab import BOS_ID, EOS_ID, MASK_ID, NUM_RESERVED, PAD_ID, PLH_ID, UNK_ID
 from jaxnat.errors import ConfigError
-from jaxnat.importers.marian_npz import ACTIVATIONS, AUTOREG
+from jaxnat.importers.marian_npz import ACTIVATIONS, AUTOREG, LN_EPS
+
+log = logging.getLogger("jaxnat")
 
 MARIAN_ACTIVATIONS = {ours: theirs for theirs, ours in ACTIVATIONS.items()}  # jaxnat's -> Marian's
 
@@ -125,6 +129,9 @@ def write(translator, config, directory: str, files: dict[str, str], how: dict) 
 
     cfg, tok = translator.spec.cfg, translator.tokenizer
     check(cfg, config, how)
+    if cfg.ln_eps != LN_EPS:  # (a .npz imported before the import took Marian's epsilon; about 1e-5 in a log-prob)
+        log.warning("Marian computes its layer norms with epsilon %g, this model was trained with model.ln_eps=%g: "
+                    "Marian's log-probabilities may depart slightly from the workdir's", LN_EPS, cfg.ln_eps)
     params = jax.tree.map(lambda a: np.asarray(a, np.float32), translator.params["params"])
     params = unstack_layers(params) if cfg.scan_layers else params
     rows = {side: marian_rows(tok.vocab_size(side)) for side in ("src", "tgt")}

@@ -5,19 +5,20 @@
 The arrays are read as Hugging Face's conversion reads them (transformers' convert_marian_to_pytorch, by which
 OPUS-MT's models reached the hub): Marian's names and layouts become MarianMTModel's, and `marian.build` imports the
 result as it imports a Hugging Face directory; the model then computes what Marian computes, not MarianMTModel's
-approximation of it, in the two places where those differ (measured with Marian itself, pymarian:
+approximation of it, in the three places where those differ (measured with Marian itself, pymarian:
 tests/data/import/marian-*/expected_marian.json): Marian's sinusoids take the frequencies 10000^(−i / (D/2 − 1))
-(jaxnat's "fairseq" layout; MarianMTModel's 10000^(−2i / D)), and its softmax has no `<pad>` row
-(model.absent_tokens names it). Marian keeps a layer's weights as [in, out] and its biases and layer-norm
-parameters as [1, out]. Its vocabulary has no padding piece: `<pad>` is appended with a zero embedding row and a
-zero output bias, and the decoder starts from it (Marian's decoder starts from a zero vector). One vocabulary
-(`tied-embeddings-all` or `-src`: `Wemb`) or one per side (`encoder_Wemb`, `decoder_Wemb`, decoder.yml's two
-`vocabs` or `*.src.vocab.yml` and `*.trg.vocab.yml`, of the same size or not); the output layer is the target
-embedding, or one of its own (`decoder_ff_logit_out_W`, without `tied-embeddings-all` or `tied-embeddings`: Marian's
-default; `lm_head.weight`). Settings that conversion cannot express are refused with one line naming them, but for
-SSRU decoder layers (`transformer-decoder-autoreg: rnn`, `dec-cell: ssru`), average-attention ones (`average-
-attention`) and pre-norm layers with top norms, which no MarianMTModel computes. The file is read with
-`np.load(allow_pickle=False)` and the YAML with PyYAML's BaseLoader (strings, lists and maps only): data, no code.
+(jaxnat's "fairseq" layout; MarianMTModel's 10000^(−2i / D)), its softmax has no `<pad>` row (model.absent_tokens
+names it), and its layer norms' epsilon is 1e-6 (MarianMTModel's 1e-5). Marian keeps a layer's weights as [in, out]
+and its biases and layer-norm parameters as [1, out]. Its vocabulary has no padding piece: `<pad>` is appended with
+a zero embedding row and a zero output bias, and the decoder starts from it (Marian's decoder starts from a zero
+vector). One vocabulary (`tied-embeddings-all` or `-src`: `Wemb`) or one per side (`encoder_Wemb`, `decoder_Wemb`,
+decoder.yml's two `vocabs` or `*.src.vocab.yml` and `*.trg.vocab.yml`, of the same size or not); the output layer is
+the target embedding, or one of its own (`decoder_ff_logit_out_W`, without `tied-embeddings-all` or
+`tied-embeddings`: Marian's default; `lm_head.weight`). Settings that conversion cannot express are refused with one
+line naming them, but for SSRU decoder layers (`transformer-decoder-autoreg: rnn`, `dec-cell: ssru`),
+average-attention ones (`average-attention`) and pre-norm layers with top norms, which no MarianMTModel computes.
+The file is read with `np.load(allow_pickle=False)` and the YAML with PyYAML's BaseLoader (strings, lists and maps
+only): data, no code.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ AUTOREG = {("self-attention", None): "self_attention", ("rnn", "ssru"): "ssru", 
 # Marian's activations as jaxnat names them. Marian's "gelu" is x * sigmoid(1.702 x), which neither jaxnat nor
 # MarianMTModel computes: refused.
 ACTIVATIONS = {"swish": "swish", "relu": "relu"}
+# Marian's transformer normalises every layer with epsilon 1e-6 under the square root (its `layerNorm` helper);
+# MarianMTModel with PyTorch's default, 1e-5
+LN_EPS = 1e-6
 _PROJECTIONS = {"Wq": "q_proj.weight", "bq": "q_proj.bias", "Wk": "k_proj.weight", "bk": "k_proj.bias",
                 "Wv": "v_proj.weight", "bv": "v_proj.bias", "Wo": "out_proj.weight", "bo": "out_proj.bias"}
 # a layer's parameters: Marian's name after "encoder_l<i>_" / "decoder_l<i>_" -> MarianMTModel's after "layers.<i-1>."
@@ -352,7 +356,8 @@ def read(path: str) -> Imported:
                             vocab_at=vocab_at, where=where)
     imported.overrides.update(_search_options(decoding, os.path.join(directory, "decoder.yml")))
     # Marian's own function (module docstring)
-    imported.overrides.update({"model.position_layout": "fairseq", "model.absent_tokens": "pad,bos,plh,mask"})
+    imported.overrides.update({"model.position_layout": "fairseq", "model.absent_tokens": "pad,bos,plh,mask",
+                               "model.ln_eps": LN_EPS})
     for stack, top in tops.items():  # pre-norm: each stack's top norm, its final norm
         imported.params[stack]["final_norm"] = top
     if settings["autoreg"] != "self_attention":
