@@ -7,6 +7,7 @@ own rules, which are fairseq's) fairseq's `IterativeRefinementGenerator`'s token
 
 import json
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -164,12 +165,16 @@ PREVENT = {"decode_no_repeated_ngram": 1, "decode_no_consecutive_repeated_ngram"
     ({**BEAM, "decode_lm_path": LM}, {"eval.lm": LM}),
     ({**BEAM, "decode_lm_path": f"{DATA}/dat.pt"}, {"eval.lm": None}),
     # lookahead's loop: its n = 1 bans nothing but the token before
+    # (that loop keeps the repeats it could not step around)
     ({**PREVENT, "decode_strategy": "lookahead"}, {"dat.decode": "lookahead", "eval.no_repeat_ngram": 0,
-                                                   "eval.no_consecutive_repeat": 1, "dat.top_p": 0.8}),
+                                                   "eval.no_consecutive_repeat": 1, "dat.top_p": 0.8,
+                                                   "dat.remove_repeats": False}),
     # greedy steps around repeats in lookahead's loop (decode_beta) with the consecutive rule, not with n-grams alone
     ({**PREVENT, "decode_strategy": "greedy", "decode_no_repeated_ngram": 3, "decode_no_consecutive_repeated_ngram": 2},
-     {"dat.decode": "lookahead", "eval.no_repeat_ngram": 3, "eval.no_consecutive_repeat": 2}),
-    ({**PREVENT, "decode_strategy": "greedy", "decode_no_repeated_ngram": 3}, {"dat.decode": "greedy"}),
+     {"dat.decode": "lookahead", "eval.no_repeat_ngram": 3, "eval.no_consecutive_repeat": 2,
+      "dat.remove_repeats": False}),
+    ({**PREVENT, "decode_strategy": "greedy", "decode_no_repeated_ngram": 3},
+     {"dat.decode": "greedy", "dat.remove_repeats": None}),
     # their Viterbi decodings under their convention; n-gram prevention refused as theirs asserts
     ({"decode_strategy": "viterbi", "decode_viterbibeta": 0.5},
      {"dat.decode": "path_viterbi", "dat.viterbi_convention": "authors", "dat.viterbi_beta": 0.5}),
@@ -185,7 +190,10 @@ def test_the_da_transformer_plugins_decoding_settings_are_imported(monkeypatch, 
     """A checkpoint's decoding settings decode in jaxnat as they would in the plugin: its beam search with its own
     settings (decode_dedup off by default) and its n-gram LM (one that is not here, a warning), its Viterbi
     decodings under its convention, its n-gram prevention where its decoders apply it (Viterbi refuses it in one
-    line, as theirs asserts)."""
+    line, as theirs asserts), its sampling. The export writes them back: the settings it
+    writes for the imported workdir's decoding import as the same decoding, with no warning."""
+    from jaxnat.config import default_config, family_defaults
+    from jaxnat.exporters.fairseq import _dat_decoding
     from jaxnat.importers import read, torch_file
 
     ckpt = torch_file.load(f"{DATA}/dat.pt")
@@ -204,6 +212,54 @@ def test_the_da_transformer_plugins_decoding_settings_are_imported(monkeypatch, 
     assert {k: overrides.get(k) for k in imported} == imported
     assert ("which is no ARPA file here: decode with --config.eval.lm=FILE" in caplog.text) == (
         "decode_lm_path" in settings and not overrides.get("eval.lm"))
+    config = default_config()
+    for key, value in overrides.items():
+        section, _, name = key.partition(".")
+        config[section][name] = value
+    caplog.clear()
+    written = _dat_decoding(family_defaults(config, set(overrides)).dat, config.eval)
+    assert "cannot decode as this workdir does" not in caplog.text
+    for key in [k for k in vars(ckpt["cfg"]["model"]) if k.startswith("decode_") and k != "decode_lm_path"]:
+        delattr(ckpt["cfg"]["model"], key)
+        ckpt["cfg"]["task"].pop(key, None)
+    for key, value in written.items():
+        setattr(ckpt["cfg"]["model"], key, value)
+    back = read(f"fairseq:{DATA}/dat.pt").overrides
+    decoding = [k for k in {*overrides, *back} if k.startswith(("dat.", "eval."))]
+    assert {k: back.get(k) for k in decoding} == {k: overrides.get(k) for k in decoding}
+
+
+@pytest.mark.parametrize("keys, departure", [
+    ({"dat.decode": "beam"}, "dat.decode=beam, .* \\(written as the plugin's lookahead\\)"),
+    ({"dat.decode": "viterbi"}, "dat.decode=viterbi, dat.viterbi_convention=jaxnat"),
+    ({"eval.sampling": True}, "dat.decode=lookahead, .*eval.sampling=True \\(written as the plugin's lookahead\\)"),
+    ({"eval.sampling": True, "dat.sampler": "authors", "eval.beam_size": 4, "dat.remove_repeats": True},
+     "eval.beam_size=4 \\(their sample draws one path a sentence\\); dat.remove_repeats=True"),
+    ({"eval.no_repeat_ngram": 1}, "eval.no_repeat_ngram=1 \\(their lookahead bans the token before, not every token "
+                                  "seen\\); eval.no_consecutive_repeat=0"),
+    ({"eval.no_repeat_ngram": 3, "eval.no_consecutive_repeat": 1}, "dat.remove_repeats=True \\(their lookahead keeps "
+                                                                  "consecutive repeats there\\)"),
+    ({"eval.no_repeat_ngram": 3, "eval.no_consecutive_repeat": 1, "dat.remove_repeats": False}, None),
+    ({"dat.decode": "greedy", "dat.remove_repeats": False}, "dat.remove_repeats=False \\(their greedy drops"),
+])
+def test_an_export_names_a_decoding_the_da_transformer_plugin_lacks(caplog, keys, departure):
+    """A workdir's decoding that the plugin's settings cannot express is written as the nearest (its lookahead) with a
+    warning naming what departs; n-gram prevention its lookahead's loop applies, none."""
+    from jaxnat.config import default_config, family_defaults
+    from jaxnat.exporters.fairseq import _dat_decoding
+
+    config = default_config()
+    config.model.name = "dat"
+    for key, value in keys.items():
+        section, _, name = key.partition(".")
+        config[section][name] = value
+    written = _dat_decoding(family_defaults(config, set(keys)).dat, config.eval)
+    if departure is None:
+        assert "cannot decode as this workdir does" not in caplog.text
+        assert (written["decode_strategy"], written["decode_no_repeated_ngram"],
+                written["decode_no_consecutive_repeated_ngram"]) == ("lookahead", 3, 1)
+    else:
+        assert re.search(f"the DA-Transformer plugin cannot decode as this workdir does: {departure}", caplog.text)
 
 
 def test_a_cmlm_with_copied_source_embeddings_is_refused_in_one_line(monkeypatch):

@@ -130,30 +130,27 @@ class Dat(Lev):
         return tokens, graph
 
     def under_jaxnat_convention(self, source: str) -> str | None:
-        """The plugin's lookahead (or greedy) walk of its own graph of ``source`` under jaxnat's convention on
-        reserved tokens (docs/dat.md): vertex 0 emits `<s>`, the last vertex `</s>` (its score in the lookahead
-        that of `</s>`), inner vertices their best token but `<s>`, `</s>` and `<pad>`, where the plugin takes each
-        vertex's best of the whole vocabulary. None where the plugin decodes otherwise (n-gram prevention, Viterbi,
-        beam search, sampling)."""
-        import numpy as np
+        """The plugin's lookahead or greedy decoding (its own functions, n-gram prevention included) of its own graph
+        of ``source`` under jaxnat's convention on reserved tokens (docs/dat.md): vertex 0 emits `<s>`, the last
+        vertex `</s>`, inner vertices any token but `<s>`, `</s>` and `<pad>` (the others' log-probabilities
+        -inf, the rest unchanged), where the plugin takes each vertex's best of the whole vocabulary. None where the
+        plugin decodes otherwise (Viterbi, beam search, sampling)."""
+        import torch
 
-        args, d = self.models[0].args, self.hub.tgt_dict
-        if args.decode_strategy not in ("lookahead", "greedy") or args.decode_no_repeated_ngram > 0 or \
-                args.decode_no_consecutive_repeated_ngram > 0:
+        model, d = self.models[0], self.hub.tgt_dict
+        args = model.args
+        if args.decode_strategy not in ("lookahead", "greedy"):
             return None
         graph = self.decode(source)[1]
-        logp, links = graph["logp"].copy(), graph["links"]
-        last = len(logp) - 1
-        logp[1:last, [d.bos(), d.eos(), d.pad()]] = -np.inf
-        best, tok = logp.max(-1), logp.argmax(-1)
-        best[last], tok[0], tok[last] = graph["logp"][last, d.eos()], d.bos(), d.eos()
-        beta = args.decode_beta if args.decode_strategy == "lookahead" else 0.0
-        successor = (links + beta * best[None]).argmax(-1)
-        path = [0]
-        while path[-1] != last:
-            path.append(int(successor[path[-1]]))
-        tokens = [int(tok[j]) for j in path]
-        return self.text([t for i, t in enumerate(tokens) if i == 0 or t != tokens[i - 1]])  # (the plugin's rule)
+        logp, last = torch.from_numpy(graph["logp"]).clone(), len(graph["logp"]) - 1
+        logp[1:last, [d.bos(), d.eos(), d.pad()]] = float("-inf")
+        for vertex, token in ((0, d.bos()), (last, d.eos())):
+            logp[vertex, torch.arange(len(d)) != token] = float("-inf")
+        prevents = args.decode_no_consecutive_repeated_ngram > 0 or (
+            args.decode_no_repeated_ngram > 0 and args.decode_strategy == "lookahead")  # (the plugin's own test)
+        decode = model.inference_lookahead_repeatprevent if prevents else model.inference_lookahead_simple
+        tokens = decode(torch.from_numpy(graph["links"])[None], logp[None], torch.tensor([last + 1]))[0][0]
+        return self.text(tokens)
 
 
 def read_part(key: str, tensor, dat: bool):

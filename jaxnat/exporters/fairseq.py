@@ -241,26 +241,57 @@ def arguments(cfg, src_lang: str, tgt_lang: str, pipeline: dict, family: str = "
 def _dat_arguments(cfg, section, eval_cfg, vertices: int) -> dict:
     """The DA-Transformer plugin's settings of this model: its graph (λ, its base, the most vertices: ``vertices``,
     its position tables' rows, which the plugin counts as its positions less one), links and task, and how it
-    decodes (`DAT_STRATEGIES`; a decoding of jaxnat's own, which the plugin lacks, written as its lookahead, with a
-    warning)."""
-    strategy = DAT_STRATEGIES.get(section.decode, "lookahead")
-    if (section.decode != "lookahead" and strategy == "lookahead") or (
-            section.decode in DAT_VITERBI and section.viterbi_convention != "authors") or eval_cfg.sampling:
-        log.warning("dat.decode=%s (dat.viterbi_convention=%s, eval.sampling=%s) has no equivalent among the "
-                    "plugin's decode_strategy: written as %s (its --decode-strategy chooses another)", section.decode,
-                    section.viterbi_convention, eval_cfg.sampling, strategy)
-    out = dict(links_feature="feature:position", segment_embedding=False, max_transition_length=99999,
-               max_target_positions=vertices + 1, upsample_scale=str(section.upsample),
-               upsample_base=section.upsample_base, decode_upsample_scale=float(section.decode_upsample or
-                                                                                section.upsample),
-               prepend_bos=cfg.source_bos, decode_strategy=strategy, decode_beta=section.lookahead_beta,
+    decodes (`_dat_decoding`)."""
+    return dict(links_feature="feature:position", segment_embedding=False, max_transition_length=99999,
+                max_target_positions=vertices + 1, upsample_scale=str(section.upsample),
+                upsample_base=section.upsample_base, decode_upsample_scale=float(section.decode_upsample or
+                                                                                 section.upsample),
+                prepend_bos=cfg.source_bos, **_dat_decoding(section, eval_cfg))
+
+
+def _dat_decoding(section, eval_cfg) -> dict:
+    """The plugin's decode_* settings under which it decodes as ``section`` and ``eval_cfg`` say: what the import
+    reads (`jaxnat.importers.fairseq._dat_heads`) written back. Where the plugin cannot (a decoding of jaxnat's own,
+    written as its lookahead; a prevention rule its loops lack), a warning."""
+    repeat, consecutive = eval_cfg.no_repeat_ngram, eval_cfg.no_consecutive_repeat
+    out = dict(decode_strategy=DAT_STRATEGIES.get(section.decode, "lookahead"), decode_beta=section.lookahead_beta,
                decode_viterbibeta=section.viterbi_beta, decode_top_cand_n=section.top_cand,
-               decode_alpha=section.beam_alpha, decode_no_repeated_ngram=0, decode_no_consecutive_repeated_ngram=0)
-    if strategy == "beamsearch":  # their beam search's own settings
+               decode_alpha=section.beam_alpha, decode_top_p=section.top_p, decode_no_repeated_ngram=0,
+               decode_no_consecutive_repeated_ngram=0)
+    departs = []
+    if eval_cfg.sampling and section.sampler == "authors":  # their sample: one path a sentence, repeats kept
+        out.update(decode_strategy="sample", decode_temperature=eval_cfg.temperature,
+                   decode_no_repeated_ngram=repeat, decode_no_consecutive_repeated_ngram=consecutive)
+        if eval_cfg.beam_size != 1:
+            departs.append(f"eval.beam_size={eval_cfg.beam_size} (their sample draws one path a sentence)")
+    elif eval_cfg.sampling or section.decode not in DAT_STRATEGIES or (
+            section.decode in DAT_VITERBI and section.viterbi_convention != "authors"):
+        departs.append(f"dat.decode={section.decode}, dat.viterbi_convention={section.viterbi_convention}, "
+                       f"eval.sampling={eval_cfg.sampling} (written as the plugin's lookahead)")
+        out["decode_strategy"] = "lookahead"
+    elif out["decode_strategy"] == "beamsearch":  # their beam search's own settings
         out.update(decode_beamsize=eval_cfg.beam_size, decode_max_beam_per_length=section.beam_per_length,
-                   decode_top_p=section.top_p, decode_gamma=section.lm_weight, decode_dedup=section.remove_repeats,
-                   decode_no_repeated_ngram=eval_cfg.no_repeat_ngram,
-                   decode_no_consecutive_repeated_ngram=eval_cfg.no_consecutive_repeat)
+                   decode_gamma=section.lm_weight, decode_dedup=section.remove_repeats,
+                   decode_no_repeated_ngram=repeat, decode_no_consecutive_repeated_ngram=consecutive)
+    elif repeat or consecutive:  # greedy or lookahead stepping around repeats: their lookahead's loop, which always
+        # bans the token before and reads n = 1 as nothing more (greedy's: β = 0)
+        out.update(decode_strategy="lookahead", decode_beta=out["decode_beta"] * (section.decode == "lookahead"),
+                   decode_no_repeated_ngram=repeat if repeat > 1 else 0,
+                   decode_no_consecutive_repeated_ngram=max(consecutive, 1))
+        if repeat == 1:
+            departs.append("eval.no_repeat_ngram=1 (their lookahead bans the token before, not every token seen)")
+        if consecutive == 0:
+            departs.append("eval.no_consecutive_repeat=0 (their lookahead always bans the token before)")
+    # their loops stepping around repeats (sample, lookahead with prevention) keep those they could not; their
+    # other lookahead, greedy and Viterbi drop consecutive repeats; their beam search as decode_dedup says
+    drops = section.remove_repeats if out["decode_strategy"] == "beamsearch" else (
+        out["decode_strategy"] != "sample" and not out["decode_no_consecutive_repeated_ngram"])
+    if section.remove_repeats != drops:
+        departs.append(f"dat.remove_repeats={section.remove_repeats} (their {out['decode_strategy']} "
+                       f"{'drops' if drops else 'keeps'} consecutive repeats there)")
+    if departs:
+        log.warning("the DA-Transformer plugin cannot decode as this workdir does: %s; its --decode-strategy and "
+                    "--decode-* options choose another decoding", "; ".join(departs))
     return out
 
 

@@ -296,9 +296,10 @@ def _dat_heads(path: str, model: dict, task: dict, state: StateDict, params: dic
         out.update({"eval.sampling": True, "dat.sampler": "authors", "dat.top_p": float(setting("decode_top_p", 0.9)),
                     "eval.temperature": float(setting("decode_temperature", 1.0)), "dat.remove_repeats": False})
     elif strategy != "beamsearch" and (consecutive or (repeat and strategy == "lookahead")):
+        # (that loop keeps a repeat it could not step around: their other lookahead, greedy and Viterbi drop them)
         out.update({"dat.decode": "lookahead", "eval.no_repeat_ngram": 0 if repeat == 1 else repeat,
                     "eval.no_consecutive_repeat": max(consecutive, 1),
-                    "dat.top_p": float(setting("decode_top_p", 0.9))})
+                    "dat.top_p": float(setting("decode_top_p", 0.9)), "dat.remove_repeats": False})
     return out
 
 
