@@ -192,7 +192,6 @@ def test_the_da_transformer_plugins_decoding_settings_are_imported(monkeypatch, 
     decodings under its convention, its n-gram prevention where its decoders apply it (Viterbi refuses it in one
     line, as theirs asserts), its sampling. The export writes them back: the settings it
     writes for the imported workdir's decoding import as the same decoding, with no warning."""
-    from jaxnat.config import default_config, family_defaults
     from jaxnat.exporters.fairseq import _dat_decoding
     from jaxnat.importers import read, torch_file
 
@@ -212,12 +211,9 @@ def test_the_da_transformer_plugins_decoding_settings_are_imported(monkeypatch, 
     assert {k: overrides.get(k) for k in imported} == imported
     assert ("which is no ARPA file here: decode with --config.eval.lm=FILE" in caplog.text) == (
         "decode_lm_path" in settings and not overrides.get("eval.lm"))
-    config = default_config()
-    for key, value in overrides.items():
-        section, _, name = key.partition(".")
-        config[section][name] = value
+    config = _dat_config(overrides)
     caplog.clear()
-    written = _dat_decoding(family_defaults(config, set(overrides)).dat, config.eval)
+    written = _dat_decoding(config.dat, config.eval)
     assert "cannot decode as this workdir does" not in caplog.text
     for key in [k for k in vars(ckpt["cfg"]["model"]) if k.startswith("decode_") and k != "decode_lm_path"]:
         delattr(ckpt["cfg"]["model"], key)
@@ -227,6 +223,19 @@ def test_the_da_transformer_plugins_decoding_settings_are_imported(monkeypatch, 
     back = read(f"fairseq:{DATA}/dat.pt").overrides
     decoding = [k for k in {*overrides, *back} if k.startswith(("dat.", "eval."))]
     assert {k: back.get(k) for k in decoding} == {k: overrides.get(k) for k in decoding}
+
+
+def _dat_config(keys: dict):
+    """A DA-Transformer's config with ``keys`` ({"section.name": value}) set as an import or a command line sets
+    them, the family's own defaults of the keys not given."""
+    from jaxnat.config import default_config, family_defaults
+
+    config = default_config()
+    config.model.name = "dat"
+    for key, value in keys.items():
+        section, _, name = key.partition(".")
+        config[section][name] = value
+    return family_defaults(config, set(keys))
 
 
 @pytest.mark.parametrize("keys, departure", [
@@ -245,15 +254,10 @@ def test_the_da_transformer_plugins_decoding_settings_are_imported(monkeypatch, 
 def test_an_export_names_a_decoding_the_da_transformer_plugin_lacks(caplog, keys, departure):
     """A workdir's decoding that the plugin's settings cannot express is written as the nearest (its lookahead) with a
     warning naming what departs; n-gram prevention its lookahead's loop applies, none."""
-    from jaxnat.config import default_config, family_defaults
     from jaxnat.exporters.fairseq import _dat_decoding
 
-    config = default_config()
-    config.model.name = "dat"
-    for key, value in keys.items():
-        section, _, name = key.partition(".")
-        config[section][name] = value
-    written = _dat_decoding(family_defaults(config, set(keys)).dat, config.eval)
+    config = _dat_config(keys)
+    written = _dat_decoding(config.dat, config.eval)
     if departure is None:
         assert "cannot decode as this workdir does" not in caplog.text
         assert (written["decode_strategy"], written["decode_no_repeated_ngram"],
