@@ -1591,10 +1591,21 @@ def test_an_export_to_marian_npz_writes_back_the_original_release(ar_run, tmp_pa
     from jaxnat.exporters import export
     from jaxnat.importers.marian_npz import _settings
 
+    caplog.set_level("WARNING", logger="jaxnat")
     for kind in MARIAN_RELEASES:
         workdir, out = str(tmp_path / kind / "run"), tmp_path / kind / "out"
         write_workdir(f"marian:{DATA}/{kind}", workdir)
+        older = kind == MARIAN_RELEASES[0]  # as imported before the import took Marian's epsilon (the arrays the same)
+        if older:
+            path = os.path.join(workdir, "config.json")
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text.replace('"ln_eps": 1e-06', '"ln_eps": 1e-05'))
+        caplog.clear()
         export(workdir_config(workdir), workdir, f"marian-npz:{out}")
+        assert ("Marian computes its layer norms with epsilon 1e-06, this model was trained with model.ln_eps=1e-05"
+                in caplog.text) == older, kind
         with np.load(f"{DATA}/{kind}/{NPZ}") as z, np.load(out / "model.npz") as e:
             original, exported = {k: z[k] for k in z.files}, {k: e[k] for k in e.files}
         assert sorted(exported) == sorted(original), kind
@@ -1613,13 +1624,6 @@ def test_an_export_to_marian_npz_writes_back_the_original_release(ar_run, tmp_pa
             with open(f"{DATA}/{kind}/{theirs_file}", encoding="utf-8") as a, open(out / ours_file,
                                                                                    encoding="utf-8") as b:
                 assert yaml.safe_load(a) == yaml.safe_load(b), (kind, theirs_file)
-    assert "epsilon" not in caplog.text
-    older = tmp_path / MARIAN_RELEASES[0] / "run" / "config.json"
-    older.write_text(older.read_text().replace('"ln_eps": 1e-06', '"ln_eps": 1e-05'))
-    with caplog.at_level("WARNING", logger="jaxnat"):
-        export(workdir_config(str(older.parent)), str(older.parent), f"marian-npz:{tmp_path / 'older'}")
-    assert "Marian computes its layer norms with epsilon 1e-06, this model was trained with model.ln_eps=1e-05" in \
-        caplog.text
     with pytest.raises(JaxnatError, match=r"^Marian cannot compute this model \(model.source_bos=True, "
                                           r"model.decoder_start=bos, model.output_bias=False, model.absent_tokens "
                                           r"without pad,bos,plh,mask .*\); export it with --to ctranslate2:DIR$"):
