@@ -1,8 +1,9 @@
-"""Decoding an OPUS-MT-sized Marian model (or an NLLB-200-600M-sized or mBART-50-sized one) side by side with Hugging
-Face transformers on the same weights, or an OPUS-MT-sized Marian release side by side with Marian itself: greedy and
-beam-4 search, batch-1 latency and batch-64 throughput, jaxnat's imported workdir beside
-`MarianMTModel.generate` (`M2M100ForConditionalGeneration.generate`, `MBartForConditionalGeneration.generate`), or
-beside Marian's own decoder (pymarian, the Python binding of Marian's C++ translator).
+"""Decoding an OPUS-MT-sized Marian model (or an NLLB-200-600M-sized, mBART-50-sized or WMT19-sized FSMT one) side by
+side with Hugging Face transformers on the same weights, or an OPUS-MT-sized Marian release side by side with Marian
+itself: greedy and beam-4 search, batch-1 latency and batch-64 throughput, jaxnat's imported workdir beside
+`MarianMTModel.generate` (`M2M100ForConditionalGeneration.generate`, `MBartForConditionalGeneration.generate`,
+`FSMTForConditionalGeneration.generate`), or beside Marian's own decoder (pymarian, the Python binding of Marian's
+C++ translator).
 
     D=/tmp/vs-transformers
     # (a) in the reference environment (tools/reference_env.sh): SentencePiece models learned on Multi30k's training
@@ -18,6 +19,9 @@ beside Marian's own decoder (pymarian, the Python binding of Marian's C++ transl
     #     or with --family mbart50: one of mbart-large-50's shape (the same, but gelu, learned positions, a layer norm
     #     over the embeddings, 250,054 rows), a unigram SentencePiece model of 8,000 pieces with MBart50Tokenizer's
     #     files; sources en_XX, outputs forced de_DE;
+    #     or with --family fsmt: one of facebook/wmt19-en-de's shape (d 1024, 6+6 layers, 16 heads, FFN 8192, relu,
+    #     post-norm, 42,024 pieces a side, an output projection of its own), FSMTTokenizer's files from BPE learned on
+    #     Multi30k's Moses tokens (`make_fsmt`);
     #     or with --family marian-npz: the same OPUS-MT-sized model as Marian writes it ($D/marian: model.npz,
     #     vocab.yml, decoder.yml, source.spm, target.spm; tools/make_import_fixtures.py's `marian_arrays`), and the
     #     sources cut by source.spm to exactly --source-pieces pieces each (those with fewer left out)
@@ -97,6 +101,8 @@ def make(args) -> int:
         vocab = opus_mt_pieces(out, train, args.vocab - 1)  # and <pad>, which save_marian appends
         model, _ = save_marian(hf, out, vocab, d=512, layers=6, heads=8, ffn=2048, positions=512, seed=0)
         pieces = len(vocab)
+    elif args.family == "fsmt":
+        model, pieces = make_fsmt(train, hf)
     else:
         model, pieces = make_multilingual(args.family, train["en"] + train["de"], hf)
     sources = read_gz(os.path.join(args.data_dir, "test_2016_flickr.en.gz"))[:args.sentences]
@@ -183,6 +189,58 @@ def make_multilingual(family_: str, lines: list[str], hf: str):
     return model, len(tok)
 
 
+# facebook/wmt19-en-de's shape (fairseq's transformer_wmt_en_de_big with FFN 8192) and vocabulary sizes
+FSMT_SHAPE = dict(d_model=1024, encoder_layers=6, decoder_layers=6, encoder_attention_heads=16,
+                  decoder_attention_heads=16, encoder_ffn_dim=8192, decoder_ffn_dim=8192, max_position_embeddings=1024,
+                  activation_function="relu", src_vocab_size=42024, tgt_vocab_size=42024)
+
+
+def make_fsmt(train: dict, hf: str):
+    """A model of facebook/wmt19-en-de's shape (FSMTForConditionalGeneration: post-norm, an embedding per side, an
+    output projection of its own) with FSMTTokenizer's files in ``hf``: BPE of 10,000 merges learned by subword-nmt
+    on ``train``'s Moses tokens, each side's vocabulary of its pieces in the tokenizer's convention (a word's last
+    piece ends in `</w>`) and filler pieces up to wmt19-en-de's 42,024; returns (model, the target's pieces)."""
+    import io
+    from collections import Counter
+
+    import torch
+    from sacremoses import MosesTokenizer
+    from subword_nmt.apply_bpe import BPE
+    from subword_nmt.learn_bpe import learn_bpe
+    from transformers import FSMTConfig, FSMTForConditionalGeneration, FSMTTokenizer
+
+    tokenized = {lang: [MosesTokenizer(lang=lang).tokenize(s, return_str=True, escape=True,
+                                                          aggressive_dash_splits=True) for s in lines]
+                 for lang, lines in train.items()}
+    codes = io.StringIO()
+    learn_bpe(io.StringIO("\n".join(tokenized["en"] + tokenized["de"]) + "\n"), codes, 10000)
+    with open(os.path.join(hf, "merges.txt"), "w", encoding="utf-8") as f:
+        f.writelines(line + "\n" for line in codes.getvalue().splitlines() if not line.startswith("#version"))
+    bpe = BPE(io.StringIO(codes.getvalue()))
+    for side, lang in (("src", "en"), ("tgt", "de")):
+        counts = Counter(w for line in tokenized[lang] for w in bpe.process_line(line).split())
+        pieces = ["<s>", "<pad>", "</s>", "<unk>"] + [w[:-2] if w.endswith("@@") else w + "</w>"
+                                                      for w in sorted(counts, key=lambda w: (-counts[w], w))]
+        pieces += [f"filler{i}</w>" for i in range(FSMT_SHAPE[f"{side}_vocab_size"] - len(pieces))]
+        with open(os.path.join(hf, f"vocab-{side}.json"), "w", encoding="utf-8") as f:
+            json.dump({p: i for i, p in enumerate(pieces)}, f, ensure_ascii=False)
+    tok = FSMTTokenizer(langs=["en", "de"], src_vocab_file=os.path.join(hf, "vocab-src.json"),
+                        tgt_vocab_file=os.path.join(hf, "vocab-tgt.json"), merges_file=os.path.join(hf, "merges.txt"))
+    tok.save_pretrained(hf)
+    config = FSMTConfig(langs=["en", "de"], scale_embedding=True, tie_word_embeddings=False, pad_token_id=1,
+                        bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=2,
+                        **FSMT_SHAPE)
+    torch.manual_seed(0)
+    model = FSMTForConditionalGeneration(config).eval()
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # weights N(0, 1/fan-in), as make_multilingual's
+        for name, p in model.named_parameters():
+            if p.ndim == 2 and "embed_positions" not in name:  # (its sinusoids are a table of their own)
+                p.copy_(torch.randn(p.shape, generator=g) / p.shape[1] ** 0.5)
+    model.save_pretrained(hf, safe_serialization=True)
+    return model, FSMT_SHAPE["tgt_vocab_size"]
+
+
 def import_model(args) -> int:
     sys.path.insert(0, ROOT)
     from jaxnat.importers import write_workdir
@@ -199,7 +257,7 @@ def import_model(args) -> int:
 
 
 def family(out: str) -> str:
-    """"marian", "nllb" or "mbart50": the model `make` wrote into $out/hf; "marian-npz": the release in
+    """"marian", "nllb", "mbart50" or "fsmt": the model `make` wrote into $out/hf; "marian-npz": the release in
     $out/marian."""
     if os.path.isdir(os.path.join(out, "marian")):
         return "marian-npz"
@@ -207,6 +265,8 @@ def family(out: str) -> str:
         sys.exit(f"error: {out} holds no model (hf/config.json or marian/): run `make --out {out}` first")
     with open(os.path.join(out, "hf", "config.json"), encoding="utf-8") as f:
         model_type = json.load(f)["model_type"]
+    if model_type == "fsmt":
+        return "fsmt"
     return next((k for k, v in MULTILINGUAL.items() if v[0] == model_type), "marian")
 
 
@@ -225,6 +285,10 @@ def hf_worker(args) -> int:
     if family(args.out) == "marian":  # its config forces EOS at the limit and bars <pad>, as jaxnat's searches do
         model, tok = (transformers.MarianMTModel.from_pretrained(hf).eval(),
                       transformers.MarianTokenizer.from_pretrained(hf))
+    elif family(args.out) == "fsmt":  # EOS at the limit, never <s> or <pad>, as in jaxnat
+        model, tok = (transformers.FSMTForConditionalGeneration.from_pretrained(hf).eval(),
+                      transformers.FSMTTokenizer.from_pretrained(hf))
+        options.update(forced_eos_token_id=2, bad_words_ids=[[0], [1]])
     else:  # the output's language token forced first; EOS at the limit, never <s> or <pad>, as in jaxnat
         _, model_class, tok_class, src, tgt = MULTILINGUAL[family(args.out)]
         model = getattr(transformers, model_class).from_pretrained(hf).eval()
@@ -233,7 +297,11 @@ def hf_worker(args) -> int:
                        bad_words_ids=[[0], [1]])
     known = len(tok)  # the rows past the tokenizer's ids: the import's filler pieces
 
-    def piece(i: int) -> str:
+    def piece(i: int) -> str:  # as jaxnat names it (FSMT's `piece</w>` / `piece`: subword-nmt's `piece` / `piece@@`)
+        if family(args.out) == "fsmt":
+            name = tok.decoder[i]
+            return name[:-4] if name.endswith("</w>") else name if name in ("<s>", "<pad>", "</s>", "<unk>") \
+                else name + "@@"
         return tok.convert_ids_to_tokens(i) if i < known else f"madeupword{i - known:04d}"
     with open(os.path.join(args.out, "inputs.json"), encoding="utf-8") as f:
         sources = json.load(f)
@@ -423,9 +491,9 @@ def main(argv=None) -> int:
     p = sub.add_parser("make", help="(reference env) the model, its tokenizer, the inputs")
     p.add_argument("--data-dir", required=True, help="Multi30k's directory (<split>.{en,de}.gz)")
     p.add_argument("--out", required=True)
-    p.add_argument("--family", choices=("marian", "marian-npz", *MULTILINGUAL), default="marian",
+    p.add_argument("--family", choices=("marian", "marian-npz", *MULTILINGUAL, "fsmt"), default="marian",
                    help="an OPUS-MT-sized Marian model (marian-npz: as Marian writes it), or one of "
-                        "NLLB-200-distilled-600M's or mbart-large-50's size")
+                        "NLLB-200-distilled-600M's, mbart-large-50's or wmt19-en-de's (FSMT) size")
     p.add_argument("--vocab", type=int, default=58101, help="Marian: pieces in the shared vocabulary (OPUS-MT en-de's)")
     p.add_argument("--sentences", type=int, default=256, help="test sources decoded at batch 64")
     p.add_argument("--source-pieces", type=int, default=15, help="marian-npz: the pieces of every source")
