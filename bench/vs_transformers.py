@@ -197,36 +197,14 @@ FSMT_SHAPE = dict(d_model=1024, encoder_layers=6, decoder_layers=6, encoder_atte
 
 def make_fsmt(train: dict, hf: str):
     """A model of facebook/wmt19-en-de's shape (FSMTForConditionalGeneration: post-norm, an embedding per side, an
-    output projection of its own) with FSMTTokenizer's files in ``hf``: BPE of 10,000 merges learned by subword-nmt
-    on ``train``'s Moses tokens, each side's vocabulary of its pieces in the tokenizer's convention (a word's last
-    piece ends in `</w>`) and filler pieces up to wmt19-en-de's 42,024; returns (model, the target's pieces)."""
-    import io
-    from collections import Counter
-
+    output projection of its own) with FSMTTokenizer's files in ``hf``: BPE of 10,000 merges learned on ``train``'s
+    Moses tokens, each side's vocabulary filled up to wmt19-en-de's 42,024 pieces (`fsmt_tokenizer`); returns
+    (model, the target's pieces)."""
     import torch
-    from sacremoses import MosesTokenizer
-    from subword_nmt.apply_bpe import BPE
-    from subword_nmt.learn_bpe import learn_bpe
-    from transformers import FSMTConfig, FSMTForConditionalGeneration, FSMTTokenizer
+    from make_import_fixtures import fsmt_tokenizer
+    from transformers import FSMTConfig, FSMTForConditionalGeneration
 
-    tokenized = {lang: [MosesTokenizer(lang=lang).tokenize(s, return_str=True, escape=True,
-                                                          aggressive_dash_splits=True) for s in lines]
-                 for lang, lines in train.items()}
-    codes = io.StringIO()
-    learn_bpe(io.StringIO("\n".join(tokenized["en"] + tokenized["de"]) + "\n"), codes, 10000)
-    with open(os.path.join(hf, "merges.txt"), "w", encoding="utf-8") as f:
-        f.writelines(line + "\n" for line in codes.getvalue().splitlines() if not line.startswith("#version"))
-    bpe = BPE(io.StringIO(codes.getvalue()))
-    for side, lang in (("src", "en"), ("tgt", "de")):
-        counts = Counter(w for line in tokenized[lang] for w in bpe.process_line(line).split())
-        pieces = ["<s>", "<pad>", "</s>", "<unk>"] + [w[:-2] if w.endswith("@@") else w + "</w>"
-                                                      for w in sorted(counts, key=lambda w: (-counts[w], w))]
-        pieces += [f"filler{i}</w>" for i in range(FSMT_SHAPE[f"{side}_vocab_size"] - len(pieces))]
-        with open(os.path.join(hf, f"vocab-{side}.json"), "w", encoding="utf-8") as f:
-            json.dump({p: i for i, p in enumerate(pieces)}, f, ensure_ascii=False)
-    tok = FSMTTokenizer(langs=["en", "de"], src_vocab_file=os.path.join(hf, "vocab-src.json"),
-                        tgt_vocab_file=os.path.join(hf, "vocab-tgt.json"), merges_file=os.path.join(hf, "merges.txt"))
-    tok.save_pretrained(hf)
+    fsmt_tokenizer(hf, train, 10000, size=FSMT_SHAPE["tgt_vocab_size"])
     config = FSMTConfig(langs=["en", "de"], scale_embedding=True, tie_word_embeddings=False, pad_token_id=1,
                         bos_token_id=0, eos_token_id=2, decoder_start_token_id=2, forced_eos_token_id=2,
                         **FSMT_SHAPE)

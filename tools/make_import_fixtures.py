@@ -1063,28 +1063,26 @@ def mbart50_fixture(out: str) -> None:
     multilingual_expected(out, model, tok, ("en_XX", "de_DE"), ("fr_XX", "fr_XX"))
 
 
-def fsmt_fixture(out: str, tied: bool = False) -> None:
-    """A fairseq WMT19 model as Hugging Face ports it (`facebook/wmt19-en-de`): FSMTForConditionalGeneration's
-    save_pretrained (post-norm, a vocabulary and an embedding per side, an output projection of its own) and
-    FSMTTokenizer's files: BPE merges learned by subword-nmt over Moses tokens as merges.txt (no version line), and
-    vocab-src.json / vocab-tgt.json in its convention (a word's last piece ends in `</w>`, the others lose their
-    `@@`). Expected: as `marian_expected` (the targets' ids from the target vocabulary: FSMTTokenizer's text_target
-    reads the source's). ``tied``: one vocabulary of both languages' pieces and `tie_word_embeddings`, the encoder's,
-    the decoder's and the output's one table (fsmt-tied/)."""
+def fsmt_tokenizer(out: str, corpus: dict, merges: int, tied: bool = False, size: int | None = None):
+    """FSMTTokenizer's files in ``out`` for ``corpus`` ({"en": lines, "de": lines}): BPE of ``merges`` merges learned
+    by subword-nmt over its Moses tokens (aggressive dash splits, escaped) as merges.txt (no version line), and
+    vocab-src.json / vocab-tgt.json in its convention (fairseq-preprocess's order; a word's last piece ends in `</w>`,
+    the others lose their `@@`), ``tied``: one vocabulary of both languages' pieces; ``size``: each filled up to so
+    many pieces (`filler<i></w>`). Returns (the vocabularies {side: {piece: id}}, the BPE, the Moses tokenizers, the
+    FSMTTokenizer)."""
     from collections import Counter
 
     from sacremoses import MosesTokenizer
     from subword_nmt.apply_bpe import BPE
     from subword_nmt.learn_bpe import learn_bpe
-    from transformers import FSMTConfig, FSMTForConditionalGeneration, FSMTTokenizer
+    from transformers import FSMTTokenizer
 
     os.makedirs(out, exist_ok=True)
     moses = {lang: MosesTokenizer(lang=lang) for lang in ("en", "de")}
-    punctuated = ['a man says " hello " .', "the dog - a red dog - runs ...", "it is 5 % ."]  # the normalised forms
     tokenized = {lang: [moses[lang].tokenize(s, return_str=True, escape=True, aggressive_dash_splits=True)
-                        for s in corpus] for lang, corpus in (("en", CORPUS_EN + punctuated), ("de", CORPUS_DE))}
+                        for s in lines] for lang, lines in corpus.items()}
     codes = io.StringIO()
-    learn_bpe(io.StringIO("\n".join(tokenized["en"] + tokenized["de"]) + "\n"), codes, 40)
+    learn_bpe(io.StringIO("\n".join(tokenized["en"] + tokenized["de"]) + "\n"), codes, merges)
     bpe = BPE(io.StringIO(codes.getvalue()))
     with open(os.path.join(out, "merges.txt"), "w", encoding="utf-8") as f:
         f.writelines(line + "\n" for line in codes.getvalue().splitlines() if not line.startswith("#version"))
@@ -1092,14 +1090,28 @@ def fsmt_fixture(out: str, tied: bool = False) -> None:
     for side, lang in (("src", "en"), ("tgt", "de")):
         lines = tokenized["en"] + tokenized["de"] if tied else tokenized[lang]
         counts = Counter(w for line in lines for w in bpe.process_line(line).split())
-        pieces = sorted(counts, key=lambda w: (-counts[w], w))  # fairseq-preprocess's order
-        vocab[side] = {p: i for i, p in enumerate(["<s>", "<pad>", "</s>", "<unk>"] + [
-            w[:-2] if w.endswith("@@") else w + "</w>" for w in pieces])}
+        pieces = ["<s>", "<pad>", "</s>", "<unk>"] + [w[:-2] if w.endswith("@@") else w + "</w>"
+                                                      for w in sorted(counts, key=lambda w: (-counts[w], w))]
+        pieces += [f"filler{i}</w>" for i in range((size or 0) - len(pieces))]
+        vocab[side] = {p: i for i, p in enumerate(pieces)}
         with open(os.path.join(out, f"vocab-{side}.json"), "w", encoding="utf-8") as f:
             json.dump(vocab[side], f, ensure_ascii=False)
     tok = FSMTTokenizer(langs=["en", "de"], src_vocab_file=os.path.join(out, "vocab-src.json"),
                         tgt_vocab_file=os.path.join(out, "vocab-tgt.json"), merges_file=os.path.join(out, "merges.txt"))
     tok.save_pretrained(out)
+    return vocab, bpe, moses, tok
+
+
+def fsmt_fixture(out: str, tied: bool = False) -> None:
+    """A fairseq WMT19 model as Hugging Face ports it (`facebook/wmt19-en-de`): FSMTForConditionalGeneration's
+    save_pretrained (post-norm, a vocabulary and an embedding per side, an output projection of its own) and
+    FSMTTokenizer's files (`fsmt_tokenizer`, 40 merges). Expected: as `marian_expected` (the targets' ids from the
+    target vocabulary: FSMTTokenizer's text_target reads the source's). ``tied``: one vocabulary of both languages'
+    pieces and `tie_word_embeddings`, the encoder's, the decoder's and the output's one table (fsmt-tied/)."""
+    from transformers import FSMTConfig, FSMTForConditionalGeneration
+
+    punctuated = ['a man says " hello " .', "the dog - a red dog - runs ...", "it is 5 % ."]  # the normalised forms
+    vocab, bpe, moses, tok = fsmt_tokenizer(out, {"en": CORPUS_EN + punctuated, "de": CORPUS_DE}, 40, tied)
     config = FSMTConfig(langs=["en", "de"], src_vocab_size=len(vocab["src"]), tgt_vocab_size=len(vocab["tgt"]),
                         d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=2,
                         decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24, max_position_embeddings=64,

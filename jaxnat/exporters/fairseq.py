@@ -275,8 +275,8 @@ def _dat_decoding(section, eval_cfg) -> dict:
                    decode_no_repeated_ngram=repeat, decode_no_consecutive_repeated_ngram=consecutive)
     elif repeat or consecutive:  # greedy or lookahead stepping around repeats: their lookahead's loop, which always
         # bans the token before and reads n = 1 as nothing more (greedy's: β = 0)
-        out.update(decode_strategy="lookahead", decode_beta=out["decode_beta"] * (section.decode == "lookahead"),
-                   decode_no_repeated_ngram=repeat if repeat > 1 else 0,
+        beta = section.lookahead_beta if section.decode == "lookahead" else 0.0
+        out.update(decode_strategy="lookahead", decode_beta=beta, decode_no_repeated_ngram=repeat if repeat > 1 else 0,
                    decode_no_consecutive_repeated_ngram=max(consecutive, 1))
         if repeat == 1:
             departs.append("eval.no_repeat_ngram=1 (their lookahead bans the token before, not every token seen)")
