@@ -29,7 +29,7 @@ from jaxnat.evaluation.metrics import (bleu, check_bleu_tokenize, constraint_pre
                                       corpus_metrics, format_table, run_bleu_tokenize, ter)
 from jaxnat.models import family_of
 from jaxnat.paths import write_whole
-from jaxnat.restore import load_translator
+from jaxnat.restore import load_translator, with_config
 
 log = logging.getLogger("jaxnat")
 EVALUATED = "metrics.record.json"  # what metrics.json was computed from (`already_evaluated`)
@@ -441,8 +441,6 @@ def iteration_rows(translator: Translator, split: str, srcs: list[str], refs: li
     import copy
     import time
 
-    from jaxnat.models import build_model
-
     e, rows = config.eval, {}
     key, label = family_of(config.model.name).sweep or ("", "")
     section = config.model.name
@@ -453,10 +451,7 @@ def iteration_rows(translator: Translator, split: str, srcs: list[str], refs: li
         swept = copy.deepcopy(config)
         if key:
             swept[section][key] = depth
-        spec = build_model(swept, translator.spec.cfg.src_vocab_size, translator.spec.cfg.tgt_vocab_size,
-                           translator.tokenizer.piece_tables("tgt"))
-        run = Translator(spec, translator.params, translator.tokenizer, swept, translator.aux,
-                         members=translator.members)
+        run = with_config(translator, swept)
         for oracle in modes:
             args = dict(references=refs, oracle=oracle) if oracle else {}
             name = f"{label}{depth}" + (f"_oracle_{oracle}" if oracle else "")

@@ -13,8 +13,8 @@ score: source-translation pairs (JSON lines, or a tab between them) in, each wit
 source), JSON lines out.  serve: the model behind an HTTP JSON API (POST /translate, /score) at --host:--port.
 distill: the trained (AR) workdir translates the training sources into the text corpus --output DIR.
 import: writes a model trained elsewhere (--from fairseq:FILE.pt, marian:DIR, marian:FILE.npz, nllb:DIR,
-m2m100:DIR, mbart50:DIR, fsmt:DIR or hf:DIR) as the new workdir, its config in <workdir>/config.json; every other
-mode then takes that workdir without --config (docs/import.md).
+m2m100:DIR, mbart50:DIR, fsmt:DIR, sockeye:DIR or hf:DIR) as the new workdir, its config in <workdir>/config.json;
+every other mode then takes that workdir without --config (docs/import.md).
 export: writes the (AR) workdir's model for another library (--to ctranslate2:DIR [--quantization int8], marian:DIR,
 nllb:DIR, m2m100:DIR, mbart50:DIR, fsmt:DIR, fairseq:DIR, or hf:DIR: the Hugging Face format it came from).
 lm: estimates an n-gram language model of the run's training targets, in its pieces (eval.lm_order, Kneser-Ney),
@@ -75,11 +75,13 @@ def parse_args(argv):
     parser.add_argument("--from", dest="source", metavar="FORMAT:PATH",
                         help="import: the model to import, fairseq:FILE.pt, marian:DIR (Hugging Face's or a "
                              "Marian release's), marian:FILE.npz, nllb:DIR, m2m100:DIR, mbart50:DIR (Hugging "
-                             "Face's NLLB-200, M2M-100, mBART-50), their ORG/NAME (from the local Hugging Face "
+                             "Face's NLLB-200, M2M-100, mBART-50), sockeye:DIR (a Sockeye 3 model directory), "
+                             "their ORG/NAME (from the local Hugging Face "
                              "cache: marian:Helsinki-NLP/opus-mt-en-de), or hf:DIR / hf:ORG/NAME (the format its "
                              "config.json names)")
     parser.add_argument("--dict-dir", help="import from fairseq: the directory of the model's dict.<lang>.txt and "
-                                           "BPE files (default: the checkpoint's)")
+                                           "BPE files (default: the checkpoint's); from Sockeye: of the "
+                                           "SentencePiece model(s) that cut its data (default: the model's)")
     parser.add_argument("--to", dest="target", metavar="FORMAT:DIR",
                         help="export: where to write the model, ctranslate2:DIR (CTranslate2's), marian:DIR (Hugging "
                              "Face's MarianMTModel, for a model of Marian's conventions), marian-npz:DIR (Marian's "

@@ -14,7 +14,6 @@ import jax.numpy as jnp
 from jaxnat.config import check_aux, check_matches_workdir, check_member, ensemble_members
 from jaxnat.data import piece_vocab
 from jaxnat.data.tokenizer import Tokenizer
-from jaxnat.data.vocab import BOS_ID, EOS_ID
 from jaxnat.decoding.request import Member
 from jaxnat.decoding.translator import Translator
 from jaxnat.errors import JaxnatError
@@ -33,21 +32,16 @@ def _check_trained(workdir: str) -> None:
 
 def _fresh_state(config, spec, optimizer: bool):
     """The training state's structure, shapes and dtypes on this process's first device, which Orbax restores
-    into: abstract (`jax.eval_shape`), so nothing is initialised or allocated for it (initialising a model op by op
-    costs seconds at every evaluation and translation start). Its optimizer state only where a whole training state
-    is read back (`optimizer`)."""
+    into: abstract (`ModelSpec.abstract_params`), so nothing is initialised or allocated for it (initialising a
+    model op by op costs seconds at every evaluation and translation start). Its optimizer state only where a whole
+    training state is read back (`optimizer`)."""
     from jaxnat.training.optim import make_optimizer
 
-    example = {"src": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32), "tgt": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32)}
-
-    def fresh():
-        state = {"step": jnp.zeros((), jnp.int32), "params": spec.init(jax.random.PRNGKey(0), example)}
-        if optimizer:
-            state["opt_state"] = make_optimizer(config.train)[0].init(state["params"])
-        return state
-
+    state = {"step": jax.ShapeDtypeStruct((), jnp.int32), "params": spec.abstract_params()}
+    if optimizer:
+        state["opt_state"] = jax.eval_shape(make_optimizer(config.train)[0].init, state["params"])
     one = first_local_device()  # this process's own, as an array made here
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one), jax.eval_shape(fresh))
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=one), state)
 
 
 def average_params(trees: list):
@@ -155,6 +149,15 @@ def load_translator(config, workdir: str) -> Translator:
     aux = load_aux(*run, workdir) if run else None
     members = [load_member(config, path, workdir) for path in ensemble_members(config)]
     return Translator(spec, params, tokenizer, config, aux, checkpoint=choice, members=members)
+
+
+def with_config(translator: Translator, config) -> Translator:
+    """``translator``'s parameters, vocabulary, auxiliary run and ensemble members decoding under another ``config``
+    (another decoder, search or family setting of the same model), without reading its checkpoint again."""
+    spec = build_model(config, translator.spec.cfg.src_vocab_size, translator.spec.cfg.tgt_vocab_size,
+                       translator.tokenizer.piece_tables("tgt"))
+    return Translator(spec, translator.params, translator.tokenizer, config, translator.aux,
+                      checkpoint=translator.checkpoint, members=translator.members)
 
 
 def load_member(config, path: str, workdir: str) -> Member:

@@ -30,7 +30,7 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID, RESERVED_PIECES, UNK_ID
 from jaxnat.decoding.alignment import pharaoh
 from jaxnat.errors import DataError, JaxnatError
 from jaxnat.importers import torch_file, write_workdir
-from jaxnat.restore import load_translator
+from jaxnat.restore import load_translator, with_config
 from tests import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -83,6 +83,18 @@ def to_jaxnat(kind, ids, side="tgt"):
     return table[ids]
 
 
+_WORKDIRS = {}
+
+
+def _import_once(spec, tmp_path_factory) -> str:
+    """The workdir of ``spec`` ("FORMAT:PATH") imported as a user imports it, once a module: the tests that read it
+    (decode it, export it, name it as an ensemble's member) leave it as it is."""
+    if spec not in _WORKDIRS:
+        _WORKDIRS[spec] = str(tmp_path_factory.mktemp("imported") / "run")
+        write_workdir(spec, _WORKDIRS[spec])
+    return _WORKDIRS[spec]
+
+
 _IMPORTED = {}
 
 
@@ -91,10 +103,13 @@ def _imported(kind, tmp_path_factory):
     reproduce its library: fairseq's SequenceGenerator's; for Marian, generate(max_new_tokens=20): at most 19
     tokens, then EOS."""
     if kind not in _IMPORTED:
-        workdir = str(tmp_path_factory.mktemp(kind) / "run")
-        write_workdir(SOURCES[kind], workdir)
         if kind.startswith("marian-npz"):  # read as Hugging Face's conversion reads it, to be held to MarianMTModel's
-            _hugging_face_reading(workdir)  # outputs (as Marian reads it: test_a_marian_npz_computes_marians_own_…)
+            # outputs (as Marian reads it: test_a_marian_npz_computes_marians_own_outputs): a workdir of its own
+            workdir = str(tmp_path_factory.mktemp(kind) / "run")
+            write_workdir(SOURCES[kind], workdir)
+            _hugging_face_reading(workdir)
+        else:
+            workdir = _import_once(SOURCES[kind], tmp_path_factory)
         config = workdir_config(workdir)
         if kind == "fairseq":
             config.eval.search_rules = "fairseq"
@@ -884,11 +899,11 @@ def test_a_prefix_is_continued_as_fairseqs_prefix_size(tmp_path_factory):
     Hard constraints the prefix holds are met by it (`translator.unmet`); the others follow it under jaxnat's rules
     (fairseq's constrained search loses every hypothesis to a forced prefix: refused in one line). A last word typed
     in part is spelt on in every output of a beam, of MBR's candidates and of samples."""
-    kind, workdir, config, _ = _imported("fairseq", tmp_path_factory)
+    kind, workdir, config, imported = _imported("fairseq", tmp_path_factory)
     _, outputs = expected(kind)
     config = config.copy_and_resolve_references()
     config.data.bucket_multiple = 32  # fairseq's length limit reads its batch's longest source: one bucket here
-    translator = load_translator(config, workdir)
+    translator = with_config(imported, config)
     for beam in (1, 4):
         hyps = translator.translate(outputs["src"], beam_size=beam, prefixes=[p + " " for p in outputs["prefixes"]],
                                     token_scores=True)
@@ -902,7 +917,7 @@ def test_a_prefix_is_continued_as_fairseqs_prefix_size(tmp_path_factory):
     with pytest.raises(DataError, match="^sentence 1: a prefix with constraints under eval.search_rules=fairseq"):
         translator.translate(outputs["src"][:1], **asked)
     config.eval.search_rules = "jaxnat"
-    translator = load_translator(config, workdir)
+    translator = with_config(imported, config)
     assert translator.starts(**asked)[0].phrases == [translator.tokenizer.encode(["fahrrad"], "tgt")[0]]
     hyp = translator.translate(outputs["src"][:1], beam_size=4, **asked)[0]["hyp"]
     assert hyp.startswith("ein mann") and "fahrrad" in hyp
@@ -921,9 +936,10 @@ def test_a_prefix_is_continued_as_fairseqs_prefix_size(tmp_path_factory):
         chosen = translator.translate(texts, beam_size=4, prefixes=typed, mbr="chrf")
         assert all(c["hyp"].startswith(start) and "mbr_utility" in c for c, start in zip(chosen, typed))
     # and so do samples (eval.sampling: every draw goes on from the typed start)
-    config = workdir_config(_imported("marian", tmp_path_factory)[1])
+    _, workdir, _, translator = _imported("marian", tmp_path_factory)
+    config = workdir_config(workdir)
     config.eval.sampling, config.eval.nbest = True, 3
-    sampler = load_translator(config, _imported("marian", tmp_path_factory)[1])
+    sampler = with_config(translator, config)
     texts = expected("marian")[1]["src"][:2]
     for hyp, start in zip(sampler.translate(texts, beam_size=3, nbest=3, prefixes=["ein ma", "zwei h"]),
                           ["ein ma", "zwei h"]):
@@ -1213,8 +1229,7 @@ def test_an_ensemble_of_imported_fairseq_checkpoints_is_fairseqs(tmp_path_factor
     aligned = ensemble.translate(outputs["src"], beam_size=4, alignment="pieces")
     assert [a["alignment"] for a in aligned] == [pharaoh(p) for p in outputs["ensemble_align_hard"]]
     # --path model.pt:model3.pt, a model of another architecture (post-norm, its own sizes and depths) beside it
-    third = str(tmp_path_factory.mktemp("fairseq3") / "run")
-    write_workdir(f"fairseq:{DATA}/fairseq/model3.pt", third)
+    third = _import_once(f"fairseq:{DATA}/fairseq/model3.pt", tmp_path_factory)
     config.eval.ensemble = third
     mixed = load_translator(config, workdir)
     assert mixed.members[0].cfg.dec_layers == 3 and not mixed.members[0].cfg.pre_norm
@@ -1257,8 +1272,7 @@ def test_a_fairseq_transformer_align_model_aligns_as_fairseq(tmp_path_factory):
     """A transformer_align checkpoint (Garg et al. 2019) with --alignment-layer 0 --alignment-heads 1
     --full-context-alignment imports with those settings (model.alignment_layer, alignment_heads,
     full_context_alignment), and its beam-4 outputs' alignments are --print-alignment hard's."""
-    workdir = str(tmp_path_factory.mktemp("fairseq-align") / "run")
-    write_workdir(f"fairseq:{DATA}/fairseq/model-align.pt", workdir)
+    workdir = _import_once(f"fairseq:{DATA}/fairseq/model-align.pt", tmp_path_factory)
     config = workdir_config(workdir)
     config.eval.search_rules = "fairseq"
     m = config.model
@@ -1491,7 +1505,7 @@ FUSED = tuple(f"{n}_{w}" for n in ("in_proj", "out_proj", "fc1", "fc2") for w in
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["fairseq/model", "fairseq/model3", "fairseq/model-align", "fairseq-nat/cmlm",
                                   "fairseq-nat/levt", "fairseq-nat/dat"])
-def test_an_export_to_fairseq_writes_back_the_original_checkpoint(name, tmp_path):
+def test_an_export_to_fairseq_writes_back_the_original_checkpoint(name, tmp_path, tmp_path_factory):
     """`--to fairseq:DIR` of an imported fairseq checkpoint (pre-norm encoder and post-norm decoder sharing all
     embeddings; post-norm stacks of their own sizes with learned positions; `transformer_align`; the translation_lev
     task's CMLM with its length offset, LevT with its early exits; the DA-Transformer plugin's model) writes what
@@ -1506,8 +1520,8 @@ def test_an_export_to_fairseq_writes_back_the_original_checkpoint(name, tmp_path
     from jaxnat.importers import torch_file
     from jaxnat.importers.fairseq import _settings
 
-    workdir, out, source = str(tmp_path / "run"), tmp_path / "out", os.path.dirname(f"{DATA}/{name}")
-    write_workdir(f"fairseq:{DATA}/{name}.pt", workdir)
+    workdir, out = _import_once(f"fairseq:{DATA}/{name}.pt", tmp_path_factory), tmp_path / "out"
+    source = os.path.dirname(f"{DATA}/{name}")
     config = workdir_config(workdir)
     export(config, workdir, f"fairseq:{out}")
     original, exported = torch_file.load(f"{DATA}/{name}.pt"), torch_file.load(str(out / "model.pt"))
@@ -1575,16 +1589,6 @@ def test_a_model_fairseq_cannot_compute_is_not_exported_to_fairseq(ar_run, tmp_p
 
 
 MARIAN_RELEASES = ("marian-npz", "marian-npz-separate", "marian-ssru", "marian-prenorm", "marian-aan")
-_RELEASES = {}
-
-
-def _marian_release(kind, tmp_path_factory) -> str:
-    """The workdir of a Marian `.npz` fixture imported as a user imports it (Marian's own conventions), once a module:
-    the tests that read it (decode it, export it) leave it as it is."""
-    if kind not in _RELEASES:
-        _RELEASES[kind] = str(tmp_path_factory.mktemp(kind) / "run")
-        write_workdir(f"marian:{DATA}/{kind}", _RELEASES[kind])
-    return _RELEASES[kind]
 
 
 def test_an_export_to_marian_npz_writes_back_the_original_release(ar_run, tmp_path, tmp_path_factory, caplog):
@@ -1603,7 +1607,7 @@ def test_an_export_to_marian_npz_writes_back_the_original_release(ar_run, tmp_pa
 
     caplog.set_level("WARNING", logger="jaxnat")
     for kind in MARIAN_RELEASES:
-        workdir, out = _marian_release(kind, tmp_path_factory), tmp_path / kind / "out"
+        workdir, out = _import_once(f"marian:{DATA}/{kind}", tmp_path_factory), tmp_path / kind / "out"
         older = kind == MARIAN_RELEASES[0]  # as imported before the import took Marian's epsilon (the arrays the same)
         if older:
             workdir = shutil.copytree(workdir, tmp_path / kind / "run")
@@ -1655,9 +1659,10 @@ def test_a_marian_import_never_writes_unk_as_marian_decodes(tmp_path):
     config = workdir_config(str(tmp_path / "run"))
     assert config.eval.allow_unk is False
     texts = expected("marian-npz")[1]["src"][:2]
+    translator = load_translator(config, str(tmp_path / "run"))
     for allow in (False, True):
         config.eval.allow_unk = allow
-        hyps = load_translator(config, str(tmp_path / "run")).translate(texts, beam_size=1, token_scores=True)
+        hyps = with_config(translator, config).translate(texts, beam_size=1, token_scores=True)
         assert all((UNK_ID in h["piece_ids"]) == allow and h["piece_ids"] for h in hyps)
 
 
@@ -1682,7 +1687,7 @@ def test_a_marian_npz_computes_marians_own_outputs(kind, tmp_path, tmp_path_fact
     an SSRU decoder."""
     from jaxnat.exporters import export
 
-    workdir = _marian_release(kind, tmp_path_factory)
+    workdir = _import_once(f"marian:{DATA}/{kind}", tmp_path_factory)
     config = workdir_config(workdir)
     assert (config.model.decoder_autoreg, config.eval.length_penalty, config.model.ln_eps) == (
         {"marian-ssru": "ssru", "marian-aan": "aan"}.get(kind, "self_attention"), 0.6, 1e-6)

@@ -18,7 +18,7 @@ from jaxnat.config import workdir_config
 from jaxnat.data.vocab import BOS_ID, MASK_ID, PAD_ID
 from jaxnat.importers import write_workdir
 from jaxnat.models.transformer import token_mask
-from jaxnat.restore import load_translator
+from jaxnat.restore import load_translator, with_config
 from tests.test_import import to_jaxnat
 
 pytestmark = pytest.mark.slow  # the quick tier (-m 'not slow') leaves this file out
@@ -136,7 +136,7 @@ def test_the_da_transformer_plugins_model_computes_its_graphs_and_decodes_as_the
     def decoding(**keys):
         changed = config.copy_and_resolve_references()
         changed.dat.update(keys)
-        return load_translator(changed, workdir)
+        return with_config(translator, changed)
 
     encoded, _ = translator.encode(outputs["src"])  # the text pipeline: Moses and BPE as the plugin's task applies them
     assert [np.asarray(r).tolist() for r in encoded] == rows

@@ -291,3 +291,35 @@ def test_beam_search_does_not_carry_the_cross_attention_cache():
     carried = [v.aval.shape for v in body.invars[loops[0].params["body_nconsts"]:]]
     assert carried.count((6, 4, 11, 8)) == 2 * cfg.dec_layers   # self-attention keys and values, T = max_out - 1
     assert (6, 4, 7, 8) not in carried                           # cross-attention: the source's S positions
+
+
+def test_a_models_abstract_parameters_are_its_own_and_traced_once(monkeypatch):
+    """`ModelSpec.abstract_params`, the tree a checkpoint restores into: init's shapes and dtypes; traced once for two
+    specs of one config (the second load of a workdir), anew for a model of another width, and at every call for an
+    init that closes over a value without a hash (nothing to key it by)."""
+    import dataclasses
+
+    from jaxnat.config import build_config
+    from jaxnat.models import build_model
+
+    traced = []
+    eval_shape = jax.eval_shape
+    monkeypatch.setattr(jax, "eval_shape", lambda fn, *args: eval_shape(fn, *args) if not fn.__qualname__.startswith(
+        "ModelSpec.abstract_params") else traced.append(fn) or eval_shape(fn, *args))
+    first, again = (build_model(build_config("tests/configs/tiny.py", []), 40, 40) for _ in range(2))
+    wide = build_model(build_config("tests/configs/tiny.py", ["--config.model.d_model=48"]), 40, 40)
+    batch = {"src": jnp.asarray([[1, 7, 2]], jnp.int32), "tgt": jnp.asarray([[1, 8, 9, 2]], jnp.int32)}
+
+    def shapes(tree):
+        return jax.tree.map(lambda x: (x.shape, x.dtype), tree)
+
+    assert shapes(first.abstract_params()) == shapes(again.abstract_params()) == shapes(
+        first.init(jax.random.PRNGKey(1), batch))
+    assert shapes(wide.abstract_params()) == shapes(wide.init(jax.random.PRNGKey(1), batch)) != shapes(
+        first.abstract_params())
+    assert len(traced) <= 2  # (none where an earlier test traced these models)
+    unkeyed = {"module": first.module}
+    odd = dataclasses.replace(first, init=lambda rng, b: unkeyed["module"].init(rng, b["src"][:1], b["tgt"][:1, :-1]))
+    traced.clear()
+    assert shapes(odd.abstract_params()) == shapes(odd.abstract_params()) == shapes(first.abstract_params())
+    assert len(traced) == 2

@@ -8,7 +8,9 @@ never jaxnat's dependencies):
     bash tools/reference_env.sh && .refenv/bin/python tools/make_import_fixtures.py --pymarian PYTHON
 
 (PYTHON: a Python with pymarian 1.12.42, Marian itself, which the Marian `.npz` fixtures need; its own venv:
-`python3 -m venv /tmp/pm && /tmp/pm/bin/pip install pymarian==1.12.42`.)
+`python3 -m venv /tmp/pm && /tmp/pm/bin/pip install pymarian==1.12.42`. `--sockeye PYTHON`, a Python with Sockeye
+3.1.34 and SentencePiece, writes the Sockeye fixtures: `python3 -m venv /tmp/sk && /tmp/sk/bin/pip install
+sockeye==3.1.34 sentencepiece`, Sockeye pinning a torch older than fairseq's.)
 
 It is deterministic (seeded): rerun, it rewrites the same files byte for byte, but for the `.pt` files, in which
 torch writes a random serialization id or memory addresses as keys (their tensors are the same). Each fixture
@@ -34,7 +36,9 @@ directory holds the model as its library saves it and `expected.npz` + `expected
 * nllb/: an NLLB-200 model's directory (`nllb_fixture`), with outputs forced to start with a language token;
   m2m100/ and mbart50/: an M2M-100 model's and an mBART-50 translation model's (`m2m100_fixture`,
   `mbart50_fixture`), the same way; fsmt/: a fairseq WMT19 model as Hugging Face ports it (`fsmt_fixture`),
-  fsmt-tied/ one with its three tables tied.
+  fsmt-tied/ one with its three tables tied;
+* sockeye/ and sockeye-postnorm/: Sockeye 3 model directories as `sockeye-train` writes them, with the
+  SentencePiece models that cut their data (`sockeye_fixture`), and expected_sockeye.json, what Sockeye computes.
 Every parameter is drawn anew (biases and layer norms too), so that a convention missed anywhere shows.
 """
 
@@ -1151,6 +1155,102 @@ def fsmt_fixture(out: str, tied: bool = False) -> None:
     write_expected(out, arrays, outputs)
 
 
+SOCKEYE_SOURCES = SRC + CORPUS_EN[4:9] + ["a red dog eats the snow .", "the children read ."]
+
+
+def sockeye_fixture(out: str, post_norm: bool = False) -> None:
+    """A Sockeye 3 model directory as `sockeye-train` writes it (its files but args.yaml, which holds the training
+    run's paths), trained 300 updates on the corpus cut into pieces by a SentencePiece model kept beside it, then
+    every parameter moved by noise (a convention missed anywhere shows); and `sockeye_expected`. The default: Sockeye's
+    defaults (pre-norm layers with a norm over each stack's top, one vocabulary and one matrix for both embeddings and
+    the output layer, ReLU, sinusoids), one SentencePiece model (sentencepiece.model); ``post_norm``: post-norm layers,
+    a vocabulary, embedding and SentencePiece model (source.spm, target.spm) a side, an output layer of its own, GELU,
+    learned positions. Runs under a Python with Sockeye 3.1.34 (`main`'s --sockeye)."""
+    import subprocess
+
+    import sentencepiece as spm
+    from sockeye import model as sockeye_model
+
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    if post_norm:
+        spm_pair(out, normalization="identity")
+        models = {"src": "source.spm", "tgt": "target.spm"}
+    else:
+        spm.set_random_generator_seed(0)
+        proto = io.BytesIO()
+        spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS_EN + CORPUS_DE), model_writer=proto, vocab_size=60,
+                                       hard_vocab_limit=False, model_type="unigram", character_coverage=1.0,
+                                       num_threads=1, minloglevel=2, normalization_rule_name="identity")
+        with open(os.path.join(out, "sentencepiece.model"), "wb") as f:
+            f.write(proto.getvalue())
+        models = dict.fromkeys(("src", "tgt"), "sentencepiece.model")
+    sp = {side: spm.SentencePieceProcessor(model_file=os.path.join(out, m)) for side, m in models.items()}
+    with tempfile.TemporaryDirectory() as work:
+        for name, side, lines in (("train.src", "src", CORPUS_EN), ("train.trg", "tgt", CORPUS_DE)):
+            with open(os.path.join(work, name), "w", encoding="utf-8") as f:
+                f.writelines(" ".join(sp[side].encode(line, out_type=str)) + "\n" for line in lines)
+        model_dir = os.path.join(work, "model")
+        args = [sys.executable, "-m", "sockeye.train", "-s", f"{work}/train.src", "-t", f"{work}/train.trg",
+                "-vs", f"{work}/train.src", "-vt", f"{work}/train.trg", "-o", model_dir, "--use-cpu", "--seed", "1",
+                "--num-layers", "2:2", "--transformer-model-size", "16", "--transformer-attention-heads", "2",
+                "--transformer-feed-forward-num-hidden", "32", "--num-embed", "16", "--max-seq-len", "100",
+                "--batch-type", "sentence", "--batch-size", "8", "--max-updates", "300", "--checkpoint-interval",
+                "100", "--initial-learning-rate", "0.003", "--learning-rate-scheduler-type", "none",
+                "--label-smoothing", "0.0", "--decode-and-evaluate", "0", "--quiet", "--no-bucketing",
+                "--max-num-checkpoint-not-improved", "-1"]
+        if post_norm:
+            args += ["--transformer-preprocess", "", "--transformer-postprocess", "drn", "--weight-tying-type",
+                     "none", "--transformer-activation-type", "gelu", "--transformer-positional-embedding-type",
+                     "learned"]
+        else:
+            args += ["--shared-vocab"]
+        subprocess.run(args, check=True)
+        for name in ("params.best", "config", "version", "vocab.src.0.json", "vocab.trg.0.json"):
+            shutil.copy(os.path.join(model_dir, name), os.path.join(out, name))
+    model, _, _ = sockeye_model.load_model(out)
+    torch.manual_seed(3 if post_norm else 2)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "pos_embedding" not in name or post_norm:  # (a sinusoidal table is no parameter to train)
+                p.add_(torch.randn_like(p) * 0.1)
+    model.save_parameters(os.path.join(out, "params.best"))
+    sockeye_expected(out, sp["src"])
+
+
+def sockeye_expected(out: str, sp) -> None:
+    """What Sockeye computes with the model in ``out`` (expected_sockeye.json): its outputs at beam 1 and beam 5 with
+    their scores, under its defaults (`sockeye.translate`'s: the length penalty α 1, β 0; its length limit), and the
+    log-probability of each token of its beam-1 outputs (and their end) under teacher forcing (its model's forward)."""
+    from sockeye import beam_search, inference
+    from sockeye import model as sockeye_model
+
+    pieces = [" ".join(sp.encode(s, out_type=str)) for s in SOCKEYE_SOURCES]
+    model, src_vocabs, tgt_vocabs = sockeye_model.load_model(out, inference_only=True)
+    result = {"src": SOCKEYE_SOURCES, "pieces_in": pieces}
+    for beam in (1, 5):
+        translator = inference.Translator(device=torch.device("cpu"), ensemble_mode="linear", beam_search_stop="all",
+                                          scorer=beam_search.CandidateScorer(1.0, 0.0, 0.0), batch_size=len(pieces),
+                                          beam_size=beam, models=[model], source_vocabs=src_vocabs,
+                                          target_vocabs=tgt_vocabs, output_scores=True)
+        outs = translator.translate([inference.make_input_from_plain_string(i, s) for i, s in enumerate(pieces)])
+        result[f"beam{beam}"] = [{"pieces": o.tokens, "score": float(o.score)} for o in outs]
+    forced, _, _ = sockeye_model.load_model(out)  # (its training-time forward, in eval mode)
+    forced.eval()
+    src_ids, tgt_ids = src_vocabs[0], tgt_vocabs[0]
+    result["token_logp"] = []
+    with torch.no_grad():
+        for src, hyp in zip(pieces, result["beam1"]):
+            source = [src_ids.get(p, 1) for p in src.split()] + [3]  # </s>: 3, <s>: 2, <unk>: 1
+            target = [tgt_ids[p] for p in hyp["pieces"]] + [3]
+            logits = forced.forward(torch.tensor(source)[None, :, None], torch.tensor([[len(source), 0]]),
+                                    torch.tensor([2] + target[:-1])[None, :, None], torch.tensor([[len(target), 0]]))
+            logp = torch.log_softmax(logits["logits"][0], -1)
+            result["token_logp"].append([float(logp[t, w]) for t, w in enumerate(target)])
+    with open(os.path.join(out, "expected_sockeye.json"), "w", encoding="utf-8") as f:
+        json.dump(result, f, indent=1, ensure_ascii=False)
+
+
 def write_expected(out: str, arrays: dict, outputs: dict, name: str = "expected") -> None:
     np.savez_compressed(os.path.join(out, f"{name}.npz"), **{k: np.asarray(v) for k, v in arrays.items()})
     with open(os.path.join(out, f"{name}.json"), "w", encoding="utf-8") as f:
@@ -1161,12 +1261,18 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--only", choices=("fairseq", "fairseq-nat", "dat", "marian", "marian-npz",
                                            "marian-npz-separate", "marian-ssru", "marian-prenorm", "marian-aan",
-                                           "nllb", "m2m100", "mbart50", "fsmt"))
+                                           "nllb", "m2m100", "mbart50", "fsmt", "sockeye"))
     parser.add_argument("--pymarian", metavar="PYTHON",
                         help="a Python with pymarian (Marian itself), which the Marian .npz fixtures need")
     parser.add_argument("--dat-plugin", metavar="DIR",
                         help="a checkout of thu-coai/DA-Transformer (its fs_plugins/): also writes fairseq-nat/dat.pt")
+    parser.add_argument("--sockeye", metavar="PYTHON",
+                        help="a Python with Sockeye 3.1.34, which the Sockeye fixtures need (it writes them)")
     args = parser.parse_args(argv)
+    if args.only == "sockeye" and not args.sockeye:  # (run by --sockeye's Python)
+        sockeye_fixture(os.path.join(ROOT, "sockeye"))
+        sockeye_fixture(os.path.join(ROOT, "sockeye-postnorm"), post_norm=True)
+        return 0
     if not args.pymarian and args.only in (None, "marian", "marian-npz", "marian-npz-separate", "marian-ssru",
                                            "marian-prenorm", "marian-aan"):
         parser.error("the Marian .npz fixtures need --pymarian PYTHON (Marian itself computes what they expect)")
@@ -1201,6 +1307,12 @@ def main(argv=None) -> int:
     if args.only in (None, "fsmt"):
         fsmt_fixture(os.path.join(ROOT, "fsmt"))
         fsmt_fixture(os.path.join(ROOT, "fsmt-tied"), tied=True)
+    if args.sockeye and args.only in (None, "sockeye"):
+        import subprocess
+
+        subprocess.run([args.sockeye, os.path.abspath(__file__), "--only", "sockeye"], check=True)
+    elif args.only == "sockeye":
+        parser.error("--only sockeye needs --sockeye PYTHON")
     print(f"wrote {os.path.normpath(ROOT)}")
     return 0
 

@@ -3,12 +3,12 @@
 One module per source format reads its files into an `Imported` (imported.py): `fairseq.read`, `marian.read` for
 Hugging Face's MarianMTModel directories, `marian_npz.read` for Marian's own checkpoints, `nllb.read`,
 `m2m100.read` and `mbart50.read` for NLLB-200's, M2M-100's and mBART-50's (hf_fairseq holds what the last three
-share), `fsmt.read` for fairseq's WMT19 models as Hugging Face ports them. An Imported holds the config overrides
-that make jaxnat's model compute the original's function (`jaxnat.config`'s model conventions), the parameters in
-jaxnat's tree with the vocabulary's rows in jaxnat's id order (`remap_rows`), and the vocabulary
-(`jaxnat.data.piece_vocab`). `write_workdir` checks the parameters against the model the config builds and writes
-`config.json`, `vocab/`, `checkpoints/best/0` and `imported.json` into a fresh directory it renames into place at
-the end, so that a failed import leaves nothing behind.
+share), `fsmt.read` for fairseq's WMT19 models as Hugging Face ports them, `sockeye.read` for Sockeye 3's model
+directories. An Imported holds the config overrides that make jaxnat's model compute the original's function
+(`jaxnat.config`'s model conventions), the parameters in jaxnat's tree with the vocabulary's rows in jaxnat's id
+order (`remap_rows`), and the vocabulary (`jaxnat.data.piece_vocab`). `write_workdir` checks the parameters
+against the model the config builds and writes `config.json`, `vocab/`, `checkpoints/best/0` and `imported.json`
+into a fresh directory it renames into place at the end, so that a failed import leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -27,19 +27,19 @@ from jaxnat.errors import ConfigError, DataError
 from jaxnat.importers.imported import Imported
 
 log = logging.getLogger("jaxnat")
-FORMATS = ("fairseq", "marian", "nllb", "m2m100", "mbart50", "fsmt", "hf")
+FORMATS = ("fairseq", "marian", "nllb", "m2m100", "mbart50", "fsmt", "sockeye", "hf")
 # hf:PATH: its config.json's model_type -> the format reading it (M2M100's: by its tokenizer, `_hf_format`)
 HF_TYPES = {"marian": "marian", "m2m_100": "nllb", "mbart": "mbart50", "fsmt": "fsmt"}
 
 
 def parse_source(spec: str) -> tuple[str, str]:
-    """"fairseq:PATH" | "FORMAT:PATH" | "FORMAT:ORG/NAME[@REVISION]" for the Hugging Face formats marian, nllb,
-    m2m100, mbart50, fsmt (a model id, read from the local cache: `hub_cache`) and hf (the format its config.json's
-    model_type names) -> (format, path); a one-line ConfigError or DataError otherwise."""
+    """"fairseq:PATH" | "sockeye:PATH" | "FORMAT:PATH" | "FORMAT:ORG/NAME[@REVISION]" for the Hugging Face
+    formats marian, nllb, m2m100, mbart50, fsmt (a model id, read from the local cache: `hub_cache`) and hf (the
+    format its config.json's model_type names) -> (format, path); a one-line ConfigError or DataError otherwise."""
     kind, _, path = spec.partition(":")
     if kind not in FORMATS or not path:
         raise ConfigError(f"--from takes {' or '.join(f'{k}:PATH' for k in FORMATS)}, got {spec!r}")
-    if kind != "fairseq":
+    if kind not in ("fairseq", "sockeye"):
         from jaxnat.importers import hub_cache
 
         if hub_cache.looks_like_model_id(path):
@@ -73,6 +73,10 @@ def read(spec: str, dict_dir: str | None = None) -> Imported:
         from jaxnat.importers import fairseq
 
         return fairseq.read(path, dict_dir or os.path.dirname(os.path.abspath(path)))
+    if kind == "sockeye":
+        from jaxnat.importers import sockeye
+
+        return sockeye.read(path, dict_dir)
     if kind in ("nllb", "m2m100", "mbart50", "fsmt"):
         from jaxnat.importers import fsmt, m2m100, mbart50, nllb
 
@@ -86,15 +90,11 @@ def _check_params(config, params: dict, vocab_sizes: tuple[int, int]) -> dict:
     """The imported tree as jaxnat's model of ``config`` holds it (float32 arrays of exactly its shapes); a
     one-line DataError naming the first parameter that is missing, extra or of another shape."""
     import jax
-    import jax.numpy as jnp
 
-    from jaxnat.data.vocab import BOS_ID, EOS_ID
     from jaxnat.models import build_model
     from jaxnat.models.transformer import stack_layers
 
-    spec = build_model(config, *vocab_sizes)
-    example = {"src": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32), "tgt": jnp.asarray([[BOS_ID, EOS_ID]], jnp.int32)}
-    expected = jax.eval_shape(lambda: spec.init(jax.random.PRNGKey(0), example))["params"]
+    expected = build_model(config, *vocab_sizes).abstract_params()["params"]
     if config.model.scan_layers:
         params = stack_layers(params)
     want = {jax.tree_util.keystr(k): v for k, v in jax.tree_util.tree_flatten_with_path(expected)[0]}

@@ -25,7 +25,7 @@ from jaxnat.importers.torch_layers import FROM_HF_ACTIVATIONS, StateDict, stacks
 FILES = ("config.json", "vocab.json", "source.spm", "target.spm")
 
 
-def _same_positions(table: np.ndarray, d: int) -> bool:
+def same_positions(table: np.ndarray, d: int) -> bool:
     from jaxnat.models.transformer import sinusoidal_positions
 
     ours = np.asarray(sinusoidal_positions(table.shape[0], d, 0, "marian"))
@@ -128,7 +128,7 @@ def build(cfg: dict, vocabs: dict, tensors: dict, directory: str, about: dict, *
     if not tied:
         params["output"] = {"kernel": remap_rows(state.take("lm_head.weight"), order["tgt"]).T}
     for name in ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight"):
-        if state.has(name) and not _same_positions(state.take(name), d):
+        if state.has(name) and not same_positions(state.take(name), d):
             raise DataError(f"{where}: {name} is not Hugging Face Marian's sinusoidal table")
     unused = state.unused()
     if unused:

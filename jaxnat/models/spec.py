@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 import jax
 
-from jaxnat.data.vocab import PieceTables
+from jaxnat.data.vocab import BOS_ID, EOS_ID, PieceTables
 from jaxnat.decoding.request import Supports
 from jaxnat.models.transformer import TransformerConfig
 
@@ -81,6 +81,29 @@ class ModelSpec:
         # one compiled program: called outside jit (tests, notebooks), flax's initialisation would run op by op,
         # each op its own small XLA program, several times slower than compiling the whole
         object.__setattr__(self, "init", jax.jit(self.init))
+
+    def abstract_params(self) -> dict:
+        """What `init` returns, as `jax.ShapeDtypeStruct` leaves (`jax.eval_shape` on a one-pair batch: nothing is
+        computed or allocated): the tree a checkpoint restores into and an import is checked against. Traced once
+        per init function: the same code over the same module (and whatever else it closes over, where that is
+        hashable) gives the same tree, so a model loaded again, or imported then loaded, is not traced again."""
+        fn = getattr(self.init, "__wrapped__", self.init)
+        try:
+            key = (fn.__code__, tuple(cell.cell_contents for cell in fn.__closure__ or ()))
+            hash(key)
+        except (AttributeError, TypeError, ValueError):  # (a value it closes over that has no hash: traced each time)
+            key = None
+        if key is None or key not in _ABSTRACT_PARAMS:
+            ids = jax.numpy.asarray([[BOS_ID, EOS_ID]], jax.numpy.int32)
+            tree = jax.eval_shape(lambda: self.init(jax.random.PRNGKey(0), {"src": ids, "tgt": ids}))
+            if key is None:
+                return tree
+            _ABSTRACT_PARAMS[key] = tree
+        return jax.tree.map(lambda leaf: leaf, _ABSTRACT_PARAMS[key])  # (a tree of its own to each caller)
+
+
+# `ModelSpec.abstract_params`' trees, by init function (its code and what it closes over)
+_ABSTRACT_PARAMS: dict = {}
 
 
 def word_glue(pieces: PieceTables) -> tuple:
