@@ -32,6 +32,7 @@ from jaxnat.errors import DataError, JaxnatError
 from jaxnat.importers import torch_file, write_workdir
 from jaxnat.restore import load_translator, with_config
 from tests import cli
+from tests.library_outputs import read_outputs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "tests", "data", "import")
@@ -1693,13 +1694,7 @@ def test_a_marian_npz_computes_marians_own_outputs(kind, tmp_path, tmp_path_fact
         {"marian-ssru": "ssru", "marian-aan": "aan"}.get(kind, "self_attention"), 0.6, 1e-6)
     config.eval.max_len_a, config.eval.max_len_b = 2.0, 0  # Marian's max-length-factor: × the source's pieces and end
     translator = load_translator(config, workdir)
-    tok = translator.tokenizer
-    with open(os.path.join(DATA, kind, "expected_marian.json"), encoding="utf-8") as f:
-        want = json.load(f)
-    src, _ = translator.encode(want["src"])
-    assert [[tok.id_to_piece(int(i), "src") for i in s if i not in (BOS_ID, EOS_ID)] for s in src] == [
-        p.split() for p in want["pieces_in"]]
-    ids = {beam: [[tok.piece_id(p, "tgt") for p in h["pieces"]] for h in want[f"beam{beam}"]] for beam in (1, 4)}
+    want, src, ids = read_outputs(translator, os.path.join(DATA, kind, "expected_marian.json"), (1, 4))
     if kind == "marian-prenorm":  # (its cached keys and values: the un-normalised states from the second step on)
         scored = translator.score_ids(src, ids[1], len(src), token_scores=True)
         np.testing.assert_allclose([s["token_logp"][0] for s in scored], [h["word_scores"][0] for h in want["beam1"]],

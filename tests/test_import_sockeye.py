@@ -3,7 +3,6 @@
 with them (expected_sockeye.json; tools/make_import_fixtures.py --sockeye PYTHON)."""
 
 import copy
-import json
 import os
 
 import numpy as np
@@ -14,6 +13,7 @@ from jaxnat.data.vocab import BOS_ID, EOS_ID, PAD_ID
 from jaxnat.errors import DataError
 from jaxnat.importers import sockeye, write_workdir
 from jaxnat.restore import load_translator
+from tests.library_outputs import read_outputs
 
 DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "import")
 
@@ -33,13 +33,7 @@ def test_a_sockeye_model_computes_sockeyes_own_outputs(kind, tmp_path):
     assert (config.model.pre_norm, config.model.positions, config.eval.beam_size) == (
         kind == "sockeye", "sinusoidal" if kind == "sockeye" else "learned", 5)
     translator = load_translator(config, workdir)
-    tok = translator.tokenizer
-    with open(os.path.join(DATA, kind, "expected_sockeye.json"), encoding="utf-8") as f:
-        want = json.load(f)
-    src, _ = translator.encode(want["src"])
-    assert [[tok.id_to_piece(int(i), "src") for i in s if i not in (BOS_ID, EOS_ID)] for s in src] == [
-        p.split() for p in want["pieces_in"]]
-    ids = {beam: [[tok.piece_id(p, "tgt") for p in h["pieces"]] for h in want[f"beam{beam}"]] for beam in (1, 5)}
+    want, src, ids = read_outputs(translator, os.path.join(DATA, kind, "expected_sockeye.json"), (1, 5))
     greedy = translator.translate_ids(src, beam_size=1, batch_size=len(src))
     assert [[int(t) for t in r["tokens"] if t not in (PAD_ID, BOS_ID, EOS_ID)] for r in greedy] == ids[1]
     scored = translator.score_ids(src + src, ids[1] + ids[5], 2 * len(src), token_scores=True)
@@ -47,11 +41,10 @@ def test_a_sockeye_model_computes_sockeyes_own_outputs(kind, tmp_path):
         np.testing.assert_allclose(ours["token_logp"], theirs, atol=1e-5)
     beam = translator.translate_ids(src, beam_size=5, batch_size=len(src))
     same = 0
-    for r, ours, h in zip(beam, scored[len(src):], want["beam5"]):
+    for r, ours, h, theirs in zip(beam, scored[len(src):], want["beam5"], ids[5]):
         assert -ours["score"] == pytest.approx(h["score"], abs=1e-5)  # Sockeye's score: a negative log-probability
         assert r["score"] >= ours["score"] - 1e-5
-        same += [int(t) for t in r["tokens"] if t not in (PAD_ID, BOS_ID, EOS_ID)] == [
-            tok.piece_id(p, "tgt") for p in h["pieces"]]
+        same += [int(t) for t in r["tokens"] if t not in (PAD_ID, BOS_ID, EOS_ID)] == theirs
     assert same >= len(src) - 2 and sum(len(h["pieces"]) for h in want["beam1"]) > 90
     if kind == "sockeye":
         hyps = translator.translate(want["src"][:4], constraints=[["hund"]] * 4, hard=[True] * 4)

@@ -102,7 +102,8 @@ class ModelSpec:
         return jax.tree.map(lambda leaf: leaf, _ABSTRACT_PARAMS[key])  # (a tree of its own to each caller)
 
 
-# `ModelSpec.abstract_params`' trees, by init function (its code and what it closes over)
+# `ModelSpec.abstract_params`' trees, by init function (its code and what it closes over): shapes and dtypes only,
+# a few kB a model
 _ABSTRACT_PARAMS: dict = {}
 
 
