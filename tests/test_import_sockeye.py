@@ -19,19 +19,21 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "import"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["sockeye", "sockeye-postnorm"])
+@pytest.mark.parametrize("kind", ["sockeye", "sockeye-postnorm", "sockeye-ssru"])
 def test_a_sockeye_model_computes_sockeyes_own_outputs(kind, tmp_path):
     """Sockeye's defaults (pre-norm layers with top norms, one vocabulary and one matrix for the embeddings and the
-    output layer, sinusoids) and the other layout (post-norm, a vocabulary and a SentencePiece model a side, an
-    output layer of its own, GELU, learned positions), imported as a user imports them: the sources cut into the same
-    pieces; Sockeye's greedy outputs token for token, each token's log-probability (and the end's) within 1e-5; its
-    beam-5 outputs scored as Sockeye scores them (its length penalty), jaxnat's beam finding outputs as good or better
-    (Sockeye's beam keeps its finished hypotheses, narrowing its search); hard constraints met (on the first)."""
+    output layer, sinusoids) and the other layout (post-norm, a vocabulary and a SentencePiece model a side, an output
+    layer of its own, GELU, learned positions) and a decoder of SSRU layers, imported as a user imports them: the
+    sources cut into the same pieces; Sockeye's greedy outputs token for token, each token's log-probability (and the
+    end's) within 1e-5; its beam-5 outputs scored as Sockeye scores them (its length penalty), jaxnat's beam finding
+    outputs as good or better (Sockeye's beam keeps its finished hypotheses, narrowing its search); hard constraints met
+    (on the first)."""
     workdir = str(tmp_path / "run")
     write_workdir(f"sockeye:{DATA}/{kind}", workdir)
     config = workdir_config(workdir)
-    assert (config.model.pre_norm, config.model.positions, config.eval.beam_size) == (
-        kind == "sockeye", "sinusoidal" if kind == "sockeye" else "learned", 5)
+    assert (config.model.pre_norm, config.model.positions, config.model.decoder_autoreg, config.eval.beam_size) == (
+        kind != "sockeye-postnorm", "learned" if kind == "sockeye-postnorm" else "sinusoidal",
+        "ssru" if kind == "sockeye-ssru" else "self_attention", 5)
     translator = load_translator(config, workdir)
     want, src, ids = read_outputs(translator, os.path.join(DATA, kind, "expected_sockeye.json"), (1, 5))
     greedy = translator.translate_ids(src, beam_size=1, batch_size=len(src))
@@ -58,8 +60,7 @@ def _config(kind="sockeye"):
 @pytest.mark.parametrize("change, message", [
     (lambda c: c["config_data"].update(num_source_factors=2), "source or target factors"),
     (lambda c: c.update(lhuc=True), "Sockeye setting lhuc=True is not supported"),
-    (lambda c: c["config_decoder"].update(decoder_type="ssru_transformer"),
-     "decoder decoder_type='ssru_transformer' is not supported"),
+    (lambda c: c["config_decoder"].update(decoder_type="rnn"), "Sockeye's decoder 'rnn' is not supported"),
     (lambda c: c["config_encoder"].update(use_glu=True), "encoder use_glu=True is not supported"),
     (lambda c: [c[s].update(preprocess_sequence="n", postprocess_sequence="drn") for s in
                 ("config_encoder", "config_decoder")], "transformer-preprocess 'n' with -postprocess 'drn'"),

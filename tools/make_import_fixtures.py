@@ -37,7 +37,7 @@ directory holds the model as its library saves it and `expected.npz` + `expected
   m2m100/ and mbart50/: an M2M-100 model's and an mBART-50 translation model's (`m2m100_fixture`,
   `mbart50_fixture`), the same way; fsmt/: a fairseq WMT19 model as Hugging Face ports it (`fsmt_fixture`),
   fsmt-tied/ one with its three tables tied;
-* sockeye/ and sockeye-postnorm/: Sockeye 3 model directories as `sockeye-train` writes them, with the
+* sockeye/, sockeye-postnorm/ and sockeye-ssru/: Sockeye 3 model directories as `sockeye-train` writes them, with the
   SentencePiece models that cut their data (`sockeye_fixture`), and expected_sockeye.json, what Sockeye computes.
 Every parameter is drawn anew (biases and layer norms too), so that a convention missed anywhere shows.
 """
@@ -1158,14 +1158,15 @@ def fsmt_fixture(out: str, tied: bool = False) -> None:
 SOCKEYE_SOURCES = SRC + CORPUS_EN[4:9] + ["a red dog eats the snow .", "the children read ."]
 
 
-def sockeye_fixture(out: str, post_norm: bool = False) -> None:
+def sockeye_fixture(out: str, post_norm: bool = False, ssru: bool = False) -> None:
     """A Sockeye 3 model directory as `sockeye-train` writes it (its files but args.yaml, which holds the training
     run's paths), trained 300 updates on the corpus cut into pieces by a SentencePiece model kept beside it, then
     every parameter moved by noise (a convention missed anywhere shows); and `sockeye_expected`. The default: Sockeye's
     defaults (pre-norm layers with a norm over each stack's top, one vocabulary and one matrix for both embeddings and
     the output layer, ReLU, sinusoids), one SentencePiece model (sentencepiece.model); ``post_norm``: post-norm layers,
     a vocabulary, embedding and SentencePiece model (source.spm, target.spm) a side, an output layer of its own, GELU,
-    learned positions. Runs under a Python with Sockeye 3.1.34 (`main`'s --sockeye)."""
+    learned positions; ``ssru``: Sockeye's defaults with a decoder of SSRU layers (`--decoder ssru_transformer`).
+    Runs under a Python with Sockeye 3.1.34 (`main`'s --sockeye)."""
     import subprocess
 
     import sentencepiece as spm
@@ -1204,12 +1205,12 @@ def sockeye_fixture(out: str, post_norm: bool = False) -> None:
                      "none", "--transformer-activation-type", "gelu", "--transformer-positional-embedding-type",
                      "learned"]
         else:
-            args += ["--shared-vocab"]
+            args += ["--shared-vocab"] + (["--decoder", "ssru_transformer"] if ssru else [])
         subprocess.run(args, check=True)
         for name in ("params.best", "config", "version", "vocab.src.0.json", "vocab.trg.0.json"):
             shutil.copy(os.path.join(model_dir, name), os.path.join(out, name))
     model, _, _ = sockeye_model.load_model(out)
-    torch.manual_seed(3 if post_norm else 2)
+    torch.manual_seed(3 if post_norm else 4 if ssru else 2)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "pos_embedding" not in name or post_norm:  # (a sinusoidal table is no parameter to train)
@@ -1272,6 +1273,7 @@ def main(argv=None) -> int:
     if args.only == "sockeye" and not args.sockeye:  # (run by --sockeye's Python)
         sockeye_fixture(os.path.join(ROOT, "sockeye"))
         sockeye_fixture(os.path.join(ROOT, "sockeye-postnorm"), post_norm=True)
+        sockeye_fixture(os.path.join(ROOT, "sockeye-ssru"), ssru=True)
         return 0
     if not args.pymarian and args.only in (None, "marian", "marian-npz", "marian-npz-separate", "marian-ssru",
                                            "marian-prenorm", "marian-aan"):

@@ -6,22 +6,23 @@ text itself, with the SentencePiece model that cut the training data: `sentencep
 `source.spm` and `target.spm`, in the model's directory or the one `--dict-dir` names.
 
 Conventions bridged (Sockeye -> jaxnat), each checked against Sockeye 3.1.34 itself (tests/data/import/sockeye*/,
-tools/make_import_fixtures.py): its transformer layers as fairseq names them (`torch_layers`), the attention
-projections without biases (jaxnat's are zero), the keys and values of each attention in the interleaved layout
-Sockeye saves them in (per head: its key rows, then its value rows); the layouts of its residual blocks,
-`transformer-preprocess` / `-postprocess` "n" / "dr" (pre-norm, a norm over each stack's top: Sockeye's default) or
-"" / "drn" (post-norm); embeddings scaled by √D and sinusoids sin | cos at 10000^(−2i / D) from position 0 (jaxnat's
-"marian" layout) or learned positions; layer norms with epsilon 1e-6; `<pad>` 0, `<unk>` 1, `<s>` 2, `</s>` 3 as
-jaxnat's PAD, UNK, BOS, EOS (the sources end with `</s>` and carry no `<s>`; the decoder starts from `<s>`); the
-vocabulary's filler entries (`<pad58>` …, `--pad-vocab-to-multiple-of`) kept as pieces no text cuts into. Its
-decoding: beam 5, scores normalised by the length (`--length-penalty-alpha 1`, β 0) and at most ⌈f·n⌉ − 1 tokens for
-a source of n tokens with its end, f the training data's length ratio mean + 2 standard deviations
-(`--max-output-length-num-stds 2`); jaxnat's limit, ⌊f·n⌋, is one token longer where f·n is a whole number.
+tools/make_import_fixtures.py): its transformer layers as fairseq names them (`torch_layers`), the attention projections
+without biases (jaxnat's are zero), the keys and values of each attention in the interleaved layout Sockeye saves them
+in (per head: its key rows, then its value rows); the layouts of its residual blocks, `transformer-preprocess` /
+`-postprocess` "n" / "dr" (pre-norm, a norm over each stack's top: Sockeye's default) or "" / "drn" (post-norm);
+decoders of self-attention or of SSRU layers (`--decoder ssru_transformer`, Kim et al. 2019: the cell Marian's students
+use, `model.decoder_autoreg=ssru`); embeddings scaled by √D and sinusoids sin | cos at 10000^(−2i / D) from position 0
+(jaxnat's "marian" layout) or learned positions; layer norms with epsilon 1e-6; `<pad>` 0, `<unk>` 1, `<s>` 2, `</s>` 3
+as jaxnat's PAD, UNK, BOS, EOS (the sources end with `</s>` and carry no `<s>`; the decoder starts from `<s>`); the
+vocabulary's filler entries (`<pad58>` …, `--pad-vocab-to-multiple-of`) kept as pieces no text cuts into. Its decoding:
+beam 5, scores normalised by the length (`--length-penalty-alpha 1`, β 0) and at most ⌈f·n⌉ − 1 tokens for a source of n
+tokens with its end, f the training data's length ratio mean + 2 standard deviations (`--max-output-length-num-stds 2`);
+jaxnat's limit, ⌊f·n⌋, is one token longer where f·n is a whole number.
 
 `config` is YAML with Sockeye's class tags (`!ModelConfig` …), read as plain maps by a SafeLoader (data, no code);
 `params.best` by `torch_file` (no pickle code run). Settings jaxnat's model does not compute are refused in one line
-naming them (source or target factors, LHUC, SSRU decoder layers, GLU feed-forward layers, neural vocabulary
-selection, an auxiliary length task's head)."""
+naming them (source or target factors, LHUC, GLU feed-forward layers, neural vocabulary selection, an auxiliary
+length task's head)."""
 
 from __future__ import annotations
 
@@ -42,8 +43,10 @@ FILES = ("params.best", "config", "vocab.src.0.json", "vocab.trg.0.json")
 NORMS = {("n", "dr"): True, ("", "drn"): False}
 ACTIVATIONS = {"relu": "relu", "swish1": "swish", "gelu": "gelu"}
 # settings jaxnat's model computes only at these values (each Sockeye's default)
-REQUIRED = {"use_lhuc": False, "use_glu": False, "decoder_type": "transformer",
-            "block_prepended_cross_attention": False}
+REQUIRED = {"use_lhuc": False, "use_glu": False, "block_prepended_cross_attention": False}
+# the decoder's layers (`--decoder`) -> model.decoder_autoreg: self-attention, or Kim et al. 2019's SSRU in its place
+# (Sockeye's cell: Marian's, `transformer.SSRU`)
+DECODERS = {"transformer": "self_attention", "ssru_transformer": "ssru"}
 # weight-tying-type -> (one embedding matrix for both sides, the output layer the target embedding)
 TYING = {"none": (False, False), "src_trg": (True, False), "trg_softmax": (False, True),
          "src_trg_softmax": (True, True)}
@@ -144,6 +147,10 @@ def _fairseq_layers(state: StateDict, cfg: dict, pre: bool) -> dict:
                     for fc, ff in (("fc1", "ff1"), ("fc2", "ff2")):
                         for k in ("weight", "bias"):
                             out[f"{at}.{fc}.{k}"] = state.take(f"{at}.ff.{ff}.{k}")
+                elif sub == "autoregr_layer" and settings.get("decoder_type") == "ssru_transformer":
+                    out[f"{at}.ssru.W.weight"] = state.take(f"{at}.autoregr_layer.linear.weight")
+                    for k in ("weight", "bias"):
+                        out[f"{at}.ssru.Wf.{k}"] = state.take(f"{at}.autoregr_layer.forget_gate.{k}")
                 else:
                     _attention(state, f"{at}.{sub}", out, f"{at}.{name}", settings["attention_heads"],
                                self_attention=sub != "enc_attention")
@@ -153,7 +160,8 @@ def _fairseq_layers(state: StateDict, cfg: dict, pre: bool) -> dict:
 
 
 def _check(cfg: dict, at: str) -> tuple[bool, str, bool]:
-    """(pre-norm, activation, learned positions) of a config jaxnat computes; a one-line DataError otherwise."""
+    """(pre-norm, activation, learned positions) of a config jaxnat computes (its decoder's layers: `DECODERS`); a
+    one-line DataError otherwise."""
     enc, dec = cfg["config_encoder"], cfg["config_decoder"]
     data = cfg.get("config_data") or {}
     if data.get("num_source_factors", 1) != 1 or data.get("num_target_factors", 1) != 1:
@@ -173,6 +181,8 @@ def _check(cfg: dict, at: str) -> tuple[bool, str, bool]:
         if enc.get(key) != dec.get(key):
             raise DataError(f"{at}: encoder and decoder of different {key} ({enc.get(key)!r}, {dec.get(key)!r}) are "
                             f"not supported")
+    if dec.get("decoder_type", "transformer") not in DECODERS:
+        raise DataError(f"{at}: Sockeye's decoder {dec['decoder_type']!r} is not supported ({', '.join(DECODERS)})")
     if dec.get("depth_key_value", enc["model_size"]) != enc["model_size"]:
         raise DataError(f"{at}: depth_key_value={dec['depth_key_value']} is not the model size: not supported")
     layout = (enc["preprocess_sequence"], enc["postprocess_sequence"])
@@ -268,6 +278,7 @@ def read(directory: str, dict_dir: str | None = None) -> Imported:
         "model.name": "ar", "model.d_model": enc["model_size"], "model.ffn_dim": enc["feed_forward_num_hidden"],
         "model.num_heads": enc["attention_heads"], "model.enc_layers": enc["num_layers"],
         "model.dec_layers": dec["num_layers"],
+        "model.decoder_autoreg": DECODERS[dec.get("decoder_type", "transformer")],
         "model.pre_norm": pre, "model.decoder_norm": "pre" if pre else "post", "model.decoder_final_norm": pre,
         "model.positions": "learned" if learned else "sinusoidal", "model.position_layout": "marian",
         "model.max_len": max_len, "model.share_embeddings": share, "model.separate_positions": share and learned,
