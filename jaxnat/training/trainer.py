@@ -302,11 +302,9 @@ def lowered_step_flops(spec, optimizer, schedule, batch: dict, key) -> float | N
     """The FLOPs of ``spec``'s train step on ``batch`` (arrays or `jax.ShapeDtypeStruct`s), for the whole batch: XLA's
     count of the lowered program (not compiled: seconds; the count before XLA's optimisations) with every loop's
     iterations and each coin's branches at their probabilities (`count_correction`)."""
-    def init(example):  # traced for its shapes only (jax.eval_shape): nothing is computed
-        params = spec.init(jax.random.PRNGKey(0), example)
-        return {"step": jnp.zeros((), jnp.int32), "params": params, "opt_state": optimizer.init(params)}
-
-    state = jax.eval_shape(init, {k: jax.ShapeDtypeStruct((1, *v.shape[1:]), v.dtype) for k, v in batch.items()})
+    params = spec.abstract_params()  # shapes only: nothing is computed
+    state = {"step": jax.ShapeDtypeStruct((), jnp.int32), "params": params,
+             "opt_state": jax.eval_shape(optimizer.init, params)}
     traced = jax.jit(make_train_step(spec, optimizer, schedule)).trace(state, batch, key)
     flops = program_flops(traced.lower())
     return flops + count_correction(traced.jaxpr.jaxpr) if flops else None
